@@ -1,0 +1,216 @@
+// Declared data-parallel costs (see cost.h for the formulas and the padding
+// rule). Integer arithmetic throughout so declared bytes compare exactly with
+// the tracker's counts.
+#include "impl/data_parallel/cost.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "harness/status.h"
+
+namespace pb::dp {
+
+Shard parse_shard(std::string_view s, std::string_view field) {
+  if (s == "none" || s == "ddp") return Shard::none;
+  if (s == "zero1") return Shard::zero1;
+  if (s == "zero2") return Shard::zero2;
+  if (s == "zero3" || s == "fsdp") return Shard::zero3;
+  if (s == "hsdp") return Shard::hsdp;
+  if (s == "hzero") return Shard::hzero;
+  throw InputError(std::string(field) + ": '" + std::string(s) +
+                   "' is not one of none, zero1, zero2, zero3, hsdp, hzero");
+}
+
+std::string_view shard_name(Shard s) {
+  constexpr std::string_view names[] = {"none", "zero1", "zero2", "zero3", "hsdp", "hzero"};
+  return names[int(s)];
+}
+
+BytesPerParam bytes_per_param(Precision p) {
+  switch (p) {
+    case Precision::fp64: return {8, 8, 16};
+    case Precision::fp32: return {4, 4, 8};
+    default: return {2, 2, 12};  // ZeRO Sec. 3.1: fp16 params + grads, K = 12
+  }
+}
+
+int64_t dp_ranks_per_node(const DataAxis& a) {
+  if (a.ranks_per_node <= 0 || a.stride >= a.ranks_per_node) return a.ranks_per_node <= 0 ? a.dp : 1;
+  return std::min(a.dp, a.ranks_per_node / a.stride);
+}
+
+int64_t shard_group_size(const DataAxis& a) {
+  switch (a.shard) {
+    case Shard::none: return 1;
+    case Shard::hsdp: return a.shard_group > 0 ? a.shard_group : dp_ranks_per_node(a);
+    default: return a.dp;
+  }
+}
+
+void validate(const DataAxis& a) {
+  require(a.dp >= 1, "dp: must be >= 1 (got " + std::to_string(a.dp) + ")");
+  require(a.stride >= 1, "stride: must be >= 1");
+  require(a.grad_accum >= 1, "grad_accum: must be >= 1");
+  require(a.ranks_per_node >= 0, "ranks_per_node: must be >= 0 (0 = one node)");
+  const int64_t R = a.ranks_per_node;
+  if (R > 0)
+    require(a.stride < R ? R % a.stride == 0 : a.stride % R == 0,
+            "ranks_per_node: must divide, or be a multiple of, the dp stride (tp*cp = " +
+                std::to_string(a.stride) + ")");
+  const int64_t r = dp_ranks_per_node(a);
+  if (a.shard == Shard::hsdp) {
+    const int64_t F = shard_group_size(a);
+    require(F >= 1 && a.dp % F == 0, "hsdp shard group: F = " + std::to_string(F) +
+                                         " must divide dp = " + std::to_string(a.dp));
+    require(F % r == 0 || r % F == 0, "hsdp shard group: F = " + std::to_string(F) +
+                                          " must divide or be a multiple of the dp ranks per node (" +
+                                          std::to_string(r) + ")");
+  }
+  if (a.shard == Shard::hzero)
+    require(a.dp % r == 0, "hzero: dp = " + std::to_string(a.dp) +
+                               " must be a multiple of the dp ranks per node (" + std::to_string(r) + ")");
+}
+
+int64_t full_elems(int64_t n, int64_t g, Padding p) {
+  return p == Padding::padded ? g * ceil_div(n, g) : n;
+}
+
+ModelStateBytes model_state_bytes(std::span<const int64_t> units, const DataAxis& a) {
+  validate(a);
+  const BytesPerParam b = bytes_per_param(a.precision);
+  const int64_t g = shard_group_size(a), r = dp_ranks_per_node(a);
+  const Padding pd = a.padding;
+  int64_t p = 0, gr = 0, opt = 0;  // per-rank elements
+  for (int64_t u : units) {
+    require(u >= 0, "parameter count: must be >= 0 (got " + std::to_string(u) + ")");
+    const int64_t full = a.shard == Shard::none ? u : full_elems(u, g, pd), shard = ceil_div(u, g);
+    switch (a.shard) {
+      case Shard::none: p += u; gr += u; opt += u; break;
+      case Shard::zero1: p += full; gr += full; opt += shard; break;
+      case Shard::zero2: p += full; gr += shard; opt += shard; break;
+      default: p += shard; gr += shard; opt += shard; break;
+    }
+    // hpZ secondary copy (ZeRO++ Sec. 3.2): the dp-padded full vector split
+    // over the node's r ranks; only when the dp group spans nodes.
+    if (a.shard == Shard::hzero && r < a.dp) p += ceil_div(full_elems(u, a.dp, pd), r);
+  }
+  ModelStateBytes m;
+  m.params = p * b.param;
+  m.grads = gr * b.grad;
+  (a.offload == Offload::optimizer ? m.optimizer_host : m.optimizer) = opt * b.optimizer;
+  return m;
+}
+
+ModelStateBytes model_state_bytes(int64_t psi, const DataAxis& a) {
+  const int64_t units[] = {psi};
+  return model_state_bytes(units, a);
+}
+
+UnitBufferBytes zero3_unit_buffer_bytes(int64_t largest_unit, int prefetch, const DataAxis& a) {
+  validate(a);
+  require(largest_unit >= 0, "unit size: must be >= 0");
+  require(prefetch >= 0, "prefetch: must be >= 0");
+  const BytesPerParam b = bytes_per_param(a.precision);
+  // hzero gathers over dp in forward and over the node (from the dp-padded
+  // secondary) in backward: the full buffer is dp-padded either way.
+  const int64_t g = a.shard == Shard::hzero ? a.dp : shard_group_size(a);
+  const int64_t full = full_elems(largest_unit, g, a.padding);
+  return {(1 + int64_t(prefetch)) * full * b.param, full * b.grad};
+}
+
+std::string_view coll_name(Coll c) {
+  constexpr std::string_view names[] = {"all_reduce", "reduce_scatter", "all_gather"};
+  return names[int(c)];
+}
+
+double bus_factor(Coll c, int64_t n) {
+  if (n <= 1) return 0.0;
+  const double f = double(n - 1) / double(n);
+  return c == Coll::all_reduce ? 2.0 * f : f;
+}
+
+std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAxis& a) {
+  validate(a);
+  const BytesPerParam b = bytes_per_param(a.precision);
+  const int64_t m = a.grad_accum, r = dp_ranks_per_node(a), dp = a.dp;
+  const int64_t nu = int64_t(units.size());
+  int64_t psi = 0;
+  for (int64_t u : units) {
+    require(u >= 0, "parameter count: must be >= 0 (got " + std::to_string(u) + ")");
+    psi += u;
+  }
+  // Sum over units of the full (padded to g) buffer.
+  auto full = [&](int64_t g) {
+    int64_t s = 0;
+    for (int64_t u : units) s += full_elems(u, g, a.padding);
+    return s;
+  };
+  std::vector<CollCost> out;
+  auto add = [&](const char* group, const char* phase, Coll op, int64_t n, int64_t calls, int64_t bytes,
+                 bool inter) {
+    if (n > 1 && calls > 0) out.push_back({group, phase, op, n, calls, bytes, inter});
+  };
+  const bool dp_inter = dp > r;
+  switch (a.shard) {
+    case Shard::none:
+      add("dp", "bwd", Coll::all_reduce, dp, 1, psi * b.grad, dp_inter);
+      break;
+    case Shard::zero1:
+    case Shard::zero2: {
+      const int64_t rs_calls = a.shard == Shard::zero1 ? 1 : m;
+      add("dp", "bwd", Coll::reduce_scatter, dp, rs_calls * nu, rs_calls * full(dp) * b.grad, dp_inter);
+      add("dp", "step", Coll::all_gather, dp, nu, full(dp) * b.param, dp_inter);
+      break;
+    }
+    case Shard::zero3:
+      add("dp", "fwd", Coll::all_gather, dp, m * nu, m * full(dp) * b.param, dp_inter);
+      add("dp", "bwd", Coll::all_gather, dp, m * nu, m * full(dp) * b.param, dp_inter);
+      add("dp", "bwd", Coll::reduce_scatter, dp, m * nu, m * full(dp) * b.grad, dp_inter);
+      break;
+    case Shard::hsdp: {
+      const int64_t F = shard_group_size(a);
+      int64_t shard = 0;
+      for (int64_t u : units) shard += ceil_div(u, F);
+      add("dp_shard", "fwd", Coll::all_gather, F, m * nu, m * full(F) * b.param, F > r);
+      add("dp_shard", "bwd", Coll::all_gather, F, m * nu, m * full(F) * b.param, F > r);
+      add("dp_shard", "bwd", Coll::reduce_scatter, F, m * nu, m * full(F) * b.grad, F > r);
+      add("dp_replica", "step", Coll::all_reduce, dp / F, nu, shard * b.grad, dp_inter);
+      break;
+    }
+    case Shard::hzero: {
+      const int64_t S = full(dp);  // dp-padded, so r | S and dp | S when padded
+      add("dp", "fwd", Coll::all_gather, dp, m * nu, m * S * b.param, dp_inter);
+      add("dp_intra", "bwd", Coll::all_gather, r, m * nu, m * S * b.param, false);
+      add("dp_intra", "bwd", Coll::reduce_scatter, r, m * nu, m * S * b.grad, false);
+      add("dp_inter", "bwd", Coll::reduce_scatter, dp / r, m * nu, m * ceil_div(S, r) * b.grad, dp_inter);
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<CollCost> comm_per_step(int64_t psi, const DataAxis& a) {
+  const int64_t units[] = {psi};
+  return comm_per_step(units, a);
+}
+
+CommTotals comm_totals(std::span<const CollCost> c) {
+  CommTotals t;
+  for (const CollCost& x : c) {
+    (x.inter_node ? t.logical_inter : t.logical_intra) += x.bytes;
+    (x.inter_node ? t.bus_inter : t.bus_intra) += x.bus_bytes();
+  }
+  return t;
+}
+
+double hzero_inter_node_reduction(int64_t psi, const DataAxis& a) {
+  require(a.ranks_per_node > 0 && dp_ranks_per_node(a) < a.dp,
+          "hzero: the inter-node reduction needs a dp group spanning nodes (set ranks_per_node)");
+  DataAxis flat = a, hier = a;
+  flat.shard = Shard::zero3;
+  hier.shard = Shard::hzero;
+  const auto f = comm_per_step(psi, flat), h = comm_per_step(psi, hier);
+  return double(comm_totals(f).logical_inter) / double(comm_totals(h).logical_inter);
+}
+
+}  // namespace pb::dp

@@ -1,0 +1,147 @@
+// Declared costs of the data-parallel axis: per-rank model-state bytes by tag
+// and communication volume per step per group, as pure functions of the config.
+// The conformance engine compares the measured figures with these; the planner
+// evaluates the same functions at any scale.
+//
+// Memory follows ZeRO (Rajbhandari et al., SC'20, "ZeRO: Memory Optimizations
+// Toward Training Trillion Parameter Models", Sec. 3 and Fig. 1), with P, G, K
+// bytes per parameter for params, grads and optimizer state (K includes master
+// weights): none P+G+K; zero1 P+G+K/Nd; zero2 P+(G+K)/Nd; zero3 (P+G+K)/Nd.
+// Hierarchical ZeRO follows ZeRO++ hpZ (Wang et al. 2023, "ZeRO++: Extremely
+// Efficient Collective Communication for Giant Model Training", Sec. 3.2).
+//
+// Padding invariant (Padding::padded): every buffer that takes part in a
+// sharded collective is padded to a multiple of its shard-group size g, so a
+// rank's shard of n elements is ceil(n/g) and the full buffer g*ceil(n/g); the
+// padding elements are allocated and counted. DDP (shard=none) pads nothing.
+// With unit sizes given, each unit is padded on its own (FSDP-style flat
+// parameter per unit); without, the whole model is one flat vector.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reference/train_config.h"  // pb::Precision
+
+namespace pb::dp {
+
+enum class Shard : uint8_t { none, zero1, zero2, zero3, hsdp, hzero };
+enum class Offload : uint8_t { none, optimizer };
+enum class Padding : uint8_t { padded, exact };
+
+// Parses "none"/"ddp", "zero1", "zero2", "zero3"/"fsdp", "hsdp", "hzero";
+// throws pb::InputError naming `field` otherwise.
+Shard parse_shard(std::string_view s, std::string_view field = "shard");
+std::string_view shard_name(Shard s);
+
+// Bytes per parameter of each model state. bf16-mixed: 2/2/12 (fp32 master +
+// Adam m, v: ZeRO's K = 12); fp32: 4/4/8 (Adam m, v; the params are the
+// master); fp64: 8/8/16.
+struct BytesPerParam {
+  int64_t param = 0, grad = 0, optimizer = 0;
+};
+BytesPerParam bytes_per_param(Precision p);
+
+struct DataAxis {
+  int64_t dp = 1;                 // data-parallel group size Nd
+  Shard shard = Shard::none;
+  int64_t shard_group = 0;        // hsdp: F ranks per shard group (F | dp); 0 = dp ranks per node
+  Offload offload = Offload::none;
+  Precision precision = Precision::fp32;
+  Padding padding = Padding::padded;
+  int64_t ranks_per_node = 0;     // 0: every rank on one node
+  int64_t stride = 1;             // global-rank distance between consecutive dp ranks (tp*cp)
+  int64_t grad_accum = 1;         // microbatches per step
+};
+
+// Throws pb::InputError naming the field when the axis is inconsistent.
+void validate(const DataAxis& a);
+
+// dp ranks that share a node (consecutive dp ranks), in [1, dp].
+int64_t dp_ranks_per_node(const DataAxis& a);
+// Size of the group the model states are sharded over (1 for DDP, dp for
+// ZeRO, F for HSDP).
+int64_t shard_group_size(const DataAxis& a);
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Elements of the full buffer of n elements sharded over g ranks: g*ceil(n/g)
+// when padded, n when exact. A rank's shard is ceil(n/g) either way.
+int64_t full_elems(int64_t n, int64_t g, Padding p);
+
+struct ModelStateBytes {
+  int64_t params = 0;          // device (includes hzero's secondary shard)
+  int64_t grads = 0;           // device
+  int64_t optimizer = 0;       // device: master weights + Adam moments
+  int64_t optimizer_host = 0;  // host, when the optimizer is offloaded
+  int64_t device_total() const { return params + grads + optimizer; }
+};
+
+// Per-rank model states for a model of psi parameters (as held by this rank's
+// tensor/pipeline slice) under axis a.
+ModelStateBytes model_state_bytes(int64_t psi, const DataAxis& a);
+// The same with the parameters split into units padded separately.
+ModelStateBytes model_state_bytes(std::span<const int64_t> units, const DataAxis& a);
+
+// ZeRO-3 / HSDP / hZeRO transient buffers: while a unit is in use its full
+// parameters are gathered (the current unit plus `prefetch` more in flight),
+// and in backward its full gradient exists until reduce-scattered.
+struct UnitBufferBytes {
+  int64_t gathered_params = 0;   // (1 + prefetch) * padded unit * P
+  int64_t unsharded_grads = 0;   // one padded unit * G
+};
+UnitBufferBytes zero3_unit_buffer_bytes(int64_t largest_unit, int prefetch, const DataAxis& a);
+
+enum class Coll : uint8_t { all_reduce, reduce_scatter, all_gather };
+std::string_view coll_name(Coll c);
+
+// Bus-bandwidth factor (nccl-tests PERFORMANCE.md): all_reduce 2(n-1)/n,
+// reduce_scatter and all_gather (n-1)/n; busbw = algbw * factor, so the bytes a
+// ring moves through each link are logical * factor.
+double bus_factor(Coll c, int64_t n);
+
+// One kind of collective on one group, totalled over a step: `calls` calls
+// moving `bytes` logical bytes in all (nccl-tests convention: all_reduce counts
+// its buffer S, reduce_scatter and all_gather the full unsharded buffer S).
+struct CollCost {
+  std::string group;           // dp | dp_shard | dp_replica | dp_intra | dp_inter
+  std::string phase;           // fwd | bwd | step
+  Coll op = Coll::all_reduce;
+  int64_t group_size = 1;
+  int64_t calls = 0;           // per step
+  int64_t bytes = 0;           // logical bytes per step, summed over calls
+  bool inter_node = false;     // the group spans more than one node
+  double bus_bytes() const { return double(bytes) * bus_factor(op, group_size); }
+};
+
+// Collectives of one optimizer step (grad_accum = m microbatches), one entry
+// per (group, phase, op):
+//   none   all_reduce(Psi*G) once per step                         (2 Psi bus)
+//   zero1  reduce_scatter(G) once + all_gather(P) once after the step
+//   zero2  reduce_scatter(G) per microbatch (grads are sharded, as in
+//          DeepSpeed) + all_gather(P) once after the step
+//   zero3  per microbatch and unit: all_gather(P) fwd, all_gather(P) bwd (every
+//          unit is resharded after its forward use), reduce_scatter(G) bwd
+//          (ZeRO Sec. 7.2.2: 3 Psi, 1.5x DDP)
+//   hsdp   zero3 on the shard group of F + all_reduce of the accumulated
+//          gradient shard (Psi/F) across the dp/F replicas once per step
+//   hzero  all_gather(P) fwd over dp; bwd all_gather over the node from the
+//          secondary shard (hpZ); reduce_scatter over the node then across
+//          nodes of the node-local 1/r (two-level)
+// Groups of size 1 issue nothing.
+std::vector<CollCost> comm_per_step(int64_t psi, const DataAxis& a);
+std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAxis& a);
+
+struct CommTotals {
+  int64_t logical_intra = 0, logical_inter = 0;
+  double bus_intra = 0, bus_inter = 0;
+};
+CommTotals comm_totals(std::span<const CollCost> c);
+
+// Inter-node logical bytes of flat ZeRO-3 divided by those of hZeRO for the
+// same axis (hpZ + two-level reduce-scatter): 3 / (1 + 1/r) with r dp ranks per
+// node. Requires the dp group to span nodes.
+double hzero_inter_node_reduction(int64_t psi, const DataAxis& a);
+
+}  // namespace pb::dp

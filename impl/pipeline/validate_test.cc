@@ -1,0 +1,161 @@
+// Validator teeth: each malformed schedule (a dropped F, a swapped send/recv,
+// a W before its B, a deadlocking order, ...) is rejected with a message that
+// names the rank, the action and the problem.
+#include "impl/pipeline/validate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "harness/status.h"
+
+namespace pb::pipeline {
+namespace {
+
+size_t find(const std::vector<Action>& l, const Action& a) {
+  auto it = std::find(l.begin(), l.end(), a);
+  EXPECT_NE(it, l.end()) << action_str(a);
+  return size_t(it - l.begin());
+}
+
+// All issues as text, one per line.
+std::string issues(const Schedule& s, SendMode mode = SendMode::buffered) {
+  std::string out;
+  for (const Issue& i : find_issues(s, mode)) out += issue_str(s, i) + "\n";
+  return out;
+}
+
+bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+TEST(Validate, DroppedForward) {
+  Schedule s = make_1f1b({/*pp=*/3, /*microbatches=*/4});
+  auto& r1 = s.ranks[1];
+  r1.erase(r1.begin() + long(find(r1, {Op::forward, 2, 0, -1})));
+  const std::string text = issues(s);
+  EXPECT_TRUE(has(text, "rank 1: microbatch 2 chunk 0 (virtual stage 1) has no F")) << text;
+}
+
+TEST(Validate, DuplicatedForward) {
+  Schedule s = make_gpipe({2, 2});
+  s.ranks[0].insert(s.ranks[0].begin() + 1, Action{Op::forward, 0, 0, -1});
+  EXPECT_TRUE(has(issues(s), "rank 0, action 1 (F0.c0): second F of microbatch 0 chunk 0")) << issues(s);
+}
+
+TEST(Validate, SwappedSendAndRecvDeadlocks) {
+  // Rank 0 waits for microbatch 0's gradient before sending its activation.
+  Schedule s = make_gpipe({/*pp=*/2, /*microbatches=*/1});
+  auto& r0 = s.ranks[0];
+  std::swap(r0[find(r0, {Op::send_act, 0, 0, 1})], r0[find(r0, {Op::recv_grad, 0, 0, 1})]);
+  const std::string text = issues(s);
+  EXPECT_TRUE(has(text, "rank 0, action 1 (RECV_GRAD0.c0<-r1): deadlock: blocked here, waiting for rank 1, "
+                        "which is blocked at action 0 (RECV_ACT0.c0<-r0)")) << text;
+  EXPECT_TRUE(has(text, "rank 1, action 0 (RECV_ACT0.c0<-r0): deadlock")) << text;
+}
+
+TEST(Validate, SendToTheWrongPeer) {
+  Schedule s = make_1f1b({3, 2});
+  auto& r1 = s.ranks[1];
+  r1[find(r1, {Op::send_act, 1, 0, 2})].peer = 0;
+  EXPECT_TRUE(has(issues(s), "rank 1, action 5 (SEND_ACT1.c0->r0): peer must be rank 2")) << issues(s);
+}
+
+TEST(Validate, WeightGradientBeforeItsInputGradient) {
+  Schedule s = make_zb_h1({/*pp=*/2, /*microbatches=*/3});
+  auto& r0 = s.ranks[0];
+  const size_t b = find(r0, {Op::backward_input, 1, 0, -1}), w = find(r0, {Op::backward_weight, 1, 0, -1});
+  const Action wa = r0[w];
+  r0.erase(r0.begin() + long(w));
+  r0.insert(r0.begin() + long(b), wa);
+  EXPECT_TRUE(has(issues(s), "(W1.c0): W before its B")) << issues(s);
+}
+
+TEST(Validate, DeadlockThroughThreeRanks) {
+  // Rank 1 runs microbatch 0's backward (and waits for its gradient) before
+  // sending its activation on: rank 2 never gets its input, rank 0 never gets
+  // its gradient. Every static check passes; only the run-through catches it.
+  Schedule s = make_gpipe({/*pp=*/3, /*microbatches=*/1});
+  auto& r1 = s.ranks[1];  // RA0 F0 SA0 RG0 BW0 SG0
+  const Action send = r1[find(r1, {Op::send_act, 0, 0, 2})];
+  r1.erase(r1.begin() + long(find(r1, send)));
+  r1.insert(r1.begin() + long(find(r1, {Op::backward, 0, 0, -1})) + 1, send);
+  const auto found = find_issues(s);
+  ASSERT_EQ(found.size(), 3u) << issues(s);
+  for (const Issue& i : found) EXPECT_TRUE(has(i.reason, "deadlock")) << i.reason;
+  EXPECT_TRUE(has(issues(s), "rank 1, action 2 (RECV_GRAD0.c0<-r2): deadlock: blocked here, waiting for rank 2"))
+      << issues(s);
+}
+
+TEST(Validate, ReceiveOrderDiffersFromSendOrder) {
+  Schedule s = make_gpipe({2, 2});
+  auto& r1 = s.ranks[1];  // RA0 F0 RA1 F1 ...: receive 1 before 0
+  std::swap(r1[find(r1, {Op::recv_act, 0, 0, 0})], r1[find(r1, {Op::recv_act, 1, 0, 0})]);
+  std::swap(r1[find(r1, {Op::forward, 0, 0, -1})], r1[find(r1, {Op::forward, 1, 0, -1})]);
+  EXPECT_TRUE(has(issues(s), "rank 1, action 0 (RECV_ACT1.c0<-r0): out of order on channel r0->r1 (act)"))
+      << issues(s);
+}
+
+TEST(Validate, ForwardBeforeItsInputArrives) {
+  Schedule s = make_1f1b({2, 2});
+  auto& r1 = s.ranks[1];
+  std::swap(r1[find(r1, {Op::recv_act, 1, 0, 0})], r1[find(r1, {Op::forward, 1, 0, -1})]);
+  EXPECT_TRUE(has(issues(s), "(F1.c0): F before the RECV_ACT of its input")) << issues(s);
+}
+
+TEST(Validate, MissingReceive) {
+  Schedule s = make_1f1b({2, 2});
+  auto& r1 = s.ranks[1];
+  r1.erase(r1.begin() + long(find(r1, {Op::recv_act, 1, 0, 0})));
+  EXPECT_TRUE(has(issues(s), "rank 1: microbatch 1 chunk 0 (virtual stage 1) has no RECV_ACT (its F's input)"))
+      << issues(s);
+}
+
+TEST(Validate, BackwardKindMustMatchTheSchedule) {
+  Schedule s = make_zb_h1({2, 2});
+  s.split_backward = false;
+  EXPECT_TRUE(has(issues(s), "B in a schedule without split backward")) << issues(s);
+  Schedule t = make_1f1b({2, 2});
+  t.split_backward = true;
+  EXPECT_TRUE(has(issues(t), "BW in a split-backward schedule")) << issues(t);
+}
+
+TEST(Validate, FieldsOutOfRange) {
+  Schedule s = make_1f1b({2, 2});
+  s.ranks[0][0].microbatch = 7;
+  EXPECT_TRUE(has(issues(s), "rank 0, action 0 (F7.c0): microbatch out of range [0, 2)")) << issues(s);
+  Schedule t = make_1f1b({1, 2});
+  t.ranks[0].insert(t.ranks[0].begin() + 1, Action{Op::send_act, 0, 0, 0});
+  EXPECT_TRUE(has(issues(t), "communication with pp = 1")) << issues(t);
+}
+
+TEST(Validate, LocalHandOverOrderWithOneRank) {
+  Schedule s = make_interleaved({/*pp=*/1, /*microbatches=*/2, /*virtual_stages=*/2});
+  ASSERT_TRUE(find_issues(s).empty());
+  auto& r0 = s.ranks[0];
+  std::swap(r0[find(r0, {Op::forward, 0, 0, -1})], r0[find(r0, {Op::forward, 0, 1, -1})]);
+  EXPECT_TRUE(has(issues(s), "F before the F of virtual stage 0 that feeds it")) << issues(s);
+}
+
+TEST(Validate, OneFOneBNeedsNonBlockingSends) {
+  // The 1F1B steady state crosses an activation and a gradient between two
+  // ranks; with rendezvous sends both block (why Megatron batches
+  // send_forward_recv_backward). The generators target buffered sends.
+  const Schedule s = make_1f1b({2, 4});
+  EXPECT_TRUE(find_issues(s, SendMode::buffered).empty());
+  EXPECT_TRUE(has(issues(s, SendMode::rendezvous), "deadlock")) << issues(s, SendMode::rendezvous);
+  EXPECT_TRUE(find_issues(make_gpipe({3, 4}), SendMode::rendezvous).empty());
+}
+
+TEST(Validate, ThrowsInputErrorNamingTheSchedule) {
+  Schedule s = make_zb_h1({2, 2});
+  s.ranks[1].pop_back();
+  try {
+    validate(s);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "schedule zb-h1: invalid:\n  rank 1")) << e.what();
+  }
+  EXPECT_NO_THROW(validate(make_zb_h1({2, 2})));
+}
+
+}  // namespace
+}  // namespace pb::pipeline

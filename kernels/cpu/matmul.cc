@@ -1,0 +1,116 @@
+// Linear layer out = inp @ weight^T + bias and its backward, on OpenBLAS
+// (row-major cblas_dgemm / cblas_sgemm). bf16 is converted to fp32 in the
+// caller's workspace, multiplied with sgemm, and rounded once.
+// Invariants: for bf16 every backward contribution is computed by sgemm with
+// beta = 0 into workspace and then added by add_into(), so the destination is
+// rounded exactly once; fp32/fp64 accumulate with beta = 1. Results depend only
+// on the BLAS thread count (OpenBLAS partitions statically).
+#include <algorithm>
+#include <cblas.h>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/numeric.h"
+#include "kernels/cpu/ops.h"
+
+namespace pb::kernels {
+
+using detail::add_into;
+using detail::load;
+using detail::store;
+
+void set_blas_threads(int n) { openblas_set_num_threads(std::max(1, n)); }
+
+namespace {
+
+// C (M,N) = alpha * op(A) op(B) + beta * C, row-major.
+void gemm(bool ta, bool tb, int M, int N, int K, const double* a, int lda, const double* b,
+          int ldb, double beta, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm(bool ta, bool tb, int M, int N, int K, const float* a, int lda, const float* b, int ldb,
+          float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+float* to_float(float* dst, const bf16* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+  return dst;
+}
+
+// dbias (OC) += column sums of dout (N,OC), summed in A over rows in order.
+template <class T>
+void bias_backward(T* dbias, const T* dout, int N, int OC) {
+  std::vector<acc_t<T>> acc(size_t(OC), acc_t<T>(0));
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) acc[o] += load(dout[size_t(n) * OC + o]);
+  for (int o = 0; o < OC; ++o) add_into(dbias[o], acc[o]);
+}
+
+}  // namespace
+
+// bf16 layout of ws: [inp (N*C) | weight (OC*C) | dout or out (N*OC) | result
+// (max(N*C, OC*C))]; the forward uses the first three.
+template <class T>
+size_t matmul_workspace_floats(int N, int C, int OC) {
+  if constexpr (!std::is_same_v<T, bf16>) return 0;
+  const size_t nc = size_t(N) * C, oc = size_t(OC) * C, no = size_t(N) * OC;
+  return nc + oc + no + std::max(nc, oc);
+}
+
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
+                    float* ws) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const float* x = to_float(ws, inp, size_t(N) * C);
+    const float* w = to_float(ws + size_t(N) * C, weight, size_t(OC) * C);
+    float* y = ws + size_t(N) * C + size_t(OC) * C;
+    gemm(false, true, N, OC, C, x, C, w, C, 0.0f, y, OC);
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) {
+        const size_t i = size_t(n) * OC + o;
+        out[i] = bf16(y[i] + (bias ? static_cast<float>(bias[o]) : 0.0f));
+      }
+  } else {
+    // Bias first, then beta = 1: one pass over out, no separate add.
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) out[size_t(n) * OC + o] = bias ? bias[o] : T(0);
+    gemm(false, true, N, OC, C, inp, C, weight, C, T(1), out, OC);
+  }
+}
+
+template <class T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC, float* ws) {
+  if (dbias) bias_backward(dbias, dout, N, OC);
+  if constexpr (std::is_same_v<T, bf16>) {
+    const size_t nc = size_t(N) * C, oc = size_t(OC) * C;
+    float* x = ws;
+    float* w = ws + nc;
+    const float* dy = to_float(ws + nc + oc, dout, size_t(N) * OC);
+    float* r = ws + nc + oc + size_t(N) * OC;
+    if (dinp) {
+      gemm(false, false, N, C, OC, dy, OC, to_float(w, weight, oc), C, 0.0f, r, C);
+      for (size_t i = 0; i < nc; ++i) add_into(dinp[i], r[i]);
+    }
+    if (dweight) {
+      gemm(true, false, OC, C, N, dy, OC, to_float(x, inp, nc), C, 0.0f, r, C);
+      for (size_t i = 0; i < oc; ++i) add_into(dweight[i], r[i]);
+    }
+  } else {
+    if (dinp) gemm(false, false, N, C, OC, dout, OC, weight, C, T(1), dinp, C);
+    if (dweight) gemm(true, false, OC, C, N, dout, OC, inp, C, T(1), dweight, C);
+  }
+}
+
+#define PB_INSTANTIATE(T)                                                                         \
+  template size_t matmul_workspace_floats<T>(int, int, int);                                      \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int, float*);       \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int,       \
+                                   float*);
+PB_KERNELS_FOR_EACH_DTYPE(PB_INSTANTIATE)
+#undef PB_INSTANTIATE
+
+}  // namespace pb::kernels

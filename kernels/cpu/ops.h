@@ -1,0 +1,144 @@
+// The math of one op: forward + backward on raw buffers (llm.c style).
+// Conventions for every op, on storage type T in {double, float, bf16}, with
+// compute/accumulation type A = acc_t<T> (double for double, float otherwise):
+//  - outputs first, then inputs; gradient buffers are prefixed d;
+//  - dimension letters are fixed: B batch, T sequence, C channels, V vocab,
+//    NH heads, hs head size (C / NH), N rows (B*T), OC output channels;
+//  - forward outputs are overwritten; backward outputs ACCUMULATE
+//    (d += contribution). For bf16 the contribution is computed fully in fp32
+//    and the destination rounded once: d = bf16(float(d) + contribution);
+//  - a null backward output pointer means "do not compute it" (zero-bubble's
+//    B/W split computes input and weight gradients separately);
+//  - kernels are single-threaded except GEMM, whose thread count the caller sets
+//    once per rank with set_blas_threads(); results are deterministic for a
+//    fixed thread count.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "harness/dtype.h"
+
+namespace pb::kernels {
+
+void set_blas_threads(int n);
+
+// ---- token + position embedding -------------------------------------------
+// out (B,T,C) = wte[inp[b,t], :] + wpe[t, :];  wte (V,C), wpe (maxT,C).
+template <class T>
+void encoder_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int Tn, int C);
+// dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b.
+template <class T>
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* inp, int B, int Tn, int C);
+
+// ---- LayerNorm over the last dim C of N rows -------------------------------
+// mean, rstd (N) are saved in A for the backward; either may be null.
+template <class T>
+void layernorm_forward(T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* inp, const T* weight,
+                       const T* bias, int N, int C, double eps = 1e-5);
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C);
+
+// ---- matmul: out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC) -----------
+// ws: fp32 staging for bf16 (matmul_workspace_floats elements); unused otherwise.
+// bias may be null (no bias; e.g. the tied LM head).
+template <class T>
+size_t matmul_workspace_floats(int N, int C, int OC);
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
+                    float* ws);
+// dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += colsum(dout).
+template <class T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC, float* ws);
+
+// ---- causal multi-head attention -------------------------------------------
+// qkv (B,T,3C) as [q | k | v], heads interleaved in C; out (B,T,C);
+// att (B,NH,T,T) keeps the softmax probabilities (upper triangle zero);
+// scale 1/sqrt(hs).
+template <class T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH);
+// datt: scratch of the size of att (overwritten with dL/datt; may be null).
+template <class T>
+void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
+                        int C, int NH);
+
+// ---- blockwise (online-softmax) attention, for one (batch, head) ------------
+// Flash-attention style pieces that ring attention reuses: queries q (Tq,hs)
+// with row stride q_stride at absolute positions q_pos0.., keys/values
+// (Tk,hs) with row stride kv_stride at positions k_pos0... Causal masking is by
+// absolute position (key pos > query pos is masked).
+// Running state per query row, in A: o (Tq,hs) unnormalized output, m (Tq)
+// running max (init -inf), l (Tq) running sum (init 0).
+template <class T>
+void attention_block_forward(acc_t<T>* o, acc_t<T>* m, acc_t<T>* l, const T* q, const T* k,
+                             const T* v, int Tq, int Tk, int hs, int q_stride, int kv_stride,
+                             int q_pos0, int k_pos0, bool causal);
+// out (Tq,hs, row stride out_stride) = o / l; lse (Tq) = m + log l.
+template <class T>
+void attention_block_finalize(T* out, acc_t<T>* lse, const acc_t<T>* o, const acc_t<T>* m,
+                              const acc_t<T>* l, int Tq, int hs, int out_stride);
+// Merges two partial states (o2,m2,l2) into (o,m,l) (e.g. from two ring steps).
+template <class T>
+void attention_block_merge(acc_t<T>* o, acc_t<T>* m, acc_t<T>* l, const acc_t<T>* o2,
+                           const acc_t<T>* m2, const acc_t<T>* l2, int Tq, int hs);
+// Backward of one block, given lse and Drow = rowsum(dout * out) (Tq):
+// dq (Tq,hs), dk, dv (Tk,hs) accumulate, in A.
+template <class T>
+void attention_block_backward(acc_t<T>* dq, acc_t<T>* dk, acc_t<T>* dv, const T* q, const T* k,
+                              const T* v, const T* dout, const acc_t<T>* lse,
+                              const acc_t<T>* Drow, int Tq, int Tk, int hs, int q_stride,
+                              int kv_stride, int dout_stride, int q_pos0, int k_pos0, bool causal);
+// Whole causal attention built from the block pieces, block size bs: same
+// contract as attention_forward/backward but keeps lse (B,NH,T) instead of att.
+template <class T>
+void attention_forward_blockwise(T* out, acc_t<T>* lse, const T* qkv, int B, int Tn, int C, int NH,
+                                 int bs);
+template <class T>
+void attention_backward_blockwise(T* dqkv, const T* dout, const T* out, const T* qkv,
+                                  const acc_t<T>* lse, int B, int Tn, int C, int NH, int bs);
+
+// ---- tanh-GELU -------------------------------------------------------------
+template <class T>
+void gelu_forward(T* out, const T* inp, size_t N);
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N);
+
+// ---- residual add and elementwise helpers -----------------------------------
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, size_t N);  // out = a + b
+template <class T>
+void accumulate(T* dst, const T* src, size_t N);  // dst += src (the residual's backward)
+template <class T>
+void scale(T* x, double s, size_t N);  // x *= s
+
+// ---- softmax cross-entropy ---------------------------------------------------
+// probs (N,V) = softmax(logits) (probs may alias logits); losses (N) = -log p[target].
+// A target outside [0, V) throws std::out_of_range (forward and backward).
+template <class T>
+void crossentropy_forward(acc_t<T>* losses, T* probs, const T* logits, const int32_t* targets,
+                          int N, int V);
+// dlogits (N,V) += (probs - onehot(target)) * dloss  (dloss: d mean-loss / d token-loss).
+template <class T>
+void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, double dloss, int N,
+                           int V);
+
+// ---- optimizer -----------------------------------------------------------------
+struct AdamWHyper {
+  double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  long step = 1;            // 1-based, for bias correction
+  double grad_scale = 1.0;  // multiplies the gradient first (global-norm clipping)
+};
+// PyTorch AdamW (decoupled decay): master -= lr*wd*master (if decay);
+// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; master -= lr * mhat / (sqrt(vhat) + eps).
+// M is the master/state type (double for T=double, float otherwise); param_out
+// receives cast<T>(master) and may alias master when T == M.
+template <class T, class M>
+void adamw_step(M* master, T* param_out, const T* grad, M* m, M* v, size_t n, const AdamWHyper& h,
+                bool decay);
+
+// Sum of squares of g, accumulated in double in index order (global-norm clipping).
+template <class T>
+double sum_squares(const T* g, size_t n);
+
+}  // namespace pb::kernels

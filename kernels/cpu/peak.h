@@ -1,0 +1,14 @@
+// Measured single-thread fp32 GEMM throughput: the default MFU peak and the
+// yardstick of the step benchmark's "60% of sgemm" target.
+#pragma once
+
+namespace pb::kernels {
+
+// GFLOP/s (2 n^3 flops per call) of cblas_sgemm on n x n row-major matrices
+// with one BLAS thread, timed over at least min_seconds after one untimed
+// warm-up call. Temporarily sets the process-wide OpenBLAS thread count to 1
+// and restores it; do not call while another thread runs BLAS.
+// Throws std::invalid_argument unless n > 0 and min_seconds >= 0.
+double measure_sgemm_gflops(int n, double min_seconds);
+
+}  // namespace pb::kernels

@@ -1,0 +1,182 @@
+#include "reference/gpt.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/ops.h"
+
+namespace pb {
+
+namespace k = kernels;
+
+template <class T>
+BlockActs<T>::BlockActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
+  const size_t N = size_t(B) * Tn, C = m.C;
+  auto act = MemTag::activations;
+  ln1 = Buffer<T>(mt, act, N * C);
+  ln1_mean = Buffer<A>(mt, act, N);
+  ln1_rstd = Buffer<A>(mt, act, N);
+  qkv = Buffer<T>(mt, act, N * 3 * C);
+  att = Buffer<T>(mt, act, size_t(B) * m.NH * Tn * Tn);
+  atty = Buffer<T>(mt, act, N * C);
+  xmid = Buffer<T>(mt, act, N * C);
+  ln2 = Buffer<T>(mt, act, N * C);
+  ln2_mean = Buffer<A>(mt, act, N);
+  ln2_rstd = Buffer<A>(mt, act, N);
+  fch = Buffer<T>(mt, act, N * 4 * C);
+  fchg = Buffer<T>(mt, act, N * 4 * C);
+  xout = Buffer<T>(mt, act, N * C);
+}
+
+template <class T>
+HeadActs<T>::HeadActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
+  const size_t N = size_t(B) * Tn;
+  auto act = MemTag::activations;
+  lnf = Buffer<T>(mt, act, N * m.C);
+  lnf_mean = Buffer<A>(mt, act, N);
+  lnf_rstd = Buffer<A>(mt, act, N);
+  probs = Buffer<T>(mt, act, N * m.V);
+  losses = Buffer<A>(mt, act, N);
+}
+
+template <class T>
+Scratch<T>::Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
+  const size_t N = size_t(B) * Tn, C = m.C;
+  auto ws = MemTag::workspace;
+  tmp = Buffer<T>(mt, ws, N * C);
+  dres = Buffer<T>(mt, ws, N * C);
+  dln = Buffer<T>(mt, ws, N * C);
+  datty = Buffer<T>(mt, ws, N * C);
+  dqkv = Buffer<T>(mt, ws, N * 3 * C);
+  datt = Buffer<T>(mt, ws, size_t(B) * m.NH * Tn * Tn);
+  dfch = Buffer<T>(mt, ws, N * 4 * C);
+  dfchg = Buffer<T>(mt, ws, N * 4 * C);
+  dlogits = Buffer<T>(mt, ws, N * m.V);
+  int n = int(N);
+  size_t mm = std::max({k::matmul_workspace_floats<T>(n, m.C, 3 * m.C),
+                        k::matmul_workspace_floats<T>(n, m.C, 4 * m.C),
+                        k::matmul_workspace_floats<T>(n, 4 * m.C, m.C),
+                        k::matmul_workspace_floats<T>(n, m.C, m.V)});
+  if (mm) mm_ws = Buffer<float>(mt, ws, mm);
+}
+
+template <class T>
+static void zero(const Buffer<T>& b) {
+  std::memset(static_cast<void*>(b.data()), 0, b.size() * sizeof(T));
+}
+
+template <class T>
+Gpt<T>::Gpt(const ParamLayout& layout, int B, int Tn) : layout_(&layout), B_(B), Tn_(Tn) {}
+
+template <class T>
+void Gpt<T>::embed_forward(T* x0, const int32_t* tokens, const T* emb) const {
+  const auto& m = layout_->model();
+  k::encoder_forward(x0, tokens, emb, emb + layout_->wpe_offset(), B_, Tn_, m.C);
+}
+
+template <class T>
+void Gpt<T>::embed_backward(T* demb, const T* dx0, const int32_t* tokens) const {
+  const auto& m = layout_->model();
+  k::encoder_backward(demb, demb + layout_->wpe_offset(), dx0, tokens, B_, Tn_, m.C);
+}
+
+template <class T>
+void Gpt<T>::block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C;
+  float* ws = s.mm_ws.data();
+  k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w,
+                       u + o.ln1_b, N, C);
+  k::matmul_forward(a.qkv.data(), a.ln1.data(), u + o.qkv_w, u + o.qkv_b, N, C, 3 * C, ws);
+  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, Tn_, C, m.NH);
+  k::matmul_forward(s.tmp.data(), a.atty.data(), u + o.attproj_w, u + o.attproj_b, N, C, C, ws);
+  k::residual_forward(a.xmid.data(), x_in, s.tmp.data(), size_t(N) * C);
+  k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(),
+                       u + o.ln2_w, u + o.ln2_b, N, C);
+  k::matmul_forward(a.fch.data(), a.ln2.data(), u + o.fc_w, u + o.fc_b, N, C, 4 * C, ws);
+  k::gelu_forward(a.fchg.data(), a.fch.data(), size_t(N) * 4 * C);
+  k::matmul_forward(s.tmp.data(), a.fchg.data(), u + o.fcproj_w, u + o.fcproj_b, N, 4 * C, C, ws);
+  k::residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * C);
+}
+
+template <class T>
+void Gpt<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const BlockActs<T>& a,
+                            const T* u, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C;
+  const size_t NC = size_t(N) * C;
+  float* ws = s.mm_ws.data();
+  // MLP branch: xout = xmid + fcproj(gelu(fc(ln2(xmid)))).
+  std::memcpy(static_cast<void*>(s.dres.data()), dout, NC * sizeof(T));  // d xmid, residual path
+  zero(s.dfchg);
+  k::matmul_backward(s.dfchg.data(), du + o.fcproj_w, du + o.fcproj_b, dout, a.fchg.data(),
+                     u + o.fcproj_w, N, 4 * C, C, ws);
+  zero(s.dfch);
+  k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfchg.data(), NC * 4);
+  zero(s.dln);
+  k::matmul_backward(s.dln.data(), du + o.fc_w, du + o.fc_b, s.dfch.data(), a.ln2.data(),
+                     u + o.fc_w, N, C, 4 * C, ws);
+  k::layernorm_backward(s.dres.data(), du + o.ln2_w, du + o.ln2_b, s.dln.data(), a.xmid.data(),
+                        u + o.ln2_w, a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  // Attention branch: xmid = x_in + attproj(attn(qkv(ln1(x_in)))).
+  std::memcpy(static_cast<void*>(dx_in), s.dres.data(), NC * sizeof(T));
+  zero(s.datty);
+  k::matmul_backward(s.datty.data(), du + o.attproj_w, du + o.attproj_b, s.dres.data(),
+                     a.atty.data(), u + o.attproj_w, N, C, C, ws);
+  zero(s.dqkv);
+  k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(),
+                        B_, Tn_, C, m.NH);
+  zero(s.dln);
+  k::matmul_backward(s.dln.data(), du + o.qkv_w, du + o.qkv_b, s.dqkv.data(), a.ln1.data(),
+                     u + o.qkv_w, N, C, 3 * C, ws);
+  k::layernorm_backward(dx_in, du + o.ln1_w, du + o.ln1_b, s.dln.data(), x_in, u + o.ln1_w,
+                        a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+}
+
+template <class T>
+double Gpt<T>::head_forward(HeadActs<T>& h, const T* x_last, const int32_t* targets, const T* lnf,
+                            const T* wte, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const int N = B_ * Tn_, C = m.C;
+  k::layernorm_forward(h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), x_last, lnf, lnf + C,
+                       N, C);
+  k::matmul_forward(h.probs.data(), h.lnf.data(), wte, static_cast<const T*>(nullptr), N, C, m.V,
+                    s.mm_ws.data());
+  k::crossentropy_forward(h.losses.data(), h.probs.data(), h.probs.data(), targets, N, m.V);
+  double sum = 0;
+  for (int i = 0; i < N; ++i) sum += double(h.losses[i]);
+  return sum;
+}
+
+template <class T>
+void Gpt<T>::head_backward(T* dx_last, T* dlnf, T* dwte, const T* x_last, const int32_t* targets,
+                           const HeadActs<T>& h, const T* lnf, const T* wte, double dloss,
+                           Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const int N = B_ * Tn_, C = m.C;
+  zero(s.dlogits);
+  k::crossentropy_backward(s.dlogits.data(), h.probs.data(), targets, dloss, N, m.V);
+  zero(s.dln);
+  k::matmul_backward(s.dln.data(), dwte, static_cast<T*>(nullptr), s.dlogits.data(), h.lnf.data(),
+                     wte, N, C, m.V, s.mm_ws.data());
+  std::memset(static_cast<void*>(dx_last), 0, size_t(N) * C * sizeof(T));
+  k::layernorm_backward(dx_last, dlnf, dlnf + C, s.dln.data(), x_last, lnf, h.lnf_mean.data(),
+                        h.lnf_rstd.data(), N, C);
+}
+
+template struct BlockActs<double>;
+template struct BlockActs<float>;
+template struct BlockActs<bf16>;
+template struct HeadActs<double>;
+template struct HeadActs<float>;
+template struct HeadActs<bf16>;
+template struct Scratch<double>;
+template struct Scratch<float>;
+template struct Scratch<bf16>;
+template class Gpt<double>;
+template class Gpt<float>;
+template class Gpt<bf16>;
+
+}  // namespace pb

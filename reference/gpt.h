@@ -1,0 +1,97 @@
+// The canonical GPT's forward and backward, as pieces a strategy can run
+// separately: embedding, one block, head (final LN + tied LM head + loss).
+// Parameters and gradients are reached through plain unit base pointers (see
+// layout.h), so the same code serves the single-device reference, ZeRO-3
+// (gathered units), and pipeline stages (a subset of units).
+// Invariant: every piece does the same arithmetic in the same order whoever
+// calls it — the ground on which strategies declare bitwise equality.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "harness/dtype.h"
+#include "harness/memory.h"
+#include "reference/layout.h"
+
+namespace pb {
+
+// Saved activations of one block for one microbatch of B x T tokens.
+template <class T>
+struct BlockActs {
+  using A = acc_t<T>;
+  Buffer<T> ln1;              // (B,T,C)
+  Buffer<A> ln1_mean, ln1_rstd;  // (B*T)
+  Buffer<T> qkv;              // (B,T,3C)
+  Buffer<T> att;              // (B,NH,T,T)
+  Buffer<T> atty;             // (B,T,C)
+  Buffer<T> xmid;             // (B,T,C) residual after attention
+  Buffer<T> ln2;              // (B,T,C)
+  Buffer<A> ln2_mean, ln2_rstd;  // (B*T)
+  Buffer<T> fch;              // (B,T,4C)
+  Buffer<T> fchg;             // (B,T,4C) after GELU
+  Buffer<T> xout;             // (B,T,C) block output
+  BlockActs() = default;
+  BlockActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn);
+};
+
+// Saved activations of the head for one microbatch.
+template <class T>
+struct HeadActs {
+  using A = acc_t<T>;
+  Buffer<T> lnf;                 // (B,T,C)
+  Buffer<A> lnf_mean, lnf_rstd;  // (B*T)
+  Buffer<T> probs;               // (B,T,V)
+  Buffer<A> losses;              // (B*T)
+  HeadActs() = default;
+  HeadActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn);
+};
+
+// Backward scratch shared by all pieces (workspace): sized for one microbatch.
+template <class T>
+struct Scratch {
+  Buffer<T> tmp, dres, dln, datty;  // (B,T,C)
+  Buffer<T> dqkv;                   // (B,T,3C)
+  Buffer<T> datt;                   // (B,NH,T,T)
+  Buffer<T> dfch, dfchg;            // (B,T,4C)
+  Buffer<T> dlogits;                // (B,T,V)
+  Buffer<float> mm_ws;              // bf16 GEMM staging
+  Scratch() = default;
+  Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn);
+};
+
+template <class T>
+class Gpt {
+ public:
+  using A = acc_t<T>;
+  Gpt(const ParamLayout& layout, int B, int Tn);
+
+  const ParamLayout& layout() const { return *layout_; }
+  int B() const { return B_; }
+  int Tn() const { return Tn_; }
+
+  // x0 (B,T,C) = wte[tokens] + wpe; emb = unit 0's params.
+  void embed_forward(T* x0, const int32_t* tokens, const T* emb) const;
+  void embed_backward(T* demb, const T* dx0, const int32_t* tokens) const;
+
+  // One block: x_in (B,T,C) -> a.xout.
+  void block_forward(BlockActs<T>& a, const T* x_in, const T* unit, Scratch<T>& s) const;
+  // dx_in (B,T,C) is overwritten; dunit accumulates. dout may alias nothing in a.
+  void block_backward(T* dx_in, T* dunit, const T* dout, const T* x_in, const BlockActs<T>& a,
+                      const T* unit, Scratch<T>& s) const;
+
+  // Final LN + logits against wte + loss. Returns the sum of token losses
+  // (double, summed in token order). lnf = the final unit's params.
+  double head_forward(HeadActs<T>& h, const T* x_last, const int32_t* targets, const T* lnf,
+                      const T* wte, Scratch<T>& s) const;
+  // dloss = d(mean loss)/d(token loss), e.g. 1 / tokens of the global batch.
+  // dx_last overwritten; dlnf and dwte accumulate.
+  void head_backward(T* dx_last, T* dlnf, T* dwte, const T* x_last, const int32_t* targets,
+                     const HeadActs<T>& h, const T* lnf, const T* wte, double dloss,
+                     Scratch<T>& s) const;
+
+ private:
+  const ParamLayout* layout_;
+  int B_, Tn_;
+};
+
+}  // namespace pb

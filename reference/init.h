@@ -1,0 +1,17 @@
+// GPT-2 initialization from a counter-based RNG: the value of element j of
+// parameter p is normal(seed, stream_id(p.name), j) * std (or 0 / 1), a pure
+// function of (seed, name, index) — so any shard [lo, hi) of the flat vector
+// inits itself without the full tensor and every sharding sees the same values.
+#pragma once
+#include <cstdint>
+
+#include "reference/layout.h"
+
+namespace pb {
+
+// Writes the init values of flat elements [lo, hi) to out[0 .. hi-lo), each
+// computed in double and rounded once to U.
+template <class U>
+void init_params(const ParamLayout& layout, uint64_t seed, int64_t lo, int64_t hi, U* out);
+
+}  // namespace pb

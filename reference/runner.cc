@@ -1,0 +1,66 @@
+#include "reference/runner.h"
+
+#include <utility>
+
+namespace pb {
+
+template <class T>
+MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSource& data,
+                                      MemoryTracker* mt, int Bm, int Tn)
+    : layout_(&layout), data_(&data), model_(layout, Bm, Tn) {
+  const auto& m = layout.model();
+  size_t N = size_t(Bm) * Tn;
+  tokens_ = Buffer<int32_t>(mt, MemTag::activations, N);
+  targets_ = Buffer<int32_t>(mt, MemTag::activations, N);
+  x0_ = Buffer<T>(mt, MemTag::activations, N * m.C);
+  for (int l = 0; l < m.L; ++l) blocks_.emplace_back(mt, m, Bm, Tn);
+  head_ = HeadActs<T>(mt, m, Bm, Tn);
+  scratch_ = Scratch<T>(mt, m, Bm, Tn);
+  dx_a_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
+  dx_b_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
+}
+
+template <class T>
+double MicrobatchRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hk) {
+  const auto& l = *layout_;
+  const int L = l.model().L, fin = l.final_unit();
+  const int64_t lnf_rel = 0;  // ln_f.weight is the first tensor of the final unit
+  data_->batch(step, first, model_.B(), model_.Tn(), tokens_.data(), targets_.data());
+
+  model_.embed_forward(x0_.data(), tokens_.data(), hk.params(0));
+  hk.release_params(0);
+  const T* x = x0_.data();
+  for (int i = 0; i < L; ++i) {
+    model_.block_forward(blocks_[i], x, hk.params(l.block_unit(i)), scratch_);
+    hk.release_params(l.block_unit(i));
+    x = blocks_[i].xout.data();
+  }
+  const T* lnf = hk.params(fin) + lnf_rel;
+  const T* wte = hk.params(0);
+  double loss = model_.head_forward(head_, x, targets_.data(), lnf, wte, scratch_);
+
+  T* dx = dx_a_.data();
+  T* dprev = dx_b_.data();
+  model_.head_backward(dx, hk.grads(fin) + lnf_rel, hk.head_grads(), x, targets_.data(), head_, lnf,
+                       wte, dloss, scratch_);
+  hk.grads_ready(fin);
+  hk.release_params(fin);
+  hk.release_params(0);
+  for (int i = L - 1; i >= 0; --i) {
+    int u = l.block_unit(i);
+    const T* x_in = i ? blocks_[i - 1].xout.data() : x0_.data();
+    model_.block_backward(dprev, hk.grads(u), dx, x_in, blocks_[i], hk.params(u), scratch_);
+    hk.grads_ready(u);
+    hk.release_params(u);
+    std::swap(dx, dprev);
+  }
+  model_.embed_backward(hk.grads(0), dx, tokens_.data());
+  hk.grads_ready(0);
+  return loss;
+}
+
+template class MicrobatchRunner<double>;
+template class MicrobatchRunner<float>;
+template class MicrobatchRunner<bf16>;
+
+}  // namespace pb

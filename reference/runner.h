@@ -1,0 +1,69 @@
+// Forward + backward of one microbatch through the whole model, reaching
+// parameters and gradients unit by unit through UnitHooks, so a strategy sees
+// each unit's life: ZeRO-3 gathers in params() and frees in release_params();
+// DDP launches a bucket's all-reduce from grads_ready().
+// Call order (fixed; strategies rely on it): forward units 0, 1..L, L+1, then
+// 0 again for the tied LM head; backward: head (units L+1 and 0's head grad),
+// grads_ready(L+1), blocks L..1 each followed by grads_ready, embedding, then
+// grads_ready(0).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "reference/data.h"
+#include "reference/gpt.h"
+
+namespace pb {
+
+template <class T>
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual const T* params(int unit) = 0;     // base of the unit's parameters
+  virtual void release_params(int unit) {}   // done with them for now
+  virtual T* grads(int unit) = 0;            // base where the unit's gradients accumulate
+  // Where the LM head's contribution to wte accumulates (default: unit 0's wte).
+  virtual T* head_grads() { return grads(0); }
+  virtual void grads_ready(int unit) {}      // this microbatch's contributions are all in
+};
+
+// Full flat vectors: the single-device case.
+template <class T>
+class FlatHooks : public UnitHooks<T> {
+ public:
+  FlatHooks(const ParamLayout& l, const T* params, T* grads, T* head_grads = nullptr)
+      : l_(&l), p_(params), g_(grads), h_(head_grads) {}
+  const T* params(int u) override { return p_ + l_->unit_begin(u); }
+  T* grads(int u) override { return g_ + l_->unit_begin(u); }
+  T* head_grads() override { return h_ ? h_ : g_; }
+
+ private:
+  const ParamLayout* l_;
+  const T* p_;
+  T* g_;
+  T* h_;
+};
+
+template <class T>
+class MicrobatchRunner {
+ public:
+  MicrobatchRunner(const ParamLayout& layout, const MarkovSource& data, MemoryTracker* tracker,
+                   int Bm, int Tn);
+  int Bm() const { return model_.B(); }
+  // Samples [first, first + Bm) of step `step`; dloss = 1 / (tokens in the
+  // global batch). Returns the sum of this microbatch's token losses.
+  double run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hooks);
+
+ private:
+  const ParamLayout* layout_;
+  const MarkovSource* data_;
+  Gpt<T> model_;
+  Buffer<int32_t> tokens_, targets_;
+  Buffer<T> x0_;
+  std::vector<BlockActs<T>> blocks_;
+  HeadActs<T> head_;
+  Scratch<T> scratch_;
+  Buffer<T> dx_a_, dx_b_;
+};
+
+}  // namespace pb

@@ -1,0 +1,75 @@
+#include "reference/train_config_io.h"
+
+namespace pb {
+
+TrainConfig read_train_config(ConfigReader& r) {
+  TrainConfig c;
+  const auto pos = Bounds::positive();
+  std::string name = r.get<std::string>("model.name", "tiny");
+  c.model = named_model(name);
+  c.model.V = r.get<int>("model.vocab", c.model.V, pos);
+  c.model.maxT = r.get<int>("model.context", c.model.maxT, pos);
+  c.model.C = r.get<int>("model.channels", c.model.C, pos);
+  c.model.L = r.get<int>("model.layers", c.model.L, pos);
+  c.model.NH = r.get<int>("model.heads", c.model.NH, pos);
+  ModelConfig named = named_model(name);
+  if (c.model.V != named.V || c.model.maxT != named.maxT || c.model.C != named.C ||
+      c.model.L != named.L || c.model.NH != named.NH)
+    c.model.name = "custom";
+
+  c.precision = parse_precision(
+      r.get_enum("train.precision", "fp32", {"fp64", "fp32", "bf16-mixed", "bf16"}));
+  c.seed = uint64_t(r.get<int64_t>("train.seed", int64_t(c.seed), Bounds::non_negative()));
+  c.steps = r.get<int>("train.steps", c.steps, pos);
+  c.batch = r.get<int>("train.batch", c.batch, pos);
+  c.seq = r.get<int>("train.seq", std::min(c.model.maxT, c.seq), pos);
+  c.microbatches = r.get<int>("train.microbatches", c.microbatches, pos);
+  c.threads = r.get<int>("train.threads", c.threads, pos);
+
+  auto& o = c.optim;
+  o.lr = r.get<double>("optim.lr", o.lr, pos);
+  o.min_lr = r.get<double>("optim.min_lr", o.min_lr, Bounds::non_negative());
+  o.warmup = r.get<int>("optim.warmup", o.warmup, Bounds::non_negative());
+  o.schedule = r.get_enum("optim.schedule", o.schedule, {"cosine", "constant"});
+  o.beta1 = r.get<double>("optim.beta1", o.beta1, Bounds::half_open(0, 1));
+  o.beta2 = r.get<double>("optim.beta2", o.beta2, Bounds::half_open(0, 1));
+  o.eps = r.get<double>("optim.eps", o.eps, pos);
+  o.weight_decay = r.get<double>("optim.weight_decay", o.weight_decay, Bounds::non_negative());
+  o.clip = r.get<double>("optim.clip", o.clip);
+
+  c.data.seed = uint64_t(r.get<int64_t>("data.seed", int64_t(c.data.seed), Bounds::non_negative()));
+  c.data.branching = r.get<int>("data.branching", c.data.branching, pos);
+  c.data.mix = r.get<double>("data.mix", c.data.mix, Bounds{0.0, 1.0, true, true});
+  c.validate();
+  return c;
+}
+
+void write_train_config(const TrainConfig& c, ConfigReader& r) {
+  r.set("model.name", c.model.name);
+  r.set("model.vocab", c.model.V);
+  r.set("model.context", c.model.maxT);
+  r.set("model.channels", c.model.C);
+  r.set("model.layers", c.model.L);
+  r.set("model.heads", c.model.NH);
+  r.set("train.precision", precision_name(c.precision));
+  r.set("train.seed", int64_t(c.seed));
+  r.set("train.steps", c.steps);
+  r.set("train.batch", c.batch);
+  r.set("train.seq", c.seq);
+  r.set("train.microbatches", c.microbatches);
+  r.set("train.threads", c.threads);
+  r.set("optim.lr", c.optim.lr);
+  r.set("optim.min_lr", c.optim.min_lr);
+  r.set("optim.warmup", c.optim.warmup);
+  r.set("optim.schedule", c.optim.schedule);
+  r.set("optim.beta1", c.optim.beta1);
+  r.set("optim.beta2", c.optim.beta2);
+  r.set("optim.eps", c.optim.eps);
+  r.set("optim.weight_decay", c.optim.weight_decay);
+  r.set("optim.clip", c.optim.clip);
+  r.set("data.seed", int64_t(c.data.seed));
+  r.set("data.branching", c.data.branching);
+  r.set("data.mix", c.data.mix);
+}
+
+}  // namespace pb

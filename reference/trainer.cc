@@ -1,0 +1,116 @@
+#include "reference/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "harness/status.h"
+#include "reference/init.h"
+
+namespace pb {
+
+template <class T>
+double grad_norm_squared(const T* g, int64_t total,
+                         const std::vector<std::pair<int64_t, int64_t>>& parts) {
+  if (parts.empty()) return kernels::sum_squares(g, size_t(total));
+  double s = 0;
+  for (auto [lo, hi] : parts) s += kernels::sum_squares(g + lo, size_t(hi - lo));
+  return s;
+}
+
+template <class T>
+ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
+    : cfg_(cfg), plan_(std::move(plan)), layout_(cfg.model),
+      data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix) {
+  cfg_.validate();
+  int split = plan_.groups * plan_.micro;
+  require(plan_.groups > 0 && plan_.micro > 0, "split plan: groups and micro must be > 0");
+  require(cfg.batch % split == 0, "train.batch: must divide into " + std::to_string(split) +
+                                      " microbatches, got " + std::to_string(cfg.batch));
+  kernels::set_blas_threads(cfg.threads);
+  const int64_t n = layout_.total();
+  params_ = Buffer<T>(&tracker_, MemTag::params, size_t(n));
+  init_params<T>(layout_, cfg.seed, 0, n, params_.data());
+  grads_ = Buffer<T>(&tracker_, MemTag::grads, size_t(n));
+  if (plan_.separate_head_grad)
+    head_grads_ = Buffer<T>(&tracker_, MemTag::grads, size_t(cfg.model.V) * cfg.model.C);
+  if (plan_.groups > 1) {
+    group_grads_ = Buffer<T>(&tracker_, MemTag::workspace, size_t(n));
+    group_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
+  }
+  opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, 0, n, &tracker_);
+  runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &tracker_, cfg.batch / split,
+                                                  cfg.seq);
+}
+
+template <class T>
+StepStats ReferenceTrainer<T>::step() {
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t n = layout_.total();
+  const int Bm = runner_->Bm();
+  const double dloss = 1.0 / double(cfg_.tokens_per_step());
+  double loss = 0;
+  for (int g = 0; g < plan_.groups; ++g) {
+    T* gb = plan_.groups > 1 ? group_grads_.data() : grads_.data();
+    std::memset(static_cast<void*>(gb), 0, size_t(n) * sizeof(T));
+    if (plan_.separate_head_grad)
+      std::memset(static_cast<void*>(head_grads_.data()), 0, head_grads_.size() * sizeof(T));
+    FlatHooks<T> hooks(layout_, params_.data(), gb,
+                       plan_.separate_head_grad ? head_grads_.data() : nullptr);
+    double group_loss = 0;
+    for (int k = 0; k < plan_.micro; ++k)
+      group_loss += runner_->run(step_, int64_t(g * plan_.micro + k) * Bm, dloss, hooks);
+    if (plan_.separate_head_grad)
+      kernels::accumulate(gb + layout_.wte_offset(), head_grads_.data(), head_grads_.size());
+    loss += group_loss;
+    if (plan_.groups > 1) {
+      auto* acc = group_acc_.data();
+      for (int64_t i = 0; i < n; ++i)
+        acc[i] = g == 0 ? static_cast<acc_t<T>>(gb[i]) : acc[i] + static_cast<acc_t<T>>(gb[i]);
+    }
+  }
+  if (plan_.groups > 1)
+    for (int64_t i = 0; i < n; ++i) grads_[i] = cast<T>(group_acc_[i]);
+
+  StepStats st;
+  st.step = ++step_;
+  st.loss = loss / double(cfg_.tokens_per_step());
+  st.grad_norm = std::sqrt(grad_norm_squared(grads_.data(), n, plan_.norm_parts));
+  st.lr = lr_at(cfg_.optim, st.step, cfg_.steps);
+  opt_->step(params_.data(), grads_.data(), cfg_.optim, st.step, st.lr,
+             clip_factor(st.grad_norm, cfg_.optim.clip));
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+template <class T>
+std::vector<double> ReferenceTrainer<T>::params_f64() const {
+  std::vector<double> out(params_.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(params_[i]);
+  return out;
+}
+
+template <class T>
+std::vector<double> ReferenceTrainer<T>::grads_f64() const {
+  std::vector<double> out(grads_.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(grads_[i]);
+  return out;
+}
+
+template double grad_norm_squared<double>(const double*, int64_t,
+                                          const std::vector<std::pair<int64_t, int64_t>>&);
+template double grad_norm_squared<float>(const float*, int64_t,
+                                         const std::vector<std::pair<int64_t, int64_t>>&);
+template double grad_norm_squared<bf16>(const bf16*, int64_t,
+                                        const std::vector<std::pair<int64_t, int64_t>>&);
+template class ReferenceTrainer<double>;
+template class ReferenceTrainer<float>;
+template class ReferenceTrainer<bf16>;
+
+std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan) {
+  return dispatch_dtype(storage_dtype(cfg.precision), [&](auto t) -> std::unique_ptr<TrainerBase> {
+    return std::make_unique<ReferenceTrainer<decltype(t)>>(cfg, std::move(plan));
+  });
+}
+
+}  // namespace pb

@@ -1,0 +1,80 @@
+// The single-device training loop: the ground truth every strategy is checked
+// against. It can also replay a strategy's arithmetic order ("split plan") so
+// a strategy that does the same arithmetic can be asserted bit-equal:
+//  - the global batch is cut into `groups` x `micro` microbatches; each group
+//    accumulates its microbatches in order into its own gradient buffer (a DDP
+//    rank, a pipeline replica), and groups are summed in group order in the
+//    accumulation type, rounded once (the local backend's rank-ordered sum);
+//  - the LM head's wte gradient may accumulate separately and be added to the
+//    embedding's at the end of each group (a pipeline's first and last stage);
+//  - the squared gradient norm is summed per part, parts in order (ZeRO shards).
+#pragma once
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "harness/memory.h"
+#include "reference/data.h"
+#include "reference/layout.h"
+#include "reference/optimizer.h"
+#include "reference/runner.h"
+#include "reference/train_config.h"
+
+namespace pb {
+
+struct SplitPlan {
+  int groups = 1;
+  int micro = 1;  // microbatches per group
+  bool separate_head_grad = false;
+  std::vector<std::pair<int64_t, int64_t>> norm_parts;  // empty: one part, the whole vector
+};
+
+struct StepStats {
+  int step = 0;  // 1-based
+  double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+};
+
+// Summed squares of g over the parts, each part in index order, parts in order.
+template <class T>
+double grad_norm_squared(const T* g, int64_t total,
+                         const std::vector<std::pair<int64_t, int64_t>>& parts);
+
+class TrainerBase {
+ public:
+  virtual ~TrainerBase() = default;
+  virtual StepStats step() = 0;
+  virtual const ParamLayout& layout() const = 0;
+  // Full parameters / gradients of the last step as doubles (for comparisons).
+  virtual std::vector<double> params_f64() const = 0;
+  virtual std::vector<double> grads_f64() const = 0;
+  virtual const MemoryTracker& memory() const = 0;
+};
+
+template <class T>
+class ReferenceTrainer : public TrainerBase {
+ public:
+  ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan = {});
+  StepStats step() override;
+  const ParamLayout& layout() const override { return layout_; }
+  std::vector<double> params_f64() const override;
+  std::vector<double> grads_f64() const override;
+  const MemoryTracker& memory() const override { return tracker_; }
+  const T* params() const { return params_.data(); }
+  const T* grads() const { return grads_.data(); }
+
+ private:
+  TrainConfig cfg_;
+  SplitPlan plan_;
+  MemoryTracker tracker_;
+  ParamLayout layout_;
+  MarkovSource data_;
+  Buffer<T> params_, grads_, head_grads_, group_grads_;
+  Buffer<acc_t<T>> group_acc_;
+  std::unique_ptr<AdamW<T>> opt_;
+  std::unique_ptr<MicrobatchRunner<T>> runner_;
+  int step_ = 0;
+};
+
+std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan = {});
+
+}  // namespace pb

@@ -1,0 +1,170 @@
+// parabench plan: the analytic planner (suites/planner) from the command line.
+// Prints the table; --csv FILE appends a `plan` row (results/SCHEMA.md), "-"
+// writes header and row to stdout instead. Bad flags are InputError (exit 2).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "harness/csv_schema.h"
+#include "harness/run_meta.h"
+#include "harness/status.h"
+#include "suites/cli/command.h"
+#include "suites/planner/plan_output.h"
+#include "suites/planner/planner.h"
+
+namespace pb::cli {
+namespace {
+
+struct PlanFlags {
+  std::string model, params, csv;
+  int layers = 0, hidden = 0, heads = 0, vocab = 0;
+  int64_t seq = 0;
+  int zero = -1;
+  std::string shard, offload = "none", precision = "bf16-mixed", recompute = "none", schedule = "1f1b";
+  planner::PlanInput in;
+};
+
+// "124439808", "1.3e9", "1.3B", "175b", "1T" (K, M, B/G, T suffixes).
+int64_t parse_count(const std::string& s, const char* flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    throw InputError(std::string(flag) + ": '" + s + "' is not a number");
+  }
+  const std::string suffix = s.substr(used);
+  double scale = 1;
+  if (suffix == "K" || suffix == "k") scale = 1e3;
+  else if (suffix == "M" || suffix == "m") scale = 1e6;
+  else if (suffix == "B" || suffix == "b" || suffix == "G" || suffix == "g") scale = 1e9;
+  else if (suffix == "T" || suffix == "t") scale = 1e12;
+  else require(suffix.empty(), std::string(flag) + ": unknown suffix '" + suffix + "' (K, M, B, T)");
+  const double n = std::round(v * scale);
+  require(n >= 1 && n < 9e18, std::string(flag) + ": must be in [1, 9e18), got '" + s + "'");
+  return int64_t(n);
+}
+
+planner::PlanInput resolve(PlanFlags& f) {
+  planner::PlanInput in = f.in;
+  const bool custom = f.layers || f.hidden || f.heads;
+  require(int(!f.model.empty()) + int(custom) + int(!f.params.empty()) == 1,
+          "model: give exactly one of --model NAME, --layers/--hidden/--heads, or --params N");
+  if (!f.model.empty()) {
+    in.shape = planner::planner_model(f.model);
+    require(f.vocab == 0, "--vocab: only with a custom shape (--layers/--hidden/--heads)");
+  } else if (custom) {
+    require(f.layers > 0 && f.hidden > 0 && f.heads > 0, "--layers/--hidden/--heads: all three are required (> 0)");
+    ModelConfig m;
+    m.name = "custom";
+    m.L = f.layers;
+    m.C = f.hidden;
+    m.NH = f.heads;
+    m.V = f.vocab > 0 ? f.vocab : 50257;
+    m.maxT = f.seq > 0 ? int(f.seq) : 1024;
+    in.shape = m;
+  } else {
+    in.params = parse_count(f.params, "--params");
+    require(f.vocab == 0, "--vocab: only with a custom shape (--layers/--hidden/--heads)");
+  }
+  in.seq = f.seq;
+  if (f.zero >= 0) {
+    require(f.shard.empty(), "--zero/--shard: give one of them");
+    require(f.zero <= 3, "--zero: must be 0, 1, 2 or 3 (got " + std::to_string(f.zero) + ")");
+    constexpr dp::Shard stages[] = {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3};
+    in.shard = stages[f.zero];
+  } else if (!f.shard.empty()) {
+    in.shard = dp::parse_shard(f.shard, "--shard");
+  }
+  require(f.offload == "none" || f.offload == "optimizer", "--offload: must be none or optimizer");
+  in.offload = f.offload == "optimizer" ? dp::Offload::optimizer : dp::Offload::none;
+  require(f.precision == "fp64" || f.precision == "fp32" || f.precision == "bf16-mixed",
+          "--precision: must be one of fp64, fp32, bf16-mixed (got '" + f.precision + "')");
+  in.precision = parse_precision(f.precision);
+  in.recompute = planner::parse_recompute(f.recompute);
+  in.schedule = pipeline::parse_schedule_kind(f.schedule, "--schedule");
+  return in;
+}
+
+int run_plan(PlanFlags& f, const Env& env) {
+  const planner::PlanInput in = resolve(f);
+  const planner::PlanResult r = planner::plan(in);
+  std::fputs(planner::format_plan_table(in, r).c_str(), stdout);
+  if (f.csv.empty()) return 0;
+
+  const auto now = std::chrono::system_clock::now();
+  RunMeta meta;
+  meta.run_id = make_run_id(now);
+  meta.kind = "plan";
+  meta.timestamp = iso8601_utc(now);
+  meta.git_rev = env.git_rev;
+  meta.host = host_name();
+  meta.backend = "analytic";
+  meta.world = r.world;
+  meta.mesh = planner::mesh_spec(in);
+  const CsvRecord rec = planner::plan_record(in, r);
+  if (f.csv == "-") {
+    const auto header = ResultsSchema::builtin().header("plan");
+    std::vector<std::string> row;
+    auto common = meta.fields();
+    for (const std::string& col : header) {
+      const std::string* v = rec.find(col);
+      std::string value = v ? *v : "";
+      for (auto& [k, cv] : common)
+        if (k == col) value = cv;
+      row.push_back(value);
+    }
+    std::fputs(("\n" + csv_format_row(header) + csv_format_row(row)).c_str(), stdout);
+  } else {
+    ResultWriter w(f.csv, "plan");
+    w.write(meta, rec);
+    std::printf("\nwrote a plan row to %s\n", f.csv.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_plan(CLI::App& root, Registry& reg, const Env& env) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* app = root.add_subcommand("plan", "analytic memory / comm / time at any scale (no run)");
+  app->add_option("--model", f->model, "named model (" + [] {
+    std::string s;
+    for (const auto& n : planner::planner_model_names()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }() + ")");
+  app->add_option("--layers", f->layers, "custom shape: transformer blocks L");
+  app->add_option("--hidden", f->hidden, "custom shape: channels C");
+  app->add_option("--heads", f->heads, "custom shape: attention heads NH");
+  app->add_option("--vocab", f->vocab, "custom shape: vocabulary V (default 50257)");
+  app->add_option("--seq", f->seq, "tokens per sequence (default: the model's context; custom 1024)");
+  app->add_option("--params", f->params, "parameter count only (e.g. 7e9, 175B, 1T): model states and DP");
+  app->add_option("--dp", f->in.dp, "data-parallel size");
+  app->add_option("--tp", f->in.tp, "tensor-parallel size");
+  app->add_option("--cp", f->in.cp, "context-parallel size (ring attention)");
+  app->add_option("--pp", f->in.pp, "pipeline-parallel size");
+  app->add_flag("--sp", f->in.sp, "Megatron sequence parallel (with --tp)");
+  app->add_option("--zero", f->zero, "ZeRO stage 0-3 (0 = DDP)");
+  app->add_option("--shard", f->shard, "none|zero1|zero2|zero3|hsdp|hzero (instead of --zero)");
+  app->add_option("--hsdp-group", f->in.hsdp_group, "hsdp shard group size F (default: dp ranks per node)");
+  app->add_option("--offload", f->offload, "none|optimizer");
+  app->add_option("--precision", f->precision, "fp64|fp32|bf16-mixed (default bf16-mixed)");
+  app->add_option("--microbatch-size", f->in.microbatch_size, "sequences per microbatch (default 1)");
+  app->add_option("--global-batch", f->in.global_batch, "sequences per step (default dp*microbatch-size*pp)");
+  app->add_option("--recompute", f->recompute, "none|selective|full");
+  app->add_flag("--dropout", f->in.dropout, "count dropout masks (Megatron's GPT; the canonical model has none)");
+  app->add_option("--schedule", f->schedule, "gpipe|1f1b|interleaved|zb-h1|2bw (default 1f1b)");
+  app->add_option("--virtual-stages", f->in.virtual_stages, "model chunks per rank (interleaved)");
+  app->add_flag("--overlap", f->in.overlap, "DP and CP comm overlap compute (only the excess is exposed)");
+  app->add_option("--peak-tflops", f->in.hw.peak_tflops, "per-rank peak TFLOP/s (enables the time estimate)");
+  app->add_option("--bw-intra", f->in.hw.bw_intra_GBps, "per-rank intra-node bandwidth, GB/s");
+  app->add_option("--bw-inter", f->in.hw.bw_inter_GBps, "per-rank inter-node bandwidth, GB/s");
+  app->add_option("--latency-us", f->in.hw.latency_us, "per-step link latency, us (default 0)");
+  app->add_option("--ranks-per-node", f->in.ranks_per_node, "ranks per node (default: all on one node)");
+  app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
+  reg.push_back({app, [f, env] { return run_plan(*f, env); }});
+}
+
+}  // namespace pb::cli

@@ -1,0 +1,64 @@
+#include "suites/cli/common.h"
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <system_error>
+
+#include "harness/status.h"
+
+namespace pb::cli {
+
+void add_config_flags(CLI::App* app, ConfigFlags& f) {
+  app->add_option("--config", f.config, "TOML configuration file");
+  app->add_option("--set", f.sets, "override a config key: --set train.lr=3e-4 (repeatable)");
+  app->add_option("--out", f.out, "results directory; this run writes to OUT/<run id>/")
+      ->capture_default_str();
+}
+
+ConfigReader load_config(const ConfigFlags& f) {
+  ConfigReader r = f.config.empty() ? ConfigReader() : ConfigReader::from_file(f.config);
+  for (const auto& s : f.sets) {
+    require(s.find('=') != std::string::npos,
+            "--set: expected key=value, got '" + s + "'");
+    r.set_from_assignment(s);
+  }
+  return r;
+}
+
+std::filesystem::path make_run_dir(const std::string& out, const std::string& run_id) {
+  std::filesystem::path dir = std::filesystem::path(out) / run_id;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  require(!ec, "--out: cannot create '" + dir.string() + "': " + ec.message());
+  return dir;
+}
+
+RunMeta make_meta(const std::string& run_id, const std::string& git_rev, const std::string& backend,
+                  int64_t world, const std::string& mesh, const std::string& config_hash) {
+  RunMeta m;
+  m.run_id = run_id;
+  m.timestamp = iso8601_utc(std::chrono::system_clock::now());
+  m.git_rev = git_rev;
+  m.host = host_name();
+  m.backend = backend;
+  m.world = world;
+  m.mesh = mesh;
+  m.config_hash = config_hash;
+  return m;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (b >= 1024 && u < 5) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+}  // namespace pb::cli

@@ -1,0 +1,51 @@
+// parabench: the CLI. Reads the environment (only here), registers every
+// subcommand, and maps errors to exit codes: bad input 2, failure 1.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+
+#include "harness/status.h"
+#include "suites/cli/command.h"
+
+#ifndef PARABENCH_GIT_REV
+#define PARABENCH_GIT_REV "unknown"
+#endif
+
+int main(int argc, char** argv) {
+  using namespace pb::cli;
+  Env env;
+  env.under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+                     std::getenv("PMIX_RANK");
+  env.is_tty = isatty(STDOUT_FILENO);
+  const char* rev = std::getenv("PARABENCH_GIT_REV");
+  env.git_rev = rev ? rev : PARABENCH_GIT_REV;
+  env.argv0 = argv[0];
+
+  CLI::App app{"parabench: conformance and benchmark suite for parallel training"};
+  app.require_subcommand(1);
+  Registry reg;
+  // PARABENCH_COMMANDS (one line per command)
+  register_train(app, reg, env);
+  register_export(app, reg, env);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    for (auto& c : reg)
+      if (c.app->parsed()) return c.run();
+  } catch (const pb::InputError& e) {
+    std::fprintf(stderr, "parabench: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "parabench: failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

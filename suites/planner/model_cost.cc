@@ -1,0 +1,138 @@
+// Analytic costs of the canonical GPT; formulas and citations in model_cost.h.
+#include "suites/planner/model_cost.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "harness/status.h"
+
+namespace pb::planner {
+
+Recompute parse_recompute(std::string_view s, std::string_view field) {
+  if (s == "none") return Recompute::none;
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  throw InputError(std::string(field) + ": '" + std::string(s) + "' is not one of none, selective, full");
+}
+
+std::string_view recompute_name(Recompute r) {
+  constexpr std::string_view names[] = {"none", "selective", "full"};
+  return names[int(r)];
+}
+
+namespace {
+
+struct Shape {
+  const char* name;
+  const char* alias;
+  int L, C, NH, T, V;
+};
+constexpr Shape kLarge[] = {
+    {"gpt-1.3b", "1.3b", 24, 2048, 16, 2048, 50257},
+    {"gpt-7b", "7b", 32, 4096, 32, 2048, 50257},
+    {"gpt3-175b", "175b", 96, 12288, 96, 2048, 50257},
+    {"megatron-1t", "1t", 128, 25600, 160, 2048, 51200},
+};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> planner_model_names() {
+  std::vector<std::string> names = named_models();
+  for (const Shape& s : kLarge) names.emplace_back(s.name);
+  return names;
+}
+
+ModelConfig planner_model(std::string_view name) {
+  std::string n = lower(name);
+  if (n == "124m") n = "gpt2-124m";
+  if (n == "350m") n = "gpt2-350m";
+  for (const Shape& s : kLarge) {
+    if (n == s.name || n == s.alias) {
+      ModelConfig m;
+      m.name = s.name;
+      m.L = s.L;
+      m.C = s.C;
+      m.NH = s.NH;
+      m.maxT = s.T;
+      m.V = s.V;
+      return m;
+    }
+  }
+  for (const std::string& known : named_models())
+    if (n == known) return named_model(known);
+  std::string all;
+  for (const std::string& k : planner_model_names()) all += (all.empty() ? "" : ", ") + k;
+  throw InputError("--model: unknown model '" + std::string(name) + "' (known: " + all + ")");
+}
+
+std::vector<int64_t> rank_param_units(const ModelConfig& m, int tp, const pipeline::Partition& part, int rank) {
+  require(tp >= 1 && m.C % tp == 0 && m.NH % tp == 0,
+          "--tp: must divide hidden (" + std::to_string(m.C) + ") and heads (" + std::to_string(m.NH) + ")");
+  const int64_t C = m.C, t = tp, vocab_rows = (int64_t(m.V) + t - 1) / t;
+  const int64_t block = 12 * C * C / t + 7 * C / t + 6 * C;
+  std::vector<int64_t> units;
+  for (int c = 0; c < part.v; ++c) {
+    const pipeline::StageSlice& sl = part.at(rank, c);
+    if (sl.embedding) units.push_back(vocab_rows * C + int64_t(m.maxT) * C);
+    for (int i = 0; i < sl.num_blocks; ++i) units.push_back(block);
+    if (sl.head) {
+      units.push_back(2 * C);
+      if (part.pp > 1) units.push_back(vocab_rows * C);
+    }
+  }
+  return units;
+}
+
+int max_chunk_layers(const pipeline::Partition& part, int rank) {
+  int n = 0;
+  for (int c = 0; c < part.v; ++c) n = std::max(n, part.at(rank, c).num_blocks);
+  return n;
+}
+
+Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r) {
+  const u128 b = u128(B), S = u128(s), l = u128(m.L), h = u128(m.C), V = u128(m.V);
+  const u128 dense = b * S * l * h * h, attn = b * S * S * l * h, logits = b * S * h * V;
+  Flops f;
+  f.model = 72 * dense + 12 * attn + 6 * logits;
+  switch (r) {
+    case Recompute::none: f.hardware = f.model; break;
+    case Recompute::selective: f.hardware = f.model + 4 * attn; break;
+    case Recompute::full: f.hardware = 96 * dense + 16 * attn + 6 * logits; break;
+  }
+  return f;
+}
+
+double to_double(u128 x) {
+  return double(uint64_t(x >> 64)) * 18446744073709551616.0 + double(uint64_t(x));
+}
+
+int64_t layer_activation_bytes(const ActivationShape& x, Recompute r) {
+  require(x.tp >= 1 && x.cp >= 1 && x.s % x.cp == 0, "--cp: must divide the sequence length");
+  const int64_t e = x.elem_bytes, d = x.dropout ? 1 : 0, t = x.tp;
+  const int64_t sl = x.s / x.cp, sbh = sl * x.b * x.h;
+  if (r == Recompute::full) return x.sp ? e * sbh / t : e * sbh;
+  const int64_t replicated = x.sp ? sbh * (4 * e + 2 * d) / t : sbh * (4 * e + 2 * d);
+  const int64_t split = sbh * 12 * e / t;
+  const int64_t scores = r == Recompute::selective ? 0 : x.a * sl * x.s * x.b * (e + d * (e + 1)) / t;
+  return replicated + split + scores;
+}
+
+int64_t first_stage_extra_bytes(const ActivationShape& x) {
+  const int64_t sbh = x.s / x.cp * x.b * x.h;
+  return x.dropout ? (x.sp ? sbh / x.tp : sbh) : 0;
+}
+
+int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab) {
+  const int64_t sl = x.s / x.cp, sbh = sl * x.b * x.h, e = x.elem_bytes;
+  const int64_t inputs = x.sp ? 2 * e * sbh / x.tp : 2 * e * sbh;
+  const int64_t logits = std::max<int64_t>(4, e) * sl * x.b * ((vocab + x.tp - 1) / x.tp);
+  return inputs + logits;
+}
+
+}  // namespace pb::planner

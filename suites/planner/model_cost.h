@@ -1,0 +1,84 @@
+// Analytic costs of the canonical GPT (DESIGN.md) for the planner: named
+// shapes up to 1T parameters, the parameters a (tp, pp) rank holds, FLOPs per
+// iteration and activation bytes, as pure functions of the shape.
+//
+// FLOPs: Narayanan et al. 2021, "Efficient Large-Scale Language Model Training
+// on GPU Clusters Using Megatron-LM", Sec. 5.1 eq. (3):
+//   F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))   (with full recomputation)
+// i.e. 96Bslh^2 + 16Bs^2lh + 6BshV; without recomputation the layers cost
+// 3x forward instead of 4x: 72Bslh^2 + 12Bs^2lh + 6BshV (the model FLOPs
+// MFU counts); selective recomputation adds the attention core's forward,
+// 4Bs^2h per layer. Computed in 128-bit integers: exact at 1T parameters.
+//
+// Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in
+// Large Transformer Models", Sec. 4 (eq. 1-2, Table 2): per layer
+// sbh(34 + 5as/h) bytes for 16-bit activations with dropout; with tensor
+// parallel t: sbh(10 + 24/t + 5as/(ht)); with sequence parallel:
+// sbh/t (34 + 5as/h); selective recomputation drops the 5as^2b term; full
+// recomputation keeps only the layer input, 2sbh (2sbh/t with SP).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "impl/pipeline/cost.h"
+#include "reference/model_config.h"
+
+namespace pb::planner {
+
+__extension__ typedef unsigned __int128 u128;
+
+enum class Recompute : uint8_t { none, selective, full };
+Recompute parse_recompute(std::string_view s, std::string_view field = "--recompute");
+std::string_view recompute_name(Recompute r);
+
+// The reference's named shapes plus published large ones: gpt-1.3b (GPT-3 XL:
+// L24 C2048 NH16 T2048), gpt-7b (L32 C4096 NH32 T2048), gpt3-175b (GPT-3:
+// L96 C12288 NH96 T2048, Brown et al. 2020 Table 2.1), megatron-1t (Narayanan
+// et al. 2021 Table 1, the 1008B row: L128 C25600 NH160, V51200 T2048).
+// Aliases: 124m, 350m, 1.3b, 7b, 175b, 1t. InputError listing the names.
+ModelConfig planner_model(std::string_view name);
+std::vector<std::string> planner_model_names();
+
+// Parameters held by pipeline rank `rank` with tensor parallel `tp` under the
+// pipeline's partition (impl/pipeline/cost.h partition_layers), split into
+// sharding units: [embeddings] on virtual stage 0, one unit per block, and on
+// the last stage [final LN] and, when pp > 1, [tied LM-head copy] (Megatron
+// keeps a copy of the word embeddings on the last stage).
+// Per block and tp rank: 12C^2/t + 7C/t + 6C (QKV, attention-projection and
+// MLP weights and column-parallel biases split; row biases and LayerNorms
+// replicated). The vocab-parallel embedding holds ceil(V/t) rows.
+std::vector<int64_t> rank_param_units(const ModelConfig& m, int tp, const pipeline::Partition& part, int rank);
+// Blocks of the largest chunk on `rank`.
+int max_chunk_layers(const pipeline::Partition& part, int rank);
+
+struct Flops {
+  u128 model = 0;     // 72Bslh^2 + 12Bs^2lh + 6BshV: no recomputation
+  u128 hardware = 0;  // what runs, including recomputation
+};
+// One iteration of B sequences of s tokens.
+Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r);
+double to_double(u128 x);
+
+// Activation bytes one microbatch of b sequences leaves stored in one layer on
+// one rank (Korthikanti Sec. 4). elem_bytes e: 2 bf16, 4 fp32, 8 fp64; dropout
+// masks are 1 byte. General form, for s_loc = s/cp tokens on the rank:
+//   replicated sbh(4e + 2d) [/t with sp], split sbh*12e/t, scores
+//   a*s_loc*s*b*(e + d(e+1))/t (dropped by selective); full: e*sbh [/t with sp].
+// At e = 2, d = 1, cp = 1 this is exactly the paper's sbh(10 + 24/t + 5as/(ht)).
+struct ActivationShape {
+  int64_t b = 1, s = 1, h = 1, a = 1;
+  int tp = 1, cp = 1;
+  bool sp = false;
+  bool dropout = false;
+  int elem_bytes = 2;
+};
+int64_t layer_activation_bytes(const ActivationShape& x, Recompute r);
+// Extra activation bytes of the first stage (embedding output / dropout mask)
+// and of the last stage (final LN and LM-head inputs, fp32 logits for the loss:
+// 4sbV/t, Korthikanti Sec. 4.3).
+int64_t first_stage_extra_bytes(const ActivationShape& x);
+int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab);
+
+}  // namespace pb::planner

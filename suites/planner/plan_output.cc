@@ -1,0 +1,159 @@
+// Table and CSV presentation of a plan (see plan_output.h for units).
+#include "suites/planner/plan_output.h"
+
+#include <cstdio>
+#include <string_view>
+
+namespace pb::planner {
+namespace {
+
+std::string fmt(const char* f, auto... args) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, args...);
+  return buf;
+}
+
+double gib(int64_t b) { return double(b) / double(int64_t(1) << 30); }
+
+bool in_axis(const std::string& group, std::string_view axis) {
+  if (axis == "dp") return group.rfind("dp", 0) == 0;
+  if (axis == "pp") return group == "pp" || group == "embedding";
+  return group == axis;
+}
+
+}  // namespace
+
+std::string strategy_spec(const PlanInput& in) {
+  std::string s = in.shard == dp::Shard::none ? "ddp" : std::string(dp::shard_name(in.shard));
+  if (in.shard == dp::Shard::hsdp && in.hsdp_group > 0) s += std::to_string(in.hsdp_group);
+  if (in.offload == dp::Offload::optimizer) s += ".offload";
+  if (in.tp > 1) s += ".tp" + std::to_string(in.tp) + (in.sp ? ".sp" : "");
+  if (in.cp > 1) s += ".cp" + std::to_string(in.cp);
+  if (in.pp > 1) {
+    s += ".pp" + std::to_string(in.pp) + "." + std::string(pipeline::schedule_name(in.schedule));
+    if (in.virtual_stages > 1) s += ".v" + std::to_string(in.virtual_stages);
+  }
+  if (in.recompute != Recompute::none) s += ".recompute-" + std::string(recompute_name(in.recompute));
+  if (in.overlap) s += ".overlap";
+  return s;
+}
+
+std::string mesh_spec(const PlanInput& in) {
+  return fmt("dp%d.tp%d.cp%d.pp%d", in.dp, in.tp, in.cp, in.pp);
+}
+
+std::string model_label(const PlanInput& in) { return in.shape ? in.shape->name : "custom"; }
+
+int64_t comm_bytes(const PlanResult& r, std::string_view axis) {
+  int64_t b = 0;
+  for (const CommRow& c : r.comm)
+    if (in_axis(c.group, axis)) b += c.bytes;
+  return b;
+}
+
+int64_t comm_inter_node_bytes(const PlanResult& r) {
+  int64_t b = 0;
+  for (const CommRow& c : r.comm)
+    if (c.inter_node) b += c.bytes;
+  return b;
+}
+
+std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
+  std::string o = "parabench plan (analytic estimate)\n";
+  if (in.shape) {
+    const ModelConfig& m = *in.shape;
+    o += fmt("  model     %s: L%d C%d NH%d T%d V%d, %.4g params\n", m.name.c_str(), m.L, m.C, m.NH, m.maxT, m.V,
+             double(r.params_total));
+  } else {
+    o += fmt("  model     %.4g params (no shape: activations and model-parallel traffic unknown)\n",
+             double(r.params_total));
+  }
+  o += fmt("  mesh      world %lld = dp %d x tp %d x cp %d x pp %d", (long long)r.world, in.dp, in.tp, in.cp, in.pp);
+  o += in.ranks_per_node > 0 ? fmt(", %lld ranks/node\n", (long long)in.ranks_per_node) : ", one node\n";
+  o += "  strategy  " + strategy_spec(in) + ", " + precision_name(in.precision) + "\n";
+  o += fmt("  batch     %lld sequences x %lld tokens, microbatch %lld, %lld microbatches per replica\n",
+           (long long)r.global_batch, (long long)r.seq, (long long)in.microbatch_size, (long long)r.microbatches);
+  if (in.pp > 1)
+    o += fmt("  pipeline  %s, bubble %s = %.4g of ideal compute\n",
+             std::string(pipeline::schedule_name(in.schedule)).c_str(), r.bubble_formula.c_str(),
+             r.bubble_over_ideal);
+
+  const StageMemory& w = r.worst;
+  o += fmt("\nper-rank memory (worst pipeline rank %d)      GiB\n", w.stage);
+  auto mem = [&](const char* tag, int64_t b) { o += fmt("  %-30s %14.3f\n", tag, gib(b)); };
+  mem("params", w.params);
+  mem("grads", w.grads);
+  mem("optimizer", w.optimizer);
+  if (w.optimizer_host > 0) mem("optimizer (host)", w.optimizer_host);
+  if (w.activations >= 0) {
+    mem(("activations (recompute " + std::string(recompute_name(in.recompute)) + ")").c_str(), w.activations);
+  } else {
+    o += fmt("  %-30s %14s\n", "activations", "n/a");
+  }
+  if (w.comm > 0) mem("comm (gathered unit + grads)", w.comm);
+  mem("total device", w.device_total());
+
+  o += "\ncommunication per step, per rank (logical GB: nccl-tests convention)\n";
+  o += fmt("  %-10s %-5s %-14s %6s %10s %12s %12s %-6s %10s\n", "group", "phase", "op", "size", "calls",
+           "logical GB", "bus GB", "link", "time ms");
+  for (const CommRow& c : r.comm)
+    o += fmt("  %-10s %-5s %-14s %6lld %10lld %12.4g %12.4g %-6s %10s\n", c.group.c_str(), c.phase.c_str(),
+             c.op.c_str(), (long long)c.group_size, (long long)c.calls, double(c.bytes) / 1e9, c.bus_bytes / 1e9,
+             c.inter_node ? "inter" : "intra", r.timed ? fmt("%.4g", c.time_s * 1e3).c_str() : "-");
+  if (r.comm.empty()) o += "  (none)\n";
+
+  o += fmt("\nFLOPs per step  model %.4g, hardware %.4g%s\n", r.model_flops, r.hardware_flops,
+           r.flops_exact ? " (Megatron-LM formula)" : " (6N per token estimate: no shape)");
+  if (!r.timed) {
+    o += "estimate        give --peak-tflops (and --bw-intra/--bw-inter) for step time and MFU\n";
+    return o;
+  }
+  o += fmt("estimate        peak %.4g TFLOP/s per rank, links %.4g / %.4g GB/s intra / inter, latency %.4g us%s\n",
+           in.hw.peak_tflops, in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us,
+           in.overlap ? ", DP/CP overlap on" : "");
+  o += fmt("  compute       %12.4g s\n", r.compute_s);
+  o += fmt("  bubble        %12.4g s\n", r.bubble_s);
+  o += fmt("  comm          %12.4g s (exposed %.4g s)\n", r.comm_s, r.exposed_comm_s);
+  o += fmt("  step          %12.4g s\n", r.step_s);
+  o += fmt("  tokens/s      %12.4g\n", r.tokens_per_s);
+  o += fmt("  MFU           %11.2f %%   (HFU %.2f %%)\n", 100 * r.mfu, 100 * r.hfu);
+  return o;
+}
+
+CsvRecord plan_record(const PlanInput& in, const PlanResult& r) {
+  CsvRecord c;
+  const StageMemory& w = r.worst;
+  c.set("strategy", strategy_spec(in))
+      .set("model", model_label(in))
+      .set("precision", precision_name(in.precision))
+      .set("params", r.params_total)
+      .set("microbatches", r.microbatches)
+      .set("global_batch", r.global_batch)
+      .set("seq_len", r.seq)
+      .set("mem_params", w.params)
+      .set("mem_grads", w.grads)
+      .set("mem_optimizer", w.optimizer)
+      .set("mem_comm", w.comm)
+      .set("mem_workspace", int64_t(0))
+      .set("mem_total", w.device_total())
+      .set("mem_host_total", w.optimizer_host)
+      .set("comm_dp_bytes", comm_bytes(r, "dp"))
+      .set("comm_tp_bytes", comm_bytes(r, "tp"))
+      .set("comm_cp_bytes", comm_bytes(r, "cp"))
+      .set("comm_pp_bytes", comm_bytes(r, "pp"))
+      .set("comm_ep_bytes", int64_t(0))
+      .set("comm_inter_node_bytes", comm_inter_node_bytes(r))
+      .set("est_bubble", r.bubble_over_ideal);
+  if (w.activations >= 0) c.set("mem_activations", w.activations).set("activation_bytes", w.activations);
+  if (r.timed) {
+    c.set("est_compute_s", r.compute_s)
+        .set("est_exposed_comm_s", r.exposed_comm_s)
+        .set("est_step_time_s", r.step_s)
+        .set("est_tokens_per_s", r.tokens_per_s)
+        .set("est_mfu", r.mfu)
+        .set("peak_flops", in.hw.peak_tflops * 1e12 * double(r.world));
+  }
+  return c;
+}
+
+}  // namespace pb::planner

@@ -1,0 +1,32 @@
+// Presenting a plan: the human table `parabench plan` prints and the `plan`
+// row of results/SCHEMA.md. Units are stated in every header: memory in GiB
+// (2^30 bytes), communication in GB (1e9 bytes, as nccl-tests), time in s or ms.
+#pragma once
+#include <string>
+
+#include "harness/csv.h"
+#include "suites/planner/planner.h"
+
+namespace pb::planner {
+
+// "zero1.tp8.sp.pp64.1f1b.recompute-selective": the axes that differ from
+// the default, dot-separated (shard first; "ddp" for none).
+std::string strategy_spec(const PlanInput& in);
+// "dp96.tp8.cp1.pp64" (the schema's mesh pattern).
+std::string mesh_spec(const PlanInput& in);
+std::string model_label(const PlanInput& in);
+
+std::string format_plan_table(const PlanInput& in, const PlanResult& r);
+
+// The kind-specific columns of a `plan` row (common columns come from RunMeta).
+// Unknown figures (activations without a shape, estimates without hardware)
+// stay empty.
+CsvRecord plan_record(const PlanInput& in, const PlanResult& r);
+
+// Logical bytes per step of the rows whose group belongs to an axis:
+// "dp" (dp, dp_shard, dp_replica, dp_intra, dp_inter), "tp", "cp", "pp"
+// (pp and the tied-embedding all-reduce); and the inter-node part of all.
+int64_t comm_bytes(const PlanResult& r, std::string_view axis);
+int64_t comm_inter_node_bytes(const PlanResult& r);
+
+}  // namespace pb::planner

@@ -1,0 +1,251 @@
+// The analytic planner (model and time assumptions in planner.h). Memory and
+// DP communication come from impl/data_parallel/cost.h; TP follows Megatron
+// (Shoeybi et al. 2019 Sec. 3: two all-reduces per layer in forward and two in
+// backward; with SP each becomes all-gather + reduce-scatter of the same bus
+// volume, Korthikanti et al. 2022 Sec. 4.2.2); CP is ring attention (K,V blocks
+// passed cp-1 times per layer in forward, K,V and dK,dV in backward).
+#include "suites/planner/planner.h"
+
+#include <algorithm>
+
+#include "harness/status.h"
+
+namespace pb::planner {
+namespace {
+
+int elem_bytes(Precision p) { return p == Precision::fp64 ? 8 : p == Precision::fp32 ? 4 : 2; }
+
+bool spans(int64_t span, int64_t rpn) { return rpn > 0 && span > rpn; }
+
+int64_t world_of(const PlanInput& in) { return int64_t(in.dp) * in.tp * in.cp * in.pp; }
+
+void check_input(const PlanInput& in) {
+  auto positive = [](const char* flag, int64_t v) {
+    require(v >= 1, std::string(flag) + ": must be >= 1 (got " + std::to_string(v) + ")");
+  };
+  positive("--dp", in.dp);
+  positive("--tp", in.tp);
+  positive("--cp", in.cp);
+  positive("--pp", in.pp);
+  positive("--microbatch-size", in.microbatch_size);
+  require(in.global_batch >= 0, "--global-batch: must be >= 1");
+  require(in.seq >= 0, "--seq: must be >= 1");
+  require(in.ranks_per_node >= 0, "--ranks-per-node: must be >= 1");
+  if (in.shape) {
+    in.shape->validate();
+  } else {
+    require(in.params >= 1, "--params: must be >= 1");
+    require(in.tp == 1 && in.cp == 1 && in.pp == 1,
+            "--tp/--cp/--pp: need a model shape (--model or --layers/--hidden/--heads), not --params");
+  }
+  const int64_t R = in.ranks_per_node;
+  for (int64_t span : {int64_t(in.tp), int64_t(in.tp) * in.cp})
+    require(R == 0 || R % span == 0 || span % R == 0,
+            "--ranks-per-node: must divide, or be a multiple of, tp and tp*cp (got " + std::to_string(R) + ")");
+  const Hardware& h = in.hw;
+  require(h.peak_tflops >= 0 && h.bw_intra_GBps >= 0 && h.bw_inter_GBps >= 0 && h.latency_us >= 0,
+          "--peak-tflops/--bw-intra/--bw-inter/--latency-us: must be >= 0");
+}
+
+// Alpha-beta ring time of one row (planner.h).
+double row_time(const CommRow& c, const Hardware& hw) {
+  const double bw = (c.inter_node ? hw.bw_inter_GBps : hw.bw_intra_GBps) * 1e9;
+  require(bw > 0, std::string(c.inter_node ? "--bw-inter" : "--bw-intra") +
+                      ": required (> 0) with --peak-tflops: group " + c.group + " has traffic");
+  const int64_t n = c.group_size;
+  const double steps = c.op == "all_reduce" ? 2.0 * double(n - 1) : c.op == "send_recv" ? 1.0 : double(n - 1);
+  return double(c.calls) * steps * hw.latency_us * 1e-6 + c.bus_bytes / bw;
+}
+
+// Everything one plan needs about the pipeline, from impl/pipeline/cost.h.
+struct Pipe {
+  pipeline::ScheduleConfig cfg;
+  pipeline::Partition part;
+  std::vector<int> in_flight;  // declared peak (microbatch, chunk) units per rank
+};
+
+StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
+                        std::vector<int64_t>* units_out) {
+  std::vector<int64_t> units =
+      in.shape ? rank_param_units(*in.shape, in.tp, pipe.part, rank) : std::vector<int64_t>{in.params};
+  const dp::ModelStateBytes ms = dp::model_state_bytes(units, axis);
+  StageMemory s;
+  s.stage = rank;
+  s.params = ms.params;
+  s.grads = ms.grads;
+  s.optimizer = ms.optimizer;
+  s.optimizer_host = ms.optimizer_host;
+  if (axis.shard == dp::Shard::zero3 || axis.shard == dp::Shard::hsdp || axis.shard == dp::Shard::hzero) {
+    const auto u = dp::zero3_unit_buffer_bytes(*std::max_element(units.begin(), units.end()), 1, axis);
+    s.comm = u.gathered_params + u.unsharded_grads;
+  }
+  if (in.shape) {
+    const ModelConfig& mc = *in.shape;
+    const ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
+                            elem_bytes(in.precision)};
+    const int64_t units_held = pipe.in_flight[size_t(rank)];
+    s.activations = units_held * max_chunk_layers(pipe.part, rank) * layer_activation_bytes(x, in.recompute);
+    if (pipe.part.at(rank, 0).embedding) s.activations += units_held * first_stage_extra_bytes(x);
+    if (pipe.part.at(rank, pipe.part.v - 1).head) s.activations += last_stage_extra_bytes(x, mc.V);
+  }
+  if (units_out) *units_out = std::move(units);
+  return s;
+}
+
+void add_row(std::vector<CommRow>& out, const char* group, const char* phase, const char* op, int64_t n,
+             int64_t calls, int64_t bytes, bool inter) {
+  if (n <= 1 || calls <= 0) return;
+  CommRow r{group, phase, op, n, calls, bytes, 0.0, inter, 0.0};
+  r.bus_bytes = op == std::string("send_recv") ? double(bytes)
+                : op == std::string("all_reduce") ? double(bytes) * dp::bus_factor(dp::Coll::all_reduce, n)
+                                                   : double(bytes) * dp::bus_factor(dp::Coll::all_gather, n);
+  out.push_back(r);
+}
+
+// TP, CP and PP traffic of one pipeline rank over a step of m microbatches.
+void model_parallel_comm(const PlanInput& in, const Pipe& pipe, int rank, int64_t seq, std::vector<CommRow>& out) {
+  const ModelConfig& mc = *in.shape;
+  const int64_t m = pipe.cfg.microbatches, e = elem_bytes(in.precision), b = in.microbatch_size;
+  const int64_t sl = seq / in.cp, act = b * sl * mc.C * e;
+  int64_t layers = 0;
+  for (int c = 0; c < pipe.part.v; ++c) layers += pipe.part.at(rank, c).num_blocks;
+  const bool first = pipe.part.at(rank, 0).embedding, last = pipe.part.at(rank, pipe.part.v - 1).head;
+  const int64_t R = in.ranks_per_node;
+  const bool full = in.recompute == Recompute::full;
+  if (in.tp > 1) {
+    const bool inter = spans(in.tp, R);
+    // Per microbatch: 2 per layer each way, 2 more in backward with full
+    // recomputation; the vocab-parallel embedding (first stage, forward) and the
+    // LM head's input gradient (last stage, backward) one each.
+    const int64_t fwd = m * (2 * layers + (first ? 1 : 0));
+    const int64_t bwd = m * (2 * layers + (full ? 2 * layers : 0) + (last ? 1 : 0));
+    if (in.sp) {
+      for (const char* op : {"all_gather", "reduce_scatter"}) {
+        add_row(out, "tp", "fwd", op, in.tp, fwd, fwd * act, inter);
+        add_row(out, "tp", "bwd", op, in.tp, bwd, bwd * act, inter);
+      }
+    } else {
+      add_row(out, "tp", "fwd", "all_reduce", in.tp, fwd, fwd * act, inter);
+      add_row(out, "tp", "bwd", "all_reduce", in.tp, bwd, bwd * act, inter);
+    }
+  }
+  if (in.cp > 1) {
+    const bool inter = spans(int64_t(in.tp) * in.cp, R);
+    const int64_t kv = 2 * b * sl * (mc.C / in.tp) * e, hops = m * layers * (in.cp - 1);
+    const int64_t bwd = full ? 3 : 2;  // K,V and dK,dV (+ the recomputed forward)
+    add_row(out, "cp", "fwd", "send_recv", in.cp, hops, hops * kv, inter);
+    add_row(out, "cp", "bwd", "send_recv", in.cp, bwd * hops, bwd * hops * kv, inter);
+  }
+  if (in.pp > 1) {
+    const bool inter = R > 0 && int64_t(in.tp) * in.cp * in.dp >= R;
+    // Megatron's scatter/gather: with SP each tp rank sends its 1/t of the boundary.
+    const int64_t boundary = pipeline::boundary_bytes(b, in.sp ? sl / in.tp : sl, mc.C, e);
+    const pipeline::P2PVolume vol = pipeline::p2p_per_step(pipe.cfg, boundary);
+    const int64_t sent = vol.send_bytes[size_t(rank)];
+    const int64_t fwd_msgs = m * (pipe.part.v - (rank == in.pp - 1 ? 1 : 0));
+    add_row(out, "pp", "fwd", "send_recv", in.pp, fwd_msgs, fwd_msgs * boundary, inter);
+    add_row(out, "pp", "bwd", "send_recv", in.pp, sent / boundary - fwd_msgs, sent - fwd_msgs * boundary, inter);
+    if (first || last) {
+      const int64_t tied = pipeline::tied_embedding_grad_bytes((mc.V + in.tp - 1) / in.tp, mc.C,
+                                                               dp::bytes_per_param(in.precision).grad, in.pp);
+      add_row(out, "embedding", "step", "all_reduce", 2, 1, tied, R > 0 && spans(world_of(in), R));
+    }
+  }
+}
+
+}  // namespace
+
+PlanResult plan(const PlanInput& in) {
+  check_input(in);
+  PlanResult r;
+  r.world = world_of(in);
+  r.params_total = in.shape ? in.shape->num_params() : in.params;
+  r.seq = in.seq > 0 ? in.seq : in.shape ? in.shape->maxT : 1024;
+  if (in.shape)
+    require(r.seq <= in.shape->maxT, "--seq: must be <= the model's context length (" +
+                                         std::to_string(in.shape->maxT) + ")");
+  require(r.seq % in.cp == 0, "--cp: must divide the sequence length (" + std::to_string(r.seq) + ")");
+  require(!in.sp || r.seq / in.cp % in.tp == 0, "--sp: tp must divide the per-rank sequence length");
+  const int64_t per_step = int64_t(in.dp) * in.microbatch_size;
+  r.global_batch = in.global_batch > 0 ? in.global_batch : per_step * in.pp;
+  require(r.global_batch % per_step == 0, "--global-batch: must be a multiple of dp * microbatch-size (" +
+                                              std::to_string(per_step) + ")");
+  r.microbatches = r.global_batch / per_step;
+  require(r.microbatches <= (int64_t(1) << 30), "--global-batch: too many microbatches per replica");
+
+  Pipe pipe;
+  pipe.cfg = {in.pp, int(r.microbatches), in.virtual_stages, 1};
+  try {
+    pipeline::check_config(in.schedule, pipe.cfg);
+  } catch (const InputError& e) {
+    throw InputError(std::string(e.what()) + " (microbatches = global-batch / (dp * microbatch-size))");
+  }
+  pipe.part = pipeline::partition_layers(in.shape ? in.shape->L : in.pp * in.virtual_stages, in.pp,
+                                         in.virtual_stages);
+  pipe.in_flight = pipeline::declared_peak_in_flight(in.schedule, pipe.cfg);
+
+  dp::DataAxis axis;
+  axis.dp = in.dp;
+  axis.shard = in.shard;
+  axis.shard_group = in.hsdp_group;
+  axis.offload = in.offload;
+  axis.precision = in.precision;
+  axis.ranks_per_node = in.ranks_per_node;
+  axis.stride = int64_t(in.tp) * in.cp;
+  axis.grad_accum = r.microbatches;
+
+  std::vector<int64_t> units, worst_units;
+  for (int rank = 0; rank < in.pp; ++rank) {
+    r.stages.push_back(rank_memory(in, axis, pipe, rank, r.seq, &units));
+    if (rank == 0 || r.stages.back().device_total() > r.worst.device_total()) {
+      r.worst = r.stages.back();
+      worst_units = std::move(units);
+    }
+  }
+  for (const dp::CollCost& c : dp::comm_per_step(worst_units, axis))
+    add_row(r.comm, c.group.c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(), c.group_size,
+            c.calls, c.bytes, c.inter_node);
+  if (in.shape) model_parallel_comm(in, pipe, r.worst.stage, r.seq, r.comm);
+
+  const int64_t tokens = r.global_batch * r.seq;
+  if (in.shape) {
+    const Flops f = iteration_flops(*in.shape, r.global_batch, r.seq, in.recompute);
+    r.model_flops = to_double(f.model);
+    r.hardware_flops = to_double(f.hardware);
+  } else {  // Kaplan et al. 2020: C = 6 N D; full recomputation adds a forward, 2 N D
+    r.flops_exact = false;
+    r.model_flops = 6.0 * double(r.params_total) * double(tokens);
+    r.hardware_flops = (in.recompute == Recompute::full ? 8.0 : 6.0) * double(r.params_total) * double(tokens);
+  }
+  // Backward = 2x forward, split evenly into B and W (zero-bubble); full
+  // recomputation adds a forward to B.
+  const pipeline::Costs costs{1.0, in.recompute == Recompute::full ? 2.0 : 1.0, 1.0, 0.0};
+  const pipeline::DeclaredBubble bubble = pipeline::declared_bubble(in.schedule, pipe.cfg, costs);
+  require(bubble.over_ideal.has_value(), "--schedule: no declared bubble for these costs");
+  r.bubble_over_ideal = *bubble.over_ideal;
+  r.bubble_formula = bubble.formula;
+  if (in.hw.peak_tflops <= 0) return r;
+
+  r.timed = true;
+  const double peak = in.hw.peak_tflops * 1e12 * double(r.world);
+  r.compute_s = r.hardware_flops / peak;
+  r.bubble_s = r.compute_s * r.bubble_over_ideal;
+  const double fwd_s = r.model_flops / 3.0 / peak, bwd_s = r.compute_s - fwd_s;
+  double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;
+  for (CommRow& c : r.comm) {
+    c.time_s = row_time(c, in.hw);
+    r.comm_s += c.time_s;
+    const bool overlappable =
+        in.overlap && (c.group.rfind("dp", 0) == 0 || c.group == "cp") && c.phase != "step";
+    if (!overlappable) exposed += c.time_s;
+    else (c.phase == "fwd" ? hidden_fwd : hidden_bwd) += c.time_s;
+  }
+  r.exposed_comm_s = exposed + std::max(0.0, hidden_fwd - fwd_s) + std::max(0.0, hidden_bwd - bwd_s);
+  r.step_s = r.compute_s + r.bubble_s + r.exposed_comm_s;
+  r.tokens_per_s = double(tokens) / r.step_s;
+  r.mfu = r.model_flops / (r.step_s * peak);
+  r.hfu = r.hardware_flops / (r.step_s * peak);
+  return r;
+}
+
+}  // namespace pb::planner

@@ -1,0 +1,101 @@
+// The analytic planner behind `parabench plan`: per-rank memory by tag,
+// communication per group and an estimated step time and MFU for a model on a
+// dp x tp x cp x pp mesh, from the same declared-cost functions the strategies
+// use (impl/data_parallel/cost.h; model_cost.h). Pure and O(layers): instant at
+// 1T parameters and thousands of ranks.
+//
+// Mesh order is Megatron's (TP fastest, then CP, DP, PP), so a group is
+// intra-node when its span (size x stride) fits in ranks_per_node.
+// Time model (stated once, here): compute = hardware FLOPs / (world * peak);
+// pipeline bubble = compute * the schedule's declared bubble over ideal
+// (impl/pipeline/cost.h: (p-1)/m for GPipe and 1F1B, Narayanan et al. 2021
+// Sec. 2.2.1), activations held = the schedule's declared peak in-flight
+// microbatches on each rank; each collective costs ring alpha-beta time
+// steps*latency + bus_bytes/bandwidth (all_reduce 2(n-1) steps, reduce_scatter
+// and all_gather n-1, send/recv 1), at the inter-node bandwidth when its group
+// spans nodes. Exposed comm: everything, unless overlap is on, then DP and CP
+// comm hide under the compute of their phase (fwd/bwd) and only the excess
+// shows; TP and PP comm are always exposed.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "impl/data_parallel/cost.h"
+#include "impl/pipeline/schedule.h"
+#include "reference/model_config.h"
+#include "suites/planner/model_cost.h"
+
+namespace pb::planner {
+
+struct Hardware {
+  double peak_tflops = 0;  // per rank; 0 = no time estimate
+  double bw_intra_GBps = 0, bw_inter_GBps = 0;  // per rank, GB/s (1e9)
+  double latency_us = 0;
+};
+
+struct PlanInput {
+  std::optional<ModelConfig> shape;  // absent: only a parameter count
+  int64_t params = 0;                // used when shape is absent
+  int64_t seq = 0;                   // 0: the shape's context length (1024 without shape)
+  int dp = 1, tp = 1, cp = 1, pp = 1;
+  bool sp = false;                   // Megatron sequence parallel (needs tp > 1)
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
+  int virtual_stages = 1;            // interleaved only
+  dp::Shard shard = dp::Shard::none;
+  int64_t hsdp_group = 0;
+  dp::Offload offload = dp::Offload::none;
+  Precision precision = Precision::bf16_mixed;
+  int64_t microbatch_size = 1;
+  int64_t global_batch = 0;          // sequences; 0: dp * microbatch_size * pp
+  Recompute recompute = Recompute::none;
+  bool dropout = false;              // the canonical model has none
+  bool overlap = false;
+  int64_t ranks_per_node = 0;        // 0: one node
+  Hardware hw;
+};
+
+// One communication record: a group's collective, totalled over the step.
+struct CommRow {
+  std::string group;   // dp, dp_shard, dp_replica, dp_intra, dp_inter, tp, cp, pp
+  std::string phase;   // fwd | bwd | step
+  std::string op;      // all_reduce | reduce_scatter | all_gather | send_recv
+  int64_t group_size = 1;
+  int64_t calls = 0;
+  int64_t bytes = 0;   // logical (nccl-tests convention)
+  double bus_bytes = 0;
+  bool inter_node = false;
+  double time_s = 0;   // alpha-beta estimate; 0 without hardware figures
+};
+
+struct StageMemory {
+  int stage = 0;                     // pipeline rank
+  int64_t params = 0, grads = 0, optimizer = 0, optimizer_host = 0;
+  int64_t activations = -1;  // -1: unknown (parameter count only)
+  int64_t comm = 0;          // ZeRO-3 gathered units and unsharded unit gradients
+  int64_t device_total() const {
+    return params + grads + optimizer + (activations > 0 ? activations : 0) + comm;
+  }
+};
+
+struct PlanResult {
+  int64_t world = 1;
+  int64_t params_total = 0;          // whole model
+  int64_t seq = 0, global_batch = 0, microbatches = 1;  // microbatches per replica
+  std::vector<StageMemory> stages;   // one per pipeline rank
+  StageMemory worst;                 // the stage with the largest device total
+  std::vector<CommRow> comm;         // per rank of the worst stage
+  double model_flops = 0, hardware_flops = 0;  // per iteration, whole job
+  bool flops_exact = true;           // false: 6*N*tokens estimate (no shape)
+  bool timed = false;                // hardware figures given
+  double compute_s = 0, bubble_s = 0, comm_s = 0, exposed_comm_s = 0, step_s = 0;
+  double bubble_over_ideal = 0;      // the schedule's declared bubble / ideal compute
+  std::string bubble_formula;
+  double tokens_per_s = 0, mfu = 0, hfu = 0;
+};
+
+// Throws pb::InputError naming the flag when the input is inconsistent.
+PlanResult plan(const PlanInput& in);
+
+}  // namespace pb::planner

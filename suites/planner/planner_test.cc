@@ -1,0 +1,196 @@
+// The planner against the papers it cites: Megatron-LM's FLOPs formula,
+// ZeRO's model-state bytes, Korthikanti et al.'s activation bytes, and the
+// pipeline bubble (p-1)/m; plus the 1T-parameter / thousands-of-ranks scale.
+#include "suites/planner/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "harness/status.h"
+#include "impl/pipeline/simulator.h"
+
+namespace pb::planner {
+namespace {
+
+// F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) checked exactly in integers:
+// F * 48 l h == 96 B s l h^2 (48 l h + 8 l s + 3 V).
+TEST(Planner, FlopsEqualMegatronFormulaExactly) {
+  for (const char* name : {"gpt2-124m", "gpt2-350m", "gpt-1.3b", "gpt-7b", "gpt3-175b", "megatron-1t"}) {
+    const ModelConfig m = planner_model(name);
+    for (int64_t B : {1, 8, 512, 3072}) {
+      for (int64_t s : {int64_t(128), int64_t(m.maxT)}) {
+        const u128 l = u128(m.L), h = u128(m.C), V = u128(m.V), b = u128(B), S = u128(s);
+        const Flops f = iteration_flops(m, B, s, Recompute::full);
+        EXPECT_TRUE(f.hardware * 48 * l * h == 96 * b * S * l * h * h * (48 * l * h + 8 * l * S + 3 * V))
+            << name << " B=" << B << " s=" << s;
+        // Without recomputation: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+        EXPECT_TRUE(f.model * 12 * l * h == 72 * b * S * l * h * h * (12 * l * h + 2 * l * S + V)) << name;
+        EXPECT_TRUE(iteration_flops(m, B, s, Recompute::none).hardware == f.model);
+        EXPECT_TRUE(iteration_flops(m, B, s, Recompute::selective).hardware == f.model + 4 * b * S * S * l * h);
+      }
+    }
+  }
+}
+
+TEST(Planner, ModelFlopsAgreeWithReference) {
+  const ModelConfig m = planner_model("gpt2-124m");
+  const double ref = model_flops_per_step(m, 16, 1024);
+  EXPECT_NEAR(to_double(iteration_flops(m, 16, 1024, Recompute::none).model), ref, 1e-12 * ref);
+}
+
+TEST(Planner, NamedShapesAndParamCounts) {
+  EXPECT_EQ(planner_model("gpt2-124m").num_params(), 124'439'808);
+  const ModelConfig t = planner_model("1T");
+  EXPECT_EQ(t.L, 128);
+  EXPECT_EQ(t.C, 25600);
+  EXPECT_EQ(t.NH, 160);
+  EXPECT_NEAR(double(t.num_params()), 1.008e12, 0.002e12);  // Narayanan et al. Table 1: 1008B
+  EXPECT_NEAR(double(planner_model("175b").num_params()), 174.6e9, 0.2e9);
+  EXPECT_THROW(planner_model("gpt-5"), InputError);
+}
+
+TEST(Planner, RankUnitsPartitionTheModel) {
+  const ModelConfig m = planner_model("gpt2-124m");
+  for (auto [pp, v] : {std::pair{1, 1}, {2, 1}, {5, 1}, {12, 1}, {3, 2}, {2, 3}}) {
+    const pipeline::Partition part = pipeline::partition_layers(m.L, pp, v);
+    int64_t sum = 0;
+    for (int r = 0; r < pp; ++r)
+      for (int64_t u : rank_param_units(m, 1, part, r)) sum += u;
+    EXPECT_EQ(sum, m.num_params() + (pp > 1 ? int64_t(m.V) * m.C : 0)) << "pp=" << pp << " v=" << v;
+  }
+  // Over the tp ranks the block's split parts add up; LN and row biases replicate.
+  const int64_t C = m.C, t = 4;
+  const pipeline::Partition one = pipeline::partition_layers(m.L, 1, 1);
+  EXPECT_EQ(rank_param_units(m, 4, one, 0)[1] * t, 12 * C * C + 7 * C + 6 * C * t);
+  EXPECT_THROW(rank_param_units(m, 5, one, 0), InputError);
+}
+
+// Korthikanti et al. 2022 Table 2 (16-bit activations, dropout).
+TEST(Planner, ActivationsMatchKorthikanti) {
+  const int64_t s = 2048, b = 4, h = 12288, a = 96, sbh = s * b * h;
+  for (int t : {1, 2, 8}) {
+    ActivationShape x{b, s, h, a, t, 1, false, true, 2};
+    // sbh(10 + 24/t + 5as/(ht)) multiplied through by t.
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::none) * t, sbh * (10 * t + 24) + 5 * a * s * s * b);
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::selective) * t, sbh * (10 * t + 24));
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::full), 2 * sbh);
+    x.sp = true;  // sbh/t (34 + 5as/h)
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::none) * t, 34 * sbh + 5 * a * s * s * b);
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::selective) * t, 34 * sbh);
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::full) * t, 2 * sbh);
+  }
+  // The canonical model has no dropout: 16e sbh + e as^2b per layer.
+  ActivationShape fp32{1, 64, 32, 2, 1, 1, false, false, 4};
+  EXPECT_EQ(layer_activation_bytes(fp32, Recompute::none), 64 * 64 * 32 + 4 * 2 * 64 * 64);
+}
+
+PlanInput params_only(int64_t psi, int dp, dp::Shard shard) {
+  PlanInput in;
+  in.params = psi;
+  in.dp = dp;
+  in.shard = shard;
+  in.precision = Precision::bf16_mixed;
+  return in;
+}
+
+// ZeRO Sec. 3 / Fig. 1 through the planner: 2+2+K, 2+2+K/Nd, 2+(2+K)/Nd, (2+2+K)/Nd.
+TEST(Planner, ModelStatesEqualZeroFormulas) {
+  for (int64_t psi : {int64_t(7'500'000'000), int64_t(1'000'003), int64_t(1'008'000'000'000)}) {
+    for (int nd : {1, 8, 64, 1024}) {
+      const int64_t sh = (psi + nd - 1) / nd, full = sh * nd;
+      auto total = [&](dp::Shard s) { return plan(params_only(psi, nd, s)).worst; };
+      EXPECT_EQ(total(dp::Shard::none).params + total(dp::Shard::none).grads + total(dp::Shard::none).optimizer,
+                16 * psi);
+      const StageMemory z1 = total(dp::Shard::zero1), z2 = total(dp::Shard::zero2), z3 = total(dp::Shard::zero3);
+      EXPECT_EQ(z1.params + z1.grads + z1.optimizer, 2 * full + 2 * full + 12 * sh);
+      EXPECT_EQ(z2.params + z2.grads + z2.optimizer, 2 * full + 14 * sh);
+      EXPECT_EQ(z3.params + z3.grads + z3.optimizer, 16 * sh);
+    }
+  }
+}
+
+// The planner's bubble is the pipeline's declared one, which equals the
+// simulator's on the generated schedules.
+TEST(Planner, BubbleEqualsSimulator) {
+  using pipeline::ScheduleKind;
+  struct Case { ScheduleKind kind; int pp, v; int64_t batch; };
+  for (const Case c : {Case{ScheduleKind::gpipe, 4, 1, 8}, Case{ScheduleKind::one_f_one_b, 4, 1, 16},
+                       Case{ScheduleKind::interleaved, 4, 3, 8}, Case{ScheduleKind::zb_h1, 3, 1, 6},
+                       Case{ScheduleKind::one_f_one_b, 6, 1, 5}}) {
+    PlanInput in;
+    in.shape = planner_model("gpt2-124m");
+    in.pp = c.pp;
+    in.virtual_stages = c.v;
+    in.schedule = c.kind;
+    in.global_batch = c.batch;
+    const PlanResult r = plan(in);
+    EXPECT_EQ(r.microbatches, c.batch);
+    const pipeline::ScheduleConfig cfg{c.pp, int(c.batch), c.v, 1};
+    const pipeline::SimResult sim = pipeline::simulate(pipeline::make_schedule(c.kind, cfg), {1, 1, 1, 0});
+    EXPECT_NEAR(r.bubble_over_ideal, sim.bubble_over_ideal, 1e-12) << pipeline::schedule_name(c.kind);
+    if (c.kind == ScheduleKind::one_f_one_b || c.kind == ScheduleKind::gpipe) {
+      EXPECT_DOUBLE_EQ(r.bubble_over_ideal, double(c.pp - 1) / double(c.batch));
+    }
+  }
+}
+
+TEST(Planner, TrillionParametersOnThousandsOfRanks) {
+  PlanInput in;
+  in.shape = planner_model("megatron-1t");
+  in.tp = 8;
+  in.pp = 64;
+  in.dp = 96;  // 49152 ranks
+  in.sp = true;
+  in.shard = dp::Shard::zero1;
+  in.recompute = Recompute::selective;
+  in.global_batch = 3072 * 16;
+  in.ranks_per_node = 8;
+  in.hw = {312, 300, 25, 5};
+  const PlanResult r = plan(in);
+  EXPECT_EQ(r.world, 8 * 64 * 96);
+  EXPECT_TRUE(r.timed);
+  EXPECT_GT(r.step_s, r.compute_s);
+  EXPECT_GT(r.mfu, 0.0);
+  EXPECT_LE(r.mfu, r.hfu);
+  EXPECT_LE(r.hfu, 1.0);
+  EXPECT_GT(r.worst.activations, 0);
+  bool has_tp = false, has_pp = false, has_dp = false;
+  for (const CommRow& c : r.comm) {
+    has_tp |= c.group == "tp" && !c.inter_node;
+    has_pp |= c.group == "pp" && c.inter_node;
+    has_dp |= c.group == "dp" && c.inter_node;
+    EXPECT_GT(c.time_s, 0.0) << c.group;
+  }
+  EXPECT_TRUE(has_tp && has_pp && has_dp);
+}
+
+TEST(Planner, OverlapHidesDataParallelComm) {
+  PlanInput in = params_only(124'000'000, 8, dp::Shard::zero2);
+  in.global_batch = 64;
+  in.hw = {100, 50, 10, 2};
+  const PlanResult a = plan(in);
+  in.overlap = true;
+  const PlanResult b = plan(in);
+  EXPECT_NEAR(a.exposed_comm_s, a.comm_s, 1e-15);
+  EXPECT_LT(b.exposed_comm_s, a.exposed_comm_s);
+}
+
+TEST(Planner, BadInputIsInputError) {
+  PlanInput in = params_only(1000, 0, dp::Shard::none);
+  EXPECT_THROW(plan(in), InputError);
+  in.dp = 2;
+  in.tp = 2;  // needs a shape
+  EXPECT_THROW(plan(in), InputError);
+  PlanInput s;
+  s.shape = planner_model("gpt2-124m");
+  s.dp = 4;
+  s.global_batch = 6;
+  EXPECT_THROW(plan(s), InputError);
+  s.global_batch = 8;
+  s.hw.peak_tflops = 10;  // no bandwidth for the dp traffic
+  EXPECT_THROW(plan(s), InputError);
+}
+
+}  // namespace
+}  // namespace pb::planner
