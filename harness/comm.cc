@@ -323,18 +323,41 @@ std::unique_ptr<Communicator> Communicator::split_groups(const std::vector<std::
   return do_split(color, key, std::move(name));
 }
 
+void two_level_all_reduce(Communicator& intra, Communicator& inter, void* buf, size_t count, DType dtype,
+                          ReduceOp op) {
+  const int n = intra.size();
+  std::vector<size_t> counts(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) counts[size_t(j)] = chunk_begin(count, n, j + 1) - chunk_begin(count, n, j);
+  const size_t off = chunk_begin(count, n, intra.rank());
+  const size_t mine = counts[size_t(intra.rank())];
+  auto* shard = static_cast<std::byte*>(buf) + off * dtype_size(dtype);
+  const ReduceOp stage = op == ReduceOp::avg ? ReduceOp::sum : op;
+  if (op == ReduceOp::avg && !intra.buffers().is_host())
+    throw std::invalid_argument("two_level_all_reduce: avg needs host buffers (it divides on the CPU)");
+  intra.reduce_scatter_v(buf, shard, counts, dtype, stage);
+  inter.all_reduce(shard, shard, mine, dtype, stage);
+  if (op == ReduceOp::avg)
+    dispatch_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      auto* x = reinterpret_cast<T*>(shard);
+      const acc_t<T> total = acc_t<T>(n * inter.size());
+      for (size_t i = 0; i < mine; ++i) x[i] = cast<T>(static_cast<acc_t<T>>(x[i]) / total);
+    });
+  intra.all_gather_v(shard, buf, counts, dtype);
+}
+
 std::vector<std::string> all_gather_strings(Communicator& comm, std::string_view mine) {
   // Lengths, then the bytes padded to whole doubles (data movement only: bits are copied, never computed).
   const int n = comm.size();
   BufferSpace& bs = comm.buffers();
-  std::vector<double> lens(size_t(n));
+  std::vector<double> lens(static_cast<size_t>(n));
   double my_len = double(mine.size());
   void* dlen = bs.allocate(sizeof(double) * size_t(n + 1));
   bs.copy_in(static_cast<double*>(dlen) + n, &my_len, sizeof(double));
   comm.all_gather(static_cast<double*>(dlen) + n, dlen, 1, DType::f64);
   bs.copy_out(lens.data(), dlen, sizeof(double) * size_t(n));
   bs.deallocate(dlen);
-  std::vector<size_t> words(size_t(n));
+  std::vector<size_t> words(static_cast<size_t>(n));
   for (int j = 0; j < n; ++j) words[size_t(j)] = (size_t(lens[size_t(j)]) + 7) / 8;
   size_t total = sum(words);
   std::vector<double> mine_padded(words[size_t(comm.rank())], 0.0);
@@ -347,7 +370,7 @@ std::vector<std::string> all_gather_strings(Communicator& comm, std::string_view
   bs.copy_out(all.data(), drecv, total * 8);
   bs.deallocate(dsend);
   bs.deallocate(drecv);
-  std::vector<std::string> out(size_t(n));
+  std::vector<std::string> out(static_cast<size_t>(n));
   size_t off = 0;
   for (int j = 0; j < n; ++j) {
     out[size_t(j)].assign(all.data() + off * 8, size_t(lens[size_t(j)]));

@@ -216,6 +216,14 @@ Traffic comm_traffic(const OpDesc& d, int r, std::span<const int> nodes);
 // Logical bytes of an operation (nccl-tests convention, see comm_log.h).
 uint64_t comm_logical_bytes(const OpDesc& d);
 
+// Hierarchical all-reduce of buf (count elements) in place: reduce-scatter
+// within the node (intra), all-reduce of this rank's shard across nodes
+// (inter), all-gather within the node. intra and inter come from
+// split_by_node() (mesh.h). avg sums both stages and divides once at the end
+// (bf16: the intra-node partial sums are rounded to bf16 in between).
+void two_level_all_reduce(Communicator& intra, Communicator& inter, void* buf, size_t count, DType dtype,
+                          ReduceOp op = ReduceOp::sum);
+
 // Every rank's string, in rank order (for gathering per-rank CSV text).
 std::vector<std::string> all_gather_strings(Communicator& comm, std::string_view mine);
 

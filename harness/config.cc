@@ -3,6 +3,7 @@
 #include "harness/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -35,11 +36,16 @@ std::string type_name(const toml::node& n) {
   }
 }
 
+std::string fmt_num_shortest(double v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
+  return std::string(buf, res.ptr);
+}
+
+// For messages: integral values without exponent ("got 5000000000").
 std::string fmt_num(double v) {
   if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e15) return std::to_string(int64_t(v));
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, res.ptr);
+  return fmt_num_shortest(v);
 }
 
 std::vector<std::string_view> split_key(std::string_view key) {
@@ -153,15 +159,75 @@ void walk_leaves(const toml::table& t, const std::string& prefix, std::vector<st
   }
 }
 
-// Integers keep no source formatting (0x10 and 16 dump alike).
-void canonicalize(toml::node& n) {
-  if (auto* t = n.as_table()) {
-    for (auto&& [k, v] : *t) canonicalize(v);
-  } else if (auto* a = n.as_array()) {
-    for (auto& v : *a) canonicalize(v);
-  } else if (auto* i = n.as_integer()) {
-    i->flags(toml::value_flags::none);
+// Canonical TOML text. toml++'s own formatter prints floats with 17 digits
+// (0.1 as 0.10000000000000001) and keeps integer spellings (0x10); this one
+// prints the shortest round-trip float and decimal integers, so the dump is
+// readable and equal configs dump (and hash) equally. Keys come sorted
+// (toml::table is ordered).
+std::string toml_key(std::string_view k) {
+  const bool bare = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+    return std::isalnum(uint8_t(c)) || c == '_' || c == '-';
+  });
+  if (bare) return std::string(k);
+  std::string out = "\"";
+  for (char c : k) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (uint8_t(c) < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(uint8_t(c)));
+      out += buf;
+    } else {
+      out += c;
+    }
   }
+  return out + '"';
+}
+
+std::string toml_value(const toml::node& n) {
+  if (auto v = n.value_exact<int64_t>()) return std::to_string(*v);
+  if (auto v = n.value_exact<double>()) {
+    if (std::isnan(*v)) return "nan";
+    if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
+    std::string t = fmt_num_shortest(*v);
+    if (t.find_first_of(".e") == std::string::npos) t += ".0";
+    return t;
+  }
+  if (auto v = n.value_exact<bool>()) return *v ? "true" : "false";
+  if (auto v = n.value_exact<std::string>()) {
+    std::string out = toml_key(*v);  // a quoted key is a valid basic string
+    return out.front() == '"' ? out : '"' + out + '"';
+  }
+  if (const toml::array* a = n.as_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < a->size(); ++i) {
+      if (i) out += ", ";
+      out += toml_value(*a->get(i));
+    }
+    return out + "]";
+  }
+  if (const toml::table* t = n.as_table()) {
+    std::string out = "{";
+    for (const auto& [k, v] : *t) {
+      if (out.size() > 1) out += ",";
+      out += " " + toml_key(k.str()) + " = " + toml_value(v);
+    }
+    return out + (t->empty() ? "}" : " }");
+  }
+  std::ostringstream os;  // dates and times: toml++ prints their TOML form
+  n.visit([&](const auto& leaf) { os << leaf; });
+  return os.str();
+}
+
+void emit_table(const toml::table& t, const std::string& path, std::string* out) {
+  for (const auto& [k, v] : t)
+    if (!v.is_table()) *out += toml_key(k.str()) + " = " + toml_value(v) + "\n";
+  for (const auto& [k, v] : t)
+    if (const toml::table* sub = v.as_table()) {
+      const std::string sub_path = path.empty() ? toml_key(k.str()) : path + "." + toml_key(k.str());
+      if (!out->empty()) *out += "\n";
+      *out += "[" + sub_path + "]\n";
+      emit_table(*sub, sub_path, out);
+    }
 }
 
 }  // namespace
@@ -207,7 +273,8 @@ struct ConfigReader::Impl {
     const toml::table* t = &root;
     std::string prefix;
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      prefix += (i ? "." : "") + std::string(parts[i]);
+      if (i) prefix += '.';
+      prefix += parts[i];
       const toml::node* n = t->get(parts[i]);
       if (!n) return nullptr;
       t = n->as_table();
@@ -222,7 +289,8 @@ struct ConfigReader::Impl {
     toml::table* t = &root;
     std::string prefix;
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      prefix += (i ? "." : "") + std::string(parts[i]);
+      if (i) prefix += '.';
+      prefix += parts[i];
       toml::node* n = t->get(parts[i]);
       if (!n) n = &t->insert_or_assign(parts[i], toml::table{}).first->second;
       t = n->as_table();
@@ -298,7 +366,10 @@ namespace {
 void check_enum(const std::string& v, std::string_view key, const std::vector<std::string>& allowed) {
   if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return;
   std::string list;
-  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  for (const auto& a : allowed) {
+    if (!list.empty()) list += ", ";
+    list += a;
+  }
   throw InputError(std::string(key) + ": must be one of " + list + "; got '" + v + "'");
 }
 }  // namespace
@@ -366,18 +437,17 @@ void ConfigReader::check_no_unknown_keys() const {
       const size_t d = kleaf == leaf ? 1 : edit_distance(key, k);
       if (d < best_d) best_d = d, best = k;
     }
-    msg += (u ? "; " : "") + std::string("unknown key '") + key + "'";
+    if (u) msg += "; ";
+    msg += "unknown key '" + key + "'";
     if (best_d <= std::max<size_t>(2, key.size() / 4)) msg += " (did you mean '" + best + "'?)";
   }
   throw InputError(msg);
 }
 
 std::string ConfigReader::dump() const {
-  toml::table copy = impl_->root;
-  canonicalize(copy);
-  std::ostringstream os;
-  os << toml::toml_formatter{copy};
-  return os.str();
+  std::string out;
+  emit_table(impl_->root, "", &out);
+  return out;
 }
 
 std::string ConfigReader::config_hash() const {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -168,6 +169,40 @@ TEST(Config, DumpIsCanonicalAndIncludesDefaults) {
   EXPECT_EQ(round.dump(), a.dump());
   b.set("train.steps", 11);
   EXPECT_NE(a.config_hash(), b.config_hash());
+}
+
+TEST(Config, DumpIsReadableTomlThatRoundTrips) {
+  const char* text = R"(
+top = "x"
+[a]
+f = 0.1
+whole = 2.0
+big = 1e300
+neg = -0.0
+n = 0x10
+s = "say \"hi\"\n\ttab \u0001"
+nested = [[1, 2], ["a"]]
+inline = { k = 1, "odd key" = true }
+when = 1979-05-27T07:32:00Z
+[[rows]]
+v = 1
+[a."dotted.key"]
+x = inf
+)";
+  auto c = ConfigReader::from_string(text);
+  const std::string d = c.dump();
+  EXPECT_NE(d.find("f = 0.1\n"), std::string::npos) << d;
+  EXPECT_NE(d.find("whole = 2.0\n"), std::string::npos) << d;
+  EXPECT_NE(d.find("n = 16\n"), std::string::npos) << d;
+  EXPECT_NE(d.find("[a.\"dotted.key\"]"), std::string::npos) << d;
+  EXPECT_EQ(d.rfind("rows = [{ v = 1 }]\ntop = \"x\"\n\n[a]\n", 0), 0u) << d;  // root values first
+  auto back = ConfigReader::from_string(d, "dump");
+  EXPECT_EQ(back.dump(), d);
+  EXPECT_EQ(back.require<std::string>("a.s"), "say \"hi\"\n\ttab \u0001");
+  EXPECT_DOUBLE_EQ(back.require<double>("a.f"), 0.1);
+  EXPECT_EQ(back.require<double>("a.big"), 1e300);
+  EXPECT_TRUE(std::signbit(back.require<double>("a.neg")));
+  EXPECT_EQ(back.require<int64_t>("a.n"), 16);
 }
 
 TEST(Config, EditDistance) {

@@ -79,7 +79,10 @@ std::string errno_text() { return std::strerror(errno); }
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
-  for (const auto& f : v) s += (s.empty() ? "" : ", ") + f;
+  for (const auto& f : v) {
+    if (!s.empty()) s += ", ";
+    s += f;
+  }
   return "[" + s + "]";
 }
 
@@ -110,7 +113,7 @@ std::string csv_number(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[64];
-  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  const auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
   return std::string(buf, res.ptr);
 }
 

@@ -46,8 +46,9 @@ class ResultsSchema {
   std::vector<std::string> header(std::string_view kind) const;
   const std::vector<ColumnSpec>& kind_columns(std::string_view kind) const;
 
-  // Problems of one row of `kind` given as (column, value) for every column
-  // of the header; empty if the row is valid. Each problem names the column.
+  // Problems of the values of one row of `kind` under `header`; empty if the
+  // row is valid. Each problem names the column. Columns the kind does not
+  // have are ignored here (validate_csv_against_schema reports them once).
   std::vector<std::string> check_row(std::string_view kind, const std::vector<std::string>& header,
                                      const std::vector<std::string>& row) const;
 

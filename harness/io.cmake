@@ -25,13 +25,16 @@ target_sources(pb_harness PRIVATE
 parabench_test(NAME harness_rng_test SOURCES rng_test.cc DEPS pb::harness TIMEOUT 60)
 parabench_test(NAME harness_config_test SOURCES config_test.cc DEPS pb::harness TIMEOUT 60)
 parabench_test(NAME harness_csv_test SOURCES csv_test.cc DEPS pb::harness TIMEOUT 60)
-parabench_test(NAME harness_csv_schema_test SOURCES csv_schema_test.cc run_meta_test.cc DEPS pb::harness TIMEOUT 60)
+parabench_test(NAME harness_csv_schema_test SOURCES csv_schema_test.cc DEPS pb::harness TIMEOUT 60)
+parabench_test(NAME harness_run_meta_test SOURCES run_meta_test.cc DEPS pb::harness TIMEOUT 60)
 parabench_test(NAME harness_safetensors_test SOURCES safetensors_test.cc DEPS pb::harness TIMEOUT 60)
 parabench_test(NAME harness_timer_test SOURCES timer_test.cc DEPS pb::harness TIMEOUT 60)
 if(TARGET harness_csv_schema_test)
   target_compile_definitions(harness_csv_schema_test PRIVATE
     PB_SCHEMA_JSON_PATH="${PB_SCHEMA_JSON_FILE}"
     PB_SCHEMA_MD_PATH="${PROJECT_SOURCE_DIR}/results/SCHEMA.md")
+endif()
+if(TARGET harness_safetensors_test)
   target_compile_definitions(harness_safetensors_test PRIVATE
     PB_SAFETENSORS_CHECK_PY="${CMAKE_CURRENT_SOURCE_DIR}/safetensors_check.py")
 endif()

@@ -46,8 +46,12 @@ TEST(Philox, LayoutOfSeedStreamIndex) {
   // seed -> key, (block, stream) -> counter words, low word first.
   const uint64_t seed = 0x299f31d0a4093822ull, stream = 0x0370734413198a2eull, blk = 0x85a308d3243f6a88ull;
   EXPECT_EQ(block(seed, stream, blk), (Block{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
-  EXPECT_EQ(u32(seed, stream, blk * 4 + 2), 0x5001e420u);
-  EXPECT_EQ(u64(seed, stream, blk * 2 + 1), 0x24126ea15001e420ull);
+  // Word k of block b is u32 index 4b + k; half h is u64 index 2b + h.
+  const uint64_t b = blk >> 4;  // small enough that 4b does not overflow
+  const Block w = block(seed, stream, b);
+  for (uint64_t k = 0; k < 4; ++k) EXPECT_EQ(u32(seed, stream, b * 4 + k), w[k]);
+  EXPECT_EQ(u64(seed, stream, b * 2), uint64_t{w[0]} | uint64_t{w[1]} << 32);
+  EXPECT_EQ(u64(seed, stream, b * 2 + 1), uint64_t{w[2]} | uint64_t{w[3]} << 32);
 }
 
 TEST(Fnv1a, KnownValues) {

@@ -34,7 +34,7 @@ std::string iso8601_utc(std::chrono::system_clock::time_point t) {
   const auto floor_s = std::chrono::floor<std::chrono::seconds>(t);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - floor_s).count();
   const std::tm tm = utc(floor_s);
-  char buf[40];
+  char buf[96];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                 tm.tm_hour, tm.tm_min, tm.tm_sec, int(ms));
   return buf;
@@ -42,7 +42,7 @@ std::string iso8601_utc(std::chrono::system_clock::time_point t) {
 
 std::string make_run_id(std::chrono::system_clock::time_point now, uint32_t nonce) {
   const std::tm tm = utc(std::chrono::floor<std::chrono::seconds>(now));
-  char buf[40];
+  char buf[96];
   std::snprintf(buf, sizeof buf, "%04d%02d%02dT%02d%02d%02dZ-%06x", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                 tm.tm_hour, tm.tm_min, tm.tm_sec, unsigned(nonce & 0xffffffu));
   return buf;

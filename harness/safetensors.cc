@@ -31,7 +31,10 @@ void put_u64_le(std::string* s, uint64_t v) {
 
 std::string shape_text(const Shape& s) {
   std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) t += ", ";
+    t += std::to_string(s[i]);
+  }
   return t + "]";
 }
 

@@ -1,5 +1,6 @@
 #include "reference/optimizer.h"
 
+#include <stdexcept>
 #include <type_traits>
 
 #include "reference/init.h"
@@ -7,15 +8,15 @@
 namespace pb {
 
 template <class T>
-AdamW<T>::AdamW(const ParamLayout& layout, uint64_t init_seed, int64_t lo, int64_t hi,
-                MemoryTracker* tracker, Place place)
-    : layout_(&layout), lo_(lo), hi_(hi) {
-  size_t n = size_t(hi - lo);
-  m_ = Buffer<M>(tracker, MemTag::optimizer, n, place);
-  v_ = Buffer<M>(tracker, MemTag::optimizer, n, place);
-  if constexpr (!std::is_same_v<T, M>) {
-    master_ = Buffer<M>(tracker, MemTag::optimizer, n, place);
-    init_params<M>(layout, init_seed, lo, hi, master_.data());
+AdamW<T>::AdamW(const ParamLayout& layout, uint64_t init_seed, std::vector<Segment> segments,
+                int64_t n, MemoryTracker* tracker, Place place, bool separate_master)
+    : layout_(&layout), segs_(std::move(segments)) {
+  m_ = Buffer<M>(tracker, MemTag::optimizer, size_t(n), place);
+  v_ = Buffer<M>(tracker, MemTag::optimizer, size_t(n), place);
+  if (!std::is_same_v<T, M> || separate_master) {
+    master_ = Buffer<M>(tracker, MemTag::optimizer, size_t(n), place);
+    for (const auto& s : segs_)
+      init_params<M>(layout, init_seed, s.flat_lo, s.flat_hi, master_.data() + s.state_off);
   }
 }
 
@@ -30,14 +31,19 @@ void AdamW<T>::step(T* params, const T* grads, const OptimConfig& o, long step, 
   h.weight_decay = o.weight_decay;
   h.step = step;
   h.grad_scale = grad_scale;
-  layout_->for_each_decay_run(lo_, hi_, [&](int64_t b, int64_t e, bool decay) {
-    size_t off = size_t(b - lo_), n = size_t(e - b);
-    M* master;
-    if constexpr (std::is_same_v<T, M>) master = params + off;
-    else master = master_.data() + off;
-    kernels::adamw_step<T, M>(master, params + off, grads + off, m_.data() + off, v_.data() + off,
-                              n, h, decay);
-  });
+  for (const auto& s : segs_) {
+    layout_->for_each_decay_run(s.flat_lo, s.flat_hi, [&](int64_t b, int64_t e, bool decay) {
+      const int64_t d = b - s.flat_lo;
+      const size_t so = size_t(s.state_off + d), n = size_t(e - b);
+      T* p = params + s.param_off + d;
+      M* master;
+      if (!master_.empty()) master = master_.data() + so;
+      else if constexpr (std::is_same_v<T, M>) master = p;
+      else throw std::logic_error("AdamW: no master copy");
+      kernels::adamw_step<T, M>(master, p, grads + s.grad_off + d, m_.data() + so,
+                                v_.data() + so, n, h, decay);
+    });
+  }
 }
 
 template class AdamW<double>;

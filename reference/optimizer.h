@@ -6,6 +6,7 @@
 // cannot change the result.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "harness/dtype.h"
 #include "harness/memory.h"
@@ -20,26 +21,34 @@ template <class T> struct master_type { using type = float; };
 template <> struct master_type<double> { using type = double; };
 template <class T> using master_t = typename master_type<T>::type;
 
+// Flat elements [flat_lo, flat_hi) live at state_off.. of the optimizer's own
+// state, param_off.. of the params buffer and grad_off.. of the grads buffer it
+// is stepped on (a ZeRO shard is a list of such slices; the reference's is one
+// segment covering everything with all offsets 0).
+struct Segment {
+  int64_t flat_lo = 0, flat_hi = 0, state_off = 0, param_off = 0, grad_off = 0;
+};
+
 template <class T>
 class AdamW {
  public:
   using M = master_t<T>;
-  // A separate master copy exists only when T != M (bf16-mixed); it is
-  // initialized from the same init function at M precision. place: device, or
-  // host for optimizer offload.
-  AdamW(const ParamLayout& layout, uint64_t init_seed, int64_t lo, int64_t hi,
-        MemoryTracker* tracker, Place place = Place::device);
+  // n: length of the state buffers (padding included; padding is never touched).
+  // A separate master copy exists when T != M (bf16-mixed) or when asked for
+  // (offload keeps the master on the host); it is initialized from the init
+  // function at M precision. place: device, or host for optimizer offload.
+  AdamW(const ParamLayout& layout, uint64_t init_seed, std::vector<Segment> segments, int64_t n,
+        MemoryTracker* tracker, Place place = Place::device, bool separate_master = false);
 
-  int64_t lo() const { return lo_; }
-  int64_t hi() const { return hi_; }
-  // params/grads point at element lo of their vectors.
+  // params/grads: the buffers the segments index. With a separate master,
+  // params receive cast<T>(master) after the update.
   void step(T* params, const T* grads, const OptimConfig& o, long step, double lr,
             double grad_scale);
   const M* master() const { return master_.empty() ? nullptr : master_.data(); }
 
  private:
   const ParamLayout* layout_;
-  int64_t lo_, hi_;
+  std::vector<Segment> segs_;
   Buffer<M> m_, v_, master_;
 };
 

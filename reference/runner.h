@@ -20,11 +20,11 @@ class UnitHooks {
  public:
   virtual ~UnitHooks() = default;
   virtual const T* params(int unit) = 0;     // base of the unit's parameters
-  virtual void release_params(int unit) {}   // done with them for now
+  virtual void release_params(int /*unit*/) {}   // done with them for now
   virtual T* grads(int unit) = 0;            // base where the unit's gradients accumulate
   // Where the LM head's contribution to wte accumulates (default: unit 0's wte).
   virtual T* head_grads() { return grads(0); }
-  virtual void grads_ready(int unit) {}      // this microbatch's contributions are all in
+  virtual void grads_ready(int /*unit*/) {}      // this microbatch's contributions are all in
 };
 
 // Full flat vectors: the single-device case.

@@ -10,11 +10,9 @@
 namespace pb {
 
 template <class T>
-double grad_norm_squared(const T* g, int64_t total,
-                         const std::vector<std::pair<int64_t, int64_t>>& parts) {
-  if (parts.empty()) return kernels::sum_squares(g, size_t(total));
+double sum_squares_ranges(const T* g, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   double s = 0;
-  for (auto [lo, hi] : parts) s += kernels::sum_squares(g + lo, size_t(hi - lo));
+  for (auto [lo, hi] : ranges) s += kernels::sum_squares(g + lo, size_t(hi - lo));
   return s;
 }
 
@@ -38,7 +36,7 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
     group_grads_ = Buffer<T>(&tracker_, MemTag::workspace, size_t(n));
     group_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
   }
-  opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, 0, n, &tracker_);
+  opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, std::vector<Segment>{{0, n, 0, 0, 0}}, n, &tracker_);
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &tracker_, cfg.batch / split,
                                                   cfg.seq);
 }
@@ -75,7 +73,10 @@ StepStats ReferenceTrainer<T>::step() {
   StepStats st;
   st.step = ++step_;
   st.loss = loss / double(cfg_.tokens_per_step());
-  st.grad_norm = std::sqrt(grad_norm_squared(grads_.data(), n, plan_.norm_parts));
+  double sq = 0;
+  if (plan_.norm_parts.empty()) sq = kernels::sum_squares(grads_.data(), size_t(n));
+  for (const auto& ranges : plan_.norm_parts) sq += sum_squares_ranges(grads_.data(), ranges);
+  st.grad_norm = std::sqrt(sq);
   st.lr = lr_at(cfg_.optim, st.step, cfg_.steps);
   opt_->step(params_.data(), grads_.data(), cfg_.optim, st.step, st.lr,
              clip_factor(st.grad_norm, cfg_.optim.clip));
@@ -97,11 +98,11 @@ std::vector<double> ReferenceTrainer<T>::grads_f64() const {
   return out;
 }
 
-template double grad_norm_squared<double>(const double*, int64_t,
+template double sum_squares_ranges<double>(const double*,
                                           const std::vector<std::pair<int64_t, int64_t>>&);
-template double grad_norm_squared<float>(const float*, int64_t,
+template double sum_squares_ranges<float>(const float*,
                                          const std::vector<std::pair<int64_t, int64_t>>&);
-template double grad_norm_squared<bf16>(const bf16*, int64_t,
+template double sum_squares_ranges<bf16>(const bf16*,
                                         const std::vector<std::pair<int64_t, int64_t>>&);
 template class ReferenceTrainer<double>;
 template class ReferenceTrainer<float>;

@@ -7,7 +7,8 @@
 //    accumulation type, rounded once (the local backend's rank-ordered sum);
 //  - the LM head's wte gradient may accumulate separately and be added to the
 //    embedding's at the end of each group (a pipeline's first and last stage);
-//  - the squared gradient norm is summed per part, parts in order (ZeRO shards).
+//  - the squared gradient norm is summed per rank over that rank's ranges,
+//    then over ranks in order (a ZeRO shard's partial sums, all-reduced).
 #pragma once
 #include <memory>
 #include <utility>
@@ -26,7 +27,8 @@ struct SplitPlan {
   int groups = 1;
   int micro = 1;  // microbatches per group
   bool separate_head_grad = false;
-  std::vector<std::pair<int64_t, int64_t>> norm_parts;  // empty: one part, the whole vector
+  // Per rank, the flat ranges it sums; empty: the whole vector at once.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> norm_parts;
 };
 
 struct StepStats {
@@ -34,10 +36,10 @@ struct StepStats {
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
 };
 
-// Summed squares of g over the parts, each part in index order, parts in order.
+// Summed squares of g over the ranges (each in index order), starting from 0:
+// the partial sum one rank contributes to the global norm.
 template <class T>
-double grad_norm_squared(const T* g, int64_t total,
-                         const std::vector<std::pair<int64_t, int64_t>>& parts);
+double sum_squares_ranges(const T* g, const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
 class TrainerBase {
  public:

@@ -111,7 +111,7 @@ TEST(ReferenceTrainer, SplitPlanKeepsTheMathAndRejectsBadSplits) {
   plan.groups = 2;
   plan.micro = 2;
   plan.separate_head_grad = true;
-  plan.norm_parts = {{0, 1000}, {1000, c.model.num_params()}};
+  plan.norm_parts = {{{0, 1000}}, {{1000, 2000}, {2000, c.model.num_params()}}};
   auto split = make_reference_trainer(c, plan);
   auto a = train(*whole, 2), b = train(*split, 2);
   for (int i = 0; i < 2; ++i) EXPECT_NEAR(a[i].loss, b[i].loss, 1e-12);

@@ -145,6 +145,14 @@ std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAx
     for (int64_t u : units) s += full_elems(u, g, a.padding);
     return s;
   };
+  // Units gathered again in backward (see DataAxis::reshard_after_forward).
+  const bool roots = nu > 2;
+  const int64_t nb = !a.reshard_after_forward ? 0 : roots ? nu - 2 : nu;
+  auto blocks = [&](int64_t g) {
+    int64_t s = 0;
+    for (int64_t i = roots ? 1 : 0; i < (roots ? nu - 1 : nu); ++i) s += full_elems(units[size_t(i)], g, a.padding);
+    return a.reshard_after_forward ? s : 0;
+  };
   std::vector<CollCost> out;
   auto add = [&](const char* group, const char* phase, Coll op, int64_t n, int64_t calls, int64_t bytes,
                  bool inter) {
@@ -164,7 +172,7 @@ std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAx
     }
     case Shard::zero3:
       add("dp", "fwd", Coll::all_gather, dp, m * nu, m * full(dp) * b.param, dp_inter);
-      add("dp", "bwd", Coll::all_gather, dp, m * nu, m * full(dp) * b.param, dp_inter);
+      add("dp", "bwd", Coll::all_gather, dp, m * nb, m * blocks(dp) * b.param, dp_inter);
       add("dp", "bwd", Coll::reduce_scatter, dp, m * nu, m * full(dp) * b.grad, dp_inter);
       break;
     case Shard::hsdp: {
@@ -172,7 +180,7 @@ std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAx
       int64_t shard = 0;
       for (int64_t u : units) shard += ceil_div(u, F);
       add("dp_shard", "fwd", Coll::all_gather, F, m * nu, m * full(F) * b.param, F > r);
-      add("dp_shard", "bwd", Coll::all_gather, F, m * nu, m * full(F) * b.param, F > r);
+      add("dp_shard", "bwd", Coll::all_gather, F, m * nb, m * blocks(F) * b.param, F > r);
       add("dp_shard", "bwd", Coll::reduce_scatter, F, m * nu, m * full(F) * b.grad, F > r);
       add("dp_replica", "step", Coll::all_reduce, dp / F, nu, shard * b.grad, dp_inter);
       break;
@@ -180,7 +188,7 @@ std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAx
     case Shard::hzero: {
       const int64_t S = full(dp);  // dp-padded, so r | S and dp | S when padded
       add("dp", "fwd", Coll::all_gather, dp, m * nu, m * S * b.param, dp_inter);
-      add("dp_intra", "bwd", Coll::all_gather, r, m * nu, m * S * b.param, false);
+      add("dp_intra", "bwd", Coll::all_gather, r, m * nb, m * blocks(dp) * b.param, false);
       add("dp_intra", "bwd", Coll::reduce_scatter, r, m * nu, m * S * b.grad, false);
       add("dp_inter", "bwd", Coll::reduce_scatter, dp / r, m * nu, m * ceil_div(S, r) * b.grad, dp_inter);
       break;

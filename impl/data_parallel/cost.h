@@ -54,6 +54,11 @@ struct DataAxis {
   int64_t ranks_per_node = 0;     // 0: every rank on one node
   int64_t stride = 1;             // global-rank distance between consecutive dp ranks (tp*cp)
   int64_t grad_accum = 1;         // microbatches per step
+  // ZeRO-3 family: blocks are freed after their forward and gathered again for
+  // backward. The first and last units (embedding with the tied head, final
+  // LayerNorm) are FSDP's root: gathered once per microbatch and held through
+  // backward, as PyTorch FSDP does for the root module.
+  bool reshard_after_forward = true;
 };
 
 // Throws pb::InputError naming the field when the axis is inconsistent.
@@ -121,9 +126,11 @@ struct CollCost {
 //   zero1  reduce_scatter(G) once + all_gather(P) once after the step
 //   zero2  reduce_scatter(G) per microbatch (grads are sharded, as in
 //          DeepSpeed) + all_gather(P) once after the step
-//   zero3  per microbatch and unit: all_gather(P) fwd, all_gather(P) bwd (every
-//          unit is resharded after its forward use), reduce_scatter(G) bwd
-//          (ZeRO Sec. 7.2.2: 3 Psi, 1.5x DDP)
+//   zero3  per microbatch and unit: all_gather(P) fwd, reduce_scatter(G) bwd;
+//          all_gather(P) bwd of every block unit again when resharded after
+//          forward (the root units, first and last, stay gathered; with a
+//          single unit — the psi overload — it counts as a block)
+//          (ZeRO Sec. 7.2.2: ~3 Psi, 1.5x DDP)
 //   hsdp   zero3 on the shard group of F + all_reduce of the accumulated
 //          gradient shard (Psi/F) across the dp/F replicas once per step
 //   hzero  all_gather(P) fwd over dp; bwd all_gather over the node from the

@@ -127,6 +127,12 @@ struct MessageKey {
   auto operator<=>(const MessageKey&) const = default;
 };
 MessageKey message_key(const Schedule& s, int rank, const Action& a);  // a: SEND/RECV
+// Dense index of a message in [0, num_messages(s)): unique within the schedule,
+// so usable as a tag (check the transport's tag limit).
+inline int64_t num_messages(const Schedule& s) { return 2 * int64_t(s.num_virtual_stages()) * s.total_microbatches(); }
+inline int64_t message_index(const Schedule& s, const MessageKey& k) {
+  return (int64_t(k.grad) * s.num_virtual_stages() + k.dst_vstage) * s.total_microbatches() + k.microbatch;
+}
 
 // Inserts the SEND/RECV actions into compute-only rank lists (RECV right before
 // the consuming compute, SEND right after the producing one). Exposed so tests

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "harness/status.h"
@@ -132,6 +133,22 @@ TEST(Schedule, RejectedConfigsNameTheRule) {
     const bool full_rule = (k == ScheduleKind::zb_h1 || k == ScheduleKind::pipedream_2bw) && c.microbatches < c.pp;
     EXPECT_TRUE(interleaved_rule || chunk_rule || steps_rule || full_rule) << schedule_name(k);
   }
+}
+
+TEST(Schedule, MessageIndexIsDenseAndUniquePerDirection) {
+  const Schedule s = make_interleaved({/*pp=*/3, /*microbatches=*/6, /*virtual_stages=*/3});
+  std::vector<int> sends(size_t(num_messages(s)), 0), recvs(size_t(num_messages(s)), 0);
+  for (int r = 0; r < s.pp; ++r)
+    for (const Action& a : s.ranks[size_t(r)]) {
+      if (is_compute(a.op)) continue;
+      const int64_t id = message_index(s, message_key(s, r, a));
+      ASSERT_GE(id, 0);
+      ASSERT_LT(id, num_messages(s));
+      ++(a.op == Op::send_act || a.op == Op::send_grad ? sends : recvs)[size_t(id)];
+    }
+  // Every boundary but the 2 ends of the 9 virtual stages, both directions: 2 * 8 * 6 messages.
+  EXPECT_EQ(std::count(sends.begin(), sends.end(), 1), 2 * 8 * 6);
+  EXPECT_EQ(sends, recvs);
 }
 
 TEST(Schedule, AddCommunicationRefusesAListThatAlreadyCommunicates) {

@@ -1,11 +1,11 @@
-// Pipeline simulator (see simulator.h). Ranks advance in rounds; a rank stops
-// at a RECV whose message has not been sent yet. Times are exact sums of the
+// Pipeline simulator (see simulator.h). A rank advances until a RECV whose
+// message has not been sent yet; the SEND of that message re-queues it, so the
+// run is O(actions). Times are exact sums of the
 // given costs, so equal costs reproduce the declared bubbles to rounding.
 #include "impl/pipeline/simulator.h"
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "harness/status.h"
 
@@ -52,33 +52,41 @@ SimResult simulate(const Schedule& s, const Costs& c) {
   res.timeline.assign(size_t(p), {});
   std::vector<double> clock(size_t(p), 0.0);
   std::vector<size_t> at(size_t(p), 0);
-  std::map<MessageKey, double> sent;  // message -> time it was sent
+  std::vector<double> sent(size_t(num_messages(s)), -1.0);  // message -> time sent (-1: not yet)
   size_t remaining = 0;
   for (const auto& l : s.ranks) remaining += l.size();
-  while (remaining > 0) {
-    bool progress = false;
-    for (int r = 0; r < p; ++r) {
-      const auto& list = s.ranks[size_t(r)];
-      double& t = clock[size_t(r)];
-      for (; at[size_t(r)] < list.size(); ++at[size_t(r)], --remaining, progress = true) {
-        const Action& a = list[at[size_t(r)]];
-        if (is_compute(a.op)) {
-          const double end = t + cost_of(s, c, a.op);
-          res.timeline[size_t(r)].push_back({a.op, a.microbatch, a.chunk, t, end});
-          t = end;
-        } else if (a.op == Op::send_act || a.op == Op::send_grad) {
-          sent[message_key(s, r, a)] = t;
-        } else {
-          auto it = sent.find(message_key(s, r, a));
-          if (it == sent.end()) break;
-          t = std::max(t, it->second + c.p2p);
+  // Worklist: a rank runs until a RECV blocks it; a SEND re-queues its peer.
+  std::vector<int> work;
+  std::vector<char> queued(size_t(p), 1);
+  for (int r = p - 1; r >= 0; --r) work.push_back(r);
+  while (!work.empty()) {
+    const int r = work.back();
+    work.pop_back();
+    queued[size_t(r)] = 0;
+    const auto& list = s.ranks[size_t(r)];
+    double& t = clock[size_t(r)];
+    for (; at[size_t(r)] < list.size(); ++at[size_t(r)], --remaining) {
+      const Action& a = list[at[size_t(r)]];
+      if (is_compute(a.op)) {
+        const double end = t + cost_of(s, c, a.op);
+        res.timeline[size_t(r)].push_back({a.op, a.microbatch, a.chunk, t, end});
+        t = end;
+      } else if (a.op == Op::send_act || a.op == Op::send_grad) {
+        sent[size_t(message_index(s, message_key(s, r, a)))] = t;
+        if (!queued[size_t(a.peer)]) {
+          queued[size_t(a.peer)] = 1;
+          work.push_back(a.peer);
         }
+      } else {
+        const double when = sent[size_t(message_index(s, message_key(s, r, a)))];
+        if (when < 0) break;
+        t = std::max(t, when + c.p2p);
       }
     }
-    if (!progress)
-      throw InputError("schedule " + s.name + ": cannot finish (a RECV waits for a message never "
-                       "sent); run validate() for the deadlock report");
   }
+  if (remaining > 0)
+    throw InputError("schedule " + s.name + ": cannot finish (a RECV waits for a message never "
+                     "sent); run validate() for the deadlock report");
   res.makespan = *std::max_element(clock.begin(), clock.end());
   double idle = 0;
   for (const auto& tl : res.timeline) {

@@ -13,8 +13,13 @@ namespace {
 
 std::string label(const TimelineEntry& e, int v) {
   const char letter = e.op == Op::backward_weight ? 'W' : e.op == Op::forward ? 'F' : 'B';
-  std::string s = letter + std::to_string(e.microbatch);
-  if (v > 1) s += "." + std::to_string(e.chunk);
+  // Appends only: `char/"." + to_string()` trips GCC 12's -Wrestrict false positive (PR 105651).
+  std::string s(1, letter);
+  s += std::to_string(e.microbatch);
+  if (v > 1) {
+    s += '.';
+    s += std::to_string(e.chunk);
+  }
   return s;
 }
 

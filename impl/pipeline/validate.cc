@@ -1,5 +1,7 @@
 // Schedule validator (see validate.h for the checks). Positions of every
-// (op, microbatch, chunk) are indexed per rank once; each stage reads them.
+// (op, microbatch, chunk) are indexed densely, one rank at a time (every
+// structural check reads a single rank); messages are indexed by
+// message_index(), so the whole validation is linear in the schedule size.
 #include "impl/pipeline/validate.h"
 
 #include <map>
@@ -10,8 +12,33 @@
 namespace pb::pipeline {
 namespace {
 
-using Slot = std::tuple<Op, int, int>;  // (op, microbatch, chunk)
-using Positions = std::map<Slot, std::vector<int>>;
+// Where one (op, microbatch, chunk) occurs in a rank's list: the first two
+// indices (-1: none) and how often. Dense over [op][chunk][microbatch].
+struct Pos {
+  int first = -1, second = -1, count = 0;
+};
+
+class RankIndex {
+ public:
+  RankIndex(const Schedule& s, int rank)
+      : m_(s.total_microbatches()), v_(s.virtual_stages), table_(size_t(kOps) * size_t(v_) * size_t(m_)) {
+    const auto& list = s.ranks[size_t(rank)];
+    for (int i = 0; i < int(list.size()); ++i) {
+      const Action& a = list[size_t(i)];
+      Pos& p = table_[slot(a.op, a.microbatch, a.chunk)];  // in range: fields() ran first
+      if (p.count == 0) p.first = i;
+      if (p.count == 1) p.second = i;
+      ++p.count;
+    }
+  }
+  const Pos& at(Op op, int j, int c) const { return table_[slot(op, j, c)]; }
+
+ private:
+  static constexpr int kOps = int(Op::recv_grad) + 1;
+  size_t slot(Op op, int j, int c) const { return (size_t(op) * size_t(v_) + size_t(c)) * size_t(m_) + size_t(j); }
+  int m_, v_;
+  std::vector<Pos> table_;
+};
 
 std::string where(const Schedule& s, int rank, int mb, int chunk) {
   return "microbatch " + std::to_string(mb) + " chunk " + std::to_string(chunk) + " (virtual stage " +
@@ -54,89 +81,96 @@ class Checker {
     }
   }
 
-  void index() {
-    pos_.assign(size_t(s_.pp), {});
-    for (int r = 0; r < s_.pp; ++r)
-      for (int i = 0; i < int(s_.ranks[size_t(r)].size()); ++i) {
-        const Action& a = s_.ranks[size_t(r)][size_t(i)];
-        pos_[size_t(r)][{a.op, a.microbatch, a.chunk}].push_back(i);
-      }
-  }
-
-  // Stages 2 and 3: per (rank, chunk, microbatch).
+  // Stages 2 and 3: per (rank, chunk, microbatch); every check reads one rank.
   void compute_and_data() {
-    for (int r = 0; r < s_.pp; ++r)
+    for (int r = 0; r < s_.pp; ++r) {
+      const RankIndex idx(s_, r);
       for (int c = 0; c < s_.virtual_stages; ++c)
-        for (int j = 0; j < s_.total_microbatches(); ++j) slot(r, c, j);
+        for (int j = 0; j < s_.total_microbatches(); ++j) slot(idx, r, c, j);
+    }
     // Every in-range action belongs to one of these slots (fields() rejected
     // the rest), so a stray or duplicated action is always reported here.
   }
 
   void matching() {
-    std::map<MessageKey, std::pair<int, int>> sends, recvs;  // key -> (rank, index)
-    std::map<std::tuple<int, int, bool>, std::vector<std::pair<MessageKey, int>>> sent, received;
+    const size_t n = size_t(num_messages(s_));
+    std::vector<std::pair<int, int>> sends(n, {-1, -1}), recvs(n, {-1, -1});  // -> (rank, index)
+    std::map<std::tuple<int, int, bool>, std::vector<std::pair<int64_t, int>>> sent, received;
     for (int r = 0; r < s_.pp; ++r)
       for (int i = 0; i < int(s_.ranks[size_t(r)].size()); ++i) {
         const Action& a = s_.ranks[size_t(r)][size_t(i)];
         if (is_compute(a.op)) continue;
         const MessageKey k = message_key(s_, r, a);
+        const int64_t id = message_index(s_, k);
         const bool is_send = a.op == Op::send_act || a.op == Op::send_grad;
-        auto& table = is_send ? sends : recvs;
-        if (!table.emplace(k, std::pair{r, i}).second) add(r, i, "the same message appears twice");
-        if (is_send) sent[{r, a.peer, k.grad}].push_back({k, i});
-        else received[{a.peer, r, k.grad}].push_back({k, i});
+        auto& slot = (is_send ? sends : recvs)[size_t(id)];
+        if (slot.first >= 0) add(r, i, "the same message appears twice");
+        slot = {r, i};
+        if (is_send) sent[{r, a.peer, k.grad}].push_back({id, i});
+        else received[{a.peer, r, k.grad}].push_back({id, i});
       }
-    for (const auto& [k, ri] : sends)
-      if (!recvs.count(k)) add(ri.first, ri.second, "no matching receive on the peer");
-    for (const auto& [k, ri] : recvs)
-      if (!sends.count(k)) add(ri.first, ri.second, "no matching send on the peer");
+    for (size_t id = 0; id < n; ++id) {
+      if (sends[id].first >= 0 && recvs[id].first < 0) add(sends[id].first, sends[id].second, "no matching receive on the peer");
+      if (recvs[id].first >= 0 && sends[id].first < 0) add(recvs[id].first, recvs[id].second, "no matching send on the peer");
+    }
     for (const auto& [ch, rx] : received) {
       const auto& tx = sent[ch];
-      for (size_t n = 0; n < rx.size() && n < tx.size(); ++n)
-        if (rx[n].first != tx[n].first) {
-          add(std::get<1>(ch), rx[n].second,
-              "out of order on channel r" + std::to_string(std::get<0>(ch)) + "->r" +
-                  std::to_string(std::get<1>(ch)) + (std::get<2>(ch) ? " (grad)" : " (act)") +
-                  ": the sender's message number " + std::to_string(n) + " is " +
-                  action_str(s_.ranks[size_t(std::get<0>(ch))][size_t(tx[n].second)]));
+      const auto [src, dst, grad] = ch;
+      for (size_t k = 0; k < rx.size() && k < tx.size(); ++k)
+        if (rx[k].first != tx[k].first) {
+          add(dst, rx[k].second,
+              "out of order on channel r" + std::to_string(src) + "->r" + std::to_string(dst) +
+                  (grad ? " (grad)" : " (act)") + ": the sender's message number " + std::to_string(k) + " is " +
+                  action_str(s_.ranks[size_t(src)][size_t(tx[k].second)]));
           break;
         }
     }
   }
 
-  // Stage 5: blocking receives; sends per `mode`.
+  // Stage 5: blocking receives; sends per `mode`. Worklist: a rank runs until
+  // it blocks; completing a message re-queues the peer.
   void deadlock(SendMode mode) {
     const int p = s_.pp;
     std::vector<size_t> at(size_t(p), 0);
-    std::map<MessageKey, bool> posted;  // buffered: message sent
+    std::vector<char> posted(size_t(num_messages(s_)), 0);  // buffered: message sent
     auto head = [&](int r) -> const Action* {
       const auto& l = s_.ranks[size_t(r)];
       return at[size_t(r)] < l.size() ? &l[at[size_t(r)]] : nullptr;
     };
-    auto is_recv = [](Op op) { return op == Op::recv_act || op == Op::recv_grad; };
-    for (bool progress = true; progress;) {
-      progress = false;
-      for (int r = 0; r < p; ++r)
-        while (const Action* a = head(r)) {
-          if (is_compute(a->op)) {
-          } else if (is_recv(a->op)) {
-            if (mode == SendMode::buffered) {
-              if (!posted[message_key(s_, r, *a)]) break;
-            } else {
-              const Action* peer = head(a->peer);
-              if (!peer || is_compute(peer->op) || is_recv(peer->op) ||
-                  message_key(s_, a->peer, *peer) != message_key(s_, r, *a))
-                break;
-              ++at[size_t(a->peer)];  // the rendezvous completes both sides
+    auto is_send = [](Op op) { return op == Op::send_act || op == Op::send_grad; };
+    std::vector<int> work;
+    std::vector<char> queued(size_t(p), 1);
+    for (int r = p - 1; r >= 0; --r) work.push_back(r);
+    auto wake = [&](int r) {
+      if (queued[size_t(r)]) return;
+      queued[size_t(r)] = 1;
+      work.push_back(r);
+    };
+    while (!work.empty()) {
+      const int r = work.back();
+      work.pop_back();
+      queued[size_t(r)] = 0;
+      while (const Action* a = head(r)) {
+        if (!is_compute(a->op)) {
+          const MessageKey k = message_key(s_, r, *a);
+          if (mode == SendMode::buffered) {
+            char& done = posted[size_t(message_index(s_, k))];
+            if (is_send(a->op)) {
+              done = 1;
+              wake(a->peer);
+            } else if (!done) {
+              break;
             }
-          } else if (mode == SendMode::buffered) {
-            posted[message_key(s_, r, *a)] = true;
-          } else {
-            break;  // a rendezvous send completes from its receiver's side
+          } else {  // rendezvous: completes when both sides are at their halves
+            const Action* b = head(a->peer);
+            if (!b || is_compute(b->op) || is_send(b->op) == is_send(a->op) || message_key(s_, a->peer, *b) != k)
+              break;
+            ++at[size_t(a->peer)];
+            wake(a->peer);
           }
-          ++at[size_t(r)];
-          progress = true;
         }
+        ++at[size_t(r)];
+      }
     }
     for (int r = 0; r < p; ++r)
       if (const Action* a = head(r)) {
@@ -155,69 +189,63 @@ class Checker {
  private:
   void add(int r, int i, std::string why) { out_.push_back({r, i, std::move(why)}); }
 
-  const std::vector<int>& at(int r, Op op, int j, int c) {
-    static const std::vector<int> none;
-    auto it = pos_[size_t(r)].find({op, j, c});
-    return it == pos_[size_t(r)].end() ? none : it->second;
-  }
-
   // Exactly one `op` for (j, c) on rank r; returns its index or -1 (reported).
-  int once(int r, Op op, int j, int c, const std::string& role) {
-    const auto& v = at(r, op, j, c);
-    if (v.empty()) add(r, -1, where(s_, r, j, c) + " has no " + std::string(op_name(op)) + role);
-    if (v.size() > 1)
-      add(r, v[1], "second " + std::string(op_name(op)) + " of " + where(s_, r, j, c) +
-                       " (first at action " + std::to_string(v[0]) + ")");
-    return v.empty() ? -1 : v[0];
+  int once(const RankIndex& idx, int r, Op op, int j, int c, const std::string& role) {
+    const Pos& p = idx.at(op, j, c);
+    if (p.count == 0) add(r, -1, where(s_, r, j, c) + " has no " + std::string(op_name(op)) + role);
+    if (p.count > 1)
+      add(r, p.second, "second " + std::string(op_name(op)) + " of " + where(s_, r, j, c) + " (first at action " +
+                           std::to_string(p.first) + ")");
+    return p.first;
   }
-  void none(int r, Op op, int j, int c, const std::string& why) {
-    for (int i : at(r, op, j, c)) add(r, i, why);
+  void none(const RankIndex& idx, int r, Op op, int j, int c, const std::string& why) {
+    if (idx.at(op, j, c).count > 0) add(r, idx.at(op, j, c).first, why);
   }
 
-  void slot(int r, int c, int j) {
+  void slot(const RankIndex& idx, int r, int c, int j) {
     const int vs = s_.virtual_stage(r, c), last = s_.num_virtual_stages() - 1;
     const bool remote = s_.pp > 1;
-    const int f = once(r, Op::forward, j, c, "");
+    const int f = once(idx, r, Op::forward, j, c, "");
     int bin = -1;  // the backward that produces the input gradient (B or BW)
     if (s_.split_backward) {
-      none(r, Op::backward, j, c, "BW in a split-backward schedule (expected B then W)");
-      bin = once(r, Op::backward_input, j, c, "");
-      const int w = once(r, Op::backward_weight, j, c, "");
+      none(idx, r, Op::backward, j, c, "BW in a split-backward schedule (expected B then W)");
+      bin = once(idx, r, Op::backward_input, j, c, "");
+      const int w = once(idx, r, Op::backward_weight, j, c, "");
       if (w >= 0 && bin >= 0 && w < bin) add(r, w, "W before its B (at action " + std::to_string(bin) + ")");
     } else {
-      none(r, Op::backward_input, j, c, "B in a schedule without split backward (expected BW)");
-      none(r, Op::backward_weight, j, c, "W in a schedule without split backward (expected BW)");
-      bin = once(r, Op::backward, j, c, "");
+      none(idx, r, Op::backward_input, j, c, "B in a schedule without split backward (expected BW)");
+      none(idx, r, Op::backward_weight, j, c, "W in a schedule without split backward (expected BW)");
+      bin = once(idx, r, Op::backward, j, c, "");
     }
     if (f >= 0 && bin >= 0 && bin < f)
       add(r, bin, std::string(op_name(s_.ranks[size_t(r)][size_t(bin)].op)) + " before its F (at action " +
                       std::to_string(f) + ")");
     if (vs > 0) {  // input activation
       if (!remote) {
-        const auto& prev = at(r, Op::forward, j, c - 1);
-        if (f >= 0 && !prev.empty() && prev[0] > f)
+        const int prev = idx.at(Op::forward, j, c - 1).first;
+        if (f >= 0 && prev > f)
           add(r, f, "F before the F of virtual stage " + std::to_string(vs - 1) + " that feeds it");
       } else {
-        const int rx = once(r, Op::recv_act, j, c, " (its F's input)");
+        const int rx = once(idx, r, Op::recv_act, j, c, " (its F's input)");
         if (rx >= 0 && f >= 0 && rx > f) add(r, f, "F before the RECV_ACT of its input (at action " + std::to_string(rx) + ")");
       }
     }
     if (vs < last) {  // output gradient
       if (!remote) {
         const Op bop = s_.split_backward ? Op::backward_input : Op::backward;
-        const auto& next = at(r, bop, j, c + 1);
-        if (bin >= 0 && !next.empty() && next[0] > bin)
+        const int next = idx.at(bop, j, c + 1).first;
+        if (bin >= 0 && next > bin)
           add(r, bin, "backward before the backward of virtual stage " + std::to_string(vs + 1) + " that feeds it");
       } else {
-        const int rx = once(r, Op::recv_grad, j, c, " (its backward's output gradient)");
+        const int rx = once(idx, r, Op::recv_grad, j, c, " (its backward's output gradient)");
         if (rx >= 0 && bin >= 0 && rx > bin)
           add(r, bin, "backward before the RECV_GRAD of its gradient (at action " + std::to_string(rx) + ")");
-        const int tx = once(r, Op::send_act, j, c, " (its F's output)");
+        const int tx = once(idx, r, Op::send_act, j, c, " (its F's output)");
         if (tx >= 0 && f >= 0 && tx < f) add(r, tx, "SEND_ACT before the F that produces it (at action " + std::to_string(f) + ")");
       }
     }
     if (vs > 0 && remote) {
-      const int tx = once(r, Op::send_grad, j, c, " (its input gradient)");
+      const int tx = once(idx, r, Op::send_grad, j, c, " (its input gradient)");
       if (tx >= 0 && bin >= 0 && tx < bin)
         add(r, tx, "SEND_GRAD before the backward that produces it (at action " + std::to_string(bin) + ")");
     }
@@ -225,7 +253,6 @@ class Checker {
 
   const Schedule& s_;
   std::vector<Issue>& out_;
-  std::vector<Positions> pos_;
 };
 
 }  // namespace
@@ -249,7 +276,6 @@ std::vector<Issue> find_issues(const Schedule& s, SendMode mode) {
   Checker c(s, out);
   c.fields();
   if (!out.empty()) return out;
-  c.index();
   c.compute_and_data();
   if (!out.empty()) return out;
   c.matching();

@@ -1,111 +1,142 @@
-// Naive causal multi-head attention (Vaswani et al. 2017, eq. 1) keeping the
-// full (T,T) probability matrix per head: the simple, obviously-correct form
-// the blockwise kernels and ring attention are checked against.
+// Causal multi-head attention (Vaswani et al. 2017, eq. 1) that materializes
+// the (T,T) probabilities per head: the reference form the blockwise kernels
+// and ring attention are checked against. Q K^T, P V and the backward products
+// run on BLAS over row blocks of queries; a block of rows [r0, r1) only touches
+// keys [0, r1), so causality costs ~half the flops of a full product.
 // Invariants: softmax subtracts the row max; the forward output uses the
-// probabilities in A (att stores them rounded to T); the backward sums all
-// contributions to one batch's dqkv in A and adds them once.
+// probabilities in A (att stores them rounded to T); every product is computed
+// in A (fp32 copies for bf16) and one batch's dqkv is summed in A and added
+// once. Deterministic for a fixed BLAS thread count.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
 
 namespace pb::kernels {
 
 using detail::add_into;
+using detail::gemm;
 using detail::load;
 using detail::store;
+
+namespace {
+
+constexpr int kRowBlock = 128;
+
+// A (rows, cols) matrix of A elements with row stride ld.
+template <class A>
+struct View {
+  const A* p;
+  int ld;
+};
+
+// The A-typed view of rows x cols elements at src (row stride ld): src itself
+// for float/double, an fp32 copy in buf for bf16.
+template <class T>
+View<acc_t<T>> view(const T* src, int rows, int cols, int ld, std::vector<acc_t<T>>& buf) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    buf.resize(size_t(rows) * cols);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) buf[size_t(r) * cols + c] = load(src[size_t(r) * ld + c]);
+    return {buf.data(), cols};
+  } else {
+    return {src, ld};
+  }
+}
+
+// Row t of S (scores, length >= r1) becomes causal softmax probabilities over
+// keys [0, t]; keys (t, r1) are zeroed.
+template <class A>
+void softmax_row(A* s, int t, int r1, A scale) {
+  A mx = -std::numeric_limits<A>::infinity();
+  for (int j = 0; j <= t; ++j) mx = std::max(mx, s[j] * scale);
+  A sum = 0;
+  for (int j = 0; j <= t; ++j) {
+    s[j] = std::exp(s[j] * scale - mx);
+    sum += s[j];
+  }
+  const A inv = A(1) / sum;
+  for (int j = 0; j <= t; ++j) s[j] *= inv;
+  for (int j = t + 1; j < r1; ++j) s[j] = A(0);
+}
+
+}  // namespace
 
 template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
   using A = acc_t<T>;
   const int hs = C / NH, C3 = 3 * C;
   const A scale = A(1) / std::sqrt(A(hs));
-  std::vector<A> p(static_cast<size_t>(Tn)), o(static_cast<size_t>(hs));
-  for (int b = 0; b < B; ++b) {
-    const T* base = qkv + size_t(b) * Tn * C3;
-    for (int t = 0; t < Tn; ++t) {
-      for (int h = 0; h < NH; ++h) {
-        const T* q = base + size_t(t) * C3 + h * hs;
-        A mx = -std::numeric_limits<A>::infinity();
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const T* k = base + size_t(t2) * C3 + C + h * hs;
-          A s = 0;
-          for (int i = 0; i < hs; ++i) s += load(q[i]) * load(k[i]);
-          p[t2] = s * scale;
-          mx = std::max(mx, p[t2]);
+  std::vector<A> S(size_t(Tn) * Tn), O(size_t(Tn) * hs), qb, kb, vb;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const T* base = qkv + size_t(b) * Tn * C3 + h * hs;
+      const auto q = view(base, Tn, hs, C3, qb), k = view(base + C, Tn, hs, C3, kb),
+                 v = view(base + 2 * C, Tn, hs, C3, vb);
+      T* a = att + (size_t(b) * NH + h) * Tn * Tn;
+      for (int r0 = 0; r0 < Tn; r0 += kRowBlock) {
+        const int r1 = std::min(Tn, r0 + kRowBlock), rb = r1 - r0;
+        A* s = S.data() + size_t(r0) * Tn;
+        gemm(false, true, rb, r1, hs, q.p + size_t(r0) * q.ld, q.ld, k.p, k.ld, A(0), s, Tn);
+        for (int t = r0; t < r1; ++t) {
+          A* row = S.data() + size_t(t) * Tn;
+          softmax_row(row, t, r1, scale);
+          T* arow = a + size_t(t) * Tn;
+          for (int j = 0; j < Tn; ++j) arow[j] = store<T>(j <= t ? row[j] : A(0));
         }
-        A sum = 0;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          p[t2] = std::exp(p[t2] - mx);
-          sum += p[t2];
-        }
-        T* arow = att + ((size_t(b) * NH + h) * Tn + t) * Tn;
-        std::fill(o.begin(), o.end(), A(0));
-        for (int t2 = 0; t2 < Tn; ++t2) {
-          if (t2 > t) {
-            arow[t2] = store<T>(A(0));
-            continue;
-          }
-          const A w = p[t2] / sum;
-          arow[t2] = store<T>(w);
-          const T* v = base + size_t(t2) * C3 + 2 * C + h * hs;
-          for (int i = 0; i < hs; ++i) o[i] += w * load(v[i]);
-        }
-        T* orow = out + (size_t(b) * Tn + t) * C + h * hs;
-        for (int i = 0; i < hs; ++i) orow[i] = store<T>(o[i]);
+        gemm(false, false, rb, hs, r1, s, Tn, v.p, v.ld, A(0), O.data() + size_t(r0) * hs, hs);
       }
+      T* o = out + size_t(b) * Tn * C + h * hs;
+      for (int t = 0; t < Tn; ++t)
+        for (int c = 0; c < hs; ++c) o[size_t(t) * C + c] = store<T>(O[size_t(t) * hs + c]);
     }
-  }
 }
 
-// Per (b, t, h) with P = att row, dP_j = dout . v_j:
-//   dv_j += P_j dout;  dS_j = P_j (dP_j - sum_k P_k dP_k);
-//   dq += scale sum_j dS_j k_j;  dk_j += scale dS_j q.
+// Per head, with P = att, dO = dout: dV = P^T dO; dP = dO V^T;
+// dS = P o (dP - rowsum(P o dP)) * scale; dQ = dS K; dK = dS^T Q.
 template <class T>
 void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
                         int C, int NH) {
   using A = acc_t<T>;
   const int hs = C / NH, C3 = 3 * C;
   const A scale = A(1) / std::sqrt(A(hs));
-  std::vector<A> g(size_t(Tn) * C3), dp(static_cast<size_t>(Tn));
+  std::vector<A> g(size_t(Tn) * C3), dS(size_t(Tn) * Tn), qb, kb, vb, ob, pb;
   for (int b = 0; b < B; ++b) {
-    const T* base = qkv + size_t(b) * Tn * C3;
     std::fill(g.begin(), g.end(), A(0));
-    for (int t = 0; t < Tn; ++t) {
-      for (int h = 0; h < NH; ++h) {
-        const T* arow = att + ((size_t(b) * NH + h) * Tn + t) * Tn;
-        const T* dy = dout + (size_t(b) * Tn + t) * C + h * hs;
-        const T* q = base + size_t(t) * C3 + h * hs;
-        A pdp = 0;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const T* v = base + size_t(t2) * C3 + 2 * C + h * hs;
-          A* dv = g.data() + size_t(t2) * C3 + 2 * C + h * hs;
-          const A w = load(arow[t2]);
-          A d = 0;
-          for (int i = 0; i < hs; ++i) {
-            d += load(dy[i]) * load(v[i]);
-            dv[i] += w * load(dy[i]);
+    for (int h = 0; h < NH; ++h) {
+      const T* base = qkv + size_t(b) * Tn * C3 + h * hs;
+      const auto q = view(base, Tn, hs, C3, qb), k = view(base + C, Tn, hs, C3, kb),
+                 v = view(base + 2 * C, Tn, hs, C3, vb),
+                 dO = view(dout + size_t(b) * Tn * C + h * hs, Tn, hs, C, ob),
+                 P = view(att + (size_t(b) * NH + h) * Tn * Tn, Tn, Tn, Tn, pb);
+      A* gq = g.data() + h * hs;
+      A* gk = gq + C;
+      A* gv = gq + 2 * C;
+      for (int r0 = 0; r0 < Tn; r0 += kRowBlock) {
+        const int r1 = std::min(Tn, r0 + kRowBlock), rb = r1 - r0;
+        const A* p = P.p + size_t(r0) * P.ld;
+        A* ds = dS.data() + size_t(r0) * Tn;
+        gemm(true, false, r1, hs, rb, p, P.ld, dO.p + size_t(r0) * dO.ld, dO.ld, A(1), gv, C3);
+        gemm(false, true, rb, r1, hs, dO.p + size_t(r0) * dO.ld, dO.ld, v.p, v.ld, A(0), ds, Tn);
+        for (int t = r0; t < r1; ++t) {
+          const A* prow = P.p + size_t(t) * P.ld;
+          A* row = dS.data() + size_t(t) * Tn;
+          if (datt) {
+            T* drow = datt + ((size_t(b) * NH + h) * Tn + t) * Tn;
+            for (int j = 0; j < Tn; ++j) drow[j] = store<T>(j <= t ? row[j] : A(0));
           }
-          dp[t2] = d;
-          pdp += w * d;
+          A pdp = 0;
+          for (int j = 0; j <= t; ++j) pdp += prow[j] * row[j];
+          for (int j = 0; j <= t; ++j) row[j] = prow[j] * (row[j] - pdp) * scale;
+          for (int j = t + 1; j < r1; ++j) row[j] = A(0);
         }
-        if (datt) {
-          T* drow = datt + ((size_t(b) * NH + h) * Tn + t) * Tn;
-          for (int t2 = 0; t2 < Tn; ++t2) drow[t2] = store<T>(t2 <= t ? dp[t2] : A(0));
-        }
-        A* dq = g.data() + size_t(t) * C3 + h * hs;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const A ds = load(arow[t2]) * (dp[t2] - pdp) * scale;
-          const T* k = base + size_t(t2) * C3 + C + h * hs;
-          A* dk = g.data() + size_t(t2) * C3 + C + h * hs;
-          for (int i = 0; i < hs; ++i) {
-            dq[i] += ds * load(k[i]);
-            dk[i] += ds * load(q[i]);
-          }
-        }
+        gemm(false, false, rb, hs, r1, ds, Tn, k.p, k.ld, A(1), gq + size_t(r0) * C3, C3);
+        gemm(true, false, r1, hs, rb, ds, Tn, q.p + size_t(r0) * q.ld, q.ld, A(1), gk, C3);
       }
     }
     T* dst = dqkv + size_t(b) * Tn * C3;

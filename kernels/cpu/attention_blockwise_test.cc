@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/test_util.h"
@@ -178,6 +179,33 @@ TEST(AttentionBlockwise, EqualsNaiveForEveryBlockSize) {
     EXPECT_LE(rel_err(blockwise<double>(s, bs, &g), out), 1e-13) << "bs " << bs;
     EXPECT_LE(rel_err(g, dqkv), 1e-13) << "bs " << bs;
   }
+}
+
+// T = 300 spans three of the naive kernel's 128-row BLAS blocks (the last one
+// partial), so its block-boundary bookkeeping is compared too; fp64 and bf16.
+template <class T>
+void expect_long_sequence_matches() {
+  const int b = 1, t = 300, c = 16, nh = 2;
+  const auto qkv = bf16_exact(size_t(b) * t * 3 * c, 8, -1.5, 1.5), R = bf16_exact(size_t(b) * t * c, 9),
+             d0 = bf16_exact(size_t(b) * t * 3 * c, 10);
+  auto q = to<T>(qkv), dout = to<T>(R);
+  std::vector<T> out(size_t(b) * t * c), att(size_t(b) * nh * t * t), datt(att.size()), out2(out.size());
+  std::vector<acc_t<T>> lse(size_t(b) * nh * t);
+  auto g1 = to<T>(d0), g2 = to<T>(d0);
+  attention_forward(out.data(), att.data(), q.data(), b, t, c, nh);
+  attention_backward(g1.data(), datt.data(), dout.data(), q.data(), att.data(), b, t, c, nh);
+  attention_forward_blockwise(out2.data(), lse.data(), q.data(), b, t, c, nh, 64);
+  attention_backward_blockwise(g2.data(), dout.data(), out2.data(), q.data(), lse.data(), b, t, c, nh, 64);
+  // fp64: both exact up to summation order. bf16: both round once from fp32,
+  // the naive backward also re-reads att rounded to bf16 (see kBf16Tol).
+  const double tol = std::is_same_v<T, double> ? 1e-13 : kBf16Tol;
+  EXPECT_LE(rel_err(to_double(out2), to_double(out)), tol);
+  EXPECT_LE(rel_err(minus(to_double(g2), d0), minus(to_double(g1), d0)), 2 * tol);
+}
+
+TEST(AttentionBlockwise, LongSequenceEqualsNaive) {
+  expect_long_sequence_matches<double>();
+  expect_long_sequence_matches<bf16>();
 }
 
 TEST(AttentionBlockwise, BackwardMatchesFiniteDifferences) {

@@ -10,30 +10,20 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
 
 namespace pb::kernels {
 
 using detail::add_into;
+using detail::gemm;
 using detail::load;
 using detail::store;
 
 void set_blas_threads(int n) { openblas_set_num_threads(std::max(1, n)); }
 
 namespace {
-
-// C (M,N) = alpha * op(A) op(B) + beta * C, row-major.
-void gemm(bool ta, bool tb, int M, int N, int K, const double* a, int lda, const double* b,
-          int ldb, double beta, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-              K, 1.0, a, lda, b, ldb, beta, c, ldc);
-}
-void gemm(bool ta, bool tb, int M, int N, int K, const float* a, int lda, const float* b, int ldb,
-          float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-              K, 1.0f, a, lda, b, ldb, beta, c, ldc);
-}
 
 float* to_float(float* dst, const bf16* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);

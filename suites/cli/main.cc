@@ -28,8 +28,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Registry reg;
   // PARABENCH_COMMANDS (one line per command)
+  register_plan(app, reg, env);
+  register_report(app, reg, env);
+  register_gate(app, reg, env);
+  register_schedule(app, reg, env);
   register_train(app, reg, env);
   register_export(app, reg, env);
+  register_check(app, reg, env);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,202 @@
+// The local backend's collectives (protocol and race-freedom argument in
+// comm_local.h). Shares of work: all_reduce and reduce: member r reduces
+// chunk r (balanced split) of every input and writes it to every output (to
+// the root's, for reduce); reduce_scatter: member r reduces block r into its
+// own output; all_gather, broadcast, all_to_all: member r pulls what it
+// receives into its own output.
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "harness/comm_local.h"
+
+namespace pb::local {
+namespace {
+
+constexpr size_t kBlock = 1024;  // elements reduced per step; the accumulators stay in L1
+
+// dst[0..nd)[b, e) = op over src[0..ns)[b, e) in source order; fp32 accumulation for bf16.
+template <class T>
+void reduce_range(const T* const* src, int ns, T* const* dst, int nd, size_t b, size_t e, ReduceOp op) {
+  using A = acc_t<T>;
+  A acc[kBlock];
+  for (size_t i0 = b; i0 < e; i0 += kBlock) {
+    const size_t len = std::min(kBlock, e - i0);
+    const T* s0 = src[0] + i0;
+    for (size_t k = 0; k < len; ++k) acc[k] = static_cast<A>(s0[k]);
+    for (int j = 1; j < ns; ++j) {
+      const T* s = src[j] + i0;
+      if (op == ReduceOp::max) {
+        for (size_t k = 0; k < len; ++k) {
+          A v = static_cast<A>(s[k]);
+          acc[k] = v > acc[k] ? v : acc[k];
+        }
+      } else {
+        for (size_t k = 0; k < len; ++k) acc[k] += static_cast<A>(s[k]);
+      }
+    }
+    if (op == ReduceOp::avg)
+      for (size_t k = 0; k < len; ++k) acc[k] = acc[k] / static_cast<A>(ns);
+    T* d0 = dst[0] + i0;
+    for (size_t k = 0; k < len; ++k) d0[k] = cast<T>(acc[k]);
+    for (int j = 1; j < nd; ++j)
+      if (dst[j] + i0 != d0) std::memcpy(dst[j] + i0, d0, len * sizeof(T));
+  }
+}
+
+template <class T> const T* in(const Slot& s) { return static_cast<const T*>(s.desc->send); }
+template <class T> T* out(const Slot& s) { return static_cast<T*>(s.desc->recv); }
+
+template <class T>
+void do_all_reduce(Group& g, int me, const OpDesc& d) {
+  std::vector<const T*> src(size_t(g.n));
+  std::vector<T*> dst(size_t(g.n));
+  for (int j = 0; j < g.n; ++j) src[size_t(j)] = in<T>(g.slots[size_t(j)]), dst[size_t(j)] = out<T>(g.slots[size_t(j)]);
+  reduce_range(src.data(), g.n, dst.data(), g.n, chunk_begin(d.count, g.n, me), chunk_begin(d.count, g.n, me + 1),
+               d.redop);
+}
+
+template <class T>
+void do_reduce(Group& g, int me, const OpDesc& d) {
+  std::vector<const T*> src(size_t(g.n));
+  for (int j = 0; j < g.n; ++j) src[size_t(j)] = in<T>(g.slots[size_t(j)]);
+  T* dst = out<T>(g.slots[size_t(d.root)]);
+  reduce_range(src.data(), g.n, &dst, 1, chunk_begin(d.count, g.n, me), chunk_begin(d.count, g.n, me + 1), d.redop);
+}
+
+template <class T>
+void do_reduce_scatter(Group& g, int me, const OpDesc& d) {
+  const size_t off = block_offset(d.counts, me);
+  std::vector<const T*> src(size_t(g.n));
+  for (int j = 0; j < g.n; ++j) src[size_t(j)] = in<T>(g.slots[size_t(j)]) + off;
+  T* dst = static_cast<T*>(d.recv);
+  reduce_range(src.data(), g.n, &dst, 1, 0, d.counts[size_t(me)], d.redop);
+}
+
+void copy(void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) std::memcpy(dst, src, bytes);
+}
+
+void do_all_gather(Group& g, int me, const OpDesc& d) {
+  const size_t es = d.elem_size();
+  auto* dst = static_cast<std::byte*>(d.recv);
+  size_t off = 0;
+  for (int j = 0; j < g.n; ++j) {
+    copy(dst + off * es, g.slots[size_t(j)].desc->send, d.counts[size_t(j)] * es);
+    off += d.counts[size_t(j)];
+  }
+}
+
+// Pulls block `me` of every member's send into my recv (or into `stage`).
+void do_all_to_all(Group& g, int me, const OpDesc& d, std::byte* stage) {
+  const size_t es = d.elem_size();
+  auto* dst = stage ? stage : static_cast<std::byte*>(d.recv);
+  size_t off = 0;
+  for (int j = 0; j < g.n; ++j) {
+    const OpDesc& o = *g.slots[size_t(j)].desc;
+    if (o.counts[size_t(me)] != d.recv_counts[size_t(j)])
+      throw std::logic_error(g.name + ".all_to_all: rank " + std::to_string(g.world_ranks[size_t(j)]) + " sends " +
+                             std::to_string(o.counts[size_t(me)]) + " elements to rank " +
+                             std::to_string(g.world_ranks[size_t(me)]) + ", which expects " +
+                             std::to_string(d.recv_counts[size_t(j)]));
+    const auto* src = static_cast<const std::byte*>(o.send) + block_offset(o.counts, me) * es;
+    copy(dst + off * es, src, d.recv_counts[size_t(j)] * es);
+    off += d.recv_counts[size_t(j)];
+  }
+}
+
+// Every member must have entered the same call.
+void check_match(const Group& g, int me, const OpDesc& d) {
+  const OpDesc& o = *g.slots[0].desc;
+  bool same = o.op == d.op && o.dtype == d.dtype;
+  if (same && (d.op == CommOp::all_reduce || d.op == CommOp::reduce || d.op == CommOp::reduce_scatter))
+    same = o.redop == d.redop;
+  if (same && (d.op == CommOp::all_reduce || d.op == CommOp::reduce || d.op == CommOp::broadcast))
+    same = o.count == d.count;
+  if (same && (d.op == CommOp::reduce || d.op == CommOp::broadcast)) same = o.root == d.root;
+  if (same && (d.op == CommOp::reduce_scatter || d.op == CommOp::all_gather)) same = o.counts == d.counts;
+  if (!same)
+    throw std::logic_error(g.name + ": rank " + std::to_string(g.world_ranks[size_t(me)]) + " called " +
+                           std::string(comm_op_name(d.op)) + "(" + std::string(dtype_name(d.dtype)) +
+                           ", count " + std::to_string(d.count) + ", root " + std::to_string(d.root) +
+                           ") while rank " + std::to_string(g.world_ranks[0]) + " called " +
+                           std::string(comm_op_name(o.op)) + "(" + std::string(dtype_name(o.dtype)) + ", count " +
+                           std::to_string(o.count) + ", root " + std::to_string(o.root) + ")");
+}
+
+}  // namespace
+
+void run_collective(Group& g, int me, const OpDesc& d, const ChaosPoint& cp) {
+  const auto name = comm_op_name(d.op);
+  if (cp.chaos) chaos_delay(*cp.chaos, cp.world_rank, g.name, cp.seq, 0);
+  if (d.op == CommOp::barrier) {
+    g.rv.arrive_and_wait(me, g.name, name);
+    return;
+  }
+  g.slots[size_t(me)].desc = &d;
+  g.rv.arrive_and_wait(me, g.name, name);
+  check_match(g, me, d);
+  if (cp.chaos) chaos_delay(*cp.chaos, cp.world_rank, g.name, cp.seq, 1);
+  switch (d.op) {
+    case CommOp::all_reduce:
+      dispatch_dtype(d.dtype, [&](auto t) { do_all_reduce<decltype(t)>(g, me, d); });
+      break;
+    case CommOp::reduce:
+      dispatch_dtype(d.dtype, [&](auto t) { do_reduce<decltype(t)>(g, me, d); });
+      break;
+    case CommOp::reduce_scatter:
+      dispatch_dtype(d.dtype, [&](auto t) { do_reduce_scatter<decltype(t)>(g, me, d); });
+      break;
+    case CommOp::all_gather: do_all_gather(g, me, d); break;
+    case CommOp::broadcast:
+      copy(d.recv, g.slots[size_t(d.root)].desc->send, d.count * d.elem_size());
+      break;
+    case CommOp::all_to_all: {
+      bool any_in_place = false;
+      for (const auto& s : g.slots) any_in_place = any_in_place || s.desc->send == s.desc->recv;
+      if (!any_in_place) {
+        do_all_to_all(g, me, d, nullptr);
+        break;
+      }
+      size_t total = 0;
+      for (size_t c : d.recv_counts) total += c;
+      std::vector<std::byte> stage(total * d.elem_size());
+      do_all_to_all(g, me, d, stage.data());
+      g.rv.arrive_and_wait(me, g.name, name);  // every member has read every send buffer
+      copy(d.recv, stage.data(), stage.size());
+      break;
+    }
+    default: throw std::logic_error("run_collective: not a collective: " + std::string(name));
+  }
+  g.rv.arrive_and_wait(me, g.name, name);
+}
+
+std::shared_ptr<Group> split_group(Group& g, int me, int color, int key, const std::string& name, int* new_rank) {
+  Slot& mine = g.slots[size_t(me)];
+  mine.color = color;
+  mine.key = key;
+  mine.made.reset();
+  g.rv.arrive_and_wait(me, g.name, "split");
+  std::vector<int> members;
+  if (color >= 0) {
+    for (int j = 0; j < g.n; ++j)
+      if (g.slots[size_t(j)].color == color) members.push_back(j);
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return g.slots[size_t(a)].key < g.slots[size_t(b)].key; });
+    if (members[0] == me) {
+      std::vector<int> wr;
+      for (int j : members) wr.push_back(g.world_ranks[size_t(j)]);
+      mine.made = std::make_shared<Group>(g.world, name, std::move(wr));
+    }
+  }
+  g.rv.arrive_and_wait(me, g.name, "split");
+  std::shared_ptr<Group> made;
+  if (color >= 0) {
+    made = g.slots[size_t(members[0])].made;
+    *new_rank = int(std::find(members.begin(), members.end(), me) - members.begin());
+  }
+  g.rv.arrive_and_wait(me, g.name, "split");  // the leader's slot is read before it is reused
+  return made;
+}
+
+}  // namespace pb::local

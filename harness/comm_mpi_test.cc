@@ -1,0 +1,1 @@
+// placeholder (lead's build), replaced by comm

@@ -1,0 +1,1 @@
+int main() { return 0; }  // placeholder (lead's build), replaced by comm

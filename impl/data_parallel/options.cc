@@ -1,0 +1,116 @@
+#include "impl/data_parallel/options.h"
+
+#include "harness/status.h"
+
+namespace pb::dp {
+
+namespace {
+const std::vector<std::pair<Fault, std::string>>& fault_names() {
+  static const std::vector<std::pair<Fault, std::string>> names = {
+      {Fault::grad_not_averaged, "grad_not_averaged"},
+      {Fault::skip_bucket, "skip_bucket"},
+      {Fault::sync_wrong_microbatch, "sync_wrong_microbatch"},
+      {Fault::wrong_shard_offset, "wrong_shard_offset"},
+      {Fault::stale_params, "stale_params"},
+      {Fault::skip_grad_reduce, "skip_grad_reduce"},
+      {Fault::skip_replica_reduce, "skip_replica_reduce"},
+      {Fault::no_copy_back, "no_copy_back"}};
+  return names;
+}
+}  // namespace
+
+std::string fault_name(Fault f) {
+  for (const auto& [k, n] : fault_names())
+    if (k == f) return n;
+  return "?";
+}
+
+Fault parse_fault(const std::string& s) {
+  std::string known;
+  for (const auto& [k, n] : fault_names()) {
+    if (n == s) return k;
+    known += (known.empty() ? "" : ", ") + n;
+  }
+  throw InputError("strategy.faults: unknown fault '" + s + "' (known: " + known + ")");
+}
+
+std::vector<Fault> faults_for(Shard s, Offload o) {
+  std::vector<Fault> f;
+  switch (s) {
+    case Shard::none:
+      f = {Fault::grad_not_averaged, Fault::skip_bucket, Fault::sync_wrong_microbatch};
+      break;
+    case Shard::zero1:
+    case Shard::zero2:
+    case Shard::zero3:
+      f = {Fault::grad_not_averaged, Fault::wrong_shard_offset, Fault::stale_params,
+           Fault::skip_grad_reduce};
+      break;
+    case Shard::hsdp:
+    case Shard::hzero:
+      f = {Fault::grad_not_averaged, Fault::wrong_shard_offset, Fault::skip_grad_reduce,
+           Fault::skip_replica_reduce};
+      break;
+  }
+  if (o == Offload::optimizer) f.push_back(Fault::no_copy_back);
+  return f;
+}
+
+std::string DpOptions::describe() const {
+  std::string s = std::string(shard_name(shard)) + " dp" + std::to_string(dp);
+  if (offload == Offload::optimizer) s += " offload";
+  if (shard == Shard::none) s += overlap ? " overlap" : " no-overlap";
+  if (shard == Shard::hsdp) s += " F" + std::to_string(shard_group);
+  for (Fault f : faults) s += " fault:" + fault_name(f);
+  return s;
+}
+
+DpOptions read_dp_options(ConfigReader& r) {
+  DpOptions o;
+  o.dp = r.get<int>("strategy.dp", 1, Bounds::positive());
+  o.shard = parse_shard(r.get<std::string>("strategy.shard", "none"), "strategy.shard");
+  std::string off = r.get_enum("strategy.offload", "none", {"none", "optimizer"});
+  o.offload = off == "optimizer" ? Offload::optimizer : Offload::none;
+  o.bucket_bytes = int64_t(r.get<double>("strategy.bucket_mb", 25.0, Bounds::positive()) *
+                           double(1 << 20));
+  o.overlap = r.get<bool>("strategy.overlap", true);
+  o.prefetch = r.get<int>("strategy.prefetch", 1, Bounds::closed(0, 4));
+  o.reshard_after_forward = r.get<bool>("strategy.reshard_after_forward", true);
+  o.shard_group = r.get<int>("strategy.shard_group", 0, Bounds::non_negative());
+  o.ranks_per_node = r.get<int>("strategy.ranks_per_node", 0, Bounds::non_negative());
+  for (const auto& f : r.get<std::vector<std::string>>("strategy.faults", {}))
+    o.faults.insert(parse_fault(f));
+  validate(o);
+  return o;
+}
+
+void validate(const DpOptions& o) {
+  require(o.dp > 0, "strategy.dp: must be > 0");
+  require(o.bucket_bytes > 0, "strategy.bucket_mb: must be > 0");
+  if (o.ranks_per_node)
+    require(o.dp % o.ranks_per_node == 0,
+            "strategy.ranks_per_node: must divide strategy.dp (" + std::to_string(o.dp) + ")");
+  if (o.shard == Shard::hsdp) {
+    int f = o.shard_group ? o.shard_group : (o.ranks_per_node ? o.ranks_per_node : o.dp);
+    require(o.dp % f == 0, "strategy.shard_group: must divide strategy.dp (" +
+                               std::to_string(o.dp) + "), got " + std::to_string(f));
+  }
+  if (o.shard == Shard::hzero)
+    require(o.ranks_per_node > 0 && o.ranks_per_node < o.dp,
+            "strategy.ranks_per_node: hzero needs more than one node (0 < ranks_per_node < dp)");
+}
+
+DataAxis data_axis(const DpOptions& o, Precision p, int microbatches) {
+  DataAxis a;
+  a.dp = o.dp;
+  a.shard = o.shard;
+  a.shard_group = o.shard_group;
+  a.offload = o.offload;
+  a.precision = p;
+  a.ranks_per_node = o.ranks_per_node;
+  a.grad_accum = microbatches;
+  a.reshard_after_forward = o.reshard_after_forward;
+  return a;
+}
+
+}  // namespace pb::dp

@@ -1,0 +1,54 @@
+// Options of the data axis as a run uses them (the [strategy] table), and the
+// test-only faults each strategy ships so the checker's teeth can be tested.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "harness/config.h"
+#include "impl/data_parallel/cost.h"
+
+namespace pb::dp {
+
+// Injected faults (test-only): each must make the conformance engine fail.
+enum class Fault : uint8_t {
+  grad_not_averaged,     // DDP/ZeRO: loss gradient scaled by local, not global, tokens
+  skip_bucket,           // DDP: the first gradient bucket is never all-reduced
+  sync_wrong_microbatch, // DDP: communicate on the first microbatch instead of the last
+  wrong_shard_offset,    // ZeRO: the optimizer steps the neighbour's slice
+  stale_params,          // ZeRO-1/2: no all-gather after the update; ZeRO-3: backward
+                         //   uses the previous unit's gathered buffer
+  skip_grad_reduce,      // ZeRO: one unit's gradient is not reduce-scattered
+  skip_replica_reduce,   // HSDP / hZeRO: the cross-replica (inter-node) reduction is skipped
+  no_copy_back,          // offload: device params are not refreshed from the host master
+};
+std::string fault_name(Fault f);
+Fault parse_fault(const std::string& s);  // InputError naming strategy.fault
+std::vector<Fault> faults_for(Shard s, Offload o);  // the faults that apply
+
+struct DpOptions {
+  int dp = 1;
+  Shard shard = Shard::none;
+  Offload offload = Offload::none;
+  int64_t bucket_bytes = 25 << 20;  // DDP bucket size (PyTorch's 25 MiB default)
+  bool overlap = true;              // DDP: all-reduce buckets during backward
+  int prefetch = 1;                 // ZeRO-3: units gathered ahead
+  bool reshard_after_forward = true;  // ZeRO-3: free gathered blocks after forward
+  int shard_group = 0;              // HSDP: F ranks per shard group (0: ranks per node)
+  int ranks_per_node = 0;           // 0: all ranks on one node
+  std::set<Fault> faults;
+
+  bool has(Fault f) const { return faults.count(f) > 0; }
+  std::string describe() const;     // e.g. "zero3 dp4 prefetch1"
+};
+
+// Reads [strategy]: dp, shard, offload, bucket_mb, overlap, prefetch,
+// reshard_after_forward, shard_group, ranks_per_node, faults.
+DpOptions read_dp_options(ConfigReader& r);
+void validate(const DpOptions& o);
+
+// The cost-model view of these options.
+DataAxis data_axis(const DpOptions& o, Precision p, int microbatches);
+
+}  // namespace pb::dp

@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""parabench report DIR: plots and one self-contained HTML report from a run.
+
+Reads every CSV in DIR: results rows (a `kind` column: train_step,
+conformance, collective, sweep, plan; results/SCHEMA.md) and pipeline
+timelines (columns rank,action,microbatch,chunk,start,end). Writes the PNGs and
+report.html (PNGs embedded as base64, so the file stands alone) into --out
+(default DIR). A plot whose data is absent is skipped with a note in the
+report. Run with /usr/bin/python3; the backend is Agg (headless) always.
+"""
+import argparse
+import base64
+import csv
+import datetime
+import html
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_checks  # noqa: E402
+import report_plots  # noqa: E402
+
+KINDS = ("train_step", "conformance", "collective", "sweep", "plan")
+TIMELINE = ["rank", "action", "microbatch", "chunk", "start", "end"]
+
+
+def load(run_dir):
+    """{kind: [row dict]}, plus 'timelines': [(name, rows)] and 'ignored': [file]."""
+    run = {k: [] for k in KINDS}
+    run["timelines"], run["ignored"] = [], []
+    files = sorted(f for f in os.listdir(run_dir) if f.endswith(".csv"))
+    for f in files:
+        path = os.path.join(run_dir, f)
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            rows = list(reader)
+        if header[:len(TIMELINE)] == TIMELINE:
+            run["timelines"].append((os.path.splitext(f)[0], rows))
+        elif "kind" in header:
+            for r in rows:
+                if r.get("kind") in KINDS:
+                    run[r["kind"]].append(r)
+        else:
+            run["ignored"].append(f)
+    return run
+
+
+def fmt(v, pct=False):
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return html.escape(v)
+    if pct:
+        return "%+.1f%%" % v
+    return "%.4g" % v if isinstance(v, float) else str(v)
+
+
+def table(head, rows, pct_cols=()):
+    h = "".join("<th>%s</th>" % html.escape(c) for c in head)
+    body = []
+    for r in rows:
+        cells = []
+        for i, v in enumerate(r):
+            cls = ' class="fail"' if isinstance(v, str) and v.startswith("FAIL") else ""
+            cells.append("<td%s>%s</td>" % (cls, fmt(v, i in pct_cols)))
+        body.append("<tr>%s</tr>" % "".join(cells))
+    return "<table><tr>%s</tr>%s</table>" % (h, "".join(body))
+
+
+STYLE = """body{font-family:sans-serif;max-width:1250px;margin:auto;padding:1em;color:#222}
+img{max-width:100%;border:1px solid #ddd;margin:.4em 0}table{border-collapse:collapse;margin:.6em 0;font-size:90%}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}
+.fail{color:#b00;font-weight:bold}.note{color:#777}figcaption{color:#555;font-size:90%}"""
+
+
+def build(run_dir, out):
+    run = load(run_dir)
+    os.makedirs(out, exist_ok=True)
+    sections, notes, pngs = [], [], []
+    plots = [("Scaling", report_plots.throughput), ("Memory", report_plots.memory),
+             ("Communication", report_plots.comm_volume), ("Collectives", report_plots.collectives),
+             ("Pipeline", report_checks.timelines), ("Planner vs measured", report_checks.plan_vs_measured),
+             ("Conformance", report_checks.conformance), ("Training", report_checks.losses)]
+    for title, fn in plots:
+        try:
+            figs = fn(run, out)
+        except report_plots.Skip as e:
+            notes.append("%s: skipped (%s)" % (title, e))
+            continue
+        parts = []
+        for path, caption_title, caption in figs:
+            with open(path, "rb") as fh:
+                data = base64.b64encode(fh.read()).decode("ascii")
+            pngs.append(path)
+            parts.append('<figure><img alt="%s" src="data:image/png;base64,%s"><figcaption>%s (%s)</figcaption>'
+                         "</figure>" % (html.escape(caption_title), data, html.escape(caption),
+                                        html.escape(os.path.basename(path))))
+        if title == "Planner vs measured":
+            parts.append(table(["strategy", "mesh", "tokens/s measured", "tokens/s planned", "error",
+                                "mem measured (B)", "mem planned (B)", "error"], report_checks.plan_table(run),
+                               pct_cols=(4, 7)))
+        sections.append("<h2>%s</h2>%s" % (html.escape(title), "".join(parts)))
+    if run["conformance"]:
+        sections.append("<h2>Conformance ratios</h2>" + table(
+            ["strategy", "precision", "quantity", "checks", "max ratio", "threshold C", "bitwise", "verdict"],
+            report_checks.conformance_table(run)))
+    for f in run["ignored"]:
+        notes.append("%s: not a results CSV (no kind column) and not a timeline; ignored" % f)
+    counts = ", ".join("%d %s" % (len(run[k]), k) for k in KINDS if run[k])
+    doc = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>parabench report</title><style>%s</style>"
+           "</head><body><h1>parabench report</h1><p>Run directory <code>%s</code>: %s rows, %d timelines. "
+           "Generated %s.</p>%s%s</body></html>") % (
+        STYLE, html.escape(os.path.abspath(run_dir)), counts or "no", len(run["timelines"]),
+        datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "".join(sections),
+        ("<h2>Notes</h2><ul>%s</ul>" % "".join("<li class='note'>%s</li>" % html.escape(n) for n in notes))
+        if notes else "")
+    path = os.path.join(out, "report.html")
+    with open(path, "w") as fh:
+        fh.write(doc)
+    return path, pngs, notes
+
+
+def main():
+    ap = argparse.ArgumentParser(description="parabench report: plots + HTML from a results directory")
+    ap.add_argument("dir", help="run directory holding results CSVs")
+    ap.add_argument("--out", help="output directory (default: DIR)")
+    a = ap.parse_args()
+    if not os.path.isdir(a.dir):
+        print("report: error: %s is not a directory" % a.dir, file=sys.stderr)
+        return 2
+    path, pngs, notes = build(a.dir, a.out or a.dir)
+    for p in pngs:
+        print("wrote", p)
+    for n in notes:
+        print("note:", n)
+    print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""The figures of `parabench report` (called by report.py). Each plot function
+takes the loaded run and an output directory, writes PNGs and returns a list
+of (png_path, title, caption); it raises Skip(note) when the run lacks its
+data. Units are in every axis label; sizes spanning decades use log axes.
+"""
+import math
+import os
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless, always
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+
+TAGS = ["params", "grads", "optimizer", "activations", "comm", "workspace"]
+TAG_COLORS = dict(zip(TAGS, ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]))
+ACTION_COLORS = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868", "BW": "#C44E52"}
+
+plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 130, "font.size": 10, "axes.titlesize": 11,
+                     "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 9, "legend.framealpha": 0.9})
+
+
+class Skip(Exception):
+    """The run has no data for this plot; the message says what is missing."""
+
+
+def num(row, col):
+    v = row.get(col, "")
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def ok(rows):
+    return [r for r in rows if r.get("status", "ok") == "ok"]
+
+
+def human_bytes(x, _pos=None):
+    for unit, s in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if x >= s:
+            v = x / s
+            return ("%.0f %s" if v >= 10 or v == int(v) else "%.1f %s") % (v, unit)
+    return "%.0f B" % x
+
+
+def byte_unit(max_bytes):
+    """(divisor, name) so the largest value reads between 1 and 2048 units."""
+    for name, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if max_bytes >= 2 * div:
+            return div, name
+    return 1, "bytes"
+
+
+def log_ticks(axis, fmt=lambda v: "%g" % v):
+    """Readable log ticks at 1, 2, 5 x 10^k, as plain numbers."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _p: fmt(v)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def strategy_colors(strategies):
+    cmap = plt.get_cmap("tab10" if len(strategies) <= 10 else "tab20")
+    return {s: cmap(i % cmap.N) for i, s in enumerate(sorted(strategies))}
+
+
+def ranks_axis(ax, worlds):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(worlds))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: "%d" % x))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("ranks (world size)")
+
+
+def save(fig, out, name):
+    path = os.path.join(out, name)
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def groups(rows, keys):
+    g = defaultdict(list)
+    for r in rows:
+        g[tuple(r.get(k, "") for k in keys)].append(r)
+    return dict(sorted(g.items()))
+
+
+def mean_by(rows, key, col):
+    acc = defaultdict(list)
+    for r in rows:
+        v = num(r, col)
+        if v is not None:
+            acc[key(r)].append(v)
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+def throughput(run, out):
+    sweep = [r for r in ok(run["sweep"]) if num(r, "tokens_per_s")]
+    if not sweep:
+        raise Skip("no sweep rows with tokens_per_s")
+    result = []
+    colors = strategy_colors({r["strategy"] for r in sweep})
+    for (model, prec, scaling), rows in groups(sweep, ["model", "precision", "scaling"]).items():
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.6))
+        tps = mean_by(rows, lambda r: (r["strategy"], int(num(r, "world"))), "tokens_per_s")
+        worlds = {w for _s, w in tps}
+        for s in sorted({s for s, _w in tps}):
+            pts = sorted((w, v) for (st, w), v in tps.items() if st == s)
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            a1.plot(xs, ys, "o-", color=colors[s], label=s)
+            w0, t0 = pts[0]
+            a2.plot(xs, [100 * (y / x) / (t0 / w0) for x, y in pts], "o-", color=colors[s], label=s)
+        for ax in (a1, a2):
+            ranks_axis(ax, worlds)
+        a1.set_yscale("log")
+        log_ticks(a1.yaxis)
+        a1.set_ylabel("throughput (tokens/s)")
+        a1.set_title("throughput vs ranks")
+        a2.axhline(100, color="gray", lw=1, ls="--")
+        a2.set_ylabel("scaling efficiency (% of linear from the smallest world)")
+        a2.set_title("%s scaling efficiency" % scaling)
+        a2.legend(title="strategy", loc="best")
+        fig.suptitle("%s, %s, %s scaling" % (model, prec, scaling))
+        name = "throughput_%s_%s_%s.png" % (model, prec, scaling)
+        result.append((save(fig, out, name), "Throughput and scaling efficiency: %s %s %s" % (model, prec, scaling),
+                       "Tokens/s (log) and per-rank throughput relative to each strategy's smallest world."))
+    return result
+
+
+AXES = ["dp", "tp", "cp", "pp", "ep"]
+AXIS_COLORS = dict(zip(AXES, ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3"]))
+
+
+def stacked_panels(run, rows, cols, colors, what):
+    """One panel per strategy; per world a measured stacked bar and, when the
+    run has a plan row for the same point, a hatched declared bar beside it."""
+    plan = {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
+            for r in ok(run["plan"])}
+    strategies = sorted({r["strategy"] for r in rows})
+    ncol = min(3, len(strategies))
+    nrow = math.ceil(len(strategies) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, 3.6 * nrow), squeeze=False, sharey=True)
+    div, unit = byte_unit(max(sum(num(r, c) or 0 for c in cols) for r in rows))
+    any_declared, top = False, 0.0
+    for ax, s in zip(axes.flat, strategies):
+        pts = sorted((int(num(r, "world")), r) for r in rows if r["strategy"] == s)
+        for i, (_w, r) in enumerate(pts):
+            d = plan.get((s, r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
+            for j, (src, hatch) in enumerate(((r, None), (d, "//"))):
+                if src is None:
+                    continue
+                any_declared |= j == 1
+                bottom = 0.0
+                for c in cols:
+                    v = (num(src, c) or 0.0) / div
+                    ax.bar(i + (j - 0.5) * 0.38, v, 0.36, bottom=bottom, color=colors[c], hatch=hatch,
+                           edgecolor="white" if hatch is None else "black", linewidth=0.4)
+                    bottom += v
+                top = max(top, bottom)
+        ax.set_xticks(range(len(pts)))
+        ax.set_xticklabels([str(w) for w, _r in pts])
+        ax.set_xlabel("ranks (world size)")
+        ax.set_title(s)
+        ax.grid(axis="x", visible=False)
+    for ax in axes.flat[len(strategies):]:
+        ax.set_visible(False)
+    axes[0][0].set_ylim(0, 1.08 * top if top > 0 else 1)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("%s (%s)" % (what, unit))
+    handles = [Patch(color=colors[c], label=c.replace("mem_", "").replace("comm_", "").replace("_bytes", ""))
+               for c in cols]
+    handles += [Patch(facecolor="white", edgecolor="black", label="measured (left bar)")]
+    if any_declared:
+        handles += [Patch(facecolor="white", edgecolor="black", hatch="//", label="declared (right bar)")]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, -0.04))
+    return fig
+
+
+def memory(run, out):
+    sweep = ok(run["sweep"])
+    if not any(num(r, "mem_total") for r in sweep):
+        raise Skip("no sweep rows with per-tag memory")
+    result = []
+    cols = ["mem_" + t for t in TAGS]
+    colors = {"mem_" + t: TAG_COLORS[t] for t in TAGS}
+    for (model, prec, scaling), rows in groups(sweep, ["model", "precision", "scaling"]).items():
+        fig = stacked_panels(run, rows, cols, colors, "peak memory per rank")
+        fig.suptitle("Per-rank memory by tag: %s, %s, %s scaling" % (model, prec, scaling))
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        name = "memory_%s_%s_%s.png" % (model, prec, scaling)
+        result.append((save(fig, out, name), "Memory by tag: %s %s %s" % (model, prec, scaling),
+                       "Stacked per-tag peaks (max over ranks); hatched bars are the declared (planner) figures for the same point."))
+    return result
+
+
+def comm_volume(run, out):
+    sweep = ok(run["sweep"])
+    cols = ["comm_%s_bytes" % a for a in AXES if any((num(r, "comm_%s_bytes" % a) or 0) > 0 for r in sweep)]
+    if not cols:
+        raise Skip("no sweep rows with communication bytes")
+    colors = {"comm_%s_bytes" % a: AXIS_COLORS[a] for a in AXES}
+    result = []
+    for (model, prec, scaling), rows in groups(sweep, ["model", "precision", "scaling"]).items():
+        fig = stacked_panels(run, rows, cols, colors, "logical bytes per step per rank")
+        fig.suptitle("Communication volume by parallel axis (nccl-tests logical bytes): %s, %s, %s scaling"
+                     % (model, prec, scaling))
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        name = "comm_%s_%s_%s.png" % (model, prec, scaling)
+        result.append((save(fig, out, name), "Communication volume: %s %s %s" % (model, prec, scaling),
+                       "Bytes per step and rank by group axis; hatched bars are the planner's figures."))
+    return result
+
+
+def collectives(run, out):
+    rows = [r for r in ok(run["collective"]) if num(r, "busbw_gbps") is not None]
+    if not rows:
+        raise Skip("no collective rows")
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    series = groups(rows, ["op", "backend", "world", "dtype"])
+    ops = sorted({k[0] for k in series})
+    worlds = sorted({k[2] for k in series}, key=lambda w: int(w or 0))
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D"]
+    cmap = plt.get_cmap("tab10")
+    for (op, backend, world, dtype), rs in series.items():
+        pts = sorted(mean_by(rs, lambda r: int(num(r, "bytes")), "busbw_gbps").items())
+        wi = worlds.index(world) % 4
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls=styles[wi], marker=markers[wi], ms=4,
+                color=cmap(ops.index(op) % 10), label="%s, %s ranks (%s, %s)" % (op, world, backend, dtype))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=2, numticks=40))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, p: human_bytes(x) if int(math.log2(x)) % 2 == 0 else ""))
+    log_ticks(ax.yaxis)
+    ax.set_xlabel("message size S (bytes, nccl-tests convention)")
+    ax.set_ylabel("bus bandwidth (GB/s, 1 GB = 1e9 B)")
+    ax.set_title("Collective bus bandwidth vs message size")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    return [(save(fig, out, "collective_busbw.png"), "Collective bus bandwidth",
+             "busbw = algbw x bus factor (all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n).")]

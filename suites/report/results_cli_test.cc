@@ -1,0 +1,158 @@
+// End to end through the parabench binary: `plan` at 1T parameters on
+// thousands of ranks (and its flag errors -> exit 2), `gate` on doctored
+// fixture CSVs (exit 1) and unchanged ones (exit 0), and `report` producing
+// valid PNGs embedded in the HTML. Fixtures come from scripts/report_fixture.py.
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "harness/csv.h"
+#include "harness/csv_schema.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kExe = PARABENCH_EXE;
+const std::string kSrc = PARABENCH_SOURCE_DIR;
+const fs::path kDir = RESULTS_CLI_TEST_DIR;
+
+// Exit code of a shell command (its output goes to DIR/last.log).
+int run(const std::string& cmd) {
+  fs::create_directories(kDir);
+  const int st = std::system((cmd + " > " + (kDir / "last.log").string() + " 2>&1").c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string fixture(const std::string& name, const std::string& flags = "") {
+  const fs::path d = kDir / name;
+  fs::remove_all(d);
+  EXPECT_EQ(run("/usr/bin/python3 " + kSrc + "/scripts/report_fixture.py --out " + d.string() + " " + flags), 0)
+      << slurp(kDir / "last.log");
+  return d.string();
+}
+
+TEST(ResultsCli, PlanTrillionParametersWritesSchemaValidRow) {
+  const fs::path csv = kDir / "plan.csv";
+  fs::remove(csv);
+  ASSERT_EQ(run(kExe + " plan --model megatron-1t --tp 8 --pp 64 --dp 96 --sp --zero 1 --recompute selective"
+                       " --global-batch 6144 --peak-tflops 312 --bw-intra 300 --bw-inter 25 --latency-us 5"
+                       " --ranks-per-node 8 --csv " + csv.string()), 0)
+      << slurp(kDir / "last.log");
+  const std::string out = slurp(kDir / "last.log");
+  EXPECT_NE(out.find("world 49152"), std::string::npos) << out;
+  EXPECT_NE(out.find("MFU"), std::string::npos) << out;
+  EXPECT_TRUE(pb::validate_csv_against_schema(csv.string(), pb::ResultsSchema::builtin()).empty());
+  const pb::CsvTable t = pb::read_csv(csv.string());
+  ASSERT_EQ(t.rows.size(), 1u);
+  for (const char* col : {"mem_params", "mem_activations", "comm_tp_bytes", "est_step_time_s", "est_mfu"})
+    EXPECT_FALSE(t.rows[0][t.column(col)].empty()) << col;
+  EXPECT_EQ(t.rows[0][t.column("backend")], "analytic");
+  // A parameter count alone (ZeRO-3 over 4096 ranks), printing CSV to stdout.
+  EXPECT_EQ(run(kExe + " plan --params 1T --dp 4096 --zero 3 --ranks-per-node 8 --csv -"), 0);
+  EXPECT_NE(slurp(kDir / "last.log").find("run_id,kind,"), std::string::npos);
+}
+
+TEST(ResultsCli, PlanBadFlagsExit2) {
+  for (const char* flags : {"--model gpt2-124m --dp 0", "--model gpt2-124m --zero 5", "--model nope",
+                            "--model gpt2-124m --tp 5", "--model gpt2-124m --bogus 1", "--params 1e12 --tp 2",
+                            "--model gpt2-124m --params 1e9", "--model gpt2-124m --recompute some",
+                            "--model gpt2-124m --dp 4 --global-batch 6", "--params 12Q",
+                            "--model gpt2-124m --dp 2 --peak-tflops 100", "--layers 4 --hidden 64"})
+    EXPECT_EQ(run(kExe + " plan " + flags), 2) << flags << "\n" << slurp(kDir / "last.log");
+}
+
+TEST(ResultsCli, GateExitCodes) {
+  const std::string base = fixture("base"), same = fixture("same");
+  const std::string slow = fixture("slow", "--doctor-throughput -0.2");
+  const std::string conf = fixture("conf", "--fail-conformance"), drop = fixture("drop", "--drop-point");
+  auto gate = [&](const std::string& cur, const std::string& extra = "") {
+    return run(kExe + " gate --baseline " + base + " --current " + cur + " " + extra);
+  };
+  EXPECT_EQ(gate(same), 0) << slurp(kDir / "last.log");
+  EXPECT_EQ(gate(slow), 1);
+  EXPECT_NE(slurp(kDir / "last.log").find("tokens_per_s"), std::string::npos);
+  EXPECT_EQ(gate(slow, "--max-throughput-drop 0.25"), 0) << slurp(kDir / "last.log");
+  EXPECT_EQ(gate(conf), 1);
+  EXPECT_EQ(gate(drop), 1);
+  EXPECT_EQ(gate(slow + "/sweep.csv"), 1);  // single files work too
+  EXPECT_EQ(gate(base + "/missing.csv"), 2);
+  EXPECT_EQ(gate(base + "/timeline_1f1b_p4_m8.csv"), 2);  // not a results CSV
+  EXPECT_EQ(gate(same, "--max-throughput-drop 2"), 2);
+}
+
+// PNG signature and a non-empty IHDR (width, height big-endian at bytes 16..23).
+void expect_png(const fs::path& p) {
+  const std::string b = slurp(p);
+  ASSERT_GT(b.size(), 1000u) << p;
+  EXPECT_EQ(b.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << p;
+  EXPECT_EQ(b.substr(12, 4), "IHDR") << p;
+  auto be32 = [&](size_t i) {
+    return (uint32_t(uint8_t(b[i])) << 24) | (uint32_t(uint8_t(b[i + 1])) << 16) |
+           (uint32_t(uint8_t(b[i + 2])) << 8) | uint32_t(uint8_t(b[i + 3]));
+  };
+  EXPECT_GT(be32(16), 300u) << p;
+  EXPECT_GT(be32(20), 200u) << p;
+  EXPECT_EQ(b.substr(b.size() - 8, 4), "IEND") << p;
+}
+
+std::string base64(const std::string& in) {
+  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint32_t(uint8_t(in[i])) << 16) | (uint32_t(uint8_t(in[i + 1])) << 8) | uint8_t(in[i + 2]);
+    for (int k = 18; k >= 0; k -= 6) out += t[(v >> k) & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
+    out += t[(v >> 18) & 63];
+    out += t[(v >> 12) & 63];
+    out += i + 1 < in.size() ? t[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+TEST(ResultsCli, ReportWritesPngsEmbeddedInHtml) {
+  const std::string dir = fixture("report");
+  ASSERT_EQ(run(kExe + " report " + dir), 0) << slurp(kDir / "last.log");
+  const std::string html = slurp(fs::path(dir) / "report.html");
+  int pngs = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".png") continue;
+    ++pngs;
+    expect_png(e.path());
+    EXPECT_NE(html.find(base64(slurp(e.path()))), std::string::npos) << e.path() << " not embedded";
+  }
+  // Scaling, memory, comm, collectives, pipeline, planner-vs-measured, conformance, loss.
+  EXPECT_EQ(pngs, 8);
+  EXPECT_NE(html.find("Conformance ratios"), std::string::npos);
+  EXPECT_EQ(html.find("skipped"), std::string::npos);
+
+  // Only collective rows: every other plot is skipped with a note, not an error.
+  const fs::path partial = kDir / "partial";
+  fs::remove_all(partial);
+  fs::create_directories(partial);
+  fs::copy_file(fs::path(dir) / "collective.csv", partial / "collective.csv");
+  ASSERT_EQ(run(kExe + " report " + partial.string()), 0) << slurp(kDir / "last.log");
+  expect_png(partial / "collective_busbw.png");
+  EXPECT_NE(slurp(partial / "report.html").find("Scaling: skipped"), std::string::npos);
+  EXPECT_EQ(run(kExe + " report " + (kDir / "no_such_dir").string()), 2);
+}
+
+}  // namespace
