@@ -56,10 +56,12 @@ if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   add_executable(harness_comm_mpi_test comm_mpi_test.cc)
   target_link_libraries(harness_comm_mpi_test PRIVATE pb::comm pb::comm_testing GTest::gtest)
   parabench_warnings(harness_comm_mpi_test)
-  foreach(np 1 2 3 4)
+  foreach(np 1 2 3 5 8)  # np 8 also covers sub-groups of every size 1..8
     parabench_mpi_test(NAME harness_comm_mpi_np${np} NP ${np} TIMEOUT 120
       COMMAND $<TARGET_FILE:harness_comm_mpi_test>)
   endforeach()
+  parabench_mpi_test(NAME harness_comm_mpi_np4_2nodes NP 4 TIMEOUT 120
+    COMMAND $<TARGET_FILE:harness_comm_mpi_test> --ranks-per-node 2)
 endif()
 
 # nccl: runs only where GPUs are present; elsewhere exits 77 with the reason,

@@ -27,16 +27,6 @@ std::vector<int> Group::nodes() const {
   return out;
 }
 
-namespace {
-
-std::string seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
-
-}  // namespace
-
 // A receive posted in a mailbox; completed (under the mailbox mutex) by the sender.
 class RecvState : public RequestState {
  public:
@@ -69,7 +59,7 @@ class RecvState : public RequestState {
     std::unique_lock lk(mb.mu);
     try {
       block_until(*g_->world, lk, mb.cv, [&] { return done_; }, [&] {
-        return "timed out after " + seconds(g_->world->opts.timeout_s) + " s in recv on group '" + g_->name +
+        return "timed out after " + format_seconds(g_->world->opts.timeout_s) + " s in recv on group '" + g_->name +
                "': rank " + std::to_string(g_->world_ranks[size_t(src_)]) + " sent nothing with tag " +
                std::to_string(tag_);
       });

@@ -3,6 +3,7 @@
 // condition variable in short polls (block_until).
 #include "harness/comm_local_sync.h"
 
+#include <cstdio>
 #include <thread>
 
 #include "harness/rng.h"
@@ -74,9 +75,15 @@ void Rendezvous::arrive_and_wait(int member, std::string_view group, std::string
     for (int m = 0; m < n_; ++m)
       if (arrived_[size_t(m)].load(std::memory_order_relaxed) != g + 1)
         missing += (missing.empty() ? "" : ", ") + std::to_string(world_ranks_[size_t(m)]);
-    return "timed out after " + std::to_string(w_->opts.timeout_s) + " s in " + std::string(what) +
+    return "timed out after " + format_seconds(w_->opts.timeout_s) + " s in " + std::string(what) +
            " on group '" + std::string(group) + "': rank(s) " + missing + " did not arrive";
   });
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
 }
 
 void chaos_delay(const ChaosOptions& c, int world_rank, std::string_view group, uint64_t seq, int phase) {

@@ -71,6 +71,9 @@ class Rendezvous {
   std::condition_variable cv_;
 };
 
+// "0.3", "60": seconds as people write them in messages.
+std::string format_seconds(double s);
+
 // Sleeps a seeded random time in [0, max_delay_us]: a pure function of
 // (seed, world rank, group, sequence number, phase). No-op unless enabled.
 void chaos_delay(const ChaosOptions& c, int world_rank, std::string_view group, uint64_t seq, int phase);

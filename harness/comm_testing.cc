@@ -4,6 +4,7 @@
 #include "harness/comm_testing.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 
@@ -66,6 +67,12 @@ template <class T, class F> T reduce_ref(ReduceOp op, int n, F x) {
   return cast<T>(acc);
 }
 
+std::string num(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 template <class T>
 void expect(Ctx& c, const std::string& what, const std::byte* got_bytes, const std::vector<T>& want,
             bool loose = false) {
@@ -79,8 +86,8 @@ void expect(Ctx& c, const std::string& what, const std::byte* got_bytes, const s
     if (!ok) {
       c.failures.push_back(what + " (rank " + std::to_string(c.me()) + " of " + std::to_string(c.n()) +
                            "): element " + std::to_string(i) + " is " +
-                           std::to_string(double(static_cast<acc_t<T>>(got[i]))) + ", expected " +
-                           std::to_string(double(static_cast<acc_t<T>>(want[i]))));
+                           num(double(static_cast<acc_t<T>>(got[i]))) + ", expected " +
+                           num(double(static_cast<acc_t<T>>(want[i]))));
       return;
     }
   }
@@ -89,6 +96,12 @@ void expect(Ctx& c, const std::string& what, const std::byte* got_bytes, const s
 std::string label(const char* op, DType t, size_t count, bool in_place, const std::string& extra = "") {
   return std::string(op) + " " + std::string(dtype_name(t)) + " count " + std::to_string(count) +
          (in_place ? " in place" : "") + extra;
+}
+
+std::string op_suffix(ReduceOp op) {
+  std::string s = " ";
+  s += reduce_op_name(op);
+  return s;
 }
 
 size_t total(const std::vector<size_t>& v) {
@@ -115,7 +128,7 @@ template <class T> void all_reduce(Ctx& c, size_t count, ReduceOp op, bool in_pl
   std::vector<T> want(count);
   for (size_t i = 0; i < count; ++i) want[i] = reduce_ref<T>(op, c.n(), [&](int j) { return input<T>(c, k, j, i); });
   auto got = (in_place ? s : r).get();
-  expect(c, label("all_reduce", dtype_of<T>(), count, in_place, " " + std::string(reduce_op_name(op))), got.data(),
+  expect(c, label("all_reduce", dtype_of<T>(), count, in_place, op_suffix(op)), got.data(),
          want, op == ReduceOp::avg && !c.o.exact_avg);
 }
 
@@ -131,7 +144,7 @@ template <class T> void reduce_scatter(Ctx& c, std::vector<size_t> counts, Reduc
   for (size_t i = 0; i < mine; ++i)
     want[i] = reduce_ref<T>(op, c.n(), [&](int j) { return input<T>(c, k, j, off + i); });
   auto got = (in_place ? s : r).get();
-  expect(c, label("reduce_scatter", dtype_of<T>(), all, in_place, " " + std::string(reduce_op_name(op))),
+  expect(c, label("reduce_scatter", dtype_of<T>(), all, in_place, op_suffix(op)),
          got.data() + (in_place ? off * sizeof(T) : 0), want, op == ReduceOp::avg && !c.o.exact_avg);
 }
 

@@ -1,6 +1,7 @@
 // Counter-based random numbers: Philox4x32-10 (J. K. Salmon, M. A. Moraes,
 // R. O. Dror, D. E. Shaw, "Parallel random numbers: as easy as 1, 2, 3",
-// SC'11, section 3.3 and Table 2), checked against Random123's kat_vectors.
+// SC'11; doi 10.1145/2063384.2063405), with the multipliers and Weyl
+// constants of Random123's philox.h, checked against its kat_vectors.
 //
 // Invariant: every draw is a pure function of (seed, stream, index). The
 // 64-bit seed is the Philox key; the 128-bit counter is (block lo, block hi,
@@ -27,9 +28,9 @@ namespace pb::rng {
 using Block = std::array<uint32_t, 4>;
 using Key = std::array<uint32_t, 2>;
 
-// Philox4x32 with R rounds; R = 10 is the standard generator. Round function
-// (SC'11 fig. 2): two 32x32->64 multiplies, the high halves xor'ed with the
-// other words and the round key; the key is bumped by the Weyl constants.
+// Philox4x32 with R rounds; R = 10 is the standard generator. Each round: two
+// 32x32->64 multiplies, the high halves xor'ed with the other two words and
+// the round key; the key is bumped by the Weyl constants between rounds.
 template <int R = 10>
 constexpr Block philox4x32(Block ctr, Key key) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;

@@ -53,7 +53,9 @@ def fmt(v, pct=False):
         return html.escape(v)
     if pct:
         return "%+.1f%%" % v
-    return "%.4g" % v if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        return "{:,.0f}".format(v) if abs(v) >= 1000 else "%.4g" % v
+    return str(v)
 
 
 def table(head, rows, pct_cols=()):
@@ -98,7 +100,7 @@ def build(run_dir, out):
                                         html.escape(os.path.basename(path))))
         if title == "Planner vs measured":
             parts.append(table(["strategy", "mesh", "tokens/s measured", "tokens/s planned", "error",
-                                "mem measured (B)", "mem planned (B)", "error"], report_checks.plan_table(run),
+                                "mem measured (MiB)", "mem planned (MiB)", "error"], report_checks.plan_table(run),
                                pct_cols=(4, 7)))
         sections.append("<h2>%s</h2>%s" % (html.escape(title), "".join(parts)))
     if run["conformance"]:

@@ -64,7 +64,8 @@ def conformance_table(run):
         a["thr"] = r.get("threshold", "")
         a["bitwise"] &= r.get("bitwise") == "1"
         a["fail"] += r.get("pass") == "0" or r.get("status") in ("failed",)
-    return [(k[0], k[1], k[2], a["n"], a["max"], a["thr"], "yes" if a["bitwise"] else "no",
+    return [(k[0], k[1], k[2], a["n"], "-" if a["bitwise"] else a["max"], "bit-exact" if a["bitwise"] else a["thr"],
+             "yes" if a["bitwise"] else "no",
              "FAIL (%d)" % a["fail"] if a["fail"] else "pass") for k, a in sorted(agg.items())]
 
 
@@ -174,5 +175,6 @@ def plan_table(run):
     for s, p in sorted(plan_points(run), key=lambda sp: (sp[0]["strategy"], int(num(sp[0], "world") or 0))):
         tm, te = num(s, "tokens_per_s"), num(p, "est_tokens_per_s")
         mm, me = num(s, "mem_total"), num(p, "mem_total")
-        out.append((s["strategy"], s.get("mesh", ""), tm, te, err(te, tm), mm, me, err(me, mm)))
+        mib = (lambda b: None if b is None else b / 2.0 ** 20)
+        out.append((s["strategy"], s.get("mesh", ""), tm, te, err(te, tm), mib(mm), mib(me), err(me, mm)))
     return out

@@ -25,7 +25,7 @@ if(PARABENCH_BUILD_TESTS)
   pb_schedule_cli_test(negative_width 2 --pp 2 --microbatches 4 --schedule 1f1b --width -3)
   # The CSV the report plots: header and one row per compute action (4 ranks x 8 x F, BW).
   add_test(NAME cli_schedule_csv
-    COMMAND sh -c "\"$0\" schedule --pp 4 --microbatches 8 --schedule 1f1b --csv \"$1\" >/dev/null &&
+    COMMAND sh -c "rm -f \"$1\" && \"$0\" schedule --pp 4 --microbatches 8 --schedule 1f1b --csv \"$1\" >/dev/null &&
                    test \"$(head -n 1 \"$1\")\" = rank,action,microbatch,chunk,start,end &&
                    test \"$(wc -l < \"$1\")\" -eq 65 && test ! -e \"$1.tmp\""
             $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_schedule_test.csv)

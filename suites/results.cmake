@@ -23,5 +23,5 @@ if(TARGET results_cli_test)
   target_compile_definitions(results_cli_test PRIVATE
     PARABENCH_EXE="$<TARGET_FILE:parabench>"
     PARABENCH_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-    RESULTS_CLI_TEST_DIR="${CMAKE_CURRENT_BINARY_DIR}/results_cli_test")
+    RESULTS_CLI_TEST_DIR="${CMAKE_CURRENT_BINARY_DIR}/results_cli_work")
 endif()

@@ -65,7 +65,8 @@ std::vector<int> declared_peak_until_b(ScheduleKind kind, const ScheduleConfig& 
 }
 
 int64_t boundary_bytes(int64_t B, int64_t T, int64_t C, int64_t dtype_bytes) {
-  require(B >= 1 && T >= 1 && C >= 1 && dtype_bytes >= 1, "boundary_bytes: B, T, C, dtype bytes must be >= 1");
+  require(B >= 1 && T >= 1 && C >= 1 && dtype_bytes >= 1,
+          "boundary_bytes: B, T, C, dtype bytes must be >= 1");
   return B * T * C * dtype_bytes;
 }
 

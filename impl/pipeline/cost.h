@@ -51,9 +51,9 @@ int64_t boundary_bytes(int64_t B, int64_t T, int64_t C, int64_t dtype_bytes);
 // p v - 1 virtual-stage boundaries carries one activation forward and one
 // gradient backward per microbatch. pp = 1 hands over locally: zero.
 struct P2PVolume {
-  int64_t messages = 0;                 // 2 m (p v - 1)
-  int64_t bytes = 0;                    // messages * boundary bytes
-  std::vector<int64_t> send_bytes;      // [rank] m A (2v - [r = p-1] - [r = 0])
+  int64_t messages = 0;             // 2 m (p v - 1)
+  int64_t bytes = 0;                // messages * boundary bytes
+  std::vector<int64_t> send_bytes;  // [rank] m A (2v - [r = p-1] - [r = 0])
 };
 P2PVolume p2p_per_step(const ScheduleConfig& cfg, int64_t boundary_bytes);
 

@@ -64,7 +64,8 @@ TEST(Mesh, PPMustDivideWorld) {
     check_pipeline_mesh(8, 3);
     FAIL() << "no error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("pp: 3 does not divide world size 8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pp: 3 does not divide world size 8"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(check_pipeline_mesh(8, 0), InputError);
 }

@@ -93,13 +93,11 @@ std::string_view op_name(Op op) {
 }
 
 bool is_compute(Op op) {
-  return op == Op::forward || op == Op::backward_input || op == Op::backward_weight ||
-         op == Op::backward;
+  return op == Op::forward || op == Op::backward_input || op == Op::backward_weight || op == Op::backward;
 }
 
 std::string action_str(const Action& a) {
-  std::string s = std::string(op_name(a.op)) + std::to_string(a.microbatch) + ".c" +
-                  std::to_string(a.chunk);
+  std::string s = std::string(op_name(a.op)) + std::to_string(a.microbatch) + ".c" + std::to_string(a.chunk);
   if (a.op == Op::send_act || a.op == Op::send_grad) s += "->r" + std::to_string(a.peer);
   if (a.op == Op::recv_act || a.op == Op::recv_grad) s += "<-r" + std::to_string(a.peer);
   return s;
@@ -127,8 +125,10 @@ void check_config(ScheduleKind kind, const ScheduleConfig& c) {
     require(c.virtual_stages == 1, "--virtual: " + name + " has one model chunk per rank (got " +
                                        std::to_string(c.virtual_stages) + "); use interleaved");
   if (kind != ScheduleKind::pipedream_2bw)
-    require(c.steps == 1, "--steps: " + name + " flushes every step, so a schedule covers one "
-                          "step (got " + std::to_string(c.steps) + "); only 2bw spans several");
+    require(c.steps == 1, "--steps: " + name +
+                              " flushes every step, so a schedule covers one "
+                              "step (got " +
+                              std::to_string(c.steps) + "); only 2bw spans several");
   if (kind == ScheduleKind::interleaved)
     require(c.microbatches % c.pp == 0,
             "--microbatches: interleaved requires microbatches divisible by pp (Megatron-LM), got m=" +
@@ -249,8 +249,8 @@ void add_communication(Schedule& s) {
   for (int r = 0; r < s.pp; ++r) {
     std::vector<Action> out;
     for (const Action& a : s.ranks[size_t(r)]) {
-      if (!is_compute(a.op)) throw InputError("add_communication: rank " + std::to_string(r) +
-                                              " already holds " + action_str(a));
+      if (!is_compute(a.op))
+        throw InputError("add_communication: rank " + std::to_string(r) + " already holds " + action_str(a));
       const int vs = s.virtual_stage(r, a.chunk);
       const bool fwd = a.op == Op::forward;
       const bool bwd_in = a.op == Op::backward || a.op == Op::backward_input;

@@ -15,6 +15,16 @@
 // (src, dst, kind) channel, sends and receives also appear in the same order,
 // so an executor may match by a unique tag or by one FIFO tag per kind.
 // Under these semantics every generated schedule is deadlock-free (validated).
+// Blocking (rendezvous) sends are NOT safe for 1F1B-style orders: the steady
+// state crosses an activation and a gradient between neighbours (Megatron
+// batches send_forward_recv_backward for this); validate(s, rendezvous) shows it.
+//
+// Freeing, as early as the order allows: a (microbatch, chunk)'s stashed
+// activations live from its F to its BW (split: the part only B needs is freed
+// at B, the weight-matmul inputs and output gradient at W); a received
+// activation is part of that stash; a received gradient lives until its B/BW;
+// a sent tensor until its isend completes. Loss and the tied LM head sit on the
+// last virtual stage, the embedding on the first (cost.h partition_layers).
 //
 // Invariants of every generated schedule: each (microbatch, virtual stage) has
 // exactly one F, then either one BW or (split_backward) one B then one W; a
@@ -129,7 +139,9 @@ struct MessageKey {
 MessageKey message_key(const Schedule& s, int rank, const Action& a);  // a: SEND/RECV
 // Dense index of a message in [0, num_messages(s)): unique within the schedule,
 // so usable as a tag (check the transport's tag limit).
-inline int64_t num_messages(const Schedule& s) { return 2 * int64_t(s.num_virtual_stages()) * s.total_microbatches(); }
+inline int64_t num_messages(const Schedule& s) {
+  return 2 * int64_t(s.num_virtual_stages()) * s.total_microbatches();
+}
 inline int64_t message_index(const Schedule& s, const MessageKey& k) {
   return (int64_t(k.grad) * s.num_virtual_stages() + k.dst_vstage) * s.total_microbatches() + k.microbatch;
 }

@@ -18,8 +18,9 @@ namespace {
 std::string compute_order(const Schedule& s, int rank) {
   std::string out;
   for (const Action& a : s.ranks[size_t(rank)])
-    if (is_compute(a.op)) out += std::string(op_name(a.op)) + std::to_string(a.microbatch) +
-                                 (s.virtual_stages > 1 ? "." + std::to_string(a.chunk) : "") + " ";
+    if (is_compute(a.op))
+      out += std::string(op_name(a.op)) + std::to_string(a.microbatch) +
+             (s.virtual_stages > 1 ? "." + std::to_string(a.chunk) : "") + " ";
   return out;
 }
 
@@ -27,8 +28,8 @@ TEST(Schedule, EveryAllowedConfigValidatesAndCoversEveryMicrobatch) {
   const auto cases = testing::sweep();
   std::map<ScheduleKind, int> per_kind;
   for (const auto& [kind, cfg] : cases) {
-    SCOPED_TRACE(std::string(schedule_name(kind)) + " pp=" + std::to_string(cfg.pp) + " m=" +
-                 std::to_string(cfg.microbatches) + " v=" + std::to_string(cfg.virtual_stages) +
+    SCOPED_TRACE(std::string(schedule_name(kind)) + " pp=" + std::to_string(cfg.pp) +
+                 " m=" + std::to_string(cfg.microbatches) + " v=" + std::to_string(cfg.virtual_stages) +
                  " steps=" + std::to_string(cfg.steps));
     const Schedule s = make_schedule(kind, cfg);
     const auto issues = find_issues(s);
@@ -75,10 +76,12 @@ TEST(Schedule, InterleavedFollowsMegatronTable) {
   // pp=2, v=2, m=4: forward table (mb.chunk) 0.0 1.0 0.1 1.1 2.0 3.0 2.1 3.1;
   // rank 0 warms up 2(p-1) + (v-1)p = 4, rank 1 warms up 2.
   const Schedule s = make_interleaved({/*pp=*/2, /*microbatches=*/4, /*virtual_stages=*/2});
-  EXPECT_EQ(compute_order(s, 0), "F0.0 F1.0 F0.1 F1.1 F2.0 BW0.1 F3.0 BW1.1 F2.1 BW0.0 F3.1 BW1.0 "
-                                 "BW2.1 BW3.1 BW2.0 BW3.0 ");
-  EXPECT_EQ(compute_order(s, 1), "F0.0 F1.0 F0.1 BW0.1 F1.1 BW1.1 F2.0 BW0.0 F3.0 BW1.0 F2.1 BW2.1 "
-                                 "F3.1 BW3.1 BW2.0 BW3.0 ");
+  EXPECT_EQ(compute_order(s, 0),
+            "F0.0 F1.0 F0.1 F1.1 F2.0 BW0.1 F3.0 BW1.1 F2.1 BW0.0 F3.1 BW1.0 "
+            "BW2.1 BW3.1 BW2.0 BW3.0 ");
+  EXPECT_EQ(compute_order(s, 1),
+            "F0.0 F1.0 F0.1 BW0.1 F1.1 BW1.1 F2.0 BW0.0 F3.0 BW1.0 F2.1 BW2.1 "
+            "F3.1 BW3.1 BW2.0 BW3.0 ");
   // The last rank's chunk 0 feeds rank 0's chunk 1.
   bool found = false;
   for (const Action& a : s.ranks[1]) found |= a == Action{Op::send_act, 0, 0, 0};
@@ -130,7 +133,8 @@ TEST(Schedule, RejectedConfigsNameTheRule) {
     const bool interleaved_rule = k == ScheduleKind::interleaved && c.microbatches % c.pp != 0;
     const bool chunk_rule = k != ScheduleKind::interleaved && c.virtual_stages != 1;
     const bool steps_rule = k != ScheduleKind::pipedream_2bw && c.steps != 1;
-    const bool full_rule = (k == ScheduleKind::zb_h1 || k == ScheduleKind::pipedream_2bw) && c.microbatches < c.pp;
+    const bool full_rule =
+        (k == ScheduleKind::zb_h1 || k == ScheduleKind::pipedream_2bw) && c.microbatches < c.pp;
     EXPECT_TRUE(interleaved_rule || chunk_rule || steps_rule || full_rule) << schedule_name(k);
   }
 }

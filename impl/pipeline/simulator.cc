@@ -85,7 +85,8 @@ SimResult simulate(const Schedule& s, const Costs& c) {
     }
   }
   if (remaining > 0)
-    throw InputError("schedule " + s.name + ": cannot finish (a RECV waits for a message never "
+    throw InputError("schedule " + s.name +
+                     ": cannot finish (a RECV waits for a message never "
                      "sent); run validate() for the deadlock report");
   res.makespan = *std::max_element(clock.begin(), clock.end());
   double idle = 0;

@@ -16,8 +16,9 @@ namespace {
 constexpr double kTol = 1e-12;
 
 std::string label(ScheduleKind k, const ScheduleConfig& c) {
-  return std::string(schedule_name(k)) + " pp=" + std::to_string(c.pp) + " m=" + std::to_string(c.microbatches) +
-         " v=" + std::to_string(c.virtual_stages) + " steps=" + std::to_string(c.steps);
+  return std::string(schedule_name(k)) + " pp=" + std::to_string(c.pp) +
+         " m=" + std::to_string(c.microbatches) + " v=" + std::to_string(c.virtual_stages) +
+         " steps=" + std::to_string(c.steps);
 }
 
 TEST(Simulator, EqualCostsGiveTheDeclaredBubbleAndPeaks) {

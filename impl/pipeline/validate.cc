@@ -35,7 +35,9 @@ class RankIndex {
 
  private:
   static constexpr int kOps = int(Op::recv_grad) + 1;
-  size_t slot(Op op, int j, int c) const { return (size_t(op) * size_t(v_) + size_t(c)) * size_t(m_) + size_t(j); }
+  size_t slot(Op op, int j, int c) const {
+    return (size_t(op) * size_t(v_) + size_t(c)) * size_t(m_) + size_t(j);
+  }
   int m_, v_;
   std::vector<Pos> table_;
 };
@@ -71,8 +73,9 @@ class Checker {
         const int vs = s_.virtual_stage(r, a.chunk);
         const bool to_next = a.op == Op::send_act || a.op == Op::recv_grad;
         if (to_next ? vs == last : vs == 0) {
-          add(r, i, std::string(to_next ? "the last" : "the first") + " virtual stage has no " +
-                        (to_next ? "successor" : "predecessor"));
+          add(r, i,
+              std::string(to_next ? "the last" : "the first") + " virtual stage has no " +
+                  (to_next ? "successor" : "predecessor"));
           continue;
         }
         const int want = s_.rank_of(to_next ? vs + 1 : vs - 1);
@@ -106,12 +109,16 @@ class Checker {
         auto& slot = (is_send ? sends : recvs)[size_t(id)];
         if (slot.first >= 0) add(r, i, "the same message appears twice");
         slot = {r, i};
-        if (is_send) sent[{r, a.peer, k.grad}].push_back({id, i});
-        else received[{a.peer, r, k.grad}].push_back({id, i});
+        if (is_send)
+          sent[{r, a.peer, k.grad}].push_back({id, i});
+        else
+          received[{a.peer, r, k.grad}].push_back({id, i});
       }
     for (size_t id = 0; id < n; ++id) {
-      if (sends[id].first >= 0 && recvs[id].first < 0) add(sends[id].first, sends[id].second, "no matching receive on the peer");
-      if (recvs[id].first >= 0 && sends[id].first < 0) add(recvs[id].first, recvs[id].second, "no matching send on the peer");
+      if (sends[id].first >= 0 && recvs[id].first < 0)
+        add(sends[id].first, sends[id].second, "no matching receive on the peer");
+      if (recvs[id].first >= 0 && sends[id].first < 0)
+        add(recvs[id].first, recvs[id].second, "no matching send on the peer");
     }
     for (const auto& [ch, rx] : received) {
       const auto& tx = sent[ch];
@@ -120,8 +127,8 @@ class Checker {
         if (rx[k].first != tx[k].first) {
           add(dst, rx[k].second,
               "out of order on channel r" + std::to_string(src) + "->r" + std::to_string(dst) +
-                  (grad ? " (grad)" : " (act)") + ": the sender's message number " + std::to_string(k) + " is " +
-                  action_str(s_.ranks[size_t(src)][size_t(tx[k].second)]));
+                  (grad ? " (grad)" : " (act)") + ": the sender's message number " + std::to_string(k) +
+                  " is " + action_str(s_.ranks[size_t(src)][size_t(tx[k].second)]));
           break;
         }
     }
@@ -163,7 +170,8 @@ class Checker {
             }
           } else {  // rendezvous: completes when both sides are at their halves
             const Action* b = head(a->peer);
-            if (!b || is_compute(b->op) || is_send(b->op) == is_send(a->op) || message_key(s_, a->peer, *b) != k)
+            if (!b || is_compute(b->op) || is_send(b->op) == is_send(a->op) ||
+                message_key(s_, a->peer, *b) != k)
               break;
             ++at[size_t(a->peer)];
             wake(a->peer);
@@ -194,8 +202,9 @@ class Checker {
     const Pos& p = idx.at(op, j, c);
     if (p.count == 0) add(r, -1, where(s_, r, j, c) + " has no " + std::string(op_name(op)) + role);
     if (p.count > 1)
-      add(r, p.second, "second " + std::string(op_name(op)) + " of " + where(s_, r, j, c) + " (first at action " +
-                           std::to_string(p.first) + ")");
+      add(r, p.second,
+          "second " + std::string(op_name(op)) + " of " + where(s_, r, j, c) + " (first at action " +
+              std::to_string(p.first) + ")");
     return p.first;
   }
   void none(const RankIndex& idx, int r, Op op, int j, int c, const std::string& why) {
@@ -218,8 +227,9 @@ class Checker {
       bin = once(idx, r, Op::backward, j, c, "");
     }
     if (f >= 0 && bin >= 0 && bin < f)
-      add(r, bin, std::string(op_name(s_.ranks[size_t(r)][size_t(bin)].op)) + " before its F (at action " +
-                      std::to_string(f) + ")");
+      add(r, bin,
+          std::string(op_name(s_.ranks[size_t(r)][size_t(bin)].op)) + " before its F (at action " +
+              std::to_string(f) + ")");
     if (vs > 0) {  // input activation
       if (!remote) {
         const int prev = idx.at(Op::forward, j, c - 1).first;
@@ -227,7 +237,8 @@ class Checker {
           add(r, f, "F before the F of virtual stage " + std::to_string(vs - 1) + " that feeds it");
       } else {
         const int rx = once(idx, r, Op::recv_act, j, c, " (its F's input)");
-        if (rx >= 0 && f >= 0 && rx > f) add(r, f, "F before the RECV_ACT of its input (at action " + std::to_string(rx) + ")");
+        if (rx >= 0 && f >= 0 && rx > f)
+          add(r, f, "F before the RECV_ACT of its input (at action " + std::to_string(rx) + ")");
       }
     }
     if (vs < last) {  // output gradient
@@ -235,13 +246,15 @@ class Checker {
         const Op bop = s_.split_backward ? Op::backward_input : Op::backward;
         const int next = idx.at(bop, j, c + 1).first;
         if (bin >= 0 && next > bin)
-          add(r, bin, "backward before the backward of virtual stage " + std::to_string(vs + 1) + " that feeds it");
+          add(r, bin,
+              "backward before the backward of virtual stage " + std::to_string(vs + 1) + " that feeds it");
       } else {
         const int rx = once(idx, r, Op::recv_grad, j, c, " (its backward's output gradient)");
         if (rx >= 0 && bin >= 0 && rx > bin)
           add(r, bin, "backward before the RECV_GRAD of its gradient (at action " + std::to_string(rx) + ")");
         const int tx = once(idx, r, Op::send_act, j, c, " (its F's output)");
-        if (tx >= 0 && f >= 0 && tx < f) add(r, tx, "SEND_ACT before the F that produces it (at action " + std::to_string(f) + ")");
+        if (tx >= 0 && f >= 0 && tx < f)
+          add(r, tx, "SEND_ACT before the F that produces it (at action " + std::to_string(f) + ")");
       }
     }
     if (vs > 0 && remote) {
@@ -270,7 +283,8 @@ std::string issue_str(const Schedule& s, const Issue& i) {
 std::vector<Issue> find_issues(const Schedule& s, SendMode mode) {
   std::vector<Issue> out;
   if (s.pp < 1 || int(s.ranks.size()) != s.pp || s.microbatches < 1 || s.virtual_stages < 1 || s.steps < 1) {
-    out.push_back({0, -1, "metadata: pp, microbatches, virtual_stages, steps must be >= 1 and ranks.size() == pp"});
+    out.push_back(
+        {0, -1, "metadata: pp, microbatches, virtual_stages, steps must be >= 1 and ranks.size() == pp"});
     return out;
   }
   Checker c(s, out);

@@ -25,7 +25,9 @@ std::string issues(const Schedule& s, SendMode mode = SendMode::buffered) {
   return out;
 }
 
-bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+bool has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
 
 TEST(Validate, DroppedForward) {
   Schedule s = make_1f1b({/*pp=*/3, /*microbatches=*/4});
@@ -47,8 +49,10 @@ TEST(Validate, SwappedSendAndRecvDeadlocks) {
   auto& r0 = s.ranks[0];
   std::swap(r0[find(r0, {Op::send_act, 0, 0, 1})], r0[find(r0, {Op::recv_grad, 0, 0, 1})]);
   const std::string text = issues(s);
-  EXPECT_TRUE(has(text, "rank 0, action 1 (RECV_GRAD0.c0<-r1): deadlock: blocked here, waiting for rank 1, "
-                        "which is blocked at action 0 (RECV_ACT0.c0<-r0)")) << text;
+  EXPECT_TRUE(has(text,
+                  "rank 0, action 1 (RECV_GRAD0.c0<-r1): deadlock: blocked here, waiting for rank 1, "
+                  "which is blocked at action 0 (RECV_ACT0.c0<-r0)"))
+      << text;
   EXPECT_TRUE(has(text, "rank 1, action 0 (RECV_ACT0.c0<-r0): deadlock")) << text;
 }
 
@@ -81,7 +85,8 @@ TEST(Validate, DeadlockThroughThreeRanks) {
   const auto found = find_issues(s);
   ASSERT_EQ(found.size(), 3u) << issues(s);
   for (const Issue& i : found) EXPECT_TRUE(has(i.reason, "deadlock")) << i.reason;
-  EXPECT_TRUE(has(issues(s), "rank 1, action 2 (RECV_GRAD0.c0<-r2): deadlock: blocked here, waiting for rank 2"))
+  EXPECT_TRUE(
+      has(issues(s), "rank 1, action 2 (RECV_GRAD0.c0<-r2): deadlock: blocked here, waiting for rank 2"))
       << issues(s);
 }
 
@@ -105,7 +110,8 @@ TEST(Validate, MissingReceive) {
   Schedule s = make_1f1b({2, 2});
   auto& r1 = s.ranks[1];
   r1.erase(r1.begin() + long(find(r1, {Op::recv_act, 1, 0, 0})));
-  EXPECT_TRUE(has(issues(s), "rank 1: microbatch 1 chunk 0 (virtual stage 1) has no RECV_ACT (its F's input)"))
+  EXPECT_TRUE(
+      has(issues(s), "rank 1: microbatch 1 chunk 0 (virtual stage 1) has no RECV_ACT (its F's input)"))
       << issues(s);
 }
 

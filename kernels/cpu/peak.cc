@@ -1,11 +1,13 @@
 // Single-thread sgemm peak measurement (see peak.h).
-// Invariant: the timed region holds only sgemm calls on warm, initialized
-// buffers; the flop count is 2 n^3 per call (one multiply + one add per term).
+// Invariants: the timed region holds only sgemm calls on warm, initialized
+// buffers; the flop count is 2 n^3 per call (one multiply + one add per term);
+// time is the calling thread's CPU time (one BLAS thread runs in the caller),
+// so other processes sharing the core do not deflate the peak.
 #include "kernels/cpu/peak.h"
 
 #include <cblas.h>
 
-#include <chrono>
+#include <ctime>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,15 +31,19 @@ double measure_sgemm_gflops(int n, double min_seconds) {
                 0.0f, c.data(), n);
   };
   call();  // warm-up: page in buffers, spin up caches
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
+  auto thread_seconds = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  };
+  const double t0 = thread_seconds();
   long calls = 0;
   double elapsed = 0;
   do {
     call();
     ++calls;
-    elapsed = std::chrono::duration<double>(clock::now() - t0).count();
-  } while (elapsed < min_seconds);
+    elapsed = thread_seconds() - t0;
+  } while (elapsed < min_seconds || elapsed <= 0);
   openblas_set_num_threads(saved);
   return 2.0 * double(n) * n * n * double(calls) / elapsed * 1e-9;
 }

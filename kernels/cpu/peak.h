@@ -5,9 +5,10 @@
 namespace pb::kernels {
 
 // GFLOP/s (2 n^3 flops per call) of cblas_sgemm on n x n row-major matrices
-// with one BLAS thread, timed over at least min_seconds after one untimed
-// warm-up call. Temporarily sets the process-wide OpenBLAS thread count to 1
-// and restores it; do not call while another thread runs BLAS.
+// with one BLAS thread, timed (calling thread's CPU time) over at least
+// min_seconds after one untimed warm-up call. Temporarily sets the
+// process-wide OpenBLAS thread count to 1 and restores it; do not call while
+// another thread runs BLAS.
 // Throws std::invalid_argument unless n > 0 and min_seconds >= 0.
 double measure_sgemm_gflops(int n, double min_seconds);
 

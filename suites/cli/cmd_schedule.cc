@@ -119,17 +119,20 @@ int run_schedule(const ScheduleOptions& o) {
     if (s.split_backward)
       std::printf(", until B %d (declared %d)", r.peak_until_b[size_t(rank)], peak_b[size_t(rank)]);
     if (s.virtual_stages > 1)
-      std::printf(" = %.3g full-stage microbatches", double(r.peak_in_flight[size_t(rank)]) / s.virtual_stages);
+      std::printf(" = %.3g full-stage microbatches",
+                  double(r.peak_in_flight[size_t(rank)]) / s.virtual_stages);
     std::printf("\n");
   }
   const pl::P2PVolume vol = pl::p2p_per_step(cfg, 1);
-  std::printf("p2p per step: %lld messages (activation + gradient per virtual-stage boundary), each "
-              "B*T*C*dtype bytes\n",
-              static_cast<long long>(vol.messages));
+  std::printf(
+      "p2p per step: %lld messages (activation + gradient per virtual-stage boundary), each "
+      "B*T*C*dtype bytes\n",
+      static_cast<long long>(vol.messages));
   if (s.async_weights)
-    std::printf("2bw: microbatch j runs F and backward on weight version j / %d; version k >= 1 is "
-                "W(k-1) - lr * grad(group k-2), formed before group k's first F\n",
-                s.microbatches);
+    std::printf(
+        "2bw: microbatch j runs F and backward on weight version j / %d; version k >= 1 is "
+        "W(k-1) - lr * grad(group k-2), formed before group k's first F\n",
+        s.microbatches);
   if (!o.csv.empty()) std::printf("timeline CSV: %s\n", o.csv.c_str());
   return 0;
 }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "harness/config.h"
 #include "harness/run_meta.h"
 

@@ -91,7 +91,8 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
     o += fmt("  %-30s %14s\n", "activations", "n/a");
   }
   if (w.comm > 0) mem("comm (gathered unit + grads)", w.comm);
-  mem("total device", w.device_total());
+  if (w.comm < 0) o += fmt("  %-30s %14s\n", "comm (gathered units)", "n/a");
+  mem(w.activations < 0 || w.comm < 0 ? "total device (known tags)" : "total device", w.device_total());
 
   o += "\ncommunication per step, per rank (logical GB: nccl-tests convention)\n";
   o += fmt("  %-10s %-5s %-14s %6s %10s %12s %12s %-6s %10s\n", "group", "phase", "op", "size", "calls",
@@ -133,9 +134,7 @@ CsvRecord plan_record(const PlanInput& in, const PlanResult& r) {
       .set("mem_params", w.params)
       .set("mem_grads", w.grads)
       .set("mem_optimizer", w.optimizer)
-      .set("mem_comm", w.comm)
       .set("mem_workspace", int64_t(0))
-      .set("mem_total", w.device_total())
       .set("mem_host_total", w.optimizer_host)
       .set("comm_dp_bytes", comm_bytes(r, "dp"))
       .set("comm_tp_bytes", comm_bytes(r, "tp"))
@@ -144,6 +143,8 @@ CsvRecord plan_record(const PlanInput& in, const PlanResult& r) {
       .set("comm_ep_bytes", int64_t(0))
       .set("comm_inter_node_bytes", comm_inter_node_bytes(r))
       .set("est_bubble", r.bubble_over_ideal);
+  if (w.comm >= 0) c.set("mem_comm", w.comm);
+  if (w.comm >= 0 && w.activations >= 0) c.set("mem_total", w.device_total());
   if (w.activations >= 0) c.set("mem_activations", w.activations).set("activation_bytes", w.activations);
   if (r.timed) {
     c.set("est_compute_s", r.compute_s)

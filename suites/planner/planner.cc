@@ -75,7 +75,10 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   s.grads = ms.grads;
   s.optimizer = ms.optimizer;
   s.optimizer_host = ms.optimizer_host;
-  if (axis.shard == dp::Shard::zero3 || axis.shard == dp::Shard::hsdp || axis.shard == dp::Shard::hzero) {
+  const bool gathers =
+      axis.shard == dp::Shard::zero3 || axis.shard == dp::Shard::hsdp || axis.shard == dp::Shard::hzero;
+  if (gathers && !in.shape) s.comm = -1;  // no unit structure without a shape
+  if (gathers && in.shape) {
     const auto u = dp::zero3_unit_buffer_bytes(*std::max_element(units.begin(), units.end()), 1, axis);
     s.comm = u.gathered_params + u.unsharded_grads;
   }

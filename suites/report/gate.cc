@@ -91,10 +91,16 @@ std::map<std::string, Point> collect(const std::vector<GateTable>& tables) {
       const std::string where = t.name + ":" + std::to_string(c.row_lines[i]);
       const KindRule& rule = rule_of(row[size_t(kind_col)], where);
       std::string key;
-      for (const char* k : {"backend", "mesh", "world"})
-        if (long j = col(k); j >= 0 && !row[size_t(j)].empty()) key += std::string(key.empty() ? "" : " ") + k + "=" + row[size_t(j)];
-      for (const char* k : rule.key)
-        if (long j = col(k); j >= 0 && !row[size_t(j)].empty()) key += std::string(key.empty() ? "" : " ") + k + "=" + row[size_t(j)];
+      // The point: backend, mesh (or world when no mesh) and the kind's columns.
+      const long mesh = col("mesh");
+      const bool has_mesh = mesh >= 0 && !row[size_t(mesh)].empty();
+      auto add = [&](const char* k) {
+        if (long j = col(k); j >= 0 && !row[size_t(j)].empty())
+          key += std::string(key.empty() ? "" : " ") + k + "=" + row[size_t(j)];
+      };
+      add("backend");
+      add(has_mesh ? "mesh" : "world");
+      for (const char* k : rule.key) add(k);
       Point& p = points[std::string(rule.kind) + "|" + key];
       p.kind = rule.kind;
       p.key = key;
@@ -217,7 +223,9 @@ std::string format_gate_table(const GateResult& r, const GateOptions& o) {
                 "current", "change", "point / reason");
   s += buf;
   for (const GateLine& l : r.lines) {
-    const std::string change = l.change == 0 ? "" : std::isinf(l.change) ? "+inf" : num_text(100 * l.change) + "%";
+    char pct[32] = "";
+    if (l.change != 0) std::snprintf(pct, sizeof pct, std::isinf(l.change) ? "+inf" : "%+.1f%%", 100 * l.change);
+    const std::string change = pct;
     std::snprintf(buf, sizeof buf, "%-7s %-11s %-18s %14s %14s %9s  ", l.verdict.c_str(), l.kind.c_str(),
                   l.metric.c_str(), l.baseline.c_str(), l.current.c_str(), change.c_str());
     s += buf + l.key + (l.why.empty() ? "" : "  <- " + l.why) + "\n";
