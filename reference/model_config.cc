@@ -36,6 +36,7 @@ ModelConfig named_model(std::string_view name) {
   if (name == "tiny") { m.V = 64; m.maxT = 16; m.C = 32; m.L = 2; m.NH = 2; }
   else if (name == "small") { m.V = 256; m.maxT = 64; m.C = 128; m.L = 4; m.NH = 4; }
   else if (name == "medium") { m.V = 512; m.maxT = 128; m.C = 256; m.L = 4; m.NH = 8; }
+  else if (name == "wide") { m.V = 1024; m.maxT = 128; m.C = 768; m.L = 2; m.NH = 12; }
   else if (name == "gpt2-124m") { m.V = 50257; m.maxT = 1024; m.C = 768; m.L = 12; m.NH = 12; }
   else if (name == "gpt2-350m") { m.V = 50257; m.maxT = 1024; m.C = 1024; m.L = 24; m.NH = 16; }
   else {
@@ -46,6 +47,6 @@ ModelConfig named_model(std::string_view name) {
   return m;
 }
 
-std::vector<std::string> named_models() { return {"tiny", "small", "medium", "gpt2-124m", "gpt2-350m"}; }
+std::vector<std::string> named_models() { return {"tiny", "small", "medium", "wide", "gpt2-124m", "gpt2-350m"}; }
 
 }  // namespace pb

@@ -45,6 +45,8 @@ BENCHMARK_CAPTURE(BM_ReferenceStep, medium_bf16, "medium", Precision::bf16_mixed
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_ReferenceStep, medium_fp64, "medium", Precision::fp64, 8, 128)
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_ReferenceStep, wide_fp32, "wide", Precision::fp32, 8, 128)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_ReferenceStep, small_fp32, "small", Precision::fp32, 8, 64)
     ->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_Sgemm1T)->Arg(512)->Arg(1024)->Iterations(1)->Unit(benchmark::kMillisecond);

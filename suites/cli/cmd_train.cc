@@ -23,6 +23,7 @@ struct TrainFlags {
   double lr = 0;
   int64_t seed = -1;
   bool quiet = false;
+  std::string run_dir;
 };
 
 void apply_flags(const TrainFlags& f, ConfigReader& r) {
@@ -45,7 +46,7 @@ void print_header() {
 int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, const Env& env) {
   r.check_no_unknown_keys();
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
-  auto dir = make_run_dir(f.cfg.out, run_id);
+  auto dir = f.run_dir.empty() ? make_run_dir(f.cfg.out, run_id) : make_run_dir(f.run_dir, "");
   RunMeta meta = make_meta(run_id, env.git_rev, "local", 1, mesh_string(1, 1, 1, 1), r.config_hash());
   ResultWriter out((dir / "train.csv").string(), "train_step");
 
@@ -102,6 +103,7 @@ void register_train(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--lr", f->lr, "peak learning rate");
   app->add_option("--seed", f->seed, "init seed");
   app->add_flag("--quiet", f->quiet, "no per-step table");
+  app->add_option("--run-dir", f->run_dir, "write directly into this directory");
   reg.push_back({app, [f, &env] {
                    ConfigReader r = load_config(f->cfg);
                    apply_flags(*f, r);

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Registry reg;
   // PARABENCH_COMMANDS (one line per command)
+  register_collectives(app, reg, env);
   register_plan(app, reg, env);
   register_report(app, reg, env);
   register_gate(app, reg, env);
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
   register_train(app, reg, env);
   register_export(app, reg, env);
   register_check(app, reg, env);
+  register_run(app, reg, env);
+  register_sweep(app, reg, env);
 
   try {
     app.parse(argc, argv);

@@ -79,8 +79,8 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
              r.bubble_over_ideal);
 
   const StageMemory& w = r.worst;
-  o += fmt("\nper-rank memory (worst pipeline rank %d)      GiB\n", w.stage);
-  auto mem = [&](const char* tag, int64_t b) { o += fmt("  %-30s %14.3f\n", tag, gib(b)); };
+  o += fmt("\nper-rank memory (worst pipeline rank %d)         GiB\n", w.stage);
+  auto mem = [&](const char* tag, int64_t b) { o += fmt("  %-36s %10.3f\n", tag, gib(b)); };
   mem("params", w.params);
   mem("grads", w.grads);
   mem("optimizer", w.optimizer);
@@ -88,10 +88,10 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
   if (w.activations >= 0) {
     mem(("activations (recompute " + std::string(recompute_name(in.recompute)) + ")").c_str(), w.activations);
   } else {
-    o += fmt("  %-30s %14s\n", "activations", "n/a");
+    o += fmt("  %-36s %10s\n", "activations", "n/a");
   }
   if (w.comm > 0) mem("comm (gathered unit + grads)", w.comm);
-  if (w.comm < 0) o += fmt("  %-30s %14s\n", "comm (gathered units)", "n/a");
+  if (w.comm < 0) o += fmt("  %-36s %10s\n", "comm (gathered units)", "n/a");
   mem(w.activations < 0 || w.comm < 0 ? "total device (known tags)" : "total device", w.device_total());
 
   o += "\ncommunication per step, per rank (logical GB: nccl-tests convention)\n";

@@ -1,0 +1,247 @@
+// parabench collectives: the collective benchmark, nccl-tests style
+// (suites/collectives). Flags -b -e -f -i -n -w -c -d -o -r -a mean what they
+// mean in nccl-tests (-a defaults to 3, the slowest rank, as results/SCHEMA.md
+// defines time_us). Under mpirun the mpi backend is picked by itself;
+// --backend overrides. Rows go to OUT/<run id>/collectives.csv (kind
+// `collective`), or to -F FILE; every rank's communication counters to
+// comm_counters.csv beside them. Exit 1 if any result was wrong or a rank
+// failed ("rank N: <error>" on stderr; under MPI the job is aborted).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "harness/comm_backends.h"
+#include "harness/csv.h"
+#include "harness/csv_schema.h"
+#include "harness/run_meta.h"
+#include "harness/status.h"
+#include "suites/cli/command.h"
+#include "suites/cli/common.h"
+#include "suites/collectives/driver.h"
+
+namespace pb::cli {
+namespace {
+
+struct Flags {
+  std::vector<std::string> ops{"all_reduce"};
+  std::string min_bytes = "32M", max_bytes = "32M", step_bytes = "1M", dtype = "float", redop = "sum", root = "0";
+  double step_factor = 0;
+  coll::BenchOptions bench;
+  std::string backend, csv, out = "results/runs", inject;
+  int world = 2, ranks_per_node = 0;
+  double timeout_s = 60;
+  bool chaos = false;
+  uint64_t chaos_seed = 1;
+  double chaos_max_us = 2000;
+};
+
+// nccl-tests' sizes: "8", "1K", "128M", "1G" (powers of 1024).
+size_t parse_size(const std::string& s, const char* flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    throw InputError(std::string(flag) + ": '" + s + "' is not a size (e.g. 8, 64K, 128M, 1G)");
+  }
+  const std::string suffix = s.substr(used);
+  double scale = 1;
+  if (suffix == "K" || suffix == "k") scale = 1024.0;
+  else if (suffix == "M" || suffix == "m") scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g") scale = 1024.0 * 1024 * 1024;
+  else require(suffix.empty(), std::string(flag) + ": unknown suffix '" + suffix + "' (K, M, G)");
+  require(v >= 0, std::string(flag) + ": must be >= 0, got '" + s + "'");
+  return size_t(v * scale);
+}
+
+std::vector<DType> parse_dtypes(const std::string& s) {
+  if (s == "all") return {DType::f64, DType::f32, DType::bf16};
+  DType t;
+  if (s == "float") return {DType::f32};
+  if (s == "double") return {DType::f64};
+  require(parse_dtype(s, &t), "-d/--datatype: '" + s + "' is not one of float, double, bfloat16, fp64, fp32, bf16, all");
+  return {t};
+}
+
+std::vector<ReduceOp> parse_redops(const std::string& s) {
+  if (s == "all") return {ReduceOp::sum, ReduceOp::avg, ReduceOp::max};
+  ReduceOp op;
+  require(parse_reduce_op(s, &op), "-o/--op: '" + s + "' is not one of sum, avg, max, all");
+  return {op};
+}
+
+void parse_inject(const std::string& s, coll::BenchOptions& b) {
+  if (s.empty()) return;
+  const auto colon = s.find(':');
+  const std::string kind = colon == std::string::npos ? "raise" : s.substr(colon + 1);
+  try {
+    b.fail_rank = std::stoi(s.substr(0, colon));
+  } catch (const std::exception&) {
+    throw InputError("--inject-failure: '" + s + "' is not RANK[:raise|leave|crash]");
+  }
+  if (kind == "raise") b.fail_kind = coll::FailureKind::raise;
+  else if (kind == "leave") b.fail_kind = coll::FailureKind::leave;
+  else if (kind == "crash") b.fail_kind = coll::FailureKind::crash;
+  else throw InputError("--inject-failure: kind '" + kind + "' is not raise, leave or crash");
+}
+
+int run(Flags& f, const Env& env, bool world_given) {
+  coll::BenchOptions& b = f.bench;
+  b.min_bytes = parse_size(f.min_bytes, "-b/--minbytes");
+  b.max_bytes = parse_size(f.max_bytes, "-e/--maxbytes");
+  b.step_bytes = parse_size(f.step_bytes, "-i/--stepbytes");
+  b.step_factor = f.step_factor;
+  require(b.min_bytes <= b.max_bytes, "-b/--minbytes: must be <= -e/--maxbytes");
+  require(b.step_factor > 1 || b.step_bytes > 0, "-i/--stepbytes: must be > 0 when -f is not > 1");
+  require(b.iters >= 1, "-n/--iters: must be >= 1");
+  require(b.warmup >= 0 && b.check >= 0, "-w/--warmup_iters and -c/--check: must be >= 0");
+  require(b.average >= 0 && b.average <= 3, "-a/--average: must be 0 (rank 0), 1 (mean), 2 (min) or 3 (max)");
+  std::vector<const coll::CollDesc*> ops;
+  for (const auto& name : f.ops) {
+    if (name == "all") {
+      ops = coll::all_colls();
+      break;
+    }
+    const coll::CollDesc* d = coll::find_coll(name);
+    require(d != nullptr, "op: '" + name + "' is not one of all_reduce, reduce_scatter, all_gather, broadcast, "
+                          "reduce, alltoall, sendrecv, all");
+    ops.push_back(d);
+  }
+  const auto dtypes = parse_dtypes(f.dtype);
+  const auto redops = parse_redops(f.redop);
+  parse_inject(f.inject, b);
+
+  WorldOptions wo;
+  wo.backend = env.under_mpirun ? BackendKind::mpi : BackendKind::local;
+  if (!f.backend.empty())
+    require(parse_backend(f.backend, &wo.backend), "--backend: '" + f.backend + "' is not local, mpi or nccl");
+  wo.size = wo.backend == BackendKind::local || world_given ? f.world : 0;
+  wo.ranks_per_node = f.ranks_per_node;
+  wo.timeout_s = f.timeout_s;
+  wo.chaos = {f.chaos, f.chaos_seed, f.chaos_max_us};
+  auto world = make_world(wo);
+  const int n = world->size();
+  std::vector<int> roots;
+  if (f.root == "all") {
+    for (int r = 0; r < n; ++r) roots.push_back(r);
+  } else {
+    int r = -1;
+    try {
+      r = std::stoi(f.root);
+    } catch (const std::exception&) {
+    }
+    require(r >= 0 && r < n, "-r/--root: must be a rank in [0, " + std::to_string(n) + ") or all, got '" + f.root + "'");
+    roots.push_back(r);
+  }
+
+  // Rows and counters are written by the process that hosts rank 0.
+  const auto hosted = world->local_ranks();
+  const bool writer = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();
+  const std::string run_id = make_run_id(std::chrono::system_clock::now());
+  std::string csv_path = f.csv, counters_path;
+  std::unique_ptr<ResultWriter> rows;
+  RunMeta meta = make_meta(run_id, env.git_rev, std::string(backend_name(wo.backend)), n, "", "");
+  if (writer) {
+    if (csv_path.empty()) csv_path = (make_run_dir(f.out, run_id) / "collectives.csv").string();
+    counters_path = (std::filesystem::path(csv_path).parent_path() / "comm_counters.csv").string();
+    rows = std::make_unique<ResultWriter>(csv_path, "collective");
+  }
+  long total_wrong = 0;
+  int rc = run_ranks_at_boundary(*world, [&](Communicator& c) {
+    const bool printer = c.rank() == 0;
+    if (printer) {
+      std::printf("# parabench collectives: backend %s, %d ranks", std::string(backend_name(wo.backend)).c_str(), n);
+      if (wo.ranks_per_node > 0) std::printf(" (%d per node)", wo.ranks_per_node);
+      std::printf("\n# minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d validation: %d average: %d\n",
+                  b.min_bytes, b.max_bytes,
+                  (b.step_factor > 1 ? std::to_string(b.step_factor) + "(factor)" : std::to_string(b.step_bytes) + "(bytes)").c_str(),
+                  b.warmup, b.iters, b.check, b.average);
+    }
+    double bw_sum = 0;
+    int bw_n = 0;
+    for (const coll::CollDesc* op : ops)
+      for (DType t : dtypes)
+        for (ReduceOp ro : op->reduces ? redops : std::vector<ReduceOp>{ReduceOp::sum})
+          for (int root : op->rooted ? roots : std::vector<int>{-1}) {
+            if (printer) {
+              std::printf("#\n# %s\n", std::string(op->name).c_str());
+              coll::print_header(stdout);
+            }
+            bool stayed = coll::run_collective(c, *op, t, ro, std::max(root, 0), b, [&](auto& oop, auto& ip) {
+              if (!printer) return;
+              coll::print_line(stdout, oop, ip);
+              for (const coll::BenchPoint* p : {&oop, &ip}) {
+                bw_sum += p->busbw_gbps, ++bw_n;
+                total_wrong += std::max(0L, p->wrong);
+                CsvRecord r;
+                r.set("op", op->schema_name).set("bytes", p->bytes).set("count", p->count);
+                r.set("dtype", dtype_name(p->dtype)).set("redop", p->redop);
+                if (p->root >= 0) r.set("root", p->root);
+                r.set("inplace", p->in_place).set("iters", p->iters).set("time_us", p->time_us);
+                r.set("algbw_gbps", p->algbw_gbps).set("busbw_gbps", p->busbw_gbps);
+                if (p->wrong >= 0) r.set("wrong", p->wrong);
+                meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
+                rows->write(meta, r);
+              }
+            });
+            if (!stayed) return;  // injected: this rank leaves the run
+          }
+    std::ostringstream counters;
+    c.log().write_csv(counters, /*with_header=*/false);
+    auto all = all_gather_strings(c, counters.str());
+    if (!printer) return;
+    std::printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %g\n#\n", bw_n ? bw_sum / bw_n : 0.0);
+    CsvWriter cw(counters_path, CommLog::csv_header());
+    for (const auto& text : all) {
+      CsvTable t = parse_csv(csv_format_row(CommLog::csv_header()) + text, "comm counters");
+      for (const auto& row : t.rows) cw.write_row(row);
+    }
+    std::printf("results: %s\ncounters: %s\n", csv_path.c_str(), counters_path.c_str());
+  });
+  if (rc != 0) return rc;
+  if (total_wrong > 0) {
+    std::fprintf(stderr, "parabench collectives: %ld wrong elements\n", total_wrong);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_collectives(CLI::App& root, Registry& reg, const Env& env) {
+  auto f = std::make_shared<Flags>();
+  CLI::App* app = root.add_subcommand("collectives", "collective benchmark, nccl-tests style (local, mpi, nccl)");
+  app->add_option("ops", f->ops, "all_reduce reduce_scatter all_gather broadcast reduce alltoall sendrecv, or all")
+      ->capture_default_str();
+  app->add_option("-b,--minbytes", f->min_bytes, "smallest size S (8, 64K, 128M, 1G)")->capture_default_str();
+  app->add_option("-e,--maxbytes", f->max_bytes, "largest size S")->capture_default_str();
+  app->add_option("-i,--stepbytes", f->step_bytes, "size increment when -f is not > 1")->capture_default_str();
+  app->add_option("-f,--stepfactor", f->step_factor, "size multiplier (> 1 enables it)");
+  app->add_option("-n,--iters", f->bench.iters, "timed iterations")->capture_default_str();
+  app->add_option("-w,--warmup_iters", f->bench.warmup, "untimed warm-up iterations")->capture_default_str();
+  app->add_option("-c,--check", f->bench.check, "validation rounds (0: no check)")->capture_default_str();
+  app->add_option("-d,--datatype", f->dtype, "float, double, bfloat16 (or fp32, fp64, bf16), all")->capture_default_str();
+  app->add_option("-o,--op", f->redop, "reduction: sum, avg, max, all")->capture_default_str();
+  app->add_option("-r,--root", f->root, "root of broadcast/reduce, or all")->capture_default_str();
+  app->add_option("-a,--average", f->bench.average, "time over ranks: 0 rank 0, 1 mean, 2 min, 3 max")
+      ->capture_default_str();
+  app->add_option("-F,--csv", f->csv, "write the rows to this file (default OUT/<run id>/collectives.csv)");
+  app->add_option("--out", f->out, "directory of run directories")->capture_default_str();
+  app->add_option("--backend", f->backend, "local, mpi or nccl (default: mpi under mpirun, else local)");
+  auto* world = app->add_option("--world", f->world, "ranks of the local backend")->capture_default_str();
+  app->add_option("--ranks-per-node", f->ranks_per_node, "ranks per node (0: one node / the real hosts)")
+      ->capture_default_str();
+  app->add_option("--timeout", f->timeout_s, "seconds a rank may wait for its peers before the run fails")
+      ->capture_default_str();
+  app->add_flag("--chaos", f->chaos, "local backend: seeded random delays in every operation");
+  app->add_option("--chaos-seed", f->chaos_seed, "seed of the chaos delays")->capture_default_str();
+  app->add_option("--chaos-max-us", f->chaos_max_us, "largest chaos delay, microseconds")->capture_default_str();
+  app->add_option("--inject-failure", f->inject,
+                  "testing: RANK[:raise|leave|crash] fails that rank at its first timed call");
+  reg.push_back({app, [f, &env, world] { return run(*f, env, world->count() > 0); }});
+}
+
+}  // namespace pb::cli

@@ -1,0 +1,74 @@
+// parabench run: the main job on the embedded default (local backend) — the
+// conformance matrix, the reference training, pipeline schedules, the planner,
+// a small scaling sweep and the collective benchmark, all into one run
+// directory, then the report. Each part runs as a subcommand of this same
+// executable, so a part that fails is reported (and counted) without losing
+// the others' results. Exit 1 when the conformance matrix (or any part) failed.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "suites/cli/command.h"
+#include "suites/cli/common.h"
+
+#ifndef PARABENCH_SOURCE_DIR
+#define PARABENCH_SOURCE_DIR ""
+#endif
+
+namespace pb::cli {
+namespace {
+
+struct RunFlags {
+  std::string out = "results/runs";
+  bool quick = false;
+};
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+int run_main(const RunFlags& f, const Env& env) {
+  const std::string id = make_run_id(std::chrono::system_clock::now());
+  const std::string dir = make_run_dir(f.out, id).string();
+  const std::string exe = quote(env.argv0);
+  const std::string src = PARABENCH_SOURCE_DIR;
+  struct Part { std::string name, args; };
+  std::vector<Part> parts = {
+      {"check", "check --run-dir " + quote(dir) + (f.quick ? " --dp 1 2 4" : "")},
+      {"train", "train --model small --steps 40 --batch 16 --seq 32 --quiet --run-dir " + quote(dir)},
+      {"schedule 1f1b", "schedule --pp 4 --microbatches 8 --schedule 1f1b --csv " + quote(dir + "/timeline_1f1b.csv")},
+      {"schedule zb-h1", "schedule --pp 4 --microbatches 8 --schedule zb-h1 --csv " + quote(dir + "/timeline_zb-h1.csv")},
+      {"schedule interleaved", "schedule --pp 4 --microbatches 8 --schedule interleaved --virtual 2 --csv " + quote(dir + "/timeline_interleaved.csv")},
+      {"plan", "plan --model gpt2-124m --dp 8 --zero 3 --global-batch 64 --csv " + quote(dir + "/plan.csv")},
+  };
+  parts.push_back({"sweep", "sweep --config " + quote(src + "/configs/sweep_small.toml") + " --run-dir " + quote(dir)});
+  parts.push_back({"collectives", "collectives all_reduce all_gather reduce_scatter -b 1K -e 4M -f 4 -n 5 -w 2 --world 2 -F " + quote(dir + "/collectives.csv")});
+  parts.push_back({"report", "report " + quote(dir)});
+
+  int failed = 0;
+  for (const auto& p : parts) {
+    std::printf("\n=== parabench %s\n", p.name.c_str());
+    std::fflush(stdout);
+    int rc = std::system((exe + " " + p.args).c_str());
+    if (rc != 0) {
+      std::printf("=== %s FAILED (status %d)\n", p.name.c_str(), rc);
+      ++failed;
+    }
+  }
+  std::printf("\n%d of %zu parts failed\nreport: %s/report.html\n", failed, parts.size(), dir.c_str());
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+void register_run(CLI::App& root, Registry& reg, const Env& env) {
+  auto f = std::make_shared<RunFlags>();
+  CLI::App* app = root.add_subcommand("run", "the main job: conformance matrix, scaling sweep, report");
+  app->add_option("--out", f->out, "results directory; the run writes OUT/<run id>/")->capture_default_str();
+  app->add_flag("--quick", f->quick, "a smaller conformance matrix (world sizes 1, 2, 4)");
+  reg.push_back({app, [f, &env] { return run_main(*f, env); }});
+}
+
+}  // namespace pb::cli

@@ -1,0 +1,18 @@
+# Runs a command that must fail: non-zero exit and output matching EXPECT.
+#   cmake "-DCMD=prog|arg|..." "-DEXPECT=regex" -P expect_failure.cmake
+# ('|' separates the arguments, so the command survives add_test intact.)
+string(REPLACE "|" ";" cmd "${CMD}")
+string(TIMESTAMP t0 "%s")
+execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 50)
+string(TIMESTAMP t1 "%s")
+math(EXPR secs "${t1} - ${t0}")
+message(STATUS "exit: ${rc} after ${secs} s\n--- stdout ---\n${out}\n--- stderr ---\n${err}")
+if(rc STREQUAL "0")
+  message(FATAL_ERROR "expected a failure, but the command exited 0")
+endif()
+if(rc MATCHES "timeout|Process terminated due to timeout")
+  message(FATAL_ERROR "the command hung (killed after 50 s)")
+endif()
+if(NOT "${out}${err}" MATCHES "${EXPECT}")
+  message(FATAL_ERROR "the output does not match '${EXPECT}'")
+endif()

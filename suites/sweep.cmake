@@ -1,0 +1,23 @@
+# sweep: throughput / memory / communication scaling of the strategies
+# (parabench sweep), one sweep row per point.
+parabench_library(NAME pb_sweep ALIAS pb::sweep
+  SOURCES sweep/sweep.cc
+  DEPS pb::data_parallel pb::reference pb::harness pb::kernels_cpu)
+parabench_test(NAME sweep_test SOURCES sweep/sweep_test.cc DEPS pb::sweep TIMEOUT 120)
+
+list(APPEND PB_CLI_SOURCES cli/cmd_sweep.cc)
+list(APPEND PB_CLI_DEPS pb::sweep)
+
+# Through the binary: an unknown [sweep] key exits 2; a SIGKILLed sweep leaves
+# no partial row and --resume completes it without duplicates.
+if(PARABENCH_BUILD_TESTS)
+  set(PB_SWEEP_WORK ${CMAKE_CURRENT_BINARY_DIR}/sweep_cli_work)
+  file(WRITE ${PB_SWEEP_WORK}/bad_key.toml "[sweep]\nworlds = [1]\nstratgies = [\"none\"]\n")
+  add_test(NAME sweep_cli_unknown_key
+           COMMAND /bin/sh -c "\"$0\" sweep --config \"$1\" --out \"$2\"; test $? -eq 2"
+                   $<TARGET_FILE:parabench> ${PB_SWEEP_WORK}/bad_key.toml ${PB_SWEEP_WORK}/out)
+  add_test(NAME sweep_cli_kill_resume
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/sweep/sweep_kill_test.py
+                   $<TARGET_FILE:parabench> ${PB_SWEEP_WORK}/kill)
+  set_tests_properties(sweep_cli_unknown_key sweep_cli_kill_resume PROPERTIES TIMEOUT 120 LABELS "cli")
+endif()

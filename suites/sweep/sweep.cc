@@ -1,0 +1,303 @@
+// The scaling sweep: config, points, one training run per point, its row.
+// Figures (definitions in results/SCHEMA.md): step time = median over the
+// measured steps of the slowest rank's step; MFU = model FLOPs per step
+// (model_flops_per_step, PaLM/llm.c accounting) / step time / (world x
+// per-rank peak); communication per step = logged bytes after warm-up / steps.
+#include "suites/sweep/sweep.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <ostream>
+#include <stdexcept>
+
+#include "harness/csv_schema.h"
+#include "harness/runner.h"
+#include "harness/status.h"
+#include "impl/data_parallel/dp_rank.h"
+#include "impl/data_parallel/options.h"
+#include "kernels/cpu/peak.h"
+#include "reference/model_config.h"
+
+namespace pb::sweep {
+namespace {
+
+std::string shard_of(const std::string& strategy) { return strategy == "ddp" ? "none" : strategy; }
+
+std::vector<std::string> read_scaling(ConfigReader& r) {
+  std::vector<std::string> v;
+  try {
+    v = r.get<std::vector<std::string>>("sweep.scaling", {"weak"});
+  } catch (const InputError&) {
+    v = {r.get<std::string>("sweep.scaling", "weak")};
+  }
+  require(!v.empty(), "sweep.scaling: must not be empty");
+  for (const auto& s : v)
+    require(s == "weak" || s == "strong", "sweep.scaling: must be weak or strong, got '" + s + "'");
+  return v;
+}
+
+template <class T>
+void non_empty(const std::vector<T>& v, const char* key) {
+  require(!v.empty(), std::string(key) + ": must not be empty");
+}
+
+// Per-rank figures of one point, combined (max) over ranks afterwards.
+struct RankOut {
+  std::vector<double> seconds;
+  int64_t mem[6] = {}, mem_total = 0, mem_host_total = 0;
+  int64_t dp_bytes = 0, inter_bytes = 0;
+  double blocked_s = 0;
+};
+
+template <class T>
+void run_rank(const TrainConfig& cfg, const dp::DpOptions& o, int warmup, Communicator& world,
+              RankOut& out) {
+  dp::DpRank<T> rank(cfg, o, world);
+  for (int i = 0; i < warmup; ++i) rank.step();
+  world.log().reset();
+  for (int i = warmup; i < cfg.steps; ++i) out.seconds.push_back(rank.step().seconds);
+  const int n = int(out.seconds.size());
+  for (int t = 0; t < 6; ++t) out.mem[t] = int64_t(rank.memory().peak(MemTag(t), Place::device));
+  out.mem_total = int64_t(rank.memory().peak_total(Place::device));
+  out.mem_host_total = int64_t(rank.memory().peak_total(Place::host));
+  const CommLog& log = world.log();
+  for (const auto& g : log.groups()) {
+    if (g == "check") continue;
+    CommCounters c = log.by_group(g);
+    if (g.rfind("dp", 0) == 0) out.dp_bytes += int64_t(c.bytes);
+    out.inter_bytes += int64_t(c.inter_node_bytes);
+    out.blocked_s += c.blocked_s;
+  }
+  out.dp_bytes /= n;
+  out.inter_bytes /= n;
+  out.blocked_s /= n;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+SweepConfig read_sweep_config(ConfigReader& r) {
+  SweepConfig c;
+  c.strategies = r.get<std::vector<std::string>>("sweep.strategies", c.strategies);
+  c.worlds = r.get<std::vector<int64_t>>("sweep.worlds", c.worlds, Bounds::positive());
+  c.models = r.get<std::vector<std::string>>("sweep.models", c.models);
+  c.precisions = r.get<std::vector<std::string>>("sweep.precisions", c.precisions);
+  c.microbatches = r.get<std::vector<int64_t>>("sweep.microbatches", c.microbatches, Bounds::positive());
+  c.scaling = read_scaling(r);
+  c.batch_per_rank = r.get<int>("sweep.batch_per_rank", c.batch_per_rank, Bounds::positive());
+  const int64_t max_world = c.worlds.empty() ? 1 : *std::max_element(c.worlds.begin(), c.worlds.end());
+  c.global_batch = r.get<int>("sweep.global_batch", int(c.batch_per_rank * max_world), Bounds::positive());
+  c.seq = r.get<int>("sweep.seq", c.seq, Bounds::positive());
+  c.steps = r.get<int>("sweep.steps", c.steps, Bounds::positive());
+  c.warmup = r.get<int>("sweep.warmup", c.warmup, Bounds::non_negative());
+  c.ranks_per_node = r.get<int>("sweep.ranks_per_node", c.ranks_per_node, Bounds::non_negative());
+  c.peak_gflops = r.get<double>("sweep.peak_gflops", 0.0, Bounds::non_negative());
+  r.check_no_unknown_keys();
+  non_empty(c.strategies, "sweep.strategies");
+  non_empty(c.worlds, "sweep.worlds");
+  non_empty(c.models, "sweep.models");
+  non_empty(c.precisions, "sweep.precisions");
+  non_empty(c.microbatches, "sweep.microbatches");
+  for (const auto& s : c.strategies) dp::parse_shard(shard_of(s), "sweep.strategies");
+  for (const auto& m : c.models) named_model(m);
+  for (const auto& p : c.precisions) parse_precision(p);
+  return c;
+}
+
+std::string SweepPoint::key() const {
+  return strategy + "|" + model + "|" + precision + "|" + std::to_string(world) + "|" +
+         std::to_string(microbatches) + "|" + scaling;
+}
+
+std::string SweepPoint::label() const {
+  return strategy + " " + model + " w" + std::to_string(world) + " " + precision + " mb" +
+         std::to_string(microbatches) + " " + scaling;
+}
+
+std::vector<SweepPoint> expand(const SweepConfig& c) {
+  std::vector<SweepPoint> v;
+  for (const auto& sc : c.scaling)
+    for (const auto& m : c.models)
+      for (const auto& p : c.precisions)
+        for (int64_t mb : c.microbatches)
+          for (const auto& s : c.strategies)
+            for (int64_t w : c.worlds) {
+              std::string name = shard_of(s) == "none" ? "ddp" : s;
+              v.push_back({name, m, p, sc, int(w), int(mb)});
+            }
+  return v;
+}
+
+PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank) {
+  PointResult res;
+  res.seq = c.seq;
+  res.global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.world : c.global_batch;
+  try {
+    TrainConfig cfg;
+    cfg.model = named_model(p.model);
+    cfg.precision = parse_precision(p.precision);
+    cfg.seq = c.seq;
+    cfg.batch = int(res.global_batch);
+    cfg.microbatches = p.microbatches;
+    cfg.steps = c.warmup + c.steps;
+    cfg.threads = 1;
+    cfg.validate();
+    const char* bkey = p.scaling == "weak" ? "sweep.batch_per_rank" : "sweep.global_batch";
+    require(cfg.batch % (p.world * p.microbatches) == 0,
+            std::string(bkey) + ": global batch " + std::to_string(cfg.batch) +
+                " must be divisible by world x microbatches (" + std::to_string(p.world) + " x " +
+                std::to_string(p.microbatches) + ")");
+    dp::DpOptions o;
+    o.dp = p.world;
+    o.shard = dp::parse_shard(shard_of(p.strategy), "sweep.strategies");
+    o.ranks_per_node = c.ranks_per_node;
+    dp::validate(o);
+    WorldOptions wo;
+    wo.size = p.world;
+    wo.ranks_per_node = c.ranks_per_node;
+    validate(wo);
+
+    std::vector<RankOut> outs(size_t(p.world));
+    auto world = make_local_world(wo);
+    run_ranks(*world, [&](Communicator& comm) {
+      dispatch_dtype(storage_dtype(cfg.precision), [&](auto t) {
+        run_rank<decltype(t)>(cfg, o, c.warmup, comm, outs[size_t(comm.rank())]);
+      });
+    });
+    std::vector<double> slowest(size_t(c.steps), 0.0);
+    for (const auto& r : outs) {
+      for (size_t i = 0; i < slowest.size(); ++i) slowest[i] = std::max(slowest[i], r.seconds.at(i));
+      for (int t = 0; t < 6; ++t) res.mem[t] = std::max(res.mem[t], r.mem[t]);
+      res.mem_total = std::max(res.mem_total, r.mem_total);
+      res.mem_host_total = std::max(res.mem_host_total, r.mem_host_total);
+      res.comm_dp_bytes = std::max(res.comm_dp_bytes, r.dp_bytes);
+      res.comm_inter_node_bytes = std::max(res.comm_inter_node_bytes, r.inter_bytes);
+      res.exposed_comm_s = std::max(res.exposed_comm_s, r.blocked_s);
+    }
+    res.step_time_s = median(slowest);
+    if (!(res.step_time_s > 0)) throw std::runtime_error("measured step time is not positive");
+    res.tokens_per_s = double(cfg.tokens_per_step()) / res.step_time_s;
+    res.model_flops_per_s = model_flops_per_step(cfg.model, cfg.batch, cfg.seq) / res.step_time_s;
+    res.peak_flops = peak_flops_per_rank * p.world;
+    res.mfu = res.peak_flops > 0 ? res.model_flops_per_s / res.peak_flops : 0;
+  } catch (const InputError& e) {
+    res.status = "rejected";
+    res.reason = e.what();
+  } catch (const std::exception& e) {
+    res.status = "failed";
+    res.reason = e.what();
+  }
+  return res;
+}
+
+CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
+  CsvRecord rec;
+  rec.set("strategy", p.strategy).set("model", p.model).set("precision", p.precision);
+  rec.set("microbatches", p.microbatches).set("global_batch", r.global_batch).set("seq_len", r.seq);
+  rec.set("scaling", p.scaling);
+  if (r.status != "ok") return rec;
+  rec.set("step_time_s", r.step_time_s).set("tokens_per_s", r.tokens_per_s);
+  rec.set("model_flops_per_s", r.model_flops_per_s).set("peak_flops", r.peak_flops);
+  if (r.peak_flops > 0) rec.set("mfu", r.mfu);
+  static constexpr const char* kMemCols[6] = {"mem_params", "mem_grads", "mem_optimizer",
+                                              "mem_activations", "mem_comm", "mem_workspace"};
+  for (int t = 0; t < 6; ++t) rec.set(kMemCols[t], r.mem[t]);
+  rec.set("mem_total", r.mem_total).set("mem_host_total", r.mem_host_total);
+  rec.set("comm_dp_bytes", r.comm_dp_bytes).set("comm_tp_bytes", int64_t{0});
+  rec.set("comm_cp_bytes", int64_t{0}).set("comm_pp_bytes", int64_t{0}).set("comm_ep_bytes", int64_t{0});
+  rec.set("comm_inter_node_bytes", r.comm_inter_node_bytes);
+  rec.set("exposed_comm_s", r.exposed_comm_s).set("bubble", 0.0);  // no pipeline: no bubble
+  return rec;
+}
+
+RunMeta point_meta(const SweepPoint& p, const PointResult& r, const RunMeta& base) {
+  RunMeta m = base;
+  m.timestamp = iso8601_utc(std::chrono::system_clock::now());
+  m.world = p.world;
+  m.mesh = mesh_string(p.world, 1, 1, 1);
+  m.status = r.status;
+  m.reason = r.reason;
+  ConfigReader h;  // the point's effective settings, hashed
+  h.set("strategy", p.strategy);
+  h.set("model", p.model);
+  h.set("precision", p.precision);
+  h.set("world", int64_t(p.world));
+  h.set("microbatches", int64_t(p.microbatches));
+  h.set("global_batch", r.global_batch);
+  h.set("seq", r.seq);
+  m.config_hash = h.config_hash();
+  return m;
+}
+
+std::set<std::string> done_keys(const std::string& csv_path) {
+  CsvTable t = read_csv(csv_path, {/*drop_partial_tail=*/true});
+  std::set<std::string> keys;
+  try {
+    const size_t ck = t.column("kind"), cs = t.column("strategy"), cm = t.column("model"),
+                 cp = t.column("precision"), cw = t.column("world"), cb = t.column("microbatches"),
+                 cl = t.column("scaling");
+    for (const auto& row : t.rows) {
+      require(row[ck] == "sweep", csv_path + ": not a sweep CSV (kind '" + row[ck] + "')");
+      keys.insert(row[cs] + "|" + row[cm] + "|" + row[cp] + "|" + row[cw] + "|" +
+                  (row[cb].empty() ? "1" : row[cb]) + "|" + row[cl]);
+    }
+  } catch (const std::out_of_range& e) {
+    throw InputError(csv_path + ": not a sweep CSV: " + e.what());
+  }
+  return keys;
+}
+
+SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  SweepSummary sum;
+  std::vector<SweepPoint> todo;
+  for (auto& p : expand(c)) {
+    if (skip.count(p.key())) {
+      ++sum.skipped;
+    } else {
+      ++sum.points;
+      todo.push_back(p);
+    }
+  }
+  ResultWriter csv(run.csv_path, "sweep");
+  double peak_rank = c.peak_gflops * 1e9;
+  if (peak_rank == 0 && !todo.empty()) peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
+  const auto t1 = clock::now();
+  for (size_t k = 0; k < todo.size(); ++k) {
+    const SweepPoint& p = todo[k];
+    if (run.progress) {
+      const double el = std::chrono::duration<double>(clock::now() - t1).count();
+      char eta[32] = "?";
+      if (k) std::snprintf(eta, sizeof eta, "%.0fs", el / double(k) * double(todo.size() - k));
+      *run.progress << "[" << k + 1 << "/" << todo.size() << "] " << p.label() << " ... ETA " << eta
+                    << std::endl;
+    }
+    PointResult r = run_point(c, p, peak_rank);
+    csv.write(point_meta(p, r, run.meta), to_record(p, r));
+    (r.status == "ok" ? sum.ok : r.status == "rejected" ? sum.rejected : sum.failed) += 1;
+    if (run.table) {
+      char line[256];
+      if (r.status == "ok")
+        std::snprintf(line, sizeof line, "%-34s %10.4f s %12.0f tok/s  MFU %6.2f%%  dp %10lld B/step",
+                      p.label().c_str(), r.step_time_s, r.tokens_per_s, 100 * r.mfu,
+                      (long long)r.comm_dp_bytes);
+      else
+        std::snprintf(line, sizeof line, "%-34s %s: %.180s", p.label().c_str(), r.status.c_str(),
+                      r.reason.c_str());
+      *run.table << line << std::endl;
+    }
+  }
+  sum.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  return sum;
+}
+
+}  // namespace pb::sweep

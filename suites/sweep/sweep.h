@@ -1,0 +1,92 @@
+// The scaling sweep (parabench sweep): every (strategy, model, precision,
+// world, microbatches, scaling) point of a [sweep] table is trained for
+// warm-up + measured steps on a local world and becomes one "sweep" row of
+// results/schema.json: step time, tokens/s, model FLOP/s, MFU, peak memory per
+// tag, communication bytes per group, exposed communication.
+// Invariants: a point always yields exactly one row — ok, rejected (bad input
+// for that point: InputError) or failed (anything else) with the reason — and
+// the row is appended as soon as the point ends, so a killed sweep loses at
+// most the point it was running; resume() skips every point whose key is
+// already in the file, so resuming never duplicates a point.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "harness/config.h"
+#include "harness/csv.h"
+#include "harness/run_meta.h"
+
+namespace pb::sweep {
+
+struct SweepConfig {
+  std::vector<std::string> strategies = {"none"};  // dp shard names ("ddp" = "none")
+  std::vector<int64_t> worlds = {1};
+  std::vector<std::string> models = {"tiny"};
+  std::vector<std::string> precisions = {"fp32"};
+  std::vector<int64_t> microbatches = {1};
+  std::vector<std::string> scaling = {"weak"};  // weak | strong
+  int batch_per_rank = 8;  // weak scaling: sequences per rank per step
+  int global_batch = 0;    // strong scaling: sequences per step (0: batch_per_rank x max world)
+  int seq = 16;            // tokens per sequence
+  int steps = 5;           // measured steps
+  int warmup = 2;          // steps run before measuring
+  int ranks_per_node = 0;  // node boundary for hierarchical strategies (0: one node)
+  double peak_gflops = 0;  // per-rank MFU peak; 0: measure single-thread sgemm
+};
+
+// Reads [sweep] and rejects keys nothing read (InputError naming the key).
+SweepConfig read_sweep_config(ConfigReader& r);
+
+struct SweepPoint {
+  std::string strategy;  // row spelling: "ddp" or the shard name
+  std::string model, precision, scaling;
+  int world = 1, microbatches = 1;
+  std::string key() const;  // strategy|model|precision|world|microbatches|scaling
+  std::string label() const;  // "zero3 small w4 fp32 mb1 weak"
+};
+
+// The points in run order (scaling, model, precision, microbatches, strategy, world).
+std::vector<SweepPoint> expand(const SweepConfig& c);
+
+struct PointResult {
+  std::string status = "ok";  // ok | rejected | failed
+  std::string reason;
+  int64_t global_batch = 0, seq = 0;
+  double step_time_s = 0, tokens_per_s = 0, model_flops_per_s = 0, mfu = 0, peak_flops = 0;
+  int64_t mem[6] = {};  // peak per MemTag (device), max over ranks
+  int64_t mem_total = 0, mem_host_total = 0;
+  int64_t comm_dp_bytes = 0, comm_inter_node_bytes = 0;  // per step, max over ranks
+  double exposed_comm_s = 0;                              // per step, max over ranks
+};
+
+// Trains one point. Never throws for a bad point: the status says why.
+// peak_flops_per_rank: the MFU denominator of one rank (FLOP/s).
+PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank);
+
+// The sweep columns of one row (RunMeta carries world, mesh, status, reason).
+CsvRecord to_record(const SweepPoint& p, const PointResult& r);
+RunMeta point_meta(const SweepPoint& p, const PointResult& r, const RunMeta& base);
+
+// Keys of the points present in an existing sweep CSV (a torn last row is
+// ignored). InputError naming the file if it is unreadable or not a sweep CSV.
+std::set<std::string> done_keys(const std::string& csv_path);
+
+struct SweepRun {
+  std::string csv_path;       // appended to (created with the header if absent)
+  RunMeta meta;               // run_id, git_rev, host, backend for every row
+  std::ostream* progress = nullptr;  // "[k/n] ... ETA" lines, if set
+  std::ostream* table = nullptr;     // one result line per point, if set
+};
+
+struct SweepSummary {
+  int points = 0, skipped = 0, ok = 0, rejected = 0, failed = 0;
+  double seconds = 0;
+};
+
+// Runs every point not in `skip`, writing one row per point.
+SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip = {});
+
+}  // namespace pb::sweep

@@ -1,0 +1,159 @@
+// The sweep end to end on tiny points: rows valid under the schema, a
+// rejected point recorded with its reason, resume re-running only what is
+// missing, and the [sweep] config's rules.
+#include "suites/sweep/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "harness/csv_schema.h"
+#include "harness/status.h"
+
+namespace pb::sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_csv(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("pb_sweep_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return (d / "sweep.csv").string();
+}
+
+SweepConfig tiny_config() {
+  ConfigReader r = ConfigReader::from_string(R"(
+[sweep]
+strategies = ["none", "zero3"]
+worlds = [1, 2]
+models = ["tiny"]
+steps = 2
+warmup = 1
+batch_per_rank = 2
+peak_gflops = 10.0
+)");
+  return read_sweep_config(r);
+}
+
+SweepRun make_run(const std::string& csv) {
+  SweepRun run;
+  run.csv_path = csv;
+  run.meta.run_id = "test-run";
+  run.meta.host = "test";
+  run.meta.backend = "local";
+  return run;
+}
+
+TEST(Sweep, RowsPassTheSchemaAndCarryMeasuredFigures) {
+  SweepConfig c = tiny_config();
+  c.strategies = {"none", "zero3"};
+  c.worlds = {1, 2};
+  const std::string csv = fresh_csv("rows");
+  std::ostringstream progress;
+  SweepRun run = make_run(csv);
+  run.progress = &progress;
+  SweepSummary s = run_sweep(c, run);
+  EXPECT_EQ(s.points, 4);
+  EXPECT_EQ(s.ok, 4);
+  EXPECT_NE(progress.str().find("[4/4] zero3 tiny w2"), std::string::npos) << progress.str();
+  EXPECT_TRUE(validate_csv_against_schema(csv, ResultsSchema::builtin()).empty());
+  CsvTable t = read_csv(csv);
+  ASSERT_EQ(t.rows.size(), 4u);
+  for (const auto& row : t.rows) {
+    const int world = std::stoi(row[t.column("world")]);
+    EXPECT_EQ(row[t.column("status")], "ok");
+    EXPECT_GT(std::stod(row[t.column("step_time_s")]), 0);
+    EXPECT_GT(std::stod(row[t.column("mfu")]), 0);
+    EXPECT_DOUBLE_EQ(std::stod(row[t.column("peak_flops")]), 10e9 * world);
+    EXPECT_EQ(std::stoi(row[t.column("global_batch")]), 2 * world);  // weak scaling
+    EXPECT_GT(std::stoll(row[t.column("mem_params")]), 0);
+    const long long dp_bytes = std::stoll(row[t.column("comm_dp_bytes")]);
+    if (world == 1) EXPECT_EQ(dp_bytes, 0);
+    else EXPECT_GT(dp_bytes, 0);
+  }
+  // ZeRO-3 at world 2 shards the optimizer state DDP replicates.
+  auto optimizer_of = [&](const std::string& strategy) {
+    for (const auto& row : t.rows)
+      if (row[t.column("strategy")] == strategy && row[t.column("world")] == "2")
+        return std::stoll(row[t.column("mem_optimizer")]);
+    return -1LL;
+  };
+  EXPECT_LT(optimizer_of("zero3"), optimizer_of("ddp"));
+}
+
+TEST(Sweep, RejectedPointGetsARowWithTheReason) {
+  SweepConfig c = tiny_config();
+  c.strategies = {"zero1"};
+  c.worlds = {2};
+  c.scaling = {"strong"};
+  c.global_batch = 3;  // not divisible by world 2
+  const std::string csv = fresh_csv("rejected");
+  SweepSummary s = run_sweep(c, make_run(csv));
+  EXPECT_EQ(s.rejected, 1);
+  EXPECT_TRUE(validate_csv_against_schema(csv, ResultsSchema::builtin()).empty());
+  CsvTable t = read_csv(csv);
+  ASSERT_EQ(t.rows.size(), 1u);
+  EXPECT_EQ(t.rows[0][t.column("status")], "rejected");
+  EXPECT_NE(t.rows[0][t.column("reason")].find("sweep.global_batch"), std::string::npos);
+  EXPECT_TRUE(t.rows[0][t.column("step_time_s")].empty());
+}
+
+TEST(Sweep, ResumeRerunsOnlyTheMissingPoint) {
+  SweepConfig c = tiny_config();
+  c.strategies = {"none", "zero2"};
+  c.worlds = {2};
+  const std::string csv = fresh_csv("resume");
+  ASSERT_EQ(run_sweep(c, make_run(csv)).ok, 2);
+  // Drop the last row: as if the sweep was killed during its last point.
+  std::ifstream in(csv);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  in.close();
+  ASSERT_EQ(lines.size(), 3u);
+  std::ofstream(csv, std::ios::trunc) << lines[0] << "\n" << lines[1] << "\n";
+
+  std::set<std::string> done = done_keys(csv);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(*done.begin(), "ddp|tiny|fp32|2|1|weak");
+  SweepSummary s = run_sweep(c, make_run(csv), done);
+  EXPECT_EQ(s.points, 1);
+  EXPECT_EQ(s.skipped, 1);
+  CsvTable t = read_csv(csv);
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(t.rows[1][t.column("strategy")], "zero2");
+  EXPECT_EQ(done_keys(csv).size(), 2u);
+  EXPECT_EQ(run_sweep(c, make_run(csv), done_keys(csv)).points, 0);  // nothing left
+  EXPECT_EQ(read_csv(csv).rows.size(), 2u);
+}
+
+TEST(SweepConfig, RulesNameTheKey) {
+  auto read = [](const std::string& toml) {
+    ConfigReader r = ConfigReader::from_string(toml);
+    return read_sweep_config(r);
+  };
+  auto message = [&](const std::string& toml) {
+    try {
+      read(toml);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("[sweep]\nworld = [2]\n").find("sweep.world"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nscaling = \"linear\"\n").find("sweep.scaling"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nworlds = [0]\n").find("sweep.worlds"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nstrategies = [\"zero9\"]\n").find("sweep.strategies"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nsteps = 0\n").find("sweep.steps"), std::string::npos);
+  SweepConfig c = read("[sweep]\nscaling = \"strong\"\nworlds = [1, 4]\nmicrobatches = [1, 2]\n");
+  EXPECT_EQ(c.scaling, std::vector<std::string>{"strong"});
+  EXPECT_EQ(c.global_batch, 32);  // batch_per_rank x max world
+  EXPECT_EQ(expand(c).size(), 4u);
+  c = read("[sweep]\nscaling = [\"weak\", \"strong\"]\n");
+  EXPECT_EQ(c.scaling.size(), 2u);
+}
+
+}  // namespace
+}  // namespace pb::sweep
