@@ -175,6 +175,7 @@ class MpiComm final : public Communicator {
 
   std::shared_ptr<RequestState> start(const OpDesc& d) override {
     auto p = std::make_shared<Pending>();
+    p->reqs.reserve(2);
     post(d, comm_, rank(), size(), /*blocking=*/false, *p);
     progress_->add();
     return std::make_shared<MpiRequest>(std::move(p), progress_, sh_->watchdog, d.op, name());

@@ -31,8 +31,7 @@ inline constexpr int kProbeTag = 32767;
 void mpi_check(int rc, const char* call);
 
 struct Pending {
-  Pending() { reqs.reserve(2); }
-  MPI_Request* next() {
+  MPI_Request* next() {  // non-blocking only; start() reserves room so earlier pointers stay valid
     reqs.push_back(MPI_REQUEST_NULL);
     return &reqs.back();
   }

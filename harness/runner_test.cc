@@ -84,6 +84,21 @@ TEST(Runner, RecvWithNoSenderTimesOut) {
   EXPECT_NE(std::string(e.what()).find("rank 1 sent nothing with tag 9"), std::string::npos) << e.what();
 }
 
+TEST(Runner, BoundaryHelperReportsAndReturnsOne) {
+  WorldOptions o;
+  o.size = 2;
+  auto world = make_world(o);
+  ::testing::internal::CaptureStderr();
+  int rc = run_ranks_at_boundary(*world, [](Communicator& c) {
+    if (c.rank() == 1) throw std::runtime_error("bad shard");
+    c.barrier();
+  });
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "rank 1: bad shard\n");
+  auto ok = make_world(o);
+  EXPECT_EQ(run_ranks_at_boundary(*ok, [](Communicator& c) { c.barrier(); }), 0);
+}
+
 TEST(Runner, SuccessfulRunAndBadOptions) {
   int calls = 0;
   std::mutex mu;

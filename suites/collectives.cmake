@@ -21,7 +21,7 @@ if(PARABENCH_BUILD_TESTS)
   add_test(NAME collectives_cli_local
     COMMAND $<TARGET_FILE:parabench> collectives all -d all -o all -r all --world 3 ${PB_COLL_QUICK})
   add_test(NAME collectives_cli_local_chaos
-    COMMAND $<TARGET_FILE:parabench> collectives all --world 5 --ranks-per-node 2 --chaos --chaos-max-us 200
+    COMMAND $<TARGET_FILE:parabench> collectives all --world 6 --ranks-per-node 3 --chaos --chaos-max-us 200
             ${PB_COLL_QUICK})
   add_test(NAME collectives_fail_local_raise
     COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:parabench>|collectives|--world|4|--inject-failure|2|${PB_COLL_QUICK_ARGS}"

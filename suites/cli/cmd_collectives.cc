@@ -149,7 +149,15 @@ int run(Flags& f, const Env& env, bool world_given) {
     rows = std::make_unique<ResultWriter>(csv_path, "collective");
   }
   long total_wrong = 0;
-  int rc = run_ranks_at_boundary(*world, [&](Communicator& c) {
+  // What rank 0 is measuring, for the `failed` row if the run dies there.
+  struct Current {
+    const coll::CollDesc* op = nullptr;
+    DType dtype = DType::f32;
+    std::string redop = "none";
+    int root = -1;
+    size_t bytes = 0;
+  } cur;
+  auto body = [&](Communicator& c) {
     const bool printer = c.rank() == 0;
     if (printer) {
       std::printf("# parabench collectives: backend %s, %d ranks", std::string(backend_name(wo.backend)).c_str(), n);
@@ -161,17 +169,21 @@ int run(Flags& f, const Env& env, bool world_given) {
     }
     double bw_sum = 0;
     int bw_n = 0;
+    const auto sizes = coll::sweep_sizes(b);
     for (const coll::CollDesc* op : ops)
       for (DType t : dtypes)
         for (ReduceOp ro : op->reduces ? redops : std::vector<ReduceOp>{ReduceOp::sum})
           for (int root : op->rooted ? roots : std::vector<int>{-1}) {
+            size_t line = 0;
             if (printer) {
+              cur = {op, t, op->reduces ? std::string(reduce_op_name(ro)) : "none", root, sizes[0]};
               std::printf("#\n# %s\n", std::string(op->name).c_str());
               coll::print_header(stdout);
             }
             bool stayed = coll::run_collective(c, *op, t, ro, std::max(root, 0), b, [&](auto& oop, auto& ip) {
               if (!printer) return;
               coll::print_line(stdout, oop, ip);
+              cur.bytes = ++line < sizes.size() ? sizes[line] : sizes.back();
               for (const coll::BenchPoint* p : {&oop, &ip}) {
                 bw_sum += p->busbw_gbps, ++bw_n;
                 total_wrong += std::max(0L, p->wrong);
@@ -188,6 +200,7 @@ int run(Flags& f, const Env& env, bool world_given) {
             });
             if (!stayed) return;  // injected: this rank leaves the run
           }
+    cur.op = nullptr;
     std::ostringstream counters;
     c.log().write_csv(counters, /*with_header=*/false);
     auto all = all_gather_strings(c, counters.str());
@@ -200,8 +213,25 @@ int run(Flags& f, const Env& env, bool world_given) {
       for (const auto& row : t.rows) cw.write_row(row);
     }
     std::printf("results: %s\ncounters: %s\n", csv_path.c_str(), counters_path.c_str());
-  });
-  if (rc != 0) return rc;
+  };
+  try {
+    run_ranks(*world, body);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::fflush(stderr);
+    if (rows && cur.op) {  // a failure is a result too
+      CsvRecord r;
+      r.set("op", cur.op->schema_name).set("bytes", cur.bytes).set("count", cur.bytes / dtype_size(cur.dtype));
+      r.set("dtype", dtype_name(cur.dtype)).set("redop", cur.redop).set("inplace", false);
+      if (cur.root >= 0) r.set("root", cur.root);
+      meta.status = "failed";
+      meta.reason = e.what();
+      meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
+      rows->write(meta, r);
+    }
+    world->terminate(1);  // mpi/nccl: ends the other processes; does not return
+    return 1;
+  }
   if (total_wrong > 0) {
     std::fprintf(stderr, "parabench collectives: %ld wrong elements\n", total_wrong);
     return 1;

@@ -52,8 +52,14 @@ const std::vector<const CollDesc*>& all_colls();
 // By name; accepts nccl-tests' and the schema's spellings (alltoall/all_to_all, sendrecv/send_recv).
 const CollDesc* find_coll(std::string_view name);
 
-// Input element i of rank r.
-inline int value(int r, size_t i, uint64_t rep) { return int((i * 7 + size_t(r) * 3 + rep) % 3) - 1; }
+// Input element i of rank r: -1, 0 or 1 from a splitmix64 hash of (r, i, rep),
+// so any two ranks (and any two elements) differ in about 2/3 of places.
+inline int value(int r, size_t i, uint64_t rep) {
+  uint64_t z = uint64_t(r) * 0x9E3779B97F4A7C15ull + uint64_t(i) * 0xD1B54A32D192ED03ull + rep * 0x8CB92BA72F3D8DD7ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return int((z ^ (z >> 31)) % 3) - 1;
+}
 // dst[k] = value(r, first + k) in dtype.
 void fill_values(DType t, void* dst, size_t n, int r, size_t first, uint64_t rep);
 // dst[k] = redop over ranks 0..nranks-1 of value(j, first + k): rank order,
