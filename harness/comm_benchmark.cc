@@ -88,7 +88,7 @@ void WorldSizes(benchmark::internal::Benchmark* b) {
     for (int64_t s : {64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}) b->Args({n, s});
 }
 
-BENCHMARK(BM_Memcpy)->Apply(Sizes);
+BENCHMARK(BM_Memcpy)->Apply(Sizes)->UseRealTime();
 BENCHMARK(BM_Local<Op::all_reduce>)->Name("BM_LocalAllReduce")->Apply(WorldSizes)->UseManualTime();
 BENCHMARK(BM_Local<Op::all_reduce_in_place>)->Name("BM_LocalAllReduceInPlace")->Apply(WorldSizes)->UseManualTime();
 BENCHMARK(BM_Local<Op::reduce_scatter>)->Name("BM_LocalReduceScatter")->Apply(WorldSizes)->UseManualTime();

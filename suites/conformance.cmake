@@ -10,3 +10,12 @@ list(APPEND PB_CLI_SOURCES cli/cmd_check.cc cli/cmd_run.cc)
 set_source_files_properties(cli/cmd_run.cc PROPERTIES
   COMPILE_DEFINITIONS "PARABENCH_SOURCE_DIR=\"${PROJECT_SOURCE_DIR}\"")
 list(APPEND PB_CLI_DEPS pb::conformance)
+
+# The data-parallel family under mpirun: one process per rank, the MPI backend
+# (held to the rule: MPI's reduction order is its own).
+parabench_mpi_test(NAME conformance_check_mpi_np2 NP 2
+  COMMAND $<TARGET_FILE:parabench> check --dp 2 --shard none zero1 zero2 zero3 --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+parabench_mpi_test(NAME conformance_check_mpi_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --dp 4 --shard none zero3 hsdp hzero --precision fp32
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)

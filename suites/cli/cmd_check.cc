@@ -1,15 +1,18 @@
 // parabench check: the conformance matrix — every strategy implemented, over
 // world sizes and precisions — printed as a table of ratios, written as
 // conformance rows, exit 1 on any failure (CI gating).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <sstream>
 
+#include "harness/comm_backends.h"
 #include "harness/csv_schema.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
+#include "reference/train_config_io.h"
 #include "suites/conformance/engine.h"
 
 namespace pb::cli {
@@ -24,7 +27,17 @@ struct CheckFlags {
   bool chaos = false;
   std::string out = "results/runs";
   std::string run_dir;  // write into this directory instead of OUT/<run id>
+  std::string backend;  // local | mpi (default: mpi under mpirun)
 };
+
+// The hash of the configuration a matrix point amounts to (its TOML dump).
+std::string config_hash_of(const StrategyRun& s) {
+  ConfigReader r;
+  write_train_config(s.cfg, r);
+  r.set("strategy.dp", s.dp.dp);
+  r.set("strategy.describe", s.dp.describe());
+  return r.config_hash();
+}
 
 std::vector<StrategyRun> matrix(const CheckFlags& f) {
   std::vector<StrategyRun> runs;
@@ -69,16 +82,49 @@ double worst_ratio(const std::vector<QuantityCheck>& v, const std::string& q) {
 }
 
 int run_check(const CheckFlags& f, const Env& env) {
+  WorldOptions wo;
+  wo.backend = env.under_mpirun ? BackendKind::mpi : BackendKind::local;
+  if (!f.backend.empty())
+    require(parse_backend(f.backend, &wo.backend) && wo.backend != BackendKind::nccl,
+            "--backend: '" + f.backend + "' is not local or mpi");
+  std::unique_ptr<World> mpi_world;  // one per process: MPI initializes once
+  if (wo.backend != BackendKind::local) {
+    wo.size = 0;
+    mpi_world = make_world(wo);
+  }
   auto runs = matrix(f);
-  require(!runs.empty(), "check: the matrix is empty (see --dp, --shard, --precision)");
+  if (mpi_world) {  // the world is what mpirun launched: its size picks the points
+    std::erase_if(runs, [&](const StrategyRun& s) { return s.dp.dp != mpi_world->size(); });
+    for (auto& s : runs) s.world.backend = wo.backend;
+  }
+  require(!runs.empty(), "check: the matrix is empty (see --dp, --shard, --precision" +
+                             std::string(mpi_world ? "; under mpirun --dp must include the world size)" : ")"));
+  bool writer = true;
+  if (mpi_world) {
+    auto hosted = mpi_world->local_ranks();
+    writer = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();
+  }
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
-  auto dir = f.run_dir.empty() ? make_run_dir(f.out, run_id) : make_run_dir(f.run_dir, "");
-  ResultWriter csv((dir / "conformance.csv").string(), "conformance");
-  std::printf("%-28s %-10s %5s %8s %9s %9s %9s %7s %6s %s\n", "strategy", "precision", "world",
+  std::unique_ptr<ResultWriter> csv_writer;
+  if (writer) {
+    auto dir = f.run_dir.empty() ? make_run_dir(f.out, run_id) : make_run_dir(f.run_dir, "");
+    csv_writer = std::make_unique<ResultWriter>((dir / "conformance.csv").string(), "conformance");
+  }
+  if (writer) std::printf("%-28s %-10s %5s %8s %9s %9s %9s %7s %6s %s\n", "strategy", "precision", "world",
               "bitwise", "loss", "grads", "params", "memory", "comm", "result");
   int failures = 0;
   for (const auto& s : runs) {
-    ConformanceResult r = run_conformance(s);
+    ConformanceResult r;
+    try {
+      r = mpi_world ? run_conformance(s, *mpi_world) : run_conformance(s);
+    } catch (const std::exception& e) {
+      if (!mpi_world) throw;
+      std::fprintf(stderr, "parabench check: %s\n", e.what());
+      mpi_world->terminate(1);  // ends every process; does not return
+      throw;
+    }
+    if (!writer) continue;
+    auto& csv = *csv_writer;
     const bool ok = r.pass();
     failures += !ok;
     bool mem_ok = true, comm_ok = true;
@@ -89,8 +135,8 @@ int run_check(const CheckFlags& f, const Env& env) {
                 worst_ratio(r.rule, "loss"), worst_ratio(r.rule, "grads"),
                 worst_ratio(r.rule, "params"), mem_ok ? "exact" : "DIFF", comm_ok ? "exact" : "DIFF",
                 ok ? "PASS" : "FAIL");
-    RunMeta meta = make_meta(run_id, env.git_rev, r.backend, r.world, mesh_string(r.world, 1, 1, 1), "");
-    meta.config_hash = "0000000000000000";
+    RunMeta meta = make_meta(run_id, env.git_rev, r.backend, r.world, mesh_string(r.world, 1, 1, 1),
+                             config_hash_of(s));
     auto row = [&](const std::string& quantity, int step, double err, double floor, double ratio,
                    double threshold, bool bitwise, bool pass) {
       CsvRecord rec;
@@ -107,10 +153,11 @@ int run_check(const CheckFlags& f, const Env& env) {
           double(e.declared), e.declared ? double(e.measured) / double(e.declared) : double(e.measured == 0),
           1.0, true, e.pass);
   }
+  if (!writer) return 0;
   std::printf("\n%zu configurations, %d failed. ratios: worst error / noise floor (pass <= 8); "
               "bitwise: yes = bit-equal to the reference replaying its order, rule = held to "
               "the ratio only\nresults: %s\n",
-              runs.size(), failures, csv.path().c_str());
+              runs.size(), failures, csv_writer->path().c_str());
   return failures ? 1 : 0;
 }
 
@@ -128,6 +175,7 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_flag("--chaos", f->chaos, "inject seeded random delays into every collective");
   app->add_option("--out", f->out, "results directory")->capture_default_str();
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");
+  app->add_option("--backend", f->backend, "local or mpi (default: mpi under mpirun, else local)");
   reg.push_back({app, [f, &env] { return run_check(*f, env); }});
 }
 

@@ -149,6 +149,7 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
                                        std::to_string(s.dp.dp));
   ConformanceResult res;
   res.strategy = s.dp.describe();
+  if (s.cfg.microbatches > 1) res.strategy += " accum" + std::to_string(s.cfg.microbatches);
   res.precision = s.cfg.precision;
   res.world = world.size();
   res.backend = std::string(backend_name(world.backend()));
