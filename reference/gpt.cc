@@ -40,6 +40,18 @@ HeadActs<T>::HeadActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
 }
 
 template <class T>
+BlockGradStash<T>::BlockGradStash(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
+  const size_t N = size_t(B) * Tn, C = m.C;
+  auto act = MemTag::activations;
+  dout = Buffer<T>(mt, act, N * C);
+  dfch = Buffer<T>(mt, act, N * 4 * C);
+  dln2 = Buffer<T>(mt, act, N * C);
+  dres = Buffer<T>(mt, act, N * C);
+  dqkv = Buffer<T>(mt, act, N * 3 * C);
+  dln1 = Buffer<T>(mt, act, N * C);
+}
+
+template <class T>
 Scratch<T>::Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
   const size_t N = size_t(B) * Tn, C = m.C;
   auto ws = MemTag::workspace;
@@ -136,6 +148,61 @@ void Gpt<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const
 }
 
 template <class T>
+void Gpt<T>::block_backward_input(T* dx_in, BlockGradStash<T>& g, const T* dout, const T* x_in,
+                                  const BlockActs<T>& a, const T* u, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C;
+  const size_t NC = size_t(N) * C;
+  float* ws = s.mm_ws.data();
+  T* null = nullptr;
+  std::memcpy(static_cast<void*>(g.dout.data()), dout, NC * sizeof(T));
+  std::memcpy(static_cast<void*>(g.dres.data()), dout, NC * sizeof(T));
+  zero(s.dfchg);
+  k::matmul_backward(s.dfchg.data(), null, null, dout, a.fchg.data(), u + o.fcproj_w, N, 4 * C, C, ws);
+  zero(g.dfch);
+  k::gelu_backward(g.dfch.data(), a.fch.data(), s.dfchg.data(), NC * 4);
+  zero(g.dln2);
+  k::matmul_backward(g.dln2.data(), null, null, g.dfch.data(), a.ln2.data(), u + o.fc_w, N, C, 4 * C, ws);
+  k::layernorm_backward(g.dres.data(), null, null, g.dln2.data(), a.xmid.data(), u + o.ln2_w,
+                        a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  std::memcpy(static_cast<void*>(dx_in), g.dres.data(), NC * sizeof(T));
+  zero(s.datty);
+  k::matmul_backward(s.datty.data(), null, null, g.dres.data(), a.atty.data(), u + o.attproj_w, N, C,
+                     C, ws);
+  zero(g.dqkv);
+  k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(),
+                        B_, Tn_, C, m.NH);
+  zero(g.dln1);
+  k::matmul_backward(g.dln1.data(), null, null, g.dqkv.data(), a.ln1.data(), u + o.qkv_w, N, C,
+                     3 * C, ws);
+  k::layernorm_backward(dx_in, null, null, g.dln1.data(), x_in, u + o.ln1_w, a.ln1_mean.data(),
+                        a.ln1_rstd.data(), N, C);
+}
+
+template <class T>
+void Gpt<T>::block_backward_weight(T* du, const BlockGradStash<T>& g, const T* x_in,
+                                   const BlockActs<T>& a, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C;
+  float* ws = s.mm_ws.data();
+  T* null = nullptr;
+  const T* nw = nullptr;  // the weights only feed dinp, which W never computes
+  k::matmul_backward(null, du + o.fcproj_w, du + o.fcproj_b, g.dout.data(), a.fchg.data(), nw, N,
+                     4 * C, C, ws);
+  k::matmul_backward(null, du + o.fc_w, du + o.fc_b, g.dfch.data(), a.ln2.data(), nw, N, C, 4 * C, ws);
+  k::layernorm_backward(null, du + o.ln2_w, du + o.ln2_b, g.dln2.data(), a.xmid.data(), nw,
+                        a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  k::matmul_backward(null, du + o.attproj_w, du + o.attproj_b, g.dres.data(), a.atty.data(), nw, N,
+                     C, C, ws);
+  k::matmul_backward(null, du + o.qkv_w, du + o.qkv_b, g.dqkv.data(), a.ln1.data(), nw, N, C,
+                     3 * C, ws);
+  k::layernorm_backward(null, du + o.ln1_w, du + o.ln1_b, g.dln1.data(), x_in, nw,
+                        a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+}
+
+template <class T>
 double Gpt<T>::head_forward(HeadActs<T>& h, const T* x_last, const int32_t* targets, const T* lnf,
                             const T* wte, Scratch<T>& s) const {
   const auto& m = layout_->model();
@@ -172,6 +239,9 @@ template struct BlockActs<bf16>;
 template struct HeadActs<double>;
 template struct HeadActs<float>;
 template struct HeadActs<bf16>;
+template struct BlockGradStash<double>;
+template struct BlockGradStash<float>;
+template struct BlockGradStash<bf16>;
 template struct Scratch<double>;
 template struct Scratch<float>;
 template struct Scratch<bf16>;

@@ -59,6 +59,22 @@ struct Scratch {
   Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn);
 };
 
+// Gradients at the outputs of one block's matmuls and layernorms for one
+// microbatch: what the weight gradients need besides the saved activations.
+// Filled by block_backward_input (B), consumed by block_backward_weight (W),
+// so the zero-bubble split (Qi et al., ICLR'24, Sec. 2) can run W later.
+template <class T>
+struct BlockGradStash {
+  Buffer<T> dout;  // (B,T,C) at the block output = fcproj's output
+  Buffer<T> dfch;  // (B,T,4C) at fc's output
+  Buffer<T> dln2;  // (B,T,C) at ln2's output
+  Buffer<T> dres;  // (B,T,C) at attproj's output (d xmid, both paths)
+  Buffer<T> dqkv;  // (B,T,3C) at qkv's output
+  Buffer<T> dln1;  // (B,T,C) at ln1's output
+  BlockGradStash() = default;
+  BlockGradStash(MemoryTracker* mt, const ModelConfig& m, int B, int Tn);
+};
+
 template <class T>
 class Gpt {
  public:
@@ -78,6 +94,14 @@ class Gpt {
   // dx_in (B,T,C) is overwritten; dunit accumulates. dout may alias nothing in a.
   void block_backward(T* dx_in, T* dunit, const T* dout, const T* x_in, const BlockActs<T>& a,
                       const T* unit, Scratch<T>& s) const;
+  // The same backward split in two (B then W); together bit-identical to
+  // block_backward, because every kernel call is the fused one's with its
+  // other outputs null. B: dx_in overwritten, g filled, no weight gradient.
+  void block_backward_input(T* dx_in, BlockGradStash<T>& g, const T* dout, const T* x_in,
+                            const BlockActs<T>& a, const T* unit, Scratch<T>& s) const;
+  // W: dunit accumulates the weight and bias gradients from g and a.
+  void block_backward_weight(T* dunit, const BlockGradStash<T>& g, const T* x_in,
+                             const BlockActs<T>& a, Scratch<T>& s) const;
 
   // Final LN + logits against wte + loss. Returns the sum of token losses
   // (double, summed in token order). lnf = the final unit's params.

@@ -135,6 +135,10 @@ class DpRank<T>::Hooks : public UnitHooks<T> {
     g.buf = Buffer<T>(&r_.mem_, MemTag::comm, size_t(s.padded));
     if (r_.o_.shard == Shard::hzero && backward_ && is_block(u)) {  // hpZ: secondary, intra-node
       const int64_t chunk = s.padded / r_.rpn_;
+      if (r_.intra_->size() == 1) {  // one rank per node: the secondary is the unit
+        copy_n(g.buf.data(), r_.secondary_.data() + s.full_off, chunk);
+        return;
+      }
       g.req = r_.intra_->iall_gather(r_.secondary_.data() + s.full_off / r_.rpn_, g.buf.data(),
                                      size_t(chunk), dt_);
     } else if (r_.o_.shard == Shard::hzero) {  // forward: over dp, slices arrive in rank order
@@ -339,7 +343,8 @@ void DpRank<T>::reduce_unit(int u, T* full, bool first_micro) {
   } else if (o_.shard == Shard::hzero && nodes_ > 1) {
     const int64_t chunk = s.padded / rpn_;
     Buffer<T> mid(&mem_, MemTag::comm, size_t(chunk));
-    intra_->reduce_scatter(full, mid.data(), size_t(chunk), dt);
+    if (intra_->size() == 1) copy_n(mid.data(), full, chunk);
+    else intra_->reduce_scatter(full, mid.data(), size_t(chunk), dt);
     if (o_.has(Fault::skip_replica_reduce))
       copy_n(tmp.data(), mid.data() + s.slice * (dp_->rank() / rpn_), s.slice);
     else

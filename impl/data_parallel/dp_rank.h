@@ -29,6 +29,8 @@ class DpRank {
   std::vector<double> full_params();
   std::vector<double> full_grads();
   const MemoryTracker& memory() const { return mem_; }
+  // Peaks restart from the current bytes (the sweep calls it after warm-up).
+  void reset_memory_peaks() { mem_.reset_peaks(); }
   const ParamLayout& layout() const { return layout_; }
   const ShardLayout& shards() const { return *sl_; }
 

@@ -61,6 +61,7 @@ std::string DpOptions::describe() const {
   if (offload == Offload::optimizer) s += " offload";
   if (shard == Shard::none) s += overlap ? " overlap" : " no-overlap";
   if (shard == Shard::hsdp) s += " F" + std::to_string(shard_group);
+  if (shard == Shard::hzero) s += " node" + std::to_string(ranks_per_node);
   for (Fault f : faults) s += " fault:" + fault_name(f);
   return s;
 }

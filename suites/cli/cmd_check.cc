@@ -56,9 +56,10 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
         s.dp.bucket_bytes = 16 << 10;
         s.world.chaos.enabled = f.chaos;
         if (s.dp.shard == dp::Shard::hsdp || s.dp.shard == dp::Shard::hzero) {
-          if (dp < 4 || dp % 2) continue;  // needs two levels: shard groups / nodes of 2
-          s.dp.shard_group = 2;
-          s.dp.ranks_per_node = 2;
+          if (dp < 2) continue;  // two levels need two ranks
+          // Shard groups / nodes of dp/2 ranks (of one rank when dp is odd).
+          s.dp.shard_group = dp % 2 ? 1 : dp / 2;
+          s.dp.ranks_per_node = dp % 2 ? 1 : dp / 2;
         }
         runs.push_back(s);
         if (s.dp.shard == dp::Shard::zero2 && dp > 1) {  // ZeRO-Offload
@@ -110,8 +111,8 @@ int run_check(const CheckFlags& f, const Env& env) {
     auto dir = f.run_dir.empty() ? make_run_dir(f.out, run_id) : make_run_dir(f.run_dir, "");
     csv_writer = std::make_unique<ResultWriter>((dir / "conformance.csv").string(), "conformance");
   }
-  if (writer) std::printf("%-28s %-10s %5s %8s %9s %9s %9s %7s %6s %s\n", "strategy", "precision", "world",
-              "bitwise", "loss", "grads", "params", "memory", "comm", "result");
+  if (writer) std::printf("%-28s %-10s %5s %8s %9s %9s %9s %11s %7s %6s %s\n", "strategy", "precision", "world",
+              "bitwise", "loss", "grads", "params", "state/rank", "memory", "comm", "result");
   int failures = 0;
   for (const auto& s : runs) {
     ConformanceResult r;
@@ -128,13 +129,18 @@ int run_check(const CheckFlags& f, const Env& env) {
     const bool ok = r.pass();
     failures += !ok;
     bool mem_ok = true, comm_ok = true;
-    for (const auto& e : r.exact) (e.what.rfind("mem.", 0) == 0 ? mem_ok : comm_ok) &= e.pass;
+    double state = 0;  // measured model-state bytes of rank 0, device + host
+    for (const auto& e : r.exact) {
+      bool mem = e.what.rfind("mem.", 0) == 0;
+      (mem ? mem_ok : comm_ok) &= e.pass;
+      if (mem) state += double(e.measured);
+    }
     std::string bits = r.bitwise_declared ? (all_pass(r.bits) ? "yes" : "BROKEN") : "rule";
-    std::printf("%-28s %-10s %5d %8s %9.3f %9.3f %9.3f %7s %6s %s\n", r.strategy.c_str(),
+    std::printf("%-28s %-10s %5d %8s %9.3f %9.3f %9.3f %11s %7s %6s %s\n", r.strategy.c_str(),
                 precision_name(r.precision).c_str(), r.world, bits.c_str(),
                 worst_ratio(r.rule, "loss"), worst_ratio(r.rule, "grads"),
-                worst_ratio(r.rule, "params"), mem_ok ? "exact" : "DIFF", comm_ok ? "exact" : "DIFF",
-                ok ? "PASS" : "FAIL");
+                worst_ratio(r.rule, "params"), human_bytes(state).c_str(), mem_ok ? "exact" : "DIFF",
+                comm_ok ? "exact" : "DIFF", ok ? "PASS" : "FAIL");
     RunMeta meta = make_meta(run_id, env.git_rev, r.backend, r.world, mesh_string(r.world, 1, 1, 1),
                              config_hash_of(s));
     auto row = [&](const std::string& quantity, int step, double err, double floor, double ratio,

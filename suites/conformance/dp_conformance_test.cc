@@ -70,13 +70,13 @@ TEST(DpConformance, AccumulationOverlapAndOffloadPass) {
 
 TEST(DpConformance, HsdpAndHierarchicalZeroPass) {
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
-    for (int dp : {4, 8}) {
+    for (int dp : {2, 3, 4, 8}) {
       auto h = run_of(dp::Shard::hsdp, dp, p);
-      h.dp.shard_group = 2;
+      h.dp.shard_group = dp % 2 ? 1 : 2;
       auto r = run_conformance(h);
       EXPECT_TRUE(r.pass()) << explain(r);
       auto z = run_of(dp::Shard::hzero, dp, p);
-      z.dp.ranks_per_node = 2;
+      z.dp.ranks_per_node = dp % 2 ? 1 : dp / 2;
       auto q = run_conformance(z);
       EXPECT_TRUE(q.pass()) << explain(q);
     }
