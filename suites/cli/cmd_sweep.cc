@@ -1,6 +1,7 @@
 // parabench sweep: throughput / memory / communication scaling of the
 // data-parallel strategies over the [sweep] table of a config, one sweep row
-// per point in OUT/<run id>/sweep.csv. --resume continues an existing sweep
+// per point in OUT/<run id>/sweep.csv, and the planner's estimate of each ok
+// point as a plan row in plan.csv beside it (appended). --resume continues an existing sweep
 // CSV in place, skipping the points it already holds.
 #include <chrono>
 #include <cstdio>
@@ -44,6 +45,7 @@ int run_sweep_cmd(const SweepFlags& f, const Env& env) {
   }
   sweep::SweepRun run;
   run.csv_path = csv;
+  run.plan_csv_path = (std::filesystem::path(csv).parent_path() / "plan.csv").string();
   run.meta = make_meta(run_id, env.git_rev, "local", 1, "", "");
   run.progress = env.is_tty ? &std::cerr : nullptr;
   run.table = &std::cout;

@@ -1,6 +1,7 @@
 // The scaling sweep: config, points, one training run per point, its row.
 // Figures (definitions in results/SCHEMA.md): step time = median over the
-// measured steps of the slowest rank's step; MFU = model FLOPs per step
+// measured steps of the slowest rank's step; memory peaks restart after
+// warm-up (they cover the measured steps only); MFU = model FLOPs per step
 // (model_flops_per_step, PaLM/llm.c accounting) / step time / (world x
 // per-rank peak); communication per step = logged bytes after warm-up / steps.
 #include "suites/sweep/sweep.h"
@@ -11,7 +12,9 @@
 #include <cstdio>
 #include <exception>
 #include <ostream>
+#include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include "harness/csv_schema.h"
 #include "harness/runner.h"
@@ -20,6 +23,7 @@
 #include "impl/data_parallel/options.h"
 #include "kernels/cpu/peak.h"
 #include "reference/model_config.h"
+#include "suites/sweep/sweep_plan.h"
 
 namespace pb::sweep {
 namespace {
@@ -58,6 +62,7 @@ void run_rank(const TrainConfig& cfg, const dp::DpOptions& o, int warmup, Commun
   dp::DpRank<T> rank(cfg, o, world);
   for (int i = 0; i < warmup; ++i) rank.step();
   world.log().reset();
+  rank.reset_memory_peaks();
   for (int i = warmup; i < cfg.steps; ++i) out.seconds.push_back(rank.step().seconds);
   const int n = int(out.seconds.size());
   for (int t = 0; t < 6; ++t) out.mem[t] = int64_t(rank.memory().peak(MemTag(t), Place::device));
@@ -271,6 +276,12 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   ResultWriter csv(run.csv_path, "sweep");
   double peak_rank = c.peak_gflops * 1e9;
   if (peak_rank == 0 && !todo.empty()) peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
+  std::unique_ptr<ResultWriter> plan_csv;
+  LocalHardware hw;
+  if (!run.plan_csv_path.empty() && !todo.empty()) {
+    plan_csv = std::make_unique<ResultWriter>(run.plan_csv_path, "plan");
+    hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
+  }
   const auto t1 = clock::now();
   for (size_t k = 0; k < todo.size(); ++k) {
     const SweepPoint& p = todo[k];
@@ -282,7 +293,12 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
                     << std::endl;
     }
     PointResult r = run_point(c, p, peak_rank);
-    csv.write(point_meta(p, r, run.meta), to_record(p, r));
+    const RunMeta meta = point_meta(p, r, run.meta);
+    csv.write(meta, to_record(p, r));
+    if (plan_csv && r.status == "ok") {
+      const PlanRow pr = plan_row(c, p, r, hw, meta);
+      plan_csv->write(pr.meta, pr.values);
+    }
     (r.status == "ok" ? sum.ok : r.status == "rejected" ? sum.rejected : sum.failed) += 1;
     if (run.table) {
       char line[256];

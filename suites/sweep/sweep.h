@@ -76,6 +76,7 @@ std::set<std::string> done_keys(const std::string& csv_path);
 
 struct SweepRun {
   std::string csv_path;       // appended to (created with the header if absent)
+  std::string plan_csv_path;  // if set: a plan row per ok point (sweep_plan.h), appended here
   RunMeta meta;               // run_id, git_rev, host, backend for every row
   std::ostream* progress = nullptr;  // "[k/n] ... ETA" lines, if set
   std::ostream* table = nullptr;     // one result line per point, if set
@@ -86,7 +87,8 @@ struct SweepSummary {
   double seconds = 0;
 };
 
-// Runs every point not in `skip`, writing one row per point.
+// Runs every point not in `skip`, writing one row per point (and, with
+// plan_csv_path, the planner's row for each ok point).
 SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip = {});
 
 }  // namespace pb::sweep

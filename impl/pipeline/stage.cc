@@ -1,0 +1,96 @@
+#include "impl/pipeline/stage.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+namespace pb::pipeline {
+
+int64_t StagePieces::local(int64_t flat) const {
+  for (const auto& p : pieces)
+    if (!p.tied && flat >= p.flat_lo && flat < p.flat_hi) return p.local_off + flat - p.flat_lo;
+  for (const auto& p : pieces)
+    if (flat >= p.flat_lo && flat < p.flat_hi) return p.local_off + flat - p.flat_lo;
+  throw std::logic_error("stage: flat element " + std::to_string(flat) + " is not held here");
+}
+
+int64_t StagePieces::head_wte_local() const {
+  for (const auto& p : pieces)
+    if (p.tied) return p.local_off;
+  return local(0);
+}
+
+StagePieces stage_pieces(const ParamLayout& l, const Partition& part, int rank) {
+  StagePieces sp;
+  for (int c = 0; c < part.v; ++c) {
+    const StageSlice& st = part.at(rank, c);
+    const int u0 = st.embedding ? 0 : l.block_unit(st.first_block);
+    const int u1 = st.head ? l.final_unit() : l.block_unit(st.first_block + st.num_blocks - 1);
+    sp.pieces.push_back({l.unit_begin(u0), l.unit_end(u1), sp.size, false});
+    sp.size += l.unit_end(u1) - l.unit_begin(u0);
+  }
+  if (part.pp > 1 && rank == part.pp - 1) {
+    const int64_t wte = int64_t(l.model().V) * l.model().C;
+    sp.pieces.push_back({l.wte_offset(), l.wte_offset() + wte, sp.size, true});
+    sp.size += wte;
+  }
+  return sp;
+}
+
+Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi) {
+  Ranges out;
+  for (const auto& p : sp.pieces) {
+    if (p.tied) continue;
+    const int64_t b = std::max(lo, p.local_off), e = std::min(hi, p.local_off + p.flat_hi - p.flat_lo);
+    if (b < e) out.push_back({p.flat_lo + b - p.local_off, p.flat_lo + e - p.local_off});
+  }
+  return out;
+}
+
+int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
+                               int64_t db, int64_t ab, bool split) {
+  const int64_t N = B * T, C = m.C;
+  // BlockActs: ln1, atty, xmid, ln2, xout (C); qkv (3C); fch, fchg (4C); att; 4 LN stats (A).
+  const int64_t block = (5 * N * C + 3 * N * C + 8 * N * C + B * m.NH * T * T) * db + 4 * N * ab;
+  const int64_t stash = split ? (4 * N * C + 4 * N * C + 3 * N * C) * db : 0;  // BlockGradStash
+  int64_t bytes = N * C * db + st.num_blocks * (block + stash);
+  if (st.embedding) bytes += N * 4;                              // tokens
+  if (st.head) bytes += (N * C + N * m.V) * db + 3 * N * ab + N * 4;  // HeadActs + targets
+  return bytes;
+}
+
+std::vector<int64_t> peak_activation_bytes(const Schedule& s,
+                                           const std::vector<std::vector<int64_t>>& chunk_bytes) {
+  std::vector<int64_t> out;
+  for (int r = 0; r < s.pp; ++r) {
+    int64_t live = 0, peak = 0;
+    std::map<std::pair<int, int>, int> backwards_left;  // (mb, chunk) -> backwards until freed
+    for (const Action& a : s.ranks[size_t(r)]) {
+      const int64_t b = chunk_bytes[size_t(r)][size_t(a.chunk)];
+      if (a.op == Op::forward) {
+        live += b;
+        backwards_left[{a.microbatch, a.chunk}] = s.split_backward ? 2 : 1;
+      } else if (a.op == Op::backward || a.op == Op::backward_input || a.op == Op::backward_weight) {
+        if (--backwards_left[{a.microbatch, a.chunk}] == 0) live -= b;
+      }
+      peak = std::max(peak, live);
+    }
+    out.push_back(peak);
+  }
+  return out;
+}
+
+bool accumulates_in_microbatch_order(const Schedule& s) {
+  for (const auto& acts : s.ranks) {
+    std::map<std::pair<Op, int>, int> last;  // (op, chunk) -> last microbatch
+    for (const Action& a : acts) {
+      if (a.op != Op::backward && a.op != Op::backward_input && a.op != Op::backward_weight) continue;
+      auto [it, fresh] = last.try_emplace({a.op, a.chunk}, a.microbatch);
+      if (!fresh && a.microbatch < it->second) return false;
+      it->second = a.microbatch;
+    }
+  }
+  return true;
+}
+
+}  // namespace pb::pipeline

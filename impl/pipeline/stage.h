@@ -1,0 +1,65 @@
+// What one pipeline rank holds and keeps, as pure functions of the config:
+// its parameter pieces (the flat ranges of its chunks' units, in chunk order,
+// plus the last rank's copy of the tied wte), the flat ranges its gradient-norm
+// partial sums, and the activation bytes one in-flight (microbatch, chunk)
+// keeps. The executor (executor.h) and the conformance engine both use these,
+// so the engine's replay plan and declared bytes cannot drift from the run.
+// Invariant: pieces are disjoint in local storage and each is one contiguous
+// flat range, so a unit's parameters are one pointer; wte is counted in the
+// norm once, on rank 0 (the last rank's copy is `tied`).
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "impl/pipeline/cost.h"
+#include "impl/pipeline/schedule.h"
+#include "reference/layout.h"
+
+namespace pb::pipeline {
+
+struct Piece {
+  int64_t flat_lo = 0, flat_hi = 0;  // in the flat parameter vector
+  int64_t local_off = 0;             // in the rank's own buffers
+  bool tied = false;                 // the last rank's copy of wte (pp > 1)
+};
+
+struct StagePieces {
+  std::vector<Piece> pieces;
+  int64_t size = 0;  // real elements held
+  // Local offset of flat element `flat` (must be held; the non-tied copy wins).
+  int64_t local(int64_t flat) const;
+  // Local offset of the tied LM head weight (wte) on the rank holding the head.
+  int64_t head_wte_local() const;
+};
+
+// Rank `rank`'s pieces: for each chunk c, the units of virtual stage
+// c * pp + rank (unit 0 on stage 0, the final LN unit on the last stage).
+StagePieces stage_pieces(const ParamLayout& l, const Partition& part, int rank);
+
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+// The flat ranges whose squares this rank sums: its non-tied pieces, cut to
+// the local window [lo, hi) of its buffers (ZeRO-1: the owned slice), in
+// local order.
+Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi);
+
+// Activation bytes one in-flight (microbatch, chunk) keeps from its F to its
+// last backward: the chunk's input, every block's BlockActs (plus the B -> W
+// gradient stash when split), the tokens on the first stage, HeadActs and the
+// targets on the last. Sizes as reference/gpt.cc allocates them.
+int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
+                               int64_t dtype_bytes, int64_t acc_bytes, bool split_backward);
+
+// Peak over the rank's action order of the summed bytes of live (microbatch,
+// chunk) units (F done, last backward not), given bytes per chunk of that rank.
+// With one chunk this is peak_in_flight x bytes.
+std::vector<int64_t> peak_activation_bytes(const Schedule& s,
+                                           const std::vector<std::vector<int64_t>>& chunk_bytes);
+
+// True when, for every (rank, chunk), the weight-gradient accumulations (BW or
+// W; B too, which carries the head's and embedding's) run in increasing
+// microbatch order: the condition for bit equality with the reference's
+// in-order accumulation.
+bool accumulates_in_microbatch_order(const Schedule& s);
+
+}  // namespace pb::pipeline

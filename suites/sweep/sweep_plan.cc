@@ -1,0 +1,129 @@
+// Planner rows for sweep points (see sweep_plan.h). Time model of the planner:
+// suites/planner/planner.h (compute at the per-rank peak, ring alpha-beta
+// communication: steps x latency + bus bytes / bandwidth).
+#include "suites/sweep/sweep_plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "harness/runner.h"
+#include "harness/status.h"
+#include "impl/data_parallel/options.h"
+#include "suites/planner/model_cost.h"
+#include "suites/planner/plan_output.h"
+
+namespace pb::sweep {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double copy_bandwidth_GBps() {
+  const size_t bytes = size_t(32) << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {  // the first copy also faults the pages in
+    const auto t0 = clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    const double s = std::chrono::duration<double>(clock::now() - t0).count();
+    a[size_t(rep)] = b[bytes - 1 - size_t(rep)];  // keep the copies observable
+    if (s > 0) best = std::max(best, double(bytes) / s / 1e9);
+  }
+  return best;
+}
+
+// Mean time of a 2-rank all_reduce of one float on the local backend, over
+// `iters` calls after warm-up, on rank 0; a ring all_reduce takes 2(n-1) = 2
+// steps, so one step's latency is half of it.
+double local_latency_us() {
+  constexpr int warmup = 20, iters = 200;
+  WorldOptions wo;
+  wo.size = 2;
+  auto world = make_local_world(wo);
+  double per_call_s = 0;
+  run_ranks(*world, [&](Communicator& comm) {
+    float x = 1, y = 0;
+    for (int i = 0; i < warmup; ++i) comm.all_reduce(&x, &y, 1, DType::f32);
+    comm.barrier();
+    const auto t0 = clock::now();
+    for (int i = 0; i < iters; ++i) comm.all_reduce(&x, &y, 1, DType::f32);
+    const double s = std::chrono::duration<double>(clock::now() - t0).count();
+    if (comm.rank() == 0) per_call_s = s / iters;
+  });
+  return per_call_s / 2 * 1e6;
+}
+
+std::string shard_of(const std::string& strategy) { return strategy == "ddp" ? "none" : strategy; }
+
+double core_share(const LocalHardware& h, int world) { return std::min(1.0, double(h.cores) / double(world)); }
+
+}  // namespace
+
+LocalHardware measure_local_hardware(double peak_flops_per_rank, int cores) {
+  LocalHardware h;
+  h.peak_flops_per_rank = peak_flops_per_rank;
+  h.cores = std::max(1, cores);
+  h.copy_GBps = copy_bandwidth_GBps();
+  h.latency_us = local_latency_us();
+  return h;
+}
+
+planner::Hardware planner_hardware(const LocalHardware& h, int world) {
+  const double share = core_share(h, world);
+  planner::Hardware hw;
+  hw.peak_tflops = h.peak_flops_per_rank * share / 1e12;
+  hw.bw_intra_GBps = h.copy_GBps * share;
+  hw.bw_inter_GBps = hw.bw_intra_GBps;
+  hw.latency_us = h.latency_us;
+  return hw;
+}
+
+planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
+                              const LocalHardware& h) {
+  planner::PlanInput in;
+  in.shape = planner::planner_model(p.model);
+  in.seq = r.seq;
+  in.dp = p.world;
+  in.shard = dp::parse_shard(shard_of(p.strategy), "sweep.strategies");
+  in.precision = parse_precision(p.precision);
+  in.global_batch = r.global_batch;
+  in.microbatch_size = r.global_batch / (int64_t(p.world) * p.microbatches);
+  in.overlap = in.shard == dp::Shard::none && dp::DpOptions{}.overlap;  // what run_point runs
+  in.ranks_per_node = c.ranks_per_node;
+  in.hw = planner_hardware(h, p.world);
+  return in;
+}
+
+PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r, const LocalHardware& h,
+                 const RunMeta& point_meta) {
+  PlanRow row;
+  row.meta = point_meta;
+  row.meta.kind = "plan";
+  row.meta.backend = "analytic";
+  try {
+    const planner::PlanInput in = plan_input(c, p, r, h);
+    const planner::PlanResult pr = planner::plan(in);
+    row.values = planner::plan_record(in, pr);
+    // The sweep's spelling of the point ("ddp" is DDP with its default bucket
+    // overlap, which plan_input models), so the report pairs the two rows.
+    row.values.set("strategy", p.strategy);
+    char note[256];
+    std::snprintf(note, sizeof note,
+                  "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, copy %.4g GB/s, latency %.4g us",
+                  h.peak_flops_per_rank / 1e9, core_share(h, p.world), h.copy_GBps, h.latency_us);
+    row.meta.status = "ok";
+    row.meta.reason = note;
+  } catch (const InputError& e) {
+    row.values = CsvRecord{};
+    row.values.set("strategy", p.strategy).set("model", p.model).set("precision", p.precision);
+    row.values.set("params", named_model(p.model).num_params());
+    row.values.set("global_batch", r.global_batch).set("seq_len", r.seq);
+    row.meta.status = "rejected";
+    row.meta.reason = std::string("planner: ") + e.what();
+  }
+  return row;
+}
+
+}  // namespace pb::sweep

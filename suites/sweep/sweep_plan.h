@@ -1,0 +1,51 @@
+// The planner's estimate for each measured sweep point (issue 6: "planner vs
+// measured"): the `plan` row of the same (strategy, model, precision, mesh,
+// global_batch, seq_len), timed with hardware figures measured on this machine
+// once per sweep, so the report can show the estimate's error per point.
+// Invariant: the local backend runs `world` ranks as threads on `cores` cores,
+// so a rank's share of the machine is min(1, cores / world) of one core's GEMM
+// peak and one thread's copy bandwidth; the planner is given that share (the
+// MFU denominator of the sweep row stays world x the full per-core peak, as
+// results/SCHEMA.md defines it).
+#pragma once
+#include <string>
+
+#include "harness/csv.h"
+#include "harness/run_meta.h"
+#include "suites/planner/planner.h"
+#include "suites/sweep/sweep.h"
+
+namespace pb::sweep {
+
+struct LocalHardware {
+  double peak_flops_per_rank = 0;  // one core's dense-GEMM rate, FLOP/s (the sweep's MFU peak)
+  double copy_GBps = 0;            // one thread's memcpy bandwidth, GB/s (1e9 bytes)
+  double latency_us = 0;           // one ring step of the local backend (2-rank all_reduce of 4 bytes / 2)
+  int cores = 1;                   // hardware threads available to the ranks
+};
+
+// Measures copy bandwidth (best of a few 32 MiB memcpys) and the local
+// backend's small-message latency; takes the GEMM peak as measured by the sweep.
+LocalHardware measure_local_hardware(double peak_flops_per_rank, int cores);
+
+// What the planner is told about one rank of a `world`-rank local run: the
+// measured figures times the core share; intra = inter bandwidth (one node).
+planner::Hardware planner_hardware(const LocalHardware& h, int world);
+
+// The planner input describing point p (as run by run_point): dp = world, the
+// point's shard, precision, global batch and microbatches, DDP's bucket overlap
+// (its default in the sweep), the point's model shape at the sweep's seq.
+planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
+                              const LocalHardware& h);
+
+// The plan row of point p: its columns and common metadata (backend analytic,
+// the point's mesh and config hash, the hardware used noted in `reason`). A
+// point the planner rejects gets a rejected row naming why.
+struct PlanRow {
+  RunMeta meta;
+  CsvRecord values;
+};
+PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r, const LocalHardware& h,
+                 const RunMeta& point_meta);
+
+}  // namespace pb::sweep

@@ -1,0 +1,122 @@
+// The planner rows of a sweep: one valid plan row per ok point, keyed like its
+// sweep row (what the report pairs), timed with the machine's measured figures
+// at the rank's core share; and memory peaks that cover the measured steps only.
+#include "suites/sweep/sweep_plan.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include "harness/csv_schema.h"
+
+namespace pb::sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("pb_sweep_plan_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+SweepConfig tiny(std::vector<std::string> strategies, std::vector<int64_t> worlds, int warmup = 1) {
+  SweepConfig c;
+  c.strategies = std::move(strategies);
+  c.worlds = std::move(worlds);
+  c.models = {"tiny"};
+  c.steps = 2;
+  c.warmup = warmup;
+  c.batch_per_rank = 2;
+  c.peak_gflops = 10.0;
+  return c;
+}
+
+TEST(SweepPlan, HardwareIsTheRanksShareOfTheMachine) {
+  LocalHardware h;
+  h.peak_flops_per_rank = 40e9;
+  h.copy_GBps = 8;
+  h.latency_us = 50;
+  h.cores = 2;
+  const planner::Hardware one = planner_hardware(h, 1), four = planner_hardware(h, 4);
+  EXPECT_DOUBLE_EQ(one.peak_tflops, 0.04);
+  EXPECT_DOUBLE_EQ(one.bw_intra_GBps, 8);
+  EXPECT_DOUBLE_EQ(four.peak_tflops, 0.02);  // 4 ranks on 2 cores: half a core each
+  EXPECT_DOUBLE_EQ(four.bw_inter_GBps, 4);
+  EXPECT_DOUBLE_EQ(four.latency_us, 50);
+}
+
+TEST(SweepPlan, InputDescribesThePointAsRun) {
+  SweepConfig c = tiny({"none"}, {4});
+  SweepPoint p{"ddp", "tiny", "fp32", "weak", 4, 2};
+  PointResult r;
+  r.global_batch = 16;
+  r.seq = 16;
+  LocalHardware h{10e9, 5, 20, 2};
+  const planner::PlanInput in = plan_input(c, p, r, h);
+  EXPECT_EQ(in.dp, 4);
+  EXPECT_EQ(in.shard, dp::Shard::none);
+  EXPECT_TRUE(in.overlap);               // DDP's default bucket overlap
+  EXPECT_EQ(in.microbatch_size, 2);      // 16 sequences / (4 ranks x 2 microbatches)
+  EXPECT_EQ(in.global_batch, 16);
+  ASSERT_TRUE(in.shape.has_value());
+  EXPECT_EQ(in.shape->name, "tiny");
+  p.strategy = "zero3";
+  EXPECT_FALSE(plan_input(c, p, r, h).overlap);
+}
+
+TEST(SweepPlan, MeasuredFiguresArePositive) {
+  const LocalHardware h = measure_local_hardware(1e9, 2);
+  EXPECT_GT(h.copy_GBps, 0.01);
+  EXPECT_GT(h.latency_us, 0);
+  EXPECT_LT(h.latency_us, 1e5);
+}
+
+TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
+  const fs::path d = fresh_dir("rows");
+  SweepRun run;
+  run.csv_path = (d / "sweep.csv").string();
+  run.plan_csv_path = (d / "plan.csv").string();
+  run.meta.run_id = "test-run";
+  run.meta.backend = "local";
+  ASSERT_EQ(run_sweep(tiny({"none", "zero2"}, {1, 2}), run).ok, 4);
+  EXPECT_EQ(validate_csv_against_schema(run.plan_csv_path, ResultsSchema::builtin()), std::vector<std::string>{});
+  const CsvTable s = read_csv(run.csv_path), p = read_csv(run.plan_csv_path);
+  ASSERT_EQ(p.rows.size(), 4u);
+  const std::vector<std::string> key = {"strategy", "model", "precision", "mesh", "global_batch", "seq_len"};
+  auto key_of = [&](const CsvTable& t, size_t i) {
+    std::string k;
+    for (const auto& col : key) k += t.rows[i][t.column(col)] + "|";
+    return k;
+  };
+  std::map<std::string, size_t> plans;
+  for (size_t i = 0; i < p.rows.size(); ++i) {
+    plans[key_of(p, i)] = i;
+    EXPECT_EQ(p.rows[i][p.column("backend")], "analytic");
+    EXPECT_GT(std::stod(p.rows[i][p.column("est_tokens_per_s")]), 0);
+    EXPECT_GT(std::stoll(p.rows[i][p.column("mem_total")]), 0);
+  }
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    auto it = plans.find(key_of(s, i));
+    ASSERT_NE(it, plans.end()) << key_of(s, i);
+    EXPECT_EQ(p.rows[it->second][p.column("config_hash")], s.rows[i][s.column("config_hash")]);
+  }
+}
+
+// Peaks restart after warm-up; what a step holds is still counted, so the
+// measured peaks do not depend on how many warm-up steps ran.
+TEST(SweepPlan, MemoryPeaksCoverTheMeasuredStepsOnly) {
+  SweepPoint p{"zero2", "tiny", "fp32", "weak", 2, 1};
+  const PointResult none = run_point(tiny({"zero2"}, {2}, 0), p, 1e9);
+  const PointResult two = run_point(tiny({"zero2"}, {2}, 2), p, 1e9);
+  ASSERT_EQ(none.status, "ok") << none.reason;
+  ASSERT_EQ(two.status, "ok") << two.reason;
+  EXPECT_EQ(none.mem_total, two.mem_total);
+  for (int t = 0; t < 6; ++t) EXPECT_EQ(none.mem[t], two.mem[t]) << "tag " << t;
+}
+
+}  // namespace
+}  // namespace pb::sweep
