@@ -6,7 +6,7 @@ parabench_test(NAME conformance_compare_test SOURCES conformance/compare_test.cc
 parabench_test(NAME conformance_dp_test SOURCES conformance/dp_conformance_test.cc
                DEPS pb::conformance TIMEOUT 900)
 
-list(APPEND PB_CLI_SOURCES cli/cmd_check.cc cli/cmd_run.cc)
+list(APPEND PB_CLI_SOURCES cli/cmd_check.cc cli/cmd_run.cc cli/conformance_output.cc)
 set_source_files_properties(cli/cmd_run.cc PROPERTIES
   COMPILE_DEFINITIONS "PARABENCH_SOURCE_DIR=\"${PROJECT_SOURCE_DIR}\"")
 list(APPEND PB_CLI_DEPS pb::conformance)

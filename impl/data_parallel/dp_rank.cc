@@ -203,14 +203,10 @@ template <class T>
 DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& world)
     : cfg_(cfg), o_(o), world_(world), layout_(cfg.model),
       data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix) {
-  validate(o_);
+  validate(o_, cfg);
   require(world.size() == o.dp, "strategy.dp: must equal the world size (" +
                                     std::to_string(world.size()) + "), got " + std::to_string(o.dp));
   const int per_rank = cfg.batch / o.dp;
-  require(cfg.batch % o.dp == 0, "train.batch: must be divisible by strategy.dp (" +
-                                     std::to_string(cfg.batch) + " % " + std::to_string(o.dp) + ")");
-  require(per_rank % cfg.microbatches == 0,
-          "train.microbatches: must divide the per-rank batch (" + std::to_string(per_rank) + ")");
   kernels::set_blas_threads(cfg.threads);
   const int r = world.rank();
   dp_ = world.split(0, r, "dp");

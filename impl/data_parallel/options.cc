@@ -101,6 +101,16 @@ void validate(const DpOptions& o) {
             "strategy.ranks_per_node: hzero needs more than one node (0 < ranks_per_node < dp)");
 }
 
+void validate(const DpOptions& o, const TrainConfig& cfg) {
+  validate(o);
+  cfg.validate();
+  require(cfg.batch % o.dp == 0, "train.batch: must be divisible by strategy.dp (" +
+                                     std::to_string(cfg.batch) + " % " + std::to_string(o.dp) + ")");
+  const int per_rank = cfg.batch / o.dp;
+  require(per_rank % cfg.microbatches == 0,
+          "train.microbatches: must divide the per-rank batch (" + std::to_string(per_rank) + ")");
+}
+
 DataAxis data_axis(const DpOptions& o, Precision p, int microbatches) {
   DataAxis a;
   a.dp = o.dp;

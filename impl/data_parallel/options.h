@@ -8,6 +8,7 @@
 
 #include "harness/config.h"
 #include "impl/data_parallel/cost.h"
+#include "reference/train_config.h"
 
 namespace pb::dp {
 
@@ -47,6 +48,10 @@ struct DpOptions {
 // reshard_after_forward, shard_group, ranks_per_node, faults.
 DpOptions read_dp_options(ConfigReader& r);
 void validate(const DpOptions& o);
+// The options against a training config (batch divisible into ranks and
+// microbatches): InputError naming the field. Checked before ranks start, so
+// bad input is exit 2, not a rank failure.
+void validate(const DpOptions& o, const TrainConfig& cfg);
 
 // The cost-model view of these options.
 DataAxis data_axis(const DpOptions& o, Precision p, int microbatches);

@@ -39,6 +39,18 @@ rc, out = run(["train", "--model", "tiny", "--steps", "3", "--out", work, "--qui
 if rc != 0 or "results:" not in out:
     failures.append(f"train: rc {rc}: {out[-300:]}")
 
+# A strategy under the engine: passes; with an injected fault it exits 1.
+rc, out = run(["train", "--dp", "2", "--shard", "zero2", "--steps", "3", "--out", work, "--quiet"])
+if rc != 0 or "PASS" not in out:
+    failures.append(f"train zero2: rc {rc}: {out[-400:]}")
+rc, out = run(["train", "--dp", "2", "--shard", "zero2", "--steps", "3", "--out", work, "--quiet",
+               "--set", "strategy.faults=['stale_params']"])
+if rc != 1 or "FAIL" not in out:
+    failures.append(f"train zero2 with a fault: rc {rc}, wanted 1: {out[-400:]}")
+rc, out = run(["train", "--dp", "3", "--steps", "2", "--out", work])
+if rc != 2 or "strategy.dp" not in out and "train.batch" not in out:
+    failures.append(f"train dp 3 with batch 8: rc {rc}, wanted 2: {out[-300:]}")
+
 # Export, then read it back with nothing but struct + json.
 ex = os.path.join(work, "export")
 rc, out = run(["export", "--set", "train.steps=2", "--dir", ex])
@@ -80,7 +92,7 @@ else:
     if 8 + n + end <= len(blob) // 2:
         failures.append("truncation not visible to a plain reader")
 
-print(f"{8 + 3 - len(failures)} passed, {len(failures)} failed")
+print(f"{8 + 6 - len(failures)} passed, {len(failures)} failed")
 for f in failures:
     print("FAIL:", f)
 sys.exit(1 if failures else 0)

@@ -12,6 +12,7 @@
 #include "harness/status.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
+#include "suites/cli/conformance_output.h"
 #include "reference/train_config_io.h"
 #include "suites/conformance/engine.h"
 
@@ -30,14 +31,7 @@ struct CheckFlags {
   std::string backend;  // local | mpi (default: mpi under mpirun)
 };
 
-// The hash of the configuration a matrix point amounts to (its TOML dump).
-std::string config_hash_of(const StrategyRun& s) {
-  ConfigReader r;
-  write_train_config(s.cfg, r);
-  r.set("strategy.dp", s.dp.dp);
-  r.set("strategy.describe", s.dp.describe());
-  return r.config_hash();
-}
+
 
 std::vector<StrategyRun> matrix(const CheckFlags& f) {
   std::vector<StrategyRun> runs;
@@ -75,12 +69,6 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
   return runs;
 }
 
-double worst_ratio(const std::vector<QuantityCheck>& v, const std::string& q) {
-  double r = 0;
-  for (const auto& c : v)
-    if (c.quantity == q) r = std::max(r, c.ratio);
-  return r;
-}
 
 int run_check(const CheckFlags& f, const Env& env) {
   WorldOptions wo;
@@ -111,8 +99,7 @@ int run_check(const CheckFlags& f, const Env& env) {
     auto dir = f.run_dir.empty() ? make_run_dir(f.out, run_id) : make_run_dir(f.run_dir, "");
     csv_writer = std::make_unique<ResultWriter>((dir / "conformance.csv").string(), "conformance");
   }
-  if (writer) std::printf("%-28s %-10s %5s %8s %9s %9s %9s %11s %7s %6s %s\n", "strategy", "precision", "world",
-              "bitwise", "loss", "grads", "params", "state/rank", "memory", "comm", "result");
+  if (writer) print_result_header();
   int failures = 0;
   for (const auto& s : runs) {
     ConformanceResult r;
@@ -125,45 +112,16 @@ int run_check(const CheckFlags& f, const Env& env) {
       throw;
     }
     if (!writer) continue;
-    auto& csv = *csv_writer;
-    const bool ok = r.pass();
-    failures += !ok;
-    bool mem_ok = true, comm_ok = true;
-    double state = 0;  // measured model-state bytes of rank 0, device + host
-    for (const auto& e : r.exact) {
-      bool mem = e.what.rfind("mem.", 0) == 0;
-      (mem ? mem_ok : comm_ok) &= e.pass;
-      if (mem) state += double(e.measured);
-    }
-    std::string bits = r.bitwise_declared ? (all_pass(r.bits) ? "yes" : "BROKEN") : "rule";
-    std::printf("%-28s %-10s %5d %8s %9.3f %9.3f %9.3f %11s %7s %6s %s\n", r.strategy.c_str(),
-                precision_name(r.precision).c_str(), r.world, bits.c_str(),
-                worst_ratio(r.rule, "loss"), worst_ratio(r.rule, "grads"),
-                worst_ratio(r.rule, "params"), human_bytes(state).c_str(), mem_ok ? "exact" : "DIFF",
-                comm_ok ? "exact" : "DIFF", ok ? "PASS" : "FAIL");
-    RunMeta meta = make_meta(run_id, env.git_rev, r.backend, r.world, mesh_string(r.world, 1, 1, 1),
-                             config_hash_of(s));
-    auto row = [&](const std::string& quantity, int step, double err, double floor, double ratio,
-                   double threshold, bool bitwise, bool pass) {
-      CsvRecord rec;
-      rec.set("strategy", r.strategy).set("precision", precision_name(r.precision));
-      rec.set("quantity", quantity).set("step", step).set("error", err).set("floor", floor);
-      rec.set("ratio", ratio).set("threshold", threshold).set("bitwise", bitwise).set("pass", pass);
-      meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
-      csv.write(meta, rec);
-    };
-    for (const auto& c : r.rule) row(c.quantity, c.step, c.error, c.floor, c.ratio, c.threshold, false, c.pass);
-    for (const auto& c : r.bits) row(c.quantity, c.step, c.error, 0, 0, 0, true, c.pass);
-    for (const auto& e : r.exact)
-      row(e.what.rfind("mem.", 0) == 0 ? "memory" : "comm", f.steps, double(e.measured),
-          double(e.declared), e.declared ? double(e.measured) / double(e.declared) : double(e.measured == 0),
-          1.0, true, e.pass);
+    failures += !r.pass();
+    print_result_row(r);
+    write_conformance_rows(*csv_writer,
+                           make_meta(run_id, env.git_rev, r.backend, r.world,
+                                     mesh_string(r.world, 1, 1, 1), config_hash_of(s)),
+                           r, f.steps);
   }
   if (!writer) return 0;
-  std::printf("\n%zu configurations, %d failed. ratios: worst error / noise floor (pass <= 8); "
-              "bitwise: yes = bit-equal to the reference replaying its order, rule = held to "
-              "the ratio only\nresults: %s\n",
-              runs.size(), failures, csv_writer->path().c_str());
+  std::printf("\n%zu configurations, %d failed. %s\nresults: %s\n", runs.size(), failures,
+              kRatioLegend, csv_writer->path().c_str());
   return failures ? 1 : 0;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "harness/comm_backends.h"
 #include "harness/csv_schema.h"
 #include "harness/status.h"
 #include "reference/data.h"
@@ -12,6 +13,7 @@
 #include "reference/trainer.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
+#include "suites/cli/conformance_output.h"
 
 namespace pb::cli {
 namespace {
@@ -24,6 +26,8 @@ struct TrainFlags {
   int64_t seed = -1;
   bool quiet = false;
   std::string run_dir;
+  int dp = 0;
+  std::string shard, backend;
 };
 
 void apply_flags(const TrainFlags& f, ConfigReader& r) {
@@ -36,6 +40,68 @@ void apply_flags(const TrainFlags& f, ConfigReader& r) {
   if (f.threads) r.set("train.threads", f.threads);
   if (f.lr) r.set("optim.lr", f.lr);
   if (f.seed >= 0) r.set("train.seed", f.seed);
+  if (f.dp) r.set("strategy.dp", f.dp);
+  if (!f.shard.empty()) r.set("strategy.shard", f.shard);
+}
+
+// A [strategy] table: the strategy runs under the conformance engine (the
+// reference at fp64, at the precision under test, and replaying the strategy's
+// order), and the run is judged. Exit 1 when a check fails.
+int run_strategy(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, const Env& env) {
+  StrategyRun s;
+  s.cfg = cfg;
+  s.dp = dp::read_dp_options(r);
+  r.check_no_unknown_keys();
+  s.world.backend = env.under_mpirun ? BackendKind::mpi : BackendKind::local;
+  if (!f.backend.empty())
+    require(parse_backend(f.backend, &s.world.backend) && s.world.backend != BackendKind::nccl,
+            "--backend: '" + f.backend + "' is not local or mpi");
+  s.world.size = s.world.backend == BackendKind::local ? s.dp.dp : 0;
+  s.world.ranks_per_node = s.dp.ranks_per_node;
+  auto world = make_world(s.world);
+  ConformanceResult res;
+  try {
+    res = run_conformance(s, *world);
+  } catch (const std::exception& e) {
+    if (s.world.backend == BackendKind::local) throw;
+    std::fprintf(stderr, "parabench train: %s\n", e.what());
+    world->terminate(1);
+    throw;
+  }
+  if (!res.hosts_rank0) return 0;
+  const std::string run_id = make_run_id(std::chrono::system_clock::now());
+  auto dir = f.run_dir.empty() ? make_run_dir(f.cfg.out, run_id) : make_run_dir(f.run_dir, "");
+  RunMeta meta = make_meta(run_id, env.git_rev, res.backend, res.world,
+                           mesh_string(res.world, 1, 1, 1), config_hash_of(s));
+  ResultWriter steps((dir / "train.csv").string(), "train_step");
+  if (!f.quiet) {
+    std::printf("parabench train: %s, %s (%lld params), %s, batch %d x %d tokens, %d steps\n",
+                res.strategy.c_str(), cfg.model.name.c_str(), (long long)cfg.model.num_params(),
+                precision_name(cfg.precision).c_str(), cfg.batch, cfg.seq, cfg.steps);
+    std::printf("%5s %10s %10s %10s %11s %9s\n", "step", "loss", "grad_norm", "lr", "tokens/s", "ms");
+  }
+  for (const auto& st : res.steps) {
+    double tps = double(cfg.tokens_per_step()) / st.seconds;
+    if (!f.quiet)
+      std::printf("%5d %10.5f %10.4f %10.3g %11.0f %9.2f\n", st.step, st.loss, st.grad_norm, st.lr,
+                  tps, st.seconds * 1e3);
+    CsvRecord row;
+    row.set("step", st.step).set("loss", st.loss).set("grad_norm", st.grad_norm).set("lr", st.lr);
+    row.set("tokens_per_s", tps).set("step_time_s", st.seconds);
+    meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
+    steps.write(meta, row);
+  }
+  std::printf("\nchecks against the fp64 truth, the %s reference and its replay of this order:\n",
+              precision_name(cfg.precision).c_str());
+  for (const auto& e : res.exact)
+    std::printf("  %-32s measured %12lld  declared %12lld  %s\n", e.what.c_str(),
+                (long long)e.measured, (long long)e.declared, e.pass ? "exact" : "DIFFERS");
+  print_result_header();
+  print_result_row(res);
+  ResultWriter conf((dir / "conformance.csv").string(), "conformance");
+  write_conformance_rows(conf, meta, res, cfg.steps);
+  std::printf("%s\nresults: %s\n", kRatioLegend, dir.string().c_str());
+  return res.pass() ? 0 : 1;
 }
 
 void print_header() {
@@ -104,10 +170,15 @@ void register_train(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--seed", f->seed, "init seed");
   app->add_flag("--quiet", f->quiet, "no per-step table");
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");
+  app->add_option("--dp", f->dp, "data-parallel ranks (runs the strategy under the conformance engine)");
+  app->add_option("--shard", f->shard, "none | zero1 | zero2 | zero3 | hsdp | hzero");
+  app->add_option("--backend", f->backend, "local or mpi (default: mpi under mpirun, else local)");
   reg.push_back({app, [f, &env] {
                    ConfigReader r = load_config(f->cfg);
                    apply_flags(*f, r);
                    TrainConfig cfg = read_train_config(r);
+                   if (r.has("strategy.dp") || r.has("strategy.shard"))
+                     return run_strategy(*f, r, cfg, env);
                    return run_reference(*f, r, cfg, env);
                  }});
 }

@@ -142,8 +142,7 @@ void run_rank(const StrategyRun& s, Communicator& world, ConformanceResult& res,
 }  // namespace
 
 ConformanceResult run_conformance(const StrategyRun& s, World& world) {
-  s.cfg.validate();
-  dp::validate(s.dp);
+  dp::validate(s.dp, s.cfg);
   require(world.size() == s.dp.dp, "strategy.dp: must equal the world size (" +
                                        std::to_string(world.size()) + "), got " +
                                        std::to_string(s.dp.dp));

@@ -1,0 +1,71 @@
+#include "suites/cli/conformance_output.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "reference/train_config_io.h"
+#include "suites/cli/common.h"
+
+namespace pb::cli {
+
+const char* const kRatioLegend =
+    "ratios: worst error / noise floor (pass <= 8); bitwise: yes = bit-equal to the reference "
+    "replaying its order, rule = held to the ratio only";
+
+namespace {
+double worst_ratio(const std::vector<QuantityCheck>& v, const std::string& q) {
+  double r = 0;
+  for (const auto& c : v)
+    if (c.quantity == q) r = std::max(r, c.ratio);
+  return r;
+}
+}  // namespace
+
+void print_result_header() {
+  std::printf("%-28s %-10s %5s %8s %9s %9s %9s %11s %7s %6s %s\n", "strategy", "precision", "world",
+              "bitwise", "loss", "grads", "params", "state/rank", "memory", "comm", "result");
+}
+
+void print_result_row(const ConformanceResult& r) {
+  bool mem_ok = true, comm_ok = true;
+  double state = 0;  // measured model-state bytes of rank 0, device + host
+  for (const auto& e : r.exact) {
+    bool mem = e.what.rfind("mem.", 0) == 0;
+    (mem ? mem_ok : comm_ok) &= e.pass;
+    if (mem) state += double(e.measured);
+  }
+  std::string bits = r.bitwise_declared ? (all_pass(r.bits) ? "yes" : "BROKEN") : "rule";
+  std::printf("%-28s %-10s %5d %8s %9.3f %9.3f %9.3f %11s %7s %6s %s\n", r.strategy.c_str(),
+              precision_name(r.precision).c_str(), r.world, bits.c_str(), worst_ratio(r.rule, "loss"),
+              worst_ratio(r.rule, "grads"), worst_ratio(r.rule, "params"), human_bytes(state).c_str(),
+              mem_ok ? "exact" : "DIFF", comm_ok ? "exact" : "DIFF", r.pass() ? "PASS" : "FAIL");
+}
+
+void write_conformance_rows(ResultWriter& csv, RunMeta meta, const ConformanceResult& r, int steps) {
+  auto row = [&](const std::string& quantity, int step, double err, double floor, double ratio,
+                 double threshold, bool bitwise, bool pass) {
+    CsvRecord rec;
+    rec.set("strategy", r.strategy).set("precision", precision_name(r.precision));
+    rec.set("quantity", quantity).set("step", step).set("error", err).set("floor", floor);
+    rec.set("ratio", ratio).set("threshold", threshold).set("bitwise", bitwise).set("pass", pass);
+    meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
+    csv.write(meta, rec);
+  };
+  for (const auto& c : r.rule) row(c.quantity, c.step, c.error, c.floor, c.ratio, c.threshold, false, c.pass);
+  for (const auto& c : r.bits) row(c.quantity, c.step, c.error, 0, 0, 0, true, c.pass);
+  for (const auto& e : r.exact)
+    row(e.what.rfind("mem.", 0) == 0 ? "memory" : "comm", steps, double(e.measured),
+        double(e.declared), e.declared ? double(e.measured) / double(e.declared) : double(e.measured == 0),
+        1.0, true, e.pass);
+}
+
+std::string config_hash_of(const StrategyRun& s) {
+  ConfigReader r;
+  write_train_config(s.cfg, r);
+  r.set("strategy.dp", s.dp.dp);
+  r.set("strategy.describe", s.dp.describe());
+  return r.config_hash();
+}
+
+}  // namespace pb::cli

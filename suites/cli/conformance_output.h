@@ -1,0 +1,22 @@
+// How conformance results are shown and stored, shared by `check` (a matrix)
+// and `train` (one configuration): one table row per configuration with the
+// worst ratio per quantity, and conformance CSV rows per checked quantity.
+#pragma once
+#include <string>
+
+#include "harness/csv_schema.h"
+#include "harness/run_meta.h"
+#include "suites/conformance/engine.h"
+
+namespace pb::cli {
+
+void print_result_header();
+void print_result_row(const ConformanceResult& r);
+// One row per loss step / gradient / parameter check, per bitwise check, and
+// per exact memory or communication check (error = measured, floor = declared).
+void write_conformance_rows(ResultWriter& csv, RunMeta meta, const ConformanceResult& r, int steps);
+// The hash of the configuration a run amounts to (its canonical TOML).
+std::string config_hash_of(const StrategyRun& s);
+extern const char* const kRatioLegend;
+
+}  // namespace pb::cli
