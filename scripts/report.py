@@ -13,6 +13,7 @@ import base64
 import csv
 import datetime
 import html
+import json
 import os
 import sys
 
@@ -21,13 +22,25 @@ import report_checks  # noqa: E402
 import report_plots  # noqa: E402
 
 KINDS = ("train_step", "conformance", "collective", "sweep", "plan")
-TIMELINE = ["rank", "action", "microbatch", "chunk", "start", "end"]
+SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results", "schema.json")
+
+
+def auxiliary_headers():
+    """{auxiliary file kind: header} from results/schema.json (timeline, comm_counters)."""
+    with open(SCHEMA) as fh:
+        aux = json.load(fh)["auxiliary"]
+    return {k: [c["name"] for c in v["columns"]] for k, v in aux.items()}
+
+
+AUX = auxiliary_headers()
+TIMELINE = AUX["timeline"]
 
 
 def load(run_dir):
-    """{kind: [row dict]}, plus 'timelines': [(name, rows)] and 'ignored': [file]."""
+    """{kind: [row dict]}, plus 'timelines': [(name, rows)], 'auxiliary': [file] (other
+    auxiliary files of results/schema.json, e.g. comm_counters) and 'ignored': [file]."""
     run = {k: [] for k in KINDS}
-    run["timelines"], run["ignored"] = [], []
+    run["timelines"], run["auxiliary"], run["ignored"] = [], [], []
     files = sorted(f for f in os.listdir(run_dir) if f.endswith(".csv"))
     for f in files:
         path = os.path.join(run_dir, f)
@@ -41,6 +54,8 @@ def load(run_dir):
             for r in rows:
                 if r.get("kind") in KINDS:
                     run[r["kind"]].append(r)
+        elif header in AUX.values():
+            run["auxiliary"].append(f)
         else:
             run["ignored"].append(f)
     return run
@@ -99,16 +114,17 @@ def build(run_dir, out):
                          "</figure>" % (html.escape(caption_title), data, html.escape(caption),
                                         html.escape(os.path.basename(path))))
         if title == "Planner vs measured":
-            parts.append(table(["strategy", "mesh", "tokens/s measured", "tokens/s planned", "error",
+            parts.append(table(["model", "strategy", "mesh", "tokens/s measured", "tokens/s planned", "error",
                                 "mem measured (MiB)", "mem planned (MiB)", "error"], report_checks.plan_table(run),
-                               pct_cols=(4, 7)))
+                               pct_cols=(5, 8)))
         sections.append("<h2>%s</h2>%s" % (html.escape(title), "".join(parts)))
     if run["conformance"]:
         sections.append("<h2>Conformance ratios</h2>" + table(
             ["strategy", "precision", "quantity", "checks", "max ratio", "threshold C", "bitwise", "verdict"],
             report_checks.conformance_table(run)))
     for f in run["ignored"]:
-        notes.append("%s: not a results CSV (no kind column) and not a timeline; ignored" % f)
+        notes.append("%s: not a results CSV (no kind column) nor an auxiliary file of results/schema.json; "
+                     "ignored" % f)
     counts = ", ".join("%d %s" % (len(run[k]), k) for k in KINDS if run[k])
     doc = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>parabench report</title><style>%s</style>"
            "</head><body><h1>parabench report</h1><p>Run directory <code>%s</code>: %s rows, %d timelines. "

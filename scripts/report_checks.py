@@ -135,18 +135,30 @@ def err(est, meas):
     return None if est is None or not meas else 100.0 * (est - meas) / meas
 
 
+MODEL_MARKERS = ["o", "s", "^", "D", "v", "P"]
+
+
 def plan_vs_measured(run, out):
     pairs = [(s, p) for s, p in plan_points(run) if num(s, "tokens_per_s") and num(p, "est_tokens_per_s")]
     if not pairs:
         raise Skip("no sweep point with a matching plan row (same strategy, model, precision, mesh, batch)")
     colors = strategy_colors({s["strategy"] for s, _p in pairs})
+    models = sorted({s["model"] for s, _p in pairs})
+    marker = {m: MODEL_MARKERS[i % len(MODEL_MARKERS)] for i, m in enumerate(models)}
     div, unit = byte_unit(max(num(s, "mem_total") or 0 for s, _p in pairs))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 5))
+    t_err, m_err = [], []
     for s, p in pairs:
-        c = colors[s["strategy"]]
-        a1.scatter(num(s, "tokens_per_s"), num(p, "est_tokens_per_s"), color=c, s=30, zorder=3)
+        c, mk, label = colors[s["strategy"]], marker[s["model"]], " w%s" % s.get("world", "?")
+        xt, yt = num(s, "tokens_per_s"), num(p, "est_tokens_per_s")
+        a1.scatter(xt, yt, color=c, marker=mk, s=30, zorder=3)
+        a1.annotate(label, (xt, yt), fontsize=7, color="#555555")
+        t_err.append(abs(err(yt, xt)))
         if num(s, "mem_total") and num(p, "mem_total"):
-            a2.scatter(num(s, "mem_total") / div, num(p, "mem_total") / div, color=c, s=30, zorder=3)
+            xm, ym = num(s, "mem_total") / div, num(p, "mem_total") / div
+            a2.scatter(xm, ym, color=c, marker=mk, s=30, zorder=3)
+            a2.annotate(label, (xm, ym), fontsize=7, color="#555555")
+            m_err.append(abs(err(ym, xm)))
     for ax, unit_name in ((a1, "tokens/s"), (a2, unit)):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -160,21 +172,26 @@ def plan_vs_measured(run, out):
         log_ticks(ax.yaxis)
         ax.set_xlabel("measured (%s)" % unit_name)
         ax.set_ylabel("planner estimate (%s)" % unit_name)
-    a1.set_title("Throughput: planner vs measured")
-    a2.set_title("Peak device memory per rank (max over ranks): planner vs measured")
+    med = (lambda v: sorted(v)[len(v) // 2] if v else float("nan"))
+    a1.set_title("Throughput: planner vs measured (median |error| %.0f%%)" % med(t_err))
+    a2.set_title("Peak device memory per rank: planner vs measured (median |error| %.0f%%)" % med(m_err))
     handles = [Line2D([], [], marker="o", ls="", color=colors[s], label=s) for s in sorted(colors)]
+    handles += [Line2D([], [], marker=marker[m], ls="", color="#555555", label="model " + m) for m in models]
     a1.legend(handles=handles + [Line2D([], [], color="gray", ls="--", label="estimate = measured")],
-              loc="upper left", title="strategy")
+              loc="upper left", title="strategy / model")
     fig.tight_layout()
     return [(save(fig, out, "plan_vs_measured.png"), "Planner estimate vs measured",
-             "Each point is one sweep point with its plan row; the table below gives the error per point.")]
+             "Each point is one sweep point (wN: world size) with its plan row; the table below gives the error "
+             "per point (error = (estimate - measured) / measured).")]
 
 
 def plan_table(run):
     out = []
-    for s, p in sorted(plan_points(run), key=lambda sp: (sp[0]["strategy"], int(num(sp[0], "world") or 0))):
+    order = (lambda sp: (sp[0].get("model", ""), sp[0]["strategy"], int(num(sp[0], "world") or 0)))
+    for s, p in sorted(plan_points(run), key=order):
         tm, te = num(s, "tokens_per_s"), num(p, "est_tokens_per_s")
         mm, me = num(s, "mem_total"), num(p, "mem_total")
         mib = (lambda b: None if b is None else b / 2.0 ** 20)
-        out.append((s["strategy"], s.get("mesh", ""), tm, te, err(te, tm), mib(mm), mib(me), err(me, mm)))
+        out.append((s.get("model", ""), s["strategy"], s.get("mesh", ""), tm, te, err(te, tm), mib(mm), mib(me),
+                    err(me, mm)))
     return out

@@ -6,11 +6,15 @@ parabench_library(NAME pb_planner ALIAS pb::planner
 parabench_test(NAME planner_test SOURCES planner/planner_test.cc DEPS pb::planner TIMEOUT 120)
 
 parabench_library(NAME pb_report ALIAS pb::report
-  SOURCES report/gate.cc
-  DEPS pb::harness)
+  SOURCES report/gate.cc report/validate.cc
+  DEPS pb::harness nlohmann_json::nlohmann_json)
 parabench_test(NAME report_gate_test SOURCES report/gate_test.cc DEPS pb::report TIMEOUT 120)
+parabench_test(NAME report_validate_test SOURCES report/validate_test.cc DEPS pb::report pb::pipeline TIMEOUT 60)
+if(TARGET report_validate_test)
+  target_compile_definitions(report_validate_test PRIVATE PARABENCH_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+endif()
 
-list(APPEND PB_CLI_SOURCES cli/cmd_plan.cc cli/cmd_report.cc cli/cmd_gate.cc)
+list(APPEND PB_CLI_SOURCES cli/cmd_plan.cc cli/cmd_report.cc cli/cmd_gate.cc cli/cmd_validate.cc)
 list(APPEND PB_CLI_DEPS pb::planner pb::report)
 set_source_files_properties(cli/cmd_report.cc PROPERTIES
   COMPILE_DEFINITIONS "PARABENCH_SOURCE_DIR=\"${PROJECT_SOURCE_DIR}\"")
@@ -24,4 +28,23 @@ if(TARGET results_cli_test)
     PARABENCH_EXE="$<TARGET_FILE:parabench>"
     PARABENCH_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     RESULTS_CLI_TEST_DIR="${CMAKE_CURRENT_BINARY_DIR}/results_cli_work")
+endif()
+
+# The whole default job once (parabench run --quick, ~15-20 s): every CSV of its
+# run directory passes `parabench validate`, every sweep point has its plan row
+# and the report shows the planner-vs-measured table. The CI gate then compares
+# that same run directory with the committed baseline (results/baselines/).
+if(PARABENCH_BUILD_TESTS)
+  set(PB_RUN_WORK ${CMAKE_CURRENT_BINARY_DIR}/results_run_work)
+  add_test(NAME results_run_csv
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/report/run_csv_test.py run
+                   $<TARGET_FILE:parabench> ${PB_RUN_WORK})
+  add_test(NAME results_gate_default
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/report/run_csv_test.py gate
+                   $<TARGET_FILE:parabench> ${PB_RUN_WORK} ${PROJECT_SOURCE_DIR}/results/baselines/default)
+  # RUN_SERIAL: the run's throughput figures are gated; other tests running
+  # beside it on 2 cores would cut them several-fold.
+  set_tests_properties(results_run_csv PROPERTIES TIMEOUT 300 LABELS "cli" FIXTURES_SETUP results_run
+                       RUN_SERIAL TRUE)
+  set_tests_properties(results_gate_default PROPERTIES TIMEOUT 120 LABELS "cli" FIXTURES_REQUIRED results_run)
 endif()

@@ -36,5 +36,6 @@ void register_gate(CLI::App& root, Registry& reg, const Env& env);
 void register_sweep(CLI::App& root, Registry& reg, const Env& env);
 void register_check(CLI::App& root, Registry& reg, const Env& env);
 void register_run(CLI::App& root, Registry& reg, const Env& env);
+void register_validate(CLI::App& root, Registry& reg, const Env& env);
 
 }  // namespace pb::cli

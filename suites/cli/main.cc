@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   register_check(app, reg, env);
   register_run(app, reg, env);
   register_sweep(app, reg, env);
+  register_validate(app, reg, env);
 
   try {
     app.parse(argc, argv);
