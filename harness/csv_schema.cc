@@ -16,8 +16,6 @@
 
 namespace pb {
 
-const char* builtin_results_schema_json();  // schema_builtin.cc (generated)
-
 namespace {
 
 using Json = nlohmann::ordered_json;

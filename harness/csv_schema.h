@@ -28,6 +28,10 @@ struct ColumnSpec {
   std::shared_ptr<const std::regex> compiled;  // of pattern, built once at load
 };
 
+// The text of results/schema.json compiled into the library (generated
+// schema_builtin.cc, harness/io.cmake); ResultsSchema::builtin() parses it.
+const char* builtin_results_schema_json();
+
 class ResultsSchema {
  public:
   // InputError naming the file and the problem (cannot open, bad JSON, a

@@ -13,12 +13,6 @@
 #include "suites/cli/command.h"
 #include "suites/report/validate.h"
 
-namespace pb {
-// The text of results/schema.json that ResultsSchema::builtin() parses; defined
-// in the harness's generated schema_builtin.cc (harness/io.cmake).
-const char* builtin_results_schema_json();
-}  // namespace pb
-
 namespace pb::cli {
 namespace {
 
