@@ -1,0 +1,302 @@
+// Pipeline executor, part 1: setup and the action loop (executor.h).
+#include "impl/pipeline/executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "harness/mesh.h"
+#include "harness/status.h"
+#include "harness/timer.h"
+#include "impl/pipeline/validate.h"
+#include "reference/init.h"
+
+namespace pb::pipeline {
+
+template <class T>
+struct PipelineRank<T>::Live {
+  Buffer<T> x_in;  // the chunk's input: embedded, received, or handed over locally
+  Buffer<int32_t> tokens, targets;
+  std::vector<BlockActs<T>> blocks;
+  std::vector<BlockGradStash<T>> stash;
+  HeadActs<T> head;
+  Request act_send;
+  const T* out() const { return blocks.back().xout.data(); }
+};
+
+namespace {
+Schedule build_schedule(const PipelineOptions& o, const TrainConfig& cfg) {
+  Schedule s = make_schedule(o.kind, schedule_config(o, cfg));
+  validate(s);  // before it runs, and before any fault edits it
+  if (o.faults.skip_microbatch) {
+    const int skip = s.microbatches - 1;
+    for (auto& acts : s.ranks)
+      acts.erase(std::remove_if(acts.begin(), acts.end(), [&](const Action& a) { return a.microbatch % s.microbatches == skip; }),
+                 acts.end());
+  }
+  return s;
+}
+}  // namespace
+
+template <class T>
+PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world)
+    : cfg_((validate(o, cfg, world.size()), cfg)), o_(o), world_(world), layout_(cfg.model),
+      data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix),
+      part_(partition_layers(cfg.model.L, o.pp, o.virtual_stages)), s_(build_schedule(o, cfg)),
+      model_(layout_, cfg.batch / (o.dp * cfg.microbatches), cfg.seq) {
+  // Message tags are dense indices (schedule.h); MPI guarantees tags up to 32767 only.
+  require(world.backend() == "local" || num_messages(s_) <= 32767,
+          "microbatches: " + std::to_string(num_messages(s_)) +
+              " distinct pipeline messages exceed the tag range MPI guarantees (32767)");
+  kernels::set_blas_threads(cfg.threads);
+  const MeshShape mesh{o.dp, 1, 1, o.pp};
+  const MeshCoord mc = mesh_coord(mesh, world.rank());
+  pr_ = mc.pp;
+  dr_ = mc.dp;
+  m_ = cfg.microbatches;
+  Bm_ = model_.B();
+  pp_ = world.split(dr_, pr_, "pp");
+  const bool ends = o.pp > 1 && (pr_ == 0 || pr_ == o.pp - 1);
+  tied_ = world.split(ends ? dr_ : -1, pr_, "pp_tied");
+  dp_ = world.split(pr_, dr_, "dp");
+  scalar_ = world.split(0, world.rank(), "pp_scalar");
+  check_ = world.split(0, world.rank(), "check");
+
+  sp_ = stage_pieces(layout_, part_, pr_);
+  const int g = o.dp_mode == DpMode::zero1 ? o.dp : 1;
+  slice_ = (sp_.size + g - 1) / g;
+  padded_ = slice_ * g;
+  const bool two = s_.async_weights;
+  params_ = Buffer<T>(&mem_, MemTag::params, size_t(padded_));
+  if (two) prev_params_ = Buffer<T>(&mem_, MemTag::params, size_t(padded_));
+  for (int i = 0; i < (two ? 2 : 1); ++i) {
+    grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(padded_));
+    if (o.pp == 1) head_grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(cfg.model.V) * cfg.model.C);
+  }
+  std::vector<Segment> segs;
+  const int64_t lo = g > 1 ? dr_ * slice_ : 0, hi = std::min(lo + slice_, sp_.size);
+  for (const Piece& p : sp_.pieces) {
+    init_params<T>(layout_, cfg.seed, p.flat_lo, p.flat_hi, params_.data() + p.local_off);
+    const int64_t b = std::max(lo, p.local_off), e = std::min(hi, p.local_off + p.flat_hi - p.flat_lo);
+    if (b < e) segs.push_back({p.flat_lo + b - p.local_off, p.flat_lo + e - p.local_off, b - lo, b, b});
+  }
+  opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, std::move(segs), slice_, &mem_);
+  const size_t N = size_t(Bm_) * cfg.seq;
+  dxa_ = Buffer<T>(&mem_, MemTag::workspace, N * cfg.model.C);
+  dxb_ = Buffer<T>(&mem_, MemTag::workspace, N * cfg.model.C);
+  tok_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
+  tgt_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
+  scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq);
+}
+
+template <class T>
+PipelineRank<T>::~PipelineRank() = default;
+
+template <class T>
+std::vector<int64_t> PipelineRank<T>::chunk_bytes() const {
+  std::vector<int64_t> out;
+  for (int c = 0; c < o_.virtual_stages; ++c)
+    out.push_back(chunk_activation_bytes(cfg_.model, part_.at(pr_, c), Bm_, cfg_.seq, sizeof(T),
+                                         sizeof(acc_t<T>), s_.split_backward));
+  return out;
+}
+
+template <class T>
+const T* PipelineRank<T>::P(int mb) const {
+  const int v = s_.weight_version(mb);
+  if (v == version_) return params_.data();
+  if (v == version_ - 1) return prev_params_.data();
+  throw std::logic_error("2bw: microbatch " + std::to_string(mb) + " needs weight version " +
+                         std::to_string(v) + " but rank holds " + std::to_string(version_));
+}
+template <class T>
+T* PipelineRank<T>::G(int mb) const { return grads_[s_.weight_version(mb) % 2].data(); }
+template <class T>
+T* PipelineRank<T>::HG(int mb) const {
+  return o_.pp == 1 ? head_grads_[s_.weight_version(mb) % 2].data() : G(mb) + sp_.head_wte_local();
+}
+
+template <class T>
+int PipelineRank<T>::tag_of(const Action& a) const {
+  MessageKey k = message_key(s_, pr_, a);
+  if (o_.faults.grad_to_wrong_stage && a.op == Op::send_grad && pr_ == o_.pp - 1 && k.microbatch < 2)
+    k.microbatch ^= 1;
+  return int(message_index(s_, k));
+}
+
+template <class T>
+typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
+  auto [it, fresh] = live_.try_emplace(k);
+  if (!fresh) return it->second;
+  const StageSlice& st = part_.at(pr_, k.second);
+  const auto& m = cfg_.model;
+  const size_t N = size_t(Bm_) * cfg_.seq;
+  Live& lv = it->second;
+  lv.x_in = Buffer<T>(&mem_, MemTag::activations, N * m.C);
+  if (st.embedding) lv.tokens = Buffer<int32_t>(&mem_, MemTag::activations, N);
+  for (int i = 0; i < st.num_blocks; ++i) {
+    lv.blocks.emplace_back(&mem_, m, Bm_, cfg_.seq);
+    if (s_.split_backward) lv.stash.emplace_back(&mem_, m, Bm_, cfg_.seq);
+  }
+  if (st.head) {
+    lv.head = HeadActs<T>(&mem_, m, Bm_, cfg_.seq);
+    lv.targets = Buffer<int32_t>(&mem_, MemTag::activations, N);
+  }
+  return lv;
+}
+
+template <class T>
+void PipelineRank<T>::free_live(Key k) {
+  auto it = live_.find(k);
+  it->second.act_send.wait();
+  live_.erase(it);
+}
+
+template <class T>
+void PipelineRank<T>::exec(const Action& a) {
+  const Key k{a.microbatch, a.chunk};
+  const size_t NC = size_t(Bm_) * cfg_.seq * cfg_.model.C;
+  const DType dt = dtype_of<T>();
+  switch (a.op) {
+    case Op::recv_act: pp_->recv(open(k).x_in.data(), NC, dt, a.peer, tag_of(a)); break;
+    case Op::send_act: {
+      Live& lv = live_.at(k);
+      lv.act_send = pp_->isend(lv.out(), NC, dt, a.peer, tag_of(a));
+      break;
+    }
+    case Op::recv_grad: {
+      Buffer<T>& g = grad_in_[k] = Buffer<T>(&mem_, MemTag::comm, NC);
+      pp_->recv(g.data(), NC, dt, a.peer, tag_of(a));
+      break;
+    }
+    case Op::send_grad: {
+      auto it = grad_out_.find(k);
+      Request r = pp_->isend(it->second.data(), NC, dt, a.peer, tag_of(a));
+      sending_.emplace_back(std::move(r), std::move(it->second));
+      grad_out_.erase(it);
+      break;
+    }
+    default: {
+      Stopwatch w;
+      const double start = timing_.wall_s;
+      if (a.op == Op::forward) forward(a);
+      else if (a.op == Op::backward_weight) weight(a);
+      else backward(a);
+      const double d = w.elapsed_s();
+      timing_.busy_s += d;
+      timing_.timeline.push_back({a.op, a.microbatch, a.chunk, start, start + d});
+    }
+  }
+}
+
+template <class T>
+void PipelineRank<T>::forward(const Action& a) {
+  const StageSlice& st = part_.at(pr_, a.chunk);
+  Live& lv = open({a.microbatch, a.chunk});
+  const size_t N = size_t(Bm_) * cfg_.seq;
+  const T* p = P(a.microbatch);
+  if (st.embedding || st.head) {
+    const int64_t step = s_.async_weights ? a.microbatch / m_ : step_;
+    data_.batch(step, int64_t(dr_ * m_ + a.microbatch % m_) * Bm_, Bm_, cfg_.seq, tok_tmp_.data(),
+                tgt_tmp_.data());
+    if (st.embedding) std::memcpy(lv.tokens.data(), tok_tmp_.data(), N * sizeof(int32_t));
+    if (st.head) std::memcpy(lv.targets.data(), tgt_tmp_.data(), N * sizeof(int32_t));
+  }
+  if (st.embedding) {
+    model_.embed_forward(lv.x_in.data(), lv.tokens.data(), p + unit_off(0));
+  } else if (o_.pp == 1) {  // the previous chunk sits on this rank: hand over locally
+    std::memcpy(static_cast<void*>(lv.x_in.data()), live_.at({a.microbatch, a.chunk - 1}).out(),
+                N * cfg_.model.C * sizeof(T));
+  }
+  const T* x = lv.x_in.data();
+  for (int i = 0; i < st.num_blocks; ++i) {
+    model_.block_forward(lv.blocks[size_t(i)], x, p + unit_off(layout_.block_unit(st.first_block + i)),
+                         scratch_);
+    x = lv.blocks[size_t(i)].xout.data();
+  }
+  if (st.head)
+    losses_[size_t(a.microbatch)] = model_.head_forward(lv.head, x, lv.targets.data(),
+                                                        p + unit_off(layout_.final_unit()),
+                                                        p + sp_.head_wte_local(), scratch_);
+}
+
+template <class T>
+void PipelineRank<T>::backward(const Action& a) {
+  const StageSlice& st = part_.at(pr_, a.chunk);
+  const Key k{a.microbatch, a.chunk};
+  Live& lv = live_.at(k);
+  const size_t NC = size_t(Bm_) * cfg_.seq * cfg_.model.C;
+  const T* p = P(a.microbatch);
+  T* g = G(a.microbatch);
+  auto other = [&](const T* x) { return x == dxa_.data() ? dxb_.data() : dxa_.data(); };
+  const T* dout;
+  if (st.head) {
+    const int fin = layout_.final_unit();
+    model_.head_backward(dxa_.data(), g + unit_off(fin), HG(a.microbatch), lv.out(), lv.targets.data(),
+                         lv.head, p + unit_off(fin), p + sp_.head_wte_local(),
+                         1.0 / double(cfg_.tokens_per_step()), scratch_);
+    dout = dxa_.data();
+  } else {
+    dout = grad_in_.at(k).data();
+  }
+  Buffer<T> dx_in;
+  if (!st.embedding) dx_in = Buffer<T>(&mem_, MemTag::comm, NC);
+  for (int i = st.num_blocks - 1; i >= 0; --i) {
+    const int u = layout_.block_unit(st.first_block + i);
+    const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
+    T* dst = i == 0 && !st.embedding ? dx_in.data() : other(dout);
+    if (a.op == Op::backward)
+      model_.block_backward(dst, g + unit_off(u), dout, x_in, lv.blocks[size_t(i)], p + unit_off(u), scratch_);
+    else
+      model_.block_backward_input(dst, lv.stash[size_t(i)], dout, x_in, lv.blocks[size_t(i)],
+                                  p + unit_off(u), scratch_);
+    dout = dst;
+  }
+  grad_in_.erase(k);
+  if (st.embedding) model_.embed_backward(g + unit_off(0), dout, lv.tokens.data());
+  else if (o_.pp == 1) grad_in_[{a.microbatch, a.chunk - 1}] = std::move(dx_in);
+  else grad_out_[k] = std::move(dx_in);
+  if (a.op == Op::backward) free_live(k);
+}
+
+template <class T>
+void PipelineRank<T>::weight(const Action& a) {
+  const StageSlice& st = part_.at(pr_, a.chunk);
+  const Key k{a.microbatch, a.chunk};
+  Live& lv = live_.at(k);
+  const bool dropped = o_.faults.drop_w && pr_ == 0 && a.microbatch == 0 && a.chunk == 0;
+  for (int i = 0; i < st.num_blocks && !dropped; ++i) {
+    const int u = layout_.block_unit(st.first_block + i);
+    const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
+    model_.block_backward_weight(G(a.microbatch) + unit_off(u), lv.stash[size_t(i)], x_in,
+                                 lv.blocks[size_t(i)], scratch_);
+  }
+  free_live(k);
+}
+
+template <class T>
+void PipelineRank<T>::run_actions() {
+  timing_ = {};
+  pp_->barrier();
+  Stopwatch wall;
+  for (const Action& a : s_.ranks[size_t(pr_)]) {
+    if (s_.async_weights && (a.op == Op::recv_act || a.op == Op::forward) &&
+        s_.weight_version(a.microbatch) > version_)
+      update_2bw(s_.weight_version(a.microbatch));
+    timing_.wall_s = wall.elapsed_s();
+    exec(a);
+    std::erase_if(sending_, [](auto& s) { return s.first.test(); });
+  }
+  for (auto& s : sending_) s.first.wait();
+  sending_.clear();
+  if (!live_.empty() || !grad_in_.empty() || !grad_out_.empty())
+    throw std::logic_error("pipeline: tensors left after the schedule (" + std::to_string(live_.size()) +
+                           " activations)");
+  timing_.wall_s = wall.elapsed_s();
+}
+
+template class PipelineRank<double>;
+template class PipelineRank<float>;
+template class PipelineRank<bf16>;
+
+}  // namespace pb::pipeline
