@@ -15,6 +15,7 @@
 #include "suites/cli/conformance_output.h"
 #include "reference/train_config_io.h"
 #include "suites/conformance/engine.h"
+#include "suites/conformance/pipeline_engine.h"
 
 namespace pb::cli {
 namespace {
@@ -25,6 +26,8 @@ struct CheckFlags {
   std::vector<std::string> shards = {"none", "zero1", "zero2", "zero3", "hsdp", "hzero"};
   std::string model = "tiny";
   int steps = 3;
+  std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved", "zb-h1", "2bw"};
+  std::vector<int> pps = {2, 4};
   bool chaos = false;
   std::string out = "results/runs";
   std::string run_dir;  // write into this directory instead of OUT/<run id>
@@ -70,6 +73,44 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
 }
 
 
+// Pipeline points: every schedule at each pp (m = 2p microbatches; v = 2 for
+// interleaved) on a tiny model deep enough for pp x v stages, plus PP x DDP
+// and PP x ZeRO-1 at dp 2 (1F1B).
+std::vector<PipelineRun> pipeline_matrix(const CheckFlags& f) {
+  std::vector<PipelineRun> runs;
+  for (const auto& prec : f.precisions)
+    for (int pp : f.pps) {
+      require(pp > 0, "--pp: pipeline sizes must be > 0, got " + std::to_string(pp));
+      for (const auto& name : f.schedules) {
+        if (name == "none") continue;
+        PipelineRun r;
+        r.cfg.model = named_model("tiny");
+        r.cfg.model.L = 8;
+        r.cfg.model.name = "tiny-l8";
+        r.cfg.precision = parse_precision(prec);
+        r.cfg.steps = f.steps;
+        r.cfg.seq = 16;
+        r.cfg.microbatches = 2 * pp;
+        r.cfg.batch = 2 * pp;
+        r.pipe.kind = pipeline::parse_schedule_kind(name, "--schedule");
+        r.pipe.pp = pp;
+        r.pipe.virtual_stages = r.pipe.kind == pipeline::ScheduleKind::interleaved ? 2 : 1;
+        r.world.chaos.enabled = f.chaos;
+        runs.push_back(r);
+        if (r.pipe.kind == pipeline::ScheduleKind::one_f_one_b && pp == f.pps.front()) {
+          for (auto mode : {pipeline::DpMode::ddp, pipeline::DpMode::zero1}) {
+            PipelineRun d = r;
+            d.pipe.dp = 2;
+            d.pipe.dp_mode = mode;
+            d.cfg.batch = 2 * r.cfg.batch;
+            runs.push_back(d);
+          }
+        }
+      }
+    }
+  return runs;
+}
+
 int run_check(const CheckFlags& f, const Env& env) {
   WorldOptions wo;
   wo.backend = env.under_mpirun ? BackendKind::mpi : BackendKind::local;
@@ -82,11 +123,14 @@ int run_check(const CheckFlags& f, const Env& env) {
     mpi_world = make_world(wo);
   }
   auto runs = matrix(f);
+  auto pipes = pipeline_matrix(f);
   if (mpi_world) {  // the world is what mpirun launched: its size picks the points
     std::erase_if(runs, [&](const StrategyRun& s) { return s.dp.dp != mpi_world->size(); });
     for (auto& s : runs) s.world.backend = wo.backend;
+    std::erase_if(pipes, [&](const PipelineRun& p) { return p.pipe.dp * p.pipe.pp != mpi_world->size(); });
+    for (auto& p : pipes) p.world.backend = wo.backend;
   }
-  require(!runs.empty(), "check: the matrix is empty (see --dp, --shard, --precision" +
+  require(!runs.empty() || !pipes.empty(), "check: the matrix is empty (see --dp, --shard, --precision" +
                              std::string(mpi_world ? "; under mpirun --dp must include the world size)" : ")"));
   bool writer = true;
   if (mpi_world) {
@@ -119,8 +163,28 @@ int run_check(const CheckFlags& f, const Env& env) {
                                      mesh_string(r.world, 1, 1, 1), config_hash_of(s)),
                            r, f.steps);
   }
+  for (const auto& p : pipes) {
+    ConformanceResult r;
+    PipelineReport rep;
+    try {
+      r = mpi_world ? run_pipeline_conformance(p, *mpi_world, &rep) : run_pipeline_conformance(p, &rep);
+    } catch (const std::exception& e) {
+      if (!mpi_world) throw;
+      std::fprintf(stderr, "parabench check: %s\n", e.what());
+      mpi_world->terminate(1);
+      throw;
+    }
+    if (!writer) continue;
+    failures += !r.pass();
+    print_result_row(r);
+    std::printf("    %s\n", describe_bubble(rep).c_str());
+    write_conformance_rows(*csv_writer,
+                           make_meta(run_id, env.git_rev, r.backend, r.world,
+                                     mesh_string(p.pipe.dp, 1, 1, p.pipe.pp), config_hash_of(p)),
+                           r, f.steps);
+  }
   if (!writer) return 0;
-  std::printf("\n%zu configurations, %d failed. %s\nresults: %s\n", runs.size(), failures,
+  std::printf("\n%zu configurations, %d failed. %s\nresults: %s\n", runs.size() + pipes.size(), failures,
               kRatioLegend, csv_writer->path().c_str());
   return failures ? 1 : 0;
 }
@@ -136,6 +200,9 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--model", f->model, "named model")->capture_default_str();
   app->add_option("--steps", f->steps, "steps per configuration")->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app->add_option("--schedule", f->schedules, "pipeline schedules (none: no pipeline points)")
+      ->capture_default_str();
+  app->add_option("--pp", f->pps, "pipeline sizes")->capture_default_str();
   app->add_flag("--chaos", f->chaos, "inject seeded random delays into every collective");
   app->add_option("--out", f->out, "results directory")->capture_default_str();
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");

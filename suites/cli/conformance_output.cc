@@ -23,7 +23,7 @@ double worst_ratio(const std::vector<QuantityCheck>& v, const std::string& q) {
 }  // namespace
 
 void print_result_header() {
-  std::printf("%-28s %-10s %5s %8s %9s %9s %9s %11s %7s %6s %s\n", "strategy", "precision", "world",
+  std::printf("%-34s %-10s %5s %8s %9s %9s %9s %11s %7s %6s %s\n", "strategy", "precision", "world",
               "bitwise", "loss", "grads", "params", "state/rank", "memory", "comm", "result");
 }
 
@@ -36,7 +36,7 @@ void print_result_row(const ConformanceResult& r) {
     if (mem) state += double(e.measured);
   }
   std::string bits = r.bitwise_declared ? (all_pass(r.bits) ? "yes" : "BROKEN") : "rule";
-  std::printf("%-28s %-10s %5d %8s %9.3f %9.3f %9.3f %11s %7s %6s %s\n", r.strategy.c_str(),
+  std::printf("%-34s %-10s %5d %8s %9.3f %9.3f %9.3f %11s %7s %6s %s\n", r.strategy.c_str(),
               precision_name(r.precision).c_str(), r.world, bits.c_str(), worst_ratio(r.rule, "loss"),
               worst_ratio(r.rule, "grads"), worst_ratio(r.rule, "params"), human_bytes(state).c_str(),
               mem_ok ? "exact" : "DIFF", comm_ok ? "exact" : "DIFF", r.pass() ? "PASS" : "FAIL");
@@ -65,6 +65,13 @@ std::string config_hash_of(const StrategyRun& s) {
   write_train_config(s.cfg, r);
   r.set("strategy.dp", s.dp.dp);
   r.set("strategy.describe", s.dp.describe());
+  return r.config_hash();
+}
+
+std::string config_hash_of(const PipelineRun& p) {
+  ConfigReader r;
+  write_train_config(p.cfg, r);
+  r.set("strategy.describe", p.pipe.describe(p.cfg.microbatches));
   return r.config_hash();
 }
 
