@@ -38,8 +38,10 @@ def conformance(run, out):
         ax.axvline(t, color="#C44E52", ls="--", lw=1)
         ax.text(t, -0.55, "threshold C = %g " % t, color="#C44E52", va="top", ha="right", fontsize=9)
     ax.set_xscale("log")
-    ax.set_xlim(floor_x / 1.5, 2.5 * max(ratios + list(thresholds) + [1.0]))
-    log_ticks(ax.xaxis)
+    lo, hi = floor_x / 1.5, 2.5 * max(ratios + list(thresholds) + [1.0])
+    ax.set_xlim(lo, hi)
+    # Past three decades, ticks at 1, 2, 5 x 10^k overlap: keep the powers of ten.
+    log_ticks(ax.xaxis, subs=(1,) if math.log10(hi / lo) > 3 else (1, 2, 5))
     ax.set_yticks(range(len(keys)))
     ax.set_yticklabels(["%s (%s)" % k for k in keys])
     ax.set_ylim(-0.7, len(keys) - 0.1)

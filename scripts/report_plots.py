@@ -55,9 +55,9 @@ def byte_unit(max_bytes):
     return 1, "bytes"
 
 
-def log_ticks(axis, fmt=lambda v: "%g" % v):
-    """Readable log ticks at 1, 2, 5 x 10^k, as plain numbers."""
-    axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+def log_ticks(axis, fmt=lambda v: "%g" % v, subs=(1, 2, 5)):
+    """Readable log ticks at 1, 2, 5 x 10^k (or `subs`), as plain numbers."""
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
     axis.set_major_formatter(FuncFormatter(lambda v, _p: fmt(v)))
     axis.set_minor_formatter(NullFormatter())
 
