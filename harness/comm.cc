@@ -1,5 +1,6 @@
 // Communicator front end: argument checks, accounting (logical bytes, the
 // direct-exchange traffic model, time blocked), then the backend.
+#include <exception>
 #include "harness/comm.h"
 
 #include <algorithm>
@@ -39,6 +40,20 @@ size_t block_offset(std::span<const size_t> counts, int r) {
 }
 
 // ---- Request ---------------------------------------------------------------
+
+Request::~Request() {
+  if (state_ && std::uncaught_exceptions() > 0) state_->abandon();
+}
+
+Request& Request::operator=(Request&& o) noexcept {
+  if (this != &o) {
+    if (state_ && std::uncaught_exceptions() > 0) state_->abandon();
+    state_ = std::move(o.state_);
+    log_ = std::move(o.log_);
+    ticket_ = o.ticket_;
+  }
+  return *this;
+}
 
 void Request::wait() {
   if (!state_) return;

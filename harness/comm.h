@@ -77,6 +77,11 @@ class RequestState {
   virtual ~RequestState() = default;
   virtual bool test() = 0;  // true once complete; rethrows the operation's error
   virtual void wait() = 0;  // blocks until complete; rethrows the operation's error
+  // The request is destroyed by an exception while pending, and the buffers it
+  // uses are about to be freed: make the operation stop touching them before
+  // returning, without hanging (local: abort the world, then wait; a receive
+  // is withdrawn). Default: nothing (mpi/nccl end the job at the boundary).
+  virtual void abandon() {}
 };
 
 // Handle of a non-blocking operation. A default Request is complete. wait()
@@ -86,6 +91,13 @@ class Request {
   Request() = default;
   Request(std::shared_ptr<RequestState> state, std::shared_ptr<CommLog> log, CommLog::Ticket t)
       : state_(std::move(state)), log_(std::move(log)), ticket_(t) {}
+  // Unwinding with the operation pending: abandon it (see RequestState), so a
+  // failing rank's freed buffers are never written by its communicator.
+  ~Request();
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&& o) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
   void wait();
   bool test();
   bool done() const { return !state_; }

@@ -54,6 +54,14 @@ class RecvState : public RequestState {
     return true;
   }
 
+  // Withdrawn, so that no late sender writes into the buffer being freed.
+  void abandon() override {
+    Mailbox& mb = *g_->mail[size_t(me_)];
+    std::lock_guard lk(mb.mu);
+    auto& p = mb.posted;
+    p.erase(std::remove_if(p.begin(), p.end(), [&](const auto& r) { return r.get() == this; }), p.end());
+  }
+
   void wait() override {
     Mailbox& mb = *g_->mail[size_t(me_)];
     std::unique_lock lk(mb.mu);
@@ -93,6 +101,14 @@ class DoneRequest : public RequestState {
 
 class TaskRequest : public RequestState {
  public:
+  // Abandoned: fail the world so the task (bounded, polling abort) ends fast,
+  // then wait for it, swallowing its error: the exception in flight wins.
+  void set_abort(std::function<void()> abort) { abort_ = std::move(abort); }
+  void abandon() override {
+    if (abort_) abort_();
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return done_; });
+  }
   void complete(std::exception_ptr e) {
     {
       std::lock_guard lk(mu_);
@@ -120,6 +136,7 @@ class TaskRequest : public RequestState {
   std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr err_;
+  std::function<void()> abort_;
 };
 
 // Runs tasks in issue order on a thread started on first use. After a task
@@ -225,7 +242,11 @@ class LocalComm final : public Communicator {
     }
     if (d.op == CommOp::recv) return post_recv(d.recv, d.count * d.elem_size(), d.root, d.tag);
     auto copy = std::make_shared<OpDesc>(d);
-    return stream_.push([this, copy] { collective(*copy); });
+    auto req = stream_.push([this, copy] { collective(*copy); });
+    req->set_abort([world = g_->world, r = world_rank(me_), name = g_->name] {
+      world->abort(r, "failed with operations pending on group '" + name + "'");
+    });
+    return req;
   }
 
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override {

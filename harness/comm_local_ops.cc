@@ -21,8 +21,9 @@ namespace {
 constexpr size_t kBlock = 1024;  // elements reduced per step; the accumulators stay in L1
 // Outputs at least this large are written with non-temporal stores: they
 // would only evict the inputs from the cache, and a streaming store saves the
-// read-for-ownership of each line (measured on this machine's 32 MiB L3).
-constexpr size_t kStreamBytes = size_t(16) << 20;
+// read-for-ownership of each line. 8 MiB: the 2-rank working set (inputs
+// and outputs of both ranks) then no longer fits this machine's 32 MiB L3.
+constexpr size_t kStreamBytes = size_t(8) << 20;
 
 // dst = src (bytes), bypassing the cache when `stream`.
 void store(void* dst, const void* src, size_t bytes, bool stream) {
@@ -158,22 +159,29 @@ void do_all_to_all(Group& g, int me, const OpDesc& d, std::byte* stage) {
 }
 
 // Every member must have entered the same call.
-void check_match(const Group& g, int me, const OpDesc& d) {
+// Every member compares every slot with slot 0, so all reach the same
+// verdict: the empty string, or a message naming the first member that called
+// something else.
+std::string mismatch(const Group& g) {
   const OpDesc& o = *g.slots[0].desc;
-  bool same = o.op == d.op && o.dtype == d.dtype;
-  if (same && (d.op == CommOp::all_reduce || d.op == CommOp::reduce || d.op == CommOp::reduce_scatter))
-    same = o.redop == d.redop;
-  if (same && (d.op == CommOp::all_reduce || d.op == CommOp::reduce || d.op == CommOp::broadcast))
-    same = o.count == d.count;
-  if (same && (d.op == CommOp::reduce || d.op == CommOp::broadcast)) same = o.root == d.root;
-  if (same && (d.op == CommOp::reduce_scatter || d.op == CommOp::all_gather)) same = o.counts == d.counts;
-  if (!same)
-    throw std::logic_error(g.name + ": rank " + std::to_string(g.world_ranks[size_t(me)]) + " called " +
-                           std::string(comm_op_name(d.op)) + "(" + std::string(dtype_name(d.dtype)) +
-                           ", count " + std::to_string(d.count) + ", root " + std::to_string(d.root) +
-                           ") while rank " + std::to_string(g.world_ranks[0]) + " called " +
-                           std::string(comm_op_name(o.op)) + "(" + std::string(dtype_name(o.dtype)) + ", count " +
-                           std::to_string(o.count) + ", root " + std::to_string(o.root) + ")");
+  auto describe = [&](size_t r, const OpDesc& x) {
+    return "rank " + std::to_string(g.world_ranks[r]) + " called " + std::string(comm_op_name(x.op)) + "(" +
+           std::string(dtype_name(x.dtype)) + ", count " + std::to_string(x.count) + ", root " +
+           std::to_string(x.root) + ")";
+  };
+  for (size_t r = 1; r < g.slots.size(); ++r) {
+    const OpDesc& d = *g.slots[r].desc;
+    bool same = o.op == d.op;
+    if (same && d.op != CommOp::barrier) same = o.dtype == d.dtype;
+    if (same && (d.op == CommOp::all_reduce || d.op == CommOp::reduce || d.op == CommOp::reduce_scatter))
+      same = o.redop == d.redop;
+    if (same && (d.op == CommOp::all_reduce || d.op == CommOp::reduce || d.op == CommOp::broadcast))
+      same = o.count == d.count;
+    if (same && (d.op == CommOp::reduce || d.op == CommOp::broadcast)) same = o.root == d.root;
+    if (same && (d.op == CommOp::reduce_scatter || d.op == CommOp::all_gather)) same = o.counts == d.counts;
+    if (!same) return g.name + ": " + describe(r, d) + " while " + describe(0, o);
+  }
+  return "";
 }
 
 }  // namespace
@@ -181,13 +189,14 @@ void check_match(const Group& g, int me, const OpDesc& d) {
 void run_collective(Group& g, int me, const OpDesc& d, const ChaosPoint& cp) {
   const auto name = comm_op_name(d.op);
   if (cp.chaos) chaos_delay(*cp.chaos, cp.world_rank, g.name, cp.seq, 0);
-  if (d.op == CommOp::barrier) {
-    g.rv.arrive_and_wait(me, g.name, name);
-    return;
-  }
+  // Members read each other's OpDesc until the last rendezvous, so nobody may
+  // leave before it — a barrier included, and a mismatch too (all see it).
   g.slots[size_t(me)].desc = &d;
   g.rv.arrive_and_wait(me, g.name, name);
-  check_match(g, me, d);
+  if (std::string bad = mismatch(g); !bad.empty()) {
+    g.rv.arrive_and_wait(me, g.name, name);
+    throw std::logic_error(bad);
+  }
   if (cp.chaos) chaos_delay(*cp.chaos, cp.world_rank, g.name, cp.seq, 1);
   switch (d.op) {
     case CommOp::all_reduce:
@@ -218,6 +227,7 @@ void run_collective(Group& g, int me, const OpDesc& d, const ChaosPoint& cp) {
       copy(d.recv, stage.data(), stage.size());
       break;
     }
+    case CommOp::barrier: break;
     default: throw std::logic_error("run_collective: not a collective: " + std::string(name));
   }
   g.rv.arrive_and_wait(me, g.name, name);
