@@ -4,6 +4,7 @@
 // the root's, for reduce); reduce_scatter: member r reduces block r into its
 // own output; all_gather, broadcast, all_to_all: member r pulls what it
 // receives into its own output.
+#include <utility>
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -160,9 +161,9 @@ void do_all_to_all(Group& g, int me, const OpDesc& d, std::byte* stage) {
 
 // Every member must have entered the same call.
 // Every member compares every slot with slot 0, so all reach the same
-// verdict: the empty string, or a message naming the first member that called
-// something else.
-std::string mismatch(const Group& g) {
+// verdict: none (-1), or the first member that called something else, blamed
+// by a message naming both calls.
+std::pair<int, std::string> mismatch(const Group& g) {
   const OpDesc& o = *g.slots[0].desc;
   auto describe = [&](size_t r, const OpDesc& x) {
     return "rank " + std::to_string(g.world_ranks[r]) + " called " + std::string(comm_op_name(x.op)) + "(" +
@@ -179,9 +180,9 @@ std::string mismatch(const Group& g) {
       same = o.count == d.count;
     if (same && (d.op == CommOp::reduce || d.op == CommOp::broadcast)) same = o.root == d.root;
     if (same && (d.op == CommOp::reduce_scatter || d.op == CommOp::all_gather)) same = o.counts == d.counts;
-    if (!same) return g.name + ": " + describe(r, d) + " while " + describe(0, o);
+    if (!same) return {int(r), g.name + ": " + describe(r, d) + " while " + describe(0, o)};
   }
-  return "";
+  return {-1, ""};
 }
 
 }  // namespace
@@ -193,9 +194,10 @@ void run_collective(Group& g, int me, const OpDesc& d, const ChaosPoint& cp) {
   // leave before it — a barrier included, and a mismatch too (all see it).
   g.slots[size_t(me)].desc = &d;
   g.rv.arrive_and_wait(me, g.name, name);
-  if (std::string bad = mismatch(g); !bad.empty()) {
+  if (auto [blamed, what] = mismatch(g); blamed >= 0) {
     g.rv.arrive_and_wait(me, g.name, name);
-    throw std::logic_error(bad);
+    if (blamed == me) throw std::logic_error(what);
+    throw CommAborted(what);  // the others echo the blamed member's error
   }
   if (cp.chaos) chaos_delay(*cp.chaos, cp.world_rank, g.name, cp.seq, 1);
   switch (d.op) {
