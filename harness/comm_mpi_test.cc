@@ -83,7 +83,7 @@ TEST_F(Mpi, NonBlockingCollectivesProgressWhileTheCallerSleeps) {
   for (int i = 0; i < 3; ++i) comm_->all_reduce(x.data(), x.data(), x.size(), DType::f32, ReduceOp::avg);
   const double blocking = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 3;
   Request q = comm_->iall_reduce(x.data(), x.data(), x.size(), DType::f32);
-  std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.1, 6 * blocking)));
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.3, 10 * blocking)));
   auto t1 = std::chrono::steady_clock::now();
   q.wait();
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
