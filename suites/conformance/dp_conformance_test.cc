@@ -25,14 +25,7 @@ StrategyRun run_of(dp::Shard shard, int dp, Precision p, int micro = 1) {
 }
 
 std::string explain(const ConformanceResult& r) {
-  std::string out = r.strategy + " " + precision_name(r.precision) + ":";
-  for (const auto& c : r.rule)
-    if (!c.pass) out += " [" + c.quantity + "@" + std::to_string(c.step) + " ratio " + std::to_string(c.ratio) + "]";
-  for (const auto& c : r.bits)
-    if (!c.pass) out += " [bits " + c.quantity + "@" + std::to_string(c.step) + "]";
-  for (const auto& c : r.exact)
-    if (!c.pass) out += " [" + c.what + " " + std::to_string(c.measured) + " != " + std::to_string(c.declared) + "]";
-  return out;
+  return r.strategy + " " + precision_name(r.precision) + ":" + describe_failures(r);
 }
 
 TEST(DpConformance, DdpAndZeroPassAtEveryWorldSizeBothPrecisions) {

@@ -17,6 +17,18 @@ bool ConformanceResult::pass() const {
   return ok(rule) && ok(bits) && ok(exact) && ranks_with_mismatch == 0;
 }
 
+std::string describe_failures(const ConformanceResult& r) {
+  std::string out;
+  for (const auto& c : r.rule)
+    if (!c.pass) out += " [" + c.quantity + "@" + std::to_string(c.step) + " ratio " + std::to_string(c.ratio) + "]";
+  for (const auto& c : r.bits)
+    if (!c.pass) out += " [bits " + c.quantity + "@" + std::to_string(c.step) + "]";
+  for (const auto& c : r.exact)
+    if (!c.pass) out += " [" + c.what + " " + std::to_string(c.measured) + " != " + std::to_string(c.declared) + "]";
+  if (r.ranks_with_mismatch) out += " [" + std::to_string(r.ranks_with_mismatch) + " ranks differ from declared]";
+  return out;
+}
+
 bool declares_bitwise(const StrategyRun& s) {
   if (s.world.backend != BackendKind::local) return false;
   switch (s.dp.shard) {

@@ -43,6 +43,10 @@ struct ConformanceResult {
   bool pass() const;
 };
 
+// Every failed check of r, one bracket each ("" when r passes): for test and
+// CLI messages.
+std::string describe_failures(const ConformanceResult& r);
+
 // Does the strategy declare bit equality with its replay (see dp_rank.h)?
 bool declares_bitwise(const StrategyRun& s);
 // The reference's split plan that replays the strategy's order.

@@ -36,14 +36,7 @@ PipelineRun run_of(pl::ScheduleKind k, int pp, int m, int v = 1, int dp = 1, Pre
 }
 
 std::string explain(const ConformanceResult& r) {
-  std::string out = r.strategy + " " + precision_name(r.precision) + ":";
-  for (const auto& c : r.rule)
-    if (!c.pass) out += " [" + c.quantity + "@" + std::to_string(c.step) + " ratio " + std::to_string(c.ratio) + "]";
-  for (const auto& c : r.bits)
-    if (!c.pass) out += " [bits " + c.quantity + "@" + std::to_string(c.step) + "]";
-  for (const auto& c : r.exact)
-    if (!c.pass) out += " [" + c.what + " " + std::to_string(c.measured) + " != " + std::to_string(c.declared) + "]";
-  return out + " mismatching ranks " + std::to_string(r.ranks_with_mismatch);
+  return r.strategy + " " + precision_name(r.precision) + ":" + describe_failures(r);
 }
 
 void expect_bitwise_pass(const PipelineRun& run, PipelineReport* rep = nullptr) {
