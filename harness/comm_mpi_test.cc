@@ -11,20 +11,14 @@
 #include <string>
 #include <thread>
 
+#include "harness/testing_world.h"
 #include "harness/comm_backends.h"
 #include "harness/comm_testing.h"
 
 namespace pb {
 namespace {
 
-class MpiEnv : public ::testing::Environment {
- public:
-  explicit MpiEnv(World* w) { world_ = w; }
-  static World& world() { return *world_; }
-
- private:
-  static inline World* world_ = nullptr;
-};
+using MpiEnv = testing::WorldEnv;
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;

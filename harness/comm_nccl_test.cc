@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "harness/testing_world.h"
 #include "harness/comm_backends.h"
 #include "harness/comm_nccl.h"
 #include "harness/comm_testing.h"
@@ -14,14 +15,7 @@
 namespace pb {
 namespace {
 
-class NcclEnv : public ::testing::Environment {
- public:
-  explicit NcclEnv(World* w) { world_ = w; }
-  static World& world() { return *world_; }
-
- private:
-  static inline World* world_ = nullptr;
-};
+using NcclEnv = testing::WorldEnv;
 
 TEST(Nccl, EveryCollectiveMatchesTheReference) {
   World& w = NcclEnv::world();

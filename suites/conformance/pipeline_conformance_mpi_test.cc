@@ -5,21 +5,14 @@
 // as the process.
 #include <gtest/gtest.h>
 
+#include "harness/testing_world.h"
 #include "harness/comm_backends.h"
 #include "suites/conformance/pipeline_engine.h"
 
 namespace pb {
 namespace {
 
-// The process's MPI world, registered once by main() (as harness/comm_mpi_test.cc does).
-class MpiEnv : public ::testing::Environment {
- public:
-  explicit MpiEnv(World* w) { world_ = w; }
-  static World& world() { return *world_; }
-
- private:
-  static inline World* world_ = nullptr;
-};
+using MpiEnv = testing::WorldEnv;
 
 PipelineRun run_of(int pp, int dp) {
   PipelineRun r;
