@@ -215,9 +215,8 @@ DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& worl
   rpn_ = o.ranks_per_node ? o.ranks_per_node : o.dp;
   nodes_ = o.dp / rpn_;
   int slice = r;
-  g_ = o.shard == Shard::none ? 1 : o.dp;
+  g_ = shard_group(o);
   if (o.shard == Shard::hsdp) {
-    g_ = o.shard_group ? o.shard_group : rpn_;
     shard_ = world.split(r / g_, r, "dp_shard");
     replica_ = world.split(r % g_, r, "dp_replica");
     scalar_shard_ = world.split(r / g_, r, "dp_scalar");

@@ -92,7 +92,7 @@ void validate(const DpOptions& o) {
     require(o.dp % o.ranks_per_node == 0,
             "strategy.ranks_per_node: must divide strategy.dp (" + std::to_string(o.dp) + ")");
   if (o.shard == Shard::hsdp) {
-    int f = o.shard_group ? o.shard_group : (o.ranks_per_node ? o.ranks_per_node : o.dp);
+    int f = shard_group(o);
     require(o.dp % f == 0, "strategy.shard_group: must divide strategy.dp (" +
                                std::to_string(o.dp) + "), got " + std::to_string(f));
   }
@@ -122,6 +122,10 @@ DataAxis data_axis(const DpOptions& o, Precision p, int microbatches) {
   a.grad_accum = microbatches;
   a.reshard_after_forward = o.reshard_after_forward;
   return a;
+}
+
+int shard_group(const DpOptions& o) {
+  return int(shard_group_size(data_axis(o, Precision::fp32, 1)));
 }
 
 }  // namespace pb::dp

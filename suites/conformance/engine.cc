@@ -105,8 +105,7 @@ std::vector<ExactCheck> exact_checks(const StrategyRun& s, const ParamLayout& l,
   // Scalars: the loss every step; the squared-norm partial sums when sharded.
   if (s.dp.dp > 1) {
     bool sharded = s.dp.shard != dp::Shard::none;
-    bool hsdp_one_group = s.dp.shard == dp::Shard::hsdp &&
-                          (s.dp.shard_group ? s.dp.shard_group : s.dp.ranks_per_node ? s.dp.ranks_per_node : s.dp.dp) == 1;
+    bool hsdp_one_group = s.dp.shard == dp::Shard::hsdp && dp::shard_group(s.dp) == 1;
     declared[{"dp_scalar", CommOp::all_reduce}] +=
         8 * s.cfg.steps * (1 + (sharded && !hsdp_one_group ? 1 : 0));
   }
