@@ -14,7 +14,9 @@
 //    lost, again leaving at worst a prefix; Options::fsync_rows makes each
 //    row durable before write_row returns.
 // Hence the invariant the whole module relies on: a row is committed iff its
-// terminating '\n' (outside quotes) is in the file. A trailing unterminated
+// terminating '\n' is in the file. No field holds a line break (csv_escape
+// folds them), so every record is exactly one line and the committed prefix
+// is everything up to the last '\n'. A trailing unterminated
 // row is a torn write: read_csv reports it (or drops it on request) and a
 // CsvWriter reopening the file truncates it away before appending, so torn
 // rows never merge with later ones. One writer process per file is assumed
@@ -32,8 +34,11 @@
 
 namespace pb {
 
-// RFC 4180 field quoting: quoted iff it holds a comma, quote, CR or LF (or
-// leading/trailing space, which some readers trim); quotes doubled.
+// RFC 4180 field quoting: quoted iff it holds a comma or quote (or a leading
+// or trailing space, which some readers trim); quotes doubled. Each line break
+// (LF, CR or CRLF) is first folded to " | ": a record is one line, which keeps
+// the commit rule above a byte test and lets line-based readers (libfccp's,
+// awk, grep) read every file parabench writes.
 std::string csv_escape(std::string_view field);
 // One record terminated by '\n' (LF; readers here and Python's csv accept LF
 // and CRLF).
@@ -111,14 +116,14 @@ struct CsvReadOptions {
   bool drop_partial_tail = false;  // skip a torn last row instead of failing
 };
 
-// Reads a whole CSV (RFC 4180: quoted fields may hold commas, quotes, LF).
-// InputError naming the file (and line) for: cannot open, empty file, torn
-// last row (no terminating newline / unterminated quote), a row whose field
-// count differs from the header's, malformed quoting.
-//
-// Not built on libfccp's io::CSVReader: that needs the column count at
-// compile time, and its io::LineReader splits quoted newlines and hides
-// whether the last line was terminated, which is the commit marker above.
+// Reads a whole CSV: one record per line (LF or CRLF), RFC 4180 quoting
+// within the line. Lines are cut and fields split and unescaped by libfccp
+// (io::LineReader, io::double_quote_escape); its reader class io::CSVReader is
+// not used because it needs the column count at compile time and tables here
+// are read by column name. InputError naming the file (and line) for: cannot
+// open, empty file, torn last row (no terminating newline), a row whose field
+// count differs from the header's, malformed quoting (a stray quote, text
+// after a closing quote, a quoted field left open at the end of its line).
 CsvTable read_csv(const std::string& path, CsvReadOptions options = {});
 CsvTable parse_csv(std::string_view text, const std::string& name, CsvReadOptions options = {});
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -117,6 +118,24 @@ TEST_F(SchemaTest, WriterOutputValidates) {
   EXPECT_EQ(t.header, ResultsSchema::builtin().header("train_step"));
   EXPECT_EQ(t.rows[0][t.column("kind")], "train_step");
   EXPECT_EQ(t.rows[0][t.column("lr")], "0.0003");
+}
+
+// An exception's multi-line message as a reason: folded to one line, so the
+// file stays one record per line and validates.
+TEST_F(SchemaTest, MultiLineReasonIsOneLine) {
+  const std::string p = path("failed.csv");
+  {
+    ResultWriter w(p, "train_step");
+    RunMeta m = meta();
+    m.status = "failed";
+    m.reason = "rank 1: timeout\nrank 0: waiting in all_reduce, \"grad\"\r\n";
+    w.write(m, CsvRecord().set("step", 1));
+  }
+  const std::string text = slurp(p);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+  EXPECT_EQ(validate_csv_against_schema(p, ResultsSchema::builtin()), std::vector<std::string>{});
+  const CsvTable t = read_csv(p);
+  EXPECT_EQ(t.rows.at(0).at(t.column("reason")), "rank 1: timeout | rank 0: waiting in all_reduce, \"grad\" | ");
 }
 
 TEST_F(SchemaTest, WriterRejectsBadRows) {
