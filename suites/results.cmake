@@ -35,7 +35,8 @@ endif()
 # and the report shows the planner-vs-measured table. The CI gate then compares
 # that same run directory with the committed baseline (results/baselines/).
 if(PARABENCH_BUILD_TESTS)
-  set(PB_RUN_WORK ${CMAKE_CURRENT_BINARY_DIR}/results_run_work)
+  # A space and a quote in the path: parts run without a shell in between.
+  set(PB_RUN_WORK "${CMAKE_CURRENT_BINARY_DIR}/results_run_work it's")
   add_test(NAME results_run_csv
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/report/run_csv_test.py run
                    $<TARGET_FILE:parabench> ${PB_RUN_WORK})

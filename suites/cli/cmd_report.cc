@@ -2,13 +2,6 @@
 // results directory. The script is found through the source tree this binary
 // was built from (PARABENCH_SOURCE_DIR, set at build time) unless --script
 // names it. The script's exit status is passed through (2 stays bad input).
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -17,12 +10,11 @@
 
 #include "harness/status.h"
 #include "suites/cli/command.h"
+#include "suites/cli/common.h"
 
 #ifndef PARABENCH_SOURCE_DIR
 #define PARABENCH_SOURCE_DIR ""
 #endif
-
-extern char** environ;
 
 namespace pb::cli {
 namespace {
@@ -40,18 +32,8 @@ int run_report(const ReportFlags& f) {
   require(fs::exists(f.python), "--python: '" + f.python + "' not found");
   std::vector<std::string> args = {f.python, script, f.dir};
   if (!f.out.empty()) args.insert(args.end(), {"--out", f.out});
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::fflush(stdout);
-  pid_t pid = 0;
-  const int err = posix_spawn(&pid, f.python.c_str(), nullptr, nullptr, argv.data(), environ);
-  if (err != 0) throw std::runtime_error("report: cannot start " + f.python + ": " + std::strerror(err));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) throw std::runtime_error("report: waitpid failed");
-  if (!WIFEXITED(status)) throw std::runtime_error("report: " + script + " was killed");
-  const int rc = WEXITSTATUS(status);
+  const int rc = run_child(args);
+  if (rc < 0) throw std::runtime_error("report: " + script + " was killed (signal " + std::to_string(-rc) + ")");
   return rc == 0 ? 0 : rc == 2 ? 2 : 1;
 }
 

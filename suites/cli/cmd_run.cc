@@ -6,7 +6,6 @@
 // the others' results. Exit 1 when the conformance matrix (or any part) failed.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -27,33 +26,39 @@ struct RunFlags {
   bool quick = false;
 };
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
-
 int run_main(const RunFlags& f, const Env& env) {
   const std::string id = make_run_id(std::chrono::system_clock::now());
   const std::string dir = make_run_dir(f.out, id).string();
-  const std::string exe = quote(env.argv0);
   const std::string src = PARABENCH_SOURCE_DIR;
-  struct Part { std::string name, args; };
-  std::vector<Part> parts = {
-      {"check", "check --run-dir " + quote(dir) + (f.quick ? " --dp 1 2 4" : "")},
-      {"train", "train --model small --steps 40 --batch 16 --seq 32 --quiet --run-dir " + quote(dir)},
-      {"schedule 1f1b", "schedule --pp 4 --microbatches 8 --schedule 1f1b --csv " + quote(dir + "/timeline_1f1b.csv")},
-      {"schedule zb-h1", "schedule --pp 4 --microbatches 8 --schedule zb-h1 --csv " + quote(dir + "/timeline_zb-h1.csv")},
-      {"schedule interleaved", "schedule --pp 4 --microbatches 8 --schedule interleaved --virtual 2 --csv " + quote(dir + "/timeline_interleaved.csv")},
-      {"plan", "plan --model gpt2-124m --dp 8 --zero 3 --global-batch 64 --csv " + quote(dir + "/plan.csv")},
+  struct Part {
+    std::string name;
+    std::vector<std::string> args;
   };
-  parts.push_back({"sweep", "sweep --config " + quote(src + "/configs/sweep_small.toml") + " --run-dir " + quote(dir)});
-  parts.push_back({"collectives", "collectives all_reduce all_gather reduce_scatter -b 1K -e 4M -f 4 -n 5 -w 2 --world 2 -F " + quote(dir + "/collectives.csv")});
-  parts.push_back({"report", "report " + quote(dir)});
+  std::vector<Part> parts = {
+      {"check", {"check", "--run-dir", dir}},
+      {"train", {"train", "--model", "small", "--steps", "40", "--batch", "16", "--seq", "32", "--quiet", "--run-dir", dir}},
+      {"schedule 1f1b", {"schedule", "--pp", "4", "--microbatches", "8", "--schedule", "1f1b", "--csv", dir + "/timeline_1f1b.csv"}},
+      {"schedule zb-h1", {"schedule", "--pp", "4", "--microbatches", "8", "--schedule", "zb-h1", "--csv", dir + "/timeline_zb-h1.csv"}},
+      {"schedule interleaved",
+       {"schedule", "--pp", "4", "--microbatches", "8", "--schedule", "interleaved", "--virtual", "2", "--csv",
+        dir + "/timeline_interleaved.csv"}},
+      {"plan", {"plan", "--model", "gpt2-124m", "--dp", "8", "--zero", "3", "--global-batch", "64", "--csv", dir + "/plan.csv"}},
+      {"sweep", {"sweep", "--config", src + "/configs/sweep_small.toml", "--run-dir", dir}},
+      {"collectives",
+       {"collectives", "all_reduce", "all_gather", "reduce_scatter", "-b", "1K", "-e", "4M", "-f", "4", "-n", "5", "-w", "2",
+        "--world", "2", "-F", dir + "/collectives.csv"}},
+      {"report", {"report", dir}},
+  };
+  if (f.quick) parts[0].args.insert(parts[0].args.end(), {"--dp", "1", "2", "4"});
 
+  const std::string exe = self_executable(env.argv0);
   int failed = 0;
-  for (const auto& p : parts) {
+  for (auto& p : parts) {
     std::printf("\n=== parabench %s\n", p.name.c_str());
-    std::fflush(stdout);
-    int rc = std::system((exe + " " + p.args).c_str());
+    p.args.insert(p.args.begin(), exe);
+    const int rc = run_child(p.args);
     if (rc != 0) {
-      std::printf("=== %s FAILED (status %d)\n", p.name.c_str(), rc);
+      std::printf("=== %s FAILED (%s %d)\n", p.name.c_str(), rc < 0 ? "signal" : "exit status", rc < 0 ? -rc : rc);
       ++failed;
     }
   }

@@ -2,11 +2,19 @@
 
 #include <CLI/CLI.hpp>
 
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <stdexcept>
 #include <system_error>
 
 #include "harness/status.h"
+
+extern char** environ;
 
 namespace pb::cli {
 
@@ -59,6 +67,30 @@ std::string human_bytes(double b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
   return buf;
+}
+
+int run_child(const std::vector<std::string>& args) {
+  if (args.empty()) throw std::invalid_argument("run_child: no program");
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = 0;
+  const int err = ::posix_spawn(&pid, args[0].c_str(), nullptr, nullptr, argv.data(), environ);
+  if (err != 0) throw std::runtime_error("cannot start " + args[0] + ": " + std::strerror(err));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw std::runtime_error("waitpid for " + args[0] + " failed: " + std::strerror(errno));
+  if (WIFSIGNALED(status)) return -WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+std::string self_executable(const std::string& argv0) {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? argv0 : p.string();
 }
 
 }  // namespace pb::cli

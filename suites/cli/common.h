@@ -1,5 +1,5 @@
 // Helpers shared by the CLI commands: config loading with flag overrides,
-// run directories, and human-readable figures.
+// run directories, human-readable figures, child processes.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -33,5 +33,14 @@ RunMeta make_meta(const std::string& run_id, const std::string& git_rev, const s
                   int64_t world, const std::string& mesh, const std::string& config_hash);
 
 std::string human_bytes(double bytes);  // "1.50 MiB"
+
+// Runs args[0] (a path, not searched in PATH) with args as its argv, no shell
+// in between, and waits. Returns its exit status, or minus the signal that
+// killed it. std::runtime_error if it cannot be started.
+int run_child(const std::vector<std::string>& args);
+
+// Path of the running executable (/proc/self/exe), for re-running it; falls
+// back to argv0.
+std::string self_executable(const std::string& argv0);
 
 }  // namespace pb::cli
