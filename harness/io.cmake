@@ -7,16 +7,17 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PB_SCHEMA_JSON_
 file(READ ${PB_SCHEMA_JSON_FILE} PB_SCHEMA_JSON)
 configure_file(schema_builtin.cc.in ${CMAKE_CURRENT_BINARY_DIR}/schema_builtin.cc @ONLY)
 
-# The git revision at configure time (read-only rev-parse); "unknown" outside a
-# repository or before the first commit.
-execute_process(COMMAND git rev-parse --short=12 HEAD
-  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-  OUTPUT_VARIABLE PB_GIT_REV OUTPUT_STRIP_TRAILING_WHITESPACE
-  RESULT_VARIABLE PB_GIT_RESULT ERROR_QUIET)
-if(NOT PB_GIT_RESULT EQUAL 0 OR PB_GIT_REV STREQUAL "")
-  set(PB_GIT_REV unknown)
-endif()
-set_source_files_properties(run_meta.cc PROPERTIES COMPILE_DEFINITIONS "PB_GIT_REV=\"${PB_GIT_REV}\"")
+# The git revision of the build, refreshed by every build (a commit after
+# configuring still shows), "-dirty" when tracked files have changes.
+set(PB_GIT_REV_HEADER ${CMAKE_CURRENT_BINARY_DIR}/generated/pb_git_rev.h)
+add_custom_target(pb_git_rev
+  COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -DOUT=${PB_GIT_REV_HEADER}
+          -P ${PROJECT_SOURCE_DIR}/cmake/git_rev.cmake
+  BYPRODUCTS ${PB_GIT_REV_HEADER}
+  COMMENT "git revision"
+  VERBATIM)
+add_dependencies(pb_harness pb_git_rev)
+target_include_directories(pb_harness PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/generated)
 
 target_sources(pb_harness PRIVATE
   rng.cc config.cc csv.cc csv_schema.cc safetensors.cc run_meta.cc

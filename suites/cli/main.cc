@@ -7,12 +7,9 @@
 #include <exception>
 #include <iostream>
 
+#include "harness/run_meta.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
-
-#ifndef PARABENCH_GIT_REV
-#define PARABENCH_GIT_REV "unknown"
-#endif
 
 int main(int argc, char** argv) {
   using namespace pb::cli;
@@ -21,7 +18,7 @@ int main(int argc, char** argv) {
                      std::getenv("PMIX_RANK");
   env.is_tty = isatty(STDOUT_FILENO);
   const char* rev = std::getenv("PARABENCH_GIT_REV");
-  env.git_rev = rev ? rev : PARABENCH_GIT_REV;
+  env.git_rev = rev ? rev : pb::build_git_rev();
   env.argv0 = argv[0];
 
   CLI::App app{"parabench: conformance and benchmark suite for parallel training"};
