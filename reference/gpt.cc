@@ -70,6 +70,7 @@ Scratch<T>::Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
                         k::matmul_workspace_floats<T>(n, 4 * m.C, m.C),
                         k::matmul_workspace_floats<T>(n, m.C, m.V)});
   if (mm) mm_ws = Buffer<float>(mt, ws, mm);
+  att_ws = Buffer<acc_t<T>>(mt, ws, k::attention_workspace_elems<T>(Tn, m.C, m.NH));
 }
 
 template <class T>
@@ -101,7 +102,7 @@ void Gpt<T>::block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T
   k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w,
                        u + o.ln1_b, N, C);
   k::matmul_forward(a.qkv.data(), a.ln1.data(), u + o.qkv_w, u + o.qkv_b, N, C, 3 * C, ws);
-  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, Tn_, C, m.NH);
+  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, Tn_, C, m.NH, s.att_ws.data());
   k::matmul_forward(s.tmp.data(), a.atty.data(), u + o.attproj_w, u + o.attproj_b, N, C, C, ws);
   k::residual_forward(a.xmid.data(), x_in, s.tmp.data(), size_t(N) * C);
   k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(),
@@ -139,7 +140,7 @@ void Gpt<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const
                      a.atty.data(), u + o.attproj_w, N, C, C, ws);
   zero(s.dqkv);
   k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(),
-                        B_, Tn_, C, m.NH);
+                        B_, Tn_, C, m.NH, s.att_ws.data());
   zero(s.dln);
   k::matmul_backward(s.dln.data(), du + o.qkv_w, du + o.qkv_b, s.dqkv.data(), a.ln1.data(),
                      u + o.qkv_w, N, C, 3 * C, ws);
@@ -172,7 +173,7 @@ void Gpt<T>::block_backward_input(T* dx_in, BlockGradStash<T>& g, const T* dout,
                      C, ws);
   zero(g.dqkv);
   k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(),
-                        B_, Tn_, C, m.NH);
+                        B_, Tn_, C, m.NH, s.att_ws.data());
   zero(g.dln1);
   k::matmul_backward(g.dln1.data(), null, null, g.dqkv.data(), a.ln1.data(), u + o.qkv_w, N, C,
                      3 * C, ws);

@@ -55,6 +55,7 @@ struct Scratch {
   Buffer<T> dfch, dfchg;            // (B,T,4C)
   Buffer<T> dlogits;                // (B,T,V)
   Buffer<float> mm_ws;              // bf16 GEMM staging
+  Buffer<acc_t<T>> att_ws;          // attention scores and products per (batch, head)
   Scratch() = default;
   Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn);
 };

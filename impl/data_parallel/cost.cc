@@ -51,6 +51,7 @@ void validate(const DataAxis& a) {
   require(a.dp >= 1, "dp: must be >= 1 (got " + std::to_string(a.dp) + ")");
   require(a.stride >= 1, "stride: must be >= 1");
   require(a.grad_accum >= 1, "grad_accum: must be >= 1");
+  require(a.prefetch >= 0, "prefetch: must be >= 0");
   require(a.ranks_per_node >= 0, "ranks_per_node: must be >= 0 (0 = one node)");
   const int64_t R = a.ranks_per_node;
   if (R > 0)
@@ -116,6 +117,114 @@ UnitBufferBytes zero3_unit_buffer_bytes(int64_t largest_unit, int prefetch, cons
   const int64_t g = a.shard == Shard::hzero ? a.dp : shard_group_size(a);
   const int64_t full = full_elems(largest_unit, g, a.padding);
   return {(1 + int64_t(prefetch)) * full * b.param, full * b.grad};
+}
+
+namespace {
+
+// Current and peak bytes of a replayed allocation sequence.
+class PeakMeter {
+ public:
+  void alloc(int64_t b) { peak_ = std::max(peak_, cur_ += b); }
+  void free(int64_t b) { cur_ -= b; }
+  int64_t peak() const { return peak_; }
+
+ private:
+  int64_t cur_ = 0, peak_ = 0;
+};
+
+}  // namespace
+
+int64_t comm_buffer_peak_bytes(std::span<const int64_t> units, const DataAxis& a) {
+  validate(a);
+  const int n = int(units.size());
+  require(n >= 2, "units: the canonical layout has at least 2 (embeddings, final LayerNorm)");
+  if (a.shard == Shard::none) return 0;
+  const BytesPerParam b = bytes_per_param(a.precision);
+  const int64_t g = shard_group_size(a), r = dp_ranks_per_node(a), nodes = a.dp / r;
+  std::vector<int64_t> pad(size_t(n), 0), slice(size_t(n), 0);
+  for (int u = 0; u < n; ++u) {
+    pad[size_t(u)] = full_elems(units[size_t(u)], g, a.padding);
+    slice[size_t(u)] = ceil_div(units[size_t(u)], g);
+  }
+  PeakMeter m;
+  auto reduce = [&](int u) {  // DpRank::reduce_unit
+    m.alloc(slice[size_t(u)] * b.grad);
+    if (a.shard == Shard::hzero && nodes > 1) {
+      m.alloc(pad[size_t(u)] / r * b.grad);
+      m.free(pad[size_t(u)] / r * b.grad);
+    }
+    m.free(slice[size_t(u)] * b.grad);
+  };
+  const bool params_sharded = a.shard == Shard::zero3 || a.shard == Shard::hsdp || a.shard == Shard::hzero;
+  const bool grads_per_unit = a.shard != Shard::zero1;
+  const int L = n - 2, fin = n - 1;
+  auto is_block = [&](int u) { return u >= 1 && u <= L; };
+  // Every microbatch frees all it allocated, so one replay gives the peak of
+  // any number of them (and keeps the planner O(units) at any batch).
+  {
+    std::vector<bool> gathered(size_t(n), false), staged(size_t(n), false), unit_grad(size_t(n), false);
+    bool backward = false, forward_done = false;
+    auto start_gather = [&](int u) {
+      if (gathered[size_t(u)]) return;
+      gathered[size_t(u)] = true;
+      m.alloc(pad[size_t(u)] * b.param);
+      if (a.shard == Shard::hzero && !(backward && is_block(u))) {
+        staged[size_t(u)] = true;
+        m.alloc(pad[size_t(u)] * b.param);
+      }
+    };
+    auto params = [&](int u) {
+      if (!params_sharded) return;
+      start_gather(u);
+      if (staged[size_t(u)]) staged[size_t(u)] = false, m.free(pad[size_t(u)] * b.param);
+      if (!backward && u == fin) forward_done = true;
+      if (forward_done && !backward) return;
+      for (int j = 1; j <= a.prefetch; ++j) {
+        const int next = backward ? u - j : u + j;
+        if (backward ? next >= 1 : next <= fin) start_gather(next);
+      }
+    };
+    auto release = [&](int u) {
+      if (!params_sharded || !is_block(u) || (!backward && !a.reshard_after_forward) || !gathered[size_t(u)]) return;
+      gathered[size_t(u)] = false;
+      m.free(pad[size_t(u)] * b.param);
+    };
+    auto grads = [&](int u) {
+      backward = true;
+      if (!grads_per_unit || unit_grad[size_t(u)]) return;
+      unit_grad[size_t(u)] = true;
+      m.alloc(pad[size_t(u)] * b.grad);
+    };
+    auto grads_ready = [&](int u) {
+      if (!grads_per_unit) return;
+      reduce(u);
+      unit_grad[size_t(u)] = false;
+      m.free(pad[size_t(u)] * b.grad);
+    };
+    // reference/runner.cc, MicrobatchRunner::run
+    params(0);
+    release(0);
+    for (int u = 1; u <= L; ++u) params(u), release(u);
+    params(fin);
+    params(0);
+    grads(fin), grads(0);
+    grads_ready(fin);
+    release(fin), release(0);
+    for (int u = L; u >= 1; --u) {
+      grads(u), params(u);
+      grads_ready(u);
+      release(u);
+    }
+    grads(0);
+    grads_ready(0);
+    for (int u = 0; u < n; ++u)  // end of the microbatch: the roots are resharded
+      if (gathered[size_t(u)]) m.free(pad[size_t(u)] * b.param);
+  }
+  if (a.shard == Shard::zero1)
+    for (int u = 0; u < n; ++u) reduce(u);
+  if ((a.shard == Shard::zero1 || a.shard == Shard::zero2) && a.dp > 1)
+    for (int u = 0; u < n; ++u) m.alloc(slice[size_t(u)] * b.param), m.free(slice[size_t(u)] * b.param);
+  return m.peak();
 }
 
 std::string_view coll_name(Coll c) {

@@ -59,6 +59,7 @@ struct DataAxis {
   // LayerNorm) are FSDP's root: gathered once per microbatch and held through
   // backward, as PyTorch FSDP does for the root module.
   bool reshard_after_forward = true;
+  int prefetch = 1;               // ZeRO-3 family: units gathered ahead of use
 };
 
 // Throws pb::InputError naming the field when the axis is inconsistent.
@@ -97,6 +98,29 @@ struct UnitBufferBytes {
   int64_t unsharded_grads = 0;   // one padded unit * G
 };
 UnitBufferBytes zero3_unit_buffer_bytes(int64_t largest_unit, int prefetch, const DataAxis& a);
+
+// Peak bytes of one rank's communication buffers (MemTag::comm) over a step:
+// the protocol's allocations and frees replayed in the order the microbatch
+// runner visits the canonical units (reference/runner.cc: unit 0 embeddings
+// with the tied head, units 1..L blocks, unit L+1 final LayerNorm):
+//  - ZeRO-3 family: a unit's full parameters (padded, P bytes) from the start
+//    of its gather until released: blocks after their forward (when
+//    resharding) and after their backward; the root units 0 and L+1 at the
+//    end of the microbatch. Using unit u starts the gathers of the next
+//    `prefetch` units in use order (none between the final LN and backward).
+//    hZeRO's forward gather lands in a second padded staging buffer, freed
+//    when waited on; its backward gathers from the secondary need none.
+//  - ZeRO-2/3 family: a unit's full gradient (padded, G bytes) from the
+//    backward that produces it until reduce-scattered; unit 0's lives from
+//    the head's backward (tied weights) to the embedding's.
+//  - every reduce-scatter of a unit writes into a slice-sized staging buffer
+//    (and hZeRO's two-level one across nodes into a padded/r intermediate);
+//    ZeRO-1 reduces every unit after the last microbatch, ZeRO-1/2 all-gather
+//    every unit's updated slice from a slice-sized buffer after the step.
+// DDP reduces in place: 0. The conformance engine requires the measured peak
+// to equal this, so a prefetch that runs ahead or a buffer kept too long is a
+// failure, not a footnote.
+int64_t comm_buffer_peak_bytes(std::span<const int64_t> units, const DataAxis& a);
 
 enum class Coll : uint8_t { all_reduce, reduce_scatter, all_gather };
 std::string_view coll_name(Coll c);

@@ -113,6 +113,26 @@ TEST(DpCost, UnitBuffers) {
   EXPECT_EQ(u.unsharded_grads, 12 * 2);
 }
 
+// Replays worked by hand (units: embeddings, two blocks, final LN; fp32, dp 2).
+TEST(DpCost, CommBufferPeakByHand) {
+  const std::vector<int64_t> units = {4, 8, 8, 2};
+  // ZeRO-3, prefetch 1: the peak is block 2's backward: its gradient (8) and
+  // reduce-scatter slice (4), blocks 2 and 1 gathered (8 + 8; 1 prefetched),
+  // the roots (4 + 2) and unit 0's gradient from the tied head (4): 38.
+  auto z3 = axis(2, Shard::zero3, Precision::fp32);
+  EXPECT_EQ(comm_buffer_peak_bytes(units, z3), 38 * 4);
+  z3.prefetch = 0;  // block 1 is not gathered yet: 30
+  EXPECT_EQ(comm_buffer_peak_bytes(units, z3), 30 * 4);
+  // ZeRO-2: block 2's gradient (8) and slice (4) with unit 0's gradient (4).
+  EXPECT_EQ(comm_buffer_peak_bytes(units, axis(2, Shard::zero2, Precision::fp32)), 16 * 4);
+  // ZeRO-1: one slice at a time, the largest (4).
+  EXPECT_EQ(comm_buffer_peak_bytes(units, axis(2, Shard::zero1, Precision::fp32)), 4 * 4);
+  EXPECT_EQ(comm_buffer_peak_bytes(units, axis(2, Shard::none, Precision::fp32)), 0);
+  auto bad = z3;
+  bad.prefetch = -1;
+  EXPECT_THROW(comm_buffer_peak_bytes(units, bad), InputError);
+}
+
 TEST(DpCost, BusFactors) {
   EXPECT_DOUBLE_EQ(bus_factor(Coll::all_reduce, 8), 2.0 * 7 / 8);
   EXPECT_DOUBLE_EQ(bus_factor(Coll::reduce_scatter, 8), 7.0 / 8);

@@ -52,7 +52,14 @@ class DpRank<T>::Hooks : public UnitHooks<T> {
     if (!backward_ && !r_.o_.reshard_after_forward) return;
     auto it = gathered_.find(u);
     if (it == gathered_.end()) return;
-    last_released_ = std::move(it->second.buf);
+    if (!backward_ && r_.o_.has(Fault::keep_gathered)) {  // leaked, yet gathered again for backward
+      leaked_.push_back(std::move(it->second.buf));
+      gathered_.erase(it);
+      return;
+    }
+    // Only the stale_params fault reuses a released buffer; otherwise it is
+    // freed here, as the declared comm peak assumes.
+    if (r_.o_.has(Fault::stale_params)) last_released_ = std::move(it->second.buf);
     gathered_.erase(it);
   }
 
@@ -184,6 +191,7 @@ class DpRank<T>::Hooks : public UnitHooks<T> {
   void end_microbatch() {
     gathered_.clear();  // the root units (embedding, final LN) are resharded now
     last_released_.reset();
+    leaked_.clear();
   }
 
   DpRank& r_;
@@ -196,6 +204,7 @@ class DpRank<T>::Hooks : public UnitHooks<T> {
   std::map<int, Gathered> gathered_;
   std::map<int, Buffer<T>> unit_grads_;
   Buffer<T> last_released_;
+  std::vector<Buffer<T>> leaked_;  // Fault::keep_gathered
 };
 
 // ---- construction -------------------------------------------------------------

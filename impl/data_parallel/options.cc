@@ -14,7 +14,8 @@ const std::vector<std::pair<Fault, std::string>>& fault_names() {
       {Fault::stale_params, "stale_params"},
       {Fault::skip_grad_reduce, "skip_grad_reduce"},
       {Fault::skip_replica_reduce, "skip_replica_reduce"},
-      {Fault::no_copy_back, "no_copy_back"}};
+      {Fault::no_copy_back, "no_copy_back"},
+      {Fault::keep_gathered, "keep_gathered"}};
   return names;
 }
 }  // namespace
@@ -42,14 +43,17 @@ std::vector<Fault> faults_for(Shard s, Offload o) {
       break;
     case Shard::zero1:
     case Shard::zero2:
-    case Shard::zero3:
       f = {Fault::grad_not_averaged, Fault::wrong_shard_offset, Fault::stale_params,
            Fault::skip_grad_reduce};
+      break;
+    case Shard::zero3:
+      f = {Fault::grad_not_averaged, Fault::wrong_shard_offset, Fault::stale_params,
+           Fault::skip_grad_reduce, Fault::keep_gathered};
       break;
     case Shard::hsdp:
     case Shard::hzero:
       f = {Fault::grad_not_averaged, Fault::wrong_shard_offset, Fault::skip_grad_reduce,
-           Fault::skip_replica_reduce};
+           Fault::skip_replica_reduce, Fault::keep_gathered};
       break;
   }
   if (o == Offload::optimizer) f.push_back(Fault::no_copy_back);
@@ -121,6 +125,7 @@ DataAxis data_axis(const DpOptions& o, Precision p, int microbatches) {
   a.ranks_per_node = o.ranks_per_node;
   a.grad_accum = microbatches;
   a.reshard_after_forward = o.reshard_after_forward;
+  a.prefetch = o.prefetch;
   return a;
 }
 

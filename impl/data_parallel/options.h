@@ -23,6 +23,9 @@ enum class Fault : uint8_t {
   skip_grad_reduce,      // ZeRO: one unit's gradient is not reduce-scattered
   skip_replica_reduce,   // HSDP / hZeRO: the cross-replica (inter-node) reduction is skipped
   no_copy_back,          // offload: device params are not refreshed from the host master
+  keep_gathered,         // ZeRO-3 family: a block's gathered buffer leaks until the end of
+                         //   the microbatch (gathered again for backward, so numerics and
+                         //   comm volume are unchanged: only the comm-memory check sees it)
 };
 std::string fault_name(Fault f);
 Fault parse_fault(const std::string& s);  // InputError naming strategy.fault

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/numeric.h"
@@ -36,17 +35,29 @@ struct View {
 };
 
 // The A-typed view of rows x cols elements at src (row stride ld): src itself
-// for float/double, an fp32 copy in buf for bf16.
+// for float/double, an fp32 copy in buf (rows x cols elements) for bf16.
 template <class T>
-View<acc_t<T>> view(const T* src, int rows, int cols, int ld, std::vector<acc_t<T>>& buf) {
+View<acc_t<T>> view(const T* src, int rows, int cols, int ld, acc_t<T>* buf) {
   if constexpr (std::is_same_v<T, bf16>) {
-    buf.resize(size_t(rows) * cols);
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < cols; ++c) buf[size_t(r) * cols + c] = load(src[size_t(r) * ld + c]);
-    return {buf.data(), cols};
+    return {buf, cols};
   } else {
+    (void)buf;
     return {src, ld};
   }
+}
+
+// Workspace of one (batch, head) pass. Forward: S (T,T), O (T,hs) and, for
+// bf16, fp32 copies of q, k, v (T,hs each). Backward: one batch's dqkv sum
+// (T,3C), dS (T,T) and, for bf16, copies of q, k, v, dO (T,hs each) and P (T,T).
+struct Sizes {
+  size_t T2, th, T3C;
+  bool copies;
+};
+template <class T>
+Sizes sizes(int Tn, int C, int NH) {
+  return {size_t(Tn) * Tn, size_t(Tn) * (C / NH), size_t(Tn) * 3 * C, std::is_same_v<T, bf16>};
 }
 
 // Row t of S (scores, length >= r1) becomes causal softmax probabilities over
@@ -68,11 +79,24 @@ void softmax_row(A* s, int t, int r1, A scale) {
 }  // namespace
 
 template <class T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
+size_t attention_workspace_elems(int Tn, int C, int NH) {
+  const Sizes z = sizes<T>(Tn, C, NH);
+  const size_t fwd = z.T2 + z.th + (z.copies ? 3 * z.th : 0);
+  const size_t bwd = z.T3C + z.T2 + (z.copies ? 4 * z.th + z.T2 : 0);
+  return std::max(fwd, bwd);
+}
+
+template <class T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, acc_t<T>* ws) {
   using A = acc_t<T>;
   const int hs = C / NH, C3 = 3 * C;
   const A scale = A(1) / std::sqrt(A(hs));
-  std::vector<A> S(size_t(Tn) * Tn), O(size_t(Tn) * hs), qb, kb, vb;
+  const Sizes z = sizes<T>(Tn, C, NH);
+  A* const S = ws;
+  A* const O = S + z.T2;
+  A* const qb = O + z.th;
+  A* const kb = qb + z.th;
+  A* const vb = kb + z.th;
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       const T* base = qkv + size_t(b) * Tn * C3 + h * hs;
@@ -81,15 +105,15 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
       T* a = att + (size_t(b) * NH + h) * Tn * Tn;
       for (int r0 = 0; r0 < Tn; r0 += kRowBlock) {
         const int r1 = std::min(Tn, r0 + kRowBlock), rb = r1 - r0;
-        A* s = S.data() + size_t(r0) * Tn;
+        A* s = S + size_t(r0) * Tn;
         gemm(false, true, rb, r1, hs, q.p + size_t(r0) * q.ld, q.ld, k.p, k.ld, A(0), s, Tn);
         for (int t = r0; t < r1; ++t) {
-          A* row = S.data() + size_t(t) * Tn;
+          A* row = S + size_t(t) * Tn;
           softmax_row(row, t, r1, scale);
           T* arow = a + size_t(t) * Tn;
           for (int j = 0; j < Tn; ++j) arow[j] = store<T>(j <= t ? row[j] : A(0));
         }
-        gemm(false, false, rb, hs, r1, s, Tn, v.p, v.ld, A(0), O.data() + size_t(r0) * hs, hs);
+        gemm(false, false, rb, hs, r1, s, Tn, v.p, v.ld, A(0), O + size_t(r0) * hs, hs);
       }
       T* o = out + size_t(b) * Tn * C + h * hs;
       for (int t = 0; t < Tn; ++t)
@@ -101,31 +125,38 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 // dS = P o (dP - rowsum(P o dP)) * scale; dQ = dS K; dK = dS^T Q.
 template <class T>
 void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
-                        int C, int NH) {
+                        int C, int NH, acc_t<T>* ws) {
   using A = acc_t<T>;
   const int hs = C / NH, C3 = 3 * C;
   const A scale = A(1) / std::sqrt(A(hs));
-  std::vector<A> g(size_t(Tn) * C3), dS(size_t(Tn) * Tn), qb, kb, vb, ob, pb;
+  const Sizes z = sizes<T>(Tn, C, NH);
+  A* const g = ws;
+  A* const dS = g + z.T3C;
+  A* const qb = dS + z.T2;
+  A* const kb = qb + z.th;
+  A* const vb = kb + z.th;
+  A* const ob = vb + z.th;
+  A* const pb = ob + z.th;
   for (int b = 0; b < B; ++b) {
-    std::fill(g.begin(), g.end(), A(0));
+    std::fill(g, g + z.T3C, A(0));
     for (int h = 0; h < NH; ++h) {
       const T* base = qkv + size_t(b) * Tn * C3 + h * hs;
       const auto q = view(base, Tn, hs, C3, qb), k = view(base + C, Tn, hs, C3, kb),
                  v = view(base + 2 * C, Tn, hs, C3, vb),
                  dO = view(dout + size_t(b) * Tn * C + h * hs, Tn, hs, C, ob),
                  P = view(att + (size_t(b) * NH + h) * Tn * Tn, Tn, Tn, Tn, pb);
-      A* gq = g.data() + h * hs;
+      A* gq = g + h * hs;
       A* gk = gq + C;
       A* gv = gq + 2 * C;
       for (int r0 = 0; r0 < Tn; r0 += kRowBlock) {
         const int r1 = std::min(Tn, r0 + kRowBlock), rb = r1 - r0;
         const A* p = P.p + size_t(r0) * P.ld;
-        A* ds = dS.data() + size_t(r0) * Tn;
+        A* ds = dS + size_t(r0) * Tn;
         gemm(true, false, r1, hs, rb, p, P.ld, dO.p + size_t(r0) * dO.ld, dO.ld, A(1), gv, C3);
         gemm(false, true, rb, r1, hs, dO.p + size_t(r0) * dO.ld, dO.ld, v.p, v.ld, A(0), ds, Tn);
         for (int t = r0; t < r1; ++t) {
           const A* prow = P.p + size_t(t) * P.ld;
-          A* row = dS.data() + size_t(t) * Tn;
+          A* row = dS + size_t(t) * Tn;
           if (datt) {
             T* drow = datt + ((size_t(b) * NH + h) * Tn + t) * Tn;
             for (int j = 0; j < Tn; ++j) drow[j] = store<T>(j <= t ? row[j] : A(0));
@@ -140,13 +171,15 @@ void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* 
       }
     }
     T* dst = dqkv + size_t(b) * Tn * C3;
-    for (size_t i = 0; i < g.size(); ++i) add_into(dst[i], g[i]);
+    for (size_t i = 0; i < z.T3C; ++i) add_into(dst[i], g[i]);
   }
 }
 
-#define PB_INSTANTIATE(T)                                                                         \
-  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                       \
-  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);
+#define PB_INSTANTIATE(T)                                                                        \
+  template size_t attention_workspace_elems<T>(int, int, int);                                   \
+  template void attention_forward<T>(T*, T*, const T*, int, int, int, int, acc_t<T>*);           \
+  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int,  \
+                                      acc_t<T>*);
 PB_KERNELS_FOR_EACH_DTYPE(PB_INSTANTIATE)
 #undef PB_INSTANTIATE
 

@@ -31,11 +31,11 @@ void BM_AttentionNaive(benchmark::State& state) {
   set_blas_threads(1);
   auto qkv = filled(size_t(Tn) * 3 * kC), dout = filled(size_t(Tn) * kC);
   std::vector<float> out(size_t(Tn) * kC), att(size_t(kNH) * Tn * Tn), datt(att.size()),
-      dqkv(qkv.size());
+      dqkv(qkv.size()), ws(attention_workspace_elems<float>(Tn, kC, kNH));
   for (auto _ : state) {
-    attention_forward(out.data(), att.data(), qkv.data(), 1, Tn, kC, kNH);
+    attention_forward(out.data(), att.data(), qkv.data(), 1, Tn, kC, kNH, ws.data());
     attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), 1, Tn, kC,
-                       kNH);
+                       kNH, ws.data());
     benchmark::DoNotOptimize(dqkv.data());
   }
   set_flops(state, Tn, 3.0);

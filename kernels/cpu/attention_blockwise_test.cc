@@ -171,9 +171,10 @@ std::vector<double> blockwise(const Seq& s, int bs, std::vector<double>* dqkv_ou
 TEST(AttentionBlockwise, EqualsNaiveForEveryBlockSize) {
   Seq s;
   std::vector<double> out(size_t(B) * Tn * C), att(size_t(B) * NH * Tn * Tn), datt(att.size());
-  attention_forward(out.data(), att.data(), s.qkv.data(), B, Tn, C, NH);
+  std::vector<double> ws(attention_workspace_elems<double>(Tn, C, NH));
+  attention_forward(out.data(), att.data(), s.qkv.data(), B, Tn, C, NH, ws.data());
   auto dqkv = s.dqkv0;
-  attention_backward(dqkv.data(), datt.data(), s.R.data(), s.qkv.data(), att.data(), B, Tn, C, NH);
+  attention_backward(dqkv.data(), datt.data(), s.R.data(), s.qkv.data(), att.data(), B, Tn, C, NH, ws.data());
   for (int bs : {1, 3, 4, Tn, 64}) {
     std::vector<double> g;
     EXPECT_LE(rel_err(blockwise<double>(s, bs, &g), out), 1e-13) << "bs " << bs;
@@ -192,8 +193,9 @@ void expect_long_sequence_matches() {
   std::vector<T> out(size_t(b) * t * c), att(size_t(b) * nh * t * t), datt(att.size()), out2(out.size());
   std::vector<acc_t<T>> lse(size_t(b) * nh * t);
   auto g1 = to<T>(d0), g2 = to<T>(d0);
-  attention_forward(out.data(), att.data(), q.data(), b, t, c, nh);
-  attention_backward(g1.data(), datt.data(), dout.data(), q.data(), att.data(), b, t, c, nh);
+  std::vector<acc_t<T>> ws(attention_workspace_elems<T>(t, c, nh));
+  attention_forward(out.data(), att.data(), q.data(), b, t, c, nh, ws.data());
+  attention_backward(g1.data(), datt.data(), dout.data(), q.data(), att.data(), b, t, c, nh, ws.data());
   attention_forward_blockwise(out2.data(), lse.data(), q.data(), b, t, c, nh, 64);
   attention_backward_blockwise(g2.data(), dout.data(), out2.data(), q.data(), lse.data(), b, t, c, nh, 64);
   // fp64: both exact up to summation order. bf16: both round once from fp32,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/test_util.h"
@@ -20,11 +21,18 @@ struct Inputs {
                       dqkv0 = bf16_exact(size_t(B) * Tn * 3 * C, 3);
 };
 
+// The caller's workspace, filled with NaN: nothing may be read before written.
+template <class T>
+std::vector<acc_t<T>> poisoned_workspace() {
+  return std::vector<acc_t<T>>(attention_workspace_elems<T>(Tn, C, NH), std::numeric_limits<acc_t<T>>::quiet_NaN());
+}
+
 template <class T>
 std::vector<double> forward(const Inputs& in, std::vector<T>* att_out = nullptr) {
   auto qkv = to<T>(in.qkv);
   std::vector<T> out(size_t(B) * Tn * C), att(size_t(B) * NH * Tn * Tn);
-  attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+  auto ws = poisoned_workspace<T>();
+  attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, ws.data());
   if (att_out) *att_out = att;
   return to_double(out);
 }
@@ -35,7 +43,8 @@ std::vector<double> backward(const Inputs& in) {
   forward<T>(in, &att);
   auto qkv = to<T>(in.qkv), dout = to<T>(in.R), dqkv = to<T>(in.dqkv0);
   std::vector<T> datt(att.size());
-  attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH);
+  auto ws = poisoned_workspace<T>();
+  attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH, ws.data());
   return to_double(dqkv);
 }
 

@@ -55,13 +55,17 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 // ---- causal multi-head attention -------------------------------------------
 // qkv (B,T,3C) as [q | k | v], heads interleaved in C; out (B,T,C);
 // att (B,NH,T,T) keeps the softmax probabilities (upper triangle zero);
-// scale 1/sqrt(hs).
+// scale 1/sqrt(hs). ws: the caller's workspace of
+// attention_workspace_elems<T>(Tn, C, NH) elements (per (batch, head) score
+// and product buffers; the caller tracks it), shared by forward and backward.
 template <class T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH);
+size_t attention_workspace_elems(int Tn, int C, int NH);
+template <class T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, acc_t<T>* ws);
 // datt: scratch of the size of att (overwritten with dL/datt; may be null).
 template <class T>
 void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
-                        int C, int NH);
+                        int C, int NH, acc_t<T>* ws);
 
 // ---- blockwise (online-softmax) attention, for one (batch, head) ------------
 // Flash-attention style pieces that ring attention reuses: queries q (Tq,hs)

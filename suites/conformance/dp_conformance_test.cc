@@ -97,6 +97,67 @@ TEST(DpConformance, EveryInjectedFaultIsCaught) {
   }
 }
 
+const ExactCheck& exact_of(const ConformanceResult& r, const std::string& what) {
+  for (const auto& e : r.exact)
+    if (e.what == what) return e;
+  throw std::out_of_range("no exact check " + what);
+}
+
+// tiny, six blocks deep: blocks outweigh the embeddings, so how many are
+// gathered at once decides the comm-buffer peak.
+StrategyRun deep_run_of(dp::Shard shard, int dp, Precision p, int micro = 1) {
+  StrategyRun s = run_of(shard, dp, p, micro);
+  s.cfg.model.L = 6;
+  s.cfg.model.V = 32;
+  return s;
+}
+
+// The comm buffers (gathered units, unit gradients, staging) peak exactly as
+// dp::comm_buffer_peak_bytes replays the protocol, for every prefetch depth,
+// with and without resharding, with accumulation and across nodes.
+TEST(DpConformance, CommBufferPeakIsExact) {
+  int64_t last = 0;
+  for (int prefetch : {0, 1, 2, 3}) {
+    auto s = deep_run_of(dp::Shard::zero3, 2, Precision::fp32);
+    s.dp.prefetch = prefetch;
+    auto r = run_conformance(s);
+    EXPECT_TRUE(r.pass()) << explain(r);
+    const auto& c = exact_of(r, "mem.comm");
+    EXPECT_EQ(c.measured, c.declared);
+    EXPECT_GT(c.measured, last) << "prefetch " << prefetch << " holds no more than " << prefetch - 1;
+    last = c.measured;
+  }
+  struct Case { dp::Shard shard; int micro; bool reshard; int rpn; };
+  for (Case c : {Case{dp::Shard::zero3, 2, false, 0}, Case{dp::Shard::zero1, 2, true, 0},
+                 Case{dp::Shard::zero2, 2, true, 0}, Case{dp::Shard::hzero, 2, true, 2},
+                 Case{dp::Shard::hsdp, 1, true, 0}})
+    for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+      auto s = deep_run_of(c.shard, 4, p, c.micro);
+      s.dp.reshard_after_forward = c.reshard;
+      s.dp.ranks_per_node = c.rpn;
+      s.dp.shard_group = 2;
+      auto r = run_conformance(s);
+      EXPECT_TRUE(r.pass()) << explain(r);
+      EXPECT_GT(exact_of(r, "mem.comm").declared, 0) << r.strategy;
+    }
+  EXPECT_EQ(exact_of(run_conformance(run_of(dp::Shard::none, 2, Precision::fp32)), "mem.comm").declared, 0);
+}
+
+// A strategy that trains exactly like one device and moves exactly the
+// declared bytes, but leaks each gathered block until the end of the
+// microbatch, fails on the comm-memory check alone.
+TEST(DpConformance, LeakingGatheredBlocksFailsOnMemoryAlone) {
+  auto s = deep_run_of(dp::Shard::zero3, 4, Precision::fp32);
+  s.dp.faults = {dp::Fault::keep_gathered};
+  auto r = run_conformance(s);
+  EXPECT_FALSE(r.pass());
+  for (const auto& c : r.rule) EXPECT_TRUE(c.pass) << c.quantity << " step " << c.step;
+  for (const auto& c : r.bits) EXPECT_TRUE(c.pass) << c.quantity << " step " << c.step;
+  for (const auto& e : r.exact) EXPECT_EQ(e.pass, e.what != "mem.comm") << e.what;
+  const auto& c = exact_of(r, "mem.comm");
+  EXPECT_GT(c.measured, c.declared);
+}
+
 TEST(DpConformance, NoFalseAlarmsAcrossSeeds) {
   for (uint64_t seed = 1; seed <= 5; ++seed)
     for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero2, dp::Shard::zero3, dp::Shard::hzero}) {

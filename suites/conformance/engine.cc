@@ -94,6 +94,7 @@ std::vector<ExactCheck> exact_checks(const StrategyRun& s, const ParamLayout& l,
   add("mem.grads", int64_t(mem.peak(MemTag::grads)), d.grads);
   add("mem.optimizer", int64_t(mem.peak(MemTag::optimizer)), d.optimizer);
   add("mem.optimizer.host", int64_t(mem.peak(MemTag::optimizer, Place::host)), d.optimizer_host);
+  add("mem.comm", int64_t(mem.peak(MemTag::comm)), dp::comm_buffer_peak_bytes(units, axis));
 
   std::map<std::pair<std::string, CommOp>, int64_t> declared;
   auto op_of = [](dp::Coll c) {

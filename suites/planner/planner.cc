@@ -77,9 +77,16 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   s.optimizer_host = ms.optimizer_host;
   const bool gathers =
       axis.shard == dp::Shard::zero3 || axis.shard == dp::Shard::hsdp || axis.shard == dp::Shard::hzero;
-  if (gathers && !in.shape) s.comm = -1;  // no unit structure without a shape
-  if (gathers && in.shape) {
-    const auto u = dp::zero3_unit_buffer_bytes(*std::max_element(units.begin(), units.end()), 1, axis);
+  if (!in.shape) {
+    if (gathers) s.comm = -1;  // no unit structure without a shape
+  } else if (pipe.part.pp == 1 && pipe.part.v == 1) {
+    // The canonical unit order the runner visits: the protocol replayed, as
+    // the conformance engine holds the measured peak to.
+    s.comm = dp::comm_buffer_peak_bytes(units, axis);
+  } else if (gathers) {
+    // A pipeline stage visits its units in schedule order: bound by the
+    // largest unit gathered with one prefetched and its unsharded gradient.
+    const auto u = dp::zero3_unit_buffer_bytes(*std::max_element(units.begin(), units.end()), axis.prefetch, axis);
     s.comm = u.gathered_params + u.unsharded_grads;
   }
   if (in.shape) {

@@ -73,7 +73,7 @@ struct StageMemory {
   int stage = 0;                     // pipeline rank
   int64_t params = 0, grads = 0, optimizer = 0, optimizer_host = 0;
   int64_t activations = -1;  // -1: unknown (parameter count only)
-  int64_t comm = 0;          // ZeRO-3 gathered units and unit gradients; -1: unknown (no shape)
+  int64_t comm = 0;          // comm buffers (dp::comm_buffer_peak_bytes; a bound with pp > 1); -1: unknown (no shape)
   int64_t device_total() const {
     return params + grads + optimizer + (activations > 0 ? activations : 0) + (comm > 0 ? comm : 0);
   }

@@ -9,6 +9,7 @@
 
 #include "harness/status.h"
 #include "impl/pipeline/simulator.h"
+#include "reference/layout.h"
 
 namespace pb::planner {
 namespace {
@@ -64,6 +65,28 @@ TEST(Planner, RankUnitsPartitionTheModel) {
   const pipeline::Partition one = pipeline::partition_layers(m.L, 1, 1);
   EXPECT_EQ(rank_param_units(m, 4, one, 0)[1] * t, 12 * C * C + 7 * C + 6 * C * t);
   EXPECT_THROW(rank_param_units(m, 5, one, 0), InputError);
+}
+
+// Without a pipeline the planner's comm buffers are the replay the conformance
+// engine holds measured runs to, over the reference's own units.
+TEST(Planner, CommBuffersAreTheDeclaredReplay) {
+  for (auto shard : {dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3}) {
+    PlanInput in;
+    in.shape = planner_model("small");
+    in.dp = 4;
+    in.shard = shard;
+    in.precision = Precision::fp32;
+    const PlanResult r = plan(in);
+    const ParamLayout layout(*in.shape);
+    std::vector<int64_t> units;
+    for (int u = 0; u < layout.num_units(); ++u) units.push_back(layout.unit_size(u));
+    dp::DataAxis a;
+    a.dp = 4;
+    a.shard = shard;
+    a.precision = Precision::fp32;
+    EXPECT_EQ(r.worst.comm, dp::comm_buffer_peak_bytes(units, a)) << dp::shard_name(shard);
+    EXPECT_GT(r.worst.comm, 0);
+  }
 }
 
 // Korthikanti et al. 2022 Table 2 (16-bit activations, dropout).

@@ -29,7 +29,7 @@ struct KindRule {
 
 const std::vector<KindRule>& rules() {
   static const std::vector<KindRule> r = {
-      {"conformance", {"strategy", "precision", "quantity", "step"}, {{"ratio", Role::info}, {"error", Role::info}}},
+      {"conformance", {"strategy", "precision", "quantity", "item", "step", "bitwise"}, {{"ratio", Role::info}, {"error", Role::info}}},
       {"sweep",
        {"strategy", "model", "precision", "scaling", "global_batch", "seq_len", "microbatches"},
        {{"tokens_per_s", Role::throughput}, {"mem_total", Role::memory}, {"mem_host_total", Role::memory},
