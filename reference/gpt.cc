@@ -51,26 +51,46 @@ BlockGradStash<T>::BlockGradStash(MemoryTracker* mt, const ModelConfig& m, int B
   dln1 = Buffer<T>(mt, act, N * C);
 }
 
+namespace {
+// Element counts of the Scratch buffers for one microbatch of B x Tn tokens.
+struct ScratchElems {
+  size_t NC, att, logits, mm, att_ws;
+};
+template <class T>
+ScratchElems scratch_elems(const ModelConfig& m, int B, int Tn) {
+  const size_t N = size_t(B) * Tn;
+  const int n = int(N);
+  const size_t mm = std::max({k::matmul_workspace_floats<T>(n, m.C, 3 * m.C),
+                              k::matmul_workspace_floats<T>(n, m.C, 4 * m.C),
+                              k::matmul_workspace_floats<T>(n, 4 * m.C, m.C),
+                              k::matmul_workspace_floats<T>(n, m.C, m.V)});
+  return {N * size_t(m.C), size_t(B) * m.NH * Tn * Tn, N * size_t(m.V), mm,
+          k::attention_workspace_elems<T>(Tn, m.C, m.NH)};
+}
+}  // namespace
+
 template <class T>
 Scratch<T>::Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
-  const size_t N = size_t(B) * Tn, C = m.C;
+  const ScratchElems e = scratch_elems<T>(m, B, Tn);
   auto ws = MemTag::workspace;
-  tmp = Buffer<T>(mt, ws, N * C);
-  dres = Buffer<T>(mt, ws, N * C);
-  dln = Buffer<T>(mt, ws, N * C);
-  datty = Buffer<T>(mt, ws, N * C);
-  dqkv = Buffer<T>(mt, ws, N * 3 * C);
-  datt = Buffer<T>(mt, ws, size_t(B) * m.NH * Tn * Tn);
-  dfch = Buffer<T>(mt, ws, N * 4 * C);
-  dfchg = Buffer<T>(mt, ws, N * 4 * C);
-  dlogits = Buffer<T>(mt, ws, N * m.V);
-  int n = int(N);
-  size_t mm = std::max({k::matmul_workspace_floats<T>(n, m.C, 3 * m.C),
-                        k::matmul_workspace_floats<T>(n, m.C, 4 * m.C),
-                        k::matmul_workspace_floats<T>(n, 4 * m.C, m.C),
-                        k::matmul_workspace_floats<T>(n, m.C, m.V)});
-  if (mm) mm_ws = Buffer<float>(mt, ws, mm);
-  att_ws = Buffer<acc_t<T>>(mt, ws, k::attention_workspace_elems<T>(Tn, m.C, m.NH));
+  tmp = Buffer<T>(mt, ws, e.NC);
+  dres = Buffer<T>(mt, ws, e.NC);
+  dln = Buffer<T>(mt, ws, e.NC);
+  datty = Buffer<T>(mt, ws, e.NC);
+  dqkv = Buffer<T>(mt, ws, 3 * e.NC);
+  datt = Buffer<T>(mt, ws, e.att);
+  dfch = Buffer<T>(mt, ws, 4 * e.NC);
+  dfchg = Buffer<T>(mt, ws, 4 * e.NC);
+  dlogits = Buffer<T>(mt, ws, e.logits);
+  if (e.mm) mm_ws = Buffer<float>(mt, ws, e.mm);
+  att_ws = Buffer<acc_t<T>>(mt, ws, e.att_ws);
+}
+
+template <class T>
+int64_t Scratch<T>::bytes(const ModelConfig& m, int B, int Tn) {
+  const ScratchElems e = scratch_elems<T>(m, B, Tn);
+  return int64_t((15 * e.NC + e.att + e.logits) * sizeof(T) + e.mm * sizeof(float) +
+                 e.att_ws * sizeof(acc_t<T>));
 }
 
 template <class T>

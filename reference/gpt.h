@@ -58,6 +58,9 @@ struct Scratch {
   Buffer<acc_t<T>> att_ws;          // attention scores and products per (batch, head)
   Scratch() = default;
   Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn);
+  // Bytes the constructor allocates, without allocating (the planner's
+  // declared workspace).
+  static int64_t bytes(const ModelConfig& m, int B, int Tn);
 };
 
 // Gradients at the outputs of one block's matmuls and layernorms for one

@@ -21,6 +21,20 @@ MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSou
 }
 
 template <class T>
+int64_t MicrobatchRunner<T>::workspace_bytes(const ModelConfig& m, int Bm, int Tn) {
+  return Scratch<T>::bytes(m, Bm, Tn) + 2 * int64_t(Bm) * Tn * m.C * int64_t(sizeof(T));
+}
+
+int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p) {
+  switch (p) {
+    case Precision::fp64: return MicrobatchRunner<double>::workspace_bytes(m, Bm, Tn);
+    case Precision::fp32: return MicrobatchRunner<float>::workspace_bytes(m, Bm, Tn);
+    case Precision::bf16_mixed: return MicrobatchRunner<bf16>::workspace_bytes(m, Bm, Tn);
+  }
+  return 0;
+}
+
+template <class T>
 double MicrobatchRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hk) {
   const auto& l = *layout_;
   const int L = l.model().L, fin = l.final_unit();

@@ -12,6 +12,7 @@
 
 #include "reference/data.h"
 #include "reference/gpt.h"
+#include "reference/train_config.h"
 
 namespace pb {
 
@@ -50,6 +51,9 @@ class MicrobatchRunner {
   MicrobatchRunner(const ParamLayout& layout, const MarkovSource& data, MemoryTracker* tracker,
                    int Bm, int Tn);
   int Bm() const { return model_.B(); }
+  // Workspace bytes the constructor allocates (Scratch and the two gradient
+  // ping-pong buffers), without allocating.
+  static int64_t workspace_bytes(const ModelConfig& m, int Bm, int Tn);
   // Samples [first, first + Bm) of step `step`; dloss = 1 / (tokens in the
   // global batch). Returns the sum of this microbatch's token losses.
   double run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hooks);
@@ -65,5 +69,8 @@ class MicrobatchRunner {
   Scratch<T> scratch_;
   Buffer<T> dx_a_, dx_b_;
 };
+
+// MicrobatchRunner<T>::workspace_bytes for the compute type of a precision.
+int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p);
 
 }  // namespace pb

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "harness/status.h"
+#include "reference/runner.h"
 
 namespace pb {
 namespace {
@@ -33,6 +34,26 @@ double max_rel_gap(const std::vector<StepStats>& a, const std::vector<StepStats>
   for (size_t i = 0; i < a.size(); ++i)
     g = std::max(g, std::abs(a[i].loss - b[i].loss) / std::abs(b[i].loss));
   return g;
+}
+
+// The declared workspace (what the planner reports) is what a runner allocates.
+template <class T>
+void expect_workspace_declared(const char* model, int Bm, int Tn, Precision p) {
+  const ModelConfig m = named_model(model);
+  const ParamLayout layout(m);
+  const MarkovSource data(m.V, 1);
+  MemoryTracker mt;
+  MicrobatchRunner<T> runner(layout, data, &mt, Bm, Tn);
+  EXPECT_EQ(int64_t(mt.peak(MemTag::workspace)), runner_workspace_bytes(m, Bm, Tn, p))
+      << model << " " << precision_name(p) << " Bm " << Bm << " T " << Tn;
+}
+
+TEST(ReferenceRunner, WorkspaceIsDeclared) {
+  expect_workspace_declared<double>("tiny", 2, 16, Precision::fp64);
+  expect_workspace_declared<float>("tiny", 8, 16, Precision::fp32);
+  expect_workspace_declared<float>("small", 3, 64, Precision::fp32);
+  expect_workspace_declared<bf16>("small", 2, 40, Precision::bf16_mixed);
+  expect_workspace_declared<bf16>("wide", 1, 128, Precision::bf16_mixed);
 }
 
 TEST(ReferenceTrainer, Fp32AndBf16TrackTheFp64Truth) {

@@ -90,9 +90,11 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
   } else {
     o += fmt("  %-36s %10s\n", "activations", "n/a");
   }
-  if (w.comm > 0) mem("comm (gathered unit + grads)", w.comm);
+  if (w.comm > 0) mem("comm (gathered units, grads, staging)", w.comm);
   if (w.comm < 0) o += fmt("  %-36s %10s\n", "comm (gathered units)", "n/a");
-  mem(w.activations < 0 || w.comm < 0 ? "total device (known tags)" : "total device", w.device_total());
+  if (w.workspace >= 0) mem("workspace (reference runner)", w.workspace);
+  else o += fmt("  %-36s %10s\n", "workspace", "n/a");
+  mem(w.all_known() ? "total device" : "total device (known tags)", w.device_total());
 
   o += "\ncommunication per step, per rank (logical GB: nccl-tests convention)\n";
   o += fmt("  %-10s %-5s %-14s %6s %10s %12s %12s %-6s %10s\n", "group", "phase", "op", "size", "calls",
@@ -134,7 +136,6 @@ CsvRecord plan_record(const PlanInput& in, const PlanResult& r) {
       .set("mem_params", w.params)
       .set("mem_grads", w.grads)
       .set("mem_optimizer", w.optimizer)
-      .set("mem_workspace", int64_t(0))
       .set("mem_host_total", w.optimizer_host)
       .set("comm_dp_bytes", comm_bytes(r, "dp"))
       .set("comm_tp_bytes", comm_bytes(r, "tp"))
@@ -144,7 +145,8 @@ CsvRecord plan_record(const PlanInput& in, const PlanResult& r) {
       .set("comm_inter_node_bytes", comm_inter_node_bytes(r))
       .set("est_bubble", r.bubble_over_ideal);
   if (w.comm >= 0) c.set("mem_comm", w.comm);
-  if (w.comm >= 0 && w.activations >= 0) c.set("mem_total", w.device_total());
+  if (w.workspace >= 0) c.set("mem_workspace", w.workspace);
+  if (w.all_known()) c.set("mem_total", w.device_total());
   if (w.activations >= 0) c.set("mem_activations", w.activations).set("activation_bytes", w.activations);
   if (r.timed) {
     c.set("est_compute_s", r.compute_s)

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "harness/status.h"
+#include "reference/runner.h"
 
 namespace pb::planner {
 namespace {
@@ -89,6 +90,8 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     const auto u = dp::zero3_unit_buffer_bytes(*std::max_element(units.begin(), units.end()), axis.prefetch, axis);
     s.comm = u.gathered_params + u.unsharded_grads;
   }
+  if (in.shape && in.tp == 1 && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1)
+    s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision);
   if (in.shape) {
     const ModelConfig& mc = *in.shape;
     const ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
