@@ -21,3 +21,13 @@ if(PARABENCH_BUILD_TESTS)
                    $<TARGET_FILE:parabench> ${PB_SWEEP_WORK}/kill)
   set_tests_properties(sweep_cli_unknown_key sweep_cli_kill_resume PROPERTIES TIMEOUT 120 LABELS "cli")
 endif()
+
+# Under mpirun (the script runs mpirun itself: it also runs the local sweep it
+# compares with, and the error paths).
+if(PARABENCH_BUILD_TESTS AND PARABENCH_HAVE_MPI)
+  add_test(NAME sweep_mpi_np2
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/sweep/sweep_mpi_test.py
+                   $<TARGET_FILE:parabench> ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/sweep_mpi_work)
+  set_tests_properties(sweep_mpi_np2 PROPERTIES TIMEOUT 600 LABELS "mpi"
+    ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
+endif()

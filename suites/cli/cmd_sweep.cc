@@ -2,7 +2,10 @@
 // data-parallel strategies over the [sweep] table of a config, one sweep row
 // per point in OUT/<run id>/sweep.csv, and the planner's estimate of each ok
 // point as a plan row in plan.csv beside it (appended). --resume continues an existing sweep
-// CSV in place, skipping the points it already holds.
+// CSV in place, skipping the points it already holds. Under mpirun the points
+// whose world is mpirun's size run on the MPI backend, one process per rank
+// (run once per -np, with --resume, to fill a grid of world sizes).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "harness/comm_backends.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
@@ -23,21 +27,20 @@ struct SweepFlags {
   ConfigFlags cfg;
   std::string run_dir;  // write into this directory instead of OUT/<run id>
   std::string resume;   // sweep CSV, or a run directory holding sweep.csv
+  std::string backend;  // local | mpi (default: mpi under mpirun)
 };
 
-int run_sweep_cmd(const SweepFlags& f, const Env& env) {
-  ConfigReader r = load_config(f.cfg);
-  const sweep::SweepConfig c = sweep::read_sweep_config(r);
+int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env, World* world, bool writer) {
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   std::string csv;
   std::set<std::string> skip;
-  if (!f.resume.empty()) {
+  if (writer && !f.resume.empty()) {
     std::filesystem::path p = f.resume;
     if (std::filesystem::is_directory(p)) p /= "sweep.csv";
     require(std::filesystem::is_regular_file(p), "--resume: no sweep CSV at '" + p.string() + "'");
     csv = p.string();
     skip = sweep::done_keys(csv);
-  } else {
+  } else if (writer) {
     auto dir = f.run_dir.empty() ? make_run_dir(f.cfg.out, run_id) : make_run_dir(f.run_dir, "");
     csv = (dir / "sweep.csv").string();
     require(!std::filesystem::exists(csv),
@@ -45,15 +48,49 @@ int run_sweep_cmd(const SweepFlags& f, const Env& env) {
   }
   sweep::SweepRun run;
   run.csv_path = csv;
-  run.plan_csv_path = (std::filesystem::path(csv).parent_path() / "plan.csv").string();
-  run.meta = make_meta(run_id, env.git_rev, "local", 1, "", "");
-  run.progress = env.is_tty ? &std::cerr : nullptr;
-  run.table = &std::cout;
+  run.plan_csv_path = writer ? (std::filesystem::path(csv).parent_path() / "plan.csv").string() : "";
+  run.meta = make_meta(run_id, env.git_rev, world ? std::string(backend_name(world->backend())) : "local", 1, "", "");
+  run.progress = writer && env.is_tty ? &std::cerr : nullptr;
+  run.table = writer ? &std::cout : nullptr;
+  run.world = world;
   sweep::SweepSummary s = sweep::run_sweep(c, run, skip);
-  std::printf("\n%d points run (%d ok, %d rejected, %d failed), %d already done, in %.1f s\n"
-              "results: %s\n",
-              s.points, s.ok, s.rejected, s.failed, s.skipped, s.seconds, csv.c_str());
+  if (writer)
+    std::printf("\n%d points run (%d ok, %d rejected, %d failed), %d already done, in %.1f s\n"
+                "results: %s\n",
+                s.points, s.ok, s.rejected, s.failed, s.skipped, s.seconds, csv.c_str());
   return 0;
+}
+
+int run_sweep_cmd(const SweepFlags& f, const Env& env) {
+  BackendKind backend = env.under_mpirun ? BackendKind::mpi : BackendKind::local;
+  if (!f.backend.empty())
+    require(parse_backend(f.backend, &backend) && backend != BackendKind::nccl,
+            "--backend: '" + f.backend + "' is not local or mpi");
+  // Read alike by every process before any communication: a bad config ends
+  // each one with exit 2 on its own.
+  ConfigReader r = load_config(f.cfg);
+  const sweep::SweepConfig c = sweep::read_sweep_config(r);
+  if (backend == BackendKind::local) return sweep_main(f, c, env, nullptr, true);
+  WorldOptions wo;
+  wo.backend = backend;
+  wo.size = 0;  // what mpirun launched
+  std::unique_ptr<World> world = make_world(wo);
+  const auto hosted = world->local_ranks();
+  const bool writer = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();
+  // Every process takes part in every point: an error on one (bad input only
+  // the writer sees, a failed rank) must end them all, or the others would
+  // wait in a collective forever. The rows already written stay; --resume
+  // goes on from there.
+  try {
+    return sweep_main(f, c, env, world.get(), writer);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "parabench: error: %s\n", e.what());
+    world->terminate(2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "parabench sweep: %s\n", e.what());
+    world->terminate(1);
+  }
+  return 1;  // terminate() does not return under MPI
 }
 
 }  // namespace
@@ -64,6 +101,9 @@ void register_sweep(CLI::App& root, Registry& reg, const Env& env) {
   add_config_flags(app, f->cfg);
   app->add_option("--run-dir", f->run_dir, "write sweep.csv directly into this directory");
   app->add_option("--resume", f->resume, "continue this sweep CSV (or run directory) in place");
+  app->add_option("--backend", f->backend,
+                  "local (ranks are threads; default) or mpi (default under mpirun: runs the points whose "
+                  "world is mpirun's -np; no plan rows)");
   reg.push_back({app, [f, &env] { return run_sweep_cmd(*f, env); }});
 }
 

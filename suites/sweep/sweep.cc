@@ -81,6 +81,28 @@ void run_rank(const TrainConfig& cfg, const dp::DpOptions& o, int warmup, Commun
   out.blocked_s /= n;
 }
 
+// The point's figures over all ranks, on rank 0 of `comm`: each step's time
+// on the slowest rank, and the max of every other figure. One all-reduce(max)
+// over the world, so it works alike for threads and for processes (doubles:
+// byte counts stay exact below 2^53).
+RankOut max_over_ranks(Communicator& comm, const RankOut& mine) {
+  std::vector<double> v(mine.seconds);
+  for (int64_t m : mine.mem) v.push_back(double(m));
+  for (int64_t x : {mine.mem_total, mine.mem_host_total, mine.dp_bytes, mine.inter_bytes}) v.push_back(double(x));
+  v.push_back(mine.blocked_s);
+  comm.all_reduce(v.data(), v.data(), v.size(), DType::f64, ReduceOp::max);
+  RankOut out;
+  const size_t n = mine.seconds.size();
+  out.seconds.assign(v.begin(), v.begin() + std::ptrdiff_t(n));
+  for (size_t t = 0; t < 6; ++t) out.mem[t] = int64_t(v[n + t]);
+  out.mem_total = int64_t(v[n + 6]);
+  out.mem_host_total = int64_t(v[n + 7]);
+  out.dp_bytes = int64_t(v[n + 8]);
+  out.inter_bytes = int64_t(v[n + 9]);
+  out.blocked_s = v[n + 10];
+  return out;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -141,7 +163,7 @@ std::vector<SweepPoint> expand(const SweepConfig& c) {
   return v;
 }
 
-PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank) {
+PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank, World* world) {
   PointResult res;
   res.seq = c.seq;
   res.global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.world : c.global_batch;
@@ -170,23 +192,31 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     wo.ranks_per_node = c.ranks_per_node;
     validate(wo);
 
-    std::vector<RankOut> outs(size_t(p.world));
-    auto world = make_local_world(wo);
-    run_ranks(*world, [&](Communicator& comm) {
+    RankOut all;  // written by rank 0 of the point's world only
+    auto body = [&](Communicator& comm) {
+      RankOut mine;
       dispatch_dtype(storage_dtype(cfg.precision), [&](auto t) {
-        run_rank<decltype(t)>(cfg, o, c.warmup, comm, outs[size_t(comm.rank())]);
+        run_rank<decltype(t)>(cfg, o, c.warmup, comm, mine);
       });
-    });
-    std::vector<double> slowest(size_t(c.steps), 0.0);
-    for (const auto& r : outs) {
-      for (size_t i = 0; i < slowest.size(); ++i) slowest[i] = std::max(slowest[i], r.seconds.at(i));
-      for (int t = 0; t < 6; ++t) res.mem[t] = std::max(res.mem[t], r.mem[t]);
-      res.mem_total = std::max(res.mem_total, r.mem_total);
-      res.mem_host_total = std::max(res.mem_host_total, r.mem_host_total);
-      res.comm_dp_bytes = std::max(res.comm_dp_bytes, r.dp_bytes);
-      res.comm_inter_node_bytes = std::max(res.comm_inter_node_bytes, r.inter_bytes);
-      res.exposed_comm_s = std::max(res.exposed_comm_s, r.blocked_s);
+      RankOut m = max_over_ranks(comm, mine);
+      if (comm.rank() == 0) all = std::move(m);
+    };
+    if (world) {
+      require(world->size() == p.world, "sweep: the point's world (" + std::to_string(p.world) +
+                                            ") is not mpirun's (" + std::to_string(world->size()) + ")");
+      run_ranks(*world, body);
+    } else {
+      run_ranks(*make_local_world(wo), body);
     }
+    const auto hosted = world ? world->local_ranks() : std::vector<int>{0};
+    if (std::find(hosted.begin(), hosted.end(), 0) == hosted.end()) return res;  // rank 0 reports
+    const std::vector<double>& slowest = all.seconds;
+    for (int t = 0; t < 6; ++t) res.mem[t] = all.mem[t];
+    res.mem_total = all.mem_total;
+    res.mem_host_total = all.mem_host_total;
+    res.comm_dp_bytes = all.dp_bytes;
+    res.comm_inter_node_bytes = all.inter_bytes;
+    res.exposed_comm_s = all.blocked_s;
     res.step_time_s = median(slowest);
     if (!(res.step_time_s > 0)) throw std::runtime_error("measured step time is not positive");
     res.tokens_per_s = double(cfg.tokens_per_step()) / res.step_time_s;
@@ -197,6 +227,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     res.status = "rejected";
     res.reason = e.what();
   } catch (const std::exception& e) {
+    if (world) throw;  // a rank error leaves MPI's communicators unusable
     res.status = "failed";
     res.reason = e.what();
   }
@@ -264,37 +295,53 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   SweepSummary sum;
+  const auto hosted = run.world ? run.world->local_ranks() : std::vector<int>{0};
+  const bool writer = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();
+  std::vector<SweepPoint> points;
+  for (auto& p : expand(c))
+    if (!run.world || p.world == run.world->size()) points.push_back(p);
+  if (run.world)
+    require(!points.empty(), "sweep.worlds: no point has world " + std::to_string(run.world->size()) +
+                                 ", the size mpirun launched");
+  // Which points are done is the writer's to say (it holds the CSV): under
+  // mpirun every process follows its list.
+  std::vector<double> done(points.size(), 0.0);
+  if (writer)
+    for (size_t k = 0; k < points.size(); ++k) done[k] = skip.count(points[k].key()) ? 1.0 : 0.0;
+  if (run.world) run_ranks(*run.world, [&](Communicator& comm) { comm.broadcast(done.data(), done.size(), DType::f64, 0); });
   std::vector<SweepPoint> todo;
-  for (auto& p : expand(c)) {
-    if (skip.count(p.key())) {
+  for (size_t k = 0; k < points.size(); ++k) {
+    if (done[k] != 0.0) {
       ++sum.skipped;
     } else {
       ++sum.points;
-      todo.push_back(p);
+      todo.push_back(points[k]);
     }
   }
-  ResultWriter csv(run.csv_path, "sweep");
+  std::unique_ptr<ResultWriter> csv;
+  if (writer) csv = std::make_unique<ResultWriter>(run.csv_path, "sweep");
   double peak_rank = c.peak_gflops * 1e9;
-  if (peak_rank == 0 && !todo.empty()) peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
+  if (writer && peak_rank == 0 && !todo.empty()) peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
   std::unique_ptr<ResultWriter> plan_csv;
   LocalHardware hw;
-  if (!run.plan_csv_path.empty() && !todo.empty()) {
+  if (writer && !run.world && !run.plan_csv_path.empty() && !todo.empty()) {
     plan_csv = std::make_unique<ResultWriter>(run.plan_csv_path, "plan");
     hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
   }
   const auto t1 = clock::now();
   for (size_t k = 0; k < todo.size(); ++k) {
     const SweepPoint& p = todo[k];
-    if (run.progress) {
+    if (writer && run.progress) {
       const double el = std::chrono::duration<double>(clock::now() - t1).count();
       char eta[32] = "?";
       if (k) std::snprintf(eta, sizeof eta, "%.0fs", el / double(k) * double(todo.size() - k));
       *run.progress << "[" << k + 1 << "/" << todo.size() << "] " << p.label() << " ... ETA " << eta
                     << std::endl;
     }
-    PointResult r = run_point(c, p, peak_rank);
+    PointResult r = run_point(c, p, peak_rank, run.world);
+    if (!writer) continue;
     const RunMeta meta = point_meta(p, r, run.meta);
-    csv.write(meta, to_record(p, r));
+    csv->write(meta, to_record(p, r));
     if (plan_csv && r.status == "ok") {
       const PlanRow pr = plan_row(c, p, r, hw, meta);
       plan_csv->write(pr.meta, pr.values);

@@ -18,6 +18,7 @@
 #include "harness/config.h"
 #include "harness/csv.h"
 #include "harness/run_meta.h"
+#include "harness/runner.h"
 
 namespace pb::sweep {
 
@@ -62,9 +63,16 @@ struct PointResult {
   double exposed_comm_s = 0;                              // per step, max over ranks
 };
 
-// Trains one point. Never throws for a bad point: the status says why.
+// Trains one point, on a local world of p.world threads, or on `world` (the
+// processes mpirun launched; its size must be p.world). Never throws for a bad
+// point: the status says why (bad input is found before any communication,
+// alike on every rank). On `world` a failure throws instead: a rank error
+// leaves MPI's communicators unusable, so the caller ends every process.
+// The figures are the max over ranks and only the process hosting rank 0
+// gets them (others return an empty ok result).
 // peak_flops_per_rank: the MFU denominator of one rank (FLOP/s).
-PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank);
+PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank,
+                      World* world = nullptr);
 
 // The sweep columns of one row (RunMeta carries world, mesh, status, reason).
 CsvRecord to_record(const SweepPoint& p, const PointResult& r);
@@ -80,6 +88,11 @@ struct SweepRun {
   RunMeta meta;               // run_id, git_rev, host, backend for every row
   std::ostream* progress = nullptr;  // "[k/n] ... ETA" lines, if set
   std::ostream* table = nullptr;     // one result line per point, if set
+  // Under mpirun: the launched world. Only its points (world = its size) run;
+  // the process hosting rank 0 writes, and no plan rows are written (their
+  // timing uses this machine's local-backend figures; give `parabench plan`
+  // the cluster's link figures instead).
+  World* world = nullptr;
 };
 
 struct SweepSummary {
@@ -87,8 +100,8 @@ struct SweepSummary {
   double seconds = 0;
 };
 
-// Runs every point not in `skip`, writing one row per point (and, with
-// plan_csv_path, the planner's row for each ok point).
+// Runs every point not in `skip` (read on the writer only), writing one row
+// per point (and, with plan_csv_path, the planner's row for each ok point).
 SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip = {});
 
 }  // namespace pb::sweep
