@@ -22,9 +22,23 @@ TEST(SgemmPeak, PositiveAndRestoresThreads) {
   set_blas_threads(1);
 }
 
+// Every transpose combination of a non-square shape runs (a wrong leading
+// dimension would make OpenBLAS report a parameter error and skip the call,
+// which would show as an implausibly high rate).
+TEST(SgemmPeak, RectangularShapesInEveryLayout) {
+  const double square = measure_sgemm_gflops(96, 0.02);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const double g = measure_sgemm_gflops(/*m=*/96, /*n=*/40, /*k=*/72, ta, tb, 0.02);
+      EXPECT_GT(g, 0.1) << ta << tb;
+      EXPECT_LT(g, 20 * square) << ta << tb;
+    }
+}
+
 TEST(SgemmPeak, RejectsBadArguments) {
   EXPECT_THROW(measure_sgemm_gflops(0, 0.1), std::invalid_argument);
   EXPECT_THROW(measure_sgemm_gflops(16, -1.0), std::invalid_argument);
+  EXPECT_THROW(measure_sgemm_gflops(4, 0, 4, false, false, 0.1), std::invalid_argument);
 }
 
 }  // namespace

@@ -111,8 +111,9 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
     o += "estimate        give --peak-tflops (and --bw-intra/--bw-inter) for step time and MFU\n";
     return o;
   }
-  o += fmt("estimate        peak %.4g TFLOP/s per rank, links %.4g / %.4g GB/s intra / inter, latency %.4g us%s\n",
-           in.hw.peak_tflops, in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us,
+  o += fmt("estimate        peak %.4g TFLOP/s per rank (GEMMs at %.3g of it), links %.4g / %.4g GB/s intra / inter, "
+           "latency %.4g us%s\n",
+           in.hw.peak_tflops, in.hw.gemm_efficiency, in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us,
            in.overlap ? ", DP/CP overlap on" : "");
   o += fmt("  compute       %12.4g s\n", r.compute_s);
   o += fmt("  bubble        %12.4g s\n", r.bubble_s);
@@ -150,6 +151,7 @@ CsvRecord plan_record(const PlanInput& in, const PlanResult& r) {
   if (w.activations >= 0) c.set("mem_activations", w.activations).set("activation_bytes", w.activations);
   if (r.timed) {
     c.set("est_compute_s", r.compute_s)
+        .set("est_gemm_efficiency", in.hw.gemm_efficiency)
         .set("est_exposed_comm_s", r.exposed_comm_s)
         .set("est_step_time_s", r.step_s)
         .set("est_tokens_per_s", r.tokens_per_s)

@@ -46,6 +46,7 @@ void check_input(const PlanInput& in) {
   const Hardware& h = in.hw;
   require(h.peak_tflops >= 0 && h.bw_intra_GBps >= 0 && h.bw_inter_GBps >= 0 && h.latency_us >= 0,
           "--peak-tflops/--bw-intra/--bw-inter/--latency-us: must be >= 0");
+  require(h.gemm_efficiency > 0 && h.gemm_efficiency <= 1, "--gemm-efficiency: must be in (0, 1]");
 }
 
 // Alpha-beta ring time of one row (planner.h).
@@ -241,9 +242,10 @@ PlanResult plan(const PlanInput& in) {
 
   r.timed = true;
   const double peak = in.hw.peak_tflops * 1e12 * double(r.world);
-  r.compute_s = r.hardware_flops / peak;
+  const double achieved = peak * in.hw.gemm_efficiency;
+  r.compute_s = r.hardware_flops / achieved;
   r.bubble_s = r.compute_s * r.bubble_over_ideal;
-  const double fwd_s = r.model_flops / 3.0 / peak, bwd_s = r.compute_s - fwd_s;
+  const double fwd_s = r.model_flops / 3.0 / achieved, bwd_s = r.compute_s - fwd_s;
   double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;
   for (CommRow& c : r.comm) {
     c.time_s = row_time(c, in.hw);

@@ -6,7 +6,9 @@
 //
 // Mesh order is Megatron's (TP fastest, then CP, DP, PP), so a group is
 // intra-node when its span (size x stride) fits in ranks_per_node.
-// Time model (stated once, here): compute = hardware FLOPs / (world * peak);
+// Time model (stated once, here): compute = hardware FLOPs / (world * peak *
+// GEMM efficiency), the efficiency being the fraction of peak the model's
+// GEMMs reach (1 unless given; the sweep measures it at the model's shapes);
 // pipeline bubble = compute * the schedule's declared bubble over ideal
 // (impl/pipeline/cost.h: (p-1)/m for GPipe and 1F1B, Narayanan et al. 2021
 // Sec. 2.2.1), activations held = the schedule's declared peak in-flight
@@ -33,6 +35,7 @@ struct Hardware {
   double peak_tflops = 0;  // per rank; 0 = no time estimate
   double bw_intra_GBps = 0, bw_inter_GBps = 0;  // per rank, GB/s (1e9)
   double latency_us = 0;
+  double gemm_efficiency = 1;  // in (0, 1]: fraction of peak_tflops the model's GEMMs reach
 };
 
 struct PlanInput {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <exception>
 #include <ostream>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <thread>
@@ -324,6 +325,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   if (writer && peak_rank == 0 && !todo.empty()) peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
   std::unique_ptr<ResultWriter> plan_csv;
   LocalHardware hw;
+  std::map<std::pair<std::string, int>, double> gemm_eff;  // by (model, microbatch sequences)
   if (writer && !run.world && !run.plan_csv_path.empty() && !todo.empty()) {
     plan_csv = std::make_unique<ResultWriter>(run.plan_csv_path, "plan");
     hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
@@ -343,7 +345,11 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     const RunMeta meta = point_meta(p, r, run.meta);
     csv->write(meta, to_record(p, r));
     if (plan_csv && r.status == "ok") {
-      const PlanRow pr = plan_row(c, p, r, hw, meta);
+      const int Bm = int(r.global_batch / (int64_t(p.world) * p.microbatches));
+      const auto key = std::make_pair(p.model, Bm);
+      if (!gemm_eff.count(key))
+        gemm_eff[key] = measure_gemm_efficiency(named_model(p.model), Bm, c.seq, peak_rank, 0.01);
+      const PlanRow pr = plan_row(c, p, r, hw, meta, gemm_eff[key]);
       plan_csv->write(pr.meta, pr.values);
     }
     (r.status == "ok" ? sum.ok : r.status == "rejected" ? sum.rejected : sum.failed) += 1;

@@ -7,11 +7,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "harness/runner.h"
 #include "harness/status.h"
 #include "impl/data_parallel/options.h"
+#include "kernels/cpu/peak.h"
 #include "suites/planner/model_cost.h"
 #include "suites/planner/plan_output.h"
 
@@ -80,8 +83,43 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
   return hw;
 }
 
+double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds) {
+  require(Bm > 0 && seq > 0 && peak_flops > 0, "gemm efficiency: microbatch, seq and peak must be > 0");
+  struct Gemm {
+    int m, n, k;
+    bool ta, tb;
+    double count;
+  };
+  const int N = Bm * seq, C = m.C, hs = m.C / m.NH, T = seq;
+  std::vector<Gemm> gemms;
+  auto linear = [&](int in, int out, double count) {  // y = x W^T, W stored out x in
+    gemms.push_back({N, out, in, false, true, count});    // forward
+    gemms.push_back({N, in, out, false, false, count});   // dx = dy W
+    gemms.push_back({out, in, N, true, false, count});    // dW = dy^T x
+  };
+  const double L = m.L, heads = double(Bm) * m.NH * m.L;
+  linear(C, 3 * C, L);
+  linear(C, C, L);
+  linear(C, 4 * C, L);
+  linear(4 * C, C, L);
+  linear(C, m.V, 1);
+  gemms.push_back({T, T, hs, false, true, 2 * heads});   // S = Q K^T; dP = dO V^T
+  gemms.push_back({T, hs, T, false, false, 2 * heads});  // O = P V; dQ = dS K
+  gemms.push_back({T, hs, T, true, false, 2 * heads});   // dV = P^T dO; dK = dS^T Q
+  std::map<std::tuple<int, int, int, bool, bool>, double> rate;  // GFLOP/s by shape
+  double flops = 0, time = 0;
+  for (const Gemm& g : gemms) {
+    auto key = std::make_tuple(g.m, g.n, g.k, g.ta, g.tb);
+    if (!rate.count(key)) rate[key] = kernels::measure_sgemm_gflops(g.m, g.n, g.k, g.ta, g.tb, seconds);
+    const double f = 2.0 * g.m * g.n * g.k * g.count;
+    flops += f;
+    time += f / (rate[key] * 1e9);
+  }
+  return std::min(1.0, flops / time / peak_flops);
+}
+
 planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
-                              const LocalHardware& h) {
+                              const LocalHardware& h, double gemm_efficiency) {
   planner::PlanInput in;
   in.shape = planner::planner_model(p.model);
   in.seq = r.seq;
@@ -93,17 +131,18 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.overlap = in.shard == dp::Shard::none && dp::DpOptions{}.overlap;  // what run_point runs
   in.ranks_per_node = c.ranks_per_node;
   in.hw = planner_hardware(h, p.world);
+  in.hw.gemm_efficiency = gemm_efficiency;
   return in;
 }
 
 PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r, const LocalHardware& h,
-                 const RunMeta& point_meta) {
+                 const RunMeta& point_meta, double gemm_efficiency) {
   PlanRow row;
   row.meta = point_meta;
   row.meta.kind = "plan";
   row.meta.backend = "analytic";
   try {
-    const planner::PlanInput in = plan_input(c, p, r, h);
+    const planner::PlanInput in = plan_input(c, p, r, h, gemm_efficiency);
     const planner::PlanResult pr = planner::plan(in);
     row.values = planner::plan_record(in, pr);
     // The sweep's spelling of the point ("ddp" is DDP with its default bucket
@@ -111,8 +150,9 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     row.values.set("strategy", p.strategy);
     char note[256];
     std::snprintf(note, sizeof note,
-                  "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, copy %.4g GB/s, latency %.4g us",
-                  h.peak_flops_per_rank / 1e9, core_share(h, p.world), h.copy_GBps, h.latency_us);
+                  "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it, "
+                  "copy %.4g GB/s, latency %.4g us",
+                  h.peak_flops_per_rank / 1e9, core_share(h, p.world), gemm_efficiency, h.copy_GBps, h.latency_us);
     row.meta.status = "ok";
     row.meta.reason = note;
   } catch (const InputError& e) {

@@ -12,6 +12,7 @@
 
 #include "harness/csv.h"
 #include "harness/run_meta.h"
+#include "reference/model_config.h"
 #include "suites/planner/planner.h"
 #include "suites/sweep/sweep.h"
 
@@ -32,11 +33,20 @@ LocalHardware measure_local_hardware(double peak_flops_per_rank, int cores);
 // measured figures times the core share; intra = inter bandwidth (one node).
 planner::Hardware planner_hardware(const LocalHardware& h, int world);
 
+// Fraction of `peak_flops` (one thread's sgemm rate) that the GEMMs of one
+// microbatch of Bm x seq tokens of model m reach on this machine: every GEMM
+// of a training step — per block the four linear layers' forward,
+// input-gradient and weight-gradient products and the attention core's
+// per-head QK^T, PV and their gradients; the LM head's three — timed with
+// single-thread sgemm at its own shape and transposes (about `seconds` each).
+// Their total FLOPs over their total time, over the peak; at most 1.
+double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds);
+
 // The planner input describing point p (as run by run_point): dp = world, the
 // point's shard, precision, global batch and microbatches, DDP's bucket overlap
 // (its default in the sweep), the point's model shape at the sweep's seq.
 planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
-                              const LocalHardware& h);
+                              const LocalHardware& h, double gemm_efficiency = 1);
 
 // The plan row of point p: its columns and common metadata (backend analytic,
 // the point's mesh and config hash, the hardware used noted in `reason`). A
@@ -46,6 +56,6 @@ struct PlanRow {
   CsvRecord values;
 };
 PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r, const LocalHardware& h,
-                 const RunMeta& point_meta);
+                 const RunMeta& point_meta, double gemm_efficiency = 1);
 
 }  // namespace pb::sweep

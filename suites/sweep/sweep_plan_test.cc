@@ -10,6 +10,8 @@
 #include <map>
 
 #include "harness/csv_schema.h"
+#include "harness/status.h"
+#include "kernels/cpu/peak.h"
 
 namespace pb::sweep {
 namespace {
@@ -73,6 +75,26 @@ TEST(SweepPlan, MeasuredFiguresArePositive) {
   EXPECT_GT(h.copy_GBps, 0.01);
   EXPECT_GT(h.latency_us, 0);
   EXPECT_LT(h.latency_us, 1e5);
+}
+
+// The GEMMs of a step reach a fraction of the large-square peak, smaller for
+// narrower models; the planner's compute time divides by it.
+TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
+  const double peak = kernels::measure_sgemm_gflops(512, 0.05) * 1e9;
+  const double tiny = measure_gemm_efficiency(named_model("tiny"), 8, 16, peak, 0.005);
+  const double medium = measure_gemm_efficiency(named_model("medium"), 8, 64, peak, 0.005);
+  EXPECT_GT(tiny, 0);
+  EXPECT_LE(medium, 1);
+  EXPECT_LT(tiny, medium);  // C = 32 GEMMs are far from peak; C = 256 ones much nearer
+  EXPECT_THROW(measure_gemm_efficiency(named_model("tiny"), 0, 16, peak, 0.005), InputError);
+  SweepConfig c;
+  SweepPoint p{"ddp", "tiny", "fp32", "weak", 1, 1};
+  PointResult r;
+  r.global_batch = 8;
+  r.seq = 16;
+  const LocalHardware h{10e9, 5, 20, 2};
+  const double full = planner::plan(plan_input(c, p, r, h)).compute_s;
+  EXPECT_NEAR(planner::plan(plan_input(c, p, r, h, 0.25)).compute_s, 4 * full, 1e-12 * full);
 }
 
 TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
