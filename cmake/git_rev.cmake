@@ -7,7 +7,7 @@ execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SRC}
 if(NOT rc EQUAL 0 OR rev STREQUAL "")
   set(rev unknown)
 else()
-  execute_process(COMMAND git status --porcelain --untracked-files=no WORKING_DIRECTORY ${SRC}
+  execute_process(COMMAND git --no-optional-locks status --porcelain --untracked-files=no WORKING_DIRECTORY ${SRC}
                   OUTPUT_VARIABLE changes RESULT_VARIABLE rc ERROR_QUIET)
   if(rc EQUAL 0 AND NOT changes STREQUAL "")
     set(rev "${rev}-dirty")

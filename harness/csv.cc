@@ -23,10 +23,14 @@
 #define CSV_IO_NO_THREAD
 // libfccp copies file names with strncpy into 256-byte buffers and terminates
 // them itself; GCC 12 flags that when inlined here.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-truncation"
 #include <libfccp/csv.h>
 #pragma GCC diagnostic pop
+#else
+#include <libfccp/csv.h>
+#endif
 
 namespace pb {
 
@@ -166,13 +170,24 @@ CsvTable parse_csv(std::string_view text, const std::string& name, CsvReadOption
                        ": truncated last row (no terminating newline; was the writer killed mid-row?)");
     table.dropped_partial_tail = true;
   }
+  // libfccp's lines are NUL-terminated: a NUL byte would silently cut a field.
+  if (const size_t nul = text.substr(0, committed).find('\0'); nul != std::string_view::npos)
+    throw InputError(name + ":" + std::to_string(std::count(text.begin(), text.begin() + std::ptrdiff_t(nul), '\n') + 1) +
+                     ": NUL byte (not a text CSV)");
   // Every line of the committed prefix ends in '\n', so libfccp's reader sees
   // exactly the committed records; it also drops a '\r' before the '\n' and a
   // UTF-8 byte-order mark.
   io::LineReader lines(name, text.data(), text.data() + committed);
-  split_line(lines.next_line(), name, 1, &table.header);
+  auto next = [&]() -> char* {
+    try {
+      return lines.next_line();
+    } catch (const io::error::base& e) {  // a line over libfccp's 16 MiB limit
+      throw InputError(name + ":" + std::to_string(lines.get_file_line()) + ": " + e.what());
+    }
+  };
+  split_line(next(), name, 1, &table.header);
   std::vector<std::string> fields;
-  while (char* line = lines.next_line()) {
+  while (char* line = next()) {
     const size_t line_no = lines.get_file_line();
     split_line(line, name, line_no, &fields);
     if (fields.size() != table.header.size())

@@ -120,6 +120,11 @@ TEST(CsvFormat, ReaderErrorsNameFileAndLine) {
   EXPECT_EQ(input_error_of([] { parse_csv("a,b\n1,\"x\"y\n", "f.csv"); }),
             "f.csv:2: unexpected character 'y' after a closing quote");
   EXPECT_EQ(input_error_of([] { read_csv("/nonexistent/x.csv"); }), "/nonexistent/x.csv: cannot open");
+  EXPECT_EQ(input_error_of([] { parse_csv(std::string_view("a,b\n1,2\n3,1\0x\n", 14), "f.csv"); }),
+            "f.csv:3: NUL byte (not a text CSV)");
+  // A line longer than libfccp's 16 MiB limit is bad input too, not a crash.
+  const std::string huge = "a,b\n1," + std::string((size_t(1) << 24) + 10, 'x') + "\n";
+  EXPECT_NE(input_error_of([&] { parse_csv(huge, "f.csv"); }).find("f.csv:2: "), std::string::npos);
   const CsvTable t = parse_csv("a,b\n1,2\n3,", "f.csv", {.drop_partial_tail = true});
   EXPECT_TRUE(t.dropped_partial_tail);
   EXPECT_EQ(t.rows.size(), 1u);

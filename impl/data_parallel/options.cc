@@ -103,6 +103,11 @@ void validate(const DpOptions& o) {
   if (o.shard == Shard::hzero)
     require(o.ranks_per_node > 0 && o.ranks_per_node < o.dp,
             "strategy.ranks_per_node: hzero needs more than one node (0 < ranks_per_node < dp)");
+  // Without resharding every block stays gathered into backward, so a leak
+  // until the end of the microbatch cannot raise the peak: nothing to catch.
+  require(!o.has(Fault::keep_gathered) || (o.shard >= Shard::zero3 && o.reshard_after_forward),
+          "strategy.faults: keep_gathered needs a ZeRO-3 family shard and reshard_after_forward = true");
+  require(o.prefetch >= 0, "strategy.prefetch: must be >= 0");
 }
 
 void validate(const DpOptions& o, const TrainConfig& cfg) {

@@ -6,6 +6,7 @@
 // the others' results. Exit 1 when the conformance matrix (or any part) failed.
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -56,7 +57,13 @@ int run_main(const RunFlags& f, const Env& env) {
   for (auto& p : parts) {
     std::printf("\n=== parabench %s\n", p.name.c_str());
     p.args.insert(p.args.begin(), exe);
-    const int rc = run_child(p.args);
+    int rc = 0;
+    try {
+      rc = run_child(p.args);
+    } catch (const std::exception& e) {  // could not start it: that part failed, the rest still run
+      std::printf("=== %s: %s\n", p.name.c_str(), e.what());
+      rc = 127;
+    }
     if (rc != 0) {
       std::printf("=== %s FAILED (%s %d)\n", p.name.c_str(), rc < 0 ? "signal" : "exit status", rc < 0 ? -rc : rc);
       ++failed;

@@ -90,11 +90,14 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
   } else {
     o += fmt("  %-36s %10s\n", "activations", "n/a");
   }
-  if (w.comm > 0) mem("comm (gathered units, grads, staging)", w.comm);
-  if (w.comm < 0) o += fmt("  %-36s %10s\n", "comm (gathered units)", "n/a");
+  if (w.comm > 0) mem(r.stages.size() > 1 ? "comm buffers (estimate)" : "comm buffers", w.comm);
+  if (w.comm < 0) o += fmt("  %-36s %10s\n", "comm buffers", "n/a");
   if (w.workspace >= 0) mem("workspace (reference runner)", w.workspace);
-  else o += fmt("  %-36s %10s\n", "workspace", "n/a");
-  mem(w.all_known() ? "total device" : "total device (known tags)", w.device_total());
+  else o += fmt("  %-36s %10s\n", "workspace (tp/cp/pp: not modeled)", "n/a");
+  mem(w.all_known() && w.workspace >= 0 ? "total device"
+      : w.all_known()                   ? "total device (without workspace)"
+                                        : "total device (known tags)",
+      w.device_total());
 
   o += "\ncommunication per step, per rank (logical GB: nccl-tests convention)\n";
   o += fmt("  %-10s %-5s %-14s %6s %10s %12s %12s %-6s %10s\n", "group", "phase", "op", "size", "calls",

@@ -85,11 +85,23 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     // The canonical unit order the runner visits: the protocol replayed, as
     // the conformance engine holds the measured peak to.
     s.comm = dp::comm_buffer_peak_bytes(units, axis);
-  } else if (gathers) {
-    // A pipeline stage visits its units in schedule order: bound by the
-    // largest unit gathered with one prefetched and its unsharded gradient.
-    const auto u = dp::zero3_unit_buffer_bytes(*std::max_element(units.begin(), units.end()), axis.prefetch, axis);
-    s.comm = u.gathered_params + u.unsharded_grads;
+  } else if (axis.shard != dp::Shard::none) {
+    // A pipeline stage visits its units in schedule order, which the replay
+    // does not model: an estimate from the largest unit. Gathering kinds hold
+    // it with `prefetch` more and its unsharded gradient; ZeRO-2 two unit
+    // gradients (the tied embedding's lives through backward); every sharded
+    // kind one reduce-scatter slice.
+    const int64_t largest = *std::max_element(units.begin(), units.end());
+    const dp::BytesPerParam b = dp::bytes_per_param(axis.precision);
+    const int64_t g = axis.shard == dp::Shard::hzero ? axis.dp : dp::shard_group_size(axis);
+    const int64_t full = dp::full_elems(largest, g, axis.padding), slice = dp::ceil_div(largest, g);
+    s.comm = slice * std::max(b.grad, b.param);
+    if (gathers) {
+      const auto u = dp::zero3_unit_buffer_bytes(largest, axis.prefetch, axis);
+      s.comm += u.gathered_params + u.unsharded_grads;
+    } else if (axis.shard == dp::Shard::zero2) {
+      s.comm += 2 * full * b.grad;
+    }
   }
   if (in.shape && in.tp == 1 && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1)
     s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision);

@@ -76,11 +76,15 @@ struct StageMemory {
   int stage = 0;                     // pipeline rank
   int64_t params = 0, grads = 0, optimizer = 0, optimizer_host = 0;
   int64_t activations = -1;  // -1: unknown (parameter count only)
-  int64_t comm = 0;          // comm buffers (dp::comm_buffer_peak_bytes; a bound with pp > 1); -1: unknown (no shape)
+  // Comm buffers: dp::comm_buffer_peak_bytes without a pipeline, an estimate
+  // from the largest unit with one (planner.cc); -1: unknown (no shape).
+  int64_t comm = 0;
   // The reference runner's scratch (MicrobatchRunner::workspace_bytes) when
   // the rank runs it as is: no tp, cp or pp. -1: not modeled.
   int64_t workspace = -1;
-  bool all_known() const { return activations >= 0 && comm >= 0 && workspace >= 0; }
+  // Activations and comm buffers known (a total is then worth stating; the
+  // workspace is counted when modeled and said to be missing otherwise).
+  bool all_known() const { return activations >= 0 && comm >= 0; }
   int64_t device_total() const {  // the known tags
     return params + grads + optimizer + (activations > 0 ? activations : 0) + (comm > 0 ? comm : 0) +
            (workspace > 0 ? workspace : 0);
