@@ -164,6 +164,8 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--latency-us", f->in.hw.latency_us, "per-step link latency, us (default 0)");
   app->add_option("--gemm-efficiency", f->in.hw.gemm_efficiency,
                   "fraction of the peak the model's GEMMs reach, in (0, 1] (default 1)");
+  app->add_option("--mem-bw", f->in.hw.mem_bw_GBps,
+                  "per-rank device-memory bandwidth, GB/s: times the non-GEMM work (default 0: not timed)");
   app->add_option("--ranks-per-node", f->in.ranks_per_node, "ranks per node (default: all on one node)");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   reg.push_back({app, [f, env] { return run_plan(*f, env); }});

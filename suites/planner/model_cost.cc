@@ -135,4 +135,21 @@ int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab) {
   return inputs + logits;
 }
 
+int64_t layer_traffic_bytes(const ActivationShape& x) {
+  const int64_t t = x.tp, tokens = x.s / x.cp * x.b;
+  const int64_t shared = x.sp ? 10 * x.h / t : 10 * x.h;  // 2 LayerNorms, 2 residual adds
+  const int64_t split = 8 * x.h / t + 2 * x.a * x.s / t;   // GELU, softmax
+  return 3 * (shared + split) * tokens * x.elem_bytes;
+}
+
+int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab) {
+  const int64_t tokens = x.s / x.cp * x.b, ln = x.sp ? 6 * x.h / x.tp : 6 * x.h;
+  return (ln + 4 * ((vocab + x.tp - 1) / x.tp)) * tokens * x.elem_bytes;
+}
+
+int64_t embedding_traffic_bytes(const ActivationShape& x) {
+  const int64_t tokens = x.s / x.cp * x.b;
+  return (x.sp ? 5 * x.h / x.tp : 5 * x.h) * tokens * x.elem_bytes;
+}
+
 }  // namespace pb::planner

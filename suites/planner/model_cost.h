@@ -81,4 +81,18 @@ int64_t layer_activation_bytes(const ActivationShape& x, Recompute r);
 int64_t first_stage_extra_bytes(const ActivationShape& x);
 int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab);
 
+// Bytes the memory-bound (non-GEMM) work of one microbatch moves on one rank,
+// forward and backward, counted for unfused kernels as the reference runs
+// them (a roofline term: time = bytes / memory bandwidth). Per layer and
+// local token, forward reads and writes two LayerNorms (2h each), two
+// residual adds (3h each), GELU (8h) and the softmax over a*s scores (2as);
+// backward moves twice the forward (gradient in, saved input, gradient out).
+// With tensor parallel the GELU and per-head parts split over t (everything
+// with sp). Elements of elem_bytes each.
+int64_t layer_traffic_bytes(const ActivationShape& x);
+// The head (final LayerNorm 2h + 4h, softmax cross-entropy over the local
+// vocabulary V/t: 2V + 2V per token) and the embedding (3h + 2h per token).
+int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab);
+int64_t embedding_traffic_bytes(const ActivationShape& x);
+
 }  // namespace pb::planner

@@ -118,7 +118,10 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
            "latency %.4g us%s\n",
            in.hw.peak_tflops, in.hw.gemm_efficiency, in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us,
            in.overlap ? ", DP/CP overlap on" : "");
-  o += fmt("  compute       %12.4g s\n", r.compute_s);
+  o += fmt("  compute       %12.4g s", r.compute_s);
+  o += in.hw.mem_bw_GBps > 0 ? fmt(" (memory-bound %.4g s: %.4g GB at %.4g GB/s)\n", r.memory_s, r.memory_bytes / 1e9,
+                                   in.hw.mem_bw_GBps)
+                             : std::string(" (memory-bound work not timed: give --mem-bw)\n");
   o += fmt("  bubble        %12.4g s\n", r.bubble_s);
   o += fmt("  comm          %12.4g s (exposed %.4g s)\n", r.comm_s, r.exposed_comm_s);
   o += fmt("  step          %12.4g s\n", r.step_s);
@@ -155,6 +158,7 @@ CsvRecord plan_record(const PlanInput& in, const PlanResult& r) {
   if (r.timed) {
     c.set("est_compute_s", r.compute_s)
         .set("est_gemm_efficiency", in.hw.gemm_efficiency)
+        .set("est_memory_s", r.memory_s)
         .set("est_exposed_comm_s", r.exposed_comm_s)
         .set("est_step_time_s", r.step_s)
         .set("est_tokens_per_s", r.tokens_per_s)

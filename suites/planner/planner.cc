@@ -47,6 +47,7 @@ void check_input(const PlanInput& in) {
   require(h.peak_tflops >= 0 && h.bw_intra_GBps >= 0 && h.bw_inter_GBps >= 0 && h.latency_us >= 0,
           "--peak-tflops/--bw-intra/--bw-inter/--latency-us: must be >= 0");
   require(h.gemm_efficiency > 0 && h.gemm_efficiency <= 1, "--gemm-efficiency: must be in (0, 1]");
+  require(h.mem_bw_GBps >= 0, "--mem-bw: must be >= 0");
 }
 
 // Alpha-beta ring time of one row (planner.h).
@@ -179,6 +180,30 @@ void model_parallel_comm(const PlanInput& in, const Pipe& pipe, int rank, int64_
   }
 }
 
+// Non-GEMM bytes per step of the worst pipeline rank: its microbatches'
+// layers (one more forward of them under full recomputation), embedding and
+// head, and its optimizer step over the parameters it updates on the device.
+double worst_rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r) {
+  const ModelConfig& mc = *in.shape;
+  const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
+                          elem_bytes(in.precision)};
+  const int rank = r.worst.stage;
+  double per_micro = 0;
+  for (int c = 0; c < pipe.part.v; ++c) {
+    const pipeline::StageSlice& sl = pipe.part.at(rank, c);
+    per_micro += double(sl.num_blocks) * double(layer_traffic_bytes(x)) * (in.recompute == Recompute::full ? 4.0 / 3 : 1);
+    if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
+    if (sl.head) per_micro += double(head_traffic_bytes(x, mc.V));
+  }
+  const dp::BytesPerParam b = dp::bytes_per_param(in.precision);
+  const double stepped = double(r.worst.optimizer) / double(b.optimizer);  // params updated on the device
+  // Reads params (the master is in the state when mixed), grads and states;
+  // writes params and states.
+  const bool mixed = in.precision == Precision::bf16_mixed;
+  const double per_param = double((mixed ? 0 : b.param) + b.grad + b.optimizer + b.param + b.optimizer);
+  return per_micro * double(r.microbatches) + stepped * per_param;
+}
+
 }  // namespace
 
 PlanResult plan(const PlanInput& in) {
@@ -255,7 +280,9 @@ PlanResult plan(const PlanInput& in) {
   r.timed = true;
   const double peak = in.hw.peak_tflops * 1e12 * double(r.world);
   const double achieved = peak * in.hw.gemm_efficiency;
-  r.compute_s = r.hardware_flops / achieved;
+  r.memory_bytes = in.shape ? worst_rank_memory_bytes(in, pipe, r) : 0;
+  r.memory_s = in.hw.mem_bw_GBps > 0 ? r.memory_bytes / (in.hw.mem_bw_GBps * 1e9) : 0;
+  r.compute_s = r.hardware_flops / achieved + r.memory_s;
   r.bubble_s = r.compute_s * r.bubble_over_ideal;
   const double fwd_s = r.model_flops / 3.0 / achieved, bwd_s = r.compute_s - fwd_s;
   double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;

@@ -7,8 +7,12 @@
 // Mesh order is Megatron's (TP fastest, then CP, DP, PP), so a group is
 // intra-node when its span (size x stride) fits in ranks_per_node.
 // Time model (stated once, here): compute = hardware FLOPs / (world * peak *
-// GEMM efficiency), the efficiency being the fraction of peak the model's
-// GEMMs reach (1 unless given; the sweep measures it at the model's shapes);
+// GEMM efficiency) + memory-bound time, the efficiency being the fraction of
+// peak the model's GEMMs reach (1 unless given; the sweep measures it at the
+// model's shapes) and the memory-bound time, given a memory bandwidth, the
+// non-GEMM bytes of the worst rank's microbatches (model_cost.h
+// *_traffic_bytes) plus its optimizer step (reads params, grads and states,
+// writes params and states) over that bandwidth;
 // pipeline bubble = compute * the schedule's declared bubble over ideal
 // (impl/pipeline/cost.h: (p-1)/m for GPipe and 1F1B, Narayanan et al. 2021
 // Sec. 2.2.1), activations held = the schedule's declared peak in-flight
@@ -36,6 +40,7 @@ struct Hardware {
   double bw_intra_GBps = 0, bw_inter_GBps = 0;  // per rank, GB/s (1e9)
   double latency_us = 0;
   double gemm_efficiency = 1;  // in (0, 1]: fraction of peak_tflops the model's GEMMs reach
+  double mem_bw_GBps = 0;      // per rank device-memory bandwidth; 0: memory-bound work not timed
 };
 
 struct PlanInput {
@@ -102,6 +107,8 @@ struct PlanResult {
   bool flops_exact = true;           // false: 6*N*tokens estimate (no shape)
   bool timed = false;                // hardware figures given
   double compute_s = 0, bubble_s = 0, comm_s = 0, exposed_comm_s = 0, step_s = 0;
+  double memory_bytes = 0;           // non-GEMM bytes per step on the worst rank (needs a shape)
+  double memory_s = 0;               // memory_bytes / mem_bw (0 without a bandwidth); part of compute_s
   double bubble_over_ideal = 0;      // the schedule's declared bubble / ideal compute
   std::string bubble_formula;
   double tokens_per_s = 0, mfu = 0, hfu = 0;

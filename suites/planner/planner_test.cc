@@ -89,6 +89,38 @@ TEST(Planner, CommBuffersAreTheDeclaredReplay) {
   }
 }
 
+// The memory-bound term: the stated per-token counts, split by tp as stated,
+// and timed as bytes / bandwidth inside compute.
+TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
+  const ActivationShape x{2, 64, 128, 4, 1, 1, false, false, 4};
+  EXPECT_EQ(layer_traffic_bytes(x), 3 * (10 * 128 + 8 * 128 + 2 * 4 * 64) * 2 * 64 * 4);
+  ActivationShape t2 = x;
+  t2.tp = 2;
+  EXPECT_EQ(layer_traffic_bytes(t2), 3 * (10 * 128 + (8 * 128 + 2 * 4 * 64) / 2) * 2 * 64 * 4);
+  EXPECT_EQ(head_traffic_bytes(x, 1000), (6 * 128 + 4 * 1000) * 2 * 64 * 4);
+  EXPECT_EQ(embedding_traffic_bytes(x), 5 * 128 * 2 * 64 * 4);
+
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.precision = Precision::fp32;
+  in.microbatch_size = 2;
+  in.hw.peak_tflops = 1;
+  const PlanResult no_bw = plan(in);
+  EXPECT_EQ(no_bw.memory_s, 0);
+  in.hw.mem_bw_GBps = 10;
+  const PlanResult r = plan(in);
+  const ModelConfig& m = *in.shape;
+  const ActivationShape s{2, m.maxT, m.C, m.NH, 1, 1, false, false, 4};
+  const double opt = double(m.num_params()) * (4 + 4 + 8 + 4 + 8);  // read p, g, m+v; write p, m+v
+  const double bytes = m.L * double(layer_traffic_bytes(s)) + double(embedding_traffic_bytes(s)) +
+                       double(head_traffic_bytes(s, m.V)) + opt;
+  EXPECT_DOUBLE_EQ(r.memory_bytes, bytes);
+  EXPECT_DOUBLE_EQ(r.memory_s, bytes / 10e9);
+  EXPECT_NEAR(r.compute_s, no_bw.compute_s + r.memory_s, 1e-12);
+  in.hw.mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+}
+
 // Korthikanti et al. 2022 Table 2 (16-bit activations, dropout).
 TEST(Planner, ActivationsMatchKorthikanti) {
   const int64_t s = 2048, b = 4, h = 12288, a = 96, sbh = s * b * h;

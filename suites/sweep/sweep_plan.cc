@@ -80,6 +80,7 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
   hw.bw_intra_GBps = h.copy_GBps * share;
   hw.bw_inter_GBps = hw.bw_intra_GBps;
   hw.latency_us = h.latency_us;
+  hw.mem_bw_GBps = h.copy_GBps * share;
   return hw;
 }
 
