@@ -140,6 +140,11 @@ def err(est, meas):
 MODEL_MARKERS = ["o", "s", "^", "D", "v", "P"]
 
 
+def pct(x):
+    """A percentage with two significant digits below 10 (0.21, 3.4) and none above (86)."""
+    return "%.0f" % x if abs(x) >= 10 else "%.2g" % x
+
+
 def plan_vs_measured(run, out):
     pairs = [(s, p) for s, p in plan_points(run) if num(s, "tokens_per_s") and num(p, "est_tokens_per_s")]
     if not pairs:
@@ -175,8 +180,8 @@ def plan_vs_measured(run, out):
         ax.set_xlabel("measured (%s)" % unit_name)
         ax.set_ylabel("planner estimate (%s)" % unit_name)
     med = (lambda v: sorted(v)[len(v) // 2] if v else float("nan"))
-    a1.set_title("Throughput: planner vs measured (median |error| %.0f%%)" % med(t_err))
-    a2.set_title("Peak device memory per rank: planner vs measured (median |error| %.0f%%)" % med(m_err))
+    a1.set_title("Throughput: planner vs measured (median |error| %s%%)" % pct(med(t_err)))
+    a2.set_title("Peak device memory per rank: planner vs measured (median |error| %s%%)" % pct(med(m_err)))
     handles = [Line2D([], [], marker="o", ls="", color=colors[s], label=s) for s in sorted(colors)]
     handles += [Line2D([], [], marker=marker[m], ls="", color="#555555", label="model " + m) for m in models]
     a1.legend(handles=handles + [Line2D([], [], color="gray", ls="--", label="estimate = measured")],
