@@ -117,6 +117,9 @@ int run_check(const CheckFlags& f, const Env& env) {
   if (!f.backend.empty())
     require(parse_backend(f.backend, &wo.backend) && wo.backend != BackendKind::nccl,
             "--backend: '" + f.backend + "' is not local or mpi");
+  require(wo.backend != BackendKind::local || env.launched_size == 1,
+          "--backend local: under mpirun -np " + std::to_string(env.launched_size) +
+              " every process would write its own results; use --backend mpi");
   std::unique_ptr<World> mpi_world;  // one per process: MPI initializes once
   if (wo.backend != BackendKind::local) {
     wo.size = 0;

@@ -70,10 +70,15 @@ int run_sweep_cmd(const SweepFlags& f, const Env& env) {
   // each one with exit 2 on its own.
   ConfigReader r = load_config(f.cfg);
   const sweep::SweepConfig c = sweep::read_sweep_config(r);
-  if (backend == BackendKind::local) return sweep_main(f, c, env, nullptr, true);
+  if (backend == BackendKind::local) {
+    require(env.launched_size == 1, "--backend local: under mpirun -np " + std::to_string(env.launched_size) +
+                                        " every process would write the same files; use --backend mpi");
+    return sweep_main(f, c, env, nullptr, true);
+  }
   WorldOptions wo;
   wo.backend = backend;
   wo.size = 0;  // what mpirun launched
+  wo.ranks_per_node = c.ranks_per_node;  // the node boundary the strategies are told about
   std::unique_ptr<World> world = make_world(wo);
   const auto hosted = world->local_ranks();
   const bool writer = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();

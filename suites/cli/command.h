@@ -13,6 +13,7 @@ namespace pb::cli {
 // What main() read from the environment (STYLE: only main() reads it).
 struct Env {
   bool under_mpirun = false;  // OMPI_COMM_WORLD_SIZE / PMI_SIZE present
+  int launched_size = 1;      // mpirun's -np as the launcher tells it (1 when unknown)
   bool is_tty = false;        // stdout is a terminal (progress lines)
   std::string git_rev;        // PARABENCH_GIT_REV or the build's revision
   std::string argv0;          // path of this executable (for re-exec)

@@ -16,6 +16,11 @@ int main(int argc, char** argv) {
   Env env;
   env.under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
                      std::getenv("PMIX_RANK");
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* v = std::getenv(var); v && std::atoi(v) > 0) {
+      env.launched_size = std::atoi(v);
+      break;
+    }
   env.is_tty = isatty(STDOUT_FILENO);
   const char* rev = std::getenv("PARABENCH_GIT_REV");
   env.git_rev = rev ? rev : pb::build_git_rev();

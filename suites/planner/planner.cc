@@ -81,7 +81,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   const bool gathers =
       axis.shard == dp::Shard::zero3 || axis.shard == dp::Shard::hsdp || axis.shard == dp::Shard::hzero;
   if (!in.shape) {
-    if (gathers) s.comm = -1;  // no unit structure without a shape
+    if (axis.shard != dp::Shard::none) s.comm = -1;  // no unit structure without a shape
   } else if (pipe.part.pp == 1 && pipe.part.v == 1) {
     // The canonical unit order the runner visits: the protocol replayed, as
     // the conformance engine holds the measured peak to.
@@ -284,7 +284,8 @@ PlanResult plan(const PlanInput& in) {
   r.memory_s = in.hw.mem_bw_GBps > 0 ? r.memory_bytes / (in.hw.mem_bw_GBps * 1e9) : 0;
   r.compute_s = r.hardware_flops / achieved + r.memory_s;
   r.bubble_s = r.compute_s * r.bubble_over_ideal;
-  const double fwd_s = r.model_flops / 3.0 / achieved, bwd_s = r.compute_s - fwd_s;
+  // Forward is a third of the GEMM work and of the layers' memory traffic.
+  const double fwd_s = r.model_flops / 3.0 / achieved + r.memory_s / 3.0, bwd_s = r.compute_s - fwd_s;
   double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;
   for (CommRow& c : r.comm) {
     c.time_s = row_time(c, in.hw);

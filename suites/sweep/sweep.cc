@@ -166,6 +166,7 @@ std::vector<SweepPoint> expand(const SweepConfig& c) {
 
 PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank, World* world) {
   PointResult res;
+  bool started = false;  // ranks are running: under MPI no error can be a row any more
   res.seq = c.seq;
   res.global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.world : c.global_batch;
   try {
@@ -193,6 +194,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     wo.ranks_per_node = c.ranks_per_node;
     validate(wo);
 
+    dp::validate(o, cfg);  // bad input is found here, alike on every rank, before any communication
     RankOut all;  // written by rank 0 of the point's world only
     auto body = [&](Communicator& comm) {
       RankOut mine;
@@ -205,6 +207,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     if (world) {
       require(world->size() == p.world, "sweep: the point's world (" + std::to_string(p.world) +
                                             ") is not mpirun's (" + std::to_string(world->size()) + ")");
+      started = true;
       run_ranks(*world, body);
     } else {
       run_ranks(*make_local_world(wo), body);
@@ -225,6 +228,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     res.peak_flops = peak_flops_per_rank * p.world;
     res.mfu = res.peak_flops > 0 ? res.model_flops_per_s / res.peak_flops : 0;
   } catch (const InputError& e) {
+    if (world && started) throw;  // from inside the ranks: see below
     res.status = "rejected";
     res.reason = e.what();
   } catch (const std::exception& e) {

@@ -2,7 +2,8 @@
 the MPI backend, one process per rank, and give the same exact figures (memory
 per tag, data-parallel bytes per step) as the same points on the local
 backend; --resume under mpirun adds nothing twice; an error only rank 0 sees
-(a bad --resume path) ends every process with exit 2 instead of hanging them.
+(a bad --resume path) ends every process with exit 2 instead of hanging them;
+sweep.ranks_per_node is the node boundary of the MPI world too.
 Usage: sweep_mpi_test.py PARABENCH MPIEXEC WORKDIR (ctest: sweep_mpi_np2)."""
 import csv
 import os
@@ -11,7 +12,7 @@ import subprocess
 import sys
 
 CONFIG = """[sweep]
-strategies = ["none", "zero1", "zero2", "zero3", "hsdp"]
+strategies = ["none", "zero1", "zero2", "zero3", "hsdp", "hzero"]
 worlds = [1, 2]
 models = ["tiny"]
 precisions = ["fp32", "bf16-mixed"]
@@ -20,9 +21,10 @@ seq = 16
 steps = 2
 warmup = 1
 peak_gflops = 10.0
+ranks_per_node = 1
 """
 EXACT = ["mem_params", "mem_grads", "mem_optimizer", "mem_activations", "mem_comm", "mem_workspace",
-         "mem_total", "mem_host_total", "comm_dp_bytes"]
+         "mem_total", "mem_host_total", "comm_dp_bytes", "comm_inter_node_bytes"]
 KEY = ("strategy", "model", "precision", "world", "microbatches", "scaling")
 
 
@@ -57,7 +59,7 @@ def main():
     check(run([exe, "sweep", "--config", cfg, "--run-dir", local_dir]) == 0, "local sweep exits 0")
     mpi = rows(os.path.join(mpi_dir, "sweep.csv"))
     local = {tuple(r[k] for k in KEY): r for r in rows(os.path.join(local_dir, "sweep.csv"))}
-    check(len(mpi) == 10, "one row per world-2 point (%d)" % len(mpi))
+    check(len(mpi) == 12, "one row per world-2 point (%d)" % len(mpi))
     check(all(r["world"] == "2" and r["backend"] == "mpi" and r["status"] == "ok" for r in mpi),
           "only world-2 points, backend mpi, all ok")
     for r in mpi:
@@ -70,8 +72,11 @@ def main():
     check(v.returncode == 0, "the MPI sweep CSV validates")
 
     check(run(mpirun + [exe, "sweep", "--config", cfg, "--resume", mpi_dir]) == 0, "--resume under mpirun exits 0")
-    check(len(rows(os.path.join(mpi_dir, "sweep.csv"))) == 10, "--resume ran nothing twice")
+    check(len(rows(os.path.join(mpi_dir, "sweep.csv"))) == 12, "--resume ran nothing twice")
+    check(any(int(r["comm_inter_node_bytes"]) > 0 for r in mpi), "ranks_per_node = 1 puts the ranks on two nodes")
 
+    rc = run(mpirun + [exe, "sweep", "--config", cfg, "--backend", "local", "--out", work], timeout=120)
+    check(rc == 2, "--backend local under mpirun -np 2 exits 2 (got %d): every process would write" % rc)
     rc = run(mpirun + [exe, "sweep", "--config", cfg, "--resume", os.path.join(work, "nope")], timeout=120)
     check(rc == 2, "a bad --resume under mpirun exits 2 (got %d), no process left waiting" % rc)
     with open(cfg, "a") as f:

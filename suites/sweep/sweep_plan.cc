@@ -80,7 +80,8 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
   hw.bw_intra_GBps = h.copy_GBps * share;
   hw.bw_inter_GBps = hw.bw_intra_GBps;
   hw.latency_us = h.latency_us;
-  hw.mem_bw_GBps = h.copy_GBps * share;
+  // A copy reads and writes every byte; the traffic counts do both.
+  hw.mem_bw_GBps = 2 * h.copy_GBps * share;
   return hw;
 }
 

@@ -81,8 +81,8 @@ TEST(SweepPlan, MeasuredFiguresArePositive) {
 // narrower models; the planner's compute time divides by it.
 TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
   const double peak = kernels::measure_sgemm_gflops(512, 0.05) * 1e9;
-  const double tiny = measure_gemm_efficiency(named_model("tiny"), 8, 16, peak, 0.005);
-  const double medium = measure_gemm_efficiency(named_model("medium"), 8, 64, peak, 0.005);
+  const double tiny = measure_gemm_efficiency(named_model("tiny"), 8, 16, peak, 0.01);
+  const double medium = measure_gemm_efficiency(named_model("medium"), 8, 64, peak, 0.01);
   EXPECT_GT(tiny, 0);
   EXPECT_LE(medium, 1);
   EXPECT_LT(tiny, medium);  // C = 32 GEMMs are far from peak; C = 256 ones much nearer
