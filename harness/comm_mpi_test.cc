@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "harness/testing_world.h"
-#include "harness/comm_backends.h"
 #include "harness/comm_testing.h"
 
 namespace pb {
@@ -122,15 +121,12 @@ int main(int argc, char** argv) {
   o.size = 0;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--ranks-per-node") == 0) o.ranks_per_node = std::atoi(argv[i + 1]);
-  auto world = pb::make_world(o);
-  ::testing::AddGlobalTestEnvironment(new pb::MpiEnv(world.get()));
-  // Only rank 0 prints gtest's report; every rank's failures still fail the run.
-  if (world->local_ranks()[0] != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new pb::FailurePrinter(world->local_ranks()[0]));
-  }
-  int rc = RUN_ALL_TESTS();
-  world.reset();
-  return rc;
+  return pb::testing::run_all_tests_in_world(o, [](pb::World& world) {
+    // Only rank 0 prints gtest's report; every rank's failures still fail the run.
+    if (world.local_ranks()[0] != 0) {
+      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+      delete listeners.Release(listeners.default_result_printer());
+      listeners.Append(new pb::FailurePrinter(world.local_ranks()[0]));
+    }
+  });
 }

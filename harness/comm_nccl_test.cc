@@ -8,7 +8,6 @@
 #include <cstdlib>
 
 #include "harness/testing_world.h"
-#include "harness/comm_backends.h"
 #include "harness/comm_nccl.h"
 #include "harness/comm_testing.h"
 
@@ -48,9 +47,5 @@ int main(int argc, char** argv) {
   pb::WorldOptions o;
   o.backend = pb::BackendKind::nccl;
   o.size = 0;
-  auto world = pb::make_world(o);
-  ::testing::AddGlobalTestEnvironment(new pb::NcclEnv(world.get()));
-  int rc = RUN_ALL_TESTS();
-  world.reset();
-  return rc;
+  return pb::testing::run_all_tests_in_world(o);
 }

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include "harness/testing_world.h"
-#include "harness/comm_backends.h"
 #include "suites/conformance/pipeline_engine.h"
 
 namespace pb {
@@ -54,9 +53,5 @@ int main(int argc, char** argv) {
   pb::WorldOptions o;
   o.backend = pb::BackendKind::mpi;
   o.size = 0;
-  auto world = pb::make_world(o);
-  ::testing::AddGlobalTestEnvironment(new pb::MpiEnv(world.get()));
-  int rc = RUN_ALL_TESTS();
-  world.reset();
-  return rc;
+  return pb::testing::run_all_tests_in_world(o);
 }
