@@ -180,21 +180,27 @@ def stacked_panels(run, rows, cols, colors, what):
     return fig
 
 
+def stacked_per_group(run, out, sweep, cols, colors, ylabel, title, prefix, caption, note):
+    """One stacked_panels figure per (model, precision, scaling) of the sweep."""
+    result = []
+    for (model, prec, scaling), rows in groups(sweep, ["model", "precision", "scaling"]).items():
+        fig = stacked_panels(run, rows, cols, colors, ylabel)
+        fig.suptitle("%s: %s, %s, %s scaling" % (title, model, prec, scaling))
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        name = "%s_%s_%s_%s.png" % (prefix, model, prec, scaling)
+        result.append((save(fig, out, name), "%s: %s %s %s" % (caption, model, prec, scaling), note))
+    return result
+
+
 def memory(run, out):
     sweep = ok(run["sweep"])
     if not any(num(r, "mem_total") for r in sweep):
         raise Skip("no sweep rows with per-tag memory")
-    result = []
     cols = ["mem_" + t for t in TAGS]
     colors = {"mem_" + t: TAG_COLORS[t] for t in TAGS}
-    for (model, prec, scaling), rows in groups(sweep, ["model", "precision", "scaling"]).items():
-        fig = stacked_panels(run, rows, cols, colors, "peak memory per rank")
-        fig.suptitle("Per-rank memory by tag: %s, %s, %s scaling" % (model, prec, scaling))
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
-        name = "memory_%s_%s_%s.png" % (model, prec, scaling)
-        result.append((save(fig, out, name), "Memory by tag: %s %s %s" % (model, prec, scaling),
-                       "Stacked per-tag peaks (max over ranks); hatched bars are the declared (planner) figures for the same point."))
-    return result
+    return stacked_per_group(run, out, sweep, cols, colors, "peak memory per rank", "Per-rank memory by tag", "memory",
+                             "Memory by tag", "Stacked per-tag peaks (max over ranks); hatched bars are the "
+                             "declared (planner) figures for the same point.")
 
 
 def comm_volume(run, out):
@@ -203,16 +209,10 @@ def comm_volume(run, out):
     if not cols:
         raise Skip("no sweep rows with communication bytes")
     colors = {"comm_%s_bytes" % a: AXIS_COLORS[a] for a in AXES}
-    result = []
-    for (model, prec, scaling), rows in groups(sweep, ["model", "precision", "scaling"]).items():
-        fig = stacked_panels(run, rows, cols, colors, "logical bytes per step per rank")
-        fig.suptitle("Communication volume by parallel axis (nccl-tests logical bytes): %s, %s, %s scaling"
-                     % (model, prec, scaling))
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
-        name = "comm_%s_%s_%s.png" % (model, prec, scaling)
-        result.append((save(fig, out, name), "Communication volume: %s %s %s" % (model, prec, scaling),
-                       "Bytes per step and rank by group axis; hatched bars are the planner's figures."))
-    return result
+    return stacked_per_group(run, out, sweep, cols, colors, "logical bytes per step per rank",
+                             "Communication volume by parallel axis (nccl-tests logical bytes)", "comm",
+                             "Communication volume",
+                             "Bytes per step and rank by group axis; hatched bars are the planner's figures.")
 
 
 def collectives(run, out):
