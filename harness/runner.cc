@@ -4,6 +4,8 @@
 // so pending operations on it fail fast instead of waiting for peers.
 #include "harness/runner.h"
 
+#include <algorithm>
+
 #include <mutex>
 #include <thread>
 
@@ -33,6 +35,11 @@ void validate(const WorldOptions& o) {
                                                 ", got " + std::to_string(o.ranks_per_node));
   require(o.timeout_s >= 0, "timeout: must be >= 0 seconds (0 = never), got " + std::to_string(o.timeout_s));
   require(o.chaos.max_delay_us >= 0, "chaos max delay: must be >= 0 us, got " + std::to_string(o.chaos.max_delay_us));
+}
+
+bool hosts_rank(const World& world, int rank) {
+  const std::vector<int> hosted = world.local_ranks();
+  return std::find(hosted.begin(), hosted.end(), rank) != hosted.end();
 }
 
 void run_ranks(World& world, const std::function<void(Communicator&)>& fn) {

@@ -55,6 +55,10 @@ class World {
   virtual void terminate(int exit_code) {}
 };
 
+// Whether this process hosts `rank` of the world (rank 0: whether it writes
+// a command's results).
+bool hosts_rank(const World& world, int rank);
+
 // Runs fn on every rank the world hosts (one thread each when more than one).
 // Throws RankError(first failing rank, its message) if any rank failed.
 void run_ranks(World& world, const std::function<void(Communicator&)>& fn);

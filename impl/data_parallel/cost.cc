@@ -113,8 +113,8 @@ UnitBufferBytes zero3_unit_buffer_bytes(int64_t largest_unit, int prefetch, cons
   require(prefetch >= 0, "prefetch: must be >= 0");
   const BytesPerParam b = bytes_per_param(a.precision);
   // hzero gathers over dp in forward and over the node (from the dp-padded
-  // secondary) in backward: the full buffer is dp-padded either way.
-  const int64_t g = a.shard == Shard::hzero ? a.dp : shard_group_size(a);
+  // secondary) in backward: the full buffer is padded to its group, dp.
+  const int64_t g = shard_group_size(a);
   const int64_t full = full_elems(largest_unit, g, a.padding);
   return {(1 + int64_t(prefetch)) * full * b.param, full * b.grad};
 }

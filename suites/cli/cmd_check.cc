@@ -137,8 +137,7 @@ int run_check(const CheckFlags& f, const Env& env) {
                              std::string(mpi_world ? "; under mpirun --dp must include the world size)" : ")"));
   bool writer = true;
   if (mpi_world) {
-    auto hosted = mpi_world->local_ranks();
-    writer = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();
+    writer = hosts_rank(*mpi_world, 0);
   }
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   std::unique_ptr<ResultWriter> csv_writer;

@@ -137,8 +137,7 @@ int run(Flags& f, const Env& env, bool world_given) {
   }
 
   // Rows and counters are written by the process that hosts rank 0.
-  const auto hosted = world->local_ranks();
-  const bool writer = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();
+  const bool writer = hosts_rank(*world, 0);
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   std::string csv_path = f.csv, counters_path;
   std::unique_ptr<ResultWriter> rows;

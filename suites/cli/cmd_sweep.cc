@@ -80,8 +80,7 @@ int run_sweep_cmd(const SweepFlags& f, const Env& env) {
   wo.size = 0;  // what mpirun launched
   wo.ranks_per_node = c.ranks_per_node;  // the node boundary the strategies are told about
   std::unique_ptr<World> world = make_world(wo);
-  const auto hosted = world->local_ranks();
-  const bool writer = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();
+  const bool writer = hosts_rank(*world, 0);
   // Every process takes part in every point: an error on one (bad input only
   // the writer sees, a failed rank) must end them all, or the others would
   // wait in a collective forever. The rows already written stay; --resume

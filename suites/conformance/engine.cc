@@ -171,8 +171,7 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
     dispatch_dtype(storage_dtype(s.cfg.precision),
                    [&](auto t) { run_rank<decltype(t)>(s, c, res, strat, mu); });
   });
-  auto hosted = world.local_ranks();
-  res.hosts_rank0 = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();
+  res.hosts_rank0 = hosts_rank(world, 0);
   if (!res.hosts_rank0) return res;
 
   TrainConfig truth_cfg = s.cfg;

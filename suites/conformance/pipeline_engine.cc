@@ -189,8 +189,7 @@ ConformanceResult run_pipeline_conformance(const PipelineRun& r, World& world, P
   run_ranks(world, [&](Communicator& c) {
     dispatch_dtype(storage_dtype(r.cfg.precision), [&](auto t) { run_rank<decltype(t)>(r, c, res, rep, mu); });
   });
-  auto hosted = world.local_ranks();
-  res.hosts_rank0 = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();
+  res.hosts_rank0 = hosts_rank(world, 0);
   if (!res.hosts_rank0) return res;
 
   const bool delayed = r.pipe.kind == pl::ScheduleKind::pipedream_2bw;

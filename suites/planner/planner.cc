@@ -94,7 +94,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     // kind one reduce-scatter slice.
     const int64_t largest = *std::max_element(units.begin(), units.end());
     const dp::BytesPerParam b = dp::bytes_per_param(axis.precision);
-    const int64_t g = axis.shard == dp::Shard::hzero ? axis.dp : dp::shard_group_size(axis);
+    const int64_t g = dp::shard_group_size(axis);
     const int64_t full = dp::full_elems(largest, g, axis.padding), slice = dp::ceil_div(largest, g);
     s.comm = slice * std::max(b.grad, b.param);
     if (gathers) {

@@ -212,8 +212,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     } else {
       run_ranks(*make_local_world(wo), body);
     }
-    const auto hosted = world ? world->local_ranks() : std::vector<int>{0};
-    if (std::find(hosted.begin(), hosted.end(), 0) == hosted.end()) return res;  // rank 0 reports
+    if (world && !hosts_rank(*world, 0)) return res;  // rank 0 reports
     const std::vector<double>& slowest = all.seconds;
     for (int t = 0; t < 6; ++t) res.mem[t] = all.mem[t];
     res.mem_total = all.mem_total;
@@ -300,8 +299,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   SweepSummary sum;
-  const auto hosted = run.world ? run.world->local_ranks() : std::vector<int>{0};
-  const bool writer = std::find(hosted.begin(), hosted.end(), 0) != hosted.end();
+  const bool writer = !run.world || hosts_rank(*run.world, 0);
   std::vector<SweepPoint> points;
   for (auto& p : expand(c))
     if (!run.world || p.world == run.world->size()) points.push_back(p);
