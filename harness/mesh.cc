@@ -3,6 +3,7 @@
 #include "harness/mesh.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <string>
 
@@ -136,6 +137,104 @@ TwoLevelGroups split_by_node(const std::vector<std::vector<int>>& groups, int ra
     }
   }
   return out;
+}
+
+TwoLevelGroups split_consecutive(const std::vector<std::vector<int>>& groups, int size,
+                                 std::string_view field) {
+  TwoLevelGroups out;
+  for (const auto& g : groups) {
+    require(size > 0 && int(g.size()) % size == 0,
+            std::string(field) + ": " + std::to_string(size) + " does not divide a group of " +
+                std::to_string(g.size()) + " ranks");
+    const int blocks = int(g.size()) / size;
+    for (int b = 0; b < blocks; ++b) out.intra.emplace_back(g.begin() + b * size, g.begin() + (b + 1) * size);
+    for (int k = 0; k < size; ++k) {
+      std::vector<int> outer;
+      for (int b = 0; b < blocks; ++b) outer.push_back(g[size_t(b * size + k)]);
+      out.inter.push_back(std::move(outer));
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> whole_world(int n) {
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) all[size_t(i)] = i;
+  return {all};
+}
+
+namespace {
+
+std::vector<std::string_view> split_dots(std::string_view s) {
+  std::vector<std::string_view> out;
+  size_t b = 0;
+  while (true) {
+    const size_t e = s.find('.', b);
+    out.push_back(s.substr(b, e == std::string_view::npos ? std::string_view::npos : e - b));
+    if (e == std::string_view::npos) return out;
+    b = e + 1;
+  }
+}
+
+std::string quoted(std::string_view s) {
+  std::string q(1, '\'');
+  q.append(s);
+  q.push_back('\'');
+  return q;
+}
+
+// A positive decimal integer that fits an int; InputError naming the part.
+int parse_size(std::string_view digits, std::string_view part, std::string_view field) {
+  int v = 0;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  require(!digits.empty() && ec == std::errc() && p == digits.data() + digits.size() && v >= 1,
+          std::string(field) + ": " + quoted(part) + " needs a size, a whole number >= 1 (e.g. dp2)");
+  return v;
+}
+
+}  // namespace
+
+std::string mesh_text(const MeshShape& m) {
+  std::string s;
+  auto add = [&](const char* axis, int n) {
+    if (n <= 1) return;
+    if (!s.empty()) s.push_back('.');
+    s.append(axis).append(std::to_string(n));
+  };
+  add("dp", m.dp);
+  add("tp", m.tp);
+  add("cp", m.cp);
+  add("ep", m.ep);
+  add("pp", m.pp);
+  if (s.empty()) s = "dp1";
+  if (m.ranks_per_node > 0) s.append(".rpn").append(std::to_string(m.ranks_per_node));
+  return s;
+}
+
+MeshShape parse_mesh(std::string_view text, std::string_view field) {
+  require(!text.empty(), std::string(field) + ": empty; give axes like dp2.tp2.pp2 (axes dp, tp, cp, ep, pp, rpn)");
+  MeshShape m;
+  std::vector<std::string> seen;
+  for (std::string_view part : split_dots(text)) {
+    size_t i = 0;
+    while (i < part.size() && part[i] >= 'a' && part[i] <= 'z') ++i;
+    const std::string axis(part.substr(0, i));
+    const std::string_view digits = part.substr(i);
+    int* slot = axis == "dp" ? &m.dp : axis == "tp" ? &m.tp : axis == "cp" ? &m.cp : axis == "ep" ? &m.ep
+                : axis == "pp" ? &m.pp : axis == "rpn" ? &m.ranks_per_node : nullptr;
+    require(slot != nullptr, std::string(field) + ": " + quoted(part) +
+                                 " is not an axis (allowed: dp, tp, cp, ep, pp, rpn, each with a size, e.g. dp2.pp2)");
+    require(std::find(seen.begin(), seen.end(), axis) == seen.end(),
+            std::string(field) + ": axis " + axis + " given twice in " + quoted(text));
+    seen.push_back(axis);
+    *slot = parse_size(digits, part, field);
+  }
+  try {
+    validate(m);
+  } catch (const InputError& e) {
+    throw InputError(std::string(field) + ": " + quoted(text) + ": " + e.what());
+  }
+  return m;
 }
 
 }  // namespace pb

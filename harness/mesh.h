@@ -15,6 +15,7 @@
 // the member index runs over the group's own axes (fastest first), the group
 // index over the remaining axes (fastest first).
 #pragma once
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct MeshShape {
   int dp = 1, tp = 1, cp = 1, pp = 1;
   int ranks_per_node = 0;  // 0: the whole world is one node
   int ep = 1;              // expert parallel; divides dp * cp
+  bool operator==(const MeshShape&) const = default;
 };
 
 enum class MeshAxis { dp, tp, cp, pp, ep, edp, dp_cp };
@@ -36,6 +38,14 @@ struct MeshCoord {
 
 // InputError naming the field and the rule broken.
 void validate(const MeshShape& m);
+
+// The mesh's one text form (CLI --mesh, TOML strategy.mesh, the CSV `mesh`
+// column, labels): "dp2.tp2.pp2", axes in the order dp tp cp ep pp, size-1
+// axes left out ("dp1" when all are 1), ".rpn<N>" for N ranks per node.
+// parse_mesh(mesh_text(m)) == m; parse_mesh takes the axes in any order, each
+// once, and throws InputError naming the part that is wrong and the allowed form.
+std::string mesh_text(const MeshShape& m);
+MeshShape parse_mesh(std::string_view text, std::string_view field = "mesh");
 int world_size(const MeshShape& m);
 MeshCoord mesh_coord(const MeshShape& m, int rank);
 int mesh_rank(const MeshShape& m, int dp, int tp, int cp, int pp);
@@ -57,5 +67,15 @@ struct TwoLevelGroups {
   std::vector<std::vector<int>> intra, inter;
 };
 TwoLevelGroups split_by_node(const std::vector<std::vector<int>>& groups, int ranks_per_node);
+
+// Logical two-level split: every group cut into consecutive blocks of `size`
+// members (inner, e.g. HSDP's shard groups of F) and the members holding the
+// same position across its blocks (outer, HSDP's replica groups). InputError
+// naming `field` when size does not divide a group.
+TwoLevelGroups split_consecutive(const std::vector<std::vector<int>>& groups, int size,
+                                 std::string_view field);
+
+// One group of every rank of a world of n: the "check" and scalar groups.
+std::vector<std::vector<int>> whole_world(int n);
 
 }  // namespace pb

@@ -2,6 +2,8 @@
 // (harness/io.cmake) and may lag uncommitted edits; it names a build, not a tree.
 #include "harness/run_meta.h"
 
+#include "harness/mesh.h"
+
 #include <unistd.h>
 
 #include <climits>
@@ -58,10 +60,13 @@ std::string host_name() {
 }
 
 std::string mesh_string(int64_t dp, int64_t tp, int64_t cp, int64_t pp, int64_t ep) {
-  std::string s = "dp" + std::to_string(dp) + ".tp" + std::to_string(tp) + ".cp" + std::to_string(cp) + ".pp" +
-                  std::to_string(pp);
-  if (ep > 1) s += ".ep" + std::to_string(ep);
-  return s;
+  MeshShape m;
+  m.dp = int(dp);
+  m.tp = int(tp);
+  m.cp = int(cp);
+  m.pp = int(pp);
+  m.ep = int(ep);
+  return mesh_text(m);
 }
 
 std::string build_git_rev() { return PB_GIT_REV; }

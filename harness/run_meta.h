@@ -36,7 +36,7 @@ std::string make_run_id(std::chrono::system_clock::time_point now, uint32_t nonc
 std::string make_run_id(std::chrono::system_clock::time_point now);
 // gethostname(2); "unknown" if it fails.
 std::string host_name();
-// "dp2.tp1.cp1.pp1" (".ep<n>" appended when ep > 1).
+// The mesh's text form (harness/mesh.h mesh_text): "dp2", "dp4.tp2.ep8.pp2".
 std::string mesh_string(int64_t dp, int64_t tp, int64_t cp, int64_t pp, int64_t ep = 1);
 // The short git hash of the source tree at configure time, or "unknown".
 std::string build_git_rev();

@@ -27,8 +27,9 @@ TEST(RunMeta, RunIdFromCallerTimeAndNonce) {
 }
 
 TEST(RunMeta, MeshAndHost) {
-  EXPECT_EQ(mesh_string(2, 1, 1, 1), "dp2.tp1.cp1.pp1");
-  EXPECT_EQ(mesh_string(4, 2, 1, 2, 8), "dp4.tp2.cp1.pp2.ep8");
+  EXPECT_EQ(mesh_string(2, 1, 1, 1), "dp2");
+  EXPECT_EQ(mesh_string(1, 1, 1, 1), "dp1");
+  EXPECT_EQ(mesh_string(4, 2, 1, 2, 8), "dp4.tp2.ep8.pp2");
   EXPECT_FALSE(host_name().empty());
   EXPECT_FALSE(build_git_rev().empty());
 }

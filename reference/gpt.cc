@@ -103,14 +103,22 @@ Gpt<T>::Gpt(const ParamLayout& layout, int B, int Tn) : layout_(&layout), B_(B),
 
 template <class T>
 void Gpt<T>::embed_forward(T* x0, const int32_t* tokens, const T* emb) const {
-  const auto& m = layout_->model();
-  k::encoder_forward(x0, tokens, emb, emb + layout_->wpe_offset(), B_, Tn_, m.C);
+  embed_forward(x0, tokens, emb, emb + layout_->wpe_offset());
 }
 
 template <class T>
 void Gpt<T>::embed_backward(T* demb, const T* dx0, const int32_t* tokens) const {
-  const auto& m = layout_->model();
-  k::encoder_backward(demb, demb + layout_->wpe_offset(), dx0, tokens, B_, Tn_, m.C);
+  embed_backward(demb, demb + layout_->wpe_offset(), dx0, tokens);
+}
+
+template <class T>
+void Gpt<T>::embed_forward(T* x0, const int32_t* tokens, const T* wte, const T* wpe) const {
+  k::encoder_forward(x0, tokens, wte, wpe, B_, Tn_, layout_->model().C);
+}
+
+template <class T>
+void Gpt<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* tokens) const {
+  k::encoder_backward(dwte, dwpe, dx0, tokens, B_, Tn_, layout_->model().C);
 }
 
 template <class T>

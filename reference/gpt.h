@@ -92,6 +92,9 @@ class Gpt {
   // x0 (B,T,C) = wte[tokens] + wpe; emb = unit 0's params.
   void embed_forward(T* x0, const int32_t* tokens, const T* emb) const;
   void embed_backward(T* demb, const T* dx0, const int32_t* tokens) const;
+  // The same with wte and wpe apart (a sharded stage holds them as two units).
+  void embed_forward(T* x0, const int32_t* tokens, const T* wte, const T* wpe) const;
+  void embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* tokens) const;
 
   // One block: x_in (B,T,C) -> a.xout.
   void block_forward(BlockActs<T>& a, const T* x_in, const T* unit, Scratch<T>& s) const;

@@ -22,6 +22,7 @@ struct ModelConfig {
   int64_t num_params() const;
   // Throws InputError naming the field and the rule it breaks.
   void validate() const;
+  bool operator==(const ModelConfig&) const = default;
 };
 
 // Model FLOPs of one training step (forward + backward = 3x forward) for B

@@ -24,12 +24,14 @@ struct OptimConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double weight_decay = 0.1;
   double clip = 1.0;           // global-norm clipping; <= 0 disables
+  bool operator==(const OptimConfig&) const = default;
 };
 
 struct DataConfig {
   uint64_t seed = 7;
   int branching = 3;
   double mix = 0.02;
+  bool operator==(const DataConfig&) const = default;
 };
 
 struct TrainConfig {
@@ -47,6 +49,7 @@ struct TrainConfig {
   int64_t tokens_per_step() const { return int64_t(batch) * seq; }
   // Throws InputError naming the field and the rule.
   void validate() const;
+  bool operator==(const TrainConfig&) const = default;
 };
 
 // Learning rate at 1-based step s: linear warmup, then cosine to min_lr over

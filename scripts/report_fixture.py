@@ -112,7 +112,7 @@ def conformance_rows(rng, fail):
                 for st in steps:
                     floor = {"fp32": 3e-7, "bf16-mixed": 4e-3}[prec] * rng.uniform(0.5, 2)
                     ratio = 0.0 if bitwise else math.exp(rng.uniform(math.log(0.2), math.log(4)))
-                    r = common("conformance", 4, "dp4.tp1.cp1.pp1")
+                    r = common("conformance", 4, "dp4")
                     r.update(strategy=s, precision=prec, quantity=q, step=st, error=ratio * floor, floor=floor,
                              ratio=ratio, threshold=0 if bitwise else 8, bitwise=int(bitwise), **{"pass": 1})
                     rows.append(r)
@@ -130,7 +130,7 @@ def collective_rows(rng):
             for k in range(10, 27, 2):
                 size = 1 << k
                 t = 12e-6 * (world - 1) + f(world) * size / 6e9 * rng.uniform(0.95, 1.05)
-                r = common("collective", world, "dp%d.tp1.cp1.pp1" % world)
+                r = common("collective", world, "dp%d" % world)
                 r.update(op=op, bytes=size, count=size // 4, dtype="fp32", redop="sum" if op != "all_gather" else "none",
                          inplace=0, iters=20, time_us=t * 1e6, algbw_gbps=size / t / 1e9,
                          busbw_gbps=size / t / 1e9 * f(world), wrong=0)
@@ -140,7 +140,7 @@ def collective_rows(rng):
 
 def train_rows(rng):
     rows = []
-    for h, (mesh, w) in {"a1b2c3d4e5f60718": ("dp1.tp1.cp1.pp1", 1), "0f1e2d3c4b5a6978": ("dp4.tp1.cp1.pp1", 4)}.items():
+    for h, (mesh, w) in {"a1b2c3d4e5f60718": ("dp1", 1), "0f1e2d3c4b5a6978": ("dp4", 4)}.items():
         for step in range(1, 31):
             r = common("train_step", w, mesh)
             r["config_hash"] = h

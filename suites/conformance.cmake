@@ -1,10 +1,13 @@
-# conformance: the numerics rule (compare), the engine, the check matrix.
+# conformance: the numerics rule (compare), the one engine over every
+# strategy (impl/registry.h), the pipeline's timing report, the check matrix.
 parabench_library(NAME pb_conformance ALIAS pb::conformance
-  SOURCES conformance/compare.cc conformance/engine.cc
-  DEPS pb::data_parallel pb::reference pb::harness)
+  SOURCES conformance/compare.cc conformance/engine.cc conformance/pipeline_report.cc
+  DEPS pb::strategies pb::reference pb::harness)
 parabench_test(NAME conformance_compare_test SOURCES conformance/compare_test.cc DEPS pb::conformance)
 parabench_test(NAME conformance_dp_test SOURCES conformance/dp_conformance_test.cc
                DEPS pb::conformance TIMEOUT 900)
+parabench_test(NAME conformance_pipeline_test SOURCES conformance/pipeline_conformance_test.cc
+               DEPS pb::conformance TIMEOUT 300)
 
 list(APPEND PB_CLI_SOURCES cli/cmd_check.cc cli/cmd_run.cc cli/conformance_output.cc)
 set_source_files_properties(cli/cmd_run.cc PROPERTIES
@@ -19,3 +22,14 @@ parabench_mpi_test(NAME conformance_check_mpi_np2 NP 2
 parabench_mpi_test(NAME conformance_check_mpi_np4 NP 4
   COMMAND $<TARGET_FILE:parabench> check --dp 4 --shard none zero3 hsdp hzero --precision fp32
           --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
+# Pipeline conformance under mpirun (mpi backend, one process per rank).
+if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
+  add_executable(conformance_pipeline_mpi_test conformance/pipeline_conformance_mpi_test.cc)
+  target_link_libraries(conformance_pipeline_mpi_test PRIVATE pb::conformance pb::comm GTest::gtest)
+  parabench_warnings(conformance_pipeline_mpi_test)
+  foreach(np 2 4)
+    parabench_mpi_test(NAME conformance_pipeline_mpi_np${np} NP ${np} TIMEOUT 120
+      COMMAND $<TARGET_FILE:conformance_pipeline_mpi_test>)
+  endforeach()
+endif()

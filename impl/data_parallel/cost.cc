@@ -10,22 +10,6 @@
 
 namespace pb::dp {
 
-Shard parse_shard(std::string_view s, std::string_view field) {
-  if (s == "none" || s == "ddp") return Shard::none;
-  if (s == "zero1") return Shard::zero1;
-  if (s == "zero2") return Shard::zero2;
-  if (s == "zero3" || s == "fsdp") return Shard::zero3;
-  if (s == "hsdp") return Shard::hsdp;
-  if (s == "hzero") return Shard::hzero;
-  throw InputError(std::string(field) + ": '" + std::string(s) +
-                   "' is not one of none, zero1, zero2, zero3, hsdp, hzero");
-}
-
-std::string_view shard_name(Shard s) {
-  constexpr std::string_view names[] = {"none", "zero1", "zero2", "zero3", "hsdp", "hzero"};
-  return names[int(s)];
-}
-
 BytesPerParam bytes_per_param(Precision p) {
   switch (p) {
     case Precision::fp64: return {8, 8, 16};

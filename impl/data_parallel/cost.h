@@ -23,18 +23,12 @@
 #include <string_view>
 #include <vector>
 
+#include "impl/spec/run_spec.h"  // Shard, Offload
 #include "reference/train_config.h"  // pb::Precision
 
 namespace pb::dp {
 
-enum class Shard : uint8_t { none, zero1, zero2, zero3, hsdp, hzero };
-enum class Offload : uint8_t { none, optimizer };
 enum class Padding : uint8_t { padded, exact };
-
-// Parses "none"/"ddp", "zero1", "zero2", "zero3"/"fsdp", "hsdp", "hzero";
-// throws pb::InputError naming `field` otherwise.
-Shard parse_shard(std::string_view s, std::string_view field = "shard");
-std::string_view shard_name(Shard s);
 
 // Bytes per parameter of each model state. bf16-mixed: 2/2/12 (fp32 master +
 // Adam m, v: ZeRO's K = 12); fp32: 4/4/8 (Adam m, v; the params are the

@@ -4,11 +4,21 @@
 
 namespace pb::dp {
 
-ShardLayout::ShardLayout(const ParamLayout& l, int g, int slice_index) : g_(g), idx_(slice_index) {
-  for (int u = 0; u < l.num_units(); ++u) {
+std::vector<UnitSpan> model_units(const ParamLayout& l) {
+  std::vector<UnitSpan> v;
+  for (int u = 0; u < l.num_units(); ++u) v.push_back({l.unit_begin(u), l.unit_size(u), true});
+  return v;
+}
+
+ShardLayout::ShardLayout(const ParamLayout& l, int g, int slice_index)
+    : ShardLayout(model_units(l), g, slice_index) {}
+
+ShardLayout::ShardLayout(const std::vector<UnitSpan>& units, int g, int slice_index) : g_(g), idx_(slice_index) {
+  for (const UnitSpan& sp : units) {
     UnitShard s;
-    s.begin = l.unit_begin(u);
-    s.size = l.unit_size(u);
+    s.begin = sp.flat_lo;
+    s.size = sp.size;
+    s.in_norm = sp.in_norm;
     s.slice = (s.size + g - 1) / g;
     s.padded = s.slice * g;
     s.full_off = full_;

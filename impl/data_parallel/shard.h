@@ -20,13 +20,24 @@ struct UnitShard {
   int64_t padded = 0;    // g * slice
   int64_t full_off = 0;  // offset in the padded full buffer
   int64_t shard_off = 0; // offset in the shard buffer
+  bool in_norm = true;
 };
+
+// A unit to shard: a contiguous flat range of the model (pipeline stages also
+// hold the tied wte copy as a unit of its own, outside the norm).
+struct UnitSpan {
+  int64_t flat_lo = 0, size = 0;
+  bool in_norm = true;  // counted in the global gradient norm
+};
+// The whole model's units, in layout order.
+std::vector<UnitSpan> model_units(const ParamLayout& l);
 
 class ShardLayout {
  public:
   // slice_index: which slice of every unit this rank owns (usually its rank in
   // the shard group; hZeRO's two-level reduction decides otherwise).
   ShardLayout(const ParamLayout& layout, int g, int slice_index);
+  ShardLayout(const std::vector<UnitSpan>& units, int g, int slice_index);
   int groups() const { return g_; }
   int slice_index() const { return idx_; }
   int64_t full_size() const { return full_; }

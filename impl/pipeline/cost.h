@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "impl/data_parallel/cost.h"
 #include "impl/pipeline/schedule.h"
 
 namespace pb::pipeline {
@@ -85,5 +86,25 @@ Partition partition_layers(int L, int pp, int v);
 
 // InputError unless pp >= 1 divides world (world = dp * tp * cp * pp).
 void check_pipeline_mesh(int world, int pp);
+
+// Data-parallel traffic of one pipeline stage per optimizer step, the
+// executor's protocol (executor.h) for the stage's units (stage.h
+// stage_units: sizes and parameter reads per microbatch), m microbatches:
+//   none   all_reduce of every unit once, after the flush           group dp
+//   zero1  reduce_scatter of every padded unit once + all_gather once after the step
+//   zero2  reduce_scatter of every padded unit per microbatch + all_gather after the step
+//   zero3  per microbatch: all_gather(P) of a padded unit at every read, reduce_scatter(G) of
+//          every padded unit (group dp)
+//   hsdp   zero3 on dp_shard (F ranks) + all_reduce of the gradient shard over dp_replica once
+//   hzero  forward reads all_gather over dp; backward reads from the node-local secondary
+//          (dp_intra); reduce_scatter over dp_intra, then of the node's 1/r over dp_inter
+// Logical bytes, nccl-tests convention (dp cost.h CollCost); groups of size 1
+// issue nothing. The planner evaluates the same function at any scale.
+struct StageUnitUse {
+  int64_t size = 0;
+  int fwd_uses = 0, bwd_uses = 0;
+};
+std::vector<dp::CollCost> stage_dp_comm_per_step(const std::vector<StageUnitUse>& units, const dp::DataAxis& a,
+                                                 int microbatches);
 
 }  // namespace pb::pipeline

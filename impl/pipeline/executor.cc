@@ -40,47 +40,40 @@ Schedule build_schedule(const PipelineOptions& o, const TrainConfig& cfg) {
 
 template <class T>
 PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world)
-    : cfg_((validate(o, cfg, world.size()), cfg)), o_(o), world_(world), layout_(cfg.model),
+    : cfg_((validate(o, cfg, world.size()), cfg)), o_(o), layout_(cfg.model),
       data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix),
       part_(partition_layers(cfg.model.L, o.pp, o.virtual_stages)), s_(build_schedule(o, cfg)),
-      model_(layout_, cfg.batch / (o.dp * cfg.microbatches), cfg.seq) {
+      su_(stage_units(layout_, part_, 0)), model_(layout_, cfg.batch / (o.dp() * cfg.microbatches), cfg.seq) {
   // Message tags are dense indices (schedule.h); MPI guarantees tags up to 32767 only.
   require(world.backend() == "local" || num_messages(s_) <= 32767,
           "microbatches: " + std::to_string(num_messages(s_)) +
               " distinct pipeline messages exceed the tag range MPI guarantees (32767)");
   kernels::set_blas_threads(cfg.threads);
-  const MeshShape mesh{o.dp, 1, 1, o.pp};
+  const MeshShape mesh{o.dp(), 1, 1, o.pp, o.data.ranks_per_node};
   const MeshCoord mc = mesh_coord(mesh, world.rank());
   pr_ = mc.pp;
   dr_ = mc.dp;
   m_ = cfg.microbatches;
   Bm_ = model_.B();
-  pp_ = world.split(dr_, pr_, "pp");
-  const bool ends = o.pp > 1 && (pr_ == 0 || pr_ == o.pp - 1);
-  tied_ = world.split(ends ? dr_ : -1, pr_, "pp_tied");
-  dp_ = world.split(pr_, dr_, "dp");
-  scalar_ = world.split(0, world.rank(), "pp_scalar");
-  check_ = world.split(0, world.rank(), "check");
+  pp_ = world.split_groups(mesh_groups(mesh, MeshAxis::pp), "pp");
+  std::vector<std::vector<int>> tied;  // {first, last} of every pipeline replica
+  if (o.pp > 1)
+    for (const auto& g : mesh_groups(mesh, MeshAxis::pp)) tied.push_back({g.front(), g.back()});
+  tied_ = world.split_groups(tied, "pp_tied");
+  dpc_ = dp::make_dp_comms(world, mesh, o.data);
+  scalar_ = world.split_groups(whole_world(world.size()), "pp_scalar");
+  check_ = world.split_groups(whole_world(world.size()), "check");
 
-  sp_ = stage_pieces(layout_, part_, pr_);
-  const int g = o.dp_mode == DpMode::zero1 ? o.dp : 1;
-  slice_ = (sp_.size + g - 1) / g;
-  padded_ = slice_ * g;
+  su_ = stage_units(layout_, part_, pr_);
+  dp_ = std::make_unique<dp::Component<T>>(o.data, su_.units, layout_, cfg.seed, dpc_, mem_);
   const bool two = s_.async_weights;
-  params_ = Buffer<T>(&mem_, MemTag::params, size_t(padded_));
-  if (two) prev_params_ = Buffer<T>(&mem_, MemTag::params, size_t(padded_));
-  for (int i = 0; i < (two ? 2 : 1); ++i) {
-    grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(padded_));
-    if (o.pp == 1) head_grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(cfg.model.V) * cfg.model.C);
+  if (two) {
+    prev_params_ = Buffer<T>(&mem_, MemTag::params, size_t(dp_->shards().full_size()));
+    other_grads_ = Buffer<T>(&mem_, MemTag::grads, size_t(dp_->shards().full_size()));
   }
-  std::vector<Segment> segs;
-  const int64_t lo = g > 1 ? dr_ * slice_ : 0, hi = std::min(lo + slice_, sp_.size);
-  for (const Piece& p : sp_.pieces) {
-    init_params<T>(layout_, cfg.seed, p.flat_lo, p.flat_hi, params_.data() + p.local_off);
-    const int64_t b = std::max(lo, p.local_off), e = std::min(hi, p.local_off + p.flat_hi - p.flat_lo);
-    if (b < e) segs.push_back({p.flat_lo + b - p.local_off, p.flat_lo + e - p.local_off, b - lo, b, b});
-  }
-  opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, std::move(segs), slice_, &mem_);
+  if (o.pp == 1 && dp_->grads_full())
+    for (int i = 0; i < (two ? 2 : 1); ++i)
+      head_grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(cfg.model.V) * cfg.model.C);
   const size_t N = size_t(Bm_) * cfg.seq;
   dxa_ = Buffer<T>(&mem_, MemTag::workspace, N * cfg.model.C);
   dxb_ = Buffer<T>(&mem_, MemTag::workspace, N * cfg.model.C);
@@ -102,18 +95,53 @@ std::vector<int64_t> PipelineRank<T>::chunk_bytes() const {
 }
 
 template <class T>
-const T* PipelineRank<T>::P(int mb) const {
+const T* PipelineRank<T>::param(int mb, int i, bool backward) {
+  if (dp_->params_sharded()) {
+    auto [it, fresh] = gathered_.try_emplace(i);
+    if (fresh) it->second = dp_->start_gather(i, backward);  // hZeRO: backward from the secondary
+    return dp_->wait_gather(i, it->second);
+  }
   const int v = s_.weight_version(mb);
-  if (v == version_) return params_.data();
-  if (v == version_ - 1) return prev_params_.data();
+  const int64_t off = dp_->shards().unit(i).full_off;
+  if (v == version_) return dp_->unit_params(i);
+  if (v == version_ - 1) return prev_params_.data() + off;
   throw std::logic_error("2bw: microbatch " + std::to_string(mb) + " needs weight version " +
                          std::to_string(v) + " but rank holds " + std::to_string(version_));
 }
+
 template <class T>
-T* PipelineRank<T>::G(int mb) const { return grads_[s_.weight_version(mb) % 2].data(); }
+void PipelineRank<T>::release(int i) {
+  gathered_.erase(i);
+}
+
 template <class T>
-T* PipelineRank<T>::HG(int mb) const {
-  return o_.pp == 1 ? head_grads_[s_.weight_version(mb) % 2].data() : G(mb) + sp_.head_wte_local();
+T* PipelineRank<T>::grad(int mb, int i) {
+  if (dp_->grads_full()) {
+    const int64_t off = dp_->shards().unit(i).full_off;
+    return s_.weight_version(mb) % 2 == grads_version_ ? dp_->unit_grads(i) : other_grads_.data() + off;
+  }
+  auto [it, fresh] = unit_grads_.try_emplace({mb, i});
+  if (fresh) {
+    const size_t n = size_t(dp_->shards().unit(i).padded);
+    it->second = Buffer<T>(&mem_, MemTag::comm, n);
+    std::memset(static_cast<void*>(it->second.data()), 0, n * sizeof(T));
+  }
+  return it->second.data();
+}
+
+template <class T>
+void PipelineRank<T>::grad_done(int mb, int i) {
+  if (dp_->grads_full()) return;
+  auto it = unit_grads_.find({mb, i});
+  dp_->reduce_unit(i, it->second.data(), /*first_micro=*/false);  // onto zeroed shards
+  unit_grads_.erase(it);
+}
+
+template <class T>
+T* PipelineRank<T>::head_wte_grad(int mb) {
+  if (o_.pp > 1) return grad(mb, su_.tied);
+  if (!dp_->grads_full()) return grad(mb, su_.wte);  // summed with the embedding's, then reduced
+  return head_grads_[s_.weight_version(mb) % 2].data();
 }
 
 template <class T>
@@ -194,47 +222,56 @@ void PipelineRank<T>::forward(const Action& a) {
   const StageSlice& st = part_.at(pr_, a.chunk);
   Live& lv = open({a.microbatch, a.chunk});
   const size_t N = size_t(Bm_) * cfg_.seq;
-  const T* p = P(a.microbatch);
+  const int mb = a.microbatch;
   if (st.embedding || st.head) {
-    const int64_t step = s_.async_weights ? a.microbatch / m_ : step_;
-    data_.batch(step, int64_t(dr_ * m_ + a.microbatch % m_) * Bm_, Bm_, cfg_.seq, tok_tmp_.data(),
-                tgt_tmp_.data());
+    const int64_t step = s_.async_weights ? mb / m_ : step_;
+    data_.batch(step, int64_t(dr_ * m_ + mb % m_) * Bm_, Bm_, cfg_.seq, tok_tmp_.data(), tgt_tmp_.data());
     if (st.embedding) std::memcpy(lv.tokens.data(), tok_tmp_.data(), N * sizeof(int32_t));
     if (st.head) std::memcpy(lv.targets.data(), tgt_tmp_.data(), N * sizeof(int32_t));
   }
   if (st.embedding) {
-    model_.embed_forward(lv.x_in.data(), lv.tokens.data(), p + unit_off(0));
+    model_.embed_forward(lv.x_in.data(), lv.tokens.data(), param(mb, su_.wte, false), param(mb, su_.wpe, false));
+    release(su_.wpe);
+    release(su_.wte);  // the head (pp = 1) gathers it again: every use is one gather
   } else if (o_.pp == 1) {  // the previous chunk sits on this rank: hand over locally
-    std::memcpy(static_cast<void*>(lv.x_in.data()), live_.at({a.microbatch, a.chunk - 1}).out(),
+    std::memcpy(static_cast<void*>(lv.x_in.data()), live_.at({mb, a.chunk - 1}).out(),
                 N * cfg_.model.C * sizeof(T));
   }
   const T* x = lv.x_in.data();
   for (int i = 0; i < st.num_blocks; ++i) {
-    model_.block_forward(lv.blocks[size_t(i)], x, p + unit_off(layout_.block_unit(st.first_block + i)),
-                         scratch_);
+    const int u = su_.of_model[size_t(layout_.block_unit(st.first_block + i))];
+    model_.block_forward(lv.blocks[size_t(i)], x, param(mb, u, false), scratch_);
+    release(u);
     x = lv.blocks[size_t(i)].xout.data();
   }
-  if (st.head)
-    losses_[size_t(a.microbatch)] = model_.head_forward(lv.head, x, lv.targets.data(),
-                                                        p + unit_off(layout_.final_unit()),
-                                                        p + sp_.head_wte_local(), scratch_);
+  if (st.head) {
+    const int fin = su_.of_model[size_t(layout_.final_unit())], w = o_.pp > 1 ? su_.tied : su_.wte;
+    losses_[size_t(mb)] = model_.head_forward(lv.head, x, lv.targets.data(), param(mb, fin, false),
+                                              param(mb, w, false), scratch_);
+    release(fin);
+    release(w);
+  }
 }
 
 template <class T>
 void PipelineRank<T>::backward(const Action& a) {
   const StageSlice& st = part_.at(pr_, a.chunk);
   const Key k{a.microbatch, a.chunk};
+  const int mb = a.microbatch;
   Live& lv = live_.at(k);
   const size_t NC = size_t(Bm_) * cfg_.seq * cfg_.model.C;
-  const T* p = P(a.microbatch);
-  T* g = G(a.microbatch);
   auto other = [&](const T* x) { return x == dxa_.data() ? dxb_.data() : dxa_.data(); };
   const T* dout;
   if (st.head) {
-    const int fin = layout_.final_unit();
-    model_.head_backward(dxa_.data(), g + unit_off(fin), HG(a.microbatch), lv.out(), lv.targets.data(),
-                         lv.head, p + unit_off(fin), p + sp_.head_wte_local(),
-                         1.0 / double(cfg_.tokens_per_step()), scratch_);
+    const int fin = su_.of_model[size_t(layout_.final_unit())], w = o_.pp > 1 ? su_.tied : su_.wte;
+    const double tokens = o_.data.has(dp::Fault::grad_not_averaged) ? double(cfg_.tokens_per_step()) / o_.dp()
+                                                                    : double(cfg_.tokens_per_step());
+    model_.head_backward(dxa_.data(), grad(mb, fin), head_wte_grad(mb), lv.out(), lv.targets.data(), lv.head,
+                         param(mb, fin, true), param(mb, w, true), 1.0 / tokens, scratch_);
+    release(fin);
+    release(w);
+    grad_done(mb, fin);
+    if (o_.pp > 1) grad_done(mb, su_.tied);
     dout = dxa_.data();
   } else {
     dout = grad_in_.at(k).data();
@@ -242,20 +279,29 @@ void PipelineRank<T>::backward(const Action& a) {
   Buffer<T> dx_in;
   if (!st.embedding) dx_in = Buffer<T>(&mem_, MemTag::comm, NC);
   for (int i = st.num_blocks - 1; i >= 0; --i) {
-    const int u = layout_.block_unit(st.first_block + i);
+    const int u = su_.of_model[size_t(layout_.block_unit(st.first_block + i))];
     const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
     T* dst = i == 0 && !st.embedding ? dx_in.data() : other(dout);
-    if (a.op == Op::backward)
-      model_.block_backward(dst, g + unit_off(u), dout, x_in, lv.blocks[size_t(i)], p + unit_off(u), scratch_);
-    else
+    if (a.op == Op::backward) {
+      model_.block_backward(dst, grad(mb, u), dout, x_in, lv.blocks[size_t(i)], param(mb, u, true), scratch_);
+      grad_done(mb, u);
+    } else {
       model_.block_backward_input(dst, lv.stash[size_t(i)], dout, x_in, lv.blocks[size_t(i)],
-                                  p + unit_off(u), scratch_);
+                                  param(mb, u, true), scratch_);
+    }
+    release(u);
     dout = dst;
   }
   grad_in_.erase(k);
-  if (st.embedding) model_.embed_backward(g + unit_off(0), dout, lv.tokens.data());
-  else if (o_.pp == 1) grad_in_[{a.microbatch, a.chunk - 1}] = std::move(dx_in);
-  else grad_out_[k] = std::move(dx_in);
+  if (st.embedding) {
+    model_.embed_backward(grad(mb, su_.wte), grad(mb, su_.wpe), dout, lv.tokens.data());
+    grad_done(mb, su_.wte);
+    grad_done(mb, su_.wpe);
+  } else if (o_.pp == 1) {
+    grad_in_[{mb, a.chunk - 1}] = std::move(dx_in);
+  } else {
+    grad_out_[k] = std::move(dx_in);
+  }
   if (a.op == Op::backward) free_live(k);
 }
 
@@ -265,11 +311,12 @@ void PipelineRank<T>::weight(const Action& a) {
   const Key k{a.microbatch, a.chunk};
   Live& lv = live_.at(k);
   const bool dropped = o_.faults.drop_w && pr_ == 0 && a.microbatch == 0 && a.chunk == 0;
-  for (int i = 0; i < st.num_blocks && !dropped; ++i) {
-    const int u = layout_.block_unit(st.first_block + i);
+  for (int i = 0; i < st.num_blocks; ++i) {
+    const int u = su_.of_model[size_t(layout_.block_unit(st.first_block + i))];
     const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
-    model_.block_backward_weight(G(a.microbatch) + unit_off(u), lv.stash[size_t(i)], x_in,
-                                 lv.blocks[size_t(i)], scratch_);
+    T* g = grad(a.microbatch, u);
+    if (!dropped) model_.block_backward_weight(g, lv.stash[size_t(i)], x_in, lv.blocks[size_t(i)], scratch_);
+    grad_done(a.microbatch, u);
   }
   free_live(k);
 }
@@ -289,7 +336,7 @@ void PipelineRank<T>::run_actions() {
   }
   for (auto& s : sending_) s.first.wait();
   sending_.clear();
-  if (!live_.empty() || !grad_in_.empty() || !grad_out_.empty())
+  if (!live_.empty() || !grad_in_.empty() || !grad_out_.empty() || !unit_grads_.empty() || !gathered_.empty())
     throw std::logic_error("pipeline: tensors left after the schedule (" + std::to_string(live_.size()) +
                            " activations)");
   timing_.wall_s = wall.elapsed_s();

@@ -1,6 +1,8 @@
-// The pipeline executor: one rank of a pipeline-parallel run (composed with
-// data parallelism: DDP or ZeRO-1 over each stage's dp group). It validates
-// its schedule (validate.h), then walks this rank's action list over the
+// The pipeline executor: one rank of a pipeline-parallel run, each stage's
+// model states held by the data-parallel component (impl/data_parallel/
+// component.h) over the stage's dp group — DDP, ZeRO-1/2/3, HSDP, hZeRO or
+// offload, the same component plain data parallel uses. It validates its
+// schedule (validate.h), then walks this rank's action list over the
 // communicator's point-to-point calls: F receives (or embeds) its input, runs
 // the chunk's blocks and isends the output; B/BW receives the output gradient,
 // runs the backward and isends the input gradient; W computes weight gradients
@@ -10,21 +12,28 @@
 // completed; received gradients live until their B/BW, sent ones until their
 // isend completes. Only these are tagged `activations` (see stage.h for bytes).
 // Split backward (ZB-H1): the B -> W gradient stash is allocated with the
-// activations at F and everything is freed at W (the part only B needs is not
-// released early), so a microbatch's bytes are constant over its life and the
-// peak is exactly in-flight units x bytes. B also runs the LM head's and the
-// embedding's backward (their weight gradients); W runs the blocks'.
-// Bitwise invariant (local backend, synchronous schedules whose backwards run
-// in microbatch order per chunk): a stage's gradients accumulate with the
-// kernels' += in microbatch order, the tied wte gradient is E + H by an
-// all-reduce over {first, last} (rank order), the dp reduction runs in rank
+// activations at F and everything is freed at W, so a microbatch's bytes are
+// constant over its life and the peak is exactly in-flight units x bytes. B
+// also runs the LM head's and the embedding's backward; W runs the blocks'.
+// Data parallel inside a stage (stage_units, stage.h): DDP and ZeRO-1
+// accumulate full gradients over the microbatches and sync after the flush
+// (the tied wte sum first, then the dp reduction); ZeRO-2 and the ZeRO-3
+// family reduce-scatter each unit's gradient of each microbatch when its
+// backward completes, and the tied sum runs on the shards; the ZeRO-3 family
+// gathers a unit's parameters for each compute action that reads them and
+// frees them after it (cost.h stage_dp_comm_per_step declares the bytes).
+// Bitwise invariant (local backend, DDP or ZeRO-1, synchronous schedules whose
+// backwards run in microbatch order per chunk): a stage's gradients accumulate
+// with the kernels' += in microbatch order, the tied wte gradient is E + H by
+// an all-reduce over {first, last} (rank order), the dp reduction runs in rank
 // order, the loss is all-reduced over the world in rank order, and the squared
-// norm is summed unit by unit in unit order (ZeRO-1: per-rank partials in rank
-// order) — exactly ReferenceTrainer under pipeline_replay_plan(). Per-unit norm
-// sums make every synchronous schedule, pp and v give the same bits (with DDP).
-// PipeDream-2BW: W(k) is formed before the first action of group k on a rank
-// from g(k-2) (schedule.h); the last two gradients are applied after the
-// window, so a window of K groups makes K optimizer steps.
+// norm is summed unit by unit in unit order (ZeRO-1: per-rank partials over
+// the owned slices in world rank order) — exactly ReferenceTrainer under
+// pipeline_replay_plan(). Per-unit norm sums make every synchronous schedule,
+// pp and v give the same bits (with DDP).
+// PipeDream-2BW (DDP or ZeRO-1): W(k) is formed before the first action of
+// group k on a rank from g(k-2) (schedule.h); the last two gradients are
+// applied after the window, so a window of K groups makes K optimizer steps.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -35,17 +44,15 @@
 #include <vector>
 
 #include "harness/comm.h"
+#include "impl/data_parallel/component.h"
 #include "impl/pipeline/simulator.h"
 #include "impl/pipeline/stage.h"
 #include "reference/gpt.h"
 #include "reference/optimizer.h"
+#include "impl/spec/rank.h"
 #include "reference/trainer.h"
 
 namespace pb::pipeline {
-
-enum class DpMode : uint8_t { ddp, zero1 };
-std::string_view dp_mode_name(DpMode m);
-DpMode parse_dp_mode(std::string_view s, std::string_view field = "dp_mode");  // "ddp" | "zero1"
 
 // Injected faults (test-only): each must make the conformance engine fail.
 struct PipelineFaults {
@@ -63,17 +70,18 @@ struct PipelineOptions {
   ScheduleKind kind = ScheduleKind::one_f_one_b;
   int pp = 1;
   int virtual_stages = 1;
-  int dp = 1;
-  DpMode dp_mode = DpMode::ddp;
+  dp::DpOptions data;  // each stage's data axis: data.dp replicas
   PipelineFaults faults;
-  std::string describe(int microbatches) const;  // e.g. "1f1b pp4 v1 m8 x ddp dp2"
+  int dp() const { return data.dp; }
+  std::string describe(int microbatches) const;  // e.g. "1f1b pp4 v1 m8 x zero3 dp2 prefetch1"
 };
 
 // The schedule's config: m = cfg.microbatches, steps = cfg.steps for 2BW.
 ScheduleConfig schedule_config(const PipelineOptions& o, const TrainConfig& cfg);
 // InputError naming the field and the rule: pp divides world = dp * pp, more
 // stages than layers, the schedule's own rules (schedule.h check_config), the
-// batch split into dp * m microbatches, and each fault's preconditions.
+// batch split into dp * m microbatches, the data axis (dp::validate; 2BW
+// composes with DDP and ZeRO-1 only), and each fault's preconditions.
 void validate(const PipelineOptions& o, const TrainConfig& cfg, int world);
 
 // The reference's split plan that replays a pipeline run's arithmetic order.
@@ -85,22 +93,33 @@ struct RankTiming {
   std::vector<TimelineEntry> timeline;  // compute actions, seconds since the barrier
 };
 
+// Groups are slices of the mesh dp<dp>.pp<pp> (harness/mesh.h, dp fastest):
+// "pp" (a pipeline replica), "pp_tied" (its first and last rank), "dp" (the
+// same stage across replicas), "pp_scalar" and "check" (the whole world).
 template <class T>
-class PipelineRank {
+class PipelineRank : public Rank {
  public:
   PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world);
-  ~PipelineRank();
+  ~PipelineRank() override;
   // Synchronous schedules: one optimizer step over cfg.microbatches.
-  StepStats step();
+  StepStats step() override;
+  // Synchronous: step() per step; 2BW: run_window() (steps = cfg.steps).
+  std::vector<StepStats> train(int steps, std::vector<double>* grads1) override;
   // PipeDream-2BW: the whole window; one StepStats per group k (its loss, the
   // norm of g(k), the lr of the optimizer step that applies g(k)).
   std::vector<StepStats> run_window();
   // Collective over all ranks (group "check"): full vectors in flat order. Grads:
   // the last step's reduced gradients (2BW: g(0), the first window's).
-  std::vector<double> full_params();
-  std::vector<double> full_grads();
+  std::vector<double> full_params() override;
+  std::vector<double> full_grads() override;
 
-  const MemoryTracker& memory() const { return mem_; }
+  const MemoryTracker& memory() const override { return mem_; }
+  void reset_memory_peaks() override { mem_.reset_peaks(); }
+  // Per stage: params, grads and optimizer state (ZeRO-1 slices over dp),
+  // peak activations (cost.h / stage.h), bytes per group and op.
+  Declared declared(int steps) const override;
+  // timeline: (op, microbatch, chunk, start, end) per compute action.
+  RankTimes times() const override;
   const Schedule& schedule() const { return s_; }
   const RankTiming& timing() const { return timing_; }
   int pp_rank() const { return pr_; }
@@ -110,7 +129,7 @@ class PipelineRank {
 
  private:
   struct Live;
-  using Key = std::pair<int, int>;  // (microbatch, chunk)
+  using Key = std::pair<int, int>;  // (microbatch, chunk or unit)
   Live& open(Key k);
   void free_live(Key k);
   void exec(const Action& a);
@@ -119,35 +138,41 @@ class PipelineRank {
   void weight(const Action& a);
   int tag_of(const Action& a) const;
   void run_actions();
-  const T* P(int mb) const;  // params of microbatch mb's weight version
-  T* G(int mb) const;
-  T* HG(int mb) const;       // where the LM head's wte gradient accumulates
-  int64_t unit_off(int u) const { return sp_.local(layout_.unit_begin(u)); }
-  double reduce_grads(T* g, T* hg);  // tied sum, dp reduction; returns the global squared norm
-  void apply(T* g, long t, double norm);
+  // Unit i's parameters for microbatch mb: in place (full-parameter families,
+  // the weight version's copy for 2BW) or gathered until release() (ZeRO-3).
+  const T* param(int mb, int i, bool backward);
+  void release(int i);
+  // Where unit i's gradient of microbatch mb accumulates, and its completion
+  // (ZeRO-2/3 family: reduce-scattered then).
+  T* grad(int mb, int i);
+  void grad_done(int mb, int i);
+  T* head_wte_grad(int mb);  // the LM head's contribution to wte
+  double reduce_grads(T* hg);  // tied sum, dp reduction; returns the global squared norm
+  void apply(long t, double norm);
   void update_2bw(int k);
-  std::vector<double> gather(const T* buf, bool grads);
+  std::vector<double> gather(bool grads);
 
   TrainConfig cfg_;
   PipelineOptions o_;
-  Communicator& world_;
   MemoryTracker mem_;
   ParamLayout layout_;
   MarkovSource data_;
   Partition part_;
   Schedule s_;
-  StagePieces sp_;
+  StageUnits su_;
   int pr_ = 0, dr_ = 0, m_ = 1, Bm_ = 1;
-  int64_t slice_ = 0, padded_ = 0;
-  std::unique_ptr<Communicator> pp_, tied_, dp_, scalar_, check_;
+  std::unique_ptr<Communicator> pp_, tied_, scalar_, check_;
+  dp::DpComms dpc_;
+  std::unique_ptr<dp::Component<T>> dp_;
   Gpt<T> model_;
-  Buffer<T> params_, prev_params_, grads_[2], head_grads_[2];
+  Buffer<T> prev_params_, other_grads_, head_grads_[2];
+  int grads_version_ = 0;  // 2BW: parity of the weight versions whose gradients the component holds
   Buffer<T> dxa_, dxb_;
   Buffer<int32_t> tok_tmp_, tgt_tmp_;
   Scratch<T> scratch_;
-  std::unique_ptr<AdamW<T>> opt_;
   std::map<Key, Live> live_;
-  std::map<Key, Buffer<T>> grad_in_, grad_out_;
+  std::map<Key, Buffer<T>> grad_in_, grad_out_, unit_grads_;
+  std::map<int, typename dp::Component<T>::Gathered> gathered_;
   std::vector<std::pair<Request, Buffer<T>>> sending_;
   std::vector<double> losses_;  // per microbatch, last stage
   std::vector<double> norms_;  // 2BW: of g(0), g(1), ...

@@ -1,22 +1,16 @@
 // Pipeline executor, part 2: options, the gradient synchronisation after the
-// flush (tied wte sum, dp reduction, loss and norm), the optimizer, and the
-// PipeDream-2BW weight versions (executor.h).
+// flush (tied wte sum, the stage's data-parallel component, loss and norm),
+// the optimizer, the PipeDream-2BW weight versions, and what a rank declares
+// (executor.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "harness/status.h"
+#include "impl/data_parallel/cost.h"
 #include "impl/pipeline/executor.h"
 
 namespace pb::pipeline {
-
-std::string_view dp_mode_name(DpMode m) { return m == DpMode::ddp ? "ddp" : "zero1"; }
-
-DpMode parse_dp_mode(std::string_view s, std::string_view field) {
-  if (s == "ddp") return DpMode::ddp;
-  if (s == "zero1") return DpMode::zero1;
-  throw InputError(std::string(field) + ": must be ddp or zero1, got '" + std::string(s) + "'");
-}
 
 std::string PipelineFaults::describe() const {
   std::string f;
@@ -31,8 +25,14 @@ std::string PipelineFaults::describe() const {
 std::string PipelineOptions::describe(int microbatches) const {
   std::string d = std::string(schedule_name(kind)) + " pp" + std::to_string(pp) + " v" +
                   std::to_string(virtual_stages) + " m" + std::to_string(microbatches);
-  if (dp > 1) d += " x " + std::string(dp_mode_name(dp_mode)) + " dp" + std::to_string(dp);
+  if (data.dp > 1 || data.shard != dp::Shard::none) {
+    d += " x " + std::string(dp::shard_name(data.shard)) + " dp" + std::to_string(data.dp);
+    if (data.offload == dp::Offload::optimizer) d += " offload";
+    if (data.shard == dp::Shard::hsdp) d += " F" + std::to_string(dp::shard_group(data));
+    if (data.shard == dp::Shard::hzero) d += " node" + std::to_string(data.ranks_per_node);
+  }
   if (kind == ScheduleKind::pipedream_2bw) d += " (judged against delayed-weight training)";
+  for (dp::Fault f : data.faults) d += " fault:" + dp::fault_name(f);
   return d + faults.describe();
 }
 
@@ -43,16 +43,33 @@ ScheduleConfig schedule_config(const PipelineOptions& o, const TrainConfig& cfg)
 
 void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   cfg.validate();
-  require(o.dp >= 1, "dp: must be >= 1, got " + std::to_string(o.dp));
+  require(o.dp() >= 1, "dp: must be >= 1, got " + std::to_string(o.dp()));
   check_pipeline_mesh(world, o.pp);
-  require(world == o.dp * o.pp, "dp: world size " + std::to_string(world) + " must equal dp * pp = " +
-                                    std::to_string(o.dp * o.pp));
+  require(world == o.dp() * o.pp, "dp: world size " + std::to_string(world) + " must equal dp * pp = " +
+                                      std::to_string(o.dp() * o.pp));
   partition_layers(cfg.model.L, o.pp, o.virtual_stages);  // more stages than layers
   check_config(o.kind, schedule_config(o, cfg));
-  const int split = o.dp * cfg.microbatches;
+  const int split = o.dp() * cfg.microbatches;
   require(cfg.batch % split == 0, "train.batch: " + std::to_string(cfg.batch) +
                                       " sequences do not split into dp * microbatches = " +
                                       std::to_string(split) + " equal microbatches");
+  dp::validate(o.data);
+  require(o.kind != ScheduleKind::pipedream_2bw || o.data.shard <= dp::Shard::zero1,
+          "strategy.shard: 2bw keeps two weight versions in full; it composes with none or zero1, got " +
+              std::string(dp::shard_name(o.data.shard)));
+  // Data-parallel faults the stage's component carries; the rest live in the
+  // plain data-parallel runner's hooks.
+  for (dp::Fault f : o.data.faults) {
+    const bool ok = f == dp::Fault::grad_not_averaged || f == dp::Fault::wrong_shard_offset ||
+                    f == dp::Fault::skip_grad_reduce || f == dp::Fault::skip_replica_reduce ||
+                    f == dp::Fault::no_copy_back ||
+                    (f == dp::Fault::stale_params && o.data.shard >= dp::Shard::zero1 &&
+                     o.data.shard <= dp::Shard::zero2);
+    require(ok, "strategy.faults: " + dp::fault_name(f) + " does not apply inside a pipeline stage with shard " +
+                    std::string(dp::shard_name(o.data.shard)) +
+                    " (pipeline stages carry grad_not_averaged, wrong_shard_offset, skip_grad_reduce, "
+                    "skip_replica_reduce, no_copy_back, and stale_params with zero1/zero2)");
+  }
   const auto& f = o.faults;
   require(!f.grad_to_wrong_stage || (o.pp >= 2 && o.virtual_stages == 1 && cfg.microbatches >= 2),
           "fault grad_to_wrong_stage: needs pp >= 2, virtual_stages = 1 and microbatches >= 2");
@@ -63,54 +80,73 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
 
 SplitPlan pipeline_replay_plan(const PipelineOptions& o, const TrainConfig& cfg) {
   SplitPlan p;
-  p.groups = o.dp;
+  p.groups = o.dp();
   p.micro = cfg.microbatches;
   p.separate_head_grad = true;
   const ParamLayout l(cfg.model);
-  const Partition part = partition_layers(cfg.model.L, o.pp, o.virtual_stages);
-  if (o.dp == 1 || o.dp_mode == DpMode::ddp) {  // per-unit sums, added in unit order
+  const int g = dp::shard_group(o.data);
+  if (g == 1) {  // per-unit sums, added in unit order
     for (int u = 0; u < l.num_units(); ++u) p.norm_parts.push_back({{l.unit_begin(u), l.unit_end(u)}});
     return p;
   }
-  for (int pr = 0; pr < o.pp; ++pr) {  // ZeRO-1: per-rank sums, world rank order (dp fastest)
-    const StagePieces sp = stage_pieces(l, part, pr);
-    const int64_t slice = (sp.size + o.dp - 1) / o.dp;
-    for (int d = 0; d < o.dp; ++d)
-      p.norm_parts.push_back(norm_ranges(sp, d * slice, std::min((d + 1) * slice, sp.size)));
+  // Per-rank partials over the owned slices of the stage's units, world rank
+  // order (dp fastest); HSDP's replicas hold copies and add nothing.
+  const Partition part = partition_layers(cfg.model.L, o.pp, o.virtual_stages);
+  for (int pr = 0; pr < o.pp; ++pr) {
+    const StageUnits su = stage_units(l, part, pr);
+    for (int d = 0; d < o.dp(); ++d) {
+      Ranges r;
+      if (o.data.shard != dp::Shard::hsdp || d < g) {
+        const dp::ShardLayout sl(su.units, g, dp::owned_slice(o.data, d));
+        for (int u = 0; u < sl.num_units(); ++u) {
+          auto rg = sl.owned(u);
+          if (sl.unit(u).in_norm && rg.first < rg.second) r.push_back(rg);
+        }
+      }
+      p.norm_parts.push_back(std::move(r));
+    }
   }
   return p;
 }
 
 template <class T>
-double PipelineRank<T>::reduce_grads(T* g, T* hg) {
+double PipelineRank<T>::reduce_grads(T* hg) {
   const size_t wte = size_t(cfg_.model.V) * cfg_.model.C;
   const DType dt = dtype_of<T>();
-  if (!o_.faults.tied_grad_not_summed) {
-    if (tied_) {
-      T* mine = g + (pr_ == 0 ? unit_off(0) : sp_.head_wte_local());
+  const bool tie = !o_.faults.tied_grad_not_summed;
+  if (dp_->grads_full()) {  // the tied sum E + H first, then the dp reduction
+    if (tie && tied_) {
+      T* mine = dp_->unit_grads(pr_ == 0 ? su_.wte : su_.tied);
       tied_->all_reduce(mine, mine, wte, dt);
-    } else if (o_.pp == 1) {
-      kernels::accumulate(g + unit_off(0), hg, wte);
+    } else if (tie && o_.pp == 1) {
+      kernels::accumulate(dp_->unit_grads(su_.wte), hg, wte);
+    }
+    dp_->sync_after_flush();
+  } else {  // reduced per microbatch already: the tied sum runs on the shards
+    dp_->sync_after_flush();
+    if (tie && tied_) {
+      const dp::UnitShard& s = dp_->shards().unit(pr_ == 0 ? su_.wte : su_.tied);
+      T* mine = dp_->grads_data() + s.shard_off;
+      tied_->all_reduce(mine, mine, size_t(s.slice), dt);
     }
   }
-  if (o_.dp > 1 && o_.dp_mode == DpMode::zero1) {
-    // Each rank's partial over its owned slice, summed over the world in rank order.
-    dp_->reduce_scatter(g, g + dr_ * slice_, size_t(slice_), dt);
-    const int64_t lo = dr_ * slice_, hi = std::min(lo + slice_, sp_.size);
-    double sq = 0;
-    for (auto [b, e] : norm_ranges(sp_, lo, hi)) sq += kernels::sum_squares(g + sp_.local(b), size_t(e - b));
+  if (dp::shard_group(o_.data) > 1) {  // per-rank partials over owned slices, world rank order
+    double sq = dp_->local_sq();
     scalar_->all_reduce(&sq, &sq, 1, DType::f64);
     return sq;
   }
-  if (o_.dp > 1) dp_->all_reduce(g, g, size_t(padded_), dt);
-  // Per-unit sums (each unit's from exactly one rank, so the all-reduce is
-  // exact), added in unit order: the same bits for every pp, v and schedule.
+  // Unpadded: per-unit sums (each unit's from exactly one rank, so the
+  // all-reduce is exact), added in unit order: the same bits for every pp, v
+  // and schedule. Unit 0 is wte + wpe, back to back.
   std::vector<double> unit_sq(size_t(layout_.num_units()), 0.0);
   if (dr_ == 0)
-    for (const Piece& p : sp_.pieces)
-      for (int u = 0; u < layout_.num_units() && !p.tied; ++u)
-        if (layout_.unit_begin(u) >= p.flat_lo && layout_.unit_end(u) <= p.flat_hi)
-          unit_sq[size_t(u)] = kernels::sum_squares(g + unit_off(u), size_t(layout_.unit_size(u)));
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      const int i = su_.of_model[size_t(u)];
+      if (i < 0) continue;
+      const dp::UnitShard& s = dp_->shards().unit(i);
+      const int64_t off = dp_->grads_full() ? s.full_off : s.shard_off;
+      unit_sq[size_t(u)] = kernels::sum_squares(dp_->grads_data() + off, size_t(layout_.unit_size(u)));
+    }
   scalar_->all_reduce(unit_sq.data(), unit_sq.data(), unit_sq.size(), DType::f64);
   double sq = 0;
   for (double x : unit_sq) sq += x;
@@ -118,21 +154,19 @@ double PipelineRank<T>::reduce_grads(T* g, T* hg) {
 }
 
 template <class T>
-void PipelineRank<T>::apply(T* g, long t, double norm) {
+void PipelineRank<T>::apply(long t, double norm) {
   const double lr = lr_at(cfg_.optim, int(t), cfg_.steps);
-  opt_->step(params_.data(), g, cfg_.optim, t, lr, clip_factor(norm, cfg_.optim.clip));
-  if (o_.dp > 1 && o_.dp_mode == DpMode::zero1)
-    dp_->all_gather(params_.data() + dr_ * slice_, params_.data(), size_t(slice_), dtype_of<T>());
+  dp_->step(cfg_.optim, t, lr, clip_factor(norm, cfg_.optim.clip));
 }
 
 template <class T>
 StepStats PipelineRank<T>::step() {
   require(!s_.async_weights, "pipeline: step() runs synchronous schedules; use run_window() for 2bw");
-  std::memset(static_cast<void*>(grads_[0].data()), 0, grads_[0].size() * sizeof(T));
-  if (o_.pp == 1) std::memset(static_cast<void*>(head_grads_[0].data()), 0, head_grads_[0].size() * sizeof(T));
+  dp_->zero_grads();
+  if (!head_grads_[0].empty()) std::memset(static_cast<void*>(head_grads_[0].data()), 0, head_grads_[0].size() * sizeof(T));
   losses_.assign(size_t(m_), 0.0);
   run_actions();
-  const double sq = reduce_grads(grads_[0].data(), head_grads_[0].data());
+  const double sq = reduce_grads(head_grads_[0].data());
   double loss = 0;
   if (pr_ == o_.pp - 1)
     for (double l : losses_) loss += l;  // microbatch order
@@ -142,7 +176,7 @@ StepStats PipelineRank<T>::step() {
   st.loss = loss / double(cfg_.tokens_per_step());
   st.grad_norm = std::sqrt(sq);
   st.lr = lr_at(cfg_.optim, st.step, cfg_.steps);
-  apply(grads_[0].data(), st.step, st.grad_norm);
+  apply(st.step, st.grad_norm);
   st.seconds = timing_.wall_s;
   return st;
 }
@@ -150,18 +184,21 @@ StepStats PipelineRank<T>::step() {
 template <class T>
 void PipelineRank<T>::update_2bw(int k) {
   // Before group k: W(k) = W(k-1) stepped with g(k-2) (schedule.h); W(1) = W(0).
-  std::memcpy(static_cast<void*>(prev_params_.data()), params_.data(), params_.size() * sizeof(T));
+  std::memcpy(static_cast<void*>(prev_params_.data()), dp_->params_data(), prev_params_.size() * sizeof(T));
   if (k >= 2) {
-    T* g = grads_[k % 2].data();
+    if (grads_version_ % 2 != k % 2) {  // bring g(k-2) into the component (a buffer swap, no copy)
+      dp_->swap_grads(other_grads_);
+      grads_version_ = k % 2;
+    }
     T* hg = o_.pp == 1 ? head_grads_[k % 2].data() : nullptr;
-    const double sq = reduce_grads(g, hg);
+    const double sq = reduce_grads(hg);
     norms_.push_back(std::sqrt(sq));
     if (!snapshot_taken_) {
-      grads_snapshot_ = gather(g, true);
+      grads_snapshot_ = gather(true);
       snapshot_taken_ = true;
     }
-    apply(g, k - 1, norms_.back());
-    std::memset(static_cast<void*>(g), 0, grads_[k % 2].size() * sizeof(T));
+    apply(k - 1, norms_.back());
+    dp_->zero_grads();
     if (hg) std::memset(static_cast<void*>(hg), 0, head_grads_[k % 2].size() * sizeof(T));
   }
   version_ = k;
@@ -194,28 +231,90 @@ std::vector<StepStats> PipelineRank<T>::run_window() {
 }
 
 template <class T>
-std::vector<double> PipelineRank<T>::gather(const T* buf, bool grads) {
+std::vector<StepStats> PipelineRank<T>::train(int steps, std::vector<double>* grads1) {
+  if (!s_.async_weights) return Rank::train(steps, grads1);
+  require(steps == cfg_.steps, "pipeline: 2bw trains its whole window of train.steps = " +
+                                   std::to_string(cfg_.steps) + " steps at once");
+  std::vector<StepStats> out = run_window();
+  if (grads1) *grads1 = full_grads();
+  return out;
+}
+
+template <class T>
+std::vector<double> PipelineRank<T>::gather(bool grads) {
   std::vector<double> full(size_t(layout_.total()), 0.0);
-  int64_t lo = 0, hi = sp_.size;
-  if (o_.dp > 1 && (o_.dp_mode == DpMode::ddp || !grads)) {
-    if (dr_ != 0) hi = 0;
-  } else if (o_.dp > 1) {
-    lo = dr_ * slice_;
-    hi = std::min(lo + slice_, sp_.size);
-  }
-  for (auto [b, e] : norm_ranges(sp_, lo, hi))
-    for (int64_t i = b; i < e; ++i) full[size_t(i)] = static_cast<double>(buf[sp_.local(b) + i - b]);
+  dp_->contribute(grads, full);
   check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
   return full;
 }
 
 template <class T>
-std::vector<double> PipelineRank<T>::full_params() { return gather(params_.data(), false); }
+std::vector<double> PipelineRank<T>::full_params() { return gather(false); }
 
 template <class T>
 std::vector<double> PipelineRank<T>::full_grads() {
   if (s_.async_weights) return grads_snapshot_;
-  return gather(grads_[0].data(), true);
+  return gather(true);
+}
+
+template <class T>
+Declared PipelineRank<T>::declared(int steps) const {
+  const ScheduleConfig sc = schedule_config(o_, cfg_);
+  const int64_t db = int64_t(sizeof(T));
+  const int64_t wte = int64_t(cfg_.model.V) * cfg_.model.C;
+  Declared d;
+  // Activations: in-flight (microbatch, chunk) units x their bytes.
+  const auto bytes = chunk_bytes();
+  int64_t act = 0;
+  if (o_.virtual_stages == 1) {
+    act = int64_t(declared_peak_in_flight(o_.kind, sc)[size_t(pr_)]) * bytes[0];
+  } else {  // chunks differ in size: the peak of live bytes in the generated order
+    std::vector<std::vector<int64_t>> per(size_t(o_.pp), bytes);
+    act = peak_activation_bytes(make_schedule(o_.kind, sc), per)[size_t(pr_)];  // row pr_: ours
+  }
+  // Model states of the stage's units under its data axis (dp cost.h), plus
+  // 2BW's second weight and gradient version and the pp = 1 head's wte gradient.
+  std::vector<int64_t> sizes;
+  std::vector<StageUnitUse> uses;
+  for (size_t i = 0; i < su_.units.size(); ++i) {
+    sizes.push_back(su_.units[i].size);
+    uses.push_back({su_.units[i].size, su_.fwd_uses[i], su_.bwd_uses[i]});
+  }
+  const dp::DataAxis axis = dp::data_axis(o_.data, cfg_.precision, m_);
+  const dp::ModelStateBytes ms = dp::model_state_bytes(sizes, axis);
+  const int64_t versions = s_.async_weights ? 2 : 1;
+  const int64_t head = o_.pp == 1 && dp_->grads_full() ? wte * db * versions : 0;
+  d.memory = {{"mem.params", MemTag::params, Place::device, ms.params * versions},
+              {"mem.grads", MemTag::grads, Place::device, ms.grads * versions + head},
+              {"mem.optimizer", MemTag::optimizer, Place::device, ms.optimizer},
+              {"mem.optimizer.host", MemTag::optimizer, Place::host, ms.optimizer_host},
+              {"mem.activations", MemTag::activations, Place::device, act}};
+  // Point to point, the tied wte sum, the stage's data axis, the scalars.
+  const int64_t a = boundary_bytes(Bm_, cfg_.seq, cfg_.model.C, db);
+  d.add_comm("pp", CommOp::send, p2p_per_step(sc, a).send_bytes[size_t(pr_)] * steps);
+  const int64_t g = dp::shard_group_size(axis);
+  if (tied_)  // what a correct rank moves; a fault that skips it is caught here too
+    d.add_comm("pp_tied", CommOp::all_reduce, (dp_->grads_full() ? wte : dp::ceil_div(wte, g)) * db * steps);
+  for (const auto& c : stage_dp_comm_per_step(uses, axis, m_)) {
+    const CommOp op = c.op == dp::Coll::all_reduce ? CommOp::all_reduce
+                      : c.op == dp::Coll::reduce_scatter ? CommOp::reduce_scatter : CommOp::all_gather;
+    d.add_comm(c.group, op, c.bytes * steps);
+  }
+  // Per step: the loss, and the squared norm (one partial per rank when
+  // padded; otherwise one per unit, summed in unit order).
+  const int64_t norm = g > 1 ? 8 : 8 * int64_t(layout_.num_units());
+  d.add_comm("pp_scalar", CommOp::all_reduce, (8 + norm) * steps);
+  return d;
+}
+
+template <class T>
+RankTimes PipelineRank<T>::times() const {
+  RankTimes t;
+  t.wall_s = timing_.wall_s;
+  t.busy_s = timing_.busy_s;
+  for (const auto& e : timing_.timeline)
+    t.timeline.insert(t.timeline.end(), {double(e.op), double(e.microbatch), double(e.chunk), e.start, e.end});
+  return t;
 }
 
 template class PipelineRank<double>;

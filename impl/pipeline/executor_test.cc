@@ -24,7 +24,7 @@ TrainConfig tiny(int steps, int batch, int micro) {
 // Loss of each step and the final parameters from rank 0.
 std::pair<std::vector<double>, std::vector<double>> run_pipeline(const TrainConfig& cfg, const PipelineOptions& o) {
   std::vector<double> losses, params;
-  run_local(o.pp * o.dp, [&](Communicator& c) {
+  run_local(o.pp * o.dp(), [&](Communicator& c) {
     PipelineRank<float> r(cfg, o, c);
     std::vector<double> l;
     for (int s = 0; s < cfg.steps; ++s) l.push_back(r.step().loss);

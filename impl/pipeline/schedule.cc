@@ -57,26 +57,6 @@ std::vector<Action> one_f_one_b_rank(int n, int warmup, bool split, int w_delay)
 
 }  // namespace
 
-ScheduleKind parse_schedule_kind(std::string_view s, std::string_view field) {
-  if (s == "gpipe") return ScheduleKind::gpipe;
-  if (s == "1f1b") return ScheduleKind::one_f_one_b;
-  if (s == "interleaved") return ScheduleKind::interleaved;
-  if (s == "zb-h1") return ScheduleKind::zb_h1;
-  if (s == "2bw") return ScheduleKind::pipedream_2bw;
-  throw InputError(std::string(field) + ": unknown schedule '" + std::string(s) +
-                   "' (expected gpipe, 1f1b, interleaved, zb-h1 or 2bw)");
-}
-
-std::string_view schedule_name(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::gpipe: return "gpipe";
-    case ScheduleKind::one_f_one_b: return "1f1b";
-    case ScheduleKind::interleaved: return "interleaved";
-    case ScheduleKind::zb_h1: return "zb-h1";
-    case ScheduleKind::pipedream_2bw: return "2bw";
-  }
-  return "?";
-}
 
 std::string_view op_name(Op op) {
   switch (op) {

@@ -37,6 +37,8 @@
 #include <string_view>
 #include <vector>
 
+#include "impl/spec/run_spec.h"  // ScheduleKind
+
 namespace pb::pipeline {
 
 enum class Op : uint8_t {
@@ -50,7 +52,6 @@ enum class Op : uint8_t {
   recv_grad,        // RECV_GRAD: this B's output gradient from the next virtual stage
 };
 
-enum class ScheduleKind : uint8_t { gpipe, one_f_one_b, interleaved, zb_h1, pipedream_2bw };
 
 struct Action {
   Op op = Op::forward;
@@ -95,10 +96,6 @@ struct Schedule {
   int weight_version(int microbatch) const { return async_weights ? microbatch / microbatches : 0; }
 };
 
-// Spellings: "gpipe", "1f1b", "interleaved", "zb-h1", "2bw". InputError naming
-// `field` otherwise.
-ScheduleKind parse_schedule_kind(std::string_view s, std::string_view field = "schedule");
-std::string_view schedule_name(ScheduleKind k);
 std::string_view op_name(Op op);  // "F", "B", "W", "BW", "SEND_ACT", ...
 bool is_compute(Op op);
 // "F3.c1", "SEND_ACT3.c0->r2": for error messages and dumps.

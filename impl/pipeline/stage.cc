@@ -37,6 +37,37 @@ StagePieces stage_pieces(const ParamLayout& l, const Partition& part, int rank) 
   return sp;
 }
 
+StageUnits stage_units(const ParamLayout& l, const Partition& part, int rank) {
+  StageUnits su;
+  su.of_model.assign(size_t(l.num_units()), -1);
+  const int64_t wte = int64_t(l.model().V) * l.model().C;
+  auto add = [&](int64_t lo, int64_t n, bool in_norm, int fwd, int bwd) {
+    su.units.push_back({lo, n, in_norm});
+    su.fwd_uses.push_back(fwd);
+    su.bwd_uses.push_back(bwd);
+    return int(su.units.size()) - 1;
+  };
+  const bool head_wte = part.pp == 1;  // the head on this rank reads wte itself
+  for (int c = 0; c < part.v; ++c) {
+    const StageSlice& st = part.at(rank, c);
+    if (st.embedding) {
+      // pp = 1: the LM head on this rank reads wte in backward.
+      su.of_model[0] = su.wte = add(l.wte_offset(), wte, true, head_wte ? 2 : 1, head_wte ? 1 : 0);
+      su.wpe = add(l.wpe_offset(), l.unit_size(0) - wte, true, 1, 0);
+    }
+    for (int b = 0; b < st.num_blocks; ++b) {
+      const int u = l.block_unit(st.first_block + b);
+      su.of_model[size_t(u)] = add(l.unit_begin(u), l.unit_size(u), true, 1, 1);
+    }
+    if (st.head) {
+      const int f = l.final_unit();
+      su.of_model[size_t(f)] = add(l.unit_begin(f), l.unit_size(f), true, 1, 1);
+    }
+  }
+  if (part.pp > 1 && rank == part.pp - 1) su.tied = add(l.wte_offset(), wte, false, 1, 1);
+  return su;
+}
+
 Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi) {
   Ranges out;
   for (const auto& p : sp.pieces) {

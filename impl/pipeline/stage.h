@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "impl/data_parallel/shard.h"
 #include "impl/pipeline/cost.h"
 #include "impl/pipeline/schedule.h"
 #include "reference/layout.h"
@@ -36,6 +37,25 @@ struct StagePieces {
 // Rank `rank`'s pieces: for each chunk c, the units of virtual stage
 // c * pp + rank (unit 0 on stage 0, the final LN unit on the last stage).
 StagePieces stage_pieces(const ParamLayout& l, const Partition& part, int rank);
+
+// The units a stage's data-parallel component (impl/data_parallel/
+// component.h) holds and shards: the model units of its pieces in piece
+// order, the embedding unit held as two, wte then wpe (so the tied wte is one
+// unit of equal size, sharded alike, on the first and the last stage), and on
+// the last stage of pp > 1 the tied wte copy, outside the norm. With no
+// padding (DDP) the units lie back to back in piece order, as the pieces do.
+struct StageUnits {
+  std::vector<dp::UnitSpan> units;
+  std::vector<int> of_model;  // model unit -> index (unit 0: wte's); -1 when not held
+  int wte = -1, wpe = -1, tied = -1;
+  // Reads of unit i's parameters per microbatch, forward and backward: one
+  // each for blocks, the final LN and the head's wte (tied copy, or wte at
+  // pp = 1, where it is also read by the embedding); the embedding's wte and
+  // wpe once in forward (its backward reads none). A ZeRO-3-family stage
+  // gathers a unit once per read.
+  std::vector<int> fwd_uses, bwd_uses;
+};
+StageUnits stage_units(const ParamLayout& l, const Partition& part, int rank);
 
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;
 // The flat ranges whose squares this rank sums: its non-tied pieces, cut to

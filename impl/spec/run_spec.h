@@ -19,6 +19,7 @@
 // Invariant: parse(print(x)) == x for every value (tested over every option).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,7 +78,9 @@ struct ContextOptions {
 
 // The pipeline axis (size mesh.pp).
 struct PipelineOptionsSpec {
-  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
+  // Named: the pipeline executor runs (at pp = 1 too: one stage, microbatches
+  // through the schedule). Unset: 1f1b when pp > 1, no pipeline otherwise.
+  std::optional<pipeline::ScheduleKind> schedule;
   int virtual_stages = 1;
   bool operator==(const PipelineOptionsSpec&) const = default;
 };
@@ -95,11 +98,7 @@ struct RunSpec {
   bool has_fault(std::string_view name) const;
 };
 
-// ---- the text form ----------------------------------------------------------
-std::string mesh_text(const MeshShape& m);
-// InputError naming the part that is wrong and the allowed form.
-MeshShape parse_mesh(std::string_view text, std::string_view field = "mesh");
-
+// ---- the text form (the mesh's: harness/mesh.h mesh_text, parse_mesh) -----
 // The strategy options of `s` (everything but the train config and the mesh).
 std::string strategy_text(const RunSpec& s);
 // Applies "key=value,..." to `s` (keys as strategy_text prints them).

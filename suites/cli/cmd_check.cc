@@ -15,7 +15,8 @@
 #include "suites/cli/conformance_output.h"
 #include "reference/train_config_io.h"
 #include "suites/conformance/engine.h"
-#include "suites/conformance/pipeline_engine.h"
+#include "impl/registry.h"
+#include "suites/conformance/pipeline_report.h"
 
 namespace pb::cli {
 namespace {
@@ -28,86 +29,115 @@ struct CheckFlags {
   int steps = 3;
   std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved", "zb-h1", "2bw"};
   std::vector<int> pps = {2, 4};
+  std::vector<std::string> meshes;      // --mesh: these meshes instead of the default matrix
+  std::vector<std::string> strategies;  // --strategy: options applied to every --mesh point
   bool chaos = false;
   std::string out = "results/runs";
   std::string run_dir;  // write into this directory instead of OUT/<run id>
   std::string backend;  // local | mpi (default: mpi under mpirun)
 };
 
+// One point of the matrix: the model and batch follow from the mesh so every
+// point is small enough for CI — data parallel: `model`, 8 sequences per dp
+// rank; pipeline: tiny 8 blocks deep (room for pp x v stages), m = 2 pp
+// microbatches of one sequence per replica.
+StrategyRun point(const CheckFlags& f, const std::string& precision, const MeshShape& mesh,
+                  const std::string& strategy) {
+  StrategyRun s;
+  s.spec.mesh = mesh;
+  apply_strategy_text(s.spec, strategy, "--strategy");
+  TrainConfig& c = s.spec.train;
+  c.precision = parse_precision(precision);
+  c.steps = f.steps;
+  s.world.chaos.enabled = f.chaos;
+  if (mesh.pp > 1 || s.spec.pipe.schedule) {
+    c.model = named_model("tiny");
+    c.model.L = 8;
+    c.model.name = "tiny-l8";
+    c.seq = 16;
+    c.microbatches = 2 * mesh.pp;
+    c.batch = c.microbatches * mesh.dp;
+  } else {
+    c.model = named_model(f.model);
+    c.seq = std::min(16, c.model.maxT);
+    c.batch = 8 * mesh.dp;
+  }
+  return s;
+}
 
+MeshShape dp_mesh(int dp, int rpn = 0) {
+  MeshShape m;
+  m.dp = dp;
+  m.ranks_per_node = rpn;
+  return m;
+}
 
+// The matrix check runs: --mesh x --strategy x --precision when meshes are
+// given; otherwise every data-parallel option at every --dp, every schedule
+// at every --pp, and PP x every --shard (and ZeRO-2 + offload) at dp 2 (1F1B,
+// the first --pp).
+// Every point is built and validated before the first one runs.
 std::vector<StrategyRun> matrix(const CheckFlags& f) {
   std::vector<StrategyRun> runs;
-  for (const auto& prec : f.precisions)
+  if (!f.meshes.empty()) {
+    const std::vector<std::string> strategies = f.strategies.empty() ? std::vector<std::string>{""} : f.strategies;
+    for (const auto& prec : f.precisions)
+      for (const auto& m : f.meshes)
+        for (const auto& st : strategies) runs.push_back(point(f, prec, parse_mesh(m, "--mesh"), st));
+    return runs;
+  }
+  require(f.strategies.empty(), "--strategy: applies to --mesh points; give --mesh too");
+  for (const auto& prec : f.precisions) {
     for (const auto& sh : f.shards)
       for (int dp : f.dps) {
         require(dp > 0, "--dp: world sizes must be > 0, got " + std::to_string(dp));
-        StrategyRun s;
-        s.cfg.model = named_model(f.model);
-        s.cfg.precision = parse_precision(prec);
-        s.cfg.steps = f.steps;
-        s.cfg.seq = std::min(16, s.cfg.model.maxT);
-        s.cfg.batch = 8 * dp;
-        s.dp.dp = dp;
-        s.dp.shard = dp::parse_shard(sh, "--shard");
-        s.dp.bucket_bytes = 16 << 10;
-        s.world.chaos.enabled = f.chaos;
-        if (s.dp.shard == dp::Shard::hsdp || s.dp.shard == dp::Shard::hzero) {
-          if (dp < 2) continue;  // two levels need two ranks
-          // Shard groups / nodes of dp/2 ranks (of one rank when dp is odd).
-          s.dp.shard_group = dp % 2 ? 1 : dp / 2;
-          s.dp.ranks_per_node = dp % 2 ? 1 : dp / 2;
-        }
+        const dp::Shard shard = dp::parse_shard(sh, "--shard");
+        const bool two_level = shard == dp::Shard::hsdp || shard == dp::Shard::hzero;
+        if (two_level && dp < 2) continue;  // two levels need two ranks
+        // Shard groups / nodes of dp/2 ranks (of one rank when dp is odd).
+        StrategyRun s = point(f, prec, dp_mesh(dp, two_level ? (dp % 2 ? 1 : dp / 2) : 0), "");
+        s.spec.data.shard = shard;
+        s.spec.data.bucket_bytes = 16 << 10;
+        if (two_level) s.spec.data.shard_group = dp % 2 ? 1 : dp / 2;
         runs.push_back(s);
-        if (s.dp.shard == dp::Shard::zero2 && dp > 1) {  // ZeRO-Offload
-          s.dp.offload = dp::Offload::optimizer;
+        if (shard == dp::Shard::zero2 && dp > 1) {  // ZeRO-Offload
+          s.spec.data.offload = dp::Offload::optimizer;
           runs.push_back(s);
         }
-        if (s.dp.shard == dp::Shard::none && dp > 1) {  // DDP with accumulation (no_sync)
-          s.cfg.microbatches = 2;
-          s.cfg.batch = 16 * dp;
+        if (shard == dp::Shard::none && dp > 1) {  // DDP with accumulation (no_sync)
+          s.spec.train.microbatches = 2;
+          s.spec.train.batch = 16 * dp;
           runs.push_back(s);
         }
       }
-  return runs;
-}
-
-
-// Pipeline points: every schedule at each pp (m = 2p microbatches; v = 2 for
-// interleaved) on a tiny model deep enough for pp x v stages, plus PP x DDP
-// and PP x ZeRO-1 at dp 2 (1F1B).
-std::vector<PipelineRun> pipeline_matrix(const CheckFlags& f) {
-  std::vector<PipelineRun> runs;
-  for (const auto& prec : f.precisions)
     for (int pp : f.pps) {
       require(pp > 0, "--pp: pipeline sizes must be > 0, got " + std::to_string(pp));
       for (const auto& name : f.schedules) {
         if (name == "none") continue;
-        PipelineRun r;
-        r.cfg.model = named_model("tiny");
-        r.cfg.model.L = 8;
-        r.cfg.model.name = "tiny-l8";
-        r.cfg.precision = parse_precision(prec);
-        r.cfg.steps = f.steps;
-        r.cfg.seq = 16;
-        r.cfg.microbatches = 2 * pp;
-        r.cfg.batch = 2 * pp;
-        r.pipe.kind = pipeline::parse_schedule_kind(name, "--schedule");
-        r.pipe.pp = pp;
-        r.pipe.virtual_stages = r.pipe.kind == pipeline::ScheduleKind::interleaved ? 2 : 1;
-        r.world.chaos.enabled = f.chaos;
+        MeshShape m;
+        m.pp = pp;
+        const auto kind = pipeline::parse_schedule_kind(name, "--schedule");
+        StrategyRun r = point(f, prec, m, "");
+        r.spec.pipe.schedule = kind;
+        r.spec.pipe.virtual_stages = kind == pipeline::ScheduleKind::interleaved ? 2 : 1;
         runs.push_back(r);
-        if (r.pipe.kind == pipeline::ScheduleKind::one_f_one_b && pp == f.pps.front()) {
-          for (auto mode : {pipeline::DpMode::ddp, pipeline::DpMode::zero1}) {
-            PipelineRun d = r;
-            d.pipe.dp = 2;
-            d.pipe.dp_mode = mode;
-            d.cfg.batch = 2 * r.cfg.batch;
+        if (kind == pipeline::ScheduleKind::one_f_one_b && pp == f.pps.front())
+          for (const auto& sh : f.shards) {  // PP x every data-axis option, dp 2
+            StrategyRun d = r;
+            d.spec.mesh.dp = 2;
+            d.spec.data.shard = dp::parse_shard(sh, "--shard");
+            d.spec.train.batch = 2 * r.spec.train.batch;
+            if (d.spec.data.shard == dp::Shard::hsdp) d.spec.data.shard_group = 1;  // two replicas of one
+            if (d.spec.data.shard == dp::Shard::hzero) d.spec.mesh.ranks_per_node = 1;  // two nodes
             runs.push_back(d);
+            if (d.spec.data.shard == dp::Shard::zero2) {  // ZeRO-Offload in every stage
+              d.spec.data.offload = dp::Offload::optimizer;
+              runs.push_back(d);
+            }
           }
-        }
       }
     }
+  }
   return runs;
 }
 
@@ -120,32 +150,29 @@ int run_check(const CheckFlags& f, const Env& env) {
   require(wo.backend != BackendKind::local || env.launched_size == 1,
           "--backend local: under mpirun -np " + std::to_string(env.launched_size) +
               " every process would write its own results; use --backend mpi");
+  auto runs = matrix(f);
+  for (const auto& s : runs) {  // the whole matrix is valid before the first row
+    validate(s.spec);
+    strategy_for(s.spec).validate(s.spec);
+  }
   std::unique_ptr<World> mpi_world;  // one per process: MPI initializes once
   if (wo.backend != BackendKind::local) {
     wo.size = 0;
     mpi_world = make_world(wo);
-  }
-  auto runs = matrix(f);
-  auto pipes = pipeline_matrix(f);
-  if (mpi_world) {  // the world is what mpirun launched: its size picks the points
-    std::erase_if(runs, [&](const StrategyRun& s) { return s.dp.dp != mpi_world->size(); });
+    // The world is what mpirun launched: its size picks the points.
+    std::erase_if(runs, [&](const StrategyRun& s) { return s.spec.world() != mpi_world->size(); });
     for (auto& s : runs) s.world.backend = wo.backend;
-    std::erase_if(pipes, [&](const PipelineRun& p) { return p.pipe.dp * p.pipe.pp != mpi_world->size(); });
-    for (auto& p : pipes) p.world.backend = wo.backend;
   }
-  require(!runs.empty() || !pipes.empty(), "check: the matrix is empty (see --dp, --shard, --precision" +
-                             std::string(mpi_world ? "; under mpirun --dp must include the world size)" : ")"));
-  bool writer = true;
-  if (mpi_world) {
-    writer = hosts_rank(*mpi_world, 0);
-  }
+  require(!runs.empty(), "check: the matrix is empty (see --dp, --shard, --pp, --mesh, --precision" +
+                             std::string(mpi_world ? "; under mpirun a point's world must be the launched size)" : ")"));
+  const bool writer = !mpi_world || hosts_rank(*mpi_world, 0);
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   std::unique_ptr<ResultWriter> csv_writer;
   if (writer) {
     auto dir = f.run_dir.empty() ? make_run_dir(f.out, run_id) : make_run_dir(f.run_dir, "");
     csv_writer = std::make_unique<ResultWriter>((dir / "conformance.csv").string(), "conformance");
+    print_result_header();
   }
-  if (writer) print_result_header();
   int failures = 0;
   for (const auto& s : runs) {
     ConformanceResult r;
@@ -160,34 +187,15 @@ int run_check(const CheckFlags& f, const Env& env) {
     if (!writer) continue;
     failures += !r.pass();
     print_result_row(r);
+    if (s.spec.mesh.pp > 1 || s.spec.pipe.schedule)
+      std::printf("    %s\n", describe_bubble(pipeline_report(s.spec, r)).c_str());
     write_conformance_rows(*csv_writer,
-                           make_meta(run_id, env.git_rev, r.backend, r.world,
-                                     mesh_string(r.world, 1, 1, 1), config_hash_of(s)),
-                           r, f.steps);
-  }
-  for (const auto& p : pipes) {
-    ConformanceResult r;
-    PipelineReport rep;
-    try {
-      r = mpi_world ? run_pipeline_conformance(p, *mpi_world, &rep) : run_pipeline_conformance(p, &rep);
-    } catch (const std::exception& e) {
-      if (!mpi_world) throw;
-      std::fprintf(stderr, "parabench check: %s\n", e.what());
-      mpi_world->terminate(1);
-      throw;
-    }
-    if (!writer) continue;
-    failures += !r.pass();
-    print_result_row(r);
-    std::printf("    %s\n", describe_bubble(rep).c_str());
-    write_conformance_rows(*csv_writer,
-                           make_meta(run_id, env.git_rev, r.backend, r.world,
-                                     mesh_string(p.pipe.dp, 1, 1, p.pipe.pp), config_hash_of(p)),
+                           make_meta(run_id, env.git_rev, r.backend, r.world, r.mesh, config_hash_of(s)),
                            r, f.steps);
   }
   if (!writer) return 0;
-  std::printf("\n%zu configurations, %d failed. %s\nresults: %s\n", runs.size() + pipes.size(), failures,
-              kRatioLegend, csv_writer->path().c_str());
+  std::printf("\n%zu configurations, %d failed. %s\nresults: %s\n", runs.size(), failures, kRatioLegend,
+              csv_writer->path().c_str());
   return failures ? 1 : 0;
 }
 
@@ -205,6 +213,9 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--schedule", f->schedules, "pipeline schedules (none: no pipeline points)")
       ->capture_default_str();
   app->add_option("--pp", f->pps, "pipeline sizes")->capture_default_str();
+  app->add_option("--mesh", f->meshes, "meshes to check instead of the default matrix (dp2 dp2.pp2 ...)");
+  app->add_option("--strategy", f->strategies,
+                  "options for every --mesh point, e.g. shard=zero3,prefetch=2 schedule=zb-h1");
   app->add_flag("--chaos", f->chaos, "inject seeded random delays into every collective");
   app->add_option("--out", f->out, "results directory")->capture_default_str();
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");

@@ -14,6 +14,8 @@
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
 #include "suites/cli/conformance_output.h"
+#include "impl/registry.h"
+#include "impl/spec/run_spec.h"
 
 namespace pb::cli {
 namespace {
@@ -27,7 +29,7 @@ struct TrainFlags {
   bool quiet = false;
   std::string run_dir;
   int dp = 0;
-  std::string shard, backend;
+  std::string shard, backend, mesh, strategy;
 };
 
 void apply_flags(const TrainFlags& f, ConfigReader& r) {
@@ -40,24 +42,39 @@ void apply_flags(const TrainFlags& f, ConfigReader& r) {
   if (f.threads) r.set("train.threads", f.threads);
   if (f.lr) r.set("optim.lr", f.lr);
   if (f.seed >= 0) r.set("train.seed", f.seed);
-  if (f.dp) r.set("strategy.dp", f.dp);
+  if (!f.mesh.empty()) r.set("strategy.mesh", f.mesh);
+  if (f.dp) r.set("strategy.mesh", "dp" + std::to_string(f.dp));
   if (!f.shard.empty()) r.set("strategy.shard", f.shard);
+}
+
+// A run spec names a strategy when the [strategy] table or a strategy flag
+// says anything at all; otherwise train runs the reference alone.
+bool names_strategy(const TrainFlags& f, ConfigReader& r) {
+  for (const char* k : {"mesh", "shard", "offload", "bucket_mb", "overlap", "prefetch", "reshard_after_forward",
+                        "shard_group", "sp", "cp_algo", "zigzag", "schedule", "virtual_stages", "faults"})
+    if (r.has(std::string("strategy.") + k)) return true;
+  return !f.strategy.empty();
 }
 
 // A [strategy] table: the strategy runs under the conformance engine (the
 // reference at fp64, at the precision under test, and replaying the strategy's
 // order), and the run is judged. Exit 1 when a check fails.
-int run_strategy(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, const Env& env) {
+int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
   StrategyRun s;
-  s.cfg = cfg;
-  s.dp = dp::read_dp_options(r);
+  s.spec = read_run_spec(r);
   r.check_no_unknown_keys();
+  if (!f.strategy.empty()) {
+    apply_strategy_text(s.spec, f.strategy, "--strategy");
+    validate(s.spec);
+  }
+  strategy_for(s.spec).validate(s.spec);  // bad input is exit 2 before any rank starts
+  const TrainConfig& cfg = s.spec.train;
   s.world.backend = env.under_mpirun ? BackendKind::mpi : BackendKind::local;
   if (!f.backend.empty())
     require(parse_backend(f.backend, &s.world.backend) && s.world.backend != BackendKind::nccl,
             "--backend: '" + f.backend + "' is not local or mpi");
-  s.world.size = s.world.backend == BackendKind::local ? s.dp.dp : 0;
-  s.world.ranks_per_node = s.dp.ranks_per_node;
+  s.world.size = s.world.backend == BackendKind::local ? s.spec.world() : 0;
+  s.world.ranks_per_node = s.spec.mesh.ranks_per_node;
   auto world = make_world(s.world);
   ConformanceResult res;
   try {
@@ -71,8 +88,7 @@ int run_strategy(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, c
   if (!res.hosts_rank0) return 0;
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   auto dir = f.run_dir.empty() ? make_run_dir(f.cfg.out, run_id) : make_run_dir(f.run_dir, "");
-  RunMeta meta = make_meta(run_id, env.git_rev, res.backend, res.world,
-                           mesh_string(res.world, 1, 1, 1), config_hash_of(s));
+  RunMeta meta = make_meta(run_id, env.git_rev, res.backend, res.world, res.mesh, config_hash_of(s));
   ResultWriter steps((dir / "train.csv").string(), "train_step");
   if (!f.quiet) {
     std::printf("parabench train: %s, %s (%lld params), %s, batch %d x %d tokens, %d steps\n",
@@ -113,7 +129,7 @@ int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, 
   r.check_no_unknown_keys();
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   auto dir = f.run_dir.empty() ? make_run_dir(f.cfg.out, run_id) : make_run_dir(f.run_dir, "");
-  RunMeta meta = make_meta(run_id, env.git_rev, "local", 1, mesh_string(1, 1, 1, 1), r.config_hash());
+  RunMeta meta = make_meta(run_id, env.git_rev, "local", 1, mesh_text(MeshShape{}), r.config_hash());
   ResultWriter out((dir / "train.csv").string(), "train_step");
 
   SplitPlan plan;
@@ -170,15 +186,16 @@ void register_train(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--seed", f->seed, "init seed");
   app->add_flag("--quiet", f->quiet, "no per-step table");
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");
-  app->add_option("--dp", f->dp, "data-parallel ranks (runs the strategy under the conformance engine)");
+  app->add_option("--mesh", f->mesh, "the mesh, e.g. dp2.pp2 (runs the strategy under the conformance engine)");
+  app->add_option("--strategy", f->strategy, "strategy options, e.g. shard=zero3,prefetch=2 or schedule=zb-h1");
+  app->add_option("--dp", f->dp, "data-parallel ranks: --mesh dp<N>");
   app->add_option("--shard", f->shard, "none | zero1 | zero2 | zero3 | hsdp | hzero");
   app->add_option("--backend", f->backend, "local or mpi (default: mpi under mpirun, else local)");
   reg.push_back({app, [f, &env] {
                    ConfigReader r = load_config(f->cfg);
                    apply_flags(*f, r);
+                   if (names_strategy(*f, r)) return run_strategy(*f, r, env);
                    TrainConfig cfg = read_train_config(r);
-                   if (r.has("strategy.dp") || r.has("strategy.shard"))
-                     return run_strategy(*f, r, cfg, env);
                    return run_reference(*f, r, cfg, env);
                  }});
 }

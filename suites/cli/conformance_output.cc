@@ -74,16 +74,7 @@ void write_conformance_rows(ResultWriter& csv, RunMeta meta, const ConformanceRe
 
 std::string config_hash_of(const StrategyRun& s) {
   ConfigReader r;
-  write_train_config(s.cfg, r);
-  r.set("strategy.dp", s.dp.dp);
-  r.set("strategy.describe", s.dp.describe());
-  return r.config_hash();
-}
-
-std::string config_hash_of(const PipelineRun& p) {
-  ConfigReader r;
-  write_train_config(p.cfg, r);
-  r.set("strategy.describe", p.pipe.describe(p.cfg.microbatches));
+  write_run_spec(s.spec, r);
   return r.config_hash();
 }
 

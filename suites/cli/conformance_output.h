@@ -7,7 +7,6 @@
 #include "harness/csv_schema.h"
 #include "harness/run_meta.h"
 #include "suites/conformance/engine.h"
-#include "suites/conformance/pipeline_engine.h"
 
 namespace pb::cli {
 
@@ -18,7 +17,6 @@ void print_result_row(const ConformanceResult& r);
 void write_conformance_rows(ResultWriter& csv, RunMeta meta, const ConformanceResult& r, int steps);
 // The hash of the configuration a run amounts to (its canonical TOML).
 std::string config_hash_of(const StrategyRun& s);
-std::string config_hash_of(const PipelineRun& p);
 extern const char* const kRatioLegend;
 
 }  // namespace pb::cli

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/status.h"
+#include "impl/data_parallel/options.h"
 #include "suites/conformance/engine.h"
 
 namespace pb {
@@ -11,16 +12,16 @@ namespace {
 
 StrategyRun run_of(dp::Shard shard, int dp, Precision p, int micro = 1) {
   StrategyRun s;
-  s.cfg.model = named_model("tiny");
-  s.cfg.precision = p;
-  s.cfg.steps = 3;
-  s.cfg.batch = 2 * dp * micro;
-  s.cfg.seq = 16;
-  s.cfg.microbatches = micro;
-  s.cfg.optim.lr = 3e-3;
-  s.dp.dp = dp;
-  s.dp.shard = shard;
-  s.dp.bucket_bytes = 4096;  // several buckets even for the tiny model
+  s.spec.train.model = named_model("tiny");
+  s.spec.train.precision = p;
+  s.spec.train.steps = 3;
+  s.spec.train.batch = 2 * dp * micro;
+  s.spec.train.seq = 16;
+  s.spec.train.microbatches = micro;
+  s.spec.train.optim.lr = 3e-3;
+  s.spec.mesh.dp = dp;
+  s.spec.data.shard = shard;
+  s.spec.data.bucket_bytes = 4096;  // several buckets even for the tiny model
   s.world.timeout_s = 120;
   return s;
 }
@@ -49,11 +50,11 @@ TEST(DpConformance, AccumulationOverlapAndOffloadPass) {
       EXPECT_EQ(r.bitwise_declared, sh == dp::Shard::none || sh == dp::Shard::zero1);
     }
     auto s = run_of(dp::Shard::none, 4, p);
-    s.dp.overlap = false;
+    s.spec.data.overlap = false;
     EXPECT_TRUE(run_conformance(s).pass());
     for (dp::Shard sh : {dp::Shard::zero2, dp::Shard::zero3}) {
       auto o = run_of(sh, 4, p);
-      o.dp.offload = dp::Offload::optimizer;
+      o.spec.data.offload = dp::Offload::optimizer;
       auto r = run_conformance(o);
       EXPECT_TRUE(r.pass()) << explain(r);
       EXPECT_GT(r.exact[3].declared, 0);  // optimizer state on the host
@@ -66,11 +67,11 @@ TEST(DpConformance, HsdpAndHierarchicalZeroPass) {
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
     for (int dp : {2, 3, 4, 8}) {
       auto h = run_of(dp::Shard::hsdp, dp, p);
-      h.dp.shard_group = dp % 2 ? 1 : 2;
+      h.spec.data.shard_group = dp % 2 ? 1 : 2;
       auto r = run_conformance(h);
       EXPECT_TRUE(r.pass()) << explain(r);
       auto z = run_of(dp::Shard::hzero, dp, p);
-      z.dp.ranks_per_node = dp % 2 ? 1 : dp / 2;
+      z.spec.mesh.ranks_per_node = dp % 2 ? 1 : dp / 2;
       auto q = run_conformance(z);
       EXPECT_TRUE(q.pass()) << explain(q);
     }
@@ -87,10 +88,10 @@ TEST(DpConformance, EveryInjectedFaultIsCaught) {
         // fp32: bf16's noise floor over three steps is as large as some faults'
         // effect (see the closing note); the teeth are tested where they bite.
         auto s = run_of(c.shard, 4, Precision::fp32, c.micro);
-        s.dp.shard_group = 2;
-        s.dp.ranks_per_node = c.shard == dp::Shard::hzero ? 2 : 0;
-        if (offload) s.dp.offload = dp::Offload::optimizer;
-        s.dp.faults = {f};
+        s.spec.data.shard_group = 2;
+        s.spec.mesh.ranks_per_node = c.shard == dp::Shard::hzero ? 2 : 0;
+        if (offload) s.spec.data.offload = dp::Offload::optimizer;
+        s.spec.faults = {dp::fault_name(f)};
         auto r = run_conformance(s);
         EXPECT_FALSE(r.pass()) << "fault not caught: " << r.strategy;
       }
@@ -108,8 +109,8 @@ const ExactCheck& exact_of(const ConformanceResult& r, const std::string& what) 
 // gathered at once decides the comm-buffer peak.
 StrategyRun deep_run_of(dp::Shard shard, int dp, Precision p, int micro = 1) {
   StrategyRun s = run_of(shard, dp, p, micro);
-  s.cfg.model.L = 6;
-  s.cfg.model.V = 32;
+  s.spec.train.model.L = 6;
+  s.spec.train.model.V = 32;
   return s;
 }
 
@@ -120,7 +121,7 @@ TEST(DpConformance, CommBufferPeakIsExact) {
   int64_t last = 0;
   for (int prefetch : {0, 1, 2, 3}) {
     auto s = deep_run_of(dp::Shard::zero3, 2, Precision::fp32);
-    s.dp.prefetch = prefetch;
+    s.spec.data.prefetch = prefetch;
     auto r = run_conformance(s);
     EXPECT_TRUE(r.pass()) << explain(r);
     const auto& c = exact_of(r, "mem.comm");
@@ -134,9 +135,9 @@ TEST(DpConformance, CommBufferPeakIsExact) {
                  Case{dp::Shard::hsdp, 1, true, 0}})
     for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
       auto s = deep_run_of(c.shard, 4, p, c.micro);
-      s.dp.reshard_after_forward = c.reshard;
-      s.dp.ranks_per_node = c.rpn;
-      s.dp.shard_group = 2;
+      s.spec.data.reshard_after_forward = c.reshard;
+      s.spec.mesh.ranks_per_node = c.rpn;
+      s.spec.data.shard_group = 2;
       auto r = run_conformance(s);
       EXPECT_TRUE(r.pass()) << explain(r);
       EXPECT_GT(exact_of(r, "mem.comm").declared, 0) << r.strategy;
@@ -149,7 +150,7 @@ TEST(DpConformance, CommBufferPeakIsExact) {
 // microbatch, fails on the comm-memory check alone.
 TEST(DpConformance, LeakingGatheredBlocksFailsOnMemoryAlone) {
   auto s = deep_run_of(dp::Shard::zero3, 4, Precision::fp32);
-  s.dp.faults = {dp::Fault::keep_gathered};
+  s.spec.faults = {"keep_gathered"};
   auto r = run_conformance(s);
   EXPECT_FALSE(r.pass());
   for (const auto& c : r.rule) EXPECT_TRUE(c.pass) << c.quantity << " step " << c.step;
@@ -159,7 +160,7 @@ TEST(DpConformance, LeakingGatheredBlocksFailsOnMemoryAlone) {
   EXPECT_GT(c.measured, c.declared);
   // Without resharding every block is held into backward anyway: the fault
   // could not raise the peak, so asking for it is bad input.
-  s.dp.reshard_after_forward = false;
+  s.spec.data.reshard_after_forward = false;
   EXPECT_THROW(run_conformance(s), InputError);
 }
 
@@ -167,9 +168,9 @@ TEST(DpConformance, NoFalseAlarmsAcrossSeeds) {
   for (uint64_t seed = 1; seed <= 5; ++seed)
     for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero2, dp::Shard::zero3, dp::Shard::hzero}) {
       auto s = run_of(sh, 4, Precision::fp32);
-      s.cfg.seed = seed;
-      s.cfg.data.seed = seed * 7;
-      s.dp.ranks_per_node = sh == dp::Shard::hzero ? 2 : 0;
+      s.spec.train.seed = seed;
+      s.spec.train.data.seed = seed * 7;
+      s.spec.mesh.ranks_per_node = sh == dp::Shard::hzero ? 2 : 0;
       auto r = run_conformance(s);
       EXPECT_TRUE(r.pass()) << "seed " << seed << " " << explain(r);
     }
@@ -178,7 +179,7 @@ TEST(DpConformance, NoFalseAlarmsAcrossSeeds) {
 TEST(DpConformance, ChaosDelaysChangeNoBits) {
   for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero3}) {
     auto s = run_of(sh, 4, Precision::fp32);
-    s.dp.prefetch = 2;
+    s.spec.data.prefetch = 2;
     auto calm = run_conformance(s);
     s.world.chaos.enabled = true;
     s.world.chaos.seed = 99;

@@ -5,8 +5,8 @@
 #include <mutex>
 
 #include "harness/status.h"
-#include "impl/data_parallel/cost.h"
-#include "impl/data_parallel/dp_rank.h"
+#include "impl/pipeline/delayed_reference.h"
+#include "impl/registry.h"
 
 namespace pb {
 
@@ -29,164 +29,142 @@ std::string describe_failures(const ConformanceResult& r) {
   return out;
 }
 
-bool declares_bitwise(const StrategyRun& s) {
-  if (s.world.backend != BackendKind::local) return false;
-  switch (s.dp.shard) {
-    case dp::Shard::none:
-    case dp::Shard::zero1: return true;
-    case dp::Shard::zero2:
-    case dp::Shard::zero3: return s.cfg.microbatches == 1;
-    default: return false;  // two-level reductions sum in another order
-  }
-}
-
-SplitPlan replay_plan(const StrategyRun& s) {
-  SplitPlan p;
-  p.groups = s.dp.dp;
-  p.micro = s.cfg.microbatches;
-  if (s.dp.shard != dp::Shard::none) {
-    ParamLayout l(s.cfg.model);
-    for (int r = 0; r < s.dp.dp; ++r) {
-      dp::ShardLayout sl(l, s.dp.dp, r);
-      std::vector<std::pair<int64_t, int64_t>> ranges;
-      for (int u = 0; u < sl.num_units(); ++u) {
-        auto rg = sl.owned(u);
-        if (rg.first < rg.second) ranges.push_back(rg);
-      }
-      p.norm_parts.push_back(std::move(ranges));
-    }
-  }
-  return p;
-}
-
-namespace {
-
-Trace reference_trace(const TrainConfig& cfg, const SplitPlan& plan) {
-  auto t = make_reference_trainer(cfg, plan);
-  Trace tr;
-  for (int s = 0; s < cfg.steps; ++s) {
-    StepStats st = t->step();
-    tr.loss.push_back(st.loss);
-    tr.grad_norm.push_back(st.grad_norm);
-    if (s == 0) tr.grads1 = t->grads_f64();
-  }
-  tr.params = t->params_f64();
-  return tr;
-}
-
-std::vector<int64_t> unit_sizes(const ParamLayout& l) {
-  std::vector<int64_t> u;
-  for (int i = 0; i < l.num_units(); ++i) u.push_back(l.unit_size(i));
-  return u;
-}
-
-// Memory and communication of this rank against the declared figures.
-std::vector<ExactCheck> exact_checks(const StrategyRun& s, const ParamLayout& l,
-                                     const MemoryTracker& mem, CommLog& log) {
+std::vector<ExactCheck> exact_checks(const Declared& d, const MemoryTracker& mem, const CommLog& log) {
   std::vector<ExactCheck> out;
-  const auto units = unit_sizes(l);
-  dp::DataAxis axis = dp::data_axis(s.dp, s.cfg.precision, s.cfg.microbatches);
-  dp::ModelStateBytes d = dp::model_state_bytes(units, axis);
   auto add = [&](std::string what, int64_t measured, int64_t declared) {
     out.push_back({std::move(what), measured, declared, measured == declared});
   };
-  add("mem.params", int64_t(mem.peak(MemTag::params)), d.params);
-  add("mem.grads", int64_t(mem.peak(MemTag::grads)), d.grads);
-  add("mem.optimizer", int64_t(mem.peak(MemTag::optimizer)), d.optimizer);
-  add("mem.optimizer.host", int64_t(mem.peak(MemTag::optimizer, Place::host)), d.optimizer_host);
-  add("mem.comm", int64_t(mem.peak(MemTag::comm)), dp::comm_buffer_peak_bytes(units, axis));
-
+  for (const auto& m : d.memory) add(m.item, int64_t(mem.peak(m.tag, m.place)), m.bytes);
   std::map<std::pair<std::string, CommOp>, int64_t> declared;
-  auto op_of = [](dp::Coll c) {
-    return c == dp::Coll::all_reduce ? CommOp::all_reduce
-           : c == dp::Coll::reduce_scatter ? CommOp::reduce_scatter : CommOp::all_gather;
-  };
-  for (const auto& c : dp::comm_per_step(units, axis))
-    declared[{c.group, op_of(c.op)}] += c.bytes * s.cfg.steps;
-  // Scalars: the loss every step; the squared-norm partial sums when sharded.
-  if (s.dp.dp > 1) {
-    bool sharded = s.dp.shard != dp::Shard::none;
-    bool hsdp_one_group = s.dp.shard == dp::Shard::hsdp && dp::shard_group(s.dp) == 1;
-    declared[{"dp_scalar", CommOp::all_reduce}] +=
-        8 * s.cfg.steps * (1 + (sharded && !hsdp_one_group ? 1 : 0));
-  }
+  for (const auto& c : d.comm) declared[{c.group, c.op}] += c.bytes;
+  auto exempt = [](CommOp op) { return op == CommOp::recv || op == CommOp::sendrecv || op == CommOp::barrier; };
+  auto name = [](const std::string& g, CommOp op) { return "comm." + g + "." + std::string(comm_op_name(op)); };
   for (const auto& g : log.groups()) {
-    if (g == "check" || g == "world") continue;
-    for (CommOp op : {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather}) {
-      int64_t m = int64_t(log.get(g, op).bytes);
-      if (m || declared.count({g, op}))
-        add("comm." + g + "." + std::string(comm_op_name(op)), m, declared[{g, op}]);
-      declared.erase({g, op});
+    if (g == "check" || g == "world") continue;  // the checks' own gathers and the engine's verdict
+    for (int i = 0; i < kNumCommOps; ++i) {
+      const CommOp op = CommOp(i);
+      if (exempt(op)) continue;
+      const int64_t m = int64_t(log.get(g, op).bytes);
+      auto it = declared.find({g, op});
+      if (m || it != declared.end()) add(name(g, op), m, it == declared.end() ? 0 : it->second);
+      if (it != declared.end()) declared.erase(it);
     }
   }
   for (const auto& [k, v] : declared)
-    if (v) add("comm." + k.first + "." + std::string(comm_op_name(k.second)), 0, v);
+    if (v) add(name(k.first, k.second), 0, v);
   return out;
 }
 
-template <class T>
-void run_rank(const StrategyRun& s, Communicator& world, ConformanceResult& res, Trace& trace,
-              std::mutex& mu) {
-  dp::DpRank<T> rank(s.cfg, s.dp, world);
-  std::vector<StepStats> steps;
-  std::vector<double> grads1;
-  for (int i = 0; i < s.cfg.steps; ++i) {
-    steps.push_back(rank.step());
-    if (i == 0) grads1 = rank.full_grads();
+bool declares_bitwise(const StrategyRun& s) {
+  return strategy_for(s.spec).bitwise(s.spec, s.world.backend);
+}
+
+Replay replay_of(const StrategyRun& s) { return strategy_for(s.spec).replay(s.spec); }
+
+namespace {
+
+Trace trace_of(const std::vector<StepStats>& st, std::vector<double> grads1, std::vector<double> params) {
+  Trace t;
+  for (const auto& s : st) {
+    t.loss.push_back(s.loss);
+    t.grad_norm.push_back(s.grad_norm);
   }
-  std::vector<double> params = rank.full_params();
-  auto exact = exact_checks(s, rank.layout(), rank.memory(), world.log());
+  t.grads1 = std::move(grads1);
+  t.params = std::move(params);
+  return t;
+}
+
+Trace reference_trace(const TrainConfig& cfg, const Replay& replay) {
+  if (replay.delayed_weights) {
+    pipeline::DelayedResult d = pipeline::run_delayed_reference(cfg, replay.plan);
+    return trace_of(d.steps, std::move(d.grads1), std::move(d.params));
+  }
+  auto t = make_reference_trainer(cfg, replay.plan);
+  std::vector<StepStats> st;
+  std::vector<double> g1;
+  for (int s = 0; s < cfg.steps; ++s) {
+    st.push_back(t->step());
+    if (s == 0) g1 = t->grads_f64();
+  }
+  return trace_of(st, std::move(g1), t->params_f64());
+}
+
+std::string pack(const RankTimes& t) {
+  std::vector<double> v = {t.wall_s, t.busy_s};
+  v.insert(v.end(), t.timeline.begin(), t.timeline.end());
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
+}
+RankTimes unpack(const std::string& s) {
+  std::vector<double> v(s.size() / sizeof(double));
+  std::copy_n(reinterpret_cast<const char*>(s.data()), v.size() * sizeof(double),
+              reinterpret_cast<char*>(v.data()));
+  RankTimes t;
+  if (v.size() >= 2) {
+    t.wall_s = v[0];
+    t.busy_s = v[1];
+    t.timeline.assign(v.begin() + 2, v.end());
+  }
+  return t;
+}
+
+void run_rank(const StrategyRun& s, const Strategy& strat, Communicator& world, ConformanceResult& res,
+              std::mutex& mu) {
+  std::unique_ptr<Rank> rank = strat.make_rank(s.spec, world);
+  std::vector<double> grads1;
+  std::vector<StepStats> steps = rank->train(s.spec.train.steps, &grads1);
+  std::vector<double> params = rank->full_params();
+  auto exact = exact_checks(rank->declared(s.spec.train.steps), rank->memory(), world.log());
   double bad = std::any_of(exact.begin(), exact.end(), [](auto& c) { return !c.pass; }) ? 1 : 0;
   world.all_reduce(&bad, &bad, 1, DType::f64);
+  const auto times = all_gather_strings(world, pack(rank->times()));
   if (world.rank() != 0) return;
   std::lock_guard lk(mu);
   res.steps = steps;
   res.exact = std::move(exact);
   res.ranks_with_mismatch = int(bad);
-  for (const auto& st : steps) {
-    trace.loss.push_back(st.loss);
-    trace.grad_norm.push_back(st.grad_norm);
-  }
-  trace.grads1 = std::move(grads1);
-  trace.params = std::move(params);
+  res.trace = trace_of(steps, std::move(grads1), std::move(params));
+  for (const auto& t : times) res.times.push_back(unpack(t));
 }
 
 }  // namespace
 
 ConformanceResult run_conformance(const StrategyRun& s, World& world) {
-  dp::validate(s.dp, s.cfg);
-  require(world.size() == s.dp.dp, "strategy.dp: must equal the world size (" +
-                                       std::to_string(world.size()) + "), got " +
-                                       std::to_string(s.dp.dp));
+  validate(s.spec);
+  const Strategy& strat = strategy_for(s.spec);
+  strat.validate(s.spec);
+  require(world.size() == s.spec.world(),
+          "mesh: " + mesh_text(s.spec.mesh) + " needs " + std::to_string(s.spec.world()) +
+              " ranks, the world has " + std::to_string(world.size()));
   ConformanceResult res;
-  res.strategy = s.dp.describe();
-  if (s.cfg.microbatches > 1) res.strategy += " accum" + std::to_string(s.cfg.microbatches);
-  res.precision = s.cfg.precision;
+  res.strategy = strat.describe(s.spec);
+  res.mesh = mesh_text(s.spec.mesh);
+  res.precision = s.spec.train.precision;
   res.world = world.size();
   res.backend = std::string(backend_name(world.backend()));
-  res.bitwise_declared = declares_bitwise(s);
-  Trace strat;
+  res.bitwise_declared = strat.bitwise(s.spec, world.backend());
   std::mutex mu;
-  run_ranks(world, [&](Communicator& c) {
-    dispatch_dtype(storage_dtype(s.cfg.precision),
-                   [&](auto t) { run_rank<decltype(t)>(s, c, res, strat, mu); });
-  });
+  run_ranks(world, [&](Communicator& c) { run_rank(s, strat, c, res, mu); });
   res.hosts_rank0 = hosts_rank(world, 0);
   if (!res.hosts_rank0) return res;
 
-  TrainConfig truth_cfg = s.cfg;
+  const Replay replay = strat.replay(s.spec);
+  TrainConfig truth_cfg = s.spec.train;
   truth_cfg.precision = Precision::fp64;
-  const Trace truth = reference_trace(truth_cfg, {});
-  const Trace ref = reference_trace(s.cfg, {});
-  const Trace replay = reference_trace(s.cfg, replay_plan(s));
-  res.rule = check_rule(strat, {&ref, &replay}, truth, storage_dtype(s.cfg.precision), s.rule);
-  if (res.bitwise_declared) res.bits = check_bitwise(strat, replay);
+  Replay plain;
+  plain.delayed_weights = replay.delayed_weights;
+  const Trace truth = reference_trace(truth_cfg, plain);
+  const Trace ref = reference_trace(s.spec.train, plain);
+  const Trace rep = reference_trace(s.spec.train, replay);
+  const DType dt = storage_dtype(s.spec.train.precision);
+  res.rule = check_rule(res.trace, {&ref, &rep}, truth, dt, s.rule);
+  if (res.bitwise_declared) res.bits = check_bitwise(res.trace, rep);
   return res;
 }
 
 ConformanceResult run_conformance(const StrategyRun& s) {
   WorldOptions w = s.world;
-  w.size = s.dp.dp;
+  w.size = s.spec.world();
+  if (!w.ranks_per_node) w.ranks_per_node = s.spec.mesh.ranks_per_node;
   auto world = make_local_world(w);
   return run_conformance(s, *world);
 }

@@ -1,24 +1,26 @@
-// The conformance engine: runs the fp64 reference (truth), the reference at
-// the precision under test (noise floor), the reference replaying the
-// strategy's arithmetic order, and the strategy on its ranks — all from the
-// same init and data — and judges per compare.h. It also checks per-rank
-// model-state bytes (exactly) and communication bytes per group and op
-// (exactly) against what the strategy declares (impl/*/cost.h).
+// The conformance engine — one for every strategy. It runs the fp64
+// reference (truth), the reference at the precision under test (noise floor),
+// the reference replaying the strategy's arithmetic order (Strategy::replay),
+// and the strategy on its ranks (Strategy::make_rank, the one Rank interface
+// of impl/spec/rank.h) — all from the same init and data — and judges per
+// compare.h: the rule for every strategy, bit equality where the strategy
+// declares it. Every rank's measured memory (by tag) and communication (bytes
+// per group and op) must equal what it declares (Rank::declared), exactly.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "harness/runner.h"
-#include "impl/data_parallel/options.h"
+#include "impl/spec/rank.h"
+#include "impl/spec/run_spec.h"
 #include "reference/trainer.h"
 #include "suites/conformance/compare.h"
 
 namespace pb {
 
 struct StrategyRun {
-  TrainConfig cfg;
-  dp::DpOptions dp;
-  WorldOptions world;
+  RunSpec spec;
+  WorldOptions world;  // size: the mesh's world (set by the local overload)
   ToleranceRule rule;
 };
 
@@ -29,7 +31,8 @@ struct ExactCheck {  // measured == declared
 };
 
 struct ConformanceResult {
-  std::string strategy;  // DpOptions::describe()
+  std::string strategy;  // Strategy::describe
+  std::string mesh;      // mesh_text
   Precision precision = Precision::fp32;
   int world = 1;
   std::string backend;
@@ -39,6 +42,8 @@ struct ConformanceResult {
   std::vector<ExactCheck> exact;       // memory and communication, rank 0 (all ranks compared)
   int ranks_with_mismatch = 0;         // ranks whose memory/comm differed from declared
   std::vector<StepStats> steps;        // rank 0's
+  Trace trace;                         // the strategy's (rank 0)
+  std::vector<RankTimes> times;        // per world rank, the last step
   bool hosts_rank0 = true;             // false on MPI ranks other than 0 (fields empty)
   bool pass() const;
 };
@@ -47,14 +52,19 @@ struct ConformanceResult {
 // CLI messages.
 std::string describe_failures(const ConformanceResult& r);
 
-// Does the strategy declare bit equality with its replay (see dp_rank.h)?
-bool declares_bitwise(const StrategyRun& s);
-// The reference's split plan that replays the strategy's order.
-SplitPlan replay_plan(const StrategyRun& s);
+// Measured against declared for one rank: memory in the declared order, then
+// communication for every group the log saw or the rank declared (see
+// Declared in rank.h for what is exempt).
+std::vector<ExactCheck> exact_checks(const Declared& d, const MemoryTracker& mem, const CommLog& log);
 
-// Runs everything on `world` (whose size must be s.dp.dp).
+// The strategy's exactness declaration and replay, on s.world's backend.
+bool declares_bitwise(const StrategyRun& s);
+Replay replay_of(const StrategyRun& s);
+
+// Validates the spec (validate(RunSpec) and the strategy's own rules) and
+// runs everything on `world`, whose size must be the mesh's.
 ConformanceResult run_conformance(const StrategyRun& s, World& world);
-// Convenience: a local world built from s.world.
+// Convenience: a local world of the mesh's size built from s.world.
 ConformanceResult run_conformance(const StrategyRun& s);
 
 }  // namespace pb

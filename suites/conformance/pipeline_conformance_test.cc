@@ -10,45 +10,57 @@
 #include <tuple>
 
 #include "harness/status.h"
-#include "suites/conformance/pipeline_engine.h"
+#include "suites/conformance/engine.h"
+#include "suites/conformance/pipeline_report.h"
 
 namespace pb {
 namespace {
 
 namespace pl = pipeline;
 
-PipelineRun run_of(pl::ScheduleKind k, int pp, int m, int v = 1, int dp = 1, Precision p = Precision::fp32) {
-  PipelineRun r;
-  r.cfg.model = named_model("tiny");
-  r.cfg.model.L = 8;  // room for pp * v <= 8 stages
-  r.cfg.precision = p;
-  r.cfg.steps = 2;
-  r.cfg.batch = dp * m;  // one sequence per microbatch
-  r.cfg.seq = 8;
-  r.cfg.microbatches = m;
-  r.cfg.optim.lr = 3e-3;
-  r.pipe.kind = k;
-  r.pipe.pp = pp;
-  r.pipe.virtual_stages = v;
-  r.pipe.dp = dp;
+StrategyRun run_of(pl::ScheduleKind k, int pp, int m, int v = 1, int dp = 1, Precision p = Precision::fp32) {
+  StrategyRun r;
+  TrainConfig& c = r.spec.train;
+  c.model = named_model("tiny");
+  c.model.L = 8;  // room for pp * v <= 8 stages
+  c.precision = p;
+  c.steps = 2;
+  c.batch = dp * m;  // one sequence per microbatch
+  c.seq = 8;
+  c.microbatches = m;
+  c.optim.lr = 3e-3;
+  r.spec.pipe.schedule = k;
+  r.spec.mesh.pp = pp;
+  r.spec.pipe.virtual_stages = v;
+  r.spec.mesh.dp = dp;
   r.world.timeout_s = 60;
   return r;
+}
+
+const ExactCheck& exact_of(const ConformanceResult& r, const std::string& what) {
+  for (const auto& e : r.exact)
+    if (e.what == what) return e;
+  throw std::out_of_range("no exact check " + what + " in " + r.strategy);
 }
 
 std::string explain(const ConformanceResult& r) {
   return r.strategy + " " + precision_name(r.precision) + ":" + describe_failures(r);
 }
 
-void expect_bitwise_pass(const PipelineRun& run, PipelineReport* rep = nullptr) {
-  auto r = run_pipeline_conformance(run, rep);
+ConformanceResult expect_bitwise_pass(const StrategyRun& run, PipelineReport* rep = nullptr) {
+  auto r = run_conformance(run);
   EXPECT_TRUE(r.pass()) << explain(r);
   EXPECT_TRUE(r.bitwise_declared) << r.strategy;
   EXPECT_FALSE(r.bits.empty()) << r.strategy;
-  ASSERT_EQ(r.exact.size(), 3u) << r.strategy;  // activations, p2p sends, tied all-reduce
-  EXPECT_GT(r.exact[0].measured, 0) << r.strategy;
-  if (run.pipe.pp > 1) {
-    EXPECT_GT(r.exact[1].declared, 0) << r.strategy;
+  // Model states, activations, p2p sends, the tied all-reduce: all declared.
+  for (const char* what : {"mem.params", "mem.grads", "mem.optimizer", "mem.activations"})
+    EXPECT_GT(exact_of(r, what).measured, 0) << r.strategy << " " << what;
+  if (run.spec.mesh.pp > 1) {
+    EXPECT_GT(exact_of(r, "comm.pp.send").declared, 0) << r.strategy;
+    EXPECT_GT(exact_of(r, "comm.pp_tied.all_reduce").declared, 0) << r.strategy;
   }
+  if (rep) *rep = pipeline_report(run.spec, r);
+  return r;
 }
 
 TEST(PipelineConformance, SynchronousSchedulesAreBitwiseWithTheirReplay) {
@@ -80,11 +92,9 @@ TEST(PipelineConformance, SynchronousSchedulesAreBitwiseEqualToEachOther) {
                           {pl::ScheduleKind::zb_h1, 2, 1}, {pl::ScheduleKind::interleaved, 2, 2},
                           {pl::ScheduleKind::one_f_one_b, 1, 1}, {pl::ScheduleKind::one_f_one_b, 4, 1},
                           {pl::ScheduleKind::zb_h1, 4, 1}, {pl::ScheduleKind::interleaved, 4, 2}}) {
-    PipelineReport rep;
-    expect_bitwise_pass(run_of(k, pp, 4, v), &rep);
-    traces.push_back(rep.trace);
+    traces.push_back(expect_bitwise_pass(run_of(k, pp, 4, v)).trace);
   }
-  const auto n = size_t(ParamLayout(run_of(pl::ScheduleKind::gpipe, 1, 1).cfg.model).total());
+  const auto n = size_t(ParamLayout(run_of(pl::ScheduleKind::gpipe, 1, 1).spec.train.model).total());
   ASSERT_EQ(traces[0].grads1.size(), n);  // the comparisons below are not vacuous
   ASSERT_EQ(traces[0].params.size(), n);
   ASSERT_EQ(traces[0].loss.size(), 2u);
@@ -98,30 +108,122 @@ TEST(PipelineConformance, SynchronousSchedulesAreBitwiseEqualToEachOther) {
 
 TEST(PipelineConformance, ComposedWithDdpAndZero1) {
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
-    for (auto mode : {pl::DpMode::ddp, pl::DpMode::zero1})
+    for (auto mode : {dp::Shard::none, dp::Shard::zero1})
       for (auto [pp, dp] : {std::pair{2, 2}, {2, 4}, {4, 2}, {2, 3}, {1, 4}}) {
         for (auto [k, v] : {std::pair{pl::ScheduleKind::one_f_one_b, 1}, {pl::ScheduleKind::zb_h1, 1},
                             {pl::ScheduleKind::interleaved, 2}}) {
           auto run = run_of(k, pp, 2 * pp, v, dp, p);
-          run.pipe.dp_mode = mode;
+          run.spec.data.shard = mode;
           expect_bitwise_pass(run);
         }
       }
+}
+
+// Each stage's model states are the data-parallel component: every data-axis
+// option composes with every schedule, with exact model-state, activation
+// and per-group byte checks.
+struct DataCase {
+  dp::Shard shard;
+  int dp, shard_group, ranks_per_node;
+  bool offload;
+};
+const DataCase kDataCases[] = {{dp::Shard::none, 2, 0, 0, false},  {dp::Shard::zero1, 2, 0, 0, false},
+                               {dp::Shard::zero2, 2, 0, 0, false}, {dp::Shard::zero2, 2, 0, 0, true},
+                               {dp::Shard::zero3, 2, 0, 0, false}, {dp::Shard::zero3, 3, 0, 0, false},
+                               {dp::Shard::hsdp, 4, 2, 0, false},  {dp::Shard::hzero, 4, 0, 2, false}};
+
+StrategyRun with_data(StrategyRun r, const DataCase& c) {
+  r.spec.data.shard = c.shard;
+  r.spec.data.shard_group = c.shard_group;
+  r.spec.data.offload = c.offload ? dp::Offload::optimizer : dp::Offload::none;
+  r.spec.mesh.ranks_per_node = c.ranks_per_node;
+  return r;
+}
+
+TEST(PipelineConformance, EveryDataAxisOptionInsideTheStages) {
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (const DataCase& c : kDataCases)
+      for (auto [k, v] : {std::pair{pl::ScheduleKind::one_f_one_b, 1}, {pl::ScheduleKind::zb_h1, 1},
+                          {pl::ScheduleKind::interleaved, 2}}) {
+        auto run = with_data(run_of(k, 2, 4, v, c.dp, p), c);
+        auto r = run_conformance(run);
+        EXPECT_TRUE(r.pass()) << explain(r);
+        EXPECT_EQ(r.bitwise_declared, c.shard <= dp::Shard::zero1) << r.strategy;
+        for (const char* what : {"mem.params", "mem.grads", "mem.activations"})
+          EXPECT_GT(exact_of(r, what).declared, 0) << r.strategy << " " << what;
+        EXPECT_EQ(exact_of(r, "mem.optimizer.host").declared > 0, c.offload) << r.strategy;
+        const char* dp_op = c.shard == dp::Shard::none ? "comm.dp.all_reduce"
+                            : c.shard == dp::Shard::hsdp ? "comm.dp_shard.reduce_scatter"
+                            : c.shard == dp::Shard::hzero ? "comm.dp_intra.reduce_scatter" : "comm.dp.reduce_scatter";
+        EXPECT_GT(exact_of(r, dp_op).declared, 0) << r.strategy;
+      }
+}
+
+// Sharding inside the stages saves what ZeRO says it saves: per-rank model
+// states fall from DDP to ZeRO-1, -2, -3 at the same mesh.
+TEST(PipelineConformance, StageModelStatesFallWithTheShard) {
+  int64_t last = INT64_MAX;
+  for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3}) {
+    auto r = run_conformance(with_data(run_of(pl::ScheduleKind::one_f_one_b, 2, 4, 1, 2), {sh, 2, 0, 0, false}));
+    ASSERT_TRUE(r.pass()) << explain(r);
+    const int64_t states = exact_of(r, "mem.params").measured + exact_of(r, "mem.grads").measured +
+                           exact_of(r, "mem.optimizer").measured;
+    EXPECT_LT(states, last) << r.strategy;
+    last = states;
+  }
+}
+
+TEST(PipelineConformance, DataAxisFaultsInsideTheStagesAreCaught) {
+  struct Case {
+    DataCase data;
+    const char* fault;
+  };
+  for (Case c : {Case{{dp::Shard::none, 2, 0, 0, false}, "grad_not_averaged"},
+                 Case{{dp::Shard::zero1, 2, 0, 0, false}, "wrong_shard_offset"},
+                 Case{{dp::Shard::zero1, 2, 0, 0, false}, "stale_params"},
+                 Case{{dp::Shard::zero2, 2, 0, 0, false}, "skip_grad_reduce"},
+                 Case{{dp::Shard::zero2, 2, 0, 0, false}, "stale_params"},
+                 Case{{dp::Shard::zero3, 2, 0, 0, false}, "wrong_shard_offset"},
+                 Case{{dp::Shard::zero3, 2, 0, 0, false}, "skip_grad_reduce"},
+                 Case{{dp::Shard::hsdp, 4, 2, 0, false}, "skip_replica_reduce"},
+                 Case{{dp::Shard::hzero, 4, 0, 2, false}, "skip_replica_reduce"},
+                 Case{{dp::Shard::zero2, 2, 0, 0, true}, "no_copy_back"}}) {
+    // fp32: see dp_conformance_test.cc for why the teeth are tested where they bite.
+    auto run = with_data(run_of(pl::ScheduleKind::one_f_one_b, 2, 4, 1, c.data.dp), c.data);
+    run.spec.faults = {c.fault};
+    auto r = run_conformance(run);
+    EXPECT_FALSE(r.pass()) << "fault not caught: " << r.strategy;
+  }
+}
+
+TEST(PipelineConformance, FaultsOfThePlainDataParallelRunnerAreRefused) {
+  for (auto [shard, fault] : {std::pair{dp::Shard::zero3, "keep_gathered"}, {dp::Shard::zero3, "stale_params"},
+                              {dp::Shard::none, "skip_bucket"}, {dp::Shard::none, "sync_wrong_microbatch"}}) {
+    auto run = with_data(run_of(pl::ScheduleKind::one_f_one_b, 2, 4, 1, 2), {shard, 2, 0, 0, false});
+    run.spec.faults = {fault};
+    try {
+      run_conformance(run);
+      ADD_FAILURE() << fault << " accepted inside a pipeline stage";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(fault), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("pipeline stage"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(PipelineConformance, PipeDream2BWMatchesDelayedWeightTraining) {
   for (int pp : {1, 2, 3, 4})
     for (int m : {pp, 2 * pp}) {
       auto run = run_of(pl::ScheduleKind::pipedream_2bw, pp, m);
-      run.cfg.steps = 4;
-      auto r = run_pipeline_conformance(run);
+      run.spec.train.steps = 4;
+      auto r = run_conformance(run);
       EXPECT_TRUE(r.pass()) << explain(r);
       EXPECT_TRUE(r.bitwise_declared);
       EXPECT_NE(r.strategy.find("delayed-weight"), std::string::npos) << r.strategy;
     }
   auto run = run_of(pl::ScheduleKind::pipedream_2bw, 2, 2, 1, 2);
-  run.cfg.steps = 3;
-  run.pipe.dp_mode = pl::DpMode::zero1;
+  run.spec.train.steps = 3;
+  run.spec.data.shard = dp::Shard::zero1;
   expect_bitwise_pass(run);
 }
 
@@ -155,21 +257,21 @@ TEST(PipelineConformance, BubbleIsMeasuredBesideTheSimulatedOne) {
 }
 
 TEST(PipelineConformance, InjectedFaultsAreCaught) {
-  auto caught = [](PipelineRun run, auto set) {
-    set(run.pipe.faults);
-    auto r = run_pipeline_conformance(run);
+  auto caught = [](StrategyRun run, const char* fault) {
+    run.spec.faults = {fault};
+    auto r = run_conformance(run);
     // Caught by the numerics, not only by the byte accounting.
     EXPECT_FALSE(all_pass(r.bits)) << "bits did not catch: " << r.strategy;
     EXPECT_FALSE(all_pass(r.rule)) << "the rule did not catch: " << r.strategy;
   };
   for (auto k : {pl::ScheduleKind::gpipe, pl::ScheduleKind::one_f_one_b, pl::ScheduleKind::zb_h1}) {
-    caught(run_of(k, 2, 4), [](pl::PipelineFaults& f) { f.skip_microbatch = true; });
-    caught(run_of(k, 3, 4), [](pl::PipelineFaults& f) { f.grad_to_wrong_stage = true; });
-    caught(run_of(k, 2, 4), [](pl::PipelineFaults& f) { f.tied_grad_not_summed = true; });
+    caught(run_of(k, 2, 4), "skip_microbatch");
+    caught(run_of(k, 3, 4), "grad_to_wrong_stage");
+    caught(run_of(k, 2, 4), "tied_grad_not_summed");
   }
-  caught(run_of(pl::ScheduleKind::interleaved, 2, 4, 2), [](pl::PipelineFaults& f) { f.tied_grad_not_summed = true; });
-  caught(run_of(pl::ScheduleKind::zb_h1, 2, 4), [](pl::PipelineFaults& f) { f.drop_w = true; });
-  caught(run_of(pl::ScheduleKind::zb_h1, 4, 4, 1, 2), [](pl::PipelineFaults& f) { f.drop_w = true; });
+  caught(run_of(pl::ScheduleKind::interleaved, 2, 4, 2), "tied_grad_not_summed");
+  caught(run_of(pl::ScheduleKind::zb_h1, 2, 4), "drop_w");
+  caught(run_of(pl::ScheduleKind::zb_h1, 4, 4, 1, 2), "drop_w");
 }
 
 TEST(PipelineConformance, ChaosDelaysChangeNothing) {
@@ -181,9 +283,9 @@ TEST(PipelineConformance, ChaosDelaysChangeNothing) {
 }
 
 TEST(PipelineConformance, BadSchedulesAndConfigsGetClearErrors) {
-  auto rejected = [](const PipelineRun& run, const std::string& says) {
+  auto rejected = [](const StrategyRun& run, const std::string& says) {
     try {
-      run_pipeline_conformance(run);
+      run_conformance(run);
       ADD_FAILURE() << "accepted: " << says;
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
@@ -197,10 +299,10 @@ TEST(PipelineConformance, BadSchedulesAndConfigsGetClearErrors) {
   w.size = 3;
   auto world3 = make_local_world(w);
   try {
-    run_pipeline_conformance(run_of(pl::ScheduleKind::one_f_one_b, 2, 2), *world3);
+    run_conformance(run_of(pl::ScheduleKind::one_f_one_b, 2, 2), *world3);
     ADD_FAILURE() << "pp 2 accepted on a world of 3";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("does not divide world"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs 2 ranks, the world has 3"), std::string::npos) << e.what();
   }
 }
 

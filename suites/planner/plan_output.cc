@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string_view>
 
+#include "harness/mesh.h"
+
 namespace pb::planner {
 namespace {
 
@@ -39,7 +41,12 @@ std::string strategy_spec(const PlanInput& in) {
 }
 
 std::string mesh_spec(const PlanInput& in) {
-  return fmt("dp%d.tp%d.cp%d.pp%d", in.dp, in.tp, in.cp, in.pp);
+  MeshShape m;
+  m.dp = in.dp;
+  m.tp = in.tp;
+  m.cp = in.cp;
+  m.pp = in.pp;
+  return mesh_text(m);
 }
 
 std::string model_label(const PlanInput& in) { return in.shape ? in.shape->name : "custom"; }

@@ -12,7 +12,7 @@ namespace pb::planner {
 // "zero1.tp8.sp.pp64.1f1b.recompute-selective": the axes that differ from
 // the default, dot-separated (shard first; "ddp" for none).
 std::string strategy_spec(const PlanInput& in);
-// "dp96.tp8.cp1.pp64" (the schema's mesh pattern).
+// "dp96.tp8.pp64" (harness/mesh.h mesh_text).
 std::string mesh_spec(const PlanInput& in);
 std::string model_label(const PlanInput& in);
 

@@ -18,7 +18,7 @@ const std::string kSweepHead =
     "microbatches,tokens_per_s,mem_total,mem_host_total,mem_activations\n";
 
 std::string sweep_row(const std::string& strategy, int world, double tps, long mem, const std::string& status = "ok") {
-  return "r1,sweep,local," + std::to_string(world) + ",dp" + std::to_string(world) + ".tp1.cp1.pp1," + status +
+  return "r1,sweep,local," + std::to_string(world) + ",dp" + std::to_string(world) + "," + status +
          "," + (status == "ok" ? "" : "out of memory") + "," + strategy + ",small,fp32,strong,16,64,1," +
          (status == "ok" ? std::to_string(tps) : "") + "," + (status == "ok" ? std::to_string(mem) : "") +
          ",0,1000\n";
@@ -34,9 +34,9 @@ std::string sweep(double tps_scale = 1.0, double mem_scale = 1.0, bool drop = fa
 
 std::string conformance(bool fail) {
   return "run_id,kind,backend,world,mesh,status,reason,strategy,precision,quantity,step,ratio,threshold,pass\n"
-         "r1,conformance,local,4,dp4.tp1.cp1.pp1,ok,,zero3,fp32,loss,1,0.7,8,1\n"
-         "r1,conformance,local,4,dp4.tp1.cp1.pp1,ok,,zero3,fp32,loss,2,1.3,8,1\n"
-         "r1,conformance,local,4,dp4.tp1.cp1.pp1,ok,,zero3,fp32,grads,1," +
+         "r1,conformance,local,4,dp4,ok,,zero3,fp32,loss,1,0.7,8,1\n"
+         "r1,conformance,local,4,dp4,ok,,zero3,fp32,loss,2,1.3,8,1\n"
+         "r1,conformance,local,4,dp4,ok,,zero3,fp32,grads,1," +
          std::string(fail ? "12.5,8,0\n" : "0.9,8,1\n");
 }
 

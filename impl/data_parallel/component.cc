@@ -1,0 +1,237 @@
+#include "impl/data_parallel/component.h"
+
+#include <cstring>
+#include <utility>
+
+#include "harness/status.h"
+#include "reference/init.h"
+
+namespace pb::dp {
+
+namespace {
+template <class T>
+void copy_n(T* dst, const T* src, int64_t n) {
+  std::memcpy(static_cast<void*>(dst), src, size_t(n) * sizeof(T));
+}
+}  // namespace
+
+DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o) {
+  DpComms c;
+  const auto dp_groups = mesh_groups(mesh, MeshAxis::dp);
+  c.dp = world.split_groups(dp_groups, "dp");
+  if (o.shard == Shard::hsdp) {
+    const TwoLevelGroups hs = split_consecutive(dp_groups, shard_group(o), "strategy.shard_group");
+    c.shard = world.split_groups(hs.intra, "dp_shard");
+    c.replica = world.split_groups(hs.inter, "dp_replica");
+  } else if (o.shard == Shard::hzero) {
+    const TwoLevelGroups nodes = split_by_node(dp_groups, mesh.ranks_per_node);
+    c.intra = world.split_groups(nodes.intra, "dp_intra");
+    c.inter = world.split_groups(nodes.inter, "dp_inter");
+  }
+  return c;
+}
+
+int owned_slice(const DpOptions& o, int dp_rank) {
+  if (o.shard == Shard::hsdp) return dp_rank % shard_group(o);
+  if (o.shard == Shard::hzero) {
+    const int rpn = o.ranks_per_node, nodes = o.dp / rpn;
+    return (dp_rank % rpn) * nodes + dp_rank / rpn;
+  }
+  return o.shard == Shard::none ? 0 : dp_rank;
+}
+
+template <class T>
+Component<T>::Component(const DpOptions& o, std::vector<UnitSpan> units, const ParamLayout& layout,
+                        uint64_t seed, DpComms& comms, MemoryTracker& mem)
+    : o_(o), c_(comms), mem_(mem) {
+  g_ = shard_group(o);
+  rpn_ = o.ranks_per_node ? o.ranks_per_node : o.dp;
+  nodes_ = o.dp / rpn_;
+  sl_ = std::make_unique<ShardLayout>(units, g_, owned_slice(o, c_.dp->rank()));
+  const bool full_params = !params_sharded();
+  params_ = Buffer<T>(&mem_, MemTag::params, size_t(full_params ? sl_->full_size() : sl_->shard_size()));
+  for (int u = 0; u < sl_->num_units(); ++u) {
+    const UnitShard& s = sl_->unit(u);
+    if (full_params) {
+      init_params<T>(layout, seed, s.begin, s.begin + s.size, params_.data() + s.full_off);
+    } else {
+      auto [lo, hi] = sl_->owned(u);
+      init_params<T>(layout, seed, lo, hi, params_.data() + s.shard_off);
+    }
+  }
+  grads_ = Buffer<T>(&mem_, MemTag::grads, size_t(grads_full() ? sl_->full_size() : sl_->shard_size()));
+  if (o.shard == Shard::hzero && nodes_ > 1)
+    secondary_ = Buffer<T>(&mem_, MemTag::params, size_t(sl_->full_size() / rpn_));
+  opt_ = std::make_unique<AdamW<T>>(layout, seed, sl_->segments(full_params, grads_full()), sl_->shard_size(),
+                                    &mem_, o.offload == Offload::optimizer ? Place::host : Place::device);
+  if (o.has(Fault::no_copy_back)) dummy_params_ = Buffer<T>(&mem_, MemTag::workspace, params_.size());
+}
+
+template <class T>
+Component<T>::~Component() = default;
+
+template <class T>
+T* Component<T>::unit_params(int u) {
+  require(!params_sharded(), "dp: unit_params on a sharded-parameter family");
+  return params_.data() + sl_->unit(u).full_off;
+}
+
+template <class T>
+T* Component<T>::unit_grads(int u) {
+  require(grads_full(), "dp: unit_grads on a sharded-gradient family");
+  return grads_.data() + sl_->unit(u).full_off;
+}
+
+template <class T>
+typename Component<T>::Gathered Component<T>::start_gather(int u, bool from_secondary) {
+  const DType dt = dtype_of<T>();
+  Gathered g;
+  const UnitShard& s = sl_->unit(u);
+  g.buf = Buffer<T>(&mem_, MemTag::comm, size_t(s.padded));
+  if (o_.shard == Shard::hzero && from_secondary) {  // hpZ: the secondary, intra-node
+    const int64_t chunk = s.padded / rpn_;
+    if (c_.intra->size() == 1) {  // one rank per node: the secondary is the unit
+      copy_n(g.buf.data(), secondary_.data() + s.full_off, chunk);
+      return g;
+    }
+    g.req = c_.intra->iall_gather(secondary_.data() + s.full_off / rpn_, g.buf.data(), size_t(chunk), dt);
+  } else if (o_.shard == Shard::hzero) {  // forward: over dp, slices arrive in dp-rank order
+    g.staging = Buffer<T>(&mem_, MemTag::comm, size_t(s.padded));
+    g.req = c_.dp->iall_gather(params_.data() + s.shard_off, g.staging.data(), size_t(s.slice), dt);
+  } else if (shard_comm().size() == 1) {
+    copy_n(g.buf.data(), params_.data() + s.shard_off, s.slice);
+    return g;
+  } else {
+    g.req = shard_comm().iall_gather(params_.data() + s.shard_off, g.buf.data(), size_t(s.slice), dt);
+  }
+  g.pending = true;
+  return g;
+}
+
+// hZeRO: dp rank j owns slice owned_slice(j); put each slice in place, then
+// keep this rank's node-local chunk as the secondary copy for backward.
+template <class T>
+const T* Component<T>::wait_gather(int u, Gathered& g) {
+  if (!g.pending) return g.buf.data();
+  g.req.wait();
+  g.pending = false;
+  if (g.staging.empty()) return g.buf.data();
+  const UnitShard& s = sl_->unit(u);
+  for (int j = 0; j < o_.dp; ++j)
+    copy_n(g.buf.data() + owned_slice(o_, j) * s.slice, g.staging.data() + j * s.slice, s.slice);
+  g.staging.reset();
+  const int64_t chunk = s.padded / rpn_;
+  const int local = c_.dp->rank() % rpn_;
+  copy_n(secondary_.data() + s.full_off / rpn_, g.buf.data() + local * chunk, chunk);
+  return g.buf.data();
+}
+
+template <class T>
+void Component<T>::reduce_unit(int u, T* full, bool first_micro) {
+  const DType dt = dtype_of<T>();
+  const UnitShard& s = sl_->unit(u);
+  const int fault_unit = sl_->num_units() > 1 ? 1 : 0;
+  T* slot = o_.shard == Shard::zero1 ? grads_.data() + s.full_off + s.slice * sl_->slice_index()
+                                     : grads_.data() + s.shard_off;
+  if (o_.has(Fault::wrong_shard_offset) && u == fault_unit) slot += 1;
+  Buffer<T> tmp(&mem_, MemTag::comm, size_t(s.slice));
+  if (o_.has(Fault::skip_grad_reduce) && u == fault_unit) {
+    copy_n(tmp.data(), full + s.slice * sl_->slice_index(), s.slice);
+  } else if (o_.shard == Shard::hzero && nodes_ > 1) {
+    const int64_t chunk = s.padded / rpn_;
+    Buffer<T> mid(&mem_, MemTag::comm, size_t(chunk));
+    if (c_.intra->size() == 1) copy_n(mid.data(), full, chunk);
+    else c_.intra->reduce_scatter(full, mid.data(), size_t(chunk), dt);
+    if (o_.has(Fault::skip_replica_reduce))
+      copy_n(tmp.data(), mid.data() + s.slice * (c_.dp->rank() / rpn_), s.slice);
+    else
+      c_.inter->reduce_scatter(mid.data(), tmp.data(), size_t(s.slice), dt);
+  } else if (shard_comm().size() == 1) {
+    copy_n(tmp.data(), full, s.slice);
+  } else {
+    shard_comm().reduce_scatter(full, tmp.data(), size_t(s.slice), dt);
+  }
+  if (first_micro) copy_n(slot, tmp.data(), s.slice);
+  else kernels::accumulate(slot, tmp.data(), size_t(s.slice));
+}
+
+template <class T>
+void Component<T>::finish_reduction() {
+  if (o_.shard == Shard::zero1)
+    for (int u = 0; u < sl_->num_units(); ++u) reduce_unit(u, grads_.data() + sl_->unit(u).full_off, true);
+  if (o_.shard == Shard::hsdp && c_.replica->size() > 1 && !o_.has(Fault::skip_replica_reduce))
+    c_.replica->all_reduce(grads_.data(), grads_.data(), grads_.size(), dtype_of<T>());
+}
+
+template <class T>
+void Component<T>::sync_after_flush() {
+  if (o_.shard != Shard::none) return finish_reduction();
+  if (c_.dp->size() > 1) c_.dp->all_reduce(grads_.data(), grads_.data(), grads_.size(), dtype_of<T>());
+}
+
+template <class T>
+void Component<T>::swap_grads(Buffer<T>& other) {
+  require(other.size() == grads_.size(), "dp: swap_grads needs a buffer of the gradient's size");
+  std::swap(grads_, other);
+}
+
+template <class T>
+void Component<T>::zero_grads() {
+  std::memset(static_cast<void*>(grads_.data()), 0, grads_.size() * sizeof(T));
+}
+
+template <class T>
+double Component<T>::local_sq() const {
+  double sq = 0;
+  if (o_.shard == Shard::none) {  // full grads everywhere, unpadded: one pass in flat order
+    for (int u = 0; u < sl_->num_units(); ++u)
+      require(sl_->unit(u).in_norm, "dp: DDP's local_sq covers whole-model components only");
+    return kernels::sum_squares(grads_.data(), grads_.size());
+  }
+  if (o_.shard == Shard::hsdp && c_.dp->rank() >= g_) return 0;  // replicas hold copies
+  for (int u = 0; u < sl_->num_units(); ++u) {  // owned ranges in unit order (the replay's norm parts)
+    const UnitShard& s = sl_->unit(u);
+    auto [lo, hi] = sl_->owned(u);
+    if (!s.in_norm || lo >= hi) continue;
+    const int64_t off = grads_full() ? s.full_off + s.slice * sl_->slice_index() : s.shard_off;
+    sq += kernels::sum_squares(grads_.data() + off, size_t(hi - lo));
+  }
+  return sq;
+}
+
+template <class T>
+void Component<T>::step(const OptimConfig& oc, long t, double lr, double grad_scale) {
+  T* target = dummy_params_.empty() ? params_.data() : dummy_params_.data();
+  opt_->step(target, grads_.data(), oc, t, lr, grad_scale);
+  // ZeRO-1/2 hold full parameters: every unit is all-gathered from the updated slices.
+  if (o_.shard != Shard::zero1 && o_.shard != Shard::zero2) return;
+  if (o_.has(Fault::stale_params) || c_.dp->size() == 1) return;
+  for (int u = 0; u < sl_->num_units(); ++u) {
+    const UnitShard& s = sl_->unit(u);
+    Buffer<T> mine(&mem_, MemTag::comm, size_t(s.slice));
+    copy_n(mine.data(), params_.data() + s.full_off + s.slice * sl_->slice_index(), s.slice);
+    c_.dp->all_gather(mine.data(), params_.data() + s.full_off, size_t(s.slice), dtype_of<T>());
+  }
+}
+
+template <class T>
+void Component<T>::contribute(bool grads, std::vector<double>& full) const {
+  const int r = c_.dp->rank();
+  if (o_.shard == Shard::none ? r != 0 : (o_.shard == Shard::hsdp && r >= g_)) return;
+  const T* buf = grads ? grads_.data() : params_.data();
+  const bool full_layout = grads ? grads_full() : !params_sharded();
+  for (int u = 0; u < sl_->num_units(); ++u) {
+    const UnitShard& s = sl_->unit(u);
+    if (!s.in_norm) continue;
+    auto [lo, hi] = o_.shard == Shard::none ? std::pair{s.begin, s.begin + s.size} : sl_->owned(u);
+    const int64_t off = o_.shard == Shard::none ? s.full_off
+                        : full_layout ? s.full_off + s.slice * sl_->slice_index() : s.shard_off;
+    for (int64_t i = lo; i < hi; ++i) full[size_t(i)] = static_cast<double>(buf[off + i - lo]);
+  }
+}
+
+template class Component<double>;
+template class Component<float>;
+template class Component<bf16>;
+
+}  // namespace pb::dp

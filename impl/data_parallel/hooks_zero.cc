@@ -1,0 +1,131 @@
+// The ZeRO family's hooks (hooks.h). ZeRO-1 accumulates full gradients and
+// reduces once per step; ZeRO-2 and the ZeRO-3 family reduce-scatter each
+// unit's gradient of each microbatch as it completes; the ZeRO-3 family
+// (ZeRO-3, HSDP, hZeRO) also gathers every unit's parameters before use.
+#include <map>
+#include <vector>
+
+#include "impl/data_parallel/hooks.h"
+
+namespace pb::dp {
+namespace {
+
+// ZeRO-1 and ZeRO-2: full parameters in place.
+template <class T>
+class ZeroHooks : public FamilyHooks<T> {
+ public:
+  ZeroHooks(Component<T>& dp, const ParamLayout& l, MemoryTracker& mem) : dp_(dp), l_(l), mem_(mem) {}
+
+  void start_microbatch(int k, int /*micro*/) override {
+    k_ = k;
+    backward_ = false;
+  }
+  const T* params(int u) override { return dp_.unit_params(u); }
+  T* grads(int u) override {
+    backward_ = true;
+    if (dp_.grads_full()) return dp_.unit_grads(u);  // ZeRO-1: reduced once, after the last microbatch
+    auto& b = unit_grads_[u];
+    if (b.empty()) b = Buffer<T>(&mem_, MemTag::comm, size_t(dp_.shards().unit(u).padded));
+    return b.data();
+  }
+  void grads_ready(int u) override {
+    if (dp_.grads_full()) return;
+    auto it = unit_grads_.find(u);
+    dp_.reduce_unit(u, it->second.data(), k_ == 0);
+    unit_grads_.erase(it);
+    if (u == 0) end_microbatch();
+  }
+  void finish() override { dp_.finish_reduction(); }
+
+ protected:
+  virtual void end_microbatch() {}
+
+  Component<T>& dp_;
+  const ParamLayout& l_;
+  MemoryTracker& mem_;
+  int k_ = 0;
+  bool backward_ = false;
+  std::map<int, Buffer<T>> unit_grads_;
+};
+
+// ZeRO-3 family: parameters gathered per use.
+template <class T>
+class Zero3Hooks final : public ZeroHooks<T> {
+ public:
+  using ZeroHooks<T>::ZeroHooks;
+
+  void start_microbatch(int k, int micro) override {
+    ZeroHooks<T>::start_microbatch(k, micro);
+    forward_done_ = false;
+  }
+
+  const T* params(int u) override {
+    const DpOptions& o = this->dp_.options();
+    if (this->backward_ && is_block(u) && o.has(Fault::stale_params) && !last_released_.empty())
+      gathered_[u].buf = std::move(last_released_);  // stale: never gathered
+    const T* p = acquire(u);
+    const int L = this->l_.model().L;
+    if (!this->backward_ && u == L + 1) forward_done_ = true;  // the head re-uses unit 0
+    if (forward_done_ && !this->backward_) return p;
+    for (int k = 1; k <= o.prefetch; ++k) {  // prefetch in use order
+      const int next = this->backward_ ? u - k : u + k;
+      if (this->backward_ ? next >= 1 : next <= L + 1) start(next);
+    }
+    return p;
+  }
+
+  void release_params(int u) override {
+    const DpOptions& o = this->dp_.options();
+    if (!is_block(u)) return;
+    if (!this->backward_ && !o.reshard_after_forward) return;
+    auto it = gathered_.find(u);
+    if (it == gathered_.end()) return;
+    if (!this->backward_ && o.has(Fault::keep_gathered)) {  // leaked, yet gathered again for backward
+      leaked_.push_back(std::move(it->second.buf));
+      gathered_.erase(it);
+      return;
+    }
+    // Only the stale_params fault reuses a released buffer; otherwise it is
+    // freed here, as the declared comm peak assumes.
+    if (o.has(Fault::stale_params)) last_released_ = std::move(it->second.buf);
+    gathered_.erase(it);
+  }
+
+ private:
+  using Gathered = typename Component<T>::Gathered;
+  bool is_block(int u) const { return u >= 1 && u <= this->l_.model().L; }
+
+  void start(int u) {
+    if (gathered_.count(u)) return;
+    // hZeRO's backward gathers blocks from the node-local secondary copy.
+    gathered_[u] = this->dp_.start_gather(u, this->backward_ && is_block(u));
+  }
+  const T* acquire(int u) {
+    start(u);
+    return this->dp_.wait_gather(u, gathered_[u]);
+  }
+  void end_microbatch() override {
+    gathered_.clear();  // the root units (embedding, final LN) are resharded now
+    last_released_.reset();
+    leaked_.clear();
+  }
+
+  bool forward_done_ = false;
+  std::map<int, Gathered> gathered_;
+  Buffer<T> last_released_;
+  std::vector<Buffer<T>> leaked_;  // Fault::keep_gathered
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<FamilyHooks<T>> make_zero_hooks(Component<T>& dp, const ParamLayout& layout, MemoryTracker& mem) {
+  if (dp.params_sharded()) return std::make_unique<Zero3Hooks<T>>(dp, layout, mem);
+  return std::make_unique<ZeroHooks<T>>(dp, layout, mem);
+}
+
+template std::unique_ptr<FamilyHooks<double>> make_zero_hooks(Component<double>&, const ParamLayout&, MemoryTracker&);
+template std::unique_ptr<FamilyHooks<float>> make_zero_hooks(Component<float>&, const ParamLayout&, MemoryTracker&);
+template std::unique_ptr<FamilyHooks<bf16>> make_zero_hooks(Component<bf16>&, const ParamLayout&, MemoryTracker&);
+
+}  // namespace pb::dp

@@ -1,0 +1,121 @@
+#include "impl/data_parallel/strategy.h"
+
+#include "harness/status.h"
+#include "impl/data_parallel/cost.h"
+#include "impl/data_parallel/dp_rank.h"
+#include "impl/data_parallel/shard.h"
+
+namespace pb::dp {
+
+DpOptions options_of(const RunSpec& s) {
+  DpOptions o;
+  o.dp = s.mesh.dp;
+  o.shard = s.data.shard;
+  o.offload = s.data.offload;
+  o.bucket_bytes = s.data.bucket_bytes;
+  o.overlap = s.data.overlap;
+  o.prefetch = s.data.prefetch;
+  o.reshard_after_forward = s.data.reshard_after_forward;
+  o.shard_group = s.data.shard_group;
+  o.ranks_per_node = s.mesh.ranks_per_node;
+  for (const auto& f : s.faults) o.faults.insert(parse_fault(f));
+  return o;
+}
+
+namespace {
+std::vector<int64_t> unit_sizes(const ParamLayout& l) {
+  std::vector<int64_t> u;
+  for (int i = 0; i < l.num_units(); ++i) u.push_back(l.unit_size(i));
+  return u;
+}
+
+CommOp op_of(Coll c) {
+  return c == Coll::all_reduce ? CommOp::all_reduce
+         : c == Coll::reduce_scatter ? CommOp::reduce_scatter : CommOp::all_gather;
+}
+}  // namespace
+
+Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps) {
+  const auto units = unit_sizes(ParamLayout(cfg.model));
+  const DataAxis axis = data_axis(o, cfg.precision, cfg.microbatches);
+  const ModelStateBytes m = model_state_bytes(units, axis);
+  Declared d;
+  d.memory = {{"mem.params", MemTag::params, Place::device, m.params},
+              {"mem.grads", MemTag::grads, Place::device, m.grads},
+              {"mem.optimizer", MemTag::optimizer, Place::device, m.optimizer},
+              {"mem.optimizer.host", MemTag::optimizer, Place::host, m.optimizer_host},
+              {"mem.comm", MemTag::comm, Place::device, comm_buffer_peak_bytes(units, axis)}};
+  for (const auto& c : comm_per_step(units, axis)) d.add_comm(c.group, op_of(c.op), c.bytes * steps);
+  // Scalars: the loss every step; the squared-norm partial sums when sharded.
+  if (o.dp > 1) d.add_comm("dp_scalar", CommOp::all_reduce, 8 * int64_t(steps) * (o.shard == Shard::none ? 1 : 2));
+  return d;
+}
+
+bool declares_bitwise(const DpOptions& o, const TrainConfig& cfg, BackendKind backend) {
+  if (backend != BackendKind::local) return false;
+  switch (o.shard) {
+    case Shard::none:
+    case Shard::zero1: return true;
+    case Shard::zero2:
+    case Shard::zero3: return cfg.microbatches == 1;
+    default: return false;  // two-level reductions sum in another order
+  }
+}
+
+SplitPlan replay_plan(const DpOptions& o, const TrainConfig& cfg) {
+  SplitPlan p;
+  p.groups = o.dp;
+  p.micro = cfg.microbatches;
+  if (o.shard != Shard::none) {
+    ParamLayout l(cfg.model);
+    for (int r = 0; r < o.dp; ++r) {
+      ShardLayout sl(l, o.dp, r);
+      std::vector<std::pair<int64_t, int64_t>> ranges;
+      for (int u = 0; u < sl.num_units(); ++u) {
+        auto rg = sl.owned(u);
+        if (rg.first < rg.second) ranges.push_back(rg);
+      }
+      p.norm_parts.push_back(std::move(ranges));
+    }
+  }
+  return p;
+}
+
+namespace {
+
+bool runs(const RunSpec& s) {
+  return s.mesh.tp == 1 && s.mesh.cp == 1 && s.mesh.pp == 1 && s.mesh.ep == 1 && !s.pipe.schedule;
+}
+
+void validate_spec(const RunSpec& s) {
+  require(s.tensor == TensorOptions{} && s.context == ContextOptions{},
+          "strategy: tensor and context options (sp, cp_algo, zigzag) need tp > 1 or cp > 1 in the mesh");
+  validate(options_of(s), s.train);
+}
+
+std::string describe(const RunSpec& s) {
+  std::string d = options_of(s).describe();
+  if (s.train.microbatches > 1) d += " accum" + std::to_string(s.train.microbatches);
+  return d;
+}
+
+bool bitwise(const RunSpec& s, BackendKind b) { return declares_bitwise(options_of(s), s.train, b); }
+
+Replay replay(const RunSpec& s) { return {replay_plan(options_of(s), s.train), false}; }
+
+std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world) {
+  std::unique_ptr<Rank> r;
+  dispatch_dtype(storage_dtype(s.train.precision), [&](auto t) {
+    r = std::make_unique<DpRank<decltype(t)>>(s.train, options_of(s), world);
+  });
+  return r;
+}
+
+}  // namespace
+
+const Strategy& strategy() {
+  static const Strategy s{"data_parallel", runs, validate_spec, describe, bitwise, replay, make_rank};
+  return s;
+}
+
+}  // namespace pb::dp

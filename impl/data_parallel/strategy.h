@@ -1,0 +1,26 @@
+// The data-parallel family's registration (impl/registry.cc): DDP, ZeRO-1/2/3,
+// HSDP, hZeRO and offload on a mesh of dp ranks only, and the view of a run
+// spec the family's code takes (DpOptions).
+#pragma once
+#include "impl/data_parallel/options.h"
+#include "impl/spec/rank.h"
+
+namespace pb::dp {
+
+const Strategy& strategy();
+
+// The data axis of `s` as DpOptions: dp = mesh.dp, ranks_per_node from the
+// mesh, the faults this family knows (InputError naming any other).
+DpOptions options_of(const RunSpec& s);
+
+// What one rank of the family declares for `steps` steps: model-state bytes
+// by tag, the comm-buffer peak, and bytes per (group, op) — cost.h evaluated
+// for this run.
+Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps);
+
+// The reference's split plan that replays the family's order, and whether the
+// family declares bit equality with it.
+SplitPlan replay_plan(const DpOptions& o, const TrainConfig& cfg);
+bool declares_bitwise(const DpOptions& o, const TrainConfig& cfg, BackendKind backend);
+
+}  // namespace pb::dp

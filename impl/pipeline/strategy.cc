@@ -1,0 +1,69 @@
+#include "impl/pipeline/strategy.h"
+
+#include "harness/status.h"
+#include "impl/data_parallel/strategy.h"
+
+namespace pb::pipeline {
+
+PipelineOptions options_of(const RunSpec& s) {
+  PipelineOptions o;
+  o.kind = s.pipe.schedule.value_or(ScheduleKind::one_f_one_b);
+  o.pp = s.mesh.pp;
+  o.virtual_stages = s.pipe.virtual_stages;
+  RunSpec data_only = s;  // the stage's data axis: the spec's, less the pipeline's own faults
+  data_only.faults.clear();
+  for (const auto& f : s.faults) {
+    if (f == "skip_microbatch") o.faults.skip_microbatch = true;
+    else if (f == "grad_to_wrong_stage") o.faults.grad_to_wrong_stage = true;
+    else if (f == "tied_grad_not_summed") o.faults.tied_grad_not_summed = true;
+    else if (f == "drop_w") o.faults.drop_w = true;
+    else data_only.faults.push_back(f);
+  }
+  o.data = dp::options_of(data_only);
+  return o;
+}
+
+namespace {
+
+bool runs(const RunSpec& s) {
+  return s.mesh.tp == 1 && s.mesh.cp == 1 && s.mesh.ep == 1 && (s.mesh.pp > 1 || s.pipe.schedule);
+}
+
+void validate_spec(const RunSpec& s) {
+  require(s.tensor == TensorOptions{} && s.context == ContextOptions{},
+          "strategy: tensor and context options (sp, cp_algo, zigzag) need tp > 1 or cp > 1 in the mesh");
+  validate(options_of(s), s.train, s.world());
+}
+
+std::string describe(const RunSpec& s) { return options_of(s).describe(s.train.microbatches); }
+
+bool bitwise(const RunSpec& s, BackendKind b) {
+  const PipelineOptions o = options_of(s);
+  // DDP and ZeRO-1 sum after the flush in the replay's order; ZeRO-2 and the
+  // ZeRO-3 family reduce per microbatch, HSDP and hZeRO in two levels.
+  if (b != BackendKind::local || o.data.shard > dp::Shard::zero1) return false;
+  if (o.kind == ScheduleKind::pipedream_2bw) return true;  // against its delayed replay
+  return accumulates_in_microbatch_order(make_schedule(o.kind, schedule_config(o, s.train)));
+}
+
+Replay replay(const RunSpec& s) {
+  const PipelineOptions o = options_of(s);
+  return {pipeline_replay_plan(o, s.train), o.kind == ScheduleKind::pipedream_2bw};
+}
+
+std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world) {
+  std::unique_ptr<Rank> r;
+  dispatch_dtype(storage_dtype(s.train.precision), [&](auto t) {
+    r = std::make_unique<PipelineRank<decltype(t)>>(s.train, options_of(s), world);
+  });
+  return r;
+}
+
+}  // namespace
+
+const Strategy& strategy() {
+  static const Strategy s{"pipeline", runs, validate_spec, describe, bitwise, replay, make_rank};
+  return s;
+}
+
+}  // namespace pb::pipeline

@@ -1,0 +1,30 @@
+#include "impl/registry.h"
+
+#include "harness/status.h"
+#include "impl/data_parallel/strategy.h"
+#include "impl/pipeline/strategy.h"
+
+namespace pb {
+
+const std::vector<const Strategy*>& strategies() {
+  // Adding a strategy: its folder in impl/ defines a Strategy; list it here.
+  static const std::vector<const Strategy*> all = {&dp::strategy(), &pipeline::strategy()};
+  return all;
+}
+
+const Strategy& strategy_for(const RunSpec& s) {
+  for (const Strategy* st : strategies())
+    if (st->runs(s)) return *st;
+  std::string missing;
+  auto note = [&](int size, const char* axis) {
+    if (size > 1) missing += (missing.empty() ? "" : ", ") + std::string(axis) + std::to_string(size);
+  };
+  note(s.mesh.tp, "tp");
+  note(s.mesh.cp, "cp");
+  note(s.mesh.ep, "ep");
+  throw InputError("mesh: " + mesh_text(s.mesh) + ": no strategy implements " +
+                   (missing.empty() ? std::string("this combination") : missing) +
+                   " yet (implemented: dp with any shard; pp with dp under shard none or zero1)");
+}
+
+}  // namespace pb

@@ -1,0 +1,17 @@
+// The strategies parabench implements: one registration per implementation
+// (impl/registry.cc lists them). The engine, the sweep and the CLI find the
+// implementation for a run spec here and nowhere else.
+#pragma once
+#include <vector>
+
+#include "impl/spec/rank.h"
+
+namespace pb {
+
+const std::vector<const Strategy*>& strategies();
+
+// The implementation that runs `s`: InputError naming the mesh and the axes
+// no implementation covers yet.
+const Strategy& strategy_for(const RunSpec& s);
+
+}  // namespace pb

@@ -1,0 +1,104 @@
+// The one rank interface every strategy implements, and what a strategy
+// declares about itself, so one conformance engine (suites/conformance), the
+// sweep and the planner treat every axis and every composition alike:
+//  - Rank: one rank of a run — train steps, full parameters and gradients
+//    gathered for checking (collective), memory by tag, the costs it declares
+//    (compared exactly with what it measured), its compute timing;
+//  - Strategy: the static side, registered once per implementation
+//    (impl/registry.cc): which specs it runs, its validation, its exactness
+//    declaration and the single-device replay that reproduces its
+//    arithmetic order.
+// Invariant: declared() is a pure function of the spec and the rank's place in
+// the mesh (never of anything measured), so a wrong figure is caught.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/comm.h"
+#include "harness/memory.h"
+#include "harness/runner.h"
+#include "impl/spec/run_spec.h"
+#include "reference/trainer.h"
+
+namespace pb {
+
+// One declared memory figure: the peak of `tag` on `place` over the run.
+struct DeclaredMemory {
+  std::string item;  // "mem.params", "mem.optimizer.host", ...
+  MemTag tag = MemTag::params;
+  Place place = Place::device;
+  int64_t bytes = 0;
+};
+
+// Logical bytes (comm_log.h) of one op on one group over the whole run.
+struct DeclaredComm {
+  std::string group;
+  CommOp op = CommOp::all_reduce;
+  int64_t bytes = 0;
+};
+
+// Everything a rank declares. Communication is complete: every (group, op)
+// the rank uses is listed, and any group or op not listed must move 0 bytes —
+// except the "check" group (gathers for the checks) and recv/sendrecv/barrier
+// (a recv mirrors a peer's send, which that peer declares).
+struct Declared {
+  std::vector<DeclaredMemory> memory;
+  std::vector<DeclaredComm> comm;
+  void add_comm(const std::string& group, CommOp op, int64_t bytes);  // accumulates
+};
+
+// Compute timing of the last step: wall time from the step's start and time
+// inside compute, plus an optional packed per-action timeline that the
+// strategy's own report code reads (pipeline: op, microbatch, chunk, start, end).
+struct RankTimes {
+  double wall_s = 0, busy_s = 0;
+  std::vector<double> timeline;
+};
+
+class Rank {
+ public:
+  virtual ~Rank() = default;
+  // Trains spec.train.steps optimizer steps; `grads1` (if set) receives the
+  // full gradients of step 1 (a collective, like full_grads()). The default
+  // runs step() in a loop; asynchronous schedules override it.
+  virtual std::vector<StepStats> train(int steps, std::vector<double>* grads1);
+  virtual StepStats step() = 0;
+  // Collective over the world: full vectors in flat order, widened to double.
+  // Traffic goes to the group "check". Grads: the last step's reduced ones.
+  virtual std::vector<double> full_params() = 0;
+  virtual std::vector<double> full_grads() = 0;
+  virtual const MemoryTracker& memory() const = 0;
+  // Peaks restart from the current bytes (the sweep calls it after warm-up).
+  virtual void reset_memory_peaks() = 0;
+  // What this rank declares for a run of `steps` steps.
+  virtual Declared declared(int steps) const = 0;
+  virtual RankTimes times() const { return {}; }
+};
+
+// The single-device reference's replay of a strategy: its split plan and
+// whether weights are one step delayed (PipeDream-2BW).
+struct Replay {
+  SplitPlan plan;
+  bool delayed_weights = false;
+};
+
+// The static side of one strategy implementation (one registration each).
+struct Strategy {
+  std::string name;  // "data_parallel", "pipeline"
+  // Whether this implementation runs the spec (by its mesh and options).
+  bool (*runs)(const RunSpec&) = nullptr;
+  // Axis rules beyond validate(RunSpec) (InputError naming the field): called
+  // before any rank starts, on every process alike.
+  void (*validate)(const RunSpec&) = nullptr;
+  // "zero3 dp4 prefetch1", "1f1b pp4 v1 m8 x zero1 dp2": the table label.
+  std::string (*describe)(const RunSpec&) = nullptr;
+  // Same arithmetic in the same order as its replay (bit equality asserted).
+  bool (*bitwise)(const RunSpec&, BackendKind) = nullptr;
+  Replay (*replay)(const RunSpec&) = nullptr;
+  // One rank; `world` is the run's world communicator.
+  std::unique_ptr<Rank> (*make_rank)(const RunSpec&, Communicator& world) = nullptr;
+};
+
+}  // namespace pb
