@@ -96,7 +96,8 @@ def build(run_dir, out):
     os.makedirs(out, exist_ok=True)
     sections, notes, pngs = [], [], []
     plots = [("Scaling", report_plots.throughput), ("Memory", report_plots.memory),
-             ("Communication", report_plots.comm_volume), ("Collectives", report_plots.collectives),
+             ("Communication", report_plots.comm_volume), ("Pipeline bubble", report_plots.bubble),
+             ("Collectives", report_plots.collectives),
              ("Pipeline", report_checks.timelines), ("Planner vs measured", report_checks.plan_vs_measured),
              ("Conformance", report_checks.conformance), ("Training", report_checks.losses)]
     for title, fn in plots:

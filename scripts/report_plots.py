@@ -62,6 +62,14 @@ def log_ticks(axis, fmt=lambda v: "%g" % v, subs=(1, 2, 5)):
     axis.set_minor_formatter(NullFormatter())
 
 
+def series(row):
+    """A sweep row's series: its strategy text, led by the mesh's axes other
+    than dp (e.g. "pp2 shard=zero3"), so a series scales along dp alone and its
+    x axis, the world size, stays meaningful."""
+    axes = [a for a in (row.get("mesh") or "").split(".") if a and not a.startswith(("dp", "rpn"))]
+    return " ".join(axes + [row.get("strategy", "")])
+
+
 def strategy_colors(strategies):
     cmap = plt.get_cmap("tab10" if len(strategies) <= 10 else "tab20")
     return {s: cmap(i % cmap.N) for i, s in enumerate(sorted(strategies))}
@@ -103,10 +111,10 @@ def throughput(run, out):
     if not sweep:
         raise Skip("no sweep rows with tokens_per_s")
     result = []
-    colors = strategy_colors({r["strategy"] for r in sweep})
+    colors = strategy_colors({series(r) for r in sweep})
     for (model, prec, scaling), rows in groups(sweep, ["model", "precision", "scaling"]).items():
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.6))
-        tps = mean_by(rows, lambda r: (r["strategy"], int(num(r, "world"))), "tokens_per_s")
+        tps = mean_by(rows, lambda r: (series(r), int(num(r, "world"))), "tokens_per_s")
         worlds = {w for _s, w in tps}
         for s in sorted({s for s, _w in tps}):
             pts = sorted((w, v) for (st, w), v in tps.items() if st == s)
@@ -140,16 +148,16 @@ def stacked_panels(run, rows, cols, colors, what):
     run has a plan row for the same point, a hatched declared bar beside it."""
     plan = {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
             for r in ok(run["plan"])}
-    strategies = sorted({r["strategy"] for r in rows})
+    strategies = sorted({series(r) for r in rows})
     ncol = min(3, len(strategies))
     nrow = math.ceil(len(strategies) / ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, 3.6 * nrow), squeeze=False, sharey=True)
     div, unit = byte_unit(max(sum(num(r, c) or 0 for c in cols) for r in rows))
     any_declared, top = False, 0.0
     for ax, s in zip(axes.flat, strategies):
-        pts = sorted((int(num(r, "world")), r) for r in rows if r["strategy"] == s)
+        pts = sorted(((int(num(r, "world")), r) for r in rows if series(r) == s), key=lambda p: p[0])
         for i, (_w, r) in enumerate(pts):
-            d = plan.get((s, r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
+            d = plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
             for j, (src, hatch) in enumerate(((r, None), (d, "//"))):
                 if src is None:
                     continue
@@ -213,6 +221,40 @@ def comm_volume(run, out):
                              "Communication volume by parallel axis (nccl-tests logical bytes)", "comm",
                              "Communication volume",
                              "Bytes per step and rank by group axis; hatched bars are the planner's figures.")
+
+
+def bubble(run, out):
+    """Measured pipeline bubble of every sweep point with a pipeline, beside
+    the schedule's declared one (the plan row's est_bubble, over ideal compute
+    x, drawn as the fraction x / (1 + x) the sweep measures)."""
+    sweep = [r for r in ok(run["sweep"]) if num(r, "bubble") and num(r, "bubble") > 0]
+    if not sweep:
+        raise Skip("no sweep rows with a pipeline bubble")
+    plan = {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
+            for r in ok(run["plan"])}
+    rows = sorted(sweep, key=lambda r: (r.get("model", ""), r.get("mesh", ""), r.get("strategy", "")))
+    fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(rows) + 2), 4.2))
+    declared_any = False
+    for i, r in enumerate(rows):
+        ax.bar(i - 0.19, num(r, "bubble"), 0.36, color="#C44E52")
+        d = plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
+        x = num(d, "est_bubble") if d else None
+        if x is not None:
+            declared_any = True
+            ax.bar(i + 0.19, x / (1 + x), 0.36, color="white", edgecolor="black", hatch="//", linewidth=0.5)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(["%s %s %s mb%s" % (r.get("model"), r.get("mesh"), r.get("strategy"), r.get("microbatches"))
+                        for r in rows], fontsize=7, rotation=40, ha="right")
+    ax.set_ylabel("bubble (idle fraction of the step)")
+    ax.set_ylim(0, 1)
+    handles = [Patch(color="#C44E52", label="measured (sweep)")]
+    if declared_any:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="declared by the schedule (plan)"))
+    ax.legend(handles=handles, loc="upper right")
+    ax.set_title("Pipeline bubble: measured vs declared")
+    return [(save(fig, out, "pipeline_bubble.png"), "Pipeline bubble, measured vs declared",
+             "Idle fraction of the step over all ranks (sum of (T - busy) / (p T), mean over measured steps) "
+             "beside the schedule's declared (p-1)/m over ideal, as a fraction.")]
 
 
 def collectives(run, out):

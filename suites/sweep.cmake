@@ -2,7 +2,7 @@
 # (parabench sweep), one sweep row per point.
 parabench_library(NAME pb_sweep ALIAS pb::sweep
   SOURCES sweep/sweep.cc sweep/sweep_plan.cc
-  DEPS pb::planner pb::data_parallel pb::reference pb::harness pb::kernels_cpu)
+  DEPS pb::planner pb::strategies pb::data_parallel pb::reference pb::harness pb::kernels_cpu)
 parabench_test(NAME sweep_test SOURCES sweep/sweep_test.cc sweep/sweep_plan_test.cc DEPS pb::sweep TIMEOUT 120)
 
 list(APPEND PB_CLI_SOURCES cli/cmd_sweep.cc)
@@ -12,7 +12,7 @@ list(APPEND PB_CLI_DEPS pb::sweep)
 # no partial row and --resume completes it without duplicates.
 if(PARABENCH_BUILD_TESTS)
   set(PB_SWEEP_WORK ${CMAKE_CURRENT_BINARY_DIR}/sweep_cli_work)
-  file(WRITE ${PB_SWEEP_WORK}/bad_key.toml "[sweep]\nworlds = [1]\nstratgies = [\"none\"]\n")
+  file(WRITE ${PB_SWEEP_WORK}/bad_key.toml "[sweep]\nworlds = [1]\nstratgies = [\"shard=none\"]\n")
   add_test(NAME sweep_cli_unknown_key
            COMMAND /bin/sh -c "\"$0\" sweep --config \"$1\" --out \"$2\"; test $? -eq 2"
                    $<TARGET_FILE:parabench> ${PB_SWEEP_WORK}/bad_key.toml ${PB_SWEEP_WORK}/out)

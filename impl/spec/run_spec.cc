@@ -136,7 +136,7 @@ std::string strategy_text(const RunSpec& s) {
     if (differs) kv.push_back(std::string(key) + "=" + v);
   };
   auto onoff = [](bool b) { return std::string(b ? "on" : "off"); };
-  add(s.data.shard != d.data.shard, "shard", std::string(dp::shard_name(s.data.shard)));
+  add(true, "shard", std::string(dp::shard_name(s.data.shard)));  // always: the text is never empty
   add(s.data.offload != d.data.offload, "offload", s.data.offload == dp::Offload::optimizer ? "optimizer" : "none");
   add(s.data.bucket_bytes != d.data.bucket_bytes, "bucket_mb", num_text(double(s.data.bucket_bytes) / double(1 << 20)));
   add(s.data.overlap != d.data.overlap, "overlap", onoff(s.data.overlap));

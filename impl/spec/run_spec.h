@@ -11,10 +11,11 @@
 //                                     size-1 axes left out ("dp1" when all
 //                                     are 1), ".rpn2" for 2 ranks per node
 //   strategy  "shard=zero3,prefetch=2,schedule=1f1b,virtual_stages=2"
-//                                     key=value for every option that differs
-//                                     from its default, in a fixed key order;
-//                                     "" when all are default; faults joined
-//                                     by '+' ("faults=skip_bucket+drop_w")
+//                                     shard always (so DDP is "shard=none"),
+//                                     then key=value for every option that
+//                                     differs from its default, in a fixed key
+//                                     order; faults joined by '+'
+//                                     ("faults=skip_bucket+drop_w")
 // Keys are the TOML [strategy] keys and, with '_' -> '-', the CLI flags.
 // Invariant: parse(print(x)) == x for every value (tested over every option).
 #pragma once
@@ -105,7 +106,7 @@ std::string strategy_text(const RunSpec& s);
 // InputError naming `field`, the key, and the allowed keys or values.
 void apply_strategy_text(RunSpec& s, std::string_view text, std::string_view field = "strategy");
 
-// "<mesh> <strategy>" (the strategy part omitted when empty): report labels.
+// "<mesh> <strategy>": report labels.
 std::string spec_label(const RunSpec& s);
 
 // ---- TOML ([strategy] table; the train config in its own tables) ------------

@@ -139,8 +139,10 @@ TEST(ResultsCli, ReportWritesPngsEmbeddedInHtml) {
     expect_png(e.path());
     EXPECT_NE(html.find(base64(slurp(e.path()))), std::string::npos) << e.path() << " not embedded";
   }
-  // Scaling, memory, comm, collectives, pipeline, planner-vs-measured, conformance, loss.
-  EXPECT_EQ(pngs, 8);
+  // Scaling, memory, comm, pipeline bubble, collectives, pipeline timeline,
+  // planner-vs-measured, conformance, loss.
+  EXPECT_EQ(pngs, 9);
+  EXPECT_NE(html.find("Pipeline bubble, measured vs declared"), std::string::npos);
   EXPECT_NE(html.find("Conformance ratios"), std::string::npos);
   EXPECT_EQ(html.find("skipped"), std::string::npos);
 

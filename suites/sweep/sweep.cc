@@ -20,16 +20,15 @@
 #include "harness/csv_schema.h"
 #include "harness/runner.h"
 #include "harness/status.h"
-#include "impl/data_parallel/dp_rank.h"
-#include "impl/data_parallel/options.h"
+#include "harness/mesh.h"
+#include "impl/registry.h"
+#include "impl/spec/run_spec.h"
 #include "kernels/cpu/peak.h"
 #include "reference/model_config.h"
 #include "suites/sweep/sweep_plan.h"
 
 namespace pb::sweep {
 namespace {
-
-std::string shard_of(const std::string& strategy) { return strategy == "ddp" ? "none" : strategy; }
 
 std::vector<std::string> read_scaling(ConfigReader& r) {
   std::vector<std::string> v;
@@ -49,26 +48,29 @@ void non_empty(const std::vector<T>& v, const char* key) {
   require(!v.empty(), std::string(key) + ": must not be empty");
 }
 
-// Per-rank figures of one point, combined (max) over ranks afterwards.
+// Per-rank figures of one point, combined over ranks afterwards.
 struct RankOut {
-  std::vector<double> seconds;
+  std::vector<double> seconds, wall, busy;  // per measured step
   int64_t mem[6] = {}, mem_total = 0, mem_host_total = 0;
-  int64_t dp_bytes = 0, inter_bytes = 0;
+  int64_t dp_bytes = 0, pp_bytes = 0, inter_bytes = 0;
   double blocked_s = 0;
 };
 
-template <class T>
-void run_rank(const TrainConfig& cfg, const dp::DpOptions& o, int warmup, Communicator& world,
-              RankOut& out) {
-  dp::DpRank<T> rank(cfg, o, world);
-  for (int i = 0; i < warmup; ++i) rank.step();
+void run_rank(const RunSpec& spec, int warmup, Communicator& world, RankOut& out) {
+  std::unique_ptr<Rank> rank = strategy_for(spec).make_rank(spec, world);
+  for (int i = 0; i < warmup; ++i) rank->step();
   world.log().reset();
-  rank.reset_memory_peaks();
-  for (int i = warmup; i < cfg.steps; ++i) out.seconds.push_back(rank.step().seconds);
+  rank->reset_memory_peaks();
+  for (int i = warmup; i < spec.train.steps; ++i) {
+    out.seconds.push_back(rank->step().seconds);
+    const RankTimes t = rank->times();
+    out.wall.push_back(t.wall_s);
+    out.busy.push_back(t.busy_s);
+  }
   const int n = int(out.seconds.size());
-  for (int t = 0; t < 6; ++t) out.mem[t] = int64_t(rank.memory().peak(MemTag(t), Place::device));
-  out.mem_total = int64_t(rank.memory().peak_total(Place::device));
-  out.mem_host_total = int64_t(rank.memory().peak_total(Place::host));
+  for (int t = 0; t < 6; ++t) out.mem[t] = int64_t(rank->memory().peak(MemTag(t), Place::device));
+  out.mem_total = int64_t(rank->memory().peak_total(Place::device));
+  out.mem_host_total = int64_t(rank->memory().peak_total(Place::host));
   const CommLog& log = world.log();
   for (const auto& g : log.groups()) {
     if (g == "check") continue;
@@ -77,30 +79,43 @@ void run_rank(const TrainConfig& cfg, const dp::DpOptions& o, int warmup, Commun
     out.inter_bytes += int64_t(c.inter_node_bytes);
     out.blocked_s += c.blocked_s;
   }
+  out.pp_bytes = int64_t(log.get("pp", CommOp::send).bytes + log.get("pp_tied", CommOp::all_reduce).bytes);
   out.dp_bytes /= n;
+  out.pp_bytes /= n;
   out.inter_bytes /= n;
   out.blocked_s /= n;
 }
 
 // The point's figures over all ranks, on rank 0 of `comm`: each step's time
-// on the slowest rank, and the max of every other figure. One all-reduce(max)
+// on the slowest rank, the max of every other figure, and the pipeline bubble
+// per step from every rank's wall and busy time. Two all-reduces (max, sum)
 // over the world, so it works alike for threads and for processes (doubles:
 // byte counts stay exact below 2^53).
-RankOut max_over_ranks(Communicator& comm, const RankOut& mine) {
+RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<double>* bubble) {
   std::vector<double> v(mine.seconds);
+  v.insert(v.end(), mine.wall.begin(), mine.wall.end());
   for (int64_t m : mine.mem) v.push_back(double(m));
-  for (int64_t x : {mine.mem_total, mine.mem_host_total, mine.dp_bytes, mine.inter_bytes}) v.push_back(double(x));
+  for (int64_t x : {mine.mem_total, mine.mem_host_total, mine.dp_bytes, mine.pp_bytes, mine.inter_bytes})
+    v.push_back(double(x));
   v.push_back(mine.blocked_s);
   comm.all_reduce(v.data(), v.data(), v.size(), DType::f64, ReduceOp::max);
+  std::vector<double> busy(mine.busy);
+  comm.all_reduce(busy.data(), busy.data(), busy.size(), DType::f64, ReduceOp::sum);
   RankOut out;
   const size_t n = mine.seconds.size();
   out.seconds.assign(v.begin(), v.begin() + std::ptrdiff_t(n));
-  for (size_t t = 0; t < 6; ++t) out.mem[t] = int64_t(v[n + t]);
-  out.mem_total = int64_t(v[n + 6]);
-  out.mem_host_total = int64_t(v[n + 7]);
-  out.dp_bytes = int64_t(v[n + 8]);
-  out.inter_bytes = int64_t(v[n + 9]);
-  out.blocked_s = v[n + 10];
+  const double* T = v.data() + n;  // max wall per step
+  bubble->clear();
+  for (size_t i = 0; i < n; ++i)
+    if (T[i] > 0) bubble->push_back(1.0 - busy[i] / (double(comm.size()) * T[i]));
+  const double* rest = v.data() + 2 * n;
+  for (size_t t = 0; t < 6; ++t) out.mem[t] = int64_t(rest[t]);
+  out.mem_total = int64_t(rest[6]);
+  out.mem_host_total = int64_t(rest[7]);
+  out.dp_bytes = int64_t(rest[8]);
+  out.pp_bytes = int64_t(rest[9]);
+  out.inter_bytes = int64_t(rest[10]);
+  out.blocked_s = rest[11];
   return out;
 }
 
@@ -112,17 +127,34 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+namespace {
+// The canonical text of a strategy / mesh entry (InputError naming the key).
+std::string canonical_strategy(const std::string& text) {
+  RunSpec s;
+  apply_strategy_text(s, text, "sweep.strategies");
+  return strategy_text(s);
+}
+}  // namespace
+
 SweepConfig read_sweep_config(ConfigReader& r) {
   SweepConfig c;
   c.strategies = r.get<std::vector<std::string>>("sweep.strategies", c.strategies);
   c.worlds = r.get<std::vector<int64_t>>("sweep.worlds", c.worlds, Bounds::positive());
+  c.meshes = r.get<std::vector<std::string>>("sweep.meshes", {});
   c.models = r.get<std::vector<std::string>>("sweep.models", c.models);
   c.precisions = r.get<std::vector<std::string>>("sweep.precisions", c.precisions);
   c.microbatches = r.get<std::vector<int64_t>>("sweep.microbatches", c.microbatches, Bounds::positive());
   c.scaling = read_scaling(r);
   c.batch_per_rank = r.get<int>("sweep.batch_per_rank", c.batch_per_rank, Bounds::positive());
-  const int64_t max_world = c.worlds.empty() ? 1 : *std::max_element(c.worlds.begin(), c.worlds.end());
-  c.global_batch = r.get<int>("sweep.global_batch", int(c.batch_per_rank * max_world), Bounds::positive());
+  // Strong scaling's default batch: batch_per_rank x the largest dp.
+  int64_t max_dp = c.worlds.empty() ? 1 : *std::max_element(c.worlds.begin(), c.worlds.end());
+  if (!c.meshes.empty()) max_dp = 1;
+  for (auto& m : c.meshes) {
+    const MeshShape ms = parse_mesh(m, "sweep.meshes");
+    m = mesh_text(ms);  // canonical: the row's spelling and the resume key
+    max_dp = std::max<int64_t>(max_dp, ms.dp);
+  }
+  c.global_batch = r.get<int>("sweep.global_batch", int(c.batch_per_rank * max_dp), Bounds::positive());
   c.seq = r.get<int>("sweep.seq", c.seq, Bounds::positive());
   c.steps = r.get<int>("sweep.steps", c.steps, Bounds::positive());
   c.warmup = r.get<int>("sweep.warmup", c.warmup, Bounds::non_negative());
@@ -134,20 +166,18 @@ SweepConfig read_sweep_config(ConfigReader& r) {
   non_empty(c.models, "sweep.models");
   non_empty(c.precisions, "sweep.precisions");
   non_empty(c.microbatches, "sweep.microbatches");
-  for (const auto& s : c.strategies) dp::parse_shard(shard_of(s), "sweep.strategies");
+  for (auto& s : c.strategies) s = canonical_strategy(s);
   for (const auto& m : c.models) named_model(m);
   for (const auto& p : c.precisions) parse_precision(p);
   return c;
 }
 
 std::string SweepPoint::key() const {
-  return strategy + "|" + model + "|" + precision + "|" + std::to_string(world) + "|" +
-         std::to_string(microbatches) + "|" + scaling;
+  return strategy + "|" + mesh + "|" + model + "|" + precision + "|" + std::to_string(microbatches) + "|" + scaling;
 }
 
 std::string SweepPoint::label() const {
-  return strategy + " " + model + " w" + std::to_string(world) + " " + precision + " mb" +
-         std::to_string(microbatches) + " " + scaling;
+  return mesh + " " + strategy + " " + model + " " + precision + " mb" + std::to_string(microbatches) + " " + scaling;
 }
 
 std::vector<SweepPoint> expand(const SweepConfig& c) {
@@ -156,11 +186,15 @@ std::vector<SweepPoint> expand(const SweepConfig& c) {
     for (const auto& m : c.models)
       for (const auto& p : c.precisions)
         for (int64_t mb : c.microbatches)
-          for (const auto& s : c.strategies)
-            for (int64_t w : c.worlds) {
-              std::string name = shard_of(s) == "none" ? "ddp" : s;
-              v.push_back({name, m, p, sc, int(w), int(mb)});
+          for (const auto& s : c.strategies) {
+            std::vector<std::string> meshes = c.meshes;
+            if (meshes.empty())
+              for (int64_t w : c.worlds) meshes.push_back("dp" + std::to_string(w));
+            for (const auto& mesh : meshes) {
+              const MeshShape ms = parse_mesh(mesh, "sweep.meshes");
+              v.push_back({s, mesh, m, p, sc, world_size(ms), ms.dp, int(mb)});
             }
+          }
   return v;
 }
 
@@ -168,9 +202,10 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
   PointResult res;
   bool started = false;  // ranks are running: under MPI no error can be a row any more
   res.seq = c.seq;
-  res.global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.world : c.global_batch;
+  res.global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : c.global_batch;
   try {
-    TrainConfig cfg;
+    RunSpec spec;
+    TrainConfig& cfg = spec.train;
     cfg.model = named_model(p.model);
     cfg.precision = parse_precision(p.precision);
     cfg.seq = c.seq;
@@ -179,30 +214,36 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     cfg.steps = c.warmup + c.steps;
     cfg.threads = 1;
     cfg.validate();
+    spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
+    if (!spec.mesh.ranks_per_node) spec.mesh.ranks_per_node = c.ranks_per_node;
+    apply_strategy_text(spec, p.strategy, "sweep.strategies");
     const char* bkey = p.scaling == "weak" ? "sweep.batch_per_rank" : "sweep.global_batch";
-    require(cfg.batch % (p.world * p.microbatches) == 0,
+    require(cfg.batch % (p.dp * p.microbatches) == 0,
             std::string(bkey) + ": global batch " + std::to_string(cfg.batch) +
-                " must be divisible by world x microbatches (" + std::to_string(p.world) + " x " +
+                " must be divisible by dp x microbatches (" + std::to_string(p.dp) + " x " +
                 std::to_string(p.microbatches) + ")");
-    dp::DpOptions o;
-    o.dp = p.world;
-    o.shard = dp::parse_shard(shard_of(p.strategy), "sweep.strategies");
-    o.ranks_per_node = c.ranks_per_node;
-    dp::validate(o);
+    validate(spec);
+    const Strategy& strat = strategy_for(spec);
+    strat.validate(spec);  // bad input is found here, alike on every rank, before any communication
+    require(spec.pipe.schedule != pipeline::ScheduleKind::pipedream_2bw,
+            "sweep.strategies: 2bw trains its whole window at once; the sweep times optimizer steps one by one");
     WorldOptions wo;
     wo.size = p.world;
-    wo.ranks_per_node = c.ranks_per_node;
+    wo.ranks_per_node = spec.mesh.ranks_per_node;
     validate(wo);
+    const bool pipelined = spec.mesh.pp > 1 || spec.pipe.schedule.has_value();
 
-    dp::validate(o, cfg);  // bad input is found here, alike on every rank, before any communication
     RankOut all;  // written by rank 0 of the point's world only
+    std::vector<double> bubble;
     auto body = [&](Communicator& comm) {
       RankOut mine;
-      dispatch_dtype(storage_dtype(cfg.precision), [&](auto t) {
-        run_rank<decltype(t)>(cfg, o, c.warmup, comm, mine);
-      });
-      RankOut m = max_over_ranks(comm, mine);
-      if (comm.rank() == 0) all = std::move(m);
+      run_rank(spec, c.warmup, comm, mine);
+      std::vector<double> b;
+      RankOut m = combine_over_ranks(comm, mine, &b);
+      if (comm.rank() == 0) {
+        all = std::move(m);
+        bubble = std::move(b);
+      }
     };
     if (world) {
       require(world->size() == p.world, "sweep: the point's world (" + std::to_string(p.world) +
@@ -218,8 +259,14 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     res.mem_total = all.mem_total;
     res.mem_host_total = all.mem_host_total;
     res.comm_dp_bytes = all.dp_bytes;
+    res.comm_pp_bytes = all.pp_bytes;
     res.comm_inter_node_bytes = all.inter_bytes;
     res.exposed_comm_s = all.blocked_s;
+    if (pipelined && !bubble.empty()) {
+      double sum = 0;
+      for (double x : bubble) sum += x;
+      res.bubble = sum / double(bubble.size());
+    }
     res.step_time_s = median(slowest);
     if (!(res.step_time_s > 0)) throw std::runtime_error("measured step time is not positive");
     res.tokens_per_s = double(cfg.tokens_per_step()) / res.step_time_s;
@@ -252,9 +299,9 @@ CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
   for (int t = 0; t < 6; ++t) rec.set(kMemCols[t], r.mem[t]);
   rec.set("mem_total", r.mem_total).set("mem_host_total", r.mem_host_total);
   rec.set("comm_dp_bytes", r.comm_dp_bytes).set("comm_tp_bytes", int64_t{0});
-  rec.set("comm_cp_bytes", int64_t{0}).set("comm_pp_bytes", int64_t{0}).set("comm_ep_bytes", int64_t{0});
+  rec.set("comm_cp_bytes", int64_t{0}).set("comm_pp_bytes", r.comm_pp_bytes).set("comm_ep_bytes", int64_t{0});
   rec.set("comm_inter_node_bytes", r.comm_inter_node_bytes);
-  rec.set("exposed_comm_s", r.exposed_comm_s).set("bubble", 0.0);  // no pipeline: no bubble
+  rec.set("exposed_comm_s", r.exposed_comm_s).set("bubble", r.bubble);
   return rec;
 }
 
@@ -262,11 +309,12 @@ RunMeta point_meta(const SweepPoint& p, const PointResult& r, const RunMeta& bas
   RunMeta m = base;
   m.timestamp = iso8601_utc(std::chrono::system_clock::now());
   m.world = p.world;
-  m.mesh = mesh_string(p.world, 1, 1, 1);
+  m.mesh = p.mesh;
   m.status = r.status;
   m.reason = r.reason;
   ConfigReader h;  // the point's effective settings, hashed
   h.set("strategy", p.strategy);
+  h.set("mesh", p.mesh);
   h.set("model", p.model);
   h.set("precision", p.precision);
   h.set("world", int64_t(p.world));
@@ -282,11 +330,11 @@ std::set<std::string> done_keys(const std::string& csv_path) {
   std::set<std::string> keys;
   try {
     const size_t ck = t.column("kind"), cs = t.column("strategy"), cm = t.column("model"),
-                 cp = t.column("precision"), cw = t.column("world"), cb = t.column("microbatches"),
+                 cp = t.column("precision"), cw = t.column("mesh"), cb = t.column("microbatches"),
                  cl = t.column("scaling");
     for (const auto& row : t.rows) {
       require(row[ck] == "sweep", csv_path + ": not a sweep CSV (kind '" + row[ck] + "')");
-      keys.insert(row[cs] + "|" + row[cm] + "|" + row[cp] + "|" + row[cw] + "|" +
+      keys.insert(row[cs] + "|" + row[cw] + "|" + row[cm] + "|" + row[cp] + "|" +
                   (row[cb].empty() ? "1" : row[cb]) + "|" + row[cl]);
     }
   } catch (const std::out_of_range& e) {
@@ -347,7 +395,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     const RunMeta meta = point_meta(p, r, run.meta);
     csv->write(meta, to_record(p, r));
     if (plan_csv && r.status == "ok") {
-      const int Bm = int(r.global_batch / (int64_t(p.world) * p.microbatches));
+      const int Bm = int(r.global_batch / (int64_t(p.dp) * p.microbatches));
       const auto key = std::make_pair(p.model, Bm);
       if (!gemm_eff.count(key))
         gemm_eff[key] = measure_gemm_efficiency(named_model(p.model), Bm, c.seq, peak_rank, 0.01);
@@ -358,11 +406,11 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     if (run.table) {
       char line[256];
       if (r.status == "ok")
-        std::snprintf(line, sizeof line, "%-34s %10.4f s %12.0f tok/s  MFU %6.2f%%  dp %10lld B/step",
+        std::snprintf(line, sizeof line, "%-44s %10.4f s %12.0f tok/s  MFU %6.2f%%  dp %10lld B/step  bubble %.3f",
                       p.label().c_str(), r.step_time_s, r.tokens_per_s, 100 * r.mfu,
-                      (long long)r.comm_dp_bytes);
+                      (long long)r.comm_dp_bytes, r.bubble);
       else
-        std::snprintf(line, sizeof line, "%-34s %s: %.180s", p.label().c_str(), r.status.c_str(),
+        std::snprintf(line, sizeof line, "%-44s %s: %.180s", p.label().c_str(), r.status.c_str(),
                       r.reason.c_str());
       *run.table << line << std::endl;
     }

@@ -1,8 +1,11 @@
-// The scaling sweep (parabench sweep): every (strategy, model, precision,
-// world, microbatches, scaling) point of a [sweep] table is trained for
-// warm-up + measured steps on a local world and becomes one "sweep" row of
+// The scaling sweep (parabench sweep): every (strategy, mesh, model,
+// precision, microbatches, scaling) point of a [sweep] table — strategy and
+// mesh in the run spec's text form (impl/spec/run_spec.h), any strategy the
+// registry implements, pipelines included — is trained for warm-up + measured
+// steps through the one Rank interface and becomes one "sweep" row of
 // results/schema.json: step time, tokens/s, model FLOP/s, MFU, peak memory per
-// tag, communication bytes per group, exposed communication.
+// tag (the worst rank: for a pipeline, the worst stage), communication bytes
+// per group (pipeline p2p included), exposed communication, measured bubble.
 // Invariants: a point always yields exactly one row — ok, rejected (bad input
 // for that point: InputError) or failed (anything else) with the reason — and
 // the row is appended as soon as the point ends, so a killed sweep loses at
@@ -23,14 +26,15 @@
 namespace pb::sweep {
 
 struct SweepConfig {
-  std::vector<std::string> strategies = {"none"};  // dp shard names ("ddp" = "none")
-  std::vector<int64_t> worlds = {1};
+  std::vector<std::string> strategies = {"shard=none"};  // strategy text (run_spec.h), canonical
+  std::vector<int64_t> worlds = {1};       // data-parallel meshes dp<w>, when `meshes` is empty
+  std::vector<std::string> meshes;         // mesh text (dp2, dp2.pp2, ...), canonical
   std::vector<std::string> models = {"tiny"};
   std::vector<std::string> precisions = {"fp32"};
   std::vector<int64_t> microbatches = {1};
   std::vector<std::string> scaling = {"weak"};  // weak | strong
-  int batch_per_rank = 8;  // weak scaling: sequences per rank per step
-  int global_batch = 0;    // strong scaling: sequences per step (0: batch_per_rank x max world)
+  int batch_per_rank = 8;  // weak scaling: sequences per data-parallel replica per step
+  int global_batch = 0;    // strong scaling: sequences per step (0: batch_per_rank x max dp)
   int seq = 16;            // tokens per sequence
   int steps = 5;           // measured steps
   int warmup = 2;          // steps run before measuring
@@ -42,14 +46,15 @@ struct SweepConfig {
 SweepConfig read_sweep_config(ConfigReader& r);
 
 struct SweepPoint {
-  std::string strategy;  // row spelling: "ddp" or the shard name
+  std::string strategy;  // strategy text, canonical (the row's `strategy`)
+  std::string mesh;      // mesh text, canonical (the row's `mesh`)
   std::string model, precision, scaling;
-  int world = 1, microbatches = 1;
-  std::string key() const;  // strategy|model|precision|world|microbatches|scaling
-  std::string label() const;  // "zero3 small w4 fp32 mb1 weak"
+  int world = 1, dp = 1, microbatches = 1;
+  std::string key() const;  // strategy|mesh|model|precision|microbatches|scaling
+  std::string label() const;  // "dp4 shard=zero3 small fp32 mb1 weak"
 };
 
-// The points in run order (scaling, model, precision, microbatches, strategy, world).
+// The points in run order (scaling, model, precision, microbatches, strategy, mesh).
 std::vector<SweepPoint> expand(const SweepConfig& c);
 
 struct PointResult {
@@ -59,8 +64,9 @@ struct PointResult {
   double step_time_s = 0, tokens_per_s = 0, model_flops_per_s = 0, mfu = 0, peak_flops = 0;
   int64_t mem[6] = {};  // peak per MemTag (device), max over ranks
   int64_t mem_total = 0, mem_host_total = 0;
-  int64_t comm_dp_bytes = 0, comm_inter_node_bytes = 0;  // per step, max over ranks
+  int64_t comm_dp_bytes = 0, comm_pp_bytes = 0, comm_inter_node_bytes = 0;  // per step, max over ranks
   double exposed_comm_s = 0;                              // per step, max over ranks
+  double bubble = 0;  // pipeline: mean over measured steps of sum_r (T - busy_r) / (p T); else 0
 };
 
 // Trains one point, on a local world of p.world threads, or on `world` (the

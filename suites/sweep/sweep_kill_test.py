@@ -10,7 +10,7 @@ import sys
 import time
 
 CONFIG = """[sweep]
-strategies = ["none", "zero1", "zero2", "zero3"]
+strategies = ["shard=none", "shard=zero1", "shard=zero2", "shard=zero3"]
 worlds = [1, 2]
 models = ["tiny", "small"]
 steps = 3
@@ -19,7 +19,7 @@ batch_per_rank = 4
 peak_gflops = 10.0
 """
 POINTS = 4 * 2 * 2
-KEY = ("strategy", "model", "precision", "world", "microbatches", "scaling")
+KEY = ("strategy", "mesh", "model", "precision", "microbatches", "scaling")
 
 
 def rows(path):

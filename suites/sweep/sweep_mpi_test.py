@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 CONFIG = """[sweep]
-strategies = ["none", "zero1", "zero2", "zero3", "hsdp", "hzero"]
+strategies = ["shard=none", "shard=zero1", "shard=zero2", "shard=zero3", "shard=hsdp", "shard=hzero"]
 worlds = [1, 2]
 models = ["tiny"]
 precisions = ["fp32", "bf16-mixed"]
@@ -25,7 +25,7 @@ ranks_per_node = 1
 """
 EXACT = ["mem_params", "mem_grads", "mem_optimizer", "mem_activations", "mem_comm", "mem_workspace",
          "mem_total", "mem_host_total", "comm_dp_bytes", "comm_inter_node_bytes"]
-KEY = ("strategy", "model", "precision", "world", "microbatches", "scaling")
+KEY = ("strategy", "mesh", "model", "precision", "microbatches", "scaling")
 
 
 def check(cond, what):

@@ -13,7 +13,8 @@
 
 #include "harness/runner.h"
 #include "harness/status.h"
-#include "impl/data_parallel/options.h"
+#include "harness/mesh.h"
+#include "impl/spec/run_spec.h"
 #include "kernels/cpu/peak.h"
 #include "suites/planner/model_cost.h"
 #include "suites/planner/plan_output.h"
@@ -57,8 +58,6 @@ double local_latency_us() {
   });
   return per_call_s / 2 * 1e6;
 }
-
-std::string shard_of(const std::string& strategy) { return strategy == "ddp" ? "none" : strategy; }
 
 double core_share(const LocalHardware& h, int world) { return std::min(1.0, double(h.cores) / double(world)); }
 
@@ -122,16 +121,26 @@ double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double pea
 
 planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
                               const LocalHardware& h, double gemm_efficiency) {
+  RunSpec spec;  // the point's spec, as run_point builds it
+  spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
+  apply_strategy_text(spec, p.strategy, "sweep.strategies");
   planner::PlanInput in;
   in.shape = planner::planner_model(p.model);
   in.seq = r.seq;
-  in.dp = p.world;
-  in.shard = dp::parse_shard(shard_of(p.strategy), "sweep.strategies");
+  in.dp = spec.mesh.dp;
+  in.pp = spec.mesh.pp;
+  in.schedule = spec.pipe.schedule.value_or(pipeline::ScheduleKind::one_f_one_b);
+  in.virtual_stages = spec.pipe.virtual_stages;
+  in.shard = spec.data.shard;
+  in.hsdp_group = spec.data.shard_group;
+  in.offload = spec.data.offload;
   in.precision = parse_precision(p.precision);
   in.global_batch = r.global_batch;
-  in.microbatch_size = r.global_batch / (int64_t(p.world) * p.microbatches);
-  in.overlap = in.shard == dp::Shard::none && dp::DpOptions{}.overlap;  // what run_point runs
-  in.ranks_per_node = c.ranks_per_node;
+  in.microbatch_size = r.global_batch / (int64_t(p.dp) * p.microbatches);
+  // What run_point runs: DDP overlaps its buckets with backward, except inside
+  // pipeline stages, which sync after the flush.
+  in.overlap = in.shard == dp::Shard::none && spec.data.overlap && in.pp == 1 && !spec.pipe.schedule;
+  in.ranks_per_node = spec.mesh.ranks_per_node ? spec.mesh.ranks_per_node : c.ranks_per_node;
   in.hw = planner_hardware(h, p.world);
   in.hw.gemm_efficiency = gemm_efficiency;
   return in;
@@ -147,8 +156,8 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     const planner::PlanInput in = plan_input(c, p, r, h, gemm_efficiency);
     const planner::PlanResult pr = planner::plan(in);
     row.values = planner::plan_record(in, pr);
-    // The sweep's spelling of the point ("ddp" is DDP with its default bucket
-    // overlap, which plan_input models), so the report pairs the two rows.
+    // The sweep's spelling of the point (the strategy text), so the report
+    // pairs the two rows.
     row.values.set("strategy", p.strategy);
     char note[256];
     std::snprintf(note, sizeof note,

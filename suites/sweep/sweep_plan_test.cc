@@ -52,8 +52,8 @@ TEST(SweepPlan, HardwareIsTheRanksShareOfTheMachine) {
 }
 
 TEST(SweepPlan, InputDescribesThePointAsRun) {
-  SweepConfig c = tiny({"none"}, {4});
-  SweepPoint p{"ddp", "tiny", "fp32", "weak", 4, 2};
+  SweepConfig c = tiny({"shard=none"}, {4});
+  SweepPoint p{"shard=none", "dp4", "tiny", "fp32", "weak", 4, 4, 2};
   PointResult r;
   r.global_batch = 16;
   r.seq = 16;
@@ -66,8 +66,18 @@ TEST(SweepPlan, InputDescribesThePointAsRun) {
   EXPECT_EQ(in.global_batch, 16);
   ASSERT_TRUE(in.shape.has_value());
   EXPECT_EQ(in.shape->name, "tiny");
-  p.strategy = "zero3";
+  p.strategy = "shard=zero3";
   EXPECT_FALSE(plan_input(c, p, r, h).overlap);
+  // A pipeline point: the planner sees its stages, schedule and per-replica microbatch.
+  p = {"shard=zero1,schedule=interleaved,virtual_stages=2", "dp2.pp2", "tiny", "fp32", "weak", 4, 2, 4};
+  const planner::PlanInput pi = plan_input(c, p, r, h);
+  EXPECT_EQ(pi.dp, 2);
+  EXPECT_EQ(pi.pp, 2);
+  EXPECT_EQ(pi.schedule, pipeline::ScheduleKind::interleaved);
+  EXPECT_EQ(pi.virtual_stages, 2);
+  EXPECT_EQ(pi.shard, dp::Shard::zero1);
+  EXPECT_EQ(pi.microbatch_size, 2);  // 16 sequences / (2 replicas x 4 microbatches)
+  EXPECT_FALSE(pi.overlap);          // stages sync after the flush
 }
 
 TEST(SweepPlan, MeasuredFiguresArePositive) {
@@ -88,7 +98,7 @@ TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
   EXPECT_LT(tiny, medium);  // C = 32 GEMMs are far from peak; C = 256 ones much nearer
   EXPECT_THROW(measure_gemm_efficiency(named_model("tiny"), 0, 16, peak, 0.005), InputError);
   SweepConfig c;
-  SweepPoint p{"ddp", "tiny", "fp32", "weak", 1, 1};
+  SweepPoint p{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 1};
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
@@ -107,7 +117,7 @@ TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
   run.plan_csv_path = (d / "plan.csv").string();
   run.meta.run_id = "test-run";
   run.meta.backend = "local";
-  ASSERT_EQ(run_sweep(tiny({"none", "zero2"}, {1, 2}), run).ok, 4);
+  ASSERT_EQ(run_sweep(tiny({"shard=none", "shard=zero2"}, {1, 2}), run).ok, 4);
   EXPECT_EQ(validate_csv_against_schema(run.plan_csv_path, ResultsSchema::builtin()), std::vector<std::string>{});
   const CsvTable s = read_csv(run.csv_path), p = read_csv(run.plan_csv_path);
   ASSERT_EQ(p.rows.size(), 4u);
@@ -134,9 +144,9 @@ TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
 // Peaks restart after warm-up; what a step holds is still counted, so the
 // measured peaks do not depend on how many warm-up steps ran.
 TEST(SweepPlan, MemoryPeaksCoverTheMeasuredStepsOnly) {
-  SweepPoint p{"zero2", "tiny", "fp32", "weak", 2, 1};
-  const PointResult none = run_point(tiny({"zero2"}, {2}, 0), p, 1e9);
-  const PointResult two = run_point(tiny({"zero2"}, {2}, 2), p, 1e9);
+  SweepPoint p{"shard=zero2", "dp2", "tiny", "fp32", "weak", 2, 2, 1};
+  const PointResult none = run_point(tiny({"shard=zero2"}, {2}, 0), p, 1e9);
+  const PointResult two = run_point(tiny({"shard=zero2"}, {2}, 2), p, 1e9);
   ASSERT_EQ(none.status, "ok") << none.reason;
   ASSERT_EQ(two.status, "ok") << two.reason;
   EXPECT_EQ(none.mem_total, two.mem_total);

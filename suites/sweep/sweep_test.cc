@@ -27,7 +27,7 @@ std::string fresh_csv(const std::string& name) {
 SweepConfig tiny_config() {
   ConfigReader r = ConfigReader::from_string(R"(
 [sweep]
-strategies = ["none", "zero3"]
+strategies = ["shard=none", "shard=zero3"]
 worlds = [1, 2]
 models = ["tiny"]
 steps = 2
@@ -49,7 +49,7 @@ SweepRun make_run(const std::string& csv) {
 
 TEST(Sweep, RowsPassTheSchemaAndCarryMeasuredFigures) {
   SweepConfig c = tiny_config();
-  c.strategies = {"none", "zero3"};
+  c.strategies = {"shard=none", "shard=zero3"};
   c.worlds = {1, 2};
   const std::string csv = fresh_csv("rows");
   std::ostringstream progress;
@@ -58,7 +58,7 @@ TEST(Sweep, RowsPassTheSchemaAndCarryMeasuredFigures) {
   SweepSummary s = run_sweep(c, run);
   EXPECT_EQ(s.points, 4);
   EXPECT_EQ(s.ok, 4);
-  EXPECT_NE(progress.str().find("[4/4] zero3 tiny w2"), std::string::npos) << progress.str();
+  EXPECT_NE(progress.str().find("[4/4] dp2 shard=zero3 tiny"), std::string::npos) << progress.str();
   EXPECT_TRUE(validate_csv_against_schema(csv, ResultsSchema::builtin()).empty());
   CsvTable t = read_csv(csv);
   ASSERT_EQ(t.rows.size(), 4u);
@@ -69,6 +69,8 @@ TEST(Sweep, RowsPassTheSchemaAndCarryMeasuredFigures) {
     EXPECT_GT(std::stod(row[t.column("mfu")]), 0);
     EXPECT_DOUBLE_EQ(std::stod(row[t.column("peak_flops")]), 10e9 * world);
     EXPECT_EQ(std::stoi(row[t.column("global_batch")]), 2 * world);  // weak scaling
+    EXPECT_EQ(row[t.column("mesh")], "dp" + std::to_string(world));
+    EXPECT_EQ(std::stod(row[t.column("bubble")]), 0);  // no pipeline
     EXPECT_GT(std::stoll(row[t.column("mem_params")]), 0);
     const long long dp_bytes = std::stoll(row[t.column("comm_dp_bytes")]);
     if (world == 1) EXPECT_EQ(dp_bytes, 0);
@@ -81,12 +83,12 @@ TEST(Sweep, RowsPassTheSchemaAndCarryMeasuredFigures) {
         return std::stoll(row[t.column("mem_optimizer")]);
     return -1LL;
   };
-  EXPECT_LT(optimizer_of("zero3"), optimizer_of("ddp"));
+  EXPECT_LT(optimizer_of("shard=zero3"), optimizer_of("shard=none"));
 }
 
 TEST(Sweep, RejectedPointGetsARowWithTheReason) {
   SweepConfig c = tiny_config();
-  c.strategies = {"zero1"};
+  c.strategies = {"shard=zero1"};
   c.worlds = {2};
   c.scaling = {"strong"};
   c.global_batch = 3;  // not divisible by world 2
@@ -103,7 +105,7 @@ TEST(Sweep, RejectedPointGetsARowWithTheReason) {
 
 TEST(Sweep, ResumeRerunsOnlyTheMissingPoint) {
   SweepConfig c = tiny_config();
-  c.strategies = {"none", "zero2"};
+  c.strategies = {"shard=none", "shard=zero2"};
   c.worlds = {2};
   const std::string csv = fresh_csv("resume");
   ASSERT_EQ(run_sweep(c, make_run(csv)).ok, 2);
@@ -117,13 +119,13 @@ TEST(Sweep, ResumeRerunsOnlyTheMissingPoint) {
 
   std::set<std::string> done = done_keys(csv);
   ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(*done.begin(), "ddp|tiny|fp32|2|1|weak");
+  EXPECT_EQ(*done.begin(), "shard=none|dp2|tiny|fp32|1|weak");
   SweepSummary s = run_sweep(c, make_run(csv), done);
   EXPECT_EQ(s.points, 1);
   EXPECT_EQ(s.skipped, 1);
   CsvTable t = read_csv(csv);
   ASSERT_EQ(t.rows.size(), 2u);
-  EXPECT_EQ(t.rows[1][t.column("strategy")], "zero2");
+  EXPECT_EQ(t.rows[1][t.column("strategy")], "shard=zero2");
   EXPECT_EQ(done_keys(csv).size(), 2u);
   EXPECT_EQ(run_sweep(c, make_run(csv), done_keys(csv)).points, 0);  // nothing left
   EXPECT_EQ(read_csv(csv).rows.size(), 2u);
@@ -145,7 +147,9 @@ TEST(SweepConfig, RulesNameTheKey) {
   EXPECT_NE(message("[sweep]\nworld = [2]\n").find("sweep.world"), std::string::npos);
   EXPECT_NE(message("[sweep]\nscaling = \"linear\"\n").find("sweep.scaling"), std::string::npos);
   EXPECT_NE(message("[sweep]\nworlds = [0]\n").find("sweep.worlds"), std::string::npos);
-  EXPECT_NE(message("[sweep]\nstrategies = [\"zero9\"]\n").find("sweep.strategies"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nstrategies = [\"shard=zero9\"]\n").find("sweep.strategies"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nstrategies = [\"zero3\"]\n").find("key=value"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nmeshes = [\"dp2.xp2\"]\n").find("sweep.meshes"), std::string::npos);
   EXPECT_NE(message("[sweep]\nsteps = 0\n").find("sweep.steps"), std::string::npos);
   SweepConfig c = read("[sweep]\nscaling = \"strong\"\nworlds = [1, 4]\nmicrobatches = [1, 2]\n");
   EXPECT_EQ(c.scaling, std::vector<std::string>{"strong"});
@@ -153,6 +157,42 @@ TEST(SweepConfig, RulesNameTheKey) {
   EXPECT_EQ(expand(c).size(), 4u);
   c = read("[sweep]\nscaling = [\"weak\", \"strong\"]\n");
   EXPECT_EQ(c.scaling.size(), 2u);
+  // Spellings become the one canonical text (the row's and the resume key's).
+  c = read("[sweep]\nstrategies = [\"schedule=zb-h1,shard=zero1\"]\nmeshes = [\"pp2.dp2\", \"dp1\"]\n");
+  EXPECT_EQ(c.strategies, std::vector<std::string>{"shard=zero1,schedule=zb-h1"});
+  EXPECT_EQ(c.meshes, (std::vector<std::string>{"dp2.pp2", "dp1"}));
+  EXPECT_EQ(c.global_batch, 16);  // batch_per_rank x max dp
+}
+
+// Pipeline meshes: the sweep measures the bubble (not 0), the memory of the
+// worst stage and the bytes sent between stages.
+TEST(Sweep, PipelinePointsMeasureBubbleAndP2P) {
+  SweepConfig c = tiny_config();
+  c.strategies = {"shard=none", "shard=zero3,schedule=gpipe"};
+  c.meshes = {"pp2", "dp2"};
+  c.microbatches = {2};
+  c.models = {"tiny"};
+  const std::string csv = fresh_csv("pipeline");
+  SweepSummary s = run_sweep(c, make_run(csv));
+  EXPECT_EQ(s.ok, 4);
+  EXPECT_TRUE(validate_csv_against_schema(csv, ResultsSchema::builtin()).empty());
+  CsvTable t = read_csv(csv);
+  for (const auto& row : t.rows) {
+    const bool pipe = row[t.column("mesh")] == "pp2";
+    const bool scheduled = row[t.column("strategy")].find("schedule=") != std::string::npos;
+    SCOPED_TRACE(row[t.column("mesh")] + " " + row[t.column("strategy")]);
+    EXPECT_EQ(row[t.column("world")], "2");
+    if (pipe) {
+      EXPECT_GT(std::stod(row[t.column("bubble")]), 0);
+      EXPECT_LT(std::stod(row[t.column("bubble")]), 1);
+      EXPECT_GT(std::stoll(row[t.column("comm_pp_bytes")]), 0);
+    } else {
+      EXPECT_EQ(std::stoll(row[t.column("comm_pp_bytes")]), 0);
+      if (!scheduled) {
+        EXPECT_EQ(std::stod(row[t.column("bubble")]), 0);
+      }
+    }
+  }
 }
 
 }  // namespace
