@@ -10,6 +10,8 @@
 #include "harness/csv_schema.h"
 #include "harness/run_meta.h"
 #include "harness/status.h"
+#include "harness/mesh.h"
+#include "impl/spec/run_spec.h"
 #include "suites/cli/command.h"
 #include "suites/planner/plan_output.h"
 #include "suites/planner/planner.h"
@@ -23,8 +25,39 @@ struct PlanFlags {
   int64_t seq = 0;
   int zero = -1;
   std::string shard, offload = "none", precision = "bf16-mixed", recompute = "none", schedule = "1f1b";
+  std::string mesh, strategy;  // the run spec's text form (instead of --dp/--tp/--cp/--pp, --shard, ...)
   planner::PlanInput in;
 };
+
+// --mesh / --strategy: the same spec check, train and sweep take.
+void apply_spec(const PlanFlags& f, planner::PlanInput& in) {
+  if (!f.mesh.empty()) {
+    require(f.in.dp == 1 && f.in.tp == 1 && f.in.cp == 1 && f.in.pp == 1 && f.in.ranks_per_node == 0,
+            "--mesh: give the mesh once, as --mesh or as --dp/--tp/--cp/--pp/--ranks-per-node");
+    const MeshShape m = parse_mesh(f.mesh, "--mesh");
+    require(m.ep == 1, "--mesh: the planner has no expert axis yet (ep" + std::to_string(m.ep) + ")");
+    in.dp = m.dp;
+    in.tp = m.tp;
+    in.cp = m.cp;
+    in.pp = m.pp;
+    in.ranks_per_node = m.ranks_per_node;
+  }
+  if (f.strategy.empty()) return;
+  require(f.zero < 0 && f.shard.empty() && f.offload == "none" && f.schedule == "1f1b" && !f.in.sp &&
+              f.in.virtual_stages == 1 && f.in.hsdp_group == 0 && !f.in.overlap,
+          "--strategy: give the options once, as --strategy or as --shard/--zero/--offload/--schedule/"
+          "--virtual-stages/--sp/--hsdp-group/--overlap");
+  RunSpec spec;
+  apply_strategy_text(spec, f.strategy, "--strategy");
+  in.shard = spec.data.shard;
+  in.offload = spec.data.offload;
+  in.hsdp_group = spec.data.shard_group;
+  in.sp = spec.tensor.sp;
+  in.schedule = spec.pipe.schedule.value_or(pipeline::ScheduleKind::one_f_one_b);
+  in.virtual_stages = spec.pipe.virtual_stages;
+  // DDP overlaps its buckets with backward unless told otherwise, as it runs.
+  in.overlap = spec.data.shard == dp::Shard::none && spec.data.overlap;
+}
 
 // "124439808", "1.3e9", "1.3B", "175b", "1T" (K, M, B/G, T suffixes).
 int64_t parse_count(const std::string& s, const char* flag) {
@@ -85,6 +118,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.precision = parse_precision(f.precision);
   in.recompute = planner::parse_recompute(f.recompute);
   in.schedule = pipeline::parse_schedule_kind(f.schedule, "--schedule");
+  apply_spec(f, in);
   return in;
 }
 
@@ -141,6 +175,9 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--vocab", f->vocab, "custom shape: vocabulary V (default 50257)");
   app->add_option("--seq", f->seq, "tokens per sequence (default: the model's context; custom 1024)");
   app->add_option("--params", f->params, "parameter count only (e.g. 7e9, 175B, 1T): model states and DP");
+  app->add_option("--mesh", f->mesh, "the mesh in the run spec's text form, e.g. dp12.tp8.pp16.rpn8");
+  app->add_option("--strategy", f->strategy, "strategy options in the run spec's text form, e.g. "
+                                             "shard=zero1,schedule=interleaved,virtual_stages=2");
   app->add_option("--dp", f->in.dp, "data-parallel size");
   app->add_option("--tp", f->in.tp, "tensor-parallel size");
   app->add_option("--cp", f->in.cp, "context-parallel size (ring attention)");

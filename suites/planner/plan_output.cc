@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "harness/mesh.h"
+#include "impl/spec/run_spec.h"
 
 namespace pb::planner {
 namespace {
@@ -26,17 +27,16 @@ bool in_axis(const std::string& group, std::string_view axis) {
 }  // namespace
 
 std::string strategy_spec(const PlanInput& in) {
-  std::string s = in.shard == dp::Shard::none ? "ddp" : std::string(dp::shard_name(in.shard));
-  if (in.shard == dp::Shard::hsdp && in.hsdp_group > 0) s += std::to_string(in.hsdp_group);
-  if (in.offload == dp::Offload::optimizer) s += ".offload";
-  if (in.tp > 1) s += ".tp" + std::to_string(in.tp) + (in.sp ? ".sp" : "");
-  if (in.cp > 1) s += ".cp" + std::to_string(in.cp);
-  if (in.pp > 1) {
-    s += ".pp" + std::to_string(in.pp) + "." + std::string(pipeline::schedule_name(in.schedule));
-    if (in.virtual_stages > 1) s += ".v" + std::to_string(in.virtual_stages);
-  }
-  if (in.recompute != Recompute::none) s += ".recompute-" + std::string(recompute_name(in.recompute));
-  if (in.overlap) s += ".overlap";
+  RunSpec spec;
+  spec.data.shard = in.shard;
+  spec.data.shard_group = int(in.hsdp_group);
+  spec.data.offload = in.offload;
+  spec.data.overlap = in.overlap;
+  spec.tensor.sp = in.sp;
+  if (in.pp > 1) spec.pipe.schedule = in.schedule;
+  spec.pipe.virtual_stages = in.virtual_stages;
+  std::string s = strategy_text(spec);
+  if (in.recompute != Recompute::none) s += ",recompute=" + std::string(recompute_name(in.recompute));
   return s;
 }
 

@@ -9,8 +9,9 @@
 
 namespace pb::planner {
 
-// "zero1.tp8.sp.pp64.1f1b.recompute-selective": the axes that differ from
-// the default, dot-separated (shard first; "ddp" for none).
+// The run spec's strategy text (impl/spec/run_spec.h), e.g.
+// "shard=zero1,overlap=off,sp=on,schedule=1f1b", plus ",recompute=selective"
+// when recompute is on (the run spec gains recompute with tensor parallel).
 std::string strategy_spec(const PlanInput& in);
 // "dp96.tp8.pp64" (harness/mesh.h mesh_text).
 std::string mesh_spec(const PlanInput& in);
