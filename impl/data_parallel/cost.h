@@ -38,22 +38,20 @@ struct BytesPerParam {
 };
 BytesPerParam bytes_per_param(Precision p);
 
-struct DataAxis {
+// The cost model's view of the data axis: the run spec's options (shard,
+// shard_group, offload, prefetch, reshard_after_forward, ...; run_spec.h
+// DataOptions) plus what the formulas also need.
+// ZeRO-3 family: blocks are freed after their forward and gathered again for
+// backward. The first and last units (embedding with the tied head, final
+// LayerNorm) are FSDP's root: gathered once per microbatch and held through
+// backward, as PyTorch FSDP does for the root module.
+struct DataAxis : DataOptions {
   int64_t dp = 1;                 // data-parallel group size Nd
-  Shard shard = Shard::none;
-  int64_t shard_group = 0;        // hsdp: F ranks per shard group (F | dp); 0 = dp ranks per node
-  Offload offload = Offload::none;
   Precision precision = Precision::fp32;
   Padding padding = Padding::padded;
   int64_t ranks_per_node = 0;     // 0: every rank on one node
   int64_t stride = 1;             // global-rank distance between consecutive dp ranks (tp*cp)
   int64_t grad_accum = 1;         // microbatches per step
-  // ZeRO-3 family: blocks are freed after their forward and gathered again for
-  // backward. The first and last units (embedding with the tied head, final
-  // LayerNorm) are FSDP's root: gathered once per microbatch and held through
-  // backward, as PyTorch FSDP does for the root module.
-  bool reshard_after_forward = true;
-  int prefetch = 1;               // ZeRO-3 family: units gathered ahead of use
 };
 
 // Throws pb::InputError naming the field when the axis is inconsistent.

@@ -70,25 +70,6 @@ std::string DpOptions::describe() const {
   return s;
 }
 
-DpOptions read_dp_options(ConfigReader& r) {
-  DpOptions o;
-  o.dp = r.get<int>("strategy.dp", 1, Bounds::positive());
-  o.shard = parse_shard(r.get<std::string>("strategy.shard", "none"), "strategy.shard");
-  std::string off = r.get_enum("strategy.offload", "none", {"none", "optimizer"});
-  o.offload = off == "optimizer" ? Offload::optimizer : Offload::none;
-  o.bucket_bytes = int64_t(r.get<double>("strategy.bucket_mb", 25.0, Bounds::positive()) *
-                           double(1 << 20));
-  o.overlap = r.get<bool>("strategy.overlap", true);
-  o.prefetch = r.get<int>("strategy.prefetch", 1, Bounds::closed(0, 4));
-  o.reshard_after_forward = r.get<bool>("strategy.reshard_after_forward", true);
-  o.shard_group = r.get<int>("strategy.shard_group", 0, Bounds::non_negative());
-  o.ranks_per_node = r.get<int>("strategy.ranks_per_node", 0, Bounds::non_negative());
-  for (const auto& f : r.get<std::vector<std::string>>("strategy.faults", {}))
-    o.faults.insert(parse_fault(f));
-  validate(o);
-  return o;
-}
-
 void validate(const DpOptions& o) {
   require(o.dp > 0, "strategy.dp: must be > 0");
   require(o.bucket_bytes > 0, "strategy.bucket_mb: must be > 0");
@@ -122,15 +103,11 @@ void validate(const DpOptions& o, const TrainConfig& cfg) {
 
 DataAxis data_axis(const DpOptions& o, Precision p, int microbatches) {
   DataAxis a;
+  static_cast<DataOptions&>(a) = o;  // the spec's options, as they are
   a.dp = o.dp;
-  a.shard = o.shard;
-  a.shard_group = o.shard_group;
-  a.offload = o.offload;
   a.precision = p;
   a.ranks_per_node = o.ranks_per_node;
   a.grad_accum = microbatches;
-  a.reshard_after_forward = o.reshard_after_forward;
-  a.prefetch = o.prefetch;
   return a;
 }
 

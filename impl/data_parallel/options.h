@@ -1,12 +1,12 @@
-// Options of the data axis as a run uses them (the [strategy] table), and the
-// test-only faults each strategy ships so the checker's teeth can be tested.
+// Options of the data axis as a rank runs them (the run spec's DataOptions with
+// the mesh's size), and the test-only faults each strategy ships so the
+// checker's teeth can be tested.
 #pragma once
 #include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "harness/config.h"
 #include "impl/data_parallel/cost.h"
 #include "reference/train_config.h"
 
@@ -31,15 +31,11 @@ std::string fault_name(Fault f);
 Fault parse_fault(const std::string& s);  // InputError naming strategy.fault
 std::vector<Fault> faults_for(Shard s, Offload o);  // the faults that apply
 
-struct DpOptions {
+// The data axis as a rank runs it: the run spec's options (run_spec.h
+// DataOptions, not repeated here), its size and node boundary from the mesh,
+// and the faults of this family parsed once.
+struct DpOptions : DataOptions {
   int dp = 1;
-  Shard shard = Shard::none;
-  Offload offload = Offload::none;
-  int64_t bucket_bytes = 25 << 20;  // DDP bucket size (PyTorch's 25 MiB default)
-  bool overlap = true;              // DDP: all-reduce buckets during backward
-  int prefetch = 1;                 // ZeRO-3: units gathered ahead
-  bool reshard_after_forward = true;  // ZeRO-3: free gathered blocks after forward
-  int shard_group = 0;              // HSDP: F ranks per shard group (0: ranks per node)
   int ranks_per_node = 0;           // 0: all ranks on one node
   std::set<Fault> faults;
 
@@ -47,9 +43,6 @@ struct DpOptions {
   std::string describe() const;     // e.g. "zero3 dp4 prefetch1"
 };
 
-// Reads [strategy]: dp, shard, offload, bucket_mb, overlap, prefetch,
-// reshard_after_forward, shard_group, ranks_per_node, faults.
-DpOptions read_dp_options(ConfigReader& r);
 void validate(const DpOptions& o);
 // The options against a training config (batch divisible into ranks and
 // microbatches): InputError naming the field. Checked before ranks start, so
