@@ -24,7 +24,7 @@ const Strategy& strategy_for(const RunSpec& s) {
   note(s.mesh.ep, "ep");
   throw InputError("mesh: " + mesh_text(s.mesh) + ": no strategy implements " +
                    (missing.empty() ? std::string("this combination") : missing) +
-                   " yet (implemented: dp with any shard; pp with dp under shard none or zero1)");
+                   " yet (implemented: dp and pp meshes, every data-axis option on both)");
 }
 
 }  // namespace pb
