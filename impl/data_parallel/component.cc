@@ -230,6 +230,14 @@ void Component<T>::contribute(bool grads, std::vector<double>& full) const {
   }
 }
 
+template <class T>
+std::vector<double> Component<T>::gather_full(bool grads, Communicator& check, int64_t total) const {
+  std::vector<double> full(size_t(total), 0.0);
+  contribute(grads, full);
+  check.all_reduce(full.data(), full.data(), full.size(), DType::f64);
+  return full;
+}
+
 template class Component<double>;
 template class Component<float>;
 template class Component<bf16>;

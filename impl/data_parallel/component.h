@@ -103,6 +103,9 @@ class Component {
   // replica 0's). Summing every rank's `full` (zeros elsewhere) gives the
   // full vector exactly.
   void contribute(bool grads, std::vector<double>& full) const;
+  // Collective over `check` (every rank of the run, each with its own
+  // component): the full vector of `total` elements, each rank's share summed.
+  std::vector<double> gather_full(bool grads, Communicator& check, int64_t total) const;
 
   T* params_data() { return params_.data(); }
   T* grads_data() { return grads_.data(); }

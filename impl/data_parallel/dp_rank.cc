@@ -62,18 +62,12 @@ StepStats DpRank<T>::step() {
 
 template <class T>
 std::vector<double> DpRank<T>::full_params() {
-  std::vector<double> full(size_t(layout_.total()), 0.0);
-  dp_->contribute(/*grads=*/false, full);
-  check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
-  return full;
+  return dp_->gather_full(/*grads=*/false, *check_, layout_.total());
 }
 
 template <class T>
 std::vector<double> DpRank<T>::full_grads() {
-  std::vector<double> full(size_t(layout_.total()), 0.0);
-  dp_->contribute(/*grads=*/true, full);
-  check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
-  return full;
+  return dp_->gather_full(/*grads=*/true, *check_, layout_.total());
 }
 
 template <class T>

@@ -104,11 +104,7 @@ bool bitwise(const RunSpec& s, BackendKind b) { return declares_bitwise(options_
 Replay replay(const RunSpec& s) { return {replay_plan(options_of(s), s.train), false}; }
 
 std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world) {
-  std::unique_ptr<Rank> r;
-  dispatch_dtype(storage_dtype(s.train.precision), [&](auto t) {
-    r = std::make_unique<DpRank<decltype(t)>>(s.train, options_of(s), world);
-  });
-  return r;
+  return make_typed_rank<DpRank>(s.train.precision, s.train, options_of(s), world);
 }
 
 }  // namespace

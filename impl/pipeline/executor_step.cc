@@ -242,10 +242,7 @@ std::vector<StepStats> PipelineRank<T>::train(int steps, std::vector<double>* gr
 
 template <class T>
 std::vector<double> PipelineRank<T>::gather(bool grads) {
-  std::vector<double> full(size_t(layout_.total()), 0.0);
-  dp_->contribute(grads, full);
-  check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
-  return full;
+  return dp_->gather_full(grads, *check_, layout_.total());
 }
 
 template <class T>

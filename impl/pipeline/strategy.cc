@@ -52,11 +52,7 @@ Replay replay(const RunSpec& s) {
 }
 
 std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world) {
-  std::unique_ptr<Rank> r;
-  dispatch_dtype(storage_dtype(s.train.precision), [&](auto t) {
-    r = std::make_unique<PipelineRank<decltype(t)>>(s.train, options_of(s), world);
-  });
-  return r;
+  return make_typed_rank<PipelineRank>(s.train.precision, s.train, options_of(s), world);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/comm.h"
@@ -76,6 +77,15 @@ class Rank {
   virtual Declared declared(int steps) const = 0;
   virtual RankTimes times() const { return {}; }
 };
+
+// One rank of the storage type of `p` (double, float or bf16):
+// R<T>(args...), for a Strategy's make_rank.
+template <template <class> class R, class... Args>
+std::unique_ptr<Rank> make_typed_rank(Precision p, Args&&... args) {
+  std::unique_ptr<Rank> r;
+  dispatch_dtype(storage_dtype(p), [&](auto t) { r = std::make_unique<R<decltype(t)>>(std::forward<Args>(args)...); });
+  return r;
+}
 
 // The single-device reference's replay of a strategy: its split plan and
 // whether weights are one step delayed (PipeDream-2BW).
