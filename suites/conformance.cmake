@@ -23,6 +23,13 @@ parabench_mpi_test(NAME conformance_check_mpi_np4 NP 4
   COMMAND $<TARGET_FILE:parabench> check --dp 4 --shard none zero3 hsdp hzero --precision fp32
           --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# PP x data-axis options under mpirun: each stage's data-parallel component
+# over MPI (one process per rank).
+parabench_mpi_test(NAME conformance_check_mpi_pp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --mesh dp2.pp2 --strategy shard=zero3 shard=hsdp,shard_group=1
+          shard=zero2,offload=optimizer --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Pipeline conformance under mpirun (mpi backend, one process per rank).
 if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   add_executable(conformance_pipeline_mpi_test conformance/pipeline_conformance_mpi_test.cc)
