@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "harness/comm.h"
+#include "harness/comm/comm.h"
 #include "impl/data_parallel/options.h"
 #include "impl/data_parallel/shard.h"
 #include "reference/trainer.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/config.h"
+#include "harness/io/config.h"
 #include "impl/data_parallel/cost.h"
 #include "reference/train_config.h"
 

@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/comm.h"
+#include "harness/comm/comm.h"
 #include "impl/pipeline/simulator.h"
 #include "impl/pipeline/stage.h"
 #include "reference/gpt.h"

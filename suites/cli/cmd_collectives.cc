@@ -12,10 +12,10 @@
 #include <memory>
 #include <sstream>
 
-#include "harness/comm_backends.h"
-#include "harness/csv.h"
-#include "harness/csv_schema.h"
-#include "harness/run_meta.h"
+#include "harness/comm/comm_backends.h"
+#include "harness/io/csv.h"
+#include "harness/io/csv_schema.h"
+#include "harness/io/run_meta.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"

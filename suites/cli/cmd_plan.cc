@@ -7,8 +7,8 @@
 #include <iostream>
 #include <memory>
 
-#include "harness/csv_schema.h"
-#include "harness/run_meta.h"
+#include "harness/io/csv_schema.h"
+#include "harness/io/run_meta.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
 #include "suites/planner/plan_output.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/runner.h"
+#include "harness/comm/runner.h"
 #include "impl/data_parallel/options.h"
 #include "reference/trainer.h"
 #include "suites/conformance/compare.h"

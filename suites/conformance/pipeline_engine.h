@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/runner.h"
+#include "harness/comm/runner.h"
 #include "impl/pipeline/cost.h"
 #include "impl/pipeline/executor.h"
 #include "impl/pipeline/timeline.h"

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "harness/csv.h"
-#include "harness/csv_schema.h"
+#include "harness/io/csv.h"
+#include "harness/io/csv_schema.h"
 
 namespace {
 

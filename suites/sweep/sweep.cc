@@ -17,8 +17,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "harness/csv_schema.h"
-#include "harness/runner.h"
+#include "harness/io/csv_schema.h"
+#include "harness/comm/runner.h"
 #include "harness/status.h"
 #include "impl/data_parallel/dp_rank.h"
 #include "impl/data_parallel/options.h"

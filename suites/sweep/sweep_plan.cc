@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/runner.h"
+#include "harness/comm/runner.h"
 #include "harness/status.h"
 #include "impl/data_parallel/options.h"
 #include "kernels/cpu/peak.h"
