@@ -96,7 +96,7 @@ int run(Flags& f, const Env& env, bool world_given) {
   require(b.min_bytes <= b.max_bytes, "-b/--minbytes: must be <= -e/--maxbytes");
   require(b.step_factor > 1 || b.step_bytes > 0, "-i/--stepbytes: must be > 0 when -f is not > 1");
   require(b.iters >= 1, "-n/--iters: must be >= 1");
-  require(b.warmup >= 0 && b.check >= 0, "-w/--warmup_iters and -c/--check: must be >= 0");
+  require(b.warmup >= 0 && b.check >= 0, "-w/--warmup and -c/--check: must be >= 0");
   require(b.average >= 0 && b.average <= 3, "-a/--average: must be 0 (rank 0), 1 (mean), 2 (min) or 3 (max)");
   std::vector<const coll::CollDesc*> ops;
   for (const auto& name : f.ops) {
@@ -218,7 +218,7 @@ void register_collectives(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("-i,--stepbytes", f->step_bytes, "size increment when -f is not > 1")->capture_default_str();
   app->add_option("-f,--stepfactor", f->step_factor, "size multiplier (> 1 enables it)");
   app->add_option("-n,--iters", f->bench.iters, "timed iterations")->capture_default_str();
-  app->add_option("-w,--warmup_iters", f->bench.warmup, "untimed warm-up iterations")->capture_default_str();
+  app->add_option("-w,--warmup", f->bench.warmup, "untimed warm-up iterations")->capture_default_str();
   app->add_option("-c,--check", f->bench.check, "validation rounds (0: no check)")->capture_default_str();
   app->add_option("-d,--datatype", f->dtype, "float, double, bfloat16 (or fp32, fp64, bf16), all")->capture_default_str();
   app->add_option("-o,--op", f->redop, "reduction: sum, avg, max, all")->capture_default_str();
