@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "harness/safetensors.h"
+#include "harness/io/safetensors.h"
 #include "harness/status.h"
 #include "reference/data.h"
 #include "reference/init.h"

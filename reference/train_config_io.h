@@ -2,7 +2,7 @@
 // has a default; [model] name = "tiny" picks a named shape whose fields the
 // other keys override.
 #pragma once
-#include "harness/config.h"
+#include "harness/io/config.h"
 #include "reference/train_config.h"
 
 namespace pb {

@@ -1,7 +1,7 @@
 # collectives: the nccl-tests-style collective benchmark (one descriptor per
 # op + one driver) and its `parabench collectives` command.
 parabench_library(NAME pb_collectives ALIAS pb::collectives
-  SOURCES collectives/coll.cc collectives/driver.cc
+  SOURCES collectives/coll.cc collectives/driver.cc collectives/bench.cc
           collectives/all_reduce.cc collectives/reduce_scatter.cc collectives/all_gather.cc
           collectives/broadcast.cc collectives/reduce.cc collectives/alltoall.cc collectives/sendrecv.cc
   DEPS pb::harness)
@@ -9,7 +9,8 @@ parabench_library(NAME pb_collectives ALIAS pb::collectives
 list(APPEND PB_CLI_SOURCES cli/cmd_collectives.cc)
 list(APPEND PB_CLI_DEPS pb::collectives pb::comm)
 
-parabench_test(NAME collectives_driver_test SOURCES collectives/driver_test.cc DEPS pb::collectives TIMEOUT 60)
+parabench_test(NAME collectives_driver_test SOURCES collectives/driver_test.cc collectives/bench_test.cc
+               DEPS pb::collectives TIMEOUT 60)
 
 # The command end to end. A rank that fails must end the run with a non-zero
 # exit naming the rank, within the timeout, on every backend: expect_failure

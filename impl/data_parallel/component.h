@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm.h"
+#include "harness/comm/comm.h"
 #include "harness/mesh.h"
 #include "impl/data_parallel/options.h"
 #include "impl/data_parallel/shard.h"

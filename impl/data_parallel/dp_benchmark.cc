@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "harness/runner.h"
+#include "harness/comm/runner.h"
 #include "impl/data_parallel/dp_rank.h"
 
 namespace pb::dp {

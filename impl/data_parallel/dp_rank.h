@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "harness/comm.h"
+#include "harness/comm/comm.h"
 #include "impl/data_parallel/component.h"
 #include "impl/data_parallel/hooks.h"
 #include "impl/data_parallel/options.h"

@@ -5,7 +5,7 @@
 
 #include <mutex>
 
-#include "harness/runner.h"
+#include "harness/comm/runner.h"
 #include "impl/data_parallel/dp_rank.h"
 
 namespace pb::dp {

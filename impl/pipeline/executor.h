@@ -43,7 +43,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/comm.h"
+#include "harness/comm/comm.h"
 #include "impl/data_parallel/component.h"
 #include "impl/pipeline/simulator.h"
 #include "impl/pipeline/stage.h"

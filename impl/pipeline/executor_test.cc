@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/runner.h"
+#include "harness/comm/runner.h"
 #include "harness/status.h"
 
 namespace pb::pipeline {

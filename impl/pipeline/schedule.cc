@@ -99,10 +99,10 @@ void check_config(ScheduleKind kind, const ScheduleConfig& c) {
   const std::string name(schedule_name(kind));
   require(c.pp >= 1, "--pp: must be >= 1, got " + std::to_string(c.pp));
   require(c.microbatches >= 1, "--microbatches: must be >= 1, got " + std::to_string(c.microbatches));
-  require(c.virtual_stages >= 1, "--virtual: must be >= 1, got " + std::to_string(c.virtual_stages));
+  require(c.virtual_stages >= 1, "--virtual-stages: must be >= 1, got " + std::to_string(c.virtual_stages));
   require(c.steps >= 1, "--steps: must be >= 1, got " + std::to_string(c.steps));
   if (kind != ScheduleKind::interleaved)
-    require(c.virtual_stages == 1, "--virtual: " + name + " has one model chunk per rank (got " +
+    require(c.virtual_stages == 1, "--virtual-stages: " + name + " has one model chunk per rank (got " +
                                        std::to_string(c.virtual_stages) + "); use interleaved");
   if (kind != ScheduleKind::pipedream_2bw)
     require(c.steps == 1, "--steps: " + name +

@@ -121,7 +121,7 @@ TEST(Schedule, RejectedConfigsNameTheRule) {
   EXPECT_NE(msg(ScheduleKind::one_f_one_b, {0, 4}).find("--pp: must be >= 1"), std::string::npos);
   EXPECT_NE(msg(ScheduleKind::gpipe, {2, 0}).find("--microbatches: must be >= 1"), std::string::npos);
   EXPECT_NE(msg(ScheduleKind::interleaved, {4, 6, 2}).find("divisible by pp"), std::string::npos);
-  EXPECT_NE(msg(ScheduleKind::interleaved, {4, 8, 0}).find("--virtual"), std::string::npos);
+  EXPECT_NE(msg(ScheduleKind::interleaved, {4, 8, 0}).find("--virtual-stages"), std::string::npos);
   EXPECT_NE(msg(ScheduleKind::one_f_one_b, {4, 8, 2}).find("use interleaved"), std::string::npos);
   EXPECT_NE(msg(ScheduleKind::zb_h1, {4, 3}).find("microbatches >= pp"), std::string::npos);
   EXPECT_NE(msg(ScheduleKind::pipedream_2bw, {4, 2}).find("microbatches >= pp"), std::string::npos);

@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "harness/comm.h"
+#include "harness/comm/comm.h"
 #include "harness/memory.h"
-#include "harness/runner.h"
+#include "harness/comm/runner.h"
 #include "impl/spec/run_spec.h"
 #include "reference/trainer.h"
 

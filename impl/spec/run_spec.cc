@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "harness/config.h"
+#include "harness/io/config.h"
 #include "harness/status.h"
 #include "reference/train_config_io.h"
 

@@ -9,7 +9,7 @@
 #include <functional>
 #include <random>
 
-#include "harness/config.h"
+#include "harness/io/config.h"
 #include "harness/status.h"
 
 namespace pb {

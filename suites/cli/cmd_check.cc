@@ -7,8 +7,8 @@
 #include <memory>
 #include <sstream>
 
-#include "harness/comm_backends.h"
-#include "harness/csv_schema.h"
+#include "harness/comm/comm_backends.h"
+#include "harness/io/csv_schema.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"

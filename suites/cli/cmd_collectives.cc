@@ -1,6 +1,7 @@
-// parabench collectives: the collective benchmark, nccl-tests style
-// (suites/collectives). Flags -b -e -f -i -n -w -c -d -o -r -a mean what they
-// mean in nccl-tests (-a defaults to 3, the slowest rank, as results/SCHEMA.md
+// parabench collectives: the collective benchmark, nccl-tests style. The run
+// on every rank is suites/collectives (run_benchmark); this file parses the
+// flags, prints the table and writes the rows. Flags -b -e -f -i -n -w -c -d
+// -o -r -a mean what they mean in nccl-tests (-a defaults to 3, the slowest rank, as results/SCHEMA.md
 // defines time_us). Under mpirun the mpi backend is picked by itself;
 // --backend overrides. Rows go to OUT/<run id>/collectives.csv (kind
 // `collective`), or to -F FILE; every rank's communication counters to
@@ -10,16 +11,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <sstream>
 
-#include "harness/comm_backends.h"
-#include "harness/csv.h"
-#include "harness/csv_schema.h"
-#include "harness/run_meta.h"
+#include "harness/comm/comm_backends.h"
+#include "harness/io/csv.h"
+#include "harness/io/csv_schema.h"
+#include "harness/io/run_meta.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
-#include "suites/collectives/driver.h"
+#include "suites/collectives/bench.h"
 
 namespace pb::cli {
 namespace {
@@ -96,7 +96,7 @@ int run(Flags& f, const Env& env, bool world_given) {
   require(b.min_bytes <= b.max_bytes, "-b/--minbytes: must be <= -e/--maxbytes");
   require(b.step_factor > 1 || b.step_bytes > 0, "-i/--stepbytes: must be > 0 when -f is not > 1");
   require(b.iters >= 1, "-n/--iters: must be >= 1");
-  require(b.warmup >= 0 && b.check >= 0, "-w/--warmup_iters and -c/--check: must be >= 0");
+  require(b.warmup >= 0 && b.check >= 0, "-w/--warmup and -c/--check: must be >= 0");
   require(b.average >= 0 && b.average <= 3, "-a/--average: must be 0 (rank 0), 1 (mean), 2 (min) or 3 (max)");
   std::vector<const coll::CollDesc*> ops;
   for (const auto& name : f.ops) {
@@ -136,6 +136,8 @@ int run(Flags& f, const Env& env, bool world_given) {
     roots.push_back(r);
   }
 
+  coll::BenchPlan plan{ops, dtypes, redops, roots, b};
+
   // Rows and counters are written by the process that hosts rank 0.
   const bool writer = hosts_rank(*world, 0);
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
@@ -146,93 +148,59 @@ int run(Flags& f, const Env& env, bool world_given) {
     if (csv_path.empty()) csv_path = (make_run_dir(f.out, run_id) / "collectives.csv").string();
     counters_path = (std::filesystem::path(csv_path).parent_path() / "comm_counters.csv").string();
     rows = std::make_unique<ResultWriter>(csv_path, "collective");
+    std::printf("# parabench collectives: backend %s, %d ranks", std::string(backend_name(wo.backend)).c_str(), n);
+    if (wo.ranks_per_node > 0) std::printf(" (%d per node)", wo.ranks_per_node);
+    std::printf("\n# minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d validation: %d average: %d\n",
+                b.min_bytes, b.max_bytes,
+                (b.step_factor > 1 ? std::to_string(b.step_factor) + "(factor)" : std::to_string(b.step_bytes) + "(bytes)").c_str(),
+                b.warmup, b.iters, b.check, b.average);
   }
-  long total_wrong = 0;
-  // What rank 0 is measuring, for the `failed` row if the run dies there.
-  struct Current {
-    const coll::CollDesc* op = nullptr;
-    DType dtype = DType::f32;
-    std::string redop = "none";
-    int root = -1;
-    size_t bytes = 0;
-  } cur;
-  auto body = [&](Communicator& c) {
-    const bool printer = c.rank() == 0;
-    if (printer) {
-      std::printf("# parabench collectives: backend %s, %d ranks", std::string(backend_name(wo.backend)).c_str(), n);
-      if (wo.ranks_per_node > 0) std::printf(" (%d per node)", wo.ranks_per_node);
-      std::printf("\n# minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d validation: %d average: %d\n",
-                  b.min_bytes, b.max_bytes,
-                  (b.step_factor > 1 ? std::to_string(b.step_factor) + "(factor)" : std::to_string(b.step_bytes) + "(bytes)").c_str(),
-                  b.warmup, b.iters, b.check, b.average);
-    }
-    double bw_sum = 0;
-    int bw_n = 0;
-    const auto sizes = coll::sweep_sizes(b);
-    for (const coll::CollDesc* op : ops)
-      for (DType t : dtypes)
-        for (ReduceOp ro : op->reduces ? redops : std::vector<ReduceOp>{ReduceOp::sum})
-          for (int root : op->rooted ? roots : std::vector<int>{-1}) {
-            size_t line = 0;
-            if (printer) {
-              cur = {op, t, op->reduces ? std::string(reduce_op_name(ro)) : "none", root, sizes[0]};
-              std::printf("#\n# %s\n", std::string(op->name).c_str());
-              coll::print_header(stdout);
-            }
-            bool stayed = coll::run_collective(c, *op, t, ro, std::max(root, 0), b, [&](auto& oop, auto& ip) {
-              if (!printer) return;
-              coll::print_line(stdout, oop, ip);
-              cur.bytes = ++line < sizes.size() ? sizes[line] : sizes.back();
-              for (const coll::BenchPoint* p : {&oop, &ip}) {
-                bw_sum += p->busbw_gbps, ++bw_n;
-                total_wrong += std::max(0L, p->wrong);
-                CsvRecord r;
-                r.set("op", op->schema_name).set("bytes", p->bytes).set("count", p->count);
-                r.set("dtype", dtype_name(p->dtype)).set("redop", p->redop);
-                if (p->root >= 0) r.set("root", p->root);
-                r.set("inplace", p->in_place).set("iters", p->iters).set("time_us", p->time_us);
-                r.set("algbw_gbps", p->algbw_gbps).set("busbw_gbps", p->busbw_gbps);
-                if (p->wrong >= 0) r.set("wrong", p->wrong);
-                meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
-                rows->write(meta, r);
-              }
-            });
-            if (!stayed) return;  // injected: this rank leaves the run
-          }
-    cur.op = nullptr;
-    std::ostringstream counters;
-    c.log().write_csv(counters, /*with_header=*/false);
-    auto all = all_gather_strings(c, counters.str());
-    if (!printer) return;
-    std::printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
-    std::printf("# Avg bus bandwidth    : %g\n#\n", bw_n ? bw_sum / bw_n : 0.0);
-    CsvWriter cw(counters_path, CommLog::csv_header());
-    for (const auto& text : all) {
-      CsvTable t = parse_csv(csv_format_row(CommLog::csv_header()) + text, "comm counters");
-      for (const auto& row : t.rows) cw.write_row(row);
-    }
-    std::printf("results: %s\ncounters: %s\n", csv_path.c_str(), counters_path.c_str());
+  coll::BenchSink sink;
+  sink.on_case = [](const coll::BenchCase& bc) {
+    std::printf("#\n# %s\n", std::string(bc.op->name).c_str());
+    coll::print_header(stdout);
   };
-  try {
-    run_ranks(*world, body);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    std::fflush(stderr);
-    if (rows && cur.op) {  // a failure is a result too
+  sink.on_line = [&](const coll::BenchCase& bc, const coll::BenchPoint& oop, const coll::BenchPoint& ip) {
+    coll::print_line(stdout, oop, ip);
+    for (const coll::BenchPoint* p : {&oop, &ip}) {
       CsvRecord r;
-      r.set("op", cur.op->schema_name).set("bytes", cur.bytes).set("count", cur.bytes / dtype_size(cur.dtype));
-      r.set("dtype", dtype_name(cur.dtype)).set("redop", cur.redop).set("inplace", false);
-      if (cur.root >= 0) r.set("root", cur.root);
+      r.set("op", bc.op->schema_name).set("bytes", p->bytes).set("count", p->count);
+      r.set("dtype", dtype_name(p->dtype)).set("redop", p->redop);
+      if (p->root >= 0) r.set("root", p->root);
+      r.set("inplace", p->in_place).set("iters", p->iters).set("time_us", p->time_us);
+      r.set("algbw_gbps", p->algbw_gbps).set("busbw_gbps", p->busbw_gbps);
+      if (p->wrong >= 0) r.set("wrong", p->wrong);
+      meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
+      rows->write(meta, r);
+    }
+  };
+  const coll::BenchResult res = coll::run_benchmark(*world, plan, sink);
+  if (!res.error.empty()) {
+    std::fprintf(stderr, "%s\n", res.error.c_str());
+    std::fflush(stderr);
+    if (rows && res.failed_at.op) {  // a failure is a result too
+      const coll::BenchCase& at = res.failed_at;
+      CsvRecord r;
+      r.set("op", at.op->schema_name).set("bytes", res.failed_bytes).set("count", res.failed_bytes / dtype_size(at.dtype));
+      r.set("dtype", dtype_name(at.dtype)).set("redop", at.redop).set("inplace", false);
+      if (at.root >= 0) r.set("root", at.root);
       meta.status = "failed";
-      meta.reason = e.what();
+      meta.reason = res.error;
       meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
       rows->write(meta, r);
     }
     world->terminate(1);  // mpi/nccl: ends the other processes; does not return
     return 1;
   }
-  if (total_wrong > 0) {
-    std::fprintf(stderr, "parabench collectives: %ld wrong elements\n", total_wrong);
+  if (writer) {
+    std::printf("# Out of bounds values : %ld %s\n", res.wrong, res.wrong ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %g\n#\n", res.mean_busbw_gbps);
+    CsvWriter cw(counters_path, CommLog::csv_header());
+    for (const auto& row : res.counters) cw.write_row(row);
+    std::printf("results: %s\ncounters: %s\n", csv_path.c_str(), counters_path.c_str());
+  }
+  if (res.wrong > 0) {
+    std::fprintf(stderr, "parabench collectives: %ld wrong elements\n", res.wrong);
     return 1;
   }
   return 0;
@@ -250,7 +218,7 @@ void register_collectives(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("-i,--stepbytes", f->step_bytes, "size increment when -f is not > 1")->capture_default_str();
   app->add_option("-f,--stepfactor", f->step_factor, "size multiplier (> 1 enables it)");
   app->add_option("-n,--iters", f->bench.iters, "timed iterations")->capture_default_str();
-  app->add_option("-w,--warmup_iters", f->bench.warmup, "untimed warm-up iterations")->capture_default_str();
+  app->add_option("-w,--warmup", f->bench.warmup, "untimed warm-up iterations")->capture_default_str();
   app->add_option("-c,--check", f->bench.check, "validation rounds (0: no check)")->capture_default_str();
   app->add_option("-d,--datatype", f->dtype, "float, double, bfloat16 (or fp32, fp64, bf16), all")->capture_default_str();
   app->add_option("-o,--op", f->redop, "reduction: sum, avg, max, all")->capture_default_str();

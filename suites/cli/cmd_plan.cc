@@ -7,8 +7,8 @@
 #include <iostream>
 #include <memory>
 
-#include "harness/csv_schema.h"
-#include "harness/run_meta.h"
+#include "harness/io/csv_schema.h"
+#include "harness/io/run_meta.h"
 #include "harness/status.h"
 #include "harness/mesh.h"
 #include "impl/spec/run_spec.h"
@@ -21,9 +21,8 @@ namespace {
 
 struct PlanFlags {
   std::string model, params, csv;
-  int layers = 0, hidden = 0, heads = 0, vocab = 0;
+  int layers = 0, channels = 0, heads = 0, vocab = 0;
   int64_t seq = 0;
-  int zero = -1;
   std::string shard, offload = "none", precision = "bf16-mixed", recompute = "none", schedule = "1f1b";
   std::string mesh, strategy;  // the run spec's text form (instead of --dp/--tp/--cp/--pp, --shard, ...)
   planner::PlanInput in;
@@ -43,10 +42,10 @@ void apply_spec(const PlanFlags& f, planner::PlanInput& in) {
     in.ranks_per_node = m.ranks_per_node;
   }
   if (f.strategy.empty()) return;
-  require(f.zero < 0 && f.shard.empty() && f.offload == "none" && f.schedule == "1f1b" && !f.in.sp &&
+  require(f.shard.empty() && f.offload == "none" && f.schedule == "1f1b" && !f.in.sp &&
               f.in.virtual_stages == 1 && f.in.hsdp_group == 0 && !f.in.overlap,
-          "--strategy: give the options once, as --strategy or as --shard/--zero/--offload/--schedule/"
-          "--virtual-stages/--sp/--hsdp-group/--overlap");
+          "--strategy: give the options once, as --strategy or as --shard/--offload/--schedule/"
+          "--virtual-stages/--sp/--shard-group/--overlap");
   RunSpec spec;
   apply_strategy_text(spec, f.strategy, "--strategy");
   in.shard = spec.data.shard;
@@ -82,35 +81,28 @@ int64_t parse_count(const std::string& s, const char* flag) {
 
 planner::PlanInput resolve(PlanFlags& f) {
   planner::PlanInput in = f.in;
-  const bool custom = f.layers || f.hidden || f.heads;
+  const bool custom = f.layers || f.channels || f.heads;
   require(int(!f.model.empty()) + int(custom) + int(!f.params.empty()) == 1,
-          "model: give exactly one of --model NAME, --layers/--hidden/--heads, or --params N");
+          "model: give exactly one of --model NAME, --layers/--channels/--heads, or --params N");
   if (!f.model.empty()) {
     in.shape = planner::planner_model(f.model);
-    require(f.vocab == 0, "--vocab: only with a custom shape (--layers/--hidden/--heads)");
+    require(f.vocab == 0, "--vocab: only with a custom shape (--layers/--channels/--heads)");
   } else if (custom) {
-    require(f.layers > 0 && f.hidden > 0 && f.heads > 0, "--layers/--hidden/--heads: all three are required (> 0)");
+    require(f.layers > 0 && f.channels > 0 && f.heads > 0, "--layers/--channels/--heads: all three are required (> 0)");
     ModelConfig m;
     m.name = "custom";
     m.L = f.layers;
-    m.C = f.hidden;
+    m.C = f.channels;
     m.NH = f.heads;
     m.V = f.vocab > 0 ? f.vocab : 50257;
     m.maxT = f.seq > 0 ? int(f.seq) : 1024;
     in.shape = m;
   } else {
     in.params = parse_count(f.params, "--params");
-    require(f.vocab == 0, "--vocab: only with a custom shape (--layers/--hidden/--heads)");
+    require(f.vocab == 0, "--vocab: only with a custom shape (--layers/--channels/--heads)");
   }
   in.seq = f.seq;
-  if (f.zero >= 0) {
-    require(f.shard.empty(), "--zero/--shard: give one of them");
-    require(f.zero <= 3, "--zero: must be 0, 1, 2 or 3 (got " + std::to_string(f.zero) + ")");
-    constexpr dp::Shard stages[] = {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3};
-    in.shard = stages[f.zero];
-  } else if (!f.shard.empty()) {
-    in.shard = dp::parse_shard(f.shard, "--shard");
-  }
+  if (!f.shard.empty()) in.shard = dp::parse_shard(f.shard, "--shard");
   require(f.offload == "none" || f.offload == "optimizer", "--offload: must be none or optimizer");
   in.offload = f.offload == "optimizer" ? dp::Offload::optimizer : dp::Offload::none;
   require(f.precision == "fp64" || f.precision == "fp32" || f.precision == "bf16-mixed",
@@ -170,7 +162,7 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
     return s;
   }() + ")");
   app->add_option("--layers", f->layers, "custom shape: transformer blocks L");
-  app->add_option("--hidden", f->hidden, "custom shape: channels C");
+  app->add_option("--channels", f->channels, "custom shape: channels C");
   app->add_option("--heads", f->heads, "custom shape: attention heads NH");
   app->add_option("--vocab", f->vocab, "custom shape: vocabulary V (default 50257)");
   app->add_option("--seq", f->seq, "tokens per sequence (default: the model's context; custom 1024)");
@@ -183,9 +175,8 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--cp", f->in.cp, "context-parallel size (ring attention)");
   app->add_option("--pp", f->in.pp, "pipeline-parallel size");
   app->add_flag("--sp", f->in.sp, "Megatron sequence parallel (with --tp)");
-  app->add_option("--zero", f->zero, "ZeRO stage 0-3 (0 = DDP)");
-  app->add_option("--shard", f->shard, "none|zero1|zero2|zero3|hsdp|hzero (instead of --zero)");
-  app->add_option("--hsdp-group", f->in.hsdp_group, "hsdp shard group size F (default: dp ranks per node)");
+  app->add_option("--shard", f->shard, "none (DDP)|zero1|zero2|zero3|hsdp|hzero (default none)");
+  app->add_option("--shard-group", f->in.hsdp_group, "hsdp shard group size F (default: dp ranks per node)");
   app->add_option("--offload", f->offload, "none|optimizer");
   app->add_option("--precision", f->precision, "fp64|fp32|bf16-mixed (default bf16-mixed)");
   app->add_option("--microbatch-size", f->in.microbatch_size, "sequences per microbatch (default 1)");

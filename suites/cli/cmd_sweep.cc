@@ -14,7 +14,7 @@
 #include <set>
 #include <string>
 
-#include "harness/comm_backends.h"
+#include "harness/comm/comm_backends.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <memory>
 
-#include "harness/comm_backends.h"
-#include "harness/csv_schema.h"
+#include "harness/comm/comm_backends.h"
+#include "harness/io/csv_schema.h"
 #include "harness/status.h"
 #include "reference/data.h"
 #include "reference/train_config_io.h"

@@ -9,8 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "harness/config.h"
-#include "harness/run_meta.h"
+#include "harness/io/config.h"
+#include "harness/io/run_meta.h"
 
 namespace pb::cli {
 

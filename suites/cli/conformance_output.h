@@ -4,8 +4,8 @@
 #pragma once
 #include <string>
 
-#include "harness/csv_schema.h"
-#include "harness/run_meta.h"
+#include "harness/io/csv_schema.h"
+#include "harness/io/run_meta.h"
 #include "suites/conformance/engine.h"
 
 namespace pb::cli {

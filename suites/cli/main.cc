@@ -7,7 +7,7 @@
 #include <exception>
 #include <iostream>
 
-#include "harness/run_meta.h"
+#include "harness/io/run_meta.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "harness/comm.h"
+#include "harness/comm/comm.h"
 
 namespace pb::coll {
 

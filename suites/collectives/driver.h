@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm.h"
+#include "harness/comm/comm.h"
 #include "suites/collectives/coll.h"
 
 namespace pb::coll {

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "harness/runner.h"
+#include "harness/comm/runner.h"
 
 namespace pb::coll {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/runner.h"
+#include "harness/comm/runner.h"
 #include "impl/spec/rank.h"
 #include "impl/spec/run_spec.h"
 #include "reference/trainer.h"

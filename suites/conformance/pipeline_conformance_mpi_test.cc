@@ -5,7 +5,7 @@
 // as the process.
 #include <gtest/gtest.h>
 
-#include "harness/testing_world.h"
+#include "harness/comm/testing_world.h"
 #include "suites/conformance/engine.h"
 
 namespace pb {

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "harness/csv.h"
+#include "harness/io/csv.h"
 #include "suites/planner/planner.h"
 
 namespace pb::planner {

@@ -37,7 +37,7 @@ void check_input(const PlanInput& in) {
   } else {
     require(in.params >= 1, "--params: must be >= 1");
     require(in.tp == 1 && in.cp == 1 && in.pp == 1,
-            "--tp/--cp/--pp: need a model shape (--model or --layers/--hidden/--heads), not --params");
+            "--tp/--cp/--pp: need a model shape (--model or --layers/--channels/--heads), not --params");
   }
   const int64_t R = in.ranks_per_node;
   for (int64_t span : {int64_t(in.tp), int64_t(in.tp) * in.cp})

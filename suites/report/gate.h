@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/csv.h"
+#include "harness/io/csv.h"
 
 namespace pb::report {
 

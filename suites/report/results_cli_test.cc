@@ -13,8 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "harness/csv.h"
-#include "harness/csv_schema.h"
+#include "harness/io/csv.h"
+#include "harness/io/csv_schema.h"
 
 namespace {
 
@@ -48,7 +48,7 @@ std::string fixture(const std::string& name, const std::string& flags = "") {
 TEST(ResultsCli, PlanTrillionParametersWritesSchemaValidRow) {
   const fs::path csv = kDir / "plan.csv";
   fs::remove(csv);
-  ASSERT_EQ(run(kExe + " plan --model megatron-1t --tp 8 --pp 64 --dp 96 --sp --zero 1 --recompute selective"
+  ASSERT_EQ(run(kExe + " plan --model megatron-1t --tp 8 --pp 64 --dp 96 --sp --shard zero1 --recompute selective"
                        " --global-batch 6144 --peak-tflops 312 --bw-intra 300 --bw-inter 25 --latency-us 5"
                        " --ranks-per-node 8 --csv " + csv.string()), 0)
       << slurp(kDir / "last.log");
@@ -62,16 +62,16 @@ TEST(ResultsCli, PlanTrillionParametersWritesSchemaValidRow) {
     EXPECT_FALSE(t.rows[0][t.column(col)].empty()) << col;
   EXPECT_EQ(t.rows[0][t.column("backend")], "analytic");
   // A parameter count alone (ZeRO-3 over 4096 ranks), printing CSV to stdout.
-  EXPECT_EQ(run(kExe + " plan --params 1T --dp 4096 --zero 3 --ranks-per-node 8 --csv -"), 0);
+  EXPECT_EQ(run(kExe + " plan --params 1T --dp 4096 --shard zero3 --ranks-per-node 8 --csv -"), 0);
   EXPECT_NE(slurp(kDir / "last.log").find("run_id,kind,"), std::string::npos);
 }
 
 TEST(ResultsCli, PlanBadFlagsExit2) {
-  for (const char* flags : {"--model gpt2-124m --dp 0", "--model gpt2-124m --zero 5", "--model nope",
+  for (const char* flags : {"--model gpt2-124m --dp 0", "--model gpt2-124m --shard zero5", "--model nope",
                             "--model gpt2-124m --tp 5", "--model gpt2-124m --bogus 1", "--params 1e12 --tp 2",
                             "--model gpt2-124m --params 1e9", "--model gpt2-124m --recompute some",
                             "--model gpt2-124m --dp 4 --global-batch 6", "--params 12Q",
-                            "--model gpt2-124m --dp 2 --peak-tflops 100", "--layers 4 --hidden 64"})
+                            "--model gpt2-124m --dp 2 --peak-tflops 100", "--layers 4 --channels 64"})
     EXPECT_EQ(run(kExe + " plan " + flags), 2) << flags << "\n" << slurp(kDir / "last.log");
 }
 

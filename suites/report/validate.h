@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "harness/csv_schema.h"
+#include "harness/io/csv_schema.h"
 
 namespace pb::report {
 

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/comm_log.h"
-#include "harness/csv.h"
+#include "harness/comm/comm_log.h"
+#include "harness/io/csv.h"
 #include "harness/status.h"
 #include "impl/pipeline/timeline.h"
 

@@ -17,8 +17,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "harness/csv_schema.h"
-#include "harness/runner.h"
+#include "harness/io/csv_schema.h"
+#include "harness/comm/runner.h"
 #include "harness/status.h"
 #include "harness/mesh.h"
 #include "impl/registry.h"

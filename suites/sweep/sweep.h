@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/config.h"
-#include "harness/csv.h"
-#include "harness/run_meta.h"
-#include "harness/runner.h"
+#include "harness/io/config.h"
+#include "harness/io/csv.h"
+#include "harness/io/run_meta.h"
+#include "harness/comm/runner.h"
 
 namespace pb::sweep {
 

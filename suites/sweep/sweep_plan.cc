@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/runner.h"
+#include "harness/comm/runner.h"
 #include "harness/status.h"
 #include "harness/mesh.h"
 #include "impl/spec/run_spec.h"

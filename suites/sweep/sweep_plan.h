@@ -10,8 +10,8 @@
 #pragma once
 #include <string>
 
-#include "harness/csv.h"
-#include "harness/run_meta.h"
+#include "harness/io/csv.h"
+#include "harness/io/run_meta.h"
 #include "reference/model_config.h"
 #include "suites/planner/planner.h"
 #include "suites/sweep/sweep.h"

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <map>
 
-#include "harness/csv_schema.h"
+#include "harness/io/csv_schema.h"
 #include "harness/status.h"
 #include "kernels/cpu/peak.h"
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "harness/csv_schema.h"
+#include "harness/io/csv_schema.h"
 #include "harness/status.h"
 
 namespace pb::sweep {

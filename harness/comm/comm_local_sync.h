@@ -1,0 +1,81 @@
+// Synchronization under the local backend: the failure state shared by the
+// ranks (threads) of one world, a reusable barrier, and chaos delays.
+// Invariant: every blocking wait of the backend goes through block_until(),
+// which polls the world's abort flag and the deadline, so a failed or missing
+// rank turns every wait into an exception within a few milliseconds (abort)
+// or timeout_s (a rank that never arrives), never a hang.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "harness/comm/runner.h"
+
+namespace pb::local {
+
+using Clock = std::chrono::steady_clock;
+
+struct WorldState {
+  explicit WorldState(WorldOptions o);
+
+  WorldOptions opts;
+  bool spin = false;  // busy-wait briefly only when there are no more ranks than cores
+  std::atomic<bool> aborted{false};
+  mutable std::mutex mu;
+  int failed_rank = -1;
+  std::string failed_what;
+
+  // Records the first failure and wakes every waiter; later calls are echoes.
+  void abort(int rank, const std::string& what);
+  void check() const {
+    if (aborted.load(std::memory_order_acquire)) throw_aborted();
+  }
+  [[noreturn]] void throw_aborted() const;
+  Clock::time_point deadline() const;
+};
+
+// Blocks on cv (lk held) until done() is true, polling abort and the deadline;
+// on timeout throws CommTimeout(on_timeout()).
+template <class Done, class Describe>
+void block_until(const WorldState& w, std::unique_lock<std::mutex>& lk, std::condition_variable& cv, Done done,
+                 Describe on_timeout) {
+  const auto deadline = w.deadline();
+  while (!done()) {
+    w.check();
+    if (Clock::now() >= deadline) throw CommTimeout(on_timeout());
+    cv.wait_for(lk, std::chrono::milliseconds(5));
+  }
+}
+
+// A reusable n-party barrier (generation counting). Members who have not
+// arrived are named when a wait times out.
+class Rendezvous {
+ public:
+  Rendezvous(int n, std::shared_ptr<WorldState> w, std::vector<int> world_ranks);
+  void arrive_and_wait(int member, std::string_view group, std::string_view what);
+
+ private:
+  int n_;
+  std::shared_ptr<WorldState> w_;
+  std::vector<int> world_ranks_;
+  std::atomic<int> count_{0};
+  std::atomic<uint64_t> gen_{0};
+  std::unique_ptr<std::atomic<uint64_t>[]> arrived_;  // generation + 1 each member last arrived at
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+// "0.3", "60": seconds as people write them in messages.
+std::string format_seconds(double s);
+
+// Sleeps a seeded random time in [0, max_delay_us]: a pure function of
+// (seed, world rank, group, sequence number, phase). No-op unless enabled.
+void chaos_delay(const ChaosOptions& c, int world_rank, std::string_view group, uint64_t seq, int phase);
+
+}  // namespace pb::local

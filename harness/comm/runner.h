@@ -1,0 +1,70 @@
+// Launching SPMD ranks. A World is a backend's process-level state: the ranks
+// this process hosts (local: all of them, as threads; mpi/nccl: one) and their
+// world communicators. run_ranks() calls fn once per hosted rank and turns any
+// failure into one RankError naming the first rank that failed.
+// Invariant (local): when a rank throws, the world is aborted, so every peer
+// blocked in a collective or recv wakes and throws CommAborted; a rank that
+// never arrives is ended by the timeout. Either way run_ranks returns within
+// about timeout_s and never hangs.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "harness/comm/comm.h"
+
+namespace pb {
+
+enum class BackendKind : uint8_t { local, mpi, nccl };
+std::string_view backend_name(BackendKind b);
+bool parse_backend(std::string_view s, BackendKind* out);
+
+// Seeded random delays before and inside every operation of the local
+// backend, to shake out races in code that overlaps communication with compute.
+struct ChaosOptions {
+  bool enabled = false;
+  uint64_t seed = 0;
+  double max_delay_us = 2000;  // each delay is uniform in [0, max_delay_us]
+};
+
+struct WorldOptions {
+  BackendKind backend = BackendKind::local;
+  int size = 1;             // local: ranks; mpi/nccl: 0 = as launched, else must match
+  int ranks_per_node = 0;   // 0: local = one node, mpi/nccl = the real hosts
+  double timeout_s = 60;    // a call blocked longer than this fails the run; 0 = never
+  ChaosOptions chaos;       // local backend only
+};
+// InputError naming the field and the rule.
+void validate(const WorldOptions& o);
+
+class World {
+ public:
+  virtual ~World() = default;
+  virtual BackendKind backend() const = 0;
+  virtual int size() const = 0;
+  virtual std::vector<int> local_ranks() const = 0;
+  // The world communicator of a hosted rank; call once per rank.
+  virtual std::unique_ptr<Communicator> communicator(int rank) = 0;
+  // Rank `rank` failed with `what`: wake its peers in this process.
+  virtual void abort(int rank, const std::string& what) = 0;
+  // Ends the ranks of other processes after the boundary has reported an
+  // error (mpi/nccl: MPI_Abort, does not return); local: nothing to do.
+  virtual void terminate(int exit_code) {}
+};
+
+// Whether this process hosts `rank` of the world (rank 0: whether it writes
+// a command's results).
+bool hosts_rank(const World& world, int rank);
+
+// Runs fn on every rank the world hosts (one thread each when more than one).
+// Throws RankError(first failing rank, its message) if any rank failed.
+void run_ranks(World& world, const std::function<void(Communicator&)>& fn);
+
+// The local backend: a world of n threads.
+std::unique_ptr<World> make_local_world(const WorldOptions& o);
+void run_local(int n, const std::function<void(Communicator&)>& fn, WorldOptions o = {});
+
+}  // namespace pb

@@ -1,0 +1,283 @@
+// Loading results/schema.json, checking rows against it, and the validated
+// ResultWriter. Values are checked as text, exactly as a plotting script will
+// parse them: integers are decimal, floats parse with from_chars (or are
+// nan/inf/-inf), booleans are 0/1.
+#include "harness/io/csv_schema.h"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/status.h"
+
+namespace pb {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+ColumnSpec parse_column(const Json& j, const std::string& where) {
+  auto fail = [&](const std::string& what) { throw InputError(where + ": " + what); };
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || !j.contains("type") || !j["type"].is_string())
+    fail("a column needs string fields 'name' and 'type'");
+  ColumnSpec c;
+  c.name = j["name"].get<std::string>();
+  const std::string type = j["type"].get<std::string>();
+  using T = ColumnSpec::Type;
+  if (type == "string") c.type = T::string;
+  else if (type == "int") c.type = T::integer;
+  else if (type == "float") c.type = T::number;
+  else if (type == "bool") c.type = T::boolean;
+  else if (type == "enum") c.type = T::enumeration;
+  else if (type == "timestamp") c.type = T::timestamp;
+  else fail("column '" + c.name + "': unknown type '" + type + "'");
+  const std::string req = j.value("required", "");
+  using R = ColumnSpec::Required;
+  if (req.empty()) c.required = R::optional;
+  else if (req == "always") c.required = R::always;
+  else if (req == "ok") c.required = R::when_ok;
+  else if (req == "not_ok") c.required = R::when_not_ok;
+  else fail("column '" + c.name + "': unknown 'required' value '" + req + "'");
+  if (j.contains("values")) c.values = j["values"].get<std::vector<std::string>>();
+  if (c.type == T::enumeration && c.values.empty()) fail("column '" + c.name + "': an enum needs 'values'");
+  c.unit = j.value("unit", "");
+  c.pattern = j.value("pattern", "");
+  if (!c.pattern.empty()) {
+    try {
+      c.compiled = std::make_shared<const std::regex>(c.pattern);
+    } catch (const std::regex_error& e) {
+      fail("column '" + c.name + "': bad pattern: " + e.what());
+    }
+  }
+  return c;
+}
+
+std::vector<ColumnSpec> parse_columns(const Json& j, const std::string& where,
+                                      const std::vector<ColumnSpec>& taken) {
+  if (!j.is_array()) throw InputError(where + ": expected an array of columns");
+  std::vector<ColumnSpec> cols;
+  for (const auto& c : j) {
+    ColumnSpec col = parse_column(c, where);
+    auto same = [&](const ColumnSpec& x) { return x.name == col.name; };
+    if (std::any_of(taken.begin(), taken.end(), same) || std::any_of(cols.begin(), cols.end(), same))
+      throw InputError(where + ": duplicate column '" + col.name + "'");
+    cols.push_back(std::move(col));
+  }
+  return cols;
+}
+
+bool is_integer(const std::string& v) {
+  int64_t x;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  return r.ec == std::errc() && r.ptr == v.data() + v.size();
+}
+
+bool is_number(const std::string& v) {
+  if (v == "nan" || v == "inf" || v == "-inf") return true;
+  double x;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  return r.ec == std::errc() && r.ptr == v.data() + v.size();
+}
+
+bool is_timestamp(const std::string& v) {
+  static const std::regex kIso(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z)");
+  return std::regex_match(v, kIso);
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (const auto& x : v) {
+    if (!s.empty()) s += sep;
+    s += x;
+  }
+  return s;
+}
+
+}  // namespace
+
+ResultsSchema ResultsSchema::parse(std::string_view json_text, const std::string& name) {
+  const std::string where = "schema " + name;
+  Json j;
+  try {
+    j = Json::parse(json_text);
+  } catch (const Json::parse_error& e) {
+    throw InputError(where + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("common") || !j.contains("kinds") || !j["kinds"].is_object())
+    throw InputError(where + ": needs 'common' (array) and 'kinds' (object)");
+  ResultsSchema s;
+  s.version_ = j.value("schema_version", 0);
+  s.common_ = parse_columns(j["common"], where + ": common", {});
+  for (const auto& [kind, body] : j["kinds"].items()) {
+    if (!body.is_object() || !body.contains("columns")) throw InputError(where + ": kind '" + kind + "' needs 'columns'");
+    s.kinds_.emplace_back(kind, parse_columns(body["columns"], where + ": kind '" + kind + "'", s.common_));
+  }
+  return s;
+}
+
+ResultsSchema ResultsSchema::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("schema " + path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path);
+}
+
+const ResultsSchema& ResultsSchema::builtin() {
+  static const ResultsSchema schema = parse(builtin_results_schema_json(), "<builtin results/schema.json>");
+  return schema;
+}
+
+std::vector<std::string> ResultsSchema::kinds() const {
+  std::vector<std::string> out;
+  for (const auto& [k, cols] : kinds_) out.push_back(k);
+  return out;
+}
+
+bool ResultsSchema::has_kind(std::string_view kind) const {
+  for (const auto& [k, cols] : kinds_)
+    if (k == kind) return true;
+  return false;
+}
+
+const std::vector<ColumnSpec>& ResultsSchema::kind_columns(std::string_view kind) const {
+  for (const auto& [k, cols] : kinds_)
+    if (k == kind) return cols;
+  throw std::invalid_argument("results schema: unknown kind '" + std::string(kind) + "' (known: " + join(kinds(), ", ") + ")");
+}
+
+std::vector<std::string> ResultsSchema::header(std::string_view kind) const {
+  std::vector<std::string> h;
+  for (const auto& c : common_) h.push_back(c.name);
+  for (const auto& c : kind_columns(kind)) h.push_back(c.name);
+  return h;
+}
+
+std::vector<std::string> ResultsSchema::check_row(std::string_view kind, const std::vector<std::string>& header,
+                                                  const std::vector<std::string>& row) const {
+  std::vector<std::string> problems;
+  const auto& kcols = kind_columns(kind);
+  std::string status;
+  for (size_t i = 0; i < header.size() && i < row.size(); ++i)
+    if (header[i] == "status") status = row[i];
+  for (size_t i = 0; i < header.size() && i < row.size(); ++i) {
+    const ColumnSpec* spec = nullptr;
+    for (const auto* list : {&common_, &kcols})
+      for (const auto& c : *list)
+        if (c.name == header[i]) spec = &c;
+    if (!spec) continue;  // an unknown column is a header problem, reported once by the validator
+    const std::string col = "column '" + header[i] + "'";
+    const std::string& v = row[i];
+    using R = ColumnSpec::Required;
+    if (v.empty()) {
+      if (spec->required == R::always) problems.push_back(col + ": required, but empty");
+      else if (spec->required == R::when_ok && status == "ok") problems.push_back(col + ": required when status is ok, but empty");
+      else if (spec->required == R::when_not_ok && !status.empty() && status != "ok")
+        problems.push_back(col + ": required when status is '" + status + "', but empty");
+      continue;
+    }
+    using T = ColumnSpec::Type;
+    const std::string quoted = "'" + v + "'";
+    switch (spec->type) {
+      case T::integer:
+        if (!is_integer(v)) problems.push_back(col + ": " + quoted + " is not an integer");
+        break;
+      case T::number:
+        if (!is_number(v)) problems.push_back(col + ": " + quoted + " is not a number");
+        break;
+      case T::boolean:
+        if (v != "0" && v != "1") problems.push_back(col + ": " + quoted + " is not 0 or 1");
+        break;
+      case T::enumeration:
+        if (std::find(spec->values.begin(), spec->values.end(), v) == spec->values.end())
+          problems.push_back(col + ": " + quoted + " is not one of " + join(spec->values, ", "));
+        break;
+      case T::timestamp:
+        if (!is_timestamp(v)) problems.push_back(col + ": " + quoted + " is not an ISO-8601 UTC timestamp");
+        break;
+      case T::string:
+        break;
+    }
+    if (spec->compiled && !std::regex_match(v, *spec->compiled))
+      problems.push_back(col + ": " + quoted + " does not match " + spec->pattern);
+    if (spec->name == "kind" && v != kind)
+      problems.push_back(col + ": " + quoted + " in a file of kind '" + std::string(kind) + "'");
+  }
+  return problems;
+}
+
+std::vector<std::string> validate_csv_against_schema(const std::string& csv_path, const ResultsSchema& schema) {
+  constexpr size_t kMaxProblems = 100;
+  std::vector<std::string> problems;
+  CsvTable t;
+  try {
+    t = read_csv(csv_path);
+  } catch (const InputError& e) {
+    return {e.what()};
+  }
+  std::string kind;
+  if (!t.rows.empty()) {
+    const auto it = std::find(t.header.begin(), t.header.end(), "kind");
+    if (it == t.header.end()) return {csv_path + ": no 'kind' column"};
+    kind = t.rows[0][size_t(it - t.header.begin())];
+    if (!schema.has_kind(kind))
+      return {csv_path + ":" + std::to_string(t.row_lines[0]) + ": unknown kind '" + kind + "' (known: " +
+              join(schema.kinds(), ", ") + ")"};
+  } else {
+    for (const auto& k : schema.kinds())
+      if (schema.header(k) == t.header) kind = k;
+    if (kind.empty()) return {csv_path + ": header (no rows) matches no kind of the schema"};
+  }
+  const std::vector<std::string> expect = schema.header(kind);
+  for (const auto& c : expect)
+    if (std::find(t.header.begin(), t.header.end(), c) == t.header.end())
+      problems.push_back(csv_path + ": missing column '" + c + "' (kind '" + kind + "')");
+  for (const auto& c : t.header)
+    if (std::find(expect.begin(), expect.end(), c) == expect.end())
+      problems.push_back(csv_path + ": unknown column '" + c + "' (kind '" + kind + "')");
+  if (problems.empty() && t.header != expect) problems.push_back(csv_path + ": columns are not in schema order");
+  for (size_t r = 0; r < t.rows.size() && problems.size() < kMaxProblems; ++r)
+    for (auto& p : schema.check_row(kind, t.header, t.rows[r]))
+      problems.push_back(csv_path + ":" + std::to_string(t.row_lines[r]) + ": " + p);
+  if (problems.size() >= kMaxProblems) problems.push_back(csv_path + ": (stopped after " + std::to_string(kMaxProblems) + " problems)");
+  return problems;
+}
+
+std::vector<std::string> validate_csv_against_schema(const std::string& csv_path, const std::string& schema_path) {
+  return validate_csv_against_schema(csv_path, ResultsSchema::load(schema_path));
+}
+
+ResultWriter::ResultWriter(std::string path, std::string kind, const ResultsSchema& schema, CsvWriter::Options options)
+    : schema_(schema), kind_(std::move(kind)), csv_(std::move(path), schema_.header(kind_), options) {
+  std::vector<std::string> meta_names;
+  for (const auto& [name, value] : RunMeta{}.fields()) meta_names.push_back(name);
+  std::vector<std::string> common;
+  for (const auto& c : schema_.common()) common.push_back(c.name);
+  if (meta_names != common)
+    throw std::logic_error("RunMeta fields [" + join(meta_names, ", ") + "] differ from the schema's common columns [" +
+                           join(common, ", ") + "]");
+}
+
+void ResultWriter::write(const RunMeta& meta, const CsvRecord& values) {
+  const std::vector<std::string>& header = csv_.header();
+  std::vector<std::string> row(header.size());
+  const auto meta_fields = meta.fields();  // the common columns, in header order (checked at construction)
+  for (size_t i = 0; i < meta_fields.size(); ++i) row[i] = meta_fields[i].first == "kind" ? kind_ : meta_fields[i].second;
+  const size_t n_common = meta_fields.size();
+  for (const auto& [name, value] : values.fields()) {
+    const auto it = std::find(header.begin() + long(n_common), header.end(), name);
+    if (it == header.end())
+      throw std::invalid_argument(path() + ": '" + name + "' is not a column of kind '" + kind_ +
+                                  "' (common columns come from RunMeta)");
+    row[size_t(it - header.begin())] = value;
+  }
+  const auto problems = schema_.check_row(kind_, header, row);
+  if (!problems.empty()) throw std::invalid_argument(path() + ": invalid " + kind_ + " row: " + join(problems, "; "));
+  csv_.write_row(row);
+}
+
+}  // namespace pb

@@ -1,0 +1,231 @@
+// The results schema: the compiled-in copy equals results/schema.json, every
+// column is documented in results/SCHEMA.md, ResultWriter output validates,
+// and doctored files yield one problem per defect, naming file, line, column.
+#include "harness/io/csv_schema.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "harness/status.h"
+
+namespace pb {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+RunMeta meta() {
+  RunMeta m;
+  m.run_id = make_run_id(std::chrono::system_clock::time_point{}, 0xabcdefu);
+  m.timestamp = "2024-05-01T12:00:00.250Z";
+  m.git_rev = "abc123";
+  m.host = "node0";
+  m.backend = "local";
+  m.world = 2;
+  m.mesh = mesh_string(2, 1, 1, 1);
+  m.config_hash = "0123456789abcdef";
+  return m;
+}
+
+class SchemaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("pb_schema_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& n) const { return (dir_ / n).string(); }
+  // Writes a good train_step file with two rows, returns its path.
+  std::string good_train_file() {
+    const std::string p = path("train.csv");
+    fs::remove(p);
+    ResultWriter w(p, "train_step");
+    RunMeta m = meta();
+    w.write(m, CsvRecord().set("step", 1).set("loss", 10.5).set("lr", 3e-4).set("mem_params", int64_t{4096}));
+    m.status = "oom";
+    m.reason = "activations exceed 16 GiB";
+    w.write(m, CsvRecord().set("step", 2));
+    return p;
+  }
+  fs::path dir_;
+};
+
+TEST(Schema, BuiltinEqualsTheFile) {
+  const ResultsSchema file = ResultsSchema::load(PB_SCHEMA_JSON_PATH);
+  const ResultsSchema& built = ResultsSchema::builtin();
+  EXPECT_EQ(file.kinds(), built.kinds());
+  for (const auto& k : file.kinds()) EXPECT_EQ(file.header(k), built.header(k));
+  EXPECT_EQ(built.kinds(), (std::vector<std::string>{"train_step", "conformance", "collective", "sweep", "plan"}));
+  EXPECT_EQ(built.version(), 1);
+}
+
+TEST(Schema, RunMetaMatchesCommonColumns) {
+  std::vector<std::string> common, fields;
+  for (const auto& c : ResultsSchema::builtin().common()) common.push_back(c.name);
+  for (const auto& [name, value] : RunMeta{}.fields()) fields.push_back(name);
+  EXPECT_EQ(common, fields);
+}
+
+TEST(Schema, EveryColumnIsDocumented) {
+  const std::string md = slurp(PB_SCHEMA_MD_PATH);
+  ASSERT_FALSE(md.empty());
+  const ResultsSchema& s = ResultsSchema::builtin();
+  for (const auto& k : s.kinds()) {
+    EXPECT_NE(md.find("`" + k + "`"), std::string::npos) << "kind " << k;
+    for (const auto& c : s.header(k)) EXPECT_NE(md.find("`" + c + "`"), std::string::npos) << "column " << c;
+  }
+}
+
+TEST(Schema, HeaderIsCommonThenKind) {
+  const auto h = ResultsSchema::builtin().header("collective");
+  EXPECT_EQ(h.front(), "run_id");
+  EXPECT_EQ(h[10], "reason");
+  EXPECT_EQ(h[11], "op");
+  EXPECT_THROW(ResultsSchema::builtin().header("nope"), std::invalid_argument);
+}
+
+TEST(Schema, LoadErrors) {
+  EXPECT_THROW(ResultsSchema::load("/nonexistent/schema.json"), InputError);
+  EXPECT_THROW(ResultsSchema::parse("{", "x"), InputError);
+  try {
+    ResultsSchema::parse(R"({"common": [{"name": "a", "type": "blob"}], "kinds": {}})", "x.json");
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "schema x.json: common: column 'a': unknown type 'blob'");
+  }
+  EXPECT_THROW(ResultsSchema::parse(R"({"common": [{"name": "a", "type": "int"}],
+      "kinds": {"k": {"columns": [{"name": "a", "type": "int"}]}}})", "x.json"), InputError);  // duplicate
+}
+
+TEST_F(SchemaTest, WriterOutputValidates) {
+  const std::string p = good_train_file();
+  EXPECT_EQ(validate_csv_against_schema(p, ResultsSchema::builtin()), std::vector<std::string>{});
+  EXPECT_EQ(validate_csv_against_schema(p, std::string(PB_SCHEMA_JSON_PATH)), std::vector<std::string>{});
+  const CsvTable t = read_csv(p);
+  EXPECT_EQ(t.header, ResultsSchema::builtin().header("train_step"));
+  EXPECT_EQ(t.rows[0][t.column("kind")], "train_step");
+  EXPECT_EQ(t.rows[0][t.column("lr")], "0.0003");
+}
+
+// An exception's multi-line message as a reason: folded to one line, so the
+// file stays one record per line and validates.
+TEST_F(SchemaTest, MultiLineReasonIsOneLine) {
+  const std::string p = path("failed.csv");
+  {
+    ResultWriter w(p, "train_step");
+    RunMeta m = meta();
+    m.status = "failed";
+    m.reason = "rank 1: timeout\nrank 0: waiting in all_reduce, \"grad\"\r\n";
+    w.write(m, CsvRecord().set("step", 1));
+  }
+  const std::string text = slurp(p);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+  EXPECT_EQ(validate_csv_against_schema(p, ResultsSchema::builtin()), std::vector<std::string>{});
+  const CsvTable t = read_csv(p);
+  EXPECT_EQ(t.rows.at(0).at(t.column("reason")), "rank 1: timeout | rank 0: waiting in all_reduce, \"grad\" | ");
+}
+
+TEST_F(SchemaTest, WriterRejectsBadRows) {
+  ResultWriter w(path("conf.csv"), "conformance");
+  RunMeta m = meta();
+  EXPECT_THROW(w.write(m, CsvRecord().set("strategy", "ddp").set("precision", "fp16").set("quantity", "loss")),
+               std::invalid_argument);
+  EXPECT_THROW(w.write(m, CsvRecord().set("not_a_column", 1)), std::invalid_argument);
+  EXPECT_THROW(w.write(m, CsvRecord().set("status", "ok")), std::invalid_argument);  // common: from RunMeta
+  m.status = "rejected";  // no reason
+  EXPECT_THROW(w.write(m, CsvRecord().set("strategy", "ddp").set("precision", "fp32").set("quantity", "loss")),
+               std::invalid_argument);
+  m.reason = "tp must divide heads";
+  w.write(m, CsvRecord().set("strategy", "tp3").set("precision", "fp32").set("quantity", "loss"));
+  EXPECT_EQ(validate_csv_against_schema(w.path(), ResultsSchema::builtin()), std::vector<std::string>{});
+}
+
+// Replaces the first occurrence of `from` in the file.
+void doctor(const std::string& p, const std::string& from, const std::string& to) {
+  std::string s = slurp(p);
+  const size_t at = s.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  s.replace(at, from.size(), to);
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
+}
+
+TEST_F(SchemaTest, DoctoredFiles) {
+  const auto problems = [&](const std::string& p) { return validate_csv_against_schema(p, ResultsSchema::builtin()); };
+  {
+    const std::string p = good_train_file();
+    doctor(p, ",10.5,", ",ten,");
+    EXPECT_EQ(problems(p), std::vector<std::string>{p + ":2: column 'loss': 'ten' is not a number"});
+  }
+  {
+    const std::string p = good_train_file();
+    doctor(p, ",oom,", ",exploded,");
+    EXPECT_EQ(problems(p), std::vector<std::string>{p + ":3: column 'status': 'exploded' is not one of ok, rejected, oom, failed, skipped"});
+  }
+  {
+    const std::string p = good_train_file();
+    doctor(p, ",mem_params,", ",mem_parameters,");
+    const auto got = problems(p);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0], p + ": missing column 'mem_params' (kind 'train_step')");
+    EXPECT_EQ(got[1], p + ": unknown column 'mem_parameters' (kind 'train_step')");
+  }
+  {
+    const std::string p = good_train_file();
+    doctor(p, ",train_step,", ",trains,");
+    EXPECT_EQ(problems(p), std::vector<std::string>{p + ":2: unknown kind 'trains' (known: train_step, conformance, collective, sweep, plan)"});
+  }
+  {
+    const std::string p = good_train_file();
+    doctor(p, ",10.5,", ",,");  // loss is required when status is ok
+    EXPECT_EQ(problems(p), std::vector<std::string>{p + ":2: column 'loss': required when status is ok, but empty"});
+  }
+  {
+    const std::string p = good_train_file();
+    doctor(p, ",4096,", ",4096.5,");
+    doctor(p, "2024-05-01T12:00:00.250Z", "2024-05-01 12:00");
+    doctor(p, ",dp2,", ",2x1,");
+    const auto got = problems(p);
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0], p + ":2: column 'timestamp': '2024-05-01 12:00' is not an ISO-8601 UTC timestamp");
+    EXPECT_EQ(got[1].find(p + ":2: column 'mesh': '2x1' does not match"), 0u);
+    EXPECT_EQ(got[2], p + ":2: column 'mem_params': '4096.5' is not an integer");
+  }
+  {
+    const std::string p = good_train_file();
+    doctor(p, "activations exceed 16 GiB", "");
+    EXPECT_EQ(problems(p), std::vector<std::string>{p + ":3: column 'reason': required when status is 'oom', but empty"});
+  }
+  {
+    const std::string p = good_train_file();
+    std::ofstream(p, std::ios::app) << "torn,row";
+    const auto got = problems(p);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_NE(got[0].find(p + ":4: truncated last row"), std::string::npos);
+  }
+  EXPECT_EQ(problems(path("missing.csv")), std::vector<std::string>{path("missing.csv") + ": cannot open"});
+}
+
+TEST_F(SchemaTest, EmptyFileOfAKind) {
+  const std::string p = path("empty.csv");
+  { ResultWriter w(p, "plan"); }
+  EXPECT_EQ(validate_csv_against_schema(p, ResultsSchema::builtin()), std::vector<std::string>{});
+  std::ofstream(p, std::ios::trunc) << "a,b\n";
+  EXPECT_EQ(validate_csv_against_schema(p, ResultsSchema::builtin()),
+            std::vector<std::string>{p + ": header (no rows) matches no kind of the schema"});
+}
+
+}  // namespace
+}  // namespace pb
