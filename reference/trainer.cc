@@ -23,6 +23,8 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
   cfg_.validate();
   int split = plan_.groups * plan_.micro;
   require(plan_.groups > 0 && plan_.micro > 0, "split plan: groups and micro must be > 0");
+  require(plan_.block >= 0 && (plan_.block == 0 || plan_.groups % plan_.block == 0),
+          "split plan: block must divide groups");
   require(cfg.batch % split == 0, "train.batch: must divide into " + std::to_string(split) +
                                       " microbatches, got " + std::to_string(cfg.batch));
   kernels::set_blas_threads(cfg.threads);
@@ -35,6 +37,7 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
   if (plan_.groups > 1) {
     group_grads_ = Buffer<T>(&tracker_, MemTag::workspace, size_t(n));
     group_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
+    if (plan_.two_level()) outer_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
   }
   opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, std::vector<Segment>{{0, n, 0, 0, 0}}, n, &tracker_);
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &tracker_, cfg.batch / split,
@@ -61,14 +64,12 @@ StepStats ReferenceTrainer<T>::step() {
     if (plan_.separate_head_grad)
       kernels::accumulate(gb + layout_.wte_offset(), head_grads_.data(), head_grads_.size());
     loss += group_loss;
-    if (plan_.groups > 1) {
-      auto* acc = group_acc_.data();
-      for (int64_t i = 0; i < n; ++i)
-        acc[i] = g == 0 ? static_cast<acc_t<T>>(gb[i]) : acc[i] + static_cast<acc_t<T>>(gb[i]);
-    }
+    if (plan_.groups > 1) add_group(g, gb);
   }
-  if (plan_.groups > 1)
-    for (int64_t i = 0; i < n; ++i) grads_[i] = cast<T>(group_acc_[i]);
+  if (plan_.groups > 1) {
+    const auto* sum = plan_.two_level() ? outer_acc_.data() : group_acc_.data();
+    for (int64_t i = 0; i < n; ++i) grads_[i] = cast<T>(sum[i]);
+  }
 
   StepStats st;
   st.step = ++step_;
@@ -82,6 +83,25 @@ StepStats ReferenceTrainer<T>::step() {
              clip_factor(st.grad_norm, cfg_.optim.clip));
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
+}
+
+// The local backend's reduction, as in harness/comm_local_ops.cc: members in
+// order, ((x0 + x1) + x2) + ... in the accumulation type, rounded once per
+// collective. Two levels: the inner sum is rounded to T before the outer one
+// adds it.
+template <class T>
+void ReferenceTrainer<T>::add_group(int g, const T* gb) {
+  using A = acc_t<T>;
+  const int64_t n = layout_.total();
+  const int b = plan_.two_level() ? plan_.block : plan_.groups;
+  A* acc = group_acc_.data();
+  for (int64_t i = 0; i < n; ++i) acc[i] = g % b == 0 ? static_cast<A>(gb[i]) : acc[i] + static_cast<A>(gb[i]);
+  if (!plan_.two_level() || g % b != b - 1) return;
+  A* outer = outer_acc_.data();
+  for (int64_t i = 0; i < n; ++i) {
+    const A inner = static_cast<A>(cast<T>(acc[i]));
+    outer[i] = g / b == 0 ? inner : outer[i] + inner;
+  }
 }
 
 template <class T>

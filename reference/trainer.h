@@ -7,6 +7,12 @@
 //    accumulation type, rounded once (the local backend's rank-ordered sum);
 //  - the LM head's wte gradient may accumulate separately and be added to the
 //    embedding's at the end of each group (a pipeline's first and last stage);
+//  - optionally the group sum has two levels (HSDP: reduce-scatter in the
+//    shard group, then all-reduce over replicas; hZeRO: reduce-scatter within
+//    the node, then across nodes): groups are summed in consecutive blocks of
+//    `block` in the accumulation type and rounded once (the inner collective's
+//    output), then the blocks' sums are summed in block order and rounded
+//    again (the outer collective);
 //  - the squared gradient norm is summed per rank over that rank's ranges,
 //    then over ranks in order (a ZeRO shard's partial sums, all-reduced).
 #pragma once
@@ -29,6 +35,10 @@ struct SplitPlan {
   bool separate_head_grad = false;
   // Per rank, the flat ranges it sums; empty: the whole vector at once.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> norm_parts;
+  // Groups per inner sum of a two-level reduction; 0, 1 or `groups`: one level
+  // (a block of one group or one block of all groups rounds nothing extra).
+  int block = 0;
+  bool two_level() const { return block > 1 && block < groups; }
 };
 
 struct StepStats {
@@ -71,10 +81,12 @@ class ReferenceTrainer : public TrainerBase {
   ParamLayout layout_;
   MarkovSource data_;
   Buffer<T> params_, grads_, head_grads_, group_grads_;
-  Buffer<acc_t<T>> group_acc_;
+  Buffer<acc_t<T>> group_acc_, outer_acc_;  // the (inner) group sum; the outer one
   std::unique_ptr<AdamW<T>> opt_;
   std::unique_ptr<MicrobatchRunner<T>> runner_;
   int step_ = 0;
+
+  void add_group(int g, const T* gb);  // group g's gradient into the rank-ordered sum
 };
 
 std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan = {});

@@ -17,3 +17,14 @@ if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
       COMMAND $<TARGET_FILE:conformance_pipeline_mpi_test>)
   endforeach()
 endif()
+
+# The teeth: every injected fault (data parallel and pipeline) at every
+# precision, and the checks that catch it; teeth_table prints the README table.
+parabench_library(NAME pb_teeth ALIAS pb::teeth
+  SOURCES conformance/teeth.cc
+  DEPS pb::pipeline_conformance pb::conformance)
+parabench_test(NAME conformance_teeth_test SOURCES conformance/teeth_test.cc
+               DEPS pb::teeth TIMEOUT 900)
+add_executable(teeth_table conformance/teeth_table.cc)
+target_link_libraries(teeth_table PRIVATE pb::teeth)
+parabench_warnings(teeth_table)

@@ -4,8 +4,8 @@
 // unit's parameters are needed and when its gradients are complete) and in
 // finish() (what happens between backward and the next forward).
 // Invariant: on the local backend (rank-ordered reductions) DDP, ZeRO-1, and
-// ZeRO-2/3 with one microbatch do the reference's arithmetic in its order
-// (see reference/trainer.h SplitPlan) — declared_bitwise() says when.
+// ZeRO-2/3, HSDP and hZeRO with one microbatch do the reference's arithmetic
+// in its order (reference/trainer.h SplitPlan; replay.h says when and how).
 #pragma once
 #include <map>
 #include <memory>

@@ -7,6 +7,7 @@
 #include "harness/status.h"
 #include "impl/data_parallel/cost.h"
 #include "impl/data_parallel/dp_rank.h"
+#include "impl/data_parallel/replay.h"
 
 namespace pb {
 
@@ -30,34 +31,10 @@ std::string describe_failures(const ConformanceResult& r) {
 }
 
 bool declares_bitwise(const StrategyRun& s) {
-  if (s.world.backend != BackendKind::local) return false;
-  switch (s.dp.shard) {
-    case dp::Shard::none:
-    case dp::Shard::zero1: return true;
-    case dp::Shard::zero2:
-    case dp::Shard::zero3: return s.cfg.microbatches == 1;
-    default: return false;  // two-level reductions sum in another order
-  }
+  return dp::declares_bitwise(s.dp, s.cfg, s.world.backend == BackendKind::local);
 }
 
-SplitPlan replay_plan(const StrategyRun& s) {
-  SplitPlan p;
-  p.groups = s.dp.dp;
-  p.micro = s.cfg.microbatches;
-  if (s.dp.shard != dp::Shard::none) {
-    ParamLayout l(s.cfg.model);
-    for (int r = 0; r < s.dp.dp; ++r) {
-      dp::ShardLayout sl(l, s.dp.dp, r);
-      std::vector<std::pair<int64_t, int64_t>> ranges;
-      for (int u = 0; u < sl.num_units(); ++u) {
-        auto rg = sl.owned(u);
-        if (rg.first < rg.second) ranges.push_back(rg);
-      }
-      p.norm_parts.push_back(std::move(ranges));
-    }
-  }
-  return p;
-}
+SplitPlan replay_plan(const StrategyRun& s) { return dp::replay_plan(s.dp, s.cfg); }
 
 namespace {
 
