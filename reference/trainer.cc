@@ -23,6 +23,10 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
   cfg_.validate();
   int split = plan_.groups * plan_.micro;
   require(plan_.groups > 0 && plan_.micro > 0, "split plan: groups and micro must be > 0");
+  require(plan_.block >= 0 && (plan_.block == 0 || plan_.groups % plan_.block == 0),
+          "split plan: block must divide groups");
+  require(!plan_.reduce_per_micro || !plan_.separate_head_grad,
+          "split plan: per-microbatch reduction with a separate head gradient is not replayed");
   require(cfg.batch % split == 0, "train.batch: must divide into " + std::to_string(split) +
                                       " microbatches, got " + std::to_string(cfg.batch));
   kernels::set_blas_threads(cfg.threads);
@@ -35,6 +39,9 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
   if (plan_.groups > 1) {
     group_grads_ = Buffer<T>(&tracker_, MemTag::workspace, size_t(n));
     group_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
+    if (plan_.two_level()) outer_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
+    if (plan_.reduce_per_micro && plan_.two_level() && !plan_.outer_per_micro)
+      block_grads_ = Buffer<T>(&tracker_, MemTag::workspace, size_t(n) * size_t(plan_.groups / plan_.block));
   }
   opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, std::vector<Segment>{{0, n, 0, 0, 0}}, n, &tracker_);
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &tracker_, cfg.batch / split,
@@ -48,7 +55,8 @@ StepStats ReferenceTrainer<T>::step() {
   const int Bm = runner_->Bm();
   const double dloss = 1.0 / double(cfg_.tokens_per_step());
   double loss = 0;
-  for (int g = 0; g < plan_.groups; ++g) {
+  if (plan_.reduce_per_micro && plan_.groups > 1) loss = step_reduced_per_micro();
+  for (int g = 0; g < plan_.groups && !(plan_.reduce_per_micro && plan_.groups > 1); ++g) {
     T* gb = plan_.groups > 1 ? group_grads_.data() : grads_.data();
     std::memset(static_cast<void*>(gb), 0, size_t(n) * sizeof(T));
     if (plan_.separate_head_grad)
@@ -61,14 +69,12 @@ StepStats ReferenceTrainer<T>::step() {
     if (plan_.separate_head_grad)
       kernels::accumulate(gb + layout_.wte_offset(), head_grads_.data(), head_grads_.size());
     loss += group_loss;
-    if (plan_.groups > 1) {
-      auto* acc = group_acc_.data();
-      for (int64_t i = 0; i < n; ++i)
-        acc[i] = g == 0 ? static_cast<acc_t<T>>(gb[i]) : acc[i] + static_cast<acc_t<T>>(gb[i]);
-    }
+    if (plan_.groups > 1) add_group(g, gb);
   }
-  if (plan_.groups > 1)
-    for (int64_t i = 0; i < n; ++i) grads_[i] = cast<T>(group_acc_[i]);
+  if (plan_.groups > 1 && !plan_.reduce_per_micro) {
+    const auto* sum = plan_.two_level() ? outer_acc_.data() : group_acc_.data();
+    for (int64_t i = 0; i < n; ++i) grads_[i] = cast<T>(sum[i]);
+  }
 
   StepStats st;
   st.step = ++step_;
@@ -82,6 +88,78 @@ StepStats ReferenceTrainer<T>::step() {
              clip_factor(st.grad_norm, cfg_.optim.clip));
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
+}
+
+// The local backend's reduction, as in harness/comm_local_ops.cc: members in
+// order, ((x0 + x1) + x2) + ... in the accumulation type, rounded once per
+// collective. Two levels: the inner sum is rounded to T before the outer one
+// adds it.
+template <class T>
+void ReferenceTrainer<T>::add_group(int g, const T* gb) {
+  using A = acc_t<T>;
+  const int64_t n = layout_.total();
+  const int b = plan_.two_level() ? plan_.block : plan_.groups;
+  A* acc = group_acc_.data();
+  for (int64_t i = 0; i < n; ++i) acc[i] = g % b == 0 ? static_cast<A>(gb[i]) : acc[i] + static_cast<A>(gb[i]);
+  if (!plan_.two_level() || g % b != b - 1) return;
+  A* outer = outer_acc_.data();
+  for (int64_t i = 0; i < n; ++i) {
+    const A inner = static_cast<A>(cast<T>(acc[i]));
+    outer[i] = g / b == 0 ? inner : outer[i] + inner;
+  }
+}
+
+// Microbatch k of every group, reduced as the run reduces it, then
+// accumulated over k (kernels::accumulate, the first copied): the order of a
+// reduce-scatter per microbatch onto a zeroed shard. Group losses are summed
+// per group in microbatch order, then over groups in order (the run's loss
+// all-reduce).
+template <class T>
+double ReferenceTrainer<T>::step_reduced_per_micro() {
+  using A = acc_t<T>;
+  const int64_t n = layout_.total();
+  const int Bm = runner_->Bm(), G = plan_.groups;
+  const int b = plan_.two_level() ? plan_.block : G;
+  const double dloss = 1.0 / double(cfg_.tokens_per_step());
+  std::vector<double> group_loss(size_t(G), 0.0);
+  T* gb = group_grads_.data();
+  A* acc = group_acc_.data();
+  auto add_into = [&](T* dst, const A* sum, bool first) {  // round, then copy or accumulate
+    for (int64_t i = 0; i < n; ++i) gb[i] = cast<T>(sum[i]);
+    if (first) std::memcpy(static_cast<void*>(dst), gb, size_t(n) * sizeof(T));
+    else kernels::accumulate(dst, gb, size_t(n));
+  };
+  for (int k = 0; k < plan_.micro; ++k)
+    for (int g = 0; g < G; ++g) {
+      std::memset(static_cast<void*>(gb), 0, size_t(n) * sizeof(T));
+      FlatHooks<T> hooks(layout_, params_.data(), gb);
+      group_loss[size_t(g)] += runner_->run(step_, int64_t(g * plan_.micro + k) * Bm, dloss, hooks);
+      for (int64_t i = 0; i < n; ++i) acc[i] = g % b == 0 ? static_cast<A>(gb[i]) : acc[i] + static_cast<A>(gb[i]);
+      if (g % b != b - 1) continue;  // the inner sum is complete at the block's last group
+      if (!plan_.two_level()) {
+        add_into(grads_.data(), acc, k == 0);
+      } else if (plan_.outer_per_micro) {
+        A* outer = outer_acc_.data();
+        for (int64_t i = 0; i < n; ++i) {
+          const A inner = static_cast<A>(cast<T>(acc[i]));
+          outer[i] = g / b == 0 ? inner : outer[i] + inner;
+        }
+        if (g == G - 1) add_into(grads_.data(), outer, k == 0);
+      } else {
+        add_into(block_grads_.data() + size_t(g / b) * size_t(n), acc, k == 0);
+      }
+    }
+  if (plan_.two_level() && !plan_.outer_per_micro) {  // the replicas' accumulated sums, once
+    A* outer = outer_acc_.data();
+    for (int blk = 0; blk < G / b; ++blk) {
+      const T* src = block_grads_.data() + size_t(blk) * size_t(n);
+      for (int64_t i = 0; i < n; ++i) outer[i] = blk == 0 ? static_cast<A>(src[i]) : outer[i] + static_cast<A>(src[i]);
+    }
+    for (int64_t i = 0; i < n; ++i) grads_[i] = cast<T>(outer[i]);
+  }
+  double loss = 0;
+  for (double l : group_loss) loss += l;
+  return loss;
 }
 
 template <class T>

@@ -7,6 +7,19 @@
 //    accumulation type, rounded once (the local backend's rank-ordered sum);
 //  - the LM head's wte gradient may accumulate separately and be added to the
 //    embedding's at the end of each group (a pipeline's first and last stage);
+//  - optionally the group sum has two levels (HSDP: reduce-scatter in the
+//    shard group, then all-reduce over replicas; hZeRO: reduce-scatter within
+//    the node, then across nodes): groups are summed in consecutive blocks of
+//    `block` in the accumulation type and rounded once (the inner collective's
+//    output), then the blocks' sums are summed in block order and rounded
+//    again (the outer collective);
+//  - optionally the groups are reduced per microbatch (ZeRO-2/3, HSDP, hZeRO
+//    reduce-scatter every microbatch's gradient): microbatch k of every group
+//    is summed as above and rounded, and the step's gradient accumulates
+//    those sums in microbatch order with the kernels' += (the first copied);
+//    with two levels the outer sum is per microbatch too (hZeRO's two-level
+//    reduce-scatter) or once per step over the accumulated inner sums
+//    (HSDP's replica all-reduce of the accumulated shard);
 //  - the squared gradient norm is summed per rank over that rank's ranges,
 //    then over ranks in order (a ZeRO shard's partial sums, all-reduced).
 #pragma once
@@ -29,6 +42,12 @@ struct SplitPlan {
   bool separate_head_grad = false;
   // Per rank, the flat ranges it sums; empty: the whole vector at once.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> norm_parts;
+  // Groups per inner sum of a two-level reduction; 0, 1 or `groups`: one level
+  // (a block of one group or one block of all groups rounds nothing extra).
+  int block = 0;
+  bool two_level() const { return block > 1 && block < groups; }
+  bool reduce_per_micro = false;  // see above; needs separate_head_grad off
+  bool outer_per_micro = false;   // two levels: the outer sum per microbatch too
 };
 
 struct StepStats {
@@ -71,10 +90,14 @@ class ReferenceTrainer : public TrainerBase {
   ParamLayout layout_;
   MarkovSource data_;
   Buffer<T> params_, grads_, head_grads_, group_grads_;
-  Buffer<acc_t<T>> group_acc_;
+  Buffer<acc_t<T>> group_acc_, outer_acc_;  // the (inner) group sum; the outer one
   std::unique_ptr<AdamW<T>> opt_;
   std::unique_ptr<MicrobatchRunner<T>> runner_;
   int step_ = 0;
+
+  void add_group(int g, const T* gb);  // group g's gradient into the rank-ordered sum
+  double step_reduced_per_micro();     // the gradient of plan_.reduce_per_micro; returns the loss sum
+  Buffer<T> block_grads_;              // per block: accumulated inner sums (HSDP, once-per-step outer)
 };
 
 std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan = {});

@@ -9,6 +9,17 @@ parabench_test(NAME conformance_dp_test SOURCES conformance/dp_conformance_test.
 parabench_test(NAME conformance_pipeline_test SOURCES conformance/pipeline_conformance_test.cc
                DEPS pb::conformance TIMEOUT 300)
 
+# The teeth: every injected fault (data parallel and pipeline) at every
+# precision, and the checks that catch it; teeth_table prints the README table.
+parabench_library(NAME pb_teeth ALIAS pb::teeth
+  SOURCES conformance/teeth.cc
+  DEPS pb::conformance)
+parabench_test(NAME conformance_teeth_test SOURCES conformance/teeth_test.cc
+               DEPS pb::teeth TIMEOUT 900)
+add_executable(teeth_table conformance/teeth_table.cc)
+target_link_libraries(teeth_table PRIVATE pb::teeth)
+parabench_warnings(teeth_table)
+
 list(APPEND PB_CLI_SOURCES cli/cmd_check.cc cli/cmd_run.cc cli/conformance_output.cc)
 set_source_files_properties(cli/cmd_run.cc PROPERTIES
   COMPILE_DEFINITIONS "PARABENCH_SOURCE_DIR=\"${PROJECT_SOURCE_DIR}\"")

@@ -5,8 +5,8 @@
 // uses); how a family meets the runner's unit visits is its hooks object
 // (hooks.h), chosen once.
 // Invariant: on the local backend (rank-ordered reductions) DDP, ZeRO-1, and
-// ZeRO-2/3 with one microbatch do the reference's arithmetic in its order
-// (see reference/trainer.h SplitPlan) — strategy.h declares_bitwise says when.
+// ZeRO-2/3, HSDP and hZeRO with one microbatch do the reference's arithmetic
+// in its order (reference/trainer.h SplitPlan; replay.h says when and how).
 #pragma once
 #include <map>
 #include <memory>

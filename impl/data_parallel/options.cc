@@ -1,5 +1,7 @@
 #include "impl/data_parallel/options.h"
 
+#include <algorithm>
+
 #include "harness/status.h"
 
 namespace pb::dp {
@@ -60,6 +62,32 @@ std::vector<Fault> faults_for(Shard s, Offload o) {
   return f;
 }
 
+namespace {
+
+bool applies(Fault f, Shard s, Offload o) {
+  const auto fs = faults_for(s, o);
+  return std::find(fs.begin(), fs.end(), f) != fs.end();
+}
+
+// "zero3", "zero2 + offload"
+std::string strategy_name(Shard s, Offload o) {
+  return std::string(shard_name(s)) + (o == Offload::optimizer ? " + offload" : "");
+}
+
+// The strategies a fault applies to: "none, zero1", or "offload = optimizer"
+// for a fault of the offload axis alone.
+std::string applies_to(Fault f) {
+  std::string out;
+  bool offload_only = true;
+  for (Shard s : {Shard::none, Shard::zero1, Shard::zero2, Shard::zero3, Shard::hsdp, Shard::hzero}) {
+    if (applies(f, s, Offload::none)) out += (out.empty() ? "" : ", ") + std::string(shard_name(s));
+    offload_only = offload_only && !applies(f, s, Offload::none) && applies(f, s, Offload::optimizer);
+  }
+  return offload_only ? "offload = optimizer" : out.empty() ? "none" : out;
+}
+
+}  // namespace
+
 std::string DpOptions::describe() const {
   std::string s = std::string(shard_name(shard)) + " dp" + std::to_string(dp);
   if (offload == Offload::optimizer) s += " offload";
@@ -84,6 +112,20 @@ void validate(const DpOptions& o) {
   if (o.shard == Shard::hzero)
     require(o.ranks_per_node > 0 && o.ranks_per_node < o.dp,
             "strategy.ranks_per_node: hzero needs more than one node (0 < ranks_per_node < dp)");
+  // A fault the strategy does not have would run unharmed and write a PASS
+  // row under the fault's name: refused, naming where it applies.
+  for (Fault f : o.faults)
+    require(applies(f, o.shard, o.offload),
+            "strategy.faults: " + fault_name(f) + " does not apply to " + strategy_name(o.shard, o.offload) +
+                " (applies to: " + applies_to(f) + ")");
+  // Faults of the reduction need something to reduce (one rank's sum is
+  // itself), and skipping the cross-replica sum needs more than one replica.
+  for (Fault f : {Fault::grad_not_averaged, Fault::skip_bucket, Fault::skip_grad_reduce})
+    require(!o.has(f) || o.dp >= 2, "strategy.faults: " + fault_name(f) + " needs strategy.dp >= 2");
+  require(!o.has(Fault::stale_params) || o.shard >= Shard::zero3 || o.dp >= 2,
+          "strategy.faults: stale_params needs strategy.dp >= 2 with zero1/zero2 (no all-gather to skip)");
+  require(!o.has(Fault::skip_replica_reduce) || o.shard != Shard::hsdp || o.dp > shard_group(o),
+          "strategy.faults: skip_replica_reduce needs more than one hsdp replica (strategy.dp > shard_group)");
   // Without resharding every block stays gathered into backward, so a leak
   // until the end of the microbatch cannot raise the peak: nothing to catch.
   require(!o.has(Fault::keep_gathered) || (o.shard >= Shard::zero3 && o.reshard_after_forward),
@@ -99,6 +141,8 @@ void validate(const DpOptions& o, const TrainConfig& cfg) {
   const int per_rank = cfg.batch / o.dp;
   require(per_rank % cfg.microbatches == 0,
           "train.microbatches: must divide the per-rank batch (" + std::to_string(per_rank) + ")");
+  require(!o.has(Fault::sync_wrong_microbatch) || cfg.microbatches >= 2,
+          "strategy.faults: sync_wrong_microbatch needs train.microbatches >= 2 (the first is the last)");
 }
 
 DataAxis data_axis(const DpOptions& o, Precision p, int microbatches) {

@@ -3,6 +3,7 @@
 #include "harness/status.h"
 #include "impl/data_parallel/cost.h"
 #include "impl/data_parallel/dp_rank.h"
+#include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/shard.h"
 
 namespace pb::dp {
@@ -51,36 +52,6 @@ Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps) {
   return d;
 }
 
-bool declares_bitwise(const DpOptions& o, const TrainConfig& cfg, BackendKind backend) {
-  if (backend != BackendKind::local) return false;
-  switch (o.shard) {
-    case Shard::none:
-    case Shard::zero1: return true;
-    case Shard::zero2:
-    case Shard::zero3: return cfg.microbatches == 1;
-    default: return false;  // two-level reductions sum in another order
-  }
-}
-
-SplitPlan replay_plan(const DpOptions& o, const TrainConfig& cfg) {
-  SplitPlan p;
-  p.groups = o.dp;
-  p.micro = cfg.microbatches;
-  if (o.shard != Shard::none) {
-    ParamLayout l(cfg.model);
-    for (int r = 0; r < o.dp; ++r) {
-      ShardLayout sl(l, o.dp, r);
-      std::vector<std::pair<int64_t, int64_t>> ranges;
-      for (int u = 0; u < sl.num_units(); ++u) {
-        auto rg = sl.owned(u);
-        if (rg.first < rg.second) ranges.push_back(rg);
-      }
-      p.norm_parts.push_back(std::move(ranges));
-    }
-  }
-  return p;
-}
-
 namespace {
 
 bool runs(const RunSpec& s) {
@@ -99,7 +70,9 @@ std::string describe(const RunSpec& s) {
   return d;
 }
 
-bool bitwise(const RunSpec& s, BackendKind b) { return declares_bitwise(options_of(s), s.train, b); }
+bool bitwise(const RunSpec& s, BackendKind b) {
+  return declares_bitwise(options_of(s), s.train, b == BackendKind::local);
+}
 
 Replay replay(const RunSpec& s) { return {replay_plan(options_of(s), s.train), false}; }
 

@@ -18,9 +18,4 @@ DpOptions options_of(const RunSpec& s);
 // for this run.
 Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps);
 
-// The reference's split plan that replays the family's order, and whether the
-// family declares bit equality with it.
-SplitPlan replay_plan(const DpOptions& o, const TrainConfig& cfg);
-bool declares_bitwise(const DpOptions& o, const TrainConfig& cfg, BackendKind backend);
-
 }  // namespace pb::dp

@@ -15,6 +15,7 @@ DelayedResult run(const TrainConfig& cfg, const SplitPlan& plan) {
   cfg.validate();
   const int split = plan.groups * plan.micro;
   require(cfg.batch % split == 0, "train.batch: must divide into " + std::to_string(split) + " microbatches");
+  require(!plan.two_level(), "split plan: the delayed-weight reference sums groups in one level");
   kernels::set_blas_threads(cfg.threads);
   MemoryTracker mt;
   const ParamLayout layout(cfg.model);

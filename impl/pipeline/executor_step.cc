@@ -73,7 +73,10 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   const auto& f = o.faults;
   require(!f.grad_to_wrong_stage || (o.pp >= 2 && o.virtual_stages == 1 && cfg.microbatches >= 2),
           "fault grad_to_wrong_stage: needs pp >= 2, virtual_stages = 1 and microbatches >= 2");
-  require(!f.drop_w || o.kind == ScheduleKind::zb_h1, "fault drop_w: needs a split-backward schedule (zb-h1)");
+  // drop_w is the one fault of some schedules only: the others have no W action.
+  require(!f.drop_w || o.kind == ScheduleKind::zb_h1,
+          "fault drop_w: does not apply to " + std::string(schedule_name(o.kind)) +
+              " (applies to: zb-h1, the split-backward schedule)");
   require(!f.skip_microbatch || cfg.microbatches >= 2, "fault skip_microbatch: needs microbatches >= 2");
   require(!f.tied_grad_not_summed || o.pp >= 2, "fault tied_grad_not_summed: needs pp >= 2");
 }

@@ -47,6 +47,16 @@ rc, out = run(["train", "--dp", "2", "--shard", "zero2", "--steps", "3", "--out"
                "--set", "strategy.faults=['stale_params']"])
 if rc != 1 or "FAIL" not in out:
     failures.append(f"train zero2 with a fault: rc {rc}, wanted 1: {out[-400:]}")
+# A fault the strategy does not have is bad input (it would run unharmed and
+# write a PASS row under the fault's name).
+rc, out = run(["train", "--dp", "4", "--shard", "zero3", "--steps", "2", "--out", work, "--quiet",
+               "--set", "strategy.faults=['skip_bucket']"])
+if rc != 2 or "strategy.faults: skip_bucket does not apply to zero3 (applies to: none)" not in out:
+    failures.append(f"train zero3 with skip_bucket: rc {rc}, wanted 2: {out[-400:]}")
+rc, out = run(["train", "--dp", "2", "--shard", "zero2", "--steps", "2", "--out", work, "--quiet",
+               "--set", "strategy.faults=['no_copy_back']"])
+if rc != 2 or "applies to: offload = optimizer" not in out:
+    failures.append(f"train zero2 with no_copy_back: rc {rc}, wanted 2: {out[-400:]}")
 rc, out = run(["train", "--dp", "3", "--steps", "2", "--out", work])
 if rc != 2 or "strategy.dp" not in out and "train.batch" not in out:
     failures.append(f"train dp 3 with batch 8: rc {rc}, wanted 2: {out[-300:]}")

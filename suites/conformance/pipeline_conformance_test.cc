@@ -295,6 +295,9 @@ TEST(PipelineConformance, BadSchedulesAndConfigsGetClearErrors) {
   rejected(run_of(pl::ScheduleKind::one_f_one_b, 4, 4, 3), "virtual");  // v > 1 is interleaved only
   auto deep = run_of(pl::ScheduleKind::interleaved, 4, 4, 3);
   rejected(deep, "more stages than layers");
+  auto no_w = run_of(pl::ScheduleKind::one_f_one_b, 2, 4);  // the fault of one schedule only
+  no_w.spec.faults = {"drop_w"};
+  rejected(no_w, "fault drop_w: does not apply to 1f1b (applies to: zb-h1");
   WorldOptions w;
   w.size = 3;
   auto world3 = make_local_world(w);

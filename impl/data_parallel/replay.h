@@ -1,0 +1,27 @@
+// How the reference replays a data-parallel run's arithmetic (reference/
+// trainer.h SplitPlan), and when the run declares itself bit-equal to that
+// replay. On the local backend every collective sums its members in rank
+// order in the accumulation type and rounds once (harness/comm_local_ops.cc),
+// so the replay is exact when the plan nests the sums as the run does:
+//  - DDP, ZeRO-1/2/3: one rank-ordered sum over all dp ranks;
+//  - HSDP: a sum within each shard group (F consecutive ranks), rounded, then
+//    a sum over the replicas in order;
+//  - hZeRO: a sum within each node (ranks_per_node consecutive ranks),
+//    rounded, then a sum over the nodes in order.
+// Not replayed (held to the ratio rule only): any backend other than local
+// (MPI/NCCL reduce in their own order), and sharded runs that reduce every
+// microbatch (ZeRO-2/3, HSDP, hZeRO with accumulation): they round the sum of
+// each microbatch, the reference rounds once per step.
+#pragma once
+#include "impl/data_parallel/options.h"
+#include "reference/trainer.h"
+
+namespace pb::dp {
+
+// The reference's split plan that replays the run's reduction order and its
+// per-rank gradient-norm partial sums.
+SplitPlan replay_plan(const DpOptions& o, const TrainConfig& cfg);
+// Does the run do the replay's arithmetic in its order (so bits must match)?
+bool declares_bitwise(const DpOptions& o, const TrainConfig& cfg, bool local_backend);
+
+}  // namespace pb::dp

@@ -1,0 +1,167 @@
+#include "suites/conformance/teeth.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "harness/status.h"
+#include "impl/data_parallel/options.h"
+#include "impl/registry.h"
+
+namespace pb {
+
+std::string FaultCatch::caught_by() const {
+  std::string s;
+  auto add = [&](bool on, const char* what) {
+    if (!on) return;
+    if (!s.empty()) s += '+';
+    s += what;
+  };
+  add(bits, "bits");
+  add(rule, "rule");
+  add(memory, "memory");
+  add(comm, "comm");
+  return s.empty() ? "NOT CAUGHT" : s;
+}
+
+FaultCatch classify(const ConformanceResult& r, std::string strategy, std::string fault) {
+  FaultCatch c;
+  c.strategy = std::move(strategy);
+  c.fault = std::move(fault);
+  c.precision = r.precision;
+  c.bitwise_declared = r.bitwise_declared;
+  c.bits = !all_pass(r.bits);
+  c.rule = !all_pass(r.rule);
+  for (const auto& q : r.rule) c.worst_ratio = std::max(c.worst_ratio, q.ratio);
+  for (const auto& e : r.exact) {
+    if (e.pass) continue;
+    (e.what.rfind("mem.", 0) == 0 ? c.memory : c.comm) = true;
+  }
+  // Another rank differed while rank 0 matched: the exact checks still failed.
+  if (r.ranks_with_mismatch && !c.memory && !c.comm) c.memory = c.comm = true;
+  return c;
+}
+
+namespace {
+
+std::string describe(const StrategyRun& s) { return strategy_for(s.spec).describe(s.spec); }
+
+StrategyRun pipe_case(pipeline::ScheduleKind k, int pp, int v, int dp, Precision p) {
+  StrategyRun r;
+  TrainConfig& c = r.spec.train;
+  c.model = named_model("tiny");
+  c.model.L = 8;
+  c.precision = p;
+  c.steps = 2;
+  c.microbatches = 2 * pp;
+  c.batch = dp * c.microbatches;  // one sequence per microbatch
+  c.seq = 8;
+  c.optim.lr = 3e-3;
+  r.spec.pipe.schedule = k;
+  r.spec.mesh.pp = pp;
+  r.spec.pipe.virtual_stages = v;
+  r.spec.mesh.dp = dp;
+  r.world.timeout_s = 60;
+  return r;
+}
+
+}  // namespace
+
+StrategyRun dp_case(dp::Shard shard, int micro, Precision p) {
+  StrategyRun s;
+  TrainConfig& c = s.spec.train;
+  c.model = named_model("tiny");
+  c.precision = p;
+  c.steps = 3;
+  c.batch = 2 * 4 * micro;
+  c.seq = 16;
+  c.microbatches = micro;
+  c.optim.lr = 3e-3;
+  s.spec.mesh.dp = 4;
+  s.spec.data.shard = shard;
+  s.spec.data.bucket_bytes = 4096;  // several DDP buckets even for the tiny model
+  s.spec.data.shard_group = shard == dp::Shard::hsdp ? 2 : 0;
+  s.spec.mesh.ranks_per_node = shard == dp::Shard::hzero ? 2 : 0;
+  s.world.timeout_s = 120;
+  return s;
+}
+
+std::vector<FaultCatch> dp_fault_catches(Precision p) {
+  std::vector<FaultCatch> out;
+  // DDP with two microbatches: sync_wrong_microbatch needs one to sync early.
+  const std::pair<dp::Shard, int> cases[] = {{dp::Shard::none, 2}, {dp::Shard::zero1, 1},
+                                             {dp::Shard::zero2, 1}, {dp::Shard::zero3, 1},
+                                             {dp::Shard::hsdp, 1},  {dp::Shard::hzero, 1}};
+  for (auto [shard, micro] : cases)
+    for (dp::Fault f : dp::faults_for(shard, dp::Offload::none)) {
+      StrategyRun s = dp_case(shard, micro, p);
+      const std::string name = describe(s);
+      s.spec.faults = {dp::fault_name(f)};
+      out.push_back(classify(run_conformance(s), name, dp::fault_name(f)));
+    }
+  for (auto [shard, _] : cases) {  // offload's own fault, on every shard, with accumulation
+    StrategyRun s = dp_case(shard, 2, p);
+    s.spec.data.offload = dp::Offload::optimizer;
+    const std::string name = describe(s);
+    s.spec.faults = {dp::fault_name(dp::Fault::no_copy_back)};
+    out.push_back(classify(run_conformance(s), name, dp::fault_name(dp::Fault::no_copy_back)));
+  }
+  return out;
+}
+
+std::vector<FaultCatch> pipeline_fault_catches(Precision p) {
+  namespace pl = pipeline;
+  const char* faults[] = {"skip_microbatch", "grad_to_wrong_stage", "tied_grad_not_summed", "drop_w"};
+  std::vector<StrategyRun> runs;
+  for (auto k : {pl::ScheduleKind::gpipe, pl::ScheduleKind::one_f_one_b, pl::ScheduleKind::zb_h1})
+    for (int pp : {2, 3}) runs.push_back(pipe_case(k, pp, 1, 1, p));
+  runs.push_back(pipe_case(pl::ScheduleKind::interleaved, 2, 2, 1, p));
+  runs.push_back(pipe_case(pl::ScheduleKind::pipedream_2bw, 2, 1, 1, p));
+  runs.back().spec.train.steps = 4;  // 2BW: four weight versions, three delayed updates
+  runs.push_back(pipe_case(pl::ScheduleKind::one_f_one_b, 2, 1, 2, p));  // x DDP
+  runs.push_back(pipe_case(pl::ScheduleKind::zb_h1, 2, 1, 2, p));
+  runs.back().spec.data.shard = dp::Shard::zero1;
+  std::vector<FaultCatch> out;
+  for (const StrategyRun& base : runs)
+    for (const char* name : faults) {
+      StrategyRun r = base;
+      r.spec.faults = {name};
+      try {
+        strategy_for(r.spec).validate(r.spec);
+      } catch (const InputError&) {
+        continue;  // does not apply to this schedule (validate says why)
+      }
+      out.push_back(classify(run_conformance(r), describe(base), name));
+    }
+  return out;
+}
+
+std::string catch_table_markdown(const std::vector<FaultCatch>& rows) {
+  std::vector<Precision> precisions;
+  std::vector<std::pair<std::string, std::string>> keys;
+  std::map<std::pair<std::string, std::string>, std::map<Precision, const FaultCatch*>> cell;
+  for (const auto& r : rows) {
+    auto key = std::pair{r.strategy, r.fault};
+    if (!cell.count(key)) keys.push_back(key);
+    cell[key][r.precision] = &r;
+    if (std::find(precisions.begin(), precisions.end(), r.precision) == precisions.end())
+      precisions.push_back(r.precision);
+  }
+  std::string out = "| strategy | fault |", rule = "|---|---|";
+  for (Precision p : precisions) {
+    out.append(" ").append(precision_name(p)).append(" |");
+    rule.append("---|");
+  }
+  out.append("\n").append(rule).append("\n");
+  for (const auto& key : keys) {
+    out.append("| ").append(key.first).append(" | ").append(key.second).append(" |");
+    for (Precision p : precisions) {
+      auto it = cell[key].find(p);
+      out.append(" ").append(it == cell[key].end() ? std::string("-") : it->second->caught_by()).append(" |");
+    }
+    out.append("\n");
+  }
+  return out;
+}
+
+}  // namespace pb

@@ -1,0 +1,46 @@
+// The checker's teeth, measured (DESIGN.md "Teeth"): every injected fault of
+// every data-parallel strategy and every pipeline schedule, run under the
+// conformance engine at a given precision, with the checks that failed. A
+// fault counts as caught when any check fails: bit equality with the replay,
+// the ratio rule, the exact memory figures or the exact communication bytes.
+// The fault cases are the ones a CI user runs (tiny model, dp 4 or pp 2-3,
+// three steps): conformance_teeth_test asserts every one is caught at fp32
+// and bf16-mixed, and teeth_table prints the table the README shows.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "suites/conformance/engine.h"
+
+namespace pb {
+
+struct FaultCatch {
+  std::string strategy;  // ConformanceResult::strategy without the fault
+  std::string fault;
+  Precision precision = Precision::fp32;
+  bool bitwise_declared = false;
+  bool bits = false, rule = false, memory = false, comm = false;  // failed checks
+  double worst_ratio = 0;  // largest rule ratio (error / noise floor; fails above C)
+  bool caught() const { return bits || rule || memory || comm; }
+  std::string caught_by() const;  // "bits+rule", "comm", ... or "NOT CAUGHT"
+};
+
+// Which checks of r failed (memory and comm: any rank's, by rank 0's rows or
+// the all-rank mismatch count).
+FaultCatch classify(const ConformanceResult& r, std::string strategy, std::string fault);
+
+// The data-parallel case the teeth are measured on: tiny model, dp 4, three
+// steps, HSDP with F = 2, hZeRO on two nodes of two ranks.
+StrategyRun dp_case(dp::Shard shard, int micro, Precision p);
+
+// Every fault of every strategy (DDP with accumulation, ZeRO-1/2/3, HSDP,
+// hZeRO at dp 4; offload's own fault on each shard), at precision p.
+std::vector<FaultCatch> dp_fault_catches(Precision p);
+// Every pipeline fault on every schedule it applies to
+// (pipeline::validate decides), at precision p.
+std::vector<FaultCatch> pipeline_fault_catches(Precision p);
+
+// A markdown table: strategy | fault | one column per precision (caught by).
+std::string catch_table_markdown(const std::vector<FaultCatch>& rows);
+
+}  // namespace pb

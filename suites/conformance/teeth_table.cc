@@ -1,0 +1,25 @@
+// Prints the catch table (suites/conformance/teeth.h) as markdown: every
+// injected fault of every strategy at fp32 and bf16-mixed, and which checks
+// caught it. The README's table is this program's output.
+#include <cstdio>
+#include <exception>
+
+#include "suites/conformance/teeth.h"
+
+int main() {
+  try {
+    std::vector<pb::FaultCatch> dp, pipe;
+    for (pb::Precision p : {pb::Precision::fp32, pb::Precision::bf16_mixed}) {
+      for (auto& c : pb::dp_fault_catches(p)) dp.push_back(std::move(c));
+      for (auto& c : pb::pipeline_fault_catches(p)) pipe.push_back(std::move(c));
+    }
+    std::printf("%s\n%s", pb::catch_table_markdown(dp).c_str(), pb::catch_table_markdown(pipe).c_str());
+    for (const auto* rows : {&dp, &pipe})
+      for (const auto& c : *rows)
+        if (!c.caught()) return 1;
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "teeth_table: %s\n", e.what());
+    return 2;
+  }
+}
