@@ -25,8 +25,6 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
   require(plan_.groups > 0 && plan_.micro > 0, "split plan: groups and micro must be > 0");
   require(plan_.block >= 0 && (plan_.block == 0 || plan_.groups % plan_.block == 0),
           "split plan: block must divide groups");
-  require(!plan_.reduce_per_micro || !plan_.separate_head_grad,
-          "split plan: per-microbatch reduction with a separate head gradient is not replayed");
   require(cfg.batch % split == 0, "train.batch: must divide into " + std::to_string(split) +
                                       " microbatches, got " + std::to_string(cfg.batch));
   kernels::set_blas_threads(cfg.threads);
@@ -36,12 +34,10 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
   grads_ = Buffer<T>(&tracker_, MemTag::grads, size_t(n));
   if (plan_.separate_head_grad)
     head_grads_ = Buffer<T>(&tracker_, MemTag::grads, size_t(cfg.model.V) * cfg.model.C);
-  if (plan_.groups > 1) {
+  if (plan_.groups > 1 || plan_.reduce_per_micro) {
     group_grads_ = Buffer<T>(&tracker_, MemTag::workspace, size_t(n));
     group_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
     if (plan_.two_level()) outer_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
-    if (plan_.reduce_per_micro && plan_.two_level() && !plan_.outer_per_micro)
-      block_grads_ = Buffer<T>(&tracker_, MemTag::workspace, size_t(n) * size_t(plan_.groups / plan_.block));
   }
   opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, std::vector<Segment>{{0, n, 0, 0, 0}}, n, &tracker_);
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &tracker_, cfg.batch / split,
@@ -55,8 +51,8 @@ StepStats ReferenceTrainer<T>::step() {
   const int Bm = runner_->Bm();
   const double dloss = 1.0 / double(cfg_.tokens_per_step());
   double loss = 0;
-  if (plan_.reduce_per_micro && plan_.groups > 1) loss = step_reduced_per_micro();
-  for (int g = 0; g < plan_.groups && !(plan_.reduce_per_micro && plan_.groups > 1); ++g) {
+  if (plan_.reduce_per_micro) loss = step_reduced_per_micro();
+  for (int g = 0; g < plan_.groups && !plan_.reduce_per_micro; ++g) {
     T* gb = plan_.groups > 1 ? group_grads_.data() : grads_.data();
     std::memset(static_cast<void*>(gb), 0, size_t(n) * sizeof(T));
     if (plan_.separate_head_grad)
@@ -109,53 +105,98 @@ void ReferenceTrainer<T>::add_group(int g, const T* gb) {
   }
 }
 
+namespace {
+
+// One vector (the gradient, or the LM head's separate wte gradient) reduced
+// across groups per microbatch as the run reduces it — a rank-ordered sum in
+// the accumulation type rounded once per collective, two levels when asked —
+// then accumulated over microbatches with the kernels' += (the first copied):
+// a reduce-scatter per microbatch onto a zeroed shard. HSDP's outer level
+// (the replica all-reduce) runs once, in finish(). Replay-only scratch:
+// plain vectors, not the tracked memory the strategies are held to.
+template <class T>
+struct MicroReducer {
+  using A = acc_t<T>;
+  int64_t n = 0;
+  int groups = 1, block = 1;
+  bool two = false, outer_per_micro = false;
+  T* dst = nullptr;
+  std::vector<A> acc, outer;
+  std::vector<T> tmp, blocks;
+
+  MicroReducer(int64_t n_, const SplitPlan& p, T* dst_) : n(n_), groups(p.groups), dst(dst_) {
+    // A block of one is a level here: HSDP with shard groups of one reduces
+    // nothing per microbatch and all-reduces the replicas once.
+    two = p.block >= 1 && p.block < p.groups;
+    block = two ? p.block : p.groups;
+    outer_per_micro = p.outer_per_micro;
+    acc.resize(size_t(n));
+    tmp.resize(size_t(n));
+    if (two) outer.resize(size_t(n));
+    if (two && !outer_per_micro) blocks.resize(size_t(n) * size_t(groups / block));
+  }
+  void into(T* d, const A* sum, bool first) {  // round, then copy or accumulate
+    for (int64_t i = 0; i < n; ++i) tmp[size_t(i)] = cast<T>(sum[i]);
+    if (first) std::memcpy(static_cast<void*>(d), tmp.data(), size_t(n) * sizeof(T));
+    else kernels::accumulate(d, tmp.data(), size_t(n));
+  }
+  void add(int g, int k, const T* src) {
+    for (int64_t i = 0; i < n; ++i)
+      acc[size_t(i)] = g % block == 0 ? static_cast<A>(src[i]) : acc[size_t(i)] + static_cast<A>(src[i]);
+    if (g % block != block - 1) return;  // the inner sum is complete at the block's last group
+    if (!two) return into(dst, acc.data(), k == 0);
+    if (!outer_per_micro) return into(blocks.data() + size_t(g / block) * size_t(n), acc.data(), k == 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const A inner = static_cast<A>(cast<T>(acc[size_t(i)]));
+      outer[size_t(i)] = g / block == 0 ? inner : outer[size_t(i)] + inner;
+    }
+    if (g == groups - 1) into(dst, outer.data(), k == 0);
+  }
+  void finish() {  // HSDP: the replicas' accumulated sums, once
+    if (!two || outer_per_micro) return;
+    for (int blk = 0; blk < groups / block; ++blk)
+      for (int64_t i = 0; i < n; ++i) {
+        const A v = static_cast<A>(blocks[size_t(blk) * size_t(n) + size_t(i)]);
+        outer[size_t(i)] = blk == 0 ? v : outer[size_t(i)] + v;
+      }
+    for (int64_t i = 0; i < n; ++i) dst[i] = cast<T>(outer[size_t(i)]);
+  }
+};
+
+}  // namespace
+
 // Microbatch k of every group, reduced as the run reduces it, then
-// accumulated over k (kernels::accumulate, the first copied): the order of a
-// reduce-scatter per microbatch onto a zeroed shard. Group losses are summed
-// per group in microbatch order, then over groups in order (the run's loss
-// all-reduce).
+// accumulated over k. With a separate head gradient (a pipeline's last stage
+// holds the tied wte copy) it is reduced apart and added to the embedding's
+// at the end, E + H in the accumulation type, rounded once (the tied
+// all-reduce over {first, last} stage). Group losses are summed per group in
+// microbatch order, then over groups in order (the run's loss all-reduce).
 template <class T>
 double ReferenceTrainer<T>::step_reduced_per_micro() {
   using A = acc_t<T>;
   const int64_t n = layout_.total();
   const int Bm = runner_->Bm(), G = plan_.groups;
-  const int b = plan_.two_level() ? plan_.block : G;
   const double dloss = 1.0 / double(cfg_.tokens_per_step());
   std::vector<double> group_loss(size_t(G), 0.0);
   T* gb = group_grads_.data();
-  A* acc = group_acc_.data();
-  auto add_into = [&](T* dst, const A* sum, bool first) {  // round, then copy or accumulate
-    for (int64_t i = 0; i < n; ++i) gb[i] = cast<T>(sum[i]);
-    if (first) std::memcpy(static_cast<void*>(dst), gb, size_t(n) * sizeof(T));
-    else kernels::accumulate(dst, gb, size_t(n));
-  };
+  const bool sep = plan_.separate_head_grad;
+  std::vector<T> head_sum(sep ? head_grads_.size() : 0);
+  MicroReducer<T> grad(n, plan_, grads_.data());
+  MicroReducer<T> head(int64_t(head_sum.size()), plan_, head_sum.data());
   for (int k = 0; k < plan_.micro; ++k)
     for (int g = 0; g < G; ++g) {
       std::memset(static_cast<void*>(gb), 0, size_t(n) * sizeof(T));
-      FlatHooks<T> hooks(layout_, params_.data(), gb);
+      if (sep) std::memset(static_cast<void*>(head_grads_.data()), 0, head_grads_.size() * sizeof(T));
+      FlatHooks<T> hooks(layout_, params_.data(), gb, sep ? head_grads_.data() : nullptr);
       group_loss[size_t(g)] += runner_->run(step_, int64_t(g * plan_.micro + k) * Bm, dloss, hooks);
-      for (int64_t i = 0; i < n; ++i) acc[i] = g % b == 0 ? static_cast<A>(gb[i]) : acc[i] + static_cast<A>(gb[i]);
-      if (g % b != b - 1) continue;  // the inner sum is complete at the block's last group
-      if (!plan_.two_level()) {
-        add_into(grads_.data(), acc, k == 0);
-      } else if (plan_.outer_per_micro) {
-        A* outer = outer_acc_.data();
-        for (int64_t i = 0; i < n; ++i) {
-          const A inner = static_cast<A>(cast<T>(acc[i]));
-          outer[i] = g / b == 0 ? inner : outer[i] + inner;
-        }
-        if (g == G - 1) add_into(grads_.data(), outer, k == 0);
-      } else {
-        add_into(block_grads_.data() + size_t(g / b) * size_t(n), acc, k == 0);
-      }
+      grad.add(g, k, gb);
+      if (sep) head.add(g, k, head_grads_.data());
     }
-  if (plan_.two_level() && !plan_.outer_per_micro) {  // the replicas' accumulated sums, once
-    A* outer = outer_acc_.data();
-    for (int blk = 0; blk < G / b; ++blk) {
-      const T* src = block_grads_.data() + size_t(blk) * size_t(n);
-      for (int64_t i = 0; i < n; ++i) outer[i] = blk == 0 ? static_cast<A>(src[i]) : outer[i] + static_cast<A>(src[i]);
-    }
-    for (int64_t i = 0; i < n; ++i) grads_[i] = cast<T>(outer[i]);
+  grad.finish();
+  if (sep) {
+    head.finish();
+    T* wte = grads_.data() + layout_.wte_offset();
+    for (size_t i = 0; i < head_sum.size(); ++i) wte[i] = cast<T>(static_cast<A>(wte[i]) + static_cast<A>(head_sum[i]));
   }
   double loss = 0;
   for (double l : group_loss) loss += l;

@@ -46,7 +46,7 @@ struct SplitPlan {
   // (a block of one group or one block of all groups rounds nothing extra).
   int block = 0;
   bool two_level() const { return block > 1 && block < groups; }
-  bool reduce_per_micro = false;  // see above; needs separate_head_grad off
+  bool reduce_per_micro = false;  // see above
   bool outer_per_micro = false;   // two levels: the outer sum per microbatch too
 };
 
@@ -97,7 +97,6 @@ class ReferenceTrainer : public TrainerBase {
 
   void add_group(int g, const T* gb);  // group g's gradient into the rank-ordered sum
   double step_reduced_per_micro();     // the gradient of plan_.reduce_per_micro; returns the loss sum
-  Buffer<T> block_grads_;              // per block: accumulated inner sums (HSDP, once-per-step outer)
 };
 
 std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan = {});

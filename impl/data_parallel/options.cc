@@ -124,6 +124,9 @@ void validate(const DpOptions& o) {
     require(!o.has(f) || o.dp >= 2, "strategy.faults: " + fault_name(f) + " needs strategy.dp >= 2");
   require(!o.has(Fault::stale_params) || o.shard >= Shard::zero3 || o.dp >= 2,
           "strategy.faults: stale_params needs strategy.dp >= 2 with zero1/zero2 (no all-gather to skip)");
+  require(!o.has(Fault::skip_grad_reduce) || o.shard != Shard::hsdp || shard_group(o) >= 2,
+          "strategy.faults: skip_grad_reduce needs hsdp shard groups of two ranks or more (strategy.shard_group >= 2): "
+          "a group of one reduces nothing");
   require(!o.has(Fault::skip_replica_reduce) || o.shard != Shard::hsdp || o.dp > shard_group(o),
           "strategy.faults: skip_replica_reduce needs more than one hsdp replica (strategy.dp > shard_group)");
   // Without resharding every block stays gathered into backward, so a leak

@@ -13,7 +13,7 @@ SplitPlan replay_plan(const DpOptions& o, const TrainConfig& cfg) {
   if (o.shard == Shard::hzero) p.block = o.ranks_per_node;
   // ZeRO-2 and the ZeRO-3 family reduce-scatter every microbatch (hZeRO both
   // levels; HSDP's replica all-reduce once per step).
-  p.reduce_per_micro = o.shard >= Shard::zero2 && cfg.microbatches > 1;
+  p.reduce_per_micro = o.shard >= Shard::zero2;
   p.outer_per_micro = o.shard == Shard::hzero;
   if (o.shard == Shard::none) return p;
   // Norm partial sums: every rank sums its owned ranges in unit order, then the

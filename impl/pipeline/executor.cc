@@ -133,7 +133,8 @@ template <class T>
 void PipelineRank<T>::grad_done(int mb, int i) {
   if (dp_->grads_full()) return;
   auto it = unit_grads_.find({mb, i});
-  dp_->reduce_unit(i, it->second.data(), /*first_micro=*/false);  // onto zeroed shards
+  dp_->reduce_unit(i, it->second.data(), /*first_micro=*/!reduced_[size_t(i)]);
+  reduced_[size_t(i)] = 1;
   unit_grads_.erase(it);
 }
 

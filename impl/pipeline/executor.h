@@ -173,6 +173,7 @@ class PipelineRank : public Rank {
   std::map<Key, Live> live_;
   std::map<Key, Buffer<T>> grad_in_, grad_out_, unit_grads_;
   std::map<int, typename dp::Component<T>::Gathered> gathered_;
+  std::vector<char> reduced_;  // ZeRO-2/3 family: unit already reduced this step (later ones accumulate)
   std::vector<std::pair<Request, Buffer<T>>> sending_;
   std::vector<double> losses_;  // per microbatch, last stage
   std::vector<double> norms_;  // 2BW: of g(0), g(1), ...

@@ -86,6 +86,15 @@ SplitPlan pipeline_replay_plan(const PipelineOptions& o, const TrainConfig& cfg)
   p.groups = o.dp();
   p.micro = cfg.microbatches;
   p.separate_head_grad = true;
+  if (o.data.shard >= dp::Shard::zero2) {
+    // Reduced per microbatch (the dp sum first, then the tied E + H on the
+    // shards); at pp = 1 the head adds to the embedding's own buffer.
+    p.reduce_per_micro = true;
+    p.separate_head_grad = o.pp > 1;
+    if (o.data.shard == dp::Shard::hsdp) p.block = dp::shard_group(o.data);
+    if (o.data.shard == dp::Shard::hzero) p.block = o.data.ranks_per_node;
+    p.outer_per_micro = o.data.shard == dp::Shard::hzero;
+  }
   const ParamLayout l(cfg.model);
   const int g = dp::shard_group(o.data);
   if (g == 1) {  // per-unit sums, added in unit order
@@ -166,6 +175,7 @@ template <class T>
 StepStats PipelineRank<T>::step() {
   require(!s_.async_weights, "pipeline: step() runs synchronous schedules; use run_window() for 2bw");
   dp_->zero_grads();
+  reduced_.assign(su_.units.size(), 0);
   if (!head_grads_[0].empty()) std::memset(static_cast<void*>(head_grads_[0].data()), 0, head_grads_[0].size() * sizeof(T));
   losses_.assign(size_t(m_), 0.0);
   run_actions();

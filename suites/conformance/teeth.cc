@@ -122,6 +122,29 @@ std::vector<FaultCatch> pipeline_fault_catches(Precision p) {
   runs.push_back(pipe_case(pl::ScheduleKind::zb_h1, 2, 1, 2, p));
   runs.back().spec.data.shard = dp::Shard::zero1;
   std::vector<FaultCatch> out;
+  // Data-parallel faults inside the stages (the data-parallel component's own;
+  // pipeline validate refuses the rest), 1F1B at dp2.pp2 (HSDP F = 2 and
+  // hZeRO on nodes of two: dp4.pp2), every shard, offload with ZeRO-2.
+  for (auto [shard, offload] : {std::pair{dp::Shard::none, false}, {dp::Shard::zero1, false},
+                                {dp::Shard::zero2, false}, {dp::Shard::zero3, false},
+                                {dp::Shard::hsdp, false}, {dp::Shard::hzero, false}, {dp::Shard::zero2, true}}) {
+    const bool two_level = shard == dp::Shard::hsdp || shard == dp::Shard::hzero;
+    StrategyRun base = pipe_case(pl::ScheduleKind::one_f_one_b, 2, 1, two_level ? 4 : 2, p);
+    base.spec.data.shard = shard;
+    base.spec.data.shard_group = shard == dp::Shard::hsdp ? 2 : 0;
+    base.spec.mesh.ranks_per_node = shard == dp::Shard::hzero ? 2 : 0;
+    if (offload) base.spec.data.offload = dp::Offload::optimizer;
+    for (dp::Fault f : dp::faults_for(shard, base.spec.data.offload)) {
+      StrategyRun r = base;
+      r.spec.faults = {dp::fault_name(f)};
+      try {
+        strategy_for(r.spec).validate(r.spec);
+      } catch (const InputError&) {
+        continue;  // lives in the plain data-parallel runner's hooks
+      }
+      out.push_back(classify(run_conformance(r), describe(base), dp::fault_name(f)));
+    }
+  }
   for (const StrategyRun& base : runs)
     for (const char* name : faults) {
       StrategyRun r = base;

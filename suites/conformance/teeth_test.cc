@@ -44,8 +44,10 @@ TEST(Teeth, EveryPipelineFaultIsCaughtAtEveryPrecision) {
       EXPECT_TRUE(c.bitwise_declared) << where(c);
       EXPECT_TRUE(c.bits) << where(c);  // by the numerics, not only the byte accounting
     }
-    EXPECT_EQ(seen, (std::set<std::string>{"skip_microbatch", "grad_to_wrong_stage",
-                                            "tied_grad_not_summed", "drop_w"}));
+    // The pipeline's own faults, and the data-parallel component's inside the stages.
+    EXPECT_EQ(seen, (std::set<std::string>{"skip_microbatch", "grad_to_wrong_stage", "tied_grad_not_summed",
+                                            "drop_w", "grad_not_averaged", "wrong_shard_offset", "stale_params",
+                                            "skip_grad_reduce", "skip_replica_reduce", "no_copy_back"}));
   }
 }
 
