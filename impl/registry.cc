@@ -3,12 +3,13 @@
 #include "harness/status.h"
 #include "impl/data_parallel/strategy.h"
 #include "impl/pipeline/strategy.h"
+#include "impl/tensor_parallel/strategy.h"
 
 namespace pb {
 
 const std::vector<const Strategy*>& strategies() {
   // Adding a strategy: its folder in impl/ defines a Strategy; list it here.
-  static const std::vector<const Strategy*> all = {&dp::strategy(), &pipeline::strategy()};
+  static const std::vector<const Strategy*> all = {&dp::strategy(), &pipeline::strategy(), &tp::strategy()};
   return all;
 }
 
@@ -19,12 +20,11 @@ const Strategy& strategy_for(const RunSpec& s) {
   auto note = [&](int size, const char* axis) {
     if (size > 1) missing += (missing.empty() ? "" : ", ") + std::string(axis) + std::to_string(size);
   };
-  note(s.mesh.tp, "tp");
   note(s.mesh.cp, "cp");
   note(s.mesh.ep, "ep");
   throw InputError("mesh: " + mesh_text(s.mesh) + ": no strategy implements " +
                    (missing.empty() ? std::string("this combination") : missing) +
-                   " yet (implemented: dp and pp meshes, every data-axis option on both)");
+                   " yet (implemented: dp and pp meshes, every data-axis option on both; dp x tp with sp and recompute)");
 }
 
 }  // namespace pb

@@ -15,10 +15,11 @@ void init_params(const ParamLayout& layout, uint64_t seed, int64_t lo, int64_t h
     if (b >= e) continue;
     uint64_t stream = stream_id(p.name);
     for (int64_t i = b; i < e; ++i) {
-      double v = p.init == InitKind::ones ? 1.0
-                 : p.init == InitKind::zeros
-                     ? 0.0
-                     : p.init_std * normal(seed, stream, uint64_t(i - p.offset));
+      // A tensor-parallel shard draws its elements' full-tensor values.
+      const int64_t j = p.replicated ? i - p.offset : p.full_index(i - p.offset);
+      double v = j < 0 || p.init == InitKind::zeros ? 0.0  // vocabulary padding stays zero
+                 : p.init == InitKind::ones         ? 1.0
+                                                    : p.init_std * normal(seed, stream, uint64_t(j));
       out[i - lo] = cast<U>(v);
     }
   }

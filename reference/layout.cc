@@ -2,14 +2,31 @@
 
 #include <cmath>
 
+#include "harness/status.h"
+
 namespace pb {
 
+int64_t ParamInfo::full_index(int64_t i) const {
+  const int64_t cols = shape.size() >= 2 ? shape[1] : 1;
+  const int64_t r = i / cols, c = i % cols;
+  const int64_t row = slice.row_starts[size_t(r / slice.rows_per_block)] + r % slice.rows_per_block;
+  if (row >= slice.full_rows) return -1;
+  return row * slice.full_cols + slice.col0 + c;
+}
+
 void ParamLayout::add(std::string name, std::vector<int64_t> shape, int unit, InitKind init,
-                      double std) {
+                      double std, TpSlice slice, bool replicated) {
   ParamInfo p;
   p.name = std::move(name);
   p.numel = 1;
   for (auto d : shape) p.numel *= d;
+  if (slice.rows_per_block == 0) {  // the whole tensor
+    slice.rows_per_block = shape[0];
+    slice.full_rows = shape[0];
+    slice.full_cols = shape.size() >= 2 ? shape[1] : 1;
+  }
+  p.slice = std::move(slice);
+  p.replicated = replicated;
   p.shape = std::move(shape);
   p.offset = total_;
   p.unit = unit;
@@ -20,13 +37,47 @@ void ParamLayout::add(std::string name, std::vector<int64_t> shape, int unit, In
   params_.push_back(std::move(p));
 }
 
-ParamLayout::ParamLayout(const ModelConfig& m) : m_(m) {
+ParamLayout::ParamLayout(const ModelConfig& m) : ParamLayout(m, 1, 0) {}
+
+ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), tp_rank_(r) {
   m.validate();
-  const int64_t C = m.C, V = m.V, T = m.maxT;
+  require(tp >= 1 && r >= 0 && r < tp, "tp: rank " + std::to_string(r) + " of " + std::to_string(tp));
+  require(m.NH % tp == 0, "mesh.tp: tp" + std::to_string(tp) + " must divide model.heads (" +
+                              std::to_string(m.NH) + " heads; " + std::to_string(m.NH) + " % " +
+                              std::to_string(tp) + " != 0)");
+  const int64_t C = m.C, V = m.V, T = m.maxT, t = tp;
+  vocab_rows_ = (V + t - 1) / t;  // Megatron's make-vocab-size-divisible-by = tp
+  const int64_t Ct = C / t;
+  // Column-parallel (split output rows): `blocks` row blocks of `rows` full
+  // rows each, this rank's part of every block. Row-parallel (split input
+  // columns): every row, columns [r*cols, (r+1)*cols) of full_cols.
+  auto column = [&](int64_t blocks, int64_t rows, int64_t cols) {
+    TpSlice s;
+    s.row_starts.clear();
+    for (int64_t b = 0; b < blocks; ++b) s.row_starts.push_back(b * rows + r * (rows / t));
+    s.rows_per_block = rows / t;
+    s.full_rows = blocks * rows;
+    s.full_cols = cols;
+    return s;
+  };
+  auto row = [&](int64_t rows, int64_t full_cols) {
+    TpSlice s;
+    s.rows_per_block = rows;
+    s.full_rows = rows;
+    s.col0 = r * (full_cols / t);
+    s.full_cols = full_cols;
+    return s;
+  };
+  const bool split = tp > 1;
   // GPT-2 init: normal(0, 0.02); residual projections 0.02/sqrt(2L); zero biases; unit LN.
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * m.L);
   unit_begin_.push_back(0);
-  add("wte", {V, C}, 0, InitKind::normal, std);
+  TpSlice vocab;
+  vocab.row_starts = {vocab_rows_ * r};
+  vocab.rows_per_block = vocab_rows_;
+  vocab.full_rows = V;
+  vocab.full_cols = C;
+  add("wte", {vocab_rows_, C}, 0, InitKind::normal, std, vocab, !split);
   add("wpe", {T, C}, 0, InitKind::normal, std);
   for (int l = 0; l < m.L; ++l) {
     int u = 1 + l;
@@ -36,15 +87,21 @@ ParamLayout::ParamLayout(const ModelConfig& m) : m_(m) {
     auto rel = [&] { return total_ - base; };
     block_.ln1_w = rel(); add(h + "ln_1.weight", {C}, u, InitKind::ones, 0);
     block_.ln1_b = rel(); add(h + "ln_1.bias", {C}, u, InitKind::zeros, 0);
-    block_.qkv_w = rel(); add(h + "attn.c_attn.weight", {3 * C, C}, u, InitKind::normal, std);
-    block_.qkv_b = rel(); add(h + "attn.c_attn.bias", {3 * C}, u, InitKind::zeros, 0);
-    block_.attproj_w = rel(); add(h + "attn.c_proj.weight", {C, C}, u, InitKind::normal, proj_std);
+    block_.qkv_w = rel();
+    add(h + "attn.c_attn.weight", {3 * Ct, C}, u, InitKind::normal, std, column(3, C, C), !split);
+    block_.qkv_b = rel();
+    add(h + "attn.c_attn.bias", {3 * Ct}, u, InitKind::zeros, 0, column(3, C, 1), !split);
+    block_.attproj_w = rel();
+    add(h + "attn.c_proj.weight", {C, Ct}, u, InitKind::normal, proj_std, row(C, C), !split);
     block_.attproj_b = rel(); add(h + "attn.c_proj.bias", {C}, u, InitKind::zeros, 0);
     block_.ln2_w = rel(); add(h + "ln_2.weight", {C}, u, InitKind::ones, 0);
     block_.ln2_b = rel(); add(h + "ln_2.bias", {C}, u, InitKind::zeros, 0);
-    block_.fc_w = rel(); add(h + "mlp.c_fc.weight", {4 * C, C}, u, InitKind::normal, std);
-    block_.fc_b = rel(); add(h + "mlp.c_fc.bias", {4 * C}, u, InitKind::zeros, 0);
-    block_.fcproj_w = rel(); add(h + "mlp.c_proj.weight", {C, 4 * C}, u, InitKind::normal, proj_std);
+    block_.fc_w = rel();
+    add(h + "mlp.c_fc.weight", {4 * Ct, C}, u, InitKind::normal, std, column(1, 4 * C, C), !split);
+    block_.fc_b = rel();
+    add(h + "mlp.c_fc.bias", {4 * Ct}, u, InitKind::zeros, 0, column(1, 4 * C, 1), !split);
+    block_.fcproj_w = rel();
+    add(h + "mlp.c_proj.weight", {C, 4 * Ct}, u, InitKind::normal, proj_std, row(C, 4 * C), !split);
     block_.fcproj_b = rel(); add(h + "mlp.c_proj.bias", {C}, u, InitKind::zeros, 0);
     block_.size = rel();
   }

@@ -16,15 +16,31 @@ namespace pb {
 
 enum class InitKind : uint8_t { normal, zeros, ones };
 
+// Where a tensor-parallel shard's elements sit in the full tensor (rows x
+// cols, 1-D tensors as one column): local row i is full row
+// row_starts[i / rows_per_block] + i % rows_per_block (rows past full_rows are
+// vocabulary padding), local column j is full column col0 + j.
+struct TpSlice {
+  std::vector<int64_t> row_starts{0};
+  int64_t rows_per_block = 0, col0 = 0, full_rows = 0, full_cols = 1;
+};
+
 struct ParamInfo {
   std::string name;            // GPT-2 name, e.g. "h.3.attn.c_attn.weight"
-  std::vector<int64_t> shape;  // Linear layout (out, in) for matrices
+  std::vector<int64_t> shape;  // Linear layout (out, in) for matrices; a tp shard's local shape
   int64_t offset = 0;          // in the flat vector
   int64_t numel = 0;
   int unit = 0;
   bool decay = false;          // AdamW weight decay: matrices only
   InitKind init = InitKind::zeros;
   double init_std = 0.0;
+  // Tensor parallel: the same full tensor on every tp rank (LayerNorms,
+  // row-parallel biases, wpe) or a slice of it (split).
+  bool replicated = true;
+  TpSlice slice;
+  // Index of local element i in the full tensor, or -1 for vocabulary padding.
+  int64_t full_index(int64_t i) const;
+  int64_t full_numel() const { return slice.full_rows * slice.full_cols; }
 };
 
 // Offsets of one block's tensors relative to the start of its unit.
@@ -36,6 +52,13 @@ struct BlockOffsets {
 class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& m);
+  // Tensor-parallel rank `tp_rank` of `tp` (Megatron): QKV and MLP-up split
+  // by output rows (heads), attention-out and MLP-down by input columns, the
+  // token embedding by vocabulary rows (padded to a multiple of tp, the
+  // padding rows zero), LayerNorms, row-parallel biases and wpe replicated.
+  // tp = 1 is the full layout. InputError naming both numbers when heads or
+  // channels do not divide.
+  ParamLayout(const ModelConfig& m, int tp, int tp_rank);
 
   const ModelConfig& model() const { return m_; }
   const std::vector<ParamInfo>& params() const { return params_; }
@@ -48,7 +71,14 @@ class ParamLayout {
   int final_unit() const { return m_.L + 1; }
   const BlockOffsets& block() const { return block_; }
   int64_t wte_offset() const { return 0; }
-  int64_t wpe_offset() const { return int64_t(m_.V) * m_.C; }
+  int64_t wpe_offset() const { return vocab_rows_ * m_.C; }
+  int tp() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
+  // Rows of the (local) token embedding, its first full vocabulary row, and
+  // the padded vocabulary (a multiple of tp).
+  int64_t vocab_rows() const { return vocab_rows_; }
+  int64_t vocab_begin() const { return vocab_rows_ * tp_rank_; }
+  int64_t padded_vocab() const { return vocab_rows_ * tp_; }
   int64_t lnf_w_offset() const { return unit_begin(final_unit()); }
   int64_t lnf_b_offset() const { return unit_begin(final_unit()) + m_.C; }
   const ParamInfo* find(const std::string& name) const;
@@ -62,8 +92,11 @@ class ParamLayout {
   }
 
  private:
-  void add(std::string name, std::vector<int64_t> shape, int unit, InitKind init, double std);
+  void add(std::string name, std::vector<int64_t> shape, int unit, InitKind init, double std,
+           TpSlice slice = {}, bool replicated = true);
   ModelConfig m_;
+  int tp_ = 1, tp_rank_ = 0;
+  int64_t vocab_rows_ = 0;
   std::vector<ParamInfo> params_;
   std::vector<int64_t> unit_begin_;
   BlockOffsets block_{};

@@ -34,6 +34,9 @@ ModelConfig named_model(std::string_view name) {
   ModelConfig m;
   m.name = std::string(name);
   if (name == "tiny") { m.V = 64; m.maxT = 16; m.C = 32; m.L = 2; m.NH = 2; }
+  // Heads divisible by 2, 3 and 4 and a vocabulary that none of them divides:
+  // the tensor-parallel model (vocabulary padding exercised at every tp).
+  else if (name == "tiny-tp") { m.V = 67; m.maxT = 16; m.C = 48; m.L = 2; m.NH = 12; }
   else if (name == "small") { m.V = 256; m.maxT = 64; m.C = 128; m.L = 4; m.NH = 4; }
   else if (name == "medium") { m.V = 512; m.maxT = 128; m.C = 256; m.L = 4; m.NH = 8; }
   else if (name == "wide") { m.V = 1024; m.maxT = 128; m.C = 768; m.L = 2; m.NH = 12; }
@@ -47,6 +50,6 @@ ModelConfig named_model(std::string_view name) {
   return m;
 }
 
-std::vector<std::string> named_models() { return {"tiny", "small", "medium", "wide", "gpt2-124m", "gpt2-350m"}; }
+std::vector<std::string> named_models() { return {"tiny", "tiny-tp", "small", "medium", "wide", "gpt2-124m", "gpt2-350m"}; }
 
 }  // namespace pb

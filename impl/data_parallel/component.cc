@@ -1,5 +1,6 @@
 #include "impl/data_parallel/component.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -181,12 +182,43 @@ void Component<T>::zero_grads() {
 }
 
 template <class T>
+double Component<T>::sum_sq(const T* data, int64_t lo, int64_t hi) const {
+  if (norm_skip_.empty()) return kernels::sum_squares(data, size_t(hi - lo));
+  double sq = 0;
+  int64_t at = lo;
+  for (const auto& [a, b] : norm_skip_) {
+    if (b <= at) continue;
+    if (a >= hi) break;
+    if (a > at) sq += kernels::sum_squares(data + (at - lo), size_t(a - at));
+    at = std::max(at, b);
+  }
+  if (at < hi) sq += kernels::sum_squares(data + (at - lo), size_t(hi - at));
+  return sq;
+}
+
+template <class T>
+void Component<T>::for_each_held(bool grads, const std::function<void(int64_t, int64_t, T*)>& f) {
+  T* buf = grads ? grads_.data() : params_.data();
+  const bool full = grads ? grads_full() : !params_sharded();
+  for (int u = 0; u < sl_->num_units(); ++u) {
+    const UnitShard& s = sl_->unit(u);
+    if (o_.shard == Shard::none || (full && !grads)) {  // the whole unit
+      if (s.size) f(s.begin, s.begin + s.size, buf + s.full_off);
+      continue;
+    }
+    auto [lo, hi] = sl_->owned(u);
+    if (lo >= hi) continue;
+    f(lo, hi, buf + (full ? s.full_off + s.slice * sl_->slice_index() : s.shard_off));
+  }
+}
+
+template <class T>
 double Component<T>::local_sq() const {
   double sq = 0;
   if (o_.shard == Shard::none) {  // full grads everywhere, unpadded: one pass in flat order
     for (int u = 0; u < sl_->num_units(); ++u)
       require(sl_->unit(u).in_norm, "dp: DDP's local_sq covers whole-model components only");
-    return kernels::sum_squares(grads_.data(), grads_.size());
+    return sum_sq(grads_.data(), 0, int64_t(grads_.size()));
   }
   if (o_.shard == Shard::hsdp && c_.dp->rank() >= g_) return 0;  // replicas hold copies
   for (int u = 0; u < sl_->num_units(); ++u) {  // owned ranges in unit order (the replay's norm parts)
@@ -194,7 +226,7 @@ double Component<T>::local_sq() const {
     auto [lo, hi] = sl_->owned(u);
     if (!s.in_norm || lo >= hi) continue;
     const int64_t off = grads_full() ? s.full_off + s.slice * sl_->slice_index() : s.shard_off;
-    sq += kernels::sum_squares(grads_.data() + off, size_t(hi - lo));
+    sq += sum_sq(grads_.data() + off, lo, hi);
   }
   return sq;
 }

@@ -16,6 +16,8 @@
 // group (shard.h) and padding stays zero, so it adds nothing anywhere.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +109,15 @@ class Component {
   // component): the full vector of `total` elements, each rank's share summed.
   std::vector<double> gather_full(bool grads, Communicator& check, int64_t total) const;
 
+  // Calls f(flat_lo, flat_hi, data) for every range of params or (reduced,
+  // after the finish) grads this rank holds: the whole units when they are
+  // full (DDP; ZeRO-1/2 params), else its owned slices. Every rank of the
+  // group, replicas included.
+  void for_each_held(bool grads, const std::function<void(int64_t, int64_t, T*)>& f);
+  // Flat ranges left out of local_sq (a tensor-parallel rank other than 0
+  // holds copies of the tp-replicated parameters); sorted, disjoint.
+  void exclude_from_norm(std::vector<std::pair<int64_t, int64_t>> ranges) { norm_skip_ = std::move(ranges); }
+
   T* params_data() { return params_.data(); }
   T* grads_data() { return grads_.data(); }
 
@@ -118,6 +129,8 @@ class Component {
   std::unique_ptr<ShardLayout> sl_;
   Buffer<T> params_, grads_, secondary_, dummy_params_;
   std::unique_ptr<AdamW<T>> opt_;
+  std::vector<std::pair<int64_t, int64_t>> norm_skip_;
+  double sum_sq(const T* data, int64_t lo, int64_t hi) const;  // [lo, hi) minus norm_skip_
   Communicator& shard_comm() { return o_.shard == Shard::hsdp ? *c_.shard : *c_.dp; }
 };
 

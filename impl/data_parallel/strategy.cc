@@ -37,7 +37,10 @@ CommOp op_of(Coll c) {
 }  // namespace
 
 Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps) {
-  const auto units = unit_sizes(ParamLayout(cfg.model));
+  return declared_costs(o, cfg, steps, unit_sizes(ParamLayout(cfg.model)));
+}
+
+Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps, std::span<const int64_t> units) {
   const DataAxis axis = data_axis(o, cfg.precision, cfg.microbatches);
   const ModelStateBytes m = model_state_bytes(units, axis);
   Declared d;
@@ -55,7 +58,8 @@ Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps) {
 namespace {
 
 bool runs(const RunSpec& s) {
-  return s.mesh.tp == 1 && s.mesh.cp == 1 && s.mesh.pp == 1 && s.mesh.ep == 1 && !s.pipe.schedule;
+  return s.mesh.tp == 1 && s.mesh.cp == 1 && s.mesh.pp == 1 && s.mesh.ep == 1 && !s.pipe.schedule &&
+         s.tensor.recompute == Recompute::none;
 }
 
 void validate_spec(const RunSpec& s) {

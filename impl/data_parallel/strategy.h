@@ -2,6 +2,9 @@
 // HSDP, hZeRO and offload on a mesh of dp ranks only, and the view of a run
 // spec the family's code takes (DpOptions).
 #pragma once
+#include <cstdint>
+#include <span>
+
 #include "impl/data_parallel/options.h"
 #include "impl/spec/rank.h"
 
@@ -17,5 +20,8 @@ DpOptions options_of(const RunSpec& s);
 // by tag, the comm-buffer peak, and bytes per (group, op) — cost.h evaluated
 // for this run.
 Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps);
+// The same for a rank holding units of the given sizes (a tensor-parallel
+// shard of the model).
+Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps, std::span<const int64_t> units);
 
 }  // namespace pb::dp

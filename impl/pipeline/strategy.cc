@@ -31,7 +31,7 @@ bool runs(const RunSpec& s) {
 
 void validate_spec(const RunSpec& s) {
   require(s.tensor == TensorOptions{} && s.context == ContextOptions{},
-          "strategy: tensor and context options (sp, cp_algo, zigzag) need tp > 1 or cp > 1 in the mesh");
+          "strategy: tensor and context options (sp, recompute, cp_algo, zigzag) do not run with a pipeline yet");
   validate(options_of(s), s.train, s.world());
 }
 

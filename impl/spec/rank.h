@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -109,6 +110,9 @@ struct Strategy {
   Replay (*replay)(const RunSpec&) = nullptr;
   // One rank; `world` is the run's world communicator.
   std::unique_ptr<Rank> (*make_rank)(const RunSpec&, Communicator& world) = nullptr;
+  // A spec whose results must be bit-identical to this one's on the same
+  // mesh (recomputation against none: the same arithmetic), or nothing.
+  std::optional<RunSpec> (*bitwise_twin)(const RunSpec&) = nullptr;
 };
 
 }  // namespace pb

@@ -70,6 +70,21 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   }
 }
 
+}  // namespace
+
+std::string_view recompute_name(Recompute r) {
+  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
+}
+
+Recompute parse_recompute(std::string_view s, std::string_view field) {
+  if (s == "none") return Recompute::none;
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  throw InputError(std::string(field) + ": " + quote(s) + " is not one of none, selective, full");
+}
+
+namespace {
+
 std::string_view cp_algo_name(CpAlgo a) { return a == CpAlgo::ring ? "ring" : "ulysses"; }
 
 CpAlgo parse_cp_algo(std::string_view s, std::string_view field) {
@@ -120,7 +135,7 @@ void normalize_faults(std::vector<std::string>& f) {
 }
 
 constexpr const char* kKeys =
-    "shard, offload, bucket_mb, overlap, prefetch, reshard_after_forward, shard_group, sp, cp_algo, zigzag, "
+    "shard, offload, bucket_mb, overlap, prefetch, reshard_after_forward, shard_group, sp, recompute, cp_algo, zigzag, "
     "schedule, virtual_stages, faults";
 
 }  // namespace
@@ -145,6 +160,7 @@ std::string strategy_text(const RunSpec& s) {
       onoff(s.data.reshard_after_forward));
   add(s.data.shard_group != d.data.shard_group, "shard_group", std::to_string(s.data.shard_group));
   add(s.tensor.sp != d.tensor.sp, "sp", onoff(s.tensor.sp));
+  add(s.tensor.recompute != d.tensor.recompute, "recompute", std::string(recompute_name(s.tensor.recompute)));
   add(s.context.algo != d.context.algo, "cp_algo", std::string(cp_algo_name(s.context.algo)));
   add(s.context.zigzag != d.context.zigzag, "zigzag", onoff(s.context.zigzag));
   add(s.pipe.schedule.has_value(), "schedule",
@@ -184,6 +200,7 @@ void apply_strategy_text(RunSpec& s, std::string_view text, std::string_view fie
     else if (key == "reshard_after_forward") s.data.reshard_after_forward = parse_bool(v, f);
     else if (key == "shard_group") s.data.shard_group = parse_int(v, f, 0, INT32_MAX);
     else if (key == "sp") s.tensor.sp = parse_bool(v, f);
+    else if (key == "recompute") s.tensor.recompute = parse_recompute(v, f);
     else if (key == "cp_algo") s.context.algo = parse_cp_algo(v, f);
     else if (key == "zigzag") s.context.zigzag = parse_bool(v, f);
     else if (key == "schedule") s.pipe.schedule = pipeline::parse_schedule_kind(v, f);
@@ -222,6 +239,8 @@ RunSpec read_run_spec(ConfigReader& r) {
   d.reshard_after_forward = r.get<bool>("strategy.reshard_after_forward", d.reshard_after_forward);
   d.shard_group = r.get<int>("strategy.shard_group", d.shard_group, Bounds::non_negative());
   s.tensor.sp = r.get<bool>("strategy.sp", false);
+  s.tensor.recompute = parse_recompute(
+      r.get_enum("strategy.recompute", "none", {"none", "selective", "full"}), "strategy.recompute");
   s.context.algo = parse_cp_algo(r.get_enum("strategy.cp_algo", "ring", {"ring", "ulysses"}), "strategy.cp_algo");
   s.context.zigzag = r.get<bool>("strategy.zigzag", true);
   if (r.has("strategy.schedule"))
@@ -245,6 +264,7 @@ void write_run_spec(const RunSpec& s, ConfigReader& r) {
   r.set("strategy.reshard_after_forward", s.data.reshard_after_forward);
   r.set("strategy.shard_group", int64_t(s.data.shard_group));
   r.set("strategy.sp", s.tensor.sp);
+  r.set("strategy.recompute", std::string(recompute_name(s.tensor.recompute)));
   r.set("strategy.cp_algo", std::string(cp_algo_name(s.context.algo)));
   r.set("strategy.zigzag", s.context.zigzag);
   if (s.pipe.schedule) r.set("strategy.schedule", std::string(pipeline::schedule_name(*s.pipe.schedule)));

@@ -52,6 +52,14 @@ namespace pb {
 
 enum class CpAlgo : uint8_t { ring, ulysses };
 
+// Activation recomputation (Korthikanti et al. 2022): none; selective = the
+// attention core (softmax probabilities) recomputed in backward; full = every
+// block's forward rerun from its stored input.
+enum class Recompute : uint8_t { none, selective, full };
+// "none", "selective", "full"; InputError naming `field` otherwise.
+Recompute parse_recompute(std::string_view s, std::string_view field = "recompute");
+std::string_view recompute_name(Recompute r);
+
 // The data axis (size mesh.dp).
 struct DataOptions {
   dp::Shard shard = dp::Shard::none;
@@ -67,6 +75,7 @@ struct DataOptions {
 // The tensor axis (size mesh.tp).
 struct TensorOptions {
   bool sp = false;  // Megatron sequence parallel
+  Recompute recompute = Recompute::none;
   bool operator==(const TensorOptions&) const = default;
 };
 

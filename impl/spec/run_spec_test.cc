@@ -28,6 +28,8 @@ std::vector<std::pair<std::string, std::function<void(RunSpec&)>>> every_option(
       {"reshard_after_forward", [](RunSpec& s) { s.data.reshard_after_forward = false; }},
       {"shard_group", [](RunSpec& s) { s.data.shard_group = 4; }},
       {"sp", [](RunSpec& s) { s.tensor.sp = true; }},
+      {"recompute", [](RunSpec& s) { s.tensor.recompute = Recompute::selective; }},
+      {"recompute_full", [](RunSpec& s) { s.tensor.recompute = Recompute::full; }},
       {"cp_algo", [](RunSpec& s) { s.context.algo = CpAlgo::ulysses; }},
       {"zigzag", [](RunSpec& s) { s.context.zigzag = false; }},
       {"schedule", [](RunSpec& s) { s.pipe.schedule = pipeline::ScheduleKind::zb_h1; }},
@@ -171,6 +173,7 @@ TEST(RunSpec, BadTextNamesThePartAndTheAllowedValues) {
   expect_bad_strategy("bucket_mb=inf", "bucket_mb", "> 0");
   expect_bad_strategy("bucket_mb=abc", "'abc'", "number");
   expect_bad_strategy("cp_algo=tree", "'tree'", "ring, ulysses");
+  expect_bad_strategy("recompute=some", "'some'", "none, selective, full");
   expect_bad_strategy("schedule=pipedream", "'pipedream'", "gpipe, 1f1b, interleaved, zb-h1 or 2bw");
   expect_bad_strategy("virtual_stages=0", "'0'", "[1, inf]");
   expect_bad_strategy("faults=Bad-Name", "'Bad-Name'", "[a-z0-9_]");

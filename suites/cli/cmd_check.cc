@@ -57,12 +57,36 @@ StrategyRun point(const CheckFlags& f, const std::string& precision, const MeshS
     c.seq = 16;
     c.microbatches = 2 * mesh.pp;
     c.batch = c.microbatches * mesh.dp;
+  } else if (mesh.tp > 1 || s.spec.tensor.recompute != Recompute::none) {
+    // Tensor parallel: tiny-tp (12 heads: tp 2, 3, 4; a vocabulary of 67 that
+    // every tp pads) unless a model is named; 12 tokens so a microbatch's
+    // tokens split over tp 2, 3 and 4 under sequence parallel.
+    c.model = named_model(f.model == "tiny" ? "tiny-tp" : f.model);
+    c.seq = std::min(12, c.model.maxT);
+    c.batch = 4 * mesh.dp;
   } else {
     c.model = named_model(f.model);
     c.seq = std::min(16, c.model.maxT);
     c.batch = 8 * mesh.dp;
   }
   return s;
+}
+
+// A --mesh entry: the mesh text, optionally with ".sp" (sequence parallel on
+// at that point), e.g. "dp2.tp2.sp".
+StrategyRun mesh_point(const CheckFlags& f, const std::string& precision, const std::string& entry,
+                       const std::string& strategy) {
+  std::string mesh, opts = strategy;
+  size_t b = 0;
+  while (b <= entry.size()) {
+    const size_t e = std::min(entry.find('.', b), entry.size());
+    const std::string part = entry.substr(b, e - b);
+    std::string& to = part == "sp" ? opts : mesh;
+    if (!to.empty()) to += part == "sp" ? ',' : '.';
+    to += part == "sp" ? std::string("sp=on") : part;
+    b = e + 1;
+  }
+  return point(f, precision, parse_mesh(mesh, "--mesh"), opts);
 }
 
 MeshShape dp_mesh(int dp, int rpn = 0) {
@@ -83,7 +107,7 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
     const std::vector<std::string> strategies = f.strategies.empty() ? std::vector<std::string>{""} : f.strategies;
     for (const auto& prec : f.precisions)
       for (const auto& m : f.meshes)
-        for (const auto& st : strategies) runs.push_back(point(f, prec, parse_mesh(m, "--mesh"), st));
+        for (const auto& st : strategies) runs.push_back(mesh_point(f, prec, m, st));
     return runs;
   }
   require(f.strategies.empty(), "--strategy: applies to --mesh points; give --mesh too");
@@ -213,7 +237,9 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--schedule", f->schedules, "pipeline schedules (none: no pipeline points)")
       ->capture_default_str();
   app->add_option("--pp", f->pps, "pipeline sizes")->capture_default_str();
-  app->add_option("--mesh", f->meshes, "meshes to check instead of the default matrix (dp2 dp2.pp2 ...)");
+  app->add_option("--mesh", f->meshes,
+                  "meshes to check instead of the default matrix (dp2 dp2.pp2 tp2 tp2.sp dp2.tp2 ...; "
+                  ".sp turns sequence parallel on)");
   app->add_option("--strategy", f->strategies,
                   "options for every --mesh point, e.g. shard=zero3,prefetch=2 schedule=zb-h1");
   app->add_flag("--chaos", f->chaos, "inject seeded random delays into every collective");

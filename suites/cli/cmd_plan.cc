@@ -108,7 +108,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   require(f.precision == "fp64" || f.precision == "fp32" || f.precision == "bf16-mixed",
           "--precision: must be one of fp64, fp32, bf16-mixed (got '" + f.precision + "')");
   in.precision = parse_precision(f.precision);
-  in.recompute = planner::parse_recompute(f.recompute);
+  in.recompute = planner::parse_recompute(f.recompute, "--recompute");
   in.schedule = pipeline::parse_schedule_kind(f.schedule, "--schedule");
   apply_spec(f, in);
   return in;

@@ -36,7 +36,7 @@ struct ConformanceResult {
   Precision precision = Precision::fp32;
   int world = 1;
   std::string backend;
-  bool bitwise_declared = false;
+  bool bitwise_declared = false;       // against the replay, or the strategy's bitwise twin
   std::vector<QuantityCheck> rule;     // against the truth
   std::vector<QuantityCheck> bits;     // against the replay (when declared bitwise)
   std::vector<ExactCheck> exact;       // memory and communication, rank 0 (all ranks compared)

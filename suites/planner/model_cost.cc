@@ -8,18 +8,6 @@
 
 namespace pb::planner {
 
-Recompute parse_recompute(std::string_view s, std::string_view field) {
-  if (s == "none") return Recompute::none;
-  if (s == "selective") return Recompute::selective;
-  if (s == "full") return Recompute::full;
-  throw InputError(std::string(field) + ": '" + std::string(s) + "' is not one of none, selective, full");
-}
-
-std::string_view recompute_name(Recompute r) {
-  constexpr std::string_view names[] = {"none", "selective", "full"};
-  return names[int(r)];
-}
-
 namespace {
 
 struct Shape {
@@ -110,17 +98,6 @@ Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r) {
 
 double to_double(u128 x) {
   return double(uint64_t(x >> 64)) * 18446744073709551616.0 + double(uint64_t(x));
-}
-
-int64_t layer_activation_bytes(const ActivationShape& x, Recompute r) {
-  require(x.tp >= 1 && x.cp >= 1 && x.s % x.cp == 0, "--cp: must divide the sequence length");
-  const int64_t e = x.elem_bytes, d = x.dropout ? 1 : 0, t = x.tp;
-  const int64_t sl = x.s / x.cp, sbh = sl * x.b * x.h;
-  if (r == Recompute::full) return x.sp ? e * sbh / t : e * sbh;
-  const int64_t replicated = x.sp ? sbh * (4 * e + 2 * d) / t : sbh * (4 * e + 2 * d);
-  const int64_t split = sbh * 12 * e / t;
-  const int64_t scores = r == Recompute::selective ? 0 : x.a * sl * x.s * x.b * (e + d * (e + 1)) / t;
-  return replicated + split + scores;
 }
 
 int64_t first_stage_extra_bytes(const ActivationShape& x) {

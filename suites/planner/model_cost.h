@@ -23,15 +23,20 @@
 #include <vector>
 
 #include "impl/pipeline/cost.h"
+#include "impl/tensor_parallel/cost.h"
 #include "reference/model_config.h"
 
 namespace pb::planner {
 
 __extension__ typedef unsigned __int128 u128;
 
-enum class Recompute : uint8_t { none, selective, full };
-Recompute parse_recompute(std::string_view s, std::string_view field = "--recompute");
-std::string_view recompute_name(Recompute r);
+// Recomputation modes and the activation formula are the tensor axis's
+// (impl/tensor_parallel/cost.h): one source for the strategy and the planner.
+using pb::parse_recompute;
+using pb::Recompute;
+using pb::recompute_name;
+using tp::ActivationShape;
+using tp::layer_activation_bytes;
 
 // The reference's named shapes plus published large ones: gpt-1.3b (GPT-3 XL:
 // L24 C2048 NH16 T2048), gpt-7b (L32 C4096 NH32 T2048), gpt3-175b (GPT-3:
@@ -61,20 +66,8 @@ struct Flops {
 Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r);
 double to_double(u128 x);
 
-// Activation bytes one microbatch of b sequences leaves stored in one layer on
-// one rank (Korthikanti Sec. 4). elem_bytes e: 2 bf16, 4 fp32, 8 fp64; dropout
-// masks are 1 byte. General form, for s_loc = s/cp tokens on the rank:
-//   replicated sbh(4e + 2d) [/t with sp], split sbh*12e/t, scores
-//   a*s_loc*s*b*(e + d(e+1))/t (dropped by selective); full: e*sbh [/t with sp].
-// At e = 2, d = 1, cp = 1 this is exactly the paper's sbh(10 + 24/t + 5as/(ht)).
-struct ActivationShape {
-  int64_t b = 1, s = 1, h = 1, a = 1;
-  int tp = 1, cp = 1;
-  bool sp = false;
-  bool dropout = false;
-  int elem_bytes = 2;
-};
-int64_t layer_activation_bytes(const ActivationShape& x, Recompute r);
+// Activation bytes per layer: tp::layer_activation_bytes (Korthikanti Sec. 4;
+// at e = 2, dropout, cp = 1 exactly the paper's sbh(10 + 24/t + 5as/(ht))).
 // Extra activation bytes of the first stage (embedding output / dropout mask)
 // and of the last stage (final LN and LM-head inputs, fp32 logits for the loss:
 // 4sbV/t, Korthikanti Sec. 4.3).

@@ -1,0 +1,38 @@
+// Options of the tensor axis as a rank runs them (the run spec's
+// TensorOptions with the mesh's tp), and the test-only faults the checker's
+// teeth are tested with.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "impl/spec/run_spec.h"
+
+namespace pb::tp {
+
+// Injected faults (test-only): each must make the conformance engine fail.
+enum class Fault : uint8_t {
+  bias_tp_times,         // row-parallel biases added on every tp rank before the all-reduce
+  skip_input_allreduce,  // the column-parallel input's backward all-reduce is missing (non-SP)
+  padded_vocab_in_loss,  // the padded vocabulary rows take part in the softmax
+  skip_sp_grad_reduce,   // SP: grads of tp-replicated params (LayerNorms, row biases) not all-reduced
+  norm_tp_times,         // tp-replicated params counted on every tp rank in the clip norm
+  recompute_wrong_input, // full recompute reruns a block from the previous block's input
+};
+std::string fault_name(Fault f);
+// InputError naming `field` and the tensor-parallel faults.
+Fault parse_fault(const std::string& s, const std::string& field = "strategy.faults");
+bool is_fault(const std::string& s);
+// The faults that apply to (tp, sp, recompute, a vocabulary that tp pads).
+std::vector<Fault> faults_for(int tp, bool sp, Recompute r, bool vocab_padded);
+
+struct TpOptions {
+  int tp = 1;
+  bool sp = false;
+  Recompute recompute = Recompute::none;
+  std::set<Fault> faults;
+  bool has(Fault f) const { return faults.count(f) > 0; }
+};
+
+}  // namespace pb::tp

@@ -1,0 +1,457 @@
+#include "impl/tensor_parallel/runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <utility>
+
+#include "harness/status.h"
+#include "kernels/cpu/numeric.h"
+#include "kernels/cpu/ops.h"
+
+namespace pb::tp {
+
+namespace k = kernels;
+using k::detail::add_into;
+using k::detail::load;
+using k::detail::store;
+
+namespace {
+template <class X>
+void zero(const Buffer<X>& b) {
+  if (!b.empty()) std::memset(static_cast<void*>(b.data()), 0, b.size() * sizeof(X));
+}
+template <class X>
+void copy(X* dst, const X* src, size_t n) {
+  std::memcpy(static_cast<void*>(dst), src, n * sizeof(X));
+}
+}  // namespace
+
+// The one list of buffers: the constructor allocates it, allocated_bytes()
+// sums it. f(Buffer<X>* or nullptr, tag, elements).
+template <class T>
+template <class Self, class F>
+void TpRunner<T>::each_buffer(Self* s, const ModelConfig& m, const TpOptions& o, int64_t Vr, int Bm, int Tn,
+                              F&& f) {
+  const size_t N = size_t(Bm) * Tn, t = size_t(o.tp), Nl = o.sp ? N / t : N, C = size_t(m.C), Ct = C / t;
+  const size_t att = size_t(Bm) * size_t(m.NH / o.tp) * Tn * Tn, V = size_t(Vr);
+  const MemTag act = MemTag::activations, ws = MemTag::workspace;
+  auto top = [&](auto Self::*mem) { return s ? &(s->*mem) : nullptr; };
+  auto blk = [&](Block* b, auto Block::*mem) { return b ? &(b->*mem) : nullptr; };
+  // A block's buffers; `xout_only`: full recompute keeps the output alone.
+  auto block = [&](Block* b, MemTag tag, bool xout_only, bool with_att) {
+    if (!xout_only) {
+      f(blk(b, &Block::ln1), tag, Nl * C);
+      f(blk(b, &Block::ln1_mean), tag, Nl);
+      f(blk(b, &Block::ln1_rstd), tag, Nl);
+      f(blk(b, &Block::qkv), tag, N * 3 * Ct);
+      if (with_att) f(blk(b, &Block::att), tag, att);
+      f(blk(b, &Block::atty), tag, N * Ct);
+      f(blk(b, &Block::xmid), tag, Nl * C);
+      f(blk(b, &Block::ln2), tag, Nl * C);
+      f(blk(b, &Block::ln2_mean), tag, Nl);
+      f(blk(b, &Block::ln2_rstd), tag, Nl);
+      f(blk(b, &Block::fch), tag, N * 4 * Ct);
+      f(blk(b, &Block::fchg), tag, N * 4 * Ct);
+    }
+    f(blk(b, &Block::xout), tag, Nl * C);
+  };
+  // Activations: tokens and targets, the embedding output, every block, the head.
+  f(top(&Self::tokens_), act, N);
+  f(top(&Self::targets_), act, N);
+  f(top(&Self::x0_), act, Nl * C);
+  for (int l = 0; l < m.L; ++l)
+    block(s ? &s->blocks_[size_t(l)] : nullptr, act, o.recompute == Recompute::full,
+          o.recompute == Recompute::none);
+  f(top(&Self::lnf_), act, Nl * C);
+  f(top(&Self::lnf_mean_), act, Nl);
+  f(top(&Self::lnf_rstd_), act, Nl);
+  f(top(&Self::probs_), act, N * V);
+  f(top(&Self::losses_), act, N);
+  // Workspace: recompute buffers, gathered / partial (N,C), backward scratch.
+  if (o.recompute == Recompute::full) block(s ? &s->work_ : nullptr, ws, false, true);
+  if (o.recompute == Recompute::selective) {
+    f(top(&Self::att_work_), ws, att);
+    f(top(&Self::atty_work_), ws, N * Ct);
+  }
+  f(top(&Self::gat_), ws, N * C);
+  f(top(&Self::part_), ws, N * C);
+  f(top(&Self::tmp_), ws, Nl * C);
+  f(top(&Self::dres_), ws, Nl * C);
+  f(top(&Self::dln_), ws, Nl * C);
+  f(top(&Self::datty_), ws, N * Ct);
+  f(top(&Self::dqkv_), ws, N * 3 * Ct);
+  f(top(&Self::datt_), ws, att);
+  f(top(&Self::dfch_), ws, N * 4 * Ct);
+  f(top(&Self::dfchg_), ws, N * 4 * Ct);
+  f(top(&Self::dlogits_), ws, N * V);
+  f(top(&Self::dx_a_), ws, Nl * C);
+  f(top(&Self::dx_b_), ws, Nl * C);
+  f(top(&Self::cmax_), ws, N);
+  f(top(&Self::csum_), ws, 2 * N);
+  const int n = int(N), c = m.C, ct = int(Ct), v = int(V);
+  f(top(&Self::mm_ws_), ws,
+    std::max({k::matmul_workspace_floats<T>(n, c, 3 * ct), k::matmul_workspace_floats<T>(n, c, 4 * ct),
+              k::matmul_workspace_floats<T>(n, 4 * ct, c), k::matmul_workspace_floats<T>(n, ct, c),
+              k::matmul_workspace_floats<T>(n, c, v)}));
+  f(top(&Self::att_ws_), ws, k::attention_workspace_elems<T>(Tn, int(Ct), m.NH / o.tp));
+}
+
+template <class T>
+int64_t TpRunner<T>::allocated_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, MemTag tag) {
+  int64_t bytes = 0;
+  const int64_t Vr = (int64_t(m.V) + o.tp - 1) / o.tp;
+  each_buffer(static_cast<TpRunner*>(nullptr), m, o, Vr, Bm, Tn, [&](auto* b, MemTag t, size_t n) {
+    using Buf = std::remove_pointer_t<decltype(b)>;
+    using X = std::remove_pointer_t<decltype(std::declval<Buf>().data())>;
+    if (t == tag) bytes += int64_t(n * sizeof(X));
+  });
+  return bytes;
+}
+
+template <class T>
+TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp, const MarkovSource& data,
+                      MemoryTracker* mt, int Bm, int Tn)
+    : layout_(&l), o_(o), tp_(tp), data_(&data), Bm_(Bm), Tn_(Tn) {
+  const auto& m = l.model();
+  require(l.tp() == o.tp, "tp: the layout's tp differs from the options'");
+  require(o.tp == 1 || (tp && tp->size() == o.tp), "tp: the group's size differs from tp");
+  N_ = Bm * Tn;
+  require(!o.sp || N_ % o.tp == 0, "strategy.sp: the microbatch's " + std::to_string(N_) +
+                                       " tokens do not split over tp" + std::to_string(o.tp));
+  Nl_ = o.sp ? N_ / o.tp : N_;
+  C_ = m.C;
+  Ct_ = m.C / o.tp;
+  H_ = m.NH / o.tp;
+  Vr_ = int(l.vocab_rows());
+  vb_ = l.vocab_begin();
+  valid_ = int(std::clamp<int64_t>(m.V - vb_, 0, Vr_));
+  if (o.has(Fault::padded_vocab_in_loss)) valid_ = Vr_;
+  blocks_.resize(size_t(m.L));
+  each_buffer(this, m, o, Vr_, Bm, Tn, [&](auto* b, MemTag tag, size_t n) {
+    using Buf = std::remove_pointer_t<decltype(b)>;
+    if (n) *b = Buf(mt, tag, n);
+  });
+}
+
+template <class T>
+void TpRunner<T>::all_reduce(T* buf, size_t n) {
+  if (o_.tp > 1) tp_->all_reduce(buf, buf, n, dtype_of<T>());
+}
+
+template <class T>
+void TpRunner<T>::gather(const T* shard, T* full) {
+  tp_->all_gather(shard, full, size_t(Nl_) * C_, dtype_of<T>());
+}
+
+template <class T>
+void TpRunner<T>::scatter(const T* full, T* shard) {
+  tp_->reduce_scatter(full, shard, size_t(Nl_) * C_, dtype_of<T>());
+}
+
+template <class T>
+void TpRunner<T>::add_bias(T* y, const T* b, int rows) {
+  for (int n = 0; n < rows; ++n) {
+    T* r = y + size_t(n) * C_;
+    for (int c = 0; c < C_; ++c) r[c] = store<T>(load(r[c]) + load(b[c]));
+  }
+}
+
+// y_out (Nl,C) = reduce over tp of in (N, in_cols) @ w^T, plus the bias once.
+template <class T>
+void TpRunner<T>::row_parallel(T* y_out, const T* in, const T* w, const T* b, int in_cols) {
+  const bool bias_each_rank = o_.has(Fault::bias_tp_times) && o_.tp > 1;
+  k::matmul_forward(part_.data(), in, w, bias_each_rank ? b : static_cast<const T*>(nullptr), N_, in_cols, C_,
+                    mm_ws_.data());
+  if (o_.sp) {
+    scatter(part_.data(), y_out);
+  } else {
+    all_reduce(part_.data(), size_t(N_) * C_);
+    copy(y_out, part_.data(), size_t(N_) * C_);
+  }
+  if (!bias_each_rank) add_bias(y_out, b, Nl_);
+}
+
+template <class T>
+void TpRunner<T>::embed_forward(T* x0, const T* wte, const T* wpe) {
+  // Each rank looks up the tokens of its vocabulary rows; the rest are zero.
+  T* p = part_.data();
+  std::memset(static_cast<void*>(p), 0, size_t(N_) * C_ * sizeof(T));
+  for (int n = 0; n < N_; ++n) {
+    const int64_t v = tokens_[size_t(n)] - vb_;
+    if (v >= 0 && v < valid_) copy(p + size_t(n) * C_, wte + size_t(v) * C_, size_t(C_));
+  }
+  if (o_.sp) {
+    scatter(p, x0);
+  } else {
+    all_reduce(p, size_t(N_) * C_);
+    copy(x0, p, size_t(N_) * C_);
+  }
+  const int first = o_.sp ? tp_->rank() * Nl_ : 0;  // this rank's first token
+  for (int n = 0; n < Nl_; ++n) {
+    const T* pos = wpe + size_t((first + n) % Tn_) * C_;
+    T* r = x0 + size_t(n) * C_;
+    for (int c = 0; c < C_; ++c) r[c] = store<T>(load(r[c]) + load(pos[c]));
+  }
+}
+
+template <class T>
+void TpRunner<T>::embed_backward(T* dwte, T* dwpe, const T* dx0) {
+  // wpe: this rank's tokens (all of them without SP: the same on every rank).
+  const int first = o_.sp ? tp_->rank() * Nl_ : 0;
+  std::vector<A> acc(static_cast<size_t>(C_));
+  for (int t = 0; t < Tn_; ++t) {
+    std::fill(acc.begin(), acc.end(), A(0));
+    bool any = false;
+    for (int n = 0; n < Nl_; ++n) {
+      if ((first + n) % Tn_ != t) continue;
+      any = true;
+      const T* d = dx0 + size_t(n) * C_;
+      for (int c = 0; c < C_; ++c) acc[size_t(c)] += load(d[c]);
+    }
+    if (!any) continue;
+    T* dst = dwpe + size_t(t) * C_;
+    for (int c = 0; c < C_; ++c) add_into(dst[c], acc[size_t(c)]);
+  }
+  // wte: the full gradient at the embedding output, scattered to this rank's rows.
+  const T* full = dx0;
+  if (o_.sp) {
+    gather(dx0, gat_.data());
+    full = gat_.data();
+  }
+  std::vector<int> order(static_cast<size_t>(N_));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens_[size_t(a)] < tokens_[size_t(b)]; });
+  for (size_t i = 0; i < order.size();) {
+    const int32_t tok = tokens_[size_t(order[i])];
+    size_t j = i;
+    std::fill(acc.begin(), acc.end(), A(0));
+    for (; j < order.size() && tokens_[size_t(order[j])] == tok; ++j) {
+      const T* d = full + size_t(order[j]) * C_;
+      for (int c = 0; c < C_; ++c) acc[size_t(c)] += load(d[c]);
+    }
+    const int64_t v = tok - vb_;
+    if (v >= 0 && v < valid_) {
+      T* dst = dwte + size_t(v) * C_;
+      for (int c = 0; c < C_; ++c) add_into(dst[c], acc[size_t(c)]);
+    }
+    i = j;
+  }
+}
+
+template <class T>
+void TpRunner<T>::block_forward(Block& a, const T* x_in, const T* u, T* xout) {
+  const auto& o = layout_->block();
+  float* ws = mm_ws_.data();
+  k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w, u + o.ln1_b, Nl_,
+                       C_);
+  const T* in1 = a.ln1.data();
+  if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
+  k::matmul_forward(a.qkv.data(), in1, u + o.qkv_w, u + o.qkv_b, N_, C_, 3 * Ct_, ws);
+  // Selective recompute does not keep the probabilities: they go to workspace.
+  T* att = a.att.empty() ? att_work_.data() : a.att.data();
+  k::attention_forward(a.atty.data(), att, a.qkv.data(), Bm_, Tn_, Ct_, H_, att_ws_.data());
+  row_parallel(tmp_.data(), a.atty.data(), u + o.attproj_w, u + o.attproj_b, Ct_);
+  k::residual_forward(a.xmid.data(), x_in, tmp_.data(), size_t(Nl_) * C_);
+  k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w,
+                       u + o.ln2_b, Nl_, C_);
+  const T* in2 = a.ln2.data();
+  if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data();
+  k::matmul_forward(a.fch.data(), in2, u + o.fc_w, u + o.fc_b, N_, C_, 4 * Ct_, ws);
+  k::gelu_forward(a.fchg.data(), a.fch.data(), size_t(N_) * 4 * Ct_);
+  row_parallel(tmp_.data(), a.fchg.data(), u + o.fcproj_w, u + o.fcproj_b, 4 * Ct_);
+  k::residual_forward(xout, a.xmid.data(), tmp_.data(), size_t(Nl_) * C_);
+}
+
+namespace {
+// db (C) += column sums of dout (rows, C), accumulated in A in row order.
+template <class T>
+void bias_grad(T* db, const T* dout, int rows, int C) {
+  using A = acc_t<T>;
+  std::vector<A> acc(size_t(C), A(0));
+  for (int n = 0; n < rows; ++n)
+    for (int c = 0; c < C; ++c) acc[size_t(c)] += load(dout[size_t(n) * C + c]);
+  for (int c = 0; c < C; ++c) add_into(db[c], acc[size_t(c)]);
+}
+}  // namespace
+
+template <class T>
+void TpRunner<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a, const T* u) {
+  const auto& o = layout_->block();
+  float* ws = mm_ws_.data();
+  T* null = nullptr;
+  const size_t NlC = size_t(Nl_) * C_;
+  const bool input_ar = !o_.has(Fault::skip_input_allreduce);
+  // Reduces a column-parallel GEMM's partial input gradient part_ (N,C) into
+  // dln_ (Nl,C): Megatron's f backward (all-reduce) or SP's reduce-scatter.
+  auto reduce_input_grad = [&]() -> const T* {
+    if (o_.sp) {
+      scatter(part_.data(), dln_.data());
+      return dln_.data();
+    }
+    if (input_ar) all_reduce(part_.data(), size_t(N_) * C_);
+    return part_.data();
+  };
+  // MLP branch: xout = xmid + fcproj(gelu(fc(ln2(xmid)))).
+  copy(dres_.data(), dout, NlC);
+  const T* dof = dout;
+  if (o_.sp) gather(dout, gat_.data()), dof = gat_.data();
+  zero(dfchg_);
+  k::matmul_backward(dfchg_.data(), du + o.fcproj_w, null, dof, a.fchg.data(), u + o.fcproj_w, N_, 4 * Ct_, C_,
+                     ws);
+  bias_grad(du + o.fcproj_b, dout, Nl_, C_);
+  zero(dfch_);
+  k::gelu_backward(dfch_.data(), a.fch.data(), dfchg_.data(), size_t(N_) * 4 * Ct_);
+  const T* in2 = a.ln2.data();
+  if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data();
+  zero(part_);
+  k::matmul_backward(part_.data(), du + o.fc_w, du + o.fc_b, dfch_.data(), in2, u + o.fc_w, N_, C_, 4 * Ct_, ws);
+  const T* dln2 = reduce_input_grad();
+  k::layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, dln2, a.xmid.data(), u + o.ln2_w,
+                        a.ln2_mean.data(), a.ln2_rstd.data(), Nl_, C_);
+  // Attention branch: xmid = x_in + attproj(attn(qkv(ln1(x_in)))).
+  copy(dx_in, dres_.data(), NlC);
+  const T* dres = dres_.data();
+  if (o_.sp) gather(dres_.data(), gat_.data()), dres = gat_.data();
+  zero(datty_);
+  k::matmul_backward(datty_.data(), du + o.attproj_w, null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_,
+                     ws);
+  bias_grad(du + o.attproj_b, dres_.data(), Nl_, C_);
+  const T* att = a.att.data();
+  if (a.att.empty()) {  // selective recompute: the probabilities again, from the stored QKV
+    k::attention_forward(atty_work_.data(), att_work_.data(), a.qkv.data(), Bm_, Tn_, Ct_, H_, att_ws_.data());
+    att = att_work_.data();
+  }
+  zero(dqkv_);
+  k::attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), att, Bm_, Tn_, Ct_, H_,
+                        att_ws_.data());
+  const T* in1 = a.ln1.data();
+  if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
+  zero(part_);
+  k::matmul_backward(part_.data(), du + o.qkv_w, du + o.qkv_b, dqkv_.data(), in1, u + o.qkv_w, N_, C_, 3 * Ct_,
+                     ws);
+  const T* dln1 = reduce_input_grad();
+  k::layernorm_backward(dx_in, du + o.ln1_w, du + o.ln1_b, dln1, x_in, u + o.ln1_w, a.ln1_mean.data(),
+                        a.ln1_rstd.data(), Nl_, C_);
+}
+
+template <class T>
+double TpRunner<T>::head_forward(const T* x, const T* lnf, const T* wte) {
+  k::layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, lnf, lnf + C_, Nl_, C_);
+  const T* in = lnf_.data();
+  if (o_.sp) gather(lnf_.data(), gat_.data()), in = gat_.data();
+  T* logits = probs_.data();  // (N, Vr): logits, then probabilities in place
+  k::matmul_forward(logits, in, wte, static_cast<const T*>(nullptr), N_, C_, Vr_, mm_ws_.data());
+  // Vocabulary-parallel softmax cross-entropy over the valid columns.
+  A* mx = cmax_.data();
+  A* sum = csum_.data();      // [0, N): sum of exponentials
+  A* tgt = sum + N_;          // [N, 2N): the target's logit (on the rank that owns it)
+  for (int n = 0; n < N_; ++n) {
+    const T* r = logits + size_t(n) * Vr_;
+    A m = -std::numeric_limits<A>::infinity();
+    for (int v = 0; v < valid_; ++v) m = std::max(m, load(r[v]));
+    mx[n] = m;
+  }
+  if (o_.tp > 1) tp_->all_reduce(mx, mx, size_t(N_), dtype_of<A>(), ReduceOp::max);
+  for (int n = 0; n < N_; ++n) {
+    const T* r = logits + size_t(n) * Vr_;
+    A s = 0;
+    for (int v = 0; v < valid_; ++v) s += std::exp(load(r[v]) - mx[n]);
+    sum[n] = s;
+    const int64_t t = targets_[size_t(n)] - vb_;
+    tgt[n] = t >= 0 && t < valid_ ? load(r[t]) : A(0);
+  }
+  if (o_.tp > 1) tp_->all_reduce(sum, sum, 2 * size_t(N_), dtype_of<A>());
+  double total = 0;
+  for (int n = 0; n < N_; ++n) {
+    T* r = logits + size_t(n) * Vr_;
+    const A inv = A(1) / sum[n];
+    for (int v = 0; v < valid_; ++v) r[v] = store<T>(std::exp(load(r[v]) - mx[n]) * inv);
+    for (int v = valid_; v < Vr_; ++v) r[v] = store<T>(A(0));
+    losses_[size_t(n)] = (mx[n] - tgt[n]) + std::log(sum[n]);
+    total += double(losses_[size_t(n)]);
+  }
+  return total;
+}
+
+template <class T>
+void TpRunner<T>::head_backward(T* dx, T* dlnf, T* dwte, const T* x, const T* lnf, const T* wte, double dloss) {
+  const A g = static_cast<A>(dloss);
+  zero(dlogits_);
+  for (int n = 0; n < N_; ++n) {
+    const T* p = probs_.data() + size_t(n) * Vr_;
+    T* d = dlogits_.data() + size_t(n) * Vr_;
+    const int64_t t = targets_[size_t(n)] - vb_;
+    for (int v = 0; v < valid_; ++v) add_into(d[v], (load(p[v]) - (v == t ? A(1) : A(0))) * g);
+  }
+  const T* in = lnf_.data();
+  if (o_.sp) gather(lnf_.data(), gat_.data()), in = gat_.data();
+  zero(part_);
+  k::matmul_backward(part_.data(), dwte, static_cast<T*>(nullptr), dlogits_.data(), in, wte, N_, C_, Vr_,
+                     mm_ws_.data());
+  const T* dln = part_.data();
+  if (o_.sp) {
+    scatter(part_.data(), dln_.data());
+    dln = dln_.data();
+  } else {
+    all_reduce(part_.data(), size_t(N_) * C_);
+  }
+  std::memset(static_cast<void*>(dx), 0, size_t(Nl_) * C_ * sizeof(T));
+  k::layernorm_backward(dx, dlnf, dlnf + C_, dln, x, lnf, lnf_mean_.data(), lnf_rstd_.data(), Nl_, C_);
+}
+
+template <class T>
+double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hk) {
+  const auto& l = *layout_;
+  const int L = l.model().L, fin = l.final_unit();
+  const bool full = o_.recompute == Recompute::full;
+  data_->batch(step, first, Bm_, Tn_, tokens_.data(), targets_.data());
+  for (int n = 0; n < N_; ++n)
+    require(targets_[size_t(n)] >= 0 && targets_[size_t(n)] < l.model().V, "tp: target outside the vocabulary");
+
+  const T* emb = hk.params(0);
+  embed_forward(x0_.data(), emb, emb + l.wpe_offset());
+  hk.release_params(0);
+  auto output = [&](int i) -> const T* { return i < 0 ? x0_.data() : blocks_[size_t(i)].xout.data(); };
+  for (int i = 0; i < L; ++i) {
+    Block& a = full ? work_ : blocks_[size_t(i)];
+    block_forward(a, output(i - 1), hk.params(l.block_unit(i)), blocks_[size_t(i)].xout.data());
+    hk.release_params(l.block_unit(i));
+  }
+  const T* x = output(L - 1);
+  const T* lnf = hk.params(fin);
+  const T* wte = hk.params(0);
+  const double loss = head_forward(x, lnf, wte);
+
+  T* dx = dx_a_.data();
+  T* dprev = dx_b_.data();
+  head_backward(dx, hk.grads(fin), hk.head_grads(), x, lnf, wte, dloss);
+  hk.grads_ready(fin);
+  hk.release_params(fin);
+  hk.release_params(0);
+  for (int i = L - 1; i >= 0; --i) {
+    const int u = l.block_unit(i);
+    const T* p = hk.params(u);
+    const T* x_in = output(i - 1);
+    if (full) {  // rerun the block's forward from its stored input, communication included
+      const T* from = o_.has(Fault::recompute_wrong_input) && i > 0 ? output(i - 2) : x_in;
+      block_forward(work_, from, p, work_.xout.data());
+    }
+    block_backward(dprev, hk.grads(u), dx, x_in, full ? work_ : blocks_[size_t(i)], p);
+    hk.grads_ready(u);
+    hk.release_params(u);
+    std::swap(dx, dprev);
+  }
+  T* g0 = hk.grads(0);
+  embed_backward(g0, g0 + l.wpe_offset(), dx);
+  hk.grads_ready(0);
+  return loss;
+}
+
+template class TpRunner<double>;
+template class TpRunner<float>;
+template class TpRunner<bf16>;
+
+}  // namespace pb::tp

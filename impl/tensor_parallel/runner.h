@@ -1,0 +1,99 @@
+// One tensor-parallel rank's forward and backward of a microbatch (Megatron-LM,
+// Shoeybi et al. 2019; sequence parallel and selective recomputation,
+// Korthikanti et al. 2022), on its shard of the canonical model
+// (reference/layout.h ParamLayout(m, tp, rank)).
+//  - Column-parallel QKV and MLP-up (this rank's heads / 4C/tp columns),
+//    row-parallel attention-out and MLP-down: Megatron's conjugate regions
+//    f (identity forward, all-reduce of the input gradient backward) and
+//    g (all-reduce of the partial output forward, identity backward). The
+//    row-parallel biases are added once, after the reduction.
+//  - Vocabulary-parallel embedding (each rank looks up its rows, the partial
+//    embeddings are summed over tp) and cross-entropy (max, sum of exponentials
+//    and target logit reduced over tp); the LM head is this rank's embedding
+//    shard. Padded vocabulary rows (past V) are outside every softmax, so
+//    their logits, probabilities and gradients are never formed.
+//  - Sequence parallel: the LayerNorm/residual regions hold N/tp tokens (a
+//    contiguous chunk of the microbatch's B*T tokens in (b, t) order, which is
+//    the sequence split when B = 1); all-gather before each column-parallel
+//    GEMM, reduce-scatter after each row-parallel one; the backward
+//    re-gathers the stored LayerNorm outputs (they are kept sharded, as
+//    Megatron-LM does) and all-gathers the output gradient before each
+//    row-parallel GEMM. Gradients of tp-replicated parameters are partial
+//    (each rank saw its tokens) and are summed over tp by the caller.
+//  - Recompute: none; selective keeps everything but the attention
+//    probabilities, recomputed from the stored QKV in backward; full keeps only
+//    each block's output (the next block's input) and reruns the block's
+//    forward, communication included, before its backward. Both are the same
+//    arithmetic as none, so the results are bit-identical.
+// Calls UnitHooks in MicrobatchRunner's order (reference/runner.h), so every
+// data-parallel family composes with it unchanged.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "harness/comm/comm.h"
+#include "harness/memory.h"
+#include "impl/tensor_parallel/options.h"
+#include "reference/data.h"
+#include "reference/runner.h"
+
+namespace pb::tp {
+
+template <class T>
+class TpRunner {
+ public:
+  using A = acc_t<T>;
+  // `tp` is the tensor-parallel group (size o.tp; may be null when o.tp == 1).
+  TpRunner(const ParamLayout& local, const TpOptions& o, Communicator* tp, const MarkovSource& data,
+           MemoryTracker* mt, int Bm, int Tn);
+  // Samples [first, first + Bm) of step `step`; dloss = 1 / (tokens of the
+  // global batch). Returns the sum of this microbatch's token losses (the same
+  // on every tp rank).
+  double run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hooks);
+  // Bytes the constructor allocates under `tag` (activations or workspace),
+  // without allocating: the same list the constructor walks.
+  static int64_t allocated_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, MemTag tag);
+
+  struct Block {  // one block's saved activations (local shapes)
+    Buffer<T> ln1, qkv, att, atty, xmid, ln2, fch, fchg, xout;
+    Buffer<A> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  };
+
+ private:
+  template <class Self, class F>
+  static void each_buffer(Self* self, const ModelConfig& m, const TpOptions& o, int64_t vocab_rows, int Bm,
+                          int Tn, F&& f);
+  void all_reduce(T* buf, size_t n);
+  void gather(const T* shard, T* full);    // (Nl,C) -> (N,C) under SP
+  void scatter(const T* full, T* shard);   // (N,C) partials -> (Nl,C) sums under SP
+  void embed_forward(T* x0, const T* wte, const T* wpe);
+  void embed_backward(T* dwte, T* dwpe, const T* dx0);
+  void block_forward(Block& a, const T* x_in, const T* u, T* xout);
+  void block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a, const T* u);
+  // out (rows, C) += row-parallel bias.
+  void add_bias(T* y, const T* b, int rows);
+  void row_parallel(T* y_out, const T* in, const T* w, const T* b, int in_cols);
+  double head_forward(const T* x, const T* lnf, const T* wte);
+  void head_backward(T* dx, T* dlnf, T* dwte, const T* x, const T* lnf, const T* wte, double dloss);
+
+  const ParamLayout* layout_;
+  TpOptions o_;
+  Communicator* tp_;
+  const MarkovSource* data_;
+  int Bm_, Tn_, N_, Nl_, C_, Ct_, H_, Vr_, valid_ = 0;
+  int64_t vb_ = 0;
+  // Activations.
+  Buffer<int32_t> tokens_, targets_;
+  Buffer<T> x0_;
+  std::vector<Block> blocks_;
+  Buffer<T> lnf_, probs_;
+  Buffer<A> lnf_mean_, lnf_rstd_, losses_;
+  // Workspace.
+  Block work_;                  // full recompute: the block being rerun
+  Buffer<T> att_work_, atty_work_;  // selective recompute
+  Buffer<T> gat_, part_, tmp_, dres_, dln_, datty_, dqkv_, datt_, dfch_, dfchg_, dlogits_, dx_a_, dx_b_;
+  Buffer<A> cmax_, csum_, att_ws_;
+  Buffer<float> mm_ws_;
+};
+
+}  // namespace pb::tp

@@ -1,0 +1,130 @@
+#include "impl/tensor_parallel/strategy.h"
+
+#include <algorithm>
+
+#include "harness/status.h"
+#include "impl/data_parallel/component.h"
+#include "impl/data_parallel/replay.h"
+#include "impl/data_parallel/shard.h"
+#include "impl/data_parallel/strategy.h"
+#include "impl/tensor_parallel/tp_rank.h"
+
+namespace pb::tp {
+
+TpOptions options_of(const RunSpec& s) {
+  TpOptions o;
+  o.tp = s.mesh.tp;
+  o.sp = s.tensor.sp;
+  o.recompute = s.tensor.recompute;
+  for (const auto& f : s.faults)
+    if (is_fault(f)) o.faults.insert(parse_fault(f));
+  return o;
+}
+
+dp::DpOptions data_options_of(const RunSpec& s) {
+  RunSpec data_only = s;
+  data_only.faults.clear();
+  for (const auto& f : s.faults)
+    if (!is_fault(f)) data_only.faults.push_back(f);
+  return dp::options_of(data_only);
+}
+
+TpShape tp_shape(const RunSpec& s) {
+  TpShape x;
+  x.model = s.train.model;
+  x.tp = s.mesh.tp;
+  x.sp = s.tensor.sp;
+  x.recompute = s.tensor.recompute;
+  x.Bm = s.train.batch / s.mesh.dp / s.train.microbatches;
+  x.Tn = s.train.seq;
+  const DType d = storage_dtype(s.train.precision);
+  x.elem_bytes = int(dtype_size(d));
+  x.acc_bytes = d == DType::f64 ? 8 : 4;
+  return x;
+}
+
+int64_t replicated_grads_held(const RunSpec& s, int dp_rank) {
+  const ParamLayout l(s.train.model, s.mesh.tp, 0);  // every tp rank has the same replicated ranges
+  const dp::DpOptions o = data_options_of(s);
+  const dp::ShardLayout sl(dp::model_units(l), o.shard == dp::Shard::none ? 1 : dp::shard_group(o),
+                           o.shard == dp::Shard::none ? 0 : dp::owned_slice(o, dp_rank));
+  int64_t held = 0;
+  for (int u = 0; u < sl.num_units(); ++u) {
+    const auto& us = sl.unit(u);
+    auto [lo, hi] = o.shard == dp::Shard::none ? std::pair{us.begin, us.begin + us.size} : sl.owned(u);
+    for (const auto& p : l.params())
+      if (p.replicated) held += std::max<int64_t>(0, std::min(hi, p.offset + p.numel) - std::max(lo, p.offset));
+  }
+  return held;
+}
+
+namespace {
+
+bool runs(const RunSpec& s) {
+  return (s.mesh.tp > 1 || s.tensor.recompute != Recompute::none) && s.mesh.cp == 1 && s.mesh.ep == 1 &&
+         s.mesh.pp == 1 && !s.pipe.schedule;
+}
+
+void validate_spec(const RunSpec& s) {
+  const ModelConfig& m = s.train.model;
+  const int tp = s.mesh.tp;
+  require(s.context == ContextOptions{}, "strategy: context options (cp_algo, zigzag) need cp > 1 in the mesh");
+  require(m.NH % tp == 0, "mesh.tp: tp" + std::to_string(tp) + " does not divide model.heads = " +
+                              std::to_string(m.NH) + " (" + std::to_string(m.NH) + " % " + std::to_string(tp) +
+                              " = " + std::to_string(m.NH % tp) + ")");
+  require(!s.tensor.sp || tp > 1, "strategy.sp: sequence parallel needs tp > 1 in the mesh");
+  const int Bm = s.train.batch / s.mesh.dp / s.train.microbatches;
+  require(!s.tensor.sp || (int64_t(Bm) * s.train.seq) % tp == 0,
+          "strategy.sp: a microbatch's " + std::to_string(int64_t(Bm) * s.train.seq) +
+              " tokens (batch / dp / microbatches x seq) do not split over tp" + std::to_string(tp));
+  require(tp == 1 || s.mesh.ranks_per_node == 0,
+          "mesh: .rpn with tp > 1 is not supported yet (node boundaries are modelled for dp meshes)");
+  const dp::DpOptions d = data_options_of(s);
+  require(tp == 1 || d.shard != dp::Shard::hzero,
+          "strategy.shard: hzero needs node boundaries (.rpn), which tp > 1 does not support yet");
+  dp::validate(d, s.train);
+  const TpOptions o = options_of(s);
+  const auto ok = faults_for(tp, o.sp, o.recompute, m.V % tp != 0);
+  for (Fault f : o.faults) {
+    if (std::find(ok.begin(), ok.end(), f) != ok.end()) continue;
+    std::string where;
+    for (Fault g : ok) where += (where.empty() ? "" : ", ") + fault_name(g);
+    throw InputError("strategy.faults: " + fault_name(f) + " does not apply to " + mesh_text(s.mesh) + " " +
+                     strategy_text(s) + " (faults that apply here: " + (where.empty() ? "none" : where) + ")");
+  }
+}
+
+std::string describe(const RunSpec& s) {
+  std::string d = "tp" + std::to_string(s.mesh.tp);
+  if (s.tensor.sp) d += " sp";
+  if (s.tensor.recompute != Recompute::none) d += " recompute=" + std::string(recompute_name(s.tensor.recompute));
+  d += " x " + data_options_of(s).describe();
+  if (s.train.microbatches > 1) d += " accum" + std::to_string(s.train.microbatches);
+  return d;
+}
+
+// Row-parallel GEMMs sum partial products over tp: not the reference's order.
+bool bitwise(const RunSpec&, BackendKind) { return false; }
+
+Replay replay(const RunSpec& s) { return {dp::replay_plan(data_options_of(s), s.train), false}; }
+
+std::optional<RunSpec> bitwise_twin(const RunSpec& s) {
+  if (s.tensor.recompute == Recompute::none) return std::nullopt;
+  RunSpec t = s;
+  t.tensor.recompute = Recompute::none;
+  t.faults.clear();  // the twin is the correct run
+  return t;
+}
+
+std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world) {
+  return make_typed_rank<TpRank>(s.train.precision, s, world);
+}
+
+}  // namespace
+
+const Strategy& strategy() {
+  static const Strategy s{"tensor_parallel", runs, validate_spec, describe, bitwise, replay, make_rank, bitwise_twin};
+  return s;
+}
+
+}  // namespace pb::tp

@@ -1,0 +1,143 @@
+#include "impl/tensor_parallel/tp_rank.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "harness/mesh.h"
+#include "harness/status.h"
+#include "impl/data_parallel/strategy.h"
+#include "impl/tensor_parallel/cost.h"
+#include "impl/tensor_parallel/strategy.h"
+
+namespace pb::tp {
+
+template <class T>
+TpRank<T>::TpRank(const RunSpec& s, Communicator& world)
+    : spec_(s), o_(options_of(s)), full_layout_(s.train.model),
+      layout_(s.train.model, s.mesh.tp, mesh_coord(s.mesh, world.rank()).tp),
+      data_(s.train.model.V, s.train.data.seed, s.train.data.branching, s.train.data.mix) {
+  require(world.size() == s.world(), "mesh: " + mesh_text(s.mesh) + " needs a world of " +
+                                         std::to_string(s.world()) + " ranks, got " + std::to_string(world.size()));
+  kernels::set_blas_threads(s.train.threads);
+  dpo_ = data_options_of(s);
+  comms_ = dp::make_dp_comms(world, s.mesh, dpo_);
+  tp_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::tp), "tp");
+  scalar_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::dp), "dp_scalar");
+  check_ = world.split_groups(whole_world(world.size()), "check");
+  dp_ = std::make_unique<dp::Component<T>>(dpo_, dp::model_units(layout_), layout_, s.train.seed, comms_, mem_);
+  hooks_ = dp::make_hooks(*dp_, layout_, mem_);
+  const TrainConfig& c = s.train;
+  runner_ = std::make_unique<TpRunner<T>>(layout_, o_, tp_.get(), data_, &mem_, c.batch / s.mesh.dp / c.microbatches,
+                                          c.seq);
+  for (const auto& p : layout_.params())
+    if (p.replicated) {
+      if (!replicated_.empty() && replicated_.back().second == p.offset) replicated_.back().second += p.numel;
+      else replicated_.push_back({p.offset, p.offset + p.numel});
+    }
+  // tp rank > 0 holds copies of the replicated parameters: the norm counts tp rank 0's.
+  if (tp_->rank() > 0 && !o_.has(Fault::norm_tp_times)) dp_->exclude_from_norm(replicated_);
+}
+
+template <class T>
+TpRank<T>::~TpRank() = default;
+
+// Sums the gradients of the tp-replicated parameters over tp (sequence
+// parallel: each rank's are partial, from its tokens), in place, one
+// all-reduce per contiguous held range.
+template <class T>
+void TpRank<T>::reduce_replicated_grads() {
+  dp_->for_each_held(true, [&](int64_t lo, int64_t hi, T* data) {
+    for (const auto& [a, b] : replicated_) {
+      const int64_t x = std::max(lo, a), y = std::min(hi, b);
+      if (x < y) tp_->all_reduce(data + (x - lo), data + (x - lo), size_t(y - x), dtype_of<T>());
+    }
+  });
+}
+
+template <class T>
+StepStats TpRank<T>::step() {
+  auto t0 = std::chrono::steady_clock::now();
+  const TrainConfig& c = spec_.train;
+  const int micro = c.microbatches, Bm = c.batch / spec_.mesh.dp / micro;
+  const int per_rank = Bm * micro;
+  const double tokens = dpo_.has(dp::Fault::grad_not_averaged) ? double(per_rank) * c.seq
+                                                                 : double(c.tokens_per_step());
+  dp_->zero_grads();
+  double loss = 0;
+  for (int k = 0; k < micro; ++k) {
+    hooks_->start_microbatch(k, micro);
+    loss += runner_->run(step_, int64_t(dp_->dp().rank()) * per_rank + int64_t(k) * Bm, 1.0 / tokens, *hooks_);
+  }
+  hooks_->finish();
+  if (o_.sp && o_.tp > 1 && !o_.has(Fault::skip_sp_grad_reduce)) reduce_replicated_grads();
+  if (scalar_->size() > 1) scalar_->all_reduce(&loss, &loss, 1, DType::f64);
+  double sq = dp_->local_sq();
+  if (dpo_.shard != dp::Shard::none && scalar_->size() > 1) scalar_->all_reduce(&sq, &sq, 1, DType::f64);
+  if (o_.tp > 1) tp_->all_reduce(&sq, &sq, 1, DType::f64);
+  StepStats st;
+  st.step = ++step_;
+  st.loss = loss / double(c.tokens_per_step());
+  st.grad_norm = std::sqrt(sq);
+  st.lr = lr_at(c.optim, st.step, c.steps);
+  dp_->step(c.optim, st.step, st.lr, clip_factor(st.grad_norm, c.optim.clip));
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  times_.wall_s = times_.busy_s = st.seconds;
+  return st;
+}
+
+template <class T>
+std::vector<double> TpRank<T>::gather(bool grads) {
+  std::vector<double> local(size_t(layout_.total()), 0.0);
+  dp_->contribute(grads, local);  // this rank's share over dp, each element once
+  std::vector<double> full(size_t(full_layout_.total()), 0.0);
+  const auto& lp = layout_.params();
+  const auto& fp = full_layout_.params();
+  for (size_t i = 0; i < lp.size(); ++i) {
+    const ParamInfo& p = lp[i];
+    if (p.replicated && tp_->rank() > 0) continue;  // tp rank 0's copy
+    for (int64_t e = 0; e < p.numel; ++e) {
+      const int64_t j = p.replicated ? e : p.full_index(e);
+      if (j >= 0) full[size_t(fp[i].offset + j)] = local[size_t(p.offset + e)];
+    }
+  }
+  check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
+  return full;
+}
+
+template <class T>
+double TpRank<T>::padding_max_abs(bool grads) {
+  const int64_t C = layout_.model().C;
+  const int64_t lo = std::clamp<int64_t>(layout_.model().V - layout_.vocab_begin(), 0, layout_.vocab_rows()) * C;
+  const int64_t hi = layout_.vocab_rows() * C;  // wte is the first tensor: flat [0, rows*C)
+  double m = 0;
+  dp_->for_each_held(grads, [&](int64_t a, int64_t b, T* data) {
+    for (int64_t i = std::max(a, lo); i < std::min(b, hi); ++i) m = std::max(m, std::abs(double(cast<double>(data[i - a]))));
+  });
+  return m;
+}
+
+template <class T>
+Declared TpRank<T>::declared(int steps) const {
+  const TrainConfig& c = spec_.train;
+  const std::vector<int64_t> units = unit_params(c.model, o_.tp);
+  Declared d = dp::declared_costs(dpo_, c, steps, units);
+  const TpShape x = tp_shape(spec_);
+  d.memory.push_back({"mem.activations", MemTag::activations, Place::device, activation_bytes(x)});
+  if (o_.tp == 1) return d;
+  const TpComm m = comm_per_microbatch(x);
+  const int64_t n = int64_t(steps) * c.microbatches;
+  d.add_comm("tp", CommOp::all_reduce, m.all_reduce * n + 8 * int64_t(steps));  // + the norm's partial sums
+  if (m.all_gather) d.add_comm("tp", CommOp::all_gather, m.all_gather * n);
+  if (m.reduce_scatter) d.add_comm("tp", CommOp::reduce_scatter, m.reduce_scatter * n);
+  if (o_.sp) {  // the replicated parameters' gradients this rank holds, once per step
+    const int64_t held = replicated_grads_held(spec_, mesh_coord(spec_.mesh, check_->rank()).dp);
+    d.add_comm("tp", CommOp::all_reduce, held * x.elem_bytes * steps);
+  }
+  return d;
+}
+
+template class TpRank<double>;
+template class TpRank<float>;
+template class TpRank<bf16>;
+
+}  // namespace pb::tp

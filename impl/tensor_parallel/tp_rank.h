@@ -1,0 +1,61 @@
+// One rank of a tensor-parallel run (mesh dp x tp; tp = 1 runs activation
+// recomputation alone): its shard of the model (ParamLayout(m, tp, tp rank))
+// held by the data-parallel component over its dp group — so every data-axis
+// option composes, ZeRO sharding the tp shard — and the microbatch run by
+// TpRunner through the component's family hooks.
+// Groups are slices of the mesh: "tp", the component's dp groups, "dp_scalar"
+// (loss and sharded norm partials), "check" (the whole world).
+// After the step's last microbatch, sequence parallel all-reduces the
+// gradients of the tp-replicated parameters over tp; the clip norm counts
+// those parameters on tp rank 0 only, so every parameter once.
+#pragma once
+#include <memory>
+
+#include "harness/comm/comm.h"
+#include "impl/data_parallel/component.h"
+#include "impl/data_parallel/hooks.h"
+#include "impl/spec/rank.h"
+#include "impl/tensor_parallel/options.h"
+#include "impl/tensor_parallel/runner.h"
+
+namespace pb::tp {
+
+template <class T>
+class TpRank : public Rank {
+ public:
+  TpRank(const RunSpec& s, Communicator& world);
+  ~TpRank() override;
+  StepStats step() override;
+  std::vector<double> full_params() override { return gather(false); }
+  std::vector<double> full_grads() override { return gather(true); }
+  const MemoryTracker& memory() const override { return mem_; }
+  void reset_memory_peaks() override { mem_.reset_peaks(); }
+  Declared declared(int steps) const override;
+  RankTimes times() const override { return times_; }
+  // Largest |value| among this rank's vocabulary padding rows of wte, params
+  // or grads (the ones it holds): 0 when padding never touches anything.
+  double padding_max_abs(bool grads);
+
+ private:
+  std::vector<double> gather(bool grads);
+  void reduce_replicated_grads();
+  // Throws when a vocabulary padding row of wte (params or grads) is not zero.
+  void check_padding();
+
+  RunSpec spec_;
+  TpOptions o_;
+  MemoryTracker mem_;
+  ParamLayout full_layout_, layout_;
+  MarkovSource data_;
+  dp::DpComms comms_;
+  std::unique_ptr<Communicator> tp_, scalar_, check_;
+  dp::DpOptions dpo_;
+  std::unique_ptr<dp::Component<T>> dp_;
+  std::unique_ptr<dp::FamilyHooks<T>> hooks_;
+  std::unique_ptr<TpRunner<T>> runner_;
+  std::vector<std::pair<int64_t, int64_t>> replicated_;  // flat ranges of tp-replicated params
+  int step_ = 0;
+  RankTimes times_;
+};
+
+}  // namespace pb::tp
