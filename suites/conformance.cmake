@@ -41,6 +41,14 @@ parabench_mpi_test(NAME conformance_check_mpi_pp_np4 NP 4
           shard=zero2,offload=optimizer --precision fp32 bf16-mixed
           --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# Tensor parallel under mpirun: tp4 with and without SP, dp2 x tp2 with
+# ZeRO-3 (+ SP) and full recompute, fp32 and bf16-mixed (rule, and the rule
+# again at fp64).
+parabench_mpi_test(NAME conformance_check_mpi_tp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --mesh tp4 tp4.sp dp2.tp2 dp2.tp2.sp
+          --strategy shard=none shard=zero3,recompute=full --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Pipeline conformance under mpirun (mpi backend, one process per rank).
 if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   add_executable(conformance_pipeline_mpi_test conformance/pipeline_conformance_mpi_test.cc)

@@ -111,7 +111,8 @@ struct Strategy {
   // One rank; `world` is the run's world communicator.
   std::unique_ptr<Rank> (*make_rank)(const RunSpec&, Communicator& world) = nullptr;
   // A spec whose results must be bit-identical to this one's on the same
-  // mesh (recomputation against none: the same arithmetic), or nothing.
+  // mesh (recomputation against none: the same arithmetic), or nothing. The
+  // engine runs it with this same implementation.
   std::optional<RunSpec> (*bitwise_twin)(const RunSpec&) = nullptr;
 };
 

@@ -110,9 +110,8 @@ Replay replay(const RunSpec& s) { return {dp::replay_plan(data_options_of(s), s.
 
 std::optional<RunSpec> bitwise_twin(const RunSpec& s) {
   if (s.tensor.recompute == Recompute::none) return std::nullopt;
-  RunSpec t = s;
+  RunSpec t = s;  // faults too: recompute must not change what they do
   t.tensor.recompute = Recompute::none;
-  t.faults.clear();  // the twin is the correct run
   return t;
 }
 

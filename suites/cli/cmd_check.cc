@@ -29,6 +29,7 @@ struct CheckFlags {
   int steps = 3;
   std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved", "zb-h1", "2bw"};
   std::vector<int> pps = {2, 4};
+  std::vector<int> tps = {2, 3, 4};
   std::vector<std::string> meshes;      // --mesh: these meshes instead of the default matrix
   std::vector<std::string> strategies;  // --strategy: options applied to every --mesh point
   bool chaos = false;
@@ -100,7 +101,48 @@ MeshShape dp_mesh(int dp, int rpn = 0) {
 // given; otherwise every data-parallel option at every --dp, every schedule
 // at every --pp, and PP x every --shard (and ZeRO-2 + offload) at dp 2 (1F1B,
 // the first --pp).
+// Tensor parallel: every --tp with and without SP; recomputation (selective,
+// full, with SP, and alone at tp 1) at the first --tp; dp 2 x the first --tp
+// x every --shard but hzero (and ZeRO-2 + offload, ZeRO-3 with SP).
 // Every point is built and validated before the first one runs.
+std::vector<StrategyRun> matrix(const CheckFlags& f);
+
+void tensor_parallel_points(const CheckFlags& f, const std::string& prec, std::vector<StrategyRun>& runs) {
+  if (f.tps.empty()) return;
+  auto mesh = [](int dp, int tp) {
+    MeshShape m;
+    m.dp = dp;
+    m.tp = tp;
+    return m;
+  };
+  for (int tp : f.tps) {
+    require(tp > 0, "--tp: tensor-parallel sizes must be > 0, got " + std::to_string(tp));
+    if (tp == 1) continue;
+    runs.push_back(point(f, prec, mesh(1, tp), ""));
+    runs.push_back(point(f, prec, mesh(1, tp), "sp=on"));
+  }
+  const int tp = f.tps.front();
+  for (const char* opts : {"recompute=selective", "recompute=full", "sp=on,recompute=full"})
+    if (tp > 1 || std::string(opts).find("sp") == std::string::npos) runs.push_back(point(f, prec, mesh(1, tp), opts));
+  if (tp > 1) runs.push_back(point(f, prec, mesh(1, 1), "recompute=full"));  // recomputation alone
+  for (const auto& sh : f.shards) {
+    const dp::Shard shard = dp::parse_shard(sh, "--shard");
+    if (shard == dp::Shard::hzero || tp == 1) continue;  // hzero needs node boundaries, which tp > 1 lacks
+    StrategyRun s = point(f, prec, mesh(2, tp), "");
+    s.spec.data.shard = shard;
+    if (shard == dp::Shard::hsdp) s.spec.data.shard_group = 1;  // two replicas of one
+    runs.push_back(s);
+    if (shard == dp::Shard::zero2) {
+      s.spec.data.offload = dp::Offload::optimizer;
+      runs.push_back(s);
+    }
+    if (shard == dp::Shard::zero3) {
+      s.spec.tensor.sp = true;
+      runs.push_back(s);
+    }
+  }
+}
+
 std::vector<StrategyRun> matrix(const CheckFlags& f) {
   std::vector<StrategyRun> runs;
   if (!f.meshes.empty()) {
@@ -161,6 +203,7 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
           }
       }
     }
+    tensor_parallel_points(f, prec, runs);
   }
   return runs;
 }
@@ -237,6 +280,8 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--schedule", f->schedules, "pipeline schedules (none: no pipeline points)")
       ->capture_default_str();
   app->add_option("--pp", f->pps, "pipeline sizes")->capture_default_str();
+  app->add_option("--tp", f->tps, "tensor-parallel sizes (tiny-tp unless --model names another)")
+      ->capture_default_str();
   app->add_option("--mesh", f->meshes,
                   "meshes to check instead of the default matrix (dp2 dp2.pp2 tp2 tp2.sp dp2.tp2 ...; "
                   ".sp turns sequence parallel on)");

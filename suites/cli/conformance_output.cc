@@ -12,7 +12,7 @@ namespace pb::cli {
 
 const char* const kRatioLegend =
     "ratios: worst error / noise floor (pass <= 8); bitwise: yes = bit-equal to the reference "
-    "replaying its order, rule = held to the ratio only";
+    "replaying its order, rule = held to the ratio only, fp64 = held to the ratio here and again run at fp64";
 
 namespace {
 double worst_ratio(const std::vector<QuantityCheck>& v, const std::string& q) {
@@ -36,7 +36,10 @@ void print_result_row(const ConformanceResult& r) {
     (mem ? mem_ok : comm_ok) &= e.pass;
     if (mem && e.what != "mem.comm") state += double(e.measured);  // model states only
   }
-  std::string bits = r.bitwise_declared ? (all_pass(r.bits) ? "yes" : "BROKEN") : "rule";
+  std::string bits = r.bitwise_declared ? (all_pass(r.bits) ? "yes" : "BROKEN")
+                     : r.fp64.empty()   ? "rule"
+                     : all_pass(r.fp64) ? "fp64"
+                                        : "FP64 BAD";
   std::printf("%-34s %-10s %5d %8s %9.3f %9.3f %9.3f %11s %7s %6s %s\n", r.strategy.c_str(),
               precision_name(r.precision).c_str(), r.world, bits.c_str(), worst_ratio(r.rule, "loss"),
               worst_ratio(r.rule, "grads"), worst_ratio(r.rule, "params"), human_bytes(state).c_str(),
@@ -62,6 +65,11 @@ void write_conformance_rows(ResultWriter& csv, RunMeta meta, const ConformanceRe
     write(rec);
   }
   for (const auto& c : r.bits) write(row(c.quantity, c.step, c.error, 0, true, c.pass));
+  for (const auto& c : r.fp64) {  // the same strategy at fp64 (engine.h)
+    CsvRecord rec = row(c.quantity, c.step, c.error, c.threshold, false, c.pass);
+    rec.set("item", "fp64").set("floor", c.floor).set("ratio", c.ratio);
+    write(rec);
+  }
   for (const auto& e : r.exact) {
     // e.what: "mem.<tag>" or "comm.<group>.<op>"
     const bool mem = e.what.rfind("mem.", 0) == 0;

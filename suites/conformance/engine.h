@@ -1,7 +1,8 @@
 // The conformance engine — one for every strategy. It runs the fp64
 // reference (truth), the reference at the precision under test (noise floor),
 // the reference replaying the strategy's arithmetic order (Strategy::replay),
-// and the strategy on its ranks (Strategy::make_rank, the one Rank interface
+// the strategy on its ranks, and — when it is not bitwise and runs below fp64 —
+// the strategy again at fp64 (Strategy::make_rank, the one Rank interface
 // of impl/spec/rank.h) — all from the same init and data — and judges per
 // compare.h: the rule for every strategy, bit equality where the strategy
 // declares it. Every rank's measured memory (by tag) and communication (bytes
@@ -39,6 +40,12 @@ struct ConformanceResult {
   bool bitwise_declared = false;       // against the replay, or the strategy's bitwise twin
   std::vector<QuantityCheck> rule;     // against the truth
   std::vector<QuantityCheck> bits;     // against the replay (when declared bitwise)
+  // Not bitwise and below fp64: the same strategy run again at fp64 and held
+  // to the rule there, where the floor is a few fp64 ulps. A logic fault
+  // (a sum over the wrong group, a term counted twice) does not depend on the
+  // precision, but at bf16 the floor of four bf16 ulps can hide a small one;
+  // at fp64 it stands out by orders of magnitude.
+  std::vector<QuantityCheck> fp64;
   std::vector<ExactCheck> exact;       // memory and communication, rank 0 (all ranks compared)
   int ranks_with_mismatch = 0;         // ranks whose memory/comm differed from declared
   std::vector<StepStats> steps;        // rank 0's

@@ -7,6 +7,7 @@
 #include "harness/status.h"
 #include "impl/data_parallel/options.h"
 #include "impl/registry.h"
+#include "impl/tensor_parallel/options.h"
 
 namespace pb {
 
@@ -19,6 +20,7 @@ std::string FaultCatch::caught_by() const {
   };
   add(bits, "bits");
   add(rule, "rule");
+  add(fp64, "rule@fp64");
   add(memory, "memory");
   add(comm, "comm");
   return s.empty() ? "NOT CAUGHT" : s;
@@ -32,6 +34,7 @@ FaultCatch classify(const ConformanceResult& r, std::string strategy, std::strin
   c.bitwise_declared = r.bitwise_declared;
   c.bits = !all_pass(r.bits);
   c.rule = !all_pass(r.rule);
+  c.fp64 = !all_pass(r.fp64);
   for (const auto& q : r.rule) c.worst_ratio = std::max(c.worst_ratio, q.ratio);
   for (const auto& e : r.exact) {
     if (e.pass) continue;
@@ -156,6 +159,39 @@ std::vector<FaultCatch> pipeline_fault_catches(Precision p) {
       }
       out.push_back(classify(run_conformance(r), describe(base), name));
     }
+  return out;
+}
+
+StrategyRun tp_case(int dp, int tp, const std::string& opts, Precision p) {
+  StrategyRun s;
+  TrainConfig& c = s.spec.train;
+  c.model = named_model("tiny-tp");
+  c.precision = p;
+  c.steps = 3;
+  c.batch = 4 * dp;
+  c.seq = 12;
+  c.optim.lr = 3e-3;
+  s.spec.mesh.dp = dp;
+  s.spec.mesh.tp = tp;
+  apply_strategy_text(s.spec, opts);
+  s.world.timeout_s = 120;
+  return s;
+}
+
+std::vector<FaultCatch> tp_fault_catches(Precision p) {
+  std::vector<FaultCatch> out;
+  const std::pair<std::pair<int, int>, const char*> cases[] = {
+      {{1, 2}, ""}, {{1, 3}, ""}, {{1, 2}, "sp=on"}, {{1, 3}, "sp=on"},
+      {{1, 2}, "recompute=full"}, {{1, 1}, "recompute=full"}, {{2, 2}, "shard=zero3"}, {{2, 2}, "shard=zero3,sp=on"}};
+  for (const auto& [mesh, opts] : cases) {
+    const StrategyRun base = tp_case(mesh.first, mesh.second, opts, p);
+    const RunSpec& s = base.spec;
+    for (tp::Fault f : tp::faults_for(s.mesh.tp, s.tensor.sp, s.tensor.recompute, s.train.model.V % s.mesh.tp != 0)) {
+      StrategyRun r = base;
+      r.spec.faults = {tp::fault_name(f)};
+      out.push_back(classify(run_conformance(r), describe(base), tp::fault_name(f)));
+    }
+  }
   return out;
 }
 

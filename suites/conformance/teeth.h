@@ -19,9 +19,9 @@ struct FaultCatch {
   std::string fault;
   Precision precision = Precision::fp32;
   bool bitwise_declared = false;
-  bool bits = false, rule = false, memory = false, comm = false;  // failed checks
+  bool bits = false, rule = false, fp64 = false, memory = false, comm = false;  // failed checks
   double worst_ratio = 0;  // largest rule ratio (error / noise floor; fails above C)
-  bool caught() const { return bits || rule || memory || comm; }
+  bool caught() const { return bits || rule || fp64 || memory || comm; }
   std::string caught_by() const;  // "bits+rule", "comm", ... or "NOT CAUGHT"
 };
 
@@ -39,6 +39,13 @@ std::vector<FaultCatch> dp_fault_catches(Precision p);
 // Every pipeline fault on every schedule it applies to
 // (pipeline::validate decides), at precision p.
 std::vector<FaultCatch> pipeline_fault_catches(Precision p);
+
+// The tensor-parallel case: tiny-tp (V = 67, padded at every tp), tp 2 or 3,
+// optional dp, three steps; `opts` in the strategy text form.
+StrategyRun tp_case(int dp, int tp, const std::string& opts, Precision p);
+// Every tensor-parallel fault where it applies (tp 2 and 3, with and without
+// SP, full recompute, x ZeRO-3 at dp 2), at precision p.
+std::vector<FaultCatch> tp_fault_catches(Precision p);
 
 // A markdown table: strategy | fault | one column per precision (caught by).
 std::string catch_table_markdown(const std::vector<FaultCatch>& rows);

@@ -51,6 +51,36 @@ TEST(Teeth, EveryPipelineFaultIsCaughtAtEveryPrecision) {
   }
 }
 
+TEST(Teeth, EveryTensorParallelFaultIsCaughtAtEveryPrecision) {
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+    std::set<std::string> seen;
+    for (const auto& c : tp_fault_catches(p)) {
+      seen.insert(c.fault);
+      EXPECT_TRUE(c.caught()) << where(c);
+    }
+    EXPECT_EQ(seen.size(), 6u);  // every tensor-parallel fault injected somewhere
+  }
+}
+
+// No false alarm for tensor parallel (rule-only below fp64, and held to the
+// rule again at fp64): 10 seeds x the fault cases' configs x both precisions.
+TEST(Teeth, TensorParallelNoFalseAlarmOverTenSeeds) {
+  const std::pair<std::pair<int, int>, const char*> cases[] = {
+      {{1, 2}, ""}, {{1, 3}, "sp=on"}, {{1, 4}, ""}, {{2, 2}, "shard=zero3,sp=on"}, {{1, 2}, "recompute=full"}};
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (const auto& [mesh, opts] : cases)
+      for (uint64_t seed = 1; seed <= 10; ++seed) {
+        StrategyRun s = tp_case(mesh.first, mesh.second, opts, p);
+        s.spec.train.seed = seed;
+        s.spec.train.data.seed = seed;
+        const ConformanceResult r = run_conformance(s);
+        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
+        ++runs;
+      }
+  EXPECT_EQ(runs, 2 * 5 * 10);
+}
+
 // No false alarm: 20 seeds (init and data) for every strategy at both
 // precisions, the fault cases' configs without the fault. The bitwise ones
 // cannot raise one on the rule (bit-equal to a replay that is one of the
@@ -84,11 +114,11 @@ TEST(Teeth, NoFalseAlarmOverTwentySeedsAtEitherPrecision) {
 }
 
 TEST(Teeth, CatchTableListsEveryPrecision) {
-  FaultCatch a{"zero3 dp4", "skip_grad_reduce", Precision::fp32, true, true, true, false, false, 9};
+  FaultCatch a{"zero3 dp4", "skip_grad_reduce", Precision::fp32, true, true, true, false, false, false, 9};
   FaultCatch b = a;
   b.precision = Precision::bf16_mixed;
   b.rule = false;
-  FaultCatch none{"ddp", "x", Precision::fp32, false, false, false, false, false, 0};
+  FaultCatch none{"ddp", "x", Precision::fp32, false, false, false, false, false, false, 0};
   const std::string t = catch_table_markdown({a, b, none});
   EXPECT_NE(t.find("| strategy | fault | fp32 | bf16-mixed |"), std::string::npos) << t;
   EXPECT_NE(t.find("| zero3 dp4 | skip_grad_reduce | bits+rule | bits |"), std::string::npos) << t;
