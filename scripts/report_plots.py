@@ -257,6 +257,65 @@ def bubble(run, out):
              "beside the schedule's declared (p-1)/m over ideal, as a fraction.")]
 
 
+def _tp_mode(strategy):
+    """(sp, recompute) of a strategy text: "off"/"on", "none"/"selective"/"full"."""
+    opts = dict(kv.split("=", 1) for kv in (strategy or "").split(",") if "=" in kv)
+    return opts.get("sp", "off"), opts.get("recompute", "none")
+
+
+def tensor_parallel(run, out):
+    """Every sweep point with tp > 1: measured activation bytes per rank beside
+    the ones the tensor axis declares (the plan row, which evaluates the same
+    impl/tensor_parallel/cost.h functions the conformance engine holds the
+    rank to), per recompute mode and sequence parallel; and the bytes moved on
+    the tp group per step, measured and planned."""
+    sweep = [r for r in ok(run["sweep"]) if any(a.startswith("tp") for a in (r.get("mesh") or "").split("."))]
+    if not sweep:
+        raise Skip("no sweep rows with tensor parallel")
+    plan = {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
+            for r in ok(run["plan"])}
+    order = {("off", "none"): 0, ("on", "none"): 1, ("off", "selective"): 2, ("on", "selective"): 3,
+             ("off", "full"): 4, ("on", "full"): 5}
+    rows = sorted(sweep, key=lambda r: (r.get("model", ""), r.get("mesh", ""),
+                                        order.get(_tp_mode(r.get("strategy")), 9), r.get("strategy", "")))
+    figs = []
+    for col, plan_col, name, ylabel, title in (
+            ("mem_activations", "mem_activations", "tp_activations.png", "activation bytes per rank",
+             "Tensor parallel: activation memory, measured vs declared"),
+            ("comm_tp_bytes", "comm_tp_bytes", "tp_comm.png", "bytes on the tp group per step",
+             "Tensor parallel: tp-group bytes per step, measured vs planned")):
+        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(rows) + 2), 4.2))
+        pairs = []
+        for r in rows:
+            d = plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
+            pairs.append((num(r, col) or 0, num(d, plan_col) if d else None))
+        div, unit = byte_unit(max([m for m, _ in pairs] + [x or 0 for _, x in pairs]))
+        for i, (m, x) in enumerate(pairs):
+            ax.bar(i - 0.19, m / div, 0.36, color="#4C72B0")
+            if x is not None:
+                ax.bar(i + 0.19, x / div, 0.36, color="white", edgecolor="black", hatch="//", linewidth=0.5)
+        ylabel = "%s (%s)" % (ylabel, unit)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels(["%s %s sp %s, recompute %s" % ((r.get("model"), r.get("mesh")) + _tp_mode(r.get("strategy")))
+                            for r in rows], fontsize=7, rotation=40, ha="right")
+        ax.set_ylabel(ylabel)
+        ax.legend(handles=[Patch(color="#4C72B0", label="measured (sweep)"),
+                           Patch(facecolor="white", edgecolor="black", hatch="//", label="declared (plan)")],
+                  loc="upper right")
+        ax.set_title(title)
+        figs.append(save(fig, out, name))
+    return [(figs[0], "Tensor parallel: activation memory per recompute mode and SP",
+             "Peak activation bytes per rank measured in the sweep beside the tensor axis's declared figure "
+             "(cost.h activation_bytes: Korthikanti's per-layer terms for this model, LayerNorm statistics "
+             "included, no dropout). Selective recompute drops the attention probabilities, full keeps each "
+             "block's input; sequence parallel divides the LayerNorm regions by tp."),
+            (figs[1], "Tensor parallel: communication per step",
+             "Logical bytes on the tp group per step, measured, beside the planner's per-layer, embedding and head "
+             "figures (cost.h layer_comm, embedding_comm, head_comm) summed over the step's microbatches. The "
+             "planner leaves out the once-per-step terms: the clip norm's partial sum and, with sequence "
+             "parallel, the all-reduce of the replicated parameters' gradients.")]
+
+
 def collectives(run, out):
     rows = [r for r in ok(run["collective"]) if num(r, "busbw_gbps") is not None]
     if not rows:

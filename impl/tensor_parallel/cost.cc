@@ -52,22 +52,75 @@ int64_t replicated_params(const ModelConfig& m) {
   return int64_t(m.L) * 6 * m.C + int64_t(m.maxT) * m.C + 2 * int64_t(m.C);
 }
 
+namespace {
+int64_t nce(const TpShape& x) { return int64_t(x.Bm) * x.Tn * x.model.C * x.elem_bytes; }
+void add(TpCalls& c, int64_t calls, int64_t bytes) {
+  c.calls += calls;
+  c.bytes += calls * bytes;
+}
+int64_t total(const TpPass& p) { return p.all_reduce.bytes + p.all_gather.bytes + p.reduce_scatter.bytes; }
+}  // namespace
+
+TpPieceComm layer_comm(const TpShape& x) {
+  TpPieceComm c;
+  if (x.tp == 1) return c;
+  const int64_t b = nce(x), rerun = x.recompute == Recompute::full ? 1 : 0;
+  if (!x.sp) {  // g forward after both row-parallel GEMMs, f backward before both column-parallel ones
+    add(c.fwd.all_reduce, 2, b);
+    add(c.bwd.all_reduce, 2 + 2 * rerun, b);
+  } else {  // gather before column-parallel, reduce-scatter after row-parallel
+    add(c.fwd.all_gather, 2, b);
+    add(c.fwd.reduce_scatter, 2, b);
+    // Backward: the output gradient before both row-parallel GEMMs, both stored
+    // LayerNorm outputs re-gathered; the input gradients reduce-scattered.
+    add(c.bwd.all_gather, 4 + 2 * rerun, b);
+    add(c.bwd.reduce_scatter, 2 + 2 * rerun, b);
+  }
+  return c;
+}
+
+TpPieceComm embedding_comm(const TpShape& x) {
+  TpPieceComm c;
+  if (x.tp == 1) return c;
+  if (!x.sp) {
+    add(c.fwd.all_reduce, 1, nce(x));
+  } else {
+    add(c.fwd.reduce_scatter, 1, nce(x));
+    add(c.bwd.all_gather, 1, nce(x));  // the output gradient, for this rank's vocabulary rows
+  }
+  return c;
+}
+
+TpPieceComm head_comm(const TpShape& x) {
+  TpPieceComm c;
+  if (x.tp == 1) return c;
+  const int64_t N = int64_t(x.Bm) * x.Tn;
+  add(c.fwd.all_reduce, 1, N * x.acc_bytes);      // the row maxima
+  add(c.fwd.all_reduce, 1, 2 * N * x.acc_bytes);  // sums of exponentials and target logits
+  if (!x.sp) {
+    add(c.bwd.all_reduce, 1, nce(x));  // the LM head's input gradient
+  } else {
+    add(c.fwd.all_gather, 1, nce(x));  // the final LayerNorm's output
+    add(c.bwd.all_gather, 1, nce(x));  // again, for the LM head's weight gradient
+    add(c.bwd.reduce_scatter, 1, nce(x));
+  }
+  return c;
+}
+
 TpComm comm_per_microbatch(const TpShape& x) {
   TpComm c;
-  if (x.tp == 1) return c;
-  const int64_t N = int64_t(x.Bm) * x.Tn, NCe = N * x.model.C * x.elem_bytes, L = x.model.L;
-  const int64_t rerun = x.recompute == Recompute::full ? 1 : 0;  // layer forwards rerun in backward
-  const int64_t ce = 3 * N * x.acc_bytes;                        // max, then sum-exp + target logit
-  if (!x.sp) {
-    c.all_reduce = NCe * (1 + 2 * L) + ce + NCe * (2 * L * rerun + 2 * L + 1);
-    c.forward = NCe * (1 + 2 * L) + ce;
-  } else {
-    c.reduce_scatter = NCe * (1 + 2 * L + 2 * L * rerun + 2 * L + 1);
-    c.all_gather = NCe * (2 * L + 1 + 2 * L * rerun + 4 * L + 1 + 1);
-    c.all_reduce = ce;
-    c.forward = NCe * (1 + 2 * L + 2 * L + 1) + ce;
-  }
-  c.backward = c.all_reduce + c.all_gather + c.reduce_scatter - c.forward;
+  auto take = [&](const TpPieceComm& p, int64_t times) {
+    for (const TpPass* pass : {&p.fwd, &p.bwd}) {
+      c.all_reduce += times * pass->all_reduce.bytes;
+      c.all_gather += times * pass->all_gather.bytes;
+      c.reduce_scatter += times * pass->reduce_scatter.bytes;
+    }
+    c.forward += times * total(p.fwd);
+    c.backward += times * total(p.bwd);
+  };
+  take(embedding_comm(x), 1);
+  take(layer_comm(x), x.model.L);
+  take(head_comm(x), 1);
   return c;
 }
 

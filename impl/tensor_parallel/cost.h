@@ -92,4 +92,19 @@ struct TpComm {
 };
 TpComm comm_per_microbatch(const TpShape& x);
 
+// The same by piece and pass, with call counts (the planner's rows: a
+// pipeline rank holds some layers and maybe the embedding or the head).
+struct TpCalls {
+  int64_t calls = 0, bytes = 0;
+};
+struct TpPass {
+  TpCalls all_reduce, all_gather, reduce_scatter;
+};
+struct TpPieceComm {
+  TpPass fwd, bwd;
+};
+TpPieceComm layer_comm(const TpShape& x);      // one layer, one microbatch
+TpPieceComm embedding_comm(const TpShape& x);  // the vocabulary-parallel lookup
+TpPieceComm head_comm(const TpShape& x);       // LM head + vocabulary-parallel cross-entropy
+
 }  // namespace pb::tp

@@ -106,7 +106,20 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   }
   if (in.shape && in.tp == 1 && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1)
     s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision);
-  if (in.shape) {
+  if (in.shape && !in.dropout && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1) {
+    // The reference layout on one stage: what the tensor-parallel rank (and,
+    // at tp 1, the reference runner) declares and allocates, exactly.
+    tp::TpShape x;
+    x.model = *in.shape;
+    x.tp = in.tp;
+    x.sp = in.sp;
+    x.recompute = in.recompute;
+    x.Bm = int(in.microbatch_size);
+    x.Tn = int(seq);
+    x.elem_bytes = int(elem_bytes(in.precision));
+    x.acc_bytes = x.elem_bytes == 8 ? 8 : 4;
+    s.activations = tp::activation_bytes(x);
+  } else if (in.shape) {
     const ModelConfig& mc = *in.shape;
     const ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
                             elem_bytes(in.precision)};
@@ -133,27 +146,38 @@ void add_row(std::vector<CommRow>& out, const char* group, const char* phase, co
 void model_parallel_comm(const PlanInput& in, const Pipe& pipe, int rank, int64_t seq, std::vector<CommRow>& out) {
   const ModelConfig& mc = *in.shape;
   const int64_t m = pipe.cfg.microbatches, e = elem_bytes(in.precision), b = in.microbatch_size;
-  const int64_t sl = seq / in.cp, act = b * sl * mc.C * e;
+  const int64_t sl = seq / in.cp;
   int64_t layers = 0;
   for (int c = 0; c < pipe.part.v; ++c) layers += pipe.part.at(rank, c).num_blocks;
   const bool first = pipe.part.at(rank, 0).embedding, last = pipe.part.at(rank, pipe.part.v - 1).head;
   const int64_t R = in.ranks_per_node;
   const bool full = in.recompute == Recompute::full;
   if (in.tp > 1) {
+    // The tensor axis's own figures (impl/tensor_parallel/cost.h): the layers
+    // this rank holds, the vocabulary-parallel embedding on the first stage,
+    // the LM head and cross-entropy on the last, per microbatch.
     const bool inter = spans(in.tp, R);
-    // Per microbatch: 2 per layer each way, 2 more in backward with full
-    // recomputation; the vocab-parallel embedding (first stage, forward) and the
-    // LM head's input gradient (last stage, backward) one each.
-    const int64_t fwd = m * (2 * layers + (first ? 1 : 0));
-    const int64_t bwd = m * (2 * layers + (full ? 2 * layers : 0) + (last ? 1 : 0));
-    if (in.sp) {
-      for (const char* op : {"all_gather", "reduce_scatter"}) {
-        add_row(out, "tp", "fwd", op, in.tp, fwd, fwd * act, inter);
-        add_row(out, "tp", "bwd", op, in.tp, bwd, bwd * act, inter);
-      }
-    } else {
-      add_row(out, "tp", "fwd", "all_reduce", in.tp, fwd, fwd * act, inter);
-      add_row(out, "tp", "bwd", "all_reduce", in.tp, bwd, bwd * act, inter);
+    tp::TpShape x;
+    x.model = mc;
+    x.tp = in.tp;
+    x.sp = in.sp;
+    x.recompute = in.recompute;
+    x.Bm = int(b);
+    x.Tn = int(sl);
+    x.elem_bytes = int(e);
+    x.acc_bytes = e == 8 ? 8 : 4;
+    const tp::TpPieceComm lc = tp::layer_comm(x), ec = tp::embedding_comm(x), hc = tp::head_comm(x);
+    for (int pass = 0; pass < 2; ++pass) {
+      auto of = [&](const tp::TpPieceComm& c) { return pass ? c.bwd : c.fwd; };
+      const tp::TpPass l = of(lc), em = of(ec), hd = of(hc);
+      auto row = [&](const char* op, tp::TpCalls tp::TpPass::*f) {
+        const int64_t calls = m * (layers * (l.*f).calls + (first ? (em.*f).calls : 0) + (last ? (hd.*f).calls : 0));
+        const int64_t bytes = m * (layers * (l.*f).bytes + (first ? (em.*f).bytes : 0) + (last ? (hd.*f).bytes : 0));
+        add_row(out, "tp", pass ? "bwd" : "fwd", op, in.tp, calls, bytes, inter);
+      };
+      row("all_reduce", &tp::TpPass::all_reduce);
+      row("all_gather", &tp::TpPass::all_gather);
+      row("reduce_scatter", &tp::TpPass::reduce_scatter);
     }
   }
   if (in.cp > 1) {

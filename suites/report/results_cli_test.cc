@@ -139,9 +139,11 @@ TEST(ResultsCli, ReportWritesPngsEmbeddedInHtml) {
     expect_png(e.path());
     EXPECT_NE(html.find(base64(slurp(e.path()))), std::string::npos) << e.path() << " not embedded";
   }
-  // Scaling, memory, comm, pipeline bubble, collectives, pipeline timeline,
-  // planner-vs-measured, conformance, loss.
-  EXPECT_EQ(pngs, 9);
+  // Scaling, memory, comm, pipeline bubble, tensor parallel (activations and
+  // tp bytes), collectives, pipeline timeline, planner-vs-measured,
+  // conformance, loss.
+  EXPECT_EQ(pngs, 11);
+  EXPECT_NE(html.find("Tensor parallel: activation memory per recompute mode and SP"), std::string::npos);
   EXPECT_NE(html.find("Pipeline bubble, measured vs declared"), std::string::npos);
   EXPECT_NE(html.find("Conformance ratios"), std::string::npos);
   EXPECT_EQ(html.find("skipped"), std::string::npos);

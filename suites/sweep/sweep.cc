@@ -52,7 +52,7 @@ void non_empty(const std::vector<T>& v, const char* key) {
 struct RankOut {
   std::vector<double> seconds, wall, busy;  // per measured step
   int64_t mem[6] = {}, mem_total = 0, mem_host_total = 0;
-  int64_t dp_bytes = 0, pp_bytes = 0, inter_bytes = 0;
+  int64_t dp_bytes = 0, pp_bytes = 0, inter_bytes = 0, tp_bytes = 0;
   double blocked_s = 0;
 };
 
@@ -76,11 +76,13 @@ void run_rank(const RunSpec& spec, int warmup, Communicator& world, RankOut& out
     if (g == "check") continue;
     CommCounters c = log.by_group(g);
     if (g.rfind("dp", 0) == 0) out.dp_bytes += int64_t(c.bytes);
+    if (g == "tp") out.tp_bytes += int64_t(c.bytes);
     out.inter_bytes += int64_t(c.inter_node_bytes);
     out.blocked_s += c.blocked_s;
   }
   out.pp_bytes = int64_t(log.get("pp", CommOp::send).bytes + log.get("pp_tied", CommOp::all_reduce).bytes);
   out.dp_bytes /= n;
+  out.tp_bytes /= n;
   out.pp_bytes /= n;
   out.inter_bytes /= n;
   out.blocked_s /= n;
@@ -95,7 +97,7 @@ RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<
   std::vector<double> v(mine.seconds);
   v.insert(v.end(), mine.wall.begin(), mine.wall.end());
   for (int64_t m : mine.mem) v.push_back(double(m));
-  for (int64_t x : {mine.mem_total, mine.mem_host_total, mine.dp_bytes, mine.pp_bytes, mine.inter_bytes})
+  for (int64_t x : {mine.mem_total, mine.mem_host_total, mine.dp_bytes, mine.pp_bytes, mine.inter_bytes, mine.tp_bytes})
     v.push_back(double(x));
   v.push_back(mine.blocked_s);
   comm.all_reduce(v.data(), v.data(), v.size(), DType::f64, ReduceOp::max);
@@ -115,7 +117,8 @@ RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<
   out.dp_bytes = int64_t(rest[8]);
   out.pp_bytes = int64_t(rest[9]);
   out.inter_bytes = int64_t(rest[10]);
-  out.blocked_s = rest[11];
+  out.tp_bytes = int64_t(rest[11]);
+  out.blocked_s = rest[12];
   return out;
 }
 
@@ -153,6 +156,15 @@ SweepConfig read_sweep_config(ConfigReader& r) {
     const MeshShape ms = parse_mesh(m, "sweep.meshes");
     m = mesh_text(ms);  // canonical: the row's spelling and the resume key
     max_dp = std::max<int64_t>(max_dp, ms.dp);
+  }
+  c.points = r.get<std::vector<std::string>>("sweep.points", {});
+  for (auto& p : c.points) {
+    const size_t sp = p.find(' ');
+    require(sp != std::string::npos && sp > 0 && sp + 1 < p.size(),
+            "sweep.points: '" + p + "' is not \"<mesh> <strategy>\" (e.g. \"tp2 shard=none,sp=on\")");
+    const MeshShape ms = parse_mesh(p.substr(0, sp), "sweep.points");
+    max_dp = std::max<int64_t>(max_dp, ms.dp);
+    p = mesh_text(ms) + " " + canonical_strategy(p.substr(sp + 1));
   }
   c.global_batch = r.get<int>("sweep.global_batch", int(c.batch_per_rank * max_dp), Bounds::positive());
   c.seq = r.get<int>("sweep.seq", c.seq, Bounds::positive());
@@ -194,6 +206,15 @@ std::vector<SweepPoint> expand(const SweepConfig& c) {
               const MeshShape ms = parse_mesh(mesh, "sweep.meshes");
               v.push_back({s, mesh, m, p, sc, world_size(ms), ms.dp, int(mb)});
             }
+          }
+  for (const auto& sc : c.scaling)
+    for (const auto& m : c.models)
+      for (const auto& p : c.precisions)
+        for (int64_t mb : c.microbatches)
+          for (const auto& pt : c.points) {
+            const size_t sp = pt.find(' ');
+            const MeshShape ms = parse_mesh(pt.substr(0, sp), "sweep.points");
+            v.push_back({pt.substr(sp + 1), pt.substr(0, sp), m, p, sc, world_size(ms), ms.dp, int(mb)});
           }
   return v;
 }
@@ -259,6 +280,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     res.mem_total = all.mem_total;
     res.mem_host_total = all.mem_host_total;
     res.comm_dp_bytes = all.dp_bytes;
+    res.comm_tp_bytes = all.tp_bytes;
     res.comm_pp_bytes = all.pp_bytes;
     res.comm_inter_node_bytes = all.inter_bytes;
     res.exposed_comm_s = all.blocked_s;
@@ -298,7 +320,7 @@ CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
                                               "mem_activations", "mem_comm", "mem_workspace"};
   for (int t = 0; t < 6; ++t) rec.set(kMemCols[t], r.mem[t]);
   rec.set("mem_total", r.mem_total).set("mem_host_total", r.mem_host_total);
-  rec.set("comm_dp_bytes", r.comm_dp_bytes).set("comm_tp_bytes", int64_t{0});
+  rec.set("comm_dp_bytes", r.comm_dp_bytes).set("comm_tp_bytes", r.comm_tp_bytes);
   rec.set("comm_cp_bytes", int64_t{0}).set("comm_pp_bytes", r.comm_pp_bytes).set("comm_ep_bytes", int64_t{0});
   rec.set("comm_inter_node_bytes", r.comm_inter_node_bytes);
   rec.set("exposed_comm_s", r.exposed_comm_s).set("bubble", r.bubble);

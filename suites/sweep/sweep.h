@@ -29,6 +29,9 @@ struct SweepConfig {
   std::vector<std::string> strategies = {"shard=none"};  // strategy text (run_spec.h), canonical
   std::vector<int64_t> worlds = {1};       // data-parallel meshes dp<w>, when `meshes` is empty
   std::vector<std::string> meshes;         // mesh text (dp2, dp2.pp2, ...), canonical
+  // Points beyond the strategies x meshes product: "<mesh> <strategy>" (the
+  // report label form, e.g. "tp2 shard=none,sp=on,recompute=full"), canonical.
+  std::vector<std::string> points;
   std::vector<std::string> models = {"tiny"};
   std::vector<std::string> precisions = {"fp32"};
   std::vector<int64_t> microbatches = {1};
@@ -64,7 +67,7 @@ struct PointResult {
   double step_time_s = 0, tokens_per_s = 0, model_flops_per_s = 0, mfu = 0, peak_flops = 0;
   int64_t mem[6] = {};  // peak per MemTag (device), max over ranks
   int64_t mem_total = 0, mem_host_total = 0;
-  int64_t comm_dp_bytes = 0, comm_pp_bytes = 0, comm_inter_node_bytes = 0;  // per step, max over ranks
+  int64_t comm_dp_bytes = 0, comm_tp_bytes = 0, comm_pp_bytes = 0, comm_inter_node_bytes = 0;  // per step, max over ranks
   double exposed_comm_s = 0;                              // per step, max over ranks
   double bubble = 0;  // pipeline: mean over measured steps of sum_r (T - busy_r) / (p T); else 0
 };

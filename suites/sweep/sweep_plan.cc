@@ -128,6 +128,9 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.shape = planner::planner_model(p.model);
   in.seq = r.seq;
   in.dp = spec.mesh.dp;
+  in.tp = spec.mesh.tp;
+  in.sp = spec.tensor.sp;
+  in.recompute = spec.tensor.recompute;
   in.pp = spec.mesh.pp;
   in.schedule = spec.pipe.schedule.value_or(pipeline::ScheduleKind::one_f_one_b);
   in.virtual_stages = spec.pipe.virtual_stages;
