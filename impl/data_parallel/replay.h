@@ -8,10 +8,10 @@
 //    a sum over the replicas in order;
 //  - hZeRO: a sum within each node (ranks_per_node consecutive ranks),
 //    rounded, then a sum over the nodes in order.
-// Not replayed (held to the ratio rule only): any backend other than local
-// (MPI/NCCL reduce in their own order), and sharded runs that reduce every
-// microbatch (ZeRO-2/3, HSDP, hZeRO with accumulation): they round the sum of
-// each microbatch, the reference rounds once per step.
+//  - ZeRO-2/3, HSDP and hZeRO with accumulation: reduced every microbatch
+//    (the plan's reduce_per_micro, and outer_per_micro for hZeRO).
+// Not replayed (held to the ratio rule only, and run again at fp64): any
+// backend other than local (MPI/NCCL reduce in their own order).
 #pragma once
 #include "impl/data_parallel/options.h"
 #include "reference/trainer.h"

@@ -26,7 +26,14 @@ dp::DpOptions data_options_of(const RunSpec& s) {
   data_only.faults.clear();
   for (const auto& f : s.faults)
     if (!is_fault(f)) data_only.faults.push_back(f);
-  return dp::options_of(data_only);
+  try {
+    return dp::options_of(data_only);
+  } catch (const InputError& e) {  // name the tensor-parallel faults too
+    std::string known;
+    for (Fault f : faults_for(2, false, Recompute::full, true)) known += ", " + fault_name(f);
+    known += ", " + fault_name(Fault::skip_sp_grad_reduce);
+    throw InputError(std::string(e.what()) + "; tensor-parallel faults: " + known.substr(2));
+  }
 }
 
 TpShape tp_shape(const RunSpec& s) {

@@ -25,7 +25,7 @@ struct CheckFlags {
   std::vector<int> dps = {1, 2, 3, 4, 8};
   std::vector<std::string> precisions = {"fp32", "bf16-mixed"};
   std::vector<std::string> shards = {"none", "zero1", "zero2", "zero3", "hsdp", "hzero"};
-  std::string model = "tiny";
+  std::string model;  // empty: tiny, or tiny-tp for tensor-parallel points
   int steps = 3;
   std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved", "zb-h1", "2bw"};
   std::vector<int> pps = {2, 4};
@@ -62,11 +62,11 @@ StrategyRun point(const CheckFlags& f, const std::string& precision, const MeshS
     // Tensor parallel: tiny-tp (12 heads: tp 2, 3, 4; a vocabulary of 67 that
     // every tp pads) unless a model is named; 12 tokens so a microbatch's
     // tokens split over tp 2, 3 and 4 under sequence parallel.
-    c.model = named_model(f.model == "tiny" ? "tiny-tp" : f.model);
+    c.model = named_model(f.model.empty() ? "tiny-tp" : f.model);
     c.seq = std::min(12, c.model.maxT);
     c.batch = 4 * mesh.dp;
   } else {
-    c.model = named_model(f.model);
+    c.model = named_model(f.model.empty() ? "tiny" : f.model);
     c.seq = std::min(16, c.model.maxT);
     c.batch = 8 * mesh.dp;
   }
@@ -274,7 +274,9 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--dp", f->dps, "world sizes")->capture_default_str();
   app->add_option("--precision", f->precisions, "fp32, bf16-mixed, fp64")->capture_default_str();
   app->add_option("--shard", f->shards, "none zero1 zero2 zero3 hsdp hzero")->capture_default_str();
-  app->add_option("--model", f->model, "named model")->capture_default_str();
+  app->add_option("--model", f->model,
+                  "named model for every point (default: tiny; tiny-tp, whose 12 heads split over tp 2, 3 and 4, "
+                  "for tensor-parallel points)");
   app->add_option("--steps", f->steps, "steps per configuration")->capture_default_str()
       ->check(CLI::PositiveNumber);
   app->add_option("--schedule", f->schedules, "pipeline schedules (none: no pipeline points)")

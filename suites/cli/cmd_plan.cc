@@ -43,15 +43,16 @@ void apply_spec(const PlanFlags& f, planner::PlanInput& in) {
   }
   if (f.strategy.empty()) return;
   require(f.shard.empty() && f.offload == "none" && f.schedule == "1f1b" && !f.in.sp &&
-              f.in.virtual_stages == 1 && f.in.hsdp_group == 0 && !f.in.overlap,
+              f.in.virtual_stages == 1 && f.in.hsdp_group == 0 && !f.in.overlap && f.recompute == "none",
           "--strategy: give the options once, as --strategy or as --shard/--offload/--schedule/"
-          "--virtual-stages/--sp/--shard-group/--overlap");
+          "--virtual-stages/--sp/--recompute/--shard-group/--overlap");
   RunSpec spec;
   apply_strategy_text(spec, f.strategy, "--strategy");
   in.shard = spec.data.shard;
   in.offload = spec.data.offload;
   in.hsdp_group = spec.data.shard_group;
   in.sp = spec.tensor.sp;
+  in.recompute = spec.tensor.recompute;
   in.schedule = spec.pipe.schedule.value_or(pipeline::ScheduleKind::one_f_one_b);
   in.virtual_stages = spec.pipe.virtual_stages;
   // DDP overlaps its buckets with backward unless told otherwise, as it runs.

@@ -33,11 +33,10 @@ std::string strategy_spec(const PlanInput& in) {
   spec.data.offload = in.offload;
   spec.data.overlap = in.overlap;
   spec.tensor.sp = in.sp;
+  spec.tensor.recompute = in.recompute;
   if (in.pp > 1) spec.pipe.schedule = in.schedule;
   spec.pipe.virtual_stages = in.virtual_stages;
-  std::string s = strategy_text(spec);
-  if (in.recompute != Recompute::none) s += ",recompute=" + std::string(recompute_name(in.recompute));
-  return s;
+  return strategy_text(spec);
 }
 
 std::string mesh_spec(const PlanInput& in) {

@@ -10,8 +10,7 @@
 namespace pb::planner {
 
 // The run spec's strategy text (impl/spec/run_spec.h), e.g.
-// "shard=zero1,overlap=off,sp=on,schedule=1f1b", plus ",recompute=selective"
-// when recompute is on (the run spec gains recompute with tensor parallel).
+// "shard=zero1,overlap=off,sp=on,recompute=selective,schedule=1f1b".
 std::string strategy_spec(const PlanInput& in);
 // "dp96.tp8.pp64" (harness/mesh.h mesh_text).
 std::string mesh_spec(const PlanInput& in);
