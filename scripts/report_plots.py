@@ -311,9 +311,9 @@ def tensor_parallel(run, out):
              "block's input; sequence parallel divides the LayerNorm regions by tp."),
             (figs[1], "Tensor parallel: communication per step",
              "Logical bytes on the tp group per step, measured, beside the planner's per-layer, embedding and head "
-             "figures (cost.h layer_comm, embedding_comm, head_comm) summed over the step's microbatches. The "
-             "planner leaves out the once-per-step terms: the clip norm's partial sum and, with sequence "
-             "parallel, the all-reduce of the replicated parameters' gradients.")]
+             "figures (cost.h layer_comm, embedding_comm, head_comm) over the step's microbatches, plus the "
+             "once-per-step clip-norm partial sum and, with sequence parallel, the replicated parameters' "
+             "gradients (cost.h step_bytes).")]
 
 
 def collectives(run, out):

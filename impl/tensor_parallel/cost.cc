@@ -48,9 +48,13 @@ std::vector<int64_t> unit_params(const ModelConfig& m, int tp) {
   return u;
 }
 
-int64_t replicated_params(const ModelConfig& m) {
-  return int64_t(m.L) * 6 * m.C + int64_t(m.maxT) * m.C + 2 * int64_t(m.C);
+int64_t replicated_params(const ModelConfig& m) { return replicated_params(m, m.L, true, true); }
+
+int64_t replicated_params(const ModelConfig& m, int64_t layers, bool embedding, bool head) {
+  return layers * 6 * m.C + (embedding ? int64_t(m.maxT) * m.C : 0) + (head ? 2 * int64_t(m.C) : 0);
 }
+
+int64_t step_bytes(bool sp, int64_t held, int elem_bytes) { return 8 + (sp ? held * elem_bytes : 0); }
 
 namespace {
 int64_t nce(const TpShape& x) { return int64_t(x.Bm) * x.Tn * x.model.C * x.elem_bytes; }

@@ -73,6 +73,13 @@ std::vector<int64_t> unit_params(const ModelConfig& m, int tp);
 // wpe, final LayerNorm): the ones whose gradients sequence parallel all-reduces
 // and the clip norm counts once.
 int64_t replicated_params(const ModelConfig& m);
+// The same on a pipeline rank holding `layers` blocks and maybe the
+// embedding (wpe) and the head (final LayerNorm).
+int64_t replicated_params(const ModelConfig& m, int64_t layers, bool embedding, bool head);
+// Bytes a tp rank all-reduces over tp once per step: the clip norm's partial
+// sum (8) and, with SP, the gradients of the replicated parameters it holds
+// (`held` elements of elem_bytes; all of them without data-parallel sharding).
+int64_t step_bytes(bool sp, int64_t held, int elem_bytes);
 
 // Bytes one microbatch moves on the tp group, by op, and the forward /
 // backward split the planner times. Without SP: all-reduces of NCe — the

@@ -126,13 +126,12 @@ Declared TpRank<T>::declared(int steps) const {
   if (o_.tp == 1) return d;
   const TpComm m = comm_per_microbatch(x);
   const int64_t n = int64_t(steps) * c.microbatches;
-  d.add_comm("tp", CommOp::all_reduce, m.all_reduce * n + 8 * int64_t(steps));  // + the norm's partial sums
+  // Per microbatch, then once per step: the norm's partial sum and, with SP,
+  // the replicated parameters' gradients this rank holds.
+  const int64_t held = o_.sp ? replicated_grads_held(spec_, mesh_coord(spec_.mesh, check_->rank()).dp) : 0;
+  d.add_comm("tp", CommOp::all_reduce, m.all_reduce * n + step_bytes(o_.sp, held, x.elem_bytes) * steps);
   if (m.all_gather) d.add_comm("tp", CommOp::all_gather, m.all_gather * n);
   if (m.reduce_scatter) d.add_comm("tp", CommOp::reduce_scatter, m.reduce_scatter * n);
-  if (o_.sp) {  // the replicated parameters' gradients this rank holds, once per step
-    const int64_t held = replicated_grads_held(spec_, mesh_coord(spec_.mesh, check_->rank()).dp);
-    d.add_comm("tp", CommOp::all_reduce, held * x.elem_bytes * steps);
-  }
   return d;
 }
 

@@ -143,7 +143,8 @@ void add_row(std::vector<CommRow>& out, const char* group, const char* phase, co
 }
 
 // TP, CP and PP traffic of one pipeline rank over a step of m microbatches.
-void model_parallel_comm(const PlanInput& in, const Pipe& pipe, int rank, int64_t seq, std::vector<CommRow>& out) {
+void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
+                         std::vector<CommRow>& out) {
   const ModelConfig& mc = *in.shape;
   const int64_t m = pipe.cfg.microbatches, e = elem_bytes(in.precision), b = in.microbatch_size;
   const int64_t sl = seq / in.cp;
@@ -179,6 +180,11 @@ void model_parallel_comm(const PlanInput& in, const Pipe& pipe, int rank, int64_
       row("all_gather", &tp::TpPass::all_gather);
       row("reduce_scatter", &tp::TpPass::reduce_scatter);
     }
+    // Once per step: the norm's partial sum; with SP the replicated
+    // parameters' gradients this rank holds (its 1/g share when sharded).
+    const int64_t g = std::max<int64_t>(1, dp::shard_group_size(axis));
+    const int64_t held = dp::ceil_div(tp::replicated_params(mc, layers, first, last), g);
+    add_row(out, "tp", "step", "all_reduce", in.tp, in.sp ? 2 : 1, tp::step_bytes(in.sp, held, int(e)), inter);
   }
   if (in.cp > 1) {
     const bool inter = spans(int64_t(in.tp) * in.cp, R);
@@ -280,7 +286,7 @@ PlanResult plan(const PlanInput& in) {
   for (const dp::CollCost& c : dp::comm_per_step(worst_units, axis))
     add_row(r.comm, c.group.c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(), c.group_size,
             c.calls, c.bytes, c.inter_node);
-  if (in.shape) model_parallel_comm(in, pipe, r.worst.stage, r.seq, r.comm);
+  if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
 
   const int64_t tokens = r.global_batch * r.seq;
   if (in.shape) {
