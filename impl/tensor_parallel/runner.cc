@@ -29,92 +29,40 @@ void copy(X* dst, const X* src, size_t n) {
 }
 }  // namespace
 
-// The one list of buffers: the constructor allocates it, allocated_bytes()
-// sums it. f(Buffer<X>* or nullptr, tag, elements).
 template <class T>
-template <class Self, class F>
-void TpRunner<T>::each_buffer(Self* s, const ModelConfig& m, const TpOptions& o, int64_t Vr, int Bm, int Tn,
-                              F&& f) {
-  const size_t N = size_t(Bm) * Tn, t = size_t(o.tp), Nl = o.sp ? N / t : N, C = size_t(m.C), Ct = C / t;
-  const size_t att = size_t(Bm) * size_t(m.NH / o.tp) * Tn * Tn, V = size_t(Vr);
-  const MemTag act = MemTag::activations, ws = MemTag::workspace;
-  auto top = [&](auto Self::*mem) { return s ? &(s->*mem) : nullptr; };
-  auto blk = [&](Block* b, auto Block::*mem) { return b ? &(b->*mem) : nullptr; };
-  // A block's buffers; `xout_only`: full recompute keeps the output alone.
-  auto block = [&](Block* b, MemTag tag, bool xout_only, bool with_att) {
-    if (!xout_only) {
-      f(blk(b, &Block::ln1), tag, Nl * C);
-      f(blk(b, &Block::ln1_mean), tag, Nl);
-      f(blk(b, &Block::ln1_rstd), tag, Nl);
-      f(blk(b, &Block::qkv), tag, N * 3 * Ct);
-      if (with_att) f(blk(b, &Block::att), tag, att);
-      f(blk(b, &Block::atty), tag, N * Ct);
-      f(blk(b, &Block::xmid), tag, Nl * C);
-      f(blk(b, &Block::ln2), tag, Nl * C);
-      f(blk(b, &Block::ln2_mean), tag, Nl);
-      f(blk(b, &Block::ln2_rstd), tag, Nl);
-      f(blk(b, &Block::fch), tag, N * 4 * Ct);
-      f(blk(b, &Block::fchg), tag, N * 4 * Ct);
-    }
-    f(blk(b, &Block::xout), tag, Nl * C);
-  };
-  // Activations: tokens and targets, the embedding output, every block, the head.
-  f(top(&Self::tokens_), act, N);
-  f(top(&Self::targets_), act, N);
-  f(top(&Self::x0_), act, Nl * C);
-  for (int l = 0; l < m.L; ++l)
-    block(s ? &s->blocks_[size_t(l)] : nullptr, act, o.recompute == Recompute::full,
-          o.recompute == Recompute::none);
-  f(top(&Self::lnf_), act, Nl * C);
-  f(top(&Self::lnf_mean_), act, Nl);
-  f(top(&Self::lnf_rstd_), act, Nl);
-  f(top(&Self::probs_), act, N * V);
-  f(top(&Self::losses_), act, N);
-  // Workspace: recompute buffers, gathered / partial (N,C), backward scratch.
-  if (o.recompute == Recompute::full) block(s ? &s->work_ : nullptr, ws, false, true);
-  if (o.recompute == Recompute::selective) {
-    f(top(&Self::att_work_), ws, att);
-    f(top(&Self::atty_work_), ws, N * Ct);
+void TpModel<T>::alloc_block(Block& b, MemoryTracker* mt, bool xout_only) const {
+  const size_t N = size_t(N_), Nl = size_t(Nl_), C = size_t(C_), Ct = size_t(Ct_);
+  const MemTag act = MemTag::activations;
+  if (!xout_only) {
+    b.ln1 = Buffer<T>(mt, act, Nl * C);
+    b.ln1_mean = Buffer<A>(mt, act, Nl);
+    b.ln1_rstd = Buffer<A>(mt, act, Nl);
+    b.qkv = Buffer<T>(mt, act, N * 3 * Ct);
+    if (o_.recompute == Recompute::none) b.att = Buffer<T>(mt, act, size_t(Bm_) * H_ * Tn_ * Tn_);
+    b.atty = Buffer<T>(mt, act, N * Ct);
+    b.xmid = Buffer<T>(mt, act, Nl * C);
+    b.ln2 = Buffer<T>(mt, act, Nl * C);
+    b.ln2_mean = Buffer<A>(mt, act, Nl);
+    b.ln2_rstd = Buffer<A>(mt, act, Nl);
+    b.fch = Buffer<T>(mt, act, N * 4 * Ct);
+    b.fchg = Buffer<T>(mt, act, N * 4 * Ct);
   }
-  f(top(&Self::gat_), ws, N * C);
-  f(top(&Self::part_), ws, N * C);
-  f(top(&Self::tmp_), ws, Nl * C);
-  f(top(&Self::dres_), ws, Nl * C);
-  f(top(&Self::dln_), ws, Nl * C);
-  f(top(&Self::datty_), ws, N * Ct);
-  f(top(&Self::dqkv_), ws, N * 3 * Ct);
-  f(top(&Self::datt_), ws, att);
-  f(top(&Self::dfch_), ws, N * 4 * Ct);
-  f(top(&Self::dfchg_), ws, N * 4 * Ct);
-  f(top(&Self::dlogits_), ws, N * V);
-  f(top(&Self::dx_a_), ws, Nl * C);
-  f(top(&Self::dx_b_), ws, Nl * C);
-  f(top(&Self::cmax_), ws, N);
-  f(top(&Self::csum_), ws, 2 * N);
-  const int n = int(N), c = m.C, ct = int(Ct), v = int(V);
-  f(top(&Self::mm_ws_), ws,
-    std::max({k::matmul_workspace_floats<T>(n, c, 3 * ct), k::matmul_workspace_floats<T>(n, c, 4 * ct),
-              k::matmul_workspace_floats<T>(n, 4 * ct, c), k::matmul_workspace_floats<T>(n, ct, c),
-              k::matmul_workspace_floats<T>(n, c, v)}));
-  f(top(&Self::att_ws_), ws, k::attention_workspace_elems<T>(Tn, int(Ct), m.NH / o.tp));
+  b.xout = Buffer<T>(mt, act, Nl * C);
 }
 
 template <class T>
-int64_t TpRunner<T>::allocated_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, MemTag tag) {
-  int64_t bytes = 0;
-  const int64_t Vr = (int64_t(m.V) + o.tp - 1) / o.tp;
-  each_buffer(static_cast<TpRunner*>(nullptr), m, o, Vr, Bm, Tn, [&](auto* b, MemTag t, size_t n) {
-    using Buf = std::remove_pointer_t<decltype(b)>;
-    using X = std::remove_pointer_t<decltype(std::declval<Buf>().data())>;
-    if (t == tag) bytes += int64_t(n * sizeof(X));
-  });
-  return bytes;
+void TpModel<T>::alloc_head(Head& h, MemoryTracker* mt) const {
+  const MemTag act = MemTag::activations;
+  h.lnf = Buffer<T>(mt, act, size_t(Nl_) * C_);
+  h.lnf_mean = Buffer<A>(mt, act, size_t(Nl_));
+  h.lnf_rstd = Buffer<A>(mt, act, size_t(Nl_));
+  h.probs = Buffer<T>(mt, act, size_t(N_) * Vr_);
+  h.losses = Buffer<A>(mt, act, size_t(N_));
 }
 
 template <class T>
-TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp, const MarkovSource& data,
-                      MemoryTracker* mt, int Bm, int Tn)
-    : layout_(&l), o_(o), tp_(tp), data_(&data), Bm_(Bm), Tn_(Tn) {
+TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, MemoryTracker* mt, int Bm, int Tn)
+    : layout_(&l), o_(o), tp_(tp), Bm_(Bm), Tn_(Tn) {
   const auto& m = l.model();
   require(l.tp() == o.tp, "tp: the layout's tp differs from the options'");
   require(o.tp == 1 || (tp && tp->size() == o.tp), "tp: the group's size differs from tp");
@@ -129,30 +77,64 @@ TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp
   vb_ = l.vocab_begin();
   valid_ = int(std::clamp<int64_t>(m.V - vb_, 0, Vr_));
   if (o.has(Fault::padded_vocab_in_loss)) valid_ = Vr_;
-  blocks_.resize(size_t(m.L));
-  each_buffer(this, m, o, Vr_, Bm, Tn, [&](auto* b, MemTag tag, size_t n) {
-    using Buf = std::remove_pointer_t<decltype(b)>;
-    if (n) *b = Buf(mt, tag, n);
-  });
+  // Workspace: recompute buffers, gathered / partial (N,C), backward scratch.
+  const size_t N = size_t(N_), Nl = size_t(Nl_), C = size_t(C_), Ct = size_t(Ct_), V = size_t(Vr_);
+  const size_t att = size_t(Bm) * H_ * Tn * Tn;
+  const MemTag ws = MemTag::workspace;
+  auto buf = [&](auto& b, size_t n) {
+    using Buf = std::remove_reference_t<decltype(b)>;
+    b = Buf(mt, ws, n);
+  };
+  if (o.recompute == Recompute::full) {  // one block's everything, probabilities included
+    Block& w = work_;
+    buf(w.ln1, Nl * C), buf(w.ln1_mean, Nl), buf(w.ln1_rstd, Nl), buf(w.qkv, N * 3 * Ct), buf(w.att, att);
+    buf(w.atty, N * Ct), buf(w.xmid, Nl * C), buf(w.ln2, Nl * C), buf(w.ln2_mean, Nl), buf(w.ln2_rstd, Nl);
+    buf(w.fch, N * 4 * Ct), buf(w.fchg, N * 4 * Ct), buf(w.xout, Nl * C);
+  }
+  if (o.recompute == Recompute::selective) buf(att_work_, att), buf(atty_work_, N * Ct);
+  buf(gat_, N * C), buf(part_, N * C), buf(tmp_, Nl * C), buf(dres_, Nl * C), buf(dln_, Nl * C);
+  buf(datty_, N * Ct), buf(dqkv_, N * 3 * Ct), buf(datt_, att), buf(dfch_, N * 4 * Ct), buf(dfchg_, N * 4 * Ct);
+  buf(dlogits_, N * V), buf(cmax_, N), buf(csum_, 2 * N);
+  const int n = int(N), c = m.C, ct = int(Ct), v = int(V);
+  buf(mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, 3 * ct), k::matmul_workspace_floats<T>(n, c, 4 * ct),
+                        k::matmul_workspace_floats<T>(n, 4 * ct, c), k::matmul_workspace_floats<T>(n, ct, c),
+                        k::matmul_workspace_floats<T>(n, c, v)}));
+  buf(att_ws_, k::attention_workspace_elems<T>(Tn, int(Ct), H_));
 }
 
 template <class T>
-void TpRunner<T>::all_reduce(T* buf, size_t n) {
+TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp, const MarkovSource& data,
+                      MemoryTracker* mt, int Bm, int Tn)
+    : layout_(&l), o_(o), data_(&data), Bm_(Bm), Tn_(Tn), model_(l, o, tp, mt, Bm, Tn) {
+  const auto& m = l.model();
+  const size_t N = size_t(Bm) * Tn, NlC = size_t(model_.tokens_held()) * m.C;
+  tokens_ = Buffer<int32_t>(mt, MemTag::activations, N);
+  targets_ = Buffer<int32_t>(mt, MemTag::activations, N);
+  x0_ = Buffer<T>(mt, MemTag::activations, NlC);
+  blocks_.resize(size_t(m.L));
+  for (auto& b : blocks_) model_.alloc_block(b, mt, o.recompute == Recompute::full);
+  model_.alloc_head(head_, mt);
+  dx_a_ = Buffer<T>(mt, MemTag::workspace, NlC);
+  dx_b_ = Buffer<T>(mt, MemTag::workspace, NlC);
+}
+
+template <class T>
+void TpModel<T>::all_reduce(T* buf, size_t n) {
   if (o_.tp > 1) tp_->all_reduce(buf, buf, n, dtype_of<T>());
 }
 
 template <class T>
-void TpRunner<T>::gather(const T* shard, T* full) {
+void TpModel<T>::gather(const T* shard, T* full) {
   tp_->all_gather(shard, full, size_t(Nl_) * C_, dtype_of<T>());
 }
 
 template <class T>
-void TpRunner<T>::scatter(const T* full, T* shard) {
+void TpModel<T>::scatter(const T* full, T* shard) {
   tp_->reduce_scatter(full, shard, size_t(Nl_) * C_, dtype_of<T>());
 }
 
 template <class T>
-void TpRunner<T>::add_bias(T* y, const T* b, int rows) {
+void TpModel<T>::add_bias(T* y, const T* b, int rows) {
   for (int n = 0; n < rows; ++n) {
     T* r = y + size_t(n) * C_;
     for (int c = 0; c < C_; ++c) r[c] = store<T>(load(r[c]) + load(b[c]));
@@ -161,7 +143,7 @@ void TpRunner<T>::add_bias(T* y, const T* b, int rows) {
 
 // y_out (Nl,C) = reduce over tp of in (N, in_cols) @ w^T, plus the bias once.
 template <class T>
-void TpRunner<T>::row_parallel(T* y_out, const T* in, const T* w, const T* b, int in_cols) {
+void TpModel<T>::row_parallel(T* y_out, const T* in, const T* w, const T* b, int in_cols) {
   const bool bias_each_rank = o_.has(Fault::bias_tp_times) && o_.tp > 1;
   k::matmul_forward(part_.data(), in, w, bias_each_rank ? b : static_cast<const T*>(nullptr), N_, in_cols, C_,
                     mm_ws_.data());
@@ -175,12 +157,12 @@ void TpRunner<T>::row_parallel(T* y_out, const T* in, const T* w, const T* b, in
 }
 
 template <class T>
-void TpRunner<T>::embed_forward(T* x0, const T* wte, const T* wpe) {
+void TpModel<T>::embed_forward(T* x0, const int32_t* tokens, const T* wte, const T* wpe) {
   // Each rank looks up the tokens of its vocabulary rows; the rest are zero.
   T* p = part_.data();
   std::memset(static_cast<void*>(p), 0, size_t(N_) * C_ * sizeof(T));
   for (int n = 0; n < N_; ++n) {
-    const int64_t v = tokens_[size_t(n)] - vb_;
+    const int64_t v = tokens[n] - vb_;
     if (v >= 0 && v < valid_) copy(p + size_t(n) * C_, wte + size_t(v) * C_, size_t(C_));
   }
   if (o_.sp) {
@@ -198,7 +180,7 @@ void TpRunner<T>::embed_forward(T* x0, const T* wte, const T* wpe) {
 }
 
 template <class T>
-void TpRunner<T>::embed_backward(T* dwte, T* dwpe, const T* dx0) {
+void TpModel<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* tokens) {
   // wpe: this rank's tokens (all of them without SP: the same on every rank).
   const int first = o_.sp ? tp_->rank() * Nl_ : 0;
   std::vector<A> acc(static_cast<size_t>(C_));
@@ -223,12 +205,12 @@ void TpRunner<T>::embed_backward(T* dwte, T* dwpe, const T* dx0) {
   }
   std::vector<int> order(static_cast<size_t>(N_));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens_[size_t(a)] < tokens_[size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
   for (size_t i = 0; i < order.size();) {
-    const int32_t tok = tokens_[size_t(order[i])];
+    const int32_t tok = tokens[order[i]];
     size_t j = i;
     std::fill(acc.begin(), acc.end(), A(0));
-    for (; j < order.size() && tokens_[size_t(order[j])] == tok; ++j) {
+    for (; j < order.size() && tokens[order[j]] == tok; ++j) {
       const T* d = full + size_t(order[j]) * C_;
       for (int c = 0; c < C_; ++c) acc[size_t(c)] += load(d[c]);
     }
@@ -242,7 +224,7 @@ void TpRunner<T>::embed_backward(T* dwte, T* dwpe, const T* dx0) {
 }
 
 template <class T>
-void TpRunner<T>::block_forward(Block& a, const T* x_in, const T* u, T* xout) {
+void TpModel<T>::block_forward(Block& a, const T* x_in, const T* u, T* xout) {
   const auto& o = layout_->block();
   float* ws = mm_ws_.data();
   k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w, u + o.ln1_b, Nl_,
@@ -278,7 +260,7 @@ void bias_grad(T* db, const T* dout, int rows, int C) {
 }  // namespace
 
 template <class T>
-void TpRunner<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a, const T* u) {
+void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a, const T* u) {
   const auto& o = layout_->block();
   float* ws = mm_ws_.data();
   T* null = nullptr;
@@ -338,11 +320,11 @@ void TpRunner<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, 
 }
 
 template <class T>
-double TpRunner<T>::head_forward(const T* x, const T* lnf, const T* wte) {
-  k::layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, lnf, lnf + C_, Nl_, C_);
-  const T* in = lnf_.data();
-  if (o_.sp) gather(lnf_.data(), gat_.data()), in = gat_.data();
-  T* logits = probs_.data();  // (N, Vr): logits, then probabilities in place
+double TpModel<T>::head_forward(Head& h, const T* x, const int32_t* targets, const T* lnf, const T* wte) {
+  k::layernorm_forward(h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), x, lnf, lnf + C_, Nl_, C_);
+  const T* in = h.lnf.data();
+  if (o_.sp) gather(h.lnf.data(), gat_.data()), in = gat_.data();
+  T* logits = h.probs.data();  // (N, Vr): logits, then probabilities in place
   k::matmul_forward(logits, in, wte, static_cast<const T*>(nullptr), N_, C_, Vr_, mm_ws_.data());
   // Vocabulary-parallel softmax cross-entropy over the valid columns.
   A* mx = cmax_.data();
@@ -360,7 +342,7 @@ double TpRunner<T>::head_forward(const T* x, const T* lnf, const T* wte) {
     A s = 0;
     for (int v = 0; v < valid_; ++v) s += std::exp(load(r[v]) - mx[n]);
     sum[n] = s;
-    const int64_t t = targets_[size_t(n)] - vb_;
+    const int64_t t = targets[n] - vb_;
     tgt[n] = t >= 0 && t < valid_ ? load(r[t]) : A(0);
   }
   if (o_.tp > 1) tp_->all_reduce(sum, sum, 2 * size_t(N_), dtype_of<A>());
@@ -370,24 +352,25 @@ double TpRunner<T>::head_forward(const T* x, const T* lnf, const T* wte) {
     const A inv = A(1) / sum[n];
     for (int v = 0; v < valid_; ++v) r[v] = store<T>(std::exp(load(r[v]) - mx[n]) * inv);
     for (int v = valid_; v < Vr_; ++v) r[v] = store<T>(A(0));
-    losses_[size_t(n)] = (mx[n] - tgt[n]) + std::log(sum[n]);
-    total += double(losses_[size_t(n)]);
+    h.losses[size_t(n)] = (mx[n] - tgt[n]) + std::log(sum[n]);
+    total += double(h.losses[size_t(n)]);
   }
   return total;
 }
 
 template <class T>
-void TpRunner<T>::head_backward(T* dx, T* dlnf, T* dwte, const T* x, const T* lnf, const T* wte, double dloss) {
+void TpModel<T>::head_backward(T* dx, T* dlnf, T* dwte, const T* x, const int32_t* targets, const Head& h,
+                               const T* lnf, const T* wte, double dloss) {
   const A g = static_cast<A>(dloss);
   zero(dlogits_);
   for (int n = 0; n < N_; ++n) {
-    const T* p = probs_.data() + size_t(n) * Vr_;
+    const T* p = h.probs.data() + size_t(n) * Vr_;
     T* d = dlogits_.data() + size_t(n) * Vr_;
-    const int64_t t = targets_[size_t(n)] - vb_;
+    const int64_t t = targets[n] - vb_;
     for (int v = 0; v < valid_; ++v) add_into(d[v], (load(p[v]) - (v == t ? A(1) : A(0))) * g);
   }
-  const T* in = lnf_.data();
-  if (o_.sp) gather(lnf_.data(), gat_.data()), in = gat_.data();
+  const T* in = h.lnf.data();
+  if (o_.sp) gather(h.lnf.data(), gat_.data()), in = gat_.data();
   zero(part_);
   k::matmul_backward(part_.data(), dwte, static_cast<T*>(nullptr), dlogits_.data(), in, wte, N_, C_, Vr_,
                      mm_ws_.data());
@@ -399,7 +382,7 @@ void TpRunner<T>::head_backward(T* dx, T* dlnf, T* dwte, const T* x, const T* ln
     all_reduce(part_.data(), size_t(N_) * C_);
   }
   std::memset(static_cast<void*>(dx), 0, size_t(Nl_) * C_ * sizeof(T));
-  k::layernorm_backward(dx, dlnf, dlnf + C_, dln, x, lnf, lnf_mean_.data(), lnf_rstd_.data(), Nl_, C_);
+  k::layernorm_backward(dx, dlnf, dlnf + C_, dln, x, lnf, h.lnf_mean.data(), h.lnf_rstd.data(), Nl_, C_);
 }
 
 template <class T>
@@ -408,26 +391,27 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   const int L = l.model().L, fin = l.final_unit();
   const bool full = o_.recompute == Recompute::full;
   data_->batch(step, first, Bm_, Tn_, tokens_.data(), targets_.data());
-  for (int n = 0; n < N_; ++n)
+  const int N = Bm_ * Tn_;
+  for (int n = 0; n < N; ++n)
     require(targets_[size_t(n)] >= 0 && targets_[size_t(n)] < l.model().V, "tp: target outside the vocabulary");
 
   const T* emb = hk.params(0);
-  embed_forward(x0_.data(), emb, emb + l.wpe_offset());
+  model_.embed_forward(x0_.data(), tokens_.data(), emb, emb + l.wpe_offset());
   hk.release_params(0);
   auto output = [&](int i) -> const T* { return i < 0 ? x0_.data() : blocks_[size_t(i)].xout.data(); };
   for (int i = 0; i < L; ++i) {
-    Block& a = full ? work_ : blocks_[size_t(i)];
-    block_forward(a, output(i - 1), hk.params(l.block_unit(i)), blocks_[size_t(i)].xout.data());
+    Block& a = full ? model_.work() : blocks_[size_t(i)];
+    model_.block_forward(a, output(i - 1), hk.params(l.block_unit(i)), blocks_[size_t(i)].xout.data());
     hk.release_params(l.block_unit(i));
   }
   const T* x = output(L - 1);
   const T* lnf = hk.params(fin);
   const T* wte = hk.params(0);
-  const double loss = head_forward(x, lnf, wte);
+  const double loss = model_.head_forward(head_, x, targets_.data(), lnf, wte);
 
   T* dx = dx_a_.data();
   T* dprev = dx_b_.data();
-  head_backward(dx, hk.grads(fin), hk.head_grads(), x, lnf, wte, dloss);
+  model_.head_backward(dx, hk.grads(fin), hk.head_grads(), x, targets_.data(), head_, lnf, wte, dloss);
   hk.grads_ready(fin);
   hk.release_params(fin);
   hk.release_params(0);
@@ -437,19 +421,22 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
     const T* x_in = output(i - 1);
     if (full) {  // rerun the block's forward from its stored input, communication included
       const T* from = o_.has(Fault::recompute_wrong_input) && i > 0 ? output(i - 2) : x_in;
-      block_forward(work_, from, p, work_.xout.data());
+      model_.block_forward(model_.work(), from, p, model_.work().xout.data());
     }
-    block_backward(dprev, hk.grads(u), dx, x_in, full ? work_ : blocks_[size_t(i)], p);
+    model_.block_backward(dprev, hk.grads(u), dx, x_in, full ? model_.work() : blocks_[size_t(i)], p);
     hk.grads_ready(u);
     hk.release_params(u);
     std::swap(dx, dprev);
   }
   T* g0 = hk.grads(0);
-  embed_backward(g0, g0 + l.wpe_offset(), dx);
+  model_.embed_backward(g0, g0 + l.wpe_offset(), dx, tokens_.data());
   hk.grads_ready(0);
   return loss;
 }
 
+template class TpModel<double>;
+template class TpModel<float>;
+template class TpModel<bf16>;
 template class TpRunner<double>;
 template class TpRunner<float>;
 template class TpRunner<bf16>;

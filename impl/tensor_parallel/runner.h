@@ -39,61 +39,82 @@
 
 namespace pb::tp {
 
+// The pieces of one tensor-parallel rank's model (embedding, one block, the
+// head), on caller-held activations, with the workspace they share: what the
+// microbatch runner below and every pipeline stage (impl/pipeline) call.
+template <class T>
+class TpModel {
+ public:
+  using A = acc_t<T>;
+  struct Block {  // one block's saved activations (local shapes)
+    Buffer<T> ln1, qkv, att, atty, xmid, ln2, fch, fchg, xout;
+    Buffer<A> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  };
+  struct Head {  // the final LayerNorm, the probabilities over this rank's vocabulary rows
+    Buffer<T> lnf, probs;
+    Buffer<A> lnf_mean, lnf_rstd, losses;
+  };
+  // `tp` is the tensor-parallel group (size o.tp; may be null when o.tp == 1).
+  TpModel(const ParamLayout& local, const TpOptions& o, Communicator* tp, MemoryTracker* mt, int Bm, int Tn);
+  int tokens_held() const { return Nl_; }  // tokens of the LayerNorm regions (N/tp with SP)
+  // A block's saved activations: everything, or (full recompute) the output
+  // alone; the probabilities only when recompute is none.
+  void alloc_block(Block& b, MemoryTracker* mt, bool xout_only) const;
+  void alloc_head(Head& h, MemoryTracker* mt) const;
+
+  // x0 (Nl,C); tokens (N) of the microbatch.
+  void embed_forward(T* x0, const int32_t* tokens, const T* wte, const T* wpe);
+  void embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* tokens);
+  void block_forward(Block& a, const T* x_in, const T* u, T* xout);
+  void block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a, const T* u);
+  // Returns the sum of the microbatch's token losses (the same on every tp rank).
+  double head_forward(Head& h, const T* x, const int32_t* targets, const T* lnf, const T* wte);
+  void head_backward(T* dx, T* dlnf, T* dwte, const T* x, const int32_t* targets, const Head& h, const T* lnf,
+                     const T* wte, double dloss);
+  // Full recompute: the block the backward reruns (workspace).
+  Block& work() { return work_; }
+
+ private:
+  void all_reduce(T* buf, size_t n);
+  void gather(const T* shard, T* full);   // (Nl,C) -> (N,C) under SP
+  void scatter(const T* full, T* shard);  // (N,C) partials -> (Nl,C) sums under SP
+  void add_bias(T* y, const T* b, int rows);
+  void row_parallel(T* y_out, const T* in, const T* w, const T* b, int in_cols);
+
+  const ParamLayout* layout_;
+  TpOptions o_;
+  Communicator* tp_;
+  int Bm_, Tn_, N_, Nl_, C_, Ct_, H_, Vr_, valid_ = 0;
+  int64_t vb_ = 0;
+  Block work_;                      // full recompute: the block being rerun
+  Buffer<T> att_work_, atty_work_;  // selective recompute
+  Buffer<T> gat_, part_, tmp_, dres_, dln_, datty_, dqkv_, datt_, dfch_, dfchg_, dlogits_;
+  Buffer<A> cmax_, csum_, att_ws_;
+  Buffer<float> mm_ws_;
+};
+
+// One tensor-parallel rank's microbatch through the whole model.
 template <class T>
 class TpRunner {
  public:
-  using A = acc_t<T>;
-  // `tp` is the tensor-parallel group (size o.tp; may be null when o.tp == 1).
   TpRunner(const ParamLayout& local, const TpOptions& o, Communicator* tp, const MarkovSource& data,
            MemoryTracker* mt, int Bm, int Tn);
   // Samples [first, first + Bm) of step `step`; dloss = 1 / (tokens of the
   // global batch). Returns the sum of this microbatch's token losses (the same
   // on every tp rank).
   double run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hooks);
-  // Bytes the constructor allocates under `tag` (activations or workspace),
-  // without allocating: the same list the constructor walks.
-  static int64_t allocated_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, MemTag tag);
-
-  struct Block {  // one block's saved activations (local shapes)
-    Buffer<T> ln1, qkv, att, atty, xmid, ln2, fch, fchg, xout;
-    Buffer<A> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
-  };
 
  private:
-  template <class Self, class F>
-  static void each_buffer(Self* self, const ModelConfig& m, const TpOptions& o, int64_t vocab_rows, int Bm,
-                          int Tn, F&& f);
-  void all_reduce(T* buf, size_t n);
-  void gather(const T* shard, T* full);    // (Nl,C) -> (N,C) under SP
-  void scatter(const T* full, T* shard);   // (N,C) partials -> (Nl,C) sums under SP
-  void embed_forward(T* x0, const T* wte, const T* wpe);
-  void embed_backward(T* dwte, T* dwpe, const T* dx0);
-  void block_forward(Block& a, const T* x_in, const T* u, T* xout);
-  void block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a, const T* u);
-  // out (rows, C) += row-parallel bias.
-  void add_bias(T* y, const T* b, int rows);
-  void row_parallel(T* y_out, const T* in, const T* w, const T* b, int in_cols);
-  double head_forward(const T* x, const T* lnf, const T* wte);
-  void head_backward(T* dx, T* dlnf, T* dwte, const T* x, const T* lnf, const T* wte, double dloss);
-
+  using Block = typename TpModel<T>::Block;
   const ParamLayout* layout_;
   TpOptions o_;
-  Communicator* tp_;
   const MarkovSource* data_;
-  int Bm_, Tn_, N_, Nl_, C_, Ct_, H_, Vr_, valid_ = 0;
-  int64_t vb_ = 0;
-  // Activations.
+  int Bm_, Tn_;
+  TpModel<T> model_;
   Buffer<int32_t> tokens_, targets_;
-  Buffer<T> x0_;
+  Buffer<T> x0_, dx_a_, dx_b_;
   std::vector<Block> blocks_;
-  Buffer<T> lnf_, probs_;
-  Buffer<A> lnf_mean_, lnf_rstd_, losses_;
-  // Workspace.
-  Block work_;                  // full recompute: the block being rerun
-  Buffer<T> att_work_, atty_work_;  // selective recompute
-  Buffer<T> gat_, part_, tmp_, dres_, dln_, datty_, dqkv_, datt_, dfch_, dfchg_, dlogits_, dx_a_, dx_b_;
-  Buffer<A> cmax_, csum_, att_ws_;
-  Buffer<float> mm_ws_;
+  typename TpModel<T>::Head head_;
 };
 
 }  // namespace pb::tp
