@@ -49,6 +49,16 @@ parabench_mpi_test(NAME conformance_check_mpi_tp_np4 NP 4
           --strategy shard=none shard=zero3,recompute=full --precision fp32 bf16-mixed
           --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# Tensor parallel inside pipeline stages under mpirun: tp2.pp2 (1F1B, SP,
+# interleaved) at np 4 and dp2.tp2.pp2 (ZeRO-3) at np 8.
+parabench_mpi_test(NAME conformance_check_mpi_tp_pp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --mesh tp2.pp2 tp2.pp2.sp
+          --strategy schedule=1f1b schedule=interleaved,virtual_stages=2,shard=zero3 --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+parabench_mpi_test(NAME conformance_check_mpi_tp_pp_np8 NP 8
+  COMMAND $<TARGET_FILE:parabench> check --mesh dp2.tp2.pp2 dp2.tp2.pp2.sp --strategy schedule=1f1b,shard=zero3
+          --precision bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Pipeline conformance under mpirun (mpi backend, one process per rank).
 if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   add_executable(conformance_pipeline_mpi_test conformance/pipeline_conformance_mpi_test.cc)

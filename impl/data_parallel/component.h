@@ -120,6 +120,7 @@ class Component {
 
   T* params_data() { return params_.data(); }
   T* grads_data() { return grads_.data(); }
+  const T* grads_data() const { return grads_.data(); }
 
  private:
   DpOptions o_;

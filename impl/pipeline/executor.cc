@@ -20,8 +20,10 @@ struct PipelineRank<T>::Live {
   std::vector<BlockActs<T>> blocks;
   std::vector<BlockGradStash<T>> stash;
   HeadActs<T> head;
+  std::vector<typename tp::TpModel<T>::Block> tblocks;  // tp > 1
+  typename tp::TpModel<T>::Head thead;
   Request act_send;
-  const T* out() const { return blocks.back().xout.data(); }
+  const T* out() const { return tblocks.empty() ? blocks.back().xout.data() : tblocks.back().xout.data(); }
 };
 
 namespace {
@@ -36,11 +38,14 @@ Schedule build_schedule(const PipelineOptions& o, const TrainConfig& cfg) {
   }
   return s;
 }
+
+MeshShape mesh_of(const PipelineOptions& o) { return {o.dp(), o.tp(), 1, o.pp, o.data.ranks_per_node}; }
 }  // namespace
 
 template <class T>
 PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world)
-    : cfg_((validate(o, cfg, world.size()), cfg)), o_(o), layout_(cfg.model),
+    : cfg_((validate(o, cfg, world.size()), cfg)), o_(o),
+      layout_(cfg.model, o.tp(), mesh_coord(mesh_of(o), world.rank()).tp), full_layout_(cfg.model),
       data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix),
       part_(partition_layers(cfg.model.L, o.pp, o.virtual_stages)), s_(build_schedule(o, cfg)),
       su_(stage_units(layout_, part_, 0)), model_(layout_, cfg.batch / (o.dp() * cfg.microbatches), cfg.seq) {
@@ -49,10 +54,11 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
           "microbatches: " + std::to_string(num_messages(s_)) +
               " distinct pipeline messages exceed the tag range MPI guarantees (32767)");
   kernels::set_blas_threads(cfg.threads);
-  const MeshShape mesh{o.dp(), 1, 1, o.pp, o.data.ranks_per_node};
+  const MeshShape mesh = mesh_of(o);
   const MeshCoord mc = mesh_coord(mesh, world.rank());
   pr_ = mc.pp;
   dr_ = mc.dp;
+  tr_ = mc.tp;
   m_ = cfg.microbatches;
   Bm_ = model_.B();
   pp_ = world.split_groups(mesh_groups(mesh, MeshAxis::pp), "pp");
@@ -63,9 +69,20 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   dpc_ = dp::make_dp_comms(world, mesh, o.data);
   scalar_ = world.split_groups(whole_world(world.size()), "pp_scalar");
   check_ = world.split_groups(whole_world(world.size()), "check");
+  if (o.tp() > 1) tp_ = world.split_groups(mesh_groups(mesh, MeshAxis::tp), "tp");
 
   su_ = stage_units(layout_, part_, pr_);
   dp_ = std::make_unique<dp::Component<T>>(o.data, su_.units, layout_, cfg.seed, dpc_, mem_);
+  for (const auto& p : layout_.params())
+    if (p.replicated && o.tp() > 1) {
+      if (!replicated_.empty() && replicated_.back().second == p.offset) replicated_.back().second += p.numel;
+      else replicated_.push_back({p.offset, p.offset + p.numel});
+    }
+  if (tr_ > 0) dp_->exclude_from_norm(replicated_);  // tp rank 0 counts the replicated parameters
+  if (o.tensor.sp && o.tp() > 1)
+    dp_->for_each_held(true, [&](int64_t lo, int64_t hi, T*) {
+      for (const auto& [a, b] : replicated_) sp_held_ += std::max<int64_t>(0, std::min(hi, b) - std::max(lo, a));
+    });
   const bool two = s_.async_weights;
   if (two) {
     prev_params_ = Buffer<T>(&mem_, MemTag::params, size_t(dp_->shards().full_size()));
@@ -73,13 +90,19 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   }
   if (o.pp == 1 && dp_->grads_full())
     for (int i = 0; i < (two ? 2 : 1); ++i)
-      head_grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(cfg.model.V) * cfg.model.C);
+      head_grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(layout_.wpe_offset()));
   const size_t N = size_t(Bm_) * cfg.seq;
-  dxa_ = Buffer<T>(&mem_, MemTag::workspace, N * cfg.model.C);
-  dxb_ = Buffer<T>(&mem_, MemTag::workspace, N * cfg.model.C);
+  if (o.tp() > 1) tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_.get(), &mem_, Bm_, cfg.seq);
+  dxa_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
+  dxb_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   tok_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
   tgt_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
-  scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq);
+  if (!tpm_) scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq);
+}
+
+template <class T>
+int64_t PipelineRank<T>::boundary_elems() const {
+  return (tpm_ ? int64_t(tpm_->tokens_held()) : int64_t(Bm_) * cfg_.seq) * cfg_.model.C;
 }
 
 template <class T>
@@ -88,9 +111,12 @@ PipelineRank<T>::~PipelineRank() = default;
 template <class T>
 std::vector<int64_t> PipelineRank<T>::chunk_bytes() const {
   std::vector<int64_t> out;
-  for (int c = 0; c < o_.virtual_stages; ++c)
-    out.push_back(chunk_activation_bytes(cfg_.model, part_.at(pr_, c), Bm_, cfg_.seq, sizeof(T),
-                                         sizeof(acc_t<T>), s_.split_backward));
+  for (int c = 0; c < o_.virtual_stages; ++c) {
+    const StageSlice& st = part_.at(pr_, c);
+    out.push_back(tpm_ ? tp::stage_activation_bytes(tp_shape(), st.num_blocks, st.embedding, st.head)
+                       : chunk_activation_bytes(cfg_.model, st, Bm_, cfg_.seq, sizeof(T), sizeof(acc_t<T>),
+                                                s_.split_backward));
+  }
   return out;
 }
 
@@ -161,14 +187,19 @@ typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
   const auto& m = cfg_.model;
   const size_t N = size_t(Bm_) * cfg_.seq;
   Live& lv = it->second;
-  lv.x_in = Buffer<T>(&mem_, MemTag::activations, N * m.C);
+  lv.x_in = Buffer<T>(&mem_, MemTag::activations, size_t(boundary_elems()));
   if (st.embedding) lv.tokens = Buffer<int32_t>(&mem_, MemTag::activations, N);
   for (int i = 0; i < st.num_blocks; ++i) {
+    if (tpm_) {
+      tpm_->alloc_block(lv.tblocks.emplace_back(), &mem_, false);
+      continue;
+    }
     lv.blocks.emplace_back(&mem_, m, Bm_, cfg_.seq);
     if (s_.split_backward) lv.stash.emplace_back(&mem_, m, Bm_, cfg_.seq);
   }
   if (st.head) {
-    lv.head = HeadActs<T>(&mem_, m, Bm_, cfg_.seq);
+    if (tpm_) tpm_->alloc_head(lv.thead, &mem_);
+    else lv.head = HeadActs<T>(&mem_, m, Bm_, cfg_.seq);
     lv.targets = Buffer<int32_t>(&mem_, MemTag::activations, N);
   }
   return lv;
@@ -184,7 +215,7 @@ void PipelineRank<T>::free_live(Key k) {
 template <class T>
 void PipelineRank<T>::exec(const Action& a) {
   const Key k{a.microbatch, a.chunk};
-  const size_t NC = size_t(Bm_) * cfg_.seq * cfg_.model.C;
+  const size_t NC = size_t(boundary_elems());
   const DType dt = dtype_of<T>();
   switch (a.op) {
     case Op::recv_act: pp_->recv(open(k).x_in.data(), NC, dt, a.peer, tag_of(a)); break;
@@ -231,24 +262,35 @@ void PipelineRank<T>::forward(const Action& a) {
     if (st.head) std::memcpy(lv.targets.data(), tgt_tmp_.data(), N * sizeof(int32_t));
   }
   if (st.embedding) {
-    model_.embed_forward(lv.x_in.data(), lv.tokens.data(), param(mb, su_.wte, false), param(mb, su_.wpe, false));
+    const T* wte = param(mb, su_.wte, false);
+    const T* wpe = param(mb, su_.wpe, false);
+    if (tpm_) tpm_->embed_forward(lv.x_in.data(), lv.tokens.data(), wte, wpe);
+    else model_.embed_forward(lv.x_in.data(), lv.tokens.data(), wte, wpe);
     release(su_.wpe);
     release(su_.wte);  // the head (pp = 1) gathers it again: every use is one gather
   } else if (o_.pp == 1) {  // the previous chunk sits on this rank: hand over locally
     std::memcpy(static_cast<void*>(lv.x_in.data()), live_.at({mb, a.chunk - 1}).out(),
-                N * cfg_.model.C * sizeof(T));
+                size_t(boundary_elems()) * sizeof(T));
   }
   const T* x = lv.x_in.data();
   for (int i = 0; i < st.num_blocks; ++i) {
     const int u = su_.of_model[size_t(layout_.block_unit(st.first_block + i))];
-    model_.block_forward(lv.blocks[size_t(i)], x, param(mb, u, false), scratch_);
+    if (tpm_) {
+      auto& b = lv.tblocks[size_t(i)];
+      tpm_->block_forward(b, x, param(mb, u, false), b.xout.data());
+      x = b.xout.data();
+    } else {
+      model_.block_forward(lv.blocks[size_t(i)], x, param(mb, u, false), scratch_);
+      x = lv.blocks[size_t(i)].xout.data();
+    }
     release(u);
-    x = lv.blocks[size_t(i)].xout.data();
   }
   if (st.head) {
     const int fin = su_.of_model[size_t(layout_.final_unit())], w = o_.pp > 1 ? su_.tied : su_.wte;
-    losses_[size_t(mb)] = model_.head_forward(lv.head, x, lv.targets.data(), param(mb, fin, false),
-                                              param(mb, w, false), scratch_);
+    const T* lnf = param(mb, fin, false);
+    const T* wte = param(mb, w, false);
+    losses_[size_t(mb)] = tpm_ ? tpm_->head_forward(lv.thead, x, lv.targets.data(), lnf, wte)
+                               : model_.head_forward(lv.head, x, lv.targets.data(), lnf, wte, scratch_);
     release(fin);
     release(w);
   }
@@ -260,15 +302,21 @@ void PipelineRank<T>::backward(const Action& a) {
   const Key k{a.microbatch, a.chunk};
   const int mb = a.microbatch;
   Live& lv = live_.at(k);
-  const size_t NC = size_t(Bm_) * cfg_.seq * cfg_.model.C;
+  const size_t NC = size_t(boundary_elems());
   auto other = [&](const T* x) { return x == dxa_.data() ? dxb_.data() : dxa_.data(); };
   const T* dout;
   if (st.head) {
     const int fin = su_.of_model[size_t(layout_.final_unit())], w = o_.pp > 1 ? su_.tied : su_.wte;
     const double tokens = o_.data.has(dp::Fault::grad_not_averaged) ? double(cfg_.tokens_per_step()) / o_.dp()
                                                                     : double(cfg_.tokens_per_step());
-    model_.head_backward(dxa_.data(), grad(mb, fin), head_wte_grad(mb), lv.out(), lv.targets.data(), lv.head,
-                         param(mb, fin, true), param(mb, w, true), 1.0 / tokens, scratch_);
+    const T* lnf = param(mb, fin, true);
+    const T* wte = param(mb, w, true);
+    if (tpm_)
+      tpm_->head_backward(dxa_.data(), grad(mb, fin), head_wte_grad(mb), lv.out(), lv.targets.data(), lv.thead, lnf,
+                          wte, 1.0 / tokens);
+    else
+      model_.head_backward(dxa_.data(), grad(mb, fin), head_wte_grad(mb), lv.out(), lv.targets.data(), lv.head, lnf,
+                           wte, 1.0 / tokens, scratch_);
     release(fin);
     release(w);
     grad_done(mb, fin);
@@ -281,8 +329,16 @@ void PipelineRank<T>::backward(const Action& a) {
   if (!st.embedding) dx_in = Buffer<T>(&mem_, MemTag::comm, NC);
   for (int i = st.num_blocks - 1; i >= 0; --i) {
     const int u = su_.of_model[size_t(layout_.block_unit(st.first_block + i))];
-    const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
     T* dst = i == 0 && !st.embedding ? dx_in.data() : other(dout);
+    if (tpm_) {
+      const T* x_in = i ? lv.tblocks[size_t(i - 1)].xout.data() : lv.x_in.data();
+      tpm_->block_backward(dst, grad(mb, u), dout, x_in, lv.tblocks[size_t(i)], param(mb, u, true));
+      grad_done(mb, u);
+      release(u);
+      dout = dst;
+      continue;
+    }
+    const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
     if (a.op == Op::backward) {
       model_.block_backward(dst, grad(mb, u), dout, x_in, lv.blocks[size_t(i)], param(mb, u, true), scratch_);
       grad_done(mb, u);
@@ -295,7 +351,8 @@ void PipelineRank<T>::backward(const Action& a) {
   }
   grad_in_.erase(k);
   if (st.embedding) {
-    model_.embed_backward(grad(mb, su_.wte), grad(mb, su_.wpe), dout, lv.tokens.data());
+    if (tpm_) tpm_->embed_backward(grad(mb, su_.wte), grad(mb, su_.wpe), dout, lv.tokens.data());
+    else model_.embed_backward(grad(mb, su_.wte), grad(mb, su_.wpe), dout, lv.tokens.data());
     grad_done(mb, su_.wte);
     grad_done(mb, su_.wpe);
   } else if (o_.pp == 1) {

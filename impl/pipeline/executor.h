@@ -47,6 +47,8 @@
 #include "impl/data_parallel/component.h"
 #include "impl/pipeline/simulator.h"
 #include "impl/pipeline/stage.h"
+#include "impl/tensor_parallel/cost.h"
+#include "impl/tensor_parallel/runner.h"
 #include "reference/gpt.h"
 #include "reference/optimizer.h"
 #include "impl/spec/rank.h"
@@ -71,8 +73,10 @@ struct PipelineOptions {
   int pp = 1;
   int virtual_stages = 1;
   dp::DpOptions data;  // each stage's data axis: data.dp replicas
+  tp::TpOptions tensor;  // each stage's tensor axis (tp > 1: the stage runs tensor_parallel's pieces)
   PipelineFaults faults;
   int dp() const { return data.dp; }
+  int tp() const { return tensor.tp; }
   std::string describe(int microbatches) const;  // e.g. "1f1b pp4 v1 m8 x zero3 dp2 prefetch1"
 };
 
@@ -148,6 +152,11 @@ class PipelineRank : public Rank {
   void grad_done(int mb, int i);
   T* head_wte_grad(int mb);  // the LM head's contribution to wte
   double reduce_grads(T* hg);  // tied sum, dp reduction; returns the global squared norm
+  // Squares of the n grads from unit i's start (unpadded), the tp-replicated
+  // part on tp rank 0 only.
+  double unit_sq(int i, int64_t n) const;
+  int64_t boundary_elems() const;
+  tp::TpShape tp_shape() const;  // tp > 1: the cost shape of this rank's tensor axis  // one activation or gradient between stages (tokens held x C)
   void apply(long t, double norm);
   void update_2bw(int k);
   std::vector<double> gather(bool grads);
@@ -156,12 +165,16 @@ class PipelineRank : public Rank {
   PipelineOptions o_;
   MemoryTracker mem_;
   ParamLayout layout_;
+  ParamLayout full_layout_;  // the whole model's (tp > 1: layout_ is this rank's shard)
   MarkovSource data_;
   Partition part_;
   Schedule s_;
   StageUnits su_;
-  int pr_ = 0, dr_ = 0, m_ = 1, Bm_ = 1;
-  std::unique_ptr<Communicator> pp_, tied_, scalar_, check_;
+  int pr_ = 0, dr_ = 0, tr_ = 0, m_ = 1, Bm_ = 1;
+  std::unique_ptr<Communicator> pp_, tied_, scalar_, check_, tp_;
+  std::unique_ptr<tp::TpModel<T>> tpm_;  // tp > 1
+  std::vector<std::pair<int64_t, int64_t>> replicated_;  // flat ranges of tp-replicated params
+  int64_t sp_held_ = 0;  // SP: replicated gradient elements this rank all-reduces over tp per step
   dp::DpComms dpc_;
   std::unique_ptr<dp::Component<T>> dp_;
   Gpt<T> model_;

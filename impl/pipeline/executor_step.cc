@@ -25,6 +25,7 @@ std::string PipelineFaults::describe() const {
 std::string PipelineOptions::describe(int microbatches) const {
   std::string d = std::string(schedule_name(kind)) + " pp" + std::to_string(pp) + " v" +
                   std::to_string(virtual_stages) + " m" + std::to_string(microbatches);
+  if (tp() > 1) d += " x tp" + std::to_string(tp()) + (tensor.sp ? " sp" : "");
   if (data.dp > 1 || data.shard != dp::Shard::none) {
     d += " x " + std::string(dp::shard_name(data.shard)) + " dp" + std::to_string(data.dp);
     if (data.offload == dp::Offload::optimizer) d += " offload";
@@ -44,9 +45,27 @@ ScheduleConfig schedule_config(const PipelineOptions& o, const TrainConfig& cfg)
 void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   cfg.validate();
   require(o.dp() >= 1, "dp: must be >= 1, got " + std::to_string(o.dp()));
-  check_pipeline_mesh(world, o.pp);
-  require(world == o.dp() * o.pp, "dp: world size " + std::to_string(world) + " must equal dp * pp = " +
-                                      std::to_string(o.dp() * o.pp));
+  check_pipeline_mesh(world / o.tp(), o.pp);
+  require(world == o.dp() * o.tp() * o.pp, "dp: world size " + std::to_string(world) +
+                                               " must equal dp * tp * pp = " +
+                                               std::to_string(o.dp() * o.tp() * o.pp));
+  if (o.tp() > 1) {
+    require(o.kind == ScheduleKind::gpipe || o.kind == ScheduleKind::one_f_one_b ||
+                o.kind == ScheduleKind::interleaved,
+            "strategy.schedule: " + std::string(schedule_name(o.kind)) +
+                " with tp > 1 is not implemented (tensor-parallel stages run gpipe, 1f1b, interleaved)");
+    require(o.tensor.recompute == Recompute::none,
+            "strategy.recompute: recomputation inside pipeline stages is not implemented yet");
+    require(o.data.ranks_per_node == 0 && o.data.shard != dp::Shard::hzero,
+            "mesh: node boundaries (.rpn, hzero) with tp > 1 are not supported yet");
+    require(cfg.model.NH % o.tp() == 0, "mesh.tp: tp" + std::to_string(o.tp()) + " does not divide model.heads = " +
+                                            std::to_string(cfg.model.NH));
+    const int64_t tokens = int64_t(cfg.batch) / (o.dp() * cfg.microbatches) * cfg.seq;
+    require(!o.tensor.sp || tokens % o.tp() == 0,
+            "strategy.sp: a microbatch's " + std::to_string(tokens) + " tokens do not split over tp" +
+                std::to_string(o.tp()));
+    require(o.tensor.faults.empty(), "strategy.faults: tensor-parallel faults are not injected inside pipeline stages");
+  }
   partition_layers(cfg.model.L, o.pp, o.virtual_stages);  // more stages than layers
   check_config(o.kind, schedule_config(o, cfg));
   const int split = o.dp() * cfg.microbatches;
@@ -123,7 +142,7 @@ SplitPlan pipeline_replay_plan(const PipelineOptions& o, const TrainConfig& cfg)
 
 template <class T>
 double PipelineRank<T>::reduce_grads(T* hg) {
-  const size_t wte = size_t(cfg_.model.V) * cfg_.model.C;
+  const size_t wte = size_t(layout_.wpe_offset());  // this rank's token-embedding rows
   const DType dt = dtype_of<T>();
   const bool tie = !o_.faults.tied_grad_not_summed;
   if (dp_->grads_full()) {  // the tied sum E + H first, then the dp reduction
@@ -142,6 +161,13 @@ double PipelineRank<T>::reduce_grads(T* hg) {
       tied_->all_reduce(mine, mine, size_t(s.slice), dt);
     }
   }
+  if (tp_ && o_.tensor.sp)  // SP: the replicated parameters' grads are partial per tp rank
+    dp_->for_each_held(true, [&](int64_t lo, int64_t hi, T* data) {
+      for (const auto& [a, b] : replicated_) {
+        const int64_t x = std::max(lo, a), y = std::min(hi, b);
+        if (x < y) tp_->all_reduce(data + (x - lo), data + (x - lo), size_t(y - x), dt);
+      }
+    });
   if (dp::shard_group(o_.data) > 1) {  // per-rank partials over owned slices, world rank order
     double sq = dp_->local_sq();
     scalar_->all_reduce(&sq, &sq, 1, DType::f64);
@@ -155,13 +181,42 @@ double PipelineRank<T>::reduce_grads(T* hg) {
     for (int u = 0; u < layout_.num_units(); ++u) {
       const int i = su_.of_model[size_t(u)];
       if (i < 0) continue;
-      const dp::UnitShard& s = dp_->shards().unit(i);
-      const int64_t off = dp_->grads_full() ? s.full_off : s.shard_off;
-      unit_sq[size_t(u)] = kernels::sum_squares(dp_->grads_data() + off, size_t(layout_.unit_size(u)));
+      unit_sq[size_t(u)] = this->unit_sq(i, layout_.unit_size(u));
     }
   scalar_->all_reduce(unit_sq.data(), unit_sq.data(), unit_sq.size(), DType::f64);
   double sq = 0;
   for (double x : unit_sq) sq += x;
+  return sq;
+}
+
+template <class T>
+tp::TpShape PipelineRank<T>::tp_shape() const {
+  tp::TpShape x;
+  x.model = cfg_.model;
+  x.tp = o_.tp();
+  x.sp = o_.tensor.sp;
+  x.recompute = o_.tensor.recompute;
+  x.Bm = Bm_;
+  x.Tn = cfg_.seq;
+  x.elem_bytes = int(sizeof(T));
+  x.acc_bytes = int(sizeof(acc_t<T>));
+  return x;
+}
+
+template <class T>
+double PipelineRank<T>::unit_sq(int i, int64_t n) const {
+  const dp::UnitShard& s = dp_->shards().unit(i);
+  const T* g = dp_->grads_data() + (dp_->grads_full() ? s.full_off : s.shard_off);
+  if (tr_ == 0 || replicated_.empty()) return kernels::sum_squares(g, size_t(n));
+  double sq = 0;  // tp rank > 0: the split parameters only (rank 0 counts the replicated ones)
+  const int64_t end = s.begin + n;
+  int64_t at = s.begin;
+  for (const auto& [a, b] : replicated_) {
+    if (b <= at || a >= end) continue;
+    if (a > at) sq += kernels::sum_squares(g + (at - s.begin), size_t(a - at));
+    at = std::max(at, b);
+  }
+  if (at < end) sq += kernels::sum_squares(g + (at - s.begin), size_t(end - at));
   return sq;
 }
 
@@ -181,7 +236,7 @@ StepStats PipelineRank<T>::step() {
   run_actions();
   const double sq = reduce_grads(head_grads_[0].data());
   double loss = 0;
-  if (pr_ == o_.pp - 1)
+  if (pr_ == o_.pp - 1 && tr_ == 0)  // every tp rank holds the loss: count one
     for (double l : losses_) loss += l;  // microbatch order
   scalar_->all_reduce(&loss, &loss, 1, DType::f64);
   StepStats st;
@@ -227,7 +282,7 @@ std::vector<StepStats> PipelineRank<T>::run_window() {
   // Drain: g(K-2) and g(K-1) are still to be applied (as updates K and K+1 would).
   for (int k = std::max(2, K); k <= K + 1; ++k) update_2bw(k);
   std::vector<double> loss(size_t(K), 0.0);
-  if (pr_ == o_.pp - 1)
+  if (pr_ == o_.pp - 1 && tr_ == 0)
     for (int j = 0; j < K * m_; ++j) loss[size_t(j / m_)] += losses_[size_t(j)];
   scalar_->all_reduce(loss.data(), loss.data(), loss.size(), DType::f64);
   std::vector<StepStats> out;
@@ -255,7 +310,13 @@ std::vector<StepStats> PipelineRank<T>::train(int steps, std::vector<double>* gr
 
 template <class T>
 std::vector<double> PipelineRank<T>::gather(bool grads) {
-  return dp_->gather_full(grads, *check_, layout_.total());
+  if (!tpm_) return dp_->gather_full(grads, *check_, layout_.total());
+  std::vector<double> local(size_t(layout_.total()), 0.0);
+  dp_->contribute(grads, local);  // this rank's share over dp, each element once
+  std::vector<double> full(size_t(full_layout_.total()), 0.0);
+  tp::add_to_full(layout_, full_layout_, tr_, local, full);
+  check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
+  return full;
 }
 
 template <class T>
@@ -271,7 +332,7 @@ template <class T>
 Declared PipelineRank<T>::declared(int steps) const {
   const ScheduleConfig sc = schedule_config(o_, cfg_);
   const int64_t db = int64_t(sizeof(T));
-  const int64_t wte = int64_t(cfg_.model.V) * cfg_.model.C;
+  const int64_t wte = layout_.wpe_offset();
   Declared d;
   // Activations: in-flight (microbatch, chunk) units x their bytes.
   const auto bytes = chunk_bytes();
@@ -300,7 +361,7 @@ Declared PipelineRank<T>::declared(int steps) const {
               {"mem.optimizer.host", MemTag::optimizer, Place::host, ms.optimizer_host},
               {"mem.activations", MemTag::activations, Place::device, act}};
   // Point to point, the tied wte sum, the stage's data axis, the scalars.
-  const int64_t a = boundary_bytes(Bm_, cfg_.seq, cfg_.model.C, db);
+  const int64_t a = boundary_elems() * db;
   d.add_comm("pp", CommOp::send, p2p_per_step(sc, a).send_bytes[size_t(pr_)] * steps);
   const int64_t g = dp::shard_group_size(axis);
   if (tied_)  // what a correct rank moves; a fault that skips it is caught here too
@@ -314,6 +375,19 @@ Declared PipelineRank<T>::declared(int steps) const {
   // padded; otherwise one per unit, summed in unit order).
   const int64_t norm = g > 1 ? 8 : 8 * int64_t(layout_.num_units());
   d.add_comm("pp_scalar", CommOp::all_reduce, (8 + norm) * steps);
+  if (tpm_) {  // the tensor axis inside the stage: its chunks' pieces per microbatch, SP's grads per step
+    const tp::TpShape x = tp_shape();
+    tp::TpComm c;
+    for (int ch = 0; ch < o_.virtual_stages; ++ch) {
+      const StageSlice& st = part_.at(pr_, ch);
+      const tp::TpComm s = tp::stage_comm_per_microbatch(x, st.num_blocks, st.embedding, st.head);
+      c.all_reduce += s.all_reduce, c.all_gather += s.all_gather, c.reduce_scatter += s.reduce_scatter;
+    }
+    const int64_t n = int64_t(m_) * steps;
+    d.add_comm("tp", CommOp::all_reduce, c.all_reduce * n + (o_.tensor.sp ? sp_held_ * db * steps : 0));
+    if (c.all_gather) d.add_comm("tp", CommOp::all_gather, c.all_gather * n);
+    if (c.reduce_scatter) d.add_comm("tp", CommOp::reduce_scatter, c.reduce_scatter * n);
+  }
   return d;
 }
 

@@ -30,7 +30,7 @@ StagePieces stage_pieces(const ParamLayout& l, const Partition& part, int rank) 
     sp.size += l.unit_end(u1) - l.unit_begin(u0);
   }
   if (part.pp > 1 && rank == part.pp - 1) {
-    const int64_t wte = int64_t(l.model().V) * l.model().C;
+    const int64_t wte = l.wpe_offset();  // the (tp shard's) token embedding
     sp.pieces.push_back({l.wte_offset(), l.wte_offset() + wte, sp.size, true});
     sp.size += wte;
   }
@@ -40,7 +40,7 @@ StagePieces stage_pieces(const ParamLayout& l, const Partition& part, int rank) 
 StageUnits stage_units(const ParamLayout& l, const Partition& part, int rank) {
   StageUnits su;
   su.of_model.assign(size_t(l.num_units()), -1);
-  const int64_t wte = int64_t(l.model().V) * l.model().C;
+  const int64_t wte = l.wpe_offset();  // the (tp shard's) token embedding
   auto add = [&](int64_t lo, int64_t n, bool in_norm, int fwd, int bwd) {
     su.units.push_back({lo, n, in_norm});
     su.fwd_uses.push_back(fwd);

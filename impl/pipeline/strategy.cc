@@ -10,6 +10,9 @@ PipelineOptions options_of(const RunSpec& s) {
   o.kind = s.pipe.schedule.value_or(ScheduleKind::one_f_one_b);
   o.pp = s.mesh.pp;
   o.virtual_stages = s.pipe.virtual_stages;
+  o.tensor.tp = s.mesh.tp;
+  o.tensor.sp = s.tensor.sp;
+  o.tensor.recompute = s.tensor.recompute;
   RunSpec data_only = s;  // the stage's data axis: the spec's, less the pipeline's own faults
   data_only.faults.clear();
   for (const auto& f : s.faults) {
@@ -17,6 +20,7 @@ PipelineOptions options_of(const RunSpec& s) {
     else if (f == "grad_to_wrong_stage") o.faults.grad_to_wrong_stage = true;
     else if (f == "tied_grad_not_summed") o.faults.tied_grad_not_summed = true;
     else if (f == "drop_w") o.faults.drop_w = true;
+    else if (tp::is_fault(f)) o.tensor.faults.insert(tp::parse_fault(f));
     else data_only.faults.push_back(f);
   }
   o.data = dp::options_of(data_only);
@@ -26,12 +30,12 @@ PipelineOptions options_of(const RunSpec& s) {
 namespace {
 
 bool runs(const RunSpec& s) {
-  return s.mesh.tp == 1 && s.mesh.cp == 1 && s.mesh.ep == 1 && (s.mesh.pp > 1 || s.pipe.schedule);
+  return s.mesh.cp == 1 && s.mesh.ep == 1 && (s.mesh.pp > 1 || s.pipe.schedule);
 }
 
 void validate_spec(const RunSpec& s) {
-  require(s.tensor == TensorOptions{} && s.context == ContextOptions{},
-          "strategy: tensor and context options (sp, recompute, cp_algo, zigzag) do not run with a pipeline yet");
+  require(s.context == ContextOptions{}, "strategy: context options (cp_algo, zigzag) need cp > 1 in the mesh");
+  require(!s.tensor.sp || s.mesh.tp > 1, "strategy.sp: sequence parallel needs tp > 1 in the mesh");
   validate(options_of(s), s.train, s.world());
 }
 
@@ -41,7 +45,7 @@ bool bitwise(const RunSpec& s, BackendKind b) {
   const PipelineOptions o = options_of(s);
   // DDP and ZeRO-1 sum after the flush, ZeRO-2 and the ZeRO-3 family per
   // microbatch (HSDP and hZeRO in two levels): the replay does the same sums.
-  if (b != BackendKind::local) return false;
+  if (b != BackendKind::local || o.tp() > 1) return false;  // tp: partial products summed over tp
   if (o.kind == ScheduleKind::pipedream_2bw) return true;  // against its delayed replay
   return accumulates_in_microbatch_order(make_schedule(o.kind, schedule_config(o, s.train)));
 }

@@ -29,14 +29,16 @@ ActivationShape layer_shape(const TpShape& x) {
   return a;
 }
 
-int64_t activation_bytes(const TpShape& x) {
+int64_t activation_bytes(const TpShape& x) { return stage_activation_bytes(x, x.model.L, true, true); }
+
+int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head) {
   const int64_t N = int64_t(x.Bm) * x.Tn, C = x.model.C, t = x.tp, e = x.elem_bytes, ab = x.acc_bytes;
   const int64_t Nl = x.sp ? N / t : N, Vr = (int64_t(x.model.V) + t - 1) / t;
-  const int64_t tokens = 2 * 4 * N;
-  const int64_t embedding = e * Nl * C;
-  const int64_t layers = int64_t(x.model.L) * layer_activation_bytes(layer_shape(x), x.recompute);
-  const int64_t head = e * Nl * C + 2 * ab * Nl + e * N * Vr + ab * N;
-  return tokens + embedding + layers + head;
+  const int64_t input = e * Nl * C;  // the embedding's output, or the activation received
+  const int64_t layers = blocks * layer_activation_bytes(layer_shape(x), x.recompute);
+  const int64_t tokens = embedding ? 4 * N : 0;
+  const int64_t head_bytes = head ? e * Nl * C + 2 * ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets
+  return input + layers + tokens + head_bytes;
 }
 
 std::vector<int64_t> unit_params(const ModelConfig& m, int tp) {
@@ -111,7 +113,9 @@ TpPieceComm head_comm(const TpShape& x) {
   return c;
 }
 
-TpComm comm_per_microbatch(const TpShape& x) {
+TpComm comm_per_microbatch(const TpShape& x) { return stage_comm_per_microbatch(x, x.model.L, true, true); }
+
+TpComm stage_comm_per_microbatch(const TpShape& x, int64_t blocks, bool embedding, bool head) {
   TpComm c;
   auto take = [&](const TpPieceComm& p, int64_t times) {
     for (const TpPass* pass : {&p.fwd, &p.bwd}) {
@@ -122,9 +126,9 @@ TpComm comm_per_microbatch(const TpShape& x) {
     c.forward += times * total(p.fwd);
     c.backward += times * total(p.bwd);
   };
-  take(embedding_comm(x), 1);
-  take(layer_comm(x), x.model.L);
-  take(head_comm(x), 1);
+  if (embedding) take(embedding_comm(x), 1);
+  take(layer_comm(x), blocks);
+  if (head) take(head_comm(x), 1);
   return c;
 }
 

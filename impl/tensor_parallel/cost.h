@@ -63,6 +63,10 @@ ActivationShape layer_shape(const TpShape& x);
 // probabilities over this rank's V/t (padded) vocabulary rows for every
 // token, and the token losses.
 int64_t activation_bytes(const TpShape& x);
+// The same for a pipeline chunk of `blocks` layers (its input; the tokens
+// with the embedding; the head and the targets with it). The whole model is
+// stage_activation_bytes(x, L, true, true) == activation_bytes(x).
+int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head);
 
 // Parameters a tp rank holds, per unit (embeddings with ceil(V/t) token rows;
 // per block 12C^2/t + 7C/t + 6C: QKV, attention-out and MLP weights and the
@@ -98,6 +102,8 @@ struct TpComm {
   int64_t forward = 0, backward = 0;  // the same bytes split by pass
 };
 TpComm comm_per_microbatch(const TpShape& x);
+// A pipeline chunk's share: `blocks` layers, maybe the embedding and the head.
+TpComm stage_comm_per_microbatch(const TpShape& x, int64_t blocks, bool embedding, bool head);
 
 // The same by piece and pass, with call counts (the planner's rows: a
 // pipeline rank holds some layers and maybe the embedding or the head).

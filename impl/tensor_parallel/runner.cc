@@ -434,6 +434,20 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   return loss;
 }
 
+void add_to_full(const ParamLayout& local, const ParamLayout& full_layout, int tp_rank,
+                 const std::vector<double>& values, std::vector<double>& full) {
+  const auto& lp = local.params();
+  const auto& fp = full_layout.params();
+  for (size_t i = 0; i < lp.size(); ++i) {
+    const ParamInfo& p = lp[i];
+    if (p.replicated && tp_rank > 0) continue;  // tp rank 0's copy
+    for (int64_t e = 0; e < p.numel; ++e) {
+      const int64_t j = p.replicated ? e : p.full_index(e);
+      if (j >= 0) full[size_t(fp[i].offset + j)] = values[size_t(p.offset + e)];
+    }
+  }
+}
+
 template class TpModel<double>;
 template class TpModel<float>;
 template class TpModel<bf16>;

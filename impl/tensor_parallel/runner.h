@@ -93,6 +93,14 @@ class TpModel {
   Buffer<float> mm_ws_;
 };
 
+// Writes a tp rank's values (flat in its shard's layout `local`, zeros where
+// another rank of its data-parallel group owns them) into `full` (the whole
+// model's flat layout): split tensors at their full-tensor indices, padding
+// dropped, replicated tensors from tp rank 0 only. Summing every rank's
+// `full` gives the whole vector, each element once.
+void add_to_full(const ParamLayout& local, const ParamLayout& full_layout, int tp_rank,
+                 const std::vector<double>& values, std::vector<double>& full);
+
 // One tensor-parallel rank's microbatch through the whole model.
 template <class T>
 class TpRunner {

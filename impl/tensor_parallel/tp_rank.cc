@@ -90,16 +90,7 @@ std::vector<double> TpRank<T>::gather(bool grads) {
   std::vector<double> local(size_t(layout_.total()), 0.0);
   dp_->contribute(grads, local);  // this rank's share over dp, each element once
   std::vector<double> full(size_t(full_layout_.total()), 0.0);
-  const auto& lp = layout_.params();
-  const auto& fp = full_layout_.params();
-  for (size_t i = 0; i < lp.size(); ++i) {
-    const ParamInfo& p = lp[i];
-    if (p.replicated && tp_->rank() > 0) continue;  // tp rank 0's copy
-    for (int64_t e = 0; e < p.numel; ++e) {
-      const int64_t j = p.replicated ? e : p.full_index(e);
-      if (j >= 0) full[size_t(fp[i].offset + j)] = local[size_t(p.offset + e)];
-    }
-  }
+  add_to_full(layout_, full_layout_, tp_->rank(), local, full);
   check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
   return full;
 }

@@ -52,10 +52,11 @@ StrategyRun point(const CheckFlags& f, const std::string& precision, const MeshS
   c.steps = f.steps;
   s.world.chaos.enabled = f.chaos;
   if (mesh.pp > 1 || s.spec.pipe.schedule) {
-    c.model = named_model("tiny");
+    // Tensor parallel inside the stages: tiny-tp's heads and padded vocabulary.
+    c.model = named_model(!f.model.empty() ? f.model : mesh.tp > 1 ? "tiny-tp" : "tiny");
     c.model.L = 8;
-    c.model.name = "tiny-l8";
-    c.seq = 16;
+    c.model.name += "-l8";
+    c.seq = mesh.tp > 1 ? 12 : 16;
     c.microbatches = 2 * mesh.pp;
     c.batch = c.microbatches * mesh.dp;
   } else if (mesh.tp > 1 || s.spec.tensor.recompute != Recompute::none) {
@@ -204,6 +205,20 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
       }
     }
     tensor_parallel_points(f, prec, runs);
+    if (!f.tps.empty() && f.tps.front() > 1 && !f.pps.empty()) {  // TP x PP (1F1B, interleaved; SP; x dp2, ZeRO-3)
+      const int tp = f.tps.front(), pp = f.pps.front();
+      auto mesh = [&](int dp) {
+        MeshShape m;
+        m.dp = dp;
+        m.tp = tp;
+        m.pp = pp;
+        return m;
+      };
+      for (const char* opts : {"schedule=1f1b", "schedule=interleaved,virtual_stages=2", "schedule=1f1b,sp=on",
+                               "schedule=1f1b,shard=zero3,sp=on"})
+        runs.push_back(point(f, prec, mesh(1), opts));
+      for (const char* opts : {"schedule=1f1b", "schedule=1f1b,shard=zero3"}) runs.push_back(point(f, prec, mesh(2), opts));
+    }
   }
   return runs;
 }
