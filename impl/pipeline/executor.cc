@@ -39,7 +39,8 @@ Schedule build_schedule(const PipelineOptions& o, const TrainConfig& cfg) {
   return s;
 }
 
-MeshShape mesh_of(const PipelineOptions& o) { return {o.dp(), o.tp(), 1, o.pp, o.data.ranks_per_node}; }
+// data.ranks_per_node counts data-parallel ranks (a replica's tp ranks share its node).
+MeshShape mesh_of(const PipelineOptions& o) { return {o.dp(), o.tp(), 1, o.pp, o.data.ranks_per_node * o.tp()}; }
 }  // namespace
 
 template <class T>

@@ -56,8 +56,6 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                 " with tp > 1 is not implemented (tensor-parallel stages run gpipe, 1f1b, interleaved)");
     require(o.tensor.recompute == Recompute::none,
             "strategy.recompute: recomputation inside pipeline stages is not implemented yet");
-    require(o.data.ranks_per_node == 0 && o.data.shard != dp::Shard::hzero,
-            "mesh: node boundaries (.rpn, hzero) with tp > 1 are not supported yet");
     require(cfg.model.NH % o.tp() == 0, "mesh.tp: tp" + std::to_string(o.tp()) + " does not divide model.heads = " +
                                             std::to_string(cfg.model.NH));
     const int64_t tokens = int64_t(cfg.batch) / (o.dp() * cfg.microbatches) * cfg.seq;

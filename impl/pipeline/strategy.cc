@@ -24,6 +24,7 @@ PipelineOptions options_of(const RunSpec& s) {
     else data_only.faults.push_back(f);
   }
   o.data = dp::options_of(data_only);
+  if (s.mesh.ranks_per_node % s.mesh.tp == 0) o.data.ranks_per_node /= s.mesh.tp;  // data-parallel ranks per node
   return o;
 }
 
@@ -36,6 +37,9 @@ bool runs(const RunSpec& s) {
 void validate_spec(const RunSpec& s) {
   require(s.context == ContextOptions{}, "strategy: context options (cp_algo, zigzag) need cp > 1 in the mesh");
   require(!s.tensor.sp || s.mesh.tp > 1, "strategy.sp: sequence parallel needs tp > 1 in the mesh");
+  require(s.mesh.ranks_per_node % s.mesh.tp == 0, "mesh: rpn" + std::to_string(s.mesh.ranks_per_node) +
+                                                      " must be a multiple of tp" + std::to_string(s.mesh.tp) +
+                                                      " (a replica's tp ranks share a node)");
   validate(options_of(s), s.train, s.world());
 }
 

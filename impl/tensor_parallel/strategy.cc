@@ -27,7 +27,11 @@ dp::DpOptions data_options_of(const RunSpec& s) {
   for (const auto& f : s.faults)
     if (!is_fault(f)) data_only.faults.push_back(f);
   try {
-    return dp::options_of(data_only);
+    dp::DpOptions o = dp::options_of(data_only);
+    // The data axis counts data-parallel ranks per node: tp ranks of a
+    // replica share its node (validated: tp divides ranks_per_node).
+    if (s.mesh.ranks_per_node && s.mesh.ranks_per_node % s.mesh.tp == 0) o.ranks_per_node /= s.mesh.tp;
+    return o;
   } catch (const InputError& e) {  // name the tensor-parallel faults too
     std::string known;
     for (Fault f : faults_for(2, false, Recompute::full, true)) known += ", " + fault_name(f);
@@ -84,11 +88,10 @@ void validate_spec(const RunSpec& s) {
   require(!s.tensor.sp || (int64_t(Bm) * s.train.seq) % tp == 0,
           "strategy.sp: a microbatch's " + std::to_string(int64_t(Bm) * s.train.seq) +
               " tokens (batch / dp / microbatches x seq) do not split over tp" + std::to_string(tp));
-  require(tp == 1 || s.mesh.ranks_per_node == 0,
-          "mesh: .rpn with tp > 1 is not supported yet (node boundaries are modelled for dp meshes)");
+  require(s.mesh.ranks_per_node % tp == 0,
+          "mesh: rpn" + std::to_string(s.mesh.ranks_per_node) + " must be a multiple of tp" + std::to_string(tp) +
+              " (a replica's tp ranks share a node)");
   const dp::DpOptions d = data_options_of(s);
-  require(tp == 1 || d.shard != dp::Shard::hzero,
-          "strategy.shard: hzero needs node boundaries (.rpn), which tp > 1 does not support yet");
   dp::validate(d, s.train);
   const TpOptions o = options_of(s);
   const auto ok = faults_for(tp, o.sp, o.recompute, m.V % tp != 0);

@@ -48,6 +48,30 @@ TEST(TpLayout, ShardedInitEqualsFullInit) {
   }
 }
 
+// The declared per-rank unit sizes (model-state bytes, the planner's too) are
+// the shard layout's, and the replicated count is what the layout marks.
+TEST(TpLayout, DeclaredUnitSizesAreTheLayouts) {
+  for (const char* name : {"tiny", "tiny-tp", "small"}) {
+    for (int tp : {1, 2, 3, 4}) {
+      const ModelConfig m = named_model(name);
+      if (m.NH % tp) continue;
+      const auto declared = unit_params(m, tp);
+      for (int r = 0; r < tp; ++r) {
+        const ParamLayout l(m, tp, r);
+        ASSERT_EQ(declared.size(), size_t(l.num_units()));
+        int64_t replicated = 0;
+        for (const auto& p : l.params()) replicated += p.replicated ? p.numel : 0;
+        for (int u = 0; u < l.num_units(); ++u) {
+          EXPECT_EQ(declared[size_t(u)], l.unit_size(u)) << name << " tp" << tp;
+        }
+        if (tp > 1) {
+          EXPECT_EQ(replicated, replicated_params(m)) << name << " tp" << tp;
+        }
+      }
+    }
+  }
+}
+
 TEST(TpLayout, HeadsNotDividedByTpNameBothNumbers) {
   try {
     ParamLayout l(named_model("tiny-tp"), 5, 0);

@@ -104,7 +104,7 @@ MeshShape dp_mesh(int dp, int rpn = 0) {
 // the first --pp).
 // Tensor parallel: every --tp with and without SP; recomputation (selective,
 // full, with SP, and alone at tp 1) at the first --tp; dp 2 x the first --tp
-// x every --shard but hzero (and ZeRO-2 + offload, ZeRO-3 with SP).
+// x every --shard (hzero on two nodes; and ZeRO-2 + offload, ZeRO-3 with SP).
 // Every point is built and validated before the first one runs.
 std::vector<StrategyRun> matrix(const CheckFlags& f);
 
@@ -128,9 +128,10 @@ void tensor_parallel_points(const CheckFlags& f, const std::string& prec, std::v
   if (tp > 1) runs.push_back(point(f, prec, mesh(1, 1), "recompute=full"));  // recomputation alone
   for (const auto& sh : f.shards) {
     const dp::Shard shard = dp::parse_shard(sh, "--shard");
-    if (shard == dp::Shard::hzero || tp == 1) continue;  // hzero needs node boundaries, which tp > 1 lacks
+    if (tp == 1) continue;
     StrategyRun s = point(f, prec, mesh(2, tp), "");
     s.spec.data.shard = shard;
+    if (shard == dp::Shard::hzero) s.spec.mesh.ranks_per_node = tp;  // two nodes of one replica each
     if (shard == dp::Shard::hsdp) s.spec.data.shard_group = 1;  // two replicas of one
     runs.push_back(s);
     if (shard == dp::Shard::zero2) {

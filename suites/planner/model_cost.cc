@@ -62,16 +62,18 @@ ModelConfig planner_model(std::string_view name) {
 std::vector<int64_t> rank_param_units(const ModelConfig& m, int tp, const pipeline::Partition& part, int rank) {
   require(tp >= 1 && m.C % tp == 0 && m.NH % tp == 0,
           "--tp: must divide hidden (" + std::to_string(m.C) + ") and heads (" + std::to_string(m.NH) + ")");
-  const int64_t C = m.C, t = tp, vocab_rows = (int64_t(m.V) + t - 1) / t;
-  const int64_t block = 12 * C * C / t + 7 * C / t + 6 * C;
+  // The tensor axis's own unit sizes (impl/tensor_parallel/cost.h): embedding,
+  // one per block, final LayerNorm.
+  const std::vector<int64_t> model = tp::unit_params(m, tp);
+  const int64_t vocab_rows = (int64_t(m.V) + tp - 1) / tp;
   std::vector<int64_t> units;
   for (int c = 0; c < part.v; ++c) {
     const pipeline::StageSlice& sl = part.at(rank, c);
-    if (sl.embedding) units.push_back(vocab_rows * C + int64_t(m.maxT) * C);
-    for (int i = 0; i < sl.num_blocks; ++i) units.push_back(block);
+    if (sl.embedding) units.push_back(model.front());
+    for (int i = 0; i < sl.num_blocks; ++i) units.push_back(model[size_t(1 + sl.first_block + i)]);
     if (sl.head) {
-      units.push_back(2 * C);
-      if (part.pp > 1) units.push_back(vocab_rows * C);
+      units.push_back(model.back());
+      if (part.pp > 1) units.push_back(vocab_rows * m.C);  // the last stage's copy of the tied embedding
     }
   }
   return units;
