@@ -79,7 +79,8 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
       if (!replicated_.empty() && replicated_.back().second == p.offset) replicated_.back().second += p.numel;
       else replicated_.push_back({p.offset, p.offset + p.numel});
     }
-  if (tr_ > 0) dp_->exclude_from_norm(replicated_);  // tp rank 0 counts the replicated parameters
+  // tp rank 0 counts the replicated parameters (the fault: every tp rank does).
+  if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) dp_->exclude_from_norm(replicated_);
   if (o.tensor.sp && o.tp() > 1)
     dp_->for_each_held(true, [&](int64_t lo, int64_t hi, T*) {
       for (const auto& [a, b] : replicated_) sp_held_ += std::max<int64_t>(0, std::min(hi, b) - std::max(lo, a));

@@ -34,6 +34,7 @@ std::string PipelineOptions::describe(int microbatches) const {
   }
   if (kind == ScheduleKind::pipedream_2bw) d += " (judged against delayed-weight training)";
   for (dp::Fault f : data.faults) d += " fault:" + dp::fault_name(f);
+  for (tp::Fault f : tensor.faults) d += " fault:" + tp::fault_name(f);
   return d + faults.describe();
 }
 
@@ -62,7 +63,10 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
     require(!o.tensor.sp || tokens % o.tp() == 0,
             "strategy.sp: a microbatch's " + std::to_string(tokens) + " tokens do not split over tp" +
                 std::to_string(o.tp()));
-    require(o.tensor.faults.empty(), "strategy.faults: tensor-parallel faults are not injected inside pipeline stages");
+    const auto ok = tp::faults_for(o.tp(), o.tensor.sp, o.tensor.recompute, cfg.model.V % o.tp() != 0);
+    for (tp::Fault f : o.tensor.faults)
+      require(std::find(ok.begin(), ok.end(), f) != ok.end(),
+              "strategy.faults: " + tp::fault_name(f) + " does not apply to this tensor-parallel pipeline");
   }
   partition_layers(cfg.model.L, o.pp, o.virtual_stages);  // more stages than layers
   check_config(o.kind, schedule_config(o, cfg));
@@ -159,7 +163,7 @@ double PipelineRank<T>::reduce_grads(T* hg) {
       tied_->all_reduce(mine, mine, size_t(s.slice), dt);
     }
   }
-  if (tp_ && o_.tensor.sp)  // SP: the replicated parameters' grads are partial per tp rank
+  if (tp_ && o_.tensor.sp && !o_.tensor.has(tp::Fault::skip_sp_grad_reduce))  // SP: partial per tp rank
     dp_->for_each_held(true, [&](int64_t lo, int64_t hi, T* data) {
       for (const auto& [a, b] : replicated_) {
         const int64_t x = std::max(lo, a), y = std::min(hi, b);
@@ -205,7 +209,8 @@ template <class T>
 double PipelineRank<T>::unit_sq(int i, int64_t n) const {
   const dp::UnitShard& s = dp_->shards().unit(i);
   const T* g = dp_->grads_data() + (dp_->grads_full() ? s.full_off : s.shard_off);
-  if (tr_ == 0 || replicated_.empty()) return kernels::sum_squares(g, size_t(n));
+  if (tr_ == 0 || replicated_.empty() || o_.tensor.has(tp::Fault::norm_tp_times))
+    return kernels::sum_squares(g, size_t(n));
   double sq = 0;  // tp rank > 0: the split parameters only (rank 0 counts the replicated ones)
   const int64_t end = s.begin + n;
   int64_t at = s.begin;

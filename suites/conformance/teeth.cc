@@ -183,8 +183,17 @@ std::vector<FaultCatch> tp_fault_catches(Precision p) {
   const std::pair<std::pair<int, int>, const char*> cases[] = {
       {{1, 2}, ""}, {{1, 3}, ""}, {{1, 2}, "sp=on"}, {{1, 3}, "sp=on"},
       {{1, 2}, "recompute=full"}, {{1, 1}, "recompute=full"}, {{2, 2}, "shard=zero3"}, {{2, 2}, "shard=zero3,sp=on"}};
-  for (const auto& [mesh, opts] : cases) {
-    const StrategyRun base = tp_case(mesh.first, mesh.second, opts, p);
+  std::vector<StrategyRun> bases;
+  for (const auto& [mesh, opts] : cases) bases.push_back(tp_case(mesh.first, mesh.second, opts, p));
+  for (const char* opts : {"schedule=1f1b", "schedule=interleaved,virtual_stages=2,sp=on"}) {  // inside stages
+    StrategyRun s = tp_case(1, 2, opts, p);
+    s.spec.mesh.pp = 2;
+    s.spec.train.model.L = 4;
+    s.spec.train.microbatches = 4;
+    s.spec.train.batch = 4;
+    bases.push_back(s);
+  }
+  for (const StrategyRun& base : bases) {
     const RunSpec& s = base.spec;
     for (tp::Fault f : tp::faults_for(s.mesh.tp, s.tensor.sp, s.tensor.recompute, s.train.model.V % s.mesh.tp != 0)) {
       StrategyRun r = base;

@@ -63,22 +63,29 @@ TEST(Teeth, EveryTensorParallelFaultIsCaughtAtEveryPrecision) {
 }
 
 // No false alarm for tensor parallel (rule-only below fp64, and held to the
-// rule again at fp64): 10 seeds x the fault cases' configs x both precisions.
+// rule again at fp64): 10 seeds x six configs (one inside pipeline stages) x
+// both precisions.
 TEST(Teeth, TensorParallelNoFalseAlarmOverTenSeeds) {
   const std::pair<std::pair<int, int>, const char*> cases[] = {
-      {{1, 2}, ""}, {{1, 3}, "sp=on"}, {{1, 4}, ""}, {{2, 2}, "shard=zero3,sp=on"}, {{1, 2}, "recompute=full"}};
+      {{1, 2}, ""}, {{1, 3}, "sp=on"}, {{1, 4}, ""}, {{2, 2}, "shard=zero3,sp=on"}, {{1, 2}, "recompute=full"},
+      {{1, 2}, "schedule=1f1b,sp=on"}};  // the last inside two pipeline stages
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
     for (const auto& [mesh, opts] : cases)
       for (uint64_t seed = 1; seed <= 10; ++seed) {
         StrategyRun s = tp_case(mesh.first, mesh.second, opts, p);
+        if (s.spec.pipe.schedule) {
+          s.spec.mesh.pp = 2;
+          s.spec.train.model.L = 4;
+          s.spec.train.microbatches = 4;
+        }
         s.spec.train.seed = seed;
         s.spec.train.data.seed = seed;
         const ConformanceResult r = run_conformance(s);
         EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
         ++runs;
       }
-  EXPECT_EQ(runs, 2 * 5 * 10);
+  EXPECT_EQ(runs, 2 * 6 * 10);
 }
 
 // No false alarm: 20 seeds (init and data) for every strategy at both
