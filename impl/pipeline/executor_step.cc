@@ -50,23 +50,24 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(world == o.dp() * o.tp() * o.pp, "dp: world size " + std::to_string(world) +
                                                " must equal dp * tp * pp = " +
                                                std::to_string(o.dp() * o.tp() * o.pp));
+  require(o.tensor.recompute == Recompute::none,
+          "strategy.recompute: recomputation inside pipeline stages is not implemented yet");
+  const auto tp_ok = tp::faults_for(o.tp(), o.tensor.sp, o.tensor.recompute, cfg.model.V % o.tp() != 0);
+  for (tp::Fault f : o.tensor.faults)
+    require(std::find(tp_ok.begin(), tp_ok.end(), f) != tp_ok.end(),
+            "strategy.faults: " + tp::fault_name(f) + " does not apply to this pipeline (tensor-parallel faults "
+                "need tp > 1 in the mesh; recompute_wrong_input needs recompute, which stages do not run)");
   if (o.tp() > 1) {
     require(o.kind == ScheduleKind::gpipe || o.kind == ScheduleKind::one_f_one_b ||
                 o.kind == ScheduleKind::interleaved,
             "strategy.schedule: " + std::string(schedule_name(o.kind)) +
                 " with tp > 1 is not implemented (tensor-parallel stages run gpipe, 1f1b, interleaved)");
-    require(o.tensor.recompute == Recompute::none,
-            "strategy.recompute: recomputation inside pipeline stages is not implemented yet");
     require(cfg.model.NH % o.tp() == 0, "mesh.tp: tp" + std::to_string(o.tp()) + " does not divide model.heads = " +
                                             std::to_string(cfg.model.NH));
     const int64_t tokens = int64_t(cfg.batch) / (o.dp() * cfg.microbatches) * cfg.seq;
     require(!o.tensor.sp || tokens % o.tp() == 0,
             "strategy.sp: a microbatch's " + std::to_string(tokens) + " tokens do not split over tp" +
                 std::to_string(o.tp()));
-    const auto ok = tp::faults_for(o.tp(), o.tensor.sp, o.tensor.recompute, cfg.model.V % o.tp() != 0);
-    for (tp::Fault f : o.tensor.faults)
-      require(std::find(ok.begin(), ok.end(), f) != ok.end(),
-              "strategy.faults: " + tp::fault_name(f) + " does not apply to this tensor-parallel pipeline");
   }
   partition_layers(cfg.model.L, o.pp, o.virtual_stages);  // more stages than layers
   check_config(o.kind, schedule_config(o, cfg));

@@ -67,6 +67,7 @@ StepStats TpRank<T>::step() {
   for (int k = 0; k < micro; ++k) {
     hooks_->start_microbatch(k, micro);
     loss += runner_->run(step_, int64_t(dp_->dp().rank()) * per_rank + int64_t(k) * Bm, 1.0 / tokens, *hooks_);
+    if (k == 0 && dpo_.has(dp::Fault::sync_wrong_microbatch)) hooks_->finish();  // as DpRank injects it
   }
   hooks_->finish();
   if (o_.sp && o_.tp > 1 && !o_.has(Fault::skip_sp_grad_reduce)) reduce_replicated_grads();

@@ -39,8 +39,6 @@ class TpRank : public Rank {
  private:
   std::vector<double> gather(bool grads);
   void reduce_replicated_grads();
-  // Throws when a vocabulary padding row of wte (params or grads) is not zero.
-  void check_padding();
 
   RunSpec spec_;
   TpOptions o_;

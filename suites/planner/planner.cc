@@ -104,7 +104,8 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
       s.comm += 2 * full * b.grad;
     }
   }
-  if (in.shape && in.tp == 1 && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1)
+  if (in.shape && in.tp == 1 && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1 &&
+      in.recompute == Recompute::none)  // recompute runs the tensor-parallel model: not modeled
     s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision);
   if (in.shape && !in.dropout && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1) {
     // The reference layout on one stage: what the tensor-parallel rank (and,
@@ -184,7 +185,9 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     // parameters' gradients this rank holds (its 1/g share when sharded).
     const int64_t g = std::max<int64_t>(1, dp::shard_group_size(axis));
     const int64_t held = dp::ceil_div(tp::replicated_params(mc, layers, first, last), g);
-    add_row(out, "tp", "step", "all_reduce", in.tp, in.sp ? 2 : 1, tp::step_bytes(in.sp, held, int(e)), inter);
+    // A pipeline rank sums its norm over the whole world instead (pp_scalar).
+    const int64_t norm = in.pp > 1 ? -8 : 0;
+    add_row(out, "tp", "step", "all_reduce", in.tp, in.sp ? 2 : 1, tp::step_bytes(in.sp, held, int(e)) + norm, inter);
   }
   if (in.cp > 1) {
     const bool inter = spans(int64_t(in.tp) * in.cp, R);
@@ -196,7 +199,9 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
   if (in.pp > 1) {
     const bool inter = R > 0 && int64_t(in.tp) * in.cp * in.dp >= R;
     // Megatron's scatter/gather: with SP each tp rank sends its 1/t of the boundary.
-    const int64_t boundary = pipeline::boundary_bytes(b, in.sp ? sl / in.tp : sl, mc.C, e);
+    // (SP: the microbatch's b*s tokens split over tp, as the stages send them.)
+    const int64_t boundary = in.sp ? pipeline::boundary_bytes(1, b * sl / in.tp, mc.C, e)
+                                   : pipeline::boundary_bytes(b, sl, mc.C, e);
     const pipeline::P2PVolume vol = pipeline::p2p_per_step(pipe.cfg, boundary);
     const int64_t sent = vol.send_bytes[size_t(rank)];
     const int64_t fwd_msgs = m * (pipe.part.v - (rank == in.pp - 1 ? 1 : 0));
