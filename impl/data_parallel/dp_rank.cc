@@ -30,32 +30,41 @@ template <class T>
 DpRank<T>::~DpRank() = default;
 
 template <class T>
-StepStats DpRank<T>::step() {
+StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const TrainConfig& cfg, int Bm, int& step,
+                             Communicator& scalar, const StepHooks& h) {
   auto t0 = std::chrono::steady_clock::now();
-  const int micro = cfg_.microbatches, Bm = runner_->Bm();
-  const int per_rank = Bm * micro;
-  const double tokens = o_.has(Fault::grad_not_averaged) ? double(per_rank) * cfg_.seq
-                                                          : double(cfg_.tokens_per_step());
-  dp_->zero_grads();
+  const DpOptions& o = dp.options();
+  const int micro = cfg.microbatches, per_rank = Bm * micro;
+  const double tokens = o.has(Fault::grad_not_averaged) ? double(per_rank) * cfg.seq : double(cfg.tokens_per_step());
+  dp.zero_grads();
   double loss = 0;
   for (int k = 0; k < micro; ++k) {
-    hooks_->start_microbatch(k, micro);
-    loss += runner_->run(step_, int64_t(dp_->dp().rank()) * per_rank + int64_t(k) * Bm, 1.0 / tokens,
-                         *hooks_);
-    if (k == 0 && o_.has(Fault::sync_wrong_microbatch)) hooks_->finish();
+    hooks.start_microbatch(k, micro);
+    loss += h.run(k, int64_t(dp.dp().rank()) * per_rank + int64_t(k) * Bm, 1.0 / tokens);
+    if (k == 0 && o.has(Fault::sync_wrong_microbatch)) hooks.finish();
   }
-  hooks_->finish();
-  if (scalar_->size() > 1) scalar_->all_reduce(&loss, &loss, 1, DType::f64);
+  hooks.finish();
+  if (h.synced) h.synced();
+  if (scalar.size() > 1) scalar.all_reduce(&loss, &loss, 1, DType::f64);
   // DDP: every rank holds the reduced gradient; sharded: partials, summed.
-  double sq = dp_->local_sq();
-  if (o_.shard != Shard::none && scalar_->size() > 1) scalar_->all_reduce(&sq, &sq, 1, DType::f64);
+  double sq = dp.local_sq();
+  if (o.shard != Shard::none && scalar.size() > 1) scalar.all_reduce(&sq, &sq, 1, DType::f64);
+  if (h.norm) h.norm(sq);
   StepStats st;
-  st.step = ++step_;
-  st.loss = loss / double(cfg_.tokens_per_step());
+  st.step = ++step;
+  st.loss = loss / double(cfg.tokens_per_step());
   st.grad_norm = std::sqrt(sq);
-  st.lr = lr_at(cfg_.optim, st.step, cfg_.steps);
-  dp_->step(cfg_.optim, st.step, st.lr, clip_factor(st.grad_norm, cfg_.optim.clip));
+  st.lr = lr_at(cfg.optim, st.step, cfg.steps);
+  dp.step(cfg.optim, st.step, st.lr, clip_factor(st.grad_norm, cfg.optim.clip));
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+template <class T>
+StepStats DpRank<T>::step() {
+  StepHooks h;
+  h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_, first, dloss, *hooks_); };
+  const StepStats st = data_parallel_step(*dp_, *hooks_, cfg_, runner_->Bm(), step_, *scalar_, h);
   times_.wall_s = times_.busy_s = st.seconds;  // no schedule: the step is the compute
   return st;
 }
@@ -74,6 +83,14 @@ template <class T>
 Declared DpRank<T>::declared(int steps) const {
   return declared_costs(o_, cfg_, steps);
 }
+
+#define PB_INSTANTIATE(T)                                                                                       \
+  template StepStats data_parallel_step<T>(Component<T>&, FamilyHooks<T>&, const TrainConfig&, int, int&,           \
+                                           Communicator&, const StepHooks&);
+PB_INSTANTIATE(double)
+PB_INSTANTIATE(float)
+PB_INSTANTIATE(bf16)
+#undef PB_INSTANTIATE
 
 template class DpRank<double>;
 template class DpRank<float>;

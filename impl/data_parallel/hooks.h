@@ -12,10 +12,12 @@
 //    freed after (blocks after forward when resharding, all at the end of the
 //    microbatch), the bytes dp::comm_buffer_peak_bytes declares.
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "impl/data_parallel/component.h"
 #include "reference/runner.h"
+#include "reference/trainer.h"
 
 namespace pb::dp {
 
@@ -30,6 +32,23 @@ class FamilyHooks : public UnitHooks<T> {
 
 template <class T>
 std::unique_ptr<FamilyHooks<T>> make_hooks(Component<T>& dp, const ParamLayout& layout, MemoryTracker& mem);
+
+// One optimizer step of a rank whose model states are `dp`'s and whose
+// microbatches meet it through `hooks` (plain data parallel, tensor
+// parallel): run(k, first sample, dloss) runs microbatch k of this dp rank
+// and returns its token-loss sum; after the grad sync finishes, `synced` runs
+// (e.g. SP's all-reduce over tp) and `norm` completes the squared norm beyond
+// the dp group (e.g. over tp). Loss and norm partials are summed over
+// `scalar` (the dp axis); the injected faults grad_not_averaged and
+// sync_wrong_microbatch act here. `step` is 0-based and advanced.
+struct StepHooks {
+  std::function<double(int k, int64_t first, double dloss)> run;
+  std::function<void()> synced;
+  std::function<void(double& sq)> norm;
+};
+template <class T>
+StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const TrainConfig& cfg, int Bm, int& step,
+                             Communicator& scalar, const StepHooks& h);
 
 // Per family (hooks_ddp.cc, hooks_zero.cc).
 template <class T>

@@ -56,32 +56,17 @@ void TpRank<T>::reduce_replicated_grads() {
 
 template <class T>
 StepStats TpRank<T>::step() {
-  auto t0 = std::chrono::steady_clock::now();
   const TrainConfig& c = spec_.train;
-  const int micro = c.microbatches, Bm = c.batch / spec_.mesh.dp / micro;
-  const int per_rank = Bm * micro;
-  const double tokens = dpo_.has(dp::Fault::grad_not_averaged) ? double(per_rank) * c.seq
-                                                                 : double(c.tokens_per_step());
-  dp_->zero_grads();
-  double loss = 0;
-  for (int k = 0; k < micro; ++k) {
-    hooks_->start_microbatch(k, micro);
-    loss += runner_->run(step_, int64_t(dp_->dp().rank()) * per_rank + int64_t(k) * Bm, 1.0 / tokens, *hooks_);
-    if (k == 0 && dpo_.has(dp::Fault::sync_wrong_microbatch)) hooks_->finish();  // as DpRank injects it
-  }
-  hooks_->finish();
-  if (o_.sp && o_.tp > 1 && !o_.has(Fault::skip_sp_grad_reduce)) reduce_replicated_grads();
-  if (scalar_->size() > 1) scalar_->all_reduce(&loss, &loss, 1, DType::f64);
-  double sq = dp_->local_sq();
-  if (dpo_.shard != dp::Shard::none && scalar_->size() > 1) scalar_->all_reduce(&sq, &sq, 1, DType::f64);
-  if (o_.tp > 1) tp_->all_reduce(&sq, &sq, 1, DType::f64);
-  StepStats st;
-  st.step = ++step_;
-  st.loss = loss / double(c.tokens_per_step());
-  st.grad_norm = std::sqrt(sq);
-  st.lr = lr_at(c.optim, st.step, c.steps);
-  dp_->step(c.optim, st.step, st.lr, clip_factor(st.grad_norm, c.optim.clip));
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  dp::StepHooks h;
+  h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_, first, dloss, *hooks_); };
+  h.synced = [&] {
+    if (o_.sp && o_.tp > 1 && !o_.has(Fault::skip_sp_grad_reduce)) reduce_replicated_grads();
+  };
+  h.norm = [&](double& sq) {  // the other tp ranks' split parameters
+    if (o_.tp > 1) tp_->all_reduce(&sq, &sq, 1, DType::f64);
+  };
+  const StepStats st =
+      dp::data_parallel_step(*dp_, *hooks_, c, c.batch / spec_.mesh.dp / c.microbatches, step_, *scalar_, h);
   times_.wall_s = times_.busy_s = st.seconds;
   return st;
 }
