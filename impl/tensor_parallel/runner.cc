@@ -77,29 +77,59 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
   vb_ = l.vocab_begin();
   valid_ = int(std::clamp<int64_t>(m.V - vb_, 0, Vr_));
   if (o.has(Fault::padded_vocab_in_loss)) valid_ = Vr_;
-  // Workspace: recompute buffers, gathered / partial (N,C), backward scratch.
-  const size_t N = size_t(N_), Nl = size_t(Nl_), C = size_t(C_), Ct = size_t(Ct_), V = size_t(Vr_);
-  const size_t att = size_t(Bm) * H_ * Tn * Tn;
-  const MemTag ws = MemTag::workspace;
-  auto buf = [&](auto& b, size_t n) {
-    using Buf = std::remove_reference_t<decltype(b)>;
-    b = Buf(mt, ws, n);
-  };
+  walk_workspace(this, m, o, Bm, Tn, [&](auto* b, size_t n) {
+    using Buf = std::remove_pointer_t<decltype(b)>;
+    *b = Buf(mt, MemTag::workspace, n);
+  });
+}
+
+// The workspace, once: the constructor allocates it, workspace_bytes sums it.
+// f(Buffer<X>* (null when self is), elements).
+template <class T>
+template <class F>
+void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOptions& o, int Bm, int Tn, F&& f) {
+  const size_t N = size_t(Bm) * Tn, t = size_t(o.tp), Nl = o.sp ? N / t : N, C = size_t(m.C), Ct = C / t;
+  const size_t V = (size_t(m.V) + t - 1) / t, att = size_t(Bm) * size_t(m.NH / o.tp) * Tn * Tn;
+  auto buf = [&](auto mem, size_t n) { f(self ? &(self->*mem) : nullptr, n); };
+  auto wbuf = [&](auto mem, size_t n) { f(self ? &(self->work_.*mem) : nullptr, n); };
   if (o.recompute == Recompute::full) {  // one block's everything, probabilities included
-    Block& w = work_;
-    buf(w.ln1, Nl * C), buf(w.ln1_mean, Nl), buf(w.ln1_rstd, Nl), buf(w.qkv, N * 3 * Ct), buf(w.att, att);
-    buf(w.atty, N * Ct), buf(w.xmid, Nl * C), buf(w.ln2, Nl * C), buf(w.ln2_mean, Nl), buf(w.ln2_rstd, Nl);
-    buf(w.fch, N * 4 * Ct), buf(w.fchg, N * 4 * Ct), buf(w.xout, Nl * C);
+    wbuf(&Block::ln1, Nl * C), wbuf(&Block::ln1_mean, Nl), wbuf(&Block::ln1_rstd, Nl), wbuf(&Block::qkv, N * 3 * Ct);
+    wbuf(&Block::att, att), wbuf(&Block::atty, N * Ct), wbuf(&Block::xmid, Nl * C), wbuf(&Block::ln2, Nl * C);
+    wbuf(&Block::ln2_mean, Nl), wbuf(&Block::ln2_rstd, Nl), wbuf(&Block::fch, N * 4 * Ct);
+    wbuf(&Block::fchg, N * 4 * Ct), wbuf(&Block::xout, Nl * C);
   }
-  if (o.recompute == Recompute::selective) buf(att_work_, att), buf(atty_work_, N * Ct);
-  buf(gat_, N * C), buf(part_, N * C), buf(tmp_, Nl * C), buf(dres_, Nl * C), buf(dln_, Nl * C);
-  buf(datty_, N * Ct), buf(dqkv_, N * 3 * Ct), buf(datt_, att), buf(dfch_, N * 4 * Ct), buf(dfchg_, N * 4 * Ct);
-  buf(dlogits_, N * V), buf(cmax_, N), buf(csum_, 2 * N);
+  if (o.recompute == Recompute::selective) buf(&TpModel::att_work_, att), buf(&TpModel::atty_work_, N * Ct);
+  buf(&TpModel::gat_, N * C), buf(&TpModel::part_, N * C), buf(&TpModel::tmp_, Nl * C);
+  buf(&TpModel::dres_, Nl * C), buf(&TpModel::dln_, Nl * C), buf(&TpModel::datty_, N * Ct);
+  buf(&TpModel::dqkv_, N * 3 * Ct), buf(&TpModel::datt_, att), buf(&TpModel::dfch_, N * 4 * Ct);
+  buf(&TpModel::dfchg_, N * 4 * Ct), buf(&TpModel::dlogits_, N * V), buf(&TpModel::cmax_, N);
+  buf(&TpModel::csum_, 2 * N);
   const int n = int(N), c = m.C, ct = int(Ct), v = int(V);
-  buf(mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, 3 * ct), k::matmul_workspace_floats<T>(n, c, 4 * ct),
-                        k::matmul_workspace_floats<T>(n, 4 * ct, c), k::matmul_workspace_floats<T>(n, ct, c),
-                        k::matmul_workspace_floats<T>(n, c, v)}));
-  buf(att_ws_, k::attention_workspace_elems<T>(Tn, int(Ct), H_));
+  buf(&TpModel::mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, 3 * ct), k::matmul_workspace_floats<T>(n, c, 4 * ct),
+                                  k::matmul_workspace_floats<T>(n, 4 * ct, c), k::matmul_workspace_floats<T>(n, ct, c),
+                                  k::matmul_workspace_floats<T>(n, c, v)}));
+  buf(&TpModel::att_ws_, k::attention_workspace_elems<T>(Tn, int(Ct), m.NH / o.tp));
+}
+
+template <class T>
+int64_t TpModel<T>::workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn) {
+  int64_t bytes = 0;
+  walk_workspace(nullptr, m, o, Bm, Tn, [&](auto* b, size_t n) {
+    using Buf = std::remove_pointer_t<decltype(b)>;
+    using X = std::remove_pointer_t<decltype(std::declval<Buf>().data())>;
+    bytes += int64_t(n * sizeof(X));
+  });
+  return bytes;
+}
+
+int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, Precision p) {
+  const int64_t N = int64_t(Bm) * Tn, Nl = o.sp ? N / o.tp : N;
+  int64_t bytes = 0;
+  dispatch_dtype(storage_dtype(p), [&](auto t) {
+    using T = decltype(t);
+    bytes = TpModel<T>::workspace_bytes(m, o, Bm, Tn) + 2 * Nl * m.C * int64_t(sizeof(T));  // + dx ping-pong
+  });
+  return bytes;
 }
 
 template <class T>

@@ -73,8 +73,12 @@ class TpModel {
                      const T* wte, double dloss);
   // Full recompute: the block the backward reruns (workspace).
   Block& work() { return work_; }
+  // Workspace bytes the constructor allocates, without allocating.
+  static int64_t workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn);
 
  private:
+  template <class F>
+  static void walk_workspace(TpModel* self, const ModelConfig& m, const TpOptions& o, int Bm, int Tn, F&& f);
   void all_reduce(T* buf, size_t n);
   void gather(const T* shard, T* full);   // (Nl,C) -> (N,C) under SP
   void scatter(const T* full, T* shard);  // (N,C) partials -> (Nl,C) sums under SP
@@ -100,6 +104,10 @@ class TpModel {
 // `full` gives the whole vector, each element once.
 void add_to_full(const ParamLayout& local, const ParamLayout& full_layout, int tp_rank,
                  const std::vector<double>& values, std::vector<double>& full);
+
+// Workspace bytes a TpRunner allocates (its model's and the two gradient
+// ping-pong buffers) at precision p: the planner's declared workspace.
+int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, Precision p);
 
 // One tensor-parallel rank's microbatch through the whole model.
 template <class T>

@@ -118,17 +118,22 @@ TEST(TpRank, ActivationBytesEqualDeclaredForEveryRecomputeAndSp) {
     for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
       const RunSpec s = spec(1, 2, sp, r);
       std::mutex mu;
-      std::vector<int64_t> measured;
+      std::vector<int64_t> measured, measured_ws;
       run_local(s.world(), [&](Communicator& c) {
         TpRank<bf16> rank(RunSpec{s}, c);
         rank.step();
         std::lock_guard lk(mu);
         measured.push_back(int64_t(rank.memory().peak(MemTag::activations)));
+        measured_ws.push_back(int64_t(rank.memory().peak(MemTag::workspace)));
       });
       RunSpec b = s;
       b.train.precision = Precision::bf16_mixed;
       const int64_t declared = activation_bytes(tp_shape(b));
       for (int64_t m : measured) EXPECT_EQ(m, declared) << "sp " << sp << " recompute " << recompute_name(r);
+      // The workspace the planner declares is what the rank allocates.
+      const int64_t ws = runner_workspace_bytes(s.train.model, options_of(s), s.train.batch / s.mesh.dp, s.train.seq,
+                                                Precision::bf16_mixed);
+      for (int64_t m : measured_ws) EXPECT_EQ(m, ws) << "workspace, sp " << sp << " recompute " << recompute_name(r);
     }
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "harness/status.h"
+#include "impl/tensor_parallel/runner.h"
 #include "reference/runner.h"
 
 namespace pb::planner {
@@ -104,9 +105,17 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
       s.comm += 2 * full * b.grad;
     }
   }
-  if (in.shape && in.tp == 1 && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1 &&
-      in.recompute == Recompute::none)  // recompute runs the tensor-parallel model: not modeled
-    s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision);
+  if (in.shape && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1) {
+    if (in.tp == 1 && in.recompute == Recompute::none) {  // the reference's runner
+      s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision);
+    } else {  // the tensor-parallel runner (recompute at tp 1 too)
+      tp::TpOptions o;
+      o.tp = in.tp;
+      o.sp = in.sp;
+      o.recompute = in.recompute;
+      s.workspace = tp::runner_workspace_bytes(*in.shape, o, int(in.microbatch_size), int(seq), in.precision);
+    }
+  }
   if (in.shape && !in.dropout && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1) {
     // The reference layout on one stage: what the tensor-parallel rank (and,
     // at tp 1, the reference runner) declares and allocates, exactly.

@@ -84,8 +84,9 @@ struct StageMemory {
   // Comm buffers: dp::comm_buffer_peak_bytes without a pipeline, an estimate
   // from the largest unit with one (planner.cc); -1: unknown (no shape).
   int64_t comm = 0;
-  // The reference runner's scratch (MicrobatchRunner::workspace_bytes) when
-  // the rank runs it as is: no tp, cp or pp. -1: not modeled.
+  // The runner's scratch on one stage without cp: the reference's
+  // (MicrobatchRunner::workspace_bytes), or with tp or recompute the
+  // tensor-parallel runner's (tp::runner_workspace_bytes). -1: not modeled.
   int64_t workspace = -1;
   // Activations and comm buffers known (a total is then worth stating; the
   // workspace is counted when modeled and said to be missing otherwise).
