@@ -363,7 +363,9 @@ Declared PipelineRank<T>::declared(int steps) const {
               {"mem.grads", MemTag::grads, Place::device, ms.grads * versions + head},
               {"mem.optimizer", MemTag::optimizer, Place::device, ms.optimizer},
               {"mem.optimizer.host", MemTag::optimizer, Place::host, ms.optimizer_host},
-              {"mem.activations", MemTag::activations, Place::device, act}};
+              {"mem.activations", MemTag::activations, Place::device, act},
+              {"mem.workspace", MemTag::workspace, Place::device,
+               stage_workspace_bytes(cfg_.model, Bm_, cfg_.seq, cfg_.precision, o_.tensor)}};
   // Point to point, the tied wte sum, the stage's data axis, the scalars.
   const int64_t a = boundary_elems() * db;
   d.add_comm("pp", CommOp::send, p2p_per_step(sc, a).send_bytes[size_t(pr_)] * steps);

@@ -4,6 +4,9 @@
 #include <map>
 #include <stdexcept>
 
+#include "impl/tensor_parallel/runner.h"
+#include "reference/gpt.h"
+
 namespace pb::pipeline {
 
 int64_t StagePieces::local(int64_t flat) const {
@@ -87,6 +90,17 @@ int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64
   int64_t bytes = N * C * db + st.num_blocks * (block + stash);
   if (st.embedding) bytes += N * 4;                              // tokens
   if (st.head) bytes += (N * C + N * m.V) * db + 3 * N * ab + N * 4;  // HeadActs + targets
+  return bytes;
+}
+
+int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o) {
+  const int64_t N = B * T, held = o.tp > 1 && o.sp ? N / o.tp : N;
+  int64_t bytes = 0;
+  dispatch_dtype(storage_dtype(p), [&](auto t) {
+    using U = decltype(t);
+    bytes = 2 * held * m.C * int64_t(sizeof(U)) + 2 * N * 4;  // dx ping-pong, tokens and targets
+    bytes += o.tp > 1 ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T)) : Scratch<U>::bytes(m, int(B), int(T));
+  });
   return bytes;
 }
 

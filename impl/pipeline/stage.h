@@ -15,7 +15,9 @@
 #include "impl/data_parallel/shard.h"
 #include "impl/pipeline/cost.h"
 #include "impl/pipeline/schedule.h"
+#include "impl/tensor_parallel/options.h"
 #include "reference/layout.h"
+#include "reference/train_config.h"
 
 namespace pb::pipeline {
 
@@ -69,6 +71,11 @@ Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi);
 // targets on the last. Sizes as reference/gpt.cc allocates them.
 int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
                                int64_t dtype_bytes, int64_t acc_bytes, bool split_backward);
+
+// Workspace bytes a pipeline rank allocates: the backward's two gradient
+// buffers and the step's token/target staging, plus the reference's Scratch
+// (tp = 1) or the tensor-parallel model's workspace (impl/tensor_parallel).
+int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o);
 
 // Peak over the rank's action order of the summed bytes of live (microbatch,
 // chunk) units (F done, last backward not), given bytes per chunk of that rank.

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "harness/status.h"
+#include "impl/pipeline/stage.h"
 #include "impl/tensor_parallel/runner.h"
 #include "reference/runner.h"
 
@@ -105,15 +106,18 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
       s.comm += 2 * full * b.grad;
     }
   }
-  if (in.shape && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1) {
+  tp::TpOptions tpo;
+  tpo.tp = in.tp;
+  tpo.sp = in.sp;
+  tpo.recompute = in.recompute;
+  const bool staged = pipe.part.pp > 1 || pipe.part.v > 1;
+  if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
+    s.workspace = pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo);
+  } else if (in.shape && in.cp == 1 && !staged) {
     if (in.tp == 1 && in.recompute == Recompute::none) {  // the reference's runner
       s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision);
     } else {  // the tensor-parallel runner (recompute at tp 1 too)
-      tp::TpOptions o;
-      o.tp = in.tp;
-      o.sp = in.sp;
-      o.recompute = in.recompute;
-      s.workspace = tp::runner_workspace_bytes(*in.shape, o, int(in.microbatch_size), int(seq), in.precision);
+      s.workspace = tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision);
     }
   }
   if (in.shape && !in.dropout && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1) {
@@ -129,6 +133,38 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     x.elem_bytes = int(elem_bytes(in.precision));
     x.acc_bytes = x.elem_bytes == 8 ? 8 : 4;
     s.activations = tp::activation_bytes(x);
+  } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
+    // The reference layout in pipeline stages: the chunks' bytes a stage
+    // declares and allocates (impl/pipeline/stage.h, tensor_parallel/cost.h),
+    // times the live (microbatch, chunk) units of the schedule.
+    tp::TpShape x;
+    x.model = *in.shape;
+    x.tp = in.tp;
+    x.sp = in.sp;
+    x.Bm = int(in.microbatch_size);
+    x.Tn = int(seq);
+    x.elem_bytes = int(elem_bytes(in.precision));
+    x.acc_bytes = x.elem_bytes == 8 ? 8 : 4;
+    std::vector<int64_t> chunk;
+    for (int c = 0; c < pipe.part.v; ++c) {
+      const pipeline::StageSlice& st = pipe.part.at(rank, c);
+      chunk.push_back(in.tp > 1 ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head)
+                                : pipeline::chunk_activation_bytes(*in.shape, st, in.microbatch_size, seq, x.elem_bytes,
+                                                                   x.acc_bytes, in.schedule == pipeline::ScheduleKind::zb_h1));
+    }
+    if (pipe.part.v == 1) {
+      s.activations = int64_t(pipe.in_flight[size_t(rank)]) * chunk[0];
+    } else {  // chunks differ: the peak of live bytes in the schedule's order
+      std::vector<std::vector<int64_t>> per(size_t(pipe.part.pp));
+      for (int r = 0; r < pipe.part.pp; ++r)
+        for (int c = 0; c < pipe.part.v; ++c) {
+          const pipeline::StageSlice& st = pipe.part.at(r, c);
+          per[size_t(r)].push_back(in.tp > 1 ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head)
+                                             : pipeline::chunk_activation_bytes(*in.shape, st, in.microbatch_size, seq,
+                                                                                x.elem_bytes, x.acc_bytes, false));
+        }
+      s.activations = pipeline::peak_activation_bytes(pipeline::make_schedule(in.schedule, pipe.cfg), per)[size_t(rank)];
+    }
   } else if (in.shape) {
     const ModelConfig& mc = *in.shape;
     const ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
