@@ -24,7 +24,7 @@ const Strategy& strategy_for(const RunSpec& s) {
   note(s.mesh.ep, "ep");
   throw InputError("mesh: " + mesh_text(s.mesh) + ": no strategy implements " +
                    (missing.empty() ? std::string("this combination") : missing) +
-                   " yet (implemented: dp and pp meshes, every data-axis option on both; dp x tp with sp and recompute)");
+                   " yet (implemented: dp, tp and pp and their combinations, every data-axis option; tp with sp and recompute)");
 }
 
 }  // namespace pb
