@@ -111,6 +111,17 @@ ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), 
   unit_begin_.push_back(total_);
 }
 
+std::vector<std::pair<int64_t, int64_t>> ParamLayout::replicated_ranges() const {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  if (tp_ == 1) return r;
+  for (const auto& p : params_) {
+    if (!p.replicated) continue;
+    if (!r.empty() && r.back().second == p.offset) r.back().second += p.numel;
+    else r.push_back({p.offset, p.offset + p.numel});
+  }
+  return r;
+}
+
 const ParamInfo* ParamLayout::find(const std::string& name) const {
   for (const auto& p : params_)
     if (p.name == name) return &p;

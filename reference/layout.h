@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reference/model_config.h"
@@ -82,6 +83,9 @@ class ParamLayout {
   int64_t lnf_w_offset() const { return unit_begin(final_unit()); }
   int64_t lnf_b_offset() const { return unit_begin(final_unit()) + m_.C; }
   const ParamInfo* find(const std::string& name) const;
+  // Flat ranges (merged, in order) of the tensor-parallel replicated
+  // parameters; empty at tp = 1, where nothing is split.
+  std::vector<std::pair<int64_t, int64_t>> replicated_ranges() const;
 
   // Calls f(begin, end, decay) for the maximal runs of [lo, hi) with equal decay.
   template <class F> void for_each_decay_run(int64_t lo, int64_t hi, F&& f) const {

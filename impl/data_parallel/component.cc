@@ -182,7 +182,7 @@ void Component<T>::zero_grads() {
 }
 
 template <class T>
-double Component<T>::sum_sq(const T* data, int64_t lo, int64_t hi) const {
+double Component<T>::norm_sq(const T* data, int64_t lo, int64_t hi) const {
   if (norm_skip_.empty()) return kernels::sum_squares(data, size_t(hi - lo));
   double sq = 0;
   int64_t at = lo;
@@ -213,12 +213,31 @@ void Component<T>::for_each_held(bool grads, const std::function<void(int64_t, i
 }
 
 template <class T>
+void Component<T>::all_reduce_held_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges, Communicator& group) {
+  for_each_held(true, [&](int64_t lo, int64_t hi, T* data) {
+    for (const auto& [a, b] : ranges) {
+      const int64_t x = std::max(lo, a), y = std::min(hi, b);
+      if (x < y) group.all_reduce(data + (x - lo), data + (x - lo), size_t(y - x), dtype_of<T>());
+    }
+  });
+}
+
+template <class T>
+int64_t Component<T>::held_grads_in(const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  int64_t n = 0;
+  for_each_held(true, [&](int64_t lo, int64_t hi, T*) {
+    for (const auto& [a, b] : ranges) n += std::max<int64_t>(0, std::min(hi, b) - std::max(lo, a));
+  });
+  return n;
+}
+
+template <class T>
 double Component<T>::local_sq() const {
   double sq = 0;
   if (o_.shard == Shard::none) {  // full grads everywhere, unpadded: one pass in flat order
     for (int u = 0; u < sl_->num_units(); ++u)
       require(sl_->unit(u).in_norm, "dp: DDP's local_sq covers whole-model components only");
-    return sum_sq(grads_.data(), 0, int64_t(grads_.size()));
+    return norm_sq(grads_.data(), 0, int64_t(grads_.size()));
   }
   if (o_.shard == Shard::hsdp && c_.dp->rank() >= g_) return 0;  // replicas hold copies
   for (int u = 0; u < sl_->num_units(); ++u) {  // owned ranges in unit order (the replay's norm parts)
@@ -226,7 +245,7 @@ double Component<T>::local_sq() const {
     auto [lo, hi] = sl_->owned(u);
     if (!s.in_norm || lo >= hi) continue;
     const int64_t off = grads_full() ? s.full_off + s.slice * sl_->slice_index() : s.shard_off;
-    sq += sum_sq(grads_.data() + off, lo, hi);
+    sq += norm_sq(grads_.data() + off, lo, hi);
   }
   return sq;
 }

@@ -117,6 +117,13 @@ class Component {
   // Flat ranges left out of local_sq (a tensor-parallel rank other than 0
   // holds copies of the tp-replicated parameters); sorted, disjoint.
   void exclude_from_norm(std::vector<std::pair<int64_t, int64_t>> ranges) { norm_skip_ = std::move(ranges); }
+  // Squares of data[0 .. hi-lo), the grads of flat [lo, hi), minus the
+  // excluded ranges (local_sq's sum of one range).
+  double norm_sq(const T* data, int64_t lo, int64_t hi) const;
+  // The held grads inside `ranges` (sorted flat ranges): all-reduced over
+  // `group` in place, one call per contiguous piece; and their count.
+  void all_reduce_held_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges, Communicator& group);
+  int64_t held_grads_in(const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
   T* params_data() { return params_.data(); }
   T* grads_data() { return grads_.data(); }
@@ -131,7 +138,6 @@ class Component {
   Buffer<T> params_, grads_, secondary_, dummy_params_;
   std::unique_ptr<AdamW<T>> opt_;
   std::vector<std::pair<int64_t, int64_t>> norm_skip_;
-  double sum_sq(const T* data, int64_t lo, int64_t hi) const;  // [lo, hi) minus norm_skip_
   Communicator& shard_comm() { return o_.shard == Shard::hsdp ? *c_.shard : *c_.dp; }
 };
 

@@ -74,17 +74,9 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
 
   su_ = stage_units(layout_, part_, pr_);
   dp_ = std::make_unique<dp::Component<T>>(o.data, su_.units, layout_, cfg.seed, dpc_, mem_);
-  for (const auto& p : layout_.params())
-    if (p.replicated && o.tp() > 1) {
-      if (!replicated_.empty() && replicated_.back().second == p.offset) replicated_.back().second += p.numel;
-      else replicated_.push_back({p.offset, p.offset + p.numel});
-    }
-  // tp rank 0 counts the replicated parameters (the fault: every tp rank does).
+  replicated_ = layout_.replicated_ranges();
   if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) dp_->exclude_from_norm(replicated_);
-  if (o.tensor.sp && o.tp() > 1)
-    dp_->for_each_held(true, [&](int64_t lo, int64_t hi, T*) {
-      for (const auto& [a, b] : replicated_) sp_held_ += std::max<int64_t>(0, std::min(hi, b) - std::max(lo, a));
-    });
+  if (o.tensor.sp) sp_held_ = dp_->held_grads_in(replicated_);
   const bool two = s_.async_weights;
   if (two) {
     prev_params_ = Buffer<T>(&mem_, MemTag::params, size_t(dp_->shards().full_size()));

@@ -152,8 +152,8 @@ class PipelineRank : public Rank {
   void grad_done(int mb, int i);
   T* head_wte_grad(int mb);  // the LM head's contribution to wte
   double reduce_grads(T* hg);  // tied sum, dp reduction; returns the global squared norm
-  // Squares of the n grads from unit i's start (unpadded), the tp-replicated
-  // part on tp rank 0 only.
+  // Squares of the n grads from unit i's start (unpadded), without the ranges
+  // the component excludes (tp-replicated parameters on tp rank > 0).
   double unit_sq(int i, int64_t n) const;
   int64_t boundary_elems() const;
   tp::TpShape tp_shape() const;  // tp > 1: the cost shape of this rank's tensor axis  // one activation or gradient between stages (tokens held x C)

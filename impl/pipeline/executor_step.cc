@@ -165,12 +165,7 @@ double PipelineRank<T>::reduce_grads(T* hg) {
     }
   }
   if (tp_ && o_.tensor.sp && !o_.tensor.has(tp::Fault::skip_sp_grad_reduce))  // SP: partial per tp rank
-    dp_->for_each_held(true, [&](int64_t lo, int64_t hi, T* data) {
-      for (const auto& [a, b] : replicated_) {
-        const int64_t x = std::max(lo, a), y = std::min(hi, b);
-        if (x < y) tp_->all_reduce(data + (x - lo), data + (x - lo), size_t(y - x), dt);
-      }
-    });
+    dp_->all_reduce_held_grads(replicated_, *tp_);
   if (dp::shard_group(o_.data) > 1) {  // per-rank partials over owned slices, world rank order
     double sq = dp_->local_sq();
     scalar_->all_reduce(&sq, &sq, 1, DType::f64);
@@ -209,19 +204,7 @@ tp::TpShape PipelineRank<T>::tp_shape() const {
 template <class T>
 double PipelineRank<T>::unit_sq(int i, int64_t n) const {
   const dp::UnitShard& s = dp_->shards().unit(i);
-  const T* g = dp_->grads_data() + (dp_->grads_full() ? s.full_off : s.shard_off);
-  if (tr_ == 0 || replicated_.empty() || o_.tensor.has(tp::Fault::norm_tp_times))
-    return kernels::sum_squares(g, size_t(n));
-  double sq = 0;  // tp rank > 0: the split parameters only (rank 0 counts the replicated ones)
-  const int64_t end = s.begin + n;
-  int64_t at = s.begin;
-  for (const auto& [a, b] : replicated_) {
-    if (b <= at || a >= end) continue;
-    if (a > at) sq += kernels::sum_squares(g + (at - s.begin), size_t(a - at));
-    at = std::max(at, b);
-  }
-  if (at < end) sq += kernels::sum_squares(g + (at - s.begin), size_t(end - at));
-  return sq;
+  return dp_->norm_sq(dp_->grads_data() + (dp_->grads_full() ? s.full_off : s.shard_off), s.begin, s.begin + n);
 }
 
 template <class T>

@@ -63,8 +63,7 @@ int64_t replicated_grads_held(const RunSpec& s, int dp_rank) {
   for (int u = 0; u < sl.num_units(); ++u) {
     const auto& us = sl.unit(u);
     auto [lo, hi] = o.shard == dp::Shard::none ? std::pair{us.begin, us.begin + us.size} : sl.owned(u);
-    for (const auto& p : l.params())
-      if (p.replicated) held += std::max<int64_t>(0, std::min(hi, p.offset + p.numel) - std::max(lo, p.offset));
+    for (const auto& [a, b] : l.replicated_ranges()) held += std::max<int64_t>(0, std::min(hi, b) - std::max(lo, a));
   }
   return held;
 }

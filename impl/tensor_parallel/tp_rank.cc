@@ -29,30 +29,12 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world)
   const TrainConfig& c = s.train;
   runner_ = std::make_unique<TpRunner<T>>(layout_, o_, tp_.get(), data_, &mem_, c.batch / s.mesh.dp / c.microbatches,
                                           c.seq);
-  for (const auto& p : layout_.params())
-    if (p.replicated) {
-      if (!replicated_.empty() && replicated_.back().second == p.offset) replicated_.back().second += p.numel;
-      else replicated_.push_back({p.offset, p.offset + p.numel});
-    }
   // tp rank > 0 holds copies of the replicated parameters: the norm counts tp rank 0's.
-  if (tp_->rank() > 0 && !o_.has(Fault::norm_tp_times)) dp_->exclude_from_norm(replicated_);
+  if (tp_->rank() > 0 && !o_.has(Fault::norm_tp_times)) dp_->exclude_from_norm(layout_.replicated_ranges());
 }
 
 template <class T>
 TpRank<T>::~TpRank() = default;
-
-// Sums the gradients of the tp-replicated parameters over tp (sequence
-// parallel: each rank's are partial, from its tokens), in place, one
-// all-reduce per contiguous held range.
-template <class T>
-void TpRank<T>::reduce_replicated_grads() {
-  dp_->for_each_held(true, [&](int64_t lo, int64_t hi, T* data) {
-    for (const auto& [a, b] : replicated_) {
-      const int64_t x = std::max(lo, a), y = std::min(hi, b);
-      if (x < y) tp_->all_reduce(data + (x - lo), data + (x - lo), size_t(y - x), dtype_of<T>());
-    }
-  });
-}
 
 template <class T>
 StepStats TpRank<T>::step() {
@@ -60,7 +42,9 @@ StepStats TpRank<T>::step() {
   dp::StepHooks h;
   h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_, first, dloss, *hooks_); };
   h.synced = [&] {
-    if (o_.sp && o_.tp > 1 && !o_.has(Fault::skip_sp_grad_reduce)) reduce_replicated_grads();
+    // SP: each rank's grads of the replicated parameters are partial (its tokens).
+    if (o_.sp && o_.tp > 1 && !o_.has(Fault::skip_sp_grad_reduce))
+      dp_->all_reduce_held_grads(layout_.replicated_ranges(), *tp_);
   };
   h.norm = [&](double& sq) {  // the other tp ranks' split parameters
     if (o_.tp > 1) tp_->all_reduce(&sq, &sq, 1, DType::f64);

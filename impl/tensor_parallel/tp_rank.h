@@ -38,7 +38,6 @@ class TpRank : public Rank {
 
  private:
   std::vector<double> gather(bool grads);
-  void reduce_replicated_grads();
 
   RunSpec spec_;
   TpOptions o_;
@@ -51,7 +50,6 @@ class TpRank : public Rank {
   std::unique_ptr<dp::Component<T>> dp_;
   std::unique_ptr<dp::FamilyHooks<T>> hooks_;
   std::unique_ptr<TpRunner<T>> runner_;
-  std::vector<std::pair<int64_t, int64_t>> replicated_;  // flat ranges of tp-replicated params
   int step_ = 0;
   RankTimes times_;
 };
