@@ -103,18 +103,6 @@ template <class T>
 PipelineRank<T>::~PipelineRank() = default;
 
 template <class T>
-std::vector<int64_t> PipelineRank<T>::chunk_bytes() const {
-  std::vector<int64_t> out;
-  for (int c = 0; c < o_.virtual_stages; ++c) {
-    const StageSlice& st = part_.at(pr_, c);
-    out.push_back(tpm_ ? tp::stage_activation_bytes(tp_shape(), st.num_blocks, st.embedding, st.head)
-                       : chunk_activation_bytes(cfg_.model, st, Bm_, cfg_.seq, sizeof(T), sizeof(acc_t<T>),
-                                                s_.split_backward));
-  }
-  return out;
-}
-
-template <class T>
 const T* PipelineRank<T>::param(int mb, int i, bool backward) {
   if (dp_->params_sharded()) {
     auto [it, fresh] = gathered_.try_emplace(i);

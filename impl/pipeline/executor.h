@@ -128,8 +128,6 @@ class PipelineRank : public Rank {
   const RankTiming& timing() const { return timing_; }
   int pp_rank() const { return pr_; }
   int dp_rank() const { return dr_; }
-  // Activation bytes one in-flight microbatch of each of this rank's chunks keeps.
-  std::vector<int64_t> chunk_bytes() const;
 
  private:
   struct Live;

@@ -189,16 +189,7 @@ double PipelineRank<T>::reduce_grads(T* hg) {
 
 template <class T>
 tp::TpShape PipelineRank<T>::tp_shape() const {
-  tp::TpShape x;
-  x.model = cfg_.model;
-  x.tp = o_.tp();
-  x.sp = o_.tensor.sp;
-  x.recompute = o_.tensor.recompute;
-  x.Bm = Bm_;
-  x.Tn = cfg_.seq;
-  x.elem_bytes = int(sizeof(T));
-  x.acc_bytes = int(sizeof(acc_t<T>));
-  return x;
+  return tp::make_shape(cfg_.model, o_.tp(), o_.tensor.sp, o_.tensor.recompute, Bm_, cfg_.seq, cfg_.precision);
 }
 
 template <class T>
@@ -322,14 +313,9 @@ Declared PipelineRank<T>::declared(int steps) const {
   const int64_t wte = layout_.wpe_offset();
   Declared d;
   // Activations: in-flight (microbatch, chunk) units x their bytes.
-  const auto bytes = chunk_bytes();
-  int64_t act = 0;
-  if (o_.virtual_stages == 1) {
-    act = int64_t(declared_peak_in_flight(o_.kind, sc)[size_t(pr_)]) * bytes[0];
-  } else {  // chunks differ in size: the peak of live bytes in the generated order
-    std::vector<std::vector<int64_t>> per(size_t(o_.pp), bytes);
-    act = peak_activation_bytes(make_schedule(o_.kind, sc), per)[size_t(pr_)];  // row pr_: ours
-  }
+  const int64_t act = stage_activation_peak(
+      o_.kind, sc, chunk_bytes_table(cfg_.model, part_, Bm_, cfg_.seq, cfg_.precision, o_.tensor, s_.split_backward),
+      pr_);
   // Model states of the stage's units under its data axis (dp cost.h), plus
   // 2BW's second weight and gradient version and the pp = 1 head's wte gradient.
   std::vector<int64_t> sizes;

@@ -4,6 +4,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "impl/tensor_parallel/cost.h"
 #include "impl/tensor_parallel/runner.h"
 #include "reference/gpt.h"
 
@@ -91,6 +92,25 @@ int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64
   if (st.embedding) bytes += N * 4;                              // tokens
   if (st.head) bytes += (N * C + N * m.V) * db + 3 * N * ab + N * 4;  // HeadActs + targets
   return bytes;
+}
+
+std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const Partition& part, int64_t B,
+                                                     int64_t T, Precision p, const tp::TpOptions& o, bool split) {
+  const tp::TpShape x = tp::make_shape(m, o.tp, o.sp, o.recompute, B, T, p);
+  std::vector<std::vector<int64_t>> table(size_t(part.pp));
+  for (int r = 0; r < part.pp; ++r)
+    for (int c = 0; c < part.v; ++c) {
+      const StageSlice& st = part.at(r, c);
+      table[size_t(r)].push_back(o.tp > 1 ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head)
+                                          : chunk_activation_bytes(m, st, B, T, x.elem_bytes, x.acc_bytes, split));
+    }
+  return table;
+}
+
+int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
+                              const std::vector<std::vector<int64_t>>& table, int rank) {
+  if (sc.virtual_stages == 1) return int64_t(declared_peak_in_flight(kind, sc)[size_t(rank)]) * table[size_t(rank)][0];
+  return peak_activation_bytes(make_schedule(kind, sc), table)[size_t(rank)];
 }
 
 int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o) {

@@ -72,6 +72,17 @@ Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi);
 int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
                                int64_t dtype_bytes, int64_t acc_bytes, bool split_backward);
 
+// Bytes one in-flight (microbatch, chunk) keeps, for every chunk of every
+// rank (rows: pipeline ranks): chunk_activation_bytes, or with tp > 1 the
+// tensor-parallel stage's (tensor_parallel/cost.h stage_activation_bytes).
+std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const Partition& part, int64_t B,
+                                                     int64_t T, Precision p, const tp::TpOptions& o, bool split);
+// A rank's declared peak activation bytes under schedule `kind`: its peak
+// in-flight units x their bytes with one chunk, else the peak of live bytes
+// in the generated order (peak_activation_bytes).
+int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
+                              const std::vector<std::vector<int64_t>>& table, int rank);
+
 // Workspace bytes a pipeline rank allocates: the backward's two gradient
 // buffers and the step's token/target staging, plus the reference's Scratch
 // (tp = 1) or the tensor-parallel model's workspace (impl/tensor_parallel).

@@ -29,6 +29,20 @@ ActivationShape layer_shape(const TpShape& x) {
   return a;
 }
 
+TpShape make_shape(const ModelConfig& m, int tp, bool sp, Recompute r, int64_t Bm, int64_t Tn, Precision p) {
+  TpShape x;
+  x.model = m;
+  x.tp = tp;
+  x.sp = sp;
+  x.recompute = r;
+  x.Bm = int(Bm);
+  x.Tn = int(Tn);
+  const DType d = storage_dtype(p);
+  x.elem_bytes = int(dtype_size(d));
+  x.acc_bytes = d == DType::f64 ? 8 : 4;
+  return x;
+}
+
 int64_t activation_bytes(const TpShape& x) { return stage_activation_bytes(x, x.model.L, true, true); }
 
 int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head) {

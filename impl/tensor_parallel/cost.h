@@ -56,6 +56,8 @@ struct TpShape {
   int elem_bytes = 4, acc_bytes = 4;  // storage and accumulation types
 };
 ActivationShape layer_shape(const TpShape& x);
+// The shape of a rank of `p` (storage and accumulation bytes from the precision).
+TpShape make_shape(const ModelConfig& m, int tp, bool sp, Recompute r, int64_t Bm, int64_t Tn, Precision p);
 
 // Activation bytes a rank holds (reference layout, no dropout): tokens and
 // targets (int32), the embedding output (h per token, /t with SP), L layers,

@@ -41,17 +41,8 @@ dp::DpOptions data_options_of(const RunSpec& s) {
 }
 
 TpShape tp_shape(const RunSpec& s) {
-  TpShape x;
-  x.model = s.train.model;
-  x.tp = s.mesh.tp;
-  x.sp = s.tensor.sp;
-  x.recompute = s.tensor.recompute;
-  x.Bm = s.train.batch / s.mesh.dp / s.train.microbatches;
-  x.Tn = s.train.seq;
-  const DType d = storage_dtype(s.train.precision);
-  x.elem_bytes = int(dtype_size(d));
-  x.acc_bytes = d == DType::f64 ? 8 : 4;
-  return x;
+  return make_shape(s.train.model, s.mesh.tp, s.tensor.sp, s.tensor.recompute,
+                    s.train.batch / s.mesh.dp / s.train.microbatches, s.train.seq, s.train.precision);
 }
 
 int64_t replicated_grads_held(const RunSpec& s, int dp_rank) {

@@ -123,48 +123,17 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   if (in.shape && !in.dropout && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1) {
     // The reference layout on one stage: what the tensor-parallel rank (and,
     // at tp 1, the reference runner) declares and allocates, exactly.
-    tp::TpShape x;
-    x.model = *in.shape;
-    x.tp = in.tp;
-    x.sp = in.sp;
-    x.recompute = in.recompute;
-    x.Bm = int(in.microbatch_size);
-    x.Tn = int(seq);
-    x.elem_bytes = int(elem_bytes(in.precision));
-    x.acc_bytes = x.elem_bytes == 8 ? 8 : 4;
-    s.activations = tp::activation_bytes(x);
+    s.activations = tp::activation_bytes(
+        tp::make_shape(*in.shape, in.tp, in.sp, in.recompute, in.microbatch_size, seq, in.precision));
   } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
     // The reference layout in pipeline stages: the chunks' bytes a stage
     // declares and allocates (impl/pipeline/stage.h, tensor_parallel/cost.h),
     // times the live (microbatch, chunk) units of the schedule.
-    tp::TpShape x;
-    x.model = *in.shape;
-    x.tp = in.tp;
-    x.sp = in.sp;
-    x.Bm = int(in.microbatch_size);
-    x.Tn = int(seq);
-    x.elem_bytes = int(elem_bytes(in.precision));
-    x.acc_bytes = x.elem_bytes == 8 ? 8 : 4;
-    std::vector<int64_t> chunk;
-    for (int c = 0; c < pipe.part.v; ++c) {
-      const pipeline::StageSlice& st = pipe.part.at(rank, c);
-      chunk.push_back(in.tp > 1 ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head)
-                                : pipeline::chunk_activation_bytes(*in.shape, st, in.microbatch_size, seq, x.elem_bytes,
-                                                                   x.acc_bytes, in.schedule == pipeline::ScheduleKind::zb_h1));
-    }
-    if (pipe.part.v == 1) {
-      s.activations = int64_t(pipe.in_flight[size_t(rank)]) * chunk[0];
-    } else {  // chunks differ: the peak of live bytes in the schedule's order
-      std::vector<std::vector<int64_t>> per(size_t(pipe.part.pp));
-      for (int r = 0; r < pipe.part.pp; ++r)
-        for (int c = 0; c < pipe.part.v; ++c) {
-          const pipeline::StageSlice& st = pipe.part.at(r, c);
-          per[size_t(r)].push_back(in.tp > 1 ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head)
-                                             : pipeline::chunk_activation_bytes(*in.shape, st, in.microbatch_size, seq,
-                                                                                x.elem_bytes, x.acc_bytes, false));
-        }
-      s.activations = pipeline::peak_activation_bytes(pipeline::make_schedule(in.schedule, pipe.cfg), per)[size_t(rank)];
-    }
+    s.activations = pipeline::stage_activation_peak(
+        in.schedule, pipe.cfg,
+        pipeline::chunk_bytes_table(*in.shape, pipe.part, in.microbatch_size, seq, in.precision, tpo,
+                                    in.schedule == pipeline::ScheduleKind::zb_h1),
+        rank);
   } else if (in.shape) {
     const ModelConfig& mc = *in.shape;
     const ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
@@ -204,15 +173,7 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     // this rank holds, the vocabulary-parallel embedding on the first stage,
     // the LM head and cross-entropy on the last, per microbatch.
     const bool inter = spans(in.tp, R);
-    tp::TpShape x;
-    x.model = mc;
-    x.tp = in.tp;
-    x.sp = in.sp;
-    x.recompute = in.recompute;
-    x.Bm = int(b);
-    x.Tn = int(sl);
-    x.elem_bytes = int(e);
-    x.acc_bytes = e == 8 ? 8 : 4;
+    const tp::TpShape x = tp::make_shape(mc, in.tp, in.sp, in.recompute, b, sl, in.precision);
     const tp::TpPieceComm lc = tp::layer_comm(x), ec = tp::embedding_comm(x), hc = tp::head_comm(x);
     for (int pass = 0; pass < 2; ++pass) {
       auto of = [&](const tp::TpPieceComm& c) { return pass ? c.bwd : c.fwd; };
