@@ -2,6 +2,7 @@
 
 #include "harness/status.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/tensor_parallel/strategy.h"
 
 namespace pb::pipeline {
 
@@ -10,21 +11,17 @@ PipelineOptions options_of(const RunSpec& s) {
   o.kind = s.pipe.schedule.value_or(ScheduleKind::one_f_one_b);
   o.pp = s.mesh.pp;
   o.virtual_stages = s.pipe.virtual_stages;
-  o.tensor.tp = s.mesh.tp;
-  o.tensor.sp = s.tensor.sp;
-  o.tensor.recompute = s.tensor.recompute;
-  RunSpec data_only = s;  // the stage's data axis: the spec's, less the pipeline's own faults
+  o.tensor = tp::options_of(s);  // the stage's tensor axis, its faults included
+  RunSpec data_only = s;           // the stage's data axis: the spec's, less the pipeline's own faults
   data_only.faults.clear();
   for (const auto& f : s.faults) {
     if (f == "skip_microbatch") o.faults.skip_microbatch = true;
     else if (f == "grad_to_wrong_stage") o.faults.grad_to_wrong_stage = true;
     else if (f == "tied_grad_not_summed") o.faults.tied_grad_not_summed = true;
     else if (f == "drop_w") o.faults.drop_w = true;
-    else if (tp::is_fault(f)) o.tensor.faults.insert(tp::parse_fault(f));
     else data_only.faults.push_back(f);
   }
-  o.data = dp::options_of(data_only);
-  if (s.mesh.ranks_per_node % s.mesh.tp == 0) o.data.ranks_per_node /= s.mesh.tp;  // data-parallel ranks per node
+  o.data = tp::data_options_of(data_only);  // less the tensor faults; data-parallel ranks per node
   return o;
 }
 
