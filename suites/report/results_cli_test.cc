@@ -75,6 +75,26 @@ TEST(ResultsCli, PlanBadFlagsExit2) {
     EXPECT_EQ(run(kExe + " plan " + flags), 2) << flags << "\n" << slurp(kDir / "last.log");
 }
 
+// Tensor-parallel specs that cannot run: exit 2 naming the part, before any rank starts.
+TEST(ResultsCli, CheckTensorParallelBadSpecsExit2) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--mesh tp5", "does not divide model.heads"},
+      {"--mesh tp3 --model tiny", "tp3 does not divide model.heads = 2"},
+      {"--mesh dp1 --strategy sp=on", "sp"},
+      {"--mesh tp2 --strategy recompute=most", "none, selective, full"},
+      {"--mesh tp2.rpn3", "ranks_per_node"},
+      {"--mesh tp2 --strategy faults=skip_sp_grad_reduce", "faults that apply here"},
+      {"--mesh tp2 --strategy faults=bogus", "tensor-parallel faults"},
+      {"--mesh tp2.pp2 --strategy schedule=zb-h1", "tensor-parallel stages run gpipe, 1f1b, interleaved"},
+      {"--mesh tp2.pp2 --strategy recompute=full", "recomputation inside pipeline stages"},
+      {"--mesh pp2 --strategy faults=bias_tp_times", "need tp > 1"},
+      {"--tp 0", "--tp"}};
+  for (const auto& [flags, says] : cases) {
+    EXPECT_EQ(run(kExe + " check " + flags + " --out " + (kDir / "tp_bad").string()), 2) << flags;
+    EXPECT_NE(slurp(kDir / "last.log").find(says), std::string::npos) << flags << "\n" << slurp(kDir / "last.log");
+  }
+}
+
 TEST(ResultsCli, GateExitCodes) {
   const std::string base = fixture("base"), same = fixture("same");
   const std::string slow = fixture("slow", "--doctor-throughput -0.2");
