@@ -1,0 +1,386 @@
+#include "impl/context_parallel/attention.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+
+#include "harness/status.h"
+#include "kernels/cpu/numeric.h"
+#include "kernels/cpu/ops.h"
+
+namespace pb::cp {
+
+namespace k = kernels;
+using k::detail::add_into;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+template <class X>
+void fill(Buffer<X>& b, X v) {
+  std::fill(b.data(), b.data() + b.size(), v);
+}
+
+std::vector<Placement> placements(int Tn, int cp, bool zigzag) {
+  std::vector<Placement> p;
+  for (int r = 0; r < cp; ++r) p.emplace_back(Tn, cp, r, zigzag);
+  return p;
+}
+
+// Visible (query, key) pairs of a causal block by position.
+int64_t visible_pairs(int Tq, int Tk, int q0, int k0, bool causal) {
+  if (!causal) return int64_t(Tq) * Tk;
+  int64_t n = 0;
+  for (int i = 0; i < Tq; ++i) n += std::clamp(q0 + i - k0 + 1, 0, Tk);
+  return n;
+}
+
+// Merge without the rescaling (the merge_no_rescale fault).
+template <class A>
+void merge_unscaled(A* o, A* m, A* l, const A* o2, const A* m2, const A* l2, int Tq, int hs) {
+  for (int i = 0; i < Tq; ++i) {
+    if (m2[i] == -std::numeric_limits<A>::infinity()) continue;
+    for (int c = 0; c < hs; ++c) o[size_t(i) * hs + c] += o2[size_t(i) * hs + c];
+    l[i] += l2[i];
+    m[i] = std::max(m[i], m2[i]);
+  }
+}
+}  // namespace
+
+// ---- ring ------------------------------------------------------------------
+
+template <class T>
+RingAttention<T>::RingAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H,
+                                int hs, bool overlap)
+    : o_(o), comm_(cp), overlap_(overlap), Bm_(Bm), Tn_(Tn), H_(H), hs_(hs) {
+  require(cp && cp->size() == o.cp, "cp: the group's size differs from cp");
+  Tl_ = Tn / o.cp;
+  Ct_ = H * hs;
+  N_ = Bm * Tl_;
+  place_ = placements(Tn, o.cp, o.zigzag);
+  const size_t N = size_t(N_), Ct = size_t(Ct_), rows = size_t(Bm) * H * Tl_;
+  const MemTag w = MemTag::workspace;
+  kv_a_ = Buffer<T>(mt, w, 2 * N * Ct);
+  kv_b_ = Buffer<T>(mt, w, 2 * N * Ct);
+  o_acc_ = Buffer<A>(mt, w, N * Ct);
+  m_ = Buffer<A>(mt, w, rows);
+  l_ = Buffer<A>(mt, w, rows);
+  o2_ = Buffer<A>(mt, w, size_t(Tl_) * hs);
+  m2_ = Buffer<A>(mt, w, size_t(Tl_));
+  l2_ = Buffer<A>(mt, w, size_t(Tl_));
+  D_ = Buffer<A>(mt, w, rows);
+  dq_ = Buffer<A>(mt, w, N * Ct);
+  dkv_own_ = Buffer<A>(mt, w, 2 * N * Ct);
+  part_a_ = Buffer<A>(mt, w, 2 * N * Ct);
+  part_b_ = Buffer<A>(mt, w, 2 * N * Ct);
+  trav_ = Buffer<A>(mt, w, 2 * N * Ct);
+}
+
+template <class T>
+int64_t RingAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs) {
+  const int64_t Tl = Tn / cp, N = int64_t(Bm) * Tl, Ct = int64_t(H) * hs, rows = int64_t(Bm) * H * Tl;
+  const int64_t t = sizeof(T), a = sizeof(A);
+  return 2 * (2 * N * Ct) * t + a * (N * Ct + 2 * rows + Tl * hs + 2 * Tl + rows + N * Ct + 4 * (2 * N * Ct));
+}
+
+template <class T>
+void RingAttention<T>::pack_kv(T* kv, const T* qkv) const {
+  for (int n = 0; n < N_; ++n)
+    std::memcpy(static_cast<void*>(kv + size_t(n) * 2 * Ct_), qkv + size_t(n) * 3 * Ct_ + Ct_, 2 * Ct_ * sizeof(T));
+}
+
+// The block pairs of this rank's queries against rank src's keys: f(b, h,
+// query run, key run, causal, q_pos0, k_pos0), fully masked pairs skipped.
+template <class T>
+template <class F>
+void RingAttention<T>::blocks(int src, F&& f) const {
+  const int me = comm_->rank();
+  const bool by_rank = o_.has(Fault::causal_by_rank);
+  if (by_rank && src > me) return;  // the fault: a later rank's keys are all masked
+  for (int b = 0; b < Bm_; ++b)
+    for (int h = 0; h < H_; ++h)
+      for (const Run& q : place_[size_t(me)].runs())
+        for (const Run& kr : place_[size_t(src)].runs()) {
+          if (by_rank) {  // earlier rank: all visible; own: causal on local indices
+            f(b, h, q, kr, src == me, q.local, kr.local);
+            continue;
+          }
+          if (kr.pos > q.pos + q.len - 1) continue;  // every key after every query
+          f(b, h, q, kr, true, q.pos, kr.pos);
+        }
+}
+
+template <class T>
+void RingAttention<T>::forward(T* out, A* lse, const T* qkv) {
+  const int cp = o_.cp, me = comm_->rank(), next = (me + 1) % cp, prev = (me + cp - 1) % cp;
+  const size_t kvn = size_t(2) * N_ * Ct_;
+  pack_kv(kv_a_.data(), qkv);
+  std::fill(o_acc_.data(), o_acc_.data() + o_acc_.size(), A(0));
+  fill(m_, -std::numeric_limits<A>::infinity());
+  fill(l_, A(0));
+  T* cur = kv_a_.data();
+  T* nxt = kv_b_.data();
+  const int C3 = 3 * Ct_, C2 = 2 * Ct_;
+  for (int j = 0; j < cp; ++j) {
+    const int src = (me - j + cp) % cp;
+    Request rq, sq;
+    const bool more = j + 1 < cp;
+    if (more && overlap_) {
+      rq = comm_->irecv(nxt, kvn, dtype_of<T>(), prev, 1);
+      sq = comm_->isend(cur, kvn, dtype_of<T>(), next, 1);
+    }
+    const auto t0 = Clock::now();
+    int last_b = -1, last_h = -1;
+    const Run* last_q = nullptr;
+    auto flush = [&] {  // merge the partial state of the last (b, h, query run)
+      if (!last_q) return;
+      const size_t s = (size_t(last_b) * H_ + last_h) * Tl_ + last_q->local;
+      if (o_.has(Fault::merge_no_rescale))
+        merge_unscaled(o_acc_.data() + s * hs_, m_.data() + s, l_.data() + s, o2_.data(), m2_.data(), l2_.data(),
+                       last_q->len, hs_);
+      else
+        k::attention_block_merge<T>(o_acc_.data() + s * hs_, m_.data() + s, l_.data() + s, o2_.data(), m2_.data(),
+                                    l2_.data(), last_q->len, hs_);
+      last_q = nullptr;
+    };
+    blocks(src, [&](int b, int h, const Run& q, const Run& kr, bool causal, int q0, int k0) {
+      if (!last_q || b != last_b || h != last_h || q.local != last_q->local) {
+        flush();
+        std::fill(o2_.data(), o2_.data() + size_t(q.len) * hs_, A(0));
+        std::fill(m2_.data(), m2_.data() + q.len, -std::numeric_limits<A>::infinity());
+        std::fill(l2_.data(), l2_.data() + q.len, A(0));
+        last_b = b, last_h = h, last_q = &q;
+      }
+      const T* qp = qkv + (size_t(b) * Tl_ + q.local) * C3 + size_t(h) * hs_;
+      const T* kp = cur + (size_t(b) * Tl_ + kr.local) * C2 + size_t(h) * hs_;
+      k::attention_block_forward<T>(o2_.data(), m2_.data(), l2_.data(), qp, kp, kp + Ct_, q.len, kr.len, hs_, C3,
+                                    C2, q0, k0, causal);
+      stats_.flops += 4 * int64_t(hs_) * visible_pairs(q.len, kr.len, q0, k0, causal);
+    });
+    flush();
+    stats_.compute_s += since(t0);
+    if (more) {
+      const auto t1 = Clock::now();
+      if (!overlap_) {
+        rq = comm_->irecv(nxt, kvn, dtype_of<T>(), prev, 1);
+        sq = comm_->isend(cur, kvn, dtype_of<T>(), next, 1);
+      }
+      rq.wait();
+      sq.wait();
+      stats_.wait_s += since(t1);
+      std::swap(cur, nxt);
+    }
+  }
+  for (int b = 0; b < Bm_; ++b)
+    for (int h = 0; h < H_; ++h) {
+      const size_t s = (size_t(b) * H_ + h) * Tl_;
+      k::attention_block_finalize<T>(out + size_t(b) * Tl_ * Ct_ + size_t(h) * hs_, lse + s, o_acc_.data() + s * hs_,
+                                     m_.data() + s, l_.data() + s, Tl_, hs_, Ct_);
+    }
+}
+
+template <class T>
+void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse) {
+  const int cp = o_.cp, me = comm_->rank(), next = (me + 1) % cp, prev = (me + cp - 1) % cp;
+  const size_t kvn = size_t(2) * N_ * Ct_, half = size_t(N_) * Ct_;
+  const int C3 = 3 * Ct_, C2 = 2 * Ct_;
+  // D = rowsum(dO * O), per (b, h, t).
+  for (int b = 0; b < Bm_; ++b)
+    for (int h = 0; h < H_; ++h)
+      for (int t = 0; t < Tl_; ++t) {
+        const size_t n = size_t(b) * Tl_ + t;
+        A d = 0;
+        for (int c = 0; c < hs_; ++c)
+          d += k::detail::load(dout[n * Ct_ + size_t(h) * hs_ + c]) * k::detail::load(out[n * Ct_ + size_t(h) * hs_ + c]);
+        D_[(size_t(b) * H_ + h) * Tl_ + t] = d;
+      }
+  pack_kv(kv_a_.data(), qkv);
+  std::fill(dq_.data(), dq_.data() + dq_.size(), A(0));
+  std::fill(dkv_own_.data(), dkv_own_.data() + dkv_own_.size(), A(0));
+  T* cur = kv_a_.data();
+  T* nxt = kv_b_.data();
+  A* parts[2] = {part_a_.data(), part_b_.data()};
+  Request part_sent[2];
+  Request trav_rq;
+  const bool keep_last = o_.has(Fault::dkv_not_returned);
+  for (int j = 0; j < cp; ++j) {
+    const int src = (me - j + cp) % cp;
+    const bool more = j + 1 < cp;
+    Request rq, sq;
+    if (more && overlap_) {
+      rq = comm_->irecv(nxt, kvn, dtype_of<T>(), prev, 1);
+      sq = comm_->isend(cur, kvn, dtype_of<T>(), next, 1);
+    }
+    // The accumulator of src's block, sent by the previous rank at its step j-1.
+    if (j >= 2) trav_rq = comm_->irecv(trav_.data(), kvn, dtype_of<A>(), prev, 2);
+    A* dkv = dkv_own_.data();
+    if (j > 0) {
+      part_sent[j % 2].wait();  // the buffer's send of step j-2 is done
+      dkv = parts[j % 2];
+      std::fill(dkv, dkv + kvn, A(0));
+    }
+    const auto t0 = Clock::now();
+    blocks(src, [&](int b, int h, const Run& q, const Run& kr, bool causal, int q0, int k0) {
+      const size_t sq0 = (size_t(b) * H_ + h) * Tl_ + q.local, sk0 = (size_t(b) * H_ + h) * Tl_ + kr.local;
+      const T* qp = qkv + (size_t(b) * Tl_ + q.local) * C3 + size_t(h) * hs_;
+      const T* kp = cur + (size_t(b) * Tl_ + kr.local) * C2 + size_t(h) * hs_;
+      const T* dop = dout + (size_t(b) * Tl_ + q.local) * Ct_ + size_t(h) * hs_;
+      k::attention_block_backward<T>(dq_.data() + sq0 * hs_, dkv + sk0 * hs_, dkv + half + sk0 * hs_, qp, kp,
+                                     kp + Ct_, dop, lse + sq0, D_.data() + sq0, q.len, kr.len, hs_, C3, C2, Ct_, q0,
+                                     k0, causal);
+    });
+    stats_.compute_s += since(t0);
+    const auto t1 = Clock::now();
+    if (j >= 2) {
+      trav_rq.wait();
+      for (size_t i = 0; i < kvn; ++i) dkv[i] += trav_[i];
+    }
+    if (j > 0) {
+      if (j == cp - 1 && keep_last) {  // the fault: the neighbour's gradient stays here
+        for (size_t i = 0; i < kvn; ++i) dkv_own_[i] += dkv[i];
+      } else {
+        part_sent[j % 2] = comm_->isend(dkv, kvn, dtype_of<A>(), next, 2);
+      }
+    }
+    if (more) {
+      if (!overlap_) {
+        rq = comm_->irecv(nxt, kvn, dtype_of<T>(), prev, 1);
+        sq = comm_->isend(cur, kvn, dtype_of<T>(), next, 1);
+      }
+      rq.wait();
+      sq.wait();
+      std::swap(cur, nxt);
+    }
+    stats_.wait_s += since(t1);
+  }
+  // This rank's block's accumulator comes home from the previous rank.
+  if (cp > 1 && !keep_last) {
+    comm_->irecv(trav_.data(), kvn, dtype_of<A>(), prev, 2).wait();
+    for (size_t i = 0; i < kvn; ++i) dkv_own_[i] += trav_[i];
+  }
+  part_sent[0].wait();
+  part_sent[1].wait();
+  for (int b = 0; b < Bm_; ++b)
+    for (int h = 0; h < H_; ++h)
+      for (int t = 0; t < Tl_; ++t) {
+        const size_t s = ((size_t(b) * H_ + h) * Tl_ + t) * hs_;
+        T* d = dqkv + (size_t(b) * Tl_ + t) * C3 + size_t(h) * hs_;
+        for (int c = 0; c < hs_; ++c) {
+          add_into(d[c], dq_[s + c]);
+          add_into(d[Ct_ + c], dkv_own_[s + c]);
+          add_into(d[2 * Ct_ + c], dkv_own_[half + s + c]);
+        }
+      }
+}
+
+// ---- Ulysses -----------------------------------------------------------------
+
+template <class T>
+UlyssesAttention<T>::UlyssesAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H,
+                                      int hs)
+    : o_(o), comm_(cp), Bm_(Bm), Tn_(Tn), H_(H), hs_(hs) {
+  require(cp && cp->size() == o.cp, "cp: the group's size differs from cp");
+  require(H % o.cp == 0, "cp: Ulysses needs the heads to split over cp");
+  Tl_ = Tn / o.cp;
+  Ct_ = H * hs;
+  N_ = Bm * Tl_;
+  Hc_ = H / o.cp;
+  Cc_ = Hc_ * hs;
+  place_ = placements(Tn, o.cp, o.zigzag);
+  const size_t N = size_t(N_), Ct = size_t(Ct_), att = size_t(Bm) * Hc_ * Tn * Tn;
+  const MemTag w = MemTag::workspace;
+  send_ = Buffer<T>(mt, w, N * Ct);
+  recv_ = Buffer<T>(mt, w, N * Ct);
+  outh_ = Buffer<T>(mt, w, N * Ct);
+  douth_ = Buffer<T>(mt, w, N * Ct);
+  dqkvh_ = Buffer<T>(mt, w, 3 * N * Ct);
+  datt_ = Buffer<T>(mt, w, att);
+  ws_ = Buffer<A>(mt, w, k::attention_workspace_elems<T>(Tn, Cc_, Hc_));
+}
+
+template <class T>
+int64_t UlyssesAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs) {
+  const int64_t N = int64_t(Bm) * (Tn / cp), Ct = int64_t(H) * hs, Hc = H / cp;
+  return int64_t(sizeof(T)) * (7 * N * Ct + int64_t(Bm) * Hc * Tn * Tn) +
+         int64_t(sizeof(A)) * int64_t(k::attention_workspace_elems<T>(Tn, int(Hc * hs), int(Hc)));
+}
+
+// dst (Bm, Tn, dst_cols) at column dst_off <- this rank's heads of every rank's
+// src (N, src_cols) at column src_off: one all-to-all of N * Ct / cp per peer.
+template <class T>
+void UlyssesAttention<T>::to_heads(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off) {
+  const int cp = o_.cp;
+  for (int d = 0; d < cp; ++d)
+    for (int n = 0; n < N_; ++n)
+      std::memcpy(static_cast<void*>(send_.data() + (size_t(d) * N_ + n) * Cc_),
+                  src + size_t(n) * src_cols + src_off + size_t(d) * Cc_, Cc_ * sizeof(T));
+  comm_->all_to_all(send_.data(), recv_.data(), size_t(N_) * Cc_, dtype_of<T>());
+  for (int s = 0; s < cp; ++s)
+    for (int b = 0; b < Bm_; ++b)
+      for (int t = 0; t < Tl_; ++t) {
+        const int pos = place_[size_t(s)].position(t);
+        std::memcpy(static_cast<void*>(dst + (size_t(b) * Tn_ + pos) * dst_cols + dst_off),
+                    recv_.data() + (size_t(s) * N_ + size_t(b) * Tl_ + t) * Cc_, Cc_ * sizeof(T));
+      }
+}
+
+// The inverse: dst (N, dst_cols) at column dst_off + (head group of the
+// sender) <- src (Bm, Tn, src_cols) at src_off, each token back to its rank.
+template <class T>
+void UlyssesAttention<T>::to_sequence(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off,
+                                      bool add) {
+  const int cp = o_.cp;
+  for (int d = 0; d < cp; ++d)
+    for (int b = 0; b < Bm_; ++b)
+      for (int t = 0; t < Tl_; ++t) {
+        const int pos = place_[size_t(d)].position(t);
+        std::memcpy(static_cast<void*>(send_.data() + (size_t(d) * N_ + size_t(b) * Tl_ + t) * Cc_),
+                    src + (size_t(b) * Tn_ + pos) * src_cols + src_off, Cc_ * sizeof(T));
+      }
+  comm_->all_to_all(send_.data(), recv_.data(), size_t(N_) * Cc_, dtype_of<T>());
+  for (int s = 0; s < cp; ++s)
+    for (int n = 0; n < N_; ++n) {
+      T* o = dst + size_t(n) * dst_cols + dst_off + size_t(s) * Cc_;
+      const T* r = recv_.data() + (size_t(s) * N_ + n) * Cc_;
+      if (add)
+        for (int c = 0; c < Cc_; ++c) add_into(o[c], k::detail::load(r[c]));
+      else
+        std::memcpy(static_cast<void*>(o), r, Cc_ * sizeof(T));
+    }
+}
+
+template <class T>
+void UlyssesAttention<T>::forward(T* out, T* qkvh, T* att, const T* qkv) {
+  for (int w = 0; w < 3; ++w) to_heads(qkvh, 3 * Cc_, w * Cc_, qkv, 3 * Ct_, w * Ct_);
+  const auto t0 = Clock::now();
+  k::attention_forward(outh_.data(), att, qkvh, Bm_, Tn_, Cc_, Hc_, ws_.data());
+  stats_.compute_s += since(t0);
+  stats_.flops += 4 * int64_t(hs_) * Bm_ * Hc_ * (int64_t(Tn_) * (Tn_ + 1) / 2);
+  to_sequence(out, Ct_, 0, outh_.data(), Cc_, 0, false);
+}
+
+template <class T>
+void UlyssesAttention<T>::probabilities(T* att, const T* qkvh) {
+  k::attention_forward(outh_.data(), att, qkvh, Bm_, Tn_, Cc_, Hc_, ws_.data());
+}
+
+template <class T>
+void UlyssesAttention<T>::backward(T* dqkv, const T* dout, const T* qkvh, const T* att) {
+  to_heads(douth_.data(), Cc_, 0, dout, Ct_, 0);
+  std::memset(static_cast<void*>(dqkvh_.data()), 0, dqkvh_.size() * sizeof(T));
+  const auto t0 = Clock::now();
+  k::attention_backward(dqkvh_.data(), datt_.data(), douth_.data(), qkvh, att, Bm_, Tn_, Cc_, Hc_, ws_.data());
+  stats_.compute_s += since(t0);
+  for (int w = 0; w < 3; ++w) to_sequence(dqkv, 3 * Ct_, w * Ct_, dqkvh_.data(), 3 * Cc_, w * Cc_, true);
+}
+
+template class RingAttention<double>;
+template class RingAttention<float>;
+template class RingAttention<bf16>;
+template class UlyssesAttention<double>;
+template class UlyssesAttention<float>;
+template class UlyssesAttention<bf16>;
+
+}  // namespace pb::cp

@@ -1,0 +1,61 @@
+#include "impl/context_parallel/cost.h"
+
+#include <algorithm>
+
+#include "harness/status.h"
+#include "impl/context_parallel/attention.h"
+#include "impl/context_parallel/options.h"
+
+namespace pb::cp {
+
+int64_t kept_bytes(const AttnShape& x, Recompute r) {
+  require(x.cp >= 1 && x.s % x.cp == 0, "cp: must divide the sequence length");
+  const int64_t sl = x.s / x.cp;
+  if (r == Recompute::full) return 0;
+  if (x.algo == CpAlgo::ring) return x.a * x.b * sl * x.acc_bytes;
+  const int64_t ac = x.a / x.cp;
+  const int64_t qkvh = 3 * x.b * x.s * x.hs * ac * x.elem_bytes;
+  return qkvh + (r == Recompute::selective ? 0 : x.b * ac * x.s * x.s * x.elem_bytes);
+}
+
+int64_t workspace_bytes(const AttnShape& x) {
+  int64_t bytes = 0;
+  dispatch_dtype(x.elem_bytes == 8 ? DType::f64 : x.elem_bytes == 2 ? DType::bf16 : DType::f32, [&](auto t) {
+    using T = decltype(t);
+    bytes = x.algo == CpAlgo::ring
+                ? RingAttention<T>::workspace_bytes(int(x.b), int(x.s), x.cp, int(x.a), int(x.hs))
+                : UlyssesAttention<T>::workspace_bytes(int(x.b), int(x.s), x.cp, int(x.a), int(x.hs));
+  });
+  return bytes;
+}
+
+CpLayerComm layer_comm(const AttnShape& x, Recompute r) {
+  CpLayerComm c;
+  if (x.cp == 1) return c;
+  const int64_t elems = x.b * (x.s / x.cp) * x.a * x.hs, rerun = r == Recompute::full ? 1 : 0;
+  auto add = [](CpCalls& k, int64_t calls, int64_t bytes) {
+    k.calls += calls;
+    k.bytes += calls * bytes;
+  };
+  if (x.algo == CpAlgo::ring) {
+    const int64_t kv = 2 * elems * x.elem_bytes, dkv = 2 * elems * x.acc_bytes, hops = x.cp - 1;
+    add(c.fwd_send, hops, kv);
+    add(c.bwd_send, hops * (1 + rerun), kv);
+    add(c.bwd_send, hops, dkv);
+  } else {
+    add(c.fwd_a2a, 4, elems * x.elem_bytes);
+    add(c.bwd_a2a, 4 * (1 + rerun), elems * x.elem_bytes);
+  }
+  return c;
+}
+
+int64_t attention_flops(const AttnShape& x, int rank, bool zigzag) {
+  if (x.algo == CpAlgo::ulysses || x.cp == 1) return 4 * x.hs * x.b * (x.a / x.cp) * (x.s * (x.s + 1) / 2);
+  const Placement p(int(x.s), x.cp, rank, zigzag);
+  int64_t pairs = 0;
+  for (const Run& q : p.runs())
+    for (int i = 0; i < q.len; ++i) pairs += q.pos + i + 1;  // every earlier key, over the ring
+  return 4 * x.hs * x.b * x.a * pairs;
+}
+
+}  // namespace pb::cp

@@ -1,0 +1,78 @@
+#include "impl/context_parallel/options.h"
+
+#include "harness/status.h"
+
+namespace pb::cp {
+
+namespace {
+constexpr Fault kAll[] = {Fault::causal_by_rank,   Fault::merge_no_rescale, Fault::dkv_not_returned,
+                          Fault::zigzag_positions, Fault::zigzag_targets,   Fault::loss_per_rank};
+}
+
+std::string fault_name(Fault f) {
+  switch (f) {
+    case Fault::causal_by_rank: return "causal_by_rank";
+    case Fault::merge_no_rescale: return "merge_no_rescale";
+    case Fault::dkv_not_returned: return "dkv_not_returned";
+    case Fault::zigzag_positions: return "zigzag_positions";
+    case Fault::zigzag_targets: return "zigzag_targets";
+    case Fault::loss_per_rank: return "loss_per_rank";
+  }
+  return "?";
+}
+
+bool is_fault(const std::string& s) {
+  for (Fault f : kAll)
+    if (fault_name(f) == s) return true;
+  return false;
+}
+
+Fault parse_fault(const std::string& s, const std::string& field) {
+  std::string known;
+  for (Fault f : kAll) {
+    if (fault_name(f) == s) return f;
+    known += (known.empty() ? "" : ", ") + fault_name(f);
+  }
+  throw InputError(field + ": '" + s + "' is not a context-parallel fault (" + known + ")");
+}
+
+std::vector<Fault> faults_for(const CpOptions& o) {
+  std::vector<Fault> f;
+  if (o.cp == 1) return f;
+  if (o.algo == CpAlgo::ring) {
+    if (o.zigzag) f.push_back(Fault::causal_by_rank);
+    f.push_back(Fault::merge_no_rescale);
+    f.push_back(Fault::dkv_not_returned);
+  }
+  if (o.zigzag) f.push_back(Fault::zigzag_positions), f.push_back(Fault::zigzag_targets);
+  f.push_back(Fault::loss_per_rank);
+  return f;
+}
+
+Placement::Placement(int Tn, int cp, int rank, bool zigzag) : Tn_(Tn), cp_(cp), rank_(rank) {
+  require(cp >= 1 && rank >= 0 && rank < cp && Tn % cp == 0, "cp: bad placement");
+  if (!zigzag || cp == 1) {
+    runs_ = {{0, rank * (Tn / cp), Tn / cp}};
+    return;
+  }
+  require(Tn % (2 * cp) == 0, "cp: zigzag needs Tn % 2cp == 0");
+  const int Tc = Tn / (2 * cp);
+  runs_ = {{0, rank * Tc, Tc}, {Tc, (2 * cp - 1 - rank) * Tc, Tc}};
+}
+
+int Placement::position(int t) const {
+  for (const Run& r : runs_)
+    if (t >= r.local && t < r.local + r.len) return r.pos + (t - r.local);
+  return -1;
+}
+
+void validate_seq(int Tn, int cp, bool zigzag, const std::string& field) {
+  if (cp <= 1) return;
+  const int parts = zigzag ? 2 * cp : cp;
+  require(Tn % parts == 0, field + ": seq " + std::to_string(Tn) + " does not split into " + std::to_string(parts) +
+                               (zigzag ? " zigzag chunks (2 x cp" + std::to_string(cp) + ")"
+                                       : " contiguous chunks (cp" + std::to_string(cp) + ")") +
+                               ": seq % " + std::to_string(parts) + " = " + std::to_string(Tn % parts));
+}
+
+}  // namespace pb::cp
