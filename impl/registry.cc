@@ -1,6 +1,7 @@
 #include "impl/registry.h"
 
 #include "harness/status.h"
+#include "impl/context_parallel/strategy.h"
 #include "impl/data_parallel/strategy.h"
 #include "impl/pipeline/strategy.h"
 #include "impl/tensor_parallel/strategy.h"
@@ -9,7 +10,7 @@ namespace pb {
 
 const std::vector<const Strategy*>& strategies() {
   // Adding a strategy: its folder in impl/ defines a Strategy; list it here.
-  static const std::vector<const Strategy*> all = {&dp::strategy(), &pipeline::strategy(), &tp::strategy()};
+  static const std::vector<const Strategy*> all = {&dp::strategy(), &pipeline::strategy(), &tp::strategy(), &cp::strategy()};
   return all;
 }
 
@@ -20,11 +21,11 @@ const Strategy& strategy_for(const RunSpec& s) {
   auto note = [&](int size, const char* axis) {
     if (size > 1) missing += (missing.empty() ? "" : ", ") + std::string(axis) + std::to_string(size);
   };
-  note(s.mesh.cp, "cp");
+  if (s.mesh.pp > 1 || s.pipe.schedule) note(s.mesh.cp, "cp with pp");
   note(s.mesh.ep, "ep");
   throw InputError("mesh: " + mesh_text(s.mesh) + ": no strategy implements " +
                    (missing.empty() ? std::string("this combination") : missing) +
-                   " yet (implemented: dp, tp and pp and their combinations, every data-axis option; tp with sp and recompute)");
+                   " yet (implemented: dp, tp, cp and pp and their combinations but cp with pp, every data-axis option; tp with sp and recompute; cp ring or ulysses)");
 }
 
 }  // namespace pb

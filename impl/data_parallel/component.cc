@@ -16,9 +16,9 @@ void copy_n(T* dst, const T* src, int64_t n) {
 }
 }  // namespace
 
-DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o) {
+DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o, MeshAxis axis) {
   DpComms c;
-  const auto dp_groups = mesh_groups(mesh, MeshAxis::dp);
+  const auto dp_groups = mesh_groups(mesh, axis);
   c.dp = world.split_groups(dp_groups, "dp");
   if (o.shard == Shard::hsdp) {
     const TwoLevelGroups hs = split_consecutive(dp_groups, shard_group(o), "strategy.shard_group");

@@ -38,7 +38,8 @@ struct DpComms {
   std::unique_ptr<Communicator> dp, shard, replica, intra, inter;
 };
 // Collective over `world` (every rank calls, alike).
-DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o);
+// `axis`: the mesh groups the component spans (dp; dp_cp under context parallel).
+DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o, MeshAxis axis = MeshAxis::dp);
 
 // Which slice of every unit a rank owns: its rank in the shard group, except
 // hZeRO's, where the two-level reduce-scatter leaves slice

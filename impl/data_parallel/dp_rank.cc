@@ -40,7 +40,8 @@ StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const Trai
   double loss = 0;
   for (int k = 0; k < micro; ++k) {
     hooks.start_microbatch(k, micro);
-    loss += h.run(k, int64_t(dp.dp().rank()) * per_rank + int64_t(k) * Bm, 1.0 / tokens);
+    const int64_t data_rank = h.data_rank >= 0 ? h.data_rank : dp.dp().rank();
+    loss += h.run(k, data_rank * per_rank + int64_t(k) * Bm, h.dloss_scale / tokens);
     if (k == 0 && o.has(Fault::sync_wrong_microbatch)) hooks.finish();
   }
   hooks.finish();

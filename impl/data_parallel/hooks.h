@@ -45,6 +45,13 @@ struct StepHooks {
   std::function<double(int k, int64_t first, double dloss)> run;
   std::function<void()> synced;
   std::function<void(double& sq)> norm;
+  // Which samples this rank trains on: the data-parallel index of its replica
+  // (-1: the component's group rank). Context parallel runs the component over
+  // dp x cp ranks, whose cp ranks share their replica's samples.
+  int data_rank = -1;
+  // The loss gradient's scale relative to 1 / (tokens of the global batch)
+  // (a fault's knob; 1 when correct).
+  double dloss_scale = 1;
 };
 template <class T>
 StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const TrainConfig& cfg, int Bm, int& step,

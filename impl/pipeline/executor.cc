@@ -86,7 +86,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
     for (int i = 0; i < (two ? 2 : 1); ++i)
       head_grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(layout_.wpe_offset()));
   const size_t N = size_t(Bm_) * cfg.seq;
-  if (o.tp() > 1) tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_.get(), &mem_, Bm_, cfg.seq);
+  if (o.tp() > 1) tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_.get(), nullptr, &mem_, Bm_, cfg.seq);
   dxa_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   dxb_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   tok_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);

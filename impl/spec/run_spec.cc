@@ -83,8 +83,6 @@ Recompute parse_recompute(std::string_view s, std::string_view field) {
   throw InputError(std::string(field) + ": " + quote(s) + " is not one of none, selective, full");
 }
 
-namespace {
-
 std::string_view cp_algo_name(CpAlgo a) { return a == CpAlgo::ring ? "ring" : "ulysses"; }
 
 CpAlgo parse_cp_algo(std::string_view s, std::string_view field) {
@@ -92,6 +90,8 @@ CpAlgo parse_cp_algo(std::string_view s, std::string_view field) {
   if (s == "ulysses") return CpAlgo::ulysses;
   throw InputError(std::string(field) + ": " + quote(s) + " is not one of ring, ulysses");
 }
+
+namespace {
 
 bool parse_bool(std::string_view s, std::string_view field) {
   if (s == "on" || s == "true") return true;

@@ -51,6 +51,8 @@ std::string_view schedule_name(ScheduleKind k);
 namespace pb {
 
 enum class CpAlgo : uint8_t { ring, ulysses };
+std::string_view cp_algo_name(CpAlgo a);
+CpAlgo parse_cp_algo(std::string_view s, std::string_view field = "cp_algo");
 
 // Activation recomputation (Korthikanti et al. 2022): none; selective = the
 // attention core (softmax probabilities) recomputed in backward; full = every

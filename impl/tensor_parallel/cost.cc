@@ -12,7 +12,10 @@ int64_t layer_activation_bytes(const ActivationShape& x, Recompute r) {
   if (r == Recompute::full) return rep(e * sbh);
   const int64_t replicated = rep(sbh * (4 * e + 2 * d)) + rep(4 * st * sb);
   const int64_t split = sbh * 12 * e / t;
-  const int64_t scores = r == Recompute::selective ? 0 : x.a * sl * x.s * x.b * (e + d * (e + 1)) / t;
+  cp::AttnShape at{x.b, x.s, x.a / t, x.h / x.a, x.cp, x.algo, int(e), int(st)};
+  const int64_t scores = x.cp > 1                     ? cp::kept_bytes(at, r)
+                         : r == Recompute::selective ? 0
+                                                     : x.a * sl * x.s * x.b * (e + d * (e + 1)) / t;
   return replicated + split + scores;
 }
 
@@ -23,6 +26,8 @@ ActivationShape layer_shape(const TpShape& x) {
   a.h = x.model.C;
   a.a = x.model.NH;
   a.tp = x.tp;
+  a.cp = x.cp;
+  a.algo = x.algo;
   a.sp = x.sp;
   a.elem_bytes = x.elem_bytes;
   a.stats_bytes = x.acc_bytes;
@@ -43,10 +48,14 @@ TpShape make_shape(const ModelConfig& m, int tp, bool sp, Recompute r, int64_t B
   return x;
 }
 
+cp::AttnShape attn_shape(const TpShape& x) {
+  return {x.Bm, x.Tn, x.model.NH / x.tp, x.model.C / x.model.NH, x.cp, x.algo, x.elem_bytes, x.acc_bytes};
+}
+
 int64_t activation_bytes(const TpShape& x) { return stage_activation_bytes(x, x.model.L, true, true); }
 
 int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head) {
-  const int64_t N = int64_t(x.Bm) * x.Tn, C = x.model.C, t = x.tp, e = x.elem_bytes, ab = x.acc_bytes;
+  const int64_t N = x.tokens(), C = x.model.C, t = x.tp, e = x.elem_bytes, ab = x.acc_bytes;
   const int64_t Nl = x.sp ? N / t : N, Vr = (int64_t(x.model.V) + t - 1) / t;
   const int64_t input = e * Nl * C;  // the embedding's output, or the activation received
   const int64_t layers = blocks * layer_activation_bytes(layer_shape(x), x.recompute);
@@ -73,7 +82,7 @@ int64_t replicated_params(const ModelConfig& m, int64_t layers, bool embedding, 
 int64_t step_bytes(bool sp, int64_t held, int elem_bytes) { return 8 + (sp ? held * elem_bytes : 0); }
 
 namespace {
-int64_t nce(const TpShape& x) { return int64_t(x.Bm) * x.Tn * x.model.C * x.elem_bytes; }
+int64_t nce(const TpShape& x) { return x.tokens() * x.model.C * x.elem_bytes; }
 void add(TpCalls& c, int64_t calls, int64_t bytes) {
   c.calls += calls;
   c.bytes += calls * bytes;
@@ -114,7 +123,7 @@ TpPieceComm embedding_comm(const TpShape& x) {
 TpPieceComm head_comm(const TpShape& x) {
   TpPieceComm c;
   if (x.tp == 1) return c;
-  const int64_t N = int64_t(x.Bm) * x.Tn;
+  const int64_t N = x.tokens();
   add(c.fwd.all_reduce, 1, N * x.acc_bytes);      // the row maxima
   add(c.fwd.all_reduce, 1, 2 * N * x.acc_bytes);  // sums of exponentials and target logits
   if (!x.sp) {

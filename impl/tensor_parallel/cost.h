@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "harness/comm/comm_log.h"
+#include "impl/context_parallel/cost.h"
 #include "impl/spec/run_spec.h"
 #include "reference/model_config.h"
 
@@ -42,8 +43,10 @@ struct ActivationShape {
   bool dropout = false;
   int elem_bytes = 2;
   int stats_bytes = 0;  // LayerNorm mean/rstd element size (0: not counted, as the paper)
+  CpAlgo algo = CpAlgo::ring;  // with cp > 1: what attention keeps (context_parallel/cost.h)
 };
-// One layer on one rank (s/cp tokens held per sequence with cp > 1).
+// One layer on one rank (s/cp tokens held per sequence with cp > 1; then
+// attention keeps cp::kept_bytes instead of the probabilities).
 int64_t layer_activation_bytes(const ActivationShape& x, Recompute r);
 
 // The shape of a tensor-parallel rank of the canonical model.
@@ -52,9 +55,14 @@ struct TpShape {
   int tp = 1;
   bool sp = false;
   Recompute recompute = Recompute::none;
-  int Bm = 1, Tn = 1;            // microbatch sequences and tokens per sequence
+  int Bm = 1, Tn = 1;            // microbatch sequences and tokens per (whole) sequence
   int elem_bytes = 4, acc_bytes = 4;  // storage and accumulation types
+  int cp = 1;                    // context parallel: Tn / cp tokens of each sequence held
+  CpAlgo algo = CpAlgo::ring;
+  int64_t tokens() const { return int64_t(Bm) * Tn / cp; }  // a microbatch's, on this rank
 };
+// The attention shape of a rank of x (its heads after tp).
+cp::AttnShape attn_shape(const TpShape& x);
 ActivationShape layer_shape(const TpShape& x);
 // The shape of a rank of `p` (storage and accumulation bytes from the precision).
 TpShape make_shape(const ModelConfig& m, int tp, bool sp, Recompute r, int64_t Bm, int64_t Tn, Precision p);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "impl/context_parallel/options.h"
 #include "impl/spec/run_spec.h"
 
 namespace pb::tp {
@@ -32,6 +33,7 @@ struct TpOptions {
   bool sp = false;
   Recompute recompute = Recompute::none;
   std::set<Fault> faults;
+  cp::CpOptions context;  // the context axis the model's attention runs over (cp = 1: none)
   bool has(Fault f) const { return faults.count(f) > 0; }
 };
 

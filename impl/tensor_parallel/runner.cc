@@ -38,7 +38,13 @@ void TpModel<T>::alloc_block(Block& b, MemoryTracker* mt, bool xout_only) const 
     b.ln1_mean = Buffer<A>(mt, act, Nl);
     b.ln1_rstd = Buffer<A>(mt, act, Nl);
     b.qkv = Buffer<T>(mt, act, N * 3 * Ct);
-    if (o_.recompute == Recompute::none) b.att = Buffer<T>(mt, act, size_t(Bm_) * H_ * Tn_ * Tn_);
+    const int cp = o_.context.cp;
+    if (cp > 1 && o_.context.algo == CpAlgo::ring) {
+      b.lse = Buffer<A>(mt, act, size_t(Bm_) * H_ * Tl_);
+    } else {
+      if (cp > 1) b.qkvh = Buffer<T>(mt, act, N * 3 * Ct);
+      if (o_.recompute == Recompute::none) b.att = Buffer<T>(mt, act, size_t(Bm_) * (H_ / cp) * Tn_ * Tn_);
+    }
     b.atty = Buffer<T>(mt, act, N * Ct);
     b.xmid = Buffer<T>(mt, act, Nl * C);
     b.ln2 = Buffer<T>(mt, act, Nl * C);
@@ -61,12 +67,16 @@ void TpModel<T>::alloc_head(Head& h, MemoryTracker* mt) const {
 }
 
 template <class T>
-TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, MemoryTracker* mt, int Bm, int Tn)
-    : layout_(&l), o_(o), tp_(tp), Bm_(Bm), Tn_(Tn) {
+TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, Communicator* cp, MemoryTracker* mt,
+                    int Bm, int Tn)
+    : layout_(&l), o_(o), tp_(tp), cp_(cp), Bm_(Bm), Tn_(Tn) {
   const auto& m = l.model();
+  const int ncp = o.context.cp;
   require(l.tp() == o.tp, "tp: the layout's tp differs from the options'");
   require(o.tp == 1 || (tp && tp->size() == o.tp), "tp: the group's size differs from tp");
-  N_ = Bm * Tn;
+  require(ncp == 1 || (cp && cp->size() == ncp), "cp: the group's size differs from cp");
+  Tl_ = Tn / ncp;
+  N_ = Bm * Tl_;
   require(!o.sp || N_ % o.tp == 0, "strategy.sp: the microbatch's " + std::to_string(N_) +
                                        " tokens do not split over tp" + std::to_string(o.tp));
   Nl_ = o.sp ? N_ / o.tp : N_;
@@ -81,6 +91,58 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
     using Buf = std::remove_pointer_t<decltype(b)>;
     *b = Buf(mt, MemTag::workspace, n);
   });
+  if (ncp > 1) {
+    place_.emplace(Tn, ncp, cp->rank(), o.context.zigzag);
+    if (o.context.algo == CpAlgo::ring)
+      ring_ = std::make_unique<cp::RingAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH);
+    else
+      ulysses_ = std::make_unique<cp::UlyssesAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH);
+  }
+}
+
+template <class T>
+TpModel<T>::~TpModel() = default;
+
+template <class T>
+int TpModel<T>::position(int n) const {
+  return place_ ? place_->position(n % Tl_) : n % Tl_;
+}
+
+template <class T>
+int TpModel<T>::embed_position(int n) const {
+  if (place_ && o_.context.has(cp::Fault::zigzag_positions)) return place_->rank() * Tl_ + n % Tl_;  // contiguous
+  return position(n);
+}
+
+template <class T>
+const cp::AttentionStats* TpModel<T>::attention_stats() const {
+  return ring_ ? &ring_->stats() : ulysses_ ? &ulysses_->stats() : nullptr;
+}
+
+// The block's attention: qkv -> atty (att: where the probabilities go when
+// they are formed here).
+template <class T>
+void TpModel<T>::attend(Block& a, T* att) {
+  if (ring_) return ring_->forward(a.atty.data(), a.lse.data(), a.qkv.data());
+  if (ulysses_) return ulysses_->forward(a.atty.data(), a.qkvh.data(), att, a.qkv.data());
+  k::attention_forward(a.atty.data(), att, a.qkv.data(), Bm_, Tn_, Ct_, H_, att_ws_.data());
+}
+
+// dqkv_ += the attention's backward of datty_.
+template <class T>
+void TpModel<T>::attend_backward(const Block& a) {
+  if (ring_) return ring_->backward(dqkv_.data(), datty_.data(), a.qkv.data(), a.atty.data(), a.lse.data());
+  const T* att = a.att.data();
+  if (a.att.empty()) {  // selective recompute: the probabilities again, from the stored QKV
+    if (ulysses_)
+      ulysses_->probabilities(att_work_.data(), a.qkvh.data());
+    else
+      k::attention_forward(atty_work_.data(), att_work_.data(), a.qkv.data(), Bm_, Tn_, Ct_, H_, att_ws_.data());
+    att = att_work_.data();
+  }
+  if (ulysses_) return ulysses_->backward(dqkv_.data(), datty_.data(), a.qkvh.data(), att);
+  k::attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), att, Bm_, Tn_, Ct_, H_,
+                        att_ws_.data());
 }
 
 // The workspace, once: the constructor allocates it, workspace_bytes sums it.
@@ -88,27 +150,37 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
 template <class T>
 template <class F>
 void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOptions& o, int Bm, int Tn, F&& f) {
-  const size_t N = size_t(Bm) * Tn, t = size_t(o.tp), Nl = o.sp ? N / t : N, C = size_t(m.C), Ct = C / t;
-  const size_t V = (size_t(m.V) + t - 1) / t, att = size_t(Bm) * size_t(m.NH / o.tp) * Tn * Tn;
+  const int ncp = o.context.cp;
+  const bool ring = ncp > 1 && o.context.algo == CpAlgo::ring, local = ncp == 1;
+  const size_t N = size_t(Bm) * (Tn / ncp), t = size_t(o.tp), Nl = o.sp ? N / t : N, C = size_t(m.C), Ct = C / t;
+  // The probabilities: this rank's heads (Ulysses: 1/cp of them) over whole sequences; none with ring.
+  const size_t V = (size_t(m.V) + t - 1) / t, att = ring ? 0 : size_t(Bm) * size_t(m.NH / o.tp / ncp) * Tn * Tn;
   auto buf = [&](auto mem, size_t n) { f(self ? &(self->*mem) : nullptr, n); };
   auto wbuf = [&](auto mem, size_t n) { f(self ? &(self->work_.*mem) : nullptr, n); };
   if (o.recompute == Recompute::full) {  // one block's everything, probabilities included
     wbuf(&Block::ln1, Nl * C), wbuf(&Block::ln1_mean, Nl), wbuf(&Block::ln1_rstd, Nl), wbuf(&Block::qkv, N * 3 * Ct);
-    wbuf(&Block::att, att), wbuf(&Block::atty, N * Ct), wbuf(&Block::xmid, Nl * C), wbuf(&Block::ln2, Nl * C);
+    if (ring) wbuf(&Block::lse, size_t(Bm) * size_t(m.NH / o.tp) * (Tn / ncp));
+    if (!ring) wbuf(&Block::att, att);
+    if (!ring && !local) wbuf(&Block::qkvh, N * 3 * Ct);
+    wbuf(&Block::atty, N * Ct), wbuf(&Block::xmid, Nl * C), wbuf(&Block::ln2, Nl * C);
     wbuf(&Block::ln2_mean, Nl), wbuf(&Block::ln2_rstd, Nl), wbuf(&Block::fch, N * 4 * Ct);
     wbuf(&Block::fchg, N * 4 * Ct), wbuf(&Block::xout, Nl * C);
   }
-  if (o.recompute == Recompute::selective) buf(&TpModel::att_work_, att), buf(&TpModel::atty_work_, N * Ct);
+  if (o.recompute == Recompute::selective && !ring) {
+    buf(&TpModel::att_work_, att);
+    if (local) buf(&TpModel::atty_work_, N * Ct);
+  }
   buf(&TpModel::gat_, N * C), buf(&TpModel::part_, N * C), buf(&TpModel::tmp_, Nl * C);
   buf(&TpModel::dres_, Nl * C), buf(&TpModel::dln_, Nl * C), buf(&TpModel::datty_, N * Ct);
-  buf(&TpModel::dqkv_, N * 3 * Ct), buf(&TpModel::datt_, att), buf(&TpModel::dfch_, N * 4 * Ct);
+  buf(&TpModel::dqkv_, N * 3 * Ct), buf(&TpModel::dfch_, N * 4 * Ct);
+  if (local) buf(&TpModel::datt_, att);  // (the cp attention keeps its own)
   buf(&TpModel::dfchg_, N * 4 * Ct), buf(&TpModel::dlogits_, N * V), buf(&TpModel::cmax_, N);
   buf(&TpModel::csum_, 2 * N);
   const int n = int(N), c = m.C, ct = int(Ct), v = int(V);
   buf(&TpModel::mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, 3 * ct), k::matmul_workspace_floats<T>(n, c, 4 * ct),
                                   k::matmul_workspace_floats<T>(n, 4 * ct, c), k::matmul_workspace_floats<T>(n, ct, c),
                                   k::matmul_workspace_floats<T>(n, c, v)}));
-  buf(&TpModel::att_ws_, k::attention_workspace_elems<T>(Tn, int(Ct), m.NH / o.tp));
+  if (local) buf(&TpModel::att_ws_, k::attention_workspace_elems<T>(Tn, int(Ct), m.NH / o.tp));
 }
 
 template <class T>
@@ -119,27 +191,36 @@ int64_t TpModel<T>::workspace_bytes(const ModelConfig& m, const TpOptions& o, in
     using X = std::remove_pointer_t<decltype(std::declval<Buf>().data())>;
     bytes += int64_t(n * sizeof(X));
   });
+  const int ncp = o.context.cp, H = m.NH / o.tp, hs = m.C / m.NH;
+  if (ncp > 1)
+    bytes += o.context.algo == CpAlgo::ring ? cp::RingAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs)
+                                            : cp::UlyssesAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs);
   return bytes;
 }
 
 int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, Precision p) {
-  const int64_t N = int64_t(Bm) * Tn, Nl = o.sp ? N / o.tp : N;
+  const int64_t N = int64_t(Bm) * Tn / o.context.cp, Nl = o.sp ? N / o.tp : N;
   int64_t bytes = 0;
   dispatch_dtype(storage_dtype(p), [&](auto t) {
     using T = decltype(t);
     bytes = TpModel<T>::workspace_bytes(m, o, Bm, Tn) + 2 * Nl * m.C * int64_t(sizeof(T));  // + dx ping-pong
   });
+  if (o.context.cp > 1) bytes += 2 * int64_t(Bm) * Tn * 4;  // the whole sequences' tokens and targets
   return bytes;
 }
 
 template <class T>
-TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp, const MarkovSource& data,
-                      MemoryTracker* mt, int Bm, int Tn)
-    : layout_(&l), o_(o), data_(&data), Bm_(Bm), Tn_(Tn), model_(l, o, tp, mt, Bm, Tn) {
+TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp, Communicator* cp,
+                      const MarkovSource& data, MemoryTracker* mt, int Bm, int Tn)
+    : layout_(&l), o_(o), data_(&data), Bm_(Bm), Tn_(Tn), model_(l, o, tp, cp, mt, Bm, Tn) {
   const auto& m = l.model();
-  const size_t N = size_t(Bm) * Tn, NlC = size_t(model_.tokens_held()) * m.C;
+  const size_t N = size_t(model_.tokens()), NlC = size_t(model_.tokens_held()) * m.C;
   tokens_ = Buffer<int32_t>(mt, MemTag::activations, N);
   targets_ = Buffer<int32_t>(mt, MemTag::activations, N);
+  if (o.context.cp > 1) {
+    all_tokens_ = Buffer<int32_t>(mt, MemTag::workspace, size_t(Bm) * Tn);
+    all_targets_ = Buffer<int32_t>(mt, MemTag::workspace, size_t(Bm) * Tn);
+  }
   x0_ = Buffer<T>(mt, MemTag::activations, NlC);
   blocks_.resize(size_t(m.L));
   for (auto& b : blocks_) model_.alloc_block(b, mt, o.recompute == Recompute::full);
@@ -203,7 +284,7 @@ void TpModel<T>::embed_forward(T* x0, const int32_t* tokens, const T* wte, const
   }
   const int first = o_.sp ? tp_->rank() * Nl_ : 0;  // this rank's first token
   for (int n = 0; n < Nl_; ++n) {
-    const T* pos = wpe + size_t((first + n) % Tn_) * C_;
+    const T* pos = wpe + size_t(embed_position(first + n)) * C_;
     T* r = x0 + size_t(n) * C_;
     for (int c = 0; c < C_; ++c) r[c] = store<T>(load(r[c]) + load(pos[c]));
   }
@@ -218,7 +299,7 @@ void TpModel<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* t
     std::fill(acc.begin(), acc.end(), A(0));
     bool any = false;
     for (int n = 0; n < Nl_; ++n) {
-      if ((first + n) % Tn_ != t) continue;
+      if (embed_position(first + n) != t) continue;
       any = true;
       const T* d = dx0 + size_t(n) * C_;
       for (int c = 0; c < C_; ++c) acc[size_t(c)] += load(d[c]);
@@ -263,8 +344,7 @@ void TpModel<T>::block_forward(Block& a, const T* x_in, const T* u, T* xout) {
   if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
   k::matmul_forward(a.qkv.data(), in1, u + o.qkv_w, u + o.qkv_b, N_, C_, 3 * Ct_, ws);
   // Selective recompute does not keep the probabilities: they go to workspace.
-  T* att = a.att.empty() ? att_work_.data() : a.att.data();
-  k::attention_forward(a.atty.data(), att, a.qkv.data(), Bm_, Tn_, Ct_, H_, att_ws_.data());
+  attend(a, a.att.empty() ? att_work_.data() : a.att.data());
   row_parallel(tmp_.data(), a.atty.data(), u + o.attproj_w, u + o.attproj_b, Ct_);
   k::residual_forward(a.xmid.data(), x_in, tmp_.data(), size_t(Nl_) * C_);
   k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w,
@@ -331,14 +411,8 @@ void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
   k::matmul_backward(datty_.data(), du + o.attproj_w, null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_,
                      ws);
   bias_grad(du + o.attproj_b, dres_.data(), Nl_, C_);
-  const T* att = a.att.data();
-  if (a.att.empty()) {  // selective recompute: the probabilities again, from the stored QKV
-    k::attention_forward(atty_work_.data(), att_work_.data(), a.qkv.data(), Bm_, Tn_, Ct_, H_, att_ws_.data());
-    att = att_work_.data();
-  }
   zero(dqkv_);
-  k::attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), att, Bm_, Tn_, Ct_, H_,
-                        att_ws_.data());
+  attend_backward(a);
   const T* in1 = a.ln1.data();
   if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
   zero(part_);
@@ -420,8 +494,20 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   const auto& l = *layout_;
   const int L = l.model().L, fin = l.final_unit();
   const bool full = o_.recompute == Recompute::full;
-  data_->batch(step, first, Bm_, Tn_, tokens_.data(), targets_.data());
-  const int N = Bm_ * Tn_;
+  const int N = model_.tokens();
+  if (all_tokens_.empty()) {
+    data_->batch(step, first, Bm_, Tn_, tokens_.data(), targets_.data());
+  } else {  // this rank's tokens of the whole sequences, at their true positions
+    data_->batch(step, first, Bm_, Tn_, all_tokens_.data(), all_targets_.data());
+    const int Tl = N / Bm_;
+    const bool wrong_targets = o_.context.has(cp::Fault::zigzag_targets);
+    for (int n = 0; n < N; ++n) {
+      const size_t seq = size_t(n / Tl) * Tn_;
+      tokens_[size_t(n)] = all_tokens_[seq + size_t(model_.position(n))];
+      const int tpos = wrong_targets ? model_.cp_rank() * Tl + n % Tl : model_.position(n);  // fault: contiguous
+      targets_[size_t(n)] = all_targets_[seq + size_t(tpos)];
+    }
+  }
   for (int n = 0; n < N; ++n)
     require(targets_[size_t(n)] >= 0 && targets_[size_t(n)] < l.model().V, "tp: target outside the vocabulary");
 

@@ -25,14 +25,23 @@
 //    each block's output (the next block's input) and reruns the block's
 //    forward, communication included, before its backward. Both are the same
 //    arithmetic as none, so the results are bit-identical.
+//  - Context parallel (o.context.cp > 1): the rank holds Tn/cp tokens of each
+//    sequence (impl/context_parallel/options.h placement), each at its true
+//    position; attention is ring or Ulysses over the cp group
+//    (impl/context_parallel/attention.h), everything else is per token. The
+//    loss the head returns is the sum over this rank's tokens (the caller
+//    reduces it over cp).
 // Calls UnitHooks in MicrobatchRunner's order (reference/runner.h), so every
 // data-parallel family composes with it unchanged.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "harness/comm/comm.h"
 #include "harness/memory.h"
+#include "impl/context_parallel/attention.h"
 #include "impl/tensor_parallel/options.h"
 #include "reference/data.h"
 #include "reference/runner.h"
@@ -49,14 +58,25 @@ class TpModel {
   struct Block {  // one block's saved activations (local shapes)
     Buffer<T> ln1, qkv, att, atty, xmid, ln2, fch, fchg, xout;
     Buffer<A> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+    Buffer<A> lse;   // ring attention: log-sum-exp per (sequence, head, token)
+    Buffer<T> qkvh;  // Ulysses: this rank's heads of every token
   };
   struct Head {  // the final LayerNorm, the probabilities over this rank's vocabulary rows
     Buffer<T> lnf, probs;
     Buffer<A> lnf_mean, lnf_rstd, losses;
   };
-  // `tp` is the tensor-parallel group (size o.tp; may be null when o.tp == 1).
-  TpModel(const ParamLayout& local, const TpOptions& o, Communicator* tp, MemoryTracker* mt, int Bm, int Tn);
+  // `tp` is the tensor-parallel group (size o.tp; may be null when o.tp == 1),
+  // `cp` the context-parallel one (size o.context.cp; null when 1). Tn: the
+  // whole sequence's tokens.
+  TpModel(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, MemoryTracker* mt, int Bm,
+          int Tn);
+  ~TpModel();
   int tokens_held() const { return Nl_; }  // tokens of the LayerNorm regions (N/tp with SP)
+  int tokens() const { return N_; }        // the microbatch's tokens on this rank (Bm * Tn / cp)
+  // The true position in its sequence of local token n (of N).
+  int position(int n) const;
+  int cp_rank() const { return place_ ? place_->rank() : 0; }
+  const cp::AttentionStats* attention_stats() const;
   // A block's saved activations: everything, or (full recompute) the output
   // alone; the probabilities only when recompute is none.
   void alloc_block(Block& b, MemoryTracker* mt, bool xout_only) const;
@@ -85,10 +105,18 @@ class TpModel {
   void add_bias(T* y, const T* b, int rows);
   void row_parallel(T* y_out, const T* in, const T* w, const T* b, int in_cols);
 
+  int embed_position(int n) const;  // position(n), or the fault's
+  void attend(Block& a, T* att);
+  void attend_backward(const Block& a);
+
   const ParamLayout* layout_;
   TpOptions o_;
   Communicator* tp_;
-  int Bm_, Tn_, N_, Nl_, C_, Ct_, H_, Vr_, valid_ = 0;
+  Communicator* cp_;
+  int Bm_, Tn_, Tl_, N_, Nl_, C_, Ct_, H_, Vr_, valid_ = 0;
+  std::optional<cp::Placement> place_;
+  std::unique_ptr<cp::RingAttention<T>> ring_;
+  std::unique_ptr<cp::UlyssesAttention<T>> ulysses_;
   int64_t vb_ = 0;
   Block work_;                      // full recompute: the block being rerun
   Buffer<T> att_work_, atty_work_;  // selective recompute
@@ -113,11 +141,11 @@ int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm,
 template <class T>
 class TpRunner {
  public:
-  TpRunner(const ParamLayout& local, const TpOptions& o, Communicator* tp, const MarkovSource& data,
+  TpRunner(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, const MarkovSource& data,
            MemoryTracker* mt, int Bm, int Tn);
-  // Samples [first, first + Bm) of step `step`; dloss = 1 / (tokens of the
-  // global batch). Returns the sum of this microbatch's token losses (the same
-  // on every tp rank).
+  // Samples [first, first + Bm) of step `step` (this rank's tokens of them);
+  // dloss = 1 / (tokens of the global batch). Returns the sum of this
+  // microbatch's token losses on this rank's tokens (the same on every tp rank).
   double run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hooks);
 
  private:
@@ -127,7 +155,7 @@ class TpRunner {
   const MarkovSource* data_;
   int Bm_, Tn_;
   TpModel<T> model_;
-  Buffer<int32_t> tokens_, targets_;
+  Buffer<int32_t> tokens_, targets_, all_tokens_, all_targets_;  // all_: the whole sequences (cp > 1)
   Buffer<T> x0_, dx_a_, dx_b_;
   std::vector<Block> blocks_;
   typename TpModel<T>::Head head_;

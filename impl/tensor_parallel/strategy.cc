@@ -18,6 +18,11 @@ TpOptions options_of(const RunSpec& s) {
   o.recompute = s.tensor.recompute;
   for (const auto& f : s.faults)
     if (is_fault(f)) o.faults.insert(parse_fault(f));
+  o.context.cp = s.mesh.cp;
+  o.context.algo = s.context.algo;
+  o.context.zigzag = s.context.zigzag;
+  for (const auto& f : s.faults)
+    if (cp::is_fault(f)) o.context.faults.insert(cp::parse_fault(f));
   return o;
 }
 
@@ -25,31 +30,47 @@ dp::DpOptions data_options_of(const RunSpec& s) {
   RunSpec data_only = s;
   data_only.faults.clear();
   for (const auto& f : s.faults)
-    if (!is_fault(f)) data_only.faults.push_back(f);
+    if (!is_fault(f) && !cp::is_fault(f)) data_only.faults.push_back(f);
   try {
     dp::DpOptions o = dp::options_of(data_only);
-    // The data axis counts data-parallel ranks per node: tp ranks of a
-    // replica share its node (validated: tp divides ranks_per_node).
-    if (s.mesh.ranks_per_node && s.mesh.ranks_per_node % s.mesh.tp == 0) o.ranks_per_node /= s.mesh.tp;
+    // The data axis counts data-parallel ranks per node: the tp x cp ranks of
+    // a replica share its node (validated: tp x cp divides ranks_per_node).
+    const int inner = s.mesh.tp * s.mesh.cp;
+    if (s.mesh.ranks_per_node && s.mesh.ranks_per_node % inner == 0) o.ranks_per_node /= inner;
     return o;
-  } catch (const InputError& e) {  // name the tensor-parallel faults too
+  } catch (const InputError& e) {  // name the tensor- and context-parallel faults too
     std::string known;
     for (Fault f : faults_for(2, false, Recompute::full, true)) known += ", " + fault_name(f);
     known += ", " + fault_name(Fault::skip_sp_grad_reduce);
-    throw InputError(std::string(e.what()) + "; tensor-parallel faults: " + known.substr(2));
+    std::string cpk;
+    cp::CpOptions all;
+    all.cp = 2;
+    for (cp::Fault f : cp::faults_for(all)) cpk += ", " + cp::fault_name(f);
+    throw InputError(std::string(e.what()) + "; tensor-parallel faults: " + known.substr(2) +
+                     "; context-parallel faults: " + cpk.substr(2));
   }
 }
 
-TpShape tp_shape(const RunSpec& s) {
-  return make_shape(s.train.model, s.mesh.tp, s.tensor.sp, s.tensor.recompute,
-                    s.train.batch / s.mesh.dp / s.train.microbatches, s.train.seq, s.train.precision);
+dp::DpOptions component_options_of(const RunSpec& s) {
+  dp::DpOptions o = data_options_of(s);
+  o.dp *= s.mesh.cp;
+  if (s.mesh.ranks_per_node && s.mesh.ranks_per_node % (s.mesh.tp * s.mesh.cp) == 0) o.ranks_per_node *= s.mesh.cp;
+  return o;
 }
 
-int64_t replicated_grads_held(const RunSpec& s, int dp_rank) {
+TpShape tp_shape(const RunSpec& s) {
+  TpShape x = make_shape(s.train.model, s.mesh.tp, s.tensor.sp, s.tensor.recompute,
+                         s.train.batch / s.mesh.dp / s.train.microbatches, s.train.seq, s.train.precision);
+  x.cp = s.mesh.cp;
+  x.algo = s.context.algo;
+  return x;
+}
+
+int64_t replicated_grads_held(const RunSpec& s, int rank) {
   const ParamLayout l(s.train.model, s.mesh.tp, 0);  // every tp rank has the same replicated ranges
-  const dp::DpOptions o = data_options_of(s);
+  const dp::DpOptions o = component_options_of(s);
   const dp::ShardLayout sl(dp::model_units(l), o.shard == dp::Shard::none ? 1 : dp::shard_group(o),
-                           o.shard == dp::Shard::none ? 0 : dp::owned_slice(o, dp_rank));
+                           o.shard == dp::Shard::none ? 0 : dp::owned_slice(o, rank));
   int64_t held = 0;
   for (int u = 0; u < sl.num_units(); ++u) {
     const auto& us = sl.unit(u);
@@ -60,50 +81,82 @@ int64_t replicated_grads_held(const RunSpec& s, int dp_rank) {
 }
 
 namespace {
-
 bool runs(const RunSpec& s) {
   return (s.mesh.tp > 1 || s.tensor.recompute != Recompute::none) && s.mesh.cp == 1 && s.mesh.ep == 1 &&
          s.mesh.pp == 1 && !s.pipe.schedule;
 }
+}  // namespace
 
 void validate_spec(const RunSpec& s) {
   const ModelConfig& m = s.train.model;
-  const int tp = s.mesh.tp;
-  require(s.context == ContextOptions{}, "strategy: context options (cp_algo, zigzag) need cp > 1 in the mesh");
+  const int tp = s.mesh.tp, cp = s.mesh.cp;
+  require(cp > 1 || s.context == ContextOptions{},
+          "strategy: context options (cp_algo, zigzag) need cp > 1 in the mesh");
   require(m.NH % tp == 0, "mesh.tp: tp" + std::to_string(tp) + " does not divide model.heads = " +
                               std::to_string(m.NH) + " (" + std::to_string(m.NH) + " % " + std::to_string(tp) +
                               " = " + std::to_string(m.NH % tp) + ")");
+  if (cp > 1) {
+    cp::validate_seq(s.train.seq, cp, s.context.zigzag, "train.seq");
+    const int heads = m.NH / tp;
+    require(s.context.algo != CpAlgo::ulysses || heads % cp == 0,
+            "strategy.cp_algo: ulysses shards the heads over cp: model.heads" +
+                (tp > 1 ? " / tp" + std::to_string(tp) : std::string()) + " = " + std::to_string(heads) +
+                " is not divisible by cp" + std::to_string(cp) + " (" + std::to_string(heads) + " % " +
+                std::to_string(cp) + " = " + std::to_string(heads % cp) + "); use cp_algo=ring");
+  }
   require(!s.tensor.sp || tp > 1, "strategy.sp: sequence parallel needs tp > 1 in the mesh");
   const int Bm = s.train.batch / s.mesh.dp / s.train.microbatches;
-  require(!s.tensor.sp || (int64_t(Bm) * s.train.seq) % tp == 0,
-          "strategy.sp: a microbatch's " + std::to_string(int64_t(Bm) * s.train.seq) +
-              " tokens (batch / dp / microbatches x seq) do not split over tp" + std::to_string(tp));
-  require(s.mesh.ranks_per_node % tp == 0,
-          "mesh: rpn" + std::to_string(s.mesh.ranks_per_node) + " must be a multiple of tp" + std::to_string(tp) +
-              " (a replica's tp ranks share a node)");
+  const int64_t held = int64_t(Bm) * s.train.seq / cp;  // a microbatch's tokens on one cp rank
+  require(!s.tensor.sp || held % tp == 0,
+          "strategy.sp: a microbatch's " + std::to_string(held) + " tokens (batch / dp / microbatches x seq" +
+              (cp > 1 ? " / cp" : "") + ") do not split over tp" + std::to_string(tp));
+  require(s.mesh.ranks_per_node % (tp * cp) == 0,
+          "mesh: rpn" + std::to_string(s.mesh.ranks_per_node) + " must be a multiple of " +
+              (cp > 1 ? "tp x cp = " + std::to_string(tp * cp) : "tp" + std::to_string(tp)) +
+              " (a replica's " + (cp > 1 ? "tp x cp" : "tp") + " ranks share a node)");
   const dp::DpOptions d = data_options_of(s);
-  dp::validate(d, s.train);
-  const TpOptions o = options_of(s);
-  const auto ok = faults_for(tp, o.sp, o.recompute, m.V % tp != 0);
-  for (Fault f : o.faults) {
-    if (std::find(ok.begin(), ok.end(), f) != ok.end()) continue;
-    std::string where;
-    for (Fault g : ok) where += (where.empty() ? "" : ", ") + fault_name(g);
-    throw InputError("strategy.faults: " + fault_name(f) + " does not apply to " + mesh_text(s.mesh) + " " +
-                     strategy_text(s) + " (faults that apply here: " + (where.empty() ? "none" : where) + ")");
+  if (cp == 1) {
+    dp::validate(d, s.train);
+  } else {  // the component's structure over dp x cp ranks; the batch over the dp replicas
+    dp::validate(component_options_of(s));
+    dp::DpOptions replicas;
+    replicas.dp = d.dp;
+    dp::validate(replicas, s.train);
+    require(!d.has(dp::Fault::sync_wrong_microbatch) || s.train.microbatches >= 2,
+            "strategy.faults: sync_wrong_microbatch needs train.microbatches >= 2 (the first is the last)");
   }
+  const TpOptions o = options_of(s);
+  auto refuse = [&](const std::string& f, const std::string& ok) {
+    throw InputError("strategy.faults: " + f + " does not apply to " + mesh_text(s.mesh) + " " + strategy_text(s) +
+                     " (faults that apply here: " + (ok.empty() ? "none" : ok) + ")");
+  };
+  const auto tp_ok = faults_for(tp, o.sp, o.recompute, m.V % tp != 0);
+  const auto cp_ok = cp::faults_for(o.context);
+  std::string where;
+  for (Fault g : tp_ok) where += (where.empty() ? "" : ", ") + fault_name(g);
+  for (cp::Fault g : cp_ok) where += (where.empty() ? "" : ", ") + cp::fault_name(g);
+  for (Fault f : o.faults)
+    if (std::find(tp_ok.begin(), tp_ok.end(), f) == tp_ok.end()) refuse(fault_name(f), where);
+  for (cp::Fault f : o.context.faults)
+    if (std::find(cp_ok.begin(), cp_ok.end(), f) == cp_ok.end()) refuse(cp::fault_name(f), where);
 }
 
 std::string describe(const RunSpec& s) {
-  std::string d = "tp" + std::to_string(s.mesh.tp);
+  std::string d;
+  if (s.mesh.tp > 1 || s.mesh.cp == 1) d = "tp" + std::to_string(s.mesh.tp);
   if (s.tensor.sp) d += " sp";
+  if (s.mesh.cp > 1) {
+    d += std::string(d.empty() ? "" : " ") + "cp" + std::to_string(s.mesh.cp) + " " +
+         std::string(cp_algo_name(s.context.algo)) + (s.context.zigzag ? " zigzag" : " contiguous");
+  }
   if (s.tensor.recompute != Recompute::none) d += " recompute=" + std::string(recompute_name(s.tensor.recompute));
   d += " x " + data_options_of(s).describe();
   if (s.train.microbatches > 1) d += " accum" + std::to_string(s.train.microbatches);
   return d;
 }
 
-// Row-parallel GEMMs sum partial products over tp: not the reference's order.
+// Row-parallel GEMMs sum partial products over tp, context parallel merges
+// attention blocks by log-sum-exp: not the reference's order.
 bool bitwise(const RunSpec&, BackendKind) { return false; }
 
 Replay replay(const RunSpec& s) { return {dp::replay_plan(data_options_of(s), s.train), false}; }
@@ -119,6 +172,7 @@ std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world) {
   return make_typed_rank<TpRank>(s.train.precision, s, world);
 }
 
+namespace {
 }  // namespace
 
 const Strategy& strategy() {

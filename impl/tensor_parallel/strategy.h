@@ -11,15 +11,30 @@ namespace pb::tp {
 
 const Strategy& strategy();
 
+// The pieces of the registration that the context-parallel one shares (a
+// cp > 1 run is the same rank: impl/context_parallel/strategy.h).
+void validate_spec(const RunSpec& s);
+std::string describe(const RunSpec& s);
+bool bitwise(const RunSpec& s, BackendKind b);
+Replay replay(const RunSpec& s);
+std::optional<RunSpec> bitwise_twin(const RunSpec& s);
+std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world);
+
 // The tensor axis of `s` (its tensor-parallel faults parsed).
 TpOptions options_of(const RunSpec& s);
-// The data axis of `s`, less the tensor-parallel faults.
+// The data axis of `s`, less the tensor- and context-parallel faults (its dp
+// ranks; ranks_per_node counts dp ranks).
 dp::DpOptions data_options_of(const RunSpec& s);
+// The data-parallel component's options: the data axis over the dp x cp
+// ranks that hold the same parameters (Megatron reduces gradients and shards
+// the optimizer over that combined group); data_options_of when cp = 1.
+dp::DpOptions component_options_of(const RunSpec& s);
 // The cost shape of a rank of `s`.
 TpShape tp_shape(const RunSpec& s);
-// Elements of tp-replicated parameters whose gradients dp rank `dp_rank`
-// holds after the step's reduction (all of them for DDP; its owned slices'
-// part when sharded): what sequence parallel all-reduces over tp per step.
-int64_t replicated_grads_held(const RunSpec& s, int dp_rank);
+// Elements of tp-replicated parameters whose gradients the component's rank
+// `rank` (its dp x cp group rank, cp + CP * dp) holds after the step's
+// reduction (all of them for DDP; its owned slices' part when sharded): what
+// sequence parallel all-reduces over tp per step.
+int64_t replicated_grads_held(const RunSpec& s, int rank);
 
 }  // namespace pb::tp

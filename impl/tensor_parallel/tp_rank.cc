@@ -19,16 +19,18 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world)
   require(world.size() == s.world(), "mesh: " + mesh_text(s.mesh) + " needs a world of " +
                                          std::to_string(s.world()) + " ranks, got " + std::to_string(world.size()));
   kernels::set_blas_threads(s.train.threads);
-  dpo_ = data_options_of(s);
-  comms_ = dp::make_dp_comms(world, s.mesh, dpo_);
+  // The component spans the dp x cp ranks (the same parameters, other tokens).
+  dpo_ = component_options_of(s);
+  comms_ = dp::make_dp_comms(world, s.mesh, dpo_, MeshAxis::dp_cp);
   tp_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::tp), "tp");
-  scalar_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::dp), "dp_scalar");
+  cp_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::cp), "cp");
+  scalar_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::dp_cp), "dp_scalar");
   check_ = world.split_groups(whole_world(world.size()), "check");
   dp_ = std::make_unique<dp::Component<T>>(dpo_, dp::model_units(layout_), layout_, s.train.seed, comms_, mem_);
   hooks_ = dp::make_hooks(*dp_, layout_, mem_);
   const TrainConfig& c = s.train;
-  runner_ = std::make_unique<TpRunner<T>>(layout_, o_, tp_.get(), data_, &mem_, c.batch / s.mesh.dp / c.microbatches,
-                                          c.seq);
+  runner_ = std::make_unique<TpRunner<T>>(layout_, o_, tp_.get(), s.mesh.cp > 1 ? cp_.get() : nullptr, data_, &mem_,
+                                          c.batch / s.mesh.dp / c.microbatches, c.seq);
   // tp rank > 0 holds copies of the replicated parameters: the norm counts tp rank 0's.
   if (tp_->rank() > 0 && !o_.has(Fault::norm_tp_times)) dp_->exclude_from_norm(layout_.replicated_ranges());
 }
@@ -49,6 +51,8 @@ StepStats TpRank<T>::step() {
   h.norm = [&](double& sq) {  // the other tp ranks' split parameters
     if (o_.tp > 1) tp_->all_reduce(&sq, &sq, 1, DType::f64);
   };
+  h.data_rank = mesh_coord(spec_.mesh, check_->rank()).dp;  // cp ranks share their replica's samples
+  if (o_.context.has(cp::Fault::loss_per_rank)) h.dloss_scale = o_.context.cp;  // by the tokens it holds
   const StepStats st =
       dp::data_parallel_step(*dp_, *hooks_, c, c.batch / spec_.mesh.dp / c.microbatches, step_, *scalar_, h);
   times_.wall_s = times_.busy_s = st.seconds;
@@ -84,12 +88,18 @@ Declared TpRank<T>::declared(int steps) const {
   Declared d = dp::declared_costs(dpo_, c, steps, units);
   const TpShape x = tp_shape(spec_);
   d.memory.push_back({"mem.activations", MemTag::activations, Place::device, activation_bytes(x)});
+  const int64_t n = int64_t(steps) * c.microbatches;
+  if (o_.context.cp > 1) {
+    const cp::CpLayerComm l = cp::layer_comm(attn_shape(x), x.recompute);
+    if (l.send()) d.add_comm("cp", CommOp::send, l.send() * c.model.L * n);
+    if (l.all_to_all()) d.add_comm("cp", CommOp::all_to_all, l.all_to_all() * c.model.L * n);
+  }
   if (o_.tp == 1) return d;
   const TpComm m = comm_per_microbatch(x);
-  const int64_t n = int64_t(steps) * c.microbatches;
   // Per microbatch, then once per step: the norm's partial sum and, with SP,
   // the replicated parameters' gradients this rank holds.
-  const int64_t held = o_.sp ? replicated_grads_held(spec_, mesh_coord(spec_.mesh, check_->rank()).dp) : 0;
+  const MeshCoord me = mesh_coord(spec_.mesh, check_->rank());
+  const int64_t held = o_.sp ? replicated_grads_held(spec_, me.cp + spec_.mesh.cp * me.dp) : 0;
   d.add_comm("tp", CommOp::all_reduce, m.all_reduce * n + step_bytes(o_.sp, held, x.elem_bytes) * steps);
   if (m.all_gather) d.add_comm("tp", CommOp::all_gather, m.all_gather * n);
   if (m.reduce_scatter) d.add_comm("tp", CommOp::reduce_scatter, m.reduce_scatter * n);

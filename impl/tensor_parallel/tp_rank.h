@@ -45,7 +45,7 @@ class TpRank : public Rank {
   ParamLayout full_layout_, layout_;
   MarkovSource data_;
   dp::DpComms comms_;
-  std::unique_ptr<Communicator> tp_, scalar_, check_;
+  std::unique_ptr<Communicator> tp_, cp_, scalar_, check_;
   dp::DpOptions dpo_;
   std::unique_ptr<dp::Component<T>> dp_;
   std::unique_ptr<dp::FamilyHooks<T>> hooks_;

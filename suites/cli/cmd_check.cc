@@ -30,6 +30,7 @@ struct CheckFlags {
   std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved", "zb-h1", "2bw"};
   std::vector<int> pps = {2, 4};
   std::vector<int> tps = {2, 3, 4};
+  std::vector<int> cps = {2, 3, 4};
   std::vector<std::string> meshes;      // --mesh: these meshes instead of the default matrix
   std::vector<std::string> strategies;  // --strategy: options applied to every --mesh point
   bool chaos = false;
@@ -59,12 +60,13 @@ StrategyRun point(const CheckFlags& f, const std::string& precision, const MeshS
     c.seq = mesh.tp > 1 ? 12 : 16;
     c.microbatches = 2 * mesh.pp;
     c.batch = c.microbatches * mesh.dp;
-  } else if (mesh.tp > 1 || s.spec.tensor.recompute != Recompute::none) {
-    // Tensor parallel: tiny-tp (12 heads: tp 2, 3, 4; a vocabulary of 67 that
-    // every tp pads) unless a model is named; 12 tokens so a microbatch's
-    // tokens split over tp 2, 3 and 4 under sequence parallel.
+  } else if (mesh.tp > 1 || mesh.cp > 1 || s.spec.tensor.recompute != Recompute::none) {
+    // Tensor and context parallel: tiny-tp (12 heads: tp or Ulysses' cp 2, 3,
+    // 4; a vocabulary of 67 that every tp pads) unless a model is named; 12
+    // tokens so a microbatch's tokens split over tp 2, 3 and 4 under sequence
+    // parallel and into 2cp zigzag chunks at cp 2 and 3; 16 at cp 4.
     c.model = named_model(f.model.empty() ? "tiny-tp" : f.model);
-    c.seq = std::min(12, c.model.maxT);
+    c.seq = std::min(mesh.cp > 1 && 12 % (2 * mesh.cp) ? 16 : 12, c.model.maxT);
     c.batch = 4 * mesh.dp;
   } else {
     c.model = named_model(f.model.empty() ? "tiny" : f.model);
@@ -145,6 +147,48 @@ void tensor_parallel_points(const CheckFlags& f, const std::string& prec, std::v
   }
 }
 
+// Context parallel: every --cp with ring (zigzag and contiguous) and Ulysses;
+// at the first --cp: dp 2 x every --shard (ring; hzero on two nodes, ZeRO-2 +
+// offload, ZeRO-3 with Ulysses), recomputation (ring full, Ulysses selective
+// and full), and CP x TP (tp 2: ring, Ulysses, ring with SP; dp2.tp2.cp2).
+void context_parallel_points(const CheckFlags& f, const std::string& prec, std::vector<StrategyRun>& runs) {
+  if (f.cps.empty()) return;
+  auto mesh = [](int dp, int tp, int cp) {
+    MeshShape m;
+    m.dp = dp, m.tp = tp, m.cp = cp;
+    return m;
+  };
+  for (int cp : f.cps) {
+    require(cp > 0, "--cp: context-parallel sizes must be > 0, got " + std::to_string(cp));
+    if (cp == 1) continue;
+    for (const char* opts : {"cp_algo=ring", "cp_algo=ring,zigzag=off", "cp_algo=ulysses"})
+      runs.push_back(point(f, prec, mesh(1, 1, cp), opts));
+  }
+  const int cp = f.cps.front();
+  if (cp == 1) return;
+  for (const auto& sh : f.shards) {
+    StrategyRun s = point(f, prec, mesh(2, 1, cp), "cp_algo=ring");
+    s.spec.data.shard = dp::parse_shard(sh, "--shard");
+    if (s.spec.data.shard == dp::Shard::hzero) s.spec.mesh.ranks_per_node = cp;  // two nodes of one replica each
+    if (s.spec.data.shard == dp::Shard::hsdp) s.spec.data.shard_group = cp;      // two replicas of one
+    runs.push_back(s);
+    if (s.spec.data.shard == dp::Shard::zero2) {
+      s.spec.data.offload = dp::Offload::optimizer;
+      runs.push_back(s);
+    }
+    if (s.spec.data.shard == dp::Shard::zero3) {
+      s.spec.context.algo = CpAlgo::ulysses;
+      runs.push_back(s);
+    }
+  }
+  for (const char* opts : {"cp_algo=ring,recompute=full", "cp_algo=ulysses,recompute=selective",
+                           "cp_algo=ulysses,recompute=full"})
+    runs.push_back(point(f, prec, mesh(1, 1, cp), opts));
+  for (const char* opts : {"cp_algo=ring", "cp_algo=ulysses", "cp_algo=ring,sp=on"})
+    runs.push_back(point(f, prec, mesh(1, 2, cp), opts));
+  runs.push_back(point(f, prec, mesh(2, 2, cp), "cp_algo=ring,shard=zero1"));
+}
+
 std::vector<StrategyRun> matrix(const CheckFlags& f) {
   std::vector<StrategyRun> runs;
   if (!f.meshes.empty()) {
@@ -206,6 +250,7 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
       }
     }
     tensor_parallel_points(f, prec, runs);
+    context_parallel_points(f, prec, runs);
     if (!f.tps.empty() && f.tps.front() > 1 && !f.pps.empty()) {  // TP x PP (1F1B, interleaved; SP; x dp2, ZeRO-3)
       const int tp = f.tps.front(), pp = f.pps.front();
       auto mesh = [&](int dp) {
@@ -300,9 +345,11 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--pp", f->pps, "pipeline sizes")->capture_default_str();
   app->add_option("--tp", f->tps, "tensor-parallel sizes (tiny-tp unless --model names another)")
       ->capture_default_str();
+  app->add_option("--cp", f->cps, "context-parallel sizes (tiny-tp unless --model names another)")
+      ->capture_default_str();
   app->add_option("--mesh", f->meshes,
-                  "meshes to check instead of the default matrix (dp2 dp2.pp2 tp2 tp2.sp dp2.tp2 ...; "
-                  ".sp turns sequence parallel on)");
+                  "meshes to check instead of the default matrix (dp2 dp2.pp2 tp2 tp2.sp dp2.tp2 cp2 tp2.cp2 ...; "
+                  ".sp turns sequence parallel on; cp_algo=ulysses and zigzag=off by --strategy)");
   app->add_option("--strategy", f->strategies,
                   "options for every --mesh point, e.g. shard=zero3,prefetch=2 schedule=zb-h1");
   app->add_flag("--chaos", f->chaos, "inject seeded random delays into every collective");
