@@ -8,6 +8,7 @@
 #include "impl/data_parallel/options.h"
 #include "impl/registry.h"
 #include "impl/tensor_parallel/options.h"
+#include "impl/tensor_parallel/strategy.h"
 
 namespace pb {
 
@@ -201,6 +202,29 @@ std::vector<FaultCatch> tp_fault_catches(Precision p) {
       out.push_back(classify(run_conformance(r), describe(base), tp::fault_name(f)));
     }
   }
+  return out;
+}
+
+StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p) {
+  StrategyRun s = tp_case(dp, tp, "", p);
+  s.spec.mesh.cp = cp;
+  s.spec.train.seq = 12 % (2 * cp) ? 16 : 12;
+  apply_strategy_text(s.spec, opts);
+  return s;
+}
+
+std::vector<FaultCatch> cp_fault_catches(Precision p) {
+  std::vector<FaultCatch> out;
+  const std::vector<StrategyRun> bases = {
+      cp_case(1, 1, 2, "cp_algo=ring", p),        cp_case(1, 1, 3, "cp_algo=ring", p),
+      cp_case(1, 1, 2, "zigzag=off", p),          cp_case(1, 1, 2, "cp_algo=ulysses", p),
+      cp_case(1, 2, 2, "cp_algo=ring,sp=on", p),  cp_case(2, 1, 2, "shard=zero3", p)};
+  for (const StrategyRun& base : bases)
+    for (cp::Fault f : cp::faults_for(tp::options_of(base.spec).context)) {
+      StrategyRun r = base;
+      r.spec.faults = {cp::fault_name(f)};
+      out.push_back(classify(run_conformance(r), describe(base), cp::fault_name(f)));
+    }
   return out;
 }
 

@@ -47,6 +47,13 @@ StrategyRun tp_case(int dp, int tp, const std::string& opts, Precision p);
 // SP, full recompute, x ZeRO-3 at dp 2), at precision p.
 std::vector<FaultCatch> tp_fault_catches(Precision p);
 
+// The context-parallel case: tiny-tp, dp x tp x cp, seq 12 (16 at cp 4),
+// three steps; `opts` in the strategy text form.
+StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p);
+// Every context-parallel fault where it applies (ring zigzag at cp 2 and 3,
+// ring contiguous, Ulysses, tp2.cp2, dp2.cp2 x ZeRO-3), at precision p.
+std::vector<FaultCatch> cp_fault_catches(Precision p);
+
 // A markdown table: strategy | fault | one column per precision (caught by).
 std::string catch_table_markdown(const std::vector<FaultCatch>& rows);
 
