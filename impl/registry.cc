@@ -21,11 +21,10 @@ const Strategy& strategy_for(const RunSpec& s) {
   auto note = [&](int size, const char* axis) {
     if (size > 1) missing += (missing.empty() ? "" : ", ") + std::string(axis) + std::to_string(size);
   };
-  if (s.mesh.pp > 1 || s.pipe.schedule) note(s.mesh.cp, "cp with pp");
   note(s.mesh.ep, "ep");
   throw InputError("mesh: " + mesh_text(s.mesh) + ": no strategy implements " +
                    (missing.empty() ? std::string("this combination") : missing) +
-                   " yet (implemented: dp, tp, cp and pp and their combinations but cp with pp, every data-axis option; tp with sp and recompute; cp ring or ulysses)");
+                   " yet (implemented: dp, tp, cp and pp and their combinations, every data-axis option; tp with sp and recompute; cp ring or ulysses)");
 }
 
 }  // namespace pb

@@ -60,10 +60,15 @@ parabench_mpi_test(NAME conformance_check_mpi_tp_pp_np8 NP 8
           --precision bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
 # Context parallel under mpirun: cp4 (ring zigzag and contiguous, Ulysses),
-# dp2.cp2 and tp2.cp2 at np 4 (ZeRO-3, SP); dp2.tp2.cp2 at np 8.
+# dp2.cp2 and tp2.cp2 at np 4 (ZeRO-3, SP); cp2.pp2 (1F1B, interleaved
+# Ulysses with ZeRO-3) at np 4; dp2.tp2.cp2 at np 8.
 parabench_mpi_test(NAME conformance_check_mpi_cp_np4 NP 4
   COMMAND $<TARGET_FILE:parabench> check --mesh cp4 dp2.cp2 tp2.cp2 tp2.cp2.sp
           --strategy cp_algo=ring cp_algo=ring,zigzag=off cp_algo=ulysses,shard=zero3 --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+parabench_mpi_test(NAME conformance_check_mpi_cp_pp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --mesh cp2.pp2 --strategy schedule=1f1b
+          schedule=interleaved,virtual_stages=2,cp_algo=ulysses,shard=zero3 --precision fp32 bf16-mixed
           --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 parabench_mpi_test(NAME conformance_check_mpi_cp_np8 NP 8
   COMMAND $<TARGET_FILE:parabench> check --mesh dp2.tp2.cp2 dp2.tp2.cp2.sp --strategy cp_algo=ring,shard=zero1

@@ -39,9 +39,18 @@ Schedule build_schedule(const PipelineOptions& o, const TrainConfig& cfg) {
   return s;
 }
 
-// data.ranks_per_node counts data-parallel ranks (a replica's tp ranks share its node).
-MeshShape mesh_of(const PipelineOptions& o) { return {o.dp(), o.tp(), 1, o.pp, o.data.ranks_per_node * o.tp()}; }
+// data.ranks_per_node counts data-parallel ranks (a replica's tp x cp ranks share its node).
+MeshShape mesh_of(const PipelineOptions& o) {
+  return {o.dp(), o.tp(), o.cp(), o.pp, o.data.ranks_per_node * o.tp() * o.cp()};
+}
 }  // namespace
+
+dp::DpOptions PipelineOptions::component() const {
+  dp::DpOptions c = data;
+  c.dp *= cp();
+  c.ranks_per_node *= cp();
+  return c;
+}
 
 template <class T>
 PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world)
@@ -60,6 +69,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   pr_ = mc.pp;
   dr_ = mc.dp;
   tr_ = mc.tp;
+  cr_ = mc.cp;
   m_ = cfg.microbatches;
   Bm_ = model_.B();
   pp_ = world.split_groups(mesh_groups(mesh, MeshAxis::pp), "pp");
@@ -67,13 +77,14 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   if (o.pp > 1)
     for (const auto& g : mesh_groups(mesh, MeshAxis::pp)) tied.push_back({g.front(), g.back()});
   tied_ = world.split_groups(tied, "pp_tied");
-  dpc_ = dp::make_dp_comms(world, mesh, o.data);
+  dpc_ = dp::make_dp_comms(world, mesh, o.component(), MeshAxis::dp_cp);
   scalar_ = world.split_groups(whole_world(world.size()), "pp_scalar");
   check_ = world.split_groups(whole_world(world.size()), "check");
   if (o.tp() > 1) tp_ = world.split_groups(mesh_groups(mesh, MeshAxis::tp), "tp");
+  if (o.cp() > 1) cp_ = world.split_groups(mesh_groups(mesh, MeshAxis::cp), "cp");
 
   su_ = stage_units(layout_, part_, pr_);
-  dp_ = std::make_unique<dp::Component<T>>(o.data, su_.units, layout_, cfg.seed, dpc_, mem_);
+  dp_ = std::make_unique<dp::Component<T>>(o.component(), su_.units, layout_, cfg.seed, dpc_, mem_);
   replicated_ = layout_.replicated_ranges();
   if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) dp_->exclude_from_norm(replicated_);
   if (o.tensor.sp) sp_held_ = dp_->held_grads_in(replicated_);
@@ -86,7 +97,8 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
     for (int i = 0; i < (two ? 2 : 1); ++i)
       head_grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(layout_.wpe_offset()));
   const size_t N = size_t(Bm_) * cfg.seq;
-  if (o.tp() > 1) tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_.get(), nullptr, &mem_, Bm_, cfg.seq);
+  if (o.tp() > 1 || o.cp() > 1)
+    tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_.get(), cp_.get(), &mem_, Bm_, cfg.seq);
   dxa_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   dxb_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   tok_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
@@ -167,7 +179,7 @@ typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
   if (!fresh) return it->second;
   const StageSlice& st = part_.at(pr_, k.second);
   const auto& m = cfg_.model;
-  const size_t N = size_t(Bm_) * cfg_.seq;
+  const size_t N = tpm_ ? size_t(tpm_->tokens()) : size_t(Bm_) * cfg_.seq;  // this rank's tokens
   Live& lv = it->second;
   lv.x_in = Buffer<T>(&mem_, MemTag::activations, size_t(boundary_elems()));
   if (st.embedding) lv.tokens = Buffer<int32_t>(&mem_, MemTag::activations, N);
@@ -240,8 +252,13 @@ void PipelineRank<T>::forward(const Action& a) {
   if (st.embedding || st.head) {
     const int64_t step = s_.async_weights ? mb / m_ : step_;
     data_.batch(step, int64_t(dr_ * m_ + mb % m_) * Bm_, Bm_, cfg_.seq, tok_tmp_.data(), tgt_tmp_.data());
-    if (st.embedding) std::memcpy(lv.tokens.data(), tok_tmp_.data(), N * sizeof(int32_t));
-    if (st.head) std::memcpy(lv.targets.data(), tgt_tmp_.data(), N * sizeof(int32_t));
+    if (o_.cp() > 1) {  // this rank's tokens of the sequences
+      tpm_->select_tokens(tok_tmp_.data(), tgt_tmp_.data(), st.embedding ? lv.tokens.data() : nullptr,
+                          st.head ? lv.targets.data() : nullptr);
+    } else {
+      if (st.embedding) std::memcpy(lv.tokens.data(), tok_tmp_.data(), N * sizeof(int32_t));
+      if (st.head) std::memcpy(lv.targets.data(), tgt_tmp_.data(), N * sizeof(int32_t));
+    }
   }
   if (st.embedding) {
     const T* wte = param(mb, su_.wte, false);
@@ -289,8 +306,9 @@ void PipelineRank<T>::backward(const Action& a) {
   const T* dout;
   if (st.head) {
     const int fin = su_.of_model[size_t(layout_.final_unit())], w = o_.pp > 1 ? su_.tied : su_.wte;
-    const double tokens = o_.data.has(dp::Fault::grad_not_averaged) ? double(cfg_.tokens_per_step()) / o_.dp()
-                                                                    : double(cfg_.tokens_per_step());
+    double tokens = o_.data.has(dp::Fault::grad_not_averaged) ? double(cfg_.tokens_per_step()) / o_.dp()
+                                                              : double(cfg_.tokens_per_step());
+    if (o_.tensor.context.has(cp::Fault::loss_per_rank)) tokens /= o_.cp();  // by the tokens the rank holds
     const T* lnf = param(mb, fin, true);
     const T* wte = param(mb, w, true);
     if (tpm_)

@@ -77,6 +77,10 @@ struct PipelineOptions {
   PipelineFaults faults;
   int dp() const { return data.dp; }
   int tp() const { return tensor.tp; }
+  int cp() const { return tensor.context.cp; }
+  // The stage's data-parallel component: the data axis over the dp x cp ranks
+  // that hold the same parameters (= data when cp = 1).
+  dp::DpOptions component() const;
   std::string describe(int microbatches) const;  // e.g. "1f1b pp4 v1 m8 x zero3 dp2 prefetch1"
 };
 
@@ -168,9 +172,9 @@ class PipelineRank : public Rank {
   Partition part_;
   Schedule s_;
   StageUnits su_;
-  int pr_ = 0, dr_ = 0, tr_ = 0, m_ = 1, Bm_ = 1;
-  std::unique_ptr<Communicator> pp_, tied_, scalar_, check_, tp_;
-  std::unique_ptr<tp::TpModel<T>> tpm_;  // tp > 1
+  int pr_ = 0, dr_ = 0, tr_ = 0, cr_ = 0, m_ = 1, Bm_ = 1;
+  std::unique_ptr<Communicator> pp_, tied_, scalar_, check_, tp_, cp_;
+  std::unique_ptr<tp::TpModel<T>> tpm_;  // tp > 1 or cp > 1
   std::vector<std::pair<int64_t, int64_t>> replicated_;  // flat ranges of tp-replicated params
   int64_t sp_held_ = 0;  // SP: replicated gradient elements this rank all-reduces over tp per step
   dp::DpComms dpc_;

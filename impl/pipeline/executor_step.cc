@@ -26,6 +26,9 @@ std::string PipelineOptions::describe(int microbatches) const {
   std::string d = std::string(schedule_name(kind)) + " pp" + std::to_string(pp) + " v" +
                   std::to_string(virtual_stages) + " m" + std::to_string(microbatches);
   if (tp() > 1) d += " x tp" + std::to_string(tp()) + (tensor.sp ? " sp" : "");
+  if (cp() > 1)
+    d += " x cp" + std::to_string(cp()) + " " + std::string(cp_algo_name(tensor.context.algo)) +
+         (tensor.context.zigzag ? " zigzag" : " contiguous");
   if (data.dp > 1 || data.shard != dp::Shard::none) {
     d += " x " + std::string(dp::shard_name(data.shard)) + " dp" + std::to_string(data.dp);
     if (data.offload == dp::Offload::optimizer) d += " offload";
@@ -35,6 +38,7 @@ std::string PipelineOptions::describe(int microbatches) const {
   if (kind == ScheduleKind::pipedream_2bw) d += " (judged against delayed-weight training)";
   for (dp::Fault f : data.faults) d += " fault:" + dp::fault_name(f);
   for (tp::Fault f : tensor.faults) d += " fault:" + tp::fault_name(f);
+  for (cp::Fault f : tensor.context.faults) d += " fault:" + cp::fault_name(f);
   return d + faults.describe();
 }
 
@@ -46,10 +50,10 @@ ScheduleConfig schedule_config(const PipelineOptions& o, const TrainConfig& cfg)
 void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   cfg.validate();
   require(o.dp() >= 1, "dp: must be >= 1, got " + std::to_string(o.dp()));
-  check_pipeline_mesh(world / o.tp(), o.pp);
-  require(world == o.dp() * o.tp() * o.pp, "dp: world size " + std::to_string(world) +
-                                               " must equal dp * tp * pp = " +
-                                               std::to_string(o.dp() * o.tp() * o.pp));
+  check_pipeline_mesh(world / (o.tp() * o.cp()), o.pp);
+  require(world == o.dp() * o.tp() * o.cp() * o.pp, "dp: world size " + std::to_string(world) +
+                                                        " must equal dp * tp * cp * pp = " +
+                                                        std::to_string(o.dp() * o.tp() * o.cp() * o.pp));
   require(o.tensor.recompute == Recompute::none,
           "strategy.recompute: recomputation inside pipeline stages is not implemented yet");
   const auto tp_ok = tp::faults_for(o.tp(), o.tensor.sp, o.tensor.recompute, cfg.model.V % o.tp() != 0);
@@ -57,25 +61,38 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
     require(std::find(tp_ok.begin(), tp_ok.end(), f) != tp_ok.end(),
             "strategy.faults: " + tp::fault_name(f) + " does not apply to this pipeline (tensor-parallel faults "
                 "need tp > 1 in the mesh; recompute_wrong_input needs recompute, which stages do not run)");
-  if (o.tp() > 1) {
+  if (o.tp() > 1 || o.cp() > 1) {
     require(o.kind == ScheduleKind::gpipe || o.kind == ScheduleKind::one_f_one_b ||
                 o.kind == ScheduleKind::interleaved,
             "strategy.schedule: " + std::string(schedule_name(o.kind)) +
-                " with tp > 1 is not implemented (tensor-parallel stages run gpipe, 1f1b, interleaved)");
+                " with tp or cp > 1 is not implemented (tensor- and context-parallel stages run gpipe, 1f1b, "
+                "interleaved)");
     require(cfg.model.NH % o.tp() == 0, "mesh.tp: tp" + std::to_string(o.tp()) + " does not divide model.heads = " +
                                             std::to_string(cfg.model.NH));
-    const int64_t tokens = int64_t(cfg.batch) / (o.dp() * cfg.microbatches) * cfg.seq;
+    const int64_t tokens = int64_t(cfg.batch) / (o.dp() * cfg.microbatches) * cfg.seq / o.cp();
     require(!o.tensor.sp || tokens % o.tp() == 0,
-            "strategy.sp: a microbatch's " + std::to_string(tokens) + " tokens do not split over tp" +
-                std::to_string(o.tp()));
+            "strategy.sp: a microbatch's " + std::to_string(tokens) + " tokens" +
+                (o.cp() > 1 ? " on a cp rank" : "") + " do not split over tp" + std::to_string(o.tp()));
   }
+  if (o.cp() > 1) {
+    cp::validate_seq(cfg.seq, o.cp(), o.tensor.context.zigzag, "train.seq");
+    const int heads = cfg.model.NH / o.tp();
+    require(o.tensor.context.algo != CpAlgo::ulysses || heads % o.cp() == 0,
+            "strategy.cp_algo: ulysses shards the heads over cp: model.heads / tp = " + std::to_string(heads) +
+                " is not divisible by cp" + std::to_string(o.cp()) + "; use cp_algo=ring");
+  }
+  const auto cp_ok = cp::faults_for(o.tensor.context);
+  for (cp::Fault f : o.tensor.context.faults)
+    require(std::find(cp_ok.begin(), cp_ok.end(), f) != cp_ok.end(),
+            "strategy.faults: " + cp::fault_name(f) + " does not apply to this pipeline (context-parallel faults need "
+                "cp > 1; the ring's need cp_algo=ring, the zigzag ones zigzag=on)");
   partition_layers(cfg.model.L, o.pp, o.virtual_stages);  // more stages than layers
   check_config(o.kind, schedule_config(o, cfg));
   const int split = o.dp() * cfg.microbatches;
   require(cfg.batch % split == 0, "train.batch: " + std::to_string(cfg.batch) +
                                       " sequences do not split into dp * microbatches = " +
                                       std::to_string(split) + " equal microbatches");
-  dp::validate(o.data);
+  dp::validate(o.component());
   require(o.kind != ScheduleKind::pipedream_2bw || o.data.shard <= dp::Shard::zero1,
           "strategy.shard: 2bw keeps two weight versions in full; it composes with none or zero1, got " +
               std::string(dp::shard_name(o.data.shard)));
@@ -166,7 +183,7 @@ double PipelineRank<T>::reduce_grads(T* hg) {
   }
   if (tp_ && o_.tensor.sp && !o_.tensor.has(tp::Fault::skip_sp_grad_reduce))  // SP: partial per tp rank
     dp_->all_reduce_held_grads(replicated_, *tp_);
-  if (dp::shard_group(o_.data) > 1) {  // per-rank partials over owned slices, world rank order
+  if (dp::shard_group(o_.component()) > 1) {  // per-rank partials over owned slices, world rank order
     double sq = dp_->local_sq();
     scalar_->all_reduce(&sq, &sq, 1, DType::f64);
     return sq;
@@ -175,7 +192,7 @@ double PipelineRank<T>::reduce_grads(T* hg) {
   // all-reduce is exact), added in unit order: the same bits for every pp, v
   // and schedule. Unit 0 is wte + wpe, back to back.
   std::vector<double> unit_sq(size_t(layout_.num_units()), 0.0);
-  if (dr_ == 0)
+  if (dr_ == 0 && cr_ == 0)  // the replicas (and the cp ranks) hold the same reduced gradients
     for (int u = 0; u < layout_.num_units(); ++u) {
       const int i = su_.of_model[size_t(u)];
       if (i < 0) continue;
@@ -189,7 +206,10 @@ double PipelineRank<T>::reduce_grads(T* hg) {
 
 template <class T>
 tp::TpShape PipelineRank<T>::tp_shape() const {
-  return tp::make_shape(cfg_.model, o_.tp(), o_.tensor.sp, o_.tensor.recompute, Bm_, cfg_.seq, cfg_.precision);
+  tp::TpShape x = tp::make_shape(cfg_.model, o_.tp(), o_.tensor.sp, o_.tensor.recompute, Bm_, cfg_.seq, cfg_.precision);
+  x.cp = o_.cp();
+  x.algo = o_.tensor.context.algo;
+  return x;
 }
 
 template <class T>
@@ -324,7 +344,7 @@ Declared PipelineRank<T>::declared(int steps) const {
     sizes.push_back(su_.units[i].size);
     uses.push_back({su_.units[i].size, su_.fwd_uses[i], su_.bwd_uses[i]});
   }
-  const dp::DataAxis axis = dp::data_axis(o_.data, cfg_.precision, m_);
+  const dp::DataAxis axis = dp::data_axis(o_.component(), cfg_.precision, m_);
   const dp::ModelStateBytes ms = dp::model_state_bytes(sizes, axis);
   const int64_t versions = s_.async_weights ? 2 : 1;
   const int64_t head = o_.pp == 1 && dp_->grads_full() ? wte * db * versions : 0;
@@ -362,6 +382,14 @@ Declared PipelineRank<T>::declared(int steps) const {
     d.add_comm("tp", CommOp::all_reduce, c.all_reduce * n + (o_.tensor.sp ? sp_held_ * db * steps : 0));
     if (c.all_gather) d.add_comm("tp", CommOp::all_gather, c.all_gather * n);
     if (c.reduce_scatter) d.add_comm("tp", CommOp::reduce_scatter, c.reduce_scatter * n);
+  }
+  if (o_.cp() > 1) {  // the context axis: its attention in every layer of the stage's chunks
+    int64_t layers = 0;
+    for (int ch = 0; ch < o_.virtual_stages; ++ch) layers += part_.at(pr_, ch).num_blocks;
+    const cp::CpLayerComm l = cp::layer_comm(tp::attn_shape(tp_shape()), o_.tensor.recompute);
+    const int64_t n = layers * m_ * steps;
+    if (l.send()) d.add_comm("cp", CommOp::send, l.send() * n);
+    if (l.all_to_all()) d.add_comm("cp", CommOp::all_to_all, l.all_to_all() * n);
   }
   return d;
 }

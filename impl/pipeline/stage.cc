@@ -96,12 +96,15 @@ int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64
 
 std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const Partition& part, int64_t B,
                                                      int64_t T, Precision p, const tp::TpOptions& o, bool split) {
-  const tp::TpShape x = tp::make_shape(m, o.tp, o.sp, o.recompute, B, T, p);
+  tp::TpShape x = tp::make_shape(m, o.tp, o.sp, o.recompute, B, T, p);
+  x.cp = o.context.cp;
+  x.algo = o.context.algo;
+  const bool model_parallel = o.tp > 1 || o.context.cp > 1;  // the stage runs TpModel's pieces
   std::vector<std::vector<int64_t>> table(size_t(part.pp));
   for (int r = 0; r < part.pp; ++r)
     for (int c = 0; c < part.v; ++c) {
       const StageSlice& st = part.at(r, c);
-      table[size_t(r)].push_back(o.tp > 1 ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head)
+      table[size_t(r)].push_back(model_parallel ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head)
                                           : chunk_activation_bytes(m, st, B, T, x.elem_bytes, x.acc_bytes, split));
     }
   return table;
@@ -114,12 +117,13 @@ int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
 }
 
 int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o) {
-  const int64_t N = B * T, held = o.tp > 1 && o.sp ? N / o.tp : N;
+  const int64_t N = B * T, local = N / o.context.cp, held = o.tp > 1 && o.sp ? local / o.tp : local;
+  const bool model_parallel = o.tp > 1 || o.context.cp > 1;
   int64_t bytes = 0;
   dispatch_dtype(storage_dtype(p), [&](auto t) {
     using U = decltype(t);
-    bytes = 2 * held * m.C * int64_t(sizeof(U)) + 2 * N * 4;  // dx ping-pong, tokens and targets
-    bytes += o.tp > 1 ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T)) : Scratch<U>::bytes(m, int(B), int(T));
+    bytes = 2 * held * m.C * int64_t(sizeof(U)) + 2 * N * 4;  // dx ping-pong, the sequences' tokens and targets
+    bytes += model_parallel ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T)) : Scratch<U>::bytes(m, int(B), int(T));
   });
   return bytes;
 }

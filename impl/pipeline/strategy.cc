@@ -28,15 +28,18 @@ PipelineOptions options_of(const RunSpec& s) {
 namespace {
 
 bool runs(const RunSpec& s) {
-  return s.mesh.cp == 1 && s.mesh.ep == 1 && (s.mesh.pp > 1 || s.pipe.schedule);
+  return s.mesh.ep == 1 && (s.mesh.pp > 1 || s.pipe.schedule);
 }
 
 void validate_spec(const RunSpec& s) {
-  require(s.context == ContextOptions{}, "strategy: context options (cp_algo, zigzag) need cp > 1 in the mesh");
+  require(s.mesh.cp > 1 || s.context == ContextOptions{},
+          "strategy: context options (cp_algo, zigzag) need cp > 1 in the mesh");
   require(!s.tensor.sp || s.mesh.tp > 1, "strategy.sp: sequence parallel needs tp > 1 in the mesh");
-  require(s.mesh.ranks_per_node % s.mesh.tp == 0, "mesh: rpn" + std::to_string(s.mesh.ranks_per_node) +
-                                                      " must be a multiple of tp" + std::to_string(s.mesh.tp) +
-                                                      " (a replica's tp ranks share a node)");
+  const int inner = s.mesh.tp * s.mesh.cp;
+  require(s.mesh.ranks_per_node % inner == 0,
+          "mesh: rpn" + std::to_string(s.mesh.ranks_per_node) + " must be a multiple of " +
+              (s.mesh.cp > 1 ? "tp x cp = " + std::to_string(inner) : "tp" + std::to_string(s.mesh.tp)) +
+              " (a replica's " + (s.mesh.cp > 1 ? "tp x cp" : "tp") + " ranks share a node)");
   validate(options_of(s), s.train, s.world());
 }
 
@@ -46,7 +49,8 @@ bool bitwise(const RunSpec& s, BackendKind b) {
   const PipelineOptions o = options_of(s);
   // DDP and ZeRO-1 sum after the flush, ZeRO-2 and the ZeRO-3 family per
   // microbatch (HSDP and hZeRO in two levels): the replay does the same sums.
-  if (b != BackendKind::local || o.tp() > 1) return false;  // tp: partial products summed over tp
+  // tp: partial products summed over tp; cp: attention blocks merged by log-sum-exp.
+  if (b != BackendKind::local || o.tp() > 1 || o.cp() > 1) return false;
   if (o.kind == ScheduleKind::pipedream_2bw) return true;  // against its delayed replay
   return accumulates_in_microbatch_order(make_schedule(o.kind, schedule_config(o, s.train)));
 }

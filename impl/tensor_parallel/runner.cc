@@ -115,6 +115,18 @@ int TpModel<T>::embed_position(int n) const {
 }
 
 template <class T>
+void TpModel<T>::select_tokens(const int32_t* all_tokens, const int32_t* all_targets, int32_t* tokens,
+                               int32_t* targets) const {
+  const bool wrong_targets = o_.context.has(cp::Fault::zigzag_targets);
+  for (int n = 0; n < N_; ++n) {
+    const size_t seq = size_t(n / Tl_) * Tn_;
+    if (tokens) tokens[n] = all_tokens[seq + size_t(position(n))];
+    const int tpos = wrong_targets ? cp_rank() * Tl_ + n % Tl_ : position(n);  // the fault: contiguous
+    if (targets) targets[n] = all_targets[seq + size_t(tpos)];
+  }
+}
+
+template <class T>
 const cp::AttentionStats* TpModel<T>::attention_stats() const {
   return ring_ ? &ring_->stats() : ulysses_ ? &ulysses_->stats() : nullptr;
 }
@@ -497,16 +509,9 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   const int N = model_.tokens();
   if (all_tokens_.empty()) {
     data_->batch(step, first, Bm_, Tn_, tokens_.data(), targets_.data());
-  } else {  // this rank's tokens of the whole sequences, at their true positions
+  } else {  // this rank's tokens of the whole sequences
     data_->batch(step, first, Bm_, Tn_, all_tokens_.data(), all_targets_.data());
-    const int Tl = N / Bm_;
-    const bool wrong_targets = o_.context.has(cp::Fault::zigzag_targets);
-    for (int n = 0; n < N; ++n) {
-      const size_t seq = size_t(n / Tl) * Tn_;
-      tokens_[size_t(n)] = all_tokens_[seq + size_t(model_.position(n))];
-      const int tpos = wrong_targets ? model_.cp_rank() * Tl + n % Tl : model_.position(n);  // fault: contiguous
-      targets_[size_t(n)] = all_targets_[seq + size_t(tpos)];
-    }
+    model_.select_tokens(all_tokens_.data(), all_targets_.data(), tokens_.data(), targets_.data());
   }
   for (int n = 0; n < N; ++n)
     require(targets_[size_t(n)] >= 0 && targets_[size_t(n)] < l.model().V, "tp: target outside the vocabulary");

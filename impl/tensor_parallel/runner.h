@@ -76,6 +76,10 @@ class TpModel {
   // The true position in its sequence of local token n (of N).
   int position(int n) const;
   int cp_rank() const { return place_ ? place_->rank() : 0; }
+  // This rank's tokens and targets (N) of the microbatch's whole sequences
+  // (Bm, Tn): each token at its true position (and the zigzag_targets fault).
+  // Either output may be null.
+  void select_tokens(const int32_t* all_tokens, const int32_t* all_targets, int32_t* tokens, int32_t* targets) const;
   const cp::AttentionStats* attention_stats() const;
   // A block's saved activations: everything, or (full recompute) the output
   // alone; the probabilities only when recompute is none.

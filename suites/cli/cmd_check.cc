@@ -53,11 +53,13 @@ StrategyRun point(const CheckFlags& f, const std::string& precision, const MeshS
   c.steps = f.steps;
   s.world.chaos.enabled = f.chaos;
   if (mesh.pp > 1 || s.spec.pipe.schedule) {
-    // Tensor parallel inside the stages: tiny-tp's heads and padded vocabulary.
-    c.model = named_model(!f.model.empty() ? f.model : mesh.tp > 1 ? "tiny-tp" : "tiny");
+    // Tensor or context parallel inside the stages: tiny-tp's heads and
+    // padded vocabulary; 12 tokens (16 where 2cp does not divide 12).
+    const bool model_parallel = mesh.tp > 1 || mesh.cp > 1;
+    c.model = named_model(!f.model.empty() ? f.model : model_parallel ? "tiny-tp" : "tiny");
     c.model.L = 8;
     c.model.name += "-l8";
-    c.seq = mesh.tp > 1 ? 12 : 16;
+    c.seq = !model_parallel ? 16 : mesh.cp > 1 && 12 % (2 * mesh.cp) ? 16 : 12;
     c.microbatches = 2 * mesh.pp;
     c.batch = c.microbatches * mesh.dp;
   } else if (mesh.tp > 1 || mesh.cp > 1 || s.spec.tensor.recompute != Recompute::none) {
@@ -150,7 +152,9 @@ void tensor_parallel_points(const CheckFlags& f, const std::string& prec, std::v
 // Context parallel: every --cp with ring (zigzag and contiguous) and Ulysses;
 // at the first --cp: dp 2 x every --shard (ring; hzero on two nodes, ZeRO-2 +
 // offload, ZeRO-3 with Ulysses), recomputation (ring full, Ulysses selective
-// and full), and CP x TP (tp 2: ring, Ulysses, ring with SP; dp2.tp2.cp2).
+// and full), CP x TP (tp 2: ring, Ulysses, ring with SP; dp2.tp2.cp2), and
+// CP x PP (cp2.pp2 1F1B ring and interleaved Ulysses; dp2.cp2.pp2 ZeRO-3;
+// tp2.cp2.pp2 SP) at the first --pp.
 void context_parallel_points(const CheckFlags& f, const std::string& prec, std::vector<StrategyRun>& runs) {
   if (f.cps.empty()) return;
   auto mesh = [](int dp, int tp, int cp) {
@@ -187,6 +191,16 @@ void context_parallel_points(const CheckFlags& f, const std::string& prec, std::
   for (const char* opts : {"cp_algo=ring", "cp_algo=ulysses", "cp_algo=ring,sp=on"})
     runs.push_back(point(f, prec, mesh(1, 2, cp), opts));
   runs.push_back(point(f, prec, mesh(2, 2, cp), "cp_algo=ring,shard=zero1"));
+  if (f.pps.empty() || f.pps.front() < 2) return;
+  const std::pair<MeshShape, const char*> staged[] = {
+      {mesh(1, 1, cp), "schedule=1f1b"},
+      {mesh(1, 1, cp), "schedule=interleaved,virtual_stages=2,cp_algo=ulysses"},
+      {mesh(2, 1, cp), "schedule=1f1b,shard=zero3"},
+      {mesh(1, 2, cp), "schedule=1f1b,sp=on"}};
+  for (auto [m, opts] : staged) {
+    m.pp = f.pps.front();
+    runs.push_back(point(f, prec, m, opts));
+  }
 }
 
 std::vector<StrategyRun> matrix(const CheckFlags& f) {

@@ -52,6 +52,7 @@ void apply_spec(const PlanFlags& f, planner::PlanInput& in) {
   in.offload = spec.data.offload;
   in.hsdp_group = spec.data.shard_group;
   in.sp = spec.tensor.sp;
+  in.cp_algo = spec.context.algo;
   in.recompute = spec.tensor.recompute;
   in.schedule = spec.pipe.schedule.value_or(pipeline::ScheduleKind::one_f_one_b);
   in.virtual_stages = spec.pipe.virtual_stages;

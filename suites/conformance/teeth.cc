@@ -213,12 +213,24 @@ StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p
   return s;
 }
 
+namespace {
+// Ring attention inside two 1F1B stages: cp2.pp2, tiny-tp four blocks deep.
+StrategyRun cp_pipeline_case(Precision p) {
+  StrategyRun s = cp_case(1, 1, 2, "schedule=1f1b", p);
+  s.spec.mesh.pp = 2;
+  s.spec.train.model.L = 4;
+  s.spec.train.microbatches = 4;
+  s.spec.train.batch = 4;
+  return s;
+}
+}  // namespace
+
 std::vector<FaultCatch> cp_fault_catches(Precision p) {
   std::vector<FaultCatch> out;
   const std::vector<StrategyRun> bases = {
       cp_case(1, 1, 2, "cp_algo=ring", p),        cp_case(1, 1, 3, "cp_algo=ring", p),
       cp_case(1, 1, 2, "zigzag=off", p),          cp_case(1, 1, 2, "cp_algo=ulysses", p),
-      cp_case(1, 2, 2, "cp_algo=ring,sp=on", p),  cp_case(2, 1, 2, "shard=zero3", p)};
+      cp_case(1, 2, 2, "cp_algo=ring,sp=on", p),  cp_case(2, 1, 2, "shard=zero3", p), cp_pipeline_case(p)};
   for (const StrategyRun& base : bases)
     for (cp::Fault f : cp::faults_for(tp::options_of(base.spec).context)) {
       StrategyRun r = base;

@@ -51,7 +51,8 @@ std::vector<FaultCatch> tp_fault_catches(Precision p);
 // three steps; `opts` in the strategy text form.
 StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p);
 // Every context-parallel fault where it applies (ring zigzag at cp 2 and 3,
-// ring contiguous, Ulysses, tp2.cp2, dp2.cp2 x ZeRO-3), at precision p.
+// ring contiguous, Ulysses, tp2.cp2, dp2.cp2 x ZeRO-3, cp2.pp2 1F1B), at
+// precision p.
 std::vector<FaultCatch> cp_fault_catches(Precision p);
 
 // A markdown table: strategy | fault | one column per precision (caught by).

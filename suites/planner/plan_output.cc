@@ -98,7 +98,7 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
   }
   if (w.comm > 0) mem(r.stages.size() > 1 ? "comm buffers (estimate)" : "comm buffers", w.comm);
   if (w.comm < 0) o += fmt("  %-36s %10s\n", "comm buffers", "n/a");
-  if (w.workspace >= 0) mem("workspace (reference runner)", w.workspace);
+  if (w.workspace >= 0) mem("workspace (runner scratch)", w.workspace);
   else o += fmt("  %-36s %10s\n", "workspace (cp/pp: not modeled)", "n/a");
   mem(w.all_known() && w.workspace >= 0 ? "total device"
       : w.all_known()                   ? "total device (without workspace)"

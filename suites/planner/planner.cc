@@ -17,6 +17,7 @@ namespace pb::planner {
 namespace {
 
 int elem_bytes(Precision p) { return p == Precision::fp64 ? 8 : p == Precision::fp32 ? 4 : 2; }
+int acc_bytes(Precision p) { return p == Precision::fp64 ? 8 : 4; }
 
 bool spans(int64_t span, int64_t rpn) { return rpn > 0 && span > rpn; }
 
@@ -110,21 +111,26 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   tpo.tp = in.tp;
   tpo.sp = in.sp;
   tpo.recompute = in.recompute;
+  tpo.context.cp = in.cp;
+  tpo.context.algo = in.cp_algo;
   const bool staged = pipe.part.pp > 1 || pipe.part.v > 1;
   if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
     s.workspace = pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo);
-  } else if (in.shape && in.cp == 1 && !staged) {
-    if (in.tp == 1 && in.recompute == Recompute::none) {  // the reference's runner
+  } else if (in.shape && !staged) {
+    if (in.tp == 1 && in.cp == 1 && in.recompute == Recompute::none) {  // the reference's runner
       s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision);
     } else {  // the tensor-parallel runner (recompute at tp 1 too)
       s.workspace = tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision);
     }
   }
-  if (in.shape && !in.dropout && in.cp == 1 && pipe.part.pp == 1 && pipe.part.v == 1) {
-    // The reference layout on one stage: what the tensor-parallel rank (and,
-    // at tp 1, the reference runner) declares and allocates, exactly.
-    s.activations = tp::activation_bytes(
-        tp::make_shape(*in.shape, in.tp, in.sp, in.recompute, in.microbatch_size, seq, in.precision));
+  if (in.shape && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
+    // The reference layout on one stage: what the tensor- and
+    // context-parallel rank (and, at tp 1, the reference runner) declares and
+    // allocates, exactly.
+    tp::TpShape x = tp::make_shape(*in.shape, in.tp, in.sp, in.recompute, in.microbatch_size, seq, in.precision);
+    x.cp = in.cp;
+    x.algo = in.cp_algo;
+    s.activations = tp::activation_bytes(x);
   } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
     // The reference layout in pipeline stages: the chunks' bytes a stage
     // declares and allocates (impl/pipeline/stage.h, tensor_parallel/cost.h),
@@ -136,8 +142,9 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
         rank);
   } else if (in.shape) {
     const ModelConfig& mc = *in.shape;
-    const ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
-                            elem_bytes(in.precision)};
+    ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
+                      elem_bytes(in.precision)};
+    x.algo = in.cp_algo;
     const int64_t units_held = pipe.in_flight[size_t(rank)];
     s.activations = units_held * max_chunk_layers(pipe.part, rank) * layer_activation_bytes(x, in.recompute);
     if (pipe.part.at(rank, 0).embedding) s.activations += units_held * first_stage_extra_bytes(x);
@@ -167,7 +174,6 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
   for (int c = 0; c < pipe.part.v; ++c) layers += pipe.part.at(rank, c).num_blocks;
   const bool first = pipe.part.at(rank, 0).embedding, last = pipe.part.at(rank, pipe.part.v - 1).head;
   const int64_t R = in.ranks_per_node;
-  const bool full = in.recompute == Recompute::full;
   if (in.tp > 1) {
     // The tensor axis's own figures (impl/tensor_parallel/cost.h): the layers
     // this rank holds, the vocabulary-parallel embedding on the first stage,
@@ -196,11 +202,17 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     add_row(out, "tp", "step", "all_reduce", in.tp, in.sp ? 2 : 1, tp::step_bytes(in.sp, held, int(e)) + norm, inter);
   }
   if (in.cp > 1) {
+    // The context axis's own figures (impl/context_parallel/cost.h): ring's
+    // K/V and dK/dV sends or Ulysses' all-to-alls, per layer and microbatch.
     const bool inter = spans(int64_t(in.tp) * in.cp, R);
-    const int64_t kv = 2 * b * sl * (mc.C / in.tp) * e, hops = m * layers * (in.cp - 1);
-    const int64_t bwd = full ? 3 : 2;  // K,V and dK,dV (+ the recomputed forward)
-    add_row(out, "cp", "fwd", "send_recv", in.cp, hops, hops * kv, inter);
-    add_row(out, "cp", "bwd", "send_recv", in.cp, bwd * hops, bwd * hops * kv, inter);
+    const cp::CpLayerComm c = cp::layer_comm({b, seq, mc.NH / in.tp, mc.C / mc.NH, in.cp, in.cp_algo, int(e),
+                                              int(acc_bytes(in.precision))},
+                                             in.recompute);
+    const int64_t n = m * layers;
+    add_row(out, "cp", "fwd", "send_recv", in.cp, n * c.fwd_send.calls, n * c.fwd_send.bytes, inter);
+    add_row(out, "cp", "bwd", "send_recv", in.cp, n * c.bwd_send.calls, n * c.bwd_send.bytes, inter);
+    add_row(out, "cp", "fwd", "all_to_all", in.cp, n * c.fwd_a2a.calls, n * c.fwd_a2a.bytes, inter);
+    add_row(out, "cp", "bwd", "all_to_all", in.cp, n * c.bwd_a2a.calls, n * c.bwd_a2a.bytes, inter);
   }
   if (in.pp > 1) {
     const bool inter = R > 0 && int64_t(in.tp) * in.cp * in.dp >= R;
@@ -276,14 +288,16 @@ PlanResult plan(const PlanInput& in) {
                                          in.virtual_stages);
   pipe.in_flight = pipeline::declared_peak_in_flight(in.schedule, pipe.cfg);
 
+  // Gradients are reduced and states sharded over the dp x cp ranks that hold
+  // the same parameters (Megatron-LM's data-parallel-with-context group).
   dp::DataAxis axis;
-  axis.dp = in.dp;
+  axis.dp = int64_t(in.dp) * in.cp;
   axis.shard = in.shard;
   axis.shard_group = in.hsdp_group;
   axis.offload = in.offload;
   axis.precision = in.precision;
   axis.ranks_per_node = in.ranks_per_node;
-  axis.stride = int64_t(in.tp) * in.cp;
+  axis.stride = in.tp;
   axis.grad_accum = r.microbatches;
 
   std::vector<int64_t> units, worst_units;

@@ -49,6 +49,7 @@ struct PlanInput {
   int64_t seq = 0;                   // 0: the shape's context length (1024 without shape)
   int dp = 1, tp = 1, cp = 1, pp = 1;
   bool sp = false;                   // Megatron sequence parallel (needs tp > 1)
+  CpAlgo cp_algo = CpAlgo::ring;     // context parallel: ring attention or Ulysses
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
   int virtual_stages = 1;            // interleaved only
   dp::Shard shard = dp::Shard::none;

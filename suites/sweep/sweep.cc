@@ -52,7 +52,7 @@ void non_empty(const std::vector<T>& v, const char* key) {
 struct RankOut {
   std::vector<double> seconds, wall, busy;  // per measured step
   int64_t mem[6] = {}, mem_total = 0, mem_host_total = 0;
-  int64_t dp_bytes = 0, pp_bytes = 0, inter_bytes = 0, tp_bytes = 0;
+  int64_t dp_bytes = 0, pp_bytes = 0, inter_bytes = 0, tp_bytes = 0, cp_bytes = 0;
   double blocked_s = 0;
 };
 
@@ -77,12 +77,14 @@ void run_rank(const RunSpec& spec, int warmup, Communicator& world, RankOut& out
     CommCounters c = log.by_group(g);
     if (g.rfind("dp", 0) == 0) out.dp_bytes += int64_t(c.bytes);
     if (g == "tp") out.tp_bytes += int64_t(c.bytes);
+    if (g == "cp") out.cp_bytes += int64_t(c.bytes);
     out.inter_bytes += int64_t(c.inter_node_bytes);
     out.blocked_s += c.blocked_s;
   }
   out.pp_bytes = int64_t(log.get("pp", CommOp::send).bytes + log.get("pp_tied", CommOp::all_reduce).bytes);
   out.dp_bytes /= n;
   out.tp_bytes /= n;
+  out.cp_bytes /= n;
   out.pp_bytes /= n;
   out.inter_bytes /= n;
   out.blocked_s /= n;
@@ -97,7 +99,8 @@ RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<
   std::vector<double> v(mine.seconds);
   v.insert(v.end(), mine.wall.begin(), mine.wall.end());
   for (int64_t m : mine.mem) v.push_back(double(m));
-  for (int64_t x : {mine.mem_total, mine.mem_host_total, mine.dp_bytes, mine.pp_bytes, mine.inter_bytes, mine.tp_bytes})
+  for (int64_t x : {mine.mem_total, mine.mem_host_total, mine.dp_bytes, mine.pp_bytes, mine.inter_bytes, mine.tp_bytes,
+                    mine.cp_bytes})
     v.push_back(double(x));
   v.push_back(mine.blocked_s);
   comm.all_reduce(v.data(), v.data(), v.size(), DType::f64, ReduceOp::max);
@@ -118,7 +121,8 @@ RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<
   out.pp_bytes = int64_t(rest[9]);
   out.inter_bytes = int64_t(rest[10]);
   out.tp_bytes = int64_t(rest[11]);
-  out.blocked_s = rest[12];
+  out.cp_bytes = int64_t(rest[12]);
+  out.blocked_s = rest[13];
   return out;
 }
 
@@ -281,6 +285,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     res.mem_host_total = all.mem_host_total;
     res.comm_dp_bytes = all.dp_bytes;
     res.comm_tp_bytes = all.tp_bytes;
+    res.comm_cp_bytes = all.cp_bytes;
     res.comm_pp_bytes = all.pp_bytes;
     res.comm_inter_node_bytes = all.inter_bytes;
     res.exposed_comm_s = all.blocked_s;
@@ -321,7 +326,7 @@ CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
   for (int t = 0; t < 6; ++t) rec.set(kMemCols[t], r.mem[t]);
   rec.set("mem_total", r.mem_total).set("mem_host_total", r.mem_host_total);
   rec.set("comm_dp_bytes", r.comm_dp_bytes).set("comm_tp_bytes", r.comm_tp_bytes);
-  rec.set("comm_cp_bytes", int64_t{0}).set("comm_pp_bytes", r.comm_pp_bytes).set("comm_ep_bytes", int64_t{0});
+  rec.set("comm_cp_bytes", r.comm_cp_bytes).set("comm_pp_bytes", r.comm_pp_bytes).set("comm_ep_bytes", int64_t{0});
   rec.set("comm_inter_node_bytes", r.comm_inter_node_bytes);
   rec.set("exposed_comm_s", r.exposed_comm_s).set("bubble", r.bubble);
   return rec;

@@ -129,6 +129,8 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.seq = r.seq;
   in.dp = spec.mesh.dp;
   in.tp = spec.mesh.tp;
+  in.cp = spec.mesh.cp;
+  in.cp_algo = spec.context.algo;
   in.sp = spec.tensor.sp;
   in.recompute = spec.tensor.recompute;
   in.pp = spec.mesh.pp;
