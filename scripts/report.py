@@ -98,6 +98,7 @@ def build(run_dir, out):
     plots = [("Scaling", report_plots.throughput), ("Memory", report_plots.memory),
              ("Communication", report_plots.comm_volume), ("Pipeline bubble", report_plots.bubble),
              ("Tensor parallel", report_plots.tensor_parallel),
+             ("Context parallel", report_plots.context_parallel),
              ("Collectives", report_plots.collectives),
              ("Pipeline", report_checks.timelines), ("Planner vs measured", report_checks.plan_vs_measured),
              ("Conformance", report_checks.conformance), ("Training", report_checks.losses)]

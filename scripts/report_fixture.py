@@ -99,6 +99,34 @@ def sweep_rows(rng, doctor):
                       est_bubble=r["bubble"])
             pl["mem_total"] = sum(pl[k] for k in mem if k in pl)
             plans.append(pl)
+    # Context parallel at cp2: ring (K/V blocks forward, K/V + dK/dV backward)
+    # and Ulysses (4 + 4 all-to-alls per layer), activations halved.
+    for algo, sent in (("ring", 6), ("ulysses", 8)):
+        p, g, o = model_states("ddp", 1, 1, 1)
+        act = int(batch * seq // 2 * C * 4 * 20 * L * rng.uniform(0.98, 1.02))
+        cpb = sent * batch * seq // 2 * C * 4 * L // (2 if algo == "ulysses" else 1)
+        mem = {"mem_params": p, "mem_grads": g, "mem_optimizer": o, "mem_activations": act, "mem_comm": 0,
+               "mem_workspace": 65536}
+        tps = base_tps * 2 * 0.7 * rng.uniform(0.97, 1.03)
+        r = common("sweep", 2, "dp1.tp1.cp2.pp1")
+        r.update(strategy="cp_algo=" + algo, model="small", precision="fp32", microbatches=1, global_batch=batch,
+                 seq_len=seq, scaling="strong", step_time_s=batch * seq / tps, tokens_per_s=tps * (1 + doctor),
+                 model_flops_per_s=tps * 6 * PSI, mfu=tps * 6 * PSI / (2 * 150e9), peak_flops=2 * 150e9,
+                 comm_dp_bytes=2 * 4 * PSI, comm_tp_bytes=0, comm_pp_bytes=0, comm_cp_bytes=cpb, comm_ep_bytes=0,
+                 comm_inter_node_bytes=0, exposed_comm_s=0.1 * batch * seq / tps, bubble=0,
+                 mem_total=sum(mem.values()), mem_host_total=0, **mem)
+        rows.append(r)
+        pl = common("plan", 2, "dp1.tp1.cp2.pp1")
+        pl["backend"] = "analytic"
+        est = tps * rng.uniform(1.05, 1.3)
+        pl.update(strategy="cp_algo=" + algo, model="small", precision="fp32", params=PSI, microbatches=1,
+                  global_batch=batch, seq_len=seq, mem_params=p, mem_grads=g, mem_optimizer=o, mem_activations=act,
+                  mem_comm=0, mem_workspace=65536, activation_bytes=act, comm_dp_bytes=2 * 4 * PSI, comm_tp_bytes=0,
+                  comm_pp_bytes=0, comm_cp_bytes=cpb, comm_ep_bytes=0, comm_inter_node_bytes=0,
+                  est_step_time_s=batch * seq / est, est_tokens_per_s=est, est_mfu=est * 6 * PSI / (2 * 150e9),
+                  peak_flops=2 * 150e9, est_bubble=0)
+        pl["mem_total"] = sum(pl[k] for k in mem if k in pl)
+        plans.append(pl)
     return rows, plans
 
 

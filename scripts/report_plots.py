@@ -257,6 +257,14 @@ def bubble(run, out):
              "beside the schedule's declared (p-1)/m over ideal, as a fraction.")]
 
 
+def _axis(row, axis):
+    """The size of a mesh axis ("tp", "cp", ...) in a row's mesh text (1 when absent)."""
+    for part in (row.get("mesh") or "").split("."):
+        if part.startswith(axis) and part[len(axis):].isdigit():
+            return int(part[len(axis):])
+    return 1
+
+
 def _tp_mode(strategy):
     """(sp, recompute) of a strategy text: "off"/"on", "none"/"selective"/"full"."""
     opts = dict(kv.split("=", 1) for kv in (strategy or "").split(",") if "=" in kv)
@@ -269,7 +277,7 @@ def tensor_parallel(run, out):
     impl/tensor_parallel/cost.h functions the conformance engine holds the
     rank to), per recompute mode and sequence parallel; and the bytes moved on
     the tp group per step, measured and planned."""
-    sweep = [r for r in ok(run["sweep"]) if any(a.startswith("tp") for a in (r.get("mesh") or "").split("."))]
+    sweep = [r for r in ok(run["sweep"]) if _axis(r, "tp") > 1]
     if not sweep:
         raise Skip("no sweep rows with tensor parallel")
     plan = {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
@@ -314,6 +322,50 @@ def tensor_parallel(run, out):
              "figures (cost.h layer_comm, embedding_comm, head_comm) over the step's microbatches, plus the "
              "once-per-step clip-norm partial sum and, with sequence parallel, the replicated parameters' "
              "gradients (cost.h step_bytes).")]
+
+
+def _cp_label(r):
+    opts = dict(kv.split("=", 1) for kv in (r.get("strategy") or "").split(",") if "=" in kv)
+    return "%s %s %s%s" % (r.get("model"), r.get("mesh"), opts.get("cp_algo", "ring"),
+                           "" if opts.get("cp_algo") == "ulysses" else
+                           (" contiguous" if opts.get("zigzag") == "off" else " zigzag"))
+
+
+def context_parallel(run, out):
+    """Every sweep point with cp > 1: activation bytes per rank and the bytes a
+    rank sends on the cp group per step, measured beside the plan (the same
+    impl/context_parallel/cost.h and tensor_parallel/cost.h functions the
+    conformance engine holds the rank to)."""
+    sweep = [r for r in ok(run["sweep"]) if _axis(r, "cp") > 1]
+    if not sweep:
+        raise Skip("no sweep rows with context parallel")
+    plan = {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
+            for r in ok(run["plan"])}
+    rows = sorted(sweep, key=lambda r: (r.get("model", ""), r.get("mesh", ""), r.get("strategy", "")))
+    fig, axes = plt.subplots(1, 2, figsize=(max(9, 1.1 * len(rows) + 3), 4.6))
+    for ax, (col, ylabel) in zip(axes, (("mem_activations", "activation bytes per rank"),
+                                        ("comm_cp_bytes", "bytes sent on the cp group per step"))):
+        pairs = []
+        for r in rows:
+            d = plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
+            pairs.append((num(r, col) or 0, num(d, col) if d else None))
+        div, unit = byte_unit(max([m for m, _ in pairs] + [x or 0 for _, x in pairs]))
+        for i, (m, x) in enumerate(pairs):
+            ax.bar(i - 0.19, m / div, 0.36, color="#55A868")
+            if x is not None:
+                ax.bar(i + 0.19, x / div, 0.36, color="white", edgecolor="black", hatch="//", linewidth=0.5)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([_cp_label(r) for r in rows], fontsize=7, rotation=40, ha="right")
+        ax.set_ylabel("%s (%s)" % (ylabel, unit))
+    axes[0].legend(handles=[Patch(color="#55A868", label="measured (sweep)"),
+                            Patch(facecolor="white", edgecolor="black", hatch="//", label="declared (plan)")],
+                   loc="upper right")
+    fig.suptitle("Context parallel: activations and cp bytes, measured vs declared")
+    return [(save(fig, out, "cp_memory_comm.png"), "Context parallel: activations and communication",
+             "Per rank, the peak activation bytes (activations fall as 1/cp; ring keeps a log-sum-exp per token "
+             "and head, Ulysses its heads' Q, K, V and probabilities over whole sequences) and the bytes sent on "
+             "the cp group per step (ring: cp-1 K/V blocks forward, cp-1 K/V blocks and dK/dV accumulators "
+             "backward per layer; Ulysses: 4 + 4 all-to-alls per layer), beside the plan's figures.")]
 
 
 def collectives(run, out):

@@ -85,12 +85,33 @@ TEST(ResultsCli, CheckTensorParallelBadSpecsExit2) {
       {"--mesh tp2.rpn3", "ranks_per_node"},
       {"--mesh tp2 --strategy faults=skip_sp_grad_reduce", "faults that apply here"},
       {"--mesh tp2 --strategy faults=bogus", "tensor-parallel faults"},
-      {"--mesh tp2.pp2 --strategy schedule=zb-h1", "tensor-parallel stages run gpipe, 1f1b, interleaved"},
+      {"--mesh tp2.pp2 --strategy schedule=zb-h1", "stages run gpipe, 1f1b, interleaved"},
       {"--mesh tp2.pp2 --strategy recompute=full", "recomputation inside pipeline stages"},
       {"--mesh pp2 --strategy faults=bias_tp_times", "need tp > 1"},
       {"--tp 0", "--tp"}};
   for (const auto& [flags, says] : cases) {
     EXPECT_EQ(run(kExe + " check " + flags + " --out " + (kDir / "tp_bad").string()), 2) << flags;
+    EXPECT_NE(slurp(kDir / "last.log").find(says), std::string::npos) << flags << "\n" << slurp(kDir / "last.log");
+  }
+}
+
+// Context-parallel specs that cannot run: exit 2 naming the part.
+TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--mesh cp5", "does not split into 10 zigzag chunks"},
+      {"--mesh cp8 --strategy cp_algo=ulysses,zigzag=off", "model.heads = 12 is not divisible by cp8"},
+      {"--mesh cp2 --strategy cp_algo=spiral", "ring, ulysses"},
+      {"--mesh dp2 --strategy cp_algo=ulysses", "cp > 1 in the mesh"},
+      {"--mesh cp2 --strategy zigzag=off,faults=causal_by_rank", "faults that apply here"},
+      {"--mesh cp2 --strategy cp_algo=ulysses,faults=dkv_not_returned", "faults that apply here"},
+      {"--mesh cp2 --strategy faults=bogus", "context-parallel faults"},
+      {"--mesh dp2.cp2.rpn1", "multiple of tp x cp = 2"},
+      {"--mesh cp2.pp2 --strategy schedule=zb-h1", "stages run gpipe, 1f1b, interleaved"},
+      {"--mesh cp2.pp2 --strategy schedule=1f1b,cp_algo=ulysses --model tiny-tp", ""},
+      {"--cp 0", "--cp"}};
+  for (const auto& [flags, says] : cases) {
+    const int want = std::string(says).empty() ? 0 : 2;  // the one that runs: a valid spec among the refusals
+    EXPECT_EQ(run(kExe + " check " + flags + " --precision fp32 --out " + (kDir / "cp_bad").string()), want) << flags;
     EXPECT_NE(slurp(kDir / "last.log").find(says), std::string::npos) << flags << "\n" << slurp(kDir / "last.log");
   }
 }
@@ -162,7 +183,7 @@ TEST(ResultsCli, ReportWritesPngsEmbeddedInHtml) {
   // Scaling, memory, comm, pipeline bubble, tensor parallel (activations and
   // tp bytes), collectives, pipeline timeline, planner-vs-measured,
   // conformance, loss.
-  EXPECT_EQ(pngs, 11);
+  EXPECT_EQ(pngs, 12);
   EXPECT_NE(html.find("Tensor parallel: activation memory per recompute mode and SP"), std::string::npos);
   EXPECT_NE(html.find("Pipeline bubble, measured vs declared"), std::string::npos);
   EXPECT_NE(html.find("Conformance ratios"), std::string::npos);

@@ -77,7 +77,7 @@ void run_rank(const RunSpec& spec, int warmup, Communicator& world, RankOut& out
     CommCounters c = log.by_group(g);
     if (g.rfind("dp", 0) == 0) out.dp_bytes += int64_t(c.bytes);
     if (g == "tp") out.tp_bytes += int64_t(c.bytes);
-    if (g == "cp") out.cp_bytes += int64_t(c.bytes);
+    if (g == "cp") out.cp_bytes += int64_t(c.bytes - log.get(g, CommOp::recv).bytes);  // sends, as the pp bytes
     out.inter_bytes += int64_t(c.inter_node_bytes);
     out.blocked_s += c.blocked_s;
   }
