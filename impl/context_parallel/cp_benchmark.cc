@@ -39,10 +39,11 @@ struct Flags {
 
 struct Row {
   std::string algo;
-  bool overlap = true;
+  bool overlap = true, zigzag = true;
   int seq = 0;
   double time_ms = 0, compute_ms = 0, wait_ms = 0;
   int64_t bytes = 0;  // sent per rank per forward + backward
+  std::vector<int64_t> flops;  // attention FLOPs of one forward, per rank (counted by the kernel calls)
 };
 
 double median(std::vector<double> v) {
@@ -85,17 +86,20 @@ Flags parse(int argc, char** argv) {
 }
 
 // One configuration on every rank: reps x (forward + backward).
-Row measure(World& world, const Flags& f, CpAlgo algo, bool overlap, int seq) {
+Row measure(World& world, const Flags& f, CpAlgo algo, bool overlap, int seq, bool zigzag = true) {
   Row row;
   row.algo = algo == CpAlgo::ring ? "ring" : "ulysses";
   row.overlap = overlap;
+  row.zigzag = zigzag;
   row.seq = seq;
+  row.flops.assign(size_t(f.cp), 0);
   std::vector<double> times, computes, waits;
   run_ranks(world, [&](Communicator& comm) {
     kernels::set_blas_threads(1);
     CpOptions o;
     o.cp = f.cp;
     o.algo = algo;
+    o.zigzag = zigzag;
     const int Tl = seq / f.cp, Ct = f.heads * f.hs, N = Tl;
     std::mt19937 g(uint32_t(comm.rank() + 1));
     std::uniform_real_distribution<float> u(-1, 1);
@@ -124,6 +128,13 @@ Row measure(World& world, const Flags& f, CpAlgo algo, bool overlap, int seq) {
       }
     };
     once();  // warm-up
+    {
+      std::vector<double> fl(size_t(f.cp), 0.0);
+      fl[size_t(comm.rank())] = double(ring ? ring->stats().flops : uly->stats().flops);
+      comm.all_reduce(fl.data(), fl.data(), fl.size(), DType::f64, ReduceOp::sum);
+      if (comm.rank() == 0)
+        for (int r = 0; r < f.cp; ++r) row.flops[size_t(r)] = int64_t(fl[size_t(r)]);
+    }
     comm.log().reset();
     for (int r = 0; r < f.reps; ++r) {
       const AttentionStats before = ring ? ring->stats() : uly->stats();
@@ -165,6 +176,9 @@ int run(int argc, char** argv) {
     rows.push_back(measure(*world, f, CpAlgo::ring, false, seq));
     rows.push_back(measure(*world, f, CpAlgo::ulysses, true, seq));
   }
+  Flags once = f;
+  once.reps = 1;
+  const Row contiguous = measure(*world, once, CpAlgo::ring, true, f.seqs.back(), false);
   if (!hosts_rank(*world, 0)) return 0;
   const char* backend = mpi ? "mpi" : "local";
   std::printf("cp%d %s, 1 sequence, %d heads x %d, fp32, forward + backward of one layer's attention, median of %d\n\n",
@@ -178,13 +192,23 @@ int run(int argc, char** argv) {
                 double(r.bytes) / (1 << 20), s.wait_ms, r.wait_ms, 100 * hidden, u.time_ms,
                 double(u.bytes) / (1 << 20));
   }
+  auto flops = [](const Row& r) {
+    std::string s;
+    for (int64_t x : r.flops) s += (s.empty() ? "" : " / ") + std::to_string(x);
+    return s;
+  };
+  const Row& zig = rows[rows.size() - 3];
+  std::printf("\nring attention FLOPs of one forward per rank (rank 0 / ... / rank %d), seq %d: zigzag %s; "
+              "contiguous %s\n",
+              f.cp - 1, zig.seq, flops(zig).c_str(), flops(contiguous).c_str());
   if (!f.csv.empty()) {
     std::ofstream out(f.csv);
     require(bool(out), "--csv: cannot write " + f.csv);
-    out << "backend,cp,heads,hs,algo,overlap,seq,time_ms,compute_ms,wait_ms,bytes_per_rank\n";
+    out << "backend,cp,heads,hs,algo,overlap,zigzag,seq,time_ms,compute_ms,wait_ms,bytes_per_rank\n";
     for (const Row& r : rows)
       out << backend << ',' << f.cp << ',' << f.heads << ',' << f.hs << ',' << r.algo << ',' << (r.overlap ? 1 : 0)
-          << ',' << r.seq << ',' << r.time_ms << ',' << r.compute_ms << ',' << r.wait_ms << ',' << r.bytes << '\n';
+          << ',' << (r.zigzag ? 1 : 0) << ',' << r.seq << ',' << r.time_ms << ',' << r.compute_ms << ','
+          << r.wait_ms << ',' << r.bytes << '\n';
     require(bool(out), "--csv: writing " + f.csv + " failed");
   }
   return 0;
