@@ -146,8 +146,7 @@ AXIS_COLORS = dict(zip(AXES, ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172
 def stacked_panels(run, rows, cols, colors, what):
     """One panel per strategy; per world a measured stacked bar and, when the
     run has a plan row for the same point, a hatched declared bar beside it."""
-    plan = {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
-            for r in ok(run["plan"])}
+    plan = _plan_of(run["plan"])
     strategies = sorted({series(r) for r in rows})
     ncol = min(3, len(strategies))
     nrow = math.ceil(len(strategies) / ncol)
@@ -230,8 +229,7 @@ def bubble(run, out):
     sweep = [r for r in ok(run["sweep"]) if num(r, "bubble") and num(r, "bubble") > 0]
     if not sweep:
         raise Skip("no sweep rows with a pipeline bubble")
-    plan = {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
-            for r in ok(run["plan"])}
+    plan = _plan_of(run["plan"])
     rows = sorted(sweep, key=lambda r: (r.get("model", ""), r.get("mesh", ""), r.get("strategy", "")))
     fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(rows) + 2), 4.2))
     declared_any = False
@@ -257,6 +255,27 @@ def bubble(run, out):
              "beside the schedule's declared (p-1)/m over ideal, as a fraction.")]
 
 
+def _plan_of(plan_rows):
+    """Plan rows by the key a sweep row names them with."""
+    return {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
+            for r in ok(plan_rows)}
+
+
+def _measured_vs_plan(ax, rows, plan, col, color):
+    """Bars of a sweep column per row (solid) beside the matching plan row's (hatched); returns the unit."""
+    pairs = []
+    for r in rows:
+        d = plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
+        pairs.append((num(r, col) or 0, num(d, col) if d else None))
+    div, unit = byte_unit(max([m for m, _ in pairs] + [x or 0 for _, x in pairs]))
+    for i, (m, x) in enumerate(pairs):
+        ax.bar(i - 0.19, m / div, 0.36, color=color)
+        if x is not None:
+            ax.bar(i + 0.19, x / div, 0.36, color="white", edgecolor="black", hatch="//", linewidth=0.5)
+    ax.set_xticks(range(len(rows)))
+    return unit
+
+
 def _axis(row, axis):
     """The size of a mesh axis ("tp", "cp", ...) in a row's mesh text (1 when absent)."""
     for part in (row.get("mesh") or "").split("."):
@@ -280,30 +299,19 @@ def tensor_parallel(run, out):
     sweep = [r for r in ok(run["sweep"]) if _axis(r, "tp") > 1]
     if not sweep:
         raise Skip("no sweep rows with tensor parallel")
-    plan = {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
-            for r in ok(run["plan"])}
+    plan = _plan_of(run["plan"])
     order = {("off", "none"): 0, ("on", "none"): 1, ("off", "selective"): 2, ("on", "selective"): 3,
              ("off", "full"): 4, ("on", "full"): 5}
     rows = sorted(sweep, key=lambda r: (r.get("model", ""), r.get("mesh", ""),
                                         order.get(_tp_mode(r.get("strategy")), 9), r.get("strategy", "")))
     figs = []
-    for col, plan_col, name, ylabel, title in (
-            ("mem_activations", "mem_activations", "tp_activations.png", "activation bytes per rank",
+    for col, name, ylabel, title in (
+            ("mem_activations", "tp_activations.png", "activation bytes per rank",
              "Tensor parallel: activation memory, measured vs declared"),
-            ("comm_tp_bytes", "comm_tp_bytes", "tp_comm.png", "bytes on the tp group per step",
+            ("comm_tp_bytes", "tp_comm.png", "bytes on the tp group per step",
              "Tensor parallel: tp-group bytes per step, measured vs planned")):
         fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(rows) + 2), 4.2))
-        pairs = []
-        for r in rows:
-            d = plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
-            pairs.append((num(r, col) or 0, num(d, plan_col) if d else None))
-        div, unit = byte_unit(max([m for m, _ in pairs] + [x or 0 for _, x in pairs]))
-        for i, (m, x) in enumerate(pairs):
-            ax.bar(i - 0.19, m / div, 0.36, color="#4C72B0")
-            if x is not None:
-                ax.bar(i + 0.19, x / div, 0.36, color="white", edgecolor="black", hatch="//", linewidth=0.5)
-        ylabel = "%s (%s)" % (ylabel, unit)
-        ax.set_xticks(range(len(rows)))
+        ylabel = "%s (%s)" % (ylabel, _measured_vs_plan(ax, rows, plan, col, "#4C72B0"))
         ax.set_xticklabels(["%s %s sp %s, recompute %s" % ((r.get("model"), r.get("mesh")) + _tp_mode(r.get("strategy")))
                             for r in rows], fontsize=7, rotation=40, ha="right")
         ax.set_ylabel(ylabel)
@@ -339,22 +347,12 @@ def context_parallel(run, out):
     sweep = [r for r in ok(run["sweep"]) if _axis(r, "cp") > 1]
     if not sweep:
         raise Skip("no sweep rows with context parallel")
-    plan = {(r.get("strategy"), r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")): r
-            for r in ok(run["plan"])}
+    plan = _plan_of(run["plan"])
     rows = sorted(sweep, key=lambda r: (r.get("model", ""), r.get("mesh", ""), r.get("strategy", "")))
     fig, axes = plt.subplots(1, 2, figsize=(max(9, 1.1 * len(rows) + 3), 4.6))
     for ax, (col, ylabel) in zip(axes, (("mem_activations", "activation bytes per rank"),
                                         ("comm_cp_bytes", "bytes sent on the cp group per step"))):
-        pairs = []
-        for r in rows:
-            d = plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
-            pairs.append((num(r, col) or 0, num(d, col) if d else None))
-        div, unit = byte_unit(max([m for m, _ in pairs] + [x or 0 for _, x in pairs]))
-        for i, (m, x) in enumerate(pairs):
-            ax.bar(i - 0.19, m / div, 0.36, color="#55A868")
-            if x is not None:
-                ax.bar(i + 0.19, x / div, 0.36, color="white", edgecolor="black", hatch="//", linewidth=0.5)
-        ax.set_xticks(range(len(rows)))
+        unit = _measured_vs_plan(ax, rows, plan, col, "#55A868")
         ax.set_xticklabels([_cp_label(r) for r in rows], fontsize=7, rotation=40, ha="right")
         ax.set_ylabel("%s (%s)" % (ylabel, unit))
     axes[0].legend(handles=[Patch(color="#55A868", label="measured (sweep)"),

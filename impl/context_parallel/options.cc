@@ -1,39 +1,29 @@
 #include "impl/context_parallel/options.h"
 
 #include "harness/status.h"
+#include "impl/spec/names.h"
 
 namespace pb::cp {
 
 namespace {
-constexpr Fault kAll[] = {Fault::causal_by_rank,   Fault::merge_no_rescale, Fault::dkv_not_returned,
-                          Fault::zigzag_positions, Fault::zigzag_targets,   Fault::loss_per_rank};
+const Names<Fault>& names() {
+  static const Names<Fault> n{{Fault::causal_by_rank, "causal_by_rank"},
+                              {Fault::merge_no_rescale, "merge_no_rescale"},
+                              {Fault::dkv_not_returned, "dkv_not_returned"},
+                              {Fault::zigzag_positions, "zigzag_positions"},
+                              {Fault::zigzag_targets, "zigzag_targets"},
+                              {Fault::loss_per_rank, "loss_per_rank"}};
+  return n;
 }
+}  // namespace
 
-std::string fault_name(Fault f) {
-  switch (f) {
-    case Fault::causal_by_rank: return "causal_by_rank";
-    case Fault::merge_no_rescale: return "merge_no_rescale";
-    case Fault::dkv_not_returned: return "dkv_not_returned";
-    case Fault::zigzag_positions: return "zigzag_positions";
-    case Fault::zigzag_targets: return "zigzag_targets";
-    case Fault::loss_per_rank: return "loss_per_rank";
-  }
-  return "?";
-}
+std::string fault_name(Fault f) { return names().name(f); }
 
-bool is_fault(const std::string& s) {
-  for (Fault f : kAll)
-    if (fault_name(f) == s) return true;
-  return false;
-}
+bool is_fault(const std::string& s) { return names().has(s); }
 
 Fault parse_fault(const std::string& s, const std::string& field) {
-  std::string known;
-  for (Fault f : kAll) {
-    if (fault_name(f) == s) return f;
-    known += (known.empty() ? "" : ", ") + fault_name(f);
-  }
-  throw InputError(field + ": '" + s + "' is not a context-parallel fault (" + known + ")");
+  if (auto f = names().find(s)) return *f;
+  throw InputError(field + ": '" + s + "' is not a context-parallel fault (" + names().list() + ")");
 }
 
 std::vector<Fault> faults_for(const CpOptions& o) {

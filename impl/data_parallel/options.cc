@@ -3,38 +3,30 @@
 #include <algorithm>
 
 #include "harness/status.h"
+#include "impl/spec/names.h"
 
 namespace pb::dp {
 
 namespace {
-const std::vector<std::pair<Fault, std::string>>& fault_names() {
-  static const std::vector<std::pair<Fault, std::string>> names = {
-      {Fault::grad_not_averaged, "grad_not_averaged"},
-      {Fault::skip_bucket, "skip_bucket"},
-      {Fault::sync_wrong_microbatch, "sync_wrong_microbatch"},
-      {Fault::wrong_shard_offset, "wrong_shard_offset"},
-      {Fault::stale_params, "stale_params"},
-      {Fault::skip_grad_reduce, "skip_grad_reduce"},
-      {Fault::skip_replica_reduce, "skip_replica_reduce"},
-      {Fault::no_copy_back, "no_copy_back"},
-      {Fault::keep_gathered, "keep_gathered"}};
-  return names;
+const Names<Fault>& names() {
+  static const Names<Fault> n{{Fault::grad_not_averaged, "grad_not_averaged"},
+                              {Fault::skip_bucket, "skip_bucket"},
+                              {Fault::sync_wrong_microbatch, "sync_wrong_microbatch"},
+                              {Fault::wrong_shard_offset, "wrong_shard_offset"},
+                              {Fault::stale_params, "stale_params"},
+                              {Fault::skip_grad_reduce, "skip_grad_reduce"},
+                              {Fault::skip_replica_reduce, "skip_replica_reduce"},
+                              {Fault::no_copy_back, "no_copy_back"},
+                              {Fault::keep_gathered, "keep_gathered"}};
+  return n;
 }
 }  // namespace
 
-std::string fault_name(Fault f) {
-  for (const auto& [k, n] : fault_names())
-    if (k == f) return n;
-  return "?";
-}
+std::string fault_name(Fault f) { return names().name(f); }
 
 Fault parse_fault(const std::string& s) {
-  std::string known;
-  for (const auto& [k, n] : fault_names()) {
-    if (n == s) return k;
-    known += (known.empty() ? "" : ", ") + n;
-  }
-  throw InputError("strategy.faults: unknown fault '" + s + "' (known: " + known + ")");
+  if (auto f = names().find(s)) return *f;
+  throw InputError("strategy.faults: unknown fault '" + s + "' (known: " + names().list() + ")");
 }
 
 std::vector<Fault> faults_for(Shard s, Offload o) {

@@ -1,39 +1,29 @@
 #include "impl/tensor_parallel/options.h"
 
 #include "harness/status.h"
+#include "impl/spec/names.h"
 
 namespace pb::tp {
 
 namespace {
-constexpr Fault kAll[] = {Fault::bias_tp_times,       Fault::skip_input_allreduce, Fault::padded_vocab_in_loss,
-                          Fault::skip_sp_grad_reduce, Fault::norm_tp_times,        Fault::recompute_wrong_input};
+const Names<Fault>& names() {
+  static const Names<Fault> n{{Fault::bias_tp_times, "bias_tp_times"},
+                              {Fault::skip_input_allreduce, "skip_input_allreduce"},
+                              {Fault::padded_vocab_in_loss, "padded_vocab_in_loss"},
+                              {Fault::skip_sp_grad_reduce, "skip_sp_grad_reduce"},
+                              {Fault::norm_tp_times, "norm_tp_times"},
+                              {Fault::recompute_wrong_input, "recompute_wrong_input"}};
+  return n;
 }
+}  // namespace
 
-std::string fault_name(Fault f) {
-  switch (f) {
-    case Fault::bias_tp_times: return "bias_tp_times";
-    case Fault::skip_input_allreduce: return "skip_input_allreduce";
-    case Fault::padded_vocab_in_loss: return "padded_vocab_in_loss";
-    case Fault::skip_sp_grad_reduce: return "skip_sp_grad_reduce";
-    case Fault::norm_tp_times: return "norm_tp_times";
-    case Fault::recompute_wrong_input: return "recompute_wrong_input";
-  }
-  return "?";
-}
+std::string fault_name(Fault f) { return names().name(f); }
 
-bool is_fault(const std::string& s) {
-  for (Fault f : kAll)
-    if (fault_name(f) == s) return true;
-  return false;
-}
+bool is_fault(const std::string& s) { return names().has(s); }
 
 Fault parse_fault(const std::string& s, const std::string& field) {
-  std::string known;
-  for (Fault f : kAll) {
-    if (fault_name(f) == s) return f;
-    known += (known.empty() ? "" : ", ") + fault_name(f);
-  }
-  throw InputError(field + ": '" + s + "' is not a tensor-parallel fault (" + known + ")");
+  if (auto f = names().find(s)) return *f;
+  throw InputError(field + ": '" + s + "' is not a tensor-parallel fault (" + names().list() + ")");
 }
 
 std::vector<Fault> faults_for(int tp, bool sp, Recompute r, bool vocab_padded) {
