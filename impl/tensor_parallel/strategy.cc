@@ -159,7 +159,16 @@ std::string describe(const RunSpec& s) {
 // attention blocks by log-sum-exp: not the reference's order.
 bool bitwise(const RunSpec&, BackendKind) { return false; }
 
-Replay replay(const RunSpec& s) { return {dp::replay_plan(data_options_of(s), s.train), false}; }
+Replay replay(const RunSpec& s) {
+  dp::DpOptions d = data_options_of(s);
+  if (s.mesh.cp > 1) {  // not bitwise: the dp replicas' plain split, whatever the component's groups over dp x cp
+    d.shard = dp::Shard::none;
+    d.offload = dp::Offload::none;
+    d.shard_group = 0;
+    d.faults.clear();
+  }
+  return {dp::replay_plan(d, s.train), false};
+}
 
 std::optional<RunSpec> bitwise_twin(const RunSpec& s) {
   if (s.tensor.recompute == Recompute::none) return std::nullopt;

@@ -108,6 +108,7 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh dp2.cp2.rpn1", "multiple of tp x cp = 2"},
       {"--mesh cp2.pp2 --strategy schedule=zb-h1", "stages run gpipe, 1f1b, interleaved"},
       {"--mesh cp2.pp2 --strategy schedule=1f1b,cp_algo=ulysses --model tiny-tp", ""},
+      {"--mesh dp2.cp3 --strategy cp_algo=ulysses,shard=hsdp,shard_group=3", ""},  // F spans a replica's cp ranks
       {"--cp 0", "--cp"}};
   for (const auto& [flags, says] : cases) {
     const int want = std::string(says).empty() ? 0 : 2;  // the one that runs: a valid spec among the refusals
