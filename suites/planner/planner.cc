@@ -269,6 +269,11 @@ PlanResult plan(const PlanInput& in) {
     require(r.seq <= in.shape->maxT, "--seq: must be <= the model's context length (" +
                                          std::to_string(in.shape->maxT) + ")");
   require(r.seq % in.cp == 0, "--cp: must divide the sequence length (" + std::to_string(r.seq) + ")");
+  if (in.shape && in.cp > 1 && in.cp_algo == CpAlgo::ulysses) {
+    const int heads = in.shape->NH / in.tp;
+    require(heads % in.cp == 0, "--cp: ulysses shards the heads over cp: heads / tp = " + std::to_string(heads) +
+                                    " is not divisible by cp" + std::to_string(in.cp) + "; use cp_algo=ring");
+  }
   require(!in.sp || r.seq / in.cp % in.tp == 0, "--sp: tp must divide the per-rank sequence length");
   const int64_t per_step = int64_t(in.dp) * in.microbatch_size;
   r.global_batch = in.global_batch > 0 ? in.global_batch : per_step * in.pp;
