@@ -10,7 +10,7 @@ namespace pb {
 namespace k = kernels;
 
 template <class T>
-BlockActs<T>::BlockActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
+BlockActs<T>::BlockActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn, bool dense_mlp) {
   const size_t N = size_t(B) * Tn, C = m.C;
   auto act = MemTag::activations;
   ln1 = Buffer<T>(mt, act, N * C);
@@ -23,8 +23,10 @@ BlockActs<T>::BlockActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) 
   ln2 = Buffer<T>(mt, act, N * C);
   ln2_mean = Buffer<A>(mt, act, N);
   ln2_rstd = Buffer<A>(mt, act, N);
-  fch = Buffer<T>(mt, act, N * 4 * C);
-  fchg = Buffer<T>(mt, act, N * 4 * C);
+  if (dense_mlp) {
+    fch = Buffer<T>(mt, act, N * 4 * C);
+    fchg = Buffer<T>(mt, act, N * 4 * C);
+  }
   xout = Buffer<T>(mt, act, N * C);
 }
 
@@ -122,7 +124,7 @@ void Gpt<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* token
 }
 
 template <class T>
-void Gpt<T>::block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const {
+void Gpt<T>::attention_half_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const {
   const auto& m = layout_->model();
   const auto& o = layout_->block();
   const int N = B_ * Tn_, C = m.C;
@@ -135,6 +137,15 @@ void Gpt<T>::block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T
   k::residual_forward(a.xmid.data(), x_in, s.tmp.data(), size_t(N) * C);
   k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(),
                        u + o.ln2_w, u + o.ln2_b, N, C);
+}
+
+template <class T>
+void Gpt<T>::block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C;
+  float* ws = s.mm_ws.data();
+  attention_half_forward(a, x_in, u, s);
   k::matmul_forward(a.fch.data(), a.ln2.data(), u + o.fc_w, u + o.fc_b, N, C, 4 * C, ws);
   k::gelu_forward(a.fchg.data(), a.fch.data(), size_t(N) * 4 * C);
   k::matmul_forward(s.tmp.data(), a.fchg.data(), u + o.fcproj_w, u + o.fcproj_b, N, 4 * C, C, ws);
@@ -159,6 +170,17 @@ void Gpt<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const
   zero(s.dln);
   k::matmul_backward(s.dln.data(), du + o.fc_w, du + o.fc_b, s.dfch.data(), a.ln2.data(),
                      u + o.fc_w, N, C, 4 * C, ws);
+  attention_half_backward(dx_in, du, x_in, a, u, s);
+}
+
+template <class T>
+void Gpt<T>::attention_half_backward(T* dx_in, T* du, const T* x_in, const BlockActs<T>& a, const T* u,
+                                     Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C;
+  const size_t NC = size_t(N) * C;
+  float* ws = s.mm_ws.data();
   k::layernorm_backward(s.dres.data(), du + o.ln2_w, du + o.ln2_b, s.dln.data(), a.xmid.data(),
                         u + o.ln2_w, a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
   // Attention branch: xmid = x_in + attproj(attn(qkv(ln1(x_in)))).
@@ -174,6 +196,26 @@ void Gpt<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const
                      u + o.qkv_w, N, C, 3 * C, ws);
   k::layernorm_backward(dx_in, du + o.ln1_w, du + o.ln1_b, s.dln.data(), x_in, u + o.ln1_w,
                         a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+}
+
+template <class T>
+void Gpt<T>::moe_block_forward(BlockActs<T>& a, MoeActs<T>& ma, const T* x_in, const T* u, Scratch<T>& s,
+                               MoeScratch<T>& ms) const {
+  const int N = B_ * Tn_;
+  attention_half_forward(a, x_in, u, s);
+  MoeMlp<T>(*layout_, N).forward(ma, s.tmp.data(), a.ln2.data(), u, ms);
+  k::residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * layout_->model().C);
+}
+
+template <class T>
+void Gpt<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const BlockActs<T>& a,
+                                const MoeActs<T>& ma, const T* u, double aux_weight, Scratch<T>& s,
+                                MoeScratch<T>& ms) const {
+  const int N = B_ * Tn_;
+  std::memcpy(static_cast<void*>(s.dres.data()), dout, size_t(N) * layout_->model().C * sizeof(T));
+  zero(s.dln);
+  MoeMlp<T>(*layout_, N).backward(s.dln.data(), du, dout, a.ln2.data(), ma, u, aux_weight, ms);
+  attention_half_backward(dx_in, du, x_in, a, u, s);
 }
 
 template <class T>

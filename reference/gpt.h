@@ -12,6 +12,7 @@
 #include "harness/dtype.h"
 #include "harness/memory.h"
 #include "reference/layout.h"
+#include "reference/moe.h"
 
 namespace pb {
 
@@ -31,7 +32,8 @@ struct BlockActs {
   Buffer<T> fchg;             // (B,T,4C) after GELU
   Buffer<T> xout;             // (B,T,C) block output
   BlockActs() = default;
-  BlockActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn);
+  // dense_mlp false: an MoE block's (no fch, fchg; its MLP keeps MoeActs).
+  BlockActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn, bool dense_mlp = true);
 };
 
 // Saved activations of the head for one microbatch.
@@ -110,6 +112,15 @@ class Gpt {
   void block_backward_weight(T* dunit, const BlockGradStash<T>& g, const T* x_in,
                              const BlockActs<T>& a, Scratch<T>& s) const;
 
+  // A mixture-of-experts block (model().is_moe(layer)): the same attention
+  // half, the MoE MLP (moe.h) instead of the dense one. aux_weight: the
+  // weight of this microbatch's load-balancing loss in the objective.
+  void moe_block_forward(BlockActs<T>& a, MoeActs<T>& m, const T* x_in, const T* unit, Scratch<T>& s,
+                         MoeScratch<T>& ms) const;
+  void moe_block_backward(T* dx_in, T* dunit, const T* dout, const T* x_in, const BlockActs<T>& a,
+                          const MoeActs<T>& m, const T* unit, double aux_weight, Scratch<T>& s,
+                          MoeScratch<T>& ms) const;
+
   // Final LN + logits against wte + loss. Returns the sum of token losses
   // (double, summed in token order). lnf = the final unit's params.
   double head_forward(HeadActs<T>& h, const T* x_last, const int32_t* targets, const T* lnf,
@@ -121,6 +132,12 @@ class Gpt {
                      Scratch<T>& s) const;
 
  private:
+  // Up to ln2's output (forward); from d ln2 (s.dln) and d xmid's residual
+  // part (s.dres) down to dx_in (backward): what dense and MoE blocks share.
+  void attention_half_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const;
+  void attention_half_backward(T* dx_in, T* du, const T* x_in, const BlockActs<T>& a, const T* u,
+                               Scratch<T>& s) const;
+
   const ParamLayout* layout_;
   int B_, Tn_;
 };

@@ -44,10 +44,19 @@ struct ParamInfo {
   int64_t full_numel() const { return slice.full_rows * slice.full_cols; }
 };
 
-// Offsets of one block's tensors relative to the start of its unit.
+// Offsets of one block's tensors relative to the start of its unit (an MoE
+// block has the same ones up to ln2; its MLP is MoeOffsets').
 struct BlockOffsets {
   int64_t ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w,
       fcproj_b, size;
+};
+
+// An MoE block's MLP, relative to its unit's start: the router (E, C), then
+// expert e's c_fc.weight (4C, C), c_fc.bias (4C), c_proj.weight (C, 4C),
+// c_proj.bias (C) at expert0 + e * expert_size + fc_w / fc_b / ... — each
+// expert a contiguous range, so expert parallel shards experts by ranges.
+struct MoeOffsets {
+  int64_t router_w = 0, expert0 = 0, expert_size = 0, fc_w = 0, fc_b = 0, fcproj_w = 0, fcproj_b = 0, size = 0;
 };
 
 class ParamLayout {
@@ -71,6 +80,7 @@ class ParamLayout {
   int block_unit(int layer) const { return 1 + layer; }
   int final_unit() const { return m_.L + 1; }
   const BlockOffsets& block() const { return block_; }
+  const MoeOffsets& moe_block() const { return moe_; }  // model().is_moe(layer) blocks
   int64_t wte_offset() const { return 0; }
   int64_t wpe_offset() const { return vocab_rows_ * m_.C; }
   int tp() const { return tp_; }
@@ -104,6 +114,7 @@ class ParamLayout {
   std::vector<ParamInfo> params_;
   std::vector<int64_t> unit_begin_;
   BlockOffsets block_{};
+  MoeOffsets moe_{};
   int64_t total_ = 0;
 };
 

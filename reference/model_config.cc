@@ -1,12 +1,25 @@
 #include "reference/model_config.h"
 
+#include <cmath>
+
 #include "harness/status.h"
 
 namespace pb {
 
+int ModelConfig::moe_layers() const {
+  int n = 0;
+  for (int l = 0; l < L; ++l) n += is_moe(l);
+  return n;
+}
+
 int64_t ModelConfig::num_params() const {
-  int64_t v = V, t = maxT, c = C, l = L;
-  return v * c + t * c + l * (12 * c * c + 13 * c) + 2 * c;
+  int64_t v = V, t = maxT, c = C, l = L, e = moe.experts, mlp = 8 * c * c + 5 * c;
+  return v * c + t * c + l * (12 * c * c + 13 * c) + 2 * c + moe_layers() * ((e - 1) * mlp + e * c);
+}
+
+int64_t ModelConfig::active_params() const {
+  int64_t c = C, e = moe.experts, mlp = 8 * c * c + 5 * c;
+  return num_params() - moe_layers() * (e - moe.top_k) * mlp;
 }
 
 void ModelConfig::validate() const {
@@ -20,12 +33,25 @@ void ModelConfig::validate() const {
   positive("heads", NH);
   require(C % NH == 0, "model.heads: must divide model.channels (" + std::to_string(C) + " % " +
                            std::to_string(NH) + " != 0)");
+  require(moe.experts >= 0 && moe.experts <= 4096,
+          "moe.experts: must be in [0, 4096] (0: dense), got " + std::to_string(moe.experts));
+  if (moe.experts == 0) return;
+  require(moe.top_k >= 1 && moe.top_k <= moe.experts, "moe.top_k: must be in [1, moe.experts = " +
+                                                          std::to_string(moe.experts) + "], got " +
+                                                          std::to_string(moe.top_k));
+  require(std::isfinite(moe.capacity_factor) && moe.capacity_factor > 0 && moe.capacity_factor <= 1e6,
+          "moe.capacity_factor: must be finite and in (0, 1e6], got " + std::to_string(moe.capacity_factor));
+  require(moe.every >= 1, "moe.every: must be >= 1, got " + std::to_string(moe.every));
+  require(std::isfinite(moe.aux_loss_coef) && moe.aux_loss_coef >= 0,
+          "moe.aux_loss_coef: must be finite and >= 0, got " + std::to_string(moe.aux_loss_coef));
 }
 
 double model_flops_per_step(const ModelConfig& m, int64_t B, int64_t T) {
   // Matmul parameters touched per token: blocks (12C^2 each) + LM head (V*C).
   double c = m.C, tokens = double(B) * double(T);
-  double matmul_params = double(m.L) * 12.0 * c * c + double(m.V) * c;
+  // An MoE block's MLP: top_k experts' 8C^2 per token and the router's E*C.
+  const double moe_mlp = double(m.moe.top_k) * 8.0 * c * c + double(m.moe.experts) * c;
+  double matmul_params = double(m.L) * 12.0 * c * c + double(m.V) * c + double(m.moe_layers()) * (moe_mlp - 8.0 * c * c);
   double attn = 12.0 * double(m.L) * c * double(T);  // QK^T and AV, fwd+bwd
   return 6.0 * matmul_params * tokens + attn * tokens;
 }
@@ -37,6 +63,8 @@ ModelConfig named_model(std::string_view name) {
   // Heads divisible by 2, 3 and 4 and a vocabulary that none of them divides:
   // the tensor-parallel model (vocabulary padding exercised at every tp).
   else if (name == "tiny-tp") { m.V = 67; m.maxT = 16; m.C = 48; m.L = 2; m.NH = 12; }
+  // Mixture of experts: tiny with block 0's MLP as 4 experts, top-2 (block 1 dense).
+  else if (name == "tiny-moe") { m.V = 64; m.maxT = 16; m.C = 32; m.L = 2; m.NH = 2; m.moe = {4, 2, 1.25, 2, 0.01, MoeCapacity::global}; }
   else if (name == "small") { m.V = 256; m.maxT = 64; m.C = 128; m.L = 4; m.NH = 4; }
   else if (name == "medium") { m.V = 512; m.maxT = 128; m.C = 256; m.L = 4; m.NH = 8; }
   else if (name == "wide") { m.V = 1024; m.maxT = 128; m.C = 768; m.L = 2; m.NH = 12; }
@@ -50,6 +78,8 @@ ModelConfig named_model(std::string_view name) {
   return m;
 }
 
-std::vector<std::string> named_models() { return {"tiny", "tiny-tp", "small", "medium", "wide", "gpt2-124m", "gpt2-350m"}; }
+std::vector<std::string> named_models() {
+  return {"tiny", "tiny-tp", "tiny-moe", "small", "medium", "wide", "gpt2-124m", "gpt2-350m"};
+}
 
 }  // namespace pb

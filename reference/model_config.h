@@ -9,6 +9,34 @@
 
 namespace pb {
 
+// Mixture of experts (Switch / GShard style, as Megatron-LM's MoE layer):
+// block i's MLP is E experts with a softmax router when experts > 0 and
+// i % every == 0 (Megatron's moe_layer_freq). Each token goes to its top_k
+// experts (ties to the lower expert index), weighted by its router
+// probabilities renormalized over the k chosen. An expert takes at most
+// capacity = ceil(capacity_factor * tokens * top_k / E) tokens of a
+// microbatch, admitted first choices first, each choice rank in token order;
+// a choice past capacity is dropped (its share of the output is lost; a
+// token with every choice dropped passes through on the residual). Scope of
+// `tokens` and of the admission order: global = the whole microbatch as one
+// device sees it (every sharding drops the same tokens); local = each data
+// rank's part of it (Megatron / DeepSpeed), replayed by the reference.
+// Load balancing (Switch, Fedus et al. 2021, eq. 4): aux = coef * E * sum_e
+// f_e P_e over the microbatch, f_e the fraction of (token, choice) pairs
+// routed to e before capacity (no gradient), P_e the mean router probability;
+// the objective adds each microbatch's aux weighted by its share of the
+// step's tokens.
+enum class MoeCapacity : uint8_t { global, local };
+struct MoeConfig {
+  int experts = 0;  // E; 0: a dense model
+  int top_k = 1;
+  double capacity_factor = 1.0;
+  int every = 1;
+  double aux_loss_coef = 0.01;
+  MoeCapacity capacity = MoeCapacity::global;
+  bool operator==(const MoeConfig&) const = default;
+};
+
 struct ModelConfig {
   std::string name = "custom";
   int V = 64;     // vocabulary (the synthetic language's alphabet)
@@ -16,10 +44,16 @@ struct ModelConfig {
   int C = 32;     // channels
   int L = 2;      // transformer blocks
   int NH = 2;     // attention heads
+  MoeConfig moe;
 
   int head_size() const { return C / NH; }
-  // Exact parameter count: V*C + maxT*C + L*(12C^2 + 13C) + 2C.
+  bool is_moe(int layer) const { return moe.experts > 0 && layer % moe.every == 0; }
+  int moe_layers() const;
+  // Exact parameter count: V*C + maxT*C + L*(12C^2 + 13C) + 2C; an MoE block
+  // has E experts' MLPs (8C^2 + 5C each) and a router (E*C) for its one MLP.
   int64_t num_params() const;
+  // Parameters one token uses: the MoE blocks' top_k experts instead of E.
+  int64_t active_params() const;
   // Throws InputError naming the field and the rule it breaks.
   void validate() const;
   bool operator==(const ModelConfig&) const = default;

@@ -13,16 +13,34 @@ MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSou
   tokens_ = Buffer<int32_t>(mt, MemTag::activations, N);
   targets_ = Buffer<int32_t>(mt, MemTag::activations, N);
   x0_ = Buffer<T>(mt, MemTag::activations, N * m.C);
-  for (int l = 0; l < m.L; ++l) blocks_.emplace_back(mt, m, Bm, Tn);
+  for (int l = 0; l < m.L; ++l) blocks_.emplace_back(mt, m, Bm, Tn, !m.is_moe(l));
+  moe_.resize(size_t(m.L));
+  for (int l = 0; l < m.L; ++l)
+    if (m.is_moe(l)) moe_[size_t(l)] = MoeActs<T>(mt, m, int(N));
   head_ = HeadActs<T>(mt, m, Bm, Tn);
   scratch_ = Scratch<T>(mt, m, Bm, Tn);
+  if (m.moe.experts > 0) moe_scratch_ = MoeScratch<T>(mt, m, int(N));
   dx_a_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
   dx_b_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
 }
 
 template <class T>
 int64_t MicrobatchRunner<T>::workspace_bytes(const ModelConfig& m, int Bm, int Tn) {
-  return Scratch<T>::bytes(m, Bm, Tn) + 2 * int64_t(Bm) * Tn * m.C * int64_t(sizeof(T));
+  const int64_t moe = m.moe.experts > 0 ? MoeScratch<T>::bytes(m, Bm * Tn) : 0;
+  return Scratch<T>::bytes(m, Bm, Tn) + 2 * int64_t(Bm) * Tn * m.C * int64_t(sizeof(T)) + moe;
+}
+
+template <class T>
+int64_t MicrobatchRunner<T>::moe_dropped() const {
+  int64_t n = 0;
+  for (const auto& a : moe_) n += a.dropped;
+  return n;
+}
+
+template <class T>
+int64_t MicrobatchRunner<T>::moe_choices() const {
+  const auto& m = layout_->model();
+  return int64_t(m.moe_layers()) * model_.B() * model_.Tn() * m.moe.top_k;
 }
 
 int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p) {
@@ -44,8 +62,15 @@ double MicrobatchRunner<T>::run(int64_t step, int64_t first, double dloss, UnitH
   model_.embed_forward(x0_.data(), tokens_.data(), hk.params(0));
   hk.release_params(0);
   const T* x = x0_.data();
+  const double N = double(model_.B()) * model_.Tn();
+  double aux = 0;
   for (int i = 0; i < L; ++i) {
-    model_.block_forward(blocks_[i], x, hk.params(l.block_unit(i)), scratch_);
+    if (l.model().is_moe(i)) {
+      model_.moe_block_forward(blocks_[i], moe_[i], x, hk.params(l.block_unit(i)), scratch_, moe_scratch_);
+      aux += moe_[i].aux;
+    } else {
+      model_.block_forward(blocks_[i], x, hk.params(l.block_unit(i)), scratch_);
+    }
     hk.release_params(l.block_unit(i));
     x = blocks_[i].xout.data();
   }
@@ -63,14 +88,18 @@ double MicrobatchRunner<T>::run(int64_t step, int64_t first, double dloss, UnitH
   for (int i = L - 1; i >= 0; --i) {
     int u = l.block_unit(i);
     const T* x_in = i ? blocks_[i - 1].xout.data() : x0_.data();
-    model_.block_backward(dprev, hk.grads(u), dx, x_in, blocks_[i], hk.params(u), scratch_);
+    if (l.model().is_moe(i))
+      model_.moe_block_backward(dprev, hk.grads(u), dx, x_in, blocks_[i], moe_[i], hk.params(u), dloss * N, scratch_,
+                                moe_scratch_);
+    else
+      model_.block_backward(dprev, hk.grads(u), dx, x_in, blocks_[i], hk.params(u), scratch_);
     hk.grads_ready(u);
     hk.release_params(u);
     std::swap(dx, dprev);
   }
   model_.embed_backward(hk.grads(0), dx, tokens_.data());
   hk.grads_ready(0);
-  return loss;
+  return loss + aux * N;
 }
 
 template class MicrobatchRunner<double>;

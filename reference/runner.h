@@ -55,8 +55,14 @@ class MicrobatchRunner {
   // ping-pong buffers), without allocating.
   static int64_t workspace_bytes(const ModelConfig& m, int Bm, int Tn);
   // Samples [first, first + Bm) of step `step`; dloss = 1 / (tokens in the
-  // global batch). Returns the sum of this microbatch's token losses.
+  // global batch). Returns the sum of this microbatch's token losses, plus,
+  // for a mixture-of-experts model, its load-balancing losses times its
+  // tokens (so that over the step's tokens each microbatch's aux term weighs
+  // its share of them; the gradient is that objective's).
   double run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hooks);
+  // The last run's MoE routing: choices past capacity, and choices made.
+  int64_t moe_dropped() const;
+  int64_t moe_choices() const;
 
  private:
   const ParamLayout* layout_;
@@ -65,8 +71,10 @@ class MicrobatchRunner {
   Buffer<int32_t> tokens_, targets_;
   Buffer<T> x0_;
   std::vector<BlockActs<T>> blocks_;
+  std::vector<MoeActs<T>> moe_;  // per layer; empty for dense blocks
   HeadActs<T> head_;
   Scratch<T> scratch_;
+  MoeScratch<T> moe_scratch_;
   Buffer<T> dx_a_, dx_b_;
 };
 

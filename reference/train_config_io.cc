@@ -12,9 +12,20 @@ TrainConfig read_train_config(ConfigReader& r) {
   c.model.C = r.get<int>("model.channels", c.model.C, pos);
   c.model.L = r.get<int>("model.layers", c.model.L, pos);
   c.model.NH = r.get<int>("model.heads", c.model.NH, pos);
+  // [moe]: experts (0: dense), top_k, capacity_factor, every, aux_loss_coef, capacity.
+  MoeConfig& moe = c.model.moe;
+  moe.experts = r.get<int>("moe.experts", moe.experts, Bounds::non_negative());
+  moe.top_k = r.get<int>("moe.top_k", moe.top_k, pos);
+  moe.capacity_factor = r.get<double>("moe.capacity_factor", moe.capacity_factor, pos);
+  moe.every = r.get<int>("moe.every", moe.every, pos);
+  moe.aux_loss_coef = r.get<double>("moe.aux_loss_coef", moe.aux_loss_coef, Bounds::non_negative());
+  moe.capacity = r.get_enum("moe.capacity", moe.capacity == MoeCapacity::local ? "local" : "global",
+                            {"global", "local"}) == "local"
+                     ? MoeCapacity::local
+                     : MoeCapacity::global;
   ModelConfig named = named_model(name);
   if (c.model.V != named.V || c.model.maxT != named.maxT || c.model.C != named.C ||
-      c.model.L != named.L || c.model.NH != named.NH)
+      c.model.L != named.L || c.model.NH != named.NH || c.model.moe != named.moe)
     c.model.name = "custom";
 
   c.precision = parse_precision(
@@ -51,6 +62,14 @@ void write_train_config(const TrainConfig& c, ConfigReader& r) {
   r.set("model.channels", c.model.C);
   r.set("model.layers", c.model.L);
   r.set("model.heads", c.model.NH);
+  if (c.model.moe.experts > 0) {
+    r.set("moe.experts", c.model.moe.experts);
+    r.set("moe.top_k", c.model.moe.top_k);
+    r.set("moe.capacity_factor", c.model.moe.capacity_factor);
+    r.set("moe.every", c.model.moe.every);
+    r.set("moe.aux_loss_coef", c.model.moe.aux_loss_coef);
+    r.set("moe.capacity", std::string(c.model.moe.capacity == MoeCapacity::local ? "local" : "global"));
+  }
   r.set("train.precision", precision_name(c.precision));
   r.set("train.seed", int64_t(c.seed));
   r.set("train.steps", c.steps);

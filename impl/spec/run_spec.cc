@@ -294,6 +294,12 @@ void validate(const RunSpec& s) {
   require(s.data.shard_group >= 0, "strategy.shard_group: must be >= 0, got " + std::to_string(s.data.shard_group));
   require(s.pipe.virtual_stages >= 1,
           "strategy.virtual_stages: must be >= 1, got " + std::to_string(s.pipe.virtual_stages));
+  // Mixture of experts runs on one device so far (its capacity scope across
+  // data ranks and expert parallel are the next step).
+  require(s.train.model.moe.experts == 0 ||
+              (s.world() == 1 && !s.pipe.schedule && s.tensor.recompute == Recompute::none),
+          "model.moe: a mixture-of-experts model runs on one device only so far (mesh dp1, no schedule or "
+          "recompute; got " + mesh_text(s.mesh) + "): expert and data parallel for MoE are not implemented yet");
 }
 
 bool operator==(const RunSpec& a, const RunSpec& b) {

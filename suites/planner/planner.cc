@@ -268,6 +268,9 @@ PlanResult plan(const PlanInput& in) {
   if (in.shape)
     require(r.seq <= in.shape->maxT, "--seq: must be <= the model's context length (" +
                                          std::to_string(in.shape->maxT) + ")");
+  require(!in.shape || in.shape->moe.experts == 0,
+          "--model: " + in.shape->name + " is a mixture-of-experts model; the planner does not model experts yet "
+          "(expert memory, active parameters and all-to-all volume come with expert parallel)");
   require(r.seq % in.cp == 0, "--cp: must divide the sequence length (" + std::to_string(r.seq) + ")");
   if (in.shape && in.cp > 1 && in.cp_algo == CpAlgo::ulysses) {
     const int heads = in.shape->NH / in.tp;

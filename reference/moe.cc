@@ -1,0 +1,262 @@
+#include "reference/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "harness/status.h"
+#include "kernels/cpu/numeric.h"
+#include "kernels/cpu/ops.h"
+
+namespace pb {
+
+namespace k = kernels;
+using k::detail::add_into;
+using k::detail::load;
+using k::detail::store;
+
+int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {
+  const double cap = std::ceil(c.capacity_factor * double(tokens) * c.top_k / c.experts);
+  return std::min<int64_t>(tokens, int64_t(cap));
+}
+
+template <class T>
+MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N) {
+  const size_t E = size_t(m.moe.experts), K = size_t(m.moe.top_k), C = size_t(m.C);
+  cap = int(moe_capacity(m.moe, N));
+  const size_t rows = E * size_t(cap);
+  const MemTag act = MemTag::activations;
+  probs = Buffer<A>(mt, act, size_t(N) * E);
+  choice = Buffer<int32_t>(mt, act, size_t(N) * K);
+  weight = Buffer<A>(mt, act, size_t(N) * K);
+  slot = Buffer<int32_t>(mt, act, size_t(N) * K);
+  count = Buffer<int32_t>(mt, act, E);
+  fch = Buffer<T>(mt, act, rows * 4 * C);
+  fchg = Buffer<T>(mt, act, rows * 4 * C);
+  y = Buffer<T>(mt, act, rows * C);
+  frac = Buffer<A>(mt, act, E);
+}
+
+namespace {
+struct ScratchSizes {
+  size_t logits, rowsC, rows4C, dp, mm;
+};
+template <class T>
+ScratchSizes sizes(const ModelConfig& m, int N) {
+  const size_t E = size_t(m.moe.experts), C = size_t(m.C), cap = size_t(moe_capacity(m.moe, N));
+  const int rows = int(E * cap);
+  const size_t mm = std::max({k::matmul_workspace_floats<T>(N, m.C, m.moe.experts),
+                              k::matmul_workspace_floats<T>(rows, m.C, 4 * m.C),
+                              k::matmul_workspace_floats<T>(rows, 4 * m.C, m.C)});
+  return {size_t(N) * E, E * cap * C, E * cap * 4 * C, size_t(N) * E, mm};
+}
+}  // namespace
+
+template <class T>
+MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N) {
+  const ScratchSizes z = sizes<T>(m, N);
+  const MemTag ws = MemTag::workspace;
+  logits = Buffer<T>(mt, ws, z.logits);
+  xe = Buffer<T>(mt, ws, z.rowsC);
+  dy = Buffer<T>(mt, ws, z.rowsC);
+  dfchg = Buffer<T>(mt, ws, z.rows4C);
+  dfch = Buffer<T>(mt, ws, z.rows4C);
+  dxe = Buffer<T>(mt, ws, z.rowsC);
+  dp = Buffer<acc_t<T>>(mt, ws, z.dp);
+  if (z.mm) mm_ws = Buffer<float>(mt, ws, z.mm);
+}
+
+template <class T>
+int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N) {
+  const ScratchSizes z = sizes<T>(m, N);
+  return int64_t((z.logits + 3 * z.rowsC + 2 * z.rows4C) * sizeof(T) + z.dp * sizeof(acc_t<T>) +
+                 z.mm * sizeof(float));
+}
+
+template <class T>
+MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N)
+    : c_(layout.model().moe), o_(layout.moe_block()), N_(N), C_(layout.model().C), E_(c_.experts), k_(c_.top_k) {
+  require(E_ > 0, "moe: the model has no experts");
+}
+
+template <class T>
+void MoeMlp<T>::gather(T* xe, const T* x, const MoeActs<T>& a) const {
+  for (int n = 0; n < N_; ++n)
+    for (int j = 0; j < k_; ++j) {
+      const int s = a.slot[size_t(n) * k_ + j];
+      if (s < 0) continue;
+      const int e = a.choice[size_t(n) * k_ + j];
+      std::memcpy(static_cast<void*>(xe + (size_t(e) * a.cap + s) * C_), x + size_t(n) * C_, size_t(C_) * sizeof(T));
+    }
+}
+
+template <class T>
+void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratch<T>& s) const {
+  const int N = N_, C = C_, E = E_, K = k_, cap = a.cap;
+  float* ws = s.mm_ws.data();
+  // Router: logits (N, E), softmax in A.
+  k::matmul_forward(s.logits.data(), x, u + o_.router_w, static_cast<const T*>(nullptr), N, C, E, ws);
+  std::vector<A> P(size_t(E), A(0));
+  std::vector<int64_t> routed(size_t(E), 0);
+  for (int n = 0; n < N; ++n) {
+    const T* lg = s.logits.data() + size_t(n) * E;
+    A* p = a.probs.data() + size_t(n) * E;
+    A mx = -std::numeric_limits<A>::infinity();
+    for (int e = 0; e < E; ++e) mx = std::max(mx, load(lg[e]));
+    A sum = 0;
+    for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(load(lg[e]) - mx));
+    for (int e = 0; e < E; ++e) p[e] /= sum;
+    for (int e = 0; e < E; ++e) P[size_t(e)] += p[e];
+    // Top-k, best first; a tie goes to the lower expert index (strict >).
+    int32_t* ch = a.choice.data() + size_t(n) * K;
+    A S = 0;
+    for (int j = 0; j < K; ++j) {
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int i = 0; i < j; ++i) taken |= ch[i] == e;
+        if (!taken && (best < 0 || p[e] > p[best])) best = e;
+      }
+      ch[j] = best;
+      S += p[best];
+      routed[size_t(best)]++;
+    }
+    for (int j = 0; j < K; ++j) a.weight[size_t(n) * K + j] = p[ch[j]] / S;
+  }
+  // Admission: first choices of every token in token order, then second choices, ...
+  std::fill(a.count.data(), a.count.data() + E, 0);
+  a.dropped = 0;
+  for (int j = 0; j < K; ++j)
+    for (int n = 0; n < N; ++n) {
+      const int e = a.choice[size_t(n) * K + j];
+      int32_t& c = a.count[size_t(e)];
+      const bool in = c < cap;
+      a.slot[size_t(n) * K + j] = in ? c++ : -1;
+      a.dropped += !in;
+    }
+  // Load balancing: coef * E * sum_e f_e P_e.
+  double aux = 0;
+  for (int e = 0; e < E; ++e) {
+    a.frac[size_t(e)] = A(double(routed[size_t(e)]) / (double(N) * K));
+    aux += double(a.frac[size_t(e)]) * double(P[size_t(e)] / A(N));
+  }
+  a.aux = c_.aux_loss_coef * E * aux;
+  // Each expert's FFN on its admitted rows.
+  gather(s.xe.data(), x, a);
+  for (int e = 0; e < E; ++e) {
+    const int rows = a.count[size_t(e)];
+    if (rows == 0) continue;
+    const size_t r0 = size_t(e) * cap;
+    const T* w = expert(u, e);
+    k::matmul_forward(a.fch.data() + r0 * 4 * C, s.xe.data() + r0 * C, w + o_.fc_w, w + o_.fc_b, rows, C, 4 * C, ws);
+    k::gelu_forward(a.fchg.data() + r0 * 4 * C, a.fch.data() + r0 * 4 * C, size_t(rows) * 4 * C);
+    k::matmul_forward(a.y.data() + r0 * C, a.fchg.data() + r0 * 4 * C, w + o_.fcproj_w, w + o_.fcproj_b, rows,
+                      4 * C, C, ws);
+  }
+  // Combine: out[n] = sum over admitted choices (best first) of weight * y.
+  std::vector<A> acc(static_cast<size_t>(C));
+  for (int n = 0; n < N; ++n) {
+    std::fill(acc.begin(), acc.end(), A(0));
+    for (int j = 0; j < K; ++j) {
+      const int sl = a.slot[size_t(n) * K + j];
+      if (sl < 0) continue;
+      const A wgt = a.weight[size_t(n) * K + j];
+      const T* yr = a.y.data() + (size_t(a.choice[size_t(n) * K + j]) * cap + sl) * C;
+      for (int c = 0; c < C; ++c) acc[size_t(c)] += wgt * load(yr[c]);
+    }
+    for (int c = 0; c < C; ++c) out[size_t(n) * C + c] = store<T>(acc[size_t(c)]);
+  }
+}
+
+template <class T>
+void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<T>& a, const T* u,
+                         double aux_weight, MoeScratch<T>& s) const {
+  const int N = N_, C = C_, E = E_, K = k_, cap = a.cap;
+  float* ws = s.mm_ws.data();
+  A* dp = s.dp.data();
+  std::fill(dp, dp + size_t(N) * E, A(0));
+  std::memset(static_cast<void*>(s.dy.data()), 0, s.dy.size() * sizeof(T));
+  // Combine: dy = weight * dout; d weight = dout . y; through the
+  // renormalization w_j = p_j / S to the chosen probabilities.
+  std::vector<A> dw(static_cast<size_t>(K));
+  for (int n = 0; n < N; ++n) {
+    const T* d = dout + size_t(n) * C;
+    A S = 0, wdw = 0;
+    for (int j = 0; j < K; ++j) {
+      S += a.probs[size_t(n) * E + a.choice[size_t(n) * K + j]];
+      dw[size_t(j)] = 0;
+      const int sl = a.slot[size_t(n) * K + j];
+      if (sl < 0) continue;
+      const size_t r = size_t(a.choice[size_t(n) * K + j]) * cap + sl;
+      const A wgt = a.weight[size_t(n) * K + j];
+      A dot = 0;
+      for (int c = 0; c < C; ++c) {
+        dot += load(d[c]) * load(a.y[r * C + c]);
+        s.dy[r * C + c] = store<T>(wgt * load(d[c]));
+      }
+      dw[size_t(j)] = dot;
+    }
+    for (int j = 0; j < K; ++j) wdw += dw[size_t(j)] * a.weight[size_t(n) * K + j];
+    for (int j = 0; j < K; ++j) dp[size_t(n) * E + a.choice[size_t(n) * K + j]] += (dw[size_t(j)] - wdw) / S;
+  }
+  // Experts, each on its admitted rows.
+  gather(s.xe.data(), x, a);
+  std::memset(static_cast<void*>(s.dfchg.data()), 0, s.dfchg.size() * sizeof(T));
+  std::memset(static_cast<void*>(s.dfch.data()), 0, s.dfch.size() * sizeof(T));
+  std::memset(static_cast<void*>(s.dxe.data()), 0, s.dxe.size() * sizeof(T));
+  for (int e = 0; e < E; ++e) {
+    const int rows = a.count[size_t(e)];
+    if (rows == 0) continue;
+    const size_t r0 = size_t(e) * cap;
+    const T* w = expert(u, e);
+    T* dw_e = expert(du, e);
+    k::matmul_backward(s.dfchg.data() + r0 * 4 * C, dw_e + o_.fcproj_w, dw_e + o_.fcproj_b, s.dy.data() + r0 * C,
+                       a.fchg.data() + r0 * 4 * C, w + o_.fcproj_w, rows, 4 * C, C, ws);
+    k::gelu_backward(s.dfch.data() + r0 * 4 * C, a.fch.data() + r0 * 4 * C, s.dfchg.data() + r0 * 4 * C,
+                     size_t(rows) * 4 * C);
+    k::matmul_backward(s.dxe.data() + r0 * C, dw_e + o_.fc_w, dw_e + o_.fc_b, s.dfch.data() + r0 * 4 * C,
+                       s.xe.data() + r0 * C, w + o_.fc_w, rows, C, 4 * C, ws);
+  }
+  // Back to the tokens, best choice first.
+  std::vector<A> acc(static_cast<size_t>(C));
+  for (int n = 0; n < N; ++n) {
+    std::fill(acc.begin(), acc.end(), A(0));
+    bool any = false;
+    for (int j = 0; j < K; ++j) {
+      const int sl = a.slot[size_t(n) * K + j];
+      if (sl < 0) continue;
+      any = true;
+      const T* g = s.dxe.data() + (size_t(a.choice[size_t(n) * K + j]) * cap + sl) * C;
+      for (int c = 0; c < C; ++c) acc[size_t(c)] += load(g[c]);
+    }
+    if (any)
+      for (int c = 0; c < C; ++c) add_into(dx[size_t(n) * C + c], acc[size_t(c)]);
+  }
+  // Router: the load-balancing term's gradient (f_e held constant), then the
+  // softmax backward, then the router GEMM.
+  const A g_aux = A(aux_weight * c_.aux_loss_coef * E / N);
+  for (int n = 0; n < N; ++n) {
+    A* d = dp + size_t(n) * E;
+    const A* p = a.probs.data() + size_t(n) * E;
+    for (int e = 0; e < E; ++e) d[e] += g_aux * a.frac[size_t(e)];
+    A dot = 0;
+    for (int e = 0; e < E; ++e) dot += p[e] * d[e];
+    T* dl = s.logits.data() + size_t(n) * E;
+    for (int e = 0; e < E; ++e) dl[e] = store<T>(p[e] * (d[e] - dot));
+  }
+  k::matmul_backward(dx, du + o_.router_w, static_cast<T*>(nullptr), s.logits.data(), x, u + o_.router_w, N, C, E,
+                     ws);
+}
+
+#define PB_INSTANTIATE(T)        \
+  template struct MoeActs<T>;    \
+  template struct MoeScratch<T>; \
+  template class MoeMlp<T>;
+PB_INSTANTIATE(double)
+PB_INSTANTIATE(float)
+PB_INSTANTIATE(bf16)
+#undef PB_INSTANTIATE
+
+}  // namespace pb

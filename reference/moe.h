@@ -1,0 +1,73 @@
+// The mixture-of-experts MLP of the canonical model (model_config.h
+// MoeConfig says the rules: softmax router, top-k with ties to the lower
+// expert, weights renormalized over the k chosen, capacity with first
+// choices admitted first and each choice rank in token order, dropped
+// choices contributing nothing, Switch load-balancing loss), forward and
+// backward on one microbatch of N tokens: x (N, C) is the block's ln2 output,
+// the MLP's output goes to the residual like the dense MLP's.
+// Invariant: the same arithmetic in the same order whoever calls it.
+#pragma once
+#include <cstdint>
+
+#include "harness/dtype.h"
+#include "harness/memory.h"
+#include "reference/layout.h"
+
+namespace pb {
+
+// Tokens an expert admits out of `tokens` (ceil(cf * tokens * k / E), at
+// most `tokens`: a token chooses an expert once).
+int64_t moe_capacity(const MoeConfig& c, int64_t tokens);
+
+// What one MoE MLP keeps for backward (activations).
+template <class T>
+struct MoeActs {
+  using A = acc_t<T>;
+  int cap = 0;
+  Buffer<A> probs;         // (N, E) router softmax
+  Buffer<int32_t> choice;  // (N, k) chosen experts, best first
+  Buffer<A> weight;        // (N, k) probabilities renormalized over the k
+  Buffer<int32_t> slot;    // (N, k) row in the expert's buffer; -1: dropped
+  Buffer<int32_t> count;   // (E) tokens admitted
+  Buffer<T> fch, fchg, y;  // (E * cap, 4C), (E * cap, 4C), (E * cap, C): each expert's rows
+  Buffer<A> frac;          // (E) f_e: fraction of (token, choice) pairs routed to e
+  double aux = 0;          // this microbatch's load-balancing loss (coef included)
+  int64_t dropped = 0;     // choices past capacity
+  MoeActs() = default;
+  MoeActs(MemoryTracker* mt, const ModelConfig& m, int N);
+};
+
+// Workspace shared by the MoE MLPs of a microbatch.
+template <class T>
+struct MoeScratch {
+  Buffer<T> logits, xe, dy, dfchg, dfch, dxe;
+  Buffer<acc_t<T>> dp;
+  Buffer<float> mm_ws;
+  MoeScratch() = default;
+  MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N);
+  static int64_t bytes(const ModelConfig& m, int N);
+};
+
+template <class T>
+class MoeMlp {
+ public:
+  using A = acc_t<T>;
+  MoeMlp(const ParamLayout& layout, int N);
+  // out (N, C) = the MoE MLP of x; u: the block unit's parameters.
+  void forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratch<T>& s) const;
+  // dx (N, C) and du accumulate; aux_weight: the weight of this microbatch's
+  // load-balancing term in the objective.
+  void backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<T>& a, const T* u, double aux_weight,
+                MoeScratch<T>& s) const;
+
+ private:
+  const T* expert(const T* u, int e) const { return u + o_.expert0 + int64_t(e) * o_.expert_size; }
+  T* expert(T* u, int e) const { return u + o_.expert0 + int64_t(e) * o_.expert_size; }
+  void gather(T* xe, const T* x, const MoeActs<T>& a) const;  // every admitted token's row to its slot
+
+  MoeConfig c_;
+  MoeOffsets o_;
+  int N_, C_, E_, k_;
+};
+
+}  // namespace pb
