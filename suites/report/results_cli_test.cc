@@ -72,7 +72,7 @@ TEST(ResultsCli, PlanBadFlagsExit2) {
                             "--model gpt2-124m --params 1e9", "--model gpt2-124m --recompute some",
                             "--model gpt2-124m --dp 4 --global-batch 6", "--params 12Q",
                             "--model gpt2-124m --dp 2 --peak-tflops 100", "--layers 4 --channels 64",
-                            "--model gpt2-124m --mesh cp5 --strategy cp_algo=ulysses --seq 1000"})
+                            "--model gpt2-124m --mesh cp5 --strategy cp_algo=ulysses --seq 1000", "--model tiny-moe"})
     EXPECT_EQ(run(kExe + " plan " + flags), 2) << flags << "\n" << slurp(kDir / "last.log");
 }
 
@@ -110,7 +110,9 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh cp2.pp2 --strategy schedule=zb-h1", "stages run gpipe, 1f1b, interleaved"},
       {"--mesh cp2.pp2 --strategy schedule=1f1b,cp_algo=ulysses --model tiny-tp", ""},
       {"--mesh dp2.cp3 --strategy cp_algo=ulysses,shard=hsdp,shard_group=3", ""},  // F spans a replica's cp ranks
-      {"--cp 0", "--cp"}};
+      {"--cp 0", "--cp"},
+      {"--mesh dp2 --model tiny-moe", "mixture-of-experts model runs on one device only"},
+      {"--mesh dp1 --model tiny-moe", ""}};
   for (const auto& [flags, says] : cases) {
     const int want = std::string(says).empty() ? 0 : 2;  // the one that runs: a valid spec among the refusals
     EXPECT_EQ(run(kExe + " check " + flags + " --precision fp32 --out " + (kDir / "cp_bad").string()), want) << flags;
