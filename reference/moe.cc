@@ -17,25 +17,53 @@ using k::detail::add_into;
 using k::detail::load;
 using k::detail::store;
 
+namespace {
+constexpr std::pair<MoeFault, const char*> kMoeFaults[] = {{MoeFault::local_capacity, "moe_local_capacity"},
+                                                           {MoeFault::aux_per_rank, "moe_aux_per_rank"},
+                                                           {MoeFault::router_grad_missing, "moe_router_grad_missing"}};
+}
+
+std::string moe_fault_name(MoeFault f) {
+  for (const auto& [k, n] : kMoeFaults)
+    if (k == f) return n;
+  return "?";
+}
+
+bool is_moe_fault(const std::string& s) {
+  for (const auto& [k, n] : kMoeFaults)
+    if (s == n) return true;
+  return false;
+}
+
+MoeFault parse_moe_fault(const std::string& s) {
+  std::string known;
+  for (const auto& [k, n] : kMoeFaults) {
+    if (s == n) return k;
+    known += (known.empty() ? "" : ", ") + std::string(n);
+  }
+  throw InputError("strategy.faults: '" + s + "' is not a mixture-of-experts fault (" + known + ")");
+}
+
 int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {
   const double cap = std::ceil(c.capacity_factor * double(tokens) * c.top_k / c.experts);
   return std::min<int64_t>(tokens, int64_t(cap));
 }
 
 template <class T>
-MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N) {
+MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens) {
   const size_t E = size_t(m.moe.experts), K = size_t(m.moe.top_k), C = size_t(m.C);
-  cap = int(moe_capacity(m.moe, N));
-  const size_t rows = E * size_t(cap);
+  cap = int(moe_capacity(m.moe, scope_tokens > 0 ? scope_tokens : N));
+  rows = std::min(cap, N);
+  const size_t all_rows = E * size_t(rows);
   const MemTag act = MemTag::activations;
   probs = Buffer<A>(mt, act, size_t(N) * E);
   choice = Buffer<int32_t>(mt, act, size_t(N) * K);
   weight = Buffer<A>(mt, act, size_t(N) * K);
   slot = Buffer<int32_t>(mt, act, size_t(N) * K);
   count = Buffer<int32_t>(mt, act, E);
-  fch = Buffer<T>(mt, act, rows * 4 * C);
-  fchg = Buffer<T>(mt, act, rows * 4 * C);
-  y = Buffer<T>(mt, act, rows * C);
+  fch = Buffer<T>(mt, act, all_rows * 4 * C);
+  fchg = Buffer<T>(mt, act, all_rows * 4 * C);
+  y = Buffer<T>(mt, act, all_rows * C);
   frac = Buffer<A>(mt, act, E);
 }
 
@@ -44,8 +72,9 @@ struct ScratchSizes {
   size_t logits, rowsC, rows4C, dp, mm;
 };
 template <class T>
-ScratchSizes sizes(const ModelConfig& m, int N) {
-  const size_t E = size_t(m.moe.experts), C = size_t(m.C), cap = size_t(moe_capacity(m.moe, N));
+ScratchSizes sizes(const ModelConfig& m, int N, int64_t scope_tokens) {
+  const size_t E = size_t(m.moe.experts), C = size_t(m.C);
+  const size_t cap = size_t(std::min<int64_t>(N, moe_capacity(m.moe, scope_tokens > 0 ? scope_tokens : N)));
   const int rows = int(E * cap);
   const size_t mm = std::max({k::matmul_workspace_floats<T>(N, m.C, m.moe.experts),
                               k::matmul_workspace_floats<T>(rows, m.C, 4 * m.C),
@@ -55,8 +84,8 @@ ScratchSizes sizes(const ModelConfig& m, int N) {
 }  // namespace
 
 template <class T>
-MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N) {
-  const ScratchSizes z = sizes<T>(m, N);
+MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens) {
+  const ScratchSizes z = sizes<T>(m, N, scope_tokens);
   const MemTag ws = MemTag::workspace;
   logits = Buffer<T>(mt, ws, z.logits);
   xe = Buffer<T>(mt, ws, z.rowsC);
@@ -69,15 +98,16 @@ MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N) {
 }
 
 template <class T>
-int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N) {
-  const ScratchSizes z = sizes<T>(m, N);
+int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N, int64_t scope_tokens) {
+  const ScratchSizes z = sizes<T>(m, N, scope_tokens);
   return int64_t((z.logits + 3 * z.rowsC + 2 * z.rows4C) * sizeof(T) + z.dp * sizeof(acc_t<T>) +
                  z.mm * sizeof(float));
 }
 
 template <class T>
-MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N)
-    : c_(layout.model().moe), o_(layout.moe_block()), N_(N), C_(layout.model().C), E_(c_.experts), k_(c_.top_k) {
+MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope)
+    : c_(layout.model().moe), o_(layout.moe_block()), scope_(scope), N_(N), C_(layout.model().C), E_(c_.experts),
+      k_(c_.top_k), scope_tokens_(scope.tokens(c_, N)) {
   require(E_ > 0, "moe: the model has no experts");
 }
 
@@ -88,18 +118,18 @@ void MoeMlp<T>::gather(T* xe, const T* x, const MoeActs<T>& a) const {
       const int s = a.slot[size_t(n) * k_ + j];
       if (s < 0) continue;
       const int e = a.choice[size_t(n) * k_ + j];
-      std::memcpy(static_cast<void*>(xe + (size_t(e) * a.cap + s) * C_), x + size_t(n) * C_, size_t(C_) * sizeof(T));
+      std::memcpy(static_cast<void*>(xe + (size_t(e) * a.rows + s) * C_), x + size_t(n) * C_, size_t(C_) * sizeof(T));
     }
 }
 
 template <class T>
 void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratch<T>& s) const {
-  const int N = N_, C = C_, E = E_, K = k_, cap = a.cap;
+  const int N = N_, C = C_, E = E_, K = k_, cap = a.rows;
   float* ws = s.mm_ws.data();
   // Router: logits (N, E), softmax in A.
   k::matmul_forward(s.logits.data(), x, u + o_.router_w, static_cast<const T*>(nullptr), N, C, E, ws);
   std::vector<A> P(size_t(E), A(0));
-  std::vector<int64_t> routed(size_t(E), 0);
+  std::vector<double> routed(size_t(K) * E, 0.0);  // (choice rank, expert) pairs here
   for (int n = 0; n < N; ++n) {
     const T* lg = s.logits.data() + size_t(n) * E;
     A* p = a.probs.data() + size_t(n) * E;
@@ -121,26 +151,66 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
       }
       ch[j] = best;
       S += p[best];
-      routed[size_t(best)]++;
+      routed[size_t(j) * E + best] += 1;
     }
     for (int j = 0; j < K; ++j) a.weight[size_t(n) * K + j] = p[ch[j]] / S;
   }
+  // Where this rank's pairs start in the scope's admission order (choice rank
+  // first, then token order, ranks in group order): the counts of every
+  // earlier choice rank on every rank, and of this choice rank on earlier ranks.
+  std::vector<double> base(size_t(K) * E, 0.0), total(size_t(E), 0.0), Ps(P.size(), 0.0);
+  for (int e = 0; e < E; ++e) Ps[size_t(e)] = double(P[size_t(e)]);
+  const bool local_cap = scope_.has(MoeFault::local_capacity), aux_here = scope_.has(MoeFault::aux_per_rank);
+  if (scope_.shared(c_)) {
+    const int R = scope_.comm->size(), me = scope_.comm->rank();
+    std::vector<double> all(size_t(R) * K * E);
+    scope_.comm->all_gather(routed.data(), all.data(), routed.size(), DType::f64);
+    for (int j = 0; j < K; ++j)
+      for (int e = 0; e < E; ++e) {
+        double before = 0;
+        for (int r = 0; r < R; ++r) {
+          const double h = all[(size_t(r) * K + j) * E + e];
+          if (r < me) before += h;
+          total[size_t(e)] += h;
+        }
+        base[size_t(j) * E + e] = before;
+        for (int i = 0; i < j; ++i)
+          for (int r = 0; r < R; ++r) base[size_t(j) * E + e] += all[(size_t(r) * K + i) * E + e];
+      }
+    scope_.comm->all_reduce(Ps.data(), Ps.data(), Ps.size(), DType::f64);
+  }
+  if (!scope_.shared(c_) || local_cap || aux_here) {  // this rank's pairs alone (the faults: for admission or aux)
+    std::vector<double> lbase(size_t(K) * E, 0.0), ltotal(size_t(E), 0.0);
+    for (int j = 0; j < K; ++j)
+      for (int e = 0; e < E; ++e) {
+        for (int i = 0; i < j; ++i) lbase[size_t(j) * E + e] += routed[size_t(i) * E + e];
+        ltotal[size_t(e)] += routed[size_t(j) * E + e];
+      }
+    if (!scope_.shared(c_) || local_cap) base = lbase;
+    if (!scope_.shared(c_) || aux_here) {
+      total = ltotal;
+      for (int e = 0; e < E; ++e) Ps[size_t(e)] = double(P[size_t(e)]);
+    }
+  }
+  const int64_t cap_here = local_cap ? std::min<int64_t>(a.cap, moe_capacity(c_, N)) : a.cap;
   // Admission: first choices of every token in token order, then second choices, ...
   std::fill(a.count.data(), a.count.data() + E, 0);
   a.dropped = 0;
+  std::vector<double> seen(size_t(K) * E, 0.0);
   for (int j = 0; j < K; ++j)
     for (int n = 0; n < N; ++n) {
       const int e = a.choice[size_t(n) * K + j];
-      int32_t& c = a.count[size_t(e)];
-      const bool in = c < cap;
-      a.slot[size_t(n) * K + j] = in ? c++ : -1;
+      const double pos = base[size_t(j) * E + e] + seen[size_t(j) * E + e]++;
+      const bool in = pos < double(cap_here);
+      a.slot[size_t(n) * K + j] = in ? a.count[size_t(e)]++ : -1;
       a.dropped += !in;
     }
-  // Load balancing: coef * E * sum_e f_e P_e.
+  // Load balancing over the scope: coef * E * sum_e f_e P_e.
   double aux = 0;
+  const double toks = double(aux_here ? N : scope_tokens_);
   for (int e = 0; e < E; ++e) {
-    a.frac[size_t(e)] = A(double(routed[size_t(e)]) / (double(N) * K));
-    aux += double(a.frac[size_t(e)]) * double(P[size_t(e)] / A(N));
+    a.frac[size_t(e)] = A(total[size_t(e)] / (toks * K));
+    aux += double(a.frac[size_t(e)]) * (Ps[size_t(e)] / toks);
   }
   a.aux = c_.aux_loss_coef * E * aux;
   // Each expert's FFN on its admitted rows.
@@ -173,7 +243,7 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
 template <class T>
 void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<T>& a, const T* u,
                          double aux_weight, MoeScratch<T>& s) const {
-  const int N = N_, C = C_, E = E_, K = k_, cap = a.cap;
+  const int N = N_, C = C_, E = E_, K = k_, cap = a.rows;
   float* ws = s.mm_ws.data();
   A* dp = s.dp.data();
   std::fill(dp, dp + size_t(N) * E, A(0));
@@ -199,6 +269,7 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
       dw[size_t(j)] = dot;
     }
     for (int j = 0; j < K; ++j) wdw += dw[size_t(j)] * a.weight[size_t(n) * K + j];
+    if (scope_.has(MoeFault::router_grad_missing)) continue;
     for (int j = 0; j < K; ++j) dp[size_t(n) * E + a.choice[size_t(n) * K + j]] += (dw[size_t(j)] - wdw) / S;
   }
   // Experts, each on its admitted rows.
@@ -236,7 +307,7 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
   }
   // Router: the load-balancing term's gradient (f_e held constant), then the
   // softmax backward, then the router GEMM.
-  const A g_aux = A(aux_weight * c_.aux_loss_coef * E / N);
+  const A g_aux = A(aux_weight * c_.aux_loss_coef * E / double(scope_tokens_));  // (aux_per_rank: the scope's too)
   for (int n = 0; n < N; ++n) {
     A* d = dp + size_t(n) * E;
     const A* p = a.probs.data() + size_t(n) * E;

@@ -8,7 +8,10 @@
 // Invariant: the same arithmetic in the same order whoever calls it.
 #pragma once
 #include <cstdint>
+#include <set>
+#include <string>
 
+#include "harness/comm/comm.h"
 #include "harness/dtype.h"
 #include "harness/memory.h"
 #include "reference/layout.h"
@@ -19,11 +22,37 @@ namespace pb {
 // most `tokens`: a token chooses an expert once).
 int64_t moe_capacity(const MoeConfig& c, int64_t tokens);
 
+// Injected faults (test-only), each caught by the conformance engine.
+enum class MoeFault : uint8_t {
+  local_capacity,       // global capacity computed and admitted over this rank's tokens alone
+  aux_per_rank,         // the load-balancing loss's f and P over this rank's tokens, not the scope's
+  router_grad_missing,  // no gradient to the router through the top-k weights (only the aux's)
+};
+std::string moe_fault_name(MoeFault f);
+bool is_moe_fault(const std::string& s);
+MoeFault parse_moe_fault(const std::string& s);  // InputError naming strategy.faults
+
+// Who shares a microbatch's capacity with this rank (global capacity over
+// several data ranks): their tokens come before or after this rank's in the
+// global token order (group rank order), and the ranks agree on admission by
+// all-gathering their per-(choice rank, expert) counts, not their tokens.
+// Null, or local capacity: this rank's tokens alone.
+struct MoeScope {
+  Communicator* comm = nullptr;
+  std::set<MoeFault> faults;
+  bool has(MoeFault f) const { return faults.count(f) > 0; }
+  bool shared(const MoeConfig& c) const {
+    return comm && comm->size() > 1 && c.capacity == MoeCapacity::global;
+  }
+  int64_t tokens(const MoeConfig& c, int64_t local) const { return shared(c) ? local * comm->size() : local; }
+};
+
 // What one MoE MLP keeps for backward (activations).
 template <class T>
 struct MoeActs {
   using A = acc_t<T>;
-  int cap = 0;
+  int cap = 0;             // tokens an expert admits over the scope
+  int rows = 0;            // rows per expert here: min(cap, this rank's tokens)
   Buffer<A> probs;         // (N, E) router softmax
   Buffer<int32_t> choice;  // (N, k) chosen experts, best first
   Buffer<A> weight;        // (N, k) probabilities renormalized over the k
@@ -34,7 +63,8 @@ struct MoeActs {
   double aux = 0;          // this microbatch's load-balancing loss (coef included)
   int64_t dropped = 0;     // choices past capacity
   MoeActs() = default;
-  MoeActs(MemoryTracker* mt, const ModelConfig& m, int N);
+  // N: this rank's tokens; scope_tokens: the capacity scope's (N alone).
+  MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0);
 };
 
 // Workspace shared by the MoE MLPs of a microbatch.
@@ -44,19 +74,20 @@ struct MoeScratch {
   Buffer<acc_t<T>> dp;
   Buffer<float> mm_ws;
   MoeScratch() = default;
-  MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N);
-  static int64_t bytes(const ModelConfig& m, int N);
+  MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0);
+  static int64_t bytes(const ModelConfig& m, int N, int64_t scope_tokens = 0);
 };
 
 template <class T>
 class MoeMlp {
  public:
   using A = acc_t<T>;
-  MoeMlp(const ParamLayout& layout, int N);
+  MoeMlp(const ParamLayout& layout, int N, MoeScope scope = {});
   // out (N, C) = the MoE MLP of x; u: the block unit's parameters.
   void forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratch<T>& s) const;
   // dx (N, C) and du accumulate; aux_weight: the weight of this microbatch's
-  // load-balancing term in the objective.
+  // load-balancing term in the objective (that term's share of the step's
+  // tokens: dloss x the scope's tokens).
   void backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<T>& a, const T* u, double aux_weight,
                 MoeScratch<T>& s) const;
 
@@ -67,7 +98,9 @@ class MoeMlp {
 
   MoeConfig c_;
   MoeOffsets o_;
+  MoeScope scope_;
   int N_, C_, E_, k_;
+  int64_t scope_tokens_;
 };
 
 }  // namespace pb

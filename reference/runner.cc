@@ -2,12 +2,14 @@
 
 #include <utility>
 
+#include "harness/status.h"
+
 namespace pb {
 
 template <class T>
 MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSource& data,
-                                      MemoryTracker* mt, int Bm, int Tn)
-    : layout_(&layout), data_(&data), model_(layout, Bm, Tn) {
+                                      MemoryTracker* mt, int Bm, int Tn, MoeScope scope)
+    : layout_(&layout), data_(&data), scope_(scope), model_(layout, Bm, Tn) {
   const auto& m = layout.model();
   size_t N = size_t(Bm) * Tn;
   tokens_ = Buffer<int32_t>(mt, MemTag::activations, N);
@@ -16,17 +18,17 @@ MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSou
   for (int l = 0; l < m.L; ++l) blocks_.emplace_back(mt, m, Bm, Tn, !m.is_moe(l));
   moe_.resize(size_t(m.L));
   for (int l = 0; l < m.L; ++l)
-    if (m.is_moe(l)) moe_[size_t(l)] = MoeActs<T>(mt, m, int(N));
+    if (m.is_moe(l)) moe_[size_t(l)] = MoeActs<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)));
   head_ = HeadActs<T>(mt, m, Bm, Tn);
   scratch_ = Scratch<T>(mt, m, Bm, Tn);
-  if (m.moe.experts > 0) moe_scratch_ = MoeScratch<T>(mt, m, int(N));
+  if (m.moe.experts > 0) moe_scratch_ = MoeScratch<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)));
   dx_a_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
   dx_b_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
 }
 
 template <class T>
-int64_t MicrobatchRunner<T>::workspace_bytes(const ModelConfig& m, int Bm, int Tn) {
-  const int64_t moe = m.moe.experts > 0 ? MoeScratch<T>::bytes(m, Bm * Tn) : 0;
+int64_t MicrobatchRunner<T>::workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens) {
+  const int64_t moe = m.moe.experts > 0 ? MoeScratch<T>::bytes(m, Bm * Tn, moe_scope_tokens) : 0;
   return Scratch<T>::bytes(m, Bm, Tn) + 2 * int64_t(Bm) * Tn * m.C * int64_t(sizeof(T)) + moe;
 }
 
@@ -43,21 +45,37 @@ int64_t MicrobatchRunner<T>::moe_choices() const {
   return int64_t(m.moe_layers()) * model_.B() * model_.Tn() * m.moe.top_k;
 }
 
-int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p) {
+int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p, int64_t moe_scope_tokens) {
   switch (p) {
-    case Precision::fp64: return MicrobatchRunner<double>::workspace_bytes(m, Bm, Tn);
-    case Precision::fp32: return MicrobatchRunner<float>::workspace_bytes(m, Bm, Tn);
-    case Precision::bf16_mixed: return MicrobatchRunner<bf16>::workspace_bytes(m, Bm, Tn);
+    case Precision::fp64: return MicrobatchRunner<double>::workspace_bytes(m, Bm, Tn, moe_scope_tokens);
+    case Precision::fp32: return MicrobatchRunner<float>::workspace_bytes(m, Bm, Tn, moe_scope_tokens);
+    case Precision::bf16_mixed: return MicrobatchRunner<bf16>::workspace_bytes(m, Bm, Tn, moe_scope_tokens);
   }
   return 0;
 }
 
 template <class T>
 double MicrobatchRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hk) {
+  data_->batch(step, first, model_.B(), model_.Tn(), tokens_.data(), targets_.data());
+  return compute(dloss, hk);
+}
+
+template <class T>
+double MicrobatchRunner<T>::run_samples(int64_t step, const std::vector<int64_t>& firsts, double dloss,
+                                        UnitHooks<T>& hk) {
+  const int per = model_.B() / int(firsts.size()), Tn = model_.Tn();
+  require(!firsts.empty() && per * int(firsts.size()) == model_.B(), "runner: samples do not fill the microbatch");
+  for (size_t i = 0; i < firsts.size(); ++i)
+    data_->batch(step, firsts[i], per, Tn, tokens_.data() + i * size_t(per) * Tn,
+                 targets_.data() + i * size_t(per) * Tn);
+  return compute(dloss, hk);
+}
+
+template <class T>
+double MicrobatchRunner<T>::compute(double dloss, UnitHooks<T>& hk) {
   const auto& l = *layout_;
   const int L = l.model().L, fin = l.final_unit();
   const int64_t lnf_rel = 0;  // ln_f.weight is the first tensor of the final unit
-  data_->batch(step, first, model_.B(), model_.Tn(), tokens_.data(), targets_.data());
 
   model_.embed_forward(x0_.data(), tokens_.data(), hk.params(0));
   hk.release_params(0);
@@ -66,7 +84,7 @@ double MicrobatchRunner<T>::run(int64_t step, int64_t first, double dloss, UnitH
   double aux = 0;
   for (int i = 0; i < L; ++i) {
     if (l.model().is_moe(i)) {
-      model_.moe_block_forward(blocks_[i], moe_[i], x, hk.params(l.block_unit(i)), scratch_, moe_scratch_);
+      model_.moe_block_forward(blocks_[i], moe_[i], x, hk.params(l.block_unit(i)), scratch_, moe_scratch_, scope_);
       aux += moe_[i].aux;
     } else {
       model_.block_forward(blocks_[i], x, hk.params(l.block_unit(i)), scratch_);
@@ -89,8 +107,9 @@ double MicrobatchRunner<T>::run(int64_t step, int64_t first, double dloss, UnitH
     int u = l.block_unit(i);
     const T* x_in = i ? blocks_[i - 1].xout.data() : x0_.data();
     if (l.model().is_moe(i))
-      model_.moe_block_backward(dprev, hk.grads(u), dx, x_in, blocks_[i], moe_[i], hk.params(u), dloss * N, scratch_,
-                                moe_scratch_);
+      model_.moe_block_backward(dprev, hk.grads(u), dx, x_in, blocks_[i], moe_[i], hk.params(u),
+                                dloss * double(scope_.tokens(l.model().moe, int64_t(N))), scratch_, moe_scratch_,
+                                scope_);
     else
       model_.block_backward(dprev, hk.grads(u), dx, x_in, blocks_[i], hk.params(u), scratch_);
     hk.grads_ready(u);

@@ -48,25 +48,33 @@ class FlatHooks : public UnitHooks<T> {
 template <class T>
 class MicrobatchRunner {
  public:
+  // scope: the data ranks a mixture-of-experts model's global capacity spans
+  // (moe.h MoeScope; none for a dense model or one device).
   MicrobatchRunner(const ParamLayout& layout, const MarkovSource& data, MemoryTracker* tracker,
-                   int Bm, int Tn);
+                   int Bm, int Tn, MoeScope scope = {});
   int Bm() const { return model_.B(); }
   // Workspace bytes the constructor allocates (Scratch and the two gradient
   // ping-pong buffers), without allocating.
-  static int64_t workspace_bytes(const ModelConfig& m, int Bm, int Tn);
+  static int64_t workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens = 0);
   // Samples [first, first + Bm) of step `step`; dloss = 1 / (tokens in the
   // global batch). Returns the sum of this microbatch's token losses, plus,
   // for a mixture-of-experts model, its load-balancing losses times its
   // tokens (so that over the step's tokens each microbatch's aux term weighs
   // its share of them; the gradient is that objective's).
   double run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hooks);
+  // The same over Bm / firsts.size() samples from each of `firsts`, in order
+  // (the reference's joint microbatch of several data ranks).
+  double run_samples(int64_t step, const std::vector<int64_t>& firsts, double dloss, UnitHooks<T>& hooks);
   // The last run's MoE routing: choices past capacity, and choices made.
   int64_t moe_dropped() const;
   int64_t moe_choices() const;
 
  private:
+  double compute(double dloss, UnitHooks<T>& hooks);
+
   const ParamLayout* layout_;
   const MarkovSource* data_;
+  MoeScope scope_;
   Gpt<T> model_;
   Buffer<int32_t> tokens_, targets_;
   Buffer<T> x0_;
@@ -79,6 +87,6 @@ class MicrobatchRunner {
 };
 
 // MicrobatchRunner<T>::workspace_bytes for the compute type of a precision.
-int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p);
+int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p, int64_t moe_scope_tokens = 0);
 
 }  // namespace pb

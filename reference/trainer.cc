@@ -40,8 +40,8 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
     if (plan_.two_level()) outer_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
   }
   opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, std::vector<Segment>{{0, n, 0, 0, 0}}, n, &tracker_);
-  runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &tracker_, cfg.batch / split,
-                                                  cfg.seq);
+  runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &tracker_,
+                                                  cfg.batch / (plan_.moe_joint ? plan_.micro : split), cfg.seq);
 }
 
 template <class T>
@@ -51,8 +51,18 @@ StepStats ReferenceTrainer<T>::step() {
   const int Bm = runner_->Bm();
   const double dloss = 1.0 / double(cfg_.tokens_per_step());
   double loss = 0;
-  if (plan_.reduce_per_micro) loss = step_reduced_per_micro();
-  for (int g = 0; g < plan_.groups && !plan_.reduce_per_micro; ++g) {
+  if (plan_.moe_joint) {  // microbatch k of every group at once
+    std::memset(static_cast<void*>(grads_.data()), 0, size_t(n) * sizeof(T));
+    FlatHooks<T> hooks(layout_, params_.data(), grads_.data());
+    const int per = Bm / plan_.groups;
+    for (int k = 0; k < plan_.micro; ++k) {
+      std::vector<int64_t> firsts;
+      for (int g = 0; g < plan_.groups; ++g) firsts.push_back(int64_t(g * plan_.micro + k) * per);
+      loss += runner_->run_samples(step_, firsts, dloss, hooks);
+    }
+  }
+  if (plan_.reduce_per_micro && !plan_.moe_joint) loss = step_reduced_per_micro();
+  for (int g = 0; g < plan_.groups && !plan_.reduce_per_micro && !plan_.moe_joint; ++g) {
     T* gb = plan_.groups > 1 ? group_grads_.data() : grads_.data();
     std::memset(static_cast<void*>(gb), 0, size_t(n) * sizeof(T));
     if (plan_.separate_head_grad)
@@ -67,7 +77,7 @@ StepStats ReferenceTrainer<T>::step() {
     loss += group_loss;
     if (plan_.groups > 1) add_group(g, gb);
   }
-  if (plan_.groups > 1 && !plan_.reduce_per_micro) {
+  if (plan_.groups > 1 && !plan_.reduce_per_micro && !plan_.moe_joint) {
     const auto* sum = plan_.two_level() ? outer_acc_.data() : group_acc_.data();
     for (int64_t i = 0; i < n; ++i) grads_[i] = cast<T>(sum[i]);
   }

@@ -48,6 +48,11 @@ struct SplitPlan {
   bool two_level() const { return block > 1 && block < groups; }
   bool reduce_per_micro = false;  // see above
   bool outer_per_micro = false;   // two levels: the outer sum per microbatch too
+  // Mixture of experts with global capacity over the groups (data ranks):
+  // microbatch k of every group runs as one microbatch (groups' samples in
+  // group order), so capacity and load balancing span them as they do across
+  // the ranks; gradients accumulate over the joint microbatches in order.
+  bool moe_joint = false;
 };
 
 struct StepStats {

@@ -74,6 +74,12 @@ parabench_mpi_test(NAME conformance_check_mpi_cp_np8 NP 8
   COMMAND $<TARGET_FILE:parabench> check --mesh dp2.tp2.cp2 dp2.tp2.cp2.sp --strategy cp_algo=ring,shard=zero1
           cp_algo=ulysses --precision bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# Mixture of experts under data parallel with global capacity (the ranks'
+# routing counts exchanged over MPI): dp2 DDP and ZeRO-3.
+parabench_mpi_test(NAME conformance_check_mpi_moe_np2 NP 2
+  COMMAND $<TARGET_FILE:parabench> check --mesh dp2 --model tiny-moe --strategy shard=none shard=zero3
+          --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Pipeline conformance under mpirun (mpi backend, one process per rank).
 if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   add_executable(conformance_pipeline_mpi_test conformance/pipeline_conformance_mpi_test.cc)

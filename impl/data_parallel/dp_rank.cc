@@ -5,6 +5,7 @@
 
 #include "harness/mesh.h"
 #include "harness/status.h"
+#include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/strategy.h"
 
 namespace pb::dp {
@@ -21,8 +22,14 @@ DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& worl
   scalar_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "dp_scalar");
   check_ = world.split_groups(whole_world(world.size()), "check");
   dp_ = std::make_unique<Component<T>>(o, model_units(layout_), layout_, cfg.seed, comms_, mem_);
+  MoeScope scope;
+  scope.faults = o.moe_faults;
+  if (moe_shares_capacity(o, cfg)) {  // the ranks agree on admission by exchanging counts
+    moe_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "moe");
+    scope.comm = moe_.get();
+  }
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &mem_, cfg.batch / o.dp / cfg.microbatches,
-                                                  cfg.seq);
+                                                  cfg.seq, scope);
   hooks_ = make_hooks(*dp_, layout_, mem_);
 }
 
@@ -82,7 +89,14 @@ std::vector<double> DpRank<T>::full_grads() {
 
 template <class T>
 Declared DpRank<T>::declared(int steps) const {
-  return declared_costs(o_, cfg_, steps);
+  Declared d = declared_costs(o_, cfg_, steps);
+  if (moe_) {  // per MoE layer and microbatch: the (choice rank, expert) counts gathered, P_e summed
+    const MoeConfig& c = cfg_.model.moe;
+    const int64_t n = int64_t(steps) * cfg_.microbatches * cfg_.model.moe_layers();
+    d.add_comm("moe", CommOp::all_gather, n * o_.dp * c.top_k * c.experts * 8);
+    d.add_comm("moe", CommOp::all_reduce, n * c.experts * 8);
+  }
+  return d;
 }
 
 #define PB_INSTANTIATE(T)                                                                                       \

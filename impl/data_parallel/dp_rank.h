@@ -47,7 +47,7 @@ class DpRank : public Rank {
   ParamLayout layout_;
   MarkovSource data_;
   DpComms comms_;
-  std::unique_ptr<Communicator> scalar_, check_;
+  std::unique_ptr<Communicator> scalar_, check_, moe_;
   std::unique_ptr<Component<T>> dp_;
   std::unique_ptr<MicrobatchRunner<T>> runner_;
   std::unique_ptr<FamilyHooks<T>> hooks_;

@@ -138,6 +138,12 @@ void validate(const DpOptions& o, const TrainConfig& cfg) {
           "train.microbatches: must divide the per-rank batch (" + std::to_string(per_rank) + ")");
   require(!o.has(Fault::sync_wrong_microbatch) || cfg.microbatches >= 2,
           "strategy.faults: sync_wrong_microbatch needs train.microbatches >= 2 (the first is the last)");
+  const bool shared = cfg.model.moe.experts > 0 && cfg.model.moe.capacity == MoeCapacity::global && o.dp > 1;
+  for (MoeFault f : o.moe_faults) {
+    require(cfg.model.moe.experts > 0, "strategy.faults: " + moe_fault_name(f) + " needs a mixture-of-experts model");
+    require(f == MoeFault::router_grad_missing || shared,
+            "strategy.faults: " + moe_fault_name(f) + " needs moe.capacity = global over dp >= 2 ranks");
+  }
 }
 
 DataAxis data_axis(const DpOptions& o, Precision p, int microbatches) {

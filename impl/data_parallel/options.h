@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "impl/data_parallel/cost.h"
+#include "reference/moe.h"
 #include "reference/train_config.h"
 
 namespace pb::dp {
@@ -38,6 +39,7 @@ struct DpOptions : DataOptions {
   int dp = 1;
   int ranks_per_node = 0;           // 0: all ranks on one node
   std::set<Fault> faults;
+  std::set<MoeFault> moe_faults;  // a mixture-of-experts model's (reference/moe.h)
 
   bool has(Fault f) const { return faults.count(f) > 0; }
   std::string describe() const;     // e.g. "zero3 dp4 prefetch1"

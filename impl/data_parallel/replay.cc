@@ -15,6 +15,7 @@ SplitPlan replay_plan(const DpOptions& o, const TrainConfig& cfg) {
   // levels; HSDP's replica all-reduce once per step).
   p.reduce_per_micro = o.shard >= Shard::zero2;
   p.outer_per_micro = o.shard == Shard::hzero;
+  p.moe_joint = moe_shares_capacity(o, cfg);
   if (o.shard == Shard::none) return p;
   // Norm partial sums: every rank sums its owned ranges in unit order, then the
   // scalar all-reduce adds the ranks in rank order. HSDP reduces the norm
@@ -36,10 +37,16 @@ SplitPlan replay_plan(const DpOptions& o, const TrainConfig& cfg) {
   return p;
 }
 
-bool declares_bitwise(const DpOptions& o, const TrainConfig& /*cfg*/, bool local_backend) {
+bool moe_shares_capacity(const DpOptions& o, const TrainConfig& cfg) {
+  return cfg.model.moe.experts > 0 && cfg.model.moe.capacity == MoeCapacity::global && o.dp > 1;
+}
+
+bool declares_bitwise(const DpOptions& o, const TrainConfig& cfg, bool local_backend) {
   // Every family's order is replayed (per-microbatch reductions included), so
-  // on the local backend every one is bit-equal to its replay.
-  return local_backend;
+  // on the local backend every one is bit-equal to its replay — except a
+  // mixture of experts whose capacity spans the ranks: the reference runs
+  // their microbatches as one (the same routing, another summation order).
+  return local_backend && !moe_shares_capacity(o, cfg);
 }
 
 }  // namespace pb::dp

@@ -23,5 +23,9 @@ namespace pb::dp {
 SplitPlan replay_plan(const DpOptions& o, const TrainConfig& cfg);
 // Does the run do the replay's arithmetic in its order (so bits must match)?
 bool declares_bitwise(const DpOptions& o, const TrainConfig& cfg, bool local_backend);
+// A mixture-of-experts model with global capacity over more than one data
+// rank: its ranks exchange routing counts (group "moe") and the reference
+// replays their microbatches jointly (SplitPlan::moe_joint).
+bool moe_shares_capacity(const DpOptions& o, const TrainConfig& cfg);
 
 }  // namespace pb::dp

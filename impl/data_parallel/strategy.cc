@@ -1,5 +1,7 @@
 #include "impl/data_parallel/strategy.h"
 
+#include <cstdio>
+
 #include "harness/status.h"
 #include "impl/data_parallel/cost.h"
 #include "impl/data_parallel/dp_rank.h"
@@ -19,7 +21,9 @@ DpOptions options_of(const RunSpec& s) {
   o.reshard_after_forward = s.data.reshard_after_forward;
   o.shard_group = s.data.shard_group;
   o.ranks_per_node = s.mesh.ranks_per_node;
-  for (const auto& f : s.faults) o.faults.insert(parse_fault(f));
+  for (const auto& f : s.faults)
+    if (is_moe_fault(f)) o.moe_faults.insert(parse_moe_fault(f));
+    else o.faults.insert(parse_fault(f));
   return o;
 }
 
@@ -70,6 +74,12 @@ void validate_spec(const RunSpec& s) {
 
 std::string describe(const RunSpec& s) {
   std::string d = options_of(s).describe();
+  if (const MoeConfig& m = s.train.model.moe; m.experts > 0) {  // the routing the run is checked with
+    char cf[32];
+    std::snprintf(cf, sizeof cf, "%g", m.capacity_factor);
+    d += " moe E" + std::to_string(m.experts) + " top" + std::to_string(m.top_k) + " cf" + cf +
+         (m.capacity == MoeCapacity::global ? " global" : " local");
+  }
   if (s.train.microbatches > 1) d += " accum" + std::to_string(s.train.microbatches);
   return d;
 }

@@ -297,9 +297,10 @@ void validate(const RunSpec& s) {
   // Mixture of experts runs on one device so far (its capacity scope across
   // data ranks and expert parallel are the next step).
   require(s.train.model.moe.experts == 0 ||
-              (s.world() == 1 && !s.pipe.schedule && s.tensor.recompute == Recompute::none),
-          "model.moe: a mixture-of-experts model runs on one device only so far (mesh dp1, no schedule or "
-          "recompute; got " + mesh_text(s.mesh) + "): expert and data parallel for MoE are not implemented yet");
+              (s.world() == s.mesh.dp && !s.pipe.schedule && s.tensor.recompute == Recompute::none),
+          "model.moe: a mixture-of-experts model runs with data parallel only so far (mesh dpN, no schedule or "
+          "recompute; got " + mesh_text(s.mesh) + "): expert, tensor, context and pipeline parallel for MoE are "
+          "not implemented yet");
 }
 
 bool operator==(const RunSpec& a, const RunSpec& b) {

@@ -203,6 +203,28 @@ void context_parallel_points(const CheckFlags& f, const std::string& prec, std::
   }
 }
 
+// Mixture of experts (tiny-moe: block 0's MLP as 4 experts, top-2) under data
+// parallel: dp2 x DDP, ZeRO-1, ZeRO-3 x global and local capacity, dp4
+// ZeRO-2 global, and 8 experts top-1 at dp2 (global).
+void moe_points(const CheckFlags& f, const std::string& prec, std::vector<StrategyRun>& runs) {
+  auto moe = [&](int dp, dp::Shard shard, MoeCapacity cap) {
+    StrategyRun s = point(f, prec, dp_mesh(dp), "");
+    s.spec.train.model = named_model("tiny-moe");
+    s.spec.train.model.moe.capacity = cap;
+    if (cap != MoeCapacity::global) s.spec.train.model.name = "tiny-moe-local";
+    s.spec.data.shard = shard;
+    return s;
+  };
+  for (MoeCapacity cap : {MoeCapacity::global, MoeCapacity::local})
+    for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero3}) runs.push_back(moe(2, sh, cap));
+  runs.push_back(moe(4, dp::Shard::zero2, MoeCapacity::global));
+  StrategyRun e8 = moe(2, dp::Shard::none, MoeCapacity::global);
+  e8.spec.train.model.moe.experts = 8;
+  e8.spec.train.model.moe.top_k = 1;
+  e8.spec.train.model.name = "tiny-moe-e8-top1";
+  runs.push_back(e8);
+}
+
 std::vector<StrategyRun> matrix(const CheckFlags& f) {
   std::vector<StrategyRun> runs;
   if (!f.meshes.empty()) {
@@ -265,6 +287,7 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
     }
     tensor_parallel_points(f, prec, runs);
     context_parallel_points(f, prec, runs);
+    if (f.model.empty()) moe_points(f, prec, runs);
     if (!f.tps.empty() && f.tps.front() > 1 && !f.pps.empty()) {  // TP x PP (1F1B, interleaved; SP; x dp2, ZeRO-3)
       const int tp = f.tps.front(), pp = f.pps.front();
       auto mesh = [&](int dp) {

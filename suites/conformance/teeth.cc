@@ -240,6 +240,26 @@ std::vector<FaultCatch> cp_fault_catches(Precision p) {
   return out;
 }
 
+std::vector<FaultCatch> moe_fault_catches(Precision p) {
+  std::vector<FaultCatch> out;
+  for (auto [shard, cap] : {std::pair{dp::Shard::none, MoeCapacity::global}, std::pair{dp::Shard::zero3, MoeCapacity::global},
+                            std::pair{dp::Shard::none, MoeCapacity::local}}) {
+    StrategyRun base = dp_case(shard, 1, p);
+    base.spec.mesh.dp = 2;
+    base.spec.mesh.ranks_per_node = 0;
+    base.spec.train.model = named_model("tiny-moe");
+    base.spec.train.model.moe.capacity = cap;
+    base.spec.train.batch = 8;
+    for (MoeFault f : {MoeFault::local_capacity, MoeFault::aux_per_rank, MoeFault::router_grad_missing}) {
+      if (cap == MoeCapacity::local && f != MoeFault::router_grad_missing) continue;
+      StrategyRun r = base;
+      r.spec.faults = {moe_fault_name(f)};
+      out.push_back(classify(run_conformance(r), describe(base), moe_fault_name(f)));
+    }
+  }
+  return out;
+}
+
 std::string catch_table_markdown(const std::vector<FaultCatch>& rows) {
   std::vector<Precision> precisions;
   std::vector<std::pair<std::string, std::string>> keys;

@@ -55,6 +55,10 @@ StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p
 // precision p.
 std::vector<FaultCatch> cp_fault_catches(Precision p);
 
+// Every mixture-of-experts fault (tiny-moe under data parallel: dp2 DDP and
+// ZeRO-3 with global capacity, dp2 DDP with local capacity), at precision p.
+std::vector<FaultCatch> moe_fault_catches(Precision p);
+
 // A markdown table: strategy | fault | one column per precision (caught by).
 std::string catch_table_markdown(const std::vector<FaultCatch>& rows);
 

@@ -8,16 +8,18 @@
 
 int main() {
   try {
-    std::vector<pb::FaultCatch> dp, pipe, tp, cp;
+    std::vector<pb::FaultCatch> dp, pipe, tp, cp, moe;
     for (pb::Precision p : {pb::Precision::fp32, pb::Precision::bf16_mixed}) {
       for (auto& c : pb::dp_fault_catches(p)) dp.push_back(std::move(c));
       for (auto& c : pb::pipeline_fault_catches(p)) pipe.push_back(std::move(c));
       for (auto& c : pb::tp_fault_catches(p)) tp.push_back(std::move(c));
       for (auto& c : pb::cp_fault_catches(p)) cp.push_back(std::move(c));
+      for (auto& c : pb::moe_fault_catches(p)) moe.push_back(std::move(c));
     }
-    std::printf("%s\n%s\n%s\n%s", pb::catch_table_markdown(dp).c_str(), pb::catch_table_markdown(pipe).c_str(),
-                pb::catch_table_markdown(tp).c_str(), pb::catch_table_markdown(cp).c_str());
-    for (const auto* rows : {&dp, &pipe, &tp, &cp})
+    std::printf("%s\n%s\n%s\n%s\n%s", pb::catch_table_markdown(dp).c_str(), pb::catch_table_markdown(pipe).c_str(),
+                pb::catch_table_markdown(tp).c_str(), pb::catch_table_markdown(cp).c_str(),
+                pb::catch_table_markdown(moe).c_str());
+    for (const auto* rows : {&dp, &pipe, &tp, &cp, &moe})
       for (const auto& c : *rows)
         if (!c.caught()) return 1;
     return 0;

@@ -119,6 +119,40 @@ TEST(Teeth, ContextParallelNoFalseAlarmOverTenSeeds) {
   EXPECT_EQ(runs, 2 * 5 * 10);
 }
 
+TEST(Teeth, EveryMixtureOfExpertsFaultIsCaughtAtEveryPrecision) {
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+    std::set<std::string> seen;
+    for (const auto& c : moe_fault_catches(p)) {
+      seen.insert(c.fault);
+      EXPECT_TRUE(c.caught()) << where(c);
+    }
+    EXPECT_EQ(seen.size(), 3u);
+  }
+}
+
+// No false alarm for MoE under data parallel (global capacity: rule-only;
+// local: bitwise): 10 seeds x 4 configs x both precisions.
+TEST(Teeth, MixtureOfExpertsNoFalseAlarmOverTenSeeds) {
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (auto [shard, cap] : {std::pair{dp::Shard::none, MoeCapacity::global}, std::pair{dp::Shard::zero3, MoeCapacity::global},
+                              std::pair{dp::Shard::zero1, MoeCapacity::local}, std::pair{dp::Shard::zero2, MoeCapacity::global}})
+      for (uint64_t seed = 1; seed <= 10; ++seed) {
+        StrategyRun s = dp_case(shard, 1, p);
+        s.spec.mesh.dp = shard == dp::Shard::zero2 ? 4 : 2;
+        s.spec.mesh.ranks_per_node = 0;
+        s.spec.train.model = named_model("tiny-moe");
+        s.spec.train.model.moe.capacity = cap;
+        s.spec.train.batch = 4 * s.spec.mesh.dp;
+        s.spec.train.seed = seed;
+        s.spec.train.data.seed = seed;
+        const ConformanceResult r = run_conformance(s);
+        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
+        ++runs;
+      }
+  EXPECT_EQ(runs, 2 * 4 * 10);
+}
+
 // No false alarm: 20 seeds (init and data) for every strategy at both
 // precisions, the fault cases' configs without the fault. The bitwise ones
 // cannot raise one on the rule (bit-equal to a replay that is one of the
