@@ -39,6 +39,9 @@ class DpRank : public Rank {
   RankTimes times() const override { return times_; }
   const ParamLayout& layout() const { return layout_; }
   const ShardLayout& shards() const { return dp_->shards(); }
+  // The last microbatch's mixture-of-experts routing: choices past capacity, and all choices.
+  int64_t moe_dropped() const { return runner_->moe_dropped(); }
+  int64_t moe_choices() const { return runner_->moe_choices(); }
 
  private:
   TrainConfig cfg_;

@@ -294,8 +294,8 @@ void validate(const RunSpec& s) {
   require(s.data.shard_group >= 0, "strategy.shard_group: must be >= 0, got " + std::to_string(s.data.shard_group));
   require(s.pipe.virtual_stages >= 1,
           "strategy.virtual_stages: must be >= 1, got " + std::to_string(s.pipe.virtual_stages));
-  // Mixture of experts runs on one device so far (its capacity scope across
-  // data ranks and expert parallel are the next step).
+  // Mixture of experts runs under data parallel so far (expert parallel and
+  // MoE with tp, cp or pp are the next steps).
   require(s.train.model.moe.experts == 0 ||
               (s.world() == s.mesh.dp && !s.pipe.schedule && s.tensor.recompute == Recompute::none),
           "model.moe: a mixture-of-experts model runs with data parallel only so far (mesh dpN, no schedule or "

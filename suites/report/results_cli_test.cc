@@ -111,7 +111,8 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh cp2.pp2 --strategy schedule=1f1b,cp_algo=ulysses --model tiny-tp", ""},
       {"--mesh dp2.cp3 --strategy cp_algo=ulysses,shard=hsdp,shard_group=3", ""},  // F spans a replica's cp ranks
       {"--cp 0", "--cp"},
-      {"--mesh dp2 --model tiny-moe", "mixture-of-experts model runs on one device only"},
+      {"--mesh tp2 --model tiny-moe", "runs with data parallel only"},
+      {"--mesh dp2 --model tiny --strategy faults=moe_aux_per_rank", "needs a mixture-of-experts model"},
       {"--mesh dp1 --model tiny-moe", ""}};
   for (const auto& [flags, says] : cases) {
     const int want = std::string(says).empty() ? 0 : 2;  // the one that runs: a valid spec among the refusals
