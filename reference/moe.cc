@@ -35,13 +35,16 @@ bool is_moe_fault(const std::string& s) {
   return false;
 }
 
-MoeFault parse_moe_fault(const std::string& s) {
+std::string moe_fault_list() {
   std::string known;
-  for (const auto& [k, n] : kMoeFaults) {
+  for (const auto& [k, n] : kMoeFaults) known += (known.empty() ? "" : ", ") + std::string(n);
+  return known;
+}
+
+MoeFault parse_moe_fault(const std::string& s) {
+  for (const auto& [k, n] : kMoeFaults)
     if (s == n) return k;
-    known += (known.empty() ? "" : ", ") + std::string(n);
-  }
-  throw InputError("strategy.faults: '" + s + "' is not a mixture-of-experts fault (" + known + ")");
+  throw InputError("strategy.faults: '" + s + "' is not a mixture-of-experts fault (" + moe_fault_list() + ")");
 }
 
 int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {

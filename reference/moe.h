@@ -30,6 +30,7 @@ enum class MoeFault : uint8_t {
 };
 std::string moe_fault_name(MoeFault f);
 bool is_moe_fault(const std::string& s);
+std::string moe_fault_list();  // "a, b, c"
 MoeFault parse_moe_fault(const std::string& s);  // InputError naming strategy.faults
 
 // Who shares a microbatch's capacity with this rank (global capacity over

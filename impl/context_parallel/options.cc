@@ -22,8 +22,7 @@ std::string fault_name(Fault f) { return names().name(f); }
 bool is_fault(const std::string& s) { return names().has(s); }
 
 Fault parse_fault(const std::string& s, const std::string& field) {
-  if (auto f = names().find(s)) return *f;
-  throw InputError(field + ": '" + s + "' is not a context-parallel fault (" + names().list() + ")");
+  return names().parse(s, field, "context-parallel fault");
 }
 
 std::vector<Fault> faults_for(const CpOptions& o) {

@@ -26,7 +26,8 @@ std::string fault_name(Fault f) { return names().name(f); }
 
 Fault parse_fault(const std::string& s) {
   if (auto f = names().find(s)) return *f;
-  throw InputError("strategy.faults: unknown fault '" + s + "' (known: " + names().list() + ")");
+  throw InputError("strategy.faults: unknown fault '" + s + "' (known: " + names().list() +
+                   "; mixture-of-experts faults: " + moe_fault_list() + ")");
 }
 
 std::vector<Fault> faults_for(Shard s, Offload o) {

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "harness/status.h"
+
 namespace pb {
 
 template <class E>
@@ -28,6 +30,11 @@ class Names {
     return std::nullopt;
   }
   bool has(std::string_view s) const { return find(s).has_value(); }
+  // The value `s` names, or InputError "<field>: 's' is not a <what> (a, b, c)".
+  E parse(const std::string& s, const std::string& field, const std::string& what) const {
+    if (auto e = find(s)) return *e;
+    throw InputError(field + ": '" + s + "' is not a " + what + " (" + list() + ")");
+  }
   std::string list() const {  // "a, b, c"
     std::string out;
     for (const auto& [k, n] : all_) out += (out.empty() ? "" : ", ") + n;
