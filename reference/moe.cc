@@ -52,6 +52,12 @@ int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {
   return std::min<int64_t>(tokens, int64_t(cap));
 }
 
+int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int e, int a) {
+  const int64_t E = m.moe.experts, K = m.moe.top_k, C = m.C;
+  const int64_t rows = std::min<int64_t>(moe_capacity(m.moe, scope_tokens > 0 ? scope_tokens : N), N);
+  return N * E * a + N * K * (4 + a + 4) + E * 4 + E * rows * (4 * C + 4 * C + C) * e + E * a;
+}
+
 template <class T>
 MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens) {
   const size_t E = size_t(m.moe.experts), K = size_t(m.moe.top_k), C = size_t(m.C);

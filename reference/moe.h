@@ -48,6 +48,11 @@ struct MoeScope {
   int64_t tokens(const MoeConfig& c, int64_t local) const { return shared(c) ? local * comm->size() : local; }
 };
 
+// Bytes one MoeActs of N tokens holds (elem_bytes: storage, acc_bytes:
+// accumulation type): what an MoE block keeps instead of the dense MLP's
+// two (N, 4C) activations.
+int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int elem_bytes, int acc_bytes);
+
 // What one MoE MLP keeps for backward (activations).
 template <class T>
 struct MoeActs {

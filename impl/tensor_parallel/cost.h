@@ -58,6 +58,7 @@ struct TpShape {
   int Bm = 1, Tn = 1;            // microbatch sequences and tokens per (whole) sequence
   int elem_bytes = 4, acc_bytes = 4;  // storage and accumulation types
   int cp = 1;                    // context parallel: Tn / cp tokens of each sequence held
+  int64_t moe_scope_tokens = 0;  // MoE: the capacity scope's tokens (0: this rank's microbatch)
   CpAlgo algo = CpAlgo::ring;
   int64_t tokens() const { return int64_t(Bm) * Tn / cp; }  // a microbatch's, on this rank
 };

@@ -70,6 +70,11 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
     const ModelConfig& m = *in.shape;
     o += fmt("  model     %s: L%d C%d NH%d T%d V%d, %.4g params\n", m.name.c_str(), m.L, m.C, m.NH, m.maxT, m.V,
              double(r.params_total));
+    if (m.moe.experts > 0)
+      o += fmt("  moe       %d of %d blocks: %d experts, top-%d, capacity factor %g (%s): %.4g params active per "
+               "token\n",
+               m.moe_layers(), m.L, m.moe.experts, m.moe.top_k, m.moe.capacity_factor,
+               m.moe.capacity == MoeCapacity::global ? "global" : "local", double(m.active_params()));
   } else {
     o += fmt("  model     %.4g params (no shape: activations and model-parallel traffic unknown)\n",
              double(r.params_total));

@@ -70,6 +70,13 @@ struct Pipe {
   std::vector<int> in_flight;  // declared peak (microbatch, chunk) units per rank
 };
 
+// MoE with global capacity over several data ranks: the capacity scope's
+// tokens (every rank's microbatch); 0: a rank's own microbatch.
+int64_t moe_scope_tokens(const PlanInput& in, int64_t seq) {
+  if (!in.shape || in.shape->moe.experts == 0 || in.shape->moe.capacity != MoeCapacity::global || in.dp < 2) return 0;
+  return in.microbatch_size * seq * in.dp;
+}
+
 StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
                         std::vector<int64_t>* units_out) {
   std::vector<int64_t> units =
@@ -118,7 +125,8 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     s.workspace = pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo);
   } else if (in.shape && !staged) {
     if (in.tp == 1 && in.cp == 1 && in.recompute == Recompute::none) {  // the reference's runner
-      s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision);
+      s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision,
+                                           moe_scope_tokens(in, seq));
     } else {  // the tensor-parallel runner (recompute at tp 1 too)
       s.workspace = tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision);
     }
@@ -130,6 +138,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     tp::TpShape x = tp::make_shape(*in.shape, in.tp, in.sp, in.recompute, in.microbatch_size, seq, in.precision);
     x.cp = in.cp;
     x.algo = in.cp_algo;
+    x.moe_scope_tokens = moe_scope_tokens(in, seq);
     s.activations = tp::activation_bytes(x);
   } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
     // The reference layout in pipeline stages: the chunks' bytes a stage
@@ -268,9 +277,10 @@ PlanResult plan(const PlanInput& in) {
   if (in.shape)
     require(r.seq <= in.shape->maxT, "--seq: must be <= the model's context length (" +
                                          std::to_string(in.shape->maxT) + ")");
-  require(!in.shape || in.shape->moe.experts == 0,
-          "--model: " + in.shape->name + " is a mixture-of-experts model; the planner does not model experts yet "
-          "(expert memory, active parameters and all-to-all volume come with expert parallel)");
+  require(!in.shape || in.shape->moe.experts == 0 || (in.tp == 1 && in.cp == 1 && in.pp == 1),
+          "--model: " + (in.shape ? in.shape->name : std::string()) +
+              " is a mixture-of-experts model: the planner models it under data parallel only (tp, cp and pp "
+              "with MoE, and expert parallel, are not implemented)");
   require(r.seq % in.cp == 0, "--cp: must divide the sequence length (" + std::to_string(r.seq) + ")");
   if (in.shape && in.cp > 1 && in.cp_algo == CpAlgo::ulysses) {
     const int heads = in.shape->NH / in.tp;
@@ -320,6 +330,12 @@ PlanResult plan(const PlanInput& in) {
     add_row(r.comm, c.group.c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(), c.group_size,
             c.calls, c.bytes, c.inter_node);
   if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
+  if (moe_scope_tokens(in, r.seq) > 0) {  // routing counts gathered and probability sums reduced, per MoE block
+    const MoeConfig& c = in.shape->moe;
+    const int64_t n = r.microbatches * in.shape->moe_layers();
+    add_row(r.comm, "moe", "fwd", "all_gather", in.dp, n, n * in.dp * c.top_k * c.experts * 8, false);
+    add_row(r.comm, "moe", "fwd", "all_reduce", in.dp, n, n * c.experts * 8, false);
+  }
 
   const int64_t tokens = r.global_batch * r.seq;
   if (in.shape) {

@@ -10,6 +10,7 @@
 #include "harness/status.h"
 #include "impl/pipeline/simulator.h"
 #include "reference/layout.h"
+#include "reference/runner.h"
 
 namespace pb::planner {
 namespace {
@@ -229,6 +230,49 @@ TEST(Planner, OverlapHidesDataParallelComm) {
   const PlanResult b = plan(in);
   EXPECT_NEAR(a.exposed_comm_s, a.comm_s, 1e-15);
   EXPECT_LT(b.exposed_comm_s, a.exposed_comm_s);
+}
+
+// A mixture-of-experts model under data parallel: the units are the layout's
+// (every expert of an MoE block), and one rank's activations and workspace
+// are what its runner allocates, with the capacity scope of global capacity
+// over the dp ranks; tp with MoE is refused.
+TEST(Planner, MixtureOfExpertsUnderDataParallelIsTheRunners) {
+  const ModelConfig m = named_model("tiny-moe");
+  const ParamLayout l(m);
+  const std::vector<int64_t> units = rank_param_units(m, 1, pipeline::partition_layers(m.L, 1, 1), 0);
+  ASSERT_EQ(int(units.size()), l.num_units());
+  for (int u = 0; u < l.num_units(); ++u) EXPECT_EQ(units[size_t(u)], l.unit_size(u)) << "unit " << u;
+  for (int dp : {1, 2, 4})
+    for (MoeCapacity cap : {MoeCapacity::global, MoeCapacity::local}) {
+      PlanInput in;
+      in.shape = m;
+      in.shape->moe.capacity = cap;
+      in.dp = dp;
+      in.seq = 16;
+      in.microbatch_size = 4;
+      in.global_batch = 4 * dp;
+      in.precision = Precision::fp32;
+      const PlanResult r = plan(in);
+      const int64_t scope = cap == MoeCapacity::global && dp > 1 ? int64_t(4) * 16 * dp : 0;
+      const MarkovSource data(m.V, 1);
+      MemoryTracker mt;
+      MoeScope none;
+      const ParamLayout lay(*in.shape);
+      MicrobatchRunner<float> runner(lay, data, &mt, 4, 16, none);
+      // The runner here has no group: its capacity scope is its own tokens; the
+      // plan's is the scope's. Equal at dp 1 or local capacity; otherwise the
+      // declared bytes are the ones for the scope (moe.h moe_activation_bytes).
+      if (scope == 0) {
+        EXPECT_EQ(r.worst.activations, int64_t(mt.peak(MemTag::activations))) << dp;
+        EXPECT_EQ(r.worst.workspace, int64_t(mt.peak(MemTag::workspace))) << dp;
+      }
+      EXPECT_EQ(r.worst.workspace, runner_workspace_bytes(*in.shape, 4, 16, Precision::fp32, scope));
+      EXPECT_EQ(r.params_total, m.num_params());
+    }
+  PlanInput t;
+  t.shape = m;
+  t.tp = 2;
+  EXPECT_THROW(plan(t), InputError);
 }
 
 TEST(Planner, BadInputIsInputError) {
