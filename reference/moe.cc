@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "harness/names.h"
 #include "harness/status.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
@@ -18,33 +19,22 @@ using k::detail::load;
 using k::detail::store;
 
 namespace {
-constexpr std::pair<MoeFault, const char*> kMoeFaults[] = {{MoeFault::local_capacity, "moe_local_capacity"},
-                                                           {MoeFault::aux_per_rank, "moe_aux_per_rank"},
-                                                           {MoeFault::router_grad_missing, "moe_router_grad_missing"}};
+const Names<MoeFault>& fault_names() {
+  static const Names<MoeFault> n{{MoeFault::local_capacity, "moe_local_capacity"},
+                                 {MoeFault::aux_per_rank, "moe_aux_per_rank"},
+                                 {MoeFault::router_grad_missing, "moe_router_grad_missing"}};
+  return n;
 }
+}  // namespace
 
-std::string moe_fault_name(MoeFault f) {
-  for (const auto& [k, n] : kMoeFaults)
-    if (k == f) return n;
-  return "?";
-}
+std::string moe_fault_name(MoeFault f) { return fault_names().name(f); }
 
-bool is_moe_fault(const std::string& s) {
-  for (const auto& [k, n] : kMoeFaults)
-    if (s == n) return true;
-  return false;
-}
+bool is_moe_fault(const std::string& s) { return fault_names().has(s); }
 
-std::string moe_fault_list() {
-  std::string known;
-  for (const auto& [k, n] : kMoeFaults) known += (known.empty() ? "" : ", ") + std::string(n);
-  return known;
-}
+std::string moe_fault_list() { return fault_names().list(); }
 
 MoeFault parse_moe_fault(const std::string& s) {
-  for (const auto& [k, n] : kMoeFaults)
-    if (s == n) return k;
-  throw InputError("strategy.faults: '" + s + "' is not a mixture-of-experts fault (" + moe_fault_list() + ")");
+  return fault_names().parse(s, "strategy.faults", "mixture-of-experts fault");
 }
 
 int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {

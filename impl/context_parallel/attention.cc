@@ -86,6 +86,16 @@ int64_t RingAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs)
 }
 
 template <class T>
+typename RingAttention<T>::Hop RingAttention<T>::post_kv(const T* cur, T* nxt) const {
+  const int cp = o_.cp, me = comm_->rank();
+  const size_t kvn = size_t(2) * N_ * Ct_;
+  Hop h;
+  h.recv = comm_->irecv(nxt, kvn, dtype_of<T>(), (me + cp - 1) % cp, 1);
+  h.send = comm_->isend(cur, kvn, dtype_of<T>(), (me + 1) % cp, 1);
+  return h;
+}
+
+template <class T>
 void RingAttention<T>::pack_kv(T* kv, const T* qkv) const {
   for (int n = 0; n < N_; ++n)
     std::memcpy(static_cast<void*>(kv + size_t(n) * 2 * Ct_), qkv + size_t(n) * 3 * Ct_ + Ct_, 2 * Ct_ * sizeof(T));
@@ -114,8 +124,7 @@ void RingAttention<T>::blocks(int src, F&& f) const {
 
 template <class T>
 void RingAttention<T>::forward(T* out, A* lse, const T* qkv) {
-  const int cp = o_.cp, me = comm_->rank(), next = (me + 1) % cp, prev = (me + cp - 1) % cp;
-  const size_t kvn = size_t(2) * N_ * Ct_;
+  const int cp = o_.cp, me = comm_->rank();
   pack_kv(kv_a_.data(), qkv);
   std::fill(o_acc_.data(), o_acc_.data() + o_acc_.size(), A(0));
   fill(m_, -std::numeric_limits<A>::infinity());
@@ -125,12 +134,9 @@ void RingAttention<T>::forward(T* out, A* lse, const T* qkv) {
   const int C3 = 3 * Ct_, C2 = 2 * Ct_;
   for (int j = 0; j < cp; ++j) {
     const int src = (me - j + cp) % cp;
-    Request rq, sq;
+    Hop hop;
     const bool more = j + 1 < cp;
-    if (more && overlap_) {
-      rq = comm_->irecv(nxt, kvn, dtype_of<T>(), prev, 1);
-      sq = comm_->isend(cur, kvn, dtype_of<T>(), next, 1);
-    }
+    if (more && overlap_) hop = post_kv(cur, nxt);
     const auto t0 = Clock::now();
     int last_b = -1, last_h = -1;
     const Run* last_q = nullptr;
@@ -163,12 +169,8 @@ void RingAttention<T>::forward(T* out, A* lse, const T* qkv) {
     stats_.compute_s += since(t0);
     if (more) {
       const auto t1 = Clock::now();
-      if (!overlap_) {
-        rq = comm_->irecv(nxt, kvn, dtype_of<T>(), prev, 1);
-        sq = comm_->isend(cur, kvn, dtype_of<T>(), next, 1);
-      }
-      rq.wait();
-      sq.wait();
+      if (!overlap_) hop = post_kv(cur, nxt);
+      hop.wait();
       stats_.wait_s += since(t1);
       std::swap(cur, nxt);
     }
@@ -208,11 +210,8 @@ void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* o
   for (int j = 0; j < cp; ++j) {
     const int src = (me - j + cp) % cp;
     const bool more = j + 1 < cp;
-    Request rq, sq;
-    if (more && overlap_) {
-      rq = comm_->irecv(nxt, kvn, dtype_of<T>(), prev, 1);
-      sq = comm_->isend(cur, kvn, dtype_of<T>(), next, 1);
-    }
+    Hop hop;
+    if (more && overlap_) hop = post_kv(cur, nxt);
     // The accumulator of src's block, sent by the previous rank at its step j-1.
     if (j >= 2) trav_rq = comm_->irecv(trav_.data(), kvn, dtype_of<A>(), prev, 2);
     A* dkv = dkv_own_.data();
@@ -245,12 +244,8 @@ void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* o
       }
     }
     if (more) {
-      if (!overlap_) {
-        rq = comm_->irecv(nxt, kvn, dtype_of<T>(), prev, 1);
-        sq = comm_->isend(cur, kvn, dtype_of<T>(), next, 1);
-      }
-      rq.wait();
-      sq.wait();
+      if (!overlap_) hop = post_kv(cur, nxt);
+      hop.wait();
       std::swap(cur, nxt);
     }
     stats_.wait_s += since(t1);

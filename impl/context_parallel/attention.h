@@ -63,6 +63,12 @@ class RingAttention {
   template <class F>
   void blocks(int src, F&& f) const;  // f(b, h, query run, key run, causal, q_pos0, k_pos0)
   void pack_kv(T* kv, const T* qkv) const;
+  // One hop of the K/V ring: `cur` to the next rank, the previous rank's into `nxt`.
+  struct Hop {
+    Request recv, send;
+    void wait() { recv.wait(), send.wait(); }
+  };
+  Hop post_kv(const T* cur, T* nxt) const;
 
   CpOptions o_;
   Communicator* comm_;

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "harness/status.h"
-#include "impl/context_parallel/attention.h"
 #include "impl/context_parallel/options.h"
 
 namespace pb::cp {
@@ -16,17 +15,6 @@ int64_t kept_bytes(const AttnShape& x, Recompute r) {
   const int64_t ac = x.a / x.cp;
   const int64_t qkvh = 3 * x.b * x.s * x.hs * ac * x.elem_bytes;
   return qkvh + (r == Recompute::selective ? 0 : x.b * ac * x.s * x.s * x.elem_bytes);
-}
-
-int64_t workspace_bytes(const AttnShape& x) {
-  int64_t bytes = 0;
-  dispatch_dtype(x.elem_bytes == 8 ? DType::f64 : x.elem_bytes == 2 ? DType::bf16 : DType::f32, [&](auto t) {
-    using T = decltype(t);
-    bytes = x.algo == CpAlgo::ring
-                ? RingAttention<T>::workspace_bytes(int(x.b), int(x.s), x.cp, int(x.a), int(x.hs))
-                : UlyssesAttention<T>::workspace_bytes(int(x.b), int(x.s), x.cp, int(x.a), int(x.hs));
-  });
-  return bytes;
 }
 
 CpLayerComm layer_comm(const AttnShape& x, Recompute r) {

@@ -37,8 +37,6 @@ struct AttnShape {
 // Bytes of attention state one layer keeps for backward (see above; cp = 1 is
 // not this function's: the probabilities, tensor_parallel/cost.h).
 int64_t kept_bytes(const AttnShape& x, Recompute r);
-// Workspace of the ring's or Ulysses' buffers (attention.h), one per rank.
-int64_t workspace_bytes(const AttnShape& x);
 
 struct CpCalls {
   int64_t calls = 0, bytes = 0;

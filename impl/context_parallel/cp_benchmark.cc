@@ -51,29 +51,21 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  require(end && *end == 0 && !v.empty() && x >= lo && x <= hi,
-          flag + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
-  return int(x);
-}
-
 Flags parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     require(i + 1 < argc, a + ": needs a value (flags: --cp --seqs --heads --hs --reps --csv)");
     const std::string v = argv[++i];
-    if (a == "--cp") f.cp = parse_int(a, v, 2, 64);
-    else if (a == "--heads") f.heads = parse_int(a, v, 1, 256);
-    else if (a == "--hs") f.hs = parse_int(a, v, 1, 1024);
-    else if (a == "--reps") f.reps = parse_int(a, v, 1, 1000);
+    if (a == "--cp") f.cp = parse_int(v, a, 2, 64);
+    else if (a == "--heads") f.heads = parse_int(v, a, 1, 256);
+    else if (a == "--hs") f.hs = parse_int(v, a, 1, 1024);
+    else if (a == "--reps") f.reps = parse_int(v, a, 1, 1000);
     else if (a == "--csv") f.csv = v;
     else if (a == "--seqs") {
       f.seqs.clear();
       std::stringstream ss(v);
-      for (std::string t; std::getline(ss, t, ',');) f.seqs.push_back(parse_int(a, t, 1, 1 << 16));
+      for (std::string t; std::getline(ss, t, ',');) f.seqs.push_back(parse_int(t, a, 1, 1 << 16));
     } else {
       throw InputError(a + ": unknown flag (flags: --cp --seqs --heads --hs --reps --csv)");
     }
@@ -218,13 +210,5 @@ int run(int argc, char** argv) {
 }  // namespace pb::cp
 
 int main(int argc, char** argv) {
-  try {
-    return pb::cp::run(argc, argv);
-  } catch (const pb::InputError& e) {
-    std::fprintf(stderr, "cp_benchmark: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cp_benchmark: %s\n", e.what());
-    return 1;
-  }
+  return pb::run_main("cp_benchmark", [&] { return pb::cp::run(argc, argv); });
 }

@@ -1,7 +1,7 @@
 #include "impl/context_parallel/options.h"
 
 #include "harness/status.h"
-#include "impl/spec/names.h"
+#include "harness/names.h"
 
 namespace pb::cp {
 

@@ -59,14 +59,6 @@ Result run(int dp, MoeCapacity cap, int steps, double cf) {
   return out;
 }
 
-int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  require(end && *end == 0 && !v.empty() && x >= lo && x <= hi,
-          flag + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
-  return int(x);
-}
-
 int main_(int argc, char** argv) {
   int steps = 40;
   double cf = 1.0;
@@ -76,7 +68,7 @@ int main_(int argc, char** argv) {
     require(i + 1 < argc, a + ": needs a value (flags: --steps --cf --dps)");
     const std::string v = argv[++i];
     if (a == "--steps") {
-      steps = parse_int(a, v, 1, 100000);
+      steps = parse_int(v, a, 1, 100000);
     } else if (a == "--cf") {
       char* end = nullptr;
       cf = std::strtod(v.c_str(), &end);
@@ -84,7 +76,7 @@ int main_(int argc, char** argv) {
     } else if (a == "--dps") {
       dps.clear();
       std::stringstream ss(v);
-      for (std::string t; std::getline(ss, t, ',');) dps.push_back(parse_int(a, t, 1, 16));
+      for (std::string t; std::getline(ss, t, ',');) dps.push_back(parse_int(t, a, 1, 16));
     } else {
       throw InputError(a + ": unknown flag (flags: --steps --cf --dps)");
     }
@@ -106,13 +98,5 @@ int main_(int argc, char** argv) {
 }  // namespace pb::dp
 
 int main(int argc, char** argv) {
-  try {
-    return pb::dp::main_(argc, argv);
-  } catch (const pb::InputError& e) {
-    std::fprintf(stderr, "moe_capacity: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "moe_capacity: %s\n", e.what());
-    return 1;
-  }
+  return pb::run_main("moe_capacity", [&] { return pb::dp::main_(argc, argv); });
 }

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "harness/status.h"
-#include "impl/spec/names.h"
+#include "harness/names.h"
 
 namespace pb::dp {
 

@@ -9,6 +9,7 @@
 #include "harness/status.h"
 #include "harness/timer.h"
 #include "impl/pipeline/validate.h"
+#include "impl/tensor_parallel/strategy.h"
 #include "reference/init.h"
 
 namespace pb::pipeline {
@@ -45,12 +46,7 @@ MeshShape mesh_of(const PipelineOptions& o) {
 }
 }  // namespace
 
-dp::DpOptions PipelineOptions::component() const {
-  dp::DpOptions c = data;
-  c.dp *= cp();
-  c.ranks_per_node *= cp();
-  return c;
-}
+dp::DpOptions PipelineOptions::component() const { return tp::component_options(data, cp()); }
 
 template <class T>
 PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world)

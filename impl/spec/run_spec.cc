@@ -99,15 +99,6 @@ bool parse_bool(std::string_view s, std::string_view field) {
   throw InputError(std::string(field) + ": " + quote(s) + " is not on or off");
 }
 
-int parse_int(std::string_view s, std::string_view field, int lo, int hi) {
-  int v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  require(!s.empty() && ec == std::errc() && p == s.data() + s.size() && v >= lo && v <= hi,
-          std::string(field) + ": " + quote(s) + " must be a whole number in [" + std::to_string(lo) + ", " +
-              (hi == INT32_MAX ? std::string("inf") : std::to_string(hi)) + "]");
-  return v;
-}
-
 int64_t bucket_bytes_of(double mb, std::string_view field) {
   const double bytes = mb * double(1 << 20);
   require(std::isfinite(mb) && mb > 0 && bytes >= 1 && bytes <= 9.0e15 && bytes == std::floor(bytes),

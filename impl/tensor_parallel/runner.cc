@@ -126,11 +126,6 @@ void TpModel<T>::select_tokens(const int32_t* all_tokens, const int32_t* all_tar
   }
 }
 
-template <class T>
-const cp::AttentionStats* TpModel<T>::attention_stats() const {
-  return ring_ ? &ring_->stats() : ulysses_ ? &ulysses_->stats() : nullptr;
-}
-
 // The block's attention: qkv -> atty (att: where the probabilities go when
 // they are formed here).
 template <class T>

@@ -80,7 +80,6 @@ class TpModel {
   // (Bm, Tn): each token at its true position (and the zigzag_targets fault).
   // Either output may be null.
   void select_tokens(const int32_t* all_tokens, const int32_t* all_targets, int32_t* tokens, int32_t* targets) const;
-  const cp::AttentionStats* attention_stats() const;
   // A block's saved activations: everything, or (full recompute) the output
   // alone; the probabilities only when recompute is none.
   void alloc_block(Block& b, MemoryTracker* mt, bool xout_only) const;

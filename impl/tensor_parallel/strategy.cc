@@ -51,12 +51,14 @@ dp::DpOptions data_options_of(const RunSpec& s) {
   }
 }
 
-dp::DpOptions component_options_of(const RunSpec& s) {
-  dp::DpOptions o = data_options_of(s);
-  o.dp *= s.mesh.cp;
-  if (s.mesh.ranks_per_node && s.mesh.ranks_per_node % (s.mesh.tp * s.mesh.cp) == 0) o.ranks_per_node *= s.mesh.cp;
+dp::DpOptions component_options(const dp::DpOptions& data, int cp) {
+  dp::DpOptions o = data;
+  o.dp *= cp;
+  o.ranks_per_node *= cp;
   return o;
 }
+
+dp::DpOptions component_options_of(const RunSpec& s) { return component_options(data_options_of(s), s.mesh.cp); }
 
 TpShape tp_shape(const RunSpec& s) {
   TpShape x = make_shape(s.train.model, s.mesh.tp, s.tensor.sp, s.tensor.recompute,

@@ -29,6 +29,9 @@ dp::DpOptions data_options_of(const RunSpec& s);
 // ranks that hold the same parameters (Megatron reduces gradients and shards
 // the optimizer over that combined group); data_options_of when cp = 1.
 dp::DpOptions component_options_of(const RunSpec& s);
+// The same from the data axis's options and cp: dp x cp ranks, ranks per node
+// counted in them (what a pipeline stage's component spans too).
+dp::DpOptions component_options(const dp::DpOptions& data, int cp);
 // The cost shape of a rank of `s`.
 TpShape tp_shape(const RunSpec& s);
 // Elements of tp-replicated parameters whose gradients the component's rank

@@ -48,15 +48,9 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  try {
+  return pb::run_main("parabench", [&] {
     for (auto& c : reg)
       if (c.app->parsed()) return c.run();
-  } catch (const pb::InputError& e) {
-    std::fprintf(stderr, "parabench: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "parabench: failed: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

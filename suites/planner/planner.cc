@@ -17,7 +17,6 @@ namespace pb::planner {
 namespace {
 
 int elem_bytes(Precision p) { return p == Precision::fp64 ? 8 : p == Precision::fp32 ? 4 : 2; }
-int acc_bytes(Precision p) { return p == Precision::fp64 ? 8 : 4; }
 
 bool spans(int64_t span, int64_t rpn) { return rpn > 0 && span > rpn; }
 
@@ -214,9 +213,10 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     // The context axis's own figures (impl/context_parallel/cost.h): ring's
     // K/V and dK/dV sends or Ulysses' all-to-alls, per layer and microbatch.
     const bool inter = spans(int64_t(in.tp) * in.cp, R);
-    const cp::CpLayerComm c = cp::layer_comm({b, seq, mc.NH / in.tp, mc.C / mc.NH, in.cp, in.cp_algo, int(e),
-                                              int(acc_bytes(in.precision))},
-                                             in.recompute);
+    tp::TpShape x = tp::make_shape(mc, in.tp, in.sp, in.recompute, b, seq, in.precision);
+    x.cp = in.cp;
+    x.algo = in.cp_algo;
+    const cp::CpLayerComm c = cp::layer_comm(tp::attn_shape(x), in.recompute);
     const int64_t n = m * layers;
     add_row(out, "cp", "fwd", "send_recv", in.cp, n * c.fwd_send.calls, n * c.fwd_send.bytes, inter);
     add_row(out, "cp", "bwd", "send_recv", in.cp, n * c.bwd_send.calls, n * c.bwd_send.bytes, inter);
