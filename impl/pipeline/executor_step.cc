@@ -9,6 +9,7 @@
 #include "harness/status.h"
 #include "impl/data_parallel/cost.h"
 #include "impl/pipeline/executor.h"
+#include "impl/tensor_parallel/strategy.h"
 
 namespace pb::pipeline {
 
@@ -386,10 +387,7 @@ Declared PipelineRank<T>::declared(int steps) const {
   if (o_.cp() > 1) {  // the context axis: its attention in every layer of the stage's chunks
     int64_t layers = 0;
     for (int ch = 0; ch < o_.virtual_stages; ++ch) layers += part_.at(pr_, ch).num_blocks;
-    const cp::CpLayerComm l = cp::layer_comm(tp::attn_shape(tp_shape()), o_.tensor.recompute);
-    const int64_t n = layers * m_ * steps;
-    if (l.send()) d.add_comm("cp", CommOp::send, l.send() * n);
-    if (l.all_to_all()) d.add_comm("cp", CommOp::all_to_all, l.all_to_all() * n);
+    tp::declare_cp_comm(d, tp_shape(), layers * m_ * steps);
   }
   return d;
 }

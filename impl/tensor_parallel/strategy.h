@@ -34,6 +34,11 @@ dp::DpOptions component_options_of(const RunSpec& s);
 dp::DpOptions component_options(const dp::DpOptions& data, int cp);
 // The cost shape of a rank of `s`.
 TpShape tp_shape(const RunSpec& s);
+// Declares the cp group's bytes of `layer_microbatches` (layer, microbatch)
+// passes of a rank of shape x (cost.h attn_shape; nothing at cp = 1): what the
+// tensor-parallel rank and pipeline stages with cp > 1 both move.
+void declare_cp_comm(Declared& d, const TpShape& x, int64_t layer_microbatches);
+
 // Elements of tp-replicated parameters whose gradients the component's rank
 // `rank` (its dp x cp group rank, cp + CP * dp) holds after the step's
 // reduction (all of them for DDP; its owned slices' part when sharded): what

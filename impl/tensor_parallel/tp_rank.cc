@@ -89,11 +89,7 @@ Declared TpRank<T>::declared(int steps) const {
   const TpShape x = tp_shape(spec_);
   d.memory.push_back({"mem.activations", MemTag::activations, Place::device, activation_bytes(x)});
   const int64_t n = int64_t(steps) * c.microbatches;
-  if (o_.context.cp > 1) {
-    const cp::CpLayerComm l = cp::layer_comm(attn_shape(x), x.recompute);
-    if (l.send()) d.add_comm("cp", CommOp::send, l.send() * c.model.L * n);
-    if (l.all_to_all()) d.add_comm("cp", CommOp::all_to_all, l.all_to_all() * c.model.L * n);
-  }
+  declare_cp_comm(d, x, c.model.L * n);
   if (o_.tp == 1) return d;
   const TpComm m = comm_per_microbatch(x);
   // Per microbatch, then once per step: the norm's partial sum and, with SP,
