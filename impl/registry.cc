@@ -3,6 +3,7 @@
 #include "harness/status.h"
 #include "impl/context_parallel/strategy.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/strategy.h"
 #include "impl/pipeline/strategy.h"
 #include "impl/tensor_parallel/strategy.h"
 
@@ -10,7 +11,7 @@ namespace pb {
 
 const std::vector<const Strategy*>& strategies() {
   // Adding a strategy: its folder in impl/ defines a Strategy; list it here.
-  static const std::vector<const Strategy*> all = {&dp::strategy(), &pipeline::strategy(), &tp::strategy(), &cp::strategy()};
+  static const std::vector<const Strategy*> all = {&dp::strategy(), &pipeline::strategy(), &tp::strategy(), &cp::strategy(), &ep::strategy()};
   return all;
 }
 
@@ -21,10 +22,13 @@ const Strategy& strategy_for(const RunSpec& s) {
   auto note = [&](int size, const char* axis) {
     if (size > 1) missing += (missing.empty() ? "" : ", ") + std::string(axis) + std::to_string(size);
   };
-  note(s.mesh.ep, "ep");
+  if (s.mesh.ep > 1) {
+    note(s.mesh.tp, "tp"), note(s.mesh.cp, "cp"), note(s.mesh.pp, "pp");
+    missing = "ep" + std::to_string(s.mesh.ep) + (missing.empty() ? " with a schedule or recompute" : " with " + missing);
+  }
   throw InputError("mesh: " + mesh_text(s.mesh) + ": no strategy implements " +
                    (missing.empty() ? std::string("this combination") : missing) +
-                   " yet (implemented: dp, tp, cp and pp and their combinations, every data-axis option; tp with sp and recompute; cp ring or ulysses)");
+                   " yet (implemented: dp, tp, cp and pp and their combinations, every data-axis option; tp with sp and recompute; cp ring or ulysses; ep with dp)");
 }
 
 }  // namespace pb

@@ -200,21 +200,21 @@ void Gpt<T>::attention_half_backward(T* dx_in, T* du, const T* x_in, const Block
 
 template <class T>
 void Gpt<T>::moe_block_forward(BlockActs<T>& a, MoeActs<T>& ma, const T* x_in, const T* u, Scratch<T>& s,
-                               MoeScratch<T>& ms, MoeScope scope) const {
+                               MoeScratch<T>& ms, MoeScope scope, const T* ex) const {
   const int N = B_ * Tn_;
   attention_half_forward(a, x_in, u, s);
-  MoeMlp<T>(*layout_, N, scope).forward(ma, s.tmp.data(), a.ln2.data(), u, ms);
+  MoeMlp<T>(*layout_, N, scope).forward(ma, s.tmp.data(), a.ln2.data(), u, ms, ex);
   k::residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * layout_->model().C);
 }
 
 template <class T>
 void Gpt<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const BlockActs<T>& a,
                                 const MoeActs<T>& ma, const T* u, double aux_weight, Scratch<T>& s,
-                                MoeScratch<T>& ms, MoeScope scope) const {
+                                MoeScratch<T>& ms, MoeScope scope, const T* ex, T* dex) const {
   const int N = B_ * Tn_;
   std::memcpy(static_cast<void*>(s.dres.data()), dout, size_t(N) * layout_->model().C * sizeof(T));
   zero(s.dln);
-  MoeMlp<T>(*layout_, N, scope).backward(s.dln.data(), du, dout, a.ln2.data(), ma, u, aux_weight, ms);
+  MoeMlp<T>(*layout_, N, scope).backward(s.dln.data(), du, dout, a.ln2.data(), ma, u, aux_weight, ms, ex, dex);
   attention_half_backward(dx_in, du, x_in, a, u, s);
 }
 

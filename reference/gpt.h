@@ -115,11 +115,14 @@ class Gpt {
   // A mixture-of-experts block (model().is_moe(layer)): the same attention
   // half, the MoE MLP (moe.h) instead of the dense one. aux_weight: the
   // weight of this microbatch's load-balancing loss in the objective.
+  // experts / dexperts: this rank's experts held apart from the unit
+  // (expert parallel; null: the unit's own).
   void moe_block_forward(BlockActs<T>& a, MoeActs<T>& m, const T* x_in, const T* unit, Scratch<T>& s,
-                         MoeScratch<T>& ms, MoeScope scope = {}) const;
+                         MoeScratch<T>& ms, MoeScope scope = {}, const T* experts = nullptr) const;
   void moe_block_backward(T* dx_in, T* dunit, const T* dout, const T* x_in, const BlockActs<T>& a,
                           const MoeActs<T>& m, const T* unit, double aux_weight, Scratch<T>& s,
-                          MoeScratch<T>& ms, MoeScope scope = {}) const;
+                          MoeScratch<T>& ms, MoeScope scope = {}, const T* experts = nullptr,
+                          T* dexperts = nullptr) const;
 
   // Final LN + logits against wte + loss. Returns the sum of token losses
   // (double, summed in token order). lnf = the final unit's params.

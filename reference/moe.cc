@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "harness/names.h"
@@ -22,7 +23,9 @@ namespace {
 const Names<MoeFault>& fault_names() {
   static const Names<MoeFault> n{{MoeFault::local_capacity, "moe_local_capacity"},
                                  {MoeFault::aux_per_rank, "moe_aux_per_rank"},
-                                 {MoeFault::router_grad_missing, "moe_router_grad_missing"}};
+                                 {MoeFault::router_grad_missing, "moe_router_grad_missing"},
+                                 {MoeFault::ep_combine_permuted, "ep_combine_permuted"},
+                                 {MoeFault::ep_expert_grads_dp, "ep_expert_grads_dp"}};
   return n;
 }
 }  // namespace
@@ -49,7 +52,7 @@ int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_toke
 }
 
 template <class T>
-MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens) {
+MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep_size) {
   const size_t E = size_t(m.moe.experts), K = size_t(m.moe.top_k), C = size_t(m.C);
   cap = int(moe_capacity(m.moe, scope_tokens > 0 ? scope_tokens : N));
   rows = std::min(cap, N);
@@ -64,6 +67,22 @@ MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scop
   fchg = Buffer<T>(mt, act, all_rows * 4 * C);
   y = Buffer<T>(mt, act, all_rows * C);
   frac = Buffer<A>(mt, act, E);
+  ep = ep_size;
+  if (ep > 1) {
+    recv = Buffer<int32_t>(mt, act, E);
+    xr = Buffer<T>(mt, act, all_rows * C);
+  }
+}
+
+template <class T>
+int64_t MoeActs<T>::owner_rows() const {
+  const Buffer<int32_t>& c = ep > 1 ? recv : count;
+  return std::accumulate(c.data(), c.data() + c.size(), int64_t(0));
+}
+
+template <class T>
+int64_t MoeActs<T>::sent_rows() const {
+  return std::accumulate(count.data(), count.data() + count.size(), int64_t(0));
 }
 
 namespace {
@@ -83,7 +102,7 @@ ScratchSizes sizes(const ModelConfig& m, int N, int64_t scope_tokens) {
 }  // namespace
 
 template <class T>
-MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens) {
+MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep) {
   const ScratchSizes z = sizes<T>(m, N, scope_tokens);
   const MemTag ws = MemTag::workspace;
   logits = Buffer<T>(mt, ws, z.logits);
@@ -94,20 +113,103 @@ MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_
   dxe = Buffer<T>(mt, ws, z.rowsC);
   dp = Buffer<acc_t<T>>(mt, ws, z.dp);
   if (z.mm) mm_ws = Buffer<float>(mt, ws, z.mm);
+  if (ep > 1) {
+    send = Buffer<T>(mt, ws, z.rowsC);
+    recv = Buffer<T>(mt, ws, z.rowsC);
+    rows = Buffer<T>(mt, ws, z.rowsC);
+  }
 }
 
 template <class T>
-int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N, int64_t scope_tokens) {
+int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N, int64_t scope_tokens, int ep) {
   const ScratchSizes z = sizes<T>(m, N, scope_tokens);
-  return int64_t((z.logits + 3 * z.rowsC + 2 * z.rows4C) * sizeof(T) + z.dp * sizeof(acc_t<T>) +
+  return int64_t((z.logits + (ep > 1 ? 6 : 3) * z.rowsC + 2 * z.rows4C) * sizeof(T) + z.dp * sizeof(acc_t<T>) +
                  z.mm * sizeof(float));
 }
 
 template <class T>
 MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope)
     : c_(layout.model().moe), o_(layout.moe_block()), scope_(scope), N_(N), C_(layout.model().C), E_(c_.experts),
-      k_(c_.top_k), scope_tokens_(scope.tokens(c_, N)) {
+      k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), scope_tokens_(scope.tokens(c_, N)) {
   require(E_ > 0, "moe: the model has no experts");
+  require(E_ % ep_ == 0, "moe: ep" + std::to_string(ep_) + " does not divide " + std::to_string(E_) + " experts");
+}
+
+template <class T>
+int MoeMlp<T>::owner_count(const MoeActs<T>& a, int le) const {
+  if (ep_ == 1) return a.count[size_t(le)];
+  int n = 0;
+  for (int r = 0; r < ep_; ++r) n += a.recv[size_t(r) * El_ + le];
+  return n;
+}
+
+template <class T>
+void MoeMlp<T>::exchange_counts(MoeActs<T>& a) const {
+  std::vector<double> out(static_cast<size_t>(E_)), in(static_cast<size_t>(E_));
+  for (int e = 0; e < E_; ++e) out[size_t(e)] = a.count[size_t(e)];  // expert-major = owner-major
+  scope_.ep->all_to_all(out.data(), in.data(), size_t(El_), DType::f64);
+  for (int e = 0; e < E_; ++e) a.recv[size_t(e)] = int32_t(in[size_t(e)]);
+}
+
+// Rows of width C: this rank's, expert e's count[e] at e * rows (E-major, so
+// owner-major), packed and sent; an owner's arrive source-major and are put
+// expert-major, local expert le's at le * ep * rows.
+template <class T>
+void MoeMlp<T>::dispatch(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s) const {
+  const size_t C = size_t(C_), rows = size_t(a.rows), orows = rows * size_t(ep_);
+  std::vector<size_t> sc(size_t(ep_), 0), rc(size_t(ep_), 0);
+  size_t off = 0;
+  for (int e = 0; e < E_; ++e) {
+    const size_t n = size_t(a.count[size_t(e)]);
+    std::memcpy(static_cast<void*>(s.send.data() + off * C), src + size_t(e) * rows * C, n * C * sizeof(T));
+    off += n;
+    sc[size_t(e / El_)] += n * C;
+  }
+  for (int r = 0; r < ep_; ++r)
+    for (int le = 0; le < El_; ++le) rc[size_t(r)] += size_t(a.recv[size_t(r) * El_ + le]) * C;
+  scope_.ep->all_to_all_v(s.send.data(), sc, s.recv.data(), rc, dtype_of<T>());
+  std::vector<size_t> fill(size_t(El_), 0);
+  size_t in = 0;
+  for (int r = 0; r < ep_; ++r)
+    for (int le = 0; le < El_; ++le) {
+      const size_t n = size_t(a.recv[size_t(r) * El_ + le]);
+      require(fill[size_t(le)] + n <= orows, "moe: an expert received more rows than its buffer holds");
+      std::memcpy(static_cast<void*>(dst + (size_t(le) * orows + fill[size_t(le)]) * C), s.recv.data() + in * C,
+                  n * C * sizeof(T));
+      fill[size_t(le)] += n;
+      in += n;
+    }
+}
+
+// The reverse of dispatch: the owner's rows, expert-major, back to their
+// sources, landing at e * rows + slot. permute: each expert's rows land in
+// reverse order (the ep_combine_permuted fault).
+template <class T>
+void MoeMlp<T>::combine(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s, bool permute) const {
+  const size_t C = size_t(C_), rows = size_t(a.rows), orows = rows * size_t(ep_);
+  std::vector<size_t> sc(size_t(ep_), 0), rc(size_t(ep_), 0), fill(size_t(El_), 0);
+  size_t out = 0;
+  for (int r = 0; r < ep_; ++r)
+    for (int le = 0; le < El_; ++le) {
+      const size_t n = size_t(a.recv[size_t(r) * El_ + le]);
+      std::memcpy(static_cast<void*>(s.send.data() + out * C), src + (size_t(le) * orows + fill[size_t(le)]) * C,
+                  n * C * sizeof(T));
+      fill[size_t(le)] += n;
+      out += n;
+      sc[size_t(r)] += n * C;
+    }
+  for (int e = 0; e < E_; ++e) rc[size_t(e / El_)] += size_t(a.count[size_t(e)]) * C;
+  scope_.ep->all_to_all_v(s.send.data(), sc, s.recv.data(), rc, dtype_of<T>());
+  size_t in = 0;
+  for (int e = 0; e < E_; ++e) {
+    const size_t n = size_t(a.count[size_t(e)]);
+    for (size_t j = 0; j < n; ++j) {
+      const size_t slot = permute ? n - 1 - j : j;
+      std::memcpy(static_cast<void*>(dst + (size_t(e) * rows + slot) * C), s.recv.data() + (in + j) * C,
+                  C * sizeof(T));
+    }
+    in += n;
+  }
 }
 
 template <class T>
@@ -122,7 +224,7 @@ void MoeMlp<T>::gather(T* xe, const T* x, const MoeActs<T>& a) const {
 }
 
 template <class T>
-void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratch<T>& s) const {
+void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratch<T>& s, const T* ue) const {
   const int N = N_, C = C_, E = E_, K = k_, cap = a.rows;
   float* ws = s.mm_ws.data();
   // Router: logits (N, E), softmax in A.
@@ -212,18 +314,31 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
     aux += double(a.frac[size_t(e)]) * (Ps[size_t(e)] / toks);
   }
   a.aux = c_.aux_loss_coef * E * aux;
-  // Each expert's FFN on its admitted rows.
+  // Each expert's FFN on its admitted rows (expert parallel: on its owner,
+  // over every source's rows, the outputs sent back to y).
   gather(s.xe.data(), x, a);
-  for (int e = 0; e < E; ++e) {
-    const int rows = a.count[size_t(e)];
-    if (rows == 0) continue;
-    const size_t r0 = size_t(e) * cap;
-    const T* w = expert(u, e);
-    k::matmul_forward(a.fch.data() + r0 * 4 * C, s.xe.data() + r0 * C, w + o_.fc_w, w + o_.fc_b, rows, C, 4 * C, ws);
-    k::gelu_forward(a.fchg.data() + r0 * 4 * C, a.fch.data() + r0 * 4 * C, size_t(rows) * 4 * C);
-    k::matmul_forward(a.y.data() + r0 * C, a.fchg.data() + r0 * 4 * C, w + o_.fcproj_w, w + o_.fcproj_b, rows,
-                      4 * C, C, ws);
+  const T* ex = ue ? ue : u + o_.expert0;
+  const T* xin = s.xe.data();
+  T* yout = a.y.data();
+  size_t stride = size_t(cap);  // rows per expert in the expert-major buffers
+  if (ep_ > 1) {
+    exchange_counts(a);
+    dispatch(a.xr.data(), s.xe.data(), a, s);
+    xin = a.xr.data();
+    yout = s.rows.data();
+    stride *= size_t(ep_);
   }
+  for (int le = 0; le < El_; ++le) {
+    const int rows = owner_count(a, le);
+    if (rows == 0) continue;
+    const size_t r0 = size_t(le) * stride;
+    const T* w = expert(ex, le);
+    k::matmul_forward(a.fch.data() + r0 * 4 * C, xin + r0 * C, w + o_.fc_w, w + o_.fc_b, rows, C, 4 * C, ws);
+    k::gelu_forward(a.fchg.data() + r0 * 4 * C, a.fch.data() + r0 * 4 * C, size_t(rows) * 4 * C);
+    k::matmul_forward(yout + r0 * C, a.fchg.data() + r0 * 4 * C, w + o_.fcproj_w, w + o_.fcproj_b, rows, 4 * C, C,
+                      ws);
+  }
+  if (ep_ > 1) combine(a.y.data(), s.rows.data(), a, s, scope_.has(MoeFault::ep_combine_permuted));
   // Combine: out[n] = sum over admitted choices (best first) of weight * y.
   std::vector<A> acc(static_cast<size_t>(C));
   for (int n = 0; n < N; ++n) {
@@ -241,7 +356,7 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
 
 template <class T>
 void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<T>& a, const T* u,
-                         double aux_weight, MoeScratch<T>& s) const {
+                         double aux_weight, MoeScratch<T>& s, const T* ue, T* due) const {
   const int N = N_, C = C_, E = E_, K = k_, cap = a.rows;
   float* ws = s.mm_ws.data();
   A* dp = s.dp.data();
@@ -271,24 +386,40 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
     if (scope_.has(MoeFault::router_grad_missing)) continue;
     for (int j = 0; j < K; ++j) dp[size_t(n) * E + a.choice[size_t(n) * K + j]] += (dw[size_t(j)] - wdw) / S;
   }
-  // Experts, each on its admitted rows.
-  gather(s.xe.data(), x, a);
+  // Experts, each on its admitted rows (expert parallel: the output
+  // gradients to the owner, the input gradients back).
+  const T* ex = ue ? ue : u + o_.expert0;
+  T* dex = due ? due : du + o_.expert0;
+  const T* xin = s.xe.data();
+  const T* dyin = s.dy.data();
+  T* dxout = s.dxe.data();
+  size_t stride = size_t(cap);
+  if (ep_ > 1) {
+    dispatch(s.rows.data(), s.dy.data(), a, s);
+    xin = a.xr.data();
+    dyin = s.rows.data();
+    dxout = s.xe.data();
+    stride *= size_t(ep_);
+  } else {
+    gather(s.xe.data(), x, a);
+  }
   std::memset(static_cast<void*>(s.dfchg.data()), 0, s.dfchg.size() * sizeof(T));
   std::memset(static_cast<void*>(s.dfch.data()), 0, s.dfch.size() * sizeof(T));
-  std::memset(static_cast<void*>(s.dxe.data()), 0, s.dxe.size() * sizeof(T));
-  for (int e = 0; e < E; ++e) {
-    const int rows = a.count[size_t(e)];
+  std::memset(static_cast<void*>(dxout), 0, s.dxe.size() * sizeof(T));
+  for (int le = 0; le < El_; ++le) {
+    const int rows = owner_count(a, le);
     if (rows == 0) continue;
-    const size_t r0 = size_t(e) * cap;
-    const T* w = expert(u, e);
-    T* dw_e = expert(du, e);
-    k::matmul_backward(s.dfchg.data() + r0 * 4 * C, dw_e + o_.fcproj_w, dw_e + o_.fcproj_b, s.dy.data() + r0 * C,
+    const size_t r0 = size_t(le) * stride;
+    const T* w = expert(ex, le);
+    T* dw_e = expert(dex, le);
+    k::matmul_backward(s.dfchg.data() + r0 * 4 * C, dw_e + o_.fcproj_w, dw_e + o_.fcproj_b, dyin + r0 * C,
                        a.fchg.data() + r0 * 4 * C, w + o_.fcproj_w, rows, 4 * C, C, ws);
     k::gelu_backward(s.dfch.data() + r0 * 4 * C, a.fch.data() + r0 * 4 * C, s.dfchg.data() + r0 * 4 * C,
                      size_t(rows) * 4 * C);
-    k::matmul_backward(s.dxe.data() + r0 * C, dw_e + o_.fc_w, dw_e + o_.fc_b, s.dfch.data() + r0 * 4 * C,
-                       s.xe.data() + r0 * C, w + o_.fc_w, rows, C, 4 * C, ws);
+    k::matmul_backward(dxout + r0 * C, dw_e + o_.fc_w, dw_e + o_.fc_b, s.dfch.data() + r0 * 4 * C, xin + r0 * C,
+                       w + o_.fc_w, rows, C, 4 * C, ws);
   }
+  if (ep_ > 1) combine(s.dxe.data(), dxout, a, s, false);
   // Back to the tokens, best choice first.
   std::vector<A> acc(static_cast<size_t>(C));
   for (int n = 0; n < N; ++n) {

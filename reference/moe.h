@@ -27,6 +27,8 @@ enum class MoeFault : uint8_t {
   local_capacity,       // global capacity computed and admitted over this rank's tokens alone
   aux_per_rank,         // the load-balancing loss's f and P over this rank's tokens, not the scope's
   router_grad_missing,  // no gradient to the router through the top-k weights (only the aux's)
+  ep_combine_permuted,  // expert parallel: each expert's returned rows land on its tokens in reverse order
+  ep_expert_grads_dp,   // expert parallel: expert gradients reduced over the whole data group, not edp
 };
 std::string moe_fault_name(MoeFault f);
 bool is_moe_fault(const std::string& s);
@@ -38,9 +40,20 @@ MoeFault parse_moe_fault(const std::string& s);  // InputError naming strategy.f
 // global token order (group rank order), and the ranks agree on admission by
 // all-gathering their per-(choice rank, expert) counts, not their tokens.
 // Null, or local capacity: this rank's tokens alone.
+//
+// Expert parallel: `ep` (the mesh's ep group) splits the experts into ep
+// equal contiguous ranges, rank r of the group owning experts [r*E/ep,
+// (r+1)*E/ep). Routing and admission stay with the token's rank; the
+// admitted rows go to their expert's owner by one all-to-all(v) (after an
+// all-to-all of the per-expert counts), come back by another, and backward
+// sends the output gradients there and the input gradients back the same
+// way. An owner runs each local expert on the rows of every source rank,
+// concatenated in group rank order.
 struct MoeScope {
   Communicator* comm = nullptr;
+  Communicator* ep = nullptr;  // null or size 1: every expert here
   std::set<MoeFault> faults;
+  int ep_size() const { return ep ? ep->size() : 1; }
   bool has(MoeFault f) const { return faults.count(f) > 0; }
   bool shared(const MoeConfig& c) const {
     return comm && comm->size() > 1 && c.capacity == MoeCapacity::global;
@@ -66,11 +79,19 @@ struct MoeActs {
   Buffer<int32_t> count;   // (E) tokens admitted
   Buffer<T> fch, fchg, y;  // (E * cap, 4C), (E * cap, 4C), (E * cap, C): each expert's rows
   Buffer<A> frac;          // (E) f_e: fraction of (token, choice) pairs routed to e
+  // Expert parallel (ep > 1): fch, fchg are the owner's, local expert le's
+  // rows at le * ep * rows (every source's admitted rows, sources in order),
+  // and xr holds their inputs; y stays this rank's (its tokens' outputs).
+  int ep = 1;
+  Buffer<int32_t> recv;    // (ep, E/ep) rows source s sent for local expert le
+  Buffer<T> xr;            // (E * rows, C)
   double aux = 0;          // this microbatch's load-balancing loss (coef included)
   int64_t dropped = 0;     // choices past capacity
   MoeActs() = default;
-  // N: this rank's tokens; scope_tokens: the capacity scope's (N alone).
-  MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0);
+  // N: this rank's tokens; scope_tokens: the capacity scope's (N alone); ep: the expert-parallel group's size.
+  MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1);
+  int64_t owner_rows() const;  // admitted rows this rank's experts ran on (ep > 1: from every source)
+  int64_t sent_rows() const;   // rows this rank dispatched (its admitted choices)
 };
 
 // Workspace shared by the MoE MLPs of a microbatch.
@@ -79,9 +100,10 @@ struct MoeScratch {
   Buffer<T> logits, xe, dy, dfchg, dfch, dxe;
   Buffer<acc_t<T>> dp;
   Buffer<float> mm_ws;
+  Buffer<T> send, recv, rows;  // expert parallel: packed rows out, in, and the owner's rows (E * rows, C)
   MoeScratch() = default;
-  MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0);
-  static int64_t bytes(const ModelConfig& m, int N, int64_t scope_tokens = 0);
+  MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1);
+  static int64_t bytes(const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1);
 };
 
 template <class T>
@@ -89,23 +111,31 @@ class MoeMlp {
  public:
   using A = acc_t<T>;
   MoeMlp(const ParamLayout& layout, int N, MoeScope scope = {});
-  // out (N, C) = the MoE MLP of x; u: the block unit's parameters.
-  void forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratch<T>& s) const;
-  // dx (N, C) and du accumulate; aux_weight: the weight of this microbatch's
-  // load-balancing term in the objective (that term's share of the step's
-  // tokens: dloss x the scope's tokens).
+  // out (N, C) = the MoE MLP of x; u: the block unit's parameters; ue: this
+  // rank's experts' (E / ep contiguous expert ranges; null: u's own, which
+  // then holds every expert).
+  void forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratch<T>& s, const T* ue = nullptr) const;
+  // dx (N, C) and du (due: the experts', null: du's) accumulate; aux_weight:
+  // the weight of this microbatch's load-balancing term in the objective
+  // (that term's share of the step's tokens: dloss x the scope's tokens).
   void backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<T>& a, const T* u, double aux_weight,
-                MoeScratch<T>& s) const;
+                MoeScratch<T>& s, const T* ue = nullptr, T* due = nullptr) const;
 
  private:
-  const T* expert(const T* u, int e) const { return u + o_.expert0 + int64_t(e) * o_.expert_size; }
-  T* expert(T* u, int e) const { return u + o_.expert0 + int64_t(e) * o_.expert_size; }
+  template <class P> P* expert(P* ue, int le) const { return ue + int64_t(le) * o_.expert_size; }
   void gather(T* xe, const T* x, const MoeActs<T>& a) const;  // every admitted token's row to its slot
+  // Expert parallel: the per-expert counts to the owners (forward).
+  void exchange_counts(MoeActs<T>& a) const;
+  // This rank's rows (expert e's at e * rows) to their owners, landing at
+  // le * ep * rows there, sources in rank order; and back.
+  void dispatch(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s) const;
+  void combine(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s, bool permute) const;
+  int owner_count(const MoeActs<T>& a, int le) const;  // rows local expert le runs on
 
   MoeConfig c_;
   MoeOffsets o_;
   MoeScope scope_;
-  int N_, C_, E_, k_;
+  int N_, C_, E_, k_, ep_ = 1, El_;
   int64_t scope_tokens_;
 };
 

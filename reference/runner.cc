@@ -18,10 +18,11 @@ MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSou
   for (int l = 0; l < m.L; ++l) blocks_.emplace_back(mt, m, Bm, Tn, !m.is_moe(l));
   moe_.resize(size_t(m.L));
   for (int l = 0; l < m.L; ++l)
-    if (m.is_moe(l)) moe_[size_t(l)] = MoeActs<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)));
+    if (m.is_moe(l)) moe_[size_t(l)] = MoeActs<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)), scope.ep_size());
   head_ = HeadActs<T>(mt, m, Bm, Tn);
   scratch_ = Scratch<T>(mt, m, Bm, Tn);
-  if (m.moe.experts > 0) moe_scratch_ = MoeScratch<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)));
+  if (m.moe.experts > 0)
+    moe_scratch_ = MoeScratch<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)), scope.ep_size());
   dx_a_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
   dx_b_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
 }
@@ -82,9 +83,14 @@ double MicrobatchRunner<T>::compute(double dloss, UnitHooks<T>& hk) {
   const T* x = x0_.data();
   const double N = double(model_.B()) * model_.Tn();
   double aux = 0;
-  for (int i = 0; i < L; ++i) {
+  UnitHooks<T>* ek = hk.experts();
+  for (int i = 0, j = 0; i < L; ++i) {
     if (l.model().is_moe(i)) {
-      model_.moe_block_forward(blocks_[i], moe_[i], x, hk.params(l.block_unit(i)), scratch_, moe_scratch_, scope_);
+      const T* unit = hk.params(l.block_unit(i));
+      model_.moe_block_forward(blocks_[i], moe_[i], x, unit, scratch_, moe_scratch_, scope_,
+                               ek ? ek->params(j) : nullptr);
+      if (ek) ek->release_params(j);
+      ++j;
       aux += moe_[i].aux;
     } else {
       model_.block_forward(blocks_[i], x, hk.params(l.block_unit(i)), scratch_);
@@ -103,14 +109,20 @@ double MicrobatchRunner<T>::compute(double dloss, UnitHooks<T>& hk) {
   hk.grads_ready(fin);
   hk.release_params(fin);
   hk.release_params(0);
-  for (int i = L - 1; i >= 0; --i) {
+  for (int i = L - 1, j = l.model().moe_layers() - 1; i >= 0; --i) {
     int u = l.block_unit(i);
     const T* x_in = i ? blocks_[i - 1].xout.data() : x0_.data();
-    if (l.model().is_moe(i))
-      model_.moe_block_backward(dprev, hk.grads(u), dx, x_in, blocks_[i], moe_[i], hk.params(u),
+    if (l.model().is_moe(i)) {
+      T* gu = hk.grads(u);
+      const T* pu = hk.params(u);
+      T* ge = ek ? ek->grads(j) : nullptr;
+      const T* pe = ek ? ek->params(j) : nullptr;
+      model_.moe_block_backward(dprev, gu, dx, x_in, blocks_[i], moe_[i], pu,
                                 dloss * double(scope_.tokens(l.model().moe, int64_t(N))), scratch_, moe_scratch_,
-                                scope_);
-    else
+                                scope_, pe, ge);
+      if (ek) ek->grads_ready(j), ek->release_params(j);
+      --j;
+    } else
       model_.block_backward(dprev, hk.grads(u), dx, x_in, blocks_[i], hk.params(u), scratch_);
     hk.grads_ready(u);
     hk.release_params(u);

@@ -26,6 +26,12 @@ class UnitHooks {
   // Where the LM head's contribution to wte accumulates (default: unit 0's wte).
   virtual T* head_grads() { return grads(0); }
   virtual void grads_ready(int /*unit*/) {}      // this microbatch's contributions are all in
+  // Expert parallel: a second set of hooks holding each MoE layer's local
+  // experts as a unit of its own (unit j: the j-th MoE layer); null: the
+  // experts are part of their block's unit. Forward: params(j) and
+  // release_params(j) around the MoE MLP; backward: grads(j), params(j),
+  // grads_ready(j), release_params(j), inside the block's own calls.
+  virtual UnitHooks<T>* experts() { return nullptr; }
 };
 
 // Full flat vectors: the single-device case.
@@ -68,6 +74,8 @@ class MicrobatchRunner {
   // The last run's MoE routing: choices past capacity, and choices made.
   int64_t moe_dropped() const;
   int64_t moe_choices() const;
+  // Every layer's MoE activations of the last run (empty for dense layers).
+  const std::vector<MoeActs<T>>& moe_acts() const { return moe_; }
 
  private:
   double compute(double dloss, UnitHooks<T>& hooks);

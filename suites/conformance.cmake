@@ -80,6 +80,12 @@ parabench_mpi_test(NAME conformance_check_mpi_moe_np2 NP 2
   COMMAND $<TARGET_FILE:parabench> check --mesh dp2 --model tiny-moe --strategy shard=none shard=zero3
           --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# Expert parallel under MPI (dispatch and combine by MPI_Alltoallv): dp4.ep2
+# and dp4.ep4, DDP and ZeRO-3 on both components, global and local capacity.
+parabench_mpi_test(NAME conformance_check_mpi_ep_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --mesh dp4.ep2 dp4.ep4 --model tiny-moe --strategy shard=none shard=zero3
+          --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Pipeline conformance under mpirun (mpi backend, one process per rank).
 if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   add_executable(conformance_pipeline_mpi_test conformance/pipeline_conformance_mpi_test.cc)

@@ -16,18 +16,19 @@ void copy_n(T* dst, const T* src, int64_t n) {
 }
 }  // namespace
 
-DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o, MeshAxis axis) {
+DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o, MeshAxis axis,
+                      const std::string& prefix) {
   DpComms c;
   const auto dp_groups = mesh_groups(mesh, axis);
-  c.dp = world.split_groups(dp_groups, "dp");
+  c.dp = world.split_groups(dp_groups, prefix + "dp");
   if (o.shard == Shard::hsdp) {
     const TwoLevelGroups hs = split_consecutive(dp_groups, shard_group(o), "strategy.shard_group");
-    c.shard = world.split_groups(hs.intra, "dp_shard");
-    c.replica = world.split_groups(hs.inter, "dp_replica");
+    c.shard = world.split_groups(hs.intra, prefix + "dp_shard");
+    c.replica = world.split_groups(hs.inter, prefix + "dp_replica");
   } else if (o.shard == Shard::hzero) {
     const TwoLevelGroups nodes = split_by_node(dp_groups, mesh.ranks_per_node);
-    c.intra = world.split_groups(nodes.intra, "dp_intra");
-    c.inter = world.split_groups(nodes.inter, "dp_inter");
+    c.intra = world.split_groups(nodes.intra, prefix + "dp_intra");
+    c.inter = world.split_groups(nodes.inter, prefix + "dp_inter");
   }
   return c;
 }

@@ -39,7 +39,9 @@ struct DpComms {
 };
 // Collective over `world` (every rank calls, alike).
 // `axis`: the mesh groups the component spans (dp; dp_cp under context parallel).
-DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o, MeshAxis axis = MeshAxis::dp);
+// `prefix` names the groups (expert parallel's expert component: "e" -> edp, edp_shard, ...).
+DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o, MeshAxis axis = MeshAxis::dp,
+                      const std::string& prefix = "");
 
 // Which slice of every unit a rank owns: its rank in the shard group, except
 // hZeRO's, where the two-level reduce-scatter leaves slice

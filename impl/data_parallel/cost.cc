@@ -103,111 +103,122 @@ UnitBufferBytes zero3_unit_buffer_bytes(int64_t largest_unit, int prefetch, cons
   return {(1 + int64_t(prefetch)) * full * b.param, full * b.grad};
 }
 
-namespace {
+CommBufferReplay::CommBufferReplay(std::span<const int64_t> units, const DataAxis& a, UnitRoles roles,
+                                   PeakMeter& m)
+    : a_(a), roles_(roles), m_(m), b_(bytes_per_param(a.precision)) {
+  validate(a);
+  const int n = int(units.size());
+  const int64_t g = shard_group_size(a);
+  r_ = dp_ranks_per_node(a);
+  nodes_ = a.dp / r_;
+  for (int u = 0; u < n; ++u) {
+    pad_.push_back(full_elems(units[size_t(u)], g, a.padding));
+    slice_.push_back(ceil_div(units[size_t(u)], g));
+  }
+  gathered_.assign(size_t(n), false);
+  staged_.assign(size_t(n), false);
+  unit_grad_.assign(size_t(n), false);
+  params_sharded_ = a.shard == Shard::zero3 || a.shard == Shard::hsdp || a.shard == Shard::hzero;
+  grads_per_unit_ = a.shard != Shard::none && a.shard != Shard::zero1;
+}
 
-// Current and peak bytes of a replayed allocation sequence.
-class PeakMeter {
- public:
-  void alloc(int64_t b) { peak_ = std::max(peak_, cur_ += b); }
-  void free(int64_t b) { cur_ -= b; }
-  int64_t peak() const { return peak_; }
+void CommBufferReplay::reduce(int u) {  // Component::reduce_unit
+  m_.alloc(slice_[size_t(u)] * b_.grad);
+  if (a_.shard == Shard::hzero && nodes_ > 1) {
+    m_.alloc(pad_[size_t(u)] / r_ * b_.grad);
+    m_.free(pad_[size_t(u)] / r_ * b_.grad);
+  }
+  m_.free(slice_[size_t(u)] * b_.grad);
+}
 
- private:
-  int64_t cur_ = 0, peak_ = 0;
-};
+void CommBufferReplay::start_gather(int u) {
+  if (gathered_[size_t(u)]) return;
+  gathered_[size_t(u)] = true;
+  m_.alloc(pad_[size_t(u)] * b_.param);
+  if (a_.shard == Shard::hzero && !(backward_ && roles_.is_block(u))) {
+    staged_[size_t(u)] = true;
+    m_.alloc(pad_[size_t(u)] * b_.param);
+  }
+}
 
-}  // namespace
+void CommBufferReplay::params(int u) {
+  if (!params_sharded_) return;
+  start_gather(u);
+  if (staged_[size_t(u)]) staged_[size_t(u)] = false, m_.free(pad_[size_t(u)] * b_.param);
+  if (!backward_ && u == roles_.last_forward) forward_done_ = true;
+  if (forward_done_ && !backward_) return;
+  for (int j = 1; j <= a_.prefetch; ++j) {
+    const int next = backward_ ? u - j : u + j;
+    if (backward_ ? next >= roles_.first_block : next <= roles_.last_forward) start_gather(next);
+  }
+}
+
+void CommBufferReplay::release(int u) {
+  if (!params_sharded_ || !roles_.is_block(u) || (!backward_ && !a_.reshard_after_forward) || !gathered_[size_t(u)])
+    return;
+  gathered_[size_t(u)] = false;
+  m_.free(pad_[size_t(u)] * b_.param);
+}
+
+void CommBufferReplay::grads(int u) {
+  backward_ = true;
+  if (!grads_per_unit_ || unit_grad_[size_t(u)]) return;
+  unit_grad_[size_t(u)] = true;
+  m_.alloc(pad_[size_t(u)] * b_.grad);
+}
+
+void CommBufferReplay::grads_ready(int u) {
+  if (!grads_per_unit_) return;
+  reduce(u);
+  unit_grad_[size_t(u)] = false;
+  m_.free(pad_[size_t(u)] * b_.grad);
+}
+
+void CommBufferReplay::end_microbatch() {
+  for (size_t u = 0; u < gathered_.size(); ++u)  // the roots are resharded
+    if (gathered_[u]) gathered_[u] = false, m_.free(pad_[u] * b_.param);
+  backward_ = forward_done_ = false;
+}
+
+void CommBufferReplay::finish() {
+  if (a_.shard == Shard::zero1)
+    for (size_t u = 0; u < pad_.size(); ++u) reduce(int(u));
+}
+
+void CommBufferReplay::after_step() {
+  if ((a_.shard == Shard::zero1 || a_.shard == Shard::zero2) && a_.dp > 1)
+    for (size_t u = 0; u < pad_.size(); ++u) m_.alloc(slice_[u] * b_.param), m_.free(slice_[u] * b_.param);
+}
 
 int64_t comm_buffer_peak_bytes(std::span<const int64_t> units, const DataAxis& a) {
   validate(a);
   const int n = int(units.size());
   require(n >= 2, "units: the canonical layout has at least 2 (embeddings, final LayerNorm)");
   if (a.shard == Shard::none) return 0;
-  const BytesPerParam b = bytes_per_param(a.precision);
-  const int64_t g = shard_group_size(a), r = dp_ranks_per_node(a), nodes = a.dp / r;
-  std::vector<int64_t> pad(size_t(n), 0), slice(size_t(n), 0);
-  for (int u = 0; u < n; ++u) {
-    pad[size_t(u)] = full_elems(units[size_t(u)], g, a.padding);
-    slice[size_t(u)] = ceil_div(units[size_t(u)], g);
-  }
-  PeakMeter m;
-  auto reduce = [&](int u) {  // DpRank::reduce_unit
-    m.alloc(slice[size_t(u)] * b.grad);
-    if (a.shard == Shard::hzero && nodes > 1) {
-      m.alloc(pad[size_t(u)] / r * b.grad);
-      m.free(pad[size_t(u)] / r * b.grad);
-    }
-    m.free(slice[size_t(u)] * b.grad);
-  };
-  const bool params_sharded = a.shard == Shard::zero3 || a.shard == Shard::hsdp || a.shard == Shard::hzero;
-  const bool grads_per_unit = a.shard != Shard::zero1;
   const int L = n - 2, fin = n - 1;
-  auto is_block = [&](int u) { return u >= 1 && u <= L; };
-  // Every microbatch frees all it allocated, so one replay gives the peak of
-  // any number of them (and keeps the planner O(units) at any batch).
-  {
-    std::vector<bool> gathered(size_t(n), false), staged(size_t(n), false), unit_grad(size_t(n), false);
-    bool backward = false, forward_done = false;
-    auto start_gather = [&](int u) {
-      if (gathered[size_t(u)]) return;
-      gathered[size_t(u)] = true;
-      m.alloc(pad[size_t(u)] * b.param);
-      if (a.shard == Shard::hzero && !(backward && is_block(u))) {
-        staged[size_t(u)] = true;
-        m.alloc(pad[size_t(u)] * b.param);
-      }
-    };
-    auto params = [&](int u) {
-      if (!params_sharded) return;
-      start_gather(u);
-      if (staged[size_t(u)]) staged[size_t(u)] = false, m.free(pad[size_t(u)] * b.param);
-      if (!backward && u == fin) forward_done = true;
-      if (forward_done && !backward) return;
-      for (int j = 1; j <= a.prefetch; ++j) {
-        const int next = backward ? u - j : u + j;
-        if (backward ? next >= 1 : next <= fin) start_gather(next);
-      }
-    };
-    auto release = [&](int u) {
-      if (!params_sharded || !is_block(u) || (!backward && !a.reshard_after_forward) || !gathered[size_t(u)]) return;
-      gathered[size_t(u)] = false;
-      m.free(pad[size_t(u)] * b.param);
-    };
-    auto grads = [&](int u) {
-      backward = true;
-      if (!grads_per_unit || unit_grad[size_t(u)]) return;
-      unit_grad[size_t(u)] = true;
-      m.alloc(pad[size_t(u)] * b.grad);
-    };
-    auto grads_ready = [&](int u) {
-      if (!grads_per_unit) return;
-      reduce(u);
-      unit_grad[size_t(u)] = false;
-      m.free(pad[size_t(u)] * b.grad);
-    };
-    // reference/runner.cc, MicrobatchRunner::run
-    params(0);
-    release(0);
-    for (int u = 1; u <= L; ++u) params(u), release(u);
-    params(fin);
-    params(0);
-    grads(fin), grads(0);
-    grads_ready(fin);
-    release(fin), release(0);
-    for (int u = L; u >= 1; --u) {
-      grads(u), params(u);
-      grads_ready(u);
-      release(u);
-    }
-    grads(0);
-    grads_ready(0);
-    for (int u = 0; u < n; ++u)  // end of the microbatch: the roots are resharded
-      if (gathered[size_t(u)]) m.free(pad[size_t(u)] * b.param);
+  PeakMeter m;
+  CommBufferReplay r(units, a, UnitRoles::model(n), m);
+  // reference/runner.cc, MicrobatchRunner::run. Every microbatch frees all it
+  // allocated, so one replay gives the peak of any number of them (and keeps
+  // the planner O(units) at any batch).
+  r.params(0);
+  r.release(0);
+  for (int u = 1; u <= L; ++u) r.params(u), r.release(u);
+  r.params(fin);
+  r.params(0);
+  r.grads(fin), r.grads(0);
+  r.grads_ready(fin);
+  r.release(fin), r.release(0);
+  for (int u = L; u >= 1; --u) {
+    r.grads(u), r.params(u);
+    r.grads_ready(u);
+    r.release(u);
   }
-  if (a.shard == Shard::zero1)
-    for (int u = 0; u < n; ++u) reduce(u);
-  if ((a.shard == Shard::zero1 || a.shard == Shard::zero2) && a.dp > 1)
-    for (int u = 0; u < n; ++u) m.alloc(slice[size_t(u)] * b.param), m.free(slice[size_t(u)] * b.param);
+  r.grads(0);
+  r.grads_ready(0);
+  r.end_microbatch();
+  r.finish();
+  r.after_step();
   return m.peak();
 }
 
@@ -223,6 +234,12 @@ double bus_factor(Coll c, int64_t n) {
 }
 
 std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAxis& a) {
+  const int n = int(units.size());
+  return comm_per_step(units, a, n > 2 ? UnitRoles::model(n) : UnitRoles::all_blocks(n));
+}
+
+std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAxis& a, UnitRoles roles,
+                                    const std::string& prefix) {
   validate(a);
   const BytesPerParam b = bytes_per_param(a.precision);
   const int64_t m = a.grad_accum, r = dp_ranks_per_node(a), dp = a.dp;
@@ -239,17 +256,18 @@ std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAx
     return s;
   };
   // Units gathered again in backward (see DataAxis::reshard_after_forward).
-  const bool roots = nu > 2;
-  const int64_t nb = !a.reshard_after_forward ? 0 : roots ? nu - 2 : nu;
+  int64_t nb = 0;
+  for (int64_t i = 0; i < nu; ++i) nb += roles.is_block(int(i)) && a.reshard_after_forward;
   auto blocks = [&](int64_t g) {
     int64_t s = 0;
-    for (int64_t i = roots ? 1 : 0; i < (roots ? nu - 1 : nu); ++i) s += full_elems(units[size_t(i)], g, a.padding);
+    for (int64_t i = 0; i < nu; ++i)
+      if (roles.is_block(int(i))) s += full_elems(units[size_t(i)], g, a.padding);
     return a.reshard_after_forward ? s : 0;
   };
   std::vector<CollCost> out;
   auto add = [&](const char* group, const char* phase, Coll op, int64_t n, int64_t calls, int64_t bytes,
                  bool inter) {
-    if (n > 1 && calls > 0) out.push_back({group, phase, op, n, calls, bytes, inter});
+    if (n > 1 && calls > 0) out.push_back({prefix + group, phase, op, n, calls, bytes, inter});
   };
   const bool dp_inter = dp > r;
   switch (a.shard) {

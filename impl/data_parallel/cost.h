@@ -17,6 +17,7 @@
 // With unit sizes given, each unit is padded on its own (FSDP-style flat
 // parameter per unit); without, the whole model is one flat vector.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -114,6 +115,56 @@ UnitBufferBytes zero3_unit_buffer_bytes(int64_t largest_unit, int prefetch, cons
 // failure, not a footnote.
 int64_t comm_buffer_peak_bytes(std::span<const int64_t> units, const DataAxis& a);
 
+// Which units a component's hooks treat as blocks (gathered per use,
+// resharded after forward, gathered again for backward, prefetched in use
+// order up to last_forward) and which as roots (gathered until the end of the
+// microbatch): the model's units 1..L are blocks, 0 and L+1 roots; an expert
+// component's units (one per MoE layer) are all blocks.
+struct UnitRoles {
+  int first_block = 0, last_block = -1, last_forward = -1;
+  static UnitRoles model(int n) { return {1, n - 2, n - 1}; }
+  static UnitRoles all_blocks(int n) { return {0, n - 1, n - 1}; }
+  bool is_block(int u) const { return u >= first_block && u <= last_block; }
+};
+
+// Current and peak bytes of a replayed allocation sequence.
+class PeakMeter {
+ public:
+  void alloc(int64_t b) { peak_ = std::max(peak_, cur_ += b); }
+  void free(int64_t b) { cur_ -= b; }
+  int64_t peak() const { return peak_; }
+
+ private:
+  int64_t cur_ = 0, peak_ = 0;
+};
+
+// One component's comm-buffer protocol (the list above), replayed hook call
+// by hook call on a meter that several components may share (expert parallel
+// interleaves its dense and expert components' calls as the runner makes them).
+class CommBufferReplay {
+ public:
+  CommBufferReplay(std::span<const int64_t> units, const DataAxis& a, UnitRoles roles, PeakMeter& m);
+  void params(int u);
+  void release(int u);
+  void grads(int u);
+  void grads_ready(int u);
+  void end_microbatch();  // the roots resharded
+  void finish();          // after the last microbatch (ZeRO-1's reductions)
+  void after_step();      // ZeRO-1/2's all-gathers of the updated slices
+
+ private:
+  void reduce(int u);
+  void start_gather(int u);
+  DataAxis a_;
+  UnitRoles roles_;
+  PeakMeter& m_;
+  BytesPerParam b_;
+  int64_t r_ = 1, nodes_ = 1;
+  std::vector<int64_t> pad_, slice_;
+  std::vector<bool> gathered_, staged_, unit_grad_;
+  bool params_sharded_ = false, grads_per_unit_ = false, backward_ = false, forward_done_ = false;
+};
+
 enum class Coll : uint8_t { all_reduce, reduce_scatter, all_gather };
 std::string_view coll_name(Coll c);
 
@@ -155,6 +206,11 @@ struct CollCost {
 // Groups of size 1 issue nothing.
 std::vector<CollCost> comm_per_step(int64_t psi, const DataAxis& a);
 std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAxis& a);
+// The same with the block units named (the overloads above: UnitRoles::model
+// for more than 2 units, else all blocks) and the groups' names prefixed
+// (expert parallel's expert component: "e" -> edp, edp_shard, ...).
+std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAxis& a, UnitRoles roles,
+                                    const std::string& prefix = "");
 
 struct CommTotals {
   int64_t logical_intra = 0, logical_inter = 0;

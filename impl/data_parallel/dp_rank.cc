@@ -38,12 +38,14 @@ DpRank<T>::~DpRank() = default;
 
 template <class T>
 StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const TrainConfig& cfg, int Bm, int& step,
-                             Communicator& scalar, const StepHooks& h) {
+                             Communicator& scalar, const StepHooks& h, Component<T>* experts,
+                             Communicator* expert_scalar) {
   auto t0 = std::chrono::steady_clock::now();
   const DpOptions& o = dp.options();
   const int micro = cfg.microbatches, per_rank = Bm * micro;
   const double tokens = o.has(Fault::grad_not_averaged) ? double(per_rank) * cfg.seq : double(cfg.tokens_per_step());
   dp.zero_grads();
+  if (experts) experts->zero_grads();
   double loss = 0;
   for (int k = 0; k < micro; ++k) {
     hooks.start_microbatch(k, micro);
@@ -57,6 +59,11 @@ StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const Trai
   // DDP: every rank holds the reduced gradient; sharded: partials, summed.
   double sq = dp.local_sq();
   if (o.shard != Shard::none && scalar.size() > 1) scalar.all_reduce(&sq, &sq, 1, DType::f64);
+  if (experts) {
+    double e = experts->local_sq();
+    if (expert_scalar && expert_scalar->size() > 1) expert_scalar->all_reduce(&e, &e, 1, DType::f64);
+    sq += e;
+  }
   if (h.norm) h.norm(sq);
   StepStats st;
   st.step = ++step;
@@ -64,6 +71,7 @@ StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const Trai
   st.grad_norm = std::sqrt(sq);
   st.lr = lr_at(cfg.optim, st.step, cfg.steps);
   dp.step(cfg.optim, st.step, st.lr, clip_factor(st.grad_norm, cfg.optim.clip));
+  if (experts) experts->step(cfg.optim, st.step, st.lr, clip_factor(st.grad_norm, cfg.optim.clip));
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
@@ -90,18 +98,13 @@ std::vector<double> DpRank<T>::full_grads() {
 template <class T>
 Declared DpRank<T>::declared(int steps) const {
   Declared d = declared_costs(o_, cfg_, steps);
-  if (moe_) {  // per MoE layer and microbatch: the (choice rank, expert) counts gathered, P_e summed
-    const MoeConfig& c = cfg_.model.moe;
-    const int64_t n = int64_t(steps) * cfg_.microbatches * cfg_.model.moe_layers();
-    d.add_comm("moe", CommOp::all_gather, n * o_.dp * c.top_k * c.experts * 8);
-    d.add_comm("moe", CommOp::all_reduce, n * c.experts * 8);
-  }
+  add_moe_capacity_comm(d, o_, cfg_, steps);
   return d;
 }
 
 #define PB_INSTANTIATE(T)                                                                                       \
   template StepStats data_parallel_step<T>(Component<T>&, FamilyHooks<T>&, const TrainConfig&, int, int&,           \
-                                           Communicator&, const StepHooks&);
+                                           Communicator&, const StepHooks&, Component<T>*, Communicator*);
 PB_INSTANTIATE(double)
 PB_INSTANTIATE(float)
 PB_INSTANTIATE(bf16)

@@ -30,8 +30,12 @@ class FamilyHooks : public UnitHooks<T> {
   virtual void finish() = 0;
 };
 
+// The model's units (UnitRoles::model), or any list with its roles (an
+// expert component's: UnitRoles::all_blocks).
 template <class T>
 std::unique_ptr<FamilyHooks<T>> make_hooks(Component<T>& dp, const ParamLayout& layout, MemoryTracker& mem);
+template <class T>
+std::unique_ptr<FamilyHooks<T>> make_hooks(Component<T>& dp, UnitRoles roles, MemoryTracker& mem);
 
 // One optimizer step of a rank whose model states are `dp`'s and whose
 // microbatches meet it through `hooks` (plain data parallel, tensor
@@ -53,14 +57,19 @@ struct StepHooks {
   // (a fault's knob; 1 when correct).
   double dloss_scale = 1;
 };
+// Expert parallel adds a second component holding the local experts
+// (`experts`; `hooks` then drives both): its gradients are zeroed, its squared
+// norm summed over `expert_scalar` and added, and it steps with the same lr
+// and clip factor.
 template <class T>
 StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const TrainConfig& cfg, int Bm, int& step,
-                             Communicator& scalar, const StepHooks& h);
+                             Communicator& scalar, const StepHooks& h, Component<T>* experts = nullptr,
+                             Communicator* expert_scalar = nullptr);
 
 // Per family (hooks_ddp.cc, hooks_zero.cc).
 template <class T>
-std::unique_ptr<FamilyHooks<T>> make_ddp_hooks(Component<T>& dp, const ParamLayout& layout);
+std::unique_ptr<FamilyHooks<T>> make_ddp_hooks(Component<T>& dp);
 template <class T>
-std::unique_ptr<FamilyHooks<T>> make_zero_hooks(Component<T>& dp, const ParamLayout& layout, MemoryTracker& mem);
+std::unique_ptr<FamilyHooks<T>> make_zero_hooks(Component<T>& dp, UnitRoles roles, MemoryTracker& mem);
 
 }  // namespace pb::dp

@@ -11,13 +11,15 @@ namespace {
 template <class T>
 class DdpHooks final : public FamilyHooks<T> {
  public:
-  DdpHooks(Component<T>& dp, const ParamLayout& l) : dp_(dp), o_(dp.options()) {
-    // Units in backward order (L+1, L, ..., 0) are contiguous descending ranges.
+  explicit DdpHooks(Component<T>& dp) : dp_(dp), o_(dp.options()) {
+    // Units in backward order (last, ..., 0) are contiguous descending ranges
+    // of the gradient buffer.
     Bucket cur;
-    unit_bucket_.resize(size_t(l.num_units()));
-    for (int u = l.num_units() - 1; u >= 0; --u) {
-      if (cur.units == 0) cur.hi = l.unit_end(u);
-      cur.lo = l.unit_begin(u);
+    const ShardLayout& sl = dp.shards();
+    unit_bucket_.resize(size_t(sl.num_units()));
+    for (int u = sl.num_units() - 1; u >= 0; --u) {
+      if (cur.units == 0) cur.hi = sl.unit(u).full_off + sl.unit(u).size;
+      cur.lo = sl.unit(u).full_off;
       cur.units++;
       unit_bucket_[size_t(u)] = int(buckets_.size());
       if (int64_t(cur.hi - cur.lo) * int64_t(sizeof(T)) >= o_.bucket_bytes || u == 0) {
@@ -55,7 +57,7 @@ class DdpHooks final : public FamilyHooks<T> {
 
  private:
   struct Bucket {
-    int64_t lo = 0, hi = 0;  // flat range (DDP's buffer is the unpadded flat vector)
+    int64_t lo = 0, hi = 0;  // range of the gradient buffer (DDP's: the units unpadded, in order)
     int units = 0, pending = 0;
     bool deferred = false;
   };
@@ -72,18 +74,24 @@ class DdpHooks final : public FamilyHooks<T> {
 }  // namespace
 
 template <class T>
-std::unique_ptr<FamilyHooks<T>> make_ddp_hooks(Component<T>& dp, const ParamLayout& layout) {
-  return std::make_unique<DdpHooks<T>>(dp, layout);
+std::unique_ptr<FamilyHooks<T>> make_ddp_hooks(Component<T>& dp) {
+  return std::make_unique<DdpHooks<T>>(dp);
+}
+
+template <class T>
+std::unique_ptr<FamilyHooks<T>> make_hooks(Component<T>& dp, UnitRoles roles, MemoryTracker& mem) {
+  if (dp.options().shard == Shard::none) return make_ddp_hooks(dp);
+  return make_zero_hooks(dp, roles, mem);
 }
 
 template <class T>
 std::unique_ptr<FamilyHooks<T>> make_hooks(Component<T>& dp, const ParamLayout& layout, MemoryTracker& mem) {
-  if (dp.options().shard == Shard::none) return make_ddp_hooks(dp, layout);
-  return make_zero_hooks(dp, layout, mem);
+  return make_hooks(dp, UnitRoles::model(layout.num_units()), mem);
 }
 
 #define PB_INSTANTIATE(T)                                                                          \
-  template std::unique_ptr<FamilyHooks<T>> make_ddp_hooks(Component<T>&, const ParamLayout&);     \
+  template std::unique_ptr<FamilyHooks<T>> make_ddp_hooks(Component<T>&);                         \
+  template std::unique_ptr<FamilyHooks<T>> make_hooks(Component<T>&, UnitRoles, MemoryTracker&);  \
   template std::unique_ptr<FamilyHooks<T>> make_hooks(Component<T>&, const ParamLayout&, MemoryTracker&);
 PB_INSTANTIATE(double)
 PB_INSTANTIATE(float)

@@ -14,7 +14,7 @@ namespace {
 template <class T>
 class ZeroHooks : public FamilyHooks<T> {
  public:
-  ZeroHooks(Component<T>& dp, const ParamLayout& l, MemoryTracker& mem) : dp_(dp), l_(l), mem_(mem) {}
+  ZeroHooks(Component<T>& dp, UnitRoles roles, MemoryTracker& mem) : dp_(dp), roles_(roles), mem_(mem) {}
 
   void start_microbatch(int k, int /*micro*/) override {
     k_ = k;
@@ -33,7 +33,7 @@ class ZeroHooks : public FamilyHooks<T> {
     auto it = unit_grads_.find(u);
     dp_.reduce_unit(u, it->second.data(), k_ == 0);
     unit_grads_.erase(it);
-    if (u == 0) end_microbatch();
+    if (u == 0) end_microbatch();  // unit 0's gradient completes last
   }
   void finish() override { dp_.finish_reduction(); }
 
@@ -41,7 +41,7 @@ class ZeroHooks : public FamilyHooks<T> {
   virtual void end_microbatch() {}
 
   Component<T>& dp_;
-  const ParamLayout& l_;
+  UnitRoles roles_;
   MemoryTracker& mem_;
   int k_ = 0;
   bool backward_ = false;
@@ -64,12 +64,12 @@ class Zero3Hooks final : public ZeroHooks<T> {
     if (this->backward_ && is_block(u) && o.has(Fault::stale_params) && !last_released_.empty())
       gathered_[u].buf = std::move(last_released_);  // stale: never gathered
     const T* p = acquire(u);
-    const int L = this->l_.model().L;
-    if (!this->backward_ && u == L + 1) forward_done_ = true;  // the head re-uses unit 0
+    const UnitRoles& r = this->roles_;
+    if (!this->backward_ && u == r.last_forward) forward_done_ = true;  // the model's head re-uses unit 0
     if (forward_done_ && !this->backward_) return p;
     for (int k = 1; k <= o.prefetch; ++k) {  // prefetch in use order
       const int next = this->backward_ ? u - k : u + k;
-      if (this->backward_ ? next >= 1 : next <= L + 1) start(next);
+      if (this->backward_ ? next >= r.first_block : next <= r.last_forward) start(next);
     }
     return p;
   }
@@ -93,7 +93,7 @@ class Zero3Hooks final : public ZeroHooks<T> {
 
  private:
   using Gathered = typename Component<T>::Gathered;
-  bool is_block(int u) const { return u >= 1 && u <= this->l_.model().L; }
+  bool is_block(int u) const { return this->roles_.is_block(u); }
 
   void start(int u) {
     if (gathered_.count(u)) return;
@@ -119,13 +119,13 @@ class Zero3Hooks final : public ZeroHooks<T> {
 }  // namespace
 
 template <class T>
-std::unique_ptr<FamilyHooks<T>> make_zero_hooks(Component<T>& dp, const ParamLayout& layout, MemoryTracker& mem) {
-  if (dp.params_sharded()) return std::make_unique<Zero3Hooks<T>>(dp, layout, mem);
-  return std::make_unique<ZeroHooks<T>>(dp, layout, mem);
+std::unique_ptr<FamilyHooks<T>> make_zero_hooks(Component<T>& dp, UnitRoles roles, MemoryTracker& mem) {
+  if (dp.params_sharded()) return std::make_unique<Zero3Hooks<T>>(dp, roles, mem);
+  return std::make_unique<ZeroHooks<T>>(dp, roles, mem);
 }
 
-template std::unique_ptr<FamilyHooks<double>> make_zero_hooks(Component<double>&, const ParamLayout&, MemoryTracker&);
-template std::unique_ptr<FamilyHooks<float>> make_zero_hooks(Component<float>&, const ParamLayout&, MemoryTracker&);
-template std::unique_ptr<FamilyHooks<bf16>> make_zero_hooks(Component<bf16>&, const ParamLayout&, MemoryTracker&);
+template std::unique_ptr<FamilyHooks<double>> make_zero_hooks(Component<double>&, UnitRoles, MemoryTracker&);
+template std::unique_ptr<FamilyHooks<float>> make_zero_hooks(Component<float>&, UnitRoles, MemoryTracker&);
+template std::unique_ptr<FamilyHooks<bf16>> make_zero_hooks(Component<bf16>&, UnitRoles, MemoryTracker&);
 
 }  // namespace pb::dp

@@ -142,8 +142,11 @@ void validate(const DpOptions& o, const TrainConfig& cfg) {
   const bool shared = cfg.model.moe.experts > 0 && cfg.model.moe.capacity == MoeCapacity::global && o.dp > 1;
   for (MoeFault f : o.moe_faults) {
     require(cfg.model.moe.experts > 0, "strategy.faults: " + moe_fault_name(f) + " needs a mixture-of-experts model");
-    require(f == MoeFault::router_grad_missing || shared,
-            "strategy.faults: " + moe_fault_name(f) + " needs moe.capacity = global over dp >= 2 ranks");
+    if (f == MoeFault::ep_combine_permuted || f == MoeFault::ep_expert_grads_dp)
+      require(o.ep >= 2, "strategy.faults: " + moe_fault_name(f) + " needs expert parallel (mesh ep >= 2)");
+    else
+      require(f == MoeFault::router_grad_missing || shared,
+              "strategy.faults: " + moe_fault_name(f) + " needs moe.capacity = global over dp >= 2 ranks");
   }
 }
 

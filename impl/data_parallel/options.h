@@ -38,6 +38,7 @@ std::vector<Fault> faults_for(Shard s, Offload o);  // the faults that apply
 struct DpOptions : DataOptions {
   int dp = 1;
   int ranks_per_node = 0;           // 0: all ranks on one node
+  int ep = 1;                       // the mesh's expert parallel (the ep faults need ep >= 2)
   std::set<Fault> faults;
   std::set<MoeFault> moe_faults;  // a mixture-of-experts model's (reference/moe.h)
 

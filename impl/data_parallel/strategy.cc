@@ -21,6 +21,7 @@ DpOptions options_of(const RunSpec& s) {
   o.reshard_after_forward = s.data.reshard_after_forward;
   o.shard_group = s.data.shard_group;
   o.ranks_per_node = s.mesh.ranks_per_node;
+  o.ep = s.mesh.ep;
   for (const auto& f : s.faults)
     if (is_moe_fault(f)) o.moe_faults.insert(parse_moe_fault(f));
     else o.faults.insert(parse_fault(f));
@@ -34,11 +35,20 @@ std::vector<int64_t> unit_sizes(const ParamLayout& l) {
   return u;
 }
 
-CommOp op_of(Coll c) {
+}  // namespace
+
+void add_moe_capacity_comm(Declared& d, const DpOptions& o, const TrainConfig& cfg, int steps) {
+  if (!moe_shares_capacity(o, cfg)) return;
+  const MoeConfig& c = cfg.model.moe;
+  const int64_t n = int64_t(steps) * cfg.microbatches * cfg.model.moe_layers();
+  d.add_comm("moe", CommOp::all_gather, n * o.dp * c.top_k * c.experts * 8);
+  d.add_comm("moe", CommOp::all_reduce, n * c.experts * 8);
+}
+
+CommOp comm_op(Coll c) {
   return c == Coll::all_reduce ? CommOp::all_reduce
          : c == Coll::reduce_scatter ? CommOp::reduce_scatter : CommOp::all_gather;
 }
-}  // namespace
 
 Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps) {
   return declared_costs(o, cfg, steps, unit_sizes(ParamLayout(cfg.model)));
@@ -53,7 +63,7 @@ Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps, s
               {"mem.optimizer", MemTag::optimizer, Place::device, m.optimizer},
               {"mem.optimizer.host", MemTag::optimizer, Place::host, m.optimizer_host},
               {"mem.comm", MemTag::comm, Place::device, comm_buffer_peak_bytes(units, axis)}};
-  for (const auto& c : comm_per_step(units, axis)) d.add_comm(c.group, op_of(c.op), c.bytes * steps);
+  for (const auto& c : comm_per_step(units, axis)) d.add_comm(c.group, comm_op(c.op), c.bytes * steps);
   // Scalars: the loss every step; the squared-norm partial sums when sharded.
   if (o.dp > 1) d.add_comm("dp_scalar", CommOp::all_reduce, 8 * int64_t(steps) * (o.shard == Shard::none ? 1 : 2));
   return d;

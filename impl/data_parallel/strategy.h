@@ -24,4 +24,12 @@ Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps);
 // shard of the model).
 Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps, std::span<const int64_t> units);
 
+// A mixture-of-experts model sharing global capacity over the dp ranks:
+// per MoE layer and microbatch, the (choice rank, expert) counts all-gathered
+// and the probability sums all-reduced on group "moe" (8 bytes each).
+void add_moe_capacity_comm(Declared& d, const DpOptions& o, const TrainConfig& cfg, int steps);
+
+// The communicator op of a cost-model collective.
+CommOp comm_op(Coll c);
+
 }  // namespace pb::dp

@@ -8,6 +8,7 @@
 
 #include "harness/status.h"
 #include "impl/data_parallel/cost.h"
+#include "impl/data_parallel/strategy.h"
 #include "impl/pipeline/executor.h"
 #include "impl/tensor_parallel/strategy.h"
 
@@ -363,8 +364,7 @@ Declared PipelineRank<T>::declared(int steps) const {
   if (tied_)  // what a correct rank moves; a fault that skips it is caught here too
     d.add_comm("pp_tied", CommOp::all_reduce, (dp_->grads_full() ? wte : dp::ceil_div(wte, g)) * db * steps);
   for (const auto& c : stage_dp_comm_per_step(uses, axis, m_)) {
-    const CommOp op = c.op == dp::Coll::all_reduce ? CommOp::all_reduce
-                      : c.op == dp::Coll::reduce_scatter ? CommOp::reduce_scatter : CommOp::all_gather;
+    const CommOp op = dp::comm_op(c.op);
     d.add_comm(c.group, op, c.bytes * steps);
   }
   // Per step: the loss, and the squared norm (one partial per rank when

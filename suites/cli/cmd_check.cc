@@ -31,6 +31,8 @@ struct CheckFlags {
   std::vector<int> pps = {2, 4};
   std::vector<int> tps = {2, 3, 4};
   std::vector<int> cps = {2, 3, 4};
+  std::vector<int> eps = {2, 4};
+  std::vector<std::string> capacities = {"global", "local"};  // MoE capacity modes
   std::vector<std::string> meshes;      // --mesh: these meshes instead of the default matrix
   std::vector<std::string> strategies;  // --strategy: options applied to every --mesh point
   bool chaos = false;
@@ -203,26 +205,70 @@ void context_parallel_points(const CheckFlags& f, const std::string& prec, std::
   }
 }
 
-// Mixture of experts (tiny-moe: block 0's MLP as 4 experts, top-2) under data
-// parallel: dp2 x DDP, ZeRO-1, ZeRO-3 x global and local capacity, dp4
-// ZeRO-2 global, and 8 experts top-1 at dp2 (global).
+MoeCapacity parse_capacity(const std::string& c) {
+  require(c == "global" || c == "local", "--moe-capacity: '" + c + "' is not one of global, local");
+  return c == "global" ? MoeCapacity::global : MoeCapacity::local;
+}
+
+// A mixture-of-experts model's variant: E experts, top-k, capacity mode (the
+// model name says which, for the table and the baseline keys).
+void set_moe(TrainConfig& c, int experts, int top_k, MoeCapacity cap) {
+  c.model.moe.experts = experts;
+  c.model.moe.top_k = top_k;
+  c.model.moe.capacity = cap;
+  if (experts != 4 || top_k != 2) c.model.name += "-e" + std::to_string(experts) + "-top" + std::to_string(top_k);
+  if (cap != MoeCapacity::global) c.model.name += "-local";
+}
+
+// Mixture of experts (tiny-moe: block 0's MLP as 4 experts, top-2).
+// Data parallel: dp2 x DDP, ZeRO-1, ZeRO-3 x each --moe-capacity, dp4 ZeRO-2
+// global, and 8 experts top-1 at dp2 (global).
+// Expert parallel, at each --ep: dp = ep (edp 1) DDP x each capacity, 8
+// experts top-1 (local), dp 2ep ZeRO-1 (edp 2, the last capacity); at the
+// first --ep, dp 4:
+// every --shard on both components (hsdp: shard groups of 2 dp ranks, 1
+// expert rank; hzero: 2 nodes) and ZeRO-2 + offload (global), 8 experts
+// top-2 ZeRO-3 at dp = ep = 4.
 void moe_points(const CheckFlags& f, const std::string& prec, std::vector<StrategyRun>& runs) {
-  auto moe = [&](int dp, dp::Shard shard, MoeCapacity cap) {
-    StrategyRun s = point(f, prec, dp_mesh(dp), "");
+  auto moe = [&](MeshShape m, dp::Shard shard, MoeCapacity cap, int experts = 4, int top_k = 2) {
+    StrategyRun s = point(f, prec, m, "");
     s.spec.train.model = named_model("tiny-moe");
-    s.spec.train.model.moe.capacity = cap;
-    if (cap != MoeCapacity::global) s.spec.train.model.name = "tiny-moe-local";
+    set_moe(s.spec.train, experts, top_k, cap);
     s.spec.data.shard = shard;
     return s;
   };
-  for (MoeCapacity cap : {MoeCapacity::global, MoeCapacity::local})
-    for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero3}) runs.push_back(moe(2, sh, cap));
-  runs.push_back(moe(4, dp::Shard::zero2, MoeCapacity::global));
-  StrategyRun e8 = moe(2, dp::Shard::none, MoeCapacity::global);
-  e8.spec.train.model.moe.experts = 8;
-  e8.spec.train.model.moe.top_k = 1;
-  e8.spec.train.model.name = "tiny-moe-e8-top1";
-  runs.push_back(e8);
+  auto ep_mesh = [](int dp, int ep, int rpn = 0) {
+    MeshShape m = dp_mesh(dp, rpn);
+    m.ep = ep;
+    return m;
+  };
+  std::vector<MoeCapacity> caps;
+  for (const auto& c : f.capacities) caps.push_back(parse_capacity(c));
+  for (MoeCapacity cap : caps)
+    for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero3}) runs.push_back(moe(dp_mesh(2), sh, cap));
+  runs.push_back(moe(dp_mesh(4), dp::Shard::zero2, MoeCapacity::global));
+  runs.push_back(moe(dp_mesh(2), dp::Shard::none, MoeCapacity::global, 8, 1));
+  for (int ep : f.eps) {
+    require(ep > 0 && 4 % ep == 0, "--ep: expert-parallel sizes must divide the matrix's 4 experts (1, 2, 4), got " +
+                                       std::to_string(ep));
+    if (ep == 1) continue;
+    for (MoeCapacity cap : caps) runs.push_back(moe(ep_mesh(ep, ep), dp::Shard::none, cap));
+    runs.push_back(moe(ep_mesh(ep, ep), dp::Shard::none, MoeCapacity::local, 8, 1));
+    runs.push_back(moe(ep_mesh(2 * ep, ep), dp::Shard::zero1, caps.empty() ? MoeCapacity::global : caps.back()));
+  }
+  if (f.eps.empty() || f.eps.front() < 2) return;
+  const int ep = f.eps.front();
+  for (const auto& sh : f.shards) {
+    const dp::Shard shard = dp::parse_shard(sh, "--shard");
+    StrategyRun s = moe(ep_mesh(4, ep, shard == dp::Shard::hzero ? 2 : 0), shard, MoeCapacity::global);
+    if (shard == dp::Shard::hsdp) s.spec.data.shard_group = 2;
+    runs.push_back(s);
+    if (shard == dp::Shard::zero2) {
+      s.spec.data.offload = dp::Offload::optimizer;
+      runs.push_back(s);
+    }
+  }
+  runs.push_back(moe(ep_mesh(4, 4), dp::Shard::zero3, MoeCapacity::global, 8, 2));
 }
 
 std::vector<StrategyRun> matrix(const CheckFlags& f) {
@@ -231,7 +277,19 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
     const std::vector<std::string> strategies = f.strategies.empty() ? std::vector<std::string>{""} : f.strategies;
     for (const auto& prec : f.precisions)
       for (const auto& m : f.meshes)
-        for (const auto& st : strategies) runs.push_back(mesh_point(f, prec, m, st));
+        for (const auto& st : strategies) {
+          StrategyRun r = mesh_point(f, prec, m, st);
+          const MoeConfig moe = r.spec.train.model.moe;
+          if (moe.experts == 0) {
+            runs.push_back(r);
+            continue;
+          }
+          for (const auto& cap : f.capacities) {  // a mixture-of-experts model: each --moe-capacity
+            StrategyRun c = r;
+            set_moe(c.spec.train, moe.experts, moe.top_k, parse_capacity(cap));
+            runs.push_back(c);
+          }
+        }
     return runs;
   }
   require(f.strategies.empty(), "--strategy: applies to --mesh points; give --mesh too");
@@ -383,6 +441,9 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--tp", f->tps, "tensor-parallel sizes (tiny-tp unless --model names another)")
       ->capture_default_str();
   app->add_option("--cp", f->cps, "context-parallel sizes (tiny-tp unless --model names another)")
+      ->capture_default_str();
+  app->add_option("--ep", f->eps, "expert-parallel sizes (tiny-moe points; divide 8)")->capture_default_str();
+  app->add_option("--moe-capacity", f->capacities, "MoE capacity modes for tiny-moe points: global, local")
       ->capture_default_str();
   app->add_option("--mesh", f->meshes,
                   "meshes to check instead of the default matrix (dp2 dp2.pp2 tp2 tp2.sp dp2.tp2 cp2 tp2.cp2 ...; "

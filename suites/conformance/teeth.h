@@ -56,7 +56,9 @@ StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p
 std::vector<FaultCatch> cp_fault_catches(Precision p);
 
 // Every mixture-of-experts fault (tiny-moe under data parallel: dp2 DDP and
-// ZeRO-3 with global capacity, dp2 DDP with local capacity), at precision p.
+// ZeRO-3 with global capacity, dp2 DDP with local capacity; under expert
+// parallel dp4.ep2: DDP and ZeRO-3 global, ZeRO-1 local, with the dispatch's
+// and the expert reduction's faults too), at precision p.
 std::vector<FaultCatch> moe_fault_catches(Precision p);
 
 // A markdown table: strategy | fault | one column per precision (caught by).

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 #include "impl/data_parallel/replay.h"
 #include "suites/conformance/teeth.h"
@@ -126,7 +127,7 @@ TEST(Teeth, EveryMixtureOfExpertsFaultIsCaughtAtEveryPrecision) {
       seen.insert(c.fault);
       EXPECT_TRUE(c.caught()) << where(c);
     }
-    EXPECT_EQ(seen.size(), 3u);
+    EXPECT_EQ(seen.size(), 5u);
   }
 }
 
@@ -151,6 +152,31 @@ TEST(Teeth, MixtureOfExpertsNoFalseAlarmOverTenSeeds) {
         ++runs;
       }
   EXPECT_EQ(runs, 2 * 4 * 10);
+}
+
+// No false alarm for expert parallel (rule-only): 10 seeds x 3 configs
+// (dp4.ep2 DDP global, ZeRO-3 global, dp2.ep2 ZeRO-1 local) x both precisions.
+TEST(Teeth, ExpertParallelNoFalseAlarmOverTenSeeds) {
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (auto [shard, cap, dp] : {std::tuple{dp::Shard::none, MoeCapacity::global, 4},
+                                  std::tuple{dp::Shard::zero3, MoeCapacity::global, 4},
+                                  std::tuple{dp::Shard::zero1, MoeCapacity::local, 2}})
+      for (uint64_t seed = 1; seed <= 10; ++seed) {
+        StrategyRun s = dp_case(shard, 1, p);
+        s.spec.mesh.dp = dp;
+        s.spec.mesh.ep = 2;
+        s.spec.mesh.ranks_per_node = 0;
+        s.spec.train.model = named_model("tiny-moe");
+        s.spec.train.model.moe.capacity = cap;
+        s.spec.train.batch = 4 * dp;
+        s.spec.train.seed = seed;
+        s.spec.train.data.seed = seed;
+        const ConformanceResult r = run_conformance(s);
+        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
+        ++runs;
+      }
+  EXPECT_EQ(runs, 2 * 3 * 10);
 }
 
 // No false alarm: 20 seeds (init and data) for every strategy at both

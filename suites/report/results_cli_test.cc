@@ -111,7 +111,15 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh cp2.pp2 --strategy schedule=1f1b,cp_algo=ulysses --model tiny-tp", ""},
       {"--mesh dp2.cp3 --strategy cp_algo=ulysses,shard=hsdp,shard_group=3", ""},  // F spans a replica's cp ranks
       {"--cp 0", "--cp"},
-      {"--mesh tp2 --model tiny-moe", "runs with data parallel only"},
+      {"--mesh tp2 --model tiny-moe", "runs with data and expert parallel only"},
+      {"--mesh tp2.ep2 --model tiny-moe", "must divide dp*cp = 1"},
+      {"--mesh dp2.ep2 --model tiny", "needs a mixture-of-experts model"},
+      {"--mesh dp3.ep3 --model tiny-moe", "must divide model.moe.experts (4)"},
+      {"--mesh dp2.ep4 --model tiny-moe", "ep"},
+      {"--mesh dp2 --model tiny-moe --strategy faults=ep_combine_permuted", "needs expert parallel (mesh ep >= 2)"},
+      {"--mesh dp4.ep2 --model tiny-moe --strategy shard=hsdp,shard_group=1,faults=bogus", "mixture-of-experts faults"},
+      {"--ep 3", "--ep"},
+      {"--mesh dp2.ep2 --model tiny-moe --moe-capacity wide", "--moe-capacity"},
       {"--mesh dp2 --model tiny --strategy faults=moe_aux_per_rank", "needs a mixture-of-experts model"},
       {"--mesh dp1 --model tiny-moe", ""}};
   for (const auto& [flags, says] : cases) {

@@ -1,0 +1,74 @@
+#include "impl/expert_parallel/cost.h"
+
+#include <algorithm>
+
+#include "impl/data_parallel/replay.h"
+#include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/options.h"
+#include "reference/moe.h"
+
+namespace pb::ep {
+
+int64_t a2a_bytes(const ModelConfig& m, int64_t calls, int64_t sent_rows, int64_t owner_rows, int elem) {
+  return calls * m.moe.experts * 8 + 2 * (sent_rows + owner_rows) * m.C * elem;
+}
+
+int64_t balanced_rows(const ModelConfig& m, int64_t N, int64_t scope_tokens) {
+  const int64_t scope = scope_tokens > 0 ? scope_tokens : N;
+  const int64_t cap = moe_capacity(m.moe, scope);
+  return std::min<int64_t>(N * m.moe.top_k, m.moe.experts * cap * N / scope);
+}
+
+Declared declared_costs(const RunSpec& s, int steps) {
+  const TrainConfig& cfg = s.train;
+  const ParamLayout l(cfg.model);
+  const dp::DpOptions od = dp::options_of(s), oe = expert_options(s);
+  const dp::DataAxis ad = dp::data_axis(od, cfg.precision, cfg.microbatches),
+                     ae = dp::data_axis(oe, cfg.precision, cfg.microbatches);
+  const std::vector<int64_t> du = sizes(dense_units(l)), eu = sizes(expert_units(l, s.mesh.ep, 0));
+  const dp::ModelStateBytes md = dp::model_state_bytes(du, ad), me = dp::model_state_bytes(eu, ae);
+  // Comm buffers: both components' hooks in the runner's order (reference/runner.cc).
+  dp::PeakMeter meter;
+  if (od.shard != dp::Shard::none) {
+    const int n = int(du.size()), M = int(eu.size()), L = n - 2, fin = n - 1;
+    dp::CommBufferReplay d(du, ad, dp::UnitRoles::model(n), meter), e(eu, ae, dp::UnitRoles::all_blocks(M), meter);
+    d.params(0), d.release(0);
+    for (int i = 0, j = 0; i < L; ++i) {
+      d.params(1 + i);
+      if (cfg.model.is_moe(i)) e.params(j), e.release(j), ++j;
+      d.release(1 + i);
+    }
+    d.params(fin), d.params(0);
+    d.grads(fin), d.grads(0), d.grads_ready(fin);
+    d.release(fin), d.release(0);
+    for (int i = L - 1, j = M - 1; i >= 0; --i) {
+      d.grads(1 + i), d.params(1 + i);
+      if (cfg.model.is_moe(i)) {
+        e.grads(j), e.params(j), e.grads_ready(j), e.release(j);
+        if (j-- == 0) e.end_microbatch();
+      }
+      d.grads_ready(1 + i), d.release(1 + i);
+    }
+    d.grads(0), d.grads_ready(0), d.end_microbatch();
+    d.finish(), e.finish();
+    d.after_step(), e.after_step();
+  }
+  Declared out;
+  out.memory = {{"mem.params", MemTag::params, Place::device, md.params + me.params},
+                {"mem.grads", MemTag::grads, Place::device, md.grads + me.grads},
+                {"mem.optimizer", MemTag::optimizer, Place::device, md.optimizer + me.optimizer},
+                {"mem.optimizer.host", MemTag::optimizer, Place::host, md.optimizer_host + me.optimizer_host},
+                {"mem.comm", MemTag::comm, Place::device, meter.peak()}};
+  for (const auto& c : dp::comm_per_step(du, ad, dp::UnitRoles::model(int(du.size()))))
+    out.add_comm(c.group, dp::comm_op(c.op), c.bytes * steps);
+  for (const auto& c : dp::comm_per_step(eu, ae, dp::UnitRoles::all_blocks(int(eu.size())), "e"))
+    out.add_comm(c.group, dp::comm_op(c.op), c.bytes * steps);
+  const int dpn = s.mesh.dp;
+  if (dpn > 1) out.add_comm("dp_scalar", CommOp::all_reduce, 8 * int64_t(steps) * (od.shard == dp::Shard::none ? 1 : 2));
+  // The expert squared-norm partials: over ep (DDP: each edp replica holds them whole), else over dp.
+  if ((oe.shard == dp::Shard::none ? s.mesh.ep : dpn) > 1) out.add_comm("ep_scalar", CommOp::all_reduce, 8 * int64_t(steps));
+  dp::add_moe_capacity_comm(out, od, cfg, steps);
+  return out;
+}
+
+}  // namespace pb::ep

@@ -1,0 +1,139 @@
+#include "impl/expert_parallel/ep_rank.h"
+
+#include <algorithm>
+
+#include "harness/mesh.h"
+#include "harness/status.h"
+#include "impl/data_parallel/replay.h"
+#include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/cost.h"
+#include "impl/expert_parallel/options.h"
+
+namespace pb::ep {
+
+// The dense component's hooks, with the expert component's behind experts();
+// a microbatch's start and the step's finish go to both.
+template <class T>
+class EpRank<T>::Hooks final : public dp::FamilyHooks<T> {
+ public:
+  Hooks(dp::FamilyHooks<T>& dense, dp::FamilyHooks<T>& experts) : d_(dense), e_(experts) {}
+  const T* params(int u) override { return d_.params(u); }
+  void release_params(int u) override { d_.release_params(u); }
+  T* grads(int u) override { return d_.grads(u); }
+  T* head_grads() override { return d_.head_grads(); }
+  void grads_ready(int u) override { d_.grads_ready(u); }
+  UnitHooks<T>* experts() override { return &e_; }
+  void start_microbatch(int k, int micro) override {
+    d_.start_microbatch(k, micro);
+    e_.start_microbatch(k, micro);
+  }
+  void finish() override {
+    d_.finish();
+    e_.finish();
+  }
+
+ private:
+  dp::FamilyHooks<T>& d_;
+  dp::FamilyHooks<T>& e_;
+};
+
+template <class T>
+EpRank<T>::EpRank(const RunSpec& s, Communicator& world)
+    : spec_(s), dense_o_(dp::options_of(s)), expert_o_(expert_options(s)), layout_(s.train.model),
+      data_(s.train.model.V, s.train.data.seed, s.train.data.branching, s.train.data.mix) {
+  require(world.size() == s.world(), "mesh: " + mesh_text(s.mesh) + " needs a world of " +
+                                         std::to_string(s.world()) + " ranks, got " + std::to_string(world.size()));
+  const TrainConfig& c = s.train;
+  kernels::set_blas_threads(c.threads);
+  const MeshCoord me = mesh_coord(s.mesh, world.rank());
+  dense_c_ = dp::make_dp_comms(world, s.mesh, dense_o_, MeshAxis::dp);
+  // The fault reduces the experts' gradients over every dp rank, mixing experts.
+  const bool wrong = dense_o_.moe_faults.count(MoeFault::ep_expert_grads_dp) > 0;
+  if (wrong) expert_o_.dp = s.mesh.dp, expert_o_.ranks_per_node = s.mesh.ranks_per_node;
+  expert_c_ = dp::make_dp_comms(world, s.mesh, expert_o_, wrong ? MeshAxis::dp : MeshAxis::edp, "e");
+  ep_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::ep), "ep");
+  scalar_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::dp), "dp_scalar");
+  ep_scalar_ = world.split_groups(
+      mesh_groups(s.mesh, expert_o_.shard == dp::Shard::none ? MeshAxis::ep : MeshAxis::dp), "ep_scalar");
+  check_ = world.split_groups(whole_world(world.size()), "check");
+  dense_ = std::make_unique<dp::Component<T>>(dense_o_, dense_units(layout_), layout_, c.seed, dense_c_, mem_);
+  experts_ = std::make_unique<dp::Component<T>>(expert_o_, expert_units(layout_, s.mesh.ep, me.ep), layout_, c.seed,
+                                                expert_c_, mem_);
+  MoeScope scope;
+  scope.faults = dense_o_.moe_faults;
+  scope.ep = ep_.get();
+  if (dp::moe_shares_capacity(dense_o_, c)) {  // the dp ranks agree on admission by exchanging counts
+    moe_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::dp), "moe");
+    scope.comm = moe_.get();
+  }
+  runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &mem_, c.batch / s.mesh.dp / c.microbatches, c.seq,
+                                                  scope);
+  dense_h_ = dp::make_hooks(*dense_, layout_, mem_);
+  expert_h_ = dp::make_hooks(*experts_, dp::UnitRoles::all_blocks(experts_->num_units()), mem_);
+  hooks_ = std::make_unique<Hooks>(*dense_h_, *expert_h_);
+}
+
+template <class T>
+EpRank<T>::~EpRank() = default;
+
+template <class T>
+StepStats EpRank<T>::step() {
+  const TrainConfig& c = spec_.train;
+  dp::StepHooks h;
+  h.run = [&](int, int64_t first, double dloss) {
+    const double loss = runner_->run(step_, first, dloss, *hooks_);
+    for (const MoeActs<T>& a : runner_->moe_acts()) {
+      if (a.ep <= 1) continue;  // a dense layer
+      log_.calls++;
+      log_.sent_rows += a.sent_rows();
+      log_.owner_rows += a.owner_rows();
+      log_.dropped += a.dropped;
+      log_.choices += int64_t(a.probs.size() / size_t(c.model.moe.experts)) * c.model.moe.top_k;
+      const int El = c.model.moe.experts / a.ep;
+      for (int le = 0; le < El; ++le) {
+        int64_t n = 0;
+        for (int r = 0; r < a.ep; ++r) n += a.recv[size_t(r) * El + le];
+        log_.max_expert_rows = std::max(log_.max_expert_rows, n);
+      }
+    }
+    return loss;
+  };
+  const StepStats st = dp::data_parallel_step(*dense_, *hooks_, c, runner_->Bm(), step_, *scalar_, h,
+                                              experts_.get(), ep_scalar_.get());
+  times_.wall_s = times_.busy_s = st.seconds;
+  return st;
+}
+
+template <class T>
+std::vector<double> EpRank<T>::gather(bool grads) {
+  std::vector<double> full(size_t(layout_.total()), 0.0);
+  dense_->contribute(grads, full);
+  experts_->contribute(grads, full);
+  check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
+  return full;
+}
+
+template <class T>
+std::vector<double> EpRank<T>::full_params() {
+  return gather(false);
+}
+
+template <class T>
+std::vector<double> EpRank<T>::full_grads() {
+  return gather(true);
+}
+
+template <class T>
+Declared EpRank<T>::declared(int steps) const {
+  // The all-to-alls from the routing this rank recorded (every step it ran).
+  Declared d = declared_costs(spec_, steps);
+  d.add_comm("ep", CommOp::all_to_all,
+             a2a_bytes(spec_.train.model, log_.calls, log_.sent_rows, log_.owner_rows, int(sizeof(T))));
+  return d;
+}
+
+template class EpRank<double>;
+template class EpRank<float>;
+template class EpRank<bf16>;
+
+}  // namespace pb::ep

@@ -1,0 +1,71 @@
+// One rank of an expert-parallel run (mesh dpN.epM, any data-axis option):
+// the dense parameters (embeddings, attention, LayerNorms, routers) are one
+// data-parallel component over the dp group, as in plain data parallel; the
+// experts of every MoE layer are split over the ep group (reference/moe.h
+// MoeScope::ep: rank r of the group owns the r-th E/ep contiguous experts),
+// and this rank's experts are a second component over the expert-data-
+// parallel group edp (the ranks holding the same experts, Megatron-core's
+// expert RankGenerator, harness/mesh.h), with the same data-axis option: ZeRO
+// shards dense states over dp and expert states over edp. Routing, capacity
+// and the load-balancing loss stay with the token's rank (global capacity:
+// counts exchanged over the dp group "moe"); admitted rows travel to their
+// experts and back by all-to-all(v) over "ep".
+// Groups: "dp" (+ the family's dp_shard/dp_replica/dp_intra/dp_inter), the
+// expert component's "edp" (+ edp_shard, ...), "ep", "moe", "dp_scalar",
+// "ep_scalar" (the expert squared-norm partials), "check".
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "impl/data_parallel/component.h"
+#include "impl/data_parallel/hooks.h"
+#include "impl/spec/rank.h"
+#include "reference/runner.h"
+
+namespace pb::ep {
+
+// Routing statistics of every MoE layer and microbatch this rank ran since
+// construction (its own tokens; owner rows: what its experts ran on).
+struct RoutingLog {
+  int64_t calls = 0;         // MoE layer forwards
+  int64_t sent_rows = 0;     // admitted choices dispatched
+  int64_t owner_rows = 0;    // rows this rank's experts ran on
+  int64_t choices = 0;       // (token, choice) pairs routed
+  int64_t dropped = 0;       // of them past capacity
+  int64_t max_expert_rows = 0;  // the most rows one local expert ran on in one call
+};
+
+template <class T>
+class EpRank : public Rank {
+ public:
+  EpRank(const RunSpec& s, Communicator& world);
+  ~EpRank() override;
+  StepStats step() override;
+  std::vector<double> full_params() override;
+  std::vector<double> full_grads() override;
+  const MemoryTracker& memory() const override { return mem_; }
+  void reset_memory_peaks() override { mem_.reset_peaks(); }
+  Declared declared(int steps) const override;
+  RankTimes times() const override { return times_; }
+  const RoutingLog& routing() const { return log_; }
+
+ private:
+  class Hooks;
+  std::vector<double> gather(bool grads);
+
+  RunSpec spec_;
+  dp::DpOptions dense_o_, expert_o_;
+  MemoryTracker mem_;
+  ParamLayout layout_;
+  MarkovSource data_;
+  dp::DpComms dense_c_, expert_c_;
+  std::unique_ptr<Communicator> ep_, moe_, scalar_, ep_scalar_, check_;
+  std::unique_ptr<dp::Component<T>> dense_, experts_;
+  std::unique_ptr<dp::FamilyHooks<T>> dense_h_, expert_h_, hooks_;
+  std::unique_ptr<MicrobatchRunner<T>> runner_;
+  RoutingLog log_;
+  int step_ = 0;
+  RankTimes times_;
+};
+
+}  // namespace pb::ep

@@ -1,0 +1,73 @@
+#include "impl/expert_parallel/options.h"
+
+#include "harness/mesh.h"
+#include "harness/status.h"
+#include "impl/data_parallel/strategy.h"
+
+namespace pb::ep {
+
+int edp_size(const MeshShape& m) { return m.dp * m.cp / m.ep; }
+
+dp::DpOptions expert_options(const RunSpec& s) {
+  dp::DpOptions o = dp::options_of(s);
+  const int ep = s.mesh.ep, F = dp::shard_group(o);
+  o.dp = edp_size(s.mesh);
+  o.faults.clear();
+  if (o.shard == dp::Shard::hsdp) {
+    require(F % ep == 0 || ep % F == 0, "strategy.shard_group: with ep" + std::to_string(ep) +
+                                            " the hsdp shard group (" + std::to_string(F) +
+                                            ") must be a multiple of ep or divide it");
+    o.shard_group = F % ep == 0 ? F / ep : 1;
+  }
+  if (s.mesh.ranks_per_node > 0) {  // the edp group's members on one node
+    const std::vector<int> g = mesh_group_of(s.mesh, MeshAxis::edp, 0);
+    int n = 0;
+    for (int r : g) n += node_of(s.mesh, r) == node_of(s.mesh, g[0]);
+    o.ranks_per_node = n;
+  }
+  return o;
+}
+
+std::vector<dp::UnitSpan> dense_units(const ParamLayout& l) {
+  std::vector<dp::UnitSpan> v = dp::model_units(l);
+  const ModelConfig& m = l.model();
+  for (int i = 0; i < m.L; ++i)
+    if (m.is_moe(i)) v[size_t(l.block_unit(i))].size = l.moe_block().expert0;
+  return v;
+}
+
+std::vector<dp::UnitSpan> expert_units(const ParamLayout& l, int ep, int ep_rank) {
+  const ModelConfig& m = l.model();
+  const MoeOffsets& o = l.moe_block();
+  const int64_t El = m.moe.experts / ep, n = El * o.expert_size;
+  std::vector<dp::UnitSpan> v;
+  for (int i = 0; i < m.L; ++i)
+    if (m.is_moe(i)) v.push_back({l.unit_begin(l.block_unit(i)) + o.expert0 + ep_rank * n, n, true});
+  return v;
+}
+
+std::vector<int64_t> sizes(const std::vector<dp::UnitSpan>& u) {
+  std::vector<int64_t> s;
+  for (const auto& x : u) s.push_back(x.size);
+  return s;
+}
+
+void validate(const RunSpec& s) {
+  const ModelConfig& m = s.train.model;
+  const int ep = s.mesh.ep;
+  require(m.moe.experts > 0, "mesh: ep" + std::to_string(ep) +
+                                 " needs a mixture-of-experts model (model.moe.experts > 0; e.g. --model tiny-moe)");
+  require(m.moe.experts % ep == 0, "mesh: ep" + std::to_string(ep) + " must divide model.moe.experts (" +
+                                       std::to_string(m.moe.experts) + ")");
+  require(s.tensor == TensorOptions{} && s.context == ContextOptions{},
+          "strategy: tensor and context options (sp, recompute, cp_algo, zigzag) need tp > 1 or cp > 1 in the mesh");
+  dp::validate(dp::options_of(s), s.train);
+  const dp::DpOptions e = expert_options(s);
+  if (e.shard == dp::Shard::hzero)
+    require(e.ranks_per_node > 0 && e.ranks_per_node < e.dp,
+            "strategy.ranks_per_node: hzero with ep" + std::to_string(ep) + " needs the expert-data-parallel group (edp" +
+                std::to_string(e.dp) + ") to span nodes too");
+  dp::validate(e);
+}
+
+}  // namespace pb::ep

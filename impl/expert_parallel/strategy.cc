@@ -1,0 +1,42 @@
+#include "impl/expert_parallel/strategy.h"
+
+#include "impl/data_parallel/replay.h"
+#include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/ep_rank.h"
+#include "impl/expert_parallel/options.h"
+
+namespace pb::ep {
+
+namespace {
+
+bool runs(const RunSpec& s) {
+  return s.mesh.ep > 1 && s.mesh.tp == 1 && s.mesh.cp == 1 && s.mesh.pp == 1 && !s.pipe.schedule &&
+         s.tensor.recompute == Recompute::none;
+}
+
+std::string describe(const RunSpec& s) {
+  const dp::DpOptions e = expert_options(s);
+  std::string d = dp::strategy().describe(s) + " ep" + std::to_string(s.mesh.ep) + " edp" + std::to_string(e.dp);
+  return d;
+}
+
+// Experts run on rows gathered from several ranks and their gradients are
+// summed there and over edp: not the reference's order, so the ratio rule.
+bool bitwise(const RunSpec&, BackendKind) { return false; }
+
+// The same tokens meet the same experts as under data parallel: the reference
+// replays the dp ranks' microbatches (jointly under global capacity).
+Replay replay(const RunSpec& s) { return {dp::replay_plan(dp::options_of(s), s.train), false}; }
+
+std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world) {
+  return make_typed_rank<EpRank>(s.train.precision, s, world);
+}
+
+}  // namespace
+
+const Strategy& strategy() {
+  static const Strategy s{"expert_parallel", runs, validate, describe, bitwise, replay, make_rank};
+  return s;
+}
+
+}  // namespace pb::ep
