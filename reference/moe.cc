@@ -45,10 +45,11 @@ int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {
   return std::min<int64_t>(tokens, int64_t(cap));
 }
 
-int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int e, int a) {
+int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int e, int a, int ep) {
   const int64_t E = m.moe.experts, K = m.moe.top_k, C = m.C;
   const int64_t rows = std::min<int64_t>(moe_capacity(m.moe, scope_tokens > 0 ? scope_tokens : N), N);
-  return N * E * a + N * K * (4 + a + 4) + E * 4 + E * rows * (4 * C + 4 * C + C) * e + E * a;
+  const int64_t ep_bytes = ep > 1 ? E * 4 + E * rows * C * e : 0;
+  return N * E * a + N * K * (4 + a + 4) + E * 4 + E * rows * (4 * C + 4 * C + C) * e + E * a + ep_bytes;
 }
 
 template <class T>
@@ -78,6 +79,23 @@ template <class T>
 int64_t MoeActs<T>::owner_rows() const {
   const Buffer<int32_t>& c = ep > 1 ? recv : count;
   return std::accumulate(c.data(), c.data() + c.size(), int64_t(0));
+}
+
+template <class T>
+void MoeActs<T>::add_to(MoeLoad& l, int experts, int top_k) const {
+  const int El = experts / ep;
+  l.calls++;
+  l.choices += int64_t(probs.size() / size_t(experts)) * top_k;
+  l.dropped += dropped;
+  l.sent_rows += sent_rows();
+  l.owner_rows += owner_rows();
+  l.expert_calls += El;
+  for (int le = 0; le < El; ++le) {
+    int64_t n = 0;
+    if (ep == 1) n = count[size_t(le)];
+    for (int r = 0; ep > 1 && r < ep; ++r) n += recv[size_t(r) * El + le];
+    l.max_expert_rows = std::max(l.max_expert_rows, n);
+  }
 }
 
 template <class T>

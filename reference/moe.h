@@ -61,10 +61,29 @@ struct MoeScope {
   int64_t tokens(const MoeConfig& c, int64_t local) const { return shared(c) ? local * comm->size() : local; }
 };
 
+// Routing totals of MoE layer forwards (a runner's since its last reset; a
+// sweep row's over its measured steps): load statistics for results.
+struct MoeLoad {
+  int64_t calls = 0;            // MoE layer forwards
+  int64_t choices = 0;          // (token, choice) pairs routed
+  int64_t dropped = 0;          // of them past capacity
+  int64_t sent_rows = 0;        // admitted rows dispatched (this rank's tokens)
+  int64_t owner_rows = 0;       // rows this rank's experts ran on
+  int64_t expert_calls = 0;     // (call, local expert) pairs
+  int64_t max_expert_rows = 0;  // the most rows one local expert ran on in one call
+  double dropped_fraction() const { return choices ? double(dropped) / double(choices) : 0.0; }
+  // Load imbalance: the busiest expert's rows over the mean rows per expert (1: balanced; 0: no MoE).
+  double max_over_mean() const {
+    return owner_rows ? double(max_expert_rows) * double(expert_calls) / double(owner_rows) : 0.0;
+  }
+};
+
 // Bytes one MoeActs of N tokens holds (elem_bytes: storage, acc_bytes:
 // accumulation type): what an MoE block keeps instead of the dense MLP's
 // two (N, 4C) activations.
-int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int elem_bytes, int acc_bytes);
+// Expert parallel (ep > 1) adds the received counts and the owner's input rows.
+int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int elem_bytes, int acc_bytes,
+                             int ep = 1);
 
 // What one MoE MLP keeps for backward (activations).
 template <class T>
@@ -92,6 +111,7 @@ struct MoeActs {
   MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1);
   int64_t owner_rows() const;  // admitted rows this rank's experts ran on (ep > 1: from every source)
   int64_t sent_rows() const;   // rows this rank dispatched (its admitted choices)
+  void add_to(MoeLoad& l, int experts, int top_k) const;  // this forward's routing
 };
 
 // Workspace shared by the MoE MLPs of a microbatch.

@@ -28,8 +28,8 @@ MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSou
 }
 
 template <class T>
-int64_t MicrobatchRunner<T>::workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens) {
-  const int64_t moe = m.moe.experts > 0 ? MoeScratch<T>::bytes(m, Bm * Tn, moe_scope_tokens) : 0;
+int64_t MicrobatchRunner<T>::workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens, int ep) {
+  const int64_t moe = m.moe.experts > 0 ? MoeScratch<T>::bytes(m, Bm * Tn, moe_scope_tokens, ep) : 0;
   return Scratch<T>::bytes(m, Bm, Tn) + 2 * int64_t(Bm) * Tn * m.C * int64_t(sizeof(T)) + moe;
 }
 
@@ -46,11 +46,11 @@ int64_t MicrobatchRunner<T>::moe_choices() const {
   return int64_t(m.moe_layers()) * model_.B() * model_.Tn() * m.moe.top_k;
 }
 
-int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p, int64_t moe_scope_tokens) {
+int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p, int64_t moe_scope_tokens, int ep) {
   switch (p) {
-    case Precision::fp64: return MicrobatchRunner<double>::workspace_bytes(m, Bm, Tn, moe_scope_tokens);
-    case Precision::fp32: return MicrobatchRunner<float>::workspace_bytes(m, Bm, Tn, moe_scope_tokens);
-    case Precision::bf16_mixed: return MicrobatchRunner<bf16>::workspace_bytes(m, Bm, Tn, moe_scope_tokens);
+    case Precision::fp64: return MicrobatchRunner<double>::workspace_bytes(m, Bm, Tn, moe_scope_tokens, ep);
+    case Precision::fp32: return MicrobatchRunner<float>::workspace_bytes(m, Bm, Tn, moe_scope_tokens, ep);
+    case Precision::bf16_mixed: return MicrobatchRunner<bf16>::workspace_bytes(m, Bm, Tn, moe_scope_tokens, ep);
   }
   return 0;
 }
@@ -92,6 +92,7 @@ double MicrobatchRunner<T>::compute(double dloss, UnitHooks<T>& hk) {
       if (ek) ek->release_params(j);
       ++j;
       aux += moe_[i].aux;
+      moe_[i].add_to(load_, l.model().moe.experts, l.model().moe.top_k);
     } else {
       model_.block_forward(blocks_[i], x, hk.params(l.block_unit(i)), scratch_);
     }

@@ -61,7 +61,7 @@ class MicrobatchRunner {
   int Bm() const { return model_.B(); }
   // Workspace bytes the constructor allocates (Scratch and the two gradient
   // ping-pong buffers), without allocating.
-  static int64_t workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens = 0);
+  static int64_t workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens = 0, int ep = 1);
   // Samples [first, first + Bm) of step `step`; dloss = 1 / (tokens in the
   // global batch). Returns the sum of this microbatch's token losses, plus,
   // for a mixture-of-experts model, its load-balancing losses times its
@@ -74,8 +74,9 @@ class MicrobatchRunner {
   // The last run's MoE routing: choices past capacity, and choices made.
   int64_t moe_dropped() const;
   int64_t moe_choices() const;
-  // Every layer's MoE activations of the last run (empty for dense layers).
-  const std::vector<MoeActs<T>>& moe_acts() const { return moe_; }
+  // Routing totals since construction or the last reset.
+  const MoeLoad& moe_load() const { return load_; }
+  void reset_moe_load() { load_ = {}; }
 
  private:
   double compute(double dloss, UnitHooks<T>& hooks);
@@ -83,6 +84,7 @@ class MicrobatchRunner {
   const ParamLayout* layout_;
   const MarkovSource* data_;
   MoeScope scope_;
+  MoeLoad load_;
   Gpt<T> model_;
   Buffer<int32_t> tokens_, targets_;
   Buffer<T> x0_;
@@ -95,6 +97,7 @@ class MicrobatchRunner {
 };
 
 // MicrobatchRunner<T>::workspace_bytes for the compute type of a precision.
-int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p, int64_t moe_scope_tokens = 0);
+int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p, int64_t moe_scope_tokens = 0,
+                               int ep = 1);
 
 }  // namespace pb

@@ -37,11 +37,10 @@ class DpRank : public Rank {
   void reset_memory_peaks() override { mem_.reset_peaks(); }
   Declared declared(int steps) const override;
   RankTimes times() const override { return times_; }
+  MoeLoad moe_load() const override { return runner_->moe_load(); }
+  void reset_moe_load() override { runner_->reset_moe_load(); }
   const ParamLayout& layout() const { return layout_; }
   const ShardLayout& shards() const { return dp_->shards(); }
-  // The last microbatch's mixture-of-experts routing: choices past capacity, and all choices.
-  int64_t moe_dropped() const { return runner_->moe_dropped(); }
-  int64_t moe_choices() const { return runner_->moe_choices(); }
 
  private:
   TrainConfig cfg_;

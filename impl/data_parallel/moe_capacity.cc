@@ -2,7 +2,10 @@
 // Megatron-LM and DeepSpeed do) changes training against `global` capacity
 // (the whole microbatch's tokens, as one device: parabench's default), as the
 // data-parallel degree grows at a fixed global batch: the fraction of routing
-// choices dropped at capacity and the loss, per mode and dp. Local backend.
+// choices dropped at capacity and the loss, per mode and dp; and the same
+// under expert parallel (ep = gcd(dp, 4): the 4 experts over the dp ranks),
+// where admission stays with the token's rank, so each mode must drop what it
+// drops under data parallel. Local backend.
 //
 // Usage: moe_capacity [--steps N] [--cf F] [--dps 1,2,4,8]
 #include <cmath>
@@ -13,9 +16,11 @@
 #include <string>
 #include <vector>
 
+#include <numeric>
+
 #include "harness/comm/runner.h"
 #include "harness/status.h"
-#include "impl/data_parallel/dp_rank.h"
+#include "impl/registry.h"
 
 namespace pb::dp {
 namespace {
@@ -24,8 +29,11 @@ struct Result {
   double dropped = 0, loss_last = 0, loss_first = 0;
 };
 
-Result run(int dp, MoeCapacity cap, int steps, double cf) {
-  TrainConfig cfg;
+Result run(int dp, int ep, MoeCapacity cap, int steps, double cf) {
+  RunSpec spec;
+  spec.mesh.dp = dp;
+  spec.mesh.ep = ep;
+  TrainConfig& cfg = spec.train;
   cfg.model = named_model("tiny-moe");
   cfg.model.moe.capacity = cap;
   cfg.model.moe.capacity_factor = cf;
@@ -33,21 +41,18 @@ Result run(int dp, MoeCapacity cap, int steps, double cf) {
   cfg.batch = 16;
   cfg.steps = steps;
   cfg.optim.lr = 3e-3;
-  DpOptions o;
-  o.dp = dp;
+  cfg.precision = Precision::fp32;
+  const Strategy& st = strategy_for(spec);
+  st.validate(spec);
   Result out;
   std::mutex mu;
   int64_t dropped = 0, choices = 0;
   std::vector<double> losses;
   run_local(dp, [&](Communicator& c) {
-    DpRank<float> r(cfg, o, c);
+    std::unique_ptr<Rank> r = st.make_rank(spec, c);
     std::vector<double> l;
-    int64_t d = 0, n = 0;
-    for (int i = 0; i < steps; ++i) {
-      l.push_back(r.step().loss);
-      d += r.moe_dropped();
-      n += r.moe_choices();
-    }
+    for (int i = 0; i < steps; ++i) l.push_back(r->step().loss);
+    const int64_t d = r->moe_load().dropped, n = r->moe_load().choices;
     std::lock_guard lk(mu);
     dropped += d, choices += n;
     if (c.rank() == 0) losses = l;
@@ -84,12 +89,17 @@ int main_(int argc, char** argv) {
   for (int dp : dps) require(16 % dp == 0, "--dps: " + std::to_string(dp) + " does not divide the 16 sequences");
   std::printf("tiny-moe (E4 top-2, capacity factor %g), 16 sequences x 16 tokens, fp32, %d steps, local backend\n\n",
               cf, steps);
-  std::printf("| dp | tokens/rank | dropped, global | dropped, local | loss (last 5), global | loss, local | "
+  std::printf("| mesh | tokens/rank | dropped, global | dropped, local | loss (last 5), global | loss, local | "
               "local - global |\n|---|---|---|---|---|---|---|\n");
   for (int dp : dps) {
-    const Result g = run(dp, MoeCapacity::global, steps, cf), l = run(dp, MoeCapacity::local, steps, cf);
-    std::printf("| %d | %d | %.2f%% | %.2f%% | %.4f | %.4f | %+.4f |\n", dp, 256 / dp, 100 * g.dropped, 100 * l.dropped,
-                g.loss_last, l.loss_last, l.loss_last - g.loss_last);
+    std::vector<int> eps = {1};
+    if (std::gcd(dp, 4) > 1) eps.push_back(std::gcd(dp, 4));  // the same dp ranks, the experts split over ep
+    for (int ep : eps) {
+      const Result g = run(dp, ep, MoeCapacity::global, steps, cf), l = run(dp, ep, MoeCapacity::local, steps, cf);
+      const std::string mesh = "dp" + std::to_string(dp) + (ep > 1 ? ".ep" + std::to_string(ep) : "");
+      std::printf("| %s | %d | %.2f%% | %.2f%% | %.4f | %.4f | %+.4f |\n", mesh.c_str(), 256 / dp, 100 * g.dropped,
+                  100 * l.dropped, g.loss_last, l.loss_last, l.loss_last - g.loss_last);
+    }
   }
   return 0;
 }

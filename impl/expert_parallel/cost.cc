@@ -19,18 +19,21 @@ int64_t balanced_rows(const ModelConfig& m, int64_t N, int64_t scope_tokens) {
   return std::min<int64_t>(N * m.moe.top_k, m.moe.experts * cap * N / scope);
 }
 
-Declared declared_costs(const RunSpec& s, int steps) {
+StateCosts state_costs(const RunSpec& s) {
   const TrainConfig& cfg = s.train;
   const ParamLayout l(cfg.model);
   const dp::DpOptions od = dp::options_of(s), oe = expert_options(s);
   const dp::DataAxis ad = dp::data_axis(od, cfg.precision, cfg.microbatches),
                      ae = dp::data_axis(oe, cfg.precision, cfg.microbatches);
   const std::vector<int64_t> du = sizes(dense_units(l)), eu = sizes(expert_units(l, s.mesh.ep, 0));
-  const dp::ModelStateBytes md = dp::model_state_bytes(du, ad), me = dp::model_state_bytes(eu, ae);
+  const int n = int(du.size()), M = int(eu.size());
+  StateCosts c;
+  c.dense = dp::model_state_bytes(du, ad);
+  c.experts = dp::model_state_bytes(eu, ae);
   // Comm buffers: both components' hooks in the runner's order (reference/runner.cc).
   dp::PeakMeter meter;
   if (od.shard != dp::Shard::none) {
-    const int n = int(du.size()), M = int(eu.size()), L = n - 2, fin = n - 1;
+    const int L = n - 2, fin = n - 1;
     dp::CommBufferReplay d(du, ad, dp::UnitRoles::model(n), meter), e(eu, ae, dp::UnitRoles::all_blocks(M), meter);
     d.params(0), d.release(0);
     for (int i = 0, j = 0; i < L; ++i) {
@@ -53,21 +56,30 @@ Declared declared_costs(const RunSpec& s, int steps) {
     d.finish(), e.finish();
     d.after_step(), e.after_step();
   }
+  c.comm_peak = meter.peak();
+  c.dense_comm = dp::comm_per_step(du, ad, dp::UnitRoles::model(n));
+  c.expert_comm = dp::comm_per_step(eu, ae, dp::UnitRoles::all_blocks(M), "e");
+  return c;
+}
+
+Declared declared_costs(const RunSpec& s, int steps) {
+  const StateCosts c = state_costs(s);
+  const dp::ModelStateBytes &md = c.dense, &me = c.experts;
   Declared out;
   out.memory = {{"mem.params", MemTag::params, Place::device, md.params + me.params},
                 {"mem.grads", MemTag::grads, Place::device, md.grads + me.grads},
                 {"mem.optimizer", MemTag::optimizer, Place::device, md.optimizer + me.optimizer},
                 {"mem.optimizer.host", MemTag::optimizer, Place::host, md.optimizer_host + me.optimizer_host},
-                {"mem.comm", MemTag::comm, Place::device, meter.peak()}};
-  for (const auto& c : dp::comm_per_step(du, ad, dp::UnitRoles::model(int(du.size()))))
-    out.add_comm(c.group, dp::comm_op(c.op), c.bytes * steps);
-  for (const auto& c : dp::comm_per_step(eu, ae, dp::UnitRoles::all_blocks(int(eu.size())), "e"))
-    out.add_comm(c.group, dp::comm_op(c.op), c.bytes * steps);
+                {"mem.comm", MemTag::comm, Place::device, c.comm_peak}};
+  for (const auto* list : {&c.dense_comm, &c.expert_comm})
+    for (const auto& x : *list) out.add_comm(x.group, dp::comm_op(x.op), x.bytes * steps);
+  const dp::DpOptions od = dp::options_of(s);
   const int dpn = s.mesh.dp;
   if (dpn > 1) out.add_comm("dp_scalar", CommOp::all_reduce, 8 * int64_t(steps) * (od.shard == dp::Shard::none ? 1 : 2));
   // The expert squared-norm partials: over ep (DDP: each edp replica holds them whole), else over dp.
-  if ((oe.shard == dp::Shard::none ? s.mesh.ep : dpn) > 1) out.add_comm("ep_scalar", CommOp::all_reduce, 8 * int64_t(steps));
-  dp::add_moe_capacity_comm(out, od, cfg, steps);
+  if ((od.shard == dp::Shard::none ? s.mesh.ep : dpn) > 1)
+    out.add_comm("ep_scalar", CommOp::all_reduce, 8 * int64_t(steps));
+  dp::add_moe_capacity_comm(out, od, s.train, steps);
   return out;
 }
 

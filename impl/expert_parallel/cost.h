@@ -15,6 +15,7 @@
 //    balanced router (every admitted row counted, capacity-limited).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "impl/data_parallel/cost.h"
 #include "impl/spec/rank.h"
@@ -30,6 +31,15 @@ int64_t a2a_bytes(const ModelConfig& m, int64_t calls, int64_t sent_rows, int64_
 // on one rank: N * top_k choices, each admitted up to the capacity
 // (global: of the scope's tokens, shared by the scope's ranks).
 int64_t balanced_rows(const ModelConfig& m, int64_t N, int64_t scope_tokens);
+
+// The two components' model states, their comm-buffer peak together, and
+// their collectives per step (the expert component's groups prefixed "e").
+struct StateCosts {
+  dp::ModelStateBytes dense, experts;
+  int64_t comm_peak = 0;
+  std::vector<dp::CollCost> dense_comm, expert_comm;
+};
+StateCosts state_costs(const RunSpec& s);
 
 // Everything but the "ep" all-to-alls (which the caller adds from its routing).
 Declared declared_costs(const RunSpec& s, int steps);

@@ -80,24 +80,7 @@ template <class T>
 StepStats EpRank<T>::step() {
   const TrainConfig& c = spec_.train;
   dp::StepHooks h;
-  h.run = [&](int, int64_t first, double dloss) {
-    const double loss = runner_->run(step_, first, dloss, *hooks_);
-    for (const MoeActs<T>& a : runner_->moe_acts()) {
-      if (a.ep <= 1) continue;  // a dense layer
-      log_.calls++;
-      log_.sent_rows += a.sent_rows();
-      log_.owner_rows += a.owner_rows();
-      log_.dropped += a.dropped;
-      log_.choices += int64_t(a.probs.size() / size_t(c.model.moe.experts)) * c.model.moe.top_k;
-      const int El = c.model.moe.experts / a.ep;
-      for (int le = 0; le < El; ++le) {
-        int64_t n = 0;
-        for (int r = 0; r < a.ep; ++r) n += a.recv[size_t(r) * El + le];
-        log_.max_expert_rows = std::max(log_.max_expert_rows, n);
-      }
-    }
-    return loss;
-  };
+  h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_, first, dloss, *hooks_); };
   const StepStats st = dp::data_parallel_step(*dense_, *hooks_, c, runner_->Bm(), step_, *scalar_, h,
                                               experts_.get(), ep_scalar_.get());
   times_.wall_s = times_.busy_s = st.seconds;
@@ -125,10 +108,11 @@ std::vector<double> EpRank<T>::full_grads() {
 
 template <class T>
 Declared EpRank<T>::declared(int steps) const {
-  // The all-to-alls from the routing this rank recorded (every step it ran).
+  // The all-to-alls from the routing this rank recorded (every step since
+  // construction: the conformance engine declares a fresh rank's whole run).
   Declared d = declared_costs(spec_, steps);
-  d.add_comm("ep", CommOp::all_to_all,
-             a2a_bytes(spec_.train.model, log_.calls, log_.sent_rows, log_.owner_rows, int(sizeof(T))));
+  const MoeLoad& l = runner_->moe_load();
+  d.add_comm("ep", CommOp::all_to_all, a2a_bytes(spec_.train.model, l.calls, l.sent_rows, l.owner_rows, int(sizeof(T))));
   return d;
 }
 

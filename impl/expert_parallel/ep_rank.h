@@ -24,17 +24,6 @@
 
 namespace pb::ep {
 
-// Routing statistics of every MoE layer and microbatch this rank ran since
-// construction (its own tokens; owner rows: what its experts ran on).
-struct RoutingLog {
-  int64_t calls = 0;         // MoE layer forwards
-  int64_t sent_rows = 0;     // admitted choices dispatched
-  int64_t owner_rows = 0;    // rows this rank's experts ran on
-  int64_t choices = 0;       // (token, choice) pairs routed
-  int64_t dropped = 0;       // of them past capacity
-  int64_t max_expert_rows = 0;  // the most rows one local expert ran on in one call
-};
-
 template <class T>
 class EpRank : public Rank {
  public:
@@ -47,7 +36,8 @@ class EpRank : public Rank {
   void reset_memory_peaks() override { mem_.reset_peaks(); }
   Declared declared(int steps) const override;
   RankTimes times() const override { return times_; }
-  const RoutingLog& routing() const { return log_; }
+  MoeLoad moe_load() const override { return runner_->moe_load(); }
+  void reset_moe_load() override { runner_->reset_moe_load(); }
 
  private:
   class Hooks;
@@ -63,7 +53,6 @@ class EpRank : public Rank {
   std::unique_ptr<dp::Component<T>> dense_, experts_;
   std::unique_ptr<dp::FamilyHooks<T>> dense_h_, expert_h_, hooks_;
   std::unique_ptr<MicrobatchRunner<T>> runner_;
-  RoutingLog log_;
   int step_ = 0;
   RankTimes times_;
 };

@@ -77,6 +77,10 @@ class Rank {
   // What this rank declares for a run of `steps` steps.
   virtual Declared declared(int steps) const = 0;
   virtual RankTimes times() const { return {}; }
+  // Mixture-of-experts routing totals since construction or the last reset
+  // (zeros for a dense model or a strategy that does not run one).
+  virtual MoeLoad moe_load() const { return {}; }
+  virtual void reset_moe_load() {}
 };
 
 // One rank of the storage type of `p` (double, float or bf16):

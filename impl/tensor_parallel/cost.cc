@@ -62,7 +62,7 @@ int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding,
   int64_t layers = blocks * layer_activation_bytes(layer_shape(x), x.recompute);
   if (x.model.moe.experts > 0 && blocks == x.model.L) {  // the whole model (tp = 1): its MoE blocks' MLPs
     const int64_t moe_blocks = x.model.moe_layers();
-    layers += moe_blocks * (moe_activation_bytes(x.model, N, x.moe_scope_tokens, int(e), int(ab)) - 8 * e * N * C);
+    layers += moe_blocks * (moe_activation_bytes(x.model, N, x.moe_scope_tokens, int(e), int(ab), x.ep) - 8 * e * N * C);
   }
   const int64_t tokens = embedding ? 4 * N : 0;
   const int64_t head_bytes = head ? e * Nl * C + 2 * ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets

@@ -59,6 +59,7 @@ struct TpShape {
   int elem_bytes = 4, acc_bytes = 4;  // storage and accumulation types
   int cp = 1;                    // context parallel: Tn / cp tokens of each sequence held
   int64_t moe_scope_tokens = 0;  // MoE: the capacity scope's tokens (0: this rank's microbatch)
+  int ep = 1;                    // MoE: the expert-parallel group's size
   CpAlgo algo = CpAlgo::ring;
   int64_t tokens() const { return int64_t(Bm) * Tn / cp; }  // a microbatch's, on this rank
 };

@@ -31,10 +31,10 @@ struct PlanFlags {
 // --mesh / --strategy: the same spec check, train and sweep take.
 void apply_spec(const PlanFlags& f, planner::PlanInput& in) {
   if (!f.mesh.empty()) {
-    require(f.in.dp == 1 && f.in.tp == 1 && f.in.cp == 1 && f.in.pp == 1 && f.in.ranks_per_node == 0,
-            "--mesh: give the mesh once, as --mesh or as --dp/--tp/--cp/--pp/--ranks-per-node");
+    require(f.in.dp == 1 && f.in.tp == 1 && f.in.cp == 1 && f.in.pp == 1 && f.in.ep == 1 && f.in.ranks_per_node == 0,
+            "--mesh: give the mesh once, as --mesh or as --dp/--tp/--cp/--pp/--ep/--ranks-per-node");
     const MeshShape m = parse_mesh(f.mesh, "--mesh");
-    require(m.ep == 1, "--mesh: the planner has no expert axis yet (ep" + std::to_string(m.ep) + ")");
+    in.ep = m.ep;
     in.dp = m.dp;
     in.tp = m.tp;
     in.cp = m.cp;
@@ -174,6 +174,7 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                                              "shard=zero1,schedule=interleaved,virtual_stages=2");
   app->add_option("--dp", f->in.dp, "data-parallel size");
   app->add_option("--tp", f->in.tp, "tensor-parallel size");
+  app->add_option("--ep", f->in.ep, "expert-parallel size (a mixture-of-experts model; divides dp and the experts)");
   app->add_option("--cp", f->in.cp, "context-parallel size (ring attention)");
   app->add_option("--pp", f->in.pp, "pipeline-parallel size");
   app->add_flag("--sp", f->in.sp, "Megatron sequence parallel (with --tp)");

@@ -19,7 +19,7 @@ std::string fmt(const char* f, auto... args) {
 double gib(int64_t b) { return double(b) / double(int64_t(1) << 30); }
 
 bool in_axis(const std::string& group, std::string_view axis) {
-  if (axis == "dp") return group.rfind("dp", 0) == 0;
+  if (axis == "dp") return group.rfind("dp", 0) == 0 || group.rfind("edp", 0) == 0;  // the experts' data groups too
   if (axis == "pp") return group == "pp" || group == "embedding";
   return group == axis;
 }
@@ -80,6 +80,7 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
              double(r.params_total));
   }
   o += fmt("  mesh      world %lld = dp %d x tp %d x cp %d x pp %d", (long long)r.world, in.dp, in.tp, in.cp, in.pp);
+  if (in.ep > 1) o += fmt(", experts over ep %d (edp %d)", in.ep, in.dp / in.ep);
   o += in.ranks_per_node > 0 ? fmt(", %lld ranks/node\n", (long long)in.ranks_per_node) : ", one node\n";
   o += "  strategy  " + strategy_spec(in) + ", " + precision_name(in.precision) + "\n";
   o += fmt("  batch     %lld sequences x %lld tokens, microbatch %lld, %lld microbatches per replica\n",
@@ -159,7 +160,7 @@ CsvRecord plan_record(const PlanInput& in, const PlanResult& r) {
       .set("comm_tp_bytes", comm_bytes(r, "tp"))
       .set("comm_cp_bytes", comm_bytes(r, "cp"))
       .set("comm_pp_bytes", comm_bytes(r, "pp"))
-      .set("comm_ep_bytes", int64_t(0))
+      .set("comm_ep_bytes", comm_bytes(r, "ep"))
       .set("comm_inter_node_bytes", comm_inter_node_bytes(r))
       .set("est_bubble", r.bubble_over_ideal);
   if (w.comm >= 0) c.set("mem_comm", w.comm);

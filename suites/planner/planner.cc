@@ -7,8 +7,11 @@
 #include "suites/planner/planner.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "harness/status.h"
+#include "impl/expert_parallel/cost.h"
+#include "impl/expert_parallel/options.h"
 #include "impl/pipeline/stage.h"
 #include "impl/tensor_parallel/runner.h"
 #include "reference/runner.h"
@@ -76,8 +79,27 @@ int64_t moe_scope_tokens(const PlanInput& in, int64_t seq) {
   return in.microbatch_size * seq * in.dp;
 }
 
+// Expert parallel: the run spec an expert-parallel rank is built from, so
+// the planner evaluates the same cost functions it declares (impl/
+// expert_parallel/cost.h).
+RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t global_batch) {
+  RunSpec s;
+  s.train.model = *in.shape;
+  s.train.precision = in.precision;
+  s.train.seq = int(seq);
+  s.train.batch = int(global_batch);
+  s.train.microbatches = int(microbatches);
+  s.mesh.dp = in.dp;
+  s.mesh.ep = in.ep;
+  s.mesh.ranks_per_node = int(in.ranks_per_node);
+  s.data.shard = in.shard;
+  s.data.shard_group = int(in.hsdp_group);
+  s.data.offload = in.offload;
+  return s;
+}
+
 StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
-                        std::vector<int64_t>* units_out) {
+                        std::vector<int64_t>* units_out, const ep::StateCosts* ep_states) {
   std::vector<int64_t> units =
       in.shape ? rank_param_units(*in.shape, in.tp, pipe.part, rank) : std::vector<int64_t>{in.params};
   const dp::ModelStateBytes ms = dp::model_state_bytes(units, axis);
@@ -87,9 +109,18 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   s.grads = ms.grads;
   s.optimizer = ms.optimizer;
   s.optimizer_host = ms.optimizer_host;
+  if (ep_states) {  // the dense component over dp and this rank's experts over edp
+    const dp::ModelStateBytes &d = ep_states->dense, &e = ep_states->experts;
+    s.params = d.params + e.params;
+    s.grads = d.grads + e.grads;
+    s.optimizer = d.optimizer + e.optimizer;
+    s.optimizer_host = d.optimizer_host + e.optimizer_host;
+  }
   const bool gathers =
       axis.shard == dp::Shard::zero3 || axis.shard == dp::Shard::hsdp || axis.shard == dp::Shard::hzero;
-  if (!in.shape) {
+  if (ep_states) {
+    s.comm = ep_states->comm_peak;
+  } else if (!in.shape) {
     if (axis.shard != dp::Shard::none) s.comm = -1;  // no unit structure without a shape
   } else if (pipe.part.pp == 1 && pipe.part.v == 1) {
     // The canonical unit order the runner visits: the protocol replayed, as
@@ -125,7 +156,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   } else if (in.shape && !staged) {
     if (in.tp == 1 && in.cp == 1 && in.recompute == Recompute::none) {  // the reference's runner
       s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision,
-                                           moe_scope_tokens(in, seq));
+                                           moe_scope_tokens(in, seq), in.ep);
     } else {  // the tensor-parallel runner (recompute at tp 1 too)
       s.workspace = tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision);
     }
@@ -138,6 +169,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     x.cp = in.cp;
     x.algo = in.cp_algo;
     x.moe_scope_tokens = moe_scope_tokens(in, seq);
+    x.ep = in.ep;
     s.activations = tp::activation_bytes(x);
   } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
     // The reference layout in pipeline stages: the chunks' bytes a stage
@@ -279,8 +311,16 @@ PlanResult plan(const PlanInput& in) {
                                          std::to_string(in.shape->maxT) + ")");
   require(!in.shape || in.shape->moe.experts == 0 || (in.tp == 1 && in.cp == 1 && in.pp == 1),
           "--model: " + (in.shape ? in.shape->name : std::string()) +
-              " is a mixture-of-experts model: the planner models it under data parallel only (tp, cp and pp "
-              "with MoE, and expert parallel, are not implemented)");
+              " is a mixture-of-experts model: the planner models it under data and expert parallel only (tp, cp "
+              "and pp with MoE are not implemented)");
+  require(in.ep >= 1, "--ep: must be >= 1 (got " + std::to_string(in.ep) + ")");
+  if (in.ep > 1) {
+    require(in.shape && in.shape->moe.experts > 0,
+            "--ep: expert parallel needs a mixture-of-experts model (--model tiny-moe or a [moe] config)");
+    require(in.shape->moe.experts % in.ep == 0, "--ep: must divide the " + std::to_string(in.shape->moe.experts) +
+                                                    " experts, got " + std::to_string(in.ep));
+    require(in.dp % in.ep == 0, "--ep: must divide --dp (" + std::to_string(in.dp) + "), got " + std::to_string(in.ep));
+  }
   require(r.seq % in.cp == 0, "--cp: must divide the sequence length (" + std::to_string(r.seq) + ")");
   if (in.shape && in.cp > 1 && in.cp_algo == CpAlgo::ulysses) {
     const int heads = in.shape->NH / in.tp;
@@ -318,17 +358,33 @@ PlanResult plan(const PlanInput& in) {
   axis.stride = in.tp;
   axis.grad_accum = r.microbatches;
 
+  std::optional<ep::StateCosts> eps;
+  if (in.ep > 1) {
+    const RunSpec spec = ep_spec(in, r.seq, r.microbatches, r.global_batch);
+    ep::validate(spec);
+    eps = ep::state_costs(spec);
+  }
   std::vector<int64_t> units, worst_units;
   for (int rank = 0; rank < in.pp; ++rank) {
-    r.stages.push_back(rank_memory(in, axis, pipe, rank, r.seq, &units));
+    r.stages.push_back(rank_memory(in, axis, pipe, rank, r.seq, &units, eps ? &*eps : nullptr));
     if (rank == 0 || r.stages.back().device_total() > r.worst.device_total()) {
       r.worst = r.stages.back();
       worst_units = std::move(units);
     }
   }
-  for (const dp::CollCost& c : dp::comm_per_step(worst_units, axis))
+  std::vector<dp::CollCost> dcomm = eps ? eps->dense_comm : dp::comm_per_step(worst_units, axis);
+  if (eps) dcomm.insert(dcomm.end(), eps->expert_comm.begin(), eps->expert_comm.end());
+  for (const dp::CollCost& c : dcomm)
     add_row(r.comm, c.group.c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(), c.group_size,
             c.calls, c.bytes, c.inter_node);
+  if (eps) {  // the counts, dispatch and combine forward; dispatch and combine backward (balanced router's rows)
+    const int64_t n = r.microbatches * in.shape->moe_layers();
+    const int64_t rows = ep::balanced_rows(*in.shape, in.microbatch_size * r.seq, moe_scope_tokens(in, r.seq));
+    const int64_t both = ep::a2a_bytes(*in.shape, n, n * rows, n * rows, elem_bytes(in.precision));
+    const int64_t bwd = ep::a2a_bytes(*in.shape, 0, n * rows, n * rows, elem_bytes(in.precision)) / 2;
+    add_row(r.comm, "ep", "fwd", "all_to_all", in.ep, 3 * n, both - bwd, false);
+    add_row(r.comm, "ep", "bwd", "all_to_all", in.ep, 2 * n, bwd, false);
+  }
   if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
   if (moe_scope_tokens(in, r.seq) > 0) {  // routing counts gathered and probability sums reduced, per MoE block
     const MoeConfig& c = in.shape->moe;

@@ -48,6 +48,7 @@ struct PlanInput {
   int64_t params = 0;                // used when shape is absent
   int64_t seq = 0;                   // 0: the shape's context length (1024 without shape)
   int dp = 1, tp = 1, cp = 1, pp = 1;
+  int ep = 1;                        // expert parallel (a mixture-of-experts shape; divides dp and the experts)
   bool sp = false;                   // Megatron sequence parallel (needs tp > 1)
   CpAlgo cp_algo = CpAlgo::ring;     // context parallel: ring attention or Ulysses
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;

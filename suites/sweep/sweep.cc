@@ -52,7 +52,8 @@ void non_empty(const std::vector<T>& v, const char* key) {
 struct RankOut {
   std::vector<double> seconds, wall, busy;  // per measured step
   int64_t mem[6] = {}, mem_total = 0, mem_host_total = 0;
-  int64_t dp_bytes = 0, pp_bytes = 0, inter_bytes = 0, tp_bytes = 0, cp_bytes = 0;
+  int64_t dp_bytes = 0, pp_bytes = 0, inter_bytes = 0, tp_bytes = 0, cp_bytes = 0, ep_bytes = 0;
+  MoeLoad moe;  // over the measured steps
   double blocked_s = 0;
 };
 
@@ -61,6 +62,7 @@ void run_rank(const RunSpec& spec, int warmup, Communicator& world, RankOut& out
   for (int i = 0; i < warmup; ++i) rank->step();
   world.log().reset();
   rank->reset_memory_peaks();
+  rank->reset_moe_load();
   for (int i = warmup; i < spec.train.steps; ++i) {
     out.seconds.push_back(rank->step().seconds);
     const RankTimes t = rank->times();
@@ -68,6 +70,7 @@ void run_rank(const RunSpec& spec, int warmup, Communicator& world, RankOut& out
     out.busy.push_back(t.busy_s);
   }
   const int n = int(out.seconds.size());
+  out.moe = rank->moe_load();
   for (int t = 0; t < 6; ++t) out.mem[t] = int64_t(rank->memory().peak(MemTag(t), Place::device));
   out.mem_total = int64_t(rank->memory().peak_total(Place::device));
   out.mem_host_total = int64_t(rank->memory().peak_total(Place::host));
@@ -75,7 +78,8 @@ void run_rank(const RunSpec& spec, int warmup, Communicator& world, RankOut& out
   for (const auto& g : log.groups()) {
     if (g == "check") continue;
     CommCounters c = log.by_group(g);
-    if (g.rfind("dp", 0) == 0) out.dp_bytes += int64_t(c.bytes);
+    if (g.rfind("dp", 0) == 0 || g.rfind("edp", 0) == 0) out.dp_bytes += int64_t(c.bytes);  // experts' too
+    if (g == "ep") out.ep_bytes += int64_t(c.bytes);
     if (g == "tp") out.tp_bytes += int64_t(c.bytes);
     if (g == "cp") out.cp_bytes += int64_t(c.bytes - log.get(g, CommOp::recv).bytes);  // sends, as the pp bytes
     out.inter_bytes += int64_t(c.inter_node_bytes);
@@ -85,6 +89,7 @@ void run_rank(const RunSpec& spec, int warmup, Communicator& world, RankOut& out
   out.dp_bytes /= n;
   out.tp_bytes /= n;
   out.cp_bytes /= n;
+  out.ep_bytes /= n;
   out.pp_bytes /= n;
   out.inter_bytes /= n;
   out.blocked_s /= n;
@@ -100,11 +105,13 @@ RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<
   v.insert(v.end(), mine.wall.begin(), mine.wall.end());
   for (int64_t m : mine.mem) v.push_back(double(m));
   for (int64_t x : {mine.mem_total, mine.mem_host_total, mine.dp_bytes, mine.pp_bytes, mine.inter_bytes, mine.tp_bytes,
-                    mine.cp_bytes})
+                    mine.cp_bytes, mine.ep_bytes, mine.moe.max_expert_rows})
     v.push_back(double(x));
   v.push_back(mine.blocked_s);
   comm.all_reduce(v.data(), v.data(), v.size(), DType::f64, ReduceOp::max);
-  std::vector<double> busy(mine.busy);
+  std::vector<double> busy(mine.busy);  // and the routing counts, summed over ranks
+  const MoeLoad& l = mine.moe;
+  for (int64_t x : {l.calls, l.choices, l.dropped, l.sent_rows, l.owner_rows, l.expert_calls}) busy.push_back(double(x));
   comm.all_reduce(busy.data(), busy.data(), busy.size(), DType::f64, ReduceOp::sum);
   RankOut out;
   const size_t n = mine.seconds.size();
@@ -122,7 +129,13 @@ RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<
   out.inter_bytes = int64_t(rest[10]);
   out.tp_bytes = int64_t(rest[11]);
   out.cp_bytes = int64_t(rest[12]);
-  out.blocked_s = rest[13];
+  out.ep_bytes = int64_t(rest[13]);
+  out.moe.max_expert_rows = int64_t(rest[14]);
+  out.blocked_s = rest[15];
+  const double* counts = busy.data() + n;
+  for (int64_t* x : {&out.moe.calls, &out.moe.choices, &out.moe.dropped, &out.moe.sent_rows, &out.moe.owner_rows,
+                     &out.moe.expert_calls})
+    *x = int64_t(*counts++);
   return out;
 }
 
@@ -165,10 +178,19 @@ SweepConfig read_sweep_config(ConfigReader& r) {
   for (auto& p : c.points) {
     const size_t sp = p.find(' ');
     require(sp != std::string::npos && sp > 0 && sp + 1 < p.size(),
-            "sweep.points: '" + p + "' is not \"<mesh> <strategy>\" (e.g. \"tp2 shard=none,sp=on\")");
+            "sweep.points: '" + p + "' is not \"<mesh> <strategy> [model]\" (e.g. \"tp2 shard=none,sp=on\")");
     const MeshShape ms = parse_mesh(p.substr(0, sp), "sweep.points");
     max_dp = std::max<int64_t>(max_dp, ms.dp);
-    p = mesh_text(ms) + " " + canonical_strategy(p.substr(sp + 1));
+    const size_t sp2 = p.find(' ', sp + 1);  // an optional model: the point runs on it alone
+    std::string model;
+    if (sp2 != std::string::npos) {
+      model = p.substr(sp2 + 1);
+      require(!model.empty() && model.find(' ') == std::string::npos,
+              "sweep.points: '" + p + "' is not \"<mesh> <strategy> [model]\"");
+      named_model(model);  // InputError naming the model when unknown
+    }
+    p = mesh_text(ms) + " " + canonical_strategy(p.substr(sp + 1, sp2 == std::string::npos ? std::string::npos : sp2 - sp - 1)) +
+        (model.empty() ? "" : " " + model);
   }
   c.global_batch = r.get<int>("sweep.global_batch", int(c.batch_per_rank * max_dp), Bounds::positive());
   c.seq = r.get<int>("sweep.seq", c.seq, Bounds::positive());
@@ -216,9 +238,12 @@ std::vector<SweepPoint> expand(const SweepConfig& c) {
       for (const auto& p : c.precisions)
         for (int64_t mb : c.microbatches)
           for (const auto& pt : c.points) {
-            const size_t sp = pt.find(' ');
+            const size_t sp = pt.find(' '), sp2 = pt.find(' ', sp + 1);
             const MeshShape ms = parse_mesh(pt.substr(0, sp), "sweep.points");
-            v.push_back({pt.substr(sp + 1), pt.substr(0, sp), m, p, sc, world_size(ms), ms.dp, int(mb)});
+            if (sp2 != std::string::npos && (m != c.models.front() || pt.substr(sp2 + 1).empty())) continue;
+            const std::string model = sp2 == std::string::npos ? m : pt.substr(sp2 + 1);
+            v.push_back({pt.substr(sp + 1, sp2 == std::string::npos ? std::string::npos : sp2 - sp - 1), pt.substr(0, sp),
+                         model, p, sc, world_size(ms), ms.dp, int(mb)});
           }
   return v;
 }
@@ -287,6 +312,9 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     res.comm_tp_bytes = all.tp_bytes;
     res.comm_cp_bytes = all.cp_bytes;
     res.comm_pp_bytes = all.pp_bytes;
+    res.comm_ep_bytes = all.ep_bytes;
+    res.moe_dropped = all.moe.dropped_fraction();
+    res.moe_load_max_mean = all.moe.max_over_mean();
     res.comm_inter_node_bytes = all.inter_bytes;
     res.exposed_comm_s = all.blocked_s;
     if (pipelined && !bubble.empty()) {
@@ -326,9 +354,10 @@ CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
   for (int t = 0; t < 6; ++t) rec.set(kMemCols[t], r.mem[t]);
   rec.set("mem_total", r.mem_total).set("mem_host_total", r.mem_host_total);
   rec.set("comm_dp_bytes", r.comm_dp_bytes).set("comm_tp_bytes", r.comm_tp_bytes);
-  rec.set("comm_cp_bytes", r.comm_cp_bytes).set("comm_pp_bytes", r.comm_pp_bytes).set("comm_ep_bytes", int64_t{0});
+  rec.set("comm_cp_bytes", r.comm_cp_bytes).set("comm_pp_bytes", r.comm_pp_bytes).set("comm_ep_bytes", r.comm_ep_bytes);
   rec.set("comm_inter_node_bytes", r.comm_inter_node_bytes);
   rec.set("exposed_comm_s", r.exposed_comm_s).set("bubble", r.bubble);
+  rec.set("moe_dropped", r.moe_dropped).set("moe_load_max_mean", r.moe_load_max_mean);
   return rec;
 }
 

@@ -68,6 +68,8 @@ struct PointResult {
   int64_t mem[6] = {};  // peak per MemTag (device), max over ranks
   int64_t mem_total = 0, mem_host_total = 0;
   int64_t comm_dp_bytes = 0, comm_tp_bytes = 0, comm_cp_bytes = 0, comm_pp_bytes = 0, comm_inter_node_bytes = 0;  // per step, max over ranks
+  int64_t comm_ep_bytes = 0;                              // per step, max over ranks
+  double moe_dropped = 0, moe_load_max_mean = 0;          // MoE routing over the measured steps, all ranks
   double exposed_comm_s = 0;                              // per step, max over ranks
   double bubble = 0;  // pipeline: mean over measured steps of sum_r (T - busy_r) / (p T); else 0
 };

@@ -128,6 +128,7 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.shape = planner::planner_model(p.model);
   in.seq = r.seq;
   in.dp = spec.mesh.dp;
+  in.ep = spec.mesh.ep;
   in.tp = spec.mesh.tp;
   in.cp = spec.mesh.cp;
   in.cp_algo = spec.context.algo;
