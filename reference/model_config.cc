@@ -1,6 +1,9 @@
 #include "reference/model_config.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <set>
+#include <sstream>
 
 #include "harness/status.h"
 
@@ -56,8 +59,51 @@ double model_flops_per_step(const ModelConfig& m, int64_t B, int64_t T) {
   return 6.0 * matmul_params * tokens + attn * tokens;
 }
 
+namespace {
+
+// "tiny-moe" plus "-e8", "-top1", "-cf2", "-local" (model_config.h).
+bool moe_variant(std::string_view name, ModelConfig& m) {
+  const std::string_view base = "tiny-moe";
+  if (name.substr(0, base.size()) != base || name.size() == base.size() || name[base.size()] != '-') return false;
+  m = named_model(base);
+  m.name = std::string(name);
+  std::set<std::string> seen;
+  std::string rest(name.substr(base.size() + 1));
+  auto bad = [&](const std::string& why) {
+    return InputError("model.name: '" + std::string(name) + "': " + why +
+                      " (tiny-moe variants: -e<experts>, -top<k>, -cf<capacity factor>, -local, each once)");
+  };
+  if (rest.empty() || rest.back() == '-') throw bad("an empty variant");
+  std::stringstream ss(rest);
+  for (std::string part; std::getline(ss, part, '-');) {
+    auto number = [&](size_t skip) {
+      const std::string v = part.substr(skip);
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || !end || *end || !std::isfinite(x) || x <= 0 || x > 1e6) throw bad("'" + part + "' needs a positive number");
+      return x;
+    };
+    std::string key = part == "local" ? "local" : part.rfind("top", 0) == 0 ? "top" : part.rfind("cf", 0) == 0 ? "cf"
+                                                   : part.rfind("e", 0) == 0 ? "e" : "";
+    if (key.empty()) throw bad("unknown variant '" + part + "'");
+    if (!seen.insert(key).second) throw bad("'" + key + "' given twice");
+    if (key == "local") m.moe.capacity = MoeCapacity::local;
+    if (key == "cf") m.moe.capacity_factor = number(2);
+    if (key == "top" || key == "e") {
+      const double x = number(key.size());
+      if (x != std::floor(x) || x > 1024) throw bad("'" + part + "' needs a whole number <= 1024");
+      (key == "top" ? m.moe.top_k : m.moe.experts) = int(x);
+    }
+  }
+  if (m.moe.top_k > m.moe.experts) throw bad("top-" + std::to_string(m.moe.top_k) + " of " + std::to_string(m.moe.experts) + " experts");
+  return true;
+}
+
+}  // namespace
+
 ModelConfig named_model(std::string_view name) {
   ModelConfig m;
+  if (moe_variant(name, m)) return m;
   m.name = std::string(name);
   if (name == "tiny") { m.V = 64; m.maxT = 16; m.C = 32; m.L = 2; m.NH = 2; }
   // Heads divisible by 2, 3 and 4 and a vocabulary that none of them divides:

@@ -66,6 +66,10 @@ struct ModelConfig {
 double model_flops_per_step(const ModelConfig& m, int64_t B, int64_t T);
 
 // Named shapes: "tiny", "small", "gpt2-124m" (L12 C768 NH12 T1024 V50257), ...
+// A mixture-of-experts name may add variants to "tiny-moe", each once, in
+// any order: "-e<E>" experts, "-top<k>", "-cf<F>" capacity factor, "-local"
+// capacity (e.g. "tiny-moe-e8-top1-local", "tiny-moe-cf2"); the name is kept
+// as given. InputError naming model.name otherwise.
 ModelConfig named_model(std::string_view name);
 std::vector<std::string> named_models();
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "harness/status.h"
 #include "reference/init.h"
 #include "reference/runner.h"
 #include "reference/trainer.h"
@@ -190,6 +191,31 @@ TEST(Moe, WorkspaceIsDeclared) {
   MemoryTracker mt;
   MicrobatchRunner<float> runner(layout, data, &mt, 4, 16);
   EXPECT_EQ(int64_t(mt.peak(MemTag::workspace)), runner_workspace_bytes(m, 4, 16, Precision::fp32));
+}
+
+}  // namespace
+}  // namespace pb
+
+namespace pb {
+namespace {
+
+// Named variants of tiny-moe: each suffix sets its field once, in any order,
+// the name kept; anything else is an InputError naming the model.
+TEST(MoeNames, VariantsSetTheirFieldsAndBadOnesAreRefused) {
+  const ModelConfig a = named_model("tiny-moe-e8-top1-local");
+  EXPECT_EQ(a.moe.experts, 8);
+  EXPECT_EQ(a.moe.top_k, 1);
+  EXPECT_EQ(a.moe.capacity, MoeCapacity::local);
+  EXPECT_DOUBLE_EQ(a.moe.capacity_factor, 1.25);
+  EXPECT_EQ(a.name, "tiny-moe-e8-top1-local");
+  const ModelConfig b = named_model("tiny-moe-local-cf2");
+  EXPECT_DOUBLE_EQ(b.moe.capacity_factor, 2.0);
+  EXPECT_EQ(b.moe.capacity, MoeCapacity::local);
+  EXPECT_EQ(b.moe.experts, 4);
+  for (const char* bad : {"tiny-moe-", "tiny-moe-cf", "tiny-moe-cf0", "tiny-moe-cf-1", "tiny-moe-cfinf", "tiny-moe-cfnan",
+                          "tiny-moe-e8-e4", "tiny-moe-top3-e2", "tiny-moe-e1.5", "tiny-moe-x", "tiny-moe-e0", "tiny-moe-e4096",
+                          "tiny-moex"})
+    EXPECT_THROW(named_model(bad), InputError) << bad;
 }
 
 }  // namespace

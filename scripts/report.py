@@ -99,6 +99,7 @@ def build(run_dir, out):
              ("Communication", report_plots.comm_volume), ("Pipeline bubble", report_plots.bubble),
              ("Tensor parallel", report_plots.tensor_parallel),
              ("Context parallel", report_plots.context_parallel),
+             ("Mixture of experts", report_plots.mixture_of_experts),
              ("Collectives", report_plots.collectives),
              ("Pipeline", report_checks.timelines), ("Planner vs measured", report_checks.plan_vs_measured),
              ("Conformance", report_checks.conformance), ("Training", report_checks.losses)]

@@ -127,6 +127,33 @@ def sweep_rows(rng, doctor):
                   peak_flops=2 * 150e9, est_bubble=0)
         pl["mem_total"] = sum(pl[k] for k in mem if k in pl)
         plans.append(pl)
+    # A mixture-of-experts model at dp2 and dp2.ep2: the expert axis's
+    # all-to-all bytes and the routing's load statistics.
+    for mesh, epb in (("dp2", 0), ("dp2.ep2", 66848)):
+        p, g, o = model_states("ddp", 2, 1, 1)
+        mem = {"mem_params": p, "mem_grads": g, "mem_optimizer": o, "mem_activations": 400000, "mem_comm": 0,
+               "mem_workspace": 65536}
+        tps = base_tps * 2 * 0.8 * rng.uniform(0.97, 1.03)
+        r = common("sweep", 2, mesh)
+        r.update(strategy="shard=none", model="tiny-moe", precision="fp32", microbatches=1, global_batch=batch,
+                 seq_len=seq, scaling="weak", step_time_s=batch * seq / tps, tokens_per_s=tps * (1 + doctor),
+                 model_flops_per_s=tps * 6 * PSI, mfu=tps * 6 * PSI / (2 * 150e9), peak_flops=2 * 150e9,
+                 comm_dp_bytes=79240, comm_tp_bytes=0, comm_pp_bytes=0, comm_cp_bytes=0, comm_ep_bytes=epb,
+                 comm_inter_node_bytes=0, exposed_comm_s=0.1 * batch * seq / tps, bubble=0,
+                 moe_dropped=0.074 * rng.uniform(0.9, 1.1), moe_load_max_mean=1.4 * rng.uniform(0.9, 1.1),
+                 mem_total=sum(mem.values()), mem_host_total=0, **mem)
+        rows.append(r)
+        pl = common("plan", 2, mesh)
+        pl["backend"] = "analytic"
+        est = tps * rng.uniform(1.05, 1.3)
+        pl.update(strategy="shard=none", model="tiny-moe", precision="fp32", params=PSI, microbatches=1,
+                  global_batch=batch, seq_len=seq, mem_activations=400000, mem_comm=0, mem_workspace=65536,
+                  activation_bytes=400000, comm_dp_bytes=79232, comm_tp_bytes=0, comm_pp_bytes=0, comm_cp_bytes=0,
+                  comm_ep_bytes=int(epb * 0.98), comm_inter_node_bytes=0, est_step_time_s=batch * seq / est,
+                  est_tokens_per_s=est, est_mfu=est * 6 * PSI / (2 * 150e9), peak_flops=2 * 150e9, est_bubble=0,
+                  mem_params=p, mem_grads=g, mem_optimizer=o)
+        pl["mem_total"] = sum(pl[k] for k in mem if k in pl)
+        plans.append(pl)
     return rows, plans
 
 

@@ -97,6 +97,13 @@ def groups(rows, keys):
     return dict(sorted(g.items()))
 
 
+def scaling_groups(rows):
+    """The sweep's (model, precision, scaling) groups with more than one point:
+    a lone point (e.g. one capacity-factor variant of an MoE model) has no
+    scaling to draw; its figures are the axis's own (mixture_of_experts)."""
+    return {k: v for k, v in groups(rows, ["model", "precision", "scaling"]).items() if len(v) > 1}
+
+
 def mean_by(rows, key, col):
     acc = defaultdict(list)
     for r in rows:
@@ -112,7 +119,7 @@ def throughput(run, out):
         raise Skip("no sweep rows with tokens_per_s")
     result = []
     colors = strategy_colors({series(r) for r in sweep})
-    for (model, prec, scaling), rows in groups(sweep, ["model", "precision", "scaling"]).items():
+    for (model, prec, scaling), rows in scaling_groups(sweep).items():
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.6))
         tps = mean_by(rows, lambda r: (series(r), int(num(r, "world"))), "tokens_per_s")
         worlds = {w for _s, w in tps}
@@ -190,7 +197,7 @@ def stacked_panels(run, rows, cols, colors, what):
 def stacked_per_group(run, out, sweep, cols, colors, ylabel, title, prefix, caption, note):
     """One stacked_panels figure per (model, precision, scaling) of the sweep."""
     result = []
-    for (model, prec, scaling), rows in groups(sweep, ["model", "precision", "scaling"]).items():
+    for (model, prec, scaling), rows in scaling_groups(sweep).items():
         fig = stacked_panels(run, rows, cols, colors, ylabel)
         fig.suptitle("%s: %s, %s, %s scaling" % (title, model, prec, scaling))
         fig.tight_layout(rect=(0, 0.04, 1, 1))
@@ -364,6 +371,50 @@ def context_parallel(run, out):
              "and head, Ulysses its heads' Q, K, V and probabilities over whole sequences) and the bytes sent on "
              "the cp group per step (ring: cp-1 K/V blocks forward, cp-1 K/V blocks and dK/dV accumulators "
              "backward per layer; Ulysses: 4 + 4 all-to-alls per layer), beside the plan's figures.")]
+
+
+def _moe_label(r):
+    shard = dict(kv.split("=", 1) for kv in (r.get("strategy") or "").split(",") if "=" in kv).get("shard", "none")
+    return "%s %s %s" % (r.get("model"), r.get("mesh"), shard)
+
+
+def mixture_of_experts(run, out):
+    """Every sweep point of a mixture-of-experts model: throughput, the ep
+    all-to-all bytes per step beside the plan's (a balanced router's rows), and
+    the routing the run measured (fraction of choices dropped at capacity, the
+    busiest expert's rows over the mean), by mesh (dp vs ep) and capacity
+    factor / mode (the model's variant name)."""
+    rows = [r for r in ok(run["sweep"]) if (num(r, "moe_load_max_mean") or 0) > 0]
+    if not rows:
+        raise Skip("no sweep rows with a mixture-of-experts model")
+    plan = _plan_of(run["plan"])
+    rows = sorted(rows, key=lambda r: (r.get("model", ""), _axis(r, "ep"), _axis(r, "dp"), r.get("strategy", "")))
+    labels = [_moe_label(r) for r in rows]
+    x = list(range(len(rows)))
+    colors = ["#C44E52" if _axis(r, "ep") > 1 else "#4C72B0" for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(max(12, 1.2 * len(rows) + 4), 4.8))
+    axes[0].bar(x, [(num(r, "tokens_per_s") or 0) / 1e3 for r in rows], color=colors)
+    axes[0].set_ylabel("k tokens/s (red: expert parallel)")
+    unit = _measured_vs_plan(axes[1], rows, plan, "comm_ep_bytes", "#C44E52")
+    axes[1].set_ylabel("ep all-to-all bytes per step (%s)" % unit)
+    axes[1].legend(handles=[Patch(color="#C44E52", label="measured (max over ranks)"),
+                            Patch(facecolor="white", edgecolor="black", hatch="//", label="plan (balanced router)")],
+                   loc="upper right", fontsize=7)
+    axes[2].bar(x, [100 * (num(r, "moe_dropped") or 0) for r in rows], color=colors)
+    for i, r in enumerate(rows):
+        axes[2].annotate("%.2f" % (num(r, "moe_load_max_mean") or 0), (i, 100 * (num(r, "moe_dropped") or 0)),
+                         ha="center", va="bottom", fontsize=7)
+    axes[2].set_ylabel("choices dropped at capacity, % (label: max/mean expert load)")
+    for ax in axes:
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, fontsize=7, rotation=40, ha="right")
+    fig.suptitle("Mixture of experts: data vs expert parallel, capacity factor and mode")
+    return [(save(fig, out, "moe_ep.png"), "Mixture of experts: data and expert parallel",
+             "Per sweep point of an MoE model (tiny-moe variants: -cf<F> capacity factor, -local capacity): "
+             "throughput; the bytes of the expert-parallel all-to-alls per step (counts, dispatch and combine "
+             "forward and backward) beside the planner's balanced-router figure; and the routing measured over "
+             "the sweep's steps on every rank: the share of (token, choice) pairs dropped at capacity and, "
+             "labelled, the busiest expert's rows over the mean rows per expert (1 = balanced).")]
 
 
 def collectives(run, out):

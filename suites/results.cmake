@@ -3,7 +3,7 @@
 parabench_library(NAME pb_planner ALIAS pb::planner
   SOURCES planner/model_cost.cc planner/planner.cc planner/plan_output.cc
   DEPS pb::spec pb::data_parallel pb::expert_parallel pb::pipeline pb::tensor_parallel pb::reference pb::harness)
-parabench_test(NAME planner_test SOURCES planner/planner_test.cc DEPS pb::planner TIMEOUT 120)
+parabench_test(NAME planner_test SOURCES planner/planner_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
 
 parabench_library(NAME pb_report ALIAS pb::report
   SOURCES report/gate.cc report/validate.cc

@@ -210,14 +210,18 @@ MoeCapacity parse_capacity(const std::string& c) {
   return c == "global" ? MoeCapacity::global : MoeCapacity::local;
 }
 
-// A mixture-of-experts model's variant: E experts, top-k, capacity mode (the
-// model name says which, for the table and the baseline keys).
+// A mixture-of-experts model's variant: E experts, top-k, capacity mode, its
+// name the variant's (reference/model_config.h: "tiny-moe-e8-top1-local"
+// names what it runs, so the table and the baseline keys tell them apart).
 void set_moe(TrainConfig& c, int experts, int top_k, MoeCapacity cap) {
-  c.model.moe.experts = experts;
-  c.model.moe.top_k = top_k;
-  c.model.moe.capacity = cap;
-  if (experts != 4 || top_k != 2) c.model.name += "-e" + std::to_string(experts) + "-top" + std::to_string(top_k);
-  if (cap != MoeCapacity::global) c.model.name += "-local";
+  MoeConfig& m = c.model.moe;
+  std::string& name = c.model.name;
+  if (const size_t at = name.find("-local"); at != std::string::npos && at + 6 == name.size()) name.erase(at);
+  if (m.experts != experts || m.top_k != top_k) name += "-e" + std::to_string(experts) + "-top" + std::to_string(top_k);
+  m.experts = experts;
+  m.top_k = top_k;
+  m.capacity = cap;
+  if (cap != MoeCapacity::global) name += "-local";
 }
 
 // Mixture of experts (tiny-moe: block 0's MLP as 4 experts, top-2).

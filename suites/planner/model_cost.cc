@@ -54,6 +54,7 @@ ModelConfig planner_model(std::string_view name) {
   }
   for (const std::string& known : named_models())
     if (n == known) return named_model(known);
+  if (n.rfind("tiny-moe-", 0) == 0) return named_model(n);  // a variant (model_config.h)
   std::string all;
   for (const std::string& k : planner_model_names()) all += (all.empty() ? "" : ", ") + k;
   throw InputError("--model: unknown model '" + std::string(name) + "' (known: " + all + ")");

@@ -7,7 +7,11 @@
 
 #include <cmath>
 
+#include <mutex>
+
+#include "harness/comm/runner.h"
 #include "harness/status.h"
+#include "impl/expert_parallel/strategy.h"
 #include "impl/pipeline/simulator.h"
 #include "reference/layout.h"
 #include "reference/runner.h"
@@ -273,6 +277,72 @@ TEST(Planner, MixtureOfExpertsUnderDataParallelIsTheRunners) {
   t.shape = m;
   t.tp = 2;
   EXPECT_THROW(plan(t), InputError);
+}
+
+// Expert parallel: the plan's per-rank memory is what an expert-parallel
+// rank allocates, tag by tag (its peaks after two steps), over data options,
+// ep sizes, capacity modes and precisions; ep without MoE, or not dividing
+// the experts or dp, is refused.
+TEST(Planner, ExpertParallelMemoryIsTheRanks) {
+  struct Case { int dp, ep; dp::Shard shard; const char* model; Precision p; };
+  const Case cases[] = {{2, 2, dp::Shard::none, "tiny-moe", Precision::fp32},
+                        {4, 2, dp::Shard::zero3, "tiny-moe", Precision::bf16_mixed},
+                        {4, 4, dp::Shard::zero1, "tiny-moe-local", Precision::fp32},
+                        {4, 2, dp::Shard::zero2, "tiny-moe-e8-top1", Precision::fp32}};
+  for (const Case& c : cases) {
+    PlanInput in;
+    in.shape = named_model(c.model);
+    in.dp = c.dp;
+    in.ep = c.ep;
+    in.shard = c.shard;
+    in.seq = 16;
+    in.microbatch_size = 4;
+    in.global_batch = 4 * c.dp;
+    in.precision = c.p;
+    const PlanResult r = plan(in);
+    RunSpec s;
+    s.train.model = *in.shape;
+    s.train.precision = c.p;
+    s.train.seq = 16;
+    s.train.batch = 4 * c.dp;
+    s.train.steps = 2;
+    s.mesh.dp = c.dp;
+    s.mesh.ep = c.ep;
+    s.data.shard = c.shard;
+    ep::strategy().validate(s);
+    std::mutex mu;
+    int64_t peak[kNumMemTags] = {};
+    run_local(c.dp, [&](Communicator& w) {
+      std::unique_ptr<Rank> rank = ep::strategy().make_rank(s, w);
+      rank->step();
+      rank->step();
+      std::lock_guard lk(mu);
+      for (int t = 0; t < kNumMemTags; ++t)
+        peak[t] = std::max(peak[t], int64_t(rank->memory().peak(MemTag(t), Place::device)));
+    });
+    const std::string where = std::string(c.model) + " dp" + std::to_string(c.dp) + ".ep" + std::to_string(c.ep);
+    EXPECT_EQ(r.worst.params, peak[int(MemTag::params)]) << where;
+    EXPECT_EQ(r.worst.grads, peak[int(MemTag::grads)]) << where;
+    EXPECT_EQ(r.worst.optimizer, peak[int(MemTag::optimizer)]) << where;
+    EXPECT_EQ(r.worst.activations, peak[int(MemTag::activations)]) << where;
+    EXPECT_EQ(r.worst.comm, peak[int(MemTag::comm)]) << where;
+    EXPECT_EQ(r.worst.workspace, peak[int(MemTag::workspace)]) << where;
+    bool has_ep = false;
+    for (const CommRow& row : r.comm) has_ep |= row.group == "ep" && row.bytes > 0;
+    EXPECT_TRUE(has_ep) << where;
+  }
+  PlanInput bad;
+  bad.shape = named_model("tiny");
+  bad.dp = 2;
+  bad.ep = 2;
+  EXPECT_THROW(plan(bad), InputError);  // a dense model
+  bad.shape = named_model("tiny-moe");
+  bad.ep = 3;
+  bad.dp = 3;
+  EXPECT_THROW(plan(bad), InputError);  // 3 does not divide 4 experts
+  bad.ep = 4;
+  bad.dp = 2;
+  EXPECT_THROW(plan(bad), InputError);  // 4 does not divide dp 2
 }
 
 TEST(Planner, BadInputIsInputError) {

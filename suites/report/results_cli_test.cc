@@ -193,10 +193,11 @@ TEST(ResultsCli, ReportWritesPngsEmbeddedInHtml) {
     expect_png(e.path());
     EXPECT_NE(html.find(base64(slurp(e.path()))), std::string::npos) << e.path() << " not embedded";
   }
-  // Scaling, memory, comm, pipeline bubble, tensor parallel (activations and
-  // tp bytes), collectives, pipeline timeline, planner-vs-measured,
+  // Scaling, memory, comm (the small model's and tiny-moe's), pipeline
+  // bubble, tensor parallel (activations and tp bytes), context parallel,
+  // mixture of experts, collectives, pipeline timeline, planner-vs-measured,
   // conformance, loss.
-  EXPECT_EQ(pngs, 12);
+  EXPECT_EQ(pngs, 16);
   EXPECT_NE(html.find("Tensor parallel: activation memory per recompute mode and SP"), std::string::npos);
   EXPECT_NE(html.find("Pipeline bubble, measured vs declared"), std::string::npos);
   EXPECT_NE(html.find("Conformance ratios"), std::string::npos);
