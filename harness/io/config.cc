@@ -427,7 +427,8 @@ void ConfigReader::check_no_unknown_keys() const {
   const auto unread = unread_keys();
   if (unread.empty()) return;
   std::string msg = "config " + impl_->source + ": ";
-  for (size_t u = 0; u < unread.size(); ++u) {
+  constexpr size_t kShown = 10;  // a file of a million unknown keys gets a message, not a megabyte of one
+  for (size_t u = 0; u < std::min(unread.size(), kShown); ++u) {
     const std::string& key = unread[u];
     const std::string_view leaf = std::string_view(key).substr(key.rfind('.') + 1);
     std::string best;
@@ -441,6 +442,7 @@ void ConfigReader::check_no_unknown_keys() const {
     msg += "unknown key '" + key + "'";
     if (best_d <= std::max<size_t>(2, key.size() / 4)) msg += " (did you mean '" + best + "'?)";
   }
+  if (unread.size() > kShown) msg += "; and " + std::to_string(unread.size() - kShown) + " more unknown keys";
   throw InputError(msg);
 }
 

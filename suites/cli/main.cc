@@ -42,6 +42,18 @@ int main(int argc, char** argv) {
   register_sweep(app, reg, env);
   register_validate(app, reg, env);
 
+  // An unknown first word is named with the commands there are (CLI11 would
+  // only say that a subcommand is required).
+  std::string known;
+  bool found = false;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+    found |= argc > 1 && sub->check_name(argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !found) {
+    std::fprintf(stderr, "parabench: error: unknown command '%s' (commands: %s)\n", argv[1], known.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -129,6 +129,24 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
   }
 }
 
+// An unknown command is named with the commands there are; a config of
+// 200,000 unknown keys gets a message of ten of them and a count, not
+// megabytes.
+TEST(ResultsCli, UnknownCommandAndHugeUnknownKeyListsAreNamedBriefly) {
+  EXPECT_EQ(run(kExe + " frobnicate --dp 2"), 2);
+  EXPECT_NE(slurp(kDir / "last.log").find("unknown command 'frobnicate' (commands: "), std::string::npos)
+      << slurp(kDir / "last.log");
+  const fs::path big = kDir / "unknown_keys.toml";
+  {
+    std::ofstream f(big);
+    for (int i = 0; i < 200000; ++i) f << "key_" << i << " = 1\n";
+  }
+  EXPECT_EQ(run(kExe + " train --config " + big.string()), 2);
+  const std::string log = slurp(kDir / "last.log");
+  EXPECT_LT(log.size(), 4096u);
+  EXPECT_NE(log.find("and 199990 more unknown keys"), std::string::npos) << log;
+}
+
 TEST(ResultsCli, GateExitCodes) {
   const std::string base = fixture("base"), same = fixture("same");
   const std::string slow = fixture("slow", "--doctor-throughput -0.2");
