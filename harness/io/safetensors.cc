@@ -116,16 +116,22 @@ std::string SafetensorsWriter::serialize() const {
 void SafetensorsWriter::write(const std::string& path) const {
   const std::string tmp = path + ".tmp";
   const std::string image = serialize();
+  // A failed write or rename leaves neither a torn file nor the temporary.
+  auto fail = [&](const std::string& why) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw InputError("safetensors " + path + ": " + why);
+  };
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) throw InputError("safetensors " + path + ": cannot open " + tmp + " for writing");
     f.write(image.data(), std::streamsize(image.size()));
     f.flush();
-    if (!f) throw InputError("safetensors " + path + ": write to " + tmp + " failed");
+    if (!f) fail("write to " + tmp + " failed");
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw InputError("safetensors " + path + ": cannot rename " + tmp + ": " + ec.message());
+  if (ec) fail("cannot rename " + tmp + ": " + ec.message());
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {

@@ -149,6 +149,16 @@ TEST(Safetensors, ReadByPython) {
   EXPECT_EQ(j["tensors"]["scalar"]["values"], nlohmann::json::array({42.0}));
 }
 
+// A write that cannot complete (the target is a directory) throws and leaves
+// no temporary behind.
+TEST(Safetensors, FailedWriteLeavesNoTemporary) {
+  const fs::path dir = fs::temp_directory_path() / ("pb_st_dir_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "inside");
+  EXPECT_THROW(sample_writer().write(dir.string()), InputError);
+  EXPECT_FALSE(fs::exists(dir.string() + ".tmp"));
+  fs::remove_all(dir);
+}
+
 TEST(Safetensors, FileRoundTripAndMissingFile) {
   const fs::path path = fs::temp_directory_path() / ("pb_st_rt_" + std::to_string(::getpid()) + ".safetensors");
   sample_writer().write(path.string());
