@@ -2,6 +2,9 @@
 // [strategy] table, the strategy under the conformance engine), prints a
 // per-step table and writes train_step rows to OUT/<run id>/train.csv.
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <cstdio>
 #include <memory>
 
@@ -23,27 +26,28 @@ namespace {
 struct TrainFlags {
   ConfigFlags cfg;
   std::string model, precision;
-  int steps = 0, batch = 0, seq = 0, microbatches = 0, threads = 0;
-  double lr = 0;
-  int64_t seed = -1;
+  // Given or not (0 and -1 are values, refused by the checks below, not "unset").
+  std::optional<int> steps, batch, seq, microbatches, threads;
+  std::optional<double> lr;
+  std::optional<int64_t> seed;
   bool quiet = false;
   std::string run_dir;
-  int dp = 0;
+  std::optional<int> dp;
   std::string shard, backend, mesh, strategy;
 };
 
 void apply_flags(const TrainFlags& f, ConfigReader& r) {
   if (!f.model.empty()) r.set("model.name", f.model);
   if (!f.precision.empty()) r.set("train.precision", f.precision);
-  if (f.steps) r.set("train.steps", f.steps);
-  if (f.batch) r.set("train.batch", f.batch);
-  if (f.seq) r.set("train.seq", f.seq);
-  if (f.microbatches) r.set("train.microbatches", f.microbatches);
-  if (f.threads) r.set("train.threads", f.threads);
-  if (f.lr) r.set("optim.lr", f.lr);
-  if (f.seed >= 0) r.set("train.seed", f.seed);
+  if (f.steps) r.set("train.steps", *f.steps);
+  if (f.batch) r.set("train.batch", *f.batch);
+  if (f.seq) r.set("train.seq", *f.seq);
+  if (f.microbatches) r.set("train.microbatches", *f.microbatches);
+  if (f.threads) r.set("train.threads", *f.threads);
+  if (f.lr) r.set("optim.lr", *f.lr);
+  if (f.seed) r.set("train.seed", *f.seed);
   if (!f.mesh.empty()) r.set("strategy.mesh", f.mesh);
-  if (f.dp) r.set("strategy.mesh", "dp" + std::to_string(f.dp));
+  if (f.dp) r.set("strategy.mesh", "dp" + std::to_string(*f.dp));
   if (!f.shard.empty()) r.set("strategy.shard", f.shard);
 }
 
@@ -177,18 +181,28 @@ void register_train(CLI::App& root, Registry& reg, const Env& env) {
   add_config_flags(app, f->cfg);
   app->add_option("--model", f->model, "named model shape (tiny, small, medium, gpt2-124m, ...)");
   app->add_option("--precision", f->precision, "fp64 | fp32 | bf16-mixed");
-  app->add_option("--steps", f->steps, "training steps");
-  app->add_option("--batch", f->batch, "global batch (sequences)");
-  app->add_option("--seq", f->seq, "tokens per sequence");
-  app->add_option("--microbatches", f->microbatches, "gradient accumulation steps");
-  app->add_option("--threads", f->threads, "BLAS threads per rank");
-  app->add_option("--lr", f->lr, "peak learning rate");
-  app->add_option("--seed", f->seed, "init seed");
+  // Every given value is checked here, naming the flag (CLI11's message).
+  const auto positive = CLI::Range(1, 1 << 30);
+  const CLI::Validator finite_positive(
+      [](std::string& v) {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        return end && *end == 0 && std::isfinite(x) && x > 0 ? std::string()
+                                                               : "must be a finite number > 0, got '" + v + "'";
+      },
+      "FINITE>0");
+  app->add_option("--steps", f->steps, "training steps")->check(positive);
+  app->add_option("--batch", f->batch, "global batch (sequences)")->check(positive);
+  app->add_option("--seq", f->seq, "tokens per sequence")->check(positive);
+  app->add_option("--microbatches", f->microbatches, "gradient accumulation steps")->check(positive);
+  app->add_option("--threads", f->threads, "BLAS threads per rank")->check(CLI::Range(1, 1024));
+  app->add_option("--lr", f->lr, "peak learning rate")->check(finite_positive);
+  app->add_option("--seed", f->seed, "init seed")->check(CLI::Range(int64_t(0), int64_t(1) << 62));
   app->add_flag("--quiet", f->quiet, "no per-step table");
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");
   app->add_option("--mesh", f->mesh, "the mesh, e.g. dp2.pp2 (runs the strategy under the conformance engine)");
   app->add_option("--strategy", f->strategy, "strategy options, e.g. shard=zero3,prefetch=2 or schedule=zb-h1");
-  app->add_option("--dp", f->dp, "data-parallel ranks: --mesh dp<N>");
+  app->add_option("--dp", f->dp, "data-parallel ranks: --mesh dp<N>")->check(CLI::Range(1, 1 << 20));
   app->add_option("--shard", f->shard, "none | zero1 | zero2 | zero3 | hsdp | hzero");
   app->add_option("--backend", f->backend, "local or mpi (default: mpi under mpirun, else local)");
   reg.push_back({app, [f, &env] {

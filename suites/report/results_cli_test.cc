@@ -147,6 +147,24 @@ TEST(ResultsCli, UnknownCommandAndHugeUnknownKeyListsAreNamedBriefly) {
   EXPECT_NE(log.find("and 199990 more unknown keys"), std::string::npos) << log;
 }
 
+// train's numeric flags: 0 and -1 are values (refused), not "not given";
+// non-finite and overflowing numbers are refused; each names its flag and
+// writes no rows.
+TEST(ResultsCli, TrainOutOfRangeFlagsExit2NamingTheFlag) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--steps 0", "--steps"},        {"--batch 0", "--batch"},     {"--seq 0", "--seq"},
+      {"--dp 0", "--dp"},              {"--threads 0", "--threads"}, {"--lr 0", "--lr"},
+      {"--seed -1", "--seed"},         {"--lr inf", "--lr"},         {"--lr nan", "--lr"},
+      {"--batch 2000000000", "--batch"}, {"--microbatches -1", "--microbatches"}, {"--steps 1e3", "--steps"}};
+  const fs::path out = kDir / "train_bad";
+  fs::remove_all(out);
+  for (const auto& [flags, says] : cases) {
+    EXPECT_EQ(run(kExe + " train " + flags + " --out " + out.string()), 2) << flags;
+    EXPECT_NE(slurp(kDir / "last.log").find(says), std::string::npos) << flags << "\n" << slurp(kDir / "last.log");
+  }
+  EXPECT_FALSE(fs::exists(out)) << "a refused run wrote results";
+}
+
 TEST(ResultsCli, GateExitCodes) {
   const std::string base = fixture("base"), same = fixture("same");
   const std::string slow = fixture("slow", "--doctor-throughput -0.2");
