@@ -158,36 +158,38 @@ int run_plan(PlanFlags& f, const Env& env) {
 void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   auto f = std::make_shared<PlanFlags>();
   CLI::App* app = root.add_subcommand("plan", "analytic memory / comm / time at any scale (no run)");
+  // A given size is a size: 0 is refused naming the flag, not read as "not given".
+  const auto kPositive = CLI::Range(int64_t(1), int64_t(1) << 40);
   app->add_option("--model", f->model, "named model (" + [] {
     std::string s;
     for (const auto& n : planner::planner_model_names()) s += (s.empty() ? "" : ", ") + n;
     return s;
   }() + ")");
-  app->add_option("--layers", f->layers, "custom shape: transformer blocks L");
-  app->add_option("--channels", f->channels, "custom shape: channels C");
-  app->add_option("--heads", f->heads, "custom shape: attention heads NH");
-  app->add_option("--vocab", f->vocab, "custom shape: vocabulary V (default 50257)");
-  app->add_option("--seq", f->seq, "tokens per sequence (default: the model's context; custom 1024)");
+  app->add_option("--layers", f->layers, "custom shape: transformer blocks L")->check(kPositive);
+  app->add_option("--channels", f->channels, "custom shape: channels C")->check(kPositive);
+  app->add_option("--heads", f->heads, "custom shape: attention heads NH")->check(kPositive);
+  app->add_option("--vocab", f->vocab, "custom shape: vocabulary V (default 50257)")->check(kPositive);
+  app->add_option("--seq", f->seq, "tokens per sequence (default: the model's context; custom 1024)")->check(kPositive);
   app->add_option("--params", f->params, "parameter count only (e.g. 7e9, 175B, 1T): model states and DP");
   app->add_option("--mesh", f->mesh, "the mesh in the run spec's text form, e.g. dp12.tp8.pp16.rpn8");
   app->add_option("--strategy", f->strategy, "strategy options in the run spec's text form, e.g. "
                                              "shard=zero1,schedule=interleaved,virtual_stages=2");
-  app->add_option("--dp", f->in.dp, "data-parallel size");
-  app->add_option("--tp", f->in.tp, "tensor-parallel size");
-  app->add_option("--ep", f->in.ep, "expert-parallel size (a mixture-of-experts model; divides dp and the experts)");
-  app->add_option("--cp", f->in.cp, "context-parallel size (ring attention)");
-  app->add_option("--pp", f->in.pp, "pipeline-parallel size");
+  app->add_option("--dp", f->in.dp, "data-parallel size")->check(kPositive);
+  app->add_option("--tp", f->in.tp, "tensor-parallel size")->check(kPositive);
+  app->add_option("--ep", f->in.ep, "expert-parallel size (a mixture-of-experts model; divides dp and the experts)")->check(kPositive);
+  app->add_option("--cp", f->in.cp, "context-parallel size (ring attention)")->check(kPositive);
+  app->add_option("--pp", f->in.pp, "pipeline-parallel size")->check(kPositive);
   app->add_flag("--sp", f->in.sp, "Megatron sequence parallel (with --tp)");
   app->add_option("--shard", f->shard, "none (DDP)|zero1|zero2|zero3|hsdp|hzero (default none)");
-  app->add_option("--shard-group", f->in.hsdp_group, "hsdp shard group size F (default: dp ranks per node)");
+  app->add_option("--shard-group", f->in.hsdp_group, "hsdp shard group size F (default: dp ranks per node)")->check(kPositive);
   app->add_option("--offload", f->offload, "none|optimizer");
   app->add_option("--precision", f->precision, "fp64|fp32|bf16-mixed (default bf16-mixed)");
-  app->add_option("--microbatch-size", f->in.microbatch_size, "sequences per microbatch (default 1)");
-  app->add_option("--global-batch", f->in.global_batch, "sequences per step (default dp*microbatch-size*pp)");
+  app->add_option("--microbatch-size", f->in.microbatch_size, "sequences per microbatch (default 1)")->check(kPositive);
+  app->add_option("--global-batch", f->in.global_batch, "sequences per step (default dp*microbatch-size*pp)")->check(kPositive);
   app->add_option("--recompute", f->recompute, "none|selective|full");
   app->add_flag("--dropout", f->in.dropout, "count dropout masks (Megatron's GPT; the canonical model has none)");
   app->add_option("--schedule", f->schedule, "gpipe|1f1b|interleaved|zb-h1|2bw (default 1f1b)");
-  app->add_option("--virtual-stages", f->in.virtual_stages, "model chunks per rank (interleaved)");
+  app->add_option("--virtual-stages", f->in.virtual_stages, "model chunks per rank (interleaved)")->check(kPositive);
   app->add_flag("--overlap", f->in.overlap, "DP and CP comm overlap compute (only the excess is exposed)");
   app->add_option("--peak-tflops", f->in.hw.peak_tflops, "per-rank peak TFLOP/s (enables the time estimate)");
   app->add_option("--bw-intra", f->in.hw.bw_intra_GBps, "per-rank intra-node bandwidth, GB/s");
@@ -197,7 +199,7 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "fraction of the peak the model's GEMMs reach, in (0, 1] (default 1)");
   app->add_option("--mem-bw", f->in.hw.mem_bw_GBps,
                   "per-rank device-memory bandwidth, GB/s: times the non-GEMM work (default 0: not timed)");
-  app->add_option("--ranks-per-node", f->in.ranks_per_node, "ranks per node (default: all on one node)");
+  app->add_option("--ranks-per-node", f->in.ranks_per_node, "ranks per node (default: all on one node)")->check(kPositive);
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   reg.push_back({app, [f, env] { return run_plan(*f, env); }});
 }

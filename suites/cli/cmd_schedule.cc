@@ -147,7 +147,7 @@ void register_schedule(CLI::App& root, Registry& reg, const Env& /*env*/) {
   sub->add_option("--microbatches", opts->microbatches, "microbatches m per step")->required();
   sub->add_option("--schedule", opts->schedule, "gpipe | 1f1b | interleaved | zb-h1 | 2bw")->required();
   sub->add_option("--virtual-stages", opts->virtual_stages, "model chunks per rank v (interleaved)");
-  sub->add_option("--steps", opts->steps, "optimizer steps in the window (2bw; default 2)");
+  sub->add_option("--steps", opts->steps, "optimizer steps in the window (2bw; default 2)")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--costs", opts->costs, "F,B,W cost of a microbatch through a full stage (default 1,1,1)");
   sub->add_option("--p2p", opts->p2p, "latency of one send -> receive (default 0)");
   sub->add_option("--csv", opts->csv, "write the timeline CSV (rank,action,microbatch,chunk,start,end)");

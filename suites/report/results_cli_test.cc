@@ -156,6 +156,13 @@ TEST(ResultsCli, TrainOutOfRangeFlagsExit2NamingTheFlag) {
       {"--dp 0", "--dp"},              {"--threads 0", "--threads"}, {"--lr 0", "--lr"},
       {"--seed -1", "--seed"},         {"--lr inf", "--lr"},         {"--lr nan", "--lr"},
       {"--batch 2000000000", "--batch"}, {"--microbatches -1", "--microbatches"}, {"--steps 1e3", "--steps"}};
+  // plan and schedule: a given size of 0 is refused too.
+  for (const char* flags : {"plan --model tiny --seq 0", "plan --model tiny --dp 0", "plan --model tiny --global-batch 0",
+                            "plan --layers 0 --channels 8 --heads 2", "plan --model tiny --ep 0",
+                            "schedule --schedule 1f1b --pp 2 --microbatches 4 --steps 0"}) {
+    EXPECT_EQ(run(kExe + " " + flags), 2) << flags;
+    EXPECT_NE(slurp(kDir / "last.log").find("not in range 1"), std::string::npos) << flags << "\n" << slurp(kDir / "last.log");
+  }
   const fs::path out = kDir / "train_bad";
   fs::remove_all(out);
   for (const auto& [flags, says] : cases) {
