@@ -107,6 +107,11 @@ T extract_scalar(const toml::node& n, const std::string& key) {
     if (*v < INT_MIN || *v > INT_MAX)
       throw InputError(key + ": must fit in a 32-bit integer, got " + std::to_string(*v));
     return int(*v);
+  } else if constexpr (std::is_same_v<T, double>) {
+    // inf and nan are never a setting: every float a config gives must be finite
+    // (lr = inf trained into NaN; clip = nan turned clipping off).
+    if (!std::isfinite(*v)) throw InputError(key + ": must be a finite number, got " + fmt_num(*v));
+    return *v;
   } else {
     return *v;
   }

@@ -88,6 +88,21 @@ TEST(Config, IntRange) {
   EXPECT_EQ(c.require<int64_t>("big"), 5000000000);
 }
 
+// A float that is not finite is refused wherever a float is read, naming the key.
+TEST(Config, NonFiniteFloatsAreRefused) {
+  auto c = ConfigReader::from_string("a = inf\nb = -inf\nc = nan\nd = [1.0, nan]\ne = 2.5\n");
+  for (const char* k : {"a", "b", "c"}) {
+    try {
+      (void)c.get<double>(k, 0.0);
+      ADD_FAILURE() << k;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(k) + ": must be a finite number"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW((void)c.get<std::vector<double>>("d", {}), InputError);
+  EXPECT_EQ(c.get<double>("e", 0.0), 2.5);
+}
+
 TEST(Config, UnknownKeysWithSuggestion) {
   auto c = ConfigReader::from_string("[model]\nhiden = 64\nlayers = 2\n[train]\nlayers = 3\n", "x.toml");
   EXPECT_EQ(c.get<int64_t>("model.hidden", 32), 32);
