@@ -1,6 +1,7 @@
 #include "reference/model_config.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -76,23 +77,31 @@ bool moe_variant(std::string_view name, ModelConfig& m) {
   if (rest.empty() || rest.back() == '-') throw bad("an empty variant");
   std::stringstream ss(rest);
   for (std::string part; std::getline(ss, part, '-');) {
-    auto number = [&](size_t skip) {
-      const std::string v = part.substr(skip);
-      char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || !end || *end || !std::isfinite(x) || x <= 0 || x > 1e6) throw bad("'" + part + "' needs a positive number");
-      return x;
+    // Plain decimals only (no sign, exponent, hex or spaces): one spelling per
+    // model, so one configuration has one name.
+    auto digits = [](const std::string& v, bool point) {
+      size_t dots = 0;
+      for (char ch : v) {
+        if (ch == '.' && point) ++dots;
+        else if (ch < '0' || ch > '9') return false;
+      }
+      return !v.empty() && dots <= 1 && v.front() != '.' && v.back() != '.' && (v.size() == 1 || v[0] != '0' || v[1] == '.');
     };
     std::string key = part == "local" ? "local" : part.rfind("top", 0) == 0 ? "top" : part.rfind("cf", 0) == 0 ? "cf"
                                                    : part.rfind("e", 0) == 0 ? "e" : "";
     if (key.empty()) throw bad("unknown variant '" + part + "'");
     if (!seen.insert(key).second) throw bad("'" + key + "' given twice");
-    if (key == "local") m.moe.capacity = MoeCapacity::local;
-    if (key == "cf") m.moe.capacity_factor = number(2);
-    if (key == "top" || key == "e") {
-      const double x = number(key.size());
-      if (x != std::floor(x) || x > 1024) throw bad("'" + part + "' needs a whole number <= 1024");
-      (key == "top" ? m.moe.top_k : m.moe.experts) = int(x);
+    const std::string v = key == "local" ? "" : part.substr(key.size());
+    if (key == "local") {
+      m.moe.capacity = MoeCapacity::local;
+    } else if (key == "cf") {
+      if (!digits(v, true) || !(std::strtod(v.c_str(), nullptr) > 0) || v.size() > 12)
+        throw bad("'" + part + "' needs a plain decimal > 0 (e.g. cf1.5)");
+      m.moe.capacity_factor = std::strtod(v.c_str(), nullptr);
+    } else {
+      if (!digits(v, false) || v.size() > 4 || std::stoi(v) < 1 || std::stoi(v) > 1024)
+        throw bad("'" + part + "' needs a whole number in [1, 1024] without leading zeros");
+      (key == "top" ? m.moe.top_k : m.moe.experts) = std::stoi(v);
     }
   }
   if (m.moe.top_k > m.moe.experts) throw bad("top-" + std::to_string(m.moe.top_k) + " of " + std::to_string(m.moe.experts) + " experts");
@@ -100,6 +109,19 @@ bool moe_variant(std::string_view name, ModelConfig& m) {
 }
 
 }  // namespace
+
+std::string moe_variant_name(const ModelConfig& m) {
+  if (m.moe.experts == 0 || m.name.rfind("tiny-moe", 0) != 0) return m.name;
+  std::string n = "tiny-moe";
+  if (m.moe.experts != 4 || m.moe.top_k != 2) n += "-e" + std::to_string(m.moe.experts) + "-top" + std::to_string(m.moe.top_k);
+  if (m.moe.capacity_factor != 1.25) {
+    char cf[32];
+    std::snprintf(cf, sizeof cf, "%g", m.moe.capacity_factor);
+    n += std::string("-cf") + cf;
+  }
+  if (m.moe.capacity == MoeCapacity::local) n += "-local";
+  return n;
+}
 
 ModelConfig named_model(std::string_view name) {
   ModelConfig m;

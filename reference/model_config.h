@@ -71,6 +71,10 @@ double model_flops_per_step(const ModelConfig& m, int64_t B, int64_t T);
 // capacity (e.g. "tiny-moe-e8-top1-local", "tiny-moe-cf2"); the name is kept
 // as given. InputError naming model.name otherwise.
 ModelConfig named_model(std::string_view name);
+// The canonical variant name of a tiny-moe shape (named_model of it gives it
+// back): "tiny-moe", then "-e<E>-top<k>" unless 4 and 2, "-cf<F>" unless
+// 1.25, "-local" for local capacity. Other models: their name.
+std::string moe_variant_name(const ModelConfig& m);
 std::vector<std::string> named_models();
 
 }  // namespace pb

@@ -214,8 +214,15 @@ TEST(MoeNames, VariantsSetTheirFieldsAndBadOnesAreRefused) {
   EXPECT_EQ(b.moe.experts, 4);
   for (const char* bad : {"tiny-moe-", "tiny-moe-cf", "tiny-moe-cf0", "tiny-moe-cf-1", "tiny-moe-cfinf", "tiny-moe-cfnan",
                           "tiny-moe-e8-e4", "tiny-moe-top3-e2", "tiny-moe-e1.5", "tiny-moe-x", "tiny-moe-e0", "tiny-moe-e4096",
-                          "tiny-moex"})
+                          "tiny-moex", "tiny-moe-e08", "tiny-moe-e1e1", "tiny-moe-top+1", "tiny-moe-cf.5", "tiny-moe-e0x8",
+                          "tiny-moe-e 8", "tiny-moe-cf1e1"})
     EXPECT_THROW(named_model(bad), InputError) << bad;
+  // One spelling per configuration: the canonical name parses back to itself.
+  for (const char* n : {"tiny-moe", "tiny-moe-local", "tiny-moe-e8-top1", "tiny-moe-e8-top1-cf2-local", "tiny-moe-cf1.5"}) {
+    EXPECT_EQ(moe_variant_name(named_model(n)), n);
+    EXPECT_EQ(named_model(moe_variant_name(named_model(n))).moe.capacity_factor, named_model(n).moe.capacity_factor);
+  }
+  EXPECT_EQ(moe_variant_name(named_model("tiny-moe-local-top1-e8")), "tiny-moe-e8-top1-local");
 }
 
 }  // namespace

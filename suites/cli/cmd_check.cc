@@ -215,13 +215,10 @@ MoeCapacity parse_capacity(const std::string& c) {
 // names what it runs, so the table and the baseline keys tell them apart).
 void set_moe(TrainConfig& c, int experts, int top_k, MoeCapacity cap) {
   MoeConfig& m = c.model.moe;
-  std::string& name = c.model.name;
-  if (const size_t at = name.find("-local"); at != std::string::npos && at + 6 == name.size()) name.erase(at);
-  if (m.experts != experts || m.top_k != top_k) name += "-e" + std::to_string(experts) + "-top" + std::to_string(top_k);
   m.experts = experts;
   m.top_k = top_k;
   m.capacity = cap;
-  if (cap != MoeCapacity::global) name += "-local";
+  c.model.name = moe_variant_name(c.model);
 }
 
 // Mixture of experts (tiny-moe: block 0's MLP as 4 experts, top-2).
@@ -229,7 +226,7 @@ void set_moe(TrainConfig& c, int experts, int top_k, MoeCapacity cap) {
 // global, and 8 experts top-1 at dp2 (global).
 // Expert parallel, at each --ep: dp = ep (edp 1) DDP x each capacity, 8
 // experts top-1 (local), dp 2ep ZeRO-1 (edp 2, the last capacity); at the
-// first --ep, dp 4:
+// first --ep of 2 or more, dp 2ep (dp4 at ep 2):
 // every --shard on both components (hsdp: shard groups of 2 dp ranks, 1
 // expert rank; hzero: 2 nodes) and ZeRO-2 + offload (global), 8 experts
 // top-2 ZeRO-3 at dp = ep = 4.
@@ -260,11 +257,14 @@ void moe_points(const CheckFlags& f, const std::string& prec, std::vector<Strate
     runs.push_back(moe(ep_mesh(ep, ep), dp::Shard::none, MoeCapacity::local, 8, 1));
     runs.push_back(moe(ep_mesh(2 * ep, ep), dp::Shard::zero1, caps.empty() ? MoeCapacity::global : caps.back()));
   }
-  if (f.eps.empty() || f.eps.front() < 2) return;
-  const int ep = f.eps.front();
+  // Every --shard at the first --ep of 2 or more, on dp = 2 ep ranks (edp 2:
+  // hZeRO's two nodes hold one rank of each edp group each).
+  const auto first = std::find_if(f.eps.begin(), f.eps.end(), [](int e) { return e >= 2; });
+  if (first == f.eps.end()) return;
+  const int ep = *first;
   for (const auto& sh : f.shards) {
     const dp::Shard shard = dp::parse_shard(sh, "--shard");
-    StrategyRun s = moe(ep_mesh(4, ep, shard == dp::Shard::hzero ? 2 : 0), shard, MoeCapacity::global);
+    StrategyRun s = moe(ep_mesh(2 * ep, ep, shard == dp::Shard::hzero ? ep : 0), shard, MoeCapacity::global);
     if (shard == dp::Shard::hsdp) s.spec.data.shard_group = 2;
     runs.push_back(s);
     if (shard == dp::Shard::zero2) {
@@ -446,7 +446,7 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
       ->capture_default_str();
   app->add_option("--cp", f->cps, "context-parallel sizes (tiny-tp unless --model names another)")
       ->capture_default_str();
-  app->add_option("--ep", f->eps, "expert-parallel sizes (tiny-moe points; divide 8)")->capture_default_str();
+  app->add_option("--ep", f->eps, "expert-parallel sizes (tiny-moe points; divide 4)")->capture_default_str();
   app->add_option("--moe-capacity", f->capacities, "MoE capacity modes for tiny-moe points: global, local")
       ->capture_default_str();
   app->add_option("--mesh", f->meshes,

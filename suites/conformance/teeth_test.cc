@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <set>
-#include <tuple>
 
 #include "impl/data_parallel/replay.h"
 #include "suites/conformance/teeth.h"
@@ -131,26 +130,40 @@ TEST(Teeth, EveryMixtureOfExpertsFaultIsCaughtAtEveryPrecision) {
   }
 }
 
+// One MoE no-false-alarm config (tiny-moe, 4 sequences per dp rank) at a
+// seed; ep 1: data parallel.
+struct MoeCase {
+  dp::Shard shard;
+  MoeCapacity cap;
+  int dp, ep;
+};
+int expect_moe_passes_over_seeds(const MoeCase& c, Precision p, int seeds) {
+  for (uint64_t seed = 1; seed <= uint64_t(seeds); ++seed) {
+    StrategyRun s = dp_case(c.shard, 1, p);
+    s.spec.mesh.dp = c.dp;
+    s.spec.mesh.ep = c.ep;
+    s.spec.mesh.ranks_per_node = 0;
+    s.spec.train.model = named_model("tiny-moe");
+    s.spec.train.model.moe.capacity = c.cap;
+    s.spec.train.batch = 4 * c.dp;
+    s.spec.train.seed = seed;
+    s.spec.train.data.seed = seed;
+    const ConformanceResult r = run_conformance(s);
+    EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
+  }
+  return seeds;
+}
+
 // No false alarm for MoE under data parallel (global capacity: rule-only;
 // local: bitwise): 10 seeds x 4 configs x both precisions.
 TEST(Teeth, MixtureOfExpertsNoFalseAlarmOverTenSeeds) {
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
-    for (auto [shard, cap] : {std::pair{dp::Shard::none, MoeCapacity::global}, std::pair{dp::Shard::zero3, MoeCapacity::global},
-                              std::pair{dp::Shard::zero1, MoeCapacity::local}, std::pair{dp::Shard::zero2, MoeCapacity::global}})
-      for (uint64_t seed = 1; seed <= 10; ++seed) {
-        StrategyRun s = dp_case(shard, 1, p);
-        s.spec.mesh.dp = shard == dp::Shard::zero2 ? 4 : 2;
-        s.spec.mesh.ranks_per_node = 0;
-        s.spec.train.model = named_model("tiny-moe");
-        s.spec.train.model.moe.capacity = cap;
-        s.spec.train.batch = 4 * s.spec.mesh.dp;
-        s.spec.train.seed = seed;
-        s.spec.train.data.seed = seed;
-        const ConformanceResult r = run_conformance(s);
-        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
-        ++runs;
-      }
+    for (const MoeCase& c : {MoeCase{dp::Shard::none, MoeCapacity::global, 2, 1},
+                             MoeCase{dp::Shard::zero3, MoeCapacity::global, 2, 1},
+                             MoeCase{dp::Shard::zero1, MoeCapacity::local, 2, 1},
+                             MoeCase{dp::Shard::zero2, MoeCapacity::global, 4, 1}})
+      runs += expect_moe_passes_over_seeds(c, p, 10);
   EXPECT_EQ(runs, 2 * 4 * 10);
 }
 
@@ -159,23 +172,10 @@ TEST(Teeth, MixtureOfExpertsNoFalseAlarmOverTenSeeds) {
 TEST(Teeth, ExpertParallelNoFalseAlarmOverTenSeeds) {
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
-    for (auto [shard, cap, dp] : {std::tuple{dp::Shard::none, MoeCapacity::global, 4},
-                                  std::tuple{dp::Shard::zero3, MoeCapacity::global, 4},
-                                  std::tuple{dp::Shard::zero1, MoeCapacity::local, 2}})
-      for (uint64_t seed = 1; seed <= 10; ++seed) {
-        StrategyRun s = dp_case(shard, 1, p);
-        s.spec.mesh.dp = dp;
-        s.spec.mesh.ep = 2;
-        s.spec.mesh.ranks_per_node = 0;
-        s.spec.train.model = named_model("tiny-moe");
-        s.spec.train.model.moe.capacity = cap;
-        s.spec.train.batch = 4 * dp;
-        s.spec.train.seed = seed;
-        s.spec.train.data.seed = seed;
-        const ConformanceResult r = run_conformance(s);
-        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
-        ++runs;
-      }
+    for (const MoeCase& c : {MoeCase{dp::Shard::none, MoeCapacity::global, 4, 2},
+                             MoeCase{dp::Shard::zero3, MoeCapacity::global, 4, 2},
+                             MoeCase{dp::Shard::zero1, MoeCapacity::local, 2, 2}})
+      runs += expect_moe_passes_over_seeds(c, p, 10);
   EXPECT_EQ(runs, 2 * 3 * 10);
 }
 

@@ -7,6 +7,7 @@
 #include "suites/planner/planner.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 
 #include "harness/status.h"
@@ -360,6 +361,10 @@ PlanResult plan(const PlanInput& in) {
 
   std::optional<ep::StateCosts> eps;
   if (in.ep > 1) {
+    // The expert-parallel rank's own cost functions take a run spec (32-bit sizes).
+    require(r.global_batch <= INT32_MAX && r.seq <= INT32_MAX && in.ranks_per_node <= INT32_MAX,
+            "--global-batch: expert parallel plans take at most 2^31-1 sequences (got " +
+                std::to_string(r.global_batch) + ")");
     const RunSpec spec = ep_spec(in, r.seq, r.microbatches, r.global_batch);
     ep::validate(spec);
     eps = ep::state_costs(spec);
@@ -382,8 +387,10 @@ PlanResult plan(const PlanInput& in) {
     const int64_t rows = ep::balanced_rows(*in.shape, in.microbatch_size * r.seq, moe_scope_tokens(in, r.seq));
     const int64_t both = ep::a2a_bytes(*in.shape, n, n * rows, n * rows, elem_bytes(in.precision));
     const int64_t bwd = ep::a2a_bytes(*in.shape, 0, n * rows, n * rows, elem_bytes(in.precision)) / 2;
-    add_row(r.comm, "ep", "fwd", "all_to_all", in.ep, 3 * n, both - bwd, false);
-    add_row(r.comm, "ep", "bwd", "all_to_all", in.ep, 2 * n, bwd, false);
+    // An ep group is ep consecutive ranks: it spans nodes when a node holds fewer.
+    const bool inter = in.ranks_per_node > 0 && in.ranks_per_node < in.ep;
+    add_row(r.comm, "ep", "fwd", "all_to_all", in.ep, 3 * n, both - bwd, inter);
+    add_row(r.comm, "ep", "bwd", "all_to_all", in.ep, 2 * n, bwd, inter);
   }
   if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
   if (moe_scope_tokens(in, r.seq) > 0) {  // routing counts gathered and probability sums reduced, per MoE block

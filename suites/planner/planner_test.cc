@@ -331,6 +331,22 @@ TEST(Planner, ExpertParallelMemoryIsTheRanks) {
     for (const CommRow& row : r.comm) has_ep |= row.group == "ep" && row.bytes > 0;
     EXPECT_TRUE(has_ep) << where;
   }
+  // An ep group of consecutive ranks spans nodes when a node holds fewer.
+  PlanInput nodes;
+  nodes.shape = named_model("tiny-moe");
+  nodes.dp = 4;
+  nodes.ep = 4;
+  nodes.seq = 16;
+  nodes.ranks_per_node = 2;
+  for (const CommRow& row : plan(nodes).comm)
+    if (row.group == "ep") {
+      EXPECT_TRUE(row.inter_node);
+    }
+  nodes.ranks_per_node = 4;
+  for (const CommRow& row : plan(nodes).comm)
+    if (row.group == "ep") {
+      EXPECT_FALSE(row.inter_node);
+    }
   PlanInput bad;
   bad.shape = named_model("tiny");
   bad.dp = 2;
