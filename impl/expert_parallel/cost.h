@@ -11,7 +11,7 @@
 //    the E per-expert counts (8 bytes each), and of rows of C elements:
 //    dispatch (this rank's admitted choices) and combine (the rows its
 //    experts ran on) forward, the same two backward. The row counts are the
-//    routing's: the rank records them (RoutingLog), the planner assumes a
+//    routing's: the runner records them (MoeLoad), the planner assumes a
 //    balanced router (every admitted row counted, capacity-limited).
 #pragma once
 #include <cstdint>
