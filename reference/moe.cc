@@ -45,9 +45,13 @@ int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {
   return std::min<int64_t>(tokens, int64_t(cap));
 }
 
+int64_t moe_buffer_rows(const MoeConfig& c, int64_t N, int64_t scope_tokens) {
+  return std::min<int64_t>(moe_capacity(c, scope_tokens > 0 ? scope_tokens : N), N);
+}
+
 int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int e, int a, int ep) {
   const int64_t E = m.moe.experts, K = m.moe.top_k, C = m.C;
-  const int64_t rows = std::min<int64_t>(moe_capacity(m.moe, scope_tokens > 0 ? scope_tokens : N), N);
+  const int64_t rows = moe_buffer_rows(m.moe, N, scope_tokens);
   const int64_t ep_bytes = ep > 1 ? E * 4 + E * rows * C * e : 0;
   return N * E * a + N * K * (4 + a + 4) + E * 4 + E * rows * (4 * C + 4 * C + C) * e + E * a + ep_bytes;
 }
@@ -90,12 +94,16 @@ void MoeActs<T>::add_to(MoeLoad& l, int experts, int top_k) const {
   l.sent_rows += sent_rows();
   l.owner_rows += owner_rows();
   l.expert_calls += El;
-  for (int le = 0; le < El; ++le) {
-    int64_t n = 0;
-    if (ep == 1) n = count[size_t(le)];
-    for (int r = 0; ep > 1 && r < ep; ++r) n += recv[size_t(r) * El + le];
-    l.max_expert_rows = std::max(l.max_expert_rows, n);
-  }
+  for (int le = 0; le < El; ++le) l.max_expert_rows = std::max<int64_t>(l.max_expert_rows, expert_rows(le));
+}
+
+template <class T>
+int MoeActs<T>::expert_rows(int le) const {
+  if (ep == 1) return count[size_t(le)];
+  const int El = int(count.size()) / ep;
+  int n = 0;
+  for (int r = 0; r < ep; ++r) n += recv[size_t(r) * El + le];
+  return n;
 }
 
 template <class T>
@@ -110,7 +118,7 @@ struct ScratchSizes {
 template <class T>
 ScratchSizes sizes(const ModelConfig& m, int N, int64_t scope_tokens) {
   const size_t E = size_t(m.moe.experts), C = size_t(m.C);
-  const size_t cap = size_t(std::min<int64_t>(N, moe_capacity(m.moe, scope_tokens > 0 ? scope_tokens : N)));
+  const size_t cap = size_t(moe_buffer_rows(m.moe, N, scope_tokens));
   const int rows = int(E * cap);
   const size_t mm = std::max({k::matmul_workspace_floats<T>(N, m.C, m.moe.experts),
                               k::matmul_workspace_floats<T>(rows, m.C, 4 * m.C),
@@ -151,14 +159,6 @@ MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope)
       k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), scope_tokens_(scope.tokens(c_, N)) {
   require(E_ > 0, "moe: the model has no experts");
   require(E_ % ep_ == 0, "moe: ep" + std::to_string(ep_) + " does not divide " + std::to_string(E_) + " experts");
-}
-
-template <class T>
-int MoeMlp<T>::owner_count(const MoeActs<T>& a, int le) const {
-  if (ep_ == 1) return a.count[size_t(le)];
-  int n = 0;
-  for (int r = 0; r < ep_; ++r) n += a.recv[size_t(r) * El_ + le];
-  return n;
 }
 
 template <class T>
@@ -347,7 +347,7 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
     stride *= size_t(ep_);
   }
   for (int le = 0; le < El_; ++le) {
-    const int rows = owner_count(a, le);
+    const int rows = a.expert_rows(le);
     if (rows == 0) continue;
     const size_t r0 = size_t(le) * stride;
     const T* w = expert(ex, le);
@@ -425,7 +425,7 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
   std::memset(static_cast<void*>(s.dfch.data()), 0, s.dfch.size() * sizeof(T));
   std::memset(static_cast<void*>(dxout), 0, s.dxe.size() * sizeof(T));
   for (int le = 0; le < El_; ++le) {
-    const int rows = owner_count(a, le);
+    const int rows = a.expert_rows(le);
     if (rows == 0) continue;
     const size_t r0 = size_t(le) * stride;
     const T* w = expert(ex, le);

@@ -21,6 +21,9 @@ namespace pb {
 // Tokens an expert admits out of `tokens` (ceil(cf * tokens * k / E), at
 // most `tokens`: a token chooses an expert once).
 int64_t moe_capacity(const MoeConfig& c, int64_t tokens);
+// Rows one expert's buffer holds for a rank of N tokens whose capacity scope
+// has scope_tokens (0: N alone): the scope's capacity, at most N.
+int64_t moe_buffer_rows(const MoeConfig& c, int64_t N, int64_t scope_tokens);
 
 // Injected faults (test-only), each caught by the conformance engine.
 enum class MoeFault : uint8_t {
@@ -111,6 +114,7 @@ struct MoeActs {
   MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1);
   int64_t owner_rows() const;  // admitted rows this rank's experts ran on (ep > 1: from every source)
   int64_t sent_rows() const;   // rows this rank dispatched (its admitted choices)
+  int expert_rows(int le) const;  // rows local expert le ran on (ep > 1: summed over the sources)
   void add_to(MoeLoad& l, int experts, int top_k) const;  // this forward's routing
 };
 
@@ -150,7 +154,6 @@ class MoeMlp {
   // le * ep * rows there, sources in rank order; and back.
   void dispatch(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s) const;
   void combine(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s, bool permute) const;
-  int owner_count(const MoeActs<T>& a, int le) const;  // rows local expert le runs on
 
   MoeConfig c_;
   MoeOffsets o_;

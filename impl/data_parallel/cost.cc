@@ -190,35 +190,45 @@ void CommBufferReplay::after_step() {
     for (size_t u = 0; u < pad_.size(); ++u) m_.alloc(slice_[u] * b_.param), m_.free(slice_[u] * b_.param);
 }
 
+void replay_step(CommBufferReplay& d, int units, CommBufferReplay* e, const std::function<bool(int)>& is_moe) {
+  const int L = units - 2, fin = units - 1;
+  d.params(0), d.release(0);
+  for (int i = 0, j = 0; i < L; ++i) {
+    d.params(1 + i);
+    if (e && is_moe(i)) e->params(j), e->release(j), ++j;
+    d.release(1 + i);
+  }
+  d.params(fin), d.params(0);
+  d.grads(fin), d.grads(0), d.grads_ready(fin);
+  d.release(fin), d.release(0);
+  int j = 0;
+  for (int i = 0; e && i < L; ++i) j += is_moe(i);
+  for (int i = L - 1; i >= 0; --i) {
+    d.grads(1 + i), d.params(1 + i);
+    if (e && is_moe(i)) {
+      --j;
+      e->grads(j), e->params(j), e->grads_ready(j), e->release(j);
+      if (j == 0) e->end_microbatch();  // the expert hooks' last unit of the microbatch
+    }
+    d.grads_ready(1 + i), d.release(1 + i);
+  }
+  d.grads(0), d.grads_ready(0), d.end_microbatch();
+  d.finish();
+  if (e) e->finish();
+  d.after_step();
+  if (e) e->after_step();
+}
+
 int64_t comm_buffer_peak_bytes(std::span<const int64_t> units, const DataAxis& a) {
   validate(a);
   const int n = int(units.size());
   require(n >= 2, "units: the canonical layout has at least 2 (embeddings, final LayerNorm)");
   if (a.shard == Shard::none) return 0;
-  const int L = n - 2, fin = n - 1;
   PeakMeter m;
   CommBufferReplay r(units, a, UnitRoles::model(n), m);
-  // reference/runner.cc, MicrobatchRunner::run. Every microbatch frees all it
-  // allocated, so one replay gives the peak of any number of them (and keeps
-  // the planner O(units) at any batch).
-  r.params(0);
-  r.release(0);
-  for (int u = 1; u <= L; ++u) r.params(u), r.release(u);
-  r.params(fin);
-  r.params(0);
-  r.grads(fin), r.grads(0);
-  r.grads_ready(fin);
-  r.release(fin), r.release(0);
-  for (int u = L; u >= 1; --u) {
-    r.grads(u), r.params(u);
-    r.grads_ready(u);
-    r.release(u);
-  }
-  r.grads(0);
-  r.grads_ready(0);
-  r.end_microbatch();
-  r.finish();
-  r.after_step();
+  // Every microbatch frees all it allocated, so one replay gives the peak of
+  // any number of them (and keeps the planner O(units) at any batch).
+  replay_step(r, n, nullptr, {});
   return m.peak();
 }
 

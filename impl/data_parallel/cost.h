@@ -19,6 +19,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -164,6 +165,15 @@ class CommBufferReplay {
   std::vector<bool> gathered_, staged_, unit_grad_;
   bool params_sharded_ = false, grads_per_unit_ = false, backward_ = false, forward_done_ = false;
 };
+
+// One optimizer step's hook calls, in the order reference/runner.cc's
+// MicrobatchRunner::compute makes them for one microbatch, then the finish
+// and the after-step: on `d`, the model's units (`units` of them: embeddings,
+// L blocks, final LayerNorm), and under expert parallel on `e`, the expert
+// component (unit j: the j-th MoE block, visited inside block i when
+// is_moe(i)). d's finish and after-step come before e's.
+void replay_step(CommBufferReplay& d, int units, CommBufferReplay* e = nullptr,
+                 const std::function<bool(int)>& is_moe = {});
 
 enum class Coll : uint8_t { all_reduce, reduce_scatter, all_gather };
 std::string_view coll_name(Coll c);

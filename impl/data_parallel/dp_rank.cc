@@ -70,8 +70,9 @@ StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const Trai
   st.loss = loss / double(cfg.tokens_per_step());
   st.grad_norm = std::sqrt(sq);
   st.lr = lr_at(cfg.optim, st.step, cfg.steps);
-  dp.step(cfg.optim, st.step, st.lr, clip_factor(st.grad_norm, cfg.optim.clip));
-  if (experts) experts->step(cfg.optim, st.step, st.lr, clip_factor(st.grad_norm, cfg.optim.clip));
+  const double clip = clip_factor(st.grad_norm, cfg.optim.clip);
+  dp.step(cfg.optim, st.step, st.lr, clip);
+  if (experts) experts->step(cfg.optim, st.step, st.lr, clip);
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }

@@ -64,9 +64,13 @@ Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps, s
               {"mem.optimizer.host", MemTag::optimizer, Place::host, m.optimizer_host},
               {"mem.comm", MemTag::comm, Place::device, comm_buffer_peak_bytes(units, axis)}};
   for (const auto& c : comm_per_step(units, axis)) d.add_comm(c.group, comm_op(c.op), c.bytes * steps);
-  // Scalars: the loss every step; the squared-norm partial sums when sharded.
-  if (o.dp > 1) d.add_comm("dp_scalar", CommOp::all_reduce, 8 * int64_t(steps) * (o.shard == Shard::none ? 1 : 2));
+  add_scalar_comm(d, o, steps);
   return d;
+}
+
+void add_scalar_comm(Declared& d, const DpOptions& o, int steps) {
+  // The loss every step; the squared-norm partial sums when sharded.
+  if (o.dp > 1) d.add_comm("dp_scalar", CommOp::all_reduce, 8 * int64_t(steps) * (o.shard == Shard::none ? 1 : 2));
 }
 
 namespace {

@@ -24,6 +24,10 @@ Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps);
 // shard of the model).
 Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps, std::span<const int64_t> units);
 
+// The "dp_scalar" group's all-reduces over `steps` steps: the loss, and the
+// squared-norm partials when the states are sharded.
+void add_scalar_comm(Declared& d, const DpOptions& o, int steps);
+
 // A mixture-of-experts model sharing global capacity over the dp ranks:
 // per MoE layer and microbatch, the (choice rank, expert) counts all-gathered
 // and the probability sums all-reduced on group "moe" (8 bytes each).

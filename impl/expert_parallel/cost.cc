@@ -33,28 +33,8 @@ StateCosts state_costs(const RunSpec& s) {
   // Comm buffers: both components' hooks in the runner's order (reference/runner.cc).
   dp::PeakMeter meter;
   if (od.shard != dp::Shard::none) {
-    const int L = n - 2, fin = n - 1;
     dp::CommBufferReplay d(du, ad, dp::UnitRoles::model(n), meter), e(eu, ae, dp::UnitRoles::all_blocks(M), meter);
-    d.params(0), d.release(0);
-    for (int i = 0, j = 0; i < L; ++i) {
-      d.params(1 + i);
-      if (cfg.model.is_moe(i)) e.params(j), e.release(j), ++j;
-      d.release(1 + i);
-    }
-    d.params(fin), d.params(0);
-    d.grads(fin), d.grads(0), d.grads_ready(fin);
-    d.release(fin), d.release(0);
-    for (int i = L - 1, j = M - 1; i >= 0; --i) {
-      d.grads(1 + i), d.params(1 + i);
-      if (cfg.model.is_moe(i)) {
-        e.grads(j), e.params(j), e.grads_ready(j), e.release(j);
-        if (j-- == 0) e.end_microbatch();
-      }
-      d.grads_ready(1 + i), d.release(1 + i);
-    }
-    d.grads(0), d.grads_ready(0), d.end_microbatch();
-    d.finish(), e.finish();
-    d.after_step(), e.after_step();
+    dp::replay_step(d, n, &e, [&](int layer) { return cfg.model.is_moe(layer); });
   }
   c.comm_peak = meter.peak();
   c.dense_comm = dp::comm_per_step(du, ad, dp::UnitRoles::model(n));
@@ -74,10 +54,9 @@ Declared declared_costs(const RunSpec& s, int steps) {
   for (const auto* list : {&c.dense_comm, &c.expert_comm})
     for (const auto& x : *list) out.add_comm(x.group, dp::comm_op(x.op), x.bytes * steps);
   const dp::DpOptions od = dp::options_of(s);
-  const int dpn = s.mesh.dp;
-  if (dpn > 1) out.add_comm("dp_scalar", CommOp::all_reduce, 8 * int64_t(steps) * (od.shard == dp::Shard::none ? 1 : 2));
+  dp::add_scalar_comm(out, od, steps);
   // The expert squared-norm partials: over ep (DDP: each edp replica holds them whole), else over dp.
-  if ((od.shard == dp::Shard::none ? s.mesh.ep : dpn) > 1)
+  if ((od.shard == dp::Shard::none ? s.mesh.ep : s.mesh.dp) > 1)
     out.add_comm("ep_scalar", CommOp::all_reduce, 8 * int64_t(steps));
   dp::add_moe_capacity_comm(out, od, s.train, steps);
   return out;

@@ -154,6 +154,25 @@ std::string canonical_strategy(const std::string& text) {
   apply_strategy_text(s, text, "sweep.strategies");
   return strategy_text(s);
 }
+
+// A sweep.points entry, "<mesh> <strategy> [model]", in its parts (model:
+// empty when the point runs on every sweep.models entry).
+struct PointText {
+  std::string mesh, strategy, model;
+};
+PointText split_point(const std::string& p) {
+  const size_t sp = p.find(' ');
+  require(sp != std::string::npos && sp > 0 && sp + 1 < p.size(),
+          "sweep.points: '" + p + "' is not \"<mesh> <strategy> [model]\" (e.g. \"tp2 shard=none,sp=on\")");
+  const size_t sp2 = p.find(' ', sp + 1);
+  PointText t{p.substr(0, sp), p.substr(sp + 1, sp2 == std::string::npos ? std::string::npos : sp2 - sp - 1), ""};
+  if (sp2 != std::string::npos) {
+    t.model = p.substr(sp2 + 1);
+    require(!t.model.empty() && t.model.find(' ') == std::string::npos,
+            "sweep.points: '" + p + "' is not \"<mesh> <strategy> [model]\"");
+  }
+  return t;
+}
 }  // namespace
 
 SweepConfig read_sweep_config(ConfigReader& r) {
@@ -176,21 +195,11 @@ SweepConfig read_sweep_config(ConfigReader& r) {
   }
   c.points = r.get<std::vector<std::string>>("sweep.points", {});
   for (auto& p : c.points) {
-    const size_t sp = p.find(' ');
-    require(sp != std::string::npos && sp > 0 && sp + 1 < p.size(),
-            "sweep.points: '" + p + "' is not \"<mesh> <strategy> [model]\" (e.g. \"tp2 shard=none,sp=on\")");
-    const MeshShape ms = parse_mesh(p.substr(0, sp), "sweep.points");
+    const PointText t = split_point(p);
+    const MeshShape ms = parse_mesh(t.mesh, "sweep.points");
     max_dp = std::max<int64_t>(max_dp, ms.dp);
-    const size_t sp2 = p.find(' ', sp + 1);  // an optional model: the point runs on it alone
-    std::string model;
-    if (sp2 != std::string::npos) {
-      model = p.substr(sp2 + 1);
-      require(!model.empty() && model.find(' ') == std::string::npos,
-              "sweep.points: '" + p + "' is not \"<mesh> <strategy> [model]\"");
-      named_model(model);  // InputError naming the model when unknown
-    }
-    p = mesh_text(ms) + " " + canonical_strategy(p.substr(sp + 1, sp2 == std::string::npos ? std::string::npos : sp2 - sp - 1)) +
-        (model.empty() ? "" : " " + model);
+    if (!t.model.empty()) named_model(t.model);  // InputError naming the model when unknown
+    p = mesh_text(ms) + " " + canonical_strategy(t.strategy) + (t.model.empty() ? "" : " " + t.model);
   }
   c.global_batch = r.get<int>("sweep.global_batch", int(c.batch_per_rank * max_dp), Bounds::positive());
   c.seq = r.get<int>("sweep.seq", c.seq, Bounds::positive());
@@ -238,12 +247,10 @@ std::vector<SweepPoint> expand(const SweepConfig& c) {
       for (const auto& p : c.precisions)
         for (int64_t mb : c.microbatches)
           for (const auto& pt : c.points) {
-            const size_t sp = pt.find(' '), sp2 = pt.find(' ', sp + 1);
-            const MeshShape ms = parse_mesh(pt.substr(0, sp), "sweep.points");
-            if (sp2 != std::string::npos && (m != c.models.front() || pt.substr(sp2 + 1).empty())) continue;
-            const std::string model = sp2 == std::string::npos ? m : pt.substr(sp2 + 1);
-            v.push_back({pt.substr(sp + 1, sp2 == std::string::npos ? std::string::npos : sp2 - sp - 1), pt.substr(0, sp),
-                         model, p, sc, world_size(ms), ms.dp, int(mb)});
+            const PointText t = split_point(pt);
+            if (!t.model.empty() && m != c.models.front()) continue;  // a point naming its model runs once
+            const MeshShape ms = parse_mesh(t.mesh, "sweep.points");
+            v.push_back({t.strategy, t.mesh, t.model.empty() ? m : t.model, p, sc, world_size(ms), ms.dp, int(mb)});
           }
   return v;
 }
