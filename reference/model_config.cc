@@ -39,6 +39,17 @@ void ModelConfig::validate() const {
                            std::to_string(NH) + " != 0)");
   require(moe.experts >= 0 && moe.experts <= 4096,
           "moe.experts: must be in [0, 4096] (0: dense), got " + std::to_string(moe.experts));
+  // The parameter count in floating point first, so the int64 counts below
+  // (num_params, the planner's bytes) cannot overflow: 2^50 parameters is
+  // ~1000x the largest models trained.
+  const double c = C, experts = moe.experts ? moe.experts : 1;
+  const double params = double(V) * c + double(maxT) * c + double(L) * (12 * c * c + 13 * c) +
+                        double(L) * (experts - 1) * (8 * c * c + 5 * c) + double(L) * experts * c;
+  char count[32];
+  std::snprintf(count, sizeof count, "%.3g", params);
+  require(params <= 0x1p50, "model: channels " + std::to_string(C) + ", layers " + std::to_string(L) + ", vocab " +
+                                std::to_string(V) + (moe.experts ? ", experts " + std::to_string(moe.experts) : "") +
+                                " make " + std::string(count) + " parameters, more than parabench sizes (2^50)");
   if (moe.experts == 0) return;
   require(moe.top_k >= 1 && moe.top_k <= moe.experts, "moe.top_k: must be in [1, moe.experts = " +
                                                           std::to_string(moe.experts) + "], got " +

@@ -10,6 +10,7 @@ PKGS=(
   libopenblas-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfccp-dev
   python3 python3-matplotlib python3-numpy
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

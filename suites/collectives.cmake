@@ -61,4 +61,11 @@ if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
               "-DEXPECT=${expect}" -P ${PB_EXPECT_FAILURE})
     set_tests_properties(collectives_fail_mpi_${kind} PROPERTIES TIMEOUT 60 LABELS "mpi")
   endforeach()
+  # A frozen rank (SIGSTOP): the waiting ranks' watchdogs probe every rank and
+  # name the one that does not answer, not themselves.
+  add_test(NAME collectives_fail_mpi_stop
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${PB_MPIRUN}|$<TARGET_FILE:parabench>|collectives|--timeout|2|--inject-failure|2:stop|${PB_COLL_QUICK_ARGS}"
+            "-DEXPECT=timed out after 2 s in [a-z_]+ on group 'world' \\(a peer did not arrive\\): rank 2 did not answer within 2 s: stopped"
+            -P ${PB_EXPECT_FAILURE})
+  set_tests_properties(collectives_fail_mpi_stop PROPERTIES TIMEOUT 60 LABELS "mpi")
 endif()

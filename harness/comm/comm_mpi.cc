@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <thread>
 
 #include "harness/comm/comm_mpi_internal.h"
 #include "harness/status.h"
@@ -15,7 +16,8 @@ namespace mpi {
 
 // ---- Watchdog --------------------------------------------------------------
 
-Watchdog::Watchdog(double timeout_s, int world_rank) : timeout_s_(timeout_s), rank_(world_rank) {
+Watchdog::Watchdog(double timeout_s, int world_rank, int world_size, MPI_Comm comm)
+    : timeout_s_(timeout_s), rank_(world_rank), size_(world_size), comm_(comm) {
   blocked_.reserve(16);
   th_ = std::thread([this] { loop(); });
 }
@@ -27,6 +29,7 @@ Watchdog::~Watchdog() {
   }
   cv_.notify_all();
   th_.join();
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 Watchdog::Scope::Scope(Watchdog* w, CommOp o, const std::string& g) : since(Clock::now()), op(o), group(&g), w_(w) {
@@ -42,15 +45,111 @@ Watchdog::Scope::~Scope() {
   b.erase(std::find(b.begin(), b.end(), this));
 }
 
+namespace {
+constexpr int kWatchdogProbeTag = 1, kWatchdogAnswerTag = 2;
+}  // namespace
+
+double Watchdog::grace_s(double timeout_s) { return std::clamp(timeout_s / 4, 2.0, 10.0); }
+
+std::string Watchdog::state() const {
+  if (blocked_.empty()) return "not in a collective";
+  const Scope* s = blocked_.front();
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "waiting in %s on group '%s' for %.1f s", std::string(comm_op_name(s->op)).c_str(),
+                s->group->c_str(), std::chrono::duration<double>(Clock::now() - s->since).count());
+  return buf;
+}
+
+void Watchdog::answer_probes() {
+  if (comm_ == MPI_COMM_NULL) return;
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kWatchdogProbeTag, comm_, &flag, &st);
+    if (!flag) return;
+    char dummy = 0;
+    MPI_Recv(&dummy, 1, MPI_CHAR, st.MPI_SOURCE, kWatchdogProbeTag, comm_, MPI_STATUS_IGNORE);
+    const std::string text = state();
+    // A small message: eager, so the send completes without the prober's help.
+    MPI_Send(text.data(), int(text.size()), MPI_CHAR, st.MPI_SOURCE, kWatchdogAnswerTag, comm_);
+  }
+}
+
+std::string Watchdog::survey(double grace, bool* lower_answered) {
+  std::vector<std::string> answers(static_cast<size_t>(size_));
+  std::vector<bool> answered(size_t(size_), false);
+  answered[size_t(rank_)] = true;
+  std::vector<MPI_Request> sends;
+  const char probe = 1;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    sends.emplace_back();
+    MPI_Isend(&probe, 1, MPI_CHAR, r, kWatchdogProbeTag, comm_, &sends.back());
+  }
+  int missing = size_ - 1;
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
+  while (missing > 0 && Clock::now() < until) {
+    answer_probes();  // others may be surveying too
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kWatchdogAnswerTag, comm_, &flag, &st);
+    if (!flag) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    int len = 0;
+    MPI_Get_count(&st, MPI_CHAR, &len);
+    std::string text(size_t(std::max(len, 0)), '\0');
+    MPI_Recv(text.data(), len, MPI_CHAR, st.MPI_SOURCE, kWatchdogAnswerTag, comm_, MPI_STATUS_IGNORE);
+    if (!answered[size_t(st.MPI_SOURCE)]) --missing;
+    answered[size_t(st.MPI_SOURCE)] = true;
+    answers[size_t(st.MPI_SOURCE)] = text;
+  }
+  std::string silent, others;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (!answered[size_t(r)]) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+    else others += "\n  rank " + std::to_string(r) + ": " + answers[size_t(r)];
+  }
+  *lower_answered = false;
+  for (int r = 0; r < rank_; ++r) *lower_answered = *lower_answered || answered[size_t(r)];
+  for (MPI_Request& q : sends) MPI_Request_free(&q);  // sent or not, nobody waits for them
+  char tail[96];
+  std::snprintf(tail, sizeof tail, " did not answer within %.0f s: stopped, hung outside MPI, or gone", grace);
+  const std::string out = silent.empty() ? std::string("every other rank answered (none is stopped)")
+                                         : (silent.find(',') == std::string::npos ? "rank " : "ranks ") + silent + tail;
+  return out + others;
+}
+
 void Watchdog::loop() {
-  const auto period = std::chrono::duration<double>(std::clamp(timeout_s_ / 20, 0.01, 1.0));
+  const auto period = std::chrono::duration<double>(std::clamp(timeout_s_ / 20, 0.01, 0.25));
   std::unique_lock lk(mu_);
   while (!cv_.wait_for(lk, period, [&] { return stop_; })) {
+    answer_probes();
     const auto now = Clock::now();
     for (const Scope* s : blocked_) {
       if (std::chrono::duration<double>(now - s->since).count() < timeout_s_) continue;
-      std::fprintf(stderr, "rank %d: timed out after %g s in %s on group '%s' (a peer did not arrive); aborting the job\n",
-                   rank_, timeout_s_, std::string(comm_op_name(s->op)).c_str(), s->group->c_str());
+      const std::string op(comm_op_name(s->op)), group = *s->group;
+      std::string report;
+      if (comm_ != MPI_COMM_NULL) {
+        std::fprintf(stderr, "rank %d: timed out after %g s in %s on group '%s'; asking the other ranks...\n", rank_,
+                     timeout_s_, op.c_str(), group.c_str());
+        std::fflush(stderr);
+        bool lower_answered = false;
+        report = survey(grace_s(timeout_s_), &lower_answered);
+        // One report, not one per waiting rank: a lower rank that answered
+        // reports and aborts first (several ranks calling MPI_Abort at once
+        // was seen to hang Open MPI 4.1's mpirun); this one follows if not.
+        const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(lower_answered ? 2 * grace_s(timeout_s_) : 0));
+        while (Clock::now() < until) {
+          answer_probes();
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+      std::fprintf(stderr, "rank %d: timed out after %g s in %s on group '%s' (a peer did not arrive)%s%s\n"
+                   "aborting the job\n", rank_, timeout_s_, op.c_str(), group.c_str(), report.empty() ? "" : ": ",
+                   report.c_str());
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -89,8 +188,8 @@ void Progress::loop() {
     cv_.wait(lk, [&] { return stop_ || outstanding_ > 0; });
     if (stop_) return;
     lk.unlock();
-    int flag = 0;  // no one sends kProbeTag: this only runs the progress engine
-    MPI_Iprobe(MPI_ANY_SOURCE, kProbeTag, comm_, &flag, MPI_STATUS_IGNORE);
+    int flag = 0;  // no one sends kWatchdogProbeTag: this only runs the progress engine
+    MPI_Iprobe(MPI_ANY_SOURCE, kWatchdogProbeTag, comm_, &flag, MPI_STATUS_IGNORE);
     std::this_thread::sleep_for(std::chrono::microseconds(20));
     lk.lock();
   }
@@ -252,7 +351,9 @@ class MpiWorld final : public World {
                 std::to_string(o.ranks_per_node));
     sh_.nodes = node_map(rank_, size_, o.ranks_per_node);
     if (o.timeout_s > 0) {
-      watchdog_ = std::make_unique<Watchdog>(o.timeout_s, rank_);
+      MPI_Comm probes = MPI_COMM_NULL;
+      mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &probes), "MPI_Comm_dup");
+      watchdog_ = std::make_unique<Watchdog>(o.timeout_s, rank_, size_, probes);
       sh_.watchdog = watchdog_.get();
     }
   }

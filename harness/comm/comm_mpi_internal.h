@@ -49,10 +49,20 @@ void post(const OpDesc& d, MPI_Comm c, int me, int n, bool blocking, Pending& p)
 // Throws unless status says `count` elements of `type` arrived.
 void check_recv_count(const MPI_Status& st, MPI_Datatype type, int count);
 
-// Aborts the job when a call stays blocked longer than the timeout.
+// Aborts the job when a call stays blocked longer than the timeout, naming the
+// rank that never arrived. Every rank's watchdog answers probes on its own
+// communicator (a dup of the world's) with what its rank is doing; the rank
+// that times out probes every other rank and waits a grace period: a rank
+// that does not answer is stopped, hung outside MPI or gone, and is named
+// first; the answers of the others (waiting in which call, or not in one)
+// follow. MPI_THREAD_MULTIPLE lets the watchdog thread talk while its rank is
+// blocked in a collective.
 class Watchdog {
  public:
-  Watchdog(double timeout_s, int world_rank);
+  // `comm`: a communicator of the whole world for probes only (owned, freed
+  // by the destructor); MPI_COMM_NULL: no probing (the message then names
+  // only the waiting rank).
+  Watchdog(double timeout_s, int world_rank, int world_size, MPI_Comm comm);
   ~Watchdog();
 
   class Scope {  // marks the calling thread blocked in `op` on `group` for its lifetime
@@ -69,10 +79,19 @@ class Watchdog {
     Watchdog* w_;
   };
 
+  // Seconds a probed rank has to answer before it is named as not answering.
+  static double grace_s(double timeout_s);
+
  private:
   void loop();
+  void answer_probes();               // replies to every pending probe (mu_ held)
+  std::string state() const;          // what this rank is doing (mu_ held)
+  // Probes the others and waits up to `grace` s: the report of who answered;
+  // *lower_answered: a rank below this one answered (it reports instead).
+  std::string survey(double grace, bool* lower_answered);
   double timeout_s_;
-  int rank_;
+  int rank_, size_;
+  MPI_Comm comm_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Scope*> blocked_;

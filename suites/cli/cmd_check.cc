@@ -17,6 +17,7 @@
 #include "suites/conformance/engine.h"
 #include "impl/registry.h"
 #include "suites/conformance/pipeline_report.h"
+#include "suites/planner/preflight.h"
 
 namespace pb::cli {
 namespace {
@@ -39,6 +40,7 @@ struct CheckFlags {
   std::string out = "results/runs";
   std::string run_dir;  // write into this directory instead of OUT/<run id>
   std::string backend;  // local | mpi (default: mpi under mpirun)
+  PreflightFlags limits;
 };
 
 // One point of the matrix: the model and batch follow from the mesh so every
@@ -378,9 +380,13 @@ int run_check(const CheckFlags& f, const Env& env) {
           "--backend local: under mpirun -np " + std::to_string(env.launched_size) +
               " every process would write its own results; use --backend mpi");
   auto runs = matrix(f);
-  for (const auto& s : runs) {  // the whole matrix is valid before the first row
+  const Limits limits = limits_of(f.limits);
+  const bool local = wo.backend == BackendKind::local;
+  for (const auto& s : runs) {  // the whole matrix is valid, and fits, before the first row
     validate(s.spec);
     strategy_for(s.spec).validate(s.spec);
+    require_fits(planner::run_need(s.spec, local ? s.spec.world() : 1, local, /*conformance=*/true), limits,
+                 "check " + spec_label(s.spec) + " " + s.spec.train.model.name);
   }
   std::unique_ptr<World> mpi_world;  // one per process: MPI initializes once
   if (wo.backend != BackendKind::local) {
@@ -458,6 +464,7 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--out", f->out, "results directory")->capture_default_str();
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");
   app->add_option("--backend", f->backend, "local or mpi (default: mpi under mpirun, else local)");
+  add_preflight_flags(app, f->limits);
   reg.push_back({app, [f, &env] { return run_check(*f, env); }});
 }
 

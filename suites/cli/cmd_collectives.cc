@@ -7,7 +7,9 @@
 // `collective`), or to -F FILE; every rank's communication counters to
 // comm_counters.csv beside them. Exit 1 if any result was wrong or a rank
 // failed ("rank N: <error>" on stderr; under MPI the job is aborted).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -35,26 +37,8 @@ struct Flags {
   bool chaos = false;
   uint64_t chaos_seed = 1;
   double chaos_max_us = 2000;
+  PreflightFlags limits;
 };
-
-// nccl-tests' sizes: "8", "1K", "128M", "1G" (powers of 1024).
-size_t parse_size(const std::string& s, const char* flag) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    throw InputError(std::string(flag) + ": '" + s + "' is not a size (e.g. 8, 64K, 128M, 1G)");
-  }
-  const std::string suffix = s.substr(used);
-  double scale = 1;
-  if (suffix == "K" || suffix == "k") scale = 1024.0;
-  else if (suffix == "M" || suffix == "m") scale = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "g") scale = 1024.0 * 1024 * 1024;
-  else require(suffix.empty(), std::string(flag) + ": unknown suffix '" + suffix + "' (K, M, G)");
-  require(v >= 0, std::string(flag) + ": must be >= 0, got '" + s + "'");
-  return size_t(v * scale);
-}
 
 std::vector<DType> parse_dtypes(const std::string& s) {
   if (s == "all") return {DType::f64, DType::f32, DType::bf16};
@@ -79,21 +63,25 @@ void parse_inject(const std::string& s, coll::BenchOptions& b) {
   try {
     b.fail_rank = std::stoi(s.substr(0, colon));
   } catch (const std::exception&) {
-    throw InputError("--inject-failure: '" + s + "' is not RANK[:raise|leave|crash]");
+    throw InputError("--inject-failure: '" + s + "' is not RANK[:raise|leave|crash|stop]");
   }
   if (kind == "raise") b.fail_kind = coll::FailureKind::raise;
   else if (kind == "leave") b.fail_kind = coll::FailureKind::leave;
   else if (kind == "crash") b.fail_kind = coll::FailureKind::crash;
-  else throw InputError("--inject-failure: kind '" + kind + "' is not raise, leave or crash");
+  else if (kind == "stop") b.fail_kind = coll::FailureKind::stop;
+  else throw InputError("--inject-failure: kind '" + kind + "' is not raise, leave, crash or stop");
 }
 
 int run(Flags& f, const Env& env, bool world_given) {
   coll::BenchOptions& b = f.bench;
-  b.min_bytes = parse_size(f.min_bytes, "-b/--minbytes");
-  b.max_bytes = parse_size(f.max_bytes, "-e/--maxbytes");
-  b.step_bytes = parse_size(f.step_bytes, "-i/--stepbytes");
+  // nccl-tests' sizes: "8", "1K", "128M", "1G" (powers of 1024).
+  b.min_bytes = size_t(parse_byte_size(f.min_bytes, "-b/--minbytes"));
+  b.max_bytes = size_t(parse_byte_size(f.max_bytes, "-e/--maxbytes"));
+  b.step_bytes = size_t(parse_byte_size(f.step_bytes, "-i/--stepbytes"));
   b.step_factor = f.step_factor;
   require(b.min_bytes <= b.max_bytes, "-b/--minbytes: must be <= -e/--maxbytes");
+  require(std::isfinite(b.step_factor) && b.step_factor >= 0 && b.step_factor <= 1e6,
+          "-f/--stepfactor: must be a finite number in [0, 1e6] (> 1 enables it)");
   require(b.step_factor > 1 || b.step_bytes > 0, "-i/--stepbytes: must be > 0 when -f is not > 1");
   require(b.iters >= 1, "-n/--iters: must be >= 1");
   require(b.warmup >= 0 && b.check >= 0, "-w/--warmup and -c/--check: must be >= 0");
@@ -121,6 +109,14 @@ int run(Flags& f, const Env& env, bool world_given) {
   wo.ranks_per_node = f.ranks_per_node;
   wo.timeout_s = f.timeout_s;
   wo.chaos = {f.chaos, f.chaos_seed, f.chaos_max_us};
+  validate(wo);
+  {  // preflight: the local backend hosts every rank; an MPI process one
+    const int64_t hosted = wo.backend == BackendKind::local ? std::max(1, f.world) : 1;
+    Need need;
+    need.local_ranks = wo.backend == BackendKind::local ? hosted : 0;
+    need.bytes = double(hosted) * (coll::kBufferBytesPerMaxByte * double(b.max_bytes) + kRankOverheadBytes);
+    require_fits(need, limits_of(f.limits), "collectives, " + std::to_string(hosted) + " ranks of -e " + f.max_bytes);
+  }
   auto world = make_world(wo);
   const int n = world->size();
   std::vector<int> roots;
@@ -236,8 +232,9 @@ void register_collectives(CLI::App& root, Registry& reg, const Env& env) {
   app->add_flag("--chaos", f->chaos, "local backend: seeded random delays in every operation");
   app->add_option("--chaos-seed", f->chaos_seed, "seed of the chaos delays")->capture_default_str();
   app->add_option("--chaos-max-us", f->chaos_max_us, "largest chaos delay, microseconds")->capture_default_str();
+  add_preflight_flags(app, f->limits);
   app->add_option("--inject-failure", f->inject,
-                  "testing: RANK[:raise|leave|crash] fails that rank at its first timed call");
+                  "testing: RANK[:raise|leave|crash|stop] fails that rank at its first timed call (stop: SIGSTOP, a frozen rank)");
   reg.push_back({app, [f, &env, world] { return run(*f, env, world->count() > 0); }});
 }
 

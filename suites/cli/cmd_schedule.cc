@@ -3,6 +3,7 @@
 // (simulated vs declared), the peak in-flight microbatches per rank and the p2p
 // message count; --csv writes the timeline for the report's Gantt plot. The
 // CSV is written to FILE.tmp and renamed, so a failed run leaves no partial file.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "impl/pipeline/timeline.h"
 #include "impl/pipeline/validate.h"
 #include "suites/cli/command.h"
+#include "suites/cli/common.h"
 
 namespace pb::cli {
 namespace {
@@ -34,7 +36,13 @@ struct ScheduleOptions {
   double p2p = 0;
   std::string csv;
   int width = 0;
+  cli::PreflightFlags limits;
 };
+
+// Memory per schedule action (its entry in the schedule, the simulator's
+// events and the timeline; measured 92-140 bytes at 0.1-1 M actions), and
+// per action of a --csv timeline's text.
+constexpr double kScheduleBytesPerAction = 160, kCsvBytesPerAction = 64;
 
 // "F,B,W": three finite numbers >= 0, not all zero.
 pl::Costs parse_costs(const std::string& text, double p2p) {
@@ -89,6 +97,20 @@ int run_schedule(const ScheduleOptions& o) {
   const int steps = o.steps > 0 ? o.steps : kind == pl::ScheduleKind::pipedream_2bw ? 2 : 1;
   const pl::ScheduleConfig cfg{o.pp, o.microbatches, o.virtual_stages, steps};
   const pl::Costs costs = parse_costs(o.costs, o.p2p);
+  require(std::isfinite(o.p2p) && o.p2p >= 0, "--p2p: must be a finite number >= 0");
+  require(o.pp >= 1 && o.microbatches >= 1 && o.virtual_stages >= 1,
+          "--pp, --microbatches and --virtual-stages: must be >= 1, got " + std::to_string(o.pp) + ", " +
+              std::to_string(o.microbatches) + ", " + std::to_string(o.virtual_stages));
+  {  // preflight: every action is held by the schedule, the simulator and the timeline
+    const bool split = kind == pl::ScheduleKind::zb_h1;
+    const double actions = double(o.pp) * o.microbatches * o.virtual_stages * steps * (split ? 3 : 2);
+    Need need;
+    need.bytes = actions * (kScheduleBytesPerAction + (o.csv.empty() ? 0 : kCsvBytesPerAction)) +
+                 double(o.pp) * std::max(o.width, 200);  // the rendered chart
+    require_fits(need, limits_of(o.limits),
+                 "schedule " + o.schedule + " --pp " + std::to_string(o.pp) + " --microbatches " +
+                     std::to_string(o.microbatches) + " (" + std::to_string(int64_t(actions)) + " actions)");
+  }
   const pl::Schedule s = pl::make_schedule(kind, cfg);
   pl::validate(s);
   const pl::SimResult r = pl::simulate(s, costs);
@@ -152,6 +174,7 @@ void register_schedule(CLI::App& root, Registry& reg, const Env& /*env*/) {
   sub->add_option("--p2p", opts->p2p, "latency of one send -> receive (default 0)");
   sub->add_option("--csv", opts->csv, "write the timeline CSV (rank,action,microbatch,chunk,start,end)");
   sub->add_option("--width", opts->width, "chart width in columns (0 = automatic)");
+  add_preflight_flags(sub, opts->limits);
   reg.push_back({sub, [opts] { return run_schedule(*opts); }});
 }
 

@@ -19,6 +19,7 @@
 #include "suites/cli/conformance_output.h"
 #include "impl/registry.h"
 #include "impl/spec/run_spec.h"
+#include "suites/planner/preflight.h"
 
 namespace pb::cli {
 namespace {
@@ -34,6 +35,7 @@ struct TrainFlags {
   std::string run_dir;
   std::optional<int> dp;
   std::string shard, backend, mesh, strategy;
+  PreflightFlags limits;
 };
 
 void apply_flags(const TrainFlags& f, ConfigReader& r) {
@@ -79,6 +81,9 @@ int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
             "--backend: '" + f.backend + "' is not local or mpi");
   s.world.size = s.world.backend == BackendKind::local ? s.spec.world() : 0;
   s.world.ranks_per_node = s.spec.mesh.ranks_per_node;
+  const bool local = s.world.backend == BackendKind::local;
+  require_fits(planner::run_need(s.spec, local ? s.spec.world() : 1, local, /*conformance=*/true),
+               limits_of(f.limits), "train " + spec_label(s.spec) + " " + cfg.model.name);
   auto world = make_world(s.world);
   ConformanceResult res;
   try {
@@ -131,6 +136,10 @@ void print_header() {
 
 int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, const Env& env) {
   r.check_no_unknown_keys();
+  RunSpec one;
+  one.train = cfg;
+  require_fits(planner::run_need(one, 1, false, /*conformance=*/false), limits_of(f.limits),
+               "train " + cfg.model.name);
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   auto dir = f.run_dir.empty() ? make_run_dir(f.cfg.out, run_id) : make_run_dir(f.run_dir, "");
   RunMeta meta = make_meta(run_id, env.git_rev, "local", 1, mesh_text(MeshShape{}), r.config_hash());
@@ -205,6 +214,7 @@ void register_train(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--dp", f->dp, "data-parallel ranks: --mesh dp<N>")->check(CLI::Range(1, 1 << 20));
   app->add_option("--shard", f->shard, "none | zero1 | zero2 | zero3 | hsdp | hzero");
   app->add_option("--backend", f->backend, "local or mpi (default: mpi under mpirun, else local)");
+  add_preflight_flags(app, f->limits);
   reg.push_back({app, [f, &env] {
                    ConfigReader r = load_config(f->cfg);
                    apply_flags(*f, r);

@@ -19,10 +19,32 @@ extern char** environ;
 namespace pb::cli {
 
 void add_config_flags(CLI::App* app, ConfigFlags& f) {
-  app->add_option("--config", f.config, "TOML configuration file");
+  // Given means given: an empty --config or --out is refused, not "the default".
+  const CLI::Validator non_empty([](std::string& v) { return v.empty() ? std::string("must not be empty") : ""; },
+                                 "NONEMPTY");
+  app->add_option("--config", f.config, "TOML configuration file")->check(non_empty);
   app->add_option("--set", f.sets, "override a config key: --set train.lr=3e-4 (repeatable)");
   app->add_option("--out", f.out, "results directory; this run writes to OUT/<run id>/")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(non_empty);
+}
+
+void add_preflight_flags(CLI::App* app, PreflightFlags& f) {
+  app->add_option("--max-memory", f.max_memory,
+                  "refuse runs estimated to need more memory than this (e.g. 64G; default: this machine's memory)");
+  app->add_option("--max-ranks", f.max_ranks, "refuse local-backend worlds of more ranks (threads) than this")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
+}
+
+Limits limits_of(const PreflightFlags& f) {
+  Limits l;
+  l.max_local_ranks = f.max_ranks;
+  if (!f.max_memory.empty()) {
+    l.memory_bytes = double(parse_byte_size(f.max_memory, "--max-memory"));
+    require(l.memory_bytes > 0, "--max-memory: must be > 0, got '" + f.max_memory + "'");
+  }
+  return l;
 }
 
 ConfigReader load_config(const ConfigFlags& f) {
@@ -55,18 +77,6 @@ RunMeta make_meta(const std::string& run_id, const std::string& git_rev, const s
   m.mesh = mesh;
   m.config_hash = config_hash;
   return m;
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (b >= 1024 && u < 5) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
-  return buf;
 }
 
 int run_child(const std::vector<std::string>& args) {

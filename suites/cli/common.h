@@ -11,6 +11,7 @@
 
 #include "harness/io/config.h"
 #include "harness/io/run_meta.h"
+#include "harness/preflight.h"
 
 namespace pb::cli {
 
@@ -22,6 +23,16 @@ struct ConfigFlags {
 };
 void add_config_flags(CLI::App* app, ConfigFlags& f);
 
+// --max-memory and --max-ranks: the limits a command's preflight holds its
+// estimate to (harness/preflight.h).
+struct PreflightFlags {
+  std::string max_memory;  // empty: this machine's physical memory
+  int64_t max_ranks = kDefaultMaxLocalRanks;
+};
+void add_preflight_flags(CLI::App* app, PreflightFlags& f);
+// The limits the flags give (InputError naming --max-memory for a bad size).
+Limits limits_of(const PreflightFlags& f);
+
 // Reads the file (if any), then applies the --set assignments.
 ConfigReader load_config(const ConfigFlags& f);
 
@@ -31,8 +42,6 @@ std::filesystem::path make_run_dir(const std::string& out, const std::string& ru
 // A RunMeta for rows of this invocation.
 RunMeta make_meta(const std::string& run_id, const std::string& git_rev, const std::string& backend,
                   int64_t world, const std::string& mesh, const std::string& config_hash);
-
-std::string human_bytes(double bytes);  // "1.50 MiB"
 
 // Runs args[0] (a path, not searched in PATH) with args as its argv, no shell
 // in between, and waits. Returns its exit status, or minus the signal that

@@ -4,6 +4,7 @@
 #include "suites/collectives/driver.h"
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -75,6 +76,7 @@ struct Sweep {
     switch (o.fail_kind) {
       case FailureKind::raise: throw std::runtime_error("injected failure (--inject-failure)");
       case FailureKind::crash: std::abort();
+      case FailureKind::stop: std::raise(SIGSTOP); return false;
       case FailureKind::leave: return true;
       case FailureKind::none: break;
     }

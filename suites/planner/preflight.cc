@@ -1,0 +1,77 @@
+#include "suites/planner/preflight.h"
+
+#include <algorithm>
+
+#include "harness/status.h"
+
+namespace pb::planner {
+
+PlanInput plan_input_of(const RunSpec& s) {
+  PlanInput in;
+  in.shape = s.train.model;
+  in.seq = s.train.seq;
+  in.dp = s.mesh.dp;
+  in.ep = s.mesh.ep;
+  in.tp = s.mesh.tp;
+  in.cp = s.mesh.cp;
+  in.pp = s.mesh.pp;
+  in.cp_algo = s.context.algo;
+  in.sp = s.tensor.sp;
+  in.recompute = s.tensor.recompute;
+  in.schedule = s.pipe.schedule.value_or(pipeline::ScheduleKind::one_f_one_b);
+  in.virtual_stages = s.pipe.virtual_stages;
+  in.shard = s.data.shard;
+  in.hsdp_group = s.data.shard_group;
+  in.offload = s.data.offload;
+  in.precision = s.train.precision;
+  in.global_batch = s.train.batch;
+  in.microbatch_size = std::max<int64_t>(1, int64_t(s.train.batch) / (int64_t(s.mesh.dp) * s.train.microbatches));
+  in.ranks_per_node = s.mesh.ranks_per_node;
+  return in;
+}
+
+namespace {
+
+// Bytes per rank of the largest stage, from the planner; from the parameter
+// and activation counts when the planner does not model the shape (an
+// estimate of the same order: weights, grads and two Adam moments, and the
+// canonical block's ~34 activation values per token and channel).
+double rank_bytes(const RunSpec& s, Precision precision) {
+  const ModelConfig& m = s.train.model;
+  const double tokens = double(s.train.batch) / s.mesh.dp * s.train.seq;
+  const double model_parallel = double(s.mesh.tp) * s.mesh.cp * s.mesh.pp;
+  const double per_value = precision == Precision::fp64 ? 8 : 4;
+  const double crude = (4 * per_value * double(m.num_params()) +
+                        34 * per_value * tokens * m.C * m.L / s.train.microbatches) / model_parallel;
+  if (crude > 0x1p56) return crude;  // far beyond any machine: no need to ask the planner (nor to risk its int64)
+  PlanInput in = plan_input_of(s);
+  in.precision = precision;
+  try {
+    const PlanResult r = plan(in);
+    const StageMemory& w = r.worst;
+    return double(w.device_total() + w.optimizer_host);
+  } catch (const InputError&) {
+    return crude;
+  }
+}
+
+}  // namespace
+
+Need run_need(const RunSpec& s, int64_t hosted_ranks, bool local, bool conformance) {
+  Need n;
+  n.local_ranks = local ? hosted_ranks : 0;
+  n.bytes = double(hosted_ranks) * (rank_bytes(s, conformance ? Precision::fp64 : s.train.precision) +
+                                    kRankOverheadBytes);
+  if (conformance) {
+    RunSpec one = s;
+    one.mesh = MeshShape{};
+    one.data = DataOptions{};
+    one.tensor = TensorOptions{};
+    one.context = ContextOptions{};
+    one.pipe = PipelineOptionsSpec{};
+    n.bytes += 3 * rank_bytes(one, Precision::fp64);
+  }
+  return n;
+}
+
+}  // namespace pb::planner
