@@ -5,3 +5,19 @@ if(PARABENCH_BUILD_TESTS)
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_train_work)
   set_tests_properties(cli_train_export_test PROPERTIES TIMEOUT 300 LABELS "cli")
 endif()
+
+# Under mpirun, processes started with different run specs stop at once with
+# exit 2 naming the rank (an MPMD launch gives rank 1 other --steps); a
+# requested size that is not the launched world is named as skipped.
+if(PARABENCH_BUILD_TESTS AND PARABENCH_HAVE_MPI)
+  set(pb_mpirun "${MPIEXEC_EXECUTABLE}|--oversubscribe|--allow-run-as-root|--bind-to|none")
+  set(pb_check "$<TARGET_FILE:parabench>|check|--precision|fp32|--out|${CMAKE_CURRENT_BINARY_DIR}/cli_mpi_work|--mesh|dp2")
+  add_test(NAME cli_mpi_spec_mismatch
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${pb_mpirun}|-np|1|${pb_check}|--steps|1|:|-np|1|${pb_check}|--steps|2"
+            "-DEXPECT=check: rank 1 was started with another run spec than rank 0" -P ${PB_EXPECT_FAILURE})
+  add_test(NAME cli_mpi_check_names_skipped
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${pb_mpirun}|-np|2|${pb_check}|dp4|--steps|1" -DRC=0
+            "-DEXPECT=only the points of world 2 run; skipped 1 of world 4" -P ${PB_EXPECT_FAILURE})
+  set_tests_properties(cli_mpi_spec_mismatch cli_mpi_check_names_skipped PROPERTIES TIMEOUT 60 LABELS "mpi"
+    ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
+endif()

@@ -5,6 +5,8 @@
 #include "harness/comm/runner.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include <mutex>
 #include <thread>
@@ -40,6 +42,33 @@ void validate(const WorldOptions& o) {
 bool hosts_rank(const World& world, int rank) {
   const std::vector<int> hosted = world.local_ranks();
   return std::find(hosted.begin(), hosted.end(), rank) != hosted.end();
+}
+
+void require_same_spec(World& world, const std::string& spec, const std::string& what) {
+  if (world.backend() == BackendKind::local) return;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
+  for (unsigned char ch : spec) h = (h ^ ch) * 1099511628211ull;
+  // Two exact halves in f64 (the collectives' element types).
+  const double mine[2] = {double(h >> 32), double(h & 0xffffffffu)};
+  std::vector<double> all(2 * size_t(world.size()));
+  run_ranks(world, [&](Communicator& comm) {
+    BufferSpace& bs = comm.buffers();
+    void* send = bs.allocate(sizeof mine);
+    void* recv = bs.allocate(all.size() * sizeof(double));
+    bs.copy_in(send, mine, sizeof mine);
+    comm.all_gather(send, recv, 2, DType::f64);
+    bs.copy_out(all.data(), recv, all.size() * sizeof(double));
+    bs.deallocate(send);
+    bs.deallocate(recv);
+  });
+  std::string differ;
+  for (int r = 1; r < world.size(); ++r)
+    if (all[2 * size_t(r)] != all[0] || all[2 * size_t(r) + 1] != all[1])
+      differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  const bool one = differ.find(',') == std::string::npos;
+  require(differ.empty(), what + ": rank" + (one ? " " : "s ") + differ + (one ? " was" : " were") +
+                              " started with another run spec than rank 0 (different arguments or config: "
+                              "shard, precision, steps, ...); start every process with the same command line");
 }
 
 void run_ranks(World& world, const std::function<void(Communicator&)>& fn) {

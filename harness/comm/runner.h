@@ -59,6 +59,15 @@ class World {
 // a command's results).
 bool hosts_rank(const World& world, int rank);
 
+// Under a world of several processes (mpi, nccl): every process hashes
+// `spec` (its run spec as text: what it was asked to run) and the hashes are
+// all-gathered before any work, so processes started with different
+// arguments (shard, precision, steps, config) stop at once with exit 2
+// instead of aborting inside MPI, hanging until the timeout or writing false
+// rows. InputError on every process naming the ranks whose spec differs
+// from rank 0's. A local world (one process) has nothing to agree on.
+void require_same_spec(World& world, const std::string& spec, const std::string& what);
+
 // Runs fn on every rank the world hosts (one thread each when more than one).
 // Throws RankError(first failing rank, its message) if any rank failed.
 void run_ranks(World& world, const std::function<void(Communicator&)>& fn);

@@ -3,6 +3,7 @@
 // conformance rows, exit 1 on any failure (CI gating).
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -392,8 +393,24 @@ int run_check(const CheckFlags& f, const Env& env) {
   if (wo.backend != BackendKind::local) {
     wo.size = 0;
     mpi_world = make_world(wo);
-    // The world is what mpirun launched: its size picks the points.
+    std::string spec;  // the whole matrix, as this process was asked to run it
+    for (const auto& s : runs) spec += config_hash_of(s) + (s.world.chaos.enabled ? "c" : "") + ";";
+    require_same_spec(*mpi_world, spec, "check");
+    // The world is what mpirun launched: its size picks the points; the
+    // others are named, not dropped in silence.
+    std::map<int, int> skipped;  // world -> points
+    for (const auto& s : runs)
+      if (s.spec.world() != mpi_world->size()) ++skipped[s.spec.world()];
     std::erase_if(runs, [&](const StrategyRun& s) { return s.spec.world() != mpi_world->size(); });
+    if (hosts_rank(*mpi_world, 0) && !skipped.empty()) {
+      std::string list;
+      for (auto [w, n] : skipped)
+        list += (list.empty() ? "" : ", ") + std::to_string(n) + " of world " + std::to_string(w);
+      std::fprintf(stderr,
+                   "check: under mpirun -np %d only the points of world %d run; skipped %s (run them with mpirun -np "
+                   "of their world, or without mpirun on the local backend)\n",
+                   mpi_world->size(), mpi_world->size(), list.c_str());
+    }
     for (auto& s : runs) s.world.backend = wo.backend;
   }
   require(!runs.empty(), "check: the matrix is empty (see --dp, --shard, --pp, --mesh, --precision" +

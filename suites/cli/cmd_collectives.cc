@@ -118,6 +118,13 @@ int run(Flags& f, const Env& env, bool world_given) {
     require_fits(need, limits_of(f.limits), "collectives, " + std::to_string(hosted) + " ranks of -e " + f.max_bytes);
   }
   auto world = make_world(wo);
+  std::string spec;  // what this process was asked to run
+  for (const auto* d : ops) spec += std::string(d->name) + ",";
+  spec += "|" + std::to_string(b.min_bytes) + "|" + std::to_string(b.max_bytes) + "|" + std::to_string(b.step_bytes) +
+          "|" + std::to_string(b.step_factor) + "|" + std::to_string(b.iters) + "|" + std::to_string(b.warmup) + "|" +
+          std::to_string(b.check) + "|" + std::to_string(b.average) + "|" + f.dtype + "|" + f.redop + "|" + f.root +
+          "|" + std::to_string(f.timeout_s) + "|" + f.inject;
+  require_same_spec(*world, spec, "collectives");
   const int n = world->size();
   std::vector<int> roots;
   if (f.root == "all") {

@@ -28,6 +28,7 @@ struct SweepFlags {
   std::string run_dir;  // write into this directory instead of OUT/<run id>
   std::string resume;   // sweep CSV, or a run directory holding sweep.csv
   std::string backend;  // local | mpi (default: mpi under mpirun)
+  PreflightFlags limits;
 };
 
 int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env, World* world, bool writer) {
@@ -39,7 +40,7 @@ int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env,
     if (std::filesystem::is_directory(p)) p /= "sweep.csv";
     require(std::filesystem::is_regular_file(p), "--resume: no sweep CSV at '" + p.string() + "'");
     csv = p.string();
-    skip = sweep::done_keys(csv);
+    skip = sweep::done_keys(csv, c);
   } else if (writer) {
     auto dir = f.run_dir.empty() ? make_run_dir(f.cfg.out, run_id) : make_run_dir(f.run_dir, "");
     csv = (dir / "sweep.csv").string();
@@ -53,6 +54,7 @@ int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env,
   run.progress = writer && env.is_tty ? &std::cerr : nullptr;
   run.table = writer ? &std::cout : nullptr;
   run.world = world;
+  run.limits = limits_of(f.limits);
   sweep::SweepSummary s = sweep::run_sweep(c, run, skip);
   if (writer)
     std::printf("\n%d points run (%d ok, %d rejected, %d failed), %d already done, in %.1f s\n"
@@ -80,6 +82,7 @@ int run_sweep_cmd(const SweepFlags& f, const Env& env) {
   wo.size = 0;  // what mpirun launched
   wo.ranks_per_node = c.ranks_per_node;  // the node boundary the strategies are told about
   std::unique_ptr<World> world = make_world(wo);
+  require_same_spec(*world, r.config_hash() + "|" + f.resume, "sweep");
   const bool writer = hosts_rank(*world, 0);
   // Every process takes part in every point: an error on one (bad input only
   // the writer sees, a failed rank) must end them all, or the others would
@@ -108,6 +111,7 @@ void register_sweep(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--backend", f->backend,
                   "local (ranks are threads; default) or mpi (default under mpirun: runs the points whose "
                   "world is mpirun's -np; no plan rows)");
+  add_preflight_flags(app, f->limits);
   reg.push_back({app, [f, &env] { return run_sweep_cmd(*f, env); }});
 }
 

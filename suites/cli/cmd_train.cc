@@ -85,6 +85,7 @@ int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
   require_fits(planner::run_need(s.spec, local ? s.spec.world() : 1, local, /*conformance=*/true),
                limits_of(f.limits), "train " + spec_label(s.spec) + " " + cfg.model.name);
   auto world = make_world(s.world);
+  require_same_spec(*world, config_hash_of(s), "train");
   ConformanceResult res;
   try {
     res = run_conformance(s, *world);

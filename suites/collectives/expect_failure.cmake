@@ -1,5 +1,6 @@
-# Runs a command that must fail: non-zero exit and output matching EXPECT.
-#   cmake "-DCMD=prog|arg|..." "-DEXPECT=regex" -P expect_failure.cmake
+# Runs a command that must fail: non-zero exit (or exactly RC when given) and
+# output matching EXPECT.
+#   cmake "-DCMD=prog|arg|..." "-DEXPECT=regex" [-DRC=2] -P expect_failure.cmake
 # ('|' separates the arguments, so the command survives add_test intact.)
 string(REPLACE "|" ";" cmd "${CMD}")
 string(TIMESTAMP t0 "%s")
@@ -7,7 +8,9 @@ execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARI
 string(TIMESTAMP t1 "%s")
 math(EXPR secs "${t1} - ${t0}")
 message(STATUS "exit: ${rc} after ${secs} s\n--- stdout ---\n${out}\n--- stderr ---\n${err}")
-if(rc STREQUAL "0")
+if(DEFINED RC AND NOT rc STREQUAL "${RC}")
+  message(FATAL_ERROR "expected exit ${RC}, got ${rc}")
+elseif(NOT DEFINED RC AND rc STREQUAL "0")
   message(FATAL_ERROR "expected a failure, but the command exited 0")
 endif()
 if(rc MATCHES "timeout|Process terminated due to timeout")

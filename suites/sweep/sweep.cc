@@ -25,6 +25,7 @@
 #include "impl/spec/run_spec.h"
 #include "kernels/cpu/peak.h"
 #include "reference/model_config.h"
+#include "suites/planner/preflight.h"
 #include "suites/sweep/sweep_plan.h"
 
 namespace pb::sweep {
@@ -255,35 +256,43 @@ std::vector<SweepPoint> expand(const SweepConfig& c) {
   return v;
 }
 
+RunSpec point_spec(const SweepConfig& c, const SweepPoint& p) {
+  const int64_t global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : c.global_batch;
+  const char* bkey = p.scaling == "weak" ? "sweep.batch_per_rank" : "sweep.global_batch";
+  require(global_batch <= (int64_t(1) << 30),
+          std::string(bkey) + ": the global batch " + std::to_string(global_batch) + " is more than 2^30 sequences");
+  RunSpec spec;
+  TrainConfig& cfg = spec.train;
+  cfg.model = named_model(p.model);
+  cfg.precision = parse_precision(p.precision);
+  cfg.seq = c.seq;
+  cfg.batch = int(global_batch);
+  cfg.microbatches = p.microbatches;
+  cfg.steps = c.warmup + c.steps;
+  cfg.threads = 1;
+  cfg.validate();
+  spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
+  if (!spec.mesh.ranks_per_node) spec.mesh.ranks_per_node = c.ranks_per_node;
+  apply_strategy_text(spec, p.strategy, "sweep.strategies");
+  require(cfg.batch % (p.dp * p.microbatches) == 0,
+          std::string(bkey) + ": global batch " + std::to_string(cfg.batch) + " must be divisible by dp x microbatches (" +
+              std::to_string(p.dp) + " x " + std::to_string(p.microbatches) + ")");
+  validate(spec);
+  const Strategy& strat = strategy_for(spec);
+  strat.validate(spec);  // bad input is found here, alike on every rank, before any communication
+  require(spec.pipe.schedule != pipeline::ScheduleKind::pipedream_2bw,
+          "sweep.strategies: 2bw trains its whole window at once; the sweep times optimizer steps one by one");
+  return spec;
+}
+
 PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank, World* world) {
   PointResult res;
   bool started = false;  // ranks are running: under MPI no error can be a row any more
   res.seq = c.seq;
   res.global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : c.global_batch;
   try {
-    RunSpec spec;
-    TrainConfig& cfg = spec.train;
-    cfg.model = named_model(p.model);
-    cfg.precision = parse_precision(p.precision);
-    cfg.seq = c.seq;
-    cfg.batch = int(res.global_batch);
-    cfg.microbatches = p.microbatches;
-    cfg.steps = c.warmup + c.steps;
-    cfg.threads = 1;
-    cfg.validate();
-    spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
-    if (!spec.mesh.ranks_per_node) spec.mesh.ranks_per_node = c.ranks_per_node;
-    apply_strategy_text(spec, p.strategy, "sweep.strategies");
-    const char* bkey = p.scaling == "weak" ? "sweep.batch_per_rank" : "sweep.global_batch";
-    require(cfg.batch % (p.dp * p.microbatches) == 0,
-            std::string(bkey) + ": global batch " + std::to_string(cfg.batch) +
-                " must be divisible by dp x microbatches (" + std::to_string(p.dp) + " x " +
-                std::to_string(p.microbatches) + ")");
-    validate(spec);
-    const Strategy& strat = strategy_for(spec);
-    strat.validate(spec);  // bad input is found here, alike on every rank, before any communication
-    require(spec.pipe.schedule != pipeline::ScheduleKind::pipedream_2bw,
-            "sweep.strategies: 2bw trains its whole window at once; the sweep times optimizer steps one by one");
+    const RunSpec spec = point_spec(c, p);
+    const TrainConfig& cfg = spec.train;
     WorldOptions wo;
     wo.size = p.world;
     wo.ranks_per_node = spec.mesh.ranks_per_node;
@@ -368,37 +377,67 @@ CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
   return rec;
 }
 
-RunMeta point_meta(const SweepPoint& p, const PointResult& r, const RunMeta& base) {
-  RunMeta m = base;
-  m.timestamp = iso8601_utc(std::chrono::system_clock::now());
-  m.world = p.world;
-  m.mesh = p.mesh;
-  m.status = r.status;
-  m.reason = r.reason;
-  ConfigReader h;  // the point's effective settings, hashed
+std::string point_config_hash(const SweepConfig& c, const SweepPoint& p) {
+  ConfigReader h;  // every setting that changes the point's figures, hashed
   h.set("strategy", p.strategy);
   h.set("mesh", p.mesh);
   h.set("model", p.model);
   h.set("precision", p.precision);
   h.set("world", int64_t(p.world));
   h.set("microbatches", int64_t(p.microbatches));
-  h.set("global_batch", r.global_batch);
-  h.set("seq", r.seq);
-  m.config_hash = h.config_hash();
+  h.set("scaling", p.scaling);
+  h.set("global_batch", p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : int64_t(c.global_batch));
+  h.set("seq", int64_t(c.seq));
+  h.set("steps", int64_t(c.steps));
+  h.set("warmup", int64_t(c.warmup));
+  h.set("ranks_per_node", int64_t(c.ranks_per_node));
+  h.set("peak_gflops", c.peak_gflops);
+  return h.config_hash();
+}
+
+RunMeta point_meta(const SweepConfig& c, const SweepPoint& p, const PointResult& r, const RunMeta& base) {
+  RunMeta m = base;
+  m.timestamp = iso8601_utc(std::chrono::system_clock::now());
+  m.world = p.world;
+  m.mesh = p.mesh;
+  m.status = r.status;
+  m.reason = r.reason;
+  m.config_hash = point_config_hash(c, p);
   return m;
 }
 
-std::set<std::string> done_keys(const std::string& csv_path) {
+std::set<std::string> done_keys(const std::string& csv_path, const SweepConfig& c) {
+  // The file is a results CSV first: anything the schema refuses is refused
+  // here too (a torn last row is the one thing a killed sweep leaves, and is
+  // dropped below).
+  const std::vector<std::string> problems = validate_csv_against_schema(csv_path, ResultsSchema::builtin());
+  for (const std::string& e : problems)
+    require(e.find("torn") != std::string::npos || e.find("no terminating newline") != std::string::npos,
+            "--resume: " + e + (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : ""));
   CsvTable t = read_csv(csv_path, {/*drop_partial_tail=*/true});
+  std::map<std::string, std::string> hash_of;  // key -> the hash this config gives the point
+  for (const SweepPoint& p : expand(c)) hash_of[p.key()] = point_config_hash(c, p);
   std::set<std::string> keys;
   try {
     const size_t ck = t.column("kind"), cs = t.column("strategy"), cm = t.column("model"),
                  cp = t.column("precision"), cw = t.column("mesh"), cb = t.column("microbatches"),
-                 cl = t.column("scaling");
-    for (const auto& row : t.rows) {
-      require(row[ck] == "sweep", csv_path + ": not a sweep CSV (kind '" + row[ck] + "')");
-      keys.insert(row[cs] + "|" + row[cw] + "|" + row[cm] + "|" + row[cp] + "|" +
-                  (row[cb].empty() ? "1" : row[cb]) + "|" + row[cl]);
+                 cl = t.column("scaling"), ch = t.column("config_hash");
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+      const auto& row = t.rows[i];
+      const std::string where = csv_path + ":" + std::to_string(t.row_lines[i]);
+      require(row[ck] == "sweep", where + ": not a sweep CSV (kind '" + row[ck] + "')");
+      const std::string key = row[cs] + "|" + row[cw] + "|" + row[cm] + "|" + row[cp] + "|" +
+                              (row[cb].empty() ? "1" : row[cb]) + "|" + row[cl];
+      // A point this config also runs counts as done only if it was run
+      // with the same settings (steps, warm-up, batch, seq, ...).
+      const auto it = hash_of.find(key);
+      require(it == hash_of.end() || it->second == row[ch],
+              where + ": --resume: this point (" + row[cw] + " " + row[cs] + " " + row[cm] + " " + row[cp] +
+                  ") was run with other settings than the config gives it now (config_hash " + row[ch] + ", now " +
+                  (it == hash_of.end() ? "" : it->second) +
+                  "; steps, warmup, batch, seq, ranks_per_node or peak_gflops differ): resume with the config "
+                  "the sweep started with, or start a new run");
+      keys.insert(key);
     }
   } catch (const std::out_of_range& e) {
     throw InputError(csv_path + ": not a sweep CSV: " + e.what());
@@ -417,6 +456,19 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   if (run.world)
     require(!points.empty(), "sweep.worlds: no point has world " + std::to_string(run.world->size()) +
                                  ", the size mpirun launched");
+  // Preflight: every point this process will host fits, before the first
+  // runs. A point that is not valid is left to run_point (a rejected row).
+  for (const SweepPoint& p : points) {
+    RunSpec spec;
+    try {
+      spec = point_spec(c, p);
+    } catch (const InputError&) {
+      continue;
+    }
+    const int64_t hosted = run.world ? int64_t(run.world->local_ranks().size()) : p.world;
+    require_fits(planner::run_need(spec, hosted, !run.world, /*conformance=*/false), run.limits,
+                 "sweep point " + p.label());
+  }
   // Which points are done is the writer's to say (it holds the CSV): under
   // mpirun every process follows its list.
   std::vector<double> done(points.size(), 0.0);
@@ -455,7 +507,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     }
     PointResult r = run_point(c, p, peak_rank, run.world);
     if (!writer) continue;
-    const RunMeta meta = point_meta(p, r, run.meta);
+    const RunMeta meta = point_meta(c, p, r, run.meta);
     csv->write(meta, to_record(p, r));
     if (plan_csv && r.status == "ok") {
       const int Bm = int(r.global_batch / (int64_t(p.dp) * p.microbatches));

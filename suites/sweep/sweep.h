@@ -22,6 +22,8 @@
 #include "harness/io/csv.h"
 #include "harness/io/run_meta.h"
 #include "harness/comm/runner.h"
+#include "harness/preflight.h"
+#include "impl/spec/run_spec.h"
 
 namespace pb::sweep {
 
@@ -82,16 +84,28 @@ struct PointResult {
 // The figures are the max over ranks and only the process hosting rank 0
 // gets them (others return an empty ok result).
 // peak_flops_per_rank: the MFU denominator of one rank (FLOP/s).
+// The run spec of point p (model, precision, batch, seq, steps, mesh, options),
+// validated: InputError naming the sweep key that makes it invalid.
+RunSpec point_spec(const SweepConfig& c, const SweepPoint& p);
+
 PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank,
                       World* world = nullptr);
 
 // The sweep columns of one row (RunMeta carries world, mesh, status, reason).
 CsvRecord to_record(const SweepPoint& p, const PointResult& r);
-RunMeta point_meta(const SweepPoint& p, const PointResult& r, const RunMeta& base);
+// config_hash: point_config_hash, so a row says which settings made it.
+RunMeta point_meta(const SweepConfig& c, const SweepPoint& p, const PointResult& r, const RunMeta& base);
+
+// The hash of everything that changes point p's figures under config c: the
+// point (strategy, mesh, model, precision, microbatches, scaling) and the
+// sweep's batch, seq, steps, warm-up, ranks per node and MFU peak.
+std::string point_config_hash(const SweepConfig& c, const SweepPoint& p);
 
 // Keys of the points present in an existing sweep CSV (a torn last row is
-// ignored). InputError naming the file if it is unreadable or not a sweep CSV.
-std::set<std::string> done_keys(const std::string& csv_path);
+// ignored), for --resume under config c. InputError naming the file (and
+// line) if it does not validate against the results schema, is not a sweep
+// CSV, or holds a point of c run with other settings (its config_hash).
+std::set<std::string> done_keys(const std::string& csv_path, const SweepConfig& c);
 
 struct SweepRun {
   std::string csv_path;       // appended to (created with the header if absent)
@@ -104,6 +118,7 @@ struct SweepRun {
   // timing uses this machine's local-backend figures; give `parabench plan`
   // the cluster's link figures instead).
   World* world = nullptr;
+  Limits limits;  // preflight: every point must fit (harness/preflight.h)
 };
 
 struct SweepSummary {

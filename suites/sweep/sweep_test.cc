@@ -117,7 +117,7 @@ TEST(Sweep, ResumeRerunsOnlyTheMissingPoint) {
   ASSERT_EQ(lines.size(), 3u);
   std::ofstream(csv, std::ios::trunc) << lines[0] << "\n" << lines[1] << "\n";
 
-  std::set<std::string> done = done_keys(csv);
+  std::set<std::string> done = done_keys(csv, c);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(*done.begin(), "shard=none|dp2|tiny|fp32|1|weak");
   SweepSummary s = run_sweep(c, make_run(csv), done);
@@ -126,9 +126,30 @@ TEST(Sweep, ResumeRerunsOnlyTheMissingPoint) {
   CsvTable t = read_csv(csv);
   ASSERT_EQ(t.rows.size(), 2u);
   EXPECT_EQ(t.rows[1][t.column("strategy")], "shard=zero2");
-  EXPECT_EQ(done_keys(csv).size(), 2u);
-  EXPECT_EQ(run_sweep(c, make_run(csv), done_keys(csv)).points, 0);  // nothing left
+  EXPECT_EQ(done_keys(csv, c).size(), 2u);
+  EXPECT_EQ(run_sweep(c, make_run(csv), done_keys(csv, c)).points, 0);  // nothing left
   EXPECT_EQ(read_csv(csv).rows.size(), 2u);
+  // A config that changes a result (steps, warm-up, batch, seq) does not
+  // count the old rows as done: --resume refuses, naming the row.
+  for (auto change : {+[](SweepConfig& x) { x.steps += 1; }, +[](SweepConfig& x) { x.warmup += 1; },
+                      +[](SweepConfig& x) { x.batch_per_rank *= 2; }, +[](SweepConfig& x) { x.seq /= 2; }}) {
+    SweepConfig other = c;
+    change(other);
+    try {
+      done_keys(csv, other);
+      ADD_FAILURE() << "a changed config resumed";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(csv + ":2: --resume: this point (dp2 shard=none tiny fp32)"), std::string::npos)
+          << e.what();
+    }
+  }
+  // Rows of points the new config does not run do not matter.
+  SweepConfig fewer = c;
+  fewer.strategies = {"shard=zero2"};
+  fewer.steps += 1;
+  EXPECT_THROW(done_keys(csv, fewer), InputError);  // shard=zero2 is in both
+  fewer.worlds = {4};
+  EXPECT_EQ(done_keys(csv, fewer).size(), 2u);
 }
 
 TEST(SweepConfig, RulesNameTheKey) {
