@@ -151,7 +151,13 @@ def main():
     if not os.path.isdir(a.dir):
         print("report: error: %s is not a directory" % a.dir, file=sys.stderr)
         return 2
-    path, pngs, notes = build(a.dir, a.out or a.dir)
+    try:
+        path, pngs, notes = build(a.dir, a.out or a.dir)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        # Input the C++ side did not pre-check (the script run by hand): a
+        # message naming the file, not a traceback.
+        print("report: error: %s" % e, file=sys.stderr)
+        return 2
     for p in pngs:
         print("wrote", p)
     for n in notes:

@@ -4,6 +4,11 @@ if(PARABENCH_BUILD_TESTS)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/cli_train_test.py
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_train_work)
   set_tests_properties(cli_train_export_test PROPERTIES TIMEOUT 300 LABELS "cli")
+  # The bad-input table (#14): exit code and message for each class of bad input.
+  add_test(NAME cli_bad_input
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/bad_input_test.py
+                   $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_bad_input_work)
+  set_tests_properties(cli_bad_input PROPERTIES TIMEOUT 300 LABELS "cli")
 endif()
 
 # Under mpirun, processes started with different run specs stop at once with

@@ -380,6 +380,9 @@ int run_check(const CheckFlags& f, const Env& env) {
   require(wo.backend != BackendKind::local || env.launched_size == 1,
           "--backend local: under mpirun -np " + std::to_string(env.launched_size) +
               " every process would write its own results; use --backend mpi");
+  for (const auto& p : f.precisions)
+    require(p == "fp64" || p == "fp32" || p == "bf16-mixed",
+            "--precision: '" + p + "' is not one of fp64, fp32, bf16-mixed");
   auto runs = matrix(f);
   const Limits limits = limits_of(f.limits);
   const bool local = wo.backend == BackendKind::local;

@@ -2,13 +2,19 @@
 // results directory. The script is found through the source tree this binary
 // was built from (PARABENCH_SOURCE_DIR, set at build time) unless --script
 // names it. The script's exit status is passed through (2 stays bad input).
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "harness/io/csv_schema.h"
 #include "harness/status.h"
+#include "suites/report/validate.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
 
@@ -30,6 +36,41 @@ int run_report(const ReportFlags& f) {
       !f.script.empty() ? f.script : std::string(PARABENCH_SOURCE_DIR) + "/scripts/report.py";
   require(fs::is_regular_file(script), "--script: '" + script + "' not found (pass --script PATH)");
   require(fs::exists(f.python), "--python: '" + f.python + "' not found");
+  // Every CSV the report will read is checked against results/schema.json
+  // first (the validator of `parabench validate`): a torn row, a NUL byte, a
+  // binary file or a missing column is exit 2 naming file and line, not a
+  // plot of half a row or a Python traceback.
+  const report::RunFileSchema schema =
+      report::RunFileSchema::parse(builtin_results_schema_json(), "<builtin results/schema.json>");
+  std::vector<std::string> problems;
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(f.dir))
+    if (e.path().extension() == ".csv") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    require(fs::is_regular_file(file), "DIR: '" + file + "' is not a regular file");
+    for (auto& p : schema.validate(file)) problems.push_back(std::move(p));
+  }
+  if (!problems.empty()) {
+    std::string msg;
+    for (size_t i = 0; i < problems.size() && i < 5; ++i) msg += (i ? "\n  " : "") + problems[i];
+    if (problems.size() > 5) msg += "\n  (" + std::to_string(problems.size() - 5) + " more)";
+    throw InputError(msg + "\n  (the report reads only results CSVs of results/schema.json; `parabench validate` "
+                           "lists every problem)");
+  }
+  // The output directory is writable before any plot is drawn.
+  const fs::path out = f.out.empty() ? fs::path(f.dir) : fs::path(f.out);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  require(!ec && fs::is_directory(out), "--out: cannot create directory '" + out.string() + "'" +
+                                           (ec ? ": " + ec.message() : ""));
+  const fs::path probe = out / ".parabench-write-test";
+  {
+    std::FILE* fp = std::fopen(probe.c_str(), "w");
+    require(fp != nullptr, "--out: cannot write into '" + out.string() + "': " + std::strerror(errno));
+    std::fclose(fp);
+  }
+  fs::remove(probe, ec);
   std::vector<std::string> args = {f.python, script, f.dir};
   if (!f.out.empty()) args.insert(args.end(), {"--out", f.out});
   const int rc = run_child(args);

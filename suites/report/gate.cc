@@ -3,6 +3,8 @@
 // separate points.
 #include "suites/report/gate.h"
 
+#include "harness/io/csv_schema.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -154,6 +156,17 @@ std::vector<GateTable> load_gate_input(const std::string& file_or_dir) {
     require(!out.empty(), file_or_dir + ": no results CSV (with a 'kind' column) in this directory");
   } else {
     out.push_back({file_or_dir, read_csv(file_or_dir)});
+  }
+  // Every file is a results CSV of results/schema.json before anything is
+  // compared: a missing required column, an empty required value or a value
+  // of the wrong type would otherwise skip a check in silence.
+  for (const GateTable& t : out) {
+    const std::vector<std::string> problems = validate_csv_against_schema(t.name, ResultsSchema::builtin());
+    if (problems.empty()) continue;
+    std::string msg;
+    for (size_t i = 0; i < problems.size() && i < 5; ++i) msg += (i ? "\n  " : "") + problems[i];
+    if (problems.size() > 5) msg += "\n  (" + std::to_string(problems.size() - 5) + " more)";
+    throw InputError(msg + "\n  (results/schema.json; `parabench validate FILE` lists every problem)");
   }
   collect(out);  // validates kinds and numbers now, so bad input is reported before any comparison
   return out;

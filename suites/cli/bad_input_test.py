@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""The bad-input table (#14): every class of bad input a user can give the CLI,
+each case asserting the exit code and the message that names what is wrong.
+
+    bad_input_test.py PARABENCH WORKDIR
+
+Classes (the issue's numbering): 1 preflight on size, 2 zero and -1 are
+values, 3 non-finite and overflowing numbers, 4 readers that validate their
+files, 5 matrices validated before the first row, 7 minor. Class 6 (a frozen
+rank) and the MPI halves of class 5 need mpirun and are ctests of their own
+(collectives_fail_mpi_stop, cli_mpi_spec_mismatch, cli_mpi_check_names_skipped).
+A case passes when the exit code matches, the output matches the regex, no
+Python-style traceback or signal shows, and it ends within its time limit.
+"""
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+EXE, WORK = sys.argv[1], sys.argv[2]
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+BASE = os.path.join(SRC, "results", "baselines", "default", "conformance.csv")
+
+
+def w(*parts):
+    return os.path.join(WORK, *parts)
+
+
+def write(path, data, mode="w"):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, mode) as fh:
+        fh.write(data)
+    return path
+
+
+def csv_variant(name, edit):
+    """A copy of the committed baseline conformance CSV, edited."""
+    with open(BASE, newline="") as fh:
+        lines = fh.read().split("\n")
+    return write(w("csv", name, "conformance.csv"), edit(lines), "w")
+
+
+def drop_column(lines, col):
+    head = lines[0].split(",")
+    j = head.index(col)
+    out = []
+    for ln in lines[:6]:
+        if not ln:
+            continue
+        f = ln.split(",")
+        out.append(",".join(f[:j] + f[j + 1:]))
+    return "\n".join(out) + "\n"
+
+
+def empty_field(lines, col):
+    head = lines[0].split(",")
+    j = head.index(col)
+    f = lines[1].split(",")
+    f[j] = ""
+    return "\n".join([lines[0], ",".join(f)] + lines[2:6]) + "\n"
+
+
+def setup():
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    files = {}
+    files["no_ratio"] = csv_variant("no_ratio", lambda ls: drop_column(ls, "ratio"))
+    files["empty_status"] = csv_variant("empty_status", lambda ls: empty_field(ls, "status"))
+    files["torn"] = csv_variant("torn", lambda ls: "\n".join(ls[:5]) + "\n" + ls[5][:40])
+    files["nul"] = csv_variant("nul", lambda ls: "\n".join(ls[:3]) + "\n" + ls[3][:20] + "\0" + ls[3][21:] + "\n")
+    files["bad_number"] = csv_variant("bad_number", lambda ls: "\n".join(
+        [ls[0], ls[1].replace(ls[1].split(",")[ls[0].split(",").index("ratio")], "fast", 1)] + ls[2:5]) + "\n")
+    noise = bytes(random.Random(14).randrange(256) for _ in range(4096))  # a binary file, the same every run
+    files["binary"] = write(w("csv", "binary", "results.csv"), noise, "wb")
+    files["foreign"] = write(w("csv", "foreign", "data.csv"), "a,b\n1,2\n")
+    for k in ("no_ratio", "empty_status", "torn", "nul", "binary", "foreign", "bad_number"):
+        files[k + "_dir"] = os.path.dirname(files[k])
+    files["good_dir"] = os.path.dirname(csv_variant("good", lambda ls: "\n".join(ls[:6]) + "\n"))
+    files["unknown_keys"] = write(w("cfg", "unknown_keys.toml"),
+                                  "[train]\n" + "".join("k%d = 1\n" % i for i in range(30000)))
+    files["bad_toml"] = write(w("cfg", "bad.toml"), "[train\nsteps = 3\n")
+    files["lr_inf"] = write(w("cfg", "lr_inf.toml"), "[optim]\nlr = inf\n")
+    files["clip_nan"] = write(w("cfg", "clip_nan.toml"), "[optim]\nclip = nan\n")
+    files["steps_str"] = write(w("cfg", "steps_str.toml"), '[train]\nsteps = "three"\n')
+    files["huge_world_sweep"] = write(w("cfg", "huge_sweep.toml"), "[sweep]\nworlds = [100000]\n")
+    files["huge_model_sweep"] = write(w("cfg", "huge_model_sweep.toml"),
+                                      '[sweep]\nworlds = [1]\nmodels = ["gpt2-350m"]\nseq = 1024\nbatch_per_rank = 1024\n')
+    files["sweep_cfg"] = write(w("cfg", "sweep.toml"), "[sweep]\nworlds = [1]\nsteps = 1\nwarmup = 0\n")
+    files["sweep_cfg_steps"] = write(w("cfg", "sweep2.toml"), "[sweep]\nworlds = [1]\nsteps = 2\nwarmup = 0\n")
+    # A finished one-point sweep, to resume with a config that changes its result.
+    subprocess.run([EXE, "sweep", "--config", files["sweep_cfg"], "--run-dir", w("sweep_done")], check=True,
+                   capture_output=True, timeout=120)
+    os.makedirs(w("readonly"), exist_ok=True)
+    return files
+
+
+def cases(F):
+    o = ["--out", w("runs")]
+    c = [
+        # 1. preflight on size: refused before anything starts, with the figure and the flag
+        (1, ["check", "--dp", "1000000"] + o, 2, r"runs 1000000 ranks as threads.*--max-ranks"),
+        (1, ["collectives", "--world", "100000"] + o, 2, r"100000 ranks as threads of this process, more than the 1024"),
+        (1, ["collectives", "--world", "64", "-b", "1G", "-e", "2G"] + o, 2, r"needs 1\.13 TiB of memory, this machine has"),
+        (1, ["schedule", "--pp", "100000", "--microbatches", "100000", "--schedule", "1f1b"], 2,
+         r"20000000000 actions\): needs .* TiB of memory"),
+        (1, ["train", "--set", "model.channels=100000", "--steps", "1"] + o, 2, r"train custom: needs .* TiB of memory"),
+        (1, ["train", "--model", "gpt2-124m", "--batch", "1024", "--seq", "1024", "--steps", "1"] + o, 2,
+         r"train gpt2-124m: needs .* TiB of memory.*parabench plan"),
+        (1, ["train", "--steps", "1", "--max-memory", "1K"] + o, 2, r"needs .* MiB of memory, the limit is 1\.00 KiB"),
+        (1, ["check", "--mesh", "dp2", "--max-ranks", "1"] + o, 2, r"runs 2 ranks as threads.*more than the 1 allowed"),
+        (1, ["sweep", "--config", F["huge_world_sweep"]] + o, 2, r"sweep point dp100000 .*100000 ranks as threads"),
+        (1, ["sweep", "--config", F["huge_model_sweep"]] + o, 2, r"sweep point dp1 .*gpt2-350m.*needs .* of memory"),
+        (1, ["train", "--set", "model.channels=1000000000", "--steps", "1"] + o, 2, r"parameters, more than parabench sizes \(2\^50\)"),
+        (1, ["export", "--set", "model.channels=100000", "--dir", w("export")], 2, r"export custom: needs .* TiB"),
+        (1, ["collectives", "--max-memory", "0"] + o, 2, r"--max-memory: must be > 0"),
+        (1, ["collectives", "--max-memory", "lots"] + o, 2, r"--max-memory: 'lots' is not a size"),
+        (1, ["train", "--max-ranks", "0"] + o, 2, r"--max-ranks"),
+        # 2. zero and -1 are values, refused naming the flag
+        (2, ["train", "--steps", "0"] + o, 2, r"--steps: Value 0 not in range"),
+        (2, ["train", "--batch", "0"] + o, 2, r"--batch: Value 0 not in range"),
+        (2, ["train", "--seq", "0"] + o, 2, r"--seq: Value 0 not in range"),
+        (2, ["train", "--dp", "0"] + o, 2, r"--dp: Value 0 not in range"),
+        (2, ["train", "--threads", "0"] + o, 2, r"--threads: Value 0 not in range"),
+        (2, ["train", "--lr", "0"] + o, 2, r"--lr: .*must be a finite number > 0"),
+        (2, ["train", "--seed", "-1"] + o, 2, r"--seed: Value -1 not in range"),
+        (2, ["train", "--microbatches", "-1"] + o, 2, r"--microbatches: Value -1 not in range"),
+        (2, ["train", "--config", ""] + o, 2, r"--config: must not be empty"),
+        (2, ["train", "--out", ""], 2, r"--out: must not be empty"),
+        (2, ["plan", "--model", "tiny", "--seq", "0"], 2, r"--seq: Value 0 not in range"),
+        (2, ["plan", "--model", "tiny", "--dp", "0"], 2, r"--dp: Value 0 not in range"),
+        (2, ["schedule", "--pp", "2", "--microbatches", "4", "--schedule", "2bw", "--steps", "0"], 2, r"--steps: Value 0 not in range"),
+        (2, ["schedule", "--pp", "0", "--microbatches", "4", "--schedule", "1f1b"], 2, r"--pp.*must be >= 1"),
+        (2, ["check", "--steps", "0"] + o, 2, r"--steps"),
+        (2, ["collectives", "-n", "0"] + o, 2, r"-n/--iters: must be >= 1"),
+        # 3. non-finite and overflowing numbers, wherever a number is read
+        (3, ["train", "--lr", "inf"] + o, 2, r"--lr: .*finite"),
+        (3, ["train", "--lr", "nan"] + o, 2, r"--lr: .*finite"),
+        (3, ["train", "--config", F["lr_inf"]] + o, 2, r"optim\.lr.*finite"),
+        (3, ["train", "--config", F["clip_nan"]] + o, 2, r"optim\.clip.*finite"),
+        (3, ["train", "--set", "optim.lr=inf"] + o, 2, r"optim\.lr.*finite"),
+        (3, ["train", "--batch", "2000000000"] + o, 2, r"--batch: Value 2000000000 not in range"),
+        (3, ["collectives", "-e", "99999999999G"] + o, 2, r"-e/--maxbytes: '99999999999G' is .* EiB, more than any size"),
+        (3, ["collectives", "-e", "inf"] + o, 2, r"-e/--maxbytes: 'inf' is not a size"),
+        (3, ["collectives", "-b", "nan"] + o, 2, r"-b/--minbytes: 'nan' is not a size"),
+        (3, ["collectives", "-e", "1e400"] + o, 2, r"-e/--maxbytes: '1e400' is not a size"),
+        (3, ["collectives", "-e", "0x10"] + o, 2, r"-e/--maxbytes: '0x10' is not a size"),
+        (3, ["collectives", "-f", "nan"] + o, 2, r"-f/--stepfactor: must be a finite number"),
+        (3, ["schedule", "--pp", "2", "--microbatches", "4", "--schedule", "1f1b", "--costs", "1,inf,1"], 2,
+         r"--costs: 'inf' is not a finite number"),
+        (3, ["schedule", "--pp", "2", "--microbatches", "4", "--schedule", "1f1b", "--p2p", "nan"], 2, r"--p2p: must be a finite"),
+        (3, ["plan", "--params", "1e30"], 2, r"--params: must be in \[1, 9e18\)"),
+        (3, ["gate", "--baseline", F["good_dir"], "--current", F["good_dir"], "--max-throughput-drop", "nan"], 2,
+         r"--max-throughput-drop: must be in \[0, 1\)"),
+        (3, ["train", "--config", F["steps_str"]] + o, 2, r"train\.steps: expected an integer"),
+        # 4. gates, reports and resumes validate their files (file, line, column)
+        (4, ["gate", "--baseline", F["good_dir"], "--current", F["no_ratio_dir"]], 2, r"conformance\.csv.*ratio"),
+        (4, ["gate", "--baseline", F["good_dir"], "--current", F["empty_status_dir"]], 2, r"conformance\.csv:2: .*status"),
+        (4, ["gate", "--baseline", F["good_dir"], "--current", F["torn"]], 2, r"conformance\.csv:6: truncated last row"),
+        (4, ["gate", "--baseline", F["good_dir"], "--current", F["nul"]], 2, r"conformance\.csv:4: NUL byte"),
+        (4, ["gate", "--baseline", F["good_dir"], "--current", F["bad_number"]], 2, r"conformance\.csv:2: .*ratio"),
+        (4, ["gate", "--baseline", F["no_ratio_dir"], "--current", F["good_dir"]], 2, r"conformance\.csv.*ratio"),
+        (4, ["report", F["torn_dir"]], 2, r"conformance\.csv:6: truncated last row"),
+        (4, ["report", F["nul_dir"]], 2, r"conformance\.csv:4: NUL byte"),
+        (4, ["report", F["binary_dir"]], 2, r"results\.csv:\d*:? "),
+        (4, ["report", F["foreign_dir"]], 2, r"data\.csv: header 'a,b' is neither a results CSV"),
+        (4, ["report", F["good_dir"], "--out", "/proc/parabench-no"], 2, r"--out: cannot create directory"),
+        (4, ["report", F["good_dir"], "--out", F["good_dir"] + "/conformance.csv"], 2, r"--out: cannot create directory"),
+        (4, ["validate", F["binary"]], 1, r"results\.csv:\d*:? "),
+        (4, ["sweep", "--config", F["sweep_cfg"], "--resume", F["good_dir"] + "/conformance.csv"], 2, r"not a sweep CSV"),
+        (4, ["sweep", "--config", F["sweep_cfg"], "--resume", F["torn"]], 2, r"not a sweep CSV|truncated"),
+        (4, ["sweep", "--config", F["sweep_cfg"], "--resume", w("nothing-here")], 2, r"--resume: no sweep CSV"),
+        (4, ["sweep", "--config", F["sweep_cfg_steps"], "--resume", w("sweep_done")], 2,
+         r"sweep\.csv:2: --resume: this point \(dp1 shard=none tiny fp32\) was run with other settings"),
+        # 5. matrices are validated whole before the first row
+        (5, ["check", "--pp", "5", "7", "--run-dir", w("check_pp")], 2, r"more stages than layers"),
+        (5, ["check", "--tp", "0"] + o, 2, r"--tp: tensor-parallel sizes must be > 0"),
+        (5, ["check", "--ep", "3"] + o, 2, r"--ep: expert-parallel sizes must divide"),
+        (5, ["check", "--shard", "foo"] + o, 2, r"--shard: 'foo' is not one of"),
+        (5, ["check", "--precision", "fp16"] + o, 2, r"--precision: 'fp16' is not one of"),
+        (5, ["check", "--mesh", "dp2.xx"] + o, 2, r"--mesh: 'xx' is not an axis"),
+        (5, ["check", "--mesh", "dp2", "--strategy", "shard=zero9"] + o, 2, r"zero9"),
+        (5, ["check", "--strategy", "shard=zero1"] + o, 2, r"--strategy: applies to --mesh points"),
+        # 7. minor: named commands, capped messages, no files left behind
+        (7, ["frobnicate"], 2, r"unknown command 'frobnicate' \(commands: "),
+        (7, ["train", "--config", F["unknown_keys"]] + o, 2, r"unknown key 'train\.k0'.*and 29990 more unknown keys"),
+        (7, ["train", "--config", F["bad_toml"]] + o, 2, r"bad\.toml"),
+        (7, ["train", "--config", w("cfg", "missing.toml")] + o, 2, r"missing\.toml: cannot open"),
+        (7, ["train", "--set", "model.nope=1"] + o, 2, r"unknown key 'model\.nope'"),
+        (7, ["train", "--set", "optim.lr=abc"] + o, 2, r"optim\.lr: expected a float"),
+        (7, ["export", "--dir", "/proc/parabench-no"], 2, r"/proc/parabench-no"),
+    ]
+    return c
+
+
+def main():
+    F = setup()
+    table = cases(F)
+    failures = []
+    per_class = {}
+    for cls, args, rc_want, pattern in table:
+        per_class[cls] = per_class.get(cls, 0) + 1
+        try:
+            p = subprocess.run([EXE] + args, capture_output=True, text=True, errors="replace", timeout=60, cwd=WORK)
+            rc, out = p.returncode, p.stdout + p.stderr
+        except subprocess.TimeoutExpired:
+            failures.append((args, "hung (60 s)"))
+            continue
+        why = []
+        if rc != rc_want:
+            why.append("exit %d, expected %d" % (rc, rc_want))
+        if not re.search(pattern, out, re.S):
+            why.append("output does not match /%s/" % pattern)
+        if "Traceback" in out or "terminate called" in out or rc < 0:
+            why.append("crashed")
+        if len(out) > 4000:
+            why.append("message of %d bytes" % len(out))
+        if why:
+            failures.append((args, "; ".join(why) + "\n    output: " + out[:600].replace("\n", "\n    ")))
+    # Side effects: the refused matrix wrote no rows; no .tmp files anywhere.
+    if os.path.exists(w("check_pp", "conformance.csv")):
+        failures.append((["check", "--pp", "5", "7"], "wrote conformance.csv before refusing the matrix"))
+    for root, _, files in os.walk(WORK):
+        for f in files:
+            if f.endswith(".tmp"):
+                failures.append(([os.path.join(root, f)], "a .tmp file left behind"))
+    print("%d bad inputs in %d classes (%s)" % (len(table), len(per_class),
+                                               ", ".join("class %d: %d" % kv for kv in sorted(per_class.items()))))
+    for args, why in failures:
+        print("FAIL: parabench %s\n    %s" % (" ".join(args), why))
+    print("%d passed, %d failed" % (len(table) - len(failures), len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
