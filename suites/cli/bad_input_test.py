@@ -78,6 +78,7 @@ def setup():
     for k in ("no_ratio", "empty_status", "torn", "nul", "binary", "foreign", "bad_number"):
         files[k + "_dir"] = os.path.dirname(files[k])
     files["good_dir"] = os.path.dirname(csv_variant("good", lambda ls: "\n".join(ls[:6]) + "\n"))
+
     files["unknown_keys"] = write(w("cfg", "unknown_keys.toml"),
                                   "[train]\n" + "".join("k%d = 1\n" % i for i in range(30000)))
     files["bad_toml"] = write(w("cfg", "bad.toml"), "[train\nsteps = 3\n")
@@ -92,6 +93,14 @@ def setup():
     # A finished one-point sweep, to resume with a config that changes its result.
     subprocess.run([EXE, "sweep", "--config", files["sweep_cfg"], "--run-dir", w("sweep_done")], check=True,
                    capture_output=True, timeout=120)
+    # Its CSV with a gated figure that is not finite.
+    with open(w("sweep_done", "sweep.csv"), newline="") as fh:
+        lines = fh.read().split("\n")
+    j = lines[0].split(",").index("tokens_per_s")
+    f = lines[1].split(",")
+    f[j] = "inf"
+    files["sweep_done_csv"] = w("sweep_done", "sweep.csv")
+    files["inf_tps"] = write(w("csv", "inf_tps", "sweep.csv"), "\n".join([lines[0], ",".join(f)]) + "\n")
     os.makedirs(w("readonly"), exist_ok=True)
     return files
 
@@ -161,6 +170,8 @@ def cases(F):
         (4, ["gate", "--baseline", F["good_dir"], "--current", F["nul"]], 2, r"conformance\.csv:4: NUL byte"),
         (4, ["gate", "--baseline", F["good_dir"], "--current", F["bad_number"]], 2, r"conformance\.csv:2: .*ratio"),
         (4, ["gate", "--baseline", F["no_ratio_dir"], "--current", F["good_dir"]], 2, r"conformance\.csv.*ratio"),
+        (3, ["gate", "--baseline", F["sweep_done_csv"], "--current", F["inf_tps"]], 2,
+         r"sweep\.csv:2 column tokens_per_s: 'inf' is not a finite number, and the gate compares it"),
         (4, ["report", F["torn_dir"]], 2, r"conformance\.csv:6: truncated last row"),
         (4, ["report", F["nul_dir"]], 2, r"conformance\.csv:4: NUL byte"),
         (4, ["report", F["binary_dir"]], 2, r"results\.csv:\d*:? "),

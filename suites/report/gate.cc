@@ -123,7 +123,12 @@ std::map<std::string, Point> collect(const std::vector<GateTable>& tables) {
         const long j = col(m.column);
         if (j < 0 || row[size_t(j)].empty()) continue;
         auto& [sum, n] = p.sums[m.column];
-        sum += number(row[size_t(j)], where + " column " + m.column);
+        const double v = number(row[size_t(j)], where + " column " + m.column);
+        // A gated figure must be a number to compare: nan would pass every
+        // comparison in silence, inf fail or pass them all.
+        require(m.role == Role::info || std::isfinite(v), where + " column " + m.column + ": '" + row[size_t(j)] +
+                                                              "' is not a finite number, and the gate compares it");
+        sum += v;
         ++n;
       }
     }
