@@ -123,10 +123,27 @@ def throughput(run, out):
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.6))
         tps = mean_by(rows, lambda r: (series(r), int(num(r, "world"))), "tokens_per_s")
         worlds = {w for _s, w in tps}
+        # The spread behind each median: throughput at the fastest and the
+        # slowest measured step (step_time_min_s / step_time_max_s), drawn
+        # as error bars; oversubscribed points (more ranks than cores) hollow.
+        spread, over = {}, set()
+        for r in rows:
+            k = (series(r), int(num(r, "world")))
+            med, lo, hi = num(r, "step_time_s"), num(r, "step_time_min_s"), num(r, "step_time_max_s")
+            if med and lo and hi:
+                spread.setdefault(k, []).append((med / hi, med / lo))
+            if r.get("oversubscribed") == "1":
+                over.add(k)
         for s in sorted({s for s, _w in tps}):
             pts = sorted((w, v) for (st, w), v in tps.items() if st == s)
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            a1.plot(xs, ys, "o-", color=colors[s], label=s)
+            a1.plot(xs, ys, "-", color=colors[s], label=s)
+            for x, y in pts:
+                f = spread.get((s, x))
+                lo_f = min(a for a, _b in f) if f else 1.0
+                hi_f = max(b for _a, b in f) if f else 1.0
+                a1.errorbar([x], [y], yerr=[[y * (1 - lo_f)], [y * (hi_f - 1)]], fmt="o", color=colors[s],
+                            mfc="white" if (s, x) in over else colors[s], capsize=3)
             w0, t0 = pts[0]
             a2.plot(xs, [100 * (y / x) / (t0 / w0) for x, y in pts], "o-", color=colors[s], label=s)
         for ax in (a1, a2):
@@ -142,7 +159,9 @@ def throughput(run, out):
         fig.suptitle("%s, %s, %s scaling" % (model, prec, scaling))
         name = "throughput_%s_%s_%s.png" % (model, prec, scaling)
         result.append((save(fig, out, name), "Throughput and scaling efficiency: %s %s %s" % (model, prec, scaling),
-                       "Tokens/s (log) and per-rank throughput relative to each strategy's smallest world."))
+                       "Tokens/s (log; bars: throughput at the fastest and slowest measured step; hollow: more "
+                       "ranks than cores, so the scaling is the machine's time-sharing) and per-rank throughput "
+                       "relative to each strategy's smallest world."))
     return result
 
 

@@ -4,7 +4,9 @@
 //   - any conformance row of current that fails (pass = 0 or status failed),
 //     and any collective row reporting wrong elements;
 //   - a throughput drop beyond max_throughput_drop (sweep tokens_per_s,
-//     collective busbw_gbps, plan est_tokens_per_s);
+//     collective busbw_gbps, plan est_tokens_per_s), plus for sweep rows
+//     twice the measured spread: sqrt(cv_base^2 + cv_current^2) of their
+//     step times (step_time_cv), so noise does not fail and a real drop does;
 //   - a memory rise beyond max_memory_rise (mem_total and mem_host_total of
 //     sweep, train_step and plan rows);
 //   - a point of the baseline missing from current, or ok in the baseline and

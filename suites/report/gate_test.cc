@@ -80,6 +80,29 @@ TEST(Gate, MovesWithinThresholdsPass) {
   EXPECT_TRUE(gate(sweep(0.8), conformance(false), loose).passed());
 }
 
+// Sweep rows with their measured spread: the throughput threshold widens by
+// twice the combined coefficient of variation, so a drop inside the noise
+// passes and one beyond it still fails.
+TEST(Gate, ThroughputIsHeldToTheMeasuredSpread) {
+  auto noisy = [](double tps, double cv) {
+    return std::string("run_id,kind,backend,world,mesh,status,reason,strategy,model,precision,scaling,global_batch,"
+                       "seq_len,microbatches,tokens_per_s,step_time_cv\n") +
+           "r1,sweep,local,2,dp2,ok,,ddp,small,fp32,strong,16,64,1," + std::to_string(tps) + "," +
+           std::to_string(cv) + "\n";
+  };
+  auto run = [&](double tps, double cv_base, double cv_cur) {
+    return run_gate({{"b.csv", parse_csv(noisy(20000, cv_base), "b.csv")}},
+                    {{"c.csv", parse_csv(noisy(tps, cv_cur), "c.csv")}}, {});
+  };
+  // cv 8% on both: allowed drop 10% + 2 x 11.3% = 32.6%.
+  EXPECT_TRUE(run(16000, 0.08, 0.08).passed());  // -20%: inside the noise
+  const GateResult r = run(12000, 0.08, 0.08);   // -40%: beyond it
+  ASSERT_FALSE(r.passed());
+  EXPECT_NE(r.lines.front().why.find("+ 2 x the measured spread (cv 11.3137%)"), std::string::npos)
+      << r.lines.front().why;
+  EXPECT_FALSE(run(16000, 0.0, 0.0).passed());  // quiet runs: the bare 10% holds
+}
+
 TEST(Gate, MemoryRiseFails) {
   const GateResult r = gate(sweep(1.0, 1.06), conformance(false));
   EXPECT_FALSE(r.passed());

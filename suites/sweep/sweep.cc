@@ -340,6 +340,13 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     }
     res.step_time_s = median(slowest);
     if (!(res.step_time_s > 0)) throw std::runtime_error("measured step time is not positive");
+    res.step_time_min_s = *std::min_element(slowest.begin(), slowest.end());
+    res.step_time_max_s = *std::max_element(slowest.begin(), slowest.end());
+    double mean = 0, var = 0;
+    for (double x : slowest) mean += x / double(slowest.size());
+    for (double x : slowest) var += (x - mean) * (x - mean);
+    res.step_time_cv = slowest.size() > 1 ? std::sqrt(var / double(slowest.size() - 1)) / mean : 0;
+    res.oversubscribed = p.world > int(std::max(1u, std::thread::hardware_concurrency()));
     res.tokens_per_s = double(cfg.tokens_per_step()) / res.step_time_s;
     res.model_flops_per_s = model_flops_per_step(cfg.model, cfg.batch, cfg.seq) / res.step_time_s;
     res.peak_flops = peak_flops_per_rank * p.world;
@@ -363,6 +370,8 @@ CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
   rec.set("scaling", p.scaling);
   if (r.status != "ok") return rec;
   rec.set("step_time_s", r.step_time_s).set("tokens_per_s", r.tokens_per_s);
+  rec.set("step_time_min_s", r.step_time_min_s).set("step_time_max_s", r.step_time_max_s);
+  rec.set("step_time_cv", r.step_time_cv).set("oversubscribed", r.oversubscribed);
   rec.set("model_flops_per_s", r.model_flops_per_s).set("peak_flops", r.peak_flops);
   if (r.peak_flops > 0) rec.set("mfu", r.mfu);
   static constexpr const char* kMemCols[6] = {"mem_params", "mem_grads", "mem_optimizer",

@@ -67,6 +67,10 @@ struct PointResult {
   std::string reason;
   int64_t global_batch = 0, seq = 0;
   double step_time_s = 0, tokens_per_s = 0, model_flops_per_s = 0, mfu = 0, peak_flops = 0;
+  // The spread of the measured steps (slowest rank's time each): fastest,
+  // slowest, and the coefficient of variation (sample stddev / mean).
+  double step_time_min_s = 0, step_time_max_s = 0, step_time_cv = 0;
+  bool oversubscribed = false;  // more ranks than this machine's cores: the scaling is not the strategy's
   int64_t mem[6] = {};  // peak per MemTag (device), max over ranks
   int64_t mem_total = 0, mem_host_total = 0;
   int64_t comm_dp_bytes = 0, comm_tp_bytes = 0, comm_cp_bytes = 0, comm_pp_bytes = 0, comm_inter_node_bytes = 0;  // per step, max over ranks
@@ -76,6 +80,10 @@ struct PointResult {
   double bubble = 0;  // pipeline: mean over measured steps of sum_r (T - busy_r) / (p T); else 0
 };
 
+// The run spec of point p (model, precision, batch, seq, steps, mesh, options),
+// validated: InputError naming the sweep key that makes it invalid.
+RunSpec point_spec(const SweepConfig& c, const SweepPoint& p);
+
 // Trains one point, on a local world of p.world threads, or on `world` (the
 // processes mpirun launched; its size must be p.world). Never throws for a bad
 // point: the status says why (bad input is found before any communication,
@@ -84,9 +92,6 @@ struct PointResult {
 // The figures are the max over ranks and only the process hosting rank 0
 // gets them (others return an empty ok result).
 // peak_flops_per_rank: the MFU denominator of one rank (FLOP/s).
-// The run spec of point p (model, precision, batch, seq, steps, mesh, options),
-// validated: InputError naming the sweep key that makes it invalid.
-RunSpec point_spec(const SweepConfig& c, const SweepPoint& p);
 
 PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank,
                       World* world = nullptr);

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <thread>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -66,6 +69,12 @@ TEST(Sweep, RowsPassTheSchemaAndCarryMeasuredFigures) {
     const int world = std::stoi(row[t.column("world")]);
     EXPECT_EQ(row[t.column("status")], "ok");
     EXPECT_GT(std::stod(row[t.column("step_time_s")]), 0);
+    // The spread behind the median: min <= median <= max, cv >= 0.
+    const double lo = std::stod(row[t.column("step_time_min_s")]), hi = std::stod(row[t.column("step_time_max_s")]);
+    EXPECT_LE(lo, std::stod(row[t.column("step_time_s")]));
+    EXPECT_GE(hi, std::stod(row[t.column("step_time_s")]));
+    EXPECT_GE(std::stod(row[t.column("step_time_cv")]), 0);
+    EXPECT_EQ(row[t.column("oversubscribed")], world > int(std::max(1u, std::thread::hardware_concurrency())) ? "1" : "0");
     EXPECT_GT(std::stod(row[t.column("mfu")]), 0);
     EXPECT_DOUBLE_EQ(std::stod(row[t.column("peak_flops")]), 10e9 * world);
     EXPECT_EQ(std::stoi(row[t.column("global_batch")]), 2 * world);  // weak scaling
