@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -59,7 +61,14 @@ void validate(const MeshShape& m) {
   positive(m.cp, "cp");
   positive(m.pp, "pp");
   positive(m.ep, "ep");
-  const int w = m.dp * m.tp * m.cp * m.pp;
+  int64_t product = 1;  // each factor and each partial product < 2^31: no overflow
+  for (int v : {m.dp, m.tp, m.cp, m.pp}) {
+    product *= v;
+    require(product <= INT_MAX, "mesh: the world size dp*tp*cp*pp = " + std::to_string(m.dp) + "*" +
+                                    std::to_string(m.tp) + "*" + std::to_string(m.cp) + "*" + std::to_string(m.pp) +
+                                    " must be < 2^31");
+  }
+  const int w = int(product);
   require(m.ranks_per_node >= 0, "mesh.ranks_per_node: must be >= 0 (0 = one node), got " +
                                      std::to_string(m.ranks_per_node));
   require(m.ranks_per_node == 0 || w % m.ranks_per_node == 0,

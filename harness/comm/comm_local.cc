@@ -228,7 +228,7 @@ class LocalComm final : public Communicator {
         auto r = post_recv(d.recv == d.send ? staging(d) : d.recv, d.count * d.elem_size(), d.source, d.tag);
         deliver(d.send, d.count * d.elem_size(), d.root, d.tag);
         r->wait();
-        if (d.recv == d.send) std::memcpy(d.recv, stage_.data(), d.count * d.elem_size());
+        if (d.recv == d.send && d.count) std::memcpy(d.recv, stage_.data(), d.count * d.elem_size());
         return;
       }
       default: in_order([&] { collective(d); });

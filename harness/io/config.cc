@@ -155,6 +155,28 @@ void check_bounds(const T& v, const std::string& key, const Bounds& rule) {
   }
 }
 
+// Well-formed UTF-8 (The Unicode Standard, section 3.9, table 3-7: no
+// overlong forms, surrogates or code points past U+10FFFF), as TOML requires
+// of every key and string.
+bool is_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t c = uint8_t(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t n = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((uint8_t(s[i + k]) & 0xC0) != 0x80) return false;
+    const uint8_t c1 = uint8_t(s[i + 1]);  // the second byte's range is narrower after these leads
+    if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F))
+      return false;
+    i += n;
+  }
+  return true;
+}
+
 void walk_leaves(const toml::table& t, const std::string& prefix, std::vector<std::string>* out) {
   for (const auto& [k, node] : t) {
     const std::string path = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
@@ -407,6 +429,8 @@ void ConfigReader::set_from_assignment(std::string_view assignment) {
   };
   const std::string_view key = eq == assignment.npos ? std::string_view{} : trim(assignment.substr(0, eq));
   if (key.empty()) throw InputError("--set '" + std::string(assignment) + "': expected key=value");
+  // A TOML file can hold nothing else; the dump must read back.
+  if (!is_utf8(assignment)) throw InputError("--set '" + std::string(assignment) + "': not valid UTF-8");
   const std::string_view text = trim(assignment.substr(eq + 1));
   try {
     const toml::table t = toml::parse("v = " + std::string(text));

@@ -165,6 +165,23 @@ TEST(Config, OverridesAndAssignments) {
   EXPECT_EQ(error_of([&] { c.set("model.layers.x", 1); }), "model.layers.x: cannot set, 'model.layers' is integer, not a table");
 }
 
+// Found by suites/fuzz/fuzz_config: a --set key or bare value that is not
+// UTF-8 went into the table, and the dump (config hash, safetensors metadata)
+// was TOML that no reader accepts.
+TEST(Config, SetRefusesInvalidUtf8) {
+  auto c = ConfigReader::from_string("[train]\nsteps = 3\n");
+  c.set_from_assignment("train.lr=3e-4");
+  EXPECT_EQ(error_of([&] { c.set_from_assignment("str\xff\xff\xff" "ategy.mesh=dp2"); }),
+            "--set 'str\xff\xff\xff" "ategy.mesh=dp2': not valid UTF-8");
+  EXPECT_NE(error_of([&] { c.set_from_assignment("model.precision=bf\xc0\xaf" "16"); }).find("not valid UTF-8"),
+            std::string::npos);  // an overlong '/'
+  EXPECT_NE(error_of([&] { c.set_from_assignment("a=\xed\xa0\x80"); }).find("not valid UTF-8"),
+            std::string::npos);  // a surrogate
+  c.set_from_assignment("model.name=caf\xc3\xa9 \xf0\x9f\x9a\x80");  // UTF-8 stays welcome
+  EXPECT_EQ(c.require<std::string>("model.name"), "caf\xc3\xa9 \xf0\x9f\x9a\x80");
+  EXPECT_EQ(ConfigReader::from_string(c.dump()).dump(), c.dump());
+}
+
 TEST(Config, DumpIsCanonicalAndIncludesDefaults) {
   auto a = ConfigReader::from_string("[train]\nsteps = 10\nlr = 0.001\n[model]\nlayers = 0x4\n");
   auto b = ConfigReader::from_string("[model]\nlayers = 4\n[train]\nlr = 1e-3\n");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -19,6 +20,26 @@ namespace pb {
 namespace {
 
 using Json = nlohmann::ordered_json;
+
+// Column patterns run in libstdc++'s polynomial mode (a Thompson NFA: time
+// O(value x pattern), recursion bounded by the pattern; back-references are
+// a "bad pattern"). Its default backtracking executor recursed once per
+// character of the value, so a 100 KB run_id overflowed the stack, and a
+// pattern like (a|a)*b took exponential time. The length cap bounds the
+// compiler's recursion (one level per parenthesis).
+#if defined(__GLIBCXX__)
+constexpr auto kPatternSyntax = std::regex::ECMAScript | std::regex_constants::__polynomial;
+#else
+constexpr auto kPatternSyntax = std::regex::ECMAScript;
+#endif
+constexpr size_t kMaxPatternLength = 1024;
+
+// An optional string field of a column ("" when absent); InputError otherwise.
+std::string optional_string(const Json& j, const char* key, const std::string& where, const std::string& column) {
+  if (!j.contains(key)) return "";
+  if (!j[key].is_string()) throw InputError(where + ": column '" + column + "': '" + key + "' must be a string");
+  return j[key].get<std::string>();
+}
 
 ColumnSpec parse_column(const Json& j, const std::string& where) {
   auto fail = [&](const std::string& what) { throw InputError(where + ": " + what); };
@@ -35,20 +56,27 @@ ColumnSpec parse_column(const Json& j, const std::string& where) {
   else if (type == "enum") c.type = T::enumeration;
   else if (type == "timestamp") c.type = T::timestamp;
   else fail("column '" + c.name + "': unknown type '" + type + "'");
-  const std::string req = j.value("required", "");
+  const std::string req = optional_string(j, "required", where, c.name);
   using R = ColumnSpec::Required;
   if (req.empty()) c.required = R::optional;
   else if (req == "always") c.required = R::always;
   else if (req == "ok") c.required = R::when_ok;
   else if (req == "not_ok") c.required = R::when_not_ok;
   else fail("column '" + c.name + "': unknown 'required' value '" + req + "'");
-  if (j.contains("values")) c.values = j["values"].get<std::vector<std::string>>();
+  if (j.contains("values")) {
+    const Json& v = j["values"];
+    if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const Json& x) { return x.is_string(); }))
+      fail("column '" + c.name + "': 'values' must be an array of strings");
+    c.values = v.get<std::vector<std::string>>();
+  }
   if (c.type == T::enumeration && c.values.empty()) fail("column '" + c.name + "': an enum needs 'values'");
-  c.unit = j.value("unit", "");
-  c.pattern = j.value("pattern", "");
+  c.unit = optional_string(j, "unit", where, c.name);
+  c.pattern = optional_string(j, "pattern", where, c.name);
+  if (c.pattern.size() > kMaxPatternLength)
+    fail("column '" + c.name + "': pattern longer than " + std::to_string(kMaxPatternLength) + " characters");
   if (!c.pattern.empty()) {
     try {
-      c.compiled = std::make_shared<const std::regex>(c.pattern);
+      c.compiled = std::make_shared<const std::regex>(c.pattern, kPatternSyntax);
     } catch (const std::regex_error& e) {
       fail("column '" + c.name + "': bad pattern: " + e.what());
     }
@@ -104,13 +132,18 @@ ResultsSchema ResultsSchema::parse(std::string_view json_text, const std::string
   Json j;
   try {
     j = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw InputError(where + ": not valid JSON: " + e.what());
   }
   if (!j.is_object() || !j.contains("common") || !j.contains("kinds") || !j["kinds"].is_object())
     throw InputError(where + ": needs 'common' (array) and 'kinds' (object)");
   ResultsSchema s;
-  s.version_ = j.value("schema_version", 0);
+  if (j.contains("schema_version")) {
+    const Json& v = j["schema_version"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT_MAX)
+      throw InputError(where + ": 'schema_version' must be a whole number >= 0");
+    s.version_ = int(v.get<int64_t>());
+  }
   s.common_ = parse_columns(j["common"], where + ": common", {});
   for (const auto& [kind, body] : j["kinds"].items()) {
     if (!body.is_object() || !body.contains("columns")) throw InputError(where + ": kind '" + kind + "' needs 'columns'");
@@ -210,15 +243,12 @@ std::vector<std::string> ResultsSchema::check_row(std::string_view kind, const s
   return problems;
 }
 
-std::vector<std::string> validate_csv_against_schema(const std::string& csv_path, const ResultsSchema& schema) {
+namespace {
+
+// The checks of validate_csv_against_schema on a table read from `csv_path`.
+std::vector<std::string> validate_table(const CsvTable& t, const std::string& csv_path, const ResultsSchema& schema) {
   constexpr size_t kMaxProblems = 100;
   std::vector<std::string> problems;
-  CsvTable t;
-  try {
-    t = read_csv(csv_path);
-  } catch (const InputError& e) {
-    return {e.what()};
-  }
   std::string kind;
   if (!t.rows.empty()) {
     const auto it = std::find(t.header.begin(), t.header.end(), "kind");
@@ -245,6 +275,29 @@ std::vector<std::string> validate_csv_against_schema(const std::string& csv_path
       problems.push_back(csv_path + ":" + std::to_string(t.row_lines[r]) + ": " + p);
   if (problems.size() >= kMaxProblems) problems.push_back(csv_path + ": (stopped after " + std::to_string(kMaxProblems) + " problems)");
   return problems;
+}
+
+}  // namespace
+
+std::vector<std::string> validate_csv_against_schema(const std::string& csv_path, const ResultsSchema& schema) {
+  CsvTable t;
+  try {
+    t = read_csv(csv_path);
+  } catch (const InputError& e) {
+    return {e.what()};
+  }
+  return validate_table(t, csv_path, schema);
+}
+
+std::vector<std::string> validate_csv_text_against_schema(std::string_view csv_text, const std::string& name,
+                                                          const ResultsSchema& schema) {
+  CsvTable t;
+  try {
+    t = parse_csv(csv_text, name);
+  } catch (const InputError& e) {
+    return {e.what()};
+  }
+  return validate_table(t, name, schema);
 }
 
 std::vector<std::string> validate_csv_against_schema(const std::string& csv_path, const std::string& schema_path) {

@@ -23,7 +23,7 @@ struct ColumnSpec {
   Type type = Type::string;
   Required required = Required::optional;
   std::vector<std::string> values;  // enumeration
-  std::string pattern;              // string: ECMAScript regex the value must match
+  std::string pattern;              // string: ECMAScript regex the value must match (<= 1024 chars, no back-references)
   std::string unit;
   std::shared_ptr<const std::regex> compiled;  // of pattern, built once at load
 };
@@ -35,7 +35,8 @@ const char* builtin_results_schema_json();
 class ResultsSchema {
  public:
   // InputError naming the file and the problem (cannot open, bad JSON, a
-  // column without name/type, an unknown type, a duplicate column).
+  // column without name/type, an unknown type, a field of the wrong type, a
+  // bad pattern, a duplicate column).
   static ResultsSchema load(const std::string& path);
   static ResultsSchema parse(std::string_view json_text, const std::string& name);
   // The schema compiled into the library from results/schema.json.
@@ -68,6 +69,10 @@ class ResultsSchema {
 // required value empty, a bad status. Empty means valid.
 std::vector<std::string> validate_csv_against_schema(const std::string& csv_path, const ResultsSchema& schema);
 std::vector<std::string> validate_csv_against_schema(const std::string& csv_path, const std::string& schema_path);
+// The same for CSV text already in memory; `name` stands for the file in the
+// problems.
+std::vector<std::string> validate_csv_text_against_schema(std::string_view csv_text, const std::string& name,
+                                                          const ResultsSchema& schema);
 
 // Appends rows of one kind: header from the schema, each row checked against
 // it before it is written (std::invalid_argument listing the problems: a

@@ -110,6 +110,38 @@ TEST(Schema, LoadErrors) {
       "kinds": {"k": {"columns": [{"name": "a", "type": "int"}]}}})", "x.json"), InputError);  // duplicate
 }
 
+// Found by suites/fuzz/fuzz_schema_json: nlohmann exceptions other than
+// parse_error (a number too large for a double; a field of the wrong type read
+// with value() or get()) left parse as themselves, not as InputError.
+TEST(Schema, HostileJsonIsInputError) {
+  auto message = [](const std::string& json) {
+    try {
+      ResultsSchema::parse(json, "x.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no InputError for " << json;
+    return std::string();
+  };
+  EXPECT_NE(message(R"({"schema_version": 1e400, "common": [], "kinds": {}})").find("schema x.json: not valid JSON"),
+            std::string::npos);
+  EXPECT_EQ(message(R"({"schema_version": "1", "common": [], "kinds": {}})"),
+            "schema x.json: 'schema_version' must be a whole number >= 0");
+  EXPECT_EQ(message(R"({"schema_version": 1e300, "common": [], "kinds": {}})"),
+            "schema x.json: 'schema_version' must be a whole number >= 0");
+  EXPECT_EQ(message(R"({"common": [{"name": "a", "type": "int", "required": 1}], "kinds": {}})"),
+            "schema x.json: common: column 'a': 'required' must be a string");
+  EXPECT_EQ(message(R"({"common": [{"name": "a", "type": "int", "unit": []}], "kinds": {}})"),
+            "schema x.json: common: column 'a': 'unit' must be a string");
+  EXPECT_EQ(message(R"({"common": [], "kinds": {"k": {"columns": [{"name": "p", "type": "string", "pattern": 7}]}}})"),
+            "schema x.json: kind 'k': column 'p': 'pattern' must be a string");
+  EXPECT_EQ(message(R"({"common": [{"name": "e", "type": "enum", "values": "ab"}], "kinds": {}})"),
+            "schema x.json: common: column 'e': 'values' must be an array of strings");
+  EXPECT_EQ(message(R"({"common": [{"name": "e", "type": "enum", "values": ["a", 1]}], "kinds": {}})"),
+            "schema x.json: common: column 'e': 'values' must be an array of strings");
+  EXPECT_EQ(ResultsSchema::parse(R"({"schema_version": 3, "common": [], "kinds": {}})", "x.json").version(), 3);
+}
+
 TEST_F(SchemaTest, WriterOutputValidates) {
   const std::string p = good_train_file();
   EXPECT_EQ(validate_csv_against_schema(p, ResultsSchema::builtin()), std::vector<std::string>{});
@@ -151,6 +183,43 @@ TEST_F(SchemaTest, WriterRejectsBadRows) {
   m.reason = "tp must divide heads";
   w.write(m, CsvRecord().set("strategy", "tp3").set("precision", "fp32").set("quantity", "loss"));
   EXPECT_EQ(validate_csv_against_schema(w.path(), ResultsSchema::builtin()), std::vector<std::string>{});
+}
+
+// Found while fuzzing the validator (suites/fuzz/fuzz_schema_csv; its inputs
+// stay under 4 KB, so the value that crashes was written by hand): patterns
+// ran on libstdc++'s backtracking executor, one stack frame per character, and
+// `parabench validate` died of SIGSEGV on a run_id of 100 KB. A schema's own
+// pattern could also take exponential time or overflow the regex compiler.
+TEST_F(SchemaTest, PatternsOnHugeValuesAndHostilePatterns) {
+  const std::string text = slurp(good_train_file());
+  const std::string id = meta().run_id, huge(1 << 20, 'a');
+  std::string doctored = text;  // both rows' run_id 1 MiB long, still matching ^[A-Za-z0-9._-]+$
+  for (size_t at; (at = doctored.find(id)) != std::string::npos;) doctored.replace(at, id.size(), huge);
+  EXPECT_EQ(validate_csv_text_against_schema(doctored, "big.csv", ResultsSchema::builtin()), std::vector<std::string>{});
+  doctored.replace(doctored.find(huge), huge.size(), huge + "!");
+  const auto problems = validate_csv_text_against_schema(doctored, "big.csv", ResultsSchema::builtin());
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].find("big.csv:2: column 'run_id': 'aaaa"), 0u);
+
+  const std::string exponential = R"({"common": [{"name": "x", "type": "string", "pattern": "(a|a)*(a*)*b"},
+      {"name": "status", "type": "string"}], "kinds": {"k": {"columns": []}}})";
+  const ResultsSchema s = ResultsSchema::parse(exponential, "x.json");
+  const auto got = s.check_row("k", {"x"}, {std::string(100000, 'a')});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(got[0].find("does not match (a|a)*(a*)*b"), std::string::npos);
+  auto error_of = [](const std::string& pattern) {
+    try {
+      ResultsSchema::parse(R"({"common": [{"name": "x", "type": "string", "pattern": ")" + pattern + R"("}], "kinds": {}})",
+                           "x.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InputError");
+  };
+  EXPECT_EQ(error_of(std::string(20000, '(') + std::string(20000, ')')),
+            "schema x.json: common: column 'x': pattern longer than 1024 characters");
+  EXPECT_EQ(error_of("(a)\\\\1").find("schema x.json: common: column 'x': bad pattern"), 0u);  // a back-reference
+  EXPECT_EQ(error_of("a{1000}{1000}{1000}").find("schema x.json: common: column 'x': bad pattern"), 0u);  // too many states
 }
 
 // Replaces the first occurrence of `from` in the file.

@@ -158,7 +158,7 @@ SafetensorsFile SafetensorsFile::parse(std::vector<char> bytes, std::string name
   Json h;
   try {
     h = Json::parse(bytes.begin() + 8, bytes.begin() + 8 + long(n));
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     fail(std::string("header is not valid JSON: ") + e.what());
   }
   if (!h.is_object()) fail("header is not a JSON object");
@@ -188,6 +188,8 @@ SafetensorsFile SafetensorsFile::parse(std::vector<char> bytes, std::string name
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned()) fail(t + "shape holds a non-integer or negative dimension");
       const uint64_t dim = d.get<uint64_t>();
+      // Shape holds int64: after a 0 the count no longer bounds the next dimension.
+      if (dim > uint64_t(INT64_MAX)) fail(t + "shape is too large");
       if (dim != 0 && count > (uint64_t(1) << 62) / dim) fail(t + "shape is too large");
       count *= dim;
       ti.shape.push_back(int64_t(dim));

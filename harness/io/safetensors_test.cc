@@ -219,5 +219,23 @@ TEST(Safetensors, RejectsBrokenFiles) {
             std::string::npos);
 }
 
+// The schema fuzzer's finding (harness/io/csv_schema_test.cc
+// HostileJsonIsInputError) holds here too: a number too large for a double
+// is nlohmann's out_of_range, not a parse_error. And a dimension past
+// INT64_MAX after a 0 kept the count at 0, so it passed the size check and
+// was stored in the int64 shape as a negative dimension.
+TEST(Safetensors, RejectsHostileHeaderNumbers) {
+  EXPECT_NE(error_of(hand_made(R"({"a":{"dtype":"F32","shape":[1e400],"data_offsets":[0,4]}})", 4))
+                .find("t.safetensors: header is not valid JSON"),
+            std::string::npos);
+  EXPECT_EQ(error_of(hand_made(R"({"a":{"dtype":"F32","shape":[0,18446744073709551615],"data_offsets":[0,0]}})", 0)),
+            "safetensors t.safetensors: tensor 'a': shape is too large");
+  EXPECT_EQ(error_of(hand_made(R"({"a":{"dtype":"F32","shape":[0,9223372036854775808],"data_offsets":[0,0]}})", 0)),
+            "safetensors t.safetensors: tensor 'a': shape is too large");
+  const SafetensorsFile f = SafetensorsFile::parse(
+      hand_made(R"({"a":{"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]}})", 0), "t.safetensors");
+  EXPECT_EQ(f.info("a").shape, (Shape{0, INT64_MAX}));
+}
+
 }  // namespace
 }  // namespace pb

@@ -71,6 +71,23 @@ void expect_toml_round_trip(const RunSpec& x) {
   EXPECT_TRUE(y == x) << spec_label(x) << " -> " << spec_label(y) << "\n" << w.dump();
 }
 
+// Found by suites/fuzz/fuzz_run_spec_text: validate(MeshShape) multiplied the
+// axis sizes in int, so a mesh of a world past 2^31 ranks overflowed (UB)
+// instead of being refused.
+TEST(RunSpec, MeshWorldPastIntIsInputError) {
+  for (const auto& t : {"dp4.tp1870978474", "dp65536.tp65536", "dp2147483647.tp2147483647.cp2147483647.pp2147483647"}) {
+    try {
+      parse_mesh(t, "--mesh");
+      ADD_FAILURE() << t;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("world size"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("2^31"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(world_size(parse_mesh("dp2147483647")), 2147483647);  // the largest world still fits
+  EXPECT_THROW(parse_mesh("dp2.pp1073741824"), InputError);
+}
+
 TEST(RunSpec, MeshTextRoundTrips) {
   for (const auto& t : {"dp1", "dp2", "tp4", "dp2.tp2.pp2", "dp2.tp2.cp2.ep2.pp2", "pp8", "cp3.pp2", "dp4.rpn2",
                         "dp8.tp8.pp16.rpn8"}) {
