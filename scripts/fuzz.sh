@@ -14,6 +14,8 @@
 #   scripts/fuzz.sh --time 300 csv       one target, 5 minutes
 #   scripts/fuzz.sh --runs 10000000      long runs: 10M executions each (no time
 #                                        limit unless --time is given too)
+#   scripts/fuzz.sh --out DIR            outputs in DIR/<name> instead (so a
+#                                        bounded run leaves a long one alone)
 # Builds and runs niced, two build jobs at most. Env: PARABENCH_FUZZ_CXX
 # (default clang++-14).
 set -euo pipefail
@@ -23,13 +25,15 @@ all=(config run_spec_text safetensors csv schema_json schema_csv)
 seconds=20
 timed=""
 runs=""
+outdir=""
 targets=()
 while (($#)); do
   case "$1" in
     --time) seconds="$2"; timed=1; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
+    --out) outdir="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "fuzz.sh: unknown option $1 (--time S, --runs N, target names: ${all[*]})" >&2; exit 2 ;;
+    -*) echo "fuzz.sh: unknown option $1 (--time S, --runs N, --out DIR, target names: ${all[*]})" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -39,6 +43,7 @@ for t in "${targets[@]}"; do
 done
 
 build=build-fuzz
+outdir="${outdir:-$build/fuzz-out}"
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER="${PARABENCH_FUZZ_CXX:-clang++-14}" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPARABENCH_FUZZ=ON >/dev/null
 echo "fuzz.sh: building ${targets[*]} in $build/ (log: $build/fuzz-build.log)"
@@ -52,7 +57,7 @@ limit=(-max_total_time="$seconds")
 [[ -n "$runs" && -n "$timed" ]] && limit+=(-max_total_time="$seconds")
 failed=()
 for t in "${targets[@]}"; do
-  out="$build/fuzz-out/$t"
+  out="$outdir/$t"
   rm -rf "$out"
   mkdir -p "$out/corpus"
   cp -R "suites/fuzz/corpus/$t/." "$out/corpus/"

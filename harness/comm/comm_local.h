@@ -13,6 +13,15 @@
 // it goes through a staging buffer and a third barrier). Reductions of
 // element i always run ((x0 + x1) + x2) + ... in rank order, whoever computes
 // them, so results are reproducible bit for bit and identical on all ranks.
+//
+// Once the first barrier has passed, every member is inside the call and
+// reads the others' descriptors and buffers, so no member may leave before
+// the last barrier, not even when another rank aborts the world meanwhile:
+// the barriers after the first are `committed` (they ignore the abort flag,
+// keep the deadline), and nothing between them throws except the verdict of
+// the mismatch check, which every member reaches together. (Found by TSan: a
+// member leaving on the abort freed the stack descriptor a peer was still
+// comparing.)
 #pragma once
 #include <condition_variable>
 #include <deque>

@@ -147,12 +147,7 @@ void do_all_to_all(Group& g, int me, const OpDesc& d, std::byte* stage) {
   auto* dst = stage ? stage : static_cast<std::byte*>(d.recv);
   size_t off = 0;
   for (int j = 0; j < g.n; ++j) {
-    const OpDesc& o = *g.slots[size_t(j)].desc;
-    if (o.counts[size_t(me)] != d.recv_counts[size_t(j)])
-      throw std::logic_error(g.name + ".all_to_all: rank " + std::to_string(g.world_ranks[size_t(j)]) + " sends " +
-                             std::to_string(o.counts[size_t(me)]) + " elements to rank " +
-                             std::to_string(g.world_ranks[size_t(me)]) + ", which expects " +
-                             std::to_string(d.recv_counts[size_t(j)]));
+    const OpDesc& o = *g.slots[size_t(j)].desc;  // counts agree: checked by mismatch()
     const auto* src = static_cast<const std::byte*>(o.send) + block_offset(o.counts, me) * es;
     copy(dst + off * es, src, d.recv_counts[size_t(j)] * es);
     off += d.recv_counts[size_t(j)];
@@ -182,6 +177,16 @@ std::pair<int, std::string> mismatch(const Group& g) {
     if (same && (d.op == CommOp::reduce_scatter || d.op == CommOp::all_gather)) same = o.counts == d.counts;
     if (!same) return {int(r), g.name + ": " + describe(r, d) + " while " + describe(0, o)};
   }
+  // all_to_all: what j sends to r is what r expects from j (blamed: r).
+  if (o.op == CommOp::all_to_all)
+    for (size_t r = 0; r < g.slots.size(); ++r)
+      for (size_t j = 0; j < g.slots.size(); ++j) {
+        const size_t sent = g.slots[j].desc->counts[r], expected = g.slots[r].desc->recv_counts[j];
+        if (sent != expected)
+          return {int(r), g.name + ".all_to_all: rank " + std::to_string(g.world_ranks[j]) + " sends " +
+                              std::to_string(sent) + " elements to rank " + std::to_string(g.world_ranks[r]) +
+                              ", which expects " + std::to_string(expected)};
+      }
   return {-1, ""};
 }
 
@@ -194,8 +199,10 @@ void run_collective(Group& g, int me, const OpDesc& d, const ChaosPoint& cp) {
   // leave before it — a barrier included, and a mismatch too (all see it).
   g.slots[size_t(me)].desc = &d;
   g.rv.arrive_and_wait(me, g.name, name);
+  // From here every member is committed: the later barriers do not give up
+  // on an abort, so nobody leaves while a peer still reads its slot.
   if (auto [blamed, what] = mismatch(g); blamed >= 0) {
-    g.rv.arrive_and_wait(me, g.name, name);
+    g.rv.arrive_and_wait(me, g.name, name, /*committed=*/true);
     if (blamed == me) throw std::logic_error(what);
     throw CommAborted(what);  // the others echo the blamed member's error
   }
@@ -225,14 +232,14 @@ void run_collective(Group& g, int me, const OpDesc& d, const ChaosPoint& cp) {
       for (size_t c : d.recv_counts) total += c;
       std::vector<std::byte> stage(total * d.elem_size());
       do_all_to_all(g, me, d, stage.data());
-      g.rv.arrive_and_wait(me, g.name, name);  // every member has read every send buffer
+      g.rv.arrive_and_wait(me, g.name, name, true);  // every member has read every send buffer
       copy(d.recv, stage.data(), stage.size());
       break;
     }
     case CommOp::barrier: break;
     default: throw std::logic_error("run_collective: not a collective: " + std::string(name));
   }
-  g.rv.arrive_and_wait(me, g.name, name);
+  g.rv.arrive_and_wait(me, g.name, name, true);
 }
 
 std::shared_ptr<Group> split_group(Group& g, int me, int color, int key, const std::string& name, int* new_rank) {
@@ -253,13 +260,13 @@ std::shared_ptr<Group> split_group(Group& g, int me, int color, int key, const s
       mine.made = std::make_shared<Group>(g.world, name, std::move(wr));
     }
   }
-  g.rv.arrive_and_wait(me, g.name, "split");
+  g.rv.arrive_and_wait(me, g.name, "split", true);
   std::shared_ptr<Group> made;
   if (color >= 0) {
     made = g.slots[size_t(members[0])].made;
     *new_rank = int(std::find(members.begin(), members.end(), me) - members.begin());
   }
-  g.rv.arrive_and_wait(me, g.name, "split");  // the leader's slot is read before it is reused
+  g.rv.arrive_and_wait(me, g.name, "split", true);  // the leader's slot is read before it is reused
   return made;
 }
 

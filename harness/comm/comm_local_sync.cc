@@ -47,8 +47,8 @@ Rendezvous::Rendezvous(int n, std::shared_ptr<WorldState> w, std::vector<int> wo
   for (int i = 0; i < n; ++i) arrived_[size_t(i)].store(0);
 }
 
-void Rendezvous::arrive_and_wait(int member, std::string_view group, std::string_view what) {
-  w_->check();
+void Rendezvous::arrive_and_wait(int member, std::string_view group, std::string_view what, bool committed) {
+  if (!committed) w_->check();
   const uint64_t g = gen_.load(std::memory_order_acquire);
   arrived_[size_t(member)].store(g + 1, std::memory_order_relaxed);
   if (count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
@@ -77,7 +77,7 @@ void Rendezvous::arrive_and_wait(int member, std::string_view group, std::string
         missing += (missing.empty() ? "" : ", ") + std::to_string(world_ranks_[size_t(m)]);
     return "timed out after " + format_seconds(w_->opts.timeout_s) + " s in " + std::string(what) +
            " on group '" + std::string(group) + "': rank(s) " + missing + " did not arrive";
-  });
+  }, committed);
 }
 
 std::string format_seconds(double s) {

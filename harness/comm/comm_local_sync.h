@@ -3,7 +3,8 @@
 // Invariant: every blocking wait of the backend goes through block_until(),
 // which polls the world's abort flag and the deadline, so a failed or missing
 // rank turns every wait into an exception within a few milliseconds (abort)
-// or timeout_s (a rank that never arrives), never a hang.
+// or timeout_s (a rank that never arrives), never a hang. Committed barriers
+// (see Rendezvous) skip the abort poll but keep the deadline.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -40,25 +41,29 @@ struct WorldState {
   Clock::time_point deadline() const;
 };
 
-// Blocks on cv (lk held) until done() is true, polling abort and the deadline;
-// on timeout throws CommTimeout(on_timeout()).
+// Blocks on cv (lk held) until done() is true, polling abort (unless
+// `committed`: every party is known to be on its way) and the deadline; on
+// timeout throws CommTimeout(on_timeout()).
 template <class Done, class Describe>
 void block_until(const WorldState& w, std::unique_lock<std::mutex>& lk, std::condition_variable& cv, Done done,
-                 Describe on_timeout) {
+                 Describe on_timeout, bool committed = false) {
   const auto deadline = w.deadline();
   while (!done()) {
-    w.check();
+    if (!committed) w.check();
     if (Clock::now() >= deadline) throw CommTimeout(on_timeout());
     cv.wait_for(lk, std::chrono::milliseconds(5));
   }
 }
 
 // A reusable n-party barrier (generation counting). Members who have not
-// arrived are named when a wait times out.
+// arrived are named when a wait times out. A `committed` wait is one every
+// member is certain to reach (all are past an earlier barrier of the same
+// call and nothing in between can fail): it does not give up when the world
+// aborts, so no member leaves while the others still read its buffers.
 class Rendezvous {
  public:
   Rendezvous(int n, std::shared_ptr<WorldState> w, std::vector<int> world_ranks);
-  void arrive_and_wait(int member, std::string_view group, std::string_view what);
+  void arrive_and_wait(int member, std::string_view group, std::string_view what, bool committed = false);
 
  private:
   int n_;

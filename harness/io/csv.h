@@ -117,10 +117,10 @@ struct CsvReadOptions {
 };
 
 // Reads a whole CSV: one record per line (LF or CRLF), RFC 4180 quoting
-// within the line. Lines are cut and fields split and unescaped by libfccp
-// (io::LineReader, io::double_quote_escape); its reader class io::CSVReader is
-// not used because it needs the column count at compile time and tables here
-// are read by column name. InputError naming the file (and line) for: cannot
+// within the line; a UTF-8 byte-order mark is skipped, a line is at most
+// 16 MiB. Fields are split and unescaped by libfccp (io::double_quote_escape);
+// its reader class io::CSVReader is not used because it needs the column
+// count at compile time and tables here are read by column name. InputError naming the file (and line) for: cannot
 // open, empty file, torn last row (no terminating newline), a row whose field
 // count differs from the header's, malformed quoting (a stray quote, text
 // after a closing quote, a quoted field left open at the end of its line).

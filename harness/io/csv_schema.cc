@@ -34,6 +34,37 @@ constexpr auto kPatternSyntax = std::regex::ECMAScript;
 #endif
 constexpr size_t kMaxPatternLength = 1024;
 
+// libstdc++'s regex compiler reads the numbers of {m,n} and \N into a long
+// with no overflow check (undefined behaviour past 18 digits; found by the
+// schema fuzzer), so numbers in those places are held to 4 digits before the
+// pattern is compiled (a count over 9999 would exceed the NFA's state limit
+// anyway). Conservative: a digit run after a backslash or inside braces is
+// judged wherever it stands, even inside a bracket class. Empty if fine.
+std::string pattern_number_problem(std::string_view p) {
+  constexpr size_t kMaxDigits = 4;
+  bool in_braces = false;
+  auto digits_from = [&](size_t i) {
+    size_t j = i;
+    while (j < p.size() && p[j] >= '0' && p[j] <= '9') ++j;
+    return j - i;
+  };
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\') {
+      if (digits_from(i + 1) > kMaxDigits) return "a back-reference number longer than 4 digits";
+      ++i;  // the escaped character
+    } else if (c == '{') {
+      in_braces = true;
+      if (digits_from(i + 1) > kMaxDigits) return "a repetition count longer than 4 digits";
+    } else if (c == '}') {
+      in_braces = false;
+    } else if (c == ',' && in_braces && digits_from(i + 1) > kMaxDigits) {
+      return "a repetition count longer than 4 digits";
+    }
+  }
+  return {};
+}
+
 // An optional string field of a column ("" when absent); InputError otherwise.
 std::string optional_string(const Json& j, const char* key, const std::string& where, const std::string& column) {
   if (!j.contains(key)) return "";
@@ -74,6 +105,8 @@ ColumnSpec parse_column(const Json& j, const std::string& where) {
   c.pattern = optional_string(j, "pattern", where, c.name);
   if (c.pattern.size() > kMaxPatternLength)
     fail("column '" + c.name + "': pattern longer than " + std::to_string(kMaxPatternLength) + " characters");
+  if (const std::string bad = pattern_number_problem(c.pattern); !bad.empty())
+    fail("column '" + c.name + "': bad pattern: " + bad);
   if (!c.pattern.empty()) {
     try {
       c.compiled = std::make_shared<const std::regex>(c.pattern, kPatternSyntax);

@@ -219,6 +219,14 @@ TEST_F(SchemaTest, PatternsOnHugeValuesAndHostilePatterns) {
   EXPECT_EQ(error_of(std::string(20000, '(') + std::string(20000, ')')),
             "schema x.json: common: column 'x': pattern longer than 1024 characters");
   EXPECT_EQ(error_of("(a)\\\\1").find("schema x.json: common: column 'x': bad pattern"), 0u);  // a back-reference
+  // Numbers libstdc++ would overflow a long reading (UBSan, found by fuzzing).
+  EXPECT_EQ(error_of("a{99999999999999999999}"),
+            "schema x.json: common: column 'x': bad pattern: a repetition count longer than 4 digits");
+  EXPECT_EQ(error_of("a{1,99999999999999999999}"),
+            "schema x.json: common: column 'x': bad pattern: a repetition count longer than 4 digits");
+  EXPECT_EQ(error_of("\\\\99999999999999999999"),
+            "schema x.json: common: column 'x': bad pattern: a back-reference number longer than 4 digits");
+  EXPECT_EQ(error_of("[0-9]{1,4},12345"), "no InputError");  // a comma outside braces is a literal
   EXPECT_EQ(error_of("a{1000}{1000}{1000}").find("schema x.json: common: column 'x': bad pattern"), 0u);  // too many states
 }
 

@@ -83,6 +83,34 @@ TEST(CsvFormat, CrlfAccepted) {
   EXPECT_EQ(t.rows.at(0), (std::vector<std::string>{"1", "2"}));
 }
 
+TEST(CsvFormat, LinesAreCutLikeLineReaders) {
+  // A byte-order mark at the start is skipped, only there; a '\r' before the
+  // '\n' is dropped, a lone one is data; line numbers count the header as 1.
+  const CsvTable t = parse_csv("\xEF\xBB\xBF" "a,b\r\n1,x\ry\n", "mem", {});
+  EXPECT_EQ(t.header, (std::vector<std::string>{"a", "b"}));
+  ASSERT_EQ(t.rows.size(), 1u);
+  EXPECT_EQ(t.rows[0], (std::vector<std::string>{"1", "x\ry"}));
+  EXPECT_EQ(t.row_lines[0], 2u);
+  try {
+    parse_csv("a,b\n1,2\n\n", "mem");
+    FAIL() << "an empty row was accepted";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "mem:3: row has 1 fields, header has 2");
+  }
+}
+
+TEST(CsvFormat, LineOver16MiBIsNamed) {
+  std::string text = "a\n" + std::string(size_t(1) << 24, 'x') + "\n";
+  try {
+    parse_csv(text, "big.csv");
+    FAIL() << "a 16 MiB line was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("big.csv:2: line longer than 16 MiB"), std::string::npos) << e.what();
+  }
+  text = "a\n" + std::string((size_t(1) << 24) - 1, 'x') + "\n";
+  EXPECT_EQ(parse_csv(text, "big.csv").rows.size(), 1u);
+}
+
 TEST(CsvFormat, DoublesRoundTrip) {
   std::mt19937_64 gen(1);
   std::uniform_real_distribution<double> exp10(-300, 300);
