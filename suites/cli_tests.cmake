@@ -9,6 +9,11 @@ if(PARABENCH_BUILD_TESTS)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/bad_input_test.py
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_bad_input_work)
   set_tests_properties(cli_bad_input PROPERTIES TIMEOUT 300 LABELS "cli")
+  # JUnit XML from check and gate (#15).
+  add_test(NAME cli_junit
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/junit_test.py
+                   $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_junit_work)
+  set_tests_properties(cli_junit PROPERTIES TIMEOUT 300 LABELS "cli")
 endif()
 
 # Under mpirun, processes started with different run specs stop at once with

@@ -5,6 +5,12 @@ parabench_library(NAME pb_collectives ALIAS pb::collectives
           collectives/all_reduce.cc collectives/reduce_scatter.cc collectives/all_gather.cc
           collectives/broadcast.cc collectives/reduce.cc collectives/alltoall.cc collectives/sendrecv.cc
   DEPS pb::harness)
+# One descriptor per op, each with the same internal names: never batched
+# into one translation unit (the sanitizer presets build with unity batches).
+set_source_files_properties(
+  collectives/all_reduce.cc collectives/reduce_scatter.cc collectives/all_gather.cc collectives/broadcast.cc
+  collectives/reduce.cc collectives/alltoall.cc collectives/sendrecv.cc
+  PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 
 list(APPEND PB_CLI_SOURCES cli/cmd_collectives.cc)
 list(APPEND PB_CLI_DEPS pb::collectives pb::comm)

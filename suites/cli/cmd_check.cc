@@ -38,6 +38,7 @@ struct CheckFlags {
   std::vector<std::string> meshes;      // --mesh: these meshes instead of the default matrix
   std::vector<std::string> strategies;  // --strategy: options applied to every --mesh point
   bool chaos = false;
+  std::string junit;  // --junit FILE
   std::string out = "results/runs";
   std::string run_dir;  // write into this directory instead of OUT/<run id>
   std::string backend;  // local | mpi (default: mpi under mpirun)
@@ -419,6 +420,8 @@ int run_check(const CheckFlags& f, const Env& env) {
   require(!runs.empty(), "check: the matrix is empty (see --dp, --shard, --pp, --mesh, --precision" +
                              std::string(mpi_world ? "; under mpirun a point's world must be the launched size)" : ")"));
   const bool writer = !mpi_world || hosts_rank(*mpi_world, 0);
+  if (writer && !f.junit.empty()) require_junit_writable(f.junit);
+  JunitSuite junit{"parabench check", 0, {}};
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   std::unique_ptr<ResultWriter> csv_writer;
   if (writer) {
@@ -429,6 +432,7 @@ int run_check(const CheckFlags& f, const Env& env) {
   int failures = 0;
   for (const auto& s : runs) {
     ConformanceResult r;
+    const auto started = std::chrono::steady_clock::now();
     try {
       r = mpi_world ? run_conformance(s, *mpi_world) : run_conformance(s);
     } catch (const std::exception& e) {
@@ -438,6 +442,7 @@ int run_check(const CheckFlags& f, const Env& env) {
       throw;
     }
     if (!writer) continue;
+    add_junit_cases(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), &junit);
     failures += !r.pass();
     print_result_row(r);
     if (s.spec.mesh.pp > 1 || s.spec.pipe.schedule)
@@ -447,6 +452,7 @@ int run_check(const CheckFlags& f, const Env& env) {
                            r, f.steps);
   }
   if (!writer) return 0;
+  if (!f.junit.empty()) write_junit(f.junit, {junit});
   std::printf("\n%zu configurations, %d failed. %s\nresults: %s\n", runs.size(), failures, kRatioLegend,
               csv_writer->path().c_str());
   return failures ? 1 : 0;
@@ -480,6 +486,8 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
                   ".sp turns sequence parallel on; cp_algo=ulysses and zigzag=off by --strategy)");
   app->add_option("--strategy", f->strategies,
                   "options for every --mesh point, e.g. shard=zero3,prefetch=2 schedule=zb-h1");
+  app->add_option("--junit", f->junit, "also write JUnit XML here: one test case per configuration and quantity")
+      ->check(non_empty());
   app->add_flag("--chaos", f->chaos, "inject seeded random delays into every collective");
   app->add_option("--out", f->out, "results directory")->capture_default_str();
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");

@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <memory>
 
+#include "harness/io/junit.h"
 #include "harness/status.h"
+#include "suites/cli/common.h"
 #include "suites/cli/command.h"
 #include "suites/report/gate.h"
 
@@ -15,15 +17,18 @@ namespace {
 struct GateFlags {
   std::string baseline, current;
   report::GateOptions options;
+  std::string junit;  // --junit FILE
 };
 
 int run_gate(const GateFlags& f) {
   for (const auto& [flag, path] : {std::pair{"--baseline", f.baseline}, std::pair{"--current", f.current}})
     require(std::filesystem::exists(path), std::string(flag) + ": '" + path + "' does not exist");
+  if (!f.junit.empty()) require_junit_writable(f.junit);
   const auto base = report::load_gate_input(f.baseline);
   const auto cur = report::load_gate_input(f.current);
   const report::GateResult r = report::run_gate(base, cur, f.options);
   std::fputs(report::format_gate_table(r, f.options).c_str(), stdout);
+  if (!f.junit.empty()) write_junit(f.junit, {report::gate_junit(r)});
   return r.passed() ? 0 : 1;
 }
 
@@ -38,6 +43,8 @@ void register_gate(CLI::App& root, Registry& reg, const Env& /*env*/) {
                   "fail when throughput falls by more than this fraction (default 0.10)");
   app->add_option("--max-memory-rise", f->options.max_memory_rise,
                   "fail when peak memory grows by more than this fraction (default 0.05)");
+  app->add_option("--junit", f->junit, "also write JUnit XML here: one test case per point and gated metric")
+      ->check(non_empty());
   reg.push_back({app, [f] { return run_gate(*f); }});
 }
 

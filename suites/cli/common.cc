@@ -18,15 +18,19 @@ extern char** environ;
 
 namespace pb::cli {
 
+const CLI::Validator& non_empty() {
+  static const CLI::Validator v([](std::string& s) { return s.empty() ? std::string("must not be empty") : ""; },
+                                "NONEMPTY");
+  return v;
+}
+
 void add_config_flags(CLI::App* app, ConfigFlags& f) {
   // Given means given: an empty --config or --out is refused, not "the default".
-  const CLI::Validator non_empty([](std::string& v) { return v.empty() ? std::string("must not be empty") : ""; },
-                                 "NONEMPTY");
-  app->add_option("--config", f.config, "TOML configuration file")->check(non_empty);
+  app->add_option("--config", f.config, "TOML configuration file")->check(non_empty());
   app->add_option("--set", f.sets, "override a config key: --set train.lr=3e-4 (repeatable)");
   app->add_option("--out", f.out, "results directory; this run writes to OUT/<run id>/")
       ->capture_default_str()
-      ->check(non_empty);
+      ->check(non_empty());
 }
 
 void add_preflight_flags(CLI::App* app, PreflightFlags& f) {

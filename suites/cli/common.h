@@ -21,6 +21,8 @@ struct ConfigFlags {
   std::vector<std::string> sets;   // --set key=value (repeatable)
   std::string out = "results/runs";  // --out DIR: runs go to DIR/<run id>/
 };
+// A path flag given empty is refused, not taken for "the default".
+const CLI::Validator& non_empty();
 void add_config_flags(CLI::App* app, ConfigFlags& f);
 
 // --max-memory and --max-ranks: the limits a command's preflight holds its

@@ -80,6 +80,76 @@ void write_conformance_rows(ResultWriter& csv, RunMeta meta, const ConformanceRe
   }
 }
 
+void add_junit_cases(const ConformanceResult& r, double seconds, JunitSuite* suite) {
+  const std::string cls = r.strategy + " " + precision_name(r.precision) + " world" + std::to_string(r.world);
+  std::vector<JunitCase> cases;
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+    return std::string(buf);
+  };
+  // Rule checks, grouped by quantity: the failing step with the worst ratio,
+  // or the worst step when all pass.
+  auto rule_cases = [&](const std::vector<QuantityCheck>& v, const std::string& suffix, const std::string& what) {
+    std::vector<std::string> order;
+    for (const auto& c : v)
+      if (std::find(order.begin(), order.end(), c.quantity) == order.end()) order.push_back(c.quantity);
+    for (const auto& q : order) {
+      const QuantityCheck* worst = nullptr;
+      bool failed = false;
+      std::string detail;
+      for (const auto& c : v) {
+        if (c.quantity != q) continue;
+        if (!c.pass) {
+          failed = true;
+          detail += q + " step " + std::to_string(c.step) + ": error " + num(c.error) + ", floor " + num(c.floor) +
+                    ", ratio " + num(c.ratio) + " > " + num(c.threshold) + "\n";
+        }
+        if (!worst || (!c.pass && worst->pass) || (c.pass == worst->pass && c.ratio > worst->ratio)) worst = &c;
+      }
+      JunitCase jc{cls, q + suffix, 0, failed, false, "", ""};
+      if (failed)
+        jc.message = q + " " + what + ": ratio " + num(worst->ratio) + " > " + num(worst->threshold) + " at step " +
+                     std::to_string(worst->step) + " (error " + num(worst->error) + ", noise floor " +
+                     num(worst->floor) + "): does not train like one device";
+      jc.detail = detail;
+      cases.push_back(std::move(jc));
+    }
+  };
+  rule_cases(r.rule, "", "against the fp64 single-device truth");
+  rule_cases(r.fp64, "@fp64", "run again at fp64");
+  {
+    std::vector<std::string> order;
+    for (const auto& c : r.bits)
+      if (std::find(order.begin(), order.end(), c.quantity) == order.end()) order.push_back(c.quantity);
+    for (const auto& q : order) {
+      JunitCase jc{cls, q + " bitwise", 0, false, false, "", ""};
+      for (const auto& c : r.bits)
+        if (c.quantity == q && !c.pass) {
+          if (!jc.failed)
+            jc.message = q + " not bit-equal to the reference replaying its order at step " + std::to_string(c.step) +
+                         " (difference " + num(c.error) + ")";
+          jc.failed = true;
+          jc.detail += q + " step " + std::to_string(c.step) + ": difference " + num(c.error) + "\n";
+        }
+      cases.push_back(std::move(jc));
+    }
+  }
+  for (const auto& e : r.exact) {
+    JunitCase jc{cls, e.what, 0, !e.pass, false, "", ""};
+    if (!e.pass)
+      jc.message = e.what + ": measured " + std::to_string(e.measured) + " bytes, declared " +
+                   std::to_string(e.declared) + " (" + (e.what.rfind("mem.", 0) == 0 ? "memory" : "communication") +
+                   " differs from what the strategy declares)";
+    cases.push_back(std::move(jc));
+  }
+  for (auto& c : cases) {
+    c.seconds = cases.empty() ? 0 : seconds / double(cases.size());
+    suite->cases.push_back(std::move(c));
+  }
+  suite->seconds += seconds;
+}
+
 std::string config_hash_of(const StrategyRun& s) {
   ConfigReader r;
   write_run_spec(s.spec, r);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "harness/io/csv_schema.h"
+#include "harness/io/junit.h"
 #include "harness/io/run_meta.h"
 #include "suites/conformance/engine.h"
 
@@ -15,6 +16,12 @@ void print_result_row(const ConformanceResult& r);
 // One row per loss step / gradient / parameter check, per bitwise check, and
 // per exact memory or communication check (error = measured, floor = declared).
 void write_conformance_rows(ResultWriter& csv, RunMeta meta, const ConformanceResult& r, int steps);
+// JUnit test cases for one configuration (classname: strategy, precision,
+// world): one per rule quantity (loss, grads, params; their worst step), per
+// rule quantity at fp64, per bitwise quantity, and per exact memory or
+// communication item; a failure's message names the ratio (or the measured
+// and declared figures) and the reason. `seconds` is spread over the cases.
+void add_junit_cases(const ConformanceResult& r, double seconds, JunitSuite* suite);
 // The hash of the configuration a run amounts to (its canonical TOML).
 std::string config_hash_of(const StrategyRun& s);
 extern const char* const kRatioLegend;

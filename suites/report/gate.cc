@@ -195,6 +195,10 @@ GateResult run_gate(const std::vector<GateTable>& baseline, const std::vector<Ga
     if (c.conformance_fail) fail({c.kind, c.key, "pass", "", "0", 0, "", ""}, "conformance check failed");
     if (c.wrong) fail({c.kind, c.key, "wrong", "", ">0", 0, "", ""}, "collective result wrong");
     if (!base.count(id)) r.lines.push_back({c.kind, c.key, "(point)", "", c.status, 0, "new", ""});
+    else if (c.kind == "conformance" && !c.conformance_fail)
+      r.unchanged.push_back({c.kind, c.key, "pass", "", "1", 0, "ok", ""});
+    else if (c.kind == "collective" && !c.wrong)
+      r.unchanged.push_back({c.kind, c.key, "wrong", "", "0", 0, "ok", ""});
   }
   for (const auto& [id, b] : base) {
     auto it = cur.find(id);
@@ -209,7 +213,11 @@ GateResult run_gate(const std::vector<GateTable>& baseline, const std::vector<Ga
     }
     for (const Metric& m : rule_of(b.kind, b.first_where).metrics) {
       const double bv = b.mean(m.column), cv = c.mean(m.column);
-      if (std::isnan(bv) || std::isnan(cv) || bv == cv) continue;
+      if (std::isnan(bv) || std::isnan(cv)) continue;
+      if (bv == cv) {
+        if (m.role != Role::info) r.unchanged.push_back({b.kind, b.key, m.column, num_text(bv), num_text(cv), 0, "ok", ""});
+        continue;
+      }
       const double change = bv != 0 ? (cv - bv) / std::fabs(bv) : std::numeric_limits<double>::infinity();
       GateLine l{b.kind, b.key, m.column, num_text(bv), num_text(cv), change, "ok", ""};
       // Throughput is held to the threshold plus twice the measured spread
@@ -235,6 +243,22 @@ GateResult run_gate(const std::vector<GateTable>& baseline, const std::vector<Ga
   auto rank = [](const GateLine& l) { return l.verdict == "FAIL" ? 0 : l.verdict == "ok" ? 1 : l.verdict == "new" ? 3 : 2; };
   std::stable_sort(r.lines.begin(), r.lines.end(), [&](const GateLine& a, const GateLine& b) { return rank(a) < rank(b); });
   return r;
+}
+
+JunitSuite gate_junit(const GateResult& r) {
+  JunitSuite s{"parabench gate", 0, {}};
+  auto add = [&](const GateLine& l) {
+    if (l.verdict == "info") return;
+    JunitCase c{l.kind + " " + l.key, l.metric, 0, l.verdict == "FAIL", l.verdict == "new", "", ""};
+    if (c.failed)
+      c.message = l.metric + ": baseline " + (l.baseline.empty() ? "(none)" : l.baseline) + ", current " +
+                  (l.current.empty() ? "(none)" : l.current) + ": " + l.why;
+    if (c.skipped) c.message = "new point, not in the baseline";
+    s.cases.push_back(std::move(c));
+  };
+  for (const auto& l : r.lines) add(l);
+  for (const auto& l : r.unchanged) add(l);
+  return s;
 }
 
 std::string format_gate_table(const GateResult& r, const GateOptions& o) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "harness/io/csv.h"
+#include "harness/io/junit.h"
 
 namespace pb::report {
 
@@ -37,6 +38,7 @@ struct GateLine {
 
 struct GateResult {
   std::vector<GateLine> lines;  // what moved, failures first
+  std::vector<GateLine> unchanged;  // checks that passed without a figure moving (verdict ok; JUnit lists them)
   int baseline_points = 0, current_points = 0, failures = 0;
   bool passed() const { return failures == 0; }
 };
@@ -53,5 +55,10 @@ GateResult run_gate(const std::vector<GateTable>& baseline, const std::vector<Ga
                     const GateOptions& options);
 
 std::string format_gate_table(const GateResult& r, const GateOptions& options);
+
+// JUnit: one test case per point (classname "kind key") and gated metric;
+// failures carry the baseline, current figure and why; new points are
+// skipped cases; info lines are left out.
+JunitSuite gate_junit(const GateResult& r);
 
 }  // namespace pb::report
