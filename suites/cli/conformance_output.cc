@@ -90,11 +90,14 @@ void add_junit_cases(const ConformanceResult& r, double seconds, JunitSuite* sui
   };
   // Rule checks, grouped by quantity: the failing step with the worst ratio,
   // or the worst step when all pass.
-  auto rule_cases = [&](const std::vector<QuantityCheck>& v, const std::string& suffix, const std::string& what) {
+  auto quantities = [](const std::vector<QuantityCheck>& v) {  // in first-seen order
     std::vector<std::string> order;
     for (const auto& c : v)
       if (std::find(order.begin(), order.end(), c.quantity) == order.end()) order.push_back(c.quantity);
-    for (const auto& q : order) {
+    return order;
+  };
+  auto rule_cases = [&](const std::vector<QuantityCheck>& v, const std::string& suffix, const std::string& what) {
+    for (const auto& q : quantities(v)) {
       const QuantityCheck* worst = nullptr;
       bool failed = false;
       std::string detail;
@@ -118,22 +121,17 @@ void add_junit_cases(const ConformanceResult& r, double seconds, JunitSuite* sui
   };
   rule_cases(r.rule, "", "against the fp64 single-device truth");
   rule_cases(r.fp64, "@fp64", "run again at fp64");
-  {
-    std::vector<std::string> order;
+  for (const auto& q : quantities(r.bits)) {
+    JunitCase jc{cls, q + " bitwise", 0, false, false, "", ""};
     for (const auto& c : r.bits)
-      if (std::find(order.begin(), order.end(), c.quantity) == order.end()) order.push_back(c.quantity);
-    for (const auto& q : order) {
-      JunitCase jc{cls, q + " bitwise", 0, false, false, "", ""};
-      for (const auto& c : r.bits)
-        if (c.quantity == q && !c.pass) {
-          if (!jc.failed)
-            jc.message = q + " not bit-equal to the reference replaying its order at step " + std::to_string(c.step) +
-                         " (difference " + num(c.error) + ")";
-          jc.failed = true;
-          jc.detail += q + " step " + std::to_string(c.step) + ": difference " + num(c.error) + "\n";
-        }
-      cases.push_back(std::move(jc));
-    }
+      if (c.quantity == q && !c.pass) {
+        if (!jc.failed)
+          jc.message = q + " not bit-equal to the reference replaying its order at step " + std::to_string(c.step) +
+                       " (difference " + num(c.error) + ")";
+        jc.failed = true;
+        jc.detail += q + " step " + std::to_string(c.step) + ": difference " + num(c.error) + "\n";
+      }
+    cases.push_back(std::move(jc));
   }
   for (const auto& e : r.exact) {
     JunitCase jc{cls, e.what, 0, !e.pass, false, "", ""};
@@ -144,7 +142,7 @@ void add_junit_cases(const ConformanceResult& r, double seconds, JunitSuite* sui
     cases.push_back(std::move(jc));
   }
   for (auto& c : cases) {
-    c.seconds = cases.empty() ? 0 : seconds / double(cases.size());
+    c.seconds = seconds / double(cases.size());
     suite->cases.push_back(std::move(c));
   }
   suite->seconds += seconds;
