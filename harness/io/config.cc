@@ -274,19 +274,27 @@ std::string Bounds::describe() const {
   return "any number";
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
+size_t edit_distance(std::string_view a, std::string_view b, size_t cap) {
+  // The distance is at least the length difference, and a row's minimum never
+  // falls in later rows: past the cap, stop (the "did you mean" search asks
+  // only whether a key is within a few edits, over every known key).
+  const size_t diff = a.size() > b.size() ? a.size() - b.size() : b.size() - a.size();
+  if (diff > cap) return cap + 1;
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     size_t diag = row[0];
     row[0] = i;
+    size_t least = row[0];
     for (size_t j = 1; j <= b.size(); ++j) {
       const size_t up = row[j];
       row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
       diag = up;
+      least = std::min(least, row[j]);
     }
+    if (least > cap) return cap + 1;
   }
-  return row[b.size()];
+  return std::min(row[b.size()], cap + 1);
 }
 
 struct ConfigReader::Impl {
@@ -460,16 +468,18 @@ void ConfigReader::check_no_unknown_keys() const {
   for (size_t u = 0; u < std::min(unread.size(), kShown); ++u) {
     const std::string& key = unread[u];
     const std::string_view leaf = std::string_view(key).substr(key.rfind('.') + 1);
+    const size_t near = std::max<size_t>(2, key.size() / 4);  // a suggestion within this many edits
     std::string best;
-    size_t best_d = SIZE_MAX;
+    size_t best_d = near + 1;
     for (const auto& k : impl_->known) {
       const std::string_view kleaf = std::string_view(k).substr(k.rfind('.') + 1);
-      const size_t d = kleaf == leaf ? 1 : edit_distance(key, k);
+      const size_t d = kleaf == leaf ? 1 : edit_distance(key, k, best_d - 1);
       if (d < best_d) best_d = d, best = k;
+      if (best_d == 0) break;
     }
     if (u) msg += "; ";
     msg += "unknown key '" + key + "'";
-    if (best_d <= std::max<size_t>(2, key.size() / 4)) msg += " (did you mean '" + best + "'?)";
+    if (best_d <= near) msg += " (did you mean '" + best + "'?)";
   }
   if (unread.size() > kShown) msg += "; and " + std::to_string(unread.size() - kShown) + " more unknown keys";
   throw InputError(msg);

@@ -84,7 +84,7 @@ class ConfigReader {
   std::unique_ptr<Impl> impl_;
 };
 
-// Levenshtein distance (for "did you mean").
-size_t edit_distance(std::string_view a, std::string_view b);
+// Levenshtein distance (for "did you mean"), or cap + 1 when it exceeds cap.
+size_t edit_distance(std::string_view a, std::string_view b, size_t cap = SIZE_MAX - 1);
 
 }  // namespace pb

@@ -241,6 +241,14 @@ TEST(Config, EditDistance) {
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
   EXPECT_EQ(edit_distance("", "abc"), 3u);
   EXPECT_EQ(edit_distance("same", "same"), 0u);
+  // With a cap: the distance when within it, else cap + 1 (early, on length or
+  // a row's minimum).
+  EXPECT_EQ(edit_distance("kitten", "sitting", 3), 3u);
+  EXPECT_EQ(edit_distance("kitten", "sitting", 2), 3u);
+  EXPECT_EQ(edit_distance("kitten", "sitting", 0), 1u);
+  EXPECT_EQ(edit_distance("a", std::string(5000, 'b'), 4), 5u);
+  EXPECT_EQ(edit_distance(std::string(3000, 'x'), std::string(3000, 'y'), 2), 3u);
+  EXPECT_EQ(edit_distance("train.stepz", "train.steps", 2), 1u);
 }
 
 }  // namespace
