@@ -280,6 +280,7 @@ void Communicator::all_to_all_v(const void* s, std::span<const size_t> sc, void*
                                 DType dt) {
   OpDesc d = make_v(CommOp::all_to_all, s, r, to_vec(sc), dt);
   d.recv_counts = to_vec(rc);
+  d.varying = true;
   if (s == r && s) throw std::invalid_argument(name_ + ".all_to_all_v: cannot run in place");
   exec(d);
 }
@@ -287,6 +288,7 @@ Request Communicator::iall_to_all_v(const void* s, std::span<const size_t> sc, v
                                     std::span<const size_t> rc, DType dt) {
   OpDesc d = make_v(CommOp::all_to_all, s, r, to_vec(sc), dt);
   d.recv_counts = to_vec(rc);
+  d.varying = true;
   if (s == r && s) throw std::invalid_argument(name_ + ".all_to_all_v: cannot run in place");
   return issue(d);
 }

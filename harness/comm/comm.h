@@ -62,6 +62,10 @@ struct OpDesc {
   int root = 0;                      // broadcast/reduce root; send/recv peer; sendrecv dest
   int source = 0;                    // sendrecv source
   int tag = 0;
+  // all_to_all_v: counts may differ between ranks (each rank knows only its
+  // own row and column of the exchange), so a backend may not pick an
+  // equal-count call from its own counts alone.
+  bool varying = false;
 
   size_t elem_size() const { return dtype_size(dtype); }
 };

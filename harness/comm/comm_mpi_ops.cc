@@ -182,8 +182,11 @@ void post(const OpDesc& d, MPI_Comm c, int me, int n, bool blocking, Pending& p)
       return;
     }
     case CommOp::all_to_all: {
+      // MPI_Alltoall only for all_to_all itself: under all_to_all_v one rank's
+      // equal counts say nothing of its peers', and mixing MPI_Alltoall with
+      // MPI_Alltoallv in one exchange is erroneous (it hangs).
       const size_t c0 = d.counts[0];
-      if (all_equal(d.counts, c0) && all_equal(d.recv_counts, c0)) {
+      if (!d.varying && all_equal(d.counts, c0) && all_equal(d.recv_counts, c0)) {
         const void* s = d.send == d.recv ? MPI_IN_PLACE : d.send;
         const int cnt = ic(c0, "count");
         mpi_check(blocking ? MPI_Alltoall(s, cnt, mt, d.recv, cnt, mt, c)

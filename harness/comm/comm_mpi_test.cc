@@ -86,6 +86,29 @@ TEST_F(Mpi, NonBlockingCollectivesProgressWhileTheCallerSleeps) {
   EXPECT_EQ(x[77], float(comm_->size()));
 }
 
+// all_to_all_v whose counts are equal on rank 0 only: every rank must still
+// take the same MPI call (rank 0 once chose MPI_Alltoall from its own equal
+// counts while its peers called MPI_Alltoallv, and the exchange hung).
+TEST_F(Mpi, AllToAllVWithEqualCountsOnOneRankOnly) {
+  const int n = comm_->size(), me = comm_->rank();
+  auto count = [](int from, int to) { return size_t(from == 0 || to == 0 ? 1 : 1 + from + to); };
+  auto value = [](int from, int to, size_t k) { return float(from * 100 + to * 10) + float(k); };
+  std::vector<size_t> sc, rc;
+  std::vector<float> send, recv;
+  for (int j = 0; j < n; ++j) {
+    sc.push_back(count(me, j));
+    rc.push_back(count(j, me));
+    for (size_t k = 0; k < sc.back(); ++k) send.push_back(value(me, j, k));
+  }
+  size_t total = 0;
+  for (size_t c : rc) total += c;
+  recv.assign(total, -1.0f);
+  comm_->all_to_all_v(send.data(), sc, recv.data(), rc, DType::f32);
+  size_t at = 0;
+  for (int i = 0; i < n; ++i)
+    for (size_t k = 0; k < rc[size_t(i)]; ++k, ++at) EXPECT_EQ(recv[at], value(i, me, k)) << "from " << i;
+}
+
 TEST_F(Mpi, WrongMessageSizeIsAnError) {
   if (comm_->size() < 2) GTEST_SKIP() << "needs 2 ranks";
   std::vector<float> x(8);

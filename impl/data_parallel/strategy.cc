@@ -37,12 +37,21 @@ std::vector<int64_t> unit_sizes(const ParamLayout& l) {
 
 }  // namespace
 
-void add_moe_capacity_comm(Declared& d, const DpOptions& o, const TrainConfig& cfg, int steps) {
-  if (!moe_shares_capacity(o, cfg)) return;
+void add_moe_capacity_comm(Declared& d, const DpOptions& o, const TrainConfig& cfg, int steps, int layers) {
+  if (!moe_shares_capacity(o, cfg) || layers == 0) return;
   const MoeConfig& c = cfg.model.moe;
-  const int64_t n = int64_t(steps) * cfg.microbatches * cfg.model.moe_layers();
+  const int64_t n = int64_t(steps) * cfg.microbatches * (layers < 0 ? cfg.model.moe_layers() : layers);
   d.add_comm("moe", CommOp::all_gather, n * o.dp * c.top_k * c.experts * 8);
   d.add_comm("moe", CommOp::all_reduce, n * c.experts * 8);
+}
+
+std::string moe_label(const ModelConfig& model) {
+  const MoeConfig& m = model.moe;
+  if (m.experts == 0) return "";
+  char cf[32];
+  std::snprintf(cf, sizeof cf, "%g", m.capacity_factor);
+  return " moe E" + std::to_string(m.experts) + " top" + std::to_string(m.top_k) + " cf" + cf +
+         (m.capacity == MoeCapacity::global ? " global" : " local");
 }
 
 CommOp comm_op(Coll c) {
@@ -87,13 +96,7 @@ void validate_spec(const RunSpec& s) {
 }
 
 std::string describe(const RunSpec& s) {
-  std::string d = options_of(s).describe();
-  if (const MoeConfig& m = s.train.model.moe; m.experts > 0) {  // the routing the run is checked with
-    char cf[32];
-    std::snprintf(cf, sizeof cf, "%g", m.capacity_factor);
-    d += " moe E" + std::to_string(m.experts) + " top" + std::to_string(m.top_k) + " cf" + cf +
-         (m.capacity == MoeCapacity::global ? " global" : " local");
-  }
+  std::string d = options_of(s).describe() + moe_label(s.train.model);  // the routing the run is checked with
   if (s.train.microbatches > 1) d += " accum" + std::to_string(s.train.microbatches);
   return d;
 }

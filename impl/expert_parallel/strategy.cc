@@ -10,6 +10,7 @@ namespace pb::ep {
 namespace {
 
 bool runs(const RunSpec& s) {
+  // With pp > 1 or a schedule the pipeline runs the experts (pipeline/executor.h).
   return s.mesh.ep > 1 && s.mesh.tp == 1 && s.mesh.cp == 1 && s.mesh.pp == 1 && !s.pipe.schedule &&
          s.tensor.recompute == Recompute::none;
 }

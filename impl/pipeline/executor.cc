@@ -8,6 +8,7 @@
 #include "harness/mesh.h"
 #include "harness/status.h"
 #include "harness/timer.h"
+#include "impl/data_parallel/replay.h"
 #include "impl/pipeline/validate.h"
 #include "impl/tensor_parallel/strategy.h"
 #include "reference/init.h"
@@ -20,6 +21,7 @@ struct PipelineRank<T>::Live {
   Buffer<int32_t> tokens, targets;
   std::vector<BlockActs<T>> blocks;
   std::vector<BlockGradStash<T>> stash;
+  std::vector<MoeActs<T>> moe;  // per block; empty for dense ones
   HeadActs<T> head;
   std::vector<typename tp::TpModel<T>::Block> tblocks;  // tp > 1
   typename tp::TpModel<T>::Head thead;
@@ -42,7 +44,7 @@ Schedule build_schedule(const PipelineOptions& o, const TrainConfig& cfg) {
 
 // data.ranks_per_node counts data-parallel ranks (a replica's tp x cp ranks share its node).
 MeshShape mesh_of(const PipelineOptions& o) {
-  return {o.dp(), o.tp(), o.cp(), o.pp, o.data.ranks_per_node * o.tp() * o.cp()};
+  return {o.dp(), o.tp(), o.cp(), o.pp, o.data.ranks_per_node * o.tp() * o.cp(), o.ep};
 }
 }  // namespace
 
@@ -100,6 +102,40 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   tok_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
   tgt_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
   if (!tpm_) scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq);
+  if (cfg.model.moe.experts > 0) {
+    // Every rank splits the same groups (split_groups is collective over the
+    // world); a stage without MoE blocks holds no expert component.
+    se_ = stage_experts(layout_, part_, pr_, o.ep, mc.ep);
+    dp::DpOptions eo = o.experts;
+    // The fault reduces the experts' gradients over every dp rank, mixing experts.
+    const bool wrong = o.data.moe_faults.count(MoeFault::ep_expert_grads_dp) > 0;
+    if (wrong) eo.dp = o.dp(), eo.ranks_per_node = o.data.ranks_per_node;
+    exc_ = dp::make_dp_comms(world, mesh, eo, wrong ? MeshAxis::dp : MeshAxis::edp, "e");
+    er_ = wrong ? mc.dp : mc.edp;
+    if (!se_.units.empty())
+      ex_ = std::make_unique<dp::Component<T>>(eo, se_.units, layout_, cfg.seed, exc_, mem_);
+    scope_.faults = o.data.moe_faults;
+    if (o.ep > 1) {
+      ep_ = world.split_groups(mesh_groups(mesh, MeshAxis::ep), "ep");
+      scope_.ep = ep_.get();
+    }
+    if (dp::moe_shares_capacity(o.component(), cfg)) {  // the stage's dp ranks agree on admission
+      moe_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "moe");
+      scope_.comm = moe_.get();
+    }
+    moe_scratch_ = MoeScratch<T>(&mem_, cfg.model, int(N), scope_.tokens(cfg.model.moe, int64_t(N)), o.ep);
+  }
+}
+
+template <class T>
+std::pair<dp::Component<T>*, int> PipelineRank<T>::comp(int id) const {
+  const int nd = int(su_.units.size());
+  return id < nd ? std::pair{dp_.get(), id} : std::pair{ex_.get(), id - nd};
+}
+
+template <class T>
+int PipelineRank<T>::num_ids() const {
+  return int(su_.units.size() + se_.units.size());
 }
 
 template <class T>
@@ -111,15 +147,16 @@ template <class T>
 PipelineRank<T>::~PipelineRank() = default;
 
 template <class T>
-const T* PipelineRank<T>::param(int mb, int i, bool backward) {
-  if (dp_->params_sharded()) {
-    auto [it, fresh] = gathered_.try_emplace(i);
-    if (fresh) it->second = dp_->start_gather(i, backward);  // hZeRO: backward from the secondary
-    return dp_->wait_gather(i, it->second);
+const T* PipelineRank<T>::param(int mb, int id, bool backward) {
+  auto [c, i] = comp(id);
+  if (c->params_sharded()) {
+    auto [it, fresh] = gathered_.try_emplace(id);
+    if (fresh) it->second = c->start_gather(i, backward);  // hZeRO: backward from the secondary
+    return c->wait_gather(i, it->second);
   }
   const int v = s_.weight_version(mb);
-  const int64_t off = dp_->shards().unit(i).full_off;
-  if (v == version_) return dp_->unit_params(i);
+  const int64_t off = c->shards().unit(i).full_off;  // 2BW (dense models only): the previous version's copy
+  if (v == version_) return c->unit_params(i);
   if (v == version_ - 1) return prev_params_.data() + off;
   throw std::logic_error("2bw: microbatch " + std::to_string(mb) + " needs weight version " +
                          std::to_string(v) + " but rank holds " + std::to_string(version_));
@@ -131,14 +168,15 @@ void PipelineRank<T>::release(int i) {
 }
 
 template <class T>
-T* PipelineRank<T>::grad(int mb, int i) {
-  if (dp_->grads_full()) {
-    const int64_t off = dp_->shards().unit(i).full_off;
-    return s_.weight_version(mb) % 2 == grads_version_ ? dp_->unit_grads(i) : other_grads_.data() + off;
+T* PipelineRank<T>::grad(int mb, int id) {
+  auto [c, i] = comp(id);
+  if (c->grads_full()) {
+    const int64_t off = c->shards().unit(i).full_off;
+    return s_.weight_version(mb) % 2 == grads_version_ ? c->unit_grads(i) : other_grads_.data() + off;
   }
-  auto [it, fresh] = unit_grads_.try_emplace({mb, i});
+  auto [it, fresh] = unit_grads_.try_emplace({mb, id});
   if (fresh) {
-    const size_t n = size_t(dp_->shards().unit(i).padded);
+    const size_t n = size_t(c->shards().unit(i).padded);
     it->second = Buffer<T>(&mem_, MemTag::comm, n);
     std::memset(static_cast<void*>(it->second.data()), 0, n * sizeof(T));
   }
@@ -146,11 +184,12 @@ T* PipelineRank<T>::grad(int mb, int i) {
 }
 
 template <class T>
-void PipelineRank<T>::grad_done(int mb, int i) {
-  if (dp_->grads_full()) return;
-  auto it = unit_grads_.find({mb, i});
-  dp_->reduce_unit(i, it->second.data(), /*first_micro=*/!reduced_[size_t(i)]);
-  reduced_[size_t(i)] = 1;
+void PipelineRank<T>::grad_done(int mb, int id) {
+  auto [c, i] = comp(id);
+  if (c->grads_full()) return;
+  auto it = unit_grads_.find({mb, id});
+  c->reduce_unit(i, it->second.data(), /*first_micro=*/!reduced_[size_t(id)]);
+  reduced_[size_t(id)] = 1;
   unit_grads_.erase(it);
 }
 
@@ -184,7 +223,10 @@ typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
       tpm_->alloc_block(lv.tblocks.emplace_back(), &mem_, false);
       continue;
     }
-    lv.blocks.emplace_back(&mem_, m, Bm_, cfg_.seq);
+    const bool moe = m.is_moe(st.first_block + i);
+    lv.blocks.emplace_back(&mem_, m, Bm_, cfg_.seq, !moe);
+    lv.moe.emplace_back();
+    if (moe) lv.moe.back() = MoeActs<T>(&mem_, m, int(N), scope_.tokens(m.moe, int64_t(N)), o_.ep);
     if (s_.split_backward) lv.stash.emplace_back(&mem_, m, Bm_, cfg_.seq);
   }
   if (st.head) {
@@ -268,12 +310,22 @@ void PipelineRank<T>::forward(const Action& a) {
                 size_t(boundary_elems()) * sizeof(T));
   }
   const T* x = lv.x_in.data();
+  const int nd = int(su_.units.size());
   for (int i = 0; i < st.num_blocks; ++i) {
-    const int u = su_.of_model[size_t(layout_.block_unit(st.first_block + i))];
+    const int layer = st.first_block + i, u = su_.of_model[size_t(layout_.block_unit(layer))];
     if (tpm_) {
       auto& b = lv.tblocks[size_t(i)];
       tpm_->block_forward(b, x, param(mb, u, false), b.xout.data());
       x = b.xout.data();
+    } else if (const int j = se_.of_layer.empty() ? -1 : se_.of_layer[size_t(layer)]; j >= 0) {
+      MoeActs<T>& ma = lv.moe[size_t(i)];
+      const T* pu = param(mb, u, false);
+      model_.moe_block_forward(lv.blocks[size_t(i)], ma, x, pu, scratch_, moe_scratch_, scope_,
+                               param(mb, nd + j, false));
+      release(nd + j);
+      aux_ += ma.aux * double(N);  // the microbatch's load-balancing term, weighed by its tokens
+      ma.add_to(load_, cfg_.model.moe.experts, cfg_.model.moe.top_k);
+      x = lv.blocks[size_t(i)].xout.data();
     } else {
       model_.block_forward(lv.blocks[size_t(i)], x, param(mb, u, false), scratch_);
       x = lv.blocks[size_t(i)].xout.data();
@@ -300,11 +352,11 @@ void PipelineRank<T>::backward(const Action& a) {
   const size_t NC = size_t(boundary_elems());
   auto other = [&](const T* x) { return x == dxa_.data() ? dxb_.data() : dxa_.data(); };
   const T* dout;
+  double tokens = o_.data.has(dp::Fault::grad_not_averaged) ? double(cfg_.tokens_per_step()) / o_.dp()
+                                                            : double(cfg_.tokens_per_step());
+  if (o_.tensor.context.has(cp::Fault::loss_per_rank)) tokens /= o_.cp();  // by the tokens the rank holds
   if (st.head) {
     const int fin = su_.of_model[size_t(layout_.final_unit())], w = o_.pp > 1 ? su_.tied : su_.wte;
-    double tokens = o_.data.has(dp::Fault::grad_not_averaged) ? double(cfg_.tokens_per_step()) / o_.dp()
-                                                              : double(cfg_.tokens_per_step());
-    if (o_.tensor.context.has(cp::Fault::loss_per_rank)) tokens /= o_.cp();  // by the tokens the rank holds
     const T* lnf = param(mb, fin, true);
     const T* wte = param(mb, w, true);
     if (tpm_)
@@ -323,9 +375,28 @@ void PipelineRank<T>::backward(const Action& a) {
   }
   Buffer<T> dx_in;
   if (!st.embedding) dx_in = Buffer<T>(&mem_, MemTag::comm, NC);
+  const int nd = int(su_.units.size());
   for (int i = st.num_blocks - 1; i >= 0; --i) {
-    const int u = su_.of_model[size_t(layout_.block_unit(st.first_block + i))];
+    const int layer = st.first_block + i, u = su_.of_model[size_t(layout_.block_unit(layer))];
     T* dst = i == 0 && !st.embedding ? dx_in.data() : other(dout);
+    if (const int j = se_.of_layer.empty() ? -1 : se_.of_layer[size_t(layer)]; j >= 0) {
+      // The load-balancing term's weight: its share of the step's tokens (the capacity scope's).
+      const size_t N = size_t(Bm_) * cfg_.seq;
+      const double aux_weight = double(scope_.tokens(cfg_.model.moe, int64_t(N))) / tokens;
+      const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
+      T* gu = grad(mb, u);
+      const T* pu = param(mb, u, true);
+      T* ge = grad(mb, nd + j);
+      const T* pe = param(mb, nd + j, true);
+      model_.moe_block_backward(dst, gu, dout, x_in, lv.blocks[size_t(i)], lv.moe[size_t(i)], pu, aux_weight,
+                                scratch_, moe_scratch_, scope_, pe, ge);
+      grad_done(mb, nd + j);
+      release(nd + j);
+      grad_done(mb, u);
+      release(u);
+      dout = dst;
+      continue;
+    }
     if (tpm_) {
       const T* x_in = i ? lv.tblocks[size_t(i - 1)].xout.data() : lv.x_in.data();
       tpm_->block_backward(dst, grad(mb, u), dout, x_in, lv.tblocks[size_t(i)], param(mb, u, true));

@@ -31,6 +31,17 @@
 // the owned slices in world rank order) — exactly ReferenceTrainer under
 // pipeline_replay_plan(). Per-unit norm sums make every synchronous schedule,
 // pp and v give the same bits (with DDP).
+// Mixture of experts (the model's [moe] blocks; tp = cp = 1; gpipe, 1f1b and
+// interleaved): an MoE block's unit stops before its experts (stage.h); the
+// stage's experts are a second data-parallel component over the expert-data-
+// parallel group (expert_parallel/options.h, the same data-axis option),
+// split over the ep group (rank r of the group owns the r-th E/ep experts).
+// Routing, capacity and the load-balancing loss stay with the token's rank;
+// global capacity's counts are exchanged over the stage's dp group "moe", the
+// admitted rows travel by all-to-all(v) over "ep" at F and B of the
+// microbatch on every member. Each rank's load-balancing terms (coef x N per
+// microbatch) join the loss sum; their gradient weight is the scope's tokens
+// over the step's. Not bitwise (experts run on rows gathered across ranks).
 // PipeDream-2BW (DDP or ZeRO-1): W(k) is formed before the first action of
 // group k on a rank from g(k-2) (schedule.h); the last two gradients are
 // applied after the window, so a window of K groups makes K optimizer steps.
@@ -75,6 +86,8 @@ struct PipelineOptions {
   dp::DpOptions data;  // each stage's data axis: data.dp replicas
   tp::TpOptions tensor;  // each stage's tensor axis (tp > 1: the stage runs tensor_parallel's pieces)
   PipelineFaults faults;
+  int ep = 1;            // expert parallel inside the stage's dp group (an MoE model)
+  dp::DpOptions experts;  // an MoE model: the expert component's data axis (over edp = dp / ep)
   int dp() const { return data.dp; }
   int tp() const { return tensor.tp; }
   int cp() const { return tensor.context.cp; }
@@ -128,6 +141,8 @@ class PipelineRank : public Rank {
   Declared declared(int steps) const override;
   // timeline: (op, microbatch, chunk, start, end) per compute action.
   RankTimes times() const override;
+  MoeLoad moe_load() const override { return load_; }
+  void reset_moe_load() override { load_ = {}; }
   const Schedule& schedule() const { return s_; }
   const RankTiming& timing() const { return timing_; }
   int pp_rank() const { return pr_; }
@@ -144,6 +159,10 @@ class PipelineRank : public Rank {
   void weight(const Action& a);
   int tag_of(const Action& a) const;
   void run_actions();
+  // Units are the stage's dense units 0..nd-1, then its expert units nd + j
+  // (stage_experts); which component holds id, and its index there.
+  std::pair<dp::Component<T>*, int> comp(int id) const;
+  int num_ids() const;
   // Unit i's parameters for microbatch mb: in place (full-parameter families,
   // the weight version's copy for 2BW) or gathered until release() (ZeRO-3).
   const T* param(int mb, int i, bool backward);
@@ -179,6 +198,17 @@ class PipelineRank : public Rank {
   int64_t sp_held_ = 0;  // SP: replicated gradient elements this rank all-reduces over tp per step
   dp::DpComms dpc_;
   std::unique_ptr<dp::Component<T>> dp_;
+  // Mixture of experts: the stage's experts and their component, the groups
+  // "ep", "moe" (global capacity's counts) and "e*" (the expert data axis).
+  StageExperts se_;
+  dp::DpComms exc_;
+  std::unique_ptr<dp::Component<T>> ex_;
+  std::unique_ptr<Communicator> ep_, moe_;
+  MoeScope scope_;
+  MoeScratch<T> moe_scratch_;
+  MoeLoad load_;
+  double aux_ = 0;  // this step's load-balancing terms (coef x tokens), every MoE block here
+  int er_ = 0;      // this rank's place in its edp group
   Gpt<T> model_;
   Buffer<T> prev_params_, other_grads_, head_grads_[2];
   int grads_version_ = 0;  // 2BW: parity of the weight versions whose gradients the component holds

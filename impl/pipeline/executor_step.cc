@@ -9,6 +9,8 @@
 #include "harness/status.h"
 #include "impl/data_parallel/cost.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/cost.h"
+#include "impl/data_parallel/replay.h"
 #include "impl/pipeline/executor.h"
 #include "impl/tensor_parallel/strategy.h"
 
@@ -33,12 +35,14 @@ std::string PipelineOptions::describe(int microbatches) const {
          (tensor.context.zigzag ? " zigzag" : " contiguous");
   if (data.dp > 1 || data.shard != dp::Shard::none) {
     d += " x " + std::string(dp::shard_name(data.shard)) + " dp" + std::to_string(data.dp);
+    if (ep > 1) d += " ep" + std::to_string(ep) + " edp" + std::to_string(data.dp / ep);
     if (data.offload == dp::Offload::optimizer) d += " offload";
     if (data.shard == dp::Shard::hsdp) d += " F" + std::to_string(dp::shard_group(data));
     if (data.shard == dp::Shard::hzero) d += " node" + std::to_string(data.ranks_per_node);
   }
   if (kind == ScheduleKind::pipedream_2bw) d += " (judged against delayed-weight training)";
   for (dp::Fault f : data.faults) d += " fault:" + dp::fault_name(f);
+  for (MoeFault f : data.moe_faults) d += " fault:" + moe_fault_name(f);
   for (tp::Fault f : tensor.faults) d += " fault:" + tp::fault_name(f);
   for (cp::Fault f : tensor.context.faults) d += " fault:" + cp::fault_name(f);
   return d + faults.describe();
@@ -111,6 +115,26 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                     " (pipeline stages carry grad_not_averaged, wrong_shard_offset, skip_grad_reduce, "
                     "skip_replica_reduce, no_copy_back, and stale_params with zero1/zero2)");
   }
+  if (cfg.model.moe.experts > 0) {
+    require(o.tp() == 1 && o.cp() == 1,
+            "model.moe: a mixture-of-experts model in a pipeline runs with data and expert parallel stages (mesh "
+            "dpN.epM.ppK); tensor and context parallel for MoE are not implemented yet");
+    require(o.kind == ScheduleKind::gpipe || o.kind == ScheduleKind::one_f_one_b ||
+                o.kind == ScheduleKind::interleaved,
+            "strategy.schedule: " + std::string(schedule_name(o.kind)) +
+                " with a mixture-of-experts model is not implemented (MoE stages run gpipe, 1f1b, interleaved: "
+                "zb-h1 would split the MoE backward, 2bw keep two versions of the experts)");
+    require(o.experts.dp * o.ep == o.dp(), "mesh: ep" + std::to_string(o.ep) + " must divide dp" +
+                                               std::to_string(o.dp()));
+    require(cfg.model.moe.experts % o.ep == 0, "mesh: ep" + std::to_string(o.ep) +
+                                                   " must divide model.moe.experts (" +
+                                                   std::to_string(cfg.model.moe.experts) + ")");
+    dp::validate(o.experts);
+    dp::validate(o.component(), cfg);  // which MoE faults apply (ep >= 2; global capacity over dp >= 2)
+  } else {
+    require(o.ep == 1, "mesh: ep" + std::to_string(o.ep) +
+                           " needs a mixture-of-experts model (model.moe.experts > 0; e.g. --model tiny-moe)");
+  }
   const auto& f = o.faults;
   require(!f.grad_to_wrong_stage || (o.pp >= 2 && o.virtual_stages == 1 && cfg.microbatches >= 2),
           "fault grad_to_wrong_stage: needs pp >= 2, virtual_stages = 1 and microbatches >= 2");
@@ -127,6 +151,7 @@ SplitPlan pipeline_replay_plan(const PipelineOptions& o, const TrainConfig& cfg)
   p.groups = o.dp();
   p.micro = cfg.microbatches;
   p.separate_head_grad = true;
+  p.moe_joint = dp::moe_shares_capacity(o.component(), cfg);
   if (o.data.shard >= dp::Shard::zero2) {
     // Reduced per microbatch (the dp sum first, then the tied E + H on the
     // shards); at pp = 1 the head adds to the embedding's own buffer.
@@ -185,21 +210,30 @@ double PipelineRank<T>::reduce_grads(T* hg) {
   }
   if (tp_ && o_.tensor.sp && !o_.tensor.has(tp::Fault::skip_sp_grad_reduce))  // SP: partial per tp rank
     dp_->all_reduce_held_grads(replicated_, *tp_);
+  // The experts' squares: this rank's experts once per edp group (DDP: every
+  // edp rank holds them whole; sharded: each owned slice, local_sq's rule).
+  double esq = 0;
+  if (ex_) {
+    ex_->sync_after_flush();
+    if (ex_->options().shard != dp::Shard::none || er_ == 0) esq = ex_->local_sq();
+  }
   if (dp::shard_group(o_.component()) > 1) {  // per-rank partials over owned slices, world rank order
-    double sq = dp_->local_sq();
+    double sq = dp_->local_sq() + esq;
     scalar_->all_reduce(&sq, &sq, 1, DType::f64);
     return sq;
   }
   // Unpadded: per-unit sums (each unit's from exactly one rank, so the
   // all-reduce is exact), added in unit order: the same bits for every pp, v
-  // and schedule. Unit 0 is wte + wpe, back to back.
-  std::vector<double> unit_sq(size_t(layout_.num_units()), 0.0);
+  // and schedule. Unit 0 is wte + wpe, back to back; an MoE block's unit
+  // stops before its experts, whose squares come last (esq).
+  std::vector<double> unit_sq(size_t(layout_.num_units()) + (cfg_.model.moe.experts > 0 ? 1 : 0), 0.0);
   if (dr_ == 0 && cr_ == 0)  // the replicas (and the cp ranks) hold the same reduced gradients
     for (int u = 0; u < layout_.num_units(); ++u) {
       const int i = su_.of_model[size_t(u)];
       if (i < 0) continue;
-      unit_sq[size_t(u)] = this->unit_sq(i, layout_.unit_size(u));
+      unit_sq[size_t(u)] = this->unit_sq(i, u == 0 ? layout_.unit_size(0) : su_.units[size_t(i)].size);
     }
+  if (unit_sq.size() > size_t(layout_.num_units())) unit_sq.back() = esq;
   scalar_->all_reduce(unit_sq.data(), unit_sq.data(), unit_sq.size(), DType::f64);
   double sq = 0;
   for (double x : unit_sq) sq += x;
@@ -223,21 +257,26 @@ double PipelineRank<T>::unit_sq(int i, int64_t n) const {
 template <class T>
 void PipelineRank<T>::apply(long t, double norm) {
   const double lr = lr_at(cfg_.optim, int(t), cfg_.steps);
-  dp_->step(cfg_.optim, t, lr, clip_factor(norm, cfg_.optim.clip));
+  const double clip = clip_factor(norm, cfg_.optim.clip);
+  dp_->step(cfg_.optim, t, lr, clip);
+  if (ex_) ex_->step(cfg_.optim, t, lr, clip);
 }
 
 template <class T>
 StepStats PipelineRank<T>::step() {
   require(!s_.async_weights, "pipeline: step() runs synchronous schedules; use run_window() for 2bw");
   dp_->zero_grads();
-  reduced_.assign(su_.units.size(), 0);
+  if (ex_) ex_->zero_grads();
+  reduced_.assign(size_t(num_ids()), 0);
   if (!head_grads_[0].empty()) std::memset(static_cast<void*>(head_grads_[0].data()), 0, head_grads_[0].size() * sizeof(T));
   losses_.assign(size_t(m_), 0.0);
+  aux_ = 0;
   run_actions();
   const double sq = reduce_grads(head_grads_[0].data());
   double loss = 0;
   if (pr_ == o_.pp - 1 && tr_ == 0)  // every tp rank holds the loss: count one
     for (double l : losses_) loss += l;  // microbatch order
+  loss += aux_;  // MoE: this rank's load-balancing terms (its tokens', every MoE block it holds)
   scalar_->all_reduce(&loss, &loss, 1, DType::f64);
   StepStats st;
   st.step = ++step_;
@@ -310,6 +349,13 @@ std::vector<StepStats> PipelineRank<T>::train(int steps, std::vector<double>* gr
 
 template <class T>
 std::vector<double> PipelineRank<T>::gather(bool grads) {
+  if (cfg_.model.moe.experts > 0) {  // the dense and the expert components' shares, each element once
+    std::vector<double> full(size_t(layout_.total()), 0.0);
+    dp_->contribute(grads, full);
+    if (ex_) ex_->contribute(grads, full);
+    check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
+    return full;
+  }
   if (!tpm_) return dp_->gather_full(grads, *check_, layout_.total());
   std::vector<double> local(size_t(layout_.total()), 0.0);
   dp_->contribute(grads, local);  // this rank's share over dp, each element once
@@ -335,9 +381,10 @@ Declared PipelineRank<T>::declared(int steps) const {
   const int64_t wte = layout_.wpe_offset();
   Declared d;
   // Activations: in-flight (microbatch, chunk) units x their bytes.
+  const MoeStage moe{scope_.tokens(cfg_.model.moe, int64_t(Bm_) * cfg_.seq), o_.ep};
   const int64_t act = stage_activation_peak(
-      o_.kind, sc, chunk_bytes_table(cfg_.model, part_, Bm_, cfg_.seq, cfg_.precision, o_.tensor, s_.split_backward),
-      pr_);
+      o_.kind, sc,
+      chunk_bytes_table(cfg_.model, part_, Bm_, cfg_.seq, cfg_.precision, o_.tensor, s_.split_backward, moe), pr_);
   // Model states of the stage's units under its data axis (dp cost.h), plus
   // 2BW's second weight and gradient version and the pp = 1 head's wte gradient.
   std::vector<int64_t> sizes;
@@ -347,7 +394,17 @@ Declared PipelineRank<T>::declared(int steps) const {
     uses.push_back({su_.units[i].size, su_.fwd_uses[i], su_.bwd_uses[i]});
   }
   const dp::DataAxis axis = dp::data_axis(o_.component(), cfg_.precision, m_);
-  const dp::ModelStateBytes ms = dp::model_state_bytes(sizes, axis);
+  dp::ModelStateBytes ms = dp::model_state_bytes(sizes, axis);
+  // The stage's experts: a second component over edp (one read each way per microbatch).
+  std::vector<StageUnitUse> expert_uses;
+  dp::DataAxis expert_axis;
+  if (ex_) {
+    std::vector<int64_t> es;
+    for (const auto& u : se_.units) es.push_back(u.size), expert_uses.push_back({u.size, 1, 1});
+    expert_axis = dp::data_axis(ex_->options(), cfg_.precision, m_);
+    const dp::ModelStateBytes e = dp::model_state_bytes(es, expert_axis);
+    ms.params += e.params, ms.grads += e.grads, ms.optimizer += e.optimizer, ms.optimizer_host += e.optimizer_host;
+  }
   const int64_t versions = s_.async_weights ? 2 : 1;
   const int64_t head = o_.pp == 1 && dp_->grads_full() ? wte * db * versions : 0;
   d.memory = {{"mem.params", MemTag::params, Place::device, ms.params * versions},
@@ -356,7 +413,7 @@ Declared PipelineRank<T>::declared(int steps) const {
               {"mem.optimizer.host", MemTag::optimizer, Place::host, ms.optimizer_host},
               {"mem.activations", MemTag::activations, Place::device, act},
               {"mem.workspace", MemTag::workspace, Place::device,
-               stage_workspace_bytes(cfg_.model, Bm_, cfg_.seq, cfg_.precision, o_.tensor)}};
+               stage_workspace_bytes(cfg_.model, Bm_, cfg_.seq, cfg_.precision, o_.tensor, moe)}};
   // Point to point, the tied wte sum, the stage's data axis, the scalars.
   const int64_t a = boundary_elems() * db;
   d.add_comm("pp", CommOp::send, p2p_per_step(sc, a).send_bytes[size_t(pr_)] * steps);
@@ -367,9 +424,18 @@ Declared PipelineRank<T>::declared(int steps) const {
     const CommOp op = dp::comm_op(c.op);
     d.add_comm(c.group, op, c.bytes * steps);
   }
+  if (ex_) {
+    for (const auto& c : stage_dp_comm_per_step(expert_uses, expert_axis, m_))  // groups "edp", "edp_shard", ...
+      d.add_comm("e" + c.group, dp::comm_op(c.op), c.bytes * steps);
+    dp::add_moe_capacity_comm(d, o_.component(), cfg_, steps, int(se_.units.size()));
+    if (o_.ep > 1)  // the all-to-alls of the routing this rank recorded (a fresh rank's whole run)
+      d.add_comm("ep", CommOp::all_to_all,
+                 ep::a2a_bytes(cfg_.model, load_.calls, load_.sent_rows, load_.owner_rows, int(sizeof(T))));
+  }
   // Per step: the loss, and the squared norm (one partial per rank when
-  // padded; otherwise one per unit, summed in unit order).
-  const int64_t norm = g > 1 ? 8 : 8 * int64_t(layout_.num_units());
+  // padded; otherwise one per unit, summed in unit order, and an MoE model's
+  // experts last).
+  const int64_t norm = g > 1 ? 8 : 8 * (int64_t(layout_.num_units()) + (cfg_.model.moe.experts > 0 ? 1 : 0));
   d.add_comm("pp_scalar", CommOp::all_reduce, (8 + norm) * steps);
   if (tpm_) {  // the tensor axis inside the stage: its chunks' pieces per microbatch, SP's grads per step
     const tp::TpShape x = tp_shape();

@@ -60,8 +60,9 @@ StageUnits stage_units(const ParamLayout& l, const Partition& part, int rank) {
       su.wpe = add(l.wpe_offset(), l.unit_size(0) - wte, true, 1, 0);
     }
     for (int b = 0; b < st.num_blocks; ++b) {
-      const int u = l.block_unit(st.first_block + b);
-      su.of_model[size_t(u)] = add(l.unit_begin(u), l.unit_size(u), true, 1, 1);
+      const int layer = st.first_block + b, u = l.block_unit(layer);
+      const int64_t n = l.model().is_moe(layer) ? l.moe_block().expert0 : l.unit_size(u);
+      su.of_model[size_t(u)] = add(l.unit_begin(u), n, true, 1, 1);
     }
     if (st.head) {
       const int f = l.final_unit();
@@ -70,6 +71,25 @@ StageUnits stage_units(const ParamLayout& l, const Partition& part, int rank) {
   }
   if (part.pp > 1 && rank == part.pp - 1) su.tied = add(l.wte_offset(), wte, false, 1, 1);
   return su;
+}
+
+StageExperts stage_experts(const ParamLayout& l, const Partition& part, int rank, int ep, int ep_rank) {
+  const ModelConfig& m = l.model();
+  StageExperts se;
+  se.of_layer.assign(size_t(m.L), -1);
+  if (m.moe.experts == 0) return se;
+  const MoeOffsets& o = l.moe_block();
+  const int64_t n = int64_t(m.moe.experts / ep) * o.expert_size;
+  for (int c = 0; c < part.v; ++c) {
+    const StageSlice& st = part.at(rank, c);
+    for (int b = 0; b < st.num_blocks; ++b) {
+      const int layer = st.first_block + b;
+      if (!m.is_moe(layer)) continue;
+      se.of_layer[size_t(layer)] = int(se.units.size());
+      se.units.push_back({l.unit_begin(l.block_unit(layer)) + o.expert0 + ep_rank * n, n, true});
+    }
+  }
+  return se;
 }
 
 Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi) {
@@ -83,19 +103,23 @@ Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi) {
 }
 
 int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
-                               int64_t db, int64_t ab, bool split) {
+                               int64_t db, int64_t ab, bool split, MoeStage moe) {
   const int64_t N = B * T, C = m.C;
   // BlockActs: ln1, atty, xmid, ln2, xout (C); qkv (3C); fch, fchg (4C); att; 4 LN stats (A).
   const int64_t block = (5 * N * C + 3 * N * C + 8 * N * C + B * m.NH * T * T) * db + 4 * N * ab;
   const int64_t stash = split ? (4 * N * C + 4 * N * C + 3 * N * C) * db : 0;  // BlockGradStash
   int64_t bytes = N * C * db + st.num_blocks * (block + stash);
+  for (int b = 0; b < st.num_blocks; ++b)  // an MoE block: MoeActs instead of fch, fchg
+    if (m.is_moe(st.first_block + b))
+      bytes += moe_activation_bytes(m, N, moe.scope_tokens, int(db), int(ab), moe.ep) - 8 * N * C * db;
   if (st.embedding) bytes += N * 4;                              // tokens
   if (st.head) bytes += (N * C + N * m.V) * db + 3 * N * ab + N * 4;  // HeadActs + targets
   return bytes;
 }
 
 std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const Partition& part, int64_t B,
-                                                     int64_t T, Precision p, const tp::TpOptions& o, bool split) {
+                                                     int64_t T, Precision p, const tp::TpOptions& o, bool split,
+                                                     MoeStage moe) {
   tp::TpShape x = tp::make_shape(m, o.tp, o.sp, o.recompute, B, T, p);
   x.cp = o.context.cp;
   x.algo = o.context.algo;
@@ -105,7 +129,7 @@ std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const 
     for (int c = 0; c < part.v; ++c) {
       const StageSlice& st = part.at(r, c);
       table[size_t(r)].push_back(model_parallel ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head)
-                                          : chunk_activation_bytes(m, st, B, T, x.elem_bytes, x.acc_bytes, split));
+                                          : chunk_activation_bytes(m, st, B, T, x.elem_bytes, x.acc_bytes, split, moe));
     }
   return table;
 }
@@ -116,7 +140,8 @@ int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
   return peak_activation_bytes(make_schedule(kind, sc), table)[size_t(rank)];
 }
 
-int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o) {
+int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o,
+                              MoeStage moe) {
   const int64_t N = B * T, local = N / o.context.cp, held = o.tp > 1 && o.sp ? local / o.tp : local;
   const bool model_parallel = o.tp > 1 || o.context.cp > 1;
   int64_t bytes = 0;
@@ -124,6 +149,7 @@ int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precis
     using U = decltype(t);
     bytes = 2 * held * m.C * int64_t(sizeof(U)) + 2 * N * 4;  // dx ping-pong, the sequences' tokens and targets
     bytes += model_parallel ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T)) : Scratch<U>::bytes(m, int(B), int(T));
+    if (m.moe.experts > 0) bytes += MoeScratch<U>::bytes(m, int(N), moe.scope_tokens, moe.ep);
   });
   return bytes;
 }

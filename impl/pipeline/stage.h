@@ -57,7 +57,28 @@ struct StageUnits {
   // gathers a unit once per read.
   std::vector<int> fwd_uses, bwd_uses;
 };
+// A mixture-of-experts block's unit stops before its first expert: the
+// experts are the stage's expert units (stage_experts), a component of their
+// own over the expert-data-parallel group.
 StageUnits stage_units(const ParamLayout& l, const Partition& part, int rank);
+
+// The experts a pipeline rank holds: for each MoE block of its chunks (chunk,
+// then block order), the contiguous range of ep rank `ep_rank`'s E / ep
+// experts (expert_parallel/options.h expert_units, one stage's share).
+struct StageExperts {
+  std::vector<dp::UnitSpan> units;
+  std::vector<int> of_layer;  // model layer -> expert unit index; -1: dense, or not on this rank
+};
+StageExperts stage_experts(const ParamLayout& l, const Partition& part, int rank, int ep, int ep_rank);
+
+// What a stage's MoE blocks keep beyond a dense block's attention half: the
+// capacity scope (reference/moe.h MoeScope::tokens: the microbatch's tokens
+// over the data ranks sharing capacity; 0: this rank's own) and the
+// expert-parallel group's size.
+struct MoeStage {
+  int64_t scope_tokens = 0;
+  int ep = 1;
+};
 
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;
 // The flat ranges whose squares this rank sums: its non-tied pieces, cut to
@@ -69,14 +90,17 @@ Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi);
 // last backward: the chunk's input, every block's BlockActs (plus the B -> W
 // gradient stash when split), the tokens on the first stage, HeadActs and the
 // targets on the last. Sizes as reference/gpt.cc allocates them.
+// An MoE block keeps MoeActs (reference/moe.h moe_activation_bytes) instead
+// of the dense MLP's two (N, 4C) activations.
 int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
-                               int64_t dtype_bytes, int64_t acc_bytes, bool split_backward);
+                               int64_t dtype_bytes, int64_t acc_bytes, bool split_backward, MoeStage moe = {});
 
 // Bytes one in-flight (microbatch, chunk) keeps, for every chunk of every
 // rank (rows: pipeline ranks): chunk_activation_bytes, or with tp > 1 the
 // tensor-parallel stage's (tensor_parallel/cost.h stage_activation_bytes).
 std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const Partition& part, int64_t B,
-                                                     int64_t T, Precision p, const tp::TpOptions& o, bool split);
+                                                     int64_t T, Precision p, const tp::TpOptions& o, bool split,
+                                                     MoeStage moe = {});
 // A rank's declared peak activation bytes under schedule `kind`: its peak
 // in-flight units x their bytes with one chunk, else the peak of live bytes
 // in the generated order (peak_activation_bytes).
@@ -85,8 +109,10 @@ int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
 
 // Workspace bytes a pipeline rank allocates: the backward's two gradient
 // buffers and the step's token/target staging, plus the reference's Scratch
-// (tp = 1) or the tensor-parallel model's workspace (impl/tensor_parallel).
-int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o);
+// (tp = 1) or the tensor-parallel model's workspace (impl/tensor_parallel),
+// and an MoE model's MoeScratch.
+int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o,
+                              MoeStage moe = {});
 
 // Peak over the rank's action order of the summed bytes of live (microbatch,
 // chunk) units (F done, last backward not), given bytes per chunk of that rank.

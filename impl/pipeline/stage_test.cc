@@ -64,6 +64,66 @@ TEST(Stage, ActivationBytesMatchTheReferenceAllocations) {
   EXPECT_EQ(int64_t(mt.current(MemTag::activations)), chunk_activation_bytes(m, mid, B, T, 2, 4, false));
 }
 
+// Mixture of experts: block units stop before the experts, and the stage's
+// expert units over ep ranks cover every expert of its MoE blocks once.
+TEST(Stage, MoeBlocksSplitIntoDenseUnitsAndTheStageExperts) {
+  ModelConfig m = named_model("tiny-moe");
+  m.L = 6;  // MoE every second block: 0, 2, 4
+  const ParamLayout l(m);
+  const MoeOffsets& o = l.moe_block();
+  for (int pp : {1, 2, 3})
+    for (int ep : {1, 2, 4}) {
+      const Partition part = partition_layers(m.L, pp, 1);
+      std::vector<int> seen(size_t(l.total()), 0);
+      for (int r = 0; r < pp; ++r) {
+        const StageUnits su = stage_units(l, part, r);
+        for (const auto& u : su.units)
+          if (u.in_norm)
+            for (int64_t i = u.flat_lo; i < u.flat_lo + u.size; ++i) ++seen[size_t(i)];
+        for (int e = 0; e < ep; ++e) {
+          const StageExperts se = stage_experts(l, part, r, ep, e);
+          int moe_blocks = 0;
+          for (int b = 0; b < part.at(r, 0).num_blocks; ++b) {
+            const int layer = part.at(r, 0).first_block + b;
+            EXPECT_EQ(se.of_layer[size_t(layer)] >= 0, m.is_moe(layer));
+            moe_blocks += m.is_moe(layer);
+          }
+          ASSERT_EQ(int(se.units.size()), moe_blocks);
+          for (const auto& u : se.units) {
+            EXPECT_EQ(u.size, int64_t(m.moe.experts / ep) * o.expert_size);
+            for (int64_t i = u.flat_lo; i < u.flat_lo + u.size; ++i) ++seen[size_t(i)];
+          }
+        }
+      }
+      for (int x : seen) ASSERT_EQ(x, 1) << "pp" << pp << " ep" << ep;
+    }
+}
+
+TEST(Stage, MoeActivationAndWorkspaceBytesMatchTheAllocations) {
+  ModelConfig m = named_model("tiny-moe");
+  m.L = 4;
+  const int B = 2, T = 8, N = B * T;
+  for (int ep : {1, 2})
+    for (int64_t scope : {int64_t(0), int64_t(2 * N)}) {
+      MemoryTracker mt;
+      BlockActs<float> a0(&mt, m, B, T, false), a1(&mt, m, B, T, true);  // blocks 0 (MoE) and 1
+      MoeActs<float> ma(&mt, m, N, scope, ep);
+      Buffer<float> x(&mt, MemTag::activations, size_t(N) * m.C);
+      Buffer<int32_t> tok(&mt, MemTag::activations, size_t(N));
+      StageSlice st{0, 0, 0, 0, 2, true, false};
+      EXPECT_EQ(int64_t(mt.current(MemTag::activations)),
+                chunk_activation_bytes(m, st, B, T, 4, 4, false, {scope, ep}))
+          << "ep" << ep << " scope " << scope;
+      MemoryTracker wt;
+      Scratch<float> s(&wt, m, B, T);
+      MoeScratch<float> ms(&wt, m, N, scope, ep);
+      Buffer<float> dx(&wt, MemTag::workspace, 2 * size_t(N) * m.C);
+      Buffer<int32_t> tt(&wt, MemTag::workspace, 2 * size_t(N));
+      EXPECT_EQ(int64_t(wt.current(MemTag::workspace)),
+                stage_workspace_bytes(m, B, T, Precision::fp32, tp::TpOptions{}, {scope, ep}));
+    }
+}
+
 TEST(Stage, PeakBytesFollowTheInFlightCounts) {
   for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1}) {
     const ScheduleConfig cfg{4, 8, 1, 1};

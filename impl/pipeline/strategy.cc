@@ -2,6 +2,7 @@
 
 #include "harness/status.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/options.h"
 #include "impl/tensor_parallel/strategy.h"
 
 namespace pb::pipeline {
@@ -22,13 +23,20 @@ PipelineOptions options_of(const RunSpec& s) {
     else data_only.faults.push_back(f);
   }
   o.data = tp::data_options_of(data_only);  // less the tensor faults; data-parallel ranks per node
+  o.ep = s.mesh.ep;
+  if (s.train.model.moe.experts > 0 && s.mesh.ep <= s.mesh.dp * s.mesh.cp &&
+      (s.mesh.dp * s.mesh.cp) % s.mesh.ep == 0) {  // the experts' data axis (else validate names the mesh)
+    RunSpec e = s;
+    e.faults.clear();
+    o.experts = ep::expert_options(e);
+  }
   return o;
 }
 
 namespace {
 
 bool runs(const RunSpec& s) {
-  return s.mesh.ep == 1 && (s.mesh.pp > 1 || s.pipe.schedule);
+  return s.mesh.pp > 1 || s.pipe.schedule;
 }
 
 void validate_spec(const RunSpec& s) {
@@ -43,14 +51,17 @@ void validate_spec(const RunSpec& s) {
   validate(options_of(s), s.train, s.world());
 }
 
-std::string describe(const RunSpec& s) { return options_of(s).describe(s.train.microbatches); }
+std::string describe(const RunSpec& s) {
+  return options_of(s).describe(s.train.microbatches) + dp::moe_label(s.train.model);
+}
 
 bool bitwise(const RunSpec& s, BackendKind b) {
   const PipelineOptions o = options_of(s);
   // DDP and ZeRO-1 sum after the flush, ZeRO-2 and the ZeRO-3 family per
   // microbatch (HSDP and hZeRO in two levels): the replay does the same sums.
   // tp: partial products summed over tp; cp: attention blocks merged by log-sum-exp.
-  if (b != BackendKind::local || o.tp() > 1 || o.cp() > 1) return false;
+  // MoE: experts run on rows gathered across the capacity scope and ep.
+  if (b != BackendKind::local || o.tp() > 1 || o.cp() > 1 || s.train.model.moe.experts > 0) return false;
   if (o.kind == ScheduleKind::pipedream_2bw) return true;  // against its delayed replay
   return accumulates_in_microbatch_order(make_schedule(o.kind, schedule_config(o, s.train)));
 }

@@ -285,12 +285,12 @@ void validate(const RunSpec& s) {
   require(s.data.shard_group >= 0, "strategy.shard_group: must be >= 0, got " + std::to_string(s.data.shard_group));
   require(s.pipe.virtual_stages >= 1,
           "strategy.virtual_stages: must be >= 1, got " + std::to_string(s.pipe.virtual_stages));
-  // Mixture of experts runs under data and expert parallel so far (MoE with
-  // tp, cp or pp is the next step).
+  // Mixture of experts runs under data, expert and pipeline parallel so far
+  // (MoE with tp or cp is the next step).
   require(s.train.model.moe.experts == 0 ||
-              (s.world() == s.mesh.dp && !s.pipe.schedule && s.tensor.recompute == Recompute::none),
-          "model.moe: a mixture-of-experts model runs with data and expert parallel only so far (mesh dpN or dpN.epM, "
-          "no schedule or recompute; got " + mesh_text(s.mesh) + "): tensor, context and pipeline parallel for MoE are "
+              (s.mesh.tp == 1 && s.mesh.cp == 1 && s.tensor.recompute == Recompute::none),
+          "model.moe: a mixture-of-experts model runs with data, expert and pipeline parallel only so far (mesh "
+          "dpN.epM.ppK, no recompute; got " + mesh_text(s.mesh) + "): tensor and context parallel for MoE are "
           "not implemented yet");
 }
 

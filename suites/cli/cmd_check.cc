@@ -261,6 +261,34 @@ void moe_points(const CheckFlags& f, const std::string& prec, std::vector<Strate
     runs.push_back(moe(ep_mesh(ep, ep), dp::Shard::none, MoeCapacity::local, 8, 1));
     runs.push_back(moe(ep_mesh(2 * ep, ep), dp::Shard::zero1, caps.empty() ? MoeCapacity::global : caps.back()));
   }
+  // Pipeline (tiny-moe with 8 layers, MoE every second: two per stage at pp
+  // 2), at the first --pp and the first --ep E of 2 or more (1 if none):
+  // dp max(2, E) x 1F1B DDP x each capacity and GPipe ZeRO-3 (global), dp 2E
+  // interleaved ZeRO-1 (global), and dp2 (ep 1) 1F1B ZeRO-2 (local).
+  const bool pipelines = !f.pps.empty() && f.pps.front() > 1 &&
+                         std::any_of(f.schedules.begin(), f.schedules.end(), [](const auto& n) { return n != "none"; });
+  const auto first_ep = std::find_if(f.eps.begin(), f.eps.end(), [](int e) { return e >= 2; });
+  if (pipelines) {
+    using pipeline::ScheduleKind;
+    auto moe_pipe = [&](int dp, int ep, dp::Shard shard, MoeCapacity cap, ScheduleKind k) {
+      MeshShape m = ep_mesh(dp, ep);
+      m.pp = f.pps.front();
+      StrategyRun s = point(f, prec, m, "");  // a pipeline point: 8 layers, 2pp microbatches
+      s.spec.pipe.schedule = k;
+      s.spec.pipe.virtual_stages = k == ScheduleKind::interleaved ? 2 : 1;
+      s.spec.train.model = named_model("tiny-moe");
+      s.spec.train.model.L = 8;
+      set_moe(s.spec.train, 4, 2, cap);
+      s.spec.train.model.name += "-l8";
+      s.spec.data.shard = shard;
+      return s;
+    };
+    const int ep = first_ep == f.eps.end() ? 1 : *first_ep;
+    for (MoeCapacity cap : caps) runs.push_back(moe_pipe(std::max(2, ep), ep, dp::Shard::none, cap, ScheduleKind::one_f_one_b));
+    runs.push_back(moe_pipe(std::max(2, ep), ep, dp::Shard::zero3, MoeCapacity::global, ScheduleKind::gpipe));
+    runs.push_back(moe_pipe(2 * ep, ep, dp::Shard::zero1, MoeCapacity::global, ScheduleKind::interleaved));
+    runs.push_back(moe_pipe(2, 1, dp::Shard::zero2, MoeCapacity::local, ScheduleKind::one_f_one_b));
+  }
   // Every --shard at the first --ep of 2 or more, on dp = 2 ep ranks (edp 2:
   // hZeRO's two nodes hold one rank of each edp group each).
   const auto first = std::find_if(f.eps.begin(), f.eps.end(), [](int e) { return e >= 2; });

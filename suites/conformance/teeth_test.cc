@@ -135,14 +135,19 @@ TEST(Teeth, EveryMixtureOfExpertsFaultIsCaughtAtEveryPrecision) {
 struct MoeCase {
   dp::Shard shard;
   MoeCapacity cap;
-  int dp, ep;
+  int dp, ep, pp = 1;  // pp > 1: 1f1b over two microbatches
 };
 int expect_moe_passes_over_seeds(const MoeCase& c, Precision p, int seeds) {
   for (uint64_t seed = 1; seed <= uint64_t(seeds); ++seed) {
     StrategyRun s = dp_case(c.shard, 1, p);
     s.spec.mesh.dp = c.dp;
     s.spec.mesh.ep = c.ep;
+    s.spec.mesh.pp = c.pp;
     s.spec.mesh.ranks_per_node = 0;
+    if (c.pp > 1) {
+      s.spec.pipe.schedule = pipeline::ScheduleKind::one_f_one_b;
+      s.spec.train.microbatches = 2;
+    }
     s.spec.train.model = named_model("tiny-moe");
     s.spec.train.model.moe.capacity = c.cap;
     s.spec.train.batch = 4 * c.dp;
@@ -175,6 +180,19 @@ TEST(Teeth, ExpertParallelNoFalseAlarmOverTenSeeds) {
     for (const MoeCase& c : {MoeCase{dp::Shard::none, MoeCapacity::global, 4, 2},
                              MoeCase{dp::Shard::zero3, MoeCapacity::global, 4, 2},
                              MoeCase{dp::Shard::zero1, MoeCapacity::local, 2, 2}})
+      runs += expect_moe_passes_over_seeds(c, p, 10);
+  EXPECT_EQ(runs, 2 * 3 * 10);
+}
+
+// No false alarm for MoE inside pipeline stages (rule-only): 10 seeds x 3
+// configs (dp4.ep2.pp2 DDP global, dp2.ep2.pp2 ZeRO-3 global, dp2.pp2 ZeRO-1
+// local) x both precisions.
+TEST(Teeth, MixtureOfExpertsInPipelineNoFalseAlarmOverTenSeeds) {
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (const MoeCase& c : {MoeCase{dp::Shard::none, MoeCapacity::global, 4, 2, 2},
+                             MoeCase{dp::Shard::zero3, MoeCapacity::global, 2, 2, 2},
+                             MoeCase{dp::Shard::zero1, MoeCapacity::local, 2, 1, 2}})
       runs += expect_moe_passes_over_seeds(c, p, 10);
   EXPECT_EQ(runs, 2 * 3 * 10);
 }

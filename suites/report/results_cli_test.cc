@@ -111,7 +111,7 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh cp2.pp2 --strategy schedule=1f1b,cp_algo=ulysses --model tiny-tp", ""},
       {"--mesh dp2.cp3 --strategy cp_algo=ulysses,shard=hsdp,shard_group=3", ""},  // F spans a replica's cp ranks
       {"--cp 0", "--cp"},
-      {"--mesh tp2 --model tiny-moe", "runs with data and expert parallel only"},
+      {"--mesh tp2 --model tiny-moe", "runs with data, expert and pipeline parallel only"},
       {"--mesh tp2.ep2 --model tiny-moe", "must divide dp*cp = 1"},
       {"--mesh dp2.ep2 --model tiny", "needs a mixture-of-experts model"},
       {"--mesh dp3.ep3 --model tiny-moe", "must divide model.moe.experts (4)"},
@@ -121,6 +121,12 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--ep 3", "--ep"},
       {"--mesh dp2.ep2 --model tiny-moe --moe-capacity wide", "--moe-capacity"},
       {"--mesh dp2 --model tiny --strategy faults=moe_aux_per_rank", "needs a mixture-of-experts model"},
+      {"--mesh dp2.ep2.pp2 --model tiny-moe --strategy schedule=zb-h1", "with a mixture-of-experts model is not implemented"},
+      {"--mesh dp2.ep2.pp2 --model tiny-moe --strategy schedule=2bw", "2bw with a mixture-of-experts model"},
+      {"--mesh dp2.ep2.pp2 --model tiny", "needs a mixture-of-experts model"},
+      {"--mesh dp4.ep4.pp2 --model tiny-moe-e6", "must divide model.moe.experts (6)"},
+      {"--mesh dp2.tp2.pp2 --model tiny-moe", "tensor and context parallel for MoE are not implemented yet"},
+      {"--mesh dp2.pp2 --model tiny-moe --strategy faults=ep_combine_permuted", "needs expert parallel"},
       {"--mesh dp1 --model tiny-moe", ""}};
   for (const auto& [flags, says] : cases) {
     const int want = std::string(says).empty() ? 0 : 2;  // the one that runs: a valid spec among the refusals
