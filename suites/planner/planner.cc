@@ -71,7 +71,24 @@ struct Pipe {
   pipeline::ScheduleConfig cfg;
   pipeline::Partition part;
   std::vector<int> in_flight;  // declared peak (microbatch, chunk) units per rank
+  // A mixture-of-experts model in pipeline stages: the experts' data axis
+  // (over edp, impl/expert_parallel/options.h) beside the dense one.
+  std::optional<dp::DataAxis> experts;
+  bool staged() const { return part.pp > 1 || part.v > 1; }
 };
+
+// A pipeline rank of an MoE model: its dense units and its experts' (ep rank
+// 0's; every ep rank holds as many), as the executor holds them (stage.h).
+struct StageMoe {
+  std::vector<int64_t> dense, experts;
+};
+StageMoe stage_moe(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep) {
+  const ParamLayout l(m);
+  StageMoe out;
+  for (const auto& u : pipeline::stage_units(l, part, rank).units) out.dense.push_back(u.size);
+  for (const auto& u : pipeline::stage_experts(l, part, rank, ep, 0).units) out.experts.push_back(u.size);
+  return out;
+}
 
 // MoE with global capacity over several data ranks: the capacity scope's
 // tokens (every rank's microbatch); 0: a rank's own microbatch.
@@ -103,7 +120,16 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
                         std::vector<int64_t>* units_out, const ep::StateCosts* ep_states) {
   std::vector<int64_t> units =
       in.shape ? rank_param_units(*in.shape, in.tp, pipe.part, rank) : std::vector<int64_t>{in.params};
-  const dp::ModelStateBytes ms = dp::model_state_bytes(units, axis);
+  std::optional<StageMoe> moe;
+  if (pipe.experts) {  // MoE stages: the executor's own units (wte and wpe apart, blocks before their experts)
+    moe = stage_moe(*in.shape, pipe.part, rank, in.ep);
+    units = moe->dense;
+  }
+  dp::ModelStateBytes ms = dp::model_state_bytes(units, axis);
+  if (moe) {
+    const dp::ModelStateBytes e = dp::model_state_bytes(moe->experts, *pipe.experts);
+    ms.params += e.params, ms.grads += e.grads, ms.optimizer += e.optimizer, ms.optimizer_host += e.optimizer_host;
+  }
   StageMemory s;
   s.stage = rank;
   s.params = ms.params;
@@ -151,9 +177,10 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   tpo.recompute = in.recompute;
   tpo.context.cp = in.cp;
   tpo.context.algo = in.cp_algo;
-  const bool staged = pipe.part.pp > 1 || pipe.part.v > 1;
+  const bool staged = pipe.staged();
+  const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep};
   if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
-    s.workspace = pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo);
+    s.workspace = pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage);
   } else if (in.shape && !staged) {
     if (in.tp == 1 && in.cp == 1 && in.recompute == Recompute::none) {  // the reference's runner
       s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision,
@@ -179,7 +206,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     s.activations = pipeline::stage_activation_peak(
         in.schedule, pipe.cfg,
         pipeline::chunk_bytes_table(*in.shape, pipe.part, in.microbatch_size, seq, in.precision, tpo,
-                                    in.schedule == pipeline::ScheduleKind::zb_h1),
+                                    in.schedule == pipeline::ScheduleKind::zb_h1, moe_stage),
         rank);
   } else if (in.shape) {
     const ModelConfig& mc = *in.shape;
@@ -310,10 +337,15 @@ PlanResult plan(const PlanInput& in) {
   if (in.shape)
     require(r.seq <= in.shape->maxT, "--seq: must be <= the model's context length (" +
                                          std::to_string(in.shape->maxT) + ")");
-  require(!in.shape || in.shape->moe.experts == 0 || (in.tp == 1 && in.cp == 1 && in.pp == 1),
+  require(!in.shape || in.shape->moe.experts == 0 || (in.tp == 1 && in.cp == 1),
           "--model: " + (in.shape ? in.shape->name : std::string()) +
-              " is a mixture-of-experts model: the planner models it under data and expert parallel only (tp, cp "
-              "and pp with MoE are not implemented)");
+              " is a mixture-of-experts model: the planner models it under data, expert and pipeline parallel only "
+              "(tp and cp with MoE are not implemented)");
+  require(!in.shape || in.shape->moe.experts == 0 || in.pp == 1 ||
+              in.schedule == pipeline::ScheduleKind::gpipe || in.schedule == pipeline::ScheduleKind::one_f_one_b ||
+              in.schedule == pipeline::ScheduleKind::interleaved,
+          "--schedule: " + std::string(pipeline::schedule_name(in.schedule)) +
+              " with a mixture-of-experts model is not implemented (MoE stages run gpipe, 1f1b, interleaved)");
   require(in.ep >= 1, "--ep: must be >= 1 (got " + std::to_string(in.ep) + ")");
   if (in.ep > 1) {
     require(in.shape && in.shape->moe.experts > 0,
@@ -360,7 +392,14 @@ PlanResult plan(const PlanInput& in) {
   axis.grad_accum = r.microbatches;
 
   std::optional<ep::StateCosts> eps;
-  if (in.ep > 1) {
+  const bool moe_stages = in.shape && in.shape->moe.experts > 0 && pipe.staged();
+  if (moe_stages) {  // the pipeline executor's two components per stage (impl/pipeline/executor.h)
+    require(r.global_batch <= INT32_MAX && r.seq <= INT32_MAX && in.ranks_per_node <= INT32_MAX,
+            "--global-batch: mixture-of-experts pipeline plans take at most 2^31-1 sequences (got " +
+                std::to_string(r.global_batch) + ")");
+    const dp::DpOptions eo = ep::expert_options(ep_spec(in, r.seq, r.microbatches, r.global_batch));
+    pipe.experts = dp::data_axis(eo, in.precision, int(r.microbatches));
+  } else if (in.ep > 1) {
     // The expert-parallel rank's own cost functions take a run spec (32-bit sizes).
     require(r.global_batch <= INT32_MAX && r.seq <= INT32_MAX && in.ranks_per_node <= INT32_MAX,
             "--global-batch: expert parallel plans take at most 2^31-1 sequences (got " +
@@ -382,8 +421,18 @@ PlanResult plan(const PlanInput& in) {
   for (const dp::CollCost& c : dcomm)
     add_row(r.comm, c.group.c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(), c.group_size,
             c.calls, c.bytes, c.inter_node);
-  if (eps) {  // the counts, dispatch and combine forward; dispatch and combine backward (balanced router's rows)
-    const int64_t n = r.microbatches * in.shape->moe_layers();
+  // MoE stages: the worst rank's experts over edp, and its MoE layers below.
+  const int moe_layers = moe_stages ? int(stage_moe(*in.shape, pipe.part, r.worst.stage, in.ep).experts.size())
+                         : in.shape ? in.shape->moe_layers() : 0;
+  if (moe_stages) {
+    std::vector<pipeline::StageUnitUse> uses;
+    for (int64_t u : stage_moe(*in.shape, pipe.part, r.worst.stage, in.ep).experts) uses.push_back({u, 1, 1});
+    for (const dp::CollCost& c : pipeline::stage_dp_comm_per_step(uses, *pipe.experts, int(r.microbatches)))
+      add_row(r.comm, ("e" + c.group).c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(),
+              c.group_size, c.calls, c.bytes, c.inter_node);
+  }
+  if (eps || (moe_stages && in.ep > 1)) {  // the counts, dispatch and combine forward; dispatch and combine backward (balanced router's rows)
+    const int64_t n = r.microbatches * moe_layers;
     const int64_t rows = ep::balanced_rows(*in.shape, in.microbatch_size * r.seq, moe_scope_tokens(in, r.seq));
     const int64_t both = ep::a2a_bytes(*in.shape, n, n * rows, n * rows, elem_bytes(in.precision));
     const int64_t bwd = ep::a2a_bytes(*in.shape, 0, n * rows, n * rows, elem_bytes(in.precision)) / 2;
@@ -393,9 +442,9 @@ PlanResult plan(const PlanInput& in) {
     add_row(r.comm, "ep", "bwd", "all_to_all", in.ep, 2 * n, bwd, inter);
   }
   if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
-  if (moe_scope_tokens(in, r.seq) > 0) {  // routing counts gathered and probability sums reduced, per MoE block
+  if (moe_scope_tokens(in, r.seq) > 0 && moe_layers > 0) {  // routing counts gathered and probability sums reduced, per MoE block
     const MoeConfig& c = in.shape->moe;
-    const int64_t n = r.microbatches * in.shape->moe_layers();
+    const int64_t n = r.microbatches * moe_layers;
     add_row(r.comm, "moe", "fwd", "all_gather", in.dp, n, n * in.dp * c.top_k * c.experts * 8, false);
     add_row(r.comm, "moe", "fwd", "all_reduce", in.dp, n, n * c.experts * 8, false);
   }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "harness/comm/runner.h"
 #include "harness/status.h"
 #include "impl/expert_parallel/strategy.h"
+#include "impl/pipeline/strategy.h"
 #include "impl/pipeline/simulator.h"
 #include "reference/layout.h"
 #include "reference/runner.h"
@@ -359,6 +361,99 @@ TEST(Planner, ExpertParallelMemoryIsTheRanks) {
   bad.ep = 4;
   bad.dp = 2;
   EXPECT_THROW(plan(bad), InputError);  // 4 does not divide dp 2
+}
+
+// Mixture of experts in pipeline stages: the plan's worst rank holds what the
+// pipeline executor allocates, tag by tag (model states of both components,
+// activations, workspace; peaks after two steps), over schedules, data
+// options, ep sizes (1 too: the experts are still a component of their own),
+// capacity modes and precisions; and its comm rows name the expert groups.
+TEST(Planner, MixtureOfExpertsInPipelineStagesIsTheRanks) {
+  struct Case {
+    int dp, ep, pp;
+    dp::Shard shard;
+    pipeline::ScheduleKind kind;
+    const char* model;
+    Precision p;
+  };
+  using K = pipeline::ScheduleKind;
+  const Case cases[] = {{2, 2, 2, dp::Shard::none, K::one_f_one_b, "tiny-moe", Precision::fp32},
+                        {2, 1, 2, dp::Shard::zero3, K::gpipe, "tiny-moe", Precision::bf16_mixed},
+                        {4, 2, 2, dp::Shard::zero1, K::interleaved, "tiny-moe-local", Precision::fp32},
+                        {2, 2, 4, dp::Shard::zero2, K::one_f_one_b, "tiny-moe-e8-top1", Precision::fp32}};
+  for (const Case& c : cases) {
+    ModelConfig m = named_model(c.model);
+    m.L = 8;
+    const int v = c.kind == K::interleaved ? 2 : 1, micro = 2 * c.pp;
+    PlanInput in;
+    in.shape = m;
+    in.dp = c.dp;
+    in.ep = c.ep;
+    in.pp = c.pp;
+    in.schedule = c.kind;
+    in.virtual_stages = v;
+    in.shard = c.shard;
+    in.seq = 16;
+    in.microbatch_size = 1;
+    in.global_batch = int64_t(micro) * c.dp;
+    in.precision = c.p;
+    const PlanResult r = plan(in);
+    RunSpec s;
+    s.train.model = m;
+    s.train.precision = c.p;
+    s.train.seq = 16;
+    s.train.batch = micro * c.dp;
+    s.train.microbatches = micro;
+    s.train.steps = 2;
+    s.mesh.dp = c.dp;
+    s.mesh.ep = c.ep;
+    s.mesh.pp = c.pp;
+    s.pipe.schedule = c.kind;
+    s.pipe.virtual_stages = v;
+    s.data.shard = c.shard;
+    validate(s);
+    pipeline::strategy().validate(s);
+    std::mutex mu;
+    std::vector<std::array<int64_t, kNumMemTags>> peaks(size_t(c.pp));
+    run_local(s.world(), [&](Communicator& w) {
+      std::unique_ptr<Rank> rank = pipeline::strategy().make_rank(s, w);
+      rank->step();
+      rank->step();
+      const int stage = mesh_coord(s.mesh, w.rank()).pp;
+      std::lock_guard lk(mu);
+      for (int t = 0; t < kNumMemTags; ++t)
+        peaks[size_t(stage)][size_t(t)] =
+            std::max(peaks[size_t(stage)][size_t(t)], int64_t(rank->memory().peak(MemTag(t), Place::device)));
+    });
+    const std::string where = std::string(c.model) + " dp" + std::to_string(c.dp) + ".ep" + std::to_string(c.ep) +
+                              ".pp" + std::to_string(c.pp) + " " + std::string(pipeline::schedule_name(c.kind));
+    for (const StageMemory& st : r.stages) {
+      const auto& pk = peaks[size_t(st.stage)];
+      EXPECT_EQ(st.params, pk[int(MemTag::params)]) << where << " stage " << st.stage;
+      EXPECT_EQ(st.grads, pk[int(MemTag::grads)]) << where << " stage " << st.stage;
+      EXPECT_EQ(st.optimizer, pk[int(MemTag::optimizer)]) << where << " stage " << st.stage;
+      EXPECT_EQ(st.activations, pk[int(MemTag::activations)]) << where << " stage " << st.stage;
+      EXPECT_EQ(st.workspace, pk[int(MemTag::workspace)]) << where << " stage " << st.stage;
+    }
+    bool ep_rows = false, edp_rows = false;
+    for (const CommRow& row : r.comm) {
+      ep_rows |= row.group == "ep" && row.bytes > 0;
+      edp_rows |= row.group.rfind("edp", 0) == 0 && row.bytes > 0;
+    }
+    EXPECT_EQ(ep_rows, c.ep > 1) << where;
+    EXPECT_EQ(edp_rows, c.dp / c.ep > 1) << where;
+  }
+  PlanInput bad;
+  bad.shape = named_model("tiny-moe");
+  bad.shape->L = 8;
+  bad.dp = 2;
+  bad.ep = 2;
+  bad.pp = 2;
+  bad.schedule = pipeline::ScheduleKind::zb_h1;
+  EXPECT_THROW(plan(bad), InputError);  // zb-h1 would split the MoE backward
+  bad.schedule = pipeline::ScheduleKind::one_f_one_b;
+  bad.tp = 2;
+  EXPECT_THROW(plan(bad), InputError);  // tensor parallel MoE
 }
 
 TEST(Planner, BadInputIsInputError) {
