@@ -42,8 +42,6 @@ ParamLayout::ParamLayout(const ModelConfig& m) : ParamLayout(m, 1, 0) {}
 ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), tp_rank_(r) {
   m.validate();
   require(tp >= 1 && r >= 0 && r < tp, "tp: rank " + std::to_string(r) + " of " + std::to_string(tp));
-  require(tp == 1 || m.moe.experts == 0, "mesh.tp: tensor parallel of mixture-of-experts blocks is not "
-                                         "implemented (model.moe.experts = " + std::to_string(m.moe.experts) + ")");
   require(m.NH % tp == 0, "mesh.tp: tp" + std::to_string(tp) + " must divide model.heads (" +
                               std::to_string(m.NH) + " heads; " + std::to_string(m.NH) + " % " +
                               std::to_string(tp) + " != 0)");
@@ -106,9 +104,13 @@ ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), 
       for (int64_t e = 0; e < E; ++e) {
         const std::string x = h + "mlp.experts." + std::to_string(e) + ".";
         const int64_t start = rel();
-        moe_.fc_w = rel() - start; add(x + "c_fc.weight", {4 * C, C}, u, InitKind::normal, std);
-        moe_.fc_b = rel() - start; add(x + "c_fc.bias", {4 * C}, u, InitKind::zeros, 0);
-        moe_.fcproj_w = rel() - start; add(x + "c_proj.weight", {C, 4 * C}, u, InitKind::normal, proj_std);
+        // Tensor parallel: split like the dense MLP (router and c_proj's bias replicated).
+        moe_.fc_w = rel() - start;
+        add(x + "c_fc.weight", {4 * Ct, C}, u, InitKind::normal, std, column(1, 4 * C, C), !split);
+        moe_.fc_b = rel() - start;
+        add(x + "c_fc.bias", {4 * Ct}, u, InitKind::zeros, 0, column(1, 4 * C, 1), !split);
+        moe_.fcproj_w = rel() - start;
+        add(x + "c_proj.weight", {C, 4 * Ct}, u, InitKind::normal, proj_std, row(C, 4 * C), !split);
         moe_.fcproj_b = rel() - start; add(x + "c_proj.bias", {C}, u, InitKind::zeros, 0);
         moe_.expert_size = rel() - start;
       }

@@ -49,16 +49,16 @@ int64_t moe_buffer_rows(const MoeConfig& c, int64_t N, int64_t scope_tokens) {
   return std::min<int64_t>(moe_capacity(c, scope_tokens > 0 ? scope_tokens : N), N);
 }
 
-int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int e, int a, int ep) {
-  const int64_t E = m.moe.experts, K = m.moe.top_k, C = m.C;
+int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int e, int a, int ep, int tp) {
+  const int64_t E = m.moe.experts, K = m.moe.top_k, C = m.C, H = 4 * C / tp;
   const int64_t rows = moe_buffer_rows(m.moe, N, scope_tokens);
   const int64_t ep_bytes = ep > 1 ? E * 4 + E * rows * C * e : 0;
-  return N * E * a + N * K * (4 + a + 4) + E * 4 + E * rows * (4 * C + 4 * C + C) * e + E * a + ep_bytes;
+  return N * E * a + N * K * (4 + a + 4) + E * 4 + E * rows * (H + H + C) * e + E * a + ep_bytes;
 }
 
 template <class T>
-MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep_size) {
-  const size_t E = size_t(m.moe.experts), K = size_t(m.moe.top_k), C = size_t(m.C);
+MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep_size, int tp) {
+  const size_t E = size_t(m.moe.experts), K = size_t(m.moe.top_k), C = size_t(m.C), H = 4 * C / size_t(tp);
   cap = int(moe_capacity(m.moe, scope_tokens > 0 ? scope_tokens : N));
   rows = std::min(cap, N);
   const size_t all_rows = E * size_t(rows);
@@ -68,8 +68,8 @@ MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scop
   weight = Buffer<A>(mt, act, size_t(N) * K);
   slot = Buffer<int32_t>(mt, act, size_t(N) * K);
   count = Buffer<int32_t>(mt, act, E);
-  fch = Buffer<T>(mt, act, all_rows * 4 * C);
-  fchg = Buffer<T>(mt, act, all_rows * 4 * C);
+  fch = Buffer<T>(mt, act, all_rows * H);
+  fchg = Buffer<T>(mt, act, all_rows * H);
   y = Buffer<T>(mt, act, all_rows * C);
   frac = Buffer<A>(mt, act, E);
   ep = ep_size;
@@ -113,29 +113,30 @@ int64_t MoeActs<T>::sent_rows() const {
 
 namespace {
 struct ScratchSizes {
-  size_t logits, rowsC, rows4C, dp, mm;
+  size_t logits, rowsC, rowsH, dp, mm;
 };
 template <class T>
-ScratchSizes sizes(const ModelConfig& m, int N, int64_t scope_tokens) {
+ScratchSizes sizes(const ModelConfig& m, int N, int64_t scope_tokens, int tp) {
   const size_t E = size_t(m.moe.experts), C = size_t(m.C);
+  const int H = 4 * m.C / tp;
   const size_t cap = size_t(moe_buffer_rows(m.moe, N, scope_tokens));
   const int rows = int(E * cap);
   const size_t mm = std::max({k::matmul_workspace_floats<T>(N, m.C, m.moe.experts),
-                              k::matmul_workspace_floats<T>(rows, m.C, 4 * m.C),
-                              k::matmul_workspace_floats<T>(rows, 4 * m.C, m.C)});
-  return {size_t(N) * E, E * cap * C, E * cap * 4 * C, size_t(N) * E, mm};
+                              k::matmul_workspace_floats<T>(rows, m.C, H),
+                              k::matmul_workspace_floats<T>(rows, H, m.C)});
+  return {size_t(N) * E, E * cap * C, E * cap * size_t(H), size_t(N) * E, mm};
 }
 }  // namespace
 
 template <class T>
-MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep) {
-  const ScratchSizes z = sizes<T>(m, N, scope_tokens);
+MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep, int tp) {
+  const ScratchSizes z = sizes<T>(m, N, scope_tokens, tp);
   const MemTag ws = MemTag::workspace;
   logits = Buffer<T>(mt, ws, z.logits);
   xe = Buffer<T>(mt, ws, z.rowsC);
   dy = Buffer<T>(mt, ws, z.rowsC);
-  dfchg = Buffer<T>(mt, ws, z.rows4C);
-  dfch = Buffer<T>(mt, ws, z.rows4C);
+  dfchg = Buffer<T>(mt, ws, z.rowsH);
+  dfch = Buffer<T>(mt, ws, z.rowsH);
   dxe = Buffer<T>(mt, ws, z.rowsC);
   dp = Buffer<acc_t<T>>(mt, ws, z.dp);
   if (z.mm) mm_ws = Buffer<float>(mt, ws, z.mm);
@@ -147,17 +148,20 @@ MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_
 }
 
 template <class T>
-int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N, int64_t scope_tokens, int ep) {
-  const ScratchSizes z = sizes<T>(m, N, scope_tokens);
-  return int64_t((z.logits + (ep > 1 ? 6 : 3) * z.rowsC + 2 * z.rows4C) * sizeof(T) + z.dp * sizeof(acc_t<T>) +
+int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N, int64_t scope_tokens, int ep, int tp) {
+  const ScratchSizes z = sizes<T>(m, N, scope_tokens, tp);
+  return int64_t((z.logits + (ep > 1 ? 6 : 3) * z.rowsC + 2 * z.rowsH) * sizeof(T) + z.dp * sizeof(acc_t<T>) +
                  z.mm * sizeof(float));
 }
 
 template <class T>
 MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope)
     : c_(layout.model().moe), o_(layout.moe_block()), scope_(scope), N_(N), C_(layout.model().C), E_(c_.experts),
-      k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), scope_tokens_(scope.tokens(c_, N)) {
+      k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), tp_(layout.tp()), H_(4 * C_ / layout.tp()),
+      scope_tokens_(scope.tokens(c_, N)) {
   require(E_ > 0, "moe: the model has no experts");
+  require(scope.tp_size() == tp_, "moe: a layout of tp" + std::to_string(tp_) + " needs its tp group, got " +
+                                      std::to_string(scope.tp_size()) + " ranks");
   require(E_ % ep_ == 0, "moe: ep" + std::to_string(ep_) + " does not divide " + std::to_string(E_) + " experts");
 }
 
@@ -227,6 +231,16 @@ void MoeMlp<T>::combine(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>
                   C * sizeof(T));
     }
     in += n;
+  }
+}
+
+template <class T>
+void MoeMlp<T>::tp_sum_rows(T* rows, const MoeActs<T>& a, size_t stride) const {
+  for (int le = 0; le < El_; ++le) {  // every tp rank has the same routing: the same calls
+    const size_t n = size_t(a.expert_rows(le)) * size_t(C_);
+    if (n == 0) continue;
+    T* r = rows + size_t(le) * stride * size_t(C_);
+    scope_.tp->all_reduce(r, r, n, dtype_of<T>());
   }
 }
 
@@ -351,10 +365,21 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
     if (rows == 0) continue;
     const size_t r0 = size_t(le) * stride;
     const T* w = expert(ex, le);
-    k::matmul_forward(a.fch.data() + r0 * 4 * C, xin + r0 * C, w + o_.fc_w, w + o_.fc_b, rows, C, 4 * C, ws);
-    k::gelu_forward(a.fchg.data() + r0 * 4 * C, a.fch.data() + r0 * 4 * C, size_t(rows) * 4 * C);
-    k::matmul_forward(yout + r0 * C, a.fchg.data() + r0 * 4 * C, w + o_.fcproj_w, w + o_.fcproj_b, rows, 4 * C, C,
-                      ws);
+    const int H = H_;
+    k::matmul_forward(a.fch.data() + r0 * H, xin + r0 * C, w + o_.fc_w, w + o_.fc_b, rows, C, H, ws);
+    k::gelu_forward(a.fchg.data() + r0 * H, a.fch.data() + r0 * H, size_t(rows) * H);
+    // Tensor parallel: partial sums over the hidden split; the bias after their sum.
+    k::matmul_forward(yout + r0 * C, a.fchg.data() + r0 * H, w + o_.fcproj_w,
+                      tp_ > 1 ? static_cast<const T*>(nullptr) : w + o_.fcproj_b, rows, H, C, ws);
+  }
+  if (tp_ > 1) {
+    tp_sum_rows(yout, a, stride);
+    for (int le = 0; le < El_; ++le) {
+      const T* b = expert(ex, le) + o_.fcproj_b;
+      T* y0 = yout + size_t(le) * stride * C;
+      for (int r = 0; r < a.expert_rows(le); ++r)
+        for (int c = 0; c < C; ++c) y0[size_t(r) * C + c] = store<T>(load(y0[size_t(r) * C + c]) + load(b[c]));
+    }
   }
   if (ep_ > 1) combine(a.y.data(), s.rows.data(), a, s, scope_.has(MoeFault::ep_combine_permuted));
   // Combine: out[n] = sum over admitted choices (best first) of weight * y.
@@ -430,13 +455,14 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
     const size_t r0 = size_t(le) * stride;
     const T* w = expert(ex, le);
     T* dw_e = expert(dex, le);
-    k::matmul_backward(s.dfchg.data() + r0 * 4 * C, dw_e + o_.fcproj_w, dw_e + o_.fcproj_b, dyin + r0 * C,
-                       a.fchg.data() + r0 * 4 * C, w + o_.fcproj_w, rows, 4 * C, C, ws);
-    k::gelu_backward(s.dfch.data() + r0 * 4 * C, a.fch.data() + r0 * 4 * C, s.dfchg.data() + r0 * 4 * C,
-                     size_t(rows) * 4 * C);
-    k::matmul_backward(dxout + r0 * C, dw_e + o_.fc_w, dw_e + o_.fc_b, s.dfch.data() + r0 * 4 * C, xin + r0 * C,
-                       w + o_.fc_w, rows, C, 4 * C, ws);
+    const int H = H_;
+    k::matmul_backward(s.dfchg.data() + r0 * H, dw_e + o_.fcproj_w, dw_e + o_.fcproj_b, dyin + r0 * C,
+                       a.fchg.data() + r0 * H, w + o_.fcproj_w, rows, H, C, ws);
+    k::gelu_backward(s.dfch.data() + r0 * H, a.fch.data() + r0 * H, s.dfchg.data() + r0 * H, size_t(rows) * H);
+    k::matmul_backward(dxout + r0 * C, dw_e + o_.fc_w, dw_e + o_.fc_b, s.dfch.data() + r0 * H, xin + r0 * C,
+                       w + o_.fc_w, rows, C, H, ws);
   }
+  if (tp_ > 1) tp_sum_rows(dxout, a, stride);  // the input gradients' partial sums over the hidden split
   if (ep_ > 1) combine(s.dxe.data(), dxout, a, s, false);
   // Back to the tokens, best choice first.
   std::vector<A> acc(static_cast<size_t>(C));

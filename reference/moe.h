@@ -52,11 +52,21 @@ MoeFault parse_moe_fault(const std::string& s);  // InputError naming strategy.f
 // sends the output gradients there and the input gradients back the same
 // way. An owner runs each local expert on the rows of every source rank,
 // concatenated in group rank order.
+//
+// Tensor parallel (a ParamLayout of tp > 1; `tp` its group): each expert's
+// c_fc rows and c_proj columns are split over tp like the dense MLP's
+// (Megatron-core's expert tensor parallel = tp), the router and c_proj's bias
+// replicated. Every tp rank holds the same tokens (no sequence parallel), so
+// it routes, admits and dispatches exactly as its peers; its experts' outputs
+// are partial sums over the hidden split, all-reduced over tp (then the bias
+// added), and in backward so are the experts' input gradients.
 struct MoeScope {
   Communicator* comm = nullptr;
   Communicator* ep = nullptr;  // null or size 1: every expert here
+  Communicator* tp = nullptr;  // null or size 1: experts whole
   std::set<MoeFault> faults;
   int ep_size() const { return ep ? ep->size() : 1; }
+  int tp_size() const { return tp ? tp->size() : 1; }
   bool has(MoeFault f) const { return faults.count(f) > 0; }
   bool shared(const MoeConfig& c) const {
     return comm && comm->size() > 1 && c.capacity == MoeCapacity::global;
@@ -86,7 +96,7 @@ struct MoeLoad {
 // two (N, 4C) activations.
 // Expert parallel (ep > 1) adds the received counts and the owner's input rows.
 int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int elem_bytes, int acc_bytes,
-                             int ep = 1);
+                             int ep = 1, int tp = 1);
 
 // What one MoE MLP keeps for backward (activations).
 template <class T>
@@ -99,7 +109,7 @@ struct MoeActs {
   Buffer<A> weight;        // (N, k) probabilities renormalized over the k
   Buffer<int32_t> slot;    // (N, k) row in the expert's buffer; -1: dropped
   Buffer<int32_t> count;   // (E) tokens admitted
-  Buffer<T> fch, fchg, y;  // (E * cap, 4C), (E * cap, 4C), (E * cap, C): each expert's rows
+  Buffer<T> fch, fchg, y;  // (E * cap, H), (E * cap, H), (E * cap, C): each expert's rows (H = 4C / tp)
   Buffer<A> frac;          // (E) f_e: fraction of (token, choice) pairs routed to e
   // Expert parallel (ep > 1): fch, fchg are the owner's, local expert le's
   // rows at le * ep * rows (every source's admitted rows, sources in order),
@@ -111,7 +121,8 @@ struct MoeActs {
   int64_t dropped = 0;     // choices past capacity
   MoeActs() = default;
   // N: this rank's tokens; scope_tokens: the capacity scope's (N alone); ep: the expert-parallel group's size.
-  MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1);
+  // tp: the tensor-parallel split of the experts' hidden width (4C / tp per rank).
+  MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1, int tp = 1);
   int64_t owner_rows() const;  // admitted rows this rank's experts ran on (ep > 1: from every source)
   int64_t sent_rows() const;   // rows this rank dispatched (its admitted choices)
   int expert_rows(int le) const;  // rows local expert le ran on (ep > 1: summed over the sources)
@@ -126,8 +137,8 @@ struct MoeScratch {
   Buffer<float> mm_ws;
   Buffer<T> send, recv, rows;  // expert parallel: packed rows out, in, and the owner's rows (E * rows, C)
   MoeScratch() = default;
-  MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1);
-  static int64_t bytes(const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1);
+  MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1, int tp = 1);
+  static int64_t bytes(const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1, int tp = 1);
 };
 
 template <class T>
@@ -154,11 +165,14 @@ class MoeMlp {
   // le * ep * rows there, sources in rank order; and back.
   void dispatch(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s) const;
   void combine(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s, bool permute) const;
+  // Tensor parallel: each local expert's rows (le at le * stride) summed over tp.
+  void tp_sum_rows(T* rows, const MoeActs<T>& a, size_t stride) const;
 
   MoeConfig c_;
   MoeOffsets o_;
   MoeScope scope_;
   int N_, C_, E_, k_, ep_ = 1, El_;
+  int tp_ = 1, H_;  // tensor parallel: the experts' hidden width here (4C / tp)
   int64_t scope_tokens_;
 };
 
