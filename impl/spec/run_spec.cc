@@ -285,13 +285,17 @@ void validate(const RunSpec& s) {
   require(s.data.shard_group >= 0, "strategy.shard_group: must be >= 0, got " + std::to_string(s.data.shard_group));
   require(s.pipe.virtual_stages >= 1,
           "strategy.virtual_stages: must be >= 1, got " + std::to_string(s.pipe.virtual_stages));
-  // Mixture of experts runs under data, expert and pipeline parallel so far
-  // (MoE with tp or cp is the next step).
+  // Mixture of experts runs under data, expert and pipeline parallel, and
+  // under tensor parallel (experts split over tp) x data parallel so far.
   require(s.train.model.moe.experts == 0 ||
-              (s.mesh.tp == 1 && s.mesh.cp == 1 && s.tensor.recompute == Recompute::none),
-          "model.moe: a mixture-of-experts model runs with data, expert and pipeline parallel only so far (mesh "
-          "dpN.epM.ppK, no recompute; got " + mesh_text(s.mesh) + "): tensor and context parallel for MoE are "
-          "not implemented yet");
+              (s.mesh.cp == 1 && s.tensor.recompute == Recompute::none && !s.tensor.sp &&
+               (s.mesh.tp == 1 || (s.mesh.ep == 1 && s.mesh.pp == 1 && !s.pipe.schedule))),
+          "model.moe: a mixture-of-experts model runs with data, expert and pipeline parallel (mesh dpN.epM.ppK), or "
+          "with tensor parallel x data parallel (mesh dpN.tpT, experts split over tp) so far, without sequence "
+          "parallel or recompute (got " + mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
+              (s.tensor.recompute != Recompute::none ? " recompute" : "") +
+              "): expert or pipeline parallel together with tensor parallel, and context parallel, for MoE are not "
+              "implemented yet");
 }
 
 bool operator==(const RunSpec& a, const RunSpec& b) {

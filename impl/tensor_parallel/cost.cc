@@ -60,9 +60,10 @@ int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding,
   const int64_t Nl = x.sp ? N / t : N, Vr = (int64_t(x.model.V) + t - 1) / t;
   const int64_t input = e * Nl * C;  // the embedding's output, or the activation received
   int64_t layers = blocks * layer_activation_bytes(layer_shape(x), x.recompute);
-  if (x.model.moe.experts > 0 && blocks == x.model.L) {  // the whole model (tp = 1): its MoE blocks' MLPs
+  if (x.model.moe.experts > 0 && blocks == x.model.L) {  // the whole model: its MoE blocks' MLPs (experts split over tp)
     const int64_t moe_blocks = x.model.moe_layers();
-    layers += moe_blocks * (moe_activation_bytes(x.model, N, x.moe_scope_tokens, int(e), int(ab), x.ep) - 8 * e * N * C);
+    layers += moe_blocks * (moe_activation_bytes(x.model, N, x.moe_scope_tokens, int(e), int(ab), x.ep, int(t)) -
+                            8 * e * N * C / t);
   }
   const int64_t tokens = embedding ? 4 * N : 0;
   const int64_t head_bytes = head ? e * Nl * C + 2 * ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets
@@ -73,8 +74,9 @@ std::vector<int64_t> unit_params(const ModelConfig& m, int tp) {
   const int64_t C = m.C, t = tp, E = m.moe.experts;
   std::vector<int64_t> u;
   u.push_back((int64_t(m.V) + t - 1) / t * C + int64_t(m.maxT) * C);
-  for (int l = 0; l < m.L; ++l)  // an MoE block (tp = 1): attention, LayerNorms, router, E expert MLPs
-    u.push_back(m.is_moe(l) ? 4 * C * C + 8 * C + E * C + E * (8 * C * C + 5 * C) : 12 * C * C / t + 7 * C / t + 6 * C);
+  for (int l = 0; l < m.L; ++l)  // an MoE block: attention, LayerNorms, router, E expert MLPs (c_fc, c_proj split)
+    u.push_back(m.is_moe(l) ? 4 * C * C / t + 3 * C / t + 5 * C + E * C + E * (8 * C * C / t + 4 * C / t + C)
+                            : 12 * C * C / t + 7 * C / t + 6 * C);
   u.push_back(2 * C);
   return u;
 }

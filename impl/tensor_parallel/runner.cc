@@ -30,7 +30,7 @@ void copy(X* dst, const X* src, size_t n) {
 }  // namespace
 
 template <class T>
-void TpModel<T>::alloc_block(Block& b, MemoryTracker* mt, bool xout_only) const {
+void TpModel<T>::alloc_block(Block& b, MemoryTracker* mt, bool xout_only, bool dense_mlp) const {
   const size_t N = size_t(N_), Nl = size_t(Nl_), C = size_t(C_), Ct = size_t(Ct_);
   const MemTag act = MemTag::activations;
   if (!xout_only) {
@@ -50,8 +50,10 @@ void TpModel<T>::alloc_block(Block& b, MemoryTracker* mt, bool xout_only) const 
     b.ln2 = Buffer<T>(mt, act, Nl * C);
     b.ln2_mean = Buffer<A>(mt, act, Nl);
     b.ln2_rstd = Buffer<A>(mt, act, Nl);
-    b.fch = Buffer<T>(mt, act, N * 4 * Ct);
-    b.fchg = Buffer<T>(mt, act, N * 4 * Ct);
+    if (dense_mlp) {
+      b.fch = Buffer<T>(mt, act, N * 4 * Ct);
+      b.fchg = Buffer<T>(mt, act, N * 4 * Ct);
+    }
   }
   b.xout = Buffer<T>(mt, act, Nl * C);
 }
@@ -68,8 +70,8 @@ void TpModel<T>::alloc_head(Head& h, MemoryTracker* mt) const {
 
 template <class T>
 TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, Communicator* cp, MemoryTracker* mt,
-                    int Bm, int Tn)
-    : layout_(&l), o_(o), tp_(tp), cp_(cp), Bm_(Bm), Tn_(Tn) {
+                    int Bm, int Tn, MoeScope moe)
+    : layout_(&l), o_(o), tp_(tp), cp_(cp), Bm_(Bm), Tn_(Tn), moe_scope_(std::move(moe)) {
   const auto& m = l.model();
   const int ncp = o.context.cp;
   require(l.tp() == o.tp, "tp: the layout's tp differs from the options'");
@@ -97,6 +99,14 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
       ring_ = std::make_unique<cp::RingAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH);
     else
       ulysses_ = std::make_unique<cp::UlyssesAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH);
+  }
+  if (m.moe.experts > 0) {
+    require(!o.sp && ncp == 1 && o.recompute == Recompute::none,
+            "model.moe: mixture-of-experts blocks run under tensor parallel without sequence parallel, context "
+            "parallel or recompute");
+    moe_scope_.tp = o.tp > 1 ? tp : nullptr;
+    moe_.emplace(l, N_, moe_scope_);
+    moe_scratch_ = MoeScratch<T>(mt, m, N_, moe_scope_.tokens(m.moe, N_), moe_scope_.ep_size(), o.tp);
   }
 }
 
@@ -191,7 +201,8 @@ void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOpt
 }
 
 template <class T>
-int64_t TpModel<T>::workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn) {
+int64_t TpModel<T>::workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, int64_t moe_scope_tokens,
+                                    int ep) {
   int64_t bytes = 0;
   walk_workspace(nullptr, m, o, Bm, Tn, [&](auto* b, size_t n) {
     using Buf = std::remove_pointer_t<decltype(b)>;
@@ -202,15 +213,18 @@ int64_t TpModel<T>::workspace_bytes(const ModelConfig& m, const TpOptions& o, in
   if (ncp > 1)
     bytes += o.context.algo == CpAlgo::ring ? cp::RingAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs)
                                             : cp::UlyssesAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs);
+  if (m.moe.experts > 0) bytes += MoeScratch<T>::bytes(m, Bm * (Tn / ncp), moe_scope_tokens, ep, o.tp);
   return bytes;
 }
 
-int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, Precision p) {
+int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, Precision p,
+                               int64_t moe_scope_tokens, int ep) {
   const int64_t N = int64_t(Bm) * Tn / o.context.cp, Nl = o.sp ? N / o.tp : N;
   int64_t bytes = 0;
   dispatch_dtype(storage_dtype(p), [&](auto t) {
     using T = decltype(t);
-    bytes = TpModel<T>::workspace_bytes(m, o, Bm, Tn) + 2 * Nl * m.C * int64_t(sizeof(T));  // + dx ping-pong
+    bytes = TpModel<T>::workspace_bytes(m, o, Bm, Tn, moe_scope_tokens, ep) +
+            2 * Nl * m.C * int64_t(sizeof(T));  // + dx ping-pong
   });
   if (o.context.cp > 1) bytes += 2 * int64_t(Bm) * Tn * 4;  // the whole sequences' tokens and targets
   return bytes;
@@ -218,8 +232,8 @@ int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm,
 
 template <class T>
 TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp, Communicator* cp,
-                      const MarkovSource& data, MemoryTracker* mt, int Bm, int Tn)
-    : layout_(&l), o_(o), data_(&data), Bm_(Bm), Tn_(Tn), model_(l, o, tp, cp, mt, Bm, Tn) {
+                      const MarkovSource& data, MemoryTracker* mt, int Bm, int Tn, MoeScope moe)
+    : layout_(&l), o_(o), data_(&data), Bm_(Bm), Tn_(Tn), model_(l, o, tp, cp, mt, Bm, Tn, std::move(moe)) {
   const auto& m = l.model();
   const size_t N = size_t(model_.tokens()), NlC = size_t(model_.tokens_held()) * m.C;
   tokens_ = Buffer<int32_t>(mt, MemTag::activations, N);
@@ -230,7 +244,13 @@ TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp
   }
   x0_ = Buffer<T>(mt, MemTag::activations, NlC);
   blocks_.resize(size_t(m.L));
-  for (auto& b : blocks_) model_.alloc_block(b, mt, o.recompute == Recompute::full);
+  moe_.resize(size_t(m.L));
+  const MoeScope& sc = model_.moe_scope();
+  for (int i = 0; i < m.L; ++i) {
+    model_.alloc_block(blocks_[size_t(i)], mt, o.recompute == Recompute::full, !m.is_moe(i));
+    if (m.is_moe(i))
+      moe_[size_t(i)] = MoeActs<T>(mt, m, int(N), sc.tokens(m.moe, int64_t(N)), sc.ep_size(), o.tp);
+  }
   model_.alloc_head(head_, mt);
   dx_a_ = Buffer<T>(mt, MemTag::workspace, NlC);
   dx_b_ = Buffer<T>(mt, MemTag::workspace, NlC);
@@ -342,7 +362,7 @@ void TpModel<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* t
 }
 
 template <class T>
-void TpModel<T>::block_forward(Block& a, const T* x_in, const T* u, T* xout) {
+void TpModel<T>::attention_forward(Block& a, const T* x_in, const T* u) {
   const auto& o = layout_->block();
   float* ws = mm_ws_.data();
   k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w, u + o.ln1_b, Nl_,
@@ -356,6 +376,13 @@ void TpModel<T>::block_forward(Block& a, const T* x_in, const T* u, T* xout) {
   k::residual_forward(a.xmid.data(), x_in, tmp_.data(), size_t(Nl_) * C_);
   k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w,
                        u + o.ln2_b, Nl_, C_);
+}
+
+template <class T>
+void TpModel<T>::block_forward(Block& a, const T* x_in, const T* u, T* xout) {
+  const auto& o = layout_->block();
+  float* ws = mm_ws_.data();
+  attention_forward(a, x_in, u);
   const T* in2 = a.ln2.data();
   if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data();
   k::matmul_forward(a.fch.data(), in2, u + o.fc_w, u + o.fc_b, N_, C_, 4 * Ct_, ws);
@@ -410,6 +437,24 @@ void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
   const T* dln2 = reduce_input_grad();
   k::layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, dln2, a.xmid.data(), u + o.ln2_w,
                         a.ln2_mean.data(), a.ln2_rstd.data(), Nl_, C_);
+  attention_backward(dx_in, du, x_in, a, u);
+}
+
+template <class T>
+void TpModel<T>::attention_backward(T* dx_in, T* du, const T* x_in, const Block& a, const T* u) {
+  const auto& o = layout_->block();
+  float* ws = mm_ws_.data();
+  T* null = nullptr;
+  const size_t NlC = size_t(Nl_) * C_;
+  const bool input_ar = !o_.has(Fault::skip_input_allreduce);
+  auto reduce_input_grad = [&]() -> const T* {  // as block_backward's
+    if (o_.sp) {
+      scatter(part_.data(), dln_.data());
+      return dln_.data();
+    }
+    if (input_ar) all_reduce(part_.data(), size_t(N_) * C_);
+    return part_.data();
+  };
   // Attention branch: xmid = x_in + attproj(attn(qkv(ln1(x_in)))).
   copy(dx_in, dres_.data(), NlC);
   const T* dres = dres_.data();
@@ -428,6 +473,27 @@ void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
   const T* dln1 = reduce_input_grad();
   k::layernorm_backward(dx_in, du + o.ln1_w, du + o.ln1_b, dln1, x_in, u + o.ln1_w, a.ln1_mean.data(),
                         a.ln1_rstd.data(), Nl_, C_);
+}
+
+template <class T>
+void TpModel<T>::moe_block_forward(Block& a, MoeActs<T>& m, const T* x_in, const T* u, T* xout, const T* experts) {
+  attention_forward(a, x_in, u);
+  moe_->forward(m, tmp_.data(), a.ln2.data(), u, moe_scratch_, experts);  // every tp rank: the whole output
+  k::residual_forward(xout, a.xmid.data(), tmp_.data(), size_t(N_) * C_);
+}
+
+template <class T>
+void TpModel<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a,
+                                    const MoeActs<T>& m, const T* u, double aux_weight, const T* experts,
+                                    T* dexperts) {
+  const auto& o = layout_->block();
+  const size_t NC = size_t(N_) * C_;
+  copy(dres_.data(), dout, NC);
+  zero(part_);  // d ln2: the MoE MLP's input gradient, whole on every tp rank (its partial sums reduced inside)
+  moe_->backward(part_.data(), du, dout, a.ln2.data(), m, u, aux_weight, moe_scratch_, experts, dexperts);
+  k::layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, part_.data(), a.xmid.data(), u + o.ln2_w,
+                        a.ln2_mean.data(), a.ln2_rstd.data(), N_, C_);
+  attention_backward(dx_in, du, x_in, a, u);
 }
 
 template <class T>
@@ -515,9 +581,22 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   model_.embed_forward(x0_.data(), tokens_.data(), emb, emb + l.wpe_offset());
   hk.release_params(0);
   auto output = [&](int i) -> const T* { return i < 0 ? x0_.data() : blocks_[size_t(i)].xout.data(); };
-  for (int i = 0; i < L; ++i) {
+  const ModelConfig& mc = l.model();
+  UnitHooks<T>* ek = hk.experts();
+  double aux = 0;
+  for (int i = 0, j = 0; i < L; ++i) {
     Block& a = full ? model_.work() : blocks_[size_t(i)];
-    model_.block_forward(a, output(i - 1), hk.params(l.block_unit(i)), blocks_[size_t(i)].xout.data());
+    if (mc.is_moe(i)) {  // MoE: no recompute (validated)
+      const T* unit = hk.params(l.block_unit(i));
+      model_.moe_block_forward(a, moe_[size_t(i)], output(i - 1), unit, blocks_[size_t(i)].xout.data(),
+                               ek ? ek->params(j) : nullptr);
+      if (ek) ek->release_params(j);
+      ++j;
+      aux += moe_[size_t(i)].aux;
+      moe_[size_t(i)].add_to(load_, mc.moe.experts, mc.moe.top_k);
+    } else {
+      model_.block_forward(a, output(i - 1), hk.params(l.block_unit(i)), blocks_[size_t(i)].xout.data());
+    }
     hk.release_params(l.block_unit(i));
   }
   const T* x = output(L - 1);
@@ -531,10 +610,25 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   hk.grads_ready(fin);
   hk.release_params(fin);
   hk.release_params(0);
-  for (int i = L - 1; i >= 0; --i) {
+  const int64_t Nt = int64_t(model_.tokens());
+  for (int i = L - 1, j = mc.moe_layers() - 1; i >= 0; --i) {
     const int u = l.block_unit(i);
-    const T* p = hk.params(u);
     const T* x_in = output(i - 1);
+    if (mc.is_moe(i)) {  // the load-balancing term weighs the capacity scope's share of the step's tokens
+      T* gu = hk.grads(u);
+      const T* pu = hk.params(u);
+      T* ge = ek ? ek->grads(j) : nullptr;
+      const T* pe = ek ? ek->params(j) : nullptr;
+      model_.moe_block_backward(dprev, gu, dx, x_in, blocks_[size_t(i)], moe_[size_t(i)], pu,
+                                dloss * double(model_.moe_scope().tokens(mc.moe, Nt)), pe, ge);
+      if (ek) ek->grads_ready(j), ek->release_params(j);
+      --j;
+      hk.grads_ready(u);
+      hk.release_params(u);
+      std::swap(dx, dprev);
+      continue;
+    }
+    const T* p = hk.params(u);
     if (full) {  // rerun the block's forward from its stored input, communication included
       const T* from = o_.has(Fault::recompute_wrong_input) && i > 0 ? output(i - 2) : x_in;
       model_.block_forward(model_.work(), from, p, model_.work().xout.data());
@@ -547,7 +641,7 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   T* g0 = hk.grads(0);
   model_.embed_backward(g0, g0 + l.wpe_offset(), dx, tokens_.data());
   hk.grads_ready(0);
-  return loss;
+  return loss + aux * double(Nt);
 }
 
 void add_to_full(const ParamLayout& local, const ParamLayout& full_layout, int tp_rank,

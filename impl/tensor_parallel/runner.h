@@ -44,6 +44,7 @@
 #include "impl/context_parallel/attention.h"
 #include "impl/tensor_parallel/options.h"
 #include "reference/data.h"
+#include "reference/moe.h"
 #include "reference/runner.h"
 
 namespace pb::tp {
@@ -68,8 +69,11 @@ class TpModel {
   // `tp` is the tensor-parallel group (size o.tp; may be null when o.tp == 1),
   // `cp` the context-parallel one (size o.context.cp; null when 1). Tn: the
   // whole sequence's tokens.
+  // moe: a mixture-of-experts model's scope (reference/moe.h; its tp is set
+  // to `tp` here): its MoE blocks run the MoE MLP with tensor-parallel
+  // experts on every token of the microbatch (no sequence parallel).
   TpModel(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, MemoryTracker* mt, int Bm,
-          int Tn);
+          int Tn, MoeScope moe = {});
   ~TpModel();
   int tokens_held() const { return Nl_; }  // tokens of the LayerNorm regions (N/tp with SP)
   int tokens() const { return N_; }        // the microbatch's tokens on this rank (Bm * Tn / cp)
@@ -82,7 +86,8 @@ class TpModel {
   void select_tokens(const int32_t* all_tokens, const int32_t* all_targets, int32_t* tokens, int32_t* targets) const;
   // A block's saved activations: everything, or (full recompute) the output
   // alone; the probabilities only when recompute is none.
-  void alloc_block(Block& b, MemoryTracker* mt, bool xout_only) const;
+  // dense_mlp false: an MoE block's (no fch, fchg: its MLP keeps MoeActs).
+  void alloc_block(Block& b, MemoryTracker* mt, bool xout_only, bool dense_mlp = true) const;
   void alloc_head(Head& h, MemoryTracker* mt) const;
 
   // x0 (Nl,C); tokens (N) of the microbatch.
@@ -90,6 +95,13 @@ class TpModel {
   void embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* tokens);
   void block_forward(Block& a, const T* x_in, const T* u, T* xout);
   void block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a, const T* u);
+  // A mixture-of-experts block: the tensor-parallel attention half, then the
+  // MoE MLP on ln2's output (reference/moe.h MoeMlp with MoeScope::tp);
+  // experts / dexperts as in reference/gpt.h moe_block_forward.
+  void moe_block_forward(Block& a, MoeActs<T>& m, const T* x_in, const T* u, T* xout, const T* experts = nullptr);
+  void moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a, const MoeActs<T>& m,
+                          const T* u, double aux_weight, const T* experts = nullptr, T* dexperts = nullptr);
+  const MoeScope& moe_scope() const { return moe_scope_; }
   // Returns the sum of the microbatch's token losses (the same on every tp rank).
   double head_forward(Head& h, const T* x, const int32_t* targets, const T* lnf, const T* wte);
   void head_backward(T* dx, T* dlnf, T* dwte, const T* x, const int32_t* targets, const Head& h, const T* lnf,
@@ -97,7 +109,9 @@ class TpModel {
   // Full recompute: the block the backward reruns (workspace).
   Block& work() { return work_; }
   // Workspace bytes the constructor allocates, without allocating.
-  static int64_t workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn);
+  // (an MoE model: its MoeScratch too, for the scope's tokens and ep size)
+  static int64_t workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, int64_t moe_scope_tokens = 0,
+                                 int ep = 1);
 
  private:
   template <class F>
@@ -110,6 +124,9 @@ class TpModel {
 
   int embed_position(int n) const;  // position(n), or the fault's
   void attend(Block& a, T* att);
+  // Up to ln2's output; and from d xmid (in dres_) down to dx_in.
+  void attention_forward(Block& a, const T* x_in, const T* u);
+  void attention_backward(T* dx_in, T* du, const T* x_in, const Block& a, const T* u);
   void attend_backward(const Block& a);
 
   const ParamLayout* layout_;
@@ -126,6 +143,9 @@ class TpModel {
   Buffer<T> gat_, part_, tmp_, dres_, dln_, datty_, dqkv_, datt_, dfch_, dfchg_, dlogits_;
   Buffer<A> cmax_, csum_, att_ws_;
   Buffer<float> mm_ws_;
+  MoeScope moe_scope_;
+  std::optional<MoeMlp<T>> moe_;
+  MoeScratch<T> moe_scratch_;
 };
 
 // Writes a tp rank's values (flat in its shard's layout `local`, zeros where
@@ -138,18 +158,24 @@ void add_to_full(const ParamLayout& local, const ParamLayout& full_layout, int t
 
 // Workspace bytes a TpRunner allocates (its model's and the two gradient
 // ping-pong buffers) at precision p: the planner's declared workspace.
-int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, Precision p);
+int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, Precision p,
+                               int64_t moe_scope_tokens = 0, int ep = 1);
 
 // One tensor-parallel rank's microbatch through the whole model.
 template <class T>
 class TpRunner {
  public:
+  // moe: as TpModel's (a mixture-of-experts model).
   TpRunner(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, const MarkovSource& data,
-           MemoryTracker* mt, int Bm, int Tn);
+           MemoryTracker* mt, int Bm, int Tn, MoeScope moe = {});
   // Samples [first, first + Bm) of step `step` (this rank's tokens of them);
   // dloss = 1 / (tokens of the global batch). Returns the sum of this
-  // microbatch's token losses on this rank's tokens (the same on every tp rank).
+  // microbatch's token losses on this rank's tokens (the same on every tp rank),
+  // plus, for a mixture-of-experts model, its load-balancing terms times its
+  // tokens (reference/runner.h MicrobatchRunner::run).
   double run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hooks);
+  const MoeLoad& moe_load() const { return load_; }
+  void reset_moe_load() { load_ = {}; }
 
  private:
   using Block = typename TpModel<T>::Block;
@@ -161,6 +187,8 @@ class TpRunner {
   Buffer<int32_t> tokens_, targets_, all_tokens_, all_targets_;  // all_: the whole sequences (cp > 1)
   Buffer<T> x0_, dx_a_, dx_b_;
   std::vector<Block> blocks_;
+  std::vector<MoeActs<T>> moe_;  // per layer; empty for dense blocks
+  MoeLoad load_;
   typename TpModel<T>::Head head_;
 };
 

@@ -159,7 +159,7 @@ std::string describe(const RunSpec& s) {
          std::string(cp_algo_name(s.context.algo)) + (s.context.zigzag ? " zigzag" : " contiguous");
   }
   if (s.tensor.recompute != Recompute::none) d += " recompute=" + std::string(recompute_name(s.tensor.recompute));
-  d += " x " + data_options_of(s).describe();
+  d += " x " + data_options_of(s).describe() + dp::moe_label(s.train.model);
   if (s.train.microbatches > 1) d += " accum" + std::to_string(s.train.microbatches);
   return d;
 }

@@ -5,6 +5,7 @@
 
 #include "harness/mesh.h"
 #include "harness/status.h"
+#include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/strategy.h"
 #include "impl/tensor_parallel/cost.h"
 #include "impl/tensor_parallel/strategy.h"
@@ -29,8 +30,16 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world)
   dp_ = std::make_unique<dp::Component<T>>(dpo_, dp::model_units(layout_), layout_, s.train.seed, comms_, mem_);
   hooks_ = dp::make_hooks(*dp_, layout_, mem_);
   const TrainConfig& c = s.train;
+  MoeScope scope;  // a mixture-of-experts model's routing scope
+  if (c.model.moe.experts > 0) {
+    scope.faults = dpo_.moe_faults;
+    if (dp::moe_shares_capacity(dpo_, c)) {  // the dp ranks (same tp rank) agree on admission
+      moe_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::dp), "moe");
+      scope.comm = moe_.get();
+    }
+  }
   runner_ = std::make_unique<TpRunner<T>>(layout_, o_, tp_.get(), s.mesh.cp > 1 ? cp_.get() : nullptr, data_, &mem_,
-                                          c.batch / s.mesh.dp / c.microbatches, c.seq);
+                                          c.batch / s.mesh.dp / c.microbatches, c.seq, scope);
   // tp rank > 0 holds copies of the replicated parameters: the norm counts tp rank 0's.
   if (tp_->rank() > 0 && !o_.has(Fault::norm_tp_times)) dp_->exclude_from_norm(layout_.replicated_ranges());
 }
@@ -86,17 +95,26 @@ Declared TpRank<T>::declared(int steps) const {
   const TrainConfig& c = spec_.train;
   const std::vector<int64_t> units = unit_params(c.model, o_.tp);
   Declared d = dp::declared_costs(dpo_, c, steps, units);
-  const TpShape x = tp_shape(spec_);
+  TpShape x = tp_shape(spec_);
+  if (c.model.moe.experts > 0) {
+    if (dp::moe_shares_capacity(dpo_, c)) x.moe_scope_tokens = int64_t(x.tokens()) * dpo_.dp;
+    dp::add_moe_capacity_comm(d, dpo_, c, steps);
+  }
   d.memory.push_back({"mem.activations", MemTag::activations, Place::device, activation_bytes(x)});
   const int64_t n = int64_t(steps) * c.microbatches;
   declare_cp_comm(d, x, c.model.L * n);
   if (o_.tp == 1) return d;
-  const TpComm m = comm_per_microbatch(x);
+  TpComm m = comm_per_microbatch(x);
+  int64_t moe_rows = 0;  // the MoE blocks: no MLP all-reduce each way; the experts' rows, from the recorded routing
+  if (c.model.moe.experts > 0) {
+    m.all_reduce -= 2 * int64_t(c.model.moe_layers()) * x.tokens() * c.model.C * x.elem_bytes;
+    moe_rows = 2 * runner_->moe_load().owner_rows * c.model.C * x.elem_bytes;
+  }
   // Per microbatch, then once per step: the norm's partial sum and, with SP,
   // the replicated parameters' gradients this rank holds.
   const MeshCoord me = mesh_coord(spec_.mesh, check_->rank());
   const int64_t held = o_.sp ? replicated_grads_held(spec_, me.cp + spec_.mesh.cp * me.dp) : 0;
-  d.add_comm("tp", CommOp::all_reduce, m.all_reduce * n + step_bytes(o_.sp, held, x.elem_bytes) * steps);
+  d.add_comm("tp", CommOp::all_reduce, m.all_reduce * n + moe_rows + step_bytes(o_.sp, held, x.elem_bytes) * steps);
   if (m.all_gather) d.add_comm("tp", CommOp::all_gather, m.all_gather * n);
   if (m.reduce_scatter) d.add_comm("tp", CommOp::reduce_scatter, m.reduce_scatter * n);
   return d;

@@ -8,6 +8,10 @@
 // After the step's last microbatch, sequence parallel all-reduces the
 // gradients of the tp-replicated parameters over tp; the clip norm counts
 // those parameters on tp rank 0 only, so every parameter once.
+// A mixture-of-experts model (ep = 1): its MoE blocks run the MoE MLP with
+// experts split over tp (reference/moe.h MoeScope::tp), the experts inside
+// their block's unit; global capacity's counts are exchanged over the dp
+// group "moe".
 #pragma once
 #include <memory>
 
@@ -32,6 +36,8 @@ class TpRank : public Rank {
   void reset_memory_peaks() override { mem_.reset_peaks(); }
   Declared declared(int steps) const override;
   RankTimes times() const override { return times_; }
+  MoeLoad moe_load() const override { return runner_->moe_load(); }
+  void reset_moe_load() override { runner_->reset_moe_load(); }
   // Largest |value| among this rank's vocabulary padding rows of wte, params
   // or grads (the ones it holds): 0 when padding never touches anything.
   double padding_max_abs(bool grads);
@@ -45,7 +51,7 @@ class TpRank : public Rank {
   ParamLayout full_layout_, layout_;
   MarkovSource data_;
   dp::DpComms comms_;
-  std::unique_ptr<Communicator> tp_, cp_, scalar_, check_;
+  std::unique_ptr<Communicator> tp_, cp_, scalar_, check_, moe_;
   dp::DpOptions dpo_;
   std::unique_ptr<dp::Component<T>> dp_;
   std::unique_ptr<dp::FamilyHooks<T>> hooks_;
