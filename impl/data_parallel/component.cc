@@ -238,7 +238,15 @@ double Component<T>::local_sq() const {
   if (o_.shard == Shard::none) {  // full grads everywhere, unpadded: one pass in flat order
     for (int u = 0; u < sl_->num_units(); ++u)
       require(sl_->unit(u).in_norm, "dp: DDP's local_sq covers whole-model components only");
-    return norm_sq(grads_.data(), 0, int64_t(grads_.size()));
+    if (norm_skip_.empty()) return norm_sq(grads_.data(), 0, int64_t(grads_.size()));
+    // Ranges left out are flat: unit by unit at each unit's flat offset (the
+    // expert component's units, or a dense one with its experts cut out, do
+    // not start at flat 0 back to back).
+    for (int u = 0; u < sl_->num_units(); ++u) {
+      const UnitShard& s = sl_->unit(u);
+      sq += norm_sq(grads_.data() + s.full_off, s.begin, s.begin + s.size);
+    }
+    return sq;
   }
   if (o_.shard == Shard::hsdp && c_.dp->rank() >= g_) return 0;  // replicas hold copies
   for (int u = 0; u < sl_->num_units(); ++u) {  // owned ranges in unit order (the replay's norm parts)

@@ -21,7 +21,7 @@ int64_t balanced_rows(const ModelConfig& m, int64_t N, int64_t scope_tokens) {
 
 StateCosts state_costs(const RunSpec& s) {
   const TrainConfig& cfg = s.train;
-  const ParamLayout l(cfg.model);
+  const ParamLayout l(cfg.model, s.mesh.tp, 0);  // a tp rank's shard (every tp rank's units have these sizes)
   const dp::DpOptions od = dp::options_of(s), oe = expert_options(s);
   const dp::DataAxis ad = dp::data_axis(od, cfg.precision, cfg.microbatches),
                      ae = dp::data_axis(oe, cfg.precision, cfg.microbatches);

@@ -11,32 +11,6 @@
 
 namespace pb::ep {
 
-// The dense component's hooks, with the expert component's behind experts();
-// a microbatch's start and the step's finish go to both.
-template <class T>
-class EpRank<T>::Hooks final : public dp::FamilyHooks<T> {
- public:
-  Hooks(dp::FamilyHooks<T>& dense, dp::FamilyHooks<T>& experts) : d_(dense), e_(experts) {}
-  const T* params(int u) override { return d_.params(u); }
-  void release_params(int u) override { d_.release_params(u); }
-  T* grads(int u) override { return d_.grads(u); }
-  T* head_grads() override { return d_.head_grads(); }
-  void grads_ready(int u) override { d_.grads_ready(u); }
-  UnitHooks<T>* experts() override { return &e_; }
-  void start_microbatch(int k, int micro) override {
-    d_.start_microbatch(k, micro);
-    e_.start_microbatch(k, micro);
-  }
-  void finish() override {
-    d_.finish();
-    e_.finish();
-  }
-
- private:
-  dp::FamilyHooks<T>& d_;
-  dp::FamilyHooks<T>& e_;
-};
-
 template <class T>
 EpRank<T>::EpRank(const RunSpec& s, Communicator& world)
     : spec_(s), dense_o_(dp::options_of(s)), expert_o_(expert_options(s)), layout_(s.train.model),
@@ -70,7 +44,7 @@ EpRank<T>::EpRank(const RunSpec& s, Communicator& world)
                                                   scope);
   dense_h_ = dp::make_hooks(*dense_, layout_, mem_);
   expert_h_ = dp::make_hooks(*experts_, dp::UnitRoles::all_blocks(experts_->num_units()), mem_);
-  hooks_ = std::make_unique<Hooks>(*dense_h_, *expert_h_);
+  hooks_ = std::make_unique<DenseAndExpertHooks<T>>(*dense_h_, *expert_h_);
 }
 
 template <class T>

@@ -24,6 +24,33 @@
 
 namespace pb::ep {
 
+// The dense component's hooks, with the expert component's behind
+// experts(); a microbatch's start and the step's finish go to both (the
+// expert-parallel rank's, and the tensor-parallel rank's under ep > 1).
+template <class T>
+class DenseAndExpertHooks final : public dp::FamilyHooks<T> {
+ public:
+  DenseAndExpertHooks(dp::FamilyHooks<T>& dense, dp::FamilyHooks<T>& experts) : d_(dense), e_(experts) {}
+  const T* params(int u) override { return d_.params(u); }
+  void release_params(int u) override { d_.release_params(u); }
+  T* grads(int u) override { return d_.grads(u); }
+  T* head_grads() override { return d_.head_grads(); }
+  void grads_ready(int u) override { d_.grads_ready(u); }
+  UnitHooks<T>* experts() override { return &e_; }
+  void start_microbatch(int k, int micro) override {
+    d_.start_microbatch(k, micro);
+    e_.start_microbatch(k, micro);
+  }
+  void finish() override {
+    d_.finish();
+    e_.finish();
+  }
+
+ private:
+  dp::FamilyHooks<T>& d_;
+  dp::FamilyHooks<T>& e_;
+};
+
 template <class T>
 class EpRank : public Rank {
  public:
@@ -40,7 +67,6 @@ class EpRank : public Rank {
   void reset_moe_load() override { runner_->reset_moe_load(); }
 
  private:
-  class Hooks;
   std::vector<double> gather(bool grads);
 
   RunSpec spec_;

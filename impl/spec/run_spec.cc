@@ -289,12 +289,12 @@ void validate(const RunSpec& s) {
   // under tensor parallel (experts split over tp) x data parallel so far.
   require(s.train.model.moe.experts == 0 ||
               (s.mesh.cp == 1 && s.tensor.recompute == Recompute::none && !s.tensor.sp &&
-               (s.mesh.tp == 1 || (s.mesh.ep == 1 && s.mesh.pp == 1 && !s.pipe.schedule))),
+               (s.mesh.tp == 1 || (s.mesh.pp == 1 && !s.pipe.schedule))),
           "model.moe: a mixture-of-experts model runs with data, expert and pipeline parallel (mesh dpN.epM.ppK), or "
-          "with tensor parallel x data parallel (mesh dpN.tpT, experts split over tp) so far, without sequence "
-          "parallel or recompute (got " + mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
+          "with tensor, expert and data parallel (mesh dpN.epM.tpT, experts split over tp and ep) so far, without "
+          "sequence parallel or recompute (got " + mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
               (s.tensor.recompute != Recompute::none ? " recompute" : "") +
-              "): expert or pipeline parallel together with tensor parallel, and context parallel, for MoE are not "
+              "): pipeline parallel together with tensor parallel, and context parallel, for MoE are not "
               "implemented yet");
 }
 

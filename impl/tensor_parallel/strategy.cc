@@ -7,6 +7,7 @@
 #include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/shard.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/options.h"
 #include "impl/tensor_parallel/tp_rank.h"
 
 namespace pb::tp {
@@ -91,8 +92,9 @@ int64_t replicated_grads_held(const RunSpec& s, int rank) {
 
 namespace {
 bool runs(const RunSpec& s) {
-  return (s.mesh.tp > 1 || s.tensor.recompute != Recompute::none) && s.mesh.cp == 1 && s.mesh.ep == 1 &&
-         s.mesh.pp == 1 && !s.pipe.schedule;
+  // ep > 1 with tp > 1: experts split over both (tp_rank.h); ep alone is expert_parallel's.
+  return (s.mesh.tp > 1 || s.tensor.recompute != Recompute::none) && s.mesh.cp == 1 &&
+         (s.mesh.ep == 1 || s.mesh.tp > 1) && s.mesh.pp == 1 && !s.pipe.schedule;
 }
 }  // namespace
 
@@ -123,6 +125,7 @@ void validate_spec(const RunSpec& s) {
           "mesh: rpn" + std::to_string(s.mesh.ranks_per_node) + " must be a multiple of " +
               (cp > 1 ? "tp x cp = " + std::to_string(tp * cp) : "tp" + std::to_string(tp)) +
               " (a replica's " + (cp > 1 ? "tp x cp" : "tp") + " ranks share a node)");
+  if (s.mesh.ep > 1) ep::validate(s);  // the experts split over ep too: their component over edp
   const dp::DpOptions d = data_options_of(s);
   if (cp == 1) {
     dp::validate(d, s.train);
@@ -159,7 +162,10 @@ std::string describe(const RunSpec& s) {
          std::string(cp_algo_name(s.context.algo)) + (s.context.zigzag ? " zigzag" : " contiguous");
   }
   if (s.tensor.recompute != Recompute::none) d += " recompute=" + std::string(recompute_name(s.tensor.recompute));
-  d += " x " + data_options_of(s).describe() + dp::moe_label(s.train.model);
+  d += " x " + data_options_of(s).describe();
+  if (s.mesh.ep > 1)
+    d += " ep" + std::to_string(s.mesh.ep) + " edp" + std::to_string(s.mesh.dp * s.mesh.cp / s.mesh.ep);
+  d += dp::moe_label(s.train.model);
   if (s.train.microbatches > 1) d += " accum" + std::to_string(s.train.microbatches);
   return d;
 }

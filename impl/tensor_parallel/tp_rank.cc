@@ -7,6 +7,9 @@
 #include "harness/status.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/cost.h"
+#include "impl/expert_parallel/ep_rank.h"
+#include "impl/expert_parallel/options.h"
 #include "impl/tensor_parallel/cost.h"
 #include "impl/tensor_parallel/strategy.h"
 
@@ -27,10 +30,28 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world)
   cp_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::cp), "cp");
   scalar_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::dp_cp), "dp_scalar");
   check_ = world.split_groups(whole_world(world.size()), "check");
-  dp_ = std::make_unique<dp::Component<T>>(dpo_, dp::model_units(layout_), layout_, s.train.seed, comms_, mem_);
-  hooks_ = dp::make_hooks(*dp_, layout_, mem_);
   const TrainConfig& c = s.train;
+  const MeshCoord me = mesh_coord(s.mesh, world.rank());
   MoeScope scope;  // a mixture-of-experts model's routing scope
+  if (s.mesh.ep > 1) {  // expert parallel on the tp shard (expert_parallel/ep_rank.cc's structure)
+    dp::DpOptions eo = ep::expert_options(s);
+    const bool wrong = dpo_.moe_faults.count(MoeFault::ep_expert_grads_dp) > 0;
+    if (wrong) eo.dp = s.mesh.dp, eo.ranks_per_node = dpo_.ranks_per_node;
+    expert_c_ = dp::make_dp_comms(world, s.mesh, eo, wrong ? MeshAxis::dp : MeshAxis::edp, "e");
+    ep_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::ep), "ep");
+    ep_scalar_ = world.split_groups(
+        mesh_groups(s.mesh, eo.shard == dp::Shard::none ? MeshAxis::ep : MeshAxis::dp), "ep_scalar");
+    dp_ = std::make_unique<dp::Component<T>>(dpo_, ep::dense_units(layout_), layout_, s.train.seed, comms_, mem_);
+    experts_ = std::make_unique<dp::Component<T>>(eo, ep::expert_units(layout_, s.mesh.ep, me.ep), layout_,
+                                                  s.train.seed, expert_c_, mem_);
+    dense_h_ = dp::make_hooks(*dp_, layout_, mem_);
+    expert_h_ = dp::make_hooks(*experts_, dp::UnitRoles::all_blocks(experts_->num_units()), mem_);
+    hooks_ = std::make_unique<ep::DenseAndExpertHooks<T>>(*dense_h_, *expert_h_);
+    scope.ep = ep_.get();
+  } else {
+    dp_ = std::make_unique<dp::Component<T>>(dpo_, dp::model_units(layout_), layout_, s.train.seed, comms_, mem_);
+    hooks_ = dp::make_hooks(*dp_, layout_, mem_);
+  }
   if (c.model.moe.experts > 0) {
     scope.faults = dpo_.moe_faults;
     if (dp::moe_shares_capacity(dpo_, c)) {  // the dp ranks (same tp rank) agree on admission
@@ -41,7 +62,10 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world)
   runner_ = std::make_unique<TpRunner<T>>(layout_, o_, tp_.get(), s.mesh.cp > 1 ? cp_.get() : nullptr, data_, &mem_,
                                           c.batch / s.mesh.dp / c.microbatches, c.seq, scope);
   // tp rank > 0 holds copies of the replicated parameters: the norm counts tp rank 0's.
-  if (tp_->rank() > 0 && !o_.has(Fault::norm_tp_times)) dp_->exclude_from_norm(layout_.replicated_ranges());
+  if (tp_->rank() > 0 && !o_.has(Fault::norm_tp_times)) {
+    dp_->exclude_from_norm(layout_.replicated_ranges());
+    if (experts_) experts_->exclude_from_norm(layout_.replicated_ranges());  // the experts' c_proj biases
+  }
 }
 
 template <class T>
@@ -62,8 +86,8 @@ StepStats TpRank<T>::step() {
   };
   h.data_rank = mesh_coord(spec_.mesh, check_->rank()).dp;  // cp ranks share their replica's samples
   if (o_.context.has(cp::Fault::loss_per_rank)) h.dloss_scale = o_.context.cp;  // by the tokens it holds
-  const StepStats st =
-      dp::data_parallel_step(*dp_, *hooks_, c, c.batch / spec_.mesh.dp / c.microbatches, step_, *scalar_, h);
+  const StepStats st = dp::data_parallel_step(*dp_, *hooks_, c, c.batch / spec_.mesh.dp / c.microbatches, step_,
+                                              *scalar_, h, experts_.get(), ep_scalar_.get());
   times_.wall_s = times_.busy_s = st.seconds;
   return st;
 }
@@ -72,6 +96,7 @@ template <class T>
 std::vector<double> TpRank<T>::gather(bool grads) {
   std::vector<double> local(size_t(layout_.total()), 0.0);
   dp_->contribute(grads, local);  // this rank's share over dp, each element once
+  if (experts_) experts_->contribute(grads, local);
   std::vector<double> full(size_t(full_layout_.total()), 0.0);
   add_to_full(layout_, full_layout_, tp_->rank(), local, full);
   check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
@@ -94,11 +119,18 @@ template <class T>
 Declared TpRank<T>::declared(int steps) const {
   const TrainConfig& c = spec_.train;
   const std::vector<int64_t> units = unit_params(c.model, o_.tp);
-  Declared d = dp::declared_costs(dpo_, c, steps, units);
+  // ep > 1: the dense and expert components' states and comm (expert_parallel/cost.h, on the tp shard),
+  // and the all-to-alls of the routing this rank recorded.
+  Declared d = experts_ ? ep::declared_costs(spec_, steps) : dp::declared_costs(dpo_, c, steps, units);
   TpShape x = tp_shape(spec_);
   if (c.model.moe.experts > 0) {
     if (dp::moe_shares_capacity(dpo_, c)) x.moe_scope_tokens = int64_t(x.tokens()) * dpo_.dp;
-    dp::add_moe_capacity_comm(d, dpo_, c, steps);
+    x.ep = spec_.mesh.ep;
+    const MoeLoad& l = runner_->moe_load();
+    if (experts_)
+      d.add_comm("ep", CommOp::all_to_all, ep::a2a_bytes(c.model, l.calls, l.sent_rows, l.owner_rows, x.elem_bytes));
+    else
+      dp::add_moe_capacity_comm(d, dpo_, c, steps);  // (ep::declared_costs has it)
   }
   d.memory.push_back({"mem.activations", MemTag::activations, Place::device, activation_bytes(x)});
   const int64_t n = int64_t(steps) * c.microbatches;

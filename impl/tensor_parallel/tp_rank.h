@@ -8,10 +8,12 @@
 // After the step's last microbatch, sequence parallel all-reduces the
 // gradients of the tp-replicated parameters over tp; the clip norm counts
 // those parameters on tp rank 0 only, so every parameter once.
-// A mixture-of-experts model (ep = 1): its MoE blocks run the MoE MLP with
-// experts split over tp (reference/moe.h MoeScope::tp), the experts inside
-// their block's unit; global capacity's counts are exchanged over the dp
-// group "moe".
+// A mixture-of-experts model: its MoE blocks run the MoE MLP with experts
+// split over tp (reference/moe.h MoeScope::tp); global capacity's counts are
+// exchanged over the dp group "moe". ep = 1: the experts inside their
+// block's unit. ep > 1 (expert_parallel/ep_rank.h's structure on the tp
+// shard): the dense units over dp, this rank's E/ep experts a second
+// component over edp (groups "e*"), rows dispatched over "ep" (same tp rank).
 #pragma once
 #include <memory>
 
@@ -55,6 +57,11 @@ class TpRank : public Rank {
   dp::DpOptions dpo_;
   std::unique_ptr<dp::Component<T>> dp_;
   std::unique_ptr<dp::FamilyHooks<T>> hooks_;
+  // ep > 1: the experts' component, its hooks, and the dense ones under hooks_
+  dp::DpComms expert_c_;
+  std::unique_ptr<Communicator> ep_, ep_scalar_;
+  std::unique_ptr<dp::Component<T>> experts_;
+  std::unique_ptr<dp::FamilyHooks<T>> dense_h_, expert_h_;
   std::unique_ptr<TpRunner<T>> runner_;
   int step_ = 0;
   RankTimes times_;

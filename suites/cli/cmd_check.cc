@@ -289,6 +289,24 @@ void moe_points(const CheckFlags& f, const std::string& prec, std::vector<Strate
     runs.push_back(moe_pipe(2 * ep, ep, dp::Shard::zero1, MoeCapacity::global, ScheduleKind::interleaved));
     runs.push_back(moe_pipe(2, 1, dp::Shard::zero2, MoeCapacity::local, ScheduleKind::one_f_one_b));
   }
+  // Tensor parallel (experts split over tp; tiny-moe's 2 heads: tp 2 when
+  // --tp has it): dp2.tp2 DDP x each capacity, and at the first --ep E of 2
+  // or more dp E.tp2 DDP (global), dp 2E.tp2 ZeRO-3 (global) and ZeRO-1
+  // (local).
+  if (std::find(f.tps.begin(), f.tps.end(), 2) != f.tps.end()) {
+    auto tp2 = [&](int dp, int ep, dp::Shard shard, MoeCapacity cap) {
+      MeshShape m = ep_mesh(dp, ep);
+      m.tp = 2;
+      return moe(m, shard, cap);
+    };
+    for (MoeCapacity cap : caps) runs.push_back(tp2(2, 1, dp::Shard::none, cap));
+    if (first_ep != f.eps.end()) {
+      const int ep = *first_ep;
+      runs.push_back(tp2(ep, ep, dp::Shard::none, MoeCapacity::global));
+      runs.push_back(tp2(2 * ep, ep, dp::Shard::zero3, MoeCapacity::global));
+      runs.push_back(tp2(2 * ep, ep, dp::Shard::zero1, MoeCapacity::local));
+    }
+  }
   // Every --shard at the first --ep of 2 or more, on dp = 2 ep ranks (edp 2:
   // hZeRO's two nodes hold one rank of each edp group each).
   const auto first = std::find_if(f.eps.begin(), f.eps.end(), [](int e) { return e >= 2; });

@@ -280,6 +280,25 @@ std::vector<FaultCatch> moe_fault_catches(Precision p) {
       out.push_back(classify(run_conformance(r), describe(base), moe_fault_name(f)));
     }
   }
+  // Expert parallel with tensor-parallel experts (dp4.ep2.tp2: experts split
+  // over ep 2 and tp 2, their states over edp 2): every MoE and EP fault.
+  for (auto [shard, cap] : {std::pair{dp::Shard::none, MoeCapacity::global}, std::pair{dp::Shard::zero1, MoeCapacity::local}}) {
+    StrategyRun base = dp_case(shard, 1, p);
+    base.spec.mesh.dp = 4;
+    base.spec.mesh.ep = 2;
+    base.spec.mesh.tp = 2;
+    base.spec.mesh.ranks_per_node = 0;
+    base.spec.train.model = named_model("tiny-moe");
+    base.spec.train.model.moe.capacity = cap;
+    base.spec.train.batch = 16;
+    for (MoeFault f : {MoeFault::local_capacity, MoeFault::aux_per_rank, MoeFault::router_grad_missing,
+                       MoeFault::ep_combine_permuted, MoeFault::ep_expert_grads_dp}) {
+      if (cap == MoeCapacity::local && f != MoeFault::ep_combine_permuted && f != MoeFault::ep_expert_grads_dp) continue;
+      StrategyRun r = base;
+      r.spec.faults = {moe_fault_name(f)};
+      out.push_back(classify(run_conformance(r), describe(base), moe_fault_name(f)));
+    }
+  }
   // Expert parallel inside pipeline stages (dp4.ep2.pp2, 1f1b, two
   // microbatches): the same faults where the executor runs the MoE blocks.
   for (auto [shard, cap] : {std::pair{dp::Shard::none, MoeCapacity::global}, std::pair{dp::Shard::zero2, MoeCapacity::local}}) {

@@ -136,6 +136,7 @@ struct MoeCase {
   dp::Shard shard;
   MoeCapacity cap;
   int dp, ep, pp = 1;  // pp > 1: 1f1b over two microbatches
+  int tp = 1;
 };
 int expect_moe_passes_over_seeds(const MoeCase& c, Precision p, int seeds) {
   for (uint64_t seed = 1; seed <= uint64_t(seeds); ++seed) {
@@ -143,6 +144,7 @@ int expect_moe_passes_over_seeds(const MoeCase& c, Precision p, int seeds) {
     s.spec.mesh.dp = c.dp;
     s.spec.mesh.ep = c.ep;
     s.spec.mesh.pp = c.pp;
+    s.spec.mesh.tp = c.tp;
     s.spec.mesh.ranks_per_node = 0;
     if (c.pp > 1) {
       s.spec.pipe.schedule = pipeline::ScheduleKind::one_f_one_b;
@@ -193,6 +195,19 @@ TEST(Teeth, MixtureOfExpertsInPipelineNoFalseAlarmOverTenSeeds) {
     for (const MoeCase& c : {MoeCase{dp::Shard::none, MoeCapacity::global, 4, 2, 2},
                              MoeCase{dp::Shard::zero3, MoeCapacity::global, 2, 2, 2},
                              MoeCase{dp::Shard::zero1, MoeCapacity::local, 2, 1, 2}})
+      runs += expect_moe_passes_over_seeds(c, p, 10);
+  EXPECT_EQ(runs, 2 * 3 * 10);
+}
+
+// No false alarm for MoE with tensor-parallel experts (rule-only): 10 seeds
+// x 3 configs (dp2.tp2 DDP global, dp4.ep2.tp2 DDP global, dp2.ep2.tp2
+// ZeRO-3 local) x both precisions.
+TEST(Teeth, MixtureOfExpertsUnderTensorParallelNoFalseAlarmOverTenSeeds) {
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (const MoeCase& c : {MoeCase{dp::Shard::none, MoeCapacity::global, 2, 1, 1, 2},
+                             MoeCase{dp::Shard::none, MoeCapacity::global, 4, 2, 1, 2},
+                             MoeCase{dp::Shard::zero3, MoeCapacity::local, 2, 2, 1, 2}})
       runs += expect_moe_passes_over_seeds(c, p, 10);
   EXPECT_EQ(runs, 2 * 3 * 10);
 }

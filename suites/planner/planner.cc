@@ -109,6 +109,7 @@ RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t 
   s.train.microbatches = int(microbatches);
   s.mesh.dp = in.dp;
   s.mesh.ep = in.ep;
+  s.mesh.tp = in.tp;  // the experts' tp shard
   s.mesh.ranks_per_node = int(in.ranks_per_node);
   s.data.shard = in.shard;
   s.data.shard_group = int(in.hsdp_group);
@@ -186,7 +187,8 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
       s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision,
                                            moe_scope_tokens(in, seq), in.ep);
     } else {  // the tensor-parallel runner (recompute at tp 1 too)
-      s.workspace = tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision);
+      s.workspace = tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision,
+                                               moe_scope_tokens(in, seq), in.ep);
     }
   }
   if (in.shape && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
@@ -260,6 +262,16 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
       row("all_reduce", &tp::TpPass::all_reduce);
       row("all_gather", &tp::TpPass::all_gather);
       row("reduce_scatter", &tp::TpPass::reduce_scatter);
+    }
+    if (mc.moe.experts > 0) {  // MoE blocks: no dense MLP all-reduce; the experts' rows each way instead
+      const int64_t n = m * mc.moe_layers(), El = mc.moe.experts / in.ep;
+      const int64_t rows = ep::balanced_rows(mc, b * sl, moe_scope_tokens(in, seq));  // a balanced router's, per block
+      for (CommRow& r : out)
+        if (r.group == "tp" && r.op == "all_reduce" && (r.phase == "fwd" || r.phase == "bwd")) {
+          r.calls += n * (El - 1);
+          r.bytes += n * (rows * mc.C * e - b * sl * mc.C * e);
+          r.bus_bytes = double(r.bytes) * dp::bus_factor(dp::Coll::all_reduce, in.tp);
+        }
     }
     // Once per step: the norm's partial sum; with SP the replicated
     // parameters' gradients this rank holds (its 1/g share when sharded).
@@ -337,10 +349,12 @@ PlanResult plan(const PlanInput& in) {
   if (in.shape)
     require(r.seq <= in.shape->maxT, "--seq: must be <= the model's context length (" +
                                          std::to_string(in.shape->maxT) + ")");
-  require(!in.shape || in.shape->moe.experts == 0 || (in.tp == 1 && in.cp == 1),
+  require(!in.shape || in.shape->moe.experts == 0 ||
+              (in.cp == 1 && (in.tp == 1 || (in.pp == 1 && !in.sp && in.recompute == Recompute::none))),
           "--model: " + (in.shape ? in.shape->name : std::string()) +
-              " is a mixture-of-experts model: the planner models it under data, expert and pipeline parallel only "
-              "(tp and cp with MoE are not implemented)");
+              " is a mixture-of-experts model: the planner models it under data, expert and pipeline parallel, and "
+              "tensor parallel (no sp or recompute) x data and expert parallel (tp with pp, and cp, with MoE are not "
+              "implemented)");
   require(!in.shape || in.shape->moe.experts == 0 || in.pp == 1 ||
               in.schedule == pipeline::ScheduleKind::gpipe || in.schedule == pipeline::ScheduleKind::one_f_one_b ||
               in.schedule == pipeline::ScheduleKind::interleaved,

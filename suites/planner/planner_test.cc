@@ -14,6 +14,7 @@
 #include "harness/status.h"
 #include "impl/expert_parallel/strategy.h"
 #include "impl/pipeline/strategy.h"
+#include "impl/tensor_parallel/strategy.h"
 #include "impl/pipeline/simulator.h"
 #include "reference/layout.h"
 #include "reference/runner.h"
@@ -241,7 +242,7 @@ TEST(Planner, OverlapHidesDataParallelComm) {
 // A mixture-of-experts model under data parallel: the units are the layout's
 // (every expert of an MoE block), and one rank's activations and workspace
 // are what its runner allocates, with the capacity scope of global capacity
-// over the dp ranks; tp with MoE is refused.
+// over the dp ranks; tp with sp, and cp, with MoE are refused.
 TEST(Planner, MixtureOfExpertsUnderDataParallelIsTheRunners) {
   const ModelConfig m = named_model("tiny-moe");
   const ParamLayout l(m);
@@ -275,9 +276,13 @@ TEST(Planner, MixtureOfExpertsUnderDataParallelIsTheRunners) {
       EXPECT_EQ(r.worst.workspace, runner_workspace_bytes(*in.shape, 4, 16, Precision::fp32, scope));
       EXPECT_EQ(r.params_total, m.num_params());
     }
-  PlanInput t;
+  PlanInput t;  // tensor parallel with MoE: without sequence parallel, context parallel or pipeline stages
   t.shape = m;
   t.tp = 2;
+  t.sp = true;
+  EXPECT_THROW(plan(t), InputError);
+  t.sp = false;
+  t.cp = 2;
   EXPECT_THROW(plan(t), InputError);
 }
 
@@ -361,6 +366,65 @@ TEST(Planner, ExpertParallelMemoryIsTheRanks) {
   bad.ep = 4;
   bad.dp = 2;
   EXPECT_THROW(plan(bad), InputError);  // 4 does not divide dp 2
+}
+
+// Mixture of experts with tensor-parallel experts (x data and expert
+// parallel): the plan's per-rank memory is what the tensor-parallel rank
+// allocates, tag by tag, and its tp rows carry the experts' all-reduces.
+TEST(Planner, MixtureOfExpertsUnderTensorParallelIsTheRanks) {
+  struct Case { int dp, ep; dp::Shard shard; const char* model; Precision p; };
+  const Case cases[] = {{2, 1, dp::Shard::none, "tiny-moe", Precision::fp32},
+                        {2, 2, dp::Shard::zero3, "tiny-moe", Precision::bf16_mixed},
+                        {4, 2, dp::Shard::zero1, "tiny-moe-local", Precision::fp32}};
+  for (const Case& c : cases) {
+    PlanInput in;
+    in.shape = named_model(c.model);
+    in.dp = c.dp;
+    in.ep = c.ep;
+    in.tp = 2;
+    in.shard = c.shard;
+    in.seq = 16;
+    in.microbatch_size = 4;
+    in.global_batch = 4 * c.dp;
+    in.precision = c.p;
+    const PlanResult r = plan(in);
+    RunSpec s;
+    s.train.model = *in.shape;
+    s.train.precision = c.p;
+    s.train.seq = 16;
+    s.train.batch = 4 * c.dp;
+    s.train.steps = 2;
+    s.mesh.dp = c.dp;
+    s.mesh.ep = c.ep;
+    s.mesh.tp = 2;
+    s.data.shard = c.shard;
+    validate(s);
+    tp::strategy().validate(s);
+    std::mutex mu;
+    int64_t peak[kNumMemTags] = {};
+    run_local(s.world(), [&](Communicator& w) {
+      std::unique_ptr<Rank> rank = tp::strategy().make_rank(s, w);
+      rank->step();
+      rank->step();
+      std::lock_guard lk(mu);
+      for (int t = 0; t < kNumMemTags; ++t)
+        peak[t] = std::max(peak[t], int64_t(rank->memory().peak(MemTag(t), Place::device)));
+    });
+    const std::string where = std::string(c.model) + " dp" + std::to_string(c.dp) + ".ep" + std::to_string(c.ep) + ".tp2";
+    EXPECT_EQ(r.worst.params, peak[int(MemTag::params)]) << where;
+    EXPECT_EQ(r.worst.grads, peak[int(MemTag::grads)]) << where;
+    EXPECT_EQ(r.worst.optimizer, peak[int(MemTag::optimizer)]) << where;
+    EXPECT_EQ(r.worst.activations, peak[int(MemTag::activations)]) << where;
+    EXPECT_EQ(r.worst.comm, peak[int(MemTag::comm)]) << where;
+    EXPECT_EQ(r.worst.workspace, peak[int(MemTag::workspace)]) << where;
+    bool tp_rows = false, ep_rows = false;
+    for (const CommRow& row : r.comm) {
+      tp_rows |= row.group == "tp" && row.bytes > 0;
+      ep_rows |= row.group == "ep" && row.bytes > 0;
+    }
+    EXPECT_TRUE(tp_rows) << where;
+    EXPECT_EQ(ep_rows, c.ep > 1) << where;
+  }
 }
 
 // Mixture of experts in pipeline stages: the plan's worst rank holds what the

@@ -72,7 +72,8 @@ TEST(ResultsCli, PlanBadFlagsExit2) {
                             "--model gpt2-124m --params 1e9", "--model gpt2-124m --recompute some",
                             "--model gpt2-124m --dp 4 --global-batch 6", "--params 12Q",
                             "--model gpt2-124m --dp 2 --peak-tflops 100", "--layers 4 --channels 64",
-                            "--model gpt2-124m --mesh cp5 --strategy cp_algo=ulysses --seq 1000", "--model tiny-moe --tp 2"})
+                            "--model gpt2-124m --mesh cp5 --strategy cp_algo=ulysses --seq 1000", "--model tiny-moe --tp 2 --sp",
+                            "--model tiny-moe --tp 2 --pp 2"})
     EXPECT_EQ(run(kExe + " plan " + flags), 2) << flags << "\n" << slurp(kDir / "last.log");
 }
 
@@ -111,7 +112,9 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh cp2.pp2 --strategy schedule=1f1b,cp_algo=ulysses --model tiny-tp", ""},
       {"--mesh dp2.cp3 --strategy cp_algo=ulysses,shard=hsdp,shard_group=3", ""},  // F spans a replica's cp ranks
       {"--cp 0", "--cp"},
-      {"--mesh tp2 --model tiny-moe", "runs with data, expert and pipeline parallel only"},
+      {"--mesh tp2 --model tiny-moe --strategy sp=on", "without sequence parallel or recompute"},
+      {"--mesh cp2 --model tiny-moe", "context parallel, for MoE are not implemented yet"},
+      {"--mesh tp2 --model tiny-moe --strategy recompute=full", "without sequence parallel or recompute"},
       {"--mesh tp2.ep2 --model tiny-moe", "must divide dp*cp = 1"},
       {"--mesh dp2.ep2 --model tiny", "needs a mixture-of-experts model"},
       {"--mesh dp3.ep3 --model tiny-moe", "must divide model.moe.experts (4)"},
@@ -125,7 +128,10 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh dp2.ep2.pp2 --model tiny-moe --strategy schedule=2bw", "2bw with a mixture-of-experts model"},
       {"--mesh dp2.ep2.pp2 --model tiny", "needs a mixture-of-experts model"},
       {"--mesh dp4.ep4.pp2 --model tiny-moe-e6", "must divide model.moe.experts (6)"},
-      {"--mesh dp2.tp2.pp2 --model tiny-moe", "tensor and context parallel for MoE are not implemented yet"},
+      {"--mesh dp2.tp2.pp2 --model tiny-moe", "pipeline parallel together with tensor parallel"},
+      {"--mesh dp2.ep2.tp2 --model tiny", "needs a mixture-of-experts model"},
+      {"--mesh dp3.ep3.tp2 --model tiny-moe", "must divide model.moe.experts (4)"},
+      {"--mesh dp2.tp2 --model tiny-moe --strategy faults=ep_combine_permuted", "needs expert parallel"},
       {"--mesh dp2.pp2 --model tiny-moe --strategy faults=ep_combine_permuted", "needs expert parallel"},
       {"--mesh dp1 --model tiny-moe", ""}};
   for (const auto& [flags, says] : cases) {
