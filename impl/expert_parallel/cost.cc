@@ -22,7 +22,7 @@ int64_t balanced_rows(const ModelConfig& m, int64_t N, int64_t scope_tokens) {
 StateCosts state_costs(const RunSpec& s) {
   const TrainConfig& cfg = s.train;
   const ParamLayout l(cfg.model, s.mesh.tp, 0);  // a tp rank's shard (every tp rank's units have these sizes)
-  const dp::DpOptions od = dp::options_of(s), oe = expert_options(s);
+  const dp::DpOptions od = dense_options(s), oe = expert_options(s);
   const dp::DataAxis ad = dp::data_axis(od, cfg.precision, cfg.microbatches),
                      ae = dp::data_axis(oe, cfg.precision, cfg.microbatches);
   const std::vector<int64_t> du = sizes(dense_units(l)), eu = sizes(expert_units(l, s.mesh.ep, 0));
@@ -53,7 +53,7 @@ Declared declared_costs(const RunSpec& s, int steps) {
                 {"mem.comm", MemTag::comm, Place::device, c.comm_peak}};
   for (const auto* list : {&c.dense_comm, &c.expert_comm})
     for (const auto& x : *list) out.add_comm(x.group, dp::comm_op(x.op), x.bytes * steps);
-  const dp::DpOptions od = dp::options_of(s);
+  const dp::DpOptions od = dense_options(s);
   dp::add_scalar_comm(out, od, steps);
   // The expert squared-norm partials: over ep (DDP: each edp replica holds them whole), else over dp.
   if ((od.shard == dp::Shard::none ? s.mesh.ep : s.mesh.dp) > 1)

@@ -8,6 +8,13 @@ namespace pb::ep {
 
 int edp_size(const MeshShape& m) { return m.dp * m.cp / m.ep; }
 
+dp::DpOptions dense_options(const RunSpec& s) {
+  dp::DpOptions o = dp::options_of(s);
+  const int inner = s.mesh.tp * s.mesh.cp;
+  if (s.mesh.ranks_per_node && s.mesh.ranks_per_node % inner == 0) o.ranks_per_node /= inner;
+  return o;
+}
+
 dp::DpOptions expert_options(const RunSpec& s) {
   dp::DpOptions o = dp::options_of(s);
   const int ep = s.mesh.ep, F = dp::shard_group(o);
@@ -61,7 +68,7 @@ void validate(const RunSpec& s) {
                                        std::to_string(m.moe.experts) + ")");
   require(s.tensor == TensorOptions{} && s.context == ContextOptions{},
           "strategy: tensor and context options (sp, recompute, cp_algo, zigzag) need tp > 1 or cp > 1 in the mesh");
-  dp::validate(dp::options_of(s), s.train);
+  dp::validate(dense_options(s), s.train);
   const dp::DpOptions e = expert_options(s);
   if (e.shard == dp::Shard::hzero)
     require(e.ranks_per_node > 0 && e.ranks_per_node < e.dp,

@@ -22,6 +22,9 @@ namespace pb::ep {
 // dp / ep ranks (ranks_per_node: the edp group's members per node); the
 // data-parallel faults stay with the dense component.
 dp::DpOptions expert_options(const RunSpec& s);
+// The dense component's options: the spec's data axis, its ranks_per_node
+// counting data-parallel ranks (a replica's tp x cp ranks share a node).
+dp::DpOptions dense_options(const RunSpec& s);
 int edp_size(const MeshShape& m);
 
 // Dense units: the model's, each MoE block cut before its first expert.

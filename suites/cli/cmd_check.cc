@@ -292,7 +292,7 @@ void moe_points(const CheckFlags& f, const std::string& prec, std::vector<Strate
   // Tensor parallel (experts split over tp; tiny-moe's 2 heads: tp 2 when
   // --tp has it): dp2.tp2 DDP x each capacity, and at the first --ep E of 2
   // or more dp E.tp2 DDP (global), dp 2E.tp2 ZeRO-3 (global) and ZeRO-1
-  // (local).
+  // (local), and at E = 2 dp4.ep2.tp2 hZeRO on two nodes (global).
   if (std::find(f.tps.begin(), f.tps.end(), 2) != f.tps.end()) {
     auto tp2 = [&](int dp, int ep, dp::Shard shard, MoeCapacity cap) {
       MeshShape m = ep_mesh(dp, ep);
@@ -305,6 +305,11 @@ void moe_points(const CheckFlags& f, const std::string& prec, std::vector<Strate
       runs.push_back(tp2(ep, ep, dp::Shard::none, MoeCapacity::global));
       runs.push_back(tp2(2 * ep, ep, dp::Shard::zero3, MoeCapacity::global));
       runs.push_back(tp2(2 * ep, ep, dp::Shard::zero1, MoeCapacity::local));
+      if (ep == 2) {  // hZeRO on two nodes of 2 dp x 2 tp ranks (the edp group spans them)
+        StrategyRun h = tp2(4, 2, dp::Shard::hzero, MoeCapacity::global);
+        h.spec.mesh.ranks_per_node = 4;
+        runs.push_back(h);
+      }
     }
   }
   // Every --shard at the first --ep of 2 or more, on dp = 2 ep ranks (edp 2:
