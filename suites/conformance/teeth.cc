@@ -240,85 +240,61 @@ std::vector<FaultCatch> cp_fault_catches(Precision p) {
   return out;
 }
 
+namespace {
+// tiny-moe at mesh dp x ep x tp x pp (pp > 1: 1F1B over two microbatches), 4
+// sequences per dp rank, the data option and capacity mode given.
+StrategyRun moe_case(dp::Shard shard, MoeCapacity cap, int dp, int ep, int tp, int pp, Precision p) {
+  StrategyRun base = dp_case(shard, pp > 1 ? 2 : 1, p);
+  base.spec.mesh.dp = dp;
+  base.spec.mesh.ep = ep;
+  base.spec.mesh.tp = tp;
+  base.spec.mesh.pp = pp;
+  base.spec.mesh.ranks_per_node = 0;
+  if (pp > 1) base.spec.pipe.schedule = pipeline::ScheduleKind::one_f_one_b;
+  base.spec.train.model = named_model("tiny-moe");
+  base.spec.train.model.moe.capacity = cap;
+  base.spec.train.batch = 4 * dp;
+  return base;
+}
+
+// Each fault that bites `base`: under local capacity only the expert-parallel
+// ones (the capacity faults need global capacity; the missing router
+// gradient moves a rule-only local config by only 1.5x the floor in 3 steps,
+// the expert outputs it weighs being near each other at init, so it is
+// checked on the global ones — and on data parallel's local row, bitwise).
+void add_moe_catches(std::vector<FaultCatch>& out, const StrategyRun& base, std::initializer_list<MoeFault> faults) {
+  const bool local = base.spec.train.model.moe.capacity == MoeCapacity::local;
+  const bool ep = base.spec.mesh.ep > 1;
+  for (MoeFault f : faults) {
+    const bool ep_fault = f == MoeFault::ep_combine_permuted || f == MoeFault::ep_expert_grads_dp;
+    if (local && !ep_fault && !(f == MoeFault::router_grad_missing && !ep)) continue;
+    StrategyRun r = base;
+    r.spec.faults = {moe_fault_name(f)};
+    out.push_back(classify(run_conformance(r), describe(base), moe_fault_name(f)));
+  }
+}
+}  // namespace
+
 std::vector<FaultCatch> moe_fault_catches(Precision p) {
   std::vector<FaultCatch> out;
-  for (auto [shard, cap] : {std::pair{dp::Shard::none, MoeCapacity::global}, std::pair{dp::Shard::zero3, MoeCapacity::global},
-                            std::pair{dp::Shard::none, MoeCapacity::local}}) {
-    StrategyRun base = dp_case(shard, 1, p);
-    base.spec.mesh.dp = 2;
-    base.spec.mesh.ranks_per_node = 0;
-    base.spec.train.model = named_model("tiny-moe");
-    base.spec.train.model.moe.capacity = cap;
-    base.spec.train.batch = 8;
-    for (MoeFault f : {MoeFault::local_capacity, MoeFault::aux_per_rank, MoeFault::router_grad_missing}) {
-      if (cap == MoeCapacity::local && f != MoeFault::router_grad_missing) continue;
-      StrategyRun r = base;
-      r.spec.faults = {moe_fault_name(f)};
-      out.push_back(classify(run_conformance(r), describe(base), moe_fault_name(f)));
-    }
-  }
+  using S = dp::Shard;
+  constexpr auto G = MoeCapacity::global, L = MoeCapacity::local;
+  const auto moe = {MoeFault::local_capacity, MoeFault::aux_per_rank, MoeFault::router_grad_missing};
+  const auto all = {MoeFault::local_capacity, MoeFault::aux_per_rank, MoeFault::router_grad_missing,
+                    MoeFault::ep_combine_permuted, MoeFault::ep_expert_grads_dp};
+  // Data parallel (dp2): the three MoE faults.
+  for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero3, G}, std::pair{S::none, L}})
+    add_moe_catches(out, moe_case(shard, cap, 2, 1, 1, 1, p), moe);
   // Expert parallel (dp4.ep2: experts over ep 2, their states over edp 2):
   // every MoE fault, and the two of the dispatch and the expert reduction.
-  for (auto [shard, cap] : {std::pair{dp::Shard::none, MoeCapacity::global}, std::pair{dp::Shard::zero3, MoeCapacity::global},
-                            std::pair{dp::Shard::zero1, MoeCapacity::local}}) {
-    StrategyRun base = dp_case(shard, 1, p);
-    base.spec.mesh.dp = 4;
-    base.spec.mesh.ep = 2;
-    base.spec.mesh.ranks_per_node = 0;
-    base.spec.train.model = named_model("tiny-moe");
-    base.spec.train.model.moe.capacity = cap;
-    base.spec.train.batch = 16;
-    for (MoeFault f : {MoeFault::local_capacity, MoeFault::aux_per_rank, MoeFault::router_grad_missing,
-                       MoeFault::ep_combine_permuted, MoeFault::ep_expert_grads_dp}) {
-      // Local capacity: the capacity faults need global capacity; the missing
-      // router gradient moves this rule-only config by 1.5x the floor in 3
-      // steps (the expert outputs it weighs are near each other at init), so
-      // it is checked on the global ones.
-      if (cap == MoeCapacity::local && f != MoeFault::ep_combine_permuted && f != MoeFault::ep_expert_grads_dp) continue;
-      StrategyRun r = base;
-      r.spec.faults = {moe_fault_name(f)};
-      out.push_back(classify(run_conformance(r), describe(base), moe_fault_name(f)));
-    }
-  }
-  // Expert parallel with tensor-parallel experts (dp4.ep2.tp2: experts split
-  // over ep 2 and tp 2, their states over edp 2): every MoE and EP fault.
-  for (auto [shard, cap] : {std::pair{dp::Shard::none, MoeCapacity::global}, std::pair{dp::Shard::zero1, MoeCapacity::local}}) {
-    StrategyRun base = dp_case(shard, 1, p);
-    base.spec.mesh.dp = 4;
-    base.spec.mesh.ep = 2;
-    base.spec.mesh.tp = 2;
-    base.spec.mesh.ranks_per_node = 0;
-    base.spec.train.model = named_model("tiny-moe");
-    base.spec.train.model.moe.capacity = cap;
-    base.spec.train.batch = 16;
-    for (MoeFault f : {MoeFault::local_capacity, MoeFault::aux_per_rank, MoeFault::router_grad_missing,
-                       MoeFault::ep_combine_permuted, MoeFault::ep_expert_grads_dp}) {
-      if (cap == MoeCapacity::local && f != MoeFault::ep_combine_permuted && f != MoeFault::ep_expert_grads_dp) continue;
-      StrategyRun r = base;
-      r.spec.faults = {moe_fault_name(f)};
-      out.push_back(classify(run_conformance(r), describe(base), moe_fault_name(f)));
-    }
-  }
-  // Expert parallel inside pipeline stages (dp4.ep2.pp2, 1f1b, two
-  // microbatches): the same faults where the executor runs the MoE blocks.
-  for (auto [shard, cap] : {std::pair{dp::Shard::none, MoeCapacity::global}, std::pair{dp::Shard::zero2, MoeCapacity::local}}) {
-    StrategyRun base = dp_case(shard, 2, p);
-    base.spec.mesh.dp = 4;
-    base.spec.mesh.ep = 2;
-    base.spec.mesh.pp = 2;
-    base.spec.mesh.ranks_per_node = 0;
-    base.spec.pipe.schedule = pipeline::ScheduleKind::one_f_one_b;
-    base.spec.train.model = named_model("tiny-moe");
-    base.spec.train.model.moe.capacity = cap;
-    base.spec.train.batch = 16;
-    for (MoeFault f : {MoeFault::local_capacity, MoeFault::aux_per_rank, MoeFault::router_grad_missing,
-                       MoeFault::ep_combine_permuted, MoeFault::ep_expert_grads_dp}) {
-      if (cap == MoeCapacity::local && f != MoeFault::ep_combine_permuted && f != MoeFault::ep_expert_grads_dp) continue;
-      StrategyRun r = base;
-      r.spec.faults = {moe_fault_name(f)};
-      out.push_back(classify(run_conformance(r), describe(base), moe_fault_name(f)));
-    }
-  }
+  for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero3, G}, std::pair{S::zero1, L}})
+    add_moe_catches(out, moe_case(shard, cap, 4, 2, 1, 1, p), all);
+  // With tensor-parallel experts (dp4.ep2.tp2: experts split over ep 2 and tp 2).
+  for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero1, L}})
+    add_moe_catches(out, moe_case(shard, cap, 4, 2, 2, 1, p), all);
+  // Inside pipeline stages (dp4.ep2.pp2, 1F1B, two microbatches).
+  for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero2, L}})
+    add_moe_catches(out, moe_case(shard, cap, 4, 2, 1, 2, p), all);
   return out;
 }
 
