@@ -21,10 +21,7 @@ EpRank<T>::EpRank(const RunSpec& s, Communicator& world)
   kernels::set_blas_threads(c.threads);
   const MeshCoord me = mesh_coord(s.mesh, world.rank());
   dense_c_ = dp::make_dp_comms(world, s.mesh, dense_o_, MeshAxis::dp);
-  // The fault reduces the experts' gradients over every dp rank, mixing experts.
-  const bool wrong = dense_o_.moe_faults.count(MoeFault::ep_expert_grads_dp) > 0;
-  if (wrong) expert_o_.dp = s.mesh.dp, expert_o_.ranks_per_node = s.mesh.ranks_per_node;
-  expert_c_ = dp::make_dp_comms(world, s.mesh, expert_o_, wrong ? MeshAxis::dp : MeshAxis::edp, "e");
+  expert_c_ = make_expert_comms(world, s.mesh, expert_o_, dense_o_);
   ep_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::ep), "ep");
   scalar_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::dp), "dp_scalar");
   ep_scalar_ = world.split_groups(

@@ -8,6 +8,13 @@ namespace pb::ep {
 
 int edp_size(const MeshShape& m) { return m.dp * m.cp / m.ep; }
 
+dp::DpComms make_expert_comms(Communicator& world, const MeshShape& mesh, dp::DpOptions& experts,
+                              const dp::DpOptions& dense) {
+  const bool wrong = dense.moe_faults.count(MoeFault::ep_expert_grads_dp) > 0;
+  if (wrong) experts.dp = dense.dp, experts.ranks_per_node = dense.ranks_per_node;
+  return dp::make_dp_comms(world, mesh, experts, wrong ? MeshAxis::dp : MeshAxis::edp, "e");
+}
+
 dp::DpOptions dense_options(const RunSpec& s) {
   dp::DpOptions o = dp::options_of(s);
   const int inner = s.mesh.tp * s.mesh.cp;

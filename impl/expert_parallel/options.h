@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "impl/data_parallel/component.h"
 #include "impl/data_parallel/options.h"
 #include "impl/data_parallel/shard.h"
 #include "impl/spec/run_spec.h"
@@ -22,6 +23,12 @@ namespace pb::ep {
 // dp / ep ranks (ranks_per_node: the edp group's members per node); the
 // data-parallel faults stay with the dense component.
 dp::DpOptions expert_options(const RunSpec& s);
+// The expert component's communicators as every rank holding experts builds
+// them: over the edp groups, or, under the ep_expert_grads_dp fault, over the
+// whole dp group (`experts` then takes the dense options' size and node
+// map), which mixes experts. Collective over `world`.
+dp::DpComms make_expert_comms(Communicator& world, const MeshShape& mesh, dp::DpOptions& experts,
+                              const dp::DpOptions& dense);
 // The dense component's options: the spec's data axis, its ranks_per_node
 // counting data-parallel ranks (a replica's tp x cp ranks share a node).
 dp::DpOptions dense_options(const RunSpec& s);

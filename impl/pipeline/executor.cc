@@ -9,6 +9,7 @@
 #include "harness/status.h"
 #include "harness/timer.h"
 #include "impl/data_parallel/replay.h"
+#include "impl/expert_parallel/options.h"
 #include "impl/pipeline/validate.h"
 #include "impl/tensor_parallel/strategy.h"
 #include "reference/init.h"
@@ -107,11 +108,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
     // world); a stage without MoE blocks holds no expert component.
     se_ = stage_experts(layout_, part_, pr_, o.ep, mc.ep);
     dp::DpOptions eo = o.experts;
-    // The fault reduces the experts' gradients over every dp rank, mixing experts.
-    const bool wrong = o.data.moe_faults.count(MoeFault::ep_expert_grads_dp) > 0;
-    if (wrong) eo.dp = o.dp(), eo.ranks_per_node = o.data.ranks_per_node;
-    exc_ = dp::make_dp_comms(world, mesh, eo, wrong ? MeshAxis::dp : MeshAxis::edp, "e");
-    er_ = wrong ? mc.dp : mc.edp;
+    exc_ = ep::make_expert_comms(world, mesh, eo, o.data);
     if (!se_.units.empty())
       ex_ = std::make_unique<dp::Component<T>>(eo, se_.units, layout_, cfg.seed, exc_, mem_);
     scope_.faults = o.data.moe_faults;

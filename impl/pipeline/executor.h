@@ -208,7 +208,6 @@ class PipelineRank : public Rank {
   MoeScratch<T> moe_scratch_;
   MoeLoad load_;
   double aux_ = 0;  // this step's load-balancing terms (coef x tokens), every MoE block here
-  int er_ = 0;      // this rank's place in its edp group
   Gpt<T> model_;
   Buffer<T> prev_params_, other_grads_, head_grads_[2];
   int grads_version_ = 0;  // 2BW: parity of the weight versions whose gradients the component holds

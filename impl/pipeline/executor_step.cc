@@ -215,7 +215,7 @@ double PipelineRank<T>::reduce_grads(T* hg) {
   double esq = 0;
   if (ex_) {
     ex_->sync_after_flush();
-    if (ex_->options().shard != dp::Shard::none || er_ == 0) esq = ex_->local_sq();
+    if (ex_->options().shard != dp::Shard::none || exc_.dp->rank() == 0) esq = ex_->local_sq();
   }
   if (dp::shard_group(o_.component()) > 1) {  // per-rank partials over owned slices, world rank order
     double sq = dp_->local_sq() + esq;

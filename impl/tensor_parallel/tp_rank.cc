@@ -35,9 +35,7 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world)
   MoeScope scope;  // a mixture-of-experts model's routing scope
   if (s.mesh.ep > 1) {  // expert parallel on the tp shard (expert_parallel/ep_rank.cc's structure)
     dp::DpOptions eo = ep::expert_options(s);
-    const bool wrong = dpo_.moe_faults.count(MoeFault::ep_expert_grads_dp) > 0;
-    if (wrong) eo.dp = s.mesh.dp, eo.ranks_per_node = dpo_.ranks_per_node;
-    expert_c_ = dp::make_dp_comms(world, s.mesh, eo, wrong ? MeshAxis::dp : MeshAxis::edp, "e");
+    expert_c_ = ep::make_expert_comms(world, s.mesh, eo, dpo_);
     ep_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::ep), "ep");
     ep_scalar_ = world.split_groups(
         mesh_groups(s.mesh, eo.shard == dp::Shard::none ? MeshAxis::ep : MeshAxis::dp), "ep_scalar");
