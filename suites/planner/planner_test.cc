@@ -286,6 +286,41 @@ TEST(Planner, MixtureOfExpertsUnderDataParallelIsTheRunners) {
   EXPECT_THROW(plan(t), InputError);
 }
 
+// The run spec of a plan at pp 1 (one microbatch per step, two steps): its
+// strategy's ranks, run on the local backend, allocate per tag (device peaks
+// after two steps, max over ranks) what the plan's worst rank holds:
+// params, grads, optimizer, activations, comm buffers and workspace.
+void expect_plan_is_the_ranks(const PlanResult& r, const PlanInput& in, const Strategy& st, const std::string& where) {
+  RunSpec s;
+  s.train.model = *in.shape;
+  s.train.precision = in.precision;
+  s.train.seq = int(in.seq);
+  s.train.batch = int(in.global_batch);
+  s.train.steps = 2;
+  s.mesh.dp = in.dp;
+  s.mesh.ep = in.ep;
+  s.mesh.tp = in.tp;
+  s.data.shard = in.shard;
+  validate(s);
+  st.validate(s);
+  std::mutex mu;
+  int64_t peak[kNumMemTags] = {};
+  run_local(s.world(), [&](Communicator& w) {
+    std::unique_ptr<Rank> rank = st.make_rank(s, w);
+    rank->step();
+    rank->step();
+    std::lock_guard lk(mu);
+    for (int t = 0; t < kNumMemTags; ++t)
+      peak[t] = std::max(peak[t], int64_t(rank->memory().peak(MemTag(t), Place::device)));
+  });
+  EXPECT_EQ(r.worst.params, peak[int(MemTag::params)]) << where;
+  EXPECT_EQ(r.worst.grads, peak[int(MemTag::grads)]) << where;
+  EXPECT_EQ(r.worst.optimizer, peak[int(MemTag::optimizer)]) << where;
+  EXPECT_EQ(r.worst.activations, peak[int(MemTag::activations)]) << where;
+  EXPECT_EQ(r.worst.comm, peak[int(MemTag::comm)]) << where;
+  EXPECT_EQ(r.worst.workspace, peak[int(MemTag::workspace)]) << where;
+}
+
 // Expert parallel: the plan's per-rank memory is what an expert-parallel
 // rank allocates, tag by tag (its peaks after two steps), over data options,
 // ep sizes, capacity modes and precisions; ep without MoE, or not dividing
@@ -307,33 +342,8 @@ TEST(Planner, ExpertParallelMemoryIsTheRanks) {
     in.global_batch = 4 * c.dp;
     in.precision = c.p;
     const PlanResult r = plan(in);
-    RunSpec s;
-    s.train.model = *in.shape;
-    s.train.precision = c.p;
-    s.train.seq = 16;
-    s.train.batch = 4 * c.dp;
-    s.train.steps = 2;
-    s.mesh.dp = c.dp;
-    s.mesh.ep = c.ep;
-    s.data.shard = c.shard;
-    ep::strategy().validate(s);
-    std::mutex mu;
-    int64_t peak[kNumMemTags] = {};
-    run_local(c.dp, [&](Communicator& w) {
-      std::unique_ptr<Rank> rank = ep::strategy().make_rank(s, w);
-      rank->step();
-      rank->step();
-      std::lock_guard lk(mu);
-      for (int t = 0; t < kNumMemTags; ++t)
-        peak[t] = std::max(peak[t], int64_t(rank->memory().peak(MemTag(t), Place::device)));
-    });
     const std::string where = std::string(c.model) + " dp" + std::to_string(c.dp) + ".ep" + std::to_string(c.ep);
-    EXPECT_EQ(r.worst.params, peak[int(MemTag::params)]) << where;
-    EXPECT_EQ(r.worst.grads, peak[int(MemTag::grads)]) << where;
-    EXPECT_EQ(r.worst.optimizer, peak[int(MemTag::optimizer)]) << where;
-    EXPECT_EQ(r.worst.activations, peak[int(MemTag::activations)]) << where;
-    EXPECT_EQ(r.worst.comm, peak[int(MemTag::comm)]) << where;
-    EXPECT_EQ(r.worst.workspace, peak[int(MemTag::workspace)]) << where;
+    expect_plan_is_the_ranks(r, in, ep::strategy(), where);
     bool has_ep = false;
     for (const CommRow& row : r.comm) has_ep |= row.group == "ep" && row.bytes > 0;
     EXPECT_TRUE(has_ep) << where;
@@ -388,35 +398,8 @@ TEST(Planner, MixtureOfExpertsUnderTensorParallelIsTheRanks) {
     in.global_batch = 4 * c.dp;
     in.precision = c.p;
     const PlanResult r = plan(in);
-    RunSpec s;
-    s.train.model = *in.shape;
-    s.train.precision = c.p;
-    s.train.seq = 16;
-    s.train.batch = 4 * c.dp;
-    s.train.steps = 2;
-    s.mesh.dp = c.dp;
-    s.mesh.ep = c.ep;
-    s.mesh.tp = 2;
-    s.data.shard = c.shard;
-    validate(s);
-    tp::strategy().validate(s);
-    std::mutex mu;
-    int64_t peak[kNumMemTags] = {};
-    run_local(s.world(), [&](Communicator& w) {
-      std::unique_ptr<Rank> rank = tp::strategy().make_rank(s, w);
-      rank->step();
-      rank->step();
-      std::lock_guard lk(mu);
-      for (int t = 0; t < kNumMemTags; ++t)
-        peak[t] = std::max(peak[t], int64_t(rank->memory().peak(MemTag(t), Place::device)));
-    });
     const std::string where = std::string(c.model) + " dp" + std::to_string(c.dp) + ".ep" + std::to_string(c.ep) + ".tp2";
-    EXPECT_EQ(r.worst.params, peak[int(MemTag::params)]) << where;
-    EXPECT_EQ(r.worst.grads, peak[int(MemTag::grads)]) << where;
-    EXPECT_EQ(r.worst.optimizer, peak[int(MemTag::optimizer)]) << where;
-    EXPECT_EQ(r.worst.activations, peak[int(MemTag::activations)]) << where;
-    EXPECT_EQ(r.worst.comm, peak[int(MemTag::comm)]) << where;
-    EXPECT_EQ(r.worst.workspace, peak[int(MemTag::workspace)]) << where;
+    expect_plan_is_the_ranks(r, in, tp::strategy(), where);
     bool tp_rows = false, ep_rows = false;
     for (const CommRow& row : r.comm) {
       tp_rows |= row.group == "tp" && row.bytes > 0;
