@@ -16,6 +16,9 @@
 #                                        limit unless --time is given too)
 #   scripts/fuzz.sh --out DIR            outputs in DIR/<name> instead (so a
 #                                        bounded run leaves a long one alone)
+#   scripts/fuzz.sh --fork N ...         libFuzzer's fork mode: N worker
+#                                        processes share one corpus; --runs
+#                                        counts the executions of all of them
 # Builds and runs niced, two build jobs at most. Env: PARABENCH_FUZZ_CXX
 # (default clang++-14).
 set -euo pipefail
@@ -26,14 +29,17 @@ seconds=20
 timed=""
 runs=""
 outdir=""
+fork=""
 targets=()
 while (($#)); do
   case "$1" in
     --time) seconds="$2"; timed=1; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
     --out) outdir="$2"; shift 2 ;;
+    --fork) fork="$2"; shift 2
+            [[ "$fork" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --fork needs a positive worker count, got '$fork'" >&2; exit 2; } ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "fuzz.sh: unknown option $1 (--time S, --runs N, --out DIR, target names: ${all[*]})" >&2; exit 2 ;;
+    -*) echo "fuzz.sh: unknown option $1 (--time S, --runs N, --out DIR, --fork N, target names: ${all[*]})" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -63,11 +69,16 @@ for t in "${targets[@]}"; do
   cp -R "suites/fuzz/corpus/$t/." "$out/corpus/"
   args=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/" "${limit[@]}")
   [[ -f "suites/fuzz/$t.dict" ]] && args+=(-dict="suites/fuzz/$t.dict")
+  [[ -n "$fork" ]] && args+=(-fork="$fork")
   start=$SECONDS
   status=0
   nice -n 10 "$build/fuzz/fuzz_$t" "${args[@]}" "$out/corpus" >"$out/log" 2>&1 || status=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$out/log" | tail -1)
+  if [[ -n "$fork" ]]; then  # fork mode prints no final stats: its last status line counts all workers
+    execs=$(sed -n 's/^#\([0-9]*\): cov:.*/\1/p' "$out/log" | tail -1)
+    rate=$(( ${execs:-0} / (SECONDS - start > 0 ? SECONDS - start : 1) ))
+  fi
   cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' "$out/log" | tail -1 || true)
   printf '%-14s %10s execs  %6s exec/s  %4ss  %s\n' "$t" "${execs:-?}" "${rate:-?}" "$((SECONDS - start))" "${cov:-cov: ?}"
   if ((status != 0)); then
