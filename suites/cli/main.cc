@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   register_schedule(app, reg, env);
   register_train(app, reg, env);
   register_export(app, reg, env);
+  register_verify(app, reg, env);
   register_check(app, reg, env);
   register_run(app, reg, env);
   register_sweep(app, reg, env);

@@ -1,0 +1,104 @@
+// parabench verify --export DIR --trace FILE: a trace written by another
+// framework (results/TRACE.md) judged by check's rule (suites/conformance/
+// verify.h). Prints the per-quantity ratios, writes conformance rows (and
+// JUnit with --junit); exit 0 when every quantity is within C x the floor,
+// 1 when one is not, 2 when a file is not a valid export or trace.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/io/csv_schema.h"
+#include "harness/io/junit.h"
+#include "harness/status.h"
+#include "suites/cli/command.h"
+#include "suites/cli/common.h"
+#include "suites/cli/conformance_output.h"
+#include "suites/conformance/verify.h"
+#include "suites/planner/preflight.h"
+
+namespace pb::cli {
+namespace {
+
+struct Flags {
+  std::string export_dir;
+  std::vector<std::string> traces;
+  std::string out = "results/runs";
+  std::string run_dir;
+  std::string junit;
+  PreflightFlags limits;
+};
+
+// The per-rank figures a trace reports: rows, not judged (nothing declares
+// what a foreign strategy should use).
+void write_reported(ResultWriter& csv, RunMeta meta, const ForeignTrace& t, const ConformanceResult& r) {
+  auto rows = [&](const std::vector<int64_t>& v, const char* quantity, const char* what) {
+    for (size_t rank = 0; rank < v.size(); ++rank) {
+      CsvRecord rec;
+      rec.set("strategy", r.strategy).set("precision", precision_name(r.precision));
+      rec.set("quantity", quantity).set("item", std::string(what) + ".rank" + std::to_string(rank));
+      rec.set("step", int64_t(t.trace.loss.size())).set("measured", v[rank]);
+      meta.status = "skipped";
+      meta.reason = "reported by the trace; not judged (no declared figure for a foreign strategy)";
+      meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
+      csv.write(meta, rec);
+    }
+  };
+  rows(t.peak_memory, "memory", "peak");
+  rows(t.comm_bytes, "comm", "bytes");
+}
+
+int run_verify(const Flags& f, const Env& env) {
+  require(!f.export_dir.empty(), "verify: --export DIR is required (the directory parabench export wrote)");
+  require(!f.traces.empty(), "verify: --trace FILE is required (the trace your framework wrote; format: results/TRACE.md)");
+  const ExportDir e = read_export(f.export_dir);
+  std::vector<ForeignTrace> traces;
+  for (const auto& path : f.traces) traces.push_back(read_trace(path, e));  // every trace valid before any row
+  const Limits limits = limits_of(f.limits);
+  for (const auto& t : traces) {
+    RunSpec one;  // verify runs the reference three times, one device each
+    one.train = e.cfg;
+    one.train.precision = t.precision;
+    require_fits(planner::run_need(one, 1, false, /*conformance=*/true), limits, "verify " + e.cfg.model.name);
+  }
+  if (!f.junit.empty()) require_junit_writable(f.junit);
+  const std::string run_id = make_run_id(std::chrono::system_clock::now());
+  const auto dir = f.run_dir.empty() ? make_run_dir(f.out, run_id) : make_run_dir(f.run_dir, "");
+  ResultWriter csv((dir / "conformance.csv").string(), "conformance");
+  JunitSuite junit{"parabench verify", 0, {}};
+  print_result_header();
+  int failures = 0;
+  for (const auto& t : traces) {
+    const auto started = std::chrono::steady_clock::now();
+    const ConformanceResult r = verify_trace(e, t);
+    print_result_row(r);
+    if (!t.note.empty()) std::printf("    note: %s\n", t.note.c_str());
+    failures += !r.pass();
+    add_junit_cases(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), &junit);
+    const RunMeta meta = make_meta(run_id, env.git_rev, r.backend, r.world, r.mesh, e.config_hash);
+    write_conformance_rows(csv, meta, r, e.cfg.steps);
+    write_reported(csv, meta, t, r);
+  }
+  if (!f.junit.empty()) write_junit(f.junit, {junit});
+  std::printf("\n%zu traces, %d failed. %s\nresults: %s\n", traces.size(), failures, kRatioLegend,
+              csv.path().c_str());
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+void register_verify(CLI::App& root, Registry& reg, const Env& env) {
+  auto f = std::make_shared<Flags>();
+  CLI::App* app = root.add_subcommand(
+      "verify", "judge another framework's trace against a parabench export by check's rule (exit 1 on a failure)");
+  app->add_option("--export", f->export_dir, "the export directory the trace was trained from (parabench export)");
+  app->add_option("--trace", f->traces, "trace file(s) in the format of results/TRACE.md");
+  app->add_option("--junit", f->junit, "also write JUnit XML here: one test case per trace and quantity");
+  app->add_option("--out", f->out, "results directory")->capture_default_str();
+  app->add_option("--run-dir", f->run_dir, "write directly into this directory");
+  add_preflight_flags(app, f->limits);
+  reg.push_back({app, [f, &env] { return run_verify(*f, env); }});
+}
+
+}  // namespace pb::cli
