@@ -4,6 +4,7 @@ parabench_library(NAME pb_conformance ALIAS pb::conformance
   SOURCES conformance/compare.cc conformance/engine.cc conformance/pipeline_report.cc conformance/verify.cc
   DEPS pb::strategies pb::reference pb::harness)
 parabench_test(NAME conformance_compare_test SOURCES conformance/compare_test.cc DEPS pb::conformance)
+parabench_test(NAME conformance_verify_test SOURCES conformance/verify_test.cc DEPS pb::conformance)
 parabench_test(NAME conformance_dp_test SOURCES conformance/dp_conformance_test.cc
                DEPS pb::conformance TIMEOUT 900)
 parabench_test(NAME conformance_pipeline_test SOURCES conformance/pipeline_conformance_test.cc

@@ -184,7 +184,6 @@ ExportDir read_export(const std::string& dir) {
     expect_format(*f, kExportFormat);
   }
   e.config_toml = meta(init, "config");
-  require(meta(batch, "config") == e.config_toml, batch.name() + ": its config differs from init.safetensors'");
   try {
     ConfigReader r = ConfigReader::from_string(e.config_toml, init.name() + " config");
     e.config_hash = r.config_hash();  // as the export hashed it: the text it wrote
@@ -193,6 +192,7 @@ ExportDir read_export(const std::string& dir) {
   } catch (const InputError& err) {
     throw InputError(init.name() + ": metadata 'config' does not read: " + err.what());
   }
+  require(meta(batch, "config") == e.config_toml, batch.name() + ": its config differs from init.safetensors'");
   for (const SafetensorsFile* f : {&init, &batch}) {
     require(meta(*f, "config_hash") == e.config_hash,
             f->name() + ": metadata 'config_hash' is " + q(meta(*f, "config_hash")) + ", its config hashes to " +

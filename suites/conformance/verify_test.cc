@@ -1,0 +1,291 @@
+// parabench verify's readers and judgement: an export's own trace passes; a
+// trace k times as far from the truth as the reference fails; every kind of
+// malformed trace or export is an InputError naming the tensor or key.
+#include "suites/conformance/verify.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "harness/io/config.h"
+#include "harness/io/safetensors.h"
+#include "harness/status.h"
+#include "reference/export.h"
+#include "reference/train_config_io.h"
+
+namespace pb {
+namespace {
+
+namespace fs = std::filesystem;
+
+TrainConfig tiny(Precision p) {
+  TrainConfig c;
+  c.model = named_model("tiny");
+  c.steps = 3;
+  c.precision = p;
+  return c;
+}
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("pb_verify_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string export_to(const TrainConfig& cfg, const fs::path& dir) {
+  ConfigReader r;
+  write_train_config(cfg, r);
+  export_golden(cfg, dir.string(), r.dump());
+  return dir.string();
+}
+
+// Copies src to dst through `edit`, which may change the metadata and the
+// tensors (name -> (dtype, shape, bytes)) before they are written back.
+struct Edit {
+  std::map<std::string, std::string> meta;
+  struct T {
+    StDType dtype;
+    Shape shape;
+    std::vector<char> bytes;
+  };
+  std::vector<std::pair<std::string, T>> tensors;
+  T* find(const std::string& n) {
+    for (auto& [k, t] : tensors)
+      if (k == n) return &t;
+    return nullptr;
+  }
+};
+
+std::string rewrite(const std::string& src, const fs::path& dst, const std::function<void(Edit&)>& edit) {
+  const SafetensorsFile f = SafetensorsFile::open(src);
+  Edit e;
+  e.meta = f.metadata();
+  for (const auto& ti : f.tensors()) {
+    auto raw = f.raw(ti.name);
+    e.tensors.push_back({ti.name, {ti.dtype, ti.shape, {raw.begin(), raw.end()}}});
+  }
+  edit(e);
+  SafetensorsWriter w;
+  for (const auto& [k, v] : e.meta) w.set_metadata(k, v);
+  for (const auto& [n, t] : e.tensors) w.add(n, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+  w.write(dst.string());
+  return dst.string();
+}
+
+class Verify : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = scratch(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    exp_ = read_export(export_to(tiny(Precision::fp32), dir_ / "export"));
+    golden_ = (dir_ / "export" / "trace.safetensors").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // The message of the InputError reading a trace edited by `edit`.
+  std::string trace_error(const std::function<void(Edit&)>& edit) {
+    const std::string p = rewrite(golden_, dir_ / "edited.safetensors", edit);
+    try {
+      read_trace(p, exp_);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+  fs::path dir_;
+  ExportDir exp_;
+  std::string golden_;
+};
+
+TEST_F(Verify, TheExportsOwnTracePassesWithRatiosAtMostOne) {
+  const ForeignTrace t = read_trace(golden_, exp_);
+  EXPECT_EQ(t.framework, "parabench");
+  EXPECT_EQ(t.world, 1);
+  const ConformanceResult r = verify_trace(exp_, t);
+  ASSERT_EQ(r.rule.size(), 3u + 2u);  // 3 losses, grads, params
+  for (const auto& c : r.rule) {
+    EXPECT_TRUE(c.pass) << c.quantity << " " << c.ratio;
+    EXPECT_LE(c.ratio, 1.0) << c.quantity;  // the reference is one of the floor's references
+  }
+  EXPECT_EQ(r.backend, "foreign");
+  EXPECT_EQ(r.strategy, "parabench:reference");
+}
+
+TEST_F(Verify, BfSixteenFromAnFp32ExportIsJudgedAtBf16) {
+  const fs::path d = dir_ / "bf16";
+  const ExportDir e16 = read_export(export_to(tiny(Precision::bf16_mixed), d));
+  // The bf16-mixed reference's own trace, renamed to the fp32 export: its
+  // master starts from the same init, so it is a correct bf16-mixed trace.
+  const std::string p = rewrite((d / "trace.safetensors").string(), dir_ / "b.safetensors",
+                                [&](Edit& e) { e.meta["export_hash"] = exp_.config_hash; });
+  const ConformanceResult r = verify_trace(exp_, read_trace(p, exp_));
+  EXPECT_TRUE(r.pass()) << describe_failures(r);
+  EXPECT_EQ(r.precision, Precision::bf16_mixed);
+  EXPECT_TRUE(trace_precision_allowed(Precision::fp32, Precision::bf16_mixed));
+  EXPECT_FALSE(trace_precision_allowed(Precision::bf16_mixed, Precision::fp32));
+  EXPECT_FALSE(trace_precision_allowed(Precision::fp32, Precision::fp64));
+  (void)e16;
+}
+
+// Teeth: the trace moved away from the truth by k times the reference's own
+// distance fails when k > C (8), on the quantity moved.
+TEST_F(Verify, ATraceBeyondCTimesTheFloorFails) {
+  for (const std::string q : {"grads.", "params."}) {
+    const std::string p = rewrite(golden_, dir_ / "far.safetensors", [&](Edit& e) {
+      for (auto& [n, t] : e.tensors)
+        if (n.rfind(q, 0) == 0) {
+          auto* v = reinterpret_cast<float*>(t.bytes.data());
+          for (size_t i = 0; i < t.bytes.size() / sizeof(float); ++i) v[i] *= 1.001f;  // 1e-3 >> 8 x fp32 floor
+        }
+    });
+    const ConformanceResult r = verify_trace(exp_, read_trace(p, exp_));
+    EXPECT_FALSE(r.pass()) << q;
+    for (const auto& c : r.rule)
+      if (c.quantity + "." == q) {
+        EXPECT_GT(c.ratio, 8.0) << q;
+      }
+  }
+  // A doubled loss at step 2 only: that step fails, the others pass.
+  const std::string p = rewrite(golden_, dir_ / "loss.safetensors", [](Edit& e) {
+    reinterpret_cast<double*>(e.find("loss")->bytes.data())[1] *= 2;
+  });
+  const ConformanceResult r = verify_trace(exp_, read_trace(p, exp_));
+  for (const auto& c : r.rule)
+    if (c.quantity == "loss") {
+      EXPECT_EQ(c.pass, c.step != 2) << c.step;
+    }
+}
+
+TEST_F(Verify, ANonFiniteTraceIsAFailedRunNotABadFile) {
+  const std::string p = rewrite(golden_, dir_ / "nan.safetensors", [](Edit& e) {
+    reinterpret_cast<double*>(e.find("loss")->bytes.data())[2] = NAN;
+  });
+  const ConformanceResult r = verify_trace(exp_, read_trace(p, exp_));
+  EXPECT_FALSE(r.pass());
+}
+
+TEST_F(Verify, TheSplitOfTheTraceIsReplayed) {
+  const std::string p = rewrite(golden_, dir_ / "dp2.safetensors", [](Edit& e) {
+    e.meta["mesh"] = "dp2.pp2";
+    e.meta["microbatches"] = "2";
+  });
+  const ForeignTrace t = read_trace(p, exp_);
+  EXPECT_EQ(t.world, 4);
+  EXPECT_EQ(split_of(t).groups, 2);
+  EXPECT_EQ(split_of(t).micro, 2);
+}
+
+TEST_F(Verify, EveryMalformedTraceIsRefusedNamingWhat) {
+  const std::vector<std::pair<std::function<void(Edit&)>, std::string>> bad = {
+      {[](Edit& e) { e.meta["format"] = "parabench-trace-v2"; }, "'format' is 'parabench-trace-v2'"},
+      {[](Edit& e) { e.meta.erase("format"); }, "metadata key 'format' is missing"},
+      {[](Edit& e) { e.meta["colour"] = "blue"; }, "unknown metadata key 'colour'"},
+      {[](Edit& e) { e.meta["export_hash"] = "0123456789abcdef"; }, "trained from another export"},
+      {[](Edit& e) { e.meta["precision"] = "fp16"; }, "metadata 'precision'"},
+      {[](Edit& e) { e.meta["precision"] = "fp64"; }, "a fp64 trace cannot be judged against a fp32 export"},
+      {[](Edit& e) { e.meta["framework"] = ""; }, "metadata 'framework' must be 1 to 64"},
+      {[](Edit& e) { e.meta["strategy"] = "ddp,zero"; }, "metadata 'strategy' must be"},
+      {[](Edit& e) { e.meta["strategy"] = std::string(65, 'a'); }, "(got 65 characters)"},
+      {[](Edit& e) { e.meta["mesh"] = "dp0"; }, "metadata 'mesh'"},
+      {[](Edit& e) { e.meta["mesh"] = "zz2"; }, "metadata 'mesh'"},
+      {[](Edit& e) { e.meta.erase("mesh"); }, "metadata key 'mesh' is missing"},
+      {[](Edit& e) { e.meta["microbatches"] = "3"; }, "1 data replicas x 3 microbatches do not divide"},
+      {[](Edit& e) { e.meta["microbatches"] = "0"; }, "metadata 'microbatches' is '0'"},
+      {[](Edit& e) { e.meta["microbatches"] = "2x"; }, "metadata 'microbatches' is '2x'"},
+      {[](Edit& e) { e.meta["mesh"] = "dp16"; }, "16 data replicas x 1 microbatches do not divide"},
+      {[](Edit& e) { e.meta["note"] = std::string(2000, 'n'); }, "'note' is longer than 1024"},
+      {[](Edit& e) { std::erase_if(e.tensors, [](auto& t) { return t.first == "grads.wpe"; }); },
+       "tensor 'grads.wpe' is missing"},
+      {[](Edit& e) { std::erase_if(e.tensors, [](auto& t) { return t.first == "loss"; }); },
+       "tensor 'loss' is missing"},
+      {[](Edit& e) { e.find("params.ln_f.bias")->shape = {2, 16}; },
+       "tensor 'params.ln_f.bias' has shape (2, 16), expected (32)"},
+      {[](Edit& e) { e.find("loss")->shape = {6}; e.find("loss")->dtype = StDType::F32; },
+       "tensor 'loss' has shape (6), expected (3)"},
+      {[](Edit& e) {
+         auto* t = e.find("params.wpe");
+         t->dtype = StDType::I32;
+       },
+       "tensor 'params.wpe' has dtype I32, expected F64, F32 or BF16"},
+      {[](Edit& e) {
+         auto* t = e.find("loss");
+         t->dtype = StDType::BF16;
+         t->bytes.resize(6);
+       },
+       "tensor 'loss' has dtype BF16, expected F64 or F32"},
+      {[](Edit& e) { e.tensors.push_back({"grads.h.9.ln_1.weight", {StDType::F32, {1}, std::vector<char>(4)}}); },
+       "unknown tensor 'grads.h.9.ln_1.weight'"},
+      {[](Edit& e) { e.tensors.push_back({"rank.peak_memory_bytes", {StDType::I64, {2}, std::vector<char>(16)}}); },
+       "tensor 'rank.peak_memory_bytes' has shape (2), expected (1)"},
+      {[](Edit& e) { e.tensors.push_back({"rank.comm_bytes", {StDType::F64, {1}, std::vector<char>(8)}}); },
+       "tensor 'rank.comm_bytes' has dtype F64, expected I64"},
+      {[](Edit& e) {
+         std::vector<char> b(8);
+         const int64_t v = -1;
+         std::memcpy(b.data(), &v, 8);
+         e.tensors.push_back({"rank.comm_bytes", {StDType::I64, {1}, b}});
+       },
+       "tensor 'rank.comm_bytes' is negative at rank 0"},
+  };
+  for (const auto& [edit, want] : bad) {
+    const std::string msg = trace_error(edit);
+    EXPECT_NE(msg.find(want), std::string::npos) << "wanted: " << want << "\n   got: " << msg;
+    EXPECT_NE(msg.find("edited.safetensors"), std::string::npos) << msg;  // names the file
+  }
+  // The optional per-rank figures read back.
+  const std::string p = rewrite(golden_, dir_ / "figs.safetensors", [](Edit& e) {
+    std::vector<char> b(8);
+    const int64_t v = 12345;
+    std::memcpy(b.data(), &v, 8);
+    e.tensors.push_back({"rank.peak_memory_bytes", {StDType::I64, {1}, b}});
+  });
+  EXPECT_EQ(read_trace(p, exp_).peak_memory, std::vector<int64_t>{12345});
+}
+
+TEST_F(Verify, AnAlteredOrForeignExportIsRefused) {
+  const fs::path e = dir_ / "export";
+  auto error = [&](const std::string& file, const std::function<void(Edit&)>& edit) {
+    const fs::path d = dir_ / "altered";
+    fs::remove_all(d);
+    fs::create_directories(d);
+    for (const char* f : {"init.safetensors", "batch.safetensors"}) fs::copy_file(e / f, d / f);
+    rewrite((e / file).string(), d / file, edit);
+    try {
+      read_export(d.string());
+    } catch (const InputError& err) {
+      return std::string(err.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error("init.safetensors", [](Edit& x) { reinterpret_cast<float*>(x.find("wte")->bytes.data())[5] += 1; })
+                .find("tensor 'wte' differs from the reference's init at element 5"),
+            std::string::npos);
+  EXPECT_NE(error("batch.safetensors", [](Edit& x) { reinterpret_cast<int32_t*>(x.find("targets")->bytes.data())[7] ^= 1; })
+                .find("tensor 'targets' differs from the config's data at element 7"),
+            std::string::npos);
+  EXPECT_NE(error("init.safetensors", [](Edit& x) { x.meta["format"] = "parabench-golden-v1"; }).find("export again"),
+            std::string::npos);
+  EXPECT_NE(error("batch.safetensors", [](Edit& x) { x.meta["config_hash"] = "0000000000000000"; })
+                .find("metadata 'config_hash' is '0000000000000000'"),
+            std::string::npos);
+  EXPECT_NE(error("init.safetensors", [](Edit& x) { x.meta["config"] = "[train]\nsteps = 'many'\n"; })
+                .find("metadata 'config' does not read"),
+            std::string::npos);
+  EXPECT_NE(error("init.safetensors", [](Edit& x) { x.tensors.push_back({"extra", {StDType::F32, {1}, std::vector<char>(4)}}); })
+                .find("unknown tensor 'extra'"),
+            std::string::npos);
+  try {
+    read_export((dir_ / "nowhere").string());
+    ADD_FAILURE() << "a missing directory was read";
+  } catch (const InputError& err) {
+    EXPECT_NE(std::string(err.what()).find("is not a directory"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace pb
