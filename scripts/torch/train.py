@@ -20,6 +20,7 @@ stage pairs microbatch k's outputs with another microbatch's targets).
 import argparse
 import math
 import os
+import resource
 import sys
 import tempfile
 
@@ -476,6 +477,10 @@ def worker(rank, args, init_file):
             rec, mesh, micro = train_tp(ex, args, rank, args.world)
         else:
             rec, mesh, micro = train_replicated(ex, args, rank, args.world)
+        # Each rank's peak resident memory (its whole process: the reading
+        # a CPU run has), reported in the trace, not judged.
+        rss = [None] * args.world
+        dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         if rank == 0:
             strategy = args.strategy + ("" if args.fault == "none" else "." + args.fault)
             if args.precision == "bf16-mixed":
@@ -483,8 +488,9 @@ def worker(rank, args, init_file):
             pbtrace.write_trace(
                 args.out, ex, precision=args.precision, framework=f"pytorch-{torch.__version__.split('+')[0]}",
                 strategy=strategy, mesh=mesh, microbatches=micro, losses=rec.losses, grad_norms=rec.norms,
-                lrs=rec.lrs, grads1=rec.grads1, params=rec.params,
-                note=f"scripts/torch/train.py --strategy {args.strategy} --world {args.world} --fault {args.fault}")
+                lrs=rec.lrs, grads1=rec.grads1, params=rec.params, peak_memory=rss,
+                note=f"scripts/torch/train.py --strategy {args.strategy} --world {args.world} "
+                     f"--precision {args.precision} --fault {args.fault}; rank.peak_memory_bytes: peak RSS per process")
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The PyTorch adapter's conformance run (ctest torch_adapter): one export of
+# the canonical model (tiny, 4 layers, so interleaved has two stages per rank),
+# then PyTorch trains it with every strategy of train.py at fp32 and
+# bf16-mixed, and `parabench verify` must pass every trace (exit 0, JUnit
+# written); the deliberately broken runs must each fail it (exit 1).
+#   scripts/torch/test.sh [PARABENCH [WORKDIR]]
+# Exit 77 (ctest: skipped) when the adapter's environment is not installed
+# (scripts/torch/setup.sh; scripts/test.sh installs it).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+pb="$(realpath "${1:-$here/../../build/parabench}")"
+work="${2:-$here/../../build/torch-adapter}"
+venv="${PARABENCH_TORCH_VENV:-$HOME/.cache/parabench/torch-venv}"
+py="$venv/bin/python"
+if [[ ! -x "$py" ]] || ! "$py" -c 'import torch' 2>/dev/null; then
+  echo "torch adapter: skipped: no PyTorch environment at $venv (install it with scripts/torch/setup.sh)"
+  exit 77
+fi
+rm -rf "$work"
+mkdir -p "$work/traces" "$work/broken"
+"$pb" export --dir "$work/export" --set model.layers=4 --set train.steps=6 >/dev/null
+
+train() {  # name args...
+  local name="$1"
+  shift
+  local start=$SECONDS
+  if ! "$py" "$here/train.py" --export "$work/export" "$@" >"$work/$name.log" 2>&1; then
+    echo "torch adapter: train.py $* FAILED:" >&2
+    tail -20 "$work/$name.log" >&2
+    exit 1
+  fi
+  echo "  trained $name in $((SECONDS - start)) s"
+}
+good=(
+  "ddp --world 2" "fsdp2 --world 2" "hsdp --world 4" "pp-gpipe --world 2" "pp-1f1b --world 2"
+  "pp-interleaved --world 2" "tp --world 2"
+)
+for precision in fp32 bf16-mixed; do
+  for g in "${good[@]}"; do
+    name="$(echo "$g" | tr -s ' ' '_' | tr -d -)_$precision"
+    # shellcheck disable=SC2086
+    train "$name" --strategy $g --precision "$precision" --out "$work/traces/$name.safetensors"
+  done
+done
+broken=(
+  "ddp --world 2 --fault no-divide"
+  "ddp --world 2 --fault skip-allreduce"
+  "pp-1f1b --world 2 --fault microbatch-order"
+  "ddp --world 2 --fault no-divide --precision bf16-mixed"
+)
+for b in "${broken[@]}"; do
+  name="$(echo "$b" | tr -s ' ' '_' | tr -d -)"
+  # shellcheck disable=SC2086
+  train "$name" --strategy $b --out "$work/broken/$name.safetensors"
+done
+
+status=0
+"$pb" verify --export "$work/export" --trace "$work"/traces/*.safetensors --run-dir "$work/verify" \
+  --junit "$work/verify.xml" || status=$?
+if ((status != 0)); then
+  echo "torch adapter: FAIL: parabench verify rejected a correct PyTorch trace (exit $status)" >&2
+  exit 1
+fi
+for t in "$work"/broken/*.safetensors; do
+  status=0
+  "$pb" verify --export "$work/export" --trace "$t" --run-dir "$work/verify-broken" >"$t.verify" 2>&1 || status=$?
+  if ((status != 1)); then
+    echo "torch adapter: FAIL: the broken trace $(basename "$t") got exit $status from verify, expected 1:" >&2
+    cat "$t.verify" >&2
+    exit 1
+  fi
+  grep -E "FAIL$" "$t.verify" | sed 's/^/  caught: /'
+done
+echo "torch adapter: ${#good[@]} strategies x 2 precisions pass verify; ${#broken[@]} broken runs fail it"
