@@ -9,7 +9,7 @@ if(PARABENCH_BUILD_TESTS)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/bad_input_test.py
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_bad_input_work)
   set_tests_properties(cli_bad_input PROPERTIES TIMEOUT 300 LABELS "cli")
-  # JUnit XML from check and gate (#15).
+  # JUnit XML from check, verify and gate; verify from the command line (#15).
   add_test(NAME cli_junit
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/junit_test.py
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_junit_work)

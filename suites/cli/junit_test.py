@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""`check --junit` and `gate --junit` (#15): the XML parses, holds one test
-case per configuration and quantity (per point and gated metric for the
-gate), and a failure names the strategy, the quantity, the ratio and why;
-bad --junit paths are refused before any work with exit 2.
+"""`check --junit`, `verify --junit` and `gate --junit` (#15): the XML
+parses, holds one test case per configuration and quantity (per point and
+gated metric for the gate), and a failure names the strategy, the quantity,
+the ratio and why; bad --junit paths are refused before any work with exit 2.
+verify from the command line: an export's own trace passes (exit 0), the same
+trace with its step-1 gradients doubled fails (exit 1), bad files and flags
+exit 2 naming what is wrong and write nothing.
 
     junit_test.py PARABENCH WORKDIR
 """
+import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -96,6 +101,68 @@ if rc == 0:
     fails = [(c, n, m) for c, n, m, _ in got if m is not None]
     expect(len(fails) >= 1 and "throughput drop" in fails[0][2] and "baseline" in fails[0][2],
            f"the failure names the drop: {fails}")
+
+# verify: the export's own trace passes; with its step-1 gradients doubled it fails.
+ex = os.path.join(WORK, "export")
+rc, out = run("export", "--dir", ex, "--set", "train.steps=3")
+expect(rc == 0, f"export (got {rc}): {out[-300:]}")
+golden = os.path.join(ex, "trace.safetensors")
+
+
+def edited(name, grads_factor=1.0, meta=None):
+    """The golden trace with grads.* scaled and metadata changed, by hand."""
+    with open(golden, "rb") as fh:
+        blob = fh.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    data = bytearray(blob[8 + n:])
+    for k, v in header.items():
+        if k.startswith("grads.") and v["dtype"] == "F32":
+            b, e = v["data_offsets"]
+            vals = struct.unpack("<%df" % ((e - b) // 4), data[b:e])
+            data[b:e] = struct.pack("<%df" % len(vals), *(x * grads_factor for x in vals))
+    header["__metadata__"].update(meta or {})
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    path = os.path.join(WORK, name)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(h)) + h + bytes(data))
+    return path
+
+
+vxml = os.path.join(WORK, "verify.xml")
+rc, out = run("verify", "--export", ex, "--trace", golden, "--run-dir", os.path.join(WORK, "v_ok"), "--junit", vxml)
+expect(rc == 0 and "PASS" in out, f"verify of the export's own trace exits 0 (got {rc}): {out[-500:]}")
+root, got = cases(vxml)
+expect({n for _, n, _, _ in got} == {"loss", "grads", "params"} and all(m is None for _, _, m, _ in got),
+       f"verify cases loss, grads, params, passing: {got}")
+bad = edited("doubled.safetensors", 2.0, {"framework": "myfw", "strategy": "ddp", "mesh": "dp2"})
+rc, out = run("verify", "--export", ex, "--trace", golden, bad, "--run-dir", os.path.join(WORK, "v_bad"),
+              "--junit", vxml)
+expect(rc == 1 and "myfw:ddp" in out and "FAIL" in out, f"doubled gradients fail verify with exit 1 (got {rc}): {out[-500:]}")
+root, got = cases(vxml)
+fails = [(c, n, m) for c, n, m, _ in got if m is not None]
+expect(len(fails) == 1 and fails[0][1] == "grads" and "myfw:ddp" in fails[0][0] and "ratio" in fails[0][2],
+       f"one failing case, grads of myfw:ddp, naming the ratio: {fails}")
+with open(os.path.join(WORK, "v_bad", "conformance.csv")) as fh:
+    rows = fh.read().splitlines()
+expect(len(rows) == 1 + 2 * 5 and all(",foreign," in r for r in rows[1:]), f"10 conformance rows, backend foreign: {rows[:2]}")
+# Bad input: exit 2 naming what is wrong; nothing written.
+for args, msg in (
+        (["--trace", golden], "--export DIR is required"),
+        (["--export", ex], "--trace FILE is required"),
+        (["--export", os.path.join(WORK, "nope"), "--trace", golden], "is not a directory"),
+        (["--export", ex, "--trace", os.path.join(WORK, "nope.safetensors")], "is not a file"),
+        (["--export", ex, "--trace", os.path.join(ex, "init.safetensors")], "'format' is 'parabench-export-v1'"),
+        (["--export", ex, "--trace", edited("hash.safetensors", meta={"export_hash": "00000000000000ff"})],
+         "trained from another export"),
+        (["--export", ex, "--trace", golden, edited("mesh.safetensors", meta={"mesh": "dp3"})],
+         "3 data replicas x 1 microbatches do not divide the export's batch of 8"),
+        (["--export", ex, "--trace", edited("key.safetensors", meta={"seed": "1"})], "unknown metadata key 'seed'")):
+    runs = os.path.join(WORK, "v_refused")
+    rc, out = run("verify", *args, "--out", runs)
+    expect(rc == 2 and msg in out and "Traceback" not in out, f"verify {args}: exit 2 with '{msg}' (got {rc}: {out[-300:]})")
+    expect(not os.path.exists(runs), f"verify {args}: nothing written")
 
 # Bad paths: exit 2 naming the flag, before any work (no run directory made).
 for path, msg in ((os.path.join(WORK, "no", "such", "r.xml"), "cannot write there"), (WORK, "is a directory"),

@@ -180,8 +180,8 @@ ExportDir read_export(const std::string& dir) {
   ExportDir e;
   e.dir = dir;
   for (const SafetensorsFile* f : {&init, &batch}) {
-    only_keys(*f, {"format", "layout", "precision", "entropy_floor_nats", "config", "config_hash"});
     expect_format(*f, kExportFormat);
+    only_keys(*f, {"format", "layout", "precision", "entropy_floor_nats", "config", "config_hash"});
   }
   e.config_toml = meta(init, "config");
   try {
@@ -216,8 +216,8 @@ ForeignTrace read_trace(const std::string& path, const ExportDir& e) {
   std::error_code ec;
   require(std::filesystem::is_regular_file(path, ec), "verify: --trace " + q(path) + " is not a file");
   const SafetensorsFile f = SafetensorsFile::open(path);
+  expect_format(f, kTraceFormat);  // first: a file of another kind is named as such
   only_keys(f, {"format", "export_hash", "precision", "framework", "strategy", "mesh", "microbatches", "note"});
-  expect_format(f, kTraceFormat);
   require(meta(f, "export_hash") == e.config_hash,
           f.name() + ": metadata 'export_hash' is " + q(meta(f, "export_hash")) + ", but the export in " + q(e.dir) +
               " has config hash " + q(e.config_hash) + ": the trace was trained from another export");
