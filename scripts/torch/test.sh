@@ -55,6 +55,23 @@ for b in "${broken[@]}"; do
   train "$name" --strategy $b --out "$work/broken/$name.safetensors"
 done
 
+# The adapter's own bad input: exit 2 naming what, before any process starts.
+bad_input() {  # pattern args...
+  local want="$1" rc=0 out
+  shift
+  out=$("$py" "$here/train.py" "$@" 2>&1) || rc=$?
+  if ((rc != 2)) || ! grep -q -- "$want" <<<"$out"; then
+    echo "torch adapter: FAIL: train.py $* gave exit $rc, expected 2 with '$want':" >&2
+    echo "$out" | tail -5 >&2
+    exit 1
+  fi
+}
+bad_input "3 replicas x 1 microbatches do not divide the batch of 8" --export "$work/export" --strategy ddp --world 3 --out "$work/x"
+bad_input "8 stages must divide the model's 4 layers" --export "$work/export" --strategy pp-interleaved --world 4 --out "$work/x"
+bad_input "init.safetensors is missing" --export "$work/nowhere" --strategy ddp --out "$work/x"
+bad_input "cannot write a file there" --export "$work/export" --strategy ddp --out "$work/no/such/x"
+bad_input "applies to pp strategies" --export "$work/export" --strategy ddp --fault microbatch-order --out "$work/x"
+
 status=0
 "$pb" verify --export "$work/export" --trace "$work"/traces/*.safetensors --run-dir "$work/verify" \
   --junit "$work/verify.xml" || status=$?

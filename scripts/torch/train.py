@@ -21,6 +21,7 @@ import argparse
 import math
 import os
 import resource
+import struct
 import sys
 import tempfile
 
@@ -226,8 +227,6 @@ def train_replicated(ex, args, rank, world):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         if args.strategy == "hsdp":
-            if world % 2:
-                raise SystemExit("hsdp needs an even world (replicate 2 x shard world/2)")
             mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("replicate", "shard"))
         else:
             mesh = init_device_mesh("cpu", (world,))
@@ -289,9 +288,7 @@ def train_replicated(ex, args, rank, world):
 
 
 def stage_layers(ex, stages):
-    if ex.L % stages:
-        raise SystemExit(f"{stages} pipeline stages need a layer count they divide (the model has {ex.L})")
-    n = ex.L // stages
+    n = ex.L // stages  # shape_problem checked that stages divide L
     return [(s * n, (s + 1) * n) for s in range(stages)]
 
 
@@ -308,8 +305,6 @@ def train_pipeline(ex, args, rank, world):
     layers = stage_layers(ex, nstages)
     mine = [rank + v * world for v in range(per_rank)]  # looped placement (Narayanan et al. 2021)
     micro = args.microbatches or max(ex.micro, world)
-    if ex.batch % micro:
-        raise SystemExit(f"{micro} microbatches do not divide the batch of {ex.batch}")
     mods, stages = [], []
     for s in mine:
         lo, hi = layers[s]
@@ -409,8 +404,6 @@ def train_tp(ex, args, rank, world):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    if ex.NH % world:
-        raise SystemExit(f"tp{world} must divide the model's {ex.NH} heads")
     bf16 = args.precision == "bf16-mixed"
     mesh = init_device_mesh("cpu", (world,))
     model = Stage(ex, 0, ex.L, True, True, split_qkv=True)
@@ -465,6 +458,31 @@ def train_tp(ex, args, rank, world):
     return rec, f"tp{world}", micro
 
 
+def shape_problem(ex, args):
+    """Why the strategy cannot train this export at this world, or None."""
+    w, s = args.world, args.strategy
+    if args.microbatches < 0:
+        return "--microbatches must be positive"
+    if s in ("ddp", "fsdp2", "hsdp") and ex.batch % (w * ex.micro):
+        return f"{s} at world {w}: {w} replicas x {ex.micro} microbatches do not divide the batch of {ex.batch}"
+    if s == "hsdp" and (w < 4 or w % 2):
+        return "hsdp needs an even world of at least 4 (replicate 2 x shard world/2)"
+    if s.startswith("pp-"):
+        stages = w * (2 if s == "pp-interleaved" else 1)
+        if w < 2 or ex.L % stages:
+            return f"{s} at world {w}: {stages} stages must divide the model's {ex.L} layers (and world >= 2)"
+        micro = args.microbatches or max(ex.micro, w)
+        if ex.batch % micro:
+            return f"{micro} microbatches do not divide the batch of {ex.batch}"
+        if s == "pp-interleaved" and micro % w:
+            return f"interleaved 1F1B needs microbatches ({micro}) divisible by the world ({w})"
+    if s == "tp" and ex.NH % w:
+        return f"tp at world {w}: the world must divide the model's {ex.NH} heads"
+    if args.microbatches and not s.startswith("pp-"):
+        return "--microbatches applies to the pipeline strategies (the others use the export's)"
+    return None
+
+
 def worker(rank, args, init_file):
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -511,6 +529,16 @@ def main():
     need = FAULT_STRATEGIES.get(args.fault)
     if need and not args.strategy.startswith(need):
         ap.error(f"--fault {args.fault} applies to {need} strategies")
+    try:  # every check before a process starts
+        ex = pbtrace.Export(args.export)
+    except (pbtrace.ExportError, OSError, KeyError, ValueError, struct.error) as e:
+        ap.error(f"--export {args.export}: {e}")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK) or os.path.isdir(args.out):
+        ap.error(f"--out {args.out}: cannot write a file there")
+    problem = shape_problem(ex, args)
+    if problem:
+        ap.error(problem)
     with tempfile.TemporaryDirectory() as d:
         mp.spawn(worker, args=(args, os.path.join(d, "init")), nprocs=args.world, join=True)
     print(f"wrote {args.out}")
