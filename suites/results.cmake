@@ -1,7 +1,7 @@
 # results: the analytic planner (parabench plan), the regression gate
 # (parabench gate) and the report (parabench report -> scripts/report.py).
 parabench_library(NAME pb_planner ALIAS pb::planner
-  SOURCES planner/model_cost.cc planner/planner.cc planner/plan_output.cc planner/preflight.cc
+  SOURCES planner/model_cost.cc planner/planner.cc planner/plan_output.cc planner/preflight.cc planner/machine.cc
   DEPS pb::spec pb::data_parallel pb::expert_parallel pb::pipeline pb::tensor_parallel pb::reference pb::harness)
 parabench_test(NAME planner_test SOURCES planner/planner_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
 

@@ -102,6 +102,7 @@ def setup():
     files["sweep_done_csv"] = w("sweep_done", "sweep.csv")
     files["inf_tps"] = write(w("csv", "inf_tps", "sweep.csv"), "\n".join([lines[0], ",".join(f)]) + "\n")
     os.makedirs(w("readonly"), exist_ok=True)
+    files["bad_machine"] = write(w("cfg", "machine.toml"), '[machine]\nname = "x"\nsource = "s"\n')
     return files
 
 
@@ -201,6 +202,9 @@ def cases(F):
         (7, ["train", "--set", "model.nope=1"] + o, 2, r"unknown key 'model\.nope'"),
         (7, ["train", "--set", "optim.lr=abc"] + o, 2, r"optim\.lr: expected a float"),
         (7, ["export", "--dir", "/proc/parabench-no"], 2, r"/proc/parabench-no"),
+        (7, ["plan", "--model", "gpt2-124m", "--machine", "nosuch"], 2,
+         r"--machine: 'nosuch' is neither a built-in machine \(a100, h100, h200, mi300x\)"),
+        (7, ["plan", "--model", "gpt2-124m", "--machine", F["bad_machine"]], 2, r"machine\.peak_tflops_bf16"),
     ]
     return c
 

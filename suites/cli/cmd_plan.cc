@@ -13,6 +13,7 @@
 #include "harness/mesh.h"
 #include "impl/spec/run_spec.h"
 #include "suites/cli/command.h"
+#include "suites/planner/machine.h"
 #include "suites/planner/plan_output.h"
 #include "suites/planner/planner.h"
 
@@ -25,8 +26,29 @@ struct PlanFlags {
   int64_t seq = 0;
   std::string shard, offload = "none", precision = "bf16-mixed", recompute = "none", schedule = "1f1b";
   std::string mesh, strategy;  // the run spec's text form (instead of --dp/--tp/--cp/--pp, --shard, ...)
+  std::string machine;         // --machine NAME|FILE
+  std::vector<CLI::Option*> hw_flags;  // --peak-tflops ...: given ones override the machine's figures
+  CLI::Option* rpn_flag = nullptr;
   planner::PlanInput in;
 };
+
+// --machine: the profile's figures for the precision, then any hardware flag
+// given by hand on top; its ranks per node unless the mesh or the flag says.
+void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
+  if (f.machine.empty()) return;
+  const planner::MachineProfile m = planner::load_machine(f.machine);
+  planner::Hardware hw = planner::hardware_for(m, in.precision);
+  const planner::Hardware typed = in.hw;
+  double planner::Hardware::* const fields[] = {
+      &planner::Hardware::peak_tflops,  &planner::Hardware::bw_intra_GBps,   &planner::Hardware::bw_inter_GBps,
+      &planner::Hardware::latency_us,   &planner::Hardware::gemm_efficiency, &planner::Hardware::mem_bw_GBps};
+  for (size_t i = 0; i < f.hw_flags.size(); ++i)
+    if (f.hw_flags[i]->count() > 0) hw.*fields[i] = typed.*fields[i];
+  hw.memory_GB = m.memory_GB;
+  hw.machine = m.name;
+  in.hw = hw;
+  if (in.ranks_per_node == 0 && f.rpn_flag->count() == 0) in.ranks_per_node = m.ranks_per_node;
+}
 
 // --mesh / --strategy: the same spec check, train and sweep take.
 void apply_spec(const PlanFlags& f, planner::PlanInput& in) {
@@ -113,6 +135,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.recompute = planner::parse_recompute(f.recompute, "--recompute");
   in.schedule = pipeline::parse_schedule_kind(f.schedule, "--schedule");
   apply_spec(f, in);
+  apply_machine(f, in);
   return in;
 }
 
@@ -191,15 +214,23 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--schedule", f->schedule, "gpipe|1f1b|interleaved|zb-h1|2bw (default 1f1b)");
   app->add_option("--virtual-stages", f->in.virtual_stages, "model chunks per rank (interleaved)")->check(kPositive);
   app->add_flag("--overlap", f->in.overlap, "DP and CP comm overlap compute (only the excess is exposed)");
-  app->add_option("--peak-tflops", f->in.hw.peak_tflops, "per-rank peak TFLOP/s (enables the time estimate)");
-  app->add_option("--bw-intra", f->in.hw.bw_intra_GBps, "per-rank intra-node bandwidth, GB/s");
-  app->add_option("--bw-inter", f->in.hw.bw_inter_GBps, "per-rank inter-node bandwidth, GB/s");
-  app->add_option("--latency-us", f->in.hw.latency_us, "per-step link latency, us (default 0)");
-  app->add_option("--gemm-efficiency", f->in.hw.gemm_efficiency,
-                  "fraction of the peak the model's GEMMs reach, in (0, 1] (default 1)");
-  app->add_option("--mem-bw", f->in.hw.mem_bw_GBps,
-                  "per-rank device-memory bandwidth, GB/s: times the non-GEMM work (default 0: not timed)");
-  app->add_option("--ranks-per-node", f->in.ranks_per_node, "ranks per node (default: all on one node)")->check(kPositive);
+  app->add_option("--machine", f->machine, "a machine profile: " + [] {
+    std::string s;
+    for (const auto& m : planner::builtin_machines()) s += (s.empty() ? "" : ", ") + m.name;
+    return s;
+  }() + " (datasheet peaks, sources in suites/planner/machine.cc) or a TOML file; the flags below override it");
+  f->hw_flags = {
+      app->add_option("--peak-tflops", f->in.hw.peak_tflops, "per-rank peak TFLOP/s (enables the time estimate)"),
+      app->add_option("--bw-intra", f->in.hw.bw_intra_GBps, "per-rank intra-node bandwidth, GB/s"),
+      app->add_option("--bw-inter", f->in.hw.bw_inter_GBps, "per-rank inter-node bandwidth, GB/s"),
+      app->add_option("--latency-us", f->in.hw.latency_us, "per-step link latency, us (default 0)"),
+      app->add_option("--gemm-efficiency", f->in.hw.gemm_efficiency,
+                      "fraction of the peak the model's GEMMs reach, in (0, 1] (default 1)"),
+      app->add_option("--mem-bw", f->in.hw.mem_bw_GBps,
+                      "per-rank device-memory bandwidth, GB/s: times the non-GEMM work (default 0: not timed)")};
+  f->rpn_flag = app->add_option("--ranks-per-node", f->in.ranks_per_node,
+                                "ranks per node (default: the machine's, else all on one node)")
+                    ->check(kPositive);
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   reg.push_back({app, [f, env] { return run_plan(*f, env); }});
 }

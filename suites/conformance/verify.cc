@@ -70,7 +70,7 @@ const std::string& meta_label(const SafetensorsFile& f, const std::string& key) 
   const bool ok = !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("._+:/-", c);
   });
-  require(ok && s.find_first_of('\0') == std::string::npos,
+  require(ok,
           f.name() + ": metadata " + q(key) + " must be 1 to 64 characters of letters, digits and ._+:/- (got " +
               std::to_string(s.size()) + " characters)");
   return s;

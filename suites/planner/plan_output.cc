@@ -110,6 +110,12 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
       : w.all_known()                   ? "total device (without workspace)"
                                         : "total device (known tags)",
       w.device_total());
+  if (in.hw.memory_GB > 0) {
+    const double need = double(w.device_total()), have = in.hw.memory_GB * 1e9;
+    o += fmt("  %-36s %10.3f  (%s: %.4g GB per device%s)\n", need <= have ? "fits in" : "DOES NOT FIT in",
+             have / double(1ull << 30), in.hw.machine.empty() ? "device" : in.hw.machine.c_str(), in.hw.memory_GB,
+             w.all_known() ? "" : "; the known tags only");
+  }
 
   o += "\ncommunication per step, per rank (logical GB: nccl-tests convention)\n";
   o += fmt("  %-10s %-5s %-14s %6s %10s %12s %12s %-6s %10s\n", "group", "phase", "op", "size", "calls",
@@ -126,6 +132,9 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
     o += "estimate        give --peak-tflops (and --bw-intra/--bw-inter) for step time and MFU\n";
     return o;
   }
+  if (!in.hw.machine.empty())
+    o += fmt("machine         %s (plan --machine; a datasheet's peaks are an upper bound unless calibrated)\n",
+             in.hw.machine.c_str());
   o += fmt("estimate        peak %.4g TFLOP/s per rank (GEMMs at %.3g of it), links %.4g / %.4g GB/s intra / inter, "
            "latency %.4g us%s\n",
            in.hw.peak_tflops, in.hw.gemm_efficiency, in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us,

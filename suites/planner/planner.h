@@ -41,6 +41,8 @@ struct Hardware {
   double latency_us = 0;
   double gemm_efficiency = 1;  // in (0, 1]: fraction of peak_tflops the model's GEMMs reach
   double mem_bw_GBps = 0;      // per rank device-memory bandwidth; 0: memory-bound work not timed
+  double memory_GB = 0;        // device memory per rank; 0: unknown (no fit check)
+  std::string machine;         // the profile's name (plan --machine), empty when typed by hand
 };
 
 struct PlanInput {

@@ -2,11 +2,16 @@
 // ZeRO's model-state bytes, Korthikanti et al.'s activation bytes, and the
 // pipeline bubble (p-1)/m; plus the 1T-parameter / thousands-of-ranks scale.
 #include "suites/planner/planner.h"
+#include "suites/planner/machine.h"
+#include "suites/planner/plan_output.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 #include <mutex>
 
@@ -209,7 +214,10 @@ TEST(Planner, TrillionParametersOnThousandsOfRanks) {
   in.recompute = Recompute::selective;
   in.global_batch = 3072 * 16;
   in.ranks_per_node = 8;
-  in.hw = {312, 300, 25, 5};
+  in.hw.peak_tflops = 312;
+  in.hw.bw_intra_GBps = 300;
+  in.hw.bw_inter_GBps = 25;
+  in.hw.latency_us = 5;
   const PlanResult r = plan(in);
   EXPECT_EQ(r.world, 8 * 64 * 96);
   EXPECT_TRUE(r.timed);
@@ -231,7 +239,10 @@ TEST(Planner, TrillionParametersOnThousandsOfRanks) {
 TEST(Planner, OverlapHidesDataParallelComm) {
   PlanInput in = params_only(124'000'000, 8, dp::Shard::zero2);
   in.global_batch = 64;
-  in.hw = {100, 50, 10, 2};
+  in.hw.peak_tflops = 100;
+  in.hw.bw_intra_GBps = 50;
+  in.hw.bw_inter_GBps = 10;
+  in.hw.latency_us = 2;
   const PlanResult a = plan(in);
   in.overlap = true;
   const PlanResult b = plan(in);
@@ -517,6 +528,85 @@ TEST(Planner, BadInputIsInputError) {
   s.global_batch = 8;
   s.hw.peak_tflops = 10;  // no bandwidth for the dp traffic
   EXPECT_THROW(plan(s), InputError);
+}
+
+// plan --machine: the built-in profiles carry their datasheet figures and
+// sources; a TOML profile reads strictly; the precision picks the peak.
+TEST(Machine, BuiltInProfilesByNameWithSources) {
+  ASSERT_EQ(builtin_machines().size(), 4u);
+  for (const auto& m : builtin_machines()) {
+    EXPECT_GT(m.peak_tflops_bf16, m.peak_tflops_fp32) << m.name;
+    EXPECT_GT(m.memory_GB, 0) << m.name;
+    EXPECT_EQ(m.ranks_per_node, 8) << m.name;
+    EXPECT_NE(m.source.find("datasheet"), std::string::npos) << m.name;
+  }
+  const MachineProfile a = load_machine("A100");  // case-insensitive
+  EXPECT_EQ(a.name, "a100");
+  EXPECT_DOUBLE_EQ(hardware_for(a, Precision::bf16_mixed).peak_tflops, 312);
+  EXPECT_DOUBLE_EQ(hardware_for(a, Precision::fp32).peak_tflops, 19.5);
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("h100"), Precision::bf16_mixed).peak_tflops, 989.4);
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("h200"), Precision::bf16_mixed).mem_bw_GBps, 4800);
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("mi300x"), Precision::fp64).peak_tflops, 163.4);
+  try {
+    load_machine("b300");
+    ADD_FAILURE() << "an unknown machine was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'b300' is neither a built-in machine (a100, h100, h200, mi300x)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Machine, ProfileFileReadsStrictly) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto file = [&](const std::string& name, const std::string& text) {
+    const auto p = dir / name;
+    std::ofstream(p) << text;
+    return p.string();
+  };
+  const MachineProfile m = load_machine(file("ok.toml",
+                                             "[machine]\nname = \"box\"\nsource = \"calibrated 2026-11-23\"\n"
+                                             "peak_tflops_bf16 = 100.0\nbw_intra_GBps = 40.0\nmemory_GB = 24.0\n"
+                                             "gemm_efficiency = 0.5\nranks_per_node = 2\n"));
+  EXPECT_EQ(m.name, "box");
+  EXPECT_DOUBLE_EQ(m.peak_tflops_fp32, 100);  // defaults to the bf16 peak
+  EXPECT_DOUBLE_EQ(m.bw_inter_GBps, 40);      // defaults to the intra-node link
+  EXPECT_DOUBLE_EQ(hardware_for(m, Precision::fp32).gemm_efficiency, 0.5);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"[machine]\nname = \"x\"\nsource = \"s\"\n", "machine.peak_tflops_bf16"},
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\nspeed = 2.0\n", "machine.speed"},
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\ngemm_efficiency = 0.0\n",
+       "machine.gemm_efficiency"},
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = inf\n", "machine.peak_tflops_bf16"},
+      {"[machine]\nname = \"x\"\npeak_tflops_bf16 = 1.0\n", "machine.source"},
+      {"[machine]\nname = \"\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\n", "machine.name"},
+      {"[machine\n", "bad.toml"},
+  };
+  for (const auto& [text, want] : bad) {
+    try {
+      load_machine(file("bad.toml", text));
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Machine, ThePlanSaysWhetherItFits) {
+  PlanInput in;
+  in.shape = planner_model("gpt2-124m");
+  in.dp = 8;
+  in.hw = hardware_for(load_machine("a100"), in.precision);
+  in.hw.memory_GB = 80;
+  in.hw.machine = "a100";
+  std::string t = format_plan_table(in, plan(in));
+  EXPECT_NE(t.find("fits in"), std::string::npos) << t;
+  EXPECT_NE(t.find("machine         a100"), std::string::npos) << t;
+  in.hw.memory_GB = 0.5;
+  t = format_plan_table(in, plan(in));
+  EXPECT_NE(t.find("DOES NOT FIT in"), std::string::npos) << t;
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+#include "suites/planner/machine.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include "harness/io/config.h"
+#include "harness/status.h"
+
+namespace pb::planner {
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return s;
+}
+
+}  // namespace
+
+// Peak dense figures per device from the vendors' datasheets; links per
+// direction (a datasheet's NVLink / Infinity Fabric figure is both directions
+// summed); the inter-node link is one 200 Gb/s (A100 nodes) or 400 Gb/s
+// (later) NIC per device, as in NVIDIA's DGX systems.
+const std::vector<MachineProfile>& builtin_machines() {
+  static const std::vector<MachineProfile> m = {
+      {"a100",
+       "NVIDIA A100 80GB SXM4 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core 312 "
+       "TFLOPS dense, FP32 19.5, FP64 Tensor Core 19.5, HBM2e 2,039 GB/s, 80 GB, NVLink 600 GB/s (300 per "
+       "direction); DGX A100: 8 GPUs, 8 x 200 Gb/s HDR InfiniBand (25 GB/s per GPU)",
+       312, 19.5, 19.5, 2039, 300, 25, 0, 1, 80, 8},
+      {"h100",
+       "NVIDIA H100 SXM5 datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
+       "Tensor Core 66.9, HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s (450 per direction); DGX H100: 8 GPUs, 8 x 400 Gb/s "
+       "NDR InfiniBand (50 GB/s per GPU)",
+       989.4, 66.9, 66.9, 3350, 450, 50, 0, 1, 80, 8},
+      {"h200",
+       "NVIDIA H200 SXM datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
+       "Tensor Core 66.9, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s (450 per direction); DGX H200: 8 GPUs, 8 x 400 "
+       "Gb/s NDR InfiniBand (50 GB/s per GPU)",
+       989.4, 66.9, 66.9, 4800, 450, 50, 0, 1, 141, 8},
+      {"mi300x",
+       "AMD Instinct MI300X datasheet: peak BF16 matrix 1,307.4 TFLOPS dense, FP32 matrix 163.4, FP64 matrix 163.4, "
+       "HBM3 5.3 TB/s, 192 GB, 7 Infinity Fabric links of 128 GB/s (896 GB/s both directions, 448 per direction); "
+       "8 GPUs per platform, one 400 Gb/s NIC per GPU (50 GB/s)",
+       1307.4, 163.4, 163.4, 5300, 448, 50, 0, 1, 192, 8},
+  };
+  return m;
+}
+
+MachineProfile load_machine(const std::string& what) {
+  for (const auto& m : builtin_machines())
+    if (m.name == lower(what)) return m;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(what, ec)) {
+    std::string names;
+    for (const auto& m : builtin_machines()) names += (names.empty() ? "" : ", ") + m.name;
+    throw InputError("--machine: '" + what + "' is neither a built-in machine (" + names +
+                     ") nor a profile file (TOML; see suites/planner/machine.h)");
+  }
+  ConfigReader r = ConfigReader::from_file(what);
+  MachineProfile m;
+  m.name = r.require<std::string>("machine.name");
+  require(!m.name.empty() && m.name.size() <= 64, r.source() + ": machine.name must be 1 to 64 characters");
+  m.source = r.require<std::string>("machine.source");
+  require(!m.source.empty(), r.source() + ": machine.source must say where the figures come from");
+  m.peak_tflops_bf16 = r.require<double>("machine.peak_tflops_bf16", Bounds::positive());
+  m.peak_tflops_fp32 = r.get<double>("machine.peak_tflops_fp32", m.peak_tflops_bf16, Bounds::positive());
+  m.peak_tflops_fp64 = r.get<double>("machine.peak_tflops_fp64", m.peak_tflops_fp32, Bounds::positive());
+  m.mem_bw_GBps = r.get<double>("machine.mem_bw_GBps", 0.0, Bounds::non_negative());
+  m.bw_intra_GBps = r.get<double>("machine.bw_intra_GBps", 0.0, Bounds::non_negative());
+  m.bw_inter_GBps = r.get<double>("machine.bw_inter_GBps", m.bw_intra_GBps, Bounds::non_negative());
+  m.latency_us = r.get<double>("machine.latency_us", 0.0, Bounds::non_negative());
+  m.gemm_efficiency = r.get<double>("machine.gemm_efficiency", 1.0, Bounds::open_closed(0, 1));
+  m.memory_GB = r.get<double>("machine.memory_GB", 0.0, Bounds::non_negative());
+  m.ranks_per_node = r.get<int>("machine.ranks_per_node", 1, Bounds::closed(1, 1 << 20));
+  r.check_no_unknown_keys();
+  return m;
+}
+
+Hardware hardware_for(const MachineProfile& m, Precision precision) {
+  Hardware h;
+  h.peak_tflops = precision == Precision::fp64   ? m.peak_tflops_fp64
+                  : precision == Precision::fp32 ? m.peak_tflops_fp32
+                                                 : m.peak_tflops_bf16;
+  h.bw_intra_GBps = m.bw_intra_GBps;
+  h.bw_inter_GBps = m.bw_inter_GBps;
+  h.latency_us = m.latency_us;
+  h.gemm_efficiency = m.gemm_efficiency;
+  h.mem_bw_GBps = m.mem_bw_GBps;
+  return h;
+}
+
+}  // namespace pb::planner

@@ -1,0 +1,48 @@
+// Machine profiles for the planner (`parabench plan --machine NAME|FILE`):
+// what one device and its links can do, so a plan at thousands of ranks needs
+// no hand-typed figures. Built in: the datasheet peaks of common training GPUs
+// (each with its source); a TOML file gives any other machine (the format
+// `parabench calibrate` is to write):
+//
+//   [machine]
+//   name = "my-cluster"            # required
+//   source = "where the figures come from"   # required
+//   peak_tflops_bf16 = 989.0       # required: dense, per device
+//   peak_tflops_fp32 = 66.9        # default: peak_tflops_bf16
+//   peak_tflops_fp64 = 66.9        # default: peak_tflops_fp32
+//   mem_bw_GBps = 3350.0           # device memory bandwidth, GB/s (0: not timed)
+//   bw_intra_GBps = 450.0          # per device, per direction, within a node
+//   bw_inter_GBps = 50.0           # per device, per direction, across nodes
+//   latency_us = 0.0               # per collective step
+//   gemm_efficiency = 1.0          # fraction of the peak the GEMMs reach, (0, 1]
+//   memory_GB = 80.0               # device memory (0: unknown, no fit check)
+//   ranks_per_node = 8             # devices per node
+//
+// Figures are peaks from datasheets unless a calibration measured them: a plan
+// at peak (gemm_efficiency 1) is an upper bound on throughput.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "reference/train_config.h"
+#include "suites/planner/planner.h"
+
+namespace pb::planner {
+
+struct MachineProfile {
+  std::string name, source;
+  double peak_tflops_bf16 = 0, peak_tflops_fp32 = 0, peak_tflops_fp64 = 0;
+  double mem_bw_GBps = 0, bw_intra_GBps = 0, bw_inter_GBps = 0, latency_us = 0;
+  double gemm_efficiency = 1;
+  double memory_GB = 0;
+  int ranks_per_node = 1;
+};
+
+const std::vector<MachineProfile>& builtin_machines();
+// A built-in name (case-insensitive) or a TOML file as above; InputError
+// naming the unknown name (with the list) or the file and key.
+MachineProfile load_machine(const std::string& name_or_file);
+// The planner's hardware for a run at `precision` on this machine.
+Hardware hardware_for(const MachineProfile& m, Precision precision);
+
+}  // namespace pb::planner
