@@ -14,6 +14,10 @@ if(PARABENCH_BUILD_TESTS)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/junit_test.py
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_junit_work)
   set_tests_properties(cli_junit PROPERTIES TIMEOUT 300 LABELS "cli")
+  # parabench selftest (#17): exit 0, nothing failed, the parts it cannot run named.
+  add_test(NAME cli_selftest COMMAND $<TARGET_FILE:parabench> selftest)
+  set_tests_properties(cli_selftest PROPERTIES TIMEOUT 300 LABELS "cli"
+                       FAIL_REGULAR_EXPRESSION "FAIL;[1-9][0-9]* failed")
   # Code that is not ours (#15): PyTorch trains the canonical model from an
   # export with its own strategies (scripts/torch); verify passes every trace
   # and fails the deliberately broken ones. Skipped (77) without the adapter's

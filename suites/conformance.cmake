@@ -112,3 +112,12 @@ if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
       COMMAND $<TARGET_FILE:conformance_pipeline_mpi_test>)
   endforeach()
 endif()
+
+# parabench selftest (#17): the CPU kernels against fp64, every collective,
+# a two-step point of every strategy family.
+parabench_library(NAME pb_selftest ALIAS pb::selftest
+  SOURCES selftest/kernel_checks.cc
+  DEPS pb::kernels_cpu pb::harness)
+parabench_test(NAME selftest_kernel_checks_test SOURCES selftest/kernel_checks_test.cc DEPS pb::selftest)
+list(APPEND PB_CLI_SOURCES cli/cmd_selftest.cc)
+list(APPEND PB_CLI_DEPS pb::selftest)

@@ -511,6 +511,14 @@ int run_check(const CheckFlags& f, const Env& env) {
 
 }  // namespace
 
+StrategyRun check_point(const std::string& model, const std::string& precision, const std::string& mesh_entry,
+                        const std::string& strategy, int steps) {
+  CheckFlags f;
+  f.model = model;
+  f.steps = steps;
+  return mesh_point(f, precision, mesh_entry, strategy);
+}
+
 void register_check(CLI::App& root, Registry& reg, const Env& env) {
   auto f = std::make_shared<CheckFlags>();
   CLI::App* app = root.add_subcommand("check", "conformance matrix; exit 1 on any failure");

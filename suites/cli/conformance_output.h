@@ -22,6 +22,11 @@ void write_conformance_rows(ResultWriter& csv, RunMeta meta, const ConformanceRe
 // communication item; a failure's message names the ratio (or the measured
 // and declared figures) and the reason. `seconds` is spread over the cases.
 void add_junit_cases(const ConformanceResult& r, double seconds, JunitSuite* suite);
+// One point as `check --model M --precision P --mesh ENTRY --strategy S
+// --steps N` builds it (cmd_check.cc): the model, batch and sequence follow
+// from the mesh; ENTRY may end in ".sp". Empty model: check's default.
+StrategyRun check_point(const std::string& model, const std::string& precision, const std::string& mesh_entry,
+                        const std::string& strategy, int steps);
 // The hash of the configuration a run amounts to (its canonical TOML).
 std::string config_hash_of(const StrategyRun& s);
 extern const char* const kRatioLegend;

@@ -1,0 +1,202 @@
+// parabench selftest: a vendor's first command. Briefly, on this machine:
+// every CPU kernel at fp32 and bf16 against itself at fp64
+// (suites/selftest/kernel_checks.h); every collective on the local backend
+// with nccl-tests' #wrong check, out of place and in place, over sizes from
+// 8 B to 1 MiB; a two-step conformance point of every strategy family (the
+// engine of `check`: truth, floor, bitwise where declared, memory and bytes
+// exact). Then what it could not run here and why (CUDA kernels and NCCL
+// without a GPU, the MPI backend outside mpirun). Exit 0 when everything it
+// ran passed, 1 otherwise.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "harness/comm/runner.h"
+#include "harness/status.h"
+#include "suites/cli/command.h"
+#include "suites/cli/common.h"
+#include "suites/cli/conformance_output.h"
+#include "suites/collectives/coll.h"
+#include "suites/collectives/driver.h"
+#include "suites/conformance/engine.h"
+#include "suites/selftest/kernel_checks.h"
+
+namespace pb::cli {
+namespace {
+
+using coll::all_colls;
+using coll::BenchOptions;
+using coll::BenchPoint;
+using coll::CollDesc;
+using coll::run_collective;
+
+struct Tally {
+  int ran = 0, failed = 0;
+  std::vector<std::string> skipped;  // "what: why"
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void kernels(Tally& t) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto checks = selftest::check_cpu_kernels();
+  std::printf("kernels (CPU, against fp64 on the same inputs; relative L2 error, tolerance fp32 %.2g, bf16 %.3g)\n",
+              selftest::kernel_tolerance(DType::f32), selftest::kernel_tolerance(DType::bf16));
+  std::printf("  %-32s %12s %12s  %s\n", "op", "fp32", "bf16", "result");
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (checks[i].dtype != DType::f32) continue;
+    const selftest::KernelCheck* b = nullptr;  // the same op at bf16
+    for (const auto& c : checks)
+      if (c.dtype == DType::bf16 && c.op == checks[i].op) b = &c;
+    const bool pass = checks[i].pass && (!b || b->pass);
+    std::printf("  %-32s %12.3g %12.3g  %s\n", checks[i].op.c_str(), checks[i].error, b ? b->error : 0.0,
+                pass ? "ok" : "FAIL");
+  }
+  for (const auto& c : checks) {
+    ++t.ran;
+    t.failed += !c.pass;
+  }
+  std::printf("  %zu checks in %.2f s\n\n", checks.size(), seconds_since(start));
+}
+
+void collectives(Tally& t) {
+  const auto start = std::chrono::steady_clock::now();
+  constexpr int kWorld = 4;
+  std::printf("collectives (local backend, %d ranks as threads; #wrong elements, out of place / in place, 8 B to 1 MiB)\n",
+              kWorld);
+  BenchOptions o;
+  o.min_bytes = 8;
+  o.max_bytes = size_t(1) << 20;
+  o.step_factor = 16;
+  o.iters = 1;
+  o.warmup = 0;
+  o.check = 1;
+  o.average = 0;
+  for (const CollDesc* op : all_colls()) {
+    for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
+      WorldOptions w;
+      w.size = kWorld;
+      auto world = make_local_world(w);
+      long wrong = 0;
+      int points = 0;
+      std::mutex mu;
+      run_ranks(*world, [&](Communicator& c) {
+        run_collective(c, *op, dt, ReduceOp::sum, op->rooted ? 0 : -1, o, [&](const BenchPoint& a, const BenchPoint& b) {
+          std::lock_guard lk(mu);
+          ++points;
+          wrong += std::max(0L, a.wrong) + std::max(0L, b.wrong);
+        });
+      });
+      std::printf("  %-16s %-5s %3d sizes  #wrong %ld  %s\n", std::string(op->name).c_str(),
+                  std::string(dtype_name(dt)).c_str(), points, wrong, wrong == 0 && points > 0 ? "ok" : "FAIL");
+      ++t.ran;
+      t.failed += wrong != 0 || points == 0;
+    }
+  }
+  std::printf("  in %.2f s\n\n", seconds_since(start));
+}
+
+struct Point {
+  const char* family;
+  const char* model;  // "" : check's default for the mesh
+  const char* mesh;
+  const char* strategy;
+};
+
+void strategies(Tally& t) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Point> points = {
+      {"data parallel", "", "dp2", "shard=none"},
+      {"data parallel", "", "dp2", "shard=zero1"},
+      {"data parallel", "", "dp2", "shard=zero2"},
+      {"data parallel", "", "dp2", "shard=zero3"},
+      {"data parallel", "", "dp2", "shard=zero2,offload=optimizer"},
+      {"data parallel", "", "dp4.rpn2", "shard=hsdp"},
+      {"data parallel", "", "dp4.rpn2", "shard=hzero"},
+      {"pipeline", "", "pp2", "schedule=gpipe"},
+      {"pipeline", "", "pp2", "schedule=1f1b"},
+      {"pipeline", "", "pp2", "schedule=interleaved,virtual_stages=2"},
+      {"pipeline", "", "pp2", "schedule=zb-h1"},
+      {"pipeline", "", "pp2", "schedule=2bw"},
+      {"tensor parallel", "", "tp2", "shard=none"},
+      {"tensor parallel", "", "tp2.sp", "shard=none"},
+      {"tensor parallel", "", "tp2", "recompute=full"},
+      {"context parallel", "", "cp2", "cp_algo=ring"},
+      {"context parallel", "", "cp2", "cp_algo=ulysses"},
+      {"mixture of experts", "tiny-moe", "dp2", "shard=none"},
+      {"expert parallel", "tiny-moe", "dp2.ep2", "shard=none"},
+      {"composed", "", "dp2.tp2.pp2", "shard=zero1,schedule=1f1b"},
+  };
+  std::printf("strategies (two steps each at fp32, local backend: the rule against fp64, bitwise where declared,\n"
+              "memory and communication exact against what each rank declares)\n");
+  print_result_header();
+  for (const Point& p : points) {
+    ConformanceResult r;
+    std::string error;
+    try {
+      r = run_conformance(check_point(p.model, "fp32", p.mesh, p.strategy, 2));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    ++t.ran;
+    if (!error.empty()) {
+      ++t.failed;
+      std::printf("%-34s FAILED to run: %s\n", (std::string(p.mesh) + " " + p.strategy).c_str(), error.c_str());
+      continue;
+    }
+    t.failed += !r.pass();
+    print_result_row(r);
+    if (!r.pass()) std::printf("    %s\n", describe_failures(r).c_str());
+  }
+  std::printf("  %zu points in %.2f s\n\n", points.size(), seconds_since(start));
+}
+
+// What this machine cannot run, and why.
+void unavailable(Tally& t, const Env& env) {
+  std::error_code ec;
+  const bool nvidia = std::filesystem::exists("/dev/nvidiactl", ec) || std::filesystem::exists("/dev/nvidia0", ec);
+  const bool amd = std::filesystem::exists("/dev/kfd", ec);
+  const std::string gpu = nvidia ? "an NVIDIA device is present, but this parabench runs no CUDA code yet"
+                          : amd  ? "an AMD device (/dev/kfd) is present; parabench has no HIP backend"
+                                 : "no GPU (no /dev/nvidiactl, /dev/nvidia0 or /dev/kfd)";
+  t.skipped.push_back("CUDA kernels against the CPU: " + gpu +
+                      " (kernels/cuda: elementwise ops and a cuBLAS matmul, ctest cuda_ops_test on a GPU)");
+  t.skipped.push_back("NCCL collectives and strategies: " + gpu);
+  if (!env.under_mpirun)
+    t.skipped.push_back(
+        "MPI backend: not under mpirun (run `mpirun -np 4 parabench collectives` and `mpirun -np 4 parabench check "
+        "--mesh dp4`)");
+}
+
+int run_selftest(const Env& env) {
+  require(!env.under_mpirun,
+          "selftest: runs in one process on the local backend; under mpirun use `parabench collectives` and "
+          "`parabench check` (every rank runs them)");
+  const auto start = std::chrono::steady_clock::now();
+  Tally t;
+  kernels(t);
+  collectives(t);
+  strategies(t);
+  unavailable(t, env);
+  std::printf("not run on this machine:\n");
+  for (const auto& s : t.skipped) std::printf("  - %s\n", s.c_str());
+  std::printf("\nselftest: %d checks, %d failed, %zu parts not run; %.1f s\n", t.ran, t.failed, t.skipped.size(),
+              seconds_since(start));
+  return t.failed ? 1 : 0;
+}
+
+}  // namespace
+
+void register_selftest(CLI::App& root, Registry& reg, const Env& env) {
+  CLI::App* app = root.add_subcommand(
+      "selftest", "every CPU kernel, collective and strategy family, briefly; says what it could not run and why");
+  reg.push_back({app, [&env] { return run_selftest(env); }});
+}
+
+}  // namespace pb::cli
