@@ -38,7 +38,7 @@ void write_reported(ResultWriter& csv, RunMeta meta, const ForeignTrace& t, cons
       CsvRecord rec;
       rec.set("strategy", r.strategy).set("precision", precision_name(r.precision));
       rec.set("quantity", quantity).set("item", std::string(what) + ".rank" + std::to_string(rank));
-      rec.set("step", int64_t(t.trace.loss.size())).set("measured", v[rank]);
+      rec.set("step", int64_t(t.loss.size())).set("measured", v[rank]);
       meta.status = "skipped";
       meta.reason = "reported by the trace; not judged (no declared figure for a foreign strategy)";
       meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
