@@ -24,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all=(config run_spec_text safetensors csv schema_json schema_csv)
+all=(config run_spec_text safetensors csv schema_json schema_csv trace)
 seconds=20
 timed=""
 runs=""
