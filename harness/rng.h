@@ -1,7 +1,7 @@
 // Counter-based random numbers: Philox4x32-10 (J. K. Salmon, M. A. Moraes,
 // R. O. Dror, D. E. Shaw, "Parallel random numbers: as easy as 1, 2, 3",
-// SC'11; doi 10.1145/2063384.2063405), with the multipliers and Weyl
-// constants of Random123's philox.h, checked against its kat_vectors.
+// SC'11; doi 10.1145/2063384.2063405) from Random123's philox.h, checked
+// against its kat_vectors.
 //
 // Invariant: every draw is a pure function of (seed, stream, index). The
 // 64-bit seed is the Philox key; the 128-bit counter is (block lo, block hi,
@@ -21,6 +21,8 @@
 #include <string_view>
 #include <utility>
 
+#include <Random123/philox.h>
+
 #include "harness/dtype.h"
 
 namespace pb::rng {
@@ -28,37 +30,30 @@ namespace pb::rng {
 using Block = std::array<uint32_t, 4>;
 using Key = std::array<uint32_t, 2>;
 
-// Philox4x32 with R rounds; R = 10 is the standard generator. Each round: two
-// 32x32->64 multiplies, the high halves xor'ed with the other two words and
-// the round key; the key is bumped by the Weyl constants between rounds.
+// Philox4x32 with R rounds (R = 10 is the standard generator) from Random123
+// itself (Debian's librandom123-dev, the authors' reference implementation,
+// __host__ __device__ under nvcc): the CPU and a GPU kernel draw identical
+// values from one source. (Random123 defines a macro philox4x32, hence the name.)
 template <int R = 10>
-constexpr Block philox4x32(Block ctr, Key key) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  for (int r = 0; r < R; ++r) {
-    if (r > 0) {
-      key[0] += kW0;
-      key[1] += kW1;
-    }
-    const uint64_t p0 = uint64_t{kM0} * ctr[0];
-    const uint64_t p1 = uint64_t{kM1} * ctr[2];
-    ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ key[0], uint32_t(p1),
-           uint32_t(p0 >> 32) ^ ctr[3] ^ key[1], uint32_t(p0)};
-  }
-  return ctr;
+inline Block philox(Block ctr, Key key) {
+  using G = r123::Philox4x32_R<R>;
+  const typename G::ctr_type c = {{ctr[0], ctr[1], ctr[2], ctr[3]}};
+  const typename G::key_type k = {{key[0], key[1]}};
+  const typename G::ctr_type r = G()(c, k);
+  return {r[0], r[1], r[2], r[3]};
 }
 
 // The 128 random bits of block `block` of stream `stream` under `seed`.
-constexpr Block block(uint64_t seed, uint64_t stream, uint64_t block) {
-  return philox4x32<10>({uint32_t(block), uint32_t(block >> 32), uint32_t(stream), uint32_t(stream >> 32)},
+inline Block block(uint64_t seed, uint64_t stream, uint64_t block) {
+  return philox<10>({uint32_t(block), uint32_t(block >> 32), uint32_t(stream), uint32_t(stream >> 32)},
                         {uint32_t(seed), uint32_t(seed >> 32)});
 }
 
-constexpr uint32_t u32(uint64_t seed, uint64_t stream, uint64_t index) {
+inline uint32_t u32(uint64_t seed, uint64_t stream, uint64_t index) {
   return block(seed, stream, index >> 2)[index & 3];
 }
 
-constexpr uint64_t u64(uint64_t seed, uint64_t stream, uint64_t index) {
+inline uint64_t u64(uint64_t seed, uint64_t stream, uint64_t index) {
   const Block b = block(seed, stream, index >> 1);
   const int h = int(index & 1) * 2;
   return uint64_t{b[h]} | (uint64_t{b[h + 1]} << 32);

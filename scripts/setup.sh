@@ -8,7 +8,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfccp-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfccp-dev librandom123-dev
   python3 python3-matplotlib python3-numpy
   clang-14 libclang-rt-14-dev
 )
