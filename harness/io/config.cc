@@ -64,19 +64,16 @@ std::vector<std::string_view> split_key(std::string_view key) {
 template <class T> struct Traits;
 template <> struct Traits<bool> {
   static constexpr const char* what = "a boolean";
-  static constexpr const char* plural = "booleans";
   static std::optional<bool> from(const toml::node& n) { return n.value_exact<bool>(); }
   static bool to_node(bool v) { return v; }
 };
 template <> struct Traits<int64_t> {
   static constexpr const char* what = "an integer";
-  static constexpr const char* plural = "integers";
   static std::optional<int64_t> from(const toml::node& n) { return n.value_exact<int64_t>(); }
   static int64_t to_node(int64_t v) { return v; }
 };
 template <> struct Traits<int> {
   static constexpr const char* what = "an integer";
-  static constexpr const char* plural = "integers";
   static std::optional<int64_t> from(const toml::node& n) { return n.value_exact<int64_t>(); }
   static int64_t to_node(int v) { return v; }
 };
