@@ -69,6 +69,7 @@ template <> struct Traits<bool> {
 };
 template <> struct Traits<int64_t> {
   static constexpr const char* what = "an integer";
+  static constexpr const char* plural = "integers";
   static std::optional<int64_t> from(const toml::node& n) { return n.value_exact<int64_t>(); }
   static int64_t to_node(int64_t v) { return v; }
 };
