@@ -1,7 +1,7 @@
 // The CUDA kernels against the CPU kernels (fp32) on the same inputs. Needs a
 // device: without one every test is skipped with the reason.
 // Tolerance: both sides compute in fp32 but in different orders (cuBLAS
-// tiling, FMA contraction, tanhf vs std::tanh), so they agree to the fp32
+// tiling, FMA contraction), so they agree to the fp32
 // bound the CPU tests use against fp64 (kF32Tol, normwise).
 #include <gtest/gtest.h>
 
@@ -72,6 +72,26 @@ TEST_F(CudaKernels, GeluMatchesCpu) {
   cuda::gelu_backward(gdx.get(), gx.get(), gdy.get(), kN, stream_);
   EXPECT_LE(rel_err(gy.host(), to_double(y)), kF32Tol);
   EXPECT_LE(rel_err(gdx.host(), to_double(dx)), kF32Tol);
+}
+
+TEST_F(CudaKernels, AdamWMatchesCpu) {
+  // Three steps with decay and a clip factor; the element update is the
+  // shared kernels/common/math.h function on both sides.
+  const auto g = to<float>(random_vec(kN, 6, -0.01, 0.01)), p0 = to<float>(random_vec(kN, 7, -0.1, 0.1));
+  std::vector<float> master = p0, m(kN), v(kN);
+  DeviceVec gg(g), gmaster(p0), gm(m), gv(v);
+  AdamWHyper h;
+  h.lr = 1e-3;
+  h.grad_scale = 0.5;
+  for (long s = 1; s <= 3; ++s) {
+    h.step = s;
+    adamw_step<float, float>(master.data(), nullptr, g.data(), m.data(), v.data(), kN, h, true);
+    cuda::adamw_step(gmaster.get(), nullptr, gg.get(), gm.get(), gv.get(), kN, h.lr, h.beta1, h.beta2, h.eps,
+                     h.weight_decay, s, h.grad_scale, true, stream_);
+  }
+  EXPECT_LE(rel_err(gmaster.host(), to_double(master)), kF32Tol);
+  EXPECT_LE(rel_err(gm.host(), to_double(m)), kF32Tol);
+  EXPECT_LE(rel_err(gv.host(), to_double(v)), kF32Tol);
 }
 
 TEST_F(CudaKernels, ResidualAccumulateScaleMatchCpu) {

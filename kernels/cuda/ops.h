@@ -19,6 +19,12 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N,
 void residual_forward(float* out, const float* a, const float* b, size_t N, cudaStream_t stream);
 void accumulate(float* dst, const float* src, size_t N, cudaStream_t stream);
 void scale(float* x, double s, size_t N, cudaStream_t stream);
+// AdamW on fp32 master, moments and gradient (kernels/cpu's adamw_step<float,
+// float> with AdamWHyper's fields spelled out; param_out may be null or alias
+// master).
+void adamw_step(float* master, float* param_out, const float* grad, float* m, float* v, size_t n,
+                double lr, double beta1, double beta2, double eps, double weight_decay, long step,
+                double grad_scale, bool decay, cudaStream_t stream);
 
 // ---- matmul: out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC) -----------
 // Row-major buffers as on the CPU; cuBLAS runs in plain FP32 math (no TF32).

@@ -1,0 +1,96 @@
+// The per-element math of the ops that is the same on every device, in
+// `__host__ __device__` functions (PB_HD) shared by kernels/cpu and
+// kernels/cuda, so what the GPU computes per element is tested on the CPU
+// here; the device code adds only the launch, the indexing and the
+// reductions. (#17: GELU and AdamW so far.)
+// Invariants: only arithmetic in the argument type A (or M) and the
+// functions below, no std:: calls a device cannot make; on the host every
+// function evaluates exactly as the CPU kernels did before it moved here
+// (the bitwise conformance baseline is the witness).
+#pragma once
+
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define PB_HD __host__ __device__
+#else
+#define PB_HD
+#endif
+
+namespace pb::kernels::math {
+
+// ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, sec. 2; GPT-2's) ----
+//   gelu(x) = x/2 (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3),
+//   gelu'(x) = (1 + tanh u)/2 + x/2 sech^2(u) sqrt(2/pi) (1 + 3*0.044715 x^2).
+inline constexpr double kGeluCubic = 0.044715;
+// sqrt(2/pi) as std::numbers::sqrt2 * std::numbers::inv_sqrtpi rounds it in
+// double (C++20's <numbers> is not in nvcc's C++17 here).
+inline constexpr double kSqrt2OverPi = 0x1.9884533d43651p-1;
+
+template <class A>
+PB_HD inline A gelu_u(A x) {
+  return A(kSqrt2OverPi) * (x + A(kGeluCubic) * x * x * x);
+}
+
+// tanh: fp64 keeps libm's (the truth); fp32 is a 13/6-degree rational
+// interpolant accurate to a couple of ulps on [-9, 9] (the coefficients Eigen
+// uses, generic_fast_tanh_float; +-1 in fp32 beyond): branch-free, so CPU
+// loops vectorize, and the same on a GPU.
+PB_HD inline double tanh_a(double x) { return tanh(x); }
+PB_HD inline float tanh_a(float a) {
+  const float x = fmaxf(-9.f, fminf(9.f, a));
+  const float x2 = x * x;
+  float p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  p = p * x;
+  float q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  return p / q;
+}
+
+template <class A>
+PB_HD inline A gelu(A x) {
+  return A(0.5) * x * (A(1) + tanh_a(gelu_u(x)));
+}
+
+// d gelu / dx at x.
+template <class A>
+PB_HD inline A gelu_grad(A x) {
+  const A th = tanh_a(gelu_u(x));
+  const A sech2 = A(1) - th * th;
+  return A(0.5) * (A(1) + th) + A(0.5) * x * sech2 * A(kSqrt2OverPi) * (A(1) + A(3 * kGeluCubic) * x * x);
+}
+
+// ---- AdamW (Loshchilov & Hutter 2019, Alg. 2) in PyTorch's order ----------
+//   p *= 1 - lr*wd;  m = lerp(m, g, 1-b1);  v = b2 v + (1-b2) g^2;
+//   p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps).
+// The per-step scalars, formed once in double and cast to M by the caller.
+template <class M>
+struct AdamWCoefs {
+  M keep;       // 1 - lr*wd (1 without decay)
+  M grad_scale; // global-norm clipping
+  M w1, b2, w2; // 1 - beta1, beta2, 1 - beta2
+  M step_size;  // lr / (1 - beta1^t)
+  M bc2_sqrt;   // sqrt(1 - beta2^t)
+  M eps;
+};
+
+PB_HD inline float sqrt_a(float x) { return sqrtf(x); }
+PB_HD inline double sqrt_a(double x) { return sqrt(x); }
+
+// One element: the gradient g (already in M), its moments and master value.
+template <class M>
+PB_HD inline M adamw_update(M p, M& m, M& v, M g, const AdamWCoefs<M>& c, bool decay) {
+  g *= c.grad_scale;
+  if (decay) p *= c.keep;
+  m += c.w1 * (g - m);
+  v = v * c.b2 + c.w2 * g * g;
+  return p - c.step_size * m / (sqrt_a(v) / c.bc2_sqrt + c.eps);
+}
+
+}  // namespace pb::kernels::math
