@@ -181,6 +181,26 @@ def clip_factor(norm, clip):
     return 1.0 if clip <= 0 else min(1.0, clip / (norm + 1e-6))
 
 
+def to_masters(named, opt_named):
+    """bf16-mixed: the fp32 masters take the bf16 module's (reduced) gradients."""
+    for (_, p), (_, q) in zip(named, opt_named):
+        q.grad = p.grad.float()
+
+
+def apply_step(opt, named, opt_named, factor, lr, bf16):
+    """Clip by `factor`, step at `lr`, and (bf16-mixed) copy the fp32 masters
+    back into the bf16 module."""
+    for _, q in opt_named:
+        q.grad.mul_(factor)
+    set_lr(opt, lr)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if bf16:
+        with torch.no_grad():
+            for (_, p), (_, q) in zip(named, opt_named):
+                p.copy_(q.to(torch.bfloat16))
+
+
 # ------------------------------------------------------------------- ranks
 
 
@@ -363,19 +383,10 @@ def train_pipeline(ex, args, rank, world):
         norm = math.sqrt(sq.item())
         factor = clip_factor(norm, ex.optim["clip"])
         if bf16:
-            for (n, p), (_, q) in zip(named, opt_named):
-                q.grad = p.grad.float()
+            to_masters(named, opt_named)
         if step == 0:
             rec.grads1 = gather_named(((n, p.grad) for n, p in named), rank)
-        for _, q in opt_named:
-            q.grad.mul_(factor)
-        set_lr(opt, lr)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if bf16:
-            with torch.no_grad():
-                for (_, p), (_, q) in zip(named, opt_named):
-                    p.copy_(q.to(torch.bfloat16))
+        apply_step(opt, named, opt_named, factor, lr, bf16)
         for m in mods:
             m.zero_grad(set_to_none=True)
         rec.losses.append(loss.item())
@@ -431,8 +442,7 @@ def train_tp(ex, args, rank, world):
             loss.backward()
             loss_sum += float(loss)
         if bf16:
-            for (_, p), (_, q) in zip(named, opt_named):
-                q.grad = p.grad.float() if not hasattr(p.grad, "full_tensor") else p.grad.to(torch.float32)
+            to_masters(named, opt_named)
         sq = 0.0
         for _, q in opt_named:
             g = q.grad.full_tensor() if hasattr(q.grad, "full_tensor") else q.grad
@@ -440,16 +450,8 @@ def train_tp(ex, args, rank, world):
         norm = math.sqrt(sq)
         if step == 0:
             rec.grads1 = full_tensors((n, p.grad) for n, p in named)
-        factor = clip_factor(norm, ex.optim["clip"])
-        for _, q in opt_named:
-            q.grad.mul_(factor)
-        set_lr(opt, lr)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        apply_step(opt, named, opt_named, clip_factor(norm, ex.optim["clip"]), lr, bf16)
         if bf16:
-            with torch.no_grad():
-                for (_, p), (_, q) in zip(named, opt_named):
-                    p.copy_(q.to(torch.bfloat16))
             model.zero_grad(set_to_none=True)
         rec.losses.append(loss_sum)
         rec.norms.append(norm)
