@@ -165,7 +165,7 @@ void check_batches(const ExportDir& e, const SafetensorsFile& batch) {
 
 }  // namespace
 
-ExportDir read_export(const std::string& dir) {
+ExportDir read_export(const std::string& dir, const std::function<void(const TrainConfig&)>& before_checks) {
   namespace fs = std::filesystem;
   std::error_code ec;
   require(fs::is_directory(dir, ec), "verify: --export " + q(dir) + " is not a directory (write one with parabench export)");
@@ -201,6 +201,7 @@ ExportDir read_export(const std::string& dir) {
   }
   require(e.cfg.model.moe.experts == 0,
           "verify: the export's model " + q(e.cfg.model.name) + " is a mixture of experts; format v1 covers dense models");
+  if (before_checks) before_checks(e.cfg);
   check_init(e, init);
   check_batches(e, batch);
   return e;

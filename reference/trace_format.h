@@ -15,6 +15,7 @@
 // key (exit 2 at the CLI).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,12 @@ struct ExportDir {
 };
 
 // Reads and checks DIR/init.safetensors and DIR/batch.safetensors.
-ExportDir read_export(const std::string& dir);
+// `before_checks` sees the config once it reads and before the init and data
+// are regenerated to compare (which allocate a reference model of that
+// shape): the caller's preflight, so a config naming a huge model is refused
+// before anything is allocated for it.
+ExportDir read_export(const std::string& dir,
+                      const std::function<void(const TrainConfig&)>& before_checks = {});
 
 struct ForeignTrace {
   std::string path;

@@ -52,16 +52,18 @@ void write_reported(ResultWriter& csv, RunMeta meta, const ForeignTrace& t, cons
 int run_verify(const Flags& f, const Env& env) {
   require(!f.export_dir.empty(), "verify: --export DIR is required (the directory parabench export wrote)");
   require(!f.traces.empty(), "verify: --trace FILE is required (the trace your framework wrote; format: results/TRACE.md)");
-  const ExportDir e = read_export(f.export_dir);
+  const Limits limits = limits_of(f.limits);
+  // verify runs the reference (at fp64 and at the trace's precision, whole and
+  // split) one device at a time: refused before anything is allocated when
+  // the export's model would not fit (the fp64 run is the largest).
+  const ExportDir e = read_export(f.export_dir, [&](const TrainConfig& cfg) {
+    RunSpec one;
+    one.train = cfg;
+    one.train.precision = Precision::fp64;
+    require_fits(planner::run_need(one, 1, false, /*conformance=*/true), limits, "verify " + cfg.model.name);
+  });
   std::vector<ForeignTrace> traces;
   for (const auto& path : f.traces) traces.push_back(read_trace(path, e));  // every trace valid before any row
-  const Limits limits = limits_of(f.limits);
-  for (const auto& t : traces) {
-    RunSpec one;  // verify runs the reference three times, one device each
-    one.train = e.cfg;
-    one.train.precision = t.precision;
-    require_fits(planner::run_need(one, 1, false, /*conformance=*/true), limits, "verify " + e.cfg.model.name);
-  }
   if (!f.junit.empty()) require_junit_writable(f.junit);
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   const auto dir = f.run_dir.empty() ? make_run_dir(f.out, run_id) : make_run_dir(f.run_dir, "");

@@ -279,6 +279,32 @@ TEST_F(Verify, AnAlteredOrForeignExportIsRefused) {
   EXPECT_NE(error("init.safetensors", [](Edit& x) { x.tensors.push_back({"extra", {StDType::F32, {1}, std::vector<char>(4)}}); })
                 .find("unknown tensor 'extra'"),
             std::string::npos);
+  // A config naming a huge model (hash and all consistent) reaches the
+  // caller's preflight before any model is allocated for the init check.
+  {
+    ConfigReader big = ConfigReader::from_string(exp_.config_toml, "cfg");
+    big.set("model.channels", int64_t(1) << 20);
+    const std::string toml = big.dump();
+    const std::string hash = ConfigReader::from_string(toml, "h").config_hash();
+    const fs::path d = dir_ / "huge";
+    fs::create_directories(d);
+    for (const char* f : {"init.safetensors", "batch.safetensors"})
+      rewrite((e / f).string(), d / f, [&](Edit& x) {
+        x.meta["config"] = toml;
+        x.meta["config_hash"] = hash;
+      });
+    int64_t seen = 0;
+    try {
+      read_export(d.string(), [&](const TrainConfig& cfg) {
+        seen = cfg.model.C;
+        throw InputError("preflight: too big");
+      });
+      ADD_FAILURE() << "the huge export was read";
+    } catch (const InputError& err) {
+      EXPECT_EQ(std::string(err.what()), "preflight: too big");
+    }
+    EXPECT_EQ(seen, int64_t(1) << 20);
+  }
   try {
     read_export((dir_ / "nowhere").string());
     ADD_FAILURE() << "a missing directory was read";
