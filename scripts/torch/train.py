@@ -318,7 +318,6 @@ def train_pipeline(ex, args, rank, world):
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
     bf16 = args.precision == "bf16-mixed"
-    dtype = torch.bfloat16 if bf16 else torch.float32
     interleaved = args.strategy == "pp-interleaved"
     per_rank = 2 if interleaved else 1
     nstages = world * per_rank
