@@ -18,6 +18,10 @@ if(PARABENCH_BUILD_TESTS)
   add_test(NAME cli_selftest COMMAND $<TARGET_FILE:parabench> selftest)
   set_tests_properties(cli_selftest PROPERTIES TIMEOUT 300 LABELS "cli"
                        FAIL_REGULAR_EXPRESSION "FAIL;[1-9][0-9]* failed")
+  # parabench calibrate (#16): a short calibration writes a profile plan --machine reads.
+  add_test(NAME cli_calibrate
+           COMMAND bash -c "set -e; '$<TARGET_FILE:parabench>' calibrate --seconds 0.05 --out '${CMAKE_CURRENT_BINARY_DIR}/calibrated.toml'; '$<TARGET_FILE:parabench>' plan --model gpt2-124m --dp 2 --machine '${CMAKE_CURRENT_BINARY_DIR}/calibrated.toml' | grep -q 'tokens/s'")
+  set_tests_properties(cli_calibrate PROPERTIES TIMEOUT 120 LABELS "cli")
   # Code that is not ours (#15): PyTorch trains the canonical model from an
   # export with its own strategies (scripts/torch); verify passes every trace
   # and fails the deliberately broken ones. Skipped (77) without the adapter's

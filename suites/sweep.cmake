@@ -5,7 +5,7 @@ parabench_library(NAME pb_sweep ALIAS pb::sweep
   DEPS pb::planner pb::strategies pb::data_parallel pb::reference pb::harness pb::kernels_cpu)
 parabench_test(NAME sweep_test SOURCES sweep/sweep_test.cc sweep/sweep_plan_test.cc DEPS pb::sweep TIMEOUT 120)
 
-list(APPEND PB_CLI_SOURCES cli/cmd_sweep.cc)
+list(APPEND PB_CLI_SOURCES cli/cmd_sweep.cc cli/cmd_calibrate.cc)
 list(APPEND PB_CLI_DEPS pb::sweep)
 
 # Through the binary: an unknown [sweep] key exits 2; a SIGKILLed sweep leaves

@@ -202,6 +202,8 @@ def cases(F):
         (7, ["train", "--set", "model.nope=1"] + o, 2, r"unknown key 'model\.nope'"),
         (7, ["train", "--set", "optim.lr=abc"] + o, 2, r"optim\.lr: expected a float"),
         (7, ["export", "--dir", "/proc/parabench-no"], 2, r"/proc/parabench-no"),
+        (7, ["calibrate", "--seconds", "0", "--out", w("m.toml")], 2, r"--seconds: must be in \(0, 60\]"),
+        (7, ["calibrate", "--out", w("no", "such", "m.toml")], 2, r"--out: cannot write"),
         (7, ["plan", "--model", "gpt2-124m", "--machine", "nosuch"], 2,
          r"--machine: 'nosuch' is neither a built-in machine \(a100, h100, h200, mi300x\)"),
         (7, ["plan", "--model", "gpt2-124m", "--machine", F["bad_machine"]], 2, r"machine\.peak_tflops_bf16"),

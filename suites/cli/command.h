@@ -31,6 +31,7 @@ void register_train(CLI::App& root, Registry& reg, const Env& env);
 void register_export(CLI::App& root, Registry& reg, const Env& env);
 void register_verify(CLI::App& root, Registry& reg, const Env& env);
 void register_selftest(CLI::App& root, Registry& reg, const Env& env);
+void register_calibrate(CLI::App& root, Registry& reg, const Env& env);
 void register_collectives(CLI::App& root, Registry& reg, const Env& env);
 void register_schedule(CLI::App& root, Registry& reg, const Env& env);
 void register_plan(CLI::App& root, Registry& reg, const Env& env);

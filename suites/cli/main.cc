@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   register_export(app, reg, env);
   register_verify(app, reg, env);
   register_selftest(app, reg, env);
+  register_calibrate(app, reg, env);
   register_check(app, reg, env);
   register_run(app, reg, env);
   register_sweep(app, reg, env);

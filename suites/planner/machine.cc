@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <string>
 
 #include "harness/io/config.h"
 #include "harness/status.h"
@@ -76,6 +79,49 @@ MachineProfile load_machine(const std::string& what) {
   m.ranks_per_node = r.get<int>("machine.ranks_per_node", 1, Bounds::closed(1, 1 << 20));
   r.check_no_unknown_keys();
   return m;
+}
+
+std::string machine_toml(const MachineProfile& m) {
+  ConfigReader r;
+  r.set("machine.name", m.name);
+  r.set("machine.source", m.source);
+  auto num = [&](const char* key, double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    r.set(key, std::stod(buf));
+  };
+  num("machine.peak_tflops_bf16", m.peak_tflops_bf16);
+  num("machine.peak_tflops_fp32", m.peak_tflops_fp32);
+  num("machine.peak_tflops_fp64", m.peak_tflops_fp64);
+  num("machine.mem_bw_GBps", m.mem_bw_GBps);
+  num("machine.bw_intra_GBps", m.bw_intra_GBps);
+  num("machine.bw_inter_GBps", m.bw_inter_GBps);
+  num("machine.latency_us", m.latency_us);
+  num("machine.gemm_efficiency", m.gemm_efficiency);
+  num("machine.memory_GB", m.memory_GB);
+  r.set("machine.ranks_per_node", m.ranks_per_node);
+  return r.dump();
+}
+
+LineFit fit_line(const std::vector<std::pair<double, double>>& xt) {
+  require(xt.size() >= 2, "fit: needs at least two points");
+  double sx = 0, st = 0;
+  for (const auto& [x, t] : xt) {
+    require(std::isfinite(t) && std::isfinite(x), "fit: values must be finite");
+    sx += x;
+    st += t;
+  }
+  const double n = double(xt.size()), mx = sx / n, mt = st / n;
+  double sxx = 0, sxt = 0;
+  for (const auto& [x, t] : xt) {
+    sxx += (x - mx) * (x - mx);
+    sxt += (x - mx) * (t - mt);
+  }
+  require(sxx > 0, "fit: needs two distinct sizes");
+  LineFit f;
+  f.slope = sxt / sxx;
+  f.intercept = mt - f.slope * mx;
+  return f;
 }
 
 Hardware hardware_for(const MachineProfile& m, Precision precision) {

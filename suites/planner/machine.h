@@ -45,4 +45,16 @@ MachineProfile load_machine(const std::string& name_or_file);
 // The planner's hardware for a run at `precision` on this machine.
 Hardware hardware_for(const MachineProfile& m, Precision precision);
 
+// The profile as the TOML load_machine reads (what `parabench calibrate`
+// writes): every field, the numbers to 6 significant digits.
+std::string machine_toml(const MachineProfile& m);
+
+// The least-squares line t = a + b * x through (x, t) points (x: bytes, t:
+// seconds). InputError with fewer than two distinct x or a value that is not
+// finite.
+struct LineFit {
+  double intercept = 0, slope = 0;
+};
+LineFit fit_line(const std::vector<std::pair<double, double>>& xt);
+
 }  // namespace pb::planner

@@ -609,5 +609,31 @@ TEST(Machine, ThePlanSaysWhetherItFits) {
   EXPECT_NE(t.find("DOES NOT FIT in"), std::string::npos) << t;
 }
 
+TEST(Machine, ProfileTomlRoundTripsAndLinesFit) {
+  MachineProfile m = load_machine("h200");
+  m.source = "a \"quoted\" source";
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_rt_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto p = (dir / "m.toml").string();
+  std::ofstream(p) << machine_toml(m);
+  const MachineProfile r = load_machine(p);
+  EXPECT_EQ(r.name, m.name);
+  EXPECT_EQ(r.source, m.source);
+  EXPECT_DOUBLE_EQ(r.peak_tflops_bf16, m.peak_tflops_bf16);
+  EXPECT_DOUBLE_EQ(r.mem_bw_GBps, m.mem_bw_GBps);
+  EXPECT_DOUBLE_EQ(r.memory_GB, m.memory_GB);
+  EXPECT_EQ(r.ranks_per_node, m.ranks_per_node);
+  std::filesystem::remove_all(dir);
+  // t = 5 + 2 x exactly, and with noise that cancels.
+  const LineFit f = fit_line({{0, 5}, {1, 7}, {2, 9}, {3, 11}});
+  EXPECT_NEAR(f.intercept, 5, 1e-12);
+  EXPECT_NEAR(f.slope, 2, 1e-12);
+  const LineFit g = fit_line({{1, 7.5}, {1, 6.5}, {3, 11.5}, {3, 10.5}});
+  EXPECT_NEAR(g.intercept, 5, 1e-12);
+  EXPECT_NEAR(g.slope, 2, 1e-12);
+  EXPECT_THROW(fit_line({{1, 2}}), InputError);
+  EXPECT_THROW(fit_line({{1, 2}, {1, 3}}), InputError);
+}
+
 }  // namespace
 }  // namespace pb::planner

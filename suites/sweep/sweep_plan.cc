@@ -24,19 +24,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-double copy_bandwidth_GBps() {
-  const size_t bytes = size_t(32) << 20;
-  std::vector<char> a(bytes, 1), b(bytes, 0);
-  double best = 0;
-  for (int rep = 0; rep < 4; ++rep) {  // the first copy also faults the pages in
-    const auto t0 = clock::now();
-    std::memcpy(b.data(), a.data(), bytes);
-    const double s = std::chrono::duration<double>(clock::now() - t0).count();
-    a[size_t(rep)] = b[bytes - 1 - size_t(rep)];  // keep the copies observable
-    if (s > 0) best = std::max(best, double(bytes) / s / 1e9);
-  }
-  return best;
-}
 
 // Mean time of a 2-rank all_reduce of one float on the local backend, over
 // `iters` calls after warm-up, on rank 0; a ring all_reduce takes 2(n-1) = 2
@@ -62,6 +49,20 @@ double local_latency_us() {
 double core_share(const LocalHardware& h, int world) { return std::min(1.0, double(h.cores) / double(world)); }
 
 }  // namespace
+
+double copy_bandwidth_GBps() {
+  const size_t bytes = size_t(32) << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {  // the first copy also faults the pages in
+    const auto t0 = clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    const double s = std::chrono::duration<double>(clock::now() - t0).count();
+    a[size_t(rep)] = b[bytes - 1 - size_t(rep)];  // keep the copies observable
+    if (s > 0) best = std::max(best, double(bytes) / s / 1e9);
+  }
+  return best;
+}
 
 LocalHardware measure_local_hardware(double peak_flops_per_rank, int cores) {
   LocalHardware h;

@@ -25,6 +25,10 @@ struct LocalHardware {
   int cores = 1;                   // hardware threads available to the ranks
 };
 
+// One thread's memcpy bandwidth, GB/s (1e9 bytes): the best of four 32 MiB
+// copies (the first also faults the pages in).
+double copy_bandwidth_GBps();
+
 // Measures copy bandwidth (best of a few 32 MiB memcpys) and the local
 // backend's small-message latency; takes the GEMM peak as measured by the sweep.
 LocalHardware measure_local_hardware(double peak_flops_per_rank, int cores);
