@@ -35,9 +35,9 @@
 namespace pb::cli {
 namespace {
 
-using clock = std::chrono::steady_clock;
+using CalClock = std::chrono::steady_clock;
 
-struct Flags {
+struct CalibrateFlags {
   std::string out = "results/machine.toml";
   std::string name;
   double seconds = 0.2;
@@ -45,25 +45,25 @@ struct Flags {
 
 // GFLOP/s of the project's matmul_forward<T> at N = C = OC = n, one thread.
 template <class T>
-double matmul_gflops(int n, double seconds) {
+double calibrate_matmul_gflops(int n, double seconds) {
   std::vector<T> out(size_t(n) * n), inp(size_t(n) * n, T(0.5)), w(size_t(n) * n, T(0.25)), b(size_t(n), T(0.0));
   std::vector<float> ws(kernels::matmul_workspace_floats<T>(n, n, n) + 1);
   kernels::set_blas_threads(1);
   kernels::matmul_forward(out.data(), inp.data(), w.data(), b.data(), n, n, n, ws.data());  // warm-up
   int calls = 0;
-  const auto t0 = clock::now();
+  const auto t0 = CalClock::now();
   double s = 0;
   do {
     kernels::matmul_forward(out.data(), inp.data(), w.data(), b.data(), n, n, n, ws.data());
     ++calls;
-    s = std::chrono::duration<double>(clock::now() - t0).count();
+    s = std::chrono::duration<double>(CalClock::now() - t0).count();
   } while (s < seconds);
   return 2.0 * n * n * double(n) * calls / s / 1e9;
 }
 
 // Seconds per all_reduce of `bytes` (fp32) between two local ranks, rank 0's
 // mean over enough calls to fill `seconds`.
-std::vector<std::pair<double, double>> all_reduce_times(double seconds) {
+std::vector<std::pair<double, double>> calibrate_all_reduce_times(double seconds) {
   std::vector<std::pair<double, double>> xt;
   WorldOptions wo;
   wo.size = 2;
@@ -76,15 +76,15 @@ std::vector<std::pair<double, double>> all_reduce_times(double seconds) {
       for (int i = 0; i < 3; ++i) comm.all_reduce(x.data(), y.data(), n, DType::f32);
       // Rank 0 sizes the timed loop from three calls; both ranks then make
       // that many calls with nothing else in between.
-      auto t0 = clock::now();
+      auto t0 = CalClock::now();
       for (int i = 0; i < 3; ++i) comm.all_reduce(x.data(), y.data(), n, DType::f32);
-      double calls = std::clamp(seconds / 12 / (std::chrono::duration<double>(clock::now() - t0).count() / 3), 3.0,
+      double calls = std::clamp(seconds / 12 / (std::chrono::duration<double>(CalClock::now() - t0).count() / 3), 3.0,
                                 1e6);
       comm.broadcast(&calls, 1, DType::f64, 0);
       comm.barrier();
-      t0 = clock::now();
+      t0 = CalClock::now();
       for (int i = 0; i < int(calls); ++i) comm.all_reduce(x.data(), y.data(), n, DType::f32);
-      const double s = std::chrono::duration<double>(clock::now() - t0).count();
+      const double s = std::chrono::duration<double>(CalClock::now() - t0).count();
       if (comm.rank() == 0) per_call = s / int(calls);
     });
     xt.push_back({double(bytes), per_call});
@@ -92,7 +92,7 @@ std::vector<std::pair<double, double>> all_reduce_times(double seconds) {
   return xt;
 }
 
-int run_calibrate(const Flags& f, const Env& env) {
+int run_calibrate(const CalibrateFlags& f, const Env& env) {
   require(f.seconds > 0 && f.seconds <= 60, "--seconds: must be in (0, 60], got " + std::to_string(f.seconds));
   require(!env.under_mpirun, "calibrate: runs in one process (the local backend's figures); not under mpirun");
   {
@@ -106,27 +106,28 @@ int run_calibrate(const Flags& f, const Env& env) {
   m.name = f.name.empty() ? host_name() : f.name;
   require(!m.name.empty() && m.name.size() <= 64, "--name: must be 1 to 64 characters");
   std::printf("calibrating %s (about %.0f s)\n", m.name.c_str(), 14 * f.seconds + 2);
-  double fp32 = 0;
-  for (int n : {256, 512, 1024}) fp32 = std::max(fp32, kernels::measure_sgemm_gflops(n, f.seconds));
-  const double bf16 = matmul_gflops<pb::bf16>(512, f.seconds), fp64 = matmul_gflops<double>(512, f.seconds);
-  m.peak_tflops_fp32 = fp32 / 1e3;
-  m.peak_tflops_bf16 = bf16 / 1e3;
-  m.peak_tflops_fp64 = fp64 / 1e3;
+  double gf_fp32 = 0;
+  for (int n : {256, 512, 1024}) gf_fp32 = std::max(gf_fp32, kernels::measure_sgemm_gflops(n, f.seconds));
+  const double gf_bf16 = calibrate_matmul_gflops<pb::bf16>(512, f.seconds),
+               gf_fp64 = calibrate_matmul_gflops<double>(512, f.seconds);
+  m.peak_tflops_fp32 = gf_fp32 / 1e3;
+  m.peak_tflops_bf16 = gf_bf16 / 1e3;
+  m.peak_tflops_fp64 = gf_fp64 / 1e3;
   const double copy = sweep::copy_bandwidth_GBps();
   m.mem_bw_GBps = 2 * copy;
   // Two regimes, as nccl-tests reads them: the fixed cost from the small
   // sizes (their median: one slow or fast outlier does not move it), the
   // bandwidth from the slope over the large ones.
-  const auto xt = all_reduce_times(f.seconds * 4);
-  std::vector<double> small;
-  std::vector<std::pair<double, double>> large;
+  const auto xt = calibrate_all_reduce_times(f.seconds * 4);
+  std::vector<double> small_sizes;
+  std::vector<std::pair<double, double>> large_sizes;
   for (const auto& [x, t] : xt) {
-    if (x <= 4096) small.push_back(t);
-    if (x >= double(1 << 20)) large.push_back({x, t});
+    if (x <= 4096) small_sizes.push_back(t);
+    if (x >= double(1 << 20)) large_sizes.push_back({x, t});
   }
-  std::sort(small.begin(), small.end());
-  const double fixed = small[small.size() / 2];
-  const planner::LineFit fit = planner::fit_line(large);
+  std::sort(small_sizes.begin(), small_sizes.end());
+  const double fixed = small_sizes[small_sizes.size() / 2];
+  const planner::LineFit fit = planner::fit_line(large_sizes);
   m.latency_us = fixed / 2 * 1e6;  // two ring steps at two ranks
   require(fit.slope > 0, "calibrate: the all_reduce times do not grow with size (a noisy machine? rerun with a "
                          "larger --seconds)");
@@ -142,7 +143,7 @@ int run_calibrate(const Flags& f, const Env& env) {
 
   std::printf("  GEMM, one core        fp32 %.4g GFLOP/s (sgemm, best of 256/512/1024), bf16-mixed %.4g, fp64 %.4g "
               "(matmul_forward at 512)\n",
-              fp32, bf16, fp64);
+              gf_fp32, gf_bf16, gf_fp64);
   std::printf("  memory                memcpy %.4g GB/s (mem_bw %.4g: reads + writes), %.4g GB installed, %.4g per "
               "rank (%d hardware threads)\n",
               copy, m.mem_bw_GBps, installed, m.memory_GB, m.ranks_per_node);
@@ -169,7 +170,7 @@ int run_calibrate(const Flags& f, const Env& env) {
 }  // namespace
 
 void register_calibrate(CLI::App& root, Registry& reg, const Env& env) {
-  auto f = std::make_shared<Flags>();
+  auto f = std::make_shared<CalibrateFlags>();
   CLI::App* app = root.add_subcommand("calibrate", "measure this machine into a profile plan --machine FILE reads");
   app->add_option("--out", f->out, "the profile to write (TOML)")->capture_default_str();
   app->add_option("--name", f->name, "the machine's name in the profile (default: the host name)");

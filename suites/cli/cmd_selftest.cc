@@ -34,16 +34,16 @@ using coll::BenchPoint;
 using coll::CollDesc;
 using coll::run_collective;
 
-struct Tally {
+struct SelftestTally {
   int ran = 0, failed = 0;
   std::vector<std::string> skipped;  // "what: why"
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
+double selftest_seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-void kernels(Tally& t) {
+void selftest_kernels(SelftestTally& t) {
   const auto start = std::chrono::steady_clock::now();
   const auto checks = selftest::check_cpu_kernels();
   std::printf("kernels (CPU, against fp64 on the same inputs; relative L2 error, tolerance fp32 %.2g, bf16 %.3g)\n",
@@ -62,10 +62,10 @@ void kernels(Tally& t) {
     ++t.ran;
     t.failed += !c.pass;
   }
-  std::printf("  %zu checks in %.2f s\n\n", checks.size(), seconds_since(start));
+  std::printf("  %zu checks in %.2f s\n\n", checks.size(), selftest_seconds_since(start));
 }
 
-void collectives(Tally& t) {
+void selftest_collectives(SelftestTally& t) {
   const auto start = std::chrono::steady_clock::now();
   constexpr int kWorld = 4;
   std::printf("collectives (local backend, %d ranks as threads; #wrong elements, out of place / in place, 8 B to 1 MiB)\n",
@@ -99,19 +99,19 @@ void collectives(Tally& t) {
       t.failed += wrong != 0 || points == 0;
     }
   }
-  std::printf("  in %.2f s\n\n", seconds_since(start));
+  std::printf("  in %.2f s\n\n", selftest_seconds_since(start));
 }
 
-struct Point {
+struct SelftestPoint {
   const char* family;
   const char* model;  // "" : check's default for the mesh
   const char* mesh;
   const char* strategy;
 };
 
-void strategies(Tally& t) {
+void selftest_strategies(SelftestTally& t) {
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<Point> points = {
+  const std::vector<SelftestPoint> points = {
       {"data parallel", "", "dp2", "shard=none"},
       {"data parallel", "", "dp2", "shard=zero1"},
       {"data parallel", "", "dp2", "shard=zero2"},
@@ -136,7 +136,7 @@ void strategies(Tally& t) {
   std::printf("strategies (two steps each at fp32, local backend: the rule against fp64, bitwise where declared,\n"
               "memory and communication exact against what each rank declares)\n");
   print_result_header();
-  for (const Point& p : points) {
+  for (const SelftestPoint& p : points) {
     ConformanceResult r;
     std::string error;
     try {
@@ -154,11 +154,11 @@ void strategies(Tally& t) {
     print_result_row(r);
     if (!r.pass()) std::printf("    %s\n", describe_failures(r).c_str());
   }
-  std::printf("  %zu points in %.2f s\n\n", points.size(), seconds_since(start));
+  std::printf("  %zu points in %.2f s\n\n", points.size(), selftest_seconds_since(start));
 }
 
 // What this machine cannot run, and why.
-void unavailable(Tally& t, const Env& env) {
+void selftest_unavailable(SelftestTally& t, const Env& env) {
   std::error_code ec;
   const bool nvidia = std::filesystem::exists("/dev/nvidiactl", ec) || std::filesystem::exists("/dev/nvidia0", ec);
   const bool amd = std::filesystem::exists("/dev/kfd", ec);
@@ -179,15 +179,15 @@ int run_selftest(const Env& env) {
           "selftest: runs in one process on the local backend; under mpirun use `parabench collectives` and "
           "`parabench check` (every rank runs them)");
   const auto start = std::chrono::steady_clock::now();
-  Tally t;
-  kernels(t);
-  collectives(t);
-  strategies(t);
-  unavailable(t, env);
+  SelftestTally t;
+  selftest_kernels(t);
+  selftest_collectives(t);
+  selftest_strategies(t);
+  selftest_unavailable(t, env);
   std::printf("not run on this machine:\n");
   for (const auto& s : t.skipped) std::printf("  - %s\n", s.c_str());
   std::printf("\nselftest: %d checks, %d failed, %zu parts not run; %.1f s\n", t.ran, t.failed, t.skipped.size(),
-              seconds_since(start));
+              selftest_seconds_since(start));
   return t.failed ? 1 : 0;
 }
 

@@ -21,7 +21,7 @@
 namespace pb::cli {
 namespace {
 
-struct Flags {
+struct VerifyFlags {
   std::string export_dir;
   std::vector<std::string> traces;
   std::string out = "results/runs";
@@ -32,7 +32,7 @@ struct Flags {
 
 // The per-rank figures a trace reports: rows, not judged (nothing declares
 // what a foreign strategy should use).
-void write_reported(ResultWriter& csv, RunMeta meta, const ForeignTrace& t, const ConformanceResult& r) {
+void write_reported_figures(ResultWriter& csv, RunMeta meta, const ForeignTrace& t, const ConformanceResult& r) {
   auto rows = [&](const std::vector<int64_t>& v, const char* quantity, const char* what) {
     for (size_t rank = 0; rank < v.size(); ++rank) {
       CsvRecord rec;
@@ -49,7 +49,7 @@ void write_reported(ResultWriter& csv, RunMeta meta, const ForeignTrace& t, cons
   rows(t.comm_bytes, "comm", "bytes");
 }
 
-int run_verify(const Flags& f, const Env& env) {
+int run_verify(const VerifyFlags& f, const Env& env) {
   require(!f.export_dir.empty(), "verify: --export DIR is required (the directory parabench export wrote)");
   require(!f.traces.empty(), "verify: --trace FILE is required (the trace your framework wrote; format: results/TRACE.md)");
   const Limits limits = limits_of(f.limits);
@@ -80,7 +80,7 @@ int run_verify(const Flags& f, const Env& env) {
     add_junit_cases(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), &junit);
     const RunMeta meta = make_meta(run_id, env.git_rev, r.backend, r.world, r.mesh, e.config_hash);
     write_conformance_rows(csv, meta, r, e.cfg.steps);
-    write_reported(csv, meta, t, r);
+    write_reported_figures(csv, meta, t, r);
   }
   if (!f.junit.empty()) write_junit(f.junit, {junit});
   std::printf("\n%zu traces, %d failed. %s\nresults: %s\n", traces.size(), failures, kRatioLegend,
@@ -91,7 +91,7 @@ int run_verify(const Flags& f, const Env& env) {
 }  // namespace
 
 void register_verify(CLI::App& root, Registry& reg, const Env& env) {
-  auto f = std::make_shared<Flags>();
+  auto f = std::make_shared<VerifyFlags>();
   CLI::App* app = root.add_subcommand(
       "verify", "judge another framework's trace against a parabench export by check's rule (exit 1 on a failure)");
   app->add_option("--export", f->export_dir, "the export directory the trace was trained from (parabench export)");
