@@ -19,12 +19,6 @@ namespace {
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
-std::string shape_text(const Shape& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + ")";
-}
-
 const std::string& meta(const SafetensorsFile& f, const std::string& key) {
   auto it = f.metadata().find(key);
   require(it != f.metadata().end(), f.name() + ": metadata key " + q(key) + " is missing");
@@ -76,8 +70,8 @@ const std::string& meta_label(const SafetensorsFile& f, const std::string& key) 
 
 void expect_shape(const SafetensorsFile& f, const std::string& name, const Shape& want) {
   const TensorInfo& ti = f.info(name);
-  require(ti.shape == want, f.name() + ": tensor " + q(name) + " has shape " + shape_text(ti.shape) + ", expected " +
-                                shape_text(want));
+  require(ti.shape == want, f.name() + ": tensor " + q(name) + " has shape " + shape_str(ti.shape) + ", expected " +
+                                shape_str(want));
 }
 
 // The values of a floating tensor of the given shape, widened exactly.

@@ -117,7 +117,7 @@ endif()
 # a two-step point of every strategy family.
 parabench_library(NAME pb_selftest ALIAS pb::selftest
   SOURCES selftest/kernel_checks.cc
-  DEPS pb::kernels_cpu pb::harness)
+  DEPS pb::conformance pb::kernels_cpu pb::harness)
 parabench_test(NAME selftest_kernel_checks_test SOURCES selftest/kernel_checks_test.cc DEPS pb::selftest)
 list(APPEND PB_CLI_SOURCES cli/cmd_selftest.cc)
 list(APPEND PB_CLI_DEPS pb::selftest)

@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -152,16 +151,10 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
               m.latency_us, m.bw_intra_GBps);
   for (const auto& [x, t] : xt)
     std::printf("    %10.0f B  %10.3f us  (model %10.3f us)\n", x, t * 1e6, (fixed + x / (m.bw_intra_GBps * 1e9)) * 1e6);
-  const std::string tmp = f.out + ".tmp";
-  {
-    std::ofstream o(tmp);
-    o << "# parabench calibrate: this machine's profile for `parabench plan --machine " << f.out << "`\n"
-      << planner::machine_toml(m);
-    require(bool(o), "--out: cannot write '" + tmp + "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, f.out, ec);
-  require(!ec, "--out: cannot write '" + f.out + "': " + ec.message());
+  write_file_atomically(f.out,
+                        "# parabench calibrate: this machine's profile for `parabench plan --machine " + f.out + "`\n" +
+                            planner::machine_toml(m),
+                        "--out");
   planner::load_machine(f.out);  // what plan reads back
   std::printf("wrote %s\n", f.out.c_str());
   return 0;

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,19 +74,6 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
-void write_csv(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    require(bool(out), "--csv: cannot open '" + tmp + "' for writing");
-    out << text;
-    out.close();
-    require(bool(out), "--csv: writing '" + tmp + "' failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  require(!ec, "--csv: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-}
 
 int run_schedule(const ScheduleOptions& o) {
   const pl::ScheduleKind kind = pl::parse_schedule_kind(o.schedule, "--schedule");
@@ -117,7 +102,7 @@ int run_schedule(const ScheduleOptions& o) {
   const pl::DeclaredBubble d = pl::declared_bubble(kind, cfg, costs);
   const auto peak = pl::declared_peak_in_flight(kind, cfg);
   const auto peak_b = pl::declared_peak_until_b(kind, cfg);
-  if (!o.csv.empty()) write_csv(o.csv, pl::timeline_csv(r.timeline));  // before printing: errors print alone
+  if (!o.csv.empty()) write_file_atomically(o.csv, pl::timeline_csv(r.timeline), "--csv");  // before printing: errors print alone
 
   std::printf("schedule %s: pp=%d microbatches=%d virtual=%d%s costs F=%g B=%g W=%g%s p2p=%g\n",
               s.name.c_str(), s.pp, s.microbatches, s.virtual_stages,

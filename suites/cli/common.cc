@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <system_error>
 
@@ -59,6 +61,27 @@ ConfigReader load_config(const ConfigFlags& f) {
     r.set_from_assignment(s);
   }
   return r;
+}
+
+void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag) {
+  const std::string tmp = path + ".tmp";
+  std::error_code ec;
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    require(bool(out), flag + ": cannot open '" + tmp + "' for writing");
+    out << text;
+    out.close();
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      throw InputError(flag + ": writing '" + tmp + "' failed");
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    std::filesystem::remove(tmp, ec);
+    throw InputError(flag + ": cannot rename '" + tmp + "' to '" + path + "': " + why);
+  }
 }
 
 std::filesystem::path make_run_dir(const std::string& out, const std::string& run_id) {

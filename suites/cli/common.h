@@ -38,6 +38,11 @@ Limits limits_of(const PreflightFlags& f);
 // Reads the file (if any), then applies the --set assignments.
 ConfigReader load_config(const ConfigFlags& f);
 
+// Writes `text` to PATH.tmp and renames it over PATH, so a reader never sees
+// a half-written file; InputError naming `flag` and the file if either step
+// fails (the .tmp is removed).
+void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag);
+
 // Creates DIR/<run id>/ and returns it (InputError naming DIR if it cannot).
 std::filesystem::path make_run_dir(const std::string& out, const std::string& run_id);
 

@@ -77,20 +77,6 @@ Trace trace_of(const std::vector<StepStats>& st, std::vector<double> grads1, std
   return t;
 }
 
-Trace reference_trace(const TrainConfig& cfg, const Replay& replay) {
-  if (replay.delayed_weights) {
-    pipeline::DelayedResult d = pipeline::run_delayed_reference(cfg, replay.plan);
-    return trace_of(d.steps, std::move(d.grads1), std::move(d.params));
-  }
-  auto t = make_reference_trainer(cfg, replay.plan);
-  std::vector<StepStats> st;
-  std::vector<double> g1;
-  for (int s = 0; s < cfg.steps; ++s) {
-    st.push_back(t->step());
-    if (s == 0) g1 = t->grads_f64();
-  }
-  return trace_of(st, std::move(g1), t->params_f64());
-}
 
 // truth + k (x - truth), element by element: a trace k times as far from the truth as x.
 Trace scaled_distance(const Trace& x, const Trace& truth, double k) {
@@ -141,6 +127,21 @@ void run_rank(const StrategyRun& s, const Strategy& strat, Communicator& world, 
 }
 
 }  // namespace
+
+Trace reference_trace(const TrainConfig& cfg, const Replay& replay) {
+  if (replay.delayed_weights) {
+    pipeline::DelayedResult d = pipeline::run_delayed_reference(cfg, replay.plan);
+    return trace_of(d.steps, std::move(d.grads1), std::move(d.params));
+  }
+  auto t = make_reference_trainer(cfg, replay.plan);
+  std::vector<StepStats> st;
+  std::vector<double> g1;
+  for (int s = 0; s < cfg.steps; ++s) {
+    st.push_back(t->step());
+    if (s == 0) g1 = t->grads_f64();
+  }
+  return trace_of(st, std::move(g1), t->params_f64());
+}
 
 ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   validate(s.spec);

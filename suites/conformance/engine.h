@@ -68,6 +68,11 @@ std::vector<ExactCheck> exact_checks(const Declared& d, const MemoryTracker& mem
 bool declares_bitwise(const StrategyRun& s);
 Replay replay_of(const StrategyRun& s);
 
+// The single-device reference trained under `replay` (its split plan; one step
+// delayed weights for PipeDream-2BW): every step's loss and norm, the step-1
+// gradients and the final parameters, widened to double.
+Trace reference_trace(const TrainConfig& cfg, const Replay& replay);
+
 // Validates the spec (validate(RunSpec) and the strategy's own rules) and
 // runs everything on `world`, whose size must be the mesh's.
 ConformanceResult run_conformance(const StrategyRun& s, World& world);

@@ -1,7 +1,5 @@
 #include "suites/conformance/verify.h"
 
-#include "reference/trainer.h"
-
 namespace pb {
 
 ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const ToleranceRule& rule) {
@@ -9,21 +7,11 @@ ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const 
   cfg.precision = t.precision;
   TrainConfig truth_cfg = cfg;
   truth_cfg.precision = Precision::fp64;
-  auto run = [](const TrainConfig& c, const SplitPlan& plan) {
-    auto tr = make_reference_trainer(c, plan);
-    Trace out;
-    for (int s = 0; s < c.steps; ++s) {
-      const StepStats st = tr->step();
-      out.loss.push_back(st.loss);
-      out.grad_norm.push_back(st.grad_norm);
-      if (s == 0) out.grads1 = tr->grads_f64();
-    }
-    out.params = tr->params_f64();
-    return out;
-  };
-  const Trace truth = run(truth_cfg, {});
-  const Trace whole = run(cfg, {});
-  const Trace split = run(cfg, split_of(t));
+  Replay as_split;
+  as_split.plan = split_of(t);
+  const Trace truth = reference_trace(truth_cfg, {});
+  const Trace whole = reference_trace(cfg, {});
+  const Trace split = reference_trace(cfg, as_split);
   ConformanceResult r;
   r.strategy = t.framework + ":" + t.strategy;
   r.mesh = mesh_text(t.mesh);

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "kernels/cpu/ops.h"
+#include "suites/conformance/compare.h"
 
 namespace pb::selftest {
 namespace {
@@ -39,15 +40,6 @@ std::vector<double> widen(const std::vector<T>& v) {
   return out;
 }
 
-double rel_l2(const std::vector<double>& x, const std::vector<double>& t) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    num += (x[i] - t[i]) * (x[i] - t[i]);
-    den += t[i] * t[i];
-  }
-  if (!std::isfinite(num)) return INFINITY;
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 
 // Inputs of every op, drawn once in double; each precision runs on them
 // rounded to its storage type, and so does fp64 (the same rounded values).
