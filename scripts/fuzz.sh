@@ -19,6 +19,10 @@
 #   scripts/fuzz.sh --fork N ...         libFuzzer's fork mode: N worker
 #                                        processes share one corpus; --runs
 #                                        counts the executions of all of them
+#   scripts/fuzz.sh --resume DIR T       a campaign continued: target T starts
+#                                        from the corpus an earlier run left
+#                                        in DIR/T/corpus (plus the seeds), so
+#                                        long campaigns can span sessions
 # Builds and runs niced, two build jobs at most. Env: PARABENCH_FUZZ_CXX
 # (default clang++-14).
 set -euo pipefail
@@ -30,6 +34,7 @@ timed=""
 runs=""
 outdir=""
 fork=""
+resume=""
 targets=()
 while (($#)); do
   case "$1" in
@@ -38,8 +43,10 @@ while (($#)); do
     --out) outdir="$2"; shift 2 ;;
     --fork) fork="$2"; shift 2
             [[ "$fork" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --fork needs a positive worker count, got '$fork'" >&2; exit 2; } ;;
+    --resume) resume="$2"; shift 2
+              [[ -d "$resume" ]] || { echo "fuzz.sh: --resume: no directory '$resume'" >&2; exit 2; } ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "fuzz.sh: unknown option $1 (--time S, --runs N, --out DIR, --fork N, target names: ${all[*]})" >&2; exit 2 ;;
+    -*) echo "fuzz.sh: unknown option $1 (--time S, --runs N, --out DIR, --fork N, --resume DIR, target names: ${all[*]})" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -64,9 +71,18 @@ limit=(-max_total_time="$seconds")
 failed=()
 for t in "${targets[@]}"; do
   out="$outdir/$t"
+  if [[ -n "$resume" ]]; then  # checked before $out is emptied
+    [[ -d "$resume/$t/corpus" ]] || { echo "fuzz.sh: --resume: no corpus $resume/$t/corpus" >&2; exit 2; }
+    [[ "$(realpath -m "$resume/$t")" != "$(realpath -m "$out")" ]] ||
+      { echo "fuzz.sh: --resume and --out name the same directory ($out): it would be emptied first" >&2; exit 2; }
+  fi
   rm -rf "$out"
   mkdir -p "$out/corpus"
   cp -R "suites/fuzz/corpus/$t/." "$out/corpus/"
+  if [[ -n "$resume" ]]; then
+    cp -R "$resume/$t/corpus/." "$out/corpus/"
+    echo "fuzz.sh: $t resumes from $resume/$t/corpus ($(ls "$resume/$t/corpus" | wc -l) inputs)"
+  fi
   args=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/" "${limit[@]}")
   [[ -f "suites/fuzz/$t.dict" ]] && args+=(-dict="suites/fuzz/$t.dict")
   [[ -n "$fork" ]] && args+=(-fork="$fork")
