@@ -2,7 +2,10 @@
 // `__host__ __device__` functions (PB_HD) shared by kernels/cpu and
 // kernels/cuda, so what the GPU computes per element is tested on the CPU
 // here; the device code adds only the launch, the indexing and the
-// reductions. (#17: GELU and AdamW so far.)
+// reductions: the embedding sum, LayerNorm's per-element forward and
+// backward, softmax and cross-entropy, the online-softmax state of blockwise
+// attention (forward and FlashAttention-2 backward), GELU, the residual and
+// bias add, AdamW.
 // Invariants: only arithmetic in the argument type A (or M) and the
 // functions below, no std:: calls a device cannot make; on the host every
 // function evaluates exactly as the CPU kernels did before it moved here
@@ -18,6 +21,107 @@
 #endif
 
 namespace pb::kernels::math {
+
+// ---- elementary functions in the argument's precision -----------------------
+// (float: the single-precision libm/CUDA function, as std::exp(float) is.)
+PB_HD inline float sqrt_a(float x) { return sqrtf(x); }
+PB_HD inline double sqrt_a(double x) { return sqrt(x); }
+PB_HD inline float exp_a(float x) { return expf(x); }
+PB_HD inline double exp_a(double x) { return exp(x); }
+PB_HD inline float log_a(float x) { return logf(x); }
+PB_HD inline double log_a(double x) { return log(x); }
+template <class A>
+PB_HD inline A max_a(A a, A b) {  // std::max's rule: a unless a < b
+  return a < b ? b : a;
+}
+template <class A>
+PB_HD inline A neg_inf() {
+  return -A(INFINITY);
+}
+
+// ---- sums: embedding (token + position), residual, bias -------------------
+template <class A>
+PB_HD inline A add(A a, A b) {
+  return a + b;
+}
+
+// ---- LayerNorm (Ba, Kiros, Hinton 2016, eq. 4) -------------------------------
+// The row's mean and variance are two-pass sums the device reduces; per row:
+//   rstd = 1 / sqrt(var + eps);  y = (x - mean) * rstd * w + b.
+template <class A>
+PB_HD inline A layernorm_rstd(A var, double eps) {
+  return A(1) / sqrt_a(var + A(eps));
+}
+template <class A>
+PB_HD inline A layernorm_out(A x, A mean, A rstd, A w, A b) {
+  return (x - mean) * rstd * w + b;
+}
+// Backward, with xhat = (x - mean) * rstd and g = w * dy; the row reductions
+// g_mean = mean(g), gx_mean = mean(g * xhat):
+//   dx = rstd * (g - g_mean - xhat * gx_mean);  dw += dy * xhat;  db += dy.
+template <class A>
+PB_HD inline A layernorm_xhat(A x, A mean, A rstd) {
+  return (x - mean) * rstd;
+}
+template <class A>
+PB_HD inline A layernorm_dx(A g, A xhat, A g_mean, A gx_mean, A rstd) {
+  return rstd * (g - g_mean - xhat * gx_mean);
+}
+
+// ---- softmax cross-entropy (per row of V logits, max mx, sum of exp) ------
+//   p_i = exp(x_i - mx) / sum;  loss = (mx - x_target) + log(sum)
+// (never -log of a rounded probability); dlogit_i += (p_i - [i = target]) dloss.
+template <class A>
+PB_HD inline A softmax_prob(A x, A mx, A inv_sum) {
+  return exp_a(x - mx) * inv_sum;
+}
+template <class A>
+PB_HD inline A crossentropy_loss(A mx, A x_target, A sum) {
+  return (mx - x_target) + log_a(sum);
+}
+template <class A>
+PB_HD inline A crossentropy_grad(A p, bool is_target, A dloss) {
+  return (p - (is_target ? A(1) : A(0))) * dloss;
+}
+
+// ---- online softmax (FlashAttention, Dao et al. 2022, Alg. 1) ---------------
+// A query row's running state: unnormalized output o, max m (-inf: empty),
+// sum l. A block of scores with max mx moves the max to m_new = max(m, mx);
+// the old state is rescaled by exp(m - m_new), 0 for an empty state.
+template <class A>
+PB_HD inline A attention_scale(int hs) {
+  return A(1) / sqrt_a(A(hs));
+}
+template <class A>
+PB_HD inline A online_rescale(A m_old, A m_new) {
+  return m_old == neg_inf<A>() ? A(0) : exp_a(m_old - m_new);
+}
+// Finalize: out = o / l (0 for a row that saw no key), lse = m + log l (-inf).
+template <class A>
+PB_HD inline A online_inv_sum(A l) {
+  return l > A(0) ? A(1) / l : A(0);
+}
+template <class A>
+PB_HD inline A online_lse(A m, A l) {
+  return l > A(0) ? m + log_a(l) : neg_inf<A>();
+}
+// FlashAttention-2 backward (Dao 2023, Alg. 2), one score s = q.k (unscaled):
+//   p = exp(s * scale - lse);  ds = p (dp - D) scale, dp = dO.v, D = rowsum(dO * O).
+template <class A>
+PB_HD inline A attention_prob(A s, A scale, A lse) {
+  return exp_a(s * scale - lse);
+}
+template <class A>
+PB_HD inline A attention_dscore(A p, A dp, A D, A scale) {
+  return p * (dp - D) * scale;
+}
+// Keys [0, result) of a block starting at absolute position k_pos0 are visible
+// from a query at absolute position qp (causal: key pos <= query pos).
+PB_HD inline int visible_keys(int Tk, int qp, int k_pos0, bool causal) {
+  if (!causal) return Tk;
+  const int n = qp - k_pos0 + 1;
+  return n < 0 ? 0 : (n > Tk ? Tk : n);
+}
 
 // ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, sec. 2; GPT-2's) ----
 //   gelu(x) = x/2 (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3),
@@ -80,8 +184,6 @@ struct AdamWCoefs {
   M eps;
 };
 
-PB_HD inline float sqrt_a(float x) { return sqrtf(x); }
-PB_HD inline double sqrt_a(double x) { return sqrt(x); }
 
 // One element: the gradient g (already in M), its moments and master value.
 template <class M>

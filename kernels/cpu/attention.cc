@@ -12,6 +12,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/common/math.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
@@ -65,10 +66,10 @@ Sizes sizes(int Tn, int C, int NH) {
 template <class A>
 void softmax_row(A* s, int t, int r1, A scale) {
   A mx = -std::numeric_limits<A>::infinity();
-  for (int j = 0; j <= t; ++j) mx = std::max(mx, s[j] * scale);
+  for (int j = 0; j <= t; ++j) mx = math::max_a(mx, s[j] * scale);
   A sum = 0;
   for (int j = 0; j <= t; ++j) {
-    s[j] = std::exp(s[j] * scale - mx);
+    s[j] = math::exp_a(s[j] * scale - mx);
     sum += s[j];
   }
   const A inv = A(1) / sum;
@@ -90,7 +91,7 @@ template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, acc_t<T>* ws) {
   using A = acc_t<T>;
   const int hs = C / NH, C3 = 3 * C;
-  const A scale = A(1) / std::sqrt(A(hs));
+  const A scale = math::attention_scale<A>(hs);
   const Sizes z = sizes<T>(Tn, C, NH);
   A* const S = ws;
   A* const O = S + z.T2;
@@ -128,7 +129,7 @@ void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* 
                         int C, int NH, acc_t<T>* ws) {
   using A = acc_t<T>;
   const int hs = C / NH, C3 = 3 * C;
-  const A scale = A(1) / std::sqrt(A(hs));
+  const A scale = math::attention_scale<A>(hs);
   const Sizes z = sizes<T>(Tn, C, NH);
   A* const g = ws;
   A* const dS = g + z.T3C;

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/common/math.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
 
@@ -21,30 +22,15 @@ using detail::add_into;
 using detail::load;
 using detail::store;
 
-namespace {
-
-// Keys [0, end) are visible from a query at position qp.
-inline int visible_keys(int Tk, int qp, int k_pos0, bool causal) {
-  if (!causal) return Tk;
-  return std::clamp(qp - k_pos0 + 1, 0, Tk);
-}
-
-template <class A>
-inline A rescale(A m_old, A m_new) {  // exp(m_old - m_new), 0 for an empty state
-  return m_old == -std::numeric_limits<A>::infinity() ? A(0) : std::exp(m_old - m_new);
-}
-
-}  // namespace
-
 template <class T>
 void attention_block_forward(acc_t<T>* o, acc_t<T>* m, acc_t<T>* l, const T* q, const T* k,
                              const T* v, int Tq, int Tk, int hs, int q_stride, int kv_stride,
                              int q_pos0, int k_pos0, bool causal) {
   using A = acc_t<T>;
-  const A scale = A(1) / std::sqrt(A(hs));
+  const A scale = math::attention_scale<A>(hs);
   std::vector<A> s(size_t(std::max(Tk, 0)));
   for (int i = 0; i < Tq; ++i) {
-    const int nk = visible_keys(Tk, q_pos0 + i, k_pos0, causal);
+    const int nk = math::visible_keys(Tk, q_pos0 + i, k_pos0, causal);
     if (nk == 0) continue;
     const T* qi = q + size_t(i) * q_stride;
     A mx = -std::numeric_limits<A>::infinity();
@@ -53,15 +39,15 @@ void attention_block_forward(acc_t<T>* o, acc_t<T>* m, acc_t<T>* l, const T* q, 
       A d = 0;
       for (int c = 0; c < hs; ++c) d += load(qi[c]) * load(kj[c]);
       s[j] = d * scale;
-      mx = std::max(mx, s[j]);
+      mx = math::max_a(mx, s[j]);
     }
-    const A m_new = std::max(m[i], mx);
-    const A alpha = rescale(m[i], m_new);
+    const A m_new = math::max_a(m[i], mx);
+    const A alpha = math::online_rescale(m[i], m_new);
     A* oi = o + size_t(i) * hs;
     for (int c = 0; c < hs; ++c) oi[c] *= alpha;
     A sum = 0;
     for (int j = 0; j < nk; ++j) {
-      const A p = std::exp(s[j] - m_new);
+      const A p = math::exp_a(s[j] - m_new);
       sum += p;
       const T* vj = v + size_t(j) * kv_stride;
       for (int c = 0; c < hs; ++c) oi[c] += p * load(vj[c]);
@@ -77,9 +63,9 @@ void attention_block_finalize(T* out, acc_t<T>* lse, const acc_t<T>* o, const ac
   using A = acc_t<T>;
   for (int i = 0; i < Tq; ++i) {
     // A row that saw no key (l = 0) attends to nothing: zero output, lse -inf.
-    const A inv = l[i] > A(0) ? A(1) / l[i] : A(0);
+    const A inv = math::online_inv_sum(l[i]);
     for (int c = 0; c < hs; ++c) out[size_t(i) * out_stride + c] = store<T>(o[size_t(i) * hs + c] * inv);
-    if (lse) lse[i] = l[i] > A(0) ? m[i] + std::log(l[i]) : -std::numeric_limits<A>::infinity();
+    if (lse) lse[i] = math::online_lse(m[i], l[i]);
   }
 }
 
@@ -88,9 +74,9 @@ void attention_block_merge(acc_t<T>* o, acc_t<T>* m, acc_t<T>* l, const acc_t<T>
                            const acc_t<T>* m2, const acc_t<T>* l2, int Tq, int hs) {
   using A = acc_t<T>;
   for (int i = 0; i < Tq; ++i) {
-    const A m_new = std::max(m[i], m2[i]);
-    if (m_new == -std::numeric_limits<A>::infinity()) continue;  // both empty
-    const A a1 = rescale(m[i], m_new), a2 = rescale(m2[i], m_new);
+    const A m_new = math::max_a(m[i], m2[i]);
+    if (m_new == math::neg_inf<A>()) continue;  // both empty
+    const A a1 = math::online_rescale(m[i], m_new), a2 = math::online_rescale(m2[i], m_new);
     for (int c = 0; c < hs; ++c) {
       const size_t x = size_t(i) * hs + c;
       o[x] = a1 * o[x] + a2 * o2[x];
@@ -108,9 +94,9 @@ void attention_block_backward(acc_t<T>* dq, acc_t<T>* dk, acc_t<T>* dv, const T*
                               const acc_t<T>* Drow, int Tq, int Tk, int hs, int q_stride,
                               int kv_stride, int dout_stride, int q_pos0, int k_pos0, bool causal) {
   using A = acc_t<T>;
-  const A scale = A(1) / std::sqrt(A(hs));
+  const A scale = math::attention_scale<A>(hs);
   for (int i = 0; i < Tq; ++i) {
-    const int nk = visible_keys(Tk, q_pos0 + i, k_pos0, causal);
+    const int nk = math::visible_keys(Tk, q_pos0 + i, k_pos0, causal);
     const T* qi = q + size_t(i) * q_stride;
     const T* doi = dout + size_t(i) * dout_stride;
     A* dqi = dq + size_t(i) * hs;
@@ -122,8 +108,8 @@ void attention_block_backward(acc_t<T>* dq, acc_t<T>* dk, acc_t<T>* dv, const T*
         s += load(qi[c]) * load(kj[c]);
         dp += load(doi[c]) * load(vj[c]);
       }
-      const A p = std::exp(s * scale - lse[i]);
-      const A ds = p * (dp - Drow[i]) * scale;
+      const A p = math::attention_prob(s, scale, lse[i]);
+      const A ds = math::attention_dscore(p, dp, Drow[i], scale);
       A* dkj = dk + size_t(j) * hs;
       A* dvj = dv + size_t(j) * hs;
       for (int c = 0; c < hs; ++c) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/common/math.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
 
@@ -35,13 +36,13 @@ void crossentropy_forward(acc_t<T>* losses, T* probs, const T* logits, const int
     const T* x = logits + size_t(n) * V;
     T* p = probs + size_t(n) * V;
     A mx = -std::numeric_limits<A>::infinity();
-    for (int i = 0; i < V; ++i) mx = std::max(mx, load(x[i]));
+    for (int i = 0; i < V; ++i) mx = math::max_a(mx, load(x[i]));
     A sum = 0;
-    for (int i = 0; i < V; ++i) sum += std::exp(load(x[i]) - mx);
+    for (int i = 0; i < V; ++i) sum += math::exp_a(load(x[i]) - mx);
     const A xt = load(x[targets[n]]);
     const A inv = A(1) / sum;
-    for (int i = 0; i < V; ++i) p[i] = store<T>(std::exp(load(x[i]) - mx) * inv);
-    losses[n] = (mx - xt) + std::log(sum);
+    for (int i = 0; i < V; ++i) p[i] = store<T>(math::softmax_prob(load(x[i]), mx, inv));
+    losses[n] = math::crossentropy_loss(mx, xt, sum);
   }
 }
 
@@ -55,7 +56,7 @@ void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, d
     const T* p = probs + size_t(n) * V;
     T* d = dlogits + size_t(n) * V;
     for (int i = 0; i < V; ++i)
-      add_into(d[i], (load(p[i]) - (i == targets[n] ? A(1) : A(0))) * g);
+      add_into(d[i], math::crossentropy_grad(load(p[i]), i == targets[n], g));
   }
 }
 

@@ -1,6 +1,7 @@
 // Residual add, gradient accumulation and scaling on flat buffers.
 // Invariant: every result is computed in A and rounded to T once; scale's
 // factor is converted to A first (as a GPU kernel taking a float would).
+#include "kernels/common/math.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
 
@@ -12,7 +13,7 @@ using detail::store;
 
 template <class T>
 void residual_forward(T* out, const T* a, const T* b, size_t N) {
-  for (size_t i = 0; i < N; ++i) out[i] = store<T>(load(a[i]) + load(b[i]));
+  for (size_t i = 0; i < N; ++i) out[i] = store<T>(math::add(load(a[i]), load(b[i])));
 }
 
 template <class T>

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/common/math.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
 
@@ -23,7 +24,7 @@ void encoder_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int
       T* o = out + (size_t(b) * Tn + t) * C;
       const T* te = wte + size_t(inp[size_t(b) * Tn + t]) * C;
       const T* pe = wpe + size_t(t) * C;
-      for (int c = 0; c < C; ++c) o[c] = store<T>(load(te[c]) + load(pe[c]));
+      for (int c = 0; c < C; ++c) o[c] = store<T>(math::add(load(te[c]), load(pe[c])));
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/common/math.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
 
@@ -30,10 +31,10 @@ void layernorm_forward(T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* inp, con
       var += d * d;
     }
     var /= A(C);
-    const A rs = A(1) / std::sqrt(var + A(eps));
+    const A rs = math::layernorm_rstd(var, eps);
     T* o = out + size_t(n) * C;
     for (int c = 0; c < C; ++c)
-      o[c] = store<T>((load(x[c]) - mu) * rs * load(weight[c]) + load(bias[c]));
+      o[c] = store<T>(math::layernorm_out(load(x[c]), mu, rs, load(weight[c]), load(bias[c])));
     if (mean) mean[n] = mu;
     if (rstd) rstd[n] = rs;
   }
@@ -55,19 +56,19 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
       for (int c = 0; c < C; ++c) {
         const A g = load(weight[c]) * load(dy[c]);
         g_mean += g;
-        gx_mean += g * (load(x[c]) - mu) * rs;
+        gx_mean += g * math::layernorm_xhat(load(x[c]), mu, rs);
       }
       g_mean /= A(C);
       gx_mean /= A(C);
       T* dx = dinp + size_t(n) * C;
       for (int c = 0; c < C; ++c) {
-        const A xhat = (load(x[c]) - mu) * rs;
+        const A xhat = math::layernorm_xhat(load(x[c]), mu, rs);
         const A g = load(weight[c]) * load(dy[c]);
-        add_into(dx[c], rs * (g - g_mean - xhat * gx_mean));
+        add_into(dx[c], math::layernorm_dx(g, xhat, g_mean, gx_mean, rs));
       }
     }
     if (dweight)
-      for (int c = 0; c < C; ++c) dw[c] += load(dy[c]) * (load(x[c]) - mu) * rs;
+      for (int c = 0; c < C; ++c) dw[c] += load(dy[c]) * math::layernorm_xhat(load(x[c]), mu, rs);
     if (dbias)
       for (int c = 0; c < C; ++c) db[c] += load(dy[c]);
   }
