@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test (the command .ci/run calls): the ctest
+# Sets up, builds and runs every test (the command .ci/run calls): the build
+# with warnings as errors (C++ and, where nvcc is found, CUDA), the ctest
 # suite, then the sanitizer runs (ASan+UBSan and TSan builds: harness tests and
 # a reduced conformance matrix, scripts/sanitize.sh), then a bounded run of
 # every fuzz target (10 s each, scripts/fuzz.sh). The ctest suite includes the
@@ -11,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/torch/setup.sh >/dev/null
-bash scripts/build.sh
+PARABENCH_CMAKE_ARGS="${PARABENCH_CMAKE_ARGS:-} -DPARABENCH_WERROR=ON" bash scripts/build.sh
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600)
 bash scripts/sanitize.sh
 bash scripts/fuzz.sh --time 10 --out build-fuzz/test-out

@@ -1,33 +1,56 @@
-// Linear layer on cuBLAS (fp32). Row-major X (R,K) is column-major X^T, so
-//   out^T (OC,N)   = W (OC,C)      . inp^T (C,N):  sgemm(T, N, OC, N, C)
-//   dinp^T (C,N)  += W^T (C,OC)    . dout^T (OC,N): sgemm(N, N, C, N, OC)
-//   dweight^T (C,OC) += inp^T (C,N) . dout (N,OC):   sgemm(N, T, C, OC, N)
+// Linear layer on cuBLAS GemmEx (fp32 or bf16 storage, fp32 accumulation).
+// Row-major X (R,K) is column-major X^T, so
+//   out^T (OC,N)   = W (OC,C)      . inp^T (C,N):  gemm(T, N, OC, N, C)
+//   dinp^T (C,N)  += W^T (C,OC)    . dout^T (OC,N): gemm(N, N, C, N, OC)
+//   dweight^T (C,OC) += inp^T (C,N) . dout (N,OC):   gemm(N, T, C, OC, N)
 // Invariants: the handle is bound to the caller's stream on every call and
-// forced to plain FP32 math (no TF32), so results are comparable with the CPU
-// kernels; dbias sums each column over rows in row order (one thread per
-// column), which is deterministic.
+// computes in CUBLAS_COMPUTE_32F (plain FP32, no TF32), so results are
+// comparable with the CPU kernels; a bf16 output is rounded once from fp32:
+// the backward's by cuBLAS (beta = 1), the forward's after the bias is added
+// to the fp32 product (staged in a stream-ordered temporary), as the CPU's
+// bf16 path does; dbias sums each column over rows in row order (one thread
+// per column), which is deterministic.
+#include <type_traits>
+
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/device.h"
 #include "kernels/cuda/ops.h"
 
 namespace pb::kernels::cuda {
 
+using detail::add_into;
 using detail::blocks_for;
 using detail::check;
+using detail::grid_index;
+using detail::grid_stride;
+using detail::load;
 
 namespace {
 
-__global__ void add_bias_kernel(float* out, const float* bias, size_t n, int OC) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
-    out[i] += bias[i % size_t(OC)];
+template <class T>
+constexpr cudaDataType_t data_type() {
+  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
 }
 
-__global__ void bias_backward_kernel(float* dbias, const float* dout, int N, int OC) {
+template <class T>
+__global__ void add_bias_kernel(T* out, const T* bias, size_t n, int OC) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) add_into(out[i], load(bias[i % size_t(OC)]));
+}
+
+// bf16 forward: out = bf16(y + bias), y the fp32 product.
+__global__ void bf16_finish_kernel(__nv_bfloat16* out, const float* y, const __nv_bfloat16* bias, size_t n,
+                                   int OC) {
+  for (size_t i = grid_index(); i < n; i += grid_stride())
+    out[i] = detail::store<__nv_bfloat16>(y[i] + (bias ? load(bias[i % size_t(OC)]) : 0.0f));
+}
+
+template <class T>
+__global__ void bias_backward_kernel(T* dbias, const T* dout, int N, int OC) {
   const int o = blockIdx.x * blockDim.x + threadIdx.x;
   if (o >= OC) return;
   float s = 0.0f;
-  for (int n = 0; n < N; ++n) s += dout[size_t(n) * OC + o];
-  dbias[o] += s;
+  for (int n = 0; n < N; ++n) s += load(dout[size_t(n) * OC + o]);
+  add_into(dbias[o], s);
 }
 
 void bind(cublasHandle_t h, cudaStream_t stream) {
@@ -35,39 +58,68 @@ void bind(cublasHandle_t h, cudaStream_t stream) {
   check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
 }
 
+// C (m,n) = A op . B op + beta C, column-major, fp32 scalars and accumulation.
+template <class T>
+void gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const T* A, int lda,
+          const T* B, int ldb, float beta, T* C, int ldc, const char* what) {
+  const float one = 1.0f;
+  check(cublasGemmEx(h, ta, tb, m, n, k, &one, A, data_type<T>(), lda, B, data_type<T>(), ldb, &beta, C,
+                     data_type<T>(), ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        what);
+}
+
 }  // namespace
 
-void matmul_forward(cublasHandle_t handle, float* out, const float* inp, const float* weight,
-                    const float* bias, int N, int C, int OC, cudaStream_t stream) {
+template <class T>
+void matmul_forward(cublasHandle_t handle, T* out, const T* inp, const T* weight, const T* bias, int N, int C,
+                    int OC, cudaStream_t stream) {
+  if (N == 0 || OC == 0) return;
   bind(handle, stream);
-  const float one = 1.0f, zero = 0.0f;
-  check(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp, C, &zero,
-                    out, OC),
-        "matmul_forward sgemm");
+  const size_t n = size_t(N) * OC;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    float* y = nullptr;
+    check(cudaMallocAsync(reinterpret_cast<void**>(&y), n * sizeof(float), stream), "matmul_forward cudaMallocAsync");
+    const float one = 1.0f, zero = 0.0f;
+    const cublasStatus_t st =
+        cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, CUDA_R_16BF, C, inp, CUDA_R_16BF, C,
+                     &zero, y, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st == CUBLAS_STATUS_SUCCESS) bf16_finish_kernel<<<blocks_for(n), 256, 0, stream>>>(out, y, bias, n, OC);
+    const cudaError_t launched = cudaGetLastError();
+    check(cudaFreeAsync(y, stream), "matmul_forward cudaFreeAsync");
+    check(st, "matmul_forward gemm");
+    check(launched, "matmul_forward bf16 finish launch");
+    return;
+  }
+  gemm<T>(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 0.0f, out, OC, "matmul_forward gemm");
   if (bias) {
-    const size_t n = size_t(N) * OC;
     add_bias_kernel<<<blocks_for(n), 256, 0, stream>>>(out, bias, n, OC);
     check(cudaGetLastError(), "matmul_forward bias launch");
   }
 }
 
-void matmul_backward(cublasHandle_t handle, float* dinp, float* dweight, float* dbias,
-                     const float* dout, const float* inp, const float* weight, int N, int C,
-                     int OC, cudaStream_t stream) {
+template <class T>
+void matmul_backward(cublasHandle_t handle, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                     const T* weight, int N, int C, int OC, cudaStream_t stream) {
+  if (N == 0 || OC == 0 || C == 0) return;
   bind(handle, stream);
-  const float one = 1.0f;
   if (dinp)
-    check(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one,
-                      dinp, C),
-          "matmul_backward dinp sgemm");
+    gemm<T>(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 1.0f, dinp, C,
+            "matmul_backward dinp gemm");
   if (dweight)
-    check(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one,
-                      dweight, C),
-          "matmul_backward dweight sgemm");
+    gemm<T>(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, C,
+            "matmul_backward dweight gemm");
   if (dbias) {
     bias_backward_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, dout, N, OC);
     check(cudaGetLastError(), "matmul_backward dbias launch");
   }
 }
+
+#define PB_INSTANTIATE(T)                                                                                  \
+  template void matmul_forward<T>(cublasHandle_t, T*, const T*, const T*, const T*, int, int, int,         \
+                                  cudaStream_t);                                                           \
+  template void matmul_backward<T>(cublasHandle_t, T*, T*, T*, const T*, const T*, const T*, int, int, int, \
+                                   cudaStream_t);
+PB_CUDA_FOR_EACH_DTYPE(PB_INSTANTIATE)
+#undef PB_INSTANTIATE
 
 }  // namespace pb::kernels::cuda
