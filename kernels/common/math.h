@@ -142,7 +142,11 @@ PB_HD inline A gelu_u(A x) {
 // loops vectorize, and the same on a GPU.
 PB_HD inline double tanh_a(double x) { return tanh(x); }
 PB_HD inline float tanh_a(float a) {
-  const float x = fmaxf(-9.f, fminf(9.f, a));
+  // The clamp as comparisons, not fmaxf/fminf: those are libm calls on the
+  // host (IEEE maxNum's NaN rule keeps GCC from inlining them), which kept
+  // the GELU loops from vectorizing. Equal for every finite input (and -0);
+  // a NaN stays NaN here, and GELU of NaN is NaN either way.
+  const float x = a > 9.f ? 9.f : (a < -9.f ? -9.f : a);
   const float x2 = x * x;
   float p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
   p = p * x2 + -8.60467152213735e-11f;
