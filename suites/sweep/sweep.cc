@@ -523,6 +523,8 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
       const auto key = std::make_pair(p.model, Bm);
       if (!gemm_eff.count(key))
         gemm_eff[key] = measure_gemm_efficiency(named_model(p.model), Bm, c.seq, peak_rank, 0.01);
+      if (p.world >= 2 && !hw.latency_us_by_world.count(p.world))
+        hw.latency_us_by_world[p.world] = local_step_latency_us(p.world);
       const PlanRow pr = plan_row(c, p, r, hw, meta, gemm_eff[key]);
       plan_csv->write(pr.meta, pr.values);
     }

@@ -25,26 +25,39 @@ namespace {
 using clock = std::chrono::steady_clock;
 
 
-// Mean time of a 2-rank all_reduce of one float on the local backend, over
-// `iters` calls after warm-up, on rank 0; a ring all_reduce takes 2(n-1) = 2
-// steps, so one step's latency is half of it.
-double local_latency_us() {
-  constexpr int warmup = 20, iters = 200;
+}  // namespace
+
+// One ring step of the local backend at `world` ranks: the median over
+// sizes 16 B .. 4 KiB (the fixed-cost regime; a 4-byte all_reduce takes a
+// fast path the model's collectives never do) of the mean all_reduce time
+// (rank 0, `iters` calls after warm-up), over its 2 (world - 1) ring steps.
+// At more ranks than cores this includes the wake-ups of time-shared threads.
+double local_step_latency_us(int world) {
+  require(world >= 2, "local_step_latency_us: world must be >= 2");
+  constexpr int warmup = 10, iters = 60;
   WorldOptions wo;
-  wo.size = 2;
-  auto world = make_local_world(wo);
-  double per_call_s = 0;
-  run_ranks(*world, [&](Communicator& comm) {
-    float x = 1, y = 0;
-    for (int i = 0; i < warmup; ++i) comm.all_reduce(&x, &y, 1, DType::f32);
-    comm.barrier();
-    const auto t0 = clock::now();
-    for (int i = 0; i < iters; ++i) comm.all_reduce(&x, &y, 1, DType::f32);
-    const double s = std::chrono::duration<double>(clock::now() - t0).count();
-    if (comm.rank() == 0) per_call_s = s / iters;
-  });
-  return per_call_s / 2 * 1e6;
+  wo.size = world;
+  auto w = make_local_world(wo);
+  std::vector<double> per_call;
+  for (size_t bytes = 16; bytes <= 4096; bytes *= 4) {
+    const size_t n = bytes / 4;
+    double t = 0;
+    run_ranks(*w, [&](Communicator& comm) {
+      std::vector<float> x(n, 1.f), y(n);
+      for (int i = 0; i < warmup; ++i) comm.all_reduce(x.data(), y.data(), n, DType::f32);
+      comm.barrier();
+      const auto t0 = clock::now();
+      for (int i = 0; i < iters; ++i) comm.all_reduce(x.data(), y.data(), n, DType::f32);
+      const double sec = std::chrono::duration<double>(clock::now() - t0).count();
+      if (comm.rank() == 0) t = sec / iters;
+    });
+    per_call.push_back(t);
+  }
+  std::sort(per_call.begin(), per_call.end());
+  return per_call[per_call.size() / 2] / (2.0 * (world - 1)) * 1e6;
 }
+
+namespace {
 
 double core_share(const LocalHardware& h, int world) { return std::min(1.0, double(h.cores) / double(world)); }
 
@@ -69,7 +82,7 @@ LocalHardware measure_local_hardware(double peak_flops_per_rank, int cores) {
   h.peak_flops_per_rank = peak_flops_per_rank;
   h.cores = std::max(1, cores);
   h.copy_GBps = copy_bandwidth_GBps();
-  h.latency_us = local_latency_us();
+  h.latency_us = local_step_latency_us(2);
   return h;
 }
 
@@ -79,7 +92,8 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
   hw.peak_tflops = h.peak_flops_per_rank * share / 1e12;
   hw.bw_intra_GBps = h.copy_GBps * share;
   hw.bw_inter_GBps = hw.bw_intra_GBps;
-  hw.latency_us = h.latency_us;
+  const auto lat = h.latency_us_by_world.find(world);
+  hw.latency_us = lat != h.latency_us_by_world.end() ? lat->second : h.latency_us;
   // A copy reads and writes every byte; the traffic counts do both.
   hw.mem_bw_GBps = 2 * h.copy_GBps * share;
   return hw;
@@ -169,8 +183,9 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     char note[256];
     std::snprintf(note, sizeof note,
                   "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it, "
-                  "copy %.4g GB/s, latency %.4g us",
-                  h.peak_flops_per_rank / 1e9, core_share(h, p.world), gemm_efficiency, h.copy_GBps, h.latency_us);
+                  "copy %.4g GB/s, latency %.4g us per ring step at %d ranks",
+                  h.peak_flops_per_rank / 1e9, core_share(h, p.world), gemm_efficiency, h.copy_GBps,
+                  planner_hardware(h, p.world).latency_us, p.world);
     row.meta.status = "ok";
     row.meta.reason = note;
   } catch (const InputError& e) {

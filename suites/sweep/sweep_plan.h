@@ -8,6 +8,7 @@
 // MFU denominator of the sweep row stays world x the full per-core peak, as
 // results/SCHEMA.md defines it).
 #pragma once
+#include <map>
 #include <string>
 
 #include "harness/io/csv.h"
@@ -21,16 +22,23 @@ namespace pb::sweep {
 struct LocalHardware {
   double peak_flops_per_rank = 0;  // one core's dense-GEMM rate, FLOP/s (the sweep's MFU peak)
   double copy_GBps = 0;            // one thread's memcpy bandwidth, GB/s (1e9 bytes)
-  double latency_us = 0;           // one ring step of the local backend (2-rank all_reduce of 4 bytes / 2)
+  double latency_us = 0;           // one ring step, for worlds not in latency_us_by_world
+  std::map<int, double> latency_us_by_world;  // one ring step at that many ranks (local_step_latency_us)
   int cores = 1;                   // hardware threads available to the ranks
 };
+
+// One ring step of the local backend's collectives at `world` (>= 2) ranks,
+// in microseconds: the median over 16 B .. 4 KiB of an all_reduce's time over
+// its 2 (world - 1) steps (at more ranks than cores, wake-ups included).
+double local_step_latency_us(int world);
 
 // One thread's memcpy bandwidth, GB/s (1e9 bytes): the best of four 32 MiB
 // copies (the first also faults the pages in).
 double copy_bandwidth_GBps();
 
-// Measures copy bandwidth (best of a few 32 MiB memcpys) and the local
-// backend's small-message latency; takes the GEMM peak as measured by the sweep.
+// Measures copy bandwidth (best of a few 32 MiB memcpys) and the 2-rank ring
+// step (the fallback latency); takes the GEMM peak as measured by the sweep.
+// The per-world latencies are the caller's to add.
 LocalHardware measure_local_hardware(double peak_flops_per_rank, int cores);
 
 // What the planner is told about one rank of a `world`-rank local run: the

@@ -85,6 +85,21 @@ TEST(SweepPlan, MeasuredFiguresArePositive) {
   EXPECT_GT(h.copy_GBps, 0.01);
   EXPECT_GT(h.latency_us, 0);
   EXPECT_LT(h.latency_us, 1e5);
+  // The fixed-cost regime, not a 4-byte fast path: a ring step costs at
+  // least a thread handoff (well above 0.1 us) at 2 and at 4 ranks.
+  EXPECT_GT(h.latency_us, 0.1);
+  EXPECT_GT(local_step_latency_us(4), 0.1);
+  EXPECT_THROW(local_step_latency_us(1), InputError);
+}
+
+TEST(SweepPlan, LatencyPerWorldIsUsedForThatWorld) {
+  LocalHardware h;
+  h.peak_flops_per_rank = 1e10;
+  h.copy_GBps = 5;
+  h.latency_us = 50;
+  h.latency_us_by_world[4] = 120;
+  EXPECT_DOUBLE_EQ(planner_hardware(h, 4).latency_us, 120);
+  EXPECT_DOUBLE_EQ(planner_hardware(h, 2).latency_us, 50);  // the fallback
 }
 
 // The GEMMs of a step reach a fraction of the large-square peak, smaller for
