@@ -1,5 +1,7 @@
 #!/usr/bin/python3
 """parabench report DIR: plots and one self-contained HTML report from a run.
+parabench report A B ... --out OUT: runs from several machines side by side
+(report_compare.py), each labelled by the host its rows recorded.
 
 Reads every CSV in DIR: results rows (a `kind` column: train_step,
 conformance, collective, sweep, plan; results/SCHEMA.md) and pipeline
@@ -19,6 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report_checks  # noqa: E402
+import report_compare  # noqa: E402
 import report_plots  # noqa: E402
 
 KINDS = ("train_step", "conformance", "collective", "sweep", "plan")
@@ -143,16 +146,63 @@ def build(run_dir, out):
     return path, pngs, notes
 
 
+def figure_html(path, caption_title, caption):
+    with open(path, "rb") as fh:
+        data = base64.b64encode(fh.read()).decode("ascii")
+    return ('<figure><img alt="%s" src="data:image/png;base64,%s"><figcaption>%s (%s)</figcaption></figure>'
+            % (html.escape(caption_title), data, html.escape(caption), html.escape(os.path.basename(path))))
+
+
+def build_compare(dirs, out):
+    runs = [(d, load(d)) for d in dirs]
+    labels = report_compare.machine_labels(runs)
+    os.makedirs(out, exist_ok=True)
+    sections, notes, pngs = [], [], []
+    sections.append("<h2>Machines</h2>" + table(["machine", "run directory", "rows", "best busbw (GB/s)",
+                                                 "best tokens/s"], report_compare.summary(runs, labels)))
+    for title, fn in report_compare.FIGURES:
+        try:
+            figs = fn(runs, labels, out)
+        except report_plots.Skip as e:
+            notes.append("%s: skipped (%s)" % (title, e))
+            continue
+        pngs += [f[0] for f in figs]
+        sections.append("<h2>%s</h2>%s" % (html.escape(title), "".join(figure_html(*f) for f in figs)))
+    for (d, run) in runs:
+        for f in run["ignored"]:
+            notes.append("%s/%s: not a results CSV; ignored" % (d, f))
+    doc = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>parabench report: machines</title>"
+           "<style>%s</style></head><body><h1>parabench report: %d runs side by side</h1><p>%s. Generated %s.</p>"
+           "%s%s</body></html>") % (
+        STYLE, len(runs), html.escape("; ".join("%s: %s" % (l, os.path.abspath(d)) for l, (d, _r) in
+                                                zip(labels, runs))),
+        datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "".join(sections),
+        ("<h2>Notes</h2><ul>%s</ul>" % "".join("<li class='note'>%s</li>" % html.escape(n) for n in notes))
+        if notes else "")
+    path = os.path.join(out, "report.html")
+    with open(path, "w") as fh:
+        fh.write(doc)
+    return path, pngs, notes
+
+
 def main():
-    ap = argparse.ArgumentParser(description="parabench report: plots + HTML from a results directory")
-    ap.add_argument("dir", help="run directory holding results CSVs")
-    ap.add_argument("--out", help="output directory (default: DIR)")
+    ap = argparse.ArgumentParser(description="parabench report: plots + HTML from a results directory, or "
+                                             "several side by side")
+    ap.add_argument("dirs", nargs="+", metavar="dir", help="run directory holding results CSVs")
+    ap.add_argument("--out", help="output directory (default: DIR; required with several)")
     a = ap.parse_args()
-    if not os.path.isdir(a.dir):
-        print("report: error: %s is not a directory" % a.dir, file=sys.stderr)
+    for d in a.dirs:
+        if not os.path.isdir(d):
+            print("report: error: %s is not a directory" % d, file=sys.stderr)
+            return 2
+    if len(a.dirs) > 1 and not a.out:
+        print("report: error: --out is required with several run directories", file=sys.stderr)
         return 2
     try:
-        path, pngs, notes = build(a.dir, a.out or a.dir)
+        if len(a.dirs) > 1:
+            path, pngs, notes = build_compare(a.dirs, a.out)
+        else:
+            path, pngs, notes = build(a.dirs[0], a.out or a.dirs[0])
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         # Input the C++ side did not pre-check (the script run by hand): a
         # message naming the file, not a traceback.

@@ -250,6 +250,9 @@ def main():
     ap.add_argument("--fail-conformance", action="store_true")
     ap.add_argument("--drop-point", action="store_true")
     ap.add_argument("--schema", default=SCHEMA)
+    ap.add_argument("--host", default="fixture", help="the host the rows record (a machine's name)")
+    ap.add_argument("--speed", type=float, default=1.0,
+                    help="scales throughputs and bandwidths (a faster or slower fixture machine)")
     a = ap.parse_args()
     with open(a.schema) as fh:
         schema = json.load(fh)
@@ -259,6 +262,19 @@ def main():
     if a.drop_point:
         sweep.pop()
     conf, coll, train = conformance_rows(rng, a.fail_conformance), collective_rows(rng), train_rows(rng)
+    for r in sweep + plans + conf + coll + train:
+        r["host"] = a.host
+    for r in sweep + train:
+        r["tokens_per_s"] *= a.speed
+        for c in ("step_time_s", "step_time_min_s", "step_time_max_s"):
+            if r.get(c) is not None:
+                r[c] /= a.speed
+    for r in plans:
+        r["est_tokens_per_s"] *= a.speed
+    for r in coll:
+        for c in ("algbw_gbps", "busbw_gbps"):
+            r[c] *= a.speed
+        r["time_us"] /= a.speed
     for kind, rows in (("sweep", sweep), ("plan", plans), ("conformance", conf), ("collective", coll),
                        ("train_step", train)):
         write(os.path.join(a.out, kind + ".csv"), header(schema, kind), rows)

@@ -1,5 +1,6 @@
-// parabench report DIR: runs scripts/report.py (matplotlib, headless) on a
-// results directory. The script is found through the source tree this binary
+// parabench report DIR [DIR...]: runs scripts/report.py (matplotlib,
+// headless) on a results directory, or puts several side by side (machines
+// compared, each run labelled by the host its rows recorded; --out required). The script is found through the source tree this binary
 // was built from (PARABENCH_SOURCE_DIR, set at build time) unless --script
 // names it. The script's exit status is passed through (2 stays bad input).
 #include <algorithm>
@@ -26,12 +27,20 @@ namespace pb::cli {
 namespace {
 
 struct ReportFlags {
-  std::string dir, out, script, python = "/usr/bin/python3";
+  std::vector<std::string> dirs;
+  std::string out, script, python = "/usr/bin/python3";
 };
 
 int run_report(const ReportFlags& f) {
   namespace fs = std::filesystem;
-  require(fs::is_directory(f.dir), "DIR: '" + f.dir + "' is not a directory");
+  require(!f.dirs.empty(), "DIR: at least one run directory");
+  require(f.dirs.size() == 1 || !f.out.empty(),
+          "--out: required with several run directories (the side-by-side report belongs to none of them)");
+  for (size_t i = 0; i < f.dirs.size(); ++i) {
+    require(fs::is_directory(f.dirs[i]), "DIR: '" + f.dirs[i] + "' is not a directory");
+    for (size_t j = 0; j < i; ++j)
+      require(!fs::equivalent(f.dirs[i], f.dirs[j]), "DIR: '" + f.dirs[i] + "' is given twice");
+  }
   const std::string script =
       !f.script.empty() ? f.script : std::string(PARABENCH_SOURCE_DIR) + "/scripts/report.py";
   require(fs::is_regular_file(script), "--script: '" + script + "' not found (pass --script PATH)");
@@ -44,9 +53,13 @@ int run_report(const ReportFlags& f) {
       report::RunFileSchema::parse(builtin_results_schema_json(), "<builtin results/schema.json>");
   std::vector<std::string> problems;
   std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(f.dir))
-    if (e.path().extension() == ".csv") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
+  for (const std::string& dir : f.dirs) {
+    std::vector<std::string> in_dir;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".csv") in_dir.push_back(e.path().string());
+    std::sort(in_dir.begin(), in_dir.end());
+    files.insert(files.end(), in_dir.begin(), in_dir.end());
+  }
   for (const auto& file : files) {
     require(fs::is_regular_file(file), "DIR: '" + file + "' is not a regular file");
     for (auto& p : schema.validate(file)) problems.push_back(std::move(p));
@@ -59,7 +72,7 @@ int run_report(const ReportFlags& f) {
                            "lists every problem)");
   }
   // The output directory is writable before any plot is drawn.
-  const fs::path out = f.out.empty() ? fs::path(f.dir) : fs::path(f.out);
+  const fs::path out = f.out.empty() ? fs::path(f.dirs[0]) : fs::path(f.out);
   std::error_code ec;
   fs::create_directories(out, ec);
   require(!ec && fs::is_directory(out), "--out: cannot create directory '" + out.string() + "'" +
@@ -71,7 +84,8 @@ int run_report(const ReportFlags& f) {
     std::fclose(fp);
   }
   fs::remove(probe, ec);
-  std::vector<std::string> args = {f.python, script, f.dir};
+  std::vector<std::string> args = {f.python, script};
+  args.insert(args.end(), f.dirs.begin(), f.dirs.end());
   if (!f.out.empty()) args.insert(args.end(), {"--out", f.out});
   const int rc = run_child(args);
   if (rc < 0) throw std::runtime_error("report: " + script + " was killed (signal " + std::to_string(-rc) + ")");
@@ -82,9 +96,10 @@ int run_report(const ReportFlags& f) {
 
 void register_report(CLI::App& root, Registry& reg, const Env& /*env*/) {
   auto f = std::make_shared<ReportFlags>();
-  CLI::App* app = root.add_subcommand("report", "plots + self-contained HTML report from a results directory");
-  app->add_option("dir", f->dir, "run directory holding results CSVs")->required();
-  app->add_option("--out", f->out, "output directory (default: DIR)");
+  CLI::App* app = root.add_subcommand(
+      "report", "plots + self-contained HTML report from a results directory, or several side by side (machines)");
+  app->add_option("dir", f->dirs, "run directory holding results CSVs; several: compared side by side")->required();
+  app->add_option("--out", f->out, "output directory (default: DIR; required with several)");
   app->add_option("--script", f->script, "report script (default: scripts/report.py of the source tree)");
   app->add_option("--python", f->python, "Python with matplotlib (default /usr/bin/python3)");
   reg.push_back({app, [f] { return run_report(*f); }});

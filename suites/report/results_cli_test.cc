@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -267,6 +268,43 @@ TEST(ResultsCli, ReportWritesPngsEmbeddedInHtml) {
   expect_png(partial / "collective_busbw.png");
   EXPECT_NE(slurp(partial / "report.html").find("Scaling: skipped"), std::string::npos);
   EXPECT_EQ(run(kExe + " report " + (kDir / "no_such_dir").string()), 2);
+}
+
+// Machines side by side: two fixture runs recorded on different hosts (one
+// 2.5x faster) and a run with only collectives, in one report.
+TEST(ResultsCli, ReportPutsMachinesSideBySide) {
+  const std::string a = fixture("machine_a", "--host node-a"), b = fixture("machine_b", "--host node-b --speed 2.5");
+  const fs::path coll = kDir / "machine_c";
+  fs::remove_all(coll);
+  fs::create_directories(coll);
+  fs::copy_file(fs::path(a) / "collective.csv", coll / "collective.csv");  // host node-a again: labelled by directory
+  const fs::path out = kDir / "compare";
+  fs::remove_all(out);
+  ASSERT_EQ(run(kExe + " report " + a + " " + b + " " + coll.string() + " --out " + out.string()), 0)
+      << slurp(kDir / "last.log");
+  const std::string html = slurp(out / "report.html");
+  for (const char* png : {"compare_collectives.png", "compare_throughput.png", "compare_planner.png"}) {
+    expect_png(out / png);
+    EXPECT_NE(html.find(base64(slurp(out / png))), std::string::npos) << png << " not embedded";
+  }
+  EXPECT_NE(html.find("3 runs side by side"), std::string::npos);
+  EXPECT_NE(html.find("node-b"), std::string::npos);
+  EXPECT_NE(html.find("node-a [machine_a]"), std::string::npos);  // a host recorded twice: the directory added
+  EXPECT_NE(html.find("node-a [machine_c]"), std::string::npos);
+  EXPECT_EQ(html.find("skipped"), std::string::npos);
+  // The faster machine's best sweep throughput is 2.5x the other's, in the table.
+  const pb::CsvTable ta = pb::read_csv(a + "/sweep.csv"), tb = pb::read_csv(b + "/sweep.csv");
+  double best_a = 0, best_b = 0;
+  for (const auto& r : ta.rows) best_a = std::max(best_a, std::stod(r[ta.column("tokens_per_s")]));
+  for (const auto& r : tb.rows) best_b = std::max(best_b, std::stod(r[tb.column("tokens_per_s")]));
+  EXPECT_NEAR(best_b / best_a, 2.5, 1e-9);
+
+  // Bad input: several directories without --out, one given twice, one missing.
+  EXPECT_EQ(run(kExe + " report " + a + " " + b), 2);
+  EXPECT_NE(slurp(kDir / "last.log").find("--out: required with several run directories"), std::string::npos);
+  EXPECT_EQ(run(kExe + " report " + a + " " + a + " --out " + out.string()), 2);
+  EXPECT_NE(slurp(kDir / "last.log").find("is given twice"), std::string::npos);
+  EXPECT_EQ(run(kExe + " report " + a + " " + (kDir / "no_such_dir").string() + " --out " + out.string()), 2);
 }
 
 }  // namespace
