@@ -98,7 +98,7 @@ def build(run_dir, out):
     run = load(run_dir)
     os.makedirs(out, exist_ok=True)
     sections, notes, pngs = [], [], []
-    plots = [("Scaling", report_plots.throughput), ("Memory", report_plots.memory),
+    plots = [("Scaling, measured and planned", report_plots.extrapolation), ("Scaling", report_plots.throughput), ("Memory", report_plots.memory),
              ("Communication", report_plots.comm_volume), ("Pipeline bubble", report_plots.bubble),
              ("Tensor parallel", report_plots.tensor_parallel),
              ("Context parallel", report_plots.context_parallel),

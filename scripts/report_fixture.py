@@ -99,6 +99,14 @@ def sweep_rows(rng, doctor):
                       est_bubble=r["bubble"])
             pl["mem_total"] = sum(pl[k] for k in mem if k in pl)
             plans.append(pl)
+            if w == WORLDS[-1]:  # sweep.extrapolate: the series planned at 1024 ranks (no rng: same draws)
+                tp2, pp2, dp2, mesh2 = mesh_of(s, 1024)
+                x = dict(pl)
+                x.update(world=1024, mesh=mesh2, est_tokens_per_s=est * (1024 / w) * eff ** math.log2(1024 / w),
+                         reason="extrapolated from %d measured ranks with machine profile fixture" % w)
+                x["global_batch"] = batch * 1024 // w  # weak beyond the measured worlds: every replica keeps work
+                x["est_step_time_s"] = x["global_batch"] * seq / x["est_tokens_per_s"]
+                plans.append(x)
     # Context parallel at cp2: ring (K/V blocks forward, K/V + dK/dV backward)
     # and Ulysses (4 + 4 all-to-alls per layer), activations halved.
     for algo, sent in (("ring", 6), ("ulysses", 8)):

@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless, always
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
@@ -464,3 +465,64 @@ def collectives(run, out):
     fig.tight_layout()
     return [(save(fig, out, "collective_busbw.png"), "Collective bus bandwidth",
              "busbw = algbw x bus factor (all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n).")]
+
+
+def _series_key(r):
+    return (r.get("model", ""), r.get("precision", ""), series(r))
+
+
+def extrapolation(run, out):
+    """The vendor's lead figure: measured scaling and the planner's estimate side
+    by side per series, the plan continued to the extrapolated world sizes
+    (plan rows at worlds the sweep did not measure: `sweep.extrapolate`)."""
+    sweep = [r for r in ok(run["sweep"]) if num(r, "tokens_per_s") and num(r, "world")]
+    measured_at = {(_series_key(r), int(num(r, "world"))) for r in sweep}
+    plans = [r for r in ok(run["plan"]) if num(r, "est_tokens_per_s") and num(r, "world")]
+    extra = [p for p in plans if (_series_key(p), int(num(p, "world"))) not in measured_at]
+    if not extra or not sweep:
+        raise Skip("no plan row beyond the measured worlds (set sweep.extrapolate)")
+    keys = sorted({_series_key(p) for p in extra} & {_series_key(r) for r in sweep})
+    if not keys:
+        raise Skip("no extrapolated series was measured")
+    models = sorted({(k[0], k[1]) for k in keys})
+    colors = strategy_colors({k[2] for k in keys})
+    ncol = min(2, len(models))
+    nrow = (len(models) + ncol - 1) // ncol
+    fig, grid = plt.subplots(nrow, ncol, figsize=(7.5 * ncol, 5.2 * nrow), squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[len(models):]:
+        ax.axis("off")
+    target = max(int(num(p, "world")) for p in extra)
+    for ax, (model, prec) in zip(axes, models):
+        worlds = set()
+        for k in keys:
+            if (k[0], k[1]) != (model, prec):
+                continue
+            m = sorted((int(num(r, "world")), r) for r in sweep if _series_key(r) == k)
+            xs = [w for w, _r in m]
+            ys = [num(r, "tokens_per_s") for _w, r in m]
+            lo = [num(r, "tokens_per_s") * num(r, "step_time_s") / num(r, "step_time_max_s")
+                  if num(r, "step_time_max_s") else num(r, "tokens_per_s") for _w, r in m]
+            hi = [num(r, "tokens_per_s") * num(r, "step_time_s") / num(r, "step_time_min_s")
+                  if num(r, "step_time_min_s") else num(r, "tokens_per_s") for _w, r in m]
+            ax.errorbar(xs, ys, yerr=[[y - l for y, l in zip(ys, lo)], [h - y for y, h in zip(ys, hi)]], ls="-",
+                        marker="o", ms=4, capsize=2, color=colors[k[2]])
+            pl = sorted({int(num(p, "world")): num(p, "est_tokens_per_s") for p in plans
+                         if _series_key(p) == k}.items())
+            ax.plot([w for w, _y in pl], [y for _w, y in pl], ls="--", marker="x", ms=5, color=colors[k[2]])
+            worlds.update(xs)
+            worlds.update(w for w, _y in pl)
+        ranks_axis(ax, worlds)
+        ax.set_yscale("log")
+        log_ticks(ax.yaxis)
+        ax.set_ylabel("tokens/s")
+        ax.set_title("%s, %s: measured and planned, to %d ranks" % (model, prec, target))
+    handles = [Line2D([], [], color=colors[s], label=s) for s in sorted(colors)]
+    handles += [Line2D([], [], color="#555555", marker="o", label="measured (bars: fastest to slowest step)"),
+                Line2D([], [], color="#555555", ls="--", marker="x", label="planner (calibrated), extrapolated")]
+    axes[ncol - 1].legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
+    fig.tight_layout()
+    basis = sorted({p.get("reason", "") for p in extra})[0]
+    return [(save(fig, out, "scaling_extrapolated.png"), "Measured scaling and the plan, extrapolated to %d ranks"
+             % target, "Solid: measured on this machine; dashed: the planner with the hardware it was given, at "
+                       "the measured worlds and beyond. Basis of the extrapolated rows: %s." % basis)]

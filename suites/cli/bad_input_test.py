@@ -90,6 +90,12 @@ def setup():
                                       '[sweep]\nworlds = [1]\nmodels = ["gpt2-350m"]\nseq = 1024\nbatch_per_rank = 1024\n')
     files["sweep_cfg"] = write(w("cfg", "sweep.toml"), "[sweep]\nworlds = [1]\nsteps = 1\nwarmup = 0\n")
     files["sweep_cfg_steps"] = write(w("cfg", "sweep2.toml"), "[sweep]\nworlds = [1]\nsteps = 2\nwarmup = 0\n")
+    files["sweep_machine_alone"] = write(w("cfg", "sweep_machine.toml"), '[sweep]\nworlds = [1]\nmachine = "a100"\n')
+    files["sweep_machine_unknown"] = write(w("cfg", "sweep_machine2.toml"),
+                                           '[sweep]\nworlds = [1]\nextrapolate = [64]\nmachine = "z9000"\n')
+    files["sweep_extrapolate_zero"] = write(w("cfg", "sweep_extra0.toml"), "[sweep]\nworlds = [1]\nextrapolate = [0]\n")
+    files["sweep_extrapolate_huge"] = write(w("cfg", "sweep_extra1.toml"),
+                                            "[sweep]\nworlds = [1]\nextrapolate = [99999999999]\n")
     # A finished one-point sweep, to resume with a config that changes its result.
     subprocess.run([EXE, "sweep", "--config", files["sweep_cfg"], "--run-dir", w("sweep_done")], check=True,
                    capture_output=True, timeout=120)
@@ -183,6 +189,11 @@ def cases(F):
         (4, ["sweep", "--config", F["sweep_cfg"], "--resume", F["good_dir"] + "/conformance.csv"], 2, r"not a sweep CSV"),
         (4, ["sweep", "--config", F["sweep_cfg"], "--resume", F["torn"]], 2, r"not a sweep CSV|truncated"),
         (4, ["sweep", "--config", F["sweep_cfg"], "--resume", w("nothing-here")], 2, r"--resume: no sweep CSV"),
+        (4, ["sweep", "--config", F["sweep_machine_alone"], "--run-dir", w("sm1")], 2,
+         r"sweep\.machine: only used with sweep\.extrapolate"),
+        (4, ["sweep", "--config", F["sweep_machine_unknown"], "--run-dir", w("sm2")], 2, r"z9000"),
+        (4, ["sweep", "--config", F["sweep_extrapolate_zero"], "--run-dir", w("sm3")], 2, r"sweep\.extrapolate"),
+        (4, ["sweep", "--config", F["sweep_extrapolate_huge"], "--run-dir", w("sm4")], 2, r"sweep\.extrapolate"),
         (4, ["sweep", "--config", F["sweep_cfg_steps"], "--resume", w("sweep_done")], 2,
          r"sweep\.csv:2: --resume: this point \(dp1 shard=none tiny fp32\) was run with other settings"),
         # 5. matrices are validated whole before the first row

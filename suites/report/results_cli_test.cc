@@ -249,11 +249,12 @@ TEST(ResultsCli, ReportWritesPngsEmbeddedInHtml) {
     expect_png(e.path());
     EXPECT_NE(html.find(base64(slurp(e.path()))), std::string::npos) << e.path() << " not embedded";
   }
-  // Scaling, memory, comm (the small model's and tiny-moe's), pipeline
+  // Scaling measured and planned to 1024 ranks, scaling, memory, comm (the small model's and tiny-moe's), pipeline
   // bubble, tensor parallel (activations and tp bytes), context parallel,
   // mixture of experts, collectives, pipeline timeline, planner-vs-measured,
   // conformance, loss.
-  EXPECT_EQ(pngs, 16);
+  EXPECT_EQ(pngs, 17);
+  EXPECT_NE(html.find("Measured scaling and the plan, extrapolated to 1024 ranks"), std::string::npos);
   EXPECT_NE(html.find("Tensor parallel: activation memory per recompute mode and SP"), std::string::npos);
   EXPECT_NE(html.find("Pipeline bubble, measured vs declared"), std::string::npos);
   EXPECT_NE(html.find("Conformance ratios"), std::string::npos);

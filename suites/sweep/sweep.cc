@@ -25,6 +25,7 @@
 #include "impl/spec/run_spec.h"
 #include "kernels/cpu/peak.h"
 #include "reference/model_config.h"
+#include "suites/planner/machine.h"
 #include "suites/planner/preflight.h"
 #include "suites/sweep/sweep_plan.h"
 
@@ -208,7 +209,21 @@ SweepConfig read_sweep_config(ConfigReader& r) {
   c.warmup = r.get<int>("sweep.warmup", c.warmup, Bounds::non_negative());
   c.ranks_per_node = r.get<int>("sweep.ranks_per_node", c.ranks_per_node, Bounds::non_negative());
   c.peak_gflops = r.get<double>("sweep.peak_gflops", 0.0, Bounds::non_negative());
+  c.extrapolate = r.get<std::vector<int64_t>>("sweep.extrapolate", {}, Bounds::positive());
+  c.machine = r.get<std::string>("sweep.machine", "");
   r.check_no_unknown_keys();
+  for (int64_t w : c.extrapolate)
+    require(w <= (int64_t(1) << 24), "sweep.extrapolate: " + std::to_string(w) + " ranks is beyond 2^24");
+  require(c.machine.empty() || !c.extrapolate.empty(), "sweep.machine: only used with sweep.extrapolate");
+  if (!c.machine.empty()) {  // an unknown name or a bad file: named as this config key
+    try {
+      planner::load_machine(c.machine);
+    } catch (const InputError& e) {
+      std::string msg = e.what();
+      if (msg.rfind("--machine: ", 0) == 0) msg = msg.substr(11);
+      throw InputError("sweep.machine: " + msg);
+    }
+  }
   non_empty(c.strategies, "sweep.strategies");
   non_empty(c.worlds, "sweep.worlds");
   non_empty(c.models, "sweep.models");
@@ -504,6 +519,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     plan_csv = std::make_unique<ResultWriter>(run.plan_csv_path, "plan");
     hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
   }
+  std::vector<MeasuredPoint> measured;  // ok points with plan rows, for the extrapolation
   const auto t1 = clock::now();
   for (size_t k = 0; k < todo.size(); ++k) {
     const SweepPoint& p = todo[k];
@@ -519,6 +535,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     const RunMeta meta = point_meta(c, p, r, run.meta);
     csv->write(meta, to_record(p, r));
     if (plan_csv && r.status == "ok") {
+      measured.push_back({p, r, meta});
       const int Bm = int(r.global_batch / (int64_t(p.dp) * p.microbatches));
       const auto key = std::make_pair(p.model, Bm);
       if (!gemm_eff.count(key))
@@ -540,6 +557,9 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
                       r.reason.c_str());
       *run.table << line << std::endl;
     }
+  }
+  if (plan_csv && !c.extrapolate.empty() && !measured.empty()) {
+    for (const PlanRow& row : extrapolated_plan_rows(c, measured, hw, gemm_eff)) plan_csv->write(row.meta, row.values);
   }
   sum.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return sum;

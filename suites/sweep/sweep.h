@@ -45,6 +45,13 @@ struct SweepConfig {
   int warmup = 2;          // steps run before measuring
   int ranks_per_node = 0;  // node boundary for hierarchical strategies (0: one node)
   double peak_gflops = 0;  // per-rank MFU peak; 0: measure single-thread sgemm
+  // Plan rows beyond the measured worlds (the vendor's figure): for every
+  // measured series, its largest point re-planned at each of these world sizes
+  // (dp scaled; weak scaling scales the batch too), with the hardware of
+  // `machine` (a built-in name or a calibrate profile; empty: this machine's
+  // measured figures, one rank per core per node, inter-node = intra-node).
+  std::vector<int64_t> extrapolate;
+  std::string machine;
 };
 
 // Reads [sweep] and rejects keys nothing read (InputError naming the key).

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "harness/mesh.h"
 #include "impl/spec/run_spec.h"
 #include "kernels/cpu/peak.h"
+#include "suites/planner/machine.h"
 #include "suites/planner/model_cost.h"
 #include "suites/planner/plan_output.h"
 
@@ -197,6 +199,88 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     row.meta.reason = std::string("planner: ") + e.what();
   }
   return row;
+}
+
+std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vector<MeasuredPoint>& measured,
+                                            const LocalHardware& h,
+                                            const std::map<std::pair<std::string, int>, double>& gemm_eff) {
+  // The largest measured point of each series.
+  std::map<std::string, const MeasuredPoint*> largest;
+  for (const MeasuredPoint& m : measured) {
+    MeshShape other = parse_mesh(m.point.mesh, "sweep point");
+    other.dp = 1;
+    const std::string series = m.point.strategy + "|" + mesh_text(other) + "|" + m.point.model + "|" +
+                               m.point.precision + "|" + std::to_string(m.point.microbatches) + "|" + m.point.scaling;
+    const MeasuredPoint*& best = largest[series];
+    if (!best || m.point.world > best->point.world) best = &m;
+  }
+  std::optional<planner::MachineProfile> profile;
+  if (!c.machine.empty()) profile = planner::load_machine(c.machine);
+  // This machine's figures for one rank per core: the latency at the largest
+  // world measured (the fixed cost at full occupancy).
+  LocalHardware local = h;
+  if (!h.latency_us_by_world.empty()) local.latency_us = h.latency_us_by_world.rbegin()->second;
+  local.latency_us_by_world.clear();
+  std::vector<PlanRow> rows;
+  for (const auto& [series, m] : largest) {
+    for (int64_t target : c.extrapolate) {
+      if (target <= m->point.world) continue;
+      const int other = m->point.world / m->point.dp;
+      SweepPoint p = m->point;
+      PointResult r = m->result;
+      PlanRow row;
+      row.meta = m->meta;
+      row.meta.kind = "plan";
+      row.meta.backend = "analytic";
+      row.meta.world = int(target);
+      try {
+        require(target % other == 0, "extrapolate: " + std::to_string(target) + " ranks is not a multiple of the " +
+                                         std::to_string(other) + " ranks of the series' other axes");
+        MeshShape ms = parse_mesh(p.mesh, "sweep point");
+        ms.dp = int(target / other);
+        p.mesh = mesh_text(ms);
+        p.world = int(target);
+        p.dp = ms.dp;
+        if (p.scaling == "weak") r.global_batch = r.global_batch / m->point.dp * p.dp;
+        require(r.global_batch % (int64_t(p.dp) * p.microbatches) == 0,
+                "extrapolate: a global batch of " + std::to_string(r.global_batch) + " does not split over dp " +
+                    std::to_string(p.dp) + " x " + std::to_string(p.microbatches) + " microbatches");
+        row.meta.mesh = p.mesh;
+        const int Bm = int(m->result.global_batch / (int64_t(m->point.dp) * m->point.microbatches));
+        const auto eff = gemm_eff.find({p.model, Bm});
+        planner::PlanInput in = plan_input(c, p, r, local, eff != gemm_eff.end() ? eff->second : 1.0);
+        char note[320];
+        if (profile) {
+          in.hw = planner::hardware_for(*profile, in.precision);
+          in.ranks_per_node = profile->ranks_per_node;
+          std::snprintf(note, sizeof note, "extrapolated from %d measured ranks with machine profile %s (%s)",
+                        m->point.world, profile->name.c_str(), profile->source.c_str());
+        } else {
+          in.hw = planner_hardware(local, 1);  // one rank per core
+          in.hw.gemm_efficiency = eff != gemm_eff.end() ? eff->second : 1.0;
+          in.ranks_per_node = local.cores;
+          std::snprintf(note, sizeof note,
+                        "extrapolated from %d measured ranks with this machine's figures: one rank per core, %d "
+                        "per node, inter-node links as fast as intra-node (no profile given), latency %.4g us",
+                        m->point.world, local.cores, local.latency_us);
+        }
+        const planner::PlanResult pr = planner::plan(in);
+        row.values = planner::plan_record(in, pr);
+        row.values.set("strategy", p.strategy);
+        row.meta.status = "ok";
+        row.meta.reason = note;
+      } catch (const InputError& e) {
+        row.values = CsvRecord{};
+        row.values.set("strategy", p.strategy).set("model", p.model).set("precision", p.precision);
+        row.values.set("params", named_model(p.model).num_params());
+        row.values.set("global_batch", r.global_batch).set("seq_len", r.seq);
+        row.meta.status = "rejected";
+        row.meta.reason = std::string("planner: ") + e.what();
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
 }
 
 }  // namespace pb::sweep

@@ -23,8 +23,8 @@ struct LocalHardware {
   double peak_flops_per_rank = 0;  // one core's dense-GEMM rate, FLOP/s (the sweep's MFU peak)
   double copy_GBps = 0;            // one thread's memcpy bandwidth, GB/s (1e9 bytes)
   double latency_us = 0;           // one ring step, for worlds not in latency_us_by_world
-  std::map<int, double> latency_us_by_world;  // one ring step at that many ranks (local_step_latency_us)
   int cores = 1;                   // hardware threads available to the ranks
+  std::map<int, double> latency_us_by_world;  // one ring step at that many ranks (local_step_latency_us)
 };
 
 // One ring step of the local backend's collectives at `world` (>= 2) ranks,
@@ -69,5 +69,24 @@ struct PlanRow {
 };
 PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r, const LocalHardware& h,
                  const RunMeta& point_meta, double gemm_efficiency = 1);
+
+// The vendor's figure: for every measured series (the ok points sharing
+// strategy, model, precision, microbatches, scaling and the mesh's axes other
+// than dp), its largest point re-planned at each world of c.extrapolate above
+// it, dp scaled to reach that world (weak scaling scales the global batch with
+// dp; strong keeps it). The hardware is c.machine's profile if given, else
+// this machine's measured figures for one rank per core (core share 1, the
+// latency measured at the largest world, ranks per node = cores, inter-node
+// links as fast as intra-node: said in the row's reason). A world the series'
+// other axes do not divide, or a batch that does not split, gets a rejected
+// row naming why. `gemm_eff` is keyed by (model, microbatch sequences).
+struct MeasuredPoint {
+  SweepPoint point;
+  PointResult result;
+  RunMeta meta;
+};
+std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vector<MeasuredPoint>& measured,
+                                            const LocalHardware& h,
+                                            const std::map<std::pair<std::string, int>, double>& gemm_eff);
 
 }  // namespace pb::sweep

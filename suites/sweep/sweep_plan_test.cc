@@ -57,7 +57,7 @@ TEST(SweepPlan, InputDescribesThePointAsRun) {
   PointResult r;
   r.global_batch = 16;
   r.seq = 16;
-  LocalHardware h{10e9, 5, 20, 2};
+  LocalHardware h{10e9, 5, 20, 2, {}};
   const planner::PlanInput in = plan_input(c, p, r, h);
   EXPECT_EQ(in.dp, 4);
   EXPECT_EQ(in.shard, dp::Shard::none);
@@ -117,7 +117,7 @@ TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
-  const LocalHardware h{10e9, 5, 20, 2};
+  const LocalHardware h{10e9, 5, 20, 2, {}};
   const planner::PlanResult full = planner::plan(plan_input(c, p, r, h));
   const planner::PlanResult quarter = planner::plan(plan_input(c, p, r, h, 0.25));
   const double gemm_s = full.compute_s - full.memory_s;  // the memory-bound part does not scale
@@ -166,6 +166,65 @@ TEST(SweepPlan, MemoryPeaksCoverTheMeasuredStepsOnly) {
   ASSERT_EQ(two.status, "ok") << two.reason;
   EXPECT_EQ(none.mem_total, two.mem_total);
   for (int t = 0; t < 6; ++t) EXPECT_EQ(none.mem[t], two.mem[t]) << "tag " << t;
+}
+
+// The vendor's figure: each measured series re-planned beyond the measured worlds.
+TEST(SweepPlan, ExtrapolatedRowsContinueEachSeries) {
+  const fs::path d = fresh_dir("extrapolate");
+  SweepRun run;
+  run.csv_path = (d / "sweep.csv").string();
+  run.plan_csv_path = (d / "plan.csv").string();
+  run.meta.run_id = "test-run";
+  run.meta.backend = "local";
+  SweepConfig c = tiny({"shard=none", "shard=zero3"}, {1, 2});
+  c.extrapolate = {2, 64};  // 2 is measured: nothing to extrapolate there
+  ASSERT_EQ(run_sweep(c, run).ok, 4);
+  EXPECT_EQ(validate_csv_against_schema(run.plan_csv_path, ResultsSchema::builtin()), std::vector<std::string>{});
+  const CsvTable p = read_csv(run.plan_csv_path);
+  ASSERT_EQ(p.rows.size(), 6u);  // 4 measured points + 2 series at 64 ranks
+  std::map<std::string, double> at64;
+  for (const auto& row : p.rows) {
+    if (row[p.column("world")] != "64") continue;
+    EXPECT_EQ(row[p.column("status")], "ok");
+    EXPECT_EQ(row[p.column("mesh")], "dp64");
+    EXPECT_EQ(row[p.column("global_batch")], "128");  // weak: 2 sequences per replica
+    EXPECT_NE(row[p.column("reason")].find("extrapolated from 2 measured ranks"), std::string::npos);
+    at64[row[p.column("strategy")]] = std::stod(row[p.column("est_tokens_per_s")]);
+  }
+  ASSERT_EQ(at64.size(), 2u);
+  // ZeRO-3 gathers parameters every step: at 64 ranks it plans slower than DDP.
+  EXPECT_LT(at64["shard=zero3"], at64["shard=none"]);
+}
+
+TEST(SweepPlan, ExtrapolationRejectsWhatCannotScaleAndUsesAProfile) {
+  SweepConfig c = tiny({"shard=none"}, {1});
+  MeasuredPoint m{{"shard=none,schedule=1f1b", "dp2.pp2", "tiny", "fp32", "weak", 4, 2, 2}, PointResult{}, RunMeta{}};
+  m.result.global_batch = 8;
+  m.result.seq = 16;
+  LocalHardware h;
+  h.peak_flops_per_rank = 20e9;
+  h.copy_GBps = 5;
+  h.latency_us = 30;
+  h.cores = 2;
+  c.extrapolate = {5, 16};
+  std::vector<PlanRow> rows = extrapolated_plan_rows(c, {m}, h, {});
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].meta.status, "rejected");  // 5 ranks: pp2 does not divide it
+  EXPECT_NE(rows[0].meta.reason.find("not a multiple of the 2 ranks"), std::string::npos) << rows[0].meta.reason;
+  EXPECT_EQ(rows[1].meta.status, "ok");
+  EXPECT_EQ(rows[1].meta.mesh, "dp8.pp2");
+  EXPECT_NE(rows[1].meta.reason.find("one rank per core, 2 per node"), std::string::npos) << rows[1].meta.reason;
+  // A machine profile: its hardware, its name in the reason; an A100 plans
+  // far faster than this machine's cores at the same 16 ranks.
+  auto tokens = [](const PlanRow& r) { return std::stod(*r.values.find("est_tokens_per_s")); };
+  const double local16 = tokens(rows[1]);
+  c.machine = "a100";
+  c.extrapolate = {16};
+  rows = extrapolated_plan_rows(c, {m}, h, {});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].meta.status, "ok");
+  EXPECT_NE(rows[0].meta.reason.find("machine profile a100"), std::string::npos) << rows[0].meta.reason;
+  EXPECT_GT(tokens(rows[0]), 10 * local16);
 }
 
 }  // namespace
