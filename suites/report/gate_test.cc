@@ -101,6 +101,12 @@ TEST(Gate, ThroughputIsHeldToTheMeasuredSpread) {
   EXPECT_NE(r.lines.front().why.find("+ 2 x the measured spread (cv 11.3137%)"), std::string::npos)
       << r.lines.front().why;
   EXPECT_FALSE(run(16000, 0.0, 0.0).passed());  // quiet runs: the bare 10% holds
+  // Very noisy runs (cv 50%: 2 x 70.7% of allowance) are capped at 50%: a
+  // 55% drop passes, a 99% drop (what a few noisy steps once hid) fails.
+  EXPECT_TRUE(run(9000, 0.5, 0.5).passed());
+  const GateResult big = run(200, 0.5, 0.5);
+  ASSERT_FALSE(big.passed());
+  EXPECT_NE(big.lines.front().why.find("allowance capped at 50%"), std::string::npos) << big.lines.front().why;
 }
 
 TEST(Gate, MemoryRiseFails) {
