@@ -216,7 +216,7 @@ def cases(F):
         (7, ["calibrate", "--seconds", "0", "--out", w("m.toml")], 2, r"--seconds: must be in \(0, 60\]"),
         (7, ["calibrate", "--out", w("no", "such", "m.toml")], 2, r"--out: cannot write"),
         (7, ["plan", "--model", "gpt2-124m", "--machine", "nosuch"], 2,
-         r"--machine: 'nosuch' is neither a built-in machine \(a100, h100, h200, mi300x\)"),
+         r"--machine: 'nosuch' is neither a built-in machine \(a100, h100, h200, mi300x, b200\)"),
         (7, ["plan", "--model", "gpt2-124m", "--machine", F["bad_machine"]], 2, r"machine\.peak_tflops_bf16"),
     ]
     return c

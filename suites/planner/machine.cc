@@ -47,6 +47,11 @@ const std::vector<MachineProfile>& builtin_machines() {
        "HBM3 5.3 TB/s, 192 GB, 7 Infinity Fabric links of 128 GB/s (896 GB/s both directions, 448 per direction); "
        "8 GPUs per platform, one 400 Gb/s NIC per GPU (50 GB/s)",
        1307.4, 163.4, 163.4, 5300, 448, 50, 0, 1, 192, 8},
+      {"b200",
+       "NVIDIA Blackwell datasheet, HGX B200 (1,000 W per GPU): BF16 Tensor Core 4.5 PFLOPS with sparsity (2,250 "
+       "dense), FP32 80 TFLOPS, FP64 40, HBM3e 8 TB/s, 180 GB per GPU (1.44 TB per 8-GPU HGX), fifth-generation "
+       "NVLink 1.8 TB/s (900 GB/s per direction); 8 GPUs per node, one 400 Gb/s ConnectX-7 NIC per GPU (50 GB/s)",
+       2250, 80, 40, 8000, 900, 50, 0, 1, 180, 8},
   };
   return m;
 }

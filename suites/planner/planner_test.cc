@@ -533,7 +533,7 @@ TEST(Planner, BadInputIsInputError) {
 // plan --machine: the built-in profiles carry their datasheet figures and
 // sources; a TOML profile reads strictly; the precision picks the peak.
 TEST(Machine, BuiltInProfilesByNameWithSources) {
-  ASSERT_EQ(builtin_machines().size(), 4u);
+  ASSERT_EQ(builtin_machines().size(), 5u);
   for (const auto& m : builtin_machines()) {
     EXPECT_GT(m.peak_tflops_bf16, m.peak_tflops_fp32) << m.name;
     EXPECT_GT(m.memory_GB, 0) << m.name;
@@ -547,11 +547,13 @@ TEST(Machine, BuiltInProfilesByNameWithSources) {
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("h100"), Precision::bf16_mixed).peak_tflops, 989.4);
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("h200"), Precision::bf16_mixed).mem_bw_GBps, 4800);
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("mi300x"), Precision::fp64).peak_tflops, 163.4);
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("B200"), Precision::bf16_mixed).peak_tflops, 2250);
+  EXPECT_EQ(load_machine("b200").ranks_per_node, 8);
   try {
     load_machine("b300");
     ADD_FAILURE() << "an unknown machine was accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("'b300' is neither a built-in machine (a100, h100, h200, mi300x)"),
+    EXPECT_NE(std::string(e.what()).find("'b300' is neither a built-in machine (a100, h100, h200, mi300x, b200)"),
               std::string::npos)
         << e.what();
   }
