@@ -61,6 +61,27 @@ __device__ void stage(float* dst, const T* src, int r0, int n, int hs, int strid
   for (int x = threadIdx.x; x < n * hs; x += blockDim.x) dst[x] = load(src[size_t(r0 + x / hs) * stride + x % hs]);
 }
 
+// Stages rows [r0, r0 + n) of two strided slices (k and v, or q and dout)
+// into shared memory, between the barriers that keep a tile from being
+// overwritten while another thread still reads it.
+template <class T>
+__device__ void stage_tiles(float* a_dst, const T* a, float* b_dst, const T* b, int r0, int n, int hs, int stride_a,
+                            int stride_b) {
+  __syncthreads();
+  stage(a_dst, a, r0, n, hs, stride_a);
+  stage(b_dst, b, r0, n, hs, stride_b);
+  __syncthreads();
+}
+
+// Moves q, k and v to slice z.
+template <class T>
+__device__ void to_slice(const Slices& sl, int z, const T*& q, const T*& k, const T*& v) {
+  const size_t off = in_off(sl, z);
+  q += off;
+  k += off;
+  v += off;
+}
+
 // ---- blockwise forward: one query row per thread ------------------------------
 template <class T>
 __global__ void block_forward_kernel(float* o, float* m, float* l, const T* q, const T* k, const T* v, int Tq,
@@ -70,9 +91,7 @@ __global__ void block_forward_kernel(float* o, float* m, float* l, const T* q, c
   float* ks = smem;
   float* vs = smem + tile * hs;
   const int z = blockIdx.y;
-  q += in_off(sl, z);
-  k += in_off(sl, z);
-  v += in_off(sl, z);
+  to_slice(sl, z, q, k, v);
   o += size_t(z) * Tq * hs;
   m += size_t(z) * Tq;
   l += size_t(z) * Tq;
@@ -84,10 +103,7 @@ __global__ void block_forward_kernel(float* o, float* m, float* l, const T* q, c
   float s[kKeyTile];
   for (int j0 = 0; j0 < Tk; j0 += tile) {
     const int n = min(tile, Tk - j0);
-    __syncthreads();
-    stage(ks, k, j0, n, hs, kv_stride);
-    stage(vs, v, j0, n, hs, kv_stride);
-    __syncthreads();
+    stage_tiles(ks, k, vs, v, j0, n, hs, kv_stride, kv_stride);
     const int vis = min(n, nk - j0);
     if (vis <= 0) continue;
     const T* qi = q + size_t(i) * q_stride;
@@ -152,9 +168,7 @@ __global__ void block_dq_kernel(float* dq, const T* q, const T* k, const T* v, c
   float* ks = smem;
   float* vs = smem + tile * hs;
   const int z = blockIdx.y;
-  q += in_off(sl, z);
-  k += in_off(sl, z);
-  v += in_off(sl, z);
+  to_slice(sl, z, q, k, v);
   dout += out_off(sl, z);
   dq += size_t(z) * Tq * hs;
   lse += size_t(z) * row_slice;
@@ -164,10 +178,7 @@ __global__ void block_dq_kernel(float* dq, const T* q, const T* k, const T* v, c
   const float scale = math::attention_scale<float>(hs);
   for (int j0 = 0; j0 < Tk; j0 += tile) {
     const int n = min(tile, Tk - j0);
-    __syncthreads();
-    stage(ks, k, j0, n, hs, kv_stride);
-    stage(vs, v, j0, n, hs, kv_stride);
-    __syncthreads();
+    stage_tiles(ks, k, vs, v, j0, n, hs, kv_stride, kv_stride);
     const int vis = min(n, nk - j0);
     const T* qi = q + size_t(i) * q_stride;
     const T* doi = dout + size_t(i) * dout_stride;
@@ -191,9 +202,7 @@ __global__ void block_dkdv_kernel(float* dk, float* dv, const T* q, const T* k, 
   float* qs = smem;
   float* ds_ = smem + tile * hs;  // dout rows
   const int z = blockIdx.y;
-  q += in_off(sl, z);
-  k += in_off(sl, z);
-  v += in_off(sl, z);
+  to_slice(sl, z, q, k, v);
   dout += out_off(sl, z);
   dk += size_t(z) * Tk * hs;
   dv += size_t(z) * Tk * hs;
@@ -205,10 +214,7 @@ __global__ void block_dkdv_kernel(float* dk, float* dv, const T* q, const T* k, 
   const T* vj = v + size_t(j) * kv_stride;
   for (int i0 = 0; i0 < Tq; i0 += tile) {
     const int n = min(tile, Tq - i0);
-    __syncthreads();
-    stage(qs, q, i0, n, hs, q_stride);
-    stage(ds_, dout, i0, n, hs, dout_stride);
-    __syncthreads();
+    stage_tiles(qs, q, ds_, dout, i0, n, hs, q_stride, dout_stride);
     if (j >= Tk) continue;
     for (int r = 0; r < n; ++r) {
       const int i = i0 + r;

@@ -63,6 +63,16 @@ namespace {
 
 double core_share(const LocalHardware& h, int world) { return std::min(1.0, double(h.cores) / double(world)); }
 
+// A point the planner refuses: its identifying columns and why.
+void reject(PlanRow& row, const SweepPoint& p, const PointResult& r, const InputError& e) {
+  row.values = CsvRecord{};
+  row.values.set("strategy", p.strategy).set("model", p.model).set("precision", p.precision);
+  row.values.set("params", named_model(p.model).num_params());
+  row.values.set("global_batch", r.global_batch).set("seq_len", r.seq);
+  row.meta.status = "rejected";
+  row.meta.reason = std::string("planner: ") + e.what();
+}
+
 }  // namespace
 
 double copy_bandwidth_GBps() {
@@ -191,12 +201,7 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     row.meta.status = "ok";
     row.meta.reason = note;
   } catch (const InputError& e) {
-    row.values = CsvRecord{};
-    row.values.set("strategy", p.strategy).set("model", p.model).set("precision", p.precision);
-    row.values.set("params", named_model(p.model).num_params());
-    row.values.set("global_batch", r.global_batch).set("seq_len", r.seq);
-    row.meta.status = "rejected";
-    row.meta.reason = std::string("planner: ") + e.what();
+    reject(row, p, r, e);
   }
   return row;
 }
@@ -270,12 +275,7 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
         row.meta.status = "ok";
         row.meta.reason = note;
       } catch (const InputError& e) {
-        row.values = CsvRecord{};
-        row.values.set("strategy", p.strategy).set("model", p.model).set("precision", p.precision);
-        row.values.set("params", named_model(p.model).num_params());
-        row.values.set("global_batch", r.global_batch).set("seq_len", r.seq);
-        row.meta.status = "rejected";
-        row.meta.reason = std::string("planner: ") + e.what();
+        reject(row, p, r, e);
       }
       rows.push_back(std::move(row));
     }
