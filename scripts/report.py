@@ -133,17 +133,23 @@ def build(run_dir, out):
         notes.append("%s: not a results CSV (no kind column) nor an auxiliary file of results/schema.json; "
                      "ignored" % f)
     counts = ", ".join("%d %s" % (len(run[k]), k) for k in KINDS if run[k])
-    doc = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>parabench report</title><style>%s</style>"
-           "</head><body><h1>parabench report</h1><p>Run directory <code>%s</code>: %s rows, %d timelines. "
-           "Generated %s.</p>%s%s</body></html>") % (
-        STYLE, html.escape(os.path.abspath(run_dir)), counts or "no", len(run["timelines"]),
+    intro = "Run directory <code>%s</code>: %s rows, %d timelines." % (
+        html.escape(os.path.abspath(run_dir)), counts or "no", len(run["timelines"]))
+    return write_html(out, "parabench report", intro, sections, notes), pngs, notes
+
+
+def write_html(out, title, intro, sections, notes):
+    """out/report.html: the title, an intro paragraph (HTML), the sections and the notes; its path."""
+    doc = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>%s</title><style>%s</style></head><body>"
+           "<h1>%s</h1><p>%s Generated %s.</p>%s%s</body></html>") % (
+        html.escape(title), STYLE, html.escape(title), intro,
         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "".join(sections),
         ("<h2>Notes</h2><ul>%s</ul>" % "".join("<li class='note'>%s</li>" % html.escape(n) for n in notes))
         if notes else "")
     path = os.path.join(out, "report.html")
     with open(path, "w") as fh:
         fh.write(doc)
-    return path, pngs, notes
+    return path
 
 
 def figure_html(path, caption_title, caption):
@@ -171,18 +177,8 @@ def build_compare(dirs, out):
     for (d, run) in runs:
         for f in run["ignored"]:
             notes.append("%s/%s: not a results CSV; ignored" % (d, f))
-    doc = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>parabench report: machines</title>"
-           "<style>%s</style></head><body><h1>parabench report: %d runs side by side</h1><p>%s. Generated %s.</p>"
-           "%s%s</body></html>") % (
-        STYLE, len(runs), html.escape("; ".join("%s: %s" % (l, os.path.abspath(d)) for l, (d, _r) in
-                                                zip(labels, runs))),
-        datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "".join(sections),
-        ("<h2>Notes</h2><ul>%s</ul>" % "".join("<li class='note'>%s</li>" % html.escape(n) for n in notes))
-        if notes else "")
-    path = os.path.join(out, "report.html")
-    with open(path, "w") as fh:
-        fh.write(doc)
-    return path, pngs, notes
+    intro = html.escape("; ".join("%s: %s" % (l, os.path.abspath(d)) for l, (d, _r) in zip(labels, runs))) + "."
+    return write_html(out, "parabench report: %d runs side by side" % len(runs), intro, sections, notes), pngs, notes
 
 
 def main():

@@ -91,12 +91,7 @@ def throughput(runs, labels, out):
     if not models:
         raise Skip("no sweep series spans two world sizes")
     colors = rp.strategy_colors({k[2] for k in keys if (k[0], k[1]) in models})
-    ncol = min(2, len(models))
-    nrow = (len(models) + ncol - 1) // ncol
-    fig, grid = plt.subplots(nrow, ncol, figsize=(7.5 * ncol, 5 * nrow), squeeze=False)
-    axes = [ax for row in grid for ax in row]
-    for ax in axes[len(models):]:
-        ax.axis("off")
+    fig, axes, ncol = rp.panel_grid(len(models), height=5)
     for ax, (model, prec) in zip(axes, models):
         worlds = set()
         for i, s in enumerate(per_run):

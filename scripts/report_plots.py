@@ -91,6 +91,17 @@ def save(fig, out, name):
     return path
 
 
+def panel_grid(n, width=7.5, height=5.2):
+    """A figure of n panels, two per row: (fig, the n axes then unused ones turned off, columns)."""
+    ncol = min(2, n)
+    nrow = (n + ncol - 1) // ncol
+    fig, grid = plt.subplots(nrow, ncol, figsize=(width * ncol, height * nrow), squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[n:]:
+        ax.axis("off")
+    return fig, axes, ncol
+
+
 def groups(rows, keys):
     g = defaultdict(list)
     for r in rows:
@@ -486,12 +497,7 @@ def extrapolation(run, out):
         raise Skip("no extrapolated series was measured")
     models = sorted({(k[0], k[1]) for k in keys})
     colors = strategy_colors({k[2] for k in keys})
-    ncol = min(2, len(models))
-    nrow = (len(models) + ncol - 1) // ncol
-    fig, grid = plt.subplots(nrow, ncol, figsize=(7.5 * ncol, 5.2 * nrow), squeeze=False)
-    axes = [ax for row in grid for ax in row]
-    for ax in axes[len(models):]:
-        ax.axis("off")
+    fig, axes, ncol = panel_grid(len(models))
     target = max(int(num(p, "world")) for p in extra)
     for ax, (model, prec) in zip(axes, models):
         worlds = set()

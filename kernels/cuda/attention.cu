@@ -22,13 +22,7 @@
 
 namespace pb::kernels::cuda {
 
-using detail::add_into;
-using detail::blocks_for;
-using detail::check;
-using detail::grid_index;
-using detail::grid_stride;
-using detail::load;
-using detail::store;
+using namespace detail;  // load/store, add_into, indexing, reductions, check
 
 namespace {
 
@@ -50,6 +44,16 @@ struct Slices {
   size_t in_b = 0, in_h = 0;    // q, k, v
   size_t out_b = 0, out_h = 0;  // dout, out
 };
+// The (batch, head) slices of qkv (B,T,3C) and out/dout (B,T,C).
+Slices heads_of(int Tn, int C, int NH) {
+  Slices sl;
+  sl.NH = NH;
+  sl.in_b = size_t(Tn) * 3 * C;
+  sl.in_h = size_t(C / NH);
+  sl.out_b = size_t(Tn) * C;
+  sl.out_h = size_t(C / NH);
+  return sl;
+}
 __device__ __forceinline__ size_t in_off(const Slices& s, int z) { return size_t(z / s.NH) * s.in_b + size_t(z % s.NH) * s.in_h; }
 __device__ __forceinline__ size_t out_off(const Slices& s, int z) {
   return size_t(z / s.NH) * s.out_b + size_t(z % s.NH) * s.out_h;
@@ -454,12 +458,7 @@ void attention_forward_blockwise(T* out, float* lse, const T* qkv, int B, int Tn
       m(rows, stream, "attention_forward_blockwise m");
   fill_kernel<<<blocks_for(rows), 256, 0, stream>>>(m.get(), math::neg_inf<float>(), rows);
   check(cudaGetLastError(), "attention_forward_blockwise init launch");
-  Slices sl;
-  sl.NH = NH;
-  sl.in_b = size_t(Tn) * 3 * C;
-  sl.in_h = size_t(hs);
-  sl.out_b = size_t(Tn) * C;
-  sl.out_h = size_t(hs);
+  const Slices sl = heads_of(Tn, C, NH);
   block_forward_kernel<<<row_grid(Tn, slices), kRows, smem_bytes(tile, hs), stream>>>(
       o.get(), m.get(), l.get(), qkv, qkv + C, qkv + 2 * C, Tn, Tn, hs, 3 * C, 3 * C, 0, 0, true, tile, sl);
   check(cudaGetLastError(), "attention_forward_blockwise launch");
@@ -480,12 +479,7 @@ void attention_backward_blockwise(T* dqkv, const T* dout, const T* out, const T*
       dk(rows * hs, stream, "attention_backward_blockwise dk"), dv(rows * hs, stream, "attention_backward_blockwise dv");
   rowsum_kernel<<<blocks_for(rows), 256, 0, stream>>>(D.get(), dout, out, Tn, C, hs, NH, rows);
   check(cudaGetLastError(), "attention_backward_blockwise D launch");
-  Slices sl;
-  sl.NH = NH;
-  sl.in_b = size_t(Tn) * 3 * C;
-  sl.in_h = size_t(hs);
-  sl.out_b = size_t(Tn) * C;
-  sl.out_h = size_t(hs);
+  const Slices sl = heads_of(Tn, C, NH);
   block_dq_kernel<<<row_grid(Tn, slices), kRows, smem_bytes(tile, hs), stream>>>(
       dq.get(), qkv, qkv + C, qkv + 2 * C, dout, lse, D.get(), Tn, Tn, hs, 3 * C, 3 * C, C, 0, 0, true, tile, sl,
       size_t(Tn));

@@ -10,11 +10,7 @@
 
 namespace pb::kernels::cuda {
 
-using detail::add_into;
-using detail::block_sum;
-using detail::check;
-using detail::load;
-using detail::store;
+using namespace detail;  // load/store, add_into, indexing, reductions, check
 
 namespace {
 

@@ -18,12 +18,7 @@
 
 namespace pb::kernels::cuda {
 
-using detail::add_into;
-using detail::blocks_for;
-using detail::check;
-using detail::grid_index;
-using detail::grid_stride;
-using detail::load;
+using namespace detail;  // load/store, add_into, indexing, reductions, check
 
 namespace {
 
