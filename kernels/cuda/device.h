@@ -12,6 +12,8 @@
 
 #include <cstddef>
 
+#include "kernels/common/math.h"
+
 namespace pb::kernels::cuda::detail {
 
 __device__ __forceinline__ float load(float x) { return x; }
@@ -39,38 +41,28 @@ __device__ __forceinline__ size_t grid_stride() { return size_t(gridDim.x) * blo
 
 // Sum (or max) of v over the block; every thread gets the result. `scratch`
 // holds blockDim.x / 32 floats of shared memory; blockDim.x is a multiple of
-// 32 and at most 1024. Ends with a barrier, so scratch can be reused.
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = v < w ? w : v;
-  }
-  return v;
-}
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+// 32 and at most 1024. Each warp combines by butterfly shuffles, then every
+// thread combines the warps' results in warp order; ends with a barrier, so
+// scratch can be reused.
+struct Sum {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  __device__ float operator()(float a, float b) const { return math::max_a(a, b); }
+};
+template <class Op>
+__device__ __forceinline__ float block_reduce(float v, float* scratch, Op op) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  v = warp_sum(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float t = 0.0f;
-  for (int w = 0; w < warps; ++w) t += scratch[w];  // the same order in every thread
-  __syncthreads();
-  return t;
-}
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  v = warp_max(v);
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   float t = scratch[0];
-  for (int w = 1; w < warps; ++w) t = t < scratch[w] ? scratch[w] : t;
+  for (int w = 1; w < warps; ++w) t = op(t, scratch[w]);
   __syncthreads();
   return t;
 }
+__device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce(v, scratch, Sum{}); }
+__device__ __forceinline__ float block_max(float v, float* scratch) { return block_reduce(v, scratch, Max{}); }
 
 }  // namespace pb::kernels::cuda::detail
 
