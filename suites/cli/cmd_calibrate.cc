@@ -5,7 +5,8 @@
 // matmul_forward for bf16-mixed and fp64 at 512), one thread's memcpy
 // bandwidth (the planner's memory-bound term counts reads and writes: twice
 // it), the local backend's all_reduce between two ranks as t = 2 a + S / B
-// (a: the fixed cost per ring step, half the median time of 4 B .. 4 KiB; B:
+// (a: the fixed cost per ring step, the sweep's own measure of it,
+// sweep::local_step_latency_us: half the median time of 16 B .. 4 KiB; B:
 // the bus bandwidth, from the slope over 1 .. 16 MiB), a rank's share of the
 // physical memory (installed over the hardware threads), and the hardware
 // threads per node.
@@ -114,20 +115,16 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   m.peak_tflops_fp64 = gf_fp64 / 1e3;
   const double copy = sweep::copy_bandwidth_GBps();
   m.mem_bw_GBps = 2 * copy;
-  // Two regimes, as nccl-tests reads them: the fixed cost from the small
-  // sizes (their median: one slow or fast outlier does not move it), the
-  // bandwidth from the slope over the large ones.
+  // Two regimes, as nccl-tests reads them: the fixed cost per ring step as
+  // the sweep's plan rows measure it (the median over the small sizes, past
+  // the 4-byte fast path), the bandwidth from the slope over the large ones.
   const auto xt = calibrate_all_reduce_times(f.seconds * 4);
-  std::vector<double> small_sizes;
   std::vector<std::pair<double, double>> large_sizes;
-  for (const auto& [x, t] : xt) {
-    if (x <= 4096) small_sizes.push_back(t);
+  for (const auto& [x, t] : xt)
     if (x >= double(1 << 20)) large_sizes.push_back({x, t});
-  }
-  std::sort(small_sizes.begin(), small_sizes.end());
-  const double fixed = small_sizes[small_sizes.size() / 2];
+  m.latency_us = sweep::local_step_latency_us(2);
+  const double fixed = 2 * m.latency_us * 1e-6;  // two ring steps at two ranks
   const planner::LineFit fit = planner::fit_line(large_sizes);
-  m.latency_us = fixed / 2 * 1e6;  // two ring steps at two ranks
   require(fit.slope > 0, "calibrate: the all_reduce times do not grow with size (a noisy machine? rerun with a "
                          "larger --seconds)");
   m.bw_intra_GBps = 1 / fit.slope / 1e9;  // bus bytes = S at two ranks
@@ -146,7 +143,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   std::printf("  memory                memcpy %.4g GB/s (mem_bw %.4g: reads + writes), %.4g GB installed, %.4g per "
               "rank (%d hardware threads)\n",
               copy, m.mem_bw_GBps, installed, m.memory_GB, m.ranks_per_node);
-  std::printf("  all_reduce, 2 ranks   t = 2 x %.3g us (median of 4 B .. 4 KiB) + S / %.4g GB/s (slope over 1 .. 16 "
+  std::printf("  all_reduce, 2 ranks   t = 2 x %.3g us (median of 16 B .. 4 KiB) + S / %.4g GB/s (slope over 1 .. 16 "
               "MiB):\n",
               m.latency_us, m.bw_intra_GBps);
   for (const auto& [x, t] : xt)

@@ -95,6 +95,7 @@ LocalHardware measure_local_hardware(double peak_flops_per_rank, int cores) {
   h.cores = std::max(1, cores);
   h.copy_GBps = copy_bandwidth_GBps();
   h.latency_us = local_step_latency_us(2);
+  h.latency_us_by_world[2] = h.latency_us;  // measured once: the sweep's 2-rank points use it
   return h;
 }
 
@@ -195,9 +196,10 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     char note[256];
     std::snprintf(note, sizeof note,
                   "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it, "
-                  "copy %.4g GB/s, latency %.4g us per ring step at %d ranks",
+                  "copy %.4g GB/s, latency %.4g us per ring step at %d ranks%s",
                   h.peak_flops_per_rank / 1e9, core_share(h, p.world), gemm_efficiency, h.copy_GBps,
-                  planner_hardware(h, p.world).latency_us, p.world);
+                  planner_hardware(h, p.world).latency_us, std::max(2, p.world),
+                  p.world < 2 ? " (unused: one rank)" : "");
     row.meta.status = "ok";
     row.meta.reason = note;
   } catch (const InputError& e) {
