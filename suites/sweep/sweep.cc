@@ -514,7 +514,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   if (writer && peak_rank == 0 && !todo.empty()) peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
   std::unique_ptr<ResultWriter> plan_csv;
   LocalHardware hw;
-  std::map<std::pair<std::string, int>, double> gemm_eff;  // by (model, microbatch sequences)
+  std::map<std::pair<std::string, int>, ShapeRates> rates;  // by (model, microbatch sequences)
   if (writer && !run.world && !run.plan_csv_path.empty() && !todo.empty()) {
     plan_csv = std::make_unique<ResultWriter>(run.plan_csv_path, "plan");
     hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
@@ -538,11 +538,14 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
       measured.push_back({p, r, meta});
       const int Bm = int(r.global_batch / (int64_t(p.dp) * p.microbatches));
       const auto key = std::make_pair(p.model, Bm);
-      if (!gemm_eff.count(key))
-        gemm_eff[key] = measure_gemm_efficiency(named_model(p.model), Bm, c.seq, peak_rank, 0.01);
+      if (!rates.count(key)) {
+        const ModelConfig& model = named_model(p.model);
+        rates[key] = {measure_gemm_efficiency(model, Bm, c.seq, peak_rank, 0.01),
+                      measure_memory_bound(model, Bm, c.seq, 0.05)};
+      }
       if (p.world >= 2 && !hw.latency_us_by_world.count(p.world))
         hw.latency_us_by_world[p.world] = local_step_latency_us(p.world);
-      const PlanRow pr = plan_row(c, p, r, hw, meta, gemm_eff[key]);
+      const PlanRow pr = plan_row(c, p, r, hw, meta, rates[key]);
       plan_csv->write(pr.meta, pr.values);
     }
     (r.status == "ok" ? sum.ok : r.status == "rejected" ? sum.rejected : sum.failed) += 1;
@@ -559,7 +562,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     }
   }
   if (plan_csv && !c.extrapolate.empty() && !measured.empty()) {
-    for (const PlanRow& row : extrapolated_plan_rows(c, measured, hw, gemm_eff)) plan_csv->write(row.meta, row.values);
+    for (const PlanRow& row : extrapolated_plan_rows(c, measured, hw, rates)) plan_csv->write(row.meta, row.values);
   }
   sum.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return sum;

@@ -16,6 +16,7 @@
 #include "harness/status.h"
 #include "harness/mesh.h"
 #include "impl/spec/run_spec.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/peak.h"
 #include "suites/planner/machine.h"
 #include "suites/planner/model_cost.h"
@@ -147,8 +148,108 @@ double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double pea
   return std::min(1.0, flops / time / peak_flops);
 }
 
+double MemoryBoundRates::GBps(int64_t microbatches) const {
+  const double bytes = double(microbatches) * micro_bytes + step_bytes;
+  const double s = double(microbatches) * micro_s + step_s;
+  return s > 0 && bytes > 0 ? bytes / s / 1e9 : 0;
+}
+
+namespace {
+
+// Median seconds of one call of f over repeats totalling at least `seconds`
+// (at least 3, after one warm-up call).
+template <class F>
+double median_seconds(F f, double seconds) {
+  f();
+  std::vector<double> t;
+  double total = 0;
+  while (t.size() < 3 || total < seconds) {
+    const auto t0 = clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    total += t.back();
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, double seconds) {
+  require(Bm > 0 && seq > 0 && seconds >= 0, "memory-bound rates: microbatch and seq must be > 0");
+  namespace k = kernels;
+  const int N = Bm * seq, C = m.C, NH = m.NH, V = m.V, hs = m.C / m.NH;
+  const size_t NC = size_t(N) * size_t(C), N4 = 4 * NC;
+  auto filled = [](size_t n, float v) { return std::vector<float>(std::max<size_t>(n, 1), v); };
+  std::vector<float> x = filled(N4, 0.5f), y = filled(N4, 0.25f), dy = filled(N4, 0.125f), dx = filled(N4, 0.f);
+  std::vector<float> w = filled(size_t(C), 1.f), b = filled(size_t(C), 0.f), dw = filled(size_t(C), 0.f),
+                     db = filled(size_t(C), 0.f), mean = filled(size_t(N), 0.f), rstd = filled(size_t(N), 0.f);
+  std::vector<float> qkv = filled(3 * NC, 0.01f), att = filled(size_t(Bm) * NH * seq * seq, 0.f),
+                     datt = filled(att.size(), 0.f), dqkv = filled(3 * NC, 0.f);
+  std::vector<float> aws = filled(k::attention_workspace_elems<float>(seq, C, NH), 0.f);
+  std::vector<float> logits = filled(size_t(N) * V, 0.01f), dlogits = filled(size_t(N) * V, 0.f);
+  std::vector<float> wte = filled(size_t(V) * C, 0.02f), wpe = filled(size_t(m.maxT) * C, 0.02f),
+                     dwte = filled(wte.size(), 0.f), dwpe = filled(wpe.size(), 0.f);
+  std::vector<int32_t> tokens(static_cast<size_t>(N));
+  for (int i = 0; i < N; ++i) tokens[size_t(i)] = i % V;
+  std::vector<float> losses = filled(size_t(N), 0.f);
+  auto layernorm = [&] {
+    k::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    k::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                          N, C);
+  };
+  const double ln_s = median_seconds(layernorm, seconds / 8);
+  const double residual_s = median_seconds([&] {
+    k::residual_forward(y.data(), x.data(), dy.data(), NC);
+    k::accumulate(dx.data(), dy.data(), NC);
+  }, seconds / 8);
+  const double gelu_s = median_seconds([&] {
+    k::gelu_forward(y.data(), x.data(), N4);
+    k::gelu_backward(dx.data(), x.data(), dy.data(), N4);
+  }, seconds / 8);
+  const double attention_s = median_seconds([&] {
+    k::attention_forward(y.data(), att.data(), qkv.data(), Bm, seq, C, NH, aws.data());
+    k::attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), Bm, seq, C, NH, aws.data());
+  }, seconds / 8);
+  // The attention kernel's GEMMs (forward QK^T and PV, backward dP, dV, dS K,
+  // dS^T Q per head), which measure_gemm_efficiency counts on the GEMM side.
+  const double heads = double(Bm) * NH;
+  auto gemm_s = [&](int a, int bb, int kk, bool ta, bool tb, double calls) {
+    return calls * 2.0 * a * bb * kk / (kernels::measure_sgemm_gflops(a, bb, kk, ta, tb, seconds / 16) * 1e9);
+  };
+  const double attention_gemm_s = gemm_s(seq, seq, hs, false, true, 2 * heads) +
+                                  gemm_s(seq, hs, seq, false, false, 2 * heads) +
+                                  gemm_s(seq, hs, seq, true, false, 2 * heads);
+  const double embed_s = median_seconds([&] {
+    k::encoder_forward(y.data(), tokens.data(), wte.data(), wpe.data(), Bm, seq, C);
+    k::encoder_backward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), Bm, seq, C);
+  }, seconds / 8);
+  const double loss_s = median_seconds([&] {
+    k::crossentropy_forward(losses.data(), dlogits.data(), logits.data(), tokens.data(), N, V);
+    k::crossentropy_backward(dlogits.data(), dlogits.data(), tokens.data(), 1.0 / N, N, V);
+  }, seconds / 8);
+  MemoryBoundRates r;
+  r.micro_s = m.L * (2 * ln_s + 2 * residual_s + gelu_s + std::max(0.0, attention_s - attention_gemm_s)) + embed_s +
+              ln_s + loss_s;
+  const planner::ActivationShape shape{Bm, seq, C, NH, 1, 1, false, false, 4};
+  r.micro_bytes = double(m.L) * double(planner::layer_traffic_bytes(shape)) +
+                  double(planner::embedding_traffic_bytes(shape)) + double(planner::head_traffic_bytes(shape, V));
+  const size_t P = size_t(m.num_params());
+  std::vector<float> master = filled(P, 0.01f), grad = filled(P, 1e-3f), mom = filled(P, 0.f), var = filled(P, 0.f);
+  double sink = 0;
+  r.step_s = median_seconds([&] {
+    sink += k::sum_squares(grad.data(), P);
+    k::AdamWHyper hyper;
+    k::adamw_step<float, float>(master.data(), master.data(), grad.data(), mom.data(), var.data(), P, hyper, true);
+  }, seconds / 4);
+  // Reads params, grads and both states; writes params and states (planner.cc).
+  r.step_bytes = double(P) * (4 + 4 + 8 + 4 + 8);
+  if (!(sink >= 0)) r.step_s = 0;  // keeps the norm observable; a sum of squares is never negative
+  return r;
+}
+
 planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
-                              const LocalHardware& h, double gemm_efficiency) {
+                              const LocalHardware& h, const ShapeRates& rates) {
   RunSpec spec;  // the point's spec, as run_point builds it
   spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
   apply_strategy_text(spec, p.strategy, "sweep.strategies");
@@ -176,18 +277,20 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.overlap = in.shard == dp::Shard::none && spec.data.overlap && in.pp == 1 && !spec.pipe.schedule;
   in.ranks_per_node = spec.mesh.ranks_per_node ? spec.mesh.ranks_per_node : c.ranks_per_node;
   in.hw = planner_hardware(h, p.world);
-  in.hw.gemm_efficiency = gemm_efficiency;
+  in.hw.gemm_efficiency = rates.gemm_efficiency;
+  const double mem = rates.memory.GBps(p.microbatches);
+  if (mem > 0) in.hw.mem_bw_GBps = mem * core_share(h, p.world);
   return in;
 }
 
 PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r, const LocalHardware& h,
-                 const RunMeta& point_meta, double gemm_efficiency) {
+                 const RunMeta& point_meta, const ShapeRates& rates) {
   PlanRow row;
   row.meta = point_meta;
   row.meta.kind = "plan";
   row.meta.backend = "analytic";
   try {
-    const planner::PlanInput in = plan_input(c, p, r, h, gemm_efficiency);
+    const planner::PlanInput in = plan_input(c, p, r, h, rates);
     const planner::PlanResult pr = planner::plan(in);
     row.values = planner::plan_record(in, pr);
     // The sweep's spelling of the point (the strategy text), so the report
@@ -196,8 +299,10 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     char note[256];
     std::snprintf(note, sizeof note,
                   "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it, "
-                  "copy %.4g GB/s, latency %.4g us per ring step at %d ranks%s",
-                  h.peak_flops_per_rank / 1e9, core_share(h, p.world), gemm_efficiency, h.copy_GBps,
+                  "memory-bound kernels at %.4g GB/s (%s), latency %.4g us per ring step at %d ranks%s",
+                  h.peak_flops_per_rank / 1e9, core_share(h, p.world), rates.gemm_efficiency,
+                  in.hw.mem_bw_GBps / core_share(h, p.world),
+                  rates.memory.GBps(p.microbatches) > 0 ? "measured at the model's shapes" : "2 x memcpy",
                   planner_hardware(h, p.world).latency_us, std::max(2, p.world),
                   p.world < 2 ? " (unused: one rank)" : "");
     row.meta.status = "ok";
@@ -210,7 +315,7 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
 
 std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vector<MeasuredPoint>& measured,
                                             const LocalHardware& h,
-                                            const std::map<std::pair<std::string, int>, double>& gemm_eff) {
+                                            const std::map<std::pair<std::string, int>, ShapeRates>& rates) {
   // The largest measured point of each series.
   std::map<std::string, const MeasuredPoint*> largest;
   for (const MeasuredPoint& m : measured) {
@@ -254,8 +359,9 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
                     std::to_string(p.dp) + " x " + std::to_string(p.microbatches) + " microbatches");
         row.meta.mesh = p.mesh;
         const int Bm = int(m->result.global_batch / (int64_t(m->point.dp) * m->point.microbatches));
-        const auto eff = gemm_eff.find({p.model, Bm});
-        planner::PlanInput in = plan_input(c, p, r, local, eff != gemm_eff.end() ? eff->second : 1.0);
+        const auto found = rates.find({p.model, Bm});
+        const ShapeRates shape_rates = found != rates.end() ? found->second : ShapeRates{};
+        planner::PlanInput in = plan_input(c, p, r, local, shape_rates);
         char note[320];
         if (profile) {
           in.hw = planner::hardware_for(*profile, in.precision);
@@ -263,8 +369,13 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
           std::snprintf(note, sizeof note, "extrapolated from %d measured ranks with machine profile %s (%s)",
                         m->point.world, profile->name.c_str(), profile->source.c_str());
         } else {
-          in.hw = planner_hardware(local, 1);  // one rank per core
-          in.hw.gemm_efficiency = eff != gemm_eff.end() ? eff->second : 1.0;
+          const planner::Hardware per_core = planner_hardware(local, 1);  // one rank per core
+          in.hw.peak_tflops = per_core.peak_tflops;
+          in.hw.bw_intra_GBps = per_core.bw_intra_GBps;
+          in.hw.bw_inter_GBps = per_core.bw_inter_GBps;
+          in.hw.latency_us = per_core.latency_us;
+          const double mem = shape_rates.memory.GBps(p.microbatches);
+          in.hw.mem_bw_GBps = mem > 0 ? mem : per_core.mem_bw_GBps;
           in.ranks_per_node = local.cores;
           std::snprintf(note, sizeof note,
                         "extrapolated from %d measured ranks with this machine's figures: one rank per core, %d "

@@ -54,11 +54,37 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world);
 // Their total FLOPs over their total time, over the peak; at most 1.
 double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds);
 
+// The memory-bound (non-GEMM) side of the same microbatch, measured the same
+// way: the fp32 kernels the reference runs besides its GEMMs, each at its own
+// shape, timed (median of repeats, at least `seconds` in all), beside the bytes
+// the planner counts for them (model_cost.h *_traffic_bytes; the optimizer's
+// params, grads and states). Per block: two LayerNorms, two residual adds and
+// GELU, forward and backward, and the attention kernel less its four GEMMs
+// (timed at their shapes); the embedding; the final LayerNorm and softmax
+// cross-entropy; then the step over every parameter: sum of squares (the
+// clipping norm) and AdamW. On a CPU these kernels are bound by their scalar
+// arithmetic at least as much as by memory, so the figure is an effective
+// bandwidth at the model's shapes, not the memcpy rate.
+struct MemoryBoundRates {
+  double micro_s = 0, micro_bytes = 0;  // one microbatch's non-GEMM kernels, forward and backward
+  double step_s = 0, step_bytes = 0;    // one optimizer step (norm and AdamW) over the whole model
+  // GB/s over a step of `microbatches` microbatches and one optimizer step;
+  // 0 when nothing was measured.
+  double GBps(int64_t microbatches) const;
+};
+MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, double seconds);
+
+// What the sweep measures per model and microbatch shape for its plan rows.
+struct ShapeRates {
+  double gemm_efficiency = 1;
+  MemoryBoundRates memory;  // empty: the memcpy figure (2 x copy_GBps) stands in
+};
+
 // The planner input describing point p (as run by run_point): dp = world, the
 // point's shard, precision, global batch and microbatches, DDP's bucket overlap
 // (its default in the sweep), the point's model shape at the sweep's seq.
 planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
-                              const LocalHardware& h, double gemm_efficiency = 1);
+                              const LocalHardware& h, const ShapeRates& rates = {});
 
 // The plan row of point p: its columns and common metadata (backend analytic,
 // the point's mesh and config hash, the hardware used noted in `reason`). A
@@ -68,7 +94,7 @@ struct PlanRow {
   CsvRecord values;
 };
 PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r, const LocalHardware& h,
-                 const RunMeta& point_meta, double gemm_efficiency = 1);
+                 const RunMeta& point_meta, const ShapeRates& rates = {});
 
 // The vendor's figure: for every measured series (the ok points sharing
 // strategy, model, precision, microbatches, scaling and the mesh's axes other
@@ -79,7 +105,7 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
 // latency measured at the largest world, ranks per node = cores, inter-node
 // links as fast as intra-node: said in the row's reason). A world the series'
 // other axes do not divide, or a batch that does not split, gets a rejected
-// row naming why. `gemm_eff` is keyed by (model, microbatch sequences).
+// row naming why. `rates` is keyed by (model, microbatch sequences).
 struct MeasuredPoint {
   SweepPoint point;
   PointResult result;
@@ -87,6 +113,6 @@ struct MeasuredPoint {
 };
 std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vector<MeasuredPoint>& measured,
                                             const LocalHardware& h,
-                                            const std::map<std::pair<std::string, int>, double>& gemm_eff);
+                                            const std::map<std::pair<std::string, int>, ShapeRates>& rates);
 
 }  // namespace pb::sweep

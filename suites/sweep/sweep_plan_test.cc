@@ -119,10 +119,38 @@ TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
   r.seq = 16;
   const LocalHardware h{10e9, 5, 20, 2, {}};
   const planner::PlanResult full = planner::plan(plan_input(c, p, r, h));
-  const planner::PlanResult quarter = planner::plan(plan_input(c, p, r, h, 0.25));
+  const planner::PlanResult quarter = planner::plan(plan_input(c, p, r, h, ShapeRates{0.25, {}}));
   const double gemm_s = full.compute_s - full.memory_s;  // the memory-bound part does not scale
   EXPECT_GT(full.memory_s, 0);
   EXPECT_NEAR(quarter.compute_s - quarter.memory_s, 4 * gemm_s, 1e-12 * gemm_s);
+}
+
+// The memory-bound side: the bytes are the planner's own counts for the same
+// microbatch and optimizer step, the times are measured, and the plan's
+// memory-bound time is those bytes at the mixed rate, scaled by the core share.
+TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
+  const ModelConfig& m = named_model("tiny");
+  const MemoryBoundRates mb = measure_memory_bound(m, 4, 16, 0.01);
+  EXPECT_GT(mb.micro_s, 0);
+  EXPECT_GT(mb.step_s, 0);
+  const planner::ActivationShape x{4, 16, m.C, m.NH, 1, 1, false, false, 4};
+  EXPECT_DOUBLE_EQ(mb.micro_bytes, double(m.L * planner::layer_traffic_bytes(x) + planner::embedding_traffic_bytes(x) +
+                                          planner::head_traffic_bytes(x, m.V)));
+  EXPECT_DOUBLE_EQ(mb.step_bytes, double(m.num_params()) * 28);
+  EXPECT_NEAR(mb.GBps(3), (3 * mb.micro_bytes + mb.step_bytes) / (3 * mb.micro_s + mb.step_s) / 1e9,
+              1e-12 * mb.GBps(3));
+  EXPECT_EQ(MemoryBoundRates{}.GBps(2), 0);  // nothing measured
+  EXPECT_THROW(measure_memory_bound(m, 4, 0, 0.01), InputError);
+
+  SweepConfig c;
+  SweepPoint p{"shard=none", "dp2", "tiny", "fp32", "weak", 2, 2, 1};
+  PointResult r;
+  r.global_batch = 8;
+  r.seq = 16;
+  const LocalHardware h{10e9, 5, 20, 1, {}};  // one core: two ranks share it
+  const planner::PlanInput measured = plan_input(c, p, r, h, ShapeRates{1, mb});
+  EXPECT_NEAR(measured.hw.mem_bw_GBps, mb.GBps(1) / 2, 1e-12 * mb.GBps(1));
+  EXPECT_DOUBLE_EQ(plan_input(c, p, r, h).hw.mem_bw_GBps, 2 * 5 / 2.0);  // without: 2 x memcpy, shared
 }
 
 TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
