@@ -296,7 +296,7 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     // The sweep's spelling of the point (the strategy text), so the report
     // pairs the two rows.
     row.values.set("strategy", p.strategy);
-    char note[256];
+    char note[384];
     std::snprintf(note, sizeof note,
                   "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it, "
                   "memory-bound kernels at %.4g GB/s (%s), latency %.4g us per ring step at %d ranks%s",
