@@ -369,13 +369,10 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
           std::snprintf(note, sizeof note, "extrapolated from %d measured ranks with machine profile %s (%s)",
                         m->point.world, profile->name.c_str(), profile->source.c_str());
         } else {
-          const planner::Hardware per_core = planner_hardware(local, 1);  // one rank per core
-          in.hw.peak_tflops = per_core.peak_tflops;
-          in.hw.bw_intra_GBps = per_core.bw_intra_GBps;
-          in.hw.bw_inter_GBps = per_core.bw_inter_GBps;
-          in.hw.latency_us = per_core.latency_us;
+          in.hw = planner_hardware(local, 1);  // one rank per core
+          in.hw.gemm_efficiency = shape_rates.gemm_efficiency;
           const double mem = shape_rates.memory.GBps(p.microbatches);
-          in.hw.mem_bw_GBps = mem > 0 ? mem : per_core.mem_bw_GBps;
+          if (mem > 0) in.hw.mem_bw_GBps = mem;
           in.ranks_per_node = local.cores;
           std::snprintf(note, sizeof note,
                         "extrapolated from %d measured ranks with this machine's figures: one rank per core, %d "
