@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include "harness/comm/runner.h"
+#include "harness/mesh.h"
 #include "harness/status.h"
+#include "impl/pipeline/strategy.h"
 
 namespace pb::pipeline {
 namespace {
@@ -82,6 +84,80 @@ TEST(Executor, BadConfigsAreRejectedWithTheFieldNamed) {
   expect_rejected(o, tiny(1, 3, 2), 2, "train.batch");
   o.faults.drop_w = true;
   expect_rejected(o, tiny(1, 4, 2), 2, "drop_w");
+}
+
+// The comm buffers a stage's schedule-order replay declares
+// (stage_comm_peak_bytes) are the peak the executor measures on the local
+// backend, rank by rank: every schedule, every data-parallel family, the
+// tensor axis inside a stage, MoE stages with their expert component, one
+// rank's interleaved chunks handing gradients over locally.
+TEST(Executor, CommBufferPeakIsTheScheduleOrderReplay) {
+  struct Case {
+    const char* mesh;
+    const char* strategy;
+    const char* model;
+    int micro;
+  };
+  const std::vector<Case> cases = {
+      {"pp2", "shard=none,schedule=gpipe", "tiny", 2},
+      {"dp2.pp2", "shard=none,schedule=1f1b", "tiny", 4},
+      {"dp2.pp2", "shard=zero1,schedule=1f1b", "tiny", 4},
+      {"dp2.pp2", "shard=zero2,schedule=1f1b", "tiny", 4},
+      {"dp2.pp2", "shard=zero3,schedule=1f1b", "tiny", 4},
+      {"dp2.pp2", "shard=zero3,schedule=gpipe", "tiny", 2},
+      {"dp2.pp2.rpn1", "shard=hzero,schedule=1f1b", "tiny", 2},
+      {"dp4.pp2", "shard=hsdp,shard_group=2,schedule=1f1b", "tiny", 2},
+      {"dp2.pp2", "shard=zero2,schedule=zb-h1", "tiny", 2},
+      {"dp2.pp2", "shard=zero3,schedule=zb-h1", "tiny", 4},
+      {"dp2.pp2", "shard=zero1,schedule=2bw", "tiny", 2},
+      {"pp2", "shard=none,schedule=interleaved,virtual_stages=2", "small", 4},
+      {"dp2.pp2", "shard=zero3,schedule=interleaved,virtual_stages=2", "small", 2},
+      {"dp1", "shard=zero2,schedule=interleaved,virtual_stages=2", "tiny", 2},
+      {"tp2.pp2", "shard=zero3,sp=on,schedule=1f1b", "tiny", 2},
+      {"dp2.ep2.pp2", "shard=none,schedule=1f1b", "tiny-moe", 2},
+      {"dp2.ep2.pp2", "shard=zero3,schedule=1f1b", "tiny-moe", 2},
+  };
+  for (const Case& c : cases) {
+    RunSpec s;
+    s.mesh = parse_mesh(c.mesh);
+    apply_strategy_text(s, c.strategy);
+    s.train.model = named_model(c.model);
+    s.train.steps = 2;
+    s.train.seq = 8;
+    s.train.microbatches = c.micro;
+    s.train.batch = 2 * c.micro * s.mesh.dp;
+    const PipelineOptions o = options_of(s);
+    const std::string what = std::string(c.mesh) + " " + c.strategy + " " + c.model;
+    const TrainConfig& cfg = s.train;
+    const int world = s.world();
+    std::vector<int64_t> measured(size_t(world), -1);
+    run_local(world, [&](Communicator& comm) {
+      PipelineRank<float> r(cfg, o, comm);
+      r.train(cfg.steps, nullptr);
+      measured[size_t(comm.rank())] = int64_t(r.memory().peak(MemTag::comm, Place::device));
+    });
+    const Partition part = partition_layers(cfg.model.L, o.pp, o.virtual_stages);
+    const Schedule sched = make_schedule(o.kind, schedule_config(o, cfg));
+    const MeshShape mesh{o.dp(), o.tp(), o.cp(), o.pp, o.data.ranks_per_node * o.tp() * o.cp(), o.ep};
+    for (int rank = 0; rank < world; ++rank) {
+      const MeshCoord at = mesh_coord(mesh, rank);
+      const ParamLayout layout(cfg.model, o.tp(), at.tp);
+      StageCommShape x;
+      x.units = stage_units(layout, part, at.pp);
+      x.dense = dp::data_axis(o.component(), cfg.precision, cfg.microbatches);
+      if (cfg.model.moe.experts > 0) {
+        x.experts = stage_experts(layout, part, at.pp, o.ep, at.ep);
+        x.expert = dp::data_axis(o.experts, cfg.precision, cfg.microbatches);
+      }
+      int64_t tokens = int64_t(cfg.batch / (o.dp() * cfg.microbatches)) * cfg.seq / o.cp();
+      if (o.tensor.sp) tokens /= o.tp();
+      x.boundary_bytes = tokens * cfg.model.C * int64_t(sizeof(float));
+      x.tp = o.tp() > 1 || o.cp() > 1;
+      EXPECT_EQ(stage_comm_peak_bytes(sched, part, layout, at.pp, x), measured[size_t(rank)])
+          << what << " rank " << rank;
+      EXPECT_GT(measured[size_t(rank)], 0) << what << " rank " << rank;  // every case holds some
+    }
+  }
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
+#include "harness/status.h"
 #include "impl/pipeline/stage.h"
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "impl/tensor_parallel/cost.h"
@@ -186,6 +188,237 @@ bool accumulates_in_microbatch_order(const Schedule& s) {
     }
   }
   return true;
+}
+
+}  // namespace pb::pipeline
+
+namespace pb::pipeline {
+namespace {
+
+// One component's unit sizes and rules, as dp::Component holds them.
+struct CommUnits {
+  std::vector<int64_t> padded, slice;
+  dp::Shard shard = dp::Shard::none;
+  int64_t p = 0, g = 0;      // bytes per parameter and per gradient element (the storage type)
+  int64_t r = 1, nodes = 1;  // hZeRO: dp ranks per node, nodes
+  int64_t dp = 1;
+  CommUnits(const std::vector<dp::UnitSpan>& units, const dp::DataAxis& a) : shard(a.shard), dp(a.dp) {
+    const int64_t group = dp::shard_group_size(a);
+    for (const auto& u : units) {
+      padded.push_back(dp::full_elems(u.size, group, a.padding));
+      slice.push_back(dp::ceil_div(u.size, group));
+    }
+    const dp::BytesPerParam b = dp::bytes_per_param(a.precision);
+    p = b.param;
+    g = b.grad;
+    r = dp::dp_ranks_per_node(a);
+    nodes = a.dp / r;
+  }
+  bool params_sharded() const { return shard >= dp::Shard::zero3; }
+  bool grads_full() const { return shard <= dp::Shard::zero1; }
+};
+
+class StageCommReplay {
+ public:
+  StageCommReplay(const Partition& part, const ParamLayout& l, int rank, const StageCommShape& x)
+      : part_(part), l_(l), rank_(rank), x_(x), dense_(x.units.units, x.dense), experts_(x.experts.units, x.expert),
+        nd_(int(x.units.units.size())) {}
+
+  void run(const Schedule& s) {
+    int version = 0;
+    for (const Action& a : s.ranks[size_t(rank_)]) {
+      if (s.async_weights && (a.op == Op::recv_act || a.op == Op::forward) &&
+          s.weight_version(a.microbatch) > version) {
+        version = s.weight_version(a.microbatch);
+        if (version >= 2) step();
+      }
+      const Key k{a.microbatch, a.chunk};
+      switch (a.op) {
+        case Op::recv_act:
+        case Op::send_act: break;
+        case Op::recv_grad:
+          m_.alloc(x_.boundary_bytes);
+          grad_in_.insert(k);
+          break;
+        case Op::send_grad:  // eager: the buffer is freed once the send returns
+          if (grad_out_.erase(k)) m_.free(x_.boundary_bytes);
+          break;
+        case Op::forward: forward(a); break;
+        case Op::backward_weight: weight(a); break;
+        default: backward(a);
+      }
+    }
+    if (s.async_weights) {  // the drain: updates K and K + 1
+      for (int k = std::max(2, s.steps); k <= s.steps + 1; ++k) step();
+    } else {
+      step();
+    }
+  }
+  int64_t peak() const { return m_.peak(); }
+
+ private:
+  using Key = std::pair<int, int>;
+  std::pair<const CommUnits*, int> comp(int id) const {
+    return id < nd_ ? std::pair{&dense_, id} : std::pair{&experts_, id - nd_};
+  }
+  void param(int id, bool backward) {
+    auto [c, i] = comp(id);
+    if (!c->params_sharded() || !gathered_.insert(id).second) return;
+    m_.alloc(c->padded[size_t(i)] * c->p);
+    if (c->shard == dp::Shard::hzero && !backward) {  // the forward gather's staging, freed when waited on
+      m_.alloc(c->padded[size_t(i)] * c->p);
+      m_.free(c->padded[size_t(i)] * c->p);
+    }
+  }
+  void release(int id) {
+    auto [c, i] = comp(id);
+    if (gathered_.erase(id)) m_.free(c->padded[size_t(i)] * c->p);
+  }
+  void grad(int mb, int id) {
+    auto [c, i] = comp(id);
+    if (!c->grads_full() && unit_grads_.insert({mb, id}).second) m_.alloc(c->padded[size_t(i)] * c->g);
+  }
+  void reduce(const CommUnits& c, int i) {  // Component::reduce_unit
+    m_.alloc(c.slice[size_t(i)] * c.g);
+    if (c.shard == dp::Shard::hzero && c.nodes > 1) {
+      m_.alloc(c.padded[size_t(i)] / c.r * c.g);
+      m_.free(c.padded[size_t(i)] / c.r * c.g);
+    }
+    m_.free(c.slice[size_t(i)] * c.g);
+  }
+  void grad_done(int mb, int id) {
+    auto [c, i] = comp(id);
+    if (c->grads_full()) return;
+    reduce(*c, i);
+    if (unit_grads_.erase({mb, id})) m_.free(c->padded[size_t(i)] * c->g);
+  }
+  // After the flush: ZeRO-1 reduces every unit; ZeRO-1/2 all-gather every
+  // updated slice over dp > 1 (Component::finish_reduction, step).
+  void step() {
+    for (const CommUnits* c : {&dense_, &experts_}) {
+      for (size_t i = 0; i < c->slice.size(); ++i) {
+        if (c->shard == dp::Shard::zero1) reduce(*c, int(i));
+      }
+    }
+    for (const CommUnits* c : {&dense_, &experts_}) {
+      if ((c->shard != dp::Shard::zero1 && c->shard != dp::Shard::zero2) || c->dp == 1) continue;
+      for (size_t i = 0; i < c->slice.size(); ++i) {
+        m_.alloc(c->slice[i] * c->p);
+        m_.free(c->slice[i] * c->p);
+      }
+    }
+  }
+  int unit_of(int layer) const { return x_.units.of_model[size_t(l_.block_unit(layer))]; }
+  int expert_of(int layer) const {
+    return x_.experts.of_layer.empty() ? -1 : x_.experts.of_layer[size_t(layer)];
+  }
+  int head_weight() const { return part_.pp > 1 ? x_.units.tied : x_.units.wte; }
+
+  void forward(const Action& a) {
+    const StageSlice& st = part_.at(rank_, a.chunk);
+    if (st.embedding) {
+      param(x_.units.wte, false);
+      param(x_.units.wpe, false);
+      release(x_.units.wpe);
+      release(x_.units.wte);
+    }
+    for (int i = 0; i < st.num_blocks; ++i) {
+      const int layer = st.first_block + i, u = unit_of(layer);
+      param(u, false);
+      if (const int j = expert_of(layer); !x_.tp && j >= 0) {
+        param(nd_ + j, false);
+        release(nd_ + j);
+      }
+      release(u);
+    }
+    if (st.head) {
+      const int fin = x_.units.of_model[size_t(l_.final_unit())], w = head_weight();
+      param(fin, false);
+      param(w, false);
+      release(fin);
+      release(w);
+    }
+  }
+  void backward(const Action& a) {
+    const StageSlice& st = part_.at(rank_, a.chunk);
+    const Key k{a.microbatch, a.chunk};
+    const int mb = a.microbatch;
+    if (st.head) {
+      const int fin = x_.units.of_model[size_t(l_.final_unit())], w = head_weight();
+      param(fin, true);
+      param(w, true);
+      grad(mb, fin);
+      if (part_.pp > 1) grad(mb, x_.units.tied);
+      else grad(mb, x_.units.wte);  // summed with the embedding's (nothing when the grads are full)
+      release(fin);
+      release(w);
+      grad_done(mb, fin);
+      if (part_.pp > 1) grad_done(mb, x_.units.tied);
+    }
+    if (!st.embedding) m_.alloc(x_.boundary_bytes);  // the input gradient this backward produces
+    for (int i = st.num_blocks - 1; i >= 0; --i) {
+      const int layer = st.first_block + i, u = unit_of(layer);
+      if (const int j = expert_of(layer); j >= 0) {
+        grad(mb, u);
+        param(u, true);
+        grad(mb, nd_ + j);
+        param(nd_ + j, true);
+        grad_done(mb, nd_ + j);
+        release(nd_ + j);
+        grad_done(mb, u);
+        release(u);
+      } else if (x_.tp || a.op == Op::backward) {
+        grad(mb, u);
+        param(u, true);
+        grad_done(mb, u);
+        release(u);
+      } else {  // B of a split backward: the input gradient only
+        param(u, true);
+        release(u);
+      }
+    }
+    if (grad_in_.erase(k)) m_.free(x_.boundary_bytes);
+    if (st.embedding) {
+      grad(mb, x_.units.wte);
+      grad(mb, x_.units.wpe);
+      grad_done(mb, x_.units.wte);
+      grad_done(mb, x_.units.wpe);
+    } else if (part_.pp == 1) {
+      grad_in_.insert({mb, a.chunk - 1});  // handed to the previous chunk on this rank
+    } else {
+      grad_out_.insert(k);
+    }
+  }
+  void weight(const Action& a) {  // W of a split backward
+    const StageSlice& st = part_.at(rank_, a.chunk);
+    for (int i = 0; i < st.num_blocks; ++i) {
+      const int u = unit_of(st.first_block + i);
+      grad(a.microbatch, u);
+      grad_done(a.microbatch, u);
+    }
+  }
+
+  const Partition& part_;
+  const ParamLayout& l_;
+  int rank_;
+  const StageCommShape& x_;
+  CommUnits dense_, experts_;
+  int nd_;
+  dp::PeakMeter m_;
+  std::set<int> gathered_;
+  std::set<std::pair<int, int>> unit_grads_;
+  std::set<Key> grad_in_, grad_out_;
+};
+
+}  // namespace
+
+int64_t stage_comm_peak_bytes(const Schedule& s, const Partition& part, const ParamLayout& l, int rank,
+                              const StageCommShape& x) {
+  require(rank >= 0 && rank < s.pp && size_t(rank) < s.ranks.size(), "stage comm: rank outside the schedule");
+  require(x.boundary_bytes >= 0, "stage comm: boundary bytes must be >= 0");
+  StageCommReplay r(part, l, rank, x);
+  r.run(s);
+  return r.peak();
 }
 
 }  // namespace pb::pipeline

@@ -114,6 +114,35 @@ int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
 int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o,
                               MoeStage moe = {});
 
+// The buffers a pipeline rank holds in MemTag::comm, replayed in its
+// schedule order as the executor (executor.cc) allocates and frees them:
+//  - a ZeRO-3-family unit's gathered parameters (padded) from its read until
+//    released after the use (hZeRO's forward gather also lands in a padded
+//    staging buffer, freed when waited on; its backward reads the node-local
+//    secondary and needs none);
+//  - a ZeRO-2/3-family unit's gradient per (microbatch, unit), padded, from
+//    its first backward write until reduce-scattered through a slice-sized
+//    buffer (hZeRO across nodes: a padded/r intermediate too); at pp = 1 the
+//    head's wte gradient lives until the embedding's backward;
+//  - the gradient of the boundary: received before a backward and freed at
+//    its end; the input gradient a backward produces (not on the embedding's
+//    chunk), held until sent (sends complete eagerly, as on the local
+//    backend: the buffer is freed after the send) or, at pp = 1, until the
+//    previous chunk's backward;
+//  - after the flush (and at PipeDream-2BW's weight updates): ZeRO-1's
+//    reduce-scatter of every unit, then ZeRO-1/2's all-gather of every updated
+//    slice over dp > 1, one slice-sized buffer at a time.
+// DDP's reductions run in place. The planner's pipeline comm figure; the
+// executor's measured peak equals it on the local backend (stage_test.cc).
+struct StageCommShape {
+  StageUnits units;         // the dense component's (stage_units of the tp-local layout)
+  StageExperts experts;     // an MoE model's expert units (stage_experts); empty for a dense one
+  dp::DataAxis dense, expert;  // the two components' data axes (data_axis)
+  int64_t boundary_bytes = 0;  // one (microbatch, chunk) boundary tensor on this rank
+  bool tp = false;             // the tensor/context-parallel stage model runs the blocks
+};
+int64_t stage_comm_peak_bytes(const Schedule& s, const Partition& part, const ParamLayout& l, int rank,
+                              const StageCommShape& x);
 // Peak over the rank's action order of the summed bytes of live (microbatch,
 // chunk) units (F done, last backward not), given bytes per chunk of that rank.
 // With one chunk this is peak_in_flight x bytes.

@@ -144,8 +144,6 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     s.optimizer = d.optimizer + e.optimizer;
     s.optimizer_host = d.optimizer_host + e.optimizer_host;
   }
-  const bool gathers =
-      axis.shard == dp::Shard::zero3 || axis.shard == dp::Shard::hsdp || axis.shard == dp::Shard::hzero;
   if (ep_states) {
     s.comm = ep_states->comm_peak;
   } else if (!in.shape) {
@@ -154,23 +152,23 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     // The canonical unit order the runner visits: the protocol replayed, as
     // the conformance engine holds the measured peak to.
     s.comm = dp::comm_buffer_peak_bytes(units, axis);
-  } else if (axis.shard != dp::Shard::none) {
-    // A pipeline stage visits its units in schedule order, which the replay
-    // does not model: an estimate from the largest unit. Gathering kinds hold
-    // it with `prefetch` more and its unsharded gradient; ZeRO-2 two unit
-    // gradients (the tied embedding's lives through backward); every sharded
-    // kind one reduce-scatter slice.
-    const int64_t largest = *std::max_element(units.begin(), units.end());
-    const dp::BytesPerParam b = dp::bytes_per_param(axis.precision);
-    const int64_t g = dp::shard_group_size(axis);
-    const int64_t full = dp::full_elems(largest, g, axis.padding), slice = dp::ceil_div(largest, g);
-    s.comm = slice * std::max(b.grad, b.param);
-    if (gathers) {
-      const auto u = dp::zero3_unit_buffer_bytes(largest, axis.prefetch, axis);
-      s.comm += u.gathered_params + u.unsharded_grads;
-    } else if (axis.shard == dp::Shard::zero2) {
-      s.comm += 2 * full * b.grad;
+  } else {
+    // A pipeline stage: the executor's gathers, unit gradients and boundary
+    // gradients replayed in the rank's schedule order (pipeline/stage.h).
+    const ParamLayout layout(*in.shape, in.tp, 0);
+    pipeline::StageCommShape x;
+    x.units = pipeline::stage_units(layout, pipe.part, rank);
+    if (pipe.experts) {
+      x.experts = pipeline::stage_experts(layout, pipe.part, rank, in.ep, 0);
+      x.expert = *pipe.experts;
     }
+    x.dense = axis;
+    int64_t tokens = in.microbatch_size * seq / in.cp;
+    if (in.sp && in.tp > 1) tokens /= in.tp;
+    x.boundary_bytes = tokens * in.shape->C * elem_bytes(in.precision);
+    x.tp = in.tp > 1 || in.cp > 1;
+    s.comm = pipeline::stage_comm_peak_bytes(pipeline::make_schedule(in.schedule, pipe.cfg), pipe.part, layout,
+                                             rank, x);
   }
   tp::TpOptions tpo;
   tpo.tp = in.tp;

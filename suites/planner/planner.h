@@ -85,8 +85,9 @@ struct StageMemory {
   int stage = 0;                     // pipeline rank
   int64_t params = 0, grads = 0, optimizer = 0, optimizer_host = 0;
   int64_t activations = -1;  // -1: unknown (parameter count only)
-  // Comm buffers: dp::comm_buffer_peak_bytes without a pipeline, an estimate
-  // from the largest unit with one (planner.cc); -1: unknown (no shape).
+  // Comm buffers: dp::comm_buffer_peak_bytes without a pipeline, the
+  // executor's buffers replayed in the stage's schedule order with one
+  // (pipeline::stage_comm_peak_bytes); -1: unknown (no shape).
   int64_t comm = 0;
   // The runner's scratch on one stage without cp: the reference's
   // (MicrobatchRunner::workspace_bytes), or with tp or recompute the

@@ -423,7 +423,7 @@ TEST(Planner, MixtureOfExpertsUnderTensorParallelIsTheRanks) {
 
 // Mixture of experts in pipeline stages: the plan's worst rank holds what the
 // pipeline executor allocates, tag by tag (model states of both components,
-// activations, workspace; peaks after two steps), over schedules, data
+// activations, comm buffers, workspace; peaks after two steps), over schedules, data
 // options, ep sizes (1 too: the experts are still a component of their own),
 // capacity modes and precisions; and its comm rows name the expert groups.
 TEST(Planner, MixtureOfExpertsInPipelineStagesIsTheRanks) {
@@ -491,6 +491,7 @@ TEST(Planner, MixtureOfExpertsInPipelineStagesIsTheRanks) {
       EXPECT_EQ(st.grads, pk[int(MemTag::grads)]) << where << " stage " << st.stage;
       EXPECT_EQ(st.optimizer, pk[int(MemTag::optimizer)]) << where << " stage " << st.stage;
       EXPECT_EQ(st.activations, pk[int(MemTag::activations)]) << where << " stage " << st.stage;
+      EXPECT_EQ(st.comm, pk[int(MemTag::comm)]) << where << " stage " << st.stage;
       EXPECT_EQ(st.workspace, pk[int(MemTag::workspace)]) << where << " stage " << st.stage;
     }
     bool ep_rows = false, edp_rows = false;
