@@ -30,7 +30,8 @@ if(TARGET results_cli_test)
     RESULTS_CLI_TEST_DIR="${CMAKE_CURRENT_BINARY_DIR}/results_cli_work")
 endif()
 
-# The whole default job once (parabench run --quick, ~15-20 s): every CSV of its
+# The whole default job once (parabench run --quick, ~90 s: the sweep 25 s, the
+# report 35 s): every CSV of its
 # run directory passes `parabench validate`, every sweep point has its plan row
 # and the report shows the planner-vs-measured table. The CI gate then compares
 # that same run directory with the committed baseline (results/baselines/).

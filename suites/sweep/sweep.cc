@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <ostream>
@@ -59,13 +60,24 @@ struct RankOut {
   double blocked_s = 0;
 };
 
-void run_rank(const RunSpec& spec, int warmup, Communicator& world, RankOut& out) {
+// The measured steps: c.steps, or under c.min_seconds as many as the slowest
+// rank's last warm-up step says fill it (every rank takes the same max).
+int measured_steps(const SweepConfig& c, Communicator& world, double last_warmup_s) {
+  if (c.min_seconds <= 0) return c.steps;
+  world.all_reduce(&last_warmup_s, &last_warmup_s, 1, DType::f64, ReduceOp::max);
+  const double want = std::ceil(c.min_seconds / std::max(last_warmup_s, 1e-9));
+  return int(std::clamp(want, double(c.steps), double(c.steps) * SweepConfig::kMaxStepsFactor));
+}
+
+void run_rank(const RunSpec& spec, const SweepConfig& sc, Communicator& world, RankOut& out) {
   std::unique_ptr<Rank> rank = strategy_for(spec).make_rank(spec, world);
-  for (int i = 0; i < warmup; ++i) rank->step();
+  double last = 0;
+  for (int i = 0; i < sc.warmup; ++i) last = rank->step().seconds;
+  const int steps = measured_steps(sc, world, last);
   world.log().reset();
   rank->reset_memory_peaks();
   rank->reset_moe_load();
-  for (int i = warmup; i < spec.train.steps; ++i) {
+  for (int i = 0; i < steps; ++i) {
     out.seconds.push_back(rank->step().seconds);
     const RankTimes t = rank->times();
     out.wall.push_back(t.wall_s);
@@ -207,6 +219,14 @@ SweepConfig read_sweep_config(ConfigReader& r) {
   c.seq = r.get<int>("sweep.seq", c.seq, Bounds::positive());
   c.steps = r.get<int>("sweep.steps", c.steps, Bounds::positive());
   c.warmup = r.get<int>("sweep.warmup", c.warmup, Bounds::non_negative());
+  c.min_seconds = r.get<double>("sweep.min_seconds", 0.0, Bounds::non_negative());
+  require(c.min_seconds <= 3600, "sweep.min_seconds: at most 3600 seconds per point (got " +
+                                     std::to_string(c.min_seconds) + ")");
+  require(c.min_seconds == 0 || c.warmup >= 1,
+          "sweep.min_seconds: needs sweep.warmup >= 1 (the last warm-up step sets the number of measured steps)");
+  require(c.min_seconds == 0 || c.steps <= INT32_MAX / SweepConfig::kMaxStepsFactor - c.warmup,
+          "sweep.steps: too many with sweep.min_seconds (at most " +
+              std::to_string(INT32_MAX / SweepConfig::kMaxStepsFactor - c.warmup) + ")");
   c.ranks_per_node = r.get<int>("sweep.ranks_per_node", c.ranks_per_node, Bounds::non_negative());
   c.peak_gflops = r.get<double>("sweep.peak_gflops", 0.0, Bounds::non_negative());
   c.extrapolate = r.get<std::vector<int64_t>>("sweep.extrapolate", {}, Bounds::positive());
@@ -283,7 +303,8 @@ RunSpec point_spec(const SweepConfig& c, const SweepPoint& p) {
   cfg.seq = c.seq;
   cfg.batch = int(global_batch);
   cfg.microbatches = p.microbatches;
-  cfg.steps = c.warmup + c.steps;
+  // The most steps the point may run (sweep.min_seconds raises the measured ones).
+  cfg.steps = c.warmup + (c.min_seconds > 0 ? c.steps * SweepConfig::kMaxStepsFactor : c.steps);
   cfg.threads = 1;
   cfg.validate();
   spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
@@ -318,7 +339,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     std::vector<double> bubble;
     auto body = [&](Communicator& comm) {
       RankOut mine;
-      run_rank(spec, c.warmup, comm, mine);
+      run_rank(spec, c, comm, mine);
       std::vector<double> b;
       RankOut m = combine_over_ranks(comm, mine, &b);
       if (comm.rank() == 0) {
@@ -361,6 +382,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     for (double x : slowest) mean += x / double(slowest.size());
     for (double x : slowest) var += (x - mean) * (x - mean);
     res.step_time_cv = slowest.size() > 1 ? std::sqrt(var / double(slowest.size() - 1)) / mean : 0;
+    res.measured_steps = int(slowest.size());
     res.oversubscribed = p.world > int(std::max(1u, std::thread::hardware_concurrency()));
     res.tokens_per_s = double(cfg.tokens_per_step()) / res.step_time_s;
     res.model_flops_per_s = model_flops_per_step(cfg.model, cfg.batch, cfg.seq) / res.step_time_s;
@@ -386,7 +408,8 @@ CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
   if (r.status != "ok") return rec;
   rec.set("step_time_s", r.step_time_s).set("tokens_per_s", r.tokens_per_s);
   rec.set("step_time_min_s", r.step_time_min_s).set("step_time_max_s", r.step_time_max_s);
-  rec.set("step_time_cv", r.step_time_cv).set("oversubscribed", r.oversubscribed);
+  rec.set("step_time_cv", r.step_time_cv).set("measured_steps", int64_t(r.measured_steps));
+  rec.set("oversubscribed", r.oversubscribed);
   rec.set("model_flops_per_s", r.model_flops_per_s).set("peak_flops", r.peak_flops);
   if (r.peak_flops > 0) rec.set("mfu", r.mfu);
   static constexpr const char* kMemCols[6] = {"mem_params", "mem_grads", "mem_optimizer",
@@ -414,6 +437,7 @@ std::string point_config_hash(const SweepConfig& c, const SweepPoint& p) {
   h.set("seq", int64_t(c.seq));
   h.set("steps", int64_t(c.steps));
   h.set("warmup", int64_t(c.warmup));
+  if (c.min_seconds > 0) h.set("min_seconds", c.min_seconds);  // absent: the hash of earlier runs
   h.set("ranks_per_node", int64_t(c.ranks_per_node));
   h.set("peak_gflops", c.peak_gflops);
   return h.config_hash();
@@ -540,8 +564,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
       const auto key = std::make_pair(p.model, Bm);
       if (!rates.count(key)) {
         const ModelConfig& model = named_model(p.model);
-        rates[key] = {measure_gemm_efficiency(model, Bm, c.seq, peak_rank, 0.01),
-                      measure_memory_bound(model, Bm, c.seq, 0.05)};
+        rates[key] = measure_shape_rates(model, Bm, c.seq, peak_rank, 3);
       }
       if (p.world >= 2 && !hw.latency_us_by_world.count(p.world))
         hw.latency_us_by_world[p.world] = local_step_latency_us(p.world);

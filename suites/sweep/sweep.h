@@ -41,8 +41,14 @@ struct SweepConfig {
   int batch_per_rank = 8;  // weak scaling: sequences per data-parallel replica per step
   int global_batch = 0;    // strong scaling: sequences per step (0: batch_per_rank x max dp)
   int seq = 16;            // tokens per sequence
-  int steps = 5;           // measured steps
+  int steps = 5;           // measured steps (at least)
   int warmup = 2;          // steps run before measuring
+  // Measure at least this long (0: exactly `steps`): the measured steps are
+  // raised to ceil(min_seconds / the slowest rank's last warm-up step), at
+  // most kMaxStepsFactor x steps, so a sub-millisecond point is a median over
+  // hundreds of steps, not ten.
+  double min_seconds = 0;
+  static constexpr int kMaxStepsFactor = 100;
   int ranks_per_node = 0;  // node boundary for hierarchical strategies (0: one node)
   double peak_gflops = 0;  // per-rank MFU peak; 0: measure single-thread sgemm
   // Plan rows beyond the measured worlds (the vendor's figure): for every
@@ -77,6 +83,7 @@ struct PointResult {
   // The spread of the measured steps (slowest rank's time each): fastest,
   // slowest, and the coefficient of variation (sample stddev / mean).
   double step_time_min_s = 0, step_time_max_s = 0, step_time_cv = 0;
+  int measured_steps = 0;  // steps behind those figures (sweep.steps, or more under sweep.min_seconds)
   bool oversubscribed = false;  // more ranks than this machine's cores: the scaling is not the strategy's
   int64_t mem[6] = {};  // peak per MemTag (device), max over ranks
   int64_t mem_total = 0, mem_host_total = 0;

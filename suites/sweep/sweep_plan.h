@@ -29,7 +29,9 @@ struct LocalHardware {
 
 // One ring step of the local backend's collectives at `world` (>= 2) ranks,
 // in microseconds: the median over 16 B .. 4 KiB of an all_reduce's time over
-// its 2 (world - 1) steps (at more ranks than cores, wake-ups included).
+// its 2 (world - 1) steps (at more ranks than cores, wake-ups included); the
+// least of three such measurements, each on a fresh world (on this VM the
+// first one in a process can take 100x longer: 112 us, then 0.3 us).
 double local_step_latency_us(int world);
 
 // One thread's memcpy bandwidth, GB/s (1e9 bytes): the best of four 32 MiB
@@ -79,6 +81,12 @@ struct ShapeRates {
   double gemm_efficiency = 1;
   MemoryBoundRates memory;  // empty: the memcpy figure (2 x copy_GBps) stands in
 };
+// The best of `repeats` measurements of both (the highest GEMM efficiency;
+// each memory-bound time at its least), so one slow moment of a shared
+// machine does not set every plan row of the shape (a single 10 ms window gave
+// 0.68 where the same shape measures 0.90 +- 0.02).
+ShapeRates measure_shape_rates(const ModelConfig& m, int Bm, int seq, double peak_flops, int repeats);
+
 
 // The planner input describing point p (as run by run_point): dp = world, the
 // point's shard, precision, global batch and microbatches, DDP's bucket overlap

@@ -153,6 +153,24 @@ TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
   EXPECT_DOUBLE_EQ(plan_input(c, p, r, h).hw.mem_bw_GBps, 2 * 5 / 2.0);  // without: 2 x memcpy, shared
 }
 
+// The shape's figures are the best of the repeats: the byte counts of one
+// measurement, an efficiency in (0, 1], times > 0; no repeats is an error.
+TEST(SweepPlan, ShapeRatesAreTheBestOfTheirRepeats) {
+  const ModelConfig& m = named_model("tiny");
+  const double peak = 50e9;
+  const ShapeRates r = measure_shape_rates(m, 4, 16, peak, 2);
+  EXPECT_GT(r.gemm_efficiency, 0);
+  EXPECT_LE(r.gemm_efficiency, 1);
+  const MemoryBoundRates one = measure_memory_bound(m, 4, 16, 0.01);
+  EXPECT_DOUBLE_EQ(r.memory.micro_bytes, one.micro_bytes);
+  EXPECT_DOUBLE_EQ(r.memory.step_bytes, one.step_bytes);
+  EXPECT_GT(r.memory.micro_s, 0);
+  EXPECT_GT(r.memory.step_s, 0);
+  EXPECT_THROW(measure_shape_rates(m, 4, 16, peak, 0), InputError);
+  EXPECT_GT(local_step_latency_us(2), 0);
+  EXPECT_THROW(local_step_latency_us(1), InputError);
+}
+
 TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
   const fs::path d = fresh_dir("rows");
   SweepRun run;

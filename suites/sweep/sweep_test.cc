@@ -74,6 +74,7 @@ TEST(Sweep, RowsPassTheSchemaAndCarryMeasuredFigures) {
     EXPECT_LE(lo, std::stod(row[t.column("step_time_s")]));
     EXPECT_GE(hi, std::stod(row[t.column("step_time_s")]));
     EXPECT_GE(std::stod(row[t.column("step_time_cv")]), 0);
+    EXPECT_EQ(std::stoi(row[t.column("measured_steps")]), 2);  // sweep.steps, no min_seconds
     EXPECT_EQ(row[t.column("oversubscribed")], world > int(std::max(1u, std::thread::hardware_concurrency())) ? "1" : "0");
     EXPECT_GT(std::stod(row[t.column("mfu")]), 0);
     EXPECT_DOUBLE_EQ(std::stod(row[t.column("peak_flops")]), 10e9 * world);
@@ -93,6 +94,28 @@ TEST(Sweep, RowsPassTheSchemaAndCarryMeasuredFigures) {
     return -1LL;
   };
   EXPECT_LT(optimizer_of("shard=zero3"), optimizer_of("shard=none"));
+}
+
+// sweep.min_seconds: a point measures at least that long (more steps than
+// sweep.steps when its steps are short), at most kMaxStepsFactor x steps;
+// every rank runs the same count (the step times are the slowest rank's).
+TEST(Sweep, MinSecondsRaisesTheMeasuredSteps) {
+  SweepConfig c = tiny_config();
+  c.strategies = {"shard=none"};
+  c.worlds = {2};
+  c.min_seconds = 0.05;
+  const std::string csv = fresh_csv("min_seconds");
+  ASSERT_EQ(run_sweep(c, make_run(csv)).ok, 1);
+  CsvTable t = read_csv(csv);
+  ASSERT_EQ(t.rows.size(), 1u);
+  const int n = std::stoi(t.rows[0][t.column("measured_steps")]);
+  EXPECT_GT(n, c.steps);  // a tiny step is far below 25 ms
+  EXPECT_LE(n, c.steps * SweepConfig::kMaxStepsFactor);
+  c.min_seconds = 3600;  // capped: 100 x 2 steps, not an hour
+  const std::string capped = fresh_csv("min_seconds_cap");
+  ASSERT_EQ(run_sweep(c, make_run(capped)).ok, 1);
+  t = read_csv(capped);
+  EXPECT_EQ(std::stoi(t.rows[0][t.column("measured_steps")]), c.steps * SweepConfig::kMaxStepsFactor);
 }
 
 TEST(Sweep, RejectedPointGetsARowWithTheReason) {
@@ -141,7 +164,8 @@ TEST(Sweep, ResumeRerunsOnlyTheMissingPoint) {
   // A config that changes a result (steps, warm-up, batch, seq) does not
   // count the old rows as done: --resume refuses, naming the row.
   for (auto change : {+[](SweepConfig& x) { x.steps += 1; }, +[](SweepConfig& x) { x.warmup += 1; },
-                      +[](SweepConfig& x) { x.batch_per_rank *= 2; }, +[](SweepConfig& x) { x.seq /= 2; }}) {
+                      +[](SweepConfig& x) { x.batch_per_rank *= 2; }, +[](SweepConfig& x) { x.seq /= 2; },
+                      +[](SweepConfig& x) { x.min_seconds = 0.5; }}) {
     SweepConfig other = c;
     change(other);
     try {
@@ -181,6 +205,10 @@ TEST(SweepConfig, RulesNameTheKey) {
   EXPECT_NE(message("[sweep]\nstrategies = [\"zero3\"]\n").find("key=value"), std::string::npos);
   EXPECT_NE(message("[sweep]\nmeshes = [\"dp2.xp2\"]\n").find("sweep.meshes"), std::string::npos);
   EXPECT_NE(message("[sweep]\nsteps = 0\n").find("sweep.steps"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nmin_seconds = -1\n").find("sweep.min_seconds"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nmin_seconds = 1e9\n").find("sweep.min_seconds"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nmin_seconds = 0.1\nwarmup = 0\n").find("sweep.warmup"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nmin_seconds = 0.1\nsteps = 2000000000\n").find("sweep.steps"), std::string::npos);
   SweepConfig c = read("[sweep]\nscaling = \"strong\"\nworlds = [1, 4]\nmicrobatches = [1, 2]\n");
   EXPECT_EQ(c.scaling, std::vector<std::string>{"strong"});
   EXPECT_EQ(c.global_batch, 32);  // batch_per_rank x max world
