@@ -54,10 +54,15 @@ void MemoryTracker::reset_peaks() {
 Allocation::Allocation(MemoryTracker* tracker, MemTag tag, size_t bytes, Place place)
     : bytes_(bytes), tracker_(tracker), tag_(tag), place_(place) {
   if (bytes == 0) return;
-  size_t rounded = (bytes + 63) / 64 * 64;
-  ptr_ = std::aligned_alloc(64, rounded);
-  if (!ptr_) throw std::bad_alloc();
-  std::memset(ptr_, 0, rounded);
+  if (tracker_ && place_ == Place::device && tracker_->device_memory()) {
+    device_ = tracker_->device_memory();
+    ptr_ = device_->allocate(bytes);
+  } else {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    ptr_ = std::aligned_alloc(64, rounded);
+    if (!ptr_) throw std::bad_alloc();
+    std::memset(ptr_, 0, rounded);
+  }
   if (tracker_) tracker_->on_alloc(tag_, place_, bytes_);
 }
 
@@ -67,6 +72,7 @@ Allocation& Allocation::operator=(Allocation&& o) noexcept {
     ptr_ = std::exchange(o.ptr_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
     tracker_ = std::exchange(o.tracker_, nullptr);
+    device_ = std::exchange(o.device_, nullptr);
     tag_ = o.tag_;
     place_ = o.place_;
   }
@@ -76,9 +82,11 @@ Allocation& Allocation::operator=(Allocation&& o) noexcept {
 void Allocation::release() {
   if (ptr_) {
     if (tracker_) tracker_->on_free(tag_, place_, bytes_);
-    std::free(ptr_);
+    if (device_) device_->deallocate(ptr_);
+    else std::free(ptr_);
   }
   ptr_ = nullptr;
+  device_ = nullptr;
   bytes_ = 0;
 }
 

@@ -24,8 +24,23 @@ inline constexpr int kNumPlaces = 2;
 std::string_view mem_tag_name(MemTag t);
 std::string_view place_name(Place p);
 
+// Where a rank's Place::device buffers live when they are not host memory
+// (kernels/cuda's cudaMalloc; harness code never calls a device API itself).
+// allocate() returns zero-filled memory of at least `bytes`, or throws.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p) noexcept = 0;
+};
+
 class MemoryTracker {
  public:
+  // Place::device buffers come from `m` (null: host memory, the CPU device).
+  // Set before the first device allocation; the memory outlives the buffers.
+  void set_device_memory(DeviceMemory* m) { device_memory_ = m; }
+  DeviceMemory* device_memory() const { return device_memory_; }
+
   void on_alloc(MemTag tag, Place place, size_t bytes);
   void on_free(MemTag tag, Place place, size_t bytes);
 
@@ -42,9 +57,12 @@ class MemoryTracker {
   mutable std::mutex mu_;
   std::array<size_t, kNumMemTags * kNumPlaces> cur_{}, peak_{};
   std::array<size_t, kNumPlaces> cur_total_{}, peak_total_{};
+  DeviceMemory* device_memory_ = nullptr;
 };
 
-// One tracked, 64-byte aligned, zero-initialized allocation. Movable, not copyable.
+// One tracked, zero-initialized allocation: 64-byte aligned host memory, or
+// the tracker's DeviceMemory for a Place::device buffer when it has one.
+// Movable, not copyable.
 class Allocation {
  public:
   Allocation() = default;
@@ -65,6 +83,7 @@ class Allocation {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
   MemoryTracker* tracker_ = nullptr;
+  DeviceMemory* device_ = nullptr;  // the memory ptr_ came from; null: host
   MemTag tag_ = MemTag::workspace;
   Place place_ = Place::device;
 };

@@ -96,12 +96,13 @@ int64_t Scratch<T>::bytes(const ModelConfig& m, int B, int Tn) {
 }
 
 template <class T>
-static void zero(const Buffer<T>& b) {
-  std::memset(static_cast<void*>(b.data()), 0, b.size() * sizeof(T));
+static void zero(const kernels::DeviceOps<T>& ops, const Buffer<T>& b) {
+  ops.zero(b.data(), b.size() * sizeof(T));
 }
 
 template <class T>
-Gpt<T>::Gpt(const ParamLayout& layout, int B, int Tn) : layout_(&layout), B_(B), Tn_(Tn) {}
+Gpt<T>::Gpt(const ParamLayout& layout, int B, int Tn, const kernels::DeviceOps<T>& ops)
+    : layout_(&layout), B_(B), Tn_(Tn), ops_(&ops) {}
 
 template <class T>
 void Gpt<T>::embed_forward(T* x0, const int32_t* tokens, const T* emb) const {
@@ -115,12 +116,12 @@ void Gpt<T>::embed_backward(T* demb, const T* dx0, const int32_t* tokens) const 
 
 template <class T>
 void Gpt<T>::embed_forward(T* x0, const int32_t* tokens, const T* wte, const T* wpe) const {
-  k::encoder_forward(x0, tokens, wte, wpe, B_, Tn_, layout_->model().C);
+  ops_->encoder_forward(x0, tokens, wte, wpe, B_, Tn_, layout_->model().C);
 }
 
 template <class T>
 void Gpt<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* tokens) const {
-  k::encoder_backward(dwte, dwpe, dx0, tokens, B_, Tn_, layout_->model().C);
+  ops_->encoder_backward(dwte, dwpe, dx0, tokens, B_, Tn_, layout_->model().C);
 }
 
 template <class T>
@@ -129,13 +130,13 @@ void Gpt<T>::attention_half_forward(BlockActs<T>& a, const T* x_in, const T* u, 
   const auto& o = layout_->block();
   const int N = B_ * Tn_, C = m.C;
   float* ws = s.mm_ws.data();
-  k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w,
+  ops_->layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w,
                        u + o.ln1_b, N, C);
-  k::matmul_forward(a.qkv.data(), a.ln1.data(), u + o.qkv_w, u + o.qkv_b, N, C, 3 * C, ws);
-  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, Tn_, C, m.NH, s.att_ws.data());
-  k::matmul_forward(s.tmp.data(), a.atty.data(), u + o.attproj_w, u + o.attproj_b, N, C, C, ws);
-  k::residual_forward(a.xmid.data(), x_in, s.tmp.data(), size_t(N) * C);
-  k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(),
+  ops_->matmul_forward(a.qkv.data(), a.ln1.data(), u + o.qkv_w, u + o.qkv_b, N, C, 3 * C, ws);
+  ops_->attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, Tn_, C, m.NH, s.att_ws.data());
+  ops_->matmul_forward(s.tmp.data(), a.atty.data(), u + o.attproj_w, u + o.attproj_b, N, C, C, ws);
+  ops_->residual_forward(a.xmid.data(), x_in, s.tmp.data(), size_t(N) * C);
+  ops_->layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(),
                        u + o.ln2_w, u + o.ln2_b, N, C);
 }
 
@@ -146,10 +147,10 @@ void Gpt<T>::block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T
   const int N = B_ * Tn_, C = m.C;
   float* ws = s.mm_ws.data();
   attention_half_forward(a, x_in, u, s);
-  k::matmul_forward(a.fch.data(), a.ln2.data(), u + o.fc_w, u + o.fc_b, N, C, 4 * C, ws);
-  k::gelu_forward(a.fchg.data(), a.fch.data(), size_t(N) * 4 * C);
-  k::matmul_forward(s.tmp.data(), a.fchg.data(), u + o.fcproj_w, u + o.fcproj_b, N, 4 * C, C, ws);
-  k::residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * C);
+  ops_->matmul_forward(a.fch.data(), a.ln2.data(), u + o.fc_w, u + o.fc_b, N, C, 4 * C, ws);
+  ops_->gelu_forward(a.fchg.data(), a.fch.data(), size_t(N) * 4 * C);
+  ops_->matmul_forward(s.tmp.data(), a.fchg.data(), u + o.fcproj_w, u + o.fcproj_b, N, 4 * C, C, ws);
+  ops_->residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * C);
 }
 
 template <class T>
@@ -161,14 +162,14 @@ void Gpt<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const
   const size_t NC = size_t(N) * C;
   float* ws = s.mm_ws.data();
   // MLP branch: xout = xmid + fcproj(gelu(fc(ln2(xmid)))).
-  std::memcpy(static_cast<void*>(s.dres.data()), dout, NC * sizeof(T));  // d xmid, residual path
-  zero(s.dfchg);
-  k::matmul_backward(s.dfchg.data(), du + o.fcproj_w, du + o.fcproj_b, dout, a.fchg.data(),
+  ops_->copy(s.dres.data(), dout, NC * sizeof(T));  // d xmid, residual path
+  zero(*ops_, s.dfchg);
+  ops_->matmul_backward(s.dfchg.data(), du + o.fcproj_w, du + o.fcproj_b, dout, a.fchg.data(),
                      u + o.fcproj_w, N, 4 * C, C, ws);
-  zero(s.dfch);
-  k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfchg.data(), NC * 4);
-  zero(s.dln);
-  k::matmul_backward(s.dln.data(), du + o.fc_w, du + o.fc_b, s.dfch.data(), a.ln2.data(),
+  zero(*ops_, s.dfch);
+  ops_->gelu_backward(s.dfch.data(), a.fch.data(), s.dfchg.data(), NC * 4);
+  zero(*ops_, s.dln);
+  ops_->matmul_backward(s.dln.data(), du + o.fc_w, du + o.fc_b, s.dfch.data(), a.ln2.data(),
                      u + o.fc_w, N, C, 4 * C, ws);
   attention_half_backward(dx_in, du, x_in, a, u, s);
 }
@@ -181,20 +182,20 @@ void Gpt<T>::attention_half_backward(T* dx_in, T* du, const T* x_in, const Block
   const int N = B_ * Tn_, C = m.C;
   const size_t NC = size_t(N) * C;
   float* ws = s.mm_ws.data();
-  k::layernorm_backward(s.dres.data(), du + o.ln2_w, du + o.ln2_b, s.dln.data(), a.xmid.data(),
+  ops_->layernorm_backward(s.dres.data(), du + o.ln2_w, du + o.ln2_b, s.dln.data(), a.xmid.data(),
                         u + o.ln2_w, a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
   // Attention branch: xmid = x_in + attproj(attn(qkv(ln1(x_in)))).
-  std::memcpy(static_cast<void*>(dx_in), s.dres.data(), NC * sizeof(T));
-  zero(s.datty);
-  k::matmul_backward(s.datty.data(), du + o.attproj_w, du + o.attproj_b, s.dres.data(),
+  ops_->copy(dx_in, s.dres.data(), NC * sizeof(T));
+  zero(*ops_, s.datty);
+  ops_->matmul_backward(s.datty.data(), du + o.attproj_w, du + o.attproj_b, s.dres.data(),
                      a.atty.data(), u + o.attproj_w, N, C, C, ws);
-  zero(s.dqkv);
-  k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(),
+  zero(*ops_, s.dqkv);
+  ops_->attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(),
                         B_, Tn_, C, m.NH, s.att_ws.data());
-  zero(s.dln);
-  k::matmul_backward(s.dln.data(), du + o.qkv_w, du + o.qkv_b, s.dqkv.data(), a.ln1.data(),
+  zero(*ops_, s.dln);
+  ops_->matmul_backward(s.dln.data(), du + o.qkv_w, du + o.qkv_b, s.dqkv.data(), a.ln1.data(),
                      u + o.qkv_w, N, C, 3 * C, ws);
-  k::layernorm_backward(dx_in, du + o.ln1_w, du + o.ln1_b, s.dln.data(), x_in, u + o.ln1_w,
+  ops_->layernorm_backward(dx_in, du + o.ln1_w, du + o.ln1_b, s.dln.data(), x_in, u + o.ln1_w,
                         a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
 
@@ -204,7 +205,7 @@ void Gpt<T>::moe_block_forward(BlockActs<T>& a, MoeActs<T>& ma, const T* x_in, c
   const int N = B_ * Tn_;
   attention_half_forward(a, x_in, u, s);
   MoeMlp<T>(*layout_, N, scope).forward(ma, s.tmp.data(), a.ln2.data(), u, ms, ex);
-  k::residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * layout_->model().C);
+  ops_->residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * layout_->model().C);
 }
 
 template <class T>
@@ -212,8 +213,8 @@ void Gpt<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
                                 const MoeActs<T>& ma, const T* u, double aux_weight, Scratch<T>& s,
                                 MoeScratch<T>& ms, MoeScope scope, const T* ex, T* dex) const {
   const int N = B_ * Tn_;
-  std::memcpy(static_cast<void*>(s.dres.data()), dout, size_t(N) * layout_->model().C * sizeof(T));
-  zero(s.dln);
+  ops_->copy(s.dres.data(), dout, size_t(N) * layout_->model().C * sizeof(T));
+  zero(*ops_, s.dln);
   MoeMlp<T>(*layout_, N, scope).backward(s.dln.data(), du, dout, a.ln2.data(), ma, u, aux_weight, ms, ex, dex);
   attention_half_backward(dx_in, du, x_in, a, u, s);
 }
@@ -227,27 +228,27 @@ void Gpt<T>::block_backward_input(T* dx_in, BlockGradStash<T>& g, const T* dout,
   const size_t NC = size_t(N) * C;
   float* ws = s.mm_ws.data();
   T* null = nullptr;
-  std::memcpy(static_cast<void*>(g.dout.data()), dout, NC * sizeof(T));
-  std::memcpy(static_cast<void*>(g.dres.data()), dout, NC * sizeof(T));
-  zero(s.dfchg);
-  k::matmul_backward(s.dfchg.data(), null, null, dout, a.fchg.data(), u + o.fcproj_w, N, 4 * C, C, ws);
-  zero(g.dfch);
-  k::gelu_backward(g.dfch.data(), a.fch.data(), s.dfchg.data(), NC * 4);
-  zero(g.dln2);
-  k::matmul_backward(g.dln2.data(), null, null, g.dfch.data(), a.ln2.data(), u + o.fc_w, N, C, 4 * C, ws);
-  k::layernorm_backward(g.dres.data(), null, null, g.dln2.data(), a.xmid.data(), u + o.ln2_w,
+  ops_->copy(g.dout.data(), dout, NC * sizeof(T));
+  ops_->copy(g.dres.data(), dout, NC * sizeof(T));
+  zero(*ops_, s.dfchg);
+  ops_->matmul_backward(s.dfchg.data(), null, null, dout, a.fchg.data(), u + o.fcproj_w, N, 4 * C, C, ws);
+  zero(*ops_, g.dfch);
+  ops_->gelu_backward(g.dfch.data(), a.fch.data(), s.dfchg.data(), NC * 4);
+  zero(*ops_, g.dln2);
+  ops_->matmul_backward(g.dln2.data(), null, null, g.dfch.data(), a.ln2.data(), u + o.fc_w, N, C, 4 * C, ws);
+  ops_->layernorm_backward(g.dres.data(), null, null, g.dln2.data(), a.xmid.data(), u + o.ln2_w,
                         a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
-  std::memcpy(static_cast<void*>(dx_in), g.dres.data(), NC * sizeof(T));
-  zero(s.datty);
-  k::matmul_backward(s.datty.data(), null, null, g.dres.data(), a.atty.data(), u + o.attproj_w, N, C,
+  ops_->copy(dx_in, g.dres.data(), NC * sizeof(T));
+  zero(*ops_, s.datty);
+  ops_->matmul_backward(s.datty.data(), null, null, g.dres.data(), a.atty.data(), u + o.attproj_w, N, C,
                      C, ws);
-  zero(g.dqkv);
-  k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(),
+  zero(*ops_, g.dqkv);
+  ops_->attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(),
                         B_, Tn_, C, m.NH, s.att_ws.data());
-  zero(g.dln1);
-  k::matmul_backward(g.dln1.data(), null, null, g.dqkv.data(), a.ln1.data(), u + o.qkv_w, N, C,
+  zero(*ops_, g.dln1);
+  ops_->matmul_backward(g.dln1.data(), null, null, g.dqkv.data(), a.ln1.data(), u + o.qkv_w, N, C,
                      3 * C, ws);
-  k::layernorm_backward(dx_in, null, null, g.dln1.data(), x_in, u + o.ln1_w, a.ln1_mean.data(),
+  ops_->layernorm_backward(dx_in, null, null, g.dln1.data(), x_in, u + o.ln1_w, a.ln1_mean.data(),
                         a.ln1_rstd.data(), N, C);
 }
 
@@ -260,16 +261,16 @@ void Gpt<T>::block_backward_weight(T* du, const BlockGradStash<T>& g, const T* x
   float* ws = s.mm_ws.data();
   T* null = nullptr;
   const T* nw = nullptr;  // the weights only feed dinp, which W never computes
-  k::matmul_backward(null, du + o.fcproj_w, du + o.fcproj_b, g.dout.data(), a.fchg.data(), nw, N,
+  ops_->matmul_backward(null, du + o.fcproj_w, du + o.fcproj_b, g.dout.data(), a.fchg.data(), nw, N,
                      4 * C, C, ws);
-  k::matmul_backward(null, du + o.fc_w, du + o.fc_b, g.dfch.data(), a.ln2.data(), nw, N, C, 4 * C, ws);
-  k::layernorm_backward(null, du + o.ln2_w, du + o.ln2_b, g.dln2.data(), a.xmid.data(), nw,
+  ops_->matmul_backward(null, du + o.fc_w, du + o.fc_b, g.dfch.data(), a.ln2.data(), nw, N, C, 4 * C, ws);
+  ops_->layernorm_backward(null, du + o.ln2_w, du + o.ln2_b, g.dln2.data(), a.xmid.data(), nw,
                         a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
-  k::matmul_backward(null, du + o.attproj_w, du + o.attproj_b, g.dres.data(), a.atty.data(), nw, N,
+  ops_->matmul_backward(null, du + o.attproj_w, du + o.attproj_b, g.dres.data(), a.atty.data(), nw, N,
                      C, C, ws);
-  k::matmul_backward(null, du + o.qkv_w, du + o.qkv_b, g.dqkv.data(), a.ln1.data(), nw, N, C,
+  ops_->matmul_backward(null, du + o.qkv_w, du + o.qkv_b, g.dqkv.data(), a.ln1.data(), nw, N, C,
                      3 * C, ws);
-  k::layernorm_backward(null, du + o.ln1_w, du + o.ln1_b, g.dln1.data(), x_in, nw,
+  ops_->layernorm_backward(null, du + o.ln1_w, du + o.ln1_b, g.dln1.data(), x_in, nw,
                         a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
 
@@ -278,14 +279,12 @@ double Gpt<T>::head_forward(HeadActs<T>& h, const T* x_last, const int32_t* targ
                             const T* wte, Scratch<T>& s) const {
   const auto& m = layout_->model();
   const int N = B_ * Tn_, C = m.C;
-  k::layernorm_forward(h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), x_last, lnf, lnf + C,
+  ops_->layernorm_forward(h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), x_last, lnf, lnf + C,
                        N, C);
-  k::matmul_forward(h.probs.data(), h.lnf.data(), wte, static_cast<const T*>(nullptr), N, C, m.V,
+  ops_->matmul_forward(h.probs.data(), h.lnf.data(), wte, static_cast<const T*>(nullptr), N, C, m.V,
                     s.mm_ws.data());
-  k::crossentropy_forward(h.losses.data(), h.probs.data(), h.probs.data(), targets, N, m.V);
-  double sum = 0;
-  for (int i = 0; i < N; ++i) sum += double(h.losses[i]);
-  return sum;
+  ops_->crossentropy_forward(h.losses.data(), h.probs.data(), h.probs.data(), targets, N, m.V);
+  return ops_->sum(h.losses.data(), size_t(N));
 }
 
 template <class T>
@@ -294,13 +293,13 @@ void Gpt<T>::head_backward(T* dx_last, T* dlnf, T* dwte, const T* x_last, const 
                            Scratch<T>& s) const {
   const auto& m = layout_->model();
   const int N = B_ * Tn_, C = m.C;
-  zero(s.dlogits);
-  k::crossentropy_backward(s.dlogits.data(), h.probs.data(), targets, dloss, N, m.V);
-  zero(s.dln);
-  k::matmul_backward(s.dln.data(), dwte, static_cast<T*>(nullptr), s.dlogits.data(), h.lnf.data(),
+  zero(*ops_, s.dlogits);
+  ops_->crossentropy_backward(s.dlogits.data(), h.probs.data(), targets, dloss, N, m.V);
+  zero(*ops_, s.dln);
+  ops_->matmul_backward(s.dln.data(), dwte, static_cast<T*>(nullptr), s.dlogits.data(), h.lnf.data(),
                      wte, N, C, m.V, s.mm_ws.data());
-  std::memset(static_cast<void*>(dx_last), 0, size_t(N) * C * sizeof(T));
-  k::layernorm_backward(dx_last, dlnf, dlnf + C, s.dln.data(), x_last, lnf, h.lnf_mean.data(),
+  ops_->zero(dx_last, size_t(N) * C * sizeof(T));
+  ops_->layernorm_backward(dx_last, dlnf, dlnf + C, s.dln.data(), x_last, lnf, h.lnf_mean.data(),
                         h.lnf_rstd.data(), N, C);
 }
 

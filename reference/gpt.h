@@ -11,6 +11,7 @@
 
 #include "harness/dtype.h"
 #include "harness/memory.h"
+#include "kernels/common/device_ops.h"
 #include "reference/layout.h"
 #include "reference/moe.h"
 
@@ -85,7 +86,10 @@ template <class T>
 class Gpt {
  public:
   using A = acc_t<T>;
-  Gpt(const ParamLayout& layout, int B, int Tn);
+  // ops: the device the buffers live on and the kernels run on (the CPU by
+  // default; kernels/common/device_ops.h). The MoE MLP runs on the CPU only.
+  Gpt(const ParamLayout& layout, int B, int Tn, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
+  const kernels::DeviceOps<T>& ops() const { return *ops_; }
 
   const ParamLayout& layout() const { return *layout_; }
   int B() const { return B_; }
@@ -143,6 +147,7 @@ class Gpt {
 
   const ParamLayout* layout_;
   int B_, Tn_;
+  const kernels::DeviceOps<T>* ops_;
 };
 
 }  // namespace pb

@@ -2,21 +2,32 @@
 
 #include <stdexcept>
 #include <type_traits>
+#include <vector>
 
+#include "harness/status.h"
 #include "reference/init.h"
 
 namespace pb {
 
 template <class T>
 AdamW<T>::AdamW(const ParamLayout& layout, uint64_t init_seed, std::vector<Segment> segments,
-                int64_t n, MemoryTracker* tracker, Place place, bool separate_master)
-    : layout_(&layout), segs_(std::move(segments)) {
+                int64_t n, MemoryTracker* tracker, Place place, bool separate_master,
+                const kernels::DeviceOps<T>& ops)
+    : layout_(&layout), ops_(&ops), segs_(std::move(segments)) {
+  require(place == Place::device || ops.is_host(), "AdamW: a host-placed state needs the CPU's ops");
   m_ = Buffer<M>(tracker, MemTag::optimizer, size_t(n), place);
   v_ = Buffer<M>(tracker, MemTag::optimizer, size_t(n), place);
   if (!std::is_same_v<T, M> || separate_master) {
     master_ = Buffer<M>(tracker, MemTag::optimizer, size_t(n), place);
-    for (const auto& s : segs_)
-      init_params<M>(layout, init_seed, s.flat_lo, s.flat_hi, master_.data() + s.state_off);
+    for (const auto& s : segs_) {
+      if (ops.is_host()) {
+        init_params<M>(layout, init_seed, s.flat_lo, s.flat_hi, master_.data() + s.state_off);
+        continue;
+      }
+      std::vector<M> host(size_t(s.flat_hi - s.flat_lo));  // initialized here, then moved to the device
+      init_params<M>(layout, init_seed, s.flat_lo, s.flat_hi, host.data());
+      ops.to_device(master_.data() + s.state_off, host.data(), host.size() * sizeof(M));
+    }
   }
 }
 
@@ -40,8 +51,7 @@ void AdamW<T>::step(T* params, const T* grads, const OptimConfig& o, long step, 
       if (!master_.empty()) master = master_.data() + so;
       else if constexpr (std::is_same_v<T, M>) master = p;
       else throw std::logic_error("AdamW: no master copy");
-      kernels::adamw_step<T, M>(master, p, grads + s.grad_off + d, m_.data() + so,
-                                v_.data() + so, n, h, decay);
+      ops_->adamw_step(master, p, grads + s.grad_off + d, m_.data() + so, v_.data() + so, n, h, decay);
     });
   }
 }

@@ -10,6 +10,7 @@
 
 #include "harness/dtype.h"
 #include "harness/memory.h"
+#include "kernels/common/device_ops.h"
 #include "kernels/cpu/ops.h"
 #include "reference/layout.h"
 #include "reference/train_config.h"
@@ -37,8 +38,11 @@ class AdamW {
   // A separate master copy exists when T != M (bf16-mixed) or when asked for
   // (offload keeps the master on the host); it is initialized from the init
   // function at M precision. place: device, or host for optimizer offload.
+  // ops: the device the state lives on (the tracker's device memory for
+  // Place::device; the CPU by default).
   AdamW(const ParamLayout& layout, uint64_t init_seed, std::vector<Segment> segments, int64_t n,
-        MemoryTracker* tracker, Place place = Place::device, bool separate_master = false);
+        MemoryTracker* tracker, Place place = Place::device, bool separate_master = false,
+        const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
 
   // params/grads: the buffers the segments index. With a separate master,
   // params receive cast<T>(master) after the update.
@@ -48,6 +52,7 @@ class AdamW {
 
  private:
   const ParamLayout* layout_;
+  const kernels::DeviceOps<T>* ops_;
   std::vector<Segment> segs_;
   Buffer<M> m_, v_, master_;
 };

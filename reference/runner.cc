@@ -8,10 +8,16 @@ namespace pb {
 
 template <class T>
 MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSource& data,
-                                      MemoryTracker* mt, int Bm, int Tn, MoeScope scope)
-    : layout_(&layout), data_(&data), scope_(scope), model_(layout, Bm, Tn) {
+                                      MemoryTracker* mt, int Bm, int Tn, MoeScope scope,
+                                      const kernels::DeviceOps<T>& ops)
+    : layout_(&layout), data_(&data), scope_(scope), model_(layout, Bm, Tn, ops) {
   const auto& m = layout.model();
   size_t N = size_t(Bm) * Tn;
+  require(ops.is_host() || m.moe.experts == 0, "runner: the MoE MLP runs on the CPU only");
+  if (!ops.is_host()) {
+    host_tokens_.resize(N);
+    host_targets_.resize(N);
+  }
   tokens_ = Buffer<int32_t>(mt, MemTag::activations, N);
   targets_ = Buffer<int32_t>(mt, MemTag::activations, N);
   x0_ = Buffer<T>(mt, MemTag::activations, N * m.C);
@@ -57,8 +63,16 @@ int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p
 
 template <class T>
 double MicrobatchRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hk) {
-  data_->batch(step, first, model_.B(), model_.Tn(), tokens_.data(), targets_.data());
+  data_->batch(step, first, model_.B(), model_.Tn(), token_dst(), target_dst());
+  tokens_to_device();
   return compute(dloss, hk);
+}
+
+template <class T>
+void MicrobatchRunner<T>::tokens_to_device() {
+  if (host_tokens_.empty()) return;
+  model_.ops().to_device(tokens_.data(), host_tokens_.data(), host_tokens_.size() * sizeof(int32_t));
+  model_.ops().to_device(targets_.data(), host_targets_.data(), host_targets_.size() * sizeof(int32_t));
 }
 
 template <class T>
@@ -67,8 +81,8 @@ double MicrobatchRunner<T>::run_samples(int64_t step, const std::vector<int64_t>
   const int per = model_.B() / int(firsts.size()), Tn = model_.Tn();
   require(!firsts.empty() && per * int(firsts.size()) == model_.B(), "runner: samples do not fill the microbatch");
   for (size_t i = 0; i < firsts.size(); ++i)
-    data_->batch(step, firsts[i], per, Tn, tokens_.data() + i * size_t(per) * Tn,
-                 targets_.data() + i * size_t(per) * Tn);
+    data_->batch(step, firsts[i], per, Tn, token_dst() + i * size_t(per) * Tn, target_dst() + i * size_t(per) * Tn);
+  tokens_to_device();
   return compute(dloss, hk);
 }
 

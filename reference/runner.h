@@ -56,8 +56,10 @@ class MicrobatchRunner {
  public:
   // scope: the data ranks a mixture-of-experts model's global capacity spans
   // (moe.h MoeScope; none for a dense model or one device).
+  // ops: the device the tracker's Place::device buffers live on (the CPU by
+  // default); off the host the tokens are drawn on the host, then moved.
   MicrobatchRunner(const ParamLayout& layout, const MarkovSource& data, MemoryTracker* tracker,
-                   int Bm, int Tn, MoeScope scope = {});
+                   int Bm, int Tn, MoeScope scope = {}, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
   int Bm() const { return model_.B(); }
   // Workspace bytes the constructor allocates (Scratch and the two gradient
   // ping-pong buffers), without allocating.
@@ -80,6 +82,10 @@ class MicrobatchRunner {
 
  private:
   double compute(double dloss, UnitHooks<T>& hooks);
+  // Where the data source writes (the buffers, or the host staging), and the move after.
+  int32_t* token_dst() { return host_tokens_.empty() ? tokens_.data() : host_tokens_.data(); }
+  int32_t* target_dst() { return host_targets_.empty() ? targets_.data() : host_targets_.data(); }
+  void tokens_to_device();
 
   const ParamLayout* layout_;
   const MarkovSource* data_;
@@ -87,6 +93,7 @@ class MicrobatchRunner {
   MoeLoad load_;
   Gpt<T> model_;
   Buffer<int32_t> tokens_, targets_;
+  std::vector<int32_t> host_tokens_, host_targets_;  // staging when the buffers are not host memory
   Buffer<T> x0_;
   std::vector<BlockActs<T>> blocks_;
   std::vector<MoeActs<T>> moe_;  // per layer; empty for dense blocks

@@ -23,6 +23,14 @@ DType storage_dtype(Precision p) {
   return p == Precision::fp64 ? DType::f64 : p == Precision::fp32 ? DType::f32 : DType::bf16;
 }
 
+std::string device_name(Device d) { return d == Device::cuda ? "cuda" : "cpu"; }
+
+Device parse_device(const std::string& s) {
+  if (s == "cpu") return Device::cpu;
+  if (s == "cuda") return Device::cuda;
+  throw InputError("train.device: '" + s + "' is not cpu or cuda");
+}
+
 void TrainConfig::validate() const {
   model.validate();
   auto positive = [](const std::string& f, long x) {
@@ -33,6 +41,10 @@ void TrainConfig::validate() const {
   positive("train.seq", seq);
   positive("train.microbatches", microbatches);
   positive("train.threads", threads);
+  if (device == Device::cuda) {
+    require(precision != Precision::fp64, "train.device: cuda runs fp32 and bf16-mixed (fp64 is the CPU's truth)");
+    require(model.moe.experts == 0, "train.device: cuda runs dense models (the MoE MLP runs on the CPU only so far)");
+  }
   require(seq <= model.maxT, "train.seq: must be <= model.context (" + std::to_string(model.maxT) +
                                  "), got " + std::to_string(seq));
   require(batch % microbatches == 0, "train.microbatches: must divide train.batch (" +

@@ -16,6 +16,13 @@ std::string precision_name(Precision p);
 Precision parse_precision(const std::string& s);  // InputError on anything else
 DType storage_dtype(Precision p);
 
+// Where the model's buffers live and its kernels run (kernels/common/
+// device_ops.h): the CPU, or one CUDA GPU (fp32 and bf16-mixed, dense models,
+// the single-device reference; the parallel strategies run on the CPU).
+enum class Device : uint8_t { cpu, cuda };
+std::string device_name(Device d);
+Device parse_device(const std::string& s);  // InputError on anything else
+
 struct OptimConfig {
   double lr = 1e-3;
   double min_lr = 1e-4;
@@ -43,6 +50,7 @@ struct TrainConfig {
   int seq = 16;          // tokens per sequence (<= model.maxT)
   int microbatches = 1;  // gradient accumulation steps per replica
   int threads = 1;       // BLAS threads per rank
+  Device device = Device::cpu;
   OptimConfig optim;
   DataConfig data;
 

@@ -36,6 +36,7 @@ TrainConfig read_train_config(ConfigReader& r) {
   c.seq = r.get<int>("train.seq", std::min(c.model.maxT, c.seq), pos);
   c.microbatches = r.get<int>("train.microbatches", c.microbatches, pos);
   c.threads = r.get<int>("train.threads", c.threads, pos);
+  c.device = parse_device(r.get_enum("train.device", "cpu", {"cpu", "cuda"}));
 
   auto& o = c.optim;
   o.lr = r.get<double>("optim.lr", o.lr, pos);
@@ -77,6 +78,7 @@ void write_train_config(const TrainConfig& c, ConfigReader& r) {
   r.set("train.seq", c.seq);
   r.set("train.microbatches", c.microbatches);
   r.set("train.threads", c.threads);
+  if (c.device != Device::cpu) r.set("train.device", device_name(c.device));  // absent: the CPU (earlier hashes)
   r.set("optim.lr", c.optim.lr);
   r.set("optim.min_lr", c.optim.min_lr);
   r.set("optim.warmup", c.optim.warmup);

@@ -17,10 +17,20 @@ double sum_squares_ranges(const T* g, const std::vector<std::pair<int64_t, int64
 }
 
 template <class T>
-ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
-    : cfg_(cfg), plan_(std::move(plan)), layout_(cfg.model),
+ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan,
+                                      std::shared_ptr<const kernels::DeviceOps<T>> ops,
+                                      std::shared_ptr<DeviceMemory> memory)
+    : cfg_(cfg), plan_(std::move(plan)), ops_(std::move(ops)), memory_(std::move(memory)), layout_(cfg.model),
       data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix) {
   cfg_.validate();
+  if (!ops_) ops_ = std::shared_ptr<const kernels::DeviceOps<T>>(&kernels::cpu_ops<T>(), [](const auto*) {});
+  tracker_.set_device_memory(memory_.get());
+  if (!ops_->is_host()) {
+    require(plan_.groups == 1 && !plan_.separate_head_grad && plan_.norm_parts.empty() && plan_.block == 0 &&
+                !plan_.reduce_per_micro && !plan_.moe_joint,
+            "reference trainer: on " + ops_->name() + " only the plain plan runs (the strategies' replays are host code)");
+    require(memory_ != nullptr, "reference trainer: a device trainer needs the device's memory");
+  }
   int split = plan_.groups * plan_.micro;
   require(plan_.groups > 0 && plan_.micro > 0, "split plan: groups and micro must be > 0");
   require(plan_.block >= 0 && (plan_.block == 0 || plan_.groups % plan_.block == 0),
@@ -30,7 +40,13 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
   kernels::set_blas_threads(cfg.threads);
   const int64_t n = layout_.total();
   params_ = Buffer<T>(&tracker_, MemTag::params, size_t(n));
-  init_params<T>(layout_, cfg.seed, 0, n, params_.data());
+  if (ops_->is_host()) {
+    init_params<T>(layout_, cfg.seed, 0, n, params_.data());
+  } else {  // drawn on the host (the same values), then moved
+    std::vector<T> host(static_cast<size_t>(n));
+    init_params<T>(layout_, cfg.seed, 0, n, host.data());
+    ops_->to_device(params_.data(), host.data(), host.size() * sizeof(T));
+  }
   grads_ = Buffer<T>(&tracker_, MemTag::grads, size_t(n));
   if (plan_.separate_head_grad)
     head_grads_ = Buffer<T>(&tracker_, MemTag::grads, size_t(cfg.model.V) * cfg.model.C);
@@ -39,9 +55,11 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan)
     group_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
     if (plan_.two_level()) outer_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
   }
-  opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, std::vector<Segment>{{0, n, 0, 0, 0}}, n, &tracker_);
+  opt_ = std::make_unique<AdamW<T>>(layout_, cfg.seed, std::vector<Segment>{{0, n, 0, 0, 0}}, n, &tracker_,
+                                    Place::device, false, *ops_);
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &tracker_,
-                                                  cfg.batch / (plan_.moe_joint ? plan_.micro : split), cfg.seq);
+                                                  cfg.batch / (plan_.moe_joint ? plan_.micro : split), cfg.seq,
+                                                  MoeScope{}, *ops_);
 }
 
 template <class T>
@@ -64,7 +82,7 @@ StepStats ReferenceTrainer<T>::step() {
   if (plan_.reduce_per_micro && !plan_.moe_joint) loss = step_reduced_per_micro();
   for (int g = 0; g < plan_.groups && !plan_.reduce_per_micro && !plan_.moe_joint; ++g) {
     T* gb = plan_.groups > 1 ? group_grads_.data() : grads_.data();
-    std::memset(static_cast<void*>(gb), 0, size_t(n) * sizeof(T));
+    ops_->zero(gb, size_t(n) * sizeof(T));
     if (plan_.separate_head_grad)
       std::memset(static_cast<void*>(head_grads_.data()), 0, head_grads_.size() * sizeof(T));
     FlatHooks<T> hooks(layout_, params_.data(), gb,
@@ -86,12 +104,13 @@ StepStats ReferenceTrainer<T>::step() {
   st.step = ++step_;
   st.loss = loss / double(cfg_.tokens_per_step());
   double sq = 0;
-  if (plan_.norm_parts.empty()) sq = kernels::sum_squares(grads_.data(), size_t(n));
+  if (plan_.norm_parts.empty()) sq = ops_->sum_squares(grads_.data(), size_t(n));
   for (const auto& ranges : plan_.norm_parts) sq += sum_squares_ranges(grads_.data(), ranges);
   st.grad_norm = std::sqrt(sq);
   st.lr = lr_at(cfg_.optim, st.step, cfg_.steps);
   opt_->step(params_.data(), grads_.data(), cfg_.optim, st.step, st.lr,
              clip_factor(st.grad_norm, cfg_.optim.clip));
+  ops_->synchronize();  // the step's time is the device's
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
@@ -214,17 +233,26 @@ double ReferenceTrainer<T>::step_reduced_per_micro() {
 }
 
 template <class T>
-std::vector<double> ReferenceTrainer<T>::params_f64() const {
-  std::vector<double> out(params_.size());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(params_[i]);
+std::vector<double> ReferenceTrainer<T>::to_f64(const Buffer<T>& b) const {
+  std::vector<double> out(b.size());
+  if (ops_->is_host()) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(b[i]);
+    return out;
+  }
+  std::vector<T> host(b.size());
+  ops_->to_host(host.data(), b.data(), host.size() * sizeof(T));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(host[i]);
   return out;
 }
 
 template <class T>
+std::vector<double> ReferenceTrainer<T>::params_f64() const {
+  return to_f64(params_);
+}
+
+template <class T>
 std::vector<double> ReferenceTrainer<T>::grads_f64() const {
-  std::vector<double> out(grads_.size());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(grads_[i]);
-  return out;
+  return to_f64(grads_);
 }
 
 template double sum_squares_ranges<double>(const double*,
@@ -237,10 +265,20 @@ template class ReferenceTrainer<double>;
 template class ReferenceTrainer<float>;
 template class ReferenceTrainer<bf16>;
 
-std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan) {
-  return dispatch_dtype(storage_dtype(cfg.precision), [&](auto t) -> std::unique_ptr<TrainerBase> {
-    return std::make_unique<ReferenceTrainer<decltype(t)>>(cfg, std::move(plan));
-  });
+std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan, const TrainDevice* device) {
+  if (cfg.device == Device::cpu) {
+    return dispatch_dtype(storage_dtype(cfg.precision), [&](auto t) -> std::unique_ptr<TrainerBase> {
+      return std::make_unique<ReferenceTrainer<decltype(t)>>(cfg, std::move(plan));
+    });
+  }
+  require(device != nullptr, "train.device: cuda: no CUDA device was opened (this build or machine has none)");
+  cfg.validate();  // fp64 and MoE are refused, naming train.device
+  if (cfg.precision == Precision::fp32) {
+    require(device->f32 != nullptr, "train.device: " + device->name + " has no fp32 ops");
+    return std::make_unique<ReferenceTrainer<float>>(cfg, std::move(plan), device->f32, device->memory);
+  }
+  require(device->bf16_ops != nullptr, "train.device: " + device->name + " has no bf16 ops");
+  return std::make_unique<ReferenceTrainer<bf16>>(cfg, std::move(plan), device->bf16_ops, device->memory);
 }
 
 }  // namespace pb

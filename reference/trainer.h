@@ -24,6 +24,7 @@
 //    then over ranks in order (a ZeRO shard's partial sums, all-reduced).
 #pragma once
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -65,6 +66,16 @@ struct StepStats {
 template <class T>
 double sum_squares_ranges(const T* g, const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
+// The device a reference trainer runs on, when not the CPU: one GPU's ops for
+// each storage type it runs (fp32, bf16-mixed) and the memory its buffers come
+// from (kernels/cuda open_device). Null pointers: not available.
+struct TrainDevice {
+  std::string name;  // e.g. "cuda:0 NVIDIA H100 80GB HBM3"
+  std::shared_ptr<const kernels::DeviceOps<float>> f32;
+  std::shared_ptr<const kernels::DeviceOps<bf16>> bf16_ops;
+  std::shared_ptr<DeviceMemory> memory;
+};
+
 class TrainerBase {
  public:
   virtual ~TrainerBase() = default;
@@ -79,7 +90,11 @@ class TrainerBase {
 template <class T>
 class ReferenceTrainer : public TrainerBase {
  public:
-  ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan = {});
+  // ops, memory: the device (default: the CPU). Off the host only the plain
+  // plan runs (one group of cfg.microbatches microbatches, nothing split):
+  // the replays of strategies' orders are host code.
+  ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan = {}, std::shared_ptr<const kernels::DeviceOps<T>> ops = {},
+                   std::shared_ptr<DeviceMemory> memory = {});
   StepStats step() override;
   const ParamLayout& layout() const override { return layout_; }
   std::vector<double> params_f64() const override;
@@ -91,6 +106,8 @@ class ReferenceTrainer : public TrainerBase {
  private:
   TrainConfig cfg_;
   SplitPlan plan_;
+  std::shared_ptr<const kernels::DeviceOps<T>> ops_;  // never null
+  std::shared_ptr<DeviceMemory> memory_;              // null: host memory
   MemoryTracker tracker_;
   ParamLayout layout_;
   MarkovSource data_;
@@ -101,9 +118,13 @@ class ReferenceTrainer : public TrainerBase {
   int step_ = 0;
 
   void add_group(int g, const T* gb);  // group g's gradient into the rank-ordered sum
+  std::vector<double> to_f64(const Buffer<T>& b) const;
   double step_reduced_per_micro();     // the gradient of plan_.reduce_per_micro; returns the loss sum
 };
 
-std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan = {});
+// On cfg.device: the CPU, or `device` for cuda (InputError when it is null,
+// or has no ops for the precision).
+std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan = {},
+                                                    const TrainDevice* device = nullptr);
 
 }  // namespace pb

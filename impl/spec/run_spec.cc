@@ -267,6 +267,9 @@ void write_run_spec(const RunSpec& s, ConfigReader& r) {
 
 void validate(const RunSpec& s) {
   s.train.validate();
+  require(s.train.device == Device::cpu,
+          "train.device: cuda runs the single-device reference (parabench train without a [strategy] table, "
+          "mesh or strategy flags); the parallel strategies run on the CPU only so far");
   try {
     validate(s.mesh);
   } catch (const InputError& e) {

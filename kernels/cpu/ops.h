@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "harness/dtype.h"
+#include "kernels/common/adamw_hyper.h"
 
 namespace pb::kernels {
 
@@ -128,11 +129,7 @@ void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, d
                            int V);
 
 // ---- optimizer -----------------------------------------------------------------
-struct AdamWHyper {
-  double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
-  long step = 1;            // 1-based, for bias correction
-  double grad_scale = 1.0;  // multiplies the gradient first (global-norm clipping)
-};
+// AdamWHyper: kernels/common/adamw_hyper.h (the CUDA side takes it too).
 // PyTorch AdamW (decoupled decay): master -= lr*wd*master (if decay);
 // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; master -= lr * mhat / (sqrt(vhat) + eps).
 // M is the master/state type (double for T=double, float otherwise); param_out

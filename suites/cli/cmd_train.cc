@@ -20,6 +20,9 @@
 #include "impl/registry.h"
 #include "impl/spec/run_spec.h"
 #include "suites/planner/preflight.h"
+#ifdef PARABENCH_HAVE_CUDA
+#include "kernels/cuda/gpu.h"
+#endif
 
 namespace pb::cli {
 namespace {
@@ -34,7 +37,7 @@ struct TrainFlags {
   bool quiet = false;
   std::string run_dir;
   std::optional<int> dp;
-  std::string shard, backend, mesh, strategy;
+  std::string shard, backend, mesh, strategy, device;
   PreflightFlags limits;
 };
 
@@ -48,6 +51,7 @@ void apply_flags(const TrainFlags& f, ConfigReader& r) {
   if (f.threads) r.set("train.threads", *f.threads);
   if (f.lr) r.set("optim.lr", *f.lr);
   if (f.seed) r.set("train.seed", *f.seed);
+  if (!f.device.empty()) r.set("train.device", f.device);
   if (!f.mesh.empty()) r.set("strategy.mesh", f.mesh);
   if (f.dp) r.set("strategy.mesh", "dp" + std::to_string(*f.dp));
   if (!f.shard.empty()) r.set("strategy.shard", f.shard);
@@ -135,8 +139,23 @@ void print_header() {
               "lr", "tokens/s", "ms", "params", "grads", "optimizer", "activ.");
 }
 
+// train.device = cuda: GPU 0 of this process (InputError when this build has
+// no CUDA or the machine no usable device, with the runtime's reason).
+std::unique_ptr<TrainDevice> open_train_device(const TrainConfig& cfg) {
+  if (cfg.device == Device::cpu) return nullptr;
+#ifdef PARABENCH_HAVE_CUDA
+  std::string why;
+  if (kernels::cuda::device_count(&why) == 0) throw InputError("train.device: cuda: " + why);
+  kernels::cuda::Gpu g = kernels::cuda::open_gpu(0);
+  return std::make_unique<TrainDevice>(TrainDevice{g.name, g.f32, g.bf16_ops, g.memory});
+#else
+  throw InputError("train.device: cuda: this build has no CUDA (nvcc was not found at configure time)");
+#endif
+}
+
 int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, const Env& env) {
   r.check_no_unknown_keys();
+  const std::unique_ptr<TrainDevice> device = open_train_device(cfg);
   RunSpec one;
   one.train = cfg;
   require_fits(planner::run_need(one, 1, false, /*conformance=*/false), limits_of(f.limits),
@@ -148,12 +167,13 @@ int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, 
 
   SplitPlan plan;
   plan.micro = cfg.microbatches;
-  auto trainer = make_reference_trainer(cfg, plan);
+  auto trainer = make_reference_trainer(cfg, plan, device.get());
   MarkovSource src(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix);
   if (!f.quiet) {
-    std::printf("parabench train: %s (%lld params), %s, batch %d x %d tokens, %d steps\n",
+    std::printf("parabench train: %s (%lld params), %s, batch %d x %d tokens, %d steps, on %s\n",
                 cfg.model.name.c_str(), (long long)cfg.model.num_params(),
-                precision_name(cfg.precision).c_str(), cfg.batch, cfg.seq, cfg.steps);
+                precision_name(cfg.precision).c_str(), cfg.batch, cfg.seq, cfg.steps,
+                device ? device->name.c_str() : "the CPU");
     print_header();
   }
   const auto& mem = trainer->memory();
@@ -215,6 +235,7 @@ void register_train(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--dp", f->dp, "data-parallel ranks: --mesh dp<N>")->check(CLI::Range(1, 1 << 20));
   app->add_option("--shard", f->shard, "none | zero1 | zero2 | zero3 | hsdp | hzero");
   app->add_option("--backend", f->backend, "local or mpi (default: mpi under mpirun, else local)");
+  app->add_option("--device", f->device, "cpu | cuda (train.device: cuda runs the reference alone on GPU 0)");
   add_preflight_flags(app, f->limits);
   reg.push_back({app, [f, &env] {
                    ConfigReader r = load_config(f->cfg);

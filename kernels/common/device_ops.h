@@ -1,0 +1,83 @@
+// One seam between the model and the device it runs on: every op the
+// single-device model step calls (reference/gpt.cc, reference/runner.cc, the
+// optimizer and the norm), plus the memory moves around them, behind one
+// interface with a CPU and a CUDA implementation. The model code is written
+// once against it; the CPU implementation forwards to kernels/cpu exactly (so
+// the model through this seam is bit-identical to the CPU kernels called
+// directly, which the conformance baseline witnesses), the CUDA one to
+// kernels/cuda on the implementation's stream and cuBLAS handle.
+// Invariants:
+//  - pointers are the implementation's memory (host for the CPU, device for
+//    CUDA); to_device/to_host move between it and host memory, and to_host
+//    and sum() return only after the device is done (they synchronize);
+//  - the contract of each op is kernels/cpu/ops.h's (outputs first, backward
+//    outputs accumulate, a null backward output is skipped);
+//  - `mm_ws` (matmul) and `att_ws` (attention) are the CPU kernels'
+//    workspaces (Scratch holds them); the CUDA implementation ignores them.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "harness/dtype.h"
+#include "kernels/common/adamw_hyper.h"
+
+namespace pb::kernels {
+
+template <class T>
+class DeviceOps {
+ public:
+  using A = acc_t<T>;  // LayerNorm statistics, attention workspace, losses
+  using M = std::conditional_t<std::is_same_v<T, double>, double, float>;  // optimizer master and moments
+  virtual ~DeviceOps() = default;
+
+  virtual std::string name() const = 0;  // "cpu", "cuda:0 NVIDIA H100 80GB HBM3", ...
+  virtual bool is_host() const = 0;      // the memory is host-addressable
+
+  // Memory (bytes). copy: within the implementation's memory.
+  virtual void copy(void* dst, const void* src, size_t bytes) const = 0;
+  virtual void zero(void* dst, size_t bytes) const = 0;
+  virtual void to_device(void* dst, const void* host_src, size_t bytes) const = 0;
+  virtual void to_host(void* host_dst, const void* src, size_t bytes) const = 0;
+  virtual void synchronize() const = 0;
+
+  // The model's ops (kernels/cpu/ops.h).
+  virtual void encoder_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int Tn,
+                               int C) const = 0;
+  virtual void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* inp, int B, int Tn,
+                                int C) const = 0;
+  virtual void layernorm_forward(T* out, A* mean, A* rstd, const T* inp, const T* weight, const T* bias, int N,
+                                 int C) const = 0;
+  virtual void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                                  const A* mean, const A* rstd, int N, int C) const = 0;
+  virtual void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
+                              float* mm_ws) const = 0;
+  virtual void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                               int N, int C, int OC, float* mm_ws) const = 0;
+  virtual void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH,
+                                 A* att_ws) const = 0;
+  virtual void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
+                                  int C, int NH, A* att_ws) const = 0;
+  virtual void gelu_forward(T* out, const T* inp, size_t N) const = 0;
+  virtual void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N) const = 0;
+  virtual void residual_forward(T* out, const T* a, const T* b, size_t N) const = 0;
+  virtual void accumulate(T* dst, const T* src, size_t N) const = 0;
+  virtual void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N,
+                                    int V) const = 0;
+  virtual void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, double dloss, int N,
+                                     int V) const = 0;
+  // Sum of x[0..n) in index order, in double, on the host (the loss).
+  virtual double sum(const A* x, size_t n) const = 0;
+
+  // The optimizer step and the clipping norm.
+  virtual void adamw_step(M* master, T* param_out, const T* grad, M* m, M* v, size_t n, const AdamWHyper& h,
+                          bool decay) const = 0;
+  virtual double sum_squares(const T* g, size_t n) const = 0;
+};
+
+// The CPU implementation (kernels/cpu), one per storage type.
+template <class T>
+const DeviceOps<T>& cpu_ops();
+
+}  // namespace pb::kernels

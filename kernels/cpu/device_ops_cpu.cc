@@ -1,0 +1,102 @@
+// The CPU side of the device seam (kernels/common/device_ops.h): every call
+// forwards to the kernel of kernels/cpu/ops.h with the same arguments, so the
+// model through the seam computes exactly what it computed calling the
+// kernels directly.
+#include <cstring>
+
+#include "kernels/common/device_ops.h"
+#include "kernels/cpu/ops.h"
+
+namespace pb::kernels {
+namespace {
+
+template <class T>
+class CpuOps final : public DeviceOps<T> {
+ public:
+  using A = typename DeviceOps<T>::A;
+  using M = typename DeviceOps<T>::M;
+
+  std::string name() const override { return "cpu"; }
+  bool is_host() const override { return true; }
+
+  void copy(void* dst, const void* src, size_t bytes) const override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void zero(void* dst, size_t bytes) const override {
+    if (bytes) std::memset(dst, 0, bytes);
+  }
+  void to_device(void* dst, const void* src, size_t bytes) const override { copy(dst, src, bytes); }
+  void to_host(void* dst, const void* src, size_t bytes) const override { copy(dst, src, bytes); }
+  void synchronize() const override {}
+
+  void encoder_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int Tn,
+                       int C) const override {
+    kernels::encoder_forward(out, inp, wte, wpe, B, Tn, C);
+  }
+  void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* inp, int B, int Tn, int C) const override {
+    kernels::encoder_backward(dwte, dwpe, dout, inp, B, Tn, C);
+  }
+  void layernorm_forward(T* out, A* mean, A* rstd, const T* inp, const T* weight, const T* bias, int N,
+                         int C) const override {
+    kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const A* mean,
+                          const A* rstd, int N, int C) const override {
+    kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
+                      float* mm_ws) const override {
+    kernels::matmul_forward(out, inp, weight, bias, N, C, OC, mm_ws);
+  }
+  void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
+                       int OC, float* mm_ws) const override {
+    kernels::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, mm_ws);
+  }
+  void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, A* att_ws) const override {
+    kernels::attention_forward(out, att, qkv, B, Tn, C, NH, att_ws);
+  }
+  void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int NH,
+                          A* att_ws) const override {
+    kernels::attention_backward(dqkv, datt, dout, qkv, att, B, Tn, C, NH, att_ws);
+  }
+  void gelu_forward(T* out, const T* inp, size_t N) const override { kernels::gelu_forward(out, inp, N); }
+  void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N) const override {
+    kernels::gelu_backward(dinp, inp, dout, N);
+  }
+  void residual_forward(T* out, const T* a, const T* b, size_t N) const override {
+    kernels::residual_forward(out, a, b, N);
+  }
+  void accumulate(T* dst, const T* src, size_t N) const override { kernels::accumulate(dst, src, N); }
+  void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N,
+                            int V) const override {
+    kernels::crossentropy_forward(losses, probs, logits, targets, N, V);
+  }
+  void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, double dloss, int N,
+                             int V) const override {
+    kernels::crossentropy_backward(dlogits, probs, targets, dloss, N, V);
+  }
+  double sum(const A* x, size_t n) const override {
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += double(x[i]);
+    return s;
+  }
+  void adamw_step(M* master, T* param_out, const T* grad, M* m, M* v, size_t n, const AdamWHyper& h,
+                  bool decay) const override {
+    kernels::adamw_step<T, M>(master, param_out, grad, m, v, n, h, decay);
+  }
+  double sum_squares(const T* g, size_t n) const override { return kernels::sum_squares(g, n); }
+};
+
+}  // namespace
+
+template <class T>
+const DeviceOps<T>& cpu_ops() {
+  static const CpuOps<T> ops;
+  return ops;
+}
+
+template const DeviceOps<double>& cpu_ops<double>();
+template const DeviceOps<float>& cpu_ops<float>();
+template const DeviceOps<bf16>& cpu_ops<bf16>();
+
+}  // namespace pb::kernels

@@ -1,0 +1,206 @@
+// A GPU behind the device seam: CudaMemory (cudaMalloc + a zero fill) and
+// CudaOps<T>, each op the kernels/cuda function of the same name on the Gpu's
+// stream. pb::bf16 and __nv_bfloat16 are both 16 bits with bf16's layout, so
+// a bf16 buffer is passed as __nv_bfloat16 (reinterpret_cast, no copy).
+#include "kernels/cuda/gpu.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+
+namespace pb::kernels::cuda {
+namespace {
+
+using detail::check;
+static_assert(sizeof(bf16) == sizeof(__nv_bfloat16), "bf16 and __nv_bfloat16 share a layout");
+
+// The device's stream and cuBLAS handle, shared by its fp32 and bf16 ops.
+struct Context {
+  int ordinal = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  explicit Context(int dev) : ordinal(dev) {
+    check(cudaSetDevice(dev), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cublasCreate(&blas), "cublasCreate");
+    check(cublasSetStream(blas, stream), "cublasSetStream");
+  }
+  ~Context() {
+    if (blas) cublasDestroy(blas);
+    if (stream) cudaStreamDestroy(stream);
+  }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  void sync() const { check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); }
+};
+
+class CudaMemory final : public DeviceMemory {
+ public:
+  explicit CudaMemory(std::shared_ptr<Context> c) : c_(std::move(c)) {}
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    try {
+      check(cudaMemsetAsync(p, 0, bytes, c_->stream), "cudaMemsetAsync");
+    } catch (...) {
+      cudaFree(p);
+      throw;
+    }
+    return p;
+  }
+  void deallocate(void* p) noexcept override {
+    cudaStreamSynchronize(c_->stream);  // nothing queued may still touch it
+    cudaFree(p);
+  }
+
+ private:
+  std::shared_ptr<Context> c_;
+};
+
+template <class T>
+using dev_t = std::conditional_t<std::is_same_v<T, bf16>, __nv_bfloat16, T>;
+template <class T>
+dev_t<T>* d(T* p) {
+  return reinterpret_cast<dev_t<T>*>(p);
+}
+template <class T>
+const dev_t<T>* d(const T* p) {
+  return reinterpret_cast<const dev_t<T>*>(p);
+}
+
+template <class T>
+class CudaOps final : public DeviceOps<T> {
+ public:
+  using A = typename DeviceOps<T>::A;
+  using M = typename DeviceOps<T>::M;
+  static_assert(std::is_same_v<A, float> && std::is_same_v<M, float>, "the CUDA kernels take fp32 statistics");
+
+  CudaOps(std::shared_ptr<Context> c, std::string name) : c_(std::move(c)), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  bool is_host() const override { return false; }
+
+  void copy(void* dst, const void* src, size_t bytes) const override {
+    if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s()), "cudaMemcpyAsync D2D");
+  }
+  void zero(void* dst, size_t bytes) const override {
+    if (bytes) check(cudaMemsetAsync(dst, 0, bytes, s()), "cudaMemsetAsync");
+  }
+  // From pageable host memory: waits, so the caller may reuse its buffer.
+  void to_device(void* dst, const void* src, size_t bytes) const override {
+    if (!bytes) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s()), "cudaMemcpyAsync H2D");
+    c_->sync();
+  }
+  void to_host(void* dst, const void* src, size_t bytes) const override {
+    if (!bytes) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s()), "cudaMemcpyAsync D2H");
+    c_->sync();
+  }
+  void synchronize() const override { c_->sync(); }
+
+  void encoder_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int Tn,
+                       int C) const override {
+    cuda::encoder_forward(d(out), inp, d(wte), d(wpe), B, Tn, C, s());
+  }
+  void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* inp, int B, int Tn, int C) const override {
+    cuda::encoder_backward(d(dwte), d(dwpe), d(dout), inp, B, Tn, C, s());
+  }
+  void layernorm_forward(T* out, A* mean, A* rstd, const T* inp, const T* w, const T* b, int N,
+                         int C) const override {
+    cuda::layernorm_forward(d(out), mean, rstd, d(inp), d(w), d(b), N, C, 1e-5, s());  // the CPU kernel's eps
+  }
+  void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const A* mean,
+                          const A* rstd, int N, int C) const override {
+    cuda::layernorm_backward(d(dinp), d(dw), d(db), d(dout), d(inp), d(w), mean, rstd, N, C, s());
+  }
+  void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC, float*) const override {
+    cuda::matmul_forward(c_->blas, d(out), d(inp), d(w), d(b), N, C, OC, s());
+  }
+  void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int N, int C, int OC,
+                       float*) const override {
+    cuda::matmul_backward(c_->blas, d(dinp), d(dw), d(db), d(dout), d(inp), d(w), N, C, OC, s());
+  }
+  void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, A*) const override {
+    cuda::attention_forward(d(out), d(att), d(qkv), B, Tn, C, NH, s());
+  }
+  void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int NH,
+                          A*) const override {
+    cuda::attention_backward(d(dqkv), d(datt), d(dout), d(qkv), d(att), B, Tn, C, NH, s());
+  }
+  void gelu_forward(T* out, const T* inp, size_t N) const override { cuda::gelu_forward(d(out), d(inp), N, s()); }
+  void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N) const override {
+    cuda::gelu_backward(d(dinp), d(inp), d(dout), N, s());
+  }
+  void residual_forward(T* out, const T* a, const T* b, size_t N) const override {
+    cuda::residual_forward(d(out), d(a), d(b), N, s());
+  }
+  void accumulate(T* dst, const T* src, size_t N) const override { cuda::accumulate(d(dst), d(src), N, s()); }
+  void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N,
+                            int V) const override {
+    cuda::crossentropy_forward(losses, d(probs), d(logits), targets, N, V, s());
+  }
+  void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, double dloss, int N,
+                             int V) const override {
+    cuda::crossentropy_backward(d(dlogits), d(probs), targets, dloss, N, V, s());
+  }
+  // Read back, then summed in index order on the host (the CPU's order).
+  double sum(const A* x, size_t n) const override {
+    std::vector<A> host(n);
+    to_host(host.data(), x, n * sizeof(A));
+    double total = 0;
+    for (A v : host) total += double(v);
+    return total;
+  }
+  void adamw_step(M* master, T* param_out, const T* grad, M* m, M* v, size_t n, const AdamWHyper& h,
+                  bool decay) const override {
+    cuda::adamw_step(master, d(param_out), d(grad), m, v, n, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step,
+                     h.grad_scale, decay, s());
+  }
+  double sum_squares(const T* g, size_t n) const override { return cuda::sum_squares(d(g), n, s()); }
+
+ private:
+  cudaStream_t s() const { return c_->stream; }
+  std::shared_ptr<Context> c_;
+  std::string name_;
+};
+
+}  // namespace
+
+int device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device is visible";
+  return n;
+}
+
+Gpu open_gpu(int ordinal) {
+  std::string why;
+  const int n = device_count(&why);
+  if (n == 0) throw std::runtime_error(why);
+  if (ordinal < 0 || ordinal >= n)
+    throw std::runtime_error("CUDA device " + std::to_string(ordinal) + " does not exist (" + std::to_string(n) +
+                             " visible)");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
+  auto ctx = std::make_shared<Context>(ordinal);
+  Gpu g;
+  g.name = "cuda:" + std::to_string(ordinal) + " " + prop.name;
+  g.f32 = std::make_shared<CudaOps<float>>(ctx, g.name);
+  g.bf16_ops = std::make_shared<CudaOps<bf16>>(ctx, g.name);
+  g.memory = std::make_shared<CudaMemory>(ctx);
+  return g;
+}
+
+}  // namespace pb::kernels::cuda
