@@ -174,6 +174,53 @@ class CudaOps final : public DeviceOps<T> {
 
 }  // namespace
 
+double measure_gemm_flops(int ordinal, bool bf16, int n, double min_seconds) {
+  if (n <= 0 || !(min_seconds >= 0)) throw std::invalid_argument("measure_gemm_flops: n > 0, min_seconds >= 0");
+  Context ctx(ordinal);
+  const size_t elems = size_t(n) * size_t(n), bytes = elems * (bf16 ? 2 : 4);
+  void* buf[3] = {nullptr, nullptr, nullptr};
+  cudaEvent_t start = nullptr, stop = nullptr;
+  auto release = [&] {
+    for (void* p : buf) cudaFree(p);
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  };
+  try {
+    for (void*& p : buf) {
+      check(cudaMalloc(&p, bytes), "cudaMalloc");
+      check(cudaMemsetAsync(p, 0, bytes, ctx.stream), "cudaMemsetAsync");  // zeros: no denormals, no overflow
+    }
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    const float one = 1.f, zero = 0.f;
+    const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    auto gemm = [&] {
+      check(cublasGemmEx(ctx.blas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, buf[0], t, n, buf[1], t, n, &zero, buf[2],
+                         t, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx");
+    };
+    gemm();
+    ctx.sync();
+    long calls = 0;
+    double seconds = 0;
+    for (int batch = 1; seconds < min_seconds || calls == 0; batch *= 2) {
+      check(cudaEventRecord(start, ctx.stream), "cudaEventRecord");
+      for (int i = 0; i < batch; ++i) gemm();
+      check(cudaEventRecord(stop, ctx.stream), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      calls += batch;
+      seconds += double(ms) * 1e-3;
+    }
+    release();
+    return 2.0 * double(n) * double(n) * double(n) * double(calls) / seconds;
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
 int device_count(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);

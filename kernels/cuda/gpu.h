@@ -29,4 +29,10 @@ int device_count(std::string* why);
 // the ordinal when it is out of range).
 Gpu open_gpu(int ordinal);
 
+// The GEMM rate device `ordinal` reaches, FLOP/s: n x n x n cublasGemmEx in
+// fp32 or bf16 storage with fp32 accumulation (CUBLAS_COMPUTE_32F, as the
+// model's GEMMs), repeated for at least `min_seconds` after a warm-up call,
+// timed with CUDA events on its own stream (device time, not host time).
+double measure_gemm_flops(int ordinal, bool bf16, int n, double min_seconds);
+
 }  // namespace pb::kernels::cuda

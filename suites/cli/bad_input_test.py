@@ -207,6 +207,15 @@ def cases(F):
         (5, ["check", "--strategy", "shard=zero1"] + o, 2, r"--strategy: applies to --mesh points"),
         # 7. minor: named commands, capped messages, no files left behind
         (7, ["frobnicate"], 2, r"unknown command 'frobnicate' \(commands: "),
+        # train.device (#17): a device that is not one, one no strategy runs on, one this machine lacks.
+        (7, ["train", "--device", "gpu", "--steps", "1"] + o, 2, r"train\.device: must be one of cpu, cuda; got 'gpu'"),
+        (7, ["train", "--device", "cuda", "--mesh", "dp2", "--steps", "1"] + o, 2,
+         r"train\.device: cuda runs the single-device reference .*the parallel strategies run on the CPU only"),
+        (7, ["train", "--device", "cuda", "--precision", "fp64", "--steps", "1"] + o, 2,
+         r"train\.device: cuda runs fp32 and bf16-mixed"),
+        (7, ["train", "--device", "cuda", "--model", "tiny-moe", "--steps", "1"] + o, 2, r"train\.device: cuda runs dense models"),
+        (7, ["train", "--set", "train.device=cuda", "--strategy", "shard=zero2", "--steps", "1"] + o, 2,
+         r"train\.device: cuda runs the single-device reference"),
         (7, ["train", "--config", F["unknown_keys"]] + o, 2, r"unknown key 'train\.k0'.*and 29990 more unknown keys"),
         (7, ["train", "--config", F["bad_toml"]] + o, 2, r"bad\.toml"),
         (7, ["train", "--config", w("cfg", "missing.toml")] + o, 2, r"missing\.toml: cannot open"),

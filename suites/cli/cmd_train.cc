@@ -19,6 +19,7 @@
 #include "suites/cli/conformance_output.h"
 #include "impl/registry.h"
 #include "impl/spec/run_spec.h"
+#include "suites/planner/machine.h"
 #include "suites/planner/preflight.h"
 #ifdef PARABENCH_HAVE_CUDA
 #include "kernels/cuda/gpu.h"
@@ -141,6 +142,25 @@ void print_header() {
 
 // train.device = cuda: GPU 0 of this process (InputError when this build has
 // no CUDA or the machine no usable device, with the runtime's reason).
+// A GPU run's MFU denominators: the datasheet peak of the built-in profile
+// its name matches, and the GEMM rate it measures now (0: none).
+struct DevicePeaks {
+  double table = 0, measured = 0;
+  std::string table_name;
+};
+DevicePeaks device_peaks(const TrainConfig& cfg, const TrainDevice* device) {
+  DevicePeaks p;
+  if (!device) return p;
+  if (const planner::MachineProfile* m = planner::machine_for_device(device->name)) {
+    p.table = planner::hardware_for(*m, cfg.precision).peak_tflops * 1e12;
+    p.table_name = m->name;
+  }
+#ifdef PARABENCH_HAVE_CUDA
+  p.measured = kernels::cuda::measure_gemm_flops(0, cfg.precision == Precision::bf16_mixed, 4096, 0.2);
+#endif
+  return p;
+}
+
 std::unique_ptr<TrainDevice> open_train_device(const TrainConfig& cfg) {
   if (cfg.device == Device::cpu) return nullptr;
 #ifdef PARABENCH_HAVE_CUDA
@@ -168,6 +188,8 @@ int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, 
   SplitPlan plan;
   plan.micro = cfg.microbatches;
   auto trainer = make_reference_trainer(cfg, plan, device.get());
+  const DevicePeaks peaks = device_peaks(cfg, device.get());
+  const double model_flops = model_flops_per_step(cfg.model, cfg.batch, cfg.seq);
   MarkovSource src(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix);
   if (!f.quiet) {
     std::printf("parabench train: %s (%lld params), %s, batch %d x %d tokens, %d steps, on %s\n",
@@ -190,6 +212,8 @@ int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, 
     CsvRecord row;
     row.set("step", st.step).set("loss", st.loss).set("grad_norm", st.grad_norm).set("lr", st.lr);
     row.set("tokens_per_s", tps).set("step_time_s", st.seconds);
+    if (peaks.table > 0) row.set("mfu", model_flops / st.seconds / peaks.table).set("peak_flops", peaks.table);
+    if (peaks.measured > 0) row.set("mfu_measured", model_flops / st.seconds / peaks.measured);
     row.set("mem_params", mem.peak(MemTag::params)).set("mem_grads", mem.peak(MemTag::grads));
     row.set("mem_optimizer", mem.peak(MemTag::optimizer));
     row.set("mem_activations", mem.peak(MemTag::activations));
@@ -197,6 +221,12 @@ int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, 
     row.set("mem_total", mem.peak_total()).set("mem_host_total", mem.peak_total(Place::host));
     meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
     out.write(meta, row);
+  }
+  if (device) {
+    std::printf("MFU denominators on %s: ", device->name.c_str());
+    if (peaks.table > 0) std::printf("the %s datasheet peak %.4g TFLOP/s; ", peaks.table_name.c_str(), peaks.table / 1e12);
+    else std::printf("no built-in profile matches this device (mfu empty); ");
+    std::printf("measured cuBLAS GEMM %.4g TFLOP/s (mfu_measured)\n", peaks.measured / 1e12);
   }
   std::printf("entropy floor of the synthetic language: %.5f nats/token\n", src.entropy_rate());
   std::printf("results: %s\n", out.path().c_str());

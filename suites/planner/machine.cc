@@ -56,6 +56,13 @@ const std::vector<MachineProfile>& builtin_machines() {
   return m;
 }
 
+const MachineProfile* machine_for_device(const std::string& device_name) {
+  const std::string d = lower(device_name);
+  for (const MachineProfile& m : builtin_machines())
+    if (d.find(lower(m.name)) != std::string::npos) return &m;
+  return nullptr;
+}
+
 MachineProfile load_machine(const std::string& what) {
   for (const auto& m : builtin_machines())
     if (m.name == lower(what)) return m;

@@ -39,6 +39,9 @@ struct MachineProfile {
 };
 
 const std::vector<MachineProfile>& builtin_machines();
+// The built-in profile a device's name names ("NVIDIA H100 80GB HBM3" ->
+// h100, case-insensitive, the first whose name occurs in it); null when none.
+const MachineProfile* machine_for_device(const std::string& device_name);
 // A built-in name (case-insensitive) or a TOML file as above; InputError
 // naming the unknown name (with the list) or the file and key.
 MachineProfile load_machine(const std::string& name_or_file);

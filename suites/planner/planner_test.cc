@@ -550,6 +550,12 @@ TEST(Machine, BuiltInProfilesByNameWithSources) {
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("mi300x"), Precision::fp64).peak_tflops, 163.4);
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("B200"), Precision::bf16_mixed).peak_tflops, 2250);
   EXPECT_EQ(load_machine("b200").ranks_per_node, 8);
+  // A GPU's own name (cudaDeviceProp::name) finds its profile: the MFU peak of a run on it.
+  ASSERT_NE(machine_for_device("cuda:0 NVIDIA H100 80GB HBM3"), nullptr);
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA H100 80GB HBM3")->name, "h100");
+  EXPECT_EQ(machine_for_device("cuda:1 NVIDIA A100-SXM4-80GB")->name, "a100");
+  EXPECT_EQ(machine_for_device("AMD Instinct MI300X")->name, "mi300x");
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA GeForce RTX 4090"), nullptr);
   try {
     load_machine("b300");
     ADD_FAILURE() << "an unknown machine was accepted";
