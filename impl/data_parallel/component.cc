@@ -9,13 +9,6 @@
 
 namespace pb::dp {
 
-namespace {
-template <class T>
-void copy_n(T* dst, const T* src, int64_t n) {
-  std::memcpy(static_cast<void*>(dst), src, size_t(n) * sizeof(T));
-}
-}  // namespace
-
 DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o, MeshAxis axis,
                       const std::string& prefix) {
   DpComms c;
@@ -44,28 +37,35 @@ int owned_slice(const DpOptions& o, int dp_rank) {
 
 template <class T>
 Component<T>::Component(const DpOptions& o, std::vector<UnitSpan> units, const ParamLayout& layout,
-                        uint64_t seed, DpComms& comms, MemoryTracker& mem)
-    : o_(o), c_(comms), mem_(mem) {
+                        uint64_t seed, DpComms& comms, MemoryTracker& mem, const kernels::DeviceOps<T>& ops)
+    : o_(o), c_(comms), mem_(mem), ops_(&ops) {
+  require(ops.is_host() || o.offload == Offload::none,
+          "strategy.offload: the optimizer offload runs on the CPU only (" + ops.name() + " holds the states)");
   g_ = shard_group(o);
   rpn_ = o.ranks_per_node ? o.ranks_per_node : o.dp;
   nodes_ = o.dp / rpn_;
   sl_ = std::make_unique<ShardLayout>(units, g_, owned_slice(o, c_.dp->rank()));
   const bool full_params = !params_sharded();
   params_ = Buffer<T>(&mem_, MemTag::params, size_t(full_params ? sl_->full_size() : sl_->shard_size()));
+  std::vector<T> host;  // off the host: each range drawn here, then moved
   for (int u = 0; u < sl_->num_units(); ++u) {
     const UnitShard& s = sl_->unit(u);
-    if (full_params) {
-      init_params<T>(layout, seed, s.begin, s.begin + s.size, params_.data() + s.full_off);
-    } else {
-      auto [lo, hi] = sl_->owned(u);
-      init_params<T>(layout, seed, lo, hi, params_.data() + s.shard_off);
+    auto [lo, hi] = full_params ? std::pair{s.begin, s.begin + s.size} : sl_->owned(u);
+    T* dst = params_.data() + (full_params ? s.full_off : s.shard_off);
+    if (ops.is_host()) {
+      init_params<T>(layout, seed, lo, hi, dst);
+      continue;
     }
+    if (hi <= lo) continue;
+    host.assign(size_t(hi - lo), T{});
+    init_params<T>(layout, seed, lo, hi, host.data());
+    ops.to_device(dst, host.data(), host.size() * sizeof(T));
   }
   grads_ = Buffer<T>(&mem_, MemTag::grads, size_t(grads_full() ? sl_->full_size() : sl_->shard_size()));
   if (o.shard == Shard::hzero && nodes_ > 1)
     secondary_ = Buffer<T>(&mem_, MemTag::params, size_t(sl_->full_size() / rpn_));
   opt_ = std::make_unique<AdamW<T>>(layout, seed, sl_->segments(full_params, grads_full()), sl_->shard_size(),
-                                    &mem_, o.offload == Offload::optimizer ? Place::host : Place::device);
+                                    &mem_, o.offload == Offload::optimizer ? Place::host : Place::device, false, ops);
   if (o.has(Fault::no_copy_back)) dummy_params_ = Buffer<T>(&mem_, MemTag::workspace, params_.size());
 }
 
@@ -154,7 +154,7 @@ void Component<T>::reduce_unit(int u, T* full, bool first_micro) {
     shard_comm().reduce_scatter(full, tmp.data(), size_t(s.slice), dt);
   }
   if (first_micro) copy_n(slot, tmp.data(), s.slice);
-  else kernels::accumulate(slot, tmp.data(), size_t(s.slice));
+  else ops_->accumulate(slot, tmp.data(), size_t(s.slice));
 }
 
 template <class T>
@@ -179,21 +179,21 @@ void Component<T>::swap_grads(Buffer<T>& other) {
 
 template <class T>
 void Component<T>::zero_grads() {
-  std::memset(static_cast<void*>(grads_.data()), 0, grads_.size() * sizeof(T));
+  ops_->zero(grads_.data(), grads_.size() * sizeof(T));
 }
 
 template <class T>
 double Component<T>::norm_sq(const T* data, int64_t lo, int64_t hi) const {
-  if (norm_skip_.empty()) return kernels::sum_squares(data, size_t(hi - lo));
+  if (norm_skip_.empty()) return ops_->sum_squares(data, size_t(hi - lo));
   double sq = 0;
   int64_t at = lo;
   for (const auto& [a, b] : norm_skip_) {
     if (b <= at) continue;
     if (a >= hi) break;
-    if (a > at) sq += kernels::sum_squares(data + (at - lo), size_t(a - at));
+    if (a > at) sq += ops_->sum_squares(data + (at - lo), size_t(a - at));
     at = std::max(at, b);
   }
-  if (at < hi) sq += kernels::sum_squares(data + (at - lo), size_t(hi - at));
+  if (at < hi) sq += ops_->sum_squares(data + (at - lo), size_t(hi - at));
   return sq;
 }
 
@@ -278,7 +278,13 @@ template <class T>
 void Component<T>::contribute(bool grads, std::vector<double>& full) const {
   const int r = c_.dp->rank();
   if (o_.shard == Shard::none ? r != 0 : (o_.shard == Shard::hsdp && r >= g_)) return;
-  const T* buf = grads ? grads_.data() : params_.data();
+  const Buffer<T>& held = grads ? grads_ : params_;
+  std::vector<T> host;  // off the host: read back once
+  if (!ops_->is_host()) {
+    host.resize(held.size());
+    ops_->to_host(host.data(), held.data(), host.size() * sizeof(T));
+  }
+  const T* buf = host.empty() ? held.data() : host.data();
   const bool full_layout = grads ? grads_full() : !params_sharded();
   for (int u = 0; u < sl_->num_units(); ++u) {
     const UnitShard& s = sl_->unit(u);

@@ -53,8 +53,12 @@ class Component {
  public:
   // Allocates and inits this rank's params, grads and optimizer state for
   // `units` (their flat ranges index `layout` for init and weight decay).
+  // ops: the device the states live on (the tracker's device memory; the CPU
+  // by default). Off the host the optimizer state stays on the device
+  // (offload is refused) and the initial values are drawn on the host, then moved.
   Component(const DpOptions& o, std::vector<UnitSpan> units, const ParamLayout& layout, uint64_t seed,
-            DpComms& comms, MemoryTracker& mem);
+            DpComms& comms, MemoryTracker& mem, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
+  const kernels::DeviceOps<T>& ops() const { return *ops_; }
   ~Component();
 
   const DpOptions& options() const { return o_; }
@@ -136,6 +140,8 @@ class Component {
   DpOptions o_;
   DpComms& c_;
   MemoryTracker& mem_;
+  const kernels::DeviceOps<T>* ops_;
+  void copy_n(T* dst, const T* src, int64_t n) const { ops_->copy(dst, src, size_t(n) * sizeof(T)); }
   int g_ = 1, rpn_ = 1, nodes_ = 1;
   std::unique_ptr<ShardLayout> sl_;
   Buffer<T> params_, grads_, secondary_, dummy_params_;

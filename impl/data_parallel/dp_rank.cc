@@ -11,9 +11,13 @@
 namespace pb::dp {
 
 template <class T>
-DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& world)
-    : cfg_((validate(o, cfg), cfg)), o_(o), layout_(cfg.model),
-      data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix) {
+DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& world,
+                  std::shared_ptr<const kernels::DeviceOps<T>> ops, std::shared_ptr<DeviceMemory> memory)
+    : cfg_((validate(o, cfg), cfg)), o_(o), ops_(std::move(ops)), device_memory_(std::move(memory)),
+      layout_(cfg.model), data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix) {
+  if (!ops_) ops_ = std::shared_ptr<const kernels::DeviceOps<T>>(&kernels::cpu_ops<T>(), [](const auto*) {});
+  require(ops_->is_host() || device_memory_ != nullptr, "dp: a device rank needs the device's memory");
+  mem_.set_device_memory(device_memory_.get());
   require(world.size() == o.dp, "mesh: dp" + std::to_string(o.dp) + " needs a world of " +
                                     std::to_string(o.dp) + " ranks, got " + std::to_string(world.size()));
   kernels::set_blas_threads(cfg.threads);
@@ -21,7 +25,7 @@ DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& worl
   comms_ = make_dp_comms(world, mesh, o);
   scalar_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "dp_scalar");
   check_ = world.split_groups(whole_world(world.size()), "check");
-  dp_ = std::make_unique<Component<T>>(o, model_units(layout_), layout_, cfg.seed, comms_, mem_);
+  dp_ = std::make_unique<Component<T>>(o, model_units(layout_), layout_, cfg.seed, comms_, mem_, *ops_);
   MoeScope scope;
   scope.faults = o.moe_faults;
   if (moe_shares_capacity(o, cfg)) {  // the ranks agree on admission by exchanging counts
@@ -29,7 +33,7 @@ DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& worl
     scope.comm = moe_.get();
   }
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &mem_, cfg.batch / o.dp / cfg.microbatches,
-                                                  cfg.seq, scope);
+                                                  cfg.seq, scope, *ops_);
   hooks_ = make_hooks(*dp_, layout_, mem_);
 }
 
@@ -73,6 +77,7 @@ StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const Trai
   const double clip = clip_factor(st.grad_norm, cfg.optim.clip);
   dp.step(cfg.optim, st.step, st.lr, clip);
   if (experts) experts->step(cfg.optim, st.step, st.lr, clip);
+  dp.ops().synchronize();  // the step's time is the device's
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }

@@ -28,7 +28,10 @@ namespace pb::dp {
 template <class T>
 class DpRank : public Rank {
  public:
-  DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& world);
+  // ops, memory: the device (default: the CPU); the world's communicator
+  // must reach that device's memory (the local backend reaches host memory).
+  DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& world,
+         std::shared_ptr<const kernels::DeviceOps<T>> ops = {}, std::shared_ptr<DeviceMemory> memory = {});
   ~DpRank() override;
   StepStats step() override;
   std::vector<double> full_params() override;
@@ -45,6 +48,8 @@ class DpRank : public Rank {
  private:
   TrainConfig cfg_;
   DpOptions o_;
+  std::shared_ptr<const kernels::DeviceOps<T>> ops_;  // never null
+  std::shared_ptr<DeviceMemory> device_memory_;       // outlives the buffers below
   MemoryTracker mem_;
   ParamLayout layout_;
   MarkovSource data_;
