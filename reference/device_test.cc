@@ -4,7 +4,9 @@
 // run does besides the kernels themselves — buffers from the device's memory,
 // the initial parameters and master weights drawn on the host and moved,
 // tokens staged and moved per microbatch, zeroing, the loss sum, the norm,
-// AdamW and the read-back — runs, and must give the CPU trainer's bits.
+// AdamW and the read-back — runs, and must give the CPU trainer's bits; the
+// stand-in's memory is inaccessible outside its ops, so host code that
+// touches a device buffer directly faults here as it would on a GPU.
 // kernels_cuda_test holds the CUDA kernels to the CPU's on a GPU.
 #include <gtest/gtest.h>
 
@@ -39,8 +41,9 @@ void expect_device_path_is_the_cpu_path(Precision p) {
   SplitPlan plan;
   plan.micro = cfg.microbatches;
   ReferenceTrainer<T> cpu(cfg, plan);
-  auto ops = std::make_shared<StandInOps<T>>();
-  auto mem = std::make_shared<CountingMemory>();
+  // Guarded: the device's buffers fault when touched outside an op.
+  auto mem = std::make_shared<CountingMemory>(/*guarded=*/true);
+  auto ops = std::make_shared<StandInOps<T>>(mem.get());
   {
     ReferenceTrainer<T> dev(cfg, plan, ops, mem);
     EXPECT_GT(mem->allocations(), 0) << "the device's buffers come from its memory";

@@ -5,6 +5,9 @@
 // hands out host memory and tracks what is live. Runs on the local backend,
 // which reaches host memory, so strategies can run their device path too.
 #pragma once
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <map>
 #include <new>
@@ -15,23 +18,53 @@
 
 namespace pb::testing {
 
+// Host memory handed out as a device's. Guarded: each buffer is its own
+// mapping, inaccessible (PROT_NONE) except while a StandInOps op that was
+// given this memory runs, so host code that reads or writes device memory
+// outside the seam faults (one thread only: the guard is process-wide).
 class CountingMemory final : public DeviceMemory {
  public:
+  explicit CountingMemory(bool guarded = false) : guarded_(guarded), locked_(guarded) {}
   void* allocate(size_t bytes) override {
-    void* p = std::calloc(1, bytes);
-    if (!p) throw std::bad_alloc();
+    void* p = nullptr;
+    if (guarded_) {
+      p = mmap(nullptr, rounded(bytes), locked_ ? PROT_NONE : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+               -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+    } else {
+      p = std::calloc(1, bytes);
+      if (!p) throw std::bad_alloc();
+    }
     live_[p] = bytes;
     ++allocations_;
     return p;
   }
-  void deallocate(void* p) noexcept override { live_.erase(p); }
+  void deallocate(void* p) noexcept override {
+    auto it = live_.find(p);
+    if (it == live_.end()) return;
+    if (guarded_) munmap(p, rounded(it->second));
+    else std::free(p);
+    live_.erase(it);
+  }
   size_t live() const { return live_.size(); }
   int allocations() const { return allocations_; }
+  void lock() { protect(PROT_NONE), locked_ = true; }
+  void unlock() { protect(PROT_READ | PROT_WRITE), locked_ = false; }
   ~CountingMemory() override {
-    for (auto& [p, n] : live_) std::free(p);
+    while (!live_.empty()) deallocate(live_.begin()->first);
   }
 
  private:
+  static size_t rounded(size_t bytes) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    return (bytes + page - 1) / page * page;
+  }
+  void protect(int prot) {
+    if (!guarded_) return;
+    for (auto& [p, n] : live_)
+      if (mprotect(p, rounded(n), prot) != 0) std::abort();
+  }
+  bool guarded_ = false, locked_ = false;
   std::map<void*, size_t> live_;
   int allocations_ = 0;
 };
@@ -42,65 +75,81 @@ class StandInOps final : public kernels::DeviceOps<T> {
   using A = typename kernels::DeviceOps<T>::A;
   using M = typename kernels::DeviceOps<T>::M;
   mutable int to_device_calls = 0, to_host_calls = 0, syncs = 0;
+  // guard: memory to open only while an op runs (CountingMemory(true)); null: none.
+  explicit StandInOps(CountingMemory* guard = nullptr) : guard_(guard) {}
   std::string name() const override { return "stand-in device"; }
   bool is_host() const override { return false; }
-  void copy(void* d, const void* s, size_t b) const override { cpu().copy(d, s, b); }
-  void zero(void* d, size_t b) const override { cpu().zero(d, b); }
+  void copy(void* d, const void* s, size_t b) const override { cpu()->copy(d, s, b); }
+  void zero(void* d, size_t b) const override { cpu()->zero(d, b); }
   void to_device(void* d, const void* s, size_t b) const override {
     ++to_device_calls;
-    cpu().to_device(d, s, b);
+    cpu()->to_device(d, s, b);
   }
   void to_host(void* d, const void* s, size_t b) const override {
     ++to_host_calls;
-    cpu().to_host(d, s, b);
+    cpu()->to_host(d, s, b);
   }
   void synchronize() const override { ++syncs; }
   void encoder_forward(T* o, const int32_t* i, const T* a, const T* b, int B, int Tn, int C) const override {
-    cpu().encoder_forward(o, i, a, b, B, Tn, C);
+    cpu()->encoder_forward(o, i, a, b, B, Tn, C);
   }
   void encoder_backward(T* a, T* b, const T* d, const int32_t* i, int B, int Tn, int C) const override {
-    cpu().encoder_backward(a, b, d, i, B, Tn, C);
+    cpu()->encoder_backward(a, b, d, i, B, Tn, C);
   }
   void layernorm_forward(T* o, A* m, A* r, const T* i, const T* w, const T* b, int N, int C) const override {
-    cpu().layernorm_forward(o, m, r, i, w, b, N, C);
+    cpu()->layernorm_forward(o, m, r, i, w, b, N, C);
   }
   void layernorm_backward(T* di, T* dw, T* db, const T* d, const T* i, const T* w, const A* m, const A* r, int N,
                           int C) const override {
-    cpu().layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
+    cpu()->layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
   }
   void matmul_forward(T* o, const T* i, const T* w, const T* b, int N, int C, int OC, float* ws) const override {
-    cpu().matmul_forward(o, i, w, b, N, C, OC, ws);
+    cpu()->matmul_forward(o, i, w, b, N, C, OC, ws);
   }
   void matmul_backward(T* di, T* dw, T* db, const T* d, const T* i, const T* w, int N, int C, int OC,
                        float* ws) const override {
-    cpu().matmul_backward(di, dw, db, d, i, w, N, C, OC, ws);
+    cpu()->matmul_backward(di, dw, db, d, i, w, N, C, OC, ws);
   }
   void attention_forward(T* o, T* att, const T* qkv, int B, int Tn, int C, int NH, A* ws) const override {
-    cpu().attention_forward(o, att, qkv, B, Tn, C, NH, ws);
+    cpu()->attention_forward(o, att, qkv, B, Tn, C, NH, ws);
   }
   void attention_backward(T* dq, T* da, const T* d, const T* qkv, const T* att, int B, int Tn, int C, int NH,
                           A* ws) const override {
-    cpu().attention_backward(dq, da, d, qkv, att, B, Tn, C, NH, ws);
+    cpu()->attention_backward(dq, da, d, qkv, att, B, Tn, C, NH, ws);
   }
-  void gelu_forward(T* o, const T* i, size_t N) const override { cpu().gelu_forward(o, i, N); }
-  void gelu_backward(T* di, const T* i, const T* d, size_t N) const override { cpu().gelu_backward(di, i, d, N); }
-  void residual_forward(T* o, const T* a, const T* b, size_t N) const override { cpu().residual_forward(o, a, b, N); }
-  void accumulate(T* d, const T* s, size_t N) const override { cpu().accumulate(d, s, N); }
+  void gelu_forward(T* o, const T* i, size_t N) const override { cpu()->gelu_forward(o, i, N); }
+  void gelu_backward(T* di, const T* i, const T* d, size_t N) const override { cpu()->gelu_backward(di, i, d, N); }
+  void residual_forward(T* o, const T* a, const T* b, size_t N) const override { cpu()->residual_forward(o, a, b, N); }
+  void accumulate(T* d, const T* s, size_t N) const override { cpu()->accumulate(d, s, N); }
   void crossentropy_forward(A* l, T* p, const T* x, const int32_t* t, int N, int V) const override {
-    cpu().crossentropy_forward(l, p, x, t, N, V);
+    cpu()->crossentropy_forward(l, p, x, t, N, V);
   }
   void crossentropy_backward(T* d, const T* p, const int32_t* t, double s, int N, int V) const override {
-    cpu().crossentropy_backward(d, p, t, s, N, V);
+    cpu()->crossentropy_backward(d, p, t, s, N, V);
   }
-  double sum(const A* x, size_t n) const override { return cpu().sum(x, n); }
+  double sum(const A* x, size_t n) const override { return cpu()->sum(x, n); }
   void adamw_step(M* master, T* p, const T* g, M* m, M* v, size_t n, const kernels::AdamWHyper& h,
                   bool decay) const override {
-    cpu().adamw_step(master, p, g, m, v, n, h, decay);
+    cpu()->adamw_step(master, p, g, m, v, n, h, decay);
   }
-  double sum_squares(const T* g, size_t n) const override { return cpu().sum_squares(g, n); }
+  double sum_squares(const T* g, size_t n) const override { return cpu()->sum_squares(g, n); }
 
  private:
-  static const kernels::DeviceOps<T>& cpu() { return kernels::cpu_ops<T>(); }
+  // The CPU's ops with the guarded memory open for the full expression.
+  struct Open {
+    CountingMemory* m;
+    explicit Open(CountingMemory* mem) : m(mem) {
+      if (m) m->unlock();
+    }
+    ~Open() {
+      if (m) m->lock();
+    }
+    Open(const Open&) = delete;
+    Open& operator=(const Open&) = delete;
+    const kernels::DeviceOps<T>* operator->() const { return &kernels::cpu_ops<T>(); }
+  };
+  Open cpu() const { return Open(guard_); }
+  CountingMemory* guard_ = nullptr;
 };
 
 }  // namespace pb::testing
