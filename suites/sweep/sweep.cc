@@ -12,12 +12,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <ostream>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <thread>
 
+#include "harness/io/csv.h"
 #include "harness/io/csv_schema.h"
 #include "harness/comm/runner.h"
 #include "harness/status.h"
@@ -493,6 +498,61 @@ std::set<std::string> done_keys(const std::string& csv_path, const SweepConfig& 
   return keys;
 }
 
+namespace {
+
+// A resumed sweep replaces the extrapolated plan rows an earlier run of it
+// wrote (they came from the largest points measured then): the rows whose
+// reason starts with "extrapolated" leave plan.csv (rewritten through a
+// temporary file; rows are single lines, csv_escape folds line breaks), and
+// so does a torn last row.
+void drop_extrapolated_rows(const std::string& plan_path) {
+  if (!std::filesystem::exists(plan_path)) return;
+  const CsvTable t = read_csv(plan_path, {/*drop_partial_tail=*/true});
+  const size_t cr = t.column("reason");
+  std::set<size_t> drop;
+  for (size_t i = 0; i < t.rows.size(); ++i)
+    if (t.rows[i][cr].rfind("extrapolated", 0) == 0) drop.insert(t.row_lines[i]);
+  if (drop.empty() && !t.dropped_partial_tail) return;
+  std::ifstream in(plan_path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string kept;
+  size_t line = 1, at = 0;
+  for (size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1, ++line)
+    if (!drop.count(line)) kept.append(text, at, nl + 1 - at);
+  const std::string tmp = plan_path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << kept;
+    require(bool(out.flush()), "--resume: cannot rewrite '" + plan_path + "' (writing " + tmp + ")");
+  }
+  std::filesystem::rename(tmp, plan_path);
+}
+
+// The ok points an earlier run of a resumed sweep measured (rows of its CSV
+// this config also runs), for the extrapolation over every measured point.
+std::vector<MeasuredPoint> earlier_points(const SweepRun& run, const SweepConfig& c, const std::set<std::string>& skip) {
+  std::map<std::string, SweepPoint> by_key;
+  for (const SweepPoint& p : expand(c)) by_key[p.key()] = p;
+  const CsvTable t = read_csv(run.csv_path, {/*drop_partial_tail=*/true});
+  const size_t cst = t.column("status"), cs = t.column("strategy"), cm = t.column("model"), cp = t.column("precision"),
+               cw = t.column("mesh"), cb = t.column("microbatches"), cl = t.column("scaling"),
+               cg = t.column("global_batch"), cq = t.column("seq_len");
+  std::vector<MeasuredPoint> out;
+  for (const auto& row : t.rows) {
+    const std::string key = row[cs] + "|" + row[cw] + "|" + row[cm] + "|" + row[cp] + "|" +
+                            (row[cb].empty() ? "1" : row[cb]) + "|" + row[cl];
+    const auto it = by_key.find(key);
+    if (row[cst] != "ok" || !skip.count(key) || it == by_key.end()) continue;
+    PointResult r;
+    r.global_batch = std::stoll(row[cg]);
+    r.seq = std::stoll(row[cq]);
+    out.push_back({it->second, r, point_meta(c, it->second, r, run.meta)});
+  }
+  return out;
+}
+
+}  // namespace
+
 SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -536,6 +596,8 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   if (writer) csv = std::make_unique<ResultWriter>(run.csv_path, "sweep");
   double peak_rank = c.peak_gflops * 1e9;
   if (writer && peak_rank == 0 && !todo.empty()) peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
+  const bool extrapolates = writer && !run.world && !run.plan_csv_path.empty() && !c.extrapolate.empty();
+  if (extrapolates && !skip.empty()) drop_extrapolated_rows(run.plan_csv_path);
   std::unique_ptr<ResultWriter> plan_csv;
   LocalHardware hw;
   std::map<std::pair<std::string, int>, ShapeRates> rates;  // by (model, microbatch sequences)
@@ -584,8 +646,25 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
       *run.table << line << std::endl;
     }
   }
-  if (plan_csv && !c.extrapolate.empty() && !measured.empty()) {
-    for (const PlanRow& row : extrapolated_plan_rows(c, measured, hw, rates)) plan_csv->write(row.meta, row.values);
+  // Every series continued from its largest measured point, a resumed run's
+  // earlier points included (their shapes' figures and ring steps measured
+  // now if this run did not).
+  std::vector<MeasuredPoint> all = extrapolates && !skip.empty() ? earlier_points(run, c, skip) : std::vector<MeasuredPoint>{};
+  if (extrapolates) all.insert(all.end(), measured.begin(), measured.end());
+  if (!all.empty()) {
+    if (!plan_csv) {
+      if (peak_rank == 0) peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
+      plan_csv = std::make_unique<ResultWriter>(run.plan_csv_path, "plan");
+      hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
+    }
+    for (const MeasuredPoint& m : all) {
+      const int Bm = int(m.result.global_batch / (int64_t(m.point.dp) * m.point.microbatches));
+      const auto key = std::make_pair(m.point.model, Bm);
+      if (!rates.count(key)) rates[key] = measure_shape_rates(named_model(m.point.model), Bm, c.seq, peak_rank, 3);
+      if (m.point.world >= 2 && !hw.latency_us_by_world.count(m.point.world))
+        hw.latency_us_by_world[m.point.world] = local_step_latency_us(m.point.world);
+    }
+    for (const PlanRow& row : extrapolated_plan_rows(c, all, hw, rates)) plan_csv->write(row.meta, row.values);
   }
   sum.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return sum;

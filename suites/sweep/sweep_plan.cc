@@ -413,6 +413,7 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
         row.meta.reason = note;
       } catch (const InputError& e) {
         reject(row, p, r, e);
+        row.meta.reason = "extrapolated: " + row.meta.reason;  // every extrapolated row's reason says so
       }
       rows.push_back(std::move(row));
     }

@@ -118,6 +118,40 @@ TEST(Sweep, MinSecondsRaisesTheMeasuredSteps) {
   EXPECT_EQ(std::stoi(t.rows[0][t.column("measured_steps")]), c.steps * SweepConfig::kMaxStepsFactor);
 }
 
+// A resumed sweep with sweep.extrapolate: plan.csv ends with one set of
+// extrapolated rows, continued from the largest point measured by either
+// run (the earlier run's rows, from its smaller largest point, are replaced).
+TEST(Sweep, ResumeReplacesTheExtrapolatedRows) {
+  SweepConfig c = tiny_config();
+  c.strategies = {"shard=none", "shard=zero2"};
+  c.worlds = {1, 2};
+  c.extrapolate = {8};
+  const std::string csv = fresh_csv("resume_extrapolate");
+  SweepRun run = make_run(csv);
+  run.plan_csv_path = (std::filesystem::path(csv).parent_path() / "plan.csv").string();
+  ASSERT_EQ(run_sweep(c, run).ok, 4);
+  auto extrapolated = [&] {
+    const CsvTable t = read_csv(run.plan_csv_path);
+    std::vector<std::string> reasons;
+    for (const auto& row : t.rows)
+      if (row[t.column("reason")].rfind("extrapolated", 0) == 0) reasons.push_back(row[t.column("reason")]);
+    return reasons;
+  };
+  std::vector<std::string> first = extrapolated();
+  ASSERT_EQ(first.size(), 2u);  // one per series, at world 8
+  for (const auto& r : first) EXPECT_EQ(r.rfind("extrapolated from 2 measured ranks", 0), 0u) << r;
+  c.worlds = {1, 2, 4};  // the resumed run adds world 4: the series' largest point now
+  EXPECT_EQ(run_sweep(c, run, done_keys(csv, c)).ok, 2);
+  std::vector<std::string> second = extrapolated();
+  ASSERT_EQ(second.size(), 2u) << "the earlier extrapolated rows are replaced, not duplicated";
+  for (const auto& r : second) EXPECT_EQ(r.rfind("extrapolated from 4 measured ranks", 0), 0u) << r;
+  // Nothing left to run: the rows are recomputed from the earlier points alone, still one set.
+  EXPECT_EQ(run_sweep(c, run, done_keys(csv, c)).points, 0);
+  EXPECT_EQ(extrapolated().size(), 2u);
+  EXPECT_TRUE(validate_csv_against_schema(run.plan_csv_path, ResultsSchema::builtin()).empty());
+  EXPECT_EQ(read_csv(run.plan_csv_path).rows.size(), 6u + 2u);  // 6 measured points' rows + 2 extrapolated
+}
+
 TEST(Sweep, RejectedPointGetsARowWithTheReason) {
   SweepConfig c = tiny_config();
   c.strategies = {"shard=zero1"};
