@@ -412,6 +412,8 @@ class StageCommReplay {
 
 }  // namespace
 
+int comm_peak_microbatches(const ScheduleConfig& cfg) { return 4 * cfg.pp * cfg.virtual_stages; }
+
 int64_t stage_comm_peak_bytes(const Schedule& s, const Partition& part, const ParamLayout& l, int rank,
                               const StageCommShape& x) {
   require(rank >= 0 && rank < s.pp && size_t(rank) < s.ranks.size(), "stage comm: rank outside the schedule");

@@ -143,6 +143,12 @@ struct StageCommShape {
 };
 int64_t stage_comm_peak_bytes(const Schedule& s, const Partition& part, const ParamLayout& l, int rank,
                               const StageCommShape& x);
+// Microbatches enough for that peak: past pp x v in flight every schedule
+// repeats its steady state, and nothing the replay holds outlives its
+// microbatch's backward, so the peak at min(m, comm_peak_microbatches) is the
+// peak at m (stage_test.cc checks it to 3x past the bound). Keeps the
+// planner's replay O(pp v) at any global batch.
+int comm_peak_microbatches(const ScheduleConfig& cfg);
 // Peak over the rank's action order of the summed bytes of live (microbatch,
 // chunk) units (F done, last backward not), given bytes per chunk of that rank.
 // With one chunk this is peak_in_flight x bytes.

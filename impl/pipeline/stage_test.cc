@@ -124,6 +124,43 @@ TEST(Stage, MoeActivationAndWorkspaceBytesMatchTheAllocations) {
     }
 }
 
+// The comm-buffer replay's peak stops growing with the microbatches at
+// comm_peak_microbatches (the planner replays at most that many): checked to
+// three times past it, every schedule, every data-parallel family.
+TEST(Stage, CommPeakStopsGrowingPastTheBound) {
+  const ModelConfig m = named_model("tiny");
+  const ParamLayout l(m);
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                            ScheduleKind::zb_h1, ScheduleKind::pipedream_2bw})
+    for (dp::Shard shard : {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3, dp::Shard::hzero}) {
+      const int pp = 2, v = kind == ScheduleKind::interleaved ? 2 : 1;
+      const Partition part = partition_layers(m.L * v, pp, v);
+      const ModelConfig deep = [&] {
+        ModelConfig d = m;
+        d.L = m.L * v;
+        return d;
+      }();
+      const ParamLayout dl(deep);
+      for (int rank = 0; rank < pp; ++rank) {
+        StageCommShape x;
+        x.units = stage_units(dl, part, rank);
+        x.dense.dp = 4;
+        x.dense.shard = shard;
+        x.dense.ranks_per_node = shard == dp::Shard::hzero ? 2 : 0;
+        x.boundary_bytes = 4 * 16 * m.C * 4;
+        const int bound = comm_peak_microbatches({pp, 1, v, 1});
+        auto peak = [&](int micro) {
+          return stage_comm_peak_bytes(make_schedule(kind, {pp, micro, v, 1}), part, dl, rank, x);
+        };
+        const int64_t at_bound = peak(bound);
+        for (int micro = bound + pp; micro <= 3 * bound; micro += pp)
+          EXPECT_EQ(peak(micro), at_bound) << schedule_name(kind) << " " << dp::shard_name(shard) << " rank " << rank
+                                           << " m " << micro;
+      }
+    }
+  (void)l;
+}
+
 TEST(Stage, PeakBytesFollowTheInFlightCounts) {
   for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1}) {
     const ScheduleConfig cfg{4, 8, 1, 1};

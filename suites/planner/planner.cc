@@ -167,8 +167,9 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     if (in.sp && in.tp > 1) tokens /= in.tp;
     x.boundary_bytes = tokens * in.shape->C * elem_bytes(in.precision);
     x.tp = in.tp > 1 || in.cp > 1;
-    s.comm = pipeline::stage_comm_peak_bytes(pipeline::make_schedule(in.schedule, pipe.cfg), pipe.part, layout,
-                                             rank, x);
+    pipeline::ScheduleConfig bounded = pipe.cfg;  // the same peak, O(pp v) actions at any global batch
+    bounded.microbatches = std::min(bounded.microbatches, pipeline::comm_peak_microbatches(pipe.cfg));
+    s.comm = pipeline::stage_comm_peak_bytes(pipeline::make_schedule(in.schedule, bounded), pipe.part, layout, rank, x);
   }
   tp::TpOptions tpo;
   tpo.tp = in.tp;
