@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 #include <type_traits>
-#include <vector>
 
 #include "harness/status.h"
 #include "reference/init.h"
@@ -19,15 +18,8 @@ AdamW<T>::AdamW(const ParamLayout& layout, uint64_t init_seed, std::vector<Segme
   v_ = Buffer<M>(tracker, MemTag::optimizer, size_t(n), place);
   if (!std::is_same_v<T, M> || separate_master) {
     master_ = Buffer<M>(tracker, MemTag::optimizer, size_t(n), place);
-    for (const auto& s : segs_) {
-      if (ops.is_host()) {
-        init_params<M>(layout, init_seed, s.flat_lo, s.flat_hi, master_.data() + s.state_off);
-        continue;
-      }
-      std::vector<M> host(size_t(s.flat_hi - s.flat_lo));  // initialized here, then moved to the device
-      init_params<M>(layout, init_seed, s.flat_lo, s.flat_hi, host.data());
-      ops.to_device(master_.data() + s.state_off, host.data(), host.size() * sizeof(M));
-    }
+    for (const auto& s : segs_)
+      init_params(ops, layout, init_seed, s.flat_lo, s.flat_hi, master_.data() + s.state_off);
   }
 }
 

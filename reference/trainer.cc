@@ -40,13 +40,7 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan,
   kernels::set_blas_threads(cfg.threads);
   const int64_t n = layout_.total();
   params_ = Buffer<T>(&tracker_, MemTag::params, size_t(n));
-  if (ops_->is_host()) {
-    init_params<T>(layout_, cfg.seed, 0, n, params_.data());
-  } else {  // drawn on the host (the same values), then moved
-    std::vector<T> host(static_cast<size_t>(n));
-    init_params<T>(layout_, cfg.seed, 0, n, host.data());
-    ops_->to_device(params_.data(), host.data(), host.size() * sizeof(T));
-  }
+  init_params(*ops_, layout_, cfg.seed, 0, n, params_.data());
   grads_ = Buffer<T>(&tracker_, MemTag::grads, size_t(n));
   if (plan_.separate_head_grad)
     head_grads_ = Buffer<T>(&tracker_, MemTag::grads, size_t(cfg.model.V) * cfg.model.C);
@@ -234,14 +228,14 @@ double ReferenceTrainer<T>::step_reduced_per_micro() {
 
 template <class T>
 std::vector<double> ReferenceTrainer<T>::to_f64(const Buffer<T>& b) const {
-  std::vector<double> out(b.size());
-  if (ops_->is_host()) {
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(b[i]);
-    return out;
+  std::vector<T> host;  // off the host: read back first
+  if (!ops_->is_host()) {
+    host.resize(b.size());
+    ops_->to_host(host.data(), b.data(), host.size() * sizeof(T));
   }
-  std::vector<T> host(b.size());
-  ops_->to_host(host.data(), b.data(), host.size() * sizeof(T));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(host[i]);
+  const T* src = host.empty() ? b.data() : host.data();
+  std::vector<double> out(b.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(src[i]);
   return out;
 }
 

@@ -47,19 +47,10 @@ Component<T>::Component(const DpOptions& o, std::vector<UnitSpan> units, const P
   sl_ = std::make_unique<ShardLayout>(units, g_, owned_slice(o, c_.dp->rank()));
   const bool full_params = !params_sharded();
   params_ = Buffer<T>(&mem_, MemTag::params, size_t(full_params ? sl_->full_size() : sl_->shard_size()));
-  std::vector<T> host;  // off the host: each range drawn here, then moved
   for (int u = 0; u < sl_->num_units(); ++u) {
     const UnitShard& s = sl_->unit(u);
     auto [lo, hi] = full_params ? std::pair{s.begin, s.begin + s.size} : sl_->owned(u);
-    T* dst = params_.data() + (full_params ? s.full_off : s.shard_off);
-    if (ops.is_host()) {
-      init_params<T>(layout, seed, lo, hi, dst);
-      continue;
-    }
-    if (hi <= lo) continue;
-    host.assign(size_t(hi - lo), T{});
-    init_params<T>(layout, seed, lo, hi, host.data());
-    ops.to_device(dst, host.data(), host.size() * sizeof(T));
+    init_params(ops, layout, seed, lo, hi, params_.data() + (full_params ? s.full_off : s.shard_off));
   }
   grads_ = Buffer<T>(&mem_, MemTag::grads, size_t(grads_full() ? sl_->full_size() : sl_->shard_size()));
   if (o.shard == Shard::hzero && nodes_ > 1)

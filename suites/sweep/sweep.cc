@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <sstream>
 #include <ostream>
 #include <map>
 #include <memory>
@@ -459,6 +458,23 @@ RunMeta point_meta(const SweepConfig& c, const SweepPoint& p, const PointResult&
   return m;
 }
 
+namespace {
+
+// A sweep CSV row's point key, as SweepPoint::key() spells it (an empty
+// microbatches cell is 1).
+struct RowKey {
+  size_t strategy, mesh, model, precision, microbatches, scaling;
+  explicit RowKey(const CsvTable& t)
+      : strategy(t.column("strategy")), mesh(t.column("mesh")), model(t.column("model")),
+        precision(t.column("precision")), microbatches(t.column("microbatches")), scaling(t.column("scaling")) {}
+  std::string operator()(const std::vector<std::string>& row) const {
+    return row[strategy] + "|" + row[mesh] + "|" + row[model] + "|" + row[precision] + "|" +
+           (row[microbatches].empty() ? "1" : row[microbatches]) + "|" + row[scaling];
+  }
+};
+
+}  // namespace
+
 std::set<std::string> done_keys(const std::string& csv_path, const SweepConfig& c) {
   // The file is a results CSV first: anything the schema refuses is refused
   // here too (a torn last row is the one thing a killed sweep leaves, and is
@@ -473,14 +489,13 @@ std::set<std::string> done_keys(const std::string& csv_path, const SweepConfig& 
   std::set<std::string> keys;
   try {
     const size_t ck = t.column("kind"), cs = t.column("strategy"), cm = t.column("model"),
-                 cp = t.column("precision"), cw = t.column("mesh"), cb = t.column("microbatches"),
-                 cl = t.column("scaling"), ch = t.column("config_hash");
+                 cp = t.column("precision"), cw = t.column("mesh"), ch = t.column("config_hash");
+    const RowKey key_of(t);
     for (size_t i = 0; i < t.rows.size(); ++i) {
       const auto& row = t.rows[i];
       const std::string where = csv_path + ":" + std::to_string(t.row_lines[i]);
       require(row[ck] == "sweep", where + ": not a sweep CSV (kind '" + row[ck] + "')");
-      const std::string key = row[cs] + "|" + row[cw] + "|" + row[cm] + "|" + row[cp] + "|" +
-                              (row[cb].empty() ? "1" : row[cb]) + "|" + row[cl];
+      const std::string key = key_of(row);
       // A point this config also runs counts as done only if it was run
       // with the same settings (steps, warm-up, batch, seq, ...).
       const auto it = hash_of.find(key);
@@ -534,13 +549,11 @@ std::vector<MeasuredPoint> earlier_points(const SweepRun& run, const SweepConfig
   std::map<std::string, SweepPoint> by_key;
   for (const SweepPoint& p : expand(c)) by_key[p.key()] = p;
   const CsvTable t = read_csv(run.csv_path, {/*drop_partial_tail=*/true});
-  const size_t cst = t.column("status"), cs = t.column("strategy"), cm = t.column("model"), cp = t.column("precision"),
-               cw = t.column("mesh"), cb = t.column("microbatches"), cl = t.column("scaling"),
-               cg = t.column("global_batch"), cq = t.column("seq_len");
+  const size_t cst = t.column("status"), cg = t.column("global_batch"), cq = t.column("seq_len");
+  const RowKey key_of(t);
   std::vector<MeasuredPoint> out;
   for (const auto& row : t.rows) {
-    const std::string key = row[cs] + "|" + row[cw] + "|" + row[cm] + "|" + row[cp] + "|" +
-                            (row[cb].empty() ? "1" : row[cb]) + "|" + row[cl];
+    const std::string key = key_of(row);
     const auto it = by_key.find(key);
     if (row[cst] != "ok" || !skip.count(key) || it == by_key.end()) continue;
     PointResult r;
