@@ -44,6 +44,7 @@ class RecvState : public RequestState {
     else if (bytes)
       std::memcpy(buf_, data, bytes);
     done_ = true;
+    ready_.store(true, std::memory_order_release);  // the buffer and err_ are written
   }
 
   bool test() override {
@@ -63,6 +64,7 @@ class RecvState : public RequestState {
   }
 
   void wait() override {
+    if (spin_until(*g_->world, [&] { return ready_.load(std::memory_order_acquire); })) return finish();
     Mailbox& mb = *g_->mail[size_t(me_)];
     std::unique_lock lk(mb.mu);
     try {
@@ -77,17 +79,22 @@ class RecvState : public RequestState {
       throw;
     }
     lk.unlock();
+    finish();
+  }
+
+ private:
+  void finish() {
     if (cp_.chaos) chaos_delay(*cp_.chaos, cp_.world_rank, g_->name, cp_.seq, 3);
     if (err_) std::rethrow_exception(err_);
   }
 
- private:
   Group* g_;
   int me_, src_, tag_;
   void* buf_;
   size_t bytes_;
   ChaosPoint cp_;
-  bool done_ = false;
+  bool done_ = false;                // under the mailbox mutex
+  std::atomic<bool> ready_{false};   // done_, readable without it (a spinning wait)
   std::exception_ptr err_;
 };
 
@@ -101,6 +108,7 @@ class DoneRequest : public RequestState {
 
 class TaskRequest : public RequestState {
  public:
+  explicit TaskRequest(std::shared_ptr<WorldState> w) : world_(std::move(w)) {}
   // Abandoned: fail the world so the task (bounded, polling abort) ends fast,
   // then wait for it, swallowing its error: the exception in flight wins.
   void set_abort(std::function<void()> abort) { abort_ = std::move(abort); }
@@ -114,6 +122,7 @@ class TaskRequest : public RequestState {
       std::lock_guard lk(mu_);
       done_ = true;
       err_ = std::move(e);
+      ready_.store(true, std::memory_order_release);
     }
     cv_.notify_all();
   }
@@ -126,15 +135,17 @@ class TaskRequest : public RequestState {
   // this waits for completion only: returning early would leave the task
   // touching the caller's buffers.
   void wait() override {
+    spin_until(*world_, [&] { return ready_.load(std::memory_order_acquire); });
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return done_; });
     if (err_) std::rethrow_exception(err_);
   }
-
  private:
+  std::shared_ptr<WorldState> world_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  std::atomic<bool> ready_{false};  // done_, readable without mu_ (a spinning wait)
   std::exception_ptr err_;
   std::function<void()> abort_;
 };
@@ -144,6 +155,7 @@ class TaskRequest : public RequestState {
 // stream error.
 class Stream {
  public:
+  explicit Stream(std::shared_ptr<WorldState> w) : world_(std::move(w)) {}
   ~Stream() {
     {
       std::lock_guard lk(mu_);
@@ -157,7 +169,7 @@ class Stream {
     return pending_ == 0;
   }
   std::shared_ptr<TaskRequest> push(std::function<void()> fn) {
-    auto req = std::make_shared<TaskRequest>();
+    auto req = std::make_shared<TaskRequest>(world_);
     {
       std::lock_guard lk(mu_);
       if (!th_.joinable()) th_ = std::thread([this] { loop(); });
@@ -196,6 +208,7 @@ class Stream {
       --pending_;
     }
   }
+  std::shared_ptr<WorldState> world_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> q_;
@@ -208,7 +221,8 @@ class Stream {
 class LocalComm final : public Communicator {
  public:
   LocalComm(std::shared_ptr<Group> g, int me, std::shared_ptr<CommLog> log)
-      : Communicator(me, g->world_ranks, g->nodes(), g->name, std::move(log)), g_(std::move(g)), me_(me) {}
+      : Communicator(me, g->world_ranks, g->nodes(), g->name, std::move(log)), g_(std::move(g)), me_(me),
+        stream_(g_->world) {}
 
   // Destroyed by an exception with operations pending: abort the world so the
   // stream's tasks fail fast instead of waiting for peers that wait for us.

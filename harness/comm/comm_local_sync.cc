@@ -1,6 +1,6 @@
 // Barrier: the last arriver bumps the generation under the mutex and notifies;
 // waiters spin briefly (only when ranks <= cores), yield, then sleep on the
-// condition variable in short polls (block_until).
+// condition variable in short polls (spin_until, block_until).
 #include "harness/comm/comm_local_sync.h"
 
 #include <cstdio>
@@ -9,14 +9,6 @@
 #include "harness/rng.h"
 
 namespace pb::local {
-namespace {
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-}  // namespace
-
 WorldState::WorldState(WorldOptions o) : opts(std::move(o)) {
   unsigned cores = std::thread::hardware_concurrency();
   spin = cores > 0 && unsigned(opts.size) <= cores;
@@ -60,15 +52,7 @@ void Rendezvous::arrive_and_wait(int member, std::string_view group, std::string
     cv_.notify_all();
     return;
   }
-  if (w_->spin)
-    for (int i = 0; i < 4000; ++i) {
-      if (gen_.load(std::memory_order_acquire) != g) return;
-      cpu_relax();
-    }
-  for (int i = 0; i < 8; ++i) {
-    if (gen_.load(std::memory_order_acquire) != g) return;
-    std::this_thread::yield();
-  }
+  if (spin_until(*w_, [&] { return gen_.load(std::memory_order_acquire) != g; })) return;
   std::unique_lock lk(mu_);
   block_until(*w_, lk, cv_, [&] { return gen_.load(std::memory_order_acquire) != g; }, [&] {
     std::string missing;

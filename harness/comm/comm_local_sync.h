@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "harness/comm/runner.h"
@@ -40,6 +41,31 @@ struct WorldState {
   [[noreturn]] void throw_aborted() const;
   Clock::time_point deadline() const;
 };
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// The cheap part of a wait, before sleeping on a condition variable (whose
+// wake-up costs tens of microseconds in a VM): spins a few thousand pauses
+// (only when ranks <= cores, w.spin: a spinning rank would otherwise hold the
+// core the rank it waits for needs), then yields a few times. True as soon as
+// ready() is; false when the caller has to block.
+template <class Ready>
+bool spin_until(const WorldState& w, Ready ready) {
+  if (w.spin)
+    for (int i = 0; i < 4000; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+  for (int i = 0; i < 8; ++i) {
+    if (ready()) return true;
+    std::this_thread::yield();
+  }
+  return ready();
+}
 
 // Blocks on cv (lk held) until done() is true, polling abort (unless
 // `committed`: every party is known to be on its way) and the deadline; on
