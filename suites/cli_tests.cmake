@@ -18,9 +18,10 @@ if(PARABENCH_BUILD_TESTS)
   add_test(NAME cli_selftest COMMAND $<TARGET_FILE:parabench> selftest)
   set_tests_properties(cli_selftest PROPERTIES TIMEOUT 300 LABELS "cli"
                        FAIL_REGULAR_EXPRESSION "FAIL;[1-9][0-9]* failed")
-  # parabench calibrate (#16): a short calibration writes a profile plan --machine reads.
+  # parabench calibrate (#16): a short calibration writes a profile plan --machine reads,
+  # with GEMM tables and collective fits the plan then uses (and a typed figure overrides).
   add_test(NAME cli_calibrate
-           COMMAND bash -c "set -e; '$<TARGET_FILE:parabench>' calibrate --seconds 0.05 --out '${CMAKE_CURRENT_BINARY_DIR}/calibrated.toml'; '$<TARGET_FILE:parabench>' plan --model gpt2-124m --dp 2 --machine '${CMAKE_CURRENT_BINARY_DIR}/calibrated.toml' | grep -q 'tokens/s'")
+           COMMAND bash -c "set -e; P='$<TARGET_FILE:parabench>'; M='${CMAKE_CURRENT_BINARY_DIR}/calibrated.toml'; \"$P\" calibrate --seconds 0.05 --out \"$M\"; for k in machine.gemm.fp32 machine.gemm.bf16 machine.gemm.fp64 machine.collective.all_reduce machine.collective.send_recv; do grep -q \"^\\\\[$k\\\\]\" \"$M\"; done; \"$P\" plan --model gpt2-124m --dp 2 --machine \"$M\" | grep 'tokens/s'; \"$P\" plan --model gpt2-124m --dp 2 --machine \"$M\" | grep \"the profile's GEMM table at this rank's shapes\"; ! \"$P\" plan --model gpt2-124m --dp 2 --machine \"$M\" --gemm-efficiency 0.5 | grep 'GEMM table'")
   set_tests_properties(cli_calibrate PROPERTIES TIMEOUT 120 LABELS "cli")
   # Code that is not ours (#15): PyTorch trains the canonical model from an
   # export with its own strategies (scripts/torch); verify passes every trace

@@ -10,8 +10,11 @@
 // the bus bandwidth, from the slope over 1 .. 16 MiB), a rank's share of the
 // physical memory (installed over the hardware threads), and the hardware
 // threads per node.
-// This is the first part of #16's calibration: per-shape GEMM efficiency,
-// per-op fixed costs and thread wake-up costs are not measured yet.
+// Besides: GEMM tables by shape for each precision (m 16..1024 rows by n, k
+// 64..1024), an alpha-beta fit per collective op at 2 ranks, one per core and
+// twice that (time-shared cores: the fit then carries the wake-ups), and the
+// time to wake a rank asleep in a wait. The planner uses the tables and fits
+// (planner.h); the wake-up figure is informational.
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,53 +46,133 @@ struct CalibrateFlags {
   double seconds = 0.2;
 };
 
-// GFLOP/s of the project's matmul_forward<T> at N = C = OC = n, one thread.
+// GFLOP/s of the project's matmul_forward<T> (out (m x n) = inp (m x k) W^T),
+// one thread, over at least `seconds` after a warm-up call.
 template <class T>
-double calibrate_matmul_gflops(int n, double seconds) {
-  std::vector<T> out(size_t(n) * n), inp(size_t(n) * n, T(0.5)), w(size_t(n) * n, T(0.25)), b(size_t(n), T(0.0));
-  std::vector<float> ws(kernels::matmul_workspace_floats<T>(n, n, n) + 1);
+double calibrate_matmul_gflops(int m, int n, int k, double seconds) {
+  std::vector<T> out(size_t(m) * n), inp(size_t(m) * k, T(0.5)), w(size_t(n) * k, T(0.25)), b(size_t(n), T(0.0));
+  std::vector<float> ws(kernels::matmul_workspace_floats<T>(m, k, n) + 1);
   kernels::set_blas_threads(1);
-  kernels::matmul_forward(out.data(), inp.data(), w.data(), b.data(), n, n, n, ws.data());  // warm-up
+  kernels::matmul_forward(out.data(), inp.data(), w.data(), b.data(), m, k, n, ws.data());  // warm-up
   int calls = 0;
   const auto t0 = CalClock::now();
   double s = 0;
   do {
-    kernels::matmul_forward(out.data(), inp.data(), w.data(), b.data(), n, n, n, ws.data());
+    kernels::matmul_forward(out.data(), inp.data(), w.data(), b.data(), m, k, n, ws.data());
     ++calls;
     s = std::chrono::duration<double>(CalClock::now() - t0).count();
   } while (s < seconds);
-  return 2.0 * n * n * double(n) * calls / s / 1e9;
+  return 2.0 * double(m) * n * double(k) * calls / s / 1e9;
 }
 
-// Seconds per all_reduce of `bytes` (fp32) between two local ranks, rank 0's
-// mean over enough calls to fill `seconds`.
-std::vector<std::pair<double, double>> calibrate_all_reduce_times(double seconds) {
+// The shapes of the GEMM tables: rows m (tokens) by n, k (features) from a
+// decode-sized 16 rows to 1024, as a model's linears, attention blocks and
+// their tensor-parallel shards span them.
+std::vector<planner::GemmRate> gemm_table(const std::string& precision, double seconds) {
+  std::vector<planner::GemmRate> t;
+  for (int m : {16, 64, 256, 1024})
+    for (int n : {64, 256, 1024})
+      for (int k : {64, 256, 1024}) {
+        const double g = precision == "fp32" ? kernels::measure_sgemm_gflops(m, n, k, false, true, seconds)
+                         : precision == "bf16" ? calibrate_matmul_gflops<pb::bf16>(m, n, k, seconds)
+                                               : calibrate_matmul_gflops<double>(m, n, k, seconds);
+        t.push_back({m, n, k, g});
+      }
+  return t;
+}
+
+// Logical bytes (nccl-tests) of one call at `count` elements per argument:
+// all_reduce and send_recv move count, the others n x count in all.
+double logical_bytes(const std::string& op, int n, size_t count) {
+  return double(count) * 4 * (op == "all_reduce" || op == "send_recv" ? 1 : n);
+}
+
+// Seconds per call of `op` at each total (logical) size in `bytes` among n
+// local ranks (fp32; send_recv: a ring exchange, each rank sends to the next
+// and receives from the previous): rank 0's mean over enough calls to fill
+// `seconds` per size, after warm-up calls.
+std::vector<std::pair<double, double>> collective_times(const std::string& op, int n,
+                                                        const std::vector<size_t>& bytes, double seconds) {
   std::vector<std::pair<double, double>> xt;
   WorldOptions wo;
-  wo.size = 2;
+  wo.size = n;
   auto world = make_local_world(wo);
-  for (size_t bytes = 4; bytes <= (size_t(16) << 20); bytes *= 4) {
-    const size_t n = bytes / 4;
+  for (size_t total : bytes) {
+    const size_t count = std::max<size_t>(1, total / 4 / (op == "all_reduce" || op == "send_recv" ? 1 : size_t(n)));
     double per_call = 0;
     run_ranks(*world, [&](Communicator& comm) {
-      std::vector<float> x(n, 1.f), y(n);
-      for (int i = 0; i < 3; ++i) comm.all_reduce(x.data(), y.data(), n, DType::f32);
-      // Rank 0 sizes the timed loop from three calls; both ranks then make
+      const size_t nn = size_t(comm.size());
+      std::vector<float> x(count * nn, 1.f), y(count * nn);
+      const int next = (comm.rank() + 1) % comm.size(), prev = (comm.rank() + comm.size() - 1) % comm.size();
+      auto call = [&] {
+        if (op == "all_reduce") comm.all_reduce(x.data(), y.data(), count, DType::f32);
+        else if (op == "reduce_scatter") comm.reduce_scatter(x.data(), y.data(), count, DType::f32);
+        else if (op == "all_gather") comm.all_gather(x.data(), y.data(), count, DType::f32);
+        else if (op == "all_to_all") comm.all_to_all(x.data(), y.data(), count, DType::f32);
+        else comm.sendrecv(x.data(), next, y.data(), prev, count, DType::f32);
+      };
+      for (int i = 0; i < 3; ++i) call();
+      // Rank 0 sizes the timed loop from three calls; every rank then makes
       // that many calls with nothing else in between.
       auto t0 = CalClock::now();
-      for (int i = 0; i < 3; ++i) comm.all_reduce(x.data(), y.data(), n, DType::f32);
-      double calls = std::clamp(seconds / 12 / (std::chrono::duration<double>(CalClock::now() - t0).count() / 3), 3.0,
-                                1e6);
+      for (int i = 0; i < 3; ++i) call();
+      double calls =
+          std::clamp(seconds / (std::chrono::duration<double>(CalClock::now() - t0).count() / 3), 3.0, 1e6);
       comm.broadcast(&calls, 1, DType::f64, 0);
       comm.barrier();
       t0 = CalClock::now();
-      for (int i = 0; i < int(calls); ++i) comm.all_reduce(x.data(), y.data(), n, DType::f32);
-      const double s = std::chrono::duration<double>(CalClock::now() - t0).count();
-      if (comm.rank() == 0) per_call = s / int(calls);
+      for (int i = 0; i < int(calls); ++i) call();
+      const double sec = std::chrono::duration<double>(CalClock::now() - t0).count();
+      if (comm.rank() == 0) per_call = sec / int(calls);
     });
-    xt.push_back({double(bytes), per_call});
+    xt.push_back({logical_bytes(op, n, count), per_call});
   }
   return xt;
+}
+
+// alpha: the median time of the sizes up to 4 KiB (the fixed cost per call);
+// GBps: 1 / the slope of time over bus bytes from 1 MiB up.
+planner::CollectiveFit fit_collective(const std::string& op, int n, const std::vector<std::pair<double, double>>& xt) {
+  std::vector<double> small;
+  std::vector<std::pair<double, double>> large;
+  for (const auto& [x, t] : xt) {
+    if (x <= 4096) small.push_back(t);
+    if (x >= double(1 << 20)) large.push_back({planner::bus_bytes(op, n, x), t});
+  }
+  require(!small.empty() && large.size() >= 2, "calibrate: too few sizes to fit " + op);
+  std::sort(small.begin(), small.end());
+  const planner::LineFit fit = planner::fit_line(large);
+  require(fit.slope > 0, "calibrate: " + op + " times at " + std::to_string(n) +
+                             " ranks do not grow with size (a noisy machine? rerun with a larger --seconds)");
+  return {n, small[small.size() / 2] * 1e6, 1 / fit.slope / 1e9};
+}
+
+// Waking a rank asleep in a wait: rank 1 arrives at a barrier 3 ms after rank
+// 0 (past its spin: it sleeps); the median over `reps` of the time from rank
+// 1's arrival to rank 0's return.
+double wake_up_us(int reps) {
+  WorldOptions wo;
+  wo.size = 2;
+  auto world = make_local_world(wo);
+  const size_t n = size_t(reps);
+  std::vector<CalClock::time_point> arrive(n), back(n);
+  run_ranks(*world, [&](Communicator& comm) {
+    for (int i = 0; i < reps; ++i) {
+      comm.barrier();
+      if (comm.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        arrive[size_t(i)] = CalClock::now();
+        comm.barrier();
+      } else {
+        comm.barrier();
+        back[size_t(i)] = CalClock::now();
+      }
+    }
+  });
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) us.push_back(std::chrono::duration<double>(back[size_t(i)] - arrive[size_t(i)]).count() * 1e6);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
 }
 
 int run_calibrate(const CalibrateFlags& f, const Env& env) {
@@ -105,20 +188,23 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   planner::MachineProfile m;
   m.name = f.name.empty() ? host_name() : f.name;
   require(!m.name.empty() && m.name.size() <= 64, "--name: must be 1 to 64 characters");
-  std::printf("calibrating %s (about %.0f s)\n", m.name.c_str(), 14 * f.seconds + 2);
+  std::printf("calibrating %s (about %.0f s)\n", m.name.c_str(), 40 * f.seconds + 3);
   double gf_fp32 = 0;
   for (int n : {256, 512, 1024}) gf_fp32 = std::max(gf_fp32, kernels::measure_sgemm_gflops(n, f.seconds));
-  const double gf_bf16 = calibrate_matmul_gflops<pb::bf16>(512, f.seconds),
-               gf_fp64 = calibrate_matmul_gflops<double>(512, f.seconds);
+  const double gf_bf16 = calibrate_matmul_gflops<pb::bf16>(512, 512, 512, f.seconds),
+               gf_fp64 = calibrate_matmul_gflops<double>(512, 512, 512, f.seconds);
   m.peak_tflops_fp32 = gf_fp32 / 1e3;
   m.peak_tflops_bf16 = gf_bf16 / 1e3;
   m.peak_tflops_fp64 = gf_fp64 / 1e3;
+  for (const std::string& p : planner::gemm_table_precisions()) m.gemm[p] = gemm_table(p, f.seconds / 20);
   const double copy = sweep::copy_bandwidth_GBps();
   m.mem_bw_GBps = 2 * copy;
   // Two regimes, as nccl-tests reads them: the fixed cost per ring step as
   // the sweep's plan rows measure it (the median over the small sizes, past
   // the 4-byte fast path), the bandwidth from the slope over the large ones.
-  const auto xt = calibrate_all_reduce_times(f.seconds * 4);
+  std::vector<size_t> sizes;
+  for (size_t b = 4; b <= (size_t(16) << 20); b *= 4) sizes.push_back(b);
+  const auto xt = collective_times("all_reduce", 2, sizes, f.seconds / 3);
   std::vector<std::pair<double, double>> large_sizes;
   for (const auto& [x, t] : xt)
     if (x >= double(1 << 20)) large_sizes.push_back({x, t});
@@ -129,13 +215,24 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
                          "larger --seconds)");
   m.bw_intra_GBps = 1 / fit.slope / 1e9;  // bus bytes = S at two ranks
   m.bw_inter_GBps = m.bw_intra_GBps;      // one node
+  // Every op at 2 ranks, one per core and twice as many ranks as cores
+  // (time-shared: the fit includes the wake-ups of sleeping ranks).
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> groups = {2};
+  for (int g : {cores, 2 * cores})
+    if (g > groups.back()) groups.push_back(g);
+  const std::vector<size_t> fit_sizes = {64, 1024, 4096, size_t(1) << 20, size_t(4) << 20, size_t(16) << 20};
+  for (const std::string& op : planner::collective_ops())
+    for (int g : groups) m.collectives[op].push_back(fit_collective(op, g, collective_times(op, g, fit_sizes, f.seconds / 20)));
+  m.wake_us = wake_up_us(20);
   // The ranks of a local run share the machine's memory: a rank's device
   // memory is its share (the planner checks one rank against it).
   m.ranks_per_node = int(std::max(1u, std::thread::hardware_concurrency()));
   const double installed = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9;
   m.memory_GB = installed / m.ranks_per_node;
   m.source = "parabench calibrate on " + host_name() + " at " + iso8601_utc(std::chrono::system_clock::now()) +
-             " (git " + env.git_rev + "): one core's GEMM rates, memcpy bandwidth, local all_reduce fit over 2 threads";
+             " (git " + env.git_rev + "): one core's GEMM rates (peaks and tables by shape), memcpy bandwidth, local "
+             "collective fits by op and group size over threads, wake-up after a 3 ms skew";
 
   std::printf("  GEMM, one core        fp32 %.4g GFLOP/s (sgemm, best of 256/512/1024), bf16-mixed %.4g, fp64 %.4g "
               "(matmul_forward at 512)\n",
@@ -148,6 +245,20 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
               m.latency_us, m.bw_intra_GBps);
   for (const auto& [x, t] : xt)
     std::printf("    %10.0f B  %10.3f us  (model %10.3f us)\n", x, t * 1e6, (fixed + x / (m.bw_intra_GBps * 1e9)) * 1e6);
+  for (const auto& [p, table] : m.gemm) {
+    double lo = table.front().gflops, hi = lo;
+    for (const planner::GemmRate& g : table) lo = std::min(lo, g.gflops), hi = std::max(hi, g.gflops);
+    std::printf("  GEMM table %-4s       %zu shapes (m 16..1024 x n, k 64..1024): %.4g .. %.4g GFLOP/s\n", p.c_str(),
+                table.size(), lo, hi);
+  }
+  std::printf("  collectives           per call: alpha + bus bytes / B (alpha: median of 64 B .. 4 KiB; B: slope "
+              "over 1 .. 16 MiB)\n");
+  for (const auto& [op, fits] : m.collectives)
+    for (const planner::CollectiveFit& c : fits)
+      std::printf("    %-15s %2lld ranks  alpha %9.3g us  B %8.4g GB/s%s\n", op.c_str(), (long long)c.group_size,
+                  c.alpha_us, c.GBps, c.group_size > cores ? "  (more ranks than cores)" : "");
+  std::printf("  wake-up               %.3g us (a rank asleep in a wait, woken by the last arrival; median of 20)\n",
+              m.wake_us);
   write_file_atomically(f.out,
                         "# parabench calibrate: this machine's profile for `parabench plan --machine " + f.out + "`\n" +
                             planner::machine_toml(m),

@@ -44,6 +44,9 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
       &planner::Hardware::latency_us,   &planner::Hardware::gemm_efficiency, &planner::Hardware::mem_bw_GBps};
   for (size_t i = 0; i < f.hw_flags.size(); ++i)
     if (f.hw_flags[i]->count() > 0) hw.*fields[i] = typed.*fields[i];
+  // A figure typed by hand wins over the profile's measured tables too.
+  if (f.hw_flags[0]->count() > 0 || f.hw_flags[4]->count() > 0) hw.gemm_rates.clear();
+  if (f.hw_flags[1]->count() > 0 || f.hw_flags[3]->count() > 0) hw.collectives.clear();
   hw.memory_GB = m.memory_GB;
   hw.machine = m.name;
   in.hw = hw;

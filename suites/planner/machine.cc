@@ -31,27 +31,27 @@ const std::vector<MachineProfile>& builtin_machines() {
        "NVIDIA A100 80GB SXM4 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core 312 "
        "TFLOPS dense, FP32 19.5, FP64 Tensor Core 19.5, HBM2e 2,039 GB/s, 80 GB, NVLink 600 GB/s (300 per "
        "direction); DGX A100: 8 GPUs, 8 x 200 Gb/s HDR InfiniBand (25 GB/s per GPU)",
-       312, 19.5, 19.5, 2039, 300, 25, 0, 1, 80, 8},
+       312, 19.5, 19.5, 2039, 300, 25, 0, 1, 80, 8, 0, {}, {}},
       {"h100",
        "NVIDIA H100 SXM5 datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
        "Tensor Core 66.9, HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s (450 per direction); DGX H100: 8 GPUs, 8 x 400 Gb/s "
        "NDR InfiniBand (50 GB/s per GPU)",
-       989.4, 66.9, 66.9, 3350, 450, 50, 0, 1, 80, 8},
+       989.4, 66.9, 66.9, 3350, 450, 50, 0, 1, 80, 8, 0, {}, {}},
       {"h200",
        "NVIDIA H200 SXM datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
        "Tensor Core 66.9, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s (450 per direction); DGX H200: 8 GPUs, 8 x 400 "
        "Gb/s NDR InfiniBand (50 GB/s per GPU)",
-       989.4, 66.9, 66.9, 4800, 450, 50, 0, 1, 141, 8},
+       989.4, 66.9, 66.9, 4800, 450, 50, 0, 1, 141, 8, 0, {}, {}},
       {"mi300x",
        "AMD Instinct MI300X datasheet: peak BF16 matrix 1,307.4 TFLOPS dense, FP32 matrix 163.4, FP64 matrix 163.4, "
        "HBM3 5.3 TB/s, 192 GB, 7 Infinity Fabric links of 128 GB/s (896 GB/s both directions, 448 per direction); "
        "8 GPUs per platform, one 400 Gb/s NIC per GPU (50 GB/s)",
-       1307.4, 163.4, 163.4, 5300, 448, 50, 0, 1, 192, 8},
+       1307.4, 163.4, 163.4, 5300, 448, 50, 0, 1, 192, 8, 0, {}, {}},
       {"b200",
        "NVIDIA Blackwell datasheet, HGX B200 (1,000 W per GPU): BF16 Tensor Core 4.5 PFLOPS with sparsity (2,250 "
        "dense), FP32 80 TFLOPS, FP64 40, HBM3e 8 TB/s, 180 GB per GPU (1.44 TB per 8-GPU HGX), fifth-generation "
        "NVLink 1.8 TB/s (900 GB/s per direction); 8 GPUs per node, one 400 Gb/s ConnectX-7 NIC per GPU (50 GB/s)",
-       2250, 80, 40, 8000, 900, 50, 0, 1, 180, 8},
+       2250, 80, 40, 8000, 900, 50, 0, 1, 180, 8, 0, {}, {}},
   };
   return m;
 }
@@ -89,8 +89,55 @@ MachineProfile load_machine(const std::string& what) {
   m.gemm_efficiency = r.get<double>("machine.gemm_efficiency", 1.0, Bounds::open_closed(0, 1));
   m.memory_GB = r.get<double>("machine.memory_GB", 0.0, Bounds::non_negative());
   m.ranks_per_node = r.get<int>("machine.ranks_per_node", 1, Bounds::closed(1, 1 << 20));
+  m.wake_us = r.get<double>("machine.wake_us", 0.0, Bounds::non_negative());
+  // Parallel arrays of one table: every one present, of one length >= 1.
+  auto columns = [&](const std::string& table, const std::vector<std::string>& names) {
+    std::vector<std::vector<double>> cols;
+    for (const std::string& n : names) {
+      const std::string key = table + "." + n;
+      cols.push_back(r.require<std::vector<double>>(key, Bounds::positive()));
+      require(!cols.back().empty(), r.source() + ": " + key + " must list at least one value");
+      require(cols.back().size() == cols.front().size(),
+              r.source() + ": " + key + " has " + std::to_string(cols.back().size()) + " values, " + table + "." +
+                  names.front() + " " + std::to_string(cols.front().size()) + " (one per entry)");
+    }
+    return cols;
+  };
+  auto whole = [&](const std::string& key, double v) {
+    require(v == std::floor(v) && v <= double(int64_t(1) << 40),
+            r.source() + ": " + key + " must hold whole numbers up to 2^40, got " + std::to_string(v));
+    return int64_t(v);
+  };
+  for (const std::string& p : gemm_table_precisions()) {
+    const std::string t = "machine.gemm." + p;
+    if (!r.has(t + ".m")) continue;
+    const auto c = columns(t, {"m", "n", "k", "gflops"});
+    for (size_t i = 0; i < c[0].size(); ++i)
+      m.gemm[p].push_back({whole(t + ".m", c[0][i]), whole(t + ".n", c[1][i]), whole(t + ".k", c[2][i]), c[3][i]});
+  }
+  for (const std::string& op : collective_ops()) {
+    const std::string t = "machine.collective." + op;
+    if (!r.has(t + ".group_size")) continue;
+    const auto c = columns(t, {"group_size", "alpha_us", "GBps"});
+    for (size_t i = 0; i < c[0].size(); ++i) {
+      const int64_t g = whole(t + ".group_size", c[0][i]);
+      require(g >= 2, r.source() + ": " + t + ".group_size must be >= 2, got " + std::to_string(g));
+      m.collectives[op].push_back({g, c[1][i], c[2][i]});
+    }
+  }
   r.check_no_unknown_keys();
   return m;
+}
+
+const std::vector<std::string>& gemm_table_precisions() {
+  static const std::vector<std::string> v = {"fp32", "bf16", "fp64"};
+  return v;
+}
+
+const std::vector<std::string>& collective_ops() {
+  static const std::vector<std::string> v = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+                                             "send_recv"};
+  return v;
 }
 
 std::string machine_toml(const MachineProfile& m) {
@@ -112,6 +159,44 @@ std::string machine_toml(const MachineProfile& m) {
   num("machine.gemm_efficiency", m.gemm_efficiency);
   num("machine.memory_GB", m.memory_GB);
   r.set("machine.ranks_per_node", m.ranks_per_node);
+  num("machine.wake_us", m.wake_us);
+  auto nums = [&](const std::string& key, const std::vector<double>& v) {
+    std::vector<double> out;
+    for (double x : v) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.6g", x);
+      out.push_back(std::stod(buf));
+    }
+    r.set(key, out);
+  };
+  for (const auto& [p, table] : m.gemm) {
+    std::vector<int64_t> mm, nn, kk;
+    std::vector<double> g;
+    for (const GemmRate& e : table) {
+      mm.push_back(e.m);
+      nn.push_back(e.n);
+      kk.push_back(e.k);
+      g.push_back(e.gflops);
+    }
+    const std::string t = "machine.gemm." + p;
+    r.set(t + ".m", mm);
+    r.set(t + ".n", nn);
+    r.set(t + ".k", kk);
+    nums(t + ".gflops", g);
+  }
+  for (const auto& [op, fits] : m.collectives) {
+    std::vector<int64_t> g;
+    std::vector<double> a, b;
+    for (const CollectiveFit& f : fits) {
+      g.push_back(f.group_size);
+      a.push_back(f.alpha_us);
+      b.push_back(f.GBps);
+    }
+    const std::string t = "machine.collective." + op;
+    r.set(t + ".group_size", g);
+    nums(t + ".alpha_us", a);
+    nums(t + ".GBps", b);
+  }
   return r.dump();
 }
 
@@ -146,6 +231,9 @@ Hardware hardware_for(const MachineProfile& m, Precision precision) {
   h.latency_us = m.latency_us;
   h.gemm_efficiency = m.gemm_efficiency;
   h.mem_bw_GBps = m.mem_bw_GBps;
+  const char* key = precision == Precision::fp64 ? "fp64" : precision == Precision::fp32 ? "fp32" : "bf16";
+  if (const auto it = m.gemm.find(key); it != m.gemm.end()) h.gemm_rates = it->second;
+  h.collectives = m.collectives;
   return h;
 }
 

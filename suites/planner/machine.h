@@ -17,10 +17,28 @@
 //   gemm_efficiency = 1.0          # fraction of the peak the GEMMs reach, (0, 1]
 //   memory_GB = 80.0               # device memory (0: unknown, no fit check)
 //   ranks_per_node = 8             # devices per node
+//   wake_us = 0.0                  # waking a rank asleep in a wait (informational)
+//
+//   # Optional measured tables (parabench calibrate writes them):
+//   [machine.gemm.fp32]            # also bf16, fp64: C (m x n) = A (m x k) B^T
+//   m = [64, 256]                  # rows; n, k and gflops alike, one entry per shape
+//   n = [512, 512]
+//   k = [512, 512]
+//   gflops = [80.0, 95.0]          # per device
+//   [machine.collective.all_reduce]   # also reduce_scatter, all_gather, all_to_all, send_recv
+//   group_size = [2, 4]            # per call: alpha_us + bus bytes / GBps (intra-node)
+//   alpha_us = [3.1, 20.0]
+//   GBps = [9.5, 6.0]
+//
+// With a GEMM table for the plan's precision the planner takes the model's
+// GEMM efficiency from it at the worst rank's shapes (gemm_efficiency is then
+// unused); with a collective fit an intra-node collective of that op costs
+// the fit of the nearest group size (planner.h).
 //
 // Figures are peaks from datasheets unless a calibration measured them: a plan
 // at peak (gemm_efficiency 1) is an upper bound on throughput.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,7 +54,14 @@ struct MachineProfile {
   double gemm_efficiency = 1;
   double memory_GB = 0;
   int ranks_per_node = 1;
+  double wake_us = 0;
+  std::map<std::string, std::vector<GemmRate>, std::less<>> gemm;  // by precision: fp32, bf16, fp64
+  std::map<std::string, std::vector<CollectiveFit>, std::less<>> collectives;  // by op
 };
+
+// The GEMM table keys (precisions) and collective ops a profile may give.
+const std::vector<std::string>& gemm_table_precisions();
+const std::vector<std::string>& collective_ops();
 
 const std::vector<MachineProfile>& builtin_machines();
 // The built-in profile a device's name names ("NVIDIA H100 80GB HBM3" ->

@@ -103,6 +103,26 @@ double to_double(u128 x) {
   return double(uint64_t(x >> 64)) * 18446744073709551616.0 + double(uint64_t(x));
 }
 
+std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp) {
+  const int64_t t = tp, N = b * s / cp, C = m.C, hs = m.C / m.NH, q = s / cp;
+  std::vector<GemmShape> out;
+  auto linear = [&](int64_t in, int64_t o, double count) {  // y = x W^T, W stored o x in
+    out.push_back({N, o, in, false, true, count});              // forward
+    out.push_back({N, in, o, false, false, count});             // dx = dy W
+    out.push_back({o, in, N, true, false, count});              // dW = dy^T x
+  };
+  const double L = m.L, heads = double(b) * double(m.NH / t) * m.L;
+  linear(C, 3 * C / t, L);
+  linear(C / t, C, L);
+  linear(C, 4 * C / t, L);
+  linear(4 * C / t, C, L);
+  linear(C, (m.V + t - 1) / t, 1);
+  out.push_back({q, s, hs, false, true, 2 * heads});   // S = Q K^T; dP = dO V^T
+  out.push_back({q, hs, s, false, false, 2 * heads});  // O = P V; dQ = dS K
+  out.push_back({s, hs, q, true, false, 2 * heads});   // dV = P^T dO; dK = dS^T Q
+  return out;
+}
+
 int64_t first_stage_extra_bytes(const ActivationShape& x) {
   const int64_t sbh = x.s / x.cp * x.b * x.h;
   return x.dropout ? (x.sp ? sbh / x.tp : sbh) : 0;

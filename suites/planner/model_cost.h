@@ -17,6 +17,7 @@
 // sbh/t (34 + 5as/h); selective recomputation drops the 5as^2b term; full
 // recomputation keeps only the layer input, 2sbh (2sbh/t with SP).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -65,6 +66,37 @@ struct Flops {
 // One iteration of B sequences of s tokens.
 Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r);
 double to_double(u128 x);
+
+// One GEMM shape of a training step: C (m x n) = op(A) op(B) with inner
+// dimension k, A transposed when ta (stored k x m), B when tb (stored n x k);
+// `count` calls per microbatch, forward and backward.
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool ta = false, tb = false;
+  double count = 0;
+};
+// The GEMMs one rank runs for one microbatch of b sequences of s tokens
+// (reference/gpt.cc, impl/tensor_parallel): per block the four linears (y =
+// x W^T forward; dx = dy W and dW = dy^T x backward), the tied LM head, and
+// per head the attention core (S = Q K^T, O = P V; dP = dO V^T, dQ = dS K,
+// dV = P^T dO, dK = dS^T Q). Tensor parallel t splits the column-parallel
+// outputs (qkv, fc), the row-parallel inputs (proj, fc2), the heads and the
+// vocabulary; context parallel c splits the queries (s/c x s scores per
+// head). Mixture-of-experts MLPs count as the dense MLP (their FLOPs in
+// iteration_flops). No recomputation (the planner scales by hardware FLOPs).
+std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp);
+// The fraction of peak_flops (FLOP/s) the GEMMs reach at rate(g) GFLOP/s
+// each: their flops over their time, over the peak, at most 1.
+template <class Rate>
+double gemm_efficiency(const std::vector<GemmShape>& gemms, Rate rate, double peak_flops) {
+  double flops = 0, time = 0;
+  for (const GemmShape& g : gemms) {
+    const double f = 2.0 * double(g.m) * double(g.n) * double(g.k) * g.count;
+    flops += f;
+    time += f / (rate(g) * 1e9);
+  }
+  return time > 0 && peak_flops > 0 ? std::min(1.0, flops / time / peak_flops) : 1.0;
+}
 
 // Activation bytes per layer: tp::layer_activation_bytes (Korthikanti Sec. 4;
 // at e = 2, dropout, cp = 1 exactly the paper's sbh(10 + 24/t + 5as/(ht))).

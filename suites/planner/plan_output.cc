@@ -135,10 +135,11 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
   if (!in.hw.machine.empty())
     o += fmt("machine         %s (plan --machine; a datasheet's peaks are an upper bound unless calibrated)\n",
              in.hw.machine.c_str());
-  o += fmt("estimate        peak %.4g TFLOP/s per rank (GEMMs at %.3g of it), links %.4g / %.4g GB/s intra / inter, "
+  o += fmt("estimate        peak %.4g TFLOP/s per rank (GEMMs at %.3g of it%s), links %.4g / %.4g GB/s intra / inter, "
            "latency %.4g us%s\n",
-           in.hw.peak_tflops, in.hw.gemm_efficiency, in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us,
-           in.overlap ? ", DP/CP overlap on" : "");
+           in.hw.peak_tflops, r.gemm_efficiency,
+           in.hw.gemm_rates.empty() || !in.shape ? "" : ": the profile's GEMM table at this rank's shapes",
+           in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us, in.overlap ? ", DP/CP overlap on" : "");
   o += fmt("  compute       %12.4g s", r.compute_s);
   o += in.hw.mem_bw_GBps > 0 ? fmt(" (memory-bound %.4g s: %.4g GB at %.4g GB/s)\n", r.memory_s, r.memory_bytes / 1e9,
                                    in.hw.mem_bw_GBps)
@@ -178,7 +179,7 @@ CsvRecord plan_record(const PlanInput& in, const PlanResult& r) {
   if (w.activations >= 0) c.set("mem_activations", w.activations).set("activation_bytes", w.activations);
   if (r.timed) {
     c.set("est_compute_s", r.compute_s)
-        .set("est_gemm_efficiency", in.hw.gemm_efficiency)
+        .set("est_gemm_efficiency", r.gemm_efficiency)
         .set("est_memory_s", r.memory_s)
         .set("est_exposed_comm_s", r.exposed_comm_s)
         .set("est_step_time_s", r.step_s)

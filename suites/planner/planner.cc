@@ -7,6 +7,7 @@
 #include "suites/planner/planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 
@@ -56,13 +57,32 @@ void check_input(const PlanInput& in) {
   require(h.mem_bw_GBps >= 0, "--mem-bw: must be >= 0");
 }
 
+// The fit of the group size nearest n (by ratio; the larger on a tie).
+const CollectiveFit* nearest_fit(const std::vector<CollectiveFit>& fits, int64_t n) {
+  const CollectiveFit* best = nullptr;
+  double best_d = 0;
+  for (const CollectiveFit& f : fits) {
+    const double d = std::abs(std::log(double(f.group_size) / double(n)));
+    if (!best || d < best_d || (d == best_d && f.group_size > best->group_size)) {
+      best = &f;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
 // Alpha-beta ring time of one row (planner.h).
 double row_time(const CommRow& c, const Hardware& hw) {
+  const int64_t n = c.group_size;
+  const double steps = ring_steps(c.op, n);
+  if (!c.inter_node)
+    if (const auto it = hw.collectives.find(c.op); it != hw.collectives.end())
+      if (const CollectiveFit* f = nearest_fit(it->second, n))
+        return double(c.calls) * f->alpha_us * 1e-6 * steps / ring_steps(c.op, f->group_size) +
+               c.bus_bytes / (f->GBps * 1e9);
   const double bw = (c.inter_node ? hw.bw_inter_GBps : hw.bw_intra_GBps) * 1e9;
   require(bw > 0, std::string(c.inter_node ? "--bw-inter" : "--bw-intra") +
                       ": required (> 0) with --peak-tflops: group " + c.group + " has traffic");
-  const int64_t n = c.group_size;
-  const double steps = c.op == "all_reduce" ? 2.0 * double(n - 1) : c.op == "send_recv" ? 1.0 : double(n - 1);
   return double(c.calls) * steps * hw.latency_us * 1e-6 + c.bus_bytes / bw;
 }
 
@@ -226,11 +246,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
 void add_row(std::vector<CommRow>& out, const char* group, const char* phase, const char* op, int64_t n,
              int64_t calls, int64_t bytes, bool inter) {
   if (n <= 1 || calls <= 0) return;
-  CommRow r{group, phase, op, n, calls, bytes, 0.0, inter, 0.0};
-  r.bus_bytes = op == std::string("send_recv") ? double(bytes)
-                : op == std::string("all_reduce") ? double(bytes) * dp::bus_factor(dp::Coll::all_reduce, n)
-                                                   : double(bytes) * dp::bus_factor(dp::Coll::all_gather, n);
-  out.push_back(r);
+  out.push_back({group, phase, op, n, calls, bytes, bus_bytes(op, n, double(bytes)), inter, 0.0});
 }
 
 // TP, CP and PP traffic of one pipeline rank over a step of m microbatches.
@@ -338,6 +354,30 @@ double worst_rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const Plan
 }
 
 }  // namespace
+
+double table_gflops(const std::vector<GemmRate>& table, int64_t m, int64_t n, int64_t k) {
+  const GemmRate* best = nullptr;
+  double best_d = 0;
+  for (const GemmRate& g : table) {
+    const double a = std::log(double(g.m) / double(m)), b = std::log(double(g.n) / double(n)),
+                 c = std::log(double(g.k) / double(k)), d = a * a + b * b + c * c;
+    if (!best || d < best_d) {
+      best = &g;
+      best_d = d;
+    }
+  }
+  return best ? best->gflops : 0;
+}
+
+double ring_steps(std::string_view op, int64_t n) {
+  return op == "all_reduce" ? 2.0 * double(n - 1) : op == "send_recv" ? 1.0 : double(n - 1);
+}
+
+double bus_bytes(std::string_view op, int64_t n, double bytes) {
+  return op == "send_recv"    ? bytes
+         : op == "all_reduce" ? bytes * dp::bus_factor(dp::Coll::all_reduce, n)
+                              : bytes * dp::bus_factor(dp::Coll::all_gather, n);
+}
 
 PlanResult plan(const PlanInput& in) {
   check_input(in);
@@ -483,7 +523,12 @@ PlanResult plan(const PlanInput& in) {
 
   r.timed = true;
   const double peak = in.hw.peak_tflops * 1e12 * double(r.world);
-  const double achieved = peak * in.hw.gemm_efficiency;
+  r.gemm_efficiency = in.hw.gemm_efficiency;
+  if (in.shape && !in.hw.gemm_rates.empty())  // the worst rank's own GEMMs at the measured rates
+    r.gemm_efficiency = gemm_efficiency(
+        rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp),
+        [&](const GemmShape& g) { return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k); }, in.hw.peak_tflops * 1e12);
+  const double achieved = peak * r.gemm_efficiency;
   r.memory_bytes = in.shape ? worst_rank_memory_bytes(in, pipe, r) : 0;
   r.memory_s = in.hw.mem_bw_GBps > 0 ? r.memory_bytes / (in.hw.mem_bw_GBps * 1e9) : 0;
   r.compute_s = r.hardware_flops / achieved + r.memory_s;

@@ -9,7 +9,8 @@
 // Time model (stated once, here): compute = hardware FLOPs / (world * peak *
 // GEMM efficiency) + memory-bound time, the efficiency being the fraction of
 // peak the model's GEMMs reach (1 unless given; the sweep measures it at the
-// model's shapes) and the memory-bound time, given a memory bandwidth, the
+// model's shapes; a calibrated profile's GEMM table gives it at the worst
+// rank's own shapes, rank_gemms) and the memory-bound time, given a memory bandwidth, the
 // non-GEMM bytes of the worst rank's microbatches (model_cost.h
 // *_traffic_bytes) plus its optimizer step (reads params, grads and states,
 // writes params and states) over that bandwidth;
@@ -19,13 +20,16 @@
 // microbatches on each rank; each collective costs ring alpha-beta time
 // steps*latency + bus_bytes/bandwidth (all_reduce 2(n-1) steps, reduce_scatter
 // and all_gather n-1, send/recv 1), at the inter-node bandwidth when its group
-// spans nodes. Exposed comm: everything, unless overlap is on, then DP and CP
+// spans nodes; within a node, a calibrated fit of its op (Hardware::
+// collectives) replaces latency and bandwidth. Exposed comm: everything, unless overlap is on, then DP and CP
 // comm hide under the compute of their phase (fwd/bwd) and only the excess
 // shows; TP and PP comm are always exposed.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "impl/data_parallel/cost.h"
@@ -35,6 +39,31 @@
 
 namespace pb::planner {
 
+// One measured GEMM shape (parabench calibrate): C (m x n) = A (m x k) B^T
+// at `gflops` GFLOP/s on one rank.
+struct GemmRate {
+  int64_t m = 0, n = 0, k = 0;
+  double gflops = 0;
+};
+// The rate of the entry nearest (m, n, k), by Euclidean distance between the
+// logarithms of the three sizes (the first such entry on a tie); 0 when the
+// table is empty.
+double table_gflops(const std::vector<GemmRate>& table, int64_t m, int64_t n, int64_t k);
+
+// One measured collective at one group size (parabench calibrate): a call
+// moving B bus bytes takes alpha_us + B / GBps (intra-node; the group's
+// ranks sharing the node's cores as a local run's do).
+struct CollectiveFit {
+  int64_t group_size = 0;
+  double alpha_us = 0, GBps = 0;
+};
+// Ring steps of one call of `op` (all_reduce, reduce_scatter, all_gather,
+// all_to_all, send_recv) on n ranks: 2(n-1), n-1, n-1, n-1, 1; and its bus
+// bytes for `bytes` logical bytes (nccl-tests: all_reduce 2(n-1)/n, send_recv
+// 1, the others (n-1)/n).
+double ring_steps(std::string_view op, int64_t n);
+double bus_bytes(std::string_view op, int64_t n, double bytes);
+
 struct Hardware {
   double peak_tflops = 0;  // per rank; 0 = no time estimate
   double bw_intra_GBps = 0, bw_inter_GBps = 0;  // per rank, GB/s (1e9)
@@ -43,6 +72,15 @@ struct Hardware {
   double mem_bw_GBps = 0;      // per rank device-memory bandwidth; 0: memory-bound work not timed
   double memory_GB = 0;        // device memory per rank; 0: unknown (no fit check)
   std::string machine;         // the profile's name (plan --machine), empty when typed by hand
+  // Measured GEMM rates by shape at the plan's precision: when given (and the
+  // model's shape), the model's GEMM efficiency is its GEMMs' (rank_gemms)
+  // flops over their time at these rates, instead of gemm_efficiency.
+  std::vector<GemmRate> gemm_rates;
+  // Measured alpha-beta fits per op by group size: an intra-node row of that
+  // op costs calls x alpha + bus bytes / GBps with the fit of the nearest
+  // group size (alpha scaled by the ring steps), instead of latency_us and
+  // bw_intra_GBps.
+  std::map<std::string, std::vector<CollectiveFit>, std::less<>> collectives;
 };
 
 struct PlanInput {
@@ -115,6 +153,7 @@ struct PlanResult {
   double compute_s = 0, bubble_s = 0, comm_s = 0, exposed_comm_s = 0, step_s = 0;
   double memory_bytes = 0;           // non-GEMM bytes per step on the worst rank (needs a shape)
   double memory_s = 0;               // memory_bytes / mem_bw (0 without a bandwidth); part of compute_s
+  double gemm_efficiency = 1;        // what compute_s used: the hardware's, or its GEMM table's at the model's shapes
   double bubble_over_ideal = 0;      // the schedule's declared bubble / ideal compute
   std::string bubble_formula;
   double tokens_per_s = 0, mfu = 0, hfu = 0;

@@ -644,5 +644,150 @@ TEST(Machine, ProfileTomlRoundTripsAndLinesFit) {
   EXPECT_THROW(fit_line({{1, 2}, {1, 3}}), InputError);
 }
 
+// The GEMMs a rank runs are the model's FLOPs exactly: their 2 m n k per
+// microbatch, times the microbatches (and the tp or cp shards), is
+// Megatron's formula without recomputation.
+TEST(Planner, RankGemmsAreTheModelFlops) {
+  for (const char* name : {"tiny", "small", "gpt2-124m"}) {
+    const ModelConfig m = planner_model(name);
+    for (const auto& [tp, cp] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {4, 1}, {1, 2}, {1, 4}}) {
+      if (m.NH % tp || m.V % tp) continue;
+      const int64_t b = 3, s = m.maxT;
+      double f = 0;
+      for (const GemmShape& g : rank_gemms(m, b, s, tp, cp)) f += 2.0 * double(g.m) * double(g.n) * double(g.k) * g.count;
+      EXPECT_DOUBLE_EQ(f * tp * cp, to_double(iteration_flops(m, b, s, Recompute::none).model))
+          << name << " tp" << tp << " cp" << cp;
+    }
+  }
+}
+
+// A GEMM table: the nearest shape by the logarithms of m, n, k; the model's
+// efficiency its GEMMs' flops over their time at those rates.
+TEST(Planner, GemmTableGivesTheEfficiencyAtTheRanksShapes) {
+  const std::vector<GemmRate> table = {{64, 64, 64, 10}, {64, 1024, 1024, 40}, {1024, 1024, 1024, 80}};
+  EXPECT_EQ(table_gflops({}, 5, 5, 5), 0);
+  EXPECT_EQ(table_gflops(table, 64, 64, 64), 10);
+  EXPECT_EQ(table_gflops(table, 16, 50, 90), 10);
+  EXPECT_EQ(table_gflops(table, 100, 700, 2000), 40);
+  EXPECT_EQ(table_gflops(table, 512, 1024, 1024), 80);  // log-nearer 1024 than 64
+  EXPECT_EQ(table_gflops(table, 100000, 1, 1), 10);
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.seq = 64;
+  in.microbatch_size = 4;
+  in.precision = Precision::fp32;
+  in.hw.peak_tflops = 0.1;
+  in.hw.bw_intra_GBps = 10;
+  in.hw.gemm_efficiency = 0.3;  // unused once a table is given
+  const PlanResult scalar = plan(in);
+  EXPECT_DOUBLE_EQ(scalar.gemm_efficiency, 0.3);
+  in.hw.gemm_rates = {{64, 64, 64, 50}};  // one rate everywhere: half of the 100 GFLOP/s peak
+  const PlanResult uniform = plan(in);
+  EXPECT_NEAR(uniform.gemm_efficiency, 0.5, 1e-12);
+  EXPECT_NEAR(uniform.compute_s - uniform.memory_s, uniform.hardware_flops / 50e9, 1e-12);
+  // Rates growing with the size: by hand over the rank's GEMMs, and tensor
+  // parallel's smaller shards reach less.
+  in.hw.gemm_rates = table;
+  double f = 0, t = 0;
+  for (const GemmShape& g : rank_gemms(*in.shape, 4, 64, 1, 1)) {
+    const double x = 2.0 * double(g.m) * double(g.n) * double(g.k) * g.count;
+    f += x;
+    t += x / (table_gflops(table, g.m, g.n, g.k) * 1e9);
+  }
+  const PlanResult one = plan(in);
+  EXPECT_NEAR(one.gemm_efficiency, f / t / 1e11, 1e-12);
+  in.tp = 2;
+  EXPECT_LT(plan(in).gemm_efficiency, one.gemm_efficiency);
+}
+
+// A collective fit replaces latency and bandwidth for its op within a node:
+// calls x alpha + bus bytes / GBps, alpha scaled by the ring steps when the
+// nearest group size is another; across nodes the links stay.
+TEST(Planner, CollectiveFitsTimeTheirOp) {
+  PlanInput in = params_only(10'000'000, 2, dp::Shard::none);
+  in.hw.peak_tflops = 1;
+  in.hw.bw_intra_GBps = 1;
+  in.hw.bw_inter_GBps = 1;
+  in.hw.latency_us = 1000;
+  in.hw.collectives["all_reduce"] = {{2, 5, 20}, {8, 50, 4}};
+  const PlanResult r = plan(in);
+  ASSERT_FALSE(r.comm.empty());
+  for (const CommRow& c : r.comm) {
+    ASSERT_EQ(c.op, "all_reduce");
+    EXPECT_NEAR(c.time_s, double(c.calls) * 5e-6 + c.bus_bytes / 20e9, 1e-15) << c.group;
+  }
+  in.dp = 3;  // nearest by ratio: 2 (3/2 < 8/3); 4 ring steps over its 2
+  in.global_batch = 3;
+  for (const CommRow& c : plan(in).comm)
+    EXPECT_NEAR(c.time_s, double(c.calls) * 5e-6 * 4 / 2 + c.bus_bytes / 20e9, 1e-15) << c.group;
+  in.dp = 4;  // equidistant from 2 and 8: the larger; 6 steps over its 14
+  in.global_batch = 4;
+  for (const CommRow& c : plan(in).comm)
+    EXPECT_NEAR(c.time_s, double(c.calls) * 50e-6 * 6 / 14 + c.bus_bytes / 4e9, 1e-15) << c.group;
+  in.ranks_per_node = 2;  // the dp group spans nodes: the inter-node link and latency
+  for (const CommRow& c : plan(in).comm) {
+    ASSERT_TRUE(c.inter_node) << c.group;
+    EXPECT_NEAR(c.time_s, double(c.calls) * 6 * 1000e-6 + c.bus_bytes / 1e9, 1e-12) << c.group;
+  }
+  EXPECT_DOUBLE_EQ(ring_steps("send_recv", 9), 1);
+  EXPECT_DOUBLE_EQ(ring_steps("all_to_all", 9), 8);
+  EXPECT_DOUBLE_EQ(bus_bytes("all_reduce", 4, 100), 150);
+  EXPECT_DOUBLE_EQ(bus_bytes("all_to_all", 4, 100), 75);
+}
+
+// Measured tables round-trip through a profile, reach the plan's hardware by
+// precision, and bad tables are refused naming the key.
+TEST(Machine, ProfileTablesReadStrictly) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_tables_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  MachineProfile m = load_machine("a100");
+  m.wake_us = 33;
+  m.gemm["fp32"] = {{16, 64, 64, 12.5}, {1024, 1024, 1024, 95}};
+  m.gemm["fp64"] = {{256, 256, 256, 40}};
+  m.collectives["send_recv"] = {{2, 1.5, 9}, {4, 20, 3}};
+  const auto p = (dir / "m.toml").string();
+  std::ofstream(p) << machine_toml(m);
+  const MachineProfile r = load_machine(p);
+  EXPECT_DOUBLE_EQ(r.wake_us, 33);
+  ASSERT_EQ(r.gemm.size(), 2u);
+  ASSERT_EQ(r.gemm.at("fp32").size(), 2u);
+  EXPECT_EQ(r.gemm.at("fp32")[0].m, 16);
+  EXPECT_EQ(r.gemm.at("fp32")[1].k, 1024);
+  EXPECT_DOUBLE_EQ(r.gemm.at("fp32")[0].gflops, 12.5);
+  ASSERT_EQ(r.collectives.at("send_recv").size(), 2u);
+  EXPECT_EQ(r.collectives.at("send_recv")[1].group_size, 4);
+  EXPECT_DOUBLE_EQ(r.collectives.at("send_recv")[1].alpha_us, 20);
+  EXPECT_EQ(hardware_for(r, Precision::fp32).gemm_rates.size(), 2u);
+  EXPECT_EQ(hardware_for(r, Precision::fp64).gemm_rates.size(), 1u);
+  EXPECT_TRUE(hardware_for(r, Precision::bf16_mixed).gemm_rates.empty());
+  EXPECT_EQ(hardware_for(r, Precision::bf16_mixed).collectives.size(), 1u);
+  const std::string head = "[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\n";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"[machine.gemm.fp32]\nm = [1, 2]\nn = [1]\nk = [1]\ngflops = [1.0]\n", "machine.gemm.fp32.n has 1 values"},
+      {"[machine.gemm.fp32]\nm = [1]\nn = [1]\nk = [1]\ngflops = [0.0]\n", "machine.gemm.fp32.gflops"},
+      {"[machine.gemm.fp32]\nm = [1.5]\nn = [1]\nk = [1]\ngflops = [1.0]\n", "machine.gemm.fp32.m must hold whole"},
+      {"[machine.gemm.fp32]\nm = [1]\nn = [1]\ngflops = [1.0]\n", "machine.gemm.fp32.k"},
+      {"[machine.gemm.fp32]\nm = []\nn = []\nk = []\ngflops = []\n", "at least one value"},
+      {"[machine.gemm.fp16]\nm = [1]\nn = [1]\nk = [1]\ngflops = [1.0]\n", "machine.gemm.fp16"},
+      {"[machine.collective.all_reduce]\ngroup_size = [1]\nalpha_us = [1.0]\nGBps = [1.0]\n",
+       "group_size must be >= 2"},
+      {"[machine.collective.broadcast]\ngroup_size = [2]\nalpha_us = [1.0]\nGBps = [1.0]\n",
+       "machine.collective.broadcast"},
+      {"[machine.collective.all_reduce]\ngroup_size = [2]\nalpha_us = [1.0]\nGBps = [-1.0]\n",
+       "machine.collective.all_reduce.GBps"},
+  };
+  for (const auto& [text, want] : bad) {
+    const auto f = (dir / "bad.toml").string();
+    std::ofstream(f) << head << text;
+    try {
+      load_machine(f);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace pb::planner

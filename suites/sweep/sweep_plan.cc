@@ -125,37 +125,15 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
 
 double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds) {
   require(Bm > 0 && seq > 0 && peak_flops > 0, "gemm efficiency: microbatch, seq and peak must be > 0");
-  struct Gemm {
-    int m, n, k;
-    bool ta, tb;
-    double count;
-  };
-  const int N = Bm * seq, C = m.C, hs = m.C / m.NH, T = seq;
-  std::vector<Gemm> gemms;
-  auto linear = [&](int in, int out, double count) {  // y = x W^T, W stored out x in
-    gemms.push_back({N, out, in, false, true, count});    // forward
-    gemms.push_back({N, in, out, false, false, count});   // dx = dy W
-    gemms.push_back({out, in, N, true, false, count});    // dW = dy^T x
-  };
-  const double L = m.L, heads = double(Bm) * m.NH * m.L;
-  linear(C, 3 * C, L);
-  linear(C, C, L);
-  linear(C, 4 * C, L);
-  linear(4 * C, C, L);
-  linear(C, m.V, 1);
-  gemms.push_back({T, T, hs, false, true, 2 * heads});   // S = Q K^T; dP = dO V^T
-  gemms.push_back({T, hs, T, false, false, 2 * heads});  // O = P V; dQ = dS K
-  gemms.push_back({T, hs, T, true, false, 2 * heads});   // dV = P^T dO; dK = dS^T Q
-  std::map<std::tuple<int, int, int, bool, bool>, double> rate;  // GFLOP/s by shape
-  double flops = 0, time = 0;
-  for (const Gemm& g : gemms) {
-    auto key = std::make_tuple(g.m, g.n, g.k, g.ta, g.tb);
-    if (!rate.count(key)) rate[key] = kernels::measure_sgemm_gflops(g.m, g.n, g.k, g.ta, g.tb, seconds);
-    const double f = 2.0 * g.m * g.n * g.k * g.count;
-    flops += f;
-    time += f / (rate[key] * 1e9);
-  }
-  return std::min(1.0, flops / time / peak_flops);
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, double> rate;  // GFLOP/s by shape
+  return planner::gemm_efficiency(
+      planner::rank_gemms(m, Bm, seq, 1, 1),
+      [&](const planner::GemmShape& g) {
+        double& r = rate[std::make_tuple(g.m, g.n, g.k, g.ta, g.tb)];
+        if (r == 0) r = kernels::measure_sgemm_gflops(int(g.m), int(g.n), int(g.k), g.ta, g.tb, seconds);
+        return r;
+      },
+      peak_flops);
 }
 
 double MemoryBoundRates::GBps(int64_t microbatches) const {
