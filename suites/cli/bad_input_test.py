@@ -224,6 +224,8 @@ def cases(F):
         (7, ["export", "--dir", "/proc/parabench-no"], 2, r"/proc/parabench-no"),
         (7, ["calibrate", "--seconds", "0", "--out", w("m.toml")], 2, r"--seconds: must be in \(0, 60\]"),
         (7, ["calibrate", "--out", w("no", "such", "m.toml")], 2, r"--out: cannot write"),
+        (7, ["calibrate", "--out", w("m.toml"), "--inter-node", w("no.csv")], 2, r"--inter-node: .*no\.csv: cannot open"),
+        (7, ["calibrate", "--out", w("m.toml"), "--inter-node", F["bad_machine"]], 2, r"--inter-node: "),
         (7, ["plan", "--model", "gpt2-124m", "--machine", "nosuch"], 2,
          r"--machine: 'nosuch' is neither a built-in machine \(a100, h100, h200, mi300x, b200\)"),
         (7, ["plan", "--model", "gpt2-124m", "--machine", F["bad_machine"]], 2, r"machine\.peak_tflops_bf16"),

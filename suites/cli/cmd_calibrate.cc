@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -43,6 +44,7 @@ using CalClock = std::chrono::steady_clock;
 struct CalibrateFlags {
   std::string out = "results/machine.toml";
   std::string name;
+  std::string inter_node;  // a collectives.csv measured across nodes
   double seconds = 0.2;
 };
 
@@ -185,6 +187,9 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
     require(std::filesystem::is_directory(dir, ec) && !std::filesystem::is_directory(out, ec),
             "--out: cannot write '" + f.out + "' (its directory must exist; it must not be a directory)");
   }
+  // Read first: a bad file fails before the measurements, not after.
+  std::optional<planner::InterNodeFit> inter;
+  if (!f.inter_node.empty()) inter = planner::fit_inter_node(f.inter_node);
   planner::MachineProfile m;
   m.name = f.name.empty() ? host_name() : f.name;
   require(!m.name.empty() && m.name.size() <= 64, "--name: must be 1 to 64 characters");
@@ -214,7 +219,11 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   require(fit.slope > 0, "calibrate: the all_reduce times do not grow with size (a noisy machine? rerun with a "
                          "larger --seconds)");
   m.bw_intra_GBps = 1 / fit.slope / 1e9;  // bus bytes = S at two ranks
-  m.bw_inter_GBps = m.bw_intra_GBps;      // one node
+  m.bw_inter_GBps = m.bw_intra_GBps;      // one node, unless measured across nodes
+  if (inter) {
+    m.bw_inter_GBps = inter->GBps;
+    m.latency_inter_us = inter->latency_us;
+  }
   // Every op at 2 ranks, one per core and twice as many ranks as cores
   // (time-shared: the fit includes the wake-ups of sleeping ranks).
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -232,7 +241,8 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   m.memory_GB = installed / m.ranks_per_node;
   m.source = "parabench calibrate on " + host_name() + " at " + iso8601_utc(std::chrono::system_clock::now()) +
              " (git " + env.git_rev + "): one core's GEMM rates (peaks and tables by shape), memcpy bandwidth, local "
-             "collective fits by op and group size over threads, wake-up after a 3 ms skew";
+             "collective fits by op and group size over threads, wake-up after a 3 ms skew" +
+             (inter ? "; inter-node link from the all_reduce rows of " + f.inter_node : std::string());
 
   std::printf("  GEMM, one core        fp32 %.4g GFLOP/s (sgemm, best of 256/512/1024), bf16-mixed %.4g, fp64 %.4g "
               "(matmul_forward at 512)\n",
@@ -257,6 +267,10 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
     for (const planner::CollectiveFit& c : fits)
       std::printf("    %-15s %2lld ranks  alpha %9.3g us  B %8.4g GB/s%s\n", op.c_str(), (long long)c.group_size,
                   c.alpha_us, c.GBps, c.group_size > cores ? "  (more ranks than cores)" : "");
+  if (inter)
+    std::printf("  inter-node            all_reduce at %d ranks across nodes (%d rows of %s): %.4g us per ring step, "
+                "bus %.4g GB/s\n",
+                inter->world, inter->rows, f.inter_node.c_str(), inter->latency_us, inter->GBps);
   std::printf("  wake-up               %.3g us (a rank asleep in a wait, woken by the last arrival; median of 20)\n",
               m.wake_us);
   write_file_atomically(f.out,
@@ -276,6 +290,9 @@ void register_calibrate(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--out", f->out, "the profile to write (TOML)")->capture_default_str();
   app->add_option("--name", f->name, "the machine's name in the profile (default: the host name)");
   app->add_option("--seconds", f->seconds, "time per measurement, in (0, 60]")->capture_default_str();
+  app->add_option("--inter-node", f->inter_node,
+                  "a collectives.csv of `parabench collectives all_reduce` run across nodes: the profile's "
+                  "inter-node link (bw_inter_GBps, latency_inter_us) from its rows");
   reg.push_back({app, [f, &env] { return run_calibrate(*f, env); }});
 }
 

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "harness/comm/comm_backends.h"
+#include "harness/comm/runner.h"
 #include "harness/io/csv.h"
 #include "harness/io/csv_schema.h"
 #include "harness/io/run_meta.h"
@@ -140,6 +141,10 @@ int run(Flags& f, const Env& env, bool world_given) {
   }
 
   coll::BenchPlan plan{ops, dtypes, redops, roots, b};
+  int nodes = 1;  // what rank 0 sees (host names under MPI, --ranks-per-node locally)
+  run_ranks(*world, [&](Communicator& comm) {
+    if (comm.rank() == 0) nodes = comm.num_nodes();
+  });
 
   // Rows and counters are written by the process that hosts rank 0.
   const bool writer = hosts_rank(*world, 0);
@@ -173,6 +178,7 @@ int run(Flags& f, const Env& env, bool world_given) {
       r.set("inplace", p->in_place).set("iters", p->iters).set("time_us", p->time_us);
       r.set("algbw_gbps", p->algbw_gbps).set("busbw_gbps", p->busbw_gbps);
       if (p->wrong >= 0) r.set("wrong", p->wrong);
+      r.set("nodes", nodes);
       meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
       rows->write(meta, r);
     }

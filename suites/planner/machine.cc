@@ -8,6 +8,7 @@
 #include <string>
 
 #include "harness/io/config.h"
+#include "harness/io/csv.h"
 #include "harness/status.h"
 
 namespace pb::planner {
@@ -31,27 +32,27 @@ const std::vector<MachineProfile>& builtin_machines() {
        "NVIDIA A100 80GB SXM4 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core 312 "
        "TFLOPS dense, FP32 19.5, FP64 Tensor Core 19.5, HBM2e 2,039 GB/s, 80 GB, NVLink 600 GB/s (300 per "
        "direction); DGX A100: 8 GPUs, 8 x 200 Gb/s HDR InfiniBand (25 GB/s per GPU)",
-       312, 19.5, 19.5, 2039, 300, 25, 0, 1, 80, 8, 0, {}, {}},
+       312, 19.5, 19.5, 2039, 300, 25, 0, 1, 80, 8, 0, 0, {}, {}},
       {"h100",
        "NVIDIA H100 SXM5 datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
        "Tensor Core 66.9, HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s (450 per direction); DGX H100: 8 GPUs, 8 x 400 Gb/s "
        "NDR InfiniBand (50 GB/s per GPU)",
-       989.4, 66.9, 66.9, 3350, 450, 50, 0, 1, 80, 8, 0, {}, {}},
+       989.4, 66.9, 66.9, 3350, 450, 50, 0, 1, 80, 8, 0, 0, {}, {}},
       {"h200",
        "NVIDIA H200 SXM datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
        "Tensor Core 66.9, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s (450 per direction); DGX H200: 8 GPUs, 8 x 400 "
        "Gb/s NDR InfiniBand (50 GB/s per GPU)",
-       989.4, 66.9, 66.9, 4800, 450, 50, 0, 1, 141, 8, 0, {}, {}},
+       989.4, 66.9, 66.9, 4800, 450, 50, 0, 1, 141, 8, 0, 0, {}, {}},
       {"mi300x",
        "AMD Instinct MI300X datasheet: peak BF16 matrix 1,307.4 TFLOPS dense, FP32 matrix 163.4, FP64 matrix 163.4, "
        "HBM3 5.3 TB/s, 192 GB, 7 Infinity Fabric links of 128 GB/s (896 GB/s both directions, 448 per direction); "
        "8 GPUs per platform, one 400 Gb/s NIC per GPU (50 GB/s)",
-       1307.4, 163.4, 163.4, 5300, 448, 50, 0, 1, 192, 8, 0, {}, {}},
+       1307.4, 163.4, 163.4, 5300, 448, 50, 0, 1, 192, 8, 0, 0, {}, {}},
       {"b200",
        "NVIDIA Blackwell datasheet, HGX B200 (1,000 W per GPU): BF16 Tensor Core 4.5 PFLOPS with sparsity (2,250 "
        "dense), FP32 80 TFLOPS, FP64 40, HBM3e 8 TB/s, 180 GB per GPU (1.44 TB per 8-GPU HGX), fifth-generation "
        "NVLink 1.8 TB/s (900 GB/s per direction); 8 GPUs per node, one 400 Gb/s ConnectX-7 NIC per GPU (50 GB/s)",
-       2250, 80, 40, 8000, 900, 50, 0, 1, 180, 8, 0, {}, {}},
+       2250, 80, 40, 8000, 900, 50, 0, 1, 180, 8, 0, 0, {}, {}},
   };
   return m;
 }
@@ -90,6 +91,7 @@ MachineProfile load_machine(const std::string& what) {
   m.memory_GB = r.get<double>("machine.memory_GB", 0.0, Bounds::non_negative());
   m.ranks_per_node = r.get<int>("machine.ranks_per_node", 1, Bounds::closed(1, 1 << 20));
   m.wake_us = r.get<double>("machine.wake_us", 0.0, Bounds::non_negative());
+  m.latency_inter_us = r.get<double>("machine.latency_inter_us", 0.0, Bounds::non_negative());
   // Parallel arrays of one table: every one present, of one length >= 1.
   auto columns = [&](const std::string& table, const std::vector<std::string>& names) {
     std::vector<std::vector<double>> cols;
@@ -160,6 +162,7 @@ std::string machine_toml(const MachineProfile& m) {
   num("machine.memory_GB", m.memory_GB);
   r.set("machine.ranks_per_node", m.ranks_per_node);
   num("machine.wake_us", m.wake_us);
+  num("machine.latency_inter_us", m.latency_inter_us);
   auto nums = [&](const std::string& key, const std::vector<double>& v) {
     std::vector<double> out;
     for (double x : v) {
@@ -221,6 +224,80 @@ LineFit fit_line(const std::vector<std::pair<double, double>>& xt) {
   return f;
 }
 
+InterNodeFit fit_inter_node(const std::string& path) {
+  CsvTable t;
+  try {
+    t = read_csv(path);
+  } catch (const InputError& e) {
+    throw InputError(std::string("--inter-node: ") + e.what());
+  }
+  auto col = [&](const char* name) {
+    try {
+      return t.column(name);
+    } catch (const std::out_of_range&) {
+      throw InputError("--inter-node: " + path + " has no '" + name +
+                       "' column (a collectives.csv of parabench collectives, with its nodes column)");
+    }
+  };
+  const size_t kind = col("kind"), status = col("status"), op = col("op"), dtype = col("dtype"),
+               inplace = col("inplace"), nodes = col("nodes"), world = col("world"), bytes = col("bytes"),
+               time = col("time_us");
+  auto number = [&](size_t row, size_t c) {
+    const std::string& v = t.rows[row][c];
+    try {
+      size_t used = 0;
+      const double x = std::stod(v, &used);
+      if (used == v.size() && std::isfinite(x)) return x;
+    } catch (const std::exception&) {
+    }
+    throw InputError("--inter-node: " + path + " line " + std::to_string(t.row_lines[row]) + ": '" + t.header[c] +
+                     "' is not a number: '" + v + "'");
+  };
+  std::vector<size_t> use;
+  InterNodeFit f;
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    const auto& r = t.rows[i];
+    if (r[kind] != "collective" || r[status] != "ok" || r[op] != "all_reduce" || r[dtype] != "fp32" ||
+        r[inplace] != "0" || r[nodes].empty() || number(i, nodes) < 2)
+      continue;
+    use.push_back(i);
+    f.world = std::max(f.world, int(number(i, world)));
+  }
+  require(!use.empty(), "--inter-node: " + path +
+                            " has no ok fp32 all_reduce rows across 2 or more nodes (run `parabench collectives "
+                            "all_reduce -b 4 -e 16M -f 4` under mpirun over the nodes)");
+  require(f.world >= 2, "--inter-node: " + path + ": the rows' world is below 2");
+  std::vector<double> small;
+  std::vector<std::pair<double, double>> large;
+  for (size_t i : use) {
+    if (int(number(i, world)) != f.world) continue;
+    const double x = number(i, bytes), s = number(i, time) * 1e-6;
+    require(x >= 0 && s > 0, "--inter-node: " + path + " line " + std::to_string(t.row_lines[i]) +
+                                 ": bytes must be >= 0 and time_us > 0");
+    ++f.rows;
+    if (x <= 65536) small.push_back(s);
+    if (x >= double(1 << 20)) large.push_back({x * dp::bus_factor(dp::Coll::all_reduce, f.world), s});
+  }
+  size_t distinct = 0;
+  for (size_t i = 0; i < large.size(); ++i) {
+    bool seen = false;
+    for (size_t j = 0; j < i; ++j) seen = seen || large[j].first == large[i].first;
+    distinct += seen ? 0 : 1;
+  }
+  require(distinct >= 2, "--inter-node: " + path + " needs all_reduce sizes of 1 MiB and more, at least two (has " +
+                             std::to_string(distinct) + ")");
+  const LineFit fit = fit_line(large);
+  require(fit.slope > 0, "--inter-node: " + path + ": the all_reduce times do not grow with size");
+  f.GBps = 1 / fit.slope / 1e9;
+  double alpha = std::max(0.0, fit.intercept);
+  if (!small.empty()) {
+    std::sort(small.begin(), small.end());
+    alpha = small[small.size() / 2];
+  }
+  f.latency_us = alpha * 1e6 / (2.0 * (f.world - 1));
+  return f;
+}
+
 Hardware hardware_for(const MachineProfile& m, Precision precision) {
   Hardware h;
   h.peak_tflops = precision == Precision::fp64   ? m.peak_tflops_fp64
@@ -229,6 +306,7 @@ Hardware hardware_for(const MachineProfile& m, Precision precision) {
   h.bw_intra_GBps = m.bw_intra_GBps;
   h.bw_inter_GBps = m.bw_inter_GBps;
   h.latency_us = m.latency_us;
+  h.latency_inter_us = m.latency_inter_us;
   h.gemm_efficiency = m.gemm_efficiency;
   h.mem_bw_GBps = m.mem_bw_GBps;
   const char* key = precision == Precision::fp64 ? "fp64" : precision == Precision::fp32 ? "fp32" : "bf16";

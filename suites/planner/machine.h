@@ -14,6 +14,7 @@
 //   bw_intra_GBps = 450.0          # per device, per direction, within a node
 //   bw_inter_GBps = 50.0           # per device, per direction, across nodes
 //   latency_us = 0.0               # per collective step
+//   latency_inter_us = 0.0         # per step across nodes (0: latency_us)
 //   gemm_efficiency = 1.0          # fraction of the peak the GEMMs reach, (0, 1]
 //   memory_GB = 80.0               # device memory (0: unknown, no fit check)
 //   ranks_per_node = 8             # devices per node
@@ -55,6 +56,7 @@ struct MachineProfile {
   double memory_GB = 0;
   int ranks_per_node = 1;
   double wake_us = 0;
+  double latency_inter_us = 0;  // 0: latency_us
   std::map<std::string, std::vector<GemmRate>, std::less<>> gemm;  // by precision: fp32, bf16, fp64
   std::map<std::string, std::vector<CollectiveFit>, std::less<>> collectives;  // by op
 };
@@ -84,5 +86,19 @@ struct LineFit {
   double intercept = 0, slope = 0;
 };
 LineFit fit_line(const std::vector<std::pair<double, double>>& xt);
+
+// The inter-node link measured by `parabench collectives all_reduce` across
+// nodes (under mpirun over two or more hosts): from the CSV's ok, fp32, out
+// of place all_reduce rows whose ranks spanned 2+ nodes, one world size (the
+// largest), t = alpha + bus bytes / GBps with GBps the inverse slope over the
+// sizes of 1 MiB and more and alpha the median time of those up to 64 KiB
+// (the fit's intercept, at least 0, when there are none); per ring step
+// latency_us = alpha / (2 (world - 1)). InputError naming the file and what
+// it lacks.
+struct InterNodeFit {
+  int world = 0, rows = 0;
+  double latency_us = 0, GBps = 0;
+};
+InterNodeFit fit_inter_node(const std::string& collectives_csv);
 
 }  // namespace pb::planner

@@ -83,7 +83,8 @@ double row_time(const CommRow& c, const Hardware& hw) {
   const double bw = (c.inter_node ? hw.bw_inter_GBps : hw.bw_intra_GBps) * 1e9;
   require(bw > 0, std::string(c.inter_node ? "--bw-inter" : "--bw-intra") +
                       ": required (> 0) with --peak-tflops: group " + c.group + " has traffic");
-  return double(c.calls) * steps * hw.latency_us * 1e-6 + c.bus_bytes / bw;
+  const double latency = c.inter_node && hw.latency_inter_us > 0 ? hw.latency_inter_us : hw.latency_us;
+  return double(c.calls) * steps * latency * 1e-6 + c.bus_bytes / bw;
 }
 
 // Everything one plan needs about the pipeline, from impl/pipeline/cost.h.

@@ -68,6 +68,7 @@ struct Hardware {
   double peak_tflops = 0;  // per rank; 0 = no time estimate
   double bw_intra_GBps = 0, bw_inter_GBps = 0;  // per rank, GB/s (1e9)
   double latency_us = 0;
+  double latency_inter_us = 0;  // per step across nodes; 0: latency_us
   double gemm_efficiency = 1;  // in (0, 1]: fraction of peak_tflops the model's GEMMs reach
   double mem_bw_GBps = 0;      // per rank device-memory bandwidth; 0: memory-bound work not timed
   double memory_GB = 0;        // device memory per rank; 0: unknown (no fit check)

@@ -789,5 +789,64 @@ TEST(Machine, ProfileTablesReadStrictly) {
   std::filesystem::remove_all(dir);
 }
 
+// calibrate --inter-node: the link from a collectives CSV's all_reduce rows
+// across nodes (t = alpha + bus / B; the other rows ignored); bad files name
+// what they lack. The plan times inter-node steps at that latency.
+TEST(Machine, InterNodeLinkFromCollectiveRows) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_inter_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string head = "run_id,kind,world,status,op,bytes,dtype,inplace,time_us,nodes\n";
+  auto row = [](const char* op, int world, double bytes, double t_us, int nodes, const char* inplace = "0",
+                const char* dtype = "fp32") {
+    return std::string("r,collective,") + std::to_string(world) + ",ok," + op + "," + std::to_string(int64_t(bytes)) +
+           "," + dtype + "," + inplace + "," + std::to_string(t_us) + "," + std::to_string(nodes) + "\n";
+  };
+  // 4 ranks: alpha 300 us, bus 2 GB/s (bus bytes = 1.5 S).
+  auto t_us = [](double S) { return 300 + 1.5 * S / 2e9 * 1e6; };
+  std::string text = head;
+  for (double S : {4.0, 1024.0, 65536.0, double(1 << 20), double(4 << 20), double(16 << 20)})
+    text += row("all_reduce", 4, S, t_us(S), 2);
+  text += row("all_reduce", 4, 1 << 20, 1, 1);               // one node: not inter-node
+  text += row("all_gather", 4, 1 << 20, 1, 2);               // another op
+  text += row("all_reduce", 4, 1 << 20, 1, 2, "1");          // in place
+  text += row("all_reduce", 4, 1 << 20, 1, 2, "0", "bf16");  // another dtype
+  text += row("all_reduce", 2, 1 << 20, 1, 2);               // a smaller world
+  const auto p = (dir / "c.csv").string();
+  std::ofstream(p) << text;
+  const InterNodeFit f = fit_inter_node(p);
+  EXPECT_EQ(f.world, 4);
+  EXPECT_EQ(f.rows, 6);
+  EXPECT_NEAR(f.GBps, 2, 1e-6);
+  EXPECT_NEAR(f.latency_us, t_us(1024) / 6, 1e-6);  // the median of 4 B, 1 KiB, 64 KiB over 6 steps
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"run_id,kind,world,status,op,bytes,dtype,inplace,time_us\n", "no 'nodes' column"},
+      {head + row("all_reduce", 4, 1 << 20, 10, 1), "no ok fp32 all_reduce rows across 2 or more nodes"},
+      {head + row("all_reduce", 4, 1 << 20, 10, 2) + row("all_reduce", 4, 1 << 20, 11, 2), "at least two (has 1)"},
+      {head + "r,collective,4,ok,all_reduce,abc,fp32,0,1,2\n" + row("all_reduce", 4, 1 << 20, 10, 2), "'bytes' is not a number"},
+      {head + row("all_reduce", 4, 1 << 20, 20, 2) + row("all_reduce", 4, 4 << 20, 10, 2), "do not grow with size"},
+  };
+  for (const auto& [csv, want] : bad) {
+    std::ofstream(p) << csv;
+    try {
+      fit_inter_node(p);
+      ADD_FAILURE() << "accepted: " << csv;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(fit_inter_node((dir / "none.csv").string()), InputError);
+  std::filesystem::remove_all(dir);
+  PlanInput in = params_only(10'000'000, 4, dp::Shard::none);
+  in.hw.peak_tflops = 1;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 1;
+  in.hw.latency_us = 1;
+  in.hw.latency_inter_us = 50;
+  in.ranks_per_node = 2;
+  for (const CommRow& c : plan(in).comm) {
+    ASSERT_TRUE(c.inter_node);
+    EXPECT_NEAR(c.time_s, double(c.calls) * 6 * 50e-6 + c.bus_bytes / 1e9, 1e-12);
+  }
+}
+
 }  // namespace
 }  // namespace pb::planner
