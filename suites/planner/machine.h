@@ -32,7 +32,7 @@
 //   GBps = [9.5, 6.0]
 //
 // With a GEMM table for the plan's precision the planner takes the model's
-// GEMM efficiency from it at the worst rank's shapes (gemm_efficiency is then
+// GEMM efficiency from it at a rank's shapes (its tp and cp shards) (gemm_efficiency is then
 // unused); with a collective fit an intra-node collective of that op costs
 // the fit of the nearest group size (planner.h).
 //

@@ -525,7 +525,7 @@ PlanResult plan(const PlanInput& in) {
   r.timed = true;
   const double peak = in.hw.peak_tflops * 1e12 * double(r.world);
   r.gemm_efficiency = in.hw.gemm_efficiency;
-  if (in.shape && !in.hw.gemm_rates.empty())  // the worst rank's own GEMMs at the measured rates
+  if (in.shape && !in.hw.gemm_rates.empty())  // a rank's GEMMs (tp and cp shards of the whole model's) at the measured rates
     r.gemm_efficiency = gemm_efficiency(
         rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp),
         [&](const GemmShape& g) { return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k); }, in.hw.peak_tflops * 1e12);

@@ -9,8 +9,8 @@
 // Time model (stated once, here): compute = hardware FLOPs / (world * peak *
 // GEMM efficiency) + memory-bound time, the efficiency being the fraction of
 // peak the model's GEMMs reach (1 unless given; the sweep measures it at the
-// model's shapes; a calibrated profile's GEMM table gives it at the worst
-// rank's own shapes, rank_gemms) and the memory-bound time, given a memory bandwidth, the
+// model's shapes; a calibrated profile's GEMM table gives it at a
+// rank's shapes, the model's GEMMs in its tp and cp shards: rank_gemms) and the memory-bound time, given a memory bandwidth, the
 // non-GEMM bytes of the worst rank's microbatches (model_cost.h
 // *_traffic_bytes) plus its optimizer step (reads params, grads and states,
 // writes params and states) over that bandwidth;
