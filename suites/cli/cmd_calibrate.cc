@@ -83,11 +83,9 @@ std::vector<planner::GemmRate> gemm_table(const std::string& precision, double s
   return t;
 }
 
-// Logical bytes (nccl-tests) of one call at `count` elements per argument:
-// all_reduce and send_recv move count, the others n x count in all.
-double logical_bytes(const std::string& op, int n, size_t count) {
-  return double(count) * 4 * (op == "all_reduce" || op == "send_recv" ? 1 : n);
-}
+// The ranks a call's logical bytes (nccl-tests) spread over: all_reduce and
+// send_recv move `count` elements, the others n x count in all.
+size_t logical_ranks(const std::string& op, int n) { return op == "all_reduce" || op == "send_recv" ? 1 : size_t(n); }
 
 // Seconds per call of `op` at each total (logical) size in `bytes` among n
 // local ranks (fp32; send_recv: a ring exchange, each rank sends to the next
@@ -100,7 +98,7 @@ std::vector<std::pair<double, double>> collective_times(const std::string& op, i
   wo.size = n;
   auto world = make_local_world(wo);
   for (size_t total : bytes) {
-    const size_t count = std::max<size_t>(1, total / 4 / (op == "all_reduce" || op == "send_recv" ? 1 : size_t(n)));
+    const size_t count = std::max<size_t>(1, total / 4 / logical_ranks(op, n));
     double per_call = 0;
     run_ranks(*world, [&](Communicator& comm) {
       const size_t nn = size_t(comm.size());
@@ -127,7 +125,7 @@ std::vector<std::pair<double, double>> collective_times(const std::string& op, i
       const double sec = std::chrono::duration<double>(CalClock::now() - t0).count();
       if (comm.rank() == 0) per_call = sec / int(calls);
     });
-    xt.push_back({logical_bytes(op, n, count), per_call});
+    xt.push_back({double(count * 4 * logical_ranks(op, n)), per_call});
   }
   return xt;
 }
@@ -135,18 +133,8 @@ std::vector<std::pair<double, double>> collective_times(const std::string& op, i
 // alpha: the median time of the sizes up to 4 KiB (the fixed cost per call);
 // GBps: 1 / the slope of time over bus bytes from 1 MiB up.
 planner::CollectiveFit fit_collective(const std::string& op, int n, const std::vector<std::pair<double, double>>& xt) {
-  std::vector<double> small;
-  std::vector<std::pair<double, double>> large;
-  for (const auto& [x, t] : xt) {
-    if (x <= 4096) small.push_back(t);
-    if (x >= double(1 << 20)) large.push_back({planner::bus_bytes(op, n, x), t});
-  }
-  require(!small.empty() && large.size() >= 2, "calibrate: too few sizes to fit " + op);
-  std::sort(small.begin(), small.end());
-  const planner::LineFit fit = planner::fit_line(large);
-  require(fit.slope > 0, "calibrate: " + op + " times at " + std::to_string(n) +
-                             " ranks do not grow with size (a noisy machine? rerun with a larger --seconds)");
-  return {n, small[small.size() / 2] * 1e6, 1 / fit.slope / 1e9};
+  return planner::fit_alpha_beta(op, n, xt, 4096, "calibrate: " + op + " at " + std::to_string(n) + " ranks",
+                                 " (a noisy machine? rerun with a larger --seconds)");
 }
 
 // Waking a rank asleep in a wait: rank 1 arrives at a barrier 3 ms after rank
@@ -210,15 +198,16 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   std::vector<size_t> sizes;
   for (size_t b = 4; b <= (size_t(16) << 20); b *= 4) sizes.push_back(b);
   const auto xt = collective_times("all_reduce", 2, sizes, f.seconds / 3);
-  std::vector<std::pair<double, double>> large_sizes;
+  // The per-op fits' sizes (all among the above): the 2-rank all_reduce fit
+  // comes from this measurement, and its bandwidth is the profile's link.
+  const std::vector<size_t> fit_sizes = {64, 1024, 4096, size_t(1) << 20, size_t(4) << 20, size_t(16) << 20};
+  std::vector<std::pair<double, double>> at_fit_sizes;
   for (const auto& [x, t] : xt)
-    if (x >= double(1 << 20)) large_sizes.push_back({x, t});
+    if (std::find(fit_sizes.begin(), fit_sizes.end(), size_t(x)) != fit_sizes.end()) at_fit_sizes.push_back({x, t});
+  const planner::CollectiveFit all_reduce2 = fit_collective("all_reduce", 2, at_fit_sizes);
   m.latency_us = sweep::local_step_latency_us(2);
   const double fixed = 2 * m.latency_us * 1e-6;  // two ring steps at two ranks
-  const planner::LineFit fit = planner::fit_line(large_sizes);
-  require(fit.slope > 0, "calibrate: the all_reduce times do not grow with size (a noisy machine? rerun with a "
-                         "larger --seconds)");
-  m.bw_intra_GBps = 1 / fit.slope / 1e9;  // bus bytes = S at two ranks
+  m.bw_intra_GBps = all_reduce2.GBps;     // bus bytes = S at two ranks
   m.bw_inter_GBps = m.bw_intra_GBps;      // one node, unless measured across nodes
   if (inter) {
     m.bw_inter_GBps = inter->GBps;
@@ -230,9 +219,11 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   std::vector<int> groups = {2};
   for (int g : {cores, 2 * cores})
     if (g > groups.back()) groups.push_back(g);
-  const std::vector<size_t> fit_sizes = {64, 1024, 4096, size_t(1) << 20, size_t(4) << 20, size_t(16) << 20};
   for (const std::string& op : planner::collective_ops())
-    for (int g : groups) m.collectives[op].push_back(fit_collective(op, g, collective_times(op, g, fit_sizes, f.seconds / 20)));
+    for (int g : groups)
+      m.collectives[op].push_back(op == "all_reduce" && g == 2
+                                      ? all_reduce2
+                                      : fit_collective(op, g, collective_times(op, g, fit_sizes, f.seconds / 20)));
   m.wake_us = wake_up_us(20);
   // The ranks of a local run share the machine's memory: a rank's device
   // memory is its share (the planner checks one rank against it).

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include "harness/io/config.h"
@@ -224,6 +225,30 @@ LineFit fit_line(const std::vector<std::pair<double, double>>& xt) {
   return f;
 }
 
+CollectiveFit fit_alpha_beta(std::string_view op, int64_t n, const std::vector<std::pair<double, double>>& xt,
+                             double small_max, const std::string& what, const std::string& hint) {
+  std::vector<double> small;
+  std::vector<std::pair<double, double>> large;
+  std::set<double> distinct;
+  for (const auto& [x, t] : xt) {
+    if (x <= small_max) small.push_back(t);
+    if (x >= double(1 << 20)) {
+      large.push_back({bus_bytes(op, n, x), t});
+      distinct.insert(x);
+    }
+  }
+  require(distinct.size() >= 2, what + ": needs sizes of 1 MiB and more, at least two (has " +
+                                    std::to_string(distinct.size()) + ")");
+  const LineFit fit = fit_line(large);
+  require(fit.slope > 0, what + ": the times do not grow with size" + hint);
+  double alpha = std::max(0.0, fit.intercept);
+  if (!small.empty()) {
+    std::sort(small.begin(), small.end());
+    alpha = small[small.size() / 2];
+  }
+  return {n, alpha * 1e6, 1 / fit.slope / 1e9};
+}
+
 InterNodeFit fit_inter_node(const std::string& path) {
   CsvTable t;
   try {
@@ -267,34 +292,18 @@ InterNodeFit fit_inter_node(const std::string& path) {
                             " has no ok fp32 all_reduce rows across 2 or more nodes (run `parabench collectives "
                             "all_reduce -b 4 -e 16M -f 4` under mpirun over the nodes)");
   require(f.world >= 2, "--inter-node: " + path + ": the rows' world is below 2");
-  std::vector<double> small;
-  std::vector<std::pair<double, double>> large;
+  std::vector<std::pair<double, double>> xt;
   for (size_t i : use) {
     if (int(number(i, world)) != f.world) continue;
     const double x = number(i, bytes), s = number(i, time) * 1e-6;
     require(x >= 0 && s > 0, "--inter-node: " + path + " line " + std::to_string(t.row_lines[i]) +
                                  ": bytes must be >= 0 and time_us > 0");
-    ++f.rows;
-    if (x <= 65536) small.push_back(s);
-    if (x >= double(1 << 20)) large.push_back({x * dp::bus_factor(dp::Coll::all_reduce, f.world), s});
+    xt.push_back({x, s});
   }
-  size_t distinct = 0;
-  for (size_t i = 0; i < large.size(); ++i) {
-    bool seen = false;
-    for (size_t j = 0; j < i; ++j) seen = seen || large[j].first == large[i].first;
-    distinct += seen ? 0 : 1;
-  }
-  require(distinct >= 2, "--inter-node: " + path + " needs all_reduce sizes of 1 MiB and more, at least two (has " +
-                             std::to_string(distinct) + ")");
-  const LineFit fit = fit_line(large);
-  require(fit.slope > 0, "--inter-node: " + path + ": the all_reduce times do not grow with size");
-  f.GBps = 1 / fit.slope / 1e9;
-  double alpha = std::max(0.0, fit.intercept);
-  if (!small.empty()) {
-    std::sort(small.begin(), small.end());
-    alpha = small[small.size() / 2];
-  }
-  f.latency_us = alpha * 1e6 / (2.0 * (f.world - 1));
+  f.rows = int(xt.size());
+  const CollectiveFit fit = fit_alpha_beta("all_reduce", f.world, xt, 65536, "--inter-node: " + path + " (all_reduce)");
+  f.GBps = fit.GBps;
+  f.latency_us = fit.alpha_us / ring_steps("all_reduce", f.world);
   return f;
 }
 

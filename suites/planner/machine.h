@@ -87,6 +87,15 @@ struct LineFit {
 };
 LineFit fit_line(const std::vector<std::pair<double, double>>& xt);
 
+// An op's alpha-beta at n ranks from (logical bytes, seconds) points: GBps is
+// 1 / the least-squares slope of time over bus bytes (bus_bytes) of the
+// sizes of 1 MiB and more (at least two distinct ones), alpha_us the median
+// time of the sizes up to small_max bytes (the line's intercept, at least 0,
+// when there are none). InputError starting with `what` for too few large
+// sizes or times that do not grow with size (`hint` appended).
+CollectiveFit fit_alpha_beta(std::string_view op, int64_t n, const std::vector<std::pair<double, double>>& xt,
+                             double small_max, const std::string& what, const std::string& hint = "");
+
 // The inter-node link measured by `parabench collectives all_reduce` across
 // nodes (under mpirun over two or more hosts): from the CSV's ok, fp32, out
 // of place all_reduce rows whose ranks spanned 2+ nodes, one world size (the
