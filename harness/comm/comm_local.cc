@@ -43,14 +43,13 @@ class RecvState : public RequestState {
           std::to_string(bytes_) + "-byte receive"));
     else if (bytes)
       std::memcpy(buf_, data, bytes);
-    done_ = true;
-    ready_.store(true, std::memory_order_release);  // the buffer and err_ are written
+    done_.store(true, std::memory_order_release);  // after the buffer and err_
   }
 
   bool test() override {
     Mailbox& mb = *g_->mail[size_t(me_)];
     std::lock_guard lk(mb.mu);
-    if (!done_) return false;
+    if (!done_.load(std::memory_order_acquire)) return false;
     if (err_) std::rethrow_exception(err_);
     return true;
   }
@@ -64,11 +63,11 @@ class RecvState : public RequestState {
   }
 
   void wait() override {
-    if (spin_until(*g_->world, [&] { return ready_.load(std::memory_order_acquire); })) return finish();
+    if (spin_until(*g_->world, [&] { return done_.load(std::memory_order_acquire); })) return finish();
     Mailbox& mb = *g_->mail[size_t(me_)];
     std::unique_lock lk(mb.mu);
     try {
-      block_until(*g_->world, lk, mb.cv, [&] { return done_; }, [&] {
+      block_until(*g_->world, lk, mb.cv, [&] { return done_.load(std::memory_order_acquire); }, [&] {
         return "timed out after " + format_seconds(g_->world->opts.timeout_s) + " s in recv on group '" + g_->name +
                "': rank " + std::to_string(g_->world_ranks[size_t(src_)]) + " sent nothing with tag " +
                std::to_string(tag_);
@@ -93,8 +92,7 @@ class RecvState : public RequestState {
   void* buf_;
   size_t bytes_;
   ChaosPoint cp_;
-  bool done_ = false;                // under the mailbox mutex
-  std::atomic<bool> ready_{false};   // done_, readable without it (a spinning wait)
+  std::atomic<bool> done_{false};  // set under the mailbox mutex; read without it by a spinning wait
   std::exception_ptr err_;
 };
 
@@ -115,37 +113,37 @@ class TaskRequest : public RequestState {
   void abandon() override {
     if (abort_) abort_();
     std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return done_; });
+    cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire); });
   }
   void complete(std::exception_ptr e) {
     {
       std::lock_guard lk(mu_);
-      done_ = true;
       err_ = std::move(e);
-      ready_.store(true, std::memory_order_release);
+      done_.store(true, std::memory_order_release);
     }
     cv_.notify_all();
   }
   bool test() override {
     std::lock_guard lk(mu_);
-    if (done_ && err_) std::rethrow_exception(err_);
-    return done_;
+    const bool done = done_.load(std::memory_order_acquire);
+    if (done && err_) std::rethrow_exception(err_);
+    return done;
   }
   // The task itself is bounded (its waits poll abort and the deadline), so
   // this waits for completion only: returning early would leave the task
   // touching the caller's buffers.
   void wait() override {
-    spin_until(*world_, [&] { return ready_.load(std::memory_order_acquire); });
+    spin_until(*world_, [&] { return done_.load(std::memory_order_acquire); });
     std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return done_; });
+    cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire); });
     if (err_) std::rethrow_exception(err_);
   }
+
  private:
   std::shared_ptr<WorldState> world_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;
-  std::atomic<bool> ready_{false};  // done_, readable without mu_ (a spinning wait)
+  std::atomic<bool> done_{false};  // set under mu_; read without it by a spinning wait
   std::exception_ptr err_;
   std::function<void()> abort_;
 };
