@@ -55,6 +55,8 @@ void check_input(const PlanInput& in) {
           "--peak-tflops/--bw-intra/--bw-inter/--latency-us: must be >= 0");
   require(h.gemm_efficiency > 0 && h.gemm_efficiency <= 1, "--gemm-efficiency: must be in (0, 1]");
   require(h.mem_bw_GBps >= 0, "--mem-bw: must be >= 0");
+  require(h.compute_scale > 0 && std::isfinite(h.compute_scale), "compute_scale: must be a finite number > 0");
+  require(h.core_share > 0 && h.core_share <= 1, "core_share: must be in (0, 1]");
 }
 
 // The fit of the group size nearest n (by ratio; the larger on a tie).
@@ -532,10 +534,15 @@ PlanResult plan(const PlanInput& in) {
   const double achieved = peak * r.gemm_efficiency;
   r.memory_bytes = in.shape ? worst_rank_memory_bytes(in, pipe, r) : 0;
   r.memory_s = in.hw.mem_bw_GBps > 0 ? r.memory_bytes / (in.hw.mem_bw_GBps * 1e9) : 0;
-  r.compute_s = r.hardware_flops / achieved + r.memory_s;
-  r.bubble_s = r.compute_s * r.bubble_over_ideal;
+  r.compute_s = (r.hardware_flops / achieved + r.memory_s) * in.hw.compute_scale;
+  // Time-shared cores: the critical path runs at a whole core, the node's work
+  // at its share; the bubble is what the first exceeds the second by.
+  r.bubble_s = in.hw.core_share < 1
+                   ? std::max(0.0, r.compute_s * in.hw.core_share * (1 + r.bubble_over_ideal) - r.compute_s)
+                   : r.compute_s * r.bubble_over_ideal;
   // Forward is a third of the GEMM work and of the layers' memory traffic.
-  const double fwd_s = r.model_flops / 3.0 / achieved + r.memory_s / 3.0, bwd_s = r.compute_s - fwd_s;
+  const double fwd_s = (r.model_flops / 3.0 / achieved + r.memory_s / 3.0) * in.hw.compute_scale,
+               bwd_s = r.compute_s - fwd_s;
   double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;
   for (CommRow& c : r.comm) {
     c.time_s = row_time(c, in.hw);

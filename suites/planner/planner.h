@@ -71,6 +71,17 @@ struct Hardware {
   double latency_inter_us = 0;  // per step across nodes; 0: latency_us
   double gemm_efficiency = 1;  // in (0, 1]: fraction of peak_tflops the model's GEMMs reach
   double mem_bw_GBps = 0;      // per rank device-memory bandwidth; 0: memory-bound work not timed
+  // Measured over modeled compute (> 0): a training step of the model timed on
+  // this machine over the estimate of the same step from the rates above; it
+  // scales compute (the kernels' rates in isolation miss what a step adds: caches
+  // shared by every kernel, calls, bookkeeping). 1: the rates alone.
+  double compute_scale = 1;
+  // The share of a core (device) each rank gets, in (0, 1]: below 1 when more
+  // ranks than cores time-share them (peak_tflops is then already the share's).
+  // A rank's idle time is then another rank's compute: the pipeline bubble
+  // costs only what the critical path at a whole core exceeds the shared
+  // compute by.
+  double core_share = 1;
   double memory_GB = 0;        // device memory per rank; 0: unknown (no fit check)
   std::string machine;         // the profile's name (plan --machine), empty when typed by hand
   // Measured GEMM rates by shape at the plan's precision: when given (and the

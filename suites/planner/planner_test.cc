@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <array>
 #include <cmath>
 #include <filesystem>
@@ -132,6 +135,62 @@ TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
   EXPECT_NEAR(r.compute_s, no_bw.compute_s + r.memory_s, 1e-12);
   in.hw.mem_bw_GBps = -1;
   EXPECT_THROW(plan(in), InputError);
+}
+
+// A measured step over the modeled one scales compute (GEMMs and memory-bound
+// work alike, and so the bubble and what overlap can hide), nothing else; it
+// must be a finite number > 0.
+TEST(Planner, ComputeScaleScalesComputeOnly) {
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.precision = Precision::fp32;
+  in.microbatch_size = 2;
+  in.global_batch = 8;
+  in.pp = 2;
+  in.dp = 2;
+  in.shard = dp::Shard::zero3;
+  in.hw.peak_tflops = 0.05;
+  in.hw.mem_bw_GBps = 10;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 5;
+  in.hw.latency_us = 3;
+  const PlanResult one = plan(in);
+  in.hw.compute_scale = 1.25;
+  const PlanResult scaled = plan(in);
+  EXPECT_NEAR(scaled.compute_s, 1.25 * one.compute_s, 1e-12 * one.compute_s);
+  EXPECT_NEAR(scaled.bubble_s, 1.25 * one.bubble_s, 1e-12 * one.bubble_s);
+  EXPECT_DOUBLE_EQ(scaled.memory_s, one.memory_s);  // the bytes over the bandwidth, as before
+  EXPECT_DOUBLE_EQ(scaled.comm_s, one.comm_s);
+  EXPECT_NEAR(scaled.step_s, scaled.compute_s + scaled.bubble_s + scaled.exposed_comm_s, 1e-15);
+  for (double bad : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    in.hw.compute_scale = bad;
+    EXPECT_THROW(plan(in), InputError) << bad;
+  }
+}
+
+// Ranks time-sharing cores: the bubble is what the critical path at a whole
+// core (compute x share x (1 + bubble / ideal)) exceeds the shared compute by,
+// none when the share's compute is longer; a share outside (0, 1] is refused.
+TEST(Planner, TimeSharedCoresHideTheBubble) {
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.precision = Precision::fp32;
+  in.microbatch_size = 2;
+  in.global_batch = 4;  // 2 microbatches over pp 4: a large bubble
+  in.pp = 4;
+  in.hw.peak_tflops = 0.05;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 5;
+  const PlanResult whole = plan(in);
+  ASSERT_GT(whole.bubble_over_ideal, 1);
+  EXPECT_NEAR(whole.bubble_s, whole.compute_s * whole.bubble_over_ideal, 1e-15);
+  in.hw.core_share = 0.5;
+  const PlanResult half = plan(in);
+  EXPECT_NEAR(half.bubble_s, half.compute_s * 0.5 * (1 + half.bubble_over_ideal) - half.compute_s, 1e-15);
+  in.hw.core_share = 0.2;  // five ranks per core: the shared compute is the longer
+  EXPECT_EQ(plan(in).bubble_s, 0);
+  for (double bad : {0.0, -0.5, 1.5, std::nan("")}) {
+    in.hw.core_share = bad;
+    EXPECT_THROW(plan(in), InputError) << bad;
+  }
 }
 
 // Korthikanti et al. 2022 Table 2 (16-bit activations, dropout).

@@ -566,6 +566,36 @@ std::vector<MeasuredPoint> earlier_points(const SweepRun& run, const SweepConfig
 
 }  // namespace
 
+namespace {
+
+// The plan rows' figures for shape k: its kernels' rates (measure_shape_rates)
+// and compute_scale, from a single-rank step of the shape run as a sweep point
+// (dp1, no sharding: the reference's step, at c's seq, warm-up and measuring
+// time) over the planner's estimate of it. A step that cannot run, or would
+// not fit this machine's limits on one rank (a model the sweep only runs
+// sharded), leaves 1 (the row's reason says so).
+ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHardware& hw, double peak_rank,
+                         const Limits& limits) {
+  const auto& [model, precision, Bm, microbatches] = k;
+  ShapeRates r = measure_shape_rates(named_model(model), Bm, c.seq, peak_rank, 3);
+  SweepConfig one = c;
+  one.batch_per_rank = Bm * microbatches;
+  const SweepPoint p{"shard=none", "dp1", model, precision, "weak", 1, 1, microbatches};
+  try {
+    require_fits(planner::run_need(point_spec(one, p), 1, true, /*conformance=*/false), limits, "calibration step");
+  } catch (const InputError&) {
+    return r;
+  }
+  const PointResult step = run_point(one, p, peak_rank, nullptr);
+  if (step.status == "ok") {
+    r.compute_scale = step.step_time_s / single_rank_estimate_s(k, c.seq, hw, r);
+    r.step_measured = true;
+  }
+  return r;
+}
+
+}  // namespace
+
 SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -613,7 +643,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   if (extrapolates && !skip.empty()) drop_extrapolated_rows(run.plan_csv_path);
   std::unique_ptr<ResultWriter> plan_csv;
   LocalHardware hw;
-  std::map<std::pair<std::string, int>, ShapeRates> rates;  // by (model, microbatch sequences)
+  std::map<ShapeKey, ShapeRates> rates;
   if (writer && !run.world && !run.plan_csv_path.empty() && !todo.empty()) {
     plan_csv = std::make_unique<ResultWriter>(run.plan_csv_path, "plan");
     hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
@@ -635,12 +665,8 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     csv->write(meta, to_record(p, r));
     if (plan_csv && r.status == "ok") {
       measured.push_back({p, r, meta});
-      const int Bm = int(r.global_batch / (int64_t(p.dp) * p.microbatches));
-      const auto key = std::make_pair(p.model, Bm);
-      if (!rates.count(key)) {
-        const ModelConfig& model = named_model(p.model);
-        rates[key] = measure_shape_rates(model, Bm, c.seq, peak_rank, 3);
-      }
+      const ShapeKey key = shape_key(p, r);
+      if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits);
       if (p.world >= 2 && !hw.latency_us_by_world.count(p.world))
         hw.latency_us_by_world[p.world] = local_step_latency_us(p.world);
       const PlanRow pr = plan_row(c, p, r, hw, meta, rates[key]);
@@ -671,9 +697,8 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
       hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
     }
     for (const MeasuredPoint& m : all) {
-      const int Bm = int(m.result.global_batch / (int64_t(m.point.dp) * m.point.microbatches));
-      const auto key = std::make_pair(m.point.model, Bm);
-      if (!rates.count(key)) rates[key] = measure_shape_rates(named_model(m.point.model), Bm, c.seq, peak_rank, 3);
+      const ShapeKey key = shape_key(m.point, m.result);
+      if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits);
       if (m.point.world >= 2 && !hw.latency_us_by_world.count(m.point.world))
         hw.latency_us_by_world[m.point.world] = local_step_latency_us(m.point.world);
     }

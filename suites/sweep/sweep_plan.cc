@@ -118,6 +118,7 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
   hw.bw_inter_GBps = hw.bw_intra_GBps;
   const auto lat = h.latency_us_by_world.find(world);
   hw.latency_us = lat != h.latency_us_by_world.end() ? lat->second : h.latency_us;
+  hw.core_share = share;
   // A copy reads and writes every byte; the traffic counts do both.
   hw.mem_bw_GBps = 2 * h.copy_GBps * share;
   return hw;
@@ -253,6 +254,22 @@ ShapeRates measure_shape_rates(const ModelConfig& m, int Bm, int seq, double pea
   return r;
 }
 
+ShapeKey shape_key(const SweepPoint& p, const PointResult& r) {
+  return {p.model, p.precision, int(r.global_batch / (int64_t(p.dp) * p.microbatches)), p.microbatches};
+}
+
+double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r) {
+  const auto& [model, precision, Bm, microbatches] = k;
+  SweepConfig one;
+  one.seq = seq;
+  SweepPoint p{"shard=none", "dp1", model, precision, "weak", 1, 1, microbatches};
+  PointResult res;
+  res.seq = seq;
+  res.global_batch = int64_t(Bm) * microbatches;
+  r.compute_scale = 1;
+  return planner::plan(plan_input(one, p, res, h, r)).step_s;
+}
+
 planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
                               const LocalHardware& h, const ShapeRates& rates) {
   RunSpec spec;  // the point's spec, as run_point builds it
@@ -283,6 +300,7 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.ranks_per_node = spec.mesh.ranks_per_node ? spec.mesh.ranks_per_node : c.ranks_per_node;
   in.hw = planner_hardware(h, p.world);
   in.hw.gemm_efficiency = rates.gemm_efficiency;
+  in.hw.compute_scale = rates.compute_scale;
   const double mem = rates.memory.GBps(p.microbatches);
   if (mem > 0) in.hw.mem_bw_GBps = mem * core_share(h, p.world);
   return in;
@@ -301,13 +319,17 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     // The sweep's spelling of the point (the strategy text), so the report
     // pairs the two rows.
     row.values.set("strategy", p.strategy);
-    char note[384];
+    char note[512];
     std::snprintf(note, sizeof note,
                   "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it, "
-                  "memory-bound kernels at %.4g GB/s (%s), latency %.4g us per ring step at %d ranks%s",
+                  "memory-bound kernels at %.4g GB/s (%s), compute x %.3g (%s), latency %.4g us per ring step at "
+                  "%d ranks%s",
                   h.peak_flops_per_rank / 1e9, core_share(h, p.world), rates.gemm_efficiency,
                   in.hw.mem_bw_GBps / core_share(h, p.world),
                   rates.memory.GBps(p.microbatches) > 0 ? "measured at the model's shapes" : "2 x memcpy",
+                  rates.compute_scale,
+                  rates.step_measured ? "a measured single-rank step of the shape over the kernels' estimate"
+                                      : "no single-rank step measured: it did not fit this machine on one rank or failed",
                   planner_hardware(h, p.world).latency_us, std::max(2, p.world),
                   p.world < 2 ? " (unused: one rank)" : "");
     row.meta.status = "ok";
@@ -320,7 +342,7 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
 
 std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vector<MeasuredPoint>& measured,
                                             const LocalHardware& h,
-                                            const std::map<std::pair<std::string, int>, ShapeRates>& rates) {
+                                            const std::map<ShapeKey, ShapeRates>& rates) {
   // The largest measured point of each series.
   std::map<std::string, const MeasuredPoint*> largest;
   for (const MeasuredPoint& m : measured) {
@@ -363,8 +385,7 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
                 "extrapolate: a global batch of " + std::to_string(r.global_batch) + " does not split over dp " +
                     std::to_string(p.dp) + " x " + std::to_string(p.microbatches) + " microbatches");
         row.meta.mesh = p.mesh;
-        const int Bm = int(m->result.global_batch / (int64_t(m->point.dp) * m->point.microbatches));
-        const auto found = rates.find({p.model, Bm});
+        const auto found = rates.find(shape_key(m->point, m->result));
         const ShapeRates shape_rates = found != rates.end() ? found->second : ShapeRates{};
         planner::PlanInput in = plan_input(c, p, r, local, shape_rates);
         char note[320];
@@ -376,6 +397,7 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
         } else {
           in.hw = planner_hardware(local, 1);  // one rank per core
           in.hw.gemm_efficiency = shape_rates.gemm_efficiency;
+          in.hw.compute_scale = shape_rates.compute_scale;
           const double mem = shape_rates.memory.GBps(p.microbatches);
           if (mem > 0) in.hw.mem_bw_GBps = mem;
           in.ranks_per_node = local.cores;

@@ -9,6 +9,7 @@
 // results/SCHEMA.md defines it).
 #pragma once
 #include <map>
+#include <tuple>
 #include <string>
 
 #include "harness/io/csv.h"
@@ -80,7 +81,20 @@ MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, dou
 struct ShapeRates {
   double gemm_efficiency = 1;
   MemoryBoundRates memory;  // empty: the memcpy figure (2 x copy_GBps) stands in
+  // A single-rank training step of the shape measured (a dp1 sweep point) over
+  // the planner's estimate of that step from the two figures above
+  // (planner::Hardware::compute_scale); 1: not measured.
+  double compute_scale = 1;
+  bool step_measured = false;  // compute_scale came from a measured step
 };
+// The key of a point's shape figures: model, precision, microbatch sequences
+// and microbatches per step (what the single-rank step behind compute_scale runs).
+using ShapeKey = std::tuple<std::string, std::string, int, int>;
+ShapeKey shape_key(const SweepPoint& p, const PointResult& r);
+// The planner's estimate of the single-rank step (dp1, no sharding) of shape
+// key k's model at seq tokens, on this machine's figures h and rates r
+// (their compute_scale ignored): what compute_scale divides.
+double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r);
 // The best of `repeats` measurements of both (the highest GEMM efficiency;
 // each memory-bound time at its least), so one slow moment of a shared
 // machine does not set every plan row of the shape (a single 10 ms window gave
@@ -113,7 +127,7 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
 // latency measured at the largest world, ranks per node = cores, inter-node
 // links as fast as intra-node: said in the row's reason). A world the series'
 // other axes do not divide, or a batch that does not split, gets a rejected
-// row naming why. `rates` is keyed by (model, microbatch sequences).
+// row naming why. `rates` is keyed by shape_key.
 struct MeasuredPoint {
   SweepPoint point;
   PointResult result;
@@ -121,6 +135,6 @@ struct MeasuredPoint {
 };
 std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vector<MeasuredPoint>& measured,
                                             const LocalHardware& h,
-                                            const std::map<std::pair<std::string, int>, ShapeRates>& rates);
+                                            const std::map<ShapeKey, ShapeRates>& rates);
 
 }  // namespace pb::sweep

@@ -171,6 +171,34 @@ TEST(SweepPlan, ShapeRatesAreTheBestOfTheirRepeats) {
   EXPECT_THROW(local_step_latency_us(1), InputError);
 }
 
+// compute_scale divides a measured single-rank step by this estimate: the
+// plan of the dp1 point of the shape (no sharding), its own scale ignored;
+// the plan input carries the scale, which scales the plan's compute.
+TEST(SweepPlan, ComputeScaleIsAStepOverItsEstimate) {
+  const LocalHardware h{20e9, 5, 20, 2, {}};
+  ShapeRates rates{0.8, {}, 1.3};
+  const ShapeKey k{"tiny", "fp32", 4, 2};
+  SweepConfig c;
+  SweepPoint one{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 2};
+  PointResult r;
+  r.global_batch = 8;
+  r.seq = 16;
+  EXPECT_EQ(shape_key(one, r), k);
+  SweepPoint dp2 = one;
+  dp2.mesh = "dp2";
+  dp2.world = dp2.dp = 2;
+  PointResult r2 = r;
+  r2.global_batch = 16;
+  EXPECT_EQ(shape_key(dp2, r2), k);  // weak scaling: the same microbatch
+  const double est = single_rank_estimate_s(k, 16, h, rates);
+  ShapeRates unscaled = rates;
+  unscaled.compute_scale = 1;
+  EXPECT_DOUBLE_EQ(est, planner::plan(plan_input(c, one, r, h, unscaled)).step_s);
+  const planner::PlanInput in = plan_input(c, one, r, h, rates);
+  EXPECT_DOUBLE_EQ(in.hw.compute_scale, 1.3);
+  EXPECT_NEAR(planner::plan(in).step_s, 1.3 * est, 1e-12 * est);  // one rank: the step is its compute
+}
+
 TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
   const fs::path d = fresh_dir("rows");
   SweepRun run;
@@ -194,6 +222,9 @@ TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
     EXPECT_EQ(p.rows[i][p.column("backend")], "analytic");
     EXPECT_GT(std::stod(p.rows[i][p.column("est_tokens_per_s")]), 0);
     EXPECT_GT(std::stoll(p.rows[i][p.column("mem_total")]), 0);
+    // The shape's single-rank step was measured and scales compute.
+    const std::string why = p.rows[i][p.column("reason")];
+    EXPECT_NE(why.find("a measured single-rank step of the shape"), std::string::npos) << why;
   }
   for (size_t i = 0; i < s.rows.size(); ++i) {
     auto it = plans.find(key_of(s, i));
