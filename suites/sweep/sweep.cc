@@ -576,11 +576,11 @@ namespace {
 // sharded), leaves 1 (the row's reason says so).
 ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHardware& hw, double peak_rank,
                          const Limits& limits) {
-  const auto& [model, precision, Bm, microbatches] = k;
-  ShapeRates r = measure_shape_rates(named_model(model), Bm, c.seq, peak_rank, 3);
+  const int Bm = std::get<2>(k);
+  ShapeRates r = measure_shape_rates(named_model(std::get<0>(k)), Bm, c.seq, peak_rank, 3);
   SweepConfig one = c;
-  one.batch_per_rank = Bm * microbatches;
-  const SweepPoint p{"shard=none", "dp1", model, precision, "weak", 1, 1, microbatches};
+  one.batch_per_rank = Bm * std::get<3>(k);
+  const SweepPoint p = single_rank_point(k);
   try {
     require_fits(planner::run_need(point_spec(one, p), 1, true, /*conformance=*/false), limits, "calibration step");
   } catch (const InputError&) {

@@ -258,16 +258,19 @@ ShapeKey shape_key(const SweepPoint& p, const PointResult& r) {
   return {p.model, p.precision, int(r.global_batch / (int64_t(p.dp) * p.microbatches)), p.microbatches};
 }
 
-double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r) {
+SweepPoint single_rank_point(const ShapeKey& k) {
   const auto& [model, precision, Bm, microbatches] = k;
+  return {"shard=none", "dp1", model, precision, "weak", 1, 1, microbatches};
+}
+
+double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r) {
   SweepConfig one;
   one.seq = seq;
-  SweepPoint p{"shard=none", "dp1", model, precision, "weak", 1, 1, microbatches};
   PointResult res;
   res.seq = seq;
-  res.global_batch = int64_t(Bm) * microbatches;
+  res.global_batch = int64_t(std::get<2>(k)) * std::get<3>(k);
   r.compute_scale = 1;
-  return planner::plan(plan_input(one, p, res, h, r)).step_s;
+  return planner::plan(plan_input(one, single_rank_point(k), res, h, r)).step_s;
 }
 
 planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,

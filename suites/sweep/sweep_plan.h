@@ -91,6 +91,10 @@ struct ShapeRates {
 // and microbatches per step (what the single-rank step behind compute_scale runs).
 using ShapeKey = std::tuple<std::string, std::string, int, int>;
 ShapeKey shape_key(const SweepPoint& p, const PointResult& r);
+// The single-rank point of shape key k: dp1, no sharding, weak scaling (the
+// step behind compute_scale; its batch per rank is the key's microbatch x
+// microbatches).
+SweepPoint single_rank_point(const ShapeKey& k);
 // The planner's estimate of the single-rank step (dp1, no sharding) of shape
 // key k's model at seq tokens, on this machine's figures h and rates r
 // (their compute_scale ignored): what compute_scale divides.

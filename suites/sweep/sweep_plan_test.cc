@@ -184,6 +184,7 @@ TEST(SweepPlan, ComputeScaleIsAStepOverItsEstimate) {
   r.global_batch = 8;
   r.seq = 16;
   EXPECT_EQ(shape_key(one, r), k);
+  EXPECT_EQ(single_rank_point(k).key(), one.key());  // the point behind the scale
   SweepPoint dp2 = one;
   dp2.mesh = "dp2";
   dp2.world = dp2.dp = 2;
