@@ -1,6 +1,7 @@
 // The scaling sweep: config, points, one training run per point, its row.
 // Figures (definitions in results/SCHEMA.md): step time = median over the
-// measured steps of the slowest rank's step; memory peaks restart after
+// measured steps of the job's pace (the time from the last rank finishing the
+// step before to the last rank finishing this one); memory peaks restart after
 // warm-up (they cover the measured steps only); MFU = model FLOPs per step
 // (model_flops_per_step, PaLM/llm.c accounting) / step time / (world x
 // per-rank peak); communication per step = logged bytes after warm-up / steps.
@@ -57,7 +58,9 @@ void non_empty(const std::vector<T>& v, const char* key) {
 
 // Per-rank figures of one point, combined over ranks afterwards.
 struct RankOut {
-  std::vector<double> seconds, wall, busy;  // per measured step
+  // Per measured step: `ends` the seconds from the common start (a barrier
+  // after warm-up) to the end of this rank's step; wall and busy its RankTimes.
+  std::vector<double> ends, wall, busy;
   int64_t mem[6] = {}, mem_total = 0, mem_host_total = 0;
   int64_t dp_bytes = 0, pp_bytes = 0, inter_bytes = 0, tp_bytes = 0, cp_bytes = 0, ep_bytes = 0;
   MoeLoad moe;  // over the measured steps
@@ -81,13 +84,18 @@ void run_rank(const RunSpec& spec, const SweepConfig& sc, Communicator& world, R
   world.log().reset();
   rank->reset_memory_peaks();
   rank->reset_moe_load();
+  // Each rank's clock from the same moment (the barrier's end, up to its
+  // wake-up jitter), so clocks of different hosts need not agree.
+  world.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) {
-    out.seconds.push_back(rank->step().seconds);
+    rank->step();
+    out.ends.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const RankTimes t = rank->times();
     out.wall.push_back(t.wall_s);
     out.busy.push_back(t.busy_s);
   }
-  const int n = int(out.seconds.size());
+  const int n = int(out.ends.size());
   out.moe = rank->moe_load();
   for (int t = 0; t < 6; ++t) out.mem[t] = int64_t(rank->memory().peak(MemTag(t), Place::device));
   out.mem_total = int64_t(rank->memory().peak_total(Place::device));
@@ -113,13 +121,30 @@ void run_rank(const RunSpec& spec, const SweepConfig& sc, Communicator& world, R
   out.blocked_s /= n;
 }
 
+}  // namespace
+
+std::vector<double> step_times(const std::vector<double>& last_ends) {
+  std::vector<double> t;
+  t.reserve(last_ends.size());
+  double prev = 0;
+  for (double e : last_ends) {
+    require(std::isfinite(e) && e >= prev, "step_times: step end times must be finite and non-decreasing");
+    t.push_back(e - prev);
+    prev = e;
+  }
+  return t;
+}
+
+namespace {
+
 // The point's figures over all ranks, on rank 0 of `comm`: each step's time
-// on the slowest rank, the max of every other figure, and the pipeline bubble
-// per step from every rank's wall and busy time. Two all-reduces (max, sum)
+// as the job's pace (the last rank's end of each, for step_times), the max of
+// every other figure, and the pipeline bubble per step from every rank's wall
+// and busy time. Two all-reduces (max, sum)
 // over the world, so it works alike for threads and for processes (doubles:
 // byte counts stay exact below 2^53).
 RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<double>* bubble) {
-  std::vector<double> v(mine.seconds);
+  std::vector<double> v(mine.ends);
   v.insert(v.end(), mine.wall.begin(), mine.wall.end());
   for (int64_t m : mine.mem) v.push_back(double(m));
   for (int64_t x : {mine.mem_total, mine.mem_host_total, mine.dp_bytes, mine.pp_bytes, mine.inter_bytes, mine.tp_bytes,
@@ -132,8 +157,8 @@ RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<
   for (int64_t x : {l.calls, l.choices, l.dropped, l.sent_rows, l.owner_rows, l.expert_calls}) busy.push_back(double(x));
   comm.all_reduce(busy.data(), busy.data(), busy.size(), DType::f64, ReduceOp::sum);
   RankOut out;
-  const size_t n = mine.seconds.size();
-  out.seconds.assign(v.begin(), v.begin() + std::ptrdiff_t(n));
+  const size_t n = mine.ends.size();
+  out.ends.assign(v.begin(), v.begin() + std::ptrdiff_t(n));
   const double* T = v.data() + n;  // max wall per step
   bubble->clear();
   for (size_t i = 0; i < n; ++i)
@@ -360,7 +385,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
       run_ranks(*make_local_world(wo), body);
     }
     if (world && !hosts_rank(*world, 0)) return res;  // rank 0 reports
-    const std::vector<double>& slowest = all.seconds;
+    const std::vector<double> paced = step_times(all.ends);
     for (int t = 0; t < 6; ++t) res.mem[t] = all.mem[t];
     res.mem_total = all.mem_total;
     res.mem_host_total = all.mem_host_total;
@@ -378,15 +403,15 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
       for (double x : bubble) sum += x;
       res.bubble = sum / double(bubble.size());
     }
-    res.step_time_s = median(slowest);
+    res.step_time_s = median(paced);
     if (!(res.step_time_s > 0)) throw std::runtime_error("measured step time is not positive");
-    res.step_time_min_s = *std::min_element(slowest.begin(), slowest.end());
-    res.step_time_max_s = *std::max_element(slowest.begin(), slowest.end());
+    res.step_time_min_s = *std::min_element(paced.begin(), paced.end());
+    res.step_time_max_s = *std::max_element(paced.begin(), paced.end());
     double mean = 0, var = 0;
-    for (double x : slowest) mean += x / double(slowest.size());
-    for (double x : slowest) var += (x - mean) * (x - mean);
-    res.step_time_cv = slowest.size() > 1 ? std::sqrt(var / double(slowest.size() - 1)) / mean : 0;
-    res.measured_steps = int(slowest.size());
+    for (double x : paced) mean += x / double(paced.size());
+    for (double x : paced) var += (x - mean) * (x - mean);
+    res.step_time_cv = paced.size() > 1 ? std::sqrt(var / double(paced.size() - 1)) / mean : 0;
+    res.measured_steps = int(paced.size());
     res.oversubscribed = p.world > int(std::max(1u, std::thread::hardware_concurrency()));
     res.tokens_per_s = double(cfg.tokens_per_step()) / res.step_time_s;
     res.model_flops_per_s = model_flops_per_step(cfg.model, cfg.batch, cfg.seq) / res.step_time_s;

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <thread>
 
 #include <filesystem>
@@ -96,9 +98,29 @@ TEST(Sweep, RowsPassTheSchemaAndCarryMeasuredFigures) {
   EXPECT_LT(optimizer_of("shard=zero3"), optimizer_of("shard=none"));
 }
 
+// A step lasts from the last rank's end of the step before to its end of
+// this one: the times add up to the run, a rank's lateness is not counted
+// twice; ends that go back in time or are not numbers are refused.
+TEST(Sweep, StepTimesAreTheLastRanksPace) {
+  const std::vector<double> t = step_times({0.010, 0.030, 0.030, 0.045});
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_DOUBLE_EQ(t[0], 0.010);
+  EXPECT_DOUBLE_EQ(t[1], 0.020);
+  EXPECT_DOUBLE_EQ(t[2], 0.0);
+  EXPECT_DOUBLE_EQ(t[3], 0.015);
+  double sum = 0;
+  for (double x : t) sum += x;
+  EXPECT_DOUBLE_EQ(sum, 0.045);
+  EXPECT_TRUE(step_times({}).empty());
+  EXPECT_THROW(step_times({0.02, 0.01}), InputError);
+  EXPECT_THROW(step_times({-0.01}), InputError);
+  EXPECT_THROW(step_times({0.01, std::nan("")}), InputError);
+  EXPECT_THROW(step_times({std::numeric_limits<double>::infinity()}), InputError);
+}
+
 // sweep.min_seconds: a point measures at least that long (more steps than
 // sweep.steps when its steps are short), at most kMaxStepsFactor x steps;
-// every rank runs the same count (the step times are the slowest rank's).
+// every rank runs the same count (the step times are the last rank's pace).
 TEST(Sweep, MinSecondsRaisesTheMeasuredSteps) {
   SweepConfig c = tiny_config();
   c.strategies = {"shard=none"};
