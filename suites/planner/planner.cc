@@ -57,6 +57,25 @@ void check_input(const PlanInput& in) {
   require(h.mem_bw_GBps >= 0, "--mem-bw: must be >= 0");
   require(h.compute_scale > 0 && std::isfinite(h.compute_scale), "compute_scale: must be a finite number > 0");
   require(h.core_share > 0 && h.core_share <= 1, "core_share: must be in (0, 1]");
+  for (size_t i = 0; i < h.async_call_cost.size(); ++i) {
+    const AsyncCallCost& a = h.async_call_cost[i];
+    require(a.compute_us > 0 && std::isfinite(a.compute_us) && a.cost_us >= 0 && std::isfinite(a.cost_us),
+            "async_call_cost: compute_us must be a finite number > 0 and cost_us finite and >= 0");
+    require(i == 0 || a.compute_us > h.async_call_cost[i - 1].compute_us,
+            "async_call_cost: compute_us must be strictly ascending");
+  }
+  require(in.prefetch >= 0, "--prefetch: must be >= 0");
+}
+
+// A collective a rank issues without waiting for it (Hardware::async_call_cost):
+// a ZeRO-3-family gather of a unit ahead (prefetch > 0), a DDP bucket
+// reduced under backward (overlap). The same rows whose time the plan hides
+// under compute, as far as the data axis goes.
+bool async_call(const CommRow& c, const PlanInput& in) {
+  if (c.group.rfind("dp", 0) != 0 || c.phase == "step") return false;
+  const bool gathers_ahead = (in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp ||
+                              in.shard == dp::Shard::hzero) && in.prefetch > 0 && c.op == "all_gather";
+  return gathers_ahead || (in.overlap && c.phase == "bwd");
 }
 
 // The fit of the group size nearest n (by ratio; the larger on a tie).
@@ -372,6 +391,16 @@ double table_gflops(const std::vector<GemmRate>& table, int64_t m, int64_t n, in
   return best ? best->gflops : 0;
 }
 
+double async_call_cost_us(const std::vector<AsyncCallCost>& t, double compute_us) {
+  if (t.empty()) return 0;
+  if (!(compute_us > t.front().compute_us)) return t.front().cost_us;
+  if (compute_us >= t.back().compute_us) return t.back().cost_us;
+  size_t i = 1;
+  while (t[i].compute_us < compute_us) ++i;
+  const double f = std::log(compute_us / t[i - 1].compute_us) / std::log(t[i].compute_us / t[i - 1].compute_us);
+  return t[i - 1].cost_us + f * (t[i].cost_us - t[i - 1].cost_us);
+}
+
 double ring_steps(std::string_view op, int64_t n) {
   return op == "all_reduce" ? 2.0 * double(n - 1) : op == "send_recv" ? 1.0 : double(n - 1);
 }
@@ -552,7 +581,12 @@ PlanResult plan(const PlanInput& in) {
     if (!overlappable) exposed += c.time_s;
     else (c.phase == "fwd" ? hidden_fwd : hidden_bwd) += c.time_s;
   }
-  r.exposed_comm_s = exposed + std::max(0.0, hidden_fwd - fwd_s) + std::max(0.0, hidden_bwd - bwd_s);
+  for (const CommRow& c : r.comm)
+    if (async_call(c, in)) r.async_calls += c.calls;
+  if (in.hw.core_share < 1 && r.async_calls > 0)
+    r.async_cost_s = double(r.async_calls) *
+                     async_call_cost_us(in.hw.async_call_cost, r.compute_s * 1e6 / double(r.async_calls)) * 1e-6;
+  r.exposed_comm_s = exposed + std::max(0.0, hidden_fwd - fwd_s) + std::max(0.0, hidden_bwd - bwd_s) + r.async_cost_s;
   r.step_s = r.compute_s + r.bubble_s + r.exposed_comm_s;
   r.tokens_per_s = double(tokens) / r.step_s;
   r.mfu = r.model_flops / (r.step_s * peak);

@@ -57,6 +57,14 @@ struct CollectiveFit {
   int64_t group_size = 0;
   double alpha_us = 0, GBps = 0;
 };
+struct AsyncCallCost {
+  double compute_us = 0;  // wall time of compute between two calls, at the core share
+  double cost_us = 0;     // added to the step per call
+};
+// The cost per call at `compute_us` between calls (Hardware::async_call_cost);
+// 0 for an empty table.
+double async_call_cost_us(const std::vector<AsyncCallCost>& table, double compute_us);
+
 // Ring steps of one call of `op` (all_reduce, reduce_scatter, all_gather,
 // all_to_all, send_recv) on n ranks: 2(n-1), n-1, n-1, n-1, 1; and its bus
 // bytes for `bytes` logical bytes (nccl-tests: all_reduce 2(n-1)/n, send_recv
@@ -82,6 +90,14 @@ struct Hardware {
   // costs only what the critical path at a whole core exceeds the shared
   // compute by.
   double core_share = 1;
+  // Time-shared cores only (core_share < 1): what one collective a rank issues
+  // without waiting for it (a prefetched ZeRO-3 gather, an overlapped DDP
+  // bucket; async_calls) costs the step, by the compute between two such
+  // calls. The call runs on the rank's communication thread, which must win a
+  // core from the ranks' compute at every hop of its ring. Measured points,
+  // ascending in compute_us; interpolated linearly in log(compute), held at
+  // the ends. Empty: no such cost.
+  std::vector<AsyncCallCost> async_call_cost;
   double memory_GB = 0;        // device memory per rank; 0: unknown (no fit check)
   std::string machine;         // the profile's name (plan --machine), empty when typed by hand
   // Measured GEMM rates by shape at the plan's precision: when given (and the
@@ -107,6 +123,7 @@ struct PlanInput {
   int virtual_stages = 1;            // interleaved only
   dp::Shard shard = dp::Shard::none;
   int64_t hsdp_group = 0;
+  int prefetch = 1;                  // ZeRO-3 family: units gathered ahead (0: each gather waited for at once)
   dp::Offload offload = dp::Offload::none;
   Precision precision = Precision::bf16_mixed;
   int64_t microbatch_size = 1;
@@ -163,6 +180,10 @@ struct PlanResult {
   bool flops_exact = true;           // false: 6*N*tokens estimate (no shape)
   bool timed = false;                // hardware figures given
   double compute_s = 0, bubble_s = 0, comm_s = 0, exposed_comm_s = 0, step_s = 0;
+  // Collective calls a rank issues without waiting for them, per step (async_call); their
+  // cost on time-shared cores (Hardware::async_call_cost, 0 otherwise), part of exposed_comm_s.
+  int64_t async_calls = 0;
+  double async_cost_s = 0;
   double memory_bytes = 0;           // non-GEMM bytes per step on the worst rank (needs a shape)
   double memory_s = 0;               // memory_bytes / mem_bw (0 without a bandwidth); part of compute_s
   double gemm_efficiency = 1;        // what compute_s used: the hardware's, or its GEMM table's at the model's shapes

@@ -193,6 +193,71 @@ TEST(Planner, TimeSharedCoresHideTheBubble) {
   }
 }
 
+// The table is read in log(compute) between its points and held at its ends.
+TEST(Planner, AsyncCallCostInterpolatesInLogCompute) {
+  const std::vector<AsyncCallCost> t{{100, 50}, {1000, 200}, {4000, 300}};
+  EXPECT_EQ(async_call_cost_us({}, 500), 0);
+  EXPECT_DOUBLE_EQ(async_call_cost_us(t, 10), 50);
+  EXPECT_DOUBLE_EQ(async_call_cost_us(t, 100), 50);
+  EXPECT_NEAR(async_call_cost_us(t, std::sqrt(1e5)), 125, 1e-9);  // halfway in log
+  EXPECT_DOUBLE_EQ(async_call_cost_us(t, 1000), 200);
+  EXPECT_NEAR(async_call_cost_us(t, 2000), 250, 1e-9);
+  EXPECT_DOUBLE_EQ(async_call_cost_us(t, 1e6), 300);
+}
+
+// On time-shared cores each collective a rank issues without waiting (ZeRO-3's
+// prefetched gathers, DDP's overlapped buckets) costs the table's figure at
+// the step's compute per such call; with whole cores, or gathers waited for at
+// once (prefetch 0), nothing. A table out of order or not finite is refused.
+TEST(Planner, AsyncCallsCostOnTimeSharedCoresOnly) {
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.precision = Precision::fp32;
+  in.microbatch_size = 4;
+  in.global_batch = 32;  // 2 microbatches per rank
+  in.dp = 4;
+  in.shard = dp::Shard::zero3;
+  in.hw.peak_tflops = 0.05;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 5;
+  in.hw.async_call_cost = {{100, 50}, {1000, 200}, {4000, 300}};
+  const PlanResult whole = plan(in);
+  int64_t gathers = 0;
+  for (const CommRow& c : whole.comm)
+    if (c.op == "all_gather" && c.group == "dp" && c.phase != "step") gathers += c.calls;
+  ASSERT_GT(gathers, 0);
+  EXPECT_EQ(whole.async_calls, gathers);
+  EXPECT_EQ(whole.async_cost_s, 0) << "whole cores";
+  in.hw.core_share = 0.5;
+  const PlanResult shared = plan(in);
+  const double per_call = async_call_cost_us(in.hw.async_call_cost, shared.compute_s * 1e6 / double(gathers));
+  EXPECT_GT(per_call, 0);
+  EXPECT_NEAR(shared.async_cost_s, double(gathers) * per_call * 1e-6, 1e-15);
+  in.hw.async_call_cost.clear();
+  const PlanResult untaxed = plan(in);
+  EXPECT_NEAR(shared.exposed_comm_s - untaxed.exposed_comm_s, shared.async_cost_s, 1e-12);
+  EXPECT_NEAR(shared.step_s - untaxed.step_s, shared.async_cost_s, 1e-12);
+  in.hw.async_call_cost = {{100, 50}, {1000, 200}, {4000, 300}};
+  in.prefetch = 0;
+  EXPECT_EQ(plan(in).async_calls, 0);
+  // DDP: the buckets reduced under backward, only when overlapped.
+  in.shard = dp::Shard::none;
+  in.overlap = true;
+  const PlanResult ddp = plan(in);
+  EXPECT_GT(ddp.async_calls, 0);
+  EXPECT_GT(ddp.async_cost_s, 0);
+  in.overlap = false;
+  EXPECT_EQ(plan(in).async_calls, 0);
+  for (const std::vector<AsyncCallCost>& bad : std::vector<std::vector<AsyncCallCost>>{
+           {{1000, 50}, {100, 20}}, {{100, 50}, {100, 60}}, {{0, 50}}, {{100, -1}}, {{100, std::nan("")}},
+           {{std::numeric_limits<double>::infinity(), 1}}}) {
+    in.hw.async_call_cost = bad;
+    EXPECT_THROW(plan(in), InputError);
+  }
+  in.hw.async_call_cost.clear();
+  in.prefetch = -1;
+  EXPECT_THROW(plan(in), InputError);
+}
+
 // Korthikanti et al. 2022 Table 2 (16-bit activations, dropout).
 TEST(Planner, ActivationsMatchKorthikanti) {
   const int64_t s = 2048, b = 4, h = 12288, a = 96, sbh = s * b * h;

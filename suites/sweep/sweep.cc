@@ -692,8 +692,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
       measured.push_back({p, r, meta});
       const ShapeKey key = shape_key(p, r);
       if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits);
-      if (p.world >= 2 && !hw.latency_us_by_world.count(p.world))
-        hw.latency_us_by_world[p.world] = local_step_latency_us(p.world);
+      measure_world(hw, p.world);
       const PlanRow pr = plan_row(c, p, r, hw, meta, rates[key]);
       plan_csv->write(pr.meta, pr.values);
     }
@@ -724,8 +723,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     for (const MeasuredPoint& m : all) {
       const ShapeKey key = shape_key(m.point, m.result);
       if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits);
-      if (m.point.world >= 2 && !hw.latency_us_by_world.count(m.point.world))
-        hw.latency_us_by_world[m.point.world] = local_step_latency_us(m.point.world);
+      measure_world(hw, m.point.world);
     }
     for (const PlanRow& row : extrapolated_plan_rows(c, all, hw, rates)) plan_csv->write(row.meta, row.values);
   }

@@ -72,6 +72,91 @@ double local_step_latency_us(int world) {
 
 namespace {
 
+volatile double g_spin_sink = 0;
+
+// About `n` dependent floating-point steps (a fixed, cache-free amount of
+// compute), kept observable.
+void spin_work(int64_t n) {
+  double x = 1.0;
+  for (int64_t i = 0; i < n; ++i) x = x * 1.0000001 + 1e-9;
+  g_spin_sink = x;
+}
+
+// spin_work steps per microsecond on this thread (the best of three).
+double spin_steps_per_us() {
+  constexpr int64_t n = 2'000'000;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = clock::now();
+    spin_work(n);
+    const double us = std::chrono::duration<double, std::micro>(clock::now() - t0).count();
+    if (us > 0) best = std::max(best, double(n) / us);
+  }
+  return best;
+}
+
+// One window: seconds per iteration of (start a gather, compute, wait) and of
+// the compute alone, on rank 0 between barriers.
+std::pair<double, double> async_window(int world, int64_t steps, int iters) {
+  WorldOptions wo;
+  wo.size = world;
+  auto w = make_local_world(wo);
+  // floats: 64 KiB, between the sweep models' unit shards at dp4 (tiny about
+  // 12 KB, small about 200 KB): the cost grows with the size (256 KiB: about
+  // twice as much at 1 ms of compute, in one run).
+  constexpr size_t per_rank = 16384;
+  double with = 0, alone = 0;
+  run_ranks(*w, [&](Communicator& comm) {
+    std::vector<float> mine(per_rank, 1.f), all(per_rank * size_t(world));
+    for (int i = 0; i < 3; ++i) comm.all_gather(mine.data(), all.data(), per_rank, DType::f32);
+    comm.barrier();
+    auto t0 = clock::now();
+    for (int i = 0; i < iters; ++i) {
+      Request r = comm.iall_gather(mine.data(), all.data(), per_rank, DType::f32);
+      spin_work(steps);
+      r.wait();
+    }
+    comm.barrier();
+    const double a = std::chrono::duration<double>(clock::now() - t0).count();
+    t0 = clock::now();
+    for (int i = 0; i < iters; ++i) spin_work(steps);
+    comm.barrier();
+    const double b = std::chrono::duration<double>(clock::now() - t0).count();
+    if (comm.rank() == 0) with = a / iters, alone = b / iters;
+  });
+  return {with, alone};
+}
+
+}  // namespace
+
+std::vector<planner::AsyncCallCost> measure_async_call_cost(int world, int cores) {
+  std::vector<planner::AsyncCallCost> out;
+  if (world <= cores || cores < 1) return out;
+  const double share = double(cores) / double(world);
+  const double per_us = spin_steps_per_us();
+  for (double wall_us : {50.0, 250.0, 1000.0, 4000.0}) {
+    const auto steps = int64_t(wall_us * share * per_us);
+    const int iters = std::clamp(int(1e5 / wall_us), 8, 2000);  // about 0.1 s
+    std::vector<double> cost;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto [with, alone] = async_window(world, steps, iters);
+      cost.push_back(std::max(0.0, with - alone) * 1e6);
+    }
+    std::sort(cost.begin(), cost.end());
+    out.push_back({wall_us, cost[1]});
+  }
+  return out;
+}
+
+void measure_world(LocalHardware& h, int world) {
+  if (world < 2) return;
+  if (!h.latency_us_by_world.count(world)) h.latency_us_by_world[world] = local_step_latency_us(world);
+  if (world > h.cores && !h.async_call_cost_by_world.count(world))
+    h.async_call_cost_by_world[world] = measure_async_call_cost(world, h.cores);
+}
+
+namespace {
+
 double core_share(const LocalHardware& h, int world) { return std::min(1.0, double(h.cores) / double(world)); }
 
 // A point the planner refuses: its identifying columns and why.
@@ -119,6 +204,8 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
   const auto lat = h.latency_us_by_world.find(world);
   hw.latency_us = lat != h.latency_us_by_world.end() ? lat->second : h.latency_us;
   hw.core_share = share;
+  if (const auto a = h.async_call_cost_by_world.find(world); a != h.async_call_cost_by_world.end())
+    hw.async_call_cost = a->second;
   // A copy reads and writes every byte; the traffic counts do both.
   hw.mem_bw_GBps = 2 * h.copy_GBps * share;
   return hw;
@@ -293,6 +380,7 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.virtual_stages = spec.pipe.virtual_stages;
   in.shard = spec.data.shard;
   in.hsdp_group = spec.data.shard_group;
+  in.prefetch = spec.data.prefetch;
   in.offload = spec.data.offload;
   in.precision = parse_precision(p.precision);
   in.global_batch = r.global_batch;
@@ -335,8 +423,22 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
                                       : "no single-rank step measured: it did not fit this machine on one rank or failed",
                   planner_hardware(h, p.world).latency_us, std::max(2, p.world),
                   p.world < 2 ? " (unused: one rank)" : "");
+    std::string reason = note;
+    if (pr.async_cost_s > 0) {
+      std::snprintf(note, sizeof note,
+                    "; %lld collectives per step issued without waiting cost %.3g ms on time-shared cores (measured: ",
+                    (long long)pr.async_calls, pr.async_cost_s * 1e3);
+      reason += note;
+      for (size_t i = 0; i < in.hw.async_call_cost.size(); ++i) {
+        const planner::AsyncCallCost& a = in.hw.async_call_cost[i];
+        std::snprintf(note, sizeof note, "%s%.3g us per call at %.3g us of compute between calls", i ? ", " : "",
+                      a.cost_us, a.compute_us);
+        reason += note;
+      }
+      reason += ")";
+    }
     row.meta.status = "ok";
-    row.meta.reason = note;
+    row.meta.reason = reason;
   } catch (const InputError& e) {
     reject(row, p, r, e);
   }
@@ -363,6 +465,7 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
   LocalHardware local = h;
   if (!h.latency_us_by_world.empty()) local.latency_us = h.latency_us_by_world.rbegin()->second;
   local.latency_us_by_world.clear();
+  local.async_call_cost_by_world.clear();  // one rank per core: no time-shared cores
   std::vector<PlanRow> rows;
   for (const auto& [series, m] : largest) {
     for (int64_t target : c.extrapolate) {

@@ -9,6 +9,7 @@
 // results/SCHEMA.md defines it).
 #pragma once
 #include <map>
+#include <vector>
 #include <tuple>
 #include <string>
 
@@ -26,7 +27,23 @@ struct LocalHardware {
   double latency_us = 0;           // one ring step, for worlds not in latency_us_by_world
   int cores = 1;                   // hardware threads available to the ranks
   std::map<int, double> latency_us_by_world;  // one ring step at that many ranks (local_step_latency_us)
+  // At more ranks than cores: measure_async_call_cost at that many ranks.
+  std::map<int, std::vector<planner::AsyncCallCost>> async_call_cost_by_world;
 };
+
+// What a collective issued without waiting costs `world` ranks time-sharing
+// `cores` cores (planner::Hardware::async_call_cost), at four amounts of
+// compute between calls (wall 50 us, 250 us, 1 ms, 4 ms at the core share): every
+// rank starts a 64 KiB-per-rank all_gather, computes (a spin of calibrated
+// length), then waits for the gather, against the same compute alone; the
+// difference per call, the median of three windows of about 0.1 s each.
+// Only meaningful when world > cores (empty otherwise).
+std::vector<planner::AsyncCallCost> measure_async_call_cost(int world, int cores);
+
+// The per-world figures of `world` ranks the plan rows need, measured once:
+// its ring step (local_step_latency_us) and, at more ranks than cores, the
+// cost of a collective issued without waiting.
+void measure_world(LocalHardware& h, int world);
 
 // One ring step of the local backend's collectives at `world` (>= 2) ranks,
 // in microseconds: the median over 16 B .. 4 KiB of an all_reduce's time over

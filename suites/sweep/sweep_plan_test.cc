@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -57,7 +58,7 @@ TEST(SweepPlan, InputDescribesThePointAsRun) {
   PointResult r;
   r.global_batch = 16;
   r.seq = 16;
-  LocalHardware h{10e9, 5, 20, 2, {}};
+  LocalHardware h{10e9, 5, 20, 2, {}, {}};
   const planner::PlanInput in = plan_input(c, p, r, h);
   EXPECT_EQ(in.dp, 4);
   EXPECT_EQ(in.shard, dp::Shard::none);
@@ -102,6 +103,39 @@ TEST(SweepPlan, LatencyPerWorldIsUsedForThatWorld) {
   EXPECT_DOUBLE_EQ(planner_hardware(h, 2).latency_us, 50);  // the fallback
 }
 
+// The cost of a collective issued without waiting is measured only where
+// ranks time-share cores (here 2 ranks told they have one core), at four
+// amounts of compute between calls, and reaches the plan of that world only.
+TEST(SweepPlan, AsyncCallCostIsMeasuredForTimeSharedWorlds) {
+  EXPECT_TRUE(measure_async_call_cost(2, 2).empty());
+  EXPECT_TRUE(measure_async_call_cost(4, 8).empty());
+  const std::vector<planner::AsyncCallCost> t = measure_async_call_cost(2, 1);
+  ASSERT_EQ(t.size(), 4u);
+  for (size_t i = 0; i < t.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(t[i].cost_us) && t[i].cost_us >= 0) << i;
+    EXPECT_LT(t[i].cost_us, 1e6) << i;  // below a second per call
+    if (i) {
+      EXPECT_GT(t[i].compute_us, t[i - 1].compute_us);
+    }
+  }
+  LocalHardware h;
+  h.peak_flops_per_rank = 1e10;
+  h.copy_GBps = 5;
+  h.latency_us = 50;
+  h.cores = 1;
+  h.async_call_cost_by_world[2] = t;
+  EXPECT_EQ(planner_hardware(h, 2).async_call_cost.size(), 4u);
+  EXPECT_TRUE(planner_hardware(h, 4).async_call_cost.empty());
+  // measure_world: the ring step always, the async cost only past the cores.
+  LocalHardware w;
+  w.cores = 4;
+  measure_world(w, 2);
+  EXPECT_EQ(w.latency_us_by_world.count(2), 1u);
+  EXPECT_TRUE(w.async_call_cost_by_world.empty());
+  measure_world(w, 1);
+  EXPECT_EQ(w.latency_us_by_world.count(1), 0u);
+}
+
 // The GEMMs of a step reach a fraction of the large-square peak, smaller for
 // narrower models; the planner's compute time divides by it.
 TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
@@ -117,7 +151,7 @@ TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
-  const LocalHardware h{10e9, 5, 20, 2, {}};
+  const LocalHardware h{10e9, 5, 20, 2, {}, {}};
   const planner::PlanResult full = planner::plan(plan_input(c, p, r, h));
   const planner::PlanResult quarter = planner::plan(plan_input(c, p, r, h, ShapeRates{0.25, {}}));
   const double gemm_s = full.compute_s - full.memory_s;  // the memory-bound part does not scale
@@ -147,7 +181,7 @@ TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
-  const LocalHardware h{10e9, 5, 20, 1, {}};  // one core: two ranks share it
+  const LocalHardware h{10e9, 5, 20, 1, {}, {}};  // one core: two ranks share it
   const planner::PlanInput measured = plan_input(c, p, r, h, ShapeRates{1, mb});
   EXPECT_NEAR(measured.hw.mem_bw_GBps, mb.GBps(1) / 2, 1e-12 * mb.GBps(1));
   EXPECT_DOUBLE_EQ(plan_input(c, p, r, h).hw.mem_bw_GBps, 2 * 5 / 2.0);  // without: 2 x memcpy, shared
@@ -175,7 +209,7 @@ TEST(SweepPlan, ShapeRatesAreTheBestOfTheirRepeats) {
 // plan of the dp1 point of the shape (no sharding), its own scale ignored;
 // the plan input carries the scale, which scales the plan's compute.
 TEST(SweepPlan, ComputeScaleIsAStepOverItsEstimate) {
-  const LocalHardware h{20e9, 5, 20, 2, {}};
+  const LocalHardware h{20e9, 5, 20, 2, {}, {}};
   ShapeRates rates{0.8, {}, 1.3};
   const ShapeKey k{"tiny", "fp32", 4, 2};
   SweepConfig c;
