@@ -68,9 +68,9 @@ void check_input(const PlanInput& in) {
 }
 
 // A collective a rank issues without waiting for it (Hardware::async_call_cost):
-// a ZeRO-3-family gather of a unit ahead (prefetch > 0), a DDP bucket
-// reduced under backward (overlap). The same rows whose time the plan hides
-// under compute, as far as the data axis goes.
+// a ZeRO-3-family gather of a unit ahead (prefetch > 0), a bucket reduced
+// under backward (overlap). Ring attention's transfers are not counted (their
+// cost on time-shared cores is not measured).
 bool async_call(const CommRow& c, const PlanInput& in) {
   if (c.group.rfind("dp", 0) != 0 || c.phase == "step") return false;
   const bool gathers_ahead = (in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp ||
