@@ -589,9 +589,6 @@ std::vector<MeasuredPoint> earlier_points(const SweepRun& run, const SweepConfig
   return out;
 }
 
-}  // namespace
-
-namespace {
 
 // The plan rows' figures for shape k: its kernels' rates (measure_shape_rates)
 // and compute_scale, from a single-rank step of the shape run as a sweep point
@@ -669,6 +666,14 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   std::unique_ptr<ResultWriter> plan_csv;
   LocalHardware hw;
   std::map<ShapeKey, ShapeRates> rates;
+  // What a plan row of point p needs, each measured once: its shape's rates
+  // and its world's figures (into hw).
+  auto figures_for = [&](const SweepPoint& p, const PointResult& r) -> const ShapeRates& {
+    const ShapeKey key = shape_key(p, r);
+    if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits);
+    measure_world(hw, p.world);
+    return rates[key];
+  };
   if (writer && !run.world && !run.plan_csv_path.empty() && !todo.empty()) {
     plan_csv = std::make_unique<ResultWriter>(run.plan_csv_path, "plan");
     hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
@@ -690,10 +695,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     csv->write(meta, to_record(p, r));
     if (plan_csv && r.status == "ok") {
       measured.push_back({p, r, meta});
-      const ShapeKey key = shape_key(p, r);
-      if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits);
-      measure_world(hw, p.world);
-      const PlanRow pr = plan_row(c, p, r, hw, meta, rates[key]);
+      const PlanRow pr = plan_row(c, p, r, hw, meta, figures_for(p, r));
       plan_csv->write(pr.meta, pr.values);
     }
     (r.status == "ok" ? sum.ok : r.status == "rejected" ? sum.rejected : sum.failed) += 1;
@@ -720,11 +722,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
       plan_csv = std::make_unique<ResultWriter>(run.plan_csv_path, "plan");
       hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
     }
-    for (const MeasuredPoint& m : all) {
-      const ShapeKey key = shape_key(m.point, m.result);
-      if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits);
-      measure_world(hw, m.point.world);
-    }
+    for (const MeasuredPoint& m : all) figures_for(m.point, m.result);
     for (const PlanRow& row : extrapolated_plan_rows(c, all, hw, rates)) plan_csv->write(row.meta, row.values);
   }
   sum.seconds = std::chrono::duration<double>(clock::now() - t0).count();
