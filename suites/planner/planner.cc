@@ -64,7 +64,7 @@ void check_input(const PlanInput& in) {
     require(i == 0 || a.compute_us > h.async_call_cost[i - 1].compute_us,
             "async_call_cost: compute_us must be strictly ascending");
   }
-  require(in.prefetch >= 0, "--prefetch: must be >= 0");
+  require(in.prefetch >= 0, "prefetch: must be >= 0 (units gathered ahead)");
 }
 
 // A collective a rank issues without waiting for it (Hardware::async_call_cost):
