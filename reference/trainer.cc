@@ -267,12 +267,9 @@ std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, Spli
   }
   require(device != nullptr, "train.device: cuda: no CUDA device was opened (this build or machine has none)");
   cfg.validate();  // fp64 and MoE are refused, naming train.device
-  if (cfg.precision == Precision::fp32) {
-    require(device->f32 != nullptr, "train.device: " + device->name + " has no fp32 ops");
-    return std::make_unique<ReferenceTrainer<float>>(cfg, std::move(plan), device->f32, device->memory);
-  }
-  require(device->bf16_ops != nullptr, "train.device: " + device->name + " has no bf16 ops");
-  return std::make_unique<ReferenceTrainer<bf16>>(cfg, std::move(plan), device->bf16_ops, device->memory);
+  if (cfg.precision == Precision::fp32)
+    return std::make_unique<ReferenceTrainer<float>>(cfg, std::move(plan), device_ops<float>(*device), device->memory);
+  return std::make_unique<ReferenceTrainer<bf16>>(cfg, std::move(plan), device_ops<bf16>(*device), device->memory);
 }
 
 }  // namespace pb

@@ -25,10 +25,13 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "harness/dtype.h"
 #include "harness/memory.h"
+#include "harness/status.h"
 #include "reference/data.h"
 #include "reference/layout.h"
 #include "reference/optimizer.h"
@@ -74,7 +77,22 @@ struct TrainDevice {
   std::shared_ptr<const kernels::DeviceOps<float>> f32;
   std::shared_ptr<const kernels::DeviceOps<bf16>> bf16_ops;
   std::shared_ptr<DeviceMemory> memory;
+  // The native stream the ops run on (a cudaStream_t; null on a stand-in):
+  // a rank's communicators wait for it (Communicator::order_after).
+  void* stream = nullptr;
 };
+
+// The device's ops for storage type T: InputError naming the device when it
+// has none (fp64 never runs on a device: it is the CPU's truth).
+template <class T>
+std::shared_ptr<const kernels::DeviceOps<T>> device_ops(const TrainDevice& d) {
+  std::shared_ptr<const kernels::DeviceOps<T>> ops;
+  if constexpr (std::is_same_v<T, float>) ops = d.f32;
+  else if constexpr (std::is_same_v<T, bf16>) ops = d.bf16_ops;
+  require(ops != nullptr, "train.device: " + d.name + " has no " + std::string(dtype_name(dtype_of<T>())) +
+                              " ops (a device runs fp32 and bf16-mixed)");
+  return ops;
+}
 
 class TrainerBase {
  public:

@@ -2,6 +2,7 @@
 // direct-exchange traffic model, time blocked), then the backend.
 #include <exception>
 #include "harness/comm/comm.h"
+#include "harness/comm/staging.h"
 
 #include <algorithm>
 #include <chrono>
@@ -195,14 +196,41 @@ void Communicator::exec(const OpDesc& d) {
   check(d);
   CommLog::Ticket t = account(d);
   double t0 = now_s();
-  run(d);
+  StagedOp staged(d, rank_, buffers());  // host buffers on a device backend
+  run(staged.desc());
+  staged.finish();
   log_->add_blocked(t, now_s() - t0);
 }
+
+namespace {
+// A non-blocking operation on staged host buffers: copied out when it completes.
+class StagedRequest final : public RequestState {
+ public:
+  StagedRequest(std::shared_ptr<RequestState> op, StagedOp staged) : op_(std::move(op)), staged_(std::move(staged)) {}
+  bool test() override {
+    if (!op_->test()) return false;
+    staged_.finish();
+    return true;
+  }
+  void wait() override {
+    op_->wait();
+    staged_.finish();
+  }
+  void abandon() override { op_->abandon(); }
+
+ private:
+  std::shared_ptr<RequestState> op_;
+  StagedOp staged_;
+};
+}  // namespace
 
 Request Communicator::issue(const OpDesc& d) {
   check(d);
   CommLog::Ticket t = account(d);
-  return Request(start(d), log_, t);
+  StagedOp staged(d, rank_, buffers());
+  if (!staged.staged()) return Request(start(d), log_, t);
+  std::shared_ptr<RequestState> op = start(staged.desc());
+  return Request(std::make_shared<StagedRequest>(std::move(op), std::move(staged)), log_, t);
 }
 
 namespace {
@@ -322,7 +350,9 @@ void Communicator::barrier() { exec(make(CommOp::barrier, nullptr, nullptr, 0, D
 Request Communicator::ibarrier() { return issue(make(CommOp::barrier, nullptr, nullptr, 0, DType::f32)); }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, std::string name) {
-  return do_split(color, key, std::move(name));
+  std::unique_ptr<Communicator> c = do_split(color, key, std::move(name));
+  if (c) c->order_after(ordered_after_);
+  return c;
 }
 
 std::unique_ptr<Communicator> Communicator::split_groups(const std::vector<std::vector<int>>& groups,
@@ -337,7 +367,7 @@ std::unique_ptr<Communicator> Communicator::split_groups(const std::vector<std::
                                     " is outside the group or listed twice");
       if (r == rank_) color = int(g), key = int(k);
     }
-  return do_split(color, key, std::move(name));
+  return split(color, key, std::move(name));
 }
 
 void two_level_all_reduce(Communicator& intra, Communicator& inter, void* buf, size_t count, DType dtype,

@@ -123,6 +123,10 @@ class BufferSpace {
   virtual void copy_in(void* dst, const void* host_src, size_t bytes);
   virtual void copy_out(void* host_dst, const void* src, size_t bytes);
   virtual bool is_host() const { return true; }
+  // Whether the backend can use `p` as is. A device space (nccl) says no to
+  // host memory, which the Communicator then stages through this space
+  // (staging.h); a host space reaches everything. Device spaces override it.
+  virtual bool reaches(const void* p) const { return p == nullptr || is_host(); }
 };
 
 class Communicator {
@@ -182,6 +186,15 @@ class Communicator {
   void barrier();
   Request ibarrier();
 
+  // Device backends (nccl): every later operation first waits for the work
+  // issued so far on `stream` (a cudaStream_t: the rank's compute stream), so
+  // it reads what that work wrote; a blocking operation returns, and a
+  // non-blocking one's wait() returns, only when it is done, so work issued
+  // after them sees their results. Host backends ignore it. split() and
+  // split_groups() pass it to the new group. Null: no ordering.
+  void order_after(void* stream) { ordered_after_ = stream; }
+  void* ordered_after() const { return ordered_after_; }
+
   // Collective over this communicator: ranks with the same color form a new
   // group, ordered by (key, rank); color < 0 gets nullptr.
   std::unique_ptr<Communicator> split(int color, int key, std::string name);
@@ -220,6 +233,7 @@ class Communicator {
   std::string name_;
   std::shared_ptr<CommLog> log_;
   BufferSpace host_buffers_;
+  void* ordered_after_ = nullptr;
 };
 
 // Bytes rank `r` sends to each other rank under the direct-exchange model

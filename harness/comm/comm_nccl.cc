@@ -30,22 +30,49 @@ ncclDataType_t nccl_type(DType t) {
 }
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : op == ReduceOp::avg ? ncclAvg : ncclMax; }
 
+// Device memory of the communicator's device. Fills and copies run on the
+// communicator's stream and wait for it, so they are complete, and ordered
+// before its next operation, when they return (a pageable host-to-device
+// cudaMemcpy may return before the copy lands; a legacy-stream memset would
+// not be ordered with a non-blocking stream at all).
 class DeviceBuffers : public BufferSpace {
  public:
+  void set_stream(cudaStream_t s) { stream_ = s; }
   void* allocate(size_t bytes) override {
     void* p = nullptr;
-    cuda_check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc");
-    cuda_check(cudaMemset(p, 0, std::max<size_t>(bytes, 1)), "cudaMemset");
+    const size_t n = std::max<size_t>(bytes, 1);
+    cuda_check(cudaMalloc(&p, n), "cudaMalloc");
+    try {
+      cuda_check(cudaMemsetAsync(p, 0, n, stream_), "cudaMemsetAsync");
+      cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    } catch (...) {
+      cudaFree(p);
+      throw;
+    }
     return p;
   }
   void deallocate(void* p) override { cudaFree(p); }
-  void copy_in(void* dst, const void* src, size_t bytes) override {
-    if (bytes) cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-  }
-  void copy_out(void* dst, const void* src, size_t bytes) override {
-    if (bytes) cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  }
+  void copy_in(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes, cudaMemcpyHostToDevice); }
+  void copy_out(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes, cudaMemcpyDeviceToHost); }
   bool is_host() const override { return false; }
+  // Device or managed memory; host memory (pageable or pinned) is staged.
+  bool reaches(const void* p) const override {
+    if (!p) return true;
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky-free error of an unknown pointer
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (!bytes) return;
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), "cudaMemcpyAsync");
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
 };
 
 // The NCCL communicator and its stream, shared with outstanding requests.
@@ -111,10 +138,13 @@ class NcclComm final : public Communicator {
     ch_->timeout_s = timeout_s;
     ch_->name = std::move(name);
     cuda_check(cudaStreamCreateWithFlags(&ch_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming), "cudaEventCreate");
+    bufs_.set_stream(ch_->stream);
     scratch_ = bufs_.allocate(sizeof(float));
   }
   ~NcclComm() override {
     bufs_.deallocate(scratch_);
+    cudaEventDestroy(after_);
     if (ch_->comm) ncclCommDestroy(ch_->comm);
     cudaStreamDestroy(ch_->stream);
   }
@@ -171,6 +201,10 @@ class NcclComm final : public Communicator {
     ncclComm_t c = ch_->comm;
     cudaStream_t s = ch_->stream;
     if (!c) throw CommAborted("nccl: communicator '" + name() + "' was aborted");
+    if (void* producer = ordered_after()) {  // what the rank's compute wrote lands first
+      cuda_check(cudaEventRecord(after_, static_cast<cudaStream_t>(producer)), "cudaEventRecord");
+      cuda_check(cudaStreamWaitEvent(s, after_, 0), "cudaStreamWaitEvent");
+    }
     auto at = [&](const void* p, size_t elems) { return static_cast<const std::byte*>(p) + elems * es; };
     auto atw = [&](void* p, size_t elems) { return static_cast<std::byte*>(p) + elems * es; };
     const int me = rank(), n = size();
@@ -219,6 +253,7 @@ class NcclComm final : public Communicator {
   std::shared_ptr<Channel> ch_;
   DeviceBuffers bufs_;
   void* scratch_ = nullptr;
+  cudaEvent_t after_ = nullptr;  // recorded on the producer stream (order_after)
 };
 
 class NcclWorld final : public World {

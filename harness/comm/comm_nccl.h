@@ -3,8 +3,11 @@
 // Built into pb::harness_nccl when CMake finds CUDA, NCCL and MPI; otherwise
 // comm_nccl_off.cc reports it absent.
 //
-// Buffers are device memory (Communicator::buffers() allocates and copies).
-// Every operation is enqueued on the communicator's CUDA stream; blocking
+// Buffers are device memory (Communicator::buffers() allocates and copies);
+// host buffers given to an operation are staged through it (staging.h), so a
+// strategy's host scalars reduce here too. Every operation waits for the
+// stream given to order_after (the rank's compute stream) through an event,
+// then is enqueued on the communicator's own CUDA stream; blocking
 // calls then wait for the stream, non-blocking ones record an event to wait
 // on, so overlap with the caller is real. Waits poll with the world's
 // timeout and abort the NCCL communicator when it expires. Differences from

@@ -49,7 +49,7 @@ Result run(int dp, int ep, MoeCapacity cap, int steps, double cf) {
   int64_t dropped = 0, choices = 0;
   std::vector<double> losses;
   run_local(dp, [&](Communicator& c) {
-    std::unique_ptr<Rank> r = st.make_rank(spec, c);
+    std::unique_ptr<Rank> r = st.make_rank(spec, c, nullptr);
     std::vector<double> l;
     for (int i = 0; i < steps; ++i) l.push_back(r->step().loss);
     const int64_t d = r->moe_load().dropped, n = r->moe_load().choices;

@@ -71,7 +71,8 @@ Replay replay(const RunSpec& s) {
   return {pipeline_replay_plan(o, s.train), o.kind == ScheduleKind::pipedream_2bw};
 }
 
-std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world) {
+std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const TrainDevice* device) {
+  require_host(device, "pipeline");
   return make_typed_rank<PipelineRank>(s.train.precision, s.train, options_of(s), world);
 }
 

@@ -1,5 +1,7 @@
 #include "impl/spec/rank.h"
 
+#include "harness/status.h"
+
 namespace pb {
 
 void Declared::add_comm(const std::string& group, CommOp op, int64_t bytes) {
@@ -9,6 +11,11 @@ void Declared::add_comm(const std::string& group, CommOp op, int64_t bytes) {
       return;
     }
   comm.push_back({group, op, bytes});
+}
+
+void require_host(const TrainDevice* device, const std::string& strategy) {
+  require(device == nullptr, "train.device: " + (device ? device->name : std::string()) + ": the " + strategy +
+                                 " strategy runs on the CPU only so far (data_parallel runs on a device)");
 }
 
 std::vector<StepStats> Rank::train(int steps, std::vector<double>* grads1) {

@@ -92,6 +92,11 @@ std::unique_ptr<Rank> make_typed_rank(Precision p, Args&&... args) {
   return r;
 }
 
+// For implementations that run on the CPU only: InputError naming
+// train.device when a device is given (validate(RunSpec) refuses such specs
+// first; this keeps a direct caller from running host code on device memory).
+void require_host(const TrainDevice* device, const std::string& strategy);
+
 // The single-device reference's replay of a strategy: its split plan and
 // whether weights are one step delayed (PipeDream-2BW).
 struct Replay {
@@ -112,8 +117,10 @@ struct Strategy {
   // Same arithmetic in the same order as its replay (bit equality asserted).
   bool (*bitwise)(const RunSpec&, BackendKind) = nullptr;
   Replay (*replay)(const RunSpec&) = nullptr;
-  // One rank; `world` is the run's world communicator.
-  std::unique_ptr<Rank> (*make_rank)(const RunSpec&, Communicator& world) = nullptr;
+  // One rank; `world` is the run's world communicator. `device`: the rank's
+  // device when train.device = cuda (null: the CPU); only implementations
+  // validate(RunSpec) lets run on a device are given one.
+  std::unique_ptr<Rank> (*make_rank)(const RunSpec&, Communicator& world, const TrainDevice* device) = nullptr;
   // A spec whose results must be bit-identical to this one's on the same
   // mesh (recomputation against none: the same arithmetic), or nothing. The
   // engine runs it with this same implementation.

@@ -192,7 +192,8 @@ std::optional<RunSpec> bitwise_twin(const RunSpec& s) {
   return t;
 }
 
-std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world) {
+std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const TrainDevice* device) {
+  require_host(device, "tensor_parallel");
   return make_typed_rank<TpRank>(s.train.precision, s, world);
 }
 

@@ -18,7 +18,7 @@ std::string describe(const RunSpec& s);
 bool bitwise(const RunSpec& s, BackendKind b);
 Replay replay(const RunSpec& s);
 std::optional<RunSpec> bitwise_twin(const RunSpec& s);
-std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world);
+std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const TrainDevice* device);
 
 // The tensor axis of `s` (its tensor-parallel faults parsed).
 TpOptions options_of(const RunSpec& s);

@@ -232,6 +232,12 @@ int device_count(std::string* why) {
   return n;
 }
 
+int current_device() {
+  int d = 0;
+  check(cudaGetDevice(&d), "cudaGetDevice");
+  return d;
+}
+
 Gpu open_gpu(int ordinal) {
   std::string why;
   const int n = device_count(&why);
@@ -247,6 +253,7 @@ Gpu open_gpu(int ordinal) {
   g.f32 = std::make_shared<CudaOps<float>>(ctx, g.name);
   g.bf16_ops = std::make_shared<CudaOps<bf16>>(ctx, g.name);
   g.memory = std::make_shared<CudaMemory>(ctx);
+  g.stream = ctx->stream;  // lives as long as the ops and memory above hold ctx
   return g;
 }
 

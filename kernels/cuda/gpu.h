@@ -19,11 +19,16 @@ struct Gpu {
   std::shared_ptr<const DeviceOps<float>> f32;
   std::shared_ptr<const DeviceOps<bf16>> bf16_ops;
   std::shared_ptr<DeviceMemory> memory;
+  void* stream = nullptr;  // the cudaStream_t every op above runs on (for Communicator::order_after)
 };
 
 // Visible devices; 0 with *why saying why when there are none or the runtime
 // cannot be used (no driver, no device).
 int device_count(std::string* why);
+
+// The device this process's CUDA calls go to (cudaGetDevice): the nccl
+// backend sets it to the rank's GPU, its index among its node's ranks.
+int current_device();
 
 // Opens device `ordinal` (std::runtime_error naming the failed CUDA call, or
 // the ordinal when it is out of range).

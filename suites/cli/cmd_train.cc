@@ -67,6 +67,40 @@ bool names_strategy(const TrainFlags& f, ConfigReader& r) {
   return !f.strategy.empty();
 }
 
+// train.device = cuda: a GPU of this process (InputError when this build has
+// no CUDA or the machine no usable device, with the runtime's reason).
+#ifdef PARABENCH_HAVE_CUDA
+std::unique_ptr<TrainDevice> open_gpu_device(int ordinal) {
+  std::string why;
+  if (kernels::cuda::device_count(&why) == 0) throw InputError("train.device: cuda: " + why);
+  kernels::cuda::Gpu g = kernels::cuda::open_gpu(ordinal);
+  return std::make_unique<TrainDevice>(TrainDevice{g.name, g.f32, g.bf16_ops, g.memory, g.stream});
+}
+#endif
+constexpr const char* kNoCuda = "train.device: cuda: this build has no CUDA (nvcc was not found at configure time)";
+
+std::unique_ptr<TrainDevice> open_train_device(const TrainConfig& cfg) {
+  if (cfg.device == Device::cpu) return nullptr;
+#ifdef PARABENCH_HAVE_CUDA
+  return open_gpu_device(0);
+#else
+  throw InputError(kNoCuda);
+#endif
+}
+
+// A strategy rank's GPU: the one the nccl backend set for this process (its
+// index among its node's ranks, modulo the visible devices). InputError now,
+// before any rank starts, when there is none.
+DeviceOpener rank_device_opener() {
+#ifdef PARABENCH_HAVE_CUDA
+  std::string why;
+  if (kernels::cuda::device_count(&why) == 0) throw InputError("train.device: cuda: " + why);
+  return [] { return std::shared_ptr<TrainDevice>(open_gpu_device(kernels::cuda::current_device())); };
+#else
+  throw InputError(kNoCuda);
+#endif
+}
+
 // A [strategy] table: the strategy runs under the conformance engine (the
 // reference at fp64, at the precision under test, and replaying the strategy's
 // order), and the run is judged. Exit 1 when a check fails.
@@ -80,10 +114,18 @@ int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
   }
   strategy_for(s.spec).validate(s.spec);  // bad input is exit 2 before any rank starts
   const TrainConfig& cfg = s.spec.train;
-  s.world.backend = env.under_mpirun ? BackendKind::mpi : BackendKind::local;
-  if (!f.backend.empty())
-    require(parse_backend(f.backend, &s.world.backend) && s.world.backend != BackendKind::nccl,
-            "--backend: '" + f.backend + "' is not local or mpi");
+  const bool on_device = cfg.device == Device::cuda;
+  s.world.backend = on_device ? BackendKind::nccl : env.under_mpirun ? BackendKind::mpi : BackendKind::local;
+  if (!f.backend.empty()) {
+    require(parse_backend(f.backend, &s.world.backend), "--backend: '" + f.backend + "' is not local, mpi or nccl");
+    require(on_device == (s.world.backend == BackendKind::nccl),
+            on_device ? "--backend " + f.backend +
+                            ": train.device = cuda runs over nccl (its buffers are device memory; local and mpi "
+                            "move host memory)"
+                      : std::string("--backend nccl: the strategies run on train.device = cpu here; nccl needs "
+                                    "train.device = cuda (--device cuda)"));
+  }
+  if (on_device) s.open_device = rank_device_opener();
   s.world.size = s.world.backend == BackendKind::local ? s.spec.world() : 0;
   s.world.ranks_per_node = s.spec.mesh.ranks_per_node;
   const bool local = s.world.backend == BackendKind::local;
@@ -106,9 +148,10 @@ int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
   RunMeta meta = make_meta(run_id, env.git_rev, res.backend, res.world, res.mesh, config_hash_of(s));
   ResultWriter steps((dir / "train.csv").string(), "train_step");
   if (!f.quiet) {
-    std::printf("parabench train: %s, %s (%lld params), %s, batch %d x %d tokens, %d steps\n",
+    std::printf("parabench train: %s, %s (%lld params), %s, batch %d x %d tokens, %d steps, on %s\n",
                 res.strategy.c_str(), cfg.model.name.c_str(), (long long)cfg.model.num_params(),
-                precision_name(cfg.precision).c_str(), cfg.batch, cfg.seq, cfg.steps);
+                precision_name(cfg.precision).c_str(), cfg.batch, cfg.seq, cfg.steps,
+                on_device ? (res.device + " per rank, over nccl").c_str() : "the CPU");
     std::printf("%5s %10s %10s %10s %11s %9s\n", "step", "loss", "grad_norm", "lr", "tokens/s", "ms");
   }
   for (const auto& st : res.steps) {
@@ -140,8 +183,6 @@ void print_header() {
               "lr", "tokens/s", "ms", "params", "grads", "optimizer", "activ.");
 }
 
-// train.device = cuda: GPU 0 of this process (InputError when this build has
-// no CUDA or the machine no usable device, with the runtime's reason).
 // A GPU run's MFU denominators: the datasheet peak of the built-in profile
 // its name matches, and the GEMM rate it measures now (0: none).
 struct DevicePeaks {
@@ -159,18 +200,6 @@ DevicePeaks device_peaks(const TrainConfig& cfg, const TrainDevice* device) {
   p.measured = kernels::cuda::measure_gemm_flops(0, cfg.precision == Precision::bf16_mixed, 4096, 0.2);
 #endif
   return p;
-}
-
-std::unique_ptr<TrainDevice> open_train_device(const TrainConfig& cfg) {
-  if (cfg.device == Device::cpu) return nullptr;
-#ifdef PARABENCH_HAVE_CUDA
-  std::string why;
-  if (kernels::cuda::device_count(&why) == 0) throw InputError("train.device: cuda: " + why);
-  kernels::cuda::Gpu g = kernels::cuda::open_gpu(0);
-  return std::make_unique<TrainDevice>(TrainDevice{g.name, g.f32, g.bf16_ops, g.memory});
-#else
-  throw InputError("train.device: cuda: this build has no CUDA (nvcc was not found at configure time)");
-#endif
 }
 
 int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, const Env& env) {
@@ -264,8 +293,8 @@ void register_train(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--strategy", f->strategy, "strategy options, e.g. shard=zero3,prefetch=2 or schedule=zb-h1");
   app->add_option("--dp", f->dp, "data-parallel ranks: --mesh dp<N>")->check(CLI::Range(1, 1 << 20));
   app->add_option("--shard", f->shard, "none | zero1 | zero2 | zero3 | hsdp | hzero");
-  app->add_option("--backend", f->backend, "local or mpi (default: mpi under mpirun, else local)");
-  app->add_option("--device", f->device, "cpu | cuda (train.device: cuda runs the reference alone on GPU 0)");
+  app->add_option("--backend", f->backend, "local, mpi or nccl (default: nccl for --device cuda, else mpi under mpirun, else local)");
+  app->add_option("--device", f->device, "cpu | cuda (the reference on GPU 0; a data-parallel strategy on one GPU per rank, over nccl)");
   add_preflight_flags(app, f->limits);
   reg.push_back({app, [f, &env] {
                    ConfigReader r = load_config(f->cfg);

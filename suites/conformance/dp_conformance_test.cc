@@ -5,9 +5,14 @@
 // sweep (no false alarm) are in teeth_test.cc.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <mutex>
+#include <vector>
+
 #include "harness/status.h"
 #include "impl/data_parallel/options.h"
 #include "impl/data_parallel/strategy.h"
+#include "reference/device_testing.h"
 #include "reference/trainer.h"
 #include "suites/conformance/engine.h"
 
@@ -228,6 +233,88 @@ TEST(DpConformance, ChaosDelaysChangeNoBits) {
     for (size_t i = 0; i < calm.steps.size(); ++i) EXPECT_EQ(calm.steps[i].loss, chaos.steps[i].loss);
     EXPECT_TRUE(chaos.pass()) << explain(chaos);
   }
+}
+
+// train.device = cuda on a stand-in device per rank (reference/device_testing.h:
+// host memory handed out as the device's, the CPU's kernels behind the seam):
+// every rank's states, buffers and optimizer go through the device path
+// (opened per rank by the engine, passed to make_rank), and the run is judged
+// as on a GPU: no bitwise claim against the host replay, the fp64 rerun on
+// the CPU, the device's own reference as a floor. Its arithmetic is the
+// CPU's, so it must train bit for bit as the CPU run of the same spec.
+TEST(DpConformance, OnADeviceEachRankTrainsAsOnTheCpu) {
+  struct Case {
+    dp::Shard shard;
+    int dp, ranks_per_node;
+  };
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (Case c : {Case{dp::Shard::none, 2, 0}, Case{dp::Shard::zero1, 2, 0}, Case{dp::Shard::zero2, 2, 0},
+                   Case{dp::Shard::zero3, 2, 0}, Case{dp::Shard::hsdp, 4, 2}, Case{dp::Shard::hzero, 4, 2}}) {
+      StrategyRun s = run_of(c.shard, c.dp, p);
+      s.spec.mesh.ranks_per_node = c.ranks_per_node;
+      const ConformanceResult cpu = run_conformance(s);
+      ASSERT_TRUE(cpu.pass()) << explain(cpu);
+      s.spec.train.device = Device::cuda;
+      std::mutex mu;
+      std::vector<std::shared_ptr<testing::CountingMemory>> memories;  // one per opening
+      s.open_device = [&] {
+        auto d = std::make_shared<TrainDevice>();
+        d->name = "stand-in device";
+        d->f32 = std::make_shared<testing::StandInOps<float>>();
+        d->bf16_ops = std::make_shared<testing::StandInOps<bf16>>();
+        auto m = std::make_shared<testing::CountingMemory>();
+        d->memory = m;
+        std::lock_guard lk(mu);
+        memories.push_back(m);
+        return d;
+      };
+      const ConformanceResult r = run_conformance(s);
+      const std::string what = explain(r);
+      EXPECT_TRUE(r.pass()) << what;
+      EXPECT_EQ(r.device, "stand-in device") << what;
+      ASSERT_EQ(memories.size(), size_t(c.dp + 1)) << what << ": one device per rank, one for the reference";
+      for (const auto& m : memories) {
+        EXPECT_GT(m->allocations(), 0) << what << ": a device nothing was allocated on";
+        EXPECT_EQ(m->live(), 0u) << what << ": device buffers left";
+      }
+      EXPECT_FALSE(r.bitwise_declared) << what << ": a device's kernels are not the host replay's";
+      EXPECT_TRUE(r.bits.empty()) << what;
+      EXPECT_FALSE(r.fp64.empty()) << what << ": the fp64 rerun (on the CPU) judges the logic";
+      EXPECT_FALSE(r.exact.empty()) << what;
+      EXPECT_EQ(r.trace.loss, cpu.trace.loss) << what;
+      EXPECT_EQ(r.trace.grad_norm, cpu.trace.grad_norm) << what;
+      EXPECT_EQ(r.trace.grads1, cpu.trace.grads1) << what;
+      EXPECT_EQ(r.trace.params, cpu.trace.params) << what;
+    }
+}
+
+TEST(DpConformance, OnADeviceTheRunSaysWhatItCannotDo) {
+  StrategyRun s = run_of(dp::Shard::zero2, 2, Precision::fp32);
+  s.spec.train.device = Device::cuda;
+  try {
+    run_conformance(s);
+    ADD_FAILURE() << "ran on a device without opening one";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no way to open a device"), std::string::npos) << e.what();
+  }
+  s.spec.data.offload = dp::Offload::optimizer;
+  EXPECT_THROW(validate(s.spec), InputError);
+  s.spec.data.offload = dp::Offload::none;
+  s.spec.mesh = MeshShape{1, 2, 1, 1};  // tp2
+  try {
+    validate(s.spec);
+    ADD_FAILURE() << "tensor parallel accepted on a device";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.device"), std::string::npos) << e.what();
+  }
+  s.spec.mesh = MeshShape{2, 1, 1, 1};
+  s.spec.train.precision = Precision::fp64;
+  EXPECT_THROW(validate(s.spec), InputError);
+  // A direct caller of a host-only implementation is refused too.
+  TrainDevice d;
+  d.name = "stand-in device";
+  EXPECT_THROW(require_host(&d, "pipeline"), InputError);
+  EXPECT_NO_THROW(require_host(nullptr, "pipeline"));
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ std::vector<ExactCheck> exact_checks(const Declared& d, const MemoryTracker& mem
 }
 
 bool declares_bitwise(const StrategyRun& s) {
-  return strategy_for(s.spec).bitwise(s.spec, s.world.backend);
+  return s.spec.train.device == Device::cpu && strategy_for(s.spec).bitwise(s.spec, s.world.backend);
 }
 
 Replay replay_of(const StrategyRun& s) { return strategy_for(s.spec).replay(s.spec); }
@@ -107,9 +107,34 @@ RankTimes unpack(const std::string& s) {
   return t;
 }
 
+std::shared_ptr<TrainDevice> open_device(const StrategyRun& s) {
+  if (s.spec.train.device == Device::cpu) return nullptr;
+  std::shared_ptr<TrainDevice> d = s.open_device();
+  require(d != nullptr, "train.device: cuda: no device was opened");
+  return d;
+}
+
+// The world waits for the device's stream while the rank runs, and no longer
+// (the stream ends with the device; the world runs the next spec).
+class OrderedAfter {
+ public:
+  OrderedAfter(Communicator& c, const TrainDevice* d) : c_(c), before_(c.ordered_after()) {
+    if (d) c_.order_after(d->stream);
+  }
+  ~OrderedAfter() { c_.order_after(before_); }
+  OrderedAfter(const OrderedAfter&) = delete;
+  OrderedAfter& operator=(const OrderedAfter&) = delete;
+
+ private:
+  Communicator& c_;
+  void* before_;
+};
+
 void run_rank(const StrategyRun& s, const Strategy& strat, Communicator& world, ConformanceResult& res,
               std::mutex& mu) {
-  std::unique_ptr<Rank> rank = strat.make_rank(s.spec, world);
+  const std::shared_ptr<TrainDevice> device = open_device(s);  // outlives the rank
+  const OrderedAfter ordered(world, device.get());
+  std::unique_ptr<Rank> rank = strat.make_rank(s.spec, world, device.get());
   std::vector<double> grads1;
   std::vector<StepStats> steps = rank->train(s.spec.train.steps, &grads1);
   std::vector<double> params = rank->full_params();
@@ -123,17 +148,18 @@ void run_rank(const StrategyRun& s, const Strategy& strat, Communicator& world, 
   res.exact = std::move(exact);
   res.ranks_with_mismatch = int(bad);
   res.trace = trace_of(steps, std::move(grads1), std::move(params));
+  if (device) res.device = device->name;
   for (const auto& t : times) res.times.push_back(unpack(t));
 }
 
 }  // namespace
 
-Trace reference_trace(const TrainConfig& cfg, const Replay& replay) {
+Trace reference_trace(const TrainConfig& cfg, const Replay& replay, const TrainDevice* device) {
   if (replay.delayed_weights) {
     pipeline::DelayedResult d = pipeline::run_delayed_reference(cfg, replay.plan);
     return trace_of(d.steps, std::move(d.grads1), std::move(d.params));
   }
-  auto t = make_reference_trainer(cfg, replay.plan);
+  auto t = make_reference_trainer(cfg, replay.plan, device);
   std::vector<StepStats> st;
   std::vector<double> g1;
   for (int s = 0; s < cfg.steps; ++s) {
@@ -147,6 +173,8 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   validate(s.spec);
   const Strategy& strat = strategy_for(s.spec);
   strat.validate(s.spec);
+  require(s.spec.train.device == Device::cpu || s.open_device != nullptr,
+          "train.device: cuda: the run was given no way to open a device");
   require(world.size() == s.spec.world(),
           "mesh: " + mesh_text(s.spec.mesh) + " needs " + std::to_string(s.spec.world()) +
               " ranks, the world has " + std::to_string(world.size()));
@@ -156,7 +184,9 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   res.precision = s.spec.train.precision;
   res.world = world.size();
   res.backend = std::string(backend_name(world.backend()));
-  res.bitwise_declared = strat.bitwise(s.spec, world.backend());
+  // A device's kernels round differently from the replay's (host code).
+  const bool bitwise = s.spec.train.device == Device::cpu && strat.bitwise(s.spec, world.backend());
+  res.bitwise_declared = bitwise;
   std::mutex mu;
   run_ranks(world, [&](Communicator& c) { run_rank(s, strat, c, res, mu); });
   // A twin the strategy declares bit-identical (e.g. recomputation against
@@ -164,22 +194,25 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   const std::optional<RunSpec> twin = strat.bitwise_twin ? strat.bitwise_twin(s.spec) : std::nullopt;
   ConformanceResult twin_res;
   if (twin) {
-    const StrategyRun t{*twin, s.world, s.rule};
+    const StrategyRun t{*twin, s.world, s.rule, s.open_device};
     run_ranks(world, [&](Communicator& c) { run_rank(t, strat, c, twin_res, mu); });  // the same implementation
     res.bitwise_declared = true;
   }
-  const bool at_fp64 = !strat.bitwise(s.spec, world.backend()) && s.spec.train.precision != Precision::fp64;
+  const bool at_fp64 = !bitwise && s.spec.train.precision != Precision::fp64;
   ConformanceResult fp64_res;
   if (at_fp64) {
     StrategyRun t = s;
     t.spec.train.precision = Precision::fp64;
+    t.spec.train.device = Device::cpu;  // fp64 is the CPU's
     run_ranks(world, [&](Communicator& c) { run_rank(t, strat, c, fp64_res, mu); });
   }
   res.hosts_rank0 = hosts_rank(world, 0);
   if (!res.hosts_rank0) return res;
 
   const Replay replay = strat.replay(s.spec);
-  TrainConfig truth_cfg = s.spec.train;
+  TrainConfig host = s.spec.train;  // the references on the CPU
+  host.device = Device::cpu;
+  TrainConfig truth_cfg = host;
   truth_cfg.precision = Precision::fp64;
   Replay plain;
   plain.delayed_weights = replay.delayed_weights;
@@ -196,10 +229,16 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
     plain.plan.moe_joint = replay.plan.moe_joint;
   }
   const Trace truth = reference_trace(truth_cfg, plain);
-  const Trace ref = reference_trace(s.spec.train, plain);
-  const Trace rep = reference_trace(s.spec.train, replay);
+  const Trace ref = reference_trace(host, plain);
+  const Trace rep = reference_trace(host, replay);
+  std::vector<const Trace*> floors = {&ref, &rep};
+  Trace on_device;  // the same reference on rank 0's device: its kernels' rounding is a floor too
+  if (const std::shared_ptr<TrainDevice> device = open_device(s)) {
+    on_device = reference_trace(s.spec.train, plain, device.get());
+    floors.push_back(&on_device);
+  }
   const DType dt = storage_dtype(s.spec.train.precision);
-  res.rule = check_rule(res.trace, {&ref, &rep}, truth, dt, s.rule);
+  res.rule = check_rule(res.trace, floors, truth, dt, s.rule);
   if (at_fp64) {
     // The fp64 floor: the replay's distance, and the fp32 reference's scaled
     // by the ratio of the unit roundoffs (rounding noise is first order in
@@ -207,7 +246,7 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
     // reorders inner products: Adam's normalization lifts the rounding noise
     // of near-zero gradients well above an ulp of the parameters.
     const Trace rep64 = reference_trace(truth_cfg, replay);
-    TrainConfig fp32_cfg = s.spec.train;
+    TrainConfig fp32_cfg = host;
     fp32_cfg.precision = Precision::fp32;
     const Trace scaled = scaled_distance(reference_trace(fp32_cfg, plain), truth,
                                          dtype_eps(DType::f64) / dtype_eps(DType::f32));

@@ -7,7 +7,16 @@
 // compare.h: the rule for every strategy, bit equality where the strategy
 // declares it. Every rank's measured memory (by tag) and communication (bytes
 // per group and op) must equal what it declares (Rank::declared), exactly.
+//
+// On a device (train.device = cuda) every rank opens its device through
+// StrategyRun::open_device, its communicators wait for the device's stream
+// before each operation, and the reference at the precision under test also
+// runs on rank 0's device, as a further floor of the rule: "one device" is
+// then this device. The truth, the replay and the fp64 rerun stay on the CPU
+// (fp64 is the CPU's; replays are host code).
 #pragma once
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,10 +28,16 @@
 
 namespace pb {
 
+// Opens the device one rank runs on: called on the rank's thread, once per
+// rank and once more in rank 0's process for the reference (the CLI opens the
+// GPU the nccl backend chose for the process; tests give stand-ins).
+using DeviceOpener = std::function<std::shared_ptr<TrainDevice>()>;
+
 struct StrategyRun {
   RunSpec spec;
   WorldOptions world;  // size: the mesh's world (set by the local overload)
   ToleranceRule rule;
+  DeviceOpener open_device;  // needed when spec.train.device is cuda
 };
 
 struct ExactCheck {  // measured == declared
@@ -37,6 +52,7 @@ struct ConformanceResult {
   Precision precision = Precision::fp32;
   int world = 1;
   std::string backend;
+  std::string device = "cpu";          // rank 0's device name when train.device = cuda
   bool bitwise_declared = false;       // against the replay, or the strategy's bitwise twin
   std::vector<QuantityCheck> rule;     // against the truth
   std::vector<QuantityCheck> bits;     // against the replay (when declared bitwise)
@@ -71,7 +87,8 @@ Replay replay_of(const StrategyRun& s);
 // The single-device reference trained under `replay` (its split plan; one step
 // delayed weights for PipeDream-2BW): every step's loss and norm, the step-1
 // gradients and the final parameters, widened to double.
-Trace reference_trace(const TrainConfig& cfg, const Replay& replay);
+// On `device` when given (cfg.device = cuda; the plain plan only).
+Trace reference_trace(const TrainConfig& cfg, const Replay& replay, const TrainDevice* device = nullptr);
 
 // Validates the spec (validate(RunSpec) and the strategy's own rules) and
 // runs everything on `world`, whose size must be the mesh's.

@@ -441,7 +441,7 @@ void expect_plan_is_the_ranks(const PlanResult& r, const PlanInput& in, const St
   std::mutex mu;
   int64_t peak[kNumMemTags] = {};
   run_local(s.world(), [&](Communicator& w) {
-    std::unique_ptr<Rank> rank = st.make_rank(s, w);
+    std::unique_ptr<Rank> rank = st.make_rank(s, w, nullptr);
     rank->step();
     rank->step();
     std::lock_guard lk(mu);
@@ -598,7 +598,7 @@ TEST(Planner, MixtureOfExpertsInPipelineStagesIsTheRanks) {
     std::mutex mu;
     std::vector<std::array<int64_t, kNumMemTags>> peaks(size_t(c.pp));
     run_local(s.world(), [&](Communicator& w) {
-      std::unique_ptr<Rank> rank = pipeline::strategy().make_rank(s, w);
+      std::unique_ptr<Rank> rank = pipeline::strategy().make_rank(s, w, nullptr);
       rank->step();
       rank->step();
       const int stage = mesh_coord(s.mesh, w.rank()).pp;

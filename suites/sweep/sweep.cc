@@ -77,7 +77,7 @@ int measured_steps(const SweepConfig& c, Communicator& world, double last_warmup
 }
 
 void run_rank(const RunSpec& spec, const SweepConfig& sc, Communicator& world, RankOut& out) {
-  std::unique_ptr<Rank> rank = strategy_for(spec).make_rank(spec, world);
+  std::unique_ptr<Rank> rank = strategy_for(spec).make_rank(spec, world, nullptr);  // sweep points run on the CPU
   double last = 0;
   for (int i = 0; i < sc.warmup; ++i) last = rank->step().seconds;
   const int steps = measured_steps(sc, world, last);
