@@ -267,9 +267,18 @@ class NcclWorld final : public World {
     std::string why;
     const int ndev = nccl_device_count(&why);
     if (ndev == 0) throw std::runtime_error("nccl backend: " + why);
-    int local = 0;
-    for (int r = 0; r < rank_; ++r) local += boot_->node(r) == boot_->node(rank_);
-    cuda_check(cudaSetDevice(local % ndev), "cudaSetDevice");
+    int local = 0, on_node = 0;
+    for (int r = 0; r < boot_->size(); ++r) {
+      const bool same = boot_->node(r) == boot_->node(rank_);
+      local += same && r < rank_;
+      on_node += same;
+    }
+    // One rank per GPU: NCCL refuses two ranks of a communicator on one device.
+    if (on_node > ndev)
+      throw std::runtime_error("nccl backend: " + std::to_string(on_node) + " ranks on this node but " +
+                               std::to_string(ndev) + " CUDA devices visible; run one rank per GPU (mpirun -np " +
+                               "<GPUs per node x nodes>)");
+    cuda_check(cudaSetDevice(local), "cudaSetDevice");
   }
   ~NcclWorld() override { boot_.reset(); }
   BackendKind backend() const override { return BackendKind::nccl; }

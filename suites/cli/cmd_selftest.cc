@@ -5,7 +5,8 @@
 // 8 B to 1 MiB; a two-step conformance point of every strategy family (the
 // engine of `check`: truth, floor, bitwise where declared, memory and bytes
 // exact); on a GPU, two steps of the single-device reference against the
-// CPU's. Then what it could not run here and why (the GPU parts without a
+// CPU's, then NCCL's collectives and the data-parallel strategies on that GPU
+// (a world of one). Then what it could not run here and why (the GPU parts without a
 // GPU, NCCL, the MPI backend outside mpirun). Exit 0 when everything it
 // ran passed, 1 otherwise.
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/comm/comm_backends.h"
 #include "harness/comm/runner.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
@@ -28,9 +30,6 @@
 #include "suites/conformance/engine.h"
 #include "suites/selftest/kernel_checks.h"
 #include "reference/trainer.h"
-#ifdef PARABENCH_HAVE_CUDA
-#include "kernels/cuda/gpu.h"
-#endif
 
 namespace pb::cli {
 namespace {
@@ -72,11 +71,9 @@ void selftest_kernels(SelftestTally& t) {
   std::printf("  %zu checks in %.2f s\n\n", checks.size(), selftest_seconds_since(start));
 }
 
-void selftest_collectives(SelftestTally& t) {
-  const auto start = std::chrono::steady_clock::now();
-  constexpr int kWorld = 4;
-  std::printf("collectives (local backend, %d ranks as threads; #wrong elements, out of place / in place, 8 B to 1 MiB)\n",
-              kWorld);
+// Every collective on `world` at fp32, bf16 and fp64, with nccl-tests' #wrong
+// check, out of place and in place, 8 B to 1 MiB.
+void selftest_collectives_on(SelftestTally& t, World& world) {
   BenchOptions o;
   o.min_bytes = 8;
   o.max_bytes = size_t(1) << 20;
@@ -87,13 +84,10 @@ void selftest_collectives(SelftestTally& t) {
   o.average = 0;
   for (const CollDesc* op : all_colls()) {
     for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
-      WorldOptions w;
-      w.size = kWorld;
-      auto world = make_local_world(w);
       long wrong = 0;
       int points = 0;
       std::mutex mu;
-      run_ranks(*world, [&](Communicator& c) {
+      run_ranks(world, [&](Communicator& c) {
         run_collective(c, *op, dt, ReduceOp::sum, op->rooted ? 0 : -1, o, [&](const BenchPoint& a, const BenchPoint& b) {
           std::lock_guard lk(mu);
           ++points;
@@ -106,6 +100,17 @@ void selftest_collectives(SelftestTally& t) {
       t.failed += wrong != 0 || points == 0;
     }
   }
+}
+
+void selftest_collectives(SelftestTally& t) {
+  const auto start = std::chrono::steady_clock::now();
+  constexpr int kWorld = 4;
+  std::printf("collectives (local backend, %d ranks as threads; #wrong elements, out of place / in place, 8 B to 1 MiB)\n",
+              kWorld);
+  WorldOptions w;
+  w.size = kWorld;
+  auto world = make_local_world(w);
+  selftest_collectives_on(t, *world);
   std::printf("  in %.2f s\n\n", selftest_seconds_since(start));
 }
 
@@ -170,12 +175,10 @@ void selftest_strategies(SelftestTally& t) {
 // step 1's loss and gradient norm within 1e-4 relative at fp32 (2e-2 at
 // bf16), step 2's loss within 1e-3 (2e-2). Returns "" when it ran, else why not.
 std::string selftest_gpu_reference(SelftestTally& t) {
-#ifdef PARABENCH_HAVE_CUDA
-  std::string why;
-  if (kernels::cuda::device_count(&why) == 0) return why;
-  const kernels::cuda::Gpu g = kernels::cuda::open_gpu(0);
-  const TrainDevice dev{g.name, g.f32, g.bf16_ops, g.memory};
-  std::printf("the reference on %s against the CPU (tiny model, 2 steps)\n", g.name.c_str());
+  if (std::string why = cuda_unavailable(); !why.empty()) return why;
+  const std::shared_ptr<TrainDevice> gpu0 = open_cuda_device(0);
+  const TrainDevice& dev = *gpu0;
+  std::printf("the reference on %s against the CPU (tiny model, 2 steps)\n", dev.name.c_str());
   for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
     TrainConfig cfg;
     cfg.model = named_model("tiny");
@@ -200,14 +203,50 @@ std::string selftest_gpu_reference(SelftestTally& t) {
   }
   std::printf("\n");
   return "";
-#else
-  (void)t;
-  return "this build has no CUDA (nvcc was not found at configure time)";
-#endif
+}
+
+// NCCL on this process's GPU, a world of one (the process an MPI singleton):
+// every collective with the #wrong check, then two steps of each
+// data-parallel strategy on the GPU under the engine (device memory and
+// streams, the nccl backend with its host staging and event ordering; the
+// GPU's own reference a floor of the rule). Several GPUs: `mpirun -np N
+// parabench train --device cuda --mesh dpN`. Returns "" when it ran, else why not.
+std::string selftest_gpu_nccl(SelftestTally& t) {
+  if (std::string why = cuda_unavailable(); !why.empty()) return why;
+  if (!backend_built(BackendKind::nccl)) return "this build has no nccl backend (CMake found no NCCL or MPI)";
+  WorldOptions wo;
+  wo.backend = BackendKind::nccl;
+  wo.size = 0;  // the launched world: this process
+  auto world = make_world(wo);
+  const auto start = std::chrono::steady_clock::now();
+  std::printf("collectives over nccl (a world of one; #wrong elements, 8 B to 1 MiB)\n");
+  selftest_collectives_on(t, *world);
+  std::printf("  in %.2f s\n\n", selftest_seconds_since(start));
+  std::printf("data-parallel strategies on the GPU over nccl (two steps each at fp32, dp1)\n");
+  print_result_header();
+  for (const char* shard : {"shard=none", "shard=zero1", "shard=zero2", "shard=zero3"}) {
+    StrategyRun s = check_point("", "fp32", "dp1", shard, 2);
+    s.spec.train.device = Device::cuda;
+    s.world = wo;
+    s.open_device = [] { return open_cuda_device(-1); };  // the GPU the nccl backend chose
+    ++t.ran;
+    try {
+      const ConformanceResult r = run_conformance(s, *world);
+      t.failed += !r.pass();
+      print_result_row(r);
+      if (!r.pass()) std::printf("    %s\n", describe_failures(r).c_str());
+    } catch (const std::exception& e) {
+      ++t.failed;
+      std::printf("%-34s FAILED to run: %s\n", shard, e.what());
+    }
+  }
+  std::printf("\n");
+  return "";
 }
 
 // What this machine cannot run, and why.
-void selftest_unavailable(SelftestTally& t, const Env& env, const std::string& gpu_reference) {
+void selftest_unavailable(SelftestTally& t, const Env& env, const std::string& gpu_reference,
+                          const std::string& gpu_nccl) {
   std::error_code ec;
   const bool nvidia = std::filesystem::exists("/dev/nvidiactl", ec) || std::filesystem::exists("/dev/nvidia0", ec);
   const bool amd = std::filesystem::exists("/dev/kfd", ec);
@@ -217,7 +256,9 @@ void selftest_unavailable(SelftestTally& t, const Env& env, const std::string& g
   if (!gpu_reference.empty())
     t.skipped.push_back("the reference on a GPU against the CPU (train.device = cuda): " + gpu_reference);
   t.skipped.push_back("CUDA kernels against the CPU, op by op: " + gpu + " (ctest -L gpu: kernels_cuda_test)");
-  t.skipped.push_back("NCCL collectives and strategies: " + gpu + "; the strategies run on the CPU only so far");
+  if (!gpu_nccl.empty())
+    t.skipped.push_back("NCCL collectives and the data-parallel strategies on a GPU: " + gpu_nccl);
+  t.skipped.push_back("tensor, context, pipeline and expert parallel on a GPU: they run on the CPU only so far");
   if (!env.under_mpirun)
     t.skipped.push_back(
         "MPI backend: not under mpirun (run `mpirun -np 4 parabench collectives` and `mpirun -np 4 parabench check "
@@ -241,7 +282,15 @@ int run_selftest(const Env& env) {
     ++t.ran;
     ++t.failed;
   }
-  selftest_unavailable(t, env, gpu_reference);
+  std::string gpu_nccl;
+  try {
+    gpu_nccl = selftest_gpu_nccl(t);
+  } catch (const std::exception& e) {  // e.g. NCCL or MPI failing to start: a failure, named
+    std::printf("NCCL on a GPU: FAILED to run: %s\n\n", e.what());
+    ++t.ran;
+    ++t.failed;
+  }
+  selftest_unavailable(t, env, gpu_reference, gpu_nccl);
   std::printf("not run on this machine:\n");
   for (const auto& s : t.skipped) std::printf("  - %s\n", s.c_str());
   std::printf("\nselftest: %d checks, %d failed, %zu parts not run; %.1f s\n", t.ran, t.failed, t.skipped.size(),

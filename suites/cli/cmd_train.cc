@@ -67,38 +67,13 @@ bool names_strategy(const TrainFlags& f, ConfigReader& r) {
   return !f.strategy.empty();
 }
 
-// train.device = cuda: a GPU of this process (InputError when this build has
-// no CUDA or the machine no usable device, with the runtime's reason).
-#ifdef PARABENCH_HAVE_CUDA
-std::unique_ptr<TrainDevice> open_gpu_device(int ordinal) {
-  std::string why;
-  if (kernels::cuda::device_count(&why) == 0) throw InputError("train.device: cuda: " + why);
-  kernels::cuda::Gpu g = kernels::cuda::open_gpu(ordinal);
-  return std::make_unique<TrainDevice>(TrainDevice{g.name, g.f32, g.bf16_ops, g.memory, g.stream});
-}
-#endif
-constexpr const char* kNoCuda = "train.device: cuda: this build has no CUDA (nvcc was not found at configure time)";
-
-std::unique_ptr<TrainDevice> open_train_device(const TrainConfig& cfg) {
-  if (cfg.device == Device::cpu) return nullptr;
-#ifdef PARABENCH_HAVE_CUDA
-  return open_gpu_device(0);
-#else
-  throw InputError(kNoCuda);
-#endif
-}
-
 // A strategy rank's GPU: the one the nccl backend set for this process (its
-// index among its node's ranks, modulo the visible devices). InputError now,
-// before any rank starts, when there is none.
+// index among its node's ranks). InputError now, before any rank starts, when
+// there is none.
 DeviceOpener rank_device_opener() {
-#ifdef PARABENCH_HAVE_CUDA
-  std::string why;
-  if (kernels::cuda::device_count(&why) == 0) throw InputError("train.device: cuda: " + why);
-  return [] { return std::shared_ptr<TrainDevice>(open_gpu_device(kernels::cuda::current_device())); };
-#else
-  throw InputError(kNoCuda);
-#endif
+  const std::string why = cuda_unavailable();
+  if (!why.empty()) throw InputError("train.device: cuda: " + why);
+  return [] { return open_cuda_device(-1); };
 }
 
 // A [strategy] table: the strategy runs under the conformance engine (the
@@ -204,7 +179,7 @@ DevicePeaks device_peaks(const TrainConfig& cfg, const TrainDevice* device) {
 
 int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, const Env& env) {
   r.check_no_unknown_keys();
-  const std::unique_ptr<TrainDevice> device = open_train_device(cfg);
+  const std::shared_ptr<TrainDevice> device = cfg.device == Device::cuda ? open_cuda_device(0) : nullptr;
   RunSpec one;
   one.train = cfg;
   require_fits(planner::run_need(one, 1, false, /*conformance=*/false), limits_of(f.limits),

@@ -15,6 +15,9 @@
 #include <system_error>
 
 #include "harness/status.h"
+#ifdef PARABENCH_HAVE_CUDA
+#include "kernels/cuda/gpu.h"
+#endif
 
 extern char** environ;
 
@@ -128,6 +131,27 @@ std::string self_executable(const std::string& argv0) {
   std::error_code ec;
   const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? argv0 : p.string();
+}
+
+std::string cuda_unavailable() {
+#ifdef PARABENCH_HAVE_CUDA
+  std::string why;
+  return kernels::cuda::device_count(&why) == 0 ? why : std::string();
+#else
+  return "this build has no CUDA (nvcc was not found at configure time)";
+#endif
+}
+
+std::shared_ptr<TrainDevice> open_cuda_device(int ordinal) {
+  const std::string why = cuda_unavailable();
+  if (!why.empty()) throw InputError("train.device: cuda: " + why);
+#ifdef PARABENCH_HAVE_CUDA
+  const kernels::cuda::Gpu g = kernels::cuda::open_gpu(ordinal < 0 ? kernels::cuda::current_device() : ordinal);
+  return std::make_shared<TrainDevice>(TrainDevice{g.name, g.f32, g.bf16_ops, g.memory, g.stream});
+#else
+  (void)ordinal;
+  return nullptr;  // not reached: cuda_unavailable() said why
+#endif
 }
 
 }  // namespace pb::cli

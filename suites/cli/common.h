@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "harness/io/config.h"
 #include "harness/io/run_meta.h"
 #include "harness/preflight.h"
+#include "reference/trainer.h"
 
 namespace pb::cli {
 
@@ -58,5 +60,13 @@ int run_child(const std::vector<std::string>& args);
 // Path of the running executable (/proc/self/exe), for re-running it; falls
 // back to argv0.
 std::string self_executable(const std::string& argv0);
+
+// train.device = cuda: why this build or machine cannot open a CUDA GPU (the
+// CUDA runtime's reason), or "" when it can.
+std::string cuda_unavailable();
+// CUDA GPU `ordinal` (< 0: the device the process's CUDA calls go to, which
+// the nccl backend sets to the rank's GPU) as a device of the seam.
+// InputError naming train.device when cuda_unavailable() says why not.
+std::shared_ptr<TrainDevice> open_cuda_device(int ordinal);
 
 }  // namespace pb::cli
