@@ -113,6 +113,16 @@ if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   endforeach()
 endif()
 
+# The data-parallel family on GPUs over nccl, one rank per GPU (#17): exits
+# 77 (skipped, with the reason) without a GPU per rank.
+if(TARGET pb_harness_nccl AND TARGET pb_kernels_cuda AND PARABENCH_BUILD_TESTS)
+  add_executable(conformance_dp_gpu_test conformance/dp_gpu_conformance_test.cc)
+  target_link_libraries(conformance_dp_gpu_test PRIVATE pb::conformance pb::comm pb::kernels_cuda GTest::gtest)
+  parabench_warnings(conformance_dp_gpu_test)
+  parabench_mpi_test(NAME conformance_dp_gpu_np2 NP 2 TIMEOUT 300 COMMAND $<TARGET_FILE:conformance_dp_gpu_test>)
+  set_tests_properties(conformance_dp_gpu_np2 PROPERTIES SKIP_RETURN_CODE 77 LABELS "mpi;gpu")
+endif()
+
 # parabench selftest (#17): the CPU kernels against fp64, every collective,
 # a two-step point of every strategy family.
 parabench_library(NAME pb_selftest ALIAS pb::selftest
