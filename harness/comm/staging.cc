@@ -35,7 +35,7 @@ size_t recv_elems(const OpDesc& d, int rank) {
   }
 }
 
-StagedOp::StagedOp(const OpDesc& d, int rank, BufferSpace& space) : desc_(d), space_(&space) {
+StagedOp::StagedOp(const OpDesc& d, int rank, BufferSpace& space) : given_(&d), space_(&space) {
   if (space.is_host()) return;
   const size_t es = d.elem_size();
   const auto* s = static_cast<const std::byte*>(d.send);
@@ -47,6 +47,7 @@ StagedOp::StagedOp(const OpDesc& d, int rank, BufferSpace& space) : desc_(d), sp
   const size_t rb = r && (d.op != CommOp::reduce || root) ? recv_elems(d, rank) * es : 0;
   const bool stage_s = sb > 0 && !space.reaches(s), stage_r = rb > 0 && !space.reaches(r);
   if (!stage_s && !stage_r) return;
+  desc_ = d;
   auto add = [&](const std::byte* lo, size_t bytes, bool copy_in) {
     regions_.push_back({lo, bytes, nullptr});
     regions_.back().dev = space.allocate(bytes);
@@ -77,7 +78,7 @@ StagedOp::StagedOp(const OpDesc& d, int rank, BufferSpace& space) : desc_(d), sp
 }
 
 StagedOp::StagedOp(StagedOp&& o) noexcept
-    : desc_(std::move(o.desc_)), space_(o.space_), regions_(std::move(o.regions_)), recv_host_(o.recv_host_),
+    : given_(o.given_), desc_(std::move(o.desc_)), space_(o.space_), regions_(std::move(o.regions_)), recv_host_(o.recv_host_),
       recv_dev_(o.recv_dev_), recv_bytes_(o.recv_bytes_) {
   o.regions_.clear();
   o.recv_host_ = nullptr;

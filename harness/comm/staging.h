@@ -32,7 +32,10 @@ class StagedOp {
   StagedOp(const StagedOp&) = delete;
   StagedOp& operator=(const StagedOp&) = delete;
 
-  const OpDesc& desc() const { return desc_; }  // the operation on reachable pointers
+  // The operation on reachable pointers: the caller's own when nothing is
+  // staged (not copied: a host backend's hot path pays nothing), which must
+  // then outlive this object.
+  const OpDesc& desc() const { return staged() ? desc_ : *given_; }
   bool staged() const { return !regions_.empty(); }
   void finish();  // copies the receive range to the caller's buffer (once)
 
@@ -42,7 +45,8 @@ class StagedOp {
     size_t bytes = 0;
     void* dev = nullptr;  // its copy in the space
   };
-  OpDesc desc_;
+  const OpDesc* given_ = nullptr;
+  OpDesc desc_;  // set when staged
   BufferSpace* space_ = nullptr;
   std::vector<Region> regions_;
   void* recv_host_ = nullptr;        // the caller's receive buffer (null: nothing to copy out)
