@@ -35,17 +35,5 @@ TEST(Nccl, EveryCollectiveMatchesTheReference) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  std::string why;
-  const int devices = pb::nccl_device_count(&why);
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int ranks_here = local ? std::atoi(local) : 1;
-  if (devices < ranks_here) {
-    if (devices > 0) why = std::to_string(devices) + " CUDA device(s) for " + std::to_string(ranks_here) + " ranks";
-    std::printf("SKIPPED: nccl backend test needs one GPU per rank: %s\n", why.c_str());
-    return 77;
-  }
-  pb::WorldOptions o;
-  o.backend = pb::BackendKind::nccl;
-  o.size = 0;
-  return pb::testing::run_all_tests_in_world(o);
+  return pb::testing::run_all_tests_on_gpus("nccl backend test");
 }

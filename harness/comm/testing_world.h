@@ -4,9 +4,13 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <string>
 
 #include "harness/comm/comm_backends.h"
+#include "harness/comm/comm_nccl.h"
 #include "harness/comm/runner.h"
 
 namespace pb::testing {
@@ -30,6 +34,26 @@ inline int run_all_tests_in_world(const WorldOptions& o, const std::function<voi
   const int rc = RUN_ALL_TESTS();
   world.reset();
   return rc;
+}
+
+// A GPU test's main() body after InitGoogleTest, under mpirun: unless every
+// rank on this node has a GPU of its own, prints "SKIPPED: <what> needs one
+// GPU per rank: <why>" and returns 77 (ctest's skip code for these tests);
+// otherwise runs every test on the nccl world.
+inline int run_all_tests_on_gpus(const std::string& what) {
+  std::string why;
+  const int devices = nccl_device_count(&why);
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_here = local ? std::atoi(local) : 1;
+  if (devices < ranks_here) {
+    if (devices > 0) why = std::to_string(devices) + " CUDA device(s) for " + std::to_string(ranks_here) + " ranks";
+    std::printf("SKIPPED: %s needs one GPU per rank: %s\n", what.c_str(), why.c_str());
+    return 77;
+  }
+  WorldOptions o;
+  o.backend = BackendKind::nccl;
+  o.size = 0;
+  return run_all_tests_in_world(o);
 }
 
 }  // namespace pb::testing

@@ -6,12 +6,8 @@
 // reason, which ctest reports as skipped; it has never run here (no GPU).
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
-#include <string>
 
-#include "harness/comm/comm_nccl.h"
 #include "harness/comm/testing_world.h"
 #include "kernels/cuda/gpu.h"
 #include "suites/conformance/engine.h"
@@ -60,17 +56,5 @@ TEST(DpGpuConformance, DdpAndZeroPassOnOneGpuPerRank) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  std::string why;
-  const int devices = pb::nccl_device_count(&why);
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int ranks_here = local ? std::atoi(local) : 1;
-  if (devices < ranks_here) {
-    if (devices > 0) why = std::to_string(devices) + " CUDA device(s) for " + std::to_string(ranks_here) + " ranks";
-    std::printf("SKIPPED: the data-parallel strategies on GPUs need one GPU per rank: %s\n", why.c_str());
-    return 77;
-  }
-  pb::WorldOptions o;
-  o.backend = pb::BackendKind::nccl;
-  o.size = 0;
-  return pb::testing::run_all_tests_in_world(o);
+  return pb::testing::run_all_tests_on_gpus("the data-parallel strategies on GPUs");
 }
