@@ -105,6 +105,28 @@ uint64_t comm_logical_bytes(const OpDesc& d) {
   }
 }
 
+size_t send_elems(const OpDesc& d, int rank) {
+  switch (d.op) {
+    case CommOp::reduce_scatter:
+    case CommOp::all_to_all: return sum(d.counts);
+    case CommOp::all_gather: return d.counts.at(size_t(rank));
+    case CommOp::recv:
+    case CommOp::barrier: return 0;
+    default: return d.count;  // all_reduce, broadcast, reduce, send, sendrecv
+  }
+}
+
+size_t recv_elems(const OpDesc& d, int rank) {
+  switch (d.op) {
+    case CommOp::reduce_scatter: return d.counts.at(size_t(rank));
+    case CommOp::all_gather: return sum(d.counts);
+    case CommOp::all_to_all: return sum(d.recv_counts);
+    case CommOp::send:
+    case CommOp::barrier: return 0;
+    default: return d.count;  // all_reduce, broadcast, reduce, recv, sendrecv
+  }
+}
+
 Traffic comm_traffic(const OpDesc& d, int r, std::span<const int> nodes) {
   const int n = int(nodes.size());
   const uint64_t es = d.elem_size();

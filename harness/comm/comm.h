@@ -245,6 +245,9 @@ struct Traffic {
 Traffic comm_traffic(const OpDesc& d, int r, std::span<const int> nodes);
 // Logical bytes of an operation (nccl-tests convention, see comm_log.h).
 uint64_t comm_logical_bytes(const OpDesc& d);
+// Elements of the send and receive buffers of `d` on group rank `rank`.
+size_t send_elems(const OpDesc& d, int rank);
+size_t recv_elems(const OpDesc& d, int rank);
 
 // Hierarchical all-reduce of buf (count elements) in place: reduce-scatter
 // within the node (intra), all-reduce of this rank's shard across nodes

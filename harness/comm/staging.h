@@ -19,10 +19,6 @@
 
 namespace pb {
 
-// Elements of the send and receive buffers of `d` on group rank `rank`.
-size_t send_elems(const OpDesc& d, int rank);
-size_t recv_elems(const OpDesc& d, int rank);
-
 class StagedOp {
  public:
   StagedOp(const OpDesc& d, int rank, BufferSpace& space);
@@ -40,17 +36,11 @@ class StagedOp {
   void finish();  // copies the receive range to the caller's buffer (once)
 
  private:
-  struct Region {
-    const std::byte* host = nullptr;  // the caller's range
-    size_t bytes = 0;
-    void* dev = nullptr;  // its copy in the space
-  };
   const OpDesc* given_ = nullptr;
-  OpDesc desc_;  // set when staged
+  OpDesc desc_;  // set when staged; its recv is the receive range's copy
   BufferSpace* space_ = nullptr;
-  std::vector<Region> regions_;
-  void* recv_host_ = nullptr;        // the caller's receive buffer (null: nothing to copy out)
-  const void* recv_dev_ = nullptr;   // its staged copy
+  std::vector<void*> regions_;  // the space's copies of the caller's ranges
+  void* recv_host_ = nullptr;   // the caller's receive buffer (null: nothing to copy out)
   size_t recv_bytes_ = 0;
   void release() noexcept;
 };

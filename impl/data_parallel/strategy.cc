@@ -1,7 +1,6 @@
 #include "impl/data_parallel/strategy.h"
 
 #include <cstdio>
-#include <type_traits>
 
 #include "harness/status.h"
 #include "impl/data_parallel/cost.h"
@@ -109,16 +108,14 @@ bool bitwise(const RunSpec& s, BackendKind b) {
 Replay replay(const RunSpec& s) { return {replay_plan(options_of(s), s.train), false}; }
 
 // On a device: the rank's states, buffers and optimizer in its memory, every
-// op on its stream (fp32 and bf16-mixed; validate(RunSpec) refuses the rest).
+// op on its stream (fp32 and bf16-mixed: device_ops refuses fp64, as
+// validate(RunSpec) does first).
 std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const TrainDevice* device) {
   if (!device) return make_typed_rank<DpRank>(s.train.precision, s.train, options_of(s), world);
   std::unique_ptr<Rank> r;
   dispatch_dtype(storage_dtype(s.train.precision), [&](auto t) {
     using T = decltype(t);
-    if constexpr (std::is_same_v<T, double>)
-      throw InputError("train.device: " + device->name + " runs fp32 and bf16-mixed (fp64 is the CPU's truth)");
-    else
-      r = std::make_unique<DpRank<T>>(s.train, options_of(s), world, device_ops<T>(*device), device->memory);
+    r = std::make_unique<DpRank<T>>(s.train, options_of(s), world, device_ops<T>(*device), device->memory);
   });
   return r;
 }

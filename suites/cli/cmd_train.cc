@@ -71,8 +71,7 @@ bool names_strategy(const TrainFlags& f, ConfigReader& r) {
 // index among its node's ranks). InputError now, before any rank starts, when
 // there is none.
 DeviceOpener rank_device_opener() {
-  const std::string why = cuda_unavailable();
-  if (!why.empty()) throw InputError("train.device: cuda: " + why);
+  require_cuda();
   return [] { return open_cuda_device(-1); };
 }
 

@@ -142,9 +142,13 @@ std::string cuda_unavailable() {
 #endif
 }
 
-std::shared_ptr<TrainDevice> open_cuda_device(int ordinal) {
+void require_cuda() {
   const std::string why = cuda_unavailable();
   if (!why.empty()) throw InputError("train.device: cuda: " + why);
+}
+
+std::shared_ptr<TrainDevice> open_cuda_device(int ordinal) {
+  require_cuda();
 #ifdef PARABENCH_HAVE_CUDA
   const kernels::cuda::Gpu g = kernels::cuda::open_gpu(ordinal < 0 ? kernels::cuda::current_device() : ordinal);
   return std::make_shared<TrainDevice>(TrainDevice{g.name, g.f32, g.bf16_ops, g.memory, g.stream});

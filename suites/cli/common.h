@@ -64,6 +64,8 @@ std::string self_executable(const std::string& argv0);
 // train.device = cuda: why this build or machine cannot open a CUDA GPU (the
 // CUDA runtime's reason), or "" when it can.
 std::string cuda_unavailable();
+// InputError "train.device: cuda: <why>" when cuda_unavailable() says why.
+void require_cuda();
 // CUDA GPU `ordinal` (< 0: the device the process's CUDA calls go to, which
 // the nccl backend sets to the rank's GPU) as a device of the seam.
 // InputError naming train.device when cuda_unavailable() says why not.

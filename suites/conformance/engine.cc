@@ -58,9 +58,15 @@ std::vector<ExactCheck> exact_checks(const Declared& d, const MemoryTracker& mem
   return out;
 }
 
-bool declares_bitwise(const StrategyRun& s) {
-  return s.spec.train.device == Device::cpu && strategy_for(s.spec).bitwise(s.spec, s.world.backend);
+namespace {
+// The strategy's claim, on the CPU only: a device's kernels round differently
+// from the replay's (host code).
+bool bitwise_on(const Strategy& st, const RunSpec& s, BackendKind b) {
+  return s.train.device == Device::cpu && st.bitwise(s, b);
 }
+}  // namespace
+
+bool declares_bitwise(const StrategyRun& s) { return bitwise_on(strategy_for(s.spec), s.spec, s.world.backend); }
 
 Replay replay_of(const StrategyRun& s) { return strategy_for(s.spec).replay(s.spec); }
 
@@ -184,8 +190,7 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   res.precision = s.spec.train.precision;
   res.world = world.size();
   res.backend = std::string(backend_name(world.backend()));
-  // A device's kernels round differently from the replay's (host code).
-  const bool bitwise = s.spec.train.device == Device::cpu && strat.bitwise(s.spec, world.backend());
+  const bool bitwise = bitwise_on(strat, s.spec, world.backend());
   res.bitwise_declared = bitwise;
   std::mutex mu;
   run_ranks(world, [&](Communicator& c) { run_rank(s, strat, c, res, mu); });
