@@ -10,11 +10,15 @@
 
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "harness/memory.h"
 #include "kernels/common/device_ops.h"
+#include "reference/trainer.h"
 
 namespace pb::testing {
 
@@ -150,6 +154,35 @@ class StandInOps final : public kernels::DeviceOps<T> {
   };
   Open cpu() const { return Open(guard_); }
   CountingMemory* guard_ = nullptr;
+};
+
+// Stand-in devices as the engine opens them, one per rank and one for the
+// reference (open() is thread-safe): fp32 and bf16 ops, each device its own
+// CountingMemory, kept so a test can ask what each allocated. Guarded: each
+// device's memory opens only inside its ops (a single rank's run only).
+class StandInDevices {
+ public:
+  explicit StandInDevices(bool guarded = false) : guarded_(guarded) {}
+  std::shared_ptr<TrainDevice> open() {
+    auto d = std::make_shared<TrainDevice>();
+    d->name = "stand-in device";
+    auto m = std::make_shared<CountingMemory>(guarded_);
+    d->f32 = std::make_shared<StandInOps<float>>(guarded_ ? m.get() : nullptr);
+    d->bf16_ops = std::make_shared<StandInOps<bf16>>(guarded_ ? m.get() : nullptr);
+    d->memory = m;
+    std::lock_guard lk(mu_);
+    memories_.push_back(std::move(m));
+    return d;
+  }
+  std::vector<std::shared_ptr<CountingMemory>> memories() const {
+    std::lock_guard lk(mu_);
+    return memories_;
+  }
+
+ private:
+  bool guarded_;
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<CountingMemory>> memories_;
 };
 
 }  // namespace pb::testing

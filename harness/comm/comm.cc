@@ -215,6 +215,9 @@ CommLog::Ticket Communicator::account(const OpDesc& d) {
 }
 
 void Communicator::exec(const OpDesc& d) {
+  if (in_group_)
+    throw std::logic_error(name_ + "." + std::string(comm_op_name(d.op)) +
+                           ": a blocking operation inside a group (only isend and irecv may be grouped)");
   check(d);
   CommLog::Ticket t = account(d);
   double t0 = now_s();
@@ -247,12 +250,27 @@ class StagedRequest final : public RequestState {
 }  // namespace
 
 Request Communicator::issue(const OpDesc& d) {
+  if (in_group_ && d.op != CommOp::send && d.op != CommOp::recv)
+    throw std::logic_error(name_ + ".i" + std::string(comm_op_name(d.op)) +
+                           ": inside a group (only isend and irecv may be grouped)");
   check(d);
   CommLog::Ticket t = account(d);
   StagedOp staged(d, rank_, buffers());
   if (!staged.staged()) return Request(start(d), log_, t);
   std::shared_ptr<RequestState> op = start(staged.desc());
   return Request(std::make_shared<StagedRequest>(std::move(op), std::move(staged)), log_, t);
+}
+
+void Communicator::group_start() {
+  if (in_group_) throw std::logic_error(name_ + ".group_start: a group is already open (groups do not nest)");
+  begin_group();
+  in_group_ = true;
+}
+
+void Communicator::group_end() {
+  if (!in_group_) throw std::logic_error(name_ + ".group_end: no group is open");
+  in_group_ = false;
+  end_group();
 }
 
 namespace {

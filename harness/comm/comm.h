@@ -15,6 +15,10 @@
 //  - Ordering: collectives on one communicator run in issue order (a stream);
 //    send/recv match by (peer, tag) in FIFO order and never wait on the
 //    stream, so an irecv posted before a collective cannot deadlock it.
+//    nccl has no tags (matches_tags() false): a pair's n-th send matches the
+//    n-th receive, and a send completes only once the receive is posted, so
+//    sends and receives that cross between two ranks are posted as one group
+//    (group_start/group_end).
 //  - A communicator is used by one thread at a time (its rank's).
 #pragma once
 #include <cstddef>
@@ -195,6 +199,18 @@ class Communicator {
   void order_after(void* stream) { ordered_after_ = stream; }
   void* ordered_after() const { return ordered_after_; }
 
+  // Non-blocking sends and receives issued between group_start() and
+  // group_end() are posted together (nccl: one ncclGroupStart/End, so two
+  // ranks that send to each other in one group do not wait on each other);
+  // their requests are waited on after group_end(). Nothing else may be
+  // issued inside a group, and groups do not nest. Host backends post each
+  // operation as it comes (their sends never wait for the receiver).
+  void group_start();
+  void group_end();
+  bool in_group() const { return in_group_; }
+  // Whether send/recv match by tag (local, mpi) or by order alone (nccl).
+  virtual bool matches_tags() const { return true; }
+
   // Collective over this communicator: ranks with the same color form a new
   // group, ordered by (key, rank); color < 0 gets nullptr.
   std::unique_ptr<Communicator> split(int color, int key, std::string name);
@@ -220,6 +236,8 @@ class Communicator {
   virtual void run(const OpDesc& d) = 0;
   virtual std::shared_ptr<RequestState> start(const OpDesc& d) = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key, std::string name) = 0;
+  virtual void begin_group() {}
+  virtual void end_group() {}
 
  private:
   void check(const OpDesc& d) const;
@@ -234,6 +252,7 @@ class Communicator {
   std::shared_ptr<CommLog> log_;
   BufferSpace host_buffers_;
   void* ordered_after_ = nullptr;
+  bool in_group_ = false;
 };
 
 // Bytes rank `r` sends to each other rank under the direct-exchange model

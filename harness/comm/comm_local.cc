@@ -33,7 +33,9 @@ class RecvState : public RequestState {
   RecvState(Group* g, int me, int src, int tag, void* buf, size_t bytes, ChaosPoint cp)
       : g_(g), me_(me), src_(src), tag_(tag), buf_(buf), bytes_(bytes), cp_(cp) {}
 
-  bool matches(int src, int tag) const { return src == src_ && tag == tag_; }
+  bool matches(int src, int tag) const {
+    return src == src_ && (tag == tag_ || g_->world->opts.match_by_order);
+  }
   // Copies a message in; called with the mailbox mutex held.
   void fill(const void* data, size_t bytes) {
     if (bytes != bytes_)
@@ -230,6 +232,7 @@ class LocalComm final : public Communicator {
   }
 
   std::string_view backend() const override { return "local"; }
+  bool matches_tags() const override { return !opts().match_by_order; }
 
  protected:
   void run(const OpDesc& d) override {
@@ -307,7 +310,7 @@ class LocalComm final : public Communicator {
     Mailbox& mb = *g_->mail[size_t(me_)];
     std::lock_guard lk(mb.mu);
     auto it = std::find_if(mb.unexpected.begin(), mb.unexpected.end(),
-                           [&](const Message& m) { return m.src == src && m.tag == tag; });
+                           [&](const Message& m) { return m.src == src && (m.tag == tag || opts().match_by_order); });
     if (it != mb.unexpected.end()) {
       r->fill(it->data.data(), it->data.size());
       mb.unexpected.erase(it);

@@ -174,5 +174,26 @@ TEST(LocalComm, BadArgumentsThrowBeforeCommunicating) {
   });
 }
 
+TEST(LocalComm, AGroupTakesSendsAndReceivesOnlyAndDoesNotNest) {
+  run_local(2, [](Communicator& c) {
+    float x = 1, y = 0;
+    EXPECT_THROW(c.group_end(), std::logic_error);
+    c.group_start();
+    EXPECT_THROW(c.group_start(), std::logic_error);
+    EXPECT_THROW(c.all_reduce(&x, &x, 1, DType::f32), std::logic_error);  // blocking
+    EXPECT_THROW(c.iall_reduce(&x, &x, 1, DType::f32), std::logic_error);  // a collective
+    EXPECT_THROW(c.send(&x, 1, DType::f32, 1 - c.rank()), std::logic_error);
+    Request r = c.irecv(&y, 1, DType::f32, 1 - c.rank());
+    Request s = c.isend(&x, 1, DType::f32, 1 - c.rank());
+    EXPECT_TRUE(c.in_group());
+    c.group_end();
+    EXPECT_FALSE(c.in_group());
+    r.wait();
+    s.wait();
+    EXPECT_EQ(y, 1.0f);
+    c.barrier();  // usable again
+  });
+}
+
 }  // namespace
 }  // namespace pb

@@ -107,10 +107,13 @@ struct Channel {
 
 class NcclRequest : public RequestState {
  public:
-  NcclRequest(std::shared_ptr<Channel> ch, CommOp op) : ch_(std::move(ch)), op_(op) {
+  // record: mark the operation's end on the stream now; false inside a group,
+  // whose operations are launched by ncclGroupEnd (record() after it).
+  NcclRequest(std::shared_ptr<Channel> ch, CommOp op, bool record = true) : ch_(std::move(ch)), op_(op) {
     cuda_check(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming), "cudaEventCreate");
-    cuda_check(cudaEventRecord(ev_, ch_->stream), "cudaEventRecord");
+    if (record) this->record();
   }
+  void record() { cuda_check(cudaEventRecord(ev_, ch_->stream), "cudaEventRecord"); }
   ~NcclRequest() override { cudaEventDestroy(ev_); }
   bool test() override {
     cudaError_t e = cudaEventQuery(ev_);
@@ -158,7 +161,17 @@ class NcclComm final : public Communicator {
   }
   std::shared_ptr<RequestState> start(const OpDesc& d) override {
     enqueue(d);
-    return std::make_shared<NcclRequest>(ch_, d.op);
+    auto r = std::make_shared<NcclRequest>(ch_, d.op, /*record=*/!in_group());
+    if (in_group()) grouped_.push_back(r);
+    return r;
+  }
+  bool matches_tags() const override { return false; }
+  void begin_group() override { nccl_check(ncclGroupStart(), "ncclGroupStart"); }
+  void end_group() override {
+    std::vector<std::shared_ptr<NcclRequest>> reqs = std::move(grouped_);
+    grouped_.clear();
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    for (auto& r : reqs) r->record();  // after the launch: each completes with the group
   }
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override {
     ncclComm_t nc = nullptr;
@@ -254,6 +267,7 @@ class NcclComm final : public Communicator {
   DeviceBuffers bufs_;
   void* scratch_ = nullptr;
   cudaEvent_t after_ = nullptr;  // recorded on the producer stream (order_after)
+  std::vector<std::shared_ptr<NcclRequest>> grouped_;  // started in the open group, recorded at its end
 };
 
 class NcclWorld final : public World {

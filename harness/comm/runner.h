@@ -36,6 +36,9 @@ struct WorldOptions {
   int ranks_per_node = 0;   // 0: local = one node, mpi/nccl = the real hosts
   double timeout_s = 60;    // a call blocked longer than this fails the run; 0 = never
   ChaosOptions chaos;       // local backend only
+  // Local backend only: receives ignore tags and take a pair's messages in
+  // the order they were sent, as nccl does (a stand-in for its matching).
+  bool match_by_order = false;
 };
 // InputError naming the field and the rule.
 void validate(const WorldOptions& o);

@@ -20,6 +20,9 @@ struct DelayedResult {
   std::vector<double> params;    // after the K optimizer steps
 };
 
-DelayedResult run_delayed_reference(const TrainConfig& cfg, const SplitPlan& plan = {});
+// device: where it trains when cfg.device is cuda (the plain plan only, as
+// ReferenceTrainer off the host); null and cfg.device = cpu: the CPU.
+DelayedResult run_delayed_reference(const TrainConfig& cfg, const SplitPlan& plan = {},
+                                    const TrainDevice* device = nullptr);
 
 }  // namespace pb::pipeline

@@ -47,17 +47,37 @@ Schedule build_schedule(const PipelineOptions& o, const TrainConfig& cfg) {
 MeshShape mesh_of(const PipelineOptions& o) {
   return {o.dp(), o.tp(), o.cp(), o.pp, o.data.ranks_per_node * o.tp() * o.cp(), o.ep};
 }
+
+template <class T>
+std::shared_ptr<const kernels::DeviceOps<T>> or_cpu(std::shared_ptr<const kernels::DeviceOps<T>> ops) {
+  if (ops) return ops;
+  return std::shared_ptr<const kernels::DeviceOps<T>>(&kernels::cpu_ops<T>(), [](const auto*) {});
+}
 }  // namespace
 
 dp::DpOptions PipelineOptions::component() const { return tp::component_options(data, cp()); }
 
 template <class T>
-PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world)
-    : cfg_((validate(o, cfg, world.size()), cfg)), o_(o),
-      layout_(cfg.model, o.tp(), mesh_coord(mesh_of(o), world.rank()).tp), full_layout_(cfg.model),
+PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world,
+                              std::shared_ptr<const kernels::DeviceOps<T>> ops, std::shared_ptr<DeviceMemory> memory)
+    : cfg_((validate(o, cfg, world.size()), cfg)), o_(o), ops_(or_cpu<T>(std::move(ops))),
+      device_memory_(std::move(memory)), layout_(cfg.model, o.tp(), mesh_coord(mesh_of(o), world.rank()).tp), full_layout_(cfg.model),
       data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix),
       part_(partition_layers(cfg.model.L, o.pp, o.virtual_stages)), s_(build_schedule(o, cfg)),
-      su_(stage_units(layout_, part_, 0)), model_(layout_, cfg.batch / (o.dp() * cfg.microbatches), cfg.seq) {
+      su_(stage_units(layout_, part_, 0)), model_(layout_, cfg.batch / (o.dp() * cfg.microbatches), cfg.seq, *ops_) {
+  require(ops_->is_host() || device_memory_ != nullptr, "pipeline: a device rank needs the device's memory");
+  require(ops_->is_host() || (o.tp() == 1 && o.cp() == 1 && cfg.model.moe.experts == 0),
+          "train.device: " + ops_->name() + " runs dense pipeline stages with tp = cp = 1 only");
+  mem_.set_device_memory(device_memory_.get());
+  // Without tags (nccl) a pair's messages match in order, and sends complete
+  // only once received: the schedule must run with grouped posting.
+  if (!world.matches_tags()) {
+    const std::vector<Issue> issues = find_issues(s_, SendMode::grouped);
+    require(issues.empty(), "schedule: " + s_.name + " cannot run on the " + std::string(world.backend()) +
+                                " backend (messages match in order, sends wait for their receives): " +
+                                (issues.empty() ? std::string() : issue_str(s_, issues.front())) +
+                                (s_.virtual_stages > 1 ? "; interleaved runs there with microbatches = pp" : ""));
+  }
   // Message tags are dense indices (schedule.h); MPI guarantees tags up to 32767 only.
   require(world.backend() == "local" || num_messages(s_) <= 32767,
           "microbatches: " + std::to_string(num_messages(s_)) +
@@ -83,7 +103,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   if (o.cp() > 1) cp_ = world.split_groups(mesh_groups(mesh, MeshAxis::cp), "cp");
 
   su_ = stage_units(layout_, part_, pr_);
-  dp_ = std::make_unique<dp::Component<T>>(o.component(), su_.units, layout_, cfg.seed, dpc_, mem_);
+  dp_ = std::make_unique<dp::Component<T>>(o.component(), su_.units, layout_, cfg.seed, dpc_, mem_, *ops_);
   replicated_ = layout_.replicated_ranges();
   if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) dp_->exclude_from_norm(replicated_);
   if (o.tensor.sp) sp_held_ = dp_->held_grads_in(replicated_);
@@ -102,6 +122,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   dxb_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   tok_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
   tgt_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
+  if (!ops_->is_host()) host_tok_.resize(N), host_tgt_.resize(N);
   if (!tpm_) scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq);
   if (cfg.model.moe.experts > 0) {
     // Every rank splits the same groups (split_groups is collective over the
@@ -175,7 +196,7 @@ T* PipelineRank<T>::grad(int mb, int id) {
   if (fresh) {
     const size_t n = size_t(c->shards().unit(i).padded);
     it->second = Buffer<T>(&mem_, MemTag::comm, n);
-    std::memset(static_cast<void*>(it->second.data()), 0, n * sizeof(T));
+    ops_->zero(it->second.data(), n * sizeof(T));
   }
   return it->second.data();
 }
@@ -242,12 +263,12 @@ void PipelineRank<T>::free_live(Key k) {
 }
 
 template <class T>
-void PipelineRank<T>::exec(const Action& a) {
+void PipelineRank<T>::post(const Action& a, std::vector<Request>& recvs) {
   const Key k{a.microbatch, a.chunk};
   const size_t NC = size_t(boundary_elems());
   const DType dt = dtype_of<T>();
   switch (a.op) {
-    case Op::recv_act: pp_->recv(open(k).x_in.data(), NC, dt, a.peer, tag_of(a)); break;
+    case Op::recv_act: recvs.push_back(pp_->irecv(open(k).x_in.data(), NC, dt, a.peer, tag_of(a))); break;
     case Op::send_act: {
       Live& lv = live_.at(k);
       lv.act_send = pp_->isend(lv.out(), NC, dt, a.peer, tag_of(a));
@@ -255,7 +276,7 @@ void PipelineRank<T>::exec(const Action& a) {
     }
     case Op::recv_grad: {
       Buffer<T>& g = grad_in_[k] = Buffer<T>(&mem_, MemTag::comm, NC);
-      pp_->recv(g.data(), NC, dt, a.peer, tag_of(a));
+      recvs.push_back(pp_->irecv(g.data(), NC, dt, a.peer, tag_of(a)));
       break;
     }
     case Op::send_grad: {
@@ -265,17 +286,21 @@ void PipelineRank<T>::exec(const Action& a) {
       grad_out_.erase(it);
       break;
     }
-    default: {
-      Stopwatch w;
-      const double start = timing_.wall_s;
-      if (a.op == Op::forward) forward(a);
-      else if (a.op == Op::backward_weight) weight(a);
-      else backward(a);
-      const double d = w.elapsed_s();
-      timing_.busy_s += d;
-      timing_.timeline.push_back({a.op, a.microbatch, a.chunk, start, start + d});
-    }
+    default: throw std::logic_error("pipeline: " + action_str(a) + " is not a message");
   }
+}
+
+template <class T>
+void PipelineRank<T>::compute(const Action& a) {
+  Stopwatch w;
+  const double start = timing_.wall_s;
+  if (a.op == Op::forward) forward(a);
+  else if (a.op == Op::backward_weight) weight(a);
+  else backward(a);
+  if (!ops_->is_host()) ops_->synchronize();  // the action's time is the device's
+  const double d = w.elapsed_s();
+  timing_.busy_s += d;
+  timing_.timeline.push_back({a.op, a.microbatch, a.chunk, start, start + d});
 }
 
 template <class T>
@@ -286,13 +311,19 @@ void PipelineRank<T>::forward(const Action& a) {
   const int mb = a.microbatch;
   if (st.embedding || st.head) {
     const int64_t step = s_.async_weights ? mb / m_ : step_;
-    data_.batch(step, int64_t(dr_ * m_ + mb % m_) * Bm_, Bm_, cfg_.seq, tok_tmp_.data(), tgt_tmp_.data());
+    const bool host = ops_->is_host();
+    data_.batch(step, int64_t(dr_ * m_ + mb % m_) * Bm_, Bm_, cfg_.seq, host ? tok_tmp_.data() : host_tok_.data(),
+                host ? tgt_tmp_.data() : host_tgt_.data());
+    if (!host) {
+      ops_->to_device(tok_tmp_.data(), host_tok_.data(), N * sizeof(int32_t));
+      ops_->to_device(tgt_tmp_.data(), host_tgt_.data(), N * sizeof(int32_t));
+    }
     if (o_.cp() > 1) {  // this rank's tokens of the sequences
       tpm_->select_tokens(tok_tmp_.data(), tgt_tmp_.data(), st.embedding ? lv.tokens.data() : nullptr,
                           st.head ? lv.targets.data() : nullptr);
     } else {
-      if (st.embedding) std::memcpy(lv.tokens.data(), tok_tmp_.data(), N * sizeof(int32_t));
-      if (st.head) std::memcpy(lv.targets.data(), tgt_tmp_.data(), N * sizeof(int32_t));
+      if (st.embedding) ops_->copy(lv.tokens.data(), tok_tmp_.data(), N * sizeof(int32_t));
+      if (st.head) ops_->copy(lv.targets.data(), tgt_tmp_.data(), N * sizeof(int32_t));
     }
   }
   if (st.embedding) {
@@ -303,8 +334,7 @@ void PipelineRank<T>::forward(const Action& a) {
     release(su_.wpe);
     release(su_.wte);  // the head (pp = 1) gathers it again: every use is one gather
   } else if (o_.pp == 1) {  // the previous chunk sits on this rank: hand over locally
-    std::memcpy(static_cast<void*>(lv.x_in.data()), live_.at({mb, a.chunk - 1}).out(),
-                size_t(boundary_elems()) * sizeof(T));
+    ops_->copy(lv.x_in.data(), live_.at({mb, a.chunk - 1}).out(), size_t(boundary_elems()) * sizeof(T));
   }
   const T* x = lv.x_in.data();
   const int nd = int(su_.units.size());
@@ -443,17 +473,36 @@ void PipelineRank<T>::weight(const Action& a) {
   free_live(k);
 }
 
+// Each run of consecutive SEND/RECV actions is posted as one group and its
+// receives waited for before the next compute (validate.h SendMode::grouped:
+// what a backend without tags or eager sends, nccl, needs when messages
+// cross); sends complete in the background as before.
 template <class T>
 void PipelineRank<T>::run_actions() {
   timing_ = {};
   pp_->barrier();
   Stopwatch wall;
-  for (const Action& a : s_.ranks[size_t(pr_)]) {
-    if (s_.async_weights && (a.op == Op::recv_act || a.op == Op::forward) &&
-        s_.weight_version(a.microbatch) > version_)
-      update_2bw(s_.weight_version(a.microbatch));
+  const auto& list = s_.ranks[size_t(pr_)];
+  std::vector<Request> recvs;
+  for (size_t i = 0; i < list.size();) {
     timing_.wall_s = wall.elapsed_s();
-    exec(a);
+    if (is_compute(list[i].op)) {
+      const Action& a = list[i++];
+      if (a.op == Op::forward && s_.async_weights && s_.weight_version(a.microbatch) > version_)
+        update_2bw(s_.weight_version(a.microbatch));
+      compute(a);
+    } else {
+      size_t end = i;
+      while (end < list.size() && !is_compute(list[end].op)) ++end;
+      for (size_t j = i; j < end; ++j)  // 2BW: the new version before the group's receives
+        if (list[j].op == Op::recv_act && s_.async_weights && s_.weight_version(list[j].microbatch) > version_)
+          update_2bw(s_.weight_version(list[j].microbatch));
+      pp_->group_start();
+      for (; i < end; ++i) post(list[i], recvs);
+      pp_->group_end();
+      wait_all(recvs);
+      recvs.clear();
+    }
     std::erase_if(sending_, [](auto& s) { return s.first.test(); });
   }
   for (auto& s : sending_) s.first.wait();

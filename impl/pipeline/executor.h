@@ -120,7 +120,11 @@ struct RankTiming {
 template <class T>
 class PipelineRank : public Rank {
  public:
-  PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world);
+  // ops, memory: the device (default: the CPU; kernels/common/device_ops.h).
+  // On a device the stages are dense and tp = cp = 1 (validate(RunSpec)):
+  // the tensor- and context-parallel model and the MoE MLP are host code.
+  PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world,
+               std::shared_ptr<const kernels::DeviceOps<T>> ops = {}, std::shared_ptr<DeviceMemory> memory = {});
   ~PipelineRank() override;
   // Synchronous schedules: one optimizer step over cfg.microbatches.
   StepStats step() override;
@@ -153,7 +157,10 @@ class PipelineRank : public Rank {
   using Key = std::pair<int, int>;  // (microbatch, chunk or unit)
   Live& open(Key k);
   void free_live(Key k);
-  void exec(const Action& a);
+  // A SEND/RECV action posted (non-blocking; receives appended to `recvs`),
+  // and a compute action run and timed.
+  void post(const Action& a, std::vector<Request>& recvs);
+  void compute(const Action& a);
   void forward(const Action& a);
   void backward(const Action& a);
   void weight(const Action& a);
@@ -184,6 +191,8 @@ class PipelineRank : public Rank {
 
   TrainConfig cfg_;
   PipelineOptions o_;
+  std::shared_ptr<const kernels::DeviceOps<T>> ops_;  // never null
+  std::shared_ptr<DeviceMemory> device_memory_;       // outlives the buffers below
   MemoryTracker mem_;
   ParamLayout layout_;
   ParamLayout full_layout_;  // the whole model's (tp > 1: layout_ is this rank's shard)
@@ -213,6 +222,7 @@ class PipelineRank : public Rank {
   int grads_version_ = 0;  // 2BW: parity of the weight versions whose gradients the component holds
   Buffer<T> dxa_, dxb_;
   Buffer<int32_t> tok_tmp_, tgt_tmp_;
+  std::vector<int32_t> host_tok_, host_tgt_;  // a device's: the data source draws on the host
   Scratch<T> scratch_;
   std::map<Key, Live> live_;
   std::map<Key, Buffer<T>> grad_in_, grad_out_, unit_grads_;

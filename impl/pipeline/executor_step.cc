@@ -197,7 +197,7 @@ double PipelineRank<T>::reduce_grads(T* hg) {
       T* mine = dp_->unit_grads(pr_ == 0 ? su_.wte : su_.tied);
       tied_->all_reduce(mine, mine, wte, dt);
     } else if (tie && o_.pp == 1) {
-      kernels::accumulate(dp_->unit_grads(su_.wte), hg, wte);
+      ops_->accumulate(dp_->unit_grads(su_.wte), hg, wte);
     }
     dp_->sync_after_flush();
   } else {  // reduced per microbatch already: the tied sum runs on the shards
@@ -268,7 +268,7 @@ StepStats PipelineRank<T>::step() {
   dp_->zero_grads();
   if (ex_) ex_->zero_grads();
   reduced_.assign(size_t(num_ids()), 0);
-  if (!head_grads_[0].empty()) std::memset(static_cast<void*>(head_grads_[0].data()), 0, head_grads_[0].size() * sizeof(T));
+  if (!head_grads_[0].empty()) ops_->zero(head_grads_[0].data(), head_grads_[0].size() * sizeof(T));
   losses_.assign(size_t(m_), 0.0);
   aux_ = 0;
   run_actions();
@@ -284,6 +284,7 @@ StepStats PipelineRank<T>::step() {
   st.grad_norm = std::sqrt(sq);
   st.lr = lr_at(cfg_.optim, st.step, cfg_.steps);
   apply(st.step, st.grad_norm);
+  ops_->synchronize();  // the step's time is the device's
   st.seconds = timing_.wall_s;
   return st;
 }
@@ -291,7 +292,7 @@ StepStats PipelineRank<T>::step() {
 template <class T>
 void PipelineRank<T>::update_2bw(int k) {
   // Before group k: W(k) = W(k-1) stepped with g(k-2) (schedule.h); W(1) = W(0).
-  std::memcpy(static_cast<void*>(prev_params_.data()), dp_->params_data(), prev_params_.size() * sizeof(T));
+  ops_->copy(prev_params_.data(), dp_->params_data(), prev_params_.size() * sizeof(T));
   if (k >= 2) {
     if (grads_version_ % 2 != k % 2) {  // bring g(k-2) into the component (a buffer swap, no copy)
       dp_->swap_grads(other_grads_);
@@ -306,7 +307,7 @@ void PipelineRank<T>::update_2bw(int k) {
     }
     apply(k - 1, norms_.back());
     dp_->zero_grads();
-    if (hg) std::memset(static_cast<void*>(hg), 0, head_grads_[k % 2].size() * sizeof(T));
+    if (hg) ops_->zero(hg, head_grads_[k % 2].size() * sizeof(T));
   }
   version_ = k;
 }

@@ -18,6 +18,12 @@
 // Blocking (rendezvous) sends are NOT safe for 1F1B-style orders: the steady
 // state crosses an activation and a gradient between neighbours (Megatron
 // batches send_forward_recv_backward for this); validate(s, rendezvous) shows it.
+// The executor posts each run of consecutive SEND/RECV actions as one group
+// (Communicator::group_start/end), which is what NCCL needs: there a send
+// completes only once received and messages carry no tag. Under those
+// semantics (validate(s, grouped)) every generated schedule runs but
+// interleaved with more microbatches than ranks, which the executor refuses
+// on a backend without tags.
 //
 // Freeing, as early as the order allows: a (microbatch, chunk)'s stashed
 // activations live from its F to its BW (split: the part only B needs is freed

@@ -42,6 +42,8 @@ class RankIndex {
   std::vector<Pos> table_;
 };
 
+bool is_send(Op op) { return op == Op::send_act || op == Op::send_grad; }
+
 std::string where(const Schedule& s, int rank, int mb, int chunk) {
   return "microbatch " + std::to_string(mb) + " chunk " + std::to_string(chunk) + " (virtual stage " +
          std::to_string(s.virtual_stage(rank, chunk)) + ")";
@@ -95,7 +97,7 @@ class Checker {
     // the rest), so a stray or duplicated action is always reported here.
   }
 
-  void matching() {
+  void matching(SendMode mode) {
     const size_t n = size_t(num_messages(s_));
     std::vector<std::pair<int, int>> sends(n, {-1, -1}), recvs(n, {-1, -1});  // -> (rank, index)
     std::map<std::tuple<int, int, bool>, std::vector<std::pair<int64_t, int>>> sent, received;
@@ -105,14 +107,15 @@ class Checker {
         if (is_compute(a.op)) continue;
         const MessageKey k = message_key(s_, r, a);
         const int64_t id = message_index(s_, k);
-        const bool is_send = a.op == Op::send_act || a.op == Op::send_grad;
-        auto& slot = (is_send ? sends : recvs)[size_t(id)];
+        const bool tx = is_send(a.op);
+        auto& slot = (tx ? sends : recvs)[size_t(id)];
         if (slot.first >= 0) add(r, i, "the same message appears twice");
         slot = {r, i};
-        if (is_send)
-          sent[{r, a.peer, k.grad}].push_back({id, i});
+        const bool kind = mode == SendMode::grouped ? false : k.grad;  // no tags: one channel per pair
+        if (tx)
+          sent[{r, a.peer, kind}].push_back({id, i});
         else
-          received[{a.peer, r, k.grad}].push_back({id, i});
+          received[{a.peer, r, kind}].push_back({id, i});
       }
     for (size_t id = 0; id < n; ++id) {
       if (sends[id].first >= 0 && recvs[id].first < 0)
@@ -127,7 +130,8 @@ class Checker {
         if (rx[k].first != tx[k].first) {
           add(dst, rx[k].second,
               "out of order on channel r" + std::to_string(src) + "->r" + std::to_string(dst) +
-                  (grad ? " (grad)" : " (act)") + ": the sender's message number " + std::to_string(k) +
+                  (mode == SendMode::grouped ? " (untagged)" : grad ? " (grad)" : " (act)") +
+                  ": the sender's message number " + std::to_string(k) +
                   " is " + action_str(s_.ranks[size_t(src)][size_t(tx[k].second)]));
           break;
         }
@@ -138,13 +142,16 @@ class Checker {
   // it blocks; completing a message re-queues the peer.
   void deadlock(SendMode mode) {
     const int p = s_.pp;
+    const size_t n = size_t(num_messages(s_));
     std::vector<size_t> at(size_t(p), 0);
-    std::vector<char> posted(size_t(num_messages(s_)), 0);  // buffered: message sent
+    std::vector<size_t> end(size_t(p), 0);  // grouped: the end of the run posted at at[r] (> at[r]: posted)
+    std::vector<char> sent(n, 0), received(n, 0);  // the halves posted (buffered: sent only)
     auto head = [&](int r) -> const Action* {
       const auto& l = s_.ranks[size_t(r)];
       return at[size_t(r)] < l.size() ? &l[at[size_t(r)]] : nullptr;
     };
-    auto is_send = [](Op op) { return op == Op::send_act || op == Op::send_grad; };
+    auto id_of = [&](int r, const Action& a) { return size_t(message_index(s_, message_key(s_, r, a))); };
+    auto complete = [&](size_t id) { return sent[id] && received[id]; };
     std::vector<int> work;
     std::vector<char> queued(size_t(p), 1);
     for (int r = p - 1; r >= 0; --r) work.push_back(r);
@@ -157,40 +164,60 @@ class Checker {
       const int r = work.back();
       work.pop_back();
       queued[size_t(r)] = 0;
+      const auto& list = s_.ranks[size_t(r)];
       while (const Action* a = head(r)) {
         if (!is_compute(a->op)) {
-          const MessageKey k = message_key(s_, r, *a);
           if (mode == SendMode::buffered) {
-            char& done = posted[size_t(message_index(s_, k))];
             if (is_send(a->op)) {
-              done = 1;
+              sent[id_of(r, *a)] = 1;
               wake(a->peer);
-            } else if (!done) {
+            } else if (!sent[id_of(r, *a)]) {
               break;
             }
-          } else {  // rendezvous: completes when both sides are at their halves
+          } else if (mode == SendMode::rendezvous) {  // completes when both sides are at their halves
             const Action* b = head(a->peer);
-            if (!b || is_compute(b->op) || is_send(b->op) == is_send(a->op) ||
-                message_key(s_, a->peer, *b) != k)
+            if (!b || is_compute(b->op) || is_send(b->op) == is_send(a->op) || id_of(a->peer, *b) != id_of(r, *a))
               break;
             ++at[size_t(a->peer)];
             wake(a->peer);
+          } else {  // grouped: post the run, go on when all of its messages are complete
+            size_t& e = end[size_t(r)];
+            if (e <= at[size_t(r)]) {
+              for (e = at[size_t(r)]; e < list.size() && !is_compute(list[e].op); ++e) {
+                (is_send(list[e].op) ? sent : received)[id_of(r, list[e])] = 1;
+                wake(list[e].peer);
+              }
+            }
+            bool done = true;
+            for (size_t i = at[size_t(r)]; i < e && done; ++i) done = complete(id_of(r, list[i]));
+            if (!done) break;
+            at[size_t(r)] = e;
+            continue;
           }
         }
         ++at[size_t(r)];
       }
     }
+    // What a blocked rank waits for: its head, or (grouped) its run's first incomplete message.
+    auto blocked_at = [&](int r) {
+      size_t i = at[size_t(r)];
+      if (mode == SendMode::grouped)
+        while (i + 1 < end[size_t(r)] && complete(id_of(r, s_.ranks[size_t(r)][i]))) ++i;
+      return i;
+    };
     for (int r = 0; r < p; ++r)
       if (const Action* a = head(r)) {
+        const size_t i = blocked_at(r);
+        a = &s_.ranks[size_t(r)][i];
         std::string why = "deadlock: blocked here";
         if (!is_compute(a->op)) {
           const Action* peer = head(a->peer);
           why += ", waiting for rank " + std::to_string(a->peer) + ", which " +
-                 (peer ? "is blocked at action " + std::to_string(at[size_t(a->peer)]) + " (" +
-                             action_str(*peer) + ")"
+                 (peer ? "is blocked at action " + std::to_string(blocked_at(a->peer)) + " (" +
+                             action_str(s_.ranks[size_t(a->peer)][blocked_at(a->peer)]) + ")"
                        : std::string("has finished"));
         }
-        add(r, int(at[size_t(r)]), why);
+        add(r, int(i), why);
       }
   }
 
@@ -292,7 +319,7 @@ std::vector<Issue> find_issues(const Schedule& s, SendMode mode) {
   if (!out.empty()) return out;
   c.compute_and_data();
   if (!out.empty()) return out;
-  c.matching();
+  c.matching(mode);
   if (!out.empty()) return out;
   c.deadlock(mode);
   return out;

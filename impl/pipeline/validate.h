@@ -15,7 +15,8 @@
 //     predecessor by one SEND_GRAD, each naming the right peer;
 //  4. matching: every SEND has exactly one RECV with the same message key on the
 //     peer and vice versa, and each (src, dst, kind) channel receives in the
-//     order it sends (so FIFO matching per kind is safe);
+//     order it sends (so FIFO matching per kind is safe); with grouped sends
+//     (a transport without tags) each (src, dst) channel, both kinds together;
 //  5. deadlock: runs the lists with blocking receives and the given send
 //     semantics; ranks that cannot finish are reported with what they wait for.
 #pragma once
@@ -30,6 +31,13 @@ namespace pb::pipeline {
 enum class SendMode : uint8_t {
   buffered,    // SEND never blocks (isend / eager): what the generators target
   rendezvous,  // SEND blocks until the peer reaches the matching RECV
+  // NCCL's point-to-point (the executor's posting on every backend): each
+  // maximal run of consecutive SEND/RECV actions of a rank is posted as one
+  // group (ncclGroupStart/End), whose sends and receives each complete only
+  // when the peer has posted the other half, and the rank goes on when all of
+  // the group's have; messages carry no tag, so on each (src, dst) pair the
+  // n-th send matches the n-th receive, whatever their kinds.
+  grouped,
 };
 
 struct Issue {

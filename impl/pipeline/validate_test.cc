@@ -151,6 +151,87 @@ TEST(Validate, OneFOneBNeedsNonBlockingSends) {
   EXPECT_TRUE(find_issues(make_gpipe({3, 4}), SendMode::rendezvous).empty());
 }
 
+TEST(Validate, GroupedPostingRunsEveryGeneratedScheduleWithoutTags) {
+  // NCCL: consecutive SEND/RECV actions posted as one group, rendezvous
+  // completion, matching in order per rank pair (the executor posts runs as
+  // groups on every backend). Every generated schedule runs under it but the
+  // interleaved one with more microbatches than ranks: its cool-down has each
+  // rank post a lone SEND_GRAD to the next in a ring (Megatron posts such a
+  // send together with the next receive; the executor refuses that schedule
+  // on a backend without tags instead).
+  int checked = 0, refused = 0;
+  for (const ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                                  ScheduleKind::zb_h1, ScheduleKind::pipedream_2bw})
+    for (int pp = 1; pp <= 5; ++pp)
+      for (int m = 1; m <= 9; ++m)
+        for (int v = 1; v <= 3; ++v) {
+          const ScheduleConfig c{pp, m, v, kind == ScheduleKind::pipedream_2bw ? 2 : 1};
+          try {
+            check_config(kind, c);
+          } catch (const InputError&) {
+            continue;
+          }
+          const Schedule s = make_schedule(kind, c);
+          const std::string text = issues(s, SendMode::grouped);
+          if (kind == ScheduleKind::interleaved && m > pp && pp > 1 && v > 1) {
+            EXPECT_TRUE(has(text, "SEND_GRAD") && has(text, "deadlock")) << s.name << " pp" << pp << " m" << m;
+            ++refused;
+          } else {
+            EXPECT_EQ(text, "") << s.name << " pp" << pp << " m" << m << " v" << v;
+            ++checked;
+          }
+        }
+  EXPECT_GT(checked, 100);
+  EXPECT_EQ(refused, 12);
+}
+
+TEST(Validate, GroupedPostingCompletesRunsTogetherAndFindsWhatCannot) {
+  // One run posts both halves at once: rank 0 receiving its gradient before
+  // sending its activation, in the same run, deadlocks buffered sends only.
+  Schedule s = make_gpipe({/*pp=*/2, /*microbatches=*/1});
+  auto& r0 = s.ranks[0];
+  std::swap(r0[find(r0, {Op::send_act, 0, 0, 1})], r0[find(r0, {Op::recv_grad, 0, 0, 1})]);
+  EXPECT_TRUE(has(issues(s), "deadlock")) << issues(s);
+  EXPECT_EQ(issues(s, SendMode::grouped), "");
+  // Apart (a compute between them) it deadlocks grouped too, and says what waits for what.
+  Schedule t = make_gpipe({2, 2});
+  auto& t0 = t.ranks[0];
+  const Action rg = t0[find(t0, {Op::recv_grad, 0, 0, 1})];
+  t0.erase(t0.begin() + long(find(t0, rg)));
+  t0.insert(t0.begin() + 1, rg);  // F0, RECV_GRAD0, SEND_ACT0, F1, ...
+  t0.erase(t0.begin() + long(find(t0, {Op::send_act, 0, 0, 1})));
+  t0.insert(t0.begin() + long(find(t0, {Op::forward, 1, 0, -1})) + 1, Action{Op::send_act, 0, 0, 1});
+  const std::string text = issues(t, SendMode::grouped);
+  EXPECT_TRUE(has(text, "rank 0, action 1 (RECV_GRAD0.c0<-r1): deadlock: blocked here, waiting for rank 1, "
+                        "which is blocked at action 0 (RECV_ACT0.c0<-r0)"))
+      << text;
+  // 1F1B's steady state crosses messages in runs of two: grouped runs it, rendezvous does not.
+  EXPECT_EQ(issues(make_1f1b({2, 4}), SendMode::grouped), "");
+
+  // Without tags, a pair's messages match in order across kinds: interleaved
+  // at pp = 2 sends activations and gradients from rank 0 to rank 1.
+  // Rank 1 takes a gradient from rank 0 before an activation rank 0 sent
+  // first: tags match them (buffered: valid), order alone does not.
+  const Schedule base = make_interleaved({2, 2, 2});
+  Schedule u;
+  bool found = false;
+  const auto& l1 = base.ranks[1];
+  for (size_t g = 0; g < l1.size() && !found; ++g) {
+    if (l1[g].op != Op::recv_grad || l1[g].peer != 0) continue;
+    for (size_t a = 0; a < g && !found; ++a) {
+      if (l1[a].op != Op::recv_act || l1[a].peer != 0) continue;
+      u = base;
+      auto& r = u.ranks[1];
+      const Action moved = r[g];
+      r.erase(r.begin() + long(g));
+      r.insert(r.begin() + long(a), moved);
+      found = find_issues(u, SendMode::buffered).empty();
+    }
+  }
+  ASSERT_TRUE(found);
+  EXPECT_TRUE(has(issues(u, SendMode::grouped), "(untagged)")) << issues(u, SendMode::grouped);
+}
+
 TEST(Validate, ThrowsInputErrorNamingTheSchedule) {
   Schedule s = make_zb_h1({2, 2});
   s.ranks[1].pop_back();

@@ -268,7 +268,7 @@ void register_train(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--dp", f->dp, "data-parallel ranks: --mesh dp<N>")->check(CLI::Range(1, 1 << 20));
   app->add_option("--shard", f->shard, "none | zero1 | zero2 | zero3 | hsdp | hzero");
   app->add_option("--backend", f->backend, "local, mpi or nccl (default: nccl for --device cuda, else mpi under mpirun, else local)");
-  app->add_option("--device", f->device, "cpu | cuda (the reference on GPU 0; a data-parallel strategy on one GPU per rank, over nccl)");
+  app->add_option("--device", f->device, "cpu | cuda (the reference on GPU 0; a data-parallel strategy or pipeline schedule on one GPU per rank, over nccl)");
   add_preflight_flags(app, f->limits);
   reg.push_back({app, [f, &env] {
                    ConfigReader r = load_config(f->cfg);

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "harness/status.h"
@@ -255,23 +254,13 @@ TEST(DpConformance, OnADeviceEachRankTrainsAsOnTheCpu) {
       const ConformanceResult cpu = run_conformance(s);
       ASSERT_TRUE(cpu.pass()) << explain(cpu);
       s.spec.train.device = Device::cuda;
-      std::mutex mu;
-      std::vector<std::shared_ptr<testing::CountingMemory>> memories;  // one per opening
-      s.open_device = [&] {
-        auto d = std::make_shared<TrainDevice>();
-        d->name = "stand-in device";
-        d->f32 = std::make_shared<testing::StandInOps<float>>();
-        d->bf16_ops = std::make_shared<testing::StandInOps<bf16>>();
-        auto m = std::make_shared<testing::CountingMemory>();
-        d->memory = m;
-        std::lock_guard lk(mu);
-        memories.push_back(m);
-        return d;
-      };
+      testing::StandInDevices devices;
+      s.open_device = [&] { return devices.open(); };
       const ConformanceResult r = run_conformance(s);
       const std::string what = explain(r);
       EXPECT_TRUE(r.pass()) << what;
       EXPECT_EQ(r.device, "stand-in device") << what;
+      const auto memories = devices.memories();
       ASSERT_EQ(memories.size(), size_t(c.dp + 1)) << what << ": one device per rank, one for the reference";
       for (const auto& m : memories) {
         EXPECT_GT(m->allocations(), 0) << what << ": a device nothing was allocated on";

@@ -1,12 +1,15 @@
-// The data-parallel family on GPUs (train.device = cuda) under mpirun, one
-// rank per GPU over the nccl backend: DDP and ZeRO-1/2/3 at fp32 and
-// bf16-mixed over every rank, judged by the engine (the fp64 truth on the
-// CPU, the same reference on the GPU as a floor, the fp64 rerun on the CPU,
-// memory and bytes exact). Without a GPU per rank it exits 77 with the
+// The data-parallel family and the pipeline schedules on GPUs (train.device =
+// cuda) under mpirun, one rank per GPU over the nccl backend: DDP and
+// ZeRO-1/2/3 at fp32 and bf16-mixed over every rank, and each schedule over
+// the ranks as pipeline stages (messages matched by order, runs of them posted
+// as NCCL groups), judged by the engine (the fp64 truth on the CPU, the same
+// reference on the GPU as a floor, the fp64 rerun on the CPU, memory and
+// bytes exact). Without a GPU per rank it exits 77 with the
 // reason, which ctest reports as skipped; it has never run here (no GPU).
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <utility>
 
 #include "harness/comm/testing_world.h"
 #include "kernels/cuda/gpu.h"
@@ -38,17 +41,37 @@ StrategyRun run_of(dp::Shard shard, Precision p) {
   return s;
 }
 
+void expect_pass(const ConformanceResult& r, Precision p) {
+  if (!r.hosts_rank0) return;  // rank 0 holds the verdict
+  EXPECT_TRUE(r.pass()) << r.strategy << " " << precision_name(p) << ":" << describe_failures(r);
+  EXPECT_EQ(r.backend, "nccl");
+  EXPECT_EQ(r.device.rfind("cuda:", 0), 0u) << r.device;
+  EXPECT_FALSE(r.fp64.empty()) << "the fp64 rerun on the CPU";
+  EXPECT_FALSE(r.exact.empty());
+}
+
 TEST(DpGpuConformance, DdpAndZeroPassOnOneGpuPerRank) {
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
-    for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3}) {
-      const ConformanceResult r = run_conformance(run_of(sh, p), WorldEnv::world());
-      if (!r.hosts_rank0) continue;  // rank 0 holds the verdict
-      EXPECT_TRUE(r.pass()) << r.strategy << " " << precision_name(p) << ":" << describe_failures(r);
-      EXPECT_EQ(r.backend, "nccl");
-      EXPECT_EQ(r.device.rfind("cuda:", 0), 0u) << r.device;
-      EXPECT_FALSE(r.fp64.empty()) << "the fp64 rerun on the CPU";
-      EXPECT_FALSE(r.exact.empty());
-    }
+    for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3})
+      expect_pass(run_conformance(run_of(sh, p), WorldEnv::world()), p);
+}
+
+TEST(DpGpuConformance, PipelineSchedulesPassWithAStagePerGpu) {
+  const int pp = WorldEnv::world().size();
+  for (const auto& [kind, v] : {std::pair{pipeline::ScheduleKind::gpipe, 1}, std::pair{pipeline::ScheduleKind::one_f_one_b, 1},
+                                std::pair{pipeline::ScheduleKind::interleaved, 2}, std::pair{pipeline::ScheduleKind::zb_h1, 1},
+                                std::pair{pipeline::ScheduleKind::pipedream_2bw, 1}}) {
+    StrategyRun s = run_of(dp::Shard::none, Precision::fp32);
+    const int m = kind == pipeline::ScheduleKind::interleaved ? pp : 2 * pp;  // interleaved: m = pp on nccl
+    s.spec.train.model.L = 8;  // room for pp x v stages
+    s.spec.mesh.dp = 1;
+    s.spec.mesh.pp = pp;
+    s.spec.pipe.schedule = kind;
+    s.spec.pipe.virtual_stages = v;
+    s.spec.train.batch = m;
+    s.spec.train.microbatches = m;
+    expect_pass(run_conformance(s, WorldEnv::world()), Precision::fp32);
+  }
 }
 
 }  // namespace
@@ -56,5 +79,5 @@ TEST(DpGpuConformance, DdpAndZeroPassOnOneGpuPerRank) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  return pb::testing::run_all_tests_on_gpus("the data-parallel strategies on GPUs");
+  return pb::testing::run_all_tests_on_gpus("the data-parallel strategies and pipeline schedules on GPUs");
 }

@@ -162,7 +162,7 @@ void run_rank(const StrategyRun& s, const Strategy& strat, Communicator& world, 
 
 Trace reference_trace(const TrainConfig& cfg, const Replay& replay, const TrainDevice* device) {
   if (replay.delayed_weights) {
-    pipeline::DelayedResult d = pipeline::run_delayed_reference(cfg, replay.plan);
+    pipeline::DelayedResult d = pipeline::run_delayed_reference(cfg, replay.plan, device);
     return trace_of(d.steps, std::move(d.grads1), std::move(d.params));
   }
   auto t = make_reference_trainer(cfg, replay.plan, device);

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "harness/status.h"
+#include "reference/device_testing.h"
 #include "suites/conformance/engine.h"
 #include "suites/conformance/pipeline_report.h"
 
@@ -312,6 +313,111 @@ TEST(PipelineConformance, BadSchedulesAndConfigsGetClearErrors) {
     ADD_FAILURE() << "pp 2 accepted on a world of 3";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("needs 2 ranks, the world has 3"), std::string::npos) << e.what();
+  }
+}
+
+// train.device = cuda on a stand-in device per rank (reference/device_testing.h,
+// as DpConformance.OnADeviceEachRankTrainsAsOnTheCpu): every schedule's
+// stages, the data axis inside them, the messages between them and 2BW's
+// weight versions go through the device path, judged as on a GPU, and train
+// bit for bit as the CPU run (the stand-in's arithmetic is the CPU's).
+TEST(PipelineConformance, OnADeviceEachRankTrainsAsOnTheCpu) {
+  struct Case {
+    pl::ScheduleKind kind;
+    int pp, m, v, dp;
+    dp::Shard shard;
+    Precision p;
+  };
+  const Case cases[] = {
+      {pl::ScheduleKind::one_f_one_b, 2, 4, 1, 1, dp::Shard::none, Precision::fp32},
+      {pl::ScheduleKind::one_f_one_b, 2, 4, 1, 1, dp::Shard::none, Precision::bf16_mixed},
+      {pl::ScheduleKind::gpipe, 2, 2, 1, 2, dp::Shard::zero1, Precision::fp32},
+      {pl::ScheduleKind::gpipe, 2, 2, 1, 2, dp::Shard::zero3, Precision::bf16_mixed},
+      {pl::ScheduleKind::zb_h1, 2, 2, 1, 1, dp::Shard::none, Precision::fp32},
+      {pl::ScheduleKind::interleaved, 2, 2, 2, 1, dp::Shard::none, Precision::fp32},
+      {pl::ScheduleKind::interleaved, 1, 2, 2, 1, dp::Shard::none, Precision::fp32},  // chunks hand over locally
+      {pl::ScheduleKind::pipedream_2bw, 2, 2, 1, 1, dp::Shard::none, Precision::fp32},
+  };
+  for (const Case& c : cases) {
+    StrategyRun s = run_of(c.kind, c.pp, c.m, c.v, c.dp, c.p);
+    s.spec.data.shard = c.shard;
+    const ConformanceResult cpu = run_conformance(s);
+    ASSERT_TRUE(cpu.pass()) << explain(cpu);
+    s.spec.train.device = Device::cuda;
+    testing::StandInDevices devices;
+    s.open_device = [&] { return devices.open(); };
+    const ConformanceResult r = run_conformance(s);
+    const std::string what = explain(r);
+    EXPECT_TRUE(r.pass()) << what;
+    EXPECT_EQ(r.device, "stand-in device") << what;
+    const auto memories = devices.memories();
+    ASSERT_EQ(memories.size(), size_t(c.pp * c.dp + 1)) << what << ": one device per rank, one for the reference";
+    for (const auto& m : memories) {
+      EXPECT_GT(m->allocations(), 0) << what << ": a device nothing was allocated on";
+      EXPECT_EQ(m->live(), 0u) << what << ": device buffers left";
+    }
+    EXPECT_FALSE(r.bitwise_declared) << what;
+    EXPECT_FALSE(r.fp64.empty()) << what;
+    EXPECT_EQ(exact_of(r, "mem.activations").measured, exact_of(cpu, "mem.activations").measured) << what;
+    EXPECT_EQ(r.trace.loss, cpu.trace.loss) << what;
+    EXPECT_EQ(r.trace.grad_norm, cpu.trace.grad_norm) << what;
+    EXPECT_EQ(r.trace.grads1, cpu.trace.grads1) << what;
+    EXPECT_EQ(r.trace.params, cpu.trace.params) << what;
+  }
+}
+
+// One rank on a guarded stand-in: its memory opens only inside the device's
+// ops, so any host read or write of a device buffer by the executor (tokens,
+// the local hand-over, head gradients, 2BW's copies) faults.
+TEST(PipelineConformance, OnADeviceTheExecutorTouchesDeviceMemoryOnlyThroughItsOps) {
+  for (pl::ScheduleKind k : {pl::ScheduleKind::interleaved, pl::ScheduleKind::pipedream_2bw}) {
+    StrategyRun s = run_of(k, 1, 2, k == pl::ScheduleKind::interleaved ? 2 : 1);
+    s.spec.train.device = Device::cuda;
+    testing::StandInDevices devices(/*guarded=*/true);
+    s.open_device = [&] { return devices.open(); };
+    const ConformanceResult r = run_conformance(s);
+    EXPECT_TRUE(r.pass()) << explain(r);
+  }
+}
+
+// Messages matched by order alone, as nccl matches them (the local backend's
+// match_by_order; the executor posts each run of messages as one group):
+// every schedule the grouped validator accepts trains bitwise as with tags,
+// and the one it refuses (interleaved with m > pp) is refused before it runs.
+TEST(PipelineConformance, MessagesMatchedByOrderAloneAsOnNccl) {
+  struct Case {
+    pl::ScheduleKind kind;
+    int pp, m, v;
+  };
+  for (const Case c : {Case{pl::ScheduleKind::gpipe, 3, 4, 1}, Case{pl::ScheduleKind::one_f_one_b, 3, 5, 1},
+                       Case{pl::ScheduleKind::one_f_one_b, 4, 2, 1}, Case{pl::ScheduleKind::zb_h1, 3, 4, 1},
+                       Case{pl::ScheduleKind::interleaved, 2, 2, 2}, Case{pl::ScheduleKind::interleaved, 3, 3, 2},
+                       Case{pl::ScheduleKind::pipedream_2bw, 2, 3, 1}}) {
+    StrategyRun s = run_of(c.kind, c.pp, c.m, c.v);
+    s.world.match_by_order = true;
+    expect_bitwise_pass(s);
+  }
+  StrategyRun s = run_of(pl::ScheduleKind::interleaved, 2, 4, 2);
+  s.world.match_by_order = true;
+  try {
+    run_conformance(s);
+    ADD_FAILURE() << "interleaved m4 pp2 ran with messages matched by order";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot run on the local backend (messages match in order"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PipelineConformance, OnADeviceTheRunSaysWhatItCannotDo) {
+  StrategyRun s = run_of(pl::ScheduleKind::one_f_one_b, 2, 2);
+  s.spec.train.device = Device::cuda;
+  s.spec.mesh.tp = 2;
+  try {
+    validate(s.spec);
+    ADD_FAILURE() << "tensor parallel stages accepted on a device";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.device"), std::string::npos) << e.what();
   }
 }
 
