@@ -12,6 +12,7 @@
 // the mesh (never of anything measured), so a wrong figure is caught.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,6 +97,29 @@ std::unique_ptr<Rank> make_typed_rank(Precision p, Args&&... args) {
 // train.device when a device is given (validate(RunSpec) refuses such specs
 // first; this keeps a direct caller from running host code on device memory).
 void require_host(const TrainDevice* device, const std::string& strategy);
+
+// Opens the device one rank runs on: called on the rank's thread (the CLI
+// opens the GPU the nccl backend chose for the process; tests give stand-ins).
+using DeviceOpener = std::function<std::shared_ptr<TrainDevice>()>;
+
+// The device of one rank for as long as the rank runs (construct it before
+// the rank, so it outlives the rank's buffers): opened when `device` is cuda
+// (InputError when `open` is empty or opens nothing), none on the CPU; the
+// world's communicators wait for its stream meanwhile
+// (Communicator::order_after), and no longer.
+class RankDevice {
+ public:
+  RankDevice(Communicator& world, Device device, const DeviceOpener& open);
+  ~RankDevice();
+  RankDevice(const RankDevice&) = delete;
+  RankDevice& operator=(const RankDevice&) = delete;
+  const TrainDevice* get() const { return device_.get(); }
+
+ private:
+  std::shared_ptr<TrainDevice> device_;
+  Communicator& world_;
+  void* before_;
+};
 
 // The single-device reference's replay of a strategy: its split plan and
 // whether weights are one step delayed (PipeDream-2BW).

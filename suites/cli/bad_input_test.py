@@ -93,6 +93,8 @@ def setup():
     files["sweep_machine_alone"] = write(w("cfg", "sweep_machine.toml"), '[sweep]\nworlds = [1]\nmachine = "a100"\n')
     files["sweep_machine_unknown"] = write(w("cfg", "sweep_machine2.toml"),
                                            '[sweep]\nworlds = [1]\nextrapolate = [64]\nmachine = "z9000"\n')
+    files["sweep_device_gpu"] = write(w("cfg", "sweep_gpu.toml"), '[sweep]\nworlds = [1]\ndevice = "gpu"\n')
+    files["sweep_device_cuda"] = write(w("cfg", "sweep_cuda.toml"), '[sweep]\nworlds = [1]\ndevice = "cuda"\n')
     files["sweep_extrapolate_zero"] = write(w("cfg", "sweep_extra0.toml"), "[sweep]\nworlds = [1]\nextrapolate = [0]\n")
     files["sweep_extrapolate_huge"] = write(w("cfg", "sweep_extra1.toml"),
                                             "[sweep]\nworlds = [1]\nextrapolate = [99999999999]\n")
@@ -220,6 +222,11 @@ def cases(F):
         (7, ["train", "--device", "cuda", "--model", "tiny-moe", "--steps", "1"] + o, 2, r"train\.device: cuda runs dense models"),
         (7, ["train", "--set", "train.device=cuda", "--strategy", "shard=zero2,offload=optimizer", "--steps", "1"] + o,
          2, r"strategy\.offload: on train\.device = cuda the states stay on the device"),
+        (7, ["sweep", "--config", F["sweep_device_gpu"]] + o, 2, r"sweep\.device: must be one of cpu, cuda; got 'gpu'"),
+        (7, ["sweep", "--config", F["sweep_device_cuda"]] + o, 2, r"sweep\.device: cuda: "),
+        (7, ["sweep", "--config", F["sweep_device_cuda"], "--backend", "mpi"] + o, 2,
+         r"--backend mpi: sweep\.device = cuda runs over nccl"),
+        (7, ["sweep", "--config", F["sweep_cfg"], "--backend", "nccl"] + o, 2, r"--backend nccl: needs sweep\.device = cuda"),
         (7, ["train", "--config", F["unknown_keys"]] + o, 2, r"unknown key 'train\.k0'.*and 29990 more unknown keys"),
         (7, ["train", "--config", F["bad_toml"]] + o, 2, r"bad\.toml"),
         (7, ["train", "--config", w("cfg", "missing.toml")] + o, 2, r"missing\.toml: cannot open"),

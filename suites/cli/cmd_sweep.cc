@@ -5,11 +5,15 @@
 // CSV in place, skipping the points it already holds. Under mpirun the points
 // whose world is mpirun's size run on the MPI backend, one process per rank
 // (run once per -np, with --resume, to fill a grid of world sizes).
+// sweep.device = cuda: one rank per GPU over the nccl backend (a world of one
+// without mpirun), MFU against the GPU's datasheet peak (or its measured GEMM
+// rate when no built-in profile matches), no plan rows.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -55,6 +59,19 @@ int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env,
   run.table = writer ? &std::cout : nullptr;
   run.world = world;
   run.limits = limits_of(f.limits);
+  if (c.device == Device::cuda) {
+    run.open_device = [] { return open_cuda_device(-1); };  // the GPU the nccl backend chose
+    if (writer) {  // rank 0's GPU, once per precision
+      auto peaks = std::make_shared<std::map<std::string, double>>();
+      run.peak_flops = [peaks](const sweep::SweepPoint& p) {
+        auto it = peaks->find(p.precision);
+        if (it != peaks->end()) return it->second;
+        const std::shared_ptr<TrainDevice> d = open_cuda_device(-1);
+        const DevicePeaks dp = device_peaks(parse_precision(p.precision), d.get());
+        return (*peaks)[p.precision] = dp.table > 0 ? dp.table : dp.measured;
+      };
+    }
+  }
   sweep::SweepSummary s = sweep::run_sweep(c, run, skip);
   if (writer)
     std::printf("\n%d points run (%d ok, %d rejected, %d failed), %d already done, in %.1f s\n"
@@ -64,14 +81,22 @@ int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env,
 }
 
 int run_sweep_cmd(const SweepFlags& f, const Env& env) {
-  BackendKind backend = env.under_mpirun ? BackendKind::mpi : BackendKind::local;
-  if (!f.backend.empty())
-    require(parse_backend(f.backend, &backend) && backend != BackendKind::nccl,
-            "--backend: '" + f.backend + "' is not local or mpi");
   // Read alike by every process before any communication: a bad config ends
   // each one with exit 2 on its own.
   ConfigReader r = load_config(f.cfg);
   const sweep::SweepConfig c = sweep::read_sweep_config(r);
+  const bool on_device = c.device == Device::cuda;
+  BackendKind backend = on_device ? BackendKind::nccl : env.under_mpirun ? BackendKind::mpi : BackendKind::local;
+  if (!f.backend.empty()) {
+    require(parse_backend(f.backend, &backend), "--backend: '" + f.backend + "' is not local, mpi or nccl");
+    require(on_device == (backend == BackendKind::nccl),
+            on_device ? "--backend " + f.backend + ": sweep.device = cuda runs over nccl (one rank per GPU)"
+                      : std::string("--backend nccl: needs sweep.device = cuda"));
+  }
+  if (on_device) {
+    const std::string why = cuda_unavailable();
+    if (!why.empty()) throw InputError("sweep.device: cuda: " + why);
+  }
   if (backend == BackendKind::local) {
     require(env.launched_size == 1, "--backend local: under mpirun -np " + std::to_string(env.launched_size) +
                                         " every process would write the same files; use --backend mpi");
@@ -110,7 +135,7 @@ void register_sweep(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--resume", f->resume, "continue this sweep CSV (or run directory) in place");
   app->add_option("--backend", f->backend,
                   "local (ranks are threads; default) or mpi (default under mpirun: runs the points whose "
-                  "world is mpirun's -np; no plan rows)");
+                  "world is mpirun's -np; no plan rows); nccl for sweep.device = cuda (its default)");
   add_preflight_flags(app, f->limits);
   reg.push_back({app, [f, &env] { return run_sweep_cmd(*f, env); }});
 }

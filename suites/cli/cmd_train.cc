@@ -157,25 +157,6 @@ void print_header() {
               "lr", "tokens/s", "ms", "params", "grads", "optimizer", "activ.");
 }
 
-// A GPU run's MFU denominators: the datasheet peak of the built-in profile
-// its name matches, and the GEMM rate it measures now (0: none).
-struct DevicePeaks {
-  double table = 0, measured = 0;
-  std::string table_name;
-};
-DevicePeaks device_peaks(const TrainConfig& cfg, const TrainDevice* device) {
-  DevicePeaks p;
-  if (!device) return p;
-  if (const planner::MachineProfile* m = planner::machine_for_device(device->name)) {
-    p.table = planner::hardware_for(*m, cfg.precision).peak_tflops * 1e12;
-    p.table_name = m->name;
-  }
-#ifdef PARABENCH_HAVE_CUDA
-  p.measured = kernels::cuda::measure_gemm_flops(0, cfg.precision == Precision::bf16_mixed, 4096, 0.2);
-#endif
-  return p;
-}
-
 int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, const Env& env) {
   r.check_no_unknown_keys();
   const std::shared_ptr<TrainDevice> device = cfg.device == Device::cuda ? open_cuda_device(0) : nullptr;
@@ -191,7 +172,7 @@ int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, 
   SplitPlan plan;
   plan.micro = cfg.microbatches;
   auto trainer = make_reference_trainer(cfg, plan, device.get());
-  const DevicePeaks peaks = device_peaks(cfg, device.get());
+  const DevicePeaks peaks = device_peaks(cfg.precision, device.get());
   const double model_flops = model_flops_per_step(cfg.model, cfg.batch, cfg.seq);
   MarkovSource src(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix);
   if (!f.quiet) {

@@ -15,6 +15,7 @@
 #include <system_error>
 
 #include "harness/status.h"
+#include "suites/planner/machine.h"
 #ifdef PARABENCH_HAVE_CUDA
 #include "kernels/cuda/gpu.h"
 #endif
@@ -156,6 +157,19 @@ std::shared_ptr<TrainDevice> open_cuda_device(int ordinal) {
   (void)ordinal;
   return nullptr;  // not reached: cuda_unavailable() said why
 #endif
+}
+
+DevicePeaks device_peaks(Precision p, const TrainDevice* device) {
+  DevicePeaks out;
+  if (!device) return out;
+  if (const planner::MachineProfile* m = planner::machine_for_device(device->name)) {
+    out.table = planner::hardware_for(*m, p).peak_tflops * 1e12;
+    out.table_name = m->name;
+  }
+#ifdef PARABENCH_HAVE_CUDA
+  out.measured = kernels::cuda::measure_gemm_flops(0, p == Precision::bf16_mixed, 4096, 0.2);
+#endif
+  return out;
 }
 
 }  // namespace pb::cli

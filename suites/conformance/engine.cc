@@ -120,26 +120,9 @@ std::shared_ptr<TrainDevice> open_device(const StrategyRun& s) {
   return d;
 }
 
-// The world waits for the device's stream while the rank runs, and no longer
-// (the stream ends with the device; the world runs the next spec).
-class OrderedAfter {
- public:
-  OrderedAfter(Communicator& c, const TrainDevice* d) : c_(c), before_(c.ordered_after()) {
-    if (d) c_.order_after(d->stream);
-  }
-  ~OrderedAfter() { c_.order_after(before_); }
-  OrderedAfter(const OrderedAfter&) = delete;
-  OrderedAfter& operator=(const OrderedAfter&) = delete;
-
- private:
-  Communicator& c_;
-  void* before_;
-};
-
 void run_rank(const StrategyRun& s, const Strategy& strat, Communicator& world, ConformanceResult& res,
               std::mutex& mu) {
-  const std::shared_ptr<TrainDevice> device = open_device(s);  // outlives the rank
-  const OrderedAfter ordered(world, device.get());
+  const RankDevice device(world, s.spec.train.device, s.open_device);  // outlives the rank
   std::unique_ptr<Rank> rank = strat.make_rank(s.spec, world, device.get());
   std::vector<double> grads1;
   std::vector<StepStats> steps = rank->train(s.spec.train.steps, &grads1);
@@ -154,7 +137,7 @@ void run_rank(const StrategyRun& s, const Strategy& strat, Communicator& world, 
   res.exact = std::move(exact);
   res.ranks_with_mismatch = int(bad);
   res.trace = trace_of(steps, std::move(grads1), std::move(params));
-  if (device) res.device = device->name;
+  if (device.get()) res.device = device.get()->name;
   for (const auto& t : times) res.times.push_back(unpack(t));
 }
 

@@ -15,7 +15,6 @@
 // then this device. The truth, the replay and the fp64 rerun stay on the CPU
 // (fp64 is the CPU's; replays are host code).
 #pragma once
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,10 +27,8 @@
 
 namespace pb {
 
-// Opens the device one rank runs on: called on the rank's thread, once per
-// rank and once more in rank 0's process for the reference (the CLI opens the
-// GPU the nccl backend chose for the process; tests give stand-ins).
-using DeviceOpener = std::function<std::shared_ptr<TrainDevice>()>;
+// open_device (impl/spec/rank.h DeviceOpener) is called once per rank and once
+// more in rank 0's process for the reference.
 
 struct StrategyRun {
   RunSpec spec;

@@ -76,8 +76,10 @@ int measured_steps(const SweepConfig& c, Communicator& world, double last_warmup
   return int(std::clamp(want, double(c.steps), double(c.steps) * SweepConfig::kMaxStepsFactor));
 }
 
-void run_rank(const RunSpec& spec, const SweepConfig& sc, Communicator& world, RankOut& out) {
-  std::unique_ptr<Rank> rank = strategy_for(spec).make_rank(spec, world, nullptr);  // sweep points run on the CPU
+void run_rank(const RunSpec& spec, const SweepConfig& sc, Communicator& world, RankOut& out,
+              const DeviceOpener& open_device) {
+  const RankDevice device(world, spec.train.device, open_device);  // outlives the rank
+  std::unique_ptr<Rank> rank = strategy_for(spec).make_rank(spec, world, device.get());
   double last = 0;
   for (int i = 0; i < sc.warmup; ++i) last = rank->step().seconds;
   const int steps = measured_steps(sc, world, last);
@@ -260,7 +262,11 @@ SweepConfig read_sweep_config(ConfigReader& r) {
   c.peak_gflops = r.get<double>("sweep.peak_gflops", 0.0, Bounds::non_negative());
   c.extrapolate = r.get<std::vector<int64_t>>("sweep.extrapolate", {}, Bounds::positive());
   c.machine = r.get<std::string>("sweep.machine", "");
+  c.device = parse_device(r.get_enum("sweep.device", "cpu", {"cpu", "cuda"}));
   r.check_no_unknown_keys();
+  require(c.device == Device::cpu || c.extrapolate.empty(),
+          "sweep.extrapolate: plan rows come from a sweep on the CPU's local backend; on sweep.device = cuda give "
+          "`parabench plan --machine` the GPU's profile instead");
   for (int64_t w : c.extrapolate)
     require(w <= (int64_t(1) << 24), "sweep.extrapolate: " + std::to_string(w) + " ranks is beyond 2^24");
   require(c.machine.empty() || !c.extrapolate.empty(), "sweep.machine: only used with sweep.extrapolate");
@@ -335,6 +341,7 @@ RunSpec point_spec(const SweepConfig& c, const SweepPoint& p) {
   // The most steps the point may run (sweep.min_seconds raises the measured ones).
   cfg.steps = c.warmup + (c.min_seconds > 0 ? c.steps * SweepConfig::kMaxStepsFactor : c.steps);
   cfg.threads = 1;
+  cfg.device = c.device;
   cfg.validate();
   spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
   if (!spec.mesh.ranks_per_node) spec.mesh.ranks_per_node = c.ranks_per_node;
@@ -350,7 +357,8 @@ RunSpec point_spec(const SweepConfig& c, const SweepPoint& p) {
   return spec;
 }
 
-PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank, World* world) {
+PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank, World* world,
+                      const DeviceOpener& open_device) {
   PointResult res;
   bool started = false;  // ranks are running: under MPI no error can be a row any more
   res.seq = c.seq;
@@ -363,12 +371,15 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     wo.ranks_per_node = spec.mesh.ranks_per_node;
     validate(wo);
     const bool pipelined = spec.mesh.pp > 1 || spec.pipe.schedule.has_value();
+    require(c.device == Device::cpu || (world && open_device),
+            "sweep.device: cuda runs a point's ranks one per GPU over nccl (parabench sweep, under mpirun for "
+            "several), not as threads");
 
     RankOut all;  // written by rank 0 of the point's world only
     std::vector<double> bubble;
     auto body = [&](Communicator& comm) {
       RankOut mine;
-      run_rank(spec, c, comm, mine);
+      run_rank(spec, c, comm, mine, open_device);
       std::vector<double> b;
       RankOut m = combine_over_ranks(comm, mine, &b);
       if (comm.rank() == 0) {
@@ -467,6 +478,7 @@ std::string point_config_hash(const SweepConfig& c, const SweepPoint& p) {
   h.set("steps", int64_t(c.steps));
   h.set("warmup", int64_t(c.warmup));
   if (c.min_seconds > 0) h.set("min_seconds", c.min_seconds);  // absent: the hash of earlier runs
+  if (c.device != Device::cpu) h.set("device", device_name(c.device));
   h.set("ranks_per_node", int64_t(c.ranks_per_node));
   h.set("peak_gflops", c.peak_gflops);
   return h.config_hash();
@@ -660,7 +672,9 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   std::unique_ptr<ResultWriter> csv;
   if (writer) csv = std::make_unique<ResultWriter>(run.csv_path, "sweep");
   double peak_rank = c.peak_gflops * 1e9;
-  if (writer && peak_rank == 0 && !todo.empty()) peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
+  if (writer && peak_rank == 0 && !todo.empty() && !run.peak_flops)
+    peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
+  auto peak_of = [&](const SweepPoint& p) { return c.peak_gflops > 0 || !run.peak_flops ? peak_rank : run.peak_flops(p); };
   const bool extrapolates = writer && !run.world && !run.plan_csv_path.empty() && !c.extrapolate.empty();
   if (extrapolates && !skip.empty()) drop_extrapolated_rows(run.plan_csv_path);
   std::unique_ptr<ResultWriter> plan_csv;
@@ -689,7 +703,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
       *run.progress << "[" << k + 1 << "/" << todo.size() << "] " << p.label() << " ... ETA " << eta
                     << std::endl;
     }
-    PointResult r = run_point(c, p, peak_rank, run.world);
+    PointResult r = run_point(c, p, writer ? peak_of(p) : 0, run.world, run.open_device);
     if (!writer) continue;
     const RunMeta meta = point_meta(c, p, r, run.meta);
     csv->write(meta, to_record(p, r));

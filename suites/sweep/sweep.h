@@ -13,6 +13,7 @@
 // already in the file, so resuming never duplicates a point.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <set>
 #include <string>
@@ -23,6 +24,7 @@
 #include "harness/io/run_meta.h"
 #include "harness/comm/runner.h"
 #include "harness/preflight.h"
+#include "impl/spec/rank.h"
 #include "impl/spec/run_spec.h"
 
 namespace pb::sweep {
@@ -58,6 +60,11 @@ struct SweepConfig {
   // measured figures, one rank per core per node, inter-node = intra-node).
   std::vector<int64_t> extrapolate;
   std::string machine;
+  // Where every point's ranks train (train.device): cuda runs one rank per
+  // GPU over nccl, so the points of mpirun's world size only (or world-1
+  // points alone), no plan rows; points no strategy runs on a device (tensor,
+  // context, expert parallel, MoE, fp64) are rejected rows naming why.
+  Device device = Device::cpu;
 };
 
 // Reads [sweep] and rejects keys nothing read (InputError naming the key).
@@ -118,8 +125,10 @@ RunSpec point_spec(const SweepConfig& c, const SweepPoint& p);
 // gets them (others return an empty ok result).
 // peak_flops_per_rank: the MFU denominator of one rank (FLOP/s).
 
+// open_device: each rank's device when c.device is cuda (then `world` is
+// required: a device rank's buffers are not the local backend's threads').
 PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank,
-                      World* world = nullptr);
+                      World* world = nullptr, const DeviceOpener& open_device = {});
 
 // The sweep columns of one row (RunMeta carries world, mesh, status, reason).
 CsvRecord to_record(const SweepPoint& p, const PointResult& r);
@@ -149,6 +158,10 @@ struct SweepRun {
   // the cluster's link figures instead).
   World* world = nullptr;
   Limits limits;  // preflight: every point must fit (harness/preflight.h)
+  // sweep.device = cuda: each rank's GPU, and the MFU denominator of one rank
+  // for a point (sweep.peak_gflops, when set, wins; unset: the CPU's sgemm).
+  DeviceOpener open_device;
+  std::function<double(const SweepPoint&)> peak_flops;
 };
 
 struct SweepSummary {

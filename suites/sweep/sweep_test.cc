@@ -14,8 +14,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "harness/comm/runner.h"
 #include "harness/io/csv_schema.h"
 #include "harness/status.h"
+#include "reference/device_testing.h"
 
 namespace pb::sweep {
 namespace {
@@ -276,6 +278,11 @@ TEST(SweepConfig, RulesNameTheKey) {
   EXPECT_EQ(c.strategies, std::vector<std::string>{"shard=zero1,schedule=zb-h1"});
   EXPECT_EQ(c.meshes, (std::vector<std::string>{"dp2.pp2", "dp1"}));
   EXPECT_EQ(c.global_batch, 16);  // batch_per_rank x max dp
+  EXPECT_NE(message("[sweep]\ndevice = \"gpu\"\n").find("sweep.device"), std::string::npos);
+  EXPECT_NE(message("[sweep]\ndevice = \"cuda\"\nextrapolate = [64]\n").find("sweep.extrapolate"), std::string::npos);
+  EXPECT_EQ(read("[sweep]\ndevice = \"cuda\"\n").device, Device::cuda);
+  EXPECT_NE(point_config_hash(read("[sweep]\ndevice = \"cuda\"\n"), expand(read("[sweep]\n"))[0]),
+            point_config_hash(read("[sweep]\n"), expand(read("[sweep]\n"))[0]));
 }
 
 // Pipeline meshes: the sweep measures the bubble (not 0), the memory of the
@@ -307,6 +314,59 @@ TEST(Sweep, PipelinePointsMeasureBubbleAndP2P) {
       }
     }
   }
+}
+
+// sweep.device = cuda on stand-in devices (reference/device_testing.h) over a
+// local world of the point's size: a data-parallel and a pipeline point run
+// each rank's states, buffers and messages through its device, measure the
+// same memory per tag and the same bytes as on the CPU, and free all of it;
+// a point no strategy runs on a device is a rejected row naming why, and a
+// device point without a world (threads over one process's memory) is refused.
+TEST(Sweep, DevicePointsRunEachRankOnItsDevice) {
+  SweepConfig c = tiny_config();
+  c.microbatches = {2};
+  for (const auto& [mesh, strategy] : {std::pair{"dp2", "shard=zero3"}, std::pair{"pp2", "shard=none,schedule=1f1b"}}) {
+    SCOPED_TRACE(std::string(mesh) + " " + strategy);
+    c.device = Device::cpu;
+    SweepPoint p;
+    for (const SweepPoint& q : expand(c))
+      if (q.world == 2) p = q;
+    p.mesh = mesh;
+    p.strategy = strategy;
+    p.dp = parse_mesh(mesh).dp;
+    const PointResult cpu = run_point(c, p, 1e9);
+    ASSERT_EQ(cpu.status, "ok") << cpu.reason;
+    c.device = Device::cuda;
+    testing::StandInDevices devices;
+    WorldOptions wo;
+    wo.size = 2;
+    auto world = make_local_world(wo);
+    const PointResult dev = run_point(c, p, 1e9, world.get(), [&] { return devices.open(); });
+    ASSERT_EQ(dev.status, "ok") << dev.reason;
+    for (int t = 0; t < 6; ++t) EXPECT_EQ(dev.mem[t], cpu.mem[t]) << "tag " << t;
+    EXPECT_EQ(dev.mem_total, cpu.mem_total);
+    EXPECT_EQ(dev.comm_dp_bytes, cpu.comm_dp_bytes);
+    EXPECT_EQ(dev.comm_pp_bytes, cpu.comm_pp_bytes);
+    EXPECT_GT(dev.step_time_s, 0);
+    const auto memories = devices.memories();
+    ASSERT_EQ(memories.size(), 2u) << "one device per rank";
+    for (const auto& m : memories) {
+      EXPECT_GT(m->allocations(), 0);
+      EXPECT_EQ(m->live(), 0u);
+    }
+    EXPECT_EQ(run_point(c, p, 1e9).status, "rejected");  // no world: threads, not GPUs
+    EXPECT_NE(run_point(c, p, 1e9).reason.find("sweep.device"), std::string::npos);
+  }
+  SweepPoint tp;
+  for (const SweepPoint& q : expand(c))
+    if (q.world == 2) tp = q;
+  tp.mesh = "tp2";
+  tp.dp = 1;
+  const PointResult r = run_point(c, tp, 1e9);
+  EXPECT_EQ(r.status, "rejected");
+  EXPECT_NE(r.reason.find("train.device: cuda runs the data-parallel strategies and pipeline schedules"),
+            std::string::npos)
+      << r.reason;
 }
 
 }  // namespace
