@@ -18,6 +18,7 @@
 
 #include "harness/memory.h"
 #include "kernels/common/device_ops.h"
+#include "kernels/cpu/ops.h"
 #include "reference/trainer.h"
 
 namespace pb::testing {
@@ -107,19 +108,25 @@ class StandInOps final : public kernels::DeviceOps<T> {
                           int C) const override {
     cpu()->layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
   }
+  // A device's kernels keep their own workspaces (callers off the host pass
+  // none, device_ops.h): the stand-in's are host vectors of its own.
   void matmul_forward(T* o, const T* i, const T* w, const T* b, int N, int C, int OC, float* ws) const override {
-    cpu()->matmul_forward(o, i, w, b, N, C, OC, ws);
+    std::vector<float> own(ws ? 0 : kernels::matmul_workspace_floats<T>(N, C, OC));
+    cpu()->matmul_forward(o, i, w, b, N, C, OC, ws ? ws : own.data());
   }
   void matmul_backward(T* di, T* dw, T* db, const T* d, const T* i, const T* w, int N, int C, int OC,
                        float* ws) const override {
-    cpu()->matmul_backward(di, dw, db, d, i, w, N, C, OC, ws);
+    std::vector<float> own(ws ? 0 : kernels::matmul_workspace_floats<T>(N, C, OC));
+    cpu()->matmul_backward(di, dw, db, d, i, w, N, C, OC, ws ? ws : own.data());
   }
   void attention_forward(T* o, T* att, const T* qkv, int B, int Tn, int C, int NH, A* ws) const override {
-    cpu()->attention_forward(o, att, qkv, B, Tn, C, NH, ws);
+    std::vector<A> own(ws ? 0 : kernels::attention_workspace_elems<T>(Tn, C, NH));
+    cpu()->attention_forward(o, att, qkv, B, Tn, C, NH, ws ? ws : own.data());
   }
   void attention_backward(T* dq, T* da, const T* d, const T* qkv, const T* att, int B, int Tn, int C, int NH,
                           A* ws) const override {
-    cpu()->attention_backward(dq, da, d, qkv, att, B, Tn, C, NH, ws);
+    std::vector<A> own(ws ? 0 : kernels::attention_workspace_elems<T>(Tn, C, NH));
+    cpu()->attention_backward(dq, da, d, qkv, att, B, Tn, C, NH, ws ? ws : own.data());
   }
   void gelu_forward(T* o, const T* i, size_t N) const override { cpu()->gelu_forward(o, i, N); }
   void gelu_backward(T* di, const T* i, const T* d, size_t N) const override { cpu()->gelu_backward(di, i, d, N); }

@@ -59,21 +59,22 @@ struct ScratchElems {
   size_t NC, att, logits, mm, att_ws;
 };
 template <class T>
-ScratchElems scratch_elems(const ModelConfig& m, int B, int Tn) {
+ScratchElems scratch_elems(const ModelConfig& m, int B, int Tn, bool kernel_ws) {
   const size_t N = size_t(B) * Tn;
   const int n = int(N);
-  const size_t mm = std::max({k::matmul_workspace_floats<T>(n, m.C, 3 * m.C),
-                              k::matmul_workspace_floats<T>(n, m.C, 4 * m.C),
-                              k::matmul_workspace_floats<T>(n, 4 * m.C, m.C),
-                              k::matmul_workspace_floats<T>(n, m.C, m.V)});
+  const size_t mm = !kernel_ws ? 0
+                               : std::max({k::matmul_workspace_floats<T>(n, m.C, 3 * m.C),
+                                           k::matmul_workspace_floats<T>(n, m.C, 4 * m.C),
+                                           k::matmul_workspace_floats<T>(n, 4 * m.C, m.C),
+                                           k::matmul_workspace_floats<T>(n, m.C, m.V)});
   return {N * size_t(m.C), size_t(B) * m.NH * Tn * Tn, N * size_t(m.V), mm,
-          k::attention_workspace_elems<T>(Tn, m.C, m.NH)};
+          kernel_ws ? k::attention_workspace_elems<T>(Tn, m.C, m.NH) : 0};
 }
 }  // namespace
 
 template <class T>
-Scratch<T>::Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
-  const ScratchElems e = scratch_elems<T>(m, B, Tn);
+Scratch<T>::Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn, bool kernel_ws) {
+  const ScratchElems e = scratch_elems<T>(m, B, Tn, kernel_ws);
   auto ws = MemTag::workspace;
   tmp = Buffer<T>(mt, ws, e.NC);
   dres = Buffer<T>(mt, ws, e.NC);
@@ -85,12 +86,12 @@ Scratch<T>::Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
   dfchg = Buffer<T>(mt, ws, 4 * e.NC);
   dlogits = Buffer<T>(mt, ws, e.logits);
   if (e.mm) mm_ws = Buffer<float>(mt, ws, e.mm);
-  att_ws = Buffer<acc_t<T>>(mt, ws, e.att_ws);
+  if (e.att_ws) att_ws = Buffer<acc_t<T>>(mt, ws, e.att_ws);
 }
 
 template <class T>
-int64_t Scratch<T>::bytes(const ModelConfig& m, int B, int Tn) {
-  const ScratchElems e = scratch_elems<T>(m, B, Tn);
+int64_t Scratch<T>::bytes(const ModelConfig& m, int B, int Tn, bool kernel_ws) {
+  const ScratchElems e = scratch_elems<T>(m, B, Tn, kernel_ws);
   return int64_t((15 * e.NC + e.att + e.logits) * sizeof(T) + e.mm * sizeof(float) +
                  e.att_ws * sizeof(acc_t<T>));
 }

@@ -60,10 +60,12 @@ struct Scratch {
   Buffer<float> mm_ws;              // bf16 GEMM staging
   Buffer<acc_t<T>> att_ws;          // attention scores and products per (batch, head)
   Scratch() = default;
-  Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn);
+  // kernel_ws: whether to hold the CPU kernels' workspaces (mm_ws, att_ws):
+  // ops.is_host(); a device's kernels keep their own (device_ops.h).
+  Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn, bool kernel_ws = true);
   // Bytes the constructor allocates, without allocating (the planner's
   // declared workspace).
-  static int64_t bytes(const ModelConfig& m, int B, int Tn);
+  static int64_t bytes(const ModelConfig& m, int B, int Tn, bool kernel_ws = true);
 };
 
 // Gradients at the outputs of one block's matmuls and layernorms for one

@@ -26,7 +26,7 @@ MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSou
   for (int l = 0; l < m.L; ++l)
     if (m.is_moe(l)) moe_[size_t(l)] = MoeActs<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)), scope.ep_size());
   head_ = HeadActs<T>(mt, m, Bm, Tn);
-  scratch_ = Scratch<T>(mt, m, Bm, Tn);
+  scratch_ = Scratch<T>(mt, m, Bm, Tn, ops.is_host());
   if (m.moe.experts > 0)
     moe_scratch_ = MoeScratch<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)), scope.ep_size());
   dx_a_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
@@ -34,9 +34,10 @@ MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSou
 }
 
 template <class T>
-int64_t MicrobatchRunner<T>::workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens, int ep) {
+int64_t MicrobatchRunner<T>::workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens, int ep,
+                                             bool kernel_ws) {
   const int64_t moe = m.moe.experts > 0 ? MoeScratch<T>::bytes(m, Bm * Tn, moe_scope_tokens, ep) : 0;
-  return Scratch<T>::bytes(m, Bm, Tn) + 2 * int64_t(Bm) * Tn * m.C * int64_t(sizeof(T)) + moe;
+  return Scratch<T>::bytes(m, Bm, Tn, kernel_ws) + 2 * int64_t(Bm) * Tn * m.C * int64_t(sizeof(T)) + moe;
 }
 
 template <class T>
@@ -52,11 +53,13 @@ int64_t MicrobatchRunner<T>::moe_choices() const {
   return int64_t(m.moe_layers()) * model_.B() * model_.Tn() * m.moe.top_k;
 }
 
-int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p, int64_t moe_scope_tokens, int ep) {
+int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p, int64_t moe_scope_tokens, int ep,
+                               bool kernel_ws) {
   switch (p) {
-    case Precision::fp64: return MicrobatchRunner<double>::workspace_bytes(m, Bm, Tn, moe_scope_tokens, ep);
-    case Precision::fp32: return MicrobatchRunner<float>::workspace_bytes(m, Bm, Tn, moe_scope_tokens, ep);
-    case Precision::bf16_mixed: return MicrobatchRunner<bf16>::workspace_bytes(m, Bm, Tn, moe_scope_tokens, ep);
+    case Precision::fp64: return MicrobatchRunner<double>::workspace_bytes(m, Bm, Tn, moe_scope_tokens, ep, kernel_ws);
+    case Precision::fp32: return MicrobatchRunner<float>::workspace_bytes(m, Bm, Tn, moe_scope_tokens, ep, kernel_ws);
+    case Precision::bf16_mixed:
+      return MicrobatchRunner<bf16>::workspace_bytes(m, Bm, Tn, moe_scope_tokens, ep, kernel_ws);
   }
   return 0;
 }

@@ -63,7 +63,9 @@ class MicrobatchRunner {
   int Bm() const { return model_.B(); }
   // Workspace bytes the constructor allocates (Scratch and the two gradient
   // ping-pong buffers), without allocating.
-  static int64_t workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens = 0, int ep = 1);
+  // kernel_ws: the CPU kernels' workspaces too (on the host; Scratch).
+  static int64_t workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens = 0, int ep = 1,
+                                 bool kernel_ws = true);
   // Samples [first, first + Bm) of step `step`; dloss = 1 / (tokens in the
   // global batch). Returns the sum of this microbatch's token losses, plus,
   // for a mixture-of-experts model, its load-balancing losses times its
@@ -105,6 +107,6 @@ class MicrobatchRunner {
 
 // MicrobatchRunner<T>::workspace_bytes for the compute type of a precision.
 int64_t runner_workspace_bytes(const ModelConfig& m, int Bm, int Tn, Precision p, int64_t moe_scope_tokens = 0,
-                               int ep = 1);
+                               int ep = 1, bool kernel_ws = true);
 
 }  // namespace pb

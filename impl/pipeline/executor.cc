@@ -79,7 +79,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
                                 (s_.virtual_stages > 1 ? "; interleaved runs there with microbatches = pp" : ""));
   }
   // Message tags are dense indices (schedule.h); MPI guarantees tags up to 32767 only.
-  require(world.backend() == "local" || num_messages(s_) <= 32767,
+  require(world.backend() == "local" || !world.matches_tags() || num_messages(s_) <= 32767,
           "microbatches: " + std::to_string(num_messages(s_)) +
               " distinct pipeline messages exceed the tag range MPI guarantees (32767)");
   kernels::set_blas_threads(cfg.threads);
@@ -123,7 +123,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   tok_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
   tgt_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
   if (!ops_->is_host()) host_tok_.resize(N), host_tgt_.resize(N);
-  if (!tpm_) scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq);
+  if (!tpm_) scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq, ops_->is_host());
   if (cfg.model.moe.experts > 0) {
     // Every rank splits the same groups (split_groups is collective over the
     // world); a stage without MoE blocks holds no expert component.
@@ -473,32 +473,35 @@ void PipelineRank<T>::weight(const Action& a) {
   free_live(k);
 }
 
-// Each run of consecutive SEND/RECV actions is posted as one group and its
-// receives waited for before the next compute (validate.h SendMode::grouped:
-// what a backend without tags or eager sends, nccl, needs when messages
-// cross); sends complete in the background as before.
+// Each posting group (schedule.h posting_groups: a run of consecutive
+// SEND/RECV actions) is posted as one Communicator group and its receives
+// waited for before the next action (validate.h SendMode::grouped: what a
+// backend without tags or eager sends, nccl, needs when messages cross);
+// sends complete in the background as before.
 template <class T>
 void PipelineRank<T>::run_actions() {
   timing_ = {};
   pp_->barrier();
   Stopwatch wall;
   const auto& list = s_.ranks[size_t(pr_)];
+  const auto groups = posting_groups(s_, pr_);
+  auto group = groups.begin();
   std::vector<Request> recvs;
+  // 2BW: the next weight version is formed before the first F or RECV_ACT of it.
+  auto form_version = [&](const Action& a) {
+    if ((a.op == Op::forward || a.op == Op::recv_act) && s_.async_weights && s_.weight_version(a.microbatch) > version_)
+      update_2bw(s_.weight_version(a.microbatch));
+  };
   for (size_t i = 0; i < list.size();) {
     timing_.wall_s = wall.elapsed_s();
+    form_version(list[i]);
     if (is_compute(list[i].op)) {
-      const Action& a = list[i++];
-      if (a.op == Op::forward && s_.async_weights && s_.weight_version(a.microbatch) > version_)
-        update_2bw(s_.weight_version(a.microbatch));
-      compute(a);
+      compute(list[i++]);
     } else {
-      size_t end = i;
-      while (end < list.size() && !is_compute(list[end].op)) ++end;
-      for (size_t j = i; j < end; ++j)  // 2BW: the new version before the group's receives
-        if (list[j].op == Op::recv_act && s_.async_weights && s_.weight_version(list[j].microbatch) > version_)
-          update_2bw(s_.weight_version(list[j].microbatch));
+      const auto [first, last] = *group++;
+      if (first != i) throw std::logic_error("pipeline: posting groups out of step with the actions");
       pp_->group_start();
-      for (; i < end; ++i) post(list[i], recvs);
+      for (; i < last; ++i) post(list[i], recvs);
       pp_->group_end();
       wait_all(recvs);
       recvs.clear();

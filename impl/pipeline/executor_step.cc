@@ -284,7 +284,7 @@ StepStats PipelineRank<T>::step() {
   st.grad_norm = std::sqrt(sq);
   st.lr = lr_at(cfg_.optim, st.step, cfg_.steps);
   apply(st.step, st.grad_norm);
-  ops_->synchronize();  // the step's time is the device's
+  ops_->synchronize();  // the optimizer's kernels are done when step() returns (a caller's clock sees them)
   st.seconds = timing_.wall_s;
   return st;
 }
@@ -414,7 +414,7 @@ Declared PipelineRank<T>::declared(int steps) const {
               {"mem.optimizer.host", MemTag::optimizer, Place::host, ms.optimizer_host},
               {"mem.activations", MemTag::activations, Place::device, act},
               {"mem.workspace", MemTag::workspace, Place::device,
-               stage_workspace_bytes(cfg_.model, Bm_, cfg_.seq, cfg_.precision, o_.tensor, moe)}};
+               stage_workspace_bytes(cfg_.model, Bm_, cfg_.seq, cfg_.precision, o_.tensor, moe, ops_->is_host())}};
   // Point to point, the tied wte sum, the stage's data axis, the scalars.
   const int64_t a = boundary_elems() * db;
   d.add_comm("pp", CommOp::send, p2p_per_step(sc, a).send_bytes[size_t(pr_)] * steps);

@@ -223,6 +223,30 @@ Schedule make_2bw(const ScheduleConfig& cfg) {
   return s;
 }
 
+std::vector<std::pair<size_t, size_t>> posting_groups(const Schedule& s, int rank) {
+  const auto& list = s.ranks[size_t(rank)];
+  std::vector<std::pair<size_t, size_t>> out;
+  int version = 0;  // the newest weight version met so far
+  auto starts_version = [&](const Action& a) {
+    return (a.op == Op::recv_act || a.op == Op::forward) && s.weight_version(a.microbatch) > version;
+  };
+  for (size_t i = 0; i < list.size();) {
+    if (is_compute(list[i].op)) {
+      if (starts_version(list[i])) version = s.weight_version(list[i].microbatch);
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    do {
+      if (starts_version(list[j])) version = s.weight_version(list[j].microbatch);
+      ++j;
+    } while (j < list.size() && !is_compute(list[j].op) && !starts_version(list[j]));
+    out.emplace_back(i, j);
+    i = j;
+  }
+  return out;
+}
+
 void add_communication(Schedule& s) {
   if (s.pp == 1) return;  // every hand-over is local
   const int last = s.num_virtual_stages() - 1;

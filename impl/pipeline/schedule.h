@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "impl/spec/run_spec.h"  // ScheduleKind
@@ -148,6 +149,13 @@ inline int64_t num_messages(const Schedule& s) {
 inline int64_t message_index(const Schedule& s, const MessageKey& k) {
   return (int64_t(k.grad) * s.num_virtual_stages() + k.dst_vstage) * s.total_microbatches() + k.microbatch;
 }
+
+// How the executor posts rank `rank`'s messages: each run of consecutive
+// SEND/RECV actions is one group [first, last), except that with async
+// weights (2BW) a RECV_ACT of a weight version newer than any the rank has
+// met (in an F or a RECV_ACT) starts a group of its own: the executor forms
+// that version before posting it, after the messages before it. In order.
+std::vector<std::pair<size_t, size_t>> posting_groups(const Schedule& s, int rank);
 
 // Inserts the SEND/RECV actions into compute-only rank lists (RECV right before
 // the consuming compute, SEND right after the producing one). Exposed so tests

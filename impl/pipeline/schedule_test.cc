@@ -160,5 +160,40 @@ TEST(Schedule, AddCommunicationRefusesAListThatAlreadyCommunicates) {
   EXPECT_THROW(add_communication(s), InputError);
 }
 
+// The executor's posting groups cover every message in order and no compute;
+// they are the maximal runs of messages, except that 2BW starts a group at
+// the first RECV_ACT of a newer weight version (formed before it is posted).
+TEST(Schedule, PostingGroupsAreTheRunsSplitWhere2BWFormsAVersion) {
+  int splits = 0;
+  for (const ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                                  ScheduleKind::zb_h1, ScheduleKind::pipedream_2bw})
+    for (int pp = 2; pp <= 4; ++pp)
+      for (int m = pp; m <= 2 * pp; m += pp) {
+        const ScheduleConfig c{pp, m, kind == ScheduleKind::interleaved ? 2 : 1,
+                               kind == ScheduleKind::pipedream_2bw ? 3 : 1};
+        const Schedule s = make_schedule(kind, c);
+        for (int r = 0; r < pp; ++r) {
+          const auto& list = s.ranks[size_t(r)];
+          size_t next = 0;
+          for (const auto& [first, last] : posting_groups(s, r)) {
+            while (next < first) EXPECT_TRUE(is_compute(list[next++].op)) << s.name << " rank " << r;
+            ASSERT_LT(first, last);
+            for (size_t i = first; i < last; ++i) EXPECT_FALSE(is_compute(list[i].op));
+            next = last;
+            const bool run_ends = last == list.size() || is_compute(list[last].op);
+            if (kind != ScheduleKind::pipedream_2bw) {
+              EXPECT_TRUE(run_ends) << s.name << " rank " << r << ": a run split at " << last;
+            } else if (!run_ends) {
+              ++splits;
+              EXPECT_EQ(list[last].op, Op::recv_act);
+              EXPECT_GT(s.weight_version(list[last].microbatch), s.weight_version(list[first].microbatch));
+            }
+          }
+          while (next < list.size()) EXPECT_TRUE(is_compute(list[next++].op));
+        }
+      }
+  EXPECT_GT(splits, 0) << "2BW: a gradient sent and the next version's activation received back to back";
+}
+
 }  // namespace
 }  // namespace pb::pipeline

@@ -143,14 +143,15 @@ int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
 }
 
 int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o,
-                              MoeStage moe) {
+                              MoeStage moe, bool kernel_ws) {
   const int64_t N = B * T, local = N / o.context.cp, held = o.tp > 1 && o.sp ? local / o.tp : local;
   const bool model_parallel = o.tp > 1 || o.context.cp > 1;
   int64_t bytes = 0;
   dispatch_dtype(storage_dtype(p), [&](auto t) {
     using U = decltype(t);
     bytes = 2 * held * m.C * int64_t(sizeof(U)) + 2 * N * 4;  // dx ping-pong, the sequences' tokens and targets
-    bytes += model_parallel ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T)) : Scratch<U>::bytes(m, int(B), int(T));
+    bytes += model_parallel ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T))
+                            : Scratch<U>::bytes(m, int(B), int(T), kernel_ws);
     if (m.moe.experts > 0) bytes += MoeScratch<U>::bytes(m, int(N), moe.scope_tokens, moe.ep);
   });
   return bytes;

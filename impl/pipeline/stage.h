@@ -110,9 +110,10 @@ int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
 // Workspace bytes a pipeline rank allocates: the backward's two gradient
 // buffers and the step's token/target staging, plus the reference's Scratch
 // (tp = 1) or the tensor-parallel model's workspace (impl/tensor_parallel),
-// and an MoE model's MoeScratch.
+// and an MoE model's MoeScratch. kernel_ws: the CPU kernels' workspaces in
+// Scratch (on the host; a device's kernels keep their own).
 int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o,
-                              MoeStage moe = {});
+                              MoeStage moe = {}, bool kernel_ws = true);
 
 // The buffers a pipeline rank holds in MemTag::comm, replayed in its
 // schedule order as the executor (executor.cc) allocates and frees them:

@@ -152,6 +152,10 @@ class Checker {
     };
     auto id_of = [&](int r, const Action& a) { return size_t(message_index(s_, message_key(s_, r, a))); };
     auto complete = [&](size_t id) { return sent[id] && received[id]; };
+    std::vector<std::vector<std::pair<size_t, size_t>>> groups(static_cast<size_t>(p));  // grouped: the executor's posting
+    std::vector<size_t> gi(size_t(p), 0);
+    if (mode == SendMode::grouped)
+      for (int r = 0; r < p; ++r) groups[size_t(r)] = posting_groups(s_, r);
     std::vector<int> work;
     std::vector<char> queued(size_t(p), 1);
     for (int r = p - 1; r >= 0; --r) work.push_back(r);
@@ -180,10 +184,12 @@ class Checker {
               break;
             ++at[size_t(a->peer)];
             wake(a->peer);
-          } else {  // grouped: post the run, go on when all of its messages are complete
+          } else {  // grouped: post the group, go on when all of its messages are complete
             size_t& e = end[size_t(r)];
             if (e <= at[size_t(r)]) {
-              for (e = at[size_t(r)]; e < list.size() && !is_compute(list[e].op); ++e) {
+              while (groups[size_t(r)][gi[size_t(r)]].first != at[size_t(r)]) ++gi[size_t(r)];
+              const size_t last = groups[size_t(r)][gi[size_t(r)]].second;
+              for (e = at[size_t(r)]; e < last; ++e) {
                 (is_send(list[e].op) ? sent : received)[id_of(r, list[e])] = 1;
                 wake(list[e].peer);
               }

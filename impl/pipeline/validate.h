@@ -32,8 +32,9 @@ enum class SendMode : uint8_t {
   buffered,    // SEND never blocks (isend / eager): what the generators target
   rendezvous,  // SEND blocks until the peer reaches the matching RECV
   // NCCL's point-to-point (the executor's posting on every backend): each
-  // maximal run of consecutive SEND/RECV actions of a rank is posted as one
-  // group (ncclGroupStart/End), whose sends and receives each complete only
+  // posting group of a rank (schedule.h posting_groups: a run of consecutive
+  // SEND/RECV actions, split where 2BW forms a new weight version) is posted
+  // as one group (ncclGroupStart/End), whose sends and receives each complete only
   // when the peer has posted the other half, and the rank goes on when all of
   // the group's have; messages carry no tag, so on each (src, dst) pair the
   // n-th send matches the n-th receive, whatever their kinds.

@@ -13,7 +13,10 @@
 //  - the contract of each op is kernels/cpu/ops.h's (outputs first, backward
 //    outputs accumulate, a null backward output is skipped);
 //  - `mm_ws` (matmul) and `att_ws` (attention) are the CPU kernels'
-//    workspaces (Scratch holds them); the CUDA implementation ignores them.
+//    workspaces (Scratch holds them, on the host only); off the host callers
+//    pass null and allocate none: a device's kernels keep what they need
+//    (CUDA: cuBLAS's, and none for attention), so a GPU's memory figures do
+//    not carry the CPU's GEMM staging and score buffers.
 #pragma once
 #include <cstddef>
 #include <cstdint>

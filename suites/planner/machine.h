@@ -59,6 +59,9 @@ struct MachineProfile {
   double latency_inter_us = 0;  // 0: latency_us
   std::map<std::string, std::vector<GemmRate>, std::less<>> gemm;  // by precision: fp32, bf16, fp64
   std::map<std::string, std::vector<CollectiveFit>, std::less<>> collectives;  // by op
+  // Its ranks are GPUs (the built-ins; a file's machine.gpu): their kernels
+  // keep their own workspaces, so a plan holds none of the CPU kernels'.
+  bool gpu = false;
 };
 
 // The GEMM table keys (precisions) and collective ops a profile may give.

@@ -222,11 +222,12 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   const bool staged = pipe.staged();
   const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep};
   if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
-    s.workspace = pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage);
+    s.workspace = pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage,
+                                                  in.hw.host_kernels);
   } else if (in.shape && !staged) {
     if (in.tp == 1 && in.cp == 1 && in.recompute == Recompute::none) {  // the reference's runner
       s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision,
-                                           moe_scope_tokens(in, seq), in.ep);
+                                           moe_scope_tokens(in, seq), in.ep, in.hw.host_kernels);
     } else {  // the tensor-parallel runner (recompute at tp 1 too)
       s.workspace = tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision,
                                                moe_scope_tokens(in, seq), in.ep);

@@ -99,6 +99,11 @@ struct Hardware {
   // the ends. Empty: no such cost.
   std::vector<AsyncCallCost> async_call_cost;
   double memory_GB = 0;        // device memory per rank; 0: unknown (no fit check)
+  // The ranks run the CPU's kernels, whose GEMM staging and attention scores
+  // are workspace (Scratch); false on GPUs (MachineProfile::gpu), whose
+  // kernels keep their own. (The tensor- and context-parallel runners' are
+  // the CPU's either way: they run on the CPU only so far.)
+  bool host_kernels = true;
   std::string machine;         // the profile's name (plan --machine), empty when typed by hand
   // Measured GEMM rates by shape at the plan's precision: when given (and the
   // model's shape), the model's GEMM efficiency is its GEMMs' (rank_gemms)

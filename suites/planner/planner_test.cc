@@ -727,6 +727,29 @@ TEST(Machine, ProfileFileReadsStrictly) {
   std::filesystem::remove_all(dir);
 }
 
+// A GPU's kernels keep their own workspaces: a plan on a built-in GPU holds
+// none of the CPU kernels' (bf16's GEMM staging, the attention scores), and
+// equals what a rank on a device allocates (MicrobatchRunner without them).
+TEST(Machine, OnAGpuThePlanHoldsNoCpuKernelWorkspace) {
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+    PlanInput in;
+    in.shape = planner_model("gpt2-124m");
+    in.seq = 256;
+    in.dp = 2;
+    in.global_batch = 8;
+    in.microbatch_size = 4;
+    in.precision = p;
+    const int64_t cpu = plan(in).worst.workspace;
+    in.hw = hardware_for(load_machine("h100"), p);
+    EXPECT_FALSE(in.hw.host_kernels);
+    const int64_t gpu = plan(in).worst.workspace;
+    EXPECT_LT(gpu, cpu) << precision_name(p);
+    EXPECT_EQ(gpu, runner_workspace_bytes(*in.shape, 4, 256, p, 0, 1, /*kernel_ws=*/false)) << precision_name(p);
+    EXPECT_EQ(cpu, runner_workspace_bytes(*in.shape, 4, 256, p)) << precision_name(p);
+  }
+  EXPECT_TRUE(hardware_for(MachineProfile{}, Precision::fp32).host_kernels);  // a calibrated CPU profile
+}
+
 TEST(Machine, ThePlanSaysWhetherItFits) {
   PlanInput in;
   in.shape = planner_model("gpt2-124m");
@@ -756,6 +779,7 @@ TEST(Machine, ProfileTomlRoundTripsAndLinesFit) {
   EXPECT_DOUBLE_EQ(r.mem_bw_GBps, m.mem_bw_GBps);
   EXPECT_DOUBLE_EQ(r.memory_GB, m.memory_GB);
   EXPECT_EQ(r.ranks_per_node, m.ranks_per_node);
+  EXPECT_TRUE(r.gpu);
   std::filesystem::remove_all(dir);
   // t = 5 + 2 x exactly, and with noise that cancels.
   const LineFit f = fit_line({{0, 5}, {1, 7}, {2, 9}, {3, 11}});
