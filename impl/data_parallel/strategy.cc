@@ -111,13 +111,7 @@ Replay replay(const RunSpec& s) { return {replay_plan(options_of(s), s.train), f
 // op on its stream (fp32 and bf16-mixed: device_ops refuses fp64, as
 // validate(RunSpec) does first).
 std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const TrainDevice* device) {
-  if (!device) return make_typed_rank<DpRank>(s.train.precision, s.train, options_of(s), world);
-  std::unique_ptr<Rank> r;
-  dispatch_dtype(storage_dtype(s.train.precision), [&](auto t) {
-    using T = decltype(t);
-    r = std::make_unique<DpRank<T>>(s.train, options_of(s), world, device_ops<T>(*device), device->memory);
-  });
-  return r;
+  return make_typed_rank_on<DpRank>(device, s.train.precision, s.train, options_of(s), world);
 }
 
 }  // namespace

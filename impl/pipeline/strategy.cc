@@ -72,13 +72,7 @@ Replay replay(const RunSpec& s) {
 }
 
 std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const TrainDevice* device) {
-  if (!device) return make_typed_rank<PipelineRank>(s.train.precision, s.train, options_of(s), world);
-  std::unique_ptr<Rank> r;
-  dispatch_dtype(storage_dtype(s.train.precision), [&](auto t) {
-    using T = decltype(t);
-    r = std::make_unique<PipelineRank<T>>(s.train, options_of(s), world, device_ops<T>(*device), device->memory);
-  });
-  return r;
+  return make_typed_rank_on<PipelineRank>(device, s.train.precision, s.train, options_of(s), world);
 }
 
 }  // namespace

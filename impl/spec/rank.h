@@ -93,6 +93,19 @@ std::unique_ptr<Rank> make_typed_rank(Precision p, Args&&... args) {
   return r;
 }
 
+// The same on `device` (null: the CPU): R<T>(args..., the device's ops for T,
+// its memory); InputError naming train.device when it has no ops for T.
+template <template <class> class R, class... Args>
+std::unique_ptr<Rank> make_typed_rank_on(const TrainDevice* device, Precision p, Args&&... args) {
+  if (!device) return make_typed_rank<R>(p, std::forward<Args>(args)...);
+  std::unique_ptr<Rank> r;
+  dispatch_dtype(storage_dtype(p), [&](auto t) {
+    using T = decltype(t);
+    r = std::make_unique<R<T>>(std::forward<Args>(args)..., device_ops<T>(*device), device->memory);
+  });
+  return r;
+}
+
 // For implementations that run on the CPU only: InputError naming
 // train.device when a device is given (validate(RunSpec) refuses such specs
 // first; this keeps a direct caller from running host code on device memory).

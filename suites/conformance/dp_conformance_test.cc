@@ -11,9 +11,9 @@
 #include "harness/status.h"
 #include "impl/data_parallel/options.h"
 #include "impl/data_parallel/strategy.h"
-#include "reference/device_testing.h"
 #include "reference/trainer.h"
 #include "suites/conformance/engine.h"
+#include "suites/conformance/stand_in_runs.h"
 
 namespace pb {
 namespace {
@@ -251,29 +251,7 @@ TEST(DpConformance, OnADeviceEachRankTrainsAsOnTheCpu) {
                    Case{dp::Shard::zero3, 2, 0}, Case{dp::Shard::hsdp, 4, 2}, Case{dp::Shard::hzero, 4, 2}}) {
       StrategyRun s = run_of(c.shard, c.dp, p);
       s.spec.mesh.ranks_per_node = c.ranks_per_node;
-      const ConformanceResult cpu = run_conformance(s);
-      ASSERT_TRUE(cpu.pass()) << explain(cpu);
-      s.spec.train.device = Device::cuda;
-      testing::StandInDevices devices;
-      s.open_device = [&] { return devices.open(); };
-      const ConformanceResult r = run_conformance(s);
-      const std::string what = explain(r);
-      EXPECT_TRUE(r.pass()) << what;
-      EXPECT_EQ(r.device, "stand-in device") << what;
-      const auto memories = devices.memories();
-      ASSERT_EQ(memories.size(), size_t(c.dp + 1)) << what << ": one device per rank, one for the reference";
-      for (const auto& m : memories) {
-        EXPECT_GT(m->allocations(), 0) << what << ": a device nothing was allocated on";
-        EXPECT_EQ(m->live(), 0u) << what << ": device buffers left";
-      }
-      EXPECT_FALSE(r.bitwise_declared) << what << ": a device's kernels are not the host replay's";
-      EXPECT_TRUE(r.bits.empty()) << what;
-      EXPECT_FALSE(r.fp64.empty()) << what << ": the fp64 rerun (on the CPU) judges the logic";
-      EXPECT_FALSE(r.exact.empty()) << what;
-      EXPECT_EQ(r.trace.loss, cpu.trace.loss) << what;
-      EXPECT_EQ(r.trace.grad_norm, cpu.trace.grad_norm) << what;
-      EXPECT_EQ(r.trace.grads1, cpu.trace.grads1) << what;
-      EXPECT_EQ(r.trace.params, cpu.trace.params) << what;
+      testing::expect_stand_ins_train_as_the_cpu(s, mesh_text(s.spec.mesh) + " " + std::string(shard_name(c.shard)) + " " + precision_name(p));
     }
 }
 

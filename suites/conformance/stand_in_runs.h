@@ -1,0 +1,55 @@
+// Test-only: a strategy run on stand-in devices (reference/device_testing.h),
+// one per rank, held to the CPU run of the same spec. The stand-in's
+// arithmetic is the CPU's, so the device path (states, buffers, messages
+// through the seam; the run judged as on a GPU) must train bit for bit as the
+// CPU run; what differs is only how it is judged and where its memory lives.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "harness/mesh.h"
+#include "reference/device_testing.h"
+#include "suites/conformance/engine.h"
+
+namespace pb::testing {
+
+struct StandInRuns {
+  ConformanceResult cpu, device;
+};
+
+// Runs s on the CPU (which must pass), then with train.device = cuda on a
+// stand-in per rank, and expects the device run to pass, name the device,
+// open one device per rank and one for the reference, allocate on each and
+// free it all, claim no bits against the host replay, rerun at fp64 on the
+// CPU, and train bit for bit as the CPU run. `what` labels the failures.
+inline StandInRuns expect_stand_ins_train_as_the_cpu(StrategyRun s, const std::string& what) {
+  StandInRuns out;
+  out.cpu = run_conformance(s);
+  EXPECT_TRUE(out.cpu.pass()) << what << ": on the CPU:" << describe_failures(out.cpu);
+  s.spec.train.device = Device::cuda;
+  StandInDevices devices;
+  s.open_device = [&] { return devices.open(); };
+  const ConformanceResult& cpu = out.cpu;
+  const ConformanceResult& r = out.device = run_conformance(s);
+  const std::string why = what + ":" + describe_failures(r);
+  EXPECT_TRUE(r.pass()) << why;
+  EXPECT_EQ(r.device, "stand-in device") << why;
+  const auto memories = devices.memories();
+  EXPECT_EQ(memories.size(), size_t(world_size(s.spec.mesh) + 1)) << why << ": one device per rank, one for the reference";
+  for (const auto& m : memories) {
+    EXPECT_GT(m->allocations(), 0) << why << ": a device nothing was allocated on";
+    EXPECT_EQ(m->live(), 0u) << why << ": device buffers left";
+  }
+  EXPECT_FALSE(r.bitwise_declared) << why << ": a device's kernels are not the host replay's";
+  EXPECT_TRUE(r.bits.empty()) << why;
+  EXPECT_FALSE(r.fp64.empty()) << why << ": the fp64 rerun (on the CPU) judges the logic";
+  EXPECT_FALSE(r.exact.empty()) << why;
+  EXPECT_EQ(r.trace.loss, cpu.trace.loss) << why;
+  EXPECT_EQ(r.trace.grad_norm, cpu.trace.grad_norm) << why;
+  EXPECT_EQ(r.trace.grads1, cpu.trace.grads1) << why;
+  EXPECT_EQ(r.trace.params, cpu.trace.params) << why;
+  return out;
+}
+
+}  // namespace pb::testing
