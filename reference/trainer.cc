@@ -20,10 +20,9 @@ template <class T>
 ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan,
                                       std::shared_ptr<const kernels::DeviceOps<T>> ops,
                                       std::shared_ptr<DeviceMemory> memory)
-    : cfg_(cfg), plan_(std::move(plan)), ops_(std::move(ops)), memory_(std::move(memory)), layout_(cfg.model),
-      data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix) {
+    : cfg_(cfg), plan_(std::move(plan)), ops_(kernels::ops_or_cpu<T>(std::move(ops))), memory_(std::move(memory)),
+      layout_(cfg.model), data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix) {
   cfg_.validate();
-  if (!ops_) ops_ = std::shared_ptr<const kernels::DeviceOps<T>>(&kernels::cpu_ops<T>(), [](const auto*) {});
   tracker_.set_device_memory(memory_.get());
   if (!ops_->is_host()) {
     require(plan_.groups == 1 && !plan_.separate_head_grad && plan_.norm_parts.empty() && plan_.block == 0 &&
@@ -260,16 +259,9 @@ template class ReferenceTrainer<float>;
 template class ReferenceTrainer<bf16>;
 
 std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan, const TrainDevice* device) {
-  if (cfg.device == Device::cpu) {
-    return dispatch_dtype(storage_dtype(cfg.precision), [&](auto t) -> std::unique_ptr<TrainerBase> {
-      return std::make_unique<ReferenceTrainer<decltype(t)>>(cfg, std::move(plan));
-    });
-  }
-  require(device != nullptr, "train.device: cuda: no CUDA device was opened (this build or machine has none)");
-  cfg.validate();  // fp64 and MoE are refused, naming train.device
-  if (cfg.precision == Precision::fp32)
-    return std::make_unique<ReferenceTrainer<float>>(cfg, std::move(plan), device_ops<float>(*device), device->memory);
-  return std::make_unique<ReferenceTrainer<bf16>>(cfg, std::move(plan), device_ops<bf16>(*device), device->memory);
+  return on_train_device(cfg, device, [&](auto t, auto ops, auto memory) -> std::unique_ptr<TrainerBase> {
+    return std::make_unique<ReferenceTrainer<decltype(t)>>(cfg, std::move(plan), std::move(ops), std::move(memory));
+  });
 }
 
 }  // namespace pb

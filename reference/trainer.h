@@ -140,6 +140,22 @@ class ReferenceTrainer : public TrainerBase {
   double step_reduced_per_micro();     // the gradient of plan_.reduce_per_micro; returns the loss sum
 };
 
+// f(T{}, ops, memory) at the storage type T of cfg.precision on cfg.device:
+// the CPU (null ops and memory), or `device` for cuda (InputError when it is
+// null; cfg.validate() refuses fp64 and MoE there, naming train.device). The
+// single-device trainers' dispatch onto a device.
+template <class F>
+decltype(auto) on_train_device(const TrainConfig& cfg, const TrainDevice* device, F&& f) {
+  if (cfg.device == Device::cpu)
+    return dispatch_dtype(storage_dtype(cfg.precision), [&](auto t) {
+      return f(t, std::shared_ptr<const kernels::DeviceOps<decltype(t)>>{}, std::shared_ptr<DeviceMemory>{});
+    });
+  require(device != nullptr, "train.device: cuda: no CUDA device was opened (this build or machine has none)");
+  cfg.validate();
+  if (cfg.precision == Precision::fp32) return f(float{}, device_ops<float>(*device), device->memory);
+  return f(bf16{}, device_ops<bf16>(*device), device->memory);
+}
+
 // On cfg.device: the CPU, or `device` for cuda (InputError when it is null,
 // or has no ops for the precision).
 std::unique_ptr<TrainerBase> make_reference_trainer(const TrainConfig& cfg, SplitPlan plan = {},

@@ -13,9 +13,8 @@ namespace pb::dp {
 template <class T>
 DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& world,
                   std::shared_ptr<const kernels::DeviceOps<T>> ops, std::shared_ptr<DeviceMemory> memory)
-    : cfg_((validate(o, cfg), cfg)), o_(o), ops_(std::move(ops)), device_memory_(std::move(memory)),
-      layout_(cfg.model), data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix) {
-  if (!ops_) ops_ = std::shared_ptr<const kernels::DeviceOps<T>>(&kernels::cpu_ops<T>(), [](const auto*) {});
+    : cfg_((validate(o, cfg), cfg)), o_(o), ops_(kernels::ops_or_cpu<T>(std::move(ops))),
+      device_memory_(std::move(memory)), layout_(cfg.model), data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix) {
   require(ops_->is_host() || device_memory_ != nullptr, "dp: a device rank needs the device's memory");
   mem_.set_device_memory(device_memory_.get());
   require(world.size() == o.dp, "mesh: dp" + std::to_string(o.dp) + " needs a world of " +

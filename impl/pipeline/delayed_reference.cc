@@ -91,12 +91,9 @@ DelayedResult run(const TrainConfig& cfg, const SplitPlan& plan, std::shared_ptr
 }  // namespace
 
 DelayedResult run_delayed_reference(const TrainConfig& cfg, const SplitPlan& plan, const TrainDevice* device) {
-  if (cfg.device == Device::cpu)
-    return dispatch_dtype(storage_dtype(cfg.precision), [&](auto t) { return run<decltype(t)>(cfg, plan, {}, {}); });
-  require(device != nullptr, "train.device: cuda: no CUDA device was opened (this build or machine has none)");
-  cfg.validate();  // fp64 and MoE are refused, naming train.device
-  if (cfg.precision == Precision::fp32) return run<float>(cfg, plan, device_ops<float>(*device), device->memory);
-  return run<bf16>(cfg, plan, device_ops<bf16>(*device), device->memory);
+  return on_train_device(cfg, device, [&](auto t, auto ops, auto memory) {
+    return run<decltype(t)>(cfg, plan, std::move(ops), std::move(memory));
+  });
 }
 
 }  // namespace pb::pipeline

@@ -47,12 +47,6 @@ Schedule build_schedule(const PipelineOptions& o, const TrainConfig& cfg) {
 MeshShape mesh_of(const PipelineOptions& o) {
   return {o.dp(), o.tp(), o.cp(), o.pp, o.data.ranks_per_node * o.tp() * o.cp(), o.ep};
 }
-
-template <class T>
-std::shared_ptr<const kernels::DeviceOps<T>> or_cpu(std::shared_ptr<const kernels::DeviceOps<T>> ops) {
-  if (ops) return ops;
-  return std::shared_ptr<const kernels::DeviceOps<T>>(&kernels::cpu_ops<T>(), [](const auto*) {});
-}
 }  // namespace
 
 dp::DpOptions PipelineOptions::component() const { return tp::component_options(data, cp()); }
@@ -60,7 +54,7 @@ dp::DpOptions PipelineOptions::component() const { return tp::component_options(
 template <class T>
 PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world,
                               std::shared_ptr<const kernels::DeviceOps<T>> ops, std::shared_ptr<DeviceMemory> memory)
-    : cfg_((validate(o, cfg, world.size()), cfg)), o_(o), ops_(or_cpu<T>(std::move(ops))),
+    : cfg_((validate(o, cfg, world.size()), cfg)), o_(o), ops_(kernels::ops_or_cpu<T>(std::move(ops))),
       device_memory_(std::move(memory)), layout_(cfg.model, o.tp(), mesh_coord(mesh_of(o), world.rank()).tp), full_layout_(cfg.model),
       data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix),
       part_(partition_layers(cfg.model.L, o.pp, o.virtual_stages)), s_(build_schedule(o, cfg)),

@@ -18,13 +18,17 @@ void require_host(const TrainDevice* device, const std::string& strategy) {
                                  " strategy runs on the CPU only so far (data_parallel and pipeline run on a device)");
 }
 
-RankDevice::RankDevice(Communicator& world, Device device, const DeviceOpener& open)
-    : world_(world), before_(world.ordered_after()) {
-  if (device == Device::cpu) return;
+std::shared_ptr<TrainDevice> open_device(Device device, const DeviceOpener& open) {
+  if (device == Device::cpu) return nullptr;
   require(open != nullptr, "train.device: cuda: the run was given no way to open a device");
-  device_ = open();
-  require(device_ != nullptr, "train.device: cuda: no device was opened");
-  world_.order_after(device_->stream);
+  std::shared_ptr<TrainDevice> d = open();
+  require(d != nullptr, "train.device: cuda: no device was opened");
+  return d;
+}
+
+RankDevice::RankDevice(Communicator& world, Device device, const DeviceOpener& open)
+    : device_(open_device(device, open)), world_(world), before_(world.ordered_after()) {
+  if (device_) world_.order_after(device_->stream);
 }
 
 RankDevice::~RankDevice() { world_.order_after(before_); }

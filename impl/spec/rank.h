@@ -115,6 +115,10 @@ void require_host(const TrainDevice* device, const std::string& strategy);
 // opens the GPU the nccl backend chose for the process; tests give stand-ins).
 using DeviceOpener = std::function<std::shared_ptr<TrainDevice>()>;
 
+// The device a run of `device` trains on: null on the CPU; on cuda, what
+// `open` opens (InputError when there is no opener or it opens nothing).
+std::shared_ptr<TrainDevice> open_device(Device device, const DeviceOpener& open);
+
 // The device of one rank for as long as the rank runs (construct it before
 // the rank, so it outlives the rank's buffers): opened when `device` is cuda
 // (InputError when `open` is empty or opens nothing), none on the CPU; the

@@ -20,6 +20,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -82,5 +83,13 @@ class DeviceOps {
 // The CPU implementation (kernels/cpu), one per storage type.
 template <class T>
 const DeviceOps<T>& cpu_ops();
+
+// `ops`, or the CPU's when null (a non-owning pointer to cpu_ops<T>()): what
+// a trainer or rank given an optional device runs on.
+template <class T>
+std::shared_ptr<const DeviceOps<T>> ops_or_cpu(std::shared_ptr<const DeviceOps<T>> ops) {
+  if (ops) return ops;
+  return std::shared_ptr<const DeviceOps<T>>(&cpu_ops<T>(), [](const DeviceOps<T>*) {});
+}
 
 }  // namespace pb::kernels

@@ -113,13 +113,6 @@ RankTimes unpack(const std::string& s) {
   return t;
 }
 
-std::shared_ptr<TrainDevice> open_device(const StrategyRun& s) {
-  if (s.spec.train.device == Device::cpu) return nullptr;
-  std::shared_ptr<TrainDevice> d = s.open_device();
-  require(d != nullptr, "train.device: cuda: no device was opened");
-  return d;
-}
-
 void run_rank(const StrategyRun& s, const Strategy& strat, Communicator& world, ConformanceResult& res,
               std::mutex& mu) {
   const RankDevice device(world, s.spec.train.device, s.open_device);  // outlives the rank
@@ -162,7 +155,7 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   validate(s.spec);
   const Strategy& strat = strategy_for(s.spec);
   strat.validate(s.spec);
-  require(s.spec.train.device == Device::cpu || s.open_device != nullptr,
+  require(s.spec.train.device == Device::cpu || s.open_device != nullptr,  // before any rank starts
           "train.device: cuda: the run was given no way to open a device");
   require(world.size() == s.spec.world(),
           "mesh: " + mesh_text(s.spec.mesh) + " needs " + std::to_string(s.spec.world()) +
@@ -221,7 +214,7 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   const Trace rep = reference_trace(host, replay);
   std::vector<const Trace*> floors = {&ref, &rep};
   Trace on_device;  // the same reference on rank 0's device: its kernels' rounding is a floor too
-  if (const std::shared_ptr<TrainDevice> device = open_device(s)) {
+  if (const std::shared_ptr<TrainDevice> device = open_device(s.spec.train.device, s.open_device)) {
     on_device = reference_trace(s.spec.train, plain, device.get());
     floors.push_back(&on_device);
   }
