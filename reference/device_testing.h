@@ -138,6 +138,26 @@ class StandInOps final : public kernels::DeviceOps<T> {
   void crossentropy_backward(T* d, const T* p, const int32_t* t, double s, int N, int V) const override {
     cpu()->crossentropy_backward(d, p, t, s, N, V);
   }
+  void embedding_lookup(T* o, const int32_t* i, const T* t, int N, int C, int64_t f, int r) const override {
+    cpu()->embedding_lookup(o, i, t, N, C, f, r);
+  }
+  void add_rows(T* x, const T* t, const int32_t* i, int N, int C) const override { cpu()->add_rows(x, t, i, N, C); }
+  void add_rows_backward(T* dt, const T* d, const int32_t* i, int N, int C, int64_t f, int r) const override {
+    cpu()->add_rows_backward(dt, d, i, N, C, f, r);
+  }
+  void vocab_logit_max(A* m, const T* x, int N, int Vr, int v) const override { cpu()->vocab_logit_max(m, x, N, Vr, v); }
+  void vocab_sum_exp(A* s, A* xt, const T* x, const A* m, const int32_t* t, int64_t f, int N, int Vr,
+                     int v) const override {
+    cpu()->vocab_sum_exp(s, xt, x, m, t, f, N, Vr, v);
+  }
+  void vocab_softmax_loss(A* l, T* p, const T* x, const A* m, const A* s, const A* xt, int N, int Vr,
+                          int v) const override {
+    cpu()->vocab_softmax_loss(l, p, x, m, s, xt, N, Vr, v);
+  }
+  void vocab_crossentropy_backward(T* d, const T* p, const int32_t* t, int64_t f, double g, int N, int Vr,
+                                   int v) const override {
+    cpu()->vocab_crossentropy_backward(d, p, t, f, g, N, Vr, v);
+  }
   double sum(const A* x, size_t n) const override { return cpu()->sum(x, n); }
   void adamw_step(M* master, T* p, const T* g, M* m, M* v, size_t n, const kernels::AdamWHyper& h,
                   bool decay) const override {

@@ -111,7 +111,8 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
       head_grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(layout_.wpe_offset()));
   const size_t N = size_t(Bm_) * cfg.seq;
   if (o.tp() > 1 || o.cp() > 1)
-    tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_.get(), cp_.get(), &mem_, Bm_, cfg.seq);
+    tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_.get(), cp_.get(), &mem_, Bm_, cfg.seq, MoeScope{},
+                                            *ops_);
   dxa_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   dxb_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   tok_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);

@@ -150,7 +150,7 @@ int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precis
   dispatch_dtype(storage_dtype(p), [&](auto t) {
     using U = decltype(t);
     bytes = 2 * held * m.C * int64_t(sizeof(U)) + 2 * N * 4;  // dx ping-pong, the sequences' tokens and targets
-    bytes += model_parallel ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T))
+    bytes += model_parallel ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T), 0, 1, kernel_ws)
                             : Scratch<U>::bytes(m, int(B), int(T), kernel_ws);
     if (m.moe.experts > 0) bytes += MoeScratch<U>::bytes(m, int(N), moe.scope_tokens, moe.ep);
   });

@@ -273,14 +273,15 @@ void validate(const RunSpec& s) {
     throw InputError("strategy.mesh: " + mesh_text(s.mesh) + ": " + e.what());
   }
   // On a device so far: the data-parallel family (DDP, ZeRO-1/2/3, FSDP,
-  // HSDP, hierarchical ZeRO) and the pipeline schedules over it, of a dense
+  // HSDP, hierarchical ZeRO), tensor parallel (sequence parallel and
+  // recompute included) and the pipeline schedules over them, of a dense
   // model with its states on the device (train.validate() refuses fp64 and
   // MoE there).
   if (s.train.device == Device::cuda) {
     const MeshShape& m = s.mesh;
-    require(m.tp == 1 && m.cp == 1 && m.ep == 1,
-            "train.device: cuda runs the data-parallel strategies and pipeline schedules (mesh dpN.ppM) so far, "
-            "got mesh " + mesh_text(m) + ": tensor, context and expert parallel run on the CPU only");
+    require(m.cp == 1 && m.ep == 1,
+            "train.device: cuda runs the data-parallel strategies, tensor parallel and pipeline schedules (mesh "
+            "dpN.tpT.ppM) so far, got mesh " + mesh_text(m) + ": context and expert parallel run on the CPU only");
     require(s.data.offload == dp::Offload::none,
             "strategy.offload: on train.device = cuda the states stay on the device (offload runs on the CPU only "
             "so far)");

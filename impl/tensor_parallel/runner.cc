@@ -8,26 +8,11 @@
 #include <utility>
 
 #include "harness/status.h"
-#include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
 
 namespace pb::tp {
 
 namespace k = kernels;
-using k::detail::add_into;
-using k::detail::load;
-using k::detail::store;
-
-namespace {
-template <class X>
-void zero(const Buffer<X>& b) {
-  if (!b.empty()) std::memset(static_cast<void*>(b.data()), 0, b.size() * sizeof(X));
-}
-template <class X>
-void copy(X* dst, const X* src, size_t n) {
-  std::memcpy(static_cast<void*>(dst), src, n * sizeof(X));
-}
-}  // namespace
 
 template <class T>
 void TpModel<T>::alloc_block(Block& b, MemoryTracker* mt, bool xout_only, bool dense_mlp) const {
@@ -70,10 +55,12 @@ void TpModel<T>::alloc_head(Head& h, MemoryTracker* mt) const {
 
 template <class T>
 TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, Communicator* cp, MemoryTracker* mt,
-                    int Bm, int Tn, MoeScope moe)
-    : layout_(&l), o_(o), tp_(tp), cp_(cp), Bm_(Bm), Tn_(Tn), moe_scope_(std::move(moe)) {
+                    int Bm, int Tn, MoeScope moe, const k::DeviceOps<T>& ops)
+    : layout_(&l), ops_(&ops), o_(o), tp_(tp), cp_(cp), Bm_(Bm), Tn_(Tn), moe_scope_(std::move(moe)) {
   const auto& m = l.model();
   const int ncp = o.context.cp;
+  require(ops.is_host() || (ncp == 1 && m.moe.experts == 0),
+          "tp: context parallel and mixture-of-experts blocks run on the CPU only so far");
   require(l.tp() == o.tp, "tp: the layout's tp differs from the options'");
   require(o.tp == 1 || (tp && tp->size() == o.tp), "tp: the group's size differs from tp");
   require(ncp == 1 || (cp && cp->size() == ncp), "cp: the group's size differs from cp");
@@ -89,12 +76,18 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
   vb_ = l.vocab_begin();
   valid_ = int(std::clamp<int64_t>(m.V - vb_, 0, Vr_));
   if (o.has(Fault::padded_vocab_in_loss)) valid_ = Vr_;
-  walk_workspace(this, m, o, Bm, Tn, [&](auto* b, size_t n) {
+  walk_workspace(this, m, o, Bm, Tn, ops.is_host(), [&](auto* b, size_t n) {
     using Buf = std::remove_pointer_t<decltype(b)>;
     *b = Buf(mt, MemTag::workspace, n);
   });
+  if (ncp > 1) place_.emplace(Tn, ncp, cp->rank(), o.context.zigzag);
+  {  // the positions of the tokens this rank's LayerNorm regions hold (its SP chunk)
+    const int first = o.sp && tp ? tp->rank() * Nl_ : 0;
+    std::vector<int32_t> pos(static_cast<size_t>(Nl_));
+    for (int n = 0; n < Nl_; ++n) pos[size_t(n)] = embed_position(first + n);
+    ops.to_device(pos_.data(), pos.data(), pos.size() * sizeof(int32_t));
+  }
   if (ncp > 1) {
-    place_.emplace(Tn, ncp, cp->rank(), o.context.zigzag);
     if (o.context.algo == CpAlgo::ring)
       ring_ = std::make_unique<cp::RingAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH);
     else
@@ -142,7 +135,7 @@ template <class T>
 void TpModel<T>::attend(Block& a, T* att) {
   if (ring_) return ring_->forward(a.atty.data(), a.lse.data(), a.qkv.data());
   if (ulysses_) return ulysses_->forward(a.atty.data(), a.qkvh.data(), att, a.qkv.data());
-  k::attention_forward(a.atty.data(), att, a.qkv.data(), Bm_, Tn_, Ct_, H_, att_ws_.data());
+  ops_->attention_forward(a.atty.data(), att, a.qkv.data(), Bm_, Tn_, Ct_, H_, att_ws_.data());
 }
 
 // dqkv_ += the attention's backward of datty_.
@@ -154,19 +147,20 @@ void TpModel<T>::attend_backward(const Block& a) {
     if (ulysses_)
       ulysses_->probabilities(att_work_.data(), a.qkvh.data());
     else
-      k::attention_forward(atty_work_.data(), att_work_.data(), a.qkv.data(), Bm_, Tn_, Ct_, H_, att_ws_.data());
+      ops_->attention_forward(atty_work_.data(), att_work_.data(), a.qkv.data(), Bm_, Tn_, Ct_, H_, att_ws_.data());
     att = att_work_.data();
   }
   if (ulysses_) return ulysses_->backward(dqkv_.data(), datty_.data(), a.qkvh.data(), att);
-  k::attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), att, Bm_, Tn_, Ct_, H_,
-                        att_ws_.data());
+  ops_->attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), att, Bm_, Tn_, Ct_, H_,
+                           att_ws_.data());
 }
 
 // The workspace, once: the constructor allocates it, workspace_bytes sums it.
 // f(Buffer<X>* (null when self is), elements).
 template <class T>
 template <class F>
-void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOptions& o, int Bm, int Tn, F&& f) {
+void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOptions& o, int Bm, int Tn, bool kernel_ws,
+                                F&& f) {
   const int ncp = o.context.cp;
   const bool ring = ncp > 1 && o.context.algo == CpAlgo::ring, local = ncp == 1;
   const size_t N = size_t(Bm) * (Tn / ncp), t = size_t(o.tp), Nl = o.sp ? N / t : N, C = size_t(m.C), Ct = C / t;
@@ -192,7 +186,8 @@ void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOpt
   buf(&TpModel::dqkv_, N * 3 * Ct), buf(&TpModel::dfch_, N * 4 * Ct);
   if (local) buf(&TpModel::datt_, att);  // (the cp attention keeps its own)
   buf(&TpModel::dfchg_, N * 4 * Ct), buf(&TpModel::dlogits_, N * V), buf(&TpModel::cmax_, N);
-  buf(&TpModel::csum_, 2 * N);
+  buf(&TpModel::csum_, 2 * N), buf(&TpModel::pos_, Nl);
+  if (!kernel_ws) return;  // a device's kernels keep their own
   const int n = int(N), c = m.C, ct = int(Ct), v = int(V);
   buf(&TpModel::mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, 3 * ct), k::matmul_workspace_floats<T>(n, c, 4 * ct),
                                   k::matmul_workspace_floats<T>(n, 4 * ct, c), k::matmul_workspace_floats<T>(n, ct, c),
@@ -202,9 +197,9 @@ void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOpt
 
 template <class T>
 int64_t TpModel<T>::workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, int64_t moe_scope_tokens,
-                                    int ep) {
+                                    int ep, bool kernel_ws) {
   int64_t bytes = 0;
-  walk_workspace(nullptr, m, o, Bm, Tn, [&](auto* b, size_t n) {
+  walk_workspace(nullptr, m, o, Bm, Tn, kernel_ws, [&](auto* b, size_t n) {
     using Buf = std::remove_pointer_t<decltype(b)>;
     using X = std::remove_pointer_t<decltype(std::declval<Buf>().data())>;
     bytes += int64_t(n * sizeof(X));
@@ -218,12 +213,12 @@ int64_t TpModel<T>::workspace_bytes(const ModelConfig& m, const TpOptions& o, in
 }
 
 int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, Precision p,
-                               int64_t moe_scope_tokens, int ep) {
+                               int64_t moe_scope_tokens, int ep, bool kernel_ws) {
   const int64_t N = int64_t(Bm) * Tn / o.context.cp, Nl = o.sp ? N / o.tp : N;
   int64_t bytes = 0;
   dispatch_dtype(storage_dtype(p), [&](auto t) {
     using T = decltype(t);
-    bytes = TpModel<T>::workspace_bytes(m, o, Bm, Tn, moe_scope_tokens, ep) +
+    bytes = TpModel<T>::workspace_bytes(m, o, Bm, Tn, moe_scope_tokens, ep, kernel_ws) +
             2 * Nl * m.C * int64_t(sizeof(T));  // + dx ping-pong
   });
   if (o.context.cp > 1) bytes += 2 * int64_t(Bm) * Tn * 4;  // the whole sequences' tokens and targets
@@ -232,12 +227,17 @@ int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm,
 
 template <class T>
 TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp, Communicator* cp,
-                      const MarkovSource& data, MemoryTracker* mt, int Bm, int Tn, MoeScope moe)
-    : layout_(&l), o_(o), data_(&data), Bm_(Bm), Tn_(Tn), model_(l, o, tp, cp, mt, Bm, Tn, std::move(moe)) {
+                      const MarkovSource& data, MemoryTracker* mt, int Bm, int Tn, MoeScope moe,
+                      const k::DeviceOps<T>& ops)
+    : layout_(&l), o_(o), data_(&data), Bm_(Bm), Tn_(Tn), model_(l, o, tp, cp, mt, Bm, Tn, std::move(moe), ops) {
   const auto& m = l.model();
   const size_t N = size_t(model_.tokens()), NlC = size_t(model_.tokens_held()) * m.C;
   tokens_ = Buffer<int32_t>(mt, MemTag::activations, N);
   targets_ = Buffer<int32_t>(mt, MemTag::activations, N);
+  if (!ops.is_host()) {  // drawn on the host, then moved (cp = 1 here: the constructor above refuses more)
+    host_tokens_.resize(N);
+    host_targets_.resize(N);
+  }
   if (o.context.cp > 1) {
     all_tokens_ = Buffer<int32_t>(mt, MemTag::workspace, size_t(Bm) * Tn);
     all_targets_ = Buffer<int32_t>(mt, MemTag::workspace, size_t(Bm) * Tn);
@@ -273,23 +273,20 @@ void TpModel<T>::scatter(const T* full, T* shard) {
 
 template <class T>
 void TpModel<T>::add_bias(T* y, const T* b, int rows) {
-  for (int n = 0; n < rows; ++n) {
-    T* r = y + size_t(n) * C_;
-    for (int c = 0; c < C_; ++c) r[c] = store<T>(load(r[c]) + load(b[c]));
-  }
+  ops_->add_rows(y, b, nullptr, rows, C_);
 }
 
 // y_out (Nl,C) = reduce over tp of in (N, in_cols) @ w^T, plus the bias once.
 template <class T>
 void TpModel<T>::row_parallel(T* y_out, const T* in, const T* w, const T* b, int in_cols) {
   const bool bias_each_rank = o_.has(Fault::bias_tp_times) && o_.tp > 1;
-  k::matmul_forward(part_.data(), in, w, bias_each_rank ? b : static_cast<const T*>(nullptr), N_, in_cols, C_,
-                    mm_ws_.data());
+  ops_->matmul_forward(part_.data(), in, w, bias_each_rank ? b : static_cast<const T*>(nullptr), N_, in_cols, C_,
+                       mm_ws_.data());
   if (o_.sp) {
     scatter(part_.data(), y_out);
   } else {
     all_reduce(part_.data(), size_t(N_) * C_);
-    copy(y_out, part_.data(), size_t(N_) * C_);
+    ops_->copy(y_out, part_.data(), size_t(N_) * C_ * sizeof(T));
   }
   if (!bias_each_rank) add_bias(y_out, b, Nl_);
 }
@@ -298,83 +295,43 @@ template <class T>
 void TpModel<T>::embed_forward(T* x0, const int32_t* tokens, const T* wte, const T* wpe) {
   // Each rank looks up the tokens of its vocabulary rows; the rest are zero.
   T* p = part_.data();
-  std::memset(static_cast<void*>(p), 0, size_t(N_) * C_ * sizeof(T));
-  for (int n = 0; n < N_; ++n) {
-    const int64_t v = tokens[n] - vb_;
-    if (v >= 0 && v < valid_) copy(p + size_t(n) * C_, wte + size_t(v) * C_, size_t(C_));
-  }
+  ops_->embedding_lookup(p, tokens, wte, N_, C_, vb_, valid_);
   if (o_.sp) {
     scatter(p, x0);
   } else {
     all_reduce(p, size_t(N_) * C_);
-    copy(x0, p, size_t(N_) * C_);
+    ops_->copy(x0, p, size_t(N_) * C_ * sizeof(T));
   }
-  const int first = o_.sp ? tp_->rank() * Nl_ : 0;  // this rank's first token
-  for (int n = 0; n < Nl_; ++n) {
-    const T* pos = wpe + size_t(embed_position(first + n)) * C_;
-    T* r = x0 + size_t(n) * C_;
-    for (int c = 0; c < C_; ++c) r[c] = store<T>(load(r[c]) + load(pos[c]));
-  }
+  ops_->add_rows(x0, wpe, pos_.data(), Nl_, C_);  // this rank's tokens' positions
 }
 
 template <class T>
 void TpModel<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* tokens) {
   // wpe: this rank's tokens (all of them without SP: the same on every rank).
-  const int first = o_.sp ? tp_->rank() * Nl_ : 0;
-  std::vector<A> acc(static_cast<size_t>(C_));
-  for (int t = 0; t < Tn_; ++t) {
-    std::fill(acc.begin(), acc.end(), A(0));
-    bool any = false;
-    for (int n = 0; n < Nl_; ++n) {
-      if (embed_position(first + n) != t) continue;
-      any = true;
-      const T* d = dx0 + size_t(n) * C_;
-      for (int c = 0; c < C_; ++c) acc[size_t(c)] += load(d[c]);
-    }
-    if (!any) continue;
-    T* dst = dwpe + size_t(t) * C_;
-    for (int c = 0; c < C_; ++c) add_into(dst[c], acc[size_t(c)]);
-  }
+  ops_->add_rows_backward(dwpe, dx0, pos_.data(), Nl_, C_, 0, Tn_);
   // wte: the full gradient at the embedding output, scattered to this rank's rows.
   const T* full = dx0;
   if (o_.sp) {
     gather(dx0, gat_.data());
     full = gat_.data();
   }
-  std::vector<int> order(static_cast<size_t>(N_));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
-  for (size_t i = 0; i < order.size();) {
-    const int32_t tok = tokens[order[i]];
-    size_t j = i;
-    std::fill(acc.begin(), acc.end(), A(0));
-    for (; j < order.size() && tokens[order[j]] == tok; ++j) {
-      const T* d = full + size_t(order[j]) * C_;
-      for (int c = 0; c < C_; ++c) acc[size_t(c)] += load(d[c]);
-    }
-    const int64_t v = tok - vb_;
-    if (v >= 0 && v < valid_) {
-      T* dst = dwte + size_t(v) * C_;
-      for (int c = 0; c < C_; ++c) add_into(dst[c], acc[size_t(c)]);
-    }
-    i = j;
-  }
+  ops_->add_rows_backward(dwte, full, tokens, N_, C_, vb_, valid_);
 }
 
 template <class T>
 void TpModel<T>::attention_forward(Block& a, const T* x_in, const T* u) {
   const auto& o = layout_->block();
   float* ws = mm_ws_.data();
-  k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w, u + o.ln1_b, Nl_,
+  ops_->layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w, u + o.ln1_b, Nl_,
                        C_);
   const T* in1 = a.ln1.data();
   if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
-  k::matmul_forward(a.qkv.data(), in1, u + o.qkv_w, u + o.qkv_b, N_, C_, 3 * Ct_, ws);
+  ops_->matmul_forward(a.qkv.data(), in1, u + o.qkv_w, u + o.qkv_b, N_, C_, 3 * Ct_, ws);
   // Selective recompute does not keep the probabilities: they go to workspace.
   attend(a, a.att.empty() ? att_work_.data() : a.att.data());
   row_parallel(tmp_.data(), a.atty.data(), u + o.attproj_w, u + o.attproj_b, Ct_);
-  k::residual_forward(a.xmid.data(), x_in, tmp_.data(), size_t(Nl_) * C_);
-  k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w,
+  ops_->residual_forward(a.xmid.data(), x_in, tmp_.data(), size_t(Nl_) * C_);
+  ops_->layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w,
                        u + o.ln2_b, Nl_, C_);
 }
 
@@ -385,23 +342,11 @@ void TpModel<T>::block_forward(Block& a, const T* x_in, const T* u, T* xout) {
   attention_forward(a, x_in, u);
   const T* in2 = a.ln2.data();
   if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data();
-  k::matmul_forward(a.fch.data(), in2, u + o.fc_w, u + o.fc_b, N_, C_, 4 * Ct_, ws);
-  k::gelu_forward(a.fchg.data(), a.fch.data(), size_t(N_) * 4 * Ct_);
+  ops_->matmul_forward(a.fch.data(), in2, u + o.fc_w, u + o.fc_b, N_, C_, 4 * Ct_, ws);
+  ops_->gelu_forward(a.fchg.data(), a.fch.data(), size_t(N_) * 4 * Ct_);
   row_parallel(tmp_.data(), a.fchg.data(), u + o.fcproj_w, u + o.fcproj_b, 4 * Ct_);
-  k::residual_forward(xout, a.xmid.data(), tmp_.data(), size_t(Nl_) * C_);
+  ops_->residual_forward(xout, a.xmid.data(), tmp_.data(), size_t(Nl_) * C_);
 }
-
-namespace {
-// db (C) += column sums of dout (rows, C), accumulated in A in row order.
-template <class T>
-void bias_grad(T* db, const T* dout, int rows, int C) {
-  using A = acc_t<T>;
-  std::vector<A> acc(size_t(C), A(0));
-  for (int n = 0; n < rows; ++n)
-    for (int c = 0; c < C; ++c) acc[size_t(c)] += load(dout[size_t(n) * C + c]);
-  for (int c = 0; c < C; ++c) add_into(db[c], acc[size_t(c)]);
-}
-}  // namespace
 
 template <class T>
 void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a, const T* u) {
@@ -421,21 +366,21 @@ void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
     return part_.data();
   };
   // MLP branch: xout = xmid + fcproj(gelu(fc(ln2(xmid)))).
-  copy(dres_.data(), dout, NlC);
+  ops_->copy(dres_.data(), dout, NlC * sizeof(T));
   const T* dof = dout;
   if (o_.sp) gather(dout, gat_.data()), dof = gat_.data();
   zero(dfchg_);
-  k::matmul_backward(dfchg_.data(), du + o.fcproj_w, null, dof, a.fchg.data(), u + o.fcproj_w, N_, 4 * Ct_, C_,
+  ops_->matmul_backward(dfchg_.data(), du + o.fcproj_w, null, dof, a.fchg.data(), u + o.fcproj_w, N_, 4 * Ct_, C_,
                      ws);
-  bias_grad(du + o.fcproj_b, dout, Nl_, C_);
+  ops_->add_rows_backward(du + o.fcproj_b, dout, nullptr, Nl_, C_, 0, 1);  // the bias: column sums
   zero(dfch_);
-  k::gelu_backward(dfch_.data(), a.fch.data(), dfchg_.data(), size_t(N_) * 4 * Ct_);
+  ops_->gelu_backward(dfch_.data(), a.fch.data(), dfchg_.data(), size_t(N_) * 4 * Ct_);
   const T* in2 = a.ln2.data();
   if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data();
   zero(part_);
-  k::matmul_backward(part_.data(), du + o.fc_w, du + o.fc_b, dfch_.data(), in2, u + o.fc_w, N_, C_, 4 * Ct_, ws);
+  ops_->matmul_backward(part_.data(), du + o.fc_w, du + o.fc_b, dfch_.data(), in2, u + o.fc_w, N_, C_, 4 * Ct_, ws);
   const T* dln2 = reduce_input_grad();
-  k::layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, dln2, a.xmid.data(), u + o.ln2_w,
+  ops_->layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, dln2, a.xmid.data(), u + o.ln2_w,
                         a.ln2_mean.data(), a.ln2_rstd.data(), Nl_, C_);
   attention_backward(dx_in, du, x_in, a, u);
 }
@@ -456,22 +401,22 @@ void TpModel<T>::attention_backward(T* dx_in, T* du, const T* x_in, const Block&
     return part_.data();
   };
   // Attention branch: xmid = x_in + attproj(attn(qkv(ln1(x_in)))).
-  copy(dx_in, dres_.data(), NlC);
+  ops_->copy(dx_in, dres_.data(), NlC * sizeof(T));
   const T* dres = dres_.data();
   if (o_.sp) gather(dres_.data(), gat_.data()), dres = gat_.data();
   zero(datty_);
-  k::matmul_backward(datty_.data(), du + o.attproj_w, null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_,
+  ops_->matmul_backward(datty_.data(), du + o.attproj_w, null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_,
                      ws);
-  bias_grad(du + o.attproj_b, dres_.data(), Nl_, C_);
+  ops_->add_rows_backward(du + o.attproj_b, dres_.data(), nullptr, Nl_, C_, 0, 1);
   zero(dqkv_);
   attend_backward(a);
   const T* in1 = a.ln1.data();
   if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
   zero(part_);
-  k::matmul_backward(part_.data(), du + o.qkv_w, du + o.qkv_b, dqkv_.data(), in1, u + o.qkv_w, N_, C_, 3 * Ct_,
+  ops_->matmul_backward(part_.data(), du + o.qkv_w, du + o.qkv_b, dqkv_.data(), in1, u + o.qkv_w, N_, C_, 3 * Ct_,
                      ws);
   const T* dln1 = reduce_input_grad();
-  k::layernorm_backward(dx_in, du + o.ln1_w, du + o.ln1_b, dln1, x_in, u + o.ln1_w, a.ln1_mean.data(),
+  ops_->layernorm_backward(dx_in, du + o.ln1_w, du + o.ln1_b, dln1, x_in, u + o.ln1_w, a.ln1_mean.data(),
                         a.ln1_rstd.data(), Nl_, C_);
 }
 
@@ -479,7 +424,7 @@ template <class T>
 void TpModel<T>::moe_block_forward(Block& a, MoeActs<T>& m, const T* x_in, const T* u, T* xout, const T* experts) {
   attention_forward(a, x_in, u);
   moe_->forward(m, tmp_.data(), a.ln2.data(), u, moe_scratch_, experts);  // every tp rank: the whole output
-  k::residual_forward(xout, a.xmid.data(), tmp_.data(), size_t(N_) * C_);
+  ops_->residual_forward(xout, a.xmid.data(), tmp_.data(), size_t(N_) * C_);
 }
 
 template <class T>
@@ -488,69 +433,45 @@ void TpModel<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_i
                                     T* dexperts) {
   const auto& o = layout_->block();
   const size_t NC = size_t(N_) * C_;
-  copy(dres_.data(), dout, NC);
+  ops_->copy(dres_.data(), dout, NC * sizeof(T));
   zero(part_);  // d ln2: the MoE MLP's input gradient, whole on every tp rank (its partial sums reduced inside)
   moe_->backward(part_.data(), du, dout, a.ln2.data(), m, u, aux_weight, moe_scratch_, experts, dexperts);
-  k::layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, part_.data(), a.xmid.data(), u + o.ln2_w,
+  ops_->layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, part_.data(), a.xmid.data(), u + o.ln2_w,
                         a.ln2_mean.data(), a.ln2_rstd.data(), N_, C_);
   attention_backward(dx_in, du, x_in, a, u);
 }
 
 template <class T>
 double TpModel<T>::head_forward(Head& h, const T* x, const int32_t* targets, const T* lnf, const T* wte) {
-  k::layernorm_forward(h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), x, lnf, lnf + C_, Nl_, C_);
+  ops_->layernorm_forward(h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), x, lnf, lnf + C_, Nl_, C_);
   const T* in = h.lnf.data();
   if (o_.sp) gather(h.lnf.data(), gat_.data()), in = gat_.data();
   T* logits = h.probs.data();  // (N, Vr): logits, then probabilities in place
-  k::matmul_forward(logits, in, wte, static_cast<const T*>(nullptr), N_, C_, Vr_, mm_ws_.data());
-  // Vocabulary-parallel softmax cross-entropy over the valid columns.
+  ops_->matmul_forward(logits, in, wte, static_cast<const T*>(nullptr), N_, C_, Vr_, mm_ws_.data());
+  // Vocabulary-parallel softmax cross-entropy over the valid columns: the
+  // row max, then the sums of exponentials and the target's logit (on the
+  // rank that owns it), each reduced over tp.
   A* mx = cmax_.data();
-  A* sum = csum_.data();      // [0, N): sum of exponentials
-  A* tgt = sum + N_;          // [N, 2N): the target's logit (on the rank that owns it)
-  for (int n = 0; n < N_; ++n) {
-    const T* r = logits + size_t(n) * Vr_;
-    A m = -std::numeric_limits<A>::infinity();
-    for (int v = 0; v < valid_; ++v) m = std::max(m, load(r[v]));
-    mx[n] = m;
-  }
+  A* sum = csum_.data();  // [0, N): sum of exponentials
+  A* tgt = sum + N_;      // [N, 2N): the target's logit
+  ops_->vocab_logit_max(mx, logits, N_, Vr_, valid_);
   if (o_.tp > 1) tp_->all_reduce(mx, mx, size_t(N_), dtype_of<A>(), ReduceOp::max);
-  for (int n = 0; n < N_; ++n) {
-    const T* r = logits + size_t(n) * Vr_;
-    A s = 0;
-    for (int v = 0; v < valid_; ++v) s += std::exp(load(r[v]) - mx[n]);
-    sum[n] = s;
-    const int64_t t = targets[n] - vb_;
-    tgt[n] = t >= 0 && t < valid_ ? load(r[t]) : A(0);
-  }
+  ops_->vocab_sum_exp(sum, tgt, logits, mx, targets, vb_, N_, Vr_, valid_);
   if (o_.tp > 1) tp_->all_reduce(sum, sum, 2 * size_t(N_), dtype_of<A>());
-  double total = 0;
-  for (int n = 0; n < N_; ++n) {
-    T* r = logits + size_t(n) * Vr_;
-    const A inv = A(1) / sum[n];
-    for (int v = 0; v < valid_; ++v) r[v] = store<T>(std::exp(load(r[v]) - mx[n]) * inv);
-    for (int v = valid_; v < Vr_; ++v) r[v] = store<T>(A(0));
-    h.losses[size_t(n)] = (mx[n] - tgt[n]) + std::log(sum[n]);
-    total += double(h.losses[size_t(n)]);
-  }
-  return total;
+  ops_->vocab_softmax_loss(h.losses.data(), logits, logits, mx, sum, tgt, N_, Vr_, valid_);
+  return ops_->sum(h.losses.data(), size_t(N_));
 }
 
 template <class T>
 void TpModel<T>::head_backward(T* dx, T* dlnf, T* dwte, const T* x, const int32_t* targets, const Head& h,
                                const T* lnf, const T* wte, double dloss) {
-  const A g = static_cast<A>(dloss);
   zero(dlogits_);
-  for (int n = 0; n < N_; ++n) {
-    const T* p = h.probs.data() + size_t(n) * Vr_;
-    T* d = dlogits_.data() + size_t(n) * Vr_;
-    const int64_t t = targets[n] - vb_;
-    for (int v = 0; v < valid_; ++v) add_into(d[v], (load(p[v]) - (v == t ? A(1) : A(0))) * g);
-  }
+  ops_->vocab_crossentropy_backward(dlogits_.data(), h.probs.data(), targets, vb_, dloss, N_, Vr_, valid_);
   const T* in = h.lnf.data();
   if (o_.sp) gather(h.lnf.data(), gat_.data()), in = gat_.data();
   zero(part_);
-  k::matmul_backward(part_.data(), dwte, static_cast<T*>(nullptr), dlogits_.data(), in, wte, N_, C_, Vr_,
-                     mm_ws_.data());
+  ops_->matmul_backward(part_.data(), dwte, static_cast<T*>(nullptr), dlogits_.data(), in, wte, N_, C_, Vr_,
+                        mm_ws_.data());
   const T* dln = part_.data();
   if (o_.sp) {
     scatter(part_.data(), dln_.data());
@@ -558,8 +479,8 @@ void TpModel<T>::head_backward(T* dx, T* dlnf, T* dwte, const T* x, const int32_
   } else {
     all_reduce(part_.data(), size_t(N_) * C_);
   }
-  std::memset(static_cast<void*>(dx), 0, size_t(Nl_) * C_ * sizeof(T));
-  k::layernorm_backward(dx, dlnf, dlnf + C_, dln, x, lnf, h.lnf_mean.data(), h.lnf_rstd.data(), Nl_, C_);
+  ops_->zero(dx, size_t(Nl_) * C_ * sizeof(T));
+  ops_->layernorm_backward(dx, dlnf, dlnf + C_, dln, x, lnf, h.lnf_mean.data(), h.lnf_rstd.data(), Nl_, C_);
 }
 
 template <class T>
@@ -568,14 +489,21 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   const int L = l.model().L, fin = l.final_unit();
   const bool full = o_.recompute == Recompute::full;
   const int N = model_.tokens();
+  const bool staged = !host_tokens_.empty();  // on a device: drawn here, then moved
+  int32_t* tok = staged ? host_tokens_.data() : tokens_.data();
+  int32_t* tgt = staged ? host_targets_.data() : targets_.data();
   if (all_tokens_.empty()) {
-    data_->batch(step, first, Bm_, Tn_, tokens_.data(), targets_.data());
+    data_->batch(step, first, Bm_, Tn_, tok, tgt);
   } else {  // this rank's tokens of the whole sequences
     data_->batch(step, first, Bm_, Tn_, all_tokens_.data(), all_targets_.data());
-    model_.select_tokens(all_tokens_.data(), all_targets_.data(), tokens_.data(), targets_.data());
+    model_.select_tokens(all_tokens_.data(), all_targets_.data(), tok, tgt);
   }
   for (int n = 0; n < N; ++n)
-    require(targets_[size_t(n)] >= 0 && targets_[size_t(n)] < l.model().V, "tp: target outside the vocabulary");
+    require(tgt[n] >= 0 && tgt[n] < l.model().V, "tp: target outside the vocabulary");
+  if (staged) {
+    model_.ops().to_device(tokens_.data(), tok, size_t(N) * sizeof(int32_t));
+    model_.ops().to_device(targets_.data(), tgt, size_t(N) * sizeof(int32_t));
+  }
 
   const T* emb = hk.params(0);
   model_.embed_forward(x0_.data(), tokens_.data(), emb, emb + l.wpe_offset());

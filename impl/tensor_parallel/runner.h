@@ -33,6 +33,12 @@
 //    reduces it over cp).
 // Calls UnitHooks in MicrobatchRunner's order (reference/runner.h), so every
 // data-parallel family composes with it unchanged.
+// On a device (kernels/common/device_ops.h): every op goes through the seam
+// (the vocabulary shard's lookup and cross-entropy, rows and biases added and
+// their gradients included), the collectives take the device's buffers, and
+// the tokens are drawn on the host and moved once per microbatch. Context
+// parallel and mixture-of-experts blocks run on the CPU only (their attention
+// and routing are host code).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -43,6 +49,7 @@
 #include "harness/memory.h"
 #include "impl/context_parallel/attention.h"
 #include "impl/tensor_parallel/options.h"
+#include "kernels/common/device_ops.h"
 #include "reference/data.h"
 #include "reference/moe.h"
 #include "reference/runner.h"
@@ -72,8 +79,9 @@ class TpModel {
   // moe: a mixture-of-experts model's scope (reference/moe.h; its tp is set
   // to `tp` here): its MoE blocks run the MoE MLP with tensor-parallel
   // experts on every token of the microbatch (no sequence parallel).
+  // ops: the device (the CPU by default; InputError for cp > 1 or MoE off the host).
   TpModel(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, MemoryTracker* mt, int Bm,
-          int Tn, MoeScope moe = {});
+          int Tn, MoeScope moe = {}, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
   ~TpModel();
   int tokens_held() const { return Nl_; }  // tokens of the LayerNorm regions (N/tp with SP)
   int tokens() const { return N_; }        // the microbatch's tokens on this rank (Bm * Tn / cp)
@@ -84,6 +92,7 @@ class TpModel {
   // (Bm, Tn): each token at its true position (and the zigzag_targets fault).
   // Either output may be null.
   void select_tokens(const int32_t* all_tokens, const int32_t* all_targets, int32_t* tokens, int32_t* targets) const;
+  const kernels::DeviceOps<T>& ops() const { return *ops_; }
   // A block's saved activations: everything, or (full recompute) the output
   // alone; the probabilities only when recompute is none.
   // dense_mlp false: an MoE block's (no fch, fchg: its MLP keeps MoeActs).
@@ -109,13 +118,20 @@ class TpModel {
   // Full recompute: the block the backward reruns (workspace).
   Block& work() { return work_; }
   // Workspace bytes the constructor allocates, without allocating.
-  // (an MoE model: its MoeScratch too, for the scope's tokens and ep size)
+  // (an MoE model: its MoeScratch too, for the scope's tokens and ep size;
+  // kernel_ws: the CPU kernels' GEMM and attention workspaces too, held on
+  // the host only: device_ops.h)
   static int64_t workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, int64_t moe_scope_tokens = 0,
-                                 int ep = 1);
+                                 int ep = 1, bool kernel_ws = true);
 
  private:
   template <class F>
-  static void walk_workspace(TpModel* self, const ModelConfig& m, const TpOptions& o, int Bm, int Tn, F&& f);
+  static void walk_workspace(TpModel* self, const ModelConfig& m, const TpOptions& o, int Bm, int Tn, bool kernel_ws,
+                             F&& f);
+  template <class X>
+  void zero(const Buffer<X>& b) const {
+    ops_->zero(b.data(), b.size() * sizeof(X));
+  }
   void all_reduce(T* buf, size_t n);
   void gather(const T* shard, T* full);   // (Nl,C) -> (N,C) under SP
   void scatter(const T* full, T* shard);  // (N,C) partials -> (Nl,C) sums under SP
@@ -130,6 +146,7 @@ class TpModel {
   void attend_backward(const Block& a);
 
   const ParamLayout* layout_;
+  const kernels::DeviceOps<T>* ops_;
   TpOptions o_;
   Communicator* tp_;
   Communicator* cp_;
@@ -143,6 +160,7 @@ class TpModel {
   Buffer<T> gat_, part_, tmp_, dres_, dln_, datty_, dqkv_, datt_, dfch_, dfchg_, dlogits_;
   Buffer<A> cmax_, csum_, att_ws_;
   Buffer<float> mm_ws_;
+  Buffer<int32_t> pos_;  // the position of each token this rank's LayerNorm regions hold (Nl)
   MoeScope moe_scope_;
   std::optional<MoeMlp<T>> moe_;
   MoeScratch<T> moe_scratch_;
@@ -158,16 +176,17 @@ void add_to_full(const ParamLayout& local, const ParamLayout& full_layout, int t
 
 // Workspace bytes a TpRunner allocates (its model's and the two gradient
 // ping-pong buffers) at precision p: the planner's declared workspace.
+// kernel_ws: as TpModel::workspace_bytes's.
 int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm, int Tn, Precision p,
-                               int64_t moe_scope_tokens = 0, int ep = 1);
+                               int64_t moe_scope_tokens = 0, int ep = 1, bool kernel_ws = true);
 
 // One tensor-parallel rank's microbatch through the whole model.
 template <class T>
 class TpRunner {
  public:
-  // moe: as TpModel's (a mixture-of-experts model).
+  // moe, ops: as TpModel's.
   TpRunner(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, const MarkovSource& data,
-           MemoryTracker* mt, int Bm, int Tn, MoeScope moe = {});
+           MemoryTracker* mt, int Bm, int Tn, MoeScope moe = {}, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
   // Samples [first, first + Bm) of step `step` (this rank's tokens of them);
   // dloss = 1 / (tokens of the global batch). Returns the sum of this
   // microbatch's token losses on this rank's tokens (the same on every tp rank),
@@ -185,6 +204,7 @@ class TpRunner {
   int Bm_, Tn_;
   TpModel<T> model_;
   Buffer<int32_t> tokens_, targets_, all_tokens_, all_targets_;  // all_: the whole sequences (cp > 1)
+  std::vector<int32_t> host_tokens_, host_targets_;              // staging when tokens_ is not host memory
   Buffer<T> x0_, dx_a_, dx_b_;
   std::vector<Block> blocks_;
   std::vector<MoeActs<T>> moe_;  // per layer; empty for dense blocks

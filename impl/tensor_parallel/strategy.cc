@@ -193,8 +193,7 @@ std::optional<RunSpec> bitwise_twin(const RunSpec& s) {
 }
 
 std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const TrainDevice* device) {
-  require_host(device, "tensor_parallel");
-  return make_typed_rank<TpRank>(s.train.precision, s, world);
+  return make_typed_rank_on<TpRank>(device, s.train.precision, s, world);
 }
 
 namespace {

@@ -16,12 +16,16 @@
 namespace pb::tp {
 
 template <class T>
-TpRank<T>::TpRank(const RunSpec& s, Communicator& world)
-    : spec_(s), o_(options_of(s)), full_layout_(s.train.model),
+TpRank<T>::TpRank(const RunSpec& s, Communicator& world, std::shared_ptr<const kernels::DeviceOps<T>> ops,
+                  std::shared_ptr<DeviceMemory> memory)
+    : spec_(s), o_(options_of(s)), ops_(kernels::ops_or_cpu<T>(std::move(ops))), device_memory_(std::move(memory)),
+      full_layout_(s.train.model),
       layout_(s.train.model, s.mesh.tp, mesh_coord(s.mesh, world.rank()).tp),
       data_(s.train.model.V, s.train.data.seed, s.train.data.branching, s.train.data.mix) {
   require(world.size() == s.world(), "mesh: " + mesh_text(s.mesh) + " needs a world of " +
                                          std::to_string(s.world()) + " ranks, got " + std::to_string(world.size()));
+  require(ops_->is_host() || device_memory_ != nullptr, "tp: a device rank needs the device's memory");
+  mem_.set_device_memory(device_memory_.get());
   kernels::set_blas_threads(s.train.threads);
   // The component spans the dp x cp ranks (the same parameters, other tokens).
   dpo_ = component_options_of(s);
@@ -39,15 +43,17 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world)
     ep_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::ep), "ep");
     ep_scalar_ = world.split_groups(
         mesh_groups(s.mesh, eo.shard == dp::Shard::none ? MeshAxis::ep : MeshAxis::dp), "ep_scalar");
-    dp_ = std::make_unique<dp::Component<T>>(dpo_, ep::dense_units(layout_), layout_, s.train.seed, comms_, mem_);
+    dp_ = std::make_unique<dp::Component<T>>(dpo_, ep::dense_units(layout_), layout_, s.train.seed, comms_, mem_,
+                                             *ops_);
     experts_ = std::make_unique<dp::Component<T>>(eo, ep::expert_units(layout_, s.mesh.ep, me.ep), layout_,
-                                                  s.train.seed, expert_c_, mem_);
+                                                  s.train.seed, expert_c_, mem_, *ops_);
     dense_h_ = dp::make_hooks(*dp_, layout_, mem_);
     expert_h_ = dp::make_hooks(*experts_, dp::UnitRoles::all_blocks(experts_->num_units()), mem_);
     hooks_ = std::make_unique<ep::DenseAndExpertHooks<T>>(*dense_h_, *expert_h_);
     scope.ep = ep_.get();
   } else {
-    dp_ = std::make_unique<dp::Component<T>>(dpo_, dp::model_units(layout_), layout_, s.train.seed, comms_, mem_);
+    dp_ = std::make_unique<dp::Component<T>>(dpo_, dp::model_units(layout_), layout_, s.train.seed, comms_, mem_,
+                                             *ops_);
     hooks_ = dp::make_hooks(*dp_, layout_, mem_);
   }
   if (c.model.moe.experts > 0) {
@@ -58,7 +64,7 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world)
     }
   }
   runner_ = std::make_unique<TpRunner<T>>(layout_, o_, tp_.get(), s.mesh.cp > 1 ? cp_.get() : nullptr, data_, &mem_,
-                                          c.batch / s.mesh.dp / c.microbatches, c.seq, scope);
+                                          c.batch / s.mesh.dp / c.microbatches, c.seq, scope, *ops_);
   // tp rank > 0 holds copies of the replicated parameters: the norm counts tp rank 0's.
   if (tp_->rank() > 0 && !o_.has(Fault::norm_tp_times)) {
     dp_->exclude_from_norm(layout_.replicated_ranges());
@@ -108,7 +114,11 @@ double TpRank<T>::padding_max_abs(bool grads) {
   const int64_t hi = layout_.vocab_rows() * C;  // wte is the first tensor: flat [0, rows*C)
   double m = 0;
   dp_->for_each_held(grads, [&](int64_t a, int64_t b, T* data) {
-    for (int64_t i = std::max(a, lo); i < std::min(b, hi); ++i) m = std::max(m, std::abs(double(cast<double>(data[i - a]))));
+    const int64_t x = std::max(a, lo), y = std::min(b, hi);
+    if (x >= y) return;
+    std::vector<T> host(size_t(y - x));  // the held padding, read from the device's memory
+    ops_->to_host(host.data(), data + (x - a), host.size() * sizeof(T));
+    for (const T& v : host) m = std::max(m, std::abs(double(cast<double>(v))));
   });
   return m;
 }

@@ -29,7 +29,8 @@ namespace pb::tp {
 template <class T>
 class TpRank : public Rank {
  public:
-  TpRank(const RunSpec& s, Communicator& world);
+  TpRank(const RunSpec& s, Communicator& world, std::shared_ptr<const kernels::DeviceOps<T>> ops = {},
+         std::shared_ptr<DeviceMemory> memory = {});
   ~TpRank() override;
   StepStats step() override;
   std::vector<double> full_params() override { return gather(false); }
@@ -49,6 +50,8 @@ class TpRank : public Rank {
 
   RunSpec spec_;
   TpOptions o_;
+  std::shared_ptr<const kernels::DeviceOps<T>> ops_;  // never null
+  std::shared_ptr<DeviceMemory> device_memory_;       // outlives the buffers below
   MemoryTracker mem_;
   ParamLayout full_layout_, layout_;
   MarkovSource data_;

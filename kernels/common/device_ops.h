@@ -71,6 +71,20 @@ class DeviceOps {
                                     int V) const = 0;
   virtual void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, double dloss, int N,
                                      int V) const = 0;
+  // A tensor-parallel rank's pieces (kernels/cpu/ops.h): its vocabulary
+  // shard's lookup and cross-entropy, rows added by index, their gradients.
+  virtual void embedding_lookup(T* out, const int32_t* idx, const T* table, int N, int C, int64_t first,
+                                int rows) const = 0;
+  virtual void add_rows(T* x, const T* table, const int32_t* idx, int N, int C) const = 0;
+  virtual void add_rows_backward(T* dtable, const T* dout, const int32_t* idx, int N, int C, int64_t first,
+                                 int rows) const = 0;
+  virtual void vocab_logit_max(A* mx, const T* logits, int N, int Vr, int valid) const = 0;
+  virtual void vocab_sum_exp(A* sum, A* target_logit, const T* logits, const A* mx, const int32_t* targets,
+                             int64_t first, int N, int Vr, int valid) const = 0;
+  virtual void vocab_softmax_loss(A* losses, T* probs, const T* logits, const A* mx, const A* sum,
+                                  const A* target_logit, int N, int Vr, int valid) const = 0;
+  virtual void vocab_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, int64_t first,
+                                           double dloss, int N, int Vr, int valid) const = 0;
   // Sum of x[0..n) in index order, in double, on the host (the loss).
   virtual double sum(const A* x, size_t n) const = 0;
 

@@ -75,6 +75,32 @@ class CpuOps final : public DeviceOps<T> {
                              int V) const override {
     kernels::crossentropy_backward(dlogits, probs, targets, dloss, N, V);
   }
+  void embedding_lookup(T* out, const int32_t* idx, const T* table, int N, int C, int64_t first,
+                        int rows) const override {
+    kernels::embedding_lookup(out, idx, table, N, C, first, rows);
+  }
+  void add_rows(T* x, const T* table, const int32_t* idx, int N, int C) const override {
+    kernels::add_rows(x, table, idx, N, C);
+  }
+  void add_rows_backward(T* dtable, const T* dout, const int32_t* idx, int N, int C, int64_t first,
+                         int rows) const override {
+    kernels::add_rows_backward(dtable, dout, idx, N, C, first, rows);
+  }
+  void vocab_logit_max(A* mx, const T* logits, int N, int Vr, int valid) const override {
+    kernels::vocab_logit_max(mx, logits, N, Vr, valid);
+  }
+  void vocab_sum_exp(A* sum, A* target_logit, const T* logits, const A* mx, const int32_t* targets, int64_t first,
+                     int N, int Vr, int valid) const override {
+    kernels::vocab_sum_exp(sum, target_logit, logits, mx, targets, first, N, Vr, valid);
+  }
+  void vocab_softmax_loss(A* losses, T* probs, const T* logits, const A* mx, const A* sum, const A* target_logit,
+                          int N, int Vr, int valid) const override {
+    kernels::vocab_softmax_loss(losses, probs, logits, mx, sum, target_logit, N, Vr, valid);
+  }
+  void vocab_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, int64_t first, double dloss,
+                                   int N, int Vr, int valid) const override {
+    kernels::vocab_crossentropy_backward(dlogits, probs, targets, first, dloss, N, Vr, valid);
+  }
   double sum(const A* x, size_t n) const override {
     double s = 0;
     for (size_t i = 0; i < n; ++i) s += double(x[i]);

@@ -128,6 +128,43 @@ template <class T>
 void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, double dloss, int N,
                            int V);
 
+// ---- rows of a table and a vocabulary shard's softmax cross-entropy ----------
+// The pieces of a tensor-parallel rank (impl/tensor_parallel/runner.h): its
+// shard's embedding lookup, position rows and biases added, their gradients
+// scattered back, and the cross-entropy whose row max, sum of exponentials and
+// target logit are reduced over the shards between the calls.
+// out (N,C) = table row idx[n] - first when idx[n] is in [first, first + rows),
+// zeros otherwise (the tokens another shard holds).
+template <class T>
+void embedding_lookup(T* out, const int32_t* idx, const T* table, int N, int C, int64_t first, int rows);
+// x (N,C) += table row idx[n]; idx null: row 0 for every n (a bias).
+template <class T>
+void add_rows(T* x, const T* table, const int32_t* idx, int N, int C);
+// dtable row r - first += the sum of dout's rows n with idx[n] = r, for r in
+// [first, first + rows): summed in A in n order, added once (rows nobody
+// holds untouched). idx null: row 0 += the sum of every row (a bias).
+template <class T>
+void add_rows_backward(T* dtable, const T* dout, const int32_t* idx, int N, int C, int64_t first, int rows);
+// logits (N,Vr): a shard of vocabulary rows [first, first + Vr) whose first
+// `valid` columns are real (the rest padding, outside every softmax).
+// mx (N) = the max of the valid logits (-inf when there are none).
+template <class T>
+void vocab_logit_max(acc_t<T>* mx, const T* logits, int N, int Vr, int valid);
+// sum (N) = the sum of exp(logit - mx) over the valid logits; target_logit
+// (N) = the target's logit where this shard holds it, else 0.
+template <class T>
+void vocab_sum_exp(acc_t<T>* sum, acc_t<T>* target_logit, const T* logits, const acc_t<T>* mx,
+                   const int32_t* targets, int64_t first, int N, int Vr, int valid);
+// With mx, sum and target_logit reduced over the shards: probs (N,Vr; may
+// alias logits) = the probabilities (0 in the padding), losses (N) = the loss.
+template <class T>
+void vocab_softmax_loss(acc_t<T>* losses, T* probs, const T* logits, const acc_t<T>* mx, const acc_t<T>* sum,
+                        const acc_t<T>* target_logit, int N, int Vr, int valid);
+// dlogits (N,Vr) += (probs - onehot(target - first)) * dloss over the valid columns.
+template <class T>
+void vocab_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, int64_t first, double dloss,
+                                 int N, int Vr, int valid);
+
 // ---- optimizer -----------------------------------------------------------------
 // AdamWHyper: kernels/common/adamw_hyper.h (the CUDA side takes it too).
 // PyTorch AdamW (decoupled decay): master -= lr*wd*master (if decay);

@@ -302,6 +302,64 @@ TYPED_TEST(CudaOps, CrossEntropy) {
                std::out_of_range);
 }
 
+TYPED_TEST(CudaOps, RowsOfATable) {
+  using T = TypeParam;
+  const int N = 29, C = 33, V = 12, first = 4, rows = 5;  // a shard: rows [4, 9) of 12
+  const auto idx = random_ints(size_t(N), V, 40);
+  const auto table = this->in(size_t(V) * C, 41), x0 = this->in(size_t(N) * C, 42), dy = this->in(size_t(N) * C, 43);
+  const auto dt0 = this->in(size_t(V) * C, 44), db0 = this->in(size_t(C), 45);
+  std::vector<T> out(size_t(N) * C), x = x0, xb = x0, dt = dt0, db = db0;
+  const T* shard = table.data() + size_t(first) * C;
+  embedding_lookup(out.data(), idx.data(), shard, N, C, first, rows);
+  add_rows(x.data(), table.data(), idx.data(), N, C);
+  add_rows(xb.data(), table.data(), nullptr, N, C);
+  add_rows_backward(dt.data(), dy.data(), idx.data(), N, C, first, rows);
+  add_rows_backward(db.data(), dy.data(), nullptr, N, C, 0, 1);
+  Dev<int32_t> gidx(idx);
+  Dev<T> gtable(table), gout(out), gx(x0), gxb(x0), gdt(dt0), gdb(db0), gdy(dy);
+  cuda::embedding_lookup(gout.get(), gidx.get(), gtable.get() + size_t(first) * C, N, C, first, rows, this->stream_);
+  cuda::add_rows(gx.get(), gtable.get(), gidx.get(), N, C, this->stream_);
+  cuda::add_rows(gxb.get(), gtable.get(), nullptr, N, C, this->stream_);
+  cuda::add_rows_backward(gdt.get(), gdy.get(), gidx.get(), N, C, first, rows, this->stream_);
+  cuda::add_rows_backward(gdb.get(), gdy.get(), nullptr, N, C, 0, 1, this->stream_);
+  EXPECT_EQ(gout.host(), to_double(out));  // copies and zeros
+  EXPECT_EQ(gx.host(), to_double(x));      // one rounded add per element
+  EXPECT_EQ(gxb.host(), to_double(xb));
+  this->expect_close(gdt.host(), dt, "dtable (the rows outside the shard untouched)");
+  this->expect_close(gdb.host(), db, "dbias");
+}
+
+TYPED_TEST(CudaOps, VocabShardCrossEntropy) {
+  using T = TypeParam;
+  const int N = 11, Vr = 700, valid = 650;  // a shard of rows [1400, 2100): 50 padding rows
+  const int64_t first = 1400;
+  const auto logits = this->in(size_t(N) * Vr, 46, -6, 6), d0 = this->in(size_t(N) * Vr, 47);
+  auto targets = random_ints(size_t(N), 2 * Vr, 48);
+  for (int n = 0; n < N; n += 2) targets[size_t(n)] += int32_t(first);  // half of them on this shard
+  std::vector<acc_t<T>> mx(N), sum(N), xt(N), losses(N);
+  std::vector<T> probs(logits.size()), d = d0;
+  vocab_logit_max(mx.data(), logits.data(), N, Vr, valid);
+  vocab_sum_exp(sum.data(), xt.data(), logits.data(), mx.data(), targets.data(), first, N, Vr, valid);
+  vocab_softmax_loss(losses.data(), probs.data(), logits.data(), mx.data(), sum.data(), xt.data(), N, Vr, valid);
+  vocab_crossentropy_backward(d.data(), probs.data(), targets.data(), first, 0.5, N, Vr, valid);
+  Dev<T> glogits(logits), gprobs(probs), gd(d0);
+  Dev<int32_t> gt(targets);
+  const std::vector<float> zeros(N);
+  Dev<float> gmx(zeros), gsum(zeros), gxt(zeros), gloss(zeros);
+  cuda::vocab_logit_max(gmx.get(), glogits.get(), N, Vr, valid, this->stream_);
+  cuda::vocab_sum_exp(gsum.get(), gxt.get(), glogits.get(), gmx.get(), gt.get(), first, N, Vr, valid, this->stream_);
+  // Probabilities in place of the logits, as the tensor-parallel head writes them.
+  cuda::vocab_softmax_loss(gloss.get(), glogits.get(), glogits.get(), gmx.get(), gsum.get(), gxt.get(), N, Vr, valid,
+                           this->stream_);
+  cuda::vocab_crossentropy_backward(gd.get(), glogits.get(), gt.get(), first, 0.5, N, Vr, valid, this->stream_);
+  EXPECT_EQ(gmx.host(), to_double(mx));  // a max is exact
+  EXPECT_EQ(gxt.host(), to_double(xt));  // a read
+  EXPECT_LE(rel_err(gsum.host(), to_double(sum)), kF32Tol);
+  EXPECT_LE(rel_err(gloss.host(), to_double(losses)), kF32Tol);
+  this->expect_close(glogits.host(), probs, "probs (0 in the padding)");
+  this->expect_close(gd.host(), d, "dlogits (the padding untouched)");
+}
+
 TYPED_TEST(CudaOps, AdamWAndSumSquares) {
   using T = TypeParam;
   const auto g = this->in(kN, 36, -0.01, 0.01);

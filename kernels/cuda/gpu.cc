@@ -151,6 +151,32 @@ class CudaOps final : public DeviceOps<T> {
                              int V) const override {
     cuda::crossentropy_backward(d(dlogits), d(probs), targets, dloss, N, V, s());
   }
+  void embedding_lookup(T* out, const int32_t* idx, const T* table, int N, int C, int64_t first,
+                        int rows) const override {
+    cuda::embedding_lookup(d(out), idx, d(table), N, C, first, rows, s());
+  }
+  void add_rows(T* x, const T* table, const int32_t* idx, int N, int C) const override {
+    cuda::add_rows(d(x), d(table), idx, N, C, s());
+  }
+  void add_rows_backward(T* dtable, const T* dout, const int32_t* idx, int N, int C, int64_t first,
+                         int rows) const override {
+    cuda::add_rows_backward(d(dtable), d(dout), idx, N, C, first, rows, s());
+  }
+  void vocab_logit_max(A* mx, const T* logits, int N, int Vr, int valid) const override {
+    cuda::vocab_logit_max(mx, d(logits), N, Vr, valid, s());
+  }
+  void vocab_sum_exp(A* sum, A* target_logit, const T* logits, const A* mx, const int32_t* targets, int64_t first,
+                     int N, int Vr, int valid) const override {
+    cuda::vocab_sum_exp(sum, target_logit, d(logits), mx, targets, first, N, Vr, valid, s());
+  }
+  void vocab_softmax_loss(A* losses, T* probs, const T* logits, const A* mx, const A* sum, const A* target_logit,
+                          int N, int Vr, int valid) const override {
+    cuda::vocab_softmax_loss(losses, d(probs), d(logits), mx, sum, target_logit, N, Vr, valid, s());
+  }
+  void vocab_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, int64_t first, double dloss,
+                                   int N, int Vr, int valid) const override {
+    cuda::vocab_crossentropy_backward(d(dlogits), d(probs), targets, first, dloss, N, Vr, valid, s());
+  }
   // Read back, then summed in index order on the host (the CPU's order).
   double sum(const A* x, size_t n) const override {
     std::vector<A> host(n);

@@ -111,6 +111,33 @@ template <class T>
 void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, double dloss, int N, int V,
                            cudaStream_t stream);
 
+// ---- rows of a table and a vocabulary shard's cross-entropy -----------------------
+// kernels/cpu/ops.h's pieces of a tensor-parallel rank (statistics fp32).
+// add_rows_backward: idx null, one thread per column sums the rows in order;
+// otherwise the rows are stably radix-sorted by index (CUB) and one thread per
+// (run of equal indices, column) sums its run in row order and adds it once,
+// as encoder_backward's dwte. The vocab_* reductions: one 256-thread block per
+// row (block_max / block_sum).
+template <class T>
+void embedding_lookup(T* out, const int32_t* idx, const T* table, int N, int C, int64_t first, int rows,
+                      cudaStream_t stream);
+template <class T>
+void add_rows(T* x, const T* table, const int32_t* idx, int N, int C, cudaStream_t stream);
+template <class T>
+void add_rows_backward(T* dtable, const T* dout, const int32_t* idx, int N, int C, int64_t first, int rows,
+                       cudaStream_t stream);
+template <class T>
+void vocab_logit_max(float* mx, const T* logits, int N, int Vr, int valid, cudaStream_t stream);
+template <class T>
+void vocab_sum_exp(float* sum, float* target_logit, const T* logits, const float* mx, const int32_t* targets,
+                   int64_t first, int N, int Vr, int valid, cudaStream_t stream);
+template <class T>
+void vocab_softmax_loss(float* losses, T* probs, const T* logits, const float* mx, const float* sum,
+                        const float* target_logit, int N, int Vr, int valid, cudaStream_t stream);
+template <class T>
+void vocab_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, int64_t first, double dloss,
+                                 int N, int Vr, int valid, cudaStream_t stream);
+
 // ---- optimizer ---------------------------------------------------------------------
 // AdamW on fp32 master and moments with a T gradient (kernels/cpu's
 // adamw_step<T, float> with AdamWHyper's fields spelled out; param_out

@@ -211,8 +211,9 @@ def cases(F):
         (7, ["frobnicate"], 2, r"unknown command 'frobnicate' \(commands: "),
         # train.device (#17): a device that is not one, one no strategy runs on, one this machine lacks.
         (7, ["train", "--device", "gpu", "--steps", "1"] + o, 2, r"train\.device: must be one of cpu, cuda; got 'gpu'"),
-        (7, ["train", "--device", "cuda", "--mesh", "dp2.tp2", "--steps", "1"] + o, 2,
-         r"train\.device: cuda runs the data-parallel strategies and pipeline schedules \(mesh dpN\.ppM\) so far, got mesh dp2\.tp2"),
+        (7, ["train", "--device", "cuda", "--mesh", "dp2.cp2", "--steps", "1"] + o, 2,
+         r"train\.device: cuda runs the data-parallel strategies, tensor parallel and pipeline schedules \(mesh "
+         r"dpN\.tpT\.ppM\) so far, got mesh dp2\.cp2: context and expert parallel run on the CPU only"),
         (7, ["train", "--device", "cuda", "--mesh", "dp2", "--backend", "mpi", "--steps", "1"] + o, 2,
          r"--backend mpi: train\.device = cuda runs over nccl"),
         (7, ["train", "--mesh", "dp2", "--backend", "nccl", "--steps", "1"] + o, 2,

@@ -230,7 +230,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
                                            moe_scope_tokens(in, seq), in.ep, in.hw.host_kernels);
     } else {  // the tensor-parallel runner (recompute at tp 1 too)
       s.workspace = tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision,
-                                               moe_scope_tokens(in, seq), in.ep);
+                                               moe_scope_tokens(in, seq), in.ep, in.hw.host_kernels);
     }
   }
   if (in.shape && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
