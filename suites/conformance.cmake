@@ -9,6 +9,8 @@ parabench_test(NAME conformance_dp_test SOURCES conformance/dp_conformance_test.
                DEPS pb::conformance TIMEOUT 900)
 parabench_test(NAME conformance_pipeline_test SOURCES conformance/pipeline_conformance_test.cc
                DEPS pb::conformance TIMEOUT 300)
+parabench_test(NAME conformance_tp_test SOURCES conformance/tp_conformance_test.cc
+               DEPS pb::conformance TIMEOUT 300)
 
 # The teeth: every injected fault (data parallel and pipeline) at every
 # precision, and the checks that catch it; teeth_table prints the README table.

@@ -60,8 +60,8 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
       part_(partition_layers(cfg.model.L, o.pp, o.virtual_stages)), s_(build_schedule(o, cfg)),
       su_(stage_units(layout_, part_, 0)), model_(layout_, cfg.batch / (o.dp() * cfg.microbatches), cfg.seq, *ops_) {
   require(ops_->is_host() || device_memory_ != nullptr, "pipeline: a device rank needs the device's memory");
-  require(ops_->is_host() || (o.tp() == 1 && o.cp() == 1 && cfg.model.moe.experts == 0),
-          "train.device: " + ops_->name() + " runs dense pipeline stages with tp = cp = 1 only");
+  require(ops_->is_host() || (o.cp() == 1 && cfg.model.moe.experts == 0),
+          "train.device: " + ops_->name() + " runs dense pipeline stages with cp = 1 only");
   mem_.set_device_memory(device_memory_.get());
   // Without tags (nccl) a pair's messages match in order, and sends complete
   // only once received: the schedule must run with grouped posting.

@@ -121,8 +121,9 @@ template <class T>
 class PipelineRank : public Rank {
  public:
   // ops, memory: the device (default: the CPU; kernels/common/device_ops.h).
-  // On a device the stages are dense and tp = cp = 1 (validate(RunSpec)):
-  // the tensor- and context-parallel model and the MoE MLP are host code.
+  // On a device the stages are dense and cp = 1 (validate(RunSpec)): the
+  // tensor-parallel stage runs on the device's ops (tensor_parallel/runner.h),
+  // context parallel's attention and the MoE MLP are host code.
   PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world,
                std::shared_ptr<const kernels::DeviceOps<T>> ops = {}, std::shared_ptr<DeviceMemory> memory = {});
   ~PipelineRank() override;

@@ -267,10 +267,10 @@ TEST(DpConformance, OnADeviceTheRunSaysWhatItCannotDo) {
   s.spec.data.offload = dp::Offload::optimizer;
   EXPECT_THROW(validate(s.spec), InputError);
   s.spec.data.offload = dp::Offload::none;
-  s.spec.mesh = MeshShape{1, 2, 1, 1};  // tp2
+  s.spec.mesh = MeshShape{1, 1, 2, 1};  // cp2
   try {
     validate(s.spec);
-    ADD_FAILURE() << "tensor parallel accepted on a device";
+    ADD_FAILURE() << "context parallel accepted on a device";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("train.device"), std::string::npos) << e.what();
   }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "harness/mesh.h"
+#include "impl/registry.h"
 #include "reference/device_testing.h"
 #include "suites/conformance/engine.h"
 
@@ -21,8 +22,9 @@ struct StandInRuns {
 // Runs s on the CPU (which must pass), then with train.device = cuda on a
 // stand-in per rank, and expects the device run to pass, name the device,
 // open one device per rank and one for the reference, allocate on each and
-// free it all, claim no bits against the host replay, rerun at fp64 on the
-// CPU, and train bit for bit as the CPU run. `what` labels the failures.
+// free it all, claim no bits against the host replay (only against a bitwise
+// twin, itself run on devices), rerun at fp64 on the CPU, and train bit for
+// bit as the CPU run. `what` labels the failures.
 inline StandInRuns expect_stand_ins_train_as_the_cpu(StrategyRun s, const std::string& what) {
   StandInRuns out;
   out.cpu = run_conformance(s);
@@ -35,14 +37,19 @@ inline StandInRuns expect_stand_ins_train_as_the_cpu(StrategyRun s, const std::s
   const std::string why = what + ":" + describe_failures(r);
   EXPECT_TRUE(r.pass()) << why;
   EXPECT_EQ(r.device, "stand-in device") << why;
+  // A twin the strategy declares bit-identical (recompute against none) runs
+  // on devices too: a claim between two runs on the same kind of device.
+  const Strategy& st = strategy_for(s.spec);
+  const bool twin = st.bitwise_twin && st.bitwise_twin(s.spec);
   const auto memories = devices.memories();
-  EXPECT_EQ(memories.size(), size_t(world_size(s.spec.mesh) + 1)) << why << ": one device per rank, one for the reference";
+  EXPECT_EQ(memories.size(), size_t((twin ? 2 : 1) * world_size(s.spec.mesh) + 1))
+      << why << ": one device per rank (and per twin rank), one for the reference";
   for (const auto& m : memories) {
     EXPECT_GT(m->allocations(), 0) << why << ": a device nothing was allocated on";
     EXPECT_EQ(m->live(), 0u) << why << ": device buffers left";
   }
-  EXPECT_FALSE(r.bitwise_declared) << why << ": a device's kernels are not the host replay's";
-  EXPECT_TRUE(r.bits.empty()) << why;
+  EXPECT_EQ(r.bitwise_declared, twin) << why << ": a device's kernels are not the host replay's";
+  EXPECT_EQ(r.bits.empty(), !twin) << why;
   EXPECT_FALSE(r.fp64.empty()) << why << ": the fp64 rerun (on the CPU) judges the logic";
   EXPECT_FALSE(r.exact.empty()) << why;
   EXPECT_EQ(r.trace.loss, cpu.trace.loss) << why;

@@ -1,0 +1,144 @@
+// Tensor parallel on a device: train.device = cuda on stand-in devices
+// (reference/device_testing.h: host memory handed out as a device's, the CPU's
+// kernels behind the seam), so every op of the tensor-parallel rank (the
+// vocabulary shard's lookup and cross-entropy, the biases, the position rows)
+// and every collective on its buffers takes the device path, composed with the
+// data-parallel family, sequence parallel, recompute and pipeline stages. Its
+// arithmetic is the CPU's, so it must train bit for bit as the CPU run; a
+// guarded single rank proves nothing on the host reads or writes device
+// memory outside the seam; a device holds none of the CPU kernels' workspace.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "harness/comm/runner.h"
+#include "harness/status.h"
+#include "impl/tensor_parallel/runner.h"
+#include "impl/tensor_parallel/strategy.h"
+#include "impl/tensor_parallel/tp_rank.h"
+#include "reference/device_testing.h"
+#include "suites/conformance/engine.h"
+#include "suites/conformance/stand_in_runs.h"
+
+namespace pb {
+namespace {
+
+StrategyRun run_of(MeshShape mesh, bool sp, Recompute r, dp::Shard shard, Precision p) {
+  StrategyRun s;
+  TrainConfig& c = s.spec.train;
+  c.model = named_model("tiny-tp");  // V = 67: tp2 and tp3 pad the vocabulary
+  c.precision = p;
+  c.steps = 2;
+  c.batch = 2 * mesh.dp;
+  c.seq = 12;
+  c.microbatches = 1;
+  c.optim.lr = 3e-3;
+  s.spec.mesh = mesh;
+  s.spec.tensor.sp = sp;
+  s.spec.tensor.recompute = r;
+  s.spec.data.shard = shard;
+  s.world.timeout_s = 60;
+  return s;
+}
+
+const ExactCheck& exact_of(const ConformanceResult& r, const std::string& what) {
+  for (const auto& e : r.exact)
+    if (e.what == what) return e;
+  throw std::out_of_range("no exact check " + what + " in " + r.strategy);
+}
+
+TEST(TpConformance, OnADeviceEachRankTrainsAsOnTheCpu) {
+  struct Case {
+    MeshShape mesh;
+    bool sp;
+    Recompute r;
+    dp::Shard shard;
+    Precision p;
+  };
+  const Case cases[] = {
+      {MeshShape{1, 2, 1, 1}, false, Recompute::none, dp::Shard::none, Precision::fp32},
+      {MeshShape{1, 2, 1, 1}, true, Recompute::selective, dp::Shard::none, Precision::bf16_mixed},
+      {MeshShape{1, 3, 1, 1}, true, Recompute::full, dp::Shard::none, Precision::fp32},  // padded vocabulary
+      {MeshShape{2, 2, 1, 1}, true, Recompute::none, dp::Shard::zero3, Precision::bf16_mixed},
+      {MeshShape{2, 2, 1, 1}, false, Recompute::full, dp::Shard::zero1, Precision::fp32},
+      {MeshShape{1, 1, 1, 1}, false, Recompute::selective, dp::Shard::none, Precision::fp32},  // tp1: recompute alone
+  };
+  for (const Case& c : cases) {
+    const StrategyRun s = run_of(c.mesh, c.sp, c.r, c.shard, c.p);
+    const std::string what = mesh_text(c.mesh) + (c.sp ? " sp" : "") + " recompute=" + std::string(recompute_name(c.r)) + " " +
+                             std::string(dp::shard_name(c.shard)) + " " + precision_name(c.p);
+    const testing::StandInRuns runs = testing::expect_stand_ins_train_as_the_cpu(s, what);
+    const ConformanceResult &cpu = runs.cpu, &r = runs.device;
+    EXPECT_EQ(exact_of(r, "mem.activations").measured, exact_of(cpu, "mem.activations").measured) << what;
+  }
+}
+
+// Tensor parallel inside pipeline stages on stand-ins: the stage's TpModel
+// runs on the device's ops too.
+TEST(TpConformance, OnADevicePipelineStagesWithTensorParallelTrainAsOnTheCpu) {
+  StrategyRun s = run_of(MeshShape{1, 2, 1, 2}, true, Recompute::none, dp::Shard::none, Precision::fp32);
+  s.spec.train.model.L = 4;
+  s.spec.train.batch = 2;
+  s.spec.train.microbatches = 2;
+  s.spec.pipe.schedule = pipeline::ScheduleKind::one_f_one_b;
+  testing::expect_stand_ins_train_as_the_cpu(s, "tp2.pp2.sp 1f1b");
+}
+
+// One rank on a guarded stand-in (its memory opens only inside the device's
+// ops): the tensor-parallel runner's lookup, positions, biases, cross-entropy
+// and token staging touch device memory only through the seam.
+TEST(TpConformance, OnADeviceTheRunnerTouchesDeviceMemoryOnlyThroughItsOps) {
+  for (Recompute rc : {Recompute::selective, Recompute::full}) {
+    StrategyRun s = run_of(MeshShape{1, 1, 1, 1}, false, rc, dp::Shard::none, Precision::fp32);
+    s.spec.train.device = Device::cuda;
+    testing::StandInDevices devices(/*guarded=*/true);
+    s.open_device = [&] { return devices.open(); };
+    const ConformanceResult r = run_conformance(s);
+    EXPECT_TRUE(r.pass()) << r.strategy << ":" << describe_failures(r);
+  }
+}
+
+// A device's kernels keep their own workspaces: a tensor-parallel rank on one
+// holds what runner_workspace_bytes declares without the CPU kernels' (the
+// planner's figure on a GPU profile), less than on the CPU.
+TEST(TpConformance, OnADeviceTheRankHoldsNoCpuKernelWorkspace) {
+  const RunSpec s = run_of(MeshShape{1, 2, 1, 1}, true, Recompute::selective, dp::Shard::none, Precision::fp32).spec;
+  std::mutex mu;
+  std::vector<int64_t> on_device, on_cpu;
+  run_local(s.world(), [&](Communicator& c) {
+    auto memory = std::make_shared<testing::CountingMemory>();
+    tp::TpRank<float> d(s, c, std::make_shared<testing::StandInOps<float>>(), memory);
+    d.step();
+    tp::TpRank<float> h(s, c);
+    h.step();
+    std::lock_guard lk(mu);
+    on_device.push_back(int64_t(d.memory().peak(MemTag::workspace)));
+    on_cpu.push_back(int64_t(h.memory().peak(MemTag::workspace)));
+  });
+  const tp::TpOptions o = tp::options_of(s);
+  const int64_t gpu = tp::runner_workspace_bytes(s.train.model, o, 2, 12, Precision::fp32, 0, 1, /*kernel_ws=*/false);
+  const int64_t cpu = tp::runner_workspace_bytes(s.train.model, o, 2, 12, Precision::fp32);
+  EXPECT_LT(gpu, cpu);
+  for (int64_t m : on_device) EXPECT_EQ(m, gpu);
+  for (int64_t m : on_cpu) EXPECT_EQ(m, cpu);
+}
+
+TEST(TpConformance, OnADeviceContextAndExpertParallelAreRefusedByName) {
+  for (MeshShape m : {MeshShape{1, 2, 2, 1}, MeshShape{1, 1, 2, 1}, MeshShape{2, 1, 1, 1, 0, 2}}) {
+    StrategyRun s = run_of(m, false, Recompute::none, dp::Shard::none, Precision::fp32);
+    s.spec.train.device = Device::cuda;
+    try {
+      validate(s.spec);
+      ADD_FAILURE() << mesh_text(m) << " accepted on a device";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("context and expert parallel run on the CPU only"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pb
