@@ -207,11 +207,13 @@ std::string selftest_gpu_reference(SelftestTally& t) {
 
 // NCCL on this process's GPU, a world of one (the process an MPI singleton):
 // every collective with the #wrong check, then two steps of each
-// data-parallel strategy and of the pipeline executor (two chunks handed
-// over on the GPU, and 2BW's weight versions) on the GPU under the engine
+// data-parallel strategy, of the tensor-parallel runner (tp 1 with selective
+// recompute: the vocabulary-parallel lookup and cross-entropy, the biases and
+// positions by rows) and of the pipeline executor (two chunks handed over on
+// the GPU, and 2BW's weight versions) on the GPU under the engine
 // (device memory and streams, the nccl backend with its host staging and
 // event ordering; the GPU's own reference a floor of the rule). Several GPUs:
-// `mpirun -np N parabench train --device cuda --mesh dpN` (or dpN.ppM).
+// `mpirun -np N parabench train --device cuda --mesh dpN` (or dpN.tpT.ppM).
 // Returns "" when it ran, else why not.
 std::string selftest_gpu_nccl(SelftestTally& t) {
   if (std::string why = cuda_unavailable(); !why.empty()) return why;
@@ -224,9 +226,10 @@ std::string selftest_gpu_nccl(SelftestTally& t) {
   std::printf("collectives over nccl (a world of one; #wrong elements, 8 B to 1 MiB)\n");
   selftest_collectives_on(t, *world);
   std::printf("  in %.2f s\n\n", selftest_seconds_since(start));
-  std::printf("data-parallel strategies and pipeline schedules on the GPU over nccl (two steps each at fp32, one rank)\n");
+  std::printf("data-parallel strategies, the tensor-parallel runner and pipeline schedules on the GPU over nccl (two "
+              "steps each at fp32, one rank)\n");
   print_result_header();
-  for (const char* strategy : {"shard=none", "shard=zero1", "shard=zero2", "shard=zero3",
+  for (const char* strategy : {"shard=none", "shard=zero1", "shard=zero2", "shard=zero3", "recompute=selective",
                                "schedule=interleaved,virtual_stages=2", "schedule=2bw"}) {
     StrategyRun s = check_point("", "fp32", "dp1", strategy, 2);
     s.spec.train.device = Device::cuda;
@@ -260,8 +263,8 @@ void selftest_unavailable(SelftestTally& t, const Env& env, const std::string& g
     t.skipped.push_back("the reference on a GPU against the CPU (train.device = cuda): " + gpu_reference);
   t.skipped.push_back("CUDA kernels against the CPU, op by op: " + gpu + " (ctest -L gpu: kernels_cuda_test)");
   if (!gpu_nccl.empty())
-    t.skipped.push_back("NCCL collectives, the data-parallel strategies and pipeline schedules on a GPU: " + gpu_nccl);
-  t.skipped.push_back("tensor, context and expert parallel on a GPU: they run on the CPU only so far");
+    t.skipped.push_back("NCCL collectives, the data-parallel strategies, the tensor-parallel runner and pipeline schedules on a GPU: " + gpu_nccl);
+  t.skipped.push_back("context and expert parallel (and MoE) on a GPU: they run on the CPU only so far");
   if (!env.under_mpirun)
     t.skipped.push_back(
         "MPI backend: not under mpirun (run `mpirun -np 4 parabench collectives` and `mpirun -np 4 parabench check "

@@ -1,7 +1,7 @@
 // The data-parallel family and the pipeline schedules on GPUs (train.device =
 // cuda) under mpirun, one rank per GPU over the nccl backend: DDP and
-// ZeRO-1/2/3 at fp32 and bf16-mixed over every rank, and each schedule over
-// the ranks as pipeline stages (messages matched by order, runs of them posted
+// ZeRO-1/2/3 at fp32 and bf16-mixed over every rank, tensor parallel over
+// every rank, and each schedule over the ranks as pipeline stages (messages matched by order, runs of them posted
 // as NCCL groups), judged by the engine (the fp64 truth on the CPU, the same
 // reference on the GPU as a floor, the fp64 rerun on the CPU, memory and
 // bytes exact). Without a GPU per rank it exits 77 with the
@@ -74,10 +74,28 @@ TEST(DpGpuConformance, PipelineSchedulesPassWithAStagePerGpu) {
   }
 }
 
+// Tensor parallel with a shard per GPU: the vocabulary-parallel embedding
+// and cross-entropy, the row-parallel biases and the tp collectives on device
+// buffers, plain and with sequence parallel and selective recompute (whose
+// bitwise twin, recompute none, runs on the GPUs too).
+TEST(DpGpuConformance, TensorParallelPassesWithAShardPerGpu) {
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (bool sp : {false, true}) {
+      StrategyRun s = run_of(dp::Shard::none, p);
+      s.spec.train.model = named_model("tiny-tp");  // 12 heads: tp 2, 3, 4 and 6
+      s.spec.mesh.dp = 1;
+      s.spec.mesh.tp = WorldEnv::world().size();
+      s.spec.tensor.sp = sp;
+      s.spec.tensor.recompute = sp ? Recompute::selective : Recompute::none;
+      s.spec.train.batch = 2;
+      expect_pass(run_conformance(s, WorldEnv::world()), p);
+    }
+}
+
 }  // namespace
 }  // namespace pb
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  return pb::testing::run_all_tests_on_gpus("the data-parallel strategies and pipeline schedules on GPUs");
+  return pb::testing::run_all_tests_on_gpus("the data-parallel strategies, tensor parallel and pipeline schedules on GPUs");
 }

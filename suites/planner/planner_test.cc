@@ -22,6 +22,7 @@
 #include "harness/status.h"
 #include "impl/expert_parallel/strategy.h"
 #include "impl/pipeline/strategy.h"
+#include "impl/tensor_parallel/runner.h"
 #include "impl/tensor_parallel/strategy.h"
 #include "impl/pipeline/simulator.h"
 #include "reference/layout.h"
@@ -729,7 +730,8 @@ TEST(Machine, ProfileFileReadsStrictly) {
 
 // A GPU's kernels keep their own workspaces: a plan on a built-in GPU holds
 // none of the CPU kernels' (bf16's GEMM staging, the attention scores), and
-// equals what a rank on a device allocates (MicrobatchRunner without them).
+// equals what a rank on a device allocates (MicrobatchRunner, and the
+// tensor-parallel runner, without them).
 TEST(Machine, OnAGpuThePlanHoldsNoCpuKernelWorkspace) {
   for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
     PlanInput in;
@@ -746,6 +748,19 @@ TEST(Machine, OnAGpuThePlanHoldsNoCpuKernelWorkspace) {
     EXPECT_LT(gpu, cpu) << precision_name(p);
     EXPECT_EQ(gpu, runner_workspace_bytes(*in.shape, 4, 256, p, 0, 1, /*kernel_ws=*/false)) << precision_name(p);
     EXPECT_EQ(cpu, runner_workspace_bytes(*in.shape, 4, 256, p)) << precision_name(p);
+    // The tensor-parallel runner likewise (a rank of dp2.tp2 with SP).
+    in.tp = 2;
+    in.sp = true;
+    in.hw = Hardware{};
+    const int64_t tp_cpu = plan(in).worst.workspace;
+    in.hw = hardware_for(load_machine("h100"), p);
+    const int64_t tp_gpu = plan(in).worst.workspace;
+    tp::TpOptions o;
+    o.tp = 2;
+    o.sp = true;
+    EXPECT_LT(tp_gpu, tp_cpu) << precision_name(p);
+    EXPECT_EQ(tp_gpu, tp::runner_workspace_bytes(*in.shape, o, 4, 256, p, 0, 1, /*kernel_ws=*/false));
+    EXPECT_EQ(tp_cpu, tp::runner_workspace_bytes(*in.shape, o, 4, 256, p));
   }
   EXPECT_TRUE(hardware_for(MachineProfile{}, Precision::fp32).host_kernels);  // a calibrated CPU profile
 }

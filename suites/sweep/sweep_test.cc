@@ -317,7 +317,7 @@ TEST(Sweep, PipelinePointsMeasureBubbleAndP2P) {
 }
 
 // sweep.device = cuda on stand-in devices (reference/device_testing.h) over a
-// local world of the point's size: a data-parallel and a pipeline point run
+// local world of the point's size: a data-parallel, a pipeline and a tensor-parallel point run
 // each rank's states, buffers and messages through its device, measure the
 // same memory per tag and the same bytes as on the CPU, and free all of it;
 // a point no strategy runs on a device is a rejected row naming why, and a
@@ -325,7 +325,8 @@ TEST(Sweep, PipelinePointsMeasureBubbleAndP2P) {
 TEST(Sweep, DevicePointsRunEachRankOnItsDevice) {
   SweepConfig c = tiny_config();
   c.microbatches = {2};
-  for (const auto& [mesh, strategy] : {std::pair{"dp2", "shard=zero3"}, std::pair{"pp2", "shard=none,schedule=1f1b"}}) {
+  for (const auto& [mesh, strategy] : {std::pair{"dp2", "shard=zero3"}, std::pair{"pp2", "shard=none,schedule=1f1b"},
+                                       std::pair{"tp2", "shard=none,sp=true"}}) {
     SCOPED_TRACE(std::string(mesh) + " " + strategy);
     c.device = Device::cpu;
     SweepPoint p;
@@ -351,6 +352,10 @@ TEST(Sweep, DevicePointsRunEachRankOnItsDevice) {
     EXPECT_EQ(dev.mem_total - dev.mem[int(MemTag::workspace)], cpu.mem_total - cpu.mem[int(MemTag::workspace)]);
     EXPECT_EQ(dev.comm_dp_bytes, cpu.comm_dp_bytes);
     EXPECT_EQ(dev.comm_pp_bytes, cpu.comm_pp_bytes);
+    EXPECT_EQ(dev.comm_tp_bytes, cpu.comm_tp_bytes);
+    if (std::string(mesh) == "tp2") {
+      EXPECT_GT(dev.comm_tp_bytes, 0);
+    }
     EXPECT_GT(dev.step_time_s, 0);
     const auto memories = devices.memories();
     ASSERT_EQ(memories.size(), 2u) << "one device per rank";
@@ -361,16 +366,14 @@ TEST(Sweep, DevicePointsRunEachRankOnItsDevice) {
     EXPECT_EQ(run_point(c, p, 1e9).status, "rejected");  // no world: threads, not GPUs
     EXPECT_NE(run_point(c, p, 1e9).reason.find("sweep.device"), std::string::npos);
   }
-  SweepPoint tp;
+  SweepPoint cp;
   for (const SweepPoint& q : expand(c))
-    if (q.world == 2) tp = q;
-  tp.mesh = "tp2";
-  tp.dp = 1;
-  const PointResult r = run_point(c, tp, 1e9);
+    if (q.world == 2) cp = q;
+  cp.mesh = "cp2";
+  cp.dp = 1;
+  const PointResult r = run_point(c, cp, 1e9);
   EXPECT_EQ(r.status, "rejected");
-  EXPECT_NE(r.reason.find("train.device: cuda runs the data-parallel strategies and pipeline schedules"),
-            std::string::npos)
-      << r.reason;
+  EXPECT_NE(r.reason.find("context and expert parallel run on the CPU only"), std::string::npos) << r.reason;
 }
 
 }  // namespace
