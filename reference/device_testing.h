@@ -132,6 +132,12 @@ class StandInOps final : public kernels::DeviceOps<T> {
   void gelu_backward(T* di, const T* i, const T* d, size_t N) const override { cpu()->gelu_backward(di, i, d, N); }
   void residual_forward(T* o, const T* a, const T* b, size_t N) const override { cpu()->residual_forward(o, a, b, N); }
   void accumulate(T* d, const T* s, size_t N) const override { cpu()->accumulate(d, s, N); }
+  void copy_rows(T* d, size_t ds, const T* s, size_t ss, size_t c, size_t r) const override {
+    cpu()->copy_rows(d, ds, s, ss, c, r);
+  }
+  void accumulate_rows(T* d, size_t ds, const T* s, size_t ss, size_t c, size_t r) const override {
+    cpu()->accumulate_rows(d, ds, s, ss, c, r);
+  }
   void crossentropy_forward(A* l, T* p, const T* x, const int32_t* t, int N, int V) const override {
     cpu()->crossentropy_forward(l, p, x, t, N, V);
   }

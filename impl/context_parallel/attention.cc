@@ -274,8 +274,8 @@ void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* o
 
 template <class T>
 UlyssesAttention<T>::UlyssesAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H,
-                                      int hs)
-    : o_(o), comm_(cp), Bm_(Bm), Tn_(Tn), H_(H), hs_(hs) {
+                                      int hs, const k::DeviceOps<T>& ops)
+    : o_(o), comm_(cp), ops_(&ops), Bm_(Bm), Tn_(Tn), H_(H), hs_(hs) {
   require(cp && cp->size() == o.cp, "cp: the group's size differs from cp");
   require(H % o.cp == 0, "cp: Ulysses needs the heads to split over cp");
   Tl_ = Tn / o.cp;
@@ -292,33 +292,33 @@ UlyssesAttention<T>::UlyssesAttention(const CpOptions& o, Communicator* cp, Memo
   douth_ = Buffer<T>(mt, w, N * Ct);
   dqkvh_ = Buffer<T>(mt, w, 3 * N * Ct);
   datt_ = Buffer<T>(mt, w, att);
-  ws_ = Buffer<A>(mt, w, k::attention_workspace_elems<T>(Tn, Cc_, Hc_));
+  if (ops.is_host()) ws_ = Buffer<A>(mt, w, k::attention_workspace_elems<T>(Tn, Cc_, Hc_));  // a device keeps its own
 }
 
 template <class T>
-int64_t UlyssesAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs) {
+int64_t UlyssesAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs, bool kernel_ws) {
   const int64_t N = int64_t(Bm) * (Tn / cp), Ct = int64_t(H) * hs, Hc = H / cp;
   return int64_t(sizeof(T)) * (7 * N * Ct + int64_t(Bm) * Hc * Tn * Tn) +
-         int64_t(sizeof(A)) * int64_t(k::attention_workspace_elems<T>(Tn, int(Hc * hs), int(Hc)));
+         (kernel_ws ? int64_t(sizeof(A)) * int64_t(k::attention_workspace_elems<T>(Tn, int(Hc * hs), int(Hc))) : 0);
 }
 
 // dst (Bm, Tn, dst_cols) at column dst_off <- this rank's heads of every rank's
 // src (N, src_cols) at column src_off: one all-to-all of N * Ct / cp per peer.
+// The moves are row copies: per peer its head group, per sender and
+// sequence each run of consecutive positions.
 template <class T>
 void UlyssesAttention<T>::to_heads(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off) {
   const int cp = o_.cp;
   for (int d = 0; d < cp; ++d)
-    for (int n = 0; n < N_; ++n)
-      std::memcpy(static_cast<void*>(send_.data() + (size_t(d) * N_ + n) * Cc_),
-                  src + size_t(n) * src_cols + src_off + size_t(d) * Cc_, Cc_ * sizeof(T));
+    ops_->copy_rows(send_.data() + size_t(d) * N_ * Cc_, size_t(Cc_), src + src_off + size_t(d) * Cc_,
+                    size_t(src_cols), size_t(Cc_), size_t(N_));
   comm_->all_to_all(send_.data(), recv_.data(), size_t(N_) * Cc_, dtype_of<T>());
   for (int s = 0; s < cp; ++s)
     for (int b = 0; b < Bm_; ++b)
-      for (int t = 0; t < Tl_; ++t) {
-        const int pos = place_[size_t(s)].position(t);
-        std::memcpy(static_cast<void*>(dst + (size_t(b) * Tn_ + pos) * dst_cols + dst_off),
-                    recv_.data() + (size_t(s) * N_ + size_t(b) * Tl_ + t) * Cc_, Cc_ * sizeof(T));
-      }
+      for (const Run& r : place_[size_t(s)].runs())
+        ops_->copy_rows(dst + (size_t(b) * Tn_ + r.pos) * dst_cols + dst_off, size_t(dst_cols),
+                        recv_.data() + (size_t(s) * N_ + size_t(b) * Tl_ + r.local) * Cc_, size_t(Cc_), size_t(Cc_),
+                        size_t(r.len));
 }
 
 // The inverse: dst (N, dst_cols) at column dst_off + (head group of the
@@ -329,28 +329,26 @@ void UlyssesAttention<T>::to_sequence(T* dst, int dst_cols, int dst_off, const T
   const int cp = o_.cp;
   for (int d = 0; d < cp; ++d)
     for (int b = 0; b < Bm_; ++b)
-      for (int t = 0; t < Tl_; ++t) {
-        const int pos = place_[size_t(d)].position(t);
-        std::memcpy(static_cast<void*>(send_.data() + (size_t(d) * N_ + size_t(b) * Tl_ + t) * Cc_),
-                    src + (size_t(b) * Tn_ + pos) * src_cols + src_off, Cc_ * sizeof(T));
-      }
+      for (const Run& r : place_[size_t(d)].runs())
+        ops_->copy_rows(send_.data() + (size_t(d) * N_ + size_t(b) * Tl_ + r.local) * Cc_, size_t(Cc_),
+                        src + (size_t(b) * Tn_ + r.pos) * src_cols + src_off, size_t(src_cols), size_t(Cc_),
+                        size_t(r.len));
   comm_->all_to_all(send_.data(), recv_.data(), size_t(N_) * Cc_, dtype_of<T>());
-  for (int s = 0; s < cp; ++s)
-    for (int n = 0; n < N_; ++n) {
-      T* o = dst + size_t(n) * dst_cols + dst_off + size_t(s) * Cc_;
-      const T* r = recv_.data() + (size_t(s) * N_ + n) * Cc_;
-      if (add)
-        for (int c = 0; c < Cc_; ++c) add_into(o[c], k::detail::load(r[c]));
-      else
-        std::memcpy(static_cast<void*>(o), r, Cc_ * sizeof(T));
-    }
+  for (int s = 0; s < cp; ++s) {
+    T* o = dst + dst_off + size_t(s) * Cc_;
+    const T* r = recv_.data() + size_t(s) * N_ * Cc_;
+    if (add)
+      ops_->accumulate_rows(o, size_t(dst_cols), r, size_t(Cc_), size_t(Cc_), size_t(N_));
+    else
+      ops_->copy_rows(o, size_t(dst_cols), r, size_t(Cc_), size_t(Cc_), size_t(N_));
+  }
 }
 
 template <class T>
 void UlyssesAttention<T>::forward(T* out, T* qkvh, T* att, const T* qkv) {
   for (int w = 0; w < 3; ++w) to_heads(qkvh, 3 * Cc_, w * Cc_, qkv, 3 * Ct_, w * Ct_);
   const auto t0 = Clock::now();
-  k::attention_forward(outh_.data(), att, qkvh, Bm_, Tn_, Cc_, Hc_, ws_.data());
+  ops_->attention_forward(outh_.data(), att, qkvh, Bm_, Tn_, Cc_, Hc_, ws_.data());
   stats_.compute_s += since(t0);
   stats_.flops += 4 * int64_t(hs_) * Bm_ * Hc_ * (int64_t(Tn_) * (Tn_ + 1) / 2);
   to_sequence(out, Ct_, 0, outh_.data(), Cc_, 0, false);
@@ -358,15 +356,15 @@ void UlyssesAttention<T>::forward(T* out, T* qkvh, T* att, const T* qkv) {
 
 template <class T>
 void UlyssesAttention<T>::probabilities(T* att, const T* qkvh) {
-  k::attention_forward(outh_.data(), att, qkvh, Bm_, Tn_, Cc_, Hc_, ws_.data());
+  ops_->attention_forward(outh_.data(), att, qkvh, Bm_, Tn_, Cc_, Hc_, ws_.data());
 }
 
 template <class T>
 void UlyssesAttention<T>::backward(T* dqkv, const T* dout, const T* qkvh, const T* att) {
   to_heads(douth_.data(), Cc_, 0, dout, Ct_, 0);
-  std::memset(static_cast<void*>(dqkvh_.data()), 0, dqkvh_.size() * sizeof(T));
+  ops_->zero(dqkvh_.data(), dqkvh_.size() * sizeof(T));
   const auto t0 = Clock::now();
-  k::attention_backward(dqkvh_.data(), datt_.data(), douth_.data(), qkvh, att, Bm_, Tn_, Cc_, Hc_, ws_.data());
+  ops_->attention_backward(dqkvh_.data(), datt_.data(), douth_.data(), qkvh, att, Bm_, Tn_, Cc_, Hc_, ws_.data());
   stats_.compute_s += since(t0);
   for (int w = 0; w < 3; ++w) to_sequence(dqkv, 3 * Ct_, w * Ct_, dqkvh_.data(), 3 * Cc_, w * Cc_, true);
 }

@@ -24,7 +24,10 @@
 // sequence-sharded to head-sharded (each rank gets every token of H/cp
 // heads, put back in position order), ordinary causal attention, all-to-all
 // back: Q, K, V and the output forward (four all-to-alls), the output's
-// gradient and dQ, dK, dV backward (four). Needs H % cp == 0.
+// gradient and dQ, dK, dV backward (four). Needs H % cp == 0. Runs on a
+// device (kernels/common/device_ops.h): the packing is strided row copies of
+// each placement run, the attention the device's. Ring attention runs on the
+// CPU only so far.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -33,6 +36,7 @@
 #include "harness/memory.h"
 #include "harness/tensor.h"
 #include "impl/context_parallel/options.h"
+#include "kernels/common/device_ops.h"
 
 namespace pb::cp {
 
@@ -84,7 +88,8 @@ template <class T>
 class UlyssesAttention {
  public:
   using A = acc_t<T>;
-  UlyssesAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H, int hs);
+  UlyssesAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H, int hs,
+                   const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
   // out (N, Ct); keeps qkvh (Bm, Tn, 3Ct/cp) (this rank's heads, every token
   // in position order) and the probabilities att (Bm, H/cp, Tn, Tn) for backward.
   void forward(T* out, T* qkvh, T* att, const T* qkv);
@@ -92,7 +97,8 @@ class UlyssesAttention {
   void probabilities(T* att, const T* qkvh);
   void backward(T* dqkv, const T* dout, const T* qkvh, const T* att);
   const AttentionStats& stats() const { return stats_; }
-  static int64_t workspace_bytes(int Bm, int Tn, int cp, int H, int hs);
+  // kernel_ws: the CPU attention kernel's workspace too (device_ops.h).
+  static int64_t workspace_bytes(int Bm, int Tn, int cp, int H, int hs, bool kernel_ws = true);
 
  private:
   void to_heads(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off);
@@ -100,6 +106,7 @@ class UlyssesAttention {
 
   CpOptions o_;
   Communicator* comm_;
+  const kernels::DeviceOps<T>* ops_;
   int Bm_, Tn_, Tl_, H_, hs_, Ct_, N_, Hc_, Cc_;
   std::vector<Placement> place_;
   Buffer<T> send_, recv_, outh_, douth_, dqkvh_, datt_;

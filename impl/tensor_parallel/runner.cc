@@ -59,8 +59,8 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
     : layout_(&l), ops_(&ops), o_(o), tp_(tp), cp_(cp), Bm_(Bm), Tn_(Tn), moe_scope_(std::move(moe)) {
   const auto& m = l.model();
   const int ncp = o.context.cp;
-  require(ops.is_host() || (ncp == 1 && m.moe.experts == 0),
-          "tp: context parallel and mixture-of-experts blocks run on the CPU only so far");
+  require(ops.is_host() || ((ncp == 1 || o.context.algo == CpAlgo::ulysses) && m.moe.experts == 0),
+          "tp: ring attention and mixture-of-experts blocks run on the CPU only so far");
   require(l.tp() == o.tp, "tp: the layout's tp differs from the options'");
   require(o.tp == 1 || (tp && tp->size() == o.tp), "tp: the group's size differs from tp");
   require(ncp == 1 || (cp && cp->size() == ncp), "cp: the group's size differs from cp");
@@ -91,7 +91,7 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
     if (o.context.algo == CpAlgo::ring)
       ring_ = std::make_unique<cp::RingAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH);
     else
-      ulysses_ = std::make_unique<cp::UlyssesAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH);
+      ulysses_ = std::make_unique<cp::UlyssesAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH, ops);
   }
   if (m.moe.experts > 0) {
     require(!o.sp && ncp == 1 && o.recompute == Recompute::none,
@@ -207,7 +207,7 @@ int64_t TpModel<T>::workspace_bytes(const ModelConfig& m, const TpOptions& o, in
   const int ncp = o.context.cp, H = m.NH / o.tp, hs = m.C / m.NH;
   if (ncp > 1)
     bytes += o.context.algo == CpAlgo::ring ? cp::RingAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs)
-                                            : cp::UlyssesAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs);
+                                            : cp::UlyssesAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs, kernel_ws);
   if (m.moe.experts > 0) bytes += MoeScratch<T>::bytes(m, Bm * (Tn / ncp), moe_scope_tokens, ep, o.tp);
   return bytes;
 }
@@ -221,7 +221,8 @@ int64_t runner_workspace_bytes(const ModelConfig& m, const TpOptions& o, int Bm,
     bytes = TpModel<T>::workspace_bytes(m, o, Bm, Tn, moe_scope_tokens, ep, kernel_ws) +
             2 * Nl * m.C * int64_t(sizeof(T));  // + dx ping-pong
   });
-  if (o.context.cp > 1) bytes += 2 * int64_t(Bm) * Tn * 4;  // the whole sequences' tokens and targets
+  // The whole sequences' tokens and targets (on a device they are drawn in host memory).
+  if (o.context.cp > 1 && kernel_ws) bytes += 2 * int64_t(Bm) * Tn * 4;
   return bytes;
 }
 
@@ -234,13 +235,14 @@ TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp
   const size_t N = size_t(model_.tokens()), NlC = size_t(model_.tokens_held()) * m.C;
   tokens_ = Buffer<int32_t>(mt, MemTag::activations, N);
   targets_ = Buffer<int32_t>(mt, MemTag::activations, N);
-  if (!ops.is_host()) {  // drawn on the host, then moved (cp = 1 here: the constructor above refuses more)
+  if (!ops.is_host()) {  // drawn (and selected) on the host, then moved
     host_tokens_.resize(N);
     host_targets_.resize(N);
   }
-  if (o.context.cp > 1) {
-    all_tokens_ = Buffer<int32_t>(mt, MemTag::workspace, size_t(Bm) * Tn);
-    all_targets_ = Buffer<int32_t>(mt, MemTag::workspace, size_t(Bm) * Tn);
+  if (o.context.cp > 1) {  // drawn and selected from on the host: host memory on a device
+    const Place where = ops.is_host() ? Place::device : Place::host;
+    all_tokens_ = Buffer<int32_t>(mt, MemTag::workspace, size_t(Bm) * Tn, where);
+    all_targets_ = Buffer<int32_t>(mt, MemTag::workspace, size_t(Bm) * Tn, where);
   }
   x0_ = Buffer<T>(mt, MemTag::activations, NlC);
   blocks_.resize(size_t(m.L));

@@ -67,6 +67,13 @@ class DeviceOps {
   virtual void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N) const = 0;
   virtual void residual_forward(T* out, const T* a, const T* b, size_t N) const = 0;
   virtual void accumulate(T* dst, const T* src, size_t N) const = 0;
+  // `rows` rows of `cols` elements, row r at src + r * src_stride, to (copy)
+  // or added into (accumulate, as accumulate()) dst + r * dst_stride: the
+  // strided moves of Ulysses' all-to-all packing.
+  virtual void copy_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
+                         size_t rows) const = 0;
+  virtual void accumulate_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
+                               size_t rows) const = 0;
   virtual void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N,
                                     int V) const = 0;
   virtual void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, double dloss, int N,

@@ -67,6 +67,14 @@ class CpuOps final : public DeviceOps<T> {
     kernels::residual_forward(out, a, b, N);
   }
   void accumulate(T* dst, const T* src, size_t N) const override { kernels::accumulate(dst, src, N); }
+  void copy_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
+                 size_t rows) const override {
+    for (size_t r = 0; r < rows; ++r) copy(dst + r * dst_stride, src + r * src_stride, cols * sizeof(T));
+  }
+  void accumulate_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
+                       size_t rows) const override {
+    for (size_t r = 0; r < rows; ++r) kernels::accumulate(dst + r * dst_stride, src + r * src_stride, cols);
+  }
   void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N,
                             int V) const override {
     kernels::crossentropy_forward(losses, probs, logits, targets, N, V);

@@ -302,6 +302,17 @@ TYPED_TEST(CudaOps, CrossEntropy) {
                std::out_of_range);
 }
 
+TYPED_TEST(CudaOps, AccumulateRows) {
+  using T = TypeParam;
+  const size_t rows = 17, cols = 24, ds = 40, ss = 30;  // strided on both sides
+  const auto dst0 = this->in(rows * ds, 49), src = this->in(rows * ss, 50);
+  std::vector<T> dst = dst0;
+  for (size_t r = 0; r < rows; ++r) accumulate(dst.data() + r * ds, src.data() + r * ss, cols);
+  Dev<T> gdst(dst0), gsrc(src);
+  cuda::accumulate_rows(gdst.get(), ds, gsrc.get(), ss, cols, rows, this->stream_);
+  EXPECT_EQ(gdst.host(), to_double(dst));  // one rounded add per element; the gaps untouched
+}
+
 TYPED_TEST(CudaOps, RowsOfATable) {
   using T = TypeParam;
   const int N = 29, C = 33, V = 12, first = 4, rows = 5;  // a shard: rows [4, 9) of 12

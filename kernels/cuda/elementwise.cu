@@ -51,6 +51,15 @@ __global__ void accumulate_kernel(T* dst, const T* src, size_t n) {
 }
 
 template <class T>
+__global__ void accumulate_rows_kernel(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
+                                       size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    const size_t r = i / cols, c = i % cols;
+    add_into(dst[r * dst_stride + c], load(src[r * src_stride + c]));
+  }
+}
+
+template <class T>
 __global__ void scale_kernel(T* x, float s, size_t n) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) x[i] = store<T>(load(x[i]) * s);
 }
@@ -102,6 +111,15 @@ void accumulate(T* dst, const T* src, size_t N, cudaStream_t stream) {
   if (N == 0) return;
   accumulate_kernel<<<blocks_for(N), 256, 0, stream>>>(dst, src, N);
   check(cudaGetLastError(), "accumulate launch");
+}
+
+template <class T>
+void accumulate_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols, size_t rows,
+                     cudaStream_t stream) {
+  const size_t n = cols * rows;
+  if (n == 0) return;
+  accumulate_rows_kernel<<<blocks_for(n), 256, 0, stream>>>(dst, dst_stride, src, src_stride, cols, n);
+  check(cudaGetLastError(), "accumulate_rows launch");
 }
 
 template <class T>
@@ -158,6 +176,7 @@ double sum_squares(const T* g, size_t n, cudaStream_t stream) {
   template void gelu_backward<T>(T*, const T*, const T*, size_t, cudaStream_t);                               \
   template void residual_forward<T>(T*, const T*, const T*, size_t, cudaStream_t);                            \
   template void accumulate<T>(T*, const T*, size_t, cudaStream_t);                                            \
+  template void accumulate_rows<T>(T*, size_t, const T*, size_t, size_t, size_t, cudaStream_t);               \
   template void scale<T>(T*, double, size_t, cudaStream_t);                                                   \
   template void adamw_step<T>(float*, T*, const T*, float*, float*, size_t, double, double, double, double,   \
                               double, long, double, bool, cudaStream_t);                                      \

@@ -143,6 +143,17 @@ class CudaOps final : public DeviceOps<T> {
     cuda::residual_forward(d(out), d(a), d(b), N, s());
   }
   void accumulate(T* dst, const T* src, size_t N) const override { cuda::accumulate(d(dst), d(src), N, s()); }
+  void copy_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
+                 size_t rows) const override {
+    if (!cols || !rows) return;
+    check(cudaMemcpy2DAsync(dst, dst_stride * sizeof(T), src, src_stride * sizeof(T), cols * sizeof(T), rows,
+                            cudaMemcpyDeviceToDevice, s()),
+          "cudaMemcpy2DAsync D2D");
+  }
+  void accumulate_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
+                       size_t rows) const override {
+    cuda::accumulate_rows(d(dst), dst_stride, d(src), src_stride, cols, rows, s());
+  }
   void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N,
                             int V) const override {
     cuda::crossentropy_forward(losses, d(probs), d(logits), targets, N, V, s());

@@ -100,6 +100,10 @@ template <class T>
 void residual_forward(T* out, const T* a, const T* b, size_t N, cudaStream_t stream);
 template <class T>
 void accumulate(T* dst, const T* src, size_t N, cudaStream_t stream);
+// dst[r * dst_stride + c] += src[r * src_stride + c] for r < rows, c < cols.
+template <class T>
+void accumulate_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols, size_t rows,
+                     cudaStream_t stream);
 template <class T>
 void scale(T* x, double s, size_t N, cudaStream_t stream);
 

@@ -212,8 +212,9 @@ def cases(F):
         # train.device (#17): a device that is not one, one no strategy runs on, one this machine lacks.
         (7, ["train", "--device", "gpu", "--steps", "1"] + o, 2, r"train\.device: must be one of cpu, cuda; got 'gpu'"),
         (7, ["train", "--device", "cuda", "--mesh", "dp2.cp2", "--steps", "1"] + o, 2,
-         r"train\.device: cuda runs the data-parallel strategies, tensor parallel and pipeline schedules \(mesh "
-         r"dpN\.tpT\.ppM\) so far, got mesh dp2\.cp2: context and expert parallel run on the CPU only"),
+         r"train\.device: cuda runs the data-parallel strategies, tensor parallel, context parallel by Ulysses and "
+         r"pipeline schedules .* so far, got mesh dp2\.cp2 cp_algo=ring: ring attention, context parallel inside "
+         r"pipeline stages and expert parallel run on the CPU only"),
         (7, ["train", "--device", "cuda", "--mesh", "dp2", "--backend", "mpi", "--steps", "1"] + o, 2,
          r"--backend mpi: train\.device = cuda runs over nccl"),
         (7, ["train", "--mesh", "dp2", "--backend", "nccl", "--steps", "1"] + o, 2,

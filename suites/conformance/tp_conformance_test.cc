@@ -126,15 +126,44 @@ TEST(TpConformance, OnADeviceTheRankHoldsNoCpuKernelWorkspace) {
   for (int64_t m : on_cpu) EXPECT_EQ(m, cpu);
 }
 
-TEST(TpConformance, OnADeviceContextAndExpertParallelAreRefusedByName) {
-  for (MeshShape m : {MeshShape{1, 2, 2, 1}, MeshShape{1, 1, 2, 1}, MeshShape{2, 1, 1, 1, 0, 2}}) {
+// Context parallel by Ulysses on stand-ins: the all-to-all packing as row
+// copies of each placement run (zigzag and contiguous), the attention the
+// device's, the whole sequences' tokens drawn in host memory; with tensor
+// parallel, sequence parallel and data parallel.
+TEST(TpConformance, OnADeviceUlyssesTrainsAsOnTheCpu) {
+  struct Case {
+    MeshShape mesh;
+    bool sp, zigzag;
+    dp::Shard shard;
+    Precision p;
+  };
+  const Case cases[] = {
+      {MeshShape{1, 1, 2, 1}, false, true, dp::Shard::none, Precision::fp32},
+      {MeshShape{1, 1, 2, 1}, false, false, dp::Shard::none, Precision::bf16_mixed},
+      {MeshShape{1, 2, 2, 1}, true, true, dp::Shard::none, Precision::fp32},
+      {MeshShape{2, 1, 2, 1}, false, true, dp::Shard::zero1, Precision::bf16_mixed},
+  };
+  for (const Case& c : cases) {
+    StrategyRun s = run_of(c.mesh, c.sp, Recompute::none, c.shard, c.p);
+    s.spec.context.algo = CpAlgo::ulysses;
+    s.spec.context.zigzag = c.zigzag;
+    testing::expect_stand_ins_train_as_the_cpu(s, mesh_text(c.mesh) + " ulysses" + (c.zigzag ? " zigzag" : "") +
+                                                      (c.sp ? " sp" : "") + " " + precision_name(c.p));
+  }
+}
+
+TEST(TpConformance, OnADeviceRingAttentionAndExpertParallelAreRefusedByName) {
+  for (MeshShape m : {MeshShape{1, 2, 2, 1}, MeshShape{1, 1, 2, 1}, MeshShape{1, 1, 2, 2}, MeshShape{2, 1, 1, 1, 0, 2}}) {
     StrategyRun s = run_of(m, false, Recompute::none, dp::Shard::none, Precision::fp32);
     s.spec.train.device = Device::cuda;
+    if (m.pp > 1) s.spec.context.algo = CpAlgo::ulysses;  // Ulysses, but inside pipeline stages
     try {
       validate(s.spec);
       ADD_FAILURE() << mesh_text(m) << " accepted on a device";
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("context and expert parallel run on the CPU only"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find(
+                    "ring attention, context parallel inside pipeline stages and expert parallel run on the CPU only"),
+                std::string::npos)
           << e.what();
     }
   }
