@@ -128,6 +128,25 @@ class StandInOps final : public kernels::DeviceOps<T> {
     std::vector<A> own(ws ? 0 : kernels::attention_workspace_elems<T>(Tn, C, NH));
     cpu()->attention_backward(dq, da, d, qkv, att, B, Tn, C, NH, ws ? ws : own.data());
   }
+  void attention_block_forward(A* o, A* m, A* l, const T* q, const T* k, const T* v, int Tq, int Tk, int hs, int qs,
+                               int kvs, int q0, int k0, bool causal) const override {
+    cpu()->attention_block_forward(o, m, l, q, k, v, Tq, Tk, hs, qs, kvs, q0, k0, causal);
+  }
+  void attention_block_finalize(T* out, A* lse, const A* o, const A* m, const A* l, int Tq, int hs,
+                                int os) const override {
+    cpu()->attention_block_finalize(out, lse, o, m, l, Tq, hs, os);
+  }
+  void attention_block_merge(A* o, A* m, A* l, const A* o2, const A* m2, const A* l2, int Tq, int hs) const override {
+    cpu()->attention_block_merge(o, m, l, o2, m2, l2, Tq, hs);
+  }
+  void attention_block_backward(A* dq, A* dk, A* dv, const T* q, const T* k, const T* v, const T* d, const A* lse,
+                                const A* D, int Tq, int Tk, int hs, int qs, int kvs, int ds, int q0, int k0,
+                                bool causal) const override {
+    cpu()->attention_block_backward(dq, dk, dv, q, k, v, d, lse, D, Tq, Tk, hs, qs, kvs, ds, q0, k0, causal);
+  }
+  void attention_row_dot(A* D, const T* d, const T* o, int rows, int cols, int stride) const override {
+    cpu()->attention_row_dot(D, d, o, rows, cols, stride);
+  }
   void gelu_forward(T* o, const T* i, size_t N) const override { cpu()->gelu_forward(o, i, N); }
   void gelu_backward(T* di, const T* i, const T* d, size_t N) const override { cpu()->gelu_backward(di, i, d, N); }
   void residual_forward(T* o, const T* a, const T* b, size_t N) const override { cpu()->residual_forward(o, a, b, N); }
@@ -137,6 +156,11 @@ class StandInOps final : public kernels::DeviceOps<T> {
   }
   void accumulate_rows(T* d, size_t ds, const T* s, size_t ss, size_t c, size_t r) const override {
     cpu()->accumulate_rows(d, ds, s, ss, c, r);
+  }
+  void fill_acc(A* x, double v, size_t n) const override { cpu()->fill_acc(x, v, n); }
+  void accumulate_acc(A* d, const A* s, size_t n) const override { cpu()->accumulate_acc(d, s, n); }
+  void accumulate_rows_acc(T* d, size_t ds, const A* s, size_t ss, size_t c, size_t r) const override {
+    cpu()->accumulate_rows_acc(d, ds, s, ss, c, r);
   }
   void crossentropy_forward(A* l, T* p, const T* x, const int32_t* t, int N, int V) const override {
     cpu()->crossentropy_forward(l, p, x, t, N, V);

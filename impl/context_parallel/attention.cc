@@ -18,11 +18,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-template <class X>
-void fill(Buffer<X>& b, X v) {
-  std::fill(b.data(), b.data() + b.size(), v);
-}
-
 std::vector<Placement> placements(int Tn, int cp, bool zigzag) {
   std::vector<Placement> p;
   for (int r = 0; r < cp; ++r) p.emplace_back(Tn, cp, r, zigzag);
@@ -53,9 +48,10 @@ void merge_unscaled(A* o, A* m, A* l, const A* o2, const A* m2, const A* l2, int
 
 template <class T>
 RingAttention<T>::RingAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H,
-                                int hs, bool overlap)
-    : o_(o), comm_(cp), overlap_(overlap), Bm_(Bm), Tn_(Tn), H_(H), hs_(hs) {
+                                int hs, bool overlap, const k::DeviceOps<T>& ops)
+    : o_(o), comm_(cp), ops_(&ops), overlap_(overlap), Bm_(Bm), Tn_(Tn), H_(H), hs_(hs) {
   require(cp && cp->size() == o.cp, "cp: the group's size differs from cp");
+  require(ops.is_host() || !o.has(Fault::merge_no_rescale), "cp: the merge_no_rescale fault runs on the CPU only");
   Tl_ = Tn / o.cp;
   Ct_ = H * hs;
   N_ = Bm * Tl_;
@@ -85,6 +81,8 @@ int64_t RingAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs)
   return 2 * (2 * N * Ct) * t + a * (N * Ct + 2 * rows + Tl * hs + 2 * Tl + rows + N * Ct + 4 * (2 * N * Ct));
 }
 
+// Posts `cur` to the next rank and the previous rank's block into `nxt`
+// (receive first); the caller groups it with the step's other messages.
 template <class T>
 typename RingAttention<T>::Hop RingAttention<T>::post_kv(const T* cur, T* nxt) const {
   const int cp = o_.cp, me = comm_->rank();
@@ -97,8 +95,7 @@ typename RingAttention<T>::Hop RingAttention<T>::post_kv(const T* cur, T* nxt) c
 
 template <class T>
 void RingAttention<T>::pack_kv(T* kv, const T* qkv) const {
-  for (int n = 0; n < N_; ++n)
-    std::memcpy(static_cast<void*>(kv + size_t(n) * 2 * Ct_), qkv + size_t(n) * 3 * Ct_ + Ct_, 2 * Ct_ * sizeof(T));
+  ops_->copy_rows(kv, size_t(2) * Ct_, qkv + Ct_, size_t(3) * Ct_, size_t(2) * Ct_, size_t(N_));
 }
 
 // The block pairs of this rank's queries against rank src's keys: f(b, h,
@@ -125,10 +122,11 @@ void RingAttention<T>::blocks(int src, F&& f) const {
 template <class T>
 void RingAttention<T>::forward(T* out, A* lse, const T* qkv) {
   const int cp = o_.cp, me = comm_->rank();
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
   pack_kv(kv_a_.data(), qkv);
-  std::fill(o_acc_.data(), o_acc_.data() + o_acc_.size(), A(0));
-  fill(m_, -std::numeric_limits<A>::infinity());
-  fill(l_, A(0));
+  ops_->fill_acc(o_acc_.data(), 0, o_acc_.size());
+  ops_->fill_acc(m_.data(), kNegInf, m_.size());
+  ops_->fill_acc(l_.data(), 0, l_.size());
   T* cur = kv_a_.data();
   T* nxt = kv_b_.data();
   const int C3 = 3 * Ct_, C2 = 2 * Ct_;
@@ -136,7 +134,7 @@ void RingAttention<T>::forward(T* out, A* lse, const T* qkv) {
     const int src = (me - j + cp) % cp;
     Hop hop;
     const bool more = j + 1 < cp;
-    if (more && overlap_) hop = post_kv(cur, nxt);
+    if (more && overlap_) hop = post_hop(cur, nxt);
     const auto t0 = Clock::now();
     int last_b = -1, last_h = -1;
     const Run* last_q = nullptr;
@@ -147,29 +145,29 @@ void RingAttention<T>::forward(T* out, A* lse, const T* qkv) {
         merge_unscaled(o_acc_.data() + s * hs_, m_.data() + s, l_.data() + s, o2_.data(), m2_.data(), l2_.data(),
                        last_q->len, hs_);
       else
-        k::attention_block_merge<T>(o_acc_.data() + s * hs_, m_.data() + s, l_.data() + s, o2_.data(), m2_.data(),
+        ops_->attention_block_merge(o_acc_.data() + s * hs_, m_.data() + s, l_.data() + s, o2_.data(), m2_.data(),
                                     l2_.data(), last_q->len, hs_);
       last_q = nullptr;
     };
     blocks(src, [&](int b, int h, const Run& q, const Run& kr, bool causal, int q0, int k0) {
       if (!last_q || b != last_b || h != last_h || q.local != last_q->local) {
         flush();
-        std::fill(o2_.data(), o2_.data() + size_t(q.len) * hs_, A(0));
-        std::fill(m2_.data(), m2_.data() + q.len, -std::numeric_limits<A>::infinity());
-        std::fill(l2_.data(), l2_.data() + q.len, A(0));
+        ops_->fill_acc(o2_.data(), 0, size_t(q.len) * hs_);
+        ops_->fill_acc(m2_.data(), kNegInf, size_t(q.len));
+        ops_->fill_acc(l2_.data(), 0, size_t(q.len));
         last_b = b, last_h = h, last_q = &q;
       }
       const T* qp = qkv + (size_t(b) * Tl_ + q.local) * C3 + size_t(h) * hs_;
       const T* kp = cur + (size_t(b) * Tl_ + kr.local) * C2 + size_t(h) * hs_;
-      k::attention_block_forward<T>(o2_.data(), m2_.data(), l2_.data(), qp, kp, kp + Ct_, q.len, kr.len, hs_, C3,
-                                    C2, q0, k0, causal);
+      ops_->attention_block_forward(o2_.data(), m2_.data(), l2_.data(), qp, kp, kp + Ct_, q.len, kr.len, hs_, C3, C2,
+                                    q0, k0, causal);
       stats_.flops += 4 * int64_t(hs_) * visible_pairs(q.len, kr.len, q0, k0, causal);
     });
     flush();
     stats_.compute_s += since(t0);
     if (more) {
       const auto t1 = Clock::now();
-      if (!overlap_) hop = post_kv(cur, nxt);
+      if (!overlap_) hop = post_hop(cur, nxt);
       hop.wait();
       stats_.wait_s += since(t1);
       std::swap(cur, nxt);
@@ -178,11 +176,28 @@ void RingAttention<T>::forward(T* out, A* lse, const T* qkv) {
   for (int b = 0; b < Bm_; ++b)
     for (int h = 0; h < H_; ++h) {
       const size_t s = (size_t(b) * H_ + h) * Tl_;
-      k::attention_block_finalize<T>(out + size_t(b) * Tl_ * Ct_ + size_t(h) * hs_, lse + s, o_acc_.data() + s * hs_,
+      ops_->attention_block_finalize(out + size_t(b) * Tl_ * Ct_ + size_t(h) * hs_, lse + s, o_acc_.data() + s * hs_,
                                      m_.data() + s, l_.data() + s, Tl_, hs_, Ct_);
     }
 }
 
+// One step's hop alone, as one group (the forward's, and the backward's
+// without accumulators to move).
+template <class T>
+typename RingAttention<T>::Hop RingAttention<T>::post_hop(const T* cur, T* nxt) const {
+  comm_->group_start();
+  Hop h = post_kv(cur, nxt);
+  comm_->group_end();
+  return h;
+}
+
+// Backward. Messages between a pair match in order where the backend has no
+// tags (nccl), so each step posts its messages as one group in the same order
+// on both sides of every pair: the accumulator the previous step finished
+// (dkv(j-1), to the next rank; from the previous one, the accumulator of the
+// block now visiting), then the K/V hop. A finished accumulator is sent at
+// the start of the next step (or after the last), never alone, so no rank's
+// send waits on a receive its neighbour has not posted.
 template <class T>
 void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse) {
   const int cp = o_.cp, me = comm_->rank(), next = (me + 1) % cp, prev = (me + cp - 1) % cp;
@@ -190,17 +205,13 @@ void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* o
   const int C3 = 3 * Ct_, C2 = 2 * Ct_;
   // D = rowsum(dO * O), per (b, h, t).
   for (int b = 0; b < Bm_; ++b)
-    for (int h = 0; h < H_; ++h)
-      for (int t = 0; t < Tl_; ++t) {
-        const size_t n = size_t(b) * Tl_ + t;
-        A d = 0;
-        for (int c = 0; c < hs_; ++c)
-          d += k::detail::load(dout[n * Ct_ + size_t(h) * hs_ + c]) * k::detail::load(out[n * Ct_ + size_t(h) * hs_ + c]);
-        D_[(size_t(b) * H_ + h) * Tl_ + t] = d;
-      }
+    for (int h = 0; h < H_; ++h) {
+      const size_t at = size_t(b) * Tl_ * Ct_ + size_t(h) * hs_;
+      ops_->attention_row_dot(D_.data() + (size_t(b) * H_ + h) * Tl_, dout + at, out + at, Tl_, hs_, Ct_);
+    }
   pack_kv(kv_a_.data(), qkv);
-  std::fill(dq_.data(), dq_.data() + dq_.size(), A(0));
-  std::fill(dkv_own_.data(), dkv_own_.data() + dkv_own_.size(), A(0));
+  ops_->fill_acc(dq_.data(), 0, dq_.size());
+  ops_->fill_acc(dkv_own_.data(), 0, dkv_own_.size());
   T* cur = kv_a_.data();
   T* nxt = kv_b_.data();
   A* parts[2] = {part_a_.data(), part_b_.data()};
@@ -211,14 +222,18 @@ void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* o
     const int src = (me - j + cp) % cp;
     const bool more = j + 1 < cp;
     Hop hop;
+    comm_->group_start();
+    if (j >= 2) {  // dkv(j-1) on to the next rank; the previous rank's, for src's block, in
+      part_sent[(j - 1) % 2] = comm_->isend(parts[(j - 1) % 2], kvn, dtype_of<A>(), next, 2);
+      trav_rq = comm_->irecv(trav_.data(), kvn, dtype_of<A>(), prev, 2);
+    }
     if (more && overlap_) hop = post_kv(cur, nxt);
-    // The accumulator of src's block, sent by the previous rank at its step j-1.
-    if (j >= 2) trav_rq = comm_->irecv(trav_.data(), kvn, dtype_of<A>(), prev, 2);
+    comm_->group_end();
     A* dkv = dkv_own_.data();
     if (j > 0) {
-      part_sent[j % 2].wait();  // the buffer's send of step j-2 is done
+      part_sent[j % 2].wait();  // the buffer's send (of dkv(j-2)) is done
       dkv = parts[j % 2];
-      std::fill(dkv, dkv + kvn, A(0));
+      ops_->fill_acc(dkv, 0, kvn);
     }
     const auto t0 = Clock::now();
     blocks(src, [&](int b, int h, const Run& q, const Run& kr, bool causal, int q0, int k0) {
@@ -226,7 +241,7 @@ void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* o
       const T* qp = qkv + (size_t(b) * Tl_ + q.local) * C3 + size_t(h) * hs_;
       const T* kp = cur + (size_t(b) * Tl_ + kr.local) * C2 + size_t(h) * hs_;
       const T* dop = dout + (size_t(b) * Tl_ + q.local) * Ct_ + size_t(h) * hs_;
-      k::attention_block_backward<T>(dq_.data() + sq0 * hs_, dkv + sk0 * hs_, dkv + half + sk0 * hs_, qp, kp,
+      ops_->attention_block_backward(dq_.data() + sq0 * hs_, dkv + sk0 * hs_, dkv + half + sk0 * hs_, qp, kp,
                                      kp + Ct_, dop, lse + sq0, D_.data() + sq0, q.len, kr.len, hs_, C3, C2, Ct_, q0,
                                      k0, causal);
     });
@@ -234,40 +249,41 @@ void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* o
     const auto t1 = Clock::now();
     if (j >= 2) {
       trav_rq.wait();
-      for (size_t i = 0; i < kvn; ++i) dkv[i] += trav_[i];
-    }
-    if (j > 0) {
-      if (j == cp - 1 && keep_last) {  // the fault: the neighbour's gradient stays here
-        for (size_t i = 0; i < kvn; ++i) dkv_own_[i] += dkv[i];
-      } else {
-        part_sent[j % 2] = comm_->isend(dkv, kvn, dtype_of<A>(), next, 2);
-      }
+      ops_->accumulate_acc(dkv, trav_.data(), kvn);
     }
     if (more) {
-      if (!overlap_) hop = post_kv(cur, nxt);
+      if (!overlap_) hop = post_hop(cur, nxt);
       hop.wait();
       std::swap(cur, nxt);
     }
     stats_.wait_s += since(t1);
   }
-  // This rank's block's accumulator comes home from the previous rank.
-  if (cp > 1 && !keep_last) {
-    comm_->irecv(trav_.data(), kvn, dtype_of<A>(), prev, 2).wait();
-    for (size_t i = 0; i < kvn; ++i) dkv_own_[i] += trav_[i];
+  // The last accumulator on to the next rank, and this rank's block's home
+  // from the previous one.
+  if (cp > 1) {
+    A* last = parts[(cp - 1) % 2];
+    if (keep_last) {  // the fault: the neighbour's gradient stays here
+      ops_->accumulate_acc(dkv_own_.data(), last, kvn);
+    } else {
+      comm_->group_start();
+      part_sent[(cp - 1) % 2] = comm_->isend(last, kvn, dtype_of<A>(), next, 2);
+      Request home = comm_->irecv(trav_.data(), kvn, dtype_of<A>(), prev, 2);
+      comm_->group_end();
+      home.wait();
+      ops_->accumulate_acc(dkv_own_.data(), trav_.data(), kvn);
+    }
   }
   part_sent[0].wait();
   part_sent[1].wait();
   for (int b = 0; b < Bm_; ++b)
-    for (int h = 0; h < H_; ++h)
-      for (int t = 0; t < Tl_; ++t) {
-        const size_t s = ((size_t(b) * H_ + h) * Tl_ + t) * hs_;
-        T* d = dqkv + (size_t(b) * Tl_ + t) * C3 + size_t(h) * hs_;
-        for (int c = 0; c < hs_; ++c) {
-          add_into(d[c], dq_[s + c]);
-          add_into(d[Ct_ + c], dkv_own_[s + c]);
-          add_into(d[2 * Ct_ + c], dkv_own_[half + s + c]);
-        }
-      }
+    for (int h = 0; h < H_; ++h) {
+      const size_t s = (size_t(b) * H_ + h) * Tl_ * hs_;
+      T* d = dqkv + size_t(b) * Tl_ * C3 + size_t(h) * hs_;
+      ops_->accumulate_rows_acc(d, size_t(C3), dq_.data() + s, size_t(hs_), size_t(hs_), size_t(Tl_));
+      ops_->accumulate_rows_acc(d + Ct_, size_t(C3), dkv_own_.data() + s, size_t(hs_), size_t(hs_), size_t(Tl_));
+      ops_->accumulate_rows_acc(d + 2 * Ct_, size_t(C3), dkv_own_.data() + half + s, size_t(hs_), size_t(hs_),
+                                size_t(Tl_));
+    }
 }
 
 // ---- Ulysses -----------------------------------------------------------------

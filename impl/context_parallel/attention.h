@@ -24,10 +24,12 @@
 // sequence-sharded to head-sharded (each rank gets every token of H/cp
 // heads, put back in position order), ordinary causal attention, all-to-all
 // back: Q, K, V and the output forward (four all-to-alls), the output's
-// gradient and dQ, dK, dV backward (four). Needs H % cp == 0. Runs on a
-// device (kernels/common/device_ops.h): the packing is strided row copies of
-// each placement run, the attention the device's. Ring attention runs on the
-// CPU only so far.
+// gradient and dQ, dK, dV backward (four). Needs H % cp == 0.
+//
+// Both run on a device (kernels/common/device_ops.h): the packing is strided
+// row copies, the attention (blocks, merges, row sums) the device's, and the
+// messages are posted in groups whose order matches on both sides of every
+// pair, so a backend that matches by order (nccl) pairs them as tags would.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -54,8 +56,9 @@ class RingAttention {
   // cp: the context-parallel group (size o.cp). Bm sequences of Tn tokens
   // (Tl = Tn / cp here), H local heads of hs. `overlap` false: each transfer
   // is waited for before the next compute (the benchmark's baseline).
+  // ops: the device (the CPU by default).
   RingAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H, int hs,
-                bool overlap = true);
+                bool overlap = true, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
   // out (N, Ct); lse (Bm, H, Tl).
   void forward(T* out, A* lse, const T* qkv);
   // dqkv (N, 3Ct) += the gradient, from dout (N, Ct) and the forward's out, lse.
@@ -73,9 +76,11 @@ class RingAttention {
     void wait() { recv.wait(), send.wait(); }
   };
   Hop post_kv(const T* cur, T* nxt) const;
+  Hop post_hop(const T* cur, T* nxt) const;  // post_kv as a group of its own
 
   CpOptions o_;
   Communicator* comm_;
+  const kernels::DeviceOps<T>* ops_;
   bool overlap_;
   int Bm_, Tn_, Tl_, H_, hs_, Ct_, N_;
   std::vector<Placement> place_;  // every rank's

@@ -60,8 +60,8 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
       part_(partition_layers(cfg.model.L, o.pp, o.virtual_stages)), s_(build_schedule(o, cfg)),
       su_(stage_units(layout_, part_, 0)), model_(layout_, cfg.batch / (o.dp() * cfg.microbatches), cfg.seq, *ops_) {
   require(ops_->is_host() || device_memory_ != nullptr, "pipeline: a device rank needs the device's memory");
-  require(ops_->is_host() || (o.cp() == 1 && cfg.model.moe.experts == 0),
-          "train.device: " + ops_->name() + " runs dense pipeline stages with cp = 1 only");
+  require(ops_->is_host() || cfg.model.moe.experts == 0,
+          "train.device: " + ops_->name() + " runs dense pipeline stages only");
   mem_.set_device_memory(device_memory_.get());
   // Without tags (nccl) a pair's messages match in order, and sends complete
   // only once received: the schedule must run with grouped posting.
@@ -313,7 +313,13 @@ void PipelineRank<T>::forward(const Action& a) {
       ops_->to_device(tok_tmp_.data(), host_tok_.data(), N * sizeof(int32_t));
       ops_->to_device(tgt_tmp_.data(), host_tgt_.data(), N * sizeof(int32_t));
     }
-    if (o_.cp() > 1) {  // this rank's tokens of the sequences
+    if (o_.cp() > 1 && !host) {  // this rank's tokens of the sequences, selected on the host
+      const size_t n = size_t(tpm_->tokens());
+      host_sel_tok_.resize(n), host_sel_tgt_.resize(n);
+      tpm_->select_tokens(host_tok_.data(), host_tgt_.data(), host_sel_tok_.data(), host_sel_tgt_.data());
+      if (st.embedding) ops_->to_device(lv.tokens.data(), host_sel_tok_.data(), n * sizeof(int32_t));
+      if (st.head) ops_->to_device(lv.targets.data(), host_sel_tgt_.data(), n * sizeof(int32_t));
+    } else if (o_.cp() > 1) {
       tpm_->select_tokens(tok_tmp_.data(), tgt_tmp_.data(), st.embedding ? lv.tokens.data() : nullptr,
                           st.head ? lv.targets.data() : nullptr);
     } else {

@@ -121,9 +121,9 @@ template <class T>
 class PipelineRank : public Rank {
  public:
   // ops, memory: the device (default: the CPU; kernels/common/device_ops.h).
-  // On a device the stages are dense and cp = 1 (validate(RunSpec)): the
-  // tensor-parallel stage runs on the device's ops (tensor_parallel/runner.h),
-  // context parallel's attention and the MoE MLP are host code.
+  // On a device the stages are dense (validate(RunSpec)): the tensor- and
+  // context-parallel stage runs on the device's ops (tensor_parallel/runner.h),
+  // the MoE MLP is host code.
   PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world,
                std::shared_ptr<const kernels::DeviceOps<T>> ops = {}, std::shared_ptr<DeviceMemory> memory = {});
   ~PipelineRank() override;
@@ -223,7 +223,8 @@ class PipelineRank : public Rank {
   int grads_version_ = 0;  // 2BW: parity of the weight versions whose gradients the component holds
   Buffer<T> dxa_, dxb_;
   Buffer<int32_t> tok_tmp_, tgt_tmp_;
-  std::vector<int32_t> host_tok_, host_tgt_;  // a device's: the data source draws on the host
+  std::vector<int32_t> host_tok_, host_tgt_;          // a device's: the data source draws on the host
+  std::vector<int32_t> host_sel_tok_, host_sel_tgt_;  // ... and cp selects this rank's tokens there
   Scratch<T> scratch_;
   std::map<Key, Live> live_;
   std::map<Key, Buffer<T>> grad_in_, grad_out_, unit_grads_;

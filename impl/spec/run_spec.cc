@@ -274,16 +274,14 @@ void validate(const RunSpec& s) {
   }
   // On a device so far: the data-parallel family (DDP, ZeRO-1/2/3, FSDP,
   // HSDP, hierarchical ZeRO), tensor parallel (sequence parallel and
-  // recompute included), context parallel by Ulysses, and the pipeline
-  // schedules over data and tensor parallel, of a dense model with its
-  // states on the device (train.validate() refuses fp64 and MoE there).
+  // recompute included), context parallel (ring and Ulysses) and the
+  // pipeline schedules over them, of a dense model with its states on the
+  // device (train.validate() refuses fp64 and MoE there).
   if (s.train.device == Device::cuda) {
     const MeshShape& m = s.mesh;
-    require(m.ep == 1 && (m.cp == 1 || (s.context.algo == CpAlgo::ulysses && m.pp == 1)),
-            "train.device: cuda runs the data-parallel strategies, tensor parallel, context parallel by Ulysses and "
-            "pipeline schedules (mesh dpN.tpT.ppM, or dpN.tpT.cpC with cp_algo=ulysses) so far, got mesh " +
-                mesh_text(m) + (m.cp > 1 ? std::string(" cp_algo=") + std::string(cp_algo_name(s.context.algo)) : std::string()) +
-                ": ring attention, context parallel inside pipeline stages and expert parallel run on the CPU only");
+    require(m.ep == 1, "train.device: cuda runs the data-parallel strategies, tensor, context parallel and pipeline "
+                       "schedules (mesh dpN.tpT.cpC.ppM) so far, got mesh " +
+                           mesh_text(m) + ": expert parallel runs on the CPU only");
     require(s.data.offload == dp::Offload::none,
             "strategy.offload: on train.device = cuda the states stay on the device (offload runs on the CPU only "
             "so far)");

@@ -59,8 +59,7 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
     : layout_(&l), ops_(&ops), o_(o), tp_(tp), cp_(cp), Bm_(Bm), Tn_(Tn), moe_scope_(std::move(moe)) {
   const auto& m = l.model();
   const int ncp = o.context.cp;
-  require(ops.is_host() || ((ncp == 1 || o.context.algo == CpAlgo::ulysses) && m.moe.experts == 0),
-          "tp: ring attention and mixture-of-experts blocks run on the CPU only so far");
+  require(ops.is_host() || m.moe.experts == 0, "tp: mixture-of-experts blocks run on the CPU only so far");
   require(l.tp() == o.tp, "tp: the layout's tp differs from the options'");
   require(o.tp == 1 || (tp && tp->size() == o.tp), "tp: the group's size differs from tp");
   require(ncp == 1 || (cp && cp->size() == ncp), "cp: the group's size differs from cp");
@@ -89,7 +88,7 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
   }
   if (ncp > 1) {
     if (o.context.algo == CpAlgo::ring)
-      ring_ = std::make_unique<cp::RingAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH);
+      ring_ = std::make_unique<cp::RingAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH, true, ops);
     else
       ulysses_ = std::make_unique<cp::UlyssesAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH, ops);
   }

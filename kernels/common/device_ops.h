@@ -63,6 +63,19 @@ class DeviceOps {
                                  A* att_ws) const = 0;
   virtual void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
                                   int C, int NH, A* att_ws) const = 0;
+  // Blockwise attention for one (batch, head) slice: the pieces ring attention
+  // runs per visiting block (kernels/cpu/ops.h), and the backward's row sums.
+  virtual void attention_block_forward(A* o, A* m, A* l, const T* q, const T* k, const T* v, int Tq, int Tk, int hs,
+                                       int q_stride, int kv_stride, int q_pos0, int k_pos0, bool causal) const = 0;
+  virtual void attention_block_finalize(T* out, A* lse, const A* o, const A* m, const A* l, int Tq, int hs,
+                                        int out_stride) const = 0;
+  virtual void attention_block_merge(A* o, A* m, A* l, const A* o2, const A* m2, const A* l2, int Tq,
+                                     int hs) const = 0;
+  virtual void attention_block_backward(A* dq, A* dk, A* dv, const T* q, const T* k, const T* v, const T* dout,
+                                        const A* lse, const A* Drow, int Tq, int Tk, int hs, int q_stride,
+                                        int kv_stride, int dout_stride, int q_pos0, int k_pos0,
+                                        bool causal) const = 0;
+  virtual void attention_row_dot(A* D, const T* dout, const T* out, int rows, int cols, int stride) const = 0;
   virtual void gelu_forward(T* out, const T* inp, size_t N) const = 0;
   virtual void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N) const = 0;
   virtual void residual_forward(T* out, const T* a, const T* b, size_t N) const = 0;
@@ -74,6 +87,12 @@ class DeviceOps {
                          size_t rows) const = 0;
   virtual void accumulate_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
                                size_t rows) const = 0;
+  // The same from (and within) the accumulation type: fill with a value,
+  // dst += src in A, and A rows added into T rows (each rounded once).
+  virtual void fill_acc(A* x, double value, size_t n) const = 0;
+  virtual void accumulate_acc(A* dst, const A* src, size_t n) const = 0;
+  virtual void accumulate_rows_acc(T* dst, size_t dst_stride, const A* src, size_t src_stride, size_t cols,
+                                   size_t rows) const = 0;
   virtual void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N,
                                     int V) const = 0;
   virtual void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, double dloss, int N,

@@ -150,6 +150,16 @@ void attention_forward_blockwise(T* out, acc_t<T>* lse, const T* qkv, int B, int
 }
 
 template <class T>
+void attention_row_dot(acc_t<T>* D, const T* dout, const T* out, int rows, int cols, int stride) {
+  using A = acc_t<T>;
+  for (int t = 0; t < rows; ++t) {
+    A d = 0;
+    for (int c = 0; c < cols; ++c) d += load(dout[size_t(t) * stride + c]) * load(out[size_t(t) * stride + c]);
+    D[t] = d;
+  }
+}
+
+template <class T>
 void attention_backward_blockwise(T* dqkv, const T* dout, const T* out, const T* qkv,
                                   const acc_t<T>* lse, int B, int Tn, int C, int NH, int bs) {
   using A = acc_t<T>;
@@ -160,12 +170,7 @@ void attention_backward_blockwise(T* dqkv, const T* dout, const T* out, const T*
     for (int h = 0; h < NH; ++h) {
       const T* base = qkv + size_t(b) * Tn * C3 + h * hs;
       const size_t ob = size_t(b) * Tn * C + h * hs;
-      for (int t = 0; t < Tn; ++t) {
-        A d = 0;
-        for (int c = 0; c < hs; ++c)
-          d += load(dout[ob + size_t(t) * C + c]) * load(out[ob + size_t(t) * C + c]);
-        D[t] = d;
-      }
+      attention_row_dot(D.data(), dout + ob, out + ob, Tn, hs, C);
       std::fill(dq.begin(), dq.end(), A(0));
       std::fill(dk.begin(), dk.end(), A(0));
       std::fill(dv.begin(), dv.end(), A(0));
@@ -203,6 +208,7 @@ void attention_backward_blockwise(T* dqkv, const T* dout, const T* out, const T*
                                             const T*, const T*, const acc_t<T>*, const acc_t<T>*, \
                                             int, int, int, int, int, int, int, int, bool);         \
   template void attention_forward_blockwise<T>(T*, acc_t<T>*, const T*, int, int, int, int, int); \
+  template void attention_row_dot<T>(acc_t<T>*, const T*, const T*, int, int, int);               \
   template void attention_backward_blockwise<T>(T*, const T*, const T*, const T*,                 \
                                                 const acc_t<T>*, int, int, int, int, int);
 PB_KERNELS_FOR_EACH_DTYPE(PB_INSTANTIATE)

@@ -2,9 +2,11 @@
 // forwards to the kernel of kernels/cpu/ops.h with the same arguments, so the
 // model through the seam computes exactly what it computed calling the
 // kernels directly.
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/common/device_ops.h"
+#include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
 
 namespace pb::kernels {
@@ -59,6 +61,26 @@ class CpuOps final : public DeviceOps<T> {
                           A* att_ws) const override {
     kernels::attention_backward(dqkv, datt, dout, qkv, att, B, Tn, C, NH, att_ws);
   }
+  void attention_block_forward(A* o, A* m, A* l, const T* q, const T* k, const T* v, int Tq, int Tk, int hs,
+                               int q_stride, int kv_stride, int q_pos0, int k_pos0, bool causal) const override {
+    kernels::attention_block_forward<T>(o, m, l, q, k, v, Tq, Tk, hs, q_stride, kv_stride, q_pos0, k_pos0, causal);
+  }
+  void attention_block_finalize(T* out, A* lse, const A* o, const A* m, const A* l, int Tq, int hs,
+                                int out_stride) const override {
+    kernels::attention_block_finalize<T>(out, lse, o, m, l, Tq, hs, out_stride);
+  }
+  void attention_block_merge(A* o, A* m, A* l, const A* o2, const A* m2, const A* l2, int Tq, int hs) const override {
+    kernels::attention_block_merge<T>(o, m, l, o2, m2, l2, Tq, hs);
+  }
+  void attention_block_backward(A* dq, A* dk, A* dv, const T* q, const T* k, const T* v, const T* dout, const A* lse,
+                                const A* Drow, int Tq, int Tk, int hs, int q_stride, int kv_stride, int dout_stride,
+                                int q_pos0, int k_pos0, bool causal) const override {
+    kernels::attention_block_backward<T>(dq, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, hs, q_stride, kv_stride,
+                                         dout_stride, q_pos0, k_pos0, causal);
+  }
+  void attention_row_dot(A* D, const T* dout, const T* out, int rows, int cols, int stride) const override {
+    kernels::attention_row_dot(D, dout, out, rows, cols, stride);
+  }
   void gelu_forward(T* out, const T* inp, size_t N) const override { kernels::gelu_forward(out, inp, N); }
   void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N) const override {
     kernels::gelu_backward(dinp, inp, dout, N);
@@ -74,6 +96,15 @@ class CpuOps final : public DeviceOps<T> {
   void accumulate_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
                        size_t rows) const override {
     for (size_t r = 0; r < rows; ++r) kernels::accumulate(dst + r * dst_stride, src + r * src_stride, cols);
+  }
+  void fill_acc(A* x, double value, size_t n) const override { std::fill(x, x + n, A(value)); }
+  void accumulate_acc(A* dst, const A* src, size_t n) const override {
+    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+  }
+  void accumulate_rows_acc(T* dst, size_t dst_stride, const A* src, size_t src_stride, size_t cols,
+                           size_t rows) const override {
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) detail::add_into(dst[r * dst_stride + c], src[r * src_stride + c]);
   }
   void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N,
                             int V) const override {

@@ -94,6 +94,10 @@ void attention_block_backward(acc_t<T>* dq, acc_t<T>* dk, acc_t<T>* dv, const T*
                               const T* v, const T* dout, const acc_t<T>* lse,
                               const acc_t<T>* Drow, int Tq, int Tk, int hs, int q_stride,
                               int kv_stride, int dout_stride, int q_pos0, int k_pos0, bool causal);
+// D (rows) = the row sums of dout * out (rows, cols; row stride `stride`),
+// in A in column order: the backward's Drow.
+template <class T>
+void attention_row_dot(acc_t<T>* D, const T* dout, const T* out, int rows, int cols, int stride);
 // Whole causal attention built from the block pieces, block size bs: same
 // contract as attention_forward/backward but keeps lse (B,NH,T) instead of att.
 template <class T>

@@ -247,6 +247,16 @@ __global__ void rowsum_kernel(float* D, const T* dout, const T* out, int Tn, int
   }
 }
 
+// D (rows) = rowsum(dout * out) over cols, one thread per row.
+template <class T>
+__global__ void row_dot_kernel(float* D, const T* dout, const T* out, int rows, int cols, int stride) {
+  for (size_t t = grid_index(); t < size_t(rows); t += grid_stride()) {
+    float d = 0.0f;
+    for (int c = 0; c < cols; ++c) d += load(dout[t * stride + c]) * load(out[t * stride + c]);
+    D[t] = d;
+  }
+}
+
 // dqkv (B,T,3C) += the fp32 per-slice dq, dk, dv (slice-major, (T,hs) each).
 template <class T>
 __global__ void scatter_dqkv_kernel(T* dqkv, const float* dq, const float* dk, const float* dv, int Tn, int C,
@@ -447,6 +457,13 @@ void attention_block_backward(float* dq, float* dk, float* dv, const T* q, const
 }
 
 template <class T>
+void attention_row_dot(float* D, const T* dout, const T* out, int rows, int cols, int stride, cudaStream_t stream) {
+  if (rows <= 0) return;
+  row_dot_kernel<<<blocks_for(size_t(rows)), 256, 0, stream>>>(D, dout, out, rows, cols, stride);
+  check(cudaGetLastError(), "attention_row_dot launch");
+}
+
+template <class T>
 void attention_forward_blockwise(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, int /*bs*/,
                                  cudaStream_t stream) {
   const int hs = NH > 0 ? C / NH : 0;
@@ -525,6 +542,7 @@ void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* 
   template void attention_block_backward<T>(float*, float*, float*, const T*, const T*, const T*, const T*,        \
                                             const float*, const float*, int, int, int, int, int, int, int, int,    \
                                             bool, cudaStream_t);                                                   \
+  template void attention_row_dot<T>(float*, const T*, const T*, int, int, int, cudaStream_t);                    \
   template void attention_forward_blockwise<T>(T*, float*, const T*, int, int, int, int, int, cudaStream_t);       \
   template void attention_backward_blockwise<T>(T*, const T*, const T*, const T*, const float*, int, int, int,     \
                                                 int, int, cudaStream_t);

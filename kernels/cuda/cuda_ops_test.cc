@@ -11,6 +11,7 @@
 // per element (residual, accumulate, scale).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -207,6 +208,18 @@ TYPED_TEST(CudaOps, AttentionBlockwise) {
 
 // Ring attention's pieces: a query block against two key blocks (the second
 // partly masked), merged, finalized, and the backward of one block.
+TYPED_TEST(CudaOps, AttentionRowDot) {
+  using T = TypeParam;
+  const int rows = 21, cols = 16, stride = 40;
+  const auto dout = this->in(size_t(rows) * stride, 51), out = this->in(size_t(rows) * stride, 52);
+  std::vector<acc_t<T>> D(rows);
+  attention_row_dot(D.data(), dout.data(), out.data(), rows, cols, stride);
+  Dev<T> gdout(dout), gout(out);
+  Dev<float> gD{std::vector<float>(rows)};
+  cuda::attention_row_dot(gD.get(), gdout.get(), gout.get(), rows, cols, stride, this->stream_);
+  EXPECT_LE(rel_err(gD.host(), to_double(D)), kF32Tol);
+}
+
 TYPED_TEST(CudaOps, AttentionBlockPieces) {
   using T = TypeParam;
   const int Tq = 20, Tk = 20, hs = 16, S = 3 * hs;  // q, k, v interleaved in rows of stride S
@@ -311,6 +324,18 @@ TYPED_TEST(CudaOps, AccumulateRows) {
   Dev<T> gdst(dst0), gsrc(src);
   cuda::accumulate_rows(gdst.get(), ds, gsrc.get(), ss, cols, rows, this->stream_);
   EXPECT_EQ(gdst.host(), to_double(dst));  // one rounded add per element; the gaps untouched
+  // From fp32 rows (ring attention's gradients into qkv), and fill.
+  std::vector<float> a(rows * ss);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(src[i]) * 0.75f;
+  std::vector<T> dsta = dst0;
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) dsta[r * ds + c] = T(float(dsta[r * ds + c]) + a[r * ss + c]);
+  Dev<T> gdsta(dst0);
+  Dev<float> ga(a);
+  cuda::accumulate_rows(gdsta.get(), ds, ga.get(), ss, cols, rows, this->stream_);
+  EXPECT_EQ(gdsta.host(), to_double(dsta));
+  cuda::fill(ga.get(), -INFINITY, a.size(), this->stream_);
+  for (double v : ga.host()) EXPECT_EQ(v, -INFINITY);
 }
 
 TYPED_TEST(CudaOps, RowsOfATable) {

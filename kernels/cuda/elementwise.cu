@@ -50,8 +50,8 @@ __global__ void accumulate_kernel(T* dst, const T* src, size_t n) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) add_into(dst[i], load(src[i]));
 }
 
-template <class T>
-__global__ void accumulate_rows_kernel(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
+template <class T, class S>
+__global__ void accumulate_rows_kernel(T* dst, size_t dst_stride, const S* src, size_t src_stride, size_t cols,
                                        size_t n) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) {
     const size_t r = i / cols, c = i % cols;
@@ -113,13 +113,23 @@ void accumulate(T* dst, const T* src, size_t N, cudaStream_t stream) {
   check(cudaGetLastError(), "accumulate launch");
 }
 
-template <class T>
-void accumulate_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols, size_t rows,
+__global__ void fill_kernel(float* x, float value, size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) x[i] = value;
+}
+
+template <class T, class S>
+void accumulate_rows(T* dst, size_t dst_stride, const S* src, size_t src_stride, size_t cols, size_t rows,
                      cudaStream_t stream) {
   const size_t n = cols * rows;
   if (n == 0) return;
   accumulate_rows_kernel<<<blocks_for(n), 256, 0, stream>>>(dst, dst_stride, src, src_stride, cols, n);
   check(cudaGetLastError(), "accumulate_rows launch");
+}
+
+void fill(float* x, float value, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_kernel<<<blocks_for(n), 256, 0, stream>>>(x, value, n);
+  check(cudaGetLastError(), "fill launch");
 }
 
 template <class T>
@@ -176,12 +186,14 @@ double sum_squares(const T* g, size_t n, cudaStream_t stream) {
   template void gelu_backward<T>(T*, const T*, const T*, size_t, cudaStream_t);                               \
   template void residual_forward<T>(T*, const T*, const T*, size_t, cudaStream_t);                            \
   template void accumulate<T>(T*, const T*, size_t, cudaStream_t);                                            \
-  template void accumulate_rows<T>(T*, size_t, const T*, size_t, size_t, size_t, cudaStream_t);               \
+  template void accumulate_rows<T, T>(T*, size_t, const T*, size_t, size_t, size_t, cudaStream_t);            \
   template void scale<T>(T*, double, size_t, cudaStream_t);                                                   \
   template void adamw_step<T>(float*, T*, const T*, float*, float*, size_t, double, double, double, double,   \
                               double, long, double, bool, cudaStream_t);                                      \
   template double sum_squares<T>(const T*, size_t, cudaStream_t);
 PB_CUDA_FOR_EACH_DTYPE(PB_INSTANTIATE)
 #undef PB_INSTANTIATE
+template void accumulate_rows<__nv_bfloat16, float>(__nv_bfloat16*, size_t, const float*, size_t, size_t, size_t,
+                                                    cudaStream_t);
 
 }  // namespace pb::kernels::cuda

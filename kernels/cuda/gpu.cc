@@ -135,6 +135,27 @@ class CudaOps final : public DeviceOps<T> {
                           A*) const override {
     cuda::attention_backward(d(dqkv), d(datt), d(dout), d(qkv), d(att), B, Tn, C, NH, s());
   }
+  void attention_block_forward(A* o, A* m, A* l, const T* q, const T* k, const T* v, int Tq, int Tk, int hs,
+                               int q_stride, int kv_stride, int q_pos0, int k_pos0, bool causal) const override {
+    cuda::attention_block_forward(o, m, l, d(q), d(k), d(v), Tq, Tk, hs, q_stride, kv_stride, q_pos0, k_pos0, causal,
+                                  s());
+  }
+  void attention_block_finalize(T* out, A* lse, const A* o, const A* m, const A* l, int Tq, int hs,
+                                int out_stride) const override {
+    cuda::attention_block_finalize(d(out), lse, o, m, l, Tq, hs, out_stride, s());
+  }
+  void attention_block_merge(A* o, A* m, A* l, const A* o2, const A* m2, const A* l2, int Tq, int hs) const override {
+    cuda::attention_block_merge(o, m, l, o2, m2, l2, Tq, hs, s());
+  }
+  void attention_block_backward(A* dq, A* dk, A* dv, const T* q, const T* k, const T* v, const T* dout, const A* lse,
+                                const A* Drow, int Tq, int Tk, int hs, int q_stride, int kv_stride, int dout_stride,
+                                int q_pos0, int k_pos0, bool causal) const override {
+    cuda::attention_block_backward(dq, dk, dv, d(q), d(k), d(v), d(dout), lse, Drow, Tq, Tk, hs, q_stride, kv_stride,
+                                   dout_stride, q_pos0, k_pos0, causal, s());
+  }
+  void attention_row_dot(A* D, const T* dout, const T* out, int rows, int cols, int stride) const override {
+    cuda::attention_row_dot(D, d(dout), d(out), rows, cols, stride, s());
+  }
   void gelu_forward(T* out, const T* inp, size_t N) const override { cuda::gelu_forward(d(out), d(inp), N, s()); }
   void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N) const override {
     cuda::gelu_backward(d(dinp), d(inp), d(dout), N, s());
@@ -153,6 +174,12 @@ class CudaOps final : public DeviceOps<T> {
   void accumulate_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols,
                        size_t rows) const override {
     cuda::accumulate_rows(d(dst), dst_stride, d(src), src_stride, cols, rows, s());
+  }
+  void fill_acc(A* x, double value, size_t n) const override { cuda::fill(x, float(value), n, s()); }
+  void accumulate_acc(A* dst, const A* src, size_t n) const override { cuda::accumulate(dst, src, n, s()); }
+  void accumulate_rows_acc(T* dst, size_t dst_stride, const A* src, size_t src_stride, size_t cols,
+                           size_t rows) const override {
+    cuda::accumulate_rows(d(dst), dst_stride, src, src_stride, cols, rows, s());
   }
   void crossentropy_forward(A* losses, T* probs, const T* logits, const int32_t* targets, int N,
                             int V) const override {

@@ -82,6 +82,9 @@ void attention_block_backward(float* dq, float* dk, float* dv, const T* q, const
                               const T* dout, const float* lse, const float* Drow, int Tq, int Tk, int hs,
                               int q_stride, int kv_stride, int dout_stride, int q_pos0, int k_pos0, bool causal,
                               cudaStream_t stream);
+// D (rows) = rowsum(dout * out) over cols, row stride `stride` (a thread per row).
+template <class T>
+void attention_row_dot(float* D, const T* dout, const T* out, int rows, int cols, int stride, cudaStream_t stream);
 // Whole causal attention keeping lse (B,NH,T); bs is accepted for the CPU's
 // signature (the device tiles by kKeyTile; the result does not depend on bs).
 template <class T>
@@ -100,10 +103,13 @@ template <class T>
 void residual_forward(T* out, const T* a, const T* b, size_t N, cudaStream_t stream);
 template <class T>
 void accumulate(T* dst, const T* src, size_t N, cudaStream_t stream);
-// dst[r * dst_stride + c] += src[r * src_stride + c] for r < rows, c < cols.
-template <class T>
-void accumulate_rows(T* dst, size_t dst_stride, const T* src, size_t src_stride, size_t cols, size_t rows,
+// dst[r * dst_stride + c] += src[r * src_stride + c] for r < rows, c < cols
+// (src: T, or fp32 into a bf16 dst).
+template <class T, class S>
+void accumulate_rows(T* dst, size_t dst_stride, const S* src, size_t src_stride, size_t cols, size_t rows,
                      cudaStream_t stream);
+// x[0..n) = value.
+void fill(float* x, float value, size_t n, cudaStream_t stream);
 template <class T>
 void scale(T* x, double s, size_t N, cudaStream_t stream);
 

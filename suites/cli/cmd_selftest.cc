@@ -264,7 +264,7 @@ void selftest_unavailable(SelftestTally& t, const Env& env, const std::string& g
   t.skipped.push_back("CUDA kernels against the CPU, op by op: " + gpu + " (ctest -L gpu: kernels_cuda_test)");
   if (!gpu_nccl.empty())
     t.skipped.push_back("NCCL collectives, the data-parallel strategies, the tensor-parallel runner and pipeline schedules on a GPU: " + gpu_nccl);
-  t.skipped.push_back("context and expert parallel (and MoE) on a GPU: they run on the CPU only so far");
+  t.skipped.push_back("mixture-of-experts models and expert parallel on a GPU: the MoE MLP runs on the CPU only so far");
   if (!env.under_mpirun)
     t.skipped.push_back(
         "MPI backend: not under mpirun (run `mpirun -np 4 parabench collectives` and `mpirun -np 4 parabench check "

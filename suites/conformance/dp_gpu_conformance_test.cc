@@ -1,8 +1,8 @@
 // The data-parallel family and the pipeline schedules on GPUs (train.device =
 // cuda) under mpirun, one rank per GPU over the nccl backend: DDP and
 // ZeRO-1/2/3 at fp32 and bf16-mixed over every rank, tensor parallel and
-// Ulysses context parallel over every rank, and each schedule over the ranks
-// as pipeline stages (messages matched by order, runs of them posted
+// context parallel (ring, Ulysses) over every rank, and each schedule over
+// the ranks as pipeline stages (messages matched by order, runs of them posted
 // as NCCL groups), judged by the engine (the fp64 truth on the CPU, the same
 // reference on the GPU as a floor, the fp64 rerun on the CPU, memory and
 // bytes exact). Without a GPU per rank it exits 77 with the
@@ -93,18 +93,20 @@ TEST(DpGpuConformance, TensorParallelPassesWithAShardPerGpu) {
     }
 }
 
-// Context parallel by Ulysses with a slice of every sequence per GPU: the
-// all-to-alls of device buffers over NCCL, the packing as strided copies.
-TEST(DpGpuConformance, UlyssesPassesWithASlicePerGpu) {
-  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
-    StrategyRun s = run_of(dp::Shard::none, p);
-    s.spec.train.model = named_model("tiny-tp");  // 12 heads; 16 positions: two zigzag halves per rank at cp 2 and 4
-    s.spec.mesh.dp = 1;
-    s.spec.mesh.cp = WorldEnv::world().size();
-    s.spec.context.algo = CpAlgo::ulysses;
-    s.spec.train.batch = 2;
-    expect_pass(run_conformance(s, WorldEnv::world()), p);
-  }
+// Context parallel with a slice of every sequence per GPU: ring attention
+// (K/V blocks and the travelling dK/dV accumulators as grouped NCCL
+// send/recv in matching order) and Ulysses (all-to-alls of device buffers).
+TEST(DpGpuConformance, ContextParallelPassesWithASlicePerGpu) {
+  for (CpAlgo algo : {CpAlgo::ring, CpAlgo::ulysses})
+    for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+      StrategyRun s = run_of(dp::Shard::none, p);
+      s.spec.train.model = named_model("tiny-tp");  // 12 heads; 16 positions: two zigzag halves per rank at cp 2, 4
+      s.spec.mesh.dp = 1;
+      s.spec.mesh.cp = WorldEnv::world().size();
+      s.spec.context.algo = algo;
+      s.spec.train.batch = 2;
+      expect_pass(run_conformance(s, WorldEnv::world()), p);
+    }
 }
 
 }  // namespace
@@ -113,5 +115,5 @@ TEST(DpGpuConformance, UlyssesPassesWithASlicePerGpu) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   return pb::testing::run_all_tests_on_gpus(
-      "the data-parallel strategies, tensor parallel, Ulysses and pipeline schedules on GPUs");
+      "the data-parallel strategies, tensor and context parallel and pipeline schedules on GPUs");
 }

@@ -126,46 +126,72 @@ TEST(TpConformance, OnADeviceTheRankHoldsNoCpuKernelWorkspace) {
   for (int64_t m : on_cpu) EXPECT_EQ(m, cpu);
 }
 
-// Context parallel by Ulysses on stand-ins: the all-to-all packing as row
-// copies of each placement run (zigzag and contiguous), the attention the
-// device's, the whole sequences' tokens drawn in host memory; with tensor
-// parallel, sequence parallel and data parallel.
-TEST(TpConformance, OnADeviceUlyssesTrainsAsOnTheCpu) {
+// Context parallel on stand-ins, ring and Ulysses: the packing as row
+// copies, every attention block, merge and row sum the device's, the ring's
+// accumulators moved and added through the seam, the whole sequences' tokens
+// drawn in host memory; with tensor, sequence and data parallel, and inside
+// pipeline stages.
+TEST(TpConformance, OnADeviceContextParallelTrainsAsOnTheCpu) {
   struct Case {
     MeshShape mesh;
+    CpAlgo algo;
     bool sp, zigzag;
     dp::Shard shard;
     Precision p;
   };
   const Case cases[] = {
-      {MeshShape{1, 1, 2, 1}, false, true, dp::Shard::none, Precision::fp32},
-      {MeshShape{1, 1, 2, 1}, false, false, dp::Shard::none, Precision::bf16_mixed},
-      {MeshShape{1, 2, 2, 1}, true, true, dp::Shard::none, Precision::fp32},
-      {MeshShape{2, 1, 2, 1}, false, true, dp::Shard::zero1, Precision::bf16_mixed},
+      {MeshShape{1, 1, 2, 1}, CpAlgo::ulysses, false, true, dp::Shard::none, Precision::fp32},
+      {MeshShape{1, 1, 2, 1}, CpAlgo::ulysses, false, false, dp::Shard::none, Precision::bf16_mixed},
+      {MeshShape{1, 2, 2, 1}, CpAlgo::ulysses, true, true, dp::Shard::none, Precision::fp32},
+      {MeshShape{2, 1, 2, 1}, CpAlgo::ulysses, false, true, dp::Shard::zero1, Precision::bf16_mixed},
+      {MeshShape{1, 1, 2, 1}, CpAlgo::ring, false, true, dp::Shard::none, Precision::fp32},
+      {MeshShape{1, 1, 3, 1}, CpAlgo::ring, false, false, dp::Shard::none, Precision::bf16_mixed},  // accumulators travel
+      {MeshShape{1, 2, 2, 1}, CpAlgo::ring, true, true, dp::Shard::zero3, Precision::fp32},
+      {MeshShape{1, 1, 2, 2}, CpAlgo::ring, false, true, dp::Shard::none, Precision::fp32},  // in pipeline stages
   };
   for (const Case& c : cases) {
     StrategyRun s = run_of(c.mesh, c.sp, Recompute::none, c.shard, c.p);
-    s.spec.context.algo = CpAlgo::ulysses;
+    s.spec.context.algo = c.algo;
     s.spec.context.zigzag = c.zigzag;
-    testing::expect_stand_ins_train_as_the_cpu(s, mesh_text(c.mesh) + " ulysses" + (c.zigzag ? " zigzag" : "") +
-                                                      (c.sp ? " sp" : "") + " " + precision_name(c.p));
+    if (c.mesh.pp > 1) {
+      s.spec.train.model.L = 4;
+      s.spec.train.batch = 2;
+      s.spec.train.microbatches = 2;
+      s.spec.pipe.schedule = pipeline::ScheduleKind::one_f_one_b;
+    }
+    testing::expect_stand_ins_train_as_the_cpu(s, mesh_text(c.mesh) + " " + std::string(cp_algo_name(c.algo)) +
+                                                      (c.zigzag ? " zigzag" : "") + (c.sp ? " sp" : "") + " " +
+                                                      precision_name(c.p));
   }
 }
 
-TEST(TpConformance, OnADeviceRingAttentionAndExpertParallelAreRefusedByName) {
-  for (MeshShape m : {MeshShape{1, 2, 2, 1}, MeshShape{1, 1, 2, 1}, MeshShape{1, 1, 2, 2}, MeshShape{2, 1, 1, 1, 0, 2}}) {
-    StrategyRun s = run_of(m, false, Recompute::none, dp::Shard::none, Precision::fp32);
-    s.spec.train.device = Device::cuda;
-    if (m.pp > 1) s.spec.context.algo = CpAlgo::ulysses;  // Ulysses, but inside pipeline stages
-    try {
-      validate(s.spec);
-      ADD_FAILURE() << mesh_text(m) << " accepted on a device";
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(
-                    "ring attention, context parallel inside pipeline stages and expert parallel run on the CPU only"),
-                std::string::npos)
-          << e.what();
-    }
+// The ring's messages, matched by order alone as nccl matches them (the
+// local backend's match_by_order): each step's accumulator and K/V hop posted
+// as one group in the same order on both sides, so the run is the same bits
+// as with tags. cp 3 and 4: accumulators travel more than one hop.
+TEST(TpConformance, RingMessagesMatchedByOrderAloneAsOnNccl) {
+  for (int cp : {2, 3, 4}) {
+    StrategyRun s = run_of(MeshShape{1, 1, cp, 1}, false, Recompute::none, dp::Shard::none, Precision::fp32);
+    s.spec.context.algo = CpAlgo::ring;
+    s.spec.context.zigzag = false;
+    const ConformanceResult tagged = run_conformance(s);
+    s.world.match_by_order = true;
+    const ConformanceResult ordered = run_conformance(s);
+    EXPECT_TRUE(ordered.pass()) << "cp" << cp << ":" << describe_failures(ordered);
+    EXPECT_EQ(ordered.trace.loss, tagged.trace.loss) << "cp" << cp;
+    EXPECT_EQ(ordered.trace.grads1, tagged.trace.grads1) << "cp" << cp;
+    EXPECT_EQ(ordered.trace.params, tagged.trace.params) << "cp" << cp;
+  }
+}
+
+TEST(TpConformance, OnADeviceExpertParallelIsRefusedByName) {
+  StrategyRun s = run_of(MeshShape{2, 1, 1, 1, 0, 2}, false, Recompute::none, dp::Shard::none, Precision::fp32);
+  s.spec.train.device = Device::cuda;
+  try {
+    validate(s.spec);
+    ADD_FAILURE() << "ep2 accepted on a device";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("expert parallel runs on the CPU only"), std::string::npos) << e.what();
   }
 }
 

@@ -326,7 +326,7 @@ TEST(Sweep, DevicePointsRunEachRankOnItsDevice) {
   SweepConfig c = tiny_config();
   c.microbatches = {2};
   for (const auto& [mesh, strategy] : {std::pair{"dp2", "shard=zero3"}, std::pair{"pp2", "shard=none,schedule=1f1b"},
-                                       std::pair{"tp2", "shard=none,sp=true"}}) {
+                                       std::pair{"tp2", "shard=none,sp=true"}, std::pair{"cp2", "shard=none"}}) {
     SCOPED_TRACE(std::string(mesh) + " " + strategy);
     c.device = Device::cpu;
     SweepPoint p;
@@ -353,6 +353,7 @@ TEST(Sweep, DevicePointsRunEachRankOnItsDevice) {
     EXPECT_EQ(dev.comm_dp_bytes, cpu.comm_dp_bytes);
     EXPECT_EQ(dev.comm_pp_bytes, cpu.comm_pp_bytes);
     EXPECT_EQ(dev.comm_tp_bytes, cpu.comm_tp_bytes);
+    EXPECT_EQ(dev.comm_cp_bytes, cpu.comm_cp_bytes);
     if (std::string(mesh) == "tp2") {
       EXPECT_GT(dev.comm_tp_bytes, 0);
     }
@@ -366,16 +367,15 @@ TEST(Sweep, DevicePointsRunEachRankOnItsDevice) {
     EXPECT_EQ(run_point(c, p, 1e9).status, "rejected");  // no world: threads, not GPUs
     EXPECT_NE(run_point(c, p, 1e9).reason.find("sweep.device"), std::string::npos);
   }
-  SweepPoint cp;
+  // A point no strategy runs on a device (MoE: its routing is host code) is
+  // a rejected row naming why.
+  SweepPoint moe;
   for (const SweepPoint& q : expand(c))
-    if (q.world == 2) cp = q;
-  cp.mesh = "cp2";
-  cp.dp = 1;
-  const PointResult r = run_point(c, cp, 1e9);
+    if (q.world == 2) moe = q;
+  moe.model = "tiny-moe";
+  const PointResult r = run_point(c, moe, 1e9);
   EXPECT_EQ(r.status, "rejected");
-  EXPECT_NE(r.reason.find("ring attention, context parallel inside pipeline stages and expert parallel run on the CPU"),
-            std::string::npos)
-      << r.reason;
+  EXPECT_NE(r.reason.find("train.device: cuda runs dense models"), std::string::npos) << r.reason;
 }
 
 }  // namespace
