@@ -15,7 +15,8 @@ void Declared::add_comm(const std::string& group, CommOp op, int64_t bytes) {
 
 void require_host(const TrainDevice* device, const std::string& strategy) {
   require(device == nullptr, "train.device: " + (device ? device->name : std::string()) + ": the " + strategy +
-                                 " strategy runs on the CPU only so far (data_parallel, tensor_parallel and pipeline run on a device)");
+                                 " strategy runs on the CPU only so far (data_parallel, tensor_parallel and "
+                                 "pipeline run on a device)");
 }
 
 std::shared_ptr<TrainDevice> open_device(Device device, const DeviceOpener& open) {

@@ -324,7 +324,7 @@ void TpModel<T>::attention_forward(Block& a, const T* x_in, const T* u) {
   const auto& o = layout_->block();
   float* ws = mm_ws_.data();
   ops_->layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w, u + o.ln1_b, Nl_,
-                       C_);
+                          C_);
   const T* in1 = a.ln1.data();
   if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
   ops_->matmul_forward(a.qkv.data(), in1, u + o.qkv_w, u + o.qkv_b, N_, C_, 3 * Ct_, ws);
@@ -333,7 +333,7 @@ void TpModel<T>::attention_forward(Block& a, const T* x_in, const T* u) {
   row_parallel(tmp_.data(), a.atty.data(), u + o.attproj_w, u + o.attproj_b, Ct_);
   ops_->residual_forward(a.xmid.data(), x_in, tmp_.data(), size_t(Nl_) * C_);
   ops_->layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w,
-                       u + o.ln2_b, Nl_, C_);
+                          u + o.ln2_b, Nl_, C_);
 }
 
 template <class T>
@@ -372,7 +372,7 @@ void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
   if (o_.sp) gather(dout, gat_.data()), dof = gat_.data();
   zero(dfchg_);
   ops_->matmul_backward(dfchg_.data(), du + o.fcproj_w, null, dof, a.fchg.data(), u + o.fcproj_w, N_, 4 * Ct_, C_,
-                     ws);
+                        ws);
   ops_->add_rows_backward(du + o.fcproj_b, dout, nullptr, Nl_, C_, 0, 1);  // the bias: column sums
   zero(dfch_);
   ops_->gelu_backward(dfch_.data(), a.fch.data(), dfchg_.data(), size_t(N_) * 4 * Ct_);
@@ -382,7 +382,7 @@ void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
   ops_->matmul_backward(part_.data(), du + o.fc_w, du + o.fc_b, dfch_.data(), in2, u + o.fc_w, N_, C_, 4 * Ct_, ws);
   const T* dln2 = reduce_input_grad();
   ops_->layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, dln2, a.xmid.data(), u + o.ln2_w,
-                        a.ln2_mean.data(), a.ln2_rstd.data(), Nl_, C_);
+                           a.ln2_mean.data(), a.ln2_rstd.data(), Nl_, C_);
   attention_backward(dx_in, du, x_in, a, u);
 }
 
@@ -407,7 +407,7 @@ void TpModel<T>::attention_backward(T* dx_in, T* du, const T* x_in, const Block&
   if (o_.sp) gather(dres_.data(), gat_.data()), dres = gat_.data();
   zero(datty_);
   ops_->matmul_backward(datty_.data(), du + o.attproj_w, null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_,
-                     ws);
+                        ws);
   ops_->add_rows_backward(du + o.attproj_b, dres_.data(), nullptr, Nl_, C_, 0, 1);
   zero(dqkv_);
   attend_backward(a);
@@ -415,10 +415,10 @@ void TpModel<T>::attention_backward(T* dx_in, T* du, const T* x_in, const Block&
   if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
   zero(part_);
   ops_->matmul_backward(part_.data(), du + o.qkv_w, du + o.qkv_b, dqkv_.data(), in1, u + o.qkv_w, N_, C_, 3 * Ct_,
-                     ws);
+                        ws);
   const T* dln1 = reduce_input_grad();
   ops_->layernorm_backward(dx_in, du + o.ln1_w, du + o.ln1_b, dln1, x_in, u + o.ln1_w, a.ln1_mean.data(),
-                        a.ln1_rstd.data(), Nl_, C_);
+                           a.ln1_rstd.data(), Nl_, C_);
 }
 
 template <class T>
@@ -438,7 +438,7 @@ void TpModel<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_i
   zero(part_);  // d ln2: the MoE MLP's input gradient, whole on every tp rank (its partial sums reduced inside)
   moe_->backward(part_.data(), du, dout, a.ln2.data(), m, u, aux_weight, moe_scratch_, experts, dexperts);
   ops_->layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, part_.data(), a.xmid.data(), u + o.ln2_w,
-                        a.ln2_mean.data(), a.ln2_rstd.data(), N_, C_);
+                           a.ln2_mean.data(), a.ln2_rstd.data(), N_, C_);
   attention_backward(dx_in, du, x_in, a, u);
 }
 

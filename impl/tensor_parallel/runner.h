@@ -186,7 +186,8 @@ class TpRunner {
  public:
   // moe, ops: as TpModel's.
   TpRunner(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, const MarkovSource& data,
-           MemoryTracker* mt, int Bm, int Tn, MoeScope moe = {}, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
+           MemoryTracker* mt, int Bm, int Tn, MoeScope moe = {},
+           const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
   // Samples [first, first + Bm) of step `step` (this rank's tokens of them);
   // dloss = 1 / (tokens of the global batch). Returns the sum of this
   // microbatch's token losses on this rank's tokens (the same on every tp rank),

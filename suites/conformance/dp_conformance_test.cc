@@ -154,12 +154,6 @@ TEST(DpConformance, FaultsThatDoNotApplyAreRefused) {
   }
 }
 
-const ExactCheck& exact_of(const ConformanceResult& r, const std::string& what) {
-  for (const auto& e : r.exact)
-    if (e.what == what) return e;
-  throw std::out_of_range("no exact check " + what);
-}
-
 // tiny, six blocks deep: blocks outweigh the embeddings, so how many are
 // gathered at once decides the comm-buffer peak.
 StrategyRun deep_run_of(dp::Shard shard, int dp, Precision p, int micro = 1) {
@@ -179,7 +173,7 @@ TEST(DpConformance, CommBufferPeakIsExact) {
     s.spec.data.prefetch = prefetch;
     auto r = run_conformance(s);
     EXPECT_TRUE(r.pass()) << explain(r);
-    const auto& c = exact_of(r, "mem.comm");
+    const auto& c = r.exact_of("mem.comm");
     EXPECT_EQ(c.measured, c.declared);
     EXPECT_GT(c.measured, last) << "prefetch " << prefetch << " holds no more than " << prefetch - 1;
     last = c.measured;
@@ -195,9 +189,9 @@ TEST(DpConformance, CommBufferPeakIsExact) {
       s.spec.data.shard_group = 2;
       auto r = run_conformance(s);
       EXPECT_TRUE(r.pass()) << explain(r);
-      EXPECT_GT(exact_of(r, "mem.comm").declared, 0) << r.strategy;
+      EXPECT_GT(r.exact_of("mem.comm").declared, 0) << r.strategy;
     }
-  EXPECT_EQ(exact_of(run_conformance(run_of(dp::Shard::none, 2, Precision::fp32)), "mem.comm").declared, 0);
+  EXPECT_EQ(run_conformance(run_of(dp::Shard::none, 2, Precision::fp32)).exact_of("mem.comm").declared, 0);
 }
 
 // A strategy that trains exactly like one device and moves exactly the
@@ -211,7 +205,7 @@ TEST(DpConformance, LeakingGatheredBlocksFailsOnMemoryAlone) {
   for (const auto& c : r.rule) EXPECT_TRUE(c.pass) << c.quantity << " step " << c.step;
   for (const auto& c : r.bits) EXPECT_TRUE(c.pass) << c.quantity << " step " << c.step;
   for (const auto& e : r.exact) EXPECT_EQ(e.pass, e.what != "mem.comm") << e.what;
-  const auto& c = exact_of(r, "mem.comm");
+  const auto& c = r.exact_of("mem.comm");
   EXPECT_GT(c.measured, c.declared);
   // Without resharding every block is held into backward anyway: the fault
   // could not raise the peak, so asking for it is bad input.

@@ -3,12 +3,19 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 #include "harness/status.h"
 #include "impl/pipeline/delayed_reference.h"
 #include "impl/registry.h"
 
 namespace pb {
+
+const ExactCheck& ConformanceResult::exact_of(const std::string& what) const {
+  for (const auto& e : exact)
+    if (e.what == what) return e;
+  throw std::out_of_range("no exact check " + what + " in " + strategy);
+}
 
 bool ConformanceResult::pass() const {
   auto ok = [](const auto& v) {

@@ -66,6 +66,9 @@ struct ConformanceResult {
   std::vector<RankTimes> times;        // per world rank, the last step
   bool hosts_rank0 = true;             // false on MPI ranks other than 0 (fields empty)
   bool pass() const;
+  // The exact check named `what` ("mem.workspace"); std::out_of_range naming
+  // it and the strategy when there is none.
+  const ExactCheck& exact_of(const std::string& what) const;
 };
 
 // Every failed check of r, one bracket each ("" when r passes): for test and

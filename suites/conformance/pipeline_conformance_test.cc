@@ -39,12 +39,6 @@ StrategyRun run_of(pl::ScheduleKind k, int pp, int m, int v = 1, int dp = 1, Pre
   return r;
 }
 
-const ExactCheck& exact_of(const ConformanceResult& r, const std::string& what) {
-  for (const auto& e : r.exact)
-    if (e.what == what) return e;
-  throw std::out_of_range("no exact check " + what + " in " + r.strategy);
-}
-
 std::string explain(const ConformanceResult& r) {
   return r.strategy + " " + precision_name(r.precision) + ":" + describe_failures(r);
 }
@@ -56,10 +50,10 @@ ConformanceResult expect_bitwise_pass(const StrategyRun& run, PipelineReport* re
   EXPECT_FALSE(r.bits.empty()) << r.strategy;
   // Model states, activations, p2p sends, the tied all-reduce: all declared.
   for (const char* what : {"mem.params", "mem.grads", "mem.optimizer", "mem.activations"})
-    EXPECT_GT(exact_of(r, what).measured, 0) << r.strategy << " " << what;
+    EXPECT_GT(r.exact_of(what).measured, 0) << r.strategy << " " << what;
   if (run.spec.mesh.pp > 1) {
-    EXPECT_GT(exact_of(r, "comm.pp.send").declared, 0) << r.strategy;
-    EXPECT_GT(exact_of(r, "comm.pp_tied.all_reduce").declared, 0) << r.strategy;
+    EXPECT_GT(r.exact_of("comm.pp.send").declared, 0) << r.strategy;
+    EXPECT_GT(r.exact_of("comm.pp_tied.all_reduce").declared, 0) << r.strategy;
   }
   if (rep) *rep = pipeline_report(run.spec, r);
   return r;
@@ -154,12 +148,12 @@ TEST(PipelineConformance, EveryDataAxisOptionInsideTheStages) {
         // levels, the tied sum on the shards): bit equality everywhere.
         EXPECT_TRUE(r.bitwise_declared && !r.bits.empty()) << r.strategy;
         for (const char* what : {"mem.params", "mem.grads", "mem.activations"})
-          EXPECT_GT(exact_of(r, what).declared, 0) << r.strategy << " " << what;
-        EXPECT_EQ(exact_of(r, "mem.optimizer.host").declared > 0, c.offload) << r.strategy;
+          EXPECT_GT(r.exact_of(what).declared, 0) << r.strategy << " " << what;
+        EXPECT_EQ(r.exact_of("mem.optimizer.host").declared > 0, c.offload) << r.strategy;
         const char* dp_op = c.shard == dp::Shard::none ? "comm.dp.all_reduce"
                             : c.shard == dp::Shard::hsdp ? "comm.dp_shard.reduce_scatter"
                             : c.shard == dp::Shard::hzero ? "comm.dp_intra.reduce_scatter" : "comm.dp.reduce_scatter";
-        EXPECT_GT(exact_of(r, dp_op).declared, 0) << r.strategy;
+        EXPECT_GT(r.exact_of(dp_op).declared, 0) << r.strategy;
       }
 }
 
@@ -170,8 +164,8 @@ TEST(PipelineConformance, StageModelStatesFallWithTheShard) {
   for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3}) {
     auto r = run_conformance(with_data(run_of(pl::ScheduleKind::one_f_one_b, 2, 4, 1, 2), {sh, 2, 0, 0, false}));
     ASSERT_TRUE(r.pass()) << explain(r);
-    const int64_t states = exact_of(r, "mem.params").measured + exact_of(r, "mem.grads").measured +
-                           exact_of(r, "mem.optimizer").measured;
+    const int64_t states = r.exact_of("mem.params").measured + r.exact_of("mem.grads").measured +
+                           r.exact_of("mem.optimizer").measured;
     EXPECT_LT(states, last) << r.strategy;
     last = states;
   }
@@ -345,10 +339,10 @@ TEST(PipelineConformance, OnADeviceEachRankTrainsAsOnTheCpu) {
     const testing::StandInRuns runs = testing::expect_stand_ins_train_as_the_cpu(
         s, std::string(pl::schedule_name(c.kind)) + " " + mesh_text(s.spec.mesh) + " " + precision_name(c.p));
     const ConformanceResult &cpu = runs.cpu, &r = runs.device;
-    EXPECT_EQ(exact_of(r, "mem.activations").measured, exact_of(cpu, "mem.activations").measured) << r.strategy;
+    EXPECT_EQ(r.exact_of("mem.activations").measured, cpu.exact_of("mem.activations").measured) << r.strategy;
     // A device's kernels keep their own workspaces: the CPU's GEMM staging
     // and attention scores are not held (nor declared) on it.
-    EXPECT_LT(exact_of(r, "mem.workspace").measured, exact_of(cpu, "mem.workspace").measured) << r.strategy;
+    EXPECT_LT(r.exact_of("mem.workspace").measured, cpu.exact_of("mem.workspace").measured) << r.strategy;
   }
 }
 
