@@ -19,12 +19,17 @@ MARKERS = ["o", "s", "^", "D", "v", "P"]
 
 
 def machine_labels(runs):
-    """[label] per (dir, run): its host(s) as recorded; dir name added on a clash."""
+    """[label] per (dir, run): its host(s) as recorded, and the GPUs its sweep
+    rows name (the `device` column, when not the CPU); dir name added on a clash."""
     labels = []
     for d, run in runs:
         hosts = sorted({r.get("host", "") for k in ("collective", "sweep", "plan", "conformance", "train_step")
                         for r in run[k] if r.get("host")})
-        labels.append(", ".join(hosts) if hosts else "(no host recorded)")
+        label = ", ".join(hosts) if hosts else "(no host recorded)"
+        devices = sorted({r.get("device", "") for r in ok(run["sweep"]) if r.get("device") not in (None, "", "cpu")})
+        if devices:
+            label += " (%s)" % ", ".join(devices)
+        labels.append(label)
     hosts = list(labels)
     for i, (d, _run) in enumerate(runs):
         if hosts.count(hosts[i]) > 1 or hosts[i] == "(no host recorded)":

@@ -259,6 +259,7 @@ def main():
     ap.add_argument("--drop-point", action="store_true")
     ap.add_argument("--schema", default=SCHEMA)
     ap.add_argument("--host", default="fixture", help="the host the rows record (a machine's name)")
+    ap.add_argument("--device", default="cpu", help="the device the sweep rows record (a GPU's name)")
     ap.add_argument("--speed", type=float, default=1.0,
                     help="scales throughputs and bandwidths (a faster or slower fixture machine)")
     a = ap.parse_args()
@@ -272,6 +273,8 @@ def main():
     conf, coll, train = conformance_rows(rng, a.fail_conformance), collective_rows(rng), train_rows(rng)
     for r in sweep + plans + conf + coll + train:
         r["host"] = a.host
+    for r in sweep:
+        r["device"] = a.device
     for r in sweep + train:
         r["tokens_per_s"] *= a.speed
         for c in ("step_time_s", "step_time_min_s", "step_time_max_s"):

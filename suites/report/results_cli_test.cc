@@ -272,9 +272,11 @@ TEST(ResultsCli, ReportWritesPngsEmbeddedInHtml) {
 }
 
 // Machines side by side: two fixture runs recorded on different hosts (one
-// 2.5x faster) and a run with only collectives, in one report.
+// 2.5x faster, on GPUs its sweep rows name) and a run with only collectives,
+// in one report.
 TEST(ResultsCli, ReportPutsMachinesSideBySide) {
-  const std::string a = fixture("machine_a", "--host node-a"), b = fixture("machine_b", "--host node-b --speed 2.5");
+  const std::string a = fixture("machine_a", "--host node-a"),
+                    b = fixture("machine_b", "--host node-b --speed 2.5 --device 'cuda:0 NVIDIA H100 80GB HBM3'");
   const fs::path coll = kDir / "machine_c";
   fs::remove_all(coll);
   fs::create_directories(coll);
@@ -289,7 +291,7 @@ TEST(ResultsCli, ReportPutsMachinesSideBySide) {
     EXPECT_NE(html.find(base64(slurp(out / png))), std::string::npos) << png << " not embedded";
   }
   EXPECT_NE(html.find("3 runs side by side"), std::string::npos);
-  EXPECT_NE(html.find("node-b"), std::string::npos);
+  EXPECT_NE(html.find("node-b (cuda:0 NVIDIA H100 80GB HBM3)"), std::string::npos);  // the GPU its rows name
   EXPECT_NE(html.find("node-a [machine_a]"), std::string::npos);  // a host recorded twice: the directory added
   EXPECT_NE(html.find("node-a [machine_c]"), std::string::npos);
   EXPECT_EQ(html.find("skipped"), std::string::npos);

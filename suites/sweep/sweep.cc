@@ -65,6 +65,7 @@ struct RankOut {
   int64_t dp_bytes = 0, pp_bytes = 0, inter_bytes = 0, tp_bytes = 0, cp_bytes = 0, ep_bytes = 0;
   MoeLoad moe;  // over the measured steps
   double blocked_s = 0;
+  std::string device = "cpu";  // what this rank trained on (its device's name)
 };
 
 // The measured steps: c.steps, or under c.min_seconds as many as the slowest
@@ -80,6 +81,7 @@ void run_rank(const RunSpec& spec, const SweepConfig& sc, Communicator& world, R
               const DeviceOpener& open_device) {
   const RankDevice device(world, spec.train.device, open_device);  // outlives the rank
   std::unique_ptr<Rank> rank = strategy_for(spec).make_rank(spec, world, device.get());
+  if (device.get()) out.device = device.get()->name;
   double last = 0;
   for (int i = 0; i < sc.warmup; ++i) last = rank->step().seconds;
   const int steps = measured_steps(sc, world, last);
@@ -159,6 +161,7 @@ RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<
   for (int64_t x : {l.calls, l.choices, l.dropped, l.sent_rows, l.owner_rows, l.expert_calls}) busy.push_back(double(x));
   comm.all_reduce(busy.data(), busy.data(), busy.size(), DType::f64, ReduceOp::sum);
   RankOut out;
+  out.device = mine.device;  // rank 0's, where rank 0 keeps the result
   const size_t n = mine.ends.size();
   out.ends.assign(v.begin(), v.begin() + std::ptrdiff_t(n));
   const double* T = v.data() + n;  // max wall per step
@@ -361,6 +364,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
                       const DeviceOpener& open_device) {
   PointResult res;
   bool started = false;  // ranks are running: under MPI no error can be a row any more
+  res.device = std::string(device_name(c.device));  // until rank 0's device says its name
   res.seq = c.seq;
   res.global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : c.global_batch;
   try {
@@ -397,6 +401,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     }
     if (world && !hosts_rank(*world, 0)) return res;  // rank 0 reports
     const std::vector<double> paced = step_times(all.ends);
+    res.device = all.device;
     for (int t = 0; t < 6; ++t) res.mem[t] = all.mem[t];
     res.mem_total = all.mem_total;
     res.mem_host_total = all.mem_host_total;
@@ -442,7 +447,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
 
 CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
   CsvRecord rec;
-  rec.set("strategy", p.strategy).set("model", p.model).set("precision", p.precision);
+  rec.set("strategy", p.strategy).set("model", p.model).set("precision", p.precision).set("device", r.device);
   rec.set("microbatches", p.microbatches).set("global_batch", r.global_batch).set("seq_len", r.seq);
   rec.set("scaling", p.scaling);
   if (r.status != "ok") return rec;

@@ -85,6 +85,7 @@ std::vector<SweepPoint> expand(const SweepConfig& c);
 struct PointResult {
   std::string status = "ok";  // ok | rejected | failed
   std::string reason;
+  std::string device = "cpu";  // rank 0's device name ("cuda:0 NVIDIA H100 ..."); not run: sweep.device
   int64_t global_batch = 0, seq = 0;
   double step_time_s = 0, tokens_per_s = 0, model_flops_per_s = 0, mfu = 0, peak_flops = 0;
   // The spread of the measured steps (each the job's pace, step_times):

@@ -79,6 +79,7 @@ TEST(Sweep, RowsPassTheSchemaAndCarryMeasuredFigures) {
     EXPECT_GE(hi, std::stod(row[t.column("step_time_s")]));
     EXPECT_GE(std::stod(row[t.column("step_time_cv")]), 0);
     EXPECT_EQ(std::stoi(row[t.column("measured_steps")]), 2);  // sweep.steps, no min_seconds
+    EXPECT_EQ(row[t.column("device")], "cpu");
     EXPECT_EQ(row[t.column("oversubscribed")], world > int(std::max(1u, std::thread::hardware_concurrency())) ? "1" : "0");
     EXPECT_GT(std::stod(row[t.column("mfu")]), 0);
     EXPECT_DOUBLE_EQ(std::stod(row[t.column("peak_flops")]), 10e9 * world);
@@ -344,6 +345,11 @@ TEST(Sweep, DevicePointsRunEachRankOnItsDevice) {
     auto world = make_local_world(wo);
     const PointResult dev = run_point(c, p, 1e9, world.get(), [&] { return devices.open(); });
     ASSERT_EQ(dev.status, "ok") << dev.reason;
+    EXPECT_EQ(cpu.device, "cpu");
+    EXPECT_EQ(dev.device, "stand-in device");  // rank 0's device names the row
+    const CsvRecord rec = to_record(p, dev);
+    ASSERT_NE(rec.find("device"), nullptr);
+    EXPECT_EQ(*rec.find("device"), "stand-in device");
     for (int t = 0; t < 6; ++t) {  // but the workspace: a device's kernels keep their own (device_ops.h)
       if (MemTag(t) == MemTag::workspace) continue;
       EXPECT_EQ(dev.mem[t], cpu.mem[t]) << "tag " << t;
@@ -376,6 +382,7 @@ TEST(Sweep, DevicePointsRunEachRankOnItsDevice) {
   const PointResult r = run_point(c, moe, 1e9);
   EXPECT_EQ(r.status, "rejected");
   EXPECT_NE(r.reason.find("train.device: cuda runs dense models"), std::string::npos) << r.reason;
+  EXPECT_EQ(r.device, "cuda");  // not run: the setting
 }
 
 }  // namespace
