@@ -1,6 +1,9 @@
 // One seam between the model and the device it runs on: every op the
 // single-device model step calls (reference/gpt.cc, reference/runner.cc, the
-// optimizer and the norm), plus the memory moves around them, behind one
+// optimizer and the norm), the pieces a tensor- or context-parallel rank adds
+// (impl/tensor_parallel/runner.cc, impl/context_parallel/attention.cc: its
+// vocabulary shard's lookup and cross-entropy, rows by index, blockwise
+// attention, strided row moves), plus the memory moves around them, behind one
 // interface with a CPU and a CUDA implementation. The model code is written
 // once against it; the CPU implementation forwards to kernels/cpu exactly (so
 // the model through this seam is bit-identical to the CPU kernels called
