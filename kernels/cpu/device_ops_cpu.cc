@@ -98,9 +98,7 @@ class CpuOps final : public DeviceOps<T> {
     for (size_t r = 0; r < rows; ++r) kernels::accumulate(dst + r * dst_stride, src + r * src_stride, cols);
   }
   void fill_acc(A* x, double value, size_t n) const override { std::fill(x, x + n, A(value)); }
-  void accumulate_acc(A* dst, const A* src, size_t n) const override {
-    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
-  }
+  void accumulate_acc(A* dst, const A* src, size_t n) const override { kernels::accumulate(dst, src, n); }
   void accumulate_rows_acc(T* dst, size_t dst_stride, const A* src, size_t src_stride, size_t cols,
                            size_t rows) const override {
     for (size_t r = 0; r < rows; ++r)

@@ -1,10 +1,11 @@
 // Token + learned position embedding (GPT-2), forward and backward.
 // Invariant: the backward adds every destination row exactly once. Rows of
 // dwte hit by several tokens are summed in A first (positions visited in
-// (b, t) order after a stable sort by token), so the result is deterministic
-// and bf16 destinations are rounded once, as ops.h requires.
+// (b, t) order after a stable sort by token: add_rows_backward,
+// vocab_parallel.cc), so the result is deterministic and bf16 destinations
+// are rounded once, as ops.h requires.
 #include <algorithm>
-#include <numeric>
+#include <climits>
 #include <vector>
 
 #include "kernels/common/math.h"
@@ -44,23 +45,8 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* inp, int B
       for (int c = 0; c < C; ++c) add_into(dst[c], acc[c]);
     }
   }
-  if (dwte) {
-    const size_t n = size_t(B) * Tn;
-    std::vector<size_t> order(n);
-    std::iota(order.begin(), order.end(), size_t(0));
-    std::stable_sort(order.begin(), order.end(),
-                     [inp](size_t a, size_t b) { return inp[a] < inp[b]; });
-    for (size_t i = 0; i < n;) {
-      const int32_t tok = inp[order[i]];
-      std::fill(acc.begin(), acc.end(), A(0));
-      for (; i < n && inp[order[i]] == tok; ++i) {
-        const T* d = dout + order[i] * C;
-        for (int c = 0; c < C; ++c) acc[c] += load(d[c]);
-      }
-      T* dst = dwte + size_t(tok) * C;
-      for (int c = 0; c < C; ++c) add_into(dst[c], acc[c]);
-    }
-  }
+  // dwte: the rows of the tokens, each summed over its positions in (b, t) order.
+  if (dwte) add_rows_backward(dwte, dout, inp, B * Tn, C, 0, INT_MAX);
 }
 
 #define PB_INSTANTIATE(T)                                                                         \
