@@ -188,6 +188,18 @@ class StandInOps final : public kernels::DeviceOps<T> {
                                    int v) const override {
     cpu()->vocab_crossentropy_backward(d, p, t, f, g, N, Vr, v);
   }
+  void moe_scatter_rows(T* xe, const T* x, const int32_t* ch, const int32_t* sl, int N, int K, int C,
+                        int rows) const override {
+    cpu()->moe_scatter_rows(xe, x, ch, sl, N, K, C, rows);
+  }
+  void moe_combine(T* o, const T* y, const int32_t* ch, const int32_t* sl, const A* w, int N, int K, int C, int rows,
+                   bool acc) const override {
+    cpu()->moe_combine(o, y, ch, sl, w, N, K, C, rows, acc);
+  }
+  void moe_combine_backward(T* dy, A* dw, const T* d, const T* y, const int32_t* ch, const int32_t* sl, const A* w,
+                            int N, int K, int C, int rows) const override {
+    cpu()->moe_combine_backward(dy, dw, d, y, ch, sl, w, N, K, C, rows);
+  }
   double sum(const A* x, size_t n) const override { return cpu()->sum(x, n); }
   void adamw_step(M* master, T* p, const T* g, M* m, M* v, size_t n, const kernels::AdamWHyper& h,
                   bool decay) const override {

@@ -205,7 +205,7 @@ void Gpt<T>::moe_block_forward(BlockActs<T>& a, MoeActs<T>& ma, const T* x_in, c
                                MoeScratch<T>& ms, MoeScope scope, const T* ex) const {
   const int N = B_ * Tn_;
   attention_half_forward(a, x_in, u, s);
-  MoeMlp<T>(*layout_, N, scope).forward(ma, s.tmp.data(), a.ln2.data(), u, ms, ex);
+  MoeMlp<T>(*layout_, N, scope, *ops_).forward(ma, s.tmp.data(), a.ln2.data(), u, ms, ex);
   ops_->residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * layout_->model().C);
 }
 
@@ -216,7 +216,7 @@ void Gpt<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
   const int N = B_ * Tn_;
   ops_->copy(s.dres.data(), dout, size_t(N) * layout_->model().C * sizeof(T));
   zero(*ops_, s.dln);
-  MoeMlp<T>(*layout_, N, scope).backward(s.dln.data(), du, dout, a.ln2.data(), ma, u, aux_weight, ms, ex, dex);
+  MoeMlp<T>(*layout_, N, scope, *ops_).backward(s.dln.data(), du, dout, a.ln2.data(), ma, u, aux_weight, ms, ex, dex);
   attention_half_backward(dx_in, du, x_in, a, u, s);
 }
 

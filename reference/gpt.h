@@ -89,7 +89,7 @@ class Gpt {
  public:
   using A = acc_t<T>;
   // ops: the device the buffers live on and the kernels run on (the CPU by
-  // default; kernels/common/device_ops.h). The MoE MLP runs on the CPU only.
+  // default; kernels/common/device_ops.h), the MoE MLP's too (moe.h).
   Gpt(const ParamLayout& layout, int B, int Tn, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
   const kernels::DeviceOps<T>& ops() const { return *ops_; }
 

@@ -15,7 +15,6 @@
 namespace pb {
 
 namespace k = kernels;
-using k::detail::add_into;
 using k::detail::load;
 using k::detail::store;
 
@@ -49,33 +48,43 @@ int64_t moe_buffer_rows(const MoeConfig& c, int64_t N, int64_t scope_tokens) {
   return std::min<int64_t>(moe_capacity(c, scope_tokens > 0 ? scope_tokens : N), N);
 }
 
-int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int e, int a, int ep, int tp) {
+int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int e, int a, int ep, int tp,
+                             bool on_device) {
   const int64_t E = m.moe.experts, K = m.moe.top_k, C = m.C, H = 4 * C / tp;
   const int64_t rows = moe_buffer_rows(m.moe, N, scope_tokens);
-  const int64_t ep_bytes = ep > 1 ? E * 4 + E * rows * C * e : 0;
-  return N * E * a + N * K * (4 + a + 4) + E * 4 + E * rows * (H + H + C) * e + E * a + ep_bytes;
+  const int64_t rows_bytes = E * rows * (H + H + C) * e + (ep > 1 ? E * rows * C * e : 0);
+  const int64_t routing = N * K * (4 + a + 4);  // choice, weight, slot (on a device: their copies there)
+  if (on_device) return rows_bytes + routing;
+  return N * E * a + routing + E * 4 + E * a + (ep > 1 ? E * 4 : 0) + rows_bytes;
 }
 
 template <class T>
-MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep_size, int tp) {
+MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep_size, int tp,
+                    bool on_device) {
   const size_t E = size_t(m.moe.experts), K = size_t(m.moe.top_k), C = size_t(m.C), H = 4 * C / size_t(tp);
   cap = int(moe_capacity(m.moe, scope_tokens > 0 ? scope_tokens : N));
   rows = std::min(cap, N);
   const size_t all_rows = E * size_t(rows);
   const MemTag act = MemTag::activations;
-  probs = Buffer<A>(mt, act, size_t(N) * E);
-  choice = Buffer<int32_t>(mt, act, size_t(N) * K);
-  weight = Buffer<A>(mt, act, size_t(N) * K);
-  slot = Buffer<int32_t>(mt, act, size_t(N) * K);
-  count = Buffer<int32_t>(mt, act, E);
+  const Place route = on_device ? Place::host : Place::device;  // the routing state: where the host reads it
+  probs = Buffer<A>(mt, act, size_t(N) * E, route);
+  choice = Buffer<int32_t>(mt, act, size_t(N) * K, route);
+  weight = Buffer<A>(mt, act, size_t(N) * K, route);
+  slot = Buffer<int32_t>(mt, act, size_t(N) * K, route);
+  count = Buffer<int32_t>(mt, act, E, route);
   fch = Buffer<T>(mt, act, all_rows * H);
   fchg = Buffer<T>(mt, act, all_rows * H);
   y = Buffer<T>(mt, act, all_rows * C);
-  frac = Buffer<A>(mt, act, E);
+  frac = Buffer<A>(mt, act, E, route);
   ep = ep_size;
   if (ep > 1) {
-    recv = Buffer<int32_t>(mt, act, E);
+    recv = Buffer<int32_t>(mt, act, E, route);
     xr = Buffer<T>(mt, act, all_rows * C);
+  }
+  if (on_device) {
+    choice_dev = Buffer<int32_t>(mt, act, size_t(N) * K);
+    slot_dev = Buffer<int32_t>(mt, act, size_t(N) * K);
+    weight_dev = Buffer<A>(mt, act, size_t(N) * K);
   }
 }
 
@@ -113,24 +122,26 @@ int64_t MoeActs<T>::sent_rows() const {
 
 namespace {
 struct ScratchSizes {
-  size_t logits, rowsC, rowsH, dp, mm;
+  size_t logits, rowsC, rowsH, dp, dw, mm;
 };
 template <class T>
-ScratchSizes sizes(const ModelConfig& m, int N, int64_t scope_tokens, int tp) {
+ScratchSizes sizes(const ModelConfig& m, int N, int64_t scope_tokens, int tp, bool on_device) {
   const size_t E = size_t(m.moe.experts), C = size_t(m.C);
   const int H = 4 * m.C / tp;
   const size_t cap = size_t(moe_buffer_rows(m.moe, N, scope_tokens));
   const int rows = int(E * cap);
-  const size_t mm = std::max({k::matmul_workspace_floats<T>(N, m.C, m.moe.experts),
-                              k::matmul_workspace_floats<T>(rows, m.C, H),
-                              k::matmul_workspace_floats<T>(rows, H, m.C)});
-  return {size_t(N) * E, E * cap * C, E * cap * size_t(H), size_t(N) * E, mm};
+  const size_t mm = on_device ? 0
+                              : std::max({k::matmul_workspace_floats<T>(N, m.C, m.moe.experts),
+                                          k::matmul_workspace_floats<T>(rows, m.C, H),
+                                          k::matmul_workspace_floats<T>(rows, H, m.C)});
+  return {size_t(N) * E, E * cap * C, E * cap * size_t(H), size_t(N) * E, size_t(N) * size_t(m.moe.top_k), mm};
 }
 }  // namespace
 
 template <class T>
-MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep, int tp) {
-  const ScratchSizes z = sizes<T>(m, N, scope_tokens, tp);
+MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep, int tp,
+                          bool on_device) {
+  const ScratchSizes z = sizes<T>(m, N, scope_tokens, tp, on_device);
   const MemTag ws = MemTag::workspace;
   logits = Buffer<T>(mt, ws, z.logits);
   xe = Buffer<T>(mt, ws, z.rowsC);
@@ -138,7 +149,12 @@ MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_
   dfchg = Buffer<T>(mt, ws, z.rowsH);
   dfch = Buffer<T>(mt, ws, z.rowsH);
   dxe = Buffer<T>(mt, ws, z.rowsC);
-  dp = Buffer<acc_t<T>>(mt, ws, z.dp);
+  dp = Buffer<acc_t<T>>(mt, ws, z.dp, on_device ? Place::host : Place::device);
+  dw = Buffer<acc_t<T>>(mt, ws, z.dw);
+  if (on_device) {
+    host_logits = Buffer<T>(mt, ws, z.logits, Place::host);
+    host_dw = Buffer<acc_t<T>>(mt, ws, z.dw, Place::host);
+  }
   if (z.mm) mm_ws = Buffer<float>(mt, ws, z.mm);
   if (ep > 1) {
     send = Buffer<T>(mt, ws, z.rowsC);
@@ -148,15 +164,15 @@ MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_
 }
 
 template <class T>
-int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N, int64_t scope_tokens, int ep, int tp) {
-  const ScratchSizes z = sizes<T>(m, N, scope_tokens, tp);
-  return int64_t((z.logits + (ep > 1 ? 6 : 3) * z.rowsC + 2 * z.rowsH) * sizeof(T) + z.dp * sizeof(acc_t<T>) +
-                 z.mm * sizeof(float));
+int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N, int64_t scope_tokens, int ep, int tp, bool on_device) {
+  const ScratchSizes z = sizes<T>(m, N, scope_tokens, tp, on_device);
+  return int64_t((z.logits + (ep > 1 ? 6 : 3) * z.rowsC + 2 * z.rowsH) * sizeof(T) +
+                 ((on_device ? 0 : z.dp) + z.dw) * sizeof(acc_t<T>) + z.mm * sizeof(float));
 }
 
 template <class T>
-MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope)
-    : c_(layout.model().moe), o_(layout.moe_block()), scope_(scope), N_(N), C_(layout.model().C), E_(c_.experts),
+MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope, const kernels::DeviceOps<T>& ops)
+    : ops_(&ops), c_(layout.model().moe), o_(layout.moe_block()), scope_(scope), N_(N), C_(layout.model().C), E_(c_.experts),
       k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), tp_(layout.tp()), H_(4 * C_ / layout.tp()),
       scope_tokens_(scope.tokens(c_, N)) {
   require(E_ > 0, "moe: the model has no experts");
@@ -183,7 +199,7 @@ void MoeMlp<T>::dispatch(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T
   size_t off = 0;
   for (int e = 0; e < E_; ++e) {
     const size_t n = size_t(a.count[size_t(e)]);
-    std::memcpy(static_cast<void*>(s.send.data() + off * C), src + size_t(e) * rows * C, n * C * sizeof(T));
+    ops_->copy(s.send.data() + off * C, src + size_t(e) * rows * C, n * C * sizeof(T));
     off += n;
     sc[size_t(e / El_)] += n * C;
   }
@@ -196,8 +212,7 @@ void MoeMlp<T>::dispatch(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T
     for (int le = 0; le < El_; ++le) {
       const size_t n = size_t(a.recv[size_t(r) * El_ + le]);
       require(fill[size_t(le)] + n <= orows, "moe: an expert received more rows than its buffer holds");
-      std::memcpy(static_cast<void*>(dst + (size_t(le) * orows + fill[size_t(le)]) * C), s.recv.data() + in * C,
-                  n * C * sizeof(T));
+      ops_->copy(dst + (size_t(le) * orows + fill[size_t(le)]) * C, s.recv.data() + in * C, n * C * sizeof(T));
       fill[size_t(le)] += n;
       in += n;
     }
@@ -214,8 +229,7 @@ void MoeMlp<T>::combine(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>
   for (int r = 0; r < ep_; ++r)
     for (int le = 0; le < El_; ++le) {
       const size_t n = size_t(a.recv[size_t(r) * El_ + le]);
-      std::memcpy(static_cast<void*>(s.send.data() + out * C), src + (size_t(le) * orows + fill[size_t(le)]) * C,
-                  n * C * sizeof(T));
+      ops_->copy(s.send.data() + out * C, src + (size_t(le) * orows + fill[size_t(le)]) * C, n * C * sizeof(T));
       fill[size_t(le)] += n;
       out += n;
       sc[size_t(r)] += n * C;
@@ -225,10 +239,11 @@ void MoeMlp<T>::combine(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>
   size_t in = 0;
   for (int e = 0; e < E_; ++e) {
     const size_t n = size_t(a.count[size_t(e)]);
-    for (size_t j = 0; j < n; ++j) {
-      const size_t slot = permute ? n - 1 - j : j;
-      std::memcpy(static_cast<void*>(dst + (size_t(e) * rows + slot) * C), s.recv.data() + (in + j) * C,
-                  C * sizeof(T));
+    if (!permute) {
+      ops_->copy(dst + size_t(e) * rows * C, s.recv.data() + in * C, n * C * sizeof(T));
+    } else {
+      for (size_t j = 0; j < n; ++j)
+        ops_->copy(dst + (size_t(e) * rows + n - 1 - j) * C, s.recv.data() + (in + j) * C, C * sizeof(T));
     }
     in += n;
   }
@@ -246,25 +261,16 @@ void MoeMlp<T>::tp_sum_rows(T* rows, const MoeActs<T>& a, size_t stride) const {
 
 template <class T>
 void MoeMlp<T>::gather(T* xe, const T* x, const MoeActs<T>& a) const {
-  for (int n = 0; n < N_; ++n)
-    for (int j = 0; j < k_; ++j) {
-      const int s = a.slot[size_t(n) * k_ + j];
-      if (s < 0) continue;
-      const int e = a.choice[size_t(n) * k_ + j];
-      std::memcpy(static_cast<void*>(xe + (size_t(e) * a.rows + s) * C_), x + size_t(n) * C_, size_t(C_) * sizeof(T));
-    }
+  ops_->moe_scatter_rows(xe, x, a.dchoice(), a.dslot(), N_, k_, C_, a.rows);
 }
 
 template <class T>
-void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratch<T>& s, const T* ue) const {
-  const int N = N_, C = C_, E = E_, K = k_, cap = a.rows;
-  float* ws = s.mm_ws.data();
-  // Router: logits (N, E), softmax in A.
-  k::matmul_forward(s.logits.data(), x, u + o_.router_w, static_cast<const T*>(nullptr), N, C, E, ws);
+void MoeMlp<T>::route(MoeActs<T>& a, const T* logits) const {
+  const int N = N_, E = E_, K = k_;
   std::vector<A> P(size_t(E), A(0));
   std::vector<double> routed(size_t(K) * E, 0.0);  // (choice rank, expert) pairs here
   for (int n = 0; n < N; ++n) {
-    const T* lg = s.logits.data() + size_t(n) * E;
+    const T* lg = logits + size_t(n) * E;
     A* p = a.probs.data() + size_t(n) * E;
     A mx = -std::numeric_limits<A>::infinity();
     for (int e = 0; e < E; ++e) mx = std::max(mx, load(lg[e]));
@@ -346,6 +352,27 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
     aux += double(a.frac[size_t(e)]) * (Ps[size_t(e)] / toks);
   }
   a.aux = c_.aux_loss_coef * E * aux;
+}
+
+template <class T>
+void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratch<T>& s, const T* ue) const {
+  const int N = N_, C = C_, E = E_, K = k_, cap = a.rows;
+  float* ws = s.mm_ws.data();
+  // Router: logits (N, E); the routing on the host (on a device: the logits
+  // read back, the choices, slots and weights sent up for the row ops).
+  ops_->matmul_forward(s.logits.data(), x, u + o_.router_w, static_cast<const T*>(nullptr), N, C, E, ws);
+  const T* logits = s.logits.data();
+  if (!ops_->is_host()) {
+    ops_->to_host(s.host_logits.data(), logits, size_t(N) * E * sizeof(T));
+    logits = s.host_logits.data();
+  }
+  route(a, logits);
+  if (!ops_->is_host()) {
+    const size_t nk = size_t(N) * K;
+    ops_->to_device(a.choice_dev.data(), a.choice.data(), nk * sizeof(int32_t));
+    ops_->to_device(a.slot_dev.data(), a.slot.data(), nk * sizeof(int32_t));
+    ops_->to_device(a.weight_dev.data(), a.weight.data(), nk * sizeof(A));
+  }
   // Each expert's FFN on its admitted rows (expert parallel: on its owner,
   // over every source's rows, the outputs sent back to y).
   gather(s.xe.data(), x, a);
@@ -366,35 +393,21 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
     const size_t r0 = size_t(le) * stride;
     const T* w = expert(ex, le);
     const int H = H_;
-    k::matmul_forward(a.fch.data() + r0 * H, xin + r0 * C, w + o_.fc_w, w + o_.fc_b, rows, C, H, ws);
-    k::gelu_forward(a.fchg.data() + r0 * H, a.fch.data() + r0 * H, size_t(rows) * H);
+    ops_->matmul_forward(a.fch.data() + r0 * H, xin + r0 * C, w + o_.fc_w, w + o_.fc_b, rows, C, H, ws);
+    ops_->gelu_forward(a.fchg.data() + r0 * H, a.fch.data() + r0 * H, size_t(rows) * H);
     // Tensor parallel: partial sums over the hidden split; the bias after their sum.
-    k::matmul_forward(yout + r0 * C, a.fchg.data() + r0 * H, w + o_.fcproj_w,
-                      tp_ > 1 ? static_cast<const T*>(nullptr) : w + o_.fcproj_b, rows, H, C, ws);
+    ops_->matmul_forward(yout + r0 * C, a.fchg.data() + r0 * H, w + o_.fcproj_w,
+                         tp_ > 1 ? static_cast<const T*>(nullptr) : w + o_.fcproj_b, rows, H, C, ws);
   }
   if (tp_ > 1) {
     tp_sum_rows(yout, a, stride);
-    for (int le = 0; le < El_; ++le) {
-      const T* b = expert(ex, le) + o_.fcproj_b;
-      T* y0 = yout + size_t(le) * stride * C;
-      for (int r = 0; r < a.expert_rows(le); ++r)
-        for (int c = 0; c < C; ++c) y0[size_t(r) * C + c] = store<T>(load(y0[size_t(r) * C + c]) + load(b[c]));
-    }
+    for (int le = 0; le < El_; ++le)
+      ops_->add_rows(yout + size_t(le) * stride * C, expert(ex, le) + o_.fcproj_b, static_cast<const int32_t*>(nullptr),
+                     a.expert_rows(le), C);
   }
   if (ep_ > 1) combine(a.y.data(), s.rows.data(), a, s, scope_.has(MoeFault::ep_combine_permuted));
   // Combine: out[n] = sum over admitted choices (best first) of weight * y.
-  std::vector<A> acc(static_cast<size_t>(C));
-  for (int n = 0; n < N; ++n) {
-    std::fill(acc.begin(), acc.end(), A(0));
-    for (int j = 0; j < K; ++j) {
-      const int sl = a.slot[size_t(n) * K + j];
-      if (sl < 0) continue;
-      const A wgt = a.weight[size_t(n) * K + j];
-      const T* yr = a.y.data() + (size_t(a.choice[size_t(n) * K + j]) * cap + sl) * C;
-      for (int c = 0; c < C; ++c) acc[size_t(c)] += wgt * load(yr[c]);
-    }
-    for (int c = 0; c < C; ++c) out[size_t(n) * C + c] = store<T>(acc[size_t(c)]);
-  }
+  ops_->moe_combine(out, a.y.data(), a.dchoice(), a.dslot(), a.dweight(), N, K, C, cap, false);
 }
 
 template <class T>
@@ -402,33 +415,26 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
                          double aux_weight, MoeScratch<T>& s, const T* ue, T* due) const {
   const int N = N_, C = C_, E = E_, K = k_, cap = a.rows;
   float* ws = s.mm_ws.data();
+  // Combine: dy = weight * dout; d weight = dout . y (on the device); through
+  // the renormalization w_j = p_j / S to the chosen probabilities (host).
+  ops_->zero(s.dy.data(), s.dy.size() * sizeof(T));
+  ops_->moe_combine_backward(s.dy.data(), s.dw.data(), dout, a.y.data(), a.dchoice(), a.dslot(), a.dweight(), N, K,
+                             C, cap);
+  const A* dw = s.dw.data();
+  if (!ops_->is_host()) {
+    ops_->to_host(s.host_dw.data(), dw, size_t(N) * K * sizeof(A));
+    dw = s.host_dw.data();
+  }
   A* dp = s.dp.data();
   std::fill(dp, dp + size_t(N) * E, A(0));
-  std::memset(static_cast<void*>(s.dy.data()), 0, s.dy.size() * sizeof(T));
-  // Combine: dy = weight * dout; d weight = dout . y; through the
-  // renormalization w_j = p_j / S to the chosen probabilities.
-  std::vector<A> dw(static_cast<size_t>(K));
-  for (int n = 0; n < N; ++n) {
-    const T* d = dout + size_t(n) * C;
-    A S = 0, wdw = 0;
-    for (int j = 0; j < K; ++j) {
-      S += a.probs[size_t(n) * E + a.choice[size_t(n) * K + j]];
-      dw[size_t(j)] = 0;
-      const int sl = a.slot[size_t(n) * K + j];
-      if (sl < 0) continue;
-      const size_t r = size_t(a.choice[size_t(n) * K + j]) * cap + sl;
-      const A wgt = a.weight[size_t(n) * K + j];
-      A dot = 0;
-      for (int c = 0; c < C; ++c) {
-        dot += load(d[c]) * load(a.y[r * C + c]);
-        s.dy[r * C + c] = store<T>(wgt * load(d[c]));
-      }
-      dw[size_t(j)] = dot;
+  if (!scope_.has(MoeFault::router_grad_missing))
+    for (int n = 0; n < N; ++n) {
+      A S = 0, wdw = 0;
+      for (int j = 0; j < K; ++j) S += a.probs[size_t(n) * E + a.choice[size_t(n) * K + j]];
+      for (int j = 0; j < K; ++j) wdw += dw[size_t(n) * K + j] * a.weight[size_t(n) * K + j];
+      for (int j = 0; j < K; ++j)
+        dp[size_t(n) * E + a.choice[size_t(n) * K + j]] += (dw[size_t(n) * K + j] - wdw) / S;
     }
-    for (int j = 0; j < K; ++j) wdw += dw[size_t(j)] * a.weight[size_t(n) * K + j];
-    if (scope_.has(MoeFault::router_grad_missing)) continue;
-    for (int j = 0; j < K; ++j) dp[size_t(n) * E + a.choice[size_t(n) * K + j]] += (dw[size_t(j)] - wdw) / S;
-  }
   // Experts, each on its admitted rows (expert parallel: the output
   // gradients to the owner, the input gradients back).
   const T* ex = ue ? ue : u + o_.expert0;
@@ -446,9 +452,9 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
   } else {
     gather(s.xe.data(), x, a);
   }
-  std::memset(static_cast<void*>(s.dfchg.data()), 0, s.dfchg.size() * sizeof(T));
-  std::memset(static_cast<void*>(s.dfch.data()), 0, s.dfch.size() * sizeof(T));
-  std::memset(static_cast<void*>(dxout), 0, s.dxe.size() * sizeof(T));
+  ops_->zero(s.dfchg.data(), s.dfchg.size() * sizeof(T));
+  ops_->zero(s.dfch.data(), s.dfch.size() * sizeof(T));
+  ops_->zero(dxout, s.dxe.size() * sizeof(T));
   for (int le = 0; le < El_; ++le) {
     const int rows = a.expert_rows(le);
     if (rows == 0) continue;
@@ -456,43 +462,32 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
     const T* w = expert(ex, le);
     T* dw_e = expert(dex, le);
     const int H = H_;
-    k::matmul_backward(s.dfchg.data() + r0 * H, dw_e + o_.fcproj_w, dw_e + o_.fcproj_b, dyin + r0 * C,
-                       a.fchg.data() + r0 * H, w + o_.fcproj_w, rows, H, C, ws);
-    k::gelu_backward(s.dfch.data() + r0 * H, a.fch.data() + r0 * H, s.dfchg.data() + r0 * H, size_t(rows) * H);
-    k::matmul_backward(dxout + r0 * C, dw_e + o_.fc_w, dw_e + o_.fc_b, s.dfch.data() + r0 * H, xin + r0 * C,
-                       w + o_.fc_w, rows, C, H, ws);
+    ops_->matmul_backward(s.dfchg.data() + r0 * H, dw_e + o_.fcproj_w, dw_e + o_.fcproj_b, dyin + r0 * C,
+                          a.fchg.data() + r0 * H, w + o_.fcproj_w, rows, H, C, ws);
+    ops_->gelu_backward(s.dfch.data() + r0 * H, a.fch.data() + r0 * H, s.dfchg.data() + r0 * H, size_t(rows) * H);
+    ops_->matmul_backward(dxout + r0 * C, dw_e + o_.fc_w, dw_e + o_.fc_b, s.dfch.data() + r0 * H, xin + r0 * C,
+                          w + o_.fc_w, rows, C, H, ws);
   }
   if (tp_ > 1) tp_sum_rows(dxout, a, stride);  // the input gradients' partial sums over the hidden split
   if (ep_ > 1) combine(s.dxe.data(), dxout, a, s, false);
   // Back to the tokens, best choice first.
-  std::vector<A> acc(static_cast<size_t>(C));
-  for (int n = 0; n < N; ++n) {
-    std::fill(acc.begin(), acc.end(), A(0));
-    bool any = false;
-    for (int j = 0; j < K; ++j) {
-      const int sl = a.slot[size_t(n) * K + j];
-      if (sl < 0) continue;
-      any = true;
-      const T* g = s.dxe.data() + (size_t(a.choice[size_t(n) * K + j]) * cap + sl) * C;
-      for (int c = 0; c < C; ++c) acc[size_t(c)] += load(g[c]);
-    }
-    if (any)
-      for (int c = 0; c < C; ++c) add_into(dx[size_t(n) * C + c], acc[size_t(c)]);
-  }
+  ops_->moe_combine(dx, s.dxe.data(), a.dchoice(), a.dslot(), static_cast<const A*>(nullptr), N, K, C, cap, true);
   // Router: the load-balancing term's gradient (f_e held constant), then the
-  // softmax backward, then the router GEMM.
+  // softmax backward (host), then the router GEMM.
   const A g_aux = A(aux_weight * c_.aux_loss_coef * E / double(scope_tokens_));  // (aux_per_rank: the scope's too)
+  T* dlogits = ops_->is_host() ? s.logits.data() : s.host_logits.data();
   for (int n = 0; n < N; ++n) {
     A* d = dp + size_t(n) * E;
     const A* p = a.probs.data() + size_t(n) * E;
     for (int e = 0; e < E; ++e) d[e] += g_aux * a.frac[size_t(e)];
     A dot = 0;
     for (int e = 0; e < E; ++e) dot += p[e] * d[e];
-    T* dl = s.logits.data() + size_t(n) * E;
+    T* dl = dlogits + size_t(n) * E;
     for (int e = 0; e < E; ++e) dl[e] = store<T>(p[e] * (d[e] - dot));
   }
-  k::matmul_backward(dx, du + o_.router_w, static_cast<T*>(nullptr), s.logits.data(), x, u + o_.router_w, N, C, E,
-                     ws);
+  if (!ops_->is_host()) ops_->to_device(s.logits.data(), dlogits, size_t(N) * E * sizeof(T));
+  ops_->matmul_backward(dx, du + o_.router_w, static_cast<T*>(nullptr), s.logits.data(), x, u + o_.router_w, N, C,
+                        E, ws);
 }
 
 #define PB_INSTANTIATE(T)        \

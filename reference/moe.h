@@ -5,6 +5,14 @@
 // choices contributing nothing, Switch load-balancing loss), forward and
 // backward on one microbatch of N tokens: x (N, C) is the block's ln2 output,
 // the MLP's output goes to the residual like the dense MLP's.
+// On a device (a DeviceOps that is not the host's): the router GEMM, the
+// rows moved to and from the experts, the experts' GEMMs and GELU, the
+// combine and its backward run on the device; the routing decisions (router
+// softmax, top-k, capacity admission, the load-balancing loss and the
+// router's softmax backward: O(N E) values) run on the host between them, on
+// the logits read back, and what the device needs of them (the choices,
+// slots and weights) goes back up: one read-back each way per MoE layer, as
+// the per-expert counts an expert-parallel dispatch needs on the host anyway.
 // Invariant: the same arithmetic in the same order whoever calls it.
 #pragma once
 #include <cstdint>
@@ -14,6 +22,7 @@
 #include "harness/comm/comm.h"
 #include "harness/dtype.h"
 #include "harness/memory.h"
+#include "kernels/common/device_ops.h"
 #include "reference/layout.h"
 
 namespace pb {
@@ -95,8 +104,10 @@ struct MoeLoad {
 // accumulation type): what an MoE block keeps instead of the dense MLP's
 // two (N, 4C) activations.
 // Expert parallel (ep > 1) adds the received counts and the owner's input rows.
+// on_device: the device's bytes of a run on a device (the routing state is
+// host memory there; the choices, slots and weights a copy on the device).
 int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int elem_bytes, int acc_bytes,
-                             int ep = 1, int tp = 1);
+                             int ep = 1, int tp = 1, bool on_device = false);
 
 // What one MoE MLP keeps for backward (activations).
 template <class T>
@@ -117,35 +128,53 @@ struct MoeActs {
   int ep = 1;
   Buffer<int32_t> recv;    // (ep, E/ep) rows source s sent for local expert le
   Buffer<T> xr;            // (E * rows, C)
+  // On a device: the device's copies of choice, slot and weight (the
+  // combine's arguments); empty on the host, where the routing buffers are.
+  Buffer<int32_t> choice_dev, slot_dev;
+  Buffer<A> weight_dev;
+  const int32_t* dchoice() const { return choice_dev.empty() ? choice.data() : choice_dev.data(); }
+  const int32_t* dslot() const { return slot_dev.empty() ? slot.data() : slot_dev.data(); }
+  const A* dweight() const { return weight_dev.empty() ? weight.data() : weight_dev.data(); }
   double aux = 0;          // this microbatch's load-balancing loss (coef included)
   int64_t dropped = 0;     // choices past capacity
   MoeActs() = default;
   // N: this rank's tokens; scope_tokens: the capacity scope's (N alone); ep: the expert-parallel group's size.
   // tp: the tensor-parallel split of the experts' hidden width (4C / tp per rank).
-  MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1, int tp = 1);
+  // on_device: the rows on the tracker's device, the routing state on the host (Place::host).
+  MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1, int tp = 1,
+          bool on_device = false);
   int64_t owner_rows() const;  // admitted rows this rank's experts ran on (ep > 1: from every source)
   int64_t sent_rows() const;   // rows this rank dispatched (its admitted choices)
   int expert_rows(int le) const;  // rows local expert le ran on (ep > 1: summed over the sources)
   void add_to(MoeLoad& l, int experts, int top_k) const;  // this forward's routing
 };
 
-// Workspace shared by the MoE MLPs of a microbatch.
+// Workspace shared by the MoE MLPs of a microbatch. On a device (on_device):
+// no CPU GEMM workspace (the device's kernels keep their own), the router
+// gradient dp on the host, and host copies of the logits and dw to route on.
 template <class T>
 struct MoeScratch {
   Buffer<T> logits, xe, dy, dfchg, dfch, dxe;
-  Buffer<acc_t<T>> dp;
+  Buffer<acc_t<T>> dp, dw;  // (N, E) router gradient (host); (N, k) the combine weights' gradient
   Buffer<float> mm_ws;
   Buffer<T> send, recv, rows;  // expert parallel: packed rows out, in, and the owner's rows (E * rows, C)
+  Buffer<T> host_logits;       // on a device: logits read back (and the router's gradient sent up)
+  Buffer<acc_t<T>> host_dw;    // on a device: dw read back
   MoeScratch() = default;
-  MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1, int tp = 1);
-  static int64_t bytes(const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1, int tp = 1);
+  MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1, int tp = 1,
+             bool on_device = false);
+  // The tracked bytes of the tracker's device (Place::device) the constructor allocates.
+  static int64_t bytes(const ModelConfig& m, int N, int64_t scope_tokens = 0, int ep = 1, int tp = 1,
+                       bool on_device = false);
 };
 
 template <class T>
 class MoeMlp {
  public:
   using A = acc_t<T>;
-  MoeMlp(const ParamLayout& layout, int N, MoeScope scope = {});
+  // ops: the device the buffers live on and the row ops run on (the CPU's by default).
+  MoeMlp(const ParamLayout& layout, int N, MoeScope scope = {},
+         const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
   // out (N, C) = the MoE MLP of x; u: the block unit's parameters; ue: this
   // rank's experts' (E / ep contiguous expert ranges; null: u's own, which
   // then holds every expert).
@@ -159,6 +188,9 @@ class MoeMlp {
  private:
   template <class P> P* expert(P* ue, int le) const { return ue + int64_t(le) * o_.expert_size; }
   void gather(T* xe, const T* x, const MoeActs<T>& a) const;  // every admitted token's row to its slot
+  // The routing of forward on the host, from the logits (host memory): a's
+  // probabilities, choices, weights, slots, counts, f_e and aux.
+  void route(MoeActs<T>& a, const T* logits) const;
   // Expert parallel: the per-expert counts to the owners (forward).
   void exchange_counts(MoeActs<T>& a) const;
   // This rank's rows (expert e's at e * rows) to their owners, landing at
@@ -168,6 +200,7 @@ class MoeMlp {
   // Tensor parallel: each local expert's rows (le at le * stride) summed over tp.
   void tp_sum_rows(T* rows, const MoeActs<T>& a, size_t stride) const;
 
+  const kernels::DeviceOps<T>* ops_;
   MoeConfig c_;
   MoeOffsets o_;
   MoeScope scope_;

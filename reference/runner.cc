@@ -13,7 +13,6 @@ MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSou
     : layout_(&layout), data_(&data), scope_(scope), model_(layout, Bm, Tn, ops) {
   const auto& m = layout.model();
   size_t N = size_t(Bm) * Tn;
-  require(ops.is_host() || m.moe.experts == 0, "runner: the MoE MLP runs on the CPU only");
   if (!ops.is_host()) {
     host_tokens_.resize(N);
     host_targets_.resize(N);
@@ -24,11 +23,12 @@ MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSou
   for (int l = 0; l < m.L; ++l) blocks_.emplace_back(mt, m, Bm, Tn, !m.is_moe(l));
   moe_.resize(size_t(m.L));
   for (int l = 0; l < m.L; ++l)
-    if (m.is_moe(l)) moe_[size_t(l)] = MoeActs<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)), scope.ep_size());
+    if (m.is_moe(l)) moe_[size_t(l)] =
+          MoeActs<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)), scope.ep_size(), 1, !ops.is_host());
   head_ = HeadActs<T>(mt, m, Bm, Tn);
   scratch_ = Scratch<T>(mt, m, Bm, Tn, ops.is_host());
   if (m.moe.experts > 0)
-    moe_scratch_ = MoeScratch<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)), scope.ep_size());
+    moe_scratch_ = MoeScratch<T>(mt, m, int(N), scope.tokens(m.moe, int64_t(N)), scope.ep_size(), 1, !ops.is_host());
   dx_a_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
   dx_b_ = Buffer<T>(mt, MemTag::workspace, N * m.C);
 }
@@ -36,7 +36,7 @@ MicrobatchRunner<T>::MicrobatchRunner(const ParamLayout& layout, const MarkovSou
 template <class T>
 int64_t MicrobatchRunner<T>::workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens, int ep,
                                              bool kernel_ws) {
-  const int64_t moe = m.moe.experts > 0 ? MoeScratch<T>::bytes(m, Bm * Tn, moe_scope_tokens, ep) : 0;
+  const int64_t moe = m.moe.experts > 0 ? MoeScratch<T>::bytes(m, Bm * Tn, moe_scope_tokens, ep, 1, !kernel_ws) : 0;
   return Scratch<T>::bytes(m, Bm, Tn, kernel_ws) + 2 * int64_t(Bm) * Tn * m.C * int64_t(sizeof(T)) + moe;
 }
 

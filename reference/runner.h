@@ -63,7 +63,8 @@ class MicrobatchRunner {
   int Bm() const { return model_.B(); }
   // Workspace bytes the constructor allocates (Scratch and the two gradient
   // ping-pong buffers), without allocating.
-  // kernel_ws: the CPU kernels' workspaces too (on the host; Scratch).
+  // kernel_ws: the CPU kernels' workspaces too (on the host; Scratch); false: a
+  // run on a device (and the MoE scratch's bytes there, moe.h).
   static int64_t workspace_bytes(const ModelConfig& m, int Bm, int Tn, int64_t moe_scope_tokens = 0, int ep = 1,
                                  bool kernel_ws = true);
   // Samples [first, first + Bm) of step `step`; dloss = 1 / (tokens in the

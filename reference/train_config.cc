@@ -43,7 +43,6 @@ void TrainConfig::validate() const {
   positive("train.threads", threads);
   if (device == Device::cuda) {
     require(precision != Precision::fp64, "train.device: cuda runs fp32 and bf16-mixed (fp64 is the CPU's truth)");
-    require(model.moe.experts == 0, "train.device: cuda runs dense models (the MoE MLP runs on the CPU only so far)");
   }
   require(seq <= model.maxT, "train.seq: must be <= model.context (" + std::to_string(model.maxT) +
                                  "), got " + std::to_string(seq));

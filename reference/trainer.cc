@@ -25,8 +25,11 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan,
   cfg_.validate();
   tracker_.set_device_memory(memory_.get());
   if (!ops_->is_host()) {
-    require(plan_.groups == 1 && !plan_.separate_head_grad && plan_.norm_parts.empty() && plan_.block == 0 &&
-                !plan_.reduce_per_micro && !plan_.moe_joint,
+    // The plain plan, or a mixture of experts' joint microbatches (the
+    // network a run with global capacity trains; moe_joint's groups only
+    // choose the samples): the replays' orders of summation are host code.
+    require((plan_.groups == 1 || plan_.moe_joint) && !plan_.separate_head_grad && plan_.norm_parts.empty() &&
+                plan_.block == 0 && !plan_.reduce_per_micro,
             "reference trainer: on " + ops_->name() + " only the plain plan runs (the strategies' replays are host code)");
     require(memory_ != nullptr, "reference trainer: a device trainer needs the device's memory");
   }
@@ -43,7 +46,7 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan,
   grads_ = Buffer<T>(&tracker_, MemTag::grads, size_t(n));
   if (plan_.separate_head_grad)
     head_grads_ = Buffer<T>(&tracker_, MemTag::grads, size_t(cfg.model.V) * cfg.model.C);
-  if (plan_.groups > 1 || plan_.reduce_per_micro) {
+  if ((plan_.groups > 1 && !plan_.moe_joint) || plan_.reduce_per_micro) {
     group_grads_ = Buffer<T>(&tracker_, MemTag::workspace, size_t(n));
     group_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
     if (plan_.two_level()) outer_acc_ = Buffer<acc_t<T>>(&tracker_, MemTag::workspace, size_t(n));
@@ -63,7 +66,7 @@ StepStats ReferenceTrainer<T>::step() {
   const double dloss = 1.0 / double(cfg_.tokens_per_step());
   double loss = 0;
   if (plan_.moe_joint) {  // microbatch k of every group at once
-    std::memset(static_cast<void*>(grads_.data()), 0, size_t(n) * sizeof(T));
+    ops_->zero(grads_.data(), size_t(n) * sizeof(T));
     FlatHooks<T> hooks(layout_, params_.data(), grads_.data());
     const int per = Bm / plan_.groups;
     for (int k = 0; k < plan_.micro; ++k) {

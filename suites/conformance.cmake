@@ -11,6 +11,8 @@ parabench_test(NAME conformance_pipeline_test SOURCES conformance/pipeline_confo
                DEPS pb::conformance TIMEOUT 300)
 parabench_test(NAME conformance_tp_test SOURCES conformance/tp_conformance_test.cc
                DEPS pb::conformance TIMEOUT 300)
+parabench_test(NAME conformance_moe_test SOURCES conformance/moe_conformance_test.cc
+               DEPS pb::conformance TIMEOUT 300)
 
 # The teeth: every injected fault (data parallel and pipeline) at every
 # precision, and the checks that catch it; teeth_table prints the README table.

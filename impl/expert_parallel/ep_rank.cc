@@ -12,9 +12,13 @@
 namespace pb::ep {
 
 template <class T>
-EpRank<T>::EpRank(const RunSpec& s, Communicator& world)
-    : spec_(s), dense_o_(dp::options_of(s)), expert_o_(expert_options(s)), layout_(s.train.model),
+EpRank<T>::EpRank(const RunSpec& s, Communicator& world, std::shared_ptr<const kernels::DeviceOps<T>> ops,
+                  std::shared_ptr<DeviceMemory> memory)
+    : spec_(s), dense_o_(dp::options_of(s)), expert_o_(expert_options(s)),
+      ops_(kernels::ops_or_cpu<T>(std::move(ops))), device_memory_(std::move(memory)), layout_(s.train.model),
       data_(s.train.model.V, s.train.data.seed, s.train.data.branching, s.train.data.mix) {
+  require(ops_->is_host() || device_memory_ != nullptr, "ep: a device rank needs the device's memory");
+  mem_.set_device_memory(device_memory_.get());
   require(world.size() == s.world(), "mesh: " + mesh_text(s.mesh) + " needs a world of " +
                                          std::to_string(s.world()) + " ranks, got " + std::to_string(world.size()));
   const TrainConfig& c = s.train;
@@ -27,9 +31,9 @@ EpRank<T>::EpRank(const RunSpec& s, Communicator& world)
   ep_scalar_ = world.split_groups(
       mesh_groups(s.mesh, expert_o_.shard == dp::Shard::none ? MeshAxis::ep : MeshAxis::dp), "ep_scalar");
   check_ = world.split_groups(whole_world(world.size()), "check");
-  dense_ = std::make_unique<dp::Component<T>>(dense_o_, dense_units(layout_), layout_, c.seed, dense_c_, mem_);
+  dense_ = std::make_unique<dp::Component<T>>(dense_o_, dense_units(layout_), layout_, c.seed, dense_c_, mem_, *ops_);
   experts_ = std::make_unique<dp::Component<T>>(expert_o_, expert_units(layout_, s.mesh.ep, me.ep), layout_, c.seed,
-                                                expert_c_, mem_);
+                                                expert_c_, mem_, *ops_);
   MoeScope scope;
   scope.faults = dense_o_.moe_faults;
   scope.ep = ep_.get();
@@ -38,7 +42,7 @@ EpRank<T>::EpRank(const RunSpec& s, Communicator& world)
     scope.comm = moe_.get();
   }
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &mem_, c.batch / s.mesh.dp / c.microbatches, c.seq,
-                                                  scope);
+                                                  scope, *ops_);
   dense_h_ = dp::make_hooks(*dense_, layout_, mem_);
   expert_h_ = dp::make_hooks(*experts_, dp::UnitRoles::all_blocks(experts_->num_units()), mem_);
   hooks_ = std::make_unique<DenseAndExpertHooks<T>>(*dense_h_, *expert_h_);

@@ -13,6 +13,8 @@
 // Groups: "dp" (+ the family's dp_shard/dp_replica/dp_intra/dp_inter), the
 // expert component's "edp" (+ edp_shard, ...), "ep", "moe", "dp_scalar",
 // "ep_scalar" (the expert squared-norm partials), "check".
+// On a device: both components' states and the runner's buffers there, the
+// all-to-alls on device memory (moe.h: the routing on the host between them).
 #pragma once
 #include <memory>
 #include <vector>
@@ -54,7 +56,9 @@ class DenseAndExpertHooks final : public dp::FamilyHooks<T> {
 template <class T>
 class EpRank : public Rank {
  public:
-  EpRank(const RunSpec& s, Communicator& world);
+  // ops, memory: the device this rank trains on (the CPU when null), as DpRank's.
+  EpRank(const RunSpec& s, Communicator& world, std::shared_ptr<const kernels::DeviceOps<T>> ops = {},
+         std::shared_ptr<DeviceMemory> memory = {});
   ~EpRank() override;
   StepStats step() override;
   std::vector<double> full_params() override;
@@ -71,6 +75,8 @@ class EpRank : public Rank {
 
   RunSpec spec_;
   dp::DpOptions dense_o_, expert_o_;
+  std::shared_ptr<const kernels::DeviceOps<T>> ops_;  // never null
+  std::shared_ptr<DeviceMemory> device_memory_;       // outlives the buffers below
   MemoryTracker mem_;
   ParamLayout layout_;
   MarkovSource data_;

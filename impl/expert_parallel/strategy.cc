@@ -30,8 +30,7 @@ bool bitwise(const RunSpec&, BackendKind) { return false; }
 Replay replay(const RunSpec& s) { return {dp::replay_plan(dp::options_of(s), s.train), false}; }
 
 std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const TrainDevice* device) {
-  require_host(device, "expert_parallel");
-  return make_typed_rank<EpRank>(s.train.precision, s, world);
+  return make_typed_rank_on<EpRank>(device, s.train.precision, s, world);
 }
 
 }  // namespace

@@ -60,8 +60,6 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
       part_(partition_layers(cfg.model.L, o.pp, o.virtual_stages)), s_(build_schedule(o, cfg)),
       su_(stage_units(layout_, part_, 0)), model_(layout_, cfg.batch / (o.dp() * cfg.microbatches), cfg.seq, *ops_) {
   require(ops_->is_host() || device_memory_ != nullptr, "pipeline: a device rank needs the device's memory");
-  require(ops_->is_host() || cfg.model.moe.experts == 0,
-          "train.device: " + ops_->name() + " runs dense pipeline stages only");
   mem_.set_device_memory(device_memory_.get());
   // Without tags (nccl) a pair's messages match in order, and sends complete
   // only once received: the schedule must run with grouped posting.
@@ -136,7 +134,8 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
       moe_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "moe");
       scope_.comm = moe_.get();
     }
-    moe_scratch_ = MoeScratch<T>(&mem_, cfg.model, int(N), scope_.tokens(cfg.model.moe, int64_t(N)), o.ep);
+    moe_scratch_ =
+        MoeScratch<T>(&mem_, cfg.model, int(N), scope_.tokens(cfg.model.moe, int64_t(N)), o.ep, 1, !ops_->is_host());
   }
 }
 
@@ -239,7 +238,7 @@ typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
     const bool moe = m.is_moe(st.first_block + i);
     lv.blocks.emplace_back(&mem_, m, Bm_, cfg_.seq, !moe);
     lv.moe.emplace_back();
-    if (moe) lv.moe.back() = MoeActs<T>(&mem_, m, int(N), scope_.tokens(m.moe, int64_t(N)), o_.ep);
+    if (moe) lv.moe.back() = MoeActs<T>(&mem_, m, int(N), scope_.tokens(m.moe, int64_t(N)), o_.ep, 1, !ops_->is_host());
     if (s_.split_backward) lv.stash.emplace_back(&mem_, m, Bm_, cfg_.seq);
   }
   if (st.head) {

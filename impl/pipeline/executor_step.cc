@@ -382,7 +382,7 @@ Declared PipelineRank<T>::declared(int steps) const {
   const int64_t wte = layout_.wpe_offset();
   Declared d;
   // Activations: in-flight (microbatch, chunk) units x their bytes.
-  const MoeStage moe{scope_.tokens(cfg_.model.moe, int64_t(Bm_) * cfg_.seq), o_.ep};
+  const MoeStage moe{scope_.tokens(cfg_.model.moe, int64_t(Bm_) * cfg_.seq), o_.ep, !ops_->is_host()};
   const int64_t act = stage_activation_peak(
       o_.kind, sc,
       chunk_bytes_table(cfg_.model, part_, Bm_, cfg_.seq, cfg_.precision, o_.tensor, s_.split_backward, moe), pr_);

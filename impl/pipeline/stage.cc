@@ -113,7 +113,8 @@ int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64
   int64_t bytes = N * C * db + st.num_blocks * (block + stash);
   for (int b = 0; b < st.num_blocks; ++b)  // an MoE block: MoeActs instead of fch, fchg
     if (m.is_moe(st.first_block + b))
-      bytes += moe_activation_bytes(m, N, moe.scope_tokens, int(db), int(ab), moe.ep) - 8 * N * C * db;
+      bytes += moe_activation_bytes(m, N, moe.scope_tokens, int(db), int(ab), moe.ep, 1, moe.on_device) -
+               8 * N * C * db;
   if (st.embedding) bytes += N * 4;                              // tokens
   if (st.head) bytes += (N * C + N * m.V) * db + 3 * N * ab + N * 4;  // HeadActs + targets
   return bytes;
@@ -152,7 +153,7 @@ int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precis
     bytes = 2 * held * m.C * int64_t(sizeof(U)) + 2 * N * 4;  // dx ping-pong, the sequences' tokens and targets
     bytes += model_parallel ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T), 0, 1, kernel_ws)
                             : Scratch<U>::bytes(m, int(B), int(T), kernel_ws);
-    if (m.moe.experts > 0) bytes += MoeScratch<U>::bytes(m, int(N), moe.scope_tokens, moe.ep);
+    if (m.moe.experts > 0) bytes += MoeScratch<U>::bytes(m, int(N), moe.scope_tokens, moe.ep, 1, !kernel_ws);
   });
   return bytes;
 }

@@ -78,6 +78,7 @@ StageExperts stage_experts(const ParamLayout& l, const Partition& part, int rank
 struct MoeStage {
   int64_t scope_tokens = 0;
   int ep = 1;
+  bool on_device = false;  // a device's bytes (the routing state on the host, reference/moe.h)
 };
 
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;

@@ -13,12 +13,6 @@ void Declared::add_comm(const std::string& group, CommOp op, int64_t bytes) {
   comm.push_back({group, op, bytes});
 }
 
-void require_host(const TrainDevice* device, const std::string& strategy) {
-  require(device == nullptr, "train.device: " + (device ? device->name : std::string()) + ": the " + strategy +
-                                 " strategy runs on the CPU only so far (data_parallel, tensor_parallel and "
-                                 "pipeline run on a device)");
-}
-
 std::shared_ptr<TrainDevice> open_device(Device device, const DeviceOpener& open) {
   if (device == Device::cpu) return nullptr;
   require(open != nullptr, "train.device: cuda: the run was given no way to open a device");

@@ -106,11 +106,6 @@ std::unique_ptr<Rank> make_typed_rank_on(const TrainDevice* device, Precision p,
   return r;
 }
 
-// For implementations that run on the CPU only: InputError naming
-// train.device when a device is given (validate(RunSpec) refuses such specs
-// first; this keeps a direct caller from running host code on device memory).
-void require_host(const TrainDevice* device, const std::string& strategy);
-
 // Opens the device one rank runs on: called on the rank's thread (the CLI
 // opens the GPU the nccl backend chose for the process; tests give stand-ins).
 using DeviceOpener = std::function<std::shared_ptr<TrainDevice>()>;

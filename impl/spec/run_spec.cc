@@ -272,16 +272,10 @@ void validate(const RunSpec& s) {
   } catch (const InputError& e) {
     throw InputError("strategy.mesh: " + mesh_text(s.mesh) + ": " + e.what());
   }
-  // On a device so far: the data-parallel family (DDP, ZeRO-1/2/3, FSDP,
-  // HSDP, hierarchical ZeRO), tensor parallel (sequence parallel and
-  // recompute included), context parallel (ring and Ulysses) and the
-  // pipeline schedules over them, of a dense model with its states on the
-  // device (train.validate() refuses fp64 and MoE there).
+  // On a device: every mesh axis (the data-parallel family, tensor, context
+  // and expert parallel, the pipeline schedules), dense and MoE models, with
+  // the states on the device (train.validate() refuses fp64 there).
   if (s.train.device == Device::cuda) {
-    const MeshShape& m = s.mesh;
-    require(m.ep == 1, "train.device: cuda runs the data-parallel strategies, tensor, context parallel and pipeline "
-                       "schedules (mesh dpN.tpT.cpC.ppM) so far, got mesh " +
-                           mesh_text(m) + ": expert parallel runs on the CPU only");
     require(s.data.offload == dp::Offload::none,
             "strategy.offload: on train.device = cuda the states stay on the device (offload runs on the CPU only "
             "so far)");

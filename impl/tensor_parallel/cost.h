@@ -60,6 +60,7 @@ struct TpShape {
   int cp = 1;                    // context parallel: Tn / cp tokens of each sequence held
   int64_t moe_scope_tokens = 0;  // MoE: the capacity scope's tokens (0: this rank's microbatch)
   int ep = 1;                    // MoE: the expert-parallel group's size
+  bool moe_on_device = false;    // MoE: a device's bytes (the routing state on the host, moe.h)
   CpAlgo algo = CpAlgo::ring;
   int64_t tokens() const { return int64_t(Bm) * Tn / cp; }  // a microbatch's, on this rank
 };

@@ -59,7 +59,6 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
     : layout_(&l), ops_(&ops), o_(o), tp_(tp), cp_(cp), Bm_(Bm), Tn_(Tn), moe_scope_(std::move(moe)) {
   const auto& m = l.model();
   const int ncp = o.context.cp;
-  require(ops.is_host() || m.moe.experts == 0, "tp: mixture-of-experts blocks run on the CPU only so far");
   require(l.tp() == o.tp, "tp: the layout's tp differs from the options'");
   require(o.tp == 1 || (tp && tp->size() == o.tp), "tp: the group's size differs from tp");
   require(ncp == 1 || (cp && cp->size() == ncp), "cp: the group's size differs from cp");
@@ -97,8 +96,9 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
             "model.moe: mixture-of-experts blocks run under tensor parallel without sequence parallel, context "
             "parallel or recompute");
     moe_scope_.tp = o.tp > 1 ? tp : nullptr;
-    moe_.emplace(l, N_, moe_scope_);
-    moe_scratch_ = MoeScratch<T>(mt, m, N_, moe_scope_.tokens(m.moe, N_), moe_scope_.ep_size(), o.tp);
+    moe_.emplace(l, N_, moe_scope_, ops);
+    moe_scratch_ =
+        MoeScratch<T>(mt, m, N_, moe_scope_.tokens(m.moe, N_), moe_scope_.ep_size(), o.tp, !ops.is_host());
   }
 }
 
@@ -207,7 +207,7 @@ int64_t TpModel<T>::workspace_bytes(const ModelConfig& m, const TpOptions& o, in
   if (ncp > 1)
     bytes += o.context.algo == CpAlgo::ring ? cp::RingAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs)
                                             : cp::UlyssesAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs, kernel_ws);
-  if (m.moe.experts > 0) bytes += MoeScratch<T>::bytes(m, Bm * (Tn / ncp), moe_scope_tokens, ep, o.tp);
+  if (m.moe.experts > 0) bytes += MoeScratch<T>::bytes(m, Bm * (Tn / ncp), moe_scope_tokens, ep, o.tp, !kernel_ws);
   return bytes;
 }
 
@@ -250,7 +250,8 @@ TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp
   for (int i = 0; i < m.L; ++i) {
     model_.alloc_block(blocks_[size_t(i)], mt, o.recompute == Recompute::full, !m.is_moe(i));
     if (m.is_moe(i))
-      moe_[size_t(i)] = MoeActs<T>(mt, m, int(N), sc.tokens(m.moe, int64_t(N)), sc.ep_size(), o.tp);
+      moe_[size_t(i)] =
+          MoeActs<T>(mt, m, int(N), sc.tokens(m.moe, int64_t(N)), sc.ep_size(), o.tp, !ops.is_host());
   }
   model_.alloc_head(head_, mt);
   dx_a_ = Buffer<T>(mt, MemTag::workspace, NlC);

@@ -36,9 +36,9 @@
 // On a device (kernels/common/device_ops.h): every op goes through the seam
 // (the vocabulary shard's lookup and cross-entropy, rows and biases added and
 // their gradients included), the collectives take the device's buffers, and
-// the tokens are drawn on the host and moved once per microbatch. Context
-// parallel and mixture-of-experts blocks run on the CPU only (their attention
-// and routing are host code).
+// the tokens are drawn on the host and moved once per microbatch; context
+// parallel's attention pieces and the MoE MLP's rows and experts run on the
+// device too (the MoE routing on the host between them, reference/moe.h).
 #pragma once
 #include <cstdint>
 #include <memory>

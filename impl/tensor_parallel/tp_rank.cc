@@ -134,6 +134,7 @@ Declared TpRank<T>::declared(int steps) const {
   if (c.model.moe.experts > 0) {
     if (dp::moe_shares_capacity(dpo_, c)) x.moe_scope_tokens = int64_t(x.tokens()) * dpo_.dp;
     x.ep = spec_.mesh.ep;
+    x.moe_on_device = !ops_->is_host();
     const MoeLoad& l = runner_->moe_load();
     if (experts_)
       d.add_comm("ep", CommOp::all_to_all, ep::a2a_bytes(c.model, l.calls, l.sent_rows, l.owner_rows, x.elem_bytes));

@@ -3,7 +3,7 @@
 // optimizer and the norm), the pieces a tensor- or context-parallel rank adds
 // (impl/tensor_parallel/runner.cc, impl/context_parallel/attention.cc: its
 // vocabulary shard's lookup and cross-entropy, rows by index, blockwise
-// attention, strided row moves), plus the memory moves around them, behind one
+// attention, strided row moves), the rows of a mixture-of-experts MLP, plus the memory moves around them, behind one
 // interface with a CPU and a CUDA implementation. The model code is written
 // once against it; the CPU implementation forwards to kernels/cpu exactly (so
 // the model through this seam is bit-identical to the CPU kernels called
@@ -114,6 +114,17 @@ class DeviceOps {
                                   const A* target_logit, int N, int Vr, int valid) const = 0;
   virtual void vocab_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, int64_t first,
                                            double dloss, int N, int Vr, int valid) const = 0;
+  // A mixture-of-experts MLP's rows (kernels/cpu/ops.h): admitted tokens to
+  // their experts' rows, the experts' outputs combined back with the router
+  // weights, and that combine's backward. choice, slot and weight are the
+  // implementation's memory like the rest (the routing that fills them runs
+  // on the host, reference/moe.cc).
+  virtual void moe_scatter_rows(T* xe, const T* x, const int32_t* choice, const int32_t* slot, int N, int K, int C,
+                                int rows) const = 0;
+  virtual void moe_combine(T* out, const T* y, const int32_t* choice, const int32_t* slot, const A* weight, int N,
+                           int K, int C, int rows, bool accumulate) const = 0;
+  virtual void moe_combine_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* choice,
+                                    const int32_t* slot, const A* weight, int N, int K, int C, int rows) const = 0;
   // Sum of x[0..n) in index order, in double, on the host (the loss).
   virtual double sum(const A* x, size_t n) const = 0;
 

@@ -5,7 +5,7 @@
 // reductions: the embedding sum, LayerNorm's per-element forward and
 // backward, softmax and cross-entropy, the online-softmax state of blockwise
 // attention (forward and FlashAttention-2 backward), GELU, the residual and
-// bias add, AdamW.
+// bias add, the mixture-of-experts combine, AdamW.
 // Invariants: only arithmetic in the argument type A (or M) and the
 // functions below, no std:: calls a device cannot make; on the host every
 // function evaluates exactly as the CPU kernels did before it moved here
@@ -43,6 +43,14 @@ PB_HD inline A neg_inf() {
 template <class A>
 PB_HD inline A add(A a, A b) {
   return a + b;
+}
+
+// ---- mixture-of-experts combine: a token's output is its admitted choices'
+// expert rows weighted by the renormalized router probabilities, summed in
+// A; backward, each choice's weight gradient is dout . y, summed the same way.
+template <class A>
+PB_HD inline A weighted_add(A acc, A w, A y) {
+  return acc + w * y;
 }
 
 // ---- LayerNorm (Ba, Kiros, Hinton 2016, eq. 4) -------------------------------

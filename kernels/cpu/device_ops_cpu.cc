@@ -138,6 +138,18 @@ class CpuOps final : public DeviceOps<T> {
                                    int N, int Vr, int valid) const override {
     kernels::vocab_crossentropy_backward(dlogits, probs, targets, first, dloss, N, Vr, valid);
   }
+  void moe_scatter_rows(T* xe, const T* x, const int32_t* choice, const int32_t* slot, int N, int K, int C,
+                        int rows) const override {
+    kernels::moe_scatter_rows(xe, x, choice, slot, N, K, C, rows);
+  }
+  void moe_combine(T* out, const T* y, const int32_t* choice, const int32_t* slot, const A* weight, int N, int K,
+                   int C, int rows, bool accumulate) const override {
+    kernels::moe_combine(out, y, choice, slot, weight, N, K, C, rows, accumulate);
+  }
+  void moe_combine_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* choice, const int32_t* slot,
+                            const A* weight, int N, int K, int C, int rows) const override {
+    kernels::moe_combine_backward(dy, dw, dout, y, choice, slot, weight, N, K, C, rows);
+  }
   double sum(const A* x, size_t n) const override {
     double s = 0;
     for (size_t i = 0; i < n; ++i) s += double(x[i]);

@@ -169,6 +169,30 @@ template <class T>
 void vocab_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, int64_t first, double dloss,
                                  int N, int Vr, int valid);
 
+// ---- rows of a mixture-of-experts MLP (reference/moe.h) ---------------------
+// A token n's k choices (n, j): expert choice[n*K+j] and slot[n*K+j], its row
+// in that expert's buffer (-1: dropped past capacity). The expert-major
+// buffers hold expert e's rows at e * rows, so (n, j) admitted is row
+// choice * rows + slot. The routing itself (top-k, capacity, load balance) is
+// host code (moe.cc); these move the rows it decided.
+// xe row of every admitted (n, j) = x row n (rows of dropped choices untouched).
+template <class T>
+void moe_scatter_rows(T* xe, const T* x, const int32_t* choice, const int32_t* slot, int N, int K, int C,
+                      int rows);
+// out row n = the sum in A over its admitted choices, best first, of
+// weight[n*K+j] * y row (n, j) (weight null: the rows themselves). Stored
+// (zeros when every choice was dropped), or, accumulate: added into out once,
+// only when some choice was admitted.
+template <class T>
+void moe_combine(T* out, const T* y, const int32_t* choice, const int32_t* slot, const acc_t<T>* weight, int N,
+                 int K, int C, int rows, bool accumulate);
+// The forward combine's backward: dy row (n, j) = weight[n*K+j] * dout row n
+// and dw[n*K+j] = dout row n . y row (n, j) in A, for each admitted choice;
+// dw = 0 for a dropped one (its dy row untouched).
+template <class T>
+void moe_combine_backward(T* dy, acc_t<T>* dw, const T* dout, const T* y, const int32_t* choice,
+                          const int32_t* slot, const acc_t<T>* weight, int N, int K, int C, int rows);
+
 // ---- optimizer -----------------------------------------------------------------
 // AdamWHyper: kernels/common/adamw_hyper.h (the CUDA side takes it too).
 // PyTorch AdamW (decoupled decay): master -= lr*wd*master (if decay);

@@ -365,6 +365,49 @@ TYPED_TEST(CudaOps, RowsOfATable) {
   this->expect_close(gdb.host(), db, "dbias");
 }
 
+TYPED_TEST(CudaOps, MixtureOfExpertsRows) {
+  using T = TypeParam;
+  const int N = 37, K = 2, E = 5, C = 70, rows = 12;  // capacity 12 of 74 choices: some dropped
+  std::vector<int32_t> choice(size_t(N) * K), slot(choice.size()), count(size_t(E), 0);
+  const auto r = random_ints(choice.size(), E - 1, 50);
+  for (int n = 0; n < N; ++n) {  // two distinct experts per token
+    choice[size_t(n) * K] = r[size_t(n) * K];
+    choice[size_t(n) * K + 1] = (r[size_t(n) * K] + 1 + r[size_t(n) * K + 1]) % E;
+  }
+  for (int j = 0; j < K; ++j)  // first choices first, in token order
+    for (int n = 0; n < N; ++n) {
+      int32_t& c = count[size_t(choice[size_t(n) * K + j])];
+      slot[size_t(n) * K + j] = c < rows ? c++ : -1;
+    }
+  const auto x = this->in(size_t(N) * C, 51), y = this->in(size_t(E) * rows * C, 52);
+  const auto dout = this->in(size_t(N) * C, 53), out0 = this->in(size_t(N) * C, 54);
+  const auto fill = this->in(size_t(E) * rows * C, 55);
+  std::vector<float> w(choice.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(r[i] + 1) / float(E + 1);
+  std::vector<T> xe = fill, out(out0.size()), acc = out0, dy = fill;
+  std::vector<float> dw(choice.size());
+  moe_scatter_rows(xe.data(), x.data(), choice.data(), slot.data(), N, K, C, rows);
+  moe_combine(out.data(), y.data(), choice.data(), slot.data(), w.data(), N, K, C, rows, false);
+  moe_combine(acc.data(), y.data(), choice.data(), slot.data(), static_cast<const float*>(nullptr), N, K, C, rows,
+              true);
+  moe_combine_backward(dy.data(), dw.data(), dout.data(), y.data(), choice.data(), slot.data(), w.data(), N, K, C,
+                       rows);
+  Dev<int32_t> gchoice(choice), gslot(slot);
+  Dev<float> gw(w), gdw(dw);
+  Dev<T> gx(x), gy(y), gdout(dout), gxe(fill), gout(out0), gacc(out0), gdy(fill);
+  cuda::moe_scatter_rows(gxe.get(), gx.get(), gchoice.get(), gslot.get(), N, K, C, rows, this->stream_);
+  cuda::moe_combine(gout.get(), gy.get(), gchoice.get(), gslot.get(), gw.get(), N, K, C, rows, false, this->stream_);
+  cuda::moe_combine(gacc.get(), gy.get(), gchoice.get(), gslot.get(), nullptr, N, K, C, rows, true, this->stream_);
+  cuda::moe_combine_backward(gdy.get(), gdw.get(), gdout.get(), gy.get(), gchoice.get(), gslot.get(), gw.get(), N,
+                             K, C, rows, this->stream_);
+  EXPECT_EQ(gxe.host(), to_double(xe));  // copies; the dropped choices' rows untouched
+  this->expect_close(gout.host(), out, "combine (weighted, stored)");
+  this->expect_close(gacc.host(), acc, "combine (unweighted, accumulated)");
+  EXPECT_EQ(gdy.host(), to_double(dy));  // one rounded product per element
+  std::vector<double> dwd(dw.begin(), dw.end());
+  EXPECT_LT(rel_err(gdw.host(), dwd), kF32Tol) << "dw";
+}
+
 TYPED_TEST(CudaOps, VocabShardCrossEntropy) {
   using T = TypeParam;
   const int N = 11, Vr = 700, valid = 650;  // a shard of rows [1400, 2100): 50 padding rows

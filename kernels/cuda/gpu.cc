@@ -215,6 +215,18 @@ class CudaOps final : public DeviceOps<T> {
                                    int N, int Vr, int valid) const override {
     cuda::vocab_crossentropy_backward(d(dlogits), d(probs), targets, first, dloss, N, Vr, valid, s());
   }
+  void moe_scatter_rows(T* xe, const T* x, const int32_t* choice, const int32_t* slot, int N, int K, int C,
+                        int rows) const override {
+    cuda::moe_scatter_rows(d(xe), d(x), choice, slot, N, K, C, rows, s());
+  }
+  void moe_combine(T* out, const T* y, const int32_t* choice, const int32_t* slot, const A* weight, int N, int K,
+                   int C, int rows, bool accumulate) const override {
+    cuda::moe_combine(d(out), d(y), choice, slot, weight, N, K, C, rows, accumulate, s());
+  }
+  void moe_combine_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* choice, const int32_t* slot,
+                            const A* weight, int N, int K, int C, int rows) const override {
+    cuda::moe_combine_backward(d(dy), dw, d(dout), d(y), choice, slot, weight, N, K, C, rows, s());
+  }
   // Read back, then summed in index order on the host (the CPU's order).
   double sum(const A* x, size_t n) const override {
     std::vector<A> host(n);

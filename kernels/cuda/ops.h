@@ -148,6 +148,20 @@ template <class T>
 void vocab_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, int64_t first, double dloss,
                                  int N, int Vr, int valid, cudaStream_t stream);
 
+// ---- rows of a mixture-of-experts MLP --------------------------------------------
+// kernels/cpu/ops.h's (weights and dw fp32): one thread per (choice, column)
+// for the scatter and dy, per (token, column) for the combine (its choices
+// summed best first), one 256-thread block per choice for dw (block_sum).
+template <class T>
+void moe_scatter_rows(T* xe, const T* x, const int32_t* choice, const int32_t* slot, int N, int K, int C, int rows,
+                      cudaStream_t stream);
+template <class T>
+void moe_combine(T* out, const T* y, const int32_t* choice, const int32_t* slot, const float* weight, int N, int K,
+                 int C, int rows, bool accumulate, cudaStream_t stream);
+template <class T>
+void moe_combine_backward(T* dy, float* dw, const T* dout, const T* y, const int32_t* choice, const int32_t* slot,
+                          const float* weight, int N, int K, int C, int rows, cudaStream_t stream);
+
 // ---- optimizer ---------------------------------------------------------------------
 // AdamW on fp32 master and moments with a T gradient (kernels/cpu's
 // adamw_step<T, float> with AdamWHyper's fields spelled out; param_out

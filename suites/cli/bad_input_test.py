@@ -209,17 +209,17 @@ def cases(F):
         (5, ["check", "--strategy", "shard=zero1"] + o, 2, r"--strategy: applies to --mesh points"),
         # 7. minor: named commands, capped messages, no files left behind
         (7, ["frobnicate"], 2, r"unknown command 'frobnicate' \(commands: "),
-        # train.device (#17): a device that is not one, one no strategy runs on, one this machine lacks.
+        # train.device (#17): a device that is not one, options no device runs, one this machine lacks.
         (7, ["train", "--device", "gpu", "--steps", "1"] + o, 2, r"train\.device: must be one of cpu, cuda; got 'gpu'"),
-        (7, ["train", "--device", "cuda", "--model", "tiny-moe", "--mesh", "dp2.ep2", "--steps", "1"] + o, 2,
-         r"train\.device: cuda runs dense models"),
+        (7, ["train", "--device", "cuda", "--model", "tiny-moe", "--mesh", "dp2.ep2", "--strategy",
+             "shard=zero2,offload=optimizer", "--steps", "1"] + o, 2,
+         r"strategy\.offload: on train\.device = cuda the states stay on the device"),
         (7, ["train", "--device", "cuda", "--mesh", "dp2", "--backend", "mpi", "--steps", "1"] + o, 2,
          r"--backend mpi: train\.device = cuda runs over nccl"),
         (7, ["train", "--mesh", "dp2", "--backend", "nccl", "--steps", "1"] + o, 2,
          r"--backend nccl: .*needs train\.device = cuda"),
         (7, ["train", "--device", "cuda", "--precision", "fp64", "--steps", "1"] + o, 2,
          r"train\.device: cuda runs fp32 and bf16-mixed"),
-        (7, ["train", "--device", "cuda", "--model", "tiny-moe", "--steps", "1"] + o, 2, r"train\.device: cuda runs dense models"),
         (7, ["train", "--set", "train.device=cuda", "--strategy", "shard=zero2,offload=optimizer", "--steps", "1"] + o,
          2, r"strategy\.offload: on train\.device = cuda the states stay on the device"),
         (7, ["sweep", "--config", F["sweep_device_gpu"]] + o, 2, r"sweep\.device: must be one of cpu, cuda; got 'gpu'"),

@@ -209,8 +209,10 @@ std::string selftest_gpu_reference(SelftestTally& t) {
 // every collective with the #wrong check, then two steps of each
 // data-parallel strategy, of the tensor-parallel runner (tp 1 with selective
 // recompute: the vocabulary-parallel lookup and cross-entropy, the biases and
-// positions by rows) and of the pipeline executor (two chunks handed over on
-// the GPU, and 2BW's weight versions) on the GPU under the engine
+// positions by rows), of the pipeline executor (two chunks handed over on
+// the GPU, and 2BW's weight versions) and of a mixture-of-experts model (the
+// MoE MLP's rows and experts on the GPU, its routing on the host between
+// them) on the GPU under the engine
 // (device memory and streams, the nccl backend with its host staging and
 // event ordering; the GPU's own reference a floor of the rule). Several GPUs:
 // `mpirun -np N parabench train --device cuda --mesh dpN` (or dpN.tpT.ppM).
@@ -226,12 +228,16 @@ std::string selftest_gpu_nccl(SelftestTally& t) {
   std::printf("collectives over nccl (a world of one; #wrong elements, 8 B to 1 MiB)\n");
   selftest_collectives_on(t, *world);
   std::printf("  in %.2f s\n\n", selftest_seconds_since(start));
-  std::printf("data-parallel strategies, the tensor-parallel runner and pipeline schedules on the GPU over nccl (two "
-              "steps each at fp32, one rank)\n");
+  std::printf("data-parallel strategies, the tensor-parallel runner, pipeline schedules and a mixture of experts on "
+              "the GPU over nccl (two steps each at fp32, one rank)\n");
   print_result_header();
-  for (const char* strategy : {"shard=none", "shard=zero1", "shard=zero2", "shard=zero3", "recompute=selective",
-                               "schedule=interleaved,virtual_stages=2", "schedule=2bw"}) {
-    StrategyRun s = check_point("", "fp32", "dp1", strategy, 2);
+  const std::pair<const char*, const char*> points[] = {
+      {"", "shard=none"},          {"", "shard=zero1"},
+      {"", "shard=zero2"},         {"", "shard=zero3"},
+      {"", "recompute=selective"}, {"", "schedule=interleaved,virtual_stages=2"},
+      {"", "schedule=2bw"},        {"tiny-moe", "shard=none"}};
+  for (const auto& [model, strategy] : points) {
+    StrategyRun s = check_point(model, "fp32", "dp1", strategy, 2);
     s.spec.train.device = Device::cuda;
     s.world = wo;
     s.open_device = [] { return open_cuda_device(-1); };  // the GPU the nccl backend chose
@@ -264,7 +270,6 @@ void selftest_unavailable(SelftestTally& t, const Env& env, const std::string& g
   t.skipped.push_back("CUDA kernels against the CPU, op by op: " + gpu + " (ctest -L gpu: kernels_cuda_test)");
   if (!gpu_nccl.empty())
     t.skipped.push_back("NCCL collectives, the data-parallel strategies, the tensor-parallel runner and pipeline schedules on a GPU: " + gpu_nccl);
-  t.skipped.push_back("mixture-of-experts models and expert parallel on a GPU: the MoE MLP runs on the CPU only so far");
   if (!env.under_mpirun)
     t.skipped.push_back(
         "MPI backend: not under mpirun (run `mpirun -np 4 parabench collectives` and `mpirun -np 4 parabench check "

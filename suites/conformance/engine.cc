@@ -222,7 +222,16 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   std::vector<const Trace*> floors = {&ref, &rep};
   Trace on_device;  // the same reference on rank 0's device: its kernels' rounding is a floor too
   if (const std::shared_ptr<TrainDevice> device = open_device(s.spec.train.device, s.open_device)) {
-    on_device = reference_trace(s.spec.train, plain, device.get());
+    // A device runs the plain plan or joint MoE microbatches (trainer.h):
+    // local capacity's groups are the same network as consecutive
+    // microbatches (each its own capacity scope), the gradient summed in
+    // microbatch order instead of per group.
+    Replay dev = plain;
+    if (dev.plan.groups > 1 && !dev.plan.moe_joint) {
+      dev.plan.micro *= dev.plan.groups;
+      dev.plan.groups = 1;
+    }
+    on_device = reference_trace(s.spec.train, dev, device.get());
     floors.push_back(&on_device);
   }
   const DType dt = storage_dtype(s.spec.train.precision);

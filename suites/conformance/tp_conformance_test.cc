@@ -178,16 +178,5 @@ TEST(TpConformance, RingMessagesMatchedByOrderAloneAsOnNccl) {
   }
 }
 
-TEST(TpConformance, OnADeviceExpertParallelIsRefusedByName) {
-  StrategyRun s = run_of(MeshShape{2, 1, 1, 1, 0, 2}, false, Recompute::none, dp::Shard::none, Precision::fp32);
-  s.spec.train.device = Device::cuda;
-  try {
-    validate(s.spec);
-    ADD_FAILURE() << "ep2 accepted on a device";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("expert parallel runs on the CPU only"), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 }  // namespace pb

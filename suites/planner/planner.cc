@@ -220,7 +220,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
   tpo.context.cp = in.cp;
   tpo.context.algo = in.cp_algo;
   const bool staged = pipe.staged();
-  const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep};
+  const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
   if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
     s.workspace = pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage,
                                                   in.hw.host_kernels);
@@ -242,6 +242,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     x.algo = in.cp_algo;
     x.moe_scope_tokens = moe_scope_tokens(in, seq);
     x.ep = in.ep;
+    x.moe_on_device = !in.hw.host_kernels;
     s.activations = tp::activation_bytes(x);
   } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
     // The reference layout in pipeline stages: the chunks' bytes a stage

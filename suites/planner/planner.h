@@ -101,8 +101,8 @@ struct Hardware {
   double memory_GB = 0;        // device memory per rank; 0: unknown (no fit check)
   // The ranks run the CPU's kernels, whose GEMM staging and attention scores
   // are workspace (Scratch); false on GPUs (MachineProfile::gpu), whose
-  // kernels keep their own. (The tensor- and context-parallel runners' are
-  // the CPU's either way: they run on the CPU only so far.)
+  // kernels keep their own; there an MoE layer's routing state is host
+  // memory too (reference/moe.h), not the device's.
   bool host_kernels = true;
   std::string machine;         // the profile's name (plan --machine), empty when typed by hand
   // Measured GEMM rates by shape at the plan's precision: when given (and the

@@ -25,6 +25,7 @@
 #include "impl/tensor_parallel/runner.h"
 #include "impl/tensor_parallel/strategy.h"
 #include "impl/pipeline/simulator.h"
+#include "reference/device_testing.h"
 #include "reference/layout.h"
 #include "reference/runner.h"
 
@@ -425,7 +426,8 @@ TEST(Planner, MixtureOfExpertsUnderDataParallelIsTheRunners) {
 // The run spec of a plan at pp 1 (one microbatch per step, two steps): its
 // strategy's ranks, run on the local backend, allocate per tag (device peaks
 // after two steps, max over ranks) what the plan's worst rank holds:
-// params, grads, optimizer, activations, comm buffers and workspace.
+// params, grads, optimizer, activations, comm buffers and workspace. A plan
+// on a GPU profile: each rank on a stand-in device (reference/device_testing.h).
 void expect_plan_is_the_ranks(const PlanResult& r, const PlanInput& in, const Strategy& st, const std::string& where) {
   RunSpec s;
   s.train.model = *in.shape;
@@ -439,10 +441,14 @@ void expect_plan_is_the_ranks(const PlanResult& r, const PlanInput& in, const St
   s.data.shard = in.shard;
   validate(s);
   st.validate(s);
+  const bool on_device = !in.hw.host_kernels;
+  if (on_device) s.train.device = Device::cuda;
   std::mutex mu;
   int64_t peak[kNumMemTags] = {};
+  testing::StandInDevices devices;
   run_local(s.world(), [&](Communicator& w) {
-    std::unique_ptr<Rank> rank = st.make_rank(s, w, nullptr);
+    const std::shared_ptr<TrainDevice> device = on_device ? devices.open() : nullptr;  // outlives the rank
+    std::unique_ptr<Rank> rank = st.make_rank(s, w, device.get());
     rank->step();
     rank->step();
     std::lock_guard lk(mu);
@@ -483,6 +489,12 @@ TEST(Planner, ExpertParallelMemoryIsTheRanks) {
     bool has_ep = false;
     for (const CommRow& row : r.comm) has_ep |= row.group == "ep" && row.bytes > 0;
     EXPECT_TRUE(has_ep) << where;
+    // On a GPU: no CPU kernel workspace, the routing state in host memory;
+    // the ranks on stand-in devices hold what the plan says.
+    in.hw = hardware_for(load_machine("h100"), c.p);
+    const PlanResult g = plan(in);
+    expect_plan_is_the_ranks(g, in, ep::strategy(), where + " on h100");
+    EXPECT_LT(g.worst.activations, r.worst.activations) << where;
   }
   // An ep group of consecutive ranks spans nodes when a node holds fewer.
   PlanInput nodes;
@@ -543,6 +555,8 @@ TEST(Planner, MixtureOfExpertsUnderTensorParallelIsTheRanks) {
     }
     EXPECT_TRUE(tp_rows) << where;
     EXPECT_EQ(ep_rows, c.ep > 1) << where;
+    in.hw = hardware_for(load_machine("h100"), c.p);  // on stand-in devices
+    expect_plan_is_the_ranks(plan(in), in, tp::strategy(), where + " on h100");
   }
 }
 

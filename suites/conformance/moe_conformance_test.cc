@@ -1,0 +1,112 @@
+// Mixture of experts on a device: train.device = cuda on stand-in devices
+// (reference/device_testing.h: host memory handed out as a device's, the
+// CPU's kernels behind the seam), so the MoE MLP's device path runs on every
+// rank kind that holds one: the router GEMM, the rows scattered to the
+// experts and combined back, the experts' FFNs, the expert-parallel
+// all-to-alls and the tensor-parallel partial sums on device buffers; the
+// routing on the host between them (reference/moe.h). Its arithmetic is the
+// CPU's, so it must train bit for bit as the CPU run; a guarded single rank
+// proves the routing reads and writes device memory only through the seam,
+// and an injected expert-parallel fault is still caught on a device.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "harness/status.h"
+#include "reference/device_testing.h"
+#include "suites/conformance/engine.h"
+#include "suites/conformance/stand_in_runs.h"
+
+namespace pb {
+namespace {
+
+StrategyRun run_of(MeshShape mesh, dp::Shard shard, Precision p, const std::string& model = "tiny-moe") {
+  StrategyRun s;
+  TrainConfig& c = s.spec.train;
+  c.model = named_model(model);
+  c.precision = p;
+  c.steps = 2;
+  c.batch = 2 * mesh.dp;
+  c.seq = 12;
+  c.microbatches = 1;
+  c.optim.lr = 3e-3;
+  s.spec.mesh = mesh;
+  s.spec.data.shard = shard;
+  s.world.timeout_s = 60;
+  return s;
+}
+
+MeshShape mesh(int dp, int tp, int pp, int ep) {
+  MeshShape m;
+  m.dp = dp;
+  m.tp = tp;
+  m.pp = pp;
+  m.ep = ep;
+  return m;
+}
+
+TEST(MoeConformance, OnADeviceEachRankKindTrainsAsOnTheCpu) {
+  struct Case {
+    MeshShape mesh;
+    dp::Shard shard;
+    Precision p;
+    const char* model;
+  };
+  const Case cases[] = {
+      {mesh(2, 1, 1, 1), dp::Shard::none, Precision::fp32, "tiny-moe"},                 // global capacity: counts shared
+      {mesh(2, 1, 1, 1), dp::Shard::zero3, Precision::bf16_mixed, "tiny-moe-local"},    // local capacity
+      {mesh(2, 1, 1, 2), dp::Shard::none, Precision::fp32, "tiny-moe"},                 // expert parallel
+      {mesh(2, 1, 1, 2), dp::Shard::zero1, Precision::bf16_mixed, "tiny-moe-top1"},     // expert parallel, ZeRO-1
+      {mesh(1, 2, 1, 1), dp::Shard::none, Precision::fp32, "tiny-moe"},                 // experts split over tp
+      {mesh(2, 2, 1, 2), dp::Shard::zero3, Precision::fp32, "tiny-moe"},                // ep on the tp shard
+  };
+  for (const Case& c : cases) {
+    const StrategyRun s = run_of(c.mesh, c.shard, c.p, c.model);
+    testing::expect_stand_ins_train_as_the_cpu(s, mesh_text(c.mesh) + " " + std::string(dp::shard_name(c.shard)) + " " +
+                                                      precision_name(c.p) + " " + c.model);
+  }
+}
+
+// MoE blocks inside pipeline stages (the stage's Gpt on the device's ops),
+// with and without expert parallel.
+TEST(MoeConformance, OnADevicePipelineStagesWithExpertsTrainAsOnTheCpu) {
+  for (const MeshShape& m : {mesh(1, 1, 2, 1), mesh(2, 1, 2, 2)}) {
+    StrategyRun s = run_of(m, dp::Shard::none, Precision::fp32);
+    s.spec.train.model.L = 4;
+    s.spec.train.batch = 2 * m.dp;
+    s.spec.train.microbatches = 2;
+    s.spec.pipe.schedule = pipeline::ScheduleKind::one_f_one_b;
+    testing::expect_stand_ins_train_as_the_cpu(s, mesh_text(m) + " 1f1b tiny-moe");
+  }
+}
+
+// One rank on a guarded stand-in (its memory opens only inside the device's
+// ops; the guard is process-wide, so one rank): the routing on the host reads
+// the logits and dw it read back and writes only host buffers.
+TEST(MoeConformance, OnADeviceTheRoutingTouchesDeviceMemoryOnlyThroughTheOps) {
+  for (const char* model : {"tiny-moe", "tiny-moe-e8-top1-cf2"}) {
+    StrategyRun s = run_of(mesh(1, 1, 1, 1), dp::Shard::none, Precision::fp32, model);
+    s.spec.train.microbatches = 2;
+    s.spec.train.device = Device::cuda;
+    testing::StandInDevices devices(/*guarded=*/true);
+    s.open_device = [&] { return devices.open(); };
+    const ConformanceResult res = run_conformance(s);
+    EXPECT_TRUE(res.pass()) << model << " " << res.strategy << ":" << describe_failures(res);
+    EXPECT_EQ(res.device, "stand-in device");
+  }
+}
+
+// A device run keeps its teeth: expert rows combined onto the wrong tokens
+// fail the check on stand-ins as on the CPU.
+TEST(MoeConformance, OnADeviceAnExpertParallelFaultIsCaught) {
+  StrategyRun s = run_of(mesh(2, 1, 1, 2), dp::Shard::none, Precision::fp32);
+  s.spec.faults = {"ep_combine_permuted"};
+  s.spec.train.device = Device::cuda;
+  testing::StandInDevices devices;
+  s.open_device = [&] { return devices.open(); };
+  const ConformanceResult r = run_conformance(s);
+  EXPECT_FALSE(r.pass()) << "ep_combine_permuted passed on a device";
+}
+
+}  // namespace
+}  // namespace pb
