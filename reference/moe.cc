@@ -172,8 +172,8 @@ int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N, int64_t scope_tokens, 
 
 template <class T>
 MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope, const kernels::DeviceOps<T>& ops)
-    : ops_(&ops), c_(layout.model().moe), o_(layout.moe_block()), scope_(scope), N_(N), C_(layout.model().C), E_(c_.experts),
-      k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), tp_(layout.tp()), H_(4 * C_ / layout.tp()),
+    : ops_(&ops), c_(layout.model().moe), o_(layout.moe_block()), scope_(scope), N_(N), C_(layout.model().C),
+      E_(c_.experts), k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), tp_(layout.tp()), H_(4 * C_ / layout.tp()),
       scope_tokens_(scope.tokens(c_, N)) {
   require(E_ > 0, "moe: the model has no experts");
   require(scope.tp_size() == tp_, "moe: a layout of tp" + std::to_string(tp_) + " needs its tp group, got " +

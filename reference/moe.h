@@ -9,10 +9,11 @@
 // rows moved to and from the experts, the experts' GEMMs and GELU, the
 // combine and its backward run on the device; the routing decisions (router
 // softmax, top-k, capacity admission, the load-balancing loss and the
-// router's softmax backward: O(N E) values) run on the host between them, on
-// the logits read back, and what the device needs of them (the choices,
-// slots and weights) goes back up: one read-back each way per MoE layer, as
-// the per-expert counts an expert-parallel dispatch needs on the host anyway.
+// router's softmax backward: O(N E) values) run on the host between them:
+// forward reads the logits back and sends the choices, slots and weights up,
+// backward reads the combine weights' gradient back and sends the router's
+// gradient up (each a wait on the device's stream), as the per-expert counts
+// an expert-parallel dispatch needs on the host anyway.
 // Invariant: the same arithmetic in the same order whoever calls it.
 #pragma once
 #include <cstdint>

@@ -109,8 +109,9 @@ template <class T>
 class ReferenceTrainer : public TrainerBase {
  public:
   // ops, memory: the device (default: the CPU). Off the host only the plain
-  // plan runs (one group of cfg.microbatches microbatches, nothing split):
-  // the replays of strategies' orders are host code.
+  // plan runs (one group of cfg.microbatches microbatches, nothing split),
+  // or a mixture of experts' joint microbatches (moe_joint): the replays of
+  // strategies' orders are host code.
   ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan = {}, std::shared_ptr<const kernels::DeviceOps<T>> ops = {},
                    std::shared_ptr<DeviceMemory> memory = {});
   StepStats step() override;

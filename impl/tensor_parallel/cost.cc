@@ -62,8 +62,9 @@ int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding,
   int64_t layers = blocks * layer_activation_bytes(layer_shape(x), x.recompute);
   if (x.model.moe.experts > 0 && blocks == x.model.L) {  // the whole model: its MoE blocks' MLPs (experts split over tp)
     const int64_t moe_blocks = x.model.moe_layers();
-    layers += moe_blocks * (moe_activation_bytes(x.model, N, x.moe_scope_tokens, int(e), int(ab), x.ep, int(t), x.moe_on_device) -
-                            8 * e * N * C / t);
+    const int64_t moe = moe_activation_bytes(x.model, N, x.moe_scope_tokens, int(e), int(ab), x.ep, int(t),
+                                             x.moe_on_device);
+    layers += moe_blocks * (moe - 8 * e * N * C / t);
   }
   const int64_t tokens = embedding ? 4 * N : 0;
   const int64_t head_bytes = head ? e * Nl * C + 2 * ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets

@@ -53,12 +53,12 @@ TEST(MoeConformance, OnADeviceEachRankKindTrainsAsOnTheCpu) {
     const char* model;
   };
   const Case cases[] = {
-      {mesh(2, 1, 1, 1), dp::Shard::none, Precision::fp32, "tiny-moe"},                 // global capacity: counts shared
-      {mesh(2, 1, 1, 1), dp::Shard::zero3, Precision::bf16_mixed, "tiny-moe-local"},    // local capacity
-      {mesh(2, 1, 1, 2), dp::Shard::none, Precision::fp32, "tiny-moe"},                 // expert parallel
-      {mesh(2, 1, 1, 2), dp::Shard::zero1, Precision::bf16_mixed, "tiny-moe-top1"},     // expert parallel, ZeRO-1
-      {mesh(1, 2, 1, 1), dp::Shard::none, Precision::fp32, "tiny-moe"},                 // experts split over tp
-      {mesh(2, 2, 1, 2), dp::Shard::zero3, Precision::fp32, "tiny-moe"},                // ep on the tp shard
+      {mesh(2, 1, 1, 1), dp::Shard::none, Precision::fp32, "tiny-moe"},               // global capacity
+      {mesh(2, 1, 1, 1), dp::Shard::zero3, Precision::bf16_mixed, "tiny-moe-local"},  // local capacity
+      {mesh(2, 1, 1, 2), dp::Shard::none, Precision::fp32, "tiny-moe"},               // expert parallel
+      {mesh(2, 1, 1, 2), dp::Shard::zero1, Precision::bf16_mixed, "tiny-moe-top1"},   // expert parallel, ZeRO-1
+      {mesh(1, 2, 1, 1), dp::Shard::none, Precision::fp32, "tiny-moe"},               // experts split over tp
+      {mesh(2, 2, 1, 2), dp::Shard::zero3, Precision::fp32, "tiny-moe"},              // ep on the tp shard
   };
   for (const Case& c : cases) {
     const StrategyRun s = run_of(c.mesh, c.shard, c.p, c.model);
