@@ -21,19 +21,7 @@ namespace pb {
 namespace {
 
 StrategyRun run_of(MeshShape mesh, dp::Shard shard, Precision p, const std::string& model = "tiny-moe") {
-  StrategyRun s;
-  TrainConfig& c = s.spec.train;
-  c.model = named_model(model);
-  c.precision = p;
-  c.steps = 2;
-  c.batch = 2 * mesh.dp;
-  c.seq = 12;
-  c.microbatches = 1;
-  c.optim.lr = 3e-3;
-  s.spec.mesh = mesh;
-  s.spec.data.shard = shard;
-  s.world.timeout_s = 60;
-  return s;
+  return testing::small_run(mesh, model, p, shard);
 }
 
 MeshShape mesh(int dp, int tp, int pp, int ep) {

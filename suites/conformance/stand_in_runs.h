@@ -15,6 +15,24 @@
 
 namespace pb::testing {
 
+// A small two-step run of `model` on `mesh`: two 12-token sequences per dp
+// rank, one microbatch, lr 3e-3, the data-axis option `shard`.
+inline StrategyRun small_run(const MeshShape& mesh, const std::string& model, Precision p, dp::Shard shard) {
+  StrategyRun s;
+  TrainConfig& c = s.spec.train;
+  c.model = named_model(model);
+  c.precision = p;
+  c.steps = 2;
+  c.batch = 2 * mesh.dp;
+  c.seq = 12;
+  c.microbatches = 1;
+  c.optim.lr = 3e-3;
+  s.spec.mesh = mesh;
+  s.spec.data.shard = shard;
+  s.world.timeout_s = 60;
+  return s;
+}
+
 struct StandInRuns {
   ConformanceResult cpu, device;
 };

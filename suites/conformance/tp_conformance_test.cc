@@ -27,20 +27,9 @@ namespace pb {
 namespace {
 
 StrategyRun run_of(MeshShape mesh, bool sp, Recompute r, dp::Shard shard, Precision p) {
-  StrategyRun s;
-  TrainConfig& c = s.spec.train;
-  c.model = named_model("tiny-tp");  // V = 67: tp2 and tp3 pad the vocabulary
-  c.precision = p;
-  c.steps = 2;
-  c.batch = 2 * mesh.dp;
-  c.seq = 12;
-  c.microbatches = 1;
-  c.optim.lr = 3e-3;
-  s.spec.mesh = mesh;
+  StrategyRun s = testing::small_run(mesh, "tiny-tp", p, shard);  // V = 67: tp2 and tp3 pad the vocabulary
   s.spec.tensor.sp = sp;
   s.spec.tensor.recompute = r;
-  s.spec.data.shard = shard;
-  s.world.timeout_s = 60;
   return s;
 }
 
