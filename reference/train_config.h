@@ -17,8 +17,8 @@ Precision parse_precision(const std::string& s);  // InputError on anything else
 DType storage_dtype(Precision p);
 
 // Where the model's buffers live and its kernels run (kernels/common/
-// device_ops.h): the CPU, or one CUDA GPU (fp32 and bf16-mixed, dense models,
-// the single-device reference; the parallel strategies run on the CPU).
+// device_ops.h): the CPU, or CUDA GPUs (fp32 and bf16-mixed: the reference on
+// one, every parallel strategy on one per rank).
 enum class Device : uint8_t { cpu, cuda };
 std::string device_name(Device d);
 Device parse_device(const std::string& s);  // InputError on anything else

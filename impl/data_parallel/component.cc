@@ -39,8 +39,6 @@ template <class T>
 Component<T>::Component(const DpOptions& o, std::vector<UnitSpan> units, const ParamLayout& layout,
                         uint64_t seed, DpComms& comms, MemoryTracker& mem, const kernels::DeviceOps<T>& ops)
     : o_(o), c_(comms), mem_(mem), ops_(&ops) {
-  require(ops.is_host() || o.offload == Offload::none,
-          "strategy.offload: the optimizer offload runs on the CPU only (" + ops.name() + " holds the states)");
   g_ = shard_group(o);
   rpn_ = o.ranks_per_node ? o.ranks_per_node : o.dp;
   nodes_ = o.dp / rpn_;
@@ -55,8 +53,23 @@ Component<T>::Component(const DpOptions& o, std::vector<UnitSpan> units, const P
   grads_ = Buffer<T>(&mem_, MemTag::grads, size_t(grads_full() ? sl_->full_size() : sl_->shard_size()));
   if (o.shard == Shard::hzero && nodes_ > 1)
     secondary_ = Buffer<T>(&mem_, MemTag::params, size_t(sl_->full_size() / rpn_));
-  opt_ = std::make_unique<AdamW<T>>(layout, seed, sl_->segments(full_params, grads_full()), sl_->shard_size(),
-                                    &mem_, o.offload == Offload::optimizer ? Place::host : Place::device, false, ops);
+  std::vector<Segment> segs = sl_->segments(full_params, grads_full());
+  if (o.offload == Offload::optimizer && !ops.is_host()) {
+    // ZeRO-Offload on a device: the optimizer steps host copies of the owned
+    // gradients and parameters, laid out like its state (segment i at
+    // state_off), on the CPU; the parameters start as the device's.
+    offload_segs_ = segs;
+    for (Segment& g : segs) g.param_off = g.grad_off = g.state_off;
+    host_params_ = Buffer<T>(&mem_, MemTag::optimizer, size_t(sl_->shard_size()), Place::host);
+    host_grads_ = Buffer<T>(&mem_, MemTag::optimizer, size_t(sl_->shard_size()), Place::host);
+    for (const Segment& g : offload_segs_)
+      ops.to_host(host_params_.data() + g.state_off, params_.data() + g.param_off, bytes_of(g));
+    opt_ = std::make_unique<AdamW<T>>(layout, seed, std::move(segs), sl_->shard_size(), &mem_, Place::host, false,
+                                      kernels::cpu_ops<T>());
+    return;
+  }
+  opt_ = std::make_unique<AdamW<T>>(layout, seed, std::move(segs), sl_->shard_size(), &mem_,
+                                    o.offload == Offload::optimizer ? Place::host : Place::device, false, ops);
   if (o.has(Fault::no_copy_back)) dummy_params_ = Buffer<T>(&mem_, MemTag::workspace, params_.size());
 }
 
@@ -252,8 +265,17 @@ double Component<T>::local_sq() const {
 
 template <class T>
 void Component<T>::step(const OptimConfig& oc, long t, double lr, double grad_scale) {
-  T* target = dummy_params_.empty() ? params_.data() : dummy_params_.data();
-  opt_->step(target, grads_.data(), oc, t, lr, grad_scale);
+  if (!offload_segs_.empty()) {  // on a device: gradients down, the CPU's step, parameters up
+    for (const Segment& g : offload_segs_)
+      ops_->to_host(host_grads_.data() + g.state_off, grads_.data() + g.grad_off, bytes_of(g));
+    opt_->step(host_params_.data(), host_grads_.data(), oc, t, lr, grad_scale);
+    if (!o_.has(Fault::no_copy_back))
+      for (const Segment& g : offload_segs_)
+        ops_->to_device(params_.data() + g.param_off, host_params_.data() + g.state_off, bytes_of(g));
+  } else {
+    T* target = dummy_params_.empty() ? params_.data() : dummy_params_.data();
+    opt_->step(target, grads_.data(), oc, t, lr, grad_scale);
+  }
   // ZeRO-1/2 hold full parameters: every unit is all-gathered from the updated slices.
   if (o_.shard != Shard::zero1 && o_.shard != Shard::zero2) return;
   if (o_.has(Fault::stale_params) || c_.dp->size() == 1) return;

@@ -54,8 +54,11 @@ class Component {
   // Allocates and inits this rank's params, grads and optimizer state for
   // `units` (their flat ranges index `layout` for init and weight decay).
   // ops: the device the states live on (the tracker's device memory; the CPU
-  // by default). Off the host the optimizer state stays on the device
-  // (offload is refused) and the initial values are drawn on the host, then moved.
+  // by default). Off the host the initial values are drawn on the host, then
+  // moved; the optimizer state stays on the device, or with offload on the
+  // host, where the CPU steps host copies of the owned gradients and
+  // parameters (ZeRO-Offload: each step moves the owned gradients down and
+  // the updated parameters up; dp cost.h counts the copies with the state).
   Component(const DpOptions& o, std::vector<UnitSpan> units, const ParamLayout& layout, uint64_t seed,
             DpComms& comms, MemoryTracker& mem, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
   const kernels::DeviceOps<T>& ops() const { return *ops_; }
@@ -146,6 +149,11 @@ class Component {
   std::unique_ptr<ShardLayout> sl_;
   Buffer<T> params_, grads_, secondary_, dummy_params_;
   std::unique_ptr<AdamW<T>> opt_;
+  // Offload on a device: the owned segments (device offsets) and their host
+  // copies, indexed by state_off.
+  std::vector<Segment> offload_segs_;
+  Buffer<T> host_params_, host_grads_;
+  static size_t bytes_of(const Segment& g) { return size_t(g.flat_hi - g.flat_lo) * sizeof(T); }
   std::vector<std::pair<int64_t, int64_t>> norm_skip_;
   Communicator& shard_comm() { return o_.shard == Shard::hsdp ? *c_.shard : *c_.dp; }
 };

@@ -83,6 +83,7 @@ ModelStateBytes model_state_bytes(std::span<const int64_t> units, const DataAxis
   m.params = p * b.param;
   m.grads = gr * b.grad;
   (a.offload == Offload::optimizer ? m.optimizer_host : m.optimizer) = opt * b.optimizer;
+  if (a.offload == Offload::optimizer && a.on_device) m.optimizer_host += opt * (b.param + b.grad);
   return m;
 }
 

@@ -54,6 +54,10 @@ struct DataAxis : DataOptions {
   int64_t ranks_per_node = 0;     // 0: every rank on one node
   int64_t stride = 1;             // global-rank distance between consecutive dp ranks (tp*cp)
   int64_t grad_accum = 1;         // microbatches per step
+  // The ranks run on a device (train.device = cuda): an offloaded optimizer
+  // steps host copies of the owned gradients and parameters (ZeRO-Offload's
+  // transfers), counted in optimizer_host with its state.
+  bool on_device = false;
 };
 
 // Throws pb::InputError naming the field when the axis is inconsistent.
@@ -74,7 +78,7 @@ struct ModelStateBytes {
   int64_t params = 0;          // device (includes hzero's secondary shard)
   int64_t grads = 0;           // device
   int64_t optimizer = 0;       // device: master weights + Adam moments
-  int64_t optimizer_host = 0;  // host, when the optimizer is offloaded
+  int64_t optimizer_host = 0;  // host, when the optimizer is offloaded (on a device: and its copies)
   int64_t device_total() const { return params + grads + optimizer; }
 };
 

@@ -160,6 +160,12 @@ DataAxis data_axis(const DpOptions& o, Precision p, int microbatches) {
   return a;
 }
 
+DataAxis data_axis(const DpOptions& o, const TrainConfig& cfg) {
+  DataAxis a = data_axis(o, cfg.precision, cfg.microbatches);
+  a.on_device = cfg.device == Device::cuda;
+  return a;
+}
+
 int shard_group(const DpOptions& o) {
   return int(shard_group_size(data_axis(o, Precision::fp32, 1)));
 }

@@ -54,6 +54,8 @@ void validate(const DpOptions& o, const TrainConfig& cfg);
 
 // The cost-model view of these options.
 DataAxis data_axis(const DpOptions& o, Precision p, int microbatches);
+// ... for ranks training `cfg`: its precision, microbatches and device.
+DataAxis data_axis(const DpOptions& o, const TrainConfig& cfg);
 // Ranks the model states are sharded over (cost.h shard_group_size): 1 for
 // DDP, F for HSDP (default: ranks per node), dp otherwise.
 int shard_group(const DpOptions& o);

@@ -64,7 +64,7 @@ Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps) {
 }
 
 Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps, std::span<const int64_t> units) {
-  const DataAxis axis = data_axis(o, cfg.precision, cfg.microbatches);
+  const DataAxis axis = data_axis(o, cfg);
   const ModelStateBytes m = model_state_bytes(units, axis);
   Declared d;
   d.memory = {{"mem.params", MemTag::params, Place::device, m.params},

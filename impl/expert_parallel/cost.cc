@@ -23,8 +23,7 @@ StateCosts state_costs(const RunSpec& s) {
   const TrainConfig& cfg = s.train;
   const ParamLayout l(cfg.model, s.mesh.tp, 0);  // a tp rank's shard (every tp rank's units have these sizes)
   const dp::DpOptions od = dense_options(s), oe = expert_options(s);
-  const dp::DataAxis ad = dp::data_axis(od, cfg.precision, cfg.microbatches),
-                     ae = dp::data_axis(oe, cfg.precision, cfg.microbatches);
+  const dp::DataAxis ad = dp::data_axis(od, cfg), ae = dp::data_axis(oe, cfg);
   const std::vector<int64_t> du = sizes(dense_units(l)), eu = sizes(expert_units(l, s.mesh.ep, 0));
   const int n = int(du.size()), M = int(eu.size());
   StateCosts c;

@@ -62,13 +62,10 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   require(ops_->is_host() || device_memory_ != nullptr, "pipeline: a device rank needs the device's memory");
   mem_.set_device_memory(device_memory_.get());
   // Without tags (nccl) a pair's messages match in order, and sends complete
-  // only once received: the schedule must run with grouped posting.
+  // only once received: the schedule must run with grouped posting, its lone
+  // sends posted with the next receives where it needs them to.
   if (!world.matches_tags()) {
-    const std::vector<Issue> issues = find_issues(s_, SendMode::grouped);
-    require(issues.empty(), "schedule: " + s_.name + " cannot run on the " + std::string(world.backend()) +
-                                " backend (messages match in order, sends wait for their receives): " +
-                                (issues.empty() ? std::string() : issue_str(s_, issues.front())) +
-                                (s_.virtual_stages > 1 ? "; interleaved runs there with microbatches = pp" : ""));
+    s_ = posted_without_tags(std::move(s_), "the " + std::string(world.backend()) + " backend");
   }
   // Message tags are dense indices (schedule.h); MPI guarantees tags up to 32767 only.
   require(world.backend() == "local" || !world.matches_tags() || num_messages(s_) <= 32767,

@@ -394,7 +394,7 @@ Declared PipelineRank<T>::declared(int steps) const {
     sizes.push_back(su_.units[i].size);
     uses.push_back({su_.units[i].size, su_.fwd_uses[i], su_.bwd_uses[i]});
   }
-  const dp::DataAxis axis = dp::data_axis(o_.component(), cfg_.precision, m_);
+  const dp::DataAxis axis = dp::data_axis(o_.component(), cfg_);
   dp::ModelStateBytes ms = dp::model_state_bytes(sizes, axis);
   // The stage's experts: a second component over edp (one read each way per microbatch).
   std::vector<StageUnitUse> expert_uses;
@@ -402,7 +402,7 @@ Declared PipelineRank<T>::declared(int steps) const {
   if (ex_) {
     std::vector<int64_t> es;
     for (const auto& u : se_.units) es.push_back(u.size), expert_uses.push_back({u.size, 1, 1});
-    expert_axis = dp::data_axis(ex_->options(), cfg_.precision, m_);
+    expert_axis = dp::data_axis(ex_->options(), cfg_);
     const dp::ModelStateBytes e = dp::model_state_bytes(es, expert_axis);
     ms.params += e.params, ms.grads += e.grads, ms.optimizer += e.optimizer, ms.optimizer_host += e.optimizer_host;
   }

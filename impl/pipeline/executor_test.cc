@@ -9,6 +9,7 @@
 #include "harness/mesh.h"
 #include "harness/status.h"
 #include "impl/pipeline/strategy.h"
+#include "impl/pipeline/validate.h"
 
 namespace pb::pipeline {
 namespace {
@@ -90,13 +91,17 @@ TEST(Executor, BadConfigsAreRejectedWithTheFieldNamed) {
 // (stage_comm_peak_bytes) are the peak the executor measures on the local
 // backend, rank by rank: every schedule, every data-parallel family, the
 // tensor axis inside a stage, MoE stages with their expert component, one
-// rank's interleaved chunks handing gradients over locally.
+// rank's interleaved chunks handing gradients over locally; with messages
+// matched by order (as on nccl), of the schedule as posted there
+// (posted_without_tags: interleaved with m > pp receives a gradient before
+// the F paired with its backward).
 TEST(Executor, CommBufferPeakIsTheScheduleOrderReplay) {
   struct Case {
     const char* mesh;
     const char* strategy;
     const char* model;
     int micro;
+    bool by_order = false;
   };
   const std::vector<Case> cases = {
       {"pp2", "shard=none,schedule=gpipe", "tiny", 2},
@@ -116,6 +121,9 @@ TEST(Executor, CommBufferPeakIsTheScheduleOrderReplay) {
       {"tp2.pp2", "shard=zero3,sp=on,schedule=1f1b", "tiny", 2},
       {"dp2.ep2.pp2", "shard=none,schedule=1f1b", "tiny-moe", 2},
       {"dp2.ep2.pp2", "shard=zero3,schedule=1f1b", "tiny-moe", 2},
+      {"pp2", "shard=none,schedule=interleaved,virtual_stages=2", "small", 4, true},
+      {"dp2.pp2", "shard=zero3,schedule=interleaved,virtual_stages=2", "small", 4, true},
+      {"dp2.pp2", "shard=zero1,schedule=1f1b", "tiny", 4, true},
   };
   for (const Case& c : cases) {
     RunSpec s;
@@ -127,17 +135,23 @@ TEST(Executor, CommBufferPeakIsTheScheduleOrderReplay) {
     s.train.microbatches = c.micro;
     s.train.batch = 2 * c.micro * s.mesh.dp;
     const PipelineOptions o = options_of(s);
-    const std::string what = std::string(c.mesh) + " " + c.strategy + " " + c.model;
+    const std::string what = std::string(c.mesh) + " " + c.strategy + " " + c.model + (c.by_order ? " by order" : "");
     const TrainConfig& cfg = s.train;
     const int world = s.world();
     std::vector<int64_t> measured(size_t(world), -1);
-    run_local(world, [&](Communicator& comm) {
-      PipelineRank<float> r(cfg, o, comm);
-      r.train(cfg.steps, nullptr);
-      measured[size_t(comm.rank())] = int64_t(r.memory().peak(MemTag::comm, Place::device));
-    });
+    WorldOptions wo;
+    wo.match_by_order = c.by_order;
+    run_local(
+        world,
+        [&](Communicator& comm) {
+          PipelineRank<float> r(cfg, o, comm);
+          r.train(cfg.steps, nullptr);
+          measured[size_t(comm.rank())] = int64_t(r.memory().peak(MemTag::comm, Place::device));
+        },
+        wo);
     const Partition part = partition_layers(cfg.model.L, o.pp, o.virtual_stages);
-    const Schedule sched = make_schedule(o.kind, schedule_config(o, cfg));
+    Schedule sched = make_schedule(o.kind, schedule_config(o, cfg));
+    if (c.by_order) sched = posted_without_tags(std::move(sched));
     const MeshShape mesh{o.dp(), o.tp(), o.cp(), o.pp, o.data.ranks_per_node * o.tp() * o.cp(), o.ep};
     for (int rank = 0; rank < world; ++rank) {
       const MeshCoord at = mesh_coord(mesh, rank);

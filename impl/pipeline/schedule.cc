@@ -247,6 +247,41 @@ std::vector<std::pair<size_t, size_t>> posting_groups(const Schedule& s, int ran
   return out;
 }
 
+Schedule pair_forward_backward(Schedule s) {
+  auto is_recv = [](Op op) { return op == Op::recv_act || op == Op::recv_grad; };
+  auto is_backward = [](Op op) { return op == Op::backward || op == Op::backward_input; };
+  for (auto& list : s.ranks) {
+    std::vector<Action> out;
+    out.reserve(list.size());
+    std::vector<Action> deferred;  // sends of the paired F, posted after its backward
+    for (size_t i = 0; i < list.size();) {
+      if (!is_compute(list[i].op)) {
+        out.push_back(list[i++]);
+        continue;
+      }
+      const Action c = list[i++];
+      size_t j = i;  // [i, j): the messages up to the next compute
+      while (j < list.size() && !is_compute(list[j].op)) ++j;
+      if (c.op == Op::forward && j < list.size() && is_backward(list[j].op)) {
+        // F, [its sends, the backward's receives], B -> [.., the receives], F, B, [its sends, ..]
+        for (size_t k = i; k < j; ++k)
+          if (is_recv(list[k].op)) out.push_back(list[k]);
+        out.push_back(c);
+        for (size_t k = i; k < j; ++k)
+          if (!is_recv(list[k].op)) deferred.push_back(list[k]);
+        out.push_back(list[j]);
+        out.insert(out.end(), deferred.begin(), deferred.end());
+        deferred.clear();
+        i = j + 1;
+        continue;
+      }
+      out.push_back(c);
+    }
+    list = std::move(out);
+  }
+  return s;
+}
+
 void add_communication(Schedule& s) {
   if (s.pp == 1) return;  // every hand-over is local
   const int last = s.num_virtual_stages() - 1;

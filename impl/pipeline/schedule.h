@@ -22,8 +22,11 @@
 // (Communicator::group_start/end), which is what NCCL needs: there a send
 // completes only once received and messages carry no tag. Under those
 // semantics (validate(s, grouped)) every generated schedule runs but
-// interleaved with more microbatches than ranks, which the executor refuses
-// on a backend without tags.
+// interleaved with more microbatches than ranks: its steady state crosses
+// activations between neighbours in separate runs and its cool-down has each
+// rank post a lone SEND_GRAD in a ring. On a backend without tags the executor
+// runs that one posted as Megatron does, one exchange around each F-backward
+// pair (pair_forward_backward; validate.h posted_without_tags).
 //
 // Freeing, as early as the order allows: a (microbatch, chunk)'s stashed
 // activations live from its F to its BW (split: the part only B needs is freed
@@ -156,6 +159,18 @@ inline int64_t message_index(const Schedule& s, const MessageKey& k) {
 // met (in an F or a RECV_ACT) starts a group of its own: the executor forms
 // that version before posting it, after the messages before it. In order.
 std::vector<std::pair<size_t, size_t>> posting_groups(const Schedule& s, int rank);
+
+// Megatron's step for a transport without tags whose sends complete only
+// once received (nccl): wherever a rank runs an F right before a backward
+// (B or BW), the backward's gradient is received before the F, with the
+// messages before it, and the F's output sent after the backward, with the
+// messages after it, so each F-backward pair is preceded and followed by one
+// exchange (Megatron's send_forward_backward_recv_forward_backward). A
+// rank's sends keep their order, and so do its receives: every channel's
+// order, and so matching by order, is kept; so is the compute order. The
+// executor does this only where the schedule as generated cannot run there
+// (validate.h posted_without_tags).
+Schedule pair_forward_backward(Schedule s);
 
 // Inserts the SEND/RECV actions into compute-only rank lists (RECV right before
 // the consuming compute, SEND right after the producing one). Exposed so tests

@@ -341,4 +341,15 @@ void validate(const Schedule& s, SendMode mode) {
   throw InputError(msg);
 }
 
+Schedule posted_without_tags(Schedule s, std::string_view transport) {
+  const std::vector<Issue> as_is = find_issues(s, SendMode::grouped);
+  if (as_is.empty()) return s;
+  Schedule paired = pair_forward_backward(s);
+  if (find_issues(paired, SendMode::grouped).empty()) return paired;
+  throw InputError("schedule: " + s.name + " cannot run on " + std::string(transport) +
+                   " (messages match in order, sends wait for their receives), not even with each forward and "
+                   "backward between one exchange: " +
+                   issue_str(s, as_is.front()));
+}
+
 }  // namespace pb::pipeline

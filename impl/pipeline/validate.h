@@ -22,6 +22,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "impl/pipeline/schedule.h"
@@ -52,6 +53,15 @@ std::string issue_str(const Schedule& s, const Issue& i);
 
 // All problems found (empty = valid).
 std::vector<Issue> find_issues(const Schedule& s, SendMode mode = SendMode::buffered);
+
+// The schedule as an executor posts it on a transport without tags whose
+// sends complete only once received (nccl; SendMode::grouped): `s` itself
+// when it runs there, otherwise pair_forward_backward(s) when that does
+// (among the generators: interleaved with m > pp, whose steady state crosses
+// activations between neighbours and whose cool-down has each rank post a
+// lone SEND_GRAD in a ring). Throws pb::InputError naming the schedule, the
+// transport ("the nccl backend") and the blocked action when neither runs.
+Schedule posted_without_tags(Schedule s, std::string_view transport = "a transport without tags");
 
 // Throws pb::InputError "schedule <name>: invalid: <first issues>" unless valid.
 void validate(const Schedule& s, SendMode mode = SendMode::buffered);

@@ -154,12 +154,13 @@ TEST(Validate, OneFOneBNeedsNonBlockingSends) {
 TEST(Validate, GroupedPostingRunsEveryGeneratedScheduleWithoutTags) {
   // NCCL: consecutive SEND/RECV actions posted as one group, rendezvous
   // completion, matching in order per rank pair (the executor posts runs as
-  // groups on every backend). Every generated schedule runs under it but the
-  // interleaved one with more microbatches than ranks: its cool-down has each
-  // rank post a lone SEND_GRAD to the next in a ring (Megatron posts such a
-  // send together with the next receive; the executor refuses that schedule
-  // on a backend without tags instead).
-  int checked = 0, refused = 0;
+  // groups on every backend). Every generated schedule runs under it as
+  // generated but the interleaved one with more microbatches than ranks: its
+  // steady state crosses activations in separate runs and its cool-down has
+  // each rank post a lone SEND_GRAD to the next in a ring. Posted as Megatron
+  // posts it (one exchange around each F-backward pair) it runs too, and
+  // posted_without_tags picks that; every other schedule it leaves as it is.
+  int checked = 0, paired = 0;
   for (const ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
                                   ScheduleKind::zb_h1, ScheduleKind::pipedream_2bw})
     for (int pp = 1; pp <= 5; ++pp)
@@ -173,16 +174,33 @@ TEST(Validate, GroupedPostingRunsEveryGeneratedScheduleWithoutTags) {
           }
           const Schedule s = make_schedule(kind, c);
           const std::string text = issues(s, SendMode::grouped);
+          const Schedule posted = posted_without_tags(s);
+          const std::string where = s.name + " pp" + std::to_string(pp) + " m" + std::to_string(m) + " v" + std::to_string(v);
+          EXPECT_EQ(issues(posted, SendMode::grouped), "") << where;
+          EXPECT_EQ(issues(posted), "") << where;  // and with tags
           if (kind == ScheduleKind::interleaved && m > pp && pp > 1 && v > 1) {
-            EXPECT_TRUE(has(text, "SEND_GRAD") && has(text, "deadlock")) << s.name << " pp" << pp << " m" << m;
-            ++refused;
+            EXPECT_TRUE(has(text, "deadlock")) << where;
+            EXPECT_TRUE(posted.ranks == pair_forward_backward(s).ranks) << where;
+            ++paired;
           } else {
-            EXPECT_EQ(text, "") << s.name << " pp" << pp << " m" << m << " v" << v;
+            EXPECT_EQ(text, "") << where;
+            EXPECT_TRUE(posted.ranks == s.ranks) << where << ": changed though it runs as generated";
             ++checked;
           }
         }
   EXPECT_GT(checked, 100);
-  EXPECT_EQ(refused, 12);
+  EXPECT_EQ(paired, 12);
+  // Interleaved to pp 8, m 24, v 4: every configuration runs as posted.
+  int larger = 0;
+  for (int pp = 2; pp <= 8; ++pp)
+    for (int m = pp; m <= 24; m += pp)
+      for (int v = 2; v <= 4; ++v) {
+        const Schedule s = make_interleaved({pp, m, v});
+        const Schedule posted = posted_without_tags(s);
+        EXPECT_EQ(issues(posted, SendMode::grouped), "") << s.name << " pp" << pp << " m" << m << " v" << v;
+        larger += posted.ranks != s.ranks;
+      }
+  EXPECT_EQ(larger, 99);  // exactly those with m > pp
 }
 
 TEST(Validate, GroupedPostingCompletesRunsTogetherAndFindsWhatCannot) {
@@ -205,6 +223,14 @@ TEST(Validate, GroupedPostingCompletesRunsTogetherAndFindsWhatCannot) {
   EXPECT_TRUE(has(text, "rank 0, action 1 (RECV_GRAD0.c0<-r1): deadlock: blocked here, waiting for rank 1, "
                         "which is blocked at action 0 (RECV_ACT0.c0<-r0)"))
       << text;
+  // Pairing each F with its backward does not save it: refused, naming the transport and the blocked action.
+  try {
+    posted_without_tags(t, "the nccl backend");
+    ADD_FAILURE() << "a deadlocking schedule was posted";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "schedule: gpipe cannot run on the nccl backend (messages match in order")) << e.what();
+    EXPECT_TRUE(has(e.what(), "rank 0, action 1 (RECV_GRAD0.c0<-r1): deadlock")) << e.what();
+  }
   // 1F1B's steady state crosses messages in runs of two: grouped runs it, rendezvous does not.
   EXPECT_EQ(issues(make_1f1b({2, 4}), SendMode::grouped), "");
 

@@ -272,14 +272,9 @@ void validate(const RunSpec& s) {
   } catch (const InputError& e) {
     throw InputError("strategy.mesh: " + mesh_text(s.mesh) + ": " + e.what());
   }
-  // On a device: every mesh axis (the data-parallel family, tensor, context
-  // and expert parallel, the pipeline schedules), dense and MoE models, with
-  // the states on the device (train.validate() refuses fp64 there).
-  if (s.train.device == Device::cuda) {
-    require(s.data.offload == dp::Offload::none,
-            "strategy.offload: on train.device = cuda the states stay on the device (offload runs on the CPU only "
-            "so far)");
-  }
+  // On a device: every mesh axis (the data-parallel family with optimizer
+  // offload, tensor, context and expert parallel, the pipeline schedules),
+  // dense and MoE models (train.validate() refuses fp64 there).
   const int dp = s.mesh.dp;
   require(s.train.batch % dp == 0, "train.batch: " + std::to_string(s.train.batch) +
                                        " sequences do not split over mesh dp" + std::to_string(dp));

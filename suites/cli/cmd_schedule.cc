@@ -3,6 +3,8 @@
 // (simulated vs declared), the peak in-flight microbatches per rank and the p2p
 // message count; --csv writes the timeline for the report's Gantt plot. The
 // CSV is written to FILE.tmp and renamed, so a failed run leaves no partial file.
+// --transport nccl shows the schedule as the executor posts it over nccl
+// (validate.h posted_without_tags), simulated with its later sends.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +36,7 @@ struct ScheduleOptions {
   double p2p = 0;
   std::string csv;
   int width = 0;
+  std::string transport = "tags";
   cli::PreflightFlags limits;
 };
 
@@ -96,8 +99,12 @@ int run_schedule(const ScheduleOptions& o) {
                  "schedule " + o.schedule + " --pp " + std::to_string(o.pp) + " --microbatches " +
                      std::to_string(o.microbatches) + " (" + std::to_string(int64_t(actions)) + " actions)");
   }
-  const pl::Schedule s = pl::make_schedule(kind, cfg);
-  pl::validate(s);
+  require(o.transport == "tags" || o.transport == "nccl",
+          "--transport: '" + o.transport + "' is neither tags (local, mpi) nor nccl");
+  const pl::Schedule generated = pl::make_schedule(kind, cfg);
+  pl::validate(generated);
+  const pl::Schedule s = o.transport == "nccl" ? pl::posted_without_tags(generated, "nccl") : generated;
+  const bool reposted = s.ranks != generated.ranks;
   const pl::SimResult r = pl::simulate(s, costs);
   const pl::DeclaredBubble d = pl::declared_bubble(kind, cfg, costs);
   const auto peak = pl::declared_peak_in_flight(kind, cfg);
@@ -108,6 +115,11 @@ int run_schedule(const ScheduleOptions& o) {
               s.name.c_str(), s.pp, s.microbatches, s.virtual_stages,
               s.async_weights ? (" steps=" + std::to_string(s.steps)).c_str() : "", costs.f, costs.b, costs.w,
               s.split_backward ? "" : (" (BW=" + fmt("%g", costs.b + costs.w) + ")").c_str(), costs.p2p);
+  if (o.transport == "nccl")
+    std::printf("posted as over nccl (messages matched by order, sends complete once received): %s\n",
+                reposted ? "one exchange around each F-backward pair (Megatron's), since as generated it "
+                           "would deadlock; the declared figures are the generated schedule's"
+                         : "as generated (it runs there)");
   std::printf("timeline (time 0 .. %g; F/B/W + microbatch%s, '.' idle%s):\n", r.makespan,
               s.virtual_stages > 1 ? ".chunk" : "", s.split_backward ? "" : ", B = full backward");
   std::fputs(pl::render_timeline(r.timeline, r.makespan, s.virtual_stages, o.width).c_str(), stdout);
@@ -159,6 +171,8 @@ void register_schedule(CLI::App& root, Registry& reg, const Env& /*env*/) {
   sub->add_option("--p2p", opts->p2p, "latency of one send -> receive (default 0)");
   sub->add_option("--csv", opts->csv, "write the timeline CSV (rank,action,microbatch,chunk,start,end)");
   sub->add_option("--width", opts->width, "chart width in columns (0 = automatic)");
+  sub->add_option("--transport", opts->transport,
+                  "tags (local, mpi: the schedule as generated) | nccl (as the executor posts it there)");
   add_preflight_flags(sub, opts->limits);
   reg.push_back({sub, [opts] { return run_schedule(*opts); }});
 }

@@ -207,7 +207,8 @@ std::string selftest_gpu_reference(SelftestTally& t) {
 
 // NCCL on this process's GPU, a world of one (the process an MPI singleton):
 // every collective with the #wrong check, then two steps of each
-// data-parallel strategy, of the tensor-parallel runner (tp 1 with selective
+// data-parallel strategy (and ZeRO-2 with the optimizer offloaded: the
+// host's step between the GPU's copies), of the tensor-parallel runner (tp 1 with selective
 // recompute: the vocabulary-parallel lookup and cross-entropy, the biases and
 // positions by rows), of the pipeline executor (two chunks handed over on
 // the GPU, and 2BW's weight versions) and of a mixture-of-experts model (the
@@ -234,6 +235,7 @@ std::string selftest_gpu_nccl(SelftestTally& t) {
   const std::pair<const char*, const char*> points[] = {
       {"", "shard=none"},          {"", "shard=zero1"},
       {"", "shard=zero2"},         {"", "shard=zero3"},
+      {"", "shard=zero2,offload=optimizer"},
       {"", "recompute=selective"}, {"", "schedule=interleaved,virtual_stages=2"},
       {"", "schedule=2bw"},        {"tiny-moe", "shard=none"}};
   for (const auto& [model, strategy] : points) {

@@ -53,6 +53,12 @@ TEST(MoeConformance, OnADeviceEachRankKindTrainsAsOnTheCpu) {
     testing::expect_stand_ins_train_as_the_cpu(s, mesh_text(c.mesh) + " " + std::string(dp::shard_name(c.shard)) + " " +
                                                       precision_name(c.p) + " " + c.model);
   }
+  // ZeRO-Offload of both components (dense over dp, experts over edp): the host steps them.
+  StrategyRun s = run_of(mesh(2, 1, 1, 2), dp::Shard::zero2, Precision::bf16_mixed, "tiny-moe");
+  s.spec.data.offload = dp::Offload::optimizer;
+  const testing::StandInRuns runs = testing::expect_stand_ins_train_as_the_cpu(s, "dp2.ep2 zero2 + offload bf16");
+  EXPECT_EQ(runs.device.exact_of("mem.optimizer").measured, 0);
+  EXPECT_GT(runs.device.exact_of("mem.optimizer.host").measured, runs.cpu.exact_of("mem.optimizer.host").measured);
 }
 
 // MoE blocks inside pipeline stages (the stage's Gpt on the device's ops),

@@ -59,6 +59,16 @@ TEST(TpConformance, OnADeviceEachRankTrainsAsOnTheCpu) {
   }
 }
 
+// ZeRO-Offload over the tensor-parallel shards on stand-ins: the host steps
+// each rank's shard of its tp shard.
+TEST(TpConformance, OnADeviceTheOffloadedOptimizerStepsOnTheHost) {
+  StrategyRun s = run_of(MeshShape{2, 2, 1, 1}, true, Recompute::none, dp::Shard::zero2, Precision::bf16_mixed);
+  s.spec.data.offload = dp::Offload::optimizer;
+  const testing::StandInRuns runs = testing::expect_stand_ins_train_as_the_cpu(s, "dp2.tp2.sp zero2 + offload bf16");
+  EXPECT_EQ(runs.device.exact_of("mem.optimizer").measured, 0);
+  EXPECT_GT(runs.device.exact_of("mem.optimizer.host").measured, runs.cpu.exact_of("mem.optimizer.host").measured);
+}
+
 // Tensor parallel inside pipeline stages on stand-ins: the stage's TpModel
 // runs on the device's ops too.
 TEST(TpConformance, OnADevicePipelineStagesWithTensorParallelTrainAsOnTheCpu) {

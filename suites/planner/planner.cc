@@ -15,6 +15,7 @@
 #include "impl/expert_parallel/cost.h"
 #include "impl/expert_parallel/options.h"
 #include "impl/pipeline/stage.h"
+#include "impl/pipeline/validate.h"
 #include "impl/tensor_parallel/runner.h"
 #include "reference/runner.h"
 
@@ -156,6 +157,7 @@ RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t 
   s.data.shard = in.shard;
   s.data.shard_group = int(in.hsdp_group);
   s.data.offload = in.offload;
+  s.train.device = in.hw.host_kernels ? Device::cpu : Device::cuda;  // the ranks' states (offload's host copies)
   return s;
 }
 
@@ -211,7 +213,11 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     x.tp = in.tp > 1 || in.cp > 1;
     pipeline::ScheduleConfig bounded = pipe.cfg;  // the same peak, O(pp v) actions at any global batch
     bounded.microbatches = std::min(bounded.microbatches, pipeline::comm_peak_microbatches(pipe.cfg));
-    s.comm = pipeline::stage_comm_peak_bytes(pipeline::make_schedule(in.schedule, bounded), pipe.part, layout, rank, x);
+    pipeline::Schedule sched = pipeline::make_schedule(in.schedule, bounded);
+    // On GPUs the stages talk over nccl: the schedule as posted there, where
+    // a gradient may be received before the F paired with its backward.
+    if (!in.hw.host_kernels) sched = pipeline::posted_without_tags(std::move(sched), "nccl");
+    s.comm = pipeline::stage_comm_peak_bytes(sched, pipe.part, layout, rank, x);
   }
   tp::TpOptions tpo;
   tpo.tp = in.tp;
@@ -477,6 +483,7 @@ PlanResult plan(const PlanInput& in) {
   axis.ranks_per_node = in.ranks_per_node;
   axis.stride = in.tp;
   axis.grad_accum = r.microbatches;
+  axis.on_device = !in.hw.host_kernels;
 
   std::optional<ep::StateCosts> eps;
   const bool moe_stages = in.shape && in.shape->moe.experts > 0 && pipe.staged();
@@ -486,6 +493,7 @@ PlanResult plan(const PlanInput& in) {
                 std::to_string(r.global_batch) + ")");
     const dp::DpOptions eo = ep::expert_options(ep_spec(in, r.seq, r.microbatches, r.global_batch));
     pipe.experts = dp::data_axis(eo, in.precision, int(r.microbatches));
+    pipe.experts->on_device = !in.hw.host_kernels;
   } else if (in.ep > 1) {
     // The expert-parallel rank's own cost functions take a run spec (32-bit sizes).
     require(r.global_batch <= INT32_MAX && r.seq <= INT32_MAX && in.ranks_per_node <= INT32_MAX,

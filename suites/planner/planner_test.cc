@@ -20,6 +20,7 @@
 
 #include "harness/comm/runner.h"
 #include "harness/status.h"
+#include "impl/data_parallel/strategy.h"
 #include "impl/expert_parallel/strategy.h"
 #include "impl/pipeline/strategy.h"
 #include "impl/tensor_parallel/runner.h"
@@ -439,12 +440,13 @@ void expect_plan_is_the_ranks(const PlanResult& r, const PlanInput& in, const St
   s.mesh.ep = in.ep;
   s.mesh.tp = in.tp;
   s.data.shard = in.shard;
+  s.data.offload = in.offload;
   validate(s);
   st.validate(s);
   const bool on_device = !in.hw.host_kernels;
   if (on_device) s.train.device = Device::cuda;
   std::mutex mu;
-  int64_t peak[kNumMemTags] = {};
+  int64_t peak[kNumMemTags] = {}, host_optimizer = 0;
   testing::StandInDevices devices;
   run_local(s.world(), [&](Communicator& w) {
     const std::shared_ptr<TrainDevice> device = on_device ? devices.open() : nullptr;  // outlives the rank
@@ -454,6 +456,7 @@ void expect_plan_is_the_ranks(const PlanResult& r, const PlanInput& in, const St
     std::lock_guard lk(mu);
     for (int t = 0; t < kNumMemTags; ++t)
       peak[t] = std::max(peak[t], int64_t(rank->memory().peak(MemTag(t), Place::device)));
+    host_optimizer = std::max(host_optimizer, int64_t(rank->memory().peak(MemTag::optimizer, Place::host)));
   });
   EXPECT_EQ(r.worst.params, peak[int(MemTag::params)]) << where;
   EXPECT_EQ(r.worst.grads, peak[int(MemTag::grads)]) << where;
@@ -461,6 +464,40 @@ void expect_plan_is_the_ranks(const PlanResult& r, const PlanInput& in, const St
   EXPECT_EQ(r.worst.activations, peak[int(MemTag::activations)]) << where;
   EXPECT_EQ(r.worst.comm, peak[int(MemTag::comm)]) << where;
   EXPECT_EQ(r.worst.workspace, peak[int(MemTag::workspace)]) << where;
+  EXPECT_EQ(r.worst.optimizer_host, host_optimizer) << where;
+}
+
+// ZeRO-Offload on GPUs: the host holds the optimizer's state and its copies
+// of the owned gradients and parameters; the plan on h100 is what the ranks
+// on stand-in devices hold, tag by tag (host optimizer too), data parallel
+// and expert parallel; the copies are what it adds to the CPU's plan.
+TEST(Planner, OffloadOnAGpuIsTheRanks) {
+  struct Case { int dp, ep; dp::Shard shard; const char* model; Precision p; };
+  const Case cases[] = {{2, 1, dp::Shard::zero2, "tiny", Precision::fp32},
+                        {2, 1, dp::Shard::zero3, "tiny", Precision::bf16_mixed},
+                        {2, 2, dp::Shard::zero2, "tiny-moe", Precision::bf16_mixed}};
+  for (const Case& c : cases) {
+    PlanInput in;
+    in.shape = named_model(c.model);
+    in.dp = c.dp;
+    in.ep = c.ep;
+    in.shard = c.shard;
+    in.offload = dp::Offload::optimizer;
+    in.seq = 16;
+    in.microbatch_size = 2;
+    in.global_batch = 2 * c.dp;
+    in.precision = c.p;
+    const PlanResult cpu = plan(in);
+    in.hw = hardware_for(load_machine("h100"), c.p);
+    const PlanResult g = plan(in);
+    const std::string where = std::string(c.model) + " dp" + std::to_string(c.dp) + ".ep" + std::to_string(c.ep) +
+                              " " + std::string(dp::shard_name(c.shard)) + " + offload on h100";
+    expect_plan_is_the_ranks(g, in, c.ep > 1 ? ep::strategy() : dp::strategy(), where);
+    EXPECT_EQ(g.worst.optimizer, 0) << where;
+    const dp::BytesPerParam b = dp::bytes_per_param(c.p);
+    EXPECT_EQ(g.worst.optimizer_host, cpu.worst.optimizer_host / b.optimizer * (b.optimizer + b.param + b.grad))
+        << where;
+  }
 }
 
 // Expert parallel: the plan's per-rank memory is what an expert-parallel
