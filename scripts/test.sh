@@ -14,6 +14,13 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/torch/setup.sh >/dev/null
 PARABENCH_CMAKE_ARGS="${PARABENCH_CMAKE_ARGS:-} -DPARABENCH_WERROR=ON" bash scripts/build.sh
+# Where nvcc is, the CUDA kernels and the NCCL backend must have been built
+# (CMake falls back quietly when it finds no CUDA or NCCL).
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  for lib in build/kernels/cuda/libpb_kernels_cuda.a build/harness/comm/libpb_harness_nccl.a; do
+    [ -f "$lib" ] || { echo "test.sh: nvcc is here but $lib was not built (CMake found no CUDA toolkit or NCCL)" >&2; exit 1; }
+  done
+fi
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600)
 bash scripts/sanitize.sh
 bash scripts/fuzz.sh --time 10 --out build-fuzz/test-out

@@ -5,11 +5,12 @@
 //   dweight^T (C,OC) += inp^T (C,N) . dout (N,OC):   gemm(N, T, C, OC, N)
 // Invariants: the handle is bound to the caller's stream on every call and
 // computes in CUBLAS_COMPUTE_32F (plain FP32, no TF32), so results are
-// comparable with the CPU kernels; a bf16 output is rounded once from fp32:
-// the backward's by cuBLAS (beta = 1), the forward's after the bias is added
-// to the fp32 product (staged in a stream-ordered temporary), as the CPU's
-// bf16 path does; dbias sums each column over rows in row order (one thread
-// per column), which is deterministic.
+// comparable with the CPU kernels; a bf16 output is rounded once from fp32
+// by cuBLAS (beta = 1 onto what the output holds: the backward's gradient,
+// the forward's bias broadcast over the rows, so the bias is added to the
+// fp32 product before rounding, as the CPU's bf16 path does, with no fp32
+// staging of the product); dbias sums each column over rows in row order (one
+// thread per column), which is deterministic.
 #include <type_traits>
 
 #include "kernels/cuda/check.h"
@@ -32,11 +33,9 @@ __global__ void add_bias_kernel(T* out, const T* bias, size_t n, int OC) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) add_into(out[i], load(bias[i % size_t(OC)]));
 }
 
-// bf16 forward: out = bf16(y + bias), y the fp32 product.
-__global__ void bf16_finish_kernel(__nv_bfloat16* out, const float* y, const __nv_bfloat16* bias, size_t n,
-                                   int OC) {
-  for (size_t i = grid_index(); i < n; i += grid_stride())
-    out[i] = detail::store<__nv_bfloat16>(y[i] + (bias ? load(bias[i % size_t(OC)]) : 0.0f));
+// out (N, OC) = the bias in every row (a bf16 forward's C operand).
+__global__ void broadcast_bias_kernel(__nv_bfloat16* out, const __nv_bfloat16* bias, size_t n, int OC) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) out[i] = bias[i % size_t(OC)];
 }
 
 template <class T>
@@ -71,18 +70,13 @@ void matmul_forward(cublasHandle_t handle, T* out, const T* inp, const T* weight
   if (N == 0 || OC == 0) return;
   bind(handle, stream);
   const size_t n = size_t(N) * OC;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    float* y = nullptr;
-    check(cudaMallocAsync(reinterpret_cast<void**>(&y), n * sizeof(float), stream), "matmul_forward cudaMallocAsync");
-    const float one = 1.0f, zero = 0.0f;
-    const cublasStatus_t st =
-        cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, CUDA_R_16BF, C, inp, CUDA_R_16BF, C,
-                     &zero, y, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st == CUBLAS_STATUS_SUCCESS) bf16_finish_kernel<<<blocks_for(n), 256, 0, stream>>>(out, y, bias, n, OC);
-    const cudaError_t launched = cudaGetLastError();
-    check(cudaFreeAsync(y, stream), "matmul_forward cudaFreeAsync");
-    check(st, "matmul_forward gemm");
-    check(launched, "matmul_forward bf16 finish launch");
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // out = bf16(product + bias), rounded once by cuBLAS
+    if (bias) {
+      broadcast_bias_kernel<<<blocks_for(n), 256, 0, stream>>>(out, bias, n, OC);
+      check(cudaGetLastError(), "matmul_forward bias broadcast launch");
+    }
+    gemm<T>(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, bias ? 1.0f : 0.0f, out, OC,
+            "matmul_forward gemm");
     return;
   }
   gemm<T>(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 0.0f, out, OC, "matmul_forward gemm");

@@ -1,6 +1,7 @@
 // The data-parallel family and the pipeline schedules on GPUs (train.device =
 // cuda) under mpirun, one rank per GPU over the nccl backend: DDP and
-// ZeRO-1/2/3 at fp32 and bf16-mixed over every rank, tensor parallel and
+// ZeRO-1/2/3 at fp32 and bf16-mixed over every rank, ZeRO-2/3 with the
+// optimizer offloaded, expert parallel over every rank, tensor parallel and
 // context parallel (ring, Ulysses) over every rank, and each schedule over
 // the ranks as pipeline stages (messages matched by order, runs of them posted
 // as NCCL groups), judged by the engine (the fp64 truth on the CPU, the same
@@ -57,13 +58,37 @@ TEST(DpGpuConformance, DdpAndZeroPassOnOneGpuPerRank) {
       expect_pass(run_conformance(run_of(sh, p), WorldEnv::world()), p);
 }
 
+// ZeRO-Offload: the optimizer steps host copies on the CPU between the
+// gradients' copy down and the parameters' copy up.
+TEST(DpGpuConformance, OffloadedOptimizerPassesOnOneGpuPerRank) {
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (dp::Shard sh : {dp::Shard::zero2, dp::Shard::zero3}) {
+      StrategyRun s = run_of(sh, p);
+      s.spec.data.offload = dp::Offload::optimizer;
+      expect_pass(run_conformance(s, WorldEnv::world()), p);
+    }
+}
+
+// Mixture of experts with the experts over the GPUs (dispatch and combine
+// by NCCL all-to-all, the routing on the host between the device's row ops).
+TEST(DpGpuConformance, ExpertParallelPassesWithExpertsPerGpu) {
+  const int n = WorldEnv::world().size();
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+    StrategyRun s = run_of(dp::Shard::none, p);
+    s.spec.train.model = named_model("tiny-moe");  // 4 experts: ep 2 and 4
+    if (s.spec.train.model.moe.experts % n != 0) GTEST_SKIP() << "ep" << n << " does not divide the experts";
+    s.spec.mesh.ep = n;
+    expect_pass(run_conformance(s, WorldEnv::world()), p);
+  }
+}
+
 TEST(DpGpuConformance, PipelineSchedulesPassWithAStagePerGpu) {
   const int pp = WorldEnv::world().size();
   for (const auto& [kind, v] : {std::pair{pipeline::ScheduleKind::gpipe, 1}, std::pair{pipeline::ScheduleKind::one_f_one_b, 1},
                                 std::pair{pipeline::ScheduleKind::interleaved, 2}, std::pair{pipeline::ScheduleKind::zb_h1, 1},
                                 std::pair{pipeline::ScheduleKind::pipedream_2bw, 1}}) {
     StrategyRun s = run_of(dp::Shard::none, Precision::fp32);
-    const int m = kind == pipeline::ScheduleKind::interleaved ? pp : 2 * pp;  // interleaved: m = pp on nccl
+    const int m = 2 * pp;  // interleaved: posted with one exchange around each F-backward pair
     s.spec.train.model.L = 8;  // room for pp x v stages
     s.spec.mesh.dp = 1;
     s.spec.mesh.pp = pp;
