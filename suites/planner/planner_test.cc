@@ -467,26 +467,35 @@ void expect_plan_is_the_ranks(const PlanResult& r, const PlanInput& in, const St
   EXPECT_EQ(r.worst.optimizer_host, host_optimizer) << where;
 }
 
+// A small MoE or dense plan over dp x ep (x tp): sequences of 16 tokens,
+// `micro` sequences per microbatch, one microbatch per dp rank.
+struct SmallCase { int dp, ep; dp::Shard shard; const char* model; Precision p; };
+PlanInput small_input(const SmallCase& c, int micro, int tp = 1) {
+  PlanInput in;
+  in.shape = named_model(c.model);
+  in.dp = c.dp;
+  in.ep = c.ep;
+  in.tp = tp;
+  in.shard = c.shard;
+  in.seq = 16;
+  in.microbatch_size = micro;
+  in.global_batch = micro * c.dp;
+  in.precision = c.p;
+  return in;
+}
+
 // ZeRO-Offload on GPUs: the host holds the optimizer's state and its copies
 // of the owned gradients and parameters; the plan on h100 is what the ranks
 // on stand-in devices hold, tag by tag (host optimizer too), data parallel
 // and expert parallel; the copies are what it adds to the CPU's plan.
 TEST(Planner, OffloadOnAGpuIsTheRanks) {
-  struct Case { int dp, ep; dp::Shard shard; const char* model; Precision p; };
+  using Case = SmallCase;
   const Case cases[] = {{2, 1, dp::Shard::zero2, "tiny", Precision::fp32},
                         {2, 1, dp::Shard::zero3, "tiny", Precision::bf16_mixed},
                         {2, 2, dp::Shard::zero2, "tiny-moe", Precision::bf16_mixed}};
   for (const Case& c : cases) {
-    PlanInput in;
-    in.shape = named_model(c.model);
-    in.dp = c.dp;
-    in.ep = c.ep;
-    in.shard = c.shard;
+    PlanInput in = small_input(c, 2);
     in.offload = dp::Offload::optimizer;
-    in.seq = 16;
-    in.microbatch_size = 2;
-    in.global_batch = 2 * c.dp;
-    in.precision = c.p;
     const PlanResult cpu = plan(in);
     in.hw = hardware_for(load_machine("h100"), c.p);
     const PlanResult g = plan(in);
@@ -505,21 +514,13 @@ TEST(Planner, OffloadOnAGpuIsTheRanks) {
 // ep sizes, capacity modes and precisions; ep without MoE, or not dividing
 // the experts or dp, is refused.
 TEST(Planner, ExpertParallelMemoryIsTheRanks) {
-  struct Case { int dp, ep; dp::Shard shard; const char* model; Precision p; };
+  using Case = SmallCase;
   const Case cases[] = {{2, 2, dp::Shard::none, "tiny-moe", Precision::fp32},
                         {4, 2, dp::Shard::zero3, "tiny-moe", Precision::bf16_mixed},
                         {4, 4, dp::Shard::zero1, "tiny-moe-local", Precision::fp32},
                         {4, 2, dp::Shard::zero2, "tiny-moe-e8-top1", Precision::fp32}};
   for (const Case& c : cases) {
-    PlanInput in;
-    in.shape = named_model(c.model);
-    in.dp = c.dp;
-    in.ep = c.ep;
-    in.shard = c.shard;
-    in.seq = 16;
-    in.microbatch_size = 4;
-    in.global_batch = 4 * c.dp;
-    in.precision = c.p;
+    PlanInput in = small_input(c, 4);
     const PlanResult r = plan(in);
     const std::string where = std::string(c.model) + " dp" + std::to_string(c.dp) + ".ep" + std::to_string(c.ep);
     expect_plan_is_the_ranks(r, in, ep::strategy(), where);
@@ -567,21 +568,12 @@ TEST(Planner, ExpertParallelMemoryIsTheRanks) {
 // parallel): the plan's per-rank memory is what the tensor-parallel rank
 // allocates, tag by tag, and its tp rows carry the experts' all-reduces.
 TEST(Planner, MixtureOfExpertsUnderTensorParallelIsTheRanks) {
-  struct Case { int dp, ep; dp::Shard shard; const char* model; Precision p; };
+  using Case = SmallCase;
   const Case cases[] = {{2, 1, dp::Shard::none, "tiny-moe", Precision::fp32},
                         {2, 2, dp::Shard::zero3, "tiny-moe", Precision::bf16_mixed},
                         {4, 2, dp::Shard::zero1, "tiny-moe-local", Precision::fp32}};
   for (const Case& c : cases) {
-    PlanInput in;
-    in.shape = named_model(c.model);
-    in.dp = c.dp;
-    in.ep = c.ep;
-    in.tp = 2;
-    in.shard = c.shard;
-    in.seq = 16;
-    in.microbatch_size = 4;
-    in.global_batch = 4 * c.dp;
-    in.precision = c.p;
+    PlanInput in = small_input(c, 4, /*tp=*/2);
     const PlanResult r = plan(in);
     const std::string where = std::string(c.model) + " dp" + std::to_string(c.dp) + ".ep" + std::to_string(c.ep) + ".tp2";
     expect_plan_is_the_ranks(r, in, tp::strategy(), where);
