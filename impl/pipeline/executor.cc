@@ -62,8 +62,9 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   require(ops_->is_host() || device_memory_ != nullptr, "pipeline: a device rank needs the device's memory");
   mem_.set_device_memory(device_memory_.get());
   // Without tags (nccl) a pair's messages match in order, and sends complete
-  // only once received: the schedule must run with grouped posting, its lone
-  // sends posted with the next receives where it needs them to.
+  // only once received: the schedule must run with grouped posting, and
+  // where it deadlocks so, posted as Megatron posts it (one exchange around
+  // each F-backward pair; validate.h posted_without_tags).
   if (!world.matches_tags()) {
     s_ = posted_without_tags(std::move(s_), "the " + std::string(world.backend()) + " backend");
   }
