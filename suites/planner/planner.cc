@@ -114,6 +114,11 @@ struct Pipe {
   pipeline::ScheduleConfig cfg;
   pipeline::Partition part;
   std::vector<int> in_flight;  // declared peak (microbatch, chunk) units per rank
+  // The schedule every stage's comm buffers are replayed in: at most
+  // comm_peak_microbatches (the same peak, O(pp v) actions at any global
+  // batch), and on GPUs as posted over nccl, where a gradient may be
+  // received before the F paired with its backward. Staged plans only.
+  pipeline::Schedule comm_schedule;
   // A mixture-of-experts model in pipeline stages: the experts' data axis
   // (over edp, impl/expert_parallel/options.h) beside the dense one.
   std::optional<dp::DataAxis> experts;
@@ -211,13 +216,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     if (in.sp && in.tp > 1) tokens /= in.tp;
     x.boundary_bytes = tokens * in.shape->C * elem_bytes(in.precision);
     x.tp = in.tp > 1 || in.cp > 1;
-    pipeline::ScheduleConfig bounded = pipe.cfg;  // the same peak, O(pp v) actions at any global batch
-    bounded.microbatches = std::min(bounded.microbatches, pipeline::comm_peak_microbatches(pipe.cfg));
-    pipeline::Schedule sched = pipeline::make_schedule(in.schedule, bounded);
-    // On GPUs the stages talk over nccl: the schedule as posted there, where
-    // a gradient may be received before the F paired with its backward.
-    if (!in.hw.host_kernels) sched = pipeline::posted_without_tags(std::move(sched), "nccl");
-    s.comm = pipeline::stage_comm_peak_bytes(sched, pipe.part, layout, rank, x);
+    s.comm = pipeline::stage_comm_peak_bytes(pipe.comm_schedule, pipe.part, layout, rank, x);
   }
   tp::TpOptions tpo;
   tpo.tp = in.tp;
@@ -471,6 +470,12 @@ PlanResult plan(const PlanInput& in) {
   pipe.part = pipeline::partition_layers(in.shape ? in.shape->L : in.pp * in.virtual_stages, in.pp,
                                          in.virtual_stages);
   pipe.in_flight = pipeline::declared_peak_in_flight(in.schedule, pipe.cfg);
+  if (in.shape && pipe.staged()) {
+    pipeline::ScheduleConfig bounded = pipe.cfg;
+    bounded.microbatches = std::min(bounded.microbatches, pipeline::comm_peak_microbatches(pipe.cfg));
+    pipe.comm_schedule = pipeline::make_schedule(in.schedule, bounded);
+    if (!in.hw.host_kernels) pipe.comm_schedule = pipeline::posted_without_tags(std::move(pipe.comm_schedule), "nccl");
+  }
 
   // Gradients are reduced and states sharded over the dp x cp ranks that hold
   // the same parameters (Megatron-LM's data-parallel-with-context group).
