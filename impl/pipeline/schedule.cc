@@ -253,7 +253,6 @@ Schedule pair_forward_backward(Schedule s) {
   for (auto& list : s.ranks) {
     std::vector<Action> out;
     out.reserve(list.size());
-    std::vector<Action> deferred;  // sends of the paired F, posted after its backward
     for (size_t i = 0; i < list.size();) {
       if (!is_compute(list[i].op)) {
         out.push_back(list[i++]);
@@ -267,11 +266,9 @@ Schedule pair_forward_backward(Schedule s) {
         for (size_t k = i; k < j; ++k)
           if (is_recv(list[k].op)) out.push_back(list[k]);
         out.push_back(c);
-        for (size_t k = i; k < j; ++k)
-          if (!is_recv(list[k].op)) deferred.push_back(list[k]);
         out.push_back(list[j]);
-        out.insert(out.end(), deferred.begin(), deferred.end());
-        deferred.clear();
+        for (size_t k = i; k < j; ++k)
+          if (!is_recv(list[k].op)) out.push_back(list[k]);
         i = j + 1;
         continue;
       }
