@@ -75,7 +75,7 @@ class CountingMemory final : public DeviceMemory {
 };
 
 template <class T>
-class StandInOps final : public kernels::DeviceOps<T> {
+class StandInOps : public kernels::DeviceOps<T> {
  public:
   using A = typename kernels::DeviceOps<T>::A;
   using M = typename kernels::DeviceOps<T>::M;

@@ -128,10 +128,12 @@ if(TARGET pb_harness_nccl AND TARGET pb_kernels_cuda AND PARABENCH_BUILD_TESTS)
 endif()
 
 # parabench selftest (#17): the CPU kernels against fp64, every collective,
-# a two-step point of every strategy family.
+# a two-step point of every strategy family, and on a GPU every op of the
+# device seam against the CPU's (run here against stand-in devices).
 parabench_library(NAME pb_selftest ALIAS pb::selftest
-  SOURCES selftest/kernel_checks.cc
+  SOURCES selftest/kernel_checks.cc selftest/device_checks.cc
   DEPS pb::conformance pb::kernels_cpu pb::harness)
 parabench_test(NAME selftest_kernel_checks_test SOURCES selftest/kernel_checks_test.cc DEPS pb::selftest)
+parabench_test(NAME selftest_device_checks_test SOURCES selftest/device_checks_test.cc DEPS pb::selftest)
 list(APPEND PB_CLI_SOURCES cli/cmd_selftest.cc)
 list(APPEND PB_CLI_DEPS pb::selftest)

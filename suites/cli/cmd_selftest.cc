@@ -4,11 +4,12 @@
 // with nccl-tests' #wrong check, out of place and in place, over sizes from
 // 8 B to 1 MiB; a two-step conformance point of every strategy family (the
 // engine of `check`: truth, floor, bitwise where declared, memory and bytes
-// exact); on a GPU, two steps of the single-device reference against the
-// CPU's, then NCCL's collectives and the data-parallel strategies on that GPU
-// (a world of one). Then what it could not run here and why (the GPU parts without a
-// GPU, NCCL, the MPI backend outside mpirun). Exit 0 when everything it
-// ran passed, 1 otherwise.
+// exact); on a GPU, every op of the device seam against the CPU's op by op
+// (suites/selftest/device_checks.h), two steps of the single-device
+// reference against the CPU's, then NCCL's collectives and the strategies on
+// that GPU (a world of one). Then what it could not run here and why (the
+// GPU parts without a GPU, NCCL, the MPI backend outside mpirun). Exit 0 when
+// everything it ran passed, 1 otherwise.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +29,7 @@
 #include "suites/collectives/coll.h"
 #include "suites/collectives/driver.h"
 #include "suites/conformance/engine.h"
+#include "suites/selftest/device_checks.h"
 #include "suites/selftest/kernel_checks.h"
 #include "reference/trainer.h"
 
@@ -205,6 +207,24 @@ std::string selftest_gpu_reference(SelftestTally& t) {
   return "";
 }
 
+// Every op of the device seam on GPU 0 against the CPU's ops on the same
+// inputs, fp32 and bf16, over shapes that cross the kernels' tiles
+// (suites/selftest/device_checks.h). Returns "" when it ran, else why not.
+std::string selftest_gpu_kernels(SelftestTally& t) {
+  if (std::string why = cuda_unavailable(); !why.empty()) return why;
+  const auto start = std::chrono::steady_clock::now();
+  const std::shared_ptr<TrainDevice> gpu0 = open_cuda_device(0);
+  const std::vector<selftest::DeviceCheck> checks = selftest::check_device_ops(*gpu0);
+  std::printf("kernels on %s against the CPU's, op by op (max |gpu - cpu| / max |cpu| over the shapes)\n%s",
+              gpu0->name.c_str(), selftest::device_check_table(checks).c_str());
+  for (const auto& c : checks) {
+    ++t.ran;
+    t.failed += !c.pass;
+  }
+  std::printf("  %zu checks in %.2f s\n\n", checks.size(), selftest_seconds_since(start));
+  return "";
+}
+
 // NCCL on this process's GPU, a world of one (the process an MPI singleton):
 // every collective with the #wrong check, then two steps of each
 // data-parallel strategy (and ZeRO-2 with the optimizer offloaded: the
@@ -259,17 +279,18 @@ std::string selftest_gpu_nccl(SelftestTally& t) {
 }
 
 // What this machine cannot run, and why.
-void selftest_unavailable(SelftestTally& t, const Env& env, const std::string& gpu_reference,
-                          const std::string& gpu_nccl) {
+void selftest_unavailable(SelftestTally& t, const Env& env, const std::string& gpu_kernels,
+                          const std::string& gpu_reference, const std::string& gpu_nccl) {
   std::error_code ec;
   const bool nvidia = std::filesystem::exists("/dev/nvidiactl", ec) || std::filesystem::exists("/dev/nvidia0", ec);
   const bool amd = std::filesystem::exists("/dev/kfd", ec);
   const std::string gpu = nvidia ? "an NVIDIA device is present"
                           : amd  ? "an AMD device (/dev/kfd) is present; parabench has no HIP backend"
                                  : "no GPU (no /dev/nvidiactl, /dev/nvidia0 or /dev/kfd)";
+  if (!gpu_kernels.empty())
+    t.skipped.push_back("CUDA kernels against the CPU, op by op: " + gpu + "; " + gpu_kernels);
   if (!gpu_reference.empty())
     t.skipped.push_back("the reference on a GPU against the CPU (train.device = cuda): " + gpu_reference);
-  t.skipped.push_back("CUDA kernels against the CPU, op by op: " + gpu + " (ctest -L gpu: kernels_cuda_test)");
   if (!gpu_nccl.empty())
     t.skipped.push_back("NCCL collectives, the data-parallel strategies, the tensor-parallel runner and pipeline schedules on a GPU: " + gpu_nccl);
   if (!env.under_mpirun)
@@ -287,6 +308,14 @@ int run_selftest(const Env& env) {
   selftest_kernels(t);
   selftest_collectives(t);
   selftest_strategies(t);
+  std::string gpu_kernels;
+  try {
+    gpu_kernels = selftest_gpu_kernels(t);
+  } catch (const std::exception& e) {  // a device that fails to open or run: a failure, named
+    std::printf("kernels on a GPU: FAILED to run: %s\n\n", e.what());
+    ++t.ran;
+    ++t.failed;
+  }
   std::string gpu_reference;
   try {
     gpu_reference = selftest_gpu_reference(t);
@@ -303,7 +332,7 @@ int run_selftest(const Env& env) {
     ++t.ran;
     ++t.failed;
   }
-  selftest_unavailable(t, env, gpu_reference, gpu_nccl);
+  selftest_unavailable(t, env, gpu_kernels, gpu_reference, gpu_nccl);
   std::printf("not run on this machine:\n");
   for (const auto& s : t.skipped) std::printf("  - %s\n", s.c_str());
   std::printf("\nselftest: %d checks, %d failed, %zu parts not run; %.1f s\n", t.ran, t.failed, t.skipped.size(),
