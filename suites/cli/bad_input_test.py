@@ -207,6 +207,15 @@ def cases(F):
         (5, ["check", "--mesh", "dp2.xx"] + o, 2, r"--mesh: 'xx' is not an axis"),
         (5, ["check", "--mesh", "dp2", "--strategy", "shard=zero9"] + o, 2, r"zero9"),
         (5, ["check", "--strategy", "shard=zero1"] + o, 2, r"--strategy: applies to --mesh points"),
+        # check on GPUs (#17): a device that is not one, fp64, a backend that moves host memory, no GPU here
+        # (on a GPU machine without mpirun the dp2 point is not of the launched world: an empty matrix).
+        (5, ["check", "--device", "gpu", "--mesh", "dp2"] + o, 2, r"--device: 'gpu' is not cpu or cuda"),
+        (5, ["check", "--device", "cuda", "--mesh", "dp2", "--precision", "fp64"] + o, 2,
+         r"--precision fp64: --device cuda runs fp32 and bf16-mixed"),
+        (5, ["check", "--device", "cuda", "--mesh", "dp2", "--backend", "local"] + o, 2,
+         r"--backend local: --device cuda runs over nccl"),
+        (5, ["check", "--mesh", "dp2", "--backend", "nccl"] + o, 2, r"--backend nccl: needs --device cuda"),
+        (5, ["check", "--device", "cuda", "--mesh", "dp2"] + o, 2, r"--device cuda: |check: the matrix is empty"),
         # 7. minor: named commands, capped messages, no files left behind
         (7, ["frobnicate"], 2, r"unknown command 'frobnicate' \(commands: "),
         # train.device (#17): a device that is not one, options no device runs, one this machine lacks.

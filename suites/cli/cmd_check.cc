@@ -41,7 +41,8 @@ struct CheckFlags {
   std::string junit;  // --junit FILE
   std::string out = "results/runs";
   std::string run_dir;  // write into this directory instead of OUT/<run id>
-  std::string backend;  // local | mpi (default: mpi under mpirun)
+  std::string backend;  // local | mpi | nccl (default: nccl on cuda, else mpi under mpirun, else local)
+  std::string device = "cpu";  // cpu | cuda: where every point's ranks run (cuda: one GPU per rank over nccl)
   PreflightFlags limits;
 };
 
@@ -424,11 +425,23 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
 }
 
 int run_check(const CheckFlags& f, const Env& env) {
+  require(f.device == "cpu" || f.device == "cuda", "--device: '" + f.device + "' is not cpu or cuda");
+  const bool on_device = f.device == "cuda";
   WorldOptions wo;
-  wo.backend = env.under_mpirun ? BackendKind::mpi : BackendKind::local;
-  if (!f.backend.empty())
-    require(parse_backend(f.backend, &wo.backend) && wo.backend != BackendKind::nccl,
-            "--backend: '" + f.backend + "' is not local or mpi");
+  wo.backend = on_device ? BackendKind::nccl : env.under_mpirun ? BackendKind::mpi : BackendKind::local;
+  if (!f.backend.empty()) {
+    require(parse_backend(f.backend, &wo.backend), "--backend: '" + f.backend + "' is not local, mpi or nccl");
+    require(on_device == (wo.backend == BackendKind::nccl),
+            on_device ? "--backend " + f.backend +
+                            ": --device cuda runs over nccl (its buffers are device memory; local and mpi move "
+                            "host memory)"
+                      : std::string("--backend nccl: needs --device cuda"));
+  }
+  if (on_device) {
+    for (const auto& p : f.precisions)
+      require(p != "fp64", "--precision fp64: --device cuda runs fp32 and bf16-mixed (fp64 is the CPU's truth)");
+    if (const std::string why = cuda_unavailable(); !why.empty()) throw InputError("--device cuda: " + why);
+  }
   require(wo.backend != BackendKind::local || env.launched_size == 1,
           "--backend local: under mpirun -np " + std::to_string(env.launched_size) +
               " every process would write its own results; use --backend mpi");
@@ -436,6 +449,11 @@ int run_check(const CheckFlags& f, const Env& env) {
     require(p == "fp64" || p == "fp32" || p == "bf16-mixed",
             "--precision: '" + p + "' is not one of fp64, fp32, bf16-mixed");
   auto runs = matrix(f);
+  if (on_device)
+    for (auto& s : runs) {  // every rank on the GPU the nccl backend chose for its process
+      s.spec.train.device = Device::cuda;
+      s.open_device = [] { return open_cuda_device(-1); };
+    }
   const Limits limits = limits_of(f.limits);
   const bool local = wo.backend == BackendKind::local;
   for (const auto& s : runs) {  // the whole matrix is valid, and fits, before the first row
@@ -550,7 +568,12 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_flag("--chaos", f->chaos, "inject seeded random delays into every collective");
   app->add_option("--out", f->out, "results directory")->capture_default_str();
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");
-  app->add_option("--backend", f->backend, "local or mpi (default: mpi under mpirun, else local)");
+  app->add_option("--backend", f->backend,
+                  "local, mpi or nccl (default: nccl with --device cuda, else mpi under mpirun, else local)");
+  app->add_option("--device", f->device,
+                  "cpu | cuda (every point's ranks on GPUs, one per process under mpirun, over nccl; fp32 and "
+                  "bf16-mixed)")
+      ->capture_default_str();
   add_preflight_flags(app, f->limits);
   reg.push_back({app, [f, &env] { return run_check(*f, env); }});
 }

@@ -67,7 +67,7 @@ int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env,
         auto it = peaks->find(p.precision);
         if (it != peaks->end()) return it->second;
         const std::shared_ptr<TrainDevice> d = open_cuda_device(-1);
-        const DevicePeaks dp = device_peaks(parse_precision(p.precision), d.get());
+        const DevicePeaks dp = device_peaks(parse_precision(p.precision), d->name, -1);
         return (*peaks)[p.precision] = dp.table > 0 ? dp.table : dp.measured;
       };
     }

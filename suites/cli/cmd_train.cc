@@ -75,6 +75,15 @@ DeviceOpener rank_device_opener() {
   return [] { return open_cuda_device(-1); };
 }
 
+// The MFU denominators of a GPU run: per GPU, times the GPUs.
+void print_peaks(const std::string& device, const DevicePeaks& peaks, int gpus) {
+  std::printf("MFU denominators on %s%s: ", device.c_str(), gpus > 1 ? (" x " + std::to_string(gpus)).c_str() : "");
+  if (peaks.table > 0) std::printf("the %s datasheet peak %.4g TFLOP/s; ", peaks.table_name.c_str(), peaks.table / 1e12);
+  else std::printf("no built-in profile matches this device (mfu empty); ");
+  std::printf("measured cuBLAS GEMM %.4g TFLOP/s (mfu_measured)%s\n", peaks.measured / 1e12,
+              gpus > 1 ? ", each per GPU" : "");
+}
+
 // A [strategy] table: the strategy runs under the conformance engine (the
 // reference at fp64, at the precision under test, and replaying the strategy's
 // order), and the run is judged. Exit 1 when a check fails.
@@ -121,6 +130,10 @@ int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
   auto dir = f.run_dir.empty() ? make_run_dir(f.cfg.out, run_id) : make_run_dir(f.run_dir, "");
   RunMeta meta = make_meta(run_id, env.git_rev, res.backend, res.world, res.mesh, config_hash_of(s));
   ResultWriter steps((dir / "train.csv").string(), "train_step");
+  // On GPUs, MFU over every rank's GPU: the model's FLOPs per step over the
+  // step time and world x the per-GPU peak (this process's GPU measured).
+  const DevicePeaks peaks = on_device ? device_peaks(cfg.precision, res.device, -1) : DevicePeaks{};
+  const double model_flops = model_flops_per_step(cfg.model, cfg.batch, cfg.seq);
   if (!f.quiet) {
     std::printf("parabench train: %s, %s (%lld params), %s, batch %d x %d tokens, %d steps, on %s\n",
                 res.strategy.c_str(), cfg.model.name.c_str(), (long long)cfg.model.num_params(),
@@ -136,9 +149,13 @@ int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
     CsvRecord row;
     row.set("step", st.step).set("loss", st.loss).set("grad_norm", st.grad_norm).set("lr", st.lr);
     row.set("tokens_per_s", tps).set("step_time_s", st.seconds);
+    if (peaks.table > 0)
+      row.set("mfu", model_flops / st.seconds / (res.world * peaks.table)).set("peak_flops", res.world * peaks.table);
+    if (peaks.measured > 0) row.set("mfu_measured", model_flops / st.seconds / (res.world * peaks.measured));
     meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
     steps.write(meta, row);
   }
+  if (on_device) print_peaks(res.device, peaks, res.world);
   std::printf("\nchecks against the fp64 truth, the %s reference and its replay of this order:\n",
               precision_name(cfg.precision).c_str());
   for (const auto& e : res.exact)
@@ -172,7 +189,7 @@ int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, 
   SplitPlan plan;
   plan.micro = cfg.microbatches;
   auto trainer = make_reference_trainer(cfg, plan, device.get());
-  const DevicePeaks peaks = device_peaks(cfg.precision, device.get());
+  const DevicePeaks peaks = device ? device_peaks(cfg.precision, device->name, 0) : DevicePeaks{};
   const double model_flops = model_flops_per_step(cfg.model, cfg.batch, cfg.seq);
   MarkovSource src(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix);
   if (!f.quiet) {
@@ -206,12 +223,7 @@ int run_reference(const TrainFlags& f, ConfigReader& r, const TrainConfig& cfg, 
     meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
     out.write(meta, row);
   }
-  if (device) {
-    std::printf("MFU denominators on %s: ", device->name.c_str());
-    if (peaks.table > 0) std::printf("the %s datasheet peak %.4g TFLOP/s; ", peaks.table_name.c_str(), peaks.table / 1e12);
-    else std::printf("no built-in profile matches this device (mfu empty); ");
-    std::printf("measured cuBLAS GEMM %.4g TFLOP/s (mfu_measured)\n", peaks.measured / 1e12);
-  }
+  if (device) print_peaks(device->name, peaks, 1);
   std::printf("entropy floor of the synthetic language: %.5f nats/token\n", src.entropy_rate());
   std::printf("results: %s\n", out.path().c_str());
   return 0;

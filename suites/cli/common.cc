@@ -159,15 +159,17 @@ std::shared_ptr<TrainDevice> open_cuda_device(int ordinal) {
 #endif
 }
 
-DevicePeaks device_peaks(Precision p, const TrainDevice* device) {
+DevicePeaks device_peaks(Precision p, const std::string& device_name, int ordinal) {
   DevicePeaks out;
-  if (!device) return out;
-  if (const planner::MachineProfile* m = planner::machine_for_device(device->name)) {
+  if (const planner::MachineProfile* m = planner::machine_for_device(device_name)) {
     out.table = planner::hardware_for(*m, p).peak_tflops * 1e12;
     out.table_name = m->name;
   }
 #ifdef PARABENCH_HAVE_CUDA
-  out.measured = kernels::cuda::measure_gemm_flops(0, p == Precision::bf16_mixed, 4096, 0.2);
+  const int gpu = ordinal < 0 ? kernels::cuda::current_device() : ordinal;
+  out.measured = kernels::cuda::measure_gemm_flops(gpu, p == Precision::bf16_mixed, 4096, 0.2);
+#else
+  (void)ordinal;
 #endif
   return out;
 }

@@ -71,13 +71,14 @@ void require_cuda();
 // InputError naming train.device when cuda_unavailable() says why not.
 std::shared_ptr<TrainDevice> open_cuda_device(int ordinal);
 
-// A GPU run's MFU denominators at precision p: the datasheet peak of the
-// built-in profile the device's name matches (table_name; 0: none), and the
-// cuBLAS GEMM rate measured now on GPU 0 (0: no CUDA).
+// A GPU's MFU denominators at precision p: the datasheet peak of the
+// built-in profile the device's name matches (table_name; 0: none,
+// planner::machine_for_device), and the cuBLAS GEMM rate measured now on GPU
+// `ordinal` (< 0: the one this process's CUDA calls go to; 0: no CUDA).
 struct DevicePeaks {
   double table = 0, measured = 0;
   std::string table_name;
 };
-DevicePeaks device_peaks(Precision p, const TrainDevice* device);
+DevicePeaks device_peaks(Precision p, const std::string& device_name, int ordinal);
 
 }  // namespace pb::cli

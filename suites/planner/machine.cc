@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "harness/io/config.h"
 #include "harness/io/csv.h"
@@ -58,10 +59,27 @@ const std::vector<MachineProfile>& builtin_machines() {
   return m;
 }
 
+// The profiles are the datasheets' SXM / OAM parts (B200: HGX). Other form
+// factors of the same chip run at other clocks and power and have other
+// datasheet peaks (H100 PCIe and NVL, H200 NVL), and GB200's Blackwell is
+// rated above B200's: their names match no profile rather than the wrong one
+// (A100 PCIe and SXM share their datasheet peaks, so both match a100).
 const MachineProfile* machine_for_device(const std::string& device_name) {
   const std::string d = lower(device_name);
-  for (const MachineProfile& m : builtin_machines())
-    if (d.find(lower(m.name)) != std::string::npos) return &m;
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> variants = {
+      {"h100", {"pcie", "nvl"}}, {"h200", {"nvl"}}};
+  for (const MachineProfile& m : builtin_machines()) {
+    const std::string n = lower(m.name);
+    bool named = false;
+    for (size_t at = d.find(n); at != std::string::npos && !named; at = d.find(n, at + 1))
+      named = at == 0 || !std::isalnum(static_cast<unsigned char>(d[at - 1]));  // "gb200" is not "b200"
+    if (!named) continue;
+    for (const auto& [chip, others] : variants)
+      if (chip == n)
+        for (const std::string& v : others)
+          if (d.find(v) != std::string::npos) named = false;
+    if (named) return &m;
+  }
   return nullptr;
 }
 

@@ -70,7 +70,9 @@ const std::vector<std::string>& collective_ops();
 
 const std::vector<MachineProfile>& builtin_machines();
 // The built-in profile a device's name names ("NVIDIA H100 80GB HBM3" ->
-// h100, case-insensitive, the first whose name occurs in it); null when none.
+// h100, case-insensitive, the first whose name occurs in it as a word start);
+// null when none, and for the form factors whose datasheet peaks differ
+// from the profile's part ("H100 PCIe", "H100 NVL", "H200 NVL", "GB200").
 const MachineProfile* machine_for_device(const std::string& device_name);
 // A built-in name (case-insensitive) or a TOML file as above; InputError
 // naming the unknown name (with the list) or the file and key.

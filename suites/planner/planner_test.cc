@@ -724,6 +724,13 @@ TEST(Machine, BuiltInProfilesByNameWithSources) {
   EXPECT_EQ(machine_for_device("cuda:1 NVIDIA A100-SXM4-80GB")->name, "a100");
   EXPECT_EQ(machine_for_device("AMD Instinct MI300X")->name, "mi300x");
   EXPECT_EQ(machine_for_device("cuda:0 NVIDIA GeForce RTX 4090"), nullptr);
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA A100 80GB PCIe")->name, "a100");  // the same datasheet peaks
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA H200")->name, "h200");
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA B200")->name, "b200");
+  // Other parts of a chip, with other datasheet peaks: no profile, not the SXM one.
+  for (const char* other : {"cuda:0 NVIDIA H100 PCIe", "cuda:0 NVIDIA H100 NVL", "cuda:0 NVIDIA H200 NVL",
+                            "cuda:0 NVIDIA GB200"})
+    EXPECT_EQ(machine_for_device(other), nullptr) << other;
   try {
     load_machine("b300");
     ADD_FAILURE() << "an unknown machine was accepted";
