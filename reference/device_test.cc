@@ -10,7 +10,9 @@
 // kernels_cuda_test holds the CUDA kernels to the CPU's on a GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <stdexcept>
 #include <map>
 #include <memory>
 #include <string>
@@ -131,6 +133,32 @@ TEST(DeviceTrainer, WhatDoesNotRunOnADeviceIsRefused) {
   EXPECT_NE(make_reference_trainer(cfg, SplitPlan{}, &dev), nullptr);
   cfg.precision = Precision::bf16_mixed;  // no bf16 ops on this device
   EXPECT_THROW(make_reference_trainer(cfg, SplitPlan{}, &dev), InputError);
+}
+
+}  // namespace
+}  // namespace pb
+
+namespace pb {
+namespace {
+
+// The CPU's timeline (and a stand-in's, which inherits it): the steady clock
+// at each mark; marks index from 0 again after clear().
+TEST(DeviceTimeline, HostMarksReadTheSteadyClock) {
+  const std::unique_ptr<kernels::DeviceTimeline> t = kernels::cpu_ops<float>().timeline();
+  const int a = t->mark();
+  const auto before = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - before < std::chrono::milliseconds(2)) {
+  }
+  const int b = t->mark(), c = t->mark();
+  EXPECT_EQ(a, 0);
+  EXPECT_EQ(b, 1);
+  EXPECT_GE(t->seconds(a, b), 0.002);
+  EXPECT_LT(t->seconds(a, b), 10.0);
+  EXPECT_DOUBLE_EQ(t->seconds(a, c), t->seconds(a, b) + t->seconds(b, c));
+  EXPECT_THROW(t->seconds(a, 3), std::out_of_range);
+  t->clear();
+  EXPECT_EQ(t->mark(), 0);
+  EXPECT_EQ(testing::StandInOps<bf16>().timeline()->mark(), 0);
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 #include "reference/trainer.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -56,11 +55,13 @@ ReferenceTrainer<T>::ReferenceTrainer(const TrainConfig& cfg, SplitPlan plan,
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &tracker_,
                                                   cfg.batch / (plan_.moe_joint ? plan_.micro : split), cfg.seq,
                                                   MoeScope{}, *ops_);
+  clock_ = ops_->timeline();
 }
 
 template <class T>
 StepStats ReferenceTrainer<T>::step() {
-  auto t0 = std::chrono::steady_clock::now();
+  clock_->clear();
+  const int t0 = clock_->mark();
   const int64_t n = layout_.total();
   const int Bm = runner_->Bm();
   const double dloss = 1.0 / double(cfg_.tokens_per_step());
@@ -106,8 +107,8 @@ StepStats ReferenceTrainer<T>::step() {
   st.lr = lr_at(cfg_.optim, st.step, cfg_.steps);
   opt_->step(params_.data(), grads_.data(), cfg_.optim, st.step, st.lr,
              clip_factor(st.grad_norm, cfg_.optim.clip));
-  ops_->synchronize();  // the step's time is the device's
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.seconds = clock_->seconds(t0, clock_->mark());  // the device's time (waits for the step's last op)
+  ops_->synchronize();
   return st;
 }
 

@@ -134,6 +134,7 @@ class ReferenceTrainer : public TrainerBase {
   Buffer<acc_t<T>> group_acc_, outer_acc_;  // the (inner) group sum; the outer one
   std::unique_ptr<AdamW<T>> opt_;
   std::unique_ptr<MicrobatchRunner<T>> runner_;
+  std::unique_ptr<kernels::DeviceTimeline> clock_;  // the step's time on the device (ops_->timeline())
   int step_ = 0;
 
   void add_group(int g, const T* gb);  // group g's gradient into the rank-ordered sum

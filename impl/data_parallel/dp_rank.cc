@@ -1,6 +1,5 @@
 #include "impl/data_parallel/dp_rank.h"
 
-#include <chrono>
 #include <cmath>
 
 #include "harness/mesh.h"
@@ -43,7 +42,8 @@ template <class T>
 StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const TrainConfig& cfg, int Bm, int& step,
                              Communicator& scalar, const StepHooks& h, Component<T>* experts,
                              Communicator* expert_scalar) {
-  auto t0 = std::chrono::steady_clock::now();
+  const std::unique_ptr<kernels::DeviceTimeline> clock = dp.ops().timeline();  // the step's time on the device
+  const int t0 = clock->mark();
   const DpOptions& o = dp.options();
   const int micro = cfg.microbatches, per_rank = Bm * micro;
   const double tokens = o.has(Fault::grad_not_averaged) ? double(per_rank) * cfg.seq : double(cfg.tokens_per_step());
@@ -76,8 +76,8 @@ StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const Trai
   const double clip = clip_factor(st.grad_norm, cfg.optim.clip);
   dp.step(cfg.optim, st.step, st.lr, clip);
   if (experts) experts->step(cfg.optim, st.step, st.lr, clip);
-  dp.ops().synchronize();  // the step's time is the device's
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.seconds = clock->seconds(t0, clock->mark());  // waits for the step's last op
+  dp.ops().synchronize();
   return st;
 }
 

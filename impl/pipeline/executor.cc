@@ -7,7 +7,6 @@
 
 #include "harness/mesh.h"
 #include "harness/status.h"
-#include "harness/timer.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/expert_parallel/options.h"
 #include "impl/pipeline/validate.h"
@@ -61,6 +60,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
       su_(stage_units(layout_, part_, 0)), model_(layout_, cfg.batch / (o.dp() * cfg.microbatches), cfg.seq, *ops_) {
   require(ops_->is_host() || device_memory_ != nullptr, "pipeline: a device rank needs the device's memory");
   mem_.set_device_memory(device_memory_.get());
+  clock_ = ops_->timeline();
   // Without tags (nccl) a pair's messages match in order, and sends complete
   // only once received: the schedule must run with grouped posting, and
   // where it deadlocks so, posted as Megatron posts it (one exchange around
@@ -284,15 +284,11 @@ void PipelineRank<T>::post(const Action& a, std::vector<Request>& recvs) {
 
 template <class T>
 void PipelineRank<T>::compute(const Action& a) {
-  Stopwatch w;
-  const double start = timing_.wall_s;
+  const int start = clock_->mark();
   if (a.op == Op::forward) forward(a);
   else if (a.op == Op::backward_weight) weight(a);
   else backward(a);
-  if (!ops_->is_host()) ops_->synchronize();  // the action's time is the device's
-  const double d = w.elapsed_s();
-  timing_.busy_s += d;
-  timing_.timeline.push_back({a.op, a.microbatch, a.chunk, start, start + d});
+  marked_.push_back({a.op, a.microbatch, a.chunk, start, clock_->mark()});
 }
 
 template <class T>
@@ -480,7 +476,9 @@ template <class T>
 void PipelineRank<T>::run_actions() {
   timing_ = {};
   pp_->barrier();
-  Stopwatch wall;
+  clock_->clear();
+  marked_.clear();
+  const int t0 = clock_->mark();
   const auto& list = s_.ranks[size_t(pr_)];
   const auto groups = posting_groups(s_, pr_);
   auto group = groups.begin();
@@ -491,7 +489,6 @@ void PipelineRank<T>::run_actions() {
       update_2bw(s_.weight_version(a.microbatch));
   };
   for (size_t i = 0; i < list.size();) {
-    timing_.wall_s = wall.elapsed_s();
     form_version(list[i]);
     if (is_compute(list[i].op)) {
       compute(list[i++]);
@@ -511,7 +508,13 @@ void PipelineRank<T>::run_actions() {
   if (!live_.empty() || !grad_in_.empty() || !grad_out_.empty() || !unit_grads_.empty() || !gathered_.empty())
     throw std::logic_error("pipeline: tensors left after the schedule (" + std::to_string(live_.size()) +
                            " activations)");
-  timing_.wall_s = wall.elapsed_s();
+  // Device time since the barrier: waits for the last action's kernels once.
+  timing_.wall_s = clock_->seconds(t0, clock_->mark());
+  for (const Marked& m : marked_) {
+    const double start = clock_->seconds(t0, m.start), end = clock_->seconds(t0, m.end);
+    timing_.busy_s += end - start;
+    timing_.timeline.push_back({m.op, m.microbatch, m.chunk, start, end});
+  }
 }
 
 template class PipelineRank<double>;

@@ -108,6 +108,8 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world);
 // The reference's split plan that replays a pipeline run's arithmetic order.
 SplitPlan pipeline_replay_plan(const PipelineOptions& o, const TrainConfig& cfg);
 
+// Device time (DeviceOps::timeline: CUDA events on a GPU, the steady clock
+// on the CPU), so a GPU rank never waits for its device between actions.
 struct RankTiming {
   double wall_s = 0;  // from the step's start barrier to this rank's last action
   double busy_s = 0;  // inside compute actions
@@ -235,6 +237,14 @@ class PipelineRank : public Rank {
   std::vector<double> norms_;  // 2BW: of g(0), g(1), ...
   std::vector<double> grads_snapshot_;
   RankTiming timing_;
+  // The actions' device time: marks on ops_'s stream around each compute
+  // action (no wait between them), resolved when the schedule is done.
+  struct Marked {
+    Op op;
+    int microbatch, chunk, start, end;
+  };
+  std::unique_ptr<kernels::DeviceTimeline> clock_;
+  std::vector<Marked> marked_;
   int step_ = 0, version_ = 0;
   bool snapshot_taken_ = false;
 };

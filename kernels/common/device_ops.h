@@ -10,6 +10,8 @@
 // directly, which the conformance baseline witnesses), the CUDA one to
 // kernels/cuda on the implementation's stream and cuBLAS handle.
 // Invariants:
+//  - time is the device's: timeline() marks points on the implementation's
+//    stream (CUDA events) and reads the time between them;
 //  - pointers are the implementation's memory (host for the CPU, device for
 //    CUDA); to_device/to_host move between it and host memory, and to_host
 //    and sum() return only after the device is done (they synchronize);
@@ -21,16 +23,50 @@
 //    (CUDA: cuBLAS's, and none for attention), so a GPU's memory figures do
 //    not carry the CPU's GEMM staging and score buffers.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "harness/dtype.h"
 #include "kernels/common/adamw_hyper.h"
 
 namespace pb::kernels {
+
+// Device time along an implementation's stream. mark() records the present
+// point, after every op issued before it (CUDA: an event recorded on the
+// stream), and returns its index; seconds(from, to) is the device time
+// between two marks of this timeline, waiting until `to` is reached; clear()
+// forgets the marks (their storage is reused). So a step or a pipeline action
+// is timed without waiting for the device between marks. Not thread-safe:
+// one per timed loop.
+class DeviceTimeline {
+ public:
+  virtual ~DeviceTimeline() = default;
+  virtual int mark() = 0;
+  virtual double seconds(int from, int to) = 0;
+  virtual void clear() = 0;
+};
+
+// The timeline of an implementation whose ops are done when they return
+// (the CPU; a stand-in device): the steady clock when mark() is called.
+class HostTimeline final : public DeviceTimeline {
+ public:
+  int mark() override {
+    marks_.push_back(std::chrono::steady_clock::now());
+    return int(marks_.size()) - 1;
+  }
+  double seconds(int from, int to) override {
+    return std::chrono::duration<double>(marks_.at(size_t(to)) - marks_.at(size_t(from))).count();
+  }
+  void clear() override { marks_.clear(); }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
 
 template <class T>
 class DeviceOps {
@@ -48,6 +84,9 @@ class DeviceOps {
   virtual void to_device(void* dst, const void* host_src, size_t bytes) const = 0;
   virtual void to_host(void* host_dst, const void* src, size_t bytes) const = 0;
   virtual void synchronize() const = 0;
+  // A timeline of this implementation's stream (DeviceTimeline above); the
+  // default is the host clock, right for ops that are done when they return.
+  virtual std::unique_ptr<DeviceTimeline> timeline() const { return std::make_unique<HostTimeline>(); }
 
   // The model's ops (kernels/cpu/ops.h).
   virtual void encoder_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int Tn,

@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -65,6 +66,42 @@ class CudaMemory final : public DeviceMemory {
   std::shared_ptr<Context> c_;
 };
 
+// CUDA events on the device's stream, created as marks first need them and
+// reused after clear(); seconds() waits for the later event only.
+class CudaTimeline final : public DeviceTimeline {
+ public:
+  explicit CudaTimeline(std::shared_ptr<Context> c) : c_(std::move(c)) {}
+  ~CudaTimeline() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  CudaTimeline(const CudaTimeline&) = delete;
+  CudaTimeline& operator=(const CudaTimeline&) = delete;
+  int mark() override {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreate(&e), "cudaEventCreate");
+      events_.push_back(e);
+    }
+    check(cudaEventRecord(events_[used_], c_->stream), "cudaEventRecord");
+    return int(used_++);
+  }
+  double seconds(int from, int to) override {
+    if (from < 0 || to < 0 || size_t(from) >= used_ || size_t(to) >= used_)
+      throw std::out_of_range("CudaTimeline: mark " + std::to_string(std::max(from, to)) + " of " +
+                              std::to_string(used_));
+    check(cudaEventSynchronize(events_[size_t(to)]), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, events_[size_t(from)], events_[size_t(to)]), "cudaEventElapsedTime");
+    return double(ms) / 1e3;
+  }
+  void clear() override { used_ = 0; }
+
+ private:
+  std::shared_ptr<Context> c_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
+
 template <class T>
 using dev_t = std::conditional_t<std::is_same_v<T, bf16>, __nv_bfloat16, T>;
 template <class T>
@@ -105,6 +142,7 @@ class CudaOps final : public DeviceOps<T> {
     c_->sync();
   }
   void synchronize() const override { c_->sync(); }
+  std::unique_ptr<DeviceTimeline> timeline() const override { return std::make_unique<CudaTimeline>(c_); }
 
   void encoder_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int Tn,
                        int C) const override {

@@ -238,6 +238,14 @@ TEST(PipelineConformance, BubbleIsMeasuredBesideTheSimulatedOne) {
     EXPECT_GT(rep.busy_s[size_t(r)], 0);
     EXPECT_LE(rep.busy_s[size_t(r)], rep.wall_s[size_t(r)]);
     EXPECT_EQ(rep.timeline[size_t(r)].size(), 16u);  // 8 F + 8 BW
+    // The actions' marks (DeviceTimeline) in order, apart, within the rank's wall.
+    double last = 0;
+    for (const auto& e : rep.timeline[size_t(r)]) {
+      EXPECT_LE(last, e.start);
+      EXPECT_LT(e.start, e.end);
+      last = e.end;
+    }
+    EXPECT_LE(last, rep.wall_s[size_t(r)]);
   }
   EXPECT_GT(rep.measured_bubble_fraction, 0);
   EXPECT_LT(rep.measured_bubble_fraction, 1);
