@@ -308,30 +308,21 @@ int run_selftest(const Env& env) {
   selftest_kernels(t);
   selftest_collectives(t);
   selftest_strategies(t);
-  std::string gpu_kernels;
-  try {
-    gpu_kernels = selftest_gpu_kernels(t);
-  } catch (const std::exception& e) {  // a device that fails to open or run: a failure, named
-    std::printf("kernels on a GPU: FAILED to run: %s\n\n", e.what());
-    ++t.ran;
-    ++t.failed;
-  }
-  std::string gpu_reference;
-  try {
-    gpu_reference = selftest_gpu_reference(t);
-  } catch (const std::exception& e) {  // a device that fails to open or run: a failure, named
-    std::printf("the reference on a GPU: FAILED to run: %s\n\n", e.what());
-    ++t.ran;
-    ++t.failed;
-  }
-  std::string gpu_nccl;
-  try {
-    gpu_nccl = selftest_gpu_nccl(t);
-  } catch (const std::exception& e) {  // e.g. NCCL or MPI failing to start: a failure, named
-    std::printf("NCCL on a GPU: FAILED to run: %s\n\n", e.what());
-    ++t.ran;
-    ++t.failed;
-  }
+  // A GPU part that fails to open or run (a device, NCCL or MPI failing to
+  // start) is a failure, named; one that cannot run here says why.
+  auto gpu_part = [&t](const char* what, std::string (*part)(SelftestTally&)) {
+    try {
+      return part(t);
+    } catch (const std::exception& e) {
+      std::printf("%s: FAILED to run: %s\n\n", what, e.what());
+      ++t.ran;
+      ++t.failed;
+      return std::string();
+    }
+  };
+  const std::string gpu_kernels = gpu_part("kernels on a GPU", selftest_gpu_kernels);
+  const std::string gpu_reference = gpu_part("the reference on a GPU", selftest_gpu_reference);
+  const std::string gpu_nccl = gpu_part("NCCL on a GPU", selftest_gpu_nccl);
   selftest_unavailable(t, env, gpu_kernels, gpu_reference, gpu_nccl);
   std::printf("not run on this machine:\n");
   for (const auto& s : t.skipped) std::printf("  - %s\n", s.c_str());
