@@ -61,6 +61,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   require(ops_->is_host() || device_memory_ != nullptr, "pipeline: a device rank needs the device's memory");
   mem_.set_device_memory(device_memory_.get());
   clock_ = ops_->timeline();
+  step_clock_ = ops_->timeline();
   // Without tags (nccl) a pair's messages match in order, and sends complete
   // only once received: the schedule must run with grouped posting, and
   // where it deadlocks so, posted as Megatron posts it (one exchange around

@@ -245,6 +245,9 @@ class PipelineRank : public Rank {
   };
   std::unique_ptr<kernels::DeviceTimeline> clock_;
   std::vector<Marked> marked_;
+  // The whole step's device time (the schedule, the gradient reduction and
+  // the optimizer): StepStats::seconds; 2BW's window over its steps.
+  std::unique_ptr<kernels::DeviceTimeline> step_clock_;
   int step_ = 0, version_ = 0;
   bool snapshot_taken_ = false;
 };

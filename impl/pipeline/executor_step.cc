@@ -265,6 +265,8 @@ void PipelineRank<T>::apply(long t, double norm) {
 template <class T>
 StepStats PipelineRank<T>::step() {
   require(!s_.async_weights, "pipeline: step() runs synchronous schedules; use run_window() for 2bw");
+  step_clock_->clear();
+  const int t0 = step_clock_->mark();
   dp_->zero_grads();
   if (ex_) ex_->zero_grads();
   reduced_.assign(size_t(num_ids()), 0);
@@ -284,8 +286,8 @@ StepStats PipelineRank<T>::step() {
   st.grad_norm = std::sqrt(sq);
   st.lr = lr_at(cfg_.optim, st.step, cfg_.steps);
   apply(st.step, st.grad_norm);
+  st.seconds = step_clock_->seconds(t0, step_clock_->mark());  // the whole step (times().wall_s: the schedule)
   ops_->synchronize();  // the optimizer's kernels are done when step() returns (a caller's clock sees them)
-  st.seconds = timing_.wall_s;
   return st;
 }
 
@@ -316,11 +318,15 @@ template <class T>
 std::vector<StepStats> PipelineRank<T>::run_window() {
   require(s_.async_weights, "pipeline: run_window() runs PipeDream-2BW");
   const int K = s_.steps;
+  step_clock_->clear();
+  const int t0 = step_clock_->mark();
   losses_.assign(size_t(K) * m_, 0.0);
   norms_.clear();
   run_actions();
   // Drain: g(K-2) and g(K-1) are still to be applied (as updates K and K+1 would).
   for (int k = std::max(2, K); k <= K + 1; ++k) update_2bw(k);
+  // The window's steps overlap: each is the window's time over K.
+  const double per_step = step_clock_->seconds(t0, step_clock_->mark()) / K;
   std::vector<double> loss(size_t(K), 0.0);
   if (pr_ == o_.pp - 1 && tr_ == 0)
     for (int j = 0; j < K * m_; ++j) loss[size_t(j / m_)] += losses_[size_t(j)];
@@ -332,6 +338,7 @@ std::vector<StepStats> PipelineRank<T>::run_window() {
     st.loss = loss[size_t(k)] / double(cfg_.tokens_per_step());
     st.grad_norm = norms_[size_t(k)];
     st.lr = lr_at(cfg_.optim, k + 1, cfg_.steps);
+    st.seconds = per_step;
     out.push_back(st);
   }
   step_ = K;

@@ -149,9 +149,10 @@ int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
     CsvRecord row;
     row.set("step", st.step).set("loss", st.loss).set("grad_norm", st.grad_norm).set("lr", st.lr);
     row.set("tokens_per_s", tps).set("step_time_s", st.seconds);
-    if (peaks.table > 0)
+    if (peaks.table > 0 && st.seconds > 0)
       row.set("mfu", model_flops / st.seconds / (res.world * peaks.table)).set("peak_flops", res.world * peaks.table);
-    if (peaks.measured > 0) row.set("mfu_measured", model_flops / st.seconds / (res.world * peaks.measured));
+    if (peaks.measured > 0 && st.seconds > 0)
+      row.set("mfu_measured", model_flops / st.seconds / (res.world * peaks.measured));
     meta.timestamp = iso8601_utc(std::chrono::system_clock::now());
     steps.write(meta, row);
   }

@@ -2,8 +2,12 @@
 // (kernels/common/device_ops.h) run on the device and on the CPU's ops, on
 // the same inputs and the same initial outputs (backward outputs accumulate),
 // at fp32 and bf16 storage, over shapes that cross the CUDA kernels' tiles and
-// blocks (head size 64, sequences past the 128-row half tile, LayerNorm rows
-// wider than a block, a 50,257-entry vocabulary), output by output. The model
+// blocks (head sizes 16, 64 and 192: above 128 the blockwise kernels' key
+// tile halves; 150 and 300 rows, several 64-row blocks and 32-key tiles;
+// LayerNorm rows wider than a block; a 50,257-entry vocabulary), output by
+// output; gradients that accumulate start at values in one shape (the
+// accumulation is seen) and at zero in another (the op's own contribution
+// is measured, not drowned by the values it adds to). The model
 // runs on a device through this seam, so this is what a vendor's first run
 // must pass; ggml's test-backend-ops is the model. On this machine it runs
 // against a stand-in device whose ops are the CPU's (errors exactly 0, every
@@ -18,7 +22,8 @@
 //  - storage: outputs stored at the precision: 128 fp32 eps at fp32; at bf16
 //    two bf16 eps (0.0156), each side rounding its own fp32 value once, plus
 //    backward ops re-reading a rounded forward result;
-//  - total: a double sum on the host (the loss, the clipping norm): 1e-12.
+//  - total: a sum in double (the loss's on the host, the clipping norm's sum
+//    of squares on the device): 1e-12.
 #pragma once
 #include <string>
 #include <vector>

@@ -57,6 +57,7 @@ TEST(SelftestDevice, AStandInWithTheCpusOpsMatchesExactlyThroughGuardedMemory) {
   EXPECT_TRUE(shapes["attention_block_backward.dq"].count("Tq=Tk=150 hs=64 causal"));
   EXPECT_TRUE(shapes["layernorm_backward.dinp"].count("N=6 C=1600"));
   EXPECT_TRUE(shapes["crossentropy_backward"].count("N=4 V=50257"));
+  EXPECT_TRUE(shapes["attention_block_backward.dk"].count("Tq=Tk=40 hs=192 full"));
   for (const auto& [op, s] : shapes) {
     if (op == "copy" || op == "zero") continue;
     EXPECT_GE(s.size(), 2u) << op << ": two shapes at least";
@@ -65,9 +66,10 @@ TEST(SelftestDevice, AStandInWithTheCpusOpsMatchesExactlyThroughGuardedMemory) {
   for (const auto& m : devices.memories()) EXPECT_EQ(m->live(), 0u);
 }
 
-// A device whose LayerNorm backward drops dbias (a skipped output) and whose
-// blockwise attention ignores the causal mask in the backward: those outputs,
-// and only those, fail.
+// A device whose LayerNorm backward drops dbias (a skipped output), whose
+// blockwise attention ignores the causal mask in the backward, and whose
+// cross-entropy backward drops the softmax term (small next to the one-hot
+// term): those outputs, and only those, fail.
 template <class T>
 class Wrong final : public StandInOps<T> {
  public:
@@ -80,6 +82,10 @@ class Wrong final : public StandInOps<T> {
                                 const A* D, int Tq, int Tk, int hs, int qs, int kvs, int ds, int q0, int k0,
                                 bool) const override {
     StandInOps<T>::attention_block_backward(dq, dk, dv, q, k, v, d, lse, D, Tq, Tk, hs, qs, kvs, ds, q0, k0, false);
+  }
+  void crossentropy_backward(T* d, const T*, const int32_t* t, double s, int N, int V) const override {
+    const std::vector<T> no_probs(size_t(N) * V, cast<T>(0.0));
+    StandInOps<T>::crossentropy_backward(d, no_probs.data(), t, s, N, V);
   }
 };
 
@@ -98,14 +104,14 @@ TEST(SelftestDevice, AWrongDeviceIsNamedOpByOp) {
   const std::string table = device_check_table(check_device_ops(dev));
   EXPECT_NE(table.find("layernorm_backward.dbias"), std::string::npos) << table;
   EXPECT_NE(table.find("FAIL layernorm_backward.dbias at bf16, N=6 C=1600: error "), std::string::npos) << table;
-  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 1 + 65 + 2 * 8) << table;  // header, outputs, failures
-  EXPECT_EQ(failed, (std::set<std::string>{"layernorm_backward.dbias N=37 C=300", "layernorm_backward.dbias N=6 C=1600",
-                                           "attention_block_backward.dq Tq=Tk=20 hs=16 causal",
-                                           "attention_block_backward.dk Tq=Tk=20 hs=16 causal",
-                                           "attention_block_backward.dv Tq=Tk=20 hs=16 causal",
-                                           "attention_block_backward.dq Tq=Tk=150 hs=64 causal",
-                                           "attention_block_backward.dk Tq=Tk=150 hs=64 causal",
-                                           "attention_block_backward.dv Tq=Tk=150 hs=64 causal"}));
+  std::set<std::string> expected = {"layernorm_backward.dbias N=37 C=300", "layernorm_backward.dbias N=6 C=1600",
+                                     "crossentropy_backward N=64 V=7", "crossentropy_backward N=13 V=1000 accumulating",
+                                     "crossentropy_backward N=4 V=50257"};
+  for (const char* shape : {"Tq=Tk=20 hs=16 causal", "Tq=Tk=150 hs=64 causal", "Tq=Tk=40 hs=192 causal"})
+    for (const char* out : {"dq", "dk", "dv"})
+      expected.insert(std::string("attention_block_backward.") + out + " " + shape);
+  EXPECT_EQ(failed, expected);
+  EXPECT_NE(table.find("FAIL crossentropy_backward at bf16, N=64 V=7: error "), std::string::npos) << table;
 }
 
 TEST(SelftestDevice, TolerancesAreStated) {
