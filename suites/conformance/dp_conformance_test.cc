@@ -225,6 +225,11 @@ TEST(DpConformance, ChaosDelaysChangeNoBits) {
     ASSERT_EQ(calm.steps.size(), chaos.steps.size());
     for (size_t i = 0; i < calm.steps.size(); ++i) EXPECT_EQ(calm.steps[i].loss, chaos.steps[i].loss);
     EXPECT_TRUE(chaos.pass()) << explain(chaos);
+    // A step's time is its slowest rank's (a data-parallel rank's wall is its last step).
+    ASSERT_EQ(chaos.times.size(), 4u);
+    double slowest = 0;
+    for (const RankTimes& t : chaos.times) slowest = std::max(slowest, t.wall_s);
+    EXPECT_EQ(chaos.steps.back().seconds, slowest);
   }
 }
 

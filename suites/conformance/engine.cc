@@ -130,6 +130,11 @@ void run_rank(const StrategyRun& s, const Strategy& strat, Communicator& world, 
   auto exact = exact_checks(rank->declared(s.spec.train.steps), rank->memory(), world.log());
   double bad = std::any_of(exact.begin(), exact.end(), [](auto& c) { return !c.pass; }) ? 1 : 0;
   world.all_reduce(&bad, &bad, 1, DType::f64);
+  // A step takes as long as its slowest rank (the step rows' step_time_s).
+  std::vector<double> seconds;
+  for (const StepStats& st : steps) seconds.push_back(st.seconds);
+  world.all_reduce(seconds.data(), seconds.data(), seconds.size(), DType::f64, ReduceOp::max);
+  for (size_t i = 0; i < steps.size(); ++i) steps[i].seconds = seconds[i];
   const auto times = all_gather_strings(world, pack(rank->times()));
   if (world.rank() != 0) return;
   std::lock_guard lk(mu);

@@ -61,7 +61,7 @@ struct ConformanceResult {
   std::vector<QuantityCheck> fp64;
   std::vector<ExactCheck> exact;       // memory and communication, rank 0 (all ranks compared)
   int ranks_with_mismatch = 0;         // ranks whose memory/comm differed from declared
-  std::vector<StepStats> steps;        // rank 0's
+  std::vector<StepStats> steps;        // rank 0's, each step's seconds the slowest rank's
   Trace trace;                         // the strategy's (rank 0)
   std::vector<RankTimes> times;        // per world rank, the last step
   bool hosts_rank0 = true;             // false on MPI ranks other than 0 (fields empty)
