@@ -449,11 +449,13 @@ int run_check(const CheckFlags& f, const Env& env) {
     require(p == "fp64" || p == "fp32" || p == "bf16-mixed",
             "--precision: '" + p + "' is not one of fp64, fp32, bf16-mixed");
   auto runs = matrix(f);
-  if (on_device)
-    for (auto& s : runs) {  // every rank on the GPU the nccl backend chose for its process
+  if (on_device) {
+    const DeviceOpener gpu = rank_device_opener();  // every rank on the GPU the nccl backend chose for its process
+    for (auto& s : runs) {
       s.spec.train.device = Device::cuda;
-      s.open_device = [] { return open_cuda_device(-1); };
+      s.open_device = gpu;
     }
+  }
   const Limits limits = limits_of(f.limits);
   const bool local = wo.backend == BackendKind::local;
   for (const auto& s : runs) {  // the whole matrix is valid, and fits, before the first row

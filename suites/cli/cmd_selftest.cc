@@ -262,7 +262,7 @@ std::string selftest_gpu_nccl(SelftestTally& t) {
     StrategyRun s = check_point(model, "fp32", "dp1", strategy, 2);
     s.spec.train.device = Device::cuda;
     s.world = wo;
-    s.open_device = [] { return open_cuda_device(-1); };  // the GPU the nccl backend chose
+    s.open_device = rank_device_opener();  // the GPU the nccl backend chose
     ++t.ran;
     try {
       const ConformanceResult r = run_conformance(s, *world);

@@ -60,7 +60,7 @@ int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env,
   run.world = world;
   run.limits = limits_of(f.limits);
   if (c.device == Device::cuda) {
-    run.open_device = [] { return open_cuda_device(-1); };  // the GPU the nccl backend chose
+    run.open_device = rank_device_opener();  // the GPU the nccl backend chose
     if (writer) {  // rank 0's GPU, once per precision
       auto peaks = std::make_shared<std::map<std::string, double>>();
       run.peak_flops = [peaks](const sweep::SweepPoint& p) {

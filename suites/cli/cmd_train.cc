@@ -67,14 +67,6 @@ bool names_strategy(const TrainFlags& f, ConfigReader& r) {
   return !f.strategy.empty();
 }
 
-// A strategy rank's GPU: the one the nccl backend set for this process (its
-// index among its node's ranks). InputError now, before any rank starts, when
-// there is none.
-DeviceOpener rank_device_opener() {
-  require_cuda();
-  return [] { return open_cuda_device(-1); };
-}
-
 // The MFU denominators of a GPU run: per GPU, times the GPUs.
 void print_peaks(const std::string& device, const DevicePeaks& peaks, int gpus) {
   std::printf("MFU denominators on %s%s: ", device.c_str(), gpus > 1 ? (" x " + std::to_string(gpus)).c_str() : "");

@@ -159,6 +159,11 @@ std::shared_ptr<TrainDevice> open_cuda_device(int ordinal) {
 #endif
 }
 
+std::function<std::shared_ptr<TrainDevice>()> rank_device_opener() {
+  require_cuda();
+  return [] { return open_cuda_device(-1); };
+}
+
 DevicePeaks device_peaks(Precision p, const std::string& device_name, int ordinal) {
   DevicePeaks out;
   if (const planner::MachineProfile* m = planner::machine_for_device(device_name)) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +71,10 @@ void require_cuda();
 // the nccl backend sets to the rank's GPU) as a device of the seam.
 // InputError naming train.device when cuda_unavailable() says why not.
 std::shared_ptr<TrainDevice> open_cuda_device(int ordinal);
+// A strategy rank's GPU (a DeviceOpener, impl/spec/rank.h): the one the nccl
+// backend set for its process, its index among its node's ranks. InputError
+// now, before any rank starts, when there is none.
+std::function<std::shared_ptr<TrainDevice>()> rank_device_opener();
 
 // A GPU's MFU denominators at precision p: the datasheet peak of the
 // built-in profile the device's name matches (table_name; 0: none,
