@@ -12,6 +12,7 @@
 #include "harness/status.h"
 #include "kernels/common/device_ops.h"
 #include "kernels/cpu/ops.h"
+#include "suites/selftest/kernel_checks.h"
 
 namespace pb::selftest {
 namespace {
@@ -21,27 +22,19 @@ using kernels::DeviceOps;
 constexpr double kF32Tol = 128 * 1.1920928955078125e-07;  // 128 eps32
 constexpr double kBf16Tol = 2 * 0.0078125;                // two eps_bf16
 
-// A splitmix64 hash of (seed, i).
-uint64_t hash(uint64_t seed, size_t i) {
-  uint64_t z = (seed + 1) * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Values in [lo, hi] (uniform in [lo, hi), then rounded to bf16 so the fp32
 // and bf16 runs see the same inputs).
 std::vector<double> draw(size_t n, uint64_t seed, double lo, double hi) {
   std::vector<double> v(n);
   for (size_t i = 0; i < n; ++i)
-    v[i] = double(bf16(lo + (hi - lo) * (double(hash(seed, i) >> 11) / double(1ull << 53))));
+    v[i] = double(bf16(lo + (hi - lo) * (double(input_hash(seed, i) >> 11) / double(1ull << 53))));
   return v;
 }
 
 // Integers in [0, hi).
 std::vector<int32_t> ints(size_t n, int32_t hi, uint64_t seed) {
   std::vector<int32_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = int32_t(hash(seed, i) % uint64_t(hi));
+  for (size_t i = 0; i < n; ++i) v[i] = int32_t(input_hash(seed, i) % uint64_t(hi));
   return v;
 }
 

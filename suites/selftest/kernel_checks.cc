@@ -13,16 +13,10 @@ namespace {
 // Shapes: B sequences of Tn tokens, C channels, NH heads, V vocabulary.
 constexpr int B = 2, Tn = 8, C = 32, NH = 4, V = 48, N = B * Tn;
 
-// Values in [-scale, scale) from a splitmix64 hash of (seed, i).
+// Values in [-scale, scale) from input_hash(seed, i).
 std::vector<double> values(size_t n, uint64_t seed, double scale) {
   std::vector<double> v(n);
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    v[i] = scale * (double(z >> 11) / double(1ull << 53) * 2 - 1);
-  }
+  for (size_t i = 0; i < n; ++i) v[i] = scale * (double(input_hash(seed, i) >> 11) / double(1ull << 53) * 2 - 1);
   return v;
 }
 
@@ -178,6 +172,13 @@ void compare(DType dt, const Inputs& in, std::vector<KernelCheck>& checks) {
 }
 
 }  // namespace
+
+uint64_t input_hash(uint64_t seed, size_t i) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
 double kernel_tolerance(DType t) { return t == DType::bf16 ? 2 * dtype_eps(t) : 64 * dtype_eps(t); }
 

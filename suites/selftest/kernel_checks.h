@@ -8,6 +8,8 @@
 // outputs are stored at the precision (a bf16 rounding is up to 2^-9
 // relative) after reductions in fp32 over at most a few hundred terms.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,8 @@ struct KernelCheck {
 };
 
 double kernel_tolerance(DType t);
+// The selftest's inputs: a splitmix64 hash of (seed, i).
+uint64_t input_hash(uint64_t seed, size_t i);
 std::vector<KernelCheck> check_cpu_kernels();
 
 }  // namespace pb::selftest
