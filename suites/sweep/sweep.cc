@@ -690,6 +690,12 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   auto figures_for = [&](const SweepPoint& p, const PointResult& r) -> const ShapeRates& {
     const ShapeKey key = shape_key(p, r);
     if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits);
+    const MeshShape mesh = parse_mesh(p.mesh, "sweep point");
+    if (mesh.tp > 1 || mesh.cp > 1) {
+      const ModelConfig m = named_model(p.model);
+      if (r.seq % mesh.cp == 0 && m.C % mesh.tp == 0 && m.NH % mesh.tp == 0)
+        measure_split_gemm_efficiency(rates[key], m, std::get<2>(key), r.seq, peak_rank, mesh.tp, mesh.cp, 3);
+    }
     measure_world(hw, p.world);
     return rates[key];
   };

@@ -211,11 +211,14 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
   return hw;
 }
 
-double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds) {
+double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds, int tp,
+                               int cp) {
   require(Bm > 0 && seq > 0 && peak_flops > 0, "gemm efficiency: microbatch, seq and peak must be > 0");
+  require(tp >= 1 && cp >= 1 && seq % cp == 0 && m.C % tp == 0 && m.NH % tp == 0,
+          "gemm efficiency: tp must divide the width and heads, cp the sequence");
   std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, double> rate;  // GFLOP/s by shape
   return planner::gemm_efficiency(
-      planner::rank_gemms(m, Bm, seq, 1, 1),
+      planner::rank_gemms(m, Bm, seq, tp, cp),
       [&](const planner::GemmShape& g) {
         double& r = rate[std::make_tuple(g.m, g.n, g.k, g.ta, g.tb)];
         if (r == 0) r = kernels::measure_sgemm_gflops(int(g.m), int(g.n), int(g.k), g.ta, g.tb, seconds);
@@ -341,6 +344,20 @@ ShapeRates measure_shape_rates(const ModelConfig& m, int Bm, int seq, double pea
   return r;
 }
 
+double ShapeRates::gemm_efficiency_at(int tp, int cp) const {
+  const auto it = split_gemm_efficiency.find({tp, cp});
+  return it != split_gemm_efficiency.end() ? it->second : gemm_efficiency;
+}
+
+void measure_split_gemm_efficiency(ShapeRates& r, const ModelConfig& m, int Bm, int seq, double peak_flops, int tp,
+                                   int cp, int repeats) {
+  require(repeats >= 1, "shape rates: repeats must be >= 1");
+  if ((tp == 1 && cp == 1) || r.split_gemm_efficiency.count({tp, cp})) return;
+  double best = 0;
+  for (int i = 0; i < repeats; ++i) best = std::max(best, measure_gemm_efficiency(m, Bm, seq, peak_flops, 0.01, tp, cp));
+  r.split_gemm_efficiency[{tp, cp}] = best;
+}
+
 ShapeKey shape_key(const SweepPoint& p, const PointResult& r) {
   return {p.model, p.precision, int(r.global_batch / (int64_t(p.dp) * p.microbatches)), p.microbatches};
 }
@@ -390,7 +407,7 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.overlap = in.shard == dp::Shard::none && spec.data.overlap && in.pp == 1 && !spec.pipe.schedule;
   in.ranks_per_node = spec.mesh.ranks_per_node ? spec.mesh.ranks_per_node : c.ranks_per_node;
   in.hw = planner_hardware(h, p.world);
-  in.hw.gemm_efficiency = rates.gemm_efficiency;
+  in.hw.gemm_efficiency = rates.gemm_efficiency_at(in.tp, in.cp);
   in.hw.compute_scale = rates.compute_scale;
   const double mem = rates.memory.GBps(p.microbatches);
   if (mem > 0) in.hw.mem_bw_GBps = mem * core_share(h, p.world);
@@ -410,12 +427,14 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     // The sweep's spelling of the point (the strategy text), so the report
     // pairs the two rows.
     row.values.set("strategy", p.strategy);
-    char note[512];
+    char split[64] = "";
+    if (in.tp > 1 || in.cp > 1) std::snprintf(split, sizeof split, " (at a tp%d cp%d rank's shapes)", in.tp, in.cp);
+    char note[600];
     std::snprintf(note, sizeof note,
-                  "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it, "
+                  "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it%s, "
                   "memory-bound kernels at %.4g GB/s (%s), compute x %.3g (%s), latency %.4g us per ring step at "
                   "%d ranks%s",
-                  h.peak_flops_per_rank / 1e9, core_share(h, p.world), rates.gemm_efficiency,
+                  h.peak_flops_per_rank / 1e9, core_share(h, p.world), in.hw.gemm_efficiency, split,
                   in.hw.mem_bw_GBps / core_share(h, p.world),
                   rates.memory.GBps(p.microbatches) > 0 ? "measured at the model's shapes" : "2 x memcpy",
                   rates.compute_scale,
@@ -502,7 +521,7 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
                         m->point.world, profile->name.c_str(), profile->source.c_str());
         } else {
           in.hw = planner_hardware(local, 1);  // one rank per core
-          in.hw.gemm_efficiency = shape_rates.gemm_efficiency;
+          in.hw.gemm_efficiency = shape_rates.gemm_efficiency_at(in.tp, in.cp);
           in.hw.compute_scale = shape_rates.compute_scale;
           const double mem = shape_rates.memory.GBps(p.microbatches);
           if (mem > 0) in.hw.mem_bw_GBps = mem;

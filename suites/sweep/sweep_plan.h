@@ -11,6 +11,7 @@
 #include <map>
 #include <vector>
 #include <tuple>
+#include <utility>
 #include <string>
 
 #include "harness/io/csv.h"
@@ -71,8 +72,12 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world);
 // input-gradient and weight-gradient products and the attention core's
 // per-head QK^T, PV and their gradients; the LM head's three — timed with
 // single-thread sgemm at its own shape and transposes (about `seconds` each).
-// Their total FLOPs over their total time, over the peak; at most 1.
-double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds);
+// Their total FLOPs over their total time, over the peak; at most 1. With tp
+// or cp > 1, the GEMMs of one rank of that split (planner::rank_gemms: the
+// linear layers' outputs split over tp, the tokens over cp), whose smaller
+// shapes run at lower rates (tiny at cp4 measured 0.27 against 0.59 unsplit).
+double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds, int tp = 1,
+                               int cp = 1);
 
 // The memory-bound (non-GEMM) side of the same microbatch, measured the same
 // way: the fp32 kernels the reference runs besides its GEMMs, each at its own
@@ -103,6 +108,11 @@ struct ShapeRates {
   // (planner::Hardware::compute_scale); 1: not measured.
   double compute_scale = 1;
   bool step_measured = false;  // compute_scale came from a measured step
+  // The GEMM efficiency of one rank of a tensor- or context-parallel split,
+  // by (tp, cp), at that rank's own GEMM shapes (the best of three, like
+  // gemm_efficiency); a split not measured uses gemm_efficiency.
+  std::map<std::pair<int, int>, double> split_gemm_efficiency{};
+  double gemm_efficiency_at(int tp, int cp) const;
 };
 // The key of a point's shape figures: model, precision, microbatch sequences
 // and microbatches per step (what the single-rank step behind compute_scale runs).
@@ -121,6 +131,9 @@ double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h
 // machine does not set every plan row of the shape (a single 10 ms window gave
 // 0.68 where the same shape measures 0.90 +- 0.02).
 ShapeRates measure_shape_rates(const ModelConfig& m, int Bm, int seq, double peak_flops, int repeats);
+// Adds the (tp, cp) split's GEMM efficiency to r (the best of `repeats`), once.
+void measure_split_gemm_efficiency(ShapeRates& r, const ModelConfig& m, int Bm, int seq, double peak_flops, int tp,
+                                   int cp, int repeats);
 
 
 // The planner input describing point p (as run by run_point): dp = world, the

@@ -159,6 +159,43 @@ TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
   EXPECT_NEAR(quarter.compute_s - quarter.memory_s, 4 * gemm_s, 1e-12 * gemm_s);
 }
 
+// A tensor- or context-parallel rank multiplies smaller matrices (the linear
+// layers' outputs split over tp, the tokens over cp) at lower rates: the
+// split's efficiency is measured at its own shapes, once, and its points'
+// plans use it; other points keep the unsplit figure.
+TEST(SweepPlan, SplitGemmEfficiencyIsMeasuredAtTheRanksShapes) {
+  const ModelConfig& m = named_model("tiny");
+  const double peak = kernels::measure_sgemm_gflops(512, 0.05) * 1e9;
+  ShapeRates rates = measure_shape_rates(m, 4, 16, peak, 3);
+  measure_split_gemm_efficiency(rates, m, 4, 16, peak, 1, 4, 3);
+  measure_split_gemm_efficiency(rates, m, 4, 16, peak, 2, 1, 3);
+  measure_split_gemm_efficiency(rates, m, 4, 16, peak, 1, 1, 3);  // unsplit: nothing to add
+  ASSERT_EQ(rates.split_gemm_efficiency.size(), 2u);
+  const double cp4 = rates.gemm_efficiency_at(1, 4);
+  EXPECT_GT(cp4, 0);
+  // 16 rows per GEMM instead of 64 (this machine: 0.27 against 0.59).
+  EXPECT_LT(cp4, 0.8 * rates.gemm_efficiency);
+  EXPECT_GT(rates.gemm_efficiency_at(2, 1), 0);
+  EXPECT_LE(rates.gemm_efficiency_at(2, 1), 1);
+  EXPECT_EQ(rates.gemm_efficiency_at(1, 1), rates.gemm_efficiency);
+  EXPECT_EQ(rates.gemm_efficiency_at(2, 2), rates.gemm_efficiency);  // not measured
+  rates.split_gemm_efficiency[{1, 4}] = 0.123;  // measured once: a second call keeps it
+  measure_split_gemm_efficiency(rates, m, 4, 16, peak, 1, 4, 3);
+  EXPECT_EQ(rates.gemm_efficiency_at(1, 4), 0.123);
+  EXPECT_THROW(measure_gemm_efficiency(m, 4, 16, peak, 0.005, 1, 3), InputError);  // cp3 does not divide 16
+  EXPECT_THROW(measure_gemm_efficiency(m, 4, 16, peak, 0.005, 3, 1), InputError);  // nor tp3 the 2 heads
+
+  SweepConfig c;
+  PointResult r;
+  r.global_batch = 4;
+  r.seq = 16;
+  const LocalHardware h{10e9, 5, 20, 4, {}, {}};
+  SweepPoint cp{"shard=none", "cp4", "tiny", "fp32", "weak", 4, 1, 1};
+  SweepPoint dp{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 1};
+  EXPECT_EQ(plan_input(c, cp, r, h, rates).hw.gemm_efficiency, 0.123);
+  EXPECT_EQ(plan_input(c, dp, r, h, rates).hw.gemm_efficiency, rates.gemm_efficiency);
+}
+
 // The memory-bound side: the bytes are the planner's own counts for the same
 // microbatch and optimizer step, the times are measured, and the plan's
 // memory-bound time is those bytes at the mixed rate, scaled by the core share.
