@@ -87,7 +87,11 @@ int max_chunk_layers(const pipeline::Partition& part, int rank) {
 }
 
 Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r) {
-  const u128 b = u128(B), S = u128(s), l = u128(m.L), h = u128(m.C), V = u128(m.V);
+  return stage_flops(m, B, s, r, m.L, true);
+}
+
+Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks, bool head) {
+  const u128 b = u128(B), S = u128(s), l = u128(blocks), h = u128(m.C), V = head ? u128(m.V) : 0;
   const u128 dense = b * S * l * h * h, attn = b * S * S * l * h, logits = b * S * h * V;
   Flops f;
   f.model = 72 * dense + 12 * attn + 6 * logits;

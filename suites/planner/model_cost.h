@@ -65,6 +65,10 @@ struct Flops {
 };
 // One iteration of B sequences of s tokens.
 Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r);
+// The part of iteration_flops a set of `blocks` transformer blocks, and the
+// LM head when `head`, do (a pipeline stage's; the embedding does none): the
+// stages of a partition add up to iteration_flops.
+Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks, bool head);
 double to_double(u128 x);
 
 // One GEMM shape of a training step: C (m x n) = op(A) op(B) with inner

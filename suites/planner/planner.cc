@@ -358,14 +358,13 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
   }
 }
 
-// Non-GEMM bytes per step of the worst pipeline rank: its microbatches'
-// layers (one more forward of them under full recomputation), embedding and
-// head, and its optimizer step over the parameters it updates on the device.
-double worst_rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r) {
+// Non-GEMM bytes per step of pipeline rank `rank`: its microbatches' layers
+// (one more forward of them under full recomputation), embedding and head,
+// and its optimizer step over the parameters it updates on the device.
+double rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank) {
   const ModelConfig& mc = *in.shape;
   const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
                           elem_bytes(in.precision)};
-  const int rank = r.worst.stage;
   double per_micro = 0;
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
@@ -374,7 +373,7 @@ double worst_rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const Plan
     if (sl.head) per_micro += double(head_traffic_bytes(x, mc.V));
   }
   const dp::BytesPerParam b = dp::bytes_per_param(in.precision);
-  const double stepped = double(r.worst.optimizer) / double(b.optimizer);  // params updated on the device
+  const double stepped = double(r.stages[size_t(rank)].optimizer) / double(b.optimizer);  // updated on the device
   // Reads params (the master is in the state when mixed), grads and states;
   // writes params and states.
   const bool mixed = in.precision == Precision::bf16_mixed;
@@ -576,16 +575,38 @@ PlanResult plan(const PlanInput& in) {
         rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp),
         [&](const GemmShape& g) { return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k); }, in.hw.peak_tflops * 1e12);
   const double achieved = peak * r.gemm_efficiency;
-  r.memory_bytes = in.shape ? worst_rank_memory_bytes(in, pipe, r) : 0;
-  r.memory_s = in.hw.mem_bw_GBps > 0 ? r.memory_bytes / (in.hw.mem_bw_GBps * 1e9) : 0;
-  r.compute_s = (r.hardware_flops / achieved + r.memory_s) * in.hw.compute_scale;
+  auto memory_s = [&](double bytes) { return in.hw.mem_bw_GBps > 0 ? bytes / (in.hw.mem_bw_GBps * 1e9) : 0; };
+  // The share of the model's FLOPs the rank whose compute sets the pace does,
+  // times pp: 1 without a pipeline. Pipeline stages differ (the last holds the
+  // LM head, layers need not split evenly): the slowest stage, GEMMs and
+  // memory-bound kernels together, sets the pace of every microbatch.
+  double stage_share = 1;
+  r.memory_bytes = in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : 0;
+  if (in.shape && pipe.staged()) {
+    double slowest = -1;
+    for (int rank = 0; rank < in.pp; ++rank) {
+      int64_t blocks = 0;
+      bool head = false;
+      for (int c = 0; c < pipe.part.v; ++c) {
+        blocks += pipe.part.at(rank, c).num_blocks;
+        head = head || pipe.part.at(rank, c).head;
+      }
+      const double share = to_double(stage_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks, head).hardware) *
+                           double(in.pp) / r.hardware_flops;
+      const double bytes = rank_memory_bytes(in, pipe, r, rank);
+      const double t = r.hardware_flops * share / achieved + memory_s(bytes);
+      if (t > slowest) slowest = t, stage_share = share, r.memory_bytes = bytes;
+    }
+  }
+  r.memory_s = memory_s(r.memory_bytes);
+  r.compute_s = (r.hardware_flops * stage_share / achieved + r.memory_s) * in.hw.compute_scale;
   // Time-shared cores: the critical path runs at a whole core, the node's work
   // at its share; the bubble is what the first exceeds the second by.
   r.bubble_s = in.hw.core_share < 1
                    ? std::max(0.0, r.compute_s * in.hw.core_share * (1 + r.bubble_over_ideal) - r.compute_s)
                    : r.compute_s * r.bubble_over_ideal;
   // Forward is a third of the GEMM work and of the layers' memory traffic.
-  const double fwd_s = (r.model_flops / 3.0 / achieved + r.memory_s / 3.0) * in.hw.compute_scale,
+  const double fwd_s = (r.model_flops * stage_share / 3.0 / achieved + r.memory_s / 3.0) * in.hw.compute_scale,
                bwd_s = r.compute_s - fwd_s;
   double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;
   for (CommRow& c : r.comm) {

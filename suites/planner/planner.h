@@ -189,7 +189,8 @@ struct PlanResult {
   // cost on time-shared cores (Hardware::async_call_cost, 0 otherwise), part of exposed_comm_s.
   int64_t async_calls = 0;
   double async_cost_s = 0;
-  double memory_bytes = 0;           // non-GEMM bytes per step on the worst rank (needs a shape)
+  double memory_bytes = 0;           // non-GEMM bytes per step on the rank that sets the pace: the slowest
+                                     // pipeline stage (GEMMs and these together), else the worst rank (needs a shape)
   double memory_s = 0;               // memory_bytes / mem_bw (0 without a bandwidth); part of compute_s
   double gemm_efficiency = 1;        // what compute_s used: the hardware's, or its GEMM table's at the model's shapes
   double bubble_over_ideal = 0;      // the schedule's declared bubble / ideal compute

@@ -140,6 +140,50 @@ TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
   EXPECT_THROW(plan(in), InputError);
 }
 
+// Pipeline stages differ (the last holds the LM head; 5 blocks over 2 stages
+// split 3 + 2): the slowest stage, its GEMMs and memory-bound work together,
+// sets the pace. Its FLOPs (stage_flops, which add up to iteration_flops) at
+// the per-rank rate plus its own bytes over the bandwidth is the compute; no
+// pipeline is the whole model's over the ranks, as before.
+TEST(Planner, TheSlowestPipelineStageSetsThePace) {
+  ModelConfig m = planner_model("small");
+  m.L = 5;
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    const Flops all = iteration_flops(m, 8, 64, rc);
+    const Flops first = stage_flops(m, 8, 64, rc, 3, false), last = stage_flops(m, 8, 64, rc, 2, true);
+    EXPECT_TRUE(first.hardware + last.hardware == all.hardware);
+    EXPECT_TRUE(first.model + last.model == all.model);
+  }
+  PlanInput in;
+  in.shape = m;
+  in.precision = Precision::fp32;
+  in.microbatch_size = 2;
+  in.global_batch = 8;
+  in.pp = 2;
+  in.hw.peak_tflops = 0.05;
+  in.hw.mem_bw_GBps = 10;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 5;
+  const PlanResult r = plan(in);
+  ASSERT_EQ(r.stages.size(), 2u);
+  const double per_stage_rate = 0.05e12;  // gemm_efficiency 1, one rank per stage
+  double slowest = 0;
+  for (const auto& [blocks, head] : {std::pair<int64_t, bool>{3, false}, {2, true}}) {
+    const double flops = to_double(stage_flops(m, 8, 64, Recompute::none, blocks, head).hardware);
+    const ActivationShape x{2, 64, m.C, m.NH, 1, 1, false, false, 4};
+    const double opt = double(r.stages[head ? 1 : 0].optimizer) / 8 * (4 + 4 + 8 + 4 + 8);
+    const double bytes = 4 * (double(blocks) * double(layer_traffic_bytes(x)) +
+                              (head ? double(head_traffic_bytes(x, m.V)) : double(embedding_traffic_bytes(x)))) +
+                         opt;
+    slowest = std::max(slowest, flops / per_stage_rate + bytes / 10e9);
+  }
+  EXPECT_NEAR(r.compute_s, slowest, 1e-12 * slowest);
+  EXPECT_GT(r.compute_s, r.hardware_flops / (2 * per_stage_rate) + r.memory_s * 0.999);  // not the average stage
+  in.pp = 1;
+  in.global_batch = 2;
+  const PlanResult one = plan(in);
+  EXPECT_NEAR(one.compute_s, one.hardware_flops / per_stage_rate + one.memory_s, 1e-12 * one.compute_s);
+}
+
 // A measured step over the modeled one scales compute (GEMMs and memory-bound
 // work alike, and so the bubble and what overlap can hide), nothing else; it
 // must be a finite number > 0.
