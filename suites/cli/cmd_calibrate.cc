@@ -83,53 +83,6 @@ std::vector<planner::GemmRate> gemm_table(const std::string& precision, double s
   return t;
 }
 
-// The ranks a call's logical bytes (nccl-tests) spread over: all_reduce and
-// send_recv move `count` elements, the others n x count in all.
-size_t logical_ranks(const std::string& op, int n) { return op == "all_reduce" || op == "send_recv" ? 1 : size_t(n); }
-
-// Seconds per call of `op` at each total (logical) size in `bytes` among n
-// local ranks (fp32; send_recv: a ring exchange, each rank sends to the next
-// and receives from the previous): rank 0's mean over enough calls to fill
-// `seconds` per size, after warm-up calls.
-std::vector<std::pair<double, double>> collective_times(const std::string& op, int n,
-                                                        const std::vector<size_t>& bytes, double seconds) {
-  std::vector<std::pair<double, double>> xt;
-  WorldOptions wo;
-  wo.size = n;
-  auto world = make_local_world(wo);
-  for (size_t total : bytes) {
-    const size_t count = std::max<size_t>(1, total / 4 / logical_ranks(op, n));
-    double per_call = 0;
-    run_ranks(*world, [&](Communicator& comm) {
-      const size_t nn = size_t(comm.size());
-      std::vector<float> x(count * nn, 1.f), y(count * nn);
-      const int next = (comm.rank() + 1) % comm.size(), prev = (comm.rank() + comm.size() - 1) % comm.size();
-      auto call = [&] {
-        if (op == "all_reduce") comm.all_reduce(x.data(), y.data(), count, DType::f32);
-        else if (op == "reduce_scatter") comm.reduce_scatter(x.data(), y.data(), count, DType::f32);
-        else if (op == "all_gather") comm.all_gather(x.data(), y.data(), count, DType::f32);
-        else if (op == "all_to_all") comm.all_to_all(x.data(), y.data(), count, DType::f32);
-        else comm.sendrecv(x.data(), next, y.data(), prev, count, DType::f32);
-      };
-      for (int i = 0; i < 3; ++i) call();
-      // Rank 0 sizes the timed loop from three calls; every rank then makes
-      // that many calls with nothing else in between.
-      auto t0 = CalClock::now();
-      for (int i = 0; i < 3; ++i) call();
-      double calls =
-          std::clamp(seconds / (std::chrono::duration<double>(CalClock::now() - t0).count() / 3), 3.0, 1e6);
-      comm.broadcast(&calls, 1, DType::f64, 0);
-      comm.barrier();
-      t0 = CalClock::now();
-      for (int i = 0; i < int(calls); ++i) call();
-      const double sec = std::chrono::duration<double>(CalClock::now() - t0).count();
-      if (comm.rank() == 0) per_call = sec / int(calls);
-    });
-    xt.push_back({double(count * 4 * logical_ranks(op, n)), per_call});
-  }
-  return xt;
-}
-
 // alpha: the median time of the sizes up to 4 KiB (the fixed cost per call);
 // GBps: 1 / the slope of time over bus bytes from 1 MiB up.
 planner::CollectiveFit fit_collective(const std::string& op, int n, const std::vector<std::pair<double, double>>& xt) {
@@ -197,7 +150,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   // the 4-byte fast path), the bandwidth from the slope over the large ones.
   std::vector<size_t> sizes;
   for (size_t b = 4; b <= (size_t(16) << 20); b *= 4) sizes.push_back(b);
-  const auto xt = collective_times("all_reduce", 2, sizes, f.seconds / 3);
+  const auto xt = sweep::measure_collective_times("all_reduce", 2, sizes, f.seconds / 3);
   // The per-op fits' sizes (all among the above): the 2-rank all_reduce fit
   // comes from this measurement, and its bandwidth is the profile's link.
   const std::vector<size_t> fit_sizes = {64, 1024, 4096, size_t(1) << 20, size_t(4) << 20, size_t(16) << 20};
@@ -223,7 +176,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
     for (int g : groups)
       m.collectives[op].push_back(op == "all_reduce" && g == 2
                                       ? all_reduce2
-                                      : fit_collective(op, g, collective_times(op, g, fit_sizes, f.seconds / 20)));
+                                      : fit_collective(op, g, sweep::measure_collective_times(op, g, fit_sizes, f.seconds / 20)));
   m.wake_us = wake_up_us(20);
   // The ranks of a local run share the machine's memory: a rank's device
   // memory is its share (the planner checks one rank against it).

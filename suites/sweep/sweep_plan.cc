@@ -148,9 +148,142 @@ std::vector<planner::AsyncCallCost> measure_async_call_cost(int world, int cores
   return out;
 }
 
+namespace {
+
+// The ranks a call's logical bytes (nccl-tests) spread over: all_reduce and
+// send_recv move `count` elements, the others n x count in all.
+size_t logical_ranks(const std::string& op, int n) { return op == "all_reduce" || op == "send_recv" ? 1 : size_t(n); }
+
+}  // namespace
+
+std::vector<std::pair<double, double>> measure_collective_times(const std::string& op, int n,
+                                                                const std::vector<size_t>& bytes, double seconds) {
+  std::vector<std::pair<double, double>> xt;
+  WorldOptions wo;
+  wo.size = n;
+  auto world = make_local_world(wo);
+  for (size_t total : bytes) {
+    const size_t count = std::max<size_t>(1, total / 4 / logical_ranks(op, n));
+    double per_call = 0;
+    run_ranks(*world, [&](Communicator& comm) {
+      const size_t nn = size_t(comm.size());
+      std::vector<float> x(count * nn, 1.f), y(count * nn);
+      const int next = (comm.rank() + 1) % comm.size(), prev = (comm.rank() + comm.size() - 1) % comm.size();
+      auto call = [&] {
+        if (op == "all_reduce") comm.all_reduce(x.data(), y.data(), count, DType::f32);
+        else if (op == "reduce_scatter") comm.reduce_scatter(x.data(), y.data(), count, DType::f32);
+        else if (op == "all_gather") comm.all_gather(x.data(), y.data(), count, DType::f32);
+        else if (op == "all_to_all") comm.all_to_all(x.data(), y.data(), count, DType::f32);
+        else comm.sendrecv(x.data(), next, y.data(), prev, count, DType::f32);
+      };
+      for (int i = 0; i < 3; ++i) call();
+      // Rank 0 sizes the timed loop from three calls; every rank then makes
+      // that many calls with nothing else in between.
+      auto t0 = clock::now();
+      for (int i = 0; i < 3; ++i) call();
+      double calls =
+          std::clamp(seconds / (std::chrono::duration<double>(clock::now() - t0).count() / 3), 3.0, 1e6);
+      comm.broadcast(&calls, 1, DType::f64, 0);
+      comm.barrier();
+      t0 = clock::now();
+      for (int i = 0; i < int(calls); ++i) call();
+      const double sec = std::chrono::duration<double>(clock::now() - t0).count();
+      if (comm.rank() == 0) per_call = sec / int(calls);
+    });
+    xt.push_back({double(count * 4 * logical_ranks(op, n)), per_call});
+  }
+  return xt;
+}
+
+namespace {
+
+// Median seconds per call of `op` at each logical size among the ranks of
+// `world`, back to back after at least 5 ms of warm-up calls (new threads can
+// share a core until the scheduler moves one: their first calls are slow).
+std::vector<std::pair<double, double>> median_call_times(World& world, const std::string& op,
+                                                         const std::vector<size_t>& sizes, int calls) {
+  std::vector<std::pair<double, double>> xt;
+  for (size_t total : sizes) {
+    const size_t count = std::max<size_t>(1, total / 4 / logical_ranks(op, world.size()));
+    double median = 0;
+    run_ranks(world, [&](Communicator& comm) {
+      const size_t nn = size_t(comm.size());
+      std::vector<float> x(count * nn, 1.f), y(count * nn);
+      const int next = (comm.rank() + 1) % comm.size(), prev = (comm.rank() + comm.size() - 1) % comm.size();
+      auto call = [&] {
+        if (op == "all_reduce") comm.all_reduce(x.data(), y.data(), count, DType::f32);
+        else if (op == "reduce_scatter") comm.reduce_scatter(x.data(), y.data(), count, DType::f32);
+        else if (op == "all_gather") comm.all_gather(x.data(), y.data(), count, DType::f32);
+        else if (op == "all_to_all") comm.all_to_all(x.data(), y.data(), count, DType::f32);
+        else comm.sendrecv(x.data(), next, y.data(), prev, count, DType::f32);
+      };
+      double warm = 0;
+      const auto w0 = clock::now();
+      while (warm < 0.005) {  // rank 0's clock decides, for every rank
+        for (int i = 0; i < 4; ++i) call();
+        warm = std::chrono::duration<double>(clock::now() - w0).count();
+        comm.broadcast(&warm, 1, DType::f64, 0);
+      }
+      std::vector<double> t(static_cast<size_t>(calls));
+      for (double& v : t) {
+        const auto t0 = clock::now();
+        call();
+        v = std::chrono::duration<double>(clock::now() - t0).count();
+      }
+      std::sort(t.begin(), t.end());
+      if (comm.rank() == 0) median = t[t.size() / 2];
+    });
+    xt.push_back({double(count * 4 * logical_ranks(op, world.size())), median});
+  }
+  return xt;
+}
+
+// The median of the slopes between every two points (Theil-Sen): one slow
+// size does not tilt it.
+double median_slope(const std::vector<std::pair<double, double>>& xt) {
+  std::vector<double> s;
+  for (size_t i = 0; i < xt.size(); ++i)
+    for (size_t j = i + 1; j < xt.size(); ++j)
+      if (xt[j].first != xt[i].first) s.push_back((xt[j].second - xt[i].second) / (xt[j].first - xt[i].first));
+  if (s.empty()) return 0;
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+}  // namespace
+
+std::map<std::string, double> measure_bus_bandwidth(int n) {
+  require(n >= 2, "measure_bus_bandwidth: needs at least 2 ranks");
+  const std::vector<size_t> sizes = {size_t(64) << 10, size_t(256) << 10, size_t(1) << 20, size_t(4) << 20};
+  WorldOptions wo;
+  wo.size = n;
+  auto world = make_local_world(wo);
+  std::map<std::string, double> out;
+  for (const std::string& op : planner::collective_ops()) {
+    std::vector<double> gbps;
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<std::pair<double, double>> bt;
+      for (const auto& [x, t] : median_call_times(*world, op, sizes, 15))
+        bt.push_back({planner::bus_bytes(op, n, x), t});
+      const double slope = median_slope(bt);
+      if (slope > 0) gbps.push_back(1 / slope / 1e9);
+    }
+    if (gbps.size() < 2) continue;  // no slope: the copy bandwidth stands in
+    std::sort(gbps.begin(), gbps.end());
+    out[op] = gbps[gbps.size() / 2];
+  }
+  return out;
+}
+
 void measure_world(LocalHardware& h, int world) {
   if (world < 2) return;
   if (!h.latency_us_by_world.count(world)) h.latency_us_by_world[world] = local_step_latency_us(world);
+  for (int g = 2; g <= world; g *= 2) {
+    bool measured = false;
+    for (const auto& [op, by_group] : h.bus_GBps) measured = measured || by_group.count(g);
+    if (measured) continue;
+    for (const auto& [op, gbps] : measure_bus_bandwidth(g)) h.bus_GBps[op][g] = gbps;
+  }
   if (world > h.cores && !h.async_call_cost_by_world.count(world))
     h.async_call_cost_by_world[world] = measure_async_call_cost(world, h.cores);
 }
@@ -206,6 +339,11 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
   hw.core_share = share;
   if (const auto a = h.async_call_cost_by_world.find(world); a != h.async_call_cost_by_world.end())
     hw.async_call_cost = a->second;
+  for (const auto& [op, by_group] : h.bus_GBps)
+    for (const auto& [g, gbps] : by_group) {
+      const double own_share = std::min(1.0, double(h.cores) / double(g));
+      hw.collectives[op].push_back({g, hw.latency_us * planner::ring_steps(op, g), gbps * share / own_share});
+    }
   // A copy reads and writes every byte; the traffic counts do both.
   hw.mem_bw_GBps = 2 * h.copy_GBps * share;
   return hw;
@@ -443,6 +581,19 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
                   planner_hardware(h, p.world).latency_us, std::max(2, p.world),
                   p.world < 2 ? " (unused: one rank)" : "");
     std::string reason = note;
+    if (p.world > 1 && !in.hw.collectives.empty()) {
+      reason += "; bus bandwidth per op, measured";
+      const char* sep = ": ";
+      for (const auto& [op, fits] : in.hw.collectives)
+        for (const planner::CollectiveFit& f : fits)
+          if (f.group_size <= p.world) {
+            std::snprintf(note, sizeof note, "%s%s %.3g GB/s at %lld", sep, op.c_str(), f.GBps,
+                          (long long)f.group_size);
+            reason += note;
+            sep = ", ";
+          }
+      reason += " ranks (at this world's core share)";
+    }
     if (pr.async_cost_s > 0) {
       std::snprintf(note, sizeof note,
                     "; %lld collectives per step issued without waiting cost %.3g ms on time-shared cores (measured: ",

@@ -30,7 +30,28 @@ struct LocalHardware {
   std::map<int, double> latency_us_by_world;  // one ring step at that many ranks (local_step_latency_us)
   // At more ranks than cores: measure_async_call_cost at that many ranks.
   std::map<int, std::vector<planner::AsyncCallCost>> async_call_cost_by_world;
+  // Bus bandwidth (GB/s, nccl-tests' bus bytes) of each collective op by group
+  // size, measured on the local backend (measure_bus_bandwidth); ops or sizes
+  // missing use copy_GBps.
+  std::map<std::string, std::map<int, double>> bus_GBps{};
 };
+
+// Seconds per call of `op` (planner::collective_ops(): all_reduce,
+// reduce_scatter, all_gather, all_to_all; send_recv, a ring exchange, each
+// rank sending to the next and receiving from the previous) at each total
+// logical size in `bytes` (nccl-tests' convention) among n local ranks, fp32:
+// rank 0's mean over enough back-to-back calls to fill `seconds` per size,
+// after warm-up calls. (logical bytes, seconds) pairs.
+std::vector<std::pair<double, double>> measure_collective_times(const std::string& op, int n,
+                                                                const std::vector<size_t>& bytes, double seconds);
+
+// The bus bandwidth of every collective op among n local ranks at the sizes
+// a step's collectives have (64 KiB .. 4 MiB): 1 / the least-squares slope of
+// time over bus bytes, the median of three measurements; an op whose times do
+// not grow with size is left out. The local backend's ops differ by 4x here
+// (all_gather and send_recv copy at a fraction of memcpy's rate, all_reduce
+// at about its rate), which one copy bandwidth for all of them hides.
+std::map<std::string, double> measure_bus_bandwidth(int n);
 
 // What a collective issued without waiting costs `world` ranks time-sharing
 // `cores` cores (planner::Hardware::async_call_cost), at four amounts of
@@ -42,8 +63,10 @@ struct LocalHardware {
 std::vector<planner::AsyncCallCost> measure_async_call_cost(int world, int cores);
 
 // The per-world figures of `world` ranks the plan rows need, measured once:
-// its ring step (local_step_latency_us) and, at more ranks than cores, the
-// cost of a collective issued without waiting.
+// its ring step (local_step_latency_us), the bus bandwidth of every op at
+// each power-of-two group size up to `world` (the groups its points' axes
+// make) and, at more ranks than cores, the cost of a collective issued
+// without waiting.
 void measure_world(LocalHardware& h, int world);
 
 // One ring step of the local backend's collectives at `world` (>= 2) ranks,
@@ -64,6 +87,10 @@ LocalHardware measure_local_hardware(double peak_flops_per_rank, int cores);
 
 // What the planner is told about one rank of a `world`-rank local run: the
 // measured figures times the core share; intra = inter bandwidth (one node).
+// The measured bus bandwidths become per-op fits (planner::Hardware::
+// collectives) whose alpha is the world's ring step; a group's bandwidth
+// measured with its own g threads is scaled by the world's core share over
+// the group's own (cores / g at more threads than cores).
 planner::Hardware planner_hardware(const LocalHardware& h, int world);
 
 // Fraction of `peak_flops` (one thread's sgemm rate) that the GEMMs of one

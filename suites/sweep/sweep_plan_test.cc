@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -13,6 +14,7 @@
 #include "harness/io/csv_schema.h"
 #include "harness/status.h"
 #include "kernels/cpu/peak.h"
+#include "suites/planner/machine.h"
 
 namespace pb::sweep {
 namespace {
@@ -91,6 +93,55 @@ TEST(SweepPlan, MeasuredFiguresArePositive) {
   EXPECT_GT(h.latency_us, 0.1);
   EXPECT_GT(local_step_latency_us(4), 0.1);
   EXPECT_THROW(local_step_latency_us(1), InputError);
+}
+
+// Each op's bus bandwidth is measured at a step's sizes and reaches the plan
+// as that op's fit: alpha the world's ring step per ring step of the group,
+// the bandwidth scaled from the group's own threads' core share to the
+// world's; ops not measured keep the copy bandwidth.
+TEST(SweepPlan, BusBandwidthPerOpBecomesThePlansFits) {
+  const std::map<std::string, double> two = measure_bus_bandwidth(2);
+  EXPECT_GE(two.size(), 3u);  // an op whose times do not grow is left out: at most two, on a noisy machine
+  for (const auto& [op, gbps] : two) {
+    EXPECT_TRUE(std::find(planner::collective_ops().begin(), planner::collective_ops().end(), op) !=
+                planner::collective_ops().end())
+        << op;
+    EXPECT_TRUE(std::isfinite(gbps) && gbps > 0.01 && gbps < 1e4) << op << " " << gbps;
+  }
+  EXPECT_THROW(measure_bus_bandwidth(1), InputError);
+  const auto xt = measure_collective_times("all_gather", 2, {4096, 65536}, 0.001);
+  ASSERT_EQ(xt.size(), 2u);
+  EXPECT_EQ(xt[1].first, 65536);
+  EXPECT_GT(xt[1].second, 0);
+
+  LocalHardware h;
+  h.peak_flops_per_rank = 1e10;
+  h.copy_GBps = 5;
+  h.latency_us = 2;
+  h.latency_us_by_world[4] = 3;
+  h.cores = 2;
+  h.bus_GBps["all_gather"] = {{2, 20}, {4, 8}};
+  const planner::Hardware four = planner_hardware(h, 4), two_ranks = planner_hardware(h, 2);
+  ASSERT_EQ(four.collectives.count("all_gather"), 1u);
+  const std::vector<planner::CollectiveFit>& f = four.collectives.at("all_gather");
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].group_size, 2);
+  EXPECT_DOUBLE_EQ(f[0].alpha_us, 3);    // one ring step of 2 ranks at world 4's latency
+  EXPECT_DOUBLE_EQ(f[0].GBps, 10);       // 2 threads had the 2 cores; in a world of 4, half of them
+  EXPECT_DOUBLE_EQ(f[1].alpha_us, 9);    // three ring steps of 4 ranks
+  EXPECT_DOUBLE_EQ(f[1].GBps, 8);        // measured time-shared already
+  EXPECT_DOUBLE_EQ(two_ranks.collectives.at("all_gather")[1].GBps, 16);
+  EXPECT_EQ(four.collectives.count("send_recv"), 0u);
+  EXPECT_DOUBLE_EQ(four.bw_intra_GBps, 2.5);  // the fallback for the ops without a fit
+
+  // measure_world measures every power-of-two group up to the world, once.
+  LocalHardware w;
+  w.cores = 2;
+  measure_world(w, 2);
+  for (const auto& [op, by_group] : w.bus_GBps) EXPECT_EQ(by_group.count(4), 0u) << op;
+  const auto before = w.bus_GBps;
+  measure_world(w, 2);
+  EXPECT_EQ(w.bus_GBps, before);
 }
 
 TEST(SweepPlan, LatencyPerWorldIsUsedForThatWorld) {
