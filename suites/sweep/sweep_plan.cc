@@ -154,58 +154,18 @@ namespace {
 // send_recv move `count` elements, the others n x count in all.
 size_t logical_ranks(const std::string& op, int n) { return op == "all_reduce" || op == "send_recv" ? 1 : size_t(n); }
 
-}  // namespace
-
-std::vector<std::pair<double, double>> measure_collective_times(const std::string& op, int n,
-                                                                const std::vector<size_t>& bytes, double seconds) {
+// For each total logical size, every rank of `world` runs time(comm, call),
+// `call` making one call of `op` at that size (fp32; send_recv: a ring
+// exchange, each rank sending to the next and receiving from the previous);
+// rank 0's result per size, with the size.
+template <class Time>
+std::vector<std::pair<double, double>> time_op(World& world, const std::string& op, const std::vector<size_t>& sizes,
+                                               Time time) {
   std::vector<std::pair<double, double>> xt;
-  WorldOptions wo;
-  wo.size = n;
-  auto world = make_local_world(wo);
-  for (size_t total : bytes) {
-    const size_t count = std::max<size_t>(1, total / 4 / logical_ranks(op, n));
-    double per_call = 0;
-    run_ranks(*world, [&](Communicator& comm) {
-      const size_t nn = size_t(comm.size());
-      std::vector<float> x(count * nn, 1.f), y(count * nn);
-      const int next = (comm.rank() + 1) % comm.size(), prev = (comm.rank() + comm.size() - 1) % comm.size();
-      auto call = [&] {
-        if (op == "all_reduce") comm.all_reduce(x.data(), y.data(), count, DType::f32);
-        else if (op == "reduce_scatter") comm.reduce_scatter(x.data(), y.data(), count, DType::f32);
-        else if (op == "all_gather") comm.all_gather(x.data(), y.data(), count, DType::f32);
-        else if (op == "all_to_all") comm.all_to_all(x.data(), y.data(), count, DType::f32);
-        else comm.sendrecv(x.data(), next, y.data(), prev, count, DType::f32);
-      };
-      for (int i = 0; i < 3; ++i) call();
-      // Rank 0 sizes the timed loop from three calls; every rank then makes
-      // that many calls with nothing else in between.
-      auto t0 = clock::now();
-      for (int i = 0; i < 3; ++i) call();
-      double calls =
-          std::clamp(seconds / (std::chrono::duration<double>(clock::now() - t0).count() / 3), 3.0, 1e6);
-      comm.broadcast(&calls, 1, DType::f64, 0);
-      comm.barrier();
-      t0 = clock::now();
-      for (int i = 0; i < int(calls); ++i) call();
-      const double sec = std::chrono::duration<double>(clock::now() - t0).count();
-      if (comm.rank() == 0) per_call = sec / int(calls);
-    });
-    xt.push_back({double(count * 4 * logical_ranks(op, n)), per_call});
-  }
-  return xt;
-}
-
-namespace {
-
-// Median seconds per call of `op` at each logical size among the ranks of
-// `world`, back to back after at least 5 ms of warm-up calls (new threads can
-// share a core until the scheduler moves one: their first calls are slow).
-std::vector<std::pair<double, double>> median_call_times(World& world, const std::string& op,
-                                                         const std::vector<size_t>& sizes, int calls) {
-  std::vector<std::pair<double, double>> xt;
+  const int n = world.size();
   for (size_t total : sizes) {
-    const size_t count = std::max<size_t>(1, total / 4 / logical_ranks(op, world.size()));
-    double median = 0;
+    const size_t count = std::max<size_t>(1, total / 4 / logical_ranks(op, n));
+    double t = 0;
     run_ranks(world, [&](Communicator& comm) {
       const size_t nn = size_t(comm.size());
       std::vector<float> x(count * nn, 1.f), y(count * nn);
@@ -217,25 +177,60 @@ std::vector<std::pair<double, double>> median_call_times(World& world, const std
         else if (op == "all_to_all") comm.all_to_all(x.data(), y.data(), count, DType::f32);
         else comm.sendrecv(x.data(), next, y.data(), prev, count, DType::f32);
       };
-      double warm = 0;
-      const auto w0 = clock::now();
-      while (warm < 0.005) {  // rank 0's clock decides, for every rank
-        for (int i = 0; i < 4; ++i) call();
-        warm = std::chrono::duration<double>(clock::now() - w0).count();
-        comm.broadcast(&warm, 1, DType::f64, 0);
-      }
-      std::vector<double> t(static_cast<size_t>(calls));
-      for (double& v : t) {
-        const auto t0 = clock::now();
-        call();
-        v = std::chrono::duration<double>(clock::now() - t0).count();
-      }
-      std::sort(t.begin(), t.end());
-      if (comm.rank() == 0) median = t[t.size() / 2];
+      const double mine = time(comm, call);
+      if (comm.rank() == 0) t = mine;
     });
-    xt.push_back({double(count * 4 * logical_ranks(op, world.size())), median});
+    xt.push_back({double(count * 4 * logical_ranks(op, n)), t});
   }
   return xt;
+}
+
+}  // namespace
+
+std::vector<std::pair<double, double>> measure_collective_times(const std::string& op, int n,
+                                                                const std::vector<size_t>& bytes, double seconds) {
+  WorldOptions wo;
+  wo.size = n;
+  auto world = make_local_world(wo);
+  return time_op(*world, op, bytes, [&](Communicator& comm, auto& call) {
+    for (int i = 0; i < 3; ++i) call();
+    // Rank 0 sizes the timed loop from three calls; every rank then makes
+    // that many calls with nothing else in between.
+    auto t0 = clock::now();
+    for (int i = 0; i < 3; ++i) call();
+    double calls = std::clamp(seconds / (std::chrono::duration<double>(clock::now() - t0).count() / 3), 3.0, 1e6);
+    comm.broadcast(&calls, 1, DType::f64, 0);
+    comm.barrier();
+    t0 = clock::now();
+    for (int i = 0; i < int(calls); ++i) call();
+    return std::chrono::duration<double>(clock::now() - t0).count() / int(calls);
+  });
+}
+
+namespace {
+
+// Median seconds per call of `op` at each logical size among the ranks of
+// `world`, back to back after at least 5 ms of warm-up calls (new threads can
+// share a core until the scheduler moves one: their first calls are slow).
+std::vector<std::pair<double, double>> median_call_times(World& world, const std::string& op,
+                                                         const std::vector<size_t>& sizes, int calls) {
+  return time_op(world, op, sizes, [&](Communicator& comm, auto& call) {
+    double warm = 0;
+    const auto w0 = clock::now();
+    while (warm < 0.005) {  // rank 0's clock decides, for every rank
+      for (int i = 0; i < 4; ++i) call();
+      warm = std::chrono::duration<double>(clock::now() - w0).count();
+      comm.broadcast(&warm, 1, DType::f64, 0);
+    }
+    std::vector<double> t(static_cast<size_t>(calls));
+    for (double& v : t) {
+      const auto t0 = clock::now();
+      call();
+      v = std::chrono::duration<double>(clock::now() - t0).count();
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  });
 }
 
 // The median of the slopes between every two points (Theil-Sen): one slow
