@@ -46,11 +46,13 @@ std::vector<std::pair<double, double>> measure_collective_times(const std::strin
                                                                 const std::vector<size_t>& bytes, double seconds);
 
 // The bus bandwidth of every collective op among n local ranks at the sizes
-// a step's collectives have (64 KiB .. 4 MiB): 1 / the least-squares slope of
-// time over bus bytes, the median of three measurements; an op whose times do
-// not grow with size is left out. The local backend's ops differ by 4x here
-// (all_gather and send_recv copy at a fraction of memcpy's rate, all_reduce
-// at about its rate), which one copy bandwidth for all of them hides.
+// a step's collectives have (64 KiB .. 4 MiB): per size, rank 0's median time
+// of 15 back-to-back calls after 5 ms of warm-up calls; 1 / the median of the
+// slopes between every two sizes (time over bus bytes); the median of three
+// such measurements. An op whose times do not grow with size in two of them
+// is left out. The local backend's ops differ by up to 4x here (at 2 ranks,
+// send_recv about 6-13 GB/s, all_gather 21), which one copy bandwidth for all
+// of them hides.
 std::map<std::string, double> measure_bus_bandwidth(int n);
 
 // What a collective issued without waiting costs `world` ranks time-sharing
