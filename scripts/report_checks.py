@@ -184,9 +184,12 @@ def plan_vs_measured(run, out):
     a2.set_title("Peak device memory per rank: planner vs measured (median |error| %s%%)" % pct(med(m_err)))
     handles = [Line2D([], [], marker="o", ls="", color=colors[s], label=s) for s in sorted(colors)]
     handles += [Line2D([], [], marker=marker[m], ls="", color="#555555", label="model " + m) for m in models]
-    a1.legend(handles=handles + [Line2D([], [], color="gray", ls="--", label="estimate = measured")],
-              loc="upper left", title="strategy / model")
-    fig.tight_layout()
+    handles.append(Line2D([], [], color="gray", ls="--", label="estimate = measured"))
+    # Below both panels: inside either, a legend this long covers points.
+    rows = math.ceil(len(handles) / 4)
+    fig.set_size_inches(12, 5 + 0.25 * rows)
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, title="strategy / model")
+    fig.tight_layout(rect=(0, (0.2 + 0.2 * rows) / (5 + 0.25 * rows), 1, 1))
     return [(save(fig, out, "plan_vs_measured.png"), "Planner estimate vs measured",
              "Each point is one sweep point (wN: world size) with its plan row; the table below gives the error "
              "per point (error = (estimate - measured) / measured).")]
