@@ -273,12 +273,8 @@ std::map<std::string, double> measure_bus_bandwidth(int n) {
 void measure_world(LocalHardware& h, int world) {
   if (world < 2) return;
   if (!h.latency_us_by_world.count(world)) h.latency_us_by_world[world] = local_step_latency_us(world);
-  for (int g = 2; g <= world; g *= 2) {
-    bool measured = false;
-    for (const auto& [op, by_group] : h.bus_GBps) measured = measured || by_group.count(g);
-    if (measured) continue;
-    for (const auto& [op, gbps] : measure_bus_bandwidth(g)) h.bus_GBps[op][g] = gbps;
-  }
+  for (int g = 2; g <= world; g *= 2)
+    if (!h.bus_GBps.count(g)) h.bus_GBps[g] = measure_bus_bandwidth(g);
   if (world > h.cores && !h.async_call_cost_by_world.count(world))
     h.async_call_cost_by_world[world] = measure_async_call_cost(world, h.cores);
 }
@@ -334,11 +330,11 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
   hw.core_share = share;
   if (const auto a = h.async_call_cost_by_world.find(world); a != h.async_call_cost_by_world.end())
     hw.async_call_cost = a->second;
-  for (const auto& [op, by_group] : h.bus_GBps)
-    for (const auto& [g, gbps] : by_group) {
-      const double own_share = std::min(1.0, double(h.cores) / double(g));
+  for (const auto& [g, by_op] : h.bus_GBps) {
+    const double own_share = std::min(1.0, double(h.cores) / double(g));
+    for (const auto& [op, gbps] : by_op)
       hw.collectives[op].push_back({g, hw.latency_us * planner::ring_steps(op, g), gbps * share / own_share});
-    }
+  }
   // A copy reads and writes every byte; the traffic counts do both.
   hw.mem_bw_GBps = 2 * h.copy_GBps * share;
   return hw;

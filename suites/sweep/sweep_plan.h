@@ -30,10 +30,11 @@ struct LocalHardware {
   std::map<int, double> latency_us_by_world;  // one ring step at that many ranks (local_step_latency_us)
   // At more ranks than cores: measure_async_call_cost at that many ranks.
   std::map<int, std::vector<planner::AsyncCallCost>> async_call_cost_by_world;
-  // Bus bandwidth (GB/s, nccl-tests' bus bytes) of each collective op by group
-  // size, measured on the local backend (measure_bus_bandwidth); ops or sizes
-  // missing use copy_GBps.
-  std::map<std::string, std::map<int, double>> bus_GBps{};
+  // Bus bandwidth (GB/s, nccl-tests' bus bytes) by group size, then op,
+  // measured on the local backend (measure_bus_bandwidth); a group is
+  // measured once even when no op gave a figure; ops or sizes missing use
+  // copy_GBps.
+  std::map<int, std::map<std::string, double>> bus_GBps{};
 };
 
 // Seconds per call of `op` (planner::collective_ops(): all_reduce,
