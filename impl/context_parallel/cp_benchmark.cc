@@ -2,8 +2,10 @@
 // over cp ranks on this machine: time, bytes each rank sends, and for ring
 // the share of the K/V transfer time hidden behind block compute.
 //
-// Usage: cp_benchmark [--cp N] [--seqs 256,512,1024] [--heads H] [--hs D]
-//                     [--reps R] [--csv FILE]
+// Usage: cp_benchmark [--cp N] [--seqs 256,512,1024] [--batch B] [--heads H]
+//                     [--hs D] [--reps R] [--csv FILE]
+// --batch: sequences per call (1 by default; a training step's microbatch
+// holds several, and at short sequences the per-block calls dominate).
 // Local backend (cp threads) by default; under mpirun, one rank per process
 // (the world must be --cp ranks).
 //
@@ -32,7 +34,7 @@ namespace pb::cp {
 namespace {
 
 struct Flags {
-  int cp = 2, heads = 4, hs = 32, reps = 5;
+  int cp = 2, batch = 1, heads = 4, hs = 32, reps = 5;
   std::vector<int> seqs = {256, 512, 1024};
   std::string csv;
 };
@@ -55,9 +57,10 @@ Flags parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    require(i + 1 < argc, a + ": needs a value (flags: --cp --seqs --heads --hs --reps --csv)");
+    require(i + 1 < argc, a + ": needs a value (flags: --cp --seqs --batch --heads --hs --reps --csv)");
     const std::string v = argv[++i];
     if (a == "--cp") f.cp = parse_int(v, a, 2, 64);
+    else if (a == "--batch") f.batch = parse_int(v, a, 1, 4096);
     else if (a == "--heads") f.heads = parse_int(v, a, 1, 256);
     else if (a == "--hs") f.hs = parse_int(v, a, 1, 1024);
     else if (a == "--reps") f.reps = parse_int(v, a, 1, 1000);
@@ -67,7 +70,7 @@ Flags parse(int argc, char** argv) {
       std::stringstream ss(v);
       for (std::string t; std::getline(ss, t, ',');) f.seqs.push_back(parse_int(t, a, 1, 1 << 16));
     } else {
-      throw InputError(a + ": unknown flag (flags: --cp --seqs --heads --hs --reps --csv)");
+      throw InputError(a + ": unknown flag (flags: --cp --seqs --batch --heads --hs --reps --csv)");
     }
   }
   for (int s : f.seqs)
@@ -92,7 +95,7 @@ Row measure(World& world, const Flags& f, CpAlgo algo, bool overlap, int seq, bo
     o.cp = f.cp;
     o.algo = algo;
     o.zigzag = zigzag;
-    const int Tl = seq / f.cp, Ct = f.heads * f.hs, N = Tl;
+    const int Tl = seq / f.cp, Ct = f.heads * f.hs, N = f.batch * Tl;
     std::mt19937 g(uint32_t(comm.rank() + 1));
     std::uniform_real_distribution<float> u(-1, 1);
     std::vector<float> qkv(size_t(N) * 3 * Ct), dout(size_t(N) * Ct), out(size_t(N) * Ct), dqkv(qkv.size());
@@ -103,12 +106,12 @@ Row measure(World& world, const Flags& f, CpAlgo algo, bool overlap, int seq, bo
     std::unique_ptr<UlyssesAttention<float>> uly;
     std::vector<float> lse, qkvh, att;
     if (algo == CpAlgo::ring) {
-      ring = std::make_unique<RingAttention<float>>(o, &comm, &mt, 1, seq, f.heads, f.hs, overlap);
-      lse.resize(size_t(f.heads) * Tl);
+      ring = std::make_unique<RingAttention<float>>(o, &comm, &mt, f.batch, seq, f.heads, f.hs, overlap);
+      lse.resize(size_t(f.batch) * f.heads * Tl);
     } else {
-      uly = std::make_unique<UlyssesAttention<float>>(o, &comm, &mt, 1, seq, f.heads, f.hs);
-      qkvh.resize(qkv.size());
-      att.resize(size_t(f.heads / f.cp) * seq * seq);
+      uly = std::make_unique<UlyssesAttention<float>>(o, &comm, &mt, f.batch, seq, f.heads, f.hs);
+      qkvh.resize(size_t(f.batch) * seq * 3 * Ct / f.cp);
+      att.resize(size_t(f.batch) * (f.heads / f.cp) * seq * seq);
     }
     auto once = [&] {
       if (ring) {
@@ -173,14 +176,14 @@ int run(int argc, char** argv) {
   const Row contiguous = measure(*world, once, CpAlgo::ring, true, f.seqs.back(), false);
   if (!hosts_rank(*world, 0)) return 0;
   const char* backend = mpi ? "mpi" : "local";
-  std::printf("cp%d %s, 1 sequence, %d heads x %d, fp32, forward + backward of one layer's attention, median of %d\n\n",
-              f.cp, backend, f.heads, f.hs, f.reps);
+  std::printf("cp%d %s, %d sequence(s), %d heads x %d, fp32, forward + backward of one layer's attention, median of %d\n\n",
+              f.cp, backend, f.batch, f.heads, f.hs, f.reps);
   std::printf("| seq | ring ms | ring MiB/rank | K/V transfer ms (serialized) | exposed ms (overlapped) | hidden | "
               "Ulysses ms | Ulysses MiB/rank |\n|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i + 2 < rows.size() + 0; i += 3) {
     const Row &r = rows[i], &s = rows[i + 1], &u = rows[i + 2];
     const double hidden = s.wait_ms > 0 ? 1 - r.wait_ms / s.wait_ms : 0;
-    std::printf("| %d | %.2f | %.3f | %.3f | %.3f | %.0f%% | %.2f | %.3f |\n", r.seq, r.time_ms,
+    std::printf("| %d | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.3f | %.3f |\n", r.seq, r.time_ms,
                 double(r.bytes) / (1 << 20), s.wait_ms, r.wait_ms, 100 * hidden, u.time_ms,
                 double(u.bytes) / (1 << 20));
   }
@@ -196,9 +199,9 @@ int run(int argc, char** argv) {
   if (!f.csv.empty()) {
     std::ofstream out(f.csv);
     require(bool(out), "--csv: cannot write " + f.csv);
-    out << "backend,cp,heads,hs,algo,overlap,zigzag,seq,time_ms,compute_ms,wait_ms,bytes_per_rank\n";
+    out << "backend,cp,batch,heads,hs,algo,overlap,zigzag,seq,time_ms,compute_ms,wait_ms,bytes_per_rank\n";
     for (const Row& r : rows)
-      out << backend << ',' << f.cp << ',' << f.heads << ',' << f.hs << ',' << r.algo << ',' << (r.overlap ? 1 : 0)
+      out << backend << ',' << f.cp << ',' << f.batch << ',' << f.heads << ',' << f.hs << ',' << r.algo << ',' << (r.overlap ? 1 : 0)
           << ',' << (r.zigzag ? 1 : 0) << ',' << r.seq << ',' << r.time_ms << ',' << r.compute_ms << ','
           << r.wait_ms << ',' << r.bytes << '\n';
     require(bool(out), "--csv: writing " + f.csv + " failed");

@@ -103,6 +103,11 @@ Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64
   return f;
 }
 
+u128 attention_core_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks) {
+  const u128 attn = u128(B) * u128(s) * u128(s) * u128(blocks) * u128(m.C);
+  return (r == Recompute::none ? 12 : 16) * attn;
+}
+
 double to_double(u128 x) {
   return double(uint64_t(x >> 64)) * 18446744073709551616.0 + double(uint64_t(x));
 }
@@ -144,6 +149,10 @@ int64_t layer_traffic_bytes(const ActivationShape& x) {
   const int64_t shared = x.sp ? 10 * x.h / t : 10 * x.h;  // 2 LayerNorms, 2 residual adds
   const int64_t split = 8 * x.h / t + 2 * x.a * x.s / t;   // GELU, softmax
   return 3 * (shared + split) * tokens * x.elem_bytes;
+}
+
+int64_t layer_softmax_traffic_bytes(const ActivationShape& x) {
+  return 3 * (2 * x.a * x.s / x.tp) * (x.s / x.cp * x.b) * x.elem_bytes;
 }
 
 int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab) {

@@ -69,6 +69,10 @@ Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r);
 // LM head when `head`, do (a pipeline stage's; the embedding does none): the
 // stages of a partition add up to iteration_flops.
 Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks, bool head);
+// The attention core's part of stage_flops' hardware FLOPs for `blocks`
+// blocks (scores and weighted values, 4Bs^2h per forward; backward twice a
+// forward; selective and full recomputation run the forward once more).
+u128 attention_core_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks);
 double to_double(u128 x);
 
 // One GEMM shape of a training step: C (m x n) = op(A) op(B) with inner
@@ -119,6 +123,8 @@ int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab);
 // With tensor parallel the GELU and per-head parts split over t (everything
 // with sp). Elements of elem_bytes each.
 int64_t layer_traffic_bytes(const ActivationShape& x);
+// The softmax's part of layer_traffic_bytes (3 x 2as per local token).
+int64_t layer_softmax_traffic_bytes(const ActivationShape& x);
 // The head (final LayerNorm 2h + 4h, softmax cross-entropy over the local
 // vocabulary V/t: 2V + 2V per token) and the embedding (3h + 2h per token).
 int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab);

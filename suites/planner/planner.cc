@@ -58,6 +58,9 @@ void check_input(const PlanInput& in) {
   require(h.mem_bw_GBps >= 0, "--mem-bw: must be >= 0");
   require(h.compute_scale > 0 && std::isfinite(h.compute_scale), "compute_scale: must be a finite number > 0");
   require(h.core_share > 0 && h.core_share <= 1, "core_share: must be in (0, 1]");
+  require(h.attention_fwd_s >= 0 && std::isfinite(h.attention_fwd_s) && h.attention_bwd_s >= 0 &&
+              std::isfinite(h.attention_bwd_s),
+          "attention_fwd_s/attention_bwd_s: must be finite numbers >= 0");
   for (size_t i = 0; i < h.async_call_cost.size(); ++i) {
     const AsyncCallCost& a = h.async_call_cost[i];
     require(a.compute_us > 0 && std::isfinite(a.compute_us) && a.cost_us >= 0 && std::isfinite(a.cost_us),
@@ -579,9 +582,38 @@ PlanResult plan(const PlanInput& in) {
   // The share of the model's FLOPs the rank whose compute sets the pace does,
   // times pp: 1 without a pipeline. Pipeline stages differ (the last holds the
   // LM head, layers need not split evenly): the slowest stage, GEMMs and
-  // memory-bound kernels together, sets the pace of every microbatch.
-  double stage_share = 1;
-  r.memory_bytes = in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : 0;
+  // memory-bound kernels together, sets the pace of every microbatch. With a
+  // measured attention core (Hardware::attention_fwd_s), its FLOPs and softmax
+  // traffic leave the rates' terms and its time per block and microbatch
+  // joins them.
+  const bool attn_timed = in.shape && in.hw.attention_fwd_s > 0 && in.hw.attention_bwd_s > 0;
+  const double attn_fwds = in.recompute == Recompute::none ? 1 : 2;
+  struct StageCost {
+    double flop_share = 1;  // of the stage's hardware FLOPs, the attention core's included
+    double share = 1;       // of those the rates time
+    double bytes = 0, attn_fwd_s = 0, attn_s = 0, attn_model_flops = 0;
+  };
+  auto stage_cost = [&](int64_t blocks, double share, double bytes) {
+    StageCost c{share, share, bytes, 0, 0, 0};
+    if (!attn_timed) return c;
+    const double mb = double(r.microbatches);
+    c.attn_fwd_s = double(blocks) * mb * in.hw.attention_fwd_s;
+    c.attn_s = double(blocks) * mb * (attn_fwds * in.hw.attention_fwd_s + in.hw.attention_bwd_s);
+    // Per rank of the stage, scaled like the stage's FLOPs (hardware_flops * share / world).
+    const double pp = double(in.pp);
+    c.share -= to_double(attention_core_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks)) * pp /
+               r.hardware_flops;
+    c.attn_model_flops = to_double(attention_core_flops(*in.shape, r.global_batch, r.seq, Recompute::none, blocks)) *
+                         pp;
+    const ModelConfig& mc = *in.shape;
+    const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
+                            elem_bytes(in.precision)};
+    c.bytes -= double(blocks) * mb * double(layer_softmax_traffic_bytes(x)) *
+               (in.recompute == Recompute::full ? 4.0 / 3 : 1);
+    return c;
+  };
+  auto stage_time = [&](const StageCost& c) { return r.hardware_flops * c.share / achieved + memory_s(c.bytes) + c.attn_s; };
+  StageCost pace = stage_cost(in.shape ? in.shape->L / in.pp : 0, 1, in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : 0);
   if (in.shape && pipe.staged()) {
     double slowest = -1;
     for (int rank = 0; rank < in.pp; ++rank) {
@@ -593,27 +625,34 @@ PlanResult plan(const PlanInput& in) {
       }
       const double share = to_double(stage_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks, head).hardware) *
                            double(in.pp) / r.hardware_flops;
-      const double bytes = rank_memory_bytes(in, pipe, r, rank);
-      const double t = r.hardware_flops * share / achieved + memory_s(bytes);
-      if (t > slowest) slowest = t, stage_share = share, r.memory_bytes = bytes;
+      const StageCost c = stage_cost(blocks, share, rank_memory_bytes(in, pipe, r, rank));
+      const double t = stage_time(c);
+      if (t > slowest) slowest = t, pace = c;
     }
   }
+  r.memory_bytes = pace.bytes;
   r.memory_s = memory_s(r.memory_bytes);
-  r.compute_s = (r.hardware_flops * stage_share / achieved + r.memory_s) * in.hw.compute_scale;
+  r.compute_s = stage_time(pace) * in.hw.compute_scale;
   // Time-shared cores: the critical path runs at a whole core, the node's work
   // at its share; the bubble is what the first exceeds the second by.
   r.bubble_s = in.hw.core_share < 1
                    ? std::max(0.0, r.compute_s * in.hw.core_share * (1 + r.bubble_over_ideal) - r.compute_s)
                    : r.compute_s * r.bubble_over_ideal;
   // Forward is a third of the GEMM work and of the layers' memory traffic.
-  const double fwd_s = (r.model_flops * stage_share / 3.0 / achieved + r.memory_s / 3.0) * in.hw.compute_scale,
+  const double fwd_s =
+                   ((r.model_flops * pace.flop_share - pace.attn_model_flops) / 3.0 / achieved + r.memory_s / 3.0 +
+                    pace.attn_fwd_s) *
+                   in.hw.compute_scale,
                bwd_s = r.compute_s - fwd_s;
   double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;
   for (CommRow& c : r.comm) {
     c.time_s = row_time(c, in.hw);
     r.comm_s += c.time_s;
-    const bool overlappable =
-        in.overlap && (c.group.rfind("dp", 0) == 0 || c.group == "cp") && c.phase != "step";
+    if (attn_timed && c.group == "cp") continue;  // inside the measured attention core's time
+    // Ulysses waits for each all-to-all; the ring posts its hop before the block compute.
+    const bool overlappable = in.overlap &&
+                              (c.group.rfind("dp", 0) == 0 || (c.group == "cp" && c.op == "send_recv")) &&
+                              c.phase != "step";
     if (!overlappable) exposed += c.time_s;
     else (c.phase == "fwd" ? hidden_fwd : hidden_bwd) += c.time_s;
   }

@@ -21,9 +21,12 @@
 // steps*latency + bus_bytes/bandwidth (all_reduce 2(n-1) steps, reduce_scatter
 // and all_gather n-1, send/recv 1), at the inter-node bandwidth when its group
 // spans nodes; within a node, a calibrated fit of its op (Hardware::
-// collectives) replaces latency and bandwidth. Exposed comm: everything, unless overlap is on, then DP and CP
-// comm hide under the compute of their phase (fwd/bwd) and only the excess
-// shows; TP and PP comm are always exposed.
+// collectives) replaces latency and bandwidth. Exposed comm: everything,
+// unless overlap is on, then DP and ring-attention CP comm hide under the
+// compute of their phase (fwd/bwd) and only the excess shows; TP and PP comm
+// and Ulysses' all-to-alls (each waited for at once) are always exposed.
+// A measured attention core (Hardware::attention_fwd_s) replaces its FLOPs
+// and softmax traffic in compute, and holds the CP comm in its time.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -84,6 +87,17 @@ struct Hardware {
   // scales compute (the kernels' rates in isolation miss what a step adds: caches
   // shared by every kernel, calls, bookkeeping). 1: the rates alone.
   double compute_scale = 1;
+  // Measured wall seconds of one block's attention core (scores, softmax,
+  // weighted values; with cp > 1 the context-parallel algorithm's block
+  // kernels, merges, packing and transfers) for one microbatch on a rank at
+  // the plan's shape, forward and backward, at this hardware's core share.
+  // When both are > 0 they replace the core's FLOPs (attention_core_flops)
+  // and its softmax traffic in compute: per block and microbatch, forward
+  // (twice with recomputation) plus backward, times compute_scale like the
+  // rest. On a CPU at short sequences the core costs its calls, not its
+  // FLOPs (ring attention's scalar blocks: tiny at cp2 27 us per layer and
+  // microbatch against 0.4 us of its FLOPs at the GEMM rate). 0: FLOPs.
+  double attention_fwd_s = 0, attention_bwd_s = 0;
   // The share of a core (device) each rank gets, in (0, 1]: below 1 when more
   // ranks than cores time-share them (peak_tflops is then already the share's).
   // A rank's idle time is then another rank's compute: the pipeline bubble
@@ -124,6 +138,7 @@ struct PlanInput {
   int ep = 1;                        // expert parallel (a mixture-of-experts shape; divides dp and the experts)
   bool sp = false;                   // Megatron sequence parallel (needs tp > 1)
   CpAlgo cp_algo = CpAlgo::ring;     // context parallel: ring attention or Ulysses
+  bool zigzag = true;                // ring's placement; the model is the same (only a measured attention core differs)
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
   int virtual_stages = 1;            // interleaved only
   dp::Shard shard = dp::Shard::none;

@@ -184,6 +184,74 @@ TEST(Planner, TheSlowestPipelineStageSetsThePace) {
   EXPECT_NEAR(one.compute_s, one.hardware_flops / per_stage_rate + one.memory_s, 1e-12 * one.compute_s);
 }
 
+// A measured attention core takes the place of its FLOPs and softmax traffic:
+// per block and microbatch its forward (again under recomputation) and its
+// backward, scaled by compute_scale like the rest; the cp group's comm is
+// inside its time. Without it, Ulysses' all-to-alls are exposed even with
+// overlap on (each is waited for at once) while the ring's sends may hide.
+TEST(Planner, AMeasuredAttentionCoreReplacesItsFlops) {
+  const ModelConfig m = planner_model("small");  // L4 C128 NH4
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    const Flops f = iteration_flops(m, 8, 64, rc);
+    const double attn = to_double(attention_core_flops(m, 8, 64, rc, m.L));
+    EXPECT_DOUBLE_EQ(attn, (rc == Recompute::none ? 12.0 : 16.0) * 8 * 64 * 64 * m.L * m.C);
+    EXPECT_LT(attn, to_double(f.hardware));
+  }
+  PlanInput in;
+  in.shape = m;
+  in.precision = Precision::fp32;
+  in.microbatch_size = 2;
+  in.global_batch = 8;  // 2 microbatches per replica at dp2
+  in.dp = 2;
+  in.cp = 2;
+  in.seq = 64;
+  in.overlap = true;
+  in.hw.peak_tflops = 0.05;
+  in.hw.mem_bw_GBps = 10;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 5;
+  in.hw.latency_us = 2;
+  in.hw.compute_scale = 1.25;
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    in.recompute = rc;
+    in.hw.attention_fwd_s = in.hw.attention_bwd_s = 0;
+    const PlanResult flops = plan(in);
+    in.hw.attention_fwd_s = 3e-4;
+    in.hw.attention_bwd_s = 5e-4;
+    const PlanResult timed = plan(in);
+    const double rate = 0.05e12 * 4;  // the job's 4 ranks, gemm_efficiency 1
+    const double attn_flops = to_double(attention_core_flops(m, 8, 64, rc, m.L));
+    const ActivationShape x{2, 64, m.C, m.NH, 1, 2, false, false, 4};
+    const double softmax = double(m.L) * 2 * double(layer_softmax_traffic_bytes(x)) *
+                           (rc == Recompute::full ? 4.0 / 3 : 1);
+    EXPECT_NEAR(timed.memory_bytes, flops.memory_bytes - softmax, 1e-9 * flops.memory_bytes);
+    const double core = double(m.L) * 2 * ((rc == Recompute::none ? 1 : 2) * 3e-4 + 5e-4);
+    const double expect = ((flops.hardware_flops - attn_flops) / rate + timed.memory_bytes / 10e9 + core) * 1.25;
+    EXPECT_NEAR(timed.compute_s, expect, 1e-12 * expect) << recompute_name(rc);
+    double cp_s = 0;
+    for (const CommRow& c : timed.comm)
+      if (c.group == "cp") cp_s += c.time_s;
+    EXPECT_GT(cp_s, 0);  // still reported, not added
+    EXPECT_LE(timed.exposed_comm_s, flops.exposed_comm_s);
+  }
+  in.recompute = Recompute::none;
+  in.hw.attention_fwd_s = in.hw.attention_bwd_s = 0;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 0.01;  // slow links: the cp comm outlasts any compute
+  in.cp_algo = CpAlgo::ulysses;
+  const PlanResult uly = plan(in);
+  double a2a = 0;
+  for (const CommRow& c : uly.comm)
+    if (c.group == "cp") a2a += c.time_s;
+  EXPECT_GE(uly.exposed_comm_s, a2a);  // every all-to-all exposed
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    in.hw.attention_fwd_s = bad;
+    EXPECT_THROW(plan(in), InputError);
+    in.hw.attention_fwd_s = 0;
+    in.hw.attention_bwd_s = bad;
+    EXPECT_THROW(plan(in), InputError);
+    in.hw.attention_bwd_s = 0;
+  }
+}
+
 // A measured step over the modeled one scales compute (GEMMs and memory-bound
 // work alike, and so the bubble and what overlap can hide), nothing else; it
 // must be a finite number > 0.

@@ -693,8 +693,15 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     const MeshShape mesh = parse_mesh(p.mesh, "sweep point");
     if (mesh.tp > 1 || mesh.cp > 1) {
       const ModelConfig m = named_model(p.model);
-      if (r.seq % mesh.cp == 0 && m.C % mesh.tp == 0 && m.NH % mesh.tp == 0)
+      if (r.seq % mesh.cp == 0 && m.C % mesh.tp == 0 && m.NH % mesh.tp == 0) {
         measure_split_gemm_efficiency(rates[key], m, std::get<2>(key), r.seq, peak_rank, mesh.tp, mesh.cp, 3);
+        RunSpec spec;
+        apply_strategy_text(spec, p.strategy, "sweep point");
+        const int heads = m.NH / mesh.tp;
+        if (mesh.cp > 1 && (spec.context.algo == CpAlgo::ring || heads % mesh.cp == 0))
+          add_cp_attention(rates[key], m, parse_precision(p.precision), std::get<2>(key), int(r.seq), mesh.tp,
+                           mesh.cp, spec.context.algo, spec.context.zigzag);
+      }
     }
     measure_world(hw, p.world);
     return rates[key];

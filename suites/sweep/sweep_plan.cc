@@ -5,16 +5,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <random>
 #include <tuple>
 #include <vector>
 
 #include "harness/comm/runner.h"
 #include "harness/status.h"
 #include "harness/mesh.h"
+#include "harness/memory.h"
+#include "impl/context_parallel/attention.h"
 #include "impl/spec/run_spec.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/peak.h"
@@ -487,6 +491,123 @@ void measure_split_gemm_efficiency(ShapeRates& r, const ModelConfig& m, int Bm, 
   r.split_gemm_efficiency[{tp, cp}] = best;
 }
 
+namespace {
+
+// One window of measure_cp_attention at element type T.
+template <class T>
+CpAttentionTime cp_attention_window(int Bm, int seq, int heads, int hs, int cp, CpAlgo algo, bool zigzag,
+                                    double seconds) {
+  using A = acc_t<T>;
+  CpAttentionTime timed{0, 0, cp};
+  run_local(cp, [&](Communicator& comm) {
+    kernels::set_blas_threads(1);
+    cp::CpOptions o;
+    o.cp = cp;
+    o.algo = algo;
+    o.zigzag = zigzag;
+    const int Tl = seq / cp, Ct = heads * hs;
+    const size_t N = size_t(Bm) * Tl;
+    std::mt19937 g(uint32_t(comm.rank() + 7));
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    auto random = [&](size_t n) {
+      std::vector<T> v(n);
+      for (T& x : v) x = T(u(g));
+      return v;
+    };
+    const std::vector<T> qkv = random(N * 3 * Ct), dout = random(N * Ct);
+    std::vector<T> out(N * Ct), dqkv(N * 3 * Ct);
+    MemoryTracker mt;
+    std::unique_ptr<cp::RingAttention<T>> ring;
+    std::unique_ptr<cp::UlyssesAttention<T>> uly;
+    std::vector<A> lse;
+    std::vector<T> qkvh, att;
+    if (algo == CpAlgo::ring) {
+      ring = std::make_unique<cp::RingAttention<T>>(o, &comm, &mt, Bm, seq, heads, hs);
+      lse.resize(size_t(Bm) * heads * Tl);
+    } else {
+      uly = std::make_unique<cp::UlyssesAttention<T>>(o, &comm, &mt, Bm, seq, heads, hs);
+      qkvh.resize(size_t(Bm) * seq * 3 * (Ct / cp));
+      att.resize(size_t(Bm) * (heads / cp) * seq * seq);
+    }
+    auto forward = [&] {
+      if (ring) ring->forward(out.data(), lse.data(), qkv.data());
+      else uly->forward(out.data(), qkvh.data(), att.data(), qkv.data());
+    };
+    auto backward = [&] {
+      if (ring) ring->backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data());
+      else uly->backward(dqkv.data(), dout.data(), qkvh.data(), att.data());
+    };
+    // Warm-up: pairs of calls filling 5 ms on rank 0, as many on every rank.
+    double go = 1;
+    const auto w0 = clock::now();
+    int pairs = 0;
+    while (go != 0) {
+      forward();
+      backward();
+      ++pairs;
+      go = std::chrono::duration<double>(clock::now() - w0).count() < 0.005 || pairs < 3 ? 1 : 0;
+      comm.broadcast(&go, 1, DType::f64, 0);
+    }
+    // Back to back, as a step runs them: `calls` forwards, then as many
+    // backwards (of the same forward's output), each batch the slowest rank's
+    // wall time over its calls; three such pairs of batches, the least of
+    // each (a batch can still catch two threads on one core).
+    double calls = std::clamp(std::floor(seconds / 6 / (std::chrono::duration<double>(clock::now() - w0).count() /
+                                                        pairs / 2)),
+                              5.0, 20000.0);
+    comm.broadcast(&calls, 1, DType::f64, 0);
+    auto batch = [&](auto&& call) {
+      comm.barrier();
+      const auto t0 = clock::now();
+      for (int i = 0; i < int(calls); ++i) call();
+      double t = std::chrono::duration<double>(clock::now() - t0).count() / calls;
+      comm.all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);
+      return t;
+    };
+    double f = 0, b = 0;
+    for (int i = 0; i < 3; ++i) {
+      const double fi = batch(forward), bi = batch(backward);
+      f = i == 0 ? fi : std::min(f, fi);
+      b = i == 0 ? bi : std::min(b, bi);
+    }
+    if (comm.rank() == 0) timed.fwd_s = f, timed.bwd_s = b;
+  });
+  return timed;
+}
+
+}  // namespace
+
+CpAttentionTime measure_cp_attention(const ModelConfig& m, Precision precision, int Bm, int seq, int tp, int cp,
+                                     CpAlgo algo, bool zigzag, double seconds, int repeats) {
+  require(repeats >= 1 && Bm >= 1 && tp >= 1 && cp >= 2, "cp attention: repeats, Bm and tp must be >= 1, cp >= 2");
+  require(seq % cp == 0, "cp attention: cp" + std::to_string(cp) + " does not divide the sequence length " +
+                             std::to_string(seq));
+  require(m.NH % tp == 0, "cp attention: tp" + std::to_string(tp) + " does not divide the model's " +
+                              std::to_string(m.NH) + " heads");
+  const int heads = m.NH / tp, hs = m.C / m.NH;
+  require(algo != CpAlgo::ulysses || heads % cp == 0,
+          "cp attention: Ulysses needs the " + std::to_string(heads) + " heads per tp rank to split over cp" +
+              std::to_string(cp));
+  CpAttentionTime best;
+  for (int i = 0; i < repeats; ++i) {
+    CpAttentionTime t;
+    switch (precision) {
+      case Precision::fp64: t = cp_attention_window<double>(Bm, seq, heads, hs, cp, algo, zigzag, seconds); break;
+      case Precision::fp32: t = cp_attention_window<float>(Bm, seq, heads, hs, cp, algo, zigzag, seconds); break;
+      case Precision::bf16_mixed: t = cp_attention_window<bf16>(Bm, seq, heads, hs, cp, algo, zigzag, seconds); break;
+    }
+    if (i == 0 || t.fwd_s + t.bwd_s < best.fwd_s + best.bwd_s) best = t;
+  }
+  return best;
+}
+
+void add_cp_attention(ShapeRates& r, const ModelConfig& m, Precision precision, int Bm, int seq, int tp, int cp,
+                      CpAlgo algo, bool zigzag) {
+  const auto key = std::make_tuple(tp, cp, algo, zigzag);
+  if (cp < 2 || r.cp_attention.count(key)) return;
+  r.cp_attention[key] = measure_cp_attention(m, precision, Bm, seq, tp, cp, algo, zigzag, 0.03, 2);
+}
+
 ShapeKey shape_key(const SweepPoint& p, const PointResult& r) {
   return {p.model, p.precision, int(r.global_batch / (int64_t(p.dp) * p.microbatches)), p.microbatches};
 }
@@ -506,6 +627,20 @@ double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h
   return planner::plan(plan_input(one, single_rank_point(k), res, h, r)).step_s;
 }
 
+namespace {
+// A context-parallel plan's measured attention core (ShapeRates::cp_attention),
+// at the world's core share: it ran on its own cp threads, which shared the
+// cores as cp ranks do, and runs among `world` ranks.
+void set_cp_attention(planner::PlanInput& in, const ShapeRates& rates, const LocalHardware& h, int world) {
+  if (in.cp < 2) return;
+  const auto it = rates.cp_attention.find({in.tp, in.cp, in.cp_algo, in.zigzag});
+  if (it == rates.cp_attention.end() || it->second.fwd_s <= 0 || it->second.bwd_s <= 0) return;
+  const double slower = core_share(h, it->second.threads) / core_share(h, world);
+  in.hw.attention_fwd_s = it->second.fwd_s * slower;
+  in.hw.attention_bwd_s = it->second.bwd_s * slower;
+}
+}  // namespace
+
 planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
                               const LocalHardware& h, const ShapeRates& rates) {
   RunSpec spec;  // the point's spec, as run_point builds it
@@ -519,6 +654,7 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.tp = spec.mesh.tp;
   in.cp = spec.mesh.cp;
   in.cp_algo = spec.context.algo;
+  in.zigzag = spec.context.zigzag;
   in.sp = spec.tensor.sp;
   in.recompute = spec.tensor.recompute;
   in.pp = spec.mesh.pp;
@@ -540,6 +676,7 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.hw.compute_scale = rates.compute_scale;
   const double mem = rates.memory.GBps(p.microbatches);
   if (mem > 0) in.hw.mem_bw_GBps = mem * core_share(h, p.world);
+  set_cp_attention(in, rates, h, p.world);
   return in;
 }
 
@@ -572,6 +709,15 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
                   planner_hardware(h, p.world).latency_us, std::max(2, p.world),
                   p.world < 2 ? " (unused: one rank)" : "");
     std::string reason = note;
+    if (in.hw.attention_fwd_s > 0) {
+      std::snprintf(note, sizeof note,
+                    "; the attention core measured (%s%s at this rank's shape, cp traffic included): %.3g + %.3g us "
+                    "forward + backward per block and microbatch",
+                    std::string(cp_algo_name(in.cp_algo)).c_str(),
+                    in.cp_algo == CpAlgo::ring ? (in.zigzag ? " zigzag" : " contiguous") : "",
+                    in.hw.attention_fwd_s * 1e6, in.hw.attention_bwd_s * 1e6);
+      reason += note;
+    }
     if (p.world > 1 && !in.hw.collectives.empty()) {
       reason += "; bus bandwidth per op, measured";
       const char* sep = ": ";
@@ -667,6 +813,7 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
           in.hw.compute_scale = shape_rates.compute_scale;
           const double mem = shape_rates.memory.GBps(p.microbatches);
           if (mem > 0) in.hw.mem_bw_GBps = mem;
+          set_cp_attention(in, shape_rates, local, 1);
           in.ranks_per_node = local.cores;
           std::snprintf(note, sizeof note,
                         "extrapolated from %d measured ranks with this machine's figures: one rank per core, %d "

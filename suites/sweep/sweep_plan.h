@@ -129,6 +129,26 @@ struct MemoryBoundRates {
 };
 MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, double seconds);
 
+// One block's attention core for one microbatch as a rank of a context-
+// parallel split runs it: the algorithm's forward and backward
+// (impl/context_parallel/attention.h, on `threads` = cp local ranks, the
+// model's heads over tp), each the slowest rank's wall time.
+struct CpAttentionTime {
+  double fwd_s = 0, bwd_s = 0;
+  int threads = 1;  // local ranks it ran on (they shared the cores as that many)
+};
+// Measured: Bm sequences of seq tokens of model m at `precision`, per call
+// the ranks start together (a barrier), the forward and the backward each
+// timed; after warm-up calls filling 5 ms (new rank threads can share one
+// core until the scheduler moves one), the median of calls filling about
+// `seconds`; the least of `repeats` such medians. On a CPU at short
+// sequences the core costs its calls rather than its FLOPs: tiny at cp2,
+// ring, 27 us per layer and microbatch against 0.4 us of FLOPs at the GEMM
+// rate. InputError when the split does not fit the model (cp must divide
+// seq, tp the heads; Ulysses needs the heads per tp rank to split over cp).
+CpAttentionTime measure_cp_attention(const ModelConfig& m, Precision precision, int Bm, int seq, int tp, int cp,
+                                     CpAlgo algo, bool zigzag, double seconds, int repeats);
+
 // What the sweep measures per model and microbatch shape for its plan rows.
 struct ShapeRates {
   double gemm_efficiency = 1;
@@ -143,6 +163,9 @@ struct ShapeRates {
   // gemm_efficiency); a split not measured uses gemm_efficiency.
   std::map<std::pair<int, int>, double> split_gemm_efficiency{};
   double gemm_efficiency_at(int tp, int cp) const;
+  // One block's attention core on a rank of a context-parallel split, by
+  // (tp, cp, algorithm, zigzag): measure_cp_attention's figures.
+  std::map<std::tuple<int, int, CpAlgo, bool>, CpAttentionTime> cp_attention{};
 };
 // The key of a point's shape figures: model, precision, microbatch sequences
 // and microbatches per step (what the single-rank step behind compute_scale runs).
@@ -164,6 +187,10 @@ ShapeRates measure_shape_rates(const ModelConfig& m, int Bm, int seq, double pea
 // Adds the (tp, cp) split's GEMM efficiency to r (the best of `repeats`), once.
 void measure_split_gemm_efficiency(ShapeRates& r, const ModelConfig& m, int Bm, int seq, double peak_flops, int tp,
                                    int cp, int repeats);
+// Adds the attention core of a (tp, cp, algo, zigzag) split (cp > 1) to r,
+// once: measure_cp_attention, two windows of about 30 ms, the lesser.
+void add_cp_attention(ShapeRates& r, const ModelConfig& m, Precision precision, int Bm, int seq, int tp, int cp,
+                      CpAlgo algo, bool zigzag);
 
 
 // The planner input describing point p (as run by run_point): dp = world, the

@@ -249,6 +249,54 @@ TEST(SweepPlan, SplitGemmEfficiencyIsMeasuredAtTheRanksShapes) {
   EXPECT_EQ(plan_input(c, dp, r, h, rates).hw.gemm_efficiency, rates.gemm_efficiency);
 }
 
+// A context-parallel rank's attention core is timed as that rank runs it (its
+// algorithm on cp local ranks), once per split, and a plan row of the split
+// gets it at the point's core share; splits that do not fit are refused.
+TEST(SweepPlan, CpAttentionIsMeasuredAsTheRanksRunIt) {
+  const ModelConfig& m = named_model("tiny");  // 2 heads of 16
+  const CpAttentionTime ring = measure_cp_attention(m, Precision::fp32, 4, 16, 1, 2, CpAlgo::ring, true, 0.01, 1);
+  EXPECT_GT(ring.fwd_s, 0);
+  EXPECT_GT(ring.bwd_s, 0);
+  EXPECT_LT(ring.fwd_s + ring.bwd_s, 0.05);  // one layer of 4 sequences of 16 tokens
+  EXPECT_EQ(ring.threads, 2);
+  const CpAttentionTime uly = measure_cp_attention(m, Precision::bf16_mixed, 4, 16, 1, 2, CpAlgo::ulysses, true, 0.01, 1);
+  EXPECT_GT(uly.fwd_s, 0);
+  EXPECT_GT(uly.bwd_s, 0);
+  EXPECT_THROW(measure_cp_attention(m, Precision::fp32, 4, 16, 1, 3, CpAlgo::ring, true, 0.01, 1), InputError);
+  EXPECT_THROW(measure_cp_attention(m, Precision::fp32, 4, 16, 2, 2, CpAlgo::ulysses, true, 0.01, 1), InputError);
+  EXPECT_THROW(measure_cp_attention(m, Precision::fp32, 4, 16, 3, 2, CpAlgo::ring, true, 0.01, 1), InputError);
+  EXPECT_THROW(measure_cp_attention(m, Precision::fp32, 4, 16, 1, 1, CpAlgo::ring, true, 0.01, 1), InputError);
+
+  ShapeRates rates;
+  add_cp_attention(rates, m, Precision::fp32, 4, 16, 1, 2, CpAlgo::ring, false);
+  add_cp_attention(rates, m, Precision::fp32, 4, 16, 1, 1, CpAlgo::ring, true);  // no cp: nothing to add
+  ASSERT_EQ(rates.cp_attention.size(), 1u);
+  const auto key = std::make_tuple(1, 2, CpAlgo::ring, false);
+  EXPECT_GT(rates.cp_attention.at(key).fwd_s, 0);
+  rates.cp_attention[key] = {2e-5, 3e-5, 2};  // measured once: a second call keeps it
+  add_cp_attention(rates, m, Precision::fp32, 4, 16, 1, 2, CpAlgo::ring, false);
+  EXPECT_EQ(rates.cp_attention.at(key).fwd_s, 2e-5);
+  rates.cp_attention[std::make_tuple(2, 2, CpAlgo::ring, true)] = {1e-5, 4e-5, 2};
+
+  SweepConfig c;
+  PointResult r;
+  r.global_batch = 4;
+  r.seq = 16;
+  const LocalHardware h{10e9, 5, 20, 2, {}, {}};  // 2 cores
+  const SweepPoint contiguous{"shard=none,cp_algo=ring,zigzag=off", "cp2", "tiny", "fp32", "weak", 2, 1, 1};
+  planner::PlanInput in = plan_input(c, contiguous, r, h, rates);
+  EXPECT_EQ(in.hw.attention_fwd_s, 2e-5);
+  EXPECT_EQ(in.hw.attention_bwd_s, 3e-5);
+  // zigzag was not measured at cp2: the FLOPs at the GEMM rate.
+  EXPECT_EQ(plan_input(c, {"shard=none", "cp2", "tiny", "fp32", "weak", 2, 1, 1}, r, h, rates).hw.attention_fwd_s, 0);
+  // tp2.cp2 is 4 ranks on 2 cores: the 2 threads it was measured on had a core each.
+  in = plan_input(c, {"shard=none", "tp2.cp2", "tiny", "fp32", "weak", 4, 1, 1}, r, h, rates);
+  EXPECT_DOUBLE_EQ(in.hw.attention_fwd_s, 2e-5);
+  EXPECT_DOUBLE_EQ(in.hw.attention_bwd_s, 8e-5);
+  const PlanRow row = plan_row(c, contiguous, r, h, RunMeta{}, rates);
+  EXPECT_NE(row.meta.reason.find("attention core measured (ring contiguous"), std::string::npos) << row.meta.reason;
+}
+
 // The memory-bound side: the bytes are the planner's own counts for the same
 // microbatch and optimizer step, the times are measured, and the plan's
 // memory-bound time is those bytes at the mixed rate, scaled by the core share.
