@@ -825,6 +825,8 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
         row.values.set("strategy", p.strategy);
         row.meta.status = "ok";
         row.meta.reason = note;
+        if (in.hw.attention_fwd_s > 0)
+          row.meta.reason += "; the attention core as measured at the series' cp rank, at a whole core";
       } catch (const InputError& e) {
         reject(row, p, r, e);
         row.meta.reason = "extrapolated: " + row.meta.reason;  // every extrapolated row's reason says so
