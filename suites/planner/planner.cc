@@ -612,8 +612,11 @@ PlanResult plan(const PlanInput& in) {
                (in.recompute == Recompute::full ? 4.0 / 3 : 1);
     return c;
   };
-  auto stage_time = [&](const StageCost& c) { return r.hardware_flops * c.share / achieved + memory_s(c.bytes) + c.attn_s; };
-  StageCost pace = stage_cost(in.shape ? in.shape->L / in.pp : 0, 1, in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : 0);
+  auto stage_time = [&](const StageCost& c) {
+    return r.hardware_flops * c.share / achieved + memory_s(c.bytes) + c.attn_s;
+  };
+  StageCost pace = stage_cost(in.shape ? in.shape->L / in.pp : 0, 1,
+                              in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : 0);
   if (in.shape && pipe.staged()) {
     double slowest = -1;
     for (int rank = 0; rank < in.pp; ++rank) {

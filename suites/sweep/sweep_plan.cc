@@ -537,7 +537,9 @@ CpAttentionTime cp_attention_window(int Bm, int seq, int heads, int hs, int cp, 
       if (ring) ring->backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data());
       else uly->backward(dqkv.data(), dout.data(), qkvh.data(), att.data());
     };
-    // Warm-up: pairs of calls filling 5 ms on rank 0, as many on every rank.
+    // Warm-up: pairs of calls filling 5 ms on rank 0 (at least one), as many
+    // on every rank. A shape whose call takes longer than a batch's share of
+    // `seconds` runs one call per batch.
     double go = 1;
     const auto w0 = clock::now();
     int pairs = 0;
@@ -545,7 +547,7 @@ CpAttentionTime cp_attention_window(int Bm, int seq, int heads, int hs, int cp, 
       forward();
       backward();
       ++pairs;
-      go = std::chrono::duration<double>(clock::now() - w0).count() < 0.005 || pairs < 3 ? 1 : 0;
+      go = std::chrono::duration<double>(clock::now() - w0).count() < 0.005 ? 1 : 0;
       comm.broadcast(&go, 1, DType::f64, 0);
     }
     // Back to back, as a step runs them: `calls` forwards, then as many
@@ -554,7 +556,7 @@ CpAttentionTime cp_attention_window(int Bm, int seq, int heads, int hs, int cp, 
     // each (a batch can still catch two threads on one core).
     double calls = std::clamp(std::floor(seconds / 6 / (std::chrono::duration<double>(clock::now() - w0).count() /
                                                         pairs / 2)),
-                              5.0, 20000.0);
+                              1.0, 20000.0);
     comm.broadcast(&calls, 1, DType::f64, 0);
     auto batch = [&](auto&& call) {
       comm.barrier();
