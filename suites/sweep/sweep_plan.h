@@ -137,11 +137,13 @@ struct CpAttentionTime {
   double fwd_s = 0, bwd_s = 0;
   int threads = 1;  // local ranks it ran on (they shared the cores as that many)
 };
-// Measured: Bm sequences of seq tokens of model m at `precision`, per call
-// the ranks start together (a barrier), the forward and the backward each
-// timed; after warm-up calls filling 5 ms (new rank threads can share one
-// core until the scheduler moves one), the median of calls filling about
-// `seconds`; the least of `repeats` such medians. On a CPU at short
+// Measured: Bm sequences of seq tokens of model m at `precision`; after
+// warm-up calls filling 5 ms (new rank threads can share one core until the
+// scheduler moves one), batches of back-to-back forwards, then as many
+// backwards, as a step runs them (each batch's time per call the slowest
+// rank's; the ranks start a batch together), three pairs of batches filling
+// about `seconds`, the least of each; the least of `repeats` such windows
+// (fresh rank threads each). On a CPU at short
 // sequences the core costs its calls rather than its FLOPs: tiny at cp2,
 // ring, 27 us per layer and microbatch against 0.4 us of FLOPs at the GEMM
 // rate. InputError when the split does not fit the model (cp must divide
