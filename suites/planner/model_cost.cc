@@ -90,16 +90,17 @@ Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r) {
   return stage_flops(m, B, s, r, m.L, true);
 }
 
+// The attention core's 12Bs^2h per block (no recomputation) or 16Bs^2h is
+// attention_core_flops'; the rest is dense (72 or 96 Bsh^2 per block) and
+// the head's logits (6BshV).
 Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks, bool head) {
   const u128 b = u128(B), S = u128(s), l = u128(blocks), h = u128(m.C), V = head ? u128(m.V) : 0;
-  const u128 dense = b * S * l * h * h, attn = b * S * S * l * h, logits = b * S * h * V;
+  const u128 dense = b * S * l * h * h, logits = b * S * h * V;
+  const u128 core = attention_core_flops(m, B, s, Recompute::none, blocks),
+             core_hw = attention_core_flops(m, B, s, r, blocks);
   Flops f;
-  f.model = 72 * dense + 12 * attn + 6 * logits;
-  switch (r) {
-    case Recompute::none: f.hardware = f.model; break;
-    case Recompute::selective: f.hardware = f.model + 4 * attn; break;
-    case Recompute::full: f.hardware = 96 * dense + 16 * attn + 6 * logits; break;
-  }
+  f.model = 72 * dense + core + 6 * logits;
+  f.hardware = (r == Recompute::full ? 96 : 72) * dense + core_hw + 6 * logits;
   return f;
 }
 

@@ -615,7 +615,8 @@ PlanResult plan(const PlanInput& in) {
   auto stage_time = [&](const StageCost& c) {
     return r.hardware_flops * c.share / achieved + memory_s(c.bytes) + c.attn_s;
   };
-  StageCost pace = stage_cost(in.shape ? in.shape->L / in.pp : 0, 1,
+  // Unstaged (pp = 1): the one rank holds every block.
+  StageCost pace = stage_cost(in.shape ? in.shape->L : 0, 1,
                               in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : 0);
   if (in.shape && pipe.staged()) {
     double slowest = -1;

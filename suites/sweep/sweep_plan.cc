@@ -213,19 +213,30 @@ std::vector<std::pair<double, double>> measure_collective_times(const std::strin
 
 namespace {
 
+// Warm-up: f() (at least once) until `seconds` have passed on rank 0's
+// clock, which decides for every rank, so all make as many calls (new rank
+// threads can share a core until the scheduler moves one: their first calls
+// are slow). The calls of f made.
+template <class F>
+int warm_up(Communicator& comm, F&& f, double seconds) {
+  double warm = 0;
+  int n = 0;
+  const auto w0 = clock::now();
+  while (warm < seconds) {
+    f();
+    ++n;
+    warm = std::chrono::duration<double>(clock::now() - w0).count();
+    comm.broadcast(&warm, 1, DType::f64, 0);
+  }
+  return n;
+}
+
 // Median seconds per call of `op` at each logical size among the ranks of
-// `world`, back to back after at least 5 ms of warm-up calls (new threads can
-// share a core until the scheduler moves one: their first calls are slow).
+// `world`, back to back after at least 5 ms of warm-up calls.
 std::vector<std::pair<double, double>> median_call_times(World& world, const std::string& op,
                                                          const std::vector<size_t>& sizes, int calls) {
   return time_op(world, op, sizes, [&](Communicator& comm, auto& call) {
-    double warm = 0;
-    const auto w0 = clock::now();
-    while (warm < 0.005) {  // rank 0's clock decides, for every rank
-      for (int i = 0; i < 4; ++i) call();
-      warm = std::chrono::duration<double>(clock::now() - w0).count();
-      comm.broadcast(&warm, 1, DType::f64, 0);
-    }
+    warm_up(comm, [&] { for (int i = 0; i < 4; ++i) call(); }, 0.005);
     std::vector<double> t(static_cast<size_t>(calls));
     for (double& v : t) {
       const auto t0 = clock::now();
@@ -537,19 +548,16 @@ CpAttentionTime cp_attention_window(int Bm, int seq, int heads, int hs, int cp, 
       if (ring) ring->backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data());
       else uly->backward(dqkv.data(), dout.data(), qkvh.data(), att.data());
     };
-    // Warm-up: pairs of calls filling 5 ms on rank 0 (at least one), as many
-    // on every rank. A shape whose call takes longer than a batch's share of
-    // `seconds` runs one call per batch.
-    double go = 1;
+    // Warm-up: pairs of calls filling 5 ms. A shape whose call takes longer
+    // than a batch's share of `seconds` runs one call per batch.
     const auto w0 = clock::now();
-    int pairs = 0;
-    while (go != 0) {
-      forward();
-      backward();
-      ++pairs;
-      go = std::chrono::duration<double>(clock::now() - w0).count() < 0.005 ? 1 : 0;
-      comm.broadcast(&go, 1, DType::f64, 0);
-    }
+    const int pairs = warm_up(
+        comm,
+        [&] {
+          forward();
+          backward();
+        },
+        0.005);
     // Back to back, as a step runs them: `calls` forwards, then as many
     // backwards (of the same forward's output), each batch the slowest rank's
     // wall time over its calls; three such pairs of batches, the least of
