@@ -90,7 +90,13 @@ DelayedResult run(const TrainConfig& cfg, const SplitPlan& plan, std::shared_ptr
 
 }  // namespace
 
-DelayedResult run_delayed_reference(const TrainConfig& cfg, const SplitPlan& plan, const TrainDevice* device) {
+DelayedResult run_delayed_reference(const TrainConfig& cfg, const SplitPlan& plan, const TrainDevice* device,
+                                    std::shared_ptr<const kernels::DeviceOps<double>> f64_ops) {
+  if (f64_ops) {
+    require(cfg.precision == Precision::fp64 && cfg.device == Device::cpu && f64_ops->is_host(),
+            "delayed-weight reference: fp64 ops are for an fp64 run on the host");
+    return run<double>(cfg, plan, std::move(f64_ops), nullptr);
+  }
   return on_train_device(cfg, device, [&](auto t, auto ops, auto memory) {
     return run<decltype(t)>(cfg, plan, std::move(ops), std::move(memory));
   });

@@ -8,6 +8,7 @@
 // split-plan arithmetic as ReferenceTrainer (reference/trainer.h), so a 2BW run
 // on the local backend can be held to bit equality with its replay.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "reference/trainer.h"
@@ -22,7 +23,10 @@ struct DelayedResult {
 
 // device: where it trains when cfg.device is cuda (the plain plan only, as
 // ReferenceTrainer off the host); null and cfg.device = cpu: the CPU.
+// f64_ops: for an fp64 cfg, the host ops it trains on (null: the CPU's; e.g.
+// kernels::cpu_ops_sliced, the same model in another order of summation).
 DelayedResult run_delayed_reference(const TrainConfig& cfg, const SplitPlan& plan = {},
-                                    const TrainDevice* device = nullptr);
+                                    const TrainDevice* device = nullptr,
+                                    std::shared_ptr<const kernels::DeviceOps<double>> f64_ops = nullptr);
 
 }  // namespace pb::pipeline

@@ -4,6 +4,9 @@
 // kernels directly.
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/common/device_ops.h"
 #include "kernels/cpu/numeric.h"
@@ -18,7 +21,12 @@ class CpuOps final : public DeviceOps<T> {
   using A = typename DeviceOps<T>::A;
   using M = typename DeviceOps<T>::M;
 
-  std::string name() const override { return "cpu"; }
+  // parts > 1: every matmul's inner sums in that many slices (fp32, fp64).
+  explicit CpuOps(int parts = 1) : parts_(parts) {}
+
+  std::string name() const override {
+    return parts_ == 1 ? "cpu" : "cpu (inner sums in " + std::to_string(parts_) + " slices)";
+  }
   bool is_host() const override { return true; }
 
   void copy(void* dst, const void* src, size_t bytes) const override {
@@ -48,10 +56,14 @@ class CpuOps final : public DeviceOps<T> {
   }
   void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
                       float* mm_ws) const override {
+    if constexpr (!std::is_same_v<T, bf16>)
+      if (parts_ > 1) return kernels::matmul_forward_sliced(out, inp, weight, bias, N, C, OC, parts_);
     kernels::matmul_forward(out, inp, weight, bias, N, C, OC, mm_ws);
   }
   void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
                        int OC, float* mm_ws) const override {
+    if constexpr (!std::is_same_v<T, bf16>)
+      if (parts_ > 1) return kernels::matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, parts_);
     kernels::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, mm_ws);
   }
   void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, A* att_ws) const override {
@@ -160,6 +172,9 @@ class CpuOps final : public DeviceOps<T> {
     kernels::adamw_step<T, M>(master, param_out, grad, m, v, n, h, decay);
   }
   double sum_squares(const T* g, size_t n) const override { return kernels::sum_squares(g, n); }
+
+ private:
+  int parts_ = 1;
 };
 
 }  // namespace
@@ -170,8 +185,16 @@ const DeviceOps<T>& cpu_ops() {
   return ops;
 }
 
+template <class T>
+std::shared_ptr<const DeviceOps<T>> cpu_ops_sliced(int parts) {
+  if (parts < 1) throw std::invalid_argument("cpu_ops_sliced: parts must be >= 1, got " + std::to_string(parts));
+  return std::make_shared<const CpuOps<T>>(parts);
+}
+
 template const DeviceOps<double>& cpu_ops<double>();
 template const DeviceOps<float>& cpu_ops<float>();
 template const DeviceOps<bf16>& cpu_ops<bf16>();
+template std::shared_ptr<const DeviceOps<double>> cpu_ops_sliced<double>(int);
+template std::shared_ptr<const DeviceOps<float>> cpu_ops_sliced<float>(int);
 
 }  // namespace pb::kernels

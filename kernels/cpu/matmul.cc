@@ -95,6 +95,38 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   }
 }
 
+template <class T>
+void matmul_forward_sliced(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC, int parts) {
+  static_assert(!std::is_same_v<T, bf16>, "sliced inner sums: fp32 and fp64 only");
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) out[size_t(n) * OC + o] = bias ? bias[o] : T(0);
+  for (int p = 0; p < parts; ++p) {  // columns [c0, c1) of inp and weight
+    const int c0 = int(int64_t(C) * p / parts), c1 = int(int64_t(C) * (p + 1) / parts);
+    if (c1 > c0) gemm(false, true, N, OC, c1 - c0, inp + c0, C, weight + c0, C, T(1), out, OC);
+  }
+}
+
+template <class T>
+void matmul_backward_sliced(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
+                            int OC, int parts) {
+  static_assert(!std::is_same_v<T, bf16>, "sliced inner sums: fp32 and fp64 only");
+  if (dbias) bias_backward(dbias, dout, N, OC);
+  for (int p = 0; p < parts; ++p) {
+    const int o0 = int(int64_t(OC) * p / parts), o1 = int(int64_t(OC) * (p + 1) / parts);  // dinp: over OC
+    if (dinp && o1 > o0) gemm(false, false, N, C, o1 - o0, dout + o0, OC, weight + size_t(o0) * C, C, T(1), dinp, C);
+    const int n0 = int(int64_t(N) * p / parts), n1 = int(int64_t(N) * (p + 1) / parts);  // dweight: over rows
+    if (dweight && n1 > n0)
+      gemm(true, false, OC, C, n1 - n0, dout + size_t(n0) * OC, OC, inp + size_t(n0) * C, C, T(1), dweight, C);
+  }
+}
+
+template void matmul_forward_sliced<double>(double*, const double*, const double*, const double*, int, int, int, int);
+template void matmul_forward_sliced<float>(float*, const float*, const float*, const float*, int, int, int, int);
+template void matmul_backward_sliced<double>(double*, double*, double*, const double*, const double*, const double*,
+                                             int, int, int, int);
+template void matmul_backward_sliced<float>(float*, float*, float*, const float*, const float*, const float*, int,
+                                            int, int, int);
+
 #define PB_INSTANTIATE(T)                                                                         \
   template size_t matmul_workspace_floats<T>(int, int, int);                                      \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int, float*);       \

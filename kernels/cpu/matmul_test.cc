@@ -3,6 +3,9 @@
 // outputs; bf16 accumulation rounded once; determinism for a fixed thread count.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
+#include "kernels/common/device_ops.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/test_util.h"
 
@@ -117,6 +120,72 @@ TEST(Matmul, DeterministicForFixedThreadCount) {
     EXPECT_EQ(a.dw, b.dw);
   }
   set_blas_threads(1);
+}
+
+// The products with their inner sums in slices (the fp64 floor's second
+// reference, kernels/common/device_ops.h cpu_ops_sliced): one slice is the
+// plain kernel bit for bit; more slices (down to one column, and more slices
+// than columns) are the same product in another order of summation, which
+// does round differently; through the seam as directly.
+template <class T>
+std::vector<double> forward_sliced(const Problem& p, int parts) {
+  auto x = to<T>(p.x), w = to<T>(p.w), b = to<T>(p.b);
+  std::vector<T> out(size_t(p.N) * p.OC);
+  matmul_forward_sliced(out.data(), x.data(), w.data(), b.data(), p.N, p.C, p.OC, parts);
+  return to_double(out);
+}
+
+template <class T>
+Grads backward_sliced(const Problem& p, int parts, const DeviceOps<T>* ops = nullptr) {
+  auto x = to<T>(p.x), w = to<T>(p.w), dy = to<T>(p.R);
+  auto dx = to<T>(p.dx0), dw = to<T>(p.dw0), db = to<T>(p.db0);
+  if (ops)
+    ops->matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), p.N, p.C, p.OC, nullptr);
+  else
+    matmul_backward_sliced(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), p.N, p.C, p.OC, parts);
+  return {to_double(dx), to_double(dw), to_double(db)};
+}
+
+TEST(Matmul, SlicedInnerSumsAreTheSameProductInAnotherOrder) {
+  Problem p(96, 64, 80);  // full-precision values: bf16-exact ones would sum exactly in any order
+  p.x = random_vec(p.x.size(), 11);
+  p.w = random_vec(p.w.size(), 12);
+  p.R = random_vec(p.R.size(), 13);
+  const auto y = forward<double>(p);
+  const Grads g = backward<double>(p);
+  EXPECT_EQ(forward_sliced<double>(p, 1), y);
+  EXPECT_EQ(forward_sliced<float>(p, 1), forward<float>(p));
+  const Grads one = backward_sliced<double>(p, 1);
+  EXPECT_EQ(one.dx, g.dx);
+  EXPECT_EQ(one.dw, g.dw);
+  EXPECT_EQ(one.db, g.db);
+  for (int parts : {2, 3, 64, 200}) {  // 64: one column per slice (forward); 200: empty slices
+    const auto ys = forward_sliced<double>(p, parts);
+    EXPECT_LE(rel_err(ys, y), 1e-14) << parts;
+    const Grads gs = backward_sliced<double>(p, parts);
+    EXPECT_LE(rel_err(gs.dx, g.dx), 1e-14) << parts;
+    EXPECT_LE(rel_err(gs.dw, g.dw), 1e-14) << parts;
+    EXPECT_EQ(gs.db, g.db) << parts;  // the bias sum is not a product's
+    EXPECT_LE(rel_err(forward_sliced<float>(p, parts), y), kF32Tol) << parts;
+  }
+  // Another order: three slices of 64 columns (21, 21, 22) round differently.
+  EXPECT_NE(forward_sliced<double>(p, 3), y);
+  const Grads g3 = backward_sliced<double>(p, 3);
+  EXPECT_NE(g3.dx, g.dx);
+  EXPECT_NE(g3.dw, g.dw);
+
+  const auto ops = cpu_ops_sliced<double>(3);
+  EXPECT_TRUE(ops->is_host());
+  EXPECT_EQ(ops->name(), "cpu (inner sums in 3 slices)");
+  const Grads seam = backward_sliced<double>(p, 3, ops.get());
+  EXPECT_EQ(seam.dx, g3.dx);
+  EXPECT_EQ(seam.dw, g3.dw);
+  auto x = to<double>(p.x), w = to<double>(p.w), b = to<double>(p.b);
+  std::vector<double> out(size_t(p.N) * p.OC);
+  ops->matmul_forward(out.data(), x.data(), w.data(), b.data(), p.N, p.C, p.OC, nullptr);
+  EXPECT_EQ(out, forward_sliced<double>(p, 3));
+  EXPECT_EQ(cpu_ops_sliced<float>(1)->name(), "cpu");
+  EXPECT_THROW(cpu_ops_sliced<double>(0), std::invalid_argument);
 }
 
 }  // namespace

@@ -53,6 +53,17 @@ template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC, float* ws);
 
+// The same two with every inner sum (C forward; OC for dinp, N for dweight)
+// taken in `parts` consecutive slices, each slice's product accumulated into
+// the result in slice order: the products in another correct order of
+// summation, as a strategy that splits an inner dimension over ranks sums
+// them (fp32 and fp64; kernels/common/device_ops.h cpu_ops_sliced).
+template <class T>
+void matmul_forward_sliced(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC, int parts);
+template <class T>
+void matmul_backward_sliced(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
+                            int OC, int parts);
+
 // ---- causal multi-head attention -------------------------------------------
 // qkv (B,T,3C) as [q | k | v], heads interleaved in C; out (B,T,C);
 // att (B,NH,T,T) keeps the softmax probabilities (upper triangle zero);

@@ -5,7 +5,9 @@
 //    ||truth||_2 for a vector (step-1 gradients, parameters after N steps);
 //  - floor: the largest distance to the truth among the correct references at
 //    that precision (the reference itself, and the reference replaying the
-//    strategy's summation order: a different order is still correct), for a
+//    strategy's summation order: a different order is still correct; at
+//    fp64, where the truth is the reference, also the reference in other
+//    orders of its inner sums, engine.h ConformanceResult::fp64), for a
 //    loss the running maximum over steps so far (a gap that happens to vanish at
 //    one step is luck, not precision), raised to at least kMinFloorUlps ulps of
 //    the precision under test;

@@ -148,12 +148,20 @@ void run_rank(const StrategyRun& s, const Strategy& strat, Communicator& world, 
 
 }  // namespace
 
-Trace reference_trace(const TrainConfig& cfg, const Replay& replay, const TrainDevice* device) {
+Trace reference_trace(const TrainConfig& cfg, const Replay& replay, const TrainDevice* device,
+                      std::shared_ptr<const kernels::DeviceOps<double>> f64_ops) {
   if (replay.delayed_weights) {
-    pipeline::DelayedResult d = pipeline::run_delayed_reference(cfg, replay.plan, device);
+    pipeline::DelayedResult d = pipeline::run_delayed_reference(cfg, replay.plan, device, f64_ops);
     return trace_of(d.steps, std::move(d.grads1), std::move(d.params));
   }
-  auto t = make_reference_trainer(cfg, replay.plan, device);
+  std::unique_ptr<TrainerBase> t;
+  if (f64_ops) {
+    require(cfg.precision == Precision::fp64 && cfg.device == Device::cpu && f64_ops->is_host(),
+            "reference trace: fp64 ops are for an fp64 run on the host");
+    t = std::make_unique<ReferenceTrainer<double>>(cfg, replay.plan, std::move(f64_ops), nullptr);
+  } else {
+    t = make_reference_trainer(cfg, replay.plan, device);
+  }
   std::vector<StepStats> st;
   std::vector<double> g1;
   for (int s = 0; s < cfg.steps; ++s) {
@@ -242,17 +250,31 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   const DType dt = storage_dtype(s.spec.train.precision);
   res.rule = check_rule(res.trace, floors, truth, dt, s.rule);
   if (at_fp64) {
-    // The fp64 floor: the replay's distance, and the fp32 reference's scaled
-    // by the ratio of the unit roundoffs (rounding noise is first order in
-    // epsilon). A few fp64 ulps alone would be too tight for a strategy that
-    // reorders inner products: Adam's normalization lifts the rounding noise
-    // of near-zero gradients well above an ulp of the parameters.
-    const Trace rep64 = reference_trace(truth_cfg, replay);
+    // The fp64 floor. At fp64 the truth is the reference, so the floor needs
+    // correct references that round differently: a few fp64 ulps alone are
+    // too tight for a strategy that reorders inner products, because Adam's
+    // normalization lifts the rounding noise of gradients near its epsilon
+    // (an expert that saw few tokens) far above an ulp of the parameters.
+    //  - the replay (the strategy's order of the data-parallel sums);
+    //  - the reference with every matmul's inner sums in 2, 3 and 4 slices
+    //    (kernels::cpu_ops_sliced): the same network in three other orders
+    //    of its inner products, the kind of order a tensor, sequence or
+    //    expert split changes, so their distances sample the noise that
+    //    order alone brings at fp64 on this machine's BLAS (one sample can
+    //    be small by luck: the noise of one weight whose gradient sits near
+    //    Adam's epsilon can dominate the whole vector's);
+    //  - the fp32 reference's distance scaled by the ratio of the unit
+    //    roundoffs (rounding noise is first order in epsilon).
+    std::vector<Trace> refs64 = {reference_trace(truth_cfg, replay)};
+    for (int parts : kFp64FloorSlices)
+      refs64.push_back(reference_trace(truth_cfg, plain, nullptr, kernels::cpu_ops_sliced<double>(parts)));
     TrainConfig fp32_cfg = host;
     fp32_cfg.precision = Precision::fp32;
-    const Trace scaled = scaled_distance(reference_trace(fp32_cfg, plain), truth,
-                                         dtype_eps(DType::f64) / dtype_eps(DType::f32));
-    res.fp64 = check_rule(fp64_res.trace, {&truth, &rep64, &scaled}, truth, DType::f64, s.rule);
+    refs64.push_back(scaled_distance(reference_trace(fp32_cfg, plain), truth,
+                                     dtype_eps(DType::f64) / dtype_eps(DType::f32)));
+    std::vector<const Trace*> floors64 = {&truth};
+    for (const Trace& t : refs64) floors64.push_back(&t);
+    res.fp64 = check_rule(fp64_res.trace, floors64, truth, DType::f64, s.rule);
   }
   if (twin) res.bits = check_bitwise(res.trace, twin_res.trace);
   else if (res.bitwise_declared) res.bits = check_bitwise(res.trace, rep);

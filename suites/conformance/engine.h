@@ -30,6 +30,10 @@ namespace pb {
 // open_device (impl/spec/rank.h DeviceOpener) is called once per rank and once
 // more in rank 0's process for the reference.
 
+// The fp64 floor's references in other orders of inner sums: every matmul's
+// contraction in this many slices (kernels::cpu_ops_sliced).
+inline constexpr int kFp64FloorSlices[] = {2, 3, 4};
+
 struct StrategyRun {
   RunSpec spec;
   WorldOptions world;  // size: the mesh's world (set by the local overload)
@@ -54,8 +58,11 @@ struct ConformanceResult {
   std::vector<QuantityCheck> rule;     // against the truth
   std::vector<QuantityCheck> bits;     // against the replay (when declared bitwise)
   // Not bitwise and below fp64: the same strategy run again at fp64 and held
-  // to the rule there, where the floor is a few fp64 ulps. A logic fault
-  // (a sum over the wrong group, a term counted twice) does not depend on the
+  // to the rule there, where the floor is fp64 rounding noise: at least four
+  // fp64 ulps, and the distances of the fp64 reference in other correct
+  // orders (the replay's; every matmul's inner sums in kFp64FloorSlices
+  // slices) and of the fp32 reference scaled to fp64. A logic fault (a sum
+  // over the wrong group, a term counted twice) does not depend on the
   // precision, but at bf16 the floor of four bf16 ulps can hide a small one;
   // at fp64 it stands out by orders of magnitude.
   std::vector<QuantityCheck> fp64;
@@ -87,8 +94,11 @@ Replay replay_of(const StrategyRun& s);
 // The single-device reference trained under `replay` (its split plan; one step
 // delayed weights for PipeDream-2BW): every step's loss and norm, the step-1
 // gradients and the final parameters, widened to double.
-// On `device` when given (cfg.device = cuda; the plain plan only).
-Trace reference_trace(const TrainConfig& cfg, const Replay& replay, const TrainDevice* device = nullptr);
+// On `device` when given (cfg.device = cuda; the plain plan only). f64_ops:
+// for an fp64 cfg on the CPU, the host ops it trains on (null: the CPU's;
+// kernels::cpu_ops_sliced: the same model in another order of summation).
+Trace reference_trace(const TrainConfig& cfg, const Replay& replay, const TrainDevice* device = nullptr,
+                      std::shared_ptr<const kernels::DeviceOps<double>> f64_ops = nullptr);
 
 // Validates the spec (validate(RunSpec) and the strategy's own rules) and
 // runs everything on `world`, whose size must be the mesh's.

@@ -8,11 +8,14 @@
 // CPU's, so it must train bit for bit as the CPU run; a guarded single rank
 // proves the routing reads and writes device memory only through the seam,
 // and an injected expert-parallel fault is still caught on a device.
+// And on the CPU, the fp64 floor of a run whose experts see few tokens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "harness/status.h"
+#include "kernels/common/device_ops.h"
 #include "reference/device_testing.h"
 #include "suites/conformance/engine.h"
 #include "suites/conformance/stand_in_runs.h"
@@ -100,6 +103,51 @@ TEST(MoeConformance, OnADeviceAnExpertParallelFaultIsCaught) {
   s.open_device = [&] { return devices.open(); };
   const ConformanceResult r = run_conformance(s);
   EXPECT_FALSE(r.pass()) << "ep_combine_permuted passed on a device";
+}
+
+// At fp64 the truth is the reference, so the fp64 rerun's floor needs correct
+// references that round differently. With local capacity some experts see few
+// tokens, and the gradients of their weights sit near Adam's epsilon, where
+// the update turns a gradient's rounding noise into a parameter change far
+// above an fp64 ulp: the same network with its inner sums in other orders
+// (what tensor parallel's split GEMMs do) lands that far from the truth. The
+// floor holds those references, so the tp2 x ZeRO-1 x ep2 run of `parabench
+// run` (whose error is of that size on some BLAS kernels) passes on its
+// merits, and a fault still stands out at fp64 by orders of magnitude.
+TEST(MoeConformance, TheFp64FloorHoldsTheNetworkInOtherOrdersOfItsInnerSums) {
+  StrategyRun s = run_of(mesh(4, 2, 1, 2), dp::Shard::zero1, Precision::fp32, "tiny-moe-local");
+  s.spec.train.steps = 3;  // parabench check's shapes
+  s.spec.train.seq = 12;
+  s.spec.train.batch = 16;
+  s.spec.train.optim = OptimConfig{};
+  const ConformanceResult r = run_conformance(s);
+  EXPECT_TRUE(r.pass()) << describe_failures(r);
+  const QuantityCheck& params = r.fp64.back();
+  ASSERT_EQ(params.quantity, "params");
+
+  const Replay replay = replay_of(s);
+  Replay plain;
+  plain.plan.groups = replay.plan.groups;
+  plain.plan.micro = replay.plan.micro;
+  TrainConfig f64 = s.spec.train;
+  f64.precision = Precision::fp64;
+  const Trace truth = reference_trace(f64, plain);
+  double widest = 0;
+  for (int parts : kFp64FloorSlices) {
+    const Trace other = reference_trace(f64, plain, nullptr, kernels::cpu_ops_sliced<double>(parts));
+    const double d = rel_l2(other.params, truth.params);
+    EXPECT_GT(d, 0) << parts << " slices: another order rounds differently";
+    EXPECT_LT(d, 1e-12) << parts << " slices: and is the same network";
+    EXPECT_LT(rel_l2(other.grads1, truth.grads1), 1e-14) << parts << " slices: the gradients a few ulps apart";
+    widest = std::max(widest, d);
+  }
+  EXPECT_GT(widest, 4 * dtype_eps(DType::f64)) << "the order's noise is above the four-ulp minimum here";
+  EXPECT_GE(params.floor, widest);
+
+  s.spec.faults = {"ep_combine_permuted"};
+  const ConformanceResult bad = run_conformance(s);
+  ASSERT_FALSE(bad.fp64.empty());
+  EXPECT_GT(bad.fp64.back().ratio, 1e6) << describe_failures(bad);
 }
 
 }  // namespace
