@@ -178,9 +178,10 @@ template <class T>
 const DeviceOps<T>& cpu_ops();
 
 // The CPU implementation with every matmul's inner sums taken in `parts`
-// consecutive slices (kernels/cpu/ops.h matmul_forward_sliced; fp32 and fp64,
-// parts >= 1, else std::invalid_argument): the same model in another correct order of
-// summation, for a reference whose distance to the truth is a noise floor.
+// consecutive slices (kernels/cpu/ops.h matmul_forward_sliced; fp32 and
+// fp64; parts >= 1, else std::invalid_argument): the same model in another
+// correct order of summation, for a reference whose distance to the truth
+// is a noise floor (the conformance engine's fp64 floor).
 template <class T>
 std::shared_ptr<const DeviceOps<T>> cpu_ops_sliced(int parts);
 
