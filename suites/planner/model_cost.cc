@@ -113,7 +113,7 @@ double to_double(u128 x) {
   return double(uint64_t(x >> 64)) * 18446744073709551616.0 + double(uint64_t(x));
 }
 
-std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp) {
+std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp, bool attention_core) {
   const int64_t t = tp, N = b * s / cp, C = m.C, hs = m.C / m.NH, q = s / cp;
   std::vector<GemmShape> out;
   auto linear = [&](int64_t in, int64_t o, double count) {  // y = x W^T, W stored o x in
@@ -127,6 +127,7 @@ std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, in
   linear(C, 4 * C / t, L);
   linear(4 * C / t, C, L);
   linear(C, (m.V + t - 1) / t, 1);
+  if (!attention_core) return out;
   out.push_back({q, s, hs, false, true, 2 * heads});   // S = Q K^T; dP = dO V^T
   out.push_back({q, hs, s, false, false, 2 * heads});  // O = P V; dQ = dS K
   out.push_back({s, hs, q, true, false, 2 * heads});   // dV = P^T dO; dK = dS^T Q

@@ -92,7 +92,10 @@ struct GemmShape {
 // vocabulary; context parallel c splits the queries (s/c x s scores per
 // head). Mixture-of-experts MLPs count as the dense MLP (their FLOPs in
 // iteration_flops). No recomputation (the planner scales by hardware FLOPs).
-std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp);
+// attention_core = false: the linears and the head only (what the rates time
+// when the attention core's time is measured, Hardware::attention_fwd_s).
+std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp,
+                                  bool attention_core = true);
 // The fraction of peak_flops (FLOP/s) the GEMMs reach at rate(g) GFLOP/s
 // each: their flops over their time, over the peak, at most 1.
 template <class Rate>

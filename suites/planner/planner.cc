@@ -573,9 +573,12 @@ PlanResult plan(const PlanInput& in) {
   r.timed = true;
   const double peak = in.hw.peak_tflops * 1e12 * double(r.world);
   r.gemm_efficiency = in.hw.gemm_efficiency;
-  if (in.shape && !in.hw.gemm_rates.empty())  // a rank's GEMMs (tp and cp shards of the whole model's) at the measured rates
+  const bool attn_timed = in.shape && in.hw.attention_fwd_s > 0 && in.hw.attention_bwd_s > 0;
+  // A rank's GEMMs (tp and cp shards of the whole model's) at the measured
+  // rates; a measured attention core's own GEMMs are in its time instead.
+  if (in.shape && !in.hw.gemm_rates.empty())
     r.gemm_efficiency = gemm_efficiency(
-        rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp),
+        rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed),
         [&](const GemmShape& g) { return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k); }, in.hw.peak_tflops * 1e12);
   const double achieved = peak * r.gemm_efficiency;
   auto memory_s = [&](double bytes) { return in.hw.mem_bw_GBps > 0 ? bytes / (in.hw.mem_bw_GBps * 1e9) : 0; };
@@ -586,7 +589,6 @@ PlanResult plan(const PlanInput& in) {
   // measured attention core (Hardware::attention_fwd_s), its FLOPs and softmax
   // traffic leave the rates' terms and its time per block and microbatch
   // joins them.
-  const bool attn_timed = in.shape && in.hw.attention_fwd_s > 0 && in.hw.attention_bwd_s > 0;
   const double attn_fwds = in.recompute == Recompute::none ? 1 : 2;
   struct StageCost {
     double flop_share = 1;  // of the stage's hardware FLOPs, the attention core's included

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -1021,6 +1022,35 @@ TEST(Planner, GemmTableGivesTheEfficiencyAtTheRanksShapes) {
   }
   const PlanResult one = plan(in);
   EXPECT_NEAR(one.gemm_efficiency, f / t / 1e11, 1e-12);
+  // With the attention core's time measured its per-head GEMMs leave the
+  // table's average: the linears and the head alone.
+  const std::vector<GemmShape> all = rank_gemms(*in.shape, 4, 64, 1, 2);
+  const std::vector<GemmShape> linear = rank_gemms(*in.shape, 4, 64, 1, 2, false);
+  ASSERT_EQ(linear.size() + 3, all.size());
+  EXPECT_TRUE(std::equal(linear.begin(), linear.end(), all.begin(), [](const GemmShape& a, const GemmShape& b) {
+    return a.m == b.m && a.n == b.n && a.k == b.k && a.count == b.count;
+  }));
+  std::vector<GemmRate> small_too = table;
+  small_too.push_back({32, 32, 32, 2});  // the per-head shapes of small at cp2 (32 x 64 x 32) crawl
+  auto efficiency = [&](const std::vector<GemmShape>& shapes) {
+    double fl = 0, ti = 0;
+    for (const GemmShape& g : shapes) {
+      const double x = 2.0 * double(g.m) * double(g.n) * double(g.k) * g.count;
+      fl += x;
+      ti += x / (table_gflops(small_too, g.m, g.n, g.k) * 1e9);
+    }
+    return fl / ti / 1e11;
+  };
+  in.hw.gemm_rates = small_too;
+  in.cp = 2;
+  EXPECT_NEAR(plan(in).gemm_efficiency, efficiency(all), 1e-12);
+  in.hw.attention_fwd_s = 1e-5;
+  in.hw.attention_bwd_s = 2e-5;
+  EXPECT_NEAR(plan(in).gemm_efficiency, efficiency(linear), 1e-12);
+  EXPECT_GT(efficiency(linear), efficiency(all));  // the per-head shapes are the smallest
+  in.hw.attention_fwd_s = in.hw.attention_bwd_s = 0;
+  in.hw.gemm_rates = table;
+  in.cp = 1;
   in.tp = 2;
   EXPECT_LT(plan(in).gemm_efficiency, one.gemm_efficiency);
 }

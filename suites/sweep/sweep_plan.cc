@@ -355,20 +355,30 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
   return hw;
 }
 
-double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds, int tp,
-                               int cp) {
+namespace {
+using GemmRates = std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, double>;  // GFLOP/s by shape
+
+// The efficiency of a rank's GEMMs, each shape timed once into `rate`.
+double gemm_efficiency_timed(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds, int tp, int cp,
+                             bool attention_core, GemmRates& rate) {
   require(Bm > 0 && seq > 0 && peak_flops > 0, "gemm efficiency: microbatch, seq and peak must be > 0");
   require(tp >= 1 && cp >= 1 && seq % cp == 0 && m.C % tp == 0 && m.NH % tp == 0,
           "gemm efficiency: tp must divide the width and heads, cp the sequence");
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, double> rate;  // GFLOP/s by shape
   return planner::gemm_efficiency(
-      planner::rank_gemms(m, Bm, seq, tp, cp),
+      planner::rank_gemms(m, Bm, seq, tp, cp, attention_core),
       [&](const planner::GemmShape& g) {
         double& r = rate[std::make_tuple(g.m, g.n, g.k, g.ta, g.tb)];
         if (r == 0) r = kernels::measure_sgemm_gflops(int(g.m), int(g.n), int(g.k), g.ta, g.tb, seconds);
         return r;
       },
       peak_flops);
+}
+}  // namespace
+
+double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds, int tp,
+                               int cp, bool attention_core) {
+  GemmRates rate;
+  return gemm_efficiency_timed(m, Bm, seq, peak_flops, seconds, tp, cp, attention_core, rate);
 }
 
 double MemoryBoundRates::GBps(int64_t microbatches) const {
@@ -493,13 +503,23 @@ double ShapeRates::gemm_efficiency_at(int tp, int cp) const {
   return it != split_gemm_efficiency.end() ? it->second : gemm_efficiency;
 }
 
+double ShapeRates::linear_efficiency_at(int tp, int cp) const {
+  const auto it = split_linear_efficiency.find({tp, cp});
+  return it != split_linear_efficiency.end() ? it->second : gemm_efficiency_at(tp, cp);
+}
+
 void measure_split_gemm_efficiency(ShapeRates& r, const ModelConfig& m, int Bm, int seq, double peak_flops, int tp,
                                    int cp, int repeats) {
   require(repeats >= 1, "shape rates: repeats must be >= 1");
   if ((tp == 1 && cp == 1) || r.split_gemm_efficiency.count({tp, cp})) return;
-  double best = 0;
-  for (int i = 0; i < repeats; ++i) best = std::max(best, measure_gemm_efficiency(m, Bm, seq, peak_flops, 0.01, tp, cp));
+  double best = 0, linear = 0;
+  for (int i = 0; i < repeats; ++i) {
+    GemmRates rate;
+    best = std::max(best, gemm_efficiency_timed(m, Bm, seq, peak_flops, 0.01, tp, cp, true, rate));
+    if (cp > 1) linear = std::max(linear, gemm_efficiency_timed(m, Bm, seq, peak_flops, 0.01, tp, cp, false, rate));
+  }
   r.split_gemm_efficiency[{tp, cp}] = best;
+  if (cp > 1) r.split_linear_efficiency[{tp, cp}] = linear;
 }
 
 namespace {
@@ -640,7 +660,8 @@ double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h
 namespace {
 // A context-parallel plan's measured attention core (ShapeRates::cp_attention),
 // at the world's core share: it ran on its own cp threads, which shared the
-// cores as cp ranks do, and runs among `world` ranks.
+// cores as cp ranks do, and runs among `world` ranks. The rest of the rank's
+// GEMMs then run at the split's linear efficiency.
 void set_cp_attention(planner::PlanInput& in, const ShapeRates& rates, const LocalHardware& h, int world) {
   if (in.cp < 2) return;
   const auto it = rates.cp_attention.find({in.tp, in.cp, in.cp_algo, in.zigzag});
@@ -648,6 +669,7 @@ void set_cp_attention(planner::PlanInput& in, const ShapeRates& rates, const Loc
   const double slower = core_share(h, it->second.threads) / core_share(h, world);
   in.hw.attention_fwd_s = it->second.fwd_s * slower;
   in.hw.attention_bwd_s = it->second.bwd_s * slower;
+  in.hw.gemm_efficiency = rates.linear_efficiency_at(in.tp, in.cp);  // the core's own GEMMs are in its time
 }
 }  // namespace
 
@@ -703,8 +725,10 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     // The sweep's spelling of the point (the strategy text), so the report
     // pairs the two rows.
     row.values.set("strategy", p.strategy);
-    char split[64] = "";
-    if (in.tp > 1 || in.cp > 1) std::snprintf(split, sizeof split, " (at a tp%d cp%d rank's shapes)", in.tp, in.cp);
+    char split[96] = "";
+    if (in.tp > 1 || in.cp > 1)
+      std::snprintf(split, sizeof split, " (at a tp%d cp%d rank's shapes%s)", in.tp, in.cp,
+                    in.hw.attention_fwd_s > 0 ? ", the attention core's left out" : "");
     char note[600];
     std::snprintf(note, sizeof note,
                   "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it%s, "

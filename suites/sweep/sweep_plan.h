@@ -106,8 +106,9 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world);
 // or cp > 1, the GEMMs of one rank of that split (planner::rank_gemms: the
 // linear layers' outputs split over tp, the tokens over cp), whose smaller
 // shapes run at lower rates (tiny at cp4 measured 0.27 against 0.59 unsplit).
+// attention_core = false: the linears and the head only (rank_gemms).
 double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double peak_flops, double seconds, int tp = 1,
-                               int cp = 1);
+                               int cp = 1, bool attention_core = true);
 
 // The memory-bound (non-GEMM) side of the same microbatch, measured the same
 // way: the fp32 kernels the reference runs besides its GEMMs, each at its own
@@ -165,6 +166,13 @@ struct ShapeRates {
   // gemm_efficiency); a split not measured uses gemm_efficiency.
   std::map<std::pair<int, int>, double> split_gemm_efficiency{};
   double gemm_efficiency_at(int tp, int cp) const;
+  // The same without the attention core's per-head GEMMs, by (tp, cp), cp > 1
+  // (measured from the same timings): what the rates time when the split's
+  // attention core is measured (cp_attention), whose GEMMs are in its time.
+  // The per-head shapes are the smallest and slowest: tiny at cp2, 0.38 with
+  // them. A split not measured uses gemm_efficiency_at.
+  std::map<std::pair<int, int>, double> split_linear_efficiency{};
+  double linear_efficiency_at(int tp, int cp) const;
   // One block's attention core on a rank of a context-parallel split, by
   // (tp, cp, algorithm, zigzag): measure_cp_attention's figures.
   std::map<std::tuple<int, int, CpAlgo, bool>, CpAttentionTime> cp_attention{};
@@ -186,7 +194,8 @@ double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h
 // machine does not set every plan row of the shape (a single 10 ms window gave
 // 0.68 where the same shape measures 0.90 +- 0.02).
 ShapeRates measure_shape_rates(const ModelConfig& m, int Bm, int seq, double peak_flops, int repeats);
-// Adds the (tp, cp) split's GEMM efficiency to r (the best of `repeats`), once.
+// Adds the (tp, cp) split's GEMM efficiency to r (the best of `repeats`), once;
+// with cp > 1 its linear efficiency too.
 void measure_split_gemm_efficiency(ShapeRates& r, const ModelConfig& m, int Bm, int seq, double peak_flops, int tp,
                                    int cp, int repeats);
 // Adds the attention core of a (tp, cp, algo, zigzag) split (cp > 1) to r,

@@ -232,6 +232,15 @@ TEST(SweepPlan, SplitGemmEfficiencyIsMeasuredAtTheRanksShapes) {
   EXPECT_LE(rates.gemm_efficiency_at(2, 1), 1);
   EXPECT_EQ(rates.gemm_efficiency_at(1, 1), rates.gemm_efficiency);
   EXPECT_EQ(rates.gemm_efficiency_at(2, 2), rates.gemm_efficiency);  // not measured
+  // Without the attention core's per-head GEMMs (8 x 16 x 16 here), measured
+  // from the same timings for a cp split only: what the rates time when the
+  // core is measured (this machine, tiny at cp2: 0.64 against 0.38).
+  ASSERT_EQ(rates.split_linear_efficiency.size(), 1u);
+  EXPECT_GT(rates.linear_efficiency_at(1, 4), cp4);
+  EXPECT_LE(rates.linear_efficiency_at(1, 4), 1);
+  EXPECT_EQ(rates.linear_efficiency_at(2, 1), rates.gemm_efficiency_at(2, 1));  // no cp: not measured
+  EXPECT_GT(measure_gemm_efficiency(m, 4, 16, peak, 0.005, 1, 2, false),
+            measure_gemm_efficiency(m, 4, 16, peak, 0.005, 1, 2, true));
   rates.split_gemm_efficiency[{1, 4}] = 0.123;  // measured once: a second call keeps it
   measure_split_gemm_efficiency(rates, m, 4, 16, peak, 1, 4, 3);
   EXPECT_EQ(rates.gemm_efficiency_at(1, 4), 0.123);
@@ -284,17 +293,25 @@ TEST(SweepPlan, CpAttentionIsMeasuredAsTheRanksRunIt) {
   r.seq = 16;
   const LocalHardware h{10e9, 5, 20, 2, {}, {}};  // 2 cores
   const SweepPoint contiguous{"shard=none,cp_algo=ring,zigzag=off", "cp2", "tiny", "fp32", "weak", 2, 1, 1};
+  rates.split_gemm_efficiency[{1, 2}] = 0.3;
+  rates.split_linear_efficiency[{1, 2}] = 0.6;
   planner::PlanInput in = plan_input(c, contiguous, r, h, rates);
   EXPECT_EQ(in.hw.attention_fwd_s, 2e-5);
   EXPECT_EQ(in.hw.attention_bwd_s, 3e-5);
-  // zigzag was not measured at cp2: the FLOPs at the GEMM rate.
-  EXPECT_EQ(plan_input(c, {"shard=none", "cp2", "tiny", "fp32", "weak", 2, 1, 1}, r, h, rates).hw.attention_fwd_s, 0);
+  EXPECT_EQ(in.hw.gemm_efficiency, 0.6);  // the core's GEMMs are in its time
+  // zigzag was not measured at cp2: the FLOPs at the GEMM rate, every GEMM's.
+  const planner::PlanInput zigzag = plan_input(c, {"shard=none", "cp2", "tiny", "fp32", "weak", 2, 1, 1}, r, h, rates);
+  EXPECT_EQ(zigzag.hw.attention_fwd_s, 0);
+  EXPECT_EQ(zigzag.hw.gemm_efficiency, 0.3);
   // tp2.cp2 is 4 ranks on 2 cores: the 2 threads it was measured on had a core each.
   in = plan_input(c, {"shard=none", "tp2.cp2", "tiny", "fp32", "weak", 4, 1, 1}, r, h, rates);
   EXPECT_DOUBLE_EQ(in.hw.attention_fwd_s, 2e-5);
   EXPECT_DOUBLE_EQ(in.hw.attention_bwd_s, 8e-5);
   const PlanRow row = plan_row(c, contiguous, r, h, RunMeta{}, rates);
   EXPECT_NE(row.meta.reason.find("attention core measured (ring contiguous"), std::string::npos) << row.meta.reason;
+  EXPECT_NE(row.meta.reason.find("GEMMs at 0.6 of it (at a tp1 cp2 rank's shapes, the attention core's left out)"),
+            std::string::npos)
+      << row.meta.reason;
 }
 
 // The memory-bound side: the bytes are the planner's own counts for the same
