@@ -26,7 +26,8 @@
 // compute of their phase (fwd/bwd) and only the excess shows; TP and PP comm
 // and Ulysses' all-to-alls (each waited for at once) are always exposed.
 // A measured attention core (Hardware::attention_fwd_s) replaces its FLOPs
-// and softmax traffic in compute, and holds the CP comm in its time.
+// and softmax traffic in compute, and holds the CP comm in its time (and its
+// per-head GEMMs leave a GEMM table's average).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -121,7 +122,9 @@ struct Hardware {
   std::string machine;         // the profile's name (plan --machine), empty when typed by hand
   // Measured GEMM rates by shape at the plan's precision: when given (and the
   // model's shape), the model's GEMM efficiency is its GEMMs' (rank_gemms)
-  // flops over their time at these rates, instead of gemm_efficiency.
+  // flops over their time at these rates, instead of gemm_efficiency; with
+  // the attention core's time measured (attention_fwd_s), without the core's
+  // per-head GEMMs (they are in that time).
   std::vector<GemmRate> gemm_rates;
   // Measured alpha-beta fits per op by group size: an intra-node row of that
   // op costs calls x alpha + bus bytes / GBps with the fit of the nearest
