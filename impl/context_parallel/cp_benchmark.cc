@@ -176,7 +176,8 @@ int run(int argc, char** argv) {
   const Row contiguous = measure(*world, once, CpAlgo::ring, true, f.seqs.back(), false);
   if (!hosts_rank(*world, 0)) return 0;
   const char* backend = mpi ? "mpi" : "local";
-  std::printf("cp%d %s, %d sequence(s), %d heads x %d, fp32, forward + backward of one layer's attention, median of %d\n\n",
+  std::printf("cp%d %s, %d sequence(s), %d heads x %d, fp32, forward + backward of one layer's attention, "
+              "median of %d\n\n",
               f.cp, backend, f.batch, f.heads, f.hs, f.reps);
   std::printf("| seq | ring ms | ring MiB/rank | K/V transfer ms (serialized) | exposed ms (overlapped) | hidden | "
               "Ulysses ms | Ulysses MiB/rank |\n|---|---|---|---|---|---|---|---|\n");
@@ -201,8 +202,8 @@ int run(int argc, char** argv) {
     require(bool(out), "--csv: cannot write " + f.csv);
     out << "backend,cp,batch,heads,hs,algo,overlap,zigzag,seq,time_ms,compute_ms,wait_ms,bytes_per_rank\n";
     for (const Row& r : rows)
-      out << backend << ',' << f.cp << ',' << f.batch << ',' << f.heads << ',' << f.hs << ',' << r.algo << ',' << (r.overlap ? 1 : 0)
-          << ',' << (r.zigzag ? 1 : 0) << ',' << r.seq << ',' << r.time_ms << ',' << r.compute_ms << ','
+      out << backend << ',' << f.cp << ',' << f.batch << ',' << f.heads << ',' << f.hs << ',' << r.algo << ','
+          << (r.overlap ? 1 : 0) << ',' << (r.zigzag ? 1 : 0) << ',' << r.seq << ',' << r.time_ms << ',' << r.compute_ms << ','
           << r.wait_ms << ',' << r.bytes << '\n';
     require(bool(out), "--csv: writing " + f.csv + " failed");
   }

@@ -64,18 +64,15 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
         out[i] = bf16(y[i] + (bias ? static_cast<float>(bias[o]) : 0.0f));
       }
   } else {
-    // Bias first, then beta = 1: one pass over out, no separate add.
-    for (int n = 0; n < N; ++n)
-      for (int o = 0; o < OC; ++o) out[size_t(n) * OC + o] = bias ? bias[o] : T(0);
-    gemm(false, true, N, OC, C, inp, C, weight, C, T(1), out, OC);
+    matmul_forward_sliced(out, inp, weight, bias, N, C, OC, 1);  // one slice: the whole inner sum
   }
 }
 
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC, float* ws) {
-  if (dbias) bias_backward(dbias, dout, N, OC);
   if constexpr (std::is_same_v<T, bf16>) {
+    if (dbias) bias_backward(dbias, dout, N, OC);
     const size_t nc = size_t(N) * C, oc = size_t(OC) * C;
     float* x = ws;
     float* w = ws + nc;
@@ -90,11 +87,12 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
       for (size_t i = 0; i < oc; ++i) add_into(dweight[i], r[i]);
     }
   } else {
-    if (dinp) gemm(false, false, N, C, OC, dout, OC, weight, C, T(1), dinp, C);
-    if (dweight) gemm(true, false, OC, C, N, dout, OC, inp, C, T(1), dweight, C);
+    matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 1);  // one slice: the whole sums
   }
 }
 
+// Bias first, then each slice with beta = 1: one pass over out, no separate
+// add. One slice is matmul_forward's fp32/fp64 path.
 template <class T>
 void matmul_forward_sliced(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC, int parts) {
   static_assert(!std::is_same_v<T, bf16>, "sliced inner sums: fp32 and fp64 only");
@@ -106,6 +104,8 @@ void matmul_forward_sliced(T* out, const T* inp, const T* weight, const T* bias,
   }
 }
 
+// The bias first, then per slice dinp and dweight; one slice is
+// matmul_backward's fp32/fp64 path.
 template <class T>
 void matmul_backward_sliced(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
                             int OC, int parts) {

@@ -268,7 +268,8 @@ TEST(SweepPlan, CpAttentionIsMeasuredAsTheRanksRunIt) {
   EXPECT_GT(ring.bwd_s, 0);
   EXPECT_LT(ring.fwd_s + ring.bwd_s, 0.05);  // one layer of 4 sequences of 16 tokens
   EXPECT_EQ(ring.threads, 2);
-  const CpAttentionTime uly = measure_cp_attention(m, Precision::bf16_mixed, 4, 16, 1, 2, CpAlgo::ulysses, true, 0.01, 1);
+  const CpAttentionTime uly =
+      measure_cp_attention(m, Precision::bf16_mixed, 4, 16, 1, 2, CpAlgo::ulysses, true, 0.01, 1);
   EXPECT_GT(uly.fwd_s, 0);
   EXPECT_GT(uly.bwd_s, 0);
   EXPECT_THROW(measure_cp_attention(m, Precision::fp32, 4, 16, 1, 3, CpAlgo::ring, true, 0.01, 1), InputError);
