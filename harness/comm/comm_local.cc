@@ -1,7 +1,10 @@
-// LocalComm: one member's handle on a local Group. Collectives run on a
-// per-communicator progress thread in issue order (a stream), so non-blocking
-// calls progress while the caller computes; a blocking call runs inline when
-// the stream is idle (no hand-off cost) and queues behind it otherwise.
+// LocalComm: one member's handle on a local Group. Collectives run in issue
+// order on a per-communicator stream: a progress thread, so non-blocking calls
+// progress while the caller computes, or (WorldOptions::Progress::deferred,
+// where ranks and their threads would outnumber the cores) the rank itself,
+// when it waits for one, calls the communicator, or blocks anywhere. A
+// blocking call runs inline when the stream is idle (no hand-off cost) and
+// queues behind it otherwise.
 // Point-to-point is eager: send copies into the receiver's posted buffer or
 // its unexpected-message queue and returns, so it never blocks the stream.
 #include <algorithm>
@@ -64,7 +67,10 @@ class RecvState : public RequestState {
     p.erase(std::remove_if(p.begin(), p.end(), [&](const auto& r) { return r.get() == this; }), p.end());
   }
 
+  // Deferred progress: the rank's queued collectives run first (a sender may
+  // be waiting in one of them).
   void wait() override {
+    if (g_->world->deferred) progress_deferred();
     if (spin_until(*g_->world, [&] { return done_.load(std::memory_order_acquire); })) return finish();
     Mailbox& mb = *g_->mail[size_t(me_)];
     std::unique_lock lk(mb.mu);
@@ -108,15 +114,13 @@ class DoneRequest : public RequestState {
 
 class TaskRequest : public RequestState {
  public:
-  explicit TaskRequest(std::shared_ptr<WorldState> w) : world_(std::move(w)) {}
+  TaskRequest(std::shared_ptr<WorldState> w, std::shared_ptr<ThreadQueues> issuer)
+      : world_(std::move(w)), issuer_(std::move(issuer)) {}
   // Abandoned: fail the world so the task (bounded, polling abort) ends fast,
-  // then wait for it, swallowing its error: the exception in flight wins.
+  // then wait for it (deferred: run it, failing at once), swallowing its
+  // error: the exception in flight wins.
   void set_abort(std::function<void()> abort) { abort_ = std::move(abort); }
-  void abandon() override {
-    if (abort_) abort_();
-    std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire); });
-  }
+  void abandon() override;
   void complete(std::exception_ptr e) {
     {
       std::lock_guard lk(mu_);
@@ -125,6 +129,8 @@ class TaskRequest : public RequestState {
     }
     cv_.notify_all();
   }
+  // Deferred: true only once the rank has run it (a test does not run a
+  // collective, which would block on its peers).
   bool test() override {
     std::lock_guard lk(mu_);
     const bool done = done_.load(std::memory_order_acquire);
@@ -133,30 +139,37 @@ class TaskRequest : public RequestState {
   }
   // The task itself is bounded (its waits poll abort and the deadline), so
   // this waits for completion only: returning early would leave the task
-  // touching the caller's buffers.
-  void wait() override {
-    spin_until(*world_, [&] { return done_.load(std::memory_order_acquire); });
-    std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire); });
-    if (err_) std::rethrow_exception(err_);
-  }
+  // touching the caller's buffers. Deferred: the caller runs its issuer's
+  // tasks up to this one.
+  void wait() override;
 
  private:
+  void await_done();
+
   std::shared_ptr<WorldState> world_;
+  std::shared_ptr<ThreadQueues> issuer_;  // deferred only: the issuing thread's order of tasks
+  std::function<void()> abort_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<bool> done_{false};  // set under mu_; read without it by a spinning wait
   std::exception_ptr err_;
-  std::function<void()> abort_;
 };
 
-// Runs tasks in issue order on a thread started on first use. After a task
-// fails, later ones fail too (their peers are out of step), like a sticky
-// stream error.
-class Stream {
+// Runs tasks in issue order: on a thread started on first use, or (deferred)
+// on the issuing rank's thread, in the order it issued them over all its
+// communicators, before it starts any blocking call (ThreadQueues). After a
+// task fails, later ones fail too (their peers are out of step), like a
+// sticky stream error.
+class Stream final : public DeferredQueue {
  public:
-  explicit Stream(std::shared_ptr<WorldState> w) : world_(std::move(w)) {}
-  ~Stream() {
+  explicit Stream(std::shared_ptr<WorldState> w) : world_(std::move(w)), deferred_(world_->deferred) {}
+  ~Stream() override {
+    if (deferred_) {
+      if (issuer_) issuer_->forget(this);
+      while (run_one()) {  // peers may wait for what is queued (or, aborted, it fails at once)
+      }
+      return;
+    }
     {
       std::lock_guard lk(mu_);
       stop_ = true;
@@ -169,15 +182,34 @@ class Stream {
     return pending_ == 0;
   }
   std::shared_ptr<TaskRequest> push(std::function<void()> fn) {
-    auto req = std::make_shared<TaskRequest>(world_);
+    std::shared_ptr<ThreadQueues> issuer;
+    if (deferred_) issuer = issuer_ ? issuer_ : ThreadQueues::mine();
+    auto req = std::make_shared<TaskRequest>(world_, issuer);
     {
       std::lock_guard lk(mu_);
-      if (!th_.joinable()) th_ = std::thread([this] { loop(); });
+      if (!deferred_ && !th_.joinable()) th_ = std::thread([this] { loop(); });
       q_.push_back({std::move(fn), req});
       ++pending_;
     }
-    cv_.notify_all();
+    if (deferred_) {
+      issuer_ = std::move(issuer);
+      issuer_->issued(this, req.get());
+    } else {
+      cv_.notify_all();
+    }
     return req;
+  }
+  const void* run_one() override {
+    std::lock_guard running(run_mu_);  // one task of the stream at a time, in order, whoever runs it
+    Task t;
+    {
+      std::lock_guard lk(mu_);
+      if (q_.empty()) return nullptr;
+      t = std::move(q_.front());
+      q_.pop_front();
+    }
+    run(t);
+    return t.req.get();
   }
 
  private:
@@ -185,6 +217,24 @@ class Stream {
     std::function<void()> fn;
     std::shared_ptr<TaskRequest> req;
   };
+  void run(Task& t) {
+    std::exception_ptr err;
+    {
+      std::lock_guard lk(mu_);
+      err = failed_;
+    }
+    if (!err) {
+      try {
+        t.fn();
+      } catch (...) {
+        err = std::current_exception();
+      }
+    }
+    t.req->complete(err);
+    std::lock_guard lk(mu_);
+    if (err && !failed_) failed_ = err;
+    --pending_;
+  }
   void loop() {
     std::unique_lock lk(mu_);
     for (;;) {
@@ -192,23 +242,15 @@ class Stream {
       if (q_.empty()) return;  // stop requested and drained
       Task t = std::move(q_.front());
       q_.pop_front();
-      std::exception_ptr failed = failed_;
       lk.unlock();
-      std::exception_ptr err = failed;
-      if (!failed) {
-        try {
-          t.fn();
-        } catch (...) {
-          err = std::current_exception();
-        }
-      }
-      t.req->complete(err);
+      run(t);
       lk.lock();
-      if (err && !failed_) failed_ = err;
-      --pending_;
     }
   }
   std::shared_ptr<WorldState> world_;
+  const bool deferred_;
+  std::shared_ptr<ThreadQueues> issuer_;  // deferred: the issuing thread's order, once it issued
+  std::mutex run_mu_;                     // deferred: held while a task runs
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> q_;
@@ -217,6 +259,25 @@ class Stream {
   std::exception_ptr failed_;
   std::thread th_;
 };
+
+void TaskRequest::await_done() {
+  spin_until(*world_, [&] { return done_.load(std::memory_order_acquire); });
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire); });
+}
+
+void TaskRequest::wait() {
+  if (issuer_ && !done_.load(std::memory_order_acquire)) issuer_->run_until(this);
+  await_done();
+  std::lock_guard lk(mu_);
+  if (err_) std::rethrow_exception(err_);
+}
+
+void TaskRequest::abandon() {
+  if (abort_) abort_();
+  if (issuer_ && !done_.load(std::memory_order_acquire)) issuer_->run_until(this);
+  await_done();
+}
 
 class LocalComm final : public Communicator {
  public:
@@ -274,8 +335,9 @@ class LocalComm final : public Communicator {
 
  private:
   template <class F> void in_order(F&& f) {
-    if (stream_.idle()) f();
-    else stream_.push(std::function<void()>(f))->wait();
+    if (g_->world->deferred) progress_deferred();  // every stream's, in issue order
+    else if (!stream_.idle()) return stream_.push(std::function<void()>(f))->wait();
+    f();
   }
 
   void collective(const OpDesc& d) {

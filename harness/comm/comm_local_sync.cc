@@ -3,6 +3,7 @@
 // condition variable in short polls (spin_until, block_until).
 #include "harness/comm/comm_local_sync.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -12,7 +13,40 @@ namespace pb::local {
 WorldState::WorldState(WorldOptions o) : opts(std::move(o)) {
   unsigned cores = std::thread::hardware_concurrency();
   spin = cores > 0 && unsigned(opts.size) <= cores;
+  deferred = local_progress_deferred(opts, cores);
 }
+
+void ThreadQueues::issued(DeferredQueue* q, const void* task) {
+  std::lock_guard lk(mu_);
+  order_.emplace_back(q, task);
+}
+
+void ThreadQueues::forget(DeferredQueue* q) {
+  std::lock_guard lk(mu_);
+  std::erase_if(order_, [&](const auto& e) { return e.first == q; });
+}
+
+void ThreadQueues::run_until(const void* task) {
+  for (;;) {
+    std::pair<DeferredQueue*, const void*> next;
+    {
+      std::lock_guard lk(mu_);
+      if (order_.empty()) return;
+      next = order_.front();
+      order_.pop_front();
+    }
+    // Without the lock: the task blocks until its peers run it too.
+    next.first->run_one();
+    if (task && next.second == task) return;
+  }
+}
+
+const std::shared_ptr<ThreadQueues>& ThreadQueues::mine() {
+  thread_local const std::shared_ptr<ThreadQueues> q = std::make_shared<ThreadQueues>();
+  return q;
+}
+
+void progress_deferred() { ThreadQueues::mine()->run_until(nullptr); }
 
 void WorldState::abort(int rank, const std::string& what) {
   std::lock_guard lk(mu);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,7 @@ struct WorldState {
 
   WorldOptions opts;
   bool spin = false;  // busy-wait briefly only when there are no more ranks than cores
+  bool deferred = false;  // non-blocking collectives run by their rank (local_progress_deferred)
   std::atomic<bool> aborted{false};
   mutable std::mutex mu;
   int failed_rank = -1;
@@ -66,6 +68,40 @@ bool spin_until(const WorldState& w, Ready ready) {
   }
   return ready();
 }
+
+// Deferred progress (WorldOptions::Progress::deferred): a communicator's
+// queue of non-blocking collectives its rank issued and has not run yet.
+class DeferredQueue {
+ public:
+  virtual ~DeferredQueue() = default;
+  // Runs the oldest queued task (none: nothing); its request, or null. Never
+  // throws: a task's error goes to its request.
+  virtual const void* run_one() = 0;
+};
+
+// The deferred collectives a thread has issued, over all its communicators,
+// in issue order. The thread runs them, oldest first, before it starts any
+// blocking call (a collective, a receive, a wait): a peer may be waiting in
+// one of them before it can send or join, as MPI's blocking calls progress
+// outstanding requests. Never from inside a collective's own wait: a rank
+// that had joined one collective and then blocked in another could hold up
+// both (deadlock); at top level, ranks running the same program in the same
+// order meet in the same order.
+class ThreadQueues {
+ public:
+  void issued(DeferredQueue* q, const void* task);
+  void forget(DeferredQueue* q);  // a queue going away (it ran what it held)
+  // Runs the tasks issued until `task` has run (every task, if null).
+  void run_until(const void* task);
+  static const std::shared_ptr<ThreadQueues>& mine();  // the calling thread's
+
+ private:
+  std::mutex mu_;
+  std::deque<std::pair<DeferredQueue*, const void*>> order_;
+};
+
+// The calling thread's deferred collectives, all run (ThreadQueues).
+void progress_deferred();
 
 // Blocks on cv (lk held) until done() is true, polling abort (unless
 // `committed`: every party is known to be on its way) and the deadline; on

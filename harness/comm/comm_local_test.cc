@@ -82,6 +82,8 @@ TEST(LocalComm, EveryRankGetsIdenticalBits) {
 }
 
 TEST(LocalComm, NonBlockingCallsProgressWhileTheCallerIsBusy) {
+  WorldOptions o;
+  o.progress = WorldOptions::Progress::thread;  // automatic defers on a machine with fewer than 4 cores
   run_local(2, [](Communicator& c) {
     std::vector<float> x(size_t(1) << 22, 1.0f);  // 16 MiB
     auto t0 = Clock::now();
@@ -94,7 +96,93 @@ TEST(LocalComm, NonBlockingCallsProgressWhileTheCallerIsBusy) {
     const double waited = since(t1);
     EXPECT_LT(waited, 0.5 * blocking) << "blocking " << blocking << " s";
     EXPECT_EQ(x[123], 4.0f);
-  });
+  }, o);
+}
+
+// Deferred progress: a non-blocking collective runs on its rank's own thread
+// when the rank waits for it, not before; in issue order with the blocking
+// calls of its communicator.
+TEST(LocalComm, DeferredCollectivesRunAtTheWaitInIssueOrder) {
+  WorldOptions o;
+  o.progress = WorldOptions::Progress::deferred;
+  run_local(3, [](Communicator& c) {
+    std::vector<float> x(1000, 1.0f), y(7, 2.0f);
+    Request q = c.iall_reduce(x.data(), x.data(), x.size(), DType::f32);
+    Request q2 = c.iall_reduce(y.data(), y.data(), y.size(), DType::f32);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(q.test());  // a test does not run it: it would block on the peers
+    EXPECT_EQ(x[5], 1.0f);
+    q2.wait();  // runs q, then q2
+    EXPECT_TRUE(q.test());
+    EXPECT_EQ(x[5], 3.0f);
+    EXPECT_EQ(y[6], 6.0f);
+    q.wait();
+    Request q3 = c.iall_reduce(x.data(), x.data(), x.size(), DType::f32);
+    c.all_reduce(y.data(), y.data(), y.size(), DType::f32);  // a blocking call runs what is queued first
+    EXPECT_TRUE(q3.test());
+    EXPECT_EQ(x[999], 9.0f);
+    EXPECT_EQ(y[0], 18.0f);
+  }, o);
+}
+
+// A rank that blocks anywhere (a receive, a collective of another group) runs
+// its queued collectives first, as MPI's blocking calls progress outstanding
+// requests: a peer may be waiting in one of them before it can send or join.
+TEST(LocalComm, DeferredCollectivesProgressWhereverTheRankBlocks) {
+  WorldOptions o;
+  o.progress = WorldOptions::Progress::deferred;
+  o.timeout_s = 20;  // a deadlock fails the test instead of hanging it
+  run_local(2, [](Communicator& c) {
+    std::vector<float> x(100, float(c.rank() + 1));
+    float msg = 0;
+    // Rank 0 receives before waiting; rank 1 waits before sending.
+    Request q = c.iall_reduce(x.data(), x.data(), x.size(), DType::f32);
+    if (c.rank() == 0) {
+      c.recv(&msg, 1, DType::f32, 1);
+      EXPECT_EQ(msg, 42.0f);
+      q.wait();
+    } else {
+      q.wait();
+      msg = 42.0f;
+      c.send(&msg, 1, DType::f32, 0);
+    }
+    EXPECT_EQ(x[50], 3.0f);
+    // Rank 0 joins a blocking collective of another group first; rank 1 waits first.
+    auto pair = c.split(0, c.rank(), "pair");
+    Request p = pair->iall_reduce(x.data(), x.data(), x.size(), DType::f32);
+    std::vector<double> z(3, 1.0);
+    if (c.rank() == 0) {
+      c.all_reduce(z.data(), z.data(), z.size(), DType::f64);
+      p.wait();
+    } else {
+      p.wait();
+      c.all_reduce(z.data(), z.data(), z.size(), DType::f64);
+    }
+    EXPECT_EQ(x[0], 6.0f);
+    EXPECT_EQ(z[2], 2.0);
+  }, o);
+}
+
+TEST(LocalComm, BothProgressModesGiveTheSameBits) {
+  WorldOptions thread, deferred;
+  thread.progress = WorldOptions::Progress::thread;
+  deferred.progress = WorldOptions::Progress::deferred;
+  EXPECT_EQ(fingerprints(4, thread), fingerprints(4, deferred));
+}
+
+TEST(LocalComm, AutomaticProgressDefersWhenRanksAndTheirThreadsOutnumberTheCores) {
+  WorldOptions o;
+  o.size = 2;
+  EXPECT_FALSE(local_progress_deferred(o, 4));
+  EXPECT_TRUE(local_progress_deferred(o, 3));
+  EXPECT_TRUE(local_progress_deferred(o, 2));
+  o.size = 1;
+  EXPECT_FALSE(local_progress_deferred(o, 2));
+  o.progress = WorldOptions::Progress::deferred;
+  EXPECT_TRUE(local_progress_deferred(o, 64));
+  o.progress = WorldOptions::Progress::thread;
+  o.size = 16;
+  EXPECT_FALSE(local_progress_deferred(o, 2));
 }
 
 TEST(LocalComm, TwoLevelAllReduceMatchesFlatAndCutsInterNodeTraffic) {

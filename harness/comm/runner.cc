@@ -39,6 +39,12 @@ void validate(const WorldOptions& o) {
   require(o.chaos.max_delay_us >= 0, "chaos max delay: must be >= 0 us, got " + std::to_string(o.chaos.max_delay_us));
 }
 
+bool local_progress_deferred(const WorldOptions& o, unsigned cores) {
+  if (o.progress != WorldOptions::Progress::automatic) return o.progress == WorldOptions::Progress::deferred;
+  if (cores == 0) cores = std::thread::hardware_concurrency();
+  return cores > 0 && 2 * int64_t(o.size) > int64_t(cores);
+}
+
 bool hosts_rank(const World& world, int rank) {
   const std::vector<int> hosted = world.local_ranks();
   return std::find(hosted.begin(), hosted.end(), rank) != hosted.end();

@@ -39,7 +39,20 @@ struct WorldOptions {
   // Local backend only: receives ignore tags and take a pair's messages in
   // the order they were sent, as nccl does (a stand-in for its matching).
   bool match_by_order = false;
+  // Local backend only: who runs a non-blocking collective. thread: the
+  // communicator's progress thread, while the caller computes (overlap, as a
+  // GPU's communication stream); deferred: the issuing rank itself, in issue
+  // order, when it waits for it or blocks in any other call (MPI's progress
+  // rule without an asynchronous progress thread); automatic: thread when
+  // every rank and its progress thread have a core of their own (2 x ranks <=
+  // cores), deferred otherwise, where a progress thread can only take the
+  // core of a computing rank and a collective waits on the scheduler.
+  enum class Progress { automatic, thread, deferred };
+  Progress progress = Progress::automatic;
 };
+// Whether a local world of these options runs its non-blocking collectives
+// deferred (Progress::automatic resolved against `cores`, 0: this machine's).
+bool local_progress_deferred(const WorldOptions& o, unsigned cores = 0);
 // InputError naming the field and the rule.
 void validate(const WorldOptions& o);
 

@@ -17,10 +17,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Runs fn on a local world of n ranks; returns the error and checks the time bound.
-RankError expect_failure(int n, double timeout_s, double bound_s, const std::function<void(Communicator&)>& fn) {
+RankError expect_failure(int n, double timeout_s, double bound_s, const std::function<void(Communicator&)>& fn,
+                         WorldOptions::Progress progress = WorldOptions::Progress::automatic) {
   WorldOptions o;
   o.size = n;
   o.timeout_s = timeout_s;
+  o.progress = progress;
   auto t0 = Clock::now();
   try {
     run_ranks(o, fn);
@@ -32,36 +34,44 @@ RankError expect_failure(int n, double timeout_s, double bound_s, const std::fun
   return RankError(-1, "");
 }
 
+// Both ways the local backend runs non-blocking collectives (a progress
+// thread; deferred to the rank's own waits).
+constexpr WorldOptions::Progress kProgress[] = {WorldOptions::Progress::thread, WorldOptions::Progress::deferred};
+
 TEST(Runner, ThrowingRankEndsTheRunAndIsNamed) {
   // Peers are blocked in a collective, a recv, a sub-group collective, and a pending non-blocking op.
-  RankError e = expect_failure(5, /*timeout_s=*/60, /*bound_s=*/5, [](Communicator& c) {
-    std::vector<float> x(1000, 1.0f);
-    c.all_reduce(x.data(), x.data(), x.size(), DType::f32);
-    auto sub = c.split(c.rank() % 2, c.rank(), "parity");
-    if (c.rank() == 3) throw std::runtime_error("boom at step 7");
-    if (c.rank() == 0) c.recv(x.data(), 10, DType::f32, 3);
-    if (c.rank() == 1) sub->barrier();
-    if (c.rank() == 2) {
-      Request q = c.iall_reduce(x.data(), x.data(), x.size(), DType::f32);
-      q.wait();
-    }
-    c.barrier();
-  });
-  EXPECT_EQ(e.rank(), 3);
-  EXPECT_STREQ(e.what(), "rank 3: boom at step 7");
+  for (WorldOptions::Progress progress : kProgress) {
+    RankError e = expect_failure(5, /*timeout_s=*/60, /*bound_s=*/5, [](Communicator& c) {
+      std::vector<float> x(1000, 1.0f);
+      c.all_reduce(x.data(), x.data(), x.size(), DType::f32);
+      auto sub = c.split(c.rank() % 2, c.rank(), "parity");
+      if (c.rank() == 3) throw std::runtime_error("boom at step 7");
+      if (c.rank() == 0) c.recv(x.data(), 10, DType::f32, 3);
+      if (c.rank() == 1) sub->barrier();
+      if (c.rank() == 2) {
+        Request q = c.iall_reduce(x.data(), x.data(), x.size(), DType::f32);
+        q.wait();
+      }
+      c.barrier();
+    }, progress);
+    EXPECT_EQ(e.rank(), 3);
+    EXPECT_STREQ(e.what(), "rank 3: boom at step 7");
+  }
 }
 
 TEST(Runner, ThrowingWithOperationsPendingDoesNotHang) {
-  RankError e = expect_failure(3, 60, 5, [](Communicator& c) {
-    std::vector<float> x(100);
-    if (c.rank() == 1) {
-      Request q = c.iall_reduce(x.data(), x.data(), x.size(), DType::f32);
-      Request q2 = c.iall_reduce(x.data(), x.data(), x.size(), DType::f32);
-      throw std::runtime_error("failed after issuing");
-    }
-    c.barrier();
-  });
-  EXPECT_EQ(e.rank(), 1);
+  for (WorldOptions::Progress progress : kProgress) {
+    RankError e = expect_failure(3, 60, 5, [](Communicator& c) {
+      std::vector<float> x(100);
+      if (c.rank() == 1) {
+        Request q = c.iall_reduce(x.data(), x.data(), x.size(), DType::f32);
+        Request q2 = c.iall_reduce(x.data(), x.data(), x.size(), DType::f32);
+        throw std::runtime_error("failed after issuing");
+      }
+      c.barrier();
+    }, progress);
+    EXPECT_EQ(e.rank(), 1);
+  }
 }
 
 TEST(Runner, RankThatNeverArrivesIsEndedByTheTimeout) {

@@ -633,6 +633,35 @@ ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHar
   return r;
 }
 
+// ShapeRates::corun_scale at k ranks: the shape's single-rank step (as
+// measure_rates runs it) on k threads at once, each in a world of its own, the
+// median of their step times over the same step run alone just before. 1 if
+// the k copies would not fit this machine's limits or a step fails.
+double measure_corun(const SweepConfig& c, const ShapeKey& k, int ranks, double peak_rank, const Limits& limits) {
+  SweepConfig one = c;
+  one.batch_per_rank = std::get<2>(k) * std::get<3>(k);
+  const SweepPoint p = single_rank_point(k);
+  try {
+    require_fits(planner::run_need(point_spec(one, p), ranks, true, /*conformance=*/false), limits,
+                 "calibration step side by side");
+  } catch (const InputError&) {
+    return 1;
+  }
+  const PointResult alone = run_point(one, p, peak_rank, nullptr);
+  std::vector<PointResult> side(static_cast<size_t>(ranks));
+  {
+    std::vector<std::thread> copies;
+    for (size_t i = 0; i < side.size(); ++i)
+      copies.emplace_back([&, i] { side[i] = run_point(one, p, peak_rank, nullptr); });
+    for (std::thread& t : copies) t.join();
+  }
+  std::vector<double> times;
+  for (const PointResult& r : side)
+    if (r.status == "ok") times.push_back(r.step_time_s);
+  if (alone.status != "ok" || times.size() != side.size()) return 1;
+  return median(times) / alone.step_time_s;
+}
+
 }  // namespace
 
 SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip) {
@@ -687,9 +716,16 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   std::map<ShapeKey, ShapeRates> rates;
   // What a plan row of point p needs, each measured once: its shape's rates
   // and its world's figures (into hw).
+  // Ranks computing side by side (ShapeRates::corun_scale), measured once per shape and count.
+  auto corun_for = [&](const ShapeKey& key, int together) {
+    if (together < 2 || !rates[key].step_measured || rates[key].corun_scale.count(together)) return;
+    rates[key].corun_scale[together] = measure_corun(c, key, together, peak_rank, run.limits);
+    rates[key].corun_bytes = single_rank_bytes(key, c.seq, hw, rates[key]);
+  };
   auto figures_for = [&](const SweepPoint& p, const PointResult& r) -> const ShapeRates& {
     const ShapeKey key = shape_key(p, r);
     if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits);
+    corun_for(key, std::min(p.world, hw.cores));
     const MeshShape mesh = parse_mesh(p.mesh, "sweep point");
     if (mesh.tp > 1 || mesh.cp > 1) {
       const ModelConfig m = named_model(p.model);
@@ -757,7 +793,10 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
       plan_csv = std::make_unique<ResultWriter>(run.plan_csv_path, "plan");
       hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
     }
-    for (const MeasuredPoint& m : all) figures_for(m.point, m.result);
+    for (const MeasuredPoint& m : all) {
+      figures_for(m.point, m.result);
+      corun_for(shape_key(m.point, m.result), hw.cores);  // extrapolated: one rank per core, every core busy
+    }
     for (const PlanRow& row : extrapolated_plan_rows(c, all, hw, rates)) plan_csv->write(row.meta, row.values);
   }
   sum.seconds = std::chrono::duration<double>(clock::now() - t0).count();

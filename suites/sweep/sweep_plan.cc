@@ -101,9 +101,10 @@ double spin_steps_per_us() {
 
 // One window: seconds per iteration of (start a gather, compute, wait) and of
 // the compute alone, on rank 0 between barriers.
-std::pair<double, double> async_window(int world, int64_t steps, int iters) {
+std::pair<double, double> async_window(int world, WorldOptions::Progress progress, int64_t steps, int iters) {
   WorldOptions wo;
   wo.size = world;
+  wo.progress = progress;
   auto w = make_local_world(wo);
   // floats: 64 KiB, between the sweep models' unit shards at dp4 (tiny about
   // 12 KB, small about 200 KB): the cost grows with the size (256 KiB: about
@@ -133,9 +134,12 @@ std::pair<double, double> async_window(int world, int64_t steps, int iters) {
 
 }  // namespace
 
-std::vector<planner::AsyncCallCost> measure_async_call_cost(int world, int cores) {
+std::vector<planner::AsyncCallCost> measure_async_call_cost(int world, int cores, WorldOptions::Progress progress) {
   std::vector<planner::AsyncCallCost> out;
-  if (world <= cores || cores < 1) return out;
+  WorldOptions wo;
+  wo.size = world;
+  wo.progress = progress;
+  if (world <= cores || cores < 1 || local_progress_deferred(wo, unsigned(cores))) return out;
   const double share = double(cores) / double(world);
   const double per_us = spin_steps_per_us();
   for (double wall_us : {50.0, 250.0, 1000.0, 4000.0}) {
@@ -143,7 +147,7 @@ std::vector<planner::AsyncCallCost> measure_async_call_cost(int world, int cores
     const int iters = std::clamp(int(1e5 / wall_us), 8, 2000);  // about 0.1 s
     std::vector<double> cost;
     for (int rep = 0; rep < 3; ++rep) {
-      const auto [with, alone] = async_window(world, steps, iters);
+      const auto [with, alone] = async_window(world, progress, steps, iters);
       cost.push_back(std::max(0.0, with - alone) * 1e6);
     }
     std::sort(cost.begin(), cost.end());
@@ -503,6 +507,13 @@ double ShapeRates::gemm_efficiency_at(int tp, int cp) const {
   return it != split_gemm_efficiency.end() ? it->second : gemm_efficiency;
 }
 
+double ShapeRates::corun_at(int k, double bytes) const {
+  const auto it = corun_scale.find(k);
+  if (k < 2 || it == corun_scale.end() || !(corun_bytes > 0)) return 1;
+  const double w = std::clamp((bytes - corun_bytes) / (double(k - 1) * corun_bytes), 0.0, 1.0);
+  return 1 + (it->second - 1) * w;
+}
+
 double ShapeRates::linear_efficiency_at(int tp, int cp) const {
   const auto it = split_linear_efficiency.find({tp, cp});
   return it != split_linear_efficiency.end() ? it->second : gemm_efficiency_at(tp, cp);
@@ -657,7 +668,32 @@ double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h
   return planner::plan(plan_input(one, single_rank_point(k), res, h, r)).step_s;
 }
 
+double single_rank_bytes(const ShapeKey& k, int seq, const LocalHardware& h, const ShapeRates& r) {
+  SweepConfig one;
+  one.seq = seq;
+  PointResult res;
+  res.seq = seq;
+  res.global_batch = int64_t(std::get<2>(k)) * std::get<3>(k);
+  return double(planner::plan(plan_input(one, single_rank_point(k), res, h, r)).worst.device_total());
+}
+
 namespace {
+// in's compute_scale times ShapeRates::corun_at for `together` of its ranks
+// computing at once, at their planned footprints (the mean over its stages).
+void scale_for_corun(planner::PlanInput& in, const ShapeRates& rates, int together) {
+  if (together < 2 || !rates.corun_scale.count(together)) return;
+  const planner::PlanResult pr = planner::plan(in);  // its memory does not depend on the compute scale
+  double mean = 0;
+  for (const planner::StageMemory& st : pr.stages) mean += double(st.device_total()) / double(pr.stages.size());
+  in.hw.compute_scale *= rates.corun_at(together, together * mean);
+}
+
+// Whether run_point's DDP overlaps its buckets with backward: not inside
+// pipeline stages, which sync after the flush.
+bool ddp_overlaps(const RunSpec& spec) {
+  return spec.data.shard == dp::Shard::none && spec.data.overlap && spec.mesh.pp == 1 && !spec.pipe.schedule;
+}
+
 // A context-parallel plan's measured attention core (ShapeRates::cp_attention),
 // at the world's core share: it ran on its own cp threads, which shared the
 // cores as cp ranks do, and runs among `world` ranks. The rest of the rank's
@@ -699,9 +735,12 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.precision = parse_precision(p.precision);
   in.global_batch = r.global_batch;
   in.microbatch_size = r.global_batch / (int64_t(p.dp) * p.microbatches);
-  // What run_point runs: DDP overlaps its buckets with backward, except inside
-  // pipeline stages, which sync after the flush.
-  in.overlap = in.shard == dp::Shard::none && spec.data.overlap && in.pp == 1 && !spec.pipe.schedule;
+  // Only where the local backend runs its collectives on progress threads:
+  // with fewer than two cores per rank it runs them at the wait
+  // (WorldOptions::Progress), so the buckets are exposed.
+  WorldOptions wo;
+  wo.size = p.world;
+  in.overlap = ddp_overlaps(spec) && !local_progress_deferred(wo, unsigned(h.cores));
   in.ranks_per_node = spec.mesh.ranks_per_node ? spec.mesh.ranks_per_node : c.ranks_per_node;
   in.hw = planner_hardware(h, p.world);
   in.hw.gemm_efficiency = rates.gemm_efficiency_at(in.tp, in.cp);
@@ -709,6 +748,7 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   const double mem = rates.memory.GBps(p.microbatches);
   if (mem > 0) in.hw.mem_bw_GBps = mem * core_share(h, p.world);
   set_cp_attention(in, rates, h, p.world);
+  scale_for_corun(in, rates, std::min(p.world, h.cores));
   return in;
 }
 
@@ -743,6 +783,14 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
                   planner_hardware(h, p.world).latency_us, std::max(2, p.world),
                   p.world < 2 ? " (unused: one rank)" : "");
     std::string reason = note;
+    const int together = std::min(p.world, h.cores);
+    if (const auto it = rates.corun_scale.find(together); together > 1 && it != rates.corun_scale.end()) {
+      std::snprintf(note, sizeof note,
+                    ", x %.3g for %d ranks computing at once (the single-rank step ran x %.3g as %d copies side by "
+                    "side; taken at these ranks' footprint)",
+                    in.hw.compute_scale / rates.compute_scale, together, it->second, together);
+      reason += note;
+    }
     if (in.hw.attention_fwd_s > 0) {
       std::snprintf(note, sizeof note,
                     "; the attention core measured (%s%s at this rank's shape, cp traffic included): %.3g + %.3g us "
@@ -839,6 +887,10 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
         if (profile) {
           in.hw = planner::hardware_for(*profile, in.precision);
           in.ranks_per_node = profile->ranks_per_node;
+          RunSpec spec;
+          spec.mesh = parse_mesh(p.mesh, "sweep point");
+          apply_strategy_text(spec, p.strategy, "sweep point");
+          in.overlap = ddp_overlaps(spec);  // the profile's devices overlap on their own streams
           std::snprintf(note, sizeof note, "extrapolated from %d measured ranks with machine profile %s (%s)",
                         m->point.world, profile->name.c_str(), profile->source.c_str());
         } else {
@@ -848,6 +900,7 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
           const double mem = shape_rates.memory.GBps(p.microbatches);
           if (mem > 0) in.hw.mem_bw_GBps = mem;
           set_cp_attention(in, shape_rates, local, 1);
+          scale_for_corun(in, shape_rates, local.cores);  // one rank per core: every core busy
           in.ranks_per_node = local.cores;
           std::snprintf(note, sizeof note,
                         "extrapolated from %d measured ranks with this machine's figures: one rank per core, %d "

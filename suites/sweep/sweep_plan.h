@@ -62,8 +62,12 @@ std::map<std::string, double> measure_bus_bandwidth(int n);
 // rank starts a 64 KiB-per-rank all_gather, computes (a spin of calibrated
 // length), then waits for the gather, against the same compute alone; the
 // difference per call, the median of three windows of about 0.1 s each.
-// Only meaningful when world > cores (empty otherwise).
-std::vector<planner::AsyncCallCost> measure_async_call_cost(int world, int cores);
+// Only meaningful when world > cores and the world runs its collectives on
+// progress threads (`progress`, resolved at `cores`; WorldOptions::Progress):
+// empty otherwise. Deferred, they are plain blocking calls made at the wait,
+// which the planner times as exposed collectives.
+std::vector<planner::AsyncCallCost> measure_async_call_cost(
+    int world, int cores, WorldOptions::Progress progress = WorldOptions::Progress::automatic);
 
 // The per-world figures of `world` ranks the plan rows need, measured once:
 // its ring step (local_step_latency_us), the bus bandwidth of every op at
@@ -161,6 +165,19 @@ struct ShapeRates {
   // (planner::Hardware::compute_scale); 1: not measured.
   double compute_scale = 1;
   bool step_measured = false;  // compute_scale came from a measured step
+  // That step run by k ranks at once (k independent copies, one per core)
+  // over the step alone, by k: what ranks computing side by side cost each
+  // other (the last-level cache and memory bandwidth they share). A k not
+  // measured: 1. corun_bytes: the planner's device total of that step's rank
+  // (its footprint), where the factor is 1 alone and corun_scale at k copies.
+  std::map<int, double> corun_scale{};
+  double corun_bytes = 0;
+  // The factor for k ranks computing at once whose footprints add up to
+  // `bytes`: linear in the footprint between one copy (1) and k copies
+  // (corun_scale[k]), clamped there. Ranks holding slices of the model (tp,
+  // pp) share the cache as one copy does: on this machine tp2 and pp2 of
+  // small run at 1.0 where dp2 runs at 1.06 (32 MiB of L3, 13 MB a copy).
+  double corun_at(int k, double bytes) const;
   // The GEMM efficiency of one rank of a tensor- or context-parallel split,
   // by (tp, cp), at that rank's own GEMM shapes (the best of three, like
   // gemm_efficiency); a split not measured uses gemm_efficiency.
@@ -189,6 +206,8 @@ SweepPoint single_rank_point(const ShapeKey& k);
 // key k's model at seq tokens, on this machine's figures h and rates r
 // (their compute_scale ignored): what compute_scale divides.
 double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r);
+// The planner's device total (bytes) of that step's rank: ShapeRates::corun_bytes.
+double single_rank_bytes(const ShapeKey& k, int seq, const LocalHardware& h, const ShapeRates& r);
 // The best of `repeats` measurements of both (the highest GEMM efficiency;
 // each memory-bound time at its least), so one slow moment of a shared
 // machine does not set every plan row of the shape (a single 10 ms window gave

@@ -64,13 +64,16 @@ TEST(SweepPlan, InputDescribesThePointAsRun) {
   const planner::PlanInput in = plan_input(c, p, r, h);
   EXPECT_EQ(in.dp, 4);
   EXPECT_EQ(in.shard, dp::Shard::none);
-  EXPECT_TRUE(in.overlap);               // DDP's default bucket overlap
+  EXPECT_FALSE(in.overlap);  // 4 ranks on 2 cores: the backend reduces the buckets at the wait (deferred progress)
   EXPECT_EQ(in.microbatch_size, 2);      // 16 sequences / (4 ranks x 2 microbatches)
   EXPECT_EQ(in.global_batch, 16);
   ASSERT_TRUE(in.shape.has_value());
   EXPECT_EQ(in.shape->name, "tiny");
+  h.cores = 8;
+  EXPECT_TRUE(plan_input(c, p, r, h).overlap);  // DDP's default bucket overlap, on progress threads
   p.strategy = "shard=zero3";
   EXPECT_FALSE(plan_input(c, p, r, h).overlap);
+  h.cores = 2;
   // A pipeline point: the planner sees its stages, schedule and per-replica microbatch.
   p = {"shard=zero1,schedule=interleaved,virtual_stages=2", "dp2.pp2", "tiny", "fp32", "weak", 4, 2, 4};
   const planner::PlanInput pi = plan_input(c, p, r, h);
@@ -157,12 +160,17 @@ TEST(SweepPlan, LatencyPerWorldIsUsedForThatWorld) {
 }
 
 // The cost of a collective issued without waiting is measured only where
-// ranks time-share cores (here 2 ranks told they have one core), at four
-// amounts of compute between calls, and reaches the plan of that world only.
+// ranks time-share cores (here 2 ranks told they have one core) and run
+// their collectives on progress threads, at four amounts of compute between
+// calls, and reaches the plan of that world only. Where the backend defers
+// them (the default there), they are blocking calls: nothing to measure.
 TEST(SweepPlan, AsyncCallCostIsMeasuredForTimeSharedWorlds) {
-  EXPECT_TRUE(measure_async_call_cost(2, 2).empty());
-  EXPECT_TRUE(measure_async_call_cost(4, 8).empty());
-  const std::vector<planner::AsyncCallCost> t = measure_async_call_cost(2, 1);
+  using P = WorldOptions::Progress;
+  EXPECT_TRUE(measure_async_call_cost(2, 2, P::thread).empty());
+  EXPECT_TRUE(measure_async_call_cost(4, 8, P::thread).empty());
+  EXPECT_TRUE(measure_async_call_cost(2, 1).empty());  // automatic: deferred at 2 ranks on one core
+  EXPECT_TRUE(measure_async_call_cost(2, 1, P::deferred).empty());
+  const std::vector<planner::AsyncCallCost> t = measure_async_call_cost(2, 1, P::thread);
   ASSERT_EQ(t.size(), 4u);
   for (size_t i = 0; i < t.size(); ++i) {
     EXPECT_TRUE(std::isfinite(t[i].cost_us) && t[i].cost_us >= 0) << i;
@@ -388,6 +396,47 @@ TEST(SweepPlan, ComputeScaleIsAStepOverItsEstimate) {
   const planner::PlanInput in = plan_input(c, one, r, h, rates);
   EXPECT_DOUBLE_EQ(in.hw.compute_scale, 1.3);
   EXPECT_NEAR(planner::plan(in).step_s, 1.3 * est, 1e-12 * est);  // one rank: the step is its compute
+}
+
+// Ranks computing side by side: the factor is 1 for one copy's footprint,
+// the measured one at k copies', linear between and clamped; plan_input
+// applies it at the point's ranks computing at once and their footprint, so
+// a DDP replica pays all of it and a tensor-parallel half much less.
+TEST(SweepPlan, RanksComputingSideBySideCostWhatTheirFootprintsShare) {
+  ShapeRates rates{0.8, {}, 1.3};
+  EXPECT_EQ(rates.corun_at(2, 1e6), 1.0);  // not measured
+  rates.corun_scale[2] = 1.1;
+  EXPECT_EQ(rates.corun_at(2, 1e6), 1.0);  // no footprint
+  rates.corun_bytes = 1e6;
+  EXPECT_DOUBLE_EQ(rates.corun_at(2, 1e6), 1.0);
+  EXPECT_DOUBLE_EQ(rates.corun_at(2, 1.5e6), 1.05);
+  EXPECT_DOUBLE_EQ(rates.corun_at(2, 2e6), 1.1);
+  EXPECT_DOUBLE_EQ(rates.corun_at(2, 9e6), 1.1);
+  EXPECT_DOUBLE_EQ(rates.corun_at(2, 0.2e6), 1.0);
+  EXPECT_EQ(rates.corun_at(4, 4e6), 1.0);  // 4 at once: not measured
+
+  const LocalHardware h{20e9, 5, 20, 2, {}, {}};
+  const ShapeKey k{"tiny", "fp32", 4, 2};
+  rates.corun_bytes = single_rank_bytes(k, 16, h, rates);
+  ASSERT_GT(rates.corun_bytes, 0);
+  SweepConfig c;
+  PointResult r;
+  r.global_batch = 8;
+  r.seq = 16;
+  SweepPoint one{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 2};
+  EXPECT_DOUBLE_EQ(plan_input(c, one, r, h, rates).hw.compute_scale, 1.3);  // alone
+  PointResult r2 = r;
+  r2.global_batch = 16;
+  const SweepPoint dp2{"shard=none", "dp2", "tiny", "fp32", "weak", 2, 2, 2};
+  EXPECT_NEAR(plan_input(c, dp2, r2, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // two whole replicas
+  const SweepPoint dp4{"shard=none", "dp4", "tiny", "fp32", "weak", 4, 4, 2};
+  PointResult r4 = r;
+  r4.global_batch = 32;
+  EXPECT_NEAR(plan_input(c, dp4, r4, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // 2 cores: 2 at once
+  const SweepPoint tp2{"shard=none", "tp2", "tiny", "fp32", "weak", 2, 1, 2};
+  const double tp = plan_input(c, tp2, r, h, rates).hw.compute_scale;
+  EXPECT_GT(tp, 1.3);
+  EXPECT_LT(tp, 1.3 * 1.07);  // halves of the model: far less than two replicas
 }
 
 TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
