@@ -720,7 +720,6 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   auto corun_for = [&](const ShapeKey& key, int together) {
     if (together < 2 || !rates[key].step_measured || rates[key].corun_scale.count(together)) return;
     rates[key].corun_scale[together] = measure_corun(c, key, together, peak_rank, run.limits);
-    rates[key].corun_bytes = single_rank_bytes(key, c.seq, hw, rates[key]);
   };
   auto figures_for = [&](const SweepPoint& p, const PointResult& r) -> const ShapeRates& {
     const ShapeKey key = shape_key(p, r);

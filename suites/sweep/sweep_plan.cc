@@ -507,10 +507,10 @@ double ShapeRates::gemm_efficiency_at(int tp, int cp) const {
   return it != split_gemm_efficiency.end() ? it->second : gemm_efficiency;
 }
 
-double ShapeRates::corun_at(int k, double bytes) const {
+double ShapeRates::corun_at(int k, double copies) const {
   const auto it = corun_scale.find(k);
-  if (k < 2 || it == corun_scale.end() || !(corun_bytes > 0)) return 1;
-  const double w = std::clamp((bytes - corun_bytes) / (double(k - 1) * corun_bytes), 0.0, 1.0);
+  if (k < 2 || it == corun_scale.end()) return 1;
+  const double w = std::clamp((copies - 1) / double(k - 1), 0.0, 1.0);
   return 1 + (it->second - 1) * w;
 }
 
@@ -668,24 +668,11 @@ double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h
   return planner::plan(plan_input(one, single_rank_point(k), res, h, r)).step_s;
 }
 
-double single_rank_bytes(const ShapeKey& k, int seq, const LocalHardware& h, const ShapeRates& r) {
-  SweepConfig one;
-  one.seq = seq;
-  PointResult res;
-  res.seq = seq;
-  res.global_batch = int64_t(std::get<2>(k)) * std::get<3>(k);
-  return double(planner::plan(plan_input(one, single_rank_point(k), res, h, r)).worst.device_total());
-}
-
 namespace {
 // in's compute_scale times ShapeRates::corun_at for `together` of its ranks
-// computing at once, at their planned footprints (the mean over its stages).
+// computing at once, with a 1 / (tp x pp) slice of the model's weights each.
 void scale_for_corun(planner::PlanInput& in, const ShapeRates& rates, int together) {
-  if (together < 2 || !rates.corun_scale.count(together)) return;
-  const planner::PlanResult pr = planner::plan(in);  // its memory does not depend on the compute scale
-  double mean = 0;
-  for (const planner::StageMemory& st : pr.stages) mean += double(st.device_total()) / double(pr.stages.size());
-  in.hw.compute_scale *= rates.corun_at(together, together * mean);
+  in.hw.compute_scale *= rates.corun_at(together, double(together) / double(in.tp * in.pp));
 }
 
 // Whether run_point's DDP overlaps its buckets with backward: not inside
@@ -787,7 +774,7 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     if (const auto it = rates.corun_scale.find(together); together > 1 && it != rates.corun_scale.end()) {
       std::snprintf(note, sizeof note,
                     ", x %.3g for %d ranks computing at once (the single-rank step ran x %.3g as %d copies side by "
-                    "side; taken at these ranks' footprint)",
+                    "side; taken at the copies of the weights these ranks hold)",
                     in.hw.compute_scale / rates.compute_scale, together, it->second, together);
       reason += note;
     }

@@ -168,16 +168,16 @@ struct ShapeRates {
   // That step run by k ranks at once (k independent copies, one per core)
   // over the step alone, by k: what ranks computing side by side cost each
   // other (the last-level cache and memory bandwidth they share). A k not
-  // measured: 1. corun_bytes: the planner's device total of that step's rank
-  // (its footprint), where the factor is 1 alone and corun_scale at k copies.
+  // measured: 1.
   std::map<int, double> corun_scale{};
-  double corun_bytes = 0;
-  // The factor for k ranks computing at once whose footprints add up to
-  // `bytes`: linear in the footprint between one copy (1) and k copies
-  // (corun_scale[k]), clamped there. Ranks holding slices of the model (tp,
-  // pp) share the cache as one copy does: on this machine tp2 and pp2 of
-  // small run at 1.0 where dp2 runs at 1.06 (32 MiB of L3, 13 MB a copy).
-  double corun_at(int k, double bytes) const;
+  // The factor for k ranks computing at once with `copies` copies of the
+  // model's weights among them (k / (tp x pp): each rank of a tensor- or
+  // pipeline-parallel split computes with a slice; data, ZeRO and context
+  // parallel ranks with all of it, gathered): linear between one copy (1) and
+  // k copies (corun_scale[k]), clamped there. On this machine the dp2 rows of
+  // small, DDP and ZeRO alike, ran 5-12% slower than the plan without it,
+  // while tp2 and pp2 ran as planned.
+  double corun_at(int k, double copies) const;
   // The GEMM efficiency of one rank of a tensor- or context-parallel split,
   // by (tp, cp), at that rank's own GEMM shapes (the best of three, like
   // gemm_efficiency); a split not measured uses gemm_efficiency.
@@ -206,8 +206,6 @@ SweepPoint single_rank_point(const ShapeKey& k);
 // key k's model at seq tokens, on this machine's figures h and rates r
 // (their compute_scale ignored): what compute_scale divides.
 double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r);
-// The planner's device total (bytes) of that step's rank: ShapeRates::corun_bytes.
-double single_rank_bytes(const ShapeKey& k, int seq, const LocalHardware& h, const ShapeRates& r);
 // The best of `repeats` measurements of both (the highest GEMM efficiency;
 // each memory-bound time at its least), so one slow moment of a shared
 // machine does not set every plan row of the shape (a single 10 ms window gave

@@ -398,45 +398,46 @@ TEST(SweepPlan, ComputeScaleIsAStepOverItsEstimate) {
   EXPECT_NEAR(planner::plan(in).step_s, 1.3 * est, 1e-12 * est);  // one rank: the step is its compute
 }
 
-// Ranks computing side by side: the factor is 1 for one copy's footprint,
-// the measured one at k copies', linear between and clamped; plan_input
-// applies it at the point's ranks computing at once and their footprint, so
-// a DDP replica pays all of it and a tensor-parallel half much less.
-TEST(SweepPlan, RanksComputingSideBySideCostWhatTheirFootprintsShare) {
+// Ranks computing side by side: the factor is 1 for one copy of the
+// weights, the measured one at k copies, linear between and clamped;
+// plan_input applies it at the point's ranks computing at once and the
+// copies they hold: a data-parallel replica (DDP or ZeRO) pays all of it, a
+// tensor- or pipeline-parallel half none.
+TEST(SweepPlan, RanksComputingSideBySideCostWhatTheirWeightsShare) {
   ShapeRates rates{0.8, {}, 1.3};
-  EXPECT_EQ(rates.corun_at(2, 1e6), 1.0);  // not measured
+  EXPECT_EQ(rates.corun_at(2, 2), 1.0);  // not measured
   rates.corun_scale[2] = 1.1;
-  EXPECT_EQ(rates.corun_at(2, 1e6), 1.0);  // no footprint
-  rates.corun_bytes = 1e6;
-  EXPECT_DOUBLE_EQ(rates.corun_at(2, 1e6), 1.0);
-  EXPECT_DOUBLE_EQ(rates.corun_at(2, 1.5e6), 1.05);
-  EXPECT_DOUBLE_EQ(rates.corun_at(2, 2e6), 1.1);
-  EXPECT_DOUBLE_EQ(rates.corun_at(2, 9e6), 1.1);
-  EXPECT_DOUBLE_EQ(rates.corun_at(2, 0.2e6), 1.0);
-  EXPECT_EQ(rates.corun_at(4, 4e6), 1.0);  // 4 at once: not measured
+  EXPECT_DOUBLE_EQ(rates.corun_at(2, 1), 1.0);
+  EXPECT_DOUBLE_EQ(rates.corun_at(2, 1.5), 1.05);
+  EXPECT_DOUBLE_EQ(rates.corun_at(2, 2), 1.1);
+  EXPECT_DOUBLE_EQ(rates.corun_at(2, 9), 1.1);
+  EXPECT_DOUBLE_EQ(rates.corun_at(2, 0.5), 1.0);
+  EXPECT_EQ(rates.corun_at(1, 1), 1.0);
+  EXPECT_EQ(rates.corun_at(4, 4), 1.0);  // 4 at once: not measured
 
   const LocalHardware h{20e9, 5, 20, 2, {}, {}};
-  const ShapeKey k{"tiny", "fp32", 4, 2};
-  rates.corun_bytes = single_rank_bytes(k, 16, h, rates);
-  ASSERT_GT(rates.corun_bytes, 0);
   SweepConfig c;
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
-  SweepPoint one{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 2};
+  const SweepPoint one{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 2};
   EXPECT_DOUBLE_EQ(plan_input(c, one, r, h, rates).hw.compute_scale, 1.3);  // alone
   PointResult r2 = r;
   r2.global_batch = 16;
-  const SweepPoint dp2{"shard=none", "dp2", "tiny", "fp32", "weak", 2, 2, 2};
-  EXPECT_NEAR(plan_input(c, dp2, r2, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // two whole replicas
-  const SweepPoint dp4{"shard=none", "dp4", "tiny", "fp32", "weak", 4, 4, 2};
+  for (const char* s : {"shard=none", "shard=zero3"}) {
+    const SweepPoint dp2{s, "dp2", "tiny", "fp32", "weak", 2, 2, 2};
+    EXPECT_NEAR(plan_input(c, dp2, r2, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12) << s;  // two replicas
+  }
   PointResult r4 = r;
   r4.global_batch = 32;
+  const SweepPoint dp4{"shard=none", "dp4", "tiny", "fp32", "weak", 4, 4, 2};
   EXPECT_NEAR(plan_input(c, dp4, r4, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // 2 cores: 2 at once
-  const SweepPoint tp2{"shard=none", "tp2", "tiny", "fp32", "weak", 2, 1, 2};
-  const double tp = plan_input(c, tp2, r, h, rates).hw.compute_scale;
-  EXPECT_GT(tp, 1.3);
-  EXPECT_LT(tp, 1.3 * 1.07);  // halves of the model: far less than two replicas
+  for (const char* mesh : {"tp2", "pp2"}) {
+    const SweepPoint half{"shard=none", mesh, "tiny", "fp32", "weak", 2, 1, 2};
+    EXPECT_DOUBLE_EQ(plan_input(c, half, r, h, rates).hw.compute_scale, 1.3) << mesh;  // halves: one copy
+  }
+  const SweepPoint cp2{"shard=none", "cp2", "tiny", "fp32", "weak", 2, 1, 2};
+  EXPECT_NEAR(plan_input(c, cp2, r, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // whole weights each
 }
 
 TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
