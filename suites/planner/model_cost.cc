@@ -146,11 +146,16 @@ int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab) {
   return inputs + logits;
 }
 
+int64_t layer_shared_traffic_bytes(const ActivationShape& x) {
+  const int64_t tokens = x.s / x.cp * x.b;
+  const int64_t shared = x.sp ? 10 * x.h / x.tp : 10 * x.h;  // 2 LayerNorms, 2 residual adds
+  return 3 * shared * tokens * x.elem_bytes;
+}
+
 int64_t layer_traffic_bytes(const ActivationShape& x) {
   const int64_t t = x.tp, tokens = x.s / x.cp * x.b;
-  const int64_t shared = x.sp ? 10 * x.h / t : 10 * x.h;  // 2 LayerNorms, 2 residual adds
-  const int64_t split = 8 * x.h / t + 2 * x.a * x.s / t;   // GELU, softmax
-  return 3 * (shared + split) * tokens * x.elem_bytes;
+  const int64_t split = 8 * x.h / t + 2 * x.a * x.s / t;  // GELU, softmax
+  return layer_shared_traffic_bytes(x) + 3 * split * tokens * x.elem_bytes;
 }
 
 int64_t layer_softmax_traffic_bytes(const ActivationShape& x) {

@@ -128,6 +128,10 @@ int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab);
 int64_t layer_traffic_bytes(const ActivationShape& x);
 // The softmax's part of layer_traffic_bytes (3 x 2as per local token).
 int64_t layer_softmax_traffic_bytes(const ActivationShape& x);
+// The LayerNorms' and residual adds' part (3 x 10h per local token, over t
+// with sp): what sequence parallel shards, timed at its own rate
+// (Hardware::shared_mem_bw_GBps).
+int64_t layer_shared_traffic_bytes(const ActivationShape& x);
 // The head (final LayerNorm 2h + 4h, softmax cross-entropy over the local
 // vocabulary V/t: 2V + 2V per token) and the embedding (3h + 2h per token).
 int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab);

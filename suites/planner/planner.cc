@@ -56,6 +56,8 @@ void check_input(const PlanInput& in) {
           "--peak-tflops/--bw-intra/--bw-inter/--latency-us: must be >= 0");
   require(h.gemm_efficiency > 0 && h.gemm_efficiency <= 1, "--gemm-efficiency: must be in (0, 1]");
   require(h.mem_bw_GBps >= 0, "--mem-bw: must be >= 0");
+  require(h.shared_mem_bw_GBps >= 0 && std::isfinite(h.shared_mem_bw_GBps),
+          "shared_mem_bw_GBps: must be a finite number >= 0");
   require(h.compute_scale > 0 && std::isfinite(h.compute_scale), "compute_scale: must be a finite number > 0");
   require(h.core_share > 0 && h.core_share <= 1, "core_share: must be in (0, 1]");
   require(h.attention_fwd_s >= 0 && std::isfinite(h.attention_fwd_s) && h.attention_bwd_s >= 0 &&
@@ -364,17 +366,25 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
 // Non-GEMM bytes per step of pipeline rank `rank`: its microbatches' layers
 // (one more forward of them under full recomputation), embedding and head,
 // and its optimizer step over the parameters it updates on the device.
-double rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank) {
+// With `shared_only`, the LayerNorms' and residual adds' part of it.
+double rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank,
+                         bool shared_only = false) {
   const ModelConfig& mc = *in.shape;
   const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
                           elem_bytes(in.precision)};
+  const double recompute = in.recompute == Recompute::full ? 4.0 / 3 : 1;
   double per_micro = 0;
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
-    per_micro += double(sl.num_blocks) * double(layer_traffic_bytes(x)) * (in.recompute == Recompute::full ? 4.0 / 3 : 1);
+    if (shared_only) {
+      per_micro += double(sl.num_blocks) * double(layer_shared_traffic_bytes(x)) * recompute;
+      continue;
+    }
+    per_micro += double(sl.num_blocks) * double(layer_traffic_bytes(x)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     if (sl.head) per_micro += double(head_traffic_bytes(x, mc.V));
   }
+  if (shared_only) return per_micro * double(r.microbatches);
   const dp::BytesPerParam b = dp::bytes_per_param(in.precision);
   const double stepped = double(r.stages[size_t(rank)].optimizer) / double(b.optimizer);  // updated on the device
   // Reads params (the master is in the state when mixed), grads and states;
@@ -581,7 +591,13 @@ PlanResult plan(const PlanInput& in) {
         rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed),
         [&](const GemmShape& g) { return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k); }, in.hw.peak_tflops * 1e12);
   const double achieved = peak * r.gemm_efficiency;
-  auto memory_s = [&](double bytes) { return in.hw.mem_bw_GBps > 0 ? bytes / (in.hw.mem_bw_GBps * 1e9) : 0; };
+  // Memory-bound bytes, of which `shared` (the LayerNorms and residual adds)
+  // at their own rate when one is given.
+  auto memory_s = [&](double bytes, double shared) {
+    if (!(in.hw.mem_bw_GBps > 0)) return 0.0;
+    if (!(in.hw.shared_mem_bw_GBps > 0)) return bytes / (in.hw.mem_bw_GBps * 1e9);
+    return (bytes - shared) / (in.hw.mem_bw_GBps * 1e9) + shared / (in.hw.shared_mem_bw_GBps * 1e9);
+  };
   // The share of the model's FLOPs the rank whose compute sets the pace does,
   // times pp: 1 without a pipeline. Pipeline stages differ (the last holds the
   // LM head, layers need not split evenly): the slowest stage, GEMMs and
@@ -593,10 +609,10 @@ PlanResult plan(const PlanInput& in) {
   struct StageCost {
     double flop_share = 1;  // of the stage's hardware FLOPs, the attention core's included
     double share = 1;       // of those the rates time
-    double bytes = 0, attn_fwd_s = 0, attn_s = 0, attn_model_flops = 0;
+    double bytes = 0, shared_bytes = 0, attn_fwd_s = 0, attn_s = 0, attn_model_flops = 0;
   };
-  auto stage_cost = [&](int64_t blocks, double share, double bytes) {
-    StageCost c{share, share, bytes, 0, 0, 0};
+  auto stage_cost = [&](int64_t blocks, double share, double bytes, double shared_bytes) {
+    StageCost c{share, share, bytes, shared_bytes, 0, 0, 0};
     if (!attn_timed) return c;
     const double mb = double(r.microbatches);
     c.attn_fwd_s = double(blocks) * mb * in.hw.attention_fwd_s;
@@ -615,11 +631,12 @@ PlanResult plan(const PlanInput& in) {
     return c;
   };
   auto stage_time = [&](const StageCost& c) {
-    return r.hardware_flops * c.share / achieved + memory_s(c.bytes) + c.attn_s;
+    return r.hardware_flops * c.share / achieved + memory_s(c.bytes, c.shared_bytes) + c.attn_s;
   };
   // Unstaged (pp = 1): the one rank holds every block.
   StageCost pace = stage_cost(in.shape ? in.shape->L : 0, 1,
-                              in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : 0);
+                              in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : 0,
+                              in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage, true) : 0);
   if (in.shape && pipe.staged()) {
     double slowest = -1;
     for (int rank = 0; rank < in.pp; ++rank) {
@@ -631,13 +648,14 @@ PlanResult plan(const PlanInput& in) {
       }
       const double share = to_double(stage_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks, head).hardware) *
                            double(in.pp) / r.hardware_flops;
-      const StageCost c = stage_cost(blocks, share, rank_memory_bytes(in, pipe, r, rank));
+      const StageCost c =
+          stage_cost(blocks, share, rank_memory_bytes(in, pipe, r, rank), rank_memory_bytes(in, pipe, r, rank, true));
       const double t = stage_time(c);
       if (t > slowest) slowest = t, pace = c;
     }
   }
   r.memory_bytes = pace.bytes;
-  r.memory_s = memory_s(r.memory_bytes);
+  r.memory_s = memory_s(r.memory_bytes, pace.shared_bytes);
   r.compute_s = stage_time(pace) * in.hw.compute_scale;
   // Time-shared cores: the critical path runs at a whole core, the node's work
   // at its share; the bubble is what the first exceeds the second by.

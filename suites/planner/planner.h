@@ -83,6 +83,12 @@ struct Hardware {
   double latency_inter_us = 0;  // per step across nodes; 0: latency_us
   double gemm_efficiency = 1;  // in (0, 1]: fraction of peak_tflops the model's GEMMs reach
   double mem_bw_GBps = 0;      // per rank device-memory bandwidth; 0: memory-bound work not timed
+  // The rate of the LayerNorms' and residual adds' traffic
+  // (layer_shared_traffic_bytes), where it differs (0: mem_bw_GBps). On a CPU
+  // their N x C arrays can sit in cache while the softmax and the optimizer
+  // stream: tiny's run at several times the average, and a rate shared by all
+  // credited sequence parallel, which shards only them, 3x what it saves.
+  double shared_mem_bw_GBps = 0;
   // Measured over modeled compute (> 0): a training step of the model timed on
   // this machine over the estimate of the same step from the rates above; it
   // scales compute (the kernels' rates in isolation miss what a step adds: caches

@@ -137,6 +137,30 @@ TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
   EXPECT_DOUBLE_EQ(r.memory_bytes, bytes);
   EXPECT_DOUBLE_EQ(r.memory_s, bytes / 10e9);
   EXPECT_NEAR(r.compute_s, no_bw.compute_s + r.memory_s, 1e-12);
+  // The LayerNorms' and residual adds' bytes at their own rate when given.
+  const double shared = m.L * double(layer_shared_traffic_bytes(s));
+  EXPECT_EQ(shared, m.L * 3.0 * 10 * m.C * 2 * m.maxT * 4);
+  in.hw.shared_mem_bw_GBps = 40;
+  const PlanResult split = plan(in);
+  EXPECT_DOUBLE_EQ(split.memory_bytes, bytes);
+  EXPECT_NEAR(split.memory_s, (bytes - shared) / 10e9 + shared / 40e9, 1e-15);
+  // Sequence parallel shards only those: at tp2 it saves half of their time.
+  in.hw.bw_intra_GBps = 10;
+  in.tp = 2;
+  const PlanResult tp = plan(in);
+  in.sp = true;
+  const PlanResult sp = plan(in);
+  const ActivationShape no_sp{2, m.maxT, m.C, m.NH, 2, 1, false, false, 4},
+      with_sp{2, m.maxT, m.C, m.NH, 2, 1, true, false, 4};
+  const double ends = double(embedding_traffic_bytes(no_sp) - embedding_traffic_bytes(with_sp) +
+                             head_traffic_bytes(no_sp, m.V) - head_traffic_bytes(with_sp, m.V));  // the embedding's and final LayerNorm's tokens too
+  EXPECT_GT(ends, 0);
+  EXPECT_NEAR(tp.memory_s - sp.memory_s, shared / 2 / 40e9 + ends / 10e9, 1e-15);
+  in.tp = 1;
+  in.sp = false;
+  in.hw.shared_mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.shared_mem_bw_GBps = 0;
   in.hw.mem_bw_GBps = -1;
   EXPECT_THROW(plan(in), InputError);
 }

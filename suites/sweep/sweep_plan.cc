@@ -386,9 +386,14 @@ double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double pea
 }
 
 double MemoryBoundRates::GBps(int64_t microbatches) const {
-  const double bytes = double(microbatches) * micro_bytes + step_bytes;
-  const double s = double(microbatches) * micro_s + step_s;
+  const bool split = shared_GBps() > 0;
+  const double bytes = double(microbatches) * (micro_bytes - (split ? shared_bytes : 0)) + step_bytes;
+  const double s = double(microbatches) * (micro_s - (split ? shared_s : 0)) + step_s;
   return s > 0 && bytes > 0 ? bytes / s / 1e9 : 0;
+}
+
+double MemoryBoundRates::shared_GBps() const {
+  return shared_s > 0 && shared_bytes > 0 && shared_s < micro_s ? shared_bytes / shared_s / 1e9 : 0;
 }
 
 namespace {
@@ -466,9 +471,10 @@ MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, dou
     k::crossentropy_backward(dlogits.data(), dlogits.data(), tokens.data(), 1.0 / N, N, V);
   }, seconds / 8);
   MemoryBoundRates r;
-  r.micro_s = m.L * (2 * ln_s + 2 * residual_s + gelu_s + std::max(0.0, attention_s - attention_gemm_s)) + embed_s +
-              ln_s + loss_s;
+  r.shared_s = m.L * (2 * ln_s + 2 * residual_s);
+  r.micro_s = r.shared_s + m.L * (gelu_s + std::max(0.0, attention_s - attention_gemm_s)) + embed_s + ln_s + loss_s;
   const planner::ActivationShape shape{Bm, seq, C, NH, 1, 1, false, false, 4};
+  r.shared_bytes = double(m.L) * double(planner::layer_shared_traffic_bytes(shape));
   r.micro_bytes = double(m.L) * double(planner::layer_traffic_bytes(shape)) +
                   double(planner::embedding_traffic_bytes(shape)) + double(planner::head_traffic_bytes(shape, V));
   const size_t P = size_t(m.num_params());
@@ -498,6 +504,7 @@ ShapeRates measure_shape_rates(const ModelConfig& m, int Bm, int seq, double pea
     }
     r.memory.micro_s = std::min(r.memory.micro_s, x.micro_s);
     r.memory.step_s = std::min(r.memory.step_s, x.step_s);
+    r.memory.shared_s = std::min(r.memory.shared_s, x.shared_s);
   }
   return r;
 }
@@ -734,6 +741,7 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.hw.compute_scale = rates.compute_scale;
   const double mem = rates.memory.GBps(p.microbatches);
   if (mem > 0) in.hw.mem_bw_GBps = mem * core_share(h, p.world);
+  if (mem > 0) in.hw.shared_mem_bw_GBps = rates.memory.shared_GBps() * core_share(h, p.world);
   set_cp_attention(in, rates, h, p.world);
   scale_for_corun(in, rates, std::min(p.world, h.cores));
   return in;
@@ -757,13 +765,18 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
       std::snprintf(split, sizeof split, " (at a tp%d cp%d rank's shapes%s)", in.tp, in.cp,
                     in.hw.attention_fwd_s > 0 ? ", the attention core's left out" : "");
     char note[600];
+    std::string shared_note = "2 x memcpy";
+    if (rates.memory.GBps(p.microbatches) > 0) {
+      std::snprintf(note, sizeof note, "measured at the model's shapes; its LayerNorms and residual adds at %.4g GB/s",
+                    rates.memory.shared_GBps());
+      shared_note = note;
+    }
     std::snprintf(note, sizeof note,
                   "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it%s, "
                   "memory-bound kernels at %.4g GB/s (%s), compute x %.3g (%s), latency %.4g us per ring step at "
                   "%d ranks%s",
                   h.peak_flops_per_rank / 1e9, core_share(h, p.world), in.hw.gemm_efficiency, split,
-                  in.hw.mem_bw_GBps / core_share(h, p.world),
-                  rates.memory.GBps(p.microbatches) > 0 ? "measured at the model's shapes" : "2 x memcpy",
+                  in.hw.mem_bw_GBps / core_share(h, p.world), shared_note.c_str(),
                   rates.compute_scale,
                   rates.step_measured ? "a measured single-rank step of the shape over the kernels' estimate"
                                       : "no single-rank step measured: it did not fit this machine on one rank or failed",
@@ -886,6 +899,7 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
           in.hw.compute_scale = shape_rates.compute_scale;
           const double mem = shape_rates.memory.GBps(p.microbatches);
           if (mem > 0) in.hw.mem_bw_GBps = mem;
+          if (mem > 0) in.hw.shared_mem_bw_GBps = shape_rates.memory.shared_GBps();
           set_cp_attention(in, shape_rates, local, 1);
           scale_for_corun(in, shape_rates, local.cores);  // one rank per core: every core busy
           in.ranks_per_node = local.cores;

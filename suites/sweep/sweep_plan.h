@@ -128,9 +128,14 @@ double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double pea
 struct MemoryBoundRates {
   double micro_s = 0, micro_bytes = 0;  // one microbatch's non-GEMM kernels, forward and backward
   double step_s = 0, step_bytes = 0;    // one optimizer step (norm and AdamW) over the whole model
-  // GB/s over a step of `microbatches` microbatches and one optimizer step;
-  // 0 when nothing was measured.
+  // Of micro_s and micro_bytes: the layers' LayerNorms and residual adds
+  // (planner::layer_shared_traffic_bytes), what sequence parallel shards.
+  double shared_s = 0, shared_bytes = 0;
+  // GB/s over a step of `microbatches` microbatches and one optimizer step,
+  // the shared kernels left out (they have their own rate); 0 when nothing
+  // was measured.
   double GBps(int64_t microbatches) const;
+  double shared_GBps() const;  // shared_bytes / shared_s; 0 when not measured
 };
 MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, double seconds);
 
