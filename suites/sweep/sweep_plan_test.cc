@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 #include <map>
 
 #include "harness/io/csv_schema.h"
@@ -479,6 +480,12 @@ TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
     // The shape's single-rank step was measured and scales compute.
     const std::string why = p.rows[i][p.column("reason")];
     EXPECT_NE(why.find("a measured single-rank step of the shape"), std::string::npos) << why;
+    // Two ranks on two cores or more: the step was also measured as two
+    // copies side by side, and the replicas pay it.
+    if (p.rows[i][p.column("world")] == "2" && std::thread::hardware_concurrency() >= 2) {
+      EXPECT_NE(why.find("for 2 ranks computing at once (the single-rank step ran x "), std::string::npos) << why;
+    }
+    EXPECT_NE(why.find("its LayerNorms and residual adds at "), std::string::npos) << why;
   }
   for (size_t i = 0; i < s.rows.size(); ++i) {
     auto it = plans.find(key_of(s, i));
