@@ -43,7 +43,8 @@ struct WorldOptions {
   // communicator's progress thread, while the caller computes (overlap, as a
   // GPU's communication stream); deferred: the issuing rank itself, in issue
   // order, when it waits for it or blocks in any other call (MPI's progress
-  // rule without an asynchronous progress thread); automatic: thread when
+  // rule without an asynchronous progress thread; a Request::test() does not
+  // run one: it would block on the peers); automatic: thread when
   // every rank and its progress thread have a core of their own (2 x ranks <=
   // cores), deferred otherwise, where a progress thread can only take the
   // core of a computing rank and a collective waits on the scheduler.
