@@ -365,33 +365,31 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
 
 // Non-GEMM bytes per step of pipeline rank `rank`: its microbatches' layers
 // (one more forward of them under full recomputation), embedding and head,
-// and its optimizer step over the parameters it updates on the device.
-// With `shared_only`, the LayerNorms' and residual adds' part of it.
-double rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank,
-                         bool shared_only = false) {
+// and its optimizer step over the parameters it updates on the device; and
+// of those, the layers' LayerNorms and residual adds (timed at their own rate).
+struct RankBytes {
+  double total = 0, shared = 0;
+};
+RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank) {
   const ModelConfig& mc = *in.shape;
   const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
                           elem_bytes(in.precision)};
   const double recompute = in.recompute == Recompute::full ? 4.0 / 3 : 1;
-  double per_micro = 0;
+  double per_micro = 0, shared = 0;
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
-    if (shared_only) {
-      per_micro += double(sl.num_blocks) * double(layer_shared_traffic_bytes(x)) * recompute;
-      continue;
-    }
     per_micro += double(sl.num_blocks) * double(layer_traffic_bytes(x)) * recompute;
+    shared += double(sl.num_blocks) * double(layer_shared_traffic_bytes(x)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     if (sl.head) per_micro += double(head_traffic_bytes(x, mc.V));
   }
-  if (shared_only) return per_micro * double(r.microbatches);
   const dp::BytesPerParam b = dp::bytes_per_param(in.precision);
   const double stepped = double(r.stages[size_t(rank)].optimizer) / double(b.optimizer);  // updated on the device
   // Reads params (the master is in the state when mixed), grads and states;
   // writes params and states.
   const bool mixed = in.precision == Precision::bf16_mixed;
   const double per_param = double((mixed ? 0 : b.param) + b.grad + b.optimizer + b.param + b.optimizer);
-  return per_micro * double(r.microbatches) + stepped * per_param;
+  return {per_micro * double(r.microbatches) + stepped * per_param, shared * double(r.microbatches)};
 }
 
 }  // namespace
@@ -611,8 +609,8 @@ PlanResult plan(const PlanInput& in) {
     double share = 1;       // of those the rates time
     double bytes = 0, shared_bytes = 0, attn_fwd_s = 0, attn_s = 0, attn_model_flops = 0;
   };
-  auto stage_cost = [&](int64_t blocks, double share, double bytes, double shared_bytes) {
-    StageCost c{share, share, bytes, shared_bytes, 0, 0, 0};
+  auto stage_cost = [&](int64_t blocks, double share, RankBytes bytes) {
+    StageCost c{share, share, bytes.total, bytes.shared, 0, 0, 0};
     if (!attn_timed) return c;
     const double mb = double(r.microbatches);
     c.attn_fwd_s = double(blocks) * mb * in.hw.attention_fwd_s;
@@ -635,8 +633,7 @@ PlanResult plan(const PlanInput& in) {
   };
   // Unstaged (pp = 1): the one rank holds every block.
   StageCost pace = stage_cost(in.shape ? in.shape->L : 0, 1,
-                              in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : 0,
-                              in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage, true) : 0);
+                              in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : RankBytes{});
   if (in.shape && pipe.staged()) {
     double slowest = -1;
     for (int rank = 0; rank < in.pp; ++rank) {
@@ -648,8 +645,7 @@ PlanResult plan(const PlanInput& in) {
       }
       const double share = to_double(stage_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks, head).hardware) *
                            double(in.pp) / r.hardware_flops;
-      const StageCost c =
-          stage_cost(blocks, share, rank_memory_bytes(in, pipe, r, rank), rank_memory_bytes(in, pipe, r, rank, true));
+      const StageCost c = stage_cost(blocks, share, rank_memory_bytes(in, pipe, r, rank));
       const double t = stage_time(c);
       if (t > slowest) slowest = t, pace = c;
     }

@@ -101,10 +101,8 @@ double spin_steps_per_us() {
 
 // One window: seconds per iteration of (start a gather, compute, wait) and of
 // the compute alone, on rank 0 between barriers.
-std::pair<double, double> async_window(int world, WorldOptions::Progress progress, int64_t steps, int iters) {
-  WorldOptions wo;
-  wo.size = world;
-  wo.progress = progress;
+std::pair<double, double> async_window(const WorldOptions& wo, int64_t steps, int iters) {
+  const int world = wo.size;
   auto w = make_local_world(wo);
   // floats: 64 KiB, between the sweep models' unit shards at dp4 (tiny about
   // 12 KB, small about 200 KB): the cost grows with the size (256 KiB: about
@@ -147,7 +145,7 @@ std::vector<planner::AsyncCallCost> measure_async_call_cost(int world, int cores
     const int iters = std::clamp(int(1e5 / wall_us), 8, 2000);  // about 0.1 s
     std::vector<double> cost;
     for (int rep = 0; rep < 3; ++rep) {
-      const auto [with, alone] = async_window(world, progress, steps, iters);
+      const auto [with, alone] = async_window(wo, steps, iters);
       cost.push_back(std::max(0.0, with - alone) * 1e6);
     }
     std::sort(cost.begin(), cost.end());
@@ -682,6 +680,23 @@ void scale_for_corun(planner::PlanInput& in, const ShapeRates& rates, int togeth
   in.hw.compute_scale *= rates.corun_at(together, double(together) / double(in.tp * in.pp));
 }
 
+// The point's mesh and strategy, as run_point builds its spec.
+RunSpec point_run_spec(const SweepPoint& p) {
+  RunSpec spec;
+  spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
+  apply_strategy_text(spec, p.strategy, "sweep.strategies");
+  return spec;
+}
+
+// The measured memory-bound rates (none: the memcpy figure planner_hardware
+// set stays), at the rank's core share.
+void set_memory_rates(planner::PlanInput& in, const MemoryBoundRates& m, int64_t microbatches, double share) {
+  const double mem = m.GBps(microbatches);
+  if (!(mem > 0)) return;
+  in.hw.mem_bw_GBps = mem * share;
+  in.hw.shared_mem_bw_GBps = m.shared_GBps() * share;
+}
+
 // Whether run_point's DDP overlaps its buckets with backward: not inside
 // pipeline stages, which sync after the flush.
 bool ddp_overlaps(const RunSpec& spec) {
@@ -705,9 +720,7 @@ void set_cp_attention(planner::PlanInput& in, const ShapeRates& rates, const Loc
 
 planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
                               const LocalHardware& h, const ShapeRates& rates) {
-  RunSpec spec;  // the point's spec, as run_point builds it
-  spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
-  apply_strategy_text(spec, p.strategy, "sweep.strategies");
+  const RunSpec spec = point_run_spec(p);
   planner::PlanInput in;
   in.shape = planner::planner_model(p.model);
   in.seq = r.seq;
@@ -739,9 +752,7 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   in.hw = planner_hardware(h, p.world);
   in.hw.gemm_efficiency = rates.gemm_efficiency_at(in.tp, in.cp);
   in.hw.compute_scale = rates.compute_scale;
-  const double mem = rates.memory.GBps(p.microbatches);
-  if (mem > 0) in.hw.mem_bw_GBps = mem * core_share(h, p.world);
-  if (mem > 0) in.hw.shared_mem_bw_GBps = rates.memory.shared_GBps() * core_share(h, p.world);
+  set_memory_rates(in, rates.memory, p.microbatches, core_share(h, p.world));
   set_cp_attention(in, rates, h, p.world);
   scale_for_corun(in, rates, std::min(p.world, h.cores));
   return in;
@@ -887,19 +898,14 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
         if (profile) {
           in.hw = planner::hardware_for(*profile, in.precision);
           in.ranks_per_node = profile->ranks_per_node;
-          RunSpec spec;
-          spec.mesh = parse_mesh(p.mesh, "sweep point");
-          apply_strategy_text(spec, p.strategy, "sweep point");
-          in.overlap = ddp_overlaps(spec);  // the profile's devices overlap on their own streams
+          in.overlap = ddp_overlaps(point_run_spec(p));  // the profile's devices overlap on their own streams
           std::snprintf(note, sizeof note, "extrapolated from %d measured ranks with machine profile %s (%s)",
                         m->point.world, profile->name.c_str(), profile->source.c_str());
         } else {
           in.hw = planner_hardware(local, 1);  // one rank per core
           in.hw.gemm_efficiency = shape_rates.gemm_efficiency_at(in.tp, in.cp);
           in.hw.compute_scale = shape_rates.compute_scale;
-          const double mem = shape_rates.memory.GBps(p.microbatches);
-          if (mem > 0) in.hw.mem_bw_GBps = mem;
-          if (mem > 0) in.hw.shared_mem_bw_GBps = shape_rates.memory.shared_GBps();
+          set_memory_rates(in, shape_rates.memory, p.microbatches, 1);
           set_cp_attention(in, shape_rates, local, 1);
           scale_for_corun(in, shape_rates, local.cores);  // one rank per core: every core busy
           in.ranks_per_node = local.cores;
