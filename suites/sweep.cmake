@@ -19,7 +19,11 @@ if(PARABENCH_BUILD_TESTS)
   add_test(NAME sweep_cli_kill_resume
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/sweep/sweep_kill_test.py
                    $<TARGET_FILE:parabench> ${PB_SWEEP_WORK}/kill)
-  set_tests_properties(sweep_cli_unknown_key sweep_cli_kill_resume PROPERTIES TIMEOUT 120 LABELS "cli")
+  add_test(NAME sweep_cli_kill_resume_rounds
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/sweep/sweep_kill_test.py
+                   $<TARGET_FILE:parabench> ${PB_SWEEP_WORK}/kill_rounds 2)
+  set_tests_properties(sweep_cli_unknown_key sweep_cli_kill_resume sweep_cli_kill_resume_rounds
+                       PROPERTIES TIMEOUT 120 LABELS "cli")
 endif()
 
 # Under mpirun (the script runs mpirun itself: it also runs the local sweep it

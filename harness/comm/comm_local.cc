@@ -398,7 +398,7 @@ class LocalComm final : public Communicator {
 
 class LocalWorld final : public World {
  public:
-  explicit LocalWorld(const WorldOptions& o) : state_(std::make_shared<WorldState>(o)) {
+  explicit LocalWorld(const WorldOptions& o) : state_(std::make_shared<WorldState>(o)), bind_(local_binds_ranks(o)) {
     std::vector<int> ranks(size_t(o.size));
     for (int i = 0; i < o.size; ++i) ranks[size_t(i)] = i;
     group_ = std::make_shared<Group>(state_, "world", std::move(ranks));
@@ -410,10 +410,12 @@ class LocalWorld final : public World {
     return std::make_unique<LocalComm>(group_, rank, std::make_shared<CommLog>(rank));
   }
   void abort(int rank, const std::string& what) override { state_->abort(rank, what); }
+  bool binds_ranks() const override { return bind_; }
 
  private:
   std::shared_ptr<WorldState> state_;
   std::shared_ptr<Group> group_;
+  bool bind_;
 };
 
 }  // namespace

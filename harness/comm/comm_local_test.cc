@@ -2,6 +2,8 @@
 // sizes 1..8 (bit for bit), the same under chaos delays, reproducibility,
 // real overlap of non-blocking calls, two-level all-reduce, and misuse that
 // must be reported rather than hang.
+#include <sched.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -183,6 +185,64 @@ TEST(LocalComm, AutomaticProgressDefersWhenRanksAndTheirThreadsOutnumberTheCores
   o.progress = WorldOptions::Progress::thread;
   o.size = 16;
   EXPECT_FALSE(local_progress_deferred(o, 2));
+}
+
+TEST(LocalComm, AutomaticBindingBindsRanksThatFillTheCoresWithoutProgressThreads) {
+  WorldOptions o;
+  o.size = 2;
+  EXPECT_TRUE(local_binds_ranks(o, 2));   // deferred, one core each
+  EXPECT_TRUE(local_binds_ranks(o, 3));
+  EXPECT_FALSE(local_binds_ranks(o, 4));  // progress threads beside them: the scheduler places both
+  EXPECT_FALSE(local_binds_ranks(o, 1));  // more ranks than cores
+  o.progress = WorldOptions::Progress::thread;
+  EXPECT_FALSE(local_binds_ranks(o, 2));  // a progress thread would inherit its rank's core
+  o.progress = WorldOptions::Progress::deferred;
+  EXPECT_TRUE(local_binds_ranks(o, 64));
+  o.binding = WorldOptions::Binding::none;
+  EXPECT_FALSE(local_binds_ranks(o, 2));
+  o.binding = WorldOptions::Binding::automatic;
+  o.size = 1;  // one rank runs on the calling thread
+  EXPECT_FALSE(local_binds_ranks(o, 2));
+}
+
+// Each rank's thread runs on one core of its own, the calling thread's cores
+// in order; unbound, each may run on all of them.
+TEST(LocalComm, BoundRanksEachRunOnACoreOfTheirOwn) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  const int cores = CPU_COUNT(&mine);
+  if (cores < 2) GTEST_SKIP() << "this thread may run on " << cores << " core: nothing to bind two ranks to";
+  for (auto binding : {WorldOptions::Binding::automatic, WorldOptions::Binding::none}) {
+    WorldOptions o;
+    o.size = 2;
+    o.progress = WorldOptions::Progress::deferred;
+    o.binding = binding;
+    auto world = make_local_world(o);
+    EXPECT_EQ(world->binds_ranks(), binding == WorldOptions::Binding::automatic);
+    std::vector<int> count(2), cpu(2, -1);
+    run_ranks(*world, [&](Communicator& c) {
+      cpu_set_t s;
+      CPU_ZERO(&s);
+      ASSERT_EQ(sched_getaffinity(0, sizeof s, &s), 0);
+      count[size_t(c.rank())] = CPU_COUNT(&s);
+      for (int k = 0; k < CPU_SETSIZE; ++k)
+        if (CPU_ISSET(k, &s)) {
+          cpu[size_t(c.rank())] = k;
+          break;
+        }
+      c.barrier();
+    });
+    if (binding == WorldOptions::Binding::automatic) {
+      EXPECT_EQ(count[0], 1);
+      EXPECT_EQ(count[1], 1);
+      EXPECT_NE(cpu[0], cpu[1]);
+      EXPECT_TRUE(CPU_ISSET(cpu[0], &mine) && CPU_ISSET(cpu[1], &mine));
+    } else {
+      EXPECT_EQ(count[0], cores);
+      EXPECT_EQ(count[1], cores);
+    }
+  }
 }
 
 TEST(LocalComm, TwoLevelAllReduceMatchesFlatAndCutsInterNodeTraffic) {

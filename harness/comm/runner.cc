@@ -4,6 +4,9 @@
 // so pending operations on it fail fast instead of waiting for peers.
 #include "harness/comm/runner.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -43,6 +46,12 @@ bool local_progress_deferred(const WorldOptions& o, unsigned cores) {
   if (o.progress != WorldOptions::Progress::automatic) return o.progress == WorldOptions::Progress::deferred;
   if (cores == 0) cores = std::thread::hardware_concurrency();
   return cores > 0 && 2 * int64_t(o.size) > int64_t(cores);
+}
+
+bool local_binds_ranks(const WorldOptions& o, unsigned cores) {
+  if (o.binding == WorldOptions::Binding::none || o.size < 2) return false;
+  if (cores == 0) cores = std::thread::hardware_concurrency();
+  return local_progress_deferred(o, cores) && int64_t(o.size) <= int64_t(cores);
 }
 
 bool hosts_rank(const World& world, int rank) {
@@ -115,7 +124,24 @@ void run_ranks(World& world, const std::function<void(Communicator&)>& fn) {
   } else {
     std::vector<std::thread> threads;
     threads.reserve(ranks.size());
-    for (int r : ranks) threads.emplace_back(body, r);
+    // The cores this thread may run on, in order (none if it may not run on
+    // one per rank: e.g. a world started from a bound rank's thread).
+    std::vector<int> cores;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (world.binds_ranks() && sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+    const bool bind = cores.size() >= ranks.size();
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      threads.emplace_back(body, ranks[i]);
+      if (bind) {  // a failure leaves the thread where the scheduler put it
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cores[i], &one);
+        pthread_setaffinity_np(threads.back().native_handle(), sizeof one, &one);
+      }
+    }
     for (auto& t : threads) t.join();
   }
   if (first >= 0) throw RankError(first, first_what);

@@ -35,25 +35,36 @@ struct SweepFlags {
   PreflightFlags limits;
 };
 
+// sweep.rounds > 1: the earlier rounds of points not yet in sweep.csv, beside it.
+std::string rounds_path(const std::string& csv) {
+  return (std::filesystem::path(csv).parent_path() / "sweep_rounds.csv").string();
+}
+
 int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env, World* world, bool writer) {
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   std::string csv;
   std::set<std::string> skip;
+  std::map<std::string, std::vector<sweep::PointResult>> rounds_done;
   if (writer && !f.resume.empty()) {
     std::filesystem::path p = f.resume;
     if (std::filesystem::is_directory(p)) p /= "sweep.csv";
     require(std::filesystem::is_regular_file(p), "--resume: no sweep CSV at '" + p.string() + "'");
     csv = p.string();
     skip = sweep::done_keys(csv, c);
+    rounds_done = sweep::done_rounds(rounds_path(csv), c);
   } else if (writer) {
     auto dir = f.run_dir.empty() ? make_run_dir(f.cfg.out, run_id) : make_run_dir(f.run_dir, "");
     csv = (dir / "sweep.csv").string();
     require(!std::filesystem::exists(csv),
             "--run-dir: '" + csv + "' exists; continue it with --resume " + csv);
+    require(!std::filesystem::exists(rounds_path(csv)), "--run-dir: '" + rounds_path(csv) +
+                                                            "' exists (an earlier sweep's rounds): use a new "
+                                                            "directory, or continue that sweep with --resume");
   }
   sweep::SweepRun run;
   run.csv_path = csv;
   run.plan_csv_path = writer ? (std::filesystem::path(csv).parent_path() / "plan.csv").string() : "";
+  run.rounds_csv_path = writer ? rounds_path(csv) : "";
   run.meta = make_meta(run_id, env.git_rev, world ? std::string(backend_name(world->backend())) : "local", 1, "", "");
   run.progress = writer && env.is_tty ? &std::cerr : nullptr;
   run.table = writer ? &std::cout : nullptr;
@@ -72,7 +83,7 @@ int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env,
       };
     }
   }
-  sweep::SweepSummary s = sweep::run_sweep(c, run, skip);
+  sweep::SweepSummary s = sweep::run_sweep(c, run, skip, rounds_done);
   if (writer)
     std::printf("\n%d points run (%d ok, %d rejected, %d failed), %d already done, in %.1f s\n"
                 "results: %s\n",

@@ -8,6 +8,7 @@
 #include "suites/sweep/sweep.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -261,6 +262,9 @@ SweepConfig read_sweep_config(ConfigReader& r) {
   require(c.min_seconds == 0 || c.steps <= INT32_MAX / SweepConfig::kMaxStepsFactor - c.warmup,
           "sweep.steps: too many with sweep.min_seconds (at most " +
               std::to_string(INT32_MAX / SweepConfig::kMaxStepsFactor - c.warmup) + ")");
+  c.rounds = r.get<int>("sweep.rounds", c.rounds, Bounds::positive());
+  require(c.rounds <= SweepConfig::kMaxRounds, "sweep.rounds: at most " + std::to_string(SweepConfig::kMaxRounds) +
+                                                   " windows per point (got " + std::to_string(c.rounds) + ")");
   c.ranks_per_node = r.get<int>("sweep.ranks_per_node", c.ranks_per_node, Bounds::non_negative());
   c.peak_gflops = r.get<double>("sweep.peak_gflops", 0.0, Bounds::non_negative());
   c.extrapolate = r.get<std::vector<int64_t>>("sweep.extrapolate", {}, Bounds::positive());
@@ -427,6 +431,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     for (double x : paced) mean += x / double(paced.size());
     for (double x : paced) var += (x - mean) * (x - mean);
     res.step_time_cv = paced.size() > 1 ? std::sqrt(var / double(paced.size() - 1)) / mean : 0;
+    res.step_time_mean_s = mean;
     res.measured_steps = int(paced.size());
     res.oversubscribed = p.world > int(std::max(1u, std::thread::hardware_concurrency()));
     res.tokens_per_s = double(cfg.tokens_per_step()) / res.step_time_s;
@@ -443,6 +448,51 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     res.reason = e.what();
   }
   return res;
+}
+
+SweepConfig round_config(const SweepConfig& c) {
+  SweepConfig one = c;
+  one.steps = (c.steps + c.rounds - 1) / c.rounds;
+  one.min_seconds = c.min_seconds / c.rounds;
+  one.rounds = 1;
+  return one;
+}
+
+PointResult combine_rounds(const std::vector<PointResult>& rounds) {
+  require(!rounds.empty(), "combine_rounds: no rounds");
+  PointResult out = rounds.back();
+  if (rounds.size() == 1) return out;
+  std::vector<double> medians;
+  double n = 0, sum = 0, bubble = 0, exposed = 0;
+  for (const PointResult& r : rounds) {
+    require(r.status == "ok" && r.measured_steps > 0 && r.step_time_s > 0,
+            "combine_rounds: every round must be ok with measured steps");
+    medians.push_back(r.step_time_s);
+    out.step_time_min_s = std::min(out.step_time_min_s, r.step_time_min_s);
+    out.step_time_max_s = std::max(out.step_time_max_s, r.step_time_max_s);
+    n += r.measured_steps;
+    sum += r.measured_steps * r.step_time_mean_s;
+    bubble += r.measured_steps * r.bubble;
+    exposed += r.measured_steps * r.exposed_comm_s;
+  }
+  const double mean = sum / n;
+  double ss = 0;  // the pooled sum of squares: each round's own, plus its mean's offset
+  for (const PointResult& r : rounds) {
+    const double sd = r.step_time_cv * r.step_time_mean_s;
+    ss += (r.measured_steps - 1) * sd * sd + r.measured_steps * (r.step_time_mean_s - mean) * (r.step_time_mean_s - mean);
+  }
+  const double t = median(medians);
+  const double speed = rounds.back().step_time_s / t;  // the rates scale with 1 / step time
+  out.step_time_s = t;
+  out.tokens_per_s *= speed;
+  out.model_flops_per_s *= speed;
+  out.mfu *= speed;
+  out.step_time_mean_s = mean;
+  out.step_time_cv = n > 1 ? std::sqrt(ss / (n - 1)) / mean : 0;
+  out.measured_steps = int(n);
+  out.bubble = bubble / n;
+  out.exposed_comm_s = exposed / n;
+  return out;
 }
 
 CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
@@ -483,6 +533,7 @@ std::string point_config_hash(const SweepConfig& c, const SweepPoint& p) {
   h.set("steps", int64_t(c.steps));
   h.set("warmup", int64_t(c.warmup));
   if (c.min_seconds > 0) h.set("min_seconds", c.min_seconds);  // absent: the hash of earlier runs
+  if (c.rounds > 1) h.set("rounds", int64_t(c.rounds));           // likewise
   if (c.device != Device::cpu) h.set("device", device_name(c.device));
   h.set("ranks_per_node", int64_t(c.ranks_per_node));
   h.set("peak_gflops", c.peak_gflops);
@@ -553,6 +604,77 @@ std::set<std::string> done_keys(const std::string& csv_path, const SweepConfig& 
     throw InputError(csv_path + ": not a sweep CSV: " + e.what());
   }
   return keys;
+}
+
+namespace {
+
+// The rounds file's columns (SweepRun::rounds_csv_path): a point's key and
+// config_hash, the round (0-based), and the figures combine_rounds pools.
+const std::vector<std::string>& round_columns() {
+  static const std::vector<std::string> cols = {
+      "key", "config_hash", "round", "step_time_s", "step_time_min_s", "step_time_max_s", "step_time_mean_s",
+      "step_time_cv", "measured_steps", "bubble", "exposed_comm_s"};
+  return cols;
+}
+
+std::vector<std::string> round_row(const SweepConfig& c, const SweepPoint& p, int round, const PointResult& r) {
+  return {p.key(), point_config_hash(c, p), std::to_string(round), csv_number(r.step_time_s),
+          csv_number(r.step_time_min_s), csv_number(r.step_time_max_s), csv_number(r.step_time_mean_s),
+          csv_number(r.step_time_cv), std::to_string(r.measured_steps), csv_number(r.bubble),
+          csv_number(r.exposed_comm_s)};
+}
+
+// A finite number >= 0 in cell `col` of a rounds-file row (InputError naming where).
+double round_cell(const std::vector<std::string>& row, size_t col, const std::string& where) {
+  const std::string& text = row[col];
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  require(ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) && v >= 0,
+          where + ": " + round_columns()[col] + " '" + text + "' is not a finite number >= 0");
+  return v;
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<PointResult>> done_rounds(const std::string& rounds_path, const SweepConfig& c) {
+  std::map<std::string, std::vector<PointResult>> out;
+  if (!std::filesystem::exists(rounds_path)) return out;
+  const CsvTable t = read_csv(rounds_path, {/*drop_partial_tail=*/true});
+  require(t.header == round_columns(), rounds_path + ": not a sweep rounds file (its header is not " +
+                                           csv_format_row(round_columns()).substr(0, 200) + ")");
+  std::map<std::string, std::string> hash_of;
+  for (const SweepPoint& p : expand(c)) hash_of[p.key()] = point_config_hash(c, p);
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    const auto& row = t.rows[i];
+    const std::string where = rounds_path + ":" + std::to_string(t.row_lines[i]);
+    const auto it = hash_of.find(row[0]);
+    if (it == hash_of.end()) continue;  // a point this config does not run
+    require(it->second == row[1], where + ": --resume: point " + row[0] +
+                                      " was run with other settings than the config gives it now (config_hash " +
+                                      row[1] + ", now " + it->second + "): resume with the config the sweep "
+                                      "started with, or start a new run");
+    const double round = round_cell(row, 2, where), steps = round_cell(row, 8, where);
+    require(round < SweepConfig::kMaxRounds && round == std::floor(round), where + ": round '" + row[2] +
+                                                                               "' is not a round number below " +
+                                                                               std::to_string(SweepConfig::kMaxRounds));
+    require(steps >= 1 && steps <= INT32_MAX && steps == std::floor(steps),
+            where + ": measured_steps '" + row[8] + "' is not a positive whole number");
+    PointResult r;
+    r.step_time_s = round_cell(row, 3, where);
+    r.step_time_min_s = round_cell(row, 4, where);
+    r.step_time_max_s = round_cell(row, 5, where);
+    r.step_time_mean_s = round_cell(row, 6, where);
+    r.step_time_cv = round_cell(row, 7, where);
+    r.measured_steps = int(steps);
+    r.bubble = round_cell(row, 9, where);
+    r.exposed_comm_s = round_cell(row, 10, where);
+    require(r.step_time_s > 0 && r.step_time_mean_s > 0 && r.step_time_min_s <= r.step_time_s &&
+                r.step_time_s <= r.step_time_max_s,
+            where + ": the step times are not positive with min <= median <= max");
+    std::vector<PointResult>& rounds = out[row[0]];
+    if (size_t(round) == rounds.size()) rounds.push_back(r);  // after a gap or a repeat: not the next round
+  }
+  return out;
 }
 
 namespace {
@@ -664,7 +786,8 @@ double measure_corun(const SweepConfig& c, const ShapeKey& k, int ranks, double 
 
 }  // namespace
 
-SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip) {
+SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip,
+                       const std::map<std::string, std::vector<PointResult>>& rounds_done) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   SweepSummary sum;
@@ -688,19 +811,33 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     require_fits(planner::run_need(spec, hosted, !run.world, /*conformance=*/false), run.limits,
                  "sweep point " + p.label());
   }
-  // Which points are done is the writer's to say (it holds the CSV): under
-  // mpirun every process follows its list.
+  // Which points are done, and how many rounds of the others, is the
+  // writer's to say (it holds the CSV and the rounds file): under mpirun every
+  // process follows its list. -1: done.
   std::vector<double> done(points.size(), 0.0);
   if (writer)
-    for (size_t k = 0; k < points.size(); ++k) done[k] = skip.count(points[k].key()) ? 1.0 : 0.0;
+    for (size_t k = 0; k < points.size(); ++k) {
+      const auto it = rounds_done.find(points[k].key());
+      done[k] = skip.count(points[k].key())   ? -1.0
+                : it == rounds_done.end() ? 0.0
+                                          : double(std::min<size_t>(it->second.size(), size_t(c.rounds - 1)));
+    }
   if (run.world) run_ranks(*run.world, [&](Communicator& comm) { comm.broadcast(done.data(), done.size(), DType::f64, 0); });
   std::vector<SweepPoint> todo;
+  std::vector<int> first_round;                // of each todo point: the rounds an earlier run measured
+  std::vector<std::vector<PointResult>> got;  // its rounds so far (the writer's)
   for (size_t k = 0; k < points.size(); ++k) {
-    if (done[k] != 0.0) {
+    if (done[k] < 0) {
       ++sum.skipped;
     } else {
       ++sum.points;
       todo.push_back(points[k]);
+      first_round.push_back(int(done[k]));
+      got.emplace_back();
+      if (writer && done[k] > 0) {
+        const std::vector<PointResult>& earlier = rounds_done.at(points[k].key());
+        got.back().assign(earlier.begin(), earlier.begin() + std::ptrdiff_t(done[k]));
+      }
     }
   }
   std::unique_ptr<ResultWriter> csv;
@@ -749,38 +886,60 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
   }
   std::vector<MeasuredPoint> measured;  // ok points with plan rows, for the extrapolation
+  // Round-major: round 0 of every point, then round 1, ...; a point's row
+  // (and plan row) when its last round ends, or its first fails.
+  const SweepConfig window = round_config(c);
+  std::unique_ptr<CsvWriter> rounds_csv;
+  if (writer && c.rounds > 1 && !run.rounds_csv_path.empty())
+    rounds_csv = std::make_unique<CsvWriter>(run.rounds_csv_path, round_columns());
+  std::vector<bool> finished(todo.size(), false);
+  size_t runs = 0, run_no = 0;
+  for (int first : first_round) runs += size_t(c.rounds - first);
   const auto t1 = clock::now();
-  for (size_t k = 0; k < todo.size(); ++k) {
-    const SweepPoint& p = todo[k];
-    if (writer && run.progress) {
-      const double el = std::chrono::duration<double>(clock::now() - t1).count();
-      char eta[32] = "?";
-      if (k) std::snprintf(eta, sizeof eta, "%.0fs", el / double(k) * double(todo.size() - k));
-      *run.progress << "[" << k + 1 << "/" << todo.size() << "] " << p.label() << " ... ETA " << eta
-                    << std::endl;
+  for (int round = 0; round < c.rounds; ++round)
+    for (size_t k = 0; k < todo.size(); ++k) {
+      if (finished[k] || round < first_round[k]) continue;
+      const SweepPoint& p = todo[k];
+      if (writer && run.progress) {
+        const double el = std::chrono::duration<double>(clock::now() - t1).count();
+        char eta[32] = "?";
+        if (run_no) std::snprintf(eta, sizeof eta, "%.0fs", el / double(run_no) * double(runs - run_no));
+        *run.progress << "[" << run_no + 1 << "/" << runs << "] " << p.label();
+        if (c.rounds > 1) *run.progress << " round " << round + 1 << "/" << c.rounds;
+        *run.progress << " ... ETA " << eta << std::endl;
+      }
+      ++run_no;
+      PointResult r = run_point(window, p, writer ? peak_of(p) : 0, run.world, run.open_device);
+      // Not ok (rejected alike on every process; under mpirun a failure
+      // throws): its row now, no more rounds.
+      if (r.status != "ok" || round == c.rounds - 1) finished[k] = true;
+      if (!writer) continue;
+      if (r.status == "ok") got[k].push_back(r);
+      if (!finished[k]) {
+        if (rounds_csv) rounds_csv->write_row(round_row(c, p, round, r));
+        continue;
+      }
+      if (r.status == "ok") r = combine_rounds(got[k]);
+      const RunMeta meta = point_meta(c, p, r, run.meta);
+      csv->write(meta, to_record(p, r));
+      if (plan_csv && r.status == "ok") {
+        measured.push_back({p, r, meta});
+        const PlanRow pr = plan_row(c, p, r, hw, meta, figures_for(p, r));
+        plan_csv->write(pr.meta, pr.values);
+      }
+      (r.status == "ok" ? sum.ok : r.status == "rejected" ? sum.rejected : sum.failed) += 1;
+      if (run.table) {
+        char line[256];
+        if (r.status == "ok")
+          std::snprintf(line, sizeof line, "%-44s %10.4f s %12.0f tok/s  MFU %6.2f%%  dp %10lld B/step  bubble %.3f",
+                        p.label().c_str(), r.step_time_s, r.tokens_per_s, 100 * r.mfu,
+                        (long long)r.comm_dp_bytes, r.bubble);
+        else
+          std::snprintf(line, sizeof line, "%-44s %s: %.180s", p.label().c_str(), r.status.c_str(),
+                        r.reason.c_str());
+        *run.table << line << std::endl;
+      }
     }
-    PointResult r = run_point(c, p, writer ? peak_of(p) : 0, run.world, run.open_device);
-    if (!writer) continue;
-    const RunMeta meta = point_meta(c, p, r, run.meta);
-    csv->write(meta, to_record(p, r));
-    if (plan_csv && r.status == "ok") {
-      measured.push_back({p, r, meta});
-      const PlanRow pr = plan_row(c, p, r, hw, meta, figures_for(p, r));
-      plan_csv->write(pr.meta, pr.values);
-    }
-    (r.status == "ok" ? sum.ok : r.status == "rejected" ? sum.rejected : sum.failed) += 1;
-    if (run.table) {
-      char line[256];
-      if (r.status == "ok")
-        std::snprintf(line, sizeof line, "%-44s %10.4f s %12.0f tok/s  MFU %6.2f%%  dp %10lld B/step  bubble %.3f",
-                      p.label().c_str(), r.step_time_s, r.tokens_per_s, 100 * r.mfu,
-                      (long long)r.comm_dp_bytes, r.bubble);
-      else
-        std::snprintf(line, sizeof line, "%-44s %s: %.180s", p.label().c_str(), r.status.c_str(),
-                      r.reason.c_str());
-      *run.table << line << std::endl;
-    }
-  }
   // Every series continued from its largest measured point, a resumed run's
   // earlier points included (their shapes' figures and ring steps measured
   // now if this run did not).

@@ -11,10 +11,19 @@
 // the row is appended as soon as the point ends, so a killed sweep loses at
 // most the point it was running; resume() skips every point whose key is
 // already in the file, so resuming never duplicates a point.
+// Rounds (sweep.rounds > 1): every point is measured in that many windows,
+// interleaved over the sweep (round 1 of every point, then round 2, ...), and
+// its row holds the median of its rounds' medians, written when its last
+// round ends. A window in which the host slows down (a noisy neighbour on a
+// shared machine: seen to slow six consecutive points by 1.3-1.8x) then spoils
+// one round of a point, not its row. Each earlier round is appended to a side
+// file as it ends (SweepRun::rounds_csv_path), so a killed sweep loses at most
+// the round it was running there too.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -51,6 +60,11 @@ struct SweepConfig {
   // hundreds of steps, not ten.
   double min_seconds = 0;
   static constexpr int kMaxStepsFactor = 100;
+  // Windows per point, interleaved over the sweep (see the top of this file):
+  // `steps` and `min_seconds` are the point's totals, split evenly over its
+  // rounds (each round warms up again: it is a run of its own).
+  int rounds = 1;
+  static constexpr int kMaxRounds = 15;
   int ranks_per_node = 0;  // node boundary for hierarchical strategies (0: one node)
   double peak_gflops = 0;  // per-rank MFU peak; 0: measure single-thread sgemm
   // Plan rows beyond the measured worlds (the vendor's figure): for every
@@ -91,6 +105,7 @@ struct PointResult {
   // The spread of the measured steps (each the job's pace, step_times):
   // fastest, slowest, and the coefficient of variation (sample stddev / mean).
   double step_time_min_s = 0, step_time_max_s = 0, step_time_cv = 0;
+  double step_time_mean_s = 0;  // (not a column: the cv's denominator, to pool rounds)
   int measured_steps = 0;  // steps behind those figures (sweep.steps, or more under sweep.min_seconds)
   bool oversubscribed = false;  // more ranks than this machine's cores: the scaling is not the strategy's
   int64_t mem[6] = {};  // peak per MemTag (device), max over ranks
@@ -131,6 +146,20 @@ RunSpec point_spec(const SweepConfig& c, const SweepPoint& p);
 PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank,
                       World* world = nullptr, const DeviceOpener& open_device = {});
 
+// One measurement window of a point under sweep.rounds: the config whose
+// run_point measures round `round` (0-based) of c's points: ceil(steps /
+// rounds) steps and min_seconds / rounds seconds at least.
+SweepConfig round_config(const SweepConfig& c);
+
+// A point's row from its rounds (all ok, in order, at least one): the step
+// time is the median of the rounds' medians (of the two middle ones, the
+// mean), min and max over every round, the cv and mean over every measured
+// step pooled, measured_steps their sum, bubble and exposed communication the
+// mean over rounds weighted by their steps, tokens/s, model FLOP/s and MFU at
+// the combined step time; everything else (memory, bytes, routing, device) is
+// the last round's. One round is returned as it is.
+PointResult combine_rounds(const std::vector<PointResult>& rounds);
+
 // The sweep columns of one row (RunMeta carries world, mesh, status, reason).
 CsvRecord to_record(const SweepPoint& p, const PointResult& r);
 // config_hash: point_config_hash, so a row says which settings made it.
@@ -138,7 +167,7 @@ RunMeta point_meta(const SweepConfig& c, const SweepPoint& p, const PointResult&
 
 // The hash of everything that changes point p's figures under config c: the
 // point (strategy, mesh, model, precision, microbatches, scaling) and the
-// sweep's batch, seq, steps, warm-up, ranks per node and MFU peak.
+// sweep's batch, seq, steps, warm-up, rounds, ranks per node and MFU peak.
 std::string point_config_hash(const SweepConfig& c, const SweepPoint& p);
 
 // Keys of the points present in an existing sweep CSV (a torn last row is
@@ -147,8 +176,20 @@ std::string point_config_hash(const SweepConfig& c, const SweepPoint& p);
 // CSV, or holds a point of c run with other settings (its config_hash).
 std::set<std::string> done_keys(const std::string& csv_path, const SweepConfig& c);
 
+// The rounds of points not yet in the sweep CSV that an earlier run of c
+// recorded in its rounds file (SweepRun::rounds_csv_path), by point key, each
+// point's rounds in order from round 0 (a gap ends them; a torn last row is
+// ignored). Empty if the file does not exist. InputError naming the file and
+// line if it is not a rounds file or holds a point of c run with other
+// settings.
+std::map<std::string, std::vector<PointResult>> done_rounds(const std::string& rounds_path, const SweepConfig& c);
+
 struct SweepRun {
   std::string csv_path;       // appended to (created with the header if absent)
+  // sweep.rounds > 1: every round but a point's last is appended here as it
+  // ends (key, config_hash, round, its time figures), for --resume; empty:
+  // kept in memory only.
+  std::string rounds_csv_path;
   std::string plan_csv_path;  // if set: a plan row per ok point (sweep_plan.h), appended here
   RunMeta meta;               // run_id, git_rev, host, backend for every row
   std::ostream* progress = nullptr;  // "[k/n] ... ETA" lines, if set
@@ -172,6 +213,9 @@ struct SweepSummary {
 
 // Runs every point not in `skip` (read on the writer only), writing one row
 // per point (and, with plan_csv_path, the planner's row for each ok point).
-SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip = {});
+// `rounds_done`: rounds of points an earlier run measured (done_rounds; read
+// on the writer only): only the rest run.
+SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip = {},
+                       const std::map<std::string, std::vector<PointResult>>& rounds_done = {});
 
 }  // namespace pb::sweep

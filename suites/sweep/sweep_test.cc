@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include <filesystem>
@@ -244,6 +245,160 @@ TEST(Sweep, ResumeRerunsOnlyTheMissingPoint) {
   EXPECT_EQ(done_keys(csv, fewer).size(), 2u);
 }
 
+// combine_rounds: the median of the rounds' medians (one slow window does not
+// move it), the spread over every step pooled, the rates at the combined time.
+TEST(Sweep, RoundsCombineIntoTheMedianOfTheirMedians) {
+  auto round = [](double median, double min, double max, double mean, double cv, int n, double bubble) {
+    PointResult r;
+    r.step_time_s = median;
+    r.step_time_min_s = min;
+    r.step_time_max_s = max;
+    r.step_time_mean_s = mean;
+    r.step_time_cv = cv;
+    r.measured_steps = n;
+    r.bubble = bubble;
+    r.exposed_comm_s = bubble / 10;
+    r.tokens_per_s = 1000 / median;
+    r.model_flops_per_s = 2e9 / median;
+    r.mfu = 0.01 / median;
+    return r;
+  };
+  // Steps {1, 2, 3}, {5, 6, 7} (a slow window), {2, 2, 2}: as pooled nine steps.
+  const double sd = 1;  // of {1, 2, 3} and {5, 6, 7}
+  std::vector<PointResult> rounds = {round(2, 1, 3, 2, sd / 2, 3, 0.1), round(6, 5, 7, 6, sd / 6, 3, 0.4),
+                                     round(2, 2, 2, 2, 0, 3, 0.1)};
+  rounds.back().mem_total = 1234;
+  PointResult c = combine_rounds(rounds);
+  EXPECT_DOUBLE_EQ(c.step_time_s, 2);  // not the slow round's 6
+  EXPECT_DOUBLE_EQ(c.step_time_min_s, 1);
+  EXPECT_DOUBLE_EQ(c.step_time_max_s, 7);
+  EXPECT_EQ(c.measured_steps, 9);
+  const std::vector<double> all = {1, 2, 3, 5, 6, 7, 2, 2, 2};
+  double mean = 0, var = 0;
+  for (double x : all) mean += x / 9;
+  for (double x : all) var += (x - mean) * (x - mean) / 8;
+  EXPECT_NEAR(c.step_time_mean_s, mean, 1e-12);
+  EXPECT_NEAR(c.step_time_cv, std::sqrt(var) / mean, 1e-12);
+  EXPECT_NEAR(c.bubble, 0.2, 1e-12);  // weighted by steps: (0.1 + 0.4 + 0.1) / 3
+  EXPECT_NEAR(c.exposed_comm_s, 0.02, 1e-12);
+  EXPECT_NEAR(c.tokens_per_s, 500, 1e-9);  // at 2 s per step
+  EXPECT_NEAR(c.model_flops_per_s, 1e9, 1e-3);
+  EXPECT_NEAR(c.mfu, 0.005, 1e-15);
+  EXPECT_EQ(c.mem_total, 1234);  // the last round's
+  // Two rounds: the mean of the two; one: as it is.
+  EXPECT_DOUBLE_EQ(combine_rounds({rounds[0], rounds[1]}).step_time_s, 4);
+  EXPECT_DOUBLE_EQ(combine_rounds({rounds[1]}).step_time_s, 6);
+  EXPECT_DOUBLE_EQ(combine_rounds({rounds[1]}).step_time_cv, sd / 6);
+  EXPECT_THROW(combine_rounds({}), InputError);
+  PointResult failed;
+  failed.status = "failed";
+  EXPECT_THROW(combine_rounds({rounds[0], failed}), InputError);
+  // A round's share of the point's steps and seconds.
+  SweepConfig cfg = tiny_config();
+  cfg.steps = 10;
+  cfg.min_seconds = 0.3;
+  cfg.rounds = 3;
+  const SweepConfig w = round_config(cfg);
+  EXPECT_EQ(w.steps, 4);
+  EXPECT_DOUBLE_EQ(w.min_seconds, 0.1);
+  EXPECT_EQ(w.rounds, 1);
+}
+
+// sweep.rounds = 3: one row per point, its steps from three windows; the two
+// earlier rounds of each in the rounds file; and a sweep killed before its
+// last round resumes from the rounds the file holds, running only the rest.
+TEST(Sweep, RoundsInterleaveOverTheSweepAndResume) {
+  SweepConfig c = tiny_config();
+  c.strategies = {"shard=none", "shard=zero2"};
+  c.worlds = {2};
+  c.steps = 6;
+  c.rounds = 3;
+  const std::string csv = fresh_csv("rounds");
+  SweepRun run = make_run(csv);
+  run.rounds_csv_path = (fs::path(csv).parent_path() / "sweep_rounds.csv").string();
+  ASSERT_EQ(run_sweep(c, run).ok, 2);
+  CsvTable t = read_csv(csv);
+  ASSERT_EQ(t.rows.size(), 2u);
+  for (const auto& row : t.rows) EXPECT_EQ(row[t.column("measured_steps")], "6");  // 3 x 2
+  EXPECT_TRUE(validate_csv_against_schema(csv, ResultsSchema::builtin()).empty());
+  std::map<std::string, std::vector<PointResult>> rounds = done_rounds(run.rounds_csv_path, c);
+  ASSERT_EQ(rounds.size(), 2u);
+  for (const auto& [key, r] : rounds) {
+    ASSERT_EQ(r.size(), 2u) << key;
+    EXPECT_EQ(r[0].measured_steps, 2);
+    EXPECT_GT(r[1].step_time_s, 0);
+  }
+  // The rounds file is not read for points in the CSV; without them, a
+  // resume with only round 0 of the second point runs its rounds 1 and 2.
+  const std::string key = "shard=zero2|dp2|tiny|fp32|1|weak";
+  std::map<std::string, std::vector<PointResult>> first_only = {{key, {rounds.at(key)[0]}}};
+  const std::string again = fresh_csv("rounds_resume");
+  SweepRun resumed = make_run(again);
+  std::ostringstream progress;
+  resumed.progress = &progress;
+  SweepSummary s = run_sweep(c, resumed, {"shard=none|dp2|tiny|fp32|1|weak"}, first_only);
+  EXPECT_EQ(s.points, 1);
+  EXPECT_EQ(s.skipped, 1);
+  EXPECT_EQ(progress.str().find("round 1/3"), std::string::npos) << progress.str();
+  EXPECT_NE(progress.str().find("[1/2] dp2 shard=zero2 tiny fp32 mb1 weak round 2/3"), std::string::npos)
+      << progress.str();
+  t = read_csv(again);
+  ASSERT_EQ(t.rows.size(), 1u);
+  EXPECT_EQ(t.rows[0][t.column("measured_steps")], "6");  // round 0's 2 steps and this run's 4
+  // The rounds count is in the point's hash: another count refuses the file.
+  SweepConfig other = c;
+  other.rounds = 2;
+  EXPECT_NE(point_config_hash(c, expand(c)[0]), point_config_hash(other, expand(other)[0]));
+  try {
+    done_rounds(run.rounds_csv_path, other);
+    ADD_FAILURE() << "rounds of other settings resumed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("sweep_rounds.csv:2: --resume: point shard=none|dp2"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(done_rounds(run.rounds_csv_path + ".absent", c).empty());
+}
+
+// A rounds file that is not one, or holds rows that are not numbers in range,
+// is refused naming the file, the line and the cell; a torn last row is not.
+TEST(Sweep, RoundsFileRowsAreCheckedOnResume) {
+  SweepConfig c = tiny_config();
+  c.strategies = {"shard=none"};
+  c.worlds = {2};
+  c.rounds = 3;
+  const SweepPoint p = expand(c)[0];
+  const std::string path = (fs::path(fresh_csv("rounds_file")).parent_path() / "sweep_rounds.csv").string();
+  const std::string header =
+      "key,config_hash,round,step_time_s,step_time_min_s,step_time_max_s,step_time_mean_s,step_time_cv,"
+      "measured_steps,bubble,exposed_comm_s\n";
+  const std::string head = p.key() + "," + point_config_hash(c, p) + ",";
+  auto message = [&](const std::string& text) {
+    std::ofstream(path, std::ios::trunc) << text;
+    try {
+      done_rounds(path, c);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("a,b\n1,2\n").find("not a sweep rounds file"), std::string::npos);
+  EXPECT_NE(message(header + head + "0,nan,1,1,1,0,3,0,0\n").find(path + ":2: step_time_s 'nan'"), std::string::npos);
+  EXPECT_NE(message(header + head + "0,1,1,1,1,0,3,-1,0\n").find("bubble '-1'"), std::string::npos);
+  EXPECT_NE(message(header + head + "0.5,1,1,1,1,0,3,0,0\n").find("round '0.5'"), std::string::npos);
+  EXPECT_NE(message(header + head + "99,1,1,1,1,0,3,0,0\n").find("round '99'"), std::string::npos);
+  EXPECT_NE(message(header + head + "0,1,1,1,1,0,0,0,0\n").find("measured_steps '0'"), std::string::npos);
+  EXPECT_NE(message(header + head + "0,1,2,3,1,0,3,0,0\n").find("min <= median <= max"), std::string::npos);
+  EXPECT_EQ(message(header + head + "0,1,1,1,1,0,3,0,0\n" + head + "1,2,2"), "no error");  // torn tail
+  EXPECT_EQ(done_rounds(path, c).at(p.key()).size(), 1u);
+  // A gap ends a point's rounds; a row of a point the config does not run is skipped.
+  std::ofstream(path, std::ios::trunc) << header << head << "0,1,1,1,1,0,3,0,0\n"
+                                       << head << "2,1,1,1,1,0,3,0,0\n"
+                                       << "other|dp9,abc,0,1,1,1,1,0,3,0,0\n";
+  const auto r = done_rounds(path, c);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r.at(p.key()).size(), 1u);
+}
+
 TEST(SweepConfig, RulesNameTheKey) {
   auto read = [](const std::string& toml) {
     ConfigReader r = ConfigReader::from_string(toml);
@@ -268,6 +423,9 @@ TEST(SweepConfig, RulesNameTheKey) {
   EXPECT_NE(message("[sweep]\nmin_seconds = 1e9\n").find("sweep.min_seconds"), std::string::npos);
   EXPECT_NE(message("[sweep]\nmin_seconds = 0.1\nwarmup = 0\n").find("sweep.warmup"), std::string::npos);
   EXPECT_NE(message("[sweep]\nmin_seconds = 0.1\nsteps = 2000000000\n").find("sweep.steps"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nrounds = 0\n").find("sweep.rounds"), std::string::npos);
+  EXPECT_NE(message("[sweep]\nrounds = 16\n").find("sweep.rounds: at most 15"), std::string::npos);
+  EXPECT_EQ(read("[sweep]\nrounds = 3\n").rounds, 3);
   SweepConfig c = read("[sweep]\nscaling = \"strong\"\nworlds = [1, 4]\nmicrobatches = [1, 2]\n");
   EXPECT_EQ(c.scaling, std::vector<std::string>{"strong"});
   EXPECT_EQ(c.global_batch, 32);  // batch_per_rank x max world
