@@ -187,13 +187,13 @@ TEST(LocalComm, AutomaticProgressDefersWhenRanksAndTheirThreadsOutnumberTheCores
   EXPECT_FALSE(local_progress_deferred(o, 2));
 }
 
-TEST(LocalComm, AutomaticBindingBindsRanksThatFillTheCoresWithoutProgressThreads) {
+TEST(LocalComm, AutomaticBindingBindsRanksWithoutProgressThreads) {
   WorldOptions o;
   o.size = 2;
   EXPECT_TRUE(local_binds_ranks(o, 2));   // deferred, one core each
   EXPECT_TRUE(local_binds_ranks(o, 3));
   EXPECT_FALSE(local_binds_ranks(o, 4));  // progress threads beside them: the scheduler places both
-  EXPECT_FALSE(local_binds_ranks(o, 1));  // more ranks than cores
+  EXPECT_TRUE(local_binds_ranks(o, 1));   // both on the one core
   o.progress = WorldOptions::Progress::thread;
   EXPECT_FALSE(local_binds_ranks(o, 2));  // a progress thread would inherit its rank's core
   o.progress = WorldOptions::Progress::deferred;
@@ -205,44 +205,70 @@ TEST(LocalComm, AutomaticBindingBindsRanksThatFillTheCoresWithoutProgressThreads
   EXPECT_FALSE(local_binds_ranks(o, 2));
 }
 
-// Each rank's thread runs on one core of its own, the calling thread's cores
-// in order; unbound, each may run on all of them.
+// Each rank's thread runs on one core, the calling thread's cores in turn
+// (rank i on the (i mod n)-th: an even share of each when the ranks
+// outnumber the cores); unbound, each may run on all of them.
 TEST(LocalComm, BoundRanksEachRunOnACoreOfTheirOwn) {
   cpu_set_t mine;
   CPU_ZERO(&mine);
   ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
-  const int cores = CPU_COUNT(&mine);
-  if (cores < 2) GTEST_SKIP() << "this thread may run on " << cores << " core: nothing to bind two ranks to";
-  for (auto binding : {WorldOptions::Binding::automatic, WorldOptions::Binding::none}) {
-    WorldOptions o;
-    o.size = 2;
-    o.progress = WorldOptions::Progress::deferred;
-    o.binding = binding;
-    auto world = make_local_world(o);
-    EXPECT_EQ(world->binds_ranks(), binding == WorldOptions::Binding::automatic);
-    std::vector<int> count(2), cpu(2, -1);
-    run_ranks(*world, [&](Communicator& c) {
-      cpu_set_t s;
-      CPU_ZERO(&s);
-      ASSERT_EQ(sched_getaffinity(0, sizeof s, &s), 0);
-      count[size_t(c.rank())] = CPU_COUNT(&s);
-      for (int k = 0; k < CPU_SETSIZE; ++k)
+  std::vector<int> cores;
+  for (int k = 0; k < CPU_SETSIZE; ++k)
+    if (CPU_ISSET(k, &mine)) cores.push_back(k);
+  const int n = int(cores.size());
+  if (n < 2) GTEST_SKIP() << "this thread may run on " << n << " core: nothing to bind ranks apart on";
+  for (int size : {2, n + 1})
+    for (auto binding : {WorldOptions::Binding::automatic, WorldOptions::Binding::none}) {
+      WorldOptions o;
+      o.size = size;
+      o.progress = WorldOptions::Progress::deferred;
+      o.binding = binding;
+      auto world = make_local_world(o);
+      EXPECT_EQ(world->binds_ranks(), binding == WorldOptions::Binding::automatic);
+      std::vector<int> count(static_cast<size_t>(size)), cpu(static_cast<size_t>(size), -1);
+      run_ranks(*world, [&](Communicator& c) {
+        cpu_set_t s;
+        CPU_ZERO(&s);
+        ASSERT_EQ(sched_getaffinity(0, sizeof s, &s), 0);
+        count[size_t(c.rank())] = CPU_COUNT(&s);
+        for (int k = 0; k < CPU_SETSIZE; ++k)
+          if (CPU_ISSET(k, &s)) {
+            cpu[size_t(c.rank())] = k;
+            break;
+          }
+        c.barrier();
+      });
+      for (int r = 0; r < size; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(size));
+        if (binding == WorldOptions::Binding::automatic) {
+          EXPECT_EQ(count[size_t(r)], 1);
+          EXPECT_EQ(cpu[size_t(r)], cores[size_t(r % n)]);
+        } else {
+          EXPECT_EQ(count[size_t(r)], n);
+        }
+      }
+    }
+  // A world started from a bound thread shares that thread's core.
+  WorldOptions o;
+  o.size = 2;
+  o.progress = WorldOptions::Progress::deferred;
+  run_local(2, [&](Communicator& outer) {
+    if (outer.rank() != 1) return;
+    std::vector<int> cpu(2, -1);
+    run_ranks(*make_local_world(o), [&](Communicator& c) {
+      for (int k = 0; k < CPU_SETSIZE; ++k) {
+        cpu_set_t s;
+        CPU_ZERO(&s);
+        sched_getaffinity(0, sizeof s, &s);
         if (CPU_ISSET(k, &s)) {
           cpu[size_t(c.rank())] = k;
           break;
         }
-      c.barrier();
+      }
     });
-    if (binding == WorldOptions::Binding::automatic) {
-      EXPECT_EQ(count[0], 1);
-      EXPECT_EQ(count[1], 1);
-      EXPECT_NE(cpu[0], cpu[1]);
-      EXPECT_TRUE(CPU_ISSET(cpu[0], &mine) && CPU_ISSET(cpu[1], &mine));
-    } else {
-      EXPECT_EQ(count[0], cores);
-      EXPECT_EQ(count[1], cores);
-    }
-  }
+    EXPECT_EQ(cpu[0], cores[1]);
+    EXPECT_EQ(cpu[1], cores[1]);
+  }, o);
 }
 
 TEST(LocalComm, TwoLevelAllReduceMatchesFlatAndCutsInterNodeTraffic) {

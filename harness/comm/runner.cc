@@ -50,8 +50,7 @@ bool local_progress_deferred(const WorldOptions& o, unsigned cores) {
 
 bool local_binds_ranks(const WorldOptions& o, unsigned cores) {
   if (o.binding == WorldOptions::Binding::none || o.size < 2) return false;
-  if (cores == 0) cores = std::thread::hardware_concurrency();
-  return local_progress_deferred(o, cores) && int64_t(o.size) <= int64_t(cores);
+  return local_progress_deferred(o, cores);
 }
 
 bool hosts_rank(const World& world, int rank) {
@@ -100,7 +99,13 @@ void run_ranks(World& world, const std::function<void(Communicator&)>& fn) {
     }
     world.abort(r, what);
   };
-  auto body = [&](int r) {
+  auto body = [&](int r, int core) {
+    if (core >= 0) {  // itself, before anything: a failure leaves it where the scheduler put it
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(core, &one);
+      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    }
     std::unique_ptr<Communicator> comm;
     try {
       comm = world.communicator(r);
@@ -120,28 +125,19 @@ void run_ranks(World& world, const std::function<void(Communicator&)>& fn) {
     }
   };
   if (ranks.size() == 1) {
-    body(ranks[0]);
+    body(ranks[0], -1);
   } else {
     std::vector<std::thread> threads;
     threads.reserve(ranks.size());
-    // The cores this thread may run on, in order (none if it may not run on
-    // one per rank: e.g. a world started from a bound rank's thread).
+    // The cores this thread may run on, in order; hosted rank i goes to
+    // core i mod their count.
     std::vector<int> cores;
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
     if (world.binds_ranks() && sched_getaffinity(0, sizeof allowed, &allowed) == 0)
       for (int c = 0; c < CPU_SETSIZE; ++c)
         if (CPU_ISSET(c, &allowed)) cores.push_back(c);
-    const bool bind = cores.size() >= ranks.size();
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      threads.emplace_back(body, ranks[i]);
-      if (bind) {  // a failure leaves the thread where the scheduler put it
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cores[i], &one);
-        pthread_setaffinity_np(threads.back().native_handle(), sizeof one, &one);
-      }
-    }
+    for (size_t i = 0; i < ranks.size(); ++i) threads.emplace_back(body, ranks[i], cores.empty() ? -1 : cores[i % cores.size()]);
     for (auto& t : threads) t.join();
   }
   if (first >= 0) throw RankError(first, first_what);

@@ -50,13 +50,17 @@ struct WorldOptions {
   // core of a computing rank and a collective waits on the scheduler.
   enum class Progress { automatic, thread, deferred };
   Progress progress = Progress::automatic;
-  // Local backend only: automatic binds rank i's thread to the i-th core the
-  // calling thread may run on when the ranks fill the cores with no progress
-  // threads beside them (deferred progress and ranks <= cores), as mpirun
-  // binds one process per core; none leaves placement to the scheduler.
-  // Unbound, two ranks on two cores at times ran on one core, or moved, for
-  // a whole measuring window: dp2 ZeRO-2 tiny 0.53 ms per step, 0.75 ms in
-  // such windows; tp2 tiny 0.31, 0.49-0.58 ms (rounds of one sweep).
+  // Local backend only: automatic binds hosted rank i's thread to core i mod
+  // n of the n cores the calling thread may run on, whenever progress is
+  // deferred (no progress threads, which would inherit their rank's core):
+  // one rank per core where they fit, as mpirun binds, and an even share of
+  // each core where they do not, as the planner's time-sharing assumes;
+  // none leaves placement to the scheduler. Unbound, the same point moved
+  // between two speeds from window to window (rounds of one sweep, one run
+  // each way on 2 cores): dp2 ZeRO-2 tiny 0.53 or 0.75 ms per step, tp2
+  // tiny 0.31 or 0.49-0.58 ms, dp4 ZeRO-2 tiny 1.11 or 1.42-1.64 ms, dp4.ep2
+  // ZeRO-3 tiny-moe 1.58 or 2.65 ms, dp2.pp2 tiny 0.59 or 0.80-0.83 ms;
+  // bound, the first speed in every window.
   enum class Binding { automatic, none };
   Binding binding = Binding::automatic;
 };
@@ -79,7 +83,7 @@ class World {
   virtual std::unique_ptr<Communicator> communicator(int rank) = 0;
   // Rank `rank` failed with `what`: wake its peers in this process.
   virtual void abort(int rank, const std::string& what) = 0;
-  // Whether run_ranks binds each hosted rank's thread to a core of its own
+  // Whether run_ranks binds each hosted rank's thread to a core
   // (WorldOptions::binding).
   virtual bool binds_ranks() const { return false; }
   // Ends the ranks of other processes after the boundary has reported an
@@ -100,9 +104,8 @@ bool hosts_rank(const World& world, int rank);
 // from rank 0's. A local world (one process) has nothing to agree on.
 void require_same_spec(World& world, const std::string& spec, const std::string& what);
 
-// Runs fn on every rank the world hosts (one thread each when more than one;
-// bound to cores as World::binds_ranks says, when the calling thread may run
-// on at least as many cores as there are ranks).
+// Runs fn on every rank the world hosts (one thread each when more than one,
+// bound to cores as World::binds_ranks says).
 // Throws RankError(first failing rank, its message) if any rank failed.
 void run_ranks(World& world, const std::function<void(Communicator&)>& fn);
 

@@ -458,6 +458,11 @@ SweepConfig round_config(const SweepConfig& c) {
   return one;
 }
 
+size_t round_offset(int round, int rounds, size_t points) {
+  if (round >= rounds - 1 || points == 0) return 0;
+  return size_t(round + 1) * points / size_t(rounds) % points;
+}
+
 PointResult combine_rounds(const std::vector<PointResult>& rounds) {
   require(!rounds.empty(), "combine_rounds: no rounds");
   PointResult out = rounds.back();
@@ -732,11 +737,13 @@ std::vector<MeasuredPoint> earlier_points(const SweepRun& run, const SweepConfig
 // The plan rows' figures for shape k: its kernels' rates (measure_shape_rates)
 // and compute_scale, from a single-rank step of the shape run as a sweep point
 // (dp1, no sharding: the reference's step, at c's seq, warm-up and measuring
-// time) over the planner's estimate of it. A step that cannot run, or would
-// not fit this machine's limits on one rank (a model the sweep only runs
-// sharded), leaves 1 (the row's reason says so).
+// time) over the planner's estimate of it. That step is `same`, the sweep's
+// own result of that very point when it has one (the median of its rounds),
+// or else run here in c's rounds back to back (their median). A step that
+// cannot run, or would not fit this machine's limits on one rank (a model the
+// sweep only runs sharded), leaves 1 (the row's reason says so).
 ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHardware& hw, double peak_rank,
-                         const Limits& limits) {
+                         const Limits& limits, const PointResult* same) {
   const int Bm = std::get<2>(k);
   ShapeRates r = measure_shape_rates(named_model(std::get<0>(k)), Bm, c.seq, peak_rank, 3);
   SweepConfig one = c;
@@ -747,7 +754,18 @@ ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHar
   } catch (const InputError&) {
     return r;
   }
-  const PointResult step = run_point(one, p, peak_rank, nullptr);
+  PointResult step;
+  if (same) {
+    step = *same;
+  } else {
+    std::vector<PointResult> rounds;
+    const SweepConfig window = round_config(one);
+    for (int i = 0; i < c.rounds; ++i) {
+      rounds.push_back(run_point(window, p, peak_rank, nullptr));
+      if (rounds.back().status != "ok") break;
+    }
+    step = rounds.back().status == "ok" ? combine_rounds(rounds) : rounds.back();
+  }
   if (step.status == "ok") {
     r.compute_scale = step.step_time_s / single_rank_estimate_s(k, c.seq, hw, r);
     r.step_measured = true;
@@ -858,9 +876,20 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     if (together < 2 || !rates[key].step_measured || rates[key].corun_scale.count(together)) return;
     rates[key].corun_scale[together] = measure_corun(c, key, together, peak_rank, run.limits);
   };
+  // The ok rows of this run by point key: a shape's single-rank step, when
+  // the sweep measured that very point (same batch and seq: weak scaling at
+  // dp1 gives it the shape's batch).
+  std::map<std::string, PointResult> done_ok;
+  auto same_point = [&](const ShapeKey& key) -> const PointResult* {
+    const auto it = done_ok.find(single_rank_point(key).key());
+    if (it == done_ok.end() || it->second.seq != c.seq ||
+        it->second.global_batch != int64_t(std::get<2>(key)) * std::get<3>(key))
+      return nullptr;
+    return &it->second;
+  };
   auto figures_for = [&](const SweepPoint& p, const PointResult& r) -> const ShapeRates& {
     const ShapeKey key = shape_key(p, r);
-    if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits);
+    if (!rates.count(key)) rates[key] = measure_rates(c, key, hw, peak_rank, run.limits, same_point(key));
     corun_for(key, std::min(p.world, hw.cores));
     const MeshShape mesh = parse_mesh(p.mesh, "sweep point");
     if (mesh.tp > 1 || mesh.cp > 1) {
@@ -897,7 +926,8 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   for (int first : first_round) runs += size_t(c.rounds - first);
   const auto t1 = clock::now();
   for (int round = 0; round < c.rounds; ++round)
-    for (size_t k = 0; k < todo.size(); ++k) {
+    for (size_t j = 0; j < todo.size(); ++j) {
+      const size_t k = (j + round_offset(round, c.rounds, todo.size())) % todo.size();
       if (finished[k] || round < first_round[k]) continue;
       const SweepPoint& p = todo[k];
       if (writer && run.progress) {
@@ -922,6 +952,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
       if (r.status == "ok") r = combine_rounds(got[k]);
       const RunMeta meta = point_meta(c, p, r, run.meta);
       csv->write(meta, to_record(p, r));
+      if (r.status == "ok") done_ok[p.key()] = r;
       if (plan_csv && r.status == "ok") {
         measured.push_back({p, r, meta});
         const PlanRow pr = plan_row(c, p, r, hw, meta, figures_for(p, r));

@@ -12,7 +12,8 @@
 // most the point it was running; resume() skips every point whose key is
 // already in the file, so resuming never duplicates a point.
 // Rounds (sweep.rounds > 1): every point is measured in that many windows,
-// interleaved over the sweep (round 1 of every point, then round 2, ...), and
+// interleaved over the sweep (round 1 of every point, then round 2, ...,
+// each round starting at another point: round_offset), and
 // its row holds the median of its rounds' medians, written when its last
 // round ends. A window in which the host slows down (a noisy neighbour on a
 // shared machine: seen to slow six consecutive points by 1.3-1.8x) then spoils
@@ -20,6 +21,7 @@
 // file as it ends (SweepRun::rounds_csv_path), so a killed sweep loses at most
 // the round it was running there too.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -150,6 +152,15 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
 // run_point measures round `round` (0-based) of c's points: ceil(steps /
 // rounds) steps and min_seconds / rounds seconds at least.
 SweepConfig round_config(const SweepConfig& c);
+
+// Where round `round` of `rounds` starts in the list of `points` points (it
+// visits them from there, wrapping around): the last round at the first
+// point, so rows come in the points' order; each earlier round (r + 1) / rounds
+// of the way in, so one point's windows fall at different moments of their
+// rounds (a disturbance that recurs with the sweep's rhythm, or a slow spell
+// as long as a round's stretch of points, does not hit every window of the
+// same points).
+size_t round_offset(int round, int rounds, size_t points);
 
 // A point's row from its rounds (all ok, in order, at least one): the step
 // time is the median of the rounds' medians (of the two middle ones, the

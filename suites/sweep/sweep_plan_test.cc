@@ -494,6 +494,31 @@ TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
   }
 }
 
+// A sweep that measures the shape's single-rank point itself (dp1, no
+// sharding, in its rounds) calibrates compute_scale with that row, so the
+// point's own plan row is its measured step time; shard=zero2 at dp1 is
+// another point (and its row says so only through the plan's own figures).
+TEST(SweepPlan, TheSweepsOwnSingleRankPointIsTheCalibrationStep) {
+  const fs::path d = fresh_dir("own_step");
+  SweepRun run;
+  run.csv_path = (d / "sweep.csv").string();
+  run.plan_csv_path = (d / "plan.csv").string();
+  run.meta.run_id = "test-run";
+  run.meta.backend = "local";
+  SweepConfig c = tiny({"shard=none", "shard=zero2"}, {1});
+  c.steps = 4;
+  c.rounds = 2;
+  ASSERT_EQ(run_sweep(c, run).ok, 2);
+  const CsvTable s = read_csv(run.csv_path), p = read_csv(run.plan_csv_path);
+  ASSERT_EQ(s.rows[0][s.column("strategy")], "shard=none");
+  ASSERT_EQ(p.rows[0][p.column("strategy")], "shard=none");
+  EXPECT_NEAR(std::stod(p.rows[0][p.column("est_step_time_s")]), std::stod(s.rows[0][s.column("step_time_s")]),
+              1e-9 * std::stod(s.rows[0][s.column("step_time_s")]));
+  // The zero2 row's plan uses the same scale: at one rank it plans the same step.
+  EXPECT_NEAR(std::stod(p.rows[1][p.column("est_step_time_s")]), std::stod(p.rows[0][p.column("est_step_time_s")]),
+              1e-9 * std::stod(p.rows[0][p.column("est_step_time_s")]));
+}
+
 // Peaks restart after warm-up; what a step holds is still counted, so the
 // measured peaks do not depend on how many warm-up steps ran.
 TEST(SweepPlan, MemoryPeaksCoverTheMeasuredStepsOnly) {

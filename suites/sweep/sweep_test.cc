@@ -302,6 +302,13 @@ TEST(Sweep, RoundsCombineIntoTheMedianOfTheirMedians) {
   EXPECT_EQ(w.steps, 4);
   EXPECT_DOUBLE_EQ(w.min_seconds, 0.1);
   EXPECT_EQ(w.rounds, 1);
+  // Each round starts elsewhere; the last at the first point.
+  EXPECT_EQ(round_offset(2, 3, 68), 0u);
+  EXPECT_EQ(round_offset(0, 3, 68), 22u);
+  EXPECT_EQ(round_offset(1, 3, 68), 45u);
+  EXPECT_EQ(round_offset(0, 1, 68), 0u);
+  EXPECT_EQ(round_offset(0, 3, 0), 0u);
+  EXPECT_EQ(round_offset(0, 2, 1), 0u);
 }
 
 // sweep.rounds = 3: one row per point, its steps from three windows; the two
