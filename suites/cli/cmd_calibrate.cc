@@ -90,6 +90,20 @@ planner::CollectiveFit fit_collective(const std::string& op, int n, const std::v
                                  " (a noisy machine? rerun with a larger --seconds)");
 }
 
+// fit_collective of op at n ranks, measured at `sizes` for `seconds` each; a
+// fit whose times did not grow with size (one slow moment on a shared
+// machine, at the short windows of a quick calibration) is measured again
+// with 4x and 16x the time before its error stands.
+planner::CollectiveFit measured_fit(const std::string& op, int n, const std::vector<size_t>& sizes, double seconds) {
+  for (int attempt = 0;; ++attempt, seconds *= 4) {
+    try {
+      return fit_collective(op, n, sweep::measure_collective_times(op, n, sizes, seconds));
+    } catch (const InputError&) {
+      if (attempt == 2) throw;
+    }
+  }
+}
+
 // Waking a rank asleep in a wait: rank 1 arrives at a barrier 3 ms after rank
 // 0 (past its spin: it sleeps); the median over `reps` of the time from rank
 // 1's arrival to rank 0's return.
@@ -174,9 +188,8 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
     if (g > groups.back()) groups.push_back(g);
   for (const std::string& op : planner::collective_ops())
     for (int g : groups)
-      m.collectives[op].push_back(op == "all_reduce" && g == 2
-                                      ? all_reduce2
-                                      : fit_collective(op, g, sweep::measure_collective_times(op, g, fit_sizes, f.seconds / 20)));
+      m.collectives[op].push_back(op == "all_reduce" && g == 2 ? all_reduce2
+                                                                : measured_fit(op, g, fit_sizes, f.seconds / 20));
   m.wake_us = wake_up_us(20);
   // The ranks of a local run share the machine's memory: a rank's device
   // memory is its share (the planner checks one rank against it).

@@ -58,6 +58,8 @@ void check_input(const PlanInput& in) {
   require(h.mem_bw_GBps >= 0, "--mem-bw: must be >= 0");
   require(h.shared_mem_bw_GBps >= 0 && std::isfinite(h.shared_mem_bw_GBps),
           "shared_mem_bw_GBps: must be a finite number >= 0");
+  require(h.optimizer_mem_bw_GBps >= 0 && std::isfinite(h.optimizer_mem_bw_GBps),
+          "optimizer_mem_bw_GBps: must be a finite number >= 0");
   require(h.compute_scale > 0 && std::isfinite(h.compute_scale), "compute_scale: must be a finite number > 0");
   require(h.core_share > 0 && h.core_share <= 1, "core_share: must be in (0, 1]");
   require(h.attention_fwd_s >= 0 && std::isfinite(h.attention_fwd_s) && h.attention_bwd_s >= 0 &&
@@ -366,9 +368,10 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
 // Non-GEMM bytes per step of pipeline rank `rank`: its microbatches' layers
 // (one more forward of them under full recomputation), embedding and head,
 // and its optimizer step over the parameters it updates on the device; and
-// of those, the layers' LayerNorms and residual adds (timed at their own rate).
+// of those, the layers' LayerNorms and residual adds and the optimizer step's
+// (each timed at its own rate).
 struct RankBytes {
-  double total = 0, shared = 0;
+  double total = 0, shared = 0, optimizer = 0;
 };
 RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank) {
   const ModelConfig& mc = *in.shape;
@@ -389,7 +392,8 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   // writes params and states.
   const bool mixed = in.precision == Precision::bf16_mixed;
   const double per_param = double((mixed ? 0 : b.param) + b.grad + b.optimizer + b.param + b.optimizer);
-  return {per_micro * double(r.microbatches) + stepped * per_param, shared * double(r.microbatches)};
+  return {per_micro * double(r.microbatches) + stepped * per_param, shared * double(r.microbatches),
+          stepped * per_param};
 }
 
 }  // namespace
@@ -589,12 +593,15 @@ PlanResult plan(const PlanInput& in) {
         rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed),
         [&](const GemmShape& g) { return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k); }, in.hw.peak_tflops * 1e12);
   const double achieved = peak * r.gemm_efficiency;
-  // Memory-bound bytes, of which `shared` (the LayerNorms and residual adds)
-  // at their own rate when one is given.
-  auto memory_s = [&](double bytes, double shared) {
+  // Memory-bound bytes, of which the LayerNorms' and residual adds' and the
+  // optimizer step's each at their own rate when one is given.
+  auto memory_s = [&](const RankBytes& b) {
     if (!(in.hw.mem_bw_GBps > 0)) return 0.0;
-    if (!(in.hw.shared_mem_bw_GBps > 0)) return bytes / (in.hw.mem_bw_GBps * 1e9);
-    return (bytes - shared) / (in.hw.mem_bw_GBps * 1e9) + shared / (in.hw.shared_mem_bw_GBps * 1e9);
+    const double mem = in.hw.mem_bw_GBps * 1e9;
+    const double shared = in.hw.shared_mem_bw_GBps > 0 ? b.shared : 0,
+                 opt = in.hw.optimizer_mem_bw_GBps > 0 ? b.optimizer : 0;
+    return (b.total - shared - opt) / mem + (shared > 0 ? shared / (in.hw.shared_mem_bw_GBps * 1e9) : 0) +
+           (opt > 0 ? opt / (in.hw.optimizer_mem_bw_GBps * 1e9) : 0);
   };
   // The share of the model's FLOPs the rank whose compute sets the pace does,
   // times pp: 1 without a pipeline. Pipeline stages differ (the last holds the
@@ -607,10 +614,11 @@ PlanResult plan(const PlanInput& in) {
   struct StageCost {
     double flop_share = 1;  // of the stage's hardware FLOPs, the attention core's included
     double share = 1;       // of those the rates time
-    double bytes = 0, shared_bytes = 0, attn_fwd_s = 0, attn_s = 0, attn_model_flops = 0;
+    RankBytes bytes;
+    double attn_fwd_s = 0, attn_s = 0, attn_model_flops = 0;
   };
   auto stage_cost = [&](int64_t blocks, double share, RankBytes bytes) {
-    StageCost c{share, share, bytes.total, bytes.shared, 0, 0, 0};
+    StageCost c{share, share, bytes, 0, 0, 0};
     if (!attn_timed) return c;
     const double mb = double(r.microbatches);
     c.attn_fwd_s = double(blocks) * mb * in.hw.attention_fwd_s;
@@ -624,12 +632,12 @@ PlanResult plan(const PlanInput& in) {
     const ModelConfig& mc = *in.shape;
     const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
                             elem_bytes(in.precision)};
-    c.bytes -= double(blocks) * mb * double(layer_softmax_traffic_bytes(x)) *
-               (in.recompute == Recompute::full ? 4.0 / 3 : 1);
+    c.bytes.total -= double(blocks) * mb * double(layer_softmax_traffic_bytes(x)) *
+                     (in.recompute == Recompute::full ? 4.0 / 3 : 1);
     return c;
   };
   auto stage_time = [&](const StageCost& c) {
-    return r.hardware_flops * c.share / achieved + memory_s(c.bytes, c.shared_bytes) + c.attn_s;
+    return r.hardware_flops * c.share / achieved + memory_s(c.bytes) + c.attn_s;
   };
   // Unstaged (pp = 1): the one rank holds every block.
   StageCost pace = stage_cost(in.shape ? in.shape->L : 0, 1,
@@ -650,8 +658,8 @@ PlanResult plan(const PlanInput& in) {
       if (t > slowest) slowest = t, pace = c;
     }
   }
-  r.memory_bytes = pace.bytes;
-  r.memory_s = memory_s(r.memory_bytes, pace.shared_bytes);
+  r.memory_bytes = pace.bytes.total;
+  r.memory_s = memory_s(pace.bytes);
   r.compute_s = stage_time(pace) * in.hw.compute_scale;
   // Time-shared cores: the critical path runs at a whole core, the node's work
   // at its share; the bubble is what the first exceeds the second by.

@@ -89,6 +89,13 @@ struct Hardware {
   // stream: tiny's run at several times the average, and a rate shared by all
   // credited sequence parallel, which shards only them, 3x what it saves.
   double shared_mem_bw_GBps = 0;
+  // The rate of the optimizer step's traffic (the norm and AdamW over the
+  // parameters a rank updates), where it differs (0: mem_bw_GBps). AdamW
+  // streams five arrays with no reuse, vectorized: tiny's ran at about 3x the
+  // average of the other memory-bound kernels, so one rate for all credited
+  // ZeRO's sharded step (half of it at dp2) with 3x what it saves: ZeRO-2 at
+  // dp2 planned 6% faster than DDP and measured 3% slower.
+  double optimizer_mem_bw_GBps = 0;
   // Measured over modeled compute (> 0): a training step of the model timed on
   // this machine over the estimate of the same step from the rates above; it
   // scales compute (the kernels' rates in isolation miss what a step adds: caches

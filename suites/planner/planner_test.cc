@@ -158,6 +158,25 @@ TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
   EXPECT_NEAR(tp.memory_s - sp.memory_s, shared / 2 / 40e9 + ends / 10e9, 1e-15);
   in.tp = 1;
   in.sp = false;
+  // The optimizer step's bytes at their own rate when given; ZeRO-2 at dp2
+  // updates half the parameters, and saves half of that time, not of the
+  // average rate's.
+  in.hw.optimizer_mem_bw_GBps = 30;
+  const PlanResult opt_split = plan(in);
+  EXPECT_DOUBLE_EQ(opt_split.memory_bytes, bytes);
+  EXPECT_NEAR(opt_split.memory_s, (bytes - shared - opt) / 10e9 + shared / 40e9 + opt / 30e9, 1e-15);
+  in.dp = 2;
+  in.shard = dp::Shard::zero2;
+  const PlanResult z2 = plan(in);
+  in.shard = dp::Shard::none;
+  const PlanResult ddp = plan(in);
+  EXPECT_NEAR(ddp.memory_s - z2.memory_s, opt / 2 / 30e9, 1e-15);
+  in.dp = 1;
+  in.hw.optimizer_mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.optimizer_mem_bw_GBps = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.optimizer_mem_bw_GBps = 0;
   in.hw.shared_mem_bw_GBps = -1;
   EXPECT_THROW(plan(in), InputError);
   in.hw.shared_mem_bw_GBps = 0;

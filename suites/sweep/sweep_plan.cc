@@ -385,10 +385,12 @@ double measure_gemm_efficiency(const ModelConfig& m, int Bm, int seq, double pea
 
 double MemoryBoundRates::GBps(int64_t microbatches) const {
   const bool split = shared_GBps() > 0;
-  const double bytes = double(microbatches) * (micro_bytes - (split ? shared_bytes : 0)) + step_bytes;
-  const double s = double(microbatches) * (micro_s - (split ? shared_s : 0)) + step_s;
+  const double bytes = double(microbatches) * (micro_bytes - (split ? shared_bytes : 0));
+  const double s = double(microbatches) * (micro_s - (split ? shared_s : 0));
   return s > 0 && bytes > 0 ? bytes / s / 1e9 : 0;
 }
+
+double MemoryBoundRates::optimizer_GBps() const { return step_s > 0 && step_bytes > 0 ? step_bytes / step_s / 1e9 : 0; }
 
 double MemoryBoundRates::shared_GBps() const {
   return shared_s > 0 && shared_bytes > 0 && shared_s < micro_s ? shared_bytes / shared_s / 1e9 : 0;
@@ -695,6 +697,7 @@ void set_memory_rates(planner::PlanInput& in, const MemoryBoundRates& m, int64_t
   if (!(mem > 0)) return;
   in.hw.mem_bw_GBps = mem * share;
   in.hw.shared_mem_bw_GBps = m.shared_GBps() * share;
+  in.hw.optimizer_mem_bw_GBps = m.optimizer_GBps() * share;
 }
 
 // Whether run_point's DDP overlaps its buckets with backward: not inside
@@ -778,8 +781,10 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     char note[600];
     std::string shared_note = "2 x memcpy";
     if (rates.memory.GBps(p.microbatches) > 0) {
-      std::snprintf(note, sizeof note, "measured at the model's shapes; its LayerNorms and residual adds at %.4g GB/s",
-                    rates.memory.shared_GBps());
+      std::snprintf(note, sizeof note,
+                    "measured at the model's shapes; its LayerNorms and residual adds at %.4g GB/s, the optimizer "
+                    "step at %.4g GB/s",
+                    rates.memory.shared_GBps(), rates.memory.optimizer_GBps());
       shared_note = note;
     }
     std::snprintf(note, sizeof note,

@@ -131,11 +131,13 @@ struct MemoryBoundRates {
   // Of micro_s and micro_bytes: the layers' LayerNorms and residual adds
   // (planner::layer_shared_traffic_bytes), what sequence parallel shards.
   double shared_s = 0, shared_bytes = 0;
-  // GB/s over a step of `microbatches` microbatches and one optimizer step,
-  // the shared kernels left out (they have their own rate); 0 when nothing
-  // was measured.
+  // GB/s over a step of `microbatches` microbatches, the shared kernels and
+  // the optimizer step left out (they have their own rates); 0 when nothing
+  // was measured. A figure with no optimizer step measured (step_s 0) is the
+  // microbatches' alone.
   double GBps(int64_t microbatches) const;
-  double shared_GBps() const;  // shared_bytes / shared_s; 0 when not measured
+  double shared_GBps() const;     // shared_bytes / shared_s; 0 when not measured
+  double optimizer_GBps() const;  // step_bytes / step_s; 0 when not measured
 };
 MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, double seconds);
 

@@ -341,15 +341,15 @@ TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
   EXPECT_GT(mb.shared_s, 0);
   EXPECT_LT(mb.shared_s, mb.micro_s);
   EXPECT_NEAR(mb.shared_GBps(), mb.shared_bytes / mb.shared_s / 1e9, 1e-12 * mb.shared_GBps());
-  EXPECT_NEAR(mb.GBps(3),
-              (3 * (mb.micro_bytes - mb.shared_bytes) + mb.step_bytes) / (3 * (mb.micro_s - mb.shared_s) + mb.step_s) /
-                  1e9,
-              1e-12 * mb.GBps(3));
+  // The optimizer step apart too: the rest's rate is the microbatches' alone.
+  EXPECT_NEAR(mb.optimizer_GBps(), mb.step_bytes / mb.step_s / 1e9, 1e-12 * mb.optimizer_GBps());
+  EXPECT_NEAR(mb.GBps(3), (mb.micro_bytes - mb.shared_bytes) / (mb.micro_s - mb.shared_s) / 1e9, 1e-12 * mb.GBps(3));
   MemoryBoundRates whole = mb;
-  whole.shared_s = whole.shared_bytes = 0;  // not measured apart: one rate for all
-  EXPECT_NEAR(whole.GBps(3), (3 * mb.micro_bytes + mb.step_bytes) / (3 * mb.micro_s + mb.step_s) / 1e9,
-              1e-12 * whole.GBps(3));
+  whole.shared_s = whole.shared_bytes = 0;  // not measured apart: the microbatches' kernels at one rate
+  EXPECT_NEAR(whole.GBps(3), mb.micro_bytes / mb.micro_s / 1e9, 1e-12 * whole.GBps(3));
   EXPECT_EQ(whole.shared_GBps(), 0);
+  whole.step_s = 0;
+  EXPECT_EQ(whole.optimizer_GBps(), 0);
   EXPECT_EQ(MemoryBoundRates{}.GBps(2), 0);  // nothing measured
   EXPECT_THROW(measure_memory_bound(m, 4, 0, 0.01), InputError);
 
@@ -362,6 +362,7 @@ TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
   const planner::PlanInput measured = plan_input(c, p, r, h, ShapeRates{1, mb});
   EXPECT_NEAR(measured.hw.mem_bw_GBps, mb.GBps(1) / 2, 1e-12 * mb.GBps(1));
   EXPECT_NEAR(measured.hw.shared_mem_bw_GBps, mb.shared_GBps() / 2, 1e-12 * mb.shared_GBps());
+  EXPECT_NEAR(measured.hw.optimizer_mem_bw_GBps, mb.optimizer_GBps() / 2, 1e-12 * mb.optimizer_GBps());
   EXPECT_DOUBLE_EQ(plan_input(c, p, r, h).hw.mem_bw_GBps, 2 * 5 / 2.0);  // without: 2 x memcpy, shared
 }
 
