@@ -56,11 +56,12 @@ struct WorldOptions {
   // one rank per core where they fit, as mpirun binds, and an even share of
   // each core where they do not, as the planner's time-sharing assumes;
   // none leaves placement to the scheduler. Unbound, the same point moved
-  // between two speeds from window to window (rounds of one sweep, one run
-  // each way on 2 cores): dp2 ZeRO-2 tiny 0.53 or 0.75 ms per step, tp2
-  // tiny 0.31 or 0.49-0.58 ms, dp4 ZeRO-2 tiny 1.11 or 1.42-1.64 ms, dp4.ep2
-  // ZeRO-3 tiny-moe 1.58 or 2.65 ms, dp2.pp2 tiny 0.59 or 0.80-0.83 ms;
-  // bound, the first speed in every window.
+  // between two speeds from window to window (sweeps in rounds, three each
+  // way, alternating, on 2 cores): dp2 ZeRO-2 tiny 0.53 or 0.75 ms per step,
+  // tp2 tiny 0.31 or 0.49-0.58 ms, dp4 ZeRO-2 tiny 1.11 or 1.42-1.64 ms,
+  // dp4.ep2 ZeRO-3 tiny-moe 1.58 or 2.65 ms, dp2.pp2 tiny 0.59 or 0.80-0.83
+  // ms; bound, the first speed in every window of those sweeps. (Spells in
+  // which the host moves the VM's cores still slow bound ranks: README.)
   enum class Binding { automatic, none };
   Binding binding = Binding::automatic;
 };
