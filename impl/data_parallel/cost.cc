@@ -233,6 +233,54 @@ int64_t comm_buffer_peak_bytes(std::span<const int64_t> units, const DataAxis& a
   return m.peak();
 }
 
+std::vector<UnitUse> unit_uses(std::span<const int64_t> units, const DataAxis& a, UnitRoles roles) {
+  std::vector<UnitUse> out;
+  for (size_t u = 0; u < units.size(); ++u)
+    out.push_back({units[u], 1, roles.is_block(int(u)) && a.reshard_after_forward ? 1 : 0});
+  return out;
+}
+
+int64_t local_traffic_bytes(std::span<const UnitUse> units, const DataAxis& a) {
+  validate(a);
+  const BytesPerParam b = bytes_per_param(a.precision);
+  const int64_t g = shard_group_size(a), m = a.grad_accum, r = dp_ranks_per_node(a), nodes = a.dp / r;
+  std::vector<int64_t> sizes;
+  for (const UnitUse& u : units) {
+    require(u.size >= 0 && u.fwd_uses >= 0 && u.bwd_uses >= 0, "unit uses: sizes and uses must be >= 0");
+    sizes.push_back(u.size);
+  }
+  int64_t bytes = model_state_bytes(sizes, a).grads;  // zero_grads, once per step
+  if (a.shard == Shard::none) return bytes;
+  const bool hzero_split = a.shard == Shard::hzero && nodes > 1;
+  for (const UnitUse& u : units) {
+    const int64_t pad = full_elems(u.size, g, a.padding), slice = ceil_div(u.size, g), chunk = pad / r;
+    // Component::reduce_unit: the slice buffer, its fill, then into the held gradient.
+    int64_t reduce = slice * b.grad;
+    if (hzero_split) reduce += chunk * b.grad + (r == 1 ? 2 * chunk * b.grad : 0);
+    else if (g == 1) reduce += 2 * slice * b.grad;
+    const int64_t into_first = 2 * slice * b.grad, into_more = 3 * slice * b.grad;
+    if (a.shard == Shard::zero1) {
+      bytes += reduce + into_first;  // once, after the last microbatch
+    } else {  // the unit's full gradient per microbatch, reduced as it completes
+      bytes += m * (pad * b.grad + reduce) + into_first + (m - 1) * into_more;
+    }
+    if (a.shard == Shard::zero1 || a.shard == Shard::zero2) {
+      if (a.dp > 1) bytes += slice * b.param;  // the updated slice's buffer for the all-gather
+      continue;
+    }
+    // ZeRO-3 family: a zero-filled buffer per gather.
+    int64_t fwd = pad * b.param, bwd = pad * b.param;
+    if (a.shard == Shard::hzero) {
+      fwd += pad * b.param + 2 * pad * b.param + 2 * chunk * b.param;  // staging, re-order, secondary
+      if (r == 1) bwd += 2 * chunk * b.param;                            // the secondary is the unit
+    } else if (g == 1) {
+      fwd += 2 * slice * b.param, bwd += 2 * slice * b.param;
+    }
+    bytes += m * (u.fwd_uses * fwd + u.bwd_uses * bwd);
+  }
+  return bytes;
+}
+
 std::string_view coll_name(Coll c) {
   constexpr std::string_view names[] = {"all_reduce", "reduce_scatter", "all_gather"};
   return names[int(c)];

@@ -132,6 +132,36 @@ struct UnitRoles {
   bool is_block(int u) const { return u >= first_block && u <= last_block; }
 };
 
+// One unit of a component as its hooks use it in each microbatch: its
+// parameters gathered fwd_uses times in forward and bwd_uses times in
+// backward (the ZeRO-3 family; a pipeline stage's units: pipeline::stage_units).
+struct UnitUse {
+  int64_t size = 0;
+  int fwd_uses = 0, bwd_uses = 0;
+};
+// The uses of units laid out by `roles` in the microbatch runner's order:
+// every unit gathered once in forward; blocks again in backward when they
+// are resharded after forward (roots are held through backward).
+std::vector<UnitUse> unit_uses(std::span<const int64_t> units, const DataAxis& a, UnitRoles roles);
+
+// Bytes a rank's data-parallel component moves through its own memory in one
+// step besides its collectives (Component, hooks_*.cc): zeroing the gradient
+// before the first microbatch; every comm buffer it allocates is zero-filled
+// (harness/memory.h: a unit's gathered parameters per use, its full gradient
+// and the reduce-scatter's slice per microbatch, ZeRO-1/2's updated slice
+// after the step; hZeRO's staging and intermediate buffers); the reduced
+// slice copied into the held gradient (read + write) or added to it (two
+// reads + a write) from the second microbatch on; and where the shard group
+// is a single rank, the copies that stand in for its gather and
+// reduce-scatter (read + write), which the collectives' rows then do not
+// time. hZeRO's forward also re-orders the staged slices and keeps the
+// node-local secondary copy (read + write each). DDP reduces in place: only
+// its zeroing. On a CPU this streaming is a visible share of a ZeRO step
+// (small at dp1 with 2 microbatches: ZeRO-3 about 82 MB against DDP's 3.3 MB
+// per step); the planner times it at its own measured rate
+// (Hardware::buffer_mem_bw_GBps).
+int64_t local_traffic_bytes(std::span<const UnitUse> units, const DataAxis& a);
+
 // Current and peak bytes of a replayed allocation sequence.
 class PeakMeter {
  public:

@@ -133,6 +133,47 @@ TEST(DpCost, CommBufferPeakByHand) {
   EXPECT_THROW(comm_buffer_peak_bytes(units, bad), InputError);
 }
 
+// The components' own buffer traffic, worked by hand (units: embeddings, one
+// block, final LN; fp32, 2 microbatches).
+TEST(DpCost, LocalTrafficByHand) {
+  const std::vector<int64_t> sizes = {10, 30, 20};
+  auto ddp = axis(2, Shard::none, Precision::fp32);
+  ddp.grad_accum = 2;
+  const std::vector<UnitUse> uses = unit_uses(sizes, ddp, UnitRoles::model(3));
+  ASSERT_EQ(uses.size(), 3u);
+  EXPECT_EQ(uses[0].fwd_uses, 1);
+  EXPECT_EQ(uses[0].bwd_uses, 0);  // a root, held through backward
+  EXPECT_EQ(uses[1].bwd_uses, 1);  // the block, gathered again
+  EXPECT_EQ(uses[2].bwd_uses, 0);
+  // DDP: the gradient zeroed once (60 x 4).
+  EXPECT_EQ(local_traffic_bytes(uses, ddp), 240);
+  // ZeRO-2 at dp 2: per unit and microbatch its full gradient (pad) and the
+  // slice (s) zero-filled; the slice copied in (2 s), then added (3 s);
+  // after the step the updated slice's buffer (s); the shard zeroed (120).
+  // 2 (4 pad + 4 s) + 8 s + 12 s + 4 s over pads 60 and slices 30.
+  auto z2 = ddp;
+  z2.shard = Shard::zero2;
+  EXPECT_EQ(local_traffic_bytes(uses, z2), 8 * 60 + 32 * 30 + 120);
+  // ZeRO-3 at dp 1: the reduce-scatter is a copy (+ 2 s per microbatch) and
+  // every gather a zero-filled buffer and a copy (12 bytes per element),
+  // 90 elements gathered per microbatch (the block twice).
+  auto z3 = axis(1, Shard::zero3, Precision::fp32);
+  z3.grad_accum = 2;
+  EXPECT_EQ(local_traffic_bytes(uses, z3), 240 + 52 * 60 + 2 * 12 * 90);
+  z3.reshard_after_forward = false;  // the block stays gathered through backward
+  EXPECT_EQ(local_traffic_bytes(unit_uses(sizes, z3, UnitRoles::model(3)), z3), 240 + 52 * 60 + 2 * 12 * 60);
+  // At dp 2 the gather and reduce-scatter are collectives (their rows time them).
+  auto z3dp2 = axis(2, Shard::zero3, Precision::fp32);
+  z3dp2.grad_accum = 2;
+  EXPECT_EQ(local_traffic_bytes(uses, z3dp2), 120 + 8 * 60 + 28 * 30 + 2 * 4 * 90);
+  // ZeRO-1 reduces once per step, after the last microbatch.
+  auto z1 = ddp;
+  z1.shard = Shard::zero1;
+  EXPECT_EQ(local_traffic_bytes(uses, z1), 240 + 12 * 30 + 4 * 30);
+  const std::vector<UnitUse> bad = {{-1, 1, 0}};
+  EXPECT_THROW(local_traffic_bytes(bad, z3), InputError);
+}
+
 TEST(DpCost, BusFactors) {
   EXPECT_DOUBLE_EQ(bus_factor(Coll::all_reduce, 8), 2.0 * 7 / 8);
   EXPECT_DOUBLE_EQ(bus_factor(Coll::reduce_scatter, 8), 7.0 / 8);

@@ -38,6 +38,8 @@ StateCosts state_costs(const RunSpec& s) {
   c.comm_peak = meter.peak();
   c.dense_comm = dp::comm_per_step(du, ad, dp::UnitRoles::model(n));
   c.expert_comm = dp::comm_per_step(eu, ae, dp::UnitRoles::all_blocks(M), "e");
+  c.local_traffic = dp::local_traffic_bytes(dp::unit_uses(du, ad, dp::UnitRoles::model(n)), ad) +
+                    dp::local_traffic_bytes(dp::unit_uses(eu, ae, dp::UnitRoles::all_blocks(M)), ae);
   return c;
 }
 

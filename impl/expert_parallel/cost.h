@@ -38,6 +38,7 @@ struct StateCosts {
   dp::ModelStateBytes dense, experts;
   int64_t comm_peak = 0;
   std::vector<dp::CollCost> dense_comm, expert_comm;
+  int64_t local_traffic = 0;  // both components' own buffer bytes per step (dp::local_traffic_bytes)
 };
 StateCosts state_costs(const RunSpec& s);
 

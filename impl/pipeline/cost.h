@@ -100,10 +100,7 @@ void check_pipeline_mesh(int world, int pp);
 //          (dp_intra); reduce_scatter over dp_intra, then of the node's 1/r over dp_inter
 // Logical bytes, nccl-tests convention (dp cost.h CollCost); groups of size 1
 // issue nothing. The planner evaluates the same function at any scale.
-struct StageUnitUse {
-  int64_t size = 0;
-  int fwd_uses = 0, bwd_uses = 0;
-};
+using StageUnitUse = dp::UnitUse;
 std::vector<dp::CollCost> stage_dp_comm_per_step(const std::vector<StageUnitUse>& units, const dp::DataAxis& a,
                                                  int microbatches);
 

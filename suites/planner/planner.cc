@@ -60,6 +60,8 @@ void check_input(const PlanInput& in) {
           "shared_mem_bw_GBps: must be a finite number >= 0");
   require(h.optimizer_mem_bw_GBps >= 0 && std::isfinite(h.optimizer_mem_bw_GBps),
           "optimizer_mem_bw_GBps: must be a finite number >= 0");
+  require(h.buffer_mem_bw_GBps >= 0 && std::isfinite(h.buffer_mem_bw_GBps),
+          "buffer_mem_bw_GBps: must be a finite number >= 0");
   require(h.compute_scale > 0 && std::isfinite(h.compute_scale), "compute_scale: must be a finite number > 0");
   require(h.core_share > 0 && h.core_share <= 1, "core_share: must be in (0, 1]");
   require(h.attention_fwd_s >= 0 && std::isfinite(h.attention_fwd_s) && h.attention_bwd_s >= 0 &&
@@ -173,6 +175,32 @@ RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t 
   return s;
 }
 
+// The data-parallel components' own buffer traffic per step on pipeline rank
+// `rank` (dp::local_traffic_bytes): the expert-parallel rank's two components,
+// a stage's units as the executor uses them (and its experts), or the units
+// in the microbatch runner's order.
+int64_t dp_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank,
+                         const std::vector<int64_t>& units, const ep::StateCosts* ep_states) {
+  if (ep_states) return ep_states->local_traffic;
+  if (!in.shape || !pipe.staged()) {
+    const int n = int(units.size());
+    return dp::local_traffic_bytes(dp::unit_uses(units, axis, n > 2 ? dp::UnitRoles::model(n)
+                                                                    : dp::UnitRoles::all_blocks(n)), axis);
+  }
+  const ParamLayout layout(*in.shape, in.tp, 0);
+  const pipeline::StageUnits su = pipeline::stage_units(layout, pipe.part, rank);
+  std::vector<dp::UnitUse> uses;
+  for (size_t i = 0; i < su.units.size(); ++i) uses.push_back({su.units[i].size, su.fwd_uses[i], su.bwd_uses[i]});
+  int64_t bytes = dp::local_traffic_bytes(uses, axis);
+  if (pipe.experts) {
+    std::vector<dp::UnitUse> experts;
+    for (const auto& u : pipeline::stage_experts(layout, pipe.part, rank, in.ep, 0).units)
+      experts.push_back({u.size, 1, 1});
+    bytes += dp::local_traffic_bytes(experts, *pipe.experts);
+  }
+  return bytes;
+}
+
 StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
                         std::vector<int64_t>* units_out, const ep::StateCosts* ep_states) {
   std::vector<int64_t> units =
@@ -200,6 +228,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     s.optimizer = d.optimizer + e.optimizer;
     s.optimizer_host = d.optimizer_host + e.optimizer_host;
   }
+  s.local_traffic = dp_local_traffic(in, axis, pipe, rank, units, ep_states);
   if (ep_states) {
     s.comm = ep_states->comm_peak;
   } else if (!in.shape) {
@@ -371,7 +400,7 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
 // of those, the layers' LayerNorms and residual adds and the optimizer step's
 // (each timed at its own rate).
 struct RankBytes {
-  double total = 0, shared = 0, optimizer = 0;
+  double total = 0, shared = 0, optimizer = 0, buffer = 0;
 };
 RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank) {
   const ModelConfig& mc = *in.shape;
@@ -392,8 +421,9 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   // writes params and states.
   const bool mixed = in.precision == Precision::bf16_mixed;
   const double per_param = double((mixed ? 0 : b.param) + b.grad + b.optimizer + b.param + b.optimizer);
-  return {per_micro * double(r.microbatches) + stepped * per_param, shared * double(r.microbatches),
-          stepped * per_param};
+  const double buffer = double(r.stages[size_t(rank)].local_traffic);
+  return {per_micro * double(r.microbatches) + stepped * per_param + buffer, shared * double(r.microbatches),
+          stepped * per_param, buffer};
 }
 
 }  // namespace
@@ -599,9 +629,11 @@ PlanResult plan(const PlanInput& in) {
     if (!(in.hw.mem_bw_GBps > 0)) return 0.0;
     const double mem = in.hw.mem_bw_GBps * 1e9;
     const double shared = in.hw.shared_mem_bw_GBps > 0 ? b.shared : 0,
-                 opt = in.hw.optimizer_mem_bw_GBps > 0 ? b.optimizer : 0;
-    return (b.total - shared - opt) / mem + (shared > 0 ? shared / (in.hw.shared_mem_bw_GBps * 1e9) : 0) +
-           (opt > 0 ? opt / (in.hw.optimizer_mem_bw_GBps * 1e9) : 0);
+                 opt = in.hw.optimizer_mem_bw_GBps > 0 ? b.optimizer : 0,
+                 buf = in.hw.buffer_mem_bw_GBps > 0 ? b.buffer : 0;
+    return (b.total - shared - opt - buf) / mem + (shared > 0 ? shared / (in.hw.shared_mem_bw_GBps * 1e9) : 0) +
+           (opt > 0 ? opt / (in.hw.optimizer_mem_bw_GBps * 1e9) : 0) +
+           (buf > 0 ? buf / (in.hw.buffer_mem_bw_GBps * 1e9) : 0);
   };
   // The share of the model's FLOPs the rank whose compute sets the pace does,
   // times pp: 1 without a pipeline. Pipeline stages differ (the last holds the
@@ -660,7 +692,13 @@ PlanResult plan(const PlanInput& in) {
   }
   r.memory_bytes = pace.bytes.total;
   r.memory_s = memory_s(pace.bytes);
-  r.compute_s = stage_time(pace) * in.hw.compute_scale;
+  // The data-parallel buffers' rate was measured as a step streams them
+  // (sweep_plan.cc measure_memory_bound), so compute_scale, which a DDP step
+  // calibrates for what the kernels' rates miss, leaves their time alone.
+  const double buffer_s = in.hw.mem_bw_GBps > 0 && in.hw.buffer_mem_bw_GBps > 0
+                              ? pace.bytes.buffer / (in.hw.buffer_mem_bw_GBps * 1e9) : 0;
+  r.compute_s = (stage_time(pace) - buffer_s) * in.hw.compute_scale + buffer_s;
+  r.buffer_s = buffer_s;
   // Time-shared cores: the critical path runs at a whole core, the node's work
   // at its share; the bubble is what the first exceeds the second by.
   r.bubble_s = in.hw.core_share < 1

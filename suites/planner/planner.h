@@ -96,6 +96,14 @@ struct Hardware {
   // ZeRO's sharded step (half of it at dp2) with 3x what it saves: ZeRO-2 at
   // dp2 planned 6% faster than DDP and measured 3% slower.
   double optimizer_mem_bw_GBps = 0;
+  // The rate of the data-parallel components' own buffer traffic
+  // (dp::local_traffic_bytes: zero-filled comm buffers, the reduced slices
+  // copied or added into the held gradient, the copies a one-rank shard group
+  // makes instead of collectives), where it differs (0: mem_bw_GBps). Plain
+  // streaming (memset, memcpy, an add) runs at several times the average
+  // memory-bound kernel here; at that average a ZeRO-3 step at dp1 planned
+  // 3x its measured cost over DDP, without it 0x (small: +29% measured).
+  double buffer_mem_bw_GBps = 0;
   // Measured over modeled compute (> 0): a training step of the model timed on
   // this machine over the estimate of the same step from the rates above; it
   // scales compute (the kernels' rates in isolation miss what a step adds: caches
@@ -196,6 +204,9 @@ struct StageMemory {
   // (MicrobatchRunner::workspace_bytes), or with tp or recompute the
   // tensor-parallel runner's (tp::runner_workspace_bytes). -1: not modeled.
   int64_t workspace = -1;
+  // Not memory: the bytes its data-parallel components stream through their
+  // own buffers per step (dp::local_traffic_bytes), timed as memory-bound work.
+  int64_t local_traffic = 0;
   // Activations and comm buffers known (a total is then worth stating; the
   // workspace is counted when modeled and said to be missing otherwise).
   bool all_known() const { return activations >= 0 && comm >= 0; }
@@ -223,6 +234,8 @@ struct PlanResult {
   double memory_bytes = 0;           // non-GEMM bytes per step on the rank that sets the pace: the slowest
                                      // pipeline stage (GEMMs and these together), else the worst rank (needs a shape)
   double memory_s = 0;               // memory_bytes / mem_bw (0 without a bandwidth); part of compute_s
+  double buffer_s = 0;               // of memory_s, the data-parallel buffers' at their own rate
+                                     // (Hardware::buffer_mem_bw_GBps), which compute_scale leaves alone
   double gemm_efficiency = 1;        // what compute_s used: the hardware's, or its GEMM table's at the model's shapes
   double bubble_over_ideal = 0;      // the schedule's declared bubble / ideal compute
   std::string bubble_formula;

@@ -106,6 +106,9 @@ TEST(Planner, CommBuffersAreTheDeclaredReplay) {
     a.precision = Precision::fp32;
     EXPECT_EQ(r.worst.comm, dp::comm_buffer_peak_bytes(units, a)) << dp::shard_name(shard);
     EXPECT_GT(r.worst.comm, 0);
+    // The buffer traffic it times is the component's declared one.
+    EXPECT_EQ(r.worst.local_traffic,
+              dp::local_traffic_bytes(dp::unit_uses(units, a, dp::UnitRoles::model(int(units.size()))), a));
   }
 }
 
@@ -132,8 +135,10 @@ TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
   const ModelConfig& m = *in.shape;
   const ActivationShape s{2, m.maxT, m.C, m.NH, 1, 1, false, false, 4};
   const double opt = double(m.num_params()) * (4 + 4 + 8 + 4 + 8);  // read p, g, m+v; write p, m+v
+  const double zeroed = double(m.num_params()) * 4;  // DDP zeroes its gradient (dp::local_traffic_bytes)
+  EXPECT_EQ(r.worst.local_traffic, int64_t(zeroed));
   const double bytes = m.L * double(layer_traffic_bytes(s)) + double(embedding_traffic_bytes(s)) +
-                       double(head_traffic_bytes(s, m.V)) + opt;
+                       double(head_traffic_bytes(s, m.V)) + opt + zeroed;
   EXPECT_DOUBLE_EQ(r.memory_bytes, bytes);
   EXPECT_DOUBLE_EQ(r.memory_s, bytes / 10e9);
   EXPECT_NEAR(r.compute_s, no_bw.compute_s + r.memory_s, 1e-12);
@@ -170,8 +175,27 @@ TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
   const PlanResult z2 = plan(in);
   in.shard = dp::Shard::none;
   const PlanResult ddp = plan(in);
-  EXPECT_NEAR(ddp.memory_s - z2.memory_s, opt / 2 / 30e9, 1e-15);
+  const double more_buffers = double(z2.worst.local_traffic - ddp.worst.local_traffic);
+  EXPECT_GT(more_buffers, 0);
+  EXPECT_NEAR(ddp.memory_s - z2.memory_s, opt / 2 / 30e9 - more_buffers / 10e9, 1e-15);
+  // The data-parallel buffers at their own rate when given, outside
+  // compute_scale (measured as a step streams them).
+  in.shard = dp::Shard::zero3;
   in.dp = 1;
+  const PlanResult z3 = plan(in);
+  in.hw.buffer_mem_bw_GBps = 25;
+  in.hw.compute_scale = 1.5;
+  const PlanResult z3_own = plan(in);
+  const double buf = double(z3.worst.local_traffic);
+  EXPECT_NEAR(z3_own.memory_s, z3.memory_s - buf / 10e9 + buf / 25e9, 1e-15);
+  EXPECT_NEAR(z3_own.compute_s, (z3.compute_s - buf / 10e9) * 1.5 + buf / 25e9, 1e-12 * z3.compute_s);
+  in.hw.compute_scale = 1;
+  in.hw.buffer_mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.buffer_mem_bw_GBps = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.buffer_mem_bw_GBps = 0;
+  in.shard = dp::Shard::none;
   in.hw.optimizer_mem_bw_GBps = -1;
   EXPECT_THROW(plan(in), InputError);
   in.hw.optimizer_mem_bw_GBps = std::numeric_limits<double>::infinity();
@@ -215,9 +239,11 @@ TEST(Planner, TheSlowestPipelineStageSetsThePace) {
     const double flops = to_double(stage_flops(m, 8, 64, Recompute::none, blocks, head).hardware);
     const ActivationShape x{2, 64, m.C, m.NH, 1, 1, false, false, 4};
     const double opt = double(r.stages[head ? 1 : 0].optimizer) / 8 * (4 + 4 + 8 + 4 + 8);
+    const double zeroed = double(r.stages[head ? 1 : 0].grads);  // DDP zeroes its gradient once
+    EXPECT_EQ(r.stages[head ? 1 : 0].local_traffic, r.stages[head ? 1 : 0].grads);
     const double bytes = 4 * (double(blocks) * double(layer_traffic_bytes(x)) +
                               (head ? double(head_traffic_bytes(x, m.V)) : double(embedding_traffic_bytes(x)))) +
-                         opt;
+                         opt + zeroed;
     slowest = std::max(slowest, flops / per_stage_rate + bytes / 10e9);
   }
   EXPECT_NEAR(r.compute_s, slowest, 1e-12 * slowest);

@@ -767,7 +767,7 @@ ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHar
     step = rounds.back().status == "ok" ? combine_rounds(rounds) : rounds.back();
   }
   if (step.status == "ok") {
-    r.compute_scale = step.step_time_s / single_rank_estimate_s(k, c.seq, hw, r);
+    r.compute_scale = single_rank_compute_scale(k, c.seq, hw, r, step.step_time_s);
     r.step_measured = true;
   }
   return r;

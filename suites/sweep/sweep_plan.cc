@@ -390,6 +390,9 @@ double MemoryBoundRates::GBps(int64_t microbatches) const {
   return s > 0 && bytes > 0 ? bytes / s / 1e9 : 0;
 }
 
+double MemoryBoundRates::buffer_GBps() const {
+  return buffer_s > 0 && buffer_bytes > 0 ? buffer_bytes / buffer_s / 1e9 : 0;
+}
 double MemoryBoundRates::optimizer_GBps() const { return step_s > 0 && step_bytes > 0 ? step_bytes / step_s / 1e9 : 0; }
 
 double MemoryBoundRates::shared_GBps() const {
@@ -488,6 +491,39 @@ MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, dou
   // Reads params, grads and both states; writes params and states (planner.cc).
   r.step_bytes = double(P) * (4 + 4 + 8 + 4 + 8);
   if (!(sink >= 0)) r.step_s = 0;  // keeps the norm observable; a sum of squares is never negative
+  // The data-parallel components' own buffer traffic (dp::local_traffic_bytes),
+  // as Component does it unit by unit: a tracked buffer allocated
+  // (zero-filled), the unit's parameters copied in, added into the held
+  // gradient, freed: one, two and three times the unit's bytes. Between two
+  // units the model's states (params, grads, both moments) are read through,
+  // untimed, as a step streams the rest of the model between two uses of a
+  // unit: back to back, the buffers stay in cache and ran at 62 GB/s for
+  // small here, against about 25 GB/s inside its ZeRO steps.
+  const std::vector<int64_t> units = planner::rank_param_units(m, 1, pipeline::partition_layers(m.L, 1, 1), 0);
+  MemoryTracker tracker;
+  std::vector<double> passes;
+  double timed = 0;
+  while (passes.size() < 3 || timed < seconds / 4) {
+    double t = 0;
+    size_t at = 0;
+    for (int64_t u : units) {
+      for (const auto* state : {&master, &grad, &mom, &var}) sink += k::sum_squares(state->data(), P);
+      const auto t0 = clock::now();
+      Buffer<float> buf(&tracker, MemTag::comm, size_t(u));
+      std::memcpy(buf.data(), master.data() + at, size_t(u) * sizeof(float));
+      k::accumulate(grad.data() + at, buf.data(), size_t(u));
+      buf.reset();
+      t += std::chrono::duration<double>(clock::now() - t0).count();
+      at += size_t(u);
+    }
+    passes.push_back(t);
+    timed += t;
+  }
+  std::sort(passes.begin(), passes.end());
+  r.buffer_s = passes[passes.size() / 2];
+  r.buffer_bytes = 0;
+  for (int64_t u : units) r.buffer_bytes += 6.0 * sizeof(float) * double(u);
+  if (!(sink >= 0)) r.buffer_s = 0;
   return r;
 }
 
@@ -505,6 +541,7 @@ ShapeRates measure_shape_rates(const ModelConfig& m, int Bm, int seq, double pea
     r.memory.micro_s = std::min(r.memory.micro_s, x.micro_s);
     r.memory.step_s = std::min(r.memory.step_s, x.step_s);
     r.memory.shared_s = std::min(r.memory.shared_s, x.shared_s);
+    r.memory.buffer_s = std::min(r.memory.buffer_s, x.buffer_s);
   }
   return r;
 }
@@ -665,14 +702,17 @@ SweepPoint single_rank_point(const ShapeKey& k) {
   return {"shard=none", "dp1", model, precision, "weak", 1, 1, microbatches};
 }
 
-double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r) {
+double single_rank_compute_scale(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r,
+                                 double measured_s) {
   SweepConfig one;
   one.seq = seq;
   PointResult res;
   res.seq = seq;
   res.global_batch = int64_t(std::get<2>(k)) * std::get<3>(k);
   r.compute_scale = 1;
-  return planner::plan(plan_input(one, single_rank_point(k), res, h, r)).step_s;
+  const planner::PlanResult est = planner::plan(plan_input(one, single_rank_point(k), res, h, r));
+  const double scaled = est.step_s - est.buffer_s;
+  return scaled > 0 && measured_s > est.buffer_s ? (measured_s - est.buffer_s) / scaled : measured_s / est.step_s;
 }
 
 namespace {
@@ -698,6 +738,7 @@ void set_memory_rates(planner::PlanInput& in, const MemoryBoundRates& m, int64_t
   in.hw.mem_bw_GBps = mem * share;
   in.hw.shared_mem_bw_GBps = m.shared_GBps() * share;
   in.hw.optimizer_mem_bw_GBps = m.optimizer_GBps() * share;
+  in.hw.buffer_mem_bw_GBps = m.buffer_GBps() * share;
 }
 
 // Whether run_point's DDP overlaps its buckets with backward: not inside
@@ -783,8 +824,8 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     if (rates.memory.GBps(p.microbatches) > 0) {
       std::snprintf(note, sizeof note,
                     "measured at the model's shapes; its LayerNorms and residual adds at %.4g GB/s, the optimizer "
-                    "step at %.4g GB/s",
-                    rates.memory.shared_GBps(), rates.memory.optimizer_GBps());
+                    "step at %.4g GB/s, the data-parallel buffers at %.4g GB/s",
+                    rates.memory.shared_GBps(), rates.memory.optimizer_GBps(), rates.memory.buffer_GBps());
       shared_note = note;
     }
     std::snprintf(note, sizeof note,

@@ -131,6 +131,10 @@ struct MemoryBoundRates {
   // Of micro_s and micro_bytes: the layers' LayerNorms and residual adds
   // (planner::layer_shared_traffic_bytes), what sequence parallel shards.
   double shared_s = 0, shared_bytes = 0;
+  // The data-parallel components' buffer traffic, unit by unit over the
+  // model (dp::local_traffic_bytes; planner::Hardware::buffer_mem_bw_GBps):
+  // a tracked buffer allocated zero-filled, a copy into it, an add out of it.
+  double buffer_s = 0, buffer_bytes = 0;
   // GB/s over a step of `microbatches` microbatches, the shared kernels and
   // the optimizer step left out (they have their own rates); 0 when nothing
   // was measured. A figure with no optimizer step measured (step_s 0) is the
@@ -138,6 +142,7 @@ struct MemoryBoundRates {
   double GBps(int64_t microbatches) const;
   double shared_GBps() const;     // shared_bytes / shared_s; 0 when not measured
   double optimizer_GBps() const;  // step_bytes / step_s; 0 when not measured
+  double buffer_GBps() const;     // buffer_bytes / buffer_s; 0 when not measured
 };
 MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, double seconds);
 
@@ -209,10 +214,14 @@ ShapeKey shape_key(const SweepPoint& p, const PointResult& r);
 // step behind compute_scale; its batch per rank is the key's microbatch x
 // microbatches).
 SweepPoint single_rank_point(const ShapeKey& k);
-// The planner's estimate of the single-rank step (dp1, no sharding) of shape
-// key k's model at seq tokens, on this machine's figures h and rates r
-// (their compute_scale ignored): what compute_scale divides.
-double single_rank_estimate_s(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r);
+// compute_scale from the single-rank step (dp1, no sharding) of shape key k's
+// model at seq tokens measured at `measured_s`: over the planner's estimate of
+// that step on this machine's figures h and rates r (their compute_scale
+// ignored), the data-parallel buffers' time, which compute_scale leaves alone
+// (planner::PlanResult::buffer_s), taken out of both; so that step's plan is
+// its measured time.
+double single_rank_compute_scale(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r,
+                                 double measured_s);
 // The best of `repeats` measurements of both (the highest GEMM efficiency;
 // each memory-bound time at its least), so one slow moment of a shared
 // machine does not set every plan row of the shape (a single 10 ms window gave

@@ -343,6 +343,10 @@ TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
   EXPECT_NEAR(mb.shared_GBps(), mb.shared_bytes / mb.shared_s / 1e9, 1e-12 * mb.shared_GBps());
   // The optimizer step apart too: the rest's rate is the microbatches' alone.
   EXPECT_NEAR(mb.optimizer_GBps(), mb.step_bytes / mb.step_s / 1e9, 1e-12 * mb.optimizer_GBps());
+  // The data-parallel buffers: 1 + 2 + 3 passes over every parameter's 4 bytes.
+  EXPECT_GT(mb.buffer_s, 0);
+  EXPECT_DOUBLE_EQ(mb.buffer_bytes, double(m.num_params()) * 24);
+  EXPECT_NEAR(mb.buffer_GBps(), mb.buffer_bytes / mb.buffer_s / 1e9, 1e-12 * mb.buffer_GBps());
   EXPECT_NEAR(mb.GBps(3), (mb.micro_bytes - mb.shared_bytes) / (mb.micro_s - mb.shared_s) / 1e9, 1e-12 * mb.GBps(3));
   MemoryBoundRates whole = mb;
   whole.shared_s = whole.shared_bytes = 0;  // not measured apart: the microbatches' kernels at one rate
@@ -363,6 +367,7 @@ TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
   EXPECT_NEAR(measured.hw.mem_bw_GBps, mb.GBps(1) / 2, 1e-12 * mb.GBps(1));
   EXPECT_NEAR(measured.hw.shared_mem_bw_GBps, mb.shared_GBps() / 2, 1e-12 * mb.shared_GBps());
   EXPECT_NEAR(measured.hw.optimizer_mem_bw_GBps, mb.optimizer_GBps() / 2, 1e-12 * mb.optimizer_GBps());
+  EXPECT_NEAR(measured.hw.buffer_mem_bw_GBps, mb.buffer_GBps() / 2, 1e-12 * mb.buffer_GBps());
   EXPECT_DOUBLE_EQ(plan_input(c, p, r, h).hw.mem_bw_GBps, 2 * 5 / 2.0);  // without: 2 x memcpy, shared
 }
 
@@ -379,6 +384,8 @@ TEST(SweepPlan, ShapeRatesAreTheBestOfTheirRepeats) {
   EXPECT_DOUBLE_EQ(r.memory.step_bytes, one.step_bytes);
   EXPECT_GT(r.memory.micro_s, 0);
   EXPECT_GT(r.memory.step_s, 0);
+  EXPECT_GT(r.memory.buffer_s, 0);
+  EXPECT_DOUBLE_EQ(r.memory.buffer_bytes, one.buffer_bytes);
   EXPECT_THROW(measure_shape_rates(m, 4, 16, peak, 0), InputError);
   EXPECT_GT(local_step_latency_us(2), 0);
   EXPECT_THROW(local_step_latency_us(1), InputError);
@@ -404,13 +411,25 @@ TEST(SweepPlan, ComputeScaleIsAStepOverItsEstimate) {
   PointResult r2 = r;
   r2.global_batch = 16;
   EXPECT_EQ(shape_key(dp2, r2), k);  // weak scaling: the same microbatch
-  const double est = single_rank_estimate_s(k, 16, h, rates);
   ShapeRates unscaled = rates;
   unscaled.compute_scale = 1;
-  EXPECT_DOUBLE_EQ(est, planner::plan(plan_input(c, one, r, h, unscaled)).step_s);
+  const double est = planner::plan(plan_input(c, one, r, h, unscaled)).step_s;
+  EXPECT_DOUBLE_EQ(single_rank_compute_scale(k, 16, h, rates, 1.3 * est), 1.3);  // no buffer rate: a plain ratio
   const planner::PlanInput in = plan_input(c, one, r, h, rates);
   EXPECT_DOUBLE_EQ(in.hw.compute_scale, 1.3);
   EXPECT_NEAR(planner::plan(in).step_s, 1.3 * est, 1e-12 * est);  // one rank: the step is its compute
+  // With the data-parallel buffers at their own rate, their time stays out of
+  // the ratio, and the scaled plan of that step is the measured time.
+  rates.memory.micro_s = 1e-4, rates.memory.micro_bytes = 1e6;
+  rates.memory.buffer_s = 1e-5, rates.memory.buffer_bytes = 1e6;
+  unscaled = rates;
+  unscaled.compute_scale = 1;
+  const planner::PlanResult plain = planner::plan(plan_input(c, one, r, h, unscaled));
+  EXPECT_GT(plain.buffer_s, 0);
+  const double measured = 1.3 * plain.step_s;
+  rates.compute_scale = single_rank_compute_scale(k, 16, h, rates, measured);
+  EXPECT_NEAR(rates.compute_scale, (measured - plain.buffer_s) / (plain.step_s - plain.buffer_s), 1e-12);
+  EXPECT_NEAR(planner::plan(plan_input(c, one, r, h, rates)).step_s, measured, 1e-12 * measured);
 }
 
 // Ranks computing side by side: the factor is 1 for one copy of the
@@ -515,9 +534,15 @@ TEST(SweepPlan, TheSweepsOwnSingleRankPointIsTheCalibrationStep) {
   ASSERT_EQ(p.rows[0][p.column("strategy")], "shard=none");
   EXPECT_NEAR(std::stod(p.rows[0][p.column("est_step_time_s")]), std::stod(s.rows[0][s.column("step_time_s")]),
               1e-9 * std::stod(s.rows[0][s.column("step_time_s")]));
-  // The zero2 row's plan uses the same scale: at one rank it plans the same step.
-  EXPECT_NEAR(std::stod(p.rows[1][p.column("est_step_time_s")]), std::stod(p.rows[0][p.column("est_step_time_s")]),
-              1e-9 * std::stod(p.rows[0][p.column("est_step_time_s")]));
+  // The zero2 row's plan uses the same scale: at one rank it plans the same
+  // step plus its buffers (dp::local_traffic_bytes) at their own rate.
+  const double z2 = std::stod(p.rows[1][p.column("est_step_time_s")]),
+               ddp = std::stod(p.rows[0][p.column("est_step_time_s")]);
+  EXPECT_GT(z2, ddp);
+  EXPECT_NEAR(z2 - ddp,
+              std::stod(p.rows[1][p.column("est_memory_s")]) - std::stod(p.rows[0][p.column("est_memory_s")]),
+              1e-9 * ddp);
+  EXPECT_NE(p.rows[1][p.column("reason")].find("the data-parallel buffers at "), std::string::npos);
 }
 
 // Peaks restart after warm-up; what a step holds is still counted, so the
