@@ -50,18 +50,31 @@ inline void cpu_relax() {
 #endif
 }
 
+// How long a rank with a core of its own spins before it sleeps: a time, not
+// a count of pauses (a pause takes about 10 cycles before Skylake and about
+// 140 since: 4,000 of them were some 100 us on one machine of this project and
+// 44 us on the next, where every pipeline hand-off of the tiny model, 50-100
+// us apart, then paid a wake-up: tiny pp2 1F1B 0.66 ms per step against 0.52
+// with a millisecond). About the longest wait inside a tiny step; MPI and NCCL
+// poll without a bound.
+inline constexpr std::chrono::microseconds kSpinFor{1000};
+
 // The cheap part of a wait, before sleeping on a condition variable (whose
-// wake-up costs tens of microseconds in a VM): spins a few thousand pauses
-// (only when ranks <= cores, w.spin: a spinning rank would otherwise hold the
-// core the rank it waits for needs), then yields a few times. True as soon as
-// ready() is; false when the caller has to block.
+// wake-up costs tens of microseconds in a VM): spins for kSpinFor (only when
+// ranks <= cores, w.spin: a spinning rank would otherwise hold the core the
+// rank it waits for needs), then yields a few times. True as soon as ready()
+// is; false when the caller has to block.
 template <class Ready>
 bool spin_until(const WorldState& w, Ready ready) {
-  if (w.spin)
-    for (int i = 0; i < 4000; ++i) {
-      if (ready()) return true;
-      cpu_relax();
-    }
+  if (w.spin) {
+    const auto until = Clock::now() + kSpinFor;
+    do {
+      for (int i = 0; i < 64; ++i) {
+        if (ready()) return true;
+        cpu_relax();
+      }
+    } while (Clock::now() < until);
+  }
   for (int i = 0; i < 8; ++i) {
     if (ready()) return true;
     std::this_thread::yield();
