@@ -160,10 +160,12 @@ namespace {
 // send_recv move `count` elements, the others n x count in all.
 size_t logical_ranks(const std::string& op, int n) { return op == "all_reduce" || op == "send_recv" ? 1 : size_t(n); }
 
-// For each total logical size, every rank of `world` runs time(comm, call),
-// `call` making one call of `op` at that size (fp32; send_recv: a ring
-// exchange, each rank sending to the next and receiving from the previous);
-// rank 0's result per size, with the size.
+// For each total logical size, every rank of `world` runs time(comm, call,
+// touch), `call` making one call of `op` at that size (fp32; send_recv: a
+// ring exchange, each rank sending to the next and receiving from the
+// previous), `touch` reading the rank's output and rewriting its input, as a
+// step's compute does around its collectives; rank 0's result per size, with
+// the size.
 template <class Time>
 std::vector<std::pair<double, double>> time_op(World& world, const std::string& op, const std::vector<size_t>& sizes,
                                                Time time) {
@@ -183,7 +185,8 @@ std::vector<std::pair<double, double>> time_op(World& world, const std::string& 
         else if (op == "all_to_all") comm.all_to_all(x.data(), y.data(), count, DType::f32);
         else comm.sendrecv(x.data(), next, y.data(), prev, count, DType::f32);
       };
-      const double mine = time(comm, call);
+      auto touch = [&] { std::fill(x.begin(), x.end(), float(kernels::sum_squares(y.data(), y.size()) > 0)); };
+      const double mine = time(comm, call, touch);
       if (comm.rank() == 0) t = mine;
     });
     xt.push_back({double(count * 4 * logical_ranks(op, n)), t});
@@ -198,7 +201,7 @@ std::vector<std::pair<double, double>> measure_collective_times(const std::strin
   WorldOptions wo;
   wo.size = n;
   auto world = make_local_world(wo);
-  return time_op(*world, op, bytes, [&](Communicator& comm, auto& call) {
+  return time_op(*world, op, bytes, [&](Communicator& comm, auto& call, auto& /*touch*/) {
     for (int i = 0; i < 3; ++i) call();
     // Rank 0 sizes the timed loop from three calls; every rank then makes
     // that many calls with nothing else in between.
@@ -233,20 +236,35 @@ int warm_up(Communicator& comm, F&& f, double seconds) {
   return n;
 }
 
-// Median seconds per call of `op` at each logical size among the ranks of
-// `world`, back to back after at least 5 ms of warm-up calls.
-std::vector<std::pair<double, double>> median_call_times(World& world, const std::string& op,
-                                                         const std::vector<size_t>& sizes, int calls) {
-  return time_op(world, op, sizes, [&](Communicator& comm, auto& call) {
-    warm_up(comm, [&] { for (int i = 0; i < 4; ++i) call(); }, 0.005);
-    std::vector<double> t(static_cast<size_t>(calls));
-    for (double& v : t) {
+// Seconds per call of `op` at each logical size among the ranks of `world`
+// as a step makes it: `calls` calls, each after the rank has read its
+// previous output and rewritten its input (touch), less the same touches
+// alone; the median of three such windows, after at least 5 ms of warm-up.
+// A step's collectives move what its compute has just written and its next
+// compute reads what they delivered, and those bytes cross between the
+// cores' caches: back to back on an unchanged input they stay in every
+// core's cache. A 2-rank all_reduce of 64 KB and 256 KB took 3.2 and 8.2 us
+// back to back here, 13.8 and 30.6 us in this pattern (whatever the compute
+// between calls, 10-150 us); the slope at 64 KB .. 4 MB back to back hid
+// it (large buffers miss the caches either way).
+std::vector<std::pair<double, double>> step_call_times(World& world, const std::string& op,
+                                                       const std::vector<size_t>& sizes, int calls) {
+  return time_op(world, op, sizes, [&](Communicator& comm, auto& call, auto& touch) {
+    warm_up(comm, [&] { for (int i = 0; i < 4; ++i) touch(), call(); }, 0.005);
+    auto loop = [&](bool with_call) {
+      comm.barrier();
       const auto t0 = clock::now();
-      call();
-      v = std::chrono::duration<double>(clock::now() - t0).count();
-    }
+      for (int i = 0; i < calls; ++i) {
+        touch();
+        if (with_call) call();
+      }
+      comm.barrier();
+      return std::chrono::duration<double>(clock::now() - t0).count();
+    };
+    std::vector<double> t;
+    for (int rep = 0; rep < 3; ++rep) t.push_back(std::max(0.0, loop(true) - loop(false)) / calls);
     std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return t[1];
   });
 }
 
@@ -264,25 +282,30 @@ double median_slope(const std::vector<std::pair<double, double>>& xt) {
 
 }  // namespace
 
-std::map<std::string, double> measure_bus_bandwidth(int n) {
+std::map<std::string, double> measure_bus_bandwidth(int n, std::map<std::string, double>* alpha_us) {
   require(n >= 2, "measure_bus_bandwidth: needs at least 2 ranks");
-  const std::vector<size_t> sizes = {size_t(64) << 10, size_t(256) << 10, size_t(1) << 20, size_t(4) << 20};
+  const std::vector<size_t> sizes = {size_t(16) << 10, size_t(64) << 10, size_t(256) << 10, size_t(1) << 20};
   WorldOptions wo;
   wo.size = n;
   auto world = make_local_world(wo);
   std::map<std::string, double> out;
   for (const std::string& op : planner::collective_ops()) {
-    std::vector<double> gbps;
+    std::vector<std::pair<double, double>> fits;  // (GB/s, intercept us)
     for (int rep = 0; rep < 3; ++rep) {
       std::vector<std::pair<double, double>> bt;
-      for (const auto& [x, t] : median_call_times(*world, op, sizes, 15))
+      for (const auto& [x, t] : step_call_times(*world, op, sizes, 15))
         bt.push_back({planner::bus_bytes(op, n, x), t});
       const double slope = median_slope(bt);
-      if (slope > 0) gbps.push_back(1 / slope / 1e9);
+      if (!(slope > 0)) continue;
+      std::vector<double> icpt;
+      for (const auto& [b, t] : bt) icpt.push_back(t - slope * b);
+      std::sort(icpt.begin(), icpt.end());
+      fits.push_back({1 / slope / 1e9, std::max(0.0, (icpt[1] + icpt[2]) / 2) * 1e6});
     }
-    if (gbps.size() < 2) continue;  // no slope: the copy bandwidth stands in
-    std::sort(gbps.begin(), gbps.end());
-    out[op] = gbps[gbps.size() / 2];
+    if (fits.size() < 2) continue;  // no slope: the copy bandwidth stands in
+    std::sort(fits.begin(), fits.end());
+    out[op] = fits[fits.size() / 2].first;
+    if (alpha_us) (*alpha_us)[op] = fits[fits.size() / 2].second;
   }
   return out;
 }
@@ -291,7 +314,7 @@ void measure_world(LocalHardware& h, int world) {
   if (world < 2) return;
   if (!h.latency_us_by_world.count(world)) h.latency_us_by_world[world] = local_step_latency_us(world);
   for (int g = 2; g <= world; g *= 2)
-    if (!h.bus_GBps.count(g)) h.bus_GBps[g] = measure_bus_bandwidth(g);
+    if (!h.bus_GBps.count(g)) h.bus_GBps[g] = measure_bus_bandwidth(g, &h.bus_alpha_us[g]);
   if (world > h.cores && !h.async_call_cost_by_world.count(world))
     h.async_call_cost_by_world[world] = measure_async_call_cost(world, h.cores);
 }
@@ -349,8 +372,14 @@ planner::Hardware planner_hardware(const LocalHardware& h, int world) {
     hw.async_call_cost = a->second;
   for (const auto& [g, by_op] : h.bus_GBps) {
     const double own_share = std::min(1.0, double(h.cores) / double(g));
-    for (const auto& [op, gbps] : by_op)
-      hw.collectives[op].push_back({g, hw.latency_us * planner::ring_steps(op, g), gbps * share / own_share});
+    const auto alphas = h.bus_alpha_us.find(g);
+    for (const auto& [op, gbps] : by_op) {
+      double alpha = hw.latency_us * planner::ring_steps(op, g);
+      if (alphas != h.bus_alpha_us.end())
+        if (const auto a = alphas->second.find(op); a != alphas->second.end())
+          alpha = std::max(alpha, a->second * own_share / share);
+      hw.collectives[op].push_back({g, alpha, gbps * share / own_share});
+    }
   }
   // A copy reads and writes every byte; the traffic counts do both.
   hw.mem_bw_GBps = 2 * h.copy_GBps * share;

@@ -35,6 +35,10 @@ struct LocalHardware {
   // measured once even when no op gave a figure; ops or sizes missing use
   // copy_GBps.
   std::map<int, std::map<std::string, double>> bus_GBps{};
+  // The fixed part of each op's call, us, by group size, from the same
+  // measurement (the fit's intercept); an op not in it, or below the world's
+  // ring steps, uses those.
+  std::map<int, std::map<std::string, double>> bus_alpha_us{};
 };
 
 // Seconds per call of `op` (planner::collective_ops(): all_reduce,
@@ -47,14 +51,17 @@ std::vector<std::pair<double, double>> measure_collective_times(const std::strin
                                                                 const std::vector<size_t>& bytes, double seconds);
 
 // The bus bandwidth of every collective op among n local ranks at the sizes
-// a step's collectives have (64 KiB .. 4 MiB): per size, rank 0's median time
-// of 15 back-to-back calls after 5 ms of warm-up calls; 1 / the median of the
-// slopes between every two sizes (time over bus bytes); the median of three
-// such measurements. An op whose times do not grow with size in two of them
-// is left out. The local backend's ops differ by up to 4x here (at 2 ranks,
-// send_recv about 6-13 GB/s, all_gather 21), which one copy bandwidth for all
-// of them hides.
-std::map<std::string, double> measure_bus_bandwidth(int n);
+// a step's collectives have (16 KiB .. 1 MiB), timed as a step makes them:
+// per size, rank 0's time per call of 15 calls, each after the rank read its
+// previous output and rewrote its input, less those reads and writes alone
+// (the median of three windows, after 5 ms of warm-up calls); 1 / the median
+// of the slopes between every two sizes (time over bus bytes); the median of
+// three such fits. With `alpha_us`, that fit's intercept too, per op (us per
+// call). An op whose times do not grow with size in two of them is left out.
+// The local backend's ops differ by up to 4x here (at 2 ranks, send_recv
+// about 4 GB/s, all_reduce 13 back to back), which one copy bandwidth for
+// all of them hides.
+std::map<std::string, double> measure_bus_bandwidth(int n, std::map<std::string, double>* alpha_us = nullptr);
 
 // What a collective issued without waiting costs `world` ranks time-sharing
 // `cores` cores (planner::Hardware::async_call_cost), at four amounts of
@@ -95,9 +102,10 @@ LocalHardware measure_local_hardware(double peak_flops_per_rank, int cores);
 // What the planner is told about one rank of a `world`-rank local run: the
 // measured figures times the core share; intra = inter bandwidth (one node).
 // The measured bus bandwidths become per-op fits (planner::Hardware::
-// collectives) whose alpha is the world's ring step; a group's bandwidth
-// measured with its own g threads is scaled by the world's core share over
-// the group's own (cores / g at more threads than cores).
+// collectives) whose alpha is the world's ring steps or the measured
+// intercept (bus_alpha_us), the larger; a group's figures measured with its
+// own g threads are scaled by the world's core share over the group's own
+// (cores / g at more threads than cores).
 planner::Hardware planner_hardware(const LocalHardware& h, int world);
 
 // Fraction of `peak_flops` (one thread's sgemm rate) that the GEMMs of one

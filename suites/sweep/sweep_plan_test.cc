@@ -100,17 +100,21 @@ TEST(SweepPlan, MeasuredFiguresArePositive) {
 }
 
 // Each op's bus bandwidth is measured at a step's sizes and reaches the plan
-// as that op's fit: alpha the world's ring step per ring step of the group,
-// the bandwidth scaled from the group's own threads' core share to the
-// world's; ops not measured keep the copy bandwidth.
+// as that op's fit: alpha the world's ring step per ring step of the group
+// or the measured intercept where larger, both it and the bandwidth scaled
+// from the group's own threads' core share to the world's; ops not measured
+// keep the copy bandwidth.
 TEST(SweepPlan, BusBandwidthPerOpBecomesThePlansFits) {
-  const std::map<std::string, double> two = measure_bus_bandwidth(2);
+  std::map<std::string, double> alpha;
+  const std::map<std::string, double> two = measure_bus_bandwidth(2, &alpha);
   EXPECT_GE(two.size(), 3u);  // an op whose times do not grow is left out: at most two, on a noisy machine
+  EXPECT_EQ(alpha.size(), two.size());  // each fit's intercept beside its bandwidth
   for (const auto& [op, gbps] : two) {
     EXPECT_TRUE(std::find(planner::collective_ops().begin(), planner::collective_ops().end(), op) !=
                 planner::collective_ops().end())
         << op;
     EXPECT_TRUE(std::isfinite(gbps) && gbps > 0.01 && gbps < 1e4) << op << " " << gbps;
+    EXPECT_TRUE(std::isfinite(alpha[op]) && alpha[op] >= 0 && alpha[op] < 1e4) << op << " " << alpha[op];
   }
   EXPECT_THROW(measure_bus_bandwidth(1), InputError);
   const auto xt = measure_collective_times("all_gather", 2, {4096, 65536}, 0.001);
@@ -138,12 +142,20 @@ TEST(SweepPlan, BusBandwidthPerOpBecomesThePlansFits) {
   EXPECT_DOUBLE_EQ(two_ranks.collectives.at("all_gather")[1].GBps, 16);
   EXPECT_EQ(four.collectives.count("send_recv"), 0u);
   EXPECT_DOUBLE_EQ(four.bw_intra_GBps, 2.5);  // the fallback for the ops without a fit
+  // A measured intercept replaces the ring steps where it is larger, scaled
+  // like the bandwidth from the group's own core share to the world's.
+  h.bus_alpha_us[2]["all_gather"] = 7;
+  h.bus_alpha_us[4]["all_gather"] = 1;
+  EXPECT_DOUBLE_EQ(planner_hardware(h, 4).collectives.at("all_gather")[0].alpha_us, 14);
+  EXPECT_DOUBLE_EQ(planner_hardware(h, 4).collectives.at("all_gather")[1].alpha_us, 9);  // the ring steps
+  EXPECT_DOUBLE_EQ(planner_hardware(h, 2).collectives.at("all_gather")[0].alpha_us, 7);
 
   // measure_world measures every power-of-two group up to the world, once.
   LocalHardware w;
   w.cores = 2;
   measure_world(w, 2);
   EXPECT_EQ(w.bus_GBps.count(2), 1u);
+  EXPECT_EQ(w.bus_alpha_us.count(2), 1u);
   EXPECT_EQ(w.bus_GBps.count(4), 0u);
   const auto before = w.bus_GBps;
   measure_world(w, 2);
