@@ -101,8 +101,9 @@ struct Hardware {
   // copied or added into the held gradient, the copies a one-rank shard group
   // makes instead of collectives), where it differs (0: mem_bw_GBps). Plain
   // streaming (memset, memcpy, an add) runs at several times the average
-  // memory-bound kernel here; at that average a ZeRO-3 step at dp1 planned
-  // 3x its measured cost over DDP, without it 0x (small: +29% measured).
+  // memory-bound kernel on a CPU: at small's average (7 GB/s) ZeRO-3's 79 MB
+  // more than DDP at dp1 would plan 11 ms more per step, against 3 ms
+  // measured; not counted at all, 0 (its step is 29% slower than DDP's).
   double buffer_mem_bw_GBps = 0;
   // Measured over modeled compute (> 0): a training step of the model timed on
   // this machine over the estimate of the same step from the rates above; it

@@ -526,8 +526,9 @@ MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, dou
   // gradient, freed: one, two and three times the unit's bytes. Between two
   // units the model's states (params, grads, both moments) are read through,
   // untimed, as a step streams the rest of the model between two uses of a
-  // unit: back to back, the buffers stay in cache and ran at 62 GB/s for
-  // small here, against about 25 GB/s inside its ZeRO steps.
+  // unit. Here small's ran at 47-49 GB/s so (62 back to back), against about
+  // 25 GB/s inside its ZeRO steps: the plan still charges small's ZeRO-3 at
+  // dp1 about 1 ms short of its measured 3 ms over DDP.
   const std::vector<int64_t> units = planner::rank_param_units(m, 1, pipeline::partition_layers(m.L, 1, 1), 0);
   MemoryTracker tracker;
   std::vector<double> passes;
