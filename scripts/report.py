@@ -121,6 +121,12 @@ def build(run_dir, out):
                          "</figure>" % (html.escape(caption_title), data, html.escape(caption),
                                         html.escape(os.path.basename(path))))
         if title == "Planner vs measured":
+            parts.append("<p>Median |error| of the plan against this run's sweep points, by group; the goal: "
+                         "%g%% for throughput and %g%% for peak memory (oversubscribed: more ranks than cores; "
+                         "a point counts for every axis of its mesh).</p>" % (report_checks.GOAL_THROUGHPUT,
+                                                                             report_checks.GOAL_MEMORY))
+            parts.append(table(["points", "count", "throughput median |error|", "worst (error, point)",
+                                "memory median |error|", "goal"], report_checks.plan_summary(run)))
             parts.append(table(["model", "strategy", "mesh", "tokens/s measured", "tokens/s planned", "error",
                                 "mem measured (MiB)", "mem planned (MiB)", "error"], report_checks.plan_table(run),
                                pct_cols=(5, 8)))

@@ -4,6 +4,7 @@ estimates against measured sweep points. Same contract as report_plots.py.
 """
 import math
 import os
+import re
 from collections import defaultdict
 
 from report_plots import (ACTION_COLORS, Skip, byte_unit, groups, log_ticks, num, ok, plt,  # noqa: F401
@@ -145,6 +146,55 @@ def pct(x):
     return "%.0f" % x if abs(x) >= 10 else "%.2g" % x
 
 
+def upper_median(v):
+    """The middle value of v, the upper one of the two middles for an even count (what the figures state)."""
+    return sorted(v)[len(v) // 2] if v else None
+
+
+AXES = ("dp", "tp", "cp", "ep", "pp")
+GOAL_THROUGHPUT, GOAL_MEMORY = 15.0, 1.0  # median |error| goals of the planner against a machine's sweep (%)
+
+
+def mesh_axes(mesh):
+    """The parallel axes of a mesh text (dp2.ep2.pp2 -> ['ep', 'pp']) with size > 1 other than dp, or ['dp']."""
+    sizes = {m.group(1): int(m.group(2)) for m in re.finditer(r"(dp|tp|cp|ep|pp)(\d+)", mesh)}
+    axes = [a for a in AXES[1:] if sizes.get(a, 1) > 1]
+    return axes or ["dp"]
+
+
+def plan_summary(run):
+    """Median |error| of the plan against the sweep, over every point, the points that fit the cores, the
+    oversubscribed ones, and per parallel axis (a point counts for each axis of its mesh; dp: meshes with no
+    other): rows of (group, points, throughput median |error|, worst point, memory median |error|, goal)."""
+    groups_ = defaultdict(list)
+    for s, p in plan_points(run):
+        t = err(num(p, "est_tokens_per_s"), num(s, "tokens_per_s"))
+        if t is None:
+            continue
+        m = err(num(p, "mem_total"), num(s, "mem_total"))
+        label = "%s %s %s" % (s.get("model", ""), s.get("mesh", ""), s["strategy"])
+        point = (abs(t), t, None if m is None else abs(m), label)
+        keys = ["all points", "oversubscribed" if s.get("oversubscribed") == "1" else "fit the cores"]
+        keys += ["axis " + a for a in mesh_axes(s.get("mesh", ""))]
+        for k in keys:
+            groups_[k].append(point)
+    if not groups_:
+        raise Skip("no sweep point with a matching plan row")
+    order = ["all points", "fit the cores", "oversubscribed"] + ["axis " + a for a in AXES]
+    out = []
+    for k in order:
+        pts = groups_.get(k)
+        if not pts:
+            continue
+        t_med = upper_median([x[0] for x in pts])
+        m_med = upper_median([x[2] for x in pts if x[2] is not None])
+        worst = max(pts)
+        held = t_med <= GOAL_THROUGHPUT and (m_med is None or m_med <= GOAL_MEMORY)
+        out.append((k, len(pts), "%.1f%%" % t_med, "%+.0f%% (%s)" % (worst[1], worst[3]),
+                    "-" if m_med is None else "%.2f%%" % m_med, "within" if held else "FAIL: over"))
+    return out
+
+
 def plan_vs_measured(run, out):
     pairs = [(s, p) for s, p in plan_points(run) if num(s, "tokens_per_s") and num(p, "est_tokens_per_s")]
     if not pairs:
@@ -179,7 +229,7 @@ def plan_vs_measured(run, out):
         log_ticks(ax.yaxis)
         ax.set_xlabel("measured (%s)" % unit_name)
         ax.set_ylabel("planner estimate (%s)" % unit_name)
-    med = (lambda v: sorted(v)[len(v) // 2] if v else float("nan"))
+    med = (lambda v: upper_median(v) if v else float("nan"))
     a1.set_title("Throughput: planner vs measured (median |error| %s%%)" % pct(med(t_err)))
     a2.set_title("Peak device memory per rank: planner vs measured (median |error| %s%%)" % pct(med(m_err)))
     handles = [Line2D([], [], marker="o", ls="", color=colors[s], label=s) for s in sorted(colors)]

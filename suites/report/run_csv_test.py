@@ -84,6 +84,17 @@ def run(exe, work):
         check("<h2>Planner vs measured</h2>" in doc and "tokens/s planned" in doc,
               "report has the planner-vs-measured section with its table")
         check("Planner vs measured: skipped" not in doc, "planner-vs-measured is not skipped")
+        # The summary by group: its all-points median is the one these CSVs give.
+        errs = []
+        for s in sweep:
+            p = plans.get(tuple(s[c] for c in PAIR_KEY))
+            if p is not None and float(s["tokens_per_s"]) > 0:
+                errs.append(abs(100.0 * (float(p["est_tokens_per_s"]) - float(s["tokens_per_s"])) /
+                                float(s["tokens_per_s"])))
+        row = "<tr><td>all points</td><td>%d</td><td>%.1f%%</td>" % (len(errs), sorted(errs)[len(errs) // 2])
+        check(row in doc, "report's planner summary states the median |error| over every point (%s)" % row)
+        for group in ("fit the cores", "axis dp"):
+            check("<td>%s</td>" % group in doc, "report's planner summary has the group '%s'" % group)
 
 
 def gate(exe, work, baseline):
