@@ -188,7 +188,7 @@ def plan_summary(run):
             continue
         t_med = upper_median([x[0] for x in pts])
         m_med = upper_median([x[2] for x in pts if x[2] is not None])
-        worst = max(pts)
+        worst = max(pts, key=lambda x: x[0])
         held = t_med <= GOAL_THROUGHPUT and (m_med is None or m_med <= GOAL_MEMORY)
         out.append((k, len(pts), "%.1f%%" % t_med, "%+.0f%% (%s)" % (worst[1], worst[3]),
                     "-" if m_med is None else "%.2f%%" % m_med, "within" if held else "FAIL: over"))
