@@ -530,6 +530,9 @@ MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, dou
   // 25 GB/s inside its ZeRO steps: the plan still charges small's ZeRO-3 at
   // dp1 about 1 ms short of its measured 3 ms over DDP.
   const std::vector<int64_t> units = planner::rank_param_units(m, 1, pipeline::partition_layers(m.L, 1, 1), 0);
+  // At most 16 Mi floats of each state (256 MiB in all): far past any core's
+  // caches, and a large model's rates stay quick to measure.
+  const size_t streamed = std::min<size_t>(P, size_t(16) << 20);
   MemoryTracker tracker;
   std::vector<double> passes;
   double timed = 0;
@@ -537,7 +540,7 @@ MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, dou
     double t = 0;
     size_t at = 0;
     for (int64_t u : units) {
-      for (const auto* state : {&master, &grad, &mom, &var}) sink += k::sum_squares(state->data(), P);
+      for (const auto* state : {&master, &grad, &mom, &var}) sink += k::sum_squares(state->data(), streamed);
       const auto t0 = clock::now();
       Buffer<float> buf(&tracker, MemTag::comm, size_t(u));
       std::memcpy(buf.data(), master.data() + at, size_t(u) * sizeof(float));
