@@ -625,6 +625,11 @@ PlanResult plan(const PlanInput& in) {
   const double achieved = peak * r.gemm_efficiency;
   // Memory-bound bytes, of which the LayerNorms' and residual adds' and the
   // optimizer step's each at their own rate when one is given.
+  // The data-parallel buffers' time at their own rate (0 without one: they
+  // are then in the average's bytes).
+  auto buffer_time = [&](const RankBytes& b) {
+    return in.hw.mem_bw_GBps > 0 && in.hw.buffer_mem_bw_GBps > 0 ? b.buffer / (in.hw.buffer_mem_bw_GBps * 1e9) : 0.0;
+  };
   auto memory_s = [&](const RankBytes& b) {
     if (!(in.hw.mem_bw_GBps > 0)) return 0.0;
     const double mem = in.hw.mem_bw_GBps * 1e9;
@@ -632,8 +637,7 @@ PlanResult plan(const PlanInput& in) {
                  opt = in.hw.optimizer_mem_bw_GBps > 0 ? b.optimizer : 0,
                  buf = in.hw.buffer_mem_bw_GBps > 0 ? b.buffer : 0;
     return (b.total - shared - opt - buf) / mem + (shared > 0 ? shared / (in.hw.shared_mem_bw_GBps * 1e9) : 0) +
-           (opt > 0 ? opt / (in.hw.optimizer_mem_bw_GBps * 1e9) : 0) +
-           (buf > 0 ? buf / (in.hw.buffer_mem_bw_GBps * 1e9) : 0);
+           (opt > 0 ? opt / (in.hw.optimizer_mem_bw_GBps * 1e9) : 0) + buffer_time(b);
   };
   // The share of the model's FLOPs the rank whose compute sets the pace does,
   // times pp: 1 without a pipeline. Pipeline stages differ (the last holds the
@@ -695,10 +699,8 @@ PlanResult plan(const PlanInput& in) {
   // The data-parallel buffers' rate was measured as a step streams them
   // (sweep_plan.cc measure_memory_bound), so compute_scale, which a DDP step
   // calibrates for what the kernels' rates miss, leaves their time alone.
-  const double buffer_s = in.hw.mem_bw_GBps > 0 && in.hw.buffer_mem_bw_GBps > 0
-                              ? pace.bytes.buffer / (in.hw.buffer_mem_bw_GBps * 1e9) : 0;
-  r.compute_s = (stage_time(pace) - buffer_s) * in.hw.compute_scale + buffer_s;
-  r.buffer_s = buffer_s;
+  r.buffer_s = buffer_time(pace.bytes);
+  r.compute_s = (stage_time(pace) - r.buffer_s) * in.hw.compute_scale + r.buffer_s;
   // Time-shared cores: the critical path runs at a whole core, the node's work
   // at its share; the bubble is what the first exceeds the second by.
   r.bubble_s = in.hw.core_share < 1
