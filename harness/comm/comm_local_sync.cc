@@ -1,6 +1,7 @@
 // Barrier: the last arriver bumps the generation under the mutex and notifies;
-// waiters spin briefly (only when ranks <= cores), yield, then sleep on the
-// condition variable in short polls (spin_until, block_until).
+// waiters poll for a millisecond (spinning when ranks <= cores, yielding
+// between polls when they share cores), then sleep on the condition variable
+// in short polls (spin_until, block_until).
 #include "harness/comm/comm_local_sync.h"
 
 #include <algorithm>

@@ -28,7 +28,7 @@ struct WorldState {
   explicit WorldState(WorldOptions o);
 
   WorldOptions opts;
-  bool spin = false;  // busy-wait briefly only when there are no more ranks than cores
+  bool spin = false;  // poll on pauses only when there are no more ranks than cores (else yield between polls)
   bool deferred = false;  // non-blocking collectives run by their rank (local_progress_deferred)
   std::atomic<bool> aborted{false};
   mutable std::mutex mu;
@@ -50,31 +50,36 @@ inline void cpu_relax() {
 #endif
 }
 
-// How long a rank with a core of its own spins before it sleeps: a time, not
-// a count of pauses (a pause takes about 10 cycles before Skylake and about
-// 140 since: 4,000 of them were some 100 us on one machine of this project and
-// 44 us on the next, where every pipeline hand-off of the tiny model, 50-100
-// us apart, then paid a wake-up: tiny pp2 1F1B 0.66 ms per step against 0.52
-// with a millisecond). About the longest wait inside a tiny step; MPI and NCCL
-// poll without a bound.
+// How long a waiting rank polls before it sleeps: a time, not a count of
+// pauses (a pause takes about 10 cycles before Skylake and about 140 since:
+// 4,000 of them were some 100 us on one machine of this project and 44 us on
+// the next, where every pipeline hand-off of the tiny model, 50-100 us apart,
+// then paid a wake-up: tiny pp2 1F1B 0.66 ms per step against 0.52 with a
+// millisecond). About the longest wait inside a tiny step; MPI and NCCL poll
+// without a bound.
 inline constexpr std::chrono::microseconds kSpinFor{1000};
 
 // The cheap part of a wait, before sleeping on a condition variable (whose
-// wake-up costs tens of microseconds in a VM): spins for kSpinFor (only when
-// ranks <= cores, w.spin: a spinning rank would otherwise hold the core the
-// rank it waits for needs), then yields a few times. True as soon as ready()
-// is; false when the caller has to block.
+// wake-up costs tens of microseconds in a VM, more when the waker has to
+// bring an idle core out of halt). For kSpinFor, a rank with a core of its
+// own (w.spin) spins on pauses; a rank that shares its core yields between
+// polls instead, as Open MPI does when oversubscribed (mpi_yield_when_idle):
+// a peer on the same core that is ready to run gets the core at once, and a
+// core with no ready rank keeps polling instead of halting (4 ranks on 2
+// cores, sweep_small: tiny-moe dp4.ep4 2.38 -> 1.69 ms per step, small
+// tp2.pp2 ZeRO-3 + SP 8.98 -> 6.20 ms, against 8 yields and then sleep).
+// Then yields a few times. True as soon as ready() is; false when the
+// caller has to block.
 template <class Ready>
 bool spin_until(const WorldState& w, Ready ready) {
-  if (w.spin) {
-    const auto until = Clock::now() + kSpinFor;
-    do {
-      for (int i = 0; i < 64; ++i) {
-        if (ready()) return true;
-        cpu_relax();
-      }
-    } while (Clock::now() < until);
-  }
+  const auto until = Clock::now() + kSpinFor;
+  do {
+    for (int i = 0; i < (w.spin ? 64 : 1); ++i) {
+      if (ready()) return true;
+      if (w.spin) cpu_relax();
+      else std::this_thread::yield();
+    }
+  } while (Clock::now() < until);
   for (int i = 0; i < 8; ++i) {
     if (ready()) return true;
     std::this_thread::yield();
