@@ -774,35 +774,54 @@ ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHar
 }
 
 // ShapeRates::corun_scale at k ranks: the shape's single-rank step (as
-// measure_rates runs it) on k threads at once, each in a world of its own, the
-// median of their step times over the same step run alone just before. 1 if
-// the k copies would not fit this machine's limits or a step fails.
-double measure_corun(const SweepConfig& c, const ShapeKey& k, int ranks, double peak_rank, const Limits& limits) {
+// measure_rates runs it) on k threads at once, each in a world of its own and
+// all meeting after every step (paced_copies), the median of their step times
+// over the same step run alone just before. 1 if the k copies would not fit
+// this machine's limits or a step fails.
+double measure_corun(const SweepConfig& c, const ShapeKey& k, int ranks, const Limits& limits) {
   SweepConfig one = c;
   one.batch_per_rank = std::get<2>(k) * std::get<3>(k);
   const SweepPoint p = single_rank_point(k);
   try {
-    require_fits(planner::run_need(point_spec(one, p), ranks, true, /*conformance=*/false), limits,
+    const RunSpec spec = point_spec(one, p);
+    require_fits(planner::run_need(spec, ranks, true, /*conformance=*/false), limits,
                  "calibration step side by side");
-  } catch (const InputError&) {
+    const double alone = paced_copies(one, spec, 1)[0];
+    const double side = median(paced_copies(one, spec, ranks));
+    return alone > 0 && side > 0 ? side / alone : 1;
+  } catch (const std::exception&) {  // does not fit, or a step failed: not measured
     return 1;
   }
-  const PointResult alone = run_point(one, p, peak_rank, nullptr);
-  std::vector<PointResult> side(static_cast<size_t>(ranks));
-  {
-    std::vector<std::thread> copies;
-    for (size_t i = 0; i < side.size(); ++i)
-      copies.emplace_back([&, i] { side[i] = run_point(one, p, peak_rank, nullptr); });
-    for (std::thread& t : copies) t.join();
-  }
-  std::vector<double> times;
-  for (const PointResult& r : side)
-    if (r.status == "ok") times.push_back(r.step_time_s);
-  if (alone.status != "ok" || times.size() != side.size()) return 1;
-  return median(times) / alone.step_time_s;
 }
 
 }  // namespace
+
+std::vector<double> paced_copies(const SweepConfig& c, const RunSpec& spec, int copies) {
+  require(copies >= 1, "paced copies: copies must be >= 1");
+  WorldOptions po;
+  po.size = copies;
+  const std::unique_ptr<World> pace = make_local_world(po);
+  std::vector<double> out(size_t(copies), 0.0);
+  run_ranks(*pace, [&](Communicator& together) {
+    const std::unique_ptr<World> own = make_local_world(WorldOptions{});
+    run_ranks(*own, [&](Communicator& comm) {  // a new thread: it keeps this one's core
+      std::unique_ptr<Rank> rank = strategy_for(spec).make_rank(spec, comm, nullptr);
+      double last = 0;
+      for (int i = 0; i < std::max(1, c.warmup); ++i) last = rank->step().seconds;
+      const int steps = std::max(1, measured_steps(c, together, last));
+      together.barrier();
+      std::vector<double> t;
+      for (int i = 0; i < steps; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        rank->step();
+        together.barrier();
+        t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      out[size_t(together.rank())] = median(t);
+    });
+  });
+  return out;
+}
 
 SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip,
                        const std::map<std::string, std::vector<PointResult>>& rounds_done) {
@@ -874,7 +893,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   // Ranks computing side by side (ShapeRates::corun_scale), measured once per shape and count.
   auto corun_for = [&](const ShapeKey& key, int together) {
     if (together < 2 || !rates[key].step_measured || rates[key].corun_scale.count(together)) return;
-    rates[key].corun_scale[together] = measure_corun(c, key, together, peak_rank, run.limits);
+    rates[key].corun_scale[together] = measure_corun(c, key, together, run.limits);
   };
   // The ok rows of this run by point key: a shape's single-rank step, when
   // the sweep measured that very point (same batch and seq: weak scaling at

@@ -148,6 +148,15 @@ RunSpec point_spec(const SweepConfig& c, const SweepPoint& p);
 PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank,
                       World* world = nullptr, const DeviceOpener& open_device = {});
 
+// The median seconds per step of each of `copies` copies of spec's
+// single-rank step (a dp1 spec), each in a world of its own on a thread of
+// its own, all meeting at a barrier after every step, as the ranks of one
+// world meet at least once a step (the slowest copy of each step sets the
+// pace; the corun factor of the sweep's plan rows, ShapeRates::corun_scale);
+// the steps as c's measured steps fill c.min_seconds (at least c.steps),
+// after c's warm-up. Throws what a copy's step throws.
+std::vector<double> paced_copies(const SweepConfig& c, const RunSpec& spec, int copies);
+
 // One measurement window of a point under sweep.rounds: the config whose
 // run_point measures round `round` (0-based) of c's points: ceil(steps /
 // rounds) steps and min_seconds / rounds seconds at least.

@@ -614,12 +614,15 @@ namespace {
 
 // One window of measure_cp_attention at element type T.
 template <class T>
-CpAttentionTime cp_attention_window(int Bm, int seq, int heads, int hs, int cp, CpAlgo algo, bool zigzag,
+CpAttentionTime cp_attention_window(int Bm, int seq, int heads, int hs, int tp, int cp, CpAlgo algo, bool zigzag,
                                     double seconds) {
   using A = acc_t<T>;
-  CpAttentionTime timed{0, 0, cp};
-  run_local(cp, [&](Communicator& comm) {
+  CpAttentionTime timed{0, 0, tp * cp};
+  run_local(tp * cp, [&](Communicator& comm) {
     kernels::set_blas_threads(1);
+    // The tp rings side by side, each over the ranks of one tp index (the
+    // mesh's order: tp fastest), as a tp x cp world runs them.
+    const std::unique_ptr<Communicator> ring_comm = comm.split(comm.rank() % tp, comm.rank() / tp, "cp");
     cp::CpOptions o;
     o.cp = cp;
     o.algo = algo;
@@ -641,10 +644,10 @@ CpAttentionTime cp_attention_window(int Bm, int seq, int heads, int hs, int cp, 
     std::vector<A> lse;
     std::vector<T> qkvh, att;
     if (algo == CpAlgo::ring) {
-      ring = std::make_unique<cp::RingAttention<T>>(o, &comm, &mt, Bm, seq, heads, hs);
+      ring = std::make_unique<cp::RingAttention<T>>(o, ring_comm.get(), &mt, Bm, seq, heads, hs);
       lse.resize(size_t(Bm) * heads * Tl);
     } else {
-      uly = std::make_unique<cp::UlyssesAttention<T>>(o, &comm, &mt, Bm, seq, heads, hs);
+      uly = std::make_unique<cp::UlyssesAttention<T>>(o, ring_comm.get(), &mt, Bm, seq, heads, hs);
       qkvh.resize(size_t(Bm) * seq * 3 * (Ct / cp));
       att.resize(size_t(Bm) * (heads / cp) * seq * seq);
     }
@@ -710,9 +713,9 @@ CpAttentionTime measure_cp_attention(const ModelConfig& m, Precision precision, 
   for (int i = 0; i < repeats; ++i) {
     CpAttentionTime t;
     switch (precision) {
-      case Precision::fp64: t = cp_attention_window<double>(Bm, seq, heads, hs, cp, algo, zigzag, seconds); break;
-      case Precision::fp32: t = cp_attention_window<float>(Bm, seq, heads, hs, cp, algo, zigzag, seconds); break;
-      case Precision::bf16_mixed: t = cp_attention_window<bf16>(Bm, seq, heads, hs, cp, algo, zigzag, seconds); break;
+      case Precision::fp64: t = cp_attention_window<double>(Bm, seq, heads, hs, tp, cp, algo, zigzag, seconds); break;
+      case Precision::fp32: t = cp_attention_window<float>(Bm, seq, heads, hs, tp, cp, algo, zigzag, seconds); break;
+      case Precision::bf16_mixed: t = cp_attention_window<bf16>(Bm, seq, heads, hs, tp, cp, algo, zigzag, seconds); break;
     }
     if (i == 0 || t.fwd_s + t.bwd_s < best.fwd_s + best.bwd_s) best = t;
   }
@@ -781,8 +784,8 @@ bool ddp_overlaps(const RunSpec& spec) {
 }
 
 // A context-parallel plan's measured attention core (ShapeRates::cp_attention),
-// at the world's core share: it ran on its own cp threads, which shared the
-// cores as cp ranks do, and runs among `world` ranks. The rest of the rank's
+// at the world's core share: it ran on its own tp x cp threads, which shared
+// the cores as those ranks do, and runs among `world` ranks. The rest of the rank's
 // GEMMs then run at the split's linear efficiency.
 void set_cp_attention(planner::PlanInput& in, const ShapeRates& rates, const LocalHardware& h, int world) {
   if (in.cp < 2) return;
@@ -877,7 +880,7 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     if (const auto it = rates.corun_scale.find(together); together > 1 && it != rates.corun_scale.end()) {
       std::snprintf(note, sizeof note,
                     ", x %.3g for %d ranks computing at once (the single-rank step ran x %.3g as %d copies side by "
-                    "side; taken at the copies of the weights these ranks hold)",
+                    "side, meeting after every step; taken at the copies of the weights these ranks hold)",
                     in.hw.compute_scale / rates.compute_scale, together, it->second, together);
       reason += note;
     }

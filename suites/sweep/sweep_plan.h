@@ -156,8 +156,9 @@ MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, dou
 
 // One block's attention core for one microbatch as a rank of a context-
 // parallel split runs it: the algorithm's forward and backward
-// (impl/context_parallel/attention.h, on `threads` = cp local ranks, the
-// model's heads over tp), each the slowest rank's wall time.
+// (impl/context_parallel/attention.h, the model's heads over tp, on
+// `threads` = tp x cp local ranks: tp rings of cp ranks side by side, as a
+// tp x cp world runs them on shared cores), each the slowest rank's wall time.
 struct CpAttentionTime {
   double fwd_s = 0, bwd_s = 0;
   int threads = 1;  // local ranks it ran on (they shared the cores as that many)
@@ -185,10 +186,13 @@ struct ShapeRates {
   // (planner::Hardware::compute_scale); 1: not measured.
   double compute_scale = 1;
   bool step_measured = false;  // compute_scale came from a measured step
-  // That step run by k ranks at once (k independent copies, one per core)
-  // over the step alone, by k: what ranks computing side by side cost each
-  // other (the last-level cache and memory bandwidth they share). A k not
-  // measured: 1.
+  // That step run by k ranks at once (k copies, one per core, each in a
+  // world of its own, meeting at a barrier after every step) over the step
+  // alone, by k: what ranks computing side by side cost each other (the
+  // last-level cache and memory bandwidth they share, and the slowest copy
+  // of each step setting the pace, as in any world whose ranks meet once a
+  // step: tiny 1.03 as free copies, 1.09 meeting; its dp2 DDP rows ran 5-12%
+  // slower than the plan with the first). A k not measured: 1.
   std::map<int, double> corun_scale{};
   // The factor for k ranks computing at once with `copies` copies of the
   // model's weights among them (k / (tp x pp): each rank of a tensor- or

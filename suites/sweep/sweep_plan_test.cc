@@ -307,6 +307,14 @@ TEST(SweepPlan, CpAttentionIsMeasuredAsTheRanksRunIt) {
   rates.cp_attention[key] = {2e-5, 3e-5, 2};  // measured once: a second call keeps it
   add_cp_attention(rates, m, Precision::fp32, 4, 16, 1, 2, CpAlgo::ring, false);
   EXPECT_EQ(rates.cp_attention.at(key).fwd_s, 2e-5);
+  {  // tp2.cp2: two rings of 2 side by side, on 4 threads as its world
+    ShapeRates split;
+    add_cp_attention(split, m, Precision::fp32, 4, 16, 2, 2, CpAlgo::ring, true);
+    const CpAttentionTime t = split.cp_attention.at(std::make_tuple(2, 2, CpAlgo::ring, true));
+    EXPECT_EQ(t.threads, 4);
+    EXPECT_GT(t.fwd_s, 0);
+    EXPECT_GT(t.bwd_s, 0);
+  }
   rates.cp_attention[std::make_tuple(2, 2, CpAlgo::ring, true)] = {1e-5, 4e-5, 2};
 
   SweepConfig c;
@@ -325,7 +333,8 @@ TEST(SweepPlan, CpAttentionIsMeasuredAsTheRanksRunIt) {
   const planner::PlanInput zigzag = plan_input(c, {"shard=none", "cp2", "tiny", "fp32", "weak", 2, 1, 1}, r, h, rates);
   EXPECT_EQ(zigzag.hw.attention_fwd_s, 0);
   EXPECT_EQ(zigzag.hw.gemm_efficiency, 0.3);
-  // tp2.cp2 is 4 ranks on 2 cores: the 2 threads it was measured on had a core each.
+  // tp2.cp2 is 4 ranks on 2 cores: had the core been measured on 2 threads
+  // (a core each), it would run at half their speed.
   in = plan_input(c, {"shard=none", "tp2.cp2", "tiny", "fp32", "weak", 4, 1, 1}, r, h, rates);
   EXPECT_DOUBLE_EQ(in.hw.attention_fwd_s, 2e-5);
   EXPECT_DOUBLE_EQ(in.hw.attention_bwd_s, 8e-5);

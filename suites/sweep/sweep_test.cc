@@ -122,6 +122,28 @@ TEST(Sweep, StepTimesAreTheLastRanksPace) {
   EXPECT_THROW(step_times({std::numeric_limits<double>::infinity()}), InputError);
 }
 
+// The corun factor's copies: each in a world of its own, meeting after
+// every step, so each step lasts as long for every copy (the slowest sets
+// the pace); a copy that cannot run throws instead of leaving the others
+// waiting.
+TEST(Sweep, PacedCopiesMeetAfterEveryStep) {
+  SweepConfig c = tiny_config();
+  c.steps = 20;
+  c.warmup = 2;
+  const SweepPoint p{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 1};
+  const RunSpec spec = point_spec(c, p);
+  const std::vector<double> t = paced_copies(c, spec, 2);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_GT(t[0], 0);
+  EXPECT_GT(t[1], 0);
+  EXPECT_LT(std::abs(t[0] - t[1]), 0.2 * std::max(t[0], t[1])) << t[0] << " " << t[1];
+  EXPECT_EQ(paced_copies(c, spec, 1).size(), 1u);
+  EXPECT_THROW(paced_copies(c, spec, 0), InputError);
+  RunSpec bad = spec;
+  bad.mesh.dp = 2;  // a dp2 rank in a world of one
+  EXPECT_ANY_THROW(paced_copies(c, bad, 2));
+}
+
 // sweep.min_seconds: a point measures at least that long (more steps than
 // sweep.steps when its steps are short), at most kMaxStepsFactor x steps;
 // every rank runs the same count (the step times are the last rank's pace).
