@@ -23,6 +23,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "harness/io/csv.h"
 #include "harness/io/csv_schema.h"
 #include "harness/comm/runner.h"
@@ -773,11 +776,49 @@ ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHar
   return r;
 }
 
+// The step alone (paced_copies of one) on each of the first k cores this
+// thread may run on, each from a thread of its own bound there; the slowest.
+double slowest_core_alone(const SweepConfig& c, const RunSpec& spec, int k) {
+  std::vector<int> cores;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+    for (int i = 0; i < CPU_SETSIZE && int(cores.size()) < k; ++i)
+      if (CPU_ISSET(i, &allowed)) cores.push_back(i);
+  if (cores.empty()) return paced_copies(c, spec, 1)[0];
+  double slowest = 0;
+  for (int core : cores) {
+    double t = 0;
+    std::exception_ptr failed;
+    std::thread alone([&] {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(core, &one);
+      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+      try {
+        t = paced_copies(c, spec, 1)[0];
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    });
+    alone.join();
+    if (failed) std::rethrow_exception(failed);
+    slowest = std::max(slowest, t);
+  }
+  return slowest;
+}
+
 // ShapeRates::corun_scale at k ranks: the shape's single-rank step (as
 // measure_rates runs it) on k threads at once, each in a world of its own and
 // all meeting after every step (paced_copies), the median of their step times
-// over the same step run alone just before. 1 if the k copies would not fit
-// this machine's limits or a step fails.
+// over the same step run alone just before on each of their cores, the
+// slowest (slowest_core_alone: the copies go at the slowest core's pace, so
+// a core the host slows for a while slows both sides of the ratio); in c's
+// rounds (each a window of round_config), the median of the rounds' ratios.
+// Against the step alone wherever the scheduler put it, and in one window,
+// three shapes in a row once measured 1.27-1.35 where other sweeps measured
+// 1.05-1.09. 1 if the k copies would not fit this machine's limits or a step
+// fails.
 double measure_corun(const SweepConfig& c, const ShapeKey& k, int ranks, const Limits& limits) {
   SweepConfig one = c;
   one.batch_per_rank = std::get<2>(k) * std::get<3>(k);
@@ -786,9 +827,15 @@ double measure_corun(const SweepConfig& c, const ShapeKey& k, int ranks, const L
     const RunSpec spec = point_spec(one, p);
     require_fits(planner::run_need(spec, ranks, true, /*conformance=*/false), limits,
                  "calibration step side by side");
-    const double alone = paced_copies(one, spec, 1)[0];
-    const double side = median(paced_copies(one, spec, ranks));
-    return alone > 0 && side > 0 ? side / alone : 1;
+    const SweepConfig window = round_config(one);
+    std::vector<double> ratios;
+    for (int i = 0; i < std::max(1, c.rounds); ++i) {
+      const double alone = slowest_core_alone(window, spec, ranks);
+      const double side = median(paced_copies(window, spec, ranks));
+      if (!(alone > 0 && side > 0)) return 1;
+      ratios.push_back(side / alone);
+    }
+    return median(ratios);
   } catch (const std::exception&) {  // does not fit, or a step failed: not measured
     return 1;
   }
@@ -804,7 +851,7 @@ std::vector<double> paced_copies(const SweepConfig& c, const RunSpec& spec, int 
   std::vector<double> out(size_t(copies), 0.0);
   run_ranks(*pace, [&](Communicator& together) {
     const std::unique_ptr<World> own = make_local_world(WorldOptions{});
-    run_ranks(*own, [&](Communicator& comm) {  // a new thread: it keeps this one's core
+    run_ranks(*own, [&](Communicator& comm) {  // on this thread (one rank): it keeps this one's core
       std::unique_ptr<Rank> rank = strategy_for(spec).make_rank(spec, comm, nullptr);
       double last = 0;
       for (int i = 0; i < std::max(1, c.warmup); ++i) last = rank->step().seconds;
