@@ -19,6 +19,7 @@
 #include <iterator>
 #include <ostream>
 #include <map>
+#include <set>
 #include <memory>
 #include <stdexcept>
 #include <thread>
@@ -808,18 +809,15 @@ double slowest_core_alone(const SweepConfig& c, const RunSpec& spec, int k) {
   return slowest;
 }
 
-// ShapeRates::corun_scale at k ranks: the shape's single-rank step (as
-// measure_rates runs it) on k threads at once, each in a world of its own and
-// all meeting after every step (paced_copies), the median of their step times
-// over the same step run alone just before on each of their cores, the
-// slowest (slowest_core_alone: the copies go at the slowest core's pace, so
-// a core the host slows for a while slows both sides of the ratio); in c's
-// rounds (each a window of round_config), the median of the rounds' ratios.
-// Against the step alone wherever the scheduler put it, and in one window,
-// three shapes in a row once measured 1.27-1.35 where other sweeps measured
-// 1.05-1.09. 1 if the k copies would not fit this machine's limits or a step
-// fails.
-double measure_corun(const SweepConfig& c, const ShapeKey& k, int ranks, const Limits& limits) {
+// One window of ShapeRates::corun_scale at k ranks: the shape's single-rank
+// step (as measure_rates runs it) on k threads at once, each in a world of
+// its own and all meeting after every step (paced_copies, c's measured steps
+// and seconds), the median of their step times over the same step run alone
+// just before on each of their cores, the slowest (slowest_core_alone: the
+// copies go at the slowest core's pace, so a core the host slows for a while
+// slows both sides of the ratio). 0 if the k copies would not fit this
+// machine's limits or a step fails.
+double corun_ratio(const SweepConfig& c, const ShapeKey& k, int ranks, const Limits& limits) {
   SweepConfig one = c;
   one.batch_per_rank = std::get<2>(k) * std::get<3>(k);
   const SweepPoint p = single_rank_point(k);
@@ -827,18 +825,19 @@ double measure_corun(const SweepConfig& c, const ShapeKey& k, int ranks, const L
     const RunSpec spec = point_spec(one, p);
     require_fits(planner::run_need(spec, ranks, true, /*conformance=*/false), limits,
                  "calibration step side by side");
-    const SweepConfig window = round_config(one);
-    std::vector<double> ratios;
-    for (int i = 0; i < std::max(1, c.rounds); ++i) {
-      const double alone = slowest_core_alone(window, spec, ranks);
-      const double side = median(paced_copies(window, spec, ranks));
-      if (!(alone > 0 && side > 0)) return 1;
-      ratios.push_back(side / alone);
-    }
-    return median(ratios);
+    const double alone = slowest_core_alone(one, spec, ranks);
+    const double side = median(paced_copies(one, spec, ranks));
+    return alone > 0 && side > 0 ? side / alone : 0;
   } catch (const std::exception&) {  // does not fit, or a step failed: not measured
-    return 1;
+    return 0;
   }
+}
+
+// The corun factor from its windows' ratios (corun_ratio): their median; 1
+// when a window failed or there is none.
+double corun_from(const std::vector<double>& ratios) {
+  if (ratios.empty() || std::find(ratios.begin(), ratios.end(), 0.0) != ratios.end()) return 1;
+  return median(ratios);
 }
 
 }  // namespace
@@ -937,10 +936,19 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   std::map<ShapeKey, ShapeRates> rates;
   // What a plan row of point p needs, each measured once: its shape's rates
   // and its world's figures (into hw).
-  // Ranks computing side by side (ShapeRates::corun_scale), measured once per shape and count.
+  // Ranks computing side by side (ShapeRates::corun_scale), once per shape
+  // and count: the median of c.rounds windows (corun_ratio), taken one at the
+  // start of each of the sweep's rounds for the shapes and counts its points
+  // need (corun_windows), as a point's own rounds are spread over the sweep;
+  // a single window caught whole by a slow spell of the host once measured
+  // 1.85 where the other runs measured 1.05-1.08. Others (a resumed run's
+  // earlier points): the c.rounds windows back to back, now.
+  std::map<std::pair<ShapeKey, int>, std::vector<double>> corun_windows;
   auto corun_for = [&](const ShapeKey& key, int together) {
     if (together < 2 || !rates[key].step_measured || rates[key].corun_scale.count(together)) return;
-    rates[key].corun_scale[together] = measure_corun(c, key, together, run.limits);
+    std::vector<double>& w = corun_windows[{key, together}];
+    while (int(w.size()) < c.rounds) w.push_back(corun_ratio(round_config(c), key, together, run.limits));
+    rates[key].corun_scale[together] = corun_from(w);
   };
   // The ok rows of this run by point key: a shape's single-rank step, when
   // the sweep measured that very point (same batch and seq: weak scaling at
@@ -981,6 +989,17 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     hw = measure_local_hardware(peak_rank, int(std::max(1u, std::thread::hardware_concurrency())));
   }
   std::vector<MeasuredPoint> measured;  // ok points with plan rows, for the extrapolation
+  // The shapes and counts of ranks computing at once the plan rows will need
+  // a corun factor for (corun_for), one window of each per round.
+  std::set<std::pair<ShapeKey, int>> corun_need;
+  if (plan_csv)
+    for (const SweepPoint& p : todo) {
+      PointResult r;
+      r.seq = c.seq;
+      r.global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : c.global_batch;
+      if (p.world >= 2 && hw.cores >= 2) corun_need.insert({shape_key(p, r), std::min(p.world, hw.cores)});
+      if (extrapolates && hw.cores >= 2) corun_need.insert({shape_key(p, r), hw.cores});
+    }
   // Round-major: round 0 of every point, then round 1, ...; a point's row
   // (and plan row) when its last round ends, or its first fails.
   const SweepConfig window = round_config(c);
@@ -991,7 +1010,9 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   size_t runs = 0, run_no = 0;
   for (int first : first_round) runs += size_t(c.rounds - first);
   const auto t1 = clock::now();
-  for (int round = 0; round < c.rounds; ++round)
+  for (int round = 0; round < c.rounds; ++round) {
+    for (const auto& need : corun_need)
+      corun_windows[need].push_back(corun_ratio(window, need.first, need.second, run.limits));
     for (size_t j = 0; j < todo.size(); ++j) {
       const size_t k = (j + round_offset(round, c.rounds, todo.size())) % todo.size();
       if (finished[k] || round < first_round[k]) continue;
@@ -1037,6 +1058,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
         *run.table << line << std::endl;
       }
     }
+  }
   // Every series continued from its largest measured point, a resumed run's
   // earlier points included (their shapes' figures and ring steps measured
   // now if this run did not).
