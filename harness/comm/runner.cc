@@ -85,6 +85,23 @@ void require_same_spec(World& world, const std::string& spec, const std::string&
                               "shard, precision, steps, ...); start every process with the same command line");
 }
 
+std::vector<int> allowed_cores() {
+  std::vector<int> cores;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+  return cores;
+}
+
+void bind_to_core(int core) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(core, &one);
+  pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+}
+
 void run_ranks(World& world, const std::function<void(Communicator&)>& fn) {
   const std::vector<int> ranks = world.local_ranks();
   const size_t ranks_hosted = ranks.size();
@@ -100,12 +117,7 @@ void run_ranks(World& world, const std::function<void(Communicator&)>& fn) {
     world.abort(r, what);
   };
   auto body = [&](int r, int core) {
-    if (core >= 0) {  // itself, before anything: a failure leaves it where the scheduler put it
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(core, &one);
-      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-    }
+    if (core >= 0) bind_to_core(core);  // itself, before anything: a failure leaves it where the scheduler put it
     std::unique_ptr<Communicator> comm;
     try {
       comm = world.communicator(r);
@@ -129,14 +141,7 @@ void run_ranks(World& world, const std::function<void(Communicator&)>& fn) {
   } else {
     std::vector<std::thread> threads;
     threads.reserve(ranks.size());
-    // The cores this thread may run on, in order; hosted rank i goes to
-    // core i mod their count.
-    std::vector<int> cores;
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (world.binds_ranks() && sched_getaffinity(0, sizeof allowed, &allowed) == 0)
-      for (int c = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+    const std::vector<int> cores = world.binds_ranks() ? allowed_cores() : std::vector<int>{};
     for (size_t i = 0; i < ranks.size(); ++i) threads.emplace_back(body, ranks[i], cores.empty() ? -1 : cores[i % cores.size()]);
     for (auto& t : threads) t.join();
   }

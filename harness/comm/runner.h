@@ -105,6 +105,13 @@ bool hosts_rank(const World& world, int rank);
 // from rank 0's. A local world (one process) has nothing to agree on.
 void require_same_spec(World& world, const std::string& spec, const std::string& what);
 
+// The cores the calling thread may run on, in order (empty if the system
+// does not say): hosted rank i of a binding world goes to core i mod their
+// count.
+std::vector<int> allowed_cores();
+// Binds the calling thread to `core` (its threads started later inherit it).
+void bind_to_core(int core);
+
 // Runs fn on every rank the world hosts (one thread each when more than one,
 // bound to cores as World::binds_ranks says).
 // Throws RankError(first failing rank, its message) if any rank failed.

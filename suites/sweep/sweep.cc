@@ -24,9 +24,6 @@
 #include <stdexcept>
 #include <thread>
 
-#include <pthread.h>
-#include <sched.h>
-
 #include "harness/io/csv.h"
 #include "harness/io/csv_schema.h"
 #include "harness/comm/runner.h"
@@ -337,8 +334,12 @@ std::vector<SweepPoint> expand(const SweepConfig& c) {
   return v;
 }
 
+int64_t point_global_batch(const SweepConfig& c, const SweepPoint& p) {
+  return p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : int64_t(c.global_batch);
+}
+
 RunSpec point_spec(const SweepConfig& c, const SweepPoint& p) {
-  const int64_t global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : c.global_batch;
+  const int64_t global_batch = point_global_batch(c, p);
   const char* bkey = p.scaling == "weak" ? "sweep.batch_per_rank" : "sweep.global_batch";
   require(global_batch <= (int64_t(1) << 30),
           std::string(bkey) + ": the global batch " + std::to_string(global_batch) + " is more than 2^30 sequences");
@@ -374,7 +375,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
   bool started = false;  // ranks are running: under MPI no error can be a row any more
   res.device = std::string(device_name(c.device));  // until rank 0's device says its name
   res.seq = c.seq;
-  res.global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : c.global_batch;
+  res.global_batch = point_global_batch(c, p);
   try {
     const RunSpec spec = point_spec(c, p);
     const TrainConfig& cfg = spec.train;
@@ -537,7 +538,7 @@ std::string point_config_hash(const SweepConfig& c, const SweepPoint& p) {
   h.set("world", int64_t(p.world));
   h.set("microbatches", int64_t(p.microbatches));
   h.set("scaling", p.scaling);
-  h.set("global_batch", p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : int64_t(c.global_batch));
+  h.set("global_batch", point_global_batch(c, p));
   h.set("seq", int64_t(c.seq));
   h.set("steps", int64_t(c.steps));
   h.set("warmup", int64_t(c.warmup));
@@ -778,24 +779,18 @@ ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHar
 }
 
 // The step alone (paced_copies of one) on each of the first k cores this
-// thread may run on, each from a thread of its own bound there; the slowest.
+// thread may run on (where paced_copies' k copies go when bound), each from
+// a thread of its own bound there; the slowest.
 double slowest_core_alone(const SweepConfig& c, const RunSpec& spec, int k) {
-  std::vector<int> cores;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
-    for (int i = 0; i < CPU_SETSIZE && int(cores.size()) < k; ++i)
-      if (CPU_ISSET(i, &allowed)) cores.push_back(i);
+  std::vector<int> cores = allowed_cores();
+  if (cores.size() > size_t(k)) cores.resize(size_t(k));
   if (cores.empty()) return paced_copies(c, spec, 1)[0];
   double slowest = 0;
   for (int core : cores) {
     double t = 0;
     std::exception_ptr failed;
     std::thread alone([&] {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(core, &one);
-      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+      bind_to_core(core);
       try {
         t = paced_copies(c, spec, 1)[0];
       } catch (...) {
@@ -996,7 +991,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
     for (const SweepPoint& p : todo) {
       PointResult r;
       r.seq = c.seq;
-      r.global_batch = p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : c.global_batch;
+      r.global_batch = point_global_batch(c, p);
       if (p.world >= 2 && hw.cores >= 2) corun_need.insert({shape_key(p, r), std::min(p.world, hw.cores)});
       if (extrapolates && hw.cores >= 2) corun_need.insert({shape_key(p, r), hw.cores});
     }

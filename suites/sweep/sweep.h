@@ -130,6 +130,10 @@ struct PointResult {
 // cp4 4-10%, the rest 0-5%). InputError on a decreasing or non-finite time.
 std::vector<double> step_times(const std::vector<double>& last_ends);
 
+// A point's sequences per step: batch_per_rank x dp (weak scaling) or
+// global_batch (strong).
+int64_t point_global_batch(const SweepConfig& c, const SweepPoint& p);
+
 // The run spec of point p (model, precision, batch, seq, steps, mesh, options),
 // validated: InputError naming the sweep key that makes it invalid.
 RunSpec point_spec(const SweepConfig& c, const SweepPoint& p);
