@@ -21,6 +21,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <string>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -33,7 +35,10 @@
 #include "kernels/cpu/peak.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
+#include "reference/model_config.h"
 #include "suites/planner/machine.h"
+#include "suites/planner/model_cost.h"
+#include "suites/planner/preflight.h"
 #include "suites/sweep/sweep_plan.h"
 
 namespace pb::cli {
@@ -46,6 +51,11 @@ struct CalibrateFlags {
   std::string name;
   std::string inter_node;  // a collectives.csv measured across nodes
   double seconds = 0.2;
+  // The training shape whose kernels and step calibrate the profile's
+  // memory-bound rates, compute_scale and corun_scale ("none": skip).
+  std::string model = "small";
+  int seq = 16, microbatch_size = 4, microbatches = 2;
+  PreflightFlags limits;
 };
 
 // GFLOP/s of the project's matmul_forward<T> (out (m x n) = inp (m x k) W^T),
@@ -132,6 +142,115 @@ double wake_up_us(int reps) {
   return us[us.size() / 2];
 }
 
+// What calibrate measured of its training shape, for the report it prints.
+struct ShapeCalibration {
+  sweep::ShapeRates rates;
+  double step_s = 0;     // the single-rank step, measured (the median of its windows)
+  double planned_s = 0;  // its plan with the profile's rates, before compute_scale
+  double buffer_s = 0;   // of which the data-parallel buffers' (compute_scale leaves them alone)
+  std::vector<double> corun_windows;
+  int together = 1;      // ranks side by side behind corun_scale
+};
+
+// The training shape's figures into m (MachineProfile::shape): the memory-
+// bound kernels' rates at the shape (sweep::measure_shape_rates; mem_bw_GBps
+// becomes their average rate), the shape's single-rank fp32 step (sweep::
+// single_rank_step: 3 windows of at least 10 steps and max(0.25, --seconds)
+// s, the median) over the plan of that step with this profile (its GEMM
+// table, the rates: compute_scale, so that this step plans as measured), and
+// the step run as `cores` copies side by side over alone (sweep::corun_scale,
+// three windows, the median). InputError when the shape does not run here.
+// The sweep config and shape key of --model's single-rank step.
+std::pair<sweep::SweepConfig, sweep::ShapeKey> shape_of(const CalibrateFlags& f) {
+  sweep::SweepConfig c;
+  c.seq = f.seq;
+  c.steps = 10;
+  c.min_seconds = std::max(0.25, f.seconds);
+  c.rounds = 3;
+  c.warmup = 2;
+  c.batch_per_rank = f.microbatch_size * f.microbatches;
+  return {c, {f.model, "fp32", f.microbatch_size, f.microbatches}};
+}
+
+// --model's shape, checked before any measurement: a named model whose step
+// at --seq, --microbatch-size and --microbatches is valid and fits this
+// machine's limits on one rank.
+void check_shape(const CalibrateFlags& f) {
+  if (f.model == "none") return;
+  const auto names = named_models();
+  require(std::find(names.begin(), names.end(), f.model) != names.end(),
+          "--model: unknown model '" + f.model + "' (a named model, or none)");
+  const auto [c, key] = shape_of(f);
+  try {
+    require_fits(planner::run_need(sweep::point_spec(c, sweep::single_rank_point(key)), 1, true,
+                                   /*conformance=*/false),
+                 limits_of(f.limits), "calibration step");
+  } catch (const InputError& e) {
+    throw InputError("--model " + f.model + " --seq " + std::to_string(f.seq) + " --microbatch-size " +
+                     std::to_string(f.microbatch_size) + " --microbatches " + std::to_string(f.microbatches) +
+                     ": " + e.what());
+  }
+}
+
+ShapeCalibration calibrate_shape(const CalibrateFlags& f, planner::MachineProfile& m, double peak_flops, int cores) {
+  const auto [c, key] = shape_of(f);
+  const Limits limits = limits_of(f.limits);
+  ShapeCalibration s;
+  // The step first: it checks the shape (rejected with the reason) and that
+  // it fits this machine before the kernels are timed at it.
+  const sweep::PointResult step = sweep::single_rank_step(c, key, peak_flops, limits);
+  require(step.status == "ok", "--model: the calibration step (" + f.model + ", seq " + std::to_string(f.seq) + ", " +
+                                   std::to_string(f.microbatches) + " microbatches of " +
+                                   std::to_string(f.microbatch_size) + ") " + step.status + ": " + step.reason);
+  s.step_s = step.step_time_s;
+  s.rates = sweep::measure_shape_rates(named_model(f.model), f.microbatch_size, f.seq, peak_flops, 3);
+  const sweep::MemoryBoundRates& r = s.rates.memory;
+  m.mem_bw_GBps = r.GBps(f.microbatches);
+  m.shape.shared_mem_bw_GBps = r.shared_GBps();
+  m.shape.optimizer_mem_bw_GBps = r.optimizer_GBps();
+  m.shape.buffer_mem_bw_GBps = r.buffer_GBps();
+  m.shape.compute_scale = 1;
+  m.shape.corun_scale = 1;
+  planner::PlanInput in;
+  in.shape = planner::planner_model(f.model);
+  in.seq = f.seq;
+  in.precision = Precision::fp32;
+  in.microbatch_size = f.microbatch_size;
+  in.global_batch = int64_t(f.microbatch_size) * f.microbatches;
+  in.ranks_per_node = m.ranks_per_node;
+  in.hw = planner::hardware_for(m, in.precision);
+  const planner::PlanResult est = planner::plan(in);
+  s.planned_s = est.step_s;
+  s.buffer_s = est.buffer_s;
+  m.shape.compute_scale = planner::compute_scale_for(est, s.step_s);
+  if (cores >= 2) {
+    s.together = cores;
+    m.shape.corun_scale = sweep::corun_scale(c, key, cores, limits, s.corun_windows);
+  }
+  m.shape.workload = f.model + ", seq " + std::to_string(f.seq) + ", " + std::to_string(f.microbatches) +
+                     " microbatches of " + std::to_string(f.microbatch_size) + ", fp32";
+  return s;
+}
+
+void print_shape(const planner::MachineProfile& m, const ShapeCalibration& s) {
+  std::printf("  training shape        %s:\n", m.shape.workload.c_str());
+  std::printf("    memory-bound work   %.4g GB/s (the kernels at the shape; mem_bw_GBps), LayerNorms and residual "
+              "adds %.4g, optimizer step %.4g, data-parallel buffers %.4g\n",
+              m.mem_bw_GBps, m.shape.shared_mem_bw_GBps, m.shape.optimizer_mem_bw_GBps, m.shape.buffer_mem_bw_GBps);
+  std::printf("    single-rank step    %.4g ms measured, %.4g ms planned from the rates (%.4g of it the buffers'): "
+              "compute_scale %.4g\n",
+              s.step_s * 1e3, s.planned_s * 1e3, s.buffer_s * 1e3, m.shape.compute_scale);
+  if (s.together >= 2) {
+    std::printf("    side by side        %d copies, one per core, meeting after every step: x %.4g the step alone "
+                "(corun_scale; windows",
+                s.together, m.shape.corun_scale);
+    for (double w : s.corun_windows) std::printf(" %.4g", w);
+    std::printf("%s)\n", std::find(s.corun_windows.begin(), s.corun_windows.end(), 0.0) != s.corun_windows.end()
+                              ? "; one failed: 1"
+                              : "");
+  }
+}
+
 int run_calibrate(const CalibrateFlags& f, const Env& env) {
   require(f.seconds > 0 && f.seconds <= 60, "--seconds: must be in (0, 60], got " + std::to_string(f.seconds));
   require(!env.under_mpirun, "calibrate: runs in one process (the local backend's figures); not under mpirun");
@@ -142,6 +261,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
     require(std::filesystem::is_directory(dir, ec) && !std::filesystem::is_directory(out, ec),
             "--out: cannot write '" + f.out + "' (its directory must exist; it must not be a directory)");
   }
+  check_shape(f);
   // Read first: a bad file fails before the measurements, not after.
   std::optional<planner::InterNodeFit> inter;
   if (!f.inter_node.empty()) inter = planner::fit_inter_node(f.inter_node);
@@ -186,27 +306,44 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   std::vector<int> groups = {2};
   for (int g : {cores, 2 * cores})
     if (g > groups.back()) groups.push_back(g);
-  for (const std::string& op : planner::collective_ops())
-    for (int g : groups)
-      m.collectives[op].push_back(op == "all_reduce" && g == 2 ? all_reduce2
-                                                                : measured_fit(op, g, fit_sizes, f.seconds / 20));
+  std::vector<std::string> back_to_back;  // ops at group sizes the step pattern gave no fit for
+  for (int g : groups) {
+    std::map<std::string, double> alpha;
+    const std::map<std::string, double> bus = sweep::measure_bus_bandwidth(g, &alpha);
+    const double ring = sweep::local_step_latency_us(g);
+    for (const std::string& op : planner::collective_ops()) {
+      const auto b = bus.find(op);
+      if (b != bus.end()) {
+        const auto a = alpha.find(op);
+        m.collectives[op].push_back(
+            {g, std::max(ring * planner::ring_steps(op, g), a != alpha.end() ? a->second : 0.0), b->second});
+      } else {
+        back_to_back.push_back(op + " at " + std::to_string(g));
+        m.collectives[op].push_back(op == "all_reduce" && g == 2 ? all_reduce2
+                                                                  : measured_fit(op, g, fit_sizes, f.seconds / 20));
+      }
+    }
+  }
   m.wake_us = wake_up_us(20);
   // The ranks of a local run share the machine's memory: a rank's device
   // memory is its share (the planner checks one rank against it).
   m.ranks_per_node = int(std::max(1u, std::thread::hardware_concurrency()));
   const double installed = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9;
   m.memory_GB = installed / m.ranks_per_node;
+  std::optional<ShapeCalibration> shape;
+  if (f.model != "none") shape = calibrate_shape(f, m, gf_fp32 * 1e9, cores);
   m.source = "parabench calibrate on " + host_name() + " at " + iso8601_utc(std::chrono::system_clock::now()) +
              " (git " + env.git_rev + "): one core's GEMM rates (peaks and tables by shape), memcpy bandwidth, local "
-             "collective fits by op and group size over threads, wake-up after a 3 ms skew" +
+             "collective fits by op and group size over threads (timed as a step makes them), wake-up after a 3 "
+             "ms skew" +
+             (shape ? "; memory-bound rates, compute and corun scales of " + m.shape.workload : std::string()) +
              (inter ? "; inter-node link from the all_reduce rows of " + f.inter_node : std::string());
 
   std::printf("  GEMM, one core        fp32 %.4g GFLOP/s (sgemm, best of 256/512/1024), bf16-mixed %.4g, fp64 %.4g "
               "(matmul_forward at 512)\n",
               gf_fp32, gf_bf16, gf_fp64);
-  std::printf("  memory                memcpy %.4g GB/s (mem_bw %.4g: reads + writes), %.4g GB installed, %.4g per "
-              "rank (%d hardware threads)\n",
-              copy, m.mem_bw_GBps, installed, m.memory_GB, m.ranks_per_node);
+  std::printf("  memory                memcpy %.4g GB/s, %.4g GB installed, %.4g per rank (%d hardware threads)\n",
+              copy, installed, m.memory_GB, m.ranks_per_node);
   std::printf("  all_reduce, 2 ranks   t = 2 x %.3g us (median of 16 B .. 4 KiB) + S / %.4g GB/s (slope over 1 .. 16 "
               "MiB):\n",
               m.latency_us, m.bw_intra_GBps);
@@ -218,8 +355,12 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
     std::printf("  GEMM table %-4s       %zu shapes (m 16..1024 x n, k 64..1024): %.4g .. %.4g GFLOP/s\n", p.c_str(),
                 table.size(), lo, hi);
   }
-  std::printf("  collectives           per call: alpha + bus bytes / B (alpha: median of 64 B .. 4 KiB; B: slope "
-              "over 1 .. 16 MiB)\n");
+  std::string b2b;
+  for (const std::string& x : back_to_back) b2b += (b2b.empty() ? "; back to back (64 B .. 16 MiB) for " : ", ") + x;
+  std::printf("  collectives           per call: alpha + bus bytes / B, timed as a step makes them (16 KiB .. 1 "
+              "MiB, each call after its rank read its last output and rewrote its input; alpha at least the ring "
+              "steps' fixed cost)%s\n",
+              b2b.c_str());
   for (const auto& [op, fits] : m.collectives)
     for (const planner::CollectiveFit& c : fits)
       std::printf("    %-15s %2lld ranks  alpha %9.3g us  B %8.4g GB/s%s\n", op.c_str(), (long long)c.group_size,
@@ -230,6 +371,10 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
                 inter->world, inter->rows, f.inter_node.c_str(), inter->latency_us, inter->GBps);
   std::printf("  wake-up               %.3g us (a rank asleep in a wait, woken by the last arrival; median of 20)\n",
               m.wake_us);
+  if (shape) print_shape(m, *shape);
+  else
+    std::printf("  memory-bound work     %.4g GB/s (2 x memcpy: no training shape calibrated, --model none)\n",
+                m.mem_bw_GBps);
   write_file_atomically(f.out,
                         "# parabench calibrate: this machine's profile for `parabench plan --machine " + f.out + "`\n" +
                             planner::machine_toml(m),
@@ -247,6 +392,18 @@ void register_calibrate(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--out", f->out, "the profile to write (TOML)")->capture_default_str();
   app->add_option("--name", f->name, "the machine's name in the profile (default: the host name)");
   app->add_option("--seconds", f->seconds, "time per measurement, in (0, 60]")->capture_default_str();
+  app->add_option("--model", f->model,
+                  "the training shape whose kernels and single-rank step calibrate the memory-bound rates, "
+                  "compute_scale and corun_scale (a named model; none: skip)")
+      ->capture_default_str();
+  app->add_option("--seq", f->seq, "its tokens per sequence")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app->add_option("--microbatch-size", f->microbatch_size, "its sequences per microbatch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  app->add_option("--microbatches", f->microbatches, "its microbatches per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 10));
+  add_preflight_flags(app, f->limits);
   app->add_option("--inter-node", f->inter_node,
                   "a collectives.csv of `parabench collectives all_reduce` run across nodes: the profile's "
                   "inter-node link (bw_inter_GBps, latency_inter_us) from its rows");

@@ -47,6 +47,8 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
   // A figure typed by hand wins over the profile's measured tables too.
   if (f.hw_flags[0]->count() > 0 || f.hw_flags[4]->count() > 0) hw.gemm_rates.clear();
   if (f.hw_flags[1]->count() > 0 || f.hw_flags[3]->count() > 0) hw.collectives.clear();
+  // and over its calibrated kernel classes' rates (one rate for all then).
+  if (f.hw_flags[5]->count() > 0) hw.shared_mem_bw_GBps = hw.optimizer_mem_bw_GBps = hw.buffer_mem_bw_GBps = 0;
   hw.memory_GB = m.memory_GB;
   hw.machine = m.name;
   in.hw = hw;

@@ -34,27 +34,27 @@ const std::vector<MachineProfile>& builtin_machines() {
        "NVIDIA A100 80GB SXM4 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core 312 "
        "TFLOPS dense, FP32 19.5, FP64 Tensor Core 19.5, HBM2e 2,039 GB/s, 80 GB, NVLink 600 GB/s (300 per "
        "direction); DGX A100: 8 GPUs, 8 x 200 Gb/s HDR InfiniBand (25 GB/s per GPU)",
-       312, 19.5, 19.5, 2039, 300, 25, 0, 1, 80, 8, 0, 0, {}, {}, /*gpu=*/true},
+       312, 19.5, 19.5, 2039, 300, 25, 0, 1, 80, 8, 0, 0, {}, {}, /*gpu=*/true, {}},
       {"h100",
        "NVIDIA H100 SXM5 datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
        "Tensor Core 66.9, HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s (450 per direction); DGX H100: 8 GPUs, 8 x 400 Gb/s "
        "NDR InfiniBand (50 GB/s per GPU)",
-       989.4, 66.9, 66.9, 3350, 450, 50, 0, 1, 80, 8, 0, 0, {}, {}, /*gpu=*/true},
+       989.4, 66.9, 66.9, 3350, 450, 50, 0, 1, 80, 8, 0, 0, {}, {}, /*gpu=*/true, {}},
       {"h200",
        "NVIDIA H200 SXM datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
        "Tensor Core 66.9, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s (450 per direction); DGX H200: 8 GPUs, 8 x 400 "
        "Gb/s NDR InfiniBand (50 GB/s per GPU)",
-       989.4, 66.9, 66.9, 4800, 450, 50, 0, 1, 141, 8, 0, 0, {}, {}, /*gpu=*/true},
+       989.4, 66.9, 66.9, 4800, 450, 50, 0, 1, 141, 8, 0, 0, {}, {}, /*gpu=*/true, {}},
       {"mi300x",
        "AMD Instinct MI300X datasheet: peak BF16 matrix 1,307.4 TFLOPS dense, FP32 matrix 163.4, FP64 matrix 163.4, "
        "HBM3 5.3 TB/s, 192 GB, 7 Infinity Fabric links of 128 GB/s (896 GB/s both directions, 448 per direction); "
        "8 GPUs per platform, one 400 Gb/s NIC per GPU (50 GB/s)",
-       1307.4, 163.4, 163.4, 5300, 448, 50, 0, 1, 192, 8, 0, 0, {}, {}, /*gpu=*/true},
+       1307.4, 163.4, 163.4, 5300, 448, 50, 0, 1, 192, 8, 0, 0, {}, {}, /*gpu=*/true, {}},
       {"b200",
        "NVIDIA Blackwell datasheet, HGX B200 (1,000 W per GPU): BF16 Tensor Core 4.5 PFLOPS with sparsity (2,250 "
        "dense), FP32 80 TFLOPS, FP64 40, HBM3e 8 TB/s, 180 GB per GPU (1.44 TB per 8-GPU HGX), fifth-generation "
        "NVLink 1.8 TB/s (900 GB/s per direction); 8 GPUs per node, one 400 Gb/s ConnectX-7 NIC per GPU (50 GB/s)",
-       2250, 80, 40, 8000, 900, 50, 0, 1, 180, 8, 0, 0, {}, {}, /*gpu=*/true},
+       2250, 80, 40, 8000, 900, 50, 0, 1, 180, 8, 0, 0, {}, {}, /*gpu=*/true, {}},
   };
   return m;
 }
@@ -112,6 +112,12 @@ MachineProfile load_machine(const std::string& what) {
   m.wake_us = r.get<double>("machine.wake_us", 0.0, Bounds::non_negative());
   m.latency_inter_us = r.get<double>("machine.latency_inter_us", 0.0, Bounds::non_negative());
   m.gpu = r.get<bool>("machine.gpu", false);
+  m.shape.workload = r.get<std::string>("machine.workload", "");
+  m.shape.shared_mem_bw_GBps = r.get<double>("machine.shared_mem_bw_GBps", 0.0, Bounds::non_negative());
+  m.shape.optimizer_mem_bw_GBps = r.get<double>("machine.optimizer_mem_bw_GBps", 0.0, Bounds::non_negative());
+  m.shape.buffer_mem_bw_GBps = r.get<double>("machine.buffer_mem_bw_GBps", 0.0, Bounds::non_negative());
+  m.shape.compute_scale = r.get<double>("machine.compute_scale", 1.0, Bounds::positive());
+  m.shape.corun_scale = r.get<double>("machine.corun_scale", 1.0, Bounds::positive());
   // Parallel arrays of one table: every one present, of one length >= 1.
   auto columns = [&](const std::string& table, const std::vector<std::string>& names) {
     std::vector<std::vector<double>> cols;
@@ -184,6 +190,14 @@ std::string machine_toml(const MachineProfile& m) {
   num("machine.wake_us", m.wake_us);
   num("machine.latency_inter_us", m.latency_inter_us);
   if (m.gpu) r.set("machine.gpu", true);
+  if (!m.shape.workload.empty()) {
+    r.set("machine.workload", m.shape.workload);
+    num("machine.shared_mem_bw_GBps", m.shape.shared_mem_bw_GBps);
+    num("machine.optimizer_mem_bw_GBps", m.shape.optimizer_mem_bw_GBps);
+    num("machine.buffer_mem_bw_GBps", m.shape.buffer_mem_bw_GBps);
+    num("machine.compute_scale", m.shape.compute_scale);
+    num("machine.corun_scale", m.shape.corun_scale);
+  }
   auto nums = [&](const std::string& key, const std::vector<double>& v) {
     std::vector<double> out;
     for (double x : v) {
@@ -342,6 +356,12 @@ Hardware hardware_for(const MachineProfile& m, Precision precision) {
   if (const auto it = m.gemm.find(key); it != m.gemm.end()) h.gemm_rates = it->second;
   h.collectives = m.collectives;
   h.host_kernels = !m.gpu;
+  h.shared_mem_bw_GBps = m.shape.shared_mem_bw_GBps;
+  h.optimizer_mem_bw_GBps = m.shape.optimizer_mem_bw_GBps;
+  h.buffer_mem_bw_GBps = m.shape.buffer_mem_bw_GBps;
+  h.compute_scale = m.shape.compute_scale;
+  h.corun_scale = m.shape.corun_scale;
+  h.corun_ranks = m.ranks_per_node;
   return h;
 }
 

@@ -20,6 +20,16 @@
 //   ranks_per_node = 8             # devices per node
 //   wake_us = 0.0                  # waking a rank asleep in a wait (informational)
 //
+//   # Optional, what parabench calibrate measures of one training shape
+//   # (`workload` names it); each 0 or absent: not measured (the planner's
+//   # Hardware fields of the same names, planner.h):
+//   workload = "small, seq 16, 2 microbatches of 4, fp32"
+//   shared_mem_bw_GBps = 28.0      # LayerNorms and residual adds (0: mem_bw_GBps)
+//   optimizer_mem_bw_GBps = 22.0   # the optimizer step's traffic (0: mem_bw_GBps)
+//   buffer_mem_bw_GBps = 49.0      # data-parallel buffers (0: mem_bw_GBps)
+//   compute_scale = 1.17           # a measured step over the kernels' rates (default 1)
+//   corun_scale = 1.05             # the step as ranks_per_node copies side by side over alone (default 1)
+//
 //   # Optional measured tables (parabench calibrate writes them):
 //   [machine.gemm.fp32]            # also bf16, fp64: C (m x n) = A (m x k) B^T
 //   m = [64, 256]                  # rows; n, k and gflops alike, one entry per shape
@@ -48,6 +58,15 @@
 
 namespace pb::planner {
 
+// What `parabench calibrate` measured of one training shape (`workload`
+// names it; empty: nothing measured): planner::Hardware's fields of the same
+// names, corun_scale at the profile's ranks_per_node copies.
+struct ShapeFigures {
+  std::string workload;
+  double shared_mem_bw_GBps = 0, optimizer_mem_bw_GBps = 0, buffer_mem_bw_GBps = 0;
+  double compute_scale = 1, corun_scale = 1;
+};
+
 struct MachineProfile {
   std::string name, source;
   double peak_tflops_bf16 = 0, peak_tflops_fp32 = 0, peak_tflops_fp64 = 0;
@@ -62,6 +81,9 @@ struct MachineProfile {
   // Its ranks are GPUs (the built-ins; a file's machine.gpu): their kernels
   // keep their own workspaces, so a plan holds none of the CPU kernels'.
   bool gpu = false;
+  // A calibrated training shape's figures (parabench calibrate --model);
+  // none in the built-ins.
+  ShapeFigures shape{};
 };
 
 // The GEMM table keys (precisions) and collective ops a profile may give.

@@ -142,6 +142,9 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
            in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us, in.overlap ? ", DP/CP overlap on" : "");
   o += fmt("  compute       %12.4g s", r.compute_s);
   if (in.hw.compute_scale != 1) o += fmt(" (x %.3g: a measured step over the kernels' rates)", in.hw.compute_scale);
+  if (r.corun != 1)
+    o += fmt(" (x %.3g: ranks of a node computing side by side; x %.3g measured at %lld copies)", r.corun,
+             in.hw.corun_scale, (long long)in.hw.corun_ranks);
   o += in.hw.mem_bw_GBps > 0 ? fmt(" (memory-bound %.4g s: %.4g GB at %.4g GB/s)\n", r.memory_s, r.memory_bytes / 1e9,
                                    in.hw.mem_bw_GBps)
                              : std::string(" (memory-bound work not timed: give --mem-bw)\n");

@@ -63,6 +63,8 @@ void check_input(const PlanInput& in) {
   require(h.buffer_mem_bw_GBps >= 0 && std::isfinite(h.buffer_mem_bw_GBps),
           "buffer_mem_bw_GBps: must be a finite number >= 0");
   require(h.compute_scale > 0 && std::isfinite(h.compute_scale), "compute_scale: must be a finite number > 0");
+  require(h.corun_scale > 0 && std::isfinite(h.corun_scale) && h.corun_ranks >= 1,
+          "corun_scale: must be a finite number > 0, at corun_ranks >= 1");
   require(h.core_share > 0 && h.core_share <= 1, "core_share: must be in (0, 1]");
   require(h.attention_fwd_s >= 0 && std::isfinite(h.attention_fwd_s) && h.attention_bwd_s >= 0 &&
               std::isfinite(h.attention_bwd_s),
@@ -456,6 +458,17 @@ double ring_steps(std::string_view op, int64_t n) {
   return op == "all_reduce" ? 2.0 * double(n - 1) : op == "send_recv" ? 1.0 : double(n - 1);
 }
 
+double compute_scale_for(const PlanResult& est, double measured_s) {
+  const double scaled = est.step_s - est.buffer_s;
+  return scaled > 0 && measured_s > est.buffer_s ? (measured_s - est.buffer_s) / scaled : measured_s / est.step_s;
+}
+
+double corun_factor(double scale, int64_t at, double copies) {
+  if (at < 2) return 1;
+  const double w = std::clamp((copies - 1) / double(at - 1), 0.0, 1.0);
+  return 1 + (scale - 1) * w;
+}
+
 double bus_bytes(std::string_view op, int64_t n, double bytes) {
   return op == "send_recv"    ? bytes
          : op == "all_reduce" ? bytes * dp::bus_factor(dp::Coll::all_reduce, n)
@@ -700,7 +713,12 @@ PlanResult plan(const PlanInput& in) {
   // (sweep_plan.cc measure_memory_bound), so compute_scale, which a DDP step
   // calibrates for what the kernels' rates miss, leaves their time alone.
   r.buffer_s = buffer_time(pace.bytes);
-  r.compute_s = (stage_time(pace) - r.buffer_s) * in.hw.compute_scale + r.buffer_s;
+  // The node's ranks computing side by side (Hardware::corun_scale).
+  const int64_t world = int64_t(in.dp) * in.tp * in.cp * in.pp,
+                together = in.ranks_per_node > 0 ? std::min(world, in.ranks_per_node) : world;
+  r.corun = corun_factor(in.hw.corun_scale, in.hw.corun_ranks, double(together) / double(in.tp * in.pp));
+  const double compute_scale = in.hw.compute_scale * r.corun;
+  r.compute_s = (stage_time(pace) - r.buffer_s) * compute_scale + r.buffer_s;
   // Time-shared cores: the critical path runs at a whole core, the node's work
   // at its share; the bubble is what the first exceeds the second by.
   r.bubble_s = in.hw.core_share < 1
@@ -710,7 +728,7 @@ PlanResult plan(const PlanInput& in) {
   const double fwd_s =
                    ((r.model_flops * pace.flop_share - pace.attn_model_flops) / 3.0 / achieved + r.memory_s / 3.0 +
                     pace.attn_fwd_s) *
-                   in.hw.compute_scale,
+                   compute_scale,
                bwd_s = r.compute_s - fwd_s;
   double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;
   for (CommRow& c : r.comm) {

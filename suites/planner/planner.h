@@ -74,6 +74,13 @@ double async_call_cost_us(const std::vector<AsyncCallCost>& table, double comput
 // bytes for `bytes` logical bytes (nccl-tests: all_reduce 2(n-1)/n, send_recv
 // 1, the others (n-1)/n).
 double ring_steps(std::string_view op, int64_t n);
+
+// The compute factor of ranks computing side by side with `copies` copies of
+// the model's weights among them, from `scale` measured at `at` copies:
+// linear between one copy (1) and `at` copies (scale), clamped there; 1 when
+// at < 2. The sweep's plan rows (ShapeRates::corun_at) and a calibrated
+// profile's (Hardware::corun_scale) both take it so.
+double corun_factor(double scale, int64_t at, double copies);
 double bus_bytes(std::string_view op, int64_t n, double bytes);
 
 struct Hardware {
@@ -110,6 +117,14 @@ struct Hardware {
   // scales compute (the kernels' rates in isolation miss what a step adds: caches
   // shared by every kernel, calls, bookkeeping). 1: the rates alone.
   double compute_scale = 1;
+  // Ranks of one node computing at once slow each other down (the last-level
+  // cache and the memory bandwidth they share): a calibrated profile measured
+  // its single-rank step as corun_ranks copies side by side, x corun_scale
+  // the step alone. The plan multiplies compute by corun_factor at the copies
+  // of the weights a node's busy ranks hold (min(world, ranks_per_node) /
+  // (tp x pp): tensor and pipeline ranks hold slices). 1 / 1: not measured.
+  double corun_scale = 1;
+  int64_t corun_ranks = 1;
   // Measured wall seconds of one block's attention core (scores, softmax,
   // weighted values; with cp > 1 the context-parallel algorithm's block
   // kernels, merges, packing and transfers) for one microbatch on a rank at
@@ -237,6 +252,7 @@ struct PlanResult {
   double memory_s = 0;               // memory_bytes / mem_bw (0 without a bandwidth); part of compute_s
   double buffer_s = 0;               // of memory_s, the data-parallel buffers' at their own rate
                                      // (Hardware::buffer_mem_bw_GBps), which compute_scale leaves alone
+  double corun = 1;                  // compute's factor for a node's ranks side by side (Hardware::corun_scale)
   double gemm_efficiency = 1;        // what compute_s used: the hardware's, or its GEMM table's at the model's shapes
   double bubble_over_ideal = 0;      // the schedule's declared bubble / ideal compute
   std::string bubble_formula;
@@ -245,5 +261,13 @@ struct PlanResult {
 
 // Throws pb::InputError naming the flag when the input is inconsistent.
 PlanResult plan(const PlanInput& in);
+
+// The Hardware::compute_scale that makes a step planned as `est` (at
+// compute_scale 1) take `measured_s`: the measured time over the plan's, the
+// data-parallel buffers' time (PlanResult::buffer_s, which compute_scale
+// leaves alone) taken out of both; the plain ratio when the buffers are all
+// of either. The sweep's plan rows and parabench calibrate both calibrate a
+// single-rank step so.
+double compute_scale_for(const PlanResult& est, double measured_s);
 
 }  // namespace pb::planner

@@ -1272,5 +1272,108 @@ TEST(Machine, InterNodeLinkFromCollectiveRows) {
   }
 }
 
+// A calibrated training shape's figures (parabench calibrate --model)
+// round-trip through a profile and reach the plan: its kernel classes' rates,
+// compute_scale, and corun_scale at the node's ranks side by side, taken at
+// the copies of the weights they hold; compute_scale_for makes the
+// calibration step plan at the time it measured.
+TEST(Machine, CalibratedShapeFiguresReachThePlan) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_shape_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  MachineProfile m;
+  m.name = "cpu";
+  m.source = "test";
+  m.peak_tflops_bf16 = m.peak_tflops_fp32 = m.peak_tflops_fp64 = 0.1;
+  m.mem_bw_GBps = 8;
+  m.bw_intra_GBps = m.bw_inter_GBps = 10;
+  m.ranks_per_node = 2;
+  m.shape = {"small, seq 16, 2 microbatches of 4, fp32", 30, 25, 50, 1, 1.2};
+  const auto p = (dir / "m.toml").string();
+  std::ofstream(p) << machine_toml(m);
+  const MachineProfile r = load_machine(p);
+  EXPECT_EQ(r.shape.workload, m.shape.workload);
+  const Hardware h = hardware_for(r, Precision::fp32);
+  EXPECT_DOUBLE_EQ(h.shared_mem_bw_GBps, 30);
+  EXPECT_DOUBLE_EQ(h.optimizer_mem_bw_GBps, 25);
+  EXPECT_DOUBLE_EQ(h.buffer_mem_bw_GBps, 50);
+  EXPECT_DOUBLE_EQ(h.corun_scale, 1.2);
+  EXPECT_EQ(h.corun_ranks, 2);
+  // A built-in (datasheet) profile carries none.
+  EXPECT_TRUE(load_machine("h100").shape.workload.empty());
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("h100"), Precision::fp32).corun_scale, 1);
+
+  // compute_scale_for: the single-rank step plans at its measured time.
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.seq = 16;
+  in.precision = Precision::fp32;
+  in.microbatch_size = 4;
+  in.global_batch = 8;
+  in.ranks_per_node = r.ranks_per_node;
+  in.shard = dp::Shard::zero3;  // buffers of its own, which compute_scale leaves alone
+  in.hw = h;
+  const PlanResult est = plan(in);
+  ASSERT_GT(est.buffer_s, 0);
+  in.hw.compute_scale = compute_scale_for(est, 1.3 * est.step_s);
+  EXPECT_NEAR(plan(in).step_s, 1.3 * est.step_s, 1e-12 * est.step_s);
+  EXPECT_NEAR(in.hw.compute_scale, (1.3 * est.step_s - est.buffer_s) / (est.step_s - est.buffer_s), 1e-12);
+  in.hw.compute_scale = 1;
+
+  // corun_factor: linear in the copies between 1 and `at`, clamped.
+  EXPECT_DOUBLE_EQ(corun_factor(1.2, 2, 1), 1);
+  EXPECT_DOUBLE_EQ(corun_factor(1.2, 2, 2), 1.2);
+  EXPECT_DOUBLE_EQ(corun_factor(1.2, 2, 5), 1.2);
+  EXPECT_DOUBLE_EQ(corun_factor(1.3, 4, 2), 1.1);
+  EXPECT_DOUBLE_EQ(corun_factor(1.3, 1, 4), 1);
+  // In the plan: one rank, or two holding halves of the weights (tp2), none;
+  // two data-parallel ranks on the node, all of it; four over two nodes, the
+  // node's two; on nodes of one rank, none.
+  in.shard = dp::Shard::none;
+  const double alone = plan(in).compute_s;
+  auto corun_of = [&](int dp, int tp, int64_t rpn) {
+    PlanInput x = in;
+    x.dp = dp;
+    x.tp = tp;
+    x.global_batch = 8 * dp;
+    x.ranks_per_node = rpn;
+    x.hw.corun_scale = 1;
+    const PlanResult without = plan(x);
+    x.hw.corun_scale = 1.2;
+    const PlanResult with = plan(x);
+    // Compute scales by it, the data-parallel buffers aside (as compute_scale).
+    EXPECT_NEAR((with.compute_s - with.buffer_s) / (without.compute_s - without.buffer_s), with.corun, 1e-12);
+    EXPECT_DOUBLE_EQ(with.buffer_s, without.buffer_s);
+    return with.corun;
+  };
+  EXPECT_GT(alone, 0);
+  EXPECT_DOUBLE_EQ(corun_of(1, 1, 2), 1);
+  EXPECT_DOUBLE_EQ(corun_of(1, 2, 2), 1);
+  EXPECT_DOUBLE_EQ(corun_of(2, 1, 2), 1.2);
+  EXPECT_DOUBLE_EQ(corun_of(4, 1, 2), 1.2);
+  EXPECT_DOUBLE_EQ(corun_of(4, 1, 1), 1);
+  in.hw.corun_scale = 0;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.corun_scale = 1;
+
+  // Bad figures in a file are refused naming the key.
+  const std::string head = "[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\n";
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"compute_scale = 0.0\n", "machine.compute_scale"},
+           {"corun_scale = -1.0\n", "machine.corun_scale"},
+           {"shared_mem_bw_GBps = -2.0\n", "machine.shared_mem_bw_GBps"},
+           {"buffer_mem_bw_GBps = \"fast\"\n", "machine.buffer_mem_bw_GBps"},
+           {"workload = 3\n", "machine.workload"}}) {
+    const auto f = (dir / "bad.toml").string();
+    std::ofstream(f) << head << text;
+    try {
+      load_machine(f);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace pb::planner

@@ -739,38 +739,44 @@ std::vector<MeasuredPoint> earlier_points(const SweepRun& run, const SweepConfig
 }
 
 
+}  // namespace
+
+PointResult single_rank_step(const SweepConfig& c, const ShapeKey& k, double peak_flops_per_rank,
+                             const Limits& limits) {
+  SweepConfig one = c;
+  one.batch_per_rank = std::get<2>(k) * std::get<3>(k);
+  const SweepPoint p = single_rank_point(k);
+  PointResult step;
+  try {
+    require_fits(planner::run_need(point_spec(one, p), 1, true, /*conformance=*/false), limits, "calibration step");
+  } catch (const InputError& e) {
+    step.status = "skipped";
+    step.reason = e.what();
+    return step;
+  }
+  std::vector<PointResult> rounds;
+  const SweepConfig window = round_config(one);
+  for (int i = 0; i < c.rounds; ++i) {
+    rounds.push_back(run_point(window, p, peak_flops_per_rank, nullptr));
+    if (rounds.back().status != "ok") break;
+  }
+  return rounds.back().status == "ok" ? combine_rounds(rounds) : rounds.back();
+}
+
+namespace {
+
 // The plan rows' figures for shape k: its kernels' rates (measure_shape_rates)
 // and compute_scale, from a single-rank step of the shape run as a sweep point
 // (dp1, no sharding: the reference's step, at c's seq, warm-up and measuring
 // time) over the planner's estimate of it. That step is `same`, the sweep's
 // own result of that very point when it has one (the median of its rounds),
-// or else run here in c's rounds back to back (their median). A step that
-// cannot run, or would not fit this machine's limits on one rank (a model the
-// sweep only runs sharded), leaves 1 (the row's reason says so).
+// or else single_rank_step. A step that cannot run, or would not fit this
+// machine's limits on one rank (a model the sweep only runs sharded), leaves
+// 1 (the row's reason says so).
 ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHardware& hw, double peak_rank,
                          const Limits& limits, const PointResult* same) {
-  const int Bm = std::get<2>(k);
-  ShapeRates r = measure_shape_rates(named_model(std::get<0>(k)), Bm, c.seq, peak_rank, 3);
-  SweepConfig one = c;
-  one.batch_per_rank = Bm * std::get<3>(k);
-  const SweepPoint p = single_rank_point(k);
-  try {
-    require_fits(planner::run_need(point_spec(one, p), 1, true, /*conformance=*/false), limits, "calibration step");
-  } catch (const InputError&) {
-    return r;
-  }
-  PointResult step;
-  if (same) {
-    step = *same;
-  } else {
-    std::vector<PointResult> rounds;
-    const SweepConfig window = round_config(one);
-    for (int i = 0; i < c.rounds; ++i) {
-      rounds.push_back(run_point(window, p, peak_rank, nullptr));
-      if (rounds.back().status != "ok") break;
-    }
-    step = rounds.back().status == "ok" ? combine_rounds(rounds) : rounds.back();
-  }
+  ShapeRates r = measure_shape_rates(named_model(std::get<0>(k)), std::get<2>(k), c.seq, peak_rank, 3);
+  const PointResult step = same ? *same : single_rank_step(c, k, peak_rank, limits);
   if (step.status == "ok") {
     r.compute_scale = single_rank_compute_scale(k, c.seq, hw, r, step.step_time_s);
     r.step_measured = true;
@@ -828,14 +834,14 @@ double corun_ratio(const SweepConfig& c, const ShapeKey& k, int ranks, const Lim
   }
 }
 
-// The corun factor from its windows' ratios (corun_ratio): their median; 1
-// when a window failed or there is none.
-double corun_from(const std::vector<double>& ratios) {
-  if (ratios.empty() || std::find(ratios.begin(), ratios.end(), 0.0) != ratios.end()) return 1;
-  return median(ratios);
-}
-
 }  // namespace
+
+double corun_scale(const SweepConfig& c, const ShapeKey& k, int ranks, const Limits& limits,
+                   std::vector<double>& windows) {
+  while (int(windows.size()) < c.rounds) windows.push_back(corun_ratio(round_config(c), k, ranks, limits));
+  if (windows.empty() || std::find(windows.begin(), windows.end(), 0.0) != windows.end()) return 1;
+  return median(windows);
+}
 
 std::vector<double> paced_copies(const SweepConfig& c, const RunSpec& spec, int copies) {
   require(copies >= 1, "paced copies: copies must be >= 1");
@@ -941,9 +947,7 @@ SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set
   std::map<std::pair<ShapeKey, int>, std::vector<double>> corun_windows;
   auto corun_for = [&](const ShapeKey& key, int together) {
     if (together < 2 || !rates[key].step_measured || rates[key].corun_scale.count(together)) return;
-    std::vector<double>& w = corun_windows[{key, together}];
-    while (int(w.size()) < c.rounds) w.push_back(corun_ratio(round_config(c), key, together, run.limits));
-    rates[key].corun_scale[together] = corun_from(w);
+    rates[key].corun_scale[together] = corun_scale(c, key, together, run.limits, corun_windows[{key, together}]);
   };
   // The ok rows of this run by point key: a shape's single-rank step, when
   // the sweep measured that very point (same batch and seq: weak scaling at

@@ -586,9 +586,7 @@ double ShapeRates::gemm_efficiency_at(int tp, int cp) const {
 
 double ShapeRates::corun_at(int k, double copies) const {
   const auto it = corun_scale.find(k);
-  if (k < 2 || it == corun_scale.end()) return 1;
-  const double w = std::clamp((copies - 1) / double(k - 1), 0.0, 1.0);
-  return 1 + (it->second - 1) * w;
+  return it == corun_scale.end() ? 1 : planner::corun_factor(it->second, k, copies);
 }
 
 double ShapeRates::linear_efficiency_at(int tp, int cp) const {
@@ -746,9 +744,7 @@ double single_rank_compute_scale(const ShapeKey& k, int seq, const LocalHardware
   res.seq = seq;
   res.global_batch = int64_t(std::get<2>(k)) * std::get<3>(k);
   r.compute_scale = 1;
-  const planner::PlanResult est = planner::plan(plan_input(one, single_rank_point(k), res, h, r));
-  const double scaled = est.step_s - est.buffer_s;
-  return scaled > 0 && measured_s > est.buffer_s ? (measured_s - est.buffer_s) / scaled : measured_s / est.step_s;
+  return planner::compute_scale_for(planner::plan(plan_input(one, single_rank_point(k), res, h, r)), measured_s);
 }
 
 namespace {

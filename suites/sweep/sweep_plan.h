@@ -234,6 +234,19 @@ SweepPoint single_rank_point(const ShapeKey& k);
 // its measured time.
 double single_rank_compute_scale(const ShapeKey& k, int seq, const LocalHardware& h, ShapeRates r,
                                  double measured_s);
+// Shape k's single-rank step (single_rank_point(k) at c's seq, warm-up,
+// steps and seconds), c.rounds windows back to back (round_config), combined
+// as a sweep row combines its rounds (the median); not ok when a step fails,
+// "skipped" (and why) when it would not fit `limits` on one rank. What
+// compute_scale divides; `parabench calibrate --model` measures it too.
+PointResult single_rank_step(const SweepConfig& c, const ShapeKey& k, double peak_flops_per_rank,
+                             const Limits& limits);
+// ShapeRates::corun_scale of shape k at `ranks` ranks side by side: the ratio
+// windows already taken (`windows`: the sweep takes one at the start of each
+// of its rounds) topped up to c.rounds back to back, their median; 1 when a
+// window failed or the copies would not fit `limits` (a window of 0).
+double corun_scale(const SweepConfig& c, const ShapeKey& k, int ranks, const Limits& limits,
+                   std::vector<double>& windows);
 // The best of `repeats` measurements of both (the highest GEMM efficiency;
 // each memory-bound time at its least), so one slow moment of a shared
 // machine does not set every plan row of the shape (a single 10 ms window gave
