@@ -1,9 +1,12 @@
 // parabench plan: the analytic planner (suites/planner) from the command line.
 // Prints the table; --csv FILE appends a `plan` row (results/SCHEMA.md), "-"
 // writes header and row to stdout instead. Bad flags are InputError (exit 2).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <iostream>
 #include <memory>
 
@@ -16,6 +19,7 @@
 #include "suites/planner/machine.h"
 #include "suites/planner/plan_output.h"
 #include "suites/planner/planner.h"
+#include "suites/sweep/sweep_plan.h"
 
 namespace pb::cli {
 namespace {
@@ -27,6 +31,7 @@ struct PlanFlags {
   std::string shard, offload = "none", precision = "bf16-mixed", recompute = "none", schedule = "1f1b";
   std::string mesh, strategy;  // the run spec's text form (instead of --dp/--tp/--cp/--pp, --shard, ...)
   std::string machine;         // --machine NAME|FILE
+  std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::vector<CLI::Option*> hw_flags;  // --peak-tflops ...: given ones override the machine's figures
   CLI::Option* rpn_flag = nullptr;
   planner::PlanInput in;
@@ -144,7 +149,63 @@ planner::PlanInput resolve(PlanFlags& f) {
   return in;
 }
 
+// --against: the profile's plan of every measured point of a sweep CSV (or a
+// run directory's sweep.csv) beside its measured step, and the median
+// |throughput error| by group as the report gives it (the upper median; a
+// point counts for each parallel axis of its mesh, dp for meshes with no
+// other).
+int run_against(const PlanFlags& f) {
+  require(!f.machine.empty(), "--against: needs --machine NAME|FILE (the profile to check)");
+  require(f.model.empty() && f.params.empty() && !f.layers && !f.channels && !f.heads && f.mesh.empty() &&
+              f.strategy.empty() && f.csv.empty() && f.in.dp == 1 && f.in.tp == 1 && f.in.cp == 1 &&
+              f.in.pp == 1 && f.in.ep == 1,
+          "--against: plans the points of the sweep CSV; give only --machine with it");
+  std::string csv = f.against;
+  std::error_code ec;
+  if (std::filesystem::is_directory(csv, ec)) csv = (std::filesystem::path(csv) / "sweep.csv").string();
+  const planner::MachineProfile m = planner::load_machine(f.machine);
+  const std::vector<sweep::ProfilePoint> pts = sweep::plan_against(m, csv);
+  std::printf("plan --machine %s against %s (%s)\n", m.name.c_str(), csv.c_str(),
+              m.shape.workload.empty() ? "no training shape calibrated"
+                                       : ("calibrated at " + m.shape.workload).c_str());
+  std::printf("  %-58s %11s %11s %7s\n", "point", "measured ms", "planned ms", "error");
+  std::map<std::string, std::vector<const sweep::ProfilePoint*>> groups;
+  for (const sweep::ProfilePoint& p : pts) {
+    if (!p.compared) continue;
+    std::printf("  %-58s %11.4g %11.4g %+6.1f%%\n", p.label.c_str(), p.measured_s * 1e3, p.planned_s * 1e3,
+                100 * p.error());
+    groups["all compared"].push_back(&p);
+    bool other = false;
+    for (const auto& [axis, size] : {std::pair{"tp", p.mesh.tp}, {"cp", p.mesh.cp}, {"ep", p.mesh.ep}, {"pp", p.mesh.pp}})
+      if (size > 1) groups[std::string("axis ") + axis].push_back(&p), other = true;
+    if (!other) groups["axis dp"].push_back(&p);
+  }
+  size_t skipped = 0;
+  for (const sweep::ProfilePoint& p : pts)
+    if (!p.compared) {
+      if (skipped++ == 0) std::printf("not compared:\n");
+      std::printf("  %-58s %s\n", p.label.c_str(), p.why.c_str());
+    }
+  std::printf("median |throughput error| (the plan's tokens/s over the measured; + : the plan is too fast)\n");
+  if (groups.empty()) std::printf("  no point compared\n");
+  for (const char* g : {"all compared", "axis dp", "axis tp", "axis cp", "axis ep", "axis pp"}) {
+    const auto it = groups.find(g);
+    if (it == groups.end()) continue;
+    std::vector<double> e;
+    const sweep::ProfilePoint* worst = it->second.front();
+    for (const sweep::ProfilePoint* p : it->second) {
+      e.push_back(std::abs(p->error()));
+      if (std::abs(p->error()) > std::abs(worst->error())) worst = p;
+    }
+    std::sort(e.begin(), e.end());
+    std::printf("  %-13s %5.1f%% over %zu points (worst %+.0f%%: %s)\n", g, 100 * e[e.size() / 2], e.size(),
+                100 * worst->error(), worst->label.c_str());
+  }
+  return 0;
+}
+
 int run_plan(PlanFlags& f, const Env& env) {
+  if (!f.against.empty()) return run_against(f);
   const planner::PlanInput in = resolve(f);
   const planner::PlanResult r = planner::plan(in);
   std::fputs(planner::format_plan_table(in, r).c_str(), stdout);
@@ -237,6 +298,9 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                                 "ranks per node (default: the machine's, else all on one node)")
                     ->check(kPositive);
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
+  app->add_option("--against", f->against,
+                  "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "
+                  "each and the median by axis");
   reg.push_back({app, [f, env] { return run_plan(*f, env); }});
 }
 

@@ -4,6 +4,7 @@
 #include "suites/sweep/sweep_plan.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -1007,6 +1008,71 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
     }
   }
   return rows;
+}
+
+std::vector<ProfilePoint> plan_against(const planner::MachineProfile& m, const std::string& sweep_csv) {
+  CsvTable t;
+  try {
+    t = read_csv(sweep_csv, {/*drop_partial_tail=*/true});
+  } catch (const InputError& e) {
+    throw InputError(std::string("--against: ") + e.what());
+  }
+  size_t ck = 0, cs = 0, cst = 0, cme = 0, cmo = 0, cpr = 0, csc = 0, cw = 0, cmb = 0, cgb = 0, csq = 0, cts = 0;
+  try {
+    ck = t.column("kind"), cs = t.column("status"), cst = t.column("strategy"), cme = t.column("mesh");
+    cmo = t.column("model"), cpr = t.column("precision"), csc = t.column("scaling"), cw = t.column("world");
+    cmb = t.column("microbatches"), cgb = t.column("global_batch"), csq = t.column("seq_len");
+    cts = t.column("step_time_s");
+  } catch (const std::out_of_range& e) {
+    throw InputError("--against: " + sweep_csv + " is not a sweep CSV (" + e.what() + ")");
+  }
+  LocalHardware h;  // the measured runs' progress rule at the profile's cores; its figures are replaced
+  h.cores = m.ranks_per_node;
+  h.peak_flops_per_rank = h.copy_GBps = 1;
+  std::vector<ProfilePoint> out;
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    const auto& row = t.rows[i];
+    if (row[ck] != "sweep" || row[cs] != "ok") continue;
+    ProfilePoint pt;
+    pt.label = row[cme] + " " + row[cst] + " " + row[cmo] + " " + row[cpr];
+    try {
+      auto number = [&](size_t c) {
+        const std::string& text = row[c];
+        double v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        require(ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) && v > 0 && v < 1e15,
+                "--against: " + sweep_csv + " line " + std::to_string(t.row_lines[i]) + ": " + t.header[c] +
+                    " '" + text + "' is not a number > 0");
+        return v;
+      };
+      SweepPoint p{row[cst], row[cme], row[cmo], row[cpr], row[csc], int(number(cw)), 1, int(number(cmb))};
+      pt.mesh = parse_mesh(p.mesh, "--against");
+      p.dp = pt.mesh.dp;
+      PointResult r;
+      r.global_batch = int64_t(number(cgb));
+      r.seq = int64_t(number(csq));
+      pt.measured_s = number(cts);
+      if (p.world > m.ranks_per_node) {
+        pt.why = std::to_string(p.world) + " ranks on a node of " + std::to_string(m.ranks_per_node) +
+                 " cores: time-shared here, " + std::to_string((p.world + m.ranks_per_node - 1) / m.ranks_per_node) +
+                 " nodes in the profile's plan";
+      } else {
+        planner::PlanInput in = plan_input(SweepConfig{}, p, r, h);
+        in.hw = planner::hardware_for(m, in.precision);
+        in.hw.memory_GB = m.memory_GB;
+        in.hw.machine = m.name;
+        in.ranks_per_node = m.ranks_per_node;
+        pt.planned_s = planner::plan(in).step_s;
+        pt.compared = pt.planned_s > 0;
+        if (!pt.compared) pt.why = "the profile gives no time (no peak)";
+      }
+    } catch (const InputError& e) {
+      pt.why = std::string("not planned: ") + e.what();
+    }
+    out.push_back(pt);
+  }
+  require(!out.empty(), "--against: " + sweep_csv + " has no ok sweep rows");
+  return out;
 }
 
 }  // namespace pb::sweep

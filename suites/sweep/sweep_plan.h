@@ -18,6 +18,7 @@
 #include "harness/io/run_meta.h"
 #include "reference/model_config.h"
 #include "suites/planner/planner.h"
+#include "suites/planner/machine.h"
 #include "suites/sweep/sweep.h"
 
 namespace pb::sweep {
@@ -296,5 +297,26 @@ struct MeasuredPoint {
 std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vector<MeasuredPoint>& measured,
                                             const LocalHardware& h,
                                             const std::map<ShapeKey, ShapeRates>& rates);
+
+// A machine profile against measured points (`parabench plan --machine FILE
+// --against SWEEP_CSV`): every ok sweep row of the CSV planned with profile
+// m as plan --machine plans it (hardware_for, the profile's ranks per node),
+// each point as run_point ran it (plan_input: its mesh, strategy, batch,
+// microbatches and seq; DDP's buckets overlapped only where the local backend
+// had a core per progress thread, at m.ranks_per_node cores). A point whose
+// ranks outnumber the profile's node (oversubscribed here: the profile plans
+// one rank per core, more ranks as more nodes) or that the planner refuses is
+// listed, not compared, with why. InputError naming the file when it is not
+// a sweep CSV.
+struct ProfilePoint {
+  std::string label;  // "<mesh> <strategy> <model> <precision>"
+  MeshShape mesh;
+  bool compared = false;
+  std::string why;  // not compared: why
+  double measured_s = 0, planned_s = 0;
+  // Throughput error, plan over measured (positive: the plan is too fast).
+  double error() const { return measured_s / planned_s - 1; }
+};
+std::vector<ProfilePoint> plan_against(const planner::MachineProfile& m, const std::string& sweep_csv);
 
 }  // namespace pb::sweep

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <map>
 
@@ -493,6 +494,60 @@ TEST(SweepPlan, RanksComputingSideBySideCostWhatTheirWeightsShare) {
   }
   const SweepPoint cp2{"shard=none", "cp2", "tiny", "fp32", "weak", 2, 1, 2};
   EXPECT_NEAR(plan_input(c, cp2, r, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // whole weights each
+}
+
+// plan --machine FILE --against: a profile plans each measured point as the
+// plan command would (one rank per core: worlds above its node are listed,
+// not compared); calibrating its compute_scale on the single-rank point makes
+// that point's plan its measured step; a CSV that is not a sweep's is refused.
+TEST(SweepPlan, AProfileAgainstMeasuredPoints) {
+  const fs::path d = fresh_dir("against");
+  SweepRun run;
+  run.csv_path = (d / "sweep.csv").string();
+  run.meta.run_id = "test-run";
+  run.meta.backend = "local";
+  ASSERT_EQ(run_sweep(tiny({"shard=none"}, {1, 2, 4}), run).ok, 3);
+  planner::MachineProfile m;
+  m.name = "cpu";
+  m.source = "test";
+  m.peak_tflops_bf16 = m.peak_tflops_fp32 = m.peak_tflops_fp64 = 0.05;
+  m.mem_bw_GBps = 8;
+  m.bw_intra_GBps = m.bw_inter_GBps = 10;
+  m.ranks_per_node = 2;
+  std::vector<ProfilePoint> pts = plan_against(m, run.csv_path);
+  ASSERT_EQ(pts.size(), 3u);
+  const CsvTable s = read_csv(run.csv_path);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_DOUBLE_EQ(pts[i].measured_s, std::stod(s.rows[i][s.column("step_time_s")]));
+    EXPECT_EQ(pts[i].mesh.dp, std::stoi(s.rows[i][s.column("world")]));
+  }
+  EXPECT_TRUE(pts[0].compared && pts[1].compared) << pts[0].why << pts[1].why;
+  EXPECT_GT(pts[0].planned_s, 0);
+  EXPECT_FALSE(pts[2].compared);
+  EXPECT_NE(pts[2].why.find("4 ranks on a node of 2 cores"), std::string::npos) << pts[2].why;
+  // dp1 DDP holds no data-parallel buffers: its whole plan scales.
+  m.shape.workload = "tiny";
+  m.shape.compute_scale = pts[0].measured_s / pts[0].planned_s;
+  pts = plan_against(m, run.csv_path);
+  EXPECT_NEAR(pts[0].planned_s, pts[0].measured_s, 1e-9 * pts[0].measured_s);
+  EXPECT_NEAR(pts[0].error(), 0, 1e-9);
+  // Not a sweep CSV; no ok rows.
+  const std::string other = (d / "other.csv").string();
+  std::ofstream(other) << "a,b\n1,2\n";
+  EXPECT_THROW(plan_against(m, other), InputError);
+  const std::string empty = (d / "empty.csv").string();
+  {
+    std::ifstream in(run.csv_path);
+    std::string header;
+    std::getline(in, header);
+    std::ofstream(empty) << header << "\n";
+  }
+  try {
+    plan_against(m, empty);
+    ADD_FAILURE() << "a sweep CSV without ok rows was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no ok sweep rows"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SweepPlan, EveryOkPointGetsAMatchingValidPlanRow) {
