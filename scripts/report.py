@@ -39,11 +39,17 @@ AUX = auxiliary_headers()
 TIMELINE = AUX["timeline"]
 
 
+# The plan rows of `parabench plan --machine F --against DIR --csv DIR/PROFILE_PLAN` (parabench run
+# writes it): a machine profile's plans of the measured points, kept apart from the sweep's own.
+PROFILE_PLAN = "profile_plan.csv"
+
+
 def load(run_dir):
     """{kind: [row dict]}, plus 'timelines': [(name, rows)], 'auxiliary': [file] (other
-    auxiliary files of results/schema.json, e.g. comm_counters) and 'ignored': [file]."""
+    auxiliary files of results/schema.json, e.g. comm_counters), 'ignored': [file] and
+    'profile_plan': the plan rows of PROFILE_PLAN (not among 'plan')."""
     run = {k: [] for k in KINDS}
-    run["timelines"], run["auxiliary"], run["ignored"] = [], [], []
+    run["timelines"], run["auxiliary"], run["ignored"], run["profile_plan"] = [], [], [], []
     files = sorted(f for f in os.listdir(run_dir) if f.endswith(".csv"))
     for f in files:
         path = os.path.join(run_dir, f)
@@ -53,6 +59,8 @@ def load(run_dir):
             rows = list(reader)
         if header[:len(TIMELINE)] == TIMELINE:
             run["timelines"].append((os.path.splitext(f)[0], rows))
+        elif "kind" in header and f == PROFILE_PLAN:
+            run["profile_plan"] += [r for r in rows if r.get("kind") == "plan"]
         elif "kind" in header:
             for r in rows:
                 if r.get("kind") in KINDS:
@@ -130,6 +138,18 @@ def build(run_dir, out):
             parts.append(table(["model", "strategy", "mesh", "tokens/s measured", "tokens/s planned", "error",
                                 "mem measured (MiB)", "mem planned (MiB)", "error"], report_checks.plan_table(run),
                                pct_cols=(5, 8)))
+            profile = {"sweep": run["sweep"], "plan": run["profile_plan"]}
+            if report_checks.plan_points(profile):
+                reasons = sorted({r.get("reason", "") for r in run["profile_plan"]})
+                parts.append("<h3>The calibrated machine profile vs measured</h3><p>The same points planned by "
+                             "<code>plan --machine F --against</code> from a <code>parabench calibrate</code> profile "
+                             "alone (%s), as a vendor plans a larger machine: one rank per core, so the "
+                             "oversubscribed points are not among them.</p>" % html.escape("; ".join(reasons)))
+                parts.append(table(["points", "count", "throughput median |error|", "worst (error, point)",
+                                    "memory median |error|", "goal"], report_checks.plan_summary(profile)))
+                parts.append(table(["model", "strategy", "mesh", "tokens/s measured", "tokens/s planned", "error",
+                                    "mem measured (MiB)", "mem planned (MiB)", "error"],
+                                   report_checks.plan_table(profile), pct_cols=(5, 8)))
         sections.append("<h2>%s</h2>%s" % (html.escape(title), "".join(parts)))
     if run["conformance"]:
         sections.append("<h2>Conformance ratios</h2>" + table(

@@ -154,12 +154,13 @@ planner::PlanInput resolve(PlanFlags& f) {
 // |throughput error| by group as the report gives it (the upper median; a
 // point counts for each parallel axis of its mesh, dp for meshes with no
 // other).
-int run_against(const PlanFlags& f) {
+int run_against(const PlanFlags& f, const Env& env) {
   require(!f.machine.empty(), "--against: needs --machine NAME|FILE (the profile to check)");
   require(f.model.empty() && f.params.empty() && !f.layers && !f.channels && !f.heads && f.mesh.empty() &&
-              f.strategy.empty() && f.csv.empty() && f.in.dp == 1 && f.in.tp == 1 && f.in.cp == 1 &&
+              f.strategy.empty() && f.in.dp == 1 && f.in.tp == 1 && f.in.cp == 1 &&
               f.in.pp == 1 && f.in.ep == 1,
-          "--against: plans the points of the sweep CSV; give only --machine with it");
+          "--against: plans the points of the sweep CSV; give only --machine (and --csv) with it");
+  require(f.csv != "-", "--against: --csv needs a file (the plan rows of the compared points)");
   std::string csv = f.against;
   std::error_code ec;
   if (std::filesystem::is_directory(csv, ec)) csv = (std::filesystem::path(csv) / "sweep.csv").string();
@@ -201,11 +202,33 @@ int run_against(const PlanFlags& f) {
     std::printf("  %-13s %5.1f%% over %zu points (worst %+.0f%%: %s)\n", g, 100 * e[e.size() / 2], e.size(),
                 100 * worst->error(), worst->label.c_str());
   }
+  if (f.csv.empty()) return 0;
+  // The compared points' plan rows (the report's "calibrated profile" table).
+  ResultWriter w(f.csv, "plan");
+  const auto now = std::chrono::system_clock::now();
+  RunMeta meta;
+  meta.run_id = make_run_id(now);
+  meta.timestamp = iso8601_utc(now);
+  meta.git_rev = env.git_rev;
+  meta.host = host_name();
+  meta.backend = "analytic";
+  meta.reason = "machine profile " + m.name + (m.shape.workload.empty() ? "" : " (calibrated at " + m.shape.workload + ")") +
+                " for the measured point of " + csv;
+  int rows = 0;
+  for (const sweep::ProfilePoint& p : pts) {
+    if (!p.compared) continue;
+    meta.world = p.world;
+    meta.mesh = mesh_text(p.mesh);
+    meta.config_hash = p.config_hash;
+    w.write(meta, p.plan);
+    ++rows;
+  }
+  std::printf("wrote %d plan rows to %s\n", rows, f.csv.c_str());
   return 0;
 }
 
 int run_plan(PlanFlags& f, const Env& env) {
-  if (!f.against.empty()) return run_against(f);
+  if (!f.against.empty()) return run_against(f, env);
   const planner::PlanInput in = resolve(f);
   const planner::PlanResult r = planner::plan(in);
   std::fputs(planner::format_plan_table(in, r).c_str(), stdout);

@@ -1,6 +1,7 @@
 // parabench run: the main job on the embedded default (local backend) — the
 // conformance matrix, the reference training, pipeline schedules, the planner,
-// a small scaling sweep and the collective benchmark, all into one run
+// this machine's calibrated profile, a small scaling sweep (and the profile's
+// plans of its points) and the collective benchmark, all into one run
 // directory, then the report. Each part runs as a subcommand of this same
 // executable, so a part that fails is reported (and counted) without losing
 // the others' results. Exit 1 when the conformance matrix (or any part) failed.
@@ -44,13 +45,23 @@ int run_main(const RunFlags& f, const Env& env) {
        {"schedule", "--pp", "4", "--microbatches", "8", "--schedule", "interleaved", "--virtual-stages", "2", "--csv",
         dir + "/timeline_interleaved.csv"}},
       {"plan", {"plan", "--model", "gpt2-124m", "--dp", "8", "--shard", "zero3", "--global-batch", "64", "--csv", dir + "/plan.csv"}},
+      // This machine's profile (its default training shape, small), then
+      // the sweep, then the profile's plans of the sweep's points beside
+      // them (the report's "calibrated machine profile" table).
+      {"calibrate", {"calibrate", "--out", dir + "/machine.toml"}},
       {"sweep", {"sweep", "--config", src + "/configs/sweep_small.toml", "--run-dir", dir}},
+      {"plan against the sweep",
+       {"plan", "--machine", dir + "/machine.toml", "--against", dir + "/sweep.csv", "--csv", dir + "/profile_plan.csv"}},
       {"collectives",
        {"collectives", "all_reduce", "all_gather", "reduce_scatter", "-b", "1K", "-e", "4M", "-f", "4", "-n", "5", "-w", "2",
         "--world", "2", "-F", dir + "/collectives.csv"}},
       {"report", {"report", dir}},
   };
-  if (f.quick) parts[0].args.insert(parts[0].args.end(), {"--dp", "1", "2", "4"});
+  if (f.quick) {
+    parts[0].args.insert(parts[0].args.end(), {"--dp", "1", "2", "4"});
+    for (Part& p : parts)
+      if (p.name == "calibrate") p.args.insert(p.args.end(), {"--seconds", "0.05"});
+  }
 
   const std::string exe = self_executable(env.argv0);
   int failed = 0;

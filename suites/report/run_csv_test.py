@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 EXPECTED = ["conformance.csv", "train.csv", "plan.csv", "sweep.csv", "collectives.csv", "comm_counters.csv",
-            "timeline_1f1b.csv", "timeline_zb-h1.csv", "timeline_interleaved.csv"]
+            "timeline_1f1b.csv", "timeline_zb-h1.csv", "timeline_interleaved.csv", "profile_plan.csv"]
 PAIR_KEY = ["strategy", "model", "precision", "mesh", "global_batch", "seq_len"]
 # The CI thresholds (results/baselines/README.md): memory is byte-exact, so the
 # default 5%; throughput fails only below 20% of the baseline (a 5x slowdown),
@@ -75,6 +75,17 @@ def run(exe, work):
         if p is not None:
             check(float(p["est_tokens_per_s"]) > 0 and int(p["mem_total"]) > 0,
                   "plan row %s has a time and memory estimate" % (k,))
+    # The calibrated profile's plans (plan --machine machine.toml --against): one per point whose ranks fit
+    # the cores, each paired with its sweep row; none of the oversubscribed.
+    check(os.path.isfile(os.path.join(d, "machine.toml")), "machine.toml (parabench calibrate) written")
+    profile = {tuple(r[k] for k in PAIR_KEY): r for r in rows(os.path.join(d, "profile_plan.csv"))}
+    fit = [s for s in sweep if s["oversubscribed"] == "0"]
+    check(len(profile) == len(fit) and len(fit) > 0,
+          "profile_plan.csv has a row per point that fits the cores (%d rows, %d points)" % (len(profile), len(fit)))
+    for s in fit:
+        p = profile.get(tuple(s[c] for c in PAIR_KEY))
+        check(p is not None and float(p["est_tokens_per_s"]) > 0 and p["mem_total"] == s["mem_total"],
+              "point %s has the profile's plan, its peak memory exact" % (tuple(s[c] for c in PAIR_KEY),))
     html_path = os.path.join(d, "report.html")
     check(os.path.isfile(html_path), "report.html written")
     check(os.path.isfile(os.path.join(d, "plan_vs_measured.png")), "plan_vs_measured.png written")
@@ -95,6 +106,17 @@ def run(exe, work):
         check(row in doc, "report's planner summary states the median |error| over every point (%s)" % row)
         for group in ("fit the cores", "axis dp"):
             check("<td>%s</td>" % group in doc, "report's planner summary has the group '%s'" % group)
+        # The profile's own summary, its all-points median the one profile_plan.csv gives.
+        perrs = []
+        for s in fit:
+            p = profile.get(tuple(s[c] for c in PAIR_KEY))
+            if p is not None:
+                perrs.append(abs(100.0 * (float(p["est_tokens_per_s"]) - float(s["tokens_per_s"])) /
+                                 float(s["tokens_per_s"])))
+        check("<h3>The calibrated machine profile vs measured</h3>" in doc, "report has the profile's section")
+        if perrs:
+            row = "<tr><td>all points</td><td>%d</td><td>%.1f%%</td>" % (len(perrs), sorted(perrs)[len(perrs) // 2])
+            check(doc.count(row) >= 1, "report's profile summary states its median |error| (%s)" % row)
 
 
 def gate(exe, work, baseline):

@@ -1017,12 +1017,13 @@ std::vector<ProfilePoint> plan_against(const planner::MachineProfile& m, const s
   } catch (const InputError& e) {
     throw InputError(std::string("--against: ") + e.what());
   }
-  size_t ck = 0, cs = 0, cst = 0, cme = 0, cmo = 0, cpr = 0, csc = 0, cw = 0, cmb = 0, cgb = 0, csq = 0, cts = 0;
+  size_t ck = 0, cs = 0, cst = 0, cme = 0, cmo = 0, cpr = 0, csc = 0, cw = 0, cmb = 0, cgb = 0, csq = 0, cts = 0,
+         chash = 0;
   try {
     ck = t.column("kind"), cs = t.column("status"), cst = t.column("strategy"), cme = t.column("mesh");
     cmo = t.column("model"), cpr = t.column("precision"), csc = t.column("scaling"), cw = t.column("world");
     cmb = t.column("microbatches"), cgb = t.column("global_batch"), csq = t.column("seq_len");
-    cts = t.column("step_time_s");
+    cts = t.column("step_time_s"), chash = t.column("config_hash");
   } catch (const std::out_of_range& e) {
     throw InputError("--against: " + sweep_csv + " is not a sweep CSV (" + e.what() + ")");
   }
@@ -1062,9 +1063,14 @@ std::vector<ProfilePoint> plan_against(const planner::MachineProfile& m, const s
         in.hw.memory_GB = m.memory_GB;
         in.hw.machine = m.name;
         in.ranks_per_node = m.ranks_per_node;
-        pt.planned_s = planner::plan(in).step_s;
+        const planner::PlanResult pr = planner::plan(in);
+        pt.planned_s = pr.step_s;
         pt.compared = pt.planned_s > 0;
         if (!pt.compared) pt.why = "the profile gives no time (no peak)";
+        pt.plan = planner::plan_record(in, pr);
+        pt.plan.set("strategy", p.strategy);
+        pt.world = p.world;
+        pt.config_hash = row[chash];
       }
     } catch (const InputError& e) {
       pt.why = std::string("not planned: ") + e.what();

@@ -314,6 +314,11 @@ struct ProfilePoint {
   bool compared = false;
   std::string why;  // not compared: why
   double measured_s = 0, planned_s = 0;
+  // Compared: the plan row's columns (the sweep's strategy text, so the
+  // report pairs it with the point) and the point's world and config hash.
+  CsvRecord plan;
+  int world = 1;
+  std::string config_hash;
   // Throughput error, plan over measured (positive: the plan is too fast).
   double error() const { return measured_s / planned_s - 1; }
 };
