@@ -2,6 +2,7 @@
 #include "suites/planner/model_cost.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 
 #include "harness/status.h"
@@ -87,20 +88,27 @@ int max_chunk_layers(const pipeline::Partition& part, int rank) {
 }
 
 Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r) {
-  return stage_flops(m, B, s, r, m.L, true);
+  return stage_flops(m, B, s, r, m.L, true, m.moe_layers());
 }
 
 // The attention core's 12Bs^2h per block (no recomputation) or 16Bs^2h is
 // attention_core_flops'; the rest is dense (72 or 96 Bsh^2 per block) and
 // the head's logits (6BshV).
-Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks, bool head) {
+Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks, bool head,
+                  int64_t moe_blocks) {
   const u128 b = u128(B), S = u128(s), l = u128(blocks), h = u128(m.C), V = head ? u128(m.V) : 0;
   const u128 dense = b * S * l * h * h, logits = b * S * h * V;
   const u128 core = attention_core_flops(m, B, s, Recompute::none, blocks),
              core_hw = attention_core_flops(m, B, s, r, blocks);
+  // Per token of an MoE block, forward: (k - 1) more MLPs (16 h^2 each) and
+  // the router (2 h E); training runs three forwards' worth, four with full
+  // recomputation.
+  const u128 moe_fwd = moe_blocks > 0 ? b * S * u128(moe_blocks) *
+                                            (16 * u128(m.moe.top_k - 1) * h * h + 2 * h * u128(m.moe.experts))
+                                      : 0;
   Flops f;
-  f.model = 72 * dense + core + 6 * logits;
-  f.hardware = (r == Recompute::full ? 96 : 72) * dense + core_hw + 6 * logits;
+  f.model = 72 * dense + core + 6 * logits + 3 * moe_fwd;
+  f.hardware = (r == Recompute::full ? 96 : 72) * dense + core_hw + 6 * logits + (r == Recompute::full ? 4 : 3) * moe_fwd;
   return f;
 }
 
@@ -113,19 +121,29 @@ double to_double(u128 x) {
   return double(uint64_t(x >> 64)) * 18446744073709551616.0 + double(uint64_t(x));
 }
 
-std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp, bool attention_core) {
+std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp, bool attention_core,
+                                  int ep) {
   const int64_t t = tp, N = b * s / cp, C = m.C, hs = m.C / m.NH, q = s / cp;
   std::vector<GemmShape> out;
-  auto linear = [&](int64_t in, int64_t o, double count) {  // y = x W^T, W stored o x in
-    out.push_back({N, o, in, false, true, count});              // forward
-    out.push_back({N, in, o, false, false, count});             // dx = dy W
-    out.push_back({o, in, N, true, false, count});              // dW = dy^T x
+  auto linear_rows = [&](int64_t rows, int64_t in, int64_t o, double count) {  // y = x W^T, W stored o x in
+    out.push_back({rows, o, in, false, true, count});                          // forward
+    out.push_back({rows, in, o, false, false, count});                         // dx = dy W
+    out.push_back({o, in, rows, true, false, count});                          // dW = dy^T x
   };
-  const double L = m.L, heads = double(b) * double(m.NH / t) * m.L;
+  auto linear = [&](int64_t in, int64_t o, double count) { linear_rows(N, in, o, count); };
+  const double L = m.L, heads = double(b) * double(m.NH / t) * m.L, moe = m.moe_layers();
   linear(C, 3 * C / t, L);
   linear(C / t, C, L);
-  linear(C, 4 * C / t, L);
-  linear(4 * C / t, C, L);
+  linear(C, 4 * C / t, L - moe);
+  linear(4 * C / t, C, L - moe);
+  if (moe > 0) {
+    const double E = m.moe.experts, rows = double(N) * m.moe.top_k * ep / E;
+    const int64_t r = std::max<int64_t>(1, std::llround(rows));
+    const double experts = moe * E / ep * rows / double(r);  // exact FLOPs at the rounded rows
+    linear(C, m.moe.experts, moe / double(t));               // the router (each tp rank runs it whole: its share)
+    linear_rows(r, C, 4 * C / t, experts);
+    linear_rows(r, 4 * C / t, C, experts);
+  }
   linear(C, (m.V + t - 1) / t, 1);
   if (!attention_core) return out;
   out.push_back({q, s, hs, false, true, 2 * heads});   // S = Q K^T; dP = dO V^T
@@ -156,6 +174,12 @@ int64_t layer_traffic_bytes(const ActivationShape& x) {
   const int64_t t = x.tp, tokens = x.s / x.cp * x.b;
   const int64_t split = 8 * x.h / t + 2 * x.a * x.s / t;  // GELU, softmax
   return layer_shared_traffic_bytes(x) + 3 * split * tokens * x.elem_bytes;
+}
+
+int64_t moe_layer_extra_traffic_bytes(const ActivationShape& x, const MoeConfig& moe) {
+  const int64_t k = moe.top_k, tokens = x.s / x.cp * x.b;
+  const int64_t fwd = 8 * x.h * (k - 1) / x.tp + 2 * k * x.h + (k + 1) * x.h + k + 2 * int64_t(moe.experts);
+  return 3 * fwd * tokens * x.elem_bytes;
 }
 
 int64_t layer_softmax_traffic_bytes(const ActivationShape& x) {

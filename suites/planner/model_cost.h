@@ -67,8 +67,13 @@ struct Flops {
 Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r);
 // The part of iteration_flops a set of `blocks` transformer blocks, and the
 // LM head when `head`, do (a pipeline stage's; the embedding does none): the
-// stages of a partition add up to iteration_flops.
-Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks, bool head);
+// stages of a partition add up to iteration_flops. `moe_blocks` of them are
+// mixture-of-experts blocks: each token runs its top_k experts' MLPs and the
+// router (48 (k - 1) h^2 + 6 h E per token more than a dense block, as
+// model_flops_per_step counts them; full recomputation runs their forward
+// again), every admitted choice assumed (no drops).
+Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks, bool head,
+                  int64_t moe_blocks = 0);
 // The attention core's part of stage_flops' hardware FLOPs for `blocks`
 // blocks (scores and weighted values, 4Bs^2h per forward; backward twice a
 // forward; selective and full recomputation run the forward once more).
@@ -90,12 +95,18 @@ struct GemmShape {
 // dV = P^T dO, dK = dS^T Q). Tensor parallel t splits the column-parallel
 // outputs (qkv, fc), the row-parallel inputs (proj, fc2), the heads and the
 // vocabulary; context parallel c splits the queries (s/c x s scores per
-// head). Mixture-of-experts MLPs count as the dense MLP (their FLOPs in
-// iteration_flops). No recomputation (the planner scales by hardware FLOPs).
-// attention_core = false: the linears and the head only (what the rates time
-// when the attention core's time is measured, Hardware::attention_fwd_s).
+// head). A mixture-of-experts block's MLP is its router (C -> E, on every
+// token; every tp rank runs it whole, its count a tp rank's share of the
+// model's, as the planner charges each rank world's share of the FLOPs) and
+// its experts: a rank of expert parallel `ep` runs E / ep of them,
+// each on the N k ep / E rows routed to it from the ep group (balanced, no
+// drops; the shape's rows rounded, its count carrying the exact FLOPs), their
+// hidden split over tp like the dense MLP's. No recomputation (the planner
+// scales by hardware FLOPs). attention_core = false: the linears and the head
+// only (what the rates time when the attention core's time is measured,
+// Hardware::attention_fwd_s).
 std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp,
-                                  bool attention_core = true);
+                                  bool attention_core = true, int ep = 1);
 // The fraction of peak_flops (FLOP/s) the GEMMs reach at rate(g) GFLOP/s
 // each: their flops over their time, over the peak, at most 1.
 template <class Rate>
@@ -126,6 +137,14 @@ int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab);
 // With tensor parallel the GELU and per-head parts split over t (everything
 // with sp). Elements of elem_bytes each.
 int64_t layer_traffic_bytes(const ActivationShape& x);
+// What a mixture-of-experts block's MLP moves beyond a dense block's
+// (layer_traffic_bytes), per local token: the GELU over its top_k experts'
+// hidden rows (k - 1 more of 8h / t), the dispatch (each choice's row read
+// and written into its expert's buffer: 2kh), the combine (k rows and their
+// weights read, one written: (k + 1) h + k) and the router's softmax over E
+// (2E); backward moves twice the forward. Every tp rank routes the same
+// tokens whole (no sequence parallel with MoE).
+int64_t moe_layer_extra_traffic_bytes(const ActivationShape& x, const MoeConfig& moe);
 // The softmax's part of layer_traffic_bytes (3 x 2as per local token).
 int64_t layer_softmax_traffic_bytes(const ActivationShape& x);
 // The LayerNorms' and residual adds' part (3 x 10h per local token, over t

@@ -414,6 +414,8 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
     per_micro += double(sl.num_blocks) * double(layer_traffic_bytes(x)) * recompute;
     shared += double(sl.num_blocks) * double(layer_shared_traffic_bytes(x)) * recompute;
+    for (int blk = sl.first_block; blk < sl.first_block + sl.num_blocks; ++blk)
+      if (mc.is_moe(blk)) per_micro += double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     if (sl.head) per_micro += double(head_traffic_bytes(x, mc.V));
   }
@@ -633,7 +635,7 @@ PlanResult plan(const PlanInput& in) {
   // rates; a measured attention core's own GEMMs are in its time instead.
   if (in.shape && !in.hw.gemm_rates.empty())
     r.gemm_efficiency = gemm_efficiency(
-        rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed),
+        rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed, in.ep),
         [&](const GemmShape& g) { return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k); }, in.hw.peak_tflops * 1e12);
   const double achieved = peak * r.gemm_efficiency;
   // Memory-bound bytes, of which the LayerNorms' and residual adds' and the
@@ -694,13 +696,16 @@ PlanResult plan(const PlanInput& in) {
   if (in.shape && pipe.staged()) {
     double slowest = -1;
     for (int rank = 0; rank < in.pp; ++rank) {
-      int64_t blocks = 0;
+      int64_t blocks = 0, moe_blocks = 0;
       bool head = false;
       for (int c = 0; c < pipe.part.v; ++c) {
-        blocks += pipe.part.at(rank, c).num_blocks;
-        head = head || pipe.part.at(rank, c).head;
+        const auto& chunk = pipe.part.at(rank, c);
+        blocks += chunk.num_blocks;
+        for (int b = chunk.first_block; b < chunk.first_block + chunk.num_blocks; ++b) moe_blocks += in.shape->is_moe(b);
+        head = head || chunk.head;
       }
-      const double share = to_double(stage_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks, head).hardware) *
+      const double share = to_double(stage_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks, head,
+                                                 moe_blocks).hardware) *
                            double(in.pp) / r.hardware_flops;
       const StageCost c = stage_cost(blocks, share, rank_memory_bytes(in, pipe, r, rank));
       const double t = stage_time(c);

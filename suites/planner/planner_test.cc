@@ -1042,18 +1042,75 @@ TEST(Machine, ProfileTomlRoundTripsAndLinesFit) {
 // The GEMMs a rank runs are the model's FLOPs exactly: their 2 m n k per
 // microbatch, times the microbatches (and the tp or cp shards), is
 // Megatron's formula without recomputation.
+// A mixture-of-experts block runs its router and its top_k experts on every
+// token (model_flops_per_step's count): at any ep, a rank's E / ep experts
+// run the same routed rows in all.
 TEST(Planner, RankGemmsAreTheModelFlops) {
-  for (const char* name : {"tiny", "small", "gpt2-124m"}) {
+  for (const char* name : {"tiny", "small", "gpt2-124m", "tiny-moe", "tiny-moe-e8-top1"}) {
     const ModelConfig m = planner_model(name);
     for (const auto& [tp, cp] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {4, 1}, {1, 2}, {1, 4}}) {
       if (m.NH % tp || m.V % tp) continue;
-      const int64_t b = 3, s = m.maxT;
-      double f = 0;
-      for (const GemmShape& g : rank_gemms(m, b, s, tp, cp)) f += 2.0 * double(g.m) * double(g.n) * double(g.k) * g.count;
-      EXPECT_DOUBLE_EQ(f * tp * cp, to_double(iteration_flops(m, b, s, Recompute::none).model))
-          << name << " tp" << tp << " cp" << cp;
+      for (int ep : {1, 2, 4}) {
+        if (ep > 1 && m.moe.experts == 0) continue;
+        const int64_t b = 3, s = m.maxT;
+        double f = 0;
+        for (const GemmShape& g : rank_gemms(m, b, s, tp, cp, true, ep))
+          f += 2.0 * double(g.m) * double(g.n) * double(g.k) * g.count;
+        EXPECT_NEAR(f * tp * cp, to_double(iteration_flops(m, b, s, Recompute::none).model),
+                    1e-12 * f * tp * cp)
+            << name << " tp" << tp << " cp" << cp << " ep" << ep;
+      }
+    }
+    if (m.moe.experts > 0) {  // the planner's FLOPs are the sweep's MFU numerator
+      EXPECT_NEAR(to_double(iteration_flops(m, 5, 16, Recompute::none).model), model_flops_per_step(m, 5, 16),
+                  1e-12 * model_flops_per_step(m, 5, 16))
+          << name;
+      const double extra = to_double(iteration_flops(m, 5, 16, Recompute::full).hardware) -
+                           to_double(iteration_flops(m, 5, 16, Recompute::none).hardware);
+      ModelConfig dense = m;
+      dense.moe = {};
+      const double dense_extra = to_double(iteration_flops(dense, 5, 16, Recompute::full).hardware) -
+                                 to_double(iteration_flops(dense, 5, 16, Recompute::none).hardware);
+      // Full recomputation runs the MoE blocks' forward again too: a third more of their extra.
+      EXPECT_NEAR(extra - dense_extra,
+                  (model_flops_per_step(m, 5, 16) - model_flops_per_step(dense, 5, 16)) / 3, 1e-9 * extra)
+          << name;
     }
   }
+}
+
+// A mixture-of-experts block's memory-bound bytes beyond a dense block's,
+// counted by hand for tiny-moe (top-2 of 4 experts, C 32), and in the plan
+// only on the stage that holds an MoE block (block 0 of 2).
+TEST(Planner, MoeBlocksMoveTheirDispatchAndCombine) {
+  const ModelConfig m = planner_model("tiny-moe");
+  ActivationShape x{4, 16, m.C, m.NH, 1, 1, false, false, 4};
+  // Per token, forward: GELU over one more expert's 4C (8 x 32), dispatch
+  // 2 x 2 x 32, combine 3 x 32 + 2 weights, router softmax 2 x 4; backward
+  // twice that.
+  EXPECT_EQ(moe_layer_extra_traffic_bytes(x, m.moe), 3 * (256 + 128 + 96 + 2 + 8) * 64 * 4);
+  x.tp = 2;  // the experts' hidden split: the GELU's share halves
+  EXPECT_EQ(moe_layer_extra_traffic_bytes(x, m.moe), 3 * (128 + 128 + 96 + 2 + 8) * 64 * 4);
+  // In the plan: the same model dense moves, per step, two microbatches of
+  // those bytes less, and the experts' states (fp32 AdamW reads and writes 28
+  // bytes per parameter; DDP zeroes its 4-byte gradient once) less.
+  PlanInput in;
+  in.shape = m;
+  in.seq = 16;
+  in.precision = Precision::fp32;
+  in.microbatch_size = 4;
+  in.global_batch = 8;
+  in.hw.peak_tflops = 0.05;
+  in.hw.mem_bw_GBps = 10;
+  const PlanResult moe = plan(in);
+  ModelConfig dense = m;
+  dense.moe = {};
+  in.shape = dense;
+  const PlanResult d = plan(in);
+  x.tp = 1;
+  EXPECT_DOUBLE_EQ(moe.memory_bytes - d.memory_bytes,
+                   2.0 * double(moe_layer_extra_traffic_bytes(x, m.moe)) +
+                       double(m.num_params() - dense.num_params()) * (28 + 4));
 }
 
 // A GEMM table: the nearest shape by the logarithms of m, n, k; the model's
