@@ -21,36 +21,40 @@ def run(*args):
     return p.stdout
 
 
-out = run("calibrate", "--seconds", "0.05", "--model", "tiny", "--out", prof)
+out = run("calibrate", "--seconds", "0.05", "--model", "tiny", "small", "--out", prof)
 text = open(prof).read()
 for table in ["machine.gemm.fp32", "machine.gemm.bf16", "machine.gemm.fp64", "machine.collective.all_reduce",
-              "machine.collective.send_recv"]:
+              "machine.collective.send_recv", "machine.shape"]:
     assert f"[{table}]" in text, f"no [{table}] in the profile"
+shape = text[text.index("[machine.shape]"):]
 figures = {}
-for key in ["compute_scale", "corun_scale", "shared_mem_bw_GBps", "optimizer_mem_bw_GBps", "buffer_mem_bw_GBps",
-            "mem_bw_GBps"]:
-    m = re.search(rf"^{key} = ([0-9.e+-]+)$", text, re.M)
-    assert m, f"no {key} in the profile"
-    figures[key] = float(m.group(1))
-    assert figures[key] > 0, f"{key} = {figures[key]}"
-assert 'workload = "tiny, seq 16, 2 microbatches of 4, fp32"' in text, "the profile does not name its shape"
+for key in ["work", "compute_scale", "corun_scale", "shared_mem_bw_GBps", "optimizer_mem_bw_GBps",
+            "buffer_mem_bw_GBps", "mem_bw_GBps"]:
+    m = re.search(rf"^{key} = \[([^\]]*)\]$", shape, re.M)
+    assert m, f"no {key} in [machine.shape]"
+    figures[key] = [float(v) for v in m.group(1).split(",")]
+    assert len(figures[key]) == 2 and all(v > 0 for v in figures[key]), f"{key} = {figures[key]}"
+assert figures["work"][0] < figures["work"][1], "the shapes are not in ascending work"
+assert ('workload = ["tiny, seq 16, 2 microbatches of 4, fp32", "small, seq 16, 2 microbatches of 4, fp32"]'
+        in shape), "the profile does not name its shapes in order:\n" + shape
 
-# The calibrated step plans at the time calibrate measured for it.
-m = re.search(r"single-rank step\s+([0-9.e+-]+) ms measured", out)
-assert m, "calibrate did not report its single-rank step:\n" + out
-measured_ms = float(m.group(1))
-plan = run("plan", "--model", "tiny", "--seq", "16", "--precision", "fp32", "--microbatch-size", "4",
-           "--global-batch", "8", "--machine", prof)
-step = re.search(r"^\s+step\s+([0-9.e+-]+) s$", plan, re.M)
-assert step, plan
-planned_ms = 1e3 * float(step.group(1))
-assert abs(planned_ms / measured_ms - 1) < 2e-3, f"planned {planned_ms} ms, calibrate measured {measured_ms} ms"
-assert "a measured step over the kernels' rates" in plan or figures["compute_scale"] == 1, plan
+# Each calibrated step plans at the time calibrate measured for it.
+steps = [float(v) for v in re.findall(r"single-rank step\s+([0-9.e+-]+) ms measured", out)]
+assert len(steps) == 2, "calibrate did not report its two single-rank steps:\n" + out
+planned = []
+for model, measured_ms in zip(["tiny", "small"], steps):
+    plan = run("plan", "--model", model, "--seq", "16", "--precision", "fp32", "--microbatch-size", "4",
+               "--global-batch", "8", "--machine", prof)
+    step = re.search(r"^\s+step\s+([0-9.e+-]+) s$", plan, re.M)
+    assert step, plan
+    planned.append(1e3 * float(step.group(1)))
+    assert abs(planned[-1] / measured_ms - 1) < 2e-3, f"{model}: planned {planned[-1]} ms, measured {measured_ms} ms"
+measured_ms, planned_ms = steps[0], planned[0]
 
 # Two data-parallel ranks on the node: the corun factor (when it is not 1).
 dp2 = run("plan", "--model", "tiny", "--seq", "16", "--precision", "fp32", "--microbatch-size", "4",
           "--global-batch", "16", "--dp", "2", "--machine", prof)
-if abs(figures["corun_scale"] - 1) > 1e-6:
+if abs(figures["corun_scale"][0] - 1) > 1e-6:
     assert "ranks of a node computing side by side" in dp2, dp2
 
 big = ["plan", "--model", "gpt2-124m", "--dp", "2", "--machine", prof]
@@ -61,5 +65,5 @@ assert "GEMM table" not in run(*big, "--gemm-efficiency", "0.5")
 # --model none: the machine alone (no shape figures).
 run("calibrate", "--seconds", "0.05", "--model", "none", "--out", prof)
 text = open(prof).read()
-assert "workload" not in text and "compute_scale" not in text, text
+assert "[machine.shape]" not in text and "compute_scale" not in text, text
 print("calibrate: ok (tiny step measured %.4g ms, planned %.4g ms)" % (measured_ms, planned_ms))

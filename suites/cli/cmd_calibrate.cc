@@ -51,9 +51,9 @@ struct CalibrateFlags {
   std::string name;
   std::string inter_node;  // a collectives.csv measured across nodes
   double seconds = 0.2;
-  // The training shape whose kernels and step calibrate the profile's
+  // The training shapes whose kernels and steps calibrate the profile's
   // memory-bound rates, compute_scale and corun_scale ("none": skip).
-  std::string model = "small";
+  std::vector<std::string> models = {"tiny", "small"};
   int seq = 16, microbatch_size = 4, microbatches = 2;
   PreflightFlags limits;
 };
@@ -142,9 +142,9 @@ double wake_up_us(int reps) {
   return us[us.size() / 2];
 }
 
-// What calibrate measured of its training shape, for the report it prints.
+// What calibrate measured of one training shape, for the report it prints.
 struct ShapeCalibration {
-  sweep::ShapeRates rates;
+  planner::ShapeFigures figures;
   double step_s = 0;     // the single-rank step, measured (the median of its windows)
   double planned_s = 0;  // its plan with the profile's rates, before compute_scale
   double buffer_s = 0;   // of which the data-parallel buffers' (compute_scale leaves them alone)
@@ -152,16 +152,10 @@ struct ShapeCalibration {
   int together = 1;      // ranks side by side behind corun_scale
 };
 
-// The training shape's figures into m (MachineProfile::shape): the memory-
-// bound kernels' rates at the shape (sweep::measure_shape_rates; mem_bw_GBps
-// becomes their average rate), the shape's single-rank fp32 step (sweep::
-// single_rank_step: 3 windows of at least 10 steps and max(0.25, --seconds)
-// s, the median) over the plan of that step with this profile (its GEMM
-// table, the rates: compute_scale, so that this step plans as measured), and
-// the step run as `cores` copies side by side over alone (sweep::corun_scale,
-// three windows, the median). InputError when the shape does not run here.
-// The sweep config and shape key of --model's single-rank step.
-std::pair<sweep::SweepConfig, sweep::ShapeKey> shape_of(const CalibrateFlags& f) {
+bool no_shapes(const CalibrateFlags& f) { return f.models.size() == 1 && f.models[0] == "none"; }
+
+// The sweep config and shape key of `model`'s single-rank step.
+std::pair<sweep::SweepConfig, sweep::ShapeKey> shape_of(const CalibrateFlags& f, const std::string& model) {
   sweep::SweepConfig c;
   c.seq = f.seq;
   c.steps = 10;
@@ -169,81 +163,102 @@ std::pair<sweep::SweepConfig, sweep::ShapeKey> shape_of(const CalibrateFlags& f)
   c.rounds = 3;
   c.warmup = 2;
   c.batch_per_rank = f.microbatch_size * f.microbatches;
-  return {c, {f.model, "fp32", f.microbatch_size, f.microbatches}};
+  return {c, {model, "fp32", f.microbatch_size, f.microbatches}};
 }
 
-// --model's shape, checked before any measurement: a named model whose step
-// at --seq, --microbatch-size and --microbatches is valid and fits this
-// machine's limits on one rank.
-void check_shape(const CalibrateFlags& f) {
-  if (f.model == "none") return;
+std::string shape_name(const CalibrateFlags& f, const std::string& model) {
+  return model + ", seq " + std::to_string(f.seq) + ", " + std::to_string(f.microbatches) + " microbatches of " +
+         std::to_string(f.microbatch_size) + ", fp32";
+}
+
+// --model's shapes, checked before any measurement: named models (or none
+// alone), each once, whose step at --seq, --microbatch-size and
+// --microbatches is valid and fits this machine's limits on one rank, and no
+// two of the same work (shape_work: the profile's table is keyed by it).
+void check_shapes(const CalibrateFlags& f) {
+  if (no_shapes(f)) return;
   const auto names = named_models();
-  require(std::find(names.begin(), names.end(), f.model) != names.end(),
-          "--model: unknown model '" + f.model + "' (a named model, or none)");
-  const auto [c, key] = shape_of(f);
-  try {
-    require_fits(planner::run_need(sweep::point_spec(c, sweep::single_rank_point(key)), 1, true,
-                                   /*conformance=*/false),
-                 limits_of(f.limits), "calibration step");
-  } catch (const InputError& e) {
-    throw InputError("--model " + f.model + " --seq " + std::to_string(f.seq) + " --microbatch-size " +
-                     std::to_string(f.microbatch_size) + " --microbatches " + std::to_string(f.microbatches) +
-                     ": " + e.what());
+  std::map<double, std::string> works;
+  for (const std::string& model : f.models) {
+    require(model != "none", "--model: none stands alone (no training shape)");
+    require(std::find(names.begin(), names.end(), model) != names.end(),
+            "--model: unknown model '" + model + "' (named models, or none)");
+    const auto [c, key] = shape_of(f, model);
+    try {
+      require_fits(planner::run_need(sweep::point_spec(c, sweep::single_rank_point(key)), 1, true,
+                                     /*conformance=*/false),
+                   limits_of(f.limits), "calibration step");
+    } catch (const InputError& e) {
+      throw InputError("--model " + model + " --seq " + std::to_string(f.seq) + " --microbatch-size " +
+                       std::to_string(f.microbatch_size) + " --microbatches " + std::to_string(f.microbatches) +
+                       ": " + e.what());
+    }
+    const double w = planner::shape_work(named_model(model), f.microbatch_size, f.seq, 1, 1);
+    const auto [it, fresh] = works.emplace(w, model);
+    require(fresh, "--model: " + it->second + " and " + model + " are the same work per block (give one)");
   }
 }
 
-ShapeCalibration calibrate_shape(const CalibrateFlags& f, planner::MachineProfile& m, double peak_flops, int cores) {
-  const auto [c, key] = shape_of(f);
+// One training shape's figures for profile m (its other measurements
+// done): the memory-bound kernels' rates at the shape (sweep::
+// measure_shape_rates), the shape's single-rank fp32 step (sweep::
+// single_rank_step: 3 windows of at least 10 steps and max(0.25, --seconds)
+// s, the median) over the plan of that step with this profile and these
+// rates (compute_scale, so that this step plans as measured), and the step
+// run as `cores` copies side by side over alone (sweep::corun_scale, three
+// windows, the median). InputError when the shape does not run here.
+ShapeCalibration calibrate_shape(const CalibrateFlags& f, const std::string& model, const planner::MachineProfile& m,
+                                 double peak_flops, int cores) {
+  const auto [c, key] = shape_of(f, model);
   const Limits limits = limits_of(f.limits);
   ShapeCalibration s;
-  // The step first: it checks the shape (rejected with the reason) and that
-  // it fits this machine before the kernels are timed at it.
   const sweep::PointResult step = sweep::single_rank_step(c, key, peak_flops, limits);
-  require(step.status == "ok", "--model: the calibration step (" + f.model + ", seq " + std::to_string(f.seq) + ", " +
-                                   std::to_string(f.microbatches) + " microbatches of " +
-                                   std::to_string(f.microbatch_size) + ") " + step.status + ": " + step.reason);
+  require(step.status == "ok", "--model: the calibration step (" + shape_name(f, model) + ") " + step.status + ": " +
+                                   step.reason);
   s.step_s = step.step_time_s;
-  s.rates = sweep::measure_shape_rates(named_model(f.model), f.microbatch_size, f.seq, peak_flops, 3);
-  const sweep::MemoryBoundRates& r = s.rates.memory;
-  m.mem_bw_GBps = r.GBps(f.microbatches);
-  m.shape.shared_mem_bw_GBps = r.shared_GBps();
-  m.shape.optimizer_mem_bw_GBps = r.optimizer_GBps();
-  m.shape.buffer_mem_bw_GBps = r.buffer_GBps();
-  m.shape.compute_scale = 1;
-  m.shape.corun_scale = 1;
+  const sweep::ShapeRates rates = sweep::measure_shape_rates(named_model(model), f.microbatch_size, f.seq, peak_flops, 3);
+  const sweep::MemoryBoundRates& r = rates.memory;
+  planner::ShapeFigures& x = s.figures;
+  x.workload = shape_name(f, model);
+  x.work = planner::shape_work(named_model(model), f.microbatch_size, f.seq, 1, 1);
+  x.mem_bw_GBps = r.GBps(f.microbatches);
+  x.shared_mem_bw_GBps = r.shared_GBps();
+  x.optimizer_mem_bw_GBps = r.optimizer_GBps();
+  x.buffer_mem_bw_GBps = r.buffer_GBps();
+  planner::MachineProfile one = m;  // this shape alone, unscaled
+  one.shapes = {x};
   planner::PlanInput in;
-  in.shape = planner::planner_model(f.model);
+  in.shape = planner::planner_model(model);
   in.seq = f.seq;
   in.precision = Precision::fp32;
   in.microbatch_size = f.microbatch_size;
   in.global_batch = int64_t(f.microbatch_size) * f.microbatches;
   in.ranks_per_node = m.ranks_per_node;
-  in.hw = planner::hardware_for(m, in.precision);
+  in.hw = planner::hardware_for(one, in);
   const planner::PlanResult est = planner::plan(in);
   s.planned_s = est.step_s;
   s.buffer_s = est.buffer_s;
-  m.shape.compute_scale = planner::compute_scale_for(est, s.step_s);
+  x.compute_scale = planner::compute_scale_for(est, s.step_s);
   if (cores >= 2) {
     s.together = cores;
-    m.shape.corun_scale = sweep::corun_scale(c, key, cores, limits, s.corun_windows);
+    x.corun_scale = sweep::corun_scale(c, key, cores, limits, s.corun_windows);
   }
-  m.shape.workload = f.model + ", seq " + std::to_string(f.seq) + ", " + std::to_string(f.microbatches) +
-                     " microbatches of " + std::to_string(f.microbatch_size) + ", fp32";
   return s;
 }
 
-void print_shape(const planner::MachineProfile& m, const ShapeCalibration& s) {
-  std::printf("  training shape        %s:\n", m.shape.workload.c_str());
-  std::printf("    memory-bound work   %.4g GB/s (the kernels at the shape; mem_bw_GBps), LayerNorms and residual "
-              "adds %.4g, optimizer step %.4g, data-parallel buffers %.4g\n",
-              m.mem_bw_GBps, m.shape.shared_mem_bw_GBps, m.shape.optimizer_mem_bw_GBps, m.shape.buffer_mem_bw_GBps);
+void print_shape(const ShapeCalibration& s) {
+  const planner::ShapeFigures& x = s.figures;
+  std::printf("  training shape        %s (work %.4g FLOPs per block and microbatch):\n", x.workload.c_str(), x.work);
+  std::printf("    memory-bound work   %.4g GB/s (the kernels at the shape), LayerNorms and residual adds %.4g, "
+              "optimizer step %.4g, data-parallel buffers %.4g\n",
+              x.mem_bw_GBps, x.shared_mem_bw_GBps, x.optimizer_mem_bw_GBps, x.buffer_mem_bw_GBps);
   std::printf("    single-rank step    %.4g ms measured, %.4g ms planned from the rates (%.4g of it the buffers'): "
               "compute_scale %.4g\n",
-              s.step_s * 1e3, s.planned_s * 1e3, s.buffer_s * 1e3, m.shape.compute_scale);
+              s.step_s * 1e3, s.planned_s * 1e3, s.buffer_s * 1e3, x.compute_scale);
   if (s.together >= 2) {
     std::printf("    side by side        %d copies, one per core, meeting after every step: x %.4g the step alone "
                 "(corun_scale; windows",
-                s.together, m.shape.corun_scale);
+                s.together, x.corun_scale);
     for (double w : s.corun_windows) std::printf(" %.4g", w);
     std::printf("%s)\n", std::find(s.corun_windows.begin(), s.corun_windows.end(), 0.0) != s.corun_windows.end()
                               ? "; one failed: 1"
@@ -261,7 +276,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
     require(std::filesystem::is_directory(dir, ec) && !std::filesystem::is_directory(out, ec),
             "--out: cannot write '" + f.out + "' (its directory must exist; it must not be a directory)");
   }
-  check_shape(f);
+  check_shapes(f);
   // Read first: a bad file fails before the measurements, not after.
   std::optional<planner::InterNodeFit> inter;
   if (!f.inter_node.empty()) inter = planner::fit_inter_node(f.inter_node);
@@ -330,13 +345,21 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   m.ranks_per_node = int(std::max(1u, std::thread::hardware_concurrency()));
   const double installed = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9;
   m.memory_GB = installed / m.ranks_per_node;
-  std::optional<ShapeCalibration> shape;
-  if (f.model != "none") shape = calibrate_shape(f, m, gf_fp32 * 1e9, cores);
+  std::vector<ShapeCalibration> shapes;
+  if (!no_shapes(f))
+    for (const std::string& model : f.models) shapes.push_back(calibrate_shape(f, model, m, gf_fp32 * 1e9, cores));
+  std::sort(shapes.begin(), shapes.end(),
+            [](const ShapeCalibration& a, const ShapeCalibration& b) { return a.figures.work < b.figures.work; });
+  std::string workloads;
+  for (const ShapeCalibration& s : shapes) {
+    m.shapes.push_back(s.figures);
+    workloads += (workloads.empty() ? "" : "; ") + s.figures.workload;
+  }
   m.source = "parabench calibrate on " + host_name() + " at " + iso8601_utc(std::chrono::system_clock::now()) +
              " (git " + env.git_rev + "): one core's GEMM rates (peaks and tables by shape), memcpy bandwidth, local "
              "collective fits by op and group size over threads (timed as a step makes them), wake-up after a 3 "
              "ms skew" +
-             (shape ? "; memory-bound rates, compute and corun scales of " + m.shape.workload : std::string()) +
+             (shapes.empty() ? std::string() : "; memory-bound rates, compute and corun scales of " + workloads) +
              (inter ? "; inter-node link from the all_reduce rows of " + f.inter_node : std::string());
 
   std::printf("  GEMM, one core        fp32 %.4g GFLOP/s (sgemm, best of 256/512/1024), bf16-mixed %.4g, fp64 %.4g "
@@ -371,10 +394,13 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
                 inter->world, inter->rows, f.inter_node.c_str(), inter->latency_us, inter->GBps);
   std::printf("  wake-up               %.3g us (a rank asleep in a wait, woken by the last arrival; median of 20)\n",
               m.wake_us);
-  if (shape) print_shape(m, *shape);
-  else
+  for (const ShapeCalibration& s : shapes) print_shape(s);
+  if (shapes.empty())
     std::printf("  memory-bound work     %.4g GB/s (2 x memcpy: no training shape calibrated, --model none)\n",
                 m.mem_bw_GBps);
+  else
+    std::printf("  a plan takes these figures at its rank's work per block and microbatch, log-linear between the "
+                "shapes, the nearest one's beyond them\n");
   write_file_atomically(f.out,
                         "# parabench calibrate: this machine's profile for `parabench plan --machine " + f.out + "`\n" +
                             planner::machine_toml(m),
@@ -392,9 +418,9 @@ void register_calibrate(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--out", f->out, "the profile to write (TOML)")->capture_default_str();
   app->add_option("--name", f->name, "the machine's name in the profile (default: the host name)");
   app->add_option("--seconds", f->seconds, "time per measurement, in (0, 60]")->capture_default_str();
-  app->add_option("--model", f->model,
-                  "the training shape whose kernels and single-rank step calibrate the memory-bound rates, "
-                  "compute_scale and corun_scale (a named model; none: skip)")
+  app->add_option("--model", f->models,
+                  "the training shapes whose kernels and single-rank steps calibrate the memory-bound rates, "
+                  "compute_scale and corun_scale (named models; none: skip)")
       ->capture_default_str();
   app->add_option("--seq", f->seq, "its tokens per sequence")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app->add_option("--microbatch-size", f->microbatch_size, "its sequences per microbatch")

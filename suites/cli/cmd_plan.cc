@@ -42,7 +42,7 @@ struct PlanFlags {
 void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
   if (f.machine.empty()) return;
   const planner::MachineProfile m = planner::load_machine(f.machine);
-  planner::Hardware hw = planner::hardware_for(m, in.precision);
+  planner::Hardware hw = planner::hardware_for(m, in);
   const planner::Hardware typed = in.hw;
   double planner::Hardware::* const fields[] = {
       &planner::Hardware::peak_tflops,  &planner::Hardware::bw_intra_GBps,   &planner::Hardware::bw_inter_GBps,
@@ -166,9 +166,10 @@ int run_against(const PlanFlags& f, const Env& env) {
   if (std::filesystem::is_directory(csv, ec)) csv = (std::filesystem::path(csv) / "sweep.csv").string();
   const planner::MachineProfile m = planner::load_machine(f.machine);
   const std::vector<sweep::ProfilePoint> pts = sweep::plan_against(m, csv);
-  std::printf("plan --machine %s against %s (%s)\n", m.name.c_str(), csv.c_str(),
-              m.shape.workload.empty() ? "no training shape calibrated"
-                                       : ("calibrated at " + m.shape.workload).c_str());
+  std::string shapes;
+  for (const planner::ShapeFigures& s : m.shapes) shapes += (shapes.empty() ? "" : "; ") + s.workload;
+  shapes = shapes.empty() ? "no training shape calibrated" : "training shapes calibrated: " + shapes;
+  std::printf("plan --machine %s against %s (%s)\n", m.name.c_str(), csv.c_str(), shapes.c_str());
   std::printf("  %-58s %11s %11s %7s\n", "point", "measured ms", "planned ms", "error");
   std::map<std::string, std::vector<const sweep::ProfilePoint*>> groups;
   for (const sweep::ProfilePoint& p : pts) {
@@ -212,8 +213,7 @@ int run_against(const PlanFlags& f, const Env& env) {
   meta.git_rev = env.git_rev;
   meta.host = host_name();
   meta.backend = "analytic";
-  meta.reason = "machine profile " + m.name + (m.shape.workload.empty() ? "" : " (calibrated at " + m.shape.workload + ")") +
-                " for the measured point of " + csv;
+  meta.reason = "machine profile " + m.name + " (" + shapes + ") for the measured point of " + csv;
   int rows = 0;
   for (const sweep::ProfilePoint& p : pts) {
     if (!p.compared) continue;

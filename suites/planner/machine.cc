@@ -12,6 +12,7 @@
 #include "harness/io/config.h"
 #include "harness/io/csv.h"
 #include "harness/status.h"
+#include "suites/planner/model_cost.h"
 
 namespace pb::planner {
 
@@ -112,12 +113,6 @@ MachineProfile load_machine(const std::string& what) {
   m.wake_us = r.get<double>("machine.wake_us", 0.0, Bounds::non_negative());
   m.latency_inter_us = r.get<double>("machine.latency_inter_us", 0.0, Bounds::non_negative());
   m.gpu = r.get<bool>("machine.gpu", false);
-  m.shape.workload = r.get<std::string>("machine.workload", "");
-  m.shape.shared_mem_bw_GBps = r.get<double>("machine.shared_mem_bw_GBps", 0.0, Bounds::non_negative());
-  m.shape.optimizer_mem_bw_GBps = r.get<double>("machine.optimizer_mem_bw_GBps", 0.0, Bounds::non_negative());
-  m.shape.buffer_mem_bw_GBps = r.get<double>("machine.buffer_mem_bw_GBps", 0.0, Bounds::non_negative());
-  m.shape.compute_scale = r.get<double>("machine.compute_scale", 1.0, Bounds::positive());
-  m.shape.corun_scale = r.get<double>("machine.corun_scale", 1.0, Bounds::positive());
   // Parallel arrays of one table: every one present, of one length >= 1.
   auto columns = [&](const std::string& table, const std::vector<std::string>& names) {
     std::vector<std::vector<double>> cols;
@@ -153,8 +148,46 @@ MachineProfile load_machine(const std::string& what) {
       m.collectives[op].push_back({g, c[1][i], c[2][i]});
     }
   }
+  if (r.has("machine.shape.work")) {
+    const std::string t = "machine.shape";
+    const auto names = r.require<std::vector<std::string>>(t + ".workload");
+    const auto c = columns(t, {"work", "mem_bw_GBps", "shared_mem_bw_GBps", "optimizer_mem_bw_GBps",
+                               "buffer_mem_bw_GBps", "compute_scale", "corun_scale"});
+    require(names.size() == c[0].size(), r.source() + ": " + t + ".workload has " + std::to_string(names.size()) +
+                                             " values, " + t + ".work " + std::to_string(c[0].size()) +
+                                             " (one per entry)");
+    for (size_t i = 0; i < names.size(); ++i) {
+      require(!names[i].empty(), r.source() + ": " + t + ".workload must name each shape");
+      require(i == 0 || c[0][i] > c[0][i - 1], r.source() + ": " + t + ".work must be strictly ascending");
+      m.shapes.push_back({names[i], c[0][i], c[1][i], c[2][i], c[3][i], c[4][i], c[5][i], c[6][i]});
+    }
+  }
   r.check_no_unknown_keys();
   return m;
+}
+
+double shape_work(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp) {
+  return to_double(stage_flops(m, b, s, Recompute::none, m.L, false, m.moe_layers()).model) / double(m.L) /
+         double(int64_t(tp) * cp);
+}
+
+ShapeFigures shape_figures_at(const std::vector<ShapeFigures>& shapes, double work) {
+  if (shapes.empty()) return {};
+  if (!(work > shapes.front().work)) return shapes.front();
+  if (work >= shapes.back().work) return shapes.back();
+  size_t i = 1;
+  while (shapes[i].work < work) ++i;
+  const ShapeFigures &a = shapes[i - 1], &b = shapes[i];
+  const double w = std::log(work / a.work) / std::log(b.work / a.work);
+  auto mix = [w](double x, double y) { return x + (y - x) * w; };
+  return {a.workload + " .. " + b.workload,
+          work,
+          mix(a.mem_bw_GBps, b.mem_bw_GBps),
+          mix(a.shared_mem_bw_GBps, b.shared_mem_bw_GBps),
+          mix(a.optimizer_mem_bw_GBps, b.optimizer_mem_bw_GBps),
+          mix(a.buffer_mem_bw_GBps, b.buffer_mem_bw_GBps),
+          mix(a.compute_scale, b.compute_scale),
+          mix(a.corun_scale, b.corun_scale)};
 }
 
 const std::vector<std::string>& gemm_table_precisions() {
@@ -190,14 +223,6 @@ std::string machine_toml(const MachineProfile& m) {
   num("machine.wake_us", m.wake_us);
   num("machine.latency_inter_us", m.latency_inter_us);
   if (m.gpu) r.set("machine.gpu", true);
-  if (!m.shape.workload.empty()) {
-    r.set("machine.workload", m.shape.workload);
-    num("machine.shared_mem_bw_GBps", m.shape.shared_mem_bw_GBps);
-    num("machine.optimizer_mem_bw_GBps", m.shape.optimizer_mem_bw_GBps);
-    num("machine.buffer_mem_bw_GBps", m.shape.buffer_mem_bw_GBps);
-    num("machine.compute_scale", m.shape.compute_scale);
-    num("machine.corun_scale", m.shape.corun_scale);
-  }
   auto nums = [&](const std::string& key, const std::vector<double>& v) {
     std::vector<double> out;
     for (double x : v) {
@@ -234,6 +259,20 @@ std::string machine_toml(const MachineProfile& m) {
     r.set(t + ".group_size", g);
     nums(t + ".alpha_us", a);
     nums(t + ".GBps", b);
+  }
+  if (!m.shapes.empty()) {
+    std::vector<std::string> names;
+    std::vector<double> f[7];
+    for (const ShapeFigures& x : m.shapes) {
+      names.push_back(x.workload);
+      const double v[7] = {x.work, x.mem_bw_GBps, x.shared_mem_bw_GBps, x.optimizer_mem_bw_GBps,
+                           x.buffer_mem_bw_GBps, x.compute_scale, x.corun_scale};
+      for (int i = 0; i < 7; ++i) f[i].push_back(v[i]);
+    }
+    r.set("machine.shape.workload", names);
+    const char* keys[7] = {"work", "mem_bw_GBps", "shared_mem_bw_GBps", "optimizer_mem_bw_GBps",
+                           "buffer_mem_bw_GBps", "compute_scale", "corun_scale"};
+    for (int i = 0; i < 7; ++i) nums(std::string("machine.shape.") + keys[i], f[i]);
   }
   return r.dump();
 }
@@ -356,11 +395,21 @@ Hardware hardware_for(const MachineProfile& m, Precision precision) {
   if (const auto it = m.gemm.find(key); it != m.gemm.end()) h.gemm_rates = it->second;
   h.collectives = m.collectives;
   h.host_kernels = !m.gpu;
-  h.shared_mem_bw_GBps = m.shape.shared_mem_bw_GBps;
-  h.optimizer_mem_bw_GBps = m.shape.optimizer_mem_bw_GBps;
-  h.buffer_mem_bw_GBps = m.shape.buffer_mem_bw_GBps;
-  h.compute_scale = m.shape.compute_scale;
-  h.corun_scale = m.shape.corun_scale;
+  return h;
+}
+
+Hardware hardware_for(const MachineProfile& m, const PlanInput& in) {
+  Hardware h = hardware_for(m, in.precision);
+  if (m.shapes.empty() || !in.shape) return h;
+  const int64_t seq = in.seq > 0 ? in.seq : in.shape->maxT;
+  const ShapeFigures f =
+      shape_figures_at(m.shapes, shape_work(*in.shape, std::max<int64_t>(1, in.microbatch_size), seq, in.tp, in.cp));
+  if (f.mem_bw_GBps > 0) h.mem_bw_GBps = f.mem_bw_GBps;
+  h.shared_mem_bw_GBps = f.shared_mem_bw_GBps;
+  h.optimizer_mem_bw_GBps = f.optimizer_mem_bw_GBps;
+  h.buffer_mem_bw_GBps = f.buffer_mem_bw_GBps;
+  h.compute_scale = f.compute_scale;
+  h.corun_scale = f.corun_scale;
   h.corun_ranks = m.ranks_per_node;
   return h;
 }

@@ -20,15 +20,6 @@
 //   ranks_per_node = 8             # devices per node
 //   wake_us = 0.0                  # waking a rank asleep in a wait (informational)
 //
-//   # Optional, what parabench calibrate measures of one training shape
-//   # (`workload` names it); each 0 or absent: not measured (the planner's
-//   # Hardware fields of the same names, planner.h):
-//   workload = "small, seq 16, 2 microbatches of 4, fp32"
-//   shared_mem_bw_GBps = 28.0      # LayerNorms and residual adds (0: mem_bw_GBps)
-//   optimizer_mem_bw_GBps = 22.0   # the optimizer step's traffic (0: mem_bw_GBps)
-//   buffer_mem_bw_GBps = 49.0      # data-parallel buffers (0: mem_bw_GBps)
-//   compute_scale = 1.17           # a measured step over the kernels' rates (default 1)
-//   corun_scale = 1.05             # the step as ranks_per_node copies side by side over alone (default 1)
 //
 //   # Optional measured tables (parabench calibrate writes them):
 //   [machine.gemm.fp32]            # also bf16, fp64: C (m x n) = A (m x k) B^T
@@ -40,11 +31,22 @@
 //   group_size = [2, 4]            # per call: alpha_us + bus bytes / GBps (intra-node)
 //   alpha_us = [3.1, 20.0]
 //   GBps = [9.5, 6.0]
+//   [machine.shape]                # training shapes measured (ShapeFigures), ascending work
+//   workload = ["tiny, seq 16, 2 microbatches of 4, fp32", "small, seq 16, 2 microbatches of 4, fp32"]
+//   work = [1.5e6, 2.6e7]          # FLOPs of one block for one microbatch (shape_work)
+//   mem_bw_GBps = [7.4, 7.6]       # the memory-bound kernels' average rate at the shape
+//   shared_mem_bw_GBps = [32.0, 28.0]     # LayerNorms and residual adds
+//   optimizer_mem_bw_GBps = [27.0, 23.0]  # the optimizer step
+//   buffer_mem_bw_GBps = [105.0, 51.0]    # data-parallel buffers
+//   compute_scale = [1.10, 1.02]   # the shape's measured single-rank step over its plan
+//   corun_scale = [1.09, 1.00]     # that step as ranks_per_node copies side by side over alone
 //
 // With a GEMM table for the plan's precision the planner takes the model's
 // GEMM efficiency from it at a rank's shapes (its tp and cp shards) (gemm_efficiency is then
 // unused); with a collective fit an intra-node collective of that op costs
-// the fit of the nearest group size (planner.h).
+// the fit of the nearest group size (planner.h); with training shapes, a
+// plan of a model shape takes their figures at its rank's work per block
+// (shape_figures_at).
 //
 // Figures are peaks from datasheets unless a calibration measured them: a plan
 // at peak (gemm_efficiency 1) is an upper bound on throughput.
@@ -58,12 +60,16 @@
 
 namespace pb::planner {
 
-// What `parabench calibrate` measured of one training shape (`workload`
-// names it; empty: nothing measured): planner::Hardware's fields of the same
-// names, corun_scale at the profile's ranks_per_node copies.
+// What `parabench calibrate --model` measured of one training shape
+// (`workload` names it) at `work` (shape_work: its FLOPs per block and
+// microbatch): planner::Hardware's fields of the same names, corun_scale at
+// the profile's ranks_per_node copies. Small shapes cost their calls more
+// than their FLOPs on a CPU: tiny's step ran 1.10 x its rates' plan here,
+// small's 1.02.
 struct ShapeFigures {
   std::string workload;
-  double shared_mem_bw_GBps = 0, optimizer_mem_bw_GBps = 0, buffer_mem_bw_GBps = 0;
+  double work = 0;
+  double mem_bw_GBps = 0, shared_mem_bw_GBps = 0, optimizer_mem_bw_GBps = 0, buffer_mem_bw_GBps = 0;
   double compute_scale = 1, corun_scale = 1;
 };
 
@@ -81,10 +87,19 @@ struct MachineProfile {
   // Its ranks are GPUs (the built-ins; a file's machine.gpu): their kernels
   // keep their own workspaces, so a plan holds none of the CPU kernels'.
   bool gpu = false;
-  // A calibrated training shape's figures (parabench calibrate --model);
-  // none in the built-ins.
-  ShapeFigures shape{};
+  // Calibrated training shapes (parabench calibrate --model), ascending
+  // work; none in the built-ins.
+  std::vector<ShapeFigures> shapes{};
 };
+
+// The work measure of the shape figures: the FLOPs (model, no
+// recomputation) of one block, the model's average, for one microbatch of b
+// sequences of s tokens on a rank of tp x cp.
+double shape_work(const ModelConfig& m, int64_t b, int64_t s, int tp, int cp);
+// The figures at `work`: each field linear in log(work) between the two
+// measured shapes around it, the nearest one's beyond them (none: a default
+// ShapeFigures).
+ShapeFigures shape_figures_at(const std::vector<ShapeFigures>& shapes, double work);
 
 // The GEMM table keys (precisions) and collective ops a profile may give.
 const std::vector<std::string>& gemm_table_precisions();
@@ -101,6 +116,10 @@ const MachineProfile* machine_for_device(const std::string& device_name);
 MachineProfile load_machine(const std::string& name_or_file);
 // The planner's hardware for a run at `precision` on this machine.
 Hardware hardware_for(const MachineProfile& m, Precision precision);
+// ... for plan `in` (its precision): with training shapes and a model shape,
+// their figures at its rank's work (memory-bound rates, compute_scale,
+// corun_scale at ranks_per_node).
+Hardware hardware_for(const MachineProfile& m, const PlanInput& in);
 
 // The profile as the TOML load_machine reads (what `parabench calibrate`
 // writes): every field, the numbers to 6 significant digits.

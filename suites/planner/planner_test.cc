@@ -1329,10 +1329,11 @@ TEST(Machine, InterNodeLinkFromCollectiveRows) {
   }
 }
 
-// A calibrated training shape's figures (parabench calibrate --model)
-// round-trip through a profile and reach the plan: its kernel classes' rates,
-// compute_scale, and corun_scale at the node's ranks side by side, taken at
-// the copies of the weights they hold; compute_scale_for makes the
+// Calibrated training shapes (parabench calibrate --model) round-trip
+// through a profile and reach the plan at its rank's work per block
+// (shape_work): log-linear between two shapes, the nearest beyond them; the
+// rates, compute_scale, and corun_scale at the node's ranks side by side,
+// taken at the copies of the weights they hold; compute_scale_for makes the
 // calibration step plan at the time it measured.
 TEST(Machine, CalibratedShapeFiguresReachThePlan) {
   const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_shape_" + std::to_string(::getpid()));
@@ -1344,31 +1345,58 @@ TEST(Machine, CalibratedShapeFiguresReachThePlan) {
   m.mem_bw_GBps = 8;
   m.bw_intra_GBps = m.bw_inter_GBps = 10;
   m.ranks_per_node = 2;
-  m.shape = {"small, seq 16, 2 microbatches of 4, fp32", 30, 25, 50, 1, 1.2};
+  const double w_tiny = shape_work(planner_model("tiny"), 4, 16, 1, 1),
+               w_small = shape_work(planner_model("small"), 4, 16, 1, 1);
+  // One block of tiny for 4 x 16 tokens: 72 b s h^2 + 12 b s^2 h.
+  EXPECT_DOUBLE_EQ(w_tiny, 72.0 * 64 * 32 * 32 + 12.0 * 4 * 256 * 32);
+  EXPECT_DOUBLE_EQ(shape_work(planner_model("small"), 4, 16, 2, 1), w_small / 2);
+  m.shapes = {{"tiny", w_tiny, 7, 32, 27, 100, 1.1, 1.2}, {"small", w_small, 8, 28, 23, 50, 1.0, 1.0}};
   const auto p = (dir / "m.toml").string();
   std::ofstream(p) << machine_toml(m);
   const MachineProfile r = load_machine(p);
-  EXPECT_EQ(r.shape.workload, m.shape.workload);
-  const Hardware h = hardware_for(r, Precision::fp32);
-  EXPECT_DOUBLE_EQ(h.shared_mem_bw_GBps, 30);
-  EXPECT_DOUBLE_EQ(h.optimizer_mem_bw_GBps, 25);
-  EXPECT_DOUBLE_EQ(h.buffer_mem_bw_GBps, 50);
-  EXPECT_DOUBLE_EQ(h.corun_scale, 1.2);
-  EXPECT_EQ(h.corun_ranks, 2);
-  // A built-in (datasheet) profile carries none.
-  EXPECT_TRUE(load_machine("h100").shape.workload.empty());
-  EXPECT_DOUBLE_EQ(hardware_for(load_machine("h100"), Precision::fp32).corun_scale, 1);
-
-  // compute_scale_for: the single-rank step plans at its measured time.
+  ASSERT_EQ(r.shapes.size(), 2u);
+  EXPECT_EQ(r.shapes[1].workload, "small");
+  EXPECT_DOUBLE_EQ(r.shapes[0].buffer_mem_bw_GBps, 100);
+  // Between: log-linear; beyond: the nearest.
+  const double mid = std::sqrt(w_tiny * w_small);
+  EXPECT_NEAR(shape_figures_at(r.shapes, mid).compute_scale, 1.05, 1e-6);
+  EXPECT_NEAR(shape_figures_at(r.shapes, mid).buffer_mem_bw_GBps, 75, 1e-6);
+  EXPECT_DOUBLE_EQ(shape_figures_at(r.shapes, w_tiny / 10).compute_scale, 1.1);
+  EXPECT_DOUBLE_EQ(shape_figures_at(r.shapes, w_small * 10).corun_scale, 1.0);
+  EXPECT_DOUBLE_EQ(shape_figures_at({}, 5).compute_scale, 1);
+  // A plan of tiny takes tiny's figures; of small at tp2, between the two.
   PlanInput in;
-  in.shape = planner_model("small");
+  in.shape = planner_model("tiny");
   in.seq = 16;
   in.precision = Precision::fp32;
   in.microbatch_size = 4;
   in.global_batch = 8;
   in.ranks_per_node = r.ranks_per_node;
+  Hardware h = hardware_for(r, in);
+  EXPECT_DOUBLE_EQ(h.mem_bw_GBps, 7);
+  EXPECT_DOUBLE_EQ(h.shared_mem_bw_GBps, 32);
+  EXPECT_DOUBLE_EQ(h.optimizer_mem_bw_GBps, 27);
+  EXPECT_DOUBLE_EQ(h.buffer_mem_bw_GBps, 100);
+  EXPECT_DOUBLE_EQ(h.compute_scale, 1.1);
+  EXPECT_DOUBLE_EQ(h.corun_scale, 1.2);
+  EXPECT_EQ(h.corun_ranks, 2);
+  PlanInput small = in;
+  small.shape = planner_model("small");
+  small.tp = 2;
+  const Hardware hs = hardware_for(r, small);
+  EXPECT_GT(hs.compute_scale, 1.0);
+  EXPECT_LT(hs.compute_scale, 1.1);
+  EXPECT_DOUBLE_EQ(hardware_for(r, Precision::fp32).compute_scale, 1);  // no plan: no shape figures
+  PlanInput params_only = in;
+  params_only.shape.reset();
+  params_only.params = 1000000;
+  EXPECT_DOUBLE_EQ(hardware_for(r, params_only).mem_bw_GBps, 8);
+  // A built-in (datasheet) profile carries none.
+  EXPECT_TRUE(load_machine("h100").shapes.empty());
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("h100"), in).corun_scale, 1);
   in.shard = dp::Shard::zero3;  // buffers of its own, which compute_scale leaves alone
   in.hw = h;
+  in.hw.compute_scale = 1;  // compute_scale_for: of a plan at 1
   const PlanResult est = plan(in);
   ASSERT_GT(est.buffer_s, 0);
   in.hw.compute_scale = compute_scale_for(est, 1.3 * est.step_s);
@@ -1414,11 +1442,19 @@ TEST(Machine, CalibratedShapeFiguresReachThePlan) {
 
   // Bad figures in a file are refused naming the key.
   const std::string head = "[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\n";
+  auto table = [](const std::string& workload, const std::string& work, const std::string& scale) {
+    return "[machine.shape]\nworkload = " + workload + "\nwork = " + work +
+           "\nmem_bw_GBps = [7.0, 8.0]\nshared_mem_bw_GBps = [30.0, 28.0]\noptimizer_mem_bw_GBps = [27.0, 23.0]\n"
+           "buffer_mem_bw_GBps = [100.0, 50.0]\ncompute_scale = " + scale + "\ncorun_scale = [1.1, 1.0]\n";
+  };
+  const std::string two = "[\"tiny\", \"small\"]";
   for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
-           {"compute_scale = 0.0\n", "machine.compute_scale"},
-           {"corun_scale = -1.0\n", "machine.corun_scale"},
-           {"shared_mem_bw_GBps = -2.0\n", "machine.shared_mem_bw_GBps"},
-           {"buffer_mem_bw_GBps = \"fast\"\n", "machine.buffer_mem_bw_GBps"},
+           {table(two, "[1.0, 2.0]", "[0.0, 1.0]"), "machine.shape.compute_scale"},
+           {table(two, "[2.0, 1.0]", "[1.1, 1.0]"), "machine.shape.work must be strictly ascending"},
+           {table(two, "[1.0]", "[1.1, 1.0]"), "machine.shape.mem_bw_GBps has 2 values"},
+           {table("[\"tiny\"]", "[1.0, 2.0]", "[1.1, 1.0]"), "machine.shape.workload has 1 values"},
+           {table("[\"tiny\", \"\"]", "[1.0, 2.0]", "[1.1, 1.0]"), "must name each shape"},
+           {table(two, "[1.0, 2.0]", "[1.1, 1.0]") + "extra = 1.0\n", "machine.shape.extra"},
            {"workload = 3\n", "machine.workload"}}) {
     const auto f = (dir / "bad.toml").string();
     std::ofstream(f) << head << text;

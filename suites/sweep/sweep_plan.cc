@@ -975,7 +975,7 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
         planner::PlanInput in = plan_input(c, p, r, local, shape_rates);
         char note[320];
         if (profile) {
-          in.hw = planner::hardware_for(*profile, in.precision);
+          in.hw = planner::hardware_for(*profile, in);
           in.ranks_per_node = profile->ranks_per_node;
           in.overlap = ddp_overlaps(point_run_spec(p));  // the profile's devices overlap on their own streams
           std::snprintf(note, sizeof note, "extrapolated from %d measured ranks with machine profile %s (%s)",
@@ -1059,7 +1059,7 @@ std::vector<ProfilePoint> plan_against(const planner::MachineProfile& m, const s
                  " nodes in the profile's plan";
       } else {
         planner::PlanInput in = plan_input(SweepConfig{}, p, r, h);
-        in.hw = planner::hardware_for(m, in.precision);
+        in.hw = planner::hardware_for(m, in);
         in.hw.memory_GB = m.memory_GB;
         in.hw.machine = m.name;
         in.ranks_per_node = m.ranks_per_node;

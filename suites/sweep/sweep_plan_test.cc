@@ -526,8 +526,7 @@ TEST(SweepPlan, AProfileAgainstMeasuredPoints) {
   EXPECT_FALSE(pts[2].compared);
   EXPECT_NE(pts[2].why.find("4 ranks on a node of 2 cores"), std::string::npos) << pts[2].why;
   // dp1 DDP holds no data-parallel buffers: its whole plan scales.
-  m.shape.workload = "tiny";
-  m.shape.compute_scale = pts[0].measured_s / pts[0].planned_s;
+  m.shapes = {planner::ShapeFigures{"tiny", 1, 0, 0, 0, 0, pts[0].measured_s / pts[0].planned_s, 1}};
   pts = plan_against(m, run.csv_path);
   EXPECT_NEAR(pts[0].planned_s, pts[0].measured_s, 1e-9 * pts[0].measured_s);
   EXPECT_NEAR(pts[0].error(), 0, 1e-9);
