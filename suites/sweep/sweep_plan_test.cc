@@ -496,6 +496,34 @@ TEST(SweepPlan, RanksComputingSideBySideCostWhatTheirWeightsShare) {
   EXPECT_NEAR(plan_input(c, cp2, r, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // whole weights each
 }
 
+// The corun factor from its windows (corun_scale): the windows already
+// taken are used as they are, their median; a window of 0 (a step that
+// failed or did not fit) gives 1; windows missing are taken, and copies that
+// do not fit the limits give 0 windows (so 1). single_rank_step names a step
+// that does not fit as skipped, without running it.
+TEST(SweepPlan, CorunScaleFromItsWindows) {
+  SweepConfig c = tiny({"shard=none"}, {1});
+  c.rounds = 3;
+  const ShapeKey key{"tiny", "fp32", 2, 1};
+  const Limits roomy;
+  std::vector<double> w = {1.1, 1.3, 1.2};
+  EXPECT_DOUBLE_EQ(corun_scale(c, key, 2, roomy, w), 1.2);
+  EXPECT_EQ(w.size(), 3u);
+  w = {1.1, 0, 1.2};
+  EXPECT_DOUBLE_EQ(corun_scale(c, key, 2, roomy, w), 1);
+  Limits tight;
+  tight.memory_bytes = 1024;  // no step fits
+  w = {1.05};
+  EXPECT_DOUBLE_EQ(corun_scale(c, key, 2, tight, w), 1);
+  EXPECT_EQ(w, (std::vector<double>{1.05, 0, 0}));
+  const PointResult step = single_rank_step(c, key, 1e10, tight);
+  EXPECT_EQ(step.status, "skipped");
+  EXPECT_NE(step.reason.find("calibration step: needs"), std::string::npos) << step.reason;
+  const PointResult ran = single_rank_step(c, key, 1e10, roomy);
+  EXPECT_EQ(ran.status, "ok") << ran.reason;
+  EXPECT_GT(ran.step_time_s, 0);
+}
+
 // plan --machine FILE --against: a profile plans each measured point as the
 // plan command would (one rank per core: worlds above its node are listed,
 // not compared); calibrating its compute_scale on the single-rank point makes
