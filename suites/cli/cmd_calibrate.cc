@@ -283,7 +283,11 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   planner::MachineProfile m;
   m.name = f.name.empty() ? host_name() : f.name;
   require(!m.name.empty() && m.name.size() <= 64, "--name: must be 1 to 64 characters");
-  std::printf("calibrating %s (about %.0f s)\n", m.name.c_str(), 40 * f.seconds + 3);
+  // Each training shape: its step's windows and the copies side by side
+  // (about a second and a half for tiny or small; longer for larger shapes).
+  std::printf("calibrating %s (about %.0f s%s)\n", m.name.c_str(),
+              40 * f.seconds + 3 + (no_shapes(f) ? 0.0 : 1.5 * double(f.models.size())),
+              no_shapes(f) ? "" : ", longer for large training shapes");
   double gf_fp32 = 0;
   for (int n : {256, 512, 1024}) gf_fp32 = std::max(gf_fp32, kernels::measure_sgemm_gflops(n, f.seconds));
   const double gf_bf16 = calibrate_matmul_gflops<pb::bf16>(512, 512, 512, f.seconds),
