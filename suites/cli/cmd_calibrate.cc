@@ -4,17 +4,22 @@
 // per precision (cblas_sgemm at 256..1024 for fp32; the project's own
 // matmul_forward for bf16-mixed and fp64 at 512), one thread's memcpy
 // bandwidth (the planner's memory-bound term counts reads and writes: twice
-// it), the local backend's all_reduce between two ranks as t = 2 a + S / B
-// (a: the fixed cost per ring step, the sweep's own measure of it,
-// sweep::local_step_latency_us: half the median time of 16 B .. 4 KiB; B:
-// the bus bandwidth, from the slope over 1 .. 16 MiB), a rank's share of the
+// it, for plans with no training shape), the local backend's all_reduce
+// between two ranks back to back as t = 2 a + S / B (a: the fixed cost per
+// ring step, the sweep's own measure of it, sweep::local_step_latency_us:
+// half the median time of 16 B .. 4 KiB; B: the bus bandwidth, from the
+// slope over 1 .. 16 MiB: the profile's link), a rank's share of the
 // physical memory (installed over the hardware threads), and the hardware
 // threads per node.
 // Besides: GEMM tables by shape for each precision (m 16..1024 rows by n, k
 // 64..1024), an alpha-beta fit per collective op at 2 ranks, one per core and
-// twice that (time-shared cores: the fit then carries the wake-ups), and the
-// time to wake a rank asleep in a wait. The planner uses the tables and fits
-// (planner.h); the wake-up figure is informational.
+// twice that, timed as a step makes them (sweep::measure_bus_bandwidth; the
+// time-shared cores' fits carry the wake-ups), the time to wake a rank asleep
+// in a wait, and training shapes (--model): each one's memory-bound kernel
+// rates, compute_scale (its measured single-rank step over this profile's
+// plan of it) and corun_scale (that step side by side on every core), keyed
+// by its work per block. The planner uses the tables, fits and shapes
+// (planner.h, machine.h); the wake-up figure is informational.
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,9 +27,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <string>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -33,9 +38,9 @@
 #include "harness/status.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/peak.h"
+#include "reference/model_config.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
-#include "reference/model_config.h"
 #include "suites/planner/machine.h"
 #include "suites/planner/model_cost.h"
 #include "suites/planner/preflight.h"
@@ -216,7 +221,8 @@ ShapeCalibration calibrate_shape(const CalibrateFlags& f, const std::string& mod
   require(step.status == "ok", "--model: the calibration step (" + shape_name(f, model) + ") " + step.status + ": " +
                                    step.reason);
   s.step_s = step.step_time_s;
-  const sweep::ShapeRates rates = sweep::measure_shape_rates(named_model(model), f.microbatch_size, f.seq, peak_flops, 3);
+  const sweep::ShapeRates rates =
+      sweep::measure_shape_rates(named_model(model), f.microbatch_size, f.seq, peak_flops, 3);
   const sweep::MemoryBoundRates& r = rates.memory;
   planner::ShapeFigures& x = s.figures;
   x.workload = shape_name(f, model);
@@ -426,11 +432,13 @@ void register_calibrate(CLI::App& root, Registry& reg, const Env& env) {
                   "the training shapes whose kernels and single-rank steps calibrate the memory-bound rates, "
                   "compute_scale and corun_scale (named models; none: skip)")
       ->capture_default_str();
-  app->add_option("--seq", f->seq, "its tokens per sequence")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app->add_option("--microbatch-size", f->microbatch_size, "its sequences per microbatch")
+  app->add_option("--seq", f->seq, "the training shapes' tokens per sequence")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--microbatch-size", f->microbatch_size, "the training shapes' sequences per microbatch")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
-  app->add_option("--microbatches", f->microbatches, "its microbatches per step")
+  app->add_option("--microbatches", f->microbatches, "the training shapes' microbatches per step")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 10));
   add_preflight_flags(app, f->limits);

@@ -161,6 +161,8 @@ int run_against(const PlanFlags& f, const Env& env) {
               f.in.pp == 1 && f.in.ep == 1,
           "--against: plans the points of the sweep CSV; give only --machine (and --csv) with it");
   require(f.csv != "-", "--against: --csv needs a file (the plan rows of the compared points)");
+  for (const CLI::Option* o : f.hw_flags)
+    require(o->count() == 0, "--against: " + o->get_name() + " is the profile's (give only --machine and --csv)");
   std::string csv = f.against;
   std::error_code ec;
   if (std::filesystem::is_directory(csv, ec)) csv = (std::filesystem::path(csv) / "sweep.csv").string();
@@ -178,7 +180,9 @@ int run_against(const PlanFlags& f, const Env& env) {
                 100 * p.error());
     groups["all compared"].push_back(&p);
     bool other = false;
-    for (const auto& [axis, size] : {std::pair{"tp", p.mesh.tp}, {"cp", p.mesh.cp}, {"ep", p.mesh.ep}, {"pp", p.mesh.pp}})
+    const std::pair<const char*, int> axes[] = {
+        {"tp", p.mesh.tp}, {"cp", p.mesh.cp}, {"ep", p.mesh.ep}, {"pp", p.mesh.pp}};
+    for (const auto& [axis, size] : axes)
       if (size > 1) groups[std::string("axis ") + axis].push_back(&p), other = true;
     if (!other) groups["axis dp"].push_back(&p);
   }

@@ -108,7 +108,8 @@ Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64
                                       : 0;
   Flops f;
   f.model = 72 * dense + core + 6 * logits + 3 * moe_fwd;
-  f.hardware = (r == Recompute::full ? 96 : 72) * dense + core_hw + 6 * logits + (r == Recompute::full ? 4 : 3) * moe_fwd;
+  f.hardware =
+      (r == Recompute::full ? 96 : 72) * dense + core_hw + 6 * logits + (r == Recompute::full ? 4 : 3) * moe_fwd;
   return f;
 }
 

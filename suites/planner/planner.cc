@@ -701,7 +701,8 @@ PlanResult plan(const PlanInput& in) {
       for (int c = 0; c < pipe.part.v; ++c) {
         const auto& chunk = pipe.part.at(rank, c);
         blocks += chunk.num_blocks;
-        for (int b = chunk.first_block; b < chunk.first_block + chunk.num_blocks; ++b) moe_blocks += in.shape->is_moe(b);
+        for (int b = chunk.first_block; b < chunk.first_block + chunk.num_blocks; ++b)
+          moe_blocks += in.shape->is_moe(b);
         head = head || chunk.head;
       }
       const double share = to_double(stage_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks, head,
