@@ -1216,6 +1216,22 @@ TEST(Planner, CollectiveFitsTimeTheirOp) {
   EXPECT_DOUBLE_EQ(bus_bytes("all_to_all", 4, 100), 75);
 }
 
+// Each profile text (after `head`) is refused by load_machine with a message
+// holding its `want`.
+void expect_refused(const std::filesystem::path& dir, const std::string& head,
+                    const std::vector<std::pair<std::string, std::string>>& bad) {
+  for (const auto& [text, want] : bad) {
+    const auto f = (dir / "bad.toml").string();
+    std::ofstream(f) << head << text;
+    try {
+      load_machine(f);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Measured tables round-trip through a profile, reach the plan's hardware by
 // precision, and bad tables are refused naming the key.
 TEST(Machine, ProfileTablesReadStrictly) {
@@ -1257,16 +1273,7 @@ TEST(Machine, ProfileTablesReadStrictly) {
       {"[machine.collective.all_reduce]\ngroup_size = [2]\nalpha_us = [1.0]\nGBps = [-1.0]\n",
        "machine.collective.all_reduce.GBps"},
   };
-  for (const auto& [text, want] : bad) {
-    const auto f = (dir / "bad.toml").string();
-    std::ofstream(f) << head << text;
-    try {
-      load_machine(f);
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  }
+  expect_refused(dir, head, bad);
   std::filesystem::remove_all(dir);
 }
 
@@ -1448,23 +1455,14 @@ TEST(Machine, CalibratedShapeFiguresReachThePlan) {
            "buffer_mem_bw_GBps = [100.0, 50.0]\ncompute_scale = " + scale + "\ncorun_scale = [1.1, 1.0]\n";
   };
   const std::string two = "[\"tiny\", \"small\"]";
-  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+  expect_refused(dir, head, {
            {table(two, "[1.0, 2.0]", "[0.0, 1.0]"), "machine.shape.compute_scale"},
            {table(two, "[2.0, 1.0]", "[1.1, 1.0]"), "machine.shape.work must be strictly ascending"},
            {table(two, "[1.0]", "[1.1, 1.0]"), "machine.shape.mem_bw_GBps has 2 values"},
            {table("[\"tiny\"]", "[1.0, 2.0]", "[1.1, 1.0]"), "machine.shape.workload has 1 values"},
            {table("[\"tiny\", \"\"]", "[1.0, 2.0]", "[1.1, 1.0]"), "must name each shape"},
            {table(two, "[1.0, 2.0]", "[1.1, 1.0]") + "extra = 1.0\n", "machine.shape.extra"},
-           {"workload = 3\n", "machine.workload"}}) {
-    const auto f = (dir / "bad.toml").string();
-    std::ofstream(f) << head << text;
-    try {
-      load_machine(f);
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  }
+           {"workload = 3\n", "machine.workload"}});
   std::filesystem::remove_all(dir);
 }
 
