@@ -150,6 +150,7 @@ double wake_up_us(int reps) {
 // What calibrate measured of one training shape, for the report it prints.
 struct ShapeCalibration {
   planner::ShapeFigures figures;
+  std::vector<sweep::PointResult> steps;  // its single-rank step's windows (shape_windows)
   double step_s = 0;     // the single-rank step, measured (the median of its windows)
   double planned_s = 0;  // its plan with the profile's rates, before compute_scale
   double buffer_s = 0;   // of which the data-parallel buffers' (compute_scale leaves them alone)
@@ -204,23 +205,41 @@ void check_shapes(const CalibrateFlags& f) {
   }
 }
 
-// One training shape's figures for profile m (its other measurements
-// done): the memory-bound kernels' rates at the shape (sweep::
-// measure_shape_rates), the shape's single-rank fp32 step (sweep::
-// single_rank_step: 3 windows of at least 10 steps and max(0.25, --seconds)
-// s, the median) over the plan of that step with this profile and these
-// rates (compute_scale, so that this step plans as measured), and the step
-// run as `cores` copies side by side over alone (sweep::corun_scale, three
-// windows, the median). InputError when the shape does not run here.
-ShapeCalibration calibrate_shape(const CalibrateFlags& f, const std::string& model, const planner::MachineProfile& m,
-                                 double peak_flops, int cores) {
-  const auto [c, key] = shape_of(f, model);
+// Window `i` of each training shape (`shapes`, one per --model): its
+// single-rank step (sweep::single_rank_step, one window of at least 10 steps
+// and max(0.1, --seconds / 2) s) and, with two cores or more, that step as
+// one copy per core side by side over alone (sweep::corun_ratio). calibrate
+// takes three, spread over its other measurements, as the sweep spreads a
+// point's rounds: a few seconds in which the host runs faster or slower
+// (seen: a calibration whose small step ran 7.8 ms against 8.5-8.8 in four
+// others, and the sweep after it at 8.7) set one window, not the figure.
+// InputError when a step does not run here.
+void shape_windows(const CalibrateFlags& f, std::vector<ShapeCalibration>& shapes, double peak_flops, int cores) {
   const Limits limits = limits_of(f.limits);
-  ShapeCalibration s;
-  const sweep::PointResult step = sweep::single_rank_step(c, key, peak_flops, limits);
-  require(step.status == "ok", "--model: the calibration step (" + shape_name(f, model) + ") " + step.status + ": " +
-                                   step.reason);
-  s.step_s = step.step_time_s;
+  for (size_t k = 0; k < f.models.size(); ++k) {
+    auto [c, key] = shape_of(f, f.models[k]);
+    c.rounds = 1;
+    c.min_seconds = std::max(0.1, f.seconds / 2);
+    ShapeCalibration& s = shapes[k];
+    s.steps.push_back(sweep::single_rank_step(c, key, peak_flops, limits));
+    const sweep::PointResult& step = s.steps.back();
+    require(step.status == "ok", "--model: the calibration step (" + shape_name(f, f.models[k]) + ") " + step.status +
+                                     ": " + step.reason);
+    if (cores >= 2) {
+      s.together = cores;
+      s.corun_windows.push_back(sweep::corun_ratio(c, key, cores, limits));
+    }
+  }
+}
+
+// A training shape's figures for profile m (its other measurements done),
+// its windows taken (shape_windows): the memory-bound kernels' rates at the
+// shape (sweep::measure_shape_rates), the median of its steps over the plan
+// of that step with this profile and these rates (compute_scale, so that the
+// step plans as measured), and the median of its side-by-side ratios
+// (corun_scale; 1 when one failed).
+void finish_shape(const CalibrateFlags& f, const std::string& model, const planner::MachineProfile& m,
+                  double peak_flops, ShapeCalibration& s) {
   const sweep::ShapeRates rates =
       sweep::measure_shape_rates(named_model(model), f.microbatch_size, f.seq, peak_flops, 3);
   const sweep::MemoryBoundRates& r = rates.memory;
@@ -231,6 +250,7 @@ ShapeCalibration calibrate_shape(const CalibrateFlags& f, const std::string& mod
   x.shared_mem_bw_GBps = r.shared_GBps();
   x.optimizer_mem_bw_GBps = r.optimizer_GBps();
   x.buffer_mem_bw_GBps = r.buffer_GBps();
+  s.step_s = sweep::combine_rounds(s.steps).step_time_s;
   planner::MachineProfile one = m;  // this shape alone, unscaled
   one.shapes = {x};
   planner::PlanInput in;
@@ -245,11 +265,17 @@ ShapeCalibration calibrate_shape(const CalibrateFlags& f, const std::string& mod
   s.planned_s = est.step_s;
   s.buffer_s = est.buffer_s;
   x.compute_scale = planner::compute_scale_for(est, s.step_s);
-  if (cores >= 2) {
-    s.together = cores;
-    x.corun_scale = sweep::corun_scale(c, key, cores, limits, s.corun_windows);
+  if (!s.corun_windows.empty()) {
+    auto [c, key] = shape_of(f, model);
+    c.rounds = int(s.corun_windows.size());  // all taken: their median (1 when one failed)
+    x.corun_scale = sweep::corun_scale(c, key, s.together, limits_of(f.limits), s.corun_windows);
   }
-  return s;
+}
+
+std::string fmt_ms(double seconds) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", seconds * 1e3);
+  return b;
 }
 
 void print_shape(const ShapeCalibration& s) {
@@ -258,9 +284,11 @@ void print_shape(const ShapeCalibration& s) {
   std::printf("    memory-bound work   %.4g GB/s (the kernels at the shape), LayerNorms and residual adds %.4g, "
               "optimizer step %.4g, data-parallel buffers %.4g\n",
               x.mem_bw_GBps, x.shared_mem_bw_GBps, x.optimizer_mem_bw_GBps, x.buffer_mem_bw_GBps);
-  std::printf("    single-rank step    %.4g ms measured, %.4g ms planned from the rates (%.4g of it the buffers'): "
-              "compute_scale %.4g\n",
-              s.step_s * 1e3, s.planned_s * 1e3, s.buffer_s * 1e3, x.compute_scale);
+  std::string windows;
+  for (const sweep::PointResult& w : s.steps) windows += (windows.empty() ? "" : " ") + fmt_ms(w.step_time_s);
+  std::printf("    single-rank step    %.4g ms measured (the median of windows %s ms), %.4g ms planned from the "
+              "rates (%.4g of it the buffers'): compute_scale %.4g\n",
+              s.step_s * 1e3, windows.c_str(), s.planned_s * 1e3, s.buffer_s * 1e3, x.compute_scale);
   if (s.together >= 2) {
     std::printf("    side by side        %d copies, one per core, meeting after every step: x %.4g the step alone "
                 "(corun_scale; windows",
@@ -294,8 +322,12 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   std::printf("calibrating %s (about %.0f s%s)\n", m.name.c_str(),
               40 * f.seconds + 3 + (no_shapes(f) ? 0.0 : 1.5 * double(f.models.size())),
               no_shapes(f) ? "" : ", longer for large training shapes");
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   double gf_fp32 = 0;
   for (int n : {256, 512, 1024}) gf_fp32 = std::max(gf_fp32, kernels::measure_sgemm_gflops(n, f.seconds));
+  // The training shapes' windows, three spread over the rest (shape_windows).
+  std::vector<ShapeCalibration> shapes(no_shapes(f) ? 0 : f.models.size());
+  if (!shapes.empty()) shape_windows(f, shapes, gf_fp32 * 1e9, cores);
   const double gf_bf16 = calibrate_matmul_gflops<pb::bf16>(512, 512, 512, f.seconds),
                gf_fp64 = calibrate_matmul_gflops<double>(512, 512, 512, f.seconds);
   m.peak_tflops_fp32 = gf_fp32 / 1e3;
@@ -304,6 +336,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   for (const std::string& p : planner::gemm_table_precisions()) m.gemm[p] = gemm_table(p, f.seconds / 20);
   const double copy = sweep::copy_bandwidth_GBps();
   m.mem_bw_GBps = 2 * copy;
+  if (!shapes.empty()) shape_windows(f, shapes, gf_fp32 * 1e9, cores);
   // Two regimes, as nccl-tests reads them: the fixed cost per ring step as
   // the sweep's plan rows measure it (the median over the small sizes, past
   // the 4-byte fast path), the bandwidth from the slope over the large ones.
@@ -327,7 +360,6 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   }
   // Every op at 2 ranks, one per core and twice as many ranks as cores
   // (time-shared: the fit includes the wake-ups of sleeping ranks).
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> groups = {2};
   for (int g : {cores, 2 * cores})
     if (g > groups.back()) groups.push_back(g);
@@ -350,14 +382,13 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
     }
   }
   m.wake_us = wake_up_us(20);
+  if (!shapes.empty()) shape_windows(f, shapes, gf_fp32 * 1e9, cores);
   // The ranks of a local run share the machine's memory: a rank's device
   // memory is its share (the planner checks one rank against it).
   m.ranks_per_node = int(std::max(1u, std::thread::hardware_concurrency()));
   const double installed = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9;
   m.memory_GB = installed / m.ranks_per_node;
-  std::vector<ShapeCalibration> shapes;
-  if (!no_shapes(f))
-    for (const std::string& model : f.models) shapes.push_back(calibrate_shape(f, model, m, gf_fp32 * 1e9, cores));
+  for (size_t k = 0; k < shapes.size(); ++k) finish_shape(f, f.models[k], m, gf_fp32 * 1e9, shapes[k]);
   std::sort(shapes.begin(), shapes.end(),
             [](const ShapeCalibration& a, const ShapeCalibration& b) { return a.figures.work < b.figures.work; });
   std::string workloads;

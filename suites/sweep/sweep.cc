@@ -810,14 +810,8 @@ double slowest_core_alone(const SweepConfig& c, const RunSpec& spec, int k) {
   return slowest;
 }
 
-// One window of ShapeRates::corun_scale at k ranks: the shape's single-rank
-// step (as measure_rates runs it) on k threads at once, each in a world of
-// its own and all meeting after every step (paced_copies, c's measured steps
-// and seconds), the median of their step times over the same step run alone
-// just before on each of their cores, the slowest (slowest_core_alone: the
-// copies go at the slowest core's pace, so a core the host slows for a while
-// slows both sides of the ratio). 0 if the k copies would not fit this
-// machine's limits or a step fails.
+}  // namespace
+
 double corun_ratio(const SweepConfig& c, const ShapeKey& k, int ranks, const Limits& limits) {
   SweepConfig one = c;
   one.batch_per_rank = std::get<2>(k) * std::get<3>(k);
@@ -833,8 +827,6 @@ double corun_ratio(const SweepConfig& c, const ShapeKey& k, int ranks, const Lim
     return 0;
   }
 }
-
-}  // namespace
 
 double corun_scale(const SweepConfig& c, const ShapeKey& k, int ranks, const Limits& limits,
                    std::vector<double>& windows) {

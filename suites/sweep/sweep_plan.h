@@ -242,6 +242,15 @@ double single_rank_compute_scale(const ShapeKey& k, int seq, const LocalHardware
 // compute_scale divides; `parabench calibrate --model` measures it too.
 PointResult single_rank_step(const SweepConfig& c, const ShapeKey& k, double peak_flops_per_rank,
                              const Limits& limits);
+// One window of ShapeRates::corun_scale at `ranks` ranks: shape k's
+// single-rank step (single_rank_point) on `ranks` threads at once, each in a
+// world of its own and all meeting after every step (paced_copies, c's
+// measured steps and seconds), the median of their step times over the same
+// step run alone just before on each of their cores, the slowest (the copies
+// go at the slowest core's pace, so a core the host slows for a while slows
+// both sides of the ratio). 0 if the copies would not fit `limits` or a step
+// fails.
+double corun_ratio(const SweepConfig& c, const ShapeKey& k, int ranks, const Limits& limits);
 // ShapeRates::corun_scale of shape k at `ranks` ranks side by side: the ratio
 // windows already taken (`windows`: the sweep takes one at the start of each
 // of its rounds) topped up to c.rounds back to back, their median; 1 when a
