@@ -84,6 +84,16 @@ const MachineProfile* machine_for_device(const std::string& device_name) {
   return nullptr;
 }
 
+namespace {
+// The numeric columns of [machine.shape], in ShapeFigures' order after the
+// workload's name (the reader and machine_toml both).
+const std::vector<std::string>& shape_columns() {
+  static const std::vector<std::string> v = {"work", "mem_bw_GBps", "shared_mem_bw_GBps", "optimizer_mem_bw_GBps",
+                                             "buffer_mem_bw_GBps", "compute_scale", "corun_scale"};
+  return v;
+}
+}  // namespace
+
 MachineProfile load_machine(const std::string& what) {
   for (const auto& m : builtin_machines())
     if (m.name == lower(what)) return m;
@@ -151,8 +161,7 @@ MachineProfile load_machine(const std::string& what) {
   if (r.has("machine.shape.work")) {
     const std::string t = "machine.shape";
     const auto names = r.require<std::vector<std::string>>(t + ".workload");
-    const auto c = columns(t, {"work", "mem_bw_GBps", "shared_mem_bw_GBps", "optimizer_mem_bw_GBps",
-                               "buffer_mem_bw_GBps", "compute_scale", "corun_scale"});
+    const auto c = columns(t, shape_columns());
     require(names.size() == c[0].size(), r.source() + ": " + t + ".workload has " + std::to_string(names.size()) +
                                              " values, " + t + ".work " + std::to_string(c[0].size()) +
                                              " (one per entry)");
@@ -270,9 +279,7 @@ std::string machine_toml(const MachineProfile& m) {
       for (int i = 0; i < 7; ++i) f[i].push_back(v[i]);
     }
     r.set("machine.shape.workload", names);
-    const char* keys[7] = {"work", "mem_bw_GBps", "shared_mem_bw_GBps", "optimizer_mem_bw_GBps",
-                           "buffer_mem_bw_GBps", "compute_scale", "corun_scale"};
-    for (int i = 0; i < 7; ++i) nums(std::string("machine.shape.") + keys[i], f[i]);
+    for (size_t i = 0; i < shape_columns().size(); ++i) nums("machine.shape." + shape_columns()[i], f[i]);
   }
   return r.dump();
 }

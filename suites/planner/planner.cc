@@ -396,6 +396,13 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
   }
 }
 
+// The mixture-of-experts blocks among a stage slice's blocks.
+int64_t moe_blocks(const ModelConfig& m, const pipeline::StageSlice& sl) {
+  int64_t n = 0;
+  for (int b = sl.first_block; b < sl.first_block + sl.num_blocks; ++b) n += m.is_moe(b);
+  return n;
+}
+
 // Non-GEMM bytes per step of pipeline rank `rank`: its microbatches' layers
 // (one more forward of them under full recomputation), embedding and head,
 // and its optimizer step over the parameters it updates on the device; and
@@ -414,8 +421,7 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
     per_micro += double(sl.num_blocks) * double(layer_traffic_bytes(x)) * recompute;
     shared += double(sl.num_blocks) * double(layer_shared_traffic_bytes(x)) * recompute;
-    for (int blk = sl.first_block; blk < sl.first_block + sl.num_blocks; ++blk)
-      if (mc.is_moe(blk)) per_micro += double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
+    per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     if (sl.head) per_micro += double(head_traffic_bytes(x, mc.V));
   }
@@ -696,17 +702,16 @@ PlanResult plan(const PlanInput& in) {
   if (in.shape && pipe.staged()) {
     double slowest = -1;
     for (int rank = 0; rank < in.pp; ++rank) {
-      int64_t blocks = 0, moe_blocks = 0;
+      int64_t blocks = 0, moe = 0;
       bool head = false;
       for (int c = 0; c < pipe.part.v; ++c) {
-        const auto& chunk = pipe.part.at(rank, c);
+        const pipeline::StageSlice& chunk = pipe.part.at(rank, c);
         blocks += chunk.num_blocks;
-        for (int b = chunk.first_block; b < chunk.first_block + chunk.num_blocks; ++b)
-          moe_blocks += in.shape->is_moe(b);
+        moe += moe_blocks(*in.shape, chunk);
         head = head || chunk.head;
       }
       const double share = to_double(stage_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks, head,
-                                                 moe_blocks).hardware) *
+                                                 moe).hardware) *
                            double(in.pp) / r.hardware_flops;
       const StageCost c = stage_cost(blocks, share, rank_memory_bytes(in, pipe, r, rank));
       const double t = stage_time(c);
