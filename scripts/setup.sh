@@ -11,7 +11,7 @@ PKGS=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfccp-dev librandom123-dev
   python3 python3-matplotlib python3-numpy
   clang-14 libclang-rt-14-dev
-  iproute2
+  iproute2 ccache
 )
 
 missing=()
