@@ -31,7 +31,7 @@ if(PARABENCH_BUILD_TESTS)
   add_test(NAME torch_adapter
            COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/torch/test.sh
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/torch_adapter_work)
-  set_tests_properties(torch_adapter PROPERTIES TIMEOUT 900 LABELS "torch" SKIP_RETURN_CODE 77
+  set_tests_properties(torch_adapter PROPERTIES TIMEOUT 900 LABELS "torch;full" SKIP_RETURN_CODE 77
                        PROCESSORS 2)
 endif()
 
@@ -59,5 +59,5 @@ if(PARABENCH_BUILD_TESTS AND PARABENCH_HAVE_MPI)
   add_test(NAME two_node_netns
            COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/netns_test.sh
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/two_node_work)
-  set_tests_properties(two_node_netns PROPERTIES TIMEOUT 300 LABELS "mpi;netns" SKIP_RETURN_CODE 77)
+  set_tests_properties(two_node_netns PROPERTIES TIMEOUT 300 LABELS "mpi;netns;full" SKIP_RETURN_CODE 77)
 endif()

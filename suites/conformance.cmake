@@ -19,8 +19,23 @@ parabench_test(NAME conformance_moe_test SOURCES conformance/moe_conformance_tes
 parabench_library(NAME pb_teeth ALIAS pb::teeth
   SOURCES conformance/teeth.cc
   DEPS pb::conformance)
+# One binary, three ctests that run side by side: the catches of each family
+# at every precision (two shards, the quick suite) and the no-false-alarm
+# sweeps over ten or twenty seeds (label `full`: scripts/test.sh --full).
 parabench_test(NAME conformance_teeth_test SOURCES conformance/teeth_test.cc
-               DEPS pb::teeth TIMEOUT 900)
+               DEPS pb::teeth TIMEOUT 900
+               ARGS --gtest_filter=Teeth.EveryDataParallel*:Teeth.EveryPipeline*:Teeth.CatchTable*)
+if(TARGET conformance_teeth_test)
+  # The second shard is every other test but the seeds, so none is left out.
+  add_test(NAME conformance_teeth_catch_others COMMAND conformance_teeth_test
+           --gtest_filter=*-Teeth.EveryDataParallel*:Teeth.EveryPipeline*:Teeth.CatchTable*:*NoFalseAlarm*)
+  add_test(NAME conformance_teeth_seeds COMMAND conformance_teeth_test --gtest_filter=*NoFalseAlarm*)
+  set_tests_properties(conformance_teeth_catch_others PROPERTIES TIMEOUT 900 LABELS "unit")
+  set_tests_properties(conformance_teeth_seeds PROPERTIES TIMEOUT 900 LABELS "unit;full")
+  # A filter that selects nothing passes in GoogleTest; here it fails.
+  set_tests_properties(conformance_teeth_test conformance_teeth_catch_others conformance_teeth_seeds
+                       PROPERTIES FAIL_REGULAR_EXPRESSION "Running 0 tests")
+endif()
 add_executable(teeth_table conformance/teeth_table.cc)
 target_link_libraries(teeth_table PRIVATE pb::teeth)
 parabench_warnings(teeth_table)
