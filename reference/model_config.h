@@ -1,4 +1,5 @@
-// The canonical model's shape (DESIGN.md: GPT-2 architecture, tied LM head)
+// The canonical model's shape (GPT-2 architecture, tied LM head:
+// docs/architecture.md#the-canonical-model)
 // and the named shapes parabench ships. Dimension letters as everywhere:
 // V vocab, maxT context length, C channels, L blocks, NH heads.
 #pragma once

@@ -5,7 +5,7 @@
 #  - a sweep of ZeRO-3 and hierarchical ZeRO (hzero) at dp4.rpn2 on the
 #    medium model: hZeRO's inter-node bytes per step must be below ZeRO-3's
 #    (its point: the parameter all-gathers stay in the node); both step times
-#    are printed (the figures in the README come from this run; timing is
+#    are printed (the figures in docs/measurements.md#collectives come from this run; timing is
 #    not asserted here);
 #  - calibrate --inter-node fits the link from an all_reduce across it.
 # Exit 77 (skipped, with the reason) where namespaces cannot be made.

@@ -61,7 +61,7 @@ struct WorldOptions {
   // tp2 tiny 0.31 or 0.49-0.58 ms, dp4 ZeRO-2 tiny 1.11 or 1.42-1.64 ms,
   // dp4.ep2 ZeRO-3 tiny-moe 1.58 or 2.65 ms, dp2.pp2 tiny 0.59 or 0.80-0.83
   // ms; bound, the first speed in every window of those sweeps. (Spells in
-  // which the host moves the VM's cores still slow bound ranks: README.)
+  // which the host moves the VM's cores still slow bound ranks: docs/measurements.md.)
   enum class Binding { automatic, none };
   Binding binding = Binding::automatic;
 };

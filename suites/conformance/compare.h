@@ -1,4 +1,4 @@
-// The numerics rule of DESIGN.md, in one place (the project's only tolerance
+// The numerics rule (docs/numerics.md#the-rule), in one place (the project's only tolerance
 // policy): a strategy's distance to the fp64 truth must be within C x the
 // noise floor of a correct implementation at the precision under test.
 //  - error: relative, |x - truth| / |truth| for one loss, ||x - truth||_2 /
