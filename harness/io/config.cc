@@ -2,6 +2,8 @@
 // or defaulted is recorded in `consumed`, every key asked for in `known`.
 #include "harness/io/config.h"
 
+#include "harness/io/input_file.h"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -20,6 +22,9 @@
 namespace pb {
 
 namespace {
+
+// A TOML config is a page or two; 16 MiB leaves room and bounds the parse.
+constexpr uint64_t kMaxConfigBytes = uint64_t(16) << 20;
 
 std::string type_name(const toml::node& n) {
   switch (n.type()) {
@@ -354,12 +359,7 @@ ConfigReader ConfigReader::from_string(std::string_view toml_text, std::string s
 }
 
 ConfigReader ConfigReader::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("config " + path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError("config " + path + ": read error");
-  return from_string(text.str(), path);
+  return from_string(read_input_file(path, "config " + path + ": ", "TOML config", kMaxConfigBytes), path);
 }
 
 template <class T>

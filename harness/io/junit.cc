@@ -1,5 +1,7 @@
 #include "harness/io/junit.h"
 
+#include "harness/io/output_file.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -115,38 +117,13 @@ std::string junit_xml(const std::vector<JunitSuite>& suites) {
   return x + "</testsuites>\n";
 }
 
-void require_junit_writable(const std::string& path) {
-  require(!path.empty(), "--junit: empty path");
-  require(!std::filesystem::is_directory(path), "--junit " + path + ": is a directory (give a file name)");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError("--junit " + path + ": cannot write there (does the directory exist?)");
-  }
-  std::error_code ec;
-  std::filesystem::remove(tmp, ec);
+void require_junit_writable(const std::string& path, const std::vector<std::string>& inputs) {
+  check_output_path(path, "--junit", inputs);
 }
 
-void write_junit(const std::string& path, const std::vector<JunitSuite>& suites) {
-  require(!path.empty(), "--junit: empty path");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError("--junit " + path + ": cannot write " + tmp);
-    out << junit_xml(suites);
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw InputError("--junit " + path + ": write failed");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw InputError("--junit " + path + ": cannot rename " + tmp + " over it");
-  }
+void write_junit(const std::string& path, const std::vector<JunitSuite>& suites,
+                 const std::vector<std::string>& inputs) {
+  write_output_file(path, junit_xml(suites), "--junit", inputs);
 }
 
 }  // namespace pb

@@ -37,12 +37,14 @@ std::string xml_escape(std::string_view text);
 
 std::string junit_xml(const std::vector<JunitSuite>& suites);
 
-// Before the work starts: PATH's directory exists and PATH.tmp can be
-// created there (removed again); InputError naming the flag and path if not.
-void require_junit_writable(const std::string& path);
+// Before the work starts: PATH is a file parabench may write and none of the
+// command's `inputs` (harness/io/output_file.h); InputError naming --junit
+// and the path if not.
+void require_junit_writable(const std::string& path, const std::vector<std::string>& inputs = {});
 
-// Writes PATH.tmp and renames it over PATH (a reader never sees half a
-// file); InputError naming the path if it cannot.
-void write_junit(const std::string& path, const std::vector<JunitSuite>& suites);
+// The XML written by write_output_file: a reader never sees half a file, and
+// a device, a pipe or a link at PATH stays what it is.
+void write_junit(const std::string& path, const std::vector<JunitSuite>& suites,
+                 const std::vector<std::string>& inputs = {});
 
 }  // namespace pb

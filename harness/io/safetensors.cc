@@ -4,11 +4,14 @@
 // out-of-bounds read.
 #include "harness/io/safetensors.h"
 
+#include "harness/io/output_file.h"
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <new>
 #include <fstream>
 #include <stdexcept>
 
@@ -114,59 +117,79 @@ std::string SafetensorsWriter::serialize() const {
 }
 
 void SafetensorsWriter::write(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  const std::string image = serialize();
-  // A failed write or rename leaves neither a torn file nor the temporary.
-  auto fail = [&](const std::string& why) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw InputError("safetensors " + path + ": " + why);
-  };
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw InputError("safetensors " + path + ": cannot open " + tmp + " for writing");
-    f.write(image.data(), std::streamsize(image.size()));
-    f.flush();
-    if (!f) fail("write to " + tmp + " failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("cannot rename " + tmp + ": " + ec.message());
+  write_output_file(path, serialize(), "safetensors");
+}
+
+// The 8-byte little-endian header length, checked against what follows it.
+uint64_t SafetensorsFile::header_length(const char* first8, uint64_t file_size, const std::string& name) {
+  const std::string where = "safetensors " + name + ": ";
+  if (file_size < 8)
+    throw InputError(where + "file too short (" + std::to_string(file_size) + " bytes; the header length alone takes 8)");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(first8[i])) << (8 * i);
+  if (n > file_size - 8)
+    throw InputError(where + "header length " + std::to_string(n) + " exceeds the " + std::to_string(file_size - 8) +
+                     " bytes after it (truncated or corrupt)");
+  if (n > kMaxHeader) throw InputError(where + "header length " + std::to_string(n) + " exceeds the 100 MiB limit");
+  return n;
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  const std::string where = "safetensors " + path + ": ";
+  std::error_code ec;
+  // A FIFO or a device would block or never end: only a regular file is read.
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError(where + (std::filesystem::exists(path, ec) ? "not a regular file" : "cannot open"));
   std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) throw InputError("safetensors " + path + ": cannot open");
-  std::vector<char> bytes(size_t(f.tellg()));
+  if (!f) throw InputError(where + "cannot open");
+  const uint64_t size = uint64_t(f.tellg());
   f.seekg(0);
-  f.read(bytes.data(), std::streamsize(bytes.size()));
-  if (!f) throw InputError("safetensors " + path + ": read error");
-  return parse(std::move(bytes), path);
+  // The header first, checked against the file's size, before the data is
+  // read: a forged length or offset costs nothing.
+  char first8[8] = {};
+  f.read(first8, std::streamsize(std::min<uint64_t>(size, 8)));
+  if (!f) throw InputError(where + "read error");
+  const uint64_t n = header_length(first8, size, path);
+  std::string header(size_t(n), '\0');
+  f.read(header.data(), std::streamsize(n));
+  if (!f) throw InputError(where + "read error");
+  SafetensorsFile file = parse_header(header.data(), n, size - 8 - n, path);
+  try {
+    file.bytes_.resize(size_t(size));
+  } catch (const std::bad_alloc&) {
+    throw InputError(where + "its " + std::to_string(size) + " bytes do not fit in this machine's memory");
+  }
+  std::memcpy(file.bytes_.data(), first8, 8);
+  std::memcpy(file.bytes_.data() + 8, header.data(), size_t(n));
+  f.read(file.bytes_.data() + 8 + n, std::streamsize(size - 8 - n));
+  if (!f) throw InputError(where + "read error");
+  return file;
 }
 
 SafetensorsFile SafetensorsFile::parse(std::vector<char> bytes, std::string name) {
+  char first8[8] = {};
+  std::memcpy(first8, bytes.data(), std::min<size_t>(bytes.size(), 8));
+  const uint64_t n = header_length(first8, bytes.size(), name);
+  SafetensorsFile file = parse_header(bytes.data() + 8, n, bytes.size() - 8 - n, name);
+  file.bytes_ = std::move(bytes);
+  return file;
+}
+
+SafetensorsFile SafetensorsFile::parse_header(const char* header, uint64_t n, uint64_t data_size,
+                                              const std::string& name) {
   const std::string where = "safetensors " + name + ": ";
   auto fail = [&](const std::string& what) { throw InputError(where + what); };
-  if (bytes.size() < 8)
-    fail("file too short (" + std::to_string(bytes.size()) + " bytes; the header length alone takes 8)");
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
-  if (n > bytes.size() - 8)
-    fail("header length " + std::to_string(n) + " exceeds the " + std::to_string(bytes.size() - 8) +
-         " bytes after it (truncated or corrupt)");
-  if (n > kMaxHeader) fail("header length " + std::to_string(n) + " exceeds the 100 MiB limit");
   Json h;
   try {
-    h = Json::parse(bytes.begin() + 8, bytes.begin() + 8 + long(n));
+    h = Json::parse(header, header + n);
   } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     fail(std::string("header is not valid JSON: ") + e.what());
   }
   if (!h.is_object()) fail("header is not a JSON object");
 
   SafetensorsFile file;
-  file.name_ = std::move(name);
+  file.name_ = name;
   file.data_start_ = 8 + n;
-  const uint64_t data_size = bytes.size() - file.data_start_;
   for (const auto& [key, v] : h.items()) {
     if (key == "__metadata__") {
       if (!v.is_object()) fail("__metadata__ is not an object");
@@ -223,7 +246,6 @@ SafetensorsFile SafetensorsFile::parse(std::vector<char> bytes, std::string name
   if (at != data_size)
     fail("tensors use " + std::to_string(at) + " of the " + std::to_string(data_size) + " data bytes (trailing bytes)");
   for (size_t i = 0; i < file.tensors_.size(); ++i) file.index_[file.tensors_[i].name] = i;
-  file.bytes_ = std::move(bytes);
   return file;
 }
 

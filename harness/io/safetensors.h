@@ -84,6 +84,9 @@ struct TensorInfo {
 class SafetensorsFile {
  public:
   // Reads and validates the whole file; InputError "safetensors FILE: <problem>".
+  // The header is read and checked against the file's size first, so a
+  // forged length, shape or offset is refused before the data is allocated;
+  // a FIFO or a device is refused (only a regular file is read).
   static SafetensorsFile open(const std::string& path);
   static SafetensorsFile parse(std::vector<char> bytes, std::string name);
 
@@ -105,6 +108,9 @@ class SafetensorsFile {
   }
 
  private:
+  static uint64_t header_length(const char* first8, uint64_t file_size, const std::string& name);
+  // The header's n bytes, validated against a data section of data_size bytes.
+  static SafetensorsFile parse_header(const char* header, uint64_t n, uint64_t data_size, const std::string& name);
   void check_dtype(const TensorInfo& ti, StDType want) const;
   std::string name_;
   std::vector<char> bytes_;

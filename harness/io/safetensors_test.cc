@@ -5,6 +5,9 @@
 #include "harness/io/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -235,6 +238,55 @@ TEST(Safetensors, RejectsHostileHeaderNumbers) {
   const SafetensorsFile f = SafetensorsFile::parse(
       hand_made(R"({"a":{"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]}})", 0), "t.safetensors");
   EXPECT_EQ(f.info("a").shape, (Shape{0, INT64_MAX}));
+}
+
+// A forged or truncated file is refused from its header, checked against the
+// file's size, before its data is allocated: a sparse 16 GiB file whose
+// header describes 16 bytes is refused in a child process that may not map
+// more than 1 GiB (reading it whole would need 16).
+TEST(Safetensors, HeaderCheckedBeforeTheDataIsRead) {
+  const fs::path path = fs::temp_directory_path() / ("pb_st_sparse_" + std::to_string(::getpid()) + ".safetensors");
+  {
+    const std::string header = R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+    std::string image(8, '\0');
+    for (int i = 0; i < 8; ++i) image[size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
+    std::ofstream(path, std::ios::binary) << image << header << std::string(16, '\0');
+  }
+  fs::resize_file(path, uint64_t(16) << 30);  // sparse: no disk is used
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit one_gib{rlim_t(1) << 30, rlim_t(1) << 30};
+    ::setrlimit(RLIMIT_AS, &one_gib);
+    try {
+      SafetensorsFile::open(path.string());
+    } catch (const InputError& e) {
+      ::_exit(std::string(e.what()).find("(trailing bytes)") != std::string::npos ? 2 : 3);
+    } catch (...) {
+      ::_exit(4);  // std::bad_alloc: the data was allocated before the header was checked
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  fs::remove(path);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2) << "3: another message, 4: an allocation failure, 0: accepted";
+}
+
+// Only a regular file is read: a FIFO would block, a directory has no bytes.
+TEST(Safetensors, OnlyARegularFileIsRead) {
+  const fs::path fifo = fs::temp_directory_path() / ("pb_st_fifo_" + std::to_string(::getpid()));
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const fs::path& p : {fifo, fs::temp_directory_path()}) {
+    try {
+      SafetensorsFile::open(p.string());
+      ADD_FAILURE() << p;
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), "safetensors " + p.string() + ": not a regular file");
+    }
+  }
+  fs::remove(fifo);
 }
 
 }  // namespace

@@ -111,6 +111,9 @@ def setup():
     files["inf_tps"] = write(w("csv", "inf_tps", "sweep.csv"), "\n".join([lines[0], ",".join(f)]) + "\n")
     os.makedirs(w("readonly"), exist_ok=True)
     files["bad_machine"] = write(w("cfg", "machine.toml"), '[machine]\nname = "x"\nsource = "s"\n')
+    files["fifo"] = w("cfg", "fifo")
+    if not os.path.exists(files["fifo"]):
+        os.mkfifo(files["fifo"])
     return files
 
 
@@ -243,7 +246,12 @@ def cases(F):
         (7, ["train", "--set", "optim.lr=abc"] + o, 2, r"optim\.lr: expected a float"),
         (7, ["export", "--dir", "/proc/parabench-no"], 2, r"/proc/parabench-no"),
         (7, ["calibrate", "--seconds", "0", "--out", w("m.toml")], 2, r"--seconds: must be in \(0, 60\]"),
-        (7, ["calibrate", "--out", w("no", "such", "m.toml")], 2, r"--out: cannot write"),
+        (7, ["calibrate", "--out", w("no", "such", "m.toml")], 2, r"--out .*m\.toml: its directory .* does not exist"),
+        (7, ["calibrate", "--out", F["bad_machine"], "--inter-node", F["bad_machine"]], 2, r"--out .*: is also an input"),
+        # A directory is not an empty config, and a FIFO is not read (it would block).
+        (7, ["train", "--config", w("cfg")], 2, r"config .*cfg: is a directory"),
+        (7, ["sweep", "--config", F["fifo"]], 2, r"config .*fifo: is not a regular file"),
+        (7, ["gate", "--baseline", F["fifo"], "--current", F["fifo"]], 2, r"fifo: is not a regular file"),
         (7, ["calibrate", "--out", w("m.toml"), "--inter-node", w("no.csv")], 2, r"--inter-node: .*no\.csv: cannot open"),
         (7, ["calibrate", "--out", w("m.toml"), "--inter-node", F["bad_machine"]], 2, r"--inter-node: "),
         (7, ["calibrate", "--out", w("m.toml"), "--model", "bogus"], 2, r"--model: unknown model 'bogus'"),
@@ -296,7 +304,7 @@ def main():
         failures.append((["check", "--pp", "5", "7"], "wrote conformance.csv before refusing the matrix"))
     for root, _, files in os.walk(WORK):
         for f in files:
-            if f.endswith(".tmp"):
+            if f.endswith(".tmp") or ".tmp." in f:
                 failures.append(([os.path.join(root, f)], "a .tmp file left behind"))
     print("%d bad inputs in %d classes (%s)" % (len(table), len(per_class),
                                                ", ".join("class %d: %d" % kv for kv in sorted(per_class.items()))))

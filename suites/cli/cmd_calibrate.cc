@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "harness/comm/runner.h"
+#include "harness/io/output_file.h"
 #include "harness/io/run_meta.h"
 #include "harness/status.h"
 #include "kernels/cpu/ops.h"
@@ -303,13 +304,7 @@ void print_shape(const ShapeCalibration& s) {
 int run_calibrate(const CalibrateFlags& f, const Env& env) {
   require(f.seconds > 0 && f.seconds <= 60, "--seconds: must be in (0, 60], got " + std::to_string(f.seconds));
   require(!env.under_mpirun, "calibrate: runs in one process (the local backend's figures); not under mpirun");
-  {
-    const std::filesystem::path out(f.out);
-    std::error_code ec;
-    const auto dir = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
-    require(std::filesystem::is_directory(dir, ec) && !std::filesystem::is_directory(out, ec),
-            "--out: cannot write '" + f.out + "' (its directory must exist; it must not be a directory)");
-  }
+  check_output_path(f.out, "--out", {f.inter_node});  // before the measurements, not after
   check_shapes(f);
   // Read first: a bad file fails before the measurements, not after.
   std::optional<planner::InterNodeFit> inter;
@@ -442,10 +437,10 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   else
     std::printf("  a plan takes these figures at its rank's work per block and microbatch, log-linear between the "
                 "shapes, the nearest one's beyond them\n");
-  write_file_atomically(f.out,
-                        "# parabench calibrate: this machine's profile for `parabench plan --machine " + f.out + "`\n" +
-                            planner::machine_toml(m),
-                        "--out");
+  write_output_file(f.out,
+                    "# parabench calibrate: this machine's profile for `parabench plan --machine " + f.out + "`\n" +
+                        planner::machine_toml(m),
+                    "--out", {f.inter_node});
   planner::load_machine(f.out);  // what plan reads back
   std::printf("wrote %s\n", f.out.c_str());
   return 0;

@@ -23,12 +23,13 @@ struct GateFlags {
 int run_gate(const GateFlags& f) {
   for (const auto& [flag, path] : {std::pair{"--baseline", f.baseline}, std::pair{"--current", f.current}})
     require(std::filesystem::exists(path), std::string(flag) + ": '" + path + "' does not exist");
-  if (!f.junit.empty()) require_junit_writable(f.junit);
+  const std::vector<std::string> inputs = input_files({f.baseline, f.current});
+  if (!f.junit.empty()) require_junit_writable(f.junit, inputs);
   const auto base = report::load_gate_input(f.baseline);
   const auto cur = report::load_gate_input(f.current);
   const report::GateResult r = report::run_gate(base, cur, f.options);
   std::fputs(report::format_gate_table(r, f.options).c_str(), stdout);
-  if (!f.junit.empty()) write_junit(f.junit, {report::gate_junit(r)});
+  if (!f.junit.empty()) write_junit(f.junit, {report::gate_junit(r)}, inputs);
   return r.passed() ? 0 : 1;
 }
 

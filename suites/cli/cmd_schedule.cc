@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "harness/io/output_file.h"
 #include "harness/status.h"
 #include "impl/pipeline/cost.h"
 #include "impl/pipeline/schedule.h"
@@ -109,7 +110,7 @@ int run_schedule(const ScheduleOptions& o) {
   const pl::DeclaredBubble d = pl::declared_bubble(kind, cfg, costs);
   const auto peak = pl::declared_peak_in_flight(kind, cfg);
   const auto peak_b = pl::declared_peak_until_b(kind, cfg);
-  if (!o.csv.empty()) write_file_atomically(o.csv, pl::timeline_csv(r.timeline), "--csv");  // before printing: errors print alone
+  if (!o.csv.empty()) write_output_file(o.csv, pl::timeline_csv(r.timeline), "--csv");  // before printing: errors print alone
 
   std::printf("schedule %s: pp=%d microbatches=%d virtual=%d%s costs F=%g B=%g W=%g%s p2p=%g\n",
               s.name.c_str(), s.pp, s.microbatches, s.virtual_stages,

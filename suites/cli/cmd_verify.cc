@@ -64,7 +64,10 @@ int run_verify(const VerifyFlags& f, const Env& env) {
   });
   std::vector<ForeignTrace> traces;
   for (const auto& path : f.traces) traces.push_back(read_trace(path, e));  // every trace valid before any row
-  if (!f.junit.empty()) require_junit_writable(f.junit);
+  std::vector<std::string> inputs = f.traces;
+  inputs.push_back(f.export_dir);
+  inputs = input_files(inputs);
+  if (!f.junit.empty()) require_junit_writable(f.junit, inputs);
   const std::string run_id = make_run_id(std::chrono::system_clock::now());
   const auto dir = f.run_dir.empty() ? make_run_dir(f.out, run_id) : make_run_dir(f.run_dir, "");
   ResultWriter csv((dir / "conformance.csv").string(), "conformance");
@@ -82,7 +85,7 @@ int run_verify(const VerifyFlags& f, const Env& env) {
     write_conformance_rows(csv, meta, r, e.cfg.steps);
     write_reported_figures(csv, meta, t, r);
   }
-  if (!f.junit.empty()) write_junit(f.junit, {junit});
+  if (!f.junit.empty()) write_junit(f.junit, {junit}, inputs);
   std::printf("\n%zu traces, %d failed. %s\nresults: %s\n", traces.size(), failures, kRatioLegend,
               csv.path().c_str());
   return failures ? 1 : 0;

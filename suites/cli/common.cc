@@ -67,25 +67,17 @@ ConfigReader load_config(const ConfigFlags& f) {
   return r;
 }
 
-void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag) {
-  const std::string tmp = path + ".tmp";
-  std::error_code ec;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    require(bool(out), flag + ": cannot open '" + tmp + "' for writing");
-    out << text;
-    out.close();
-    if (!out) {
-      std::filesystem::remove(tmp, ec);
-      throw InputError(flag + ": writing '" + tmp + "' failed");
+std::vector<std::string> input_files(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(p, ec)) {
+      files.push_back(p);
+      continue;
     }
+    for (const auto& e : std::filesystem::directory_iterator(p, ec)) files.push_back(e.path().string());
   }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    std::filesystem::remove(tmp, ec);
-    throw InputError(flag + ": cannot rename '" + tmp + "' to '" + path + "': " + why);
-  }
+  return files;
 }
 
 std::filesystem::path make_run_dir(const std::string& out, const std::string& run_id) {

@@ -41,10 +41,10 @@ Limits limits_of(const PreflightFlags& f);
 // Reads the file (if any), then applies the --set assignments.
 ConfigReader load_config(const ConfigFlags& f);
 
-// Writes `text` to PATH.tmp and renames it over PATH, so a reader never sees
-// a half-written file; InputError naming `flag` and the file if either step
-// fails (the .tmp is removed).
-void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag);
+
+// The files a command reads, for an output path that must be none of them
+// (harness/io/output_file.h): each path, or a directory's files (one level).
+std::vector<std::string> input_files(const std::vector<std::string>& paths);
 
 // Creates DIR/<run id>/ and returns it (InputError naming DIR if it cannot).
 std::filesystem::path make_run_dir(const std::string& out, const std::string& run_id);

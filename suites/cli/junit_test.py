@@ -11,6 +11,7 @@ exit 2 naming what is wrong and write nothing.
 """
 import json
 import os
+import stat
 import shutil
 import struct
 import subprocess
@@ -165,12 +166,32 @@ for args, msg in (
     expect(not os.path.exists(runs), f"verify {args}: nothing written")
 
 # Bad paths: exit 2 naming the flag, before any work (no run directory made).
-for path, msg in ((os.path.join(WORK, "no", "such", "r.xml"), "cannot write there"), (WORK, "is a directory"),
+for path, msg in ((os.path.join(WORK, "no", "such", "r.xml"), "does not exist"), (WORK, "is a directory"),
                   ("", "must not be empty")):
     runs = os.path.join(WORK, "bad_runs")
     rc, out = run("check", "--mesh", "dp2", "--precision", "fp32", "--steps", "1", "--out", runs, "--junit", path)
     expect(rc == 2 and "--junit" in out and msg in out, f"--junit '{path}': exit 2 with '{msg}' (got {rc}: {out[-300:]})")
     expect(not os.path.exists(runs), f"--junit '{path}': nothing ran")
+
+# A writer never replaces what it did not create (harness/io/output_file.h):
+# the trace verify judges is not its --junit, however spelled; a device
+# written to stays a device.
+trace_copy = os.path.join(WORK, "judged.safetensors")
+shutil.copyfile(golden, trace_copy)
+before = open(trace_copy, "rb").read()
+for spelled in (trace_copy, os.path.join(WORK, ".", "judged.safetensors")):
+    rc, out = run("verify", "--export", ex, "--trace", trace_copy, "--out", os.path.join(WORK, "v_self"),
+                  "--junit", spelled)
+    expect(rc == 2 and "is also an input of this command" in out,
+           f"verify --junit {spelled} = its trace: exit 2 naming it (got {rc}: {out[-300:]})")
+    expect(open(trace_copy, "rb").read() == before, f"verify --junit {spelled}: the trace is untouched")
+rc, out = run("verify", "--export", ex, "--trace", trace_copy, "--out", os.path.join(WORK, "v_self"),
+              "--junit", os.path.join(ex, "init.safetensors"))
+expect(rc == 2 and "is also an input" in out, f"verify --junit into the export: exit 2 (got {rc}: {out[-300:]})")
+rc, out = run("verify", "--export", ex, "--trace", trace_copy, "--out", os.path.join(WORK, "v_null"),
+              "--junit", "/dev/null")
+expect(rc == 0 and stat.S_ISCHR(os.stat("/dev/null").st_mode),
+       f"verify --junit /dev/null: written in place, still a device (got {rc}: {out[-300:]})")
 
 print("junit_test:", "FAILED" if failed else "ok", f"({len(failed)} failures)")
 sys.exit(1 if failed else 0)
