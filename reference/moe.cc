@@ -7,7 +7,6 @@
 #include <numeric>
 #include <vector>
 
-#include "harness/names.h"
 #include "harness/status.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
@@ -17,27 +16,6 @@ namespace pb {
 namespace k = kernels;
 using k::detail::load;
 using k::detail::store;
-
-namespace {
-const Names<MoeFault>& fault_names() {
-  static const Names<MoeFault> n{{MoeFault::local_capacity, "moe_local_capacity"},
-                                 {MoeFault::aux_per_rank, "moe_aux_per_rank"},
-                                 {MoeFault::router_grad_missing, "moe_router_grad_missing"},
-                                 {MoeFault::ep_combine_permuted, "ep_combine_permuted"},
-                                 {MoeFault::ep_expert_grads_dp, "ep_expert_grads_dp"}};
-  return n;
-}
-}  // namespace
-
-std::string moe_fault_name(MoeFault f) { return fault_names().name(f); }
-
-bool is_moe_fault(const std::string& s) { return fault_names().has(s); }
-
-std::string moe_fault_list() { return fault_names().list(); }
-
-MoeFault parse_moe_fault(const std::string& s) {
-  return fault_names().parse(s, "strategy.faults", "mixture-of-experts fault");
-}
 
 int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {
   const double cap = std::ceil(c.capacity_factor * double(tokens) * c.top_k / c.experts);

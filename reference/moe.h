@@ -36,7 +36,8 @@ int64_t moe_capacity(const MoeConfig& c, int64_t tokens);
 // has scope_tokens (0: N alone): the scope's capacity, at most N.
 int64_t moe_buffer_rows(const MoeConfig& c, int64_t N, int64_t scope_tokens);
 
-// Injected faults (test-only), each caught by the conformance engine.
+// Injected faults (test-only), each caught by the conformance engine (their
+// names and where they apply: impl/expert_parallel/faults.h).
 enum class MoeFault : uint8_t {
   local_capacity,       // global capacity computed and admitted over this rank's tokens alone
   aux_per_rank,         // the load-balancing loss's f and P over this rank's tokens, not the scope's
@@ -44,10 +45,6 @@ enum class MoeFault : uint8_t {
   ep_combine_permuted,  // expert parallel: each expert's returned rows land on its tokens in reverse order
   ep_expert_grads_dp,   // expert parallel: expert gradients reduced over the whole data group, not edp
 };
-std::string moe_fault_name(MoeFault f);
-bool is_moe_fault(const std::string& s);
-std::string moe_fault_list();  // "a, b, c"
-MoeFault parse_moe_fault(const std::string& s);  // InputError naming strategy.faults
 
 // The rows an expert-parallel exchange moves, `width` elements of `dtype`
 // each, by `copy` (bytes, within the rows' memory: the device's): this
