@@ -17,7 +17,10 @@ const std::vector<const Strategy*>& strategies() {
 
 const Strategy& strategy_for(const RunSpec& s) {
   for (const Strategy* st : strategies())
-    if (st->runs(s)) return *st;
+    if (st->runs(s)) {
+      check_fault_names(st->faults, s.faults);
+      return *st;
+    }
   std::string missing;
   auto note = [&](int size, const char* axis) {
     if (size > 1) missing += (missing.empty() ? "" : ", ") + std::string(axis) + std::to_string(size);

@@ -11,7 +11,8 @@ namespace pb {
 const std::vector<const Strategy*>& strategies();
 
 // The implementation that runs `s`: InputError naming the mesh and the axes
-// no implementation covers yet.
+// no implementation covers yet, or a fault name it does not declare (naming
+// the ones it does, by axis).
 const Strategy& strategy_for(const RunSpec& s);
 
 }  // namespace pb

@@ -7,7 +7,6 @@
 #include <numeric>
 #include <vector>
 
-#include "harness/names.h"
 #include "harness/status.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
@@ -17,27 +16,6 @@ namespace pb {
 namespace k = kernels;
 using k::detail::load;
 using k::detail::store;
-
-namespace {
-const Names<MoeFault>& fault_names() {
-  static const Names<MoeFault> n{{MoeFault::local_capacity, "moe_local_capacity"},
-                                 {MoeFault::aux_per_rank, "moe_aux_per_rank"},
-                                 {MoeFault::router_grad_missing, "moe_router_grad_missing"},
-                                 {MoeFault::ep_combine_permuted, "ep_combine_permuted"},
-                                 {MoeFault::ep_expert_grads_dp, "ep_expert_grads_dp"}};
-  return n;
-}
-}  // namespace
-
-std::string moe_fault_name(MoeFault f) { return fault_names().name(f); }
-
-bool is_moe_fault(const std::string& s) { return fault_names().has(s); }
-
-std::string moe_fault_list() { return fault_names().list(); }
-
-MoeFault parse_moe_fault(const std::string& s) {
-  return fault_names().parse(s, "strategy.faults", "mixture-of-experts fault");
-}
 
 int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {
   const double cap = std::ceil(c.capacity_factor * double(tokens) * c.top_k / c.experts);
@@ -56,6 +34,32 @@ int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_toke
   const int64_t routing = N * K * (4 + a + 4);  // choice, weight, slot (on a device: their copies there)
   if (on_device) return rows_bytes + routing;
   return N * E * a + routing + E * 4 + E * a + (ep > 1 ? E * 4 : 0) + rows_bytes;
+}
+
+void LocalMoeExchange::gather_routed(const double* mine, double* all, size_t n) const {
+  std::copy(mine, mine + n, all);
+}
+
+void LocalMoeExchange::exchange_counts(const int32_t* count, int32_t* recv, int experts) const {
+  std::copy(count, count + experts, recv);
+}
+
+// One rank owns every expert: expert e's rows are at e * rows on both sides.
+void LocalMoeExchange::dispatch(void* dst, const void* src, const MoeRows& r) const {
+  const size_t row = r.width * dtype_size(r.dtype);
+  for (int e = 0; e < r.experts; ++e)
+    r.copy(static_cast<char*>(dst) + size_t(e) * r.rows * row, static_cast<const char*>(src) + size_t(e) * r.rows * row,
+           size_t(r.count[e]) * row);
+}
+
+void LocalMoeExchange::combine(void* dst, const void* src, const MoeRows& r, bool permute) const {
+  const size_t row = r.width * dtype_size(r.dtype);
+  for (int e = 0; e < r.experts; ++e) {
+    const size_t n = size_t(r.count[e]), at = size_t(e) * r.rows;
+    for (size_t j = 0; j < n; ++j)
+      r.copy(static_cast<char*>(dst) + (at + (permute ? n - 1 - j : j)) * row,
+             static_cast<const char*>(src) + (at + j) * row, row);
+  }
 }
 
 template <class T>
@@ -172,7 +176,8 @@ int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N, int64_t scope_tokens, 
 
 template <class T>
 MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope, const kernels::DeviceOps<T>& ops)
-    : ops_(&ops), c_(layout.model().moe), o_(layout.moe_block()), scope_(scope), N_(N), C_(layout.model().C),
+    : ops_(&ops), c_(layout.model().moe), o_(layout.moe_block()), scope_(scope),
+      x_(scope.exchange ? scope.exchange : std::make_shared<LocalMoeExchange>()), N_(N), C_(layout.model().C),
       E_(c_.experts), k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), tp_(layout.tp()), H_(4 * C_ / layout.tp()),
       scope_tokens_(scope.tokens(c_, N)) {
   require(E_ > 0, "moe: the model has no experts");
@@ -182,71 +187,18 @@ MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope, const kernel
 }
 
 template <class T>
-void MoeMlp<T>::exchange_counts(MoeActs<T>& a) const {
-  std::vector<double> out(static_cast<size_t>(E_)), in(static_cast<size_t>(E_));
-  for (int e = 0; e < E_; ++e) out[size_t(e)] = a.count[size_t(e)];  // expert-major = owner-major
-  scope_.ep->all_to_all(out.data(), in.data(), size_t(El_), DType::f64);
-  for (int e = 0; e < E_; ++e) a.recv[size_t(e)] = int32_t(in[size_t(e)]);
-}
-
-// Rows of width C: this rank's, expert e's count[e] at e * rows (E-major, so
-// owner-major), packed and sent; an owner's arrive source-major and are put
-// expert-major, local expert le's at le * ep * rows.
-template <class T>
-void MoeMlp<T>::dispatch(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s) const {
-  const size_t C = size_t(C_), rows = size_t(a.rows), orows = rows * size_t(ep_);
-  std::vector<size_t> sc(size_t(ep_), 0), rc(size_t(ep_), 0);
-  size_t off = 0;
-  for (int e = 0; e < E_; ++e) {
-    const size_t n = size_t(a.count[size_t(e)]);
-    ops_->copy(s.send.data() + off * C, src + size_t(e) * rows * C, n * C * sizeof(T));
-    off += n;
-    sc[size_t(e / El_)] += n * C;
-  }
-  for (int r = 0; r < ep_; ++r)
-    for (int le = 0; le < El_; ++le) rc[size_t(r)] += size_t(a.recv[size_t(r) * El_ + le]) * C;
-  scope_.ep->all_to_all_v(s.send.data(), sc, s.recv.data(), rc, dtype_of<T>());
-  std::vector<size_t> fill(size_t(El_), 0);
-  size_t in = 0;
-  for (int r = 0; r < ep_; ++r)
-    for (int le = 0; le < El_; ++le) {
-      const size_t n = size_t(a.recv[size_t(r) * El_ + le]);
-      require(fill[size_t(le)] + n <= orows, "moe: an expert received more rows than its buffer holds");
-      ops_->copy(dst + (size_t(le) * orows + fill[size_t(le)]) * C, s.recv.data() + in * C, n * C * sizeof(T));
-      fill[size_t(le)] += n;
-      in += n;
-    }
-}
-
-// The reverse of dispatch: the owner's rows, expert-major, back to their
-// sources, landing at e * rows + slot. permute: each expert's rows land in
-// reverse order (the ep_combine_permuted fault).
-template <class T>
-void MoeMlp<T>::combine(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s, bool permute) const {
-  const size_t C = size_t(C_), rows = size_t(a.rows), orows = rows * size_t(ep_);
-  std::vector<size_t> sc(size_t(ep_), 0), rc(size_t(ep_), 0), fill(size_t(El_), 0);
-  size_t out = 0;
-  for (int r = 0; r < ep_; ++r)
-    for (int le = 0; le < El_; ++le) {
-      const size_t n = size_t(a.recv[size_t(r) * El_ + le]);
-      ops_->copy(s.send.data() + out * C, src + (size_t(le) * orows + fill[size_t(le)]) * C, n * C * sizeof(T));
-      fill[size_t(le)] += n;
-      out += n;
-      sc[size_t(r)] += n * C;
-    }
-  for (int e = 0; e < E_; ++e) rc[size_t(e / El_)] += size_t(a.count[size_t(e)]) * C;
-  scope_.ep->all_to_all_v(s.send.data(), sc, s.recv.data(), rc, dtype_of<T>());
-  size_t in = 0;
-  for (int e = 0; e < E_; ++e) {
-    const size_t n = size_t(a.count[size_t(e)]);
-    if (!permute) {
-      ops_->copy(dst + size_t(e) * rows * C, s.recv.data() + in * C, n * C * sizeof(T));
-    } else {
-      for (size_t j = 0; j < n; ++j)
-        ops_->copy(dst + (size_t(e) * rows + n - 1 - j) * C, s.recv.data() + (in + j) * C, C * sizeof(T));
-    }
-    in += n;
-  }
+MoeRows MoeMlp<T>::rows_of(const MoeActs<T>& a, MoeScratch<T>& s) const {
+  MoeRows r;
+  r.count = a.count.data();
+  r.recv = a.recv.data();
+  r.experts = E_;
+  r.rows = size_t(a.rows);
+  r.width = size_t(C_);
+  r.dtype = dtype_of<T>();
+  r.send = s.send.data();
+  r.staged = s.recv.data();
+  r.copy = [ops = ops_](void* dst, const void* src, size_t bytes) { ops->copy(dst, src, bytes); };
+  return r;
 }
 
 template <class T>
@@ -255,7 +207,7 @@ void MoeMlp<T>::tp_sum_rows(T* rows, const MoeActs<T>& a, size_t stride) const {
     const size_t n = size_t(a.expert_rows(le)) * size_t(C_);
     if (n == 0) continue;
     T* r = rows + size_t(le) * stride * size_t(C_);
-    scope_.tp->all_reduce(r, r, n, dtype_of<T>());
+    x_->tp_sum(r, n, dtype_of<T>());
   }
 }
 
@@ -301,9 +253,9 @@ void MoeMlp<T>::route(MoeActs<T>& a, const T* logits) const {
   for (int e = 0; e < E; ++e) Ps[size_t(e)] = double(P[size_t(e)]);
   const bool local_cap = scope_.has(MoeFault::local_capacity), aux_here = scope_.has(MoeFault::aux_per_rank);
   if (scope_.shared(c_)) {
-    const int R = scope_.comm->size(), me = scope_.comm->rank();
+    const int R = x_->capacity_ranks(), me = x_->capacity_rank();
     std::vector<double> all(size_t(R) * K * E);
-    scope_.comm->all_gather(routed.data(), all.data(), routed.size(), DType::f64);
+    x_->gather_routed(routed.data(), all.data(), routed.size());
     for (int j = 0; j < K; ++j)
       for (int e = 0; e < E; ++e) {
         double before = 0;
@@ -316,7 +268,7 @@ void MoeMlp<T>::route(MoeActs<T>& a, const T* logits) const {
         for (int i = 0; i < j; ++i)
           for (int r = 0; r < R; ++r) base[size_t(j) * E + e] += all[(size_t(r) * K + i) * E + e];
       }
-    scope_.comm->all_reduce(Ps.data(), Ps.data(), Ps.size(), DType::f64);
+    x_->sum_probs(Ps.data(), Ps.size());
   }
   if (!scope_.shared(c_) || local_cap || aux_here) {  // this rank's pairs alone (the faults: for admission or aux)
     std::vector<double> lbase(size_t(K) * E, 0.0), ltotal(size_t(E), 0.0);
@@ -381,8 +333,8 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
   T* yout = a.y.data();
   size_t stride = size_t(cap);  // rows per expert in the expert-major buffers
   if (ep_ > 1) {
-    exchange_counts(a);
-    dispatch(a.xr.data(), s.xe.data(), a, s);
+    x_->exchange_counts(a.count.data(), a.recv.data(), E_);
+    x_->dispatch(a.xr.data(), s.xe.data(), rows_of(a, s));
     xin = a.xr.data();
     yout = s.rows.data();
     stride *= size_t(ep_);
@@ -405,7 +357,7 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
       ops_->add_rows(yout + size_t(le) * stride * C, expert(ex, le) + o_.fcproj_b, static_cast<const int32_t*>(nullptr),
                      a.expert_rows(le), C);
   }
-  if (ep_ > 1) combine(a.y.data(), s.rows.data(), a, s, scope_.has(MoeFault::ep_combine_permuted));
+  if (ep_ > 1) x_->combine(a.y.data(), s.rows.data(), rows_of(a, s), scope_.has(MoeFault::ep_combine_permuted));
   // Combine: out[n] = sum over admitted choices (best first) of weight * y.
   ops_->moe_combine(out, a.y.data(), a.dchoice(), a.dslot(), a.dweight(), N, K, C, cap, false);
 }
@@ -444,7 +396,7 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
   T* dxout = s.dxe.data();
   size_t stride = size_t(cap);
   if (ep_ > 1) {
-    dispatch(s.rows.data(), s.dy.data(), a, s);
+    x_->dispatch(s.rows.data(), s.dy.data(), rows_of(a, s));
     xin = a.xr.data();
     dyin = s.rows.data();
     dxout = s.xe.data();
@@ -469,7 +421,7 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
                           w + o_.fc_w, rows, C, H, ws);
   }
   if (tp_ > 1) tp_sum_rows(dxout, a, stride);  // the input gradients' partial sums over the hidden split
-  if (ep_ > 1) combine(s.dxe.data(), dxout, a, s, false);
+  if (ep_ > 1) x_->combine(s.dxe.data(), dxout, rows_of(a, s), false);
   // Back to the tokens, best choice first.
   ops_->moe_combine(dx, s.dxe.data(), a.dchoice(), a.dslot(), static_cast<const A*>(nullptr), N, K, C, cap, true);
   // Router: the load-balancing term's gradient (f_e held constant), then the

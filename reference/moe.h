@@ -17,10 +17,11 @@
 // Invariant: the same arithmetic in the same order whoever calls it.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <set>
 #include <string>
 
-#include "harness/comm/comm.h"
 #include "harness/dtype.h"
 #include "harness/memory.h"
 #include "kernels/common/device_ops.h"
@@ -35,7 +36,8 @@ int64_t moe_capacity(const MoeConfig& c, int64_t tokens);
 // has scope_tokens (0: N alone): the scope's capacity, at most N.
 int64_t moe_buffer_rows(const MoeConfig& c, int64_t N, int64_t scope_tokens);
 
-// Injected faults (test-only), each caught by the conformance engine.
+// Injected faults (test-only), each caught by the conformance engine (their
+// names and where they apply: impl/expert_parallel/faults.h).
 enum class MoeFault : uint8_t {
   local_capacity,       // global capacity computed and admitted over this rank's tokens alone
   aux_per_rank,         // the load-balancing loss's f and P over this rank's tokens, not the scope's
@@ -43,45 +45,99 @@ enum class MoeFault : uint8_t {
   ep_combine_permuted,  // expert parallel: each expert's returned rows land on its tokens in reverse order
   ep_expert_grads_dp,   // expert parallel: expert gradients reduced over the whole data group, not edp
 };
-std::string moe_fault_name(MoeFault f);
-bool is_moe_fault(const std::string& s);
-std::string moe_fault_list();  // "a, b, c"
-MoeFault parse_moe_fault(const std::string& s);  // InputError naming strategy.faults
 
-// Who shares a microbatch's capacity with this rank (global capacity over
-// several data ranks): their tokens come before or after this rank's in the
-// global token order (group rank order), and the ranks agree on admission by
-// all-gathering their per-(choice rank, expert) counts, not their tokens.
-// Null, or local capacity: this rank's tokens alone.
+// The rows an expert-parallel exchange moves, `width` elements of `dtype`
+// each, by `copy` (bytes, within the rows' memory: the device's): this
+// rank's expert e's count[e] rows at e * rows (expert-major = owner-major);
+// an owner's local expert le's at le * ep * rows, every source's rows in
+// group rank order, recv[s * E/ep + le] of them from source s. send and
+// staged: buffers of E * rows rows the exchange packs into and receives in.
+struct MoeRows {
+  const int32_t* count = nullptr;  // (E)
+  const int32_t* recv = nullptr;   // (ep, E/ep)
+  int experts = 0;
+  size_t rows = 0, width = 0;
+  DType dtype = DType::f64;
+  void* send = nullptr;
+  void* staged = nullptr;
+  std::function<void(void* dst, const void* src, size_t bytes)> copy;
+};
+
+// Every collective an MoE layer makes, behind one interface: the
+// single-device reference's is LocalMoeExchange (one rank, no communicator);
+// impl/expert_parallel/exchange.h's runs them over a rank's groups.
 //
-// Expert parallel: `ep` (the mesh's ep group) splits the experts into ep
+// Global capacity (capacity_ranks() > 1): the ranks sharing a microbatch's
+// capacity; their tokens come before or after this rank's in the global
+// token order (group rank order), and they agree on admission by
+// all-gathering their per-(choice rank, expert) counts, not their tokens.
+//
+// Expert parallel (ep_size() > 1): the ep group splits the experts into ep
 // equal contiguous ranges, rank r of the group owning experts [r*E/ep,
 // (r+1)*E/ep). Routing and admission stay with the token's rank; the
-// admitted rows go to their expert's owner by one all-to-all(v) (after an
-// all-to-all of the per-expert counts), come back by another, and backward
-// sends the output gradients there and the input gradients back the same
-// way. An owner runs each local expert on the rows of every source rank,
-// concatenated in group rank order.
+// admitted rows go to their expert's owner (after the per-expert counts),
+// come back, and backward sends the output gradients there and the input
+// gradients back the same way. An owner runs each local expert on the rows
+// of every source rank, concatenated in group rank order.
 //
-// Tensor parallel (a ParamLayout of tp > 1; `tp` its group): each expert's
+// Tensor parallel (tp_size() > 1, a ParamLayout of tp > 1): each expert's
 // c_fc rows and c_proj columns are split over tp like the dense MLP's
 // (Megatron-core's expert tensor parallel = tp), the router and c_proj's bias
 // replicated. Every tp rank holds the same tokens (no sequence parallel), so
 // it routes, admits and dispatches exactly as its peers; its experts' outputs
-// are partial sums over the hidden split, all-reduced over tp (then the bias
+// are partial sums over the hidden split, summed over tp (then the bias
 // added), and in backward so are the experts' input gradients.
+class MoeExchange {
+ public:
+  virtual ~MoeExchange() = default;
+  virtual int capacity_ranks() const = 0;  // ranks sharing a microbatch's capacity (1: this rank alone)
+  virtual int capacity_rank() const = 0;   // this rank's place among them
+  virtual int ep_size() const = 0;
+  virtual int tp_size() const = 0;
+  // Global capacity: every sharing rank's n counts, rank-major, into all
+  // (capacity_ranks() * n); the router probabilities' sums over them, in place.
+  virtual void gather_routed(const double* mine, double* all, size_t n) const = 0;
+  virtual void sum_probs(double* p, size_t n) const = 0;
+  // Expert parallel: recv (ep, E/ep) = the rows each source admitted for this
+  // rank's experts, from count (E) of every rank.
+  virtual void exchange_counts(const int32_t* count, int32_t* recv, int experts) const = 0;
+  // This rank's rows (src, expert-major) to their owners, landing in dst
+  // (MoeRows says where); combine is its reverse, the owner's rows back to
+  // their sources at e * rows. permute: each expert's rows land in reverse
+  // order (the ep_combine_permuted fault).
+  virtual void dispatch(void* dst, const void* src, const MoeRows& r) const = 0;
+  virtual void combine(void* dst, const void* src, const MoeRows& r, bool permute) const = 0;
+  // Tensor parallel: n elements summed over the tp group, in place.
+  virtual void tp_sum(void* rows, size_t n, DType t) const = 0;
+};
+
+// One rank alone: no communicator; the rows stay where they are.
+class LocalMoeExchange final : public MoeExchange {
+ public:
+  int capacity_ranks() const override { return 1; }
+  int capacity_rank() const override { return 0; }
+  int ep_size() const override { return 1; }
+  int tp_size() const override { return 1; }
+  void gather_routed(const double* mine, double* all, size_t n) const override;
+  void sum_probs(double*, size_t) const override {}
+  void exchange_counts(const int32_t* count, int32_t* recv, int experts) const override;
+  void dispatch(void* dst, const void* src, const MoeRows& r) const override;
+  void combine(void* dst, const void* src, const MoeRows& r, bool permute) const override;
+  void tp_sum(void*, size_t, DType) const override {}
+};
+
+// An MoE layer's scope on a rank: its exchange (null: LocalMoeExchange) and
+// its injected faults. impl/expert_parallel/exchange.h moe_scope builds one
+// over a rank's groups.
 struct MoeScope {
-  Communicator* comm = nullptr;
-  Communicator* ep = nullptr;  // null or size 1: every expert here
-  Communicator* tp = nullptr;  // null or size 1: experts whole
+  std::shared_ptr<const MoeExchange> exchange;
   std::set<MoeFault> faults;
-  int ep_size() const { return ep ? ep->size() : 1; }
-  int tp_size() const { return tp ? tp->size() : 1; }
+  int ep_size() const { return exchange ? exchange->ep_size() : 1; }
+  int tp_size() const { return exchange ? exchange->tp_size() : 1; }
+  int capacity_ranks() const { return exchange ? exchange->capacity_ranks() : 1; }
   bool has(MoeFault f) const { return faults.count(f) > 0; }
-  bool shared(const MoeConfig& c) const {
-    return comm && comm->size() > 1 && c.capacity == MoeCapacity::global;
-  }
-  int64_t tokens(const MoeConfig& c, int64_t local) const { return shared(c) ? local * comm->size() : local; }
+  bool shared(const MoeConfig& c) const { return capacity_ranks() > 1 && c.capacity == MoeCapacity::global; }
+  int64_t tokens(const MoeConfig& c, int64_t local) const { return shared(c) ? local * capacity_ranks() : local; }
 };
 
 // Routing totals of MoE layer forwards (a runner's since its last reset; a
@@ -192,12 +248,8 @@ class MoeMlp {
   // The routing of forward on the host, from the logits (host memory): a's
   // probabilities, choices, weights, slots, counts, f_e and aux.
   void route(MoeActs<T>& a, const T* logits) const;
-  // Expert parallel: the per-expert counts to the owners (forward).
-  void exchange_counts(MoeActs<T>& a) const;
-  // This rank's rows (expert e's at e * rows) to their owners, landing at
-  // le * ep * rows there, sources in rank order; and back.
-  void dispatch(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s) const;
-  void combine(T* dst, const T* src, const MoeActs<T>& a, MoeScratch<T>& s, bool permute) const;
+  // Expert parallel: a's rows as the exchange moves them, staged in s.
+  MoeRows rows_of(const MoeActs<T>& a, MoeScratch<T>& s) const;
   // Tensor parallel: each local expert's rows (le at le * stride) summed over tp.
   void tp_sum_rows(T* rows, const MoeActs<T>& a, size_t stride) const;
 
@@ -205,6 +257,7 @@ class MoeMlp {
   MoeConfig c_;
   MoeOffsets o_;
   MoeScope scope_;
+  std::shared_ptr<const MoeExchange> x_;  // scope_'s, or a LocalMoeExchange
   int N_, C_, E_, k_, ep_ = 1, El_;
   int tp_ = 1, H_;  // tensor parallel: the experts' hidden width here (4C / tp)
   int64_t scope_tokens_;

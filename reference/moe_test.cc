@@ -9,35 +9,14 @@
 #include <cmath>
 #include <random>
 
-#include "harness/comm/runner.h"
 #include "harness/status.h"
 #include "reference/init.h"
+#include "reference/moe_testing.h"
 #include "reference/runner.h"
 #include "reference/trainer.h"
 
 namespace pb {
 namespace {
-
-ModelConfig moe_model(double cf, int top_k = 2) {
-  ModelConfig m = named_model("tiny-moe");
-  m.moe.capacity_factor = cf;
-  m.moe.top_k = top_k;
-  m.moe.aux_loss_coef = 0.1;  // large enough to matter in the gradient check
-  return m;
-}
-
-// Params of `m` (fp64), the router weights made decisive (std 1) so small
-// perturbations do not flip a routing decision.
-std::vector<double> params_of(const ParamLayout& l, uint64_t seed) {
-  std::vector<double> p(size_t(l.total()));
-  init_params<double>(l, seed, 0, l.total(), p.data());
-  std::mt19937_64 g(seed);
-  std::normal_distribution<double> n(0, 1);
-  for (const auto& t : l.params())
-    if (t.name.find("router") != std::string::npos)
-      for (int64_t i = 0; i < t.numel; ++i) p[size_t(t.offset + i)] = n(g);
-  return p;
-}
 
 // The objective of one microbatch (loss mean + weighted aux) and its gradient.
 double objective(const ParamLayout& l, const std::vector<double>& p, std::vector<double>* grad, int64_t* dropped) {
@@ -154,104 +133,6 @@ TEST(Moe, FirstChoicesAreAdmittedFirst) {
   EXPECT_EQ(ma.slot[size_t(6) * 2], 0);
   EXPECT_EQ(ma.slot[size_t(7) * 2], 1);
   for (int n = 0; n < 6; ++n) EXPECT_EQ(ma.slot[size_t(n) * 2 + 1], -1) << n;
-}
-
-// Tensor-parallel experts (each expert's c_fc rows and c_proj columns split
-// over tp, the partial sums all-reduced): at fp64 the MoE MLP of tp 2 (and
-// of ep 2 x tp 2) gives the output, input gradient and parameter gradients
-// of the whole experts (tp 1), with tokens dropped at capacity 1.0.
-struct MoeRun {
-  std::vector<double> out, dx, du;  // du: the block unit's gradients in the whole layout's flat order
-};
-MoeRun run_moe(const ModelConfig& m, int tp, int tp_rank, Communicator* tpc, Communicator* epc,
-               const std::vector<double>& full, const std::vector<double>& x, const std::vector<double>& dout) {
-  const ParamLayout whole(m), l(m, tp, tp_rank);
-  const int N = int(x.size()) / m.C, ep = epc ? epc->size() : 1, er = epc ? epc->rank() : 0;
-  std::vector<double> p(size_t(l.total())), g(size_t(l.total()), 0.0);
-  for (const ParamInfo& t : l.params()) {
-    const int64_t base = whole.find(t.name)->offset;
-    for (int64_t i = 0; i < t.numel; ++i) p[size_t(t.offset + i)] = full[size_t(base + t.full_index(i))];
-  }
-  MoeScope sc;
-  sc.tp = tpc;
-  sc.ep = epc;
-  MoeMlp<double> mlp(l, N, sc);
-  MoeActs<double> a(nullptr, m, N, 0, ep, tp);
-  MoeScratch<double> s(nullptr, m, N, 0, ep, tp);
-  const int64_t u = l.unit_begin(l.block_unit(0));
-  const MoeOffsets& o = l.moe_block();
-  const int64_t El = m.moe.experts / ep, mine = u + o.expert0 + er * El * o.expert_size;  // this ep rank's experts
-  MoeRun r;
-  r.out.assign(x.size(), 0.0);
-  r.dx.assign(x.size(), 0.0);
-  mlp.forward(a, r.out.data(), x.data(), p.data() + u, s, ep > 1 ? p.data() + mine : nullptr);
-  mlp.backward(r.dx.data(), g.data() + u, dout.data(), x.data(), a, p.data() + u, 0.5, s,
-               ep > 1 ? p.data() + mine : nullptr, ep > 1 ? g.data() + mine : nullptr);
-  r.du.assign(size_t(whole.total()), 0.0);
-  for (const ParamInfo& t : l.params()) {  // this rank's pieces (under ep: the router and its own experts)
-    const int64_t base = whole.find(t.name)->offset;
-    if (t.offset < u || t.offset >= l.unit_begin(l.block_unit(0) + 1)) continue;
-    if (ep > 1 && t.offset >= u + o.expert0 && (t.offset < mine || t.offset >= mine + El * o.expert_size)) continue;
-    for (int64_t i = 0; i < t.numel; ++i) r.du[size_t(base + t.full_index(i))] = g[size_t(t.offset + i)];
-  }
-  return r;
-}
-
-void expect_near(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    worst = std::max(worst, std::abs(got[i] - want[i]));
-    scale = std::max(scale, std::abs(want[i]));
-  }
-  EXPECT_LE(worst, 1e-12 * std::max(1.0, scale)) << what << " (scale " << scale << ")";
-}
-
-TEST(Moe, TensorParallelExpertsMatchWholeExperts) {
-  const ModelConfig m = moe_model(1.0);
-  const ParamLayout whole(m);
-  const std::vector<double> full = params_of(whole, 7);
-  const int N = 24;
-  std::mt19937_64 gen(11);
-  std::normal_distribution<double> nd(0, 1);
-  auto draw = [&](int ranks) {
-    std::vector<std::vector<double>> v(size_t(ranks), std::vector<double>(size_t(N) * m.C));
-    for (auto& r : v)
-      for (double& e : r) e = nd(gen);
-    return v;
-  };
-  const auto xs = draw(2), douts = draw(2);
-  // tp 2 against whole experts.
-  const MoeRun one = run_moe(m, 1, 0, nullptr, nullptr, full, xs[0], douts[0]);
-  std::vector<MoeRun> tp2(2);
-  run_local(2, [&](Communicator& w) { tp2[size_t(w.rank())] = run_moe(m, 2, w.rank(), &w, nullptr, full, xs[0], douts[0]); });
-  for (int r = 0; r < 2; ++r) {
-    expect_near(tp2[size_t(r)].out, one.out, "tp2 out, rank " + std::to_string(r));
-    expect_near(tp2[size_t(r)].dx, one.dx, "tp2 dx, rank " + std::to_string(r));
-  }
-  std::vector<double> du(one.du.size(), 0.0);  // the shards' pieces: split ones once, replicated ones equal
-  for (size_t i = 0; i < du.size(); ++i) du[i] = tp2[0].du[i] != 0 ? tp2[0].du[i] : tp2[1].du[i];
-  expect_near(du, one.du, "tp2 parameter gradients");
-  // ep 2 x tp 2 (world 4, tp fastest) against ep 2 with whole experts: each ep rank its own tokens.
-  std::vector<MoeRun> ep2(2), both(4);
-  run_local(2, [&](Communicator& w) {
-    ep2[size_t(w.rank())] = run_moe(m, 1, 0, nullptr, &w, full, xs[size_t(w.rank())], douts[size_t(w.rank())]);
-  });
-  run_local(4, [&](Communicator& w) {
-    const int t = w.rank() % 2, e = w.rank() / 2;
-    auto tpc = w.split_groups({{0, 1}, {2, 3}}, "tp");
-    auto epc = w.split_groups({{0, 2}, {1, 3}}, "ep");
-    both[size_t(w.rank())] = run_moe(m, 2, t, tpc.get(), epc.get(), full, xs[size_t(e)], douts[size_t(e)]);
-  });
-  for (int r = 0; r < 4; ++r) {
-    expect_near(both[size_t(r)].out, ep2[size_t(r / 2)].out, "ep2.tp2 out, rank " + std::to_string(r));
-    expect_near(both[size_t(r)].dx, ep2[size_t(r / 2)].dx, "ep2.tp2 dx, rank " + std::to_string(r));
-  }
-  for (int e = 0; e < 2; ++e) {
-    std::vector<double> d(full.size(), 0.0);
-    for (size_t i = 0; i < d.size(); ++i) d[i] = both[size_t(2 * e)].du[i] != 0 ? both[size_t(2 * e)].du[i] : both[size_t(2 * e + 1)].du[i];
-    expect_near(d, ep2[size_t(e)].du, "ep2.tp2 parameter gradients, ep rank " + std::to_string(e));
-  }
 }
 
 TEST(Moe, ParameterCounts) {

@@ -1,29 +1,8 @@
 #include "impl/context_parallel/options.h"
 
 #include "harness/status.h"
-#include "harness/names.h"
 
 namespace pb::cp {
-
-namespace {
-const Names<Fault>& names() {
-  static const Names<Fault> n{{Fault::causal_by_rank, "causal_by_rank"},
-                              {Fault::merge_no_rescale, "merge_no_rescale"},
-                              {Fault::dkv_not_returned, "dkv_not_returned"},
-                              {Fault::zigzag_positions, "zigzag_positions"},
-                              {Fault::zigzag_targets, "zigzag_targets"},
-                              {Fault::loss_per_rank, "loss_per_rank"}};
-  return n;
-}
-}  // namespace
-
-std::string fault_name(Fault f) { return names().name(f); }
-
-bool is_fault(const std::string& s) { return names().has(s); }
-
-Fault parse_fault(const std::string& s, const std::string& field) {
-  return names().parse(s, field, "context-parallel fault");
-}
 
 std::vector<Fault> faults_for(const CpOptions& o) {
   std::vector<Fault> f;
@@ -37,6 +16,46 @@ std::vector<Fault> faults_for(const CpOptions& o) {
   f.push_back(Fault::loss_per_rank);
   return f;
 }
+
+CpOptions options_of(const RunSpec& s) {
+  CpOptions o;
+  o.cp = s.mesh.cp;
+  o.algo = s.context.algo;
+  o.zigzag = s.context.zigzag;
+  for (Fault f : fault_values<Fault>(fault_decls(), FaultAxis::context, s.faults)) o.faults.insert(f);
+  return o;
+}
+
+namespace {
+std::vector<Fault> faults_for_spec(const RunSpec& s) { return faults_for(options_of(s)); }
+}  // namespace
+
+std::span<const FaultDecl> fault_decls() {
+  using enum Fault;
+  constexpr FaultAxis X = FaultAxis::context;
+  static const FaultDecl d[] = {
+      {"causal_by_rank", X, uint8_t(causal_by_rank),
+       "ring: blocks masked by rank order, right only for the contiguous placement",
+       listed_for<causal_by_rank, faults_for_spec>},
+      {"merge_no_rescale", X, uint8_t(merge_no_rescale),
+       "ring: partial outputs merged without rescaling by exp(m - m_new)",
+       listed_for<merge_no_rescale, faults_for_spec>},
+      {"dkv_not_returned", X, uint8_t(dkv_not_returned),
+       "ring backward: the last dK/dV hop is skipped; the rank keeps its neighbour's gradient",
+       listed_for<dkv_not_returned, faults_for_spec>},
+      {"zigzag_positions", X, uint8_t(zigzag_positions),
+       "zigzag: position embeddings of the contiguous placement, not the true ones",
+       listed_for<zigzag_positions, faults_for_spec>},
+      {"zigzag_targets", X, uint8_t(zigzag_targets),
+       "zigzag: targets of the contiguous placement, not of the tokens held",
+       listed_for<zigzag_targets, faults_for_spec>},
+      {"loss_per_rank", X, uint8_t(loss_per_rank),
+       "the loss normalized by the rank's own tokens, not the global batch's",
+       listed_for<loss_per_rank, faults_for_spec>}};
+  return d;
+}
+
+std::string fault_name(Fault f) { return fault_name_of(fault_decls(), FaultAxis::context, uint8_t(f)); }
 
 Placement::Placement(int Tn, int cp, int rank, bool zigzag) : Tn_(Tn), cp_(cp), rank_(rank) {
   require(cp >= 1 && rank >= 0 && rank < cp && Tn % cp == 0, "cp: bad placement");

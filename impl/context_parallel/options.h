@@ -14,9 +14,11 @@
 #pragma once
 #include <cstdint>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "impl/spec/fault.h"
 #include "impl/spec/run_spec.h"
 
 namespace pb::cp {
@@ -33,9 +35,7 @@ enum class Fault : uint8_t {
   loss_per_rank,      // the loss normalized by the rank's own tokens, not the global batch's
 };
 std::string fault_name(Fault f);
-// InputError naming `field` and the context-parallel faults.
-Fault parse_fault(const std::string& s, const std::string& field = "strategy.faults");
-bool is_fault(const std::string& s);
+std::span<const FaultDecl> fault_decls();  // impl/spec/fault.h
 
 struct CpOptions {
   int cp = 1;
@@ -46,6 +46,8 @@ struct CpOptions {
 };
 // The faults that apply to these options (none at cp = 1).
 std::vector<Fault> faults_for(const CpOptions& o);
+// The context axis of `s`, its faults included.
+CpOptions options_of(const RunSpec& s);
 
 // One run of consecutive positions a rank holds: local tokens
 // [local, local + len) are positions [pos, pos + len).

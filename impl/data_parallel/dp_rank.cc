@@ -6,6 +6,7 @@
 #include "harness/status.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/exchange.h"
 
 namespace pb::dp {
 
@@ -24,12 +25,9 @@ DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& worl
   scalar_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "dp_scalar");
   check_ = world.split_groups(whole_world(world.size()), "check");
   dp_ = std::make_unique<Component<T>>(o, model_units(layout_), layout_, cfg.seed, comms_, mem_, *ops_);
-  MoeScope scope;
-  scope.faults = o.moe_faults;
-  if (moe_shares_capacity(o, cfg)) {  // the ranks agree on admission by exchanging counts
+  if (moe_shares_capacity(o, cfg))  // the ranks agree on admission by exchanging counts
     moe_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "moe");
-    scope.comm = moe_.get();
-  }
+  const MoeScope scope = ep::moe_scope(moe_.get(), nullptr, nullptr, o.moe_faults);
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &mem_, cfg.batch / o.dp / cfg.microbatches,
                                                   cfg.seq, scope, *ops_);
   hooks_ = make_hooks(*dp_, layout_, mem_);

@@ -3,31 +3,14 @@
 #include <algorithm>
 
 #include "harness/status.h"
-#include "harness/names.h"
+#include "impl/expert_parallel/faults.h"
+#include "impl/spec/run_spec.h"
 
 namespace pb::dp {
 
-namespace {
-const Names<Fault>& names() {
-  static const Names<Fault> n{{Fault::grad_not_averaged, "grad_not_averaged"},
-                              {Fault::skip_bucket, "skip_bucket"},
-                              {Fault::sync_wrong_microbatch, "sync_wrong_microbatch"},
-                              {Fault::wrong_shard_offset, "wrong_shard_offset"},
-                              {Fault::stale_params, "stale_params"},
-                              {Fault::skip_grad_reduce, "skip_grad_reduce"},
-                              {Fault::skip_replica_reduce, "skip_replica_reduce"},
-                              {Fault::no_copy_back, "no_copy_back"},
-                              {Fault::keep_gathered, "keep_gathered"}};
-  return n;
-}
-}  // namespace
-
-std::string fault_name(Fault f) { return names().name(f); }
-
-Fault parse_fault(const std::string& s) {
-  if (auto f = names().find(s)) return *f;
-  throw InputError("strategy.faults: unknown fault '" + s + "' (known: " + names().list() +
-                   "; mixture-of-experts faults: " + moe_fault_list() + ")");
+std::string fault_name(Fault f) {  // no_copy_back is the offload axis's
+  const FaultAxis a = f == Fault::no_copy_back ? FaultAxis::offload : FaultAxis::data;
+  return fault_name_of(fault_decls(), a, uint8_t(f));
 }
 
 std::vector<Fault> faults_for(Shard s, Offload o) {
@@ -61,6 +44,49 @@ bool applies(Fault f, Shard s, Offload o) {
   const auto fs = faults_for(s, o);
   return std::find(fs.begin(), fs.end(), f) != fs.end();
 }
+
+std::vector<Fault> faults_for_spec(const RunSpec& s) { return faults_for(s.data.shard, s.data.offload); }
+
+}  // namespace
+
+std::span<const FaultDecl> fault_decls() {
+  using enum Fault;
+  constexpr FaultAxis D = FaultAxis::data;
+  static const FaultDecl d[] = {
+      {"grad_not_averaged", D, uint8_t(grad_not_averaged),
+       "DDP/ZeRO: the loss gradient is scaled by the rank's tokens, not the step's",
+       listed_for<grad_not_averaged, faults_for_spec>},
+      {"skip_bucket", D, uint8_t(skip_bucket), "DDP: the first gradient bucket is never all-reduced",
+       listed_for<skip_bucket, faults_for_spec>},
+      {"sync_wrong_microbatch", D, uint8_t(sync_wrong_microbatch),
+       "DDP: gradients are synced on the first microbatch instead of the last",
+       listed_for<sync_wrong_microbatch, faults_for_spec>},
+      {"wrong_shard_offset", D, uint8_t(wrong_shard_offset), "ZeRO: the optimizer steps the neighbour's slice",
+       listed_for<wrong_shard_offset, faults_for_spec>},
+      {"stale_params", D, uint8_t(stale_params),
+       "ZeRO-1/2: no all-gather after the update; ZeRO-3: backward uses the previous unit's gathered buffer",
+       listed_for<stale_params, faults_for_spec>},
+      {"skip_grad_reduce", D, uint8_t(skip_grad_reduce), "ZeRO: one unit's gradient is not reduce-scattered",
+       listed_for<skip_grad_reduce, faults_for_spec>},
+      {"skip_replica_reduce", D, uint8_t(skip_replica_reduce),
+       "HSDP / hZeRO: the cross-replica (inter-node) reduction is skipped",
+       listed_for<skip_replica_reduce, faults_for_spec>},
+      {"keep_gathered", D, uint8_t(keep_gathered),
+       "ZeRO-3 family: a block's gathered buffer leaks until the end of the microbatch (only comm memory shows it)",
+       listed_for<keep_gathered, faults_for_spec>},
+      {"no_copy_back", FaultAxis::offload, uint8_t(no_copy_back),
+       "offload: device params are not refreshed from the host master", listed_for<no_copy_back, faults_for_spec>}};
+  return d;
+}
+
+std::set<Fault> faults_of(const std::vector<std::string>& faults) {
+  std::set<Fault> out;
+  for (FaultAxis a : {FaultAxis::data, FaultAxis::offload})
+    for (Fault f : fault_values<Fault>(fault_decls(), a, faults)) out.insert(f);
+  return out;
+}
+
+namespace {
 
 // "zero3", "zero2 + offload"
 std::string strategy_name(Shard s, Offload o) {
@@ -141,12 +167,12 @@ void validate(const DpOptions& o, const TrainConfig& cfg) {
           "strategy.faults: sync_wrong_microbatch needs train.microbatches >= 2 (the first is the last)");
   const bool shared = cfg.model.moe.experts > 0 && cfg.model.moe.capacity == MoeCapacity::global && o.dp > 1;
   for (MoeFault f : o.moe_faults) {
-    require(cfg.model.moe.experts > 0, "strategy.faults: " + moe_fault_name(f) + " needs a mixture-of-experts model");
+    require(cfg.model.moe.experts > 0, "strategy.faults: " + ep::moe_fault_name(f) + " needs a mixture-of-experts model");
     if (f == MoeFault::ep_combine_permuted || f == MoeFault::ep_expert_grads_dp)
-      require(o.ep >= 2, "strategy.faults: " + moe_fault_name(f) + " needs expert parallel (mesh ep >= 2)");
+      require(o.ep >= 2, "strategy.faults: " + ep::moe_fault_name(f) + " needs expert parallel (mesh ep >= 2)");
     else
       require(f == MoeFault::router_grad_missing || shared,
-              "strategy.faults: " + moe_fault_name(f) + " needs moe.capacity = global over dp >= 2 ranks");
+              "strategy.faults: " + ep::moe_fault_name(f) + " needs moe.capacity = global over dp >= 2 ranks");
   }
 }
 

@@ -4,10 +4,12 @@
 #pragma once
 #include <cstdint>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "impl/data_parallel/cost.h"
+#include "impl/spec/fault.h"
 #include "reference/moe.h"
 #include "reference/train_config.h"
 
@@ -29,7 +31,10 @@ enum class Fault : uint8_t {
                          //   comm volume are unchanged: only the comm-memory check sees it)
 };
 std::string fault_name(Fault f);
-Fault parse_fault(const std::string& s);  // InputError naming strategy.fault
+// The data axis's faults, declared (impl/spec/fault.h); no_copy_back is the
+// offload axis's.
+std::span<const FaultDecl> fault_decls();
+std::set<Fault> faults_of(const std::vector<std::string>& faults);  // the data axis's among a spec's
 std::vector<Fault> faults_for(Shard s, Offload o);  // the faults that apply
 
 // The data axis as a rank runs it: the run spec's options (run_spec.h

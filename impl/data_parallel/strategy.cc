@@ -7,6 +7,7 @@
 #include "impl/data_parallel/dp_rank.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/shard.h"
+#include "impl/expert_parallel/faults.h"
 
 namespace pb::dp {
 
@@ -22,9 +23,8 @@ DpOptions options_of(const RunSpec& s) {
   o.shard_group = s.data.shard_group;
   o.ranks_per_node = s.mesh.ranks_per_node;
   o.ep = s.mesh.ep;
-  for (const auto& f : s.faults)
-    if (is_moe_fault(f)) o.moe_faults.insert(parse_moe_fault(f));
-    else o.faults.insert(parse_fault(f));
+  o.faults = faults_of(s.faults);
+  o.moe_faults = ep::moe_faults_of(s.faults);
   return o;
 }
 
@@ -117,7 +117,9 @@ std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const Tra
 }  // namespace
 
 const Strategy& strategy() {
-  static const Strategy s{"data_parallel", runs, validate_spec, describe, bitwise, replay, make_rank};
+  static const Strategy s{"data_parallel", runs,    validate_spec, describe,
+                          bitwise,         replay,  make_rank,     nullptr,
+                          pb::fault_decls({fault_decls(), ep::moe_fault_decls()})};
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include "harness/status.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/exchange.h"
 #include "impl/expert_parallel/cost.h"
 #include "impl/expert_parallel/options.h"
 
@@ -34,13 +35,9 @@ EpRank<T>::EpRank(const RunSpec& s, Communicator& world, std::shared_ptr<const k
   dense_ = std::make_unique<dp::Component<T>>(dense_o_, dense_units(layout_), layout_, c.seed, dense_c_, mem_, *ops_);
   experts_ = std::make_unique<dp::Component<T>>(expert_o_, expert_units(layout_, s.mesh.ep, me.ep), layout_, c.seed,
                                                 expert_c_, mem_, *ops_);
-  MoeScope scope;
-  scope.faults = dense_o_.moe_faults;
-  scope.ep = ep_.get();
-  if (dp::moe_shares_capacity(dense_o_, c)) {  // the dp ranks agree on admission by exchanging counts
+  if (dp::moe_shares_capacity(dense_o_, c))  // the dp ranks agree on admission by exchanging counts
     moe_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::dp), "moe");
-    scope.comm = moe_.get();
-  }
+  const MoeScope scope = moe_scope(moe_.get(), ep_.get(), nullptr, dense_o_.moe_faults);
   runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &mem_, c.batch / s.mesh.dp / c.microbatches, c.seq,
                                                   scope, *ops_);
   dense_h_ = dp::make_hooks(*dense_, layout_, mem_);

@@ -3,6 +3,7 @@
 #include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/strategy.h"
 #include "impl/expert_parallel/ep_rank.h"
+#include "impl/expert_parallel/faults.h"
 #include "impl/expert_parallel/options.h"
 
 namespace pb::ep {
@@ -36,7 +37,9 @@ std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const Tra
 }  // namespace
 
 const Strategy& strategy() {
-  static const Strategy s{"expert_parallel", runs, validate, describe, bitwise, replay, make_rank};
+  static const Strategy s{"expert_parallel", runs,    validate, describe,
+                          bitwise,           replay,  make_rank, nullptr,
+                          fault_decls({dp::fault_decls(), moe_fault_decls()})};
   return s;
 }
 

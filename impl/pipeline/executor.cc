@@ -8,6 +8,7 @@
 #include "harness/mesh.h"
 #include "harness/status.h"
 #include "impl/data_parallel/replay.h"
+#include "impl/expert_parallel/exchange.h"
 #include "impl/expert_parallel/options.h"
 #include "impl/pipeline/validate.h"
 #include "impl/tensor_parallel/strategy.h"
@@ -124,15 +125,10 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
     exc_ = ep::make_expert_comms(world, mesh, eo, o.data);
     if (!se_.units.empty())
       ex_ = std::make_unique<dp::Component<T>>(eo, se_.units, layout_, cfg.seed, exc_, mem_);
-    scope_.faults = o.data.moe_faults;
-    if (o.ep > 1) {
-      ep_ = world.split_groups(mesh_groups(mesh, MeshAxis::ep), "ep");
-      scope_.ep = ep_.get();
-    }
-    if (dp::moe_shares_capacity(o.component(), cfg)) {  // the stage's dp ranks agree on admission
+    if (o.ep > 1) ep_ = world.split_groups(mesh_groups(mesh, MeshAxis::ep), "ep");
+    if (dp::moe_shares_capacity(o.component(), cfg))  // the stage's dp ranks agree on admission
       moe_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "moe");
-      scope_.comm = moe_.get();
-    }
+    scope_ = ep::moe_scope(moe_.get(), ep_.get(), nullptr, o.data.moe_faults);
     moe_scratch_ =
         MoeScratch<T>(&mem_, cfg.model, int(N), scope_.tokens(cfg.model.moe, int64_t(N)), o.ep, 1, !ops_->is_host());
   }

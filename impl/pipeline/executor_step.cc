@@ -10,6 +10,7 @@
 #include "impl/data_parallel/cost.h"
 #include "impl/data_parallel/strategy.h"
 #include "impl/expert_parallel/cost.h"
+#include "impl/expert_parallel/faults.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/pipeline/executor.h"
 #include "impl/tensor_parallel/strategy.h"
@@ -42,7 +43,7 @@ std::string PipelineOptions::describe(int microbatches) const {
   }
   if (kind == ScheduleKind::pipedream_2bw) d += " (judged against delayed-weight training)";
   for (dp::Fault f : data.faults) d += " fault:" + dp::fault_name(f);
-  for (MoeFault f : data.moe_faults) d += " fault:" + moe_fault_name(f);
+  for (MoeFault f : data.moe_faults) d += " fault:" + ep::moe_fault_name(f);
   for (tp::Fault f : tensor.faults) d += " fault:" + tp::fault_name(f);
   for (cp::Fault f : tensor.context.faults) d += " fault:" + cp::fault_name(f);
   return d + faults.describe();

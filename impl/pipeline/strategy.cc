@@ -13,16 +13,15 @@ PipelineOptions options_of(const RunSpec& s) {
   o.pp = s.mesh.pp;
   o.virtual_stages = s.pipe.virtual_stages;
   o.tensor = tp::options_of(s);  // the stage's tensor axis, its faults included
-  RunSpec data_only = s;           // the stage's data axis: the spec's, less the pipeline's own faults
-  data_only.faults.clear();
-  for (const auto& f : s.faults) {
-    if (f == "skip_microbatch") o.faults.skip_microbatch = true;
-    else if (f == "grad_to_wrong_stage") o.faults.grad_to_wrong_stage = true;
-    else if (f == "tied_grad_not_summed") o.faults.tied_grad_not_summed = true;
-    else if (f == "drop_w") o.faults.drop_w = true;
-    else data_only.faults.push_back(f);
+  for (Fault f : fault_values<Fault>(fault_decls(), FaultAxis::pipeline, s.faults)) {
+    switch (f) {
+      case Fault::skip_microbatch: o.faults.skip_microbatch = true; break;
+      case Fault::grad_to_wrong_stage: o.faults.grad_to_wrong_stage = true; break;
+      case Fault::tied_grad_not_summed: o.faults.tied_grad_not_summed = true; break;
+      case Fault::drop_w: o.faults.drop_w = true; break;
+    }
   }
-  o.data = tp::data_options_of(data_only);  // less the tensor faults; data-parallel ranks per node
+  o.data = tp::data_options_of(s);  // the data axis's faults; data-parallel ranks per node
   o.ep = s.mesh.ep;
   if (s.train.model.moe.experts > 0 && s.mesh.ep <= s.mesh.dp * s.mesh.cp &&
       (s.mesh.dp * s.mesh.cp) % s.mesh.ep == 0) {  // the experts' data axis (else validate names the mesh)
@@ -31,6 +30,29 @@ PipelineOptions options_of(const RunSpec& s) {
     o.experts = ep::expert_options(e);
   }
   return o;
+}
+
+namespace {
+bool two_microbatches(const RunSpec& s) { return s.train.microbatches >= 2; }
+bool wrong_stage_bites(const RunSpec& s) {
+  return s.mesh.pp >= 2 && s.pipe.virtual_stages == 1 && s.train.microbatches >= 2;
+}
+bool two_stages(const RunSpec& s) { return s.mesh.pp >= 2; }
+bool split_backward(const RunSpec& s) { return s.pipe.schedule == ScheduleKind::zb_h1; }
+}  // namespace
+
+std::span<const FaultDecl> fault_decls() {
+  constexpr FaultAxis P = FaultAxis::pipeline;
+  static const FaultDecl d[] = {
+      {"skip_microbatch", P, uint8_t(Fault::skip_microbatch), "the last microbatch is removed from every rank's list",
+       two_microbatches},
+      {"grad_to_wrong_stage", P, uint8_t(Fault::grad_to_wrong_stage),
+       "the last rank's input gradients of microbatches 0 and 1 swap tags", wrong_stage_bites},
+      {"tied_grad_not_summed", P, uint8_t(Fault::tied_grad_not_summed),
+       "wte's embedding and LM-head gradients are never summed", two_stages},
+      {"drop_w", P, uint8_t(Fault::drop_w), "rank 0 skips W of microbatch 0 (split-backward schedules)",
+       split_backward}};
+  return d;
 }
 
 namespace {
@@ -78,7 +100,9 @@ std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const Tra
 }  // namespace
 
 const Strategy& strategy() {
-  static const Strategy s{"pipeline", runs, validate_spec, describe, bitwise, replay, make_rank};
+  static const Strategy s{"pipeline", runs,      validate_spec, describe,
+                          bitwise,    replay,    make_rank,     nullptr,
+                          pb::fault_decls({fault_decls(), tp::tp_cp_fault_decls()})};
   return s;
 }
 

@@ -2,6 +2,9 @@
 // dp<d>.pp<p>, each stage's dp group under any data-axis option (the data-
 // parallel component), and the view of a run spec the executor takes.
 #pragma once
+#include <cstdint>
+#include <span>
+
 #include "impl/pipeline/executor.h"
 #include "impl/spec/rank.h"
 
@@ -9,8 +12,13 @@ namespace pb::pipeline {
 
 const Strategy& strategy();
 
-// The spec's pipeline faults go to PipelineOptions::faults, the rest to the
-// stage's data axis (InputError naming a fault neither knows).
+// The pipeline's own injected faults (PipelineFaults' fields), declared
+// (impl/spec/fault.h).
+enum class Fault : uint8_t { skip_microbatch, grad_to_wrong_stage, tied_grad_not_summed, drop_w };
+std::span<const FaultDecl> fault_decls();
+
+// The spec's pipeline faults go to PipelineOptions::faults, each axis's to
+// the stage's axis options.
 PipelineOptions options_of(const RunSpec& s);
 
 }  // namespace pb::pipeline

@@ -22,6 +22,7 @@
 #include "harness/comm/comm.h"
 #include "harness/memory.h"
 #include "harness/comm/runner.h"
+#include "impl/spec/fault.h"
 #include "impl/spec/run_spec.h"
 #include "reference/trainer.h"
 
@@ -161,6 +162,10 @@ struct Strategy {
   // mesh (recomputation against none: the same arithmetic), or nothing. The
   // engine runs it with this same implementation.
   std::optional<RunSpec> (*bitwise_twin)(const RunSpec&) = nullptr;
+  // The injected faults it ships (fault.h): its own axes' and those of the
+  // axes it composes; a spec's fault names are checked against these once
+  // (impl/registry.h strategy_for).
+  std::vector<FaultDecl> faults;
 };
 
 }  // namespace pb

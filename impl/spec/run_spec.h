@@ -104,7 +104,10 @@ struct RunSpec {
   TensorOptions tensor;
   ContextOptions context;
   PipelineOptionsSpec pipe;
-  std::vector<std::string> faults;  // injected faults (test-only), sorted, unique
+  // Injected faults (test-only), sorted, unique: names the strategy declares
+  // (fault.h), checked against its declarations once by impl/registry.h
+  // strategy_for; each axis reads its own as typed values.
+  std::vector<std::string> faults;
 
   int world() const { return world_size(mesh); }
   bool has_fault(std::string_view name) const;

@@ -1,29 +1,9 @@
 #include "impl/tensor_parallel/options.h"
 
 #include "harness/status.h"
-#include "harness/names.h"
+#include "impl/spec/run_spec.h"
 
 namespace pb::tp {
-
-namespace {
-const Names<Fault>& names() {
-  static const Names<Fault> n{{Fault::bias_tp_times, "bias_tp_times"},
-                              {Fault::skip_input_allreduce, "skip_input_allreduce"},
-                              {Fault::padded_vocab_in_loss, "padded_vocab_in_loss"},
-                              {Fault::skip_sp_grad_reduce, "skip_sp_grad_reduce"},
-                              {Fault::norm_tp_times, "norm_tp_times"},
-                              {Fault::recompute_wrong_input, "recompute_wrong_input"}};
-  return n;
-}
-}  // namespace
-
-std::string fault_name(Fault f) { return names().name(f); }
-
-bool is_fault(const std::string& s) { return names().has(s); }
-
-Fault parse_fault(const std::string& s, const std::string& field) {
-  return names().parse(s, field, "tensor-parallel fault");
-}
 
 std::vector<Fault> faults_for(int tp, bool sp, Recompute r, bool vocab_padded) {
   std::vector<Fault> f;
@@ -35,5 +15,36 @@ std::vector<Fault> faults_for(int tp, bool sp, Recompute r, bool vocab_padded) {
   if (r == Recompute::full) f.push_back(Fault::recompute_wrong_input);
   return f;
 }
+
+namespace {
+std::vector<Fault> faults_for_spec(const RunSpec& s) {
+  return faults_for(s.mesh.tp, s.tensor.sp, s.tensor.recompute, s.train.model.V % s.mesh.tp != 0);
+}
+}  // namespace
+
+// In faults_for's order (the teeth table's rows).
+std::span<const FaultDecl> fault_decls() {
+  using enum Fault;
+  constexpr FaultAxis T = FaultAxis::tensor;
+  static const FaultDecl d[] = {
+      {"bias_tp_times", T, uint8_t(bias_tp_times), "row-parallel biases added on every tp rank before the all-reduce",
+       listed_for<bias_tp_times, faults_for_spec>},
+      {"norm_tp_times", T, uint8_t(norm_tp_times), "tp-replicated params counted on every tp rank in the clip norm",
+       listed_for<norm_tp_times, faults_for_spec>},
+      {"skip_input_allreduce", T, uint8_t(skip_input_allreduce),
+       "the column-parallel input's backward all-reduce is missing (non-SP)",
+       listed_for<skip_input_allreduce, faults_for_spec>},
+      {"skip_sp_grad_reduce", T, uint8_t(skip_sp_grad_reduce),
+       "SP: grads of tp-replicated params (LayerNorms, row biases) not all-reduced",
+       listed_for<skip_sp_grad_reduce, faults_for_spec>},
+      {"padded_vocab_in_loss", T, uint8_t(padded_vocab_in_loss),
+       "the padded vocabulary rows take part in the softmax", listed_for<padded_vocab_in_loss, faults_for_spec>},
+      {"recompute_wrong_input", T, uint8_t(recompute_wrong_input),
+       "full recompute reruns a block from the previous block's input",
+       listed_for<recompute_wrong_input, faults_for_spec>}};
+  return d;
+}
+
+std::string fault_name(Fault f) { return fault_name_of(fault_decls(), FaultAxis::tensor, uint8_t(f)); }
 
 }  // namespace pb::tp

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,7 @@ enum class Fault : uint8_t {
   recompute_wrong_input, // full recompute reruns a block from the previous block's input
 };
 std::string fault_name(Fault f);
-// InputError naming `field` and the tensor-parallel faults.
-Fault parse_fault(const std::string& s, const std::string& field = "strategy.faults");
-bool is_fault(const std::string& s);
+std::span<const FaultDecl> fault_decls();  // impl/spec/fault.h
 // The faults that apply to (tp, sp, recompute, a vocabulary that tp pads).
 std::vector<Fault> faults_for(int tp, bool sp, Recompute r, bool vocab_padded);
 

@@ -7,6 +7,7 @@
 #include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/shard.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/faults.h"
 #include "impl/expert_parallel/options.h"
 #include "impl/tensor_parallel/tp_rank.h"
 
@@ -17,39 +18,18 @@ TpOptions options_of(const RunSpec& s) {
   o.tp = s.mesh.tp;
   o.sp = s.tensor.sp;
   o.recompute = s.tensor.recompute;
-  for (const auto& f : s.faults)
-    if (is_fault(f)) o.faults.insert(parse_fault(f));
-  o.context.cp = s.mesh.cp;
-  o.context.algo = s.context.algo;
-  o.context.zigzag = s.context.zigzag;
-  for (const auto& f : s.faults)
-    if (cp::is_fault(f)) o.context.faults.insert(cp::parse_fault(f));
+  for (Fault f : fault_values<Fault>(fault_decls(), FaultAxis::tensor, s.faults)) o.faults.insert(f);
+  o.context = cp::options_of(s);
   return o;
 }
 
 dp::DpOptions data_options_of(const RunSpec& s) {
-  RunSpec data_only = s;
-  data_only.faults.clear();
-  for (const auto& f : s.faults)
-    if (!is_fault(f) && !cp::is_fault(f)) data_only.faults.push_back(f);
-  try {
-    dp::DpOptions o = dp::options_of(data_only);
-    // The data axis counts data-parallel ranks per node: the tp x cp ranks of
-    // a replica share its node (validated: tp x cp divides ranks_per_node).
-    const int inner = s.mesh.tp * s.mesh.cp;
-    if (s.mesh.ranks_per_node && s.mesh.ranks_per_node % inner == 0) o.ranks_per_node /= inner;
-    return o;
-  } catch (const InputError& e) {  // name the tensor- and context-parallel faults too
-    std::string known;
-    for (Fault f : faults_for(2, false, Recompute::full, true)) known += ", " + fault_name(f);
-    known += ", " + fault_name(Fault::skip_sp_grad_reduce);
-    std::string cpk;
-    cp::CpOptions all;
-    all.cp = 2;
-    for (cp::Fault f : cp::faults_for(all)) cpk += ", " + cp::fault_name(f);
-    throw InputError(std::string(e.what()) + "; tensor-parallel faults: " + known.substr(2) +
-                     "; context-parallel faults: " + cpk.substr(2));
-  }
+  dp::DpOptions o = dp::options_of(s);  // the data axis's faults (and the MoE layer's) alone
+  // The data axis counts data-parallel ranks per node: the tp x cp ranks of
+  // a replica share its node (validated: tp x cp divides ranks_per_node).
+  const int inner = s.mesh.tp * s.mesh.cp;
+  if (s.mesh.ranks_per_node && s.mesh.ranks_per_node % inner == 0) o.ranks_per_node /= inner;
+  return o;
 }
 
 void declare_cp_comm(Declared& d, const TpShape& x, int64_t layer_microbatches) {
@@ -196,11 +176,13 @@ std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const Tra
   return make_typed_rank_on<TpRank>(device, s.train.precision, s, world);
 }
 
-namespace {
-}  // namespace
+std::vector<FaultDecl> tp_cp_fault_decls() {
+  return pb::fault_decls({fault_decls(), cp::fault_decls(), dp::fault_decls(), ep::moe_fault_decls()});
+}
 
 const Strategy& strategy() {
-  static const Strategy s{"tensor_parallel", runs, validate_spec, describe, bitwise, replay, make_rank, bitwise_twin};
+  static const Strategy s{"tensor_parallel", runs,   validate_spec, describe,    bitwise,
+                          replay,            make_rank, bitwise_twin, tp_cp_fault_decls()};
   return s;
 }
 

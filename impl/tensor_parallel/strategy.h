@@ -20,9 +20,12 @@ Replay replay(const RunSpec& s);
 std::optional<RunSpec> bitwise_twin(const RunSpec& s);
 std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const TrainDevice* device);
 
-// The tensor axis of `s` (its tensor-parallel faults parsed).
+// The faults tensor (and context) parallel ships: the tensor, context, data
+// and MoE axes' (impl/spec/fault.h).
+std::vector<FaultDecl> tp_cp_fault_decls();
+// The tensor axis of `s` (its tensor- and context-parallel faults).
 TpOptions options_of(const RunSpec& s);
-// The data axis of `s`, less the tensor- and context-parallel faults (its dp
+// The data axis of `s`, its data-axis faults alone (its dp
 // ranks; ranks_per_node counts dp ranks).
 dp::DpOptions data_options_of(const RunSpec& s);
 // The data-parallel component's options: the data axis over the dp x cp

@@ -7,6 +7,7 @@
 #include "harness/status.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/exchange.h"
 #include "impl/expert_parallel/cost.h"
 #include "impl/expert_parallel/ep_rank.h"
 #include "impl/expert_parallel/options.h"
@@ -50,18 +51,15 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world, std::shared_ptr<const k
     dense_h_ = dp::make_hooks(*dp_, layout_, mem_);
     expert_h_ = dp::make_hooks(*experts_, dp::UnitRoles::all_blocks(experts_->num_units()), mem_);
     hooks_ = std::make_unique<ep::DenseAndExpertHooks<T>>(*dense_h_, *expert_h_);
-    scope.ep = ep_.get();
   } else {
     dp_ = std::make_unique<dp::Component<T>>(dpo_, dp::model_units(layout_), layout_, s.train.seed, comms_, mem_,
                                              *ops_);
     hooks_ = dp::make_hooks(*dp_, layout_, mem_);
   }
   if (c.model.moe.experts > 0) {
-    scope.faults = dpo_.moe_faults;
-    if (dp::moe_shares_capacity(dpo_, c)) {  // the dp ranks (same tp rank) agree on admission
+    if (dp::moe_shares_capacity(dpo_, c))  // the dp ranks (same tp rank) agree on admission
       moe_ = world.split_groups(mesh_groups(s.mesh, MeshAxis::dp), "moe");
-      scope.comm = moe_.get();
-    }
+    scope = ep::moe_scope(moe_.get(), ep_.get(), o_.tp > 1 ? tp_.get() : nullptr, dpo_.moe_faults);
   }
   runner_ = std::make_unique<TpRunner<T>>(layout_, o_, tp_.get(), s.mesh.cp > 1 ? cp_.get() : nullptr, data_, &mem_,
                                           c.batch / s.mesh.dp / c.microbatches, c.seq, scope, *ops_);

@@ -7,8 +7,6 @@
 #include "harness/status.h"
 #include "impl/data_parallel/options.h"
 #include "impl/registry.h"
-#include "impl/tensor_parallel/options.h"
-#include "impl/tensor_parallel/strategy.h"
 
 namespace pb {
 
@@ -46,9 +44,36 @@ FaultCatch classify(const ConformanceResult& r, std::string strategy, std::strin
   return c;
 }
 
-namespace {
+std::vector<FaultCatch> fault_catches(const std::vector<TeethCase>& cases) {
+  std::vector<FaultCatch> out;
+  for (const TeethCase& c : cases) {
+    const Strategy& st = strategy_for(c.base.spec);
+    const std::string name = st.describe(c.base.spec);
+    for (const FaultDecl& f : st.faults) {
+      if (std::find(c.axes.begin(), c.axes.end(), f.axis) == c.axes.end() || !f.applies(c.base.spec)) continue;
+      StrategyRun r = c.base;
+      r.spec.faults = {std::string(f.name)};
+      try {
+        st.validate(r.spec);
+      } catch (const InputError&) {
+        continue;  // refused on this case (validate says why): lives in another runner's code
+      }
+      out.push_back(classify(run_conformance(r), name, std::string(f.name)));
+    }
+  }
+  return out;
+}
 
-std::string describe(const StrategyRun& s) { return strategy_for(s.spec).describe(s.spec); }
+std::vector<FaultDecl> declared_faults(FaultAxis axis) {
+  std::vector<FaultDecl> out;
+  for (const Strategy* st : strategies())
+    for (const FaultDecl& f : st->faults)
+      if (f.axis == axis && std::none_of(out.begin(), out.end(), [&](const FaultDecl& g) { return g.name == f.name; }))
+        out.push_back(f);
+  return out;
+}
+
+namespace {
 
 StrategyRun pipe_case(pipeline::ScheduleKind k, int pp, int v, int dp, Precision p) {
   StrategyRun r;
@@ -90,42 +115,24 @@ StrategyRun dp_case(dp::Shard shard, int micro, Precision p) {
   return s;
 }
 
-std::vector<FaultCatch> dp_fault_catches(Precision p) {
-  std::vector<FaultCatch> out;
+std::vector<TeethCase> dp_teeth_cases(Precision p) {
+  std::vector<TeethCase> out;
   // DDP with two microbatches: sync_wrong_microbatch needs one to sync early.
   const std::pair<dp::Shard, int> cases[] = {{dp::Shard::none, 2}, {dp::Shard::zero1, 1},
                                              {dp::Shard::zero2, 1}, {dp::Shard::zero3, 1},
                                              {dp::Shard::hsdp, 1},  {dp::Shard::hzero, 1}};
-  for (auto [shard, micro] : cases)
-    for (dp::Fault f : dp::faults_for(shard, dp::Offload::none)) {
-      StrategyRun s = dp_case(shard, micro, p);
-      const std::string name = describe(s);
-      s.spec.faults = {dp::fault_name(f)};
-      out.push_back(classify(run_conformance(s), name, dp::fault_name(f)));
-    }
+  for (auto [shard, micro] : cases) out.push_back({dp_case(shard, micro, p), {FaultAxis::data}});
   for (auto [shard, _] : cases) {  // offload's own fault, on every shard, with accumulation
     StrategyRun s = dp_case(shard, 2, p);
     s.spec.data.offload = dp::Offload::optimizer;
-    const std::string name = describe(s);
-    s.spec.faults = {dp::fault_name(dp::Fault::no_copy_back)};
-    out.push_back(classify(run_conformance(s), name, dp::fault_name(dp::Fault::no_copy_back)));
+    out.push_back({s, {FaultAxis::offload}});
   }
   return out;
 }
 
-std::vector<FaultCatch> pipeline_fault_catches(Precision p) {
+std::vector<TeethCase> pipeline_teeth_cases(Precision p) {
   namespace pl = pipeline;
-  const char* faults[] = {"skip_microbatch", "grad_to_wrong_stage", "tied_grad_not_summed", "drop_w"};
-  std::vector<StrategyRun> runs;
-  for (auto k : {pl::ScheduleKind::gpipe, pl::ScheduleKind::one_f_one_b, pl::ScheduleKind::zb_h1})
-    for (int pp : {2, 3}) runs.push_back(pipe_case(k, pp, 1, 1, p));
-  runs.push_back(pipe_case(pl::ScheduleKind::interleaved, 2, 2, 1, p));
-  runs.push_back(pipe_case(pl::ScheduleKind::pipedream_2bw, 2, 1, 1, p));
-  runs.back().spec.train.steps = 4;  // 2BW: four weight versions, three delayed updates
-  runs.push_back(pipe_case(pl::ScheduleKind::one_f_one_b, 2, 1, 2, p));  // x DDP
-  runs.push_back(pipe_case(pl::ScheduleKind::zb_h1, 2, 1, 2, p));
-  runs.back().spec.data.shard = dp::Shard::zero1;
-  std::vector<FaultCatch> out;
+  std::vector<TeethCase> out;
   // Data-parallel faults inside the stages (the data-parallel component's own;
   // pipeline validate refuses the rest), 1F1B at dp2.pp2 (HSDP F = 2 and
   // hZeRO on nodes of two: dp4.pp2), every shard, offload with ZeRO-2.
@@ -138,30 +145,25 @@ std::vector<FaultCatch> pipeline_fault_catches(Precision p) {
     base.spec.data.shard_group = shard == dp::Shard::hsdp ? 2 : 0;
     base.spec.mesh.ranks_per_node = shard == dp::Shard::hzero ? 2 : 0;
     if (offload) base.spec.data.offload = dp::Offload::optimizer;
-    for (dp::Fault f : dp::faults_for(shard, base.spec.data.offload)) {
-      StrategyRun r = base;
-      r.spec.faults = {dp::fault_name(f)};
-      try {
-        strategy_for(r.spec).validate(r.spec);
-      } catch (const InputError&) {
-        continue;  // lives in the plain data-parallel runner's hooks
-      }
-      out.push_back(classify(run_conformance(r), describe(base), dp::fault_name(f)));
-    }
+    out.push_back({base, {FaultAxis::data, FaultAxis::offload}});
   }
-  for (const StrategyRun& base : runs)
-    for (const char* name : faults) {
-      StrategyRun r = base;
-      r.spec.faults = {name};
-      try {
-        strategy_for(r.spec).validate(r.spec);
-      } catch (const InputError&) {
-        continue;  // does not apply to this schedule (validate says why)
-      }
-      out.push_back(classify(run_conformance(r), describe(base), name));
-    }
+  // The pipeline's own faults on every schedule they apply to.
+  std::vector<StrategyRun> runs;
+  for (auto k : {pl::ScheduleKind::gpipe, pl::ScheduleKind::one_f_one_b, pl::ScheduleKind::zb_h1})
+    for (int pp : {2, 3}) runs.push_back(pipe_case(k, pp, 1, 1, p));
+  runs.push_back(pipe_case(pl::ScheduleKind::interleaved, 2, 2, 1, p));
+  runs.push_back(pipe_case(pl::ScheduleKind::pipedream_2bw, 2, 1, 1, p));
+  runs.back().spec.train.steps = 4;  // 2BW: four weight versions, three delayed updates
+  runs.push_back(pipe_case(pl::ScheduleKind::one_f_one_b, 2, 1, 2, p));  // x DDP
+  runs.push_back(pipe_case(pl::ScheduleKind::zb_h1, 2, 1, 2, p));
+  runs.back().spec.data.shard = dp::Shard::zero1;
+  for (const StrategyRun& r : runs) out.push_back({r, {FaultAxis::pipeline}});
   return out;
 }
+
+std::vector<FaultCatch> dp_fault_catches(Precision p) { return fault_catches(dp_teeth_cases(p)); }
+
+std::vector<FaultCatch> pipeline_fault_catches(Precision p) { return fault_catches(pipeline_teeth_cases(p)); }
 
 StrategyRun tp_case(int dp, int tp, const std::string& opts, Precision p) {
   StrategyRun s;
@@ -179,31 +181,24 @@ StrategyRun tp_case(int dp, int tp, const std::string& opts, Precision p) {
   return s;
 }
 
-std::vector<FaultCatch> tp_fault_catches(Precision p) {
-  std::vector<FaultCatch> out;
+std::vector<TeethCase> tp_teeth_cases(Precision p) {
   const std::pair<std::pair<int, int>, const char*> cases[] = {
       {{1, 2}, ""}, {{1, 3}, ""}, {{1, 2}, "sp=on"}, {{1, 3}, "sp=on"},
       {{1, 2}, "recompute=full"}, {{1, 1}, "recompute=full"}, {{2, 2}, "shard=zero3"}, {{2, 2}, "shard=zero3,sp=on"}};
-  std::vector<StrategyRun> bases;
-  for (const auto& [mesh, opts] : cases) bases.push_back(tp_case(mesh.first, mesh.second, opts, p));
+  std::vector<TeethCase> out;
+  for (const auto& [mesh, opts] : cases) out.push_back({tp_case(mesh.first, mesh.second, opts, p), {FaultAxis::tensor}});
   for (const char* opts : {"schedule=1f1b", "schedule=interleaved,virtual_stages=2,sp=on"}) {  // inside stages
     StrategyRun s = tp_case(1, 2, opts, p);
     s.spec.mesh.pp = 2;
     s.spec.train.model.L = 4;
     s.spec.train.microbatches = 4;
     s.spec.train.batch = 4;
-    bases.push_back(s);
-  }
-  for (const StrategyRun& base : bases) {
-    const RunSpec& s = base.spec;
-    for (tp::Fault f : tp::faults_for(s.mesh.tp, s.tensor.sp, s.tensor.recompute, s.train.model.V % s.mesh.tp != 0)) {
-      StrategyRun r = base;
-      r.spec.faults = {tp::fault_name(f)};
-      out.push_back(classify(run_conformance(r), describe(base), tp::fault_name(f)));
-    }
+    out.push_back({s, {FaultAxis::tensor}});
   }
   return out;
 }
+
+std::vector<FaultCatch> tp_fault_catches(Precision p) { return fault_catches(tp_teeth_cases(p)); }
 
 StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p) {
   StrategyRun s = tp_case(dp, tp, "", p);
@@ -225,20 +220,17 @@ StrategyRun cp_pipeline_case(Precision p) {
 }
 }  // namespace
 
-std::vector<FaultCatch> cp_fault_catches(Precision p) {
-  std::vector<FaultCatch> out;
-  const std::vector<StrategyRun> bases = {
-      cp_case(1, 1, 2, "cp_algo=ring", p),        cp_case(1, 1, 3, "cp_algo=ring", p),
-      cp_case(1, 1, 2, "zigzag=off", p),          cp_case(1, 1, 2, "cp_algo=ulysses", p),
-      cp_case(1, 2, 2, "cp_algo=ring,sp=on", p),  cp_case(2, 1, 2, "shard=zero3", p), cp_pipeline_case(p)};
-  for (const StrategyRun& base : bases)
-    for (cp::Fault f : cp::faults_for(tp::options_of(base.spec).context)) {
-      StrategyRun r = base;
-      r.spec.faults = {cp::fault_name(f)};
-      out.push_back(classify(run_conformance(r), describe(base), cp::fault_name(f)));
-    }
+std::vector<TeethCase> cp_teeth_cases(Precision p) {
+  std::vector<TeethCase> out;
+  for (StrategyRun r : {cp_case(1, 1, 2, "cp_algo=ring", p), cp_case(1, 1, 3, "cp_algo=ring", p),
+                        cp_case(1, 1, 2, "zigzag=off", p), cp_case(1, 1, 2, "cp_algo=ulysses", p),
+                        cp_case(1, 2, 2, "cp_algo=ring,sp=on", p), cp_case(2, 1, 2, "shard=zero3", p),
+                        cp_pipeline_case(p)})
+    out.push_back({std::move(r), {FaultAxis::context}});
   return out;
 }
+
+std::vector<FaultCatch> cp_fault_catches(Precision p) { return fault_catches(cp_teeth_cases(p)); }
 
 namespace {
 // tiny-moe at mesh dp x ep x tp x pp (pp > 1: 1F1B over two microbatches), 4
@@ -257,46 +249,28 @@ StrategyRun moe_case(dp::Shard shard, MoeCapacity cap, int dp, int ep, int tp, i
   return base;
 }
 
-// Each fault that bites `base`: under local capacity only the expert-parallel
-// ones (the capacity faults need global capacity; the missing router
-// gradient moves a rule-only local config by only 1.5x the floor in 3 steps,
-// the expert outputs it weighs being near each other at init, so it is
-// checked on the global ones — and on data parallel's local row, bitwise).
-void add_moe_catches(std::vector<FaultCatch>& out, const StrategyRun& base, std::initializer_list<MoeFault> faults) {
-  const bool local = base.spec.train.model.moe.capacity == MoeCapacity::local;
-  const bool ep = base.spec.mesh.ep > 1;
-  for (MoeFault f : faults) {
-    const bool ep_fault = f == MoeFault::ep_combine_permuted || f == MoeFault::ep_expert_grads_dp;
-    if (local && !ep_fault && !(f == MoeFault::router_grad_missing && !ep)) continue;
-    StrategyRun r = base;
-    r.spec.faults = {moe_fault_name(f)};
-    out.push_back(classify(run_conformance(r), describe(base), moe_fault_name(f)));
-  }
-}
 }  // namespace
 
-std::vector<FaultCatch> moe_fault_catches(Precision p) {
-  std::vector<FaultCatch> out;
+std::vector<TeethCase> moe_teeth_cases(Precision p) {
+  std::vector<TeethCase> out;
   using S = dp::Shard;
   constexpr auto G = MoeCapacity::global, L = MoeCapacity::local;
-  const auto moe = {MoeFault::local_capacity, MoeFault::aux_per_rank, MoeFault::router_grad_missing};
-  const auto all = {MoeFault::local_capacity, MoeFault::aux_per_rank, MoeFault::router_grad_missing,
-                    MoeFault::ep_combine_permuted, MoeFault::ep_expert_grads_dp};
-  // Data parallel (dp2): the three MoE faults.
+  auto add = [&](StrategyRun r) { out.push_back({std::move(r), {FaultAxis::moe}}); };
+  // Data parallel (dp2): the MoE layer's faults (ep's need ep >= 2).
   for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero3, G}, std::pair{S::none, L}})
-    add_moe_catches(out, moe_case(shard, cap, 2, 1, 1, 1, p), moe);
+    add(moe_case(shard, cap, 2, 1, 1, 1, p));
   // Expert parallel (dp4.ep2: experts over ep 2, their states over edp 2):
-  // every MoE fault, and the two of the dispatch and the expert reduction.
+  // every MoE fault, the dispatch's and the expert reduction's too.
   for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero3, G}, std::pair{S::zero1, L}})
-    add_moe_catches(out, moe_case(shard, cap, 4, 2, 1, 1, p), all);
+    add(moe_case(shard, cap, 4, 2, 1, 1, p));
   // With tensor-parallel experts (dp4.ep2.tp2: experts split over ep 2 and tp 2).
-  for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero1, L}})
-    add_moe_catches(out, moe_case(shard, cap, 4, 2, 2, 1, p), all);
+  for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero1, L}}) add(moe_case(shard, cap, 4, 2, 2, 1, p));
   // Inside pipeline stages (dp4.ep2.pp2, 1F1B, two microbatches).
-  for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero2, L}})
-    add_moe_catches(out, moe_case(shard, cap, 4, 2, 1, 2, p), all);
+  for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero2, L}}) add(moe_case(shard, cap, 4, 2, 1, 2, p));
   return out;
 }
+
+std::vector<FaultCatch> moe_fault_catches(Precision p) { return fault_catches(moe_teeth_cases(p)); }
 
 std::string catch_table_markdown(const std::vector<FaultCatch>& rows) {
   std::vector<Precision> precisions;

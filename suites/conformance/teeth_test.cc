@@ -29,10 +29,9 @@ TEST(Teeth, EveryDataParallelFaultIsCaughtAtEveryPrecision) {
         EXPECT_TRUE(c.bits) << where(c);
       }
     }
-    for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3,
-                         dp::Shard::hsdp, dp::Shard::hzero})
-      for (dp::Fault f : dp::faults_for(sh, dp::Offload::optimizer))
-        EXPECT_TRUE(seen.count(dp::fault_name(f))) << "never injected: " << dp::fault_name(f);
+    for (FaultAxis a : {FaultAxis::data, FaultAxis::offload})
+      for (const FaultDecl& f : declared_faults(a))
+        EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
   }
 }
 
@@ -44,6 +43,8 @@ TEST(Teeth, EveryPipelineFaultIsCaughtAtEveryPrecision) {
       EXPECT_TRUE(c.bitwise_declared) << where(c);
       EXPECT_TRUE(c.bits) << where(c);  // by the numerics, not only the byte accounting
     }
+    for (const FaultDecl& f : declared_faults(FaultAxis::pipeline))
+      EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
     // The pipeline's own faults, and the data-parallel component's inside the stages.
     EXPECT_EQ(seen, (std::set<std::string>{"skip_microbatch", "grad_to_wrong_stage", "tied_grad_not_summed",
                                             "drop_w", "grad_not_averaged", "wrong_shard_offset", "stale_params",
@@ -58,7 +59,9 @@ TEST(Teeth, EveryTensorParallelFaultIsCaughtAtEveryPrecision) {
       seen.insert(c.fault);
       EXPECT_TRUE(c.caught()) << where(c);
     }
-    EXPECT_EQ(seen.size(), 6u);  // every tensor-parallel fault injected somewhere
+    for (const FaultDecl& f : declared_faults(FaultAxis::tensor))  // every one injected somewhere
+      EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
+    EXPECT_EQ(seen.size(), 6u);
   }
 }
 
@@ -95,7 +98,9 @@ TEST(Teeth, EveryContextParallelFaultIsCaughtAtEveryPrecision) {
       seen.insert(c.fault);
       EXPECT_TRUE(c.caught()) << where(c);
     }
-    EXPECT_EQ(seen.size(), 6u);  // every context-parallel fault injected somewhere
+    for (const FaultDecl& f : declared_faults(FaultAxis::context))  // every one injected somewhere
+      EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
+    EXPECT_EQ(seen.size(), 6u);
   }
 }
 
@@ -126,6 +131,8 @@ TEST(Teeth, EveryMixtureOfExpertsFaultIsCaughtAtEveryPrecision) {
       seen.insert(c.fault);
       EXPECT_TRUE(c.caught()) << where(c);
     }
+    for (const FaultDecl& f : declared_faults(FaultAxis::moe))
+      EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
     EXPECT_EQ(seen.size(), 5u);
   }
 }

@@ -1,0 +1,45 @@
+#include "impl/expert_parallel/faults.h"
+
+#include "impl/spec/run_spec.h"
+
+namespace pb::ep {
+
+namespace {
+bool moe(const RunSpec& s) { return s.train.model.moe.experts > 0; }
+// The capacity scope spans data ranks: global capacity over dp >= 2.
+bool shared(const RunSpec& s) { return moe(s) && s.train.model.moe.capacity == MoeCapacity::global && s.mesh.dp > 1; }
+// The missing router gradient moves a rule-only local-capacity expert-parallel
+// run by only ~1.5x the floor in three steps (the expert outputs it weighs
+// are near each other at init): it bites under global capacity, and under
+// data parallel's local capacity (bitwise there).
+bool router_bites(const RunSpec& s) {
+  return moe(s) && (s.train.model.moe.capacity == MoeCapacity::global || s.mesh.ep == 1);
+}
+bool expert_parallel(const RunSpec& s) { return moe(s) && s.mesh.ep > 1; }
+}  // namespace
+
+std::span<const FaultDecl> moe_fault_decls() {
+  using enum MoeFault;
+  constexpr FaultAxis M = FaultAxis::moe;
+  static const FaultDecl d[] = {
+      {"moe_local_capacity", M, uint8_t(local_capacity),
+       "global capacity computed and admitted over this rank's tokens alone", shared},
+      {"moe_aux_per_rank", M, uint8_t(aux_per_rank),
+       "the load-balancing loss's f and P over this rank's tokens, not the scope's", shared},
+      {"moe_router_grad_missing", M, uint8_t(router_grad_missing),
+       "no gradient to the router through the top-k weights (only the aux's)", router_bites},
+      {"ep_combine_permuted", M, uint8_t(ep_combine_permuted),
+       "expert parallel: each expert's returned rows land on its tokens in reverse order", expert_parallel},
+      {"ep_expert_grads_dp", M, uint8_t(ep_expert_grads_dp),
+       "expert parallel: expert gradients reduced over the whole data group, not edp", expert_parallel}};
+  return d;
+}
+
+std::string moe_fault_name(MoeFault f) { return fault_name_of(moe_fault_decls(), FaultAxis::moe, uint8_t(f)); }
+
+std::set<MoeFault> moe_faults_of(const std::vector<std::string>& faults) {
+  const auto v = fault_values<MoeFault>(moe_fault_decls(), FaultAxis::moe, faults);
+  return {v.begin(), v.end()};
+}
+
+}  // namespace pb::ep

@@ -1,0 +1,21 @@
+// The mixture-of-experts layer's injected faults (reference/moe.h MoeFault),
+// declared (impl/spec/fault.h): the capacity and load-balancing faults of
+// global capacity, the router's missing gradient, and expert parallel's
+// dispatch and expert-reduction faults. Every strategy that runs an MoE model
+// lists them.
+#pragma once
+#include <set>
+#include <span>
+#include <string>
+
+#include "impl/spec/fault.h"
+#include "reference/moe.h"
+
+namespace pb::ep {
+
+std::span<const FaultDecl> moe_fault_decls();
+std::string moe_fault_name(MoeFault f);
+// The MoE faults among a spec's fault names.
+std::set<MoeFault> moe_faults_of(const std::vector<std::string>& faults);
+
+}  // namespace pb::ep
