@@ -15,7 +15,7 @@ parabench_test(NAME conformance_moe_test SOURCES conformance/moe_conformance_tes
                DEPS pb::conformance TIMEOUT 300)
 
 # The teeth: every injected fault (data parallel and pipeline) at every
-# precision, and the checks that catch it; teeth_table prints the README table.
+# precision, and the checks that catch it; teeth_table prints docs/numerics.md#the-teeth-table.
 parabench_library(NAME pb_teeth ALIAS pb::teeth
   SOURCES conformance/teeth.cc
   DEPS pb::conformance)

@@ -1,11 +1,11 @@
-// The checker's teeth, measured (DESIGN.md "Teeth"): every injected fault of
+// The checker's teeth, measured (docs/numerics.md#teeth): every injected fault of
 // every data-parallel strategy and every pipeline schedule, run under the
 // conformance engine at a given precision, with the checks that failed. A
 // fault counts as caught when any check fails: bit equality with the replay,
 // the ratio rule, the exact memory figures or the exact communication bytes.
 // The fault cases are the ones a CI user runs (tiny model, dp 4 or pp 2-3,
 // three steps): conformance_teeth_test asserts every one is caught at fp32
-// and bf16-mixed, and teeth_table prints the table the README shows.
+// and bf16-mixed, and teeth_table prints docs/numerics.md#the-teeth-table.
 // The faults are the strategies' declarations (impl/spec/fault.h): a case
 // names a correct run and the fault axes measured on it, and every declared
 // fault of those axes that applies to the run is injected, one at a time.

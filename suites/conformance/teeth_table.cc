@@ -1,6 +1,6 @@
 // Prints the catch table (suites/conformance/teeth.h) as markdown: every
 // injected fault of every strategy at fp32 and bf16-mixed, and which checks
-// caught it. The README's table is this program's output.
+// caught it. docs/numerics.md#the-teeth-table is this program's output.
 #include <cstdio>
 #include <exception>
 
