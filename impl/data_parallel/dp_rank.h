@@ -15,8 +15,9 @@
 #include "harness/comm/comm.h"
 #include "impl/data_parallel/component.h"
 #include "impl/data_parallel/hooks.h"
+#include "impl/data_parallel/model_states.h"
 #include "impl/data_parallel/options.h"
-#include "impl/spec/rank.h"
+#include "impl/spec/rank_base.h"
 #include "reference/trainer.h"
 
 namespace pb::dp {
@@ -26,7 +27,7 @@ namespace pb::dp {
 // ranks / the same position across them), hZeRO's "dp_intra"/"dp_inter"
 // (split_by_node), "check" (the whole world).
 template <class T>
-class DpRank : public Rank {
+class DpRank : public RankBase<T> {
  public:
   // ops, memory: the device (default: the CPU); the world's communicator
   // must reach that device's memory (the local backend reaches host memory).
@@ -36,30 +37,19 @@ class DpRank : public Rank {
   StepStats step() override;
   std::vector<double> full_params() override;
   std::vector<double> full_grads() override;
-  const MemoryTracker& memory() const override { return mem_; }
-  void reset_memory_peaks() override { mem_.reset_peaks(); }
   Declared declared(int steps) const override;
-  RankTimes times() const override { return times_; }
-  MoeLoad moe_load() const override { return runner_->moe_load(); }
-  void reset_moe_load() override { runner_->reset_moe_load(); }
   const ParamLayout& layout() const { return layout_; }
-  const ShardLayout& shards() const { return dp_->shards(); }
+  const ShardLayout& shards() const { return states_->dense().shards(); }
 
  private:
   TrainConfig cfg_;
   DpOptions o_;
-  std::shared_ptr<const kernels::DeviceOps<T>> ops_;  // never null
-  std::shared_ptr<DeviceMemory> device_memory_;       // outlives the buffers below
-  MemoryTracker mem_;
   ParamLayout layout_;
   MarkovSource data_;
-  DpComms comms_;
-  std::unique_ptr<Communicator> scalar_, check_, moe_;
-  std::unique_ptr<Component<T>> dp_;
+  RankGroups groups_;
+  std::unique_ptr<ModelStates<T>> states_;
   std::unique_ptr<MicrobatchRunner<T>> runner_;
-  std::unique_ptr<FamilyHooks<T>> hooks_;
   int step_ = 0;
-  RankTimes times_;
 };
 
 }  // namespace pb::dp

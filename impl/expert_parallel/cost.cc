@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "impl/data_parallel/model_states.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/strategy.h"
 #include "impl/expert_parallel/options.h"
@@ -24,7 +25,7 @@ StateCosts state_costs(const RunSpec& s) {
   const ParamLayout l(cfg.model, s.mesh.tp, 0);  // a tp rank's shard (every tp rank's units have these sizes)
   const dp::DpOptions od = dense_options(s), oe = expert_options(s);
   const dp::DataAxis ad = dp::data_axis(od, cfg), ae = dp::data_axis(oe, cfg);
-  const std::vector<int64_t> du = sizes(dense_units(l)), eu = sizes(expert_units(l, s.mesh.ep, 0));
+  const std::vector<int64_t> du = sizes(dp::dense_units(l)), eu = sizes(dp::expert_units(l, s.mesh.ep, 0));
   const int n = int(du.size()), M = int(eu.size());
   StateCosts c;
   c.dense = dp::model_state_bytes(du, ad);

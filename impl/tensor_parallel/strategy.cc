@@ -96,6 +96,7 @@ bool runs(const RunSpec& s) {
   return (s.mesh.tp > 1 || s.tensor.recompute != Recompute::none) && s.mesh.cp == 1 &&
          (s.mesh.ep == 1 || s.mesh.tp > 1) && s.mesh.pp == 1 && !s.pipe.schedule;
 }
+bool runs_context(const RunSpec& s) { return s.mesh.cp > 1 && s.mesh.ep == 1 && s.mesh.pp == 1 && !s.pipe.schedule; }
 }  // namespace
 
 void validate_spec(const RunSpec& s) {
@@ -196,11 +197,14 @@ std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const Tra
   return make_typed_rank_on<TpRank>(device, s.train.precision, s, world);
 }
 
-namespace {
-}  // namespace
-
 const Strategy& strategy() {
   static const Strategy s{"tensor_parallel", runs, validate_spec, describe, bitwise, replay, make_rank, bitwise_twin};
+  return s;
+}
+
+const Strategy& context_strategy() {
+  static const Strategy s{"context_parallel", runs_context, validate_spec, describe,
+                          bitwise,            replay,       make_rank,     bitwise_twin};
   return s;
 }
 
