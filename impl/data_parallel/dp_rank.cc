@@ -10,21 +10,41 @@
 namespace pb::dp {
 
 template <class T>
-DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& world,
-                  std::shared_ptr<const kernels::DeviceOps<T>> ops, std::shared_ptr<DeviceMemory> memory)
+DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& world, RankOps<T> ops,
+                  RankMemory memory)
     : RankBase<T>((validate(o, cfg), "dp"), world, o.dp, "dp" + std::to_string(o.dp), cfg.threads, std::move(ops),
                   std::move(memory)),
       cfg_(cfg), o_(o), layout_(cfg.model), data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix),
       groups_(world, MeshShape{o.dp, 1, 1, 1, o.ranks_per_node}) {
+  build(nullptr);
+}
+
+template <class T>
+DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, const DpOptions& experts, const std::string& mesh,
+                  Communicator& world, RankOps<T> ops, RankMemory memory)
+    : RankBase<T>("ep", world, o.dp, mesh, cfg.threads, std::move(ops), std::move(memory)), cfg_(cfg), o_(o),
+      layout_(cfg.model), data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix),
+      groups_(world, MeshShape{o.dp, 1, 1, 1, o.ranks_per_node, o.ep}) {
+  build(&experts);
+}
+
+template <class T>
+void DpRank<T>::build(const DpOptions* experts) {
   StatesPlan plan;
-  plan.dense = o;
-  plan.units = model_units(layout_);
-  states_ = std::make_unique<ModelStates<T>>(std::move(plan), world, groups_.mesh(), layout_, cfg.seed, this->mem_,
+  plan.dense = o_;
+  plan.units = experts ? dense_units(layout_) : model_units(layout_);
+  if (experts) {
+    plan.split_experts = true;
+    plan.experts = *experts;
+    plan.expert_units = expert_units(layout_, o_.ep, groups_.coord().ep);
+  }
+  states_ = std::make_unique<ModelStates<T>>(plan, groups_.world(), groups_.mesh(), layout_, cfg_.seed, this->mem_,
                                              *this->ops_);
   groups_.split(Group::dp_scalar, MeshAxis::dp);
+  if (experts) groups_.split(Group::ep_scalar, plan.experts.shard == Shard::none ? MeshAxis::ep : MeshAxis::dp);
   groups_.split_world(Group::check);
-  runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &this->mem_, cfg.batch / o.dp / cfg.microbatches,
-                                                  cfg.seq, make_moe_scope(o, cfg, groups_), *this->ops_);
+  runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &this->mem_, cfg_.batch / o_.dp / cfg_.microbatches,
+                                                  cfg_.seq, make_moe_scope(o_, cfg_, groups_), *this->ops_);
   this->track_moe_load(*runner_);
 }
 
@@ -70,19 +90,15 @@ template <class T>
 StepStats DpRank<T>::step() {
   StepHooks h;
   h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_, first, dloss, states_->hooks()); };
-  const StepStats st = data_parallel_step(*states_, cfg_, runner_->Bm(), step_, groups_[Group::dp_scalar], h);
+  const StepStats st = data_parallel_step(*states_, cfg_, runner_->Bm(), step_, groups_[Group::dp_scalar], h,
+                                          groups_.find(Group::ep_scalar));
   this->times_.wall_s = this->times_.busy_s = st.seconds;  // no schedule: the step is the compute
   return st;
 }
 
 template <class T>
-std::vector<double> DpRank<T>::full_params() {
-  return states_->gather(/*grads=*/false, groups_[Group::check], layout_.total());
-}
-
-template <class T>
-std::vector<double> DpRank<T>::full_grads() {
-  return states_->gather(/*grads=*/true, groups_[Group::check], layout_.total());
+std::vector<double> DpRank<T>::gather(bool grads) {
+  return states_->gather(grads, groups_[Group::check], layout_.total());
 }
 
 template <class T>

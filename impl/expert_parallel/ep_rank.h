@@ -1,5 +1,6 @@
 // One rank of an expert-parallel run (mesh dpN.epM, any data-axis option):
-// the dense parameters (embeddings, attention, LayerNorms, routers) are one
+// the data-parallel rank (impl/data_parallel/dp_rank.h) with ep > 1 and the
+// costs it declares. The dense parameters (embeddings, attention, LayerNorms, routers) are one
 // data-parallel component over the dp group, as in plain data parallel; the
 // experts of every MoE layer are split over the ep group (reference/moe.h
 // MoeScope::ep: rank r of the group owns the r-th E/ep contiguous experts),
@@ -17,34 +18,21 @@
 // all-to-alls on device memory (moe.h: the routing on the host between them).
 #pragma once
 #include <memory>
-#include <vector>
 
-#include "impl/data_parallel/model_states.h"
-#include "impl/spec/rank_base.h"
-#include "reference/runner.h"
+#include "impl/data_parallel/dp_rank.h"
+#include "impl/spec/run_spec.h"
 
 namespace pb::ep {
 
 template <class T>
-class EpRank : public RankBase<T> {
+class EpRank : public dp::DpRank<T> {
  public:
   // ops, memory: the device this rank trains on (the CPU when null), as DpRank's.
-  EpRank(const RunSpec& s, Communicator& world, std::shared_ptr<const kernels::DeviceOps<T>> ops = {},
-         std::shared_ptr<DeviceMemory> memory = {});
-  ~EpRank() override;
-  StepStats step() override;
-  std::vector<double> full_params() override;
-  std::vector<double> full_grads() override;
+  EpRank(const RunSpec& s, Communicator& world, RankOps<T> ops = {}, RankMemory memory = {});
   Declared declared(int steps) const override;
 
  private:
   RunSpec spec_;
-  ParamLayout layout_;
-  MarkovSource data_;
-  RankGroups groups_;
-  std::unique_ptr<dp::ModelStates<T>> states_;
-  std::unique_ptr<MicrobatchRunner<T>> runner_;
-  int step_ = 0;
 };
 
 }  // namespace pb::ep

@@ -52,7 +52,7 @@ dp::DpOptions PipelineOptions::component() const { return tp::component_options(
 
 template <class T>
 PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world,
-                              std::shared_ptr<const kernels::DeviceOps<T>> ops, std::shared_ptr<DeviceMemory> memory)
+                              RankOps<T> ops, RankMemory memory)
     : RankBase<T>((validate(o, cfg, world.size()), "pipeline"), world, world_size(mesh_of(o)), mesh_text(mesh_of(o)),
                   cfg.threads, std::move(ops), std::move(memory)),
       cfg_(cfg), o_(o), layout_(cfg.model, o.tp(), mesh_coord(mesh_of(o), world.rank()).tp), full_layout_(cfg.model),

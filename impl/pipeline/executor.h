@@ -128,7 +128,7 @@ class PipelineRank : public RankBase<T> {
   // context-parallel stage runs on the device's ops (tensor_parallel/runner.h),
   // the MoE MLP is host code.
   PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world,
-               std::shared_ptr<const kernels::DeviceOps<T>> ops = {}, std::shared_ptr<DeviceMemory> memory = {});
+               RankOps<T> ops = {}, RankMemory memory = {});
   ~PipelineRank() override;
   // Synchronous schedules: one optimizer step over cfg.microbatches.
   StepStats step() override;
@@ -139,7 +139,6 @@ class PipelineRank : public RankBase<T> {
   std::vector<StepStats> run_window();
   // Collective over all ranks (group "check"): full vectors in flat order. Grads:
   // the last step's reduced gradients (2BW: g(0), the first window's).
-  std::vector<double> full_params() override;
   std::vector<double> full_grads() override;
 
   // Per stage: params, grads and optimizer state (ZeRO-1 slices over dp),
@@ -186,7 +185,7 @@ class PipelineRank : public RankBase<T> {
   int64_t boundary_elems() const;
   tp::TpShape tp_shape() const;  // tp > 1: the cost shape of this rank's tensor axis  // one activation or gradient between stages (tokens held x C)
   void update_2bw(int k);
-  std::vector<double> gather(bool grads);
+  std::vector<double> gather(bool grads) override;
 
   using RankBase<T>::ops_;
   using RankBase<T>::mem_;

@@ -351,9 +351,6 @@ std::vector<double> PipelineRank<T>::gather(bool grads) {
 }
 
 template <class T>
-std::vector<double> PipelineRank<T>::full_params() { return gather(false); }
-
-template <class T>
 std::vector<double> PipelineRank<T>::full_grads() {
   if (s_.async_weights) return grads_snapshot_;
   return gather(true);

@@ -7,8 +7,7 @@ namespace pb {
 
 template <class T>
 RankBase<T>::RankBase(const std::string& who, Communicator& world, int world_needed, const std::string& mesh,
-                      int threads, std::shared_ptr<const kernels::DeviceOps<T>> ops,
-                      std::shared_ptr<DeviceMemory> memory)
+                      int threads, RankOps<T> ops, RankMemory memory)
     : ops_(kernels::ops_or_cpu<T>(std::move(ops))), device_memory_(std::move(memory)) {
   require(ops_->is_host() || device_memory_ != nullptr, who + ": a device rank needs the device's memory");
   mem_.set_device_memory(device_memory_.get());

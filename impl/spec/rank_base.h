@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "harness/comm/comm.h"
 #include "harness/memory.h"
@@ -17,9 +18,17 @@
 
 namespace pb {
 
+// A rank's device, the last two arguments of every rank type's constructor
+// (rank.h make_typed_rank_on): its ops and memory, both null on the CPU.
+template <class T>
+using RankOps = std::shared_ptr<const kernels::DeviceOps<T>>;
+using RankMemory = std::shared_ptr<DeviceMemory>;
+
 template <class T>
 class RankBase : public Rank {
  public:
+  std::vector<double> full_params() override { return gather(false); }
+  std::vector<double> full_grads() override { return gather(true); }
   const MemoryTracker& memory() const override { return mem_; }
   void reset_memory_peaks() override { mem_.reset_peaks(); }
   RankTimes times() const override { return times_; }
@@ -33,7 +42,7 @@ class RankBase : public Rank {
   // device's memory"); `mesh` names the world it needs ("mesh: dp2 needs a
   // world of 2 ranks, got 3"). ops, memory: the device (null: the CPU).
   RankBase(const std::string& who, Communicator& world, int world_needed, const std::string& mesh, int threads,
-           std::shared_ptr<const kernels::DeviceOps<T>> ops, std::shared_ptr<DeviceMemory> memory);
+           RankOps<T> ops, RankMemory memory);
   // moe_load() reads, and reset_moe_load() clears, the totals a runner (or
   // the rank itself) keeps.
   template <class Runner>
@@ -46,8 +55,12 @@ class RankBase : public Rank {
     reset_load_ = [&l] { l = {}; };
   }
 
-  std::shared_ptr<const kernels::DeviceOps<T>> ops_;  // never null
-  std::shared_ptr<DeviceMemory> device_memory_;       // outlives the tracker's buffers
+  // Collective over the world (group "check"): the full params or the last
+  // step's reduced grads, in flat order.
+  virtual std::vector<double> gather(bool grads) = 0;
+
+  RankOps<T> ops_;  // never null
+  RankMemory device_memory_;  // outlives the tracker's buffers
   MemoryTracker mem_;
   RankTimes times_;
 

@@ -15,8 +15,7 @@
 namespace pb::tp {
 
 template <class T>
-TpRank<T>::TpRank(const RunSpec& s, Communicator& world, std::shared_ptr<const kernels::DeviceOps<T>> ops,
-                  std::shared_ptr<DeviceMemory> memory)
+TpRank<T>::TpRank(const RunSpec& s, Communicator& world, RankOps<T> ops, RankMemory memory)
     : RankBase<T>("tp", world, s.world(), mesh_text(s.mesh), s.train.threads, std::move(ops), std::move(memory)),
       spec_(s), o_(options_of(s)), full_layout_(s.train.model),
       layout_(s.train.model, s.mesh.tp, mesh_coord(s.mesh, world.rank()).tp),

@@ -28,19 +28,16 @@ namespace pb::tp {
 template <class T>
 class TpRank : public RankBase<T> {
  public:
-  TpRank(const RunSpec& s, Communicator& world, std::shared_ptr<const kernels::DeviceOps<T>> ops = {},
-         std::shared_ptr<DeviceMemory> memory = {});
+  TpRank(const RunSpec& s, Communicator& world, RankOps<T> ops = {}, RankMemory memory = {});
   ~TpRank() override;
   StepStats step() override;
-  std::vector<double> full_params() override { return gather(false); }
-  std::vector<double> full_grads() override { return gather(true); }
   Declared declared(int steps) const override;
   // Largest |value| among this rank's vocabulary padding rows of wte, params
   // or grads (the ones it holds): 0 when padding never touches anything.
   double padding_max_abs(bool grads);
 
  private:
-  std::vector<double> gather(bool grads);
+  std::vector<double> gather(bool grads) override;
 
   RunSpec spec_;
   TpOptions o_;
