@@ -27,7 +27,7 @@ std::vector<UnitSpan> expert_units(const ParamLayout& l, int ep, int ep_rank) {
 DpComms make_expert_comms(Communicator& world, const MeshShape& mesh, DpOptions& experts, const DpOptions& dense) {
   const bool wrong = dense.moe_faults.count(MoeFault::ep_expert_grads_dp) > 0;
   if (wrong) experts.dp = dense.dp, experts.ranks_per_node = dense.ranks_per_node;
-  return make_dp_comms(world, mesh, experts, wrong ? MeshAxis::dp : MeshAxis::edp, "e");
+  return make_dp_comms(world, mesh, experts, wrong ? MeshAxis::dp : MeshAxis::edp, kExpertGroupPrefix);
 }
 
 template <class T>

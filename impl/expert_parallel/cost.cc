@@ -38,7 +38,7 @@ StateCosts state_costs(const RunSpec& s) {
   }
   c.comm_peak = meter.peak();
   c.dense_comm = dp::comm_per_step(du, ad, dp::UnitRoles::model(n));
-  c.expert_comm = dp::comm_per_step(eu, ae, dp::UnitRoles::all_blocks(M), "e");
+  c.expert_comm = dp::comm_per_step(eu, ae, dp::UnitRoles::all_blocks(M), kExpertGroupPrefix);
   c.local_traffic = dp::local_traffic_bytes(dp::unit_uses(du, ad, dp::UnitRoles::model(n)), ad) +
                     dp::local_traffic_bytes(dp::unit_uses(eu, ae, dp::UnitRoles::all_blocks(M)), ae);
   return c;
@@ -59,7 +59,7 @@ Declared declared_costs(const RunSpec& s, int steps) {
   dp::add_scalar_comm(out, od, steps);
   // The expert squared-norm partials: over ep (DDP: each edp replica holds them whole), else over dp.
   if ((od.shard == dp::Shard::none ? s.mesh.ep : s.mesh.dp) > 1)
-    out.add_comm("ep_scalar", CommOp::all_reduce, 8 * int64_t(steps));
+    out.add_comm(Group::ep_scalar, CommOp::all_reduce, 8 * int64_t(steps));
   dp::add_moe_capacity_comm(out, od, s.train, steps);
   return out;
 }

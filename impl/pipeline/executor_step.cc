@@ -408,7 +408,7 @@ Declared PipelineRank<T>::declared(int steps) const {
   }
   if (ex_) {
     for (const auto& c : stage_dp_comm_per_step(expert_uses, expert_axis, m_))  // groups "edp", "edp_shard", ...
-      d.add_comm("e" + c.group, dp::comm_op(c.op), c.bytes * steps);
+      d.add_comm(kExpertGroupPrefix + c.group, dp::comm_op(c.op), c.bytes * steps);
     dp::add_moe_capacity_comm(d, o_.component(), cfg_, steps, int(se_.units.size()));
     if (o_.ep > 1)  // the all-to-alls of the routing this rank recorded (a fresh rank's whole run)
       d.add_comm(Group::ep, CommOp::all_to_all,

@@ -8,6 +8,11 @@ namespace pb {
 const char* group_name(Group g) {
   switch (g) {
     case Group::check: return "check";
+    case Group::dp: return "dp";
+    case Group::dp_shard: return "dp_shard";
+    case Group::dp_replica: return "dp_replica";
+    case Group::dp_intra: return "dp_intra";
+    case Group::dp_inter: return "dp_inter";
     case Group::dp_scalar: return "dp_scalar";
     case Group::ep_scalar: return "ep_scalar";
     case Group::pp_scalar: return "pp_scalar";

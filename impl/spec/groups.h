@@ -16,6 +16,12 @@ namespace pb {
 
 enum class Group {
   check,      // the whole world: the checks' gathers (rank.h full_params)
+  // A data-parallel component's (impl/data_parallel/component.h DpComms):
+  dp,          // its ranks (the mesh's dp, or dp x cp)
+  dp_shard,    // HSDP: F consecutive dp ranks
+  dp_replica,  // HSDP: the same position across them
+  dp_intra,    // hZeRO: the members on one node
+  dp_inter,    // hZeRO: the same position across nodes
   dp_scalar,  // a data axis's loss and squared-norm partials
   ep_scalar,  // the expert component's squared-norm partials
   pp_scalar,  // a pipeline's loss and norm partials (the whole world)
@@ -28,6 +34,9 @@ enum class Group {
   count_
 };
 const char* group_name(Group g);
+// An expert component's groups are its data-axis groups with this prefix
+// ("edp", "edp_shard", ...: the expert-data-parallel group).
+inline constexpr const char* kExpertGroupPrefix = "e";
 
 // A rank's communicators by Group, split from `world` along the mesh.
 class RankGroups {

@@ -55,8 +55,8 @@ dp::DpOptions data_options_of(const RunSpec& s) {
 void declare_cp_comm(Declared& d, const TpShape& x, int64_t layer_microbatches) {
   if (x.cp == 1) return;
   const cp::CpLayerComm l = cp::layer_comm(attn_shape(x), x.recompute);
-  if (l.send()) d.add_comm("cp", CommOp::send, l.send() * layer_microbatches);
-  if (l.all_to_all()) d.add_comm("cp", CommOp::all_to_all, l.all_to_all() * layer_microbatches);
+  if (l.send()) d.add_comm(Group::cp, CommOp::send, l.send() * layer_microbatches);
+  if (l.all_to_all()) d.add_comm(Group::cp, CommOp::all_to_all, l.all_to_all() * layer_microbatches);
 }
 
 dp::DpOptions component_options(const dp::DpOptions& data, int cp) {
