@@ -12,7 +12,6 @@
 //    freed after (blocks after forward when resharding, all at the end of the
 //    microbatch), the bytes dp::comm_buffer_peak_bytes declares.
 #pragma once
-#include <functional>
 #include <memory>
 
 #include "impl/data_parallel/component.h"

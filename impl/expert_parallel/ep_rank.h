@@ -1,7 +1,7 @@
 // One rank of an expert-parallel run (mesh dpN.epM, any data-axis option):
-// the data-parallel rank (impl/data_parallel/dp_rank.h) with ep > 1 and the
-// costs it declares. The dense parameters (embeddings, attention, LayerNorms, routers) are one
-// data-parallel component over the dp group, as in plain data parallel; the
+// the data-parallel rank (impl/data_parallel/dp_rank.h) with ep > 1, and the
+// costs it declares (cost.h). The dense parameters (embeddings, attention,
+// LayerNorms, routers) are one data-parallel component over the dp group; the
 // experts of every MoE layer are split over the ep group (reference/moe.h
 // MoeScope::ep: rank r of the group owns the r-th E/ep contiguous experts),
 // and this rank's experts are a second component over the expert-data-
