@@ -1,7 +1,6 @@
 #include "impl/registry.h"
 
 #include "harness/status.h"
-#include "impl/context_parallel/strategy.h"
 #include "impl/data_parallel/strategy.h"
 #include "impl/expert_parallel/strategy.h"
 #include "impl/pipeline/strategy.h"
@@ -11,7 +10,7 @@ namespace pb {
 
 const std::vector<const Strategy*>& strategies() {
   // Adding a strategy: its folder in impl/ defines a Strategy; list it here.
-  static const std::vector<const Strategy*> all = {&dp::strategy(), &pipeline::strategy(), &tp::strategy(), &cp::strategy(), &ep::strategy()};
+  static const std::vector<const Strategy*> all = {&dp::strategy(), &pipeline::strategy(), &tp::strategy(), &tp::context_strategy(), &ep::strategy()};
   return all;
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "harness/status.h"
+#include "impl/spec/groups.h"
 #include "reference/init.h"
 
 namespace pb::dp {
@@ -13,15 +14,15 @@ DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOption
                       const std::string& prefix) {
   DpComms c;
   const auto dp_groups = mesh_groups(mesh, axis);
-  c.dp = world.split_groups(dp_groups, prefix + "dp");
+  c.dp = world.split_groups(dp_groups, prefix + group_name(Group::dp));
   if (o.shard == Shard::hsdp) {
     const TwoLevelGroups hs = split_consecutive(dp_groups, shard_group(o), "strategy.shard_group");
-    c.shard = world.split_groups(hs.intra, prefix + "dp_shard");
-    c.replica = world.split_groups(hs.inter, prefix + "dp_replica");
+    c.shard = world.split_groups(hs.intra, prefix + group_name(Group::dp_shard));
+    c.replica = world.split_groups(hs.inter, prefix + group_name(Group::dp_replica));
   } else if (o.shard == Shard::hzero) {
     const TwoLevelGroups nodes = split_by_node(dp_groups, mesh.ranks_per_node);
-    c.intra = world.split_groups(nodes.intra, prefix + "dp_intra");
-    c.inter = world.split_groups(nodes.inter, prefix + "dp_inter");
+    c.intra = world.split_groups(nodes.intra, prefix + group_name(Group::dp_intra));
+    c.inter = world.split_groups(nodes.inter, prefix + group_name(Group::dp_inter));
   }
   return c;
 }

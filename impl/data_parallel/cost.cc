@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "harness/status.h"
+#include "impl/spec/groups.h"
 
 namespace pb::dp {
 
@@ -324,43 +325,42 @@ std::vector<CollCost> comm_per_step(std::span<const int64_t> units, const DataAx
     return a.reshard_after_forward ? s : 0;
   };
   std::vector<CollCost> out;
-  auto add = [&](const char* group, const char* phase, Coll op, int64_t n, int64_t calls, int64_t bytes,
-                 bool inter) {
-    if (n > 1 && calls > 0) out.push_back({prefix + group, phase, op, n, calls, bytes, inter});
+  auto add = [&](Group group, const char* phase, Coll op, int64_t n, int64_t calls, int64_t bytes, bool inter) {
+    if (n > 1 && calls > 0) out.push_back({prefix + group_name(group), phase, op, n, calls, bytes, inter});
   };
   const bool dp_inter = dp > r;
   switch (a.shard) {
     case Shard::none:
-      add("dp", "bwd", Coll::all_reduce, dp, 1, psi * b.grad, dp_inter);
+      add(Group::dp, "bwd", Coll::all_reduce, dp, 1, psi * b.grad, dp_inter);
       break;
     case Shard::zero1:
     case Shard::zero2: {
       const int64_t rs_calls = a.shard == Shard::zero1 ? 1 : m;
-      add("dp", "bwd", Coll::reduce_scatter, dp, rs_calls * nu, rs_calls * full(dp) * b.grad, dp_inter);
-      add("dp", "step", Coll::all_gather, dp, nu, full(dp) * b.param, dp_inter);
+      add(Group::dp, "bwd", Coll::reduce_scatter, dp, rs_calls * nu, rs_calls * full(dp) * b.grad, dp_inter);
+      add(Group::dp, "step", Coll::all_gather, dp, nu, full(dp) * b.param, dp_inter);
       break;
     }
     case Shard::zero3:
-      add("dp", "fwd", Coll::all_gather, dp, m * nu, m * full(dp) * b.param, dp_inter);
-      add("dp", "bwd", Coll::all_gather, dp, m * nb, m * blocks(dp) * b.param, dp_inter);
-      add("dp", "bwd", Coll::reduce_scatter, dp, m * nu, m * full(dp) * b.grad, dp_inter);
+      add(Group::dp, "fwd", Coll::all_gather, dp, m * nu, m * full(dp) * b.param, dp_inter);
+      add(Group::dp, "bwd", Coll::all_gather, dp, m * nb, m * blocks(dp) * b.param, dp_inter);
+      add(Group::dp, "bwd", Coll::reduce_scatter, dp, m * nu, m * full(dp) * b.grad, dp_inter);
       break;
     case Shard::hsdp: {
       const int64_t F = shard_group_size(a);
       int64_t shard = 0;
       for (int64_t u : units) shard += ceil_div(u, F);
-      add("dp_shard", "fwd", Coll::all_gather, F, m * nu, m * full(F) * b.param, F > r);
-      add("dp_shard", "bwd", Coll::all_gather, F, m * nb, m * blocks(F) * b.param, F > r);
-      add("dp_shard", "bwd", Coll::reduce_scatter, F, m * nu, m * full(F) * b.grad, F > r);
-      add("dp_replica", "step", Coll::all_reduce, dp / F, nu, shard * b.grad, dp_inter);
+      add(Group::dp_shard, "fwd", Coll::all_gather, F, m * nu, m * full(F) * b.param, F > r);
+      add(Group::dp_shard, "bwd", Coll::all_gather, F, m * nb, m * blocks(F) * b.param, F > r);
+      add(Group::dp_shard, "bwd", Coll::reduce_scatter, F, m * nu, m * full(F) * b.grad, F > r);
+      add(Group::dp_replica, "step", Coll::all_reduce, dp / F, nu, shard * b.grad, dp_inter);
       break;
     }
     case Shard::hzero: {
       const int64_t S = full(dp);  // dp-padded, so r | S and dp | S when padded
-      add("dp", "fwd", Coll::all_gather, dp, m * nu, m * S * b.param, dp_inter);
-      add("dp_intra", "bwd", Coll::all_gather, r, m * nb, m * blocks(dp) * b.param, false);
-      add("dp_intra", "bwd", Coll::reduce_scatter, r, m * nu, m * S * b.grad, false);
-      add("dp_inter", "bwd", Coll::reduce_scatter, dp / r, m * nu, m * ceil_div(S, r) * b.grad, dp_inter);
+      add(Group::dp, "fwd", Coll::all_gather, dp, m * nu, m * S * b.param, dp_inter);
+      add(Group::dp_intra, "bwd", Coll::all_gather, r, m * nb, m * blocks(dp) * b.param, false);
+      add(Group::dp_intra, "bwd", Coll::reduce_scatter, r, m * nu, m * S * b.grad, false);
+      add(Group::dp_inter, "bwd", Coll::reduce_scatter, dp / r, m * nu, m * ceil_div(S, r) * b.grad, dp_inter);
       break;
     }
   }

@@ -11,42 +11,58 @@
 namespace pb::dp {
 
 template <class T>
-DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& world,
-                  std::shared_ptr<const kernels::DeviceOps<T>> ops, std::shared_ptr<DeviceMemory> memory)
-    : cfg_((validate(o, cfg), cfg)), o_(o), ops_(kernels::ops_or_cpu<T>(std::move(ops))),
-      device_memory_(std::move(memory)), layout_(cfg.model), data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix) {
-  require(ops_->is_host() || device_memory_ != nullptr, "dp: a device rank needs the device's memory");
-  mem_.set_device_memory(device_memory_.get());
-  require(world.size() == o.dp, "mesh: dp" + std::to_string(o.dp) + " needs a world of " +
-                                    std::to_string(o.dp) + " ranks, got " + std::to_string(world.size()));
-  kernels::set_blas_threads(cfg.threads);
-  const MeshShape mesh{o.dp, 1, 1, 1, o.ranks_per_node};
-  comms_ = make_dp_comms(world, mesh, o);
-  scalar_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "dp_scalar");
-  check_ = world.split_groups(whole_world(world.size()), "check");
-  dp_ = std::make_unique<Component<T>>(o, model_units(layout_), layout_, cfg.seed, comms_, mem_, *ops_);
-  if (moe_shares_capacity(o, cfg))  // the ranks agree on admission by exchanging counts
-    moe_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "moe");
-  const MoeScope scope = ep::moe_scope(moe_.get(), nullptr, nullptr, o.moe_faults);
-  runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &mem_, cfg.batch / o.dp / cfg.microbatches,
-                                                  cfg.seq, scope, *ops_);
-  hooks_ = make_hooks(*dp_, layout_, mem_);
+DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, Communicator& world, RankOps<T> ops,
+                  RankMemory memory)
+    : RankBase<T>((validate(o, cfg), "dp"), world, o.dp, "dp" + std::to_string(o.dp), cfg.threads, std::move(ops),
+                  std::move(memory)),
+      cfg_(cfg), o_(o), layout_(cfg.model), data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix),
+      groups_(world, MeshShape{o.dp, 1, 1, 1, o.ranks_per_node}) {
+  build(nullptr);
+}
+
+template <class T>
+DpRank<T>::DpRank(const TrainConfig& cfg, const DpOptions& o, const DpOptions& experts, const std::string& mesh,
+                  Communicator& world, RankOps<T> ops, RankMemory memory)
+    : RankBase<T>("ep", world, o.dp, mesh, cfg.threads, std::move(ops), std::move(memory)), cfg_(cfg), o_(o),
+      layout_(cfg.model), data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix),
+      groups_(world, MeshShape{o.dp, 1, 1, 1, o.ranks_per_node, o.ep}) {
+  build(&experts);
+}
+
+template <class T>
+void DpRank<T>::build(const DpOptions* experts) {
+  StatesPlan plan;
+  plan.dense = o_;
+  plan.units = experts ? dense_units(layout_) : model_units(layout_);
+  if (experts) {
+    plan.split_experts = true;
+    plan.experts = *experts;
+    plan.expert_units = expert_units(layout_, o_.ep, groups_.coord().ep);
+  }
+  states_ = std::make_unique<ModelStates<T>>(plan, groups_.world(), groups_.mesh(), layout_, cfg_.seed, this->mem_,
+                                             *this->ops_);
+  groups_.split(Group::dp_scalar, MeshAxis::dp);
+  if (experts) groups_.split(Group::ep_scalar, plan.experts.shard == Shard::none ? MeshAxis::ep : MeshAxis::dp);
+  groups_.split_world(Group::check);
+  runner_ = std::make_unique<MicrobatchRunner<T>>(layout_, data_, &this->mem_, cfg_.batch / o_.dp / cfg_.microbatches,
+                                                  cfg_.seq, make_moe_scope(o_, cfg_, groups_), *this->ops_);
+  this->track_moe_load(*runner_);
 }
 
 template <class T>
 DpRank<T>::~DpRank() = default;
 
 template <class T>
-StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const TrainConfig& cfg, int Bm, int& step,
-                             Communicator& scalar, const StepHooks& h, Component<T>* experts,
-                             Communicator* expert_scalar) {
+StepStats data_parallel_step(ModelStates<T>& ms, const TrainConfig& cfg, int Bm, int& step, Communicator& scalar,
+                             const StepHooks& h, Communicator* expert_scalar) {
+  Component<T>& dp = ms.dense();
+  FamilyHooks<T>& hooks = ms.hooks();
   const std::unique_ptr<kernels::DeviceTimeline> clock = dp.ops().timeline();  // the step's time on the device
   const int t0 = clock->mark();
   const DpOptions& o = dp.options();
   const int micro = cfg.microbatches, per_rank = Bm * micro;
   const double tokens = o.has(Fault::grad_not_averaged) ? double(per_rank) * cfg.seq : double(cfg.tokens_per_step());
-  dp.zero_grads();
-  if (experts) experts->zero_grads();
+  ms.zero_grads();
   double loss = 0;
   for (int k = 0; k < micro; ++k) {
     hooks.start_microbatch(k, micro);
@@ -56,24 +72,16 @@ StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const Trai
   }
   hooks.finish();
   if (h.synced) h.synced();
-  if (scalar.size() > 1) scalar.all_reduce(&loss, &loss, 1, DType::f64);
   // DDP: every rank holds the reduced gradient; sharded: partials, summed.
   double sq = dp.local_sq();
   if (o.shard != Shard::none && scalar.size() > 1) scalar.all_reduce(&sq, &sq, 1, DType::f64);
-  if (experts) {
+  if (Component<T>* experts = ms.experts()) {
     double e = experts->local_sq();
     if (expert_scalar && expert_scalar->size() > 1) expert_scalar->all_reduce(&e, &e, 1, DType::f64);
     sq += e;
   }
   if (h.norm) h.norm(sq);
-  StepStats st;
-  st.step = ++step;
-  st.loss = loss / double(cfg.tokens_per_step());
-  st.grad_norm = std::sqrt(sq);
-  st.lr = lr_at(cfg.optim, st.step, cfg.steps);
-  const double clip = clip_factor(st.grad_norm, cfg.optim.clip);
-  dp.step(cfg.optim, st.step, st.lr, clip);
-  if (experts) experts->step(cfg.optim, st.step, st.lr, clip);
+  StepStats st = finish_step(ms, cfg, step, loss, scalar.size() > 1 ? &scalar : nullptr, sq);
   st.seconds = clock->seconds(t0, clock->mark());  // waits for the step's last op
   dp.ops().synchronize();
   return st;
@@ -82,20 +90,16 @@ StepStats data_parallel_step(Component<T>& dp, FamilyHooks<T>& hooks, const Trai
 template <class T>
 StepStats DpRank<T>::step() {
   StepHooks h;
-  h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_, first, dloss, *hooks_); };
-  const StepStats st = data_parallel_step(*dp_, *hooks_, cfg_, runner_->Bm(), step_, *scalar_, h);
-  times_.wall_s = times_.busy_s = st.seconds;  // no schedule: the step is the compute
+  h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_, first, dloss, states_->hooks()); };
+  const StepStats st = data_parallel_step(*states_, cfg_, runner_->Bm(), step_, groups_[Group::dp_scalar], h,
+                                          groups_.find(Group::ep_scalar));
+  this->times_.wall_s = this->times_.busy_s = st.seconds;  // no schedule: the step is the compute
   return st;
 }
 
 template <class T>
-std::vector<double> DpRank<T>::full_params() {
-  return dp_->gather_full(/*grads=*/false, *check_, layout_.total());
-}
-
-template <class T>
-std::vector<double> DpRank<T>::full_grads() {
-  return dp_->gather_full(/*grads=*/true, *check_, layout_.total());
+std::vector<double> DpRank<T>::gather(bool grads) {
+  return states_->gather(grads, groups_[Group::check], layout_.total());
 }
 
 template <class T>
@@ -105,9 +109,9 @@ Declared DpRank<T>::declared(int steps) const {
   return d;
 }
 
-#define PB_INSTANTIATE(T)                                                                                       \
-  template StepStats data_parallel_step<T>(Component<T>&, FamilyHooks<T>&, const TrainConfig&, int, int&,           \
-                                           Communicator&, const StepHooks&, Component<T>*, Communicator*);
+#define PB_INSTANTIATE(T)                                                                                    \
+  template StepStats data_parallel_step<T>(ModelStates<T>&, const TrainConfig&, int, int&, Communicator&,     \
+                                           const StepHooks&, Communicator*);
 PB_INSTANTIATE(double)
 PB_INSTANTIATE(float)
 PB_INSTANTIATE(bf16)

@@ -41,8 +41,8 @@ void add_moe_capacity_comm(Declared& d, const DpOptions& o, const TrainConfig& c
   if (!moe_shares_capacity(o, cfg) || layers == 0) return;
   const MoeConfig& c = cfg.model.moe;
   const int64_t n = int64_t(steps) * cfg.microbatches * (layers < 0 ? cfg.model.moe_layers() : layers);
-  d.add_comm("moe", CommOp::all_gather, n * o.dp * c.top_k * c.experts * 8);
-  d.add_comm("moe", CommOp::all_reduce, n * c.experts * 8);
+  d.add_comm(Group::moe, CommOp::all_gather, n * o.dp * c.top_k * c.experts * 8);
+  d.add_comm(Group::moe, CommOp::all_reduce, n * c.experts * 8);
 }
 
 std::string moe_label(const ModelConfig& model) {
@@ -79,7 +79,7 @@ Declared declared_costs(const DpOptions& o, const TrainConfig& cfg, int steps, s
 
 void add_scalar_comm(Declared& d, const DpOptions& o, int steps) {
   // The loss every step; the squared-norm partial sums when sharded.
-  if (o.dp > 1) d.add_comm("dp_scalar", CommOp::all_reduce, 8 * int64_t(steps) * (o.shard == Shard::none ? 1 : 2));
+  if (o.dp > 1) d.add_comm(Group::dp_scalar, CommOp::all_reduce, 8 * int64_t(steps) * (o.shard == Shard::none ? 1 : 2));
 }
 
 namespace {

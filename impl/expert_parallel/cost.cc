@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "impl/data_parallel/model_states.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/data_parallel/strategy.h"
 #include "impl/expert_parallel/options.h"
@@ -24,7 +25,7 @@ StateCosts state_costs(const RunSpec& s) {
   const ParamLayout l(cfg.model, s.mesh.tp, 0);  // a tp rank's shard (every tp rank's units have these sizes)
   const dp::DpOptions od = dense_options(s), oe = expert_options(s);
   const dp::DataAxis ad = dp::data_axis(od, cfg), ae = dp::data_axis(oe, cfg);
-  const std::vector<int64_t> du = sizes(dense_units(l)), eu = sizes(expert_units(l, s.mesh.ep, 0));
+  const std::vector<int64_t> du = sizes(dp::dense_units(l)), eu = sizes(dp::expert_units(l, s.mesh.ep, 0));
   const int n = int(du.size()), M = int(eu.size());
   StateCosts c;
   c.dense = dp::model_state_bytes(du, ad);
@@ -37,7 +38,7 @@ StateCosts state_costs(const RunSpec& s) {
   }
   c.comm_peak = meter.peak();
   c.dense_comm = dp::comm_per_step(du, ad, dp::UnitRoles::model(n));
-  c.expert_comm = dp::comm_per_step(eu, ae, dp::UnitRoles::all_blocks(M), "e");
+  c.expert_comm = dp::comm_per_step(eu, ae, dp::UnitRoles::all_blocks(M), kExpertGroupPrefix);
   c.local_traffic = dp::local_traffic_bytes(dp::unit_uses(du, ad, dp::UnitRoles::model(n)), ad) +
                     dp::local_traffic_bytes(dp::unit_uses(eu, ae, dp::UnitRoles::all_blocks(M)), ae);
   return c;
@@ -58,7 +59,7 @@ Declared declared_costs(const RunSpec& s, int steps) {
   dp::add_scalar_comm(out, od, steps);
   // The expert squared-norm partials: over ep (DDP: each edp replica holds them whole), else over dp.
   if ((od.shard == dp::Shard::none ? s.mesh.ep : s.mesh.dp) > 1)
-    out.add_comm("ep_scalar", CommOp::all_reduce, 8 * int64_t(steps));
+    out.add_comm(Group::ep_scalar, CommOp::all_reduce, 8 * int64_t(steps));
   dp::add_moe_capacity_comm(out, od, s.train, steps);
   return out;
 }

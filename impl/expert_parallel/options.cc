@@ -8,13 +8,6 @@ namespace pb::ep {
 
 int edp_size(const MeshShape& m) { return m.dp * m.cp / m.ep; }
 
-dp::DpComms make_expert_comms(Communicator& world, const MeshShape& mesh, dp::DpOptions& experts,
-                              const dp::DpOptions& dense) {
-  const bool wrong = dense.moe_faults.count(MoeFault::ep_expert_grads_dp) > 0;
-  if (wrong) experts.dp = dense.dp, experts.ranks_per_node = dense.ranks_per_node;
-  return dp::make_dp_comms(world, mesh, experts, wrong ? MeshAxis::dp : MeshAxis::edp, "e");
-}
-
 dp::DpOptions dense_options(const RunSpec& s) {
   dp::DpOptions o = dp::options_of(s);
   const int inner = s.mesh.tp * s.mesh.cp;
@@ -40,24 +33,6 @@ dp::DpOptions expert_options(const RunSpec& s) {
     o.ranks_per_node = n;
   }
   return o;
-}
-
-std::vector<dp::UnitSpan> dense_units(const ParamLayout& l) {
-  std::vector<dp::UnitSpan> v = dp::model_units(l);
-  const ModelConfig& m = l.model();
-  for (int i = 0; i < m.L; ++i)
-    if (m.is_moe(i)) v[size_t(l.block_unit(i))].size = l.moe_block().expert0;
-  return v;
-}
-
-std::vector<dp::UnitSpan> expert_units(const ParamLayout& l, int ep, int ep_rank) {
-  const ModelConfig& m = l.model();
-  const MoeOffsets& o = l.moe_block();
-  const int64_t El = m.moe.experts / ep, n = El * o.expert_size;
-  std::vector<dp::UnitSpan> v;
-  for (int i = 0; i < m.L; ++i)
-    if (m.is_moe(i)) v.push_back({l.unit_begin(l.block_unit(i)) + o.expert0 + ep_rank * n, n, true});
-  return v;
 }
 
 std::vector<int64_t> sizes(const std::vector<dp::UnitSpan>& u) {

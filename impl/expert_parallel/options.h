@@ -23,21 +23,13 @@ namespace pb::ep {
 // dp / ep ranks (ranks_per_node: the edp group's members per node); the
 // data-parallel faults stay with the dense component.
 dp::DpOptions expert_options(const RunSpec& s);
-// The expert component's communicators as every rank holding experts builds
-// them: over the edp groups, or, under the ep_expert_grads_dp fault, over the
-// whole dp group (`experts` then takes the dense options' size and node
-// map), which mixes experts. Collective over `world`.
-dp::DpComms make_expert_comms(Communicator& world, const MeshShape& mesh, dp::DpOptions& experts,
-                              const dp::DpOptions& dense);
 // The dense component's options: the spec's data axis, its ranks_per_node
 // counting data-parallel ranks (a replica's tp x cp ranks share a node).
 dp::DpOptions dense_options(const RunSpec& s);
 int edp_size(const MeshShape& m);
 
-// Dense units: the model's, each MoE block cut before its first expert.
-std::vector<dp::UnitSpan> dense_units(const ParamLayout& l);
-// Expert units: one per MoE layer, the contiguous range of ep rank r's E/ep experts.
-std::vector<dp::UnitSpan> expert_units(const ParamLayout& l, int ep, int ep_rank);
+// The dense and expert units (the components' split) are
+// impl/data_parallel/model_states.h's dense_units and expert_units.
 std::vector<int64_t> sizes(const std::vector<dp::UnitSpan>& u);
 
 void validate(const RunSpec& s);

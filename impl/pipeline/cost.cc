@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "harness/status.h"
+#include "impl/spec/groups.h"
 
 namespace pb::pipeline {
 
@@ -122,8 +123,9 @@ std::vector<dp::CollCost> stage_dp_comm_per_step(const std::vector<StageUnitUse>
   const dp::BytesPerParam b = dp::bytes_per_param(a.precision);
   const int64_t g = dp::shard_group_size(a), m = microbatches;
   std::vector<dp::CollCost> out;
-  auto add = [&](const char* group, const char* phase, Coll op, int64_t n, int64_t calls, int64_t bytes) {
+  auto add = [&](Group name, const char* phase, Coll op, int64_t n, int64_t calls, int64_t bytes) {
     if (n <= 1 || bytes == 0) return;
+    const char* group = group_name(name);
     for (auto& c : out)
       if (c.group == group && c.phase == phase && c.op == op) {
         c.calls += calls;
@@ -136,7 +138,7 @@ std::vector<dp::CollCost> stage_dp_comm_per_step(const std::vector<StageUnitUse>
   if (a.shard == Shard::none) {  // one all-reduce of the whole (unpadded) buffer
     int64_t n = 0;
     for (const StageUnitUse& u : units) n += u.size;
-    add("dp", "step", Coll::all_reduce, a.dp, 1, n * b.grad);
+    add(Group::dp, "step", Coll::all_reduce, a.dp, 1, n * b.grad);
     return out;
   }
   bool first = true;
@@ -148,26 +150,26 @@ std::vector<dp::CollCost> stage_dp_comm_per_step(const std::vector<StageUnitUse>
       case Shard::zero1:
       case Shard::zero2: {
         const int64_t rs = a.shard == Shard::zero1 ? 1 : m;
-        add("dp", a.shard == Shard::zero1 ? "step" : "bwd", Coll::reduce_scatter, a.dp, rs, rs * padded * b.grad);
-        add("dp", "step", Coll::all_gather, a.dp, 1, padded * b.param);
+        add(Group::dp, a.shard == Shard::zero1 ? "step" : "bwd", Coll::reduce_scatter, a.dp, rs, rs * padded * b.grad);
+        add(Group::dp, "step", Coll::all_gather, a.dp, 1, padded * b.param);
         break;
       }
       case Shard::zero3:
-        add("dp", "fwd", Coll::all_gather, a.dp, m * u.fwd_uses, m * u.fwd_uses * padded * b.param);
-        add("dp", "bwd", Coll::all_gather, a.dp, m * u.bwd_uses, m * u.bwd_uses * padded * b.param);
-        add("dp", "bwd", Coll::reduce_scatter, a.dp, m, m * padded * b.grad);
+        add(Group::dp, "fwd", Coll::all_gather, a.dp, m * u.fwd_uses, m * u.fwd_uses * padded * b.param);
+        add(Group::dp, "bwd", Coll::all_gather, a.dp, m * u.bwd_uses, m * u.bwd_uses * padded * b.param);
+        add(Group::dp, "bwd", Coll::reduce_scatter, a.dp, m, m * padded * b.grad);
         break;
       case Shard::hsdp:
-        add("dp_shard", "fwd", Coll::all_gather, g, m * u.fwd_uses, m * u.fwd_uses * padded * b.param);
-        add("dp_shard", "bwd", Coll::all_gather, g, m * u.bwd_uses, m * u.bwd_uses * padded * b.param);
-        add("dp_shard", "bwd", Coll::reduce_scatter, g, m, m * padded * b.grad);
-        add("dp_replica", "step", Coll::all_reduce, a.dp / g, first ? 1 : 0, slice * b.grad);  // one call, the whole shard
+        add(Group::dp_shard, "fwd", Coll::all_gather, g, m * u.fwd_uses, m * u.fwd_uses * padded * b.param);
+        add(Group::dp_shard, "bwd", Coll::all_gather, g, m * u.bwd_uses, m * u.bwd_uses * padded * b.param);
+        add(Group::dp_shard, "bwd", Coll::reduce_scatter, g, m, m * padded * b.grad);
+        add(Group::dp_replica, "step", Coll::all_reduce, a.dp / g, first ? 1 : 0, slice * b.grad);  // one call, the whole shard
         break;
       case Shard::hzero:
-        add("dp", "fwd", Coll::all_gather, a.dp, m * u.fwd_uses, m * u.fwd_uses * padded * b.param);
-        add("dp_intra", "bwd", Coll::all_gather, r, m * u.bwd_uses, m * u.bwd_uses * padded * b.param);
-        add("dp_intra", "bwd", Coll::reduce_scatter, r, m, m * padded * b.grad);
-        add("dp_inter", "bwd", Coll::reduce_scatter, nodes, m, m * (padded / r) * b.grad);
+        add(Group::dp, "fwd", Coll::all_gather, a.dp, m * u.fwd_uses, m * u.fwd_uses * padded * b.param);
+        add(Group::dp_intra, "bwd", Coll::all_gather, r, m * u.bwd_uses, m * u.bwd_uses * padded * b.param);
+        add(Group::dp_intra, "bwd", Coll::reduce_scatter, r, m, m * padded * b.grad);
+        add(Group::dp_inter, "bwd", Coll::reduce_scatter, nodes, m, m * (padded / r) * b.grad);
         break;
     }
     first = false;

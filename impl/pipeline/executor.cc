@@ -53,16 +53,17 @@ dp::DpOptions PipelineOptions::component() const { return tp::component_options(
 
 template <class T>
 PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world,
-                              std::shared_ptr<const kernels::DeviceOps<T>> ops, std::shared_ptr<DeviceMemory> memory)
-    : cfg_((validate(o, cfg, world.size()), cfg)), o_(o), ops_(kernels::ops_or_cpu<T>(std::move(ops))),
-      device_memory_(std::move(memory)), layout_(cfg.model, o.tp(), mesh_coord(mesh_of(o), world.rank()).tp), full_layout_(cfg.model),
+                              RankOps<T> ops, RankMemory memory)
+    : RankBase<T>((validate(o, cfg, world.size()), "pipeline"), world, world_size(mesh_of(o)), mesh_text(mesh_of(o)),
+                  cfg.threads, std::move(ops), std::move(memory)),
+      cfg_(cfg), o_(o), layout_(cfg.model, o.tp(), mesh_coord(mesh_of(o), world.rank()).tp), full_layout_(cfg.model),
       data_(cfg.model.V, cfg.data.seed, cfg.data.branching, cfg.data.mix),
       part_(partition_layers(cfg.model.L, o.pp, o.virtual_stages)), s_(build_schedule(o, cfg)),
-      su_(stage_units(layout_, part_, 0)), model_(layout_, cfg.batch / (o.dp() * cfg.microbatches), cfg.seq, *ops_) {
-  require(ops_->is_host() || device_memory_ != nullptr, "pipeline: a device rank needs the device's memory");
-  mem_.set_device_memory(device_memory_.get());
+      su_(stage_units(layout_, part_, 0)), groups_(world, mesh_of(o)),
+      model_(layout_, cfg.batch / (o.dp() * cfg.microbatches), cfg.seq, *ops_) {
   clock_ = ops_->timeline();
   step_clock_ = ops_->timeline();
+  this->track_moe_load(load_);
   // Without tags (nccl) a pair's messages match in order, and sends complete
   // only once received: the schedule must run with grouped posting, and
   // where it deadlocks so, posted as Megatron posts it (one exchange around
@@ -74,28 +75,38 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   require(world.backend() == "local" || !world.matches_tags() || num_messages(s_) <= 32767,
           "microbatches: " + std::to_string(num_messages(s_)) +
               " distinct pipeline messages exceed the tag range MPI guarantees (32767)");
-  kernels::set_blas_threads(cfg.threads);
-  const MeshShape mesh = mesh_of(o);
-  const MeshCoord mc = mesh_coord(mesh, world.rank());
+  const MeshShape& mesh = groups_.mesh();
+  const MeshCoord mc = groups_.coord();
   pr_ = mc.pp;
   dr_ = mc.dp;
   tr_ = mc.tp;
   cr_ = mc.cp;
   m_ = cfg.microbatches;
   Bm_ = model_.B();
-  pp_ = world.split_groups(mesh_groups(mesh, MeshAxis::pp), "pp");
+  pp_ = groups_.split(Group::pp, MeshAxis::pp);
   std::vector<std::vector<int>> tied;  // {first, last} of every pipeline replica
   if (o.pp > 1)
     for (const auto& g : mesh_groups(mesh, MeshAxis::pp)) tied.push_back({g.front(), g.back()});
-  tied_ = world.split_groups(tied, "pp_tied");
-  dpc_ = dp::make_dp_comms(world, mesh, o.component(), MeshAxis::dp_cp);
-  scalar_ = world.split_groups(whole_world(world.size()), "pp_scalar");
-  check_ = world.split_groups(whole_world(world.size()), "check");
-  if (o.tp() > 1) tp_ = world.split_groups(mesh_groups(mesh, MeshAxis::tp), "tp");
-  if (o.cp() > 1) cp_ = world.split_groups(mesh_groups(mesh, MeshAxis::cp), "cp");
-
+  tied_ = groups_.split(Group::pp_tied, tied);
   su_ = stage_units(layout_, part_, pr_);
-  dp_ = std::make_unique<dp::Component<T>>(o.component(), su_.units, layout_, cfg.seed, dpc_, mem_, *ops_);
+  dp::StatesPlan plan;  // every rank splits the expert groups (collective); a stage without MoE blocks holds none
+  plan.dense = o.component();
+  plan.units = su_.units;
+  plan.axis = MeshAxis::dp_cp;
+  plan.hooks = false;  // the executor drives the components through its actions
+  if (cfg.model.moe.experts > 0) {
+    se_ = stage_experts(layout_, part_, pr_, o.ep, mc.ep);
+    plan.split_experts = true;
+    plan.experts = o.experts;
+    plan.expert_units = se_.units;
+  }
+  states_ = std::make_unique<dp::ModelStates<T>>(std::move(plan), world, mesh, layout_, cfg.seed, mem_, *ops_);
+  dp_ = &states_->dense();
+  ex_ = states_->experts();
+  scalar_ = groups_.split_world(Group::pp_scalar);
+  check_ = groups_.split_world(Group::check);
+  if (o.tp() > 1) tp_ = groups_.split(Group::tp, MeshAxis::tp);
+  if (o.cp() > 1) cp_ = groups_.split(Group::cp, MeshAxis::cp);
   replicated_ = layout_.replicated_ranges();
   if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) dp_->exclude_from_norm(replicated_);
   if (o.tensor.sp) sp_held_ = dp_->held_grads_in(replicated_);
@@ -109,8 +120,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
       head_grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(layout_.wpe_offset()));
   const size_t N = size_t(Bm_) * cfg.seq;
   if (o.tp() > 1 || o.cp() > 1)
-    tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_.get(), cp_.get(), &mem_, Bm_, cfg.seq, MoeScope{},
-                                            *ops_);
+    tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_, cp_, &mem_, Bm_, cfg.seq, MoeScope{}, *ops_);
   dxa_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   dxb_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   tok_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
@@ -118,17 +128,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   if (!ops_->is_host()) host_tok_.resize(N), host_tgt_.resize(N);
   if (!tpm_) scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq, ops_->is_host());
   if (cfg.model.moe.experts > 0) {
-    // Every rank splits the same groups (split_groups is collective over the
-    // world); a stage without MoE blocks holds no expert component.
-    se_ = stage_experts(layout_, part_, pr_, o.ep, mc.ep);
-    dp::DpOptions eo = o.experts;
-    exc_ = ep::make_expert_comms(world, mesh, eo, o.data);
-    if (!se_.units.empty())
-      ex_ = std::make_unique<dp::Component<T>>(eo, se_.units, layout_, cfg.seed, exc_, mem_);
-    if (o.ep > 1) ep_ = world.split_groups(mesh_groups(mesh, MeshAxis::ep), "ep");
-    if (dp::moe_shares_capacity(o.component(), cfg))  // the stage's dp ranks agree on admission
-      moe_ = world.split_groups(mesh_groups(mesh, MeshAxis::dp), "moe");
-    scope_ = ep::moe_scope(moe_.get(), ep_.get(), nullptr, o.data.moe_faults);
+    scope_ = dp::make_moe_scope(o.component(), cfg, groups_);
     moe_scratch_ =
         MoeScratch<T>(&mem_, cfg.model, int(N), scope_.tokens(cfg.model.moe, int64_t(N)), o.ep, 1, !ops_->is_host());
   }
@@ -137,7 +137,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
 template <class T>
 std::pair<dp::Component<T>*, int> PipelineRank<T>::comp(int id) const {
   const int nd = int(su_.units.size());
-  return id < nd ? std::pair{dp_.get(), id} : std::pair{ex_.get(), id - nd};
+  return id < nd ? std::pair{dp_, id} : std::pair{ex_, id - nd};
 }
 
 template <class T>

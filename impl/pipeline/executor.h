@@ -56,13 +56,14 @@
 
 #include "harness/comm/comm.h"
 #include "impl/data_parallel/component.h"
+#include "impl/data_parallel/model_states.h"
 #include "impl/pipeline/simulator.h"
 #include "impl/pipeline/stage.h"
 #include "impl/tensor_parallel/cost.h"
 #include "impl/tensor_parallel/runner.h"
 #include "reference/gpt.h"
 #include "reference/optimizer.h"
-#include "impl/spec/rank.h"
+#include "impl/spec/rank_base.h"
 #include "reference/trainer.h"
 
 namespace pb::pipeline {
@@ -120,14 +121,14 @@ struct RankTiming {
 // "pp" (a pipeline replica), "pp_tied" (its first and last rank), "dp" (the
 // same stage across replicas), "pp_scalar" and "check" (the whole world).
 template <class T>
-class PipelineRank : public Rank {
+class PipelineRank : public RankBase<T> {
  public:
   // ops, memory: the device (default: the CPU; kernels/common/device_ops.h).
   // On a device the stages are dense (validate(RunSpec)): the tensor- and
   // context-parallel stage runs on the device's ops (tensor_parallel/runner.h),
   // the MoE MLP is host code.
   PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, Communicator& world,
-               std::shared_ptr<const kernels::DeviceOps<T>> ops = {}, std::shared_ptr<DeviceMemory> memory = {});
+               RankOps<T> ops = {}, RankMemory memory = {});
   ~PipelineRank() override;
   // Synchronous schedules: one optimizer step over cfg.microbatches.
   StepStats step() override;
@@ -138,18 +139,13 @@ class PipelineRank : public Rank {
   std::vector<StepStats> run_window();
   // Collective over all ranks (group "check"): full vectors in flat order. Grads:
   // the last step's reduced gradients (2BW: g(0), the first window's).
-  std::vector<double> full_params() override;
   std::vector<double> full_grads() override;
 
-  const MemoryTracker& memory() const override { return mem_; }
-  void reset_memory_peaks() override { mem_.reset_peaks(); }
   // Per stage: params, grads and optimizer state (ZeRO-1 slices over dp),
   // peak activations (cost.h / stage.h), bytes per group and op.
   Declared declared(int steps) const override;
   // timeline: (op, microbatch, chunk, start, end) per compute action.
   RankTimes times() const override;
-  MoeLoad moe_load() const override { return load_; }
-  void reset_moe_load() override { load_ = {}; }
   const Schedule& schedule() const { return s_; }
   const RankTiming& timing() const { return timing_; }
   int pp_rank() const { return pr_; }
@@ -188,15 +184,13 @@ class PipelineRank : public Rank {
   double unit_sq(int i, int64_t n) const;
   int64_t boundary_elems() const;
   tp::TpShape tp_shape() const;  // tp > 1: the cost shape of this rank's tensor axis  // one activation or gradient between stages (tokens held x C)
-  void apply(long t, double norm);
   void update_2bw(int k);
-  std::vector<double> gather(bool grads);
+  std::vector<double> gather(bool grads) override;
 
+  using RankBase<T>::ops_;
+  using RankBase<T>::mem_;
   TrainConfig cfg_;
   PipelineOptions o_;
-  std::shared_ptr<const kernels::DeviceOps<T>> ops_;  // never null
-  std::shared_ptr<DeviceMemory> device_memory_;       // outlives the buffers below
-  MemoryTracker mem_;
   ParamLayout layout_;
   ParamLayout full_layout_;  // the whole model's (tp > 1: layout_ is this rank's shard)
   MarkovSource data_;
@@ -204,19 +198,21 @@ class PipelineRank : public Rank {
   Schedule s_;
   StageUnits su_;
   int pr_ = 0, dr_ = 0, tr_ = 0, cr_ = 0, m_ = 1, Bm_ = 1;
-  std::unique_ptr<Communicator> pp_, tied_, scalar_, check_, tp_, cp_;
+  RankGroups groups_;
+  // Views of groups_'s: pp, pp_tied (null: pp = 1), pp_scalar, check, tp and cp (null: size 1).
+  Communicator *pp_ = nullptr, *tied_ = nullptr, *scalar_ = nullptr, *check_ = nullptr, *tp_ = nullptr,
+               *cp_ = nullptr;
   std::unique_ptr<tp::TpModel<T>> tpm_;  // tp > 1 or cp > 1
   std::vector<std::pair<int64_t, int64_t>> replicated_;  // flat ranges of tp-replicated params
   int64_t sp_held_ = 0;  // SP: replicated gradient elements this rank all-reduces over tp per step
-  dp::DpComms dpc_;
-  std::unique_ptr<dp::Component<T>> dp_;
-  // Mixture of experts: the stage's experts and their component, the groups
-  // "ep", "moe" (global capacity's counts) and "e*" (the expert data axis).
+  // The stage's model states: the dense units' component (dp_) and, in a
+  // mixture-of-experts model, the stage's experts' (ex_; null when the stage
+  // has no MoE block) over the expert data axis (groups "e*").
+  std::unique_ptr<dp::ModelStates<T>> states_;
+  dp::Component<T>* dp_ = nullptr;
+  dp::Component<T>* ex_ = nullptr;
   StageExperts se_;
-  dp::DpComms exc_;
-  std::unique_ptr<dp::Component<T>> ex_;
-  std::unique_ptr<Communicator> ep_, moe_;
-  MoeScope scope_;
+  MoeScope scope_;  // the groups "ep" and "moe" (global capacity's counts)
   MoeScratch<T> moe_scratch_;
   MoeLoad load_;
   double aux_ = 0;  // this step's load-balancing terms (coef x tokens), every MoE block here

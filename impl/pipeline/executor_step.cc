@@ -216,7 +216,7 @@ double PipelineRank<T>::reduce_grads(T* hg) {
   double esq = 0;
   if (ex_) {
     ex_->sync_after_flush();
-    if (ex_->options().shard != dp::Shard::none || exc_.dp->rank() == 0) esq = ex_->local_sq();
+    if (ex_->options().shard != dp::Shard::none || states_->expert_comms().dp->rank() == 0) esq = ex_->local_sq();
   }
   if (dp::shard_group(o_.component()) > 1) {  // per-rank partials over owned slices, world rank order
     double sq = dp_->local_sq() + esq;
@@ -256,20 +256,11 @@ double PipelineRank<T>::unit_sq(int i, int64_t n) const {
 }
 
 template <class T>
-void PipelineRank<T>::apply(long t, double norm) {
-  const double lr = lr_at(cfg_.optim, int(t), cfg_.steps);
-  const double clip = clip_factor(norm, cfg_.optim.clip);
-  dp_->step(cfg_.optim, t, lr, clip);
-  if (ex_) ex_->step(cfg_.optim, t, lr, clip);
-}
-
-template <class T>
 StepStats PipelineRank<T>::step() {
   require(!s_.async_weights, "pipeline: step() runs synchronous schedules; use run_window() for 2bw");
   step_clock_->clear();
   const int t0 = step_clock_->mark();
-  dp_->zero_grads();
-  if (ex_) ex_->zero_grads();
+  states_->zero_grads();
   reduced_.assign(size_t(num_ids()), 0);
   if (!head_grads_[0].empty()) ops_->zero(head_grads_[0].data(), head_grads_[0].size() * sizeof(T));
   losses_.assign(size_t(m_), 0.0);
@@ -280,13 +271,7 @@ StepStats PipelineRank<T>::step() {
   if (pr_ == o_.pp - 1 && tr_ == 0)  // every tp rank holds the loss: count one
     for (double l : losses_) loss += l;  // microbatch order
   loss += aux_;  // MoE: this rank's load-balancing terms (its tokens', every MoE block it holds)
-  scalar_->all_reduce(&loss, &loss, 1, DType::f64);
-  StepStats st;
-  st.step = ++step_;
-  st.loss = loss / double(cfg_.tokens_per_step());
-  st.grad_norm = std::sqrt(sq);
-  st.lr = lr_at(cfg_.optim, st.step, cfg_.steps);
-  apply(st.step, st.grad_norm);
+  StepStats st = dp::finish_step(*states_, cfg_, step_, loss, scalar_, sq);
   st.seconds = step_clock_->seconds(t0, step_clock_->mark());  // the whole step (times().wall_s: the schedule)
   ops_->synchronize();  // the optimizer's kernels are done when step() returns (a caller's clock sees them)
   return st;
@@ -308,7 +293,7 @@ void PipelineRank<T>::update_2bw(int k) {
       grads_snapshot_ = gather(true);
       snapshot_taken_ = true;
     }
-    apply(k - 1, norms_.back());
+    dp::apply_update(*states_, cfg_, k - 1, norms_.back());
     dp_->zero_grads();
     if (hg) ops_->zero(hg, head_grads_[k % 2].size() * sizeof(T));
   }
@@ -358,24 +343,13 @@ std::vector<StepStats> PipelineRank<T>::train(int steps, std::vector<double>* gr
 
 template <class T>
 std::vector<double> PipelineRank<T>::gather(bool grads) {
-  if (cfg_.model.moe.experts > 0) {  // the dense and the expert components' shares, each element once
-    std::vector<double> full(size_t(layout_.total()), 0.0);
-    dp_->contribute(grads, full);
-    if (ex_) ex_->contribute(grads, full);
-    check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
+  if (!tpm_) return states_->gather(grads, *check_, layout_.total());
+  return states_->gather(grads, *check_, layout_.total(), [&](const std::vector<double>& local) {
+    std::vector<double> full(size_t(full_layout_.total()), 0.0);
+    tp::add_to_full(layout_, full_layout_, tr_, local, full);
     return full;
-  }
-  if (!tpm_) return dp_->gather_full(grads, *check_, layout_.total());
-  std::vector<double> local(size_t(layout_.total()), 0.0);
-  dp_->contribute(grads, local);  // this rank's share over dp, each element once
-  std::vector<double> full(size_t(full_layout_.total()), 0.0);
-  tp::add_to_full(layout_, full_layout_, tr_, local, full);
-  check_->all_reduce(full.data(), full.data(), full.size(), DType::f64);
-  return full;
+  });
 }
-
-template <class T>
-std::vector<double> PipelineRank<T>::full_params() { return gather(false); }
 
 template <class T>
 std::vector<double> PipelineRank<T>::full_grads() {
@@ -425,27 +399,27 @@ Declared PipelineRank<T>::declared(int steps) const {
                stage_workspace_bytes(cfg_.model, Bm_, cfg_.seq, cfg_.precision, o_.tensor, moe, ops_->is_host())}};
   // Point to point, the tied wte sum, the stage's data axis, the scalars.
   const int64_t a = boundary_elems() * db;
-  d.add_comm("pp", CommOp::send, p2p_per_step(sc, a).send_bytes[size_t(pr_)] * steps);
+  d.add_comm(Group::pp, CommOp::send, p2p_per_step(sc, a).send_bytes[size_t(pr_)] * steps);
   const int64_t g = dp::shard_group_size(axis);
   if (tied_)  // what a correct rank moves; a fault that skips it is caught here too
-    d.add_comm("pp_tied", CommOp::all_reduce, (dp_->grads_full() ? wte : dp::ceil_div(wte, g)) * db * steps);
+    d.add_comm(Group::pp_tied, CommOp::all_reduce, (dp_->grads_full() ? wte : dp::ceil_div(wte, g)) * db * steps);
   for (const auto& c : stage_dp_comm_per_step(uses, axis, m_)) {
     const CommOp op = dp::comm_op(c.op);
     d.add_comm(c.group, op, c.bytes * steps);
   }
   if (ex_) {
     for (const auto& c : stage_dp_comm_per_step(expert_uses, expert_axis, m_))  // groups "edp", "edp_shard", ...
-      d.add_comm("e" + c.group, dp::comm_op(c.op), c.bytes * steps);
+      d.add_comm(kExpertGroupPrefix + c.group, dp::comm_op(c.op), c.bytes * steps);
     dp::add_moe_capacity_comm(d, o_.component(), cfg_, steps, int(se_.units.size()));
     if (o_.ep > 1)  // the all-to-alls of the routing this rank recorded (a fresh rank's whole run)
-      d.add_comm("ep", CommOp::all_to_all,
+      d.add_comm(Group::ep, CommOp::all_to_all,
                  ep::a2a_bytes(cfg_.model, load_.calls, load_.sent_rows, load_.owner_rows, int(sizeof(T))));
   }
   // Per step: the loss, and the squared norm (one partial per rank when
   // padded; otherwise one per unit, summed in unit order, and an MoE model's
   // experts last).
   const int64_t norm = g > 1 ? 8 : 8 * (int64_t(layout_.num_units()) + (cfg_.model.moe.experts > 0 ? 1 : 0));
-  d.add_comm("pp_scalar", CommOp::all_reduce, (8 + norm) * steps);
+  d.add_comm(Group::pp_scalar, CommOp::all_reduce, (8 + norm) * steps);
   if (tpm_) {  // the tensor axis inside the stage: its chunks' pieces per microbatch, SP's grads per step
     const tp::TpShape x = tp_shape();
     tp::TpComm c;
@@ -455,9 +429,9 @@ Declared PipelineRank<T>::declared(int steps) const {
       c.all_reduce += s.all_reduce, c.all_gather += s.all_gather, c.reduce_scatter += s.reduce_scatter;
     }
     const int64_t n = int64_t(m_) * steps;
-    d.add_comm("tp", CommOp::all_reduce, c.all_reduce * n + (o_.tensor.sp ? sp_held_ * db * steps : 0));
-    if (c.all_gather) d.add_comm("tp", CommOp::all_gather, c.all_gather * n);
-    if (c.reduce_scatter) d.add_comm("tp", CommOp::reduce_scatter, c.reduce_scatter * n);
+    d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + (o_.tensor.sp ? sp_held_ * db * steps : 0));
+    if (c.all_gather) d.add_comm(Group::tp, CommOp::all_gather, c.all_gather * n);
+    if (c.reduce_scatter) d.add_comm(Group::tp, CommOp::reduce_scatter, c.reduce_scatter * n);
   }
   if (o_.cp() > 1) {  // the context axis: its attention in every layer of the stage's chunks
     int64_t layers = 0;

@@ -23,6 +23,7 @@
 #include "harness/memory.h"
 #include "harness/comm/runner.h"
 #include "impl/spec/fault.h"
+#include "impl/spec/groups.h"
 #include "impl/spec/run_spec.h"
 #include "reference/trainer.h"
 
@@ -51,6 +52,7 @@ struct Declared {
   std::vector<DeclaredMemory> memory;
   std::vector<DeclaredComm> comm;
   void add_comm(const std::string& group, CommOp op, int64_t bytes);  // accumulates
+  void add_comm(Group group, CommOp op, int64_t bytes) { add_comm(std::string(group_name(group)), op, bytes); }
 };
 
 // Compute timing of the last step: wall time from the step's start and time

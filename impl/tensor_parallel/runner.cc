@@ -95,6 +95,7 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
     require(!o.sp && ncp == 1 && o.recompute == Recompute::none,
             "model.moe: mixture-of-experts blocks run under tensor parallel without sequence parallel, context "
             "parallel or recompute");
+    require(moe_scope_.tp_size() == o.tp, "model.moe: the experts' scope must split them over the tp group");
     moe_.emplace(l, N_, moe_scope_, ops);
     moe_scratch_ =
         MoeScratch<T>(mt, m, N_, moe_scope_.tokens(m.moe, N_), moe_scope_.ep_size(), o.tp, !ops.is_host());

@@ -76,8 +76,8 @@ class TpModel {
   // `tp` is the tensor-parallel group (size o.tp; may be null when o.tp == 1),
   // `cp` the context-parallel one (size o.context.cp; null when 1). Tn: the
   // whole sequence's tokens.
-  // moe: a mixture-of-experts model's scope (reference/moe.h; its tp is set
-  // to `tp` here): its MoE blocks run the MoE MLP with tensor-parallel
+  // moe: a mixture-of-experts model's scope (reference/moe.h; its tp is
+  // `tp`, data_parallel/model_states.h make_moe_scope): its MoE blocks run the MoE MLP with tensor-parallel
   // experts on every token of the microbatch (no sequence parallel).
   // ops: the device (the CPU by default; InputError for cp > 1 or MoE off the host).
   TpModel(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, MemoryTracker* mt, int Bm,

@@ -35,8 +35,8 @@ dp::DpOptions data_options_of(const RunSpec& s) {
 void declare_cp_comm(Declared& d, const TpShape& x, int64_t layer_microbatches) {
   if (x.cp == 1) return;
   const cp::CpLayerComm l = cp::layer_comm(attn_shape(x), x.recompute);
-  if (l.send()) d.add_comm("cp", CommOp::send, l.send() * layer_microbatches);
-  if (l.all_to_all()) d.add_comm("cp", CommOp::all_to_all, l.all_to_all() * layer_microbatches);
+  if (l.send()) d.add_comm(Group::cp, CommOp::send, l.send() * layer_microbatches);
+  if (l.all_to_all()) d.add_comm(Group::cp, CommOp::all_to_all, l.all_to_all() * layer_microbatches);
 }
 
 dp::DpOptions component_options(const dp::DpOptions& data, int cp) {
@@ -76,6 +76,7 @@ bool runs(const RunSpec& s) {
   return (s.mesh.tp > 1 || s.tensor.recompute != Recompute::none) && s.mesh.cp == 1 &&
          (s.mesh.ep == 1 || s.mesh.tp > 1) && s.mesh.pp == 1 && !s.pipe.schedule;
 }
+bool runs_context(const RunSpec& s) { return s.mesh.cp > 1 && s.mesh.ep == 1 && s.mesh.pp == 1 && !s.pipe.schedule; }
 }  // namespace
 
 void validate_spec(const RunSpec& s) {
@@ -183,6 +184,13 @@ std::vector<FaultDecl> tp_cp_fault_decls() {
 const Strategy& strategy() {
   static const Strategy s{"tensor_parallel", runs,   validate_spec, describe,    bitwise,
                           replay,            make_rank, bitwise_twin, tp_cp_fault_decls()};
+  return s;
+}
+
+const Strategy& context_strategy() {
+  static const Strategy s{"context_parallel", runs_context, validate_spec, describe,
+                          bitwise,            replay,       make_rank,     bitwise_twin,
+                          tp_cp_fault_decls()};
   return s;
 }
 

@@ -10,9 +10,15 @@
 namespace pb::tp {
 
 const Strategy& strategy();
+// The context-parallel registration: ring attention or Ulysses on a mesh of
+// dp x tp x cp ranks. A rank is this one (tp_rank.h) with its attention over
+// the cp group (impl/context_parallel/attention.h, below this target), its
+// tokens placed by impl/context_parallel/options.h, and its data-parallel
+// component over the dp x cp ranks (gradients reduced, optimizer states
+// sharded over that combined group, as Megatron-LM does).
+const Strategy& context_strategy();
 
-// The pieces of the registration that the context-parallel one shares (a
-// cp > 1 run is the same rank: impl/context_parallel/strategy.h).
+// The pieces of both registrations.
 void validate_spec(const RunSpec& s);
 std::string describe(const RunSpec& s);
 bool bitwise(const RunSpec& s, BackendKind b);

@@ -18,56 +18,36 @@
 #include <memory>
 
 #include "harness/comm/comm.h"
-#include "impl/data_parallel/component.h"
-#include "impl/data_parallel/hooks.h"
-#include "impl/spec/rank.h"
+#include "impl/data_parallel/model_states.h"
+#include "impl/spec/rank_base.h"
 #include "impl/tensor_parallel/options.h"
 #include "impl/tensor_parallel/runner.h"
 
 namespace pb::tp {
 
 template <class T>
-class TpRank : public Rank {
+class TpRank : public RankBase<T> {
  public:
-  TpRank(const RunSpec& s, Communicator& world, std::shared_ptr<const kernels::DeviceOps<T>> ops = {},
-         std::shared_ptr<DeviceMemory> memory = {});
+  TpRank(const RunSpec& s, Communicator& world, RankOps<T> ops = {}, RankMemory memory = {});
   ~TpRank() override;
   StepStats step() override;
-  std::vector<double> full_params() override { return gather(false); }
-  std::vector<double> full_grads() override { return gather(true); }
-  const MemoryTracker& memory() const override { return mem_; }
-  void reset_memory_peaks() override { mem_.reset_peaks(); }
   Declared declared(int steps) const override;
-  RankTimes times() const override { return times_; }
-  MoeLoad moe_load() const override { return runner_->moe_load(); }
-  void reset_moe_load() override { runner_->reset_moe_load(); }
   // Largest |value| among this rank's vocabulary padding rows of wte, params
   // or grads (the ones it holds): 0 when padding never touches anything.
   double padding_max_abs(bool grads);
 
  private:
-  std::vector<double> gather(bool grads);
+  std::vector<double> gather(bool grads) override;
 
   RunSpec spec_;
   TpOptions o_;
-  std::shared_ptr<const kernels::DeviceOps<T>> ops_;  // never null
-  std::shared_ptr<DeviceMemory> device_memory_;       // outlives the buffers below
-  MemoryTracker mem_;
   ParamLayout full_layout_, layout_;
   MarkovSource data_;
-  dp::DpComms comms_;
-  std::unique_ptr<Communicator> tp_, cp_, scalar_, check_, moe_;
+  RankGroups groups_;
   dp::DpOptions dpo_;
-  std::unique_ptr<dp::Component<T>> dp_;
-  std::unique_ptr<dp::FamilyHooks<T>> hooks_;
-  // ep > 1: the experts' component, its hooks, and the dense ones under hooks_
-  dp::DpComms expert_c_;
-  std::unique_ptr<Communicator> ep_, ep_scalar_;
-  std::unique_ptr<dp::Component<T>> experts_;
-  std::unique_ptr<dp::FamilyHooks<T>> dense_h_, expert_h_;
+  std::unique_ptr<dp::ModelStates<T>> states_;  // ep > 1: the experts a second component
   std::unique_ptr<TpRunner<T>> runner_;
   int step_ = 0;
-  RankTimes times_;
 };
 
 }  // namespace pb::tp

@@ -20,9 +20,10 @@
 
 #include "harness/comm/runner.h"
 #include "harness/status.h"
-#include "impl/registry.h"
+#include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/strategy.h"
 
-namespace pb::dp {
+namespace pb::ep {
 namespace {
 
 struct Result {
@@ -42,7 +43,7 @@ Result run(int dp, int ep, MoeCapacity cap, int steps, double cf) {
   cfg.steps = steps;
   cfg.optim.lr = 3e-3;
   cfg.precision = Precision::fp32;
-  const Strategy& st = strategy_for(spec);
+  const Strategy& st = ep > 1 ? strategy() : pb::dp::strategy();  // the experts over ep, or data parallel
   st.validate(spec);
   Result out;
   std::mutex mu;
@@ -105,8 +106,8 @@ int main_(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace pb::dp
+}  // namespace pb::ep
 
 int main(int argc, char** argv) {
-  return pb::run_main("moe_capacity", [&] { return pb::dp::main_(argc, argv); });
+  return pb::run_main("moe_capacity", [&] { return pb::ep::main_(argc, argv); });
 }
