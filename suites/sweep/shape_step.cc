@@ -17,12 +17,12 @@ namespace pb::sweep {
 using internal::median;
 
 ShapeKey shape_key(const SweepPoint& p, const PointResult& r) {
-  return {p.model, p.precision, int(r.global_batch / (int64_t(p.dp) * p.microbatches)), p.microbatches};
+  return {p.model(), p.precision(), int(r.global_batch / (int64_t(p.dp()) * p.microbatches)), p.microbatches};
 }
 
 SweepPoint single_rank_point(const ShapeKey& k) {
   const auto& [model, precision, Bm, microbatches] = k;
-  return {"shard=none", "dp1", model, precision, "weak", 1, 1, microbatches};
+  return make_point("shard=none", "dp1", model, precision, "weak", microbatches);
 }
 
 PointResult single_rank_step(const SweepConfig& c, const ShapeKey& k, double peak_flops_per_rank,

@@ -124,7 +124,7 @@ ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHar
 std::vector<SweepPoint> hosted_points(const SweepConfig& c, const SweepRun& run) {
   std::vector<SweepPoint> points;
   for (auto& p : expand(c))
-    if (!run.world || p.world == run.world->size()) points.push_back(p);
+    if (!run.world || p.world() == run.world->size()) points.push_back(p);
   if (run.world)
     require(!points.empty(), "sweep.worlds: no point has world " + std::to_string(run.world->size()) +
                                  ", the size mpirun launched");
@@ -135,7 +135,7 @@ std::vector<SweepPoint> hosted_points(const SweepConfig& c, const SweepRun& run)
     } catch (const InputError&) {
       continue;
     }
-    const int64_t hosted = run.world ? int64_t(run.world->local_ranks().size()) : p.world;
+    const int64_t hosted = run.world ? int64_t(run.world->local_ranks().size()) : p.world();
     require_fits(planner::run_need(spec, hosted, !run.world, /*conformance=*/false), run.limits,
                  "sweep point " + p.label());
   }
@@ -213,9 +213,9 @@ class PlanFigures {
   const ShapeRates& figures_for(const SweepPoint& p, const PointResult& r) {
     const ShapeKey key = shape_key(p, r);
     if (!rates.count(key)) rates[key] = measure_rates(c_, key, hw, peak_rank, limits_, same_point(key));
-    corun_for(key, std::min(p.world, hw.cores));
+    corun_for(key, std::min(p.world(), hw.cores));
     add_split(rates[key], key, p, r);
-    measure_world(hw, p.world);
+    measure_world(hw, p.world());
     return rates[key];
   }
 
@@ -233,16 +233,14 @@ class PlanFigures {
   // A tensor- or context-parallel point's GEMM efficiency at its rank's
   // shapes and its attention core.
   void add_split(ShapeRates& into, const ShapeKey& key, const SweepPoint& p, const PointResult& r) {
-    const MeshShape mesh = parse_mesh(p.mesh, "sweep point");
+    const MeshShape& mesh = p.spec.mesh;
     if (mesh.tp == 1 && mesh.cp == 1) return;
-    const ModelConfig m = named_model(p.model);
+    const ModelConfig& m = p.spec.train.model;
     if (r.seq % mesh.cp != 0 || m.C % mesh.tp != 0 || m.NH % mesh.tp != 0) return;
     measure_split_gemm_efficiency(into, m, std::get<2>(key), r.seq, peak_rank, mesh.tp, mesh.cp, 3);
-    RunSpec spec;
-    apply_strategy_text(spec, p.strategy, "sweep point");
     try {
-      add_cp_attention(into, m, parse_precision(p.precision), std::get<2>(key), int(r.seq), mesh.tp, mesh.cp,
-                       spec.context.algo, spec.context.zigzag);
+      add_cp_attention(into, m, p.spec.train.precision, std::get<2>(key), int(r.seq), mesh.tp, mesh.cp,
+                       p.spec.context.algo, p.spec.context.zigzag);
     } catch (const InputError&) {
       // A split the attention cannot run (Ulysses' heads not splitting
       // over cp): the planner rejects its row too.
@@ -351,7 +349,7 @@ class SweepDriver {
       PointResult r;
       r.seq = c_.seq;
       r.global_batch = point_global_batch(c_, p);
-      if (p.world >= 2 && cores >= 2) need.insert({shape_key(p, r), std::min(p.world, cores)});
+      if (p.world() >= 2 && cores >= 2) need.insert({shape_key(p, r), std::min(p.world(), cores)});
       if (extrapolates_ && cores >= 2) need.insert({shape_key(p, r), cores});
     }
     return need;

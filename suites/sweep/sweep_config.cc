@@ -137,12 +137,33 @@ SweepConfig read_sweep_config(ConfigReader& r) {
   return c;
 }
 
+std::string SweepPoint::strategy() const { return strategy_text(spec); }
+
+std::string SweepPoint::mesh() const { return mesh_text(spec.mesh); }
+
+std::string SweepPoint::precision() const { return precision_name(spec.train.precision); }
+
 std::string SweepPoint::key() const {
-  return strategy + "|" + mesh + "|" + model + "|" + precision + "|" + std::to_string(microbatches) + "|" + scaling;
+  return strategy() + "|" + mesh() + "|" + model() + "|" + precision() + "|" + std::to_string(microbatches) + "|" +
+         scaling;
 }
 
 std::string SweepPoint::label() const {
-  return mesh + " " + strategy + " " + model + " " + precision + " mb" + std::to_string(microbatches) + " " + scaling;
+  return mesh() + " " + strategy() + " " + model() + " " + precision() + " mb" + std::to_string(microbatches) + " " +
+         scaling;
+}
+
+SweepPoint make_point(const std::string& strategy, const std::string& mesh, const std::string& model,
+                      const std::string& precision, const std::string& scaling, int microbatches,
+                      const std::string& field) {
+  SweepPoint p;
+  p.spec.mesh = parse_mesh(mesh, field);
+  apply_strategy_text(p.spec, strategy, field);
+  p.spec.train.model = named_model(model);
+  p.spec.train.precision = parse_precision(precision);
+  p.scaling = scaling;
+  p.microbatches = microbatches;
+  return p;
 }
 
 std::vector<SweepPoint> expand(const SweepConfig& c) {
@@ -155,10 +176,7 @@ std::vector<SweepPoint> expand(const SweepConfig& c) {
             std::vector<std::string> meshes = c.meshes;
             if (meshes.empty())
               for (int64_t w : c.worlds) meshes.push_back("dp" + std::to_string(w));
-            for (const auto& mesh : meshes) {
-              const MeshShape ms = parse_mesh(mesh, "sweep.meshes");
-              v.push_back({s, mesh, m, p, sc, world_size(ms), ms.dp, int(mb)});
-            }
+            for (const auto& mesh : meshes) v.push_back(make_point(s, mesh, m, p, sc, int(mb), "sweep.strategies"));
           }
   for (const auto& sc : c.scaling)
     for (const auto& m : c.models)
@@ -167,14 +185,13 @@ std::vector<SweepPoint> expand(const SweepConfig& c) {
           for (const auto& pt : c.points) {
             const PointText t = split_point(pt);
             if (!t.model.empty() && m != c.models.front()) continue;  // a point naming its model runs once
-            const MeshShape ms = parse_mesh(t.mesh, "sweep.points");
-            v.push_back({t.strategy, t.mesh, t.model.empty() ? m : t.model, p, sc, world_size(ms), ms.dp, int(mb)});
+            v.push_back(make_point(t.strategy, t.mesh, t.model.empty() ? m : t.model, p, sc, int(mb), "sweep.points"));
           }
   return v;
 }
 
 int64_t point_global_batch(const SweepConfig& c, const SweepPoint& p) {
-  return p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp : int64_t(c.global_batch);
+  return p.scaling == "weak" ? int64_t(c.batch_per_rank) * p.dp() : int64_t(c.global_batch);
 }
 
 RunSpec point_spec(const SweepConfig& c, const SweepPoint& p) {
@@ -182,10 +199,8 @@ RunSpec point_spec(const SweepConfig& c, const SweepPoint& p) {
   const char* bkey = p.scaling == "weak" ? "sweep.batch_per_rank" : "sweep.global_batch";
   require(global_batch <= (int64_t(1) << 30),
           std::string(bkey) + ": the global batch " + std::to_string(global_batch) + " is more than 2^30 sequences");
-  RunSpec spec;
+  RunSpec spec = p.spec;
   TrainConfig& cfg = spec.train;
-  cfg.model = named_model(p.model);
-  cfg.precision = parse_precision(p.precision);
   cfg.seq = c.seq;
   cfg.batch = int(global_batch);
   cfg.microbatches = p.microbatches;
@@ -194,12 +209,10 @@ RunSpec point_spec(const SweepConfig& c, const SweepPoint& p) {
   cfg.threads = 1;
   cfg.device = c.device;
   cfg.validate();
-  spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
   if (!spec.mesh.ranks_per_node) spec.mesh.ranks_per_node = c.ranks_per_node;
-  apply_strategy_text(spec, p.strategy, "sweep.strategies");
-  require(cfg.batch % (p.dp * p.microbatches) == 0,
+  require(cfg.batch % (p.dp() * p.microbatches) == 0,
           std::string(bkey) + ": global batch " + std::to_string(cfg.batch) + " must be divisible by dp x microbatches (" +
-              std::to_string(p.dp) + " x " + std::to_string(p.microbatches) + ")");
+              std::to_string(p.dp()) + " x " + std::to_string(p.microbatches) + ")");
   validate(spec);
   const Strategy& strat = strategy_for(spec);
   strat.validate(spec);  // bad input is found here, alike on every rank, before any communication

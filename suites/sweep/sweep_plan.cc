@@ -17,6 +17,7 @@
 #include "impl/spec/run_spec.h"
 #include "suites/planner/machine.h"
 #include "suites/planner/model_cost.h"
+#include "suites/planner/plan_input.h"
 #include "suites/planner/plan_output.h"
 
 namespace pb::sweep {
@@ -32,8 +33,8 @@ namespace {
 // A point the planner refuses: its identifying columns and why.
 void reject(PlanRow& row, const SweepPoint& p, const PointResult& r, const InputError& e) {
   row.values = CsvRecord{};
-  row.values.set("strategy", p.strategy).set("model", p.model).set("precision", p.precision);
-  row.values.set("params", named_model(p.model).num_params());
+  row.values.set("strategy", p.strategy()).set("model", p.model()).set("precision", p.precision());
+  row.values.set("params", p.spec.train.model.num_params());
   row.values.set("global_batch", r.global_batch).set("seq_len", r.seq);
   row.meta.status = "rejected";
   row.meta.reason = std::string("planner: ") + e.what();
@@ -59,14 +60,6 @@ void scale_for_corun(planner::PlanInput& in, const ShapeRates& rates, int togeth
   in.hw.compute_scale *= rates.corun_at(together, double(together) / double(in.tp * in.pp));
 }
 
-// The point's mesh and strategy, as run_point builds its spec.
-RunSpec point_run_spec(const SweepPoint& p) {
-  RunSpec spec;
-  spec.mesh = parse_mesh(p.mesh, "sweep.meshes");
-  apply_strategy_text(spec, p.strategy, "sweep.strategies");
-  return spec;
-}
-
 // The measured memory-bound rates (none: the memcpy figure planner_hardware
 // set stays), at the rank's core share.
 void set_memory_rates(planner::PlanInput& in, const MemoryBoundRates& m, int64_t microbatches, double share) {
@@ -76,12 +69,6 @@ void set_memory_rates(planner::PlanInput& in, const MemoryBoundRates& m, int64_t
   in.hw.shared_mem_bw_GBps = m.shared_GBps() * share;
   in.hw.optimizer_mem_bw_GBps = m.optimizer_GBps() * share;
   in.hw.buffer_mem_bw_GBps = m.buffer_GBps() * share;
-}
-
-// Whether run_point's DDP overlaps its buckets with backward: not inside
-// pipeline stages, which sync after the flush.
-bool ddp_overlaps(const RunSpec& spec) {
-  return spec.data.shard == dp::Shard::none && spec.data.overlap && spec.mesh.pp == 1 && !spec.pipe.schedule;
 }
 
 // A context-parallel plan's measured attention core (ShapeRates::cp_attention),
@@ -97,45 +84,108 @@ void set_cp_attention(planner::PlanInput& in, const ShapeRates& rates, const Loc
   in.hw.attention_bwd_s = it->second.bwd_s * slower;
   in.hw.gemm_efficiency = rates.linear_efficiency_at(in.tp, in.cp);  // the core's own GEMMs are in its time
 }
+// The row's reason: the hardware the plan used, as measured on this machine
+// (GEMM and memory-bound rates, compute and co-run factors, latency, the
+// measured attention core, bus bandwidth per op, calls issued without
+// waiting).
+std::string measured_reason(const SweepPoint& p, const LocalHardware& h, const ShapeRates& rates,
+                            const planner::PlanInput& in, const planner::PlanResult& pr) {
+  char split[96] = "";
+  if (in.tp > 1 || in.cp > 1)
+    std::snprintf(split, sizeof split, " (at a tp%d cp%d rank's shapes%s)", in.tp, in.cp,
+                  in.hw.attention_fwd_s > 0 ? ", the attention core's left out" : "");
+  char note[600];
+  std::string shared_note = "2 x memcpy";
+  if (rates.memory.GBps(p.microbatches) > 0) {
+    std::snprintf(note, sizeof note,
+                  "measured at the model's shapes; its LayerNorms and residual adds at %.4g GB/s, the optimizer "
+                  "step at %.4g GB/s, the data-parallel buffers at %.4g GB/s",
+                  rates.memory.shared_GBps(), rates.memory.optimizer_GBps(), rates.memory.buffer_GBps());
+    shared_note = note;
+  }
+  std::snprintf(note, sizeof note,
+                "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it%s, "
+                "memory-bound kernels at %.4g GB/s (%s), compute x %.3g (%s), latency %.4g us per ring step at "
+                "%d ranks%s",
+                h.peak_flops_per_rank / 1e9, core_share(h, p.world()), in.hw.gemm_efficiency, split,
+                in.hw.mem_bw_GBps / core_share(h, p.world()), shared_note.c_str(),
+                rates.compute_scale,
+                rates.step_measured ? "a measured single-rank step of the shape over the kernels' estimate"
+                                    : "no single-rank step measured: it did not fit this machine on one rank or failed",
+                planner_hardware(h, p.world()).latency_us, std::max(2, p.world()),
+                p.world() < 2 ? " (unused: one rank)" : "");
+  std::string reason = note;
+  const int together = std::min(p.world(), h.cores);
+  if (const auto it = rates.corun_scale.find(together); together > 1 && it != rates.corun_scale.end()) {
+    std::snprintf(note, sizeof note,
+                  ", x %.3g for %d ranks computing at once (the single-rank step ran x %.3g as %d copies side by "
+                  "side, meeting after every step; taken at the copies of the weights these ranks hold)",
+                  in.hw.compute_scale / rates.compute_scale, together, it->second, together);
+    reason += note;
+  }
+  if (in.hw.attention_fwd_s > 0) {
+    std::snprintf(note, sizeof note,
+                  "; the attention core measured (%s%s at this rank's shape, cp traffic included): %.3g + %.3g us "
+                  "forward + backward per block and microbatch",
+                  std::string(cp_algo_name(in.cp_algo)).c_str(),
+                  in.cp_algo == CpAlgo::ring ? (in.zigzag ? " zigzag" : " contiguous") : "",
+                  in.hw.attention_fwd_s * 1e6, in.hw.attention_bwd_s * 1e6);
+    reason += note;
+  }
+  if (p.world() > 1 && !in.hw.collectives.empty()) {
+    reason += "; bus bandwidth per op, measured";
+    const char* sep = ": ";
+    for (const auto& [op, fits] : in.hw.collectives)
+      for (const planner::CollectiveFit& f : fits)
+        if (f.group_size <= p.world()) {
+          std::snprintf(note, sizeof note, "%s%s %.3g GB/s at %lld", sep, op.c_str(), f.GBps,
+                        (long long)f.group_size);
+          reason += note;
+          sep = ", ";
+        }
+    reason += " ranks (at this world's core share)";
+  }
+  if (pr.async_cost_s > 0) {
+    std::snprintf(note, sizeof note,
+                  "; %lld collectives per step issued without waiting cost %.3g ms on time-shared cores (measured: ",
+                  (long long)pr.async_calls, pr.async_cost_s * 1e3);
+    reason += note;
+    for (size_t i = 0; i < in.hw.async_call_cost.size(); ++i) {
+      const planner::AsyncCallCost& a = in.hw.async_call_cost[i];
+      std::snprintf(note, sizeof note, "%s%.3g us per call at %.3g us of compute between calls", i ? ", " : "",
+                    a.cost_us, a.compute_us);
+      reason += note;
+    }
+    reason += ")";
+  }
+  return reason;
+}
+
 }  // namespace
 
 planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const PointResult& r,
                               const LocalHardware& h, const ShapeRates& rates) {
-  const RunSpec spec = point_run_spec(p);
+  const RunSpec& spec = p.spec;
   planner::PlanInput in;
-  in.shape = planner::planner_model(p.model);
+  planner::set_parallelism(in, spec);
+  in.shape = planner::planner_model(p.model());
   in.seq = r.seq;
-  in.dp = spec.mesh.dp;
-  in.ep = spec.mesh.ep;
-  in.tp = spec.mesh.tp;
-  in.cp = spec.mesh.cp;
-  in.cp_algo = spec.context.algo;
-  in.zigzag = spec.context.zigzag;
-  in.sp = spec.tensor.sp;
-  in.recompute = spec.tensor.recompute;
-  in.pp = spec.mesh.pp;
-  in.schedule = spec.pipe.schedule.value_or(pipeline::ScheduleKind::one_f_one_b);
-  in.virtual_stages = spec.pipe.virtual_stages;
-  in.shard = spec.data.shard;
-  in.hsdp_group = spec.data.shard_group;
-  in.prefetch = spec.data.prefetch;
-  in.offload = spec.data.offload;
-  in.precision = parse_precision(p.precision);
+  in.precision = p.spec.train.precision;
   in.global_batch = r.global_batch;
-  in.microbatch_size = r.global_batch / (int64_t(p.dp) * p.microbatches);
+  in.microbatch_size = r.global_batch / (int64_t(p.dp()) * p.microbatches);
   // Only where the local backend runs its collectives on progress threads:
   // with fewer than two cores per rank it runs them at the wait
   // (WorldOptions::Progress), so the buckets are exposed.
   WorldOptions wo;
-  wo.size = p.world;
-  in.overlap = ddp_overlaps(spec) && !local_progress_deferred(wo, unsigned(h.cores));
+  wo.size = p.world();
+  in.overlap = in.overlap && !local_progress_deferred(wo, unsigned(h.cores));
   in.ranks_per_node = spec.mesh.ranks_per_node ? spec.mesh.ranks_per_node : c.ranks_per_node;
-  in.hw = planner_hardware(h, p.world);
+  in.hw = planner_hardware(h, p.world());
   in.hw.gemm_efficiency = rates.gemm_efficiency_at(in.tp, in.cp);
   in.hw.compute_scale = rates.compute_scale;
-  set_memory_rates(in, rates.memory, p.microbatches, core_share(h, p.world));
-  set_cp_attention(in, rates, h, p.world);
-  scale_for_corun(in, rates, std::min(p.world, h.cores));
+  set_memory_rates(in, rates.memory, p.microbatches, core_share(h, p.world()));
+  set_cp_attention(in, rates, h, p.world());
+  scale_for_corun(in, rates, std::min(p.world(), h.cores));
   return in;
 }
 
@@ -151,77 +201,9 @@ PlanRow plan_row(const SweepConfig& c, const SweepPoint& p, const PointResult& r
     row.values = planner::plan_record(in, pr);
     // The sweep's spelling of the point (the strategy text), so the report
     // pairs the two rows.
-    row.values.set("strategy", p.strategy);
-    char split[96] = "";
-    if (in.tp > 1 || in.cp > 1)
-      std::snprintf(split, sizeof split, " (at a tp%d cp%d rank's shapes%s)", in.tp, in.cp,
-                    in.hw.attention_fwd_s > 0 ? ", the attention core's left out" : "");
-    char note[600];
-    std::string shared_note = "2 x memcpy";
-    if (rates.memory.GBps(p.microbatches) > 0) {
-      std::snprintf(note, sizeof note,
-                    "measured at the model's shapes; its LayerNorms and residual adds at %.4g GB/s, the optimizer "
-                    "step at %.4g GB/s, the data-parallel buffers at %.4g GB/s",
-                    rates.memory.shared_GBps(), rates.memory.optimizer_GBps(), rates.memory.buffer_GBps());
-      shared_note = note;
-    }
-    std::snprintf(note, sizeof note,
-                  "measured hardware: %.4g GFLOP/s sgemm x %.3g core share, the model's GEMMs at %.3g of it%s, "
-                  "memory-bound kernels at %.4g GB/s (%s), compute x %.3g (%s), latency %.4g us per ring step at "
-                  "%d ranks%s",
-                  h.peak_flops_per_rank / 1e9, core_share(h, p.world), in.hw.gemm_efficiency, split,
-                  in.hw.mem_bw_GBps / core_share(h, p.world), shared_note.c_str(),
-                  rates.compute_scale,
-                  rates.step_measured ? "a measured single-rank step of the shape over the kernels' estimate"
-                                      : "no single-rank step measured: it did not fit this machine on one rank or failed",
-                  planner_hardware(h, p.world).latency_us, std::max(2, p.world),
-                  p.world < 2 ? " (unused: one rank)" : "");
-    std::string reason = note;
-    const int together = std::min(p.world, h.cores);
-    if (const auto it = rates.corun_scale.find(together); together > 1 && it != rates.corun_scale.end()) {
-      std::snprintf(note, sizeof note,
-                    ", x %.3g for %d ranks computing at once (the single-rank step ran x %.3g as %d copies side by "
-                    "side, meeting after every step; taken at the copies of the weights these ranks hold)",
-                    in.hw.compute_scale / rates.compute_scale, together, it->second, together);
-      reason += note;
-    }
-    if (in.hw.attention_fwd_s > 0) {
-      std::snprintf(note, sizeof note,
-                    "; the attention core measured (%s%s at this rank's shape, cp traffic included): %.3g + %.3g us "
-                    "forward + backward per block and microbatch",
-                    std::string(cp_algo_name(in.cp_algo)).c_str(),
-                    in.cp_algo == CpAlgo::ring ? (in.zigzag ? " zigzag" : " contiguous") : "",
-                    in.hw.attention_fwd_s * 1e6, in.hw.attention_bwd_s * 1e6);
-      reason += note;
-    }
-    if (p.world > 1 && !in.hw.collectives.empty()) {
-      reason += "; bus bandwidth per op, measured";
-      const char* sep = ": ";
-      for (const auto& [op, fits] : in.hw.collectives)
-        for (const planner::CollectiveFit& f : fits)
-          if (f.group_size <= p.world) {
-            std::snprintf(note, sizeof note, "%s%s %.3g GB/s at %lld", sep, op.c_str(), f.GBps,
-                          (long long)f.group_size);
-            reason += note;
-            sep = ", ";
-          }
-      reason += " ranks (at this world's core share)";
-    }
-    if (pr.async_cost_s > 0) {
-      std::snprintf(note, sizeof note,
-                    "; %lld collectives per step issued without waiting cost %.3g ms on time-shared cores (measured: ",
-                    (long long)pr.async_calls, pr.async_cost_s * 1e3);
-      reason += note;
-      for (size_t i = 0; i < in.hw.async_call_cost.size(); ++i) {
-        const planner::AsyncCallCost& a = in.hw.async_call_cost[i];
-        std::snprintf(note, sizeof note, "%s%.3g us per call at %.3g us of compute between calls", i ? ", " : "",
-                      a.cost_us, a.compute_us);
-        reason += note;
-      }
-      reason += ")";
-    }
+    row.values.set("strategy", p.strategy());
     row.meta.status = "ok";
-    row.meta.reason = reason;
+    row.meta.reason = measured_reason(p, h, rates, in, pr);
   } catch (const InputError& e) {
     reject(row, p, r, e);
   }
@@ -234,12 +216,12 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
   // The largest measured point of each series.
   std::map<std::string, const MeasuredPoint*> largest;
   for (const MeasuredPoint& m : measured) {
-    MeshShape other = parse_mesh(m.point.mesh, "sweep point");
+    MeshShape other = m.point.spec.mesh;
     other.dp = 1;
-    const std::string series = m.point.strategy + "|" + mesh_text(other) + "|" + m.point.model + "|" +
-                               m.point.precision + "|" + std::to_string(m.point.microbatches) + "|" + m.point.scaling;
+    const std::string series = m.point.strategy() + "|" + mesh_text(other) + "|" + m.point.model() + "|" +
+                               m.point.precision() + "|" + std::to_string(m.point.microbatches) + "|" + m.point.scaling;
     const MeasuredPoint*& best = largest[series];
-    if (!best || m.point.world > best->point.world) best = &m;
+    if (!best || m.point.world() > best->point.world()) best = &m;
   }
   std::optional<planner::MachineProfile> profile;
   if (!c.machine.empty()) profile = planner::load_machine(c.machine);
@@ -252,8 +234,8 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
   std::vector<PlanRow> rows;
   for (const auto& [series, m] : largest) {
     for (int64_t target : c.extrapolate) {
-      if (target <= m->point.world) continue;
-      const int other = m->point.world / m->point.dp;
+      if (target <= m->point.world()) continue;
+      const int other = m->point.world() / m->point.dp();
       SweepPoint p = m->point;
       PointResult r = m->result;
       PlanRow row;
@@ -264,16 +246,12 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
       try {
         require(target % other == 0, "extrapolate: " + std::to_string(target) + " ranks is not a multiple of the " +
                                          std::to_string(other) + " ranks of the series' other axes");
-        MeshShape ms = parse_mesh(p.mesh, "sweep point");
-        ms.dp = int(target / other);
-        p.mesh = mesh_text(ms);
-        p.world = int(target);
-        p.dp = ms.dp;
-        if (p.scaling == "weak") r.global_batch = r.global_batch / m->point.dp * p.dp;
-        require(r.global_batch % (int64_t(p.dp) * p.microbatches) == 0,
+        p.spec.mesh.dp = int(target / other);
+        if (p.scaling == "weak") r.global_batch = r.global_batch / m->point.dp() * p.dp();
+        require(r.global_batch % (int64_t(p.dp()) * p.microbatches) == 0,
                 "extrapolate: a global batch of " + std::to_string(r.global_batch) + " does not split over dp " +
-                    std::to_string(p.dp) + " x " + std::to_string(p.microbatches) + " microbatches");
-        row.meta.mesh = p.mesh;
+                    std::to_string(p.dp()) + " x " + std::to_string(p.microbatches) + " microbatches");
+        row.meta.mesh = p.mesh();
         const auto found = rates.find(shape_key(m->point, m->result));
         const ShapeRates shape_rates = found != rates.end() ? found->second : ShapeRates{};
         planner::PlanInput in = plan_input(c, p, r, local, shape_rates);
@@ -281,9 +259,9 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
         if (profile) {
           in.hw = planner::hardware_for(*profile, in);
           in.ranks_per_node = profile->ranks_per_node;
-          in.overlap = ddp_overlaps(point_run_spec(p));  // the profile's devices overlap on their own streams
+          in.overlap = planner::ddp_overlaps(p.spec);  // the profile's devices overlap on their own streams
           std::snprintf(note, sizeof note, "extrapolated from %d measured ranks with machine profile %s (%s)",
-                        m->point.world, profile->name.c_str(), profile->source.c_str());
+                        m->point.world(), profile->name.c_str(), profile->source.c_str());
         } else {
           in.hw = planner_hardware(local, 1);  // one rank per core
           in.hw.gemm_efficiency = shape_rates.gemm_efficiency_at(in.tp, in.cp);
@@ -295,11 +273,11 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
           std::snprintf(note, sizeof note,
                         "extrapolated from %d measured ranks with this machine's figures: one rank per core, %d "
                         "per node, inter-node links as fast as intra-node (no profile given), latency %.4g us",
-                        m->point.world, local.cores, local.latency_us);
+                        m->point.world(), local.cores, local.latency_us);
         }
         const planner::PlanResult pr = planner::plan(in);
         row.values = planner::plan_record(in, pr);
-        row.values.set("strategy", p.strategy);
+        row.values.set("strategy", p.strategy());
         row.meta.status = "ok";
         row.meta.reason = note;
         if (in.hw.attention_fwd_s > 0)
@@ -350,16 +328,16 @@ std::vector<ProfilePoint> plan_against(const planner::MachineProfile& m, const s
                     " '" + text + "' is not a number > 0");
         return v;
       };
-      SweepPoint p{row[cst], row[cme], row[cmo], row[cpr], row[csc], int(number(cw)), 1, int(number(cmb))};
-      pt.mesh = parse_mesh(p.mesh, "--against");
-      p.dp = pt.mesh.dp;
+      const int world = int(number(cw));
+      const SweepPoint p = make_point(row[cst], row[cme], row[cmo], row[cpr], row[csc], int(number(cmb)), "--against");
+      pt.mesh = p.spec.mesh;
       PointResult r;
       r.global_batch = int64_t(number(cgb));
       r.seq = int64_t(number(csq));
       pt.measured_s = number(cts);
-      if (p.world > m.ranks_per_node) {
-        pt.why = std::to_string(p.world) + " ranks on a node of " + std::to_string(m.ranks_per_node) +
-                 " cores: time-shared here, " + std::to_string((p.world + m.ranks_per_node - 1) / m.ranks_per_node) +
+      if (world > m.ranks_per_node) {
+        pt.why = std::to_string(world) + " ranks on a node of " + std::to_string(m.ranks_per_node) +
+                 " cores: time-shared here, " + std::to_string((world + m.ranks_per_node - 1) / m.ranks_per_node) +
                  " nodes in the profile's plan";
       } else {
         planner::PlanInput in = plan_input(SweepConfig{}, p, r, h);
@@ -372,8 +350,8 @@ std::vector<ProfilePoint> plan_against(const planner::MachineProfile& m, const s
         pt.compared = pt.planned_s > 0;
         if (!pt.compared) pt.why = "the profile gives no time (no peak)";
         pt.plan = planner::plan_record(in, pr);
-        pt.plan.set("strategy", p.strategy);
-        pt.world = p.world;
+        pt.plan.set("strategy", p.strategy());
+        pt.world = world;
         pt.config_hash = row[chash];
       }
     } catch (const InputError& e) {

@@ -48,7 +48,7 @@ SweepConfig tiny(std::vector<std::string> strategies, std::vector<int64_t> world
 
 TEST(SweepPlan, InputDescribesThePointAsRun) {
   SweepConfig c = tiny({"shard=none"}, {4});
-  SweepPoint p{"shard=none", "dp4", "tiny", "fp32", "weak", 4, 4, 2};
+  SweepPoint p = make_point("shard=none", "dp4", "tiny", "fp32", "weak", 2);
   PointResult r;
   r.global_batch = 16;
   r.seq = 16;
@@ -63,11 +63,11 @@ TEST(SweepPlan, InputDescribesThePointAsRun) {
   EXPECT_EQ(in.shape->name, "tiny");
   h.cores = 8;
   EXPECT_TRUE(plan_input(c, p, r, h).overlap);  // DDP's default bucket overlap, on progress threads
-  p.strategy = "shard=zero3";
+  p.spec.data.shard = dp::Shard::zero3;
   EXPECT_FALSE(plan_input(c, p, r, h).overlap);
   h.cores = 2;
   // A pipeline point: the planner sees its stages, schedule and per-replica microbatch.
-  p = {"shard=zero1,schedule=interleaved,virtual_stages=2", "dp2.pp2", "tiny", "fp32", "weak", 4, 2, 4};
+  p = make_point("shard=zero1,schedule=interleaved,virtual_stages=2", "dp2.pp2", "tiny", "fp32", "weak", 4);
   const planner::PlanInput pi = plan_input(c, p, r, h);
   EXPECT_EQ(pi.dp, 2);
   EXPECT_EQ(pi.pp, 2);
@@ -87,7 +87,7 @@ TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
   EXPECT_LT(tiny, medium);  // C = 32 GEMMs are far from peak; C = 256 ones much nearer
   EXPECT_THROW(measure_gemm_efficiency(named_model("tiny"), 0, 16, peak, 0.005), InputError);
   SweepConfig c;
-  SweepPoint p{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 1};
+  SweepPoint p = make_point("shard=none", "dp1", "tiny", "fp32", "weak", 1);
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
@@ -139,8 +139,8 @@ TEST(SweepPlan, SplitGemmEfficiencyIsMeasuredAtTheRanksShapes) {
   r.global_batch = 4;
   r.seq = 16;
   const LocalHardware h{10e9, 5, 20, 4, {}, {}};
-  SweepPoint cp{"shard=none", "cp4", "tiny", "fp32", "weak", 4, 1, 1};
-  SweepPoint dp{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 1};
+  SweepPoint cp = make_point("shard=none", "cp4", "tiny", "fp32", "weak", 1);
+  SweepPoint dp = make_point("shard=none", "dp1", "tiny", "fp32", "weak", 1);
   EXPECT_EQ(plan_input(c, cp, r, h, rates).hw.gemm_efficiency, 0.123);
   EXPECT_EQ(plan_input(c, dp, r, h, rates).hw.gemm_efficiency, rates.gemm_efficiency);
 }
@@ -188,7 +188,7 @@ TEST(SweepPlan, CpAttentionIsMeasuredAsTheRanksRunIt) {
   r.global_batch = 4;
   r.seq = 16;
   const LocalHardware h{10e9, 5, 20, 2, {}, {}};  // 2 cores
-  const SweepPoint contiguous{"shard=none,cp_algo=ring,zigzag=off", "cp2", "tiny", "fp32", "weak", 2, 1, 1};
+  const SweepPoint contiguous = make_point("shard=none,cp_algo=ring,zigzag=off", "cp2", "tiny", "fp32", "weak", 1);
   rates.split_gemm_efficiency[{1, 2}] = 0.3;
   rates.split_linear_efficiency[{1, 2}] = 0.6;
   planner::PlanInput in = plan_input(c, contiguous, r, h, rates);
@@ -196,12 +196,12 @@ TEST(SweepPlan, CpAttentionIsMeasuredAsTheRanksRunIt) {
   EXPECT_EQ(in.hw.attention_bwd_s, 3e-5);
   EXPECT_EQ(in.hw.gemm_efficiency, 0.6);  // the core's GEMMs are in its time
   // zigzag was not measured at cp2: the FLOPs at the GEMM rate, every GEMM's.
-  const planner::PlanInput zigzag = plan_input(c, {"shard=none", "cp2", "tiny", "fp32", "weak", 2, 1, 1}, r, h, rates);
+  const planner::PlanInput zigzag = plan_input(c, make_point("shard=none", "cp2", "tiny", "fp32", "weak", 1), r, h, rates);
   EXPECT_EQ(zigzag.hw.attention_fwd_s, 0);
   EXPECT_EQ(zigzag.hw.gemm_efficiency, 0.3);
   // tp2.cp2 is 4 ranks on 2 cores: had the core been measured on 2 threads
   // (a core each), it would run at half their speed.
-  in = plan_input(c, {"shard=none", "tp2.cp2", "tiny", "fp32", "weak", 4, 1, 1}, r, h, rates);
+  in = plan_input(c, make_point("shard=none", "tp2.cp2", "tiny", "fp32", "weak", 1), r, h, rates);
   EXPECT_DOUBLE_EQ(in.hw.attention_fwd_s, 2e-5);
   EXPECT_DOUBLE_EQ(in.hw.attention_bwd_s, 8e-5);
   const PlanRow row = plan_row(c, contiguous, r, h, RunMeta{}, rates);
@@ -245,7 +245,7 @@ TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
   EXPECT_THROW(measure_memory_bound(m, 4, 0, 0.01), InputError);
 
   SweepConfig c;
-  SweepPoint p{"shard=none", "dp2", "tiny", "fp32", "weak", 2, 2, 1};
+  SweepPoint p = make_point("shard=none", "dp2", "tiny", "fp32", "weak", 1);
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
@@ -269,15 +269,14 @@ TEST(SweepPlan, ComputeScaleIsAStepOverItsEstimate) {
   ShapeRates rates{0.8, {}, 1.3};
   const ShapeKey k{"tiny", "fp32", 4, 2};
   SweepConfig c;
-  SweepPoint one{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 2};
+  SweepPoint one = make_point("shard=none", "dp1", "tiny", "fp32", "weak", 2);
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
   EXPECT_EQ(shape_key(one, r), k);
   EXPECT_EQ(single_rank_point(k).key(), one.key());  // the point behind the scale
   SweepPoint dp2 = one;
-  dp2.mesh = "dp2";
-  dp2.world = dp2.dp = 2;
+  dp2.spec.mesh.dp = 2;
   PointResult r2 = r;
   r2.global_batch = 16;
   EXPECT_EQ(shape_key(dp2, r2), k);  // weak scaling: the same microbatch
@@ -324,23 +323,23 @@ TEST(SweepPlan, RanksComputingSideBySideCostWhatTheirWeightsShare) {
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
-  const SweepPoint one{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 2};
+  const SweepPoint one = make_point("shard=none", "dp1", "tiny", "fp32", "weak", 2);
   EXPECT_DOUBLE_EQ(plan_input(c, one, r, h, rates).hw.compute_scale, 1.3);  // alone
   PointResult r2 = r;
   r2.global_batch = 16;
   for (const char* s : {"shard=none", "shard=zero3"}) {
-    const SweepPoint dp2{s, "dp2", "tiny", "fp32", "weak", 2, 2, 2};
+    const SweepPoint dp2 = make_point(s, "dp2", "tiny", "fp32", "weak", 2);
     EXPECT_NEAR(plan_input(c, dp2, r2, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12) << s;  // two replicas
   }
   PointResult r4 = r;
   r4.global_batch = 32;
-  const SweepPoint dp4{"shard=none", "dp4", "tiny", "fp32", "weak", 4, 4, 2};
+  const SweepPoint dp4 = make_point("shard=none", "dp4", "tiny", "fp32", "weak", 2);
   EXPECT_NEAR(plan_input(c, dp4, r4, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // 2 cores: 2 at once
   for (const char* mesh : {"tp2", "pp2"}) {
-    const SweepPoint half{"shard=none", mesh, "tiny", "fp32", "weak", 2, 1, 2};
+    const SweepPoint half = make_point("shard=none", mesh, "tiny", "fp32", "weak", 2);
     EXPECT_DOUBLE_EQ(plan_input(c, half, r, h, rates).hw.compute_scale, 1.3) << mesh;  // halves: one copy
   }
-  const SweepPoint cp2{"shard=none", "cp2", "tiny", "fp32", "weak", 2, 1, 2};
+  const SweepPoint cp2 = make_point("shard=none", "cp2", "tiny", "fp32", "weak", 2);
   EXPECT_NEAR(plan_input(c, cp2, r, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // whole weights each
 }
 
@@ -499,7 +498,7 @@ TEST(SweepPlan, TheSweepsOwnSingleRankPointIsTheCalibrationStep) {
 // Peaks restart after warm-up; what a step holds is still counted, so the
 // measured peaks do not depend on how many warm-up steps ran.
 TEST(SweepPlan, MemoryPeaksCoverTheMeasuredStepsOnly) {
-  SweepPoint p{"shard=zero2", "dp2", "tiny", "fp32", "weak", 2, 2, 1};
+  SweepPoint p = make_point("shard=zero2", "dp2", "tiny", "fp32", "weak", 1);
   const PointResult none = run_point(tiny({"shard=zero2"}, {2}, 0), p, 1e9);
   const PointResult two = run_point(tiny({"shard=zero2"}, {2}, 2), p, 1e9);
   ASSERT_EQ(none.status, "ok") << none.reason;
@@ -538,7 +537,7 @@ TEST(SweepPlan, ExtrapolatedRowsContinueEachSeries) {
 
 TEST(SweepPlan, ExtrapolationRejectsWhatCannotScaleAndUsesAProfile) {
   SweepConfig c = tiny({"shard=none"}, {1});
-  MeasuredPoint m{{"shard=none,schedule=1f1b", "dp2.pp2", "tiny", "fp32", "weak", 4, 2, 2}, PointResult{}, RunMeta{}};
+  MeasuredPoint m{make_point("shard=none,schedule=1f1b", "dp2.pp2", "tiny", "fp32", "weak", 2), PointResult{}, RunMeta{}};
   m.result.global_batch = 8;
   m.result.seq = 16;
   LocalHardware h;

@@ -163,6 +163,47 @@ RankOut combine_over_ranks(Communicator& comm, const RankOut& mine, std::vector<
   return out;
 }
 
+// A point's figures from its ranks' combined ones (rank 0's): step time and
+// its spread over the measured steps (step_times), memory, communication,
+// routing, exposed communication, bubble, throughput and MFU at the world's
+// peak FLOP/s.
+void set_figures(PointResult& res, const RankOut& all, const std::vector<double>& bubble, bool pipelined,
+                 const TrainConfig& cfg, double peak_flops) {
+  const std::vector<double> paced = step_times(all.ends);
+  res.device = all.device;
+  for (int t = 0; t < 6; ++t) res.mem[t] = all.mem[t];
+  res.mem_total = all.mem_total;
+  res.mem_host_total = all.mem_host_total;
+  res.comm_dp_bytes = all.dp_bytes;
+  res.comm_tp_bytes = all.tp_bytes;
+  res.comm_cp_bytes = all.cp_bytes;
+  res.comm_pp_bytes = all.pp_bytes;
+  res.comm_ep_bytes = all.ep_bytes;
+  res.moe_dropped = all.moe.dropped_fraction();
+  res.moe_load_max_mean = all.moe.max_over_mean();
+  res.comm_inter_node_bytes = all.inter_bytes;
+  res.exposed_comm_s = all.blocked_s;
+  if (pipelined && !bubble.empty()) {
+    double sum = 0;
+    for (double x : bubble) sum += x;
+    res.bubble = sum / double(bubble.size());
+  }
+  res.step_time_s = median(paced);
+  if (!(res.step_time_s > 0)) throw std::runtime_error("measured step time is not positive");
+  res.step_time_min_s = *std::min_element(paced.begin(), paced.end());
+  res.step_time_max_s = *std::max_element(paced.begin(), paced.end());
+  double mean = 0, var = 0;
+  for (double x : paced) mean += x / double(paced.size());
+  for (double x : paced) var += (x - mean) * (x - mean);
+  res.step_time_cv = paced.size() > 1 ? std::sqrt(var / double(paced.size() - 1)) / mean : 0;
+  res.step_time_mean_s = mean;
+  res.measured_steps = int(paced.size());
+  res.tokens_per_s = double(cfg.tokens_per_step()) / res.step_time_s;
+  res.model_flops_per_s = model_flops_per_step(cfg.model, cfg.batch, cfg.seq) / res.step_time_s;
+  res.peak_flops = peak_flops;
+  res.mfu = res.peak_flops > 0 ? res.model_flops_per_s / res.peak_flops : 0;
+}
+
 }  // namespace
 
 PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flops_per_rank, World* world,
@@ -176,7 +217,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
     const RunSpec spec = point_spec(c, p);
     const TrainConfig& cfg = spec.train;
     WorldOptions wo;
-    wo.size = p.world;
+    wo.size = p.world();
     wo.ranks_per_node = spec.mesh.ranks_per_node;
     validate(wo);
     const bool pipelined = spec.mesh.pp > 1 || spec.pipe.schedule.has_value();
@@ -197,7 +238,7 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
       }
     };
     if (world) {
-      require(world->size() == p.world, "sweep: the point's world (" + std::to_string(p.world) +
+      require(world->size() == p.world(), "sweep: the point's world (" + std::to_string(p.world()) +
                                             ") is not mpirun's (" + std::to_string(world->size()) + ")");
       started = true;
       run_ranks(*world, body);
@@ -205,40 +246,8 @@ PointResult run_point(const SweepConfig& c, const SweepPoint& p, double peak_flo
       run_ranks(*make_local_world(wo), body);
     }
     if (world && !hosts_rank(*world, 0)) return res;  // rank 0 reports
-    const std::vector<double> paced = step_times(all.ends);
-    res.device = all.device;
-    for (int t = 0; t < 6; ++t) res.mem[t] = all.mem[t];
-    res.mem_total = all.mem_total;
-    res.mem_host_total = all.mem_host_total;
-    res.comm_dp_bytes = all.dp_bytes;
-    res.comm_tp_bytes = all.tp_bytes;
-    res.comm_cp_bytes = all.cp_bytes;
-    res.comm_pp_bytes = all.pp_bytes;
-    res.comm_ep_bytes = all.ep_bytes;
-    res.moe_dropped = all.moe.dropped_fraction();
-    res.moe_load_max_mean = all.moe.max_over_mean();
-    res.comm_inter_node_bytes = all.inter_bytes;
-    res.exposed_comm_s = all.blocked_s;
-    if (pipelined && !bubble.empty()) {
-      double sum = 0;
-      for (double x : bubble) sum += x;
-      res.bubble = sum / double(bubble.size());
-    }
-    res.step_time_s = median(paced);
-    if (!(res.step_time_s > 0)) throw std::runtime_error("measured step time is not positive");
-    res.step_time_min_s = *std::min_element(paced.begin(), paced.end());
-    res.step_time_max_s = *std::max_element(paced.begin(), paced.end());
-    double mean = 0, var = 0;
-    for (double x : paced) mean += x / double(paced.size());
-    for (double x : paced) var += (x - mean) * (x - mean);
-    res.step_time_cv = paced.size() > 1 ? std::sqrt(var / double(paced.size() - 1)) / mean : 0;
-    res.step_time_mean_s = mean;
-    res.measured_steps = int(paced.size());
-    res.oversubscribed = p.world > int(std::max(1u, std::thread::hardware_concurrency()));
-    res.tokens_per_s = double(cfg.tokens_per_step()) / res.step_time_s;
-    res.model_flops_per_s = model_flops_per_step(cfg.model, cfg.batch, cfg.seq) / res.step_time_s;
-    res.peak_flops = peak_flops_per_rank * p.world;
-    res.mfu = res.peak_flops > 0 ? res.model_flops_per_s / res.peak_flops : 0;
+    set_figures(res, all, bubble, pipelined, cfg, peak_flops_per_rank * p.world());
+    res.oversubscribed = p.world() > int(std::max(1u, std::thread::hardware_concurrency()));
   } catch (const InputError& e) {
     if (world && started) throw;  // from inside the ranks: see below
     res.status = "rejected";

@@ -76,7 +76,7 @@ PointResult combine_rounds(const std::vector<PointResult>& rounds) {
 
 CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
   CsvRecord rec;
-  rec.set("strategy", p.strategy).set("model", p.model).set("precision", p.precision).set("device", r.device);
+  rec.set("strategy", p.strategy()).set("model", p.model()).set("precision", p.precision()).set("device", r.device);
   rec.set("microbatches", p.microbatches).set("global_batch", r.global_batch).set("seq_len", r.seq);
   rec.set("scaling", p.scaling);
   if (r.status != "ok") return rec;
@@ -100,11 +100,11 @@ CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
 
 std::string point_config_hash(const SweepConfig& c, const SweepPoint& p) {
   ConfigReader h;  // every setting that changes the point's figures, hashed
-  h.set("strategy", p.strategy);
-  h.set("mesh", p.mesh);
-  h.set("model", p.model);
-  h.set("precision", p.precision);
-  h.set("world", int64_t(p.world));
+  h.set("strategy", p.strategy());
+  h.set("mesh", p.mesh());
+  h.set("model", p.model());
+  h.set("precision", p.precision());
+  h.set("world", int64_t(p.world()));
   h.set("microbatches", int64_t(p.microbatches));
   h.set("scaling", p.scaling);
   h.set("global_batch", point_global_batch(c, p));
@@ -122,8 +122,8 @@ std::string point_config_hash(const SweepConfig& c, const SweepPoint& p) {
 RunMeta point_meta(const SweepConfig& c, const SweepPoint& p, const PointResult& r, const RunMeta& base) {
   RunMeta m = base;
   m.timestamp = iso8601_utc(std::chrono::system_clock::now());
-  m.world = p.world;
-  m.mesh = p.mesh;
+  m.world = p.world();
+  m.mesh = p.mesh();
   m.status = r.status;
   m.reason = r.reason;
   m.config_hash = point_config_hash(c, p);
