@@ -61,6 +61,106 @@ int64_t dp_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const Pi
   return bytes;
 }
 
+// The comm buffers' peak of pipeline rank `rank` (s.comm): the expert-parallel
+// rank's declared peak, the runner's unit protocol replayed, or a pipeline
+// stage's gathers and gradients replayed in its schedule order; -1 when a
+// sharded plan has no unit structure (no shape).
+int64_t comm_peak(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
+                  const std::vector<int64_t>& units, const ep::StateCosts* ep_states) {
+  if (ep_states) return ep_states->comm_peak;
+  if (!in.shape) return axis.shard != dp::Shard::none ? -1 : 0;  // no unit structure without a shape
+  // The canonical unit order the runner visits: the protocol replayed, as
+  // the conformance engine holds the measured peak to.
+  if (pipe.part.pp == 1 && pipe.part.v == 1) return dp::comm_buffer_peak_bytes(units, axis);
+  // A pipeline stage: the executor's gathers, unit gradients and boundary
+  // gradients replayed in the rank's schedule order (pipeline/stage.h).
+  const ParamLayout layout(*in.shape, in.tp, 0);
+  pipeline::StageCommShape x;
+  x.units = pipeline::stage_units(layout, pipe.part, rank);
+  if (pipe.experts) {
+    x.experts = pipeline::stage_experts(layout, pipe.part, rank, in.ep, 0);
+    x.expert = *pipe.experts;
+  }
+  x.dense = axis;
+  int64_t tokens = in.microbatch_size * seq / in.cp;
+  if (in.sp && in.tp > 1) tokens /= in.tp;
+  x.boundary_bytes = tokens * in.shape->C * elem_bytes(in.precision);
+  x.tp = in.tp > 1 || in.cp > 1;
+  return pipeline::stage_comm_peak_bytes(pipe.comm_schedule, pipe.part, layout, rank, x);
+}
+
+// The tensor/context split of a plan as the tensor-parallel runner takes it.
+tp::TpOptions tp_options(const PlanInput& in) {
+  tp::TpOptions tpo;
+  tpo.tp = in.tp;
+  tpo.sp = in.sp;
+  tpo.recompute = in.recompute;
+  tpo.context.cp = in.cp;
+  tpo.context.algo = in.cp_algo;
+  return tpo;
+}
+
+// The workspace of pipeline rank `rank`: what a pipeline rank, the
+// reference's runner or the tensor-parallel runner allocates (0 for shapes
+// none of them runs as planned: -1).
+int64_t workspace_bytes(const PlanInput& in, const Pipe& pipe, int64_t seq) {
+  const tp::TpOptions tpo = tp_options(in);
+  const bool staged = pipe.staged();
+  const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
+  if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
+    return pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage,
+                                           in.hw.host_kernels);
+  } else if (in.shape && !staged) {
+    if (in.tp == 1 && in.cp == 1 && in.recompute == Recompute::none) {  // the reference's runner
+      return runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision,
+                                    moe_scope_tokens(in, seq), in.ep, in.hw.host_kernels);
+    } else {  // the tensor-parallel runner (recompute at tp 1 too)
+      return tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision,
+                                        moe_scope_tokens(in, seq), in.ep, in.hw.host_kernels);
+    }
+  }
+  return -1;  // not modeled
+}
+
+// The activations pipeline rank `rank` holds at its peak (-1: unknown, no
+// shape or a layout not modeled).
+int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t seq) {
+  const tp::TpOptions tpo = tp_options(in);
+  const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
+  int64_t a = -1;  // unknown (parameter count only)
+  if (in.shape && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
+    // The reference layout on one stage: what the tensor- and
+    // context-parallel rank (and, at tp 1, the reference runner) declares and
+    // allocates, exactly.
+    tp::TpShape x = tp::make_shape(*in.shape, in.tp, in.sp, in.recompute, in.microbatch_size, seq, in.precision);
+    x.cp = in.cp;
+    x.algo = in.cp_algo;
+    x.moe_scope_tokens = moe_scope_tokens(in, seq);
+    x.ep = in.ep;
+    x.moe_on_device = !in.hw.host_kernels;
+    a = tp::activation_bytes(x);
+  } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
+    // The reference layout in pipeline stages: the chunks' bytes a stage
+    // declares and allocates (impl/pipeline/stage.h, tensor_parallel/cost.h),
+    // times the live (microbatch, chunk) units of the schedule.
+    a = pipeline::stage_activation_peak(
+        in.schedule, pipe.cfg,
+        pipeline::chunk_bytes_table(*in.shape, pipe.part, in.microbatch_size, seq, in.precision, tpo,
+                                    in.schedule == pipeline::ScheduleKind::zb_h1, moe_stage),
+        rank);
+  } else if (in.shape) {
+    const ModelConfig& mc = *in.shape;
+    ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
+                      elem_bytes(in.precision)};
+    x.algo = in.cp_algo;
+    const int64_t units_held = pipe.in_flight[size_t(rank)];
+    a = units_held * max_chunk_layers(pipe.part, rank) * layer_activation_bytes(x, in.recompute);
+    if (pipe.part.at(rank, 0).embedding) a += units_held * first_stage_extra_bytes(x);
+    if (pipe.part.at(rank, pipe.part.v - 1).head) a += last_stage_extra_bytes(x, mc.V);
+  }
+  return a;
+}
+
 StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
                         std::vector<int64_t>* units_out, const ep::StateCosts* ep_states) {
   std::vector<int64_t> units =
@@ -89,81 +189,9 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     s.optimizer_host = d.optimizer_host + e.optimizer_host;
   }
   s.local_traffic = dp_local_traffic(in, axis, pipe, rank, units, ep_states);
-  if (ep_states) {
-    s.comm = ep_states->comm_peak;
-  } else if (!in.shape) {
-    if (axis.shard != dp::Shard::none) s.comm = -1;  // no unit structure without a shape
-  } else if (pipe.part.pp == 1 && pipe.part.v == 1) {
-    // The canonical unit order the runner visits: the protocol replayed, as
-    // the conformance engine holds the measured peak to.
-    s.comm = dp::comm_buffer_peak_bytes(units, axis);
-  } else {
-    // A pipeline stage: the executor's gathers, unit gradients and boundary
-    // gradients replayed in the rank's schedule order (pipeline/stage.h).
-    const ParamLayout layout(*in.shape, in.tp, 0);
-    pipeline::StageCommShape x;
-    x.units = pipeline::stage_units(layout, pipe.part, rank);
-    if (pipe.experts) {
-      x.experts = pipeline::stage_experts(layout, pipe.part, rank, in.ep, 0);
-      x.expert = *pipe.experts;
-    }
-    x.dense = axis;
-    int64_t tokens = in.microbatch_size * seq / in.cp;
-    if (in.sp && in.tp > 1) tokens /= in.tp;
-    x.boundary_bytes = tokens * in.shape->C * elem_bytes(in.precision);
-    x.tp = in.tp > 1 || in.cp > 1;
-    s.comm = pipeline::stage_comm_peak_bytes(pipe.comm_schedule, pipe.part, layout, rank, x);
-  }
-  tp::TpOptions tpo;
-  tpo.tp = in.tp;
-  tpo.sp = in.sp;
-  tpo.recompute = in.recompute;
-  tpo.context.cp = in.cp;
-  tpo.context.algo = in.cp_algo;
-  const bool staged = pipe.staged();
-  const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
-  if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
-    s.workspace = pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage,
-                                                  in.hw.host_kernels);
-  } else if (in.shape && !staged) {
-    if (in.tp == 1 && in.cp == 1 && in.recompute == Recompute::none) {  // the reference's runner
-      s.workspace = runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision,
-                                           moe_scope_tokens(in, seq), in.ep, in.hw.host_kernels);
-    } else {  // the tensor-parallel runner (recompute at tp 1 too)
-      s.workspace = tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision,
-                                               moe_scope_tokens(in, seq), in.ep, in.hw.host_kernels);
-    }
-  }
-  if (in.shape && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
-    // The reference layout on one stage: what the tensor- and
-    // context-parallel rank (and, at tp 1, the reference runner) declares and
-    // allocates, exactly.
-    tp::TpShape x = tp::make_shape(*in.shape, in.tp, in.sp, in.recompute, in.microbatch_size, seq, in.precision);
-    x.cp = in.cp;
-    x.algo = in.cp_algo;
-    x.moe_scope_tokens = moe_scope_tokens(in, seq);
-    x.ep = in.ep;
-    x.moe_on_device = !in.hw.host_kernels;
-    s.activations = tp::activation_bytes(x);
-  } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
-    // The reference layout in pipeline stages: the chunks' bytes a stage
-    // declares and allocates (impl/pipeline/stage.h, tensor_parallel/cost.h),
-    // times the live (microbatch, chunk) units of the schedule.
-    s.activations = pipeline::stage_activation_peak(
-        in.schedule, pipe.cfg,
-        pipeline::chunk_bytes_table(*in.shape, pipe.part, in.microbatch_size, seq, in.precision, tpo,
-                                    in.schedule == pipeline::ScheduleKind::zb_h1, moe_stage),
-        rank);
-  } else if (in.shape) {
-    const ModelConfig& mc = *in.shape;
-    ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
-                      elem_bytes(in.precision)};
-    x.algo = in.cp_algo;
-    const int64_t units_held = pipe.in_flight[size_t(rank)];
-    s.activations = units_held * max_chunk_layers(pipe.part, rank) * layer_activation_bytes(x, in.recompute);
-    if (pipe.part.at(rank, 0).embedding) s.activations += units_held * first_stage_extra_bytes(x);
-    if (pipe.part.at(rank, pipe.part.v - 1).head) s.activations += last_stage_extra_bytes(x, mc.V);
-  }
+  s.comm = comm_peak(in, axis, pipe, rank, seq, units, ep_states);
+  s.workspace = workspace_bytes(in, pipe, seq);
+  s.activations = activation_peak(in, pipe, rank, seq);
   if (units_out) *units_out = std::move(units);
   return s;
 }
