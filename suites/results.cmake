@@ -1,9 +1,14 @@
 # results: the analytic planner (parabench plan), the regression gate
 # (parabench gate) and the report (parabench report -> scripts/report.py).
 parabench_library(NAME pb_planner ALIAS pb::planner
-  SOURCES planner/model_cost.cc planner/planner.cc planner/plan_output.cc planner/preflight.cc planner/machine.cc
+  SOURCES planner/model_cost.cc planner/planner.cc planner/planner_memory.cc planner/planner_comm.cc
+          planner/planner_time.cc planner/plan_input.cc planner/plan_output.cc planner/preflight.cc planner/machine.cc
   DEPS pb::spec pb::data_parallel pb::expert_parallel pb::pipeline pb::tensor_parallel pb::reference pb::harness)
-parabench_test(NAME planner_test SOURCES planner/planner_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
+parabench_test(NAME planner_flops_test SOURCES planner/planner_flops_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
+parabench_test(NAME planner_memory_test SOURCES planner/planner_memory_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
+parabench_test(NAME planner_time_test SOURCES planner/planner_time_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
+parabench_test(NAME planner_input_test SOURCES planner/plan_input_test.cc DEPS pb::planner TIMEOUT 60)
+parabench_test(NAME planner_machine_test SOURCES planner/machine_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
 
 parabench_library(NAME pb_report ALIAS pb::report
   SOURCES report/gate.cc report/validate.cc

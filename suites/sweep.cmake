@@ -1,11 +1,12 @@
 # sweep: throughput / memory / communication scaling of the strategies
 # (parabench sweep), one sweep row per point.
 parabench_library(NAME pb_sweep ALIAS pb::sweep
-  SOURCES sweep/sweep.cc sweep/sweep_plan.cc
-  DEPS pb::planner pb::strategies pb::data_parallel pb::reference pb::harness pb::kernels_cpu)
+  SOURCES sweep/sweep_config.cc sweep/sweep_point.cc sweep/sweep_rows.cc sweep/shape_step.cc sweep/sweep_plan.cc
+          sweep/sweep.cc
+  DEPS pb::calibrate pb::planner pb::strategies pb::data_parallel pb::reference pb::harness pb::kernels_cpu)
 parabench_test(NAME sweep_test SOURCES sweep/sweep_test.cc sweep/sweep_plan_test.cc DEPS pb::sweep TIMEOUT 120)
 
-list(APPEND PB_CLI_SOURCES cli/cmd_sweep.cc cli/cmd_calibrate.cc)
+list(APPEND PB_CLI_SOURCES cli/cmd_sweep.cc)
 list(APPEND PB_CLI_DEPS pb::sweep)
 
 # Through the binary: an unknown [sweep] key exits 2; a SIGKILLed sweep leaves

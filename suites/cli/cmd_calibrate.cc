@@ -6,14 +6,14 @@
 // bandwidth (the planner's memory-bound term counts reads and writes: twice
 // it, for plans with no training shape), the local backend's all_reduce
 // between two ranks back to back as t = 2 a + S / B (a: the fixed cost per
-// ring step, the sweep's own measure of it, sweep::local_step_latency_us:
+// ring step, the sweep's own measure of it, calibrate::local_step_latency_us:
 // half the median time of 16 B .. 4 KiB; B: the bus bandwidth, from the
 // slope over 1 .. 16 MiB: the profile's link), a rank's share of the
 // physical memory (installed over the hardware threads), and the hardware
 // threads per node.
 // Besides: GEMM tables by shape for each precision (m 16..1024 rows by n, k
 // 64..1024), an alpha-beta fit per collective op at 2 ranks, one per core and
-// twice that, timed as a step makes them (sweep::measure_bus_bandwidth; the
+// twice that, timed as a step makes them (calibrate::measure_bus_bandwidth; the
 // time-shared cores' fits carry the wake-ups), the time to wake a rank asleep
 // in a wait, and training shapes (--model): each one's memory-bound kernel
 // rates, compute_scale (its measured single-rank step over this profile's
@@ -45,7 +45,9 @@
 #include "suites/planner/machine.h"
 #include "suites/planner/model_cost.h"
 #include "suites/planner/preflight.h"
-#include "suites/sweep/sweep_plan.h"
+#include "suites/calibrate/comm_rates.h"
+#include "suites/calibrate/shape_rates.h"
+#include "suites/sweep/shape_step.h"
 
 namespace pb::cli {
 namespace {
@@ -113,7 +115,7 @@ planner::CollectiveFit fit_collective(const std::string& op, int n, const std::v
 planner::CollectiveFit measured_fit(const std::string& op, int n, const std::vector<size_t>& sizes, double seconds) {
   for (int attempt = 0;; ++attempt, seconds *= 4) {
     try {
-      return fit_collective(op, n, sweep::measure_collective_times(op, n, sizes, seconds));
+      return fit_collective(op, n, calibrate::measure_collective_times(op, n, sizes, seconds));
     } catch (const InputError&) {
       if (attempt == 2) throw;
     }
@@ -235,15 +237,15 @@ void shape_windows(const CalibrateFlags& f, std::vector<ShapeCalibration>& shape
 
 // A training shape's figures for profile m (its other measurements done),
 // its windows taken (shape_windows): the memory-bound kernels' rates at the
-// shape (sweep::measure_shape_rates), the median of its steps over the plan
+// shape (calibrate::measure_shape_rates), the median of its steps over the plan
 // of that step with this profile and these rates (compute_scale, so that the
 // step plans as measured), and the median of its side-by-side ratios
 // (corun_scale; 1 when one failed).
 void finish_shape(const CalibrateFlags& f, const std::string& model, const planner::MachineProfile& m,
                   double peak_flops, ShapeCalibration& s) {
-  const sweep::ShapeRates rates =
-      sweep::measure_shape_rates(named_model(model), f.microbatch_size, f.seq, peak_flops, 3);
-  const sweep::MemoryBoundRates& r = rates.memory;
+  const calibrate::ShapeRates rates =
+      calibrate::measure_shape_rates(named_model(model), f.microbatch_size, f.seq, peak_flops, 3);
+  const calibrate::MemoryBoundRates& r = rates.memory;
   planner::ShapeFigures& x = s.figures;
   x.workload = shape_name(f, model);
   x.work = planner::shape_work(named_model(model), f.microbatch_size, f.seq, 1, 1);
@@ -329,7 +331,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   m.peak_tflops_bf16 = gf_bf16 / 1e3;
   m.peak_tflops_fp64 = gf_fp64 / 1e3;
   for (const std::string& p : planner::gemm_table_precisions()) m.gemm[p] = gemm_table(p, f.seconds / 20);
-  const double copy = sweep::copy_bandwidth_GBps();
+  const double copy = calibrate::copy_bandwidth_GBps();
   m.mem_bw_GBps = 2 * copy;
   if (!shapes.empty()) shape_windows(f, shapes, gf_fp32 * 1e9, cores);
   // Two regimes, as nccl-tests reads them: the fixed cost per ring step as
@@ -337,7 +339,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   // the 4-byte fast path), the bandwidth from the slope over the large ones.
   std::vector<size_t> sizes;
   for (size_t b = 4; b <= (size_t(16) << 20); b *= 4) sizes.push_back(b);
-  const auto xt = sweep::measure_collective_times("all_reduce", 2, sizes, f.seconds / 3);
+  const auto xt = calibrate::measure_collective_times("all_reduce", 2, sizes, f.seconds / 3);
   // The per-op fits' sizes (all among the above): the 2-rank all_reduce fit
   // comes from this measurement, and its bandwidth is the profile's link.
   const std::vector<size_t> fit_sizes = {64, 1024, 4096, size_t(1) << 20, size_t(4) << 20, size_t(16) << 20};
@@ -345,7 +347,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   for (const auto& [x, t] : xt)
     if (std::find(fit_sizes.begin(), fit_sizes.end(), size_t(x)) != fit_sizes.end()) at_fit_sizes.push_back({x, t});
   const planner::CollectiveFit all_reduce2 = fit_collective("all_reduce", 2, at_fit_sizes);
-  m.latency_us = sweep::local_step_latency_us(2);
+  m.latency_us = calibrate::local_step_latency_us(2);
   const double fixed = 2 * m.latency_us * 1e-6;  // two ring steps at two ranks
   m.bw_intra_GBps = all_reduce2.GBps;     // bus bytes = S at two ranks
   m.bw_inter_GBps = m.bw_intra_GBps;      // one node, unless measured across nodes
@@ -361,8 +363,8 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   std::vector<std::string> back_to_back;  // ops at group sizes the step pattern gave no fit for
   for (int g : groups) {
     std::map<std::string, double> alpha;
-    const std::map<std::string, double> bus = sweep::measure_bus_bandwidth(g, &alpha);
-    const double ring = sweep::local_step_latency_us(g);
+    const std::map<std::string, double> bus = calibrate::measure_bus_bandwidth(g, &alpha);
+    const double ring = calibrate::local_step_latency_us(g);
     for (const std::string& op : planner::collective_ops()) {
       const auto b = bus.find(op);
       if (b != bus.end()) {

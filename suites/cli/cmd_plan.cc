@@ -17,6 +17,7 @@
 #include "impl/spec/run_spec.h"
 #include "suites/cli/command.h"
 #include "suites/planner/machine.h"
+#include "suites/planner/plan_input.h"
 #include "suites/planner/plan_output.h"
 #include "suites/planner/planner.h"
 #include "suites/sweep/sweep_plan.h"
@@ -28,8 +29,12 @@ struct PlanFlags {
   std::string model, params, csv;
   int layers = 0, channels = 0, heads = 0, vocab = 0;
   int64_t seq = 0;
-  std::string shard, offload = "none", precision = "bf16-mixed", recompute = "none", schedule = "1f1b";
-  std::string mesh, strategy;  // the run spec's text form (instead of --dp/--tp/--cp/--pp, --shard, ...)
+  std::string precision = "bf16-mixed";
+  std::string mesh, strategy;  // the run spec's text form (instead of the shorthand below)
+  // The shorthand: each flag one field of the run spec (spec_of).
+  int dp = 1, tp = 1, cp = 1, pp = 1, ep = 1, ranks_per_node = 0, shard_group = 0, virtual_stages = 1;
+  bool sp = false, overlap = false;
+  std::string shard, offload = "none", recompute = "none", schedule = "1f1b";
   std::string machine;         // --machine NAME|FILE
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::vector<CLI::Option*> hw_flags;  // --peak-tflops ...: given ones override the machine's figures
@@ -60,36 +65,39 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
   if (in.ranks_per_node == 0 && f.rpn_flag->count() == 0) in.ranks_per_node = m.ranks_per_node;
 }
 
-// --mesh / --strategy: the same spec check, train and sweep take.
-void apply_spec(const PlanFlags& f, planner::PlanInput& in) {
-  if (!f.mesh.empty()) {
-    require(f.in.dp == 1 && f.in.tp == 1 && f.in.cp == 1 && f.in.pp == 1 && f.in.ep == 1 && f.in.ranks_per_node == 0,
-            "--mesh: give the mesh once, as --mesh or as --dp/--tp/--cp/--pp/--ep/--ranks-per-node");
-    const MeshShape m = parse_mesh(f.mesh, "--mesh");
-    in.ep = m.ep;
-    in.dp = m.dp;
-    in.tp = m.tp;
-    in.cp = m.cp;
-    in.pp = m.pp;
-    in.ranks_per_node = m.ranks_per_node;
-  }
-  if (f.strategy.empty()) return;
-  require(f.shard.empty() && f.offload == "none" && f.schedule == "1f1b" && !f.in.sp &&
-              f.in.virtual_stages == 1 && f.in.hsdp_group == 0 && !f.in.overlap && f.recompute == "none",
-          "--strategy: give the options once, as --strategy or as --shard/--offload/--schedule/"
-          "--virtual-stages/--sp/--recompute/--shard-group/--overlap");
+// The run spec's mesh and options: --mesh and --strategy in its text form
+// (the same parser check, train and sweep use), or the shorthand flags, each
+// one field of it (--dp -> mesh.dp, --shard -> data.shard, ...; --overlap ->
+// data.overlap, off unless given; --schedule names the pipeline's schedule
+// when there is a pipeline or it is not the default). Each part given once.
+RunSpec spec_of(const PlanFlags& f) {
   RunSpec spec;
-  apply_strategy_text(spec, f.strategy, "--strategy");
-  in.shard = spec.data.shard;
-  in.offload = spec.data.offload;
-  in.hsdp_group = spec.data.shard_group;
-  in.sp = spec.tensor.sp;
-  in.cp_algo = spec.context.algo;
-  in.recompute = spec.tensor.recompute;
-  in.schedule = spec.pipe.schedule.value_or(pipeline::ScheduleKind::one_f_one_b);
-  in.virtual_stages = spec.pipe.virtual_stages;
-  // DDP overlaps its buckets with backward unless told otherwise, as it runs.
-  in.overlap = spec.data.shard == dp::Shard::none && spec.data.overlap;
+  if (!f.mesh.empty()) {
+    require(f.dp == 1 && f.tp == 1 && f.cp == 1 && f.pp == 1 && f.ep == 1 && f.ranks_per_node == 0,
+            "--mesh: give the mesh once, as --mesh or as --dp/--tp/--cp/--pp/--ep/--ranks-per-node");
+    spec.mesh = parse_mesh(f.mesh, "--mesh");
+  } else {
+    spec.mesh = MeshShape{f.dp, f.tp, f.cp, f.pp, f.ranks_per_node, f.ep};
+  }
+  if (!f.strategy.empty()) {
+    require(f.shard.empty() && f.offload == "none" && f.schedule == "1f1b" && !f.sp && f.virtual_stages == 1 &&
+                f.shard_group == 0 && !f.overlap && f.recompute == "none",
+            "--strategy: give the options once, as --strategy or as --shard/--offload/--schedule/"
+            "--virtual-stages/--sp/--recompute/--shard-group/--overlap");
+    apply_strategy_text(spec, f.strategy, "--strategy");
+    return spec;
+  }
+  if (!f.shard.empty()) spec.data.shard = dp::parse_shard(f.shard, "--shard");
+  require(f.offload == "none" || f.offload == "optimizer", "--offload: must be none or optimizer");
+  spec.data.offload = f.offload == "optimizer" ? dp::Offload::optimizer : dp::Offload::none;
+  spec.data.shard_group = f.shard_group;
+  spec.data.overlap = f.overlap;
+  spec.tensor.sp = f.sp;
+  spec.tensor.recompute = planner::parse_recompute(f.recompute, "--recompute");
+  const pipeline::ScheduleKind schedule = pipeline::parse_schedule_kind(f.schedule, "--schedule");
+  if (spec.mesh.pp > 1 || schedule != pipeline::ScheduleKind::one_f_one_b) spec.pipe.schedule = schedule;
+  spec.pipe.virtual_stages = f.virtual_stages;
+  return spec;
 }
 
 // "124439808", "1.3e9", "1.3B", "175b", "1T" (K, M, B/G, T suffixes).
@@ -136,15 +144,10 @@ planner::PlanInput resolve(PlanFlags& f) {
     require(f.vocab == 0, "--vocab: only with a custom shape (--layers/--channels/--heads)");
   }
   in.seq = f.seq;
-  if (!f.shard.empty()) in.shard = dp::parse_shard(f.shard, "--shard");
-  require(f.offload == "none" || f.offload == "optimizer", "--offload: must be none or optimizer");
-  in.offload = f.offload == "optimizer" ? dp::Offload::optimizer : dp::Offload::none;
+  planner::set_parallelism(in, spec_of(f));
   require(f.precision == "fp64" || f.precision == "fp32" || f.precision == "bf16-mixed",
           "--precision: must be one of fp64, fp32, bf16-mixed (got '" + f.precision + "')");
   in.precision = parse_precision(f.precision);
-  in.recompute = planner::parse_recompute(f.recompute, "--recompute");
-  in.schedule = pipeline::parse_schedule_kind(f.schedule, "--schedule");
-  apply_spec(f, in);
   apply_machine(f, in);
   return in;
 }
@@ -157,8 +160,7 @@ planner::PlanInput resolve(PlanFlags& f) {
 int run_against(const PlanFlags& f, const Env& env) {
   require(!f.machine.empty(), "--against: needs --machine NAME|FILE (the profile to check)");
   require(f.model.empty() && f.params.empty() && !f.layers && !f.channels && !f.heads && f.mesh.empty() &&
-              f.strategy.empty() && f.in.dp == 1 && f.in.tp == 1 && f.in.cp == 1 &&
-              f.in.pp == 1 && f.in.ep == 1,
+              f.strategy.empty() && f.dp == 1 && f.tp == 1 && f.cp == 1 && f.pp == 1 && f.ep == 1,
           "--against: plans the points of the sweep CSV; give only --machine (and --csv) with it");
   require(f.csv != "-", "--against: --csv needs a file (the plan rows of the compared points)");
   for (const CLI::Option* o : f.hw_flags)
@@ -290,14 +292,14 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--mesh", f->mesh, "the mesh in the run spec's text form, e.g. dp12.tp8.pp16.rpn8");
   app->add_option("--strategy", f->strategy, "strategy options in the run spec's text form, e.g. "
                                              "shard=zero1,schedule=interleaved,virtual_stages=2");
-  app->add_option("--dp", f->in.dp, "data-parallel size")->check(kPositive);
-  app->add_option("--tp", f->in.tp, "tensor-parallel size")->check(kPositive);
-  app->add_option("--ep", f->in.ep, "expert-parallel size (a mixture-of-experts model; divides dp and the experts)")->check(kPositive);
-  app->add_option("--cp", f->in.cp, "context-parallel size (ring attention)")->check(kPositive);
-  app->add_option("--pp", f->in.pp, "pipeline-parallel size")->check(kPositive);
-  app->add_flag("--sp", f->in.sp, "Megatron sequence parallel (with --tp)");
+  app->add_option("--dp", f->dp, "data-parallel size")->check(kPositive);
+  app->add_option("--tp", f->tp, "tensor-parallel size")->check(kPositive);
+  app->add_option("--ep", f->ep, "expert-parallel size (a mixture-of-experts model; divides dp and the experts)")->check(kPositive);
+  app->add_option("--cp", f->cp, "context-parallel size (ring attention)")->check(kPositive);
+  app->add_option("--pp", f->pp, "pipeline-parallel size")->check(kPositive);
+  app->add_flag("--sp", f->sp, "Megatron sequence parallel (with --tp)");
   app->add_option("--shard", f->shard, "none (DDP)|zero1|zero2|zero3|hsdp|hzero (default none)");
-  app->add_option("--shard-group", f->in.hsdp_group, "hsdp shard group size F (default: dp ranks per node)")->check(kPositive);
+  app->add_option("--shard-group", f->shard_group, "hsdp shard group size F (default: dp ranks per node)")->check(kPositive);
   app->add_option("--offload", f->offload, "none|optimizer");
   app->add_option("--precision", f->precision, "fp64|fp32|bf16-mixed (default bf16-mixed)");
   app->add_option("--microbatch-size", f->in.microbatch_size, "sequences per microbatch (default 1)")->check(kPositive);
@@ -305,8 +307,9 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--recompute", f->recompute, "none|selective|full");
   app->add_flag("--dropout", f->in.dropout, "count dropout masks (Megatron's GPT; the canonical model has none)");
   app->add_option("--schedule", f->schedule, "gpipe|1f1b|interleaved|zb-h1|2bw (default 1f1b)");
-  app->add_option("--virtual-stages", f->in.virtual_stages, "model chunks per rank (interleaved)")->check(kPositive);
-  app->add_flag("--overlap", f->in.overlap, "DP and CP comm overlap compute (only the excess is exposed)");
+  app->add_option("--virtual-stages", f->virtual_stages, "model chunks per rank (interleaved)")->check(kPositive);
+  app->add_flag("--overlap", f->overlap, "DDP overlaps its bucket all-reduces with backward (overlap=on; shard none, no "
+                                        "pipeline): only the excess is exposed");
   app->add_option("--machine", f->machine, "a machine profile: " + [] {
     std::string s;
     for (const auto& m : planner::builtin_machines()) s += (s.empty() ? "" : ", ") + m.name;
@@ -321,7 +324,7 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                       "fraction of the peak the model's GEMMs reach, in (0, 1] (default 1)"),
       app->add_option("--mem-bw", f->in.hw.mem_bw_GBps,
                       "per-rank device-memory bandwidth, GB/s: times the non-GEMM work (default 0: not timed)")};
-  f->rpn_flag = app->add_option("--ranks-per-node", f->in.ranks_per_node,
+  f->rpn_flag = app->add_option("--ranks-per-node", f->ranks_per_node,
                                 "ranks per node (default: the machine's, else all on one node)")
                     ->check(kPositive);
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");

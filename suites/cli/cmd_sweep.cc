@@ -75,11 +75,11 @@ int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env,
     if (writer) {  // rank 0's GPU, once per precision
       auto peaks = std::make_shared<std::map<std::string, double>>();
       run.peak_flops = [peaks](const sweep::SweepPoint& p) {
-        auto it = peaks->find(p.precision);
+        auto it = peaks->find(p.precision());
         if (it != peaks->end()) return it->second;
         const std::shared_ptr<TrainDevice> d = open_cuda_device(-1);
-        const DevicePeaks dp = device_peaks(parse_precision(p.precision), d->name, -1);
-        return (*peaks)[p.precision] = dp.table > 0 ? dp.table : dp.measured;
+        const DevicePeaks dp = device_peaks(p.spec.train.precision, d->name, -1);
+        return (*peaks)[p.precision()] = dp.table > 0 ? dp.table : dp.measured;
       };
     }
   }

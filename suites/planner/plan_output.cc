@@ -32,6 +32,9 @@ std::string strategy_spec(const PlanInput& in) {
   spec.data.shard_group = int(in.hsdp_group);
   spec.data.offload = in.offload;
   spec.data.overlap = in.overlap;
+  spec.data.prefetch = in.prefetch;
+  spec.context.algo = in.cp_algo;
+  spec.context.zigzag = in.zigzag;
   spec.tensor.sp = in.sp;
   spec.tensor.recompute = in.recompute;
   if (in.pp > 1) spec.pipe.schedule = in.schedule;
@@ -45,6 +48,7 @@ std::string mesh_spec(const PlanInput& in) {
   m.tp = in.tp;
   m.cp = in.cp;
   m.pp = in.pp;
+  m.ep = in.ep;
   return mesh_text(m);
 }
 

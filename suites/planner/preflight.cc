@@ -3,32 +3,9 @@
 #include <algorithm>
 
 #include "harness/status.h"
+#include "suites/planner/plan_input.h"
 
 namespace pb::planner {
-
-PlanInput plan_input_of(const RunSpec& s) {
-  PlanInput in;
-  in.shape = s.train.model;
-  in.seq = s.train.seq;
-  in.dp = s.mesh.dp;
-  in.ep = s.mesh.ep;
-  in.tp = s.mesh.tp;
-  in.cp = s.mesh.cp;
-  in.pp = s.mesh.pp;
-  in.cp_algo = s.context.algo;
-  in.sp = s.tensor.sp;
-  in.recompute = s.tensor.recompute;
-  in.schedule = s.pipe.schedule.value_or(pipeline::ScheduleKind::one_f_one_b);
-  in.virtual_stages = s.pipe.virtual_stages;
-  in.shard = s.data.shard;
-  in.hsdp_group = s.data.shard_group;
-  in.offload = s.data.offload;
-  in.precision = s.train.precision;
-  in.global_batch = s.train.batch;
-  in.microbatch_size = std::max<int64_t>(1, int64_t(s.train.batch) / (int64_t(s.mesh.dp) * s.train.microbatches));
-  in.ranks_per_node = s.mesh.ranks_per_node;
-  return in;
-}
 
 namespace {
 

@@ -6,13 +6,10 @@
 
 #include "harness/preflight.h"
 #include "impl/spec/run_spec.h"
+#include "suites/planner/plan_input.h"
 #include "suites/planner/planner.h"
 
 namespace pb::planner {
-
-// The planner's input for the run `s` describes: its model shape, mesh,
-// options, precision, global batch and microbatches.
-PlanInput plan_input_of(const RunSpec& s);
 
 // What a process hosting `hosted_ranks` of the run's ranks needs: the
 // planner's per-rank memory of its largest stage (every tag, host optimizer

@@ -86,14 +86,30 @@ struct SweepConfig {
 // Reads [sweep] and rejects keys nothing read (InputError naming the key).
 SweepConfig read_sweep_config(ConfigReader& r);
 
+// One point, parsed once (at expansion): its mesh, every axis's options, its
+// model and precision in `spec` (the train config's batch, seq and steps are
+// the sweep's: point_spec). Its text is printed from the spec, never kept.
 struct SweepPoint {
-  std::string strategy;  // strategy text, canonical (the row's `strategy`)
-  std::string mesh;      // mesh text, canonical (the row's `mesh`)
-  std::string model, precision, scaling;
-  int world = 1, dp = 1, microbatches = 1;
-  std::string key() const;  // strategy|mesh|model|precision|microbatches|scaling
+  RunSpec spec;
+  std::string scaling;  // weak | strong
+  int microbatches = 1;
+
+  int world() const { return spec.world(); }
+  int dp() const { return spec.mesh.dp; }
+  std::string strategy() const;  // strategy text (the row's `strategy`)
+  std::string mesh() const;      // mesh text (the row's `mesh`)
+  const std::string& model() const { return spec.train.model.name; }
+  std::string precision() const;
+  std::string key() const;    // strategy|mesh|model|precision|microbatches|scaling
   std::string label() const;  // "dp4 shard=zero3 small fp32 mb1 weak"
 };
+
+// A point from its text: strategy and mesh in the run spec's text form, a
+// model name and a precision (InputError naming `field` when one does not
+// parse).
+SweepPoint make_point(const std::string& strategy, const std::string& mesh, const std::string& model,
+                      const std::string& precision, const std::string& scaling, int microbatches,
+                      const std::string& field = "sweep point");
 
 // The points in run order (scaling, model, precision, microbatches, strategy, mesh).
 std::vector<SweepPoint> expand(const SweepConfig& c);

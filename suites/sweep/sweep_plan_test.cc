@@ -16,9 +16,13 @@
 #include "harness/io/csv_schema.h"
 #include "harness/status.h"
 #include "kernels/cpu/peak.h"
+#include "suites/calibrate/kernel_rates.h"
 #include "suites/planner/machine.h"
 
 namespace pb::sweep {
+
+using namespace calibrate;  // the measured figures these plan rows are timed with
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -42,23 +46,9 @@ SweepConfig tiny(std::vector<std::string> strategies, std::vector<int64_t> world
   return c;
 }
 
-TEST(SweepPlan, HardwareIsTheRanksShareOfTheMachine) {
-  LocalHardware h;
-  h.peak_flops_per_rank = 40e9;
-  h.copy_GBps = 8;
-  h.latency_us = 50;
-  h.cores = 2;
-  const planner::Hardware one = planner_hardware(h, 1), four = planner_hardware(h, 4);
-  EXPECT_DOUBLE_EQ(one.peak_tflops, 0.04);
-  EXPECT_DOUBLE_EQ(one.bw_intra_GBps, 8);
-  EXPECT_DOUBLE_EQ(four.peak_tflops, 0.02);  // 4 ranks on 2 cores: half a core each
-  EXPECT_DOUBLE_EQ(four.bw_inter_GBps, 4);
-  EXPECT_DOUBLE_EQ(four.latency_us, 50);
-}
-
 TEST(SweepPlan, InputDescribesThePointAsRun) {
   SweepConfig c = tiny({"shard=none"}, {4});
-  SweepPoint p{"shard=none", "dp4", "tiny", "fp32", "weak", 4, 4, 2};
+  SweepPoint p = make_point("shard=none", "dp4", "tiny", "fp32", "weak", 2);
   PointResult r;
   r.global_batch = 16;
   r.seq = 16;
@@ -73,11 +63,11 @@ TEST(SweepPlan, InputDescribesThePointAsRun) {
   EXPECT_EQ(in.shape->name, "tiny");
   h.cores = 8;
   EXPECT_TRUE(plan_input(c, p, r, h).overlap);  // DDP's default bucket overlap, on progress threads
-  p.strategy = "shard=zero3";
+  p.spec.data.shard = dp::Shard::zero3;
   EXPECT_FALSE(plan_input(c, p, r, h).overlap);
   h.cores = 2;
   // A pipeline point: the planner sees its stages, schedule and per-replica microbatch.
-  p = {"shard=zero1,schedule=interleaved,virtual_stages=2", "dp2.pp2", "tiny", "fp32", "weak", 4, 2, 4};
+  p = make_point("shard=zero1,schedule=interleaved,virtual_stages=2", "dp2.pp2", "tiny", "fp32", "weak", 4);
   const planner::PlanInput pi = plan_input(c, p, r, h);
   EXPECT_EQ(pi.dp, 2);
   EXPECT_EQ(pi.pp, 2);
@@ -88,131 +78,6 @@ TEST(SweepPlan, InputDescribesThePointAsRun) {
   EXPECT_FALSE(pi.overlap);          // stages sync after the flush
 }
 
-TEST(SweepPlan, MeasuredFiguresArePositive) {
-  const LocalHardware h = measure_local_hardware(1e9, 2);
-  EXPECT_GT(h.copy_GBps, 0.01);
-  EXPECT_GT(h.latency_us, 0);
-  EXPECT_LT(h.latency_us, 1e5);
-  // The fixed-cost regime, not a 4-byte fast path: a ring step costs at
-  // least a thread handoff (well above 0.1 us) at 2 and at 4 ranks.
-  EXPECT_GT(h.latency_us, 0.1);
-  EXPECT_GT(local_step_latency_us(4), 0.1);
-  EXPECT_THROW(local_step_latency_us(1), InputError);
-}
-
-// Each op's bus bandwidth is measured at a step's sizes and reaches the plan
-// as that op's fit: alpha the world's ring step per ring step of the group
-// or the measured intercept where larger, both it and the bandwidth scaled
-// from the group's own threads' core share to the world's; ops not measured
-// keep the copy bandwidth.
-TEST(SweepPlan, BusBandwidthPerOpBecomesThePlansFits) {
-  std::map<std::string, double> alpha;
-  const std::map<std::string, double> two = measure_bus_bandwidth(2, &alpha);
-  EXPECT_GE(two.size(), 3u);  // an op whose times do not grow is left out: at most two, on a noisy machine
-  EXPECT_EQ(alpha.size(), two.size());  // each fit's intercept beside its bandwidth
-  for (const auto& [op, gbps] : two) {
-    EXPECT_TRUE(std::find(planner::collective_ops().begin(), planner::collective_ops().end(), op) !=
-                planner::collective_ops().end())
-        << op;
-    EXPECT_TRUE(std::isfinite(gbps) && gbps > 0.01 && gbps < 1e4) << op << " " << gbps;
-    EXPECT_TRUE(std::isfinite(alpha[op]) && alpha[op] >= 0 && alpha[op] < 1e4) << op << " " << alpha[op];
-  }
-  EXPECT_THROW(measure_bus_bandwidth(1), InputError);
-  const auto xt = measure_collective_times("all_gather", 2, {4096, 65536}, 0.001);
-  ASSERT_EQ(xt.size(), 2u);
-  EXPECT_EQ(xt[1].first, 65536);
-  EXPECT_GT(xt[1].second, 0);
-
-  LocalHardware h;
-  h.peak_flops_per_rank = 1e10;
-  h.copy_GBps = 5;
-  h.latency_us = 2;
-  h.latency_us_by_world[4] = 3;
-  h.cores = 2;
-  h.bus_GBps[2]["all_gather"] = 20;
-  h.bus_GBps[4]["all_gather"] = 8;
-  const planner::Hardware four = planner_hardware(h, 4), two_ranks = planner_hardware(h, 2);
-  ASSERT_EQ(four.collectives.count("all_gather"), 1u);
-  const std::vector<planner::CollectiveFit>& f = four.collectives.at("all_gather");
-  ASSERT_EQ(f.size(), 2u);
-  EXPECT_EQ(f[0].group_size, 2);
-  EXPECT_DOUBLE_EQ(f[0].alpha_us, 3);    // one ring step of 2 ranks at world 4's latency
-  EXPECT_DOUBLE_EQ(f[0].GBps, 10);       // 2 threads had the 2 cores; in a world of 4, half of them
-  EXPECT_DOUBLE_EQ(f[1].alpha_us, 9);    // three ring steps of 4 ranks
-  EXPECT_DOUBLE_EQ(f[1].GBps, 8);        // measured time-shared already
-  EXPECT_DOUBLE_EQ(two_ranks.collectives.at("all_gather")[1].GBps, 16);
-  EXPECT_EQ(four.collectives.count("send_recv"), 0u);
-  EXPECT_DOUBLE_EQ(four.bw_intra_GBps, 2.5);  // the fallback for the ops without a fit
-  // A measured intercept replaces the ring steps where it is larger, scaled
-  // like the bandwidth from the group's own core share to the world's.
-  h.bus_alpha_us[2]["all_gather"] = 7;
-  h.bus_alpha_us[4]["all_gather"] = 1;
-  EXPECT_DOUBLE_EQ(planner_hardware(h, 4).collectives.at("all_gather")[0].alpha_us, 14);
-  EXPECT_DOUBLE_EQ(planner_hardware(h, 4).collectives.at("all_gather")[1].alpha_us, 9);  // the ring steps
-  EXPECT_DOUBLE_EQ(planner_hardware(h, 2).collectives.at("all_gather")[0].alpha_us, 7);
-
-  // measure_world measures every power-of-two group up to the world, once.
-  LocalHardware w;
-  w.cores = 2;
-  measure_world(w, 2);
-  EXPECT_EQ(w.bus_GBps.count(2), 1u);
-  EXPECT_EQ(w.bus_alpha_us.count(2), 1u);
-  EXPECT_EQ(w.bus_GBps.count(4), 0u);
-  const auto before = w.bus_GBps;
-  measure_world(w, 2);
-  EXPECT_EQ(w.bus_GBps, before);
-}
-
-TEST(SweepPlan, LatencyPerWorldIsUsedForThatWorld) {
-  LocalHardware h;
-  h.peak_flops_per_rank = 1e10;
-  h.copy_GBps = 5;
-  h.latency_us = 50;
-  h.latency_us_by_world[4] = 120;
-  EXPECT_DOUBLE_EQ(planner_hardware(h, 4).latency_us, 120);
-  EXPECT_DOUBLE_EQ(planner_hardware(h, 2).latency_us, 50);  // the fallback
-}
-
-// The cost of a collective issued without waiting is measured only where
-// ranks time-share cores (here 2 ranks told they have one core) and run
-// their collectives on progress threads, at four amounts of compute between
-// calls, and reaches the plan of that world only. Where the backend defers
-// them (the default there), they are blocking calls: nothing to measure.
-TEST(SweepPlan, AsyncCallCostIsMeasuredForTimeSharedWorlds) {
-  using P = WorldOptions::Progress;
-  EXPECT_TRUE(measure_async_call_cost(2, 2, P::thread).empty());
-  EXPECT_TRUE(measure_async_call_cost(4, 8, P::thread).empty());
-  EXPECT_TRUE(measure_async_call_cost(2, 1).empty());  // automatic: deferred at 2 ranks on one core
-  EXPECT_TRUE(measure_async_call_cost(2, 1, P::deferred).empty());
-  const std::vector<planner::AsyncCallCost> t = measure_async_call_cost(2, 1, P::thread);
-  ASSERT_EQ(t.size(), 4u);
-  for (size_t i = 0; i < t.size(); ++i) {
-    EXPECT_TRUE(std::isfinite(t[i].cost_us) && t[i].cost_us >= 0) << i;
-    EXPECT_LT(t[i].cost_us, 1e6) << i;  // below a second per call
-    if (i) {
-      EXPECT_GT(t[i].compute_us, t[i - 1].compute_us);
-    }
-  }
-  LocalHardware h;
-  h.peak_flops_per_rank = 1e10;
-  h.copy_GBps = 5;
-  h.latency_us = 50;
-  h.cores = 1;
-  h.async_call_cost_by_world[2] = t;
-  EXPECT_EQ(planner_hardware(h, 2).async_call_cost.size(), 4u);
-  EXPECT_TRUE(planner_hardware(h, 4).async_call_cost.empty());
-  // measure_world: the ring step always, the async cost only past the cores.
-  LocalHardware w;
-  w.cores = 4;
-  measure_world(w, 2);
-  EXPECT_EQ(w.latency_us_by_world.count(2), 1u);
-  EXPECT_TRUE(w.async_call_cost_by_world.empty());
-  measure_world(w, 1);
-  EXPECT_EQ(w.latency_us_by_world.count(1), 0u);
-}
-
-// The GEMMs of a step reach a fraction of the large-square peak, smaller for
-// narrower models; the planner's compute time divides by it.
 TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
   const double peak = kernels::measure_sgemm_gflops(512, 0.05) * 1e9;
   const double tiny = measure_gemm_efficiency(named_model("tiny"), 8, 16, peak, 0.01);
@@ -222,7 +87,7 @@ TEST(SweepPlan, GemmEfficiencyIsMeasuredAtTheModelsShapes) {
   EXPECT_LT(tiny, medium);  // C = 32 GEMMs are far from peak; C = 256 ones much nearer
   EXPECT_THROW(measure_gemm_efficiency(named_model("tiny"), 0, 16, peak, 0.005), InputError);
   SweepConfig c;
-  SweepPoint p{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 1};
+  SweepPoint p = make_point("shard=none", "dp1", "tiny", "fp32", "weak", 1);
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
@@ -274,8 +139,8 @@ TEST(SweepPlan, SplitGemmEfficiencyIsMeasuredAtTheRanksShapes) {
   r.global_batch = 4;
   r.seq = 16;
   const LocalHardware h{10e9, 5, 20, 4, {}, {}};
-  SweepPoint cp{"shard=none", "cp4", "tiny", "fp32", "weak", 4, 1, 1};
-  SweepPoint dp{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 1};
+  SweepPoint cp = make_point("shard=none", "cp4", "tiny", "fp32", "weak", 1);
+  SweepPoint dp = make_point("shard=none", "dp1", "tiny", "fp32", "weak", 1);
   EXPECT_EQ(plan_input(c, cp, r, h, rates).hw.gemm_efficiency, 0.123);
   EXPECT_EQ(plan_input(c, dp, r, h, rates).hw.gemm_efficiency, rates.gemm_efficiency);
 }
@@ -323,7 +188,7 @@ TEST(SweepPlan, CpAttentionIsMeasuredAsTheRanksRunIt) {
   r.global_batch = 4;
   r.seq = 16;
   const LocalHardware h{10e9, 5, 20, 2, {}, {}};  // 2 cores
-  const SweepPoint contiguous{"shard=none,cp_algo=ring,zigzag=off", "cp2", "tiny", "fp32", "weak", 2, 1, 1};
+  const SweepPoint contiguous = make_point("shard=none,cp_algo=ring,zigzag=off", "cp2", "tiny", "fp32", "weak", 1);
   rates.split_gemm_efficiency[{1, 2}] = 0.3;
   rates.split_linear_efficiency[{1, 2}] = 0.6;
   planner::PlanInput in = plan_input(c, contiguous, r, h, rates);
@@ -331,12 +196,12 @@ TEST(SweepPlan, CpAttentionIsMeasuredAsTheRanksRunIt) {
   EXPECT_EQ(in.hw.attention_bwd_s, 3e-5);
   EXPECT_EQ(in.hw.gemm_efficiency, 0.6);  // the core's GEMMs are in its time
   // zigzag was not measured at cp2: the FLOPs at the GEMM rate, every GEMM's.
-  const planner::PlanInput zigzag = plan_input(c, {"shard=none", "cp2", "tiny", "fp32", "weak", 2, 1, 1}, r, h, rates);
+  const planner::PlanInput zigzag = plan_input(c, make_point("shard=none", "cp2", "tiny", "fp32", "weak", 1), r, h, rates);
   EXPECT_EQ(zigzag.hw.attention_fwd_s, 0);
   EXPECT_EQ(zigzag.hw.gemm_efficiency, 0.3);
   // tp2.cp2 is 4 ranks on 2 cores: had the core been measured on 2 threads
   // (a core each), it would run at half their speed.
-  in = plan_input(c, {"shard=none", "tp2.cp2", "tiny", "fp32", "weak", 4, 1, 1}, r, h, rates);
+  in = plan_input(c, make_point("shard=none", "tp2.cp2", "tiny", "fp32", "weak", 1), r, h, rates);
   EXPECT_DOUBLE_EQ(in.hw.attention_fwd_s, 2e-5);
   EXPECT_DOUBLE_EQ(in.hw.attention_bwd_s, 8e-5);
   const PlanRow row = plan_row(c, contiguous, r, h, RunMeta{}, rates);
@@ -380,7 +245,7 @@ TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
   EXPECT_THROW(measure_memory_bound(m, 4, 0, 0.01), InputError);
 
   SweepConfig c;
-  SweepPoint p{"shard=none", "dp2", "tiny", "fp32", "weak", 2, 2, 1};
+  SweepPoint p = make_point("shard=none", "dp2", "tiny", "fp32", "weak", 1);
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
@@ -395,23 +260,6 @@ TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
 
 // The shape's figures are the best of the repeats: the byte counts of one
 // measurement, an efficiency in (0, 1], times > 0; no repeats is an error.
-TEST(SweepPlan, ShapeRatesAreTheBestOfTheirRepeats) {
-  const ModelConfig& m = named_model("tiny");
-  const double peak = 50e9;
-  const ShapeRates r = measure_shape_rates(m, 4, 16, peak, 2);
-  EXPECT_GT(r.gemm_efficiency, 0);
-  EXPECT_LE(r.gemm_efficiency, 1);
-  const MemoryBoundRates one = measure_memory_bound(m, 4, 16, 0.01);
-  EXPECT_DOUBLE_EQ(r.memory.micro_bytes, one.micro_bytes);
-  EXPECT_DOUBLE_EQ(r.memory.step_bytes, one.step_bytes);
-  EXPECT_GT(r.memory.micro_s, 0);
-  EXPECT_GT(r.memory.step_s, 0);
-  EXPECT_GT(r.memory.buffer_s, 0);
-  EXPECT_DOUBLE_EQ(r.memory.buffer_bytes, one.buffer_bytes);
-  EXPECT_THROW(measure_shape_rates(m, 4, 16, peak, 0), InputError);
-  EXPECT_GT(local_step_latency_us(2), 0);
-  EXPECT_THROW(local_step_latency_us(1), InputError);
-}
 
 // compute_scale divides a measured single-rank step by this estimate: the
 // plan of the dp1 point of the shape (no sharding), its own scale ignored;
@@ -421,15 +269,14 @@ TEST(SweepPlan, ComputeScaleIsAStepOverItsEstimate) {
   ShapeRates rates{0.8, {}, 1.3};
   const ShapeKey k{"tiny", "fp32", 4, 2};
   SweepConfig c;
-  SweepPoint one{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 2};
+  SweepPoint one = make_point("shard=none", "dp1", "tiny", "fp32", "weak", 2);
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
   EXPECT_EQ(shape_key(one, r), k);
   EXPECT_EQ(single_rank_point(k).key(), one.key());  // the point behind the scale
   SweepPoint dp2 = one;
-  dp2.mesh = "dp2";
-  dp2.world = dp2.dp = 2;
+  dp2.spec.mesh.dp = 2;
   PointResult r2 = r;
   r2.global_batch = 16;
   EXPECT_EQ(shape_key(dp2, r2), k);  // weak scaling: the same microbatch
@@ -476,23 +323,23 @@ TEST(SweepPlan, RanksComputingSideBySideCostWhatTheirWeightsShare) {
   PointResult r;
   r.global_batch = 8;
   r.seq = 16;
-  const SweepPoint one{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 2};
+  const SweepPoint one = make_point("shard=none", "dp1", "tiny", "fp32", "weak", 2);
   EXPECT_DOUBLE_EQ(plan_input(c, one, r, h, rates).hw.compute_scale, 1.3);  // alone
   PointResult r2 = r;
   r2.global_batch = 16;
   for (const char* s : {"shard=none", "shard=zero3"}) {
-    const SweepPoint dp2{s, "dp2", "tiny", "fp32", "weak", 2, 2, 2};
+    const SweepPoint dp2 = make_point(s, "dp2", "tiny", "fp32", "weak", 2);
     EXPECT_NEAR(plan_input(c, dp2, r2, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12) << s;  // two replicas
   }
   PointResult r4 = r;
   r4.global_batch = 32;
-  const SweepPoint dp4{"shard=none", "dp4", "tiny", "fp32", "weak", 4, 4, 2};
+  const SweepPoint dp4 = make_point("shard=none", "dp4", "tiny", "fp32", "weak", 2);
   EXPECT_NEAR(plan_input(c, dp4, r4, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // 2 cores: 2 at once
   for (const char* mesh : {"tp2", "pp2"}) {
-    const SweepPoint half{"shard=none", mesh, "tiny", "fp32", "weak", 2, 1, 2};
+    const SweepPoint half = make_point("shard=none", mesh, "tiny", "fp32", "weak", 2);
     EXPECT_DOUBLE_EQ(plan_input(c, half, r, h, rates).hw.compute_scale, 1.3) << mesh;  // halves: one copy
   }
-  const SweepPoint cp2{"shard=none", "cp2", "tiny", "fp32", "weak", 2, 1, 2};
+  const SweepPoint cp2 = make_point("shard=none", "cp2", "tiny", "fp32", "weak", 2);
   EXPECT_NEAR(plan_input(c, cp2, r, h, rates).hw.compute_scale, 1.3 * 1.1, 1e-12);  // whole weights each
 }
 
@@ -651,7 +498,7 @@ TEST(SweepPlan, TheSweepsOwnSingleRankPointIsTheCalibrationStep) {
 // Peaks restart after warm-up; what a step holds is still counted, so the
 // measured peaks do not depend on how many warm-up steps ran.
 TEST(SweepPlan, MemoryPeaksCoverTheMeasuredStepsOnly) {
-  SweepPoint p{"shard=zero2", "dp2", "tiny", "fp32", "weak", 2, 2, 1};
+  SweepPoint p = make_point("shard=zero2", "dp2", "tiny", "fp32", "weak", 1);
   const PointResult none = run_point(tiny({"shard=zero2"}, {2}, 0), p, 1e9);
   const PointResult two = run_point(tiny({"shard=zero2"}, {2}, 2), p, 1e9);
   ASSERT_EQ(none.status, "ok") << none.reason;
@@ -690,7 +537,7 @@ TEST(SweepPlan, ExtrapolatedRowsContinueEachSeries) {
 
 TEST(SweepPlan, ExtrapolationRejectsWhatCannotScaleAndUsesAProfile) {
   SweepConfig c = tiny({"shard=none"}, {1});
-  MeasuredPoint m{{"shard=none,schedule=1f1b", "dp2.pp2", "tiny", "fp32", "weak", 4, 2, 2}, PointResult{}, RunMeta{}};
+  MeasuredPoint m{make_point("shard=none,schedule=1f1b", "dp2.pp2", "tiny", "fp32", "weak", 2), PointResult{}, RunMeta{}};
   m.result.global_batch = 8;
   m.result.seq = 16;
   LocalHardware h;

@@ -130,7 +130,7 @@ TEST(Sweep, PacedCopiesMeetAfterEveryStep) {
   SweepConfig c = tiny_config();
   c.steps = 20;
   c.warmup = 2;
-  const SweepPoint p{"shard=none", "dp1", "tiny", "fp32", "weak", 1, 1, 1};
+  const SweepPoint p = make_point("shard=none", "dp1", "tiny", "fp32", "weak", 1);
   const RunSpec spec = point_spec(c, p);
   const std::vector<double> t = paced_copies(c, spec, 2);
   ASSERT_EQ(t.size(), 2u);
@@ -525,11 +525,8 @@ TEST(Sweep, DevicePointsRunEachRankOnItsDevice) {
     c.device = Device::cpu;
     SweepPoint p;
     for (const SweepPoint& q : expand(c))
-      if (q.world == 2) p = q;
-    p.mesh = mesh;
-    p.strategy = strategy;
-    p.dp = parse_mesh(mesh).dp;
-    if (!model.empty()) p.model = model;
+      if (q.world() == 2) p = q;
+    p = make_point(strategy, mesh, model.empty() ? p.model() : model, p.precision(), p.scaling, p.microbatches);
     const bool moe = !model.empty();
     const PointResult cpu = run_point(c, p, 1e9);
     ASSERT_EQ(cpu.status, "ok") << cpu.reason;

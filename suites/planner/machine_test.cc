@@ -1,0 +1,447 @@
+// Machine profiles: the built-in ones with their sources, profile files read
+// strictly and round-tripped, and their figures reaching the plan.
+#include "suites/planner/planner.h"
+#include "suites/planner/machine.h"
+#include "suites/planner/plan_output.h"
+#include "suites/planner/planner_testing.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include <mutex>
+
+#include "harness/comm/runner.h"
+#include "harness/status.h"
+#include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/strategy.h"
+#include "impl/pipeline/strategy.h"
+#include "impl/tensor_parallel/runner.h"
+#include "impl/tensor_parallel/strategy.h"
+#include "impl/pipeline/simulator.h"
+#include "reference/device_testing.h"
+#include "reference/layout.h"
+#include "reference/runner.h"
+
+
+namespace pb::planner {
+namespace {
+
+// Each profile text (after `head`) is refused by load_machine with a message
+// holding its `want`.
+void expect_refused(const std::filesystem::path& dir, const std::string& head,
+                    const std::vector<std::pair<std::string, std::string>>& bad) {
+  for (const auto& [text, want] : bad) {
+    const auto f = (dir / "bad.toml").string();
+    std::ofstream(f) << head << text;
+    try {
+      load_machine(f);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
+// plan --machine: the built-in profiles carry their datasheet figures and
+// sources; a TOML profile reads strictly; the precision picks the peak.
+TEST(Machine, BuiltInProfilesByNameWithSources) {
+  ASSERT_EQ(builtin_machines().size(), 5u);
+  for (const auto& m : builtin_machines()) {
+    EXPECT_GT(m.peak_tflops_bf16, m.peak_tflops_fp32) << m.name;
+    EXPECT_GT(m.memory_GB, 0) << m.name;
+    EXPECT_EQ(m.ranks_per_node, 8) << m.name;
+    EXPECT_NE(m.source.find("datasheet"), std::string::npos) << m.name;
+  }
+  const MachineProfile a = load_machine("A100");  // case-insensitive
+  EXPECT_EQ(a.name, "a100");
+  EXPECT_DOUBLE_EQ(hardware_for(a, Precision::bf16_mixed).peak_tflops, 312);
+  EXPECT_DOUBLE_EQ(hardware_for(a, Precision::fp32).peak_tflops, 19.5);
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("h100"), Precision::bf16_mixed).peak_tflops, 989.4);
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("h200"), Precision::bf16_mixed).mem_bw_GBps, 4800);
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("mi300x"), Precision::fp64).peak_tflops, 163.4);
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("B200"), Precision::bf16_mixed).peak_tflops, 2250);
+  EXPECT_EQ(load_machine("b200").ranks_per_node, 8);
+  // A GPU's own name (cudaDeviceProp::name) finds its profile: the MFU peak of a run on it.
+  ASSERT_NE(machine_for_device("cuda:0 NVIDIA H100 80GB HBM3"), nullptr);
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA H100 80GB HBM3")->name, "h100");
+  EXPECT_EQ(machine_for_device("cuda:1 NVIDIA A100-SXM4-80GB")->name, "a100");
+  EXPECT_EQ(machine_for_device("AMD Instinct MI300X")->name, "mi300x");
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA GeForce RTX 4090"), nullptr);
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA A100 80GB PCIe")->name, "a100");  // the same datasheet peaks
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA H200")->name, "h200");
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA B200")->name, "b200");
+  // Other parts of a chip, with other datasheet peaks: no profile, not the SXM one.
+  for (const char* other : {"cuda:0 NVIDIA H100 PCIe", "cuda:0 NVIDIA H100 NVL", "cuda:0 NVIDIA H200 NVL",
+                            "cuda:0 NVIDIA GB200"})
+    EXPECT_EQ(machine_for_device(other), nullptr) << other;
+  try {
+    load_machine("b300");
+    ADD_FAILURE() << "an unknown machine was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'b300' is neither a built-in machine (a100, h100, h200, mi300x, b200)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Machine, ProfileFileReadsStrictly) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto file = [&](const std::string& name, const std::string& text) {
+    const auto p = dir / name;
+    std::ofstream(p) << text;
+    return p.string();
+  };
+  const MachineProfile m = load_machine(file("ok.toml",
+                                             "[machine]\nname = \"box\"\nsource = \"calibrated 2026-11-23\"\n"
+                                             "peak_tflops_bf16 = 100.0\nbw_intra_GBps = 40.0\nmemory_GB = 24.0\n"
+                                             "gemm_efficiency = 0.5\nranks_per_node = 2\n"));
+  EXPECT_EQ(m.name, "box");
+  EXPECT_DOUBLE_EQ(m.peak_tflops_fp32, 100);  // defaults to the bf16 peak
+  EXPECT_DOUBLE_EQ(m.bw_inter_GBps, 40);      // defaults to the intra-node link
+  EXPECT_DOUBLE_EQ(hardware_for(m, Precision::fp32).gemm_efficiency, 0.5);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"[machine]\nname = \"x\"\nsource = \"s\"\n", "machine.peak_tflops_bf16"},
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\nspeed = 2.0\n", "machine.speed"},
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\ngemm_efficiency = 0.0\n",
+       "machine.gemm_efficiency"},
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = inf\n", "machine.peak_tflops_bf16"},
+      {"[machine]\nname = \"x\"\npeak_tflops_bf16 = 1.0\n", "machine.source"},
+      {"[machine]\nname = \"\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\n", "machine.name"},
+      {"[machine\n", "bad.toml"},
+  };
+  for (const auto& [text, want] : bad) {
+    try {
+      load_machine(file("bad.toml", text));
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A GPU's kernels keep their own workspaces: a plan on a built-in GPU holds
+// none of the CPU kernels' (bf16's GEMM staging, the attention scores), and
+// equals what a rank on a device allocates (MicrobatchRunner, and the
+// tensor-parallel runner, without them).
+TEST(Machine, OnAGpuThePlanHoldsNoCpuKernelWorkspace) {
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+    PlanInput in;
+    in.shape = planner_model("gpt2-124m");
+    in.seq = 256;
+    in.dp = 2;
+    in.global_batch = 8;
+    in.microbatch_size = 4;
+    in.precision = p;
+    const int64_t cpu = plan(in).worst.workspace;
+    in.hw = hardware_for(load_machine("h100"), p);
+    EXPECT_FALSE(in.hw.host_kernels);
+    const int64_t gpu = plan(in).worst.workspace;
+    EXPECT_LT(gpu, cpu) << precision_name(p);
+    EXPECT_EQ(gpu, runner_workspace_bytes(*in.shape, 4, 256, p, 0, 1, /*kernel_ws=*/false)) << precision_name(p);
+    EXPECT_EQ(cpu, runner_workspace_bytes(*in.shape, 4, 256, p)) << precision_name(p);
+    // The tensor-parallel runner likewise (a rank of dp2.tp2 with SP).
+    in.tp = 2;
+    in.sp = true;
+    in.hw = Hardware{};
+    const int64_t tp_cpu = plan(in).worst.workspace;
+    in.hw = hardware_for(load_machine("h100"), p);
+    const int64_t tp_gpu = plan(in).worst.workspace;
+    tp::TpOptions o;
+    o.tp = 2;
+    o.sp = true;
+    EXPECT_LT(tp_gpu, tp_cpu) << precision_name(p);
+    EXPECT_EQ(tp_gpu, tp::runner_workspace_bytes(*in.shape, o, 4, 256, p, 0, 1, /*kernel_ws=*/false));
+    EXPECT_EQ(tp_cpu, tp::runner_workspace_bytes(*in.shape, o, 4, 256, p));
+  }
+  EXPECT_TRUE(hardware_for(MachineProfile{}, Precision::fp32).host_kernels);  // a calibrated CPU profile
+}
+
+TEST(Machine, ThePlanSaysWhetherItFits) {
+  PlanInput in;
+  in.shape = planner_model("gpt2-124m");
+  in.dp = 8;
+  in.hw = hardware_for(load_machine("a100"), in.precision);
+  in.hw.memory_GB = 80;
+  in.hw.machine = "a100";
+  std::string t = format_plan_table(in, plan(in));
+  EXPECT_NE(t.find("fits in"), std::string::npos) << t;
+  EXPECT_NE(t.find("machine         a100"), std::string::npos) << t;
+  in.hw.memory_GB = 0.5;
+  t = format_plan_table(in, plan(in));
+  EXPECT_NE(t.find("DOES NOT FIT in"), std::string::npos) << t;
+}
+
+TEST(Machine, ProfileTomlRoundTripsAndLinesFit) {
+  MachineProfile m = load_machine("h200");
+  m.source = "a \"quoted\" source";
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_rt_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto p = (dir / "m.toml").string();
+  std::ofstream(p) << machine_toml(m);
+  const MachineProfile r = load_machine(p);
+  EXPECT_EQ(r.name, m.name);
+  EXPECT_EQ(r.source, m.source);
+  EXPECT_DOUBLE_EQ(r.peak_tflops_bf16, m.peak_tflops_bf16);
+  EXPECT_DOUBLE_EQ(r.mem_bw_GBps, m.mem_bw_GBps);
+  EXPECT_DOUBLE_EQ(r.memory_GB, m.memory_GB);
+  EXPECT_EQ(r.ranks_per_node, m.ranks_per_node);
+  EXPECT_TRUE(r.gpu);
+  std::filesystem::remove_all(dir);
+  // t = 5 + 2 x exactly, and with noise that cancels.
+  const LineFit f = fit_line({{0, 5}, {1, 7}, {2, 9}, {3, 11}});
+  EXPECT_NEAR(f.intercept, 5, 1e-12);
+  EXPECT_NEAR(f.slope, 2, 1e-12);
+  const LineFit g = fit_line({{1, 7.5}, {1, 6.5}, {3, 11.5}, {3, 10.5}});
+  EXPECT_NEAR(g.intercept, 5, 1e-12);
+  EXPECT_NEAR(g.slope, 2, 1e-12);
+  EXPECT_THROW(fit_line({{1, 2}}), InputError);
+  EXPECT_THROW(fit_line({{1, 2}, {1, 3}}), InputError);
+}
+
+// Measured tables round-trip through a profile, reach the plan's hardware by
+// precision, and bad tables are refused naming the key.
+TEST(Machine, ProfileTablesReadStrictly) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_tables_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  MachineProfile m = load_machine("a100");
+  m.wake_us = 33;
+  m.gemm["fp32"] = {{16, 64, 64, 12.5}, {1024, 1024, 1024, 95}};
+  m.gemm["fp64"] = {{256, 256, 256, 40}};
+  m.collectives["send_recv"] = {{2, 1.5, 9}, {4, 20, 3}};
+  const auto p = (dir / "m.toml").string();
+  std::ofstream(p) << machine_toml(m);
+  const MachineProfile r = load_machine(p);
+  EXPECT_DOUBLE_EQ(r.wake_us, 33);
+  ASSERT_EQ(r.gemm.size(), 2u);
+  ASSERT_EQ(r.gemm.at("fp32").size(), 2u);
+  EXPECT_EQ(r.gemm.at("fp32")[0].m, 16);
+  EXPECT_EQ(r.gemm.at("fp32")[1].k, 1024);
+  EXPECT_DOUBLE_EQ(r.gemm.at("fp32")[0].gflops, 12.5);
+  ASSERT_EQ(r.collectives.at("send_recv").size(), 2u);
+  EXPECT_EQ(r.collectives.at("send_recv")[1].group_size, 4);
+  EXPECT_DOUBLE_EQ(r.collectives.at("send_recv")[1].alpha_us, 20);
+  EXPECT_EQ(hardware_for(r, Precision::fp32).gemm_rates.size(), 2u);
+  EXPECT_EQ(hardware_for(r, Precision::fp64).gemm_rates.size(), 1u);
+  EXPECT_TRUE(hardware_for(r, Precision::bf16_mixed).gemm_rates.empty());
+  EXPECT_EQ(hardware_for(r, Precision::bf16_mixed).collectives.size(), 1u);
+  const std::string head = "[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\n";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"[machine.gemm.fp32]\nm = [1, 2]\nn = [1]\nk = [1]\ngflops = [1.0]\n", "machine.gemm.fp32.n has 1 values"},
+      {"[machine.gemm.fp32]\nm = [1]\nn = [1]\nk = [1]\ngflops = [0.0]\n", "machine.gemm.fp32.gflops"},
+      {"[machine.gemm.fp32]\nm = [1.5]\nn = [1]\nk = [1]\ngflops = [1.0]\n", "machine.gemm.fp32.m must hold whole"},
+      {"[machine.gemm.fp32]\nm = [1]\nn = [1]\ngflops = [1.0]\n", "machine.gemm.fp32.k"},
+      {"[machine.gemm.fp32]\nm = []\nn = []\nk = []\ngflops = []\n", "at least one value"},
+      {"[machine.gemm.fp16]\nm = [1]\nn = [1]\nk = [1]\ngflops = [1.0]\n", "machine.gemm.fp16"},
+      {"[machine.collective.all_reduce]\ngroup_size = [1]\nalpha_us = [1.0]\nGBps = [1.0]\n",
+       "group_size must be >= 2"},
+      {"[machine.collective.broadcast]\ngroup_size = [2]\nalpha_us = [1.0]\nGBps = [1.0]\n",
+       "machine.collective.broadcast"},
+      {"[machine.collective.all_reduce]\ngroup_size = [2]\nalpha_us = [1.0]\nGBps = [-1.0]\n",
+       "machine.collective.all_reduce.GBps"},
+  };
+  expect_refused(dir, head, bad);
+  std::filesystem::remove_all(dir);
+}
+
+// calibrate --inter-node: the link from a collectives CSV's all_reduce rows
+// across nodes (t = alpha + bus / B; the other rows ignored); bad files name
+// what they lack. The plan times inter-node steps at that latency.
+TEST(Machine, InterNodeLinkFromCollectiveRows) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_inter_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string head = "run_id,kind,world,status,op,bytes,dtype,inplace,time_us,nodes\n";
+  auto row = [](const char* op, int world, double bytes, double t_us, int nodes, const char* inplace = "0",
+                const char* dtype = "fp32") {
+    return std::string("r,collective,") + std::to_string(world) + ",ok," + op + "," + std::to_string(int64_t(bytes)) +
+           "," + dtype + "," + inplace + "," + std::to_string(t_us) + "," + std::to_string(nodes) + "\n";
+  };
+  // 4 ranks: alpha 300 us, bus 2 GB/s (bus bytes = 1.5 S).
+  auto t_us = [](double S) { return 300 + 1.5 * S / 2e9 * 1e6; };
+  std::string text = head;
+  for (double S : {4.0, 1024.0, 65536.0, double(1 << 20), double(4 << 20), double(16 << 20)})
+    text += row("all_reduce", 4, S, t_us(S), 2);
+  text += row("all_reduce", 4, 1 << 20, 1, 1);               // one node: not inter-node
+  text += row("all_gather", 4, 1 << 20, 1, 2);               // another op
+  text += row("all_reduce", 4, 1 << 20, 1, 2, "1");          // in place
+  text += row("all_reduce", 4, 1 << 20, 1, 2, "0", "bf16");  // another dtype
+  text += row("all_reduce", 2, 1 << 20, 1, 2);               // a smaller world
+  const auto p = (dir / "c.csv").string();
+  std::ofstream(p) << text;
+  const InterNodeFit f = fit_inter_node(p);
+  EXPECT_EQ(f.world, 4);
+  EXPECT_EQ(f.rows, 6);
+  EXPECT_NEAR(f.GBps, 2, 1e-6);
+  EXPECT_NEAR(f.latency_us, t_us(1024) / 6, 1e-6);  // the median of 4 B, 1 KiB, 64 KiB over 6 steps
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"run_id,kind,world,status,op,bytes,dtype,inplace,time_us\n", "no 'nodes' column"},
+      {head + row("all_reduce", 4, 1 << 20, 10, 1), "no ok fp32 all_reduce rows across 2 or more nodes"},
+      {head + row("all_reduce", 4, 1 << 20, 10, 2) + row("all_reduce", 4, 1 << 20, 11, 2), "at least two (has 1)"},
+      {head + "r,collective,4,ok,all_reduce,abc,fp32,0,1,2\n" + row("all_reduce", 4, 1 << 20, 10, 2), "'bytes' is not a number"},
+      {head + row("all_reduce", 4, 1 << 20, 20, 2) + row("all_reduce", 4, 4 << 20, 10, 2), "do not grow with size"},
+  };
+  for (const auto& [csv, want] : bad) {
+    std::ofstream(p) << csv;
+    try {
+      fit_inter_node(p);
+      ADD_FAILURE() << "accepted: " << csv;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(fit_inter_node((dir / "none.csv").string()), InputError);
+  std::filesystem::remove_all(dir);
+  PlanInput in = params_only(10'000'000, 4, dp::Shard::none);
+  in.hw.peak_tflops = 1;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 1;
+  in.hw.latency_us = 1;
+  in.hw.latency_inter_us = 50;
+  in.ranks_per_node = 2;
+  for (const CommRow& c : plan(in).comm) {
+    ASSERT_TRUE(c.inter_node);
+    EXPECT_NEAR(c.time_s, double(c.calls) * 6 * 50e-6 + c.bus_bytes / 1e9, 1e-12);
+  }
+}
+
+// Calibrated training shapes (parabench calibrate --model) round-trip
+// through a profile and reach the plan at its rank's work per block
+// (shape_work): log-linear between two shapes, the nearest beyond them; the
+// rates, compute_scale, and corun_scale at the node's ranks side by side,
+// taken at the copies of the weights they hold; compute_scale_for makes the
+// calibration step plan at the time it measured.
+TEST(Machine, CalibratedShapeFiguresReachThePlan) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_shape_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  MachineProfile m;
+  m.name = "cpu";
+  m.source = "test";
+  m.peak_tflops_bf16 = m.peak_tflops_fp32 = m.peak_tflops_fp64 = 0.1;
+  m.mem_bw_GBps = 8;
+  m.bw_intra_GBps = m.bw_inter_GBps = 10;
+  m.ranks_per_node = 2;
+  const double w_tiny = shape_work(planner_model("tiny"), 4, 16, 1, 1),
+               w_small = shape_work(planner_model("small"), 4, 16, 1, 1);
+  // One block of tiny for 4 x 16 tokens: 72 b s h^2 + 12 b s^2 h.
+  EXPECT_DOUBLE_EQ(w_tiny, 72.0 * 64 * 32 * 32 + 12.0 * 4 * 256 * 32);
+  EXPECT_DOUBLE_EQ(shape_work(planner_model("small"), 4, 16, 2, 1), w_small / 2);
+  m.shapes = {{"tiny", w_tiny, 7, 32, 27, 100, 1.1, 1.2}, {"small", w_small, 8, 28, 23, 50, 1.0, 1.0}};
+  const auto p = (dir / "m.toml").string();
+  std::ofstream(p) << machine_toml(m);
+  const MachineProfile r = load_machine(p);
+  ASSERT_EQ(r.shapes.size(), 2u);
+  EXPECT_EQ(r.shapes[1].workload, "small");
+  EXPECT_DOUBLE_EQ(r.shapes[0].buffer_mem_bw_GBps, 100);
+  // Between: log-linear; beyond: the nearest.
+  const double mid = std::sqrt(w_tiny * w_small);
+  EXPECT_NEAR(shape_figures_at(r.shapes, mid).compute_scale, 1.05, 1e-6);
+  EXPECT_NEAR(shape_figures_at(r.shapes, mid).buffer_mem_bw_GBps, 75, 1e-6);
+  EXPECT_DOUBLE_EQ(shape_figures_at(r.shapes, w_tiny / 10).compute_scale, 1.1);
+  EXPECT_DOUBLE_EQ(shape_figures_at(r.shapes, w_small * 10).corun_scale, 1.0);
+  EXPECT_DOUBLE_EQ(shape_figures_at({}, 5).compute_scale, 1);
+  // A plan of tiny takes tiny's figures; of small at tp2, between the two.
+  PlanInput in;
+  in.shape = planner_model("tiny");
+  in.seq = 16;
+  in.precision = Precision::fp32;
+  in.microbatch_size = 4;
+  in.global_batch = 8;
+  in.ranks_per_node = r.ranks_per_node;
+  Hardware h = hardware_for(r, in);
+  EXPECT_DOUBLE_EQ(h.mem_bw_GBps, 7);
+  EXPECT_DOUBLE_EQ(h.shared_mem_bw_GBps, 32);
+  EXPECT_DOUBLE_EQ(h.optimizer_mem_bw_GBps, 27);
+  EXPECT_DOUBLE_EQ(h.buffer_mem_bw_GBps, 100);
+  EXPECT_DOUBLE_EQ(h.compute_scale, 1.1);
+  EXPECT_DOUBLE_EQ(h.corun_scale, 1.2);
+  EXPECT_EQ(h.corun_ranks, 2);
+  PlanInput small = in;
+  small.shape = planner_model("small");
+  small.tp = 2;
+  const Hardware hs = hardware_for(r, small);
+  EXPECT_GT(hs.compute_scale, 1.0);
+  EXPECT_LT(hs.compute_scale, 1.1);
+  EXPECT_DOUBLE_EQ(hardware_for(r, Precision::fp32).compute_scale, 1);  // no plan: no shape figures
+  PlanInput params_only = in;
+  params_only.shape.reset();
+  params_only.params = 1000000;
+  EXPECT_DOUBLE_EQ(hardware_for(r, params_only).mem_bw_GBps, 8);
+  // A built-in (datasheet) profile carries none.
+  EXPECT_TRUE(load_machine("h100").shapes.empty());
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("h100"), in).corun_scale, 1);
+  in.shard = dp::Shard::zero3;  // buffers of its own, which compute_scale leaves alone
+  in.hw = h;
+  in.hw.compute_scale = 1;  // compute_scale_for: of a plan at 1
+  const PlanResult est = plan(in);
+  ASSERT_GT(est.buffer_s, 0);
+  in.hw.compute_scale = compute_scale_for(est, 1.3 * est.step_s);
+  EXPECT_NEAR(plan(in).step_s, 1.3 * est.step_s, 1e-12 * est.step_s);
+  EXPECT_NEAR(in.hw.compute_scale, (1.3 * est.step_s - est.buffer_s) / (est.step_s - est.buffer_s), 1e-12);
+  in.hw.compute_scale = 1;
+
+  // corun_factor: linear in the copies between 1 and `at`, clamped.
+  EXPECT_DOUBLE_EQ(corun_factor(1.2, 2, 1), 1);
+  EXPECT_DOUBLE_EQ(corun_factor(1.2, 2, 2), 1.2);
+  EXPECT_DOUBLE_EQ(corun_factor(1.2, 2, 5), 1.2);
+  EXPECT_DOUBLE_EQ(corun_factor(1.3, 4, 2), 1.1);
+  EXPECT_DOUBLE_EQ(corun_factor(1.3, 1, 4), 1);
+  // In the plan: one rank, or two holding halves of the weights (tp2), none;
+  // two data-parallel ranks on the node, all of it; four over two nodes, the
+  // node's two; on nodes of one rank, none.
+  in.shard = dp::Shard::none;
+  const double alone = plan(in).compute_s;
+  auto corun_of = [&](int dp, int tp, int64_t rpn) {
+    PlanInput x = in;
+    x.dp = dp;
+    x.tp = tp;
+    x.global_batch = 8 * dp;
+    x.ranks_per_node = rpn;
+    x.hw.corun_scale = 1;
+    const PlanResult without = plan(x);
+    x.hw.corun_scale = 1.2;
+    const PlanResult with = plan(x);
+    // Compute scales by it, the data-parallel buffers aside (as compute_scale).
+    EXPECT_NEAR((with.compute_s - with.buffer_s) / (without.compute_s - without.buffer_s), with.corun, 1e-12);
+    EXPECT_DOUBLE_EQ(with.buffer_s, without.buffer_s);
+    return with.corun;
+  };
+  EXPECT_GT(alone, 0);
+  EXPECT_DOUBLE_EQ(corun_of(1, 1, 2), 1);
+  EXPECT_DOUBLE_EQ(corun_of(1, 2, 2), 1);
+  EXPECT_DOUBLE_EQ(corun_of(2, 1, 2), 1.2);
+  EXPECT_DOUBLE_EQ(corun_of(4, 1, 2), 1.2);
+  EXPECT_DOUBLE_EQ(corun_of(4, 1, 1), 1);
+  in.hw.corun_scale = 0;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.corun_scale = 1;
+
+  // Bad figures in a file are refused naming the key.
+  const std::string head = "[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\n";
+  auto table = [](const std::string& workload, const std::string& work, const std::string& scale) {
+    return "[machine.shape]\nworkload = " + workload + "\nwork = " + work +
+           "\nmem_bw_GBps = [7.0, 8.0]\nshared_mem_bw_GBps = [30.0, 28.0]\noptimizer_mem_bw_GBps = [27.0, 23.0]\n"
+           "buffer_mem_bw_GBps = [100.0, 50.0]\ncompute_scale = " + scale + "\ncorun_scale = [1.1, 1.0]\n";
+  };
+  const std::string two = "[\"tiny\", \"small\"]";
+  expect_refused(dir, head, {
+           {table(two, "[1.0, 2.0]", "[0.0, 1.0]"), "machine.shape.compute_scale"},
+           {table(two, "[2.0, 1.0]", "[1.1, 1.0]"), "machine.shape.work must be strictly ascending"},
+           {table(two, "[1.0]", "[1.1, 1.0]"), "machine.shape.mem_bw_GBps has 2 values"},
+           {table("[\"tiny\"]", "[1.0, 2.0]", "[1.1, 1.0]"), "machine.shape.workload has 1 values"},
+           {table("[\"tiny\", \"\"]", "[1.0, 2.0]", "[1.1, 1.0]"), "must name each shape"},
+           {table(two, "[1.0, 2.0]", "[1.1, 1.0]") + "extra = 1.0\n", "machine.shape.extra"},
+           {"workload = 3\n", "machine.workload"}});
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pb::planner

@@ -1,0 +1,224 @@
+// The planner's communication part: the comm rows of a step (data parallel
+// from impl/data_parallel/cost.h; TP after Megatron, Shoeybi et al. 2019
+// Sec. 3: two all-reduces per layer in forward and two in backward, with SP
+// each an all-gather + reduce-scatter of the same bus volume, Korthikanti et
+// al. 2022 Sec. 4.2.2; CP ring attention's K,V blocks passed cp-1 times per
+// layer in forward, K,V and dK,dV in backward; pipeline p2p), each timed on
+// the alpha-beta ring model of planner.h, and what compute does not hide.
+#include "suites/planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "harness/status.h"
+#include "impl/expert_parallel/cost.h"
+#include "impl/pipeline/stage.h"
+#include "impl/tensor_parallel/runner.h"
+#include "suites/planner/planner_parts.h"
+
+namespace pb::planner {
+
+double ring_steps(std::string_view op, int64_t n) {
+  return op == "all_reduce" ? 2.0 * double(n - 1) : op == "send_recv" ? 1.0 : double(n - 1);
+}
+
+double bus_bytes(std::string_view op, int64_t n, double bytes) {
+  return op == "send_recv"    ? bytes
+         : op == "all_reduce" ? bytes * dp::bus_factor(dp::Coll::all_reduce, n)
+                              : bytes * dp::bus_factor(dp::Coll::all_gather, n);
+}
+
+namespace parts {
+namespace {
+
+// A collective a rank issues without waiting for it (Hardware::async_call_cost):
+// a ZeRO-3-family gather of a unit ahead (prefetch > 0), a bucket reduced
+// under backward (overlap). Ring attention's transfers are not counted (their
+// cost on time-shared cores is not measured).
+bool async_call(const CommRow& c, const PlanInput& in) {
+  if (c.group.rfind("dp", 0) != 0 || c.phase == "step") return false;
+  const bool gathers_ahead = (in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp ||
+                              in.shard == dp::Shard::hzero) && in.prefetch > 0 && c.op == "all_gather";
+  return gathers_ahead || (in.overlap && c.phase == "bwd");
+}
+
+// The fit of the group size nearest n (by ratio; the larger on a tie).
+const CollectiveFit* nearest_fit(const std::vector<CollectiveFit>& fits, int64_t n) {
+  const CollectiveFit* best = nullptr;
+  double best_d = 0;
+  for (const CollectiveFit& f : fits) {
+    const double d = std::abs(std::log(double(f.group_size) / double(n)));
+    if (!best || d < best_d || (d == best_d && f.group_size > best->group_size)) {
+      best = &f;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+// Alpha-beta ring time of one row (planner.h).
+double row_time(const CommRow& c, const Hardware& hw) {
+  const int64_t n = c.group_size;
+  const double steps = ring_steps(c.op, n);
+  if (!c.inter_node)
+    if (const auto it = hw.collectives.find(c.op); it != hw.collectives.end())
+      if (const CollectiveFit* f = nearest_fit(it->second, n))
+        return double(c.calls) * f->alpha_us * 1e-6 * steps / ring_steps(c.op, f->group_size) +
+               c.bus_bytes / (f->GBps * 1e9);
+  const double bw = (c.inter_node ? hw.bw_inter_GBps : hw.bw_intra_GBps) * 1e9;
+  require(bw > 0, std::string(c.inter_node ? "--bw-inter" : "--bw-intra") +
+                      ": required (> 0) with --peak-tflops: group " + c.group + " has traffic");
+  const double latency = c.inter_node && hw.latency_inter_us > 0 ? hw.latency_inter_us : hw.latency_us;
+  return double(c.calls) * steps * latency * 1e-6 + c.bus_bytes / bw;
+}
+
+void add_row(std::vector<CommRow>& out, const char* group, const char* phase, const char* op, int64_t n,
+             int64_t calls, int64_t bytes, bool inter) {
+  if (n <= 1 || calls <= 0) return;
+  out.push_back({group, phase, op, n, calls, bytes, bus_bytes(op, n, double(bytes)), inter, 0.0});
+}
+
+// TP, CP and PP traffic of one pipeline rank over a step of m microbatches.
+void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
+                         std::vector<CommRow>& out) {
+  const ModelConfig& mc = *in.shape;
+  const int64_t m = pipe.cfg.microbatches, e = elem_bytes(in.precision), b = in.microbatch_size;
+  const int64_t sl = seq / in.cp;
+  int64_t layers = 0;
+  for (int c = 0; c < pipe.part.v; ++c) layers += pipe.part.at(rank, c).num_blocks;
+  const bool first = pipe.part.at(rank, 0).embedding, last = pipe.part.at(rank, pipe.part.v - 1).head;
+  const int64_t R = in.ranks_per_node;
+  if (in.tp > 1) {
+    // The tensor axis's own figures (impl/tensor_parallel/cost.h): the layers
+    // this rank holds, the vocabulary-parallel embedding on the first stage,
+    // the LM head and cross-entropy on the last, per microbatch.
+    const bool inter = spans(in.tp, R);
+    const tp::TpShape x = tp::make_shape(mc, in.tp, in.sp, in.recompute, b, sl, in.precision);
+    const tp::TpPieceComm lc = tp::layer_comm(x), ec = tp::embedding_comm(x), hc = tp::head_comm(x);
+    for (int pass = 0; pass < 2; ++pass) {
+      auto of = [&](const tp::TpPieceComm& c) { return pass ? c.bwd : c.fwd; };
+      const tp::TpPass l = of(lc), em = of(ec), hd = of(hc);
+      auto row = [&](const char* op, tp::TpCalls tp::TpPass::*f) {
+        const int64_t calls = m * (layers * (l.*f).calls + (first ? (em.*f).calls : 0) + (last ? (hd.*f).calls : 0));
+        const int64_t bytes = m * (layers * (l.*f).bytes + (first ? (em.*f).bytes : 0) + (last ? (hd.*f).bytes : 0));
+        add_row(out, "tp", pass ? "bwd" : "fwd", op, in.tp, calls, bytes, inter);
+      };
+      row("all_reduce", &tp::TpPass::all_reduce);
+      row("all_gather", &tp::TpPass::all_gather);
+      row("reduce_scatter", &tp::TpPass::reduce_scatter);
+    }
+    if (mc.moe.experts > 0) {  // MoE blocks: no dense MLP all-reduce; the experts' rows each way instead
+      const int64_t n = m * mc.moe_layers(), El = mc.moe.experts / in.ep;
+      const int64_t rows = ep::balanced_rows(mc, b * sl, moe_scope_tokens(in, seq));  // a balanced router's, per block
+      for (CommRow& r : out)
+        if (r.group == "tp" && r.op == "all_reduce" && (r.phase == "fwd" || r.phase == "bwd")) {
+          r.calls += n * (El - 1);
+          r.bytes += n * (rows * mc.C * e - b * sl * mc.C * e);
+          r.bus_bytes = double(r.bytes) * dp::bus_factor(dp::Coll::all_reduce, in.tp);
+        }
+    }
+    // Once per step: the norm's partial sum; with SP the replicated
+    // parameters' gradients this rank holds (its 1/g share when sharded).
+    const int64_t g = std::max<int64_t>(1, dp::shard_group_size(axis));
+    const int64_t held = dp::ceil_div(tp::replicated_params(mc, layers, first, last), g);
+    // A pipeline rank sums its norm over the whole world instead (pp_scalar).
+    const int64_t norm = in.pp > 1 ? -8 : 0;
+    add_row(out, "tp", "step", "all_reduce", in.tp, in.sp ? 2 : 1, tp::step_bytes(in.sp, held, int(e)) + norm, inter);
+  }
+  if (in.cp > 1) {
+    // The context axis's own figures (impl/context_parallel/cost.h): ring's
+    // K/V and dK/dV sends or Ulysses' all-to-alls, per layer and microbatch.
+    const bool inter = spans(int64_t(in.tp) * in.cp, R);
+    tp::TpShape x = tp::make_shape(mc, in.tp, in.sp, in.recompute, b, seq, in.precision);
+    x.cp = in.cp;
+    x.algo = in.cp_algo;
+    const cp::CpLayerComm c = cp::layer_comm(tp::attn_shape(x), in.recompute);
+    const int64_t n = m * layers;
+    add_row(out, "cp", "fwd", "send_recv", in.cp, n * c.fwd_send.calls, n * c.fwd_send.bytes, inter);
+    add_row(out, "cp", "bwd", "send_recv", in.cp, n * c.bwd_send.calls, n * c.bwd_send.bytes, inter);
+    add_row(out, "cp", "fwd", "all_to_all", in.cp, n * c.fwd_a2a.calls, n * c.fwd_a2a.bytes, inter);
+    add_row(out, "cp", "bwd", "all_to_all", in.cp, n * c.bwd_a2a.calls, n * c.bwd_a2a.bytes, inter);
+  }
+  if (in.pp > 1) {
+    const bool inter = R > 0 && int64_t(in.tp) * in.cp * in.dp >= R;
+    // Megatron's scatter/gather: with SP each tp rank sends its 1/t of the boundary.
+    // (SP: the microbatch's b*s tokens split over tp, as the stages send them.)
+    const int64_t boundary = in.sp ? pipeline::boundary_bytes(1, b * sl / in.tp, mc.C, e)
+                                   : pipeline::boundary_bytes(b, sl, mc.C, e);
+    const pipeline::P2PVolume vol = pipeline::p2p_per_step(pipe.cfg, boundary);
+    const int64_t sent = vol.send_bytes[size_t(rank)];
+    const int64_t fwd_msgs = m * (pipe.part.v - (rank == in.pp - 1 ? 1 : 0));
+    add_row(out, "pp", "fwd", "send_recv", in.pp, fwd_msgs, fwd_msgs * boundary, inter);
+    add_row(out, "pp", "bwd", "send_recv", in.pp, sent / boundary - fwd_msgs, sent - fwd_msgs * boundary, inter);
+    if (first || last) {
+      const int64_t tied = pipeline::tied_embedding_grad_bytes((mc.V + in.tp - 1) / in.tp, mc.C,
+                                                               dp::bytes_per_param(in.precision).grad, in.pp);
+      add_row(out, "embedding", "step", "all_reduce", 2, 1, tied, R > 0 && spans(world_of(in), R));
+    }
+  }
+}
+
+}  // namespace
+
+void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, const ep::StateCosts* ep_states,
+               const std::vector<int64_t>& worst_units, PlanResult& r) {
+  const bool moe_stages = in.shape && in.shape->moe.experts > 0 && pipe.staged();
+  std::vector<dp::CollCost> dcomm = ep_states ? ep_states->dense_comm : dp::comm_per_step(worst_units, axis);
+  if (ep_states) dcomm.insert(dcomm.end(), ep_states->expert_comm.begin(), ep_states->expert_comm.end());
+  for (const dp::CollCost& c : dcomm)
+    add_row(r.comm, c.group.c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(), c.group_size,
+            c.calls, c.bytes, c.inter_node);
+  // MoE stages: the worst rank's experts over edp, and its MoE layers below.
+  const int moe_layers = moe_stages ? int(stage_moe_layers(*in.shape, pipe.part, r.worst.stage, in.ep))
+                         : in.shape ? in.shape->moe_layers() : 0;
+  if (moe_stages) {
+    std::vector<pipeline::StageUnitUse> uses;
+    for (int64_t u : stage_expert_units(*in.shape, pipe.part, r.worst.stage, in.ep)) uses.push_back({u, 1, 1});
+    for (const dp::CollCost& c : pipeline::stage_dp_comm_per_step(uses, *pipe.experts, int(r.microbatches)))
+      add_row(r.comm, ("e" + c.group).c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(),
+              c.group_size, c.calls, c.bytes, c.inter_node);
+  }
+  if (ep_states || (moe_stages && in.ep > 1)) {  // the counts, dispatch and combine forward; dispatch and combine backward (balanced router's rows)
+    const int64_t n = r.microbatches * moe_layers;
+    const int64_t rows = ep::balanced_rows(*in.shape, in.microbatch_size * r.seq, moe_scope_tokens(in, r.seq));
+    const int64_t both = ep::a2a_bytes(*in.shape, n, n * rows, n * rows, elem_bytes(in.precision));
+    const int64_t bwd = ep::a2a_bytes(*in.shape, 0, n * rows, n * rows, elem_bytes(in.precision)) / 2;
+    // An ep group is ep consecutive ranks: it spans nodes when a node holds fewer.
+    const bool inter = in.ranks_per_node > 0 && in.ranks_per_node < in.ep;
+    add_row(r.comm, "ep", "fwd", "all_to_all", in.ep, 3 * n, both - bwd, inter);
+    add_row(r.comm, "ep", "bwd", "all_to_all", in.ep, 2 * n, bwd, inter);
+  }
+  if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
+  if (moe_scope_tokens(in, r.seq) > 0 && moe_layers > 0) {  // routing counts gathered and probability sums reduced, per MoE block
+    const MoeConfig& c = in.shape->moe;
+    const int64_t n = r.microbatches * moe_layers;
+    add_row(r.comm, "moe", "fwd", "all_gather", in.dp, n, n * in.dp * c.top_k * c.experts * 8, false);
+    add_row(r.comm, "moe", "fwd", "all_reduce", in.dp, n, n * c.experts * 8, false);
+  }
+}
+
+void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s, PlanResult& r) {
+  double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;
+  for (CommRow& c : r.comm) {
+    c.time_s = row_time(c, in.hw);
+    r.comm_s += c.time_s;
+    if (attn_timed && c.group == "cp") continue;  // inside the measured attention core's time
+    // Ulysses waits for each all-to-all; the ring posts its hop before the block compute.
+    const bool overlappable = in.overlap &&
+                              (c.group.rfind("dp", 0) == 0 || (c.group == "cp" && c.op == "send_recv")) &&
+                              c.phase != "step";
+    if (!overlappable) exposed += c.time_s;
+    else (c.phase == "fwd" ? hidden_fwd : hidden_bwd) += c.time_s;
+  }
+  for (const CommRow& c : r.comm)
+    if (async_call(c, in)) r.async_calls += c.calls;
+  if (in.hw.core_share < 1 && r.async_calls > 0)
+    r.async_cost_s = double(r.async_calls) *
+                     async_call_cost_us(in.hw.async_call_cost, r.compute_s * 1e6 / double(r.async_calls)) * 1e-6;
+  r.exposed_comm_s = exposed + std::max(0.0, hidden_fwd - fwd_s) + std::max(0.0, hidden_bwd - bwd_s) + r.async_cost_s;
+}
+
+}  // namespace parts
+}  // namespace pb::planner

@@ -1,0 +1,276 @@
+// The planner's memory part: each pipeline rank's model states, comm
+// buffers, workspace and activations from the axes' own cost functions
+// (impl/data_parallel/cost.h, tensor_parallel/cost.h, pipeline/stage.h), and
+// the non-GEMM bytes the time part charges.
+#include "suites/planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
+#include "harness/status.h"
+#include "impl/expert_parallel/cost.h"
+#include "impl/expert_parallel/options.h"
+#include "impl/pipeline/stage.h"
+#include "impl/pipeline/validate.h"
+#include "impl/tensor_parallel/runner.h"
+#include "reference/runner.h"
+#include "suites/planner/planner_parts.h"
+
+namespace pb::planner::parts {
+namespace {
+
+// A pipeline rank of an MoE model: its dense units and its experts' (ep rank
+// 0's; every ep rank holds as many), as the executor holds them (stage.h).
+struct StageMoe {
+  std::vector<int64_t> dense, experts;
+};
+StageMoe stage_moe(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep) {
+  const ParamLayout l(m);
+  StageMoe out;
+  for (const auto& u : pipeline::stage_units(l, part, rank).units) out.dense.push_back(u.size);
+  for (const auto& u : pipeline::stage_experts(l, part, rank, ep, 0).units) out.experts.push_back(u.size);
+  return out;
+}
+
+
+// The data-parallel components' own buffer traffic per step on pipeline rank
+// `rank` (dp::local_traffic_bytes): the expert-parallel rank's two components,
+// a stage's units as the executor uses them (and its experts), or the units
+// in the microbatch runner's order.
+int64_t dp_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank,
+                         const std::vector<int64_t>& units, const ep::StateCosts* ep_states) {
+  if (ep_states) return ep_states->local_traffic;
+  if (!in.shape || !pipe.staged()) {
+    const int n = int(units.size());
+    return dp::local_traffic_bytes(dp::unit_uses(units, axis, n > 2 ? dp::UnitRoles::model(n)
+                                                                    : dp::UnitRoles::all_blocks(n)), axis);
+  }
+  const ParamLayout layout(*in.shape, in.tp, 0);
+  const pipeline::StageUnits su = pipeline::stage_units(layout, pipe.part, rank);
+  std::vector<dp::UnitUse> uses;
+  for (size_t i = 0; i < su.units.size(); ++i) uses.push_back({su.units[i].size, su.fwd_uses[i], su.bwd_uses[i]});
+  int64_t bytes = dp::local_traffic_bytes(uses, axis);
+  if (pipe.experts) {
+    std::vector<dp::UnitUse> experts;
+    for (const auto& u : pipeline::stage_experts(layout, pipe.part, rank, in.ep, 0).units)
+      experts.push_back({u.size, 1, 1});
+    bytes += dp::local_traffic_bytes(experts, *pipe.experts);
+  }
+  return bytes;
+}
+
+// The comm buffers' peak of pipeline rank `rank` (s.comm): the expert-parallel
+// rank's declared peak, the runner's unit protocol replayed, or a pipeline
+// stage's gathers and gradients replayed in its schedule order; -1 when a
+// sharded plan has no unit structure (no shape).
+int64_t comm_peak(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
+                  const std::vector<int64_t>& units, const ep::StateCosts* ep_states) {
+  if (ep_states) return ep_states->comm_peak;
+  if (!in.shape) return axis.shard != dp::Shard::none ? -1 : 0;  // no unit structure without a shape
+  // The canonical unit order the runner visits: the protocol replayed, as
+  // the conformance engine holds the measured peak to.
+  if (pipe.part.pp == 1 && pipe.part.v == 1) return dp::comm_buffer_peak_bytes(units, axis);
+  // A pipeline stage: the executor's gathers, unit gradients and boundary
+  // gradients replayed in the rank's schedule order (pipeline/stage.h).
+  const ParamLayout layout(*in.shape, in.tp, 0);
+  pipeline::StageCommShape x;
+  x.units = pipeline::stage_units(layout, pipe.part, rank);
+  if (pipe.experts) {
+    x.experts = pipeline::stage_experts(layout, pipe.part, rank, in.ep, 0);
+    x.expert = *pipe.experts;
+  }
+  x.dense = axis;
+  int64_t tokens = in.microbatch_size * seq / in.cp;
+  if (in.sp && in.tp > 1) tokens /= in.tp;
+  x.boundary_bytes = tokens * in.shape->C * elem_bytes(in.precision);
+  x.tp = in.tp > 1 || in.cp > 1;
+  return pipeline::stage_comm_peak_bytes(pipe.comm_schedule, pipe.part, layout, rank, x);
+}
+
+// The tensor/context split of a plan as the tensor-parallel runner takes it.
+tp::TpOptions tp_options(const PlanInput& in) {
+  tp::TpOptions tpo;
+  tpo.tp = in.tp;
+  tpo.sp = in.sp;
+  tpo.recompute = in.recompute;
+  tpo.context.cp = in.cp;
+  tpo.context.algo = in.cp_algo;
+  return tpo;
+}
+
+// The workspace of pipeline rank `rank`: what a pipeline rank, the
+// reference's runner or the tensor-parallel runner allocates (0 for shapes
+// none of them runs as planned: -1).
+int64_t workspace_bytes(const PlanInput& in, const Pipe& pipe, int64_t seq) {
+  const tp::TpOptions tpo = tp_options(in);
+  const bool staged = pipe.staged();
+  const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
+  if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
+    return pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage,
+                                           in.hw.host_kernels);
+  } else if (in.shape && !staged) {
+    if (in.tp == 1 && in.cp == 1 && in.recompute == Recompute::none) {  // the reference's runner
+      return runner_workspace_bytes(*in.shape, int(in.microbatch_size), int(seq), in.precision,
+                                    moe_scope_tokens(in, seq), in.ep, in.hw.host_kernels);
+    } else {  // the tensor-parallel runner (recompute at tp 1 too)
+      return tp::runner_workspace_bytes(*in.shape, tpo, int(in.microbatch_size), int(seq), in.precision,
+                                        moe_scope_tokens(in, seq), in.ep, in.hw.host_kernels);
+    }
+  }
+  return -1;  // not modeled
+}
+
+// The activations pipeline rank `rank` holds at its peak (-1: unknown, no
+// shape or a layout not modeled).
+int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t seq) {
+  const tp::TpOptions tpo = tp_options(in);
+  const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
+  int64_t a = -1;  // unknown (parameter count only)
+  if (in.shape && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
+    // The reference layout on one stage: what the tensor- and
+    // context-parallel rank (and, at tp 1, the reference runner) declares and
+    // allocates, exactly.
+    tp::TpShape x = tp::make_shape(*in.shape, in.tp, in.sp, in.recompute, in.microbatch_size, seq, in.precision);
+    x.cp = in.cp;
+    x.algo = in.cp_algo;
+    x.moe_scope_tokens = moe_scope_tokens(in, seq);
+    x.ep = in.ep;
+    x.moe_on_device = !in.hw.host_kernels;
+    a = tp::activation_bytes(x);
+  } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
+    // The reference layout in pipeline stages: the chunks' bytes a stage
+    // declares and allocates (impl/pipeline/stage.h, tensor_parallel/cost.h),
+    // times the live (microbatch, chunk) units of the schedule.
+    a = pipeline::stage_activation_peak(
+        in.schedule, pipe.cfg,
+        pipeline::chunk_bytes_table(*in.shape, pipe.part, in.microbatch_size, seq, in.precision, tpo,
+                                    in.schedule == pipeline::ScheduleKind::zb_h1, moe_stage),
+        rank);
+  } else if (in.shape) {
+    const ModelConfig& mc = *in.shape;
+    ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
+                      elem_bytes(in.precision)};
+    x.algo = in.cp_algo;
+    const int64_t units_held = pipe.in_flight[size_t(rank)];
+    a = units_held * max_chunk_layers(pipe.part, rank) * layer_activation_bytes(x, in.recompute);
+    if (pipe.part.at(rank, 0).embedding) a += units_held * first_stage_extra_bytes(x);
+    if (pipe.part.at(rank, pipe.part.v - 1).head) a += last_stage_extra_bytes(x, mc.V);
+  }
+  return a;
+}
+
+StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
+                        std::vector<int64_t>* units_out, const ep::StateCosts* ep_states) {
+  std::vector<int64_t> units =
+      in.shape ? rank_param_units(*in.shape, in.tp, pipe.part, rank) : std::vector<int64_t>{in.params};
+  std::optional<StageMoe> moe;
+  if (pipe.experts) {  // MoE stages: the executor's own units (wte and wpe apart, blocks before their experts)
+    moe = stage_moe(*in.shape, pipe.part, rank, in.ep);
+    units = moe->dense;
+  }
+  dp::ModelStateBytes ms = dp::model_state_bytes(units, axis);
+  if (moe) {
+    const dp::ModelStateBytes e = dp::model_state_bytes(moe->experts, *pipe.experts);
+    ms.params += e.params, ms.grads += e.grads, ms.optimizer += e.optimizer, ms.optimizer_host += e.optimizer_host;
+  }
+  StageMemory s;
+  s.stage = rank;
+  s.params = ms.params;
+  s.grads = ms.grads;
+  s.optimizer = ms.optimizer;
+  s.optimizer_host = ms.optimizer_host;
+  if (ep_states) {  // the dense component over dp and this rank's experts over edp
+    const dp::ModelStateBytes &d = ep_states->dense, &e = ep_states->experts;
+    s.params = d.params + e.params;
+    s.grads = d.grads + e.grads;
+    s.optimizer = d.optimizer + e.optimizer;
+    s.optimizer_host = d.optimizer_host + e.optimizer_host;
+  }
+  s.local_traffic = dp_local_traffic(in, axis, pipe, rank, units, ep_states);
+  s.comm = comm_peak(in, axis, pipe, rank, seq, units, ep_states);
+  s.workspace = workspace_bytes(in, pipe, seq);
+  s.activations = activation_peak(in, pipe, rank, seq);
+  if (units_out) *units_out = std::move(units);
+  return s;
+}
+
+}  // namespace
+
+int64_t moe_scope_tokens(const PlanInput& in, int64_t seq) {
+  if (!in.shape || in.shape->moe.experts == 0 || in.shape->moe.capacity != MoeCapacity::global || in.dp < 2) return 0;
+  return in.microbatch_size * seq * in.dp;
+}
+
+RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t global_batch) {
+  RunSpec s;
+  s.train.model = *in.shape;
+  s.train.precision = in.precision;
+  s.train.seq = int(seq);
+  s.train.batch = int(global_batch);
+  s.train.microbatches = int(microbatches);
+  s.mesh.dp = in.dp;
+  s.mesh.ep = in.ep;
+  s.mesh.tp = in.tp;  // the experts' tp shard
+  s.mesh.ranks_per_node = int(in.ranks_per_node);
+  s.data.shard = in.shard;
+  s.data.shard_group = int(in.hsdp_group);
+  s.data.offload = in.offload;
+  s.train.device = in.hw.host_kernels ? Device::cpu : Device::cuda;  // the ranks' states (offload's host copies)
+  return s;
+}
+
+int64_t stage_moe_layers(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep) {
+  return int64_t(stage_moe(m, part, rank, ep).experts.size());
+}
+
+std::vector<int64_t> stage_expert_units(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep) {
+  return stage_moe(m, part, rank, ep).experts;
+}
+
+std::vector<int64_t> plan_memory(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe,
+                                 const ep::StateCosts* ep_states, PlanResult& r) {
+  std::vector<int64_t> units, worst_units;
+  for (int rank = 0; rank < in.pp; ++rank) {
+    r.stages.push_back(rank_memory(in, axis, pipe, rank, r.seq, &units, ep_states));
+    if (rank == 0 || r.stages.back().device_total() > r.worst.device_total()) {
+      r.worst = r.stages.back();
+      worst_units = std::move(units);
+    }
+  }
+  return worst_units;
+}
+
+int64_t moe_blocks(const ModelConfig& m, const pipeline::StageSlice& sl) {
+  int64_t n = 0;
+  for (int b = sl.first_block; b < sl.first_block + sl.num_blocks; ++b) n += m.is_moe(b);
+  return n;
+}
+
+RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank) {
+  const ModelConfig& mc = *in.shape;
+  const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
+                          elem_bytes(in.precision)};
+  const double recompute = in.recompute == Recompute::full ? 4.0 / 3 : 1;
+  double per_micro = 0, shared = 0;
+  for (int c = 0; c < pipe.part.v; ++c) {
+    const pipeline::StageSlice& sl = pipe.part.at(rank, c);
+    per_micro += double(sl.num_blocks) * double(layer_traffic_bytes(x)) * recompute;
+    shared += double(sl.num_blocks) * double(layer_shared_traffic_bytes(x)) * recompute;
+    per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
+    if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
+    if (sl.head) per_micro += double(head_traffic_bytes(x, mc.V));
+  }
+  const dp::BytesPerParam b = dp::bytes_per_param(in.precision);
+  const double stepped = double(r.stages[size_t(rank)].optimizer) / double(b.optimizer);  // updated on the device
+  // Reads params (the master is in the state when mixed), grads and states;
+  // writes params and states.
+  const bool mixed = in.precision == Precision::bf16_mixed;
+  const double per_param = double((mixed ? 0 : b.param) + b.grad + b.optimizer + b.param + b.optimizer);
+  const double buffer = double(r.stages[size_t(rank)].local_traffic);
+  return {per_micro * double(r.microbatches) + stepped * per_param + buffer, shared * double(r.microbatches),
+          stepped * per_param, buffer};
+}
+
+}  // namespace pb::planner::parts

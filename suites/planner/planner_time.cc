@@ -1,0 +1,203 @@
+// The planner's time part: the step's FLOPs and declared bubble, and its
+// time on the given hardware (planner.h: compute at the per-rank peak times
+// the GEMM efficiency, memory-bound bytes at their rates, the slowest
+// pipeline stage setting the pace, then bubble and exposed communication).
+#include "suites/planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "harness/status.h"
+#include "impl/pipeline/cost.h"
+#include "suites/planner/planner_parts.h"
+
+namespace pb::planner {
+
+double table_gflops(const std::vector<GemmRate>& table, int64_t m, int64_t n, int64_t k) {
+  const GemmRate* best = nullptr;
+  double best_d = 0;
+  for (const GemmRate& g : table) {
+    const double a = std::log(double(g.m) / double(m)), b = std::log(double(g.n) / double(n)),
+                 c = std::log(double(g.k) / double(k)), d = a * a + b * b + c * c;
+    if (!best || d < best_d) {
+      best = &g;
+      best_d = d;
+    }
+  }
+  return best ? best->gflops : 0;
+}
+
+double async_call_cost_us(const std::vector<AsyncCallCost>& t, double compute_us) {
+  if (t.empty()) return 0;
+  if (!(compute_us > t.front().compute_us)) return t.front().cost_us;
+  if (compute_us >= t.back().compute_us) return t.back().cost_us;
+  size_t i = 1;
+  while (t[i].compute_us < compute_us) ++i;
+  const double f = std::log(compute_us / t[i - 1].compute_us) / std::log(t[i].compute_us / t[i - 1].compute_us);
+  return t[i - 1].cost_us + f * (t[i].cost_us - t[i - 1].cost_us);
+}
+
+double compute_scale_for(const PlanResult& est, double measured_s) {
+  const double scaled = est.step_s - est.buffer_s;
+  return scaled > 0 && measured_s > est.buffer_s ? (measured_s - est.buffer_s) / scaled : measured_s / est.step_s;
+}
+
+double corun_factor(double scale, int64_t at, double copies) {
+  if (at < 2) return 1;
+  const double w = std::clamp((copies - 1) / double(at - 1), 0.0, 1.0);
+  return 1 + (scale - 1) * w;
+}
+
+namespace parts {
+
+void plan_flops(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
+  const int64_t tokens = r.global_batch * r.seq;
+  if (in.shape) {
+    const Flops f = iteration_flops(*in.shape, r.global_batch, r.seq, in.recompute);
+    r.model_flops = to_double(f.model);
+    r.hardware_flops = to_double(f.hardware);
+  } else {  // Kaplan et al. 2020: C = 6 N D; full recomputation adds a forward, 2 N D
+    r.flops_exact = false;
+    r.model_flops = 6.0 * double(r.params_total) * double(tokens);
+    r.hardware_flops = (in.recompute == Recompute::full ? 8.0 : 6.0) * double(r.params_total) * double(tokens);
+  }
+  // Backward = 2x forward, split evenly into B and W (zero-bubble); full
+  // recomputation adds a forward to B.
+  const pipeline::Costs costs{1.0, in.recompute == Recompute::full ? 2.0 : 1.0, 1.0, 0.0};
+  const pipeline::DeclaredBubble bubble = pipeline::declared_bubble(in.schedule, pipe.cfg, costs);
+  require(bubble.over_ideal.has_value(), "--schedule: no declared bubble for these costs");
+  r.bubble_over_ideal = *bubble.over_ideal;
+  r.bubble_formula = bubble.formula;
+}
+
+namespace {
+
+// Seconds of `b`'s memory-bound bytes on hw: the LayerNorms' and residual
+// adds', the optimizer step's and the data-parallel buffers' each at their
+// own rate when one is given, the rest at the average's.
+double buffer_time(const Hardware& hw, const RankBytes& b) {
+  return hw.mem_bw_GBps > 0 && hw.buffer_mem_bw_GBps > 0 ? b.buffer / (hw.buffer_mem_bw_GBps * 1e9) : 0.0;
+}
+double memory_time(const Hardware& hw, const RankBytes& b) {
+  if (!(hw.mem_bw_GBps > 0)) return 0.0;
+  const double mem = hw.mem_bw_GBps * 1e9;
+  const double shared = hw.shared_mem_bw_GBps > 0 ? b.shared : 0,
+               opt = hw.optimizer_mem_bw_GBps > 0 ? b.optimizer : 0,
+               buf = hw.buffer_mem_bw_GBps > 0 ? b.buffer : 0;
+  return (b.total - shared - opt - buf) / mem + (shared > 0 ? shared / (hw.shared_mem_bw_GBps * 1e9) : 0) +
+         (opt > 0 ? opt / (hw.optimizer_mem_bw_GBps * 1e9) : 0) + buffer_time(hw, b);
+}
+
+// What one pipeline stage computes: its share of the model's FLOPs (times
+// pp; 1 without a pipeline) and its memory-bound bytes; with a measured
+// attention core (Hardware::attention_fwd_s), its FLOPs and softmax traffic
+// leave the rates' terms and its time per block and microbatch joins them.
+struct StageCost {
+  double flop_share = 1;  // of the stage's hardware FLOPs, the attention core's included
+  double share = 1;       // of those the rates time
+  RankBytes bytes;
+  double attn_fwd_s = 0, attn_s = 0, attn_model_flops = 0;
+};
+
+StageCost stage_cost(const PlanInput& in, const PlanResult& r, bool attn_timed, int64_t blocks, double share,
+                     RankBytes bytes) {
+  const double attn_fwds = in.recompute == Recompute::none ? 1 : 2;
+  StageCost c{share, share, bytes, 0, 0, 0};
+  if (!attn_timed) return c;
+  const double mb = double(r.microbatches);
+  c.attn_fwd_s = double(blocks) * mb * in.hw.attention_fwd_s;
+  c.attn_s = double(blocks) * mb * (attn_fwds * in.hw.attention_fwd_s + in.hw.attention_bwd_s);
+  // Per rank of the stage, scaled like the stage's FLOPs (hardware_flops * share / world).
+  const double pp = double(in.pp);
+  c.share -= to_double(attention_core_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks)) * pp /
+             r.hardware_flops;
+  c.attn_model_flops = to_double(attention_core_flops(*in.shape, r.global_batch, r.seq, Recompute::none, blocks)) *
+                       pp;
+  const ModelConfig& mc = *in.shape;
+  const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
+                          elem_bytes(in.precision)};
+  c.bytes.total -= double(blocks) * mb * double(layer_softmax_traffic_bytes(x)) *
+                   (in.recompute == Recompute::full ? 4.0 / 3 : 1);
+  return c;
+}
+
+double stage_time(const PlanInput& in, const PlanResult& r, double achieved, const StageCost& c) {
+  return r.hardware_flops * c.share / achieved + memory_time(in.hw, c.bytes) + c.attn_s;
+}
+
+// The stage whose compute sets the pace of every microbatch: the one rank
+// unstaged (pp = 1, every block); else the slowest stage, GEMMs and
+// memory-bound kernels together (stages differ: the last holds the LM head,
+// layers need not split evenly).
+StageCost pace_stage(const PlanInput& in, const Pipe& pipe, const PlanResult& r, bool attn_timed, double achieved) {
+  StageCost pace = stage_cost(in, r, attn_timed, in.shape ? in.shape->L : 0, 1,
+                              in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : RankBytes{});
+  if (!in.shape || !pipe.staged()) return pace;
+  double slowest = -1;
+  for (int rank = 0; rank < in.pp; ++rank) {
+    int64_t blocks = 0, moe = 0;
+    bool head = false;
+    for (int c = 0; c < pipe.part.v; ++c) {
+      const pipeline::StageSlice& chunk = pipe.part.at(rank, c);
+      blocks += chunk.num_blocks;
+      moe += moe_blocks(*in.shape, chunk);
+      head = head || chunk.head;
+    }
+    const double share = to_double(stage_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks, head,
+                                               moe).hardware) *
+                         double(in.pp) / r.hardware_flops;
+    const StageCost c = stage_cost(in, r, attn_timed, blocks, share, rank_memory_bytes(in, pipe, r, rank));
+    const double t = stage_time(in, r, achieved, c);
+    if (t > slowest) slowest = t, pace = c;
+  }
+  return pace;
+}
+
+}  // namespace
+
+void time_step(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
+  r.timed = true;
+  const double peak = in.hw.peak_tflops * 1e12 * double(r.world);
+  r.gemm_efficiency = in.hw.gemm_efficiency;
+  const bool attn_timed = in.shape && in.hw.attention_fwd_s > 0 && in.hw.attention_bwd_s > 0;
+  // A rank's GEMMs (tp and cp shards of the whole model's) at the measured
+  // rates; a measured attention core's own GEMMs are in its time instead.
+  if (in.shape && !in.hw.gemm_rates.empty())
+    r.gemm_efficiency = gemm_efficiency(
+        rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed, in.ep),
+        [&](const GemmShape& g) { return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k); }, in.hw.peak_tflops * 1e12);
+  const double achieved = peak * r.gemm_efficiency;
+  const StageCost pace = pace_stage(in, pipe, r, attn_timed, achieved);
+  r.memory_bytes = pace.bytes.total;
+  r.memory_s = memory_time(in.hw, pace.bytes);
+  // The data-parallel buffers' rate was measured as a step streams them
+  // (calibrate::measure_memory_bound), so compute_scale, which a DDP step
+  // calibrates for what the kernels' rates miss, leaves their time alone.
+  r.buffer_s = buffer_time(in.hw, pace.bytes);
+  // The node's ranks computing side by side (Hardware::corun_scale).
+  const int64_t world = int64_t(in.dp) * in.tp * in.cp * in.pp,
+                together = in.ranks_per_node > 0 ? std::min(world, in.ranks_per_node) : world;
+  r.corun = corun_factor(in.hw.corun_scale, in.hw.corun_ranks, double(together) / double(in.tp * in.pp));
+  const double compute_scale = in.hw.compute_scale * r.corun;
+  r.compute_s = (stage_time(in, r, achieved, pace) - r.buffer_s) * compute_scale + r.buffer_s;
+  // Time-shared cores: the critical path runs at a whole core, the node's work
+  // at its share; the bubble is what the first exceeds the second by.
+  r.bubble_s = in.hw.core_share < 1
+                   ? std::max(0.0, r.compute_s * in.hw.core_share * (1 + r.bubble_over_ideal) - r.compute_s)
+                   : r.compute_s * r.bubble_over_ideal;
+  // Forward is a third of the GEMM work and of the layers' memory traffic.
+  const double fwd_s =
+                   ((r.model_flops * pace.flop_share - pace.attn_model_flops) / 3.0 / achieved + r.memory_s / 3.0 +
+                    pace.attn_fwd_s) *
+                   compute_scale,
+               bwd_s = r.compute_s - fwd_s;
+  time_comm(in, attn_timed, fwd_s, bwd_s, r);
+  r.step_s = r.compute_s + r.bubble_s + r.exposed_comm_s;
+  r.tokens_per_s = double(r.global_batch * r.seq) / r.step_s;
+  r.mfu = r.model_flops / (r.step_s * peak);
+  r.hfu = r.hardware_flops / (r.step_s * peak);
+}
+
+}  // namespace parts
+}  // namespace pb::planner

@@ -1,0 +1,547 @@
+// The planner's time: compute at the GEMM and memory-bound rates, the
+// slowest stage's pace, the bubble (the simulator's), the comm rows' ring
+// time and what overlap hides, calls issued without waiting.
+#include "suites/planner/planner.h"
+#include "suites/planner/machine.h"
+#include "suites/planner/plan_output.h"
+#include "suites/planner/planner_testing.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include <mutex>
+
+#include "harness/comm/runner.h"
+#include "harness/status.h"
+#include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/strategy.h"
+#include "impl/pipeline/strategy.h"
+#include "impl/tensor_parallel/runner.h"
+#include "impl/tensor_parallel/strategy.h"
+#include "impl/pipeline/simulator.h"
+#include "reference/device_testing.h"
+#include "reference/layout.h"
+#include "reference/runner.h"
+
+
+namespace pb::planner {
+namespace {
+
+// The memory-bound term: the stated per-token counts, split by tp as stated,
+// and timed as bytes / bandwidth inside compute.
+TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
+  const ActivationShape x{2, 64, 128, 4, 1, 1, false, false, 4};
+  EXPECT_EQ(layer_traffic_bytes(x), 3 * (10 * 128 + 8 * 128 + 2 * 4 * 64) * 2 * 64 * 4);
+  ActivationShape t2 = x;
+  t2.tp = 2;
+  EXPECT_EQ(layer_traffic_bytes(t2), 3 * (10 * 128 + (8 * 128 + 2 * 4 * 64) / 2) * 2 * 64 * 4);
+  EXPECT_EQ(head_traffic_bytes(x, 1000), (6 * 128 + 4 * 1000) * 2 * 64 * 4);
+  EXPECT_EQ(embedding_traffic_bytes(x), 5 * 128 * 2 * 64 * 4);
+
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.precision = Precision::fp32;
+  in.microbatch_size = 2;
+  in.hw.peak_tflops = 1;
+  const PlanResult no_bw = plan(in);
+  EXPECT_EQ(no_bw.memory_s, 0);
+  in.hw.mem_bw_GBps = 10;
+  const PlanResult r = plan(in);
+  const ModelConfig& m = *in.shape;
+  const ActivationShape s{2, m.maxT, m.C, m.NH, 1, 1, false, false, 4};
+  const double opt = double(m.num_params()) * (4 + 4 + 8 + 4 + 8);  // read p, g, m+v; write p, m+v
+  const double zeroed = double(m.num_params()) * 4;  // DDP zeroes its gradient (dp::local_traffic_bytes)
+  EXPECT_EQ(r.worst.local_traffic, int64_t(zeroed));
+  const double bytes = m.L * double(layer_traffic_bytes(s)) + double(embedding_traffic_bytes(s)) +
+                       double(head_traffic_bytes(s, m.V)) + opt + zeroed;
+  EXPECT_DOUBLE_EQ(r.memory_bytes, bytes);
+  EXPECT_DOUBLE_EQ(r.memory_s, bytes / 10e9);
+  EXPECT_NEAR(r.compute_s, no_bw.compute_s + r.memory_s, 1e-12);
+  // The LayerNorms' and residual adds' bytes at their own rate when given.
+  const double shared = m.L * double(layer_shared_traffic_bytes(s));
+  EXPECT_EQ(shared, m.L * 3.0 * 10 * m.C * 2 * m.maxT * 4);
+  in.hw.shared_mem_bw_GBps = 40;
+  const PlanResult split = plan(in);
+  EXPECT_DOUBLE_EQ(split.memory_bytes, bytes);
+  EXPECT_NEAR(split.memory_s, (bytes - shared) / 10e9 + shared / 40e9, 1e-15);
+  // Sequence parallel shards only those: at tp2 it saves half of their time.
+  in.hw.bw_intra_GBps = 10;
+  in.tp = 2;
+  const PlanResult tp = plan(in);
+  in.sp = true;
+  const PlanResult sp = plan(in);
+  const ActivationShape no_sp{2, m.maxT, m.C, m.NH, 2, 1, false, false, 4},
+      with_sp{2, m.maxT, m.C, m.NH, 2, 1, true, false, 4};
+  const double ends = double(embedding_traffic_bytes(no_sp) - embedding_traffic_bytes(with_sp) +
+                             head_traffic_bytes(no_sp, m.V) - head_traffic_bytes(with_sp, m.V));  // the embedding's and final LayerNorm's tokens too
+  EXPECT_GT(ends, 0);
+  EXPECT_NEAR(tp.memory_s - sp.memory_s, shared / 2 / 40e9 + ends / 10e9, 1e-15);
+  in.tp = 1;
+  in.sp = false;
+  // The optimizer step's bytes at their own rate when given; ZeRO-2 at dp2
+  // updates half the parameters, and saves half of that time, not of the
+  // average rate's.
+  in.hw.optimizer_mem_bw_GBps = 30;
+  const PlanResult opt_split = plan(in);
+  EXPECT_DOUBLE_EQ(opt_split.memory_bytes, bytes);
+  EXPECT_NEAR(opt_split.memory_s, (bytes - shared - opt) / 10e9 + shared / 40e9 + opt / 30e9, 1e-15);
+  in.dp = 2;
+  in.shard = dp::Shard::zero2;
+  const PlanResult z2 = plan(in);
+  in.shard = dp::Shard::none;
+  const PlanResult ddp = plan(in);
+  const double more_buffers = double(z2.worst.local_traffic - ddp.worst.local_traffic);
+  EXPECT_GT(more_buffers, 0);
+  EXPECT_NEAR(ddp.memory_s - z2.memory_s, opt / 2 / 30e9 - more_buffers / 10e9, 1e-15);
+  // The data-parallel buffers at their own rate when given, outside
+  // compute_scale (measured as a step streams them).
+  in.shard = dp::Shard::zero3;
+  in.dp = 1;
+  const PlanResult z3 = plan(in);
+  in.hw.buffer_mem_bw_GBps = 25;
+  in.hw.compute_scale = 1.5;
+  const PlanResult z3_own = plan(in);
+  const double buf = double(z3.worst.local_traffic);
+  EXPECT_NEAR(z3_own.memory_s, z3.memory_s - buf / 10e9 + buf / 25e9, 1e-15);
+  EXPECT_NEAR(z3_own.compute_s, (z3.compute_s - buf / 10e9) * 1.5 + buf / 25e9, 1e-12 * z3.compute_s);
+  in.hw.compute_scale = 1;
+  in.hw.buffer_mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.buffer_mem_bw_GBps = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.buffer_mem_bw_GBps = 0;
+  in.shard = dp::Shard::none;
+  in.hw.optimizer_mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.optimizer_mem_bw_GBps = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.optimizer_mem_bw_GBps = 0;
+  in.hw.shared_mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.shared_mem_bw_GBps = 0;
+  in.hw.mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+}
+
+// Pipeline stages differ (the last holds the LM head; 5 blocks over 2 stages
+// split 3 + 2): the slowest stage, its GEMMs and memory-bound work together,
+// sets the pace. Its FLOPs (stage_flops, which add up to iteration_flops) at
+// the per-rank rate plus its own bytes over the bandwidth is the compute; no
+// pipeline is the whole model's over the ranks, as before.
+TEST(Planner, TheSlowestPipelineStageSetsThePace) {
+  ModelConfig m = planner_model("small");
+  m.L = 5;
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    const Flops all = iteration_flops(m, 8, 64, rc);
+    const Flops first = stage_flops(m, 8, 64, rc, 3, false), last = stage_flops(m, 8, 64, rc, 2, true);
+    EXPECT_TRUE(first.hardware + last.hardware == all.hardware);
+    EXPECT_TRUE(first.model + last.model == all.model);
+  }
+  PlanInput in;
+  in.shape = m;
+  in.precision = Precision::fp32;
+  in.microbatch_size = 2;
+  in.global_batch = 8;
+  in.pp = 2;
+  in.hw.peak_tflops = 0.05;
+  in.hw.mem_bw_GBps = 10;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 5;
+  const PlanResult r = plan(in);
+  ASSERT_EQ(r.stages.size(), 2u);
+  const double per_stage_rate = 0.05e12;  // gemm_efficiency 1, one rank per stage
+  double slowest = 0;
+  for (const auto& [blocks, head] : {std::pair<int64_t, bool>{3, false}, {2, true}}) {
+    const double flops = to_double(stage_flops(m, 8, 64, Recompute::none, blocks, head).hardware);
+    const ActivationShape x{2, 64, m.C, m.NH, 1, 1, false, false, 4};
+    const double opt = double(r.stages[head ? 1 : 0].optimizer) / 8 * (4 + 4 + 8 + 4 + 8);
+    const double zeroed = double(r.stages[head ? 1 : 0].grads);  // DDP zeroes its gradient once
+    EXPECT_EQ(r.stages[head ? 1 : 0].local_traffic, r.stages[head ? 1 : 0].grads);
+    const double bytes = 4 * (double(blocks) * double(layer_traffic_bytes(x)) +
+                              (head ? double(head_traffic_bytes(x, m.V)) : double(embedding_traffic_bytes(x)))) +
+                         opt + zeroed;
+    slowest = std::max(slowest, flops / per_stage_rate + bytes / 10e9);
+  }
+  EXPECT_NEAR(r.compute_s, slowest, 1e-12 * slowest);
+  EXPECT_GT(r.compute_s, r.hardware_flops / (2 * per_stage_rate) + r.memory_s * 0.999);  // not the average stage
+  in.pp = 1;
+  in.global_batch = 2;
+  const PlanResult one = plan(in);
+  EXPECT_NEAR(one.compute_s, one.hardware_flops / per_stage_rate + one.memory_s, 1e-12 * one.compute_s);
+}
+
+// A measured attention core takes the place of its FLOPs and softmax traffic:
+// per block and microbatch its forward (again under recomputation) and its
+// backward, scaled by compute_scale like the rest; the cp group's comm is
+// inside its time. Without it, Ulysses' all-to-alls are exposed even with
+// overlap on (each is waited for at once) while the ring's sends may hide.
+TEST(Planner, AMeasuredAttentionCoreReplacesItsFlops) {
+  const ModelConfig m = planner_model("small");  // L4 C128 NH4
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    const Flops f = iteration_flops(m, 8, 64, rc);
+    const double attn = to_double(attention_core_flops(m, 8, 64, rc, m.L));
+    EXPECT_DOUBLE_EQ(attn, (rc == Recompute::none ? 12.0 : 16.0) * 8 * 64 * 64 * m.L * m.C);
+    EXPECT_LT(attn, to_double(f.hardware));
+  }
+  PlanInput in;
+  in.shape = m;
+  in.precision = Precision::fp32;
+  in.microbatch_size = 2;
+  in.global_batch = 8;  // 2 microbatches per replica at dp2
+  in.dp = 2;
+  in.cp = 2;
+  in.seq = 64;
+  in.overlap = true;
+  in.hw.peak_tflops = 0.05;
+  in.hw.mem_bw_GBps = 10;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 5;
+  in.hw.latency_us = 2;
+  in.hw.compute_scale = 1.25;
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    in.recompute = rc;
+    in.hw.attention_fwd_s = in.hw.attention_bwd_s = 0;
+    const PlanResult flops = plan(in);
+    in.hw.attention_fwd_s = 3e-4;
+    in.hw.attention_bwd_s = 5e-4;
+    const PlanResult timed = plan(in);
+    const double rate = 0.05e12 * 4;  // the job's 4 ranks, gemm_efficiency 1
+    const double attn_flops = to_double(attention_core_flops(m, 8, 64, rc, m.L));
+    const ActivationShape x{2, 64, m.C, m.NH, 1, 2, false, false, 4};
+    const double softmax = double(m.L) * 2 * double(layer_softmax_traffic_bytes(x)) *
+                           (rc == Recompute::full ? 4.0 / 3 : 1);
+    EXPECT_NEAR(timed.memory_bytes, flops.memory_bytes - softmax, 1e-9 * flops.memory_bytes);
+    const double core = double(m.L) * 2 * ((rc == Recompute::none ? 1 : 2) * 3e-4 + 5e-4);
+    const double expect = ((flops.hardware_flops - attn_flops) / rate + timed.memory_bytes / 10e9 + core) * 1.25;
+    EXPECT_NEAR(timed.compute_s, expect, 1e-12 * expect) << recompute_name(rc);
+    double cp_s = 0;
+    for (const CommRow& c : timed.comm)
+      if (c.group == "cp") cp_s += c.time_s;
+    EXPECT_GT(cp_s, 0);  // still reported, not added
+    EXPECT_LE(timed.exposed_comm_s, flops.exposed_comm_s);
+  }
+  in.recompute = Recompute::none;
+  in.hw.attention_fwd_s = in.hw.attention_bwd_s = 0;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 0.01;  // slow links: the cp comm outlasts any compute
+  in.cp_algo = CpAlgo::ulysses;
+  const PlanResult uly = plan(in);
+  double a2a = 0;
+  for (const CommRow& c : uly.comm)
+    if (c.group == "cp") a2a += c.time_s;
+  EXPECT_GE(uly.exposed_comm_s, a2a);  // every all-to-all exposed
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    in.hw.attention_fwd_s = bad;
+    EXPECT_THROW(plan(in), InputError);
+    in.hw.attention_fwd_s = 0;
+    in.hw.attention_bwd_s = bad;
+    EXPECT_THROW(plan(in), InputError);
+    in.hw.attention_bwd_s = 0;
+  }
+}
+
+// A measured step over the modeled one scales compute (GEMMs and memory-bound
+// work alike, and so the bubble and what overlap can hide), nothing else; it
+// must be a finite number > 0.
+TEST(Planner, ComputeScaleScalesComputeOnly) {
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.precision = Precision::fp32;
+  in.microbatch_size = 2;
+  in.global_batch = 8;
+  in.pp = 2;
+  in.dp = 2;
+  in.shard = dp::Shard::zero3;
+  in.hw.peak_tflops = 0.05;
+  in.hw.mem_bw_GBps = 10;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 5;
+  in.hw.latency_us = 3;
+  const PlanResult one = plan(in);
+  in.hw.compute_scale = 1.25;
+  const PlanResult scaled = plan(in);
+  EXPECT_NEAR(scaled.compute_s, 1.25 * one.compute_s, 1e-12 * one.compute_s);
+  EXPECT_NEAR(scaled.bubble_s, 1.25 * one.bubble_s, 1e-12 * one.bubble_s);
+  EXPECT_DOUBLE_EQ(scaled.memory_s, one.memory_s);  // the bytes over the bandwidth, as before
+  EXPECT_DOUBLE_EQ(scaled.comm_s, one.comm_s);
+  EXPECT_NEAR(scaled.step_s, scaled.compute_s + scaled.bubble_s + scaled.exposed_comm_s, 1e-15);
+  for (double bad : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    in.hw.compute_scale = bad;
+    EXPECT_THROW(plan(in), InputError) << bad;
+  }
+}
+
+// Ranks time-sharing cores: the bubble is what the critical path at a whole
+// core (compute x share x (1 + bubble / ideal)) exceeds the shared compute by,
+// none when the share's compute is longer; a share outside (0, 1] is refused.
+TEST(Planner, TimeSharedCoresHideTheBubble) {
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.precision = Precision::fp32;
+  in.microbatch_size = 2;
+  in.global_batch = 4;  // 2 microbatches over pp 4: a large bubble
+  in.pp = 4;
+  in.hw.peak_tflops = 0.05;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 5;
+  const PlanResult whole = plan(in);
+  ASSERT_GT(whole.bubble_over_ideal, 1);
+  EXPECT_NEAR(whole.bubble_s, whole.compute_s * whole.bubble_over_ideal, 1e-15);
+  in.hw.core_share = 0.5;
+  const PlanResult half = plan(in);
+  EXPECT_NEAR(half.bubble_s, half.compute_s * 0.5 * (1 + half.bubble_over_ideal) - half.compute_s, 1e-15);
+  in.hw.core_share = 0.2;  // five ranks per core: the shared compute is the longer
+  EXPECT_EQ(plan(in).bubble_s, 0);
+  for (double bad : {0.0, -0.5, 1.5, std::nan("")}) {
+    in.hw.core_share = bad;
+    EXPECT_THROW(plan(in), InputError) << bad;
+  }
+}
+
+// The table is read in log(compute) between its points and held at its ends.
+TEST(Planner, AsyncCallCostInterpolatesInLogCompute) {
+  const std::vector<AsyncCallCost> t{{100, 50}, {1000, 200}, {4000, 300}};
+  EXPECT_EQ(async_call_cost_us({}, 500), 0);
+  EXPECT_DOUBLE_EQ(async_call_cost_us(t, 10), 50);
+  EXPECT_DOUBLE_EQ(async_call_cost_us(t, 100), 50);
+  EXPECT_NEAR(async_call_cost_us(t, std::sqrt(1e5)), 125, 1e-9);  // halfway in log
+  EXPECT_DOUBLE_EQ(async_call_cost_us(t, 1000), 200);
+  EXPECT_NEAR(async_call_cost_us(t, 2000), 250, 1e-9);
+  EXPECT_DOUBLE_EQ(async_call_cost_us(t, 1e6), 300);
+}
+
+// On time-shared cores each collective a rank issues without waiting (ZeRO-3's
+// prefetched gathers, DDP's overlapped buckets) costs the table's figure at
+// the step's compute per such call; with whole cores, or gathers waited for at
+// once (prefetch 0), nothing. A table out of order or not finite is refused.
+TEST(Planner, AsyncCallsCostOnTimeSharedCoresOnly) {
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.precision = Precision::fp32;
+  in.microbatch_size = 4;
+  in.global_batch = 32;  // 2 microbatches per rank
+  in.dp = 4;
+  in.shard = dp::Shard::zero3;
+  in.hw.peak_tflops = 0.05;
+  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 5;
+  in.hw.async_call_cost = {{100, 50}, {1000, 200}, {4000, 300}};
+  const PlanResult whole = plan(in);
+  int64_t gathers = 0;
+  for (const CommRow& c : whole.comm)
+    if (c.op == "all_gather" && c.group == "dp" && c.phase != "step") gathers += c.calls;
+  ASSERT_GT(gathers, 0);
+  EXPECT_EQ(whole.async_calls, gathers);
+  EXPECT_EQ(whole.async_cost_s, 0) << "whole cores";
+  in.hw.core_share = 0.5;
+  const PlanResult shared = plan(in);
+  const double per_call = async_call_cost_us(in.hw.async_call_cost, shared.compute_s * 1e6 / double(gathers));
+  EXPECT_GT(per_call, 0);
+  EXPECT_NEAR(shared.async_cost_s, double(gathers) * per_call * 1e-6, 1e-15);
+  in.hw.async_call_cost.clear();
+  const PlanResult untaxed = plan(in);
+  EXPECT_NEAR(shared.exposed_comm_s - untaxed.exposed_comm_s, shared.async_cost_s, 1e-12);
+  EXPECT_NEAR(shared.step_s - untaxed.step_s, shared.async_cost_s, 1e-12);
+  in.hw.async_call_cost = {{100, 50}, {1000, 200}, {4000, 300}};
+  in.prefetch = 0;
+  EXPECT_EQ(plan(in).async_calls, 0);
+  // DDP: the buckets reduced under backward, only when overlapped.
+  in.shard = dp::Shard::none;
+  in.overlap = true;
+  const PlanResult ddp = plan(in);
+  EXPECT_GT(ddp.async_calls, 0);
+  EXPECT_GT(ddp.async_cost_s, 0);
+  in.overlap = false;
+  EXPECT_EQ(plan(in).async_calls, 0);
+  for (const std::vector<AsyncCallCost>& bad : std::vector<std::vector<AsyncCallCost>>{
+           {{1000, 50}, {100, 20}}, {{100, 50}, {100, 60}}, {{0, 50}}, {{100, -1}}, {{100, std::nan("")}},
+           {{std::numeric_limits<double>::infinity(), 1}}}) {
+    in.hw.async_call_cost = bad;
+    EXPECT_THROW(plan(in), InputError);
+  }
+  in.hw.async_call_cost.clear();
+  in.prefetch = -1;
+  EXPECT_THROW(plan(in), InputError);
+}
+
+// The planner's bubble is the pipeline's declared one, which equals the
+// simulator's on the generated schedules.
+TEST(Planner, BubbleEqualsSimulator) {
+  using pipeline::ScheduleKind;
+  struct Case { ScheduleKind kind; int pp, v; int64_t batch; };
+  for (const Case c : {Case{ScheduleKind::gpipe, 4, 1, 8}, Case{ScheduleKind::one_f_one_b, 4, 1, 16},
+                       Case{ScheduleKind::interleaved, 4, 3, 8}, Case{ScheduleKind::zb_h1, 3, 1, 6},
+                       Case{ScheduleKind::one_f_one_b, 6, 1, 5}}) {
+    PlanInput in;
+    in.shape = planner_model("gpt2-124m");
+    in.pp = c.pp;
+    in.virtual_stages = c.v;
+    in.schedule = c.kind;
+    in.global_batch = c.batch;
+    const PlanResult r = plan(in);
+    EXPECT_EQ(r.microbatches, c.batch);
+    const pipeline::ScheduleConfig cfg{c.pp, int(c.batch), c.v, 1};
+    const pipeline::SimResult sim = pipeline::simulate(pipeline::make_schedule(c.kind, cfg), {1, 1, 1, 0});
+    EXPECT_NEAR(r.bubble_over_ideal, sim.bubble_over_ideal, 1e-12) << pipeline::schedule_name(c.kind);
+    if (c.kind == ScheduleKind::one_f_one_b || c.kind == ScheduleKind::gpipe) {
+      EXPECT_DOUBLE_EQ(r.bubble_over_ideal, double(c.pp - 1) / double(c.batch));
+    }
+  }
+}
+
+TEST(Planner, OverlapHidesDataParallelComm) {
+  PlanInput in = params_only(124'000'000, 8, dp::Shard::zero2);
+  in.global_batch = 64;
+  in.hw.peak_tflops = 100;
+  in.hw.bw_intra_GBps = 50;
+  in.hw.bw_inter_GBps = 10;
+  in.hw.latency_us = 2;
+  const PlanResult a = plan(in);
+  in.overlap = true;
+  const PlanResult b = plan(in);
+  EXPECT_NEAR(a.exposed_comm_s, a.comm_s, 1e-15);
+  EXPECT_LT(b.exposed_comm_s, a.exposed_comm_s);
+}
+
+// A mixture-of-experts block's memory-bound bytes beyond a dense block's,
+// counted by hand for tiny-moe (top-2 of 4 experts, C 32), and in the plan
+// only on the stage that holds an MoE block (block 0 of 2).
+TEST(Planner, MoeBlocksMoveTheirDispatchAndCombine) {
+  const ModelConfig m = planner_model("tiny-moe");
+  ActivationShape x{4, 16, m.C, m.NH, 1, 1, false, false, 4};
+  // Per token, forward: GELU over one more expert's 4C (8 x 32), dispatch
+  // 2 x 2 x 32, combine 3 x 32 + 2 weights, router softmax 2 x 4; backward
+  // twice that.
+  EXPECT_EQ(moe_layer_extra_traffic_bytes(x, m.moe), 3 * (256 + 128 + 96 + 2 + 8) * 64 * 4);
+  x.tp = 2;  // the experts' hidden split: the GELU's share halves
+  EXPECT_EQ(moe_layer_extra_traffic_bytes(x, m.moe), 3 * (128 + 128 + 96 + 2 + 8) * 64 * 4);
+  // In the plan: the same model dense moves, per step, two microbatches of
+  // those bytes less, and the experts' states (fp32 AdamW reads and writes 28
+  // bytes per parameter; DDP zeroes its 4-byte gradient once) less.
+  PlanInput in;
+  in.shape = m;
+  in.seq = 16;
+  in.precision = Precision::fp32;
+  in.microbatch_size = 4;
+  in.global_batch = 8;
+  in.hw.peak_tflops = 0.05;
+  in.hw.mem_bw_GBps = 10;
+  const PlanResult moe = plan(in);
+  ModelConfig dense = m;
+  dense.moe = {};
+  in.shape = dense;
+  const PlanResult d = plan(in);
+  x.tp = 1;
+  EXPECT_DOUBLE_EQ(moe.memory_bytes - d.memory_bytes,
+                   2.0 * double(moe_layer_extra_traffic_bytes(x, m.moe)) +
+                       double(m.num_params() - dense.num_params()) * (28 + 4));
+}
+
+// A GEMM table: the nearest shape by the logarithms of m, n, k; the model's
+// efficiency its GEMMs' flops over their time at those rates.
+TEST(Planner, GemmTableGivesTheEfficiencyAtTheRanksShapes) {
+  const std::vector<GemmRate> table = {{64, 64, 64, 10}, {64, 1024, 1024, 40}, {1024, 1024, 1024, 80}};
+  EXPECT_EQ(table_gflops({}, 5, 5, 5), 0);
+  EXPECT_EQ(table_gflops(table, 64, 64, 64), 10);
+  EXPECT_EQ(table_gflops(table, 16, 50, 90), 10);
+  EXPECT_EQ(table_gflops(table, 100, 700, 2000), 40);
+  EXPECT_EQ(table_gflops(table, 512, 1024, 1024), 80);  // log-nearer 1024 than 64
+  EXPECT_EQ(table_gflops(table, 100000, 1, 1), 10);
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.seq = 64;
+  in.microbatch_size = 4;
+  in.precision = Precision::fp32;
+  in.hw.peak_tflops = 0.1;
+  in.hw.bw_intra_GBps = 10;
+  in.hw.gemm_efficiency = 0.3;  // unused once a table is given
+  const PlanResult scalar = plan(in);
+  EXPECT_DOUBLE_EQ(scalar.gemm_efficiency, 0.3);
+  in.hw.gemm_rates = {{64, 64, 64, 50}};  // one rate everywhere: half of the 100 GFLOP/s peak
+  const PlanResult uniform = plan(in);
+  EXPECT_NEAR(uniform.gemm_efficiency, 0.5, 1e-12);
+  EXPECT_NEAR(uniform.compute_s - uniform.memory_s, uniform.hardware_flops / 50e9, 1e-12);
+  // Rates growing with the size: by hand over the rank's GEMMs, and tensor
+  // parallel's smaller shards reach less.
+  in.hw.gemm_rates = table;
+  double f = 0, t = 0;
+  for (const GemmShape& g : rank_gemms(*in.shape, 4, 64, 1, 1)) {
+    const double x = 2.0 * double(g.m) * double(g.n) * double(g.k) * g.count;
+    f += x;
+    t += x / (table_gflops(table, g.m, g.n, g.k) * 1e9);
+  }
+  const PlanResult one = plan(in);
+  EXPECT_NEAR(one.gemm_efficiency, f / t / 1e11, 1e-12);
+  // With the attention core's time measured its per-head GEMMs leave the
+  // table's average: the linears and the head alone.
+  const std::vector<GemmShape> all = rank_gemms(*in.shape, 4, 64, 1, 2);
+  const std::vector<GemmShape> linear = rank_gemms(*in.shape, 4, 64, 1, 2, false);
+  ASSERT_EQ(linear.size() + 3, all.size());
+  EXPECT_TRUE(std::equal(linear.begin(), linear.end(), all.begin(), [](const GemmShape& a, const GemmShape& b) {
+    return a.m == b.m && a.n == b.n && a.k == b.k && a.count == b.count;
+  }));
+  std::vector<GemmRate> small_too = table;
+  small_too.push_back({32, 32, 32, 2});  // the per-head shapes of small at cp2 (32 x 64 x 32) crawl
+  auto efficiency = [&](const std::vector<GemmShape>& shapes) {
+    double fl = 0, ti = 0;
+    for (const GemmShape& g : shapes) {
+      const double x = 2.0 * double(g.m) * double(g.n) * double(g.k) * g.count;
+      fl += x;
+      ti += x / (table_gflops(small_too, g.m, g.n, g.k) * 1e9);
+    }
+    return fl / ti / 1e11;
+  };
+  in.hw.gemm_rates = small_too;
+  in.cp = 2;
+  EXPECT_NEAR(plan(in).gemm_efficiency, efficiency(all), 1e-12);
+  in.hw.attention_fwd_s = 1e-5;
+  in.hw.attention_bwd_s = 2e-5;
+  EXPECT_NEAR(plan(in).gemm_efficiency, efficiency(linear), 1e-12);
+  EXPECT_GT(efficiency(linear), efficiency(all));  // the per-head shapes are the smallest
+  in.hw.attention_fwd_s = in.hw.attention_bwd_s = 0;
+  in.hw.gemm_rates = table;
+  in.cp = 1;
+  in.tp = 2;
+  EXPECT_LT(plan(in).gemm_efficiency, one.gemm_efficiency);
+}
+
+// A collective fit replaces latency and bandwidth for its op within a node:
+// calls x alpha + bus bytes / GBps, alpha scaled by the ring steps when the
+// nearest group size is another; across nodes the links stay.
+TEST(Planner, CollectiveFitsTimeTheirOp) {
+  PlanInput in = params_only(10'000'000, 2, dp::Shard::none);
+  in.hw.peak_tflops = 1;
+  in.hw.bw_intra_GBps = 1;
+  in.hw.bw_inter_GBps = 1;
+  in.hw.latency_us = 1000;
+  in.hw.collectives["all_reduce"] = {{2, 5, 20}, {8, 50, 4}};
+  const PlanResult r = plan(in);
+  ASSERT_FALSE(r.comm.empty());
+  for (const CommRow& c : r.comm) {
+    ASSERT_EQ(c.op, "all_reduce");
+    EXPECT_NEAR(c.time_s, double(c.calls) * 5e-6 + c.bus_bytes / 20e9, 1e-15) << c.group;
+  }
+  in.dp = 3;  // nearest by ratio: 2 (3/2 < 8/3); 4 ring steps over its 2
+  in.global_batch = 3;
+  for (const CommRow& c : plan(in).comm)
+    EXPECT_NEAR(c.time_s, double(c.calls) * 5e-6 * 4 / 2 + c.bus_bytes / 20e9, 1e-15) << c.group;
+  in.dp = 4;  // equidistant from 2 and 8: the larger; 6 steps over its 14
+  in.global_batch = 4;
+  for (const CommRow& c : plan(in).comm)
+    EXPECT_NEAR(c.time_s, double(c.calls) * 50e-6 * 6 / 14 + c.bus_bytes / 4e9, 1e-15) << c.group;
+  in.ranks_per_node = 2;  // the dp group spans nodes: the inter-node link and latency
+  for (const CommRow& c : plan(in).comm) {
+    ASSERT_TRUE(c.inter_node) << c.group;
+    EXPECT_NEAR(c.time_s, double(c.calls) * 6 * 1000e-6 + c.bus_bytes / 1e9, 1e-12) << c.group;
+  }
+  EXPECT_DOUBLE_EQ(ring_steps("send_recv", 9), 1);
+  EXPECT_DOUBLE_EQ(ring_steps("all_to_all", 9), 8);
+  EXPECT_DOUBLE_EQ(bus_bytes("all_reduce", 4, 100), 150);
+  EXPECT_DOUBLE_EQ(bus_bytes("all_to_all", 4, 100), 75);
+}
+
+}  // namespace
+}  // namespace pb::planner
