@@ -51,7 +51,7 @@ if(PARABENCH_BUILD_TESTS)
                    $<TARGET_FILE:parabench> ${PB_RUN_WORK} ${PROJECT_SOURCE_DIR}/results/baselines/default)
   # RUN_SERIAL: the run's throughput figures are gated; other tests running
   # beside it on 2 cores would cut them several-fold.
-  set_tests_properties(results_run_csv PROPERTIES TIMEOUT 300 LABELS "cli" FIXTURES_SETUP results_run
+  set_tests_properties(results_run_csv PROPERTIES TIMEOUT 900 LABELS "cli" FIXTURES_SETUP results_run
                        RUN_SERIAL TRUE)
   set_tests_properties(results_gate_default PROPERTIES TIMEOUT 120 LABELS "cli" FIXTURES_REQUIRED results_run)
 endif()

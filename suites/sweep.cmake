@@ -4,7 +4,7 @@ parabench_library(NAME pb_sweep ALIAS pb::sweep
   SOURCES sweep/sweep_config.cc sweep/sweep_point.cc sweep/sweep_rows.cc sweep/shape_step.cc sweep/sweep_plan.cc
           sweep/sweep.cc
   DEPS pb::calibrate pb::planner pb::strategies pb::data_parallel pb::reference pb::harness pb::kernels_cpu)
-parabench_test(NAME sweep_test SOURCES sweep/sweep_test.cc sweep/sweep_plan_test.cc DEPS pb::sweep TIMEOUT 120)
+parabench_test(NAME sweep_test SOURCES sweep/sweep_test.cc sweep/sweep_plan_test.cc DEPS pb::sweep TIMEOUT 600)
 
 list(APPEND PB_CLI_SOURCES cli/cmd_sweep.cc)
 list(APPEND PB_CLI_DEPS pb::sweep)
