@@ -23,7 +23,8 @@ if(PARABENCH_BUILD_TESTS)
   add_test(NAME cli_calibrate
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/calibrate_test.py
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_calibrate_work)
-  set_tests_properties(cli_calibrate PROPERTIES TIMEOUT 300 LABELS "cli")
+  # `full`: the quick suite calibrates once already, inside results_run_csv (parabench run).
+  set_tests_properties(cli_calibrate PROPERTIES TIMEOUT 300 LABELS "cli;full")
   # Code that is not ours (#15): PyTorch trains the canonical model from an
   # export with its own strategies (scripts/torch); verify passes every trace
   # and fails the deliberately broken ones. Skipped (77) without the adapter's
