@@ -24,7 +24,7 @@ full=0
 for a in "$@"; do
   case "$a" in
     --full) full=1 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$a' (use --full, or nothing for the quick suite)" >&2; exit 2 ;;
   esac
 done
