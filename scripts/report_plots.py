@@ -3,8 +3,10 @@ takes the loaded run and an output directory, writes PNGs and returns a list
 of (png_path, title, caption); it raises Skip(note) when the run lacks its
 data. Units are in every axis label; sizes spanning decades use log axes.
 """
+import csv
 import math
 import os
+import re
 from collections import defaultdict
 
 import matplotlib
@@ -25,6 +27,200 @@ plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 130, "font.size": 10, "ax
 
 class Skip(Exception):
     """The run has no data for this plot; the message says what is missing."""
+
+
+class RowError(Exception):
+    """Input the report cannot read (bad bytes, a torn CSV): the message names the file and line."""
+
+
+# Figures past these counts are aggregated or cut to the largest, with a note
+# saying what was left out: a report stays a few dozen figures whatever the run.
+MAX_FIGURES = 6     # figures per kind (one per model, precision and scaling group)
+MAX_PANELS = 24     # small multiples in one figure
+MAX_BARS = 40       # labelled bars in one panel
+MAX_LABELS = 60     # point annotations in one panel
+
+_notes = []
+
+
+def note(text):
+    """A note for the report's Notes list, attached to the figure being drawn (take_notes)."""
+    _notes.append(text)
+
+
+def take_notes(title):
+    out = ["%s: %s" % (title, n) for n in _notes]
+    del _notes[:]
+    return out
+
+
+class Row(tuple):
+    """One CSV row: a tuple of its cells read like a dict (get, [name]), then its
+    file and line. Subclassed per header (_idx: column -> position), so 200k rows
+    cost a tuple each, not a dict each."""
+    __slots__ = ()
+    _idx = {}
+
+    def get(self, key, default=None):
+        i = self._idx.get(key)
+        return default if i is None else tuple.__getitem__(self, i)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._idx[key])
+        return tuple.__getitem__(self, key)
+
+    def __contains__(self, key):
+        return key in self._idx
+
+    def origin(self):
+        """"file:line" of the row."""
+        return "%s:%s" % (tuple.__getitem__(self, -2), tuple.__getitem__(self, -1))
+
+
+def read_rows(path, name):
+    """(header, [Row]) of a CSV file; repeated cells are shared, not copied (a run's
+    host, kind, model, ... repeat on every row). Raises RowError naming the line."""
+    line = 1
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, [])
+            n = len(header)
+            cls = type("Row", (Row,), {"__slots__": (), "_idx": {c: i for i, c in enumerate(header)}})
+            caches = [{} for _ in header]
+            rows = []
+            for line, cells in enumerate(reader, start=2):
+                if len(cells) < n:
+                    cells += [""] * (n - len(cells))
+                vals = []
+                for cache, v in zip(caches, cells):
+                    if cache is not None:
+                        v = cache.setdefault(v, v)
+                    vals.append(v)
+                vals += [name, line]
+                rows.append(cls(vals))
+                if line == 1002:  # columns of unique figures stop being cached
+                    caches = [c if c is not None and len(c) < 200 else None for c in caches]
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise RowError("%s: line %d: %s" % (name, line + 1 if isinstance(e, UnicodeDecodeError) else line,
+                                            " ".join(str(e).split())))
+    return header, rows
+
+
+def culprit(tb):
+    """"file:line" of the innermost Row a traceback's frames were handling ('' when none)."""
+    found = ""
+    while tb is not None:
+        for v in tb.tb_frame.f_locals.values():
+            if isinstance(v, Row):
+                found = v.origin()
+            elif isinstance(v, tuple) and v and isinstance(v[0], Row):
+                found = v[0].origin()
+        tb = tb.tb_next
+    return found
+
+
+def point_label(r):
+    """A row's point as the report names it."""
+    parts = [r.get(k) for k in ("model", "precision", "mesh", "strategy", "op", "quantity") if r.get(k)]
+    return " ".join(parts) or "world %s" % r.get("world", "?")
+
+
+def _bad(row, col, positive=False, integer=False, required=False):
+    """Why a cell cannot be plotted ('' when it can, or is empty and not required)."""
+    v = row.get(col, "")
+    if v in ("", None):
+        return "%s is empty" % col if required else ""
+    try:
+        x = float(v)
+    except ValueError:
+        return "%s is not a number (%r)" % (col, v)
+    if not math.isfinite(x):
+        return "%s is %s" % (col, v)
+    if x < 0 or (positive and x == 0):
+        return "%s is %s" % (col, v)
+    if integer and x != int(x):
+        return "%s is not a whole number (%s)" % (col, v)
+    return ""
+
+
+SWEEP_CHECKS = ([("world", dict(positive=True, integer=True, required=True)),
+                 ("tokens_per_s", dict(positive=True)), ("step_time_s", dict(positive=True)),
+                 ("step_time_min_s", dict(positive=True)), ("step_time_max_s", dict(positive=True)),
+                 ("bubble", {}), ("moe_dropped", {}), ("moe_load_max_mean", {})]
+                + [(c, {}) for c in ("mem_params", "mem_grads", "mem_optimizer", "mem_activations", "mem_comm",
+                                     "mem_workspace", "mem_total", "comm_dp_bytes", "comm_tp_bytes", "comm_cp_bytes",
+                                     "comm_pp_bytes", "comm_ep_bytes")])
+CHECKS = {
+    "sweep": SWEEP_CHECKS,
+    "plan": [("world", dict(positive=True, integer=True, required=True)), ("est_tokens_per_s", dict(positive=True)),
+             ("est_bubble", {}), ("mem_total", {})],
+    "collective": [("world", dict(positive=True, integer=True)), ("bytes", dict(positive=True, integer=True)),
+                   ("busbw_gbps", dict(positive=True))],
+    "train_step": [("step", dict(integer=True, required=True)), ("loss", {})],
+}
+
+
+def sanitize(run):
+    """Moves the ok rows whose figures cannot be drawn (NaN, negative, zero world, ...) from the run to
+    run['skipped'] as (row, reason); a conformance row keeps its place in the table (its verdict stands) and
+    the figure leaves a non-finite ratio out itself. Timeline rows need whole ranks and finite times."""
+    run["skipped"] = []
+    for kind in ("sweep", "plan", "collective", "train_step", "profile_plan"):
+        checks = CHECKS["plan" if kind == "profile_plan" else kind]
+        keep = []
+        for r in run[kind]:
+            why = ""
+            if r.get("status", "ok") == "ok":
+                for col, kw in checks:
+                    why = _bad(r, col, **kw)
+                    if why:
+                        break
+            if why:
+                run["skipped"].append((r, why))
+            else:
+                keep.append(r)
+        run[kind] = keep
+    for i, (name, rows) in enumerate(run["timelines"]):
+        keep = []
+        for r in rows:
+            why = (_bad(r, "rank", integer=True, required=True) or _bad(r, "start", required=True)
+                   or _bad(r, "end", required=True)
+                   or ("end %s before start %s" % (r["end"], r["start"]) if float(r["end"]) < float(r["start"])
+                       else ""))
+            if why:
+                run["skipped"].append((r, why))
+            else:
+                keep.append(r)
+        run["timelines"][i] = (name, keep)
+    for r in run["conformance"]:
+        why = _bad(r, "ratio")
+        if why and r.get("bitwise") != "1":
+            run["skipped"].append((r, why + "; its verdict stays in the table"))
+    return run
+
+
+def family(strategy):
+    """A strategy text's family, by its outermost mechanism: pipeline, context, tensor, expert, sharded data
+    (ZeRO, FSDP, HSDP), data (DDP)."""
+    s = (strategy or "").lower()
+    if re.search(r"\b(1f1b|gpipe|interleaved|2bw|zb[-\w]*)\b|\bpp\d", s):
+        return "pipeline"
+    if re.search(r"\bcp\d|cp_algo|ring|ulysses", s):
+        return "context"
+    if re.search(r"\btp\d", s):
+        return "tensor"
+    if re.search(r"\bmoe\b|\bep\d", s):
+        return "expert"
+    if re.search(r"zero|fsdp|hsdp|hzero|shard=(?!none)", s):
+        return "sharded data"
+    return "data"
+
+
+def median(v):
+    """The upper median of v (None when empty)."""
+    return sorted(v)[len(v) // 2] if v else None
 
 
 def num(row, col):
@@ -85,9 +281,15 @@ def ranks_axis(ax, worlds):
 
 
 def save(fig, out, name):
+    """Writes the figure to a temporary name then renames it: a killed report leaves no partial PNG."""
     path = os.path.join(out, name)
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        fig.savefig(path + ".tmp", bbox_inches="tight", format="png")
+        os.replace(path + ".tmp", path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(path + ".tmp"):
+            os.remove(path + ".tmp")
     return path
 
 
