@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 
 from report_plots import (ACTION_COLORS, MAX_LABELS, Skip, byte_unit, family, groups, legend_outside,  # noqa: F401
-                          log_ticks, note, num, ok, plt, save, strategy_colors)
+                          log_ticks, note, num, ok, plt, save, series, strategy_colors)
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
@@ -27,7 +27,13 @@ def conformance(run, out):
     if not rows:
         raise Skip("no conformance rows")
     quantities = ["loss", "grads", "params"]
-    fams = [f for f in FAMILIES if any(family(r.get("strategy")) == f for r in rows)]
+    fam_of = {}
+    cells = defaultdict(list)  # (quantity, family) -> rows
+    for r in rows:
+        st = r.get("strategy")
+        f = fam_of.get(st) or fam_of.setdefault(st, family(st))
+        cells[(r.get("quantity"), f)].append(r)
+    fams = [f for f in FAMILIES if f in fam_of.values()]
     ratios = [x for x in (num(r, "ratio") for r in rows if r.get("bitwise") != "1") if x]
     # The left edge: half the smallest ratio, not below EDGE (six decades under C = 8 read as exact).
     floor_x = max(EDGE, min([1e-2] + [x / 2 for x in ratios]))
@@ -35,12 +41,11 @@ def conformance(run, out):
     hi = 2.5 * max(ratios + thresholds + [1.0])
     fig, axes = plt.subplots(1, 3, figsize=(15, 1.0 + 0.75 * len(fams) + 1.2), sharey=True, squeeze=False)
     axes = axes[0]
-    n_fail, named = 0, 0
+    n_fail = 0
     for ax, q in zip(axes, quantities):
-        mine = [r for r in rows if r.get("quantity") == q]
         outliers = []
         for y, f in enumerate(fams):
-            pts = [r for r in mine if family(r.get("strategy")) == f]
+            pts = cells.get((q, f), [])
             xs, ys, cs = [], [], []
             vals = []
             bitwise = 0
@@ -65,37 +70,39 @@ def conformance(run, out):
                 ax.plot([max(med, floor_x)], [y], marker="|", ms=16, mew=3, color="black", zorder=5)
             ax.text(hi, y + 0.42, "%d checks%s" % (len(pts), ", %d bitwise" % bitwise if bitwise else ""),
                     ha="right", va="bottom", fontsize=7, color="#555555")
-        # Named: every failure (up to MAX_LABELS over the figure), then the three largest ratios of the panel.
-        outliers.sort(key=lambda o: (o[0], o[1]))
-        fails = [o for o in outliers if o[2]]
-        n_fail += len(fails)
-        for k, (_good, _neg, failed, r, x, y) in enumerate(fails + [o for o in outliers if not o[2]][:3]):
-            if failed and named >= MAX_LABELS:
-                continue
-            named += failed
-            ax.annotate("%s (%s)%s" % (r.get("strategy", ""), r.get("precision", ""),
-                                       " step %s" % r["step"] if r.get("step") and q == "loss" else ""),
-                        (max(x, floor_x), y), xytext=(-4, 9 + 9 * (k % 3)), textcoords="offset points",
-                        ha="right", fontsize=6.5, color="#C44E52" if failed else "#333333",
-                        arrowprops=dict(arrowstyle="-", lw=0.5, color="#999999"))
+            # Named in the cell: its two worst failures (and how many more), else its largest ratio.
+            outliers.sort(key=lambda o: (o[0], o[1]))
+            fails = [o for o in outliers if o[2]]
+            n_fail += len(fails)
+            shown = fails[:2] if fails else outliers[:1]
+            for k, (_good, _neg, failed, r, x, _y) in enumerate(shown):
+                more = " +%d more failed" % (len(fails) - 2) if failed and k == len(shown) - 1 and len(fails) > 2 \
+                    else ""
+                ax.annotate("%s (%s)%s%s" % (r.get("strategy", ""), r.get("precision", ""),
+                                             " step %s" % r["step"] if r.get("step") and q == "loss" else "", more),
+                            (max(x, floor_x), y), xytext=(-6, 10 + 10 * k), textcoords="offset points",
+                            ha="right", fontsize=6.5, color="#C44E52" if failed else "#333333",
+                            arrowprops=dict(arrowstyle="-", lw=0.5, color="#999999"))
+            outliers = []
         for t in thresholds:
             ax.axvline(t, color="#C44E52", ls="--", lw=1.2, zorder=2)
         ax.set_xscale("log")
         ax.set_xlim(floor_x / 1.5, hi)
         log_ticks(ax.xaxis, subs=(1,) if math.log10(hi * 1.5 / floor_x) > 3 else (1, 2, 5))
-        ax.set_title("%s (%d checks)" % (q, len(mine)))
+        ax.set_title("%s (%d checks)" % (q, sum(len(cells.get((q, f), [])) for f in fams)))
         ax.set_xlabel("error / noise floor (log)")
         ax.grid(axis="y", visible=False)
     axes[0].set_yticks(range(len(fams)))
     axes[0].set_yticklabels(fams)
     axes[0].set_ylim(len(fams) - 0.45, -0.6)
     axes[0].set_ylabel("strategy family")
-    if n_fail > MAX_LABELS:
-        note("conformance figure: %d failures, the first %d named; the table lists all" % (n_fail, MAX_LABELS))
+    if n_fail:
+        note("conformance figure: %d failed checks, at most two named per family and quantity; the table lists "
+             "every configuration" % n_fail)
     handles = [Line2D([], [], marker="o", ls="", color="#4C72B0", label="a check (one config, step)"),
                Line2D([], [], marker="o", ls="", color="#8c8c8c", label="bitwise (exact), at the left edge"),
                Line2D([], [], marker="o", ls="", color="#4C72B0", alpha=0.55,
-                      label="ratio 0 or below %g: at the left edge" % floor_x),
+                      label="ratio 0 or below %.2g: at the left edge" % floor_x),
                Line2D([], [], marker="o", ls="", color="#C44E52", label="failed"),
                Line2D([], [], color="black", lw=2.5, marker="|", ms=10, label="median, 10-90% of the ratios"),
                Line2D([], [], color="#C44E52", ls="--", label="threshold C = %s" % ", ".join("%g" % t
@@ -186,14 +193,19 @@ def timelines(run, out):
 
 
 def plan_points(run):
-    """(sweep row, plan row) pairs for the same point: strategy, model, precision, mesh, batch, seq."""
+    """(sweep row, plan row) pairs for the same point: strategy, model, precision, mesh, batch, seq (kept in
+    the run: several tables and figures ask)."""
+    if "_plan_points" in run:
+        return run["_plan_points"]
     key = ("strategy", "model", "precision", "mesh", "global_batch", "seq_len")
     plans = {tuple(r.get(k, "") for k in key): r for r in ok(run["plan"])}
     pairs = []
-    for r in ok(run["sweep"]):
-        p = plans.get(tuple(r.get(k, "") for k in key))
-        if p is not None:
-            pairs.append((r, p))
+    if plans:
+        for r in ok(run["sweep"]):
+            p = plans.get(tuple(r.get(k, "") for k in key))
+            if p is not None:
+                pairs.append((r, p))
+    run["_plan_points"] = pairs
     return pairs
 
 
@@ -272,7 +284,7 @@ def plan_vs_measured(run, out):
     points = [(s, p, upper_median(t), upper_median(m)) for s, p, t, m in by_plan.values()]
     strategies = {s["strategy"] for s, _p, _t, _m in points}
     # Past a dozen strategies, colour by family (a legend of a hundred strategies reads as none).
-    colour_of = (lambda s: s["strategy"]) if len(strategies) <= 12 else (lambda s: family(s["strategy"]))
+    colour_of = (lambda s: s["strategy"]) if len(strategies) <= 12 else (lambda s: family(series(s)))
     colors = strategy_colors({colour_of(s) for s, _p, _t, _m in points})
     models = sorted({s["model"] for s, _p, _t, _m in points})
     marker = {m: MODEL_MARKERS[i % len(MODEL_MARKERS)] for i, m in enumerate(models)}
@@ -305,8 +317,9 @@ def plan_vs_measured(run, out):
         ax.plot(lim, lim, color="gray", ls="--", lw=1, label="estimate = measured")
         ax.set_xlim(lim)
         ax.set_ylim(lim)
-        log_ticks(ax.xaxis)
-        log_ticks(ax.yaxis)
+        subs = (1,) if lim[1] > 1000 * lim[0] else (1, 2, 5)  # past three decades 1-2-5 ticks overlap
+        log_ticks(ax.xaxis, subs=subs)
+        log_ticks(ax.yaxis, subs=subs)
         ax.set_xlabel("measured (%s)" % unit_name)
         ax.set_ylabel("planner estimate (%s)" % unit_name)
     med = (lambda v: upper_median(v) if v else float("nan"))

@@ -35,9 +35,9 @@ class RowError(Exception):
 
 # Figures past these counts are aggregated or cut to the largest, with a note
 # saying what was left out: a report stays a few dozen figures whatever the run.
-MAX_FIGURES = 6     # figures per kind (one per model, precision and scaling group)
-MAX_PANELS = 24     # small multiples in one figure
-MAX_BARS = 40       # labelled bars in one panel
+MAX_FIGURES = 4     # figures per kind (one per model, precision and scaling group)
+MAX_PANELS = 12     # small multiples in one figure
+MAX_BARS = 30       # labelled bars in one panel
 MAX_LABELS = 60     # point annotations in one panel
 
 _notes = []
@@ -61,9 +61,11 @@ class Row(tuple):
     __slots__ = ()
     _idx = {}
 
-    def get(self, key, default=None):
-        i = self._idx.get(key)
-        return default if i is None else tuple.__getitem__(self, i)
+    def get(self, key, default=None, _get=tuple.__getitem__):
+        try:
+            return _get(self, self._idx[key])
+        except KeyError:
+            return default
 
     def __getitem__(self, key):
         if isinstance(key, str):
@@ -127,9 +129,16 @@ def point_label(r):
     return " ".join(parts) or "world %s" % r.get("world", "?")
 
 
-def _bad(row, col, positive=False, integer=False, required=False):
+def _bad(row, col, positive=False, integer=False, required=False, _inf=float("inf")):
     """Why a cell cannot be plotted ('' when it can, or is empty and not required)."""
     v = row.get(col, "")
+    if v:  # the common case first: a finite figure in range
+        try:
+            x = float(v)
+            if (0 < x < _inf or (x == 0 and not positive)) and (not integer or x == int(x)):
+                return ""
+        except ValueError:
+            pass
     if v in ("", None):
         return "%s is empty" % col if required else ""
     try:
@@ -205,13 +214,14 @@ def family(strategy):
     """A strategy text's family, by its outermost mechanism: pipeline, context, tensor, expert, sharded data
     (ZeRO, FSDP, HSDP), data (DDP)."""
     s = (strategy or "").lower()
-    if re.search(r"\b(1f1b|gpipe|interleaved|2bw|zb[-\w]*)\b|\bpp\d", s):
+    n = r"(?!1\b)\d+"  # an axis of size > 1 (series texts name tp1 cp1 pp1)
+    if re.search(r"\b(1f1b|gpipe|interleaved|2bw|zb[-\w]*)\b|\bpp" + n, s):
         return "pipeline"
-    if re.search(r"\bcp\d|cp_algo|ring|ulysses", s):
+    if re.search(r"\bcp" + n + r"|cp_algo|\bring\b|ulysses", s):
         return "context"
-    if re.search(r"\btp\d", s):
+    if re.search(r"\btp" + n, s):
         return "tensor"
-    if re.search(r"\bmoe\b|\bep\d", s):
+    if re.search(r"\bmoe\b|\bep" + n, s):
         return "expert"
     if re.search(r"zero|fsdp|hsdp|hzero|shard=(?!none)", s):
         return "sharded data"
@@ -490,7 +500,7 @@ def stacked_per_group(run, out, sweep, cols, colors, ylabel, title, prefix, capt
     for (model, prec, scaling), rows in largest_groups(scaling_groups(sweep), prefix).items():
         fig = stacked_panels(run, rows, cols, colors, ylabel)
         fig.suptitle("%s: %s, %s, %s scaling" % (title, model, prec, scaling))
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        fig.tight_layout(rect=(0, 0.04, 1, 0.97))
         name = "%s_%s_%s_%s.png" % (prefix, model, prec, scaling)
         result.append((save(fig, out, name), "%s: %s %s %s" % (caption, model, prec, scaling), note_))
     return result
@@ -663,7 +673,7 @@ def context_parallel(run, out):
     plan = _plan_of(run["plan"])
     pts = bar_points(sweep, lambda r: (r.get("model", ""), r.get("mesh", ""), r.get("strategy", "")),
                      ["mem_activations", "comm_cp_bytes"], "context parallel")
-    fig, axes = plt.subplots(1, 2, figsize=(max(9, 1.1 * len(pts) + 3), 4.6))
+    fig, axes = plt.subplots(1, 2, figsize=(min(20, max(9, 1.1 * len(pts) + 3)), 4.6))
     for ax, (col, ylabel) in zip(axes, (("mem_activations", "activation bytes per rank"),
                                         ("comm_cp_bytes", "bytes sent on the cp group per step"))):
         unit = _measured_vs_plan(ax, pts, plan, col, "#55A868")
@@ -701,7 +711,7 @@ def mixture_of_experts(run, out):
     labels = [_moe_label(r) for _k, r, _m, _n in pts]
     x = list(range(len(pts)))
     colors = ["#C44E52" if _axis(r, "ep") > 1 else "#4C72B0" for _k, r, _m, _n in pts]
-    fig, axes = plt.subplots(1, 3, figsize=(max(12, 1.2 * len(pts) + 4), 4.8))
+    fig, axes = plt.subplots(1, 3, figsize=(min(22, max(12, 1.2 * len(pts) + 4)), 4.8))
     axes[0].bar(x, [(m["tokens_per_s"] or 0) / 1e3 for _k, _r, m, _n in pts], color=colors)
     axes[0].set_ylabel("k tokens/s (red: expert parallel)")
     unit = _measured_vs_plan(axes[1], pts, plan, "comm_ep_bytes", "#C44E52")

@@ -167,12 +167,15 @@ def big(d, n=BIG_ROWS):
 
 
 def report(d, what):
-    """Runs report.py on d: (exit code, output, seconds, the children's peak RSS in bytes so far)."""
-    t0 = time.monotonic()
+    """Runs report.py on d: (exit code, output, CPU seconds, the children's peak RSS in bytes so far)."""
+    t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([PYTHON, REPORT, d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    dt = time.monotonic() - t0
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    print("%s: exit %d in %.1f s, peak RSS of the children so far %.0f MiB" % (what, p.returncode, dt, rss / 2 ** 20))
+    wall = time.monotonic() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    rss = r1.ru_maxrss * 1024
+    print("%s: exit %d, %.1f s CPU, %.1f s wall, peak RSS of the children so far %.0f MiB" % (
+        what, p.returncode, cpu, wall, rss / 2 ** 20))
     check(p.returncode == 0, "%s: exit 0 (output:\n%s)" % (what, p.stdout[-3000:]))
     check("Traceback" not in p.stdout, "%s: no traceback" % what)
     check(os.path.isfile(os.path.join(d, "report.html")), "%s: report.html written" % what)
@@ -195,8 +198,9 @@ def main():
         return 0
 
     # The big run first: the children's peak RSS is then its own (the fixtures' runs come after).
-    _rc, out, dt, rss = report(dirs["big"], "200k sweep rows")
-    check(dt < LIMIT_S, "200k rows: %.1f s < %.0f s" % (dt, LIMIT_S))
+    _rc, out, cpu, rss = report(dirs["big"], "200k sweep rows")
+    # CPU seconds, not wall: ctest -j and a shared 2-core machine stretch the wall clock, not the work.
+    check(cpu < LIMIT_S, "200k rows: %.1f s of CPU < %.0f s" % (cpu, LIMIT_S))
     check(rss < LIMIT_RSS, "200k rows: peak RSS %.0f MiB < 1024 MiB" % (rss / 2 ** 20))
     check(len(glob.glob(os.path.join(dirs["big"], "*.png"))) >= 8, "200k rows: the figures written")
     with open(os.path.join(dirs["big"], "report.html")) as fh:
