@@ -61,7 +61,8 @@ def conformance(run, out):
                 cs.append("#C44E52" if failed else "#8c8c8c" if bw else "#4C72B0")
                 if failed or (ratio is not None and not bw):
                     outliers.append((not failed, -(ratio if ratio is not None else math.inf), failed, r, x, y))
-            ax.scatter(xs, ys, s=9, c=cs, alpha=0.55, linewidths=0, zorder=3)
+            ax.scatter(xs, ys, s=9 if len(rows) > 2000 else 20, c=cs, alpha=0.55 if len(rows) > 2000 else 0.8,
+                       linewidths=0, zorder=3)
             if vals:
                 v = sorted(vals)
                 lo, med, top = v[len(v) // 10], v[len(v) // 2], v[min(len(v) - 1, (9 * len(v)) // 10)]

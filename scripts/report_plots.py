@@ -711,7 +711,10 @@ def mixture_of_experts(run, out):
     labels = [_moe_label(r) for _k, r, _m, _n in pts]
     x = list(range(len(pts)))
     colors = ["#C44E52" if _axis(r, "ep") > 1 else "#4C72B0" for _k, r, _m, _n in pts]
-    fig, axes = plt.subplots(1, 3, figsize=(min(22, max(12, 1.2 * len(pts) + 4)), 4.8))
+    if len(pts) <= 12:
+        fig, axes = plt.subplots(1, 3, figsize=(max(12, 1.2 * len(pts) + 4), 4.8))
+    else:  # many points: the three panels stacked, each as wide as its labels need
+        fig, axes = plt.subplots(3, 1, figsize=(max(10, 0.42 * len(pts) + 3), 13))
     axes[0].bar(x, [(m["tokens_per_s"] or 0) / 1e3 for _k, _r, m, _n in pts], color=colors)
     axes[0].set_ylabel("k tokens/s (red: expert parallel)")
     unit = _measured_vs_plan(axes[1], pts, plan, "comm_ep_bytes", "#C44E52")
@@ -721,13 +724,19 @@ def mixture_of_experts(run, out):
                    loc="upper right", fontsize=7)
     drop = [100 * (m["moe_dropped"] or 0) for _k, _r, m, _n in pts]
     axes[2].bar(x, drop, color=colors)
-    for i, (_k, _r, m, _n) in enumerate(pts):
+    for i, (_k, _r, m, _n) in enumerate(pts if len(pts) <= 20 else []):
         axes[2].annotate("%.2f" % (m["moe_load_max_mean"] or 0), (i, drop[i]), ha="center", va="bottom", fontsize=7)
-    axes[2].set_ylabel("choices dropped at capacity, % (label: max/mean expert load)")
-    for ax in axes:
+    axes[2].set_ylabel("choices dropped at capacity, %%%s" % (" (label: max/mean expert load)" if len(pts) <= 20
+                                                             else ""))
+    for i, ax in enumerate(axes):
         ax.set_xticks(x)
-        ax.set_xticklabels(labels, fontsize=7, rotation=40, ha="right")
+        if len(pts) <= 12 or i == 2:  # stacked panels: the labels under the last one only
+            ax.set_xticklabels(labels, fontsize=7, rotation=40, ha="right")
+        else:
+            ax.set_xticklabels([])
     fig.suptitle("Mixture of experts: data vs expert parallel, capacity factor and mode")
+    if len(pts) > 12:
+        fig.tight_layout()
     return [(save(fig, out, "moe_ep.png"), "Mixture of experts: data and expert parallel",
              "Per sweep point of an MoE model (tiny-moe variants: -cf<F> capacity factor, -local capacity): "
              "throughput; the bytes of the expert-parallel all-to-alls per step (counts, dispatch and combine "
