@@ -3,7 +3,6 @@ ratios, training loss curves, pipeline timelines (Gantt), and the planner's
 estimates against measured sweep points. Same contract as report_plots.py.
 """
 import math
-import os
 import re
 from collections import defaultdict
 

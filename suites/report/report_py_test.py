@@ -245,6 +245,19 @@ def main():
     check(p.returncode != 0 and "Traceback" not in p.stdout and "sweep.csv" in p.stdout
           and len(p.stdout.strip().splitlines()) == 1, "bad bytes: one line naming the file (%r)" % p.stdout)
 
+    # A figure failing on a row no check foresaw: one line naming that row, exit 1, no traceback.
+    inject = ("import sys; sys.path.insert(0, %r); sys.argv = ['report.py', %r]; import report, report_plots\n"
+              "def bubble(run, out):\n"
+              "    for r in run['sweep']:\n"
+              "        if r.get('world') == '4': 1 / 0\n"
+              "report_plots.bubble = bubble\n"
+              "sys.exit(report.main())\n") % (SCRIPTS, dirs["fixture"])
+    p = subprocess.run([PYTHON, "-c", inject], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = [ln for ln in p.stdout.splitlines() if not ln.startswith(("wrote", "note"))]
+    check(p.returncode == 1 and "Traceback" not in p.stdout and len(lines) == 1
+          and lines[0].startswith("report: error: sweep.csv:") and "ZeroDivisionError" in lines[0],
+          "a failing figure: one line naming the row (%r)" % lines)
+
     if failures:
         print("%d check(s) failed" % len(failures))
         return 1
