@@ -36,7 +36,7 @@ class RowError(Exception):
 # Figures past these counts are aggregated or cut to the largest, with a note
 # saying what was left out: a report stays a few dozen figures whatever the run.
 MAX_FIGURES = 4     # figures per kind (one per model, precision and scaling group)
-MAX_PANELS = 12     # small multiples in one figure
+MAX_PANELS = 24     # small multiples in one figure
 MAX_BARS = 30       # labelled bars in one panel
 MAX_LABELS = 60     # point annotations in one panel
 
@@ -49,7 +49,7 @@ def note(text):
 
 
 def take_notes(title):
-    out = ["%s: %s" % (title, n) for n in _notes]
+    out = ["%s: %s" % (title, n) for n in dict.fromkeys(_notes)]  # each note once
     del _notes[:]
     return out
 
