@@ -38,7 +38,7 @@ class RowError(Exception):
 MAX_FIGURES = 4     # figures per kind (one per model, precision and scaling group)
 MAX_PANELS = 24     # small multiples in one figure
 MAX_BARS = 30       # labelled bars in one panel
-MAX_LABELS = 60     # point annotations in one panel
+MAX_LABELS = 120    # point annotations in one panel
 
 _notes = []
 
@@ -476,6 +476,7 @@ def stacked_panels(run, rows, cols, colors, what):
                 bottom = [b + y for b, y in zip(bottom, v)]
             top = max([top] + bottom)
         ax.set_xticks(x)
+        ax.set_xlim(-0.6, max(len(mine), 3) - 0.4)  # a lone world keeps a bar's width, not the panel's
         ax.set_xticklabels([str(w) for w, _r, _m in mine])
         ax.set_xlabel("ranks (world size)")
         ax.set_title(s, fontsize=9)
