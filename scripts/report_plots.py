@@ -163,7 +163,7 @@ SWEEP_CHECKS = ([("world", dict(positive=True, integer=True, required=True)),
                                      "comm_pp_bytes", "comm_ep_bytes")])
 CHECKS = {
     "sweep": SWEEP_CHECKS,
-    "plan": [("world", dict(positive=True, integer=True, required=True)), ("est_tokens_per_s", dict(positive=True)),
+    "plan": [("world", dict(positive=True, integer=True, required=True)), ("est_tokens_per_s", {}),
              ("est_bubble", {}), ("mem_total", {})],
     "collective": [("world", dict(positive=True, integer=True)), ("bytes", dict(positive=True, integer=True)),
                    ("busbw_gbps", dict(positive=True))],
