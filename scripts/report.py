@@ -45,18 +45,16 @@ PROFILE_PLAN = "profile_plan.csv"
 
 
 def load(run_dir):
-    """{kind: [row dict]}, plus 'timelines': [(name, rows)], 'auxiliary': [file] (other
+    """{kind: [row]}, plus 'timelines': [(name, rows)], 'auxiliary': [file] (other
     auxiliary files of results/schema.json, e.g. comm_counters), 'ignored': [file] and
-    'profile_plan': the plan rows of PROFILE_PLAN (not among 'plan')."""
+    'profile_plan': the plan rows of PROFILE_PLAN (not among 'plan'). Rows are
+    report_plots.Row (a tuple read like a dict, knowing its file and line); rows
+    whose figures cannot be drawn are moved to 'skipped' (sanitize)."""
     run = {k: [] for k in KINDS}
     run["timelines"], run["auxiliary"], run["ignored"], run["profile_plan"] = [], [], [], []
     files = sorted(f for f in os.listdir(run_dir) if f.endswith(".csv"))
     for f in files:
-        path = os.path.join(run_dir, f)
-        with open(path, newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            rows = list(reader)
+        header, rows = report_plots.read_rows(os.path.join(run_dir, f), f)
         if header[:len(TIMELINE)] == TIMELINE:
             run["timelines"].append((os.path.splitext(f)[0], rows))
         elif "kind" in header and f == PROFILE_PLAN:
@@ -69,7 +67,19 @@ def load(run_dir):
             run["auxiliary"].append(f)
         else:
             run["ignored"].append(f)
-    return run
+    return report_plots.sanitize(run)
+
+
+def skipped_section(run, limit=200):
+    """The rows left out of the figures, each with its file, line and reason ('' when none)."""
+    skipped = run["skipped"]
+    if not skipped:
+        return ""
+    rows = [(r.origin(), r.get("kind", ""), report_plots.point_label(r), why) for r, why in skipped[:limit]]
+    more = ("<p>%d more not listed.</p>" % (len(skipped) - limit)) if len(skipped) > limit else ""
+    return ("<h2>Skipped rows</h2><p>%d row(s) of the run have figures no plot can draw (a valid CSV may hold NaN, "
+            "negative or zero figures); they are left out of the figures, the rest is drawn.</p>%s%s"
+            % (len(skipped), table(["file:line", "kind", "point", "reason"], rows), more))
 
 
 def fmt(v, pct=False):
@@ -120,6 +130,7 @@ def build(run_dir, out):
         except report_plots.Skip as e:
             notes.append("%s: skipped (%s)" % (title, e))
             continue
+        notes += report_plots.take_notes(title)
         parts = []
         for path, caption_title, caption in figs:
             with open(path, "rb") as fh:
@@ -135,9 +146,7 @@ def build(run_dir, out):
                                                                              report_checks.GOAL_MEMORY))
             parts.append(table(["points", "count", "throughput median |error|", "worst (error, point)",
                                 "memory median |error|", "goal"], report_checks.plan_summary(run)))
-            parts.append(table(["model", "strategy", "mesh", "tokens/s measured", "tokens/s planned", "error",
-                                "mem measured (MiB)", "mem planned (MiB)", "error"], report_checks.plan_table(run),
-                               pct_cols=(5, 8)))
+            parts.append(plan_table_html(run))
             profile = {"sweep": run["sweep"], "plan": run["profile_plan"]}
             if report_checks.plan_points(profile):
                 reasons = sorted({r.get("reason", "") for r in run["profile_plan"]})
@@ -147,14 +156,13 @@ def build(run_dir, out):
                              "oversubscribed points are not among them.</p>" % html.escape("; ".join(reasons)))
                 parts.append(table(["points", "count", "throughput median |error|", "worst (error, point)",
                                     "memory median |error|", "goal"], report_checks.plan_summary(profile)))
-                parts.append(table(["model", "strategy", "mesh", "tokens/s measured", "tokens/s planned", "error",
-                                    "mem measured (MiB)", "mem planned (MiB)", "error"],
-                                   report_checks.plan_table(profile), pct_cols=(5, 8)))
+                parts.append(plan_table_html(profile))
         sections.append("<h2>%s</h2>%s" % (html.escape(title), "".join(parts)))
     if run["conformance"]:
         sections.append("<h2>Conformance ratios</h2>" + table(
             ["strategy", "precision", "quantity", "checks", "max ratio", "threshold C", "bitwise", "verdict"],
             report_checks.conformance_table(run)))
+    sections.append(skipped_section(run))
     for f in run["ignored"]:
         notes.append("%s: not a results CSV (no kind column) nor an auxiliary file of results/schema.json; "
                      "ignored" % f)
@@ -162,6 +170,18 @@ def build(run_dir, out):
     intro = "Run directory <code>%s</code>: %s rows, %d timelines." % (
         html.escape(os.path.abspath(run_dir)), counts or "no", len(run["timelines"]))
     return write_html(out, "parabench report", intro, sections, notes), pngs, notes
+
+
+def plan_table_html(run, limit=100):
+    """The per-point plan table; past `limit` points, the `limit` with the largest |throughput error|."""
+    rows = report_checks.plan_table(run)
+    lead = ""
+    if len(rows) > limit:
+        lead = ("<p>%d points; the %d with the largest |throughput error| are listed.</p>" % (len(rows), limit))
+        rows = sorted(sorted(rows, key=lambda r: -abs(r[5]) if r[5] is not None else 0)[:limit],
+                      key=lambda r: (r[0], r[1]))
+    return lead + table(["model", "strategy", "mesh", "tokens/s measured", "tokens/s planned", "error",
+                         "mem measured (MiB)", "mem planned (MiB)", "error"], rows, pct_cols=(5, 8))
 
 
 def write_html(out, title, intro, sections, notes):
@@ -173,8 +193,9 @@ def write_html(out, title, intro, sections, notes):
         ("<h2>Notes</h2><ul>%s</ul>" % "".join("<li class='note'>%s</li>" % html.escape(n) for n in notes))
         if notes else "")
     path = os.path.join(out, "report.html")
-    with open(path, "w") as fh:
+    with open(path + ".tmp", "w") as fh:
         fh.write(doc)
+    os.replace(path + ".tmp", path)  # a killed report leaves no half-written page
     return path
 
 
@@ -198,11 +219,16 @@ def build_compare(dirs, out):
         except report_plots.Skip as e:
             notes.append("%s: skipped (%s)" % (title, e))
             continue
+        notes += report_plots.take_notes(title)
         pngs += [f[0] for f in figs]
         sections.append("<h2>%s</h2>%s" % (html.escape(title), "".join(figure_html(*f) for f in figs)))
     for (d, run) in runs:
         for f in run["ignored"]:
             notes.append("%s/%s: not a results CSV; ignored" % (d, f))
+    for (d, run) in runs:
+        if run["skipped"]:
+            notes.append("%s: %d row(s) left out of the figures (first: %s, %s)" % (
+                d, len(run["skipped"]), run["skipped"][0][0].origin(), run["skipped"][0][1]))
     intro = html.escape("; ".join("%s: %s" % (l, os.path.abspath(d)) for l, (d, _r) in zip(labels, runs))) + "."
     return write_html(out, "parabench report: %d runs side by side" % len(runs), intro, sections, notes), pngs, notes
 
@@ -225,11 +251,19 @@ def main():
             path, pngs, notes = build_compare(a.dirs, a.out)
         else:
             path, pngs, notes = build(a.dirs[0], a.out or a.dirs[0])
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
+    except report_plots.RowError as e:
         # Input the C++ side did not pre-check (the script run by hand): a
-        # message naming the file, not a traceback.
+        # message naming the file and line, not a traceback.
         print("report: error: %s" % e, file=sys.stderr)
         return 2
+    except (OSError, csv.Error) as e:
+        print("report: error: %s" % e, file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 -- never a traceback: one line naming the row being drawn
+        where = report_plots.culprit(e.__traceback__)
+        print("report: error: %s%s: %s" % (where + ": " if where else "", type(e).__name__,
+                                          " ".join(str(e).split())), file=sys.stderr)
+        return 1
     for p in pngs:
         print("wrote", p)
     for n in notes:

@@ -3,58 +3,118 @@ ratios, training loss curves, pipeline timelines (Gantt), and the planner's
 estimates against measured sweep points. Same contract as report_plots.py.
 """
 import math
-import os
 import re
 from collections import defaultdict
 
-from report_plots import (ACTION_COLORS, Skip, byte_unit, groups, log_ticks, num, ok, plt,  # noqa: F401
-                          save, strategy_colors)
+from report_plots import (ACTION_COLORS, MAX_LABELS, Skip, byte_unit, family, groups, legend_outside,  # noqa: F401
+                          log_ticks, note, num, ok, plt, save, series, strategy_colors)
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 
+FAMILIES = ["data", "sharded data", "tensor", "context", "expert", "pipeline"]
+EDGE = 1e-6
+
+
 def conformance(run, out):
+    """One screen for any number of configurations: a panel per quantity, a
+    row per strategy family, each check a point at its ratio (log axis, a
+    little vertical jitter), the family's median and 10-90% range as a bar,
+    the threshold C as a red line; failures red and named, and the largest
+    ratios of each panel named."""
     rows = [r for r in run["conformance"] if r.get("quantity") in ("loss", "grads", "params")]
     if not rows:
         raise Skip("no conformance rows")
-    keys = sorted({(r["strategy"], r["precision"]) for r in rows})
     quantities = ["loss", "grads", "params"]
-    markers = dict(zip(quantities, ["o", "s", "D"]))
-    fig, ax = plt.subplots(figsize=(10, 0.42 * len(keys) + 1.8))
-    ratios = [num(r, "ratio") for r in rows if num(r, "ratio")]
-    floor_x = min([1e-2] + [x / 2 for x in ratios])
-    thresholds = set()
-    for y, (s, p) in enumerate(keys):
-        for q in quantities:
-            pts = [r for r in rows if (r["strategy"], r["precision"], r["quantity"]) == (s, p, q)]
-            for r in pts:
-                ratio, bitwise = num(r, "ratio"), r.get("bitwise") == "1"
+    fam_of = {}
+    cells = defaultdict(list)  # (quantity, family) -> rows
+    for r in rows:
+        st = r.get("strategy")
+        f = fam_of.get(st) or fam_of.setdefault(st, family(st))
+        cells[(r.get("quantity"), f)].append(r)
+    fams = [f for f in FAMILIES if f in fam_of.values()]
+    ratios = [x for x in (num(r, "ratio") for r in rows if r.get("bitwise") != "1") if x]
+    # The left edge: half the smallest ratio, not below EDGE (six decades under C = 8 read as exact).
+    floor_x = max(EDGE, min([1e-2] + [x / 2 for x in ratios]))
+    thresholds = sorted({num(r, "threshold") for r in rows if num(r, "threshold")})
+    hi = 2.5 * max(ratios + thresholds + [1.0])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 1.0 + 0.75 * len(fams) + 1.2), sharey=True, squeeze=False)
+    axes = axes[0]
+    n_fail = 0
+    for ax, q in zip(axes, quantities):
+        outliers = []
+        for y, f in enumerate(fams):
+            pts = cells.get((q, f), [])
+            xs, ys, cs = [], [], []
+            vals = []
+            bitwise = 0
+            for i, r in enumerate(pts):
+                ratio, bw = num(r, "ratio"), r.get("bitwise") == "1"
                 failed = r.get("pass") == "0" or r.get("status") == "failed"
-                if num(r, "threshold"):
-                    thresholds.add(num(r, "threshold"))
-                x = floor_x if bitwise or not ratio else ratio
-                ax.scatter(max(x, floor_x), y + (quantities.index(q) - 1) * 0.22, marker=markers[q], s=28,
-                           color="#C44E52" if failed else "#8c8c8c" if bitwise else "#4C72B0", zorder=3)
-    for t in sorted(thresholds):
-        ax.axvline(t, color="#C44E52", ls="--", lw=1)
-        ax.text(t, -0.55, "threshold C = %g " % t, color="#C44E52", va="top", ha="right", fontsize=9)
-    ax.set_xscale("log")
-    lo, hi = floor_x / 1.5, 2.5 * max(ratios + list(thresholds) + [1.0])
-    ax.set_xlim(lo, hi)
-    # Past three decades, ticks at 1, 2, 5 x 10^k overlap: keep the powers of ten.
-    log_ticks(ax.xaxis, subs=(1,) if math.log10(hi / lo) > 3 else (1, 2, 5))
-    ax.set_yticks(range(len(keys)))
-    ax.set_yticklabels(["%s (%s)" % k for k in keys])
-    ax.set_ylim(-0.7, len(keys) - 0.1)
-    ax.invert_yaxis()
-    ax.set_xlabel("error / noise floor (ratio, log scale; bitwise checks drawn at the left edge)")
-    ax.set_title("Conformance: distance to fp64 truth over the reference's floor")
-    handles = [Line2D([], [], marker=markers[q], ls="", color="#4C72B0", label=q) for q in quantities]
-    handles += [Patch(color="#8c8c8c", label="bitwise (exact)"), Patch(color="#C44E52", label="failed")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="quantity")
-    fig.tight_layout()
+                bitwise += bw
+                x = floor_x if bw or not ratio else ratio
+                if not bw and ratio:
+                    vals.append(ratio)
+                xs.append(max(x, floor_x))
+                ys.append(y + 0.32 * (((i * 0.6180339887) % 1.0) - 0.5))
+                cs.append("#C44E52" if failed else "#8c8c8c" if bw else "#4C72B0")
+                if failed or (ratio is not None and not bw):
+                    outliers.append((not failed, -(ratio if ratio is not None else math.inf), failed, r, x, y))
+            ax.scatter(xs, ys, s=9 if len(rows) > 2000 else 20, c=cs, alpha=0.55 if len(rows) > 2000 else 0.8,
+                       linewidths=0, zorder=3)
+            if vals:
+                v = sorted(vals)
+                lo, med, top = v[len(v) // 10], v[len(v) // 2], v[min(len(v) - 1, (9 * len(v)) // 10)]
+                ax.plot([max(lo, floor_x), max(top, floor_x)], [y, y], color="black", lw=2.5, alpha=0.6, zorder=4,
+                        solid_capstyle="butt")
+                ax.plot([max(med, floor_x)], [y], marker="|", ms=16, mew=3, color="black", zorder=5)
+            ax.text(hi, y + 0.42, "%d checks%s" % (len(pts), ", %d bitwise" % bitwise if bitwise else ""),
+                    ha="right", va="bottom", fontsize=7, color="#555555")
+            # Named in the cell: its two worst failures (and how many more), else its largest ratio.
+            outliers.sort(key=lambda o: (o[0], o[1]))
+            fails = [o for o in outliers if o[2]]
+            n_fail += len(fails)
+            shown = fails[:2] if fails else outliers[:1]
+            for k, (_good, _neg, failed, r, x, _y) in enumerate(shown):
+                more = " +%d more failed" % (len(fails) - 2) if failed and k == len(shown) - 1 and len(fails) > 2 \
+                    else ""
+                ax.annotate("%s (%s)%s%s" % (r.get("strategy", ""), r.get("precision", ""),
+                                             " step %s" % r["step"] if r.get("step") and q == "loss" else "", more),
+                            (max(x, floor_x), y), xytext=(-6, 10 + 10 * k), textcoords="offset points",
+                            ha="right", fontsize=6.5, color="#C44E52" if failed else "#333333",
+                            arrowprops=dict(arrowstyle="-", lw=0.5, color="#999999"))
+            outliers = []
+        for t in thresholds:
+            ax.axvline(t, color="#C44E52", ls="--", lw=1.2, zorder=2)
+        ax.set_xscale("log")
+        ax.set_xlim(floor_x / 1.5, hi)
+        log_ticks(ax.xaxis, subs=(1,) if math.log10(hi * 1.5 / floor_x) > 3 else (1, 2, 5))
+        ax.set_title("%s (%d checks)" % (q, sum(len(cells.get((q, f), [])) for f in fams)))
+        ax.set_xlabel("error / noise floor (log)")
+        ax.grid(axis="y", visible=False)
+    axes[0].set_yticks(range(len(fams)))
+    axes[0].set_yticklabels(fams)
+    axes[0].set_ylim(len(fams) - 0.45, -0.6)
+    axes[0].set_ylabel("strategy family")
+    if n_fail:
+        note("conformance figure: %d failed checks, at most two named per family and quantity; the table lists "
+             "every configuration" % n_fail)
+    handles = [Line2D([], [], marker="o", ls="", color="#4C72B0", label="a check (one config, step)"),
+               Line2D([], [], marker="o", ls="", color="#8c8c8c", label="bitwise (exact), at the left edge"),
+               Line2D([], [], marker="o", ls="", color="#4C72B0", alpha=0.55,
+                      label="ratio 0 or below %.2g: at the left edge" % floor_x),
+               Line2D([], [], marker="o", ls="", color="#C44E52", label="failed"),
+               Line2D([], [], color="black", lw=2.5, marker="|", ms=10, label="median, 10-90% of the ratios"),
+               Line2D([], [], color="#C44E52", ls="--", label="threshold C = %s" % ", ".join("%g" % t
+                                                                                           for t in thresholds))]
+    fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=8, bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle("Conformance: distance to fp64 truth over the reference's floor, %d configurations by family"
+                 % len({(r.get("strategy"), r.get("precision")) for r in rows}))
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return [(save(fig, out, "conformance_ratios.png"), "Conformance ratios",
-             "Each point is one checked quantity (every loss step, step-1 grads, final params).")]
+             "Each point is one checked quantity (every loss step, step-1 grads, final params) of one "
+             "configuration, in its strategy family's row; named: failures and each panel's largest ratios. "
+             "The table below lists every configuration.")]
 
 
 def conformance_table(run):
@@ -83,7 +143,10 @@ def losses(run, out):
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("training loss (mean cross-entropy, nats)")
     ax.set_title("Training loss per step")
-    ax.legend(loc="best", title="mesh, backend, config")
+    if len(ax.get_lines()) > 8:
+        legend_outside(ax, title="mesh, backend, config", fontsize=7)
+    else:
+        ax.legend(loc="best", title="mesh, backend, config")
     fig.tight_layout()
     return [(save(fig, out, "train_loss.png"), "Training loss", "Loss of every step of each training run.")]
 
@@ -93,27 +156,34 @@ def timelines(run, out):
         raise Skip("no pipeline timeline CSV (columns rank,action,microbatch,chunk,start,end)")
     result = []
     for name, rows in run["timelines"]:
-        ranks = sorted({int(r["rank"]) for r in rows})
+        if not rows:
+            note("%s: no row to draw" % name)
+            continue
+        ranks = sorted({int(float(r["rank"])) for r in rows})
         end = max(float(r["end"]) for r in rows)
         fig, ax = plt.subplots(figsize=(11, 0.55 * len(ranks) + 1.6))
         busy = defaultdict(float)
+        spans = defaultdict(list)
+        labelled = len(rows) <= 2000  # microbatch numbers only while they can be read
         for r in rows:
-            s, e, rank = float(r["start"]), float(r["end"]), int(r["rank"])
-            busy[rank] += e - s
-            ax.barh(rank, e - s, left=s, height=0.8, color=ACTION_COLORS.get(r["action"], "#999999"),
-                    edgecolor="white", linewidth=0.6)
-            if (e - s) / end > 0.012:
+            st, e, rank = float(r["start"]), float(r["end"]), int(float(r["rank"]))
+            busy[rank] += e - st
+            spans[(rank, r["action"])].append((st, e - st))
+            if labelled and end > 0 and (e - st) / end > 0.012:
                 label = r["microbatch"] + ("" if r.get("chunk", "0") in ("0", "") else ".c" + r["chunk"])
-                ax.text((s + e) / 2, rank, label, ha="center", va="center", fontsize=7, color="white")
-        idle = sum(end - busy[r] for r in ranks) / (len(ranks) * end)
+                ax.text((st + e) / 2, rank, label, ha="center", va="center", fontsize=7, color="white")
+        for (rank, action), sp in spans.items():
+            ax.broken_barh(sp, (rank - 0.4, 0.8), facecolors=ACTION_COLORS.get(action, "#999999"),
+                           edgecolor="white", linewidth=0.6)
+        idle = sum(end - busy[r] for r in ranks) / (len(ranks) * end) if end > 0 else 0.0
         ax.set_yticks(ranks)
         ax.set_yticklabels(["rank %d" % r for r in ranks])
         ax.invert_yaxis()
-        ax.set_xlim(0, end)
+        ax.set_xlim(0, end if end > 0 else 1)
         ax.set_xlabel("time (simulator units: one forward of one microbatch through a stage = 1)")
         ax.grid(axis="y", visible=False)
         ax.set_title("%s: makespan %.4g, idle (bubble) fraction %.1f%%" % (name, end, 100 * idle))
-        present = [a for a in ACTION_COLORS if any(r["action"] == a for r in rows)]
+        present = [a for a in ACTION_COLORS if any(k[1] == a for k in spans)]
         ax.legend(handles=[Patch(color=ACTION_COLORS[a], label=a) for a in present], loc="upper left",
                   bbox_to_anchor=(1.0, 1.0), title="action")
         fig.tight_layout()
@@ -123,14 +193,19 @@ def timelines(run, out):
 
 
 def plan_points(run):
-    """(sweep row, plan row) pairs for the same point: strategy, model, precision, mesh, batch, seq."""
+    """(sweep row, plan row) pairs for the same point: strategy, model, precision, mesh, batch, seq (kept in
+    the run: several tables and figures ask)."""
+    if "_plan_points" in run:
+        return run["_plan_points"]
     key = ("strategy", "model", "precision", "mesh", "global_batch", "seq_len")
     plans = {tuple(r.get(k, "") for k in key): r for r in ok(run["plan"])}
     pairs = []
-    for r in ok(run["sweep"]):
-        p = plans.get(tuple(r.get(k, "") for k in key))
-        if p is not None:
-            pairs.append((r, p))
+    if plans:
+        for r in ok(run["sweep"]):
+            p = plans.get(tuple(r.get(k, "") for k in key))
+            if p is not None:
+                pairs.append((r, p))
+    run["_plan_points"] = pairs
     return pairs
 
 
@@ -199,23 +274,40 @@ def plan_vs_measured(run, out):
     pairs = [(s, p) for s, p in plan_points(run) if num(s, "tokens_per_s") and num(p, "est_tokens_per_s")]
     if not pairs:
         raise Skip("no sweep point with a matching plan row (same strategy, model, precision, mesh, batch)")
-    colors = strategy_colors({s["strategy"] for s, _p in pairs})
-    models = sorted({s["model"] for s, _p in pairs})
+    # One point per plan row: the median of the sweep rows measured at it.
+    by_plan = {}
+    for s, p in pairs:
+        e = by_plan.setdefault(id(p), (s, p, [], []))
+        e[2].append(num(s, "tokens_per_s"))
+        if num(s, "mem_total"):
+            e[3].append(num(s, "mem_total"))
+    points = [(s, p, upper_median(t), upper_median(m)) for s, p, t, m in by_plan.values()]
+    strategies = {s["strategy"] for s, _p, _t, _m in points}
+    # Past a dozen strategies, colour by family (a legend of a hundred strategies reads as none).
+    colour_of = (lambda s: s["strategy"]) if len(strategies) <= 12 else (lambda s: family(series(s)))
+    colors = strategy_colors({colour_of(s) for s, _p, _t, _m in points})
+    models = sorted({s["model"] for s, _p, _t, _m in points})
     marker = {m: MODEL_MARKERS[i % len(MODEL_MARKERS)] for i, m in enumerate(models)}
-    div, unit = byte_unit(max(num(s, "mem_total") or 0 for s, _p in pairs))
+    div, unit = byte_unit(max(m or 0 for _s, _p, _t, m in points))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 5))
     t_err, m_err = [], []
-    for s, p in pairs:
-        c, mk, label = colors[s["strategy"]], marker[s["model"]], " w%s" % s.get("world", "?")
-        xt, yt = num(s, "tokens_per_s"), num(p, "est_tokens_per_s")
-        a1.scatter(xt, yt, color=c, marker=mk, s=30, zorder=3)
-        a1.annotate(label, (xt, yt), fontsize=7, color="#555555")
-        t_err.append(abs(err(yt, xt)))
-        if num(s, "mem_total") and num(p, "mem_total"):
-            xm, ym = num(s, "mem_total") / div, num(p, "mem_total") / div
-            a2.scatter(xm, ym, color=c, marker=mk, s=30, zorder=3)
-            a2.annotate(label, (xm, ym), fontsize=7, color="#555555")
-            m_err.append(abs(err(ym, xm)))
+    annotate = len(points) <= MAX_LABELS
+    for (c, mk), grp in groups_of(points, lambda q: (colour_of(q[0]), q[0]["model"])).items():
+        xt = [t for _s, _p, t, _m in grp]
+        yt = [num(p, "est_tokens_per_s") for _s, p, _t, _m in grp]
+        a1.scatter(xt, yt, color=colors[c], marker=marker[mk], s=30 if annotate else 12, zorder=3,
+                   alpha=1 if annotate else 0.6)
+        t_err += [abs(err(y, x)) for x, y in zip(xt, yt)]
+        mem = [(m / div, num(p, "mem_total") / div) for _s, p, _t, m in grp if m and num(p, "mem_total")]
+        a2.scatter([q[0] for q in mem], [q[1] for q in mem], color=colors[c], marker=marker[mk],
+                   s=30 if annotate else 12, zorder=3, alpha=1 if annotate else 0.6)
+        m_err += [abs(err(y, x)) for x, y in mem]
+        if annotate:
+            for (s, p, t, m) in grp:
+                label = " w%s" % s.get("world", "?")
+                a1.annotate(label, (t, num(p, "est_tokens_per_s")), fontsize=7, color="#555555")
+                if m and num(p, "mem_total"):
+                    a2.annotate(label, (m / div, num(p, "mem_total") / div), fontsize=7, color="#555555")
     for ax, unit_name in ((a1, "tokens/s"), (a2, unit)):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -225,8 +317,9 @@ def plan_vs_measured(run, out):
         ax.plot(lim, lim, color="gray", ls="--", lw=1, label="estimate = measured")
         ax.set_xlim(lim)
         ax.set_ylim(lim)
-        log_ticks(ax.xaxis)
-        log_ticks(ax.yaxis)
+        subs = (1,) if lim[1] > 1000 * lim[0] else (1, 2, 5)  # past three decades 1-2-5 ticks overlap
+        log_ticks(ax.xaxis, subs=subs)
+        log_ticks(ax.yaxis, subs=subs)
         ax.set_xlabel("measured (%s)" % unit_name)
         ax.set_ylabel("planner estimate (%s)" % unit_name)
     med = (lambda v: upper_median(v) if v else float("nan"))
@@ -234,6 +327,8 @@ def plan_vs_measured(run, out):
     a2.set_title("Peak device memory per rank: planner vs measured (median |error| %s%%)" % pct(med(m_err)))
     handles = [Line2D([], [], marker="o", ls="", color=colors[s], label=s) for s in sorted(colors)]
     handles += [Line2D([], [], marker=marker[m], ls="", color="#555555", label="model " + m) for m in models]
+    if len(strategies) > 12:
+        handles.insert(0, Line2D([], [], ls="", label="%d strategies, coloured by family:" % len(strategies)))
     handles.append(Line2D([], [], color="gray", ls="--", label="estimate = measured"))
     # Below both panels: inside either, a legend this long covers points.
     rows = math.ceil(len(handles) / 4)
@@ -241,8 +336,16 @@ def plan_vs_measured(run, out):
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, title="strategy / model")
     fig.tight_layout(rect=(0, (0.2 + 0.2 * rows) / (5 + 0.25 * rows), 1, 1))
     return [(save(fig, out, "plan_vs_measured.png"), "Planner estimate vs measured",
-             "Each point is one sweep point (wN: world size) with its plan row; the table below gives the error "
-             "per point (error = (estimate - measured) / measured).")]
+             "Each point is one sweep point (wN: world size; the median of its rows when measured more than once) "
+             "with its plan row; the table below gives the error per point (error = (estimate - measured) / "
+             "measured).")]
+
+
+def groups_of(items, key):
+    g = defaultdict(list)
+    for q in items:
+        g[key(q)].append(q)
+    return dict(sorted(g.items()))
 
 
 def plan_table(run):

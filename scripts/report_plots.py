@@ -3,8 +3,10 @@ takes the loaded run and an output directory, writes PNGs and returns a list
 of (png_path, title, caption); it raises Skip(note) when the run lacks its
 data. Units are in every axis label; sizes spanning decades use log axes.
 """
+import csv
 import math
 import os
+import re
 from collections import defaultdict
 
 import matplotlib
@@ -25,6 +27,216 @@ plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 130, "font.size": 10, "ax
 
 class Skip(Exception):
     """The run has no data for this plot; the message says what is missing."""
+
+
+class RowError(Exception):
+    """Input the report cannot read (bad bytes, a torn CSV): the message names the file and line."""
+
+
+# Figures past these counts are aggregated or cut to the largest, with a note
+# saying what was left out: a report stays a few dozen figures whatever the run.
+MAX_FIGURES = 4     # figures per kind (one per model, precision and scaling group)
+MAX_PANELS = 24     # small multiples in one figure
+MAX_BARS = 30       # labelled bars in one panel
+MAX_LABELS = 120    # point annotations in one panel
+
+_notes = []
+
+
+def note(text):
+    """A note for the report's Notes list, attached to the figure being drawn (take_notes)."""
+    _notes.append(text)
+
+
+def take_notes(title):
+    out = ["%s: %s" % (title, n) for n in dict.fromkeys(_notes)]  # each note once
+    del _notes[:]
+    return out
+
+
+class Row(tuple):
+    """One CSV row: a tuple of its cells read like a dict (get, [name]), then its
+    file and line. Subclassed per header (_idx: column -> position), so 200k rows
+    cost a tuple each, not a dict each."""
+    __slots__ = ()
+    _idx = {}
+
+    def get(self, key, default=None, _get=tuple.__getitem__):
+        try:
+            return _get(self, self._idx[key])
+        except KeyError:
+            return default
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._idx[key])
+        return tuple.__getitem__(self, key)
+
+    def __contains__(self, key):
+        return key in self._idx
+
+    def origin(self):
+        """"file:line" of the row."""
+        return "%s:%s" % (tuple.__getitem__(self, -2), tuple.__getitem__(self, -1))
+
+
+def read_rows(path, name):
+    """(header, [Row]) of a CSV file; repeated cells are shared, not copied (a run's
+    host, kind, model, ... repeat on every row). Raises RowError naming the line."""
+    line = 1
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, [])
+            n = len(header)
+            cls = type("Row", (Row,), {"__slots__": (), "_idx": {c: i for i, c in enumerate(header)}})
+            caches = [{} for _ in header]
+            rows = []
+            for line, cells in enumerate(reader, start=2):
+                if len(cells) < n:
+                    cells += [""] * (n - len(cells))
+                vals = []
+                for cache, v in zip(caches, cells):
+                    if cache is not None:
+                        v = cache.setdefault(v, v)
+                    vals.append(v)
+                vals += [name, line]
+                rows.append(cls(vals))
+                if line == 1002:  # columns of unique figures stop being cached
+                    caches = [c if c is not None and len(c) < 200 else None for c in caches]
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise RowError("%s: line %d: %s" % (name, line + 1 if isinstance(e, UnicodeDecodeError) else line,
+                                            " ".join(str(e).split())))
+    return header, rows
+
+
+def culprit(tb):
+    """"file:line" of the innermost Row a traceback's frames were handling ('' when none)."""
+    found = ""
+    while tb is not None:
+        for v in tb.tb_frame.f_locals.values():
+            if isinstance(v, Row):
+                found = v.origin()
+            elif isinstance(v, tuple) and v and isinstance(v[0], Row):
+                found = v[0].origin()
+        tb = tb.tb_next
+    return found
+
+
+def point_label(r):
+    """A row's point as the report names it."""
+    parts = [r.get(k) for k in ("model", "precision", "mesh", "strategy", "op", "quantity") if r.get(k)]
+    return " ".join(parts) or "world %s" % r.get("world", "?")
+
+
+def _bad(row, col, positive=False, integer=False, required=False, _inf=float("inf")):
+    """Why a cell cannot be plotted ('' when it can, or is empty and not required)."""
+    v = row.get(col, "")
+    if v:  # the common case first: a finite figure in range
+        try:
+            x = float(v)
+            if (0 < x < _inf or (x == 0 and not positive)) and (not integer or x == int(x)):
+                return ""
+        except ValueError:
+            pass
+    if v in ("", None):
+        return "%s is empty" % col if required else ""
+    try:
+        x = float(v)
+    except ValueError:
+        return "%s is not a number (%r)" % (col, v)
+    if not math.isfinite(x):
+        return "%s is %s" % (col, v)
+    if x < 0 or (positive and x == 0):
+        return "%s is %s" % (col, v)
+    if integer and x != int(x):
+        return "%s is not a whole number (%s)" % (col, v)
+    return ""
+
+
+SWEEP_CHECKS = ([("world", dict(positive=True, integer=True, required=True)),
+                 ("tokens_per_s", dict(positive=True)), ("step_time_s", dict(positive=True)),
+                 ("step_time_min_s", dict(positive=True)), ("step_time_max_s", dict(positive=True)),
+                 ("bubble", {}), ("moe_dropped", {}), ("moe_load_max_mean", {})]
+                + [(c, {}) for c in ("mem_params", "mem_grads", "mem_optimizer", "mem_activations", "mem_comm",
+                                     "mem_workspace", "mem_total", "comm_dp_bytes", "comm_tp_bytes", "comm_cp_bytes",
+                                     "comm_pp_bytes", "comm_ep_bytes")])
+CHECKS = {
+    "sweep": SWEEP_CHECKS,
+    "plan": [("world", dict(positive=True, integer=True, required=True)), ("est_tokens_per_s", {}),
+             ("est_bubble", {}), ("mem_total", {})],
+    "collective": [("world", dict(positive=True, integer=True)), ("bytes", dict(positive=True, integer=True)),
+                   ("busbw_gbps", dict(positive=True))],
+    "train_step": [("step", dict(integer=True, required=True)), ("loss", {})],
+}
+
+
+def sanitize(run):
+    """Moves the ok rows whose figures cannot be drawn (NaN, negative, zero world, ...) from the run to
+    run['skipped'] as (row, reason); a conformance row keeps its place in the table (its verdict stands) and
+    the figure leaves a non-finite ratio out itself. Timeline rows need whole ranks and finite times."""
+    run["skipped"] = []
+    for kind in ("sweep", "plan", "collective", "train_step", "profile_plan"):
+        checks = CHECKS["plan" if kind == "profile_plan" else kind]
+        keep = []
+        for r in run[kind]:
+            why = ""
+            if r.get("status", "ok") == "ok":
+                for col, kw in checks:
+                    why = _bad(r, col, **kw)
+                    if why:
+                        break
+            if why:
+                run["skipped"].append((r, why))
+            else:
+                keep.append(r)
+        run[kind] = keep
+    for i, (name, rows) in enumerate(run["timelines"]):
+        keep = []
+        for r in rows:
+            why = (_bad(r, "rank", integer=True, required=True) or _bad(r, "start", required=True)
+                   or _bad(r, "end", required=True)
+                   or ("end %s before start %s" % (r["end"], r["start"]) if float(r["end"]) < float(r["start"])
+                       else ""))
+            if why:
+                run["skipped"].append((r, why))
+            else:
+                keep.append(r)
+        run["timelines"][i] = (name, keep)
+    for r in run["conformance"]:
+        why = _bad(r, "ratio")
+        if why and r.get("bitwise") != "1":
+            run["skipped"].append((r, why + "; its verdict stays in the table"))
+    return run
+
+
+def family(strategy):
+    """A strategy text's family, by its outermost mechanism: pipeline, context, tensor, expert, sharded data
+    (ZeRO, FSDP, HSDP), data (DDP)."""
+    s = (strategy or "").lower()
+    n = r"(?!1\b)\d+"  # an axis of size > 1 (series texts name tp1 cp1 pp1)
+    if re.search(r"\b(1f1b|gpipe|interleaved|2bw|zb[-\w]*)\b|\bpp" + n, s):
+        return "pipeline"
+    if re.search(r"\bcp" + n + r"|cp_algo|\bring\b|ulysses", s):
+        return "context"
+    if re.search(r"\btp" + n, s):
+        return "tensor"
+    if re.search(r"\bmoe\b|\bep" + n, s):
+        return "expert"
+    if re.search(r"zero|fsdp|hsdp|hzero|shard=(?!none)", s):
+        return "sharded data"
+    return "data"
+
+
+def name_some(items, n=8):
+    """At most n of the items, then how many more."""
+    items = list(items)
+    return ", ".join(items[:n]) + (" and %d more" % (len(items) - n) if len(items) > n else "")
+
+
+def median(v):
+    """The upper median of v (None when empty)."""
+    return sorted(v)[len(v) // 2] if v else None
 
 
 def num(row, col):
@@ -85,9 +297,15 @@ def ranks_axis(ax, worlds):
 
 
 def save(fig, out, name):
+    """Writes the figure to a temporary name then renames it: a killed report leaves no partial PNG."""
     path = os.path.join(out, name)
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        fig.savefig(path + ".tmp", bbox_inches="tight", format="png")
+        os.replace(path + ".tmp", path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(path + ".tmp"):
+            os.remove(path + ".tmp")
     return path
 
 
@@ -125,55 +343,94 @@ def mean_by(rows, key, col):
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
+def medians(rows, key, cols):
+    """[(key, first row, {col: median over the rows, None when none has it}, count)] per key(row), by key."""
+    acc = {}
+    for r in rows:
+        k = key(r)
+        e = acc.get(k)
+        if e is None:
+            e = acc[k] = (r, {c: [] for c in cols}, [0])
+        e[2][0] += 1
+        for c in cols:
+            v = num(r, c)
+            if v is not None:
+                e[1][c].append(v)
+    return [(k, e[0], {c: median(v) for c, v in e[1].items()}, e[2][0]) for k, e in sorted(acc.items())]
+
+
+def largest_groups(groups_, what):
+    """The MAX_FIGURES groups with the most rows, a note naming the rest."""
+    if len(groups_) <= MAX_FIGURES:
+        return groups_
+    keep = sorted(sorted(groups_, key=lambda k: -len(groups_[k]))[:MAX_FIGURES])
+    rest = sorted(set(groups_) - set(keep))
+    note("%d of %d %s figures drawn (the groups with the most rows); not drawn: %s" % (
+        len(keep), len(groups_), what, name_some(" ".join(k) for k in rest)))
+    return {k: groups_[k] for k in keep}
+
+
+def legend_outside(ax, handles=None, title=None, fontsize=8):
+    """A legend right of the axes, in columns of at most 20 entries: it never covers data."""
+    n = len(handles) if handles is not None else len(ax.get_legend_handles_labels()[0])
+    kw = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=fontsize, title=title,
+              ncol=max(1, math.ceil(n / 20)), borderaxespad=0)
+    return ax.legend(handles=handles, **kw) if handles is not None else ax.legend(**kw)
+
+
 def throughput(run, out):
     sweep = [r for r in ok(run["sweep"]) if num(r, "tokens_per_s")]
     if not sweep:
         raise Skip("no sweep rows with tokens_per_s")
     result = []
     colors = strategy_colors({series(r) for r in sweep})
-    for (model, prec, scaling), rows in scaling_groups(sweep).items():
+    for (model, prec, scaling), rows in largest_groups(scaling_groups(sweep), "throughput").items():
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.6))
-        tps = mean_by(rows, lambda r: (series(r), int(num(r, "world"))), "tokens_per_s")
-        worlds = {w for _s, w in tps}
-        # The spread behind each median: throughput at the fastest and the
-        # slowest measured step (step_time_min_s / step_time_max_s), drawn
-        # as error bars; oversubscribed points (more ranks than cores) hollow.
-        spread, over = {}, set()
-        for r in rows:
-            k = (series(r), int(num(r, "world")))
-            med, lo, hi = num(r, "step_time_s"), num(r, "step_time_min_s"), num(r, "step_time_max_s")
-            if med and lo and hi:
-                spread.setdefault(k, []).append((med / hi, med / lo))
-            if r.get("oversubscribed") == "1":
-                over.add(k)
-        for s in sorted({s for s, _w in tps}):
-            pts = sorted((w, v) for (st, w), v in tps.items() if st == s)
-            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            a1.plot(xs, ys, "-", color=colors[s], label=s)
-            for x, y in pts:
-                f = spread.get((s, x))
-                lo_f = min(a for a, _b in f) if f else 1.0
-                hi_f = max(b for _a, b in f) if f else 1.0
-                a1.errorbar([x], [y], yerr=[[y * (1 - lo_f)], [y * (hi_f - 1)]], fmt="o", color=colors[s],
-                            mfc="white" if (s, x) in over else colors[s], capsize=3)
-            w0, t0 = pts[0]
-            a2.plot(xs, [100 * (y / x) / (t0 / w0) for x, y in pts], "o-", color=colors[s], label=s)
+        # Per series and world: the median throughput and the spread behind it,
+        # throughput at the fastest and the slowest measured step
+        # (step_time_min_s / step_time_max_s) as error bars; oversubscribed
+        # points (more ranks than cores) hollow.
+        pts = medians(rows, lambda r: (series(r), int(num(r, "world"))),
+                      ["tokens_per_s", "step_time_s", "step_time_min_s", "step_time_max_s"])
+        over = {k for k, r, _m, _n in pts if r.get("oversubscribed") == "1"}
+        by_series = defaultdict(list)
+        for (s, w), _r, m, _n in pts:
+            if m["tokens_per_s"]:
+                by_series[s].append((w, m))
+        worlds = {w for v in by_series.values() for w, _m in v}
+        for s in sorted(by_series):
+            v = sorted(by_series[s], key=lambda p: p[0])
+            xs, ys = [w for w, _m in v], [m["tokens_per_s"] for _w, m in v]
+            lo = [y * (1 - m["step_time_s"] / m["step_time_max_s"]) if m["step_time_s"] and m["step_time_max_s"]
+                  else 0.0 for y, (_w, m) in zip(ys, v)]
+            hi = [y * (m["step_time_s"] / m["step_time_min_s"] - 1) if m["step_time_s"] and m["step_time_min_s"]
+                  else 0.0 for y, (_w, m) in zip(ys, v)]
+            a1.errorbar(xs, ys, yerr=[[max(0.0, e) for e in lo], [max(0.0, e) for e in hi]], fmt="o-",
+                        color=colors[s], capsize=3, label=s)
+            ho = [(x, y) for x, y in zip(xs, ys) if (s, x) in over]
+            if ho:
+                a1.plot([p[0] for p in ho], [p[1] for p in ho], "o", mfc="white", color=colors[s])
+            w0, t0 = xs[0], ys[0]
+            a2.plot(xs, [100 * (y / x) / (t0 / w0) for x, y in zip(xs, ys)], "o-", color=colors[s], label=s)
         for ax in (a1, a2):
             ranks_axis(ax, worlds)
         a1.set_yscale("log")
         log_ticks(a1.yaxis)
         a1.set_ylabel("throughput (tokens/s)")
-        a1.set_title("throughput vs ranks")
+        a1.set_title("throughput vs ranks (median per point)")
         a2.axhline(100, color="gray", lw=1, ls="--")
         a2.set_ylabel("scaling efficiency (% of linear from the smallest world)")
         a2.set_title("%s scaling efficiency" % scaling)
-        a2.legend(title="strategy", loc="best")
+        if len(by_series) > 6:
+            legend_outside(a2, title="strategy", fontsize=7)
+        else:
+            a2.legend(title="strategy", loc="best")
         fig.suptitle("%s, %s, %s scaling" % (model, prec, scaling))
         name = "throughput_%s_%s_%s.png" % (model, prec, scaling)
         result.append((save(fig, out, name), "Throughput and scaling efficiency: %s %s %s" % (model, prec, scaling),
-                       "Tokens/s (log; bars: throughput at the fastest and slowest measured step; hollow: more "
-                       "ranks than cores, so the scaling is the machine's time-sharing) and per-rank throughput "
-                       "relative to each strategy's smallest world."))
+                       "Tokens/s (log; median over the rows of a point; bars: throughput at the fastest and slowest "
+                       "measured step; hollow: more ranks than cores, so the scaling is the machine's time-sharing) "
+                       "and per-rank throughput relative to each strategy's smallest world."))
     return result
 
 
@@ -182,34 +439,47 @@ AXIS_COLORS = dict(zip(AXES, ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172
 
 
 def stacked_panels(run, rows, cols, colors, what):
-    """One panel per strategy; per world a measured stacked bar and, when the
-    run has a plan row for the same point, a hatched declared bar beside it."""
+    """One panel per strategy; per world a measured stacked bar (medians over
+    the point's rows) and, when the run has a plan row for the same point, a
+    hatched declared bar beside it."""
     plan = _plan_of(run["plan"])
-    strategies = sorted({series(r) for r in rows})
-    ncol = min(3, len(strategies))
+    pts = medians(rows, lambda r: (series(r), int(num(r, "world"))), cols)
+    strategies = sorted({k[0] for k, _r, _m, _n in pts})
+    if len(strategies) > MAX_PANELS:
+        count = defaultdict(int)
+        for (s, _w), _r, _m, n in pts:
+            count[s] += n
+        keep = sorted(sorted(strategies, key=lambda s: -count[s])[:MAX_PANELS])
+        note("%s: %d of %d strategies drawn (the ones with the most rows); not drawn: %s" % (
+            what, len(keep), len(strategies), name_some(sorted(set(strategies) - set(keep)))))
+        strategies = keep
+    ncol = min(4 if len(strategies) > 9 else 3, len(strategies))
     nrow = math.ceil(len(strategies) / ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, 3.6 * nrow), squeeze=False, sharey=True)
-    div, unit = byte_unit(max(sum(num(r, c) or 0 for c in cols) for r in rows))
+    div, unit = byte_unit(max([sum(m[c] or 0 for c in cols) for _k, _r, m, _n in pts] + [0]))
     any_declared, top = False, 0.0
     for ax, s in zip(axes.flat, strategies):
-        pts = sorted(((int(num(r, "world")), r) for r in rows if series(r) == s), key=lambda p: p[0])
-        for i, (_w, r) in enumerate(pts):
-            d = plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
-            for j, (src, hatch) in enumerate(((r, None), (d, "//"))):
-                if src is None:
-                    continue
-                any_declared |= j == 1
-                bottom = 0.0
-                for c in cols:
-                    v = (num(src, c) or 0.0) / div
-                    ax.bar(i + (j - 0.5) * 0.38, v, 0.36, bottom=bottom, color=colors[c], hatch=hatch,
-                           edgecolor="white" if hatch is None else "black", linewidth=0.4)
-                    bottom += v
-                top = max(top, bottom)
-        ax.set_xticks(range(len(pts)))
-        ax.set_xticklabels([str(w) for w, _r in pts])
+        mine = [(k[1], r, m) for k, r, m, _n in pts if k[0] == s]
+        decl = [plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
+                for _w, r, _m in mine]
+        x = list(range(len(mine)))
+        for j, (srcs, hatch) in enumerate((([m for _w, _r, m in mine], None), (decl, "//"))):
+            xs = [i + (j - 0.5) * 0.38 for i, d in zip(x, srcs) if d is not None]
+            if not xs:
+                continue
+            any_declared |= j == 1
+            bottom = [0.0] * len(xs)
+            for c in cols:
+                v = [((d[c] if j == 0 else num(d, c)) or 0.0) / div for d in srcs if d is not None]
+                ax.bar(xs, v, 0.36, bottom=bottom, color=colors[c], hatch=hatch,
+                       edgecolor="white" if hatch is None else "black", linewidth=0.4)
+                bottom = [b + y for b, y in zip(bottom, v)]
+            top = max([top] + bottom)
+        ax.set_xticks(x)
+        ax.set_xlim(-0.6, max(len(mine), 3) - 0.4)  # a lone world keeps a bar's width, not the panel's
+        ax.set_xticklabels([str(w) for w, _r, _m in mine])
         ax.set_xlabel("ranks (world size)")
-        ax.set_title(s)
+        ax.set_title(s, fontsize=9)
         ax.grid(axis="x", visible=False)
     for ax in axes.flat[len(strategies):]:
         ax.set_visible(False)
@@ -221,19 +491,22 @@ def stacked_panels(run, rows, cols, colors, what):
     handles += [Patch(facecolor="white", edgecolor="black", label="measured (left bar)")]
     if any_declared:
         handles += [Patch(facecolor="white", edgecolor="black", hatch="//", label="declared (right bar)")]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, -0.04))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, 0.0))
     return fig
 
 
-def stacked_per_group(run, out, sweep, cols, colors, ylabel, title, prefix, caption, note):
+def stacked_per_group(run, out, sweep, cols, colors, ylabel, title, prefix, caption, note_):
     """One stacked_panels figure per (model, precision, scaling) of the sweep."""
     result = []
-    for (model, prec, scaling), rows in scaling_groups(sweep).items():
+    for (model, prec, scaling), rows in largest_groups(scaling_groups(sweep), prefix).items():
         fig = stacked_panels(run, rows, cols, colors, ylabel)
         fig.suptitle("%s: %s, %s, %s scaling" % (title, model, prec, scaling))
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        # Fixed margins in inches, not tight_layout: a layout pass over 24 panels costs more than the drawing.
+        w, h = fig.get_size_inches()
+        fig.subplots_adjust(left=0.85 / w, right=1 - 0.15 / w, bottom=1.0 / h, top=1 - 0.75 / h, wspace=0.08,
+                            hspace=0.42 * 3.6 / (3.6 - 0.42))
         name = "%s_%s_%s_%s.png" % (prefix, model, prec, scaling)
-        result.append((save(fig, out, name), "%s: %s %s %s" % (caption, model, prec, scaling), note))
+        result.append((save(fig, out, name), "%s: %s %s %s" % (caption, model, prec, scaling), note_))
     return result
 
 
@@ -260,6 +533,17 @@ def comm_volume(run, out):
                              "Bytes per step and rank by group axis; hatched bars are the planner's figures.")
 
 
+def bar_points(rows, label, cols, what):
+    """[(label, first row, {col: median}, count)] of the rows by label(row), in the rows' order; past MAX_BARS
+    the MAX_BARS labels with the most rows, a note counting the rest."""
+    pts = medians(rows, label, cols)
+    if len(pts) > MAX_BARS:
+        keep = set(k for k, _r, _m, _n in sorted(pts, key=lambda p: -p[3])[:MAX_BARS])
+        note("%s: %d of %d points drawn (the ones with the most rows)" % (what, len(keep), len(pts)))
+        pts = [p for p in pts if p[0] in keep]
+    return pts
+
+
 def bubble(run, out):
     """Measured pipeline bubble of every sweep point with a pipeline, beside
     the schedule's declared one (the plan row's est_bubble, over ideal compute
@@ -268,23 +552,25 @@ def bubble(run, out):
     if not sweep:
         raise Skip("no sweep rows with a pipeline bubble")
     plan = _plan_of(run["plan"])
-    rows = sorted(sweep, key=lambda r: (r.get("model", ""), r.get("mesh", ""), r.get("strategy", "")))
-    fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(rows) + 2), 4.2))
-    declared_any = False
-    for i, r in enumerate(rows):
-        ax.bar(i - 0.19, num(r, "bubble"), 0.36, color="#C44E52")
+    pts = bar_points(sweep, lambda r: (r.get("model", ""), r.get("mesh", ""), r.get("strategy", ""),
+                                       r.get("microbatches", "")), ["bubble"], "pipeline bubble")
+    fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(pts) + 2), 4.2))
+    ax.bar([i - 0.19 for i in range(len(pts))], [m["bubble"] for _k, _r, m, _n in pts], 0.36, color="#C44E52")
+    decl = []
+    for i, (_k, r, _m, _n) in enumerate(pts):
         d = plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
         x = num(d, "est_bubble") if d else None
         if x is not None:
-            declared_any = True
-            ax.bar(i + 0.19, x / (1 + x), 0.36, color="white", edgecolor="black", hatch="//", linewidth=0.5)
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(["%s %s %s mb%s" % (r.get("model"), r.get("mesh"), r.get("strategy"), r.get("microbatches"))
-                        for r in rows], fontsize=7, rotation=40, ha="right")
+            decl.append((i + 0.19, x / (1 + x)))
+    if decl:
+        ax.bar([p[0] for p in decl], [p[1] for p in decl], 0.36, color="white", edgecolor="black", hatch="//",
+               linewidth=0.5)
+    ax.set_xticks(range(len(pts)))
+    ax.set_xticklabels(["%s %s %s mb%s" % k for k, _r, _m, _n in pts], fontsize=7, rotation=40, ha="right")
     ax.set_ylabel("bubble (idle fraction of the step)")
     ax.set_ylim(0, 1)
     handles = [Patch(color="#C44E52", label="measured (sweep)")]
-    if declared_any:
+    if decl:
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="declared by the schedule (plan)"))
     ax.legend(handles=handles, loc="upper right")
     ax.set_title("Pipeline bubble: measured vs declared")
@@ -299,18 +585,20 @@ def _plan_of(plan_rows):
             for r in ok(plan_rows)}
 
 
-def _measured_vs_plan(ax, rows, plan, col, color):
-    """Bars of a sweep column per row (solid) beside the matching plan row's (hatched); returns the unit."""
+def _measured_vs_plan(ax, pts, plan, col, color):
+    """Bars of a sweep column per point (bar_points; solid, the median) beside the matching plan row's
+    (hatched); returns the unit."""
     pairs = []
-    for r in rows:
+    for _k, r, m, _n in pts:
         d = plan.get((r["strategy"], r.get("model"), r.get("precision"), r.get("mesh"), r.get("global_batch")))
-        pairs.append((num(r, col) or 0, num(d, col) if d else None))
+        pairs.append((m[col] or 0, num(d, col) if d else None))
     div, unit = byte_unit(max([m for m, _ in pairs] + [x or 0 for _, x in pairs]))
-    for i, (m, x) in enumerate(pairs):
-        ax.bar(i - 0.19, m / div, 0.36, color=color)
-        if x is not None:
-            ax.bar(i + 0.19, x / div, 0.36, color="white", edgecolor="black", hatch="//", linewidth=0.5)
-    ax.set_xticks(range(len(rows)))
+    ax.bar([i - 0.19 for i in range(len(pairs))], [m / div for m, _x in pairs], 0.36, color=color)
+    decl = [(i + 0.19, x / div) for i, (_m, x) in enumerate(pairs) if x is not None]
+    if decl:
+        ax.bar([p[0] for p in decl], [p[1] for p in decl], 0.36, color="white", edgecolor="black", hatch="//",
+               linewidth=0.5)
+    ax.set_xticks(range(len(pairs)))
     return unit
 
 
@@ -340,18 +628,19 @@ def tensor_parallel(run, out):
     plan = _plan_of(run["plan"])
     order = {("off", "none"): 0, ("on", "none"): 1, ("off", "selective"): 2, ("on", "selective"): 3,
              ("off", "full"): 4, ("on", "full"): 5}
-    rows = sorted(sweep, key=lambda r: (r.get("model", ""), r.get("mesh", ""),
-                                        order.get(_tp_mode(r.get("strategy")), 9), r.get("strategy", "")))
+    pts = bar_points(sweep, lambda r: (r.get("model", ""), r.get("mesh", ""),
+                                       order.get(_tp_mode(r.get("strategy")), 9), r.get("strategy", "")),
+                     ["mem_activations", "comm_tp_bytes"], "tensor parallel")
     figs = []
     for col, name, ylabel, title in (
             ("mem_activations", "tp_activations.png", "activation bytes per rank",
              "Tensor parallel: activation memory, measured vs declared"),
             ("comm_tp_bytes", "tp_comm.png", "bytes on the tp group per step",
              "Tensor parallel: tp-group bytes per step, measured vs planned")):
-        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(rows) + 2), 4.2))
-        ylabel = "%s (%s)" % (ylabel, _measured_vs_plan(ax, rows, plan, col, "#4C72B0"))
+        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(pts) + 2), 4.2))
+        ylabel = "%s (%s)" % (ylabel, _measured_vs_plan(ax, pts, plan, col, "#4C72B0"))
         ax.set_xticklabels(["%s %s sp %s, recompute %s" % ((r.get("model"), r.get("mesh")) + _tp_mode(r.get("strategy")))
-                            for r in rows], fontsize=7, rotation=40, ha="right")
+                            for _k, r, _m, _n in pts], fontsize=7, rotation=40, ha="right")
         ax.set_ylabel(ylabel)
         ax.legend(handles=[Patch(color="#4C72B0", label="measured (sweep)"),
                            Patch(facecolor="white", edgecolor="black", hatch="//", label="declared (plan)")],
@@ -386,12 +675,13 @@ def context_parallel(run, out):
     if not sweep:
         raise Skip("no sweep rows with context parallel")
     plan = _plan_of(run["plan"])
-    rows = sorted(sweep, key=lambda r: (r.get("model", ""), r.get("mesh", ""), r.get("strategy", "")))
-    fig, axes = plt.subplots(1, 2, figsize=(max(9, 1.1 * len(rows) + 3), 4.6))
+    pts = bar_points(sweep, lambda r: (r.get("model", ""), r.get("mesh", ""), r.get("strategy", "")),
+                     ["mem_activations", "comm_cp_bytes"], "context parallel")
+    fig, axes = plt.subplots(1, 2, figsize=(min(20, max(9, 1.1 * len(pts) + 3)), 4.6))
     for ax, (col, ylabel) in zip(axes, (("mem_activations", "activation bytes per rank"),
                                         ("comm_cp_bytes", "bytes sent on the cp group per step"))):
-        unit = _measured_vs_plan(ax, rows, plan, col, "#55A868")
-        ax.set_xticklabels([_cp_label(r) for r in rows], fontsize=7, rotation=40, ha="right")
+        unit = _measured_vs_plan(ax, pts, plan, col, "#55A868")
+        ax.set_xticklabels([_cp_label(r) for _k, r, _m, _n in pts], fontsize=7, rotation=40, ha="right")
         ax.set_ylabel("%s (%s)" % (ylabel, unit))
     axes[0].legend(handles=[Patch(color="#55A868", label="measured (sweep)"),
                             Patch(facecolor="white", edgecolor="black", hatch="//", label="declared (plan)")],
@@ -419,27 +709,38 @@ def mixture_of_experts(run, out):
     if not rows:
         raise Skip("no sweep rows with a mixture-of-experts model")
     plan = _plan_of(run["plan"])
-    rows = sorted(rows, key=lambda r: (r.get("model", ""), _axis(r, "ep"), _axis(r, "dp"), r.get("strategy", "")))
-    labels = [_moe_label(r) for r in rows]
-    x = list(range(len(rows)))
-    colors = ["#C44E52" if _axis(r, "ep") > 1 else "#4C72B0" for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(max(12, 1.2 * len(rows) + 4), 4.8))
-    axes[0].bar(x, [(num(r, "tokens_per_s") or 0) / 1e3 for r in rows], color=colors)
+    pts = bar_points(rows, lambda r: (r.get("model", ""), _axis(r, "ep"), _axis(r, "dp"), r.get("strategy", ""),
+                                      r.get("mesh", "")),
+                     ["tokens_per_s", "comm_ep_bytes", "moe_dropped", "moe_load_max_mean"], "mixture of experts")
+    labels = [_moe_label(r) for _k, r, _m, _n in pts]
+    x = list(range(len(pts)))
+    colors = ["#C44E52" if _axis(r, "ep") > 1 else "#4C72B0" for _k, r, _m, _n in pts]
+    if len(pts) <= 12:
+        fig, axes = plt.subplots(1, 3, figsize=(max(12, 1.2 * len(pts) + 4), 4.8))
+    else:  # many points: the three panels stacked, each as wide as its labels need
+        fig, axes = plt.subplots(3, 1, figsize=(max(10, 0.42 * len(pts) + 3), 13))
+    axes[0].bar(x, [(m["tokens_per_s"] or 0) / 1e3 for _k, _r, m, _n in pts], color=colors)
     axes[0].set_ylabel("k tokens/s (red: expert parallel)")
-    unit = _measured_vs_plan(axes[1], rows, plan, "comm_ep_bytes", "#C44E52")
+    unit = _measured_vs_plan(axes[1], pts, plan, "comm_ep_bytes", "#C44E52")
     axes[1].set_ylabel("ep all-to-all bytes per step (%s)" % unit)
     axes[1].legend(handles=[Patch(color="#C44E52", label="measured (max over ranks)"),
                             Patch(facecolor="white", edgecolor="black", hatch="//", label="plan (balanced router)")],
                    loc="upper right", fontsize=7)
-    axes[2].bar(x, [100 * (num(r, "moe_dropped") or 0) for r in rows], color=colors)
-    for i, r in enumerate(rows):
-        axes[2].annotate("%.2f" % (num(r, "moe_load_max_mean") or 0), (i, 100 * (num(r, "moe_dropped") or 0)),
-                         ha="center", va="bottom", fontsize=7)
-    axes[2].set_ylabel("choices dropped at capacity, % (label: max/mean expert load)")
-    for ax in axes:
+    drop = [100 * (m["moe_dropped"] or 0) for _k, _r, m, _n in pts]
+    axes[2].bar(x, drop, color=colors)
+    for i, (_k, _r, m, _n) in enumerate(pts if len(pts) <= 20 else []):
+        axes[2].annotate("%.2f" % (m["moe_load_max_mean"] or 0), (i, drop[i]), ha="center", va="bottom", fontsize=7)
+    axes[2].set_ylabel("choices dropped at capacity, %%%s" % (" (label: max/mean expert load)" if len(pts) <= 20
+                                                             else ""))
+    for i, ax in enumerate(axes):
         ax.set_xticks(x)
-        ax.set_xticklabels(labels, fontsize=7, rotation=40, ha="right")
+        if len(pts) <= 12 or i == 2:  # stacked panels: the labels under the last one only
+            ax.set_xticklabels(labels, fontsize=7, rotation=40, ha="right")
+        else:
+            ax.set_xticklabels([])
     fig.suptitle("Mixture of experts: data vs expert parallel, capacity factor and mode")
+    if len(pts) > 12:
+        fig.tight_layout()
     return [(save(fig, out, "moe_ep.png"), "Mixture of experts: data and expert parallel",
              "Per sweep point of an MoE model (tiny-moe variants: -cf<F> capacity factor, -local capacity): "
              "throughput; the bytes of the expert-parallel all-to-alls per step (counts, dispatch and combine "
@@ -472,7 +773,10 @@ def collectives(run, out):
     ax.set_xlabel("message size S (bytes, nccl-tests convention)")
     ax.set_ylabel("bus bandwidth (GB/s, 1 GB = 1e9 B)")
     ax.set_title("Collective bus bandwidth vs message size")
-    ax.legend(loc="best")
+    if len(series) > 8:
+        legend_outside(ax, fontsize=7)
+    else:
+        ax.legend(loc="best")
     fig.tight_layout()
     return [(save(fig, out, "collective_busbw.png"), "Collective bus bandwidth",
              "busbw = algbw x bus factor (all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n).")]
@@ -496,25 +800,35 @@ def extrapolation(run, out):
     if not keys:
         raise Skip("no extrapolated series was measured")
     models = sorted({(k[0], k[1]) for k in keys})
+    if len(models) > MAX_PANELS:
+        note("%d of %d model and precision panels drawn" % (MAX_PANELS, len(models)))
+        models = models[:MAX_PANELS]
     colors = strategy_colors({k[2] for k in keys})
     fig, axes, ncol = panel_grid(len(models))
     target = max(int(num(p, "world")) for p in extra)
+    measured = defaultdict(list)  # series key -> [(world, medians)]
+    for (k, w), _r, m, _n in medians(sweep, lambda r: (_series_key(r), int(num(r, "world"))),
+                                     ["tokens_per_s", "step_time_s", "step_time_min_s", "step_time_max_s"]):
+        measured[k].append((w, m))
+    planned = defaultdict(dict)
+    for p in plans:
+        planned[_series_key(p)][int(num(p, "world"))] = num(p, "est_tokens_per_s")
     for ax, (model, prec) in zip(axes, models):
         worlds = set()
         for k in keys:
             if (k[0], k[1]) != (model, prec):
                 continue
-            m = sorted((int(num(r, "world")), r) for r in sweep if _series_key(r) == k)
-            xs = [w for w, _r in m]
-            ys = [num(r, "tokens_per_s") for _w, r in m]
-            lo = [num(r, "tokens_per_s") * num(r, "step_time_s") / num(r, "step_time_max_s")
-                  if num(r, "step_time_max_s") else num(r, "tokens_per_s") for _w, r in m]
-            hi = [num(r, "tokens_per_s") * num(r, "step_time_s") / num(r, "step_time_min_s")
-                  if num(r, "step_time_min_s") else num(r, "tokens_per_s") for _w, r in m]
-            ax.errorbar(xs, ys, yerr=[[y - l for y, l in zip(ys, lo)], [h - y for y, h in zip(ys, hi)]], ls="-",
+            m = sorted(measured[k], key=lambda p: p[0])
+            xs = [w for w, _m in m]
+            ys = [q["tokens_per_s"] for _w, q in m]
+            lo = [q["tokens_per_s"] * q["step_time_s"] / q["step_time_max_s"]
+                  if q["step_time_max_s"] and q["step_time_s"] else q["tokens_per_s"] for _w, q in m]
+            hi = [q["tokens_per_s"] * q["step_time_s"] / q["step_time_min_s"]
+                  if q["step_time_min_s"] and q["step_time_s"] else q["tokens_per_s"] for _w, q in m]
+            ax.errorbar(xs, ys, yerr=[[max(0.0, y - l) for y, l in zip(ys, lo)],
+                                      [max(0.0, h - y) for y, h in zip(ys, hi)]], ls="-",
                         marker="o", ms=4, capsize=2, color=colors[k[2]])
-            pl = sorted({int(num(p, "world")): num(p, "est_tokens_per_s") for p in plans
-                         if _series_key(p) == k}.items())
+            pl = sorted(planned[k].items())
             ax.plot([w for w, _y in pl], [y for _w, y in pl], ls="--", marker="x", ms=5, color=colors[k[2]])
             worlds.update(xs)
             worlds.update(w for w, _y in pl)
@@ -526,7 +840,8 @@ def extrapolation(run, out):
     handles = [Line2D([], [], color=colors[s], label=s) for s in sorted(colors)]
     handles += [Line2D([], [], color="#555555", marker="o", label="measured (bars: fastest to slowest step)"),
                 Line2D([], [], color="#555555", ls="--", marker="x", label="planner (calibrated), extrapolated")]
-    axes[ncol - 1].legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
+    axes[ncol - 1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7,
+                          ncol=max(1, math.ceil(len(handles) / 30)))
     fig.tight_layout()
     basis = sorted({p.get("reason", "") for p in extra})[0]
     return [(save(fig, out, "scaling_extrapolated.png"), "Measured scaling and the plan, extrapolated to %d ranks"

@@ -54,4 +54,8 @@ if(PARABENCH_BUILD_TESTS)
   set_tests_properties(results_run_csv PROPERTIES TIMEOUT 900 LABELS "cli" FIXTURES_SETUP results_run
                        RUN_SERIAL TRUE)
   set_tests_properties(results_gate_default PROPERTIES TIMEOUT 120 LABELS "cli" FIXTURES_REQUIRED results_run)
+  # scripts/report.py on hostile-but-valid CSVs and a 200k-row sweep (within 60 s CPU and 1 GiB).
+  add_test(NAME report_py COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/report/report_py_test.py
+                                  ${CMAKE_CURRENT_BINARY_DIR}/report_py_work)
+  set_tests_properties(report_py PROPERTIES TIMEOUT 300 LABELS "cli")
 endif()
