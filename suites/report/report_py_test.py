@@ -10,12 +10,14 @@ every CSV written here is one `parabench validate` accepts) on
       conformance.csv,
 and asserts: exit 0, no "Traceback" in the output, report.html and the PNGs
 written, no partial PNG left (no *.tmp), the hostile rows named as skipped
-with their reason, and the 200k case within 60 s of CPU time and 1 GiB peak
-RSS (resource.getrusage(RUSAGE_CHILDREN): ru_utime + ru_stime and ru_maxrss of
-the report's process; CPU time, as the wall clock of a loaded machine is not
-the report's).
+with their reason, and the 200k case within 1 GiB peak RSS
+(resource.getrusage(RUSAGE_CHILDREN).ru_maxrss of the report's process). The
+speed target (the 200k case within 60 s of CPU time, ru_utime + ru_stime: the
+wall clock of a loaded machine is not the report's) is a benchmark, not part
+of the test: --bench asserts it too (docs/measurements.md).
 
   report_py_test.py WORK            all of it
+  report_py_test.py WORK --bench    all of it, and the 200k case's CPU time
   report_py_test.py WORK --gen-only writes the inputs under WORK and stops
 """
 import csv
@@ -204,7 +206,9 @@ def main():
     # The big run first: the children's peak RSS is then its own (the fixtures' runs come after).
     _rc, out, cpu, rss = report(dirs["big"], "200k sweep rows")
     # CPU seconds, not wall: ctest -j and a shared 2-core machine stretch the wall clock, not the work.
-    check(cpu < LIMIT_S, "200k rows: %.1f s of CPU < %.0f s" % (cpu, LIMIT_S))
+    print("200k rows: %.1f s of CPU, peak RSS %.0f MiB" % (cpu, rss / 2 ** 20))
+    if "--bench" in sys.argv:
+        check(cpu < LIMIT_S, "200k rows: %.1f s of CPU < %.0f s" % (cpu, LIMIT_S))
     check(rss < LIMIT_RSS, "200k rows: peak RSS %.0f MiB < 1024 MiB" % (rss / 2 ** 20))
     check(len(glob.glob(os.path.join(dirs["big"], "*.png"))) >= 8, "200k rows: the figures written")
     with open(os.path.join(dirs["big"], "report.html")) as fh:
