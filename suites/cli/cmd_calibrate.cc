@@ -312,11 +312,11 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   std::optional<planner::InterNodeFit> inter;
   if (!f.inter_node.empty()) inter = planner::fit_inter_node(f.inter_node);
   planner::MachineProfile m;
-  m.name = f.name.empty() ? host_name() : f.name;
-  require(!m.name.empty() && m.name.size() <= 64, "--name: must be 1 to 64 characters");
+  m.hw.machine = f.name.empty() ? host_name() : f.name;
+  require(!m.name().empty() && m.name().size() <= 64, "--name: must be 1 to 64 characters");
   // Each training shape: its step's windows and the copies side by side
   // (about a second and a half for tiny or small; longer for larger shapes).
-  std::printf("calibrating %s (about %.0f s%s)\n", m.name.c_str(),
+  std::printf("calibrating %s (about %.0f s%s)\n", m.name().c_str(),
               40 * f.seconds + 3 + (no_shapes(f) ? 0.0 : 1.5 * double(f.models.size())),
               no_shapes(f) ? "" : ", longer for large training shapes");
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -332,7 +332,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   m.peak_tflops_fp64 = gf_fp64 / 1e3;
   for (const std::string& p : planner::gemm_table_precisions()) m.gemm[p] = gemm_table(p, f.seconds / 20);
   const double copy = calibrate::copy_bandwidth_GBps();
-  m.mem_bw_GBps = 2 * copy;
+  m.hw.mem_bw_GBps = 2 * copy;
   if (!shapes.empty()) shape_windows(f, shapes, gf_fp32 * 1e9, cores);
   // Two regimes, as nccl-tests reads them: the fixed cost per ring step as
   // the sweep's plan rows measure it (the median over the small sizes, past
@@ -347,13 +347,13 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   for (const auto& [x, t] : xt)
     if (std::find(fit_sizes.begin(), fit_sizes.end(), size_t(x)) != fit_sizes.end()) at_fit_sizes.push_back({x, t});
   const planner::CollectiveFit all_reduce2 = fit_collective("all_reduce", 2, at_fit_sizes);
-  m.latency_us = calibrate::local_step_latency_us(2);
-  const double fixed = 2 * m.latency_us * 1e-6;  // two ring steps at two ranks
-  m.bw_intra_GBps = all_reduce2.GBps;     // bus bytes = S at two ranks
-  m.bw_inter_GBps = m.bw_intra_GBps;      // one node, unless measured across nodes
+  m.hw.latency_us = calibrate::local_step_latency_us(2);
+  const double fixed = 2 * m.hw.latency_us * 1e-6;  // two ring steps at two ranks
+  m.hw.bw_intra_GBps = all_reduce2.GBps;            // bus bytes = S at two ranks
+  m.hw.bw_inter_GBps = m.hw.bw_intra_GBps;          // one node, unless measured across nodes
   if (inter) {
-    m.bw_inter_GBps = inter->GBps;
-    m.latency_inter_us = inter->latency_us;
+    m.hw.bw_inter_GBps = inter->GBps;
+    m.hw.latency_inter_us = inter->latency_us;
   }
   // Every op at 2 ranks, one per core and twice as many ranks as cores
   // (time-shared: the fit includes the wake-ups of sleeping ranks).
@@ -369,12 +369,12 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
       const auto b = bus.find(op);
       if (b != bus.end()) {
         const auto a = alpha.find(op);
-        m.collectives[op].push_back(
+        m.hw.collectives[op].push_back(
             {g, std::max(ring * planner::ring_steps(op, g), a != alpha.end() ? a->second : 0.0), b->second});
       } else {
         back_to_back.push_back(op + " at " + std::to_string(g));
-        m.collectives[op].push_back(op == "all_reduce" && g == 2 ? all_reduce2
-                                                                  : measured_fit(op, g, fit_sizes, f.seconds / 20));
+        m.hw.collectives[op].push_back(op == "all_reduce" && g == 2 ? all_reduce2
+                                                                     : measured_fit(op, g, fit_sizes, f.seconds / 20));
       }
     }
   }
@@ -384,7 +384,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   // memory is its share (the planner checks one rank against it).
   m.ranks_per_node = int(std::max(1u, std::thread::hardware_concurrency()));
   const double installed = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9;
-  m.memory_GB = installed / m.ranks_per_node;
+  m.hw.memory_GB = installed / m.ranks_per_node;
   for (size_t k = 0; k < shapes.size(); ++k) finish_shape(f, f.models[k], m, gf_fp32 * 1e9, shapes[k]);
   std::sort(shapes.begin(), shapes.end(),
             [](const ShapeCalibration& a, const ShapeCalibration& b) { return a.figures.work < b.figures.work; });
@@ -404,12 +404,13 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
               "(matmul_forward at 512)\n",
               gf_fp32, gf_bf16, gf_fp64);
   std::printf("  memory                memcpy %.4g GB/s, %.4g GB installed, %.4g per rank (%d hardware threads)\n",
-              copy, installed, m.memory_GB, m.ranks_per_node);
+              copy, installed, m.hw.memory_GB, m.ranks_per_node);
   std::printf("  all_reduce, 2 ranks   t = 2 x %.3g us (median of 16 B .. 4 KiB) + S / %.4g GB/s (slope over 1 .. 16 "
               "MiB):\n",
-              m.latency_us, m.bw_intra_GBps);
+              m.hw.latency_us, m.hw.bw_intra_GBps);
   for (const auto& [x, t] : xt)
-    std::printf("    %10.0f B  %10.3f us  (model %10.3f us)\n", x, t * 1e6, (fixed + x / (m.bw_intra_GBps * 1e9)) * 1e6);
+    std::printf("    %10.0f B  %10.3f us  (model %10.3f us)\n", x, t * 1e6,
+                (fixed + x / (m.hw.bw_intra_GBps * 1e9)) * 1e6);
   for (const auto& [p, table] : m.gemm) {
     double lo = table.front().gflops, hi = lo;
     for (const planner::GemmRate& g : table) lo = std::min(lo, g.gflops), hi = std::max(hi, g.gflops);
@@ -422,7 +423,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
               "MiB, each call after its rank read its last output and rewrote its input; alpha at least the ring "
               "steps' fixed cost)%s\n",
               b2b.c_str());
-  for (const auto& [op, fits] : m.collectives)
+  for (const auto& [op, fits] : m.hw.collectives)
     for (const planner::CollectiveFit& c : fits)
       std::printf("    %-15s %2lld ranks  alpha %9.3g us  B %8.4g GB/s%s\n", op.c_str(), (long long)c.group_size,
                   c.alpha_us, c.GBps, c.group_size > cores ? "  (more ranks than cores)" : "");
@@ -435,7 +436,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   for (const ShapeCalibration& s : shapes) print_shape(s);
   if (shapes.empty())
     std::printf("  memory-bound work     %.4g GB/s (2 x memcpy: no training shape calibrated, --model none)\n",
-                m.mem_bw_GBps);
+                m.hw.mem_bw_GBps);
   else
     std::printf("  a plan takes these figures at its rank's work per block and microbatch, log-linear between the "
                 "shapes, the nearest one's beyond them\n");

@@ -59,8 +59,6 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
   if (f.hw_flags[1]->count() > 0 || f.hw_flags[3]->count() > 0) hw.collectives.clear();
   // and over its calibrated kernel classes' rates (one rate for all then).
   if (f.hw_flags[5]->count() > 0) hw.shared_mem_bw_GBps = hw.optimizer_mem_bw_GBps = hw.buffer_mem_bw_GBps = 0;
-  hw.memory_GB = m.memory_GB;
-  hw.machine = m.name;
   in.hw = hw;
   if (in.ranks_per_node == 0 && f.rpn_flag->count() == 0) in.ranks_per_node = m.ranks_per_node;
 }
@@ -173,7 +171,7 @@ int run_against(const PlanFlags& f, const Env& env) {
   std::string shapes;
   for (const planner::ShapeFigures& s : m.shapes) shapes += (shapes.empty() ? "" : "; ") + s.workload;
   shapes = shapes.empty() ? "no training shape calibrated" : "training shapes calibrated: " + shapes;
-  std::printf("plan --machine %s against %s (%s)\n", m.name.c_str(), csv.c_str(), shapes.c_str());
+  std::printf("plan --machine %s against %s (%s)\n", m.name().c_str(), csv.c_str(), shapes.c_str());
   std::printf("  %-58s %11s %11s %7s\n", "point", "measured ms", "planned ms", "error");
   std::map<std::string, std::vector<const sweep::ProfilePoint*>> groups;
   for (const sweep::ProfilePoint& p : pts) {
@@ -219,7 +217,7 @@ int run_against(const PlanFlags& f, const Env& env) {
   meta.git_rev = env.git_rev;
   meta.host = host_name();
   meta.backend = "analytic";
-  meta.reason = "machine profile " + m.name + " (" + shapes + ") for the measured point of " + csv;
+  meta.reason = "machine profile " + m.name() + " (" + shapes + ") for the measured point of " + csv;
   int rows = 0;
   for (const sweep::ProfilePoint& p : pts) {
     if (!p.compared) continue;
@@ -312,7 +310,7 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                                         "pipeline): only the excess is exposed");
   app->add_option("--machine", f->machine, "a machine profile: " + [] {
     std::string s;
-    for (const auto& m : planner::builtin_machines()) s += (s.empty() ? "" : ", ") + m.name;
+    for (const auto& m : planner::builtin_machines()) s += (s.empty() ? "" : ", ") + m.name();
     return s;
   }() + " (datasheet peaks, sources in suites/planner/machine.cc) or a TOML file; the flags below override it");
   f->hw_flags = {

@@ -160,7 +160,7 @@ DevicePeaks device_peaks(Precision p, const std::string& device_name, int ordina
   DevicePeaks out;
   if (const planner::MachineProfile* m = planner::machine_for_device(device_name)) {
     out.table = planner::hardware_for(*m, p).peak_tflops * 1e12;
-    out.table_name = m->name;
+    out.table_name = m->name();
   }
 #ifdef PARABENCH_HAVE_CUDA
   const int gpu = ordinal < 0 ? kernels::cuda::current_device() : ordinal;

@@ -29,33 +29,54 @@ std::string lower(std::string s) {
 // direction (a datasheet's NVLink / Infinity Fabric figure is both directions
 // summed); the inter-node link is one 200 Gb/s (A100 nodes) or 400 Gb/s
 // (later) NIC per device, as in NVIDIA's DGX systems.
+namespace {
+// A datasheet GPU: peaks by precision (TFLOP/s), memory bandwidth and links
+// (GB/s), device memory (GB), 8 per node.
+MachineProfile gpu(const char* name, const char* source, double bf16, double fp32, double fp64, double mem_bw,
+                   double intra, double inter, double memory_GB) {
+  MachineProfile m;
+  m.hw.machine = name;
+  m.source = source;
+  m.peak_tflops_bf16 = bf16;
+  m.peak_tflops_fp32 = fp32;
+  m.peak_tflops_fp64 = fp64;
+  m.hw.mem_bw_GBps = mem_bw;
+  m.hw.bw_intra_GBps = intra;
+  m.hw.bw_inter_GBps = inter;
+  m.hw.memory_GB = memory_GB;
+  m.hw.host_kernels = false;
+  m.ranks_per_node = 8;
+  return m;
+}
+}  // namespace
+
 const std::vector<MachineProfile>& builtin_machines() {
   static const std::vector<MachineProfile> m = {
-      {"a100",
-       "NVIDIA A100 80GB SXM4 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core 312 "
-       "TFLOPS dense, FP32 19.5, FP64 Tensor Core 19.5, HBM2e 2,039 GB/s, 80 GB, NVLink 600 GB/s (300 per "
-       "direction); DGX A100: 8 GPUs, 8 x 200 Gb/s HDR InfiniBand (25 GB/s per GPU)",
-       312, 19.5, 19.5, 2039, 300, 25, 0, 1, 80, 8, 0, 0, {}, {}, /*gpu=*/true, {}},
-      {"h100",
-       "NVIDIA H100 SXM5 datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
-       "Tensor Core 66.9, HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s (450 per direction); DGX H100: 8 GPUs, 8 x 400 Gb/s "
-       "NDR InfiniBand (50 GB/s per GPU)",
-       989.4, 66.9, 66.9, 3350, 450, 50, 0, 1, 80, 8, 0, 0, {}, {}, /*gpu=*/true, {}},
-      {"h200",
-       "NVIDIA H200 SXM datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
-       "Tensor Core 66.9, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s (450 per direction); DGX H200: 8 GPUs, 8 x 400 "
-       "Gb/s NDR InfiniBand (50 GB/s per GPU)",
-       989.4, 66.9, 66.9, 4800, 450, 50, 0, 1, 141, 8, 0, 0, {}, {}, /*gpu=*/true, {}},
-      {"mi300x",
-       "AMD Instinct MI300X datasheet: peak BF16 matrix 1,307.4 TFLOPS dense, FP32 matrix 163.4, FP64 matrix 163.4, "
-       "HBM3 5.3 TB/s, 192 GB, 7 Infinity Fabric links of 128 GB/s (896 GB/s both directions, 448 per direction); "
-       "8 GPUs per platform, one 400 Gb/s NIC per GPU (50 GB/s)",
-       1307.4, 163.4, 163.4, 5300, 448, 50, 0, 1, 192, 8, 0, 0, {}, {}, /*gpu=*/true, {}},
-      {"b200",
-       "NVIDIA Blackwell datasheet, HGX B200 (1,000 W per GPU): BF16 Tensor Core 4.5 PFLOPS with sparsity (2,250 "
-       "dense), FP32 80 TFLOPS, FP64 40, HBM3e 8 TB/s, 180 GB per GPU (1.44 TB per 8-GPU HGX), fifth-generation "
-       "NVLink 1.8 TB/s (900 GB/s per direction); 8 GPUs per node, one 400 Gb/s ConnectX-7 NIC per GPU (50 GB/s)",
-       2250, 80, 40, 8000, 900, 50, 0, 1, 180, 8, 0, 0, {}, {}, /*gpu=*/true, {}},
+      gpu("a100",
+          "NVIDIA A100 80GB SXM4 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core 312 "
+          "TFLOPS dense, FP32 19.5, FP64 Tensor Core 19.5, HBM2e 2,039 GB/s, 80 GB, NVLink 600 GB/s (300 per "
+          "direction); DGX A100: 8 GPUs, 8 x 200 Gb/s HDR InfiniBand (25 GB/s per GPU)",
+          312, 19.5, 19.5, 2039, 300, 25, 80),
+      gpu("h100",
+          "NVIDIA H100 SXM5 datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
+          "Tensor Core 66.9, HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s (450 per direction); DGX H100: 8 GPUs, 8 x 400 "
+          "Gb/s NDR InfiniBand (50 GB/s per GPU)",
+          989.4, 66.9, 66.9, 3350, 450, 50, 80),
+      gpu("h200",
+          "NVIDIA H200 SXM datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
+          "Tensor Core 66.9, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s (450 per direction); DGX H200: 8 GPUs, 8 x 400 "
+          "Gb/s NDR InfiniBand (50 GB/s per GPU)",
+          989.4, 66.9, 66.9, 4800, 450, 50, 141),
+      gpu("mi300x",
+          "AMD Instinct MI300X datasheet: peak BF16 matrix 1,307.4 TFLOPS dense, FP32 matrix 163.4, FP64 matrix 163.4, "
+          "HBM3 5.3 TB/s, 192 GB, 7 Infinity Fabric links of 128 GB/s (896 GB/s both directions, 448 per direction); "
+          "8 GPUs per platform, one 400 Gb/s NIC per GPU (50 GB/s)",
+          1307.4, 163.4, 163.4, 5300, 448, 50, 192),
+      gpu("b200",
+          "NVIDIA Blackwell datasheet, HGX B200 (1,000 W per GPU): BF16 Tensor Core 4.5 PFLOPS with sparsity (2,250 "
+          "dense), FP32 80 TFLOPS, FP64 40, HBM3e 8 TB/s, 180 GB per GPU (1.44 TB per 8-GPU HGX), fifth-generation "
+          "NVLink 1.8 TB/s (900 GB/s per direction); 8 GPUs per node, one 400 Gb/s ConnectX-7 NIC per GPU (50 GB/s)",
+          2250, 80, 40, 8000, 900, 50, 180),
   };
   return m;
 }
@@ -70,7 +91,7 @@ const MachineProfile* machine_for_device(const std::string& device_name) {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> variants = {
       {"h100", {"pcie", "nvl"}}, {"h200", {"nvl"}}};
   for (const MachineProfile& m : builtin_machines()) {
-    const std::string n = lower(m.name);
+    const std::string n = lower(m.name());
     bool named = false;
     for (size_t at = d.find(n); at != std::string::npos && !named; at = d.find(n, at + 1))
       named = at == 0 || !std::isalnum(static_cast<unsigned char>(d[at - 1]));  // "gb200" is not "b200"
@@ -96,33 +117,33 @@ const std::vector<std::string>& shape_columns() {
 
 MachineProfile load_machine(const std::string& what) {
   for (const auto& m : builtin_machines())
-    if (m.name == lower(what)) return m;
+    if (m.name() == lower(what)) return m;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(what, ec)) {
     std::string names;
-    for (const auto& m : builtin_machines()) names += (names.empty() ? "" : ", ") + m.name;
+    for (const auto& m : builtin_machines()) names += (names.empty() ? "" : ", ") + m.name();
     throw InputError("--machine: '" + what + "' is neither a built-in machine (" + names +
                      ") nor a profile file (TOML; see suites/planner/machine.h)");
   }
   ConfigReader r = ConfigReader::from_file(what);
   MachineProfile m;
-  m.name = r.require<std::string>("machine.name");
-  require(!m.name.empty() && m.name.size() <= 64, r.source() + ": machine.name must be 1 to 64 characters");
+  m.hw.machine = r.require<std::string>("machine.name");
+  require(!m.name().empty() && m.name().size() <= 64, r.source() + ": machine.name must be 1 to 64 characters");
   m.source = r.require<std::string>("machine.source");
   require(!m.source.empty(), r.source() + ": machine.source must say where the figures come from");
   m.peak_tflops_bf16 = r.require<double>("machine.peak_tflops_bf16", Bounds::positive());
   m.peak_tflops_fp32 = r.get<double>("machine.peak_tflops_fp32", m.peak_tflops_bf16, Bounds::positive());
   m.peak_tflops_fp64 = r.get<double>("machine.peak_tflops_fp64", m.peak_tflops_fp32, Bounds::positive());
-  m.mem_bw_GBps = r.get<double>("machine.mem_bw_GBps", 0.0, Bounds::non_negative());
-  m.bw_intra_GBps = r.get<double>("machine.bw_intra_GBps", 0.0, Bounds::non_negative());
-  m.bw_inter_GBps = r.get<double>("machine.bw_inter_GBps", m.bw_intra_GBps, Bounds::non_negative());
-  m.latency_us = r.get<double>("machine.latency_us", 0.0, Bounds::non_negative());
-  m.gemm_efficiency = r.get<double>("machine.gemm_efficiency", 1.0, Bounds::open_closed(0, 1));
-  m.memory_GB = r.get<double>("machine.memory_GB", 0.0, Bounds::non_negative());
+  m.hw.mem_bw_GBps = r.get<double>("machine.mem_bw_GBps", 0.0, Bounds::non_negative());
+  m.hw.bw_intra_GBps = r.get<double>("machine.bw_intra_GBps", 0.0, Bounds::non_negative());
+  m.hw.bw_inter_GBps = r.get<double>("machine.bw_inter_GBps", m.hw.bw_intra_GBps, Bounds::non_negative());
+  m.hw.latency_us = r.get<double>("machine.latency_us", 0.0, Bounds::non_negative());
+  m.hw.gemm_efficiency = r.get<double>("machine.gemm_efficiency", 1.0, Bounds::open_closed(0, 1));
+  m.hw.memory_GB = r.get<double>("machine.memory_GB", 0.0, Bounds::non_negative());
   m.ranks_per_node = r.get<int>("machine.ranks_per_node", 1, Bounds::closed(1, 1 << 20));
   m.wake_us = r.get<double>("machine.wake_us", 0.0, Bounds::non_negative());
-  m.latency_inter_us = r.get<double>("machine.latency_inter_us", 0.0, Bounds::non_negative());
-  m.gpu = r.get<bool>("machine.gpu", false);
+  m.hw.latency_inter_us = r.get<double>("machine.latency_inter_us", 0.0, Bounds::non_negative());
+  m.hw.host_kernels = !r.get<bool>("machine.gpu", false);
   // Parallel arrays of one table: every one present, of one length >= 1.
   auto columns = [&](const std::string& table, const std::vector<std::string>& names) {
     std::vector<std::vector<double>> cols;
@@ -155,7 +176,7 @@ MachineProfile load_machine(const std::string& what) {
     for (size_t i = 0; i < c[0].size(); ++i) {
       const int64_t g = whole(t + ".group_size", c[0][i]);
       require(g >= 2, r.source() + ": " + t + ".group_size must be >= 2, got " + std::to_string(g));
-      m.collectives[op].push_back({g, c[1][i], c[2][i]});
+      m.hw.collectives[op].push_back({g, c[1][i], c[2][i]});
     }
   }
   if (r.has("machine.shape.work")) {
@@ -212,7 +233,7 @@ const std::vector<std::string>& collective_ops() {
 
 std::string machine_toml(const MachineProfile& m) {
   ConfigReader r;
-  r.set("machine.name", m.name);
+  r.set("machine.name", m.name());
   r.set("machine.source", m.source);
   auto num = [&](const char* key, double v) {
     char buf[32];
@@ -222,16 +243,16 @@ std::string machine_toml(const MachineProfile& m) {
   num("machine.peak_tflops_bf16", m.peak_tflops_bf16);
   num("machine.peak_tflops_fp32", m.peak_tflops_fp32);
   num("machine.peak_tflops_fp64", m.peak_tflops_fp64);
-  num("machine.mem_bw_GBps", m.mem_bw_GBps);
-  num("machine.bw_intra_GBps", m.bw_intra_GBps);
-  num("machine.bw_inter_GBps", m.bw_inter_GBps);
-  num("machine.latency_us", m.latency_us);
-  num("machine.gemm_efficiency", m.gemm_efficiency);
-  num("machine.memory_GB", m.memory_GB);
+  num("machine.mem_bw_GBps", m.hw.mem_bw_GBps);
+  num("machine.bw_intra_GBps", m.hw.bw_intra_GBps);
+  num("machine.bw_inter_GBps", m.hw.bw_inter_GBps);
+  num("machine.latency_us", m.hw.latency_us);
+  num("machine.gemm_efficiency", m.hw.gemm_efficiency);
+  num("machine.memory_GB", m.hw.memory_GB);
   r.set("machine.ranks_per_node", m.ranks_per_node);
   num("machine.wake_us", m.wake_us);
-  num("machine.latency_inter_us", m.latency_inter_us);
-  if (m.gpu) r.set("machine.gpu", true);
+  num("machine.latency_inter_us", m.hw.latency_inter_us);
+  if (!m.hw.host_kernels) r.set("machine.gpu", true);
   auto nums = [&](const std::string& key, const std::vector<double>& v) {
     std::vector<double> out;
     for (double x : v) {
@@ -256,7 +277,7 @@ std::string machine_toml(const MachineProfile& m) {
     r.set(t + ".k", kk);
     nums(t + ".gflops", g);
   }
-  for (const auto& [op, fits] : m.collectives) {
+  for (const auto& [op, fits] : m.hw.collectives) {
     std::vector<int64_t> g;
     std::vector<double> a, b;
     for (const CollectiveFit& f : fits) {
@@ -388,20 +409,12 @@ InterNodeFit fit_inter_node(const std::string& path) {
 }
 
 Hardware hardware_for(const MachineProfile& m, Precision precision) {
-  Hardware h;
+  Hardware h = m.hw;
   h.peak_tflops = precision == Precision::fp64   ? m.peak_tflops_fp64
                   : precision == Precision::fp32 ? m.peak_tflops_fp32
                                                  : m.peak_tflops_bf16;
-  h.bw_intra_GBps = m.bw_intra_GBps;
-  h.bw_inter_GBps = m.bw_inter_GBps;
-  h.latency_us = m.latency_us;
-  h.latency_inter_us = m.latency_inter_us;
-  h.gemm_efficiency = m.gemm_efficiency;
-  h.mem_bw_GBps = m.mem_bw_GBps;
   const char* key = precision == Precision::fp64 ? "fp64" : precision == Precision::fp32 ? "fp32" : "bf16";
   if (const auto it = m.gemm.find(key); it != m.gemm.end()) h.gemm_rates = it->second;
-  h.collectives = m.collectives;
-  h.host_kernels = !m.gpu;
   return h;
 }
 

@@ -73,23 +73,30 @@ struct ShapeFigures {
   double compute_scale = 1, corun_scale = 1;
 };
 
+// A machine: the planner's Hardware for every plan on it, with what depends
+// on the plan apart (the peaks and GEMM tables by precision, the training
+// shapes' figures by work); hardware_for makes one plan's Hardware of it.
 struct MachineProfile {
-  std::string name, source;
+  // The figures every plan on the machine shares: its name (hw.machine),
+  // links and latencies, memory bandwidth, GEMM efficiency, device memory,
+  // collective fits by op, and hw.host_kernels (false: its ranks are GPUs,
+  // the built-ins and a file's machine.gpu, whose kernels keep their own
+  // workspaces, so a plan holds none of the CPU kernels'). Left at their
+  // defaults: what hardware_for sets by precision (peak_tflops, gemm_rates)
+  // and by shape (shared_, optimizer_ and buffer_mem_bw_GBps, compute_scale,
+  // corun_scale, corun_ranks; mem_bw_GBps where a shape measured it), and
+  // what only a local run measures (core_share, async_call_cost,
+  // attention_fwd_s / attention_bwd_s).
+  Hardware hw;
+  std::string source;
   double peak_tflops_bf16 = 0, peak_tflops_fp32 = 0, peak_tflops_fp64 = 0;
-  double mem_bw_GBps = 0, bw_intra_GBps = 0, bw_inter_GBps = 0, latency_us = 0;
-  double gemm_efficiency = 1;
-  double memory_GB = 0;
+  std::map<std::string, std::vector<GemmRate>, std::less<>> gemm;  // by precision: fp32, bf16, fp64
   int ranks_per_node = 1;
   double wake_us = 0;
-  double latency_inter_us = 0;  // 0: latency_us
-  std::map<std::string, std::vector<GemmRate>, std::less<>> gemm;  // by precision: fp32, bf16, fp64
-  std::map<std::string, std::vector<CollectiveFit>, std::less<>> collectives;  // by op
-  // Its ranks are GPUs (the built-ins; a file's machine.gpu): their kernels
-  // keep their own workspaces, so a plan holds none of the CPU kernels'.
-  bool gpu = false;
   // Calibrated training shapes (parabench calibrate --model), ascending
   // work; none in the built-ins.
   std::vector<ShapeFigures> shapes{};
+  const std::string& name() const { return hw.machine; }
 };
 
 // The work measure of the shape figures: the FLOPs (model, no
@@ -114,7 +121,8 @@ const MachineProfile* machine_for_device(const std::string& device_name);
 // A built-in name (case-insensitive) or a TOML file as above; InputError
 // naming the unknown name (with the list) or the file and key.
 MachineProfile load_machine(const std::string& name_or_file);
-// The planner's hardware for a run at `precision` on this machine.
+// The planner's hardware for a run at `precision` on this machine: m.hw with
+// the precision's peak and GEMM table.
 Hardware hardware_for(const MachineProfile& m, Precision precision);
 // ... for plan `in` (its precision): with training shapes and a model shape,
 // their figures at its rank's work (memory-bound rates, compute_scale,

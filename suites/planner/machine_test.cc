@@ -56,13 +56,13 @@ void expect_refused(const std::filesystem::path& dir, const std::string& head,
 TEST(Machine, BuiltInProfilesByNameWithSources) {
   ASSERT_EQ(builtin_machines().size(), 5u);
   for (const auto& m : builtin_machines()) {
-    EXPECT_GT(m.peak_tflops_bf16, m.peak_tflops_fp32) << m.name;
-    EXPECT_GT(m.memory_GB, 0) << m.name;
-    EXPECT_EQ(m.ranks_per_node, 8) << m.name;
-    EXPECT_NE(m.source.find("datasheet"), std::string::npos) << m.name;
+    EXPECT_GT(m.peak_tflops_bf16, m.peak_tflops_fp32) << m.name();
+    EXPECT_GT(m.hw.memory_GB, 0) << m.name();
+    EXPECT_EQ(m.ranks_per_node, 8) << m.name();
+    EXPECT_NE(m.source.find("datasheet"), std::string::npos) << m.name();
   }
   const MachineProfile a = load_machine("A100");  // case-insensitive
-  EXPECT_EQ(a.name, "a100");
+  EXPECT_EQ(a.name(), "a100");
   EXPECT_DOUBLE_EQ(hardware_for(a, Precision::bf16_mixed).peak_tflops, 312);
   EXPECT_DOUBLE_EQ(hardware_for(a, Precision::fp32).peak_tflops, 19.5);
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("h100"), Precision::bf16_mixed).peak_tflops, 989.4);
@@ -72,13 +72,13 @@ TEST(Machine, BuiltInProfilesByNameWithSources) {
   EXPECT_EQ(load_machine("b200").ranks_per_node, 8);
   // A GPU's own name (cudaDeviceProp::name) finds its profile: the MFU peak of a run on it.
   ASSERT_NE(machine_for_device("cuda:0 NVIDIA H100 80GB HBM3"), nullptr);
-  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA H100 80GB HBM3")->name, "h100");
-  EXPECT_EQ(machine_for_device("cuda:1 NVIDIA A100-SXM4-80GB")->name, "a100");
-  EXPECT_EQ(machine_for_device("AMD Instinct MI300X")->name, "mi300x");
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA H100 80GB HBM3")->name(), "h100");
+  EXPECT_EQ(machine_for_device("cuda:1 NVIDIA A100-SXM4-80GB")->name(), "a100");
+  EXPECT_EQ(machine_for_device("AMD Instinct MI300X")->name(), "mi300x");
   EXPECT_EQ(machine_for_device("cuda:0 NVIDIA GeForce RTX 4090"), nullptr);
-  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA A100 80GB PCIe")->name, "a100");  // the same datasheet peaks
-  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA H200")->name, "h200");
-  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA B200")->name, "b200");
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA A100 80GB PCIe")->name(), "a100");  // the same datasheet peaks
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA H200")->name(), "h200");
+  EXPECT_EQ(machine_for_device("cuda:0 NVIDIA B200")->name(), "b200");
   // Other parts of a chip, with other datasheet peaks: no profile, not the SXM one.
   for (const char* other : {"cuda:0 NVIDIA H100 PCIe", "cuda:0 NVIDIA H100 NVL", "cuda:0 NVIDIA H200 NVL",
                             "cuda:0 NVIDIA GB200"})
@@ -105,9 +105,9 @@ TEST(Machine, ProfileFileReadsStrictly) {
                                              "[machine]\nname = \"box\"\nsource = \"calibrated 2026-11-23\"\n"
                                              "peak_tflops_bf16 = 100.0\nbw_intra_GBps = 40.0\nmemory_GB = 24.0\n"
                                              "gemm_efficiency = 0.5\nranks_per_node = 2\n"));
-  EXPECT_EQ(m.name, "box");
+  EXPECT_EQ(m.name(), "box");
   EXPECT_DOUBLE_EQ(m.peak_tflops_fp32, 100);  // defaults to the bf16 peak
-  EXPECT_DOUBLE_EQ(m.bw_inter_GBps, 40);      // defaults to the intra-node link
+  EXPECT_DOUBLE_EQ(m.hw.bw_inter_GBps, 40);      // defaults to the intra-node link
   EXPECT_DOUBLE_EQ(hardware_for(m, Precision::fp32).gemm_efficiency, 0.5);
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"[machine]\nname = \"x\"\nsource = \"s\"\n", "machine.peak_tflops_bf16"},
@@ -190,13 +190,13 @@ TEST(Machine, ProfileTomlRoundTripsAndLinesFit) {
   const auto p = (dir / "m.toml").string();
   std::ofstream(p) << machine_toml(m);
   const MachineProfile r = load_machine(p);
-  EXPECT_EQ(r.name, m.name);
+  EXPECT_EQ(r.name(), m.name());
   EXPECT_EQ(r.source, m.source);
   EXPECT_DOUBLE_EQ(r.peak_tflops_bf16, m.peak_tflops_bf16);
-  EXPECT_DOUBLE_EQ(r.mem_bw_GBps, m.mem_bw_GBps);
-  EXPECT_DOUBLE_EQ(r.memory_GB, m.memory_GB);
+  EXPECT_DOUBLE_EQ(r.hw.mem_bw_GBps, m.hw.mem_bw_GBps);
+  EXPECT_DOUBLE_EQ(r.hw.memory_GB, m.hw.memory_GB);
   EXPECT_EQ(r.ranks_per_node, m.ranks_per_node);
-  EXPECT_TRUE(r.gpu);
+  EXPECT_FALSE(r.hw.host_kernels);  // a GPU
   std::filesystem::remove_all(dir);
   // t = 5 + 2 x exactly, and with noise that cancels.
   const LineFit f = fit_line({{0, 5}, {1, 7}, {2, 9}, {3, 11}});
@@ -218,7 +218,7 @@ TEST(Machine, ProfileTablesReadStrictly) {
   m.wake_us = 33;
   m.gemm["fp32"] = {{16, 64, 64, 12.5}, {1024, 1024, 1024, 95}};
   m.gemm["fp64"] = {{256, 256, 256, 40}};
-  m.collectives["send_recv"] = {{2, 1.5, 9}, {4, 20, 3}};
+  m.hw.collectives["send_recv"] = {{2, 1.5, 9}, {4, 20, 3}};
   const auto p = (dir / "m.toml").string();
   std::ofstream(p) << machine_toml(m);
   const MachineProfile r = load_machine(p);
@@ -228,9 +228,9 @@ TEST(Machine, ProfileTablesReadStrictly) {
   EXPECT_EQ(r.gemm.at("fp32")[0].m, 16);
   EXPECT_EQ(r.gemm.at("fp32")[1].k, 1024);
   EXPECT_DOUBLE_EQ(r.gemm.at("fp32")[0].gflops, 12.5);
-  ASSERT_EQ(r.collectives.at("send_recv").size(), 2u);
-  EXPECT_EQ(r.collectives.at("send_recv")[1].group_size, 4);
-  EXPECT_DOUBLE_EQ(r.collectives.at("send_recv")[1].alpha_us, 20);
+  ASSERT_EQ(r.hw.collectives.at("send_recv").size(), 2u);
+  EXPECT_EQ(r.hw.collectives.at("send_recv")[1].group_size, 4);
+  EXPECT_DOUBLE_EQ(r.hw.collectives.at("send_recv")[1].alpha_us, 20);
   EXPECT_EQ(hardware_for(r, Precision::fp32).gemm_rates.size(), 2u);
   EXPECT_EQ(hardware_for(r, Precision::fp64).gemm_rates.size(), 1u);
   EXPECT_TRUE(hardware_for(r, Precision::bf16_mixed).gemm_rates.empty());
@@ -323,11 +323,11 @@ TEST(Machine, CalibratedShapeFiguresReachThePlan) {
   const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_shape_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   MachineProfile m;
-  m.name = "cpu";
+  m.hw.machine = "cpu";
   m.source = "test";
   m.peak_tflops_bf16 = m.peak_tflops_fp32 = m.peak_tflops_fp64 = 0.1;
-  m.mem_bw_GBps = 8;
-  m.bw_intra_GBps = m.bw_inter_GBps = 10;
+  m.hw.mem_bw_GBps = 8;
+  m.hw.bw_intra_GBps = m.hw.bw_inter_GBps = 10;
   m.ranks_per_node = 2;
   const double w_tiny = shape_work(planner_model("tiny"), 4, 16, 1, 1),
                w_small = shape_work(planner_model("small"), 4, 16, 1, 1);

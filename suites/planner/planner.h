@@ -152,7 +152,7 @@ struct Hardware {
   std::vector<AsyncCallCost> async_call_cost;
   double memory_GB = 0;        // device memory per rank; 0: unknown (no fit check)
   // The ranks run the CPU's kernels, whose GEMM staging and attention scores
-  // are workspace (Scratch); false on GPUs (MachineProfile::gpu), whose
+  // are workspace (Scratch); false on GPUs (a GPU MachineProfile's), whose
   // kernels keep their own; there an MoE layer's routing state is host
   // memory too (reference/moe.h), not the device's.
   bool host_kernels = true;

@@ -84,6 +84,22 @@ void set_cp_attention(planner::PlanInput& in, const ShapeRates& rates, const Loc
   in.hw.attention_bwd_s = it->second.bwd_s * slower;
   in.hw.gemm_efficiency = rates.linear_efficiency_at(in.tp, in.cp);  // the core's own GEMMs are in its time
 }
+
+// The plan's hardware from this machine's measurement, for one of `world`
+// ranks of a local run, `together` of them computing at once: the measured
+// figures at the world's core share (planner_hardware), with the shape's
+// GEMM efficiency, compute scale, memory-bound rates, measured attention core
+// and the co-run factor.
+void set_local_hardware(planner::PlanInput& in, const LocalHardware& h, int world, const ShapeRates& rates,
+                        int64_t microbatches, int together) {
+  in.hw = planner_hardware(h, world);
+  in.hw.gemm_efficiency = rates.gemm_efficiency_at(in.tp, in.cp);
+  in.hw.compute_scale = rates.compute_scale;
+  set_memory_rates(in, rates.memory, microbatches, core_share(h, world));
+  set_cp_attention(in, rates, h, world);
+  scale_for_corun(in, rates, together);
+}
+
 // The row's reason: the hardware the plan used, as measured on this machine
 // (GEMM and memory-bound rates, compute and co-run factors, latency, the
 // measured attention core, bus bandwidth per op, calls issued without
@@ -180,12 +196,7 @@ planner::PlanInput plan_input(const SweepConfig& c, const SweepPoint& p, const P
   wo.size = p.world();
   in.overlap = in.overlap && !local_progress_deferred(wo, unsigned(h.cores));
   in.ranks_per_node = spec.mesh.ranks_per_node ? spec.mesh.ranks_per_node : c.ranks_per_node;
-  in.hw = planner_hardware(h, p.world());
-  in.hw.gemm_efficiency = rates.gemm_efficiency_at(in.tp, in.cp);
-  in.hw.compute_scale = rates.compute_scale;
-  set_memory_rates(in, rates.memory, p.microbatches, core_share(h, p.world()));
-  set_cp_attention(in, rates, h, p.world());
-  scale_for_corun(in, rates, std::min(p.world(), h.cores));
+  set_local_hardware(in, h, p.world(), rates, p.microbatches, std::min(p.world(), h.cores));
   return in;
 }
 
@@ -261,14 +272,10 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
           in.ranks_per_node = profile->ranks_per_node;
           in.overlap = planner::ddp_overlaps(p.spec);  // the profile's devices overlap on their own streams
           std::snprintf(note, sizeof note, "extrapolated from %d measured ranks with machine profile %s (%s)",
-                        m->point.world(), profile->name.c_str(), profile->source.c_str());
+                        m->point.world(), profile->name().c_str(), profile->source.c_str());
         } else {
-          in.hw = planner_hardware(local, 1);  // one rank per core
-          in.hw.gemm_efficiency = shape_rates.gemm_efficiency_at(in.tp, in.cp);
-          in.hw.compute_scale = shape_rates.compute_scale;
-          set_memory_rates(in, shape_rates.memory, p.microbatches, 1);
-          set_cp_attention(in, shape_rates, local, 1);
-          scale_for_corun(in, shape_rates, local.cores);  // one rank per core: every core busy
+          // One rank per core: every core busy.
+          set_local_hardware(in, local, 1, shape_rates, p.microbatches, local.cores);
           in.ranks_per_node = local.cores;
           std::snprintf(note, sizeof note,
                         "extrapolated from %d measured ranks with this machine's figures: one rank per core, %d "
@@ -342,8 +349,6 @@ std::vector<ProfilePoint> plan_against(const planner::MachineProfile& m, const s
       } else {
         planner::PlanInput in = plan_input(SweepConfig{}, p, r, h);
         in.hw = planner::hardware_for(m, in);
-        in.hw.memory_GB = m.memory_GB;
-        in.hw.machine = m.name;
         in.ranks_per_node = m.ranks_per_node;
         const planner::PlanResult pr = planner::plan(in);
         pt.planned_s = pr.step_s;

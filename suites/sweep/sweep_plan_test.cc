@@ -383,11 +383,11 @@ TEST(SweepPlan, AProfileAgainstMeasuredPoints) {
   run.meta.backend = "local";
   ASSERT_EQ(run_sweep(tiny({"shard=none"}, {1, 2, 4}), run).ok, 3);
   planner::MachineProfile m;
-  m.name = "cpu";
+  m.hw.machine = "cpu";
   m.source = "test";
   m.peak_tflops_bf16 = m.peak_tflops_fp32 = m.peak_tflops_fp64 = 0.05;
-  m.mem_bw_GBps = 8;
-  m.bw_intra_GBps = m.bw_inter_GBps = 10;
+  m.hw.mem_bw_GBps = 8;
+  m.hw.bw_intra_GBps = m.hw.bw_inter_GBps = 10;
   m.ranks_per_node = 2;
   std::vector<ProfilePoint> pts = plan_against(m, run.csv_path);
   ASSERT_EQ(pts.size(), 3u);
