@@ -11,9 +11,9 @@
 #                                 the PyTorch adapter's environment
 #                                 (scripts/torch/setup.sh: PyPI, once), every
 #                                 ctest (the `full` label adds the teeth's
-#                                 no-false-alarm seeds, cli_calibrate, the
-#                                 PyTorch adapter and the two-node
-#                                 namespaces), then the sanitizer
+#                                 no-false-alarm seeds, cli_calibrate,
+#                                 report_py, the PyTorch adapter and the
+#                                 two-node namespaces), then the sanitizer
 #                                 runs (scripts/sanitize.sh: ASan+UBSan, TSan)
 #                                 and a bounded run of every fuzz target
 #                                 (scripts/fuzz.sh, 10 s each).
