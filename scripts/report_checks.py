@@ -13,11 +13,16 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 
+def run_label(r):
+    """A conformance row's run: its mesh and strategy text ("dp2.pp2 shard=zero1,schedule=1f1b")."""
+    return ("%s %s" % (r.get("mesh", ""), r.get("strategy", ""))).strip()
+
+
 def conformance(run, out):
     rows = [r for r in run["conformance"] if r.get("quantity") in ("loss", "grads", "params")]
     if not rows:
         raise Skip("no conformance rows")
-    keys = sorted({(r["strategy"], r["precision"]) for r in rows})
+    keys = sorted({(run_label(r), r["precision"]) for r in rows})
     quantities = ["loss", "grads", "params"]
     markers = dict(zip(quantities, ["o", "s", "D"]))
     fig, ax = plt.subplots(figsize=(10, 0.42 * len(keys) + 1.8))
@@ -26,7 +31,7 @@ def conformance(run, out):
     thresholds = set()
     for y, (s, p) in enumerate(keys):
         for q in quantities:
-            pts = [r for r in rows if (r["strategy"], r["precision"], r["quantity"]) == (s, p, q)]
+            pts = [r for r in rows if (run_label(r), r["precision"], r["quantity"]) == (s, p, q)]
             for r in pts:
                 ratio, bitwise = num(r, "ratio"), r.get("bitwise") == "1"
                 failed = r.get("pass") == "0" or r.get("status") == "failed"
@@ -58,10 +63,10 @@ def conformance(run, out):
 
 
 def conformance_table(run):
-    """Rows (strategy, precision, quantity, checks, max ratio, threshold, bitwise, verdict)."""
+    """Rows (mesh and strategy, precision, quantity, checks, max ratio, threshold, bitwise, verdict)."""
     agg = defaultdict(lambda: {"n": 0, "max": 0.0, "thr": "", "bitwise": True, "fail": 0})
     for r in run["conformance"]:
-        a = agg[(r.get("strategy", ""), r.get("precision", ""), r.get("quantity", ""))]
+        a = agg[(run_label(r), r.get("precision", ""), r.get("quantity", ""))]
         a["n"] += 1
         a["max"] = max(a["max"], num(r, "ratio") or 0.0)
         a["thr"] = r.get("threshold", "")
