@@ -36,7 +36,7 @@ TEST(Registry, EveryStrategyDeclaresItsFaultsOnce) {
   EXPECT_EQ(seen.size(), 30u);  // 9 data-parallel, 5 MoE, 6 tensor, 6 context, 4 pipeline
 }
 
-// Each axis prints its typed faults by their declared names (labels, describe()).
+// Each axis prints and reads its typed faults by their declared names.
 TEST(Registry, AxesPrintTheirFaultsByTheDeclaredNames) {
   for (const FaultDecl& d : dp::fault_decls()) EXPECT_EQ(dp::fault_name(dp::Fault(d.value)), d.name);
   for (const FaultDecl& d : tp::fault_decls()) EXPECT_EQ(tp::fault_name(tp::Fault(d.value)), d.name);

@@ -160,7 +160,7 @@ def build(run_dir, out):
         sections.append("<h2>%s</h2>%s" % (html.escape(title), "".join(parts)))
     if run["conformance"]:
         sections.append("<h2>Conformance ratios</h2>" + table(
-            ["strategy", "precision", "quantity", "checks", "max ratio", "threshold C", "bitwise", "verdict"],
+            ["mesh and strategy", "precision", "quantity", "checks", "max ratio", "threshold C", "bitwise", "verdict"],
             report_checks.conformance_table(run)))
     sections.append(skipped_section(run))
     for f in run["ignored"]:

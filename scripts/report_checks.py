@@ -13,6 +13,11 @@ from matplotlib.patches import Patch
 
 
 FAMILIES = ["data", "sharded data", "tensor", "context", "expert", "pipeline"]
+
+
+def run_label(r):
+    """A conformance row's run: its mesh and strategy text ("dp2.pp2 shard=zero1,schedule=1f1b")."""
+    return ("%s %s" % (r.get("mesh", ""), r.get("strategy", ""))).strip()
 EDGE = 1e-6
 
 
@@ -29,7 +34,7 @@ def conformance(run, out):
     fam_of = {}
     cells = defaultdict(list)  # (quantity, family) -> rows
     for r in rows:
-        st = r.get("strategy")
+        st = run_label(r)
         f = fam_of.get(st) or fam_of.setdefault(st, family(st))
         cells[(r.get("quantity"), f)].append(r)
     fams = [f for f in FAMILIES if f in fam_of.values()]
@@ -78,7 +83,7 @@ def conformance(run, out):
             for k, (_good, _neg, failed, r, x, _y) in enumerate(shown):
                 more = " +%d more failed" % (len(fails) - 2) if failed and k == len(shown) - 1 and len(fails) > 2 \
                     else ""
-                ax.annotate("%s (%s)%s%s" % (r.get("strategy", ""), r.get("precision", ""),
+                ax.annotate("%s (%s)%s%s" % (run_label(r), r.get("precision", ""),
                                              " step %s" % r["step"] if r.get("step") and q == "loss" else "", more),
                             (max(x, floor_x), y), xytext=(-6, 10 + 10 * k), textcoords="offset points",
                             ha="right", fontsize=6.5, color="#C44E52" if failed else "#333333",
@@ -109,7 +114,7 @@ def conformance(run, out):
                                                                                            for t in thresholds))]
     fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=8, bbox_to_anchor=(0.5, 0.0))
     fig.suptitle("Conformance: distance to fp64 truth over the reference's floor, %d configurations by family"
-                 % len({(r.get("strategy"), r.get("precision")) for r in rows}))
+                 % len({(run_label(r), r.get("precision")) for r in rows}))
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return [(save(fig, out, "conformance_ratios.png"), "Conformance ratios",
              "Each point is one checked quantity (every loss step, step-1 grads, final params) of one "
@@ -121,7 +126,7 @@ def conformance_table(run):
     """Rows (strategy, precision, quantity, checks, max ratio, threshold, bitwise, verdict)."""
     agg = defaultdict(lambda: {"n": 0, "max": 0.0, "thr": "", "bitwise": True, "fail": 0})
     for r in run["conformance"]:
-        a = agg[(r.get("strategy", ""), r.get("precision", ""), r.get("quantity", ""))]
+        a = agg[(run_label(r), r.get("precision", ""), r.get("quantity", ""))]
         a["n"] += 1
         a["max"] = max(a["max"], num(r, "ratio") or 0.0)
         a["thr"] = r.get("threshold", "")

@@ -107,16 +107,6 @@ std::string applies_to(Fault f) {
 
 }  // namespace
 
-std::string DpOptions::describe() const {
-  std::string s = std::string(shard_name(shard)) + " dp" + std::to_string(dp);
-  if (offload == Offload::optimizer) s += " offload";
-  if (shard == Shard::none) s += overlap ? " overlap" : " no-overlap";
-  if (shard == Shard::hsdp) s += " F" + std::to_string(shard_group);
-  if (shard == Shard::hzero) s += " node" + std::to_string(ranks_per_node);
-  for (Fault f : faults) s += " fault:" + fault_name(f);
-  return s;
-}
-
 void validate(const DpOptions& o) {
   require(o.dp > 0, "strategy.dp: must be > 0");
   require(o.bucket_bytes > 0, "strategy.bucket_mb: must be > 0");

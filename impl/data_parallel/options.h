@@ -48,7 +48,6 @@ struct DpOptions : DataOptions {
   std::set<MoeFault> moe_faults;  // a mixture-of-experts model's (reference/moe.h)
 
   bool has(Fault f) const { return faults.count(f) > 0; }
-  std::string describe() const;     // e.g. "zero3 dp4 prefetch1"
 };
 
 void validate(const DpOptions& o);

@@ -45,15 +45,6 @@ void add_moe_capacity_comm(Declared& d, const DpOptions& o, const TrainConfig& c
   d.add_comm(Group::moe, CommOp::all_reduce, n * c.experts * 8);
 }
 
-std::string moe_label(const ModelConfig& model) {
-  const MoeConfig& m = model.moe;
-  if (m.experts == 0) return "";
-  char cf[32];
-  std::snprintf(cf, sizeof cf, "%g", m.capacity_factor);
-  return " moe E" + std::to_string(m.experts) + " top" + std::to_string(m.top_k) + " cf" + cf +
-         (m.capacity == MoeCapacity::global ? " global" : " local");
-}
-
 CommOp comm_op(Coll c) {
   return c == Coll::all_reduce ? CommOp::all_reduce
          : c == Coll::reduce_scatter ? CommOp::reduce_scatter : CommOp::all_gather;
@@ -95,12 +86,6 @@ void validate_spec(const RunSpec& s) {
   validate(options_of(s), s.train);
 }
 
-std::string describe(const RunSpec& s) {
-  std::string d = options_of(s).describe() + moe_label(s.train.model);  // the routing the run is checked with
-  if (s.train.microbatches > 1) d += " accum" + std::to_string(s.train.microbatches);
-  return d;
-}
-
 bool bitwise(const RunSpec& s, BackendKind b) {
   return declares_bitwise(options_of(s), s.train, b == BackendKind::local);
 }
@@ -117,8 +102,8 @@ std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const Tra
 }  // namespace
 
 const Strategy& strategy() {
-  static const Strategy s{"data_parallel", runs,    validate_spec, describe,
-                          bitwise,         replay,  make_rank,     nullptr,
+  static const Strategy s{"data_parallel", runs,      validate_spec, bitwise,
+                          replay,          make_rank, nullptr,
                           pb::fault_decls({fault_decls(), ep::moe_fault_decls()})};
   return s;
 }

@@ -31,9 +31,6 @@ void add_scalar_comm(Declared& d, const DpOptions& o, int steps);
 // A mixture-of-experts model sharing global capacity over the dp ranks:
 // per MoE layer and microbatch, the (choice rank, expert) counts all-gathered
 // and the probability sums all-reduced on group "moe" (8 bytes each).
-// " moe E4 top2 cf1.25 global" for a mixture-of-experts model, else "": the
-// routing a run is checked with, for labels.
-std::string moe_label(const ModelConfig& m);
 // layers: the MoE layers the rank runs (-1: every one of the model's).
 void add_moe_capacity_comm(Declared& d, const DpOptions& o, const TrainConfig& cfg, int steps, int layers = -1);
 

@@ -16,12 +16,6 @@ bool runs(const RunSpec& s) {
          s.tensor.recompute == Recompute::none;
 }
 
-std::string describe(const RunSpec& s) {
-  const dp::DpOptions e = expert_options(s);
-  std::string d = dp::strategy().describe(s) + " ep" + std::to_string(s.mesh.ep) + " edp" + std::to_string(e.dp);
-  return d;
-}
-
 // Experts run on rows gathered from several ranks and their gradients are
 // summed there and over edp: not the reference's order, so the ratio rule.
 bool bitwise(const RunSpec&, BackendKind) { return false; }
@@ -37,8 +31,8 @@ std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const Tra
 }  // namespace
 
 const Strategy& strategy() {
-  static const Strategy s{"expert_parallel", runs,    validate, describe,
-                          bitwise,           replay,  make_rank, nullptr,
+  static const Strategy s{"expert_parallel", runs,      validate, bitwise,
+                          replay,            make_rank, nullptr,
                           fault_decls({dp::fault_decls(), moe_fault_decls()})};
   return s;
 }

@@ -77,7 +77,6 @@ struct PipelineFaults {
   bool tied_grad_not_summed = false;  // wte's embedding and LM-head gradients are never summed
   bool drop_w = false;                // rank 0 skips W of microbatch 0 (split-backward schedules)
   bool any() const { return skip_microbatch || grad_to_wrong_stage || tied_grad_not_summed || drop_w; }
-  std::string describe() const;  // "" or " fault:drop_w,..."
 };
 
 struct PipelineOptions {
@@ -95,7 +94,6 @@ struct PipelineOptions {
   // The stage's data-parallel component: the data axis over the dp x cp ranks
   // that hold the same parameters (= data when cp = 1).
   dp::DpOptions component() const;
-  std::string describe(int microbatches) const;  // e.g. "1f1b pp4 v1 m8 x zero3 dp2 prefetch1"
 };
 
 // The schedule's config: m = cfg.microbatches, steps = cfg.steps for 2BW.

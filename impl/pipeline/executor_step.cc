@@ -17,38 +17,6 @@
 
 namespace pb::pipeline {
 
-std::string PipelineFaults::describe() const {
-  std::string f;
-  auto add = [&](bool on, const char* n) { if (on) f += (f.empty() ? " fault:" : ",") + std::string(n); };
-  add(skip_microbatch, "skip_microbatch");
-  add(grad_to_wrong_stage, "grad_to_wrong_stage");
-  add(tied_grad_not_summed, "tied_grad_not_summed");
-  add(drop_w, "drop_w");
-  return f;
-}
-
-std::string PipelineOptions::describe(int microbatches) const {
-  std::string d = std::string(schedule_name(kind)) + " pp" + std::to_string(pp) + " v" +
-                  std::to_string(virtual_stages) + " m" + std::to_string(microbatches);
-  if (tp() > 1) d += " x tp" + std::to_string(tp()) + (tensor.sp ? " sp" : "");
-  if (cp() > 1)
-    d += " x cp" + std::to_string(cp()) + " " + std::string(cp_algo_name(tensor.context.algo)) +
-         (tensor.context.zigzag ? " zigzag" : " contiguous");
-  if (data.dp > 1 || data.shard != dp::Shard::none) {
-    d += " x " + std::string(dp::shard_name(data.shard)) + " dp" + std::to_string(data.dp);
-    if (ep > 1) d += " ep" + std::to_string(ep) + " edp" + std::to_string(data.dp / ep);
-    if (data.offload == dp::Offload::optimizer) d += " offload";
-    if (data.shard == dp::Shard::hsdp) d += " F" + std::to_string(dp::shard_group(data));
-    if (data.shard == dp::Shard::hzero) d += " node" + std::to_string(data.ranks_per_node);
-  }
-  if (kind == ScheduleKind::pipedream_2bw) d += " (judged against delayed-weight training)";
-  for (dp::Fault f : data.faults) d += " fault:" + dp::fault_name(f);
-  for (MoeFault f : data.moe_faults) d += " fault:" + ep::moe_fault_name(f);
-  for (tp::Fault f : tensor.faults) d += " fault:" + tp::fault_name(f);
-  for (cp::Fault f : tensor.context.faults) d += " fault:" + cp::fault_name(f);
-  return d + faults.describe();
-}
-
 ScheduleConfig schedule_config(const PipelineOptions& o, const TrainConfig& cfg) {
   return {o.pp, cfg.microbatches, o.virtual_stages,
           o.kind == ScheduleKind::pipedream_2bw ? cfg.steps : 1};

@@ -73,10 +73,6 @@ void validate_spec(const RunSpec& s) {
   validate(options_of(s), s.train, s.world());
 }
 
-std::string describe(const RunSpec& s) {
-  return options_of(s).describe(s.train.microbatches) + dp::moe_label(s.train.model);
-}
-
 bool bitwise(const RunSpec& s, BackendKind b) {
   const PipelineOptions o = options_of(s);
   // DDP and ZeRO-1 sum after the flush, ZeRO-2 and the ZeRO-3 family per
@@ -100,8 +96,8 @@ std::unique_ptr<Rank> make_rank(const RunSpec& s, Communicator& world, const Tra
 }  // namespace
 
 const Strategy& strategy() {
-  static const Strategy s{"pipeline", runs,      validate_spec, describe,
-                          bitwise,    replay,    make_rank,     nullptr,
+  static const Strategy s{"pipeline", runs,      validate_spec, bitwise,
+                          replay,     make_rank, nullptr,
                           pb::fault_decls({fault_decls(), tp::tp_cp_fault_decls()})};
   return s;
 }

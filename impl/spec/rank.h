@@ -151,8 +151,6 @@ struct Strategy {
   // Axis rules beyond validate(RunSpec) (InputError naming the field): called
   // before any rank starts, on every process alike.
   void (*validate)(const RunSpec&) = nullptr;
-  // "zero3 dp4 prefetch1", "1f1b pp4 v1 m8 x zero1 dp2": the table label.
-  std::string (*describe)(const RunSpec&) = nullptr;
   // Same arithmetic in the same order as its replay (bit equality asserted).
   bool (*bitwise)(const RunSpec&, BackendKind) = nullptr;
   Replay (*replay)(const RunSpec&) = nullptr;

@@ -134,23 +134,6 @@ void validate_spec(const RunSpec& s) {
     if (std::find(cp_ok.begin(), cp_ok.end(), f) == cp_ok.end()) refuse(cp::fault_name(f), where);
 }
 
-std::string describe(const RunSpec& s) {
-  std::string d;
-  if (s.mesh.tp > 1 || s.mesh.cp == 1) d = "tp" + std::to_string(s.mesh.tp);
-  if (s.tensor.sp) d += " sp";
-  if (s.mesh.cp > 1) {
-    d += std::string(d.empty() ? "" : " ") + "cp" + std::to_string(s.mesh.cp) + " " +
-         std::string(cp_algo_name(s.context.algo)) + (s.context.zigzag ? " zigzag" : " contiguous");
-  }
-  if (s.tensor.recompute != Recompute::none) d += " recompute=" + std::string(recompute_name(s.tensor.recompute));
-  d += " x " + data_options_of(s).describe();
-  if (s.mesh.ep > 1)
-    d += " ep" + std::to_string(s.mesh.ep) + " edp" + std::to_string(s.mesh.dp * s.mesh.cp / s.mesh.ep);
-  d += dp::moe_label(s.train.model);
-  if (s.train.microbatches > 1) d += " accum" + std::to_string(s.train.microbatches);
-  return d;
-}
-
 // Row-parallel GEMMs sum partial products over tp, context parallel merges
 // attention blocks by log-sum-exp: not the reference's order.
 bool bitwise(const RunSpec&, BackendKind) { return false; }
@@ -182,14 +165,14 @@ std::vector<FaultDecl> tp_cp_fault_decls() {
 }
 
 const Strategy& strategy() {
-  static const Strategy s{"tensor_parallel", runs,   validate_spec, describe,    bitwise,
-                          replay,            make_rank, bitwise_twin, tp_cp_fault_decls()};
+  static const Strategy s{"tensor_parallel", runs,      validate_spec, bitwise,
+                          replay,            make_rank, bitwise_twin,  tp_cp_fault_decls()};
   return s;
 }
 
 const Strategy& context_strategy() {
-  static const Strategy s{"context_parallel", runs_context, validate_spec, describe,
-                          bitwise,            replay,       make_rank,     bitwise_twin,
+  static const Strategy s{"context_parallel", runs_context, validate_spec, bitwise,
+                          replay,             make_rank,    bitwise_twin,
                           tp_cp_fault_decls()};
   return s;
 }

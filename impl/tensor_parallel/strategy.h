@@ -20,7 +20,6 @@ const Strategy& context_strategy();
 
 // The pieces of both registrations.
 void validate_spec(const RunSpec& s);
-std::string describe(const RunSpec& s);
 bool bitwise(const RunSpec& s, BackendKind b);
 Replay replay(const RunSpec& s);
 std::optional<RunSpec> bitwise_twin(const RunSpec& s);

@@ -128,7 +128,7 @@ int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
   const double model_flops = model_flops_per_step(cfg.model, cfg.batch, cfg.seq);
   if (!f.quiet) {
     std::printf("parabench train: %s, %s (%lld params), %s, batch %d x %d tokens, %d steps, on %s\n",
-                res.strategy.c_str(), cfg.model.name.c_str(), (long long)cfg.model.num_params(),
+                spec_label(s.spec).c_str(), cfg.model.name.c_str(), (long long)cfg.model.num_params(),
                 precision_name(cfg.precision).c_str(), cfg.batch, cfg.seq, cfg.steps,
                 on_device ? (res.device + " per rank, over nccl").c_str() : "the CPU");
     std::printf("%5s %10s %10s %10s %11s %9s\n", "step", "loss", "grad_norm", "lr", "tokens/s", "ms");

@@ -24,7 +24,7 @@ double worst_ratio(const std::vector<QuantityCheck>& v, const std::string& q) {
 }  // namespace
 
 void print_result_header() {
-  std::printf("%-34s %-10s %5s %8s %9s %9s %9s %11s %7s %6s %s\n", "strategy", "precision", "world",
+  std::printf("%-12s %-40s %-10s %5s %8s %9s %9s %9s %11s %7s %6s %s\n", "mesh", "strategy", "precision", "world",
               "bitwise", "loss", "grads", "params", "state/rank", "memory", "comm", "result");
 }
 
@@ -42,7 +42,7 @@ void print_result_row(const ConformanceResult& r) {
                                         : "FP64 BAD";
   // A foreign trace (parabench verify) declares no costs: nothing to compare.
   const bool costs = r.backend != "foreign";
-  std::printf("%-34s %-10s %5d %8s %9.3f %9.3f %9.3f %11s %7s %6s %s\n", r.strategy.c_str(),
+  std::printf("%-12s %-40s %-10s %5d %8s %9.3f %9.3f %9.3f %11s %7s %6s %s\n", r.mesh.c_str(), r.strategy.c_str(),
               precision_name(r.precision).c_str(), r.world, bits.c_str(), worst_ratio(r.rule, "loss"),
               worst_ratio(r.rule, "grads"), worst_ratio(r.rule, "params"), costs ? human_bytes(state).c_str() : "-",
               !costs ? "-" : mem_ok ? "exact" : "DIFF", !costs ? "-" : comm_ok ? "exact" : "DIFF",
@@ -84,7 +84,7 @@ void write_conformance_rows(ResultWriter& csv, RunMeta meta, const ConformanceRe
 }
 
 void add_junit_cases(const ConformanceResult& r, double seconds, JunitSuite* suite) {
-  const std::string cls = r.strategy + " " + precision_name(r.precision) + " world" + std::to_string(r.world);
+  const std::string cls = r.mesh + " " + r.strategy + " " + precision_name(r.precision);
   std::vector<JunitCase> cases;
   auto num = [](double v) {
     char buf[32];

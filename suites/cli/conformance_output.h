@@ -1,6 +1,8 @@
 // How conformance results are shown and stored, shared by `check` (a matrix)
 // and `train` (one configuration): one table row per configuration with the
-// worst ratio per quantity, and conformance CSV rows per checked quantity.
+// worst ratio per quantity, and conformance CSV rows per checked quantity;
+// every row labelled by its mesh text and ConformanceResult::strategy (the
+// run spec's printer: engine.h conformance_label).
 #pragma once
 #include <string>
 
@@ -16,8 +18,8 @@ void print_result_row(const ConformanceResult& r);
 // One row per loss step / gradient / parameter check, per bitwise check, and
 // per exact memory or communication check (error = measured, floor = declared).
 void write_conformance_rows(ResultWriter& csv, RunMeta meta, const ConformanceResult& r, int steps);
-// JUnit test cases for one configuration (classname: strategy, precision,
-// world): one per rule quantity (loss, grads, params; their worst step), per
+// JUnit test cases for one configuration (classname: mesh, strategy label,
+// precision): one per rule quantity (loss, grads, params; their worst step), per
 // rule quantity at fp64, per bitwise quantity, and per exact memory or
 // communication item; a failure's message names the ratio (or the measured
 // and declared figures) and the reason. `seconds` is spread over the cases.

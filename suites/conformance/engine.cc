@@ -24,6 +24,13 @@ bool ConformanceResult::pass() const {
   return ok(rule) && ok(bits) && ok(fp64) && ok(exact) && ranks_with_mismatch == 0;
 }
 
+std::string conformance_label(const RunSpec& s) {
+  std::string l = strategy_text(s);
+  if (s.train.model.moe.experts > 0) l += " model=" + s.train.model.name;
+  if (s.train.microbatches > 1) l += " microbatches=" + std::to_string(s.train.microbatches);
+  return l;
+}
+
 std::string describe_failures(const ConformanceResult& r) {
   std::string out;
   for (const auto& c : r.rule)
@@ -181,7 +188,7 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
           "mesh: " + mesh_text(s.spec.mesh) + " needs " + std::to_string(s.spec.world()) +
               " ranks, the world has " + std::to_string(world.size()));
   ConformanceResult res;
-  res.strategy = strat.describe(s.spec);
+  res.strategy = conformance_label(s.spec);
   res.mesh = mesh_text(s.spec.mesh);
   res.precision = s.spec.train.precision;
   res.world = world.size();

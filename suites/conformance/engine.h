@@ -48,7 +48,7 @@ struct ExactCheck {  // measured == declared
 };
 
 struct ConformanceResult {
-  std::string strategy;  // Strategy::describe
+  std::string strategy;  // conformance_label
   std::string mesh;      // mesh_text
   Precision precision = Precision::fp32;
   int world = 1;
@@ -77,6 +77,15 @@ struct ConformanceResult {
   // it and the strategy when there is none.
   const ExactCheck& exact_of(const std::string& what) const;
 };
+
+// The label of a checked run, with the mesh text beside it (the CSV
+// `strategy` column, check's table, JUnit classnames, the teeth tables): the
+// run spec's strategy text (strategy_text), then the train-config parts that
+// tell the checks of one mesh apart, space-separated: "model=NAME" for a
+// mixture-of-experts model (its experts, top-k and capacity are the model's:
+// reference/model_config.h moe_variant_name) and "microbatches=N" when N > 1.
+// E.g. "shard=zero3,schedule=1f1b model=tiny-moe-l8 microbatches=4".
+std::string conformance_label(const RunSpec& s);
 
 // Every failed check of r, one bracket each ("" when r passes): for test and
 // CLI messages.

@@ -221,7 +221,7 @@ TEST(PipelineConformance, PipeDream2BWMatchesDelayedWeightTraining) {
       auto r = run_conformance(run);
       EXPECT_TRUE(r.pass()) << explain(r);
       EXPECT_TRUE(r.bitwise_declared);
-      EXPECT_NE(r.strategy.find("delayed-weight"), std::string::npos) << r.strategy;
+      EXPECT_NE(r.strategy.find("schedule=2bw"), std::string::npos) << r.strategy;
     }
   auto run = run_of(pl::ScheduleKind::pipedream_2bw, 2, 2, 1, 2);
   run.spec.train.steps = 3;

@@ -48,7 +48,7 @@ std::vector<FaultCatch> fault_catches(const std::vector<TeethCase>& cases) {
   std::vector<FaultCatch> out;
   for (const TeethCase& c : cases) {
     const Strategy& st = strategy_for(c.base.spec);
-    const std::string name = st.describe(c.base.spec);
+    const std::string name = conformance_label(c.base.spec);
     for (const FaultDecl& f : st.faults) {
       if (std::find(c.axes.begin(), c.axes.end(), f.axis) == c.axes.end() || !f.applies(c.base.spec)) continue;
       StrategyRun r = c.base;
