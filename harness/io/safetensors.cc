@@ -168,7 +168,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
 SafetensorsFile SafetensorsFile::parse(std::vector<char> bytes, std::string name) {
   char first8[8] = {};
-  std::memcpy(first8, bytes.data(), std::min<size_t>(bytes.size(), 8));
+  if (bytes.size() >= 8) std::memcpy(first8, bytes.data(), 8);  // shorter: header_length names it
   const uint64_t n = header_length(first8, bytes.size(), name);
   SafetensorsFile file = parse_header(bytes.data() + 8, n, bytes.size() - 8 - n, name);
   file.bytes_ = std::move(bytes);
