@@ -34,6 +34,19 @@ Target resolve(const std::string& path, const std::string& what, const std::vect
   if (path.empty()) throw InputError(what + ": empty path");
   Target t;
   t.path = path;
+  struct stat direct {};
+  if (::stat(path.c_str(), &direct) == 0 && (S_ISFIFO(direct.st_mode) || S_ISCHR(direct.st_mode))) {
+    // A pipe or a device, through any link the kernel follows (/dev/stdout ->
+    // /proc/self/fd/1 -> "pipe:[N]" names no path): written in place.
+    t.mode = Mode::in_place;
+    t.exists = true;
+    for (const std::string& in : inputs) {
+      struct stat is {};
+      if (!in.empty() && ::stat(in.c_str(), &is) == 0 && is.st_dev == direct.st_dev && is.st_ino == direct.st_ino)
+        refuse(what, path, "is also an input of this command (" + in + "); write the output elsewhere");
+    }
+    return t;
+  }
   // Follow links one at a time (a dangling one names the file to create).
   for (int hops = 0;; ++hops) {
     struct stat ls {};

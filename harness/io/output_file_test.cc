@@ -105,6 +105,19 @@ TEST_F(OutputFile, APipeIsWrittenInPlace) {
   expect_entries({"fifo"});
 }
 
+// /dev/stdout into a pipe is /proc/self/fd/1 -> "pipe:[N]", a link to no
+// path: the kernel's resolution is what is written.
+TEST_F(OutputFile, APipeBehindAMagicLinkIsWritten) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  write_output_file("/proc/self/fd/" + std::to_string(fds[1]), "via the fd", "--out");
+  ::close(fds[1]);
+  char buf[32] = {};
+  EXPECT_EQ(::read(fds[0], buf, sizeof(buf)), 10);
+  EXPECT_EQ(std::string(buf), "via the fd");
+  ::close(fds[0]);
+}
+
 TEST_F(OutputFile, WhatIsNotAFileIsRefusedByName) {
   EXPECT_NE(refusal(dir_.string(), "x").find("is a directory"), std::string::npos);
   EXPECT_NE(refusal(at("missing/x.xml"), "x").find("does not exist"), std::string::npos);
