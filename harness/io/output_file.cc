@@ -34,20 +34,33 @@ Target resolve(const std::string& path, const std::string& what, const std::vect
   if (path.empty()) throw InputError(what + ": empty path");
   Target t;
   t.path = path;
-  struct stat direct {};
-  if (::stat(path.c_str(), &direct) == 0 && (S_ISFIFO(direct.st_mode) || S_ISCHR(direct.st_mode))) {
-    // A pipe or a device, through any link the kernel follows (/dev/stdout ->
-    // /proc/self/fd/1 -> "pipe:[N]" names no path): written in place.
-    t.mode = Mode::in_place;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {  // it exists, through every link the kernel follows
     t.exists = true;
+    t.perms = st.st_mode & 07777;
     for (const std::string& in : inputs) {
       struct stat is {};
-      if (!in.empty() && ::stat(in.c_str(), &is) == 0 && is.st_dev == direct.st_dev && is.st_ino == direct.st_ino)
+      if (!in.empty() && ::stat(in.c_str(), &is) == 0 && is.st_dev == st.st_dev && is.st_ino == st.st_ino)
         refuse(what, path, "is also an input of this command (" + in + "); write the output elsewhere");
+    }
+    if (S_ISDIR(st.st_mode)) refuse(what, path, "is a directory (give a file name)");
+    if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
+      // Written in place at the path given: the kernel follows its links
+      // (/dev/stdout -> /proc/self/fd/1 -> "pipe:[N]" names no path).
+      t.mode = Mode::in_place;
+    } else if (S_ISREG(st.st_mode)) {
+      std::error_code ec;
+      t.path = fs::canonical(path, ec).string();  // a link's target is what the rename replaces
+      if (ec) refuse(what, path, "cannot follow the link: " + ec.message());
+    } else {
+      refuse(what, path, "is not a regular file, a pipe or a character device (a socket or a block device); "
+                         "give a file name");
     }
     return t;
   }
-  // Follow links one at a time (a dangling one names the file to create).
+  if (errno != ENOENT) refuse(what, path, "cannot inspect it: " + errno_text(errno));
+  // A new name, or a dangling link naming the file to create: follow the
+  // links one at a time.
   for (int hops = 0;; ++hops) {
     struct stat ls {};
     if (::lstat(t.path.c_str(), &ls) != 0 || !S_ISLNK(ls.st_mode)) break;
@@ -57,30 +70,9 @@ Target resolve(const std::string& path, const std::string& what, const std::vect
     if (ec) refuse(what, path, "cannot follow the link: " + ec.message());
     t.path = (to.is_absolute() ? to : fs::path(t.path).parent_path() / to).string();
   }
-  struct stat st {};
-  if (::stat(t.path.c_str(), &st) == 0) {
-    t.exists = true;
-    t.perms = st.st_mode & 07777;
-    if (S_ISDIR(st.st_mode)) refuse(what, path, "is a directory (give a file name)");
-    if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
-      t.mode = Mode::in_place;
-    } else if (!S_ISREG(st.st_mode)) {
-      refuse(what, path, "is not a regular file, a pipe or a character device (a socket or a block device); "
-                         "give a file name");
-    }
-    for (const std::string& in : inputs) {
-      struct stat is {};
-      if (!in.empty() && ::stat(in.c_str(), &is) == 0 && is.st_dev == st.st_dev && is.st_ino == st.st_ino)
-        refuse(what, path, "is also an input of this command (" + in + "); write the output elsewhere");
-    }
-  } else if (errno != ENOENT) {
-    refuse(what, path, "cannot inspect it: " + errno_text(errno));
-  } else {
-    const fs::path dir = fs::path(t.path).parent_path();
-    std::error_code ec;
-    if (!dir.empty() && !fs::is_directory(dir, ec))
-      refuse(what, path, "its directory " + dir.string() + " does not exist");
-  }
+  const fs::path dir = fs::path(t.path).parent_path();
+  std::error_code ec;
+  if (!dir.empty() && !fs::is_directory(dir, ec)) refuse(what, path, "its directory " + dir.string() + " does not exist");
   return t;
 }
 
