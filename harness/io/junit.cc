@@ -3,8 +3,6 @@
 #include "harness/io/output_file.h"
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 
 #include "harness/status.h"
 
