@@ -131,13 +131,15 @@ MachineProfile load_machine(const std::string& what) {
   require(!m.name().empty() && m.name().size() <= 64, r.source() + ": machine.name must be 1 to 64 characters");
   m.source = r.require<std::string>("machine.source");
   require(!m.source.empty(), r.source() + ": machine.source must say where the figures come from");
-  m.peak_tflops_bf16 = r.require<double>("machine.peak_tflops_bf16", Bounds::positive());
-  m.peak_tflops_fp32 = r.get<double>("machine.peak_tflops_fp32", m.peak_tflops_bf16, Bounds::positive());
-  m.peak_tflops_fp64 = r.get<double>("machine.peak_tflops_fp64", m.peak_tflops_fp32, Bounds::positive());
-  m.hw.mem_bw_GBps = r.get<double>("machine.mem_bw_GBps", 0.0, Bounds::non_negative());
-  m.hw.bw_intra_GBps = r.get<double>("machine.bw_intra_GBps", 0.0, Bounds::non_negative());
-  m.hw.bw_inter_GBps = r.get<double>("machine.bw_inter_GBps", m.hw.bw_intra_GBps, Bounds::non_negative());
-  m.hw.latency_us = r.get<double>("machine.latency_us", 0.0, Bounds::non_negative());
+  // Peaks and rates within what any device does (a TFLOP/s of 1e300 printed NaN).
+  const Bounds peak = Bounds::closed(1e-6, 1e6), bw = Bounds::closed(0, 1e7);
+  m.peak_tflops_bf16 = r.require<double>("machine.peak_tflops_bf16", peak);
+  m.peak_tflops_fp32 = r.get<double>("machine.peak_tflops_fp32", m.peak_tflops_bf16, peak);
+  m.peak_tflops_fp64 = r.get<double>("machine.peak_tflops_fp64", m.peak_tflops_fp32, peak);
+  m.hw.mem_bw_GBps = r.get<double>("machine.mem_bw_GBps", 0.0, bw);
+  m.hw.bw_intra_GBps = r.get<double>("machine.bw_intra_GBps", 0.0, bw);
+  m.hw.bw_inter_GBps = r.get<double>("machine.bw_inter_GBps", m.hw.bw_intra_GBps, bw);
+  m.hw.latency_us = r.get<double>("machine.latency_us", 0.0, Bounds::closed(0, 1e9));
   m.hw.gemm_efficiency = r.get<double>("machine.gemm_efficiency", 1.0, Bounds::open_closed(0, 1));
   m.hw.memory_GB = r.get<double>("machine.memory_GB", 0.0, Bounds::non_negative());
   m.ranks_per_node = r.get<int>("machine.ranks_per_node", 1, Bounds::closed(1, 1 << 20));
