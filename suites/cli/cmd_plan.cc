@@ -60,7 +60,7 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
   for (size_t i = 0; i < f.hw_flags.size(); ++i)
     if (f.hw_flags[i]->count() > 0) hw.*fields[i] = typed.*fields[i];
   // A figure typed by hand wins over the profile's measured tables too.
-  if (f.hw_flags[0]->count() > 0 || f.hw_flags[4]->count() > 0) hw.gemm_rates.clear();
+  if (f.hw_flags[0]->count() > 0 || f.hw_flags[4]->count() > 0) hw.gemm_rates.clear(), hw.gemm_achievable_tflops = 0;
   if (f.hw_flags[1]->count() > 0 || f.hw_flags[3]->count() > 0) hw.collectives.clear();
   // and over its calibrated kernel classes' rates (one rate for all then).
   if (f.hw_flags[5]->count() > 0) hw.shared_mem_bw_GBps = hw.optimizer_mem_bw_GBps = hw.buffer_mem_bw_GBps = 0;

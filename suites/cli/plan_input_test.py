@@ -70,6 +70,14 @@ def cases():
     os.makedirs(WORK)
     huge = write("huge_fp32.toml", '[machine]\nname = "huge"\nsource = "test"\npeak_tflops_bf16 = 100\n'
                  'peak_tflops_fp32 = 1e300\nmem_bw_GBps = 1000\nbw_intra_GBps = 100\n')
+    gpu_nosrc = write("gpu_nosrc.toml", '[machine]\nname = "g"\nsource = "test"\ngpu = true\npeak_tflops_bf16 = 100\n'
+                      'mem_bw_GBps = 1000\nbw_intra_GBps = 100\nbw_inter_GBps = 10\nmemory_GB = 80\n'
+                      '[machine.sources]\npeak_tflops_bf16 = "a datasheet"\nmem_bw_GBps = "a datasheet"\n'
+                      'bw_intra_GBps = "a datasheet"\nmemory_GB = "a datasheet"\n')
+    gpu_zero = write("gpu_zero.toml", '[machine]\nname = "g"\nsource = "test"\ngpu = true\npeak_tflops_bf16 = 100\n'
+                     'mem_bw_GBps = 0\nbw_intra_GBps = 100\nbw_inter_GBps = 10\nmemory_GB = 80\n')
+    gpu_missing = write("gpu_missing.toml", '[machine]\nname = "g"\nsource = "test"\ngpu = true\n'
+                        'peak_tflops_bf16 = 100\nbw_intra_GBps = 100\nbw_inter_GBps = 10\nmemory_GB = 80\n')
     torn = write("torn_sweep.csv", "kind,mesh,step_ms\nsweep,dp1,1.0\nsweep,dp2,")
     gpt = ["plan", "--model", "gpt2-124m"]
     return [
@@ -88,6 +96,10 @@ def cases():
         (gpt + ["--peak-tflops", "100", "--latency-us", "inf"], 2, r"--latency-us"),
         # #50: --against dropped a truncated last row silently
         (["plan", "--machine", "a100", "--against", torn], 2, r"torn_sweep\.csv.*(torn|newline|incomplete)"),
+        # #48: a GPU profile names a source for every figure, gives every figure, no rate 0
+        (gpt + ["--machine", gpu_nosrc], 2, r"machine\.bw_inter_GBps has no source"),
+        (gpt + ["--machine", gpu_zero], 2, r"machine\.mem_bw_GBps must be > 0 on a GPU profile"),
+        (gpt + ["--machine", gpu_missing], 2, r"machine\.mem_bw_GBps is missing"),
         # #48: the published table reader
         (["plan", "--validate", edited("unknown_col.csv", lambda l: rename_column(l, "assumed", "assumd"))], 2,
          r"unknown column 'assumd'"),
