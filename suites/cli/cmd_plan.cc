@@ -42,6 +42,7 @@ struct PlanFlags {
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
+  bool explain = false;        // --explain: the step's parts, each figure with its source
   std::vector<CLI::Option*> hw_flags;  // --peak-tflops ...: given ones override the machine's figures
   CLI::Option* rpn_flag = nullptr;
   planner::PlanInput in;
@@ -463,6 +464,68 @@ int run_validate(const PlanFlags& f) {
   return 0;
 }
 
+// --explain: the step as parts, each with the figure it was timed at and
+// where that figure comes from (the profile's [machine.sources]; a flag typed
+// by hand is its own source).
+void print_explain(const PlanFlags& f, const planner::PlanInput& in, const planner::PlanResult& r) {
+  std::printf("\nwhere the step goes (plan --explain)\n");
+  if (!r.timed) {
+    std::printf("  no time estimate: give --machine or --peak-tflops\n");
+    return;
+  }
+  std::map<std::string, std::string, std::less<>> src;
+  if (!f.machine.empty()) src = planner::load_machine(f.machine).sources;
+  const char* flag_names[] = {"peak_tflops", "bw_intra_GBps", "bw_inter_GBps", "latency_us", "gemm_efficiency",
+                              "mem_bw_GBps"};
+  for (size_t i = 0; i < f.hw_flags.size(); ++i)
+    if (f.hw_flags[i]->count() > 0) src[flag_names[i]] = "typed by hand: " + f.hw_flags[i]->get_name();
+  auto source = [&](const std::string& k) {
+    const auto it = src.find(k);
+    return it == src.end() ? std::string("(no source: the planner's default)") : it->second;
+  };
+  const planner::Hardware& h = in.hw;
+  std::printf("  %-16s %10s  %-44s %s\n", "part", "seconds", "figure used", "source");
+  char fig[160];
+  const double gemm_s = r.compute_s - r.memory_s;
+  if (h.gemm_achievable_tflops > 0 && h.gemm_rates.empty() && f.hw_flags[4]->count() == 0) {
+    std::snprintf(fig, sizeof fig, "GEMMs at %.1f%% of %g TFLOP/s (achievable %g x tiles/waves on %lld SMs)",
+                  100 * r.gemm_efficiency, h.peak_tflops, h.gemm_achievable_tflops, (long long)h.gemm_units);
+    std::printf("  %-16s %10.4g  %-44s %s\n", "GEMMs", gemm_s, fig,
+                (source("gemm_achievable_tflops_bf16") + "; " + source("gemm_units")).c_str());
+  } else {
+    std::snprintf(fig, sizeof fig, "GEMMs at %.1f%% of %g TFLOP/s", 100 * r.gemm_efficiency, h.peak_tflops);
+    std::printf("  %-16s %10.4g  %-44s %s\n", "GEMMs", gemm_s, fig,
+                (source(h.gemm_rates.empty() ? "gemm_efficiency" : "gemm tables") + "; peak: " +
+                 source(f.hw_flags[0]->count() > 0 ? "peak_tflops" : "peak_tflops_bf16")).c_str());
+  }
+  std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in GEMMs)",
+              "per-head GEMMs timed like the others", "no FlashAttention rate in the profile yet");
+  std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic at %g GB/s", r.memory_bytes / 1e9, h.mem_bw_GBps);
+  std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
+              h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
+  std::snprintf(fig, sizeof fig, "%s = %.3g of ideal compute", r.bubble_formula.c_str(), r.bubble_over_ideal);
+  std::printf("  %-16s %10.4g  %-44s %s\n", "pipeline bubble", r.bubble_s, fig,
+              "the schedule's declared bubble (impl/pipeline/cost.h)");
+  std::map<std::string, std::pair<double, bool>> groups;  // group -> time, any row inter-node
+  for (const planner::CommRow& c : r.comm) {
+    auto& g = groups[c.group];
+    g.first += c.time_s;
+    g.second = g.second || c.inter_node;
+  }
+  for (const auto& [g, tv] : groups) {
+    std::snprintf(fig, sizeof fig, "bus bytes at %g GB/s (%s)", tv.second ? h.bw_inter_GBps : h.bw_intra_GBps,
+                  tv.second ? "inter-node" : "intra-node");
+    std::printf("  %-16s %10.4g  %-44s %s\n", ("comm " + g).c_str(), tv.first, fig,
+                source(tv.second ? "bw_inter_GBps" : "bw_intra_GBps").c_str());
+  }
+  std::snprintf(fig, sizeof fig, "of %.4g s communication; TP, PP always", r.comm_s);
+  std::printf("  %-16s %10.4g  %-44s %s\n", "exposed comm", r.exposed_comm_s, fig,
+              in.overlap ? "DP hidden under backward (--overlap), only the excess shown" : "nothing overlapped");
+  std::printf("  %-16s %10s  %-44s %s\n", "per-op overhead", "0", "kernel launch and framework overhead",
+              "not modelled: no sourced figure");
+  std::printf("  %-16s %10.4g\n", "step", r.step_s);
+}
+
 int run_plan(PlanFlags& f, const Env& env) {
   if (!f.validate.empty()) {
     require(f.model.empty() && f.params.empty() && !f.layers && !f.channels && !f.heads && f.mesh.empty() &&
@@ -479,6 +542,7 @@ int run_plan(PlanFlags& f, const Env& env) {
   const planner::PlanInput in = resolve(f);
   const planner::PlanResult r = planner::plan(in);
   std::fputs(planner::format_plan_table(in, r).c_str(), stdout);
+  if (f.explain) print_explain(f, in, r);
   if (f.csv.empty()) return 0;
 
   const auto now = std::chrono::system_clock::now();
@@ -575,6 +639,9 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--validate", f->validate,
                   "a published table (configs/published/*.csv): plan every row on its machine and print the error "
                   "of each, the median and the worst");
+  app->add_flag("--explain", f->explain,
+                "the step as parts (GEMMs, memory-bound, bubble, comm by group, exposed comm), each with the profile "
+                "figure it used and that figure's source");
   app->add_option("--max-median", f->max_median_pct,
                   "with --validate: exit 1 when the median |error| exceeds this many percent")
       ->check(CLI::Range(0.0, 1000.0));

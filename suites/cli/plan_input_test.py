@@ -121,6 +121,14 @@ def cases():
         (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv"), "--model", "gpt2-124m"], 2,
          r"--validate: plans the rows"),
         (gpt + ["--peak-tflops", "100", "--max-median", "10"], 2, r"--max-median: only with --validate"),
+        # --explain: the step's parts, each with its figure and that figure's source
+        (["plan", "--layers", "128", "--channels", "25600", "--heads", "160", "--vocab", "51200", "--seq", "2048",
+          "--tp", "8", "--pp", "64", "--dp", "6", "--global-batch", "3072", "--recompute", "full", "--machine", "a100",
+          "--explain"], 0,
+         r"where the step goes.*GEMMs .*GEMMs at [0-9.]+% of 312 TFLOP/s.*mamf-finder.*108 SMs.*memory-bound .*"
+         r"2039 GB/s.*datasheet.*pipeline bubble.*comm tp .*200 GB/s \(intra-node\).*nccl-tests issue 149.*"
+         r"exposed comm.*per-op overhead.*not modelled"),
+        (gpt + ["--peak-tflops", "100", "--explain"], 0, r"GEMMs .*of 100 TFLOP/s.*typed by hand: --peak-tflops"),
         # and a good table plans every row, the median and the signs printed
         (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv")], 0,
          r"8 rows.*median \|error\| [0-9.]+% over 8 rows; worst .*signs: \d+ \+, \d+ -"),

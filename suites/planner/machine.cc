@@ -92,7 +92,7 @@ const std::vector<MachineProfile>& builtin_machines() {
     for (MachineProfile& p : m)
       for (const char* k : {"peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps",
                             "bw_intra_GBps", "bw_inter_GBps", "memory_GB", "ranks_per_node"})
-        p.sources[k] = p.source + " (datasheet figure)";
+        p.sources[k] = p.source.substr(0, p.source.find(':')) + " (datasheet figure; the profile's source lists it)";
     // The figures no cited benchmark gives keep the planner's defaults, said so.
     for (MachineProfile& p : m) {
       p.sources["latency_us"] = p.sources["latency_inter_us"] =
