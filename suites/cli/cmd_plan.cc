@@ -174,7 +174,11 @@ int run_against(const PlanFlags& f, const Env& env) {
   if (std::filesystem::is_directory(csv, ec)) csv = (std::filesystem::path(csv) / "sweep.csv").string();
   // A torn last row (a sweep killed mid-write, a truncated copy) is refused,
   // named, rather than dropped silently: the comparison would miss a point.
-  read_csv(csv);
+  try {
+    read_csv(csv);
+  } catch (const InputError& e) {
+    throw InputError(std::string("--against: ") + e.what());
+  }
   const planner::MachineProfile m = planner::load_machine(f.machine);
   const std::vector<sweep::ProfilePoint> pts = sweep::plan_against(m, csv);
   std::string shapes;

@@ -95,7 +95,7 @@ def cases():
         (gpt + ["--peak-tflops", "100", "--mem-bw", "1e30"], 2, r"--mem-bw .*got 1e\+30"),
         (gpt + ["--peak-tflops", "100", "--latency-us", "inf"], 2, r"--latency-us"),
         # #50: --against dropped a truncated last row silently
-        (["plan", "--machine", "a100", "--against", torn], 2, r"torn_sweep\.csv.*(torn|newline|incomplete)"),
+        (["plan", "--machine", "a100", "--against", torn], 2, r"--against: .*torn_sweep\.csv.*(torn|newline|incomplete)"),
         # #48: a GPU profile names a source for every figure, gives every figure, no rate 0
         (gpt + ["--machine", gpu_nosrc], 2, r"machine\.bw_inter_GBps has no source"),
         (gpt + ["--machine", gpu_zero], 2, r"machine\.mem_bw_GBps must be > 0 on a GPU profile"),
