@@ -62,8 +62,8 @@ const std::vector<MachineProfile>& builtin_machines() {
   static const std::vector<MachineProfile> machines = [] {
     std::vector<MachineProfile> m = {
         gpu("a100",
-            "NVIDIA A100 80GB SXM4 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core 312 "
-            "TFLOPS dense, FP32 19.5, FP64 Tensor Core 19.5, HBM2e 2,039 GB/s, 80 GB, NVLink 600 GB/s (300 per "
+            "NVIDIA A100 80GB SXM4 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core "
+            "312 TFLOPS dense, FP32 19.5, FP64 Tensor Core 19.5, HBM2e 2,039 GB/s, 80 GB, NVLink 600 GB/s (300 per "
             "direction); DGX A100: 8 GPUs, 8 x 200 Gb/s HDR InfiniBand (25 GB/s per GPU)",
             312, 19.5, 19.5, 2039, 300, 25, 80),
         gpu("h100",
