@@ -59,8 +59,8 @@ void check_input(const PlanInput& in) {
   rate("--bw-intra (GB/s)", h.bw_intra_GBps, 1e-6, 1e7);
   rate("--bw-inter (GB/s)", h.bw_inter_GBps, 1e-6, 1e7);
   rate("--mem-bw (GB/s)", h.mem_bw_GBps, 1e-6, 1e7);
-  rate("--latency-us", h.latency_us, 1e-9, 1e9);
-  rate("latency_inter_us", h.latency_inter_us, 1e-9, 1e9);
+  rate("--latency-us", h.latency_us, 0, 1e9);
+  rate("latency_inter_us", h.latency_inter_us, 0, 1e9);
   for (const GemmRate& g : h.gemm_rates) rate("a GEMM table's gflops", g.gflops, 1e-6, 1e9);
   for (const auto& [op, fits] : h.collectives)
     for (const CollectiveFit& c : fits) {
