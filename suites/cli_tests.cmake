@@ -9,6 +9,24 @@ if(PARABENCH_BUILD_TESTS)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/bad_input_test.py
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_bad_input_work)
   set_tests_properties(cli_bad_input PROPERTIES TIMEOUT 300 LABELS "cli")
+  # plan's inputs (#50, #48): overflowing products, non-finite or absurd rates, a torn
+  # --against CSV and malformed published tables are exit 2, named; no NaN is printed.
+  add_test(NAME cli_plan_input
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/plan_input_test.py
+                   $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_plan_input_work)
+  set_tests_properties(cli_plan_input PROPERTIES TIMEOUT 120 LABELS "cli")
+  # The planner against published GPU runs (#48, configs/published): each table's median
+  # |error| may not rise above what the shipped profiles reach (docs/planner.md gives
+  # the figures; the goal, 15%, is not yet met).
+  foreach(pb_table_max "ptdp_table1|17.0" "korthikanti_table5|12.7" "llm_foundry_mpt|11.9")
+    string(REPLACE "|" ";" pb_pair "${pb_table_max}")
+    list(GET pb_pair 0 pb_table)
+    list(GET pb_pair 1 pb_max)
+    add_test(NAME planner_published_${pb_table}
+             COMMAND $<TARGET_FILE:parabench> plan --validate
+                     ${PROJECT_SOURCE_DIR}/configs/published/${pb_table}.csv --max-median ${pb_max})
+    set_tests_properties(planner_published_${pb_table} PROPERTIES TIMEOUT 60 LABELS "cli")
+  endforeach()
   # JUnit XML from check, verify and gate; verify from the command line (#15).
   add_test(NAME cli_junit
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/junit_test.py

@@ -2,6 +2,7 @@
 // Prints the table; --csv FILE appends a `plan` row (results/SCHEMA.md), "-"
 // writes header and row to stdout instead. Bad flags are InputError (exit 2).
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,7 +11,9 @@
 #include <iostream>
 #include <memory>
 
+#include "harness/io/csv.h"
 #include "harness/io/csv_schema.h"
+#include "harness/io/input_file.h"
 #include "harness/io/run_meta.h"
 #include "harness/status.h"
 #include "harness/mesh.h"
@@ -37,6 +40,9 @@ struct PlanFlags {
   std::string shard, offload = "none", recompute = "none", schedule = "1f1b";
   std::string machine;         // --machine NAME|FILE
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
+  std::string validate;        // --validate TABLE_CSV: a published table planned row by row
+  double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
+  bool explain = false;        // --explain: the step's parts, each figure with its source
   std::vector<CLI::Option*> hw_flags;  // --peak-tflops ...: given ones override the machine's figures
   CLI::Option* rpn_flag = nullptr;
   planner::PlanInput in;
@@ -55,7 +61,7 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
   for (size_t i = 0; i < f.hw_flags.size(); ++i)
     if (f.hw_flags[i]->count() > 0) hw.*fields[i] = typed.*fields[i];
   // A figure typed by hand wins over the profile's measured tables too.
-  if (f.hw_flags[0]->count() > 0 || f.hw_flags[4]->count() > 0) hw.gemm_rates.clear();
+  if (f.hw_flags[0]->count() > 0 || f.hw_flags[4]->count() > 0) hw.gemm_rates.clear(), hw.gemm_achievable_tflops = 0;
   if (f.hw_flags[1]->count() > 0 || f.hw_flags[3]->count() > 0) hw.collectives.clear();
   // and over its calibrated kernel classes' rates (one rate for all then).
   if (f.hw_flags[5]->count() > 0) hw.shared_mem_bw_GBps = hw.optimizer_mem_bw_GBps = hw.buffer_mem_bw_GBps = 0;
@@ -166,6 +172,13 @@ int run_against(const PlanFlags& f, const Env& env) {
   std::string csv = f.against;
   std::error_code ec;
   if (std::filesystem::is_directory(csv, ec)) csv = (std::filesystem::path(csv) / "sweep.csv").string();
+  // A torn last row (a sweep killed mid-write, a truncated copy) is refused,
+  // named, rather than dropped silently: the comparison would miss a point.
+  try {
+    read_csv(csv);
+  } catch (const InputError& e) {
+    throw InputError(std::string("--against: ") + e.what());
+  }
   const planner::MachineProfile m = planner::load_machine(f.machine);
   const std::vector<sweep::ProfilePoint> pts = sweep::plan_against(m, csv);
   std::string shapes;
@@ -231,11 +244,309 @@ int run_against(const PlanFlags& f, const Env& env) {
   return 0;
 }
 
+// --validate FILE: a published table (configs/published/*.csv) planned row by
+// row. Lines starting with '#' are the table's header comment (its source);
+// the rest is a CSV with exactly the columns below, every field given.
+const std::vector<std::string>& published_columns() {
+  static const std::vector<std::string> cols = {
+      "label",  "machine",      "layers",        "channels", "heads",  "vocab",          "seq",
+      "gpus",   "tp",           "pp",            "dp",       "microbatch", "global_batch", "recompute",
+      "sp",     "schedule",     "virtual_stages", "shard",   "overlap", "metric",        "published",
+      "assumed", "source"};
+  return cols;
+}
+
+struct PublishedRow {
+  std::string label, machine, recompute, schedule, shard, metric, assumed, source;
+  int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, pp = 1, dp = 1, virtual_stages = 1;
+  int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
+  bool sp = false, overlap = false;
+  double published = 0;
+};
+
+struct ValidatedRow {
+  PublishedRow row;
+  double planned = 0, error = 0;  // error: the plan's throughput over the published, minus 1
+  double memory_gib = 0;
+  std::string parts;  // where the plan's step goes
+};
+
+std::vector<PublishedRow> read_published(const std::string& path) {
+  const std::string text = read_input_file(path, "--validate: " + path + ": ", "published table", 16u << 20);
+  std::string body;
+  size_t pos = 0, header_line = 0, line_no = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    const std::string line = text.substr(pos, end == std::string::npos ? std::string::npos : end + 1 - pos);
+    ++line_no;
+    if (!line.empty() && line[0] == '#') {
+      body += "\n";  // keep the line numbers of the rows
+    } else {
+      if (header_line == 0 && line.find_first_not_of(" \r\n") != std::string::npos) header_line = line_no;
+      body += line;
+    }
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  // Blank lines before the header (the comment block) would read as an empty header.
+  const size_t skip = header_line == 0 ? body.size() : [&] {
+    size_t p = 0;
+    for (size_t i = 1; i < header_line; ++i) p = body.find('\n', p) + 1;
+    return p;
+  }();
+  require(header_line != 0, "--validate: " + path + ": no header row (only comments)");
+  const CsvTable t = parse_csv(std::string_view(body).substr(skip), path);
+  const std::vector<std::string>& cols = published_columns();
+  for (const std::string& c : t.header)
+    require(std::find(cols.begin(), cols.end(), c) != cols.end(),
+            "--validate: " + path + ": unknown column '" + c + "' (a published table has exactly: " + [&] {
+              std::string s;
+              for (const std::string& k : cols) s += (s.empty() ? "" : ", ") + k;
+              return s;
+            }() + ")");
+  for (const std::string& c : cols)
+    require(std::find(t.header.begin(), t.header.end(), c) != t.header.end(),
+            "--validate: " + path + ": missing column '" + c + "'");
+  require(!t.rows.empty(), "--validate: " + path + ": no rows: a check that compares nothing fails");
+  std::vector<PublishedRow> rows;
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    const size_t line = t.row_lines[i] + header_line - 1;
+    auto at = [&](const char* c) -> const std::string& {
+      const std::string& v = t.rows[i][t.column(c)];
+      require(!v.empty(), "--validate: " + path + " line " + std::to_string(line) + ": field '" + c + "' is empty");
+      return v;
+    };
+    const std::string where = "--validate: " + path + " line " + std::to_string(line) + ": ";
+    auto whole = [&](const char* c, int64_t lo, int64_t hi) {
+      const std::string& s = at(c);
+      int64_t v = 0;
+      auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      require(ec == std::errc() && p == s.data() + s.size() && v >= lo && v <= hi,
+              where + c + " '" + s + "' must be a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                  "]");
+      return v;
+    };
+    auto flag = [&](const char* c) {
+      const std::string& s = at(c);
+      require(s == "0" || s == "1", where + c + " '" + s + "' must be 0 or 1");
+      return s == "1";
+    };
+    PublishedRow r;
+    r.label = at("label");
+    r.machine = at("machine");
+    r.layers = int(whole("layers", 1, 1 << 20));
+    r.channels = int(whole("channels", 1, 1 << 24));
+    r.heads = int(whole("heads", 1, 1 << 20));
+    r.vocab = int(whole("vocab", 1, 1 << 24));
+    r.seq = whole("seq", 1, 1 << 24);
+    r.gpus = whole("gpus", 1, 1 << 24);
+    r.tp = int(whole("tp", 1, 1 << 16));
+    r.pp = int(whole("pp", 1, 1 << 16));
+    r.dp = int(whole("dp", 1, 1 << 24));
+    r.microbatch = whole("microbatch", 1, 1 << 20);
+    r.global_batch = whole("global_batch", 1, int64_t(1) << 30);
+    r.recompute = at("recompute");
+    r.sp = flag("sp");
+    r.schedule = at("schedule");
+    r.virtual_stages = int(whole("virtual_stages", 1, 1 << 10));
+    r.shard = at("shard");
+    r.overlap = flag("overlap");
+    r.metric = at("metric");
+    require(r.metric == "tflops_per_gpu" || r.metric == "iteration_s" || r.metric == "tokens_per_s_per_gpu" ||
+                r.metric == "mfu",
+            where + "metric '" + r.metric + "' must be one of tflops_per_gpu, iteration_s, tokens_per_s_per_gpu, mfu");
+    const std::string& pub = at("published");
+    size_t used = 0;
+    try {
+      r.published = std::stod(pub, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used == pub.size() && std::isfinite(r.published) && r.published > 0,
+            where + "published '" + pub + "' must be a finite number > 0");
+    r.assumed = at("assumed");
+    r.source = at("source");
+    require(r.gpus == int64_t(r.tp) * r.pp * r.dp, where + "gpus " + std::to_string(r.gpus) + " is not tp x pp x dp (" +
+                                                       std::to_string(int64_t(r.tp) * r.pp * r.dp) + ")");
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+planner::PlanInput published_input(const PublishedRow& r) {
+  planner::PlanInput in;
+  ModelConfig m;
+  m.name = r.label;
+  m.L = r.layers;
+  m.C = r.channels;
+  m.NH = r.heads;
+  m.V = r.vocab;
+  m.maxT = int(r.seq);
+  in.shape = m;
+  in.seq = r.seq;
+  RunSpec spec;
+  spec.mesh = MeshShape{r.dp, r.tp, 1, r.pp, 0, 1};
+  spec.data.shard = dp::parse_shard(r.shard, "shard");
+  spec.data.overlap = r.overlap;
+  spec.tensor.sp = r.sp;
+  spec.tensor.recompute = planner::parse_recompute(r.recompute, "recompute");
+  const pipeline::ScheduleKind schedule = pipeline::parse_schedule_kind(r.schedule, "schedule");
+  if (r.pp > 1 || schedule != pipeline::ScheduleKind::one_f_one_b) spec.pipe.schedule = schedule;
+  spec.pipe.virtual_stages = r.virtual_stages;
+  planner::set_parallelism(in, spec);
+  in.precision = Precision::bf16_mixed;
+  in.microbatch_size = r.microbatch;
+  in.global_batch = r.global_batch;
+  const planner::MachineProfile machine = planner::load_machine(r.machine);
+  in.hw = planner::hardware_for(machine, in);
+  in.ranks_per_node = machine.ranks_per_node;
+  return in;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int run_validate(const PlanFlags& f) {
+  std::vector<ValidatedRow> out;
+  for (const PublishedRow& r : read_published(f.validate)) {
+    ValidatedRow v{r, 0, 0, 0, ""};
+    planner::PlanResult p;
+    try {
+      const planner::PlanInput in = published_input(r);
+      p = planner::plan(in);
+    } catch (const InputError& e) {
+      throw InputError("--validate: " + f.validate + ": row '" + r.label + "': " + e.what());
+    }
+    require(p.timed && p.step_s > 0, "--validate: row '" + r.label + "': the machine gives no time estimate");
+    const double world = double(p.world);
+    if (r.metric == "tflops_per_gpu") {
+      v.planned = p.hardware_flops / p.step_s / world / 1e12;
+      v.error = v.planned / r.published - 1;
+    } else if (r.metric == "iteration_s") {
+      v.planned = p.step_s;
+      v.error = r.published / p.step_s - 1;
+    } else if (r.metric == "tokens_per_s_per_gpu") {
+      v.planned = p.tokens_per_s / world;
+      v.error = v.planned / r.published - 1;
+    } else {
+      v.planned = 100 * p.mfu;
+      v.error = v.planned / r.published - 1;
+    }
+    v.memory_gib = double(p.worst.device_total()) / double(int64_t(1) << 30);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "compute %.3g s (GEMMs at %.0f%%), bubble %.3g s, exposed comm %.3g s",
+                  p.compute_s, 100 * p.gemm_efficiency, p.bubble_s, p.exposed_comm_s);
+    v.parts = buf;
+    out.push_back(v);
+  }
+  std::printf("plan --validate %s: %zu rows (+ : the plan is faster than published)\n", f.validate.c_str(),
+              out.size());
+  std::printf("  %-20s %-7s %-21s %11s %11s %8s %9s  %s\n", "row", "machine", "metric", "published", "planned", "error",
+              "mem GiB", "where the plan's step goes");
+  std::vector<double> abs_err;
+  const ValidatedRow* worst = &out.front();
+  int plus = 0, minus = 0;
+  for (const ValidatedRow& v : out) {
+    std::printf("  %-20s %-7s %-21s %11.4g %11.4g %+7.1f%% %9.2f  %s\n", v.row.label.c_str(), v.row.machine.c_str(),
+                v.row.metric.c_str(), v.row.published, v.planned, 100 * v.error, v.memory_gib, v.parts.c_str());
+    abs_err.push_back(std::abs(v.error));
+    if (std::abs(v.error) > std::abs(worst->error)) worst = &v;
+    (v.error >= 0 ? plus : minus)++;
+  }
+  const double med = median_of(abs_err);
+  std::printf("median |error| %.1f%% over %zu rows; worst %+.1f%% (%s); signs: %d +, %d -\n", 100 * med, out.size(),
+              100 * worst->error, worst->row.label.c_str(), plus, minus);
+  const bool goal = med <= 0.15 && std::abs(worst->error) <= 0.30 && plus > 0 && minus > 0;
+  std::printf("goal (median <= 15%%, no row worse than 30%%, errors of both signs): %s\n", goal ? "met" : "not met");
+  if (f.max_median_pct >= 0 && 100 * med > f.max_median_pct) {
+    std::printf("FAIL: median |error| %.1f%% exceeds --max-median %.1f%%\n", 100 * med, f.max_median_pct);
+    return 1;
+  }
+  return 0;
+}
+
+// --explain: the step as parts, each with the figure it was timed at and
+// where that figure comes from (the profile's [machine.sources]; a flag typed
+// by hand is its own source).
+void print_explain(const PlanFlags& f, const planner::PlanInput& in, const planner::PlanResult& r) {
+  std::printf("\nwhere the step goes (plan --explain)\n");
+  if (!r.timed) {
+    std::printf("  no time estimate: give --machine or --peak-tflops\n");
+    return;
+  }
+  std::map<std::string, std::string, std::less<>> src;
+  if (!f.machine.empty()) src = planner::load_machine(f.machine).sources;
+  const char* flag_names[] = {"peak_tflops", "bw_intra_GBps", "bw_inter_GBps", "latency_us", "gemm_efficiency",
+                              "mem_bw_GBps"};
+  for (size_t i = 0; i < f.hw_flags.size(); ++i)
+    if (f.hw_flags[i]->count() > 0) src[flag_names[i]] = "typed by hand: " + f.hw_flags[i]->get_name();
+  auto source = [&](const std::string& k) {
+    const auto it = src.find(k);
+    return it == src.end() ? std::string("(no source: the planner's default)") : it->second;
+  };
+  const planner::Hardware& h = in.hw;
+  std::printf("  %-16s %10s  %-44s %s\n", "part", "seconds", "figure used", "source");
+  char fig[160];
+  const double gemm_s = r.compute_s - r.memory_s;
+  if (h.gemm_achievable_tflops > 0 && h.gemm_rates.empty() && f.hw_flags[4]->count() == 0) {
+    std::snprintf(fig, sizeof fig, "GEMMs at %.1f%% of %g TFLOP/s (achievable %g x tiles/waves on %lld SMs)",
+                  100 * r.gemm_efficiency, h.peak_tflops, h.gemm_achievable_tflops, (long long)h.gemm_units);
+    std::printf("  %-16s %10.4g  %-44s %s\n", "GEMMs", gemm_s, fig,
+                (source("gemm_achievable_tflops_bf16") + "; " + source("gemm_units")).c_str());
+  } else {
+    std::snprintf(fig, sizeof fig, "GEMMs at %.1f%% of %g TFLOP/s", 100 * r.gemm_efficiency, h.peak_tflops);
+    std::printf("  %-16s %10.4g  %-44s %s\n", "GEMMs", gemm_s, fig,
+                (source(h.gemm_rates.empty() ? "gemm_efficiency" : "gemm tables") + "; peak: " +
+                 source(f.hw_flags[0]->count() > 0 ? "peak_tflops" : "peak_tflops_bf16")).c_str());
+  }
+  std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in GEMMs)",
+              "per-head GEMMs timed like the others", "no FlashAttention rate in the profile yet");
+  std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic at %g GB/s", r.memory_bytes / 1e9, h.mem_bw_GBps);
+  std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
+              h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
+  std::snprintf(fig, sizeof fig, "%s = %.3g of ideal compute", r.bubble_formula.c_str(), r.bubble_over_ideal);
+  std::printf("  %-16s %10.4g  %-44s %s\n", "pipeline bubble", r.bubble_s, fig,
+              "the schedule's declared bubble (impl/pipeline/cost.h)");
+  std::map<std::string, std::pair<double, bool>> groups;  // group -> time, any row inter-node
+  for (const planner::CommRow& c : r.comm) {
+    auto& g = groups[c.group];
+    g.first += c.time_s;
+    g.second = g.second || c.inter_node;
+  }
+  for (const auto& [g, tv] : groups) {
+    std::snprintf(fig, sizeof fig, "bus bytes at %g GB/s (%s)", tv.second ? h.bw_inter_GBps : h.bw_intra_GBps,
+                  tv.second ? "inter-node" : "intra-node");
+    std::printf("  %-16s %10.4g  %-44s %s\n", ("comm " + g).c_str(), tv.first, fig,
+                source(tv.second ? "bw_inter_GBps" : "bw_intra_GBps").c_str());
+  }
+  std::snprintf(fig, sizeof fig, "of %.4g s communication; TP, PP always", r.comm_s);
+  std::printf("  %-16s %10.4g  %-44s %s\n", "exposed comm", r.exposed_comm_s, fig,
+              in.overlap ? "DP hidden under backward (--overlap), only the excess shown" : "nothing overlapped");
+  std::printf("  %-16s %10s  %-44s %s\n", "per-op overhead", "0", "kernel launch and framework overhead",
+              "not modelled: no sourced figure");
+  std::printf("  %-16s %10.4g\n", "step", r.step_s);
+}
+
 int run_plan(PlanFlags& f, const Env& env) {
+  if (!f.validate.empty()) {
+    require(f.model.empty() && f.params.empty() && !f.layers && !f.channels && !f.heads && f.mesh.empty() &&
+                f.strategy.empty() && f.against.empty() && f.machine.empty() && f.csv.empty() && f.dp == 1 &&
+                f.tp == 1 && f.cp == 1 && f.pp == 1 && f.ep == 1,
+            "--validate: plans the rows of the published table (each names its machine); give only --validate "
+            "and --max-median");
+    for (const CLI::Option* o : f.hw_flags)
+      require(o->count() == 0, "--validate: " + o->get_name() + " is the row's machine's (give only --validate)");
+    return run_validate(f);
+  }
+  require(f.max_median_pct < 0, "--max-median: only with --validate");
   if (!f.against.empty()) return run_against(f, env);
   const planner::PlanInput in = resolve(f);
   const planner::PlanResult r = planner::plan(in);
   std::fputs(planner::format_plan_table(in, r).c_str(), stdout);
+  if (f.explain) print_explain(f, in, r);
   if (f.csv.empty()) return 0;
 
   const auto now = std::chrono::system_clock::now();
@@ -329,6 +640,15 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "
                   "each and the median by axis");
+  app->add_option("--validate", f->validate,
+                  "a published table (configs/published/*.csv): plan every row on its machine and print the error "
+                  "of each, the median and the worst");
+  app->add_flag("--explain", f->explain,
+                "the step as parts (GEMMs, memory-bound, bubble, comm by group, exposed comm), each with the profile "
+                "figure it used and that figure's source");
+  app->add_option("--max-median", f->max_median_pct,
+                  "with --validate: exit 1 when the median |error| exceeds this many percent")
+      ->check(CLI::Range(0.0, 1000.0));
   reg.push_back({app, [f, env] { return run_plan(*f, env); }});
 }
 

@@ -50,35 +50,100 @@ MachineProfile gpu(const char* name, const char* source, double bf16, double fp3
 }
 }  // namespace
 
+// Sources of the figures measured by microbenchmarks (not datasheets).
+constexpr const char* kMamf =
+    "stas00/ml-engineering compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS comparison table' (BF16, "
+    "mamf-finder.py: torch.matmul, mean of 100 iterations after 50 warmup, best shape of a search): ";
+constexpr const char* kTiles =
+    "NVIDIA 'Matrix Multiplication Background User's Guide' (DU-09799-001), Sec. 2.3 and 3.1-3.2: cuBLAS's 256x128 "
+    "output tiles, one per SM, tile and wave quantization; ";
+
 const std::vector<MachineProfile>& builtin_machines() {
-  static const std::vector<MachineProfile> m = {
-      gpu("a100",
-          "NVIDIA A100 80GB SXM4 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core 312 "
-          "TFLOPS dense, FP32 19.5, FP64 Tensor Core 19.5, HBM2e 2,039 GB/s, 80 GB, NVLink 600 GB/s (300 per "
-          "direction); DGX A100: 8 GPUs, 8 x 200 Gb/s HDR InfiniBand (25 GB/s per GPU)",
-          312, 19.5, 19.5, 2039, 300, 25, 80),
-      gpu("h100",
-          "NVIDIA H100 SXM5 datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
-          "Tensor Core 66.9, HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s (450 per direction); DGX H100: 8 GPUs, 8 x 400 "
-          "Gb/s NDR InfiniBand (50 GB/s per GPU)",
-          989.4, 66.9, 66.9, 3350, 450, 50, 80),
-      gpu("h200",
-          "NVIDIA H200 SXM datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
-          "Tensor Core 66.9, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s (450 per direction); DGX H200: 8 GPUs, 8 x 400 "
-          "Gb/s NDR InfiniBand (50 GB/s per GPU)",
-          989.4, 66.9, 66.9, 4800, 450, 50, 141),
-      gpu("mi300x",
-          "AMD Instinct MI300X datasheet: peak BF16 matrix 1,307.4 TFLOPS dense, FP32 matrix 163.4, FP64 matrix 163.4, "
-          "HBM3 5.3 TB/s, 192 GB, 7 Infinity Fabric links of 128 GB/s (896 GB/s both directions, 448 per direction); "
-          "8 GPUs per platform, one 400 Gb/s NIC per GPU (50 GB/s)",
-          1307.4, 163.4, 163.4, 5300, 448, 50, 192),
-      gpu("b200",
-          "NVIDIA Blackwell datasheet, HGX B200 (1,000 W per GPU): BF16 Tensor Core 4.5 PFLOPS with sparsity (2,250 "
-          "dense), FP32 80 TFLOPS, FP64 40, HBM3e 8 TB/s, 180 GB per GPU (1.44 TB per 8-GPU HGX), fifth-generation "
-          "NVLink 1.8 TB/s (900 GB/s per direction); 8 GPUs per node, one 400 Gb/s ConnectX-7 NIC per GPU (50 GB/s)",
-          2250, 80, 40, 8000, 900, 50, 180),
-  };
-  return m;
+  static const std::vector<MachineProfile> machines = [] {
+    std::vector<MachineProfile> m = {
+        gpu("a100",
+            "NVIDIA A100 80GB SXM4 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core "
+            "312 TFLOPS dense, FP32 19.5, FP64 Tensor Core 19.5, HBM2e 2,039 GB/s, 80 GB, NVLink 600 GB/s (300 per "
+            "direction); DGX A100: 8 GPUs, 8 x 200 Gb/s HDR InfiniBand (25 GB/s per GPU)",
+            312, 19.5, 19.5, 2039, 300, 25, 80),
+        gpu("h100",
+            "NVIDIA H100 SXM5 datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
+            "Tensor Core 66.9, HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s (450 per direction); DGX H100: 8 GPUs, 8 x 400 "
+            "Gb/s NDR InfiniBand (50 GB/s per GPU)",
+            989.4, 66.9, 66.9, 3350, 450, 50, 80),
+        gpu("h200",
+            "NVIDIA H200 SXM datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4 dense), FP32 66.9, FP64 "
+            "Tensor Core 66.9, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s (450 per direction); DGX H200: 8 GPUs, 8 x 400 "
+            "Gb/s NDR InfiniBand (50 GB/s per GPU)",
+            989.4, 66.9, 66.9, 4800, 450, 50, 141),
+        gpu("mi300x",
+            "AMD Instinct MI300X datasheet: peak BF16 matrix 1,307.4 TFLOPS dense, FP32 matrix 163.4, FP64 matrix "
+            "163.4, HBM3 5.3 TB/s, 192 GB, 7 Infinity Fabric links of 128 GB/s (896 GB/s both directions, 448 per "
+            "direction); 8 GPUs per platform, one 400 Gb/s NIC per GPU (50 GB/s)",
+            1307.4, 163.4, 163.4, 5300, 448, 50, 192),
+        gpu("b200",
+            "NVIDIA Blackwell datasheet, HGX B200 (1,000 W per GPU): BF16 Tensor Core 4.5 PFLOPS with sparsity (2,250 "
+            "dense), FP32 80 TFLOPS, FP64 40, HBM3e 8 TB/s, 180 GB per GPU (1.44 TB per 8-GPU HGX), fifth-generation "
+            "NVLink 1.8 TB/s (900 GB/s per direction); 8 GPUs per node, one 400 Gb/s ConnectX-7 NIC per GPU (50 GB/s)",
+            2250, 80, 40, 8000, 900, 50, 180),
+    };
+    // Every datasheet figure names the datasheet; the line rates of links are
+    // what a datasheet gives where no collective benchmark is cited below.
+    for (MachineProfile& p : m)
+      for (const char* k : {"peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps",
+                            "bw_intra_GBps", "bw_inter_GBps", "memory_GB", "ranks_per_node"})
+        p.sources[k] = p.source.substr(0, p.source.find(':')) + " (datasheet figure; the profile's source lists it)";
+    // The figures no cited benchmark gives keep the planner's defaults, said so.
+    for (MachineProfile& p : m) {
+      p.sources["latency_us"] = p.sources["latency_inter_us"] =
+          "not given: no per-step collective latency is cited for this device (0: bandwidth terms only)";
+      p.sources["gemm_efficiency"] =
+          "not used when gemm_achievable_tflops_bf16 is given (bf16-mixed); otherwise 1: the datasheet peak";
+      p.sources["wake_us"] = "not measured (informational only)";
+    }
+    auto achieved = [&](const char* name, double tflops, const std::string& why, int64_t units,
+                        const std::string& units_why) {
+      for (MachineProfile& p : m)
+        if (p.name() == name) {
+          p.gemm_achievable_tflops_bf16 = tflops;
+          p.sources["gemm_achievable_tflops_bf16"] = kMamf + why;
+          if (units > 0) {
+            p.hw.gemm_units = units;
+            p.hw.gemm_tile_m = 256;
+            p.hw.gemm_tile_n = 128;
+            p.sources["gemm_units"] = units_why;
+            p.sources["gemm_tile_m"] = p.sources["gemm_tile_n"] = std::string(kTiles) + "the planner uses 256x128";
+          }
+        }
+    };
+    achieved("a100", 271.2, "NVIDIA A100 SXM 271.2 TFLOPS (86.9% of 312) at 1024x10240x5120, torch 2.6.0+cu126", 108,
+             "NVIDIA A100 Tensor Core GPU Architecture whitepaper: A100 has 108 SMs");
+    achieved("h100", 794.5, "NVIDIA H100 SXM 794.5 TFLOPS (80.3% of 989) at 2048x2048x13312, torch 2.7.0+cu126", 132,
+             "NVIDIA H100 Tensor Core GPU Architecture whitepaper: H100 SXM5 has 132 SMs");
+    achieved("h200", 794.5, "NVIDIA H100 SXM 794.5 TFLOPS, the table's note: 'H200 is the same'", 132,
+             "NVIDIA H200 is the H100 SXM5 die (132 SMs) with HBM3e (NVIDIA H200 datasheet)");
+    achieved("b200", 1745.0, "NVIDIA B200 SXM 1745.0 TFLOPS (77.6% of 2250) at 1792x16128x3072, torch 2.7.1+cu128", 0,
+             "");
+    achieved("mi300x", 668.4, "AMD MI300X 668.4 TFLOPS (51.4% of 1300) at 10240x15360x8192, torch 2.5.1+rocm6.3, "
+             "PYTORCH_TUNABLEOP_ENABLED=1", 0, "");
+    // NCCL's achieved bus bandwidth within a node, where a benchmark is cited.
+    for (MachineProfile& p : m) {
+      if (p.name() == "a100") {
+        p.hw.bw_intra_GBps = 200;
+        p.sources["bw_intra_GBps"] =
+            "github.com/NVIDIA/nccl-tests issue 149: all_reduce_perf on 8 x A100-SXM4-80GB over NVLink/NVSwitch, busbw "
+            "about 200 GB/s up to 1 GB (NCCL 2.18); issue 178 reports 208 GB/s";
+      } else if (p.name() == "h100" || p.name() == "h200") {
+        p.hw.bw_intra_GBps = 370;
+        p.sources["bw_intra_GBps"] =
+            "github.com/NVIDIA/nccl-tests issue 212, NCCL maintainer's answer: NVLink4's 450 GB/s line rate less "
+            "~20% protocol overhead, an effective 370 GB/s busBw (ring; NVLink SHARP all-reduce reaches ~480 GB/s "
+            "busBw on 8 GPUs, not modelled)";
+      }
+    }
+    return m;
+  }();
+  return machines;
 }
 
 // The profiles are the datasheets' SXM / OAM parts (B200: HGX). Other form
@@ -115,6 +180,14 @@ const std::vector<std::string>& shape_columns() {
 }
 }  // namespace
 
+const std::vector<std::string>& profile_figures() {
+  static const std::vector<std::string> v = {
+      "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps",
+      "latency_us", "latency_inter_us", "gemm_efficiency", "memory_GB", "ranks_per_node", "wake_us",
+      "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n"};
+  return v;
+}
+
 MachineProfile load_machine(const std::string& what) {
   for (const auto& m : builtin_machines())
     if (m.name() == lower(what)) return m;
@@ -131,19 +204,53 @@ MachineProfile load_machine(const std::string& what) {
   require(!m.name().empty() && m.name().size() <= 64, r.source() + ": machine.name must be 1 to 64 characters");
   m.source = r.require<std::string>("machine.source");
   require(!m.source.empty(), r.source() + ": machine.source must say where the figures come from");
-  m.peak_tflops_bf16 = r.require<double>("machine.peak_tflops_bf16", Bounds::positive());
-  m.peak_tflops_fp32 = r.get<double>("machine.peak_tflops_fp32", m.peak_tflops_bf16, Bounds::positive());
-  m.peak_tflops_fp64 = r.get<double>("machine.peak_tflops_fp64", m.peak_tflops_fp32, Bounds::positive());
-  m.hw.mem_bw_GBps = r.get<double>("machine.mem_bw_GBps", 0.0, Bounds::non_negative());
-  m.hw.bw_intra_GBps = r.get<double>("machine.bw_intra_GBps", 0.0, Bounds::non_negative());
-  m.hw.bw_inter_GBps = r.get<double>("machine.bw_inter_GBps", m.hw.bw_intra_GBps, Bounds::non_negative());
-  m.hw.latency_us = r.get<double>("machine.latency_us", 0.0, Bounds::non_negative());
+  // Which figures the file gives (read before the defaults fill the rest).
+  std::set<std::string> given;
+  for (const std::string& k : profile_figures())
+    if (r.has("machine." + k)) given.insert(k);
+  // Peaks and rates within what any device does (a TFLOP/s of 1e300 printed NaN).
+  const Bounds peak = Bounds::closed(1e-6, 1e6), bw = Bounds::closed(0, 1e7);
+  m.peak_tflops_bf16 = r.require<double>("machine.peak_tflops_bf16", peak);
+  m.peak_tflops_fp32 = r.get<double>("machine.peak_tflops_fp32", m.peak_tflops_bf16, peak);
+  m.peak_tflops_fp64 = r.get<double>("machine.peak_tflops_fp64", m.peak_tflops_fp32, peak);
+  m.hw.mem_bw_GBps = r.get<double>("machine.mem_bw_GBps", 0.0, bw);
+  m.hw.bw_intra_GBps = r.get<double>("machine.bw_intra_GBps", 0.0, bw);
+  m.hw.bw_inter_GBps = r.get<double>("machine.bw_inter_GBps", m.hw.bw_intra_GBps, bw);
+  m.hw.latency_us = r.get<double>("machine.latency_us", 0.0, Bounds::closed(0, 1e9));
   m.hw.gemm_efficiency = r.get<double>("machine.gemm_efficiency", 1.0, Bounds::open_closed(0, 1));
   m.hw.memory_GB = r.get<double>("machine.memory_GB", 0.0, Bounds::non_negative());
   m.ranks_per_node = r.get<int>("machine.ranks_per_node", 1, Bounds::closed(1, 1 << 20));
   m.wake_us = r.get<double>("machine.wake_us", 0.0, Bounds::non_negative());
   m.hw.latency_inter_us = r.get<double>("machine.latency_inter_us", 0.0, Bounds::non_negative());
   m.hw.host_kernels = !r.get<bool>("machine.gpu", false);
+  m.gemm_achievable_tflops_bf16 = r.get<double>("machine.gemm_achievable_tflops_bf16", 0.0, Bounds::closed(0, 1e6));
+  require(m.gemm_achievable_tflops_bf16 <= m.peak_tflops_bf16,
+          r.source() + ": machine.gemm_achievable_tflops_bf16 exceeds machine.peak_tflops_bf16");
+  m.hw.gemm_units = r.get<int>("machine.gemm_units", 0, Bounds::closed(0, 1 << 20));
+  m.hw.gemm_tile_m = r.get<int>("machine.gemm_tile_m", 0, Bounds::closed(0, 1 << 16));
+  m.hw.gemm_tile_n = r.get<int>("machine.gemm_tile_n", 0, Bounds::closed(0, 1 << 16));
+  require((m.hw.gemm_units > 0) == (m.hw.gemm_tile_m > 0) && (m.hw.gemm_units > 0) == (m.hw.gemm_tile_n > 0),
+          r.source() + ": machine.gemm_units, gemm_tile_m and gemm_tile_n go together (all > 0, or none)");
+  for (const std::string& k : profile_figures())
+    if (r.has("machine.sources." + k)) {
+      const auto v = r.require<std::string>("machine.sources." + k);
+      require(!v.empty(), r.source() + ": machine.sources." + k + " is empty: say where the figure comes from");
+      m.sources[k] = v;
+    }
+  if (!m.hw.host_kernels) {
+    // A device profile: every figure it gives names its source, and no rate is 0.
+    for (const char* k : {"mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps", "memory_GB"})
+      require(given.count(k),
+              r.source() + ": machine." + k + " is missing: a GPU profile (machine.gpu) gives every figure");
+    for (const auto& [k, v] : std::initializer_list<std::pair<const char*, double>>{
+             {"mem_bw_GBps", m.hw.mem_bw_GBps}, {"bw_intra_GBps", m.hw.bw_intra_GBps},
+             {"bw_inter_GBps", m.hw.bw_inter_GBps}, {"memory_GB", m.hw.memory_GB}})
+      require(v > 0, r.source() + ": machine." + k + " must be > 0 on a GPU profile (machine.gpu)");
+    for (const std::string& k : profile_figures())
+      require(!given.count(k) || m.sources.count(k),
+              r.source() + ": machine." + k + " has no source: a GPU profile (machine.gpu) names one for every "
+                                              "figure in [machine.sources] (" + k + " = \"...\")");
+  }
   // Parallel arrays of one table: every one present, of one length >= 1.
   auto columns = [&](const std::string& table, const std::vector<std::string>& names) {
     std::vector<std::vector<double>> cols;
@@ -253,6 +360,13 @@ std::string machine_toml(const MachineProfile& m) {
   num("machine.wake_us", m.wake_us);
   num("machine.latency_inter_us", m.hw.latency_inter_us);
   if (!m.hw.host_kernels) r.set("machine.gpu", true);
+  if (m.gemm_achievable_tflops_bf16 > 0) num("machine.gemm_achievable_tflops_bf16", m.gemm_achievable_tflops_bf16);
+  if (m.hw.gemm_units > 0) {
+    r.set("machine.gemm_units", m.hw.gemm_units);
+    r.set("machine.gemm_tile_m", m.hw.gemm_tile_m);
+    r.set("machine.gemm_tile_n", m.hw.gemm_tile_n);
+  }
+  for (const auto& [k, v] : m.sources) r.set("machine.sources." + k, v);
   auto nums = [&](const std::string& key, const std::vector<double>& v) {
     std::vector<double> out;
     for (double x : v) {
@@ -415,6 +529,9 @@ Hardware hardware_for(const MachineProfile& m, Precision precision) {
                                                  : m.peak_tflops_bf16;
   const char* key = precision == Precision::fp64 ? "fp64" : precision == Precision::fp32 ? "fp32" : "bf16";
   if (const auto it = m.gemm.find(key); it != m.gemm.end()) h.gemm_rates = it->second;
+  // The achievable matmul rate was measured in BF16: the GEMM model holds for bf16-mixed only.
+  if (precision == Precision::bf16_mixed) h.gemm_achievable_tflops = m.gemm_achievable_tflops_bf16;
+  else h.gemm_units = h.gemm_tile_m = h.gemm_tile_n = 0;
   return h;
 }
 

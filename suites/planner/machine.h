@@ -19,6 +19,15 @@
 //   memory_GB = 80.0               # device memory (0: unknown, no fit check)
 //   ranks_per_node = 8             # devices per node
 //   wake_us = 0.0                  # waking a rank asleep in a wait (informational)
+//   gpu = false                    # true: a device profile (kernels keep their own workspace)
+//   gemm_achievable_tflops_bf16 = 794.5  # a microbenchmark's maximum achievable BF16 matmul rate
+//   gemm_units = 132               # SMs the GEMM tiles spread over (tile and wave quantization)
+//   gemm_tile_m = 256              # output tile rows and columns
+//   gemm_tile_n = 128
+//
+//   [machine.sources]              # required with gpu = true: one per figure given
+//   peak_tflops_bf16 = "NVIDIA H100 SXM5 datasheet"
+//   bw_intra_GBps = "nccl-tests issue 212: busBw 370 GB/s"   # ...
 //
 //
 //   # Optional measured tables (parabench calibrate writes them):
@@ -91,6 +100,13 @@ struct MachineProfile {
   std::string source;
   double peak_tflops_bf16 = 0, peak_tflops_fp32 = 0, peak_tflops_fp64 = 0;
   std::map<std::string, std::vector<GemmRate>, std::less<>> gemm;  // by precision: fp32, bf16, fp64
+  // The maximum achievable BF16 matmul rate, TFLOP/s (0: not known); the
+  // tile and wave model's units and tile are hw.gemm_units, gemm_tile_m/n.
+  double gemm_achievable_tflops_bf16 = 0;
+  // Where each figure comes from, by its TOML key without "machine."
+  // (peak_tflops_bf16, mem_bw_GBps, bw_intra_GBps, ...): a GPU profile
+  // (machine.gpu) names a source for every figure it gives ([machine.sources]).
+  std::map<std::string, std::string, std::less<>> sources{};
   int ranks_per_node = 1;
   double wake_us = 0;
   // Calibrated training shapes (parabench calibrate --model), ascending
@@ -111,6 +127,9 @@ ShapeFigures shape_figures_at(const std::vector<ShapeFigures>& shapes, double wo
 // The GEMM table keys (precisions) and collective ops a profile may give.
 const std::vector<std::string>& gemm_table_precisions();
 const std::vector<std::string>& collective_ops();
+// The figures a profile's [machine] table may give (its keys without
+// "machine."), each of which [machine.sources] may name a source for.
+const std::vector<std::string>& profile_figures();
 
 const std::vector<MachineProfile>& builtin_machines();
 // The built-in profile a device's name names ("NVIDIA H100 80GB HBM3" ->

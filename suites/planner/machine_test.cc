@@ -445,3 +445,44 @@ TEST(Machine, CalibratedShapeFiguresReachThePlan) {
 
 }  // namespace
 }  // namespace pb::planner
+
+namespace pb::planner {
+namespace {
+
+// The GEMM model of a GPU profile: the achievable rate where the output tiles
+// fill whole waves of the SMs, less where the last wave or the last tile runs
+// partly empty (tile and wave quantization), batched GEMMs counting all their
+// tiles; a100's built-in carries it with a source for each figure.
+TEST(Machine, GemmModelQuantizesTilesAndWaves) {
+  const GemmShape full{256, 128 * 108, 4096, false, true, 1};
+  EXPECT_DOUBLE_EQ(modeled_gemm_gflops(271.2, 108, 256, 128, full), 271.2e3);
+  const GemmShape one_more{256, 128 * 109, 4096, false, true, 1};  // 109 tiles: a second wave of one tile
+  EXPECT_NEAR(modeled_gemm_gflops(271.2, 108, 256, 128, one_more), 271.2e3 * 109.0 / 216.0, 1e-6);
+  const GemmShape half_tile{128, 128 * 108, 4096, false, true, 1};  // every tile half used
+  EXPECT_DOUBLE_EQ(modeled_gemm_gflops(271.2, 108, 256, 128, half_tile), 271.2e3 / 2);
+  GemmShape batched{256, 128, 128, false, true, 1};
+  batched.batch = 108;  // one tile each, 108 of them: one full wave
+  EXPECT_DOUBLE_EQ(modeled_gemm_gflops(271.2, 108, 256, 128, batched), 271.2e3);
+  EXPECT_DOUBLE_EQ(modeled_gemm_gflops(271.2, 0, 0, 0, one_more), 271.2e3);  // no units: the rate alone
+
+  const MachineProfile a100 = load_machine("a100");
+  EXPECT_DOUBLE_EQ(a100.gemm_achievable_tflops_bf16, 271.2);
+  EXPECT_EQ(a100.hw.gemm_units, 108);
+  for (const MachineProfile& m : builtin_machines()) {
+    EXPECT_GT(m.gemm_achievable_tflops_bf16, 0) << m.name();
+    EXPECT_LE(m.gemm_achievable_tflops_bf16, m.peak_tflops_bf16) << m.name();
+    for (const std::string& k : profile_figures()) {
+      const bool carried = k.rfind("gemm_", 0) != 0 || k == "gemm_efficiency" ||
+                           k == "gemm_achievable_tflops_bf16" || m.hw.gemm_units > 0;
+      if (carried) {
+        EXPECT_TRUE(m.sources.count(k) && !m.sources.at(k).empty()) << m.name() << "'s " << k << " has no source";
+      }
+    }
+  }
+  // bf16-mixed plans take the model; fp32 has no measured achievable rate.
+  EXPECT_DOUBLE_EQ(hardware_for(a100, Precision::bf16_mixed).gemm_achievable_tflops, 271.2);
+  EXPECT_DOUBLE_EQ(hardware_for(a100, Precision::fp32).gemm_achievable_tflops, 0);
+}
+
+}  // namespace
+}  // namespace pb::planner

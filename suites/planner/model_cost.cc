@@ -2,8 +2,8 @@
 #include "suites/planner/model_cost.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cctype>
+#include <cmath>
 
 #include "harness/status.h"
 
@@ -147,10 +147,23 @@ std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, in
   }
   linear(C, (m.V + t - 1) / t, 1);
   if (!attention_core) return out;
-  out.push_back({q, s, hs, false, true, 2 * heads});   // S = Q K^T; dP = dO V^T
-  out.push_back({q, hs, s, false, false, 2 * heads});  // O = P V; dQ = dS K
-  out.push_back({s, hs, q, true, false, 2 * heads});   // dV = P^T dO; dK = dS^T Q
+  const double batch = double(b) * double(m.NH / t);  // one batched call per layer and microbatch
+  out.push_back({q, s, hs, false, true, 2 * heads, batch});   // S = Q K^T; dP = dO V^T
+  out.push_back({q, hs, s, false, false, 2 * heads, batch});  // O = P V; dQ = dS K
+  out.push_back({s, hs, q, true, false, 2 * heads, batch});   // dV = P^T dO; dK = dS^T Q
   return out;
+}
+
+double modeled_gemm_gflops(double achievable_tflops, int64_t units, int64_t tile_m, int64_t tile_n,
+                           const GemmShape& g) {
+  double used = 1;
+  if (units > 0 && tile_m > 0 && tile_n > 0) {
+    const double tm = double((g.m + tile_m - 1) / tile_m), tn = double((g.n + tile_n - 1) / tile_n);
+    const double tiles = tm * tn * std::max(1.0, g.batch);
+    const double waves = std::ceil(tiles / double(units));
+    used = double(g.m) * double(g.n) * std::max(1.0, g.batch) / (waves * double(units) * double(tile_m * tile_n));
+  }
+  return achievable_tflops * 1e3 * std::min(1.0, used);
 }
 
 int64_t first_stage_extra_bytes(const ActivationShape& x) {

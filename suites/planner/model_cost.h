@@ -87,7 +87,16 @@ struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
   bool ta = false, tb = false;
   double count = 0;
+  // Independent GEMMs of this shape run as one batched call (the attention
+  // core's per-head GEMMs: b x heads per rank); 1 for the linears. Only the
+  // tile and wave quantization of a GPU profile looks at it (Hardware).
+  double batch = 1;
 };
+// The rate (GFLOP/s) of GEMM g on a profile's GEMM model
+// (Hardware::gemm_achievable_tflops, gemm_units, gemm_tile_m/n): the
+// achievable rate times the used share of the tiles and waves g occupies.
+double modeled_gemm_gflops(double achievable_tflops, int64_t units, int64_t tile_m, int64_t tile_n,
+                           const GemmShape& g);
 // The GEMMs one rank runs for one microbatch of b sequences of s tokens
 // (reference/gpt.cc, impl/tensor_parallel): per block the four linears (y =
 // x W^T forward; dx = dy W and dW = dy^T x backward), the tied LM head, and

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 
 #include "harness/status.h"
@@ -44,6 +45,28 @@ void check_input(const PlanInput& in) {
     require(R == 0 || R % span == 0 || span % R == 0,
             "--ranks-per-node: must divide, or be a multiple of, tp and tp*cp (got " + std::to_string(R) + ")");
   const Hardware& h = in.hw;
+  // A rate is 0 (not given) or a finite number in a range no device leaves:
+  // inf or 1e300 TFLOP/s would print NaN, 1e-308 GB/s an infinite step.
+  auto rate = [](const char* name, double v, double lo, double hi) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    char range[64];
+    std::snprintf(range, sizeof range, "[%g, %g]", lo, hi);
+    require(std::isfinite(v) && (v == 0 || (v >= lo && v <= hi)),
+            std::string(name) + ": must be 0 (not given) or a finite number in " + range + ", got " + buf);
+  };
+  rate("--peak-tflops (peak TFLOP/s per rank)", h.peak_tflops, 1e-6, 1e6);
+  rate("--bw-intra (GB/s)", h.bw_intra_GBps, 1e-6, 1e7);
+  rate("--bw-inter (GB/s)", h.bw_inter_GBps, 1e-6, 1e7);
+  rate("--mem-bw (GB/s)", h.mem_bw_GBps, 1e-6, 1e7);
+  rate("--latency-us", h.latency_us, 0, 1e9);
+  rate("latency_inter_us", h.latency_inter_us, 0, 1e9);
+  for (const GemmRate& g : h.gemm_rates) rate("a GEMM table's gflops", g.gflops, 1e-6, 1e9);
+  for (const auto& [op, fits] : h.collectives)
+    for (const CollectiveFit& c : fits) {
+      rate(("collective " + op + " GBps").c_str(), c.GBps, 1e-6, 1e7);
+      rate(("collective " + op + " alpha_us").c_str(), c.alpha_us, 0, 1e9);
+    }
   require(h.peak_tflops >= 0 && h.bw_intra_GBps >= 0 && h.bw_inter_GBps >= 0 && h.latency_us >= 0,
           "--peak-tflops/--bw-intra/--bw-inter/--latency-us: must be >= 0");
   require(h.gemm_efficiency > 0 && h.gemm_efficiency <= 1, "--gemm-efficiency: must be in (0, 1]");
@@ -110,6 +133,28 @@ void check_shape(const PlanInput& in, PlanResult& r) {
                                               std::to_string(per_step) + ")");
   r.microbatches = r.global_batch / per_step;
   require(r.microbatches <= (int64_t(1) << 30), "--global-batch: too many microbatches per replica");
+  // The byte and FLOP counts are 64-bit products of these factors: refuse
+  // sizes whose products leave the range instead of wrapping (a microbatch
+  // of 2^32 sequences printed 0.000 GiB of activations).
+  if (in.shape) {
+    const ModelConfig& m = *in.shape;
+    const long double width = std::max<long double>({16.0L * m.C, 5.0L * m.NH * double(r.seq), double(m.V)});
+    const long double act = (long double)in.microbatch_size * r.seq * width * m.L * 8;
+    const long double tokens = (long double)r.global_batch * r.seq * 8;
+    const auto text = [](long double v) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.3Lg", v);
+      return std::string(buf);
+    };
+    require(act < 0x1p62L, "--microbatch-size " + std::to_string(in.microbatch_size) + " x --seq " +
+                               std::to_string(r.seq) + " x layers " + std::to_string(m.L) +
+                               " x the widest activation (" + text(width) + " elements): " + text(act) +
+                               " bytes overflow the planner's 64-bit counts (at most 2^62)");
+    require(tokens * m.C * m.L < 0x1p62L,
+            "--global-batch " + std::to_string(r.global_batch) + " x --seq " + std::to_string(r.seq) + " x channels " +
+                std::to_string(m.C) + " x layers " + std::to_string(m.L) +
+                ": the step's counts overflow the planner's 64-bit range (at most 2^62)");
+  }
 }
 
 // The pipeline's schedule, partition and declared peaks.
@@ -190,6 +235,15 @@ PlanResult plan(const PlanInput& in) {
   plan_flops(in, pipe, r);
   if (in.hw.peak_tflops <= 0) return r;
   time_step(in, pipe, r);
+  // A plan row is never NaN or infinite: the figures are checked above, and
+  // a combination that still leaves the range is refused, naming the results.
+  for (const auto& [name, v] : {std::pair<const char*, double>{"step", r.step_s}, {"compute", r.compute_s},
+                                {"bubble", r.bubble_s}, {"exposed comm", r.exposed_comm_s},
+                                {"tokens/s", r.tokens_per_s}, {"MFU", r.mfu}})
+    require(std::isfinite(v) && v >= 0 && v < 1e30,
+            std::string("plan: the ") + name + " estimate is not a finite number (" + std::to_string(v) +
+                "): the hardware figures (--peak-tflops, --bw-intra, --bw-inter, --mem-bw, --latency-us or the "
+                "profile's) are out of any device's range");
   return r;
 }
 

@@ -150,6 +150,15 @@ struct Hardware {
   // ascending in compute_us; interpolated linearly in log(compute), held at
   // the ends. Empty: no such cost.
   std::vector<AsyncCallCost> async_call_cost;
+  // A GPU's GEMMs by shape (machine profiles; 0: not used): the maximum
+  // achievable matmul rate (TFLOP/s, a microbenchmark's best shape) times the
+  // tile and wave quantization of each GEMM on `gemm_units` SMs in
+  // gemm_tile_m x gemm_tile_n output tiles (batched GEMMs count their batch's
+  // tiles): used tile area over the area the waves occupy. Units 0: no
+  // quantization, the achievable rate for every shape. A GEMM table
+  // (gemm_rates) or a hand-typed efficiency takes precedence.
+  double gemm_achievable_tflops = 0;
+  int64_t gemm_units = 0, gemm_tile_m = 0, gemm_tile_n = 0;
   double memory_GB = 0;        // device memory per rank; 0: unknown (no fit check)
   // The ranks run the CPU's kernels, whose GEMM staging and attention scores
   // are workspace (Scratch); false on GPUs (a GPU MachineProfile's), whose

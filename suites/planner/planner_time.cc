@@ -167,6 +167,14 @@ void time_step(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
     r.gemm_efficiency = gemm_efficiency(
         rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed, in.ep),
         [&](const GemmShape& g) { return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k); }, in.hw.peak_tflops * 1e12);
+  else if (in.shape && in.hw.gemm_achievable_tflops > 0)
+    r.gemm_efficiency = gemm_efficiency(
+        rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed, in.ep),
+        [&](const GemmShape& g) {
+          return modeled_gemm_gflops(std::min(in.hw.gemm_achievable_tflops, in.hw.peak_tflops), in.hw.gemm_units,
+                                     in.hw.gemm_tile_m, in.hw.gemm_tile_n, g);
+        },
+        in.hw.peak_tflops * 1e12);
   const double achieved = peak * r.gemm_efficiency;
   const StageCost pace = pace_stage(in, pipe, r, attn_timed, achieved);
   r.memory_bytes = pace.bytes.total;

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""plan's inputs (#50 hardening, #48 published tables): each bad input to
+`parabench plan` is refused with exit 2 and a message naming what is wrong,
+no NaN or infinite figure is ever printed or written, and `plan --validate`
+reads a published table strictly.
+
+    plan_input_test.py PARABENCH WORKDIR
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+EXE, WORK = sys.argv[1], sys.argv[2]
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+PUBLISHED = os.path.join(SRC, "configs", "published")
+
+
+def w(*parts):
+    return os.path.join(WORK, *parts)
+
+
+def write(name, data):
+    path = w(name)
+    with open(path, "w") as fh:
+        fh.write(data)
+    return path
+
+
+def table_lines():
+    with open(os.path.join(PUBLISHED, "korthikanti_table5.csv")) as fh:
+        return fh.read().split("\n")
+
+
+def edited(name, edit):
+    return write(name, "\n".join(edit(table_lines())))
+
+
+def header_index(lines):
+    return next(i for i, l in enumerate(lines) if l and not l.startswith("#"))
+
+
+def rename_column(lines, old, new):
+    h = header_index(lines)
+    lines[h] = ",".join(new if c == old else c for c in lines[h].split(","))
+    return lines
+
+
+def clear_field(lines, col):
+    h = header_index(lines)
+    j = lines[h].split(",").index(col)
+    f = lines[h + 1].split(",")
+    f[j] = ""
+    lines[h + 1] = ",".join(f)
+    return lines
+
+
+def set_field(lines, col, value):
+    h = header_index(lines)
+    j = lines[h].split(",").index(col)
+    f = lines[h + 1].split(",")
+    f[j] = value
+    lines[h + 1] = ",".join(f)
+    return lines
+
+
+def cases():
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    huge = write("huge_fp32.toml", '[machine]\nname = "huge"\nsource = "test"\npeak_tflops_bf16 = 100\n'
+                 'peak_tflops_fp32 = 1e300\nmem_bw_GBps = 1000\nbw_intra_GBps = 100\n')
+    gpu_nosrc = write("gpu_nosrc.toml", '[machine]\nname = "g"\nsource = "test"\ngpu = true\npeak_tflops_bf16 = 100\n'
+                      'mem_bw_GBps = 1000\nbw_intra_GBps = 100\nbw_inter_GBps = 10\nmemory_GB = 80\n'
+                      '[machine.sources]\npeak_tflops_bf16 = "a datasheet"\nmem_bw_GBps = "a datasheet"\n'
+                      'bw_intra_GBps = "a datasheet"\nmemory_GB = "a datasheet"\n')
+    gpu_zero = write("gpu_zero.toml", '[machine]\nname = "g"\nsource = "test"\ngpu = true\npeak_tflops_bf16 = 100\n'
+                     'mem_bw_GBps = 0\nbw_intra_GBps = 100\nbw_inter_GBps = 10\nmemory_GB = 80\n')
+    gpu_missing = write("gpu_missing.toml", '[machine]\nname = "g"\nsource = "test"\ngpu = true\n'
+                        'peak_tflops_bf16 = 100\nbw_intra_GBps = 100\nbw_inter_GBps = 10\nmemory_GB = 80\n')
+    torn = write("torn_sweep.csv", "kind,mesh,step_ms\nsweep,dp1,1.0\nsweep,dp2,")
+    gpt = ["plan", "--model", "gpt2-124m"]
+    return [
+        # #50: checked products, exit 2 naming the factors (printed 0.000 GiB of activations)
+        (gpt + ["--microbatch-size", str(2 ** 32), "--machine", "a100"], 2,
+         r"--microbatch-size 4294967296 x --seq 1024 x layers 12 .* overflow"),
+        (gpt + ["--global-batch", str(2 ** 40), "--machine", "a100"], 2, r"--global-batch .*overflow|too many microbatches"),
+        # #50: a profile's peak of 1e300 printed -nan and wrote NaN rows
+        (gpt + ["--machine", huge, "--precision", "fp32"], 2, r"machine\.peak_tflops_fp32.*1e\+300"),
+        (gpt + ["--machine", huge, "--precision", "fp32", "--csv", w("nan_rows.csv")], 2, r"peak_tflops_fp32"),
+        # #50: non-finite and denormal rates by flag
+        (gpt + ["--peak-tflops", "inf"], 2, r"--peak-tflops .*got inf"),
+        (gpt + ["--peak-tflops", "nan"], 2, r"--peak-tflops .*got nan"),
+        (gpt + ["--peak-tflops", "100", "--dp", "2", "--bw-intra", "1e-308"], 2, r"--bw-intra .*got 1e-308"),
+        (gpt + ["--peak-tflops", "100", "--mem-bw", "1e30"], 2, r"--mem-bw .*got 1e\+30"),
+        (gpt + ["--peak-tflops", "100", "--latency-us", "inf"], 2, r"--latency-us"),
+        # #50: --against dropped a truncated last row silently
+        (["plan", "--machine", "a100", "--against", torn], 2, r"--against: .*torn_sweep\.csv.*(torn|newline|incomplete)"),
+        # #48: a GPU profile names a source for every figure, gives every figure, no rate 0
+        (gpt + ["--machine", gpu_nosrc], 2, r"machine\.bw_inter_GBps has no source"),
+        (gpt + ["--machine", gpu_zero], 2, r"machine\.mem_bw_GBps must be > 0 on a GPU profile"),
+        (gpt + ["--machine", gpu_missing], 2, r"machine\.mem_bw_GBps is missing"),
+        # #48: the published table reader
+        (["plan", "--validate", edited("unknown_col.csv", lambda l: rename_column(l, "assumed", "assumd"))], 2,
+         r"unknown column 'assumd'"),
+        (["plan", "--validate", edited("missing_col.csv",
+                                       lambda l: [",".join(x.split(",")[:-1]) if i >= header_index(l) and x else x
+                                                  for i, x in enumerate(l)])], 2, r"missing column 'source'"),
+        (["plan", "--validate", edited("empty_field.csv", lambda l: clear_field(l, "tp"))], 2,
+         r"line \d+: field 'tp' is empty"),
+        (["plan", "--validate", edited("bad_metric.csv", lambda l: set_field(l, "metric", "speed"))], 2,
+         r"metric 'speed' must be one of"),
+        (["plan", "--validate", edited("zero_pub.csv", lambda l: set_field(l, "published", "0"))], 2,
+         r"published '0' must be a finite number > 0"),
+        (["plan", "--validate", edited("bad_gpus.csv", lambda l: set_field(l, "gpus", "9"))], 2,
+         r"gpus 9 is not tp x pp x dp \(8\)"),
+        (["plan", "--validate", edited("no_rows.csv", lambda l: l[:header_index(l) + 1] + [""])], 2,
+         r"no rows: a check that compares nothing fails"),
+        (["plan", "--validate", edited("bad_machine.csv", lambda l: set_field(l, "machine", "nosuch"))], 2,
+         r"row '22B full'.*'nosuch' is neither a built-in machine"),
+        (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv"), "--model", "gpt2-124m"], 2,
+         r"--validate: plans the rows"),
+        (gpt + ["--peak-tflops", "100", "--max-median", "10"], 2, r"--max-median: only with --validate"),
+        # --explain: the step's parts, each with its figure and that figure's source
+        (["plan", "--layers", "128", "--channels", "25600", "--heads", "160", "--vocab", "51200", "--seq", "2048",
+          "--tp", "8", "--pp", "64", "--dp", "6", "--global-batch", "3072", "--recompute", "full", "--machine", "a100",
+          "--explain"], 0,
+         r"where the step goes.*GEMMs .*GEMMs at [0-9.]+% of 312 TFLOP/s.*mamf-finder.*108 SMs.*memory-bound .*"
+         r"2039 GB/s.*datasheet.*pipeline bubble.*comm tp .*200 GB/s \(intra-node\).*nccl-tests issue 149.*"
+         r"exposed comm.*per-op overhead.*not modelled"),
+        (gpt + ["--peak-tflops", "100", "--explain"], 0, r"GEMMs .*of 100 TFLOP/s.*typed by hand: --peak-tflops"),
+        # and a good table plans every row, the median and the signs printed
+        (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv")], 0,
+         r"8 rows.*median \|error\| [0-9.]+% over 8 rows; worst .*signs: \d+ \+, \d+ -"),
+    ]
+
+
+def main():
+    failures = []
+    table = cases()
+    for args, rc_want, pattern in table:
+        try:
+            p = subprocess.run([EXE] + args, capture_output=True, text=True, errors="replace", timeout=60, cwd=WORK)
+            rc, out = p.returncode, p.stdout + p.stderr
+        except subprocess.TimeoutExpired:
+            failures.append((args, "hung (60 s)"))
+            continue
+        why = []
+        if rc != rc_want:
+            why.append("exit %d, expected %d" % (rc, rc_want))
+        if not re.search(pattern, out, re.S):
+            why.append("output does not match /%s/" % pattern)
+        if re.search(r"\bnan\b|\binf\b", out.split("error:")[0], re.I) and rc == 0:
+            why.append("a non-finite figure printed")
+        if "terminate called" in out or rc < 0:
+            why.append("crashed")
+        if why:
+            failures.append((args, "; ".join(why) + "\n    output: " + out[:600].replace("\n", "\n    ")))
+    if os.path.exists(w("nan_rows.csv")):
+        failures.append((["--csv", "nan_rows.csv"], "a refused plan wrote a row"))
+    for args, why in failures:
+        print("FAIL: parabench %s\n    %s" % (" ".join(args), why))
+    print("%d passed, %d failed" % (len(table) - len(failures), len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
