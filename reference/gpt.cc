@@ -239,7 +239,8 @@ template <class T>
 void Gpt<T>::moe_block_forward(BlockActs<T>& a, MoeActs<T>& ma, const T* x_in, const T* u, Scratch<T>& s,
                                MoeScratch<T>& ms, MoeScope scope, const T* ex) const {
   const int N = B_ * Tn_;
-  attention_half_forward(a, x_in, u, s);
+  if (layout_->model().llama()) llama_attention_half_forward(a, x_in, u, s);
+  else attention_half_forward(a, x_in, u, s);
   MoeMlp<T>(*layout_, N, scope, *ops_).forward(ma, s.tmp.data(), a.ln2.data(), u, ms, ex);
   ops_->residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * layout_->model().C);
 }
@@ -252,7 +253,8 @@ void Gpt<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
   ops_->copy(s.dres.data(), dout, size_t(N) * layout_->model().C * sizeof(T));
   zero(*ops_, s.dln);
   MoeMlp<T>(*layout_, N, scope, *ops_).backward(s.dln.data(), du, dout, a.ln2.data(), ma, u, aux_weight, ms, ex, dex);
-  attention_half_backward(dx_in, du, x_in, a, u, s);
+  if (layout_->model().llama()) llama_attention_half_backward(dx_in, du, x_in, a, u, s);
+  else attention_half_backward(dx_in, du, x_in, a, u, s);
 }
 
 template <class T>

@@ -157,6 +157,9 @@ class Gpt {
                                Scratch<T>& s) const;
   // The llama family's block (reference/llama_block.cc): RMSNorm, q|k|v with
   // RoPE, grouped-query attention, o, RMSNorm, gate|up, SwiGLU, down.
+  void llama_attention_half_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const;
+  void llama_attention_half_backward(T* dx_in, T* du, const T* x_in, const BlockActs<T>& a, const T* u,
+                                     Scratch<T>& s) const;
   void llama_block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const;
   void llama_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const BlockActs<T>& a, const T* u,
                             Scratch<T>& s) const;

@@ -49,8 +49,6 @@ ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), 
   vocab_rows_ = (V + t - 1) / t;  // Megatron's make-vocab-size-divisible-by = tp
   if (m.llama()) {
     require(tp == 1, "tensor parallel does not support model family llama yet (mesh.tp: tp" + std::to_string(tp) + ")");
-    require(m.moe.experts == 0, "model.moe: the llama family's mixture of experts (SwiGLU experts, model '" + m.name +
-                                    "') is not implemented yet; its dense models (e.g. tiny-llama) run");
     add_llama();
     return;
   }
@@ -162,6 +160,30 @@ void ParamLayout::add_llama() {
     add(h + "self_attn.v_proj.weight", {kvC, C}, u, InitKind::normal, std);
     block_.attproj_w = rel(); add(h + "self_attn.o_proj.weight", {C, C}, u, InitKind::normal, std);
     block_.ln2_w = rel(); add(h + "post_attention_layernorm.weight", {C}, u, InitKind::ones, 0);
+    if (m.is_moe(l)) {
+      // Mixtral's names (Hugging Face MixtralForCausalLM): the router
+      // block_sparse_moe.gate, expert e's w1 (gate), w3 (up), w2 (down),
+      // laid out w1, w3, w2 so gate|up is one (2F, C) projection.
+      const int64_t E = m.moe.experts;
+      const std::string b = h + "block_sparse_moe.";
+      moe_ = {};
+      moe_.fc_b = moe_.fcproj_b = -1;
+      moe_.router_w = rel();
+      add(b + "gate.weight", {E, C}, u, InitKind::normal, std);
+      moe_.expert0 = rel();
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string x = b + "experts." + std::to_string(e) + ".";
+        const int64_t start = rel();
+        moe_.fc_w = rel() - start;
+        add(x + "w1.weight", {F, C}, u, InitKind::normal, std);
+        add(x + "w3.weight", {F, C}, u, InitKind::normal, std);
+        moe_.fcproj_w = rel() - start;
+        add(x + "w2.weight", {C, F}, u, InitKind::normal, std);
+        moe_.expert_size = rel() - start;
+      }
+      moe_.size = rel();
+      continue;
+    }
     block_.fc_w = rel();
     add(h + "mlp.gate_proj.weight", {F, C}, u, InitKind::normal, std);
     add(h + "mlp.up_proj.weight", {F, C}, u, InitKind::normal, std);

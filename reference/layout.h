@@ -60,6 +60,8 @@ struct BlockOffsets {
 // expert e's c_fc.weight (4C, C), c_fc.bias (4C), c_proj.weight (C, 4C),
 // c_proj.bias (C) at expert0 + e * expert_size + fc_w / fc_b / ... — each
 // expert a contiguous range, so expert parallel shards experts by ranges.
+// The llama family (Mixtral): fc_w is w1 (gate) with w3 (up) after it, the
+// fused (2F, C) rows; fcproj_w w2 (down); no biases (their offsets -1).
 struct MoeOffsets {
   int64_t router_w = 0, expert0 = 0, expert_size = 0, fc_w = 0, fc_b = 0, fcproj_w = 0, fcproj_b = 0, size = 0;
 };

@@ -13,11 +13,10 @@
 namespace pb {
 
 template <class T>
-void Gpt<T>::llama_block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const {
+void Gpt<T>::llama_attention_half_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const {
   const auto& m = layout_->model();
   const auto& o = layout_->block();
-  const int N = B_ * Tn_, C = m.C, W = m.qkv_width(), F = m.ffn, hs = m.head_size(), KVH = m.kv_heads;
-  const size_t NC = size_t(N) * C;
+  const int N = B_ * Tn_, C = m.C, W = m.qkv_width(), hs = m.head_size(), KVH = m.kv_heads;
   const T* nb = nullptr;  // no bias
   float* ws = s.mm_ws.data();
   const int32_t* pos = positions_.data();
@@ -27,12 +26,22 @@ void Gpt<T>::llama_block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scr
   ops_->rope_forward(a.qkv.data() + C, a.qkv.data() + C, pos, B_, Tn_, KVH, hs, W, m.rope_theta);
   ops_->attention_forward_gqa(a.atty.data(), a.att.data(), a.qkv.data(), B_, Tn_, C, m.NH, KVH, s.att_ws.data());
   ops_->matmul_forward(s.tmp.data(), a.atty.data(), u + o.attproj_w, nb, N, C, C, ws);
-  ops_->residual_forward(a.xmid.data(), x_in, s.tmp.data(), NC);
+  ops_->residual_forward(a.xmid.data(), x_in, s.tmp.data(), size_t(N) * C);
   ops_->rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w, N, C, m.norm_eps);
+}
+
+template <class T>
+void Gpt<T>::llama_block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C, F = m.ffn;
+  const T* nb = nullptr;
+  float* ws = s.mm_ws.data();
+  llama_attention_half_forward(a, x_in, u, s);
   ops_->matmul_forward(a.fch.data(), a.ln2.data(), u + o.fc_w, nb, N, C, 2 * F, ws);
   ops_->swiglu_forward(a.fchg.data(), a.fch.data(), N, F);
   ops_->matmul_forward(s.tmp.data(), a.fchg.data(), u + o.fcproj_w, nb, N, F, C, ws);
-  ops_->residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), NC);
+  ops_->residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * C);
 }
 
 template <class T>
@@ -40,20 +49,34 @@ void Gpt<T>::llama_block_backward(T* dx_in, T* du, const T* dout, const T* x_in,
                                   const T* u, Scratch<T>& s) const {
   const auto& m = layout_->model();
   const auto& o = layout_->block();
-  const int N = B_ * Tn_, C = m.C, W = m.qkv_width(), F = m.ffn, hs = m.head_size(), KVH = m.kv_heads;
-  const size_t NC = size_t(N) * C;
+  const int N = B_ * Tn_, C = m.C, F = m.ffn;
   T* nb = nullptr;
   float* ws = s.mm_ws.data();
-  const int32_t* pos = positions_.data();
   auto zero = [&](const Buffer<T>& b) { ops_->zero(b.data(), b.size() * sizeof(T)); };
   // MLP branch: xout = xmid + down(swiglu(gate|up(rmsnorm2(xmid)))).
-  ops_->copy(s.dres.data(), dout, NC * sizeof(T));
+  ops_->copy(s.dres.data(), dout, size_t(N) * C * sizeof(T));
   zero(s.dfchg);
   ops_->matmul_backward(s.dfchg.data(), du + o.fcproj_w, nb, dout, a.fchg.data(), u + o.fcproj_w, N, F, C, ws);
   zero(s.dfch);
   ops_->swiglu_backward(s.dfch.data(), a.fch.data(), s.dfchg.data(), N, F);
   zero(s.dln);
   ops_->matmul_backward(s.dln.data(), du + o.fc_w, nb, s.dfch.data(), a.ln2.data(), u + o.fc_w, N, C, 2 * F, ws);
+  llama_attention_half_backward(dx_in, du, x_in, a, u, s);
+}
+
+// From d rmsnorm2's output (s.dln) and d xmid's residual part (s.dres) down
+// to dx_in: what dense and MoE blocks share.
+template <class T>
+void Gpt<T>::llama_attention_half_backward(T* dx_in, T* du, const T* x_in, const BlockActs<T>& a, const T* u,
+                                           Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C, W = m.qkv_width(), hs = m.head_size(), KVH = m.kv_heads;
+  const size_t NC = size_t(N) * C;
+  T* nb = nullptr;
+  float* ws = s.mm_ws.data();
+  const int32_t* pos = positions_.data();
+  auto zero = [&](const Buffer<T>& b) { ops_->zero(b.data(), b.size() * sizeof(T)); };
   ops_->rmsnorm_backward(s.dres.data(), du + o.ln2_w, s.dln.data(), a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(), N,
                          C);
   // Attention branch: xmid = x_in + o(attn(rope(q|k|v(rmsnorm1(x_in))))).
@@ -103,6 +126,9 @@ void Gpt<T>::llama_head_backward(T* dx_last, T* dnorm, T* dlm_head, const T* x_l
 }
 
 #define PB_INSTANTIATE(T)                                                                                          \
+  template void Gpt<T>::llama_attention_half_forward(BlockActs<T>&, const T*, const T*, Scratch<T>&) const;        \
+  template void Gpt<T>::llama_attention_half_backward(T*, T*, const T*, const BlockActs<T>&, const T*,             \
+                                                      Scratch<T>&) const;                                          \
   template void Gpt<T>::llama_block_forward(BlockActs<T>&, const T*, const T*, Scratch<T>&) const;                 \
   template void Gpt<T>::llama_block_backward(T*, T*, const T*, const T*, const BlockActs<T>&, const T*,            \
                                              Scratch<T>&) const;                                                   \

@@ -45,8 +45,7 @@ LossAndGrad run(const ParamLayout& l, const MarkovSource& src, const std::vector
   return {loss, g};
 }
 
-TEST(Llama, ModelGradientMatchesFiniteDifferences) {
-  const ModelConfig m = small_llama();
+void expect_model_gradient(const ModelConfig& m) {
   const ParamLayout l(m);
   const MarkovSource src(m.V, 3);
   std::vector<double> p(size_t(l.total()));
@@ -59,10 +58,10 @@ TEST(Llama, ModelGradientMatchesFiniteDifferences) {
       for (int64_t i = 0; i < info.numel; ++i) p[size_t(info.offset + i)] = nd(rng);
   const int B = 2, Tn = 6;
   const LossAndGrad base = run(l, src, p, B, Tn);
-  // Every tensor probed: a few elements each.
   double scale = 0;
   for (double g : base.grad) scale = std::max(scale, std::abs(g));
   ASSERT_GT(scale, 0.0);
+  // Every tensor probed: a few elements each.
   const double h = 1e-5;
   for (const auto& info : l.params()) {
     for (int64_t k = 0; k < std::min<int64_t>(info.numel, 6); ++k) {
@@ -73,9 +72,21 @@ TEST(Llama, ModelGradientMatchesFiniteDifferences) {
       p[i] = x0 - h;
       const double lm = run(l, src, p, B, Tn).loss;
       p[i] = x0;
-      EXPECT_LE(std::abs((lp - lm) / (2 * h) - base.grad[i]) / scale, 1e-7) << info.name << " [" << i - size_t(info.offset) << "]";
+      EXPECT_LE(std::abs((lp - lm) / (2 * h) - base.grad[i]) / scale, 1e-7)
+          << m.name << " " << info.name << " [" << i - size_t(info.offset) << "]";
     }
   }
+}
+
+TEST(Llama, ModelGradientMatchesFiniteDifferences) { expect_model_gradient(small_llama()); }
+
+// Mixtral's MLP: SwiGLU experts behind a softmax top-2 router (dropless:
+// capacity factor E / k), the load-balancing loss included. The routing is
+// piecewise constant; these weights keep every choice away from a tie.
+TEST(Llama, MixtureOfSwiGluExpertsGradientMatchesFiniteDifferences) {
+  ModelConfig m = small_llama();
+  m.moe = {4, 2, 2.0, 1, 0.01, MoeCapacity::global};
+  expect_model_gradient(m);
 }
 
 TrainConfig tiny_llama(Precision p, int steps) {
@@ -141,13 +152,22 @@ TEST(Llama, WorkspaceAndModelStatesAreDeclared) {
   EXPECT_EQ(t->memory().peak(MemTag::params), 4 * size_t(m.num_params()));
 }
 
-TEST(Llama, MixtureOfExpertsIsRefusedByName) {
-  try {
-    ParamLayout l(named_model("tiny-mixtral"));
-    ADD_FAILURE() << "tiny-mixtral laid out";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("not implemented yet"), std::string::npos) << e.what();
+TEST(Llama, TinyMixtralTrainsAndTracksTheTruth) {
+  std::vector<double> loss[2];
+  for (int i = 0; i < 2; ++i) {
+    TrainConfig c = tiny_llama(i ? Precision::fp32 : Precision::fp64, 6);
+    c.model = named_model("tiny-mixtral");
+    auto t = make_reference_trainer(c);
+    for (int s = 0; s < c.steps; ++s) loss[i].push_back(t->step().loss);
   }
+  for (int s = 0; s < 6; ++s) EXPECT_NEAR(loss[1][size_t(s)], loss[0][size_t(s)], 1e-4 * loss[0][size_t(s)]);
+  EXPECT_LT(loss[0].back(), loss[0].front());
+  const ParamLayout l(named_model("tiny-mixtral"));
+  EXPECT_EQ(l.total(), named_model("tiny-mixtral").num_params());
+  EXPECT_NE(l.find("model.layers.1.block_sparse_moe.gate.weight"), nullptr);
+  EXPECT_NE(l.find("model.layers.0.block_sparse_moe.experts.3.w1.weight"), nullptr);
+  EXPECT_NE(l.find("model.layers.0.block_sparse_moe.experts.3.w2.weight"), nullptr);
+  EXPECT_NE(l.find("model.layers.0.block_sparse_moe.experts.3.w3.weight"), nullptr);
 }
 
 }  // namespace
