@@ -127,8 +127,12 @@ double MicrobatchRunner<T>::compute(double dloss, UnitHooks<T>& hk) {
   T* dx = dx_a_.data();
   T* dprev = dx_b_.data();
   T* dlnf = hk.grads(fin) + lnf_rel;
-  model_.head_backward(dx, dlnf, untied ? dlnf + l.model().C : hk.head_grads(), x, targets_.data(), head_, lnf,
-                       head_w, dloss, scratch_);
+  // Asked for under either family, so the strategies see one call order
+  // (the data-parallel replay of it declares their buffers); the untied
+  // head's gradient is lm_head's, after model.norm's.
+  T* dwte = hk.head_grads();
+  model_.head_backward(dx, dlnf, untied ? dlnf + l.model().C : dwte, x, targets_.data(), head_, lnf, head_w, dloss,
+                       scratch_);
   hk.grads_ready(fin);
   hk.release_params(fin);
   hk.release_params(0);
