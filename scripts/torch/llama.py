@@ -107,7 +107,7 @@ def main():
             g["lr"] = lr
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         norms.append(norm)
         lrs.append(lr)
     params = {n: p.detach().clone() for n, p in P.items()}

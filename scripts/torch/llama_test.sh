@@ -19,7 +19,7 @@ if [[ ! -x "$py" ]] || ! "$py" -c 'import torch' 2>/dev/null; then
 fi
 rm -rf "$work"
 mkdir -p "$work"
-"$pb" export --dir "$work/export" --model tiny-llama --set train.precision=fp64 --set train.steps=10 >/dev/null
+"$pb" export --dir "$work/export" --set model.name=tiny-llama --set train.precision=fp64 --set train.steps=10 >/dev/null
 "$py" "$here/llama.py" --export "$work/export" --out "$work/torch.safetensors" --tol 1e-12
 "$pb" verify --export "$work/export" --trace "$work/torch.safetensors" --run-dir "$work/verify"
 echo "torch llama: PyTorch equals the reference to 1e-12 over 10 AdamW steps; verify passes its trace"
