@@ -11,9 +11,9 @@
 namespace pb {
 
 int ModelConfig::moe_layers() const {
-  int n = 0;
-  for (int l = 0; l < L; ++l) n += is_moe(l);
-  return n;
+  // The blocks l in [0, L) with l % every == 0 (is_moe), counted without a
+  // loop over L (validate() counts the parameters of any layers given).
+  return moe.experts > 0 && moe.every >= 1 && L > 0 ? (L - 1) / moe.every + 1 : 0;
 }
 
 const char* family_name(ModelFamily f) { return f == ModelFamily::llama ? "llama" : "gpt2"; }
