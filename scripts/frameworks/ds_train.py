@@ -108,10 +108,13 @@ def worker(rank, args):
         grads = [safe_get_full_grad(p) for p in params]
         if step == 0:
             rec.grads1 = {n: g.detach().float().clone() for n, g in zip(names, grads)}
+        # ZeRO stage 0 returns no global norm: the norm of the full gradients,
+        # taken before the step clips them in place.
+        own_norm = float(sum(g.double().pow(2).sum() for g in grads)) ** 0.5 if stage == 0 else None
         engine.step()
         norm = engine.get_global_grad_norm()
-        if norm is None:  # ZeRO stage 0 returns none: the norm of the full gradients
-            norm = float(sum(g.double().pow(2).sum() for g in grads)) ** 0.5
+        if norm is None:
+            norm = own_norm
         torch.distributed.all_reduce(loss_sum)
         rec.step(loss_sum.item() / (world * ex.micro), norm, lr)
     full = [safe_get_full_fp32_param(p) for p in params]
