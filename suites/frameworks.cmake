@@ -36,4 +36,11 @@ if(PARABENCH_BUILD_TESTS)
   # Megatron broken run: finalize_model_grads skipped under sequence parallel.
   parabench_framework_test(mg_broken_sp_no_finalize fail:grads "${pb_fw_base}" mg_train.py
                            --strategy tp-sp --fault no-finalize)
+  # Bad input: framework missing or outside its pin, shapes, faults, a trace
+  # from another export: exit 2, named.
+  add_test(NAME frameworks_bad_input
+           COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/frameworks/bad_input.sh $<TARGET_FILE:parabench>
+                   ${CMAKE_CURRENT_BINARY_DIR}/frameworks_work/bad_input)
+  set_tests_properties(frameworks_bad_input PROPERTIES TIMEOUT 600 LABELS "frameworks;full"
+                       SKIP_RETURN_CODE 77 PROCESSORS 2)
 endif()
