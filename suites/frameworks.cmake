@@ -27,10 +27,11 @@ if(PARABENCH_BUILD_TESTS)
                            --strategy zero1 --fault clip-default)
   parabench_framework_test(ds_broken_no_ga_scale fail:grads "${pb_fw_base} train.microbatches=2" ds_train.py
                            --strategy zero2 --fault no-ga-scale)
-  # Megatron-Core 0.16.1: TP, TP + SP, PP (1F1B), DDP, DistributedOptimizer.
+  # Megatron-Core 0.16.1: TP, TP + SP, PP (1F1B, interleaved), DDP, DistributedOptimizer.
   parabench_framework_test(mg_tp pass "${pb_fw_base}" mg_train.py --strategy tp)
   parabench_framework_test(mg_tp_sp pass "${pb_fw_base}" mg_train.py --strategy tp-sp)
   parabench_framework_test(mg_pp pass "${pb_fw_base}" mg_train.py --strategy pp)
+  parabench_framework_test(mg_pp_interleaved pass "${pb_fw_base}" mg_train.py --strategy pp-interleaved)
   parabench_framework_test(mg_dp pass "${pb_fw_base}" mg_train.py --strategy dp)
   parabench_framework_test(mg_distopt pass "${pb_fw_base}" mg_train.py --strategy distopt)
   # Megatron broken run: finalize_model_grads skipped under sequence parallel.

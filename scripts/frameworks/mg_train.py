@@ -9,7 +9,8 @@ pipeline schedules, and writes a parabench trace for `parabench verify`.
 
 Strategies (world 2): dp (Megatron's DDP, overlapped reduction), distopt (DDP
 with the DistributedOptimizer), tp (tensor parallel), tp-sp (tensor + sequence
-parallel), pp (1F1B, forward_backward_pipelining_without_interleaving).
+parallel), pp (1F1B, forward_backward_pipelining_without_interleaving),
+pp-interleaved (two model chunks per rank, forward_backward_pipelining_with_interleaving).
 The model: GPTModel with the local layer spec, learned absolute positions,
 LayerNorm eps 1e-5, tanh GELU, biases, the output layer tied to the word
 embeddings. The export's GPT-2 weights are loaded into it: c_attn's rows
@@ -33,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-STRATEGIES = ["dp", "distopt", "tp", "tp-sp", "pp"]
+STRATEGIES = ["dp", "distopt", "tp", "tp-sp", "pp", "pp-interleaved"]
 FAULTS = ["none", "no-finalize"]
 FAULT_STRATEGIES = {"no-finalize": "tp-sp"}
 
@@ -119,14 +120,16 @@ def worker(rank, args):
     ex = common.pbtrace.Export(args.export)
     s, world = args.strategy, args.world
     tp = world if s in ("tp", "tp-sp") else 1
-    pp = world if s == "pp" else 1
+    pp = world if s.startswith("pp") else 1
+    vpp = 2 if s == "pp-interleaved" else None  # model chunks per rank
     dp = world // (tp * pp)
-    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                 virtual_pipeline_model_parallel_size=vpp)
     tensor_parallel.model_parallel_cuda_manual_seed(1234)
     tp_rank = ps.get_tensor_model_parallel_rank()
     dp_rank = ps.get_data_parallel_rank()
     bf16 = args.precision == "bf16-mixed"
-    micro = max(ex.micro, pp) if s == "pp" else ex.micro
+    micro = pp_microbatches(ex, s, world)
     mb = ex.batch // (dp * micro)
     config = TransformerConfig(
         num_layers=ex.L, hidden_size=ex.C, num_attention_heads=ex.NH, ffn_hidden_size=4 * ex.C,
@@ -136,7 +139,8 @@ def worker(rank, args):
         bias_activation_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
         apply_rope_fusion=False, gradient_accumulation_fusion=False, persist_layer_norm=False,
         attention_softmax_in_fp32=True, apply_query_key_layer_scaling=False,
-        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, sequence_parallel=s == "tp-sp",
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
+        sequence_parallel=s == "tp-sp",
         use_cpu_initialization=True, transformer_impl="local", params_dtype=torch.bfloat16 if bf16 else torch.float32,
         pipeline_dtype=torch.bfloat16 if bf16 else torch.float32, bf16=bf16, init_method_std=0.02)
     # The local spec with ShardedNorm as every norm (the layers' two and the
@@ -144,31 +148,38 @@ def worker(rank, args):
     layer = gpt_layer_specs.get_gpt_layer_local_spec()
     layer.submodules.input_layernorm = ShardedNorm
     layer.submodules.pre_mlp_layernorm = ShardedNorm
-    spec = TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config), layer_norm=ShardedNorm)
-    model = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=ex.V,
-                     max_sequence_length=ex.init["wpe"].shape[0], pre_process=ps.is_pipeline_first_stage(),
-                     post_process=ps.is_pipeline_last_stage(), share_embeddings_and_output_weights=True,
-                     position_embedding_type="learned_absolute")
-    names = export_names(model, ex)
-    with torch.no_grad():
-        for p, n in names.items():
-            p.copy_(shard(to_megatron(n, ex.init[n].float(), ex.NH), p, tp_rank, tp).to(p.dtype))
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=s in ("dp", "distopt"),
                                                use_distributed_optimizer=s == "distopt", bucket_size=None)
-    ddp = DistributedDataParallel(config, ddp_config, module=model)
+    ddps, names = [], {}
+    for vp in range(vpp or 1):  # one GPTModel per model chunk (vp stage) of this rank
+        v = vp if vpp else None
+        spec = TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config, vp_stage=v),
+                                          layer_norm=ShardedNorm)
+        model = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=ex.V,
+                         max_sequence_length=ex.init["wpe"].shape[0],
+                         pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=v),
+                         post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=v),
+                         share_embeddings_and_output_weights=True, position_embedding_type="learned_absolute",
+                         vp_stage=v)
+        chunk_names = export_names(model, ex)
+        with torch.no_grad():
+            for p, n in chunk_names.items():
+                p.copy_(shard(to_megatron(n, ex.init[n].float(), ex.NH), p, tp_rank, tp).to(p.dtype))
+        names.update(chunk_names)
+        ddps.append(DistributedDataParallel(config, ddp_config, module=model, disable_bucketing=vp > 0))
     o = ex.optim
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=o["lr"], min_lr=o["min_lr"], weight_decay=o["weight_decay"],
                         adam_beta1=o["beta1"], adam_beta2=o["beta2"], adam_eps=o["eps"], clip_grad=o["clip"],
                         bf16=bf16, params_dtype=config.params_dtype, use_distributed_optimizer=s == "distopt"),
-        [ddp])
+        ddps)
     warm = o["warmup"]
     sched = OptimizerParamScheduler(
         opt, init_lr=0.0, max_lr=o["lr"], min_lr=o["min_lr"] if o["schedule"] == "cosine" else o["lr"],
         lr_warmup_steps=warm, lr_decay_steps=max(ex.steps, warm + 1),
         lr_decay_style="cosine" if o["schedule"] == "cosine" else "constant",
         start_wd=o["weight_decay"], end_wd=o["weight_decay"], wd_incr_steps=ex.steps, wd_incr_style="constant")
-    config.no_sync_func = ddp.no_sync
+    config.no_sync_func = [d.no_sync for d in ddps] if vpp else ddps[0].no_sync
     if args.fault != "no-finalize":
         config.finalize_model_grads_func = finalize_model_grads
     fwd_bwd = get_forward_backward_func()
@@ -191,19 +202,21 @@ def worker(rank, args):
         lo = dp_rank * mb * micro
         batches = [(ex.inputs[step, lo + k * mb: lo + (k + 1) * mb], ex.targets[step, lo + k * mb: lo + (k + 1) * mb])
                    for k in range(micro)]
-        ddp.zero_grad_buffer()
+        for d in ddps:
+            d.zero_grad_buffer()
         opt.zero_grad()
-        out = fwd_bwd(forward_step_func=forward_step, data_iterator=iter(batches), model=[ddp],
+        data = [iter(batches) for _ in ddps] if vpp else iter(batches)
+        out = fwd_bwd(forward_step_func=forward_step, data_iterator=data, model=ddps,
                       num_microbatches=micro, seq_length=T, micro_batch_size=mb, forward_only=False)
         # Mean loss over the global batch: the last stage's microbatches,
         # averaged over the data replicas, sent to every rank.
         loss = torch.zeros((), dtype=torch.float64)
-        if ps.is_pipeline_last_stage():
+        if ps.is_pipeline_last_stage(ignore_virtual=True):
             loss += sum(float(d["loss"]) for d in out) / micro / dp
         torch.distributed.all_reduce(loss)
         loss = loss.item() / tp  # every tensor-parallel rank of a replica holds the same loss
         if step == 0:
-            grads1 = full_grads(ddp, names, ps, tp, ex.NH, s == "distopt")
+            grads1 = full_grads(ddps, names, ps, tp, ex.NH, s == "distopt")
         sched.step(increment=1)  # num_steps = step + 1: the lr of 1-based step s
         lr = opt.param_groups[0]["lr"]
         ok, norm, _ = opt.step()
@@ -215,6 +228,15 @@ def worker(rank, args):
 
     common.write(rank, args, ex, rec, framework=f"megatron-core-{megatron.core.__version__}",
                  mesh=mesh_text(dp, tp, pp), microbatches=micro, script="mg_train.py")
+
+
+def pp_microbatches(ex, s, world):
+    """The export's microbatches; at least one per stage under a pipeline,
+    and (interleaved) a multiple of the pipeline size."""
+    if not s.startswith("pp"):
+        return ex.micro
+    m = max(ex.micro, world)
+    return m if s == "pp" else -(-m // world) * world
 
 
 def mesh_text(dp, tp, pp):
@@ -248,7 +270,7 @@ def gather_full(local, names, ps, tp, NH):
     return out
 
 
-def full_grads(ddp, names, ps, tp, NH, distopt):
+def full_grads(ddps, names, ps, tp, NH, distopt):
     """The step-1 gradients, reduced (and, across pipeline stages, the tied
     wte's the first stage holds after finalize_model_grads). Under the
     DistributedOptimizer each data-parallel rank holds only its shard of every
@@ -259,7 +281,7 @@ def full_grads(ddp, names, ps, tp, NH, distopt):
     if distopt:
         dp = ps.get_data_parallel_world_size()
         r = ps.get_data_parallel_rank()
-        for buf in ddp.buffers:
+        for buf in [b for d in ddps for b in d.buffers]:
             for bucket in buf.buckets:
                 g = bucket.grad_data.clone()
                 n = g.numel() // dp
@@ -289,10 +311,11 @@ def main():
         ap.error(f"{s} at world {w}: the world must divide the heads ({ex.NH}), vocab and MLP width")
     if s == "tp-sp" and ex.seq % w:
         ap.error(f"tp-sp at world {w}: the world must divide the sequence ({ex.seq})")
-    if s == "pp" and ex.L % w:
-        ap.error(f"pp at world {w}: the world must divide the model's {ex.L} layers")
+    stages = w * (2 if s == "pp-interleaved" else 1)
+    if s.startswith("pp") and ex.L % stages:
+        ap.error(f"{s} at world {w}: {stages} stages must divide the model's {ex.L} layers")
     dp = w if s in ("dp", "distopt") else 1
-    micro = max(ex.micro, w) if s == "pp" else ex.micro
+    micro = pp_microbatches(ex, s, w)
     if ex.batch % (dp * micro):
         ap.error(f"{dp} replicas x {micro} microbatches do not divide the batch of {ex.batch}")
     common.spawn(worker, args)
