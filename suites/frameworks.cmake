@@ -21,6 +21,9 @@ if(PARABENCH_BUILD_TESTS)
   parabench_framework_test(ds_zero2_ga pass "${pb_fw_base} train.microbatches=2" ds_train.py --strategy zero2)
   parabench_framework_test(ds_zero3 pass "${pb_fw_base}" ds_train.py --strategy zero3)
   parabench_framework_test(ds_zero3_ga pass "${pb_fw_base} train.microbatches=2" ds_train.py --strategy zero3)
+  # bf16-mixed (DeepSpeed's bf16 engine: bf16 model, fp32 master weights).
+  parabench_framework_test(ds_zero1_bf16 pass "${pb_fw_base}" ds_train.py --strategy zero1 --precision bf16-mixed)
+  parabench_framework_test(ds_zero3_bf16 pass "${pb_fw_base}" ds_train.py --strategy zero3 --precision bf16-mixed)
   # DeepSpeed broken runs: DeepSpeed's default clipping (1.0) left on while
   # the export says none; the loss not scaled by the accumulation steps.
   parabench_framework_test(ds_broken_clip_default fail:params "${pb_fw_base} optim.clip=0" ds_train.py
@@ -34,6 +37,9 @@ if(PARABENCH_BUILD_TESTS)
   parabench_framework_test(mg_pp_interleaved pass "${pb_fw_base}" mg_train.py --strategy pp-interleaved)
   parabench_framework_test(mg_dp pass "${pb_fw_base}" mg_train.py --strategy dp)
   parabench_framework_test(mg_distopt pass "${pb_fw_base}" mg_train.py --strategy distopt)
+  # bf16-mixed (Float16Module, the optimizer's fp32 main params).
+  parabench_framework_test(mg_tp_bf16 pass "${pb_fw_base}" mg_train.py --strategy tp --precision bf16-mixed)
+  parabench_framework_test(mg_pp_bf16 pass "${pb_fw_base}" mg_train.py --strategy pp --precision bf16-mixed)
   # Megatron broken run: finalize_model_grads skipped under sequence parallel.
   parabench_framework_test(mg_broken_sp_no_finalize fail:grads "${pb_fw_base}" mg_train.py
                            --strategy tp-sp --fault no-finalize)

@@ -67,7 +67,7 @@ class ShardedNorm(torch.nn.LayerNorm):
     all-reduce these gradients over the tensor-parallel group."""
 
     def __init__(self, config, hidden_size, eps=1e-5, **kwargs):
-        super().__init__(hidden_size, eps=eps)
+        super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
         for p in (self.weight, self.bias):
             p.sequence_parallel = config.sequence_parallel
 
@@ -115,6 +115,7 @@ def worker(rank, args):
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
     ex = common.pbtrace.Export(args.export)
@@ -166,6 +167,8 @@ def worker(rank, args):
             for p, n in chunk_names.items():
                 p.copy_(shard(to_megatron(n, ex.init[n].float(), ex.NH), p, tp_rank, tp).to(p.dtype))
         names.update(chunk_names)
+        if bf16:  # as Megatron's training loop: bf16 compute, fp32 inputs and loss at the chunk's edges
+            model = Float16Module(config, model)
         ddps.append(DistributedDataParallel(config, ddp_config, module=model, disable_bucketing=vp > 0))
     o = ex.optim
     opt = get_megatron_optimizer(
