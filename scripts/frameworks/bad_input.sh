@@ -45,7 +45,7 @@ PYTHONPATH="$work/old" expect2 "deepspeed 0.18.0 is outside the pinned version 0
 expect2 "init.safetensors is missing" "$py" "$here/ds_train.py" --export "$work/nowhere" --strategy zero1 --out "$work/t"
 expect2 "cannot write a file there" "$py" "$here/mg_train.py" --export "$work/export" --strategy tp --out "$work/no/t"
 expect2 "3 replicas x 1 microbatches do not divide the batch of 8" "$py" "${ds[@]}" --strategy zero2 --world 3
-expect2 "the world must divide the model's 2 layers" "$py" "${mg[@]}" --strategy pp --world 4
+expect2 "4 stages must divide the model's 2 layers" "$py" "${mg[@]}" --strategy pp --world 4
 expect2 "applies to --strategy tp-sp" "$py" "${mg[@]}" --strategy tp --fault no-finalize
 expect2 "needs an export with train.microbatches >= 2" "$py" "${ds[@]}" --strategy zero1 --fault no-ga-scale
 expect2 "needs an export with optim.clip = 0" "$py" "${ds[@]}" --strategy zero1 --fault clip-default

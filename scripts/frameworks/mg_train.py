@@ -24,7 +24,6 @@ config.finalize_model_grads_func unset: the sequence-parallel norm and bias
 gradients are never all-reduced over the tensor-parallel group).
 """
 
-import math
 import os
 import re
 import sys
@@ -222,7 +221,7 @@ def worker(rank, args):
             grads1 = full_grads(ddps, names, ps, tp, ex.NH, s == "distopt")
         sched.step(increment=1)  # num_steps = step + 1: the lr of 1-based step s
         lr = opt.param_groups[0]["lr"]
-        ok, norm, _ = opt.step()
+        _, norm, _ = opt.step()  # (update successful, the unclipped global norm, zeros)
         if step == 0:
             rec.grads1 = grads1
         rec.step(loss, norm, lr)
