@@ -8,11 +8,14 @@
 #                                 its gate against the committed baseline.
 #                                 What a newcomer runs; <= 12 min on 2 cores.
 #   bash scripts/test.sh --full   everything (what .ci/run calls, <= 45 min):
-#                                 the PyTorch adapter's environment
-#                                 (scripts/torch/setup.sh: PyPI, once), every
+#                                 the PyTorch adapter's environment and the
+#                                 DeepSpeed / Megatron-Core one on top of it
+#                                 (scripts/torch/setup.sh, scripts/frameworks/
+#                                 setup.sh: PyPI, once), every
 #                                 ctest (the `full` label adds the teeth's
 #                                 no-false-alarm seeds, cli_calibrate,
-#                                 report_py, the PyTorch adapter and the
+#                                 report_py, the PyTorch, DeepSpeed and
+#                                 Megatron-Core adapters and the
 #                                 two-node namespaces), then the sanitizer
 #                                 runs (scripts/sanitize.sh: ASan+UBSan, TSan)
 #                                 and a bounded run of every fuzz target
@@ -31,6 +34,7 @@ done
 
 bash scripts/setup.sh
 ((full)) && bash scripts/torch/setup.sh >/dev/null
+((full)) && bash scripts/frameworks/setup.sh >/dev/null
 PARABENCH_CMAKE_ARGS="${PARABENCH_CMAKE_ARGS:-} -DPARABENCH_WERROR=ON" bash scripts/build.sh
 # Where nvcc is, the CUDA kernels and the NCCL backend must have been built
 # (CMake falls back quietly when it finds no CUDA or NCCL).

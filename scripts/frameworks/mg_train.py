@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""The Megatron-Core adapter: Megatron-Core 0.16.1 trains parabench's
+canonical model from an export on CPU (gloo, through mg_shim.py) with its own
+GPTModel, parallel state, DistributedDataParallel, optimizer, lr scheduler and
+pipeline schedules, and writes a parabench trace for `parabench verify`.
+
+    python scripts/frameworks/mg_train.py --export DIR --strategy tp \\
+        --world 2 --out trace.safetensors
+
+Strategies (world 2): dp (Megatron's DDP, overlapped reduction), distopt (DDP
+with the DistributedOptimizer), tp (tensor parallel), tp-sp (tensor + sequence
+parallel), pp (1F1B, forward_backward_pipelining_without_interleaving),
+pp-interleaved (two model chunks per rank, forward_backward_pipelining_with_interleaving).
+The model: GPTModel with the local layer spec, learned absolute positions,
+LayerNorm eps 1e-5, tanh GELU, biases, the output layer tied to the word
+embeddings. The export's GPT-2 weights are loaded into it: c_attn's rows
+[all q; all k; all v] permuted to linear_qkv's per-head [q, k, v] order, each
+tensor cut to this rank's tensor-parallel shard. The optimizer is
+get_megatron_optimizer's Adam (decoupled decay; no decay on biases and
+norms), clip_grad from the export, and OptimizerParamScheduler stepped so
+step s trains at the export's lr of step s.
+Faults (a trace that must fail verify): no-finalize (tp-sp with
+config.finalize_model_grads_func unset: the sequence-parallel norm and bias
+gradients are never all-reduced over the tensor-parallel group).
+"""
+
+import os
+import re
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+STRATEGIES = ["dp", "distopt", "tp", "tp-sp", "pp", "pp-interleaved"]
+FAULTS = ["none", "no-finalize"]
+FAULT_STRATEGIES = {"no-finalize": "tp-sp"}
+
+# GPTModel's per-layer names -> the export's (results/TRACE.md).
+LAYER_NAMES = {
+    "input_layernorm": "ln_1", "self_attention.linear_qkv": "attn.c_attn",
+    "self_attention.linear_proj": "attn.c_proj", "pre_mlp_layernorm": "ln_2",
+    "mlp.linear_fc1": "mlp.c_fc", "mlp.linear_fc2": "mlp.c_proj",
+}
+
+
+def qkv_to_megatron(t, NH):
+    """GPT-2's c_attn rows [q heads; k heads; v heads] -> linear_qkv's rows
+    [q, k, v of head 0; of head 1; ...] (one query group per head)."""
+    rest = t.shape[1:]
+    return t.reshape(3, NH, -1, *rest).transpose(0, 1).reshape(-1, *rest)
+
+
+def qkv_from_megatron(t, NH):
+    rest = t.shape[1:]
+    return t.reshape(NH, 3, -1, *rest).transpose(0, 1).reshape(-1, *rest)
+
+
+class ShardedNorm(torch.nn.LayerNorm):
+    """The norm of the layer spec: torch's LayerNorm with the
+    `sequence_parallel` mark on its parameters. Replaces apex's FusedLayerNorm
+    (the local spec's norm with apex installed; without apex Megatron falls
+    back to WrappedTorchNorm, which refuses sequence parallel). The mark is
+    what FusedLayerNorm sets and what finalize_model_grads reads to
+    all-reduce these gradients over the tensor-parallel group."""
+
+    def __init__(self, config, hidden_size, eps=1e-5, **kwargs):
+        super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
+        for p in (self.weight, self.bias):
+            p.sequence_parallel = config.sequence_parallel
+
+
+def export_names(model, ex):
+    """{parameter: export name} of one (unwrapped) GPTModel chunk."""
+    names = {}
+    for n, p in model.named_parameters():
+        m = re.match(r"decoder\.layers\.(\d+)\.(.+)\.(weight|bias)$", n)
+        if m:
+            layer = model.decoder.layers[int(m.group(1))]
+            names[p] = f"h.{layer.layer_number - 1}.{LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+        elif n in ("embedding.word_embeddings.weight", "output_layer.weight"):
+            names[p] = "wte"
+        elif n == "embedding.position_embeddings.weight":
+            names[p] = "wpe"
+        elif n.startswith("decoder.final_layernorm."):
+            names[p] = "ln_f." + n.rsplit(".", 1)[1]
+        else:
+            raise RuntimeError(f"Megatron parameter {n} has no export name")
+    return names
+
+
+def shard(full, p, tp_rank, tp):
+    """This rank's tensor-parallel shard of a full tensor."""
+    if not getattr(p, "tensor_model_parallel", False):
+        return full
+    return full.chunk(tp, dim=p.partition_dim)[tp_rank]
+
+
+def to_megatron(name, full, NH):
+    return qkv_to_megatron(full, NH) if ".attn.c_attn." in name else full
+
+
+def worker(rank, args):
+    import mg_shim
+
+    mg_shim.install()
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt import gpt_layer_specs
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.module import Float16Module
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+    ex = common.pbtrace.Export(args.export)
+    s, world = args.strategy, args.world
+    tp = world if s in ("tp", "tp-sp") else 1
+    pp = world if s.startswith("pp") else 1
+    vpp = 2 if s == "pp-interleaved" else None  # model chunks per rank
+    dp = world // (tp * pp)
+    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                 virtual_pipeline_model_parallel_size=vpp)
+    tensor_parallel.model_parallel_cuda_manual_seed(1234)
+    tp_rank = ps.get_tensor_model_parallel_rank()
+    dp_rank = ps.get_data_parallel_rank()
+    bf16 = args.precision == "bf16-mixed"
+    micro = pp_microbatches(ex, s, world)
+    mb = ex.batch // (dp * micro)
+    config = TransformerConfig(
+        num_layers=ex.L, hidden_size=ex.C, num_attention_heads=ex.NH, ffn_hidden_size=4 * ex.C,
+        kv_channels=ex.C // ex.NH, hidden_dropout=0.0, attention_dropout=0.0, layernorm_epsilon=1e-5,
+        normalization="LayerNorm", add_bias_linear=True,
+        activation_func=lambda x: torch.nn.functional.gelu(x, approximate="tanh"), gated_linear_unit=False,
+        bias_activation_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
+        apply_rope_fusion=False, gradient_accumulation_fusion=False, persist_layer_norm=False,
+        attention_softmax_in_fp32=True, apply_query_key_layer_scaling=False,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
+        sequence_parallel=s == "tp-sp",
+        use_cpu_initialization=True, transformer_impl="local", params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        pipeline_dtype=torch.bfloat16 if bf16 else torch.float32, bf16=bf16, init_method_std=0.02)
+    # The local spec with ShardedNorm as every norm (the layers' two and the
+    # block's final one).
+    layer = gpt_layer_specs.get_gpt_layer_local_spec()
+    layer.submodules.input_layernorm = ShardedNorm
+    layer.submodules.pre_mlp_layernorm = ShardedNorm
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=s in ("dp", "distopt"),
+                                               use_distributed_optimizer=s == "distopt", bucket_size=None)
+    ddps, names = [], {}
+    for vp in range(vpp or 1):  # one GPTModel per model chunk (vp stage) of this rank
+        v = vp if vpp else None
+        spec = TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config, vp_stage=v),
+                                          layer_norm=ShardedNorm)
+        model = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=ex.V,
+                         max_sequence_length=ex.init["wpe"].shape[0],
+                         pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=v),
+                         post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=v),
+                         share_embeddings_and_output_weights=True, position_embedding_type="learned_absolute",
+                         vp_stage=v)
+        chunk_names = export_names(model, ex)
+        with torch.no_grad():
+            for p, n in chunk_names.items():
+                p.copy_(shard(to_megatron(n, ex.init[n].float(), ex.NH), p, tp_rank, tp).to(p.dtype))
+        names.update(chunk_names)
+        if bf16:  # as Megatron's training loop: bf16 compute, fp32 inputs and loss at the chunk's edges
+            model = Float16Module(config, model)
+        ddps.append(DistributedDataParallel(config, ddp_config, module=model, disable_bucketing=vp > 0))
+    o = ex.optim
+    opt = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=o["lr"], min_lr=o["min_lr"], weight_decay=o["weight_decay"],
+                        adam_beta1=o["beta1"], adam_beta2=o["beta2"], adam_eps=o["eps"], clip_grad=o["clip"],
+                        bf16=bf16, params_dtype=config.params_dtype, use_distributed_optimizer=s == "distopt"),
+        ddps)
+    warm = o["warmup"]
+    sched = OptimizerParamScheduler(
+        opt, init_lr=0.0, max_lr=o["lr"], min_lr=o["min_lr"] if o["schedule"] == "cosine" else o["lr"],
+        lr_warmup_steps=warm, lr_decay_steps=max(ex.steps, warm + 1),
+        lr_decay_style="cosine" if o["schedule"] == "cosine" else "constant",
+        start_wd=o["weight_decay"], end_wd=o["weight_decay"], wd_incr_steps=ex.steps, wd_incr_style="constant")
+    config.no_sync_func = [d.no_sync for d in ddps] if vpp else ddps[0].no_sync
+    if args.fault != "no-finalize":
+        config.finalize_model_grads_func = finalize_model_grads
+    fwd_bwd = get_forward_backward_func()
+    T = ex.seq
+    positions = torch.arange(T).unsqueeze(0)
+
+    def forward_step(data, chunk):
+        x, y = next(data)
+        per_token = chunk(x, positions.expand_as(x), None, labels=y)
+
+        def loss_func(out):
+            loss = out.float().mean()
+            # The schedule divides the returned loss by the microbatches in
+            # place: the logged value is a copy.
+            return loss, {"loss": loss.detach().clone()}
+        return per_token, loss_func
+
+    rec = common.Recorder()
+    for step in range(ex.steps):
+        lo = dp_rank * mb * micro
+        batches = [(ex.inputs[step, lo + k * mb: lo + (k + 1) * mb], ex.targets[step, lo + k * mb: lo + (k + 1) * mb])
+                   for k in range(micro)]
+        for d in ddps:
+            d.zero_grad_buffer()
+        opt.zero_grad()
+        data = [iter(batches) for _ in ddps] if vpp else iter(batches)
+        out = fwd_bwd(forward_step_func=forward_step, data_iterator=data, model=ddps,
+                      num_microbatches=micro, seq_length=T, micro_batch_size=mb, forward_only=False)
+        # Mean loss over the global batch: the last stage's microbatches,
+        # averaged over the data replicas, sent to every rank.
+        loss = torch.zeros((), dtype=torch.float64)
+        if ps.is_pipeline_last_stage(ignore_virtual=True):
+            loss += sum(float(d["loss"]) for d in out) / micro / dp
+        torch.distributed.all_reduce(loss)
+        loss = loss.item() / tp  # every tensor-parallel rank of a replica holds the same loss
+        if step == 0:
+            grads1 = full_grads(ddps, names, ps, tp, ex.NH, s == "distopt")
+        sched.step(increment=1)  # num_steps = step + 1: the lr of 1-based step s
+        lr = opt.param_groups[0]["lr"]
+        _, norm, _ = opt.step()  # (update successful, the unclipped global norm, zeros)
+        if step == 0:
+            rec.grads1 = grads1
+        rec.step(loss, norm, lr)
+    rec.params = full_params(names, ps, tp, ex.NH)
+    import megatron.core
+
+    common.write(rank, args, ex, rec, framework=f"megatron-core-{megatron.core.__version__}",
+                 mesh=mesh_text(dp, tp, pp), microbatches=micro, script="mg_train.py")
+
+
+def pp_microbatches(ex, s, world):
+    """The export's microbatches; at least one per stage under a pipeline,
+    and (interleaved) a multiple of the pipeline size."""
+    if not s.startswith("pp"):
+        return ex.micro
+    m = max(ex.micro, world)
+    return m if s == "pp" else -(-m // world) * world
+
+
+def mesh_text(dp, tp, pp):
+    return ".".join(f"{a}{n}" for a, n in (("dp", dp), ("pp", pp), ("tp", tp)) if n > 1) or "dp1"
+
+
+def gather_full(local, names, ps, tp, NH):
+    """{export name: full tensor} on every rank from {param: local tensor}:
+    tensor-parallel shards concatenated along their partition dim, linear_qkv
+    permuted back to GPT-2's order, pipeline stages merged."""
+    import torch
+    import torch.distributed as dist
+
+    mine = {}
+    for p, t in local.items():
+        n = names[p]
+        t = t.detach().float().clone()
+        if getattr(p, "tensor_model_parallel", False) and tp > 1:
+            parts = [torch.empty_like(t) for _ in range(tp)]
+            dist.all_gather(parts, t, group=ps.get_tensor_model_parallel_group())
+            t = torch.cat(parts, dim=p.partition_dim)
+        if ".attn.c_attn." in n:
+            t = qkv_from_megatron(t, NH)
+        mine.setdefault(n, t)
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, mine)
+    out = {}
+    for part in parts:
+        for n, t in part.items():
+            out.setdefault(n, t)
+    return out
+
+
+def full_grads(ddps, names, ps, tp, NH, distopt):
+    """The step-1 gradients, reduced (and, across pipeline stages, the tied
+    wte's the first stage holds after finalize_model_grads). Under the
+    DistributedOptimizer each data-parallel rank holds only its shard of every
+    reduced bucket: the shards are summed into whole buckets first."""
+    import torch.distributed as dist
+
+    local = {p: p.main_grad for p in names}
+    if distopt:
+        dp = ps.get_data_parallel_world_size()
+        r = ps.get_data_parallel_rank()
+        for buf in [b for d in ddps for b in d.buffers]:
+            for bucket in buf.buckets:
+                g = bucket.grad_data.clone()
+                n = g.numel() // dp
+                g[: r * n] = 0
+                g[(r + 1) * n:] = 0
+                dist.all_reduce(g, group=ps.get_data_parallel_group())
+                for p in bucket.params:
+                    start, end, _ = buf.param_index_map[p]
+                    local[p] = g[start - bucket.offset: end - bucket.offset].view(p.shape)
+    return gather_full(local, names, ps, tp, NH)
+
+
+def full_params(names, ps, tp, NH):
+    return gather_full({p: p for p in names}, names, ps, tp, NH)
+
+
+def main():
+    ap = common.parser(__doc__, STRATEGIES, FAULTS)
+    args = ap.parse_args()
+    common.check_framework(ap, "megatron-core")
+    ex = common.preflight(ap, args)
+    s, w = args.strategy, args.world
+    need = FAULT_STRATEGIES.get(args.fault)
+    if need and s != need:
+        ap.error(f"--fault {args.fault} applies to --strategy {need}")
+    if s in ("tp", "tp-sp") and (ex.NH % w or ex.V % w or (4 * ex.C) % w):
+        ap.error(f"{s} at world {w}: the world must divide the heads ({ex.NH}), vocab and MLP width")
+    if s == "tp-sp" and ex.seq % w:
+        ap.error(f"tp-sp at world {w}: the world must divide the sequence ({ex.seq})")
+    stages = w * (2 if s == "pp-interleaved" else 1)
+    if s.startswith("pp") and ex.L % stages:
+        ap.error(f"{s} at world {w}: {stages} stages must divide the model's {ex.L} layers")
+    dp = w if s in ("dp", "distopt") else 1
+    micro = pp_microbatches(ex, s, w)
+    if ex.batch % (dp * micro):
+        ap.error(f"{dp} replicas x {micro} microbatches do not divide the batch of {ex.batch}")
+    common.spawn(worker, args)
+
+
+if __name__ == "__main__":
+    main()

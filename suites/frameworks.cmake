@@ -1,0 +1,53 @@
+# The frameworks people train with, judged by `parabench verify` (#47): each
+# test exports the canonical model (tiny, 4 layers, 6 steps), trains it with
+# DeepSpeed or Megatron-Core through its adapter (scripts/frameworks/, 2
+# processes over gloo) and runs verify on the trace: a correct run must pass,
+# a deliberately broken one must fail on the named quantity. Label `full`
+# (they need the frameworks environment, which scripts/test.sh --full
+# installs); skipped (77) without it. docs/frameworks.md has the table.
+if(PARABENCH_BUILD_TESTS)
+  set(pb_fw_base "model.layers=4 train.steps=6")
+  function(parabench_framework_test name expect sets adapter)
+    add_test(NAME frameworks_${name}
+             COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/frameworks/test.sh $<TARGET_FILE:parabench>
+                     ${CMAKE_CURRENT_BINARY_DIR}/frameworks_work/${name} ${expect} "${sets}" ${adapter}
+                     --world 2 ${ARGN})
+    set_tests_properties(frameworks_${name} PROPERTIES TIMEOUT 600 LABELS "frameworks;full"
+                         SKIP_RETURN_CODE 77 PROCESSORS 2)
+  endfunction()
+  # DeepSpeed 0.19.8: ZeRO stages 0-3, with gradient accumulation (2 microbatches).
+  parabench_framework_test(ds_zero0 pass "${pb_fw_base}" ds_train.py --strategy zero0)
+  parabench_framework_test(ds_zero1 pass "${pb_fw_base}" ds_train.py --strategy zero1)
+  parabench_framework_test(ds_zero2_ga pass "${pb_fw_base} train.microbatches=2" ds_train.py --strategy zero2)
+  parabench_framework_test(ds_zero3 pass "${pb_fw_base}" ds_train.py --strategy zero3)
+  parabench_framework_test(ds_zero3_ga pass "${pb_fw_base} train.microbatches=2" ds_train.py --strategy zero3)
+  # bf16-mixed (DeepSpeed's bf16 engine: bf16 model, fp32 master weights).
+  parabench_framework_test(ds_zero1_bf16 pass "${pb_fw_base}" ds_train.py --strategy zero1 --precision bf16-mixed)
+  parabench_framework_test(ds_zero3_bf16 pass "${pb_fw_base}" ds_train.py --strategy zero3 --precision bf16-mixed)
+  # DeepSpeed broken runs: DeepSpeed's default clipping (1.0) left on while
+  # the export says none; the loss not scaled by the accumulation steps.
+  parabench_framework_test(ds_broken_clip_default fail:params "${pb_fw_base} optim.clip=0" ds_train.py
+                           --strategy zero1 --fault clip-default)
+  parabench_framework_test(ds_broken_no_ga_scale fail:grads "${pb_fw_base} train.microbatches=2" ds_train.py
+                           --strategy zero2 --fault no-ga-scale)
+  # Megatron-Core 0.16.1: TP, TP + SP, PP (1F1B, interleaved), DDP, DistributedOptimizer.
+  parabench_framework_test(mg_tp pass "${pb_fw_base}" mg_train.py --strategy tp)
+  parabench_framework_test(mg_tp_sp pass "${pb_fw_base}" mg_train.py --strategy tp-sp)
+  parabench_framework_test(mg_pp pass "${pb_fw_base}" mg_train.py --strategy pp)
+  parabench_framework_test(mg_pp_interleaved pass "${pb_fw_base}" mg_train.py --strategy pp-interleaved)
+  parabench_framework_test(mg_dp pass "${pb_fw_base}" mg_train.py --strategy dp)
+  parabench_framework_test(mg_distopt pass "${pb_fw_base}" mg_train.py --strategy distopt)
+  # bf16-mixed (Float16Module, the optimizer's fp32 main params).
+  parabench_framework_test(mg_tp_bf16 pass "${pb_fw_base}" mg_train.py --strategy tp --precision bf16-mixed)
+  parabench_framework_test(mg_pp_bf16 pass "${pb_fw_base}" mg_train.py --strategy pp --precision bf16-mixed)
+  # Megatron broken run: finalize_model_grads skipped under sequence parallel.
+  parabench_framework_test(mg_broken_sp_no_finalize fail:grads "${pb_fw_base}" mg_train.py
+                           --strategy tp-sp --fault no-finalize)
+  # Bad input: framework missing or outside its pin, shapes, faults, a trace
+  # from another export: exit 2, named.
+  add_test(NAME frameworks_bad_input
+           COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/frameworks/bad_input.sh $<TARGET_FILE:parabench>
+                   ${CMAKE_CURRENT_BINARY_DIR}/frameworks_work/bad_input)
+  set_tests_properties(frameworks_bad_input PROPERTIES TIMEOUT 600 LABELS "frameworks;full"
+                       SKIP_RETURN_CODE 77 PROCESSORS 2)
+endif()
