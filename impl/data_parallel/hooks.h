@@ -100,6 +100,7 @@ class StageHooks {
   // component (a buffer swap) for finish and the optimizer.
   virtual void keep_version(int /*k*/) {}
   virtual void bring_grads(int /*k*/) {}
+  virtual int version() const { return 0; }  // the newest weight version kept
   // Between steps nothing is left gathered or unreduced.
   virtual bool idle() const = 0;
 };

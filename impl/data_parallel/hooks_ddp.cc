@@ -126,6 +126,7 @@ class FullGradStageHooks final : public StageHooks<T> {
     dp_.swap_grads(other_grads_);
     grads_version_ = k % 2;
   }
+  int version() const override { return version_; }
   bool idle() const override { return true; }
 
  private:

@@ -64,6 +64,7 @@ class DenseAndExpertStageHooks final : public StageHooks<T> {
     d_.bring_grads(k);
     e_.bring_grads(k);
   }
+  int version() const override { return d_.version(); }
   bool idle() const override { return d_.idle() && e_.idle(); }
 
  private:

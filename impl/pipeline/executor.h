@@ -234,8 +234,7 @@ class PipelineRank : public RankBase<T> {
   // The whole step's device time (the schedule, the gradient reduction and
   // the optimizer): StepStats::seconds; 2BW's window over its steps.
   std::unique_ptr<kernels::DeviceTimeline> step_clock_;
-  int step_ = 0, version_ = 0;  // version_: 2BW's weight version formed last
-  bool snapshot_taken_ = false;
+  int step_ = 0;
 };
 
 }  // namespace pb::pipeline

@@ -243,14 +243,10 @@ void PipelineRank<T>::update_2bw(int k) {
   if (k >= 2) {
     hooks_->bring_grads(k);
     norms_.push_back(std::sqrt(reduce_grads()));
-    if (!snapshot_taken_) {
-      grads_snapshot_ = gather(true);
-      snapshot_taken_ = true;
-    }
+    if (grads_snapshot_.empty()) grads_snapshot_ = gather(true);  // g(0), the first applied
     dp::apply_update(*states_, cfg_, k - 1, norms_.back());
     hooks_->start_step();  // g(k-2)'s buffers zeroed for g(k)
   }
-  version_ = k;
 }
 
 template <class T>
