@@ -3,7 +3,8 @@
 // dense part), with expert parallelism a second component holding this
 // rank's experts over the expert-data-parallel group edp (Megatron-core's
 // expert RankGenerator, harness/mesh.h), the family hooks a runner drives
-// them through (hooks.h; both behind DenseAndExpertHooks), and a mixture-of-
+// them through (hooks.h; both behind DenseAndExpertHooks) or a pipeline
+// stage's (StageHooks, both behind one unit numbering), and a mixture-of-
 // experts model's routing scope (make_moe_scope, the one place it is made).
 // Also the step's tail every rank shares (finish_step): the loss summed,
 // the norm, lr and clip, both components' optimizer steps.

@@ -15,9 +15,10 @@
 // activations at F and everything is freed at W, so a microbatch's bytes are
 // constant over its life and the peak is exactly in-flight units x bytes. B
 // also runs the LM head's and the embedding's backward; W runs the blocks'.
-// Data parallel inside a stage (stage_units, stage.h): DDP and ZeRO-1
+// Data parallel inside a stage (stage_units, stage.h), met only through the
+// family's stage hooks (data_parallel/hooks.h StageHooks): DDP and ZeRO-1
 // accumulate full gradients over the microbatches and sync after the flush
-// (the tied wte sum first, then the dp reduction); ZeRO-2 and the ZeRO-3
+// (the tied wte sum first, then the dp reduction: hooks.h TiedGrad); ZeRO-2 and the ZeRO-3
 // family reduce-scatter each unit's gradient of each microbatch when its
 // backward completes, and the tied sum runs on the shards; the ZeRO-3 family
 // gathers a unit's parameters for each compute action that reads them and
@@ -44,7 +45,8 @@
 // over the step's. Not bitwise (experts run on rows gathered across ranks).
 // PipeDream-2BW (DDP or ZeRO-1): W(k) is formed before the first action of
 // group k on a rank from g(k-2) (schedule.h); the last two gradients are
-// applied after the window, so a window of K groups makes K optimizer steps.
+// applied after the window, so a window of K groups makes K optimizer steps;
+// the stage hooks keep W(k-1) beside W(k) and g of the other parity.
 #pragma once
 #include <cstdint>
 #include <map>
