@@ -416,8 +416,8 @@ void PipelineRank<T>::run_actions() {
   std::vector<Request> recvs;
   // 2BW: the next weight version is formed before the first F or RECV_ACT of it.
   auto form_version = [&](const Action& a) {
-    if ((a.op == Op::forward || a.op == Op::recv_act) && s_.async_weights && s_.weight_version(a.microbatch) > hooks_->version())
-      update_2bw(s_.weight_version(a.microbatch));
+    const int v = s_.weight_version(a.microbatch);
+    if ((a.op == Op::forward || a.op == Op::recv_act) && s_.async_weights && v > hooks_->version()) update_2bw(v);
   };
   for (size_t i = 0; i < list.size();) {
     form_version(list[i]);

@@ -178,8 +178,8 @@ class PipelineRank : public RankBase<T> {
   // Squares of the n grads from unit i's start (unpadded), without the ranges
   // the component excludes (tp-replicated parameters on tp rank > 0).
   double unit_sq(int i, int64_t n) const;
-  int64_t boundary_elems() const;
-  tp::TpShape tp_shape() const;  // tp > 1: the cost shape of this rank's tensor axis  // one activation or gradient between stages (tokens held x C)
+  int64_t boundary_elems() const;  // one activation or gradient between stages (tokens held x C)
+  tp::TpShape tp_shape() const;    // tp > 1: the cost shape of this rank's tensor axis
   void update_2bw(int k);
   std::vector<double> gather(bool grads) override;
 
