@@ -95,11 +95,12 @@ class Component {
   // the shard over replicas. DDP's all-reduces are the caller's (buckets).
   void finish_reduction();
 
-  // For callers that sync once after the last microbatch (pipeline stages):
-  // DDP all-reduces the whole gradient buffer; the rest as finish_reduction.
+  // For callers that sync once after the last microbatch (a pipeline stage's
+  // hooks, hooks.h StageHooks): DDP all-reduces the whole gradient buffer;
+  // the rest as finish_reduction.
   void sync_after_flush();
-  // Exchanges the gradient buffer with `other` (same size and tag): a
-  // caller keeping two gradient versions (PipeDream-2BW) without copying.
+  // Exchanges the gradient buffer with `other` (same size and tag): the stage
+  // hooks keeping two gradient versions (PipeDream-2BW) without copying.
   void swap_grads(Buffer<T>& other);
 
   void zero_grads();

@@ -2,7 +2,9 @@
 // reduces once per step; ZeRO-2 and the ZeRO-3 family reduce-scatter each
 // unit's gradient of each microbatch as it completes; the ZeRO-3 family
 // (ZeRO-3, HSDP, hZeRO) also gathers every unit's parameters before use.
+// Also a pipeline stage's sharded-gradient hooks (ZeRO-2, the ZeRO-3 family).
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "impl/data_parallel/hooks.h"
@@ -116,7 +118,67 @@ class Zero3Hooks final : public ZeroHooks<T> {
   std::vector<Buffer<T>> leaked_;  // Fault::keep_gathered
 };
 
+// A stage's ZeRO-2 or ZeRO-3 family (hooks.h StageHooks): each (microbatch,
+// unit)'s gradient reduce-scattered as it completes, the step's first per
+// unit overwriting the shard; ZeRO-3 family parameters gathered per read.
+// The tied rows are summed on the reduced shards (TiedGrad).
+template <class T>
+class ShardedStageHooks final : public StageHooks<T> {
+ public:
+  ShardedStageHooks(Component<T>& dp, MemoryTracker& mem) : dp_(dp), mem_(mem) {
+    reduced_.assign(size_t(dp.num_units()), 0);
+  }
+
+  void start_step() override {
+    dp_.zero_grads();
+    reduced_.assign(size_t(dp_.num_units()), 0);
+  }
+  const T* params(int u, int /*version*/, bool backward) override {
+    if (!dp_.params_sharded()) return dp_.unit_params(u);
+    auto [it, fresh] = gathered_.try_emplace(u);
+    if (fresh) it->second = dp_.start_gather(u, backward);  // hZeRO: backward from the secondary
+    return dp_.wait_gather(u, it->second);
+  }
+  void release_params(int u) override { gathered_.erase(u); }
+  T* grads(int mb, int u, int /*version*/) override {
+    auto [it, fresh] = unit_grads_.try_emplace({mb, u});
+    if (fresh) {
+      const size_t n = size_t(dp_.shards().unit(u).padded);
+      it->second = Buffer<T>(&mem_, MemTag::comm, n);
+      dp_.ops().zero(it->second.data(), n * sizeof(T));
+    }
+    return it->second.data();
+  }
+  void grads_ready(int mb, int u) override {
+    auto it = unit_grads_.find({mb, u});
+    dp_.reduce_unit(u, it->second.data(), /*first_micro=*/!reduced_[size_t(u)]);
+    reduced_[size_t(u)] = 1;
+    unit_grads_.erase(it);
+  }
+  // pp = 1: the head adds to the embedding's own buffer of the microbatch.
+  T* head_grads(int mb, int wte, int version) override { return grads(mb, wte, version); }
+  void finish(const TiedGrad<T>& tied) override {
+    dp_.sync_after_flush();
+    if (tied.unit < 0 || !tied.sum) return;
+    const UnitShard& s = dp_.shards().unit(tied.unit);
+    tied.sum(dp_.grads_data() + s.shard_off, size_t(s.slice));
+  }
+  bool idle() const override { return gathered_.empty() && unit_grads_.empty(); }
+
+ private:
+  Component<T>& dp_;
+  MemoryTracker& mem_;
+  std::map<int, typename Component<T>::Gathered> gathered_;
+  std::map<std::pair<int, int>, Buffer<T>> unit_grads_;  // (microbatch, unit)
+  std::vector<char> reduced_;  // unit already reduced this step (later microbatches accumulate)
+};
+
 }  // namespace
+
+template <class T>
+std::unique_ptr<StageHooks<T>> make_sharded_stage_hooks(Component<T>& dp, MemoryTracker& mem) {
+  return std::make_unique<ShardedStageHooks<T>>(dp, mem);
+}
 
 template <class T>
 std::unique_ptr<FamilyHooks<T>> make_zero_hooks(Component<T>& dp, UnitRoles roles, MemoryTracker& mem) {
@@ -127,5 +189,8 @@ std::unique_ptr<FamilyHooks<T>> make_zero_hooks(Component<T>& dp, UnitRoles role
 template std::unique_ptr<FamilyHooks<double>> make_zero_hooks(Component<double>&, UnitRoles, MemoryTracker&);
 template std::unique_ptr<FamilyHooks<float>> make_zero_hooks(Component<float>&, UnitRoles, MemoryTracker&);
 template std::unique_ptr<FamilyHooks<bf16>> make_zero_hooks(Component<bf16>&, UnitRoles, MemoryTracker&);
+template std::unique_ptr<StageHooks<double>> make_sharded_stage_hooks(Component<double>&, MemoryTracker&);
+template std::unique_ptr<StageHooks<float>> make_sharded_stage_hooks(Component<float>&, MemoryTracker&);
+template std::unique_ptr<StageHooks<bf16>> make_sharded_stage_hooks(Component<bf16>&, MemoryTracker&);
 
 }  // namespace pb::dp

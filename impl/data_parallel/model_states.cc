@@ -31,6 +31,49 @@ DpComms make_expert_comms(Communicator& world, const MeshShape& mesh, DpOptions&
   return make_dp_comms(world, mesh, experts, wrong ? MeshAxis::dp : MeshAxis::edp, kExpertGroupPrefix);
 }
 
+namespace {
+// A stage's dense and expert hooks behind one unit numbering (dense units
+// first); a step's start and finish go to both, dense first.
+template <class T>
+class DenseAndExpertStageHooks final : public StageHooks<T> {
+ public:
+  DenseAndExpertStageHooks(StageHooks<T>& dense, int dense_units, StageHooks<T>& experts)
+      : d_(dense), e_(experts), nd_(dense_units) {}
+  void start_step() override {
+    d_.start_step();
+    e_.start_step();
+  }
+  const T* params(int u, int version, bool backward) override {
+    return u < nd_ ? d_.params(u, version, backward) : e_.params(u - nd_, version, backward);
+  }
+  void release_params(int u) override { u < nd_ ? d_.release_params(u) : e_.release_params(u - nd_); }
+  T* grads(int mb, int u, int version) override {
+    return u < nd_ ? d_.grads(mb, u, version) : e_.grads(mb, u - nd_, version);
+  }
+  void grads_ready(int mb, int u) override { u < nd_ ? d_.grads_ready(mb, u) : e_.grads_ready(mb, u - nd_); }
+  T* head_grads(int mb, int wte, int version) override { return d_.head_grads(mb, wte, version); }
+  void finish(const TiedGrad<T>& tied) override {
+    d_.finish(tied);
+    e_.finish({});  // the tied rows are dense
+  }
+  void keep_version(int k) override {
+    d_.keep_version(k);
+    e_.keep_version(k);
+  }
+  void bring_grads(int k) override {
+    d_.bring_grads(k);
+    e_.bring_grads(k);
+  }
+  int version() const override { return d_.version(); }
+  bool idle() const override { return d_.idle() && e_.idle(); }
+
+ private:
+  StageHooks<T>& d_;
+  StageHooks<T>& e_;
+  int nd_;
+};
+}  // namespace
+
 template <class T>
 ModelStates<T>::ModelStates(StatesPlan plan, Communicator& world, const MeshShape& mesh, const ParamLayout& layout,
                             uint64_t seed, MemoryTracker& mem, const kernels::DeviceOps<T>& ops) {
@@ -40,7 +83,15 @@ ModelStates<T>::ModelStates(StatesPlan plan, Communicator& world, const MeshShap
   if (plan.split_experts && !plan.expert_units.empty())
     experts_ = std::make_unique<Component<T>>(plan.experts, std::move(plan.expert_units), layout, seed, expert_c_,
                                               mem, ops);
-  if (!plan.hooks) return;
+  if (plan.driver == StatesPlan::Driver::stage) {
+    dense_s_ = make_stage_hooks(*dense_, plan.stage, mem);
+    stage_ = dense_s_.get();
+    if (!experts_) return;
+    expert_s_ = make_stage_hooks(*experts_, StagePlan{}, mem);
+    both_s_ = std::make_unique<DenseAndExpertStageHooks<T>>(*dense_s_, dense_->num_units(), *expert_s_);
+    stage_ = both_s_.get();
+    return;
+  }
   dense_h_ = make_hooks(*dense_, layout, mem);
   hooks_ = dense_h_.get();
   if (!experts_) return;

@@ -3,7 +3,8 @@
 // dense part), with expert parallelism a second component holding this
 // rank's experts over the expert-data-parallel group edp (Megatron-core's
 // expert RankGenerator, harness/mesh.h), the family hooks a runner drives
-// them through (hooks.h; both behind DenseAndExpertHooks), and a mixture-of-
+// them through (hooks.h; both behind DenseAndExpertHooks) or a pipeline
+// stage's (StageHooks, both behind one unit numbering), and a mixture-of-
 // experts model's routing scope (make_moe_scope, the one place it is made).
 // Also the step's tail every rank shares (finish_step): the loss summed,
 // the norm, lr and clip, both components' optimizer steps.
@@ -66,7 +67,11 @@ struct StatesPlan {
   DpOptions dense;              // the dense component's data axis
   std::vector<UnitSpan> units;  // its units
   MeshAxis axis = MeshAxis::dp;  // the mesh groups it spans (dp_cp under context parallel)
-  bool hooks = true;  // the family hooks a runner drives (a pipeline stage drives the components itself)
+  // How the rank's runner meets the components: the microbatch runner's
+  // family hooks (hooks()) or a pipeline stage's (stage_hooks(), `stage`
+  // saying what they keep).
+  enum class Driver { runner, stage } driver = Driver::runner;
+  StagePlan stage;
   // Experts as a second component over edp: its options and units (none on
   // a pipeline stage without MoE blocks; the groups are split all the same).
   bool split_experts = false;
@@ -86,8 +91,11 @@ class ModelStates {
   Component<T>* experts() { return experts_.get(); }
   const Component<T>* experts() const { return experts_.get(); }
   const DpComms& expert_comms() const { return expert_c_; }
-  // Both components' (plan.hooks only).
+  // Both components' (Driver::runner only).
   FamilyHooks<T>& hooks() { return *hooks_; }
+  // Both components' (Driver::stage only): the dense units 0 .. n-1 with n =
+  // dense().num_units(), then the expert units n + j.
+  StageHooks<T>& stage_hooks() { return *stage_; }
   // Both components: the flat ranges left out of the norm (component.h).
   void exclude_from_norm(const std::vector<std::pair<int64_t, int64_t>>& ranges);
   void zero_grads();
@@ -105,6 +113,8 @@ class ModelStates {
   std::unique_ptr<Component<T>> dense_, experts_;
   std::unique_ptr<FamilyHooks<T>> dense_h_, expert_h_, both_;
   FamilyHooks<T>* hooks_ = nullptr;
+  std::unique_ptr<StageHooks<T>> dense_s_, expert_s_, both_s_;
+  StageHooks<T>* stage_ = nullptr;
 };
 
 // A mixture-of-experts model's routing scope (reference/moe.h), made here

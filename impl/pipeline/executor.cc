@@ -93,7 +93,9 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   plan.dense = o.component();
   plan.units = su_.units;
   plan.axis = MeshAxis::dp_cp;
-  plan.hooks = false;  // the executor drives the components through its actions
+  plan.driver = dp::StatesPlan::Driver::stage;  // the actions meet the components through the stage hooks
+  plan.stage.two_versions = s_.async_weights;
+  plan.stage.head_rows = o.pp == 1 ? layout_.wpe_offset() : 0;
   if (cfg.model.moe.experts > 0) {
     se_ = stage_experts(layout_, part_, pr_, o.ep, mc.ep);
     plan.split_experts = true;
@@ -101,23 +103,14 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
     plan.expert_units = se_.units;
   }
   states_ = std::make_unique<dp::ModelStates<T>>(std::move(plan), world, mesh, layout_, cfg.seed, mem_, *ops_);
-  dp_ = &states_->dense();
-  ex_ = states_->experts();
+  hooks_ = &states_->stage_hooks();
   scalar_ = groups_.split_world(Group::pp_scalar);
   check_ = groups_.split_world(Group::check);
   if (o.tp() > 1) tp_ = groups_.split(Group::tp, MeshAxis::tp);
   if (o.cp() > 1) cp_ = groups_.split(Group::cp, MeshAxis::cp);
   replicated_ = layout_.replicated_ranges();
-  if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) dp_->exclude_from_norm(replicated_);
-  if (o.tensor.sp) sp_held_ = dp_->held_grads_in(replicated_);
-  const bool two = s_.async_weights;
-  if (two) {
-    prev_params_ = Buffer<T>(&mem_, MemTag::params, size_t(dp_->shards().full_size()));
-    other_grads_ = Buffer<T>(&mem_, MemTag::grads, size_t(dp_->shards().full_size()));
-  }
-  if (o.pp == 1 && dp_->grads_full())
-    for (int i = 0; i < (two ? 2 : 1); ++i)
-      head_grads_[i] = Buffer<T>(&mem_, MemTag::grads, size_t(layout_.wpe_offset()));
+  if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) states_->dense().exclude_from_norm(replicated_);
+  if (o.tensor.sp) sp_held_ = states_->dense().held_grads_in(replicated_);
   const size_t N = size_t(Bm_) * cfg.seq;
   if (o.tp() > 1 || o.cp() > 1)
     tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_, cp_, &mem_, Bm_, cfg.seq, MoeScope{}, *ops_);
@@ -135,17 +128,6 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
 }
 
 template <class T>
-std::pair<dp::Component<T>*, int> PipelineRank<T>::comp(int id) const {
-  const int nd = int(su_.units.size());
-  return id < nd ? std::pair{dp_, id} : std::pair{ex_, id - nd};
-}
-
-template <class T>
-int PipelineRank<T>::num_ids() const {
-  return int(su_.units.size() + se_.units.size());
-}
-
-template <class T>
 int64_t PipelineRank<T>::boundary_elems() const {
   return (tpm_ ? int64_t(tpm_->tokens_held()) : int64_t(Bm_) * cfg_.seq) * cfg_.model.C;
 }
@@ -154,57 +136,9 @@ template <class T>
 PipelineRank<T>::~PipelineRank() = default;
 
 template <class T>
-const T* PipelineRank<T>::param(int mb, int id, bool backward) {
-  auto [c, i] = comp(id);
-  if (c->params_sharded()) {
-    auto [it, fresh] = gathered_.try_emplace(id);
-    if (fresh) it->second = c->start_gather(i, backward);  // hZeRO: backward from the secondary
-    return c->wait_gather(i, it->second);
-  }
-  const int v = s_.weight_version(mb);
-  const int64_t off = c->shards().unit(i).full_off;  // 2BW (dense models only): the previous version's copy
-  if (v == version_) return c->unit_params(i);
-  if (v == version_ - 1) return prev_params_.data() + off;
-  throw std::logic_error("2bw: microbatch " + std::to_string(mb) + " needs weight version " +
-                         std::to_string(v) + " but rank holds " + std::to_string(version_));
-}
-
-template <class T>
-void PipelineRank<T>::release(int i) {
-  gathered_.erase(i);
-}
-
-template <class T>
-T* PipelineRank<T>::grad(int mb, int id) {
-  auto [c, i] = comp(id);
-  if (c->grads_full()) {
-    const int64_t off = c->shards().unit(i).full_off;
-    return s_.weight_version(mb) % 2 == grads_version_ ? c->unit_grads(i) : other_grads_.data() + off;
-  }
-  auto [it, fresh] = unit_grads_.try_emplace({mb, id});
-  if (fresh) {
-    const size_t n = size_t(c->shards().unit(i).padded);
-    it->second = Buffer<T>(&mem_, MemTag::comm, n);
-    ops_->zero(it->second.data(), n * sizeof(T));
-  }
-  return it->second.data();
-}
-
-template <class T>
-void PipelineRank<T>::grad_done(int mb, int id) {
-  auto [c, i] = comp(id);
-  if (c->grads_full()) return;
-  auto it = unit_grads_.find({mb, id});
-  c->reduce_unit(i, it->second.data(), /*first_micro=*/!reduced_[size_t(id)]);
-  reduced_[size_t(id)] = 1;
-  unit_grads_.erase(it);
-}
-
-template <class T>
 T* PipelineRank<T>::head_wte_grad(int mb) {
   if (o_.pp > 1) return grad(mb, su_.tied);
-  if (!dp_->grads_full()) return grad(mb, su_.wte);  // summed with the embedding's, then reduced
-  return head_grads_[s_.weight_version(mb) % 2].data();
+  return hooks_->head_grads(mb, su_.wte, s_.weight_version(mb));  // pp = 1: summed with the embedding's
 }
 
 template <class T>
@@ -482,8 +416,8 @@ void PipelineRank<T>::run_actions() {
   std::vector<Request> recvs;
   // 2BW: the next weight version is formed before the first F or RECV_ACT of it.
   auto form_version = [&](const Action& a) {
-    if ((a.op == Op::forward || a.op == Op::recv_act) && s_.async_weights && s_.weight_version(a.microbatch) > version_)
-      update_2bw(s_.weight_version(a.microbatch));
+    const int v = s_.weight_version(a.microbatch);
+    if ((a.op == Op::forward || a.op == Op::recv_act) && s_.async_weights && v > hooks_->version()) update_2bw(v);
   };
   for (size_t i = 0; i < list.size();) {
     form_version(list[i]);
@@ -502,7 +436,7 @@ void PipelineRank<T>::run_actions() {
   }
   for (auto& s : sending_) s.first.wait();
   sending_.clear();
-  if (!live_.empty() || !grad_in_.empty() || !grad_out_.empty() || !unit_grads_.empty() || !gathered_.empty())
+  if (!live_.empty() || !grad_in_.empty() || !grad_out_.empty() || !hooks_->idle())
     throw std::logic_error("pipeline: tensors left after the schedule (" + std::to_string(live_.size()) +
                            " activations)");
   // Device time since the barrier: waits for the last action's kernels once.

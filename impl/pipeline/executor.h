@@ -15,9 +15,10 @@
 // activations at F and everything is freed at W, so a microbatch's bytes are
 // constant over its life and the peak is exactly in-flight units x bytes. B
 // also runs the LM head's and the embedding's backward; W runs the blocks'.
-// Data parallel inside a stage (stage_units, stage.h): DDP and ZeRO-1
+// Data parallel inside a stage (stage_units, stage.h), met only through the
+// family's stage hooks (data_parallel/hooks.h StageHooks): DDP and ZeRO-1
 // accumulate full gradients over the microbatches and sync after the flush
-// (the tied wte sum first, then the dp reduction); ZeRO-2 and the ZeRO-3
+// (the tied wte sum first, then the dp reduction: hooks.h TiedGrad); ZeRO-2 and the ZeRO-3
 // family reduce-scatter each unit's gradient of each microbatch when its
 // backward completes, and the tied sum runs on the shards; the ZeRO-3 family
 // gathers a unit's parameters for each compute action that reads them and
@@ -44,7 +45,8 @@
 // over the step's. Not bitwise (experts run on rows gathered across ranks).
 // PipeDream-2BW (DDP or ZeRO-1): W(k) is formed before the first action of
 // group k on a rank from g(k-2) (schedule.h); the last two gradients are
-// applied after the window, so a window of K groups makes K optimizer steps.
+// applied after the window, so a window of K groups makes K optimizer steps;
+// the stage hooks keep W(k-1) beside W(k) and g of the other parity.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -164,24 +166,20 @@ class PipelineRank : public RankBase<T> {
   int tag_of(const Action& a) const;
   void run_actions();
   // Units are the stage's dense units 0..nd-1, then its expert units nd + j
-  // (stage_experts); which component holds id, and its index there.
-  std::pair<dp::Component<T>*, int> comp(int id) const;
-  int num_ids() const;
-  // Unit i's parameters for microbatch mb: in place (full-parameter families,
-  // the weight version's copy for 2BW) or gathered until release() (ZeRO-3).
-  const T* param(int mb, int i, bool backward);
-  void release(int i);
-  // Where unit i's gradient of microbatch mb accumulates, and its completion
-  // (ZeRO-2/3 family: reduce-scattered then).
-  T* grad(int mb, int i);
-  void grad_done(int mb, int i);
+  // (stage_experts); the stage hooks (data_parallel/hooks.h StageHooks) hold
+  // the parameters microbatch mb reads (its weight version's; gathered until
+  // release under ZeRO-3) and where its gradients accumulate until grad_done.
+  const T* param(int mb, int u, bool backward) { return hooks_->params(u, s_.weight_version(mb), backward); }
+  void release(int u) { hooks_->release_params(u); }
+  T* grad(int mb, int u) { return hooks_->grads(mb, u, s_.weight_version(mb)); }
+  void grad_done(int mb, int u) { hooks_->grads_ready(mb, u); }
   T* head_wte_grad(int mb);  // the LM head's contribution to wte
-  double reduce_grads(T* hg);  // tied sum, dp reduction; returns the global squared norm
+  double reduce_grads();  // the hooks' finish (tied sum, dp reduction); returns the global squared norm
   // Squares of the n grads from unit i's start (unpadded), without the ranges
   // the component excludes (tp-replicated parameters on tp rank > 0).
   double unit_sq(int i, int64_t n) const;
-  int64_t boundary_elems() const;
-  tp::TpShape tp_shape() const;  // tp > 1: the cost shape of this rank's tensor axis  // one activation or gradient between stages (tokens held x C)
+  int64_t boundary_elems() const;  // one activation or gradient between stages (tokens held x C)
+  tp::TpShape tp_shape() const;    // tp > 1: the cost shape of this rank's tensor axis
   void update_2bw(int k);
   std::vector<double> gather(bool grads) override;
 
@@ -203,29 +201,25 @@ class PipelineRank : public RankBase<T> {
   std::unique_ptr<tp::TpModel<T>> tpm_;  // tp > 1 or cp > 1
   std::vector<std::pair<int64_t, int64_t>> replicated_;  // flat ranges of tp-replicated params
   int64_t sp_held_ = 0;  // SP: replicated gradient elements this rank all-reduces over tp per step
-  // The stage's model states: the dense units' component (dp_) and, in a
-  // mixture-of-experts model, the stage's experts' (ex_; null when the stage
-  // has no MoE block) over the expert data axis (groups "e*").
+  // The stage's model states: the dense units' component and, in a
+  // mixture-of-experts model, the stage's experts' (null when the stage has
+  // no MoE block) over the expert data axis (groups "e*"); the actions meet
+  // both through hooks_ (states_->stage_hooks()).
   std::unique_ptr<dp::ModelStates<T>> states_;
-  dp::Component<T>* dp_ = nullptr;
-  dp::Component<T>* ex_ = nullptr;
+  dp::StageHooks<T>* hooks_ = nullptr;
   StageExperts se_;
   MoeScope scope_;  // the groups "ep" and "moe" (global capacity's counts)
   MoeScratch<T> moe_scratch_;
   MoeLoad load_;
   double aux_ = 0;  // this step's load-balancing terms (coef x tokens), every MoE block here
   Gpt<T> model_;
-  Buffer<T> prev_params_, other_grads_, head_grads_[2];
-  int grads_version_ = 0;  // 2BW: parity of the weight versions whose gradients the component holds
   Buffer<T> dxa_, dxb_;
   Buffer<int32_t> tok_tmp_, tgt_tmp_;
   std::vector<int32_t> host_tok_, host_tgt_;          // a device's: the data source draws on the host
   std::vector<int32_t> host_sel_tok_, host_sel_tgt_;  // ... and cp selects this rank's tokens there
   Scratch<T> scratch_;
   std::map<Key, Live> live_;
-  std::map<Key, Buffer<T>> grad_in_, grad_out_, unit_grads_;
-  std::map<int, typename dp::Component<T>::Gathered> gathered_;
-  std::vector<char> reduced_;  // ZeRO-2/3 family: unit already reduced this step (later ones accumulate)
+  std::map<Key, Buffer<T>> grad_in_, grad_out_;
   std::vector<std::pair<Request, Buffer<T>>> sending_;
   std::vector<double> losses_;  // per microbatch, last stage
   std::vector<double> norms_;  // 2BW: of g(0), g(1), ...
@@ -242,8 +236,7 @@ class PipelineRank : public RankBase<T> {
   // The whole step's device time (the schedule, the gradient reduction and
   // the optimizer): StepStats::seconds; 2BW's window over its steps.
   std::unique_ptr<kernels::DeviceTimeline> step_clock_;
-  int step_ = 0, version_ = 0;
-  bool snapshot_taken_ = false;
+  int step_ = 0;
 };
 
 }  // namespace pb::pipeline

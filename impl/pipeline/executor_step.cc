@@ -157,37 +157,29 @@ SplitPlan pipeline_replay_plan(const PipelineOptions& o, const TrainConfig& cfg)
 }
 
 template <class T>
-double PipelineRank<T>::reduce_grads(T* hg) {
-  const size_t wte = size_t(layout_.wpe_offset());  // this rank's token-embedding rows
-  const DType dt = dtype_of<T>();
-  const bool tie = !o_.faults.tied_grad_not_summed;
-  if (dp_->grads_full()) {  // the tied sum E + H first, then the dp reduction
-    if (tie && tied_) {
-      T* mine = dp_->unit_grads(pr_ == 0 ? su_.wte : su_.tied);
-      tied_->all_reduce(mine, mine, wte, dt);
-    } else if (tie && o_.pp == 1) {
-      ops_->accumulate(dp_->unit_grads(su_.wte), hg, wte);
-    }
-    dp_->sync_after_flush();
-  } else {  // reduced per microbatch already: the tied sum runs on the shards
-    dp_->sync_after_flush();
-    if (tie && tied_) {
-      const dp::UnitShard& s = dp_->shards().unit(pr_ == 0 ? su_.wte : su_.tied);
-      T* mine = dp_->grads_data() + s.shard_off;
-      tied_->all_reduce(mine, mine, size_t(s.slice), dt);
-    }
+double PipelineRank<T>::reduce_grads() {
+  // The stage's reduction through its hooks, the tied wte rows summed over
+  // {first, last} (pp = 1: the head's added locally) where the family's
+  // order puts them (hooks.h TiedGrad).
+  dp::TiedGrad<T> tied;
+  if (!o_.faults.tied_grad_not_summed && (tied_ || o_.pp == 1)) {
+    tied.unit = pr_ == 0 ? su_.wte : su_.tied;
+    tied.rows = layout_.wpe_offset();  // this rank's token-embedding rows
+    if (tied_) tied.sum = [this](T* data, size_t n) { tied_->all_reduce(data, data, n, dtype_of<T>()); };
   }
+  hooks_->finish(tied);
+  dp::Component<T>* dense = &states_->dense();
+  dp::Component<T>* ex = states_->experts();
   if (tp_ && o_.tensor.sp && !o_.tensor.has(tp::Fault::skip_sp_grad_reduce))  // SP: partial per tp rank
-    dp_->all_reduce_held_grads(replicated_, *tp_);
+    dense->all_reduce_held_grads(replicated_, *tp_);
   // The experts' squares: this rank's experts once per edp group (DDP: every
   // edp rank holds them whole; sharded: each owned slice, local_sq's rule).
   double esq = 0;
-  if (ex_) {
-    ex_->sync_after_flush();
-    if (ex_->options().shard != dp::Shard::none || states_->expert_comms().dp->rank() == 0) esq = ex_->local_sq();
+  if (ex) {
+    if (ex->options().shard != dp::Shard::none || states_->expert_comms().dp->rank() == 0) esq = ex->local_sq();
   }
   if (dp::shard_group(o_.component()) > 1) {  // per-rank partials over owned slices, world rank order
-    double sq = dp_->local_sq() + esq;
+    double sq = dense->local_sq() + esq;
     scalar_->all_reduce(&sq, &sq, 1, DType::f64);
     return sq;
   }
@@ -219,8 +211,9 @@ tp::TpShape PipelineRank<T>::tp_shape() const {
 
 template <class T>
 double PipelineRank<T>::unit_sq(int i, int64_t n) const {
-  const dp::UnitShard& s = dp_->shards().unit(i);
-  return dp_->norm_sq(dp_->grads_data() + (dp_->grads_full() ? s.full_off : s.shard_off), s.begin, s.begin + n);
+  const dp::Component<T>& c = states_->dense();
+  const dp::UnitShard& s = c.shards().unit(i);
+  return c.norm_sq(c.grads_data() + (c.grads_full() ? s.full_off : s.shard_off), s.begin, s.begin + n);
 }
 
 template <class T>
@@ -228,13 +221,11 @@ StepStats PipelineRank<T>::step() {
   require(!s_.async_weights, "pipeline: step() runs synchronous schedules; use run_window() for 2bw");
   step_clock_->clear();
   const int t0 = step_clock_->mark();
-  states_->zero_grads();
-  reduced_.assign(size_t(num_ids()), 0);
-  if (!head_grads_[0].empty()) ops_->zero(head_grads_[0].data(), head_grads_[0].size() * sizeof(T));
+  hooks_->start_step();
   losses_.assign(size_t(m_), 0.0);
   aux_ = 0;
   run_actions();
-  const double sq = reduce_grads(head_grads_[0].data());
+  const double sq = reduce_grads();
   double loss = 0;
   if (pr_ == o_.pp - 1 && tr_ == 0)  // every tp rank holds the loss: count one
     for (double l : losses_) loss += l;  // microbatch order
@@ -248,24 +239,14 @@ StepStats PipelineRank<T>::step() {
 template <class T>
 void PipelineRank<T>::update_2bw(int k) {
   // Before group k: W(k) = W(k-1) stepped with g(k-2) (schedule.h); W(1) = W(0).
-  ops_->copy(prev_params_.data(), dp_->params_data(), prev_params_.size() * sizeof(T));
+  hooks_->keep_version(k);
   if (k >= 2) {
-    if (grads_version_ % 2 != k % 2) {  // bring g(k-2) into the component (a buffer swap, no copy)
-      dp_->swap_grads(other_grads_);
-      grads_version_ = k % 2;
-    }
-    T* hg = o_.pp == 1 ? head_grads_[k % 2].data() : nullptr;
-    const double sq = reduce_grads(hg);
-    norms_.push_back(std::sqrt(sq));
-    if (!snapshot_taken_) {
-      grads_snapshot_ = gather(true);
-      snapshot_taken_ = true;
-    }
+    hooks_->bring_grads(k);
+    norms_.push_back(std::sqrt(reduce_grads()));
+    if (grads_snapshot_.empty()) grads_snapshot_ = gather(true);  // g(0), the first applied
     dp::apply_update(*states_, cfg_, k - 1, norms_.back());
-    dp_->zero_grads();
-    if (hg) ops_->zero(hg, head_grads_[k % 2].size() * sizeof(T));
+    hooks_->start_step();  // g(k-2)'s buffers zeroed for g(k)
   }
-  version_ = k;
 }
 
 template <class T>
@@ -349,15 +330,17 @@ Declared PipelineRank<T>::declared(int steps) const {
   // The stage's experts: a second component over edp (one read each way per microbatch).
   std::vector<StageUnitUse> expert_uses;
   dp::DataAxis expert_axis;
-  if (ex_) {
+  const dp::Component<T>* ex = states_->experts();
+  if (ex) {
     std::vector<int64_t> es;
     for (const auto& u : se_.units) es.push_back(u.size), expert_uses.push_back({u.size, 1, 1});
-    expert_axis = dp::data_axis(ex_->options(), cfg_);
+    expert_axis = dp::data_axis(ex->options(), cfg_);
     const dp::ModelStateBytes e = dp::model_state_bytes(es, expert_axis);
     ms.params += e.params, ms.grads += e.grads, ms.optimizer += e.optimizer, ms.optimizer_host += e.optimizer_host;
   }
   const int64_t versions = s_.async_weights ? 2 : 1;
-  const int64_t head = o_.pp == 1 && dp_->grads_full() ? wte * db * versions : 0;
+  const bool full = states_->dense().grads_full();
+  const int64_t head = o_.pp == 1 && full ? wte * db * versions : 0;
   d.memory = {{"mem.params", MemTag::params, Place::device, ms.params * versions},
               {"mem.grads", MemTag::grads, Place::device, ms.grads * versions + head},
               {"mem.optimizer", MemTag::optimizer, Place::device, ms.optimizer},
@@ -370,12 +353,12 @@ Declared PipelineRank<T>::declared(int steps) const {
   d.add_comm(Group::pp, CommOp::send, p2p_per_step(sc, a).send_bytes[size_t(pr_)] * steps);
   const int64_t g = dp::shard_group_size(axis);
   if (tied_)  // what a correct rank moves; a fault that skips it is caught here too
-    d.add_comm(Group::pp_tied, CommOp::all_reduce, (dp_->grads_full() ? wte : dp::ceil_div(wte, g)) * db * steps);
+    d.add_comm(Group::pp_tied, CommOp::all_reduce, (full ? wte : dp::ceil_div(wte, g)) * db * steps);
   for (const auto& c : stage_dp_comm_per_step(uses, axis, m_)) {
     const CommOp op = dp::comm_op(c.op);
     d.add_comm(c.group, op, c.bytes * steps);
   }
-  if (ex_) {
+  if (ex) {
     for (const auto& c : stage_dp_comm_per_step(expert_uses, expert_axis, m_))  // groups "edp", "edp_shard", ...
       d.add_comm(kExpertGroupPrefix + c.group, dp::comm_op(c.op), c.bytes * steps);
     dp::add_moe_capacity_comm(d, o_.component(), cfg_, steps, int(se_.units.size()));
