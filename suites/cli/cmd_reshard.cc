@@ -98,6 +98,8 @@ int run_reshard_check(const ReshardCheckFlags& f, const std::vector<std::string>
     std::string why;
     for (const QuantityCheck& q : res.rule)
       if (!q.pass) why += " [" + q.quantity + "@" + std::to_string(q.step) + " ratio " + std::to_string(q.ratio) + "]";
+    for (const QuantityCheck& q : res.fp64)
+      if (!q.pass) why += " [at fp64 " + q.quantity + "@" + std::to_string(q.step) + " ratio " + std::to_string(q.ratio) + "]";
     for (const QuantityCheck& q : res.bits)
       if (!q.pass) why += " [bits " + q.quantity + "@" + std::to_string(q.step) + "]";
     std::printf("%-4s %-62s %-10s max ratio %8.3g  bits %-4s%s\n", res.pass() ? "ok" : "FAIL", res.label.c_str(),

@@ -212,8 +212,10 @@ Trace switched_replay(const TrainConfig& ca, const SplitPlan& a, const TrainConf
 
 std::string fault_names(const std::vector<CkptFault>& fs) {
   std::string out;
-  for (CkptFault f : fs)
-    out += (out.empty() ? "" : "+") + fault_name_of(ckpt_fault_decls(), FaultAxis::checkpoint, uint8_t(f));
+  for (CkptFault f : fs) {
+    if (!out.empty()) out += '+';
+    out += fault_name_of(ckpt_fault_decls(), FaultAxis::checkpoint, uint8_t(f));
+  }
   return out;
 }
 
@@ -235,6 +237,74 @@ struct ScratchDir {
 
 }  // namespace
 
+namespace {
+
+// Train `at` steps at a, save, load at b (with the load's faults), finish:
+// rank 0's losses and norms of every step, step 1's gradients, the final
+// parameters.
+Trace resharded_trace(const RunSpec& a, const RunSpec& b, int at, const std::vector<CkptFault>& faults) {
+  ScratchDir dir;
+  const ParamLayout layout(a.train.model);
+  const int steps = a.train.steps;
+  Saved saved;
+  saved.pieces.resize(size_t(a.world()));
+  std::vector<StepStats> steps_a, steps_b;
+  Trace t;
+  run_local(a.world(), [&](Communicator& c) {
+    std::unique_ptr<Rank> rank = strategy_for(a).make_rank(a, c, nullptr);
+    std::vector<double> g1;
+    std::vector<StepStats> st = rank->train(at, &g1);
+    save_rank(*rank, layout, c.rank(), dir.path.string(), saved);
+    if (c.rank() != 0) return;
+    std::lock_guard lk(g_mu);
+    steps_a = std::move(st);
+    t.grads1 = std::move(g1);
+  });
+  write_index(a, saved, dir.path.string());
+  auto reader = open_for(dir.path.string(), b);
+  run_local(b.world(), [&](Communicator& c) {
+    std::unique_ptr<Rank> rank = strategy_for(b).make_rank(b, c, nullptr);
+    rank->load_state(RankCheckpointIn(reader, layout, faults));
+    std::vector<StepStats> st = rank->train(steps - at, nullptr);
+    std::vector<double> p = rank->full_params();
+    if (c.rank() != 0) return;
+    std::lock_guard lk(g_mu);
+    steps_b = std::move(st);
+    t.params = std::move(p);
+  });
+  for (const auto* part : {&steps_a, &steps_b})
+    for (const StepStats& s : *part) {
+      t.loss.push_back(s.loss);
+      t.grad_norm.push_back(s.grad_norm);
+    }
+  return t;
+}
+
+Trace switched(const RunSpec& a, const Replay& ra, const RunSpec& b, const Replay& rb, int at) {
+  Trace replay;
+  dispatch_dtype(storage_dtype(a.train.precision),
+                 [&](auto t) { replay = switched_replay<decltype(t)>(a.train, ra.plan, b.train, rb.plan, at); });
+  return replay;
+}
+
+// truth + k (x - truth): a trace k times as far from the truth as x (engine.cc's fp64 floor).
+Trace scaled_distance(const Trace& x, const Trace& truth, double k) {
+  auto scale = [&](const std::vector<double>& v, const std::vector<double>& tr) {
+    std::vector<double> out(tr.size());
+    for (size_t i = 0; i < tr.size() && i < v.size(); ++i) out[i] = tr[i] + k * (v[i] - tr[i]);
+    return out;
+  };
+  return {scale(x.loss, truth.loss), scale(x.grad_norm, truth.grad_norm), scale(x.grads1, truth.grads1),
+          scale(x.params, truth.params)};
+}
+
+RunSpec at_fp64(RunSpec s) {
+  s.train.precision = Precision::fp64;
+  return s;
+}
+
+}  // namespace
+
 ReshardResult run_reshard(const ReshardRun& r) {
   const RunSpec& a = r.from;
   const RunSpec& b = r.to;
@@ -249,49 +319,10 @@ ReshardResult run_reshard(const ReshardRun& r) {
   res.label = spec_label(a) + " -> " + spec_label(b) + " at " + std::to_string(r.at) + " of " +
               std::to_string(steps) + (r.faults.empty() ? "" : " faults=" + fault_names(r.faults));
   res.precision = a.train.precision;
-  ScratchDir dir;
-  const ParamLayout layout(a.train.model);
+  res.trace = resharded_trace(a, b, r.at, r.faults);
 
-  // A: train `at` steps, save.
-  Saved saved;
-  saved.pieces.resize(size_t(a.world()));
-  std::vector<StepStats> steps_a;
-  std::vector<double> grads1;
-  run_local(a.world(), [&](Communicator& c) {
-    std::unique_ptr<Rank> rank = strategy_for(a).make_rank(a, c, nullptr);
-    std::vector<double> g1;
-    std::vector<StepStats> st = rank->train(r.at, &g1);
-    save_rank(*rank, layout, c.rank(), dir.path.string(), saved);
-    if (c.rank() != 0) return;
-    std::lock_guard lk(g_mu);
-    steps_a = std::move(st);
-    grads1 = std::move(g1);
-  });
-  write_index(a, saved, dir.path.string());
-
-  // B: load, finish.
-  auto reader = open_for(dir.path.string(), b);
-  std::vector<StepStats> steps_b;
-  std::vector<double> params;
-  run_local(b.world(), [&](Communicator& c) {
-    std::unique_ptr<Rank> rank = strategy_for(b).make_rank(b, c, nullptr);
-    rank->load_state(RankCheckpointIn(reader, layout, r.faults));
-    std::vector<StepStats> st = rank->train(steps - r.at, nullptr);
-    std::vector<double> p = rank->full_params();
-    if (c.rank() != 0) return;
-    std::lock_guard lk(g_mu);
-    steps_b = std::move(st);
-    params = std::move(p);
-  });
-  for (const auto* part : {&steps_a, &steps_b})
-    for (const StepStats& s : *part) {
-      res.trace.loss.push_back(s.loss);
-      res.trace.grad_norm.push_back(s.grad_norm);
-    }
-  res.trace.grads1 = std::move(grads1);
-  res.trace.params = std::move(params);
-
-  // The judges: the fp64 truth and the floor's references, uninterrupted.
+  // The judges, uninterrupted: the fp64 truth and the reference at the
+  // precision under test; and the replay of A's order then B's.
   TrainConfig truth_cfg = a.train;
   truth_cfg.precision = Precision::fp64;
   const Trace truth = reference_trace(truth_cfg, Replay{});
@@ -299,12 +330,28 @@ ReshardResult run_reshard(const ReshardRun& r) {
   const StrategyRun sa{a, {}, r.rule, {}}, sb{b, {}, r.rule, {}};
   const Replay ra = replay_of(sa), rb = replay_of(sb);
   require(!ra.delayed_weights && !rb.delayed_weights, "--reshard: delayed-weight schedules do not checkpoint");
-  Trace replay;
-  dispatch_dtype(storage_dtype(a.train.precision),
-                 [&](auto t) { replay = switched_replay<decltype(t)>(a.train, ra.plan, b.train, rb.plan, r.at); });
-  res.rule = check_rule(res.trace, {&plain, &replay}, truth, storage_dtype(a.train.precision), r.rule);
+  const Trace replay = switched(a, ra, b, rb, r.at);
+  const DType dt = storage_dtype(a.train.precision);
+  res.rule = check_rule(res.trace, {&plain, &replay}, truth, dt, r.rule);
   res.bitwise_declared = declares_bitwise(sa) && declares_bitwise(sb);
   if (res.bitwise_declared) res.bits = check_bitwise(res.trace, replay);
+  if (!res.bitwise_declared && a.train.precision != Precision::fp64) {
+    // Not bitwise and below fp64: the resharded run again at fp64, held to
+    // the engine's fp64 floor (docs/numerics.md#the-fp64-rerun): the
+    // switched replay, the reference in other orders of its inner sums, the
+    // fp32 reference's distance scaled to fp64.
+    const Trace again = resharded_trace(at_fp64(a), at_fp64(b), r.at, r.faults);
+    std::vector<Trace> refs64 = {switched(at_fp64(a), ra, at_fp64(b), rb, r.at)};
+    for (int parts : kFp64FloorSlices)
+      refs64.push_back(reference_trace(truth_cfg, Replay{}, nullptr, kernels::cpu_ops_sliced<double>(parts)));
+    TrainConfig fp32_cfg = a.train;
+    fp32_cfg.precision = Precision::fp32;
+    refs64.push_back(scaled_distance(reference_trace(fp32_cfg, Replay{}), truth,
+                                     dtype_eps(DType::f64) / dtype_eps(DType::f32)));
+    std::vector<const Trace*> floors64 = {&truth};
+    for (const Trace& t : refs64) floors64.push_back(&t);
+    res.fp64 = check_rule(again, floors64, truth, DType::f64, r.rule);
+  }
   require(!res.rule.empty(), "--reshard: nothing was compared");
   return res;
 }

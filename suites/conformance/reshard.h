@@ -32,8 +32,11 @@ struct ReshardResult {
   bool bitwise_declared = false;
   std::vector<QuantityCheck> rule;  // against the truth
   std::vector<QuantityCheck> bits;  // against the switched replay
+  // Not bitwise and below fp64: the resharded run again at fp64, held to the
+  // rule against the engine's fp64 floor (engine.h ConformanceResult::fp64).
+  std::vector<QuantityCheck> fp64;
   Trace trace;
-  bool pass() const { return all_pass(rule) && all_pass(bits); }
+  bool pass() const { return all_pass(rule) && all_pass(bits) && all_pass(fp64); }
 };
 
 // "MESH[,key=value...]" (check --reshard's two sides): the mesh text, then
