@@ -12,6 +12,10 @@ parabench_test(NAME conformance_pipeline_test SOURCES conformance/pipeline_confo
                DEPS pb::conformance TIMEOUT 300)
 parabench_test(NAME conformance_tp_test SOURCES conformance/tp_conformance_test.cc
                DEPS pb::conformance TIMEOUT 300)
+# Resharding against an uninterrupted run (docs/checkpoint.md): the pairs, the
+# checkpoint faults, bad checkpoints.
+parabench_test(NAME conformance_reshard_test SOURCES conformance/reshard_test.cc
+               DEPS pb::conformance TIMEOUT 300)
 parabench_test(NAME conformance_moe_test SOURCES conformance/moe_conformance_test.cc
                DEPS pb::conformance TIMEOUT 300)
 

@@ -3,11 +3,14 @@
 #include <algorithm>
 
 #include "harness/status.h"
+#include "impl/spec/run_spec.h"
 
 namespace pb {
 namespace {
 
 bool any_spec(const RunSpec&) { return true; }
+// A unit's slices exist only where the optimizer state is sharded.
+bool sharded(const RunSpec& s) { return s.data.shard != dp::Shard::none; }
 
 constexpr FaultDecl kCkptFaults[] = {
     {"ckpt_drop_moments", FaultAxis::checkpoint, uint8_t(CkptFault::drop_moments),
@@ -15,7 +18,7 @@ constexpr FaultDecl kCkptFaults[] = {
     {"ckpt_step_reset", FaultAxis::checkpoint, uint8_t(CkptFault::step_reset),
      "the optimizer's step counter restarts at 0 (bias correction and the lr schedule restart)", any_spec},
     {"ckpt_uneven_offset", FaultAxis::checkpoint, uint8_t(CkptFault::uneven_offset),
-     "a shard's offset computed as if the unit split evenly (wrong where it is padded)", any_spec},
+     "a shard's offset computed as if the unit split evenly (wrong where it is padded)", sharded},
     {"ckpt_data_position", FaultAxis::checkpoint, uint8_t(CkptFault::data_position),
      "the data position is not restored (the data stream restarts at step 0)", any_spec},
 };

@@ -65,6 +65,8 @@ void add_reshard_check_flags(CLI::App* app, ReshardCheckFlags& f) {
                   "check resharding instead of the matrix: A:B trains at mesh A, saves a checkpoint, loads it at B "
                   "and finishes; each side MESH[,key=value...], e.g. dp2,shard=zero3:dp4,shard=zero1");
   app->add_option("--reshard-at", f.at, "steps trained at A before the checkpoint (default: half the steps)");
+  app->add_option("--reshard-keep", f.keep,
+                  "keep A's checkpoint in this new directory (one --reshard pair and one --precision)");
 }
 
 int run_reshard_check(const ReshardCheckFlags& f, const std::vector<std::string>& precisions,
@@ -90,8 +92,21 @@ int run_reshard_check(const ReshardCheckFlags& f, const std::vector<std::string>
       runs.push_back(std::move(r));
     }
   }
+  require(f.keep.empty() || runs.size() == 1,
+          "--reshard-keep: keeps one checkpoint; give one --reshard pair and one --precision");
+  if (!f.keep.empty()) {
+    std::error_code ec;
+    require(!fs::exists(fs::symlink_status(f.keep, ec)),
+            "--reshard-keep " + f.keep + ": exists; nothing is overwritten (name a new directory)");
+  }
   int failures = 0;
-  for (const ReshardRun& r : runs) {
+  for (ReshardRun& r : runs) {
+    if (!f.keep.empty())
+      r.keep = [&](const std::string& dir) {
+        write_new_directory(f.keep, "--reshard-keep", [&](const std::string& tmp) {
+          fs::copy(dir, tmp, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+        });
+      };
     const ReshardResult res = run_reshard(r);
     double worst = 0;
     for (const QuantityCheck& q : res.rule) worst = std::max(worst, q.ratio);

@@ -11,6 +11,7 @@ namespace pb::cli {
 struct ReshardCheckFlags {
   std::vector<std::string> pairs;  // --reshard A:B
   int at = 0;                      // --reshard-at (0: half the steps)
+  std::string keep;                // --reshard-keep DIR: A's checkpoint kept there (one pair, one precision)
 };
 
 void add_reshard_check_flags(CLI::App* app, ReshardCheckFlags& f);

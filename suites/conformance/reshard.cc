@@ -242,7 +242,8 @@ namespace {
 // Train `at` steps at a, save, load at b (with the load's faults), finish:
 // rank 0's losses and norms of every step, step 1's gradients, the final
 // parameters.
-Trace resharded_trace(const RunSpec& a, const RunSpec& b, int at, const std::vector<CkptFault>& faults) {
+Trace resharded_trace(const RunSpec& a, const RunSpec& b, int at, const std::vector<CkptFault>& faults,
+                      const std::function<void(const std::string&)>& keep = {}) {
   ScratchDir dir;
   const ParamLayout layout(a.train.model);
   const int steps = a.train.steps;
@@ -261,6 +262,7 @@ Trace resharded_trace(const RunSpec& a, const RunSpec& b, int at, const std::vec
     t.grads1 = std::move(g1);
   });
   write_index(a, saved, dir.path.string());
+  if (keep) keep(dir.path.string());
   auto reader = open_for(dir.path.string(), b);
   run_local(b.world(), [&](Communicator& c) {
     std::unique_ptr<Rank> rank = strategy_for(b).make_rank(b, c, nullptr);
@@ -310,6 +312,12 @@ ReshardResult run_reshard(const ReshardRun& r) {
   const RunSpec& b = r.to;
   validate_spec(a, "--reshard A");
   validate_spec(b, "--reshard B");
+  for (CkptFault f : r.faults) {
+    const std::string name = fault_name_of(ckpt_fault_decls(), FaultAxis::checkpoint, uint8_t(f));
+    const FaultDecl* d = find_fault(ckpt_fault_decls(), name);
+    require(d && d->applies(b), "--reshard B: " + name + " does not apply to " + spec_label(b) +
+                                    " (it breaks sharded optimizer state: shard other than none)");
+  }
   check_same_training(a.train, b.train, "--reshard: B");
   const int steps = a.train.steps;
   require(r.at >= 1 && r.at < steps, "--reshard-at: " + std::to_string(r.at) + " is not in [1, " +
@@ -319,7 +327,7 @@ ReshardResult run_reshard(const ReshardRun& r) {
   res.label = spec_label(a) + " -> " + spec_label(b) + " at " + std::to_string(r.at) + " of " +
               std::to_string(steps) + (r.faults.empty() ? "" : " faults=" + fault_names(r.faults));
   res.precision = a.train.precision;
-  res.trace = resharded_trace(a, b, r.at, r.faults);
+  res.trace = resharded_trace(a, b, r.at, r.faults, r.keep);
 
   // The judges, uninterrupted: the fp64 truth and the reference at the
   // precision under test; and the replay of A's order then B's.

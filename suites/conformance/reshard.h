@@ -10,6 +10,7 @@
 // Also the pieces `parabench reshard` uses: a checkpoint written by the ranks
 // of any mesh, and the check that a checkpoint fits a run.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct ReshardRun {
   int at = 1;        // steps trained at `from` before the checkpoint, 1 <= at < steps
   std::vector<CkptFault> faults;  // injected into the load at `to`
   ToleranceRule rule;
+  // Called with A's checkpoint directory once it is written (e.g. to copy it).
+  std::function<void(const std::string&)> keep;
 };
 
 struct ReshardResult {
