@@ -331,10 +331,23 @@ void Component<T>::save_state(RankCheckpointOut& out) const {
       if (sl_->unit(u).begin <= g.flat_lo && g.flat_lo < sl_->unit(u).begin + sl_->unit(u).size)
         in_norm = sl_->unit(u).in_norm;
     if (!in_norm) continue;
-    out.put("param", g.flat_lo, g.flat_hi, params_.data() + g.param_off);
-    if (master) out.put("master", g.flat_lo, g.flat_hi, master + g.state_off);
-    out.put("adam_m", g.flat_lo, g.flat_hi, opt.m_data() + g.state_off);
-    out.put("adam_v", g.flat_lo, g.flat_hi, opt.v_data() + g.state_off);
+    // The ranges left out of the norm are copies too (a tensor-parallel
+    // rank other than 0's replicated tensors): tp rank 0 writes them.
+    int64_t lo = g.flat_lo;
+    auto put = [&](int64_t a, int64_t b) {
+      if (a >= b) return;
+      const int64_t d = a - g.flat_lo;
+      out.put("param", a, b, params_.data() + g.param_off + d);
+      if (master) out.put("master", a, b, master + g.state_off + d);
+      out.put("adam_m", a, b, opt.m_data() + g.state_off + d);
+      out.put("adam_v", a, b, opt.v_data() + g.state_off + d);
+    };
+    for (const auto& [a, b] : norm_skip_) {
+      if (b <= lo || a >= g.flat_hi) continue;
+      put(lo, std::min(a, g.flat_hi));
+      lo = std::max(lo, b);
+    }
+    put(lo, g.flat_hi);
   }
 }
 

@@ -37,17 +37,43 @@ void for_each_piece(const ParamLayout& l, int64_t lo, int64_t hi, F&& f) {
   }
 }
 
+// For the local elements [off, off + n) of tensor k of `local`: g(full
+// offset, local start e0 relative to off, count) for each run that is
+// contiguous in the full tensor (vocabulary padding skipped).
+template <class G>
+void for_each_full_run(const ParamLayout& local, const ParamInfo& p, int64_t off, int64_t n, G&& g) {
+  if (local.tp() == 1 || p.replicated) {
+    g(off, int64_t(0), n);
+    return;
+  }
+  int64_t start = -1, e0 = 0, len = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    const int64_t j = p.full_index(off + e);
+    if (j >= 0 && start >= 0 && j == start + len) {
+      ++len;
+      continue;
+    }
+    if (len) g(start, e0, len);
+    start = j, e0 = e, len = j >= 0 ? 1 : 0;
+  }
+  if (len) g(start, e0, len);
+}
+
+Shape shape_of(const ParamInfo& p) { return Shape(p.shape.begin(), p.shape.end()); }
+
 }  // namespace
 
 std::span<const FaultDecl> ckpt_fault_decls() { return kCkptFaults; }
 
 void RankCheckpointOut::put_raw(const char* kind, int64_t lo, int64_t hi, StDType dt, const void* data) {
-  require(layout_->tp() == 1, "checkpoint: a tensor-parallel layout's flat ranges are not the model's");
   const char* base = static_cast<const char*>(data);
   const size_t es = st_dtype_size(dt);
+  const auto& local = layout_->params();
   for_each_piece(*layout_, lo, hi, [&](const ParamInfo& p, int64_t off, int64_t a, int64_t b) {
-    shard_.add(std::string(kind) + "/" + p.name, Shape(p.shape.begin(), p.shape.end()), dt, off, b - a,
-               base + size_t(a - lo) * es);
+    const ParamInfo& f = full_->params()[size_t(&p - local.data())];
+    for_each_full_run(*layout_, p, off, b - a, [&](int64_t j, int64_t e0, int64_t len) {
+      shard_.add(std::string(kind) + "/" + f.name, shape_of(f), dt, j, len, base + size_t(a - lo + e0) * es);
+    });
   });
 }
 
@@ -56,11 +82,14 @@ bool RankCheckpointIn::has(CkptFault f) const {
 }
 
 void RankCheckpointIn::get_raw(const char* kind, int64_t lo, int64_t hi, StDType dt, void* out) const {
-  require(layout_->tp() == 1, "checkpoint: a tensor-parallel layout's flat ranges are not the model's");
   char* base = static_cast<char*>(out);
   const size_t es = st_dtype_size(dt);
+  const auto& local = layout_->params();
   for_each_piece(*layout_, lo, hi, [&](const ParamInfo& p, int64_t off, int64_t a, int64_t b) {
-    reader_->read(std::string(kind) + "/" + p.name, off, b - a, dt, base + size_t(a - lo) * es);
+    const ParamInfo& f = full_->params()[size_t(&p - local.data())];
+    for_each_full_run(*layout_, p, off, b - a, [&](int64_t j, int64_t e0, int64_t len) {
+      reader_->read(std::string(kind) + "/" + f.name, j, len, dt, base + size_t(a - lo + e0) * es);
+    });
   });
 }
 

@@ -36,7 +36,13 @@ std::span<const FaultDecl> ckpt_fault_decls();
 // What a rank writes: pieces of flat ranges, and its counters.
 class RankCheckpointOut {
  public:
-  RankCheckpointOut(const ParamLayout& layout, int rank) : layout_(&layout), shard_(rank) {}
+  // layout: the whole model's (tp = 1), which names the tensors and their shapes.
+  RankCheckpointOut(const ParamLayout& layout, int rank) : full_(&layout), layout_(&layout), shard_(rank) {}
+  // The flat ranges put from here on index `local` (a tensor-parallel rank's
+  // layout, ParamLayout(model, tp, tp_rank)): each local element goes to its
+  // place in the full tensor (ParamInfo::full_index; a replicated tensor's
+  // element to the same place; vocabulary padding nowhere).
+  void use_layout(const ParamLayout& local) { layout_ = &local; }
   // Flat elements [lo, hi) of `kind` from data (hi - lo values of X).
   template <class X>
   void put(const char* kind, int64_t lo, int64_t hi, const X* data) {
@@ -47,6 +53,7 @@ class RankCheckpointOut {
 
  private:
   void put_raw(const char* kind, int64_t lo, int64_t hi, StDType dt, const void* data);
+  const ParamLayout* full_;
   const ParamLayout* layout_;
   CheckpointShardWriter shard_;
 };
@@ -57,7 +64,13 @@ class RankCheckpointIn {
  public:
   RankCheckpointIn(std::shared_ptr<const CheckpointReader> reader, const ParamLayout& layout,
                    std::vector<CkptFault> faults = {})
-      : reader_(std::move(reader)), layout_(&layout), faults_(std::move(faults)) {}
+      : reader_(std::move(reader)), full_(&layout), layout_(&layout), faults_(std::move(faults)) {}
+  // The same checkpoint read into ranges of `local` (as RankCheckpointOut::use_layout).
+  RankCheckpointIn with_layout(const ParamLayout& local) const {
+    RankCheckpointIn r = *this;
+    r.layout_ = &local;
+    return r;
+  }
   template <class X>
   void get(const char* kind, int64_t lo, int64_t hi, X* out) const {
     get_raw(kind, lo, hi, st_dtype_of<X>(), out);
@@ -69,6 +82,7 @@ class RankCheckpointIn {
  private:
   void get_raw(const char* kind, int64_t lo, int64_t hi, StDType dt, void* out) const;
   std::shared_ptr<const CheckpointReader> reader_;
+  const ParamLayout* full_;
   const ParamLayout* layout_;
   std::vector<CkptFault> faults_;
 };

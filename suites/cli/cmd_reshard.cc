@@ -81,8 +81,9 @@ int run_reshard_check(const ReshardCheckFlags& f, const std::vector<std::string>
       r.from = parse_reshard_side(pair.substr(0, colon), "--reshard A", nullptr);
       r.to = parse_reshard_side(pair.substr(colon + 1), "--reshard B", &r.faults);
       const bool moe = r.from.mesh.ep > 1 || r.to.mesh.ep > 1;
-      TrainConfig c;
-      c.model = named_model(!model.empty() ? model : moe ? "tiny-moe" : "tiny");
+      const bool split = r.from.mesh.tp > 1 || r.to.mesh.tp > 1 || r.from.mesh.cp > 1 || r.to.mesh.cp > 1;
+      TrainConfig c;  // as check's points: tiny-tp's 12 heads where tensor or context parallel split them
+      c.model = named_model(!model.empty() ? model : moe ? "tiny-moe" : split ? "tiny-tp" : "tiny");
       c.precision = parse_precision(p);
       c.steps = steps;
       c.seq = std::min(16, c.model.maxT);

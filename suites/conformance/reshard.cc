@@ -74,10 +74,11 @@ void check_same_training(const TrainConfig& w, const TrainConfig& r, const std::
 void require_checkpoints(const RunSpec& s, const std::string& what) {
   const Strategy& st = strategy_for(s);
   require(s.train.device == Device::cpu, what + ": checkpoints are written and read on the CPU only");
-  require(st.name == "data_parallel" || st.name == "expert_parallel",
+  require(st.name == "data_parallel" || st.name == "expert_parallel" || st.name == "tensor_parallel" ||
+              st.name == "context_parallel",
           what + ": " + spec_label(s) + " cannot be resharded to or from yet: checkpoints are written and read by "
-                 "the data-parallel family (DDP, ZeRO-1/2/3, HSDP, hZeRO, offload) and expert parallel; this mesh "
-                 "runs " + st.name + " (docs/checkpoint.md)");
+                 "the data-parallel family (DDP, ZeRO-1/2/3, HSDP, hZeRO, offload), expert, tensor and context "
+                 "parallel; this mesh runs " + st.name + " (docs/checkpoint.md)");
 }
 
 namespace {

@@ -21,8 +21,9 @@ ReshardRun pair(const std::string& a, const std::string& b, Precision p, const s
   r.from = parse_reshard_side(a, "A", nullptr);
   r.to = parse_reshard_side(b, "B", &r.faults);
   const bool moe = r.from.mesh.ep > 1 || r.to.mesh.ep > 1;
+  const bool split = r.from.mesh.tp > 1 || r.to.mesh.tp > 1 || r.from.mesh.cp > 1 || r.to.mesh.cp > 1;
   TrainConfig c;
-  c.model = named_model(!model.empty() ? model : moe ? "tiny-moe" : "tiny");
+  c.model = named_model(!model.empty() ? model : moe ? "tiny-moe" : split ? "tiny-tp" : "tiny");
   c.precision = p;
   c.steps = 4;
   c.seq = 16;
@@ -66,6 +67,11 @@ const Pair kPairs[] = {
     {"dp4.rpn2,shard=hzero", "dp2,shard=zero1,offload=optimizer", true},
     {"dp2.ep2", "dp4.ep4", false},                   // expert parallel, ep 2 -> 4
     {"dp4.ep2,shard=zero3", "dp4,shard=zero1", false},  // MoE, ep 2 -> 1
+    {"dp4", "dp2.tp2", false},                          // tensor parallel (tiny-tp: a padded vocabulary)
+    {"tp2", "tp4", false},
+    {"dp2.tp2,shard=zero3", "dp4,shard=zero1", false},
+    {"cp2", "dp2", false},                              // context parallel
+    {"dp2,shard=zero3", "tp2.cp2,sp=on", false},
 };
 
 TEST(Reshard, PairsPassAndAreBitwiseWhereDeclared) {
@@ -175,9 +181,11 @@ TEST(Reshard, BadCheckpointsAreRefusedAndNothingIsWritten) {
   msg = error_of([&] { reshard_checkpoint(a, other, out); });
   EXPECT_NE(msg.find("another init seed (1234; this run: 99)"), std::string::npos) << msg;
   EXPECT_TRUE(is_empty_dir(out));
-  // A mesh it cannot be resharded to (tensor parallel does not checkpoint yet).
+  // A mesh it cannot be resharded to (pipelines do not checkpoint yet).
   out = t.sub("o3");
-  msg = error_of([&] { reshard_checkpoint(a, spec("tp2", "tiny"), out); });
+  RunSpec pp = spec("dp2.pp2");
+  pp.train.microbatches = 4;
+  msg = error_of([&] { reshard_checkpoint(a, pp, out); });
   EXPECT_NE(msg.find("cannot be resharded"), std::string::npos) << msg;
   EXPECT_TRUE(is_empty_dir(out));
   // A batch the mesh cannot split.
@@ -230,7 +238,8 @@ TEST(Reshard, BadPairsAreRefused) {
   EXPECT_NE(error_of([&] { run_reshard(r); }).find("init seed"), std::string::npos);
   EXPECT_NE(error_of([&] { parse_reshard_side("dp2,faults=ckpt_drop_moments", "A", nullptr); }).find("checkpoint fault"),
             std::string::npos);
-  r = pair("dp2", "tp2", Precision::fp32);
+  r = pair("dp2", "dp2.pp2", Precision::fp32);
+  r.to.train.microbatches = 4;
   EXPECT_NE(error_of([&] { run_reshard(r); }).find("cannot be resharded"), std::string::npos);
 }
 
