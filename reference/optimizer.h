@@ -49,6 +49,12 @@ class AdamW {
   void step(T* params, const T* grads, const OptimConfig& o, long step, double lr,
             double grad_scale);
   const M* master() const { return master_.empty() ? nullptr : master_.data(); }
+  // For checkpoints (impl/spec/checkpoint_state.h): the segments and the
+  // state they index (master: null when the params are the master).
+  const std::vector<Segment>& segments() const { return segs_; }
+  M* master_data() { return master_.empty() ? nullptr : master_.data(); }
+  M* m_data() { return m_.data(); }
+  M* v_data() { return v_.data(); }
 
  private:
   const ParamLayout* layout_;

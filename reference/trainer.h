@@ -121,6 +121,14 @@ class ReferenceTrainer : public TrainerBase {
   const MemoryTracker& memory() const override { return tracker_; }
   const T* params() const { return params_.data(); }
   const T* grads() const { return grads_.data(); }
+  // A resharded run's replay (suites/conformance/reshard.h) continues one
+  // trainer's state in another of another split plan: the parameters, the
+  // optimizer's state and the steps done (the next step's data and bias
+  // correction follow from it).
+  T* mutable_params() { return params_.data(); }
+  AdamW<T>& optimizer() { return *opt_; }
+  int steps_done() const { return step_; }
+  void set_steps_done(int s) { step_ = s; }
 
  private:
   TrainConfig cfg_;

@@ -32,6 +32,13 @@ if(PARABENCH_BUILD_TESTS)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/junit_test.py
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_junit_work)
   set_tests_properties(cli_junit PROPERTIES TIMEOUT 300 LABELS "cli")
+  # check --reshard and parabench reshard (docs/checkpoint.md): a pair and a
+  # fault, a checkpoint resharded there and back, bad checkpoints exit 2 with
+  # nothing written.
+  add_test(NAME cli_reshard
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/reshard_test.py
+                   $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_reshard_work)
+  set_tests_properties(cli_reshard PROPERTIES TIMEOUT 300 LABELS "cli")
   # parabench selftest (#17): exit 0, nothing failed, the parts it cannot run named.
   add_test(NAME cli_selftest COMMAND $<TARGET_FILE:parabench> selftest)
   set_tests_properties(cli_selftest PROPERTIES TIMEOUT 300 LABELS "cli"

@@ -2,6 +2,7 @@
 # strategy (impl/registry.h), the pipeline's timing report, the check matrix.
 parabench_library(NAME pb_conformance ALIAS pb::conformance
   SOURCES conformance/compare.cc conformance/engine.cc conformance/pipeline_report.cc conformance/verify.cc
+          conformance/reshard.cc
   DEPS pb::strategies pb::reference pb::harness)
 parabench_test(NAME conformance_compare_test SOURCES conformance/compare_test.cc DEPS pb::conformance)
 parabench_test(NAME conformance_verify_test SOURCES conformance/verify_test.cc DEPS pb::conformance)
@@ -10,6 +11,10 @@ parabench_test(NAME conformance_dp_test SOURCES conformance/dp_conformance_test.
 parabench_test(NAME conformance_pipeline_test SOURCES conformance/pipeline_conformance_test.cc
                DEPS pb::conformance TIMEOUT 300)
 parabench_test(NAME conformance_tp_test SOURCES conformance/tp_conformance_test.cc
+               DEPS pb::conformance TIMEOUT 300)
+# Resharding against an uninterrupted run (docs/checkpoint.md): the pairs, the
+# checkpoint faults, bad checkpoints.
+parabench_test(NAME conformance_reshard_test SOURCES conformance/reshard_test.cc
                DEPS pb::conformance TIMEOUT 300)
 parabench_test(NAME conformance_moe_test SOURCES conformance/moe_conformance_test.cc
                DEPS pb::conformance TIMEOUT 300)
@@ -40,7 +45,8 @@ add_executable(teeth_table conformance/teeth_table.cc)
 target_link_libraries(teeth_table PRIVATE pb::teeth)
 parabench_warnings(teeth_table)
 
-list(APPEND PB_CLI_SOURCES cli/cmd_check.cc cli/cmd_run.cc cli/cmd_verify.cc cli/conformance_output.cc)
+list(APPEND PB_CLI_SOURCES cli/cmd_check.cc cli/cmd_run.cc cli/cmd_verify.cc cli/conformance_output.cc
+     cli/cmd_reshard.cc)
 set_source_files_properties(cli/cmd_run.cc PROPERTIES
   COMPILE_DEFINITIONS "PARABENCH_SOURCE_DIR=\"${PROJECT_SOURCE_DIR}\"")
 list(APPEND PB_CLI_DEPS pb::conformance)

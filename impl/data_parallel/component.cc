@@ -318,6 +318,70 @@ std::vector<double> Component<T>::gather_full(bool grads, Communicator& check, i
   return full;
 }
 
+template <class T>
+void Component<T>::save_state(RankCheckpointOut& out) const {
+  require(ops_->is_host() && offload_segs_.empty(), "checkpoint: model states on a device are not written yet");
+  const int r = c_.dp->rank();
+  if (o_.shard == Shard::none ? r != 0 : (o_.shard == Shard::hsdp && r >= g_)) return;  // contribute's rule
+  AdamW<T>& opt = *opt_;
+  const master_t<T>* master = opt.master_data();
+  for (const Segment& g : opt.segments()) {
+    bool in_norm = true;  // a unit outside the norm is a copy (a pipeline's tied wte): its owner writes it
+    for (int u = 0; u < sl_->num_units(); ++u)
+      if (sl_->unit(u).begin <= g.flat_lo && g.flat_lo < sl_->unit(u).begin + sl_->unit(u).size)
+        in_norm = sl_->unit(u).in_norm;
+    if (!in_norm) continue;
+    // The ranges left out of the norm are copies too (a tensor-parallel
+    // rank other than 0's replicated tensors): tp rank 0 writes them.
+    int64_t lo = g.flat_lo;
+    auto put = [&](int64_t a, int64_t b) {
+      if (a >= b) return;
+      const int64_t d = a - g.flat_lo;
+      out.put("param", a, b, params_.data() + g.param_off + d);
+      if (master) out.put("master", a, b, master + g.state_off + d);
+      out.put("adam_m", a, b, opt.m_data() + g.state_off + d);
+      out.put("adam_v", a, b, opt.v_data() + g.state_off + d);
+    };
+    for (const auto& [a, b] : norm_skip_) {
+      if (b <= lo || a >= g.flat_hi) continue;
+      put(lo, std::min(a, g.flat_hi));
+      lo = std::max(lo, b);
+    }
+    put(lo, g.flat_hi);
+  }
+}
+
+template <class T>
+void Component<T>::load_state(const RankCheckpointIn& in) {
+  require(ops_->is_host() && offload_segs_.empty(), "checkpoint: model states on a device are not read yet");
+  // Where the state of owned flat lo is read from: lo itself, or under the
+  // injected ckpt_uneven_offset the offset an even split of the unit's real
+  // elements would give (the same where the unit splits evenly).
+  auto source = [&](int64_t lo) {
+    if (!in.has(CkptFault::uneven_offset)) return lo;
+    for (int u = 0; u < sl_->num_units(); ++u) {
+      const UnitShard& s = sl_->unit(u);
+      if (lo < s.begin || lo >= s.begin + s.size || s.size % g_ == 0) continue;
+      const int64_t idx = (lo - s.begin) / s.slice;
+      return s.begin + idx * (s.size / g_) + (lo - s.begin - idx * s.slice);
+    }
+    return lo;
+  };
+  for_each_held(false, [&](int64_t lo, int64_t hi, T* data) {
+    const int64_t from = params_sharded() ? source(lo) : lo;
+    in.get("param", from, from + (hi - lo), data);
+  });
+  AdamW<T>& opt = *opt_;
+  master_t<T>* master = opt.master_data();
+  for (const Segment& g : opt.segments()) {
+    const int64_t from = source(g.flat_lo), to = from + (g.flat_hi - g.flat_lo);
+    if (master) in.get("master", from, to, master + g.state_off);
+    if (in.has(CkptFault::drop_moments)) continue;  // left as constructed: zeros
+    in.get("adam_m", from, to, opt.m_data() + g.state_off);
+    in.get("adam_v", from, to, opt.v_data() + g.state_off);
+  }
+}
+
 template class Component<double>;
 template class Component<float>;
 template class Component<bf16>;

@@ -26,6 +26,7 @@
 #include "harness/mesh.h"
 #include "impl/data_parallel/options.h"
 #include "impl/data_parallel/shard.h"
+#include "impl/spec/checkpoint_state.h"
 #include "reference/optimizer.h"
 
 namespace pb::dp {
@@ -135,6 +136,15 @@ class Component {
   // `group` in place, one call per contiguous piece; and their count.
   void all_reduce_held_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges, Communicator& group);
   int64_t held_grads_in(const std::vector<std::pair<int64_t, int64_t>>& ranges);
+
+  // Checkpoints (impl/spec/checkpoint_state.h): save writes the optimizer
+  // segments this rank steps (params, master, Adam m and v) when it is their
+  // writer in the group (contribute's rule: DDP dp rank 0, HSDP the first
+  // replica, the other families every rank, each its own slices); load fills
+  // every held parameter and every owned segment's state from a checkpoint
+  // written at any mesh. On the host only (InputError on a device).
+  void save_state(RankCheckpointOut& out) const;
+  void load_state(const RankCheckpointIn& in);
 
   T* params_data() { return params_.data(); }
   T* grads_data() { return grads_.data(); }

@@ -90,7 +90,7 @@ StepStats data_parallel_step(ModelStates<T>& ms, const TrainConfig& cfg, int Bm,
 template <class T>
 StepStats DpRank<T>::step() {
   StepHooks h;
-  h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_, first, dloss, states_->hooks()); };
+  h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_ + data_shift_, first, dloss, states_->hooks()); };
   const StepStats st = data_parallel_step(*states_, cfg_, runner_->Bm(), step_, groups_[Group::dp_scalar], h,
                                           groups_.find(Group::ep_scalar));
   this->times_.wall_s = this->times_.busy_s = st.seconds;  // no schedule: the step is the compute
@@ -100,6 +100,22 @@ StepStats DpRank<T>::step() {
 template <class T>
 std::vector<double> DpRank<T>::gather(bool grads) {
   return states_->gather(grads, groups_[Group::check], layout_.total());
+}
+
+template <class T>
+void DpRank<T>::save_state(RankCheckpointOut& out) {
+  states_->save_state(out);
+  out.step = step_;
+  out.data_position = step_ + data_shift_;
+}
+
+template <class T>
+void DpRank<T>::load_state(const RankCheckpointIn& in) {
+  states_->load_state(in);
+  const int64_t step = in.has(CkptFault::step_reset) ? 0 : in.step();
+  const int64_t data = in.has(CkptFault::data_position) ? 0 : in.data_position();
+  step_ = int(step);
+  data_shift_ = int(data - step);
 }
 
 template <class T>

@@ -38,6 +38,9 @@ class DpRank : public RankBase<T> {
   ~DpRank() override;
   StepStats step() override;
   Declared declared(int steps) const override;
+  // Checkpoints: both components' states, the step and the data position.
+  void save_state(RankCheckpointOut& out) override;
+  void load_state(const RankCheckpointIn& in) override;
   const ParamLayout& layout() const { return layout_; }
   const ShardLayout& shards() const { return states_->dense().shards(); }
 
@@ -61,6 +64,7 @@ class DpRank : public RankBase<T> {
   std::unique_ptr<ModelStates<T>> states_;
   std::unique_ptr<MicrobatchRunner<T>> runner_;
   int step_ = 0;
+  int data_shift_ = 0;  // the data position minus step_ (0 unless a load's fault moved it)
   std::vector<double> gather(bool grads) override;
 };
 

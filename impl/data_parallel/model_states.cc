@@ -110,6 +110,18 @@ void ModelStates<T>::exclude_from_norm(const std::vector<std::pair<int64_t, int6
 }
 
 template <class T>
+void ModelStates<T>::save_state(RankCheckpointOut& out) const {
+  dense_->save_state(out);
+  if (experts_) experts_->save_state(out);
+}
+
+template <class T>
+void ModelStates<T>::load_state(const RankCheckpointIn& in) {
+  dense_->load_state(in);
+  if (experts_) experts_->load_state(in);
+}
+
+template <class T>
 void ModelStates<T>::zero_grads() {
   dense_->zero_grads();
   if (experts_) experts_->zero_grads();

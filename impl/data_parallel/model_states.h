@@ -99,6 +99,9 @@ class ModelStates {
   // Both components: the flat ranges left out of the norm (component.h).
   void exclude_from_norm(const std::vector<std::pair<int64_t, int64_t>>& ranges);
   void zero_grads();
+  // Both components' checkpoint state (Component::save_state / load_state).
+  void save_state(RankCheckpointOut& out) const;
+  void load_state(const RankCheckpointIn& in);
   // AdamW step t of both components at lr, the gradients scaled by `clip`.
   void step(const OptimConfig& oc, long t, double lr, double clip);
   // Collective over `check` (every rank of the run): the full vector, each

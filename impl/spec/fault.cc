@@ -12,6 +12,7 @@ std::string_view fault_axis_name(FaultAxis a) {
     case FaultAxis::tensor: return "tensor-parallel";
     case FaultAxis::context: return "context-parallel";
     case FaultAxis::pipeline: return "pipeline";
+    case FaultAxis::checkpoint: return "checkpoint";
   }
   return "?";
 }

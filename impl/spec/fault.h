@@ -23,7 +23,8 @@ namespace pb {
 struct RunSpec;
 
 // The axis whose code a fault breaks (the teeth measure each on its cases).
-enum class FaultAxis : uint8_t { data, offload, moe, tensor, context, pipeline };
+// checkpoint: a resharded load (impl/spec/checkpoint_state.h), injected by check --reshard only.
+enum class FaultAxis : uint8_t { data, offload, moe, tensor, context, pipeline, checkpoint };
 std::string_view fault_axis_name(FaultAxis a);  // "data-parallel", ..., for messages
 
 struct FaultDecl {

@@ -28,6 +28,14 @@ RankDevice::RankDevice(Communicator& world, Device device, const DeviceOpener& o
 
 RankDevice::~RankDevice() { world_.order_after(before_); }
 
+void Rank::save_state(RankCheckpointOut&) {
+  throw InputError("checkpoint: this strategy does not write checkpoints (docs/checkpoint.md lists those that do)");
+}
+
+void Rank::load_state(const RankCheckpointIn&) {
+  throw InputError("checkpoint: this strategy does not read checkpoints (docs/checkpoint.md lists those that do)");
+}
+
 std::vector<StepStats> Rank::train(int steps, std::vector<double>* grads1) {
   std::vector<StepStats> out;
   for (int i = 0; i < steps; ++i) {

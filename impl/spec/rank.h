@@ -22,6 +22,7 @@
 #include "harness/comm/comm.h"
 #include "harness/memory.h"
 #include "harness/comm/runner.h"
+#include "impl/spec/checkpoint_state.h"
 #include "impl/spec/fault.h"
 #include "impl/spec/groups.h"
 #include "impl/spec/run_spec.h"
@@ -85,6 +86,12 @@ class Rank {
   // (zeros for a dense model or a strategy that does not run one).
   virtual MoeLoad moe_load() const { return {}; }
   virtual void reset_moe_load() {}
+  // Checkpoints (checkpoint_state.h, docs/checkpoint.md): this rank's share
+  // of the run's state and its counters into `out`; after construction, the
+  // state and counters of a checkpoint written at any mesh from `in`. Not
+  // collective. Default: InputError, the strategy does not checkpoint.
+  virtual void save_state(RankCheckpointOut& out);
+  virtual void load_state(const RankCheckpointIn& in);
 };
 
 // One rank of the storage type of `p` (double, float or bf16):

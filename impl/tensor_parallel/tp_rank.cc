@@ -58,7 +58,7 @@ StepStats TpRank<T>::step() {
   const TrainConfig& c = spec_.train;
   Communicator& tp = groups_[Group::tp];
   dp::StepHooks h;
-  h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_, first, dloss, states_->hooks()); };
+  h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_ + data_shift_, first, dloss, states_->hooks()); };
   h.synced = [&] {
     // SP: each rank's grads of the replicated parameters are partial (its tokens).
     if (o_.sp && o_.tp > 1 && !o_.has(Fault::skip_sp_grad_reduce))
@@ -73,6 +73,23 @@ StepStats TpRank<T>::step() {
                                               groups_[Group::dp_scalar], h, groups_.find(Group::ep_scalar));
   this->times_.wall_s = this->times_.busy_s = st.seconds;
   return st;
+}
+
+template <class T>
+void TpRank<T>::save_state(RankCheckpointOut& out) {
+  out.use_layout(layout_);
+  states_->save_state(out);
+  out.step = step_;
+  out.data_position = step_ + data_shift_;
+}
+
+template <class T>
+void TpRank<T>::load_state(const RankCheckpointIn& in) {
+  states_->load_state(in.with_layout(layout_));
+  const int64_t step = in.has(CkptFault::step_reset) ? 0 : in.step();
+  const int64_t data = in.has(CkptFault::data_position) ? 0 : in.data_position();
+  step_ = int(step);
+  data_shift_ = int(data - step);
 }
 
 template <class T>

@@ -32,6 +32,10 @@ class TpRank : public RankBase<T> {
   ~TpRank() override;
   StepStats step() override;
   Declared declared(int steps) const override;
+  // Checkpoints: the states in this rank's layout mapped onto the full
+  // tensors (checkpoint_state.h use_layout), the step and the data position.
+  void save_state(RankCheckpointOut& out) override;
+  void load_state(const RankCheckpointIn& in) override;
   // Largest |value| among this rank's vocabulary padding rows of wte, params
   // or grads (the ones it holds): 0 when padding never touches anything.
   double padding_max_abs(bool grads);
@@ -48,6 +52,7 @@ class TpRank : public RankBase<T> {
   std::unique_ptr<dp::ModelStates<T>> states_;  // ep > 1: the experts a second component
   std::unique_ptr<TpRunner<T>> runner_;
   int step_ = 0;
+  int data_shift_ = 0;  // the data position minus step_ (0 unless a load's fault moved it)
 };
 
 }  // namespace pb::tp

@@ -14,6 +14,7 @@
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
 #include "suites/cli/conformance_output.h"
+#include "suites/cli/reshard_flags.h"
 #include "reference/train_config_io.h"
 #include "suites/conformance/engine.h"
 #include "impl/registry.h"
@@ -577,7 +578,15 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
                   "bf16-mixed)")
       ->capture_default_str();
   add_preflight_flags(app, f->limits);
-  reg.push_back({app, [f, &env] { return run_check(*f, env); }});
+  // check --reshard A:B (cmd_reshard.cc): resharding judged against an
+  // uninterrupted run, instead of the matrix; 4 steps unless --steps says.
+  auto reshard = std::make_shared<ReshardCheckFlags>();
+  add_reshard_check_flags(app, *reshard);
+  reg.push_back({app, [f, reshard, app, &env] {
+                   if (!reshard->pairs.empty())
+                     return run_reshard_check(*reshard, f->precisions, f->model, app->count("--steps") ? f->steps : 4);
+                   return run_check(*f, env);
+                 }});
 }
 
 }  // namespace pb::cli

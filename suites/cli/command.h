@@ -41,5 +41,6 @@ void register_sweep(CLI::App& root, Registry& reg, const Env& env);
 void register_check(CLI::App& root, Registry& reg, const Env& env);
 void register_run(CLI::App& root, Registry& reg, const Env& env);
 void register_validate(CLI::App& root, Registry& reg, const Env& env);
+void register_reshard(CLI::App& root, Registry& reg, const Env& env);
 
 }  // namespace pb::cli

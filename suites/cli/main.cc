@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   register_run(app, reg, env);
   register_sweep(app, reg, env);
   register_validate(app, reg, env);
+  register_reshard(app, reg, env);
 
   // An unknown first word is named with the commands there are (CLI11 would
   // only say that a subcommand is required).
