@@ -407,7 +407,8 @@ void ResultWriter::write(const RunMeta& meta, const CsvRecord& values) {
     const auto it = std::find(header.begin() + long(n_common), header.end(), name);
     if (it == header.end() && header != schema_.header(kind_)) {
       const auto& cols = schema_.kind_columns(kind_);
-      if (std::any_of(cols.begin(), cols.end(), [&](const ColumnSpec& c) { return c.name == name && c.added > 0; }))
+      const std::string& col = name;  // (clang 14 cannot capture a structured binding)
+      if (std::any_of(cols.begin(), cols.end(), [&](const ColumnSpec& c) { return c.name == col && c.added > 0; }))
         continue;  // an older file, without this column
     }
     if (it == header.end())
