@@ -82,6 +82,20 @@ def skipped_section(run, limit=200):
             % (len(skipped), table(["file:line", "kind", "point", "reason"], rows), more))
 
 
+def unreliable_section(run, limit=200):
+    """The sweep rows marked unreliable (their steps spread past the bound): listed, left out of the planner's
+    error ('' when none)."""
+    rows = report_checks.unreliable_rows(run)
+    if not rows:
+        return ""
+    more = ("<p>%d more not listed.</p>" % (len(rows) - limit)) if len(rows) > limit else ""
+    return ("<h2>Unreliable rows</h2><p class='fail'>%d sweep row(s) have a step-time coefficient of variation "
+            "above the bound (results/SCHEMA.md <code>unreliable</code>): their steps spread as on a busy "
+            "machine. They are drawn (a red x in the throughput figures) but left out of the planner's error; "
+            "measure them again on a quieter machine.</p>%s%s"
+            % (len(rows), table(["file:line", "point", "world", "step time cv", "steps"], rows[:limit]), more))
+
+
 def fmt(v, pct=False):
     if v is None:
         return "-"
@@ -140,10 +154,13 @@ def build(run_dir, out):
                          "</figure>" % (html.escape(caption_title), data, html.escape(caption),
                                         html.escape(os.path.basename(path))))
         if title == "Planner vs measured":
+            shaky = len(report_checks.unreliable_rows(run))
             parts.append("<p>Median |error| of the plan against this run's sweep points, by group; the goal: "
                          "%g%% for throughput and %g%% for peak memory (oversubscribed: more ranks than cores; "
-                         "a point counts for every axis of its mesh).</p>" % (report_checks.GOAL_THROUGHPUT,
-                                                                             report_checks.GOAL_MEMORY))
+                         "a point counts for every axis of its mesh).%s</p>" % (
+                             report_checks.GOAL_THROUGHPUT, report_checks.GOAL_MEMORY,
+                             " %d row(s) marked unreliable are left out (see Unreliable rows)." % shaky
+                             if shaky else ""))
             parts.append(table(["points", "count", "throughput median |error|", "worst (error, point)",
                                 "memory median |error|", "goal"], report_checks.plan_summary(run)))
             parts.append(plan_table_html(run))
@@ -162,6 +179,7 @@ def build(run_dir, out):
         sections.append("<h2>Conformance ratios</h2>" + table(
             ["mesh and strategy", "precision", "quantity", "checks", "max ratio", "threshold C", "bitwise", "verdict"],
             report_checks.conformance_table(run)))
+    sections.append(unreliable_section(run))
     sections.append(skipped_section(run))
     for f in run["ignored"]:
         notes.append("%s: not a results CSV (no kind column) nor an auxiliary file of results/schema.json; "

@@ -7,7 +7,7 @@ import re
 from collections import defaultdict
 
 from report_plots import (ACTION_COLORS, MAX_LABELS, Skip, byte_unit, family, groups, legend_outside,  # noqa: F401
-                          log_ticks, note, num, ok, plt, save, series, strategy_colors)
+                          log_ticks, note, num, ok, plt, reliable, save, series, strategy_colors, unreliable)
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
@@ -199,14 +199,15 @@ def timelines(run, out):
 
 def plan_points(run):
     """(sweep row, plan row) pairs for the same point: strategy, model, precision, mesh, batch, seq (kept in
-    the run: several tables and figures ask)."""
+    the run: several tables and figures ask). Sweep rows marked unreliable are left out: a busy machine's
+    step times say nothing of the planner's error."""
     if "_plan_points" in run:
         return run["_plan_points"]
     key = ("strategy", "model", "precision", "mesh", "global_batch", "seq_len")
     plans = {tuple(r.get(k, "") for k in key): r for r in ok(run["plan"])}
     pairs = []
     if plans:
-        for r in ok(run["sweep"]):
+        for r in reliable(run["sweep"]):
             p = plans.get(tuple(r.get(k, "") for k in key))
             if p is not None:
                 pairs.append((r, p))
@@ -240,6 +241,18 @@ def mesh_axes(mesh):
     sizes = {m.group(1): int(m.group(2)) for m in re.finditer(r"(dp|tp|cp|ep|pp)(\d+)", mesh)}
     axes = [a for a in AXES[1:] if sizes.get(a, 1) > 1]
     return axes or ["dp"]
+
+
+def unreliable_rows(run):
+    """The ok sweep rows marked unreliable: (file:line, point, world, step time cv, step time min..max)."""
+    out = []
+    for r in ok(run["sweep"]):
+        if unreliable(r):
+            lo, hi = num(r, "step_time_min_s"), num(r, "step_time_max_s")
+            out.append((r.origin(), "%s %s %s" % (r.get("model", ""), r.get("mesh", ""), r.get("strategy", "")),
+                        r.get("world", ""), r.get("step_time_cv", ""),
+                        "-" if lo is None or hi is None else "%.3g .. %.3g s" % (lo, hi)))
+    return out
 
 
 def plan_summary(run):

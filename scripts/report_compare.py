@@ -135,7 +135,7 @@ def planner(runs, labels, out):
     for i, run in have:
         plans = {tuple(p.get(k, "") for k in key): p for p in ok(run["plan"])}
         xs, ys = [], []
-        for s in ok(run["sweep"]):
+        for s in rp.reliable(run["sweep"]):  # a row marked unreliable says nothing of the planner's error
             p = plans.get(tuple(s.get(k, "") for k in key))
             if p and num(s, "tokens_per_s") and num(p, "est_tokens_per_s"):
                 xs.append(num(s, "tokens_per_s"))

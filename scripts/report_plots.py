@@ -252,6 +252,17 @@ def ok(rows):
     return [r for r in rows if r.get("status", "ok") == "ok"]
 
 
+def unreliable(r):
+    """Whether the sweep marked row r unreliable (its steps spread past the bound, results/SCHEMA.md
+    `unreliable`; absent in files of schema version 1: reliable)."""
+    return r.get("unreliable") == "1"
+
+
+def reliable(rows):
+    """The ok rows not marked unreliable: what the planner's error is measured against."""
+    return [r for r in ok(rows) if not unreliable(r)]
+
+
 def human_bytes(x, _pos=None):
     for unit, s in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if x >= s:
@@ -393,6 +404,7 @@ def throughput(run, out):
         pts = medians(rows, lambda r: (series(r), int(num(r, "world"))),
                       ["tokens_per_s", "step_time_s", "step_time_min_s", "step_time_max_s"])
         over = {k for k, r, _m, _n in pts if r.get("oversubscribed") == "1"}
+        shaky = {(series(r), int(num(r, "world"))) for r in rows if unreliable(r)}
         by_series = defaultdict(list)
         for (s, w), _r, m, _n in pts:
             if m["tokens_per_s"]:
@@ -410,6 +422,9 @@ def throughput(run, out):
             ho = [(x, y) for x, y in zip(xs, ys) if (s, x) in over]
             if ho:
                 a1.plot([p[0] for p in ho], [p[1] for p in ho], "o", mfc="white", color=colors[s])
+            un = [(x, y) for x, y in zip(xs, ys) if (s, x) in shaky]
+            if un:
+                a1.plot([p[0] for p in un], [p[1] for p in un], "x", color="#b00000", ms=9, mew=2, zorder=4)
             w0, t0 = xs[0], ys[0]
             a2.plot(xs, [100 * (y / x) / (t0 / w0) for x, y in zip(xs, ys)], "o-", color=colors[s], label=s)
         for ax in (a1, a2):
@@ -429,7 +444,8 @@ def throughput(run, out):
         name = "throughput_%s_%s_%s.png" % (model, prec, scaling)
         result.append((save(fig, out, name), "Throughput and scaling efficiency: %s %s %s" % (model, prec, scaling),
                        "Tokens/s (log; median over the rows of a point; bars: throughput at the fastest and slowest "
-                       "measured step; hollow: more ranks than cores, so the scaling is the machine's time-sharing) "
+                       "measured step; hollow: more ranks than cores, so the scaling is the machine's time-sharing; red x: "
+                       "a row marked unreliable, its steps spread as on a busy machine) "
                        "and per-rank throughput relative to each strategy's smallest world."))
     return result
 

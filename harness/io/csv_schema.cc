@@ -94,6 +94,12 @@ ColumnSpec parse_column(const Json& j, const std::string& where) {
   else if (req == "ok") c.required = R::when_ok;
   else if (req == "not_ok") c.required = R::when_not_ok;
   else fail("column '" + c.name + "': unknown 'required' value '" + req + "'");
+  if (j.contains("added")) {
+    const Json& a = j["added"];
+    if (!a.is_number_integer() || a.get<int64_t>() < 1 || a.get<int64_t>() > INT_MAX)
+      fail("column '" + c.name + "': 'added' must be a schema version >= 1");
+    c.added = int(a.get<int64_t>());
+  }
   if (j.contains("values")) {
     const Json& v = j["values"];
     if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const Json& x) { return x.is_string(); }))
@@ -223,6 +229,18 @@ std::vector<std::string> ResultsSchema::header(std::string_view kind) const {
   return h;
 }
 
+bool ResultsSchema::accepts_header(std::string_view kind, const std::vector<std::string>& h) const {
+  if (!has_kind(kind)) return false;
+  // h must be header(kind) with only added columns left out, in order.
+  size_t i = 0;
+  for (const auto* list : {&common_, &kind_columns(kind)})
+    for (const auto& c : *list) {
+      if (i < h.size() && h[i] == c.name) ++i;
+      else if (c.added == 0) return false;
+    }
+  return i == h.size();
+}
+
 std::vector<std::string> ResultsSchema::check_row(std::string_view kind, const std::vector<std::string>& header,
                                                   const std::vector<std::string>& row) const {
   std::vector<std::string> problems;
@@ -292,17 +310,24 @@ std::vector<std::string> validate_table(const CsvTable& t, const std::string& cs
               join(schema.kinds(), ", ") + ")"};
   } else {
     for (const auto& k : schema.kinds())
-      if (schema.header(k) == t.header) kind = k;
+      if (schema.accepts_header(k, t.header)) kind = k;
     if (kind.empty()) return {csv_path + ": header (no rows) matches no kind of the schema"};
   }
-  const std::vector<std::string> expect = schema.header(kind);
-  for (const auto& c : expect)
-    if (std::find(t.header.begin(), t.header.end(), c) == t.header.end())
-      problems.push_back(csv_path + ": missing column '" + c + "' (kind '" + kind + "')");
-  for (const auto& c : t.header)
-    if (std::find(expect.begin(), expect.end(), c) == expect.end())
-      problems.push_back(csv_path + ": unknown column '" + c + "' (kind '" + kind + "')");
-  if (problems.empty() && t.header != expect) problems.push_back(csv_path + ": columns are not in schema order");
+  // The current header, or an older file's without the columns a later
+  // schema version added; else what is wrong with it.
+  if (!schema.accepts_header(kind, t.header)) {
+    std::vector<std::string> expect;
+    for (const auto* list : {&schema.common(), &schema.kind_columns(kind)})
+      for (const auto& c : *list) {
+        expect.push_back(c.name);
+        if (c.added == 0 && std::find(t.header.begin(), t.header.end(), c.name) == t.header.end())
+          problems.push_back(csv_path + ": missing column '" + c.name + "' (kind '" + kind + "')");
+      }
+    for (const auto& c : t.header)
+      if (std::find(expect.begin(), expect.end(), c) == expect.end())
+        problems.push_back(csv_path + ": unknown column '" + c + "' (kind '" + kind + "')");
+    if (problems.empty()) problems.push_back(csv_path + ": columns are not in schema order");
+  }
   for (size_t r = 0; r < t.rows.size() && problems.size() < kMaxProblems; ++r)
     for (auto& p : schema.check_row(kind, t.header, t.rows[r]))
       problems.push_back(csv_path + ":" + std::to_string(t.row_lines[r]) + ": " + p);
@@ -337,8 +362,32 @@ std::vector<std::string> validate_csv_against_schema(const std::string& csv_path
   return validate_csv_against_schema(csv_path, ResultsSchema::load(schema_path));
 }
 
+namespace {
+
+// The header a ResultWriter appends under: the schema's, or an existing older
+// file's (ResultsSchema::accepts_header). Any other existing header is left
+// for CsvWriter to refuse, naming both.
+std::vector<std::string> append_header(const std::string& path, std::string_view kind, const ResultsSchema& schema) {
+  std::vector<std::string> header = schema.header(kind);
+  std::ifstream in(path, std::ios::binary);
+  std::string head(64 << 10, '\0');  // a header is one line, far shorter
+  in.read(head.data(), std::streamsize(head.size()));
+  head.resize(size_t(in.gcount()));
+  const size_t nl = head.find('\n');
+  if (nl == std::string::npos) return header;  // absent, empty or a torn header
+  try {
+    const CsvTable t = parse_csv(std::string_view(head).substr(0, nl + 1), path);
+    if (t.header != header && schema.accepts_header(kind, t.header)) return t.header;
+  } catch (const InputError&) {
+  }
+  return header;
+}
+
+}  // namespace
+
 ResultWriter::ResultWriter(std::string path, std::string kind, const ResultsSchema& schema, CsvWriter::Options options)
-    : schema_(schema), kind_(std::move(kind)), csv_(std::move(path), schema_.header(kind_), options) {
+    : schema_(schema), kind_(std::move(kind)),
+      csv_(path, append_header(path, kind_, schema_), options) {
   std::vector<std::string> meta_names;
   for (const auto& [name, value] : RunMeta{}.fields()) meta_names.push_back(name);
   std::vector<std::string> common;
@@ -356,6 +405,12 @@ void ResultWriter::write(const RunMeta& meta, const CsvRecord& values) {
   const size_t n_common = meta_fields.size();
   for (const auto& [name, value] : values.fields()) {
     const auto it = std::find(header.begin() + long(n_common), header.end(), name);
+    if (it == header.end() && header != schema_.header(kind_)) {
+      const auto& cols = schema_.kind_columns(kind_);
+      const std::string& col = name;  // (clang 14 cannot capture a structured binding)
+      if (std::any_of(cols.begin(), cols.end(), [&](const ColumnSpec& c) { return c.name == col && c.added > 0; }))
+        continue;  // an older file, without this column
+    }
     if (it == header.end())
       throw std::invalid_argument(path() + ": '" + name + "' is not a column of kind '" + kind_ +
                                   "' (common columns come from RunMeta)");

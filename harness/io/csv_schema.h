@@ -26,6 +26,10 @@ struct ColumnSpec {
   std::string pattern;              // string: ECMAScript regex the value must match (<= 1024 chars, no back-references)
   std::string unit;
   std::shared_ptr<const std::regex> compiled;  // of pattern, built once at load
+  // The schema version that added the column (0: there from the start). A
+  // file written before it lacks the column and is still valid: the header
+  // of an older file is the schema's without such columns.
+  int added = 0;
 };
 
 // The text of results/schema.json compiled into the library (generated
@@ -49,6 +53,9 @@ class ResultsSchema {
   // Common columns then the kind's, in order: the header of a `kind` file.
   // std::invalid_argument for an unknown kind.
   std::vector<std::string> header(std::string_view kind) const;
+  // Whether `h` is the header of a `kind` file this schema reads: header(kind),
+  // or an older file's, without some columns a later version added.
+  bool accepts_header(std::string_view kind, const std::vector<std::string>& h) const;
   const std::vector<ColumnSpec>& kind_columns(std::string_view kind) const;
 
   // Problems of the values of one row of `kind` under `header`; empty if the
@@ -76,7 +83,9 @@ std::vector<std::string> validate_csv_text_against_schema(std::string_view csv_t
 
 // Appends rows of one kind: header from the schema, each row checked against
 // it before it is written (std::invalid_argument listing the problems: a
-// writer bug, not a user error).
+// writer bug, not a user error). Appending to an older file (a header
+// without columns a later schema version added: accepts_header) keeps its
+// header, and those columns' values are not written.
 class ResultWriter {
  public:
   ResultWriter(std::string path, std::string kind, const ResultsSchema& schema = ResultsSchema::builtin(),

@@ -69,7 +69,8 @@ TEST(Schema, BuiltinEqualsTheFile) {
   EXPECT_EQ(file.kinds(), built.kinds());
   for (const auto& k : file.kinds()) EXPECT_EQ(file.header(k), built.header(k));
   EXPECT_EQ(built.kinds(), (std::vector<std::string>{"train_step", "conformance", "collective", "sweep", "plan"}));
-  EXPECT_EQ(built.version(), 1);
+  EXPECT_EQ(built.version(), 2);  // 2: sweep.unreliable added
+  EXPECT_EQ(file.version(), built.version());
 }
 
 TEST(Schema, RunMetaMatchesCommonColumns) {
@@ -302,6 +303,67 @@ TEST_F(SchemaTest, EmptyFileOfAKind) {
   std::ofstream(p, std::ios::trunc) << "a,b\n";
   EXPECT_EQ(validate_csv_against_schema(p, ResultsSchema::builtin()),
             std::vector<std::string>{p + ": header (no rows) matches no kind of the schema"});
+}
+
+// A column a later schema version added ("added": N): a file written
+// before lacks it and stays valid, and a writer appending to such a file
+// keeps its header; any other missing column is still a problem.
+TEST_F(SchemaTest, AColumnAddedLaterKeepsOlderFilesReadable) {
+  const ResultsSchema s = ResultsSchema::parse(R"({"schema_version": 2,
+    "common": [{"name": "run_id", "type": "string", "required": "always"}, {"name": "kind", "type": "string"},
+               {"name": "timestamp", "type": "string"}, {"name": "git_rev", "type": "string"},
+               {"name": "host", "type": "string"}, {"name": "backend", "type": "string"},
+               {"name": "world", "type": "int"}, {"name": "mesh", "type": "string"},
+               {"name": "config_hash", "type": "string"}, {"name": "status", "type": "string"},
+               {"name": "reason", "type": "string"}],
+    "kinds": {"k": {"columns": [{"name": "a", "type": "int"}, {"name": "b", "type": "bool", "added": 2}]}}})",
+                                               "x.json");
+  const std::string common = "run_id,kind,timestamp,git_rev,host,backend,world,mesh,config_hash,status,reason";
+  EXPECT_TRUE(s.accepts_header("k", s.header("k")));
+  std::vector<std::string> old_header = s.header("k");
+  old_header.pop_back();
+  EXPECT_TRUE(s.accepts_header("k", old_header));
+  EXPECT_FALSE(s.accepts_header("k", {"run_id"}));
+  EXPECT_FALSE(s.accepts_header("nope", old_header));
+  const std::string old_file = path("old.csv");
+  std::ofstream(old_file) << common << ",a\nr,k,t,g,h,local,1,dp1,,ok,,7\n";
+  EXPECT_EQ(validate_csv_against_schema(old_file, s), std::vector<std::string>{});
+  {  // appended under the file's own header; b's value is not written
+    ResultWriter w(old_file, "k", s);
+    RunMeta m = meta();
+    m.config_hash.clear();
+    w.write(m, CsvRecord().set("a", 8).set("b", true));
+  }
+  const CsvTable t = read_csv(old_file);
+  EXPECT_EQ(t.header, old_header);
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(t.rows[1][t.column("a")], "8");
+  EXPECT_EQ(validate_csv_against_schema(old_file, s), std::vector<std::string>{});
+  // A new file gets the whole header; a column that was always there is still required.
+  const std::string new_file = path("new.csv");
+  { ResultWriter w(new_file, "k", s); }
+  EXPECT_EQ(read_csv(new_file).header, s.header("k"));
+  const std::string no_a = path("no_a.csv");
+  std::ofstream(no_a) << common << ",b\nr,k,t,g,h,local,1,dp1,,ok,,1\n";
+  EXPECT_EQ(validate_csv_against_schema(no_a, s), std::vector<std::string>{no_a + ": missing column 'a' (kind 'k')"});
+  const std::string swapped = path("swapped.csv");
+  std::ofstream(swapped) << common << ",b,a\nr,k,t,g,h,local,1,dp1,,ok,,1,2\n";
+  EXPECT_EQ(validate_csv_against_schema(swapped, s),
+            std::vector<std::string>{swapped + ": columns are not in schema order"});
+  try {
+    ResultsSchema::parse(R"({"common": [], "kinds": {"k": {"columns": [{"name": "a", "type": "int", "added": 0}]}}})",
+                         "y.json");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'added' must be a schema version >= 1"), std::string::npos) << e.what();
+  }
+  // The results schema's own: sweep.unreliable came in version 2.
+  const ResultsSchema& b = ResultsSchema::builtin();
+  EXPECT_GE(b.version(), 2);
+  std::vector<std::string> v1 = b.header("sweep");
+  ASSERT_EQ(v1.back(), "unreliable");
+  v1.pop_back();
+  EXPECT_TRUE(b.accepts_header("sweep", v1));
 }
 
 }  // namespace

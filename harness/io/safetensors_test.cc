@@ -215,11 +215,15 @@ TEST(Safetensors, RejectsBrokenFiles) {
             "safetensors t.safetensors: tensor 'a': 'data_offsets' must be [begin, end] of non-negative integers");
   EXPECT_EQ(error_of(hand_made(R"({"__metadata__":{"k":1}})", 0)),
             "safetensors t.safetensors: __metadata__ 'k' is not a string");
-  // A duplicate name leaves the first tensor's bytes unreferenced.
-  EXPECT_NE(error_of(hand_made(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                               R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8))
-                .find("gap of 4 bytes"),
-            std::string::npos);
+  // A duplicate name is refused, whether or not its bytes look contiguous.
+  EXPECT_EQ(error_of(hand_made(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                               R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8)),
+            "safetensors t.safetensors: tensor 'a' appears twice in the header");
+  EXPECT_EQ(error_of(hand_made(R"({"a":5})", 0)), "safetensors t.safetensors: tensor 'a': entry is not an object");
+  EXPECT_EQ(error_of(hand_made(R"({"a":[1,2]})", 0)), "safetensors t.safetensors: tensor 'a': entry is not an object");
+  EXPECT_EQ(error_of(hand_made(R"({"__metadata__":"x"})", 0)), "safetensors t.safetensors: __metadata__ is not an object");
+  EXPECT_EQ(error_of(hand_made(R"([{"dtype":"F32","shape":[1],"data_offsets":[0,4]}])", 4)),
+            "safetensors t.safetensors: header is not a JSON object");
 }
 
 // The schema fuzzer's finding (harness/io/csv_schema_test.cc
@@ -227,6 +231,25 @@ TEST(Safetensors, RejectsBrokenFiles) {
 // is nlohmann's out_of_range, not a parse_error. And a dimension past
 // INT64_MAX after a 0 kept the count at 0, so it passed the size check and
 // was stored in the int64 shape as a negative dimension.
+// A header of many entries is read whole, each entry checked and indexed
+// (the parse is one pass over the entries: issue #50 timed the earlier,
+// quadratic one at 24 s for 200,000; figures in the project's measurements).
+TEST(Safetensors, ManyEntriesAreEachReadAndIndexed) {
+  constexpr int kEntries = 50000;
+  std::string h = "{";
+  for (int i = 0; i < kEntries; ++i) {
+    if (i) h.append(",");
+    h.append("\"t").append(std::to_string(i)).append("\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[");
+    h.append(std::to_string(4 * i)).append(",").append(std::to_string(4 * i + 4)).append("]}");
+  }
+  h += "}";
+  const SafetensorsFile f = SafetensorsFile::parse(hand_made(h, 4 * kEntries), "many.safetensors");
+  ASSERT_EQ(f.tensors().size(), size_t(kEntries));
+  EXPECT_TRUE(f.contains("t0"));
+  EXPECT_EQ(f.info("t49999").begin, 4u * 49999);
+  EXPECT_FALSE(f.contains("t50000"));
+}
+
 TEST(Safetensors, RejectsHostileHeaderNumbers) {
   EXPECT_NE(error_of(hand_made(R"({"a":{"dtype":"F32","shape":[1e400],"data_offsets":[0,4]}})", 4))
                 .find("t.safetensors: header is not valid JSON"),

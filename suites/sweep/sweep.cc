@@ -14,6 +14,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <ostream>
 #include <map>
@@ -24,6 +25,7 @@
 
 #include "harness/io/csv.h"
 #include "harness/io/csv_schema.h"
+#include "harness/io/output_file.h"
 #include "harness/comm/runner.h"
 #include "harness/status.h"
 #include "harness/mesh.h"
@@ -33,6 +35,7 @@
 #include "reference/model_config.h"
 #include "suites/planner/machine.h"
 #include "suites/planner/preflight.h"
+#include "suites/sweep/reliability.h"
 #include "suites/sweep/sweep_plan.h"
 #include "suites/sweep/sweep_internal.h"
 
@@ -52,10 +55,11 @@ namespace {
 
 // A resumed sweep replaces the extrapolated plan rows an earlier run of it
 // wrote (they came from the largest points measured then): the rows whose
-// reason starts with "extrapolated" leave plan.csv (rewritten through a
-// temporary file; rows are single lines, csv_escape folds line breaks), and
-// so does a torn last row.
-void drop_extrapolated_rows(const std::string& plan_path) {
+// reason starts with "extrapolated" leave plan.csv, and so does a torn last
+// row (rows are single lines, csv_escape folds line breaks). Rewritten by
+// write_output_file: a temporary renamed over a regular file, never over
+// what is not one, nor over one of the sweep's inputs.
+void drop_extrapolated_rows(const std::string& plan_path, const std::vector<std::string>& inputs) {
   if (!std::filesystem::exists(plan_path)) return;
   const CsvTable t = read_csv(plan_path, {/*drop_partial_tail=*/true});
   const size_t cr = t.column("reason");
@@ -65,17 +69,22 @@ void drop_extrapolated_rows(const std::string& plan_path) {
   if (drop.empty() && !t.dropped_partial_tail) return;
   std::ifstream in(plan_path, std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  require(bool(in) || in.eof(), "--resume: cannot read '" + plan_path + "'");
   std::string kept;
   size_t line = 1, at = 0;
   for (size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1, ++line)
     if (!drop.count(line)) kept.append(text, at, nl + 1 - at);
-  const std::string tmp = plan_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << kept;
-    require(bool(out.flush()), "--resume: cannot rewrite '" + plan_path + "' (writing " + tmp + ")");
-  }
-  std::filesystem::rename(tmp, plan_path);
+  write_output_file(plan_path, kept, "--resume: plan.csv", inputs);
+}
+
+// Every file the sweep writes, checked before the first point runs: none is
+// a directory, a socket or one of the sweep's inputs (the config, the
+// machine profile: SweepConfig::inputs).
+void check_outputs(const SweepConfig& c, const SweepRun& run) {
+  const std::pair<const std::string*, const char*> outputs[] = {
+      {&run.csv_path, "sweep CSV"}, {&run.plan_csv_path, "plan CSV"}, {&run.rounds_csv_path, "rounds CSV"}};
+  for (const auto& [path, what] : outputs)
+    if (!path->empty()) check_output_path(*path, what, c.inputs);
 }
 
 // The ok points an earlier run of a resumed sweep measured (rows of its CSV
@@ -274,6 +283,7 @@ class SweepDriver {
         figures_(c, run.limits) {}
 
   void select(const std::map<std::string, std::vector<PointResult>>& rounds_done) {
+    if (writer_) load_before_ = sample_host_load();
     todo_ = todo_points(c_, run_, writer_, hosted_points(c_, run_), skip_, rounds_done, sum);
   }
 
@@ -283,7 +293,7 @@ class SweepDriver {
     figures_.peak_rank = c_.peak_gflops * 1e9;
     if (writer_ && figures_.peak_rank == 0 && !todo_.points.empty() && !run_.peak_flops)
       figures_.peak_rank = kernels::measure_sgemm_gflops(512, 0.3) * 1e9;
-    if (extrapolates_ && !skip_.empty()) drop_extrapolated_rows(run_.plan_csv_path);
+    if (extrapolates_ && !skip_.empty()) drop_extrapolated_rows(run_.plan_csv_path, c_.inputs);
     if (writer_ && !run_.world && !run_.plan_csv_path.empty() && !todo_.points.empty()) open_plan_csv();
     if (writer_ && c_.rounds > 1 && !run_.rounds_csv_path.empty())
       rounds_csv_ = std::make_unique<CsvWriter>(run_.rounds_csv_path, round_columns());
@@ -326,6 +336,15 @@ class SweepDriver {
     }
     for (const PlanRow& row : extrapolated_plan_rows(c_, all, figures_.hw, figures_.rates))
       plan_csv_->write(row.meta, row.values);
+  }
+
+  // The warning naming the rows whose step times spread past the bound,
+  // with the load the host showed over the run.
+  void warn_unreliable() {
+    if (!writer_ || unreliable_.empty()) return;
+    const std::string w = unreliable_warning(unreliable_, sum.ok, load_before_, sample_host_load(),
+                                             int(std::max(1u, std::thread::hardware_concurrency())));
+    *(run_.warnings ? run_.warnings : &std::cerr) << w << std::endl;
   }
 
   SweepSummary sum;
@@ -398,6 +417,10 @@ class SweepDriver {
       plan_csv_->write(pr.meta, pr.values);
     }
     (r.status == "ok" ? sum.ok : r.status == "rejected" ? sum.rejected : sum.failed) += 1;
+    if (unreliable(r)) {
+      unreliable_.push_back({p.label(), r.step_time_cv});
+      ++sum.unreliable;
+    }
     if (run_.table) *run_.table << table_line(p, r) << std::endl;
   }
 
@@ -411,6 +434,8 @@ class SweepDriver {
   std::unique_ptr<CsvWriter> rounds_csv_;
   std::vector<bool> finished_;
   std::vector<MeasuredPoint> measured_;  // ok points with plan rows, for the extrapolation
+  std::vector<UnreliableRow> unreliable_;  // this run's rows past the spread bound
+  HostLoad load_before_;
   size_t runs_ = 0, run_no_ = 0;
   clock::time_point started_;
 };
@@ -420,11 +445,13 @@ class SweepDriver {
 SweepSummary run_sweep(const SweepConfig& c, const SweepRun& run, const std::set<std::string>& skip,
                        const std::map<std::string, std::vector<PointResult>>& rounds_done) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (!run.world || hosts_rank(*run.world, 0)) check_outputs(c, run);
   SweepDriver sweep(c, run, skip);
   sweep.select(rounds_done);
   sweep.open_outputs();
   sweep.run_rounds();
   sweep.extrapolate();
+  sweep.warn_unreliable();
   sweep.sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return sweep.sum;
 }

@@ -81,6 +81,9 @@ struct SweepConfig {
   // points alone), no plan rows; points no strategy runs on a device (tensor,
   // context, expert parallel, MoE, fp64) are rejected rows naming why.
   Device device = Device::cpu;
+  // The files this config was read from (the config itself, sweep.machine's
+  // profile): no output of the sweep may be one of them.
+  std::vector<std::string> inputs;
 };
 
 // Reads [sweep] and rejects keys nothing read (InputError naming the key).
@@ -234,6 +237,9 @@ struct SweepRun {
   RunMeta meta;               // run_id, git_rev, host, backend for every row
   std::ostream* progress = nullptr;  // "[k/n] ... ETA" lines, if set
   std::ostream* table = nullptr;     // one result line per point, if set
+  // The end-of-run warning naming the unreliable rows (reliability.h) and
+  // the host's load; null: std::cerr.
+  std::ostream* warnings = nullptr;
   // Under mpirun: the launched world. Only its points (world = its size) run;
   // the process hosting rank 0 writes, and no plan rows are written (their
   // timing uses this machine's local-backend figures; give `parabench plan`
@@ -248,6 +254,7 @@ struct SweepRun {
 
 struct SweepSummary {
   int points = 0, skipped = 0, ok = 0, rejected = 0, failed = 0;
+  int unreliable = 0;  // ok rows marked unreliable (their step-time spread: reliability.h)
   double seconds = 0;
 };
 

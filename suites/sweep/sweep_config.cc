@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@
 
 namespace pb::sweep {
 namespace {
+
+constexpr int64_t kMaxGlobalBatch = int64_t(1) << 30;  // sequences per step
 
 std::vector<std::string> read_scaling(ConfigReader& r) {
   std::vector<std::string> v;
@@ -90,7 +93,18 @@ SweepConfig read_sweep_config(ConfigReader& r) {
     if (!t.model.empty()) named_model(t.model);  // InputError naming the model when unknown
     p = mesh_text(ms) + " " + canonical_strategy(t.strategy) + (t.model.empty() ? "" : " " + t.model);
   }
-  c.global_batch = r.get<int>("sweep.global_batch", int(c.batch_per_rank * max_dp), Bounds::positive());
+  // The largest point's global batch under weak scaling (and strong
+  // scaling's default): a product checked before it becomes an int, named
+  // by its factors.
+  const bool weak = std::find(c.scaling.begin(), c.scaling.end(), "weak") != c.scaling.end();
+  int64_t largest = 0;
+  if (__builtin_mul_overflow(int64_t(c.batch_per_rank), max_dp, &largest) || largest > kMaxGlobalBatch) {
+    const std::string product = "sweep.batch_per_rank x the largest dp = " + std::to_string(c.batch_per_rank) +
+                                " x " + std::to_string(max_dp) + " sequences per step is more than 2^30";
+    require(!weak, product + " (weak scaling)");
+    require(r.has("sweep.global_batch"), product + " (strong scaling's default sweep.global_batch)");
+  }
+  c.global_batch = r.get<int>("sweep.global_batch", int(std::min(largest, kMaxGlobalBatch)), Bounds::positive());
   c.seq = r.get<int>("sweep.seq", c.seq, Bounds::positive());
   c.steps = r.get<int>("sweep.steps", c.steps, Bounds::positive());
   c.warmup = r.get<int>("sweep.warmup", c.warmup, Bounds::non_negative());
@@ -125,6 +139,10 @@ SweepConfig read_sweep_config(ConfigReader& r) {
       if (msg.rfind("--machine: ", 0) == 0) msg = msg.substr(11);
       throw InputError("sweep.machine: " + msg);
     }
+  }
+  for (const std::string& f : {r.source(), c.machine}) {
+    std::error_code ec;
+    if (!f.empty() && std::filesystem::is_regular_file(f, ec)) c.inputs.push_back(f);
   }
   non_empty(c.strategies, "sweep.strategies");
   non_empty(c.worlds, "sweep.worlds");
@@ -197,7 +215,7 @@ int64_t point_global_batch(const SweepConfig& c, const SweepPoint& p) {
 RunSpec point_spec(const SweepConfig& c, const SweepPoint& p) {
   const int64_t global_batch = point_global_batch(c, p);
   const char* bkey = p.scaling == "weak" ? "sweep.batch_per_rank" : "sweep.global_batch";
-  require(global_batch <= (int64_t(1) << 30),
+  require(global_batch <= kMaxGlobalBatch,
           std::string(bkey) + ": the global batch " + std::to_string(global_batch) + " is more than 2^30 sequences");
   RunSpec spec = p.spec;
   TrainConfig& cfg = spec.train;

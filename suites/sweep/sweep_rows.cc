@@ -16,6 +16,7 @@
 #include "harness/io/csv.h"
 #include "harness/io/csv_schema.h"
 #include "harness/status.h"
+#include "suites/sweep/reliability.h"
 #include "suites/sweep/sweep_internal.h"
 
 namespace pb::sweep {
@@ -83,7 +84,7 @@ CsvRecord to_record(const SweepPoint& p, const PointResult& r) {
   rec.set("step_time_s", r.step_time_s).set("tokens_per_s", r.tokens_per_s);
   rec.set("step_time_min_s", r.step_time_min_s).set("step_time_max_s", r.step_time_max_s);
   rec.set("step_time_cv", r.step_time_cv).set("measured_steps", int64_t(r.measured_steps));
-  rec.set("oversubscribed", r.oversubscribed);
+  rec.set("oversubscribed", r.oversubscribed).set("unreliable", unreliable(r));
   rec.set("model_flops_per_s", r.model_flops_per_s).set("peak_flops", r.peak_flops);
   if (r.peak_flops > 0) rec.set("mfu", r.mfu);
   static constexpr const char* kMemCols[6] = {"mem_params", "mem_grads", "mem_optimizer",
