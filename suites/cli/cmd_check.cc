@@ -54,7 +54,7 @@ StrategyRun point(const CheckFlags& f, const std::string& precision, const MeshS
                   const std::string& strategy) {
   StrategyRun s;
   s.spec.mesh = mesh;
-  apply_strategy_text(s.spec, strategy, "--strategy");
+  apply_strategy_text(s.spec, strategy, fault_catalogue(), "--strategy");
   TrainConfig& c = s.spec.train;
   c.precision = parse_precision(precision);
   c.steps = f.steps;

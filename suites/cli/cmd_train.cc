@@ -81,10 +81,10 @@ void print_peaks(const std::string& device, const DevicePeaks& peaks, int gpus) 
 // order), and the run is judged. Exit 1 when a check fails.
 int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
   StrategyRun s;
-  s.spec = read_run_spec(r);
+  s.spec = read_run_spec(r, fault_catalogue());
   r.check_no_unknown_keys();
   if (!f.strategy.empty()) {
-    apply_strategy_text(s.spec, f.strategy, "--strategy");
+    apply_strategy_text(s.spec, f.strategy, fault_catalogue(), "--strategy");
     validate(s.spec);
   }
   strategy_for(s.spec).validate(s.spec);  // bad input is exit 2 before any rank starts
