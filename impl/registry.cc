@@ -1,9 +1,13 @@
 #include "impl/registry.h"
 
 #include "harness/status.h"
+#include "impl/context_parallel/options.h"
+#include "impl/data_parallel/options.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/faults.h"
 #include "impl/expert_parallel/strategy.h"
 #include "impl/pipeline/strategy.h"
+#include "impl/tensor_parallel/options.h"
 #include "impl/tensor_parallel/strategy.h"
 
 namespace pb {
@@ -14,10 +18,19 @@ const std::vector<const Strategy*>& strategies() {
   return all;
 }
 
+FaultCatalogue fault_catalogue() {
+  // Adding an axis with faults: its table here too (registry_test checks
+  // that every strategy's declarations are in it).
+  static const std::vector<FaultDecl> all =
+      fault_decls({dp::fault_decls(), ep::moe_fault_decls(), tp::fault_decls(), cp::fault_decls(),
+                   pipeline::fault_decls()});
+  return all;
+}
+
 const Strategy& strategy_for(const RunSpec& s) {
   for (const Strategy* st : strategies())
     if (st->runs(s)) {
-      check_fault_names(st->faults, s.faults);
+      check_declared(st->faults, s.faults, "the " + st->name + " strategy");
       return *st;
     }
   std::string missing;

@@ -10,9 +10,14 @@ namespace pb {
 
 const std::vector<const Strategy*>& strategies();
 
+// Every axis's fault declarations, each axis's rows together (static): what
+// the run-spec parser resolves fault names against (run_spec.h
+// apply_strategy_text, read_run_spec).
+FaultCatalogue fault_catalogue();
+
 // The implementation that runs `s`: InputError naming the mesh and the axes
-// no implementation covers yet, or a fault name it does not declare (naming
-// the ones it does, by axis).
+// no implementation covers yet, or a fault it does not declare (naming the
+// ones it does, by axis).
 const Strategy& strategy_for(const RunSpec& s);
 
 }  // namespace pb

@@ -22,7 +22,7 @@ CpOptions options_of(const RunSpec& s) {
   o.cp = s.mesh.cp;
   o.algo = s.context.algo;
   o.zigzag = s.context.zigzag;
-  for (Fault f : fault_values<Fault>(fault_decls(), FaultAxis::context, s.faults)) o.faults.insert(f);
+  for (Fault f : fault_values<Fault>(s.faults, FaultAxis::context)) o.faults.insert(f);
   return o;
 }
 

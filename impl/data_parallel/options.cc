@@ -79,10 +79,10 @@ std::span<const FaultDecl> fault_decls() {
   return d;
 }
 
-std::set<Fault> faults_of(const std::vector<std::string>& faults) {
+std::set<Fault> faults_of(const Faults& faults) {
   std::set<Fault> out;
   for (FaultAxis a : {FaultAxis::data, FaultAxis::offload})
-    for (Fault f : fault_values<Fault>(fault_decls(), a, faults)) out.insert(f);
+    for (Fault f : fault_values<Fault>(faults, a)) out.insert(f);
   return out;
 }
 

@@ -34,7 +34,7 @@ std::string fault_name(Fault f);
 // The data axis's faults, declared (impl/spec/fault.h); no_copy_back is the
 // offload axis's.
 std::span<const FaultDecl> fault_decls();
-std::set<Fault> faults_of(const std::vector<std::string>& faults);  // the data axis's among a spec's
+std::set<Fault> faults_of(const Faults& faults);  // the data axis's among a spec's
 std::vector<Fault> faults_for(Shard s, Offload o);  // the faults that apply
 
 // The data axis as a rank runs it: the run spec's options (run_spec.h

@@ -37,8 +37,8 @@ std::span<const FaultDecl> moe_fault_decls() {
 
 std::string moe_fault_name(MoeFault f) { return fault_name_of(moe_fault_decls(), FaultAxis::moe, uint8_t(f)); }
 
-std::set<MoeFault> moe_faults_of(const std::vector<std::string>& faults) {
-  const auto v = fault_values<MoeFault>(moe_fault_decls(), FaultAxis::moe, faults);
+std::set<MoeFault> moe_faults_of(const Faults& faults) {
+  const auto v = fault_values<MoeFault>(faults, FaultAxis::moe);
   return {v.begin(), v.end()};
 }
 

@@ -15,7 +15,7 @@ namespace pb::ep {
 
 std::span<const FaultDecl> moe_fault_decls();
 std::string moe_fault_name(MoeFault f);
-// The MoE faults among a spec's fault names.
-std::set<MoeFault> moe_faults_of(const std::vector<std::string>& faults);
+// The MoE faults among a spec's.
+std::set<MoeFault> moe_faults_of(const Faults& faults);
 
 }  // namespace pb::ep

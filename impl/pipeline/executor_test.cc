@@ -128,7 +128,7 @@ TEST(Executor, CommBufferPeakIsTheScheduleOrderReplay) {
   for (const Case& c : cases) {
     RunSpec s;
     s.mesh = parse_mesh(c.mesh);
-    apply_strategy_text(s, c.strategy);
+    apply_strategy_text(s, c.strategy, fault_decls());  // no faults here: the pipeline's table
     s.train.model = named_model(c.model);
     s.train.steps = 2;
     s.train.seq = 8;

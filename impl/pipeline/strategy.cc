@@ -13,7 +13,7 @@ PipelineOptions options_of(const RunSpec& s) {
   o.pp = s.mesh.pp;
   o.virtual_stages = s.pipe.virtual_stages;
   o.tensor = tp::options_of(s);  // the stage's tensor axis, its faults included
-  for (Fault f : fault_values<Fault>(fault_decls(), FaultAxis::pipeline, s.faults)) {
+  for (Fault f : fault_values<Fault>(s.faults, FaultAxis::pipeline)) {
     switch (f) {
       case Fault::skip_microbatch: o.faults.skip_microbatch = true; break;
       case Fault::grad_to_wrong_stage: o.faults.grad_to_wrong_stage = true; break;

@@ -3,12 +3,15 @@
 // shard offset, ...); each axis declares its own once, as FaultDecl rows
 // (name, the axis it breaks, its typed value there, what it breaks, the specs
 // it applies to), and each Strategy (rank.h) lists the rows of every axis it
-// runs. Names are checked against those rows once, when the strategy for a
-// spec is found (impl/registry.h strategy_for); an axis reads its faults as
-// its own enum values (fault_values), and the teeth (suites/conformance)
-// inject every declared fault where it applies, without a branch per axis.
-// Invariant: a name is declared by one axis only, and keeps its text form
-// (run_spec.h prints a spec's faults joined by '+').
+// runs. A fault is typed from the parser on: the run-spec parser resolves each
+// name against a catalogue of every axis's rows (impl/registry.h
+// fault_catalogue) and the spec holds the row itself; strategy_for checks
+// that its strategy declares each one; an axis reads its faults as its own
+// enum values (fault_values), and the teeth (suites/conformance) inject every
+// declared fault where it applies, without a branch per axis.
+// Invariants: a name is declared by one axis only, and keeps its text form
+// (run_spec.h prints a spec's faults joined by '+'); the rows are static, so
+// a spec's pointers to them never dangle.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -38,24 +41,43 @@ struct FaultDecl {
   bool (*applies)(const RunSpec&) = nullptr;
 };
 
+// A spec's injected faults: rows of the axes' static tables, sorted by name,
+// unique (normalize_faults).
+using Faults = std::vector<const FaultDecl*>;
+
+// Every row the parser may resolve a name to: the tables of every axis, each
+// axis's rows together (impl/registry.h fault_catalogue; a test may pass one
+// axis's table). Its rows must be static (the spec keeps pointers to them).
+using FaultCatalogue = std::span<const FaultDecl>;
+
 // The declarations of several axes, in order (a strategy composing them).
 std::vector<FaultDecl> fault_decls(std::initializer_list<std::span<const FaultDecl>> axes);
 
-// The declaration named `name`, or null.
-const FaultDecl* find_fault(std::span<const FaultDecl> decls, std::string_view name);
+// The row of `catalogue` named `name`: InputError "<field>: unknown fault 'x'
+// (data-parallel faults: a, b; tensor-parallel faults: ...)" otherwise.
+const FaultDecl& parse_fault(FaultCatalogue catalogue, std::string_view name, std::string_view field);
 
-// Every name in `faults` is declared in `decls`: InputError "strategy.faults:
-// unknown fault 'x' (data-parallel faults: a, b; tensor-parallel faults: ...)"
-// otherwise.
-void check_fault_names(std::span<const FaultDecl> decls, const std::vector<std::string>& faults);
+// "a+b": each name's row (parse_fault), sorted, unique.
+Faults parse_faults(FaultCatalogue catalogue, std::string_view text, std::string_view field);
 
-// The values of `axis`'s faults among `faults` (names of other axes skipped),
-// as the axis's enum E.
+// Sorts by name and drops repeats (a name means one row).
+void normalize_faults(Faults& f);
+
+// "a+b": the text form of a spec's faults (names sorted).
+std::string faults_text(const Faults& f);
+
+// Every fault in `faults` is one `decls` declares (a strategy's): InputError
+// "strategy.faults: 'x' is not a fault of <who> (data-parallel faults: a, b;
+// ...)" otherwise.
+void check_declared(std::span<const FaultDecl> decls, const Faults& faults, std::string_view who);
+
+// The values of `axis`'s faults among `faults` (other axes' skipped), as the
+// axis's enum E.
 template <class E>
-std::vector<E> fault_values(std::span<const FaultDecl> decls, FaultAxis axis, const std::vector<std::string>& faults) {
+std::vector<E> fault_values(const Faults& faults, FaultAxis axis) {
   std::vector<E> out;
-  for (const std::string& f : faults)
-    if (const FaultDecl* d = find_fault(decls, f); d && d->axis == axis) out.push_back(E(d->value));
+  for (const FaultDecl* d : faults)
+    if (d->axis == axis) out.push_back(E(d->value));
   return out;
 }
 

@@ -170,8 +170,8 @@ struct Strategy {
   // engine runs it with this same implementation.
   std::optional<RunSpec> (*bitwise_twin)(const RunSpec&) = nullptr;
   // The injected faults it ships (fault.h): its own axes' and those of the
-  // axes it composes; a spec's fault names are checked against these once
-  // (impl/registry.h strategy_for).
+  // axes it composes; strategy_for (impl/registry.h) refuses a spec's fault
+  // that is not among these.
   std::vector<FaultDecl> faults;
 };
 

@@ -113,27 +113,11 @@ std::string num_text(double v) {
   return b;
 }
 
-void check_fault_name(std::string_view f, std::string_view field) {
-  require(!f.empty() && std::all_of(f.begin(), f.end(), [](char c) {
-            return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-          }),
-          std::string(field) + ": fault " + quote(f) + " is not a name of [a-z0-9_]");
-}
-
-void normalize_faults(std::vector<std::string>& f) {
-  std::sort(f.begin(), f.end());
-  f.erase(std::unique(f.begin(), f.end()), f.end());
-}
-
 constexpr const char* kKeys =
     "shard, offload, bucket_mb, overlap, prefetch, reshard_after_forward, shard_group, sp, recompute, cp_algo, zigzag, "
     "schedule, virtual_stages, faults";
 
 }  // namespace
-
-bool RunSpec::has_fault(std::string_view name) const {
-  return std::find(faults.begin(), faults.end(), name) != faults.end();
-}
 
 std::string strategy_text(const RunSpec& s) {
   const RunSpec d;
@@ -157,17 +141,13 @@ std::string strategy_text(const RunSpec& s) {
   add(s.pipe.schedule.has_value(), "schedule",
       s.pipe.schedule ? std::string(pipeline::schedule_name(*s.pipe.schedule)) : "");
   add(s.pipe.virtual_stages != d.pipe.virtual_stages, "virtual_stages", std::to_string(s.pipe.virtual_stages));
-  std::vector<std::string> f = s.faults;
-  normalize_faults(f);
-  std::string joined;
-  for (const auto& x : f) joined += (joined.empty() ? "" : "+") + x;
-  add(!f.empty(), "faults", joined);
+  add(!s.faults.empty(), "faults", faults_text(s.faults));
   std::string out;
   for (const auto& x : kv) out += (out.empty() ? "" : ",") + x;
   return out;
 }
 
-void apply_strategy_text(RunSpec& s, std::string_view text, std::string_view field) {
+void apply_strategy_text(RunSpec& s, std::string_view text, FaultCatalogue faults, std::string_view field) {
   if (text.empty()) return;
   for (std::string_view item : split(text, ',')) {
     const size_t eq = item.find('=');
@@ -197,12 +177,7 @@ void apply_strategy_text(RunSpec& s, std::string_view text, std::string_view fie
     else if (key == "schedule") s.pipe.schedule = pipeline::parse_schedule_kind(v, f);
     else if (key == "virtual_stages") s.pipe.virtual_stages = parse_int(v, f, 1, INT32_MAX);
     else if (key == "faults") {
-      s.faults.clear();
-      for (std::string_view x : split(v, '+')) {
-        check_fault_name(x, f);
-        s.faults.emplace_back(x);
-      }
-      normalize_faults(s.faults);
+      s.faults = parse_faults(faults, v, f);
     } else {
       throw InputError(std::string(field) + ": unknown key " + quote(key) + " (keys: " + kKeys + ")");
     }
@@ -214,7 +189,7 @@ std::string spec_label(const RunSpec& s) {
   return mesh_text(s.mesh) + (st.empty() ? "" : " " + st);
 }
 
-RunSpec read_run_spec(ConfigReader& r) {
+RunSpec read_run_spec(ConfigReader& r, FaultCatalogue faults) {
   RunSpec s;
   s.train = read_train_config(r);
   s.mesh = parse_mesh(r.get<std::string>("strategy.mesh", "dp1"), "strategy.mesh");
@@ -237,8 +212,8 @@ RunSpec read_run_spec(ConfigReader& r) {
   if (r.has("strategy.schedule"))
     s.pipe.schedule = pipeline::parse_schedule_kind(r.get<std::string>("strategy.schedule", ""), "strategy.schedule");
   s.pipe.virtual_stages = r.get<int>("strategy.virtual_stages", 1, Bounds::at_least(1));
-  s.faults = r.get<std::vector<std::string>>("strategy.faults", {});
-  for (const auto& f : s.faults) check_fault_name(f, "strategy.faults");
+  for (const std::string& f : r.get<std::vector<std::string>>("strategy.faults", {}))
+    s.faults.push_back(&parse_fault(faults, f, "strategy.faults"));
   normalize_faults(s.faults);
   validate(s);
   return s;
@@ -260,9 +235,11 @@ void write_run_spec(const RunSpec& s, ConfigReader& r) {
   r.set("strategy.zigzag", s.context.zigzag);
   if (s.pipe.schedule) r.set("strategy.schedule", std::string(pipeline::schedule_name(*s.pipe.schedule)));
   r.set("strategy.virtual_stages", int64_t(s.pipe.virtual_stages));
-  std::vector<std::string> f = s.faults;
-  normalize_faults(f);
-  r.set("strategy.faults", f);
+  Faults sorted = s.faults;
+  normalize_faults(sorted);
+  std::vector<std::string> names;
+  for (const FaultDecl* d : sorted) names.emplace_back(d->name);
+  r.set("strategy.faults", names);
 }
 
 void validate(const RunSpec& s) {
@@ -313,11 +290,8 @@ void validate(const RunSpec& s) {
 }
 
 bool operator==(const RunSpec& a, const RunSpec& b) {
-  std::vector<std::string> fa = a.faults, fb = b.faults;
-  normalize_faults(fa);
-  normalize_faults(fb);
   return a.train == b.train && a.mesh == b.mesh && a.data == b.data && a.tensor == b.tensor &&
-         a.context == b.context && a.pipe == b.pipe && fa == fb;
+         a.context == b.context && a.pipe == b.pipe && faults_text(a.faults) == faults_text(b.faults);
 }
 
 }  // namespace pb

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "harness/mesh.h"
+#include "impl/spec/fault.h"
 #include "reference/train_config.h"
 
 namespace pb {
@@ -104,30 +105,34 @@ struct RunSpec {
   TensorOptions tensor;
   ContextOptions context;
   PipelineOptionsSpec pipe;
-  // Injected faults (test-only), sorted, unique: names the strategy declares
-  // (fault.h), checked against its declarations once by impl/registry.h
-  // strategy_for; each axis reads its own as typed values.
-  std::vector<std::string> faults;
+  // Injected faults (test-only), sorted by name, unique: declared rows
+  // (fault.h), resolved from their names by the parser; impl/registry.h
+  // strategy_for checks that the strategy declares each; each axis reads its
+  // own as typed values (fault_values).
+  Faults faults;
 
   int world() const { return world_size(mesh); }
-  bool has_fault(std::string_view name) const;
 };
 
 // ---- the text form (the mesh's: harness/mesh.h mesh_text, parse_mesh) -----
 // The strategy options of `s` (everything but the train config and the mesh).
 std::string strategy_text(const RunSpec& s);
-// Applies "key=value,..." to `s` (keys as strategy_text prints them).
-// InputError naming `field`, the key, and the allowed keys or values.
-void apply_strategy_text(RunSpec& s, std::string_view text, std::string_view field = "strategy");
+// Applies "key=value,..." to `s` (keys as strategy_text prints them), fault
+// names resolved against `faults` (impl/registry.h fault_catalogue()).
+// InputError naming `field`, the key, and the allowed keys or values (for a
+// fault: every declared one, by axis).
+void apply_strategy_text(RunSpec& s, std::string_view text, FaultCatalogue faults,
+                         std::string_view field = "strategy");
 
 // "<mesh> <strategy>": report labels.
 std::string spec_label(const RunSpec& s);
 
 // ---- TOML ([strategy] table; the train config in its own tables) ------------
 // Reads [model], [train], [optim], [data] and [strategy] (mesh = "dp2.pp2" and
-// the option keys), validates, and returns the spec. Keys it does not know
-// are left for the caller's check_no_unknown_keys().
-RunSpec read_run_spec(ConfigReader& r);
+// the option keys), validates, and returns the spec; fault names resolved
+// against `faults` as apply_strategy_text does. Keys it does not know are
+// left for the caller's check_no_unknown_keys().
+RunSpec read_run_spec(ConfigReader& r, FaultCatalogue faults);
 // Writes every field back (canonical TOML, for dumps and config hashes).
 void write_run_spec(const RunSpec& s, ConfigReader& r);
 

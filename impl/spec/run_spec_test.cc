@@ -15,6 +15,12 @@
 namespace pb {
 namespace {
 
+// A fault catalogue of two axes (the axes' own tables live above impl/spec,
+// in impl/<axis>/; impl/registry.h fault_catalogue() joins them).
+const FaultDecl kFaults[] = {{"grad_not_averaged", FaultAxis::data, 0, "the average is a sum"},
+                             {"skip_bucket", FaultAxis::data, 1, "a bucket is not reduced"},
+                             {"drop_w", FaultAxis::pipeline, 3, "a weight-gradient pass is skipped"}};
+
 // Every option set to a value other than its default, one setter each.
 std::vector<std::pair<std::string, std::function<void(RunSpec&)>>> every_option() {
   return {
@@ -35,7 +41,7 @@ std::vector<std::pair<std::string, std::function<void(RunSpec&)>>> every_option(
       {"schedule", [](RunSpec& s) { s.pipe.schedule = pipeline::ScheduleKind::zb_h1; }},
       {"schedule_1f1b", [](RunSpec& s) { s.pipe.schedule = pipeline::ScheduleKind::one_f_one_b; }},
       {"virtual_stages", [](RunSpec& s) { s.pipe.virtual_stages = 3; }},
-      {"faults", [](RunSpec& s) { s.faults = {"drop_w", "skip_bucket"}; }},
+      {"faults", [](RunSpec& s) { s.faults = {&kFaults[2], &kFaults[1]}; }},
   };
 }
 
@@ -50,7 +56,7 @@ RunSpec base() {
 RunSpec from_text(const std::string& mesh, const std::string& strategy) {
   RunSpec s = base();
   s.mesh = parse_mesh(mesh);
-  apply_strategy_text(s, strategy);
+  apply_strategy_text(s, strategy, kFaults);
   return s;
 }
 
@@ -66,7 +72,7 @@ void expect_toml_round_trip(const RunSpec& x) {
   ConfigReader w;
   write_run_spec(x, w);
   ConfigReader r = ConfigReader::from_string(w.dump());
-  const RunSpec y = read_run_spec(r);
+  const RunSpec y = read_run_spec(r, kFaults);
   r.check_no_unknown_keys();
   EXPECT_TRUE(y == x) << spec_label(x) << " -> " << spec_label(y) << "\n" << w.dump();
 }
@@ -145,7 +151,7 @@ TEST(RunSpec, RandomCombinationsRoundTrip) {
 void expect_bad_strategy(const std::string& text, const std::string& what, const std::string& allowed) {
   RunSpec s;
   try {
-    apply_strategy_text(s, text, "--strategy");
+    apply_strategy_text(s, text, kFaults, "--strategy");
     ADD_FAILURE() << "accepted: " << text;
   } catch (const InputError& e) {
     const std::string m = e.what();
@@ -193,7 +199,10 @@ TEST(RunSpec, BadTextNamesThePartAndTheAllowedValues) {
   expect_bad_strategy("recompute=some", "'some'", "none, selective, full");
   expect_bad_strategy("schedule=pipedream", "'pipedream'", "gpipe, 1f1b, interleaved, zb-h1 or 2bw");
   expect_bad_strategy("virtual_stages=0", "'0'", "[1, inf]");
-  expect_bad_strategy("faults=Bad-Name", "'Bad-Name'", "[a-z0-9_]");
+  expect_bad_strategy("faults=Bad-Name", "--strategy.faults: unknown fault 'Bad-Name'",
+                      "(data-parallel faults: grad_not_averaged, skip_bucket; pipeline faults: drop_w)");
+  expect_bad_strategy("faults=drop_w+bogus", "unknown fault 'bogus'", "pipeline faults: drop_w");
+  expect_bad_strategy("faults=", "unknown fault ''", "data-parallel faults");
   expect_bad_strategy("shard_group=-2", "'-2'", "[0, inf]");
 }
 
@@ -201,7 +210,7 @@ TEST(RunSpec, BadTomlNamesTheKey) {
   auto message = [](const std::string& toml) {
     try {
       ConfigReader r = ConfigReader::from_string(toml);
-      read_run_spec(r);
+      read_run_spec(r, kFaults);
       r.check_no_unknown_keys();
     } catch (const InputError& e) {
       return std::string(e.what());
@@ -217,8 +226,51 @@ TEST(RunSpec, BadTomlNamesTheKey) {
   EXPECT_NE(message("[strategy]\nmesh = 'dp2'\n[train]\nmicrobatches = 3\n").find("train.microbatches"),
             std::string::npos);
   EXPECT_NE(message("[strategy]\nshrad = 'zero3'\n").find("strategy.shrad"), std::string::npos);
-  EXPECT_NE(message("[strategy]\nfaults = ['ok', 'Not OK']\n").find("strategy.faults"), std::string::npos);
+  EXPECT_NE(message("[strategy]\nfaults = ['drop_w', 'Not OK']\n")
+                .find("strategy.faults: unknown fault 'Not OK' (data-parallel faults: grad_not_averaged"),
+            std::string::npos);
   EXPECT_NE(message("[strategy]\ndp = 4\n").find("strategy.dp"), std::string::npos);  // the mesh says it now
+}
+
+}  // namespace
+}  // namespace pb
+
+namespace pb {
+namespace {
+
+// Faults are typed from the parser on: a name becomes its catalogue row
+// (the same object, so its axis and value travel with it), the text and the
+// TOML forms alike, sorted by name and unique; the printer gives the names
+// back.
+TEST(RunSpec, FaultNamesResolveToTheirRowsAtParse) {
+  RunSpec s = base();
+  apply_strategy_text(s, "faults=skip_bucket+drop_w+skip_bucket", kFaults);
+  ASSERT_EQ(s.faults.size(), 2u);
+  EXPECT_EQ(s.faults[0], &kFaults[2]);  // drop_w sorts first
+  EXPECT_EQ(s.faults[1], &kFaults[1]);
+  EXPECT_EQ(fault_values<int>(s.faults, FaultAxis::pipeline), std::vector<int>{3});
+  EXPECT_EQ(fault_values<int>(s.faults, FaultAxis::data), std::vector<int>{1});
+  EXPECT_EQ(strategy_text(s), "shard=none,faults=drop_w+skip_bucket");
+  ConfigReader r = ConfigReader::from_string("[strategy]\nfaults = ['skip_bucket', 'grad_not_averaged']\n");
+  const RunSpec t = read_run_spec(r, kFaults);
+  EXPECT_EQ(t.faults, (Faults{&kFaults[0], &kFaults[1]}));
+  RunSpec none = base();
+  EXPECT_THROW(apply_strategy_text(none, "faults=skip_bucket", FaultCatalogue{}), InputError);  // nothing declared
+}
+
+// A strategy that does not declare a fault of the catalogue refuses it,
+// naming the ones it does declare.
+TEST(RunSpec, CheckDeclaredNamesTheStrategysFaults) {
+  const Faults f = parse_faults(kFaults, "drop_w", "strategy.faults");
+  EXPECT_NO_THROW(check_declared(kFaults, f, "the test strategy"));
+  try {
+    check_declared(std::span(kFaults, 2), f, "the test strategy");
+    ADD_FAILURE() << "accepted an undeclared fault";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "strategy.faults: 'drop_w' is not a fault of the test strategy (data-parallel faults: "
+                 "grad_not_averaged, skip_bucket)");
+  }
 }
 
 }  // namespace

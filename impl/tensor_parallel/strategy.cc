@@ -18,7 +18,7 @@ TpOptions options_of(const RunSpec& s) {
   o.tp = s.mesh.tp;
   o.sp = s.tensor.sp;
   o.recompute = s.tensor.recompute;
-  for (Fault f : fault_values<Fault>(fault_decls(), FaultAxis::tensor, s.faults)) o.faults.insert(f);
+  for (Fault f : fault_values<Fault>(s.faults, FaultAxis::tensor)) o.faults.insert(f);
   o.context = cp::options_of(s);
   return o;
 }

@@ -230,6 +230,25 @@ def cases(F):
         (5, ["check", "--device", "cuda", "--mesh", "dp2"] + o, 2, r"--device cuda: |check: the matrix is empty"),
         # 7. minor: named commands, capped messages, no files left behind
         (7, ["frobnicate"], 2, r"unknown command 'frobnicate' \(commands: "),
+        # One vocabulary (docs/cli.md): two flags that give the same thing are refused naming both, never
+        # one silently winning (train --mesh dp2 --dp 4 ran dp4; check --mesh dp2 --dp 4 ignored --dp).
+        (7, ["train", "--mesh", "dp2", "--dp", "4", "--steps", "1"] + o, 2,
+         r"--mesh dp2 and --dp 4: both give the mesh; give one"),
+        (7, ["train", "--dp", "2", "--shard", "zero3", "--strategy", "prefetch=2,shard=zero1", "--steps", "1"] + o, 2,
+         r"--shard zero3 and --strategy prefetch=2,shard=zero1: both give the data axis's shard"),
+        (7, ["check", "--mesh", "dp2", "--dp", "4"] + o, 2,
+         r"--dp 4 and --mesh dp2: both give the points to check \(--dp shapes the default matrix\)"),
+        (7, ["check", "--spec", "dp2 shard=zero3", "--schedule", "1f1b"] + o, 2,
+         r"--schedule 1f1b and --spec dp2 shard=zero3: both give the points to check"),
+        (7, ["check", "--spec", "dp2 shard=zero3 x"] + o, 2, r"--spec: 'dp2 shard=zero3 x' is not '<mesh> <strategy>'"),
+        (7, ["check", "--spec", "dp2.xx"] + o, 2, r"--spec: 'xx' is not an axis"),
+        # Faults are typed at parse: an unknown name is refused there, naming every declared one by axis.
+        (7, ["train", "--mesh", "dp2", "--strategy", "faults=bogus", "--steps", "1"] + o, 2,
+         r"--strategy\.faults: unknown fault 'bogus' \(data-parallel faults: grad_not_averaged, .*pipeline faults: "),
+        (7, ["check", "--mesh", "dp2", "--strategy", "faults=skip_bucket+bogus"] + o, 2,
+         r"--strategy\.faults: unknown fault 'bogus' \(data-parallel faults: "),
+        (7, ["train", "--mesh", "tp2", "--strategy", "faults=drop_w", "--model", "tiny-tp", "--steps", "1"] + o, 2,
+         r"strategy\.faults: 'drop_w' is not a fault of the tensor_parallel strategy \(tensor-parallel faults: "),
         # train.device (#17): a device that is not one, options no device runs, one this machine lacks.
         (7, ["train", "--device", "gpu", "--steps", "1"] + o, 2, r"train\.device: must be one of cpu, cuda; got 'gpu'"),
         # (offload on a device is accepted, #17: what stops it here is the missing GPU)

@@ -38,6 +38,11 @@ struct CheckFlags {
   std::vector<std::string> capacities = {"global", "local"};  // MoE capacity modes
   std::vector<std::string> meshes;      // --mesh: these meshes instead of the default matrix
   std::vector<std::string> strategies;  // --strategy: options applied to every --mesh point
+  std::vector<std::string> specs;       // --spec "MESH STRATEGY": points in the run spec's label form
+  // The default matrix's list flags (--dp ... --ep), refused beside --mesh
+  // or --spec, which they would not shape; and --mesh and --spec themselves.
+  std::vector<CLI::Option*> matrix_flags;
+  CLI::Option *mesh_flag = nullptr, *spec_flag = nullptr;
   bool chaos = false;
   std::string junit;  // --junit FILE
   std::string out = "results/runs";
@@ -55,7 +60,7 @@ StrategyRun point(const CheckFlags& f, const std::string& precision, const MeshS
                   const std::string& strategy) {
   StrategyRun s;
   s.spec.mesh = mesh;
-  apply_strategy_text(s.spec, strategy, "--strategy");
+  apply_strategy_text(s.spec, strategy, fault_catalogue(), "--strategy");
   TrainConfig& c = s.spec.train;
   c.precision = parse_precision(precision);
   c.steps = f.steps;
@@ -332,28 +337,46 @@ void moe_points(const CheckFlags& f, const std::string& prec, std::vector<Strate
   runs.push_back(moe(ep_mesh(4, 4), dp::Shard::zero3, MoeCapacity::global, 8, 2));
 }
 
+// A --spec entry: "<mesh> <strategy>", the run spec's label form
+// (run_spec.h spec_label), e.g. "dp2.pp2 shard=zero3,schedule=1f1b".
+StrategyRun spec_point(const CheckFlags& f, const std::string& precision, const std::string& entry) {
+  const size_t sp = entry.find(' ');
+  const std::string mesh = entry.substr(0, sp), strategy = sp == std::string::npos ? "" : entry.substr(sp + 1);
+  require(strategy.find(' ') == std::string::npos,
+          "--spec: '" + entry + "' is not '<mesh> <strategy>' (e.g. 'dp2.pp2 shard=zero3,schedule=1f1b')");
+  return point(f, precision, parse_mesh(mesh, "--spec"), strategy);
+}
+
 std::vector<StrategyRun> matrix(const CheckFlags& f) {
   std::vector<StrategyRun> runs;
-  if (!f.meshes.empty()) {
+  for (CLI::Option* o : f.matrix_flags) {  // they shape the default matrix only: never ignored in silence
+    refuse_together(o, f.mesh_flag, "the points to check (" + o->get_name() + " shapes the default matrix)");
+    refuse_together(o, f.spec_flag, "the points to check (" + o->get_name() + " shapes the default matrix)");
+  }
+  if (!f.meshes.empty() || !f.specs.empty()) {
     const std::vector<std::string> strategies = f.strategies.empty() ? std::vector<std::string>{""} : f.strategies;
+    std::vector<std::pair<std::string, std::string>> points;  // (mesh entry, strategy) or ("", spec)
+    for (const auto& m : f.meshes)
+      for (const auto& st : strategies) points.emplace_back(m, st);
+    for (const auto& s : f.specs) points.emplace_back("", s);
     for (const auto& prec : f.precisions)
-      for (const auto& m : f.meshes)
-        for (const auto& st : strategies) {
-          StrategyRun r = mesh_point(f, prec, m, st);
-          const MoeConfig moe = r.spec.train.model.moe;
-          if (moe.experts == 0) {
-            runs.push_back(r);
-            continue;
-          }
-          for (const auto& cap : f.capacities) {  // a mixture-of-experts model: each --moe-capacity
-            StrategyRun c = r;
-            set_moe(c.spec.train, moe.experts, moe.top_k, parse_capacity(cap));
-            runs.push_back(c);
-          }
+      for (const auto& [m, st] : points) {
+        StrategyRun r = m.empty() ? spec_point(f, prec, st) : mesh_point(f, prec, m, st);
+        const MoeConfig moe = r.spec.train.model.moe;
+        if (moe.experts == 0) {
+          runs.push_back(r);
+          continue;
         }
+        for (const auto& cap : f.capacities) {  // a mixture-of-experts model: each --moe-capacity
+          StrategyRun c = r;
+          set_moe(c.spec.train, moe.experts, moe.top_k, parse_capacity(cap));
+          runs.push_back(c);
+        }
+      }
     return runs;
   }
-  require(f.strategies.empty(), "--strategy: applies to --mesh points; give --mesh too");
+  require(f.strategies.empty(),
+          "--strategy: applies to --mesh points; give --mesh too (or whole points as --spec 'MESH STRATEGY')");
   for (const auto& prec : f.precisions) {
     for (const auto& sh : f.shards)
       for (int dp : f.dps) {
@@ -543,29 +566,37 @@ StrategyRun check_point(const std::string& model, const std::string& precision, 
 void register_check(CLI::App& root, Registry& reg, const Env& env) {
   auto f = std::make_shared<CheckFlags>();
   CLI::App* app = root.add_subcommand("check", "conformance matrix; exit 1 on any failure");
-  app->add_option("--dp", f->dps, "world sizes")->capture_default_str();
+  auto matrix_flag = [&](CLI::Option* o) { return f->matrix_flags.push_back(o), o; };
+  matrix_flag(app->add_option("--dp", f->dps, "data-parallel world sizes of the default matrix"))->capture_default_str();
   app->add_option("--precision", f->precisions, "fp32, bf16-mixed, fp64")->capture_default_str();
-  app->add_option("--shard", f->shards, "none zero1 zero2 zero3 hsdp hzero")->capture_default_str();
+  matrix_flag(app->add_option("--shard", f->shards, "none zero1 zero2 zero3 hsdp hzero (default matrix)"))
+      ->capture_default_str();
   app->add_option("--model", f->model,
                   "named model for every point (default: tiny; tiny-tp, whose 12 heads split over tp 2, 3 and 4, "
                   "for tensor-parallel points)");
   app->add_option("--steps", f->steps, "steps per configuration")->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app->add_option("--schedule", f->schedules, "pipeline schedules (none: no pipeline points)")
+  matrix_flag(app->add_option("--schedule", f->schedules, "pipeline schedules (none: no pipeline points)"))
       ->capture_default_str();
-  app->add_option("--pp", f->pps, "pipeline sizes")->capture_default_str();
-  app->add_option("--tp", f->tps, "tensor-parallel sizes (tiny-tp unless --model names another)")
+  matrix_flag(app->add_option("--pp", f->pps, "pipeline sizes"))->capture_default_str();
+  matrix_flag(app->add_option("--tp", f->tps, "tensor-parallel sizes (tiny-tp unless --model names another)"))
       ->capture_default_str();
-  app->add_option("--cp", f->cps, "context-parallel sizes (tiny-tp unless --model names another)")
+  matrix_flag(app->add_option("--cp", f->cps, "context-parallel sizes (tiny-tp unless --model names another)"))
       ->capture_default_str();
-  app->add_option("--ep", f->eps, "expert-parallel sizes (tiny-moe points; divide 4)")->capture_default_str();
+  matrix_flag(app->add_option("--ep", f->eps, "expert-parallel sizes (tiny-moe points; divide 4)"))
+      ->capture_default_str();
   app->add_option("--moe-capacity", f->capacities, "MoE capacity modes for tiny-moe points: global, local")
       ->capture_default_str();
-  app->add_option("--mesh", f->meshes,
-                  "meshes to check instead of the default matrix (dp2 dp2.pp2 tp2 tp2.sp dp2.tp2 cp2 tp2.cp2 ...; "
-                  ".sp turns sequence parallel on; cp_algo=ulysses and zigzag=off by --strategy)");
+  f->mesh_flag = app->add_option(
+      "--mesh", f->meshes,
+      "meshes to check instead of the default matrix (dp2 dp2.pp2 tp2 dp2.tp2 cp2 tp2.cp2 ...; "
+      "an entry's .sp is an alias of sp=on; cp_algo=ulysses and zigzag=off by --strategy)");
   app->add_option("--strategy", f->strategies,
                   "options for every --mesh point, e.g. shard=zero3,prefetch=2 schedule=zb-h1");
+  f->spec_flag = app->add_option(
+      "--spec", f->specs,
+      "whole points instead of the default matrix, in the run spec's label form 'MESH STRATEGY', e.g. "
+      "'dp2.pp2 shard=zero3,schedule=1f1b' (with --mesh: both sets)");
   app->add_option("--junit", f->junit, "also write JUnit XML here: one test case per configuration and quantity")
       ->check(non_empty());
   app->add_flag("--chaos", f->chaos, "inject seeded random delays into every collective");

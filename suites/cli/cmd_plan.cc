@@ -17,6 +17,7 @@
 #include "harness/io/run_meta.h"
 #include "harness/status.h"
 #include "harness/mesh.h"
+#include "impl/registry.h"
 #include "impl/spec/run_spec.h"
 #include "suites/cli/command.h"
 #include "suites/planner/machine.h"
@@ -88,7 +89,7 @@ RunSpec spec_of(const PlanFlags& f) {
                 f.shard_group == 0 && !f.overlap && f.recompute == "none",
             "--strategy: give the options once, as --strategy or as --shard/--offload/--schedule/"
             "--virtual-stages/--sp/--recompute/--shard-group/--overlap");
-    apply_strategy_text(spec, f.strategy, "--strategy");
+    apply_strategy_text(spec, f.strategy, fault_catalogue(), "--strategy");
     return spec;
   }
   if (!f.shard.empty()) spec.data.shard = dp::parse_shard(f.shard, "--shard");

@@ -1,6 +1,7 @@
 // parabench train: one configuration. Trains the reference (and, with a
 // [strategy] table, the strategy under the conformance engine), prints a
 // per-step table and writes train_step rows to OUT/<run id>/train.csv.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -40,7 +41,21 @@ struct TrainFlags {
   std::optional<int> dp;
   std::string shard, backend, mesh, strategy, device;
   PreflightFlags limits;
+  CLI::Option *mesh_flag = nullptr, *dp_flag = nullptr, *shard_flag = nullptr, *strategy_flag = nullptr;
 };
+
+// The shorthand (--dp N, --shard S) and the run spec's text form (--mesh,
+// --strategy) set the same fields: each field given once (docs/cli.md).
+void refuse_conflicts(const TrainFlags& f) {
+  refuse_together(f.mesh_flag, f.dp_flag, "the mesh");
+  if (f.shard_flag->count() == 0) return;
+  for (size_t b = 0; b <= f.strategy.size();) {  // the keys of --strategy's key=value items
+    const size_t e = std::min(f.strategy.find(',', b), f.strategy.size());
+    if (f.strategy.compare(b, 6, "shard=") == 0)
+      refuse_together(f.shard_flag, f.strategy_flag, "the data axis's shard");
+    b = e + 1;
+  }
+}
 
 void apply_flags(const TrainFlags& f, ConfigReader& r) {
   if (!f.model.empty()) r.set("model.name", f.model);
@@ -81,10 +96,10 @@ void print_peaks(const std::string& device, const DevicePeaks& peaks, int gpus) 
 // order), and the run is judged. Exit 1 when a check fails.
 int run_strategy(const TrainFlags& f, ConfigReader& r, const Env& env) {
   StrategyRun s;
-  s.spec = read_run_spec(r);
+  s.spec = read_run_spec(r, fault_catalogue());
   r.check_no_unknown_keys();
   if (!f.strategy.empty()) {
-    apply_strategy_text(s.spec, f.strategy, "--strategy");
+    apply_strategy_text(s.spec, f.strategy, fault_catalogue(), "--strategy");
     validate(s.spec);
   }
   strategy_for(s.spec).validate(s.spec);  // bad input is exit 2 before any rank starts
@@ -249,14 +264,20 @@ void register_train(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--seed", f->seed, "init seed")->check(CLI::Range(int64_t(0), int64_t(1) << 62));
   app->add_flag("--quiet", f->quiet, "no per-step table");
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");
-  app->add_option("--mesh", f->mesh, "the mesh, e.g. dp2.pp2 (runs the strategy under the conformance engine)");
-  app->add_option("--strategy", f->strategy, "strategy options, e.g. shard=zero3,prefetch=2 or schedule=zb-h1");
-  app->add_option("--dp", f->dp, "data-parallel ranks: --mesh dp<N>")->check(CLI::Range(1, 1 << 20));
-  app->add_option("--shard", f->shard, "none | zero1 | zero2 | zero3 | hsdp | hzero");
+  f->mesh_flag = app->add_option("--mesh", f->mesh,
+                                 "the mesh, e.g. dp2.pp2 (runs the strategy under the conformance engine)");
+  f->strategy_flag =
+      app->add_option("--strategy", f->strategy, "strategy options, e.g. shard=zero3,prefetch=2 or schedule=zb-h1");
+  f->dp_flag = app->add_option("--dp", f->dp, "data-parallel ranks: shorthand for --mesh dp<N> (not with --mesh)")
+                   ->check(CLI::Range(1, 1 << 20));
+  f->shard_flag = app->add_option("--shard", f->shard,
+                                  "none | zero1 | zero2 | zero3 | hsdp | hzero: shorthand for --strategy shard=S "
+                                  "(not with a shard in --strategy)");
   app->add_option("--backend", f->backend, "local, mpi or nccl (default: nccl for --device cuda, else mpi under mpirun, else local)");
   app->add_option("--device", f->device, "cpu | cuda (the reference on GPU 0; a data-parallel strategy or pipeline schedule on one GPU per rank, over nccl)");
   add_preflight_flags(app, f->limits);
   reg.push_back({app, [f, &env] {
+                   refuse_conflicts(*f);
                    ConfigReader r = load_config(f->cfg);
                    apply_flags(*f, r);
                    if (names_strategy(*f, r)) return run_strategy(*f, r, env);

@@ -57,6 +57,17 @@ Limits limits_of(const PreflightFlags& f) {
   return l;
 }
 
+std::string as_given(const CLI::Option* o) {
+  std::string s = o->get_name();
+  for (const std::string& v : o->results()) s += " " + v;
+  return s;
+}
+
+void refuse_together(const CLI::Option* a, const CLI::Option* b, const std::string& what) {
+  if (a->count() == 0 || b->count() == 0) return;
+  throw InputError(as_given(a) + " and " + as_given(b) + ": both give " + what + "; give one");
+}
+
 ConfigReader load_config(const ConfigFlags& f) {
   ConfigReader r = f.config.empty() ? ConfigReader() : ConfigReader::from_file(f.config);
   for (const auto& s : f.sets) {

@@ -38,6 +38,13 @@ void add_preflight_flags(CLI::App* app, PreflightFlags& f);
 // The limits the flags give (InputError naming --max-memory for a bad size).
 Limits limits_of(const PreflightFlags& f);
 
+// One vocabulary for the run spec's options: two flags that set the same
+// thing, given together, are bad input naming both as given ("--mesh dp2
+// and --dp 4: both give the mesh; give one"), never one silently winning.
+void refuse_together(const CLI::Option* a, const CLI::Option* b, const std::string& what);
+// "--dp 4": the flag and the values it was given.
+std::string as_given(const CLI::Option* o);
+
 // Reads the file (if any), then applies the --set assignments.
 ConfigReader load_config(const ConfigFlags& f);
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "impl/registry.h"
 #include "harness/status.h"
 #include "impl/data_parallel/options.h"
 #include "impl/data_parallel/strategy.h"
@@ -119,7 +120,7 @@ TEST(DpConformance, TwoLevelReplayDiffersFromTheFlatOne) {
 // not a PASS row under the fault's name (the teeth are in teeth_test.cc).
 TEST(DpConformance, FaultsThatDoNotApplyAreRefused) {
   auto refused = [](StrategyRun s, dp::Fault f, const std::string& says) {
-    s.spec.faults = {dp::fault_name(f)};
+    s.spec.faults = parse_faults(fault_catalogue(), dp::fault_name(f), "strategy.faults");
     try {
       run_conformance(s);
       ADD_FAILURE() << "accepted: " << spec_label(s.spec);
@@ -149,7 +150,7 @@ TEST(DpConformance, FaultsThatDoNotApplyAreRefused) {
     s.spec.data.offload = dp::Offload::optimizer;
     for (const FaultDecl& f : dp::fault_decls()) {
       if (!f.applies(s.spec)) continue;
-      s.spec.faults = {std::string(f.name)};
+      s.spec.faults = {&f};
       EXPECT_NO_THROW(dp::validate(dp::options_of(s.spec), s.spec.train)) << spec_label(s.spec);
     }
   }
@@ -200,7 +201,7 @@ TEST(DpConformance, CommBufferPeakIsExact) {
 // microbatch, fails on the comm-memory check alone.
 TEST(DpConformance, LeakingGatheredBlocksFailsOnMemoryAlone) {
   auto s = deep_run_of(dp::Shard::zero3, 4, Precision::fp32);
-  s.spec.faults = {"keep_gathered"};
+  s.spec.faults = parse_faults(fault_catalogue(), "keep_gathered", "strategy.faults");
   auto r = run_conformance(s);
   EXPECT_FALSE(r.pass());
   for (const auto& c : r.rule) EXPECT_TRUE(c.pass) << c.quantity << " step " << c.step;
@@ -283,7 +284,7 @@ TEST(DpConformance, OnADeviceTheOffloadedOptimizerStepsOnTheHost) {
   }
   StrategyRun s = run_of(dp::Shard::zero2, 2, Precision::fp32);
   s.spec.data.offload = dp::Offload::optimizer;
-  s.spec.faults = {"no_copy_back"};
+  s.spec.faults = parse_faults(fault_catalogue(), "no_copy_back", "strategy.faults");
   s.spec.train.device = Device::cuda;
   testing::StandInDevices devices;
   s.open_device = [&] { return devices.open(); };

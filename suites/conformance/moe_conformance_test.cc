@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <string>
 
+#include "impl/registry.h"
 #include "harness/status.h"
 #include "kernels/common/device_ops.h"
 #include "reference/device_testing.h"
@@ -97,7 +98,7 @@ TEST(MoeConformance, OnADeviceTheRoutingTouchesDeviceMemoryOnlyThroughTheOps) {
 // fail the check on stand-ins as on the CPU.
 TEST(MoeConformance, OnADeviceAnExpertParallelFaultIsCaught) {
   StrategyRun s = run_of(mesh(2, 1, 1, 2), dp::Shard::none, Precision::fp32);
-  s.spec.faults = {"ep_combine_permuted"};
+  s.spec.faults = parse_faults(fault_catalogue(), "ep_combine_permuted", "strategy.faults");
   s.spec.train.device = Device::cuda;
   testing::StandInDevices devices;
   s.open_device = [&] { return devices.open(); };
@@ -144,7 +145,7 @@ TEST(MoeConformance, TheFp64FloorHoldsTheNetworkInOtherOrdersOfItsInnerSums) {
   EXPECT_GT(widest, 4 * dtype_eps(DType::f64)) << "the order's noise is above the four-ulp minimum here";
   EXPECT_GE(params.floor, widest);
 
-  s.spec.faults = {"ep_combine_permuted"};
+  s.spec.faults = parse_faults(fault_catalogue(), "ep_combine_permuted", "strategy.faults");
   const ConformanceResult bad = run_conformance(s);
   ASSERT_FALSE(bad.fp64.empty());
   EXPECT_GT(bad.fp64.back().ratio, 1e6) << describe_failures(bad);

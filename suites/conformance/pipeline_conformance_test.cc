@@ -9,6 +9,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "impl/registry.h"
 #include "harness/status.h"
 #include "reference/device_testing.h"
 #include "suites/conformance/engine.h"
@@ -190,7 +191,7 @@ TEST(PipelineConformance, DataAxisFaultsInsideTheStagesAreCaught) {
                  Case{{dp::Shard::hzero, 4, 0, 2, true}, "no_copy_back"}}) {
     for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
       auto run = with_data(run_of(pl::ScheduleKind::one_f_one_b, 2, 4, 1, c.data.dp, p), c.data);
-      run.spec.faults = {c.fault};
+      run.spec.faults = parse_faults(fault_catalogue(), c.fault, "strategy.faults");
       auto r = run_conformance(run);
       EXPECT_FALSE(r.pass()) << "fault not caught: " << r.strategy << " " << precision_name(p);
       EXPECT_FALSE(all_pass(r.bits)) << "bits did not catch: " << r.strategy << " " << precision_name(p);
@@ -202,7 +203,7 @@ TEST(PipelineConformance, FaultsOfThePlainDataParallelRunnerAreRefused) {
   for (auto [shard, fault] : {std::pair{dp::Shard::zero3, "keep_gathered"}, {dp::Shard::zero3, "stale_params"},
                               {dp::Shard::none, "skip_bucket"}, {dp::Shard::none, "sync_wrong_microbatch"}}) {
     auto run = with_data(run_of(pl::ScheduleKind::one_f_one_b, 2, 4, 1, 2), {shard, 2, 0, 0, false});
-    run.spec.faults = {fault};
+    run.spec.faults = parse_faults(fault_catalogue(), fault, "strategy.faults");
     try {
       run_conformance(run);
       ADD_FAILURE() << fault << " accepted inside a pipeline stage";
@@ -268,7 +269,7 @@ TEST(PipelineConformance, BubbleIsMeasuredBesideTheSimulatedOne) {
 
 TEST(PipelineConformance, InjectedFaultsAreCaught) {
   auto caught = [](StrategyRun run, const char* fault) {
-    run.spec.faults = {fault};
+    run.spec.faults = parse_faults(fault_catalogue(), fault, "strategy.faults");
     auto r = run_conformance(run);
     // Caught by the numerics, not only by the byte accounting.
     EXPECT_FALSE(all_pass(r.bits)) << "bits did not catch: " << r.strategy;
@@ -306,7 +307,7 @@ TEST(PipelineConformance, BadSchedulesAndConfigsGetClearErrors) {
   auto deep = run_of(pl::ScheduleKind::interleaved, 4, 4, 3);
   rejected(deep, "more stages than layers");
   auto no_w = run_of(pl::ScheduleKind::one_f_one_b, 2, 4);  // the fault of one schedule only
-  no_w.spec.faults = {"drop_w"};
+  no_w.spec.faults = parse_faults(fault_catalogue(), "drop_w", "strategy.faults");
   rejected(no_w, "fault drop_w: does not apply to 1f1b (applies to: zb-h1");
   WorldOptions w;
   w.size = 3;

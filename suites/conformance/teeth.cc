@@ -52,7 +52,7 @@ std::vector<FaultCatch> fault_catches(const std::vector<TeethCase>& cases) {
     for (const FaultDecl& f : st.faults) {
       if (std::find(c.axes.begin(), c.axes.end(), f.axis) == c.axes.end() || !f.applies(c.base.spec)) continue;
       StrategyRun r = c.base;
-      r.spec.faults = {std::string(f.name)};
+      r.spec.faults = {&f};  // the strategy's own (static) row
       try {
         st.validate(r.spec);
       } catch (const InputError&) {
@@ -176,7 +176,7 @@ StrategyRun tp_case(int dp, int tp, const std::string& opts, Precision p) {
   c.optim.lr = 3e-3;
   s.spec.mesh.dp = dp;
   s.spec.mesh.tp = tp;
-  apply_strategy_text(s.spec, opts);
+  apply_strategy_text(s.spec, opts, fault_catalogue());
   s.world.timeout_s = 120;
   return s;
 }
@@ -204,7 +204,7 @@ StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p
   StrategyRun s = tp_case(dp, tp, "", p);
   s.spec.mesh.cp = cp;
   s.spec.train.seq = 12 % (2 * cp) ? 16 : 12;
-  apply_strategy_text(s.spec, opts);
+  apply_strategy_text(s.spec, opts, fault_catalogue());
   return s;
 }
 

@@ -13,6 +13,7 @@
 
 #include "harness/io/config.h"
 #include "harness/status.h"
+#include "impl/registry.h"
 #include "impl/spec/run_spec.h"
 #include "suites/fuzz/fuzz_check.h"
 
@@ -32,7 +33,7 @@ void check_spec_round_trips(const pb::RunSpec& s) {
   pb::ConfigReader w;
   pb::write_run_spec(s, w);
   pb::ConfigReader r = pb::ConfigReader::from_string(w.dump(), "<written>");
-  const pb::RunSpec t = pb::read_run_spec(r);
+  const pb::RunSpec t = pb::read_run_spec(r, pb::fault_catalogue());
   r.check_no_unknown_keys();
   PB_FUZZ_CHECK(t == s, pb::spec_label(s) + " -> " + pb::spec_label(t) + "\n" + w.dump());
 }
@@ -59,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   check_dump_round_trips(r);
   try {
-    const pb::RunSpec s = pb::read_run_spec(r);
+    const pb::RunSpec s = pb::read_run_spec(r, pb::fault_catalogue());
     r.check_no_unknown_keys();
     pb::validate(s);
     check_spec_round_trips(s);

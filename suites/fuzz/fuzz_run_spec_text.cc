@@ -11,6 +11,7 @@
 
 #include "harness/mesh.h"
 #include "harness/status.h"
+#include "impl/registry.h"
 #include "impl/spec/run_spec.h"
 #include "suites/fuzz/fuzz_check.h"
 
@@ -30,14 +31,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const pb::InputError&) {
   }
   try {
-    pb::apply_strategy_text(s, strategy_part, "--strategy");
+    pb::apply_strategy_text(s, strategy_part, pb::fault_catalogue(), "--strategy");
   } catch (const pb::InputError&) {
     return 0;
   }
   const std::string text = pb::strategy_text(s);
   pb::RunSpec t;
   t.mesh = s.mesh;
-  pb::apply_strategy_text(t, text);  // printed text must parse: no catch
+  pb::apply_strategy_text(t, text, pb::fault_catalogue());  // printed text must parse: no catch
   PB_FUZZ_CHECK(t == s, std::string(strategy_part) + " -> " + text + " -> " + pb::strategy_text(t));
   PB_FUZZ_CHECK(pb::strategy_text(t) == text, text);
   (void)pb::spec_label(s);

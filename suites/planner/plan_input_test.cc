@@ -15,7 +15,7 @@ namespace {
 RunSpec spec_of(const std::string& mesh, const std::string& strategy) {
   RunSpec s;
   s.mesh = parse_mesh(mesh, "mesh");
-  apply_strategy_text(s, strategy, "strategy");
+  apply_strategy_text(s, strategy, FaultCatalogue{}, "strategy");  // no faults in a plan
   return s;
 }
 

@@ -42,7 +42,7 @@ void non_empty(const std::vector<T>& v, const char* key) {
 // The canonical text of a strategy / mesh entry (InputError naming the key).
 std::string canonical_strategy(const std::string& text) {
   RunSpec s;
-  apply_strategy_text(s, text, "sweep.strategies");
+  apply_strategy_text(s, text, fault_catalogue(), "sweep.strategies");
   return strategy_text(s);
 }
 
@@ -176,7 +176,7 @@ SweepPoint make_point(const std::string& strategy, const std::string& mesh, cons
                       const std::string& field) {
   SweepPoint p;
   p.spec.mesh = parse_mesh(mesh, field);
-  apply_strategy_text(p.spec, strategy, field);
+  apply_strategy_text(p.spec, strategy, fault_catalogue(), field);
   p.spec.train.model = named_model(model);
   p.spec.train.precision = parse_precision(precision);
   p.scaling = scaling;
