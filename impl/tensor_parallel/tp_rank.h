@@ -48,6 +48,7 @@ class TpRank : public RankBase<T> {
   std::unique_ptr<dp::ModelStates<T>> states_;  // ep > 1: the experts a second component
   std::unique_ptr<TpRunner<T>> runner_;
   int step_ = 0;
+  bool kv_replicated_ = false;  // llama, kv_heads < tp: k_proj / v_proj whole on every tp rank
 };
 
 }  // namespace pb::tp
