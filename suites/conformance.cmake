@@ -165,6 +165,13 @@ if(PARABENCH_BUILD_TESTS)
   add_test(NAME conformance_check_mixtral_dp
     COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --mesh dp2 --strategy shard=none shard=zero3
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
-  set_tests_properties(conformance_check_llama_dp conformance_check_mixtral_dp PROPERTIES TIMEOUT 300
-                       LABELS "cli" PROCESSORS 2)
+  # Tensor (and sequence) parallel: tp2 splits the 2 kv heads, tp4 replicates
+  # them (kv_heads < tp); held to the rule with the fp64 rerun, memory and
+  # traffic exactly as declared (docs/strategies/tensor-parallel.md).
+  add_test(NAME conformance_check_llama_tp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp2 tp4 tp2.sp tp4.sp dp2.tp2
+            --strategy shard=none shard=zero3 --precision fp32 bf16-mixed
+            --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  set_tests_properties(conformance_check_llama_dp conformance_check_mixtral_dp conformance_check_llama_tp
+                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
 endif()
