@@ -172,6 +172,22 @@ if(PARABENCH_BUILD_TESTS)
     COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp2 tp4 tp2.sp tp4.sp dp2.tp2
             --strategy shard=none shard=zero3 --precision fp32 bf16-mixed
             --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  # The family's tensor-parallel teeth (issue 46 item 3): every fault that
+  # applies at tp4 (kv_heads 2 < tp) and under SP, each caught at both
+  # precisions (every configuration must fail).
+  add_test(NAME conformance_check_llama_tp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp4 --strategy faults=norm_tp_times
+            faults=skip_input_allreduce faults=gate_up_mismatch faults=kv_head_by_rank --precision fp32 bf16-mixed
+            --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  add_test(NAME conformance_check_llama_sp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp4.sp --strategy faults=skip_sp_grad_reduce
+            faults=gate_up_mismatch faults=kv_head_by_rank --precision fp32 bf16-mixed
+            --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  set_tests_properties(conformance_check_llama_tp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n8 configurations, 8 failed\\.")
+  set_tests_properties(conformance_check_llama_sp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n6 configurations, 6 failed\\.")
   set_tests_properties(conformance_check_llama_dp conformance_check_mixtral_dp conformance_check_llama_tp
+                       conformance_check_llama_tp_teeth conformance_check_llama_sp_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
 endif()

@@ -113,6 +113,7 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
     KVl_ = w.KVl, Wl_ = w.Wl, Wf_ = w.Wf, Ft_ = w.Ft;
     // Replicated kv heads: this rank's q heads [r H/tp, (r+1) H/tp) share kv head r * kv_heads / tp.
     kv0_ = kv_rep_ && tp ? tp->rank() * m.kv_heads / o.tp : 0;
+    if (kv_rep_ && tp && o.has(Fault::kv_head_by_rank)) kv0_ = tp->rank() % m.kv_heads;
   }
   walk_workspace(this, m, o, Bm, Tn, ops.is_host(), [&](auto* b, size_t n) {
     using Buf = std::remove_pointer_t<decltype(b)>;
@@ -383,6 +384,20 @@ void TpModel<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* t
   ops_->add_rows_backward(dwte, full, tokens, N_, C_, vb_, valid_);
 }
 
+// The gate_up_mismatch fault: the up half of each (gate|up) row reversed in
+// place (its own inverse), tmp_ one column's scratch.
+template <class T>
+void TpModel<T>::reverse_up(T* gu) {
+  const size_t W = 2 * size_t(Ft_), N = size_t(N_), F = size_t(Ft_);
+  for (size_t j = 0; j < F / 2; ++j) {
+    T* a = gu + F + j;
+    T* b = gu + F + (F - 1 - j);
+    ops_->copy_rows(tmp_.data(), 1, a, W, 1, N);
+    ops_->copy_rows(a, W, b, W, 1, N);
+    ops_->copy_rows(b, W, tmp_.data(), 1, 1, N);
+  }
+}
+
 template <class T>
 void TpModel<T>::llama_attention_forward(Block& a, const T* x_in, const T* u) {
   const auto& o = layout_->block();
@@ -486,6 +501,7 @@ void TpModel<T>::block_forward(Block& a, const T* x_in, const T* u, T* xout) {
   if (llama_) {  // down(swiglu(gate|up)): this rank's gate rows and the same up rows
     const T* nb = nullptr;
     ops_->matmul_forward(a.fch.data(), in2, u + o.fc_w, nb, N_, C_, 2 * Ft_, ws);
+    if (o_.has(Fault::gate_up_mismatch)) reverse_up(a.fch.data());
     ops_->swiglu_forward(a.fchg.data(), a.fch.data(), N_, Ft_);
     row_parallel(tmp_.data(), a.fchg.data(), u + o.fcproj_w, nb, Ft_);
     ops_->residual_forward(xout, a.xmid.data(), tmp_.data(), size_t(Nl_) * C_);
@@ -523,6 +539,7 @@ void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
     ops_->matmul_backward(dfchg_.data(), du + o.fcproj_w, null, dof, a.fchg.data(), u + o.fcproj_w, N_, Ft_, C_, ws);
     zero(dfch_);
     ops_->swiglu_backward(dfch_.data(), a.fch.data(), dfchg_.data(), N_, Ft_);
+    if (o_.has(Fault::gate_up_mismatch)) reverse_up(dfch_.data());
     const T* in2 = a.ln2.data();
     if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data();
     zero(part_);

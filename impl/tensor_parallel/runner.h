@@ -167,6 +167,7 @@ class TpModel {
   int KVl_ = 0, Wl_ = 0, Wf_ = 0, kv0_ = 0, Ft_ = 0;
   void llama_attention_forward(Block& a, const T* x_in, const T* u);
   void llama_attention_backward(T* dx_in, T* du, const T* x_in, const Block& a, const T* u);
+  void reverse_up(T* gu);
   std::optional<cp::Placement> place_;
   std::unique_ptr<cp::RingAttention<T>> ring_;
   std::unique_ptr<cp::UlyssesAttention<T>> ulysses_;

@@ -147,7 +147,7 @@ void validate_spec(const RunSpec& s) {
     throw InputError("strategy.faults: " + f + " does not apply to " + mesh_text(s.mesh) + " " + strategy_text(s) +
                      " (faults that apply here: " + (ok.empty() ? "none" : ok) + ")");
   };
-  const auto tp_ok = faults_for(tp, o.sp, o.recompute, m.V % tp != 0);
+  const auto tp_ok = faults_for(m, tp, o.sp, o.recompute);
   const auto cp_ok = cp::faults_for(o.context);
   std::string where;
   for (Fault g : tp_ok) where += (where.empty() ? "" : ", ") + fault_name(g);
