@@ -69,6 +69,13 @@ parabench_mpi_test(NAME conformance_check_mpi_tp_np4 NP 4
           --strategy shard=none shard=zero3,recompute=full --precision fp32 bf16-mixed
           --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# The llama family under tensor parallel on the MPI backend: tiny-llama at
+# tp4 (kv heads replicated) and tp4.sp, dp2.tp2 (kv heads split) x ZeRO-3.
+parabench_mpi_test(NAME conformance_check_mpi_llama_tp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp4 tp4.sp dp2.tp2
+          --strategy shard=none shard=zero3 --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Tensor parallel inside pipeline stages under mpirun: tp2.pp2 (1F1B, SP,
 # interleaved) at np 4 and dp2.tp2.pp2 (ZeRO-3) at np 8.
 parabench_mpi_test(NAME conformance_check_mpi_tp_pp_np4 NP 4
