@@ -37,6 +37,29 @@ void ParamLayout::add(std::string name, std::vector<int64_t> shape, int unit, In
   params_.push_back(std::move(p));
 }
 
+namespace {
+// Column-parallel (split output rows): `blocks` row blocks of `rows` full
+// rows each, rank r's part of every block. Row-parallel (split input
+// columns): every row, columns [r*cols, (r+1)*cols) of full_cols.
+TpSlice column_slice(int64_t blocks, int64_t rows, int64_t cols, int64_t r, int64_t t) {
+  TpSlice s;
+  s.row_starts.clear();
+  for (int64_t b = 0; b < blocks; ++b) s.row_starts.push_back(b * rows + r * (rows / t));
+  s.rows_per_block = rows / t;
+  s.full_rows = blocks * rows;
+  s.full_cols = cols;
+  return s;
+}
+TpSlice row_slice(int64_t rows, int64_t full_cols, int64_t r, int64_t t) {
+  TpSlice s;
+  s.rows_per_block = rows;
+  s.full_rows = rows;
+  s.col0 = r * (full_cols / t);
+  s.full_cols = full_cols;
+  return s;
+}
+}  // namespace
+
 ParamLayout::ParamLayout(const ModelConfig& m) : ParamLayout(m, 1, 0) {}
 
 ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), tp_rank_(r) {
@@ -48,31 +71,20 @@ ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), 
   const int64_t C = m.C, V = m.V, T = m.maxT, t = tp;
   vocab_rows_ = (V + t - 1) / t;  // Megatron's make-vocab-size-divisible-by = tp
   if (m.llama()) {
-    require(tp == 1, "tensor parallel does not support model family llama yet (mesh.tp: tp" + std::to_string(tp) + ")");
+    require(m.moe.experts == 0 || tp == 1,
+            "tensor parallel does not support the llama family's mixture of experts yet (mesh.tp: tp" +
+                std::to_string(tp) + ", model.moe.experts " + std::to_string(m.moe.experts) + ")");
+    require(m.ffn % tp == 0, "mesh.tp: tp" + std::to_string(tp) + " must divide model.ffn (" +
+                                 std::to_string(m.ffn) + " % " + std::to_string(tp) + " != 0)");
+    require(m.kv_heads % tp == 0 || tp % m.kv_heads == 0,
+            "mesh.tp: tp" + std::to_string(tp) + " and model.kv_heads (" + std::to_string(m.kv_heads) +
+                ") must divide one another (kv heads split over tp, or replicated when fewer than tp)");
     add_llama();
     return;
   }
   const int64_t Ct = C / t;
-  // Column-parallel (split output rows): `blocks` row blocks of `rows` full
-  // rows each, this rank's part of every block. Row-parallel (split input
-  // columns): every row, columns [r*cols, (r+1)*cols) of full_cols.
-  auto column = [&](int64_t blocks, int64_t rows, int64_t cols) {
-    TpSlice s;
-    s.row_starts.clear();
-    for (int64_t b = 0; b < blocks; ++b) s.row_starts.push_back(b * rows + r * (rows / t));
-    s.rows_per_block = rows / t;
-    s.full_rows = blocks * rows;
-    s.full_cols = cols;
-    return s;
-  };
-  auto row = [&](int64_t rows, int64_t full_cols) {
-    TpSlice s;
-    s.rows_per_block = rows;
-    s.full_rows = rows;
-    s.col0 = r * (full_cols / t);
-    s.full_cols = full_cols;
-    return s;
-  };
+  auto column = [&](int64_t blocks, int64_t rows, int64_t cols) { return column_slice(blocks, rows, cols, r, t); };
+  auto row = [&](int64_t rows, int64_t full_cols) { return row_slice(rows, full_cols, r, t); };
   const bool split = tp > 1;
   // GPT-2 init: normal(0, 0.02); residual projections 0.02/sqrt(2L); zero biases; unit LN.
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * m.L);
@@ -139,14 +151,28 @@ ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), 
 
 // Hugging Face LlamaForCausalLM's names and order; normal(0, 0.02) for every
 // matrix (its initializer_range, no depth scaling), unit RMSNorm weights.
+// Tensor parallel (docs/strategies/tensor-parallel.md): q_proj by heads,
+// k_proj and v_proj by kv heads when tp divides them and whole on every rank
+// (replicated) when there are fewer kv heads than tp, gate_proj and up_proj
+// by the same rows (column-parallel), o_proj and down_proj by input columns
+// (row-parallel), embed_tokens and lm_head by vocabulary rows (padded to a
+// multiple of tp), the RMSNorm weights replicated.
 void ParamLayout::add_llama() {
   const ModelConfig& m = m_;
-  const int64_t C = m.C, V = m.V, kvC = int64_t(m.kv_heads) * m.head_size(), F = m.ffn;
+  const int64_t C = m.C, V = m.V, kvC = int64_t(m.kv_heads) * m.head_size(), F = m.ffn, t = tp_, r = tp_rank_;
+  const bool split = tp_ > 1, kv_split = split && m.kv_heads % tp_ == 0;
   const double std = 0.02;
+  TpSlice vocab;
+  vocab.row_starts = {vocab_rows_ * r};
+  vocab.rows_per_block = vocab_rows_;
+  vocab.full_rows = V;
+  vocab.full_cols = C;
+  auto column = [&](int64_t rows) { return column_slice(1, rows, C, r, t); };
   unit_begin_.push_back(0);
-  add("model.embed_tokens.weight", {V, C}, 0, InitKind::normal, std);
+  add("model.embed_tokens.weight", {vocab_rows_, C}, 0, InitKind::normal, std, vocab, !split);
   block_ = {};
   block_.ln1_b = block_.qkv_b = block_.attproj_b = block_.ln2_b = block_.fc_b = block_.fcproj_b = -1;
+  const int64_t kvr = kv_split ? kvC / t : kvC;
   for (int l = 0; l < m.L; ++l) {
     const int u = 1 + l;
     unit_begin_.push_back(total_);
@@ -155,15 +181,19 @@ void ParamLayout::add_llama() {
     auto rel = [&] { return total_ - base; };
     block_.ln1_w = rel(); add(h + "input_layernorm.weight", {C}, u, InitKind::ones, 0);
     block_.qkv_w = rel();
-    add(h + "self_attn.q_proj.weight", {C, C}, u, InitKind::normal, std);
-    add(h + "self_attn.k_proj.weight", {kvC, C}, u, InitKind::normal, std);
-    add(h + "self_attn.v_proj.weight", {kvC, C}, u, InitKind::normal, std);
-    block_.attproj_w = rel(); add(h + "self_attn.o_proj.weight", {C, C}, u, InitKind::normal, std);
+    add(h + "self_attn.q_proj.weight", {C / t, C}, u, InitKind::normal, std, column(C), !split);
+    add(h + "self_attn.k_proj.weight", {kvr, C}, u, InitKind::normal, std, kv_split ? column(kvC) : TpSlice{},
+        !kv_split);
+    add(h + "self_attn.v_proj.weight", {kvr, C}, u, InitKind::normal, std, kv_split ? column(kvC) : TpSlice{},
+        !kv_split);
+    block_.attproj_w = rel();
+    add(h + "self_attn.o_proj.weight", {C, C / t}, u, InitKind::normal, std, row_slice(C, C, r, t), !split);
     block_.ln2_w = rel(); add(h + "post_attention_layernorm.weight", {C}, u, InitKind::ones, 0);
     if (m.is_moe(l)) {
       // Mixtral's names (Hugging Face MixtralForCausalLM): the router
       // block_sparse_moe.gate, expert e's w1 (gate), w3 (up), w2 (down),
       // laid out w1, w3, w2 so gate|up is one (2F, C) projection.
+      // (tp = 1 only: the constructor refuses the rest.)
       const int64_t E = m.moe.experts;
       const std::string b = h + "block_sparse_moe.";
       moe_ = {};
@@ -185,14 +215,15 @@ void ParamLayout::add_llama() {
       continue;
     }
     block_.fc_w = rel();
-    add(h + "mlp.gate_proj.weight", {F, C}, u, InitKind::normal, std);
-    add(h + "mlp.up_proj.weight", {F, C}, u, InitKind::normal, std);
-    block_.fcproj_w = rel(); add(h + "mlp.down_proj.weight", {C, F}, u, InitKind::normal, std);
+    add(h + "mlp.gate_proj.weight", {F / t, C}, u, InitKind::normal, std, column(F), !split);
+    add(h + "mlp.up_proj.weight", {F / t, C}, u, InitKind::normal, std, column(F), !split);
+    block_.fcproj_w = rel();
+    add(h + "mlp.down_proj.weight", {C, F / t}, u, InitKind::normal, std, row_slice(C, F, r, t), !split);
     block_.size = rel();
   }
   unit_begin_.push_back(total_);
   add("model.norm.weight", {C}, m.L + 1, InitKind::ones, 0);
-  add("lm_head.weight", {V, C}, m.L + 1, InitKind::normal, std);
+  add("lm_head.weight", {vocab_rows_, C}, m.L + 1, InitKind::normal, std, vocab, !split);
   unit_begin_.push_back(total_);
 }
 

@@ -115,7 +115,7 @@ class ParamLayout {
   }
 
  private:
-  void add_llama();  // the llama family's tensors (tp = 1)
+  void add_llama();  // the llama family's tensors (tensor-parallel shards as the constructor says)
   void add(std::string name, std::vector<int64_t> shape, int unit, InitKind init, double std,
            TpSlice slice = {}, bool replicated = true);
   ModelConfig m_;

@@ -75,6 +75,13 @@ parabench_mpi_test(NAME conformance_check_mpi_tp_np4 NP 4
           --strategy shard=none shard=zero3,recompute=full --precision fp32 bf16-mixed
           --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# The llama family under tensor parallel on the MPI backend: tiny-llama at
+# tp4 (kv heads replicated) and tp4.sp, dp2.tp2 (kv heads split) x ZeRO-3.
+parabench_mpi_test(NAME conformance_check_mpi_llama_tp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp4 tp4.sp dp2.tp2
+          --strategy shard=none shard=zero3 --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Tensor parallel inside pipeline stages under mpirun: tp2.pp2 (1F1B, SP,
 # interleaved) at np 4 and dp2.tp2.pp2 (ZeRO-3) at np 8.
 parabench_mpi_test(NAME conformance_check_mpi_tp_pp_np4 NP 4
@@ -171,6 +178,29 @@ if(PARABENCH_BUILD_TESTS)
   add_test(NAME conformance_check_mixtral_dp
     COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --mesh dp2 --strategy shard=none shard=zero3
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
-  set_tests_properties(conformance_check_llama_dp conformance_check_mixtral_dp PROPERTIES TIMEOUT 300
-                       LABELS "cli" PROCESSORS 2)
+  # Tensor (and sequence) parallel: tp2 splits the 2 kv heads, tp4 replicates
+  # them (kv_heads < tp); held to the rule with the fp64 rerun, memory and
+  # traffic exactly as declared (docs/strategies/tensor-parallel.md).
+  add_test(NAME conformance_check_llama_tp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp2 tp4 tp2.sp tp4.sp dp2.tp2
+            --strategy shard=none shard=zero3 --precision fp32 bf16-mixed
+            --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  # The family's tensor-parallel teeth (issue 46 item 3): every fault that
+  # applies at tp4 (kv_heads 2 < tp) and under SP, each caught at both
+  # precisions (every configuration must fail).
+  add_test(NAME conformance_check_llama_tp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp4 --strategy faults=norm_tp_times
+            faults=skip_input_allreduce faults=gate_up_mismatch faults=kv_head_by_rank --precision fp32 bf16-mixed
+            --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  add_test(NAME conformance_check_llama_sp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp4.sp --strategy faults=skip_sp_grad_reduce
+            faults=gate_up_mismatch faults=kv_head_by_rank --precision fp32 bf16-mixed
+            --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  set_tests_properties(conformance_check_llama_tp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n8 configurations, 8 failed\\.")
+  set_tests_properties(conformance_check_llama_sp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n6 configurations, 6 failed\\.")
+  set_tests_properties(conformance_check_llama_dp conformance_check_mixtral_dp conformance_check_llama_tp
+                       conformance_check_llama_tp_teeth conformance_check_llama_sp_teeth
+                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
 endif()

@@ -55,10 +55,32 @@ cp::AttnShape attn_shape(const TpShape& x) {
 
 int64_t activation_bytes(const TpShape& x) { return stage_activation_bytes(x, x.model.L, true, true); }
 
+// The llama family's layer on a tp rank (recompute none, cp 1: what the
+// tensor-parallel runner holds, runner.cc alloc_block): rmsnorm1's output,
+// xmid, rmsnorm2's output and the block's output (C per held token), the two
+// RMSNorms' 1/rms (one accumulator value each per held token), this rank's
+// q|k|v after RoPE (Wl per token: its q heads and the kv heads it attends
+// with), the attention output (C/t), gate|up (2F/t) and SwiGLU's output
+// (F/t), and its heads' probabilities (heads/t x s per token).
+static int64_t llama_layer_activation_bytes(const TpShape& x) {
+  const ModelConfig& m = x.model;
+  const int64_t N = x.tokens(), C = m.C, t = x.tp, e = x.elem_bytes, ab = x.acc_bytes;
+  const int64_t Nl = x.sp ? N / t : N, hs = C / m.NH;
+  const int64_t kvl = m.kv_heads % t == 0 ? m.kv_heads / t : 1;
+  const int64_t Wl = C / t + 2 * kvl * hs, Ft = m.ffn / t;
+  return e * Nl * C * 4 + ab * Nl * 2 + e * N * (Wl + C / t + 3 * Ft) + e * int64_t(x.Bm) * (m.NH / t) * x.Tn * x.Tn;
+}
+
 int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head) {
   const int64_t N = x.tokens(), C = x.model.C, t = x.tp, e = x.elem_bytes, ab = x.acc_bytes;
   const int64_t Nl = x.sp ? N / t : N, Vr = (int64_t(x.model.V) + t - 1) / t;
   const int64_t input = e * Nl * C;  // the embedding's output, or the activation received
+  if (x.model.llama()) {  // RMSNorm keeps 1/rms alone
+    require(x.recompute == Recompute::none && x.cp == 1 && x.model.moe.experts == 0,
+            "tp: model family llama's activations are declared without recompute, context parallel or experts");
+    const int64_t head_bytes = head ? e * Nl * C + ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets
+    return input + blocks * llama_layer_activation_bytes(x) + (embedding ? 4 * N : 0) + head_bytes;
+  }
   int64_t layers = blocks * layer_activation_bytes(layer_shape(x), x.recompute);
   if (x.model.moe.experts > 0 && blocks == x.model.L) {  // the whole model: its MoE blocks' MLPs (experts split over tp)
     const int64_t moe_blocks = x.model.moe_layers();
@@ -74,6 +96,21 @@ int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding,
 std::vector<int64_t> unit_params(const ModelConfig& m, int tp) {
   const int64_t C = m.C, t = tp, E = m.moe.experts;
   std::vector<int64_t> u;
+  if (m.llama()) {  // reference/layout.cc add_llama's shards (dense models)
+    require(E == 0 || tp == 1, "tp: the llama family's mixture of experts is not tensor parallel");
+    const int64_t Vr = (int64_t(m.V) + t - 1) / t, kvC = int64_t(m.kv_heads) * (C / m.NH);
+    const int64_t kvr = m.kv_heads % tp == 0 ? kvC / t : kvC;  // replicated when fewer kv heads than tp
+    u.push_back(Vr * C);
+    for (int l = 0; l < m.L; ++l) {
+      if (m.is_moe(l)) {  // tp = 1: norms, q|k|v, o, router, E experts of gate|up and down
+        u.push_back(2 * C + C * C + 2 * kvC * C + C * C + E * C + E * 3 * int64_t(m.ffn) * C);
+        continue;
+      }
+      u.push_back(2 * C + C / t * C + 2 * kvr * C + C * (C / t) + 3 * (m.ffn / t) * C);
+    }
+    u.push_back(C + Vr * C);
+    return u;
+  }
   u.push_back((int64_t(m.V) + t - 1) / t * C + int64_t(m.maxT) * C);
   for (int l = 0; l < m.L; ++l)  // an MoE block: attention, LayerNorms, router, E expert MLPs (c_fc, c_proj split)
     u.push_back(m.is_moe(l) ? 4 * C * C / t + 3 * C / t + 5 * C + E * C + E * (8 * C * C / t + 4 * C / t + C)

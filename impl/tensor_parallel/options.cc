@@ -16,9 +16,18 @@ std::vector<Fault> faults_for(int tp, bool sp, Recompute r, bool vocab_padded) {
   return f;
 }
 
+std::vector<Fault> faults_for(const ModelConfig& m, int tp, bool sp, Recompute r) {
+  std::vector<Fault> f = faults_for(tp, sp, r, m.V % tp != 0);
+  if (!m.llama()) return f;
+  std::erase(f, Fault::bias_tp_times);  // no biases
+  if (tp > 1) f.push_back(Fault::gate_up_mismatch);
+  if (tp > 1 && m.kv_heads < tp) f.push_back(Fault::kv_head_by_rank);
+  return f;
+}
+
 namespace {
 std::vector<Fault> faults_for_spec(const RunSpec& s) {
-  return faults_for(s.mesh.tp, s.tensor.sp, s.tensor.recompute, s.train.model.V % s.mesh.tp != 0);
+  return faults_for(s.train.model, s.mesh.tp, s.tensor.sp, s.tensor.recompute);
 }
 }  // namespace
 
@@ -41,7 +50,13 @@ std::span<const FaultDecl> fault_decls() {
        "the padded vocabulary rows take part in the softmax", listed_for<padded_vocab_in_loss, faults_for_spec>},
       {"recompute_wrong_input", T, uint8_t(recompute_wrong_input),
        "full recompute reruns a block from the previous block's input",
-       listed_for<recompute_wrong_input, faults_for_spec>}};
+       listed_for<recompute_wrong_input, faults_for_spec>},
+      {"kv_head_by_rank", T, uint8_t(kv_head_by_rank),
+       "llama, kv_heads < tp: tp rank r attends with kv head r % kv_heads (kv heads dealt out as if split)",
+       listed_for<kv_head_by_rank, faults_for_spec>},
+      {"gate_up_mismatch", T, uint8_t(gate_up_mismatch),
+       "llama: each tp rank pairs its gate_proj rows with its up_proj rows in reverse order",
+       listed_for<gate_up_mismatch, faults_for_spec>}};
   return d;
 }
 

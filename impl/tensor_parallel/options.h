@@ -21,11 +21,16 @@ enum class Fault : uint8_t {
   skip_sp_grad_reduce,   // SP: grads of tp-replicated params (LayerNorms, row biases) not all-reduced
   norm_tp_times,         // tp-replicated params counted on every tp rank in the clip norm
   recompute_wrong_input, // full recompute reruns a block from the previous block's input
+  // The llama family:
+  kv_head_by_rank,       // kv_heads < tp: tp rank r attends with kv head r % kv_heads, not its q heads' group
+  gate_up_mismatch,      // each rank pairs its gate rows with its up rows in reverse order
 };
 std::string fault_name(Fault f);
 std::span<const FaultDecl> fault_decls();  // impl/spec/fault.h
 // The faults that apply to (tp, sp, recompute, a vocabulary that tp pads).
 std::vector<Fault> faults_for(int tp, bool sp, Recompute r, bool vocab_padded);
+// The same for model m (the llama family: no biases, its own faults).
+std::vector<Fault> faults_for(const ModelConfig& m, int tp, bool sp, Recompute r);
 
 struct TpOptions {
   int tp = 1;

@@ -14,11 +14,41 @@ namespace pb::tp {
 
 namespace k = kernels;
 
+namespace {
+// The llama family's widths on a tp rank (runner.h): kv heads held and
+// attended with, q|k|v widths of attention (Wl) and of the projection (Wf).
+struct LlamaWidths {
+  bool kv_rep = false;
+  int KVl = 0, Wl = 0, Wf = 0, Ft = 0;
+};
+LlamaWidths llama_widths(const ModelConfig& m, int tp) {
+  LlamaWidths w;
+  const int hs = m.C / m.NH, Ct = m.C / tp;
+  w.kv_rep = m.kv_heads % tp != 0;  // fewer kv heads than tp (the layout requires tp % kv_heads == 0 then)
+  w.KVl = w.kv_rep ? 1 : m.kv_heads / tp;
+  w.Wl = Ct + 2 * w.KVl * hs;
+  w.Wf = w.kv_rep ? Ct + 2 * m.kv_heads * hs : w.Wl;
+  w.Ft = m.ffn / tp;
+  return w;
+}
+}  // namespace
+
 template <class T>
 void TpModel<T>::alloc_block(Block& b, MemoryTracker* mt, bool xout_only, bool dense_mlp) const {
   const size_t N = size_t(N_), Nl = size_t(Nl_), C = size_t(C_), Ct = size_t(Ct_);
   const MemTag act = MemTag::activations;
-  if (!xout_only) {
+  if (!xout_only && llama_) {  // RMSNorm keeps no mean; recompute none, cp 1 (the constructor's)
+    b.ln1 = Buffer<T>(mt, act, Nl * C);
+    b.ln1_rstd = Buffer<A>(mt, act, Nl);
+    b.qkv = Buffer<T>(mt, act, N * size_t(Wl_));
+    b.att = Buffer<T>(mt, act, size_t(Bm_) * H_ * Tn_ * Tn_);
+    b.atty = Buffer<T>(mt, act, N * Ct);
+    b.xmid = Buffer<T>(mt, act, Nl * C);
+    b.ln2 = Buffer<T>(mt, act, Nl * C);
+    b.ln2_rstd = Buffer<A>(mt, act, Nl);
+    b.fch = Buffer<T>(mt, act, N * 2 * size_t(Ft_));
+    b.fchg = Buffer<T>(mt, act, N * size_t(Ft_));
+  } else if (!xout_only) {
     b.ln1 = Buffer<T>(mt, act, Nl * C);
     b.ln1_mean = Buffer<A>(mt, act, Nl);
     b.ln1_rstd = Buffer<A>(mt, act, Nl);
@@ -47,7 +77,7 @@ template <class T>
 void TpModel<T>::alloc_head(Head& h, MemoryTracker* mt) const {
   const MemTag act = MemTag::activations;
   h.lnf = Buffer<T>(mt, act, size_t(Nl_) * C_);
-  h.lnf_mean = Buffer<A>(mt, act, size_t(Nl_));
+  if (!llama_) h.lnf_mean = Buffer<A>(mt, act, size_t(Nl_));
   h.lnf_rstd = Buffer<A>(mt, act, size_t(Nl_));
   h.probs = Buffer<T>(mt, act, size_t(N_) * Vr_);
   h.losses = Buffer<A>(mt, act, size_t(N_));
@@ -74,6 +104,17 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
   vb_ = l.vocab_begin();
   valid_ = int(std::clamp<int64_t>(m.V - vb_, 0, Vr_));
   if (o.has(Fault::padded_vocab_in_loss)) valid_ = Vr_;
+  if (m.llama()) {
+    require(ncp == 1 && o.recompute == Recompute::none && m.moe.experts == 0,
+            "tp: model family llama runs under tensor parallel without context parallel, recompute or experts");
+    const LlamaWidths w = llama_widths(m, o.tp);
+    llama_ = true;
+    kv_rep_ = w.kv_rep;
+    KVl_ = w.KVl, Wl_ = w.Wl, Wf_ = w.Wf, Ft_ = w.Ft;
+    // Replicated kv heads: this rank's q heads [r H/tp, (r+1) H/tp) share kv head r * kv_heads / tp.
+    kv0_ = kv_rep_ && tp ? tp->rank() * m.kv_heads / o.tp : 0;
+    if (kv_rep_ && tp && o.has(Fault::kv_head_by_rank)) kv0_ = tp->rank() % m.kv_heads;
+  }
   walk_workspace(this, m, o, Bm, Tn, ops.is_host(), [&](auto* b, size_t n) {
     using Buf = std::remove_pointer_t<decltype(b)>;
     *b = Buf(mt, MemTag::workspace, n);
@@ -84,6 +125,11 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
     std::vector<int32_t> pos(static_cast<size_t>(Nl_));
     for (int n = 0; n < Nl_; ++n) pos[size_t(n)] = embed_position(first + n);
     ops.to_device(pos_.data(), pos.data(), pos.size() * sizeof(int32_t));
+  }
+  if (llama_) {  // RoPE's: a sequence's tokens at their positions 0..Tn-1 (no context parallel)
+    std::vector<int32_t> pos(static_cast<size_t>(Tn));
+    std::iota(pos.begin(), pos.end(), 0);
+    ops.to_device(rpos_.data(), pos.data(), pos.size() * sizeof(int32_t));
   }
   if (ncp > 1) {
     if (o.context.algo == CpAlgo::ring)
@@ -166,6 +212,24 @@ void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOpt
   // The probabilities: this rank's heads (Ulysses: 1/cp of them) over whole sequences; none with ring.
   const size_t V = (size_t(m.V) + t - 1) / t, att = ring ? 0 : size_t(Bm) * size_t(m.NH / o.tp / ncp) * Tn * Tn;
   auto buf = [&](auto mem, size_t n) { f(self ? &(self->*mem) : nullptr, n); };
+  if (m.llama()) {  // recompute none, cp 1 (the constructor's); runner.h's shapes
+    const LlamaWidths w = llama_widths(m, o.tp);
+    const size_t Wl = size_t(w.Wl), Ft = size_t(w.Ft);
+    buf(&TpModel::gat_, N * C), buf(&TpModel::part_, N * C), buf(&TpModel::tmp_, Nl * C);
+    buf(&TpModel::dres_, Nl * C), buf(&TpModel::dln_, Nl * C), buf(&TpModel::datty_, N * Ct);
+    buf(&TpModel::dqkv_, N * Wl), buf(&TpModel::drot_, N * Wl);
+    if (w.kv_rep) buf(&TpModel::qkvf_, N * size_t(w.Wf));
+    buf(&TpModel::dfch_, N * 2 * Ft), buf(&TpModel::datt_, att), buf(&TpModel::dfchg_, N * Ft);
+    buf(&TpModel::dlogits_, N * V), buf(&TpModel::cmax_, N), buf(&TpModel::csum_, 2 * N);
+    buf(&TpModel::pos_, Nl), buf(&TpModel::rpos_, size_t(Tn));
+    if (!kernel_ws) return;
+    const int n = int(N), c = m.C, ct = int(Ct), v = int(V), ft = w.Ft;
+    buf(&TpModel::mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, w.Wf), k::matmul_workspace_floats<T>(n, c, 2 * ft),
+                                    k::matmul_workspace_floats<T>(n, ft, c), k::matmul_workspace_floats<T>(n, ct, c),
+                                    k::matmul_workspace_floats<T>(n, c, v)}));
+    buf(&TpModel::att_ws_, k::attention_workspace_elems_gqa<T>(Tn, ct, m.NH / o.tp, w.KVl));
+    return;
+  }
   auto wbuf = [&](auto mem, size_t n) { f(self ? &(self->work_.*mem) : nullptr, n); };
   if (o.recompute == Recompute::full) {  // one block's everything, probabilities included
     wbuf(&Block::ln1, Nl * C), wbuf(&Block::ln1_mean, Nl), wbuf(&Block::ln1_rstd, Nl), wbuf(&Block::qkv, N * 3 * Ct);
@@ -290,7 +354,7 @@ void TpModel<T>::row_parallel(T* y_out, const T* in, const T* w, const T* b, int
     all_reduce(part_.data(), size_t(N_) * C_);
     ops_->copy(y_out, part_.data(), size_t(N_) * C_ * sizeof(T));
   }
-  if (!bias_each_rank) add_bias(y_out, b, Nl_);
+  if (!bias_each_rank && b) add_bias(y_out, b, Nl_);
 }
 
 template <class T>
@@ -304,13 +368,13 @@ void TpModel<T>::embed_forward(T* x0, const int32_t* tokens, const T* wte, const
     all_reduce(p, size_t(N_) * C_);
     ops_->copy(x0, p, size_t(N_) * C_ * sizeof(T));
   }
-  ops_->add_rows(x0, wpe, pos_.data(), Nl_, C_);  // this rank's tokens' positions
+  if (!llama_) ops_->add_rows(x0, wpe, pos_.data(), Nl_, C_);  // this rank's tokens' positions (llama: RoPE's)
 }
 
 template <class T>
 void TpModel<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* tokens) {
   // wpe: this rank's tokens (all of them without SP: the same on every rank).
-  ops_->add_rows_backward(dwpe, dx0, pos_.data(), Nl_, C_, 0, Tn_);
+  if (!llama_) ops_->add_rows_backward(dwpe, dx0, pos_.data(), Nl_, C_, 0, Tn_);
   // wte: the full gradient at the embedding output, scattered to this rank's rows.
   const T* full = dx0;
   if (o_.sp) {
@@ -320,8 +384,98 @@ void TpModel<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* t
   ops_->add_rows_backward(dwte, full, tokens, N_, C_, vb_, valid_);
 }
 
+// The gate_up_mismatch fault: the up half of each (gate|up) row reversed in
+// place (its own inverse), tmp_ one column's scratch.
+template <class T>
+void TpModel<T>::reverse_up(T* gu) {
+  const size_t W = 2 * size_t(Ft_), N = size_t(N_), F = size_t(Ft_);
+  for (size_t j = 0; j < F / 2; ++j) {
+    T* a = gu + F + j;
+    T* b = gu + F + (F - 1 - j);
+    ops_->copy_rows(tmp_.data(), 1, a, W, 1, N);
+    ops_->copy_rows(a, W, b, W, 1, N);
+    ops_->copy_rows(b, W, tmp_.data(), 1, 1, N);
+  }
+}
+
+template <class T>
+void TpModel<T>::llama_attention_forward(Block& a, const T* x_in, const T* u) {
+  const auto& o = layout_->block();
+  const auto& m = layout_->model();
+  float* ws = mm_ws_.data();
+  const T* nb = nullptr;
+  const int hs = C_ / m.NH;
+  const size_t kvC = size_t(m.kv_heads) * hs;
+  ops_->rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w, Nl_, C_, m.norm_eps);
+  const T* in1 = a.ln1.data();
+  if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
+  if (!kv_rep_) {
+    ops_->matmul_forward(a.qkv.data(), in1, u + o.qkv_w, nb, N_, C_, Wl_, ws);
+  } else {  // every kv head from the whole k/v weights; this rank's one kv head kept beside its q heads
+    ops_->matmul_forward(qkvf_.data(), in1, u + o.qkv_w, nb, N_, C_, Wf_, ws);
+    const size_t Wl = size_t(Wl_), Wf = size_t(Wf_), Ct = size_t(Ct_), h0 = size_t(kv0_) * hs;
+    ops_->copy_rows(a.qkv.data(), Wl, qkvf_.data(), Wf, Ct, size_t(N_));
+    ops_->copy_rows(a.qkv.data() + Ct, Wl, qkvf_.data() + Ct + h0, Wf, size_t(hs), size_t(N_));
+    ops_->copy_rows(a.qkv.data() + Ct + hs, Wl, qkvf_.data() + Ct + kvC + h0, Wf, size_t(hs), size_t(N_));
+  }
+  const int32_t* pos = rpos_.data();
+  ops_->rope_forward(a.qkv.data(), a.qkv.data(), pos, Bm_, Tn_, H_, hs, Wl_, m.rope_theta);
+  ops_->rope_forward(a.qkv.data() + Ct_, a.qkv.data() + Ct_, pos, Bm_, Tn_, KVl_, hs, Wl_, m.rope_theta);
+  ops_->attention_forward_gqa(a.atty.data(), a.att.data(), a.qkv.data(), Bm_, Tn_, Ct_, H_, KVl_, att_ws_.data());
+  row_parallel(tmp_.data(), a.atty.data(), u + o.attproj_w, nb, Ct_);
+  ops_->residual_forward(a.xmid.data(), x_in, tmp_.data(), size_t(Nl_) * C_);
+  ops_->rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w, Nl_, C_, m.norm_eps);
+}
+
+// From d rmsnorm2's output's residual part (dres_) down to dx_in.
+template <class T>
+void TpModel<T>::llama_attention_backward(T* dx_in, T* du, const T* x_in, const Block& a, const T* u) {
+  const auto& o = layout_->block();
+  const auto& m = layout_->model();
+  float* ws = mm_ws_.data();
+  T* null = nullptr;
+  const size_t NlC = size_t(Nl_) * C_, Wl = size_t(Wl_), Ct = size_t(Ct_), N = size_t(N_);
+  const int hs = C_ / m.NH;
+  const size_t kvl = size_t(KVl_) * hs;
+  ops_->copy(dx_in, dres_.data(), NlC * sizeof(T));
+  const T* dres = dres_.data();
+  if (o_.sp) gather(dres_.data(), gat_.data()), dres = gat_.data();
+  zero(datty_);
+  ops_->matmul_backward(datty_.data(), du + o.attproj_w, null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_, ws);
+  zero(dqkv_);
+  ops_->attention_backward_gqa(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), a.att.data(), Bm_, Tn_, Ct_,
+                               H_, KVl_, att_ws_.data());
+  zero(drot_);
+  const int32_t* pos = rpos_.data();
+  ops_->rope_backward(drot_.data(), dqkv_.data(), pos, Bm_, Tn_, H_, hs, Wl_, m.rope_theta);
+  ops_->rope_backward(drot_.data() + Ct, dqkv_.data() + Ct, pos, Bm_, Tn_, KVl_, hs, Wl_, m.rope_theta);
+  ops_->copy_rows(drot_.data() + Ct + kvl, Wl, dqkv_.data() + Ct + kvl, Wl, kvl, N);  // v: no rotation
+  const T* dproj = drot_.data();
+  if (kv_rep_) {  // into the whole projection's rows: the other kv heads' gradients zero here
+    const size_t Wf = size_t(Wf_), h0 = size_t(kv0_) * hs, kvC = size_t(m.kv_heads) * hs;
+    zero(qkvf_);
+    ops_->copy_rows(qkvf_.data(), Wf, drot_.data(), Wl, Ct, N);
+    ops_->copy_rows(qkvf_.data() + Ct + h0, Wf, drot_.data() + Ct, Wl, size_t(hs), N);
+    ops_->copy_rows(qkvf_.data() + Ct + kvC + h0, Wf, drot_.data() + Ct + hs, Wl, size_t(hs), N);
+    dproj = qkvf_.data();
+  }
+  const T* in1 = a.ln1.data();
+  if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
+  zero(part_);
+  ops_->matmul_backward(part_.data(), du + o.qkv_w, null, dproj, in1, u + o.qkv_w, N_, C_, Wf_, ws);
+  const T* dln1 = part_.data();
+  if (o_.sp) {
+    scatter(part_.data(), dln_.data());
+    dln1 = dln_.data();
+  } else {
+    all_reduce(part_.data(), N * C_);
+  }
+  ops_->rmsnorm_backward(dx_in, du + o.ln1_w, dln1, x_in, u + o.ln1_w, a.ln1_rstd.data(), Nl_, C_);
+}
+
 template <class T>
 void TpModel<T>::attention_forward(Block& a, const T* x_in, const T* u) {
+  if (llama_) return llama_attention_forward(a, x_in, u);
   const auto& o = layout_->block();
   float* ws = mm_ws_.data();
   ops_->layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w, u + o.ln1_b, Nl_,
@@ -344,6 +498,15 @@ void TpModel<T>::block_forward(Block& a, const T* x_in, const T* u, T* xout) {
   attention_forward(a, x_in, u);
   const T* in2 = a.ln2.data();
   if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data();
+  if (llama_) {  // down(swiglu(gate|up)): this rank's gate rows and the same up rows
+    const T* nb = nullptr;
+    ops_->matmul_forward(a.fch.data(), in2, u + o.fc_w, nb, N_, C_, 2 * Ft_, ws);
+    if (o_.has(Fault::gate_up_mismatch)) reverse_up(a.fch.data());
+    ops_->swiglu_forward(a.fchg.data(), a.fch.data(), N_, Ft_);
+    row_parallel(tmp_.data(), a.fchg.data(), u + o.fcproj_w, nb, Ft_);
+    ops_->residual_forward(xout, a.xmid.data(), tmp_.data(), size_t(Nl_) * C_);
+    return;
+  }
   ops_->matmul_forward(a.fch.data(), in2, u + o.fc_w, u + o.fc_b, N_, C_, 4 * Ct_, ws);
   ops_->gelu_forward(a.fchg.data(), a.fch.data(), size_t(N_) * 4 * Ct_);
   row_parallel(tmp_.data(), a.fchg.data(), u + o.fcproj_w, u + o.fcproj_b, 4 * Ct_);
@@ -371,6 +534,20 @@ void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
   ops_->copy(dres_.data(), dout, NlC * sizeof(T));
   const T* dof = dout;
   if (o_.sp) gather(dout, gat_.data()), dof = gat_.data();
+  if (llama_) {  // xout = xmid + down(swiglu(gate|up(rmsnorm2(xmid))))
+    zero(dfchg_);
+    ops_->matmul_backward(dfchg_.data(), du + o.fcproj_w, null, dof, a.fchg.data(), u + o.fcproj_w, N_, Ft_, C_, ws);
+    zero(dfch_);
+    ops_->swiglu_backward(dfch_.data(), a.fch.data(), dfchg_.data(), N_, Ft_);
+    if (o_.has(Fault::gate_up_mismatch)) reverse_up(dfch_.data());
+    const T* in2 = a.ln2.data();
+    if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data();
+    zero(part_);
+    ops_->matmul_backward(part_.data(), du + o.fc_w, null, dfch_.data(), in2, u + o.fc_w, N_, C_, 2 * Ft_, ws);
+    const T* dln2 = reduce_input_grad();
+    ops_->rmsnorm_backward(dres_.data(), du + o.ln2_w, dln2, a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(), Nl_, C_);
+    return llama_attention_backward(dx_in, du, x_in, a, u);
+  }
   zero(dfchg_);
   ops_->matmul_backward(dfchg_.data(), du + o.fcproj_w, null, dof, a.fchg.data(), u + o.fcproj_w, N_, 4 * Ct_, C_,
                         ws);
@@ -445,7 +622,10 @@ void TpModel<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_i
 
 template <class T>
 double TpModel<T>::head_forward(Head& h, const T* x, const int32_t* targets, const T* lnf, const T* wte) {
-  ops_->layernorm_forward(h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), x, lnf, lnf + C_, Nl_, C_);
+  if (llama_)  // model.norm; wte is the untied lm_head's shard
+    ops_->rmsnorm_forward(h.lnf.data(), h.lnf_rstd.data(), x, lnf, Nl_, C_, layout_->model().norm_eps);
+  else
+    ops_->layernorm_forward(h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), x, lnf, lnf + C_, Nl_, C_);
   const T* in = h.lnf.data();
   if (o_.sp) gather(h.lnf.data(), gat_.data()), in = gat_.data();
   T* logits = h.probs.data();  // (N, Vr): logits, then probabilities in place
@@ -482,7 +662,10 @@ void TpModel<T>::head_backward(T* dx, T* dlnf, T* dwte, const T* x, const int32_
     all_reduce(part_.data(), size_t(N_) * C_);
   }
   ops_->zero(dx, size_t(Nl_) * C_ * sizeof(T));
-  ops_->layernorm_backward(dx, dlnf, dlnf + C_, dln, x, lnf, h.lnf_mean.data(), h.lnf_rstd.data(), Nl_, C_);
+  if (llama_)
+    ops_->rmsnorm_backward(dx, dlnf, dln, x, lnf, h.lnf_rstd.data(), Nl_, C_);
+  else
+    ops_->layernorm_backward(dx, dlnf, dlnf + C_, dln, x, lnf, h.lnf_mean.data(), h.lnf_rstd.data(), Nl_, C_);
 }
 
 template <class T>
@@ -531,12 +714,22 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   }
   const T* x = output(L - 1);
   const T* lnf = hk.params(fin);
+  // The LM head: tied to wte (unit 0, asked for under either family, so the
+  // hooks see one call order), or the llama family's lm_head after model.norm.
+  const bool untied = mc.llama();
   const T* wte = hk.params(0);
-  const double loss = model_.head_forward(head_, x, targets_.data(), lnf, wte);
+  const T* head_w = untied ? lnf + mc.C : wte;
+  const double loss = model_.head_forward(head_, x, targets_.data(), lnf, head_w);
 
   T* dx = dx_a_.data();
   T* dprev = dx_b_.data();
-  model_.head_backward(dx, hk.grads(fin), hk.head_grads(), x, targets_.data(), head_, lnf, wte, dloss);
+  if (!untied) {
+    model_.head_backward(dx, hk.grads(fin), hk.head_grads(), x, targets_.data(), head_, lnf, wte, dloss);
+  } else {  // the reference runner's order: model.norm's gradients, then the head's (unused: lm_head's are in fin)
+    T* dlnf = hk.grads(fin);
+    hk.head_grads();
+    model_.head_backward(dx, dlnf, dlnf + mc.C, x, targets_.data(), head_, lnf, head_w, dloss);
+  }
   hk.grads_ready(fin);
   hk.release_params(fin);
   hk.release_params(0);

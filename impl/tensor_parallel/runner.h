@@ -31,6 +31,15 @@
 //    (impl/context_parallel/attention.h), everything else is per token. The
 //    loss the head returns is the sum over this rank's tokens (the caller
 //    reduces it over cp).
+// The llama family (docs/models.md; reference/llama_block.cc's arithmetic on
+// the shard): RMSNorm for the LayerNorms (weights replicated), q column-
+// parallel by heads, k and v by kv heads when tp divides them, or computed
+// for every kv head from their whole (replicated) weights when kv_heads < tp
+// and this rank's one kv head taken (the other heads' gradients are zero
+// here; the caller sums the replicated k/v gradients over tp), RoPE by each
+// token's true position, grouped-query attention on this rank's heads, gate
+// and up column-parallel by the same rows, o_proj and down_proj row-parallel,
+// no biases; the untied lm_head vocabulary-parallel like the tied one.
 // Calls UnitHooks in MicrobatchRunner's order (reference/runner.h), so every
 // data-parallel family composes with it unchanged.
 // On a device (kernels/common/device_ops.h): every op goes through the seam
@@ -151,6 +160,14 @@ class TpModel {
   Communicator* tp_;
   Communicator* cp_;
   int Bm_, Tn_, Tl_, N_, Nl_, C_, Ct_, H_, Vr_, valid_ = 0;
+  // The llama family: this rank's kv heads, the width of its q|k|v rows
+  // (Wl, attention's) and of its projection's (Wf: every kv head when
+  // replicated), the kv head it attends with when replicated, the MLP's ffn / tp.
+  bool llama_ = false, kv_rep_ = false;
+  int KVl_ = 0, Wl_ = 0, Wf_ = 0, kv0_ = 0, Ft_ = 0;
+  void llama_attention_forward(Block& a, const T* x_in, const T* u);
+  void llama_attention_backward(T* dx_in, T* du, const T* x_in, const Block& a, const T* u);
+  void reverse_up(T* gu);
   std::optional<cp::Placement> place_;
   std::unique_ptr<cp::RingAttention<T>> ring_;
   std::unique_ptr<cp::UlyssesAttention<T>> ulysses_;
@@ -160,6 +177,8 @@ class TpModel {
   Buffer<T> gat_, part_, tmp_, dres_, dln_, datty_, dqkv_, datt_, dfch_, dfchg_, dlogits_;
   Buffer<A> cmax_, csum_, att_ws_;
   Buffer<float> mm_ws_;
+  Buffer<T> drot_, qkvf_;  // llama: d (q|k|v) before RoPE; the whole-kv projection's rows (replicated kv)
+  Buffer<int32_t> rpos_;   // llama: RoPE's positions of a sequence's Tn tokens
   Buffer<int32_t> pos_;  // the position of each token this rank's LayerNorm regions hold (Nl)
   MoeScope moe_scope_;
   std::optional<MoeMlp<T>> moe_;

@@ -61,13 +61,28 @@ int64_t replicated_grads_held(const RunSpec& s, int rank) {
   const dp::DpOptions o = component_options_of(s);
   const dp::ShardLayout sl(dp::model_units(l), o.shard == dp::Shard::none ? 1 : dp::shard_group(o),
                            o.shard == dp::Shard::none ? 0 : dp::owned_slice(o, rank));
+  const auto ranges = tp_reduced_ranges(l, s.tensor.sp);
   int64_t held = 0;
   for (int u = 0; u < sl.num_units(); ++u) {
     const auto& us = sl.unit(u);
     auto [lo, hi] = o.shard == dp::Shard::none ? std::pair{us.begin, us.begin + us.size} : sl.owned(u);
-    for (const auto& [a, b] : l.replicated_ranges()) held += std::max<int64_t>(0, std::min(hi, b) - std::max(lo, a));
+    for (const auto& [a, b] : ranges) held += std::max<int64_t>(0, std::min(hi, b) - std::max(lo, a));
   }
   return held;
+}
+
+std::vector<std::pair<int64_t, int64_t>> tp_reduced_ranges(const ParamLayout& l, bool sp) {
+  if (sp || l.tp() == 1) return l.replicated_ranges();
+  std::vector<std::pair<int64_t, int64_t>> r;
+  auto ends = [](const std::string& n, const std::string& x) {
+    return n.size() >= x.size() && n.compare(n.size() - x.size(), x.size(), x) == 0;
+  };
+  for (const auto& p : l.params()) {
+    if (!p.replicated || !(ends(p.name, "k_proj.weight") || ends(p.name, "v_proj.weight"))) continue;
+    if (!r.empty() && r.back().second == p.offset) r.back().second += p.numel;
+    else r.push_back({p.offset, p.offset + p.numel});
+  }
+  return r;
 }
 
 namespace {
@@ -87,6 +102,15 @@ void validate_spec(const RunSpec& s) {
   require(m.NH % tp == 0, "mesh.tp: tp" + std::to_string(tp) + " does not divide model.heads = " +
                               std::to_string(m.NH) + " (" + std::to_string(m.NH) + " % " + std::to_string(tp) +
                               " = " + std::to_string(m.NH % tp) + ")");
+  if (m.llama() && tp > 1) {  // the shards of reference/layout.cc add_llama
+    require(m.ffn % tp == 0, "mesh.tp: tp" + std::to_string(tp) + " does not divide model.ffn = " +
+                                 std::to_string(m.ffn) + " (" + std::to_string(m.ffn) + " % " + std::to_string(tp) +
+                                 " = " + std::to_string(m.ffn % tp) + ")");
+    require(m.kv_heads % tp == 0 || tp % m.kv_heads == 0,
+            "mesh.tp: tp" + std::to_string(tp) + " and model.kv_heads = " + std::to_string(m.kv_heads) +
+                " must divide one another (kv heads split over tp when tp divides them, replicated when tp is a "
+                "multiple of them)");
+  }
   if (cp > 1) {
     cp::validate_seq(s.train.seq, cp, s.context.zigzag, "train.seq");
     const int heads = m.NH / tp;
@@ -123,7 +147,7 @@ void validate_spec(const RunSpec& s) {
     throw InputError("strategy.faults: " + f + " does not apply to " + mesh_text(s.mesh) + " " + strategy_text(s) +
                      " (faults that apply here: " + (ok.empty() ? "none" : ok) + ")");
   };
-  const auto tp_ok = faults_for(tp, o.sp, o.recompute, m.V % tp != 0);
+  const auto tp_ok = faults_for(m, tp, o.sp, o.recompute);
   const auto cp_ok = cp::faults_for(o.context);
   std::string where;
   for (Fault g : tp_ok) where += (where.empty() ? "" : ", ") + fault_name(g);

@@ -2,10 +2,14 @@
 // sequence parallel and activation recomputation on a mesh of dp x tp ranks,
 // every data-axis option on the dp axis; recomputation alone at tp = 1.
 #pragma once
+#include <utility>
+#include <vector>
+
 #include "impl/data_parallel/options.h"
 #include "impl/spec/rank.h"
 #include "impl/tensor_parallel/cost.h"
 #include "impl/tensor_parallel/options.h"
+#include "reference/layout.h"
 
 namespace pb::tp {
 
@@ -51,6 +55,13 @@ void declare_cp_comm(Declared& d, const TpShape& x, int64_t layer_microbatches);
 // `rank` (its dp x cp group rank, cp + CP * dp) holds after the step's
 // reduction (all of them for DDP; its owned slices' part when sharded): what
 // sequence parallel all-reduces over tp per step.
+// (The llama family with kv_heads < tp: without SP, the replicated k_proj /
+// v_proj gradients alone, tp_reduced_ranges'.)
 int64_t replicated_grads_held(const RunSpec& s, int rank);
+// Flat ranges of the parameters whose gradients are partial on each tp rank
+// and summed over tp once per step: with SP every replicated one (each rank
+// saw its tokens); without, the llama family's replicated k_proj and v_proj
+// when kv_heads < tp (each rank's q heads reach one kv head). Empty at tp 1.
+std::vector<std::pair<int64_t, int64_t>> tp_reduced_ranges(const ParamLayout& l, bool sp);
 
 }  // namespace pb::tp

@@ -42,6 +42,7 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world, RankOps<T> ops, RankMem
   groups_.split(Group::dp_scalar, MeshAxis::dp_cp);
   groups_.split_world(Group::check);
   if (s.mesh.ep > 1) groups_.split(Group::ep_scalar, expert_shards ? MeshAxis::dp : MeshAxis::ep);
+  kv_replicated_ = c.model.llama() && s.mesh.tp > 1 && c.model.kv_heads % s.mesh.tp != 0;
   runner_ = std::make_unique<TpRunner<T>>(layout_, o_, &tp, s.mesh.cp > 1 ? &cp : nullptr, data_, &this->mem_,
                                           c.batch / s.mesh.dp / c.microbatches, c.seq,
                                           dp::make_moe_scope(dpo_, c, groups_, &tp), *this->ops_);
@@ -60,9 +61,12 @@ StepStats TpRank<T>::step() {
   dp::StepHooks h;
   h.run = [&](int, int64_t first, double dloss) { return runner_->run(step_ + data_shift_, first, dloss, states_->hooks()); };
   h.synced = [&] {
-    // SP: each rank's grads of the replicated parameters are partial (its tokens).
+    // SP: each rank's grads of the replicated parameters are partial (its tokens);
+    // llama with kv_heads < tp: the replicated k/v ones (its q heads), with or without SP.
     if (o_.sp && o_.tp > 1 && !o_.has(Fault::skip_sp_grad_reduce))
       states_->dense().all_reduce_held_grads(layout_.replicated_ranges(), tp);
+    else if (!o_.sp && kv_replicated_)
+      states_->dense().all_reduce_held_grads(tp_reduced_ranges(layout_, false), tp);
   };
   h.norm = [&](double& sq) {  // the other tp ranks' split parameters
     if (o_.tp > 1) tp.all_reduce(&sq, &sq, 1, DType::f64);
@@ -150,8 +154,10 @@ Declared TpRank<T>::declared(int steps) const {
   // Per microbatch, then once per step: the norm's partial sum and, with SP,
   // the replicated parameters' gradients this rank holds.
   const MeshCoord me = groups_.coord();
-  const int64_t held = o_.sp ? replicated_grads_held(spec_, me.cp + spec_.mesh.cp * me.dp) : 0;
-  d.add_comm(Group::tp, CommOp::all_reduce, m.all_reduce * n + moe_rows + step_bytes(o_.sp, held, x.elem_bytes) * steps);
+  const bool reduced = o_.sp || kv_replicated_;
+  const int64_t held = reduced ? replicated_grads_held(spec_, me.cp + spec_.mesh.cp * me.dp) : 0;
+  d.add_comm(Group::tp, CommOp::all_reduce,
+             m.all_reduce * n + moe_rows + step_bytes(reduced, held, x.elem_bytes) * steps);
   if (m.all_gather) d.add_comm(Group::tp, CommOp::all_gather, m.all_gather * n);
   if (m.reduce_scatter) d.add_comm(Group::tp, CommOp::reduce_scatter, m.reduce_scatter * n);
   return d;

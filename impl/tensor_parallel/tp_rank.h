@@ -53,6 +53,7 @@ class TpRank : public RankBase<T> {
   std::unique_ptr<TpRunner<T>> runner_;
   int step_ = 0;
   int data_shift_ = 0;  // the data position minus step_ (0 unless a load's fault moved it)
+  bool kv_replicated_ = false;  // llama, kv_heads < tp: k_proj / v_proj whole on every tp rank
 };
 
 }  // namespace pb::tp

@@ -181,6 +181,12 @@ StrategyRun tp_case(int dp, int tp, const std::string& opts, Precision p) {
   return s;
 }
 
+StrategyRun llama_tp_case(int dp, int tp, const std::string& opts, Precision p) {
+  StrategyRun s = tp_case(dp, tp, opts, p);
+  s.spec.train.model = named_model("tiny-llama");
+  return s;
+}
+
 std::vector<TeethCase> tp_teeth_cases(Precision p) {
   const std::pair<std::pair<int, int>, const char*> cases[] = {
       {{1, 2}, ""}, {{1, 3}, ""}, {{1, 2}, "sp=on"}, {{1, 3}, "sp=on"},
@@ -195,6 +201,7 @@ std::vector<TeethCase> tp_teeth_cases(Precision p) {
     s.spec.train.batch = 4;
     out.push_back({s, {FaultAxis::tensor}});
   }
+  for (const char* opts : {"", "sp=on"}) out.push_back({llama_tp_case(1, 4, opts, p), {FaultAxis::tensor}});
   return out;
 }
 

@@ -61,8 +61,11 @@ std::vector<FaultCatch> pipeline_fault_catches(Precision p);
 // The tensor-parallel case: tiny-tp (V = 67, padded at every tp), tp 2 or 3,
 // optional dp, three steps; `opts` in the strategy text form.
 StrategyRun tp_case(int dp, int tp, const std::string& opts, Precision p);
+// The same on tiny-llama (kv_heads 2: replicated at tp 4).
+StrategyRun llama_tp_case(int dp, int tp, const std::string& opts, Precision p);
 // Every tensor-parallel fault where it applies (tp 2 and 3, with and without
-// SP, full recompute, x ZeRO-3 at dp 2), at precision p.
+// SP, full recompute, x ZeRO-3 at dp 2; tiny-llama at tp 4 with and without
+// SP), at precision p.
 std::vector<TeethCase> tp_teeth_cases(Precision p);
 std::vector<FaultCatch> tp_fault_catches(Precision p);
 

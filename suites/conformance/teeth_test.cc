@@ -61,8 +61,26 @@ TEST(Teeth, EveryTensorParallelFaultIsCaughtAtEveryPrecision) {
     }
     for (const FaultDecl& f : declared_faults(FaultAxis::tensor))  // every one injected somewhere
       EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
-    EXPECT_EQ(seen.size(), 6u);
+    EXPECT_EQ(seen.size(), 8u);
   }
+}
+
+// No false alarm for tensor parallel on the llama family: tiny-llama at tp2
+// (kv heads split), tp4 (replicated) and tp4 + SP, 10 seeds, both precisions.
+TEST(Teeth, TensorParallelLlamaNoFalseAlarmOverTenSeeds) {
+  const std::pair<int, const char*> cases[] = {{2, ""}, {4, ""}, {4, "sp=on"}};
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (const auto& [tp, opts] : cases)
+      for (uint64_t seed = 1; seed <= 10; ++seed) {
+        StrategyRun s = llama_tp_case(1, tp, opts, p);
+        s.spec.train.seed = seed;
+        s.spec.train.data.seed = seed;
+        const ConformanceResult r = run_conformance(s);
+        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
+        ++runs;
+      }
+  EXPECT_EQ(runs, 2 * 3 * 10);
 }
 
 // No false alarm for tensor parallel (rule-only below fp64, and held to the
