@@ -21,7 +21,9 @@ void add_named(SafetensorsWriter& w, const ParamLayout& l, const std::string& pr
 void add_meta(SafetensorsWriter& w, const TrainConfig& cfg, const std::string& toml, const std::string& hash,
               double floor) {
   w.set_metadata("format", kExportFormat);
-  w.set_metadata("layout", "Linear (out, in); lm_head tied to wte");
+  w.set_metadata("layout", cfg.model.llama() ? "Linear (out, in); Hugging Face Llama names; lm_head untied; RoPE "
+                                                "rotate-half (results/TRACE.md)"
+                                              : "Linear (out, in); lm_head tied to wte");
   w.set_metadata("precision", precision_name(cfg.precision));
   w.set_metadata("entropy_floor_nats", std::to_string(floor));
   w.set_metadata("config", toml);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "harness/status.h"
 #include "kernels/cpu/ops.h"
 
 namespace pb {
@@ -13,19 +14,20 @@ template <class T>
 BlockActs<T>::BlockActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn, bool dense_mlp) {
   const size_t N = size_t(B) * Tn, C = m.C;
   auto act = MemTag::activations;
+  const bool rms = m.llama();  // RMSNorm keeps no mean
   ln1 = Buffer<T>(mt, act, N * C);
-  ln1_mean = Buffer<A>(mt, act, N);
+  if (!rms) ln1_mean = Buffer<A>(mt, act, N);
   ln1_rstd = Buffer<A>(mt, act, N);
-  qkv = Buffer<T>(mt, act, N * 3 * C);
+  qkv = Buffer<T>(mt, act, N * size_t(m.qkv_width()));
   att = Buffer<T>(mt, act, size_t(B) * m.NH * Tn * Tn);
   atty = Buffer<T>(mt, act, N * C);
   xmid = Buffer<T>(mt, act, N * C);
   ln2 = Buffer<T>(mt, act, N * C);
-  ln2_mean = Buffer<A>(mt, act, N);
+  if (!rms) ln2_mean = Buffer<A>(mt, act, N);
   ln2_rstd = Buffer<A>(mt, act, N);
   if (dense_mlp) {
-    fch = Buffer<T>(mt, act, N * 4 * C);
-    fchg = Buffer<T>(mt, act, N * 4 * C);
+    fch = Buffer<T>(mt, act, N * (rms ? 2 * size_t(m.ffn) : 4 * C));
+    fchg = Buffer<T>(mt, act, N * (rms ? size_t(m.ffn) : 4 * C));
   }
   xout = Buffer<T>(mt, act, N * C);
 }
@@ -35,7 +37,7 @@ HeadActs<T>::HeadActs(MemoryTracker* mt, const ModelConfig& m, int B, int Tn) {
   const size_t N = size_t(B) * Tn;
   auto act = MemTag::activations;
   lnf = Buffer<T>(mt, act, N * m.C);
-  lnf_mean = Buffer<A>(mt, act, N);
+  if (!m.llama()) lnf_mean = Buffer<A>(mt, act, N);
   lnf_rstd = Buffer<A>(mt, act, N);
   probs = Buffer<T>(mt, act, N * m.V);
   losses = Buffer<A>(mt, act, N);
@@ -54,20 +56,35 @@ BlockGradStash<T>::BlockGradStash(MemoryTracker* mt, const ModelConfig& m, int B
 }
 
 namespace {
-// Element counts of the Scratch buffers for one microbatch of B x Tn tokens.
+// Element counts of the Scratch buffers for one microbatch of B x Tn tokens:
+// NC each of tmp, dres, dln, datty; qkv of dqkv (and drot: rot); fch, fchg
+// of dfch, dfchg (gpt2: 3NC, 0, 4NC, 4NC).
 struct ScratchElems {
-  size_t NC, att, logits, mm, att_ws;
+  size_t NC, qkv, rot, fch, fchg, att, logits, mm, att_ws;
 };
 template <class T>
 ScratchElems scratch_elems(const ModelConfig& m, int B, int Tn, bool kernel_ws) {
   const size_t N = size_t(B) * Tn;
   const int n = int(N);
+  if (m.llama()) {
+    const int W = m.qkv_width(), F = m.ffn;
+    const size_t mm = !kernel_ws ? 0
+                                 : std::max({k::matmul_workspace_floats<T>(n, m.C, W),
+                                             k::matmul_workspace_floats<T>(n, m.C, m.C),
+                                             k::matmul_workspace_floats<T>(n, m.C, 2 * F),
+                                             k::matmul_workspace_floats<T>(n, F, m.C),
+                                             k::matmul_workspace_floats<T>(n, m.C, m.V)});
+    return {N * size_t(m.C), N * size_t(W), N * size_t(W), N * 2 * size_t(F), N * size_t(F),
+            size_t(B) * m.NH * Tn * Tn, N * size_t(m.V), mm,
+            kernel_ws ? k::attention_workspace_elems_gqa<T>(Tn, m.C, m.NH, m.kv_heads) : 0};
+  }
   const size_t mm = !kernel_ws ? 0
                                : std::max({k::matmul_workspace_floats<T>(n, m.C, 3 * m.C),
                                            k::matmul_workspace_floats<T>(n, m.C, 4 * m.C),
                                            k::matmul_workspace_floats<T>(n, 4 * m.C, m.C),
                                            k::matmul_workspace_floats<T>(n, m.C, m.V)});
-  return {N * size_t(m.C), size_t(B) * m.NH * Tn * Tn, N * size_t(m.V), mm,
+  const size_t NC = N * size_t(m.C);
+  return {NC, 3 * NC, 0, 4 * NC, 4 * NC, size_t(B) * m.NH * Tn * Tn, N * size_t(m.V), mm,
           kernel_ws ? k::attention_workspace_elems<T>(Tn, m.C, m.NH) : 0};
 }
 }  // namespace
@@ -80,10 +97,11 @@ Scratch<T>::Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn, bool
   dres = Buffer<T>(mt, ws, e.NC);
   dln = Buffer<T>(mt, ws, e.NC);
   datty = Buffer<T>(mt, ws, e.NC);
-  dqkv = Buffer<T>(mt, ws, 3 * e.NC);
+  dqkv = Buffer<T>(mt, ws, e.qkv);
+  if (e.rot) drot = Buffer<T>(mt, ws, e.rot);
   datt = Buffer<T>(mt, ws, e.att);
-  dfch = Buffer<T>(mt, ws, 4 * e.NC);
-  dfchg = Buffer<T>(mt, ws, 4 * e.NC);
+  dfch = Buffer<T>(mt, ws, e.fch);
+  dfchg = Buffer<T>(mt, ws, e.fchg);
   dlogits = Buffer<T>(mt, ws, e.logits);
   if (e.mm) mm_ws = Buffer<float>(mt, ws, e.mm);
   if (e.att_ws) att_ws = Buffer<acc_t<T>>(mt, ws, e.att_ws);
@@ -92,7 +110,7 @@ Scratch<T>::Scratch(MemoryTracker* mt, const ModelConfig& m, int B, int Tn, bool
 template <class T>
 int64_t Scratch<T>::bytes(const ModelConfig& m, int B, int Tn, bool kernel_ws) {
   const ScratchElems e = scratch_elems<T>(m, B, Tn, kernel_ws);
-  return int64_t((15 * e.NC + e.att + e.logits) * sizeof(T) + e.mm * sizeof(float) +
+  return int64_t((4 * e.NC + e.qkv + e.rot + e.fch + e.fchg + e.att + e.logits) * sizeof(T) + e.mm * sizeof(float) +
                  e.att_ws * sizeof(acc_t<T>));
 }
 
@@ -103,7 +121,16 @@ static void zero(const kernels::DeviceOps<T>& ops, const Buffer<T>& b) {
 
 template <class T>
 Gpt<T>::Gpt(const ParamLayout& layout, int B, int Tn, const kernels::DeviceOps<T>& ops)
-    : layout_(&layout), B_(B), Tn_(Tn), ops_(&ops) {}
+    : layout_(&layout), B_(B), Tn_(Tn), positions_(size_t(Tn)), ops_(&ops) {
+  for (int t = 0; t < Tn; ++t) positions_[size_t(t)] = t;
+}
+
+template <class T>
+void Gpt<T>::set_positions(std::vector<int32_t> pos) {
+  require(pos.size() == size_t(Tn_), "gpt: " + std::to_string(pos.size()) + " positions for " +
+                                         std::to_string(Tn_) + " tokens");
+  positions_ = std::move(pos);
+}
 
 template <class T>
 void Gpt<T>::embed_forward(T* x0, const int32_t* tokens, const T* emb) const {
@@ -115,14 +142,20 @@ void Gpt<T>::embed_backward(T* demb, const T* dx0, const int32_t* tokens) const 
   embed_backward(demb, demb + layout_->wpe_offset(), dx0, tokens);
 }
 
+// The llama family has no position table: the token rows alone (positions
+// enter through the rotary embedding); wpe and dwpe are unused.
 template <class T>
 void Gpt<T>::embed_forward(T* x0, const int32_t* tokens, const T* wte, const T* wpe) const {
-  ops_->encoder_forward(x0, tokens, wte, wpe, B_, Tn_, layout_->model().C);
+  const auto& m = layout_->model();
+  if (m.llama()) return ops_->embedding_lookup(x0, tokens, wte, B_ * Tn_, m.C, 0, m.V);
+  ops_->encoder_forward(x0, tokens, wte, wpe, B_, Tn_, m.C);
 }
 
 template <class T>
 void Gpt<T>::embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* tokens) const {
-  ops_->encoder_backward(dwte, dwpe, dx0, tokens, B_, Tn_, layout_->model().C);
+  const auto& m = layout_->model();
+  if (m.llama()) return ops_->add_rows_backward(dwte, dx0, tokens, B_ * Tn_, m.C, 0, m.V);
+  ops_->encoder_backward(dwte, dwpe, dx0, tokens, B_, Tn_, m.C);
 }
 
 template <class T>
@@ -144,6 +177,7 @@ void Gpt<T>::attention_half_forward(BlockActs<T>& a, const T* x_in, const T* u, 
 template <class T>
 void Gpt<T>::block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const {
   const auto& m = layout_->model();
+  if (m.llama()) return llama_block_forward(a, x_in, u, s);
   const auto& o = layout_->block();
   const int N = B_ * Tn_, C = m.C;
   float* ws = s.mm_ws.data();
@@ -158,6 +192,7 @@ template <class T>
 void Gpt<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const BlockActs<T>& a,
                             const T* u, Scratch<T>& s) const {
   const auto& m = layout_->model();
+  if (m.llama()) return llama_block_backward(dx_in, du, dout, x_in, a, u, s);
   const auto& o = layout_->block();
   const int N = B_ * Tn_, C = m.C;
   const size_t NC = size_t(N) * C;
@@ -204,7 +239,8 @@ template <class T>
 void Gpt<T>::moe_block_forward(BlockActs<T>& a, MoeActs<T>& ma, const T* x_in, const T* u, Scratch<T>& s,
                                MoeScratch<T>& ms, MoeScope scope, const T* ex) const {
   const int N = B_ * Tn_;
-  attention_half_forward(a, x_in, u, s);
+  if (layout_->model().llama()) llama_attention_half_forward(a, x_in, u, s);
+  else attention_half_forward(a, x_in, u, s);
   MoeMlp<T>(*layout_, N, scope, *ops_).forward(ma, s.tmp.data(), a.ln2.data(), u, ms, ex);
   ops_->residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * layout_->model().C);
 }
@@ -217,13 +253,15 @@ void Gpt<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
   ops_->copy(s.dres.data(), dout, size_t(N) * layout_->model().C * sizeof(T));
   zero(*ops_, s.dln);
   MoeMlp<T>(*layout_, N, scope, *ops_).backward(s.dln.data(), du, dout, a.ln2.data(), ma, u, aux_weight, ms, ex, dex);
-  attention_half_backward(dx_in, du, x_in, a, u, s);
+  if (layout_->model().llama()) llama_attention_half_backward(dx_in, du, x_in, a, u, s);
+  else attention_half_backward(dx_in, du, x_in, a, u, s);
 }
 
 template <class T>
 void Gpt<T>::block_backward_input(T* dx_in, BlockGradStash<T>& g, const T* dout, const T* x_in,
                                   const BlockActs<T>& a, const T* u, Scratch<T>& s) const {
   const auto& m = layout_->model();
+  require(!m.llama(), "the zero-bubble B/W split does not support model family llama yet");
   const auto& o = layout_->block();
   const int N = B_ * Tn_, C = m.C;
   const size_t NC = size_t(N) * C;
@@ -279,6 +317,7 @@ template <class T>
 double Gpt<T>::head_forward(HeadActs<T>& h, const T* x_last, const int32_t* targets, const T* lnf,
                             const T* wte, Scratch<T>& s) const {
   const auto& m = layout_->model();
+  if (m.llama()) return llama_head_forward(h, x_last, targets, lnf, wte, s);
   const int N = B_ * Tn_, C = m.C;
   ops_->layernorm_forward(h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), x_last, lnf, lnf + C,
                        N, C);
@@ -293,6 +332,7 @@ void Gpt<T>::head_backward(T* dx_last, T* dlnf, T* dwte, const T* x_last, const 
                            const HeadActs<T>& h, const T* lnf, const T* wte, double dloss,
                            Scratch<T>& s) const {
   const auto& m = layout_->model();
+  if (m.llama()) return llama_head_backward(dx_last, dlnf, dwte, x_last, targets, h, lnf, wte, dloss, s);
   const int N = B_ * Tn_, C = m.C;
   zero(*ops_, s.dlogits);
   ops_->crossentropy_backward(s.dlogits.data(), h.probs.data(), targets, dloss, N, m.V);

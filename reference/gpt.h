@@ -17,7 +17,10 @@
 
 namespace pb {
 
-// Saved activations of one block for one microbatch of B x T tokens.
+// Saved activations of one block for one microbatch of B x T tokens. The
+// llama family (docs/models.md): ln1, ln2 are the RMSNorms' outputs (no
+// mean), qkv (B,T,C + 2*KVH*hs) holds q and k after the rotary embedding,
+// fch the fused gate|up output (B,T,2F), fchg SwiGLU's (B,T,F).
 template <class T>
 struct BlockActs {
   using A = acc_t<T>;
@@ -53,9 +56,10 @@ struct HeadActs {
 template <class T>
 struct Scratch {
   Buffer<T> tmp, dres, dln, datty;  // (B,T,C)
-  Buffer<T> dqkv;                   // (B,T,3C)
+  Buffer<T> dqkv;                   // (B,T,3C) (llama: (B,T,C + 2*KVH*hs))
+  Buffer<T> drot;                   // llama: dqkv before the rotary embedding; gpt2: none
   Buffer<T> datt;                   // (B,NH,T,T)
-  Buffer<T> dfch, dfchg;            // (B,T,4C)
+  Buffer<T> dfch, dfchg;            // (B,T,4C) (llama: (B,T,2F), (B,T,F))
   Buffer<T> dlogits;                // (B,T,V)
   Buffer<float> mm_ws;              // bf16 GEMM staging
   Buffer<acc_t<T>> att_ws;          // attention scores and products per (batch, head)
@@ -96,6 +100,11 @@ class Gpt {
   const ParamLayout& layout() const { return *layout_; }
   int B() const { return B_; }
   int Tn() const { return Tn_; }
+  // The llama family: each of the Tn tokens' true position in its sequence,
+  // which the rotary embedding turns q and k by (default 0..Tn-1; a rank
+  // holding a slice of the sequence sets its tokens' global positions).
+  const std::vector<int32_t>& positions() const { return positions_; }
+  void set_positions(std::vector<int32_t> pos);
 
   // x0 (B,T,C) = wte[tokens] + wpe; emb = unit 0's params.
   void embed_forward(T* x0, const int32_t* tokens, const T* emb) const;
@@ -146,9 +155,22 @@ class Gpt {
   void attention_half_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const;
   void attention_half_backward(T* dx_in, T* du, const T* x_in, const BlockActs<T>& a, const T* u,
                                Scratch<T>& s) const;
+  // The llama family's block (reference/llama_block.cc): RMSNorm, q|k|v with
+  // RoPE, grouped-query attention, o, RMSNorm, gate|up, SwiGLU, down.
+  void llama_attention_half_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const;
+  void llama_attention_half_backward(T* dx_in, T* du, const T* x_in, const BlockActs<T>& a, const T* u,
+                                     Scratch<T>& s) const;
+  void llama_block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const;
+  void llama_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const BlockActs<T>& a, const T* u,
+                            Scratch<T>& s) const;
+  double llama_head_forward(HeadActs<T>& h, const T* x_last, const int32_t* targets, const T* norm,
+                            const T* lm_head, Scratch<T>& s) const;
+  void llama_head_backward(T* dx_last, T* dnorm, T* dlm_head, const T* x_last, const int32_t* targets,
+                           const HeadActs<T>& h, const T* norm, const T* lm_head, double dloss, Scratch<T>& s) const;
 
   const ParamLayout* layout_;
   int B_, Tn_;
+  std::vector<int32_t> positions_;
   const kernels::DeviceOps<T>* ops_;
 };
 

@@ -47,6 +47,11 @@ ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), 
                               std::to_string(tp) + " != 0)");
   const int64_t C = m.C, V = m.V, T = m.maxT, t = tp;
   vocab_rows_ = (V + t - 1) / t;  // Megatron's make-vocab-size-divisible-by = tp
+  if (m.llama()) {
+    require(tp == 1, "tensor parallel does not support model family llama yet (mesh.tp: tp" + std::to_string(tp) + ")");
+    add_llama();
+    return;
+  }
   const int64_t Ct = C / t;
   // Column-parallel (split output rows): `blocks` row blocks of `rows` full
   // rows each, this rank's part of every block. Row-parallel (split input
@@ -129,6 +134,65 @@ ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), 
   unit_begin_.push_back(total_);
   add("ln_f.weight", {C}, m.L + 1, InitKind::ones, 0);
   add("ln_f.bias", {C}, m.L + 1, InitKind::zeros, 0);
+  unit_begin_.push_back(total_);
+}
+
+// Hugging Face LlamaForCausalLM's names and order; normal(0, 0.02) for every
+// matrix (its initializer_range, no depth scaling), unit RMSNorm weights.
+void ParamLayout::add_llama() {
+  const ModelConfig& m = m_;
+  const int64_t C = m.C, V = m.V, kvC = int64_t(m.kv_heads) * m.head_size(), F = m.ffn;
+  const double std = 0.02;
+  unit_begin_.push_back(0);
+  add("model.embed_tokens.weight", {V, C}, 0, InitKind::normal, std);
+  block_ = {};
+  block_.ln1_b = block_.qkv_b = block_.attproj_b = block_.ln2_b = block_.fc_b = block_.fcproj_b = -1;
+  for (int l = 0; l < m.L; ++l) {
+    const int u = 1 + l;
+    unit_begin_.push_back(total_);
+    const int64_t base = total_;
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    auto rel = [&] { return total_ - base; };
+    block_.ln1_w = rel(); add(h + "input_layernorm.weight", {C}, u, InitKind::ones, 0);
+    block_.qkv_w = rel();
+    add(h + "self_attn.q_proj.weight", {C, C}, u, InitKind::normal, std);
+    add(h + "self_attn.k_proj.weight", {kvC, C}, u, InitKind::normal, std);
+    add(h + "self_attn.v_proj.weight", {kvC, C}, u, InitKind::normal, std);
+    block_.attproj_w = rel(); add(h + "self_attn.o_proj.weight", {C, C}, u, InitKind::normal, std);
+    block_.ln2_w = rel(); add(h + "post_attention_layernorm.weight", {C}, u, InitKind::ones, 0);
+    if (m.is_moe(l)) {
+      // Mixtral's names (Hugging Face MixtralForCausalLM): the router
+      // block_sparse_moe.gate, expert e's w1 (gate), w3 (up), w2 (down),
+      // laid out w1, w3, w2 so gate|up is one (2F, C) projection.
+      const int64_t E = m.moe.experts;
+      const std::string b = h + "block_sparse_moe.";
+      moe_ = {};
+      moe_.fc_b = moe_.fcproj_b = -1;
+      moe_.router_w = rel();
+      add(b + "gate.weight", {E, C}, u, InitKind::normal, std);
+      moe_.expert0 = rel();
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string x = b + "experts." + std::to_string(e) + ".";
+        const int64_t start = rel();
+        moe_.fc_w = rel() - start;
+        add(x + "w1.weight", {F, C}, u, InitKind::normal, std);
+        add(x + "w3.weight", {F, C}, u, InitKind::normal, std);
+        moe_.fcproj_w = rel() - start;
+        add(x + "w2.weight", {C, F}, u, InitKind::normal, std);
+        moe_.expert_size = rel() - start;
+      }
+      moe_.size = rel();
+      continue;
+    }
+    block_.fc_w = rel();
+    add(h + "mlp.gate_proj.weight", {F, C}, u, InitKind::normal, std);
+    add(h + "mlp.up_proj.weight", {F, C}, u, InitKind::normal, std);
+    block_.fcproj_w = rel(); add(h + "mlp.down_proj.weight", {C, F}, u, InitKind::normal, std);
+    block_.size = rel();
+  }
+  unit_begin_.push_back(total_);
+  add("model.norm.weight", {C}, m.L + 1, InitKind::ones, 0);
+  add("lm_head.weight", {V, C}, m.L + 1, InitKind::normal, std);
   unit_begin_.push_back(total_);
 }
 

@@ -1,7 +1,8 @@
-// The flat parameter vector of the canonical GPT and its GPT-2 names.
+// The flat parameter vector of the canonical GPT and its GPT-2 names (the
+// llama family: Hugging Face Llama's names and order, docs/models.md).
 // Invariant: parameters are laid out in units that are contiguous ranges —
-// unit 0 the embeddings (wte, wpe), unit 1+i block i, unit L+1 the final
-// LayerNorm — so a strategy that shards, gathers or pipelines by unit works on
+// unit 0 the embeddings (wte, wpe; llama: embed_tokens), unit 1+i block i,
+// unit L+1 the final LayerNorm (llama: model.norm, then the untied lm_head) — so a strategy that shards, gathers or pipelines by unit works on
 // plain [begin, end) ranges of one vector, and the offsets of a block's tensors
 // relative to its unit's start are the same for every block.
 #pragma once
@@ -45,7 +46,11 @@ struct ParamInfo {
 };
 
 // Offsets of one block's tensors relative to the start of its unit (an MoE
-// block has the same ones up to ln2; its MLP is MoeOffsets').
+// block has the same ones up to ln2; its MLP is MoeOffsets'). The llama
+// family: ln1_w input_layernorm, qkv_w q_proj with k_proj and v_proj after it
+// (the fused (C + 2*KVH*hs, C) rows), attproj_w o_proj, ln2_w
+// post_attention_layernorm, fc_w gate_proj with up_proj after it (the fused
+// (2F, C) rows), fcproj_w down_proj; no biases (their offsets -1).
 struct BlockOffsets {
   int64_t ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w,
       fcproj_b, size;
@@ -55,6 +60,8 @@ struct BlockOffsets {
 // expert e's c_fc.weight (4C, C), c_fc.bias (4C), c_proj.weight (C, 4C),
 // c_proj.bias (C) at expert0 + e * expert_size + fc_w / fc_b / ... — each
 // expert a contiguous range, so expert parallel shards experts by ranges.
+// The llama family (Mixtral): fc_w is w1 (gate) with w3 (up) after it, the
+// fused (2F, C) rows; fcproj_w w2 (down); no biases (their offsets -1).
 struct MoeOffsets {
   int64_t router_w = 0, expert0 = 0, expert_size = 0, fc_w = 0, fc_b = 0, fcproj_w = 0, fcproj_b = 0, size = 0;
 };
@@ -91,6 +98,8 @@ class ParamLayout {
   int64_t vocab_begin() const { return vocab_rows_ * tp_rank_; }
   int64_t padded_vocab() const { return vocab_rows_ * tp_; }
   int64_t lnf_w_offset() const { return unit_begin(final_unit()); }
+  // The llama family's untied LM head (V, C), after model.norm in the final unit.
+  int64_t lm_head_offset() const { return unit_begin(final_unit()) + m_.C; }
   int64_t lnf_b_offset() const { return unit_begin(final_unit()) + m_.C; }
   const ParamInfo* find(const std::string& name) const;
   // Flat ranges (merged, in order) of the tensor-parallel replicated
@@ -106,6 +115,7 @@ class ParamLayout {
   }
 
  private:
+  void add_llama();  // the llama family's tensors (tp = 1)
   void add(std::string name, std::vector<int64_t> shape, int unit, InitKind init, double std,
            TpSlice slice = {}, bool replicated = true);
   ModelConfig m_;

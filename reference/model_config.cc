@@ -11,19 +11,36 @@
 namespace pb {
 
 int ModelConfig::moe_layers() const {
-  int n = 0;
-  for (int l = 0; l < L; ++l) n += is_moe(l);
-  return n;
+  // The blocks l in [0, L) with l % every == 0 (is_moe), counted without a
+  // loop over L (validate() counts the parameters of any layers given).
+  return moe.experts > 0 && moe.every >= 1 && L > 0 ? (L - 1) / moe.every + 1 : 0;
 }
 
-int64_t ModelConfig::num_params() const {
-  int64_t v = V, t = maxT, c = C, l = L, e = moe.experts, mlp = 8 * c * c + 5 * c;
-  return v * c + t * c + l * (12 * c * c + 13 * c) + 2 * c + moe_layers() * ((e - 1) * mlp + e * c);
+const char* family_name(ModelFamily f) { return f == ModelFamily::llama ? "llama" : "gpt2"; }
+
+namespace {
+// The parameter count in U (int64_t: exact; double: for the size check
+// before anything can overflow). mlp: one dense MLP's (one expert's).
+template <class U>
+U count_params(const ModelConfig& m, U* mlp_out = nullptr) {
+  const U v = U(m.V), t = U(m.maxT), c = U(m.C), l = U(m.L), e = U(m.moe.experts), moe_l = U(m.moe_layers());
+  if (!m.llama()) {
+    const U mlp = 8 * c * c + 5 * c;
+    if (mlp_out) *mlp_out = mlp;
+    return v * c + t * c + l * (12 * c * c + 13 * c) + 2 * c + moe_l * ((e - 1) * mlp + e * c);
+  }
+  const U kv = U(m.kv_heads) * U(m.head_size()), mlp = 3 * c * U(m.ffn);
+  if (mlp_out) *mlp_out = mlp;
+  return 2 * v * c + c + l * (2 * c + 2 * c * c + 2 * c * kv + mlp) + moe_l * ((e - 1) * mlp + e * c);
 }
+}  // namespace
+
+int64_t ModelConfig::num_params() const { return count_params<int64_t>(*this); }
 
 int64_t ModelConfig::active_params() const {
-  int64_t c = C, e = moe.experts, mlp = 8 * c * c + 5 * c;
-  return num_params() - moe_layers() * (e - moe.top_k) * mlp;
+  int64_t mlp = 0;
+  const int64_t n = count_params<int64_t>(*this, &mlp);
+  return n - moe_layers() * (moe.experts - moe.top_k) * mlp;
 }
 
 void ModelConfig::validate() const {
@@ -37,14 +54,15 @@ void ModelConfig::validate() const {
   positive("heads", NH);
   require(C % NH == 0, "model.heads: must divide model.channels (" + std::to_string(C) + " % " +
                            std::to_string(NH) + " != 0)");
+  validate_family();
   require(moe.experts >= 0 && moe.experts <= 4096,
           "moe.experts: must be in [0, 4096] (0: dense), got " + std::to_string(moe.experts));
   // The parameter count in floating point first, so the int64 counts below
   // (num_params, the planner's bytes) cannot overflow: 2^50 parameters is
   // ~1000x the largest models trained.
-  const double c = C, experts = moe.experts ? moe.experts : 1;
-  const double params = double(V) * c + double(maxT) * c + double(L) * (12 * c * c + 13 * c) +
-                        double(L) * (experts - 1) * (8 * c * c + 5 * c) + double(L) * experts * c;
+  ModelConfig all_moe = *this;  // every block counted as an MoE block: a bound for any `every`
+  if (moe.experts) all_moe.moe.every = 1;
+  const double params = count_params<double>(all_moe);
   char count[32];
   std::snprintf(count, sizeof count, "%.3g", params);
   require(params <= 0x1p50, "model: channels " + std::to_string(C) + ", layers " + std::to_string(L) + ", vocab " +
@@ -61,9 +79,46 @@ void ModelConfig::validate() const {
           "moe.aux_loss_coef: must be finite and >= 0, got " + std::to_string(moe.aux_loss_coef));
 }
 
+void ModelConfig::validate_family() const {
+  const std::string fam = std::string("model.family = ") + family_name(family);
+  if (!llama()) {
+    // GPT-2's shape has none of the llama options (its LayerNorm eps is 1e-5).
+    const ModelConfig d;
+    require(kv_heads == 0, "model.kv_heads: " + fam + " has no key/value heads of its own (got " +
+                               std::to_string(kv_heads) + "; model.family = llama takes it)");
+    require(ffn == 0, "model.ffn: " + fam + " has a 4C MLP (got " + std::to_string(ffn) +
+                          "; model.family = llama takes it)");
+    require(rope_theta == d.rope_theta, "model.rope_theta: " + fam + " has learned positions, no rotary embedding "
+                                        "(model.family = llama takes it)");
+    require(norm_eps == d.norm_eps, "model.norm_eps: " + fam + " has LayerNorm eps 1e-5 (model.family = llama takes it)");
+    return;
+  }
+  require(kv_heads > 0 && kv_heads <= NH && NH % kv_heads == 0,
+          "model.kv_heads: must divide model.heads (" + std::to_string(NH) + " heads, " + std::to_string(kv_heads) +
+              " kv heads)");
+  require(ffn > 0, "model.ffn: must be > 0 for model.family = llama, got " + std::to_string(ffn));
+  require(head_size() % 2 == 0, "model.heads: the rotary embedding needs an even head size (channels " +
+                                    std::to_string(C) + " / heads " + std::to_string(NH) + " = " +
+                                    std::to_string(head_size()) + ")");
+  require(std::isfinite(rope_theta) && rope_theta > 1, "model.rope_theta: must be finite and > 1, got " +
+                                                           std::to_string(rope_theta));
+  require(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1,
+          "model.norm_eps: must be in (0, 1), got " + std::to_string(norm_eps));
+}
+
 double model_flops_per_step(const ModelConfig& m, int64_t B, int64_t T) {
-  // Matmul parameters touched per token: blocks (12C^2 each) + LM head (V*C).
   double c = m.C, tokens = double(B) * double(T);
+  if (m.llama()) {
+    // Per token: q and o (2C^2), k and v (2*C*KVH*hs), the MLP's three
+    // matmuls (3*C*F; an MoE block: top_k experts' and the router's E*C),
+    // the untied head (V*C).
+    const double kv = double(m.kv_heads) * m.head_size(), mlp = 3.0 * c * m.ffn;
+    const double moe_mlp = double(m.moe.top_k) * mlp + double(m.moe.experts) * c;
+    const double matmul_params = double(m.L) * (2 * c * c + 2 * c * kv + mlp) + double(m.V) * c +
+                                 double(m.moe_layers()) * (moe_mlp - mlp);
+    return 6.0 * matmul_params * tokens + 12.0 * double(m.L) * c * double(T) * tokens;
+  }
+  // Matmul parameters touched per token: blocks (12C^2 each) + LM head (V*C).
   // An MoE block's MLP: top_k experts' 8C^2 per token and the router's E*C.
   const double moe_mlp = double(m.moe.top_k) * 8.0 * c * c + double(m.moe.experts) * c;
   double matmul_params = double(m.L) * 12.0 * c * c + double(m.V) * c + double(m.moe_layers()) * (moe_mlp - 8.0 * c * c);
@@ -119,6 +174,35 @@ bool moe_variant(std::string_view name, ModelConfig& m) {
   return true;
 }
 
+// The llama family (docs/models.md): the tiny shapes, then published ones
+// (Meta's Llama 3 / 3.1 config.json and Mistral's Mixtral-8x7B-v0.1: hidden
+// size, layers, heads, kv heads, intermediate size, vocabulary, rope theta,
+// rms_norm_eps; maxT: their context length).
+bool llama_shape(std::string_view name, ModelConfig& m) {
+  auto set = [&](int V, int T, int C, int L, int NH, int KVH, int F, double theta) {
+    m.family = ModelFamily::llama;
+    m.V = V; m.maxT = T; m.C = C; m.L = L; m.NH = NH; m.kv_heads = KVH; m.ffn = F; m.rope_theta = theta;
+    m.norm_eps = 1e-5;
+  };
+  // 8 heads over 2 kv heads (hs 8): tp 2 and 4 split the query heads, and at
+  // tp 4 the kv heads are fewer than the ranks; F = 96 splits over 2, 3, 4.
+  if (name == "tiny-llama") set(64, 16, 64, 2, 8, 2, 96, 10000);
+  // tiny-llama's blocks with SwiGLU experts, Mixtral style: every block 4
+  // experts, top-2, no token dropped (capacity factor E / k).
+  else if (name == "tiny-mixtral") {
+    set(64, 16, 64, 2, 8, 2, 96, 10000);
+    m.moe = {4, 2, 2.0, 1, 0.01, MoeCapacity::global};
+  }
+  else if (name == "llama3-8b") set(128256, 8192, 4096, 32, 32, 8, 14336, 500000);
+  else if (name == "llama3-70b") set(128256, 8192, 8192, 80, 64, 8, 28672, 500000);
+  else if (name == "llama3-405b") set(128256, 8192, 16384, 126, 128, 8, 53248, 500000);
+  else if (name == "mixtral-8x7b") {
+    set(32000, 32768, 4096, 32, 32, 8, 14336, 1e6);
+    m.moe = {8, 2, 4.0, 1, 0.02, MoeCapacity::global};
+  } else return false;
+  return true;
+}
+
 }  // namespace
 
 std::string moe_variant_name(const ModelConfig& m) {
@@ -149,6 +233,7 @@ ModelConfig named_model(std::string_view name) {
   else if (name == "wide") { m.V = 1024; m.maxT = 128; m.C = 768; m.L = 2; m.NH = 12; }
   else if (name == "gpt2-124m") { m.V = 50257; m.maxT = 1024; m.C = 768; m.L = 12; m.NH = 12; }
   else if (name == "gpt2-350m") { m.V = 50257; m.maxT = 1024; m.C = 1024; m.L = 24; m.NH = 16; }
+  else if (llama_shape(name, m)) {}
   else {
     std::string known;
     for (auto& n : named_models()) known += (known.empty() ? "" : ", ") + n;
@@ -158,7 +243,8 @@ ModelConfig named_model(std::string_view name) {
 }
 
 std::vector<std::string> named_models() {
-  return {"tiny", "tiny-tp", "tiny-moe", "small", "medium", "wide", "gpt2-124m", "gpt2-350m"};
+  return {"tiny",       "tiny-tp",    "tiny-moe",    "small",       "medium",      "wide",        "gpt2-124m",
+          "gpt2-350m",  "tiny-llama", "tiny-mixtral", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b"};
 }
 
 }  // namespace pb

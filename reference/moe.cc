@@ -17,6 +17,11 @@ namespace k = kernels;
 using k::detail::load;
 using k::detail::store;
 
+// An expert's hidden width on a rank of tp (H: the activation's; Hin: the
+// first projection's output, 2H for the llama family's gate|up).
+int moe_hidden(const ModelConfig& m, int tp) { return (m.llama() ? m.ffn : 4 * m.C) / tp; }
+int moe_hidden_in(const ModelConfig& m, int tp) { return (m.llama() ? 2 : 1) * moe_hidden(m, tp); }
+
 int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {
   const double cap = std::ceil(c.capacity_factor * double(tokens) * c.top_k / c.experts);
   return std::min<int64_t>(tokens, int64_t(cap));
@@ -28,9 +33,9 @@ int64_t moe_buffer_rows(const MoeConfig& c, int64_t N, int64_t scope_tokens) {
 
 int64_t moe_activation_bytes(const ModelConfig& m, int64_t N, int64_t scope_tokens, int e, int a, int ep, int tp,
                              bool on_device) {
-  const int64_t E = m.moe.experts, K = m.moe.top_k, C = m.C, H = 4 * C / tp;
+  const int64_t E = m.moe.experts, K = m.moe.top_k, C = m.C, H = moe_hidden(m, tp), Hin = moe_hidden_in(m, tp);
   const int64_t rows = moe_buffer_rows(m.moe, N, scope_tokens);
-  const int64_t rows_bytes = E * rows * (H + H + C) * e + (ep > 1 ? E * rows * C * e : 0);
+  const int64_t rows_bytes = E * rows * (Hin + H + C) * e + (ep > 1 ? E * rows * C * e : 0);
   const int64_t routing = N * K * (4 + a + 4);  // choice, weight, slot (on a device: their copies there)
   if (on_device) return rows_bytes + routing;
   return N * E * a + routing + E * 4 + E * a + (ep > 1 ? E * 4 : 0) + rows_bytes;
@@ -65,7 +70,8 @@ void LocalMoeExchange::combine(void* dst, const void* src, const MoeRows& r, boo
 template <class T>
 MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scope_tokens, int ep_size, int tp,
                     bool on_device) {
-  const size_t E = size_t(m.moe.experts), K = size_t(m.moe.top_k), C = size_t(m.C), H = 4 * C / size_t(tp);
+  const size_t E = size_t(m.moe.experts), K = size_t(m.moe.top_k), C = size_t(m.C), H = size_t(moe_hidden(m, tp)),
+               Hin = size_t(moe_hidden_in(m, tp));
   cap = int(moe_capacity(m.moe, scope_tokens > 0 ? scope_tokens : N));
   rows = std::min(cap, N);
   const size_t all_rows = E * size_t(rows);
@@ -76,7 +82,7 @@ MoeActs<T>::MoeActs(MemoryTracker* mt, const ModelConfig& m, int N, int64_t scop
   weight = Buffer<A>(mt, act, size_t(N) * K, route);
   slot = Buffer<int32_t>(mt, act, size_t(N) * K, route);
   count = Buffer<int32_t>(mt, act, E, route);
-  fch = Buffer<T>(mt, act, all_rows * H);
+  fch = Buffer<T>(mt, act, all_rows * Hin);
   fchg = Buffer<T>(mt, act, all_rows * H);
   y = Buffer<T>(mt, act, all_rows * C);
   frac = Buffer<A>(mt, act, E, route);
@@ -126,19 +132,20 @@ int64_t MoeActs<T>::sent_rows() const {
 
 namespace {
 struct ScratchSizes {
-  size_t logits, rowsC, rowsH, dp, dw, mm;
+  size_t logits, rowsC, rowsH, rowsHin, dp, dw, mm;
 };
 template <class T>
 ScratchSizes sizes(const ModelConfig& m, int N, int64_t scope_tokens, int tp, bool on_device) {
   const size_t E = size_t(m.moe.experts), C = size_t(m.C);
-  const int H = 4 * m.C / tp;
+  const int H = moe_hidden(m, tp), Hin = moe_hidden_in(m, tp);
   const size_t cap = size_t(moe_buffer_rows(m.moe, N, scope_tokens));
   const int rows = int(E * cap);
   const size_t mm = on_device ? 0
                               : std::max({k::matmul_workspace_floats<T>(N, m.C, m.moe.experts),
-                                          k::matmul_workspace_floats<T>(rows, m.C, H),
+                                          k::matmul_workspace_floats<T>(rows, m.C, Hin),
                                           k::matmul_workspace_floats<T>(rows, H, m.C)});
-  return {size_t(N) * E, E * cap * C, E * cap * size_t(H), size_t(N) * E, size_t(N) * size_t(m.moe.top_k), mm};
+  return {size_t(N) * E,  E * cap * C, E * cap * size_t(H), E * cap * size_t(Hin), size_t(N) * E,
+          size_t(N) * size_t(m.moe.top_k), mm};
 }
 }  // namespace
 
@@ -151,7 +158,7 @@ MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_
   xe = Buffer<T>(mt, ws, z.rowsC);
   dy = Buffer<T>(mt, ws, z.rowsC);
   dfchg = Buffer<T>(mt, ws, z.rowsH);
-  dfch = Buffer<T>(mt, ws, z.rowsH);
+  dfch = Buffer<T>(mt, ws, z.rowsHin);
   dxe = Buffer<T>(mt, ws, z.rowsC);
   dp = Buffer<acc_t<T>>(mt, ws, z.dp, on_device ? Place::host : Place::device);
   dw = Buffer<acc_t<T>>(mt, ws, z.dw);
@@ -170,7 +177,7 @@ MoeScratch<T>::MoeScratch(MemoryTracker* mt, const ModelConfig& m, int N, int64_
 template <class T>
 int64_t MoeScratch<T>::bytes(const ModelConfig& m, int N, int64_t scope_tokens, int ep, int tp, bool on_device) {
   const ScratchSizes z = sizes<T>(m, N, scope_tokens, tp, on_device);
-  return int64_t((z.logits + (ep > 1 ? 6 : 3) * z.rowsC + 2 * z.rowsH) * sizeof(T) +
+  return int64_t((z.logits + (ep > 1 ? 6 : 3) * z.rowsC + z.rowsH + z.rowsHin) * sizeof(T) +
                  ((on_device ? 0 : z.dp) + z.dw) * sizeof(acc_t<T>) + z.mm * sizeof(float));
 }
 
@@ -178,7 +185,9 @@ template <class T>
 MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope, const kernels::DeviceOps<T>& ops)
     : ops_(&ops), c_(layout.model().moe), o_(layout.moe_block()), scope_(scope),
       x_(scope.exchange ? scope.exchange : std::make_shared<LocalMoeExchange>()), N_(N), C_(layout.model().C),
-      E_(c_.experts), k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), tp_(layout.tp()), H_(4 * C_ / layout.tp()),
+      E_(c_.experts), k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), tp_(layout.tp()),
+      H_(moe_hidden(layout.model(), layout.tp())), Hin_(moe_hidden_in(layout.model(), layout.tp())),
+      swiglu_(layout.model().llama()),
       scope_tokens_(scope.tokens(c_, N)) {
   require(E_ > 0, "moe: the model has no experts");
   require(scope.tp_size() == tp_, "moe: a layout of tp" + std::to_string(tp_) + " needs its tp group, got " +
@@ -344,12 +353,15 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
     if (rows == 0) continue;
     const size_t r0 = size_t(le) * stride;
     const T* w = expert(ex, le);
-    const int H = H_;
-    ops_->matmul_forward(a.fch.data() + r0 * H, xin + r0 * C, w + o_.fc_w, w + o_.fc_b, rows, C, H, ws);
-    ops_->gelu_forward(a.fchg.data() + r0 * H, a.fch.data() + r0 * H, size_t(rows) * H);
+    const int H = H_, Hin = Hin_;
+    const T* nb = nullptr;
+    ops_->matmul_forward(a.fch.data() + r0 * Hin, xin + r0 * C, w + o_.fc_w, swiglu_ ? nb : w + o_.fc_b, rows, C, Hin,
+                         ws);
+    if (swiglu_) ops_->swiglu_forward(a.fchg.data() + r0 * H, a.fch.data() + r0 * Hin, rows, H);
+    else ops_->gelu_forward(a.fchg.data() + r0 * H, a.fch.data() + r0 * H, size_t(rows) * H);
     // Tensor parallel: partial sums over the hidden split; the bias after their sum.
     ops_->matmul_forward(yout + r0 * C, a.fchg.data() + r0 * H, w + o_.fcproj_w,
-                         tp_ > 1 ? static_cast<const T*>(nullptr) : w + o_.fcproj_b, rows, H, C, ws);
+                         tp_ > 1 || swiglu_ ? nb : w + o_.fcproj_b, rows, H, C, ws);
   }
   if (tp_ > 1) {
     tp_sum_rows(yout, a, stride);
@@ -413,12 +425,14 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
     const size_t r0 = size_t(le) * stride;
     const T* w = expert(ex, le);
     T* dw_e = expert(dex, le);
-    const int H = H_;
-    ops_->matmul_backward(s.dfchg.data() + r0 * H, dw_e + o_.fcproj_w, dw_e + o_.fcproj_b, dyin + r0 * C,
-                          a.fchg.data() + r0 * H, w + o_.fcproj_w, rows, H, C, ws);
-    ops_->gelu_backward(s.dfch.data() + r0 * H, a.fch.data() + r0 * H, s.dfchg.data() + r0 * H, size_t(rows) * H);
-    ops_->matmul_backward(dxout + r0 * C, dw_e + o_.fc_w, dw_e + o_.fc_b, s.dfch.data() + r0 * H, xin + r0 * C,
-                          w + o_.fc_w, rows, C, H, ws);
+    const int H = H_, Hin = Hin_;
+    T* nb = nullptr;
+    ops_->matmul_backward(s.dfchg.data() + r0 * H, dw_e + o_.fcproj_w, swiglu_ ? nb : dw_e + o_.fcproj_b,
+                          dyin + r0 * C, a.fchg.data() + r0 * H, w + o_.fcproj_w, rows, H, C, ws);
+    if (swiglu_) ops_->swiglu_backward(s.dfch.data() + r0 * Hin, a.fch.data() + r0 * Hin, s.dfchg.data() + r0 * H, rows, H);
+    else ops_->gelu_backward(s.dfch.data() + r0 * H, a.fch.data() + r0 * H, s.dfchg.data() + r0 * H, size_t(rows) * H);
+    ops_->matmul_backward(dxout + r0 * C, dw_e + o_.fc_w, swiglu_ ? nb : dw_e + o_.fc_b, s.dfch.data() + r0 * Hin,
+                          xin + r0 * C, w + o_.fc_w, rows, C, Hin, ws);
   }
   if (tp_ > 1) tp_sum_rows(dxout, a, stride);  // the input gradients' partial sums over the hidden split
   if (ep_ > 1) x_->combine(s.dxe.data(), dxout, rows_of(a, s), false);

@@ -157,6 +157,11 @@ struct MoeLoad {
   }
 };
 
+// An expert's hidden width on a rank of tp: 4C / tp (llama: ffn / tp), and
+// its first projection's output width (llama: gate|up, twice that).
+int moe_hidden(const ModelConfig& m, int tp);
+int moe_hidden_in(const ModelConfig& m, int tp);
+
 // Bytes one MoeActs of N tokens holds (elem_bytes: storage, acc_bytes:
 // accumulation type): what an MoE block keeps instead of the dense MLP's
 // two (N, 4C) activations.
@@ -177,7 +182,7 @@ struct MoeActs {
   Buffer<A> weight;        // (N, k) probabilities renormalized over the k
   Buffer<int32_t> slot;    // (N, k) row in the expert's buffer; -1: dropped
   Buffer<int32_t> count;   // (E) tokens admitted
-  Buffer<T> fch, fchg, y;  // (E * cap, H), (E * cap, H), (E * cap, C): each expert's rows (H = 4C / tp)
+  Buffer<T> fch, fchg, y;  // (E * cap, Hin), (E * cap, H), (E * cap, C): each expert's rows (moe_hidden)
   Buffer<A> frac;          // (E) f_e: fraction of (token, choice) pairs routed to e
   // Expert parallel (ep > 1): fch, fchg are the owner's, local expert le's
   // rows at le * ep * rows (every source's admitted rows, sources in order),
@@ -259,7 +264,9 @@ class MoeMlp {
   MoeScope scope_;
   std::shared_ptr<const MoeExchange> x_;  // scope_'s, or a LocalMoeExchange
   int N_, C_, E_, k_, ep_ = 1, El_;
-  int tp_ = 1, H_;  // tensor parallel: the experts' hidden width here (4C / tp)
+  int tp_ = 1, H_;  // tensor parallel: the experts' hidden width here (4C / tp; llama: F / tp)
+  int Hin_;         // the first projection's output width (H; llama: 2H, gate|up)
+  bool swiglu_;     // the llama family's SwiGLU experts (Mixtral): no biases
   int64_t scope_tokens_;
 };
 

@@ -117,13 +117,22 @@ double MicrobatchRunner<T>::compute(double dloss, UnitHooks<T>& hk) {
     x = blocks_[i].xout.data();
   }
   const T* lnf = hk.params(fin) + lnf_rel;
+  // The LM head: tied to wte (unit 0, asked for again in the same order
+  // under either family), or the llama family's own lm_head after model.norm.
+  const bool untied = l.model().llama();
   const T* wte = hk.params(0);
-  double loss = model_.head_forward(head_, x, targets_.data(), lnf, wte, scratch_);
+  const T* head_w = untied ? lnf + l.model().C : wte;
+  double loss = model_.head_forward(head_, x, targets_.data(), lnf, head_w, scratch_);
 
   T* dx = dx_a_.data();
   T* dprev = dx_b_.data();
-  model_.head_backward(dx, hk.grads(fin) + lnf_rel, hk.head_grads(), x, targets_.data(), head_, lnf,
-                       wte, dloss, scratch_);
+  T* dlnf = hk.grads(fin) + lnf_rel;
+  // Asked for under either family, so the strategies see one call order
+  // (the data-parallel replay of it declares their buffers); the untied
+  // head's gradient is lm_head's, after model.norm's.
+  T* dwte = hk.head_grads();
+  model_.head_backward(dx, dlnf, untied ? dlnf + l.model().C : dwte, x, targets_.data(), head_, lnf, head_w, dloss,
+                       scratch_);
   hk.grads_ready(fin);
   hk.release_params(fin);
   hk.release_params(0);

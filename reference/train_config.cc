@@ -43,6 +43,8 @@ void TrainConfig::validate() const {
   positive("train.threads", threads);
   if (device == Device::cuda) {
     require(precision != Precision::fp64, "train.device: cuda runs fp32 and bf16-mixed (fp64 is the CPU's truth)");
+    require(!model.llama(), "train.device: cuda does not run model family llama yet (its RMSNorm, RoPE and SwiGLU "
+                            "kernels are the CPU's only)");
   }
   require(seq <= model.maxT, "train.seq: must be <= model.context (" + std::to_string(model.maxT) +
                                  "), got " + std::to_string(seq));

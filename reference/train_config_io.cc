@@ -1,5 +1,7 @@
 #include "reference/train_config_io.h"
 
+#include "harness/status.h"
+
 namespace pb {
 
 TrainConfig read_train_config(ConfigReader& r) {
@@ -23,10 +25,25 @@ TrainConfig read_train_config(ConfigReader& r) {
                             {"global", "local"}) == "local"
                      ? MoeCapacity::local
                      : MoeCapacity::global;
+  // The family and its options (docs/models.md): a gpt2 model takes none of
+  // them, so giving one names the key and the family.
+  ModelConfig& m = c.model;
+  m.family = r.get_enum("model.family", family_name(m.family), {"gpt2", "llama"}) == "llama" ? ModelFamily::llama
+                                                                                          : ModelFamily::gpt2;
+  for (const char* key : {"model.kv_heads", "model.ffn", "model.rope_theta", "model.norm_eps"})
+    require(m.llama() || !r.has(key), std::string(key) + ": model '" + name +
+                                          "' is model.family = gpt2, which takes no " + (key + 6) +
+                                          " (set model.family = \"llama\" or use a llama model, e.g. tiny-llama)");
+  if (m.llama()) {
+    if (m.kv_heads == 0) m.kv_heads = m.NH;  // a gpt2 shape turned llama: multi-head until told
+    m.kv_heads = r.get<int>("model.kv_heads", m.kv_heads, Bounds::non_negative());
+    m.ffn = r.get<int>("model.ffn", m.ffn, Bounds::non_negative());
+    m.rope_theta = r.get<double>("model.rope_theta", m.rope_theta, pos);
+    m.norm_eps = r.get<double>("model.norm_eps", m.norm_eps, pos);
+  }
   ModelConfig named = named_model(name);
-  if (c.model.V != named.V || c.model.maxT != named.maxT || c.model.C != named.C ||
-      c.model.L != named.L || c.model.NH != named.NH || c.model.moe != named.moe)
-    c.model.name = "custom";
+  named.name = c.model.name;
+  if (!(named == c.model)) c.model.name = "custom";
 
   c.precision = parse_precision(
       r.get_enum("train.precision", "fp32", {"fp64", "fp32", "bf16-mixed", "bf16"}));
@@ -63,6 +80,13 @@ void write_train_config(const TrainConfig& c, ConfigReader& r) {
   r.set("model.channels", c.model.C);
   r.set("model.layers", c.model.L);
   r.set("model.heads", c.model.NH);
+  if (c.model.llama()) {  // absent: gpt2 (the hashes of earlier exports)
+    r.set("model.family", std::string(family_name(c.model.family)));
+    r.set("model.kv_heads", c.model.kv_heads);
+    r.set("model.ffn", c.model.ffn);
+    r.set("model.rope_theta", c.model.rope_theta);
+    r.set("model.norm_eps", c.model.norm_eps);
+  }
   if (c.model.moe.experts > 0) {
     r.set("moe.experts", c.model.moe.experts);
     r.set("moe.top_k", c.model.moe.top_k);

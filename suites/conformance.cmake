@@ -152,3 +152,19 @@ parabench_test(NAME selftest_kernel_checks_test SOURCES selftest/kernel_checks_t
 parabench_test(NAME selftest_device_checks_test SOURCES selftest/device_checks_test.cc DEPS pb::selftest)
 list(APPEND PB_CLI_SOURCES cli/cmd_selftest.cc)
 list(APPEND PB_CLI_DEPS pb::selftest)
+
+# The llama family (docs/models.md) under the data-parallel family on the
+# local backend: every shard kind at dp2 and dp4, offload, hZeRO, and
+# tiny-mixtral's SwiGLU experts under DDP and ZeRO-3; bit-equal to the
+# reference's replay, memory and traffic exactly as declared.
+if(PARABENCH_BUILD_TESTS)
+  add_test(NAME conformance_check_llama_dp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh dp2 dp4 --strategy shard=none shard=zero1
+            shard=zero2 shard=zero3 shard=hsdp,shard_group=2 shard=zero3,offload=optimizer --precision fp32 bf16-mixed
+            --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  add_test(NAME conformance_check_mixtral_dp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --mesh dp2 --strategy shard=none shard=zero3
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  set_tests_properties(conformance_check_llama_dp conformance_check_mixtral_dp PROPERTIES TIMEOUT 300
+                       LABELS "cli" PROCESSORS 2)
+endif()

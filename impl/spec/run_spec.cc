@@ -288,6 +288,17 @@ void validate(const RunSpec& s) {
   require(s.data.shard_group >= 0, "strategy.shard_group: must be >= 0, got " + std::to_string(s.data.shard_group));
   require(s.pipe.virtual_stages >= 1,
           "strategy.virtual_stages: must be >= 1, got " + std::to_string(s.pipe.virtual_stages));
+  // The llama family runs under the data-parallel family only so far
+  // (docs/models.md): every other axis refuses it by name.
+  if (s.train.model.llama()) {
+    const char* axis = s.mesh.tp > 1 || s.tensor.sp ? "tensor parallel"
+                       : s.tensor.recompute != Recompute::none ? "recomputation (tensor parallel's runner)"
+                       : s.mesh.cp > 1 ? "context parallel" : s.mesh.pp > 1 ? "pipeline parallel"
+                       : s.mesh.ep > 1 ? "expert parallel" : nullptr;
+    require(axis == nullptr, std::string(axis ? axis : "") + " does not support model family llama yet (mesh " +
+                                 mesh_text(s.mesh) + ", model " + s.train.model.name +
+                                 "): the data-parallel family (mesh dpN) runs it");
+  }
   // Mixture of experts runs under data, expert and pipeline parallel, and
   // under tensor parallel (experts split over tp) x data parallel so far.
   require(s.train.model.moe.experts == 0 ||

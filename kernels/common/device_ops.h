@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -164,6 +165,28 @@ class DeviceOps {
                            int K, int C, int rows, bool accumulate) const = 0;
   virtual void moe_combine_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* choice,
                                     const int32_t* slot, const A* weight, int N, int K, int C, int rows) const = 0;
+  // The llama family's ops (kernels/cpu/ops.h): grouped-query attention,
+  // rotary embedding, RMSNorm, SwiGLU. The CPU implements them; another
+  // device does not yet (the default throws naming the op and the device;
+  // train.device refuses the family first, reference/train_config.cc).
+  virtual void attention_forward_gqa(T*, T*, const T*, int, int, int, int, int, A*) const {
+    missing("attention_forward_gqa");
+  }
+  virtual void attention_backward_gqa(T*, T*, const T*, const T*, const T*, int, int, int, int, int, A*) const {
+    missing("attention_backward_gqa");
+  }
+  virtual void rope_forward(T*, const T*, const int32_t*, int, int, int, int, int, double) const {
+    missing("rope_forward");
+  }
+  virtual void rope_backward(T*, const T*, const int32_t*, int, int, int, int, int, double) const {
+    missing("rope_backward");
+  }
+  virtual void rmsnorm_forward(T*, A*, const T*, const T*, int, int, double) const { missing("rmsnorm_forward"); }
+  virtual void rmsnorm_backward(T*, T*, const T*, const T*, const T*, const A*, int, int) const {
+    missing("rmsnorm_backward");
+  }
+  virtual void swiglu_forward(T*, const T*, int, int) const { missing("swiglu_forward"); }
+  virtual void swiglu_backward(T*, const T*, const T*, int, int) const { missing("swiglu_backward"); }
   // Sum of x[0..n) in index order, in double, on the host (the loss).
   virtual double sum(const A* x, size_t n) const = 0;
 
@@ -171,6 +194,11 @@ class DeviceOps {
   virtual void adamw_step(M* master, T* param_out, const T* grad, M* m, M* v, size_t n, const AdamWHyper& h,
                           bool decay) const = 0;
   virtual double sum_squares(const T* g, size_t n) const = 0;
+
+ private:
+  [[noreturn]] void missing(const char* op) const {
+    throw std::runtime_error(std::string(op) + ": not implemented on " + name() + " (the llama family runs on the CPU)");
+  }
 };
 
 // The CPU implementation (kernels/cpu), one per storage type.

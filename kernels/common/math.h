@@ -76,6 +76,47 @@ PB_HD inline A layernorm_dx(A g, A xhat, A g_mean, A gx_mean, A rstd) {
   return rstd * (g - g_mean - xhat * gx_mean);
 }
 
+// ---- RMSNorm (Zhang & Sennrich 2019, eq. 4), no bias -----------------------
+// rstd = 1 / sqrt(mean(x^2) + eps);  y = x * rstd * w. Backward, with
+// xhat = x * rstd, g = w * dy and the row reduction gx_mean = mean(g * xhat):
+//   dx = rstd * (g - xhat * gx_mean);  dw += dy * xhat.
+template <class A>
+PB_HD inline A rmsnorm_out(A x, A rstd, A w) {
+  return x * rstd * w;
+}
+template <class A>
+PB_HD inline A rmsnorm_dx(A g, A xhat, A gx_mean, A rstd) {
+  return rstd * (g - xhat * gx_mean);
+}
+
+// ---- SwiGLU (Shazeer 2020, eq. 6): silu(gate) * up --------------------------
+//   sigmoid(g) = 1 / (1 + exp(-g));  silu(g) = g sigmoid(g);
+//   silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))).
+template <class A>
+PB_HD inline A sigmoid(A g) {
+  return A(1) / (A(1) + exp_a(-g));
+}
+template <class A>
+PB_HD inline A silu(A g) {
+  return g * sigmoid(g);
+}
+template <class A>
+PB_HD inline A silu_grad(A g) {
+  const A s = sigmoid(g);
+  return s * (A(1) + g * (A(1) - s));
+}
+
+// ---- rotary embedding, rotate-half pairs (i, i + hs/2) ----------------------
+//   (a, b) -> (a cos - b sin, b cos + a sin); the transpose: (a cos + b sin, b cos - a sin).
+template <class A>
+PB_HD inline A rope_first(A a, A b, A c, A s) {
+  return a * c - b * s;
+}
+template <class A>
+PB_HD inline A rope_second(A a, A b, A c, A s) {
+  return b * c + a * s;
+}
+
 // ---- softmax cross-entropy (per row of V logits, max mx, sum of exp) ------
 //   p_i = exp(x_i - mx) / sum;  loss = (mx - x_target) + log(sum)
 // (never -log of a rounded probability); dlogit_i += (p_i - [i = target]) dloss.

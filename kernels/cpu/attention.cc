@@ -52,13 +52,15 @@ View<acc_t<T>> view(const T* src, int rows, int cols, int ld, acc_t<T>* buf) {
 // Workspace of one (batch, head) pass. Forward: S (T,T), O (T,hs) and, for
 // bf16, fp32 copies of q, k, v (T,hs each). Backward: one batch's dqkv sum
 // (T,3C), dS (T,T) and, for bf16, copies of q, k, v, dO (T,hs each) and P (T,T).
+// T3C: one batch's qkv rows, Tn x (C + 2 KVH hs) (3C without grouped heads).
 struct Sizes {
   size_t T2, th, T3C;
   bool copies;
 };
 template <class T>
-Sizes sizes(int Tn, int C, int NH) {
-  return {size_t(Tn) * Tn, size_t(Tn) * (C / NH), size_t(Tn) * 3 * C, std::is_same_v<T, bf16>};
+Sizes sizes(int Tn, int C, int NH, int KVH) {
+  const size_t hs = size_t(C / NH);
+  return {size_t(Tn) * Tn, size_t(Tn) * hs, size_t(Tn) * (size_t(C) + 2 * size_t(KVH) * hs), std::is_same_v<T, bf16>};
 }
 
 // Row t of S (scores, length >= r1) becomes causal softmax probabilities over
@@ -81,18 +83,36 @@ void softmax_row(A* s, int t, int r1, A scale) {
 
 template <class T>
 size_t attention_workspace_elems(int Tn, int C, int NH) {
-  const Sizes z = sizes<T>(Tn, C, NH);
+  return attention_workspace_elems_gqa<T>(Tn, C, NH, NH);
+}
+
+template <class T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, acc_t<T>* ws) {
+  attention_forward_gqa(out, att, qkv, B, Tn, C, NH, NH, ws);
+}
+
+template <class T>
+void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
+                        int C, int NH, acc_t<T>* ws) {
+  attention_backward_gqa(dqkv, datt, dout, qkv, att, B, Tn, C, NH, NH, ws);
+}
+
+template <class T>
+size_t attention_workspace_elems_gqa(int Tn, int C, int NH, int KVH) {
+  const Sizes z = sizes<T>(Tn, C, NH, KVH);
   const size_t fwd = z.T2 + z.th + (z.copies ? 3 * z.th : 0);
   const size_t bwd = z.T3C + z.T2 + (z.copies ? 4 * z.th + z.T2 : 0);
   return std::max(fwd, bwd);
 }
 
+// Query head h reads key/value head h / (NH / KVH) (grouped-query attention,
+// Ainslie et al. 2023; KVH = NH: multi-head, the same arithmetic as before).
 template <class T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, acc_t<T>* ws) {
+void attention_forward_gqa(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, int KVH, acc_t<T>* ws) {
   using A = acc_t<T>;
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH, kvC = KVH * hs, C3 = C + 2 * kvC, group = NH / KVH;
   const A scale = math::attention_scale<A>(hs);
-  const Sizes z = sizes<T>(Tn, C, NH);
+  const Sizes z = sizes<T>(Tn, C, NH, KVH);
   A* const S = ws;
   A* const O = S + z.T2;
   A* const qb = O + z.th;
@@ -101,8 +121,9 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       const T* base = qkv + size_t(b) * Tn * C3 + h * hs;
-      const auto q = view(base, Tn, hs, C3, qb), k = view(base + C, Tn, hs, C3, kb),
-                 v = view(base + 2 * C, Tn, hs, C3, vb);
+      const T* kvbase = qkv + size_t(b) * Tn * C3 + C + (h / group) * hs;
+      const auto q = view(base, Tn, hs, C3, qb), k = view(kvbase, Tn, hs, C3, kb),
+                 v = view(kvbase + kvC, Tn, hs, C3, vb);
       T* a = att + (size_t(b) * NH + h) * Tn * Tn;
       for (int r0 = 0; r0 < Tn; r0 += kRowBlock) {
         const int r1 = std::min(Tn, r0 + kRowBlock), rb = r1 - r0;
@@ -124,13 +145,14 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 
 // Per head, with P = att, dO = dout: dV = P^T dO; dP = dO V^T;
 // dS = P o (dP - rowsum(P o dP)) * scale; dQ = dS K; dK = dS^T Q.
+// A key/value head's gradient sums its group's query heads in head order (in A).
 template <class T>
-void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
-                        int C, int NH, acc_t<T>* ws) {
+void attention_backward_gqa(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
+                            int C, int NH, int KVH, acc_t<T>* ws) {
   using A = acc_t<T>;
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH, kvC = KVH * hs, C3 = C + 2 * kvC, group = NH / KVH;
   const A scale = math::attention_scale<A>(hs);
-  const Sizes z = sizes<T>(Tn, C, NH);
+  const Sizes z = sizes<T>(Tn, C, NH, KVH);
   A* const g = ws;
   A* const dS = g + z.T3C;
   A* const qb = dS + z.T2;
@@ -142,13 +164,14 @@ void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* 
     std::fill(g, g + z.T3C, A(0));
     for (int h = 0; h < NH; ++h) {
       const T* base = qkv + size_t(b) * Tn * C3 + h * hs;
-      const auto q = view(base, Tn, hs, C3, qb), k = view(base + C, Tn, hs, C3, kb),
-                 v = view(base + 2 * C, Tn, hs, C3, vb),
+      const T* kvbase = qkv + size_t(b) * Tn * C3 + C + (h / group) * hs;
+      const auto q = view(base, Tn, hs, C3, qb), k = view(kvbase, Tn, hs, C3, kb),
+                 v = view(kvbase + kvC, Tn, hs, C3, vb),
                  dO = view(dout + size_t(b) * Tn * C + h * hs, Tn, hs, C, ob),
                  P = view(att + (size_t(b) * NH + h) * Tn * Tn, Tn, Tn, Tn, pb);
       A* gq = g + h * hs;
-      A* gk = gq + C;
-      A* gv = gq + 2 * C;
+      A* gk = g + C + (h / group) * hs;
+      A* gv = gk + kvC;
       for (int r0 = 0; r0 < Tn; r0 += kRowBlock) {
         const int r1 = std::min(Tn, r0 + kRowBlock), rb = r1 - r0;
         const A* p = P.p + size_t(r0) * P.ld;
@@ -178,6 +201,10 @@ void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* 
 
 #define PB_INSTANTIATE(T)                                                                        \
   template size_t attention_workspace_elems<T>(int, int, int);                                   \
+  template size_t attention_workspace_elems_gqa<T>(int, int, int, int);                          \
+  template void attention_forward_gqa<T>(T*, T*, const T*, int, int, int, int, int, acc_t<T>*);  \
+  template void attention_backward_gqa<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, \
+                                          int, acc_t<T>*);                                       \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int, acc_t<T>*);           \
   template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int,  \
                                       acc_t<T>*);

@@ -90,5 +90,80 @@ TEST(Attention, Fp32AndBf16AgreeWithFp64) {
   EXPECT_LE(rel_err(backward<bf16>(in), g), kBf16Tol);
 }
 
+// Grouped-query attention: KVH key/value heads shared by NH / KVH query heads
+// each. The textbook form is multi-head attention with each key/value head
+// repeated for its group (transformers' repeat_kv); its gradient is the sum of
+// the repeated copies' gradients.
+constexpr int kNH = 4;
+std::vector<double> repeat_kv(const std::vector<double>& qkv, int KVH) {
+  const int hs = C / kNH, kvC = KVH * hs, W = C + 2 * kvC, g = kNH / KVH;
+  std::vector<double> full(size_t(B) * Tn * 3 * C);
+  for (int r = 0; r < B * Tn; ++r)
+    for (int h = 0; h < kNH; ++h)
+      for (int c = 0; c < hs; ++c) {
+        full[size_t(r) * 3 * C + h * hs + c] = qkv[size_t(r) * W + h * hs + c];
+        full[size_t(r) * 3 * C + C + h * hs + c] = qkv[size_t(r) * W + C + (h / g) * hs + c];
+        full[size_t(r) * 3 * C + 2 * C + h * hs + c] = qkv[size_t(r) * W + C + kvC + (h / g) * hs + c];
+      }
+  return full;
+}
+
+TEST(Attention, GroupedQueryIsMultiHeadWithRepeatedKeysAndValues) {
+  for (int KVH : {1, 2, 4}) {
+    const int hs = C / kNH, kvC = KVH * hs, W = C + 2 * kvC, g = kNH / KVH;
+    auto qkv = bf16_exact(size_t(B) * Tn * W, 11, -1.5, 1.5);
+    const auto dout = bf16_exact(size_t(B) * Tn * C, 12);
+    std::vector<double> out(size_t(B) * Tn * C), att(size_t(B) * kNH * Tn * Tn), dqkv(qkv.size(), 0.0);
+    std::vector<double> ws(attention_workspace_elems_gqa<double>(Tn, C, kNH, KVH));
+    attention_forward_gqa(out.data(), att.data(), qkv.data(), B, Tn, C, kNH, KVH, ws.data());
+    attention_backward_gqa(dqkv.data(), static_cast<double*>(nullptr), dout.data(), qkv.data(), att.data(), B, Tn, C,
+                           kNH, KVH, ws.data());
+    auto full = repeat_kv(qkv, KVH);
+    std::vector<double> out2(out.size()), att2(att.size()), dfull(full.size(), 0.0);
+    std::vector<double> ws2(attention_workspace_elems<double>(Tn, C, kNH));
+    attention_forward(out2.data(), att2.data(), full.data(), B, Tn, C, kNH, ws2.data());
+    attention_backward(dfull.data(), static_cast<double*>(nullptr), dout.data(), full.data(), att2.data(), B, Tn, C,
+                       kNH, ws2.data());
+    EXPECT_LE(rel_err(out, out2), 1e-15) << "KVH " << KVH;
+    std::vector<double> summed(dqkv.size(), 0.0);
+    for (int r = 0; r < B * Tn; ++r)
+      for (int h = 0; h < kNH; ++h)
+        for (int c = 0; c < hs; ++c) {
+          summed[size_t(r) * W + h * hs + c] = dfull[size_t(r) * 3 * C + h * hs + c];
+          summed[size_t(r) * W + C + (h / g) * hs + c] += dfull[size_t(r) * 3 * C + C + h * hs + c];
+          summed[size_t(r) * W + C + kvC + (h / g) * hs + c] += dfull[size_t(r) * 3 * C + 2 * C + h * hs + c];
+        }
+    EXPECT_LE(rel_err(dqkv, summed), 1e-14) << "KVH " << KVH;
+    // And against finite differences directly.
+    auto loss = [&] {
+      std::vector<double> o(out.size()), a(att.size());
+      attention_forward_gqa(o.data(), a.data(), qkv.data(), B, Tn, C, kNH, KVH, ws.data());
+      return dot(o, dout);
+    };
+    expect_gradient(qkv, dqkv, loss, "dqkv gqa", /*checks=*/160);
+  }
+}
+
+TEST(Attention, GroupedQueryAtFp32AndBf16AgreesWithFp64) {
+  const int KVH = 2, hs = C / kNH, W = C + 2 * KVH * hs;
+  const auto qkv = bf16_exact(size_t(B) * Tn * W, 13, -1.5, 1.5);
+  const auto dout = bf16_exact(size_t(B) * Tn * C, 14);
+  auto run = [&](auto t) {
+    using T = decltype(t);
+    auto q = to<T>(qkv), dy = to<T>(dout);
+    std::vector<T> out(size_t(B) * Tn * C), att(size_t(B) * kNH * Tn * Tn), dq(q.size(), cast<T>(0.0));
+    std::vector<acc_t<T>> ws(attention_workspace_elems_gqa<T>(Tn, C, kNH, KVH));
+    attention_forward_gqa(out.data(), att.data(), q.data(), B, Tn, C, kNH, KVH, ws.data());
+    attention_backward_gqa(dq.data(), static_cast<T*>(nullptr), dy.data(), q.data(), att.data(), B, Tn, C, kNH, KVH,
+                           ws.data());
+    return std::make_pair(to_double(out), to_double(dq));
+  };
+  const auto r64 = run(double{}), r32 = run(float{}), r16 = run(bf16{});
+  EXPECT_LE(rel_err(r32.first, r64.first), kF32Tol);
+  EXPECT_LE(rel_err(r32.second, r64.second), kF32Tol);
+  EXPECT_LE(rel_err(r16.first, r64.first), kBf16Tol);
+  EXPECT_LE(rel_err(r16.second, r64.second), kBf16Tol);
+}
+
 }  // namespace
 }  // namespace pb::kernels

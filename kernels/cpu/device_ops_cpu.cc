@@ -162,6 +162,33 @@ class CpuOps final : public DeviceOps<T> {
                             const A* weight, int N, int K, int C, int rows) const override {
     kernels::moe_combine_backward(dy, dw, dout, y, choice, slot, weight, N, K, C, rows);
   }
+  void attention_forward_gqa(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, int KVH,
+                             A* att_ws) const override {
+    kernels::attention_forward_gqa(out, att, qkv, B, Tn, C, NH, KVH, att_ws);
+  }
+  void attention_backward_gqa(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
+                              int NH, int KVH, A* att_ws) const override {
+    kernels::attention_backward_gqa(dqkv, datt, dout, qkv, att, B, Tn, C, NH, KVH, att_ws);
+  }
+  void rope_forward(T* out, const T* inp, const int32_t* pos, int B, int Tn, int heads, int hs, int stride,
+                    double theta) const override {
+    kernels::rope_forward(out, inp, pos, B, Tn, heads, hs, stride, theta);
+  }
+  void rope_backward(T* dinp, const T* dout, const int32_t* pos, int B, int Tn, int heads, int hs, int stride,
+                     double theta) const override {
+    kernels::rope_backward(dinp, dout, pos, B, Tn, heads, hs, stride, theta);
+  }
+  void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* weight, int N, int C, double eps) const override {
+    kernels::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const A* rstd, int N,
+                        int C) const override {
+    kernels::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void swiglu_forward(T* out, const T* gu, int N, int H) const override { kernels::swiglu_forward(out, gu, N, H); }
+  void swiglu_backward(T* dgu, const T* gu, const T* dout, int N, int H) const override {
+    kernels::swiglu_backward(dgu, gu, dout, N, H);
+  }
   double sum(const A* x, size_t n) const override {
     double s = 0;
     for (size_t i = 0; i < n; ++i) s += double(x[i]);

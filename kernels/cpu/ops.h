@@ -79,6 +79,51 @@ template <class T>
 void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
                         int C, int NH, acc_t<T>* ws);
 
+// ---- grouped-query attention (Ainslie et al. 2023) ---------------------------
+// The same with KVH key/value heads (KVH divides NH; 1: multi-query): qkv
+// (B,T,C + 2*KVH*hs) as [q (NH heads) | k (KVH heads) | v (KVH heads)], query
+// head h attending with key/value head h / (NH/KVH). KVH = NH is
+// attention_forward/backward exactly (they call these). dqkv's k and v parts
+// sum their group's query heads in head order.
+template <class T>
+size_t attention_workspace_elems_gqa(int Tn, int C, int NH, int KVH);
+template <class T>
+void attention_forward_gqa(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, int KVH, acc_t<T>* ws);
+template <class T>
+void attention_backward_gqa(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
+                            int NH, int KVH, acc_t<T>* ws);
+
+// ---- rotary position embedding (Su et al. 2021), Hugging Face's rotate-half --
+// Rows (b, t) of `heads` heads of hs (even) elements, row r at x + r * stride:
+// head element i < hs/2 pairs with i + hs/2 and both turn by the angle
+// pos[t] * theta^(-2i/hs), cos and sin evaluated in fp64 (pos: each token's
+// true position, Tn entries shared by the B sequences):
+//   out[i] = x[i] cos - x[i + hs/2] sin;  out[i + hs/2] = x[i + hs/2] cos + x[i] sin.
+// Forward: out may alias inp (in place). Backward: the transposed rotation,
+// dinp += R^T dout (dinp must not alias dout).
+template <class T>
+void rope_forward(T* out, const T* inp, const int32_t* pos, int B, int Tn, int heads, int hs, int stride,
+                  double theta);
+template <class T>
+void rope_backward(T* dinp, const T* dout, const int32_t* pos, int B, int Tn, int heads, int hs, int stride,
+                   double theta);
+
+// ---- RMSNorm (Zhang & Sennrich 2019) over the last dim C of N rows ---------
+// out = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); rstd (N) saved in A (may be null).
+template <class T>
+void rmsnorm_forward(T* out, acc_t<T>* rstd, const T* inp, const T* weight, int N, int C, double eps);
+template <class T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const acc_t<T>* rstd,
+                      int N, int C);
+
+// ---- SwiGLU (Shazeer 2020): out (N,H) = silu(gate) * up ----------------------
+// gu (N,2H) holds each row's [gate (H) | up (H)] (the fused gate/up projection's
+// output); silu(g) = g * sigmoid(g). dgu (N,2H) += [dgate | dup].
+template <class T>
+void swiglu_forward(T* out, const T* gu, int N, int H);
+template <class T>
+void swiglu_backward(T* dgu, const T* gu, const T* dout, int N, int H);
+
 // ---- blockwise (online-softmax) attention, for one (batch, head) ------------
 // Flash-attention style pieces that ring attention reuses: queries q (Tq,hs)
 // with row stride q_stride at absolute positions q_pos0.., keys/values

@@ -280,6 +280,17 @@ def cases(F):
         (7, ["plan", "--model", "gpt2-124m", "--machine", "nosuch"], 2,
          r"--machine: 'nosuch' is neither a built-in machine \(a100, h100, h200, mi300x, b200\)"),
         (7, ["plan", "--model", "gpt2-124m", "--machine", F["bad_machine"]], 2, r"machine\.peak_tflops_bf16"),
+        # 8. the model family (docs/models.md): bad sizes named, family options on gpt2, axes not there yet
+        (8, ["train", "--model", "tiny-llama", "--set", "model.kv_heads=3"] + o, 2,
+         r"model\.kv_heads: must divide model\.heads \(8 heads, 3 kv heads\)"),
+        (8, ["train", "--model", "tiny-llama", "--set", "model.ffn=0"] + o, 2, r"model\.ffn: must be > 0.*got 0"),
+        (8, ["train", "--set", "model.kv_heads=2"] + o, 2,
+         r"model\.kv_heads: model 'tiny' is model\.family = gpt2, which takes no kv_heads"),
+        (8, ["train", "--model", "tiny-llama", "--mesh", "tp2"] + o, 2,
+         r"tensor parallel does not support model family llama yet \(mesh tp2"),
+        (8, ["train", "--model", "tiny-llama", "--mesh", "pp2"] + o, 2, r"pipeline parallel does not support model family llama yet"),
+        (8, ["train", "--model", "tiny-llama", "--mesh", "cp2"] + o, 2, r"context parallel does not support model family llama yet"),
+        (8, ["plan", "--model", "llama3-70b"], 2, r"the planner does not model family llama yet \(70553706496 parameters\)"),
     ]
     return c
 

@@ -192,6 +192,8 @@ void check_shapes(const CalibrateFlags& f) {
     require(model != "none", "--model: none stands alone (no training shape)");
     require(std::find(names.begin(), names.end(), model) != names.end(),
             "--model: unknown model '" + model + "' (named models, or none)");
+    require(!named_model(model).llama(), "--model " + model + ": calibrate's shape figures are the gpt2 family's "
+                                         "(model family llama is not calibrated yet)");
     const auto [c, key] = shape_of(f, model);
     try {
       require_fits(planner::run_need(sweep::point_spec(c, sweep::single_rank_point(key)), 1, true,

@@ -1,0 +1,144 @@
+// The llama family's block and head (docs/models.md), as the GPT's pieces do
+// them: the same seam (kernels/common/device_ops.h), the same buffers
+// (BlockActs, HeadActs, Scratch, sized for the family), the same call order
+// wherever the runner and the strategies meet them.
+// Block: x -> h = x + o(attn(rope(q|k|v(rmsnorm1(x))))) -> h + down(swiglu(gate|up(rmsnorm2(h)))).
+// Invariants: the rotary embedding turns q and k by positions() (each token's
+// true position), after the fused q|k|v projection and before attention, in
+// place, so qkv keeps what attention read; its backward turns dq and dk back
+// into drot (dv copied), which the projection's backward reads. No biases.
+#include "harness/status.h"
+#include "reference/gpt.h"
+
+namespace pb {
+
+template <class T>
+void Gpt<T>::llama_attention_half_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C, W = m.qkv_width(), hs = m.head_size(), KVH = m.kv_heads;
+  const T* nb = nullptr;  // no bias
+  float* ws = s.mm_ws.data();
+  const int32_t* pos = positions_.data();
+  ops_->rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), x_in, u + o.ln1_w, N, C, m.norm_eps);
+  ops_->matmul_forward(a.qkv.data(), a.ln1.data(), u + o.qkv_w, nb, N, C, W, ws);
+  ops_->rope_forward(a.qkv.data(), a.qkv.data(), pos, B_, Tn_, m.NH, hs, W, m.rope_theta);
+  ops_->rope_forward(a.qkv.data() + C, a.qkv.data() + C, pos, B_, Tn_, KVH, hs, W, m.rope_theta);
+  ops_->attention_forward_gqa(a.atty.data(), a.att.data(), a.qkv.data(), B_, Tn_, C, m.NH, KVH, s.att_ws.data());
+  ops_->matmul_forward(s.tmp.data(), a.atty.data(), u + o.attproj_w, nb, N, C, C, ws);
+  ops_->residual_forward(a.xmid.data(), x_in, s.tmp.data(), size_t(N) * C);
+  ops_->rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w, N, C, m.norm_eps);
+}
+
+template <class T>
+void Gpt<T>::llama_block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C, F = m.ffn;
+  const T* nb = nullptr;
+  float* ws = s.mm_ws.data();
+  llama_attention_half_forward(a, x_in, u, s);
+  ops_->matmul_forward(a.fch.data(), a.ln2.data(), u + o.fc_w, nb, N, C, 2 * F, ws);
+  ops_->swiglu_forward(a.fchg.data(), a.fch.data(), N, F);
+  ops_->matmul_forward(s.tmp.data(), a.fchg.data(), u + o.fcproj_w, nb, N, F, C, ws);
+  ops_->residual_forward(a.xout.data(), a.xmid.data(), s.tmp.data(), size_t(N) * C);
+}
+
+template <class T>
+void Gpt<T>::llama_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const BlockActs<T>& a,
+                                  const T* u, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C, F = m.ffn;
+  T* nb = nullptr;
+  float* ws = s.mm_ws.data();
+  auto zero = [&](const Buffer<T>& b) { ops_->zero(b.data(), b.size() * sizeof(T)); };
+  // MLP branch: xout = xmid + down(swiglu(gate|up(rmsnorm2(xmid)))).
+  ops_->copy(s.dres.data(), dout, size_t(N) * C * sizeof(T));
+  zero(s.dfchg);
+  ops_->matmul_backward(s.dfchg.data(), du + o.fcproj_w, nb, dout, a.fchg.data(), u + o.fcproj_w, N, F, C, ws);
+  zero(s.dfch);
+  ops_->swiglu_backward(s.dfch.data(), a.fch.data(), s.dfchg.data(), N, F);
+  zero(s.dln);
+  ops_->matmul_backward(s.dln.data(), du + o.fc_w, nb, s.dfch.data(), a.ln2.data(), u + o.fc_w, N, C, 2 * F, ws);
+  llama_attention_half_backward(dx_in, du, x_in, a, u, s);
+}
+
+// From d rmsnorm2's output (s.dln) and d xmid's residual part (s.dres) down
+// to dx_in: what dense and MoE blocks share.
+template <class T>
+void Gpt<T>::llama_attention_half_backward(T* dx_in, T* du, const T* x_in, const BlockActs<T>& a, const T* u,
+                                           Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C, W = m.qkv_width(), hs = m.head_size(), KVH = m.kv_heads;
+  const size_t NC = size_t(N) * C;
+  T* nb = nullptr;
+  float* ws = s.mm_ws.data();
+  const int32_t* pos = positions_.data();
+  auto zero = [&](const Buffer<T>& b) { ops_->zero(b.data(), b.size() * sizeof(T)); };
+  ops_->rmsnorm_backward(s.dres.data(), du + o.ln2_w, s.dln.data(), a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(), N,
+                         C);
+  // Attention branch: xmid = x_in + o(attn(rope(q|k|v(rmsnorm1(x_in))))).
+  ops_->copy(dx_in, s.dres.data(), NC * sizeof(T));
+  zero(s.datty);
+  ops_->matmul_backward(s.datty.data(), du + o.attproj_w, nb, s.dres.data(), a.atty.data(), u + o.attproj_w, N, C, C,
+                        ws);
+  zero(s.dqkv);
+  ops_->attention_backward_gqa(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B_, Tn_, C,
+                               m.NH, KVH, s.att_ws.data());
+  zero(s.drot);
+  ops_->rope_backward(s.drot.data(), s.dqkv.data(), pos, B_, Tn_, m.NH, hs, W, m.rope_theta);
+  ops_->rope_backward(s.drot.data() + C, s.dqkv.data() + C, pos, B_, Tn_, KVH, hs, W, m.rope_theta);
+  const size_t kvC = size_t(KVH) * hs;
+  ops_->copy_rows(s.drot.data() + C + kvC, size_t(W), s.dqkv.data() + C + kvC, size_t(W), kvC, size_t(N));
+  zero(s.dln);
+  ops_->matmul_backward(s.dln.data(), du + o.qkv_w, nb, s.drot.data(), a.ln1.data(), u + o.qkv_w, N, C, W, ws);
+  ops_->rmsnorm_backward(dx_in, du + o.ln1_w, s.dln.data(), x_in, u + o.ln1_w, a.ln1_rstd.data(), N, C);
+}
+
+// Final RMSNorm, the untied head (V, C), the loss.
+template <class T>
+double Gpt<T>::llama_head_forward(HeadActs<T>& h, const T* x_last, const int32_t* targets, const T* norm,
+                                  const T* lm_head, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const int N = B_ * Tn_, C = m.C;
+  ops_->rmsnorm_forward(h.lnf.data(), h.lnf_rstd.data(), x_last, norm, N, C, m.norm_eps);
+  ops_->matmul_forward(h.probs.data(), h.lnf.data(), lm_head, static_cast<const T*>(nullptr), N, C, m.V,
+                       s.mm_ws.data());
+  ops_->crossentropy_forward(h.losses.data(), h.probs.data(), h.probs.data(), targets, N, m.V);
+  return ops_->sum(h.losses.data(), size_t(N));
+}
+
+template <class T>
+void Gpt<T>::llama_head_backward(T* dx_last, T* dnorm, T* dlm_head, const T* x_last, const int32_t* targets,
+                                 const HeadActs<T>& h, const T* norm, const T* lm_head, double dloss,
+                                 Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const int N = B_ * Tn_, C = m.C;
+  ops_->zero(s.dlogits.data(), s.dlogits.size() * sizeof(T));
+  ops_->crossentropy_backward(s.dlogits.data(), h.probs.data(), targets, dloss, N, m.V);
+  ops_->zero(s.dln.data(), s.dln.size() * sizeof(T));
+  ops_->matmul_backward(s.dln.data(), dlm_head, static_cast<T*>(nullptr), s.dlogits.data(), h.lnf.data(), lm_head, N,
+                        C, m.V, s.mm_ws.data());
+  ops_->zero(dx_last, size_t(N) * C * sizeof(T));
+  ops_->rmsnorm_backward(dx_last, dnorm, s.dln.data(), x_last, norm, h.lnf_rstd.data(), N, C);
+}
+
+#define PB_INSTANTIATE(T)                                                                                          \
+  template void Gpt<T>::llama_attention_half_forward(BlockActs<T>&, const T*, const T*, Scratch<T>&) const;        \
+  template void Gpt<T>::llama_attention_half_backward(T*, T*, const T*, const BlockActs<T>&, const T*,             \
+                                                      Scratch<T>&) const;                                          \
+  template void Gpt<T>::llama_block_forward(BlockActs<T>&, const T*, const T*, Scratch<T>&) const;                 \
+  template void Gpt<T>::llama_block_backward(T*, T*, const T*, const T*, const BlockActs<T>&, const T*,            \
+                                             Scratch<T>&) const;                                                   \
+  template double Gpt<T>::llama_head_forward(HeadActs<T>&, const T*, const int32_t*, const T*, const T*,           \
+                                             Scratch<T>&) const;                                                   \
+  template void Gpt<T>::llama_head_backward(T*, T*, T*, const T*, const int32_t*, const HeadActs<T>&, const T*,    \
+                                            const T*, double, Scratch<T>&) const;
+PB_INSTANTIATE(double)
+PB_INSTANTIATE(float)
+PB_INSTANTIATE(bf16)
+#undef PB_INSTANTIATE
+
+}  // namespace pb

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""The llama family in fp64 PyTorch, written from results/TRACE.md alone (the
+parameter names and shapes, the model, RoPE's rotate-half convention, the
+optimizer): trains a parabench export for its steps on one device and
+compares with the export's own trace (parabench's reference at fp64).
+
+    python scripts/torch/llama.py --export DIR --out trace.safetensors [--tol 1e-12]
+
+Exit 0 when every step's loss, the step-1 gradients and the final parameters
+equal parabench's to --tol (absolute), 1 otherwise; the trace it writes is
+for `parabench verify`. Exit 2 on an export that is not the llama family.
+"""
+
+import argparse
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pbtrace  # noqa: E402
+
+
+def rmsnorm(x, w, eps):
+    # x / sqrt(mean(x^2) + norm_eps) * w over the channels
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate_half(u):
+    h = u.shape[-1] // 2
+    return torch.cat([-u[..., h:], u[..., :h]], dim=-1)
+
+
+def rope_tables(T, hs, theta):
+    """cos, sin (T, hs) of the angles p * inv_freq_i, inv_freq_i = 1 / theta^(2i/hs),
+    in fp64, each half repeated (u' = u cos + rotate_half(u) sin)."""
+    i = torch.arange(hs // 2, dtype=torch.float64)
+    inv_freq = 1.0 / theta ** (2 * i / hs)
+    a = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    return torch.cat([a.cos(), a.cos()], -1), torch.cat([a.sin(), a.sin()], -1)
+
+
+def forward(P, tokens, m):
+    C, NH, KVH, L = m["channels"], m["heads"], m["kv_heads"], m["layers"]
+    hs, eps = C // NH, m["norm_eps"]
+    B, T = tokens.shape
+    cos, sin = rope_tables(T, hs, float(m["rope_theta"]))
+    x = P["model.embed_tokens.weight"][tokens]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(L):
+        p = f"model.layers.{l}."
+        h = rmsnorm(x, P[p + "input_layernorm.weight"], eps)
+        q = (h @ P[p + "self_attn.q_proj.weight"].T).view(B, T, NH, hs).transpose(1, 2)
+        k = (h @ P[p + "self_attn.k_proj.weight"].T).view(B, T, KVH, hs).transpose(1, 2)
+        v = (h @ P[p + "self_attn.v_proj.weight"].T).view(B, T, KVH, hs).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(NH // KVH, dim=1)  # query head j uses kv head j // (NH / KVH)
+        v = v.repeat_interleave(NH // KVH, dim=1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
+        att = s.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        x = x + att.transpose(1, 2).reshape(B, T, C) @ P[p + "self_attn.o_proj.weight"].T
+        h = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
+        g = h @ P[p + "mlp.gate_proj.weight"].T
+        u = h @ P[p + "mlp.up_proj.weight"].T
+        x = x + (g / (1 + torch.exp(-g)) * u) @ P[p + "mlp.down_proj.weight"].T
+    return rmsnorm(x, P["model.norm.weight"], eps) @ P["lm_head.weight"].T
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--export", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tol", type=float, default=1e-12)
+    args = ap.parse_args()
+    try:
+        ex = pbtrace.Export(args.export)
+    except pbtrace.ExportError as e:
+        print(f"llama.py: {e}", file=sys.stderr)
+        return 2
+    m = ex.config["model"]
+    if m.get("family") != "llama" or ex.precision != "fp64":
+        print(f"llama.py: the export is family {m.get('family', 'gpt2')} at {ex.precision}; "
+              "this compares an fp64 llama export", file=sys.stderr)
+        return 2
+    P = {n: t.to(torch.float64).clone().requires_grad_(True) for n, t in ex.init.items()}
+    o = ex.optim
+    opt = torch.optim.AdamW(
+        [{"params": [p for p in P.values() if p.dim() >= 2], "weight_decay": o["weight_decay"]},
+         {"params": [p for p in P.values() if p.dim() < 2], "weight_decay": 0.0}],
+        lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=False)
+    losses, norms, lrs, grads1 = [], [], [], None
+    for step in range(ex.steps):
+        logits = forward(P, ex.inputs[step], m)
+        loss = F.cross_entropy(logits.reshape(-1, ex.V), ex.targets[step].reshape(-1))
+        loss.backward()
+        norm = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in P.values()))
+        if step == 0:
+            grads1 = {n: p.grad.detach().clone() for n, p in P.items()}
+        factor = 1.0 if o["clip"] <= 0 else min(1.0, o["clip"] / (norm + 1e-6))
+        for p in P.values():
+            p.grad.mul_(factor)
+        lr = ex.lr_at(step + 1)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        norms.append(norm)
+        lrs.append(lr)
+    params = {n: p.detach().clone() for n, p in P.items()}
+    pbtrace.write_trace(args.out, ex, precision="fp64", framework=f"pytorch-{torch.__version__.split('+')[0]}",
+                        strategy="llama-fp64", mesh="dp1", microbatches=ex.micro, losses=losses, grad_norms=norms,
+                        lrs=lrs, grads1=grads1, params=params)
+
+    _, ref = pbtrace.read_safetensors(os.path.join(args.export, "trace.safetensors"))
+    worst = {
+        "loss": max(abs(a - b) for a, b in zip(losses, ref["loss"].tolist())),
+        "grad_norm": max(abs(a - b) for a, b in zip(norms, ref["grad_norm"].tolist())),
+        "grads": max(float((grads1[n] - ref["grads." + n]).abs().max()) for n in P),
+        "params": max(float((params[n] - ref["params." + n]).abs().max()) for n in P),
+    }
+    ok = all(v <= args.tol for v in worst.values())
+    for k, v in worst.items():
+        print(f"  {k:10s} max |torch - parabench| = {v:.3e} over {ex.steps} steps")
+    print(f"llama.py: {'equal' if ok else 'DIFFERENT'} to {args.tol:g}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
