@@ -107,6 +107,7 @@ int64_t workspace_bytes(const PlanInput& in, const Pipe& pipe, int64_t seq) {
   const tp::TpOptions tpo = tp_options(in);
   const bool staged = pipe.staged();
   const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
+  if (in.shape && in.shape->llama()) return -1;  // the llama family's runners' workspace: not modelled
   if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
     return pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage,
                                            in.hw.host_kernels);
@@ -128,7 +129,8 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
   const tp::TpOptions tpo = tp_options(in);
   const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
   int64_t a = -1;  // unknown (parameter count only)
-  if (in.shape && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
+  const bool llama = in.shape && in.shape->llama();  // the analytic count below (docs/planner.md)
+  if (in.shape && !llama && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
     // The reference layout on one stage: what the tensor- and
     // context-parallel rank (and, at tp 1, the reference runner) declares and
     // allocates, exactly.
@@ -139,7 +141,7 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
     x.ep = in.ep;
     x.moe_on_device = !in.hw.host_kernels;
     a = tp::activation_bytes(x);
-  } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
+  } else if (in.shape && !llama && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
     // The reference layout in pipeline stages: the chunks' bytes a stage
     // declares and allocates (impl/pipeline/stage.h, tensor_parallel/cost.h),
     // times the live (microbatch, chunk) units of the schedule.
@@ -154,7 +156,8 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
                       elem_bytes(in.precision)};
     x.algo = in.cp_algo;
     const int64_t units_held = pipe.in_flight[size_t(rank)];
-    a = units_held * max_chunk_layers(pipe.part, rank) * layer_activation_bytes(x, in.recompute);
+    a = units_held * max_chunk_layers(pipe.part, rank) *
+        (llama ? llama_layer_activation_bytes(mc, x, in.recompute) : layer_activation_bytes(x, in.recompute));
     if (pipe.part.at(rank, 0).embedding) a += units_held * first_stage_extra_bytes(x);
     if (pipe.part.at(rank, pipe.part.v - 1).head) a += last_stage_extra_bytes(x, mc.V);
   }
@@ -256,7 +259,8 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   double per_micro = 0, shared = 0;
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
-    per_micro += double(sl.num_blocks) * double(layer_traffic_bytes(x)) * recompute;
+    per_micro += double(sl.num_blocks) *
+                 double(mc.llama() ? llama_layer_traffic_bytes(mc, x) : layer_traffic_bytes(x)) * recompute;
     shared += double(sl.num_blocks) * double(layer_shared_traffic_bytes(x)) * recompute;
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
