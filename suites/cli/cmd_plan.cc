@@ -396,8 +396,8 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     r.assumed = at("assumed");
     r.source = at("source");
     const int64_t world = int64_t(r.tp) * r.cp * r.pp * r.dp;
-    require(r.gpus == world, where + "gpus " + std::to_string(r.gpus) + " is not tp x cp x pp x dp (" +
-                                 std::to_string(world) + ")");
+    require(r.gpus == world, where + "gpus " + std::to_string(r.gpus) + " is not " +
+                                 (has("cp") ? "tp x cp x pp x dp (" : "tp x pp x dp (") + std::to_string(world) + ")");
     rows.push_back(r);
   }
   return rows;

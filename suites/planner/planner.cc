@@ -243,7 +243,15 @@ PlanResult plan(const PlanInput& in) {
   check_input(in);
   PlanResult r;
   r.world = world_of(in);
-  r.params_total = in.shape ? in.shape->num_params() : in.params;
+  // The llama family's count is the planner's own (its units at tp 1, from the
+  // config's fields), which plan_flops_test holds to the published totals.
+  r.params_total = !in.shape ? in.params
+                   : in.shape->llama() ? [&] {
+                       int64_t n = 0;
+                       for (int64_t u : llama_unit_params(*in.shape, 1)) n += u;
+                       return n;
+                     }()
+                                       : in.shape->num_params();
   check_shape(in, r);
   Pipe pipe = make_pipe(in, r);
   const dp::DataAxis axis = make_axis(in, r);
