@@ -9,6 +9,7 @@ parabench_test(NAME planner_memory_test SOURCES planner/planner_memory_test.cc D
 parabench_test(NAME planner_time_test SOURCES planner/planner_time_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
 parabench_test(NAME planner_input_test SOURCES planner/plan_input_test.cc DEPS pb::planner TIMEOUT 60)
 parabench_test(NAME planner_machine_test SOURCES planner/machine_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
+parabench_test(NAME planner_llama_test SOURCES planner/planner_llama_test.cc DEPS pb::planner TIMEOUT 60)
 
 parabench_library(NAME pb_report ALIAS pb::report
   SOURCES report/gate.cc report/validate.cc

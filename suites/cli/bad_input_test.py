@@ -311,7 +311,9 @@ def cases(F):
          r"tensor parallel of a mixture of experts does not support model family llama yet \(mesh tp2"),
         (8, ["train", "--model", "tiny-llama", "--mesh", "pp2"] + o, 2, r"pipeline parallel does not support model family llama yet"),
         (8, ["train", "--model", "tiny-llama", "--mesh", "cp2"] + o, 2, r"context parallel does not support model family llama yet"),
-        (8, ["plan", "--model", "llama3-70b"], 2, r"the planner does not model family llama yet \(70553706496 parameters\)"),
+        (8, ["plan", "--model", "llama3-70b", "--tp", "3"], 2, r"--tp: must divide the llama MLP's ffn \(28672\), got 3"),
+        (8, ["plan", "--model", "mixtral-8x7b", "--dp", "4", "--ep", "2"], 2,
+         r"mixtral-8x7b: a llama-family mixture of experts plans under data and tensor parallel only"),
     ]
     return c
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <iostream>
 #include <memory>
+#include <tuple>
 
 #include "harness/io/csv.h"
 #include "harness/io/csv_schema.h"
@@ -256,10 +257,17 @@ const std::vector<std::string>& published_columns() {
       "assumed", "source"};
   return cols;
 }
+// Columns a table may add: `model` (a planner model name, e.g. llama3-70b: the
+// family and the shape's other fields come from it; layers, channels, heads
+// and vocab must equal its), `cp` (context parallel; gpus = tp x cp x pp x dp).
+const std::vector<std::string>& published_optional_columns() {
+  static const std::vector<std::string> cols = {"model", "cp"};
+  return cols;
+}
 
 struct PublishedRow {
-  std::string label, machine, recompute, schedule, shard, metric, assumed, source;
-  int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, pp = 1, dp = 1, virtual_stages = 1;
+  std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
+  int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
   bool sp = false, overlap = false;
   double published = 0;
@@ -298,11 +306,15 @@ std::vector<PublishedRow> read_published(const std::string& path) {
   require(header_line != 0, "--validate: " + path + ": no header row (only comments)");
   const CsvTable t = parse_csv(std::string_view(body).substr(skip), path);
   const std::vector<std::string>& cols = published_columns();
+  const std::vector<std::string>& optional = published_optional_columns();
+  auto has = [&](const std::string& c) { return std::find(t.header.begin(), t.header.end(), c) != t.header.end(); };
   for (const std::string& c : t.header)
-    require(std::find(cols.begin(), cols.end(), c) != cols.end(),
+    require(std::find(cols.begin(), cols.end(), c) != cols.end() ||
+                std::find(optional.begin(), optional.end(), c) != optional.end(),
             "--validate: " + path + ": unknown column '" + c + "' (a published table has exactly: " + [&] {
               std::string s;
               for (const std::string& k : cols) s += (s.empty() ? "" : ", ") + k;
+              for (const std::string& k : optional) s += ", optionally " + k;
               return s;
             }() + ")");
   for (const std::string& c : cols)
@@ -342,6 +354,23 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     r.seq = whole("seq", 1, 1 << 24);
     r.gpus = whole("gpus", 1, 1 << 24);
     r.tp = int(whole("tp", 1, 1 << 16));
+    if (has("cp")) r.cp = int(whole("cp", 1, 1 << 16));
+    if (has("model")) {
+      r.model = at("model");
+      ModelConfig named;
+      try {
+        named = planner::planner_model(r.model);
+      } catch (const InputError& e) {
+        throw InputError(where + e.what());
+      }
+      const int64_t kv = named.kv_heads_or_heads();
+      for (auto [col, got, want] : {std::tuple{"layers", int64_t(r.layers), int64_t(named.L)},
+                                    std::tuple{"channels", int64_t(r.channels), int64_t(named.C)},
+                                    std::tuple{"heads", int64_t(r.heads), int64_t(named.NH)},
+                                    std::tuple{"vocab", int64_t(r.vocab), int64_t(named.V)}})
+        require(got == want, where + col + " " + std::to_string(got) + " is not model " + r.model + "'s (" +
+                                 std::to_string(want) + ", kv heads " + std::to_string(kv) + ")");
+    }
     r.pp = int(whole("pp", 1, 1 << 16));
     r.dp = int(whole("dp", 1, 1 << 24));
     r.microbatch = whole("microbatch", 1, 1 << 20);
@@ -367,8 +396,9 @@ std::vector<PublishedRow> read_published(const std::string& path) {
             where + "published '" + pub + "' must be a finite number > 0");
     r.assumed = at("assumed");
     r.source = at("source");
-    require(r.gpus == int64_t(r.tp) * r.pp * r.dp, where + "gpus " + std::to_string(r.gpus) + " is not tp x pp x dp (" +
-                                                       std::to_string(int64_t(r.tp) * r.pp * r.dp) + ")");
+    const int64_t world = int64_t(r.tp) * r.cp * r.pp * r.dp;
+    require(r.gpus == world, where + "gpus " + std::to_string(r.gpus) + " is not " +
+                                 (has("cp") ? "tp x cp x pp x dp (" : "tp x pp x dp (") + std::to_string(world) + ")");
     rows.push_back(r);
   }
   return rows;
@@ -377,16 +407,17 @@ std::vector<PublishedRow> read_published(const std::string& path) {
 planner::PlanInput published_input(const PublishedRow& r) {
   planner::PlanInput in;
   ModelConfig m;
-  m.name = r.label;
+  if (!r.model.empty()) m = planner::planner_model(r.model);  // the family and its fields (read_published checked the shape)
+  m.name = r.model.empty() ? r.label : r.model;
   m.L = r.layers;
   m.C = r.channels;
   m.NH = r.heads;
   m.V = r.vocab;
-  m.maxT = int(r.seq);
+  m.maxT = std::max<int>(m.maxT, int(r.seq));
   in.shape = m;
   in.seq = r.seq;
   RunSpec spec;
-  spec.mesh = MeshShape{r.dp, r.tp, 1, r.pp, 0, 1};
+  spec.mesh = MeshShape{r.dp, r.tp, r.cp, r.pp, 0, 1};
   spec.data.shard = dp::parse_shard(r.shard, "shard");
   spec.data.overlap = r.overlap;
   spec.tensor.sp = r.sp;

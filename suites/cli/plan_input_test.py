@@ -37,6 +37,11 @@ def edited(name, edit):
     return write(name, "\n".join(edit(table_lines())))
 
 
+def llama_edited(name, edit):  # the torchtitan table: its model and cp columns
+    with open(os.path.join(PUBLISHED, "torchtitan_llama3.csv")) as f:
+        return write(name, "\n".join(edit(f.read().split("\n"))))
+
+
 def header_index(lines):
     return next(i for i, l in enumerate(lines) if l and not l.startswith("#"))
 
@@ -114,6 +119,12 @@ def cases():
          r"published '0' must be a finite number > 0"),
         (["plan", "--validate", edited("bad_gpus.csv", lambda l: set_field(l, "gpus", "9"))], 2,
          r"gpus 9 is not tp x pp x dp \(8\)"),
+        (["plan", "--validate", llama_edited("llama_shape.csv", lambda l: set_field(l, "layers", "33"))], 2,
+         r"layers 33 is not model llama3-8b's \(32"),
+        (["plan", "--validate", llama_edited("llama_model.csv", lambda l: set_field(l, "model", "llama9"))], 2,
+         r"--model: unknown model 'llama9'"),
+        (["plan", "--validate", llama_edited("llama_gpus.csv", lambda l: set_field(l, "cp", "2"))], 2,
+         r"gpus 8 is not tp x cp x pp x dp \(16\)"),
         (["plan", "--validate", edited("no_rows.csv", lambda l: l[:header_index(l) + 1] + [""])], 2,
          r"no rows: a check that compares nothing fails"),
         (["plan", "--validate", edited("bad_machine.csv", lambda l: set_field(l, "machine", "nosuch"))], 2,

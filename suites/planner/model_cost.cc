@@ -66,7 +66,7 @@ std::vector<int64_t> rank_param_units(const ModelConfig& m, int tp, const pipeli
           "--tp: must divide hidden (" + std::to_string(m.C) + ") and heads (" + std::to_string(m.NH) + ")");
   // The tensor axis's own unit sizes (impl/tensor_parallel/cost.h): embedding,
   // one per block, final LayerNorm.
-  const std::vector<int64_t> model = tp::unit_params(m, tp);
+  const std::vector<int64_t> model = m.llama() ? llama_unit_params(m, tp) : tp::unit_params(m, tp);
   const int64_t vocab_rows = (int64_t(m.V) + tp - 1) / tp;
   std::vector<int64_t> units;
   for (int c = 0; c < part.v; ++c) {
@@ -75,10 +75,37 @@ std::vector<int64_t> rank_param_units(const ModelConfig& m, int tp, const pipeli
     for (int i = 0; i < sl.num_blocks; ++i) units.push_back(model[size_t(1 + sl.first_block + i)]);
     if (sl.head) {
       units.push_back(model.back());
-      if (part.pp > 1) units.push_back(vocab_rows * m.C);  // the last stage's copy of the tied embedding
+      if (part.pp > 1 && !m.llama()) units.push_back(vocab_rows * m.C);  // the last stage's copy of the tied embedding
     }
   }
   return units;
+}
+
+int64_t llama_kv_heads_per_rank(const ModelConfig& m, int tp) {
+  return m.kv_heads >= tp ? m.kv_heads / tp : 1;
+}
+
+std::vector<int64_t> llama_unit_params(const ModelConfig& m, int tp) {
+  const int64_t C = m.C, t = tp, F = m.ffn, hs = m.head_size(), kv = llama_kv_heads_per_rank(m, tp) * hs;
+  const int64_t vocab_rows = (int64_t(m.V) + t - 1) / t;
+  std::vector<int64_t> u;
+  u.push_back(vocab_rows * C);  // embed_tokens (vocabulary-parallel)
+  for (int l = 0; l < m.L; ++l) {
+    // two RMSNorm weights (replicated), q and o (C x C/t each), k and v
+    // (C x kv each, kv = the rank's kv heads x head size), the MLP
+    int64_t block = 2 * C + 2 * C * C / t + 2 * C * kv;
+    if (m.is_moe(l))
+      block += int64_t(m.moe.experts) * (3 * C * F / t) + int64_t(m.moe.experts) * C;  // experts and router
+    else
+      block += 3 * C * F / t;  // gate, up, down
+    u.push_back(block);
+  }
+  u.push_back(C + vocab_rows * C);  // model.norm and the untied lm_head (vocabulary-parallel)
+  return u;
+}
+
+int64_t llama_replicated_params(const ModelConfig& m, int64_t layers, bool head) {
+  return 2 * int64_t(m.C) * layers + (head ? m.C : 0);
 }
 
 int max_chunk_layers(const pipeline::Partition& part, int rank) {
@@ -96,6 +123,23 @@ Flops iteration_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r) {
 // the head's logits (6BshV).
 Flops stage_flops(const ModelConfig& m, int64_t B, int64_t s, Recompute r, int64_t blocks, bool head,
                   int64_t moe_blocks) {
+  if (m.llama()) {
+    // Per token and block, forward: q and o 2h^2 each, k and v 2h*kvd each
+    // (kvd = kv_heads x head size), gate, up and down 2hF each; an MoE
+    // block's MLP is its top_k experts (6hF each) and the router (2hE).
+    const u128 b = u128(B), S = u128(s), l = u128(blocks), h = u128(m.C), V = head ? u128(m.V) : 0;
+    const u128 kvd = u128(m.kv_heads) * u128(m.head_size()), F = u128(m.ffn);
+    const u128 moe = u128(moe_blocks);
+    const u128 dense_fwd = b * S * (l * (4 * h * h + 4 * h * kvd) + (l - moe) * 6 * h * F);
+    const u128 moe_fwd = b * S * moe * (u128(m.moe.top_k) * 6 * h * F + 2 * h * u128(m.moe.experts));
+    const u128 core = attention_core_flops(m, B, s, Recompute::none, blocks),
+               core_hw = attention_core_flops(m, B, s, r, blocks);
+    const u128 logits = b * S * h * V;
+    Flops f;
+    f.model = 3 * (dense_fwd + moe_fwd) + core + 6 * logits;
+    f.hardware = (r == Recompute::full ? 4 : 3) * (dense_fwd + moe_fwd) + core_hw + 6 * logits;
+    return f;
+  }
   const u128 b = u128(B), S = u128(s), l = u128(blocks), h = u128(m.C), V = head ? u128(m.V) : 0;
   const u128 dense = b * S * l * h * h, logits = b * S * h * V;
   const u128 core = attention_core_flops(m, B, s, Recompute::none, blocks),
@@ -133,6 +177,21 @@ std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, in
   };
   auto linear = [&](int64_t in, int64_t o, double count) { linear_rows(N, in, o, count); };
   const double L = m.L, heads = double(b) * double(m.NH / t) * m.L, moe = m.moe_layers();
+  if (m.llama()) {  // q|k|v (kv heads per rank), o, gate|up, down; the experts' SwiGLU; the untied head
+    const int64_t F = m.ffn, kv = llama_kv_heads_per_rank(m, tp) * hs;
+    linear(C, C / t + 2 * kv, L);
+    linear(C / t, C, L);
+    linear(C, 2 * F / t, L - moe);
+    linear(F / t, C, L - moe);
+    if (moe > 0) {
+      const double E = m.moe.experts, rows = double(N) * m.moe.top_k * ep / E;
+      const int64_t r = std::max<int64_t>(1, std::llround(rows));
+      const double experts = moe * E / ep * rows / double(r);
+      linear(C, m.moe.experts, moe / double(t));
+      linear_rows(r, C, 2 * F / t, experts);
+      linear_rows(r, F / t, C, experts);
+    }
+  } else {
   linear(C, 3 * C / t, L);
   linear(C / t, C, L);
   linear(C, 4 * C / t, L - moe);
@@ -144,6 +203,7 @@ std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, in
     linear(C, m.moe.experts, moe / double(t));               // the router (each tp rank runs it whole: its share)
     linear_rows(r, C, 4 * C / t, experts);
     linear_rows(r, 4 * C / t, C, experts);
+  }
   }
   linear(C, (m.V + t - 1) / t, 1);
   if (!attention_core) return out;
@@ -164,6 +224,30 @@ double modeled_gemm_gflops(double achievable_tflops, int64_t units, int64_t tile
     used = double(g.m) * double(g.n) * std::max(1.0, g.batch) / (waves * double(units) * double(tile_m * tile_n));
   }
   return achievable_tflops * 1e3 * std::min(1.0, used);
+}
+
+int64_t llama_layer_activation_bytes(const ModelConfig& m, const ActivationShape& x, Recompute r) {
+  const int64_t t = x.tp, e = x.elem_bytes, sl = x.s / x.cp, tokens = sl * x.b;
+  if (r == Recompute::full) return e * tokens * x.h / (x.sp ? t : 1);  // the block's input only
+  const int64_t kv = llama_kv_heads_per_rank(m, x.tp) * m.head_size(), F = m.ffn;
+  // Per local token: the two RMSNorms' inputs and outputs (4h, replicated
+  // over tp unless sp), q (h/t) and k, v after RoPE (2kv), o's input (h/t),
+  // gate and up outputs (2F/t), down's input (F/t); the scores' softmax
+  // output a/t x s unless selective recomputation drops it.
+  const int64_t replicated = 4 * x.h / (x.sp ? t : 1);
+  const int64_t split = 2 * x.h / t + 2 * kv + 3 * F / t;
+  const int64_t scores = r == Recompute::selective ? 0 : x.a / t * x.s;
+  return e * tokens * (replicated + split + scores);
+}
+
+int64_t llama_layer_traffic_bytes(const ModelConfig& m, const ActivationShape& x) {
+  const int64_t t = x.tp, tokens = x.s / x.cp * x.b;
+  const int64_t kv = llama_kv_heads_per_rank(m, x.tp) * m.head_size(), F = m.ffn;
+  // Forward per local token: RoPE reads and writes q and k (2(h/t + kv)),
+  // SwiGLU reads gate and up and writes their product (3F/t; SiLU and the
+  // product as one kernel), the softmax 2as/t; backward twice the forward.
+  const int64_t split = 2 * (x.h / t + kv) + 3 * F / t + 2 * x.a * x.s / t;
+  return layer_shared_traffic_bytes(x) + 3 * split * tokens * x.elem_bytes;
 }
 
 int64_t first_stage_extra_bytes(const ActivationShape& x) {

@@ -56,6 +56,18 @@ std::vector<std::string> planner_model_names();
 // MLP weights and column-parallel biases split; row biases and LayerNorms
 // replicated). The vocab-parallel embedding holds ceil(V/t) rows.
 std::vector<int64_t> rank_param_units(const ModelConfig& m, int tp, const pipeline::Partition& part, int rank);
+// The llama family (docs/planner.md#the-llama-family), computed here from the
+// model config's fields: the units of a tp rank (vocabulary-parallel
+// embed_tokens; per block two RMSNorm weights, q and o C^2/t each, k and v
+// C x kv each, the SwiGLU MLP 3CF/t or E experts of 3CF/t and a router of
+// E*C; model.norm and the untied lm_head), summing to num_params at tp 1.
+// kv = the rank's kv heads x head size: kv_heads / tp, or one head
+// replicated when kv_heads < tp.
+int64_t llama_kv_heads_per_rank(const ModelConfig& m, int tp);
+std::vector<int64_t> llama_unit_params(const ModelConfig& m, int tp);
+// The tp-replicated parameters (RMSNorm weights) of `layers` blocks and, with
+// `head`, the final norm.
+int64_t llama_replicated_params(const ModelConfig& m, int64_t layers, bool head);
 // Blocks of the largest chunk on `rank`.
 int max_chunk_layers(const pipeline::Partition& part, int rank);
 
@@ -134,6 +146,9 @@ double gemm_efficiency(const std::vector<GemmShape>& gemms, Rate rate, double pe
 // Extra activation bytes of the first stage (embedding output / dropout mask)
 // and of the last stage (final LN and LM-head inputs, fp32 logits for the loss:
 // 4sbV/t, Korthikanti Sec. 4.3).
+// The llama family's layer (Korthikanti's count adapted: no dropout, RMSNorm,
+// SwiGLU, GQA; stated in docs/planner.md).
+int64_t llama_layer_activation_bytes(const ModelConfig& m, const ActivationShape& x, Recompute r);
 int64_t first_stage_extra_bytes(const ActivationShape& x);
 int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab);
 
@@ -146,6 +161,9 @@ int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab);
 // With tensor parallel the GELU and per-head parts split over t (everything
 // with sp). Elements of elem_bytes each.
 int64_t layer_traffic_bytes(const ActivationShape& x);
+// The llama family's: the norms and adds as above, RoPE on q and k, SwiGLU
+// over the rank's F/t, the softmax (docs/planner.md).
+int64_t llama_layer_traffic_bytes(const ModelConfig& m, const ActivationShape& x);
 // What a mixture-of-experts block's MLP moves beyond a dense block's
 // (layer_traffic_bytes), per local token: the GELU over its top_k experts'
 // hidden rows (k - 1 more of 8h / t), the dispatch (each choice's row read

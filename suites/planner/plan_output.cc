@@ -72,8 +72,12 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
   std::string o = "parabench plan (analytic estimate)\n";
   if (in.shape) {
     const ModelConfig& m = *in.shape;
-    o += fmt("  model     %s: L%d C%d NH%d T%d V%d, %.4g params\n", m.name.c_str(), m.L, m.C, m.NH, m.maxT, m.V,
-             double(r.params_total));
+    if (m.llama())  // kv heads and the SwiGLU width; an untied head
+      o += fmt("  model     %s (llama): L%d C%d NH%d KVH%d F%d T%d V%d, %.4g params\n", m.name.c_str(), m.L, m.C, m.NH,
+               m.kv_heads, m.ffn, m.maxT, m.V, double(r.params_total));
+    else
+      o += fmt("  model     %s: L%d C%d NH%d T%d V%d, %.4g params\n", m.name.c_str(), m.L, m.C, m.NH, m.maxT, m.V,
+               double(r.params_total));
     if (m.moe.experts > 0)
       o += fmt("  moe       %d of %d blocks: %d experts, top-%d, capacity factor %g (%s): %.4g params active per "
                "token\n",
@@ -131,7 +135,9 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
   if (r.comm.empty()) o += "  (none)\n";
 
   o += fmt("\nFLOPs per step  model %.4g, hardware %.4g%s\n", r.model_flops, r.hardware_flops,
-           r.flops_exact ? " (Megatron-LM formula)" : " (6N per token estimate: no shape)");
+           !r.flops_exact                 ? " (6N per token estimate: no shape)"
+           : in.shape && in.shape->llama() ? " (the llama family's count, docs/planner.md)"
+                                           : " (Megatron-LM formula)");
   if (!r.timed) {
     o += "estimate        give --peak-tflops (and --bw-intra/--bw-inter) for step time and MFU\n";
     return o;

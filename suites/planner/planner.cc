@@ -35,10 +35,18 @@ void check_input(const PlanInput& in) {
   require(in.ranks_per_node >= 0, "--ranks-per-node: must be >= 1");
   if (in.shape) {
     in.shape->validate();
-    // The llama family's FLOPs, activations and traffic are not modelled yet
-    // (docs/models.md): refused rather than costed as GPT-2.
-    require(!in.shape->llama(), "--model " + in.shape->name + ": the planner does not model family llama yet (" +
-                                    std::to_string(in.shape->num_params()) + " parameters); gpt2-family shapes plan");
+    const ModelConfig& m = *in.shape;
+    if (m.llama()) {  // the family's shards (docs/planner.md#the-llama-family)
+      require(m.ffn % in.tp == 0, "--tp: must divide the llama MLP's ffn (" + std::to_string(m.ffn) + "), got " +
+                                      std::to_string(in.tp));
+      require(m.kv_heads >= in.tp ? m.kv_heads % in.tp == 0 : in.tp % m.kv_heads == 0,
+              "--tp: must divide, or be a multiple of, the model's kv_heads (" + std::to_string(m.kv_heads) +
+                  "), got " + std::to_string(in.tp));
+      require(m.moe.experts == 0 || (in.ep == 1 && in.pp == 1),
+              "--model " + m.name + ": a llama-family mixture of experts plans under data and tensor parallel only "
+              "(the expert-parallel and pipeline stages' unit sizes are GPT-2's); got ep " + std::to_string(in.ep) +
+                  ", pp " + std::to_string(in.pp));
+    }
   } else {
     require(in.params >= 1, "--params: must be >= 1");
     require(in.tp == 1 && in.cp == 1 && in.pp == 1,
@@ -129,6 +137,12 @@ void check_shape(const PlanInput& in, PlanResult& r) {
     const int heads = in.shape->NH / in.tp;
     require(heads % in.cp == 0, "--cp: ulysses shards the heads over cp: heads / tp = " + std::to_string(heads) +
                                     " is not divisible by cp" + std::to_string(in.cp) + "; use cp_algo=ring");
+    if (in.shape->llama()) {
+      const int64_t kv = llama_kv_heads_per_rank(*in.shape, in.tp);
+      require(kv % in.cp == 0, "--cp: ulysses shards the kv heads over cp: kv heads per tp rank = " +
+                                   std::to_string(kv) + " is not divisible by cp " + std::to_string(in.cp) +
+                                   "; use cp_algo=ring");
+    }
   }
   require(!in.sp || r.seq / in.cp % in.tp == 0, "--sp: tp must divide the per-rank sequence length");
   const int64_t per_step = int64_t(in.dp) * in.microbatch_size;
@@ -229,7 +243,15 @@ PlanResult plan(const PlanInput& in) {
   check_input(in);
   PlanResult r;
   r.world = world_of(in);
-  r.params_total = in.shape ? in.shape->num_params() : in.params;
+  // The llama family's count is the planner's own (its units at tp 1, from the
+  // config's fields), which plan_flops_test holds to the published totals.
+  r.params_total = !in.shape ? in.params
+                   : in.shape->llama() ? [&] {
+                       int64_t n = 0;
+                       for (int64_t u : llama_unit_params(*in.shape, 1)) n += u;
+                       return n;
+                     }()
+                                       : in.shape->num_params();
   check_shape(in, r);
   Pipe pipe = make_pipe(in, r);
   const dp::DataAxis axis = make_axis(in, r);

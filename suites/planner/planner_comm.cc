@@ -122,7 +122,8 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     // Once per step: the norm's partial sum; with SP the replicated
     // parameters' gradients this rank holds (its 1/g share when sharded).
     const int64_t g = std::max<int64_t>(1, dp::shard_group_size(axis));
-    const int64_t held = dp::ceil_div(tp::replicated_params(mc, layers, first, last), g);
+    const int64_t held = dp::ceil_div(
+        mc.llama() ? llama_replicated_params(mc, layers, last) : tp::replicated_params(mc, layers, first, last), g);
     // A pipeline rank sums its norm over the whole world instead (pp_scalar).
     const int64_t norm = in.pp > 1 ? -8 : 0;
     add_row(out, "tp", "step", "all_reduce", in.tp, in.sp ? 2 : 1, tp::step_bytes(in.sp, held, int(e)) + norm, inter);
@@ -134,7 +135,16 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     tp::TpShape x = tp::make_shape(mc, in.tp, in.sp, in.recompute, b, seq, in.precision);
     x.cp = in.cp;
     x.algo = in.cp_algo;
-    const cp::CpLayerComm c = cp::layer_comm(tp::attn_shape(x), in.recompute);
+    cp::AttnShape as = tp::attn_shape(x);
+    // The llama family's ring passes K and V, which GQA holds for kv heads
+    // only; Ulysses' four all-to-alls move q, k, v and o: (2a + 2kv)/4a of
+    // the multi-head figure (docs/planner.md#the-llama-family).
+    const int64_t kv_heads = mc.llama() ? llama_kv_heads_per_rank(mc, in.tp) : as.a;
+    const int64_t q_heads = as.a;
+    if (in.cp_algo == CpAlgo::ring) as.a = kv_heads;
+    cp::CpLayerComm c = cp::layer_comm(as, in.recompute);
+    if (in.cp_algo != CpAlgo::ring && kv_heads != q_heads)
+      for (cp::CpCalls* k : {&c.fwd_a2a, &c.bwd_a2a}) k->bytes = k->bytes * (q_heads + kv_heads) / (2 * q_heads);
     const int64_t n = m * layers;
     add_row(out, "cp", "fwd", "send_recv", in.cp, n * c.fwd_send.calls, n * c.fwd_send.bytes, inter);
     add_row(out, "cp", "bwd", "send_recv", in.cp, n * c.bwd_send.calls, n * c.bwd_send.bytes, inter);
@@ -152,7 +162,7 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     const int64_t fwd_msgs = m * (pipe.part.v - (rank == in.pp - 1 ? 1 : 0));
     add_row(out, "pp", "fwd", "send_recv", in.pp, fwd_msgs, fwd_msgs * boundary, inter);
     add_row(out, "pp", "bwd", "send_recv", in.pp, sent / boundary - fwd_msgs, sent - fwd_msgs * boundary, inter);
-    if (first || last) {
+    if ((first || last) && !mc.llama()) {  // the llama family's head is untied
       const int64_t tied = pipeline::tied_embedding_grad_bytes((mc.V + in.tp - 1) / in.tp, mc.C,
                                                                dp::bytes_per_param(in.precision).grad, in.pp);
       add_row(out, "embedding", "step", "all_reduce", 2, 1, tied, R > 0 && spans(world_of(in), R));

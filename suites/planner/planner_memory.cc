@@ -42,7 +42,7 @@ StageMoe stage_moe(const ModelConfig& m, const pipeline::Partition& part, int ra
 int64_t dp_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank,
                          const std::vector<int64_t>& units, const ep::StateCosts* ep_states) {
   if (ep_states) return ep_states->local_traffic;
-  if (!in.shape || !pipe.staged()) {
+  if (!in.shape || !pipe.staged() || in.shape->llama()) {  // llama stages: their units in order
     const int n = int(units.size());
     return dp::local_traffic_bytes(dp::unit_uses(units, axis, n > 2 ? dp::UnitRoles::model(n)
                                                                     : dp::UnitRoles::all_blocks(n)), axis);
@@ -71,7 +71,8 @@ int64_t comm_peak(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pip
   if (!in.shape) return axis.shard != dp::Shard::none ? -1 : 0;  // no unit structure without a shape
   // The canonical unit order the runner visits: the protocol replayed, as
   // the conformance engine holds the measured peak to.
-  if (pipe.part.pp == 1 && pipe.part.v == 1) return dp::comm_buffer_peak_bytes(units, axis);
+  // The llama family's stages (no pipeline layout for it yet): its units in order.
+  if ((pipe.part.pp == 1 && pipe.part.v == 1) || in.shape->llama()) return dp::comm_buffer_peak_bytes(units, axis);
   // A pipeline stage: the executor's gathers, unit gradients and boundary
   // gradients replayed in the rank's schedule order (pipeline/stage.h).
   const ParamLayout layout(*in.shape, in.tp, 0);
@@ -107,6 +108,7 @@ int64_t workspace_bytes(const PlanInput& in, const Pipe& pipe, int64_t seq) {
   const tp::TpOptions tpo = tp_options(in);
   const bool staged = pipe.staged();
   const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
+  if (in.shape && in.shape->llama()) return -1;  // the llama family's runners' workspace: not modelled
   if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
     return pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage,
                                            in.hw.host_kernels);
@@ -128,7 +130,8 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
   const tp::TpOptions tpo = tp_options(in);
   const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
   int64_t a = -1;  // unknown (parameter count only)
-  if (in.shape && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
+  const bool llama = in.shape && in.shape->llama();  // the analytic count below (docs/planner.md)
+  if (in.shape && !llama && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
     // The reference layout on one stage: what the tensor- and
     // context-parallel rank (and, at tp 1, the reference runner) declares and
     // allocates, exactly.
@@ -139,7 +142,7 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
     x.ep = in.ep;
     x.moe_on_device = !in.hw.host_kernels;
     a = tp::activation_bytes(x);
-  } else if (in.shape && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
+  } else if (in.shape && !llama && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
     // The reference layout in pipeline stages: the chunks' bytes a stage
     // declares and allocates (impl/pipeline/stage.h, tensor_parallel/cost.h),
     // times the live (microbatch, chunk) units of the schedule.
@@ -154,7 +157,8 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
                       elem_bytes(in.precision)};
     x.algo = in.cp_algo;
     const int64_t units_held = pipe.in_flight[size_t(rank)];
-    a = units_held * max_chunk_layers(pipe.part, rank) * layer_activation_bytes(x, in.recompute);
+    a = units_held * max_chunk_layers(pipe.part, rank) *
+        (llama ? llama_layer_activation_bytes(mc, x, in.recompute) : layer_activation_bytes(x, in.recompute));
     if (pipe.part.at(rank, 0).embedding) a += units_held * first_stage_extra_bytes(x);
     if (pipe.part.at(rank, pipe.part.v - 1).head) a += last_stage_extra_bytes(x, mc.V);
   }
@@ -256,7 +260,8 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   double per_micro = 0, shared = 0;
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
-    per_micro += double(sl.num_blocks) * double(layer_traffic_bytes(x)) * recompute;
+    per_micro += double(sl.num_blocks) *
+                 double(mc.llama() ? llama_layer_traffic_bytes(mc, x) : layer_traffic_bytes(x)) * recompute;
     shared += double(sl.num_blocks) * double(layer_shared_traffic_bytes(x)) * recompute;
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));

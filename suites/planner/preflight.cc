@@ -21,6 +21,9 @@ double rank_bytes(const RunSpec& s, Precision precision) {
   const double crude = (4 * per_value * double(m.num_params()) +
                         34 * per_value * tokens * m.C * m.L / s.train.microbatches) / model_parallel;
   if (crude > 0x1p56) return crude;  // far beyond any machine: no need to ask the planner (nor to risk its int64)
+  // The planner's llama figures are analytic (the runners' workspace and
+  // layout not modelled, docs/planner.md#the-llama-family): the crude bound.
+  if (m.llama()) return crude;
   PlanInput in = plan_input_of(s);
   in.precision = precision;
   try {
