@@ -12,6 +12,7 @@
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
 #include "suites/cli/reshard_flags.h"
+#include "impl/registry.h"
 #include "suites/conformance/reshard.h"
 
 namespace pb::cli {
@@ -47,7 +48,7 @@ int run_reshard_command(const std::string& src, const std::string& mesh, const s
   RunSpec to;
   to.train = written.train;
   to.mesh = parse_mesh(mesh, "--mesh");
-  if (!strategy.empty()) apply_strategy_text(to, strategy, "--strategy");
+  if (!strategy.empty()) apply_strategy_text(to, strategy, fault_catalogue(), "--strategy");
   require(to.faults.empty(), "--strategy: faults are for check (check --reshard injects the checkpoint's)");
   require(fs::weakly_canonical(src) != fs::weakly_canonical(out), "--out " + out + ": is the source checkpoint");
   write_new_directory(out, "--out", [&](const std::string& tmp) { reshard_checkpoint(src, to, tmp); });

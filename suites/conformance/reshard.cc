@@ -17,18 +17,22 @@
 namespace pb {
 
 RunSpec parse_reshard_side(const std::string& text, const std::string& field, std::vector<CkptFault>* ckpt_faults) {
+  // The side's faults resolve against every axis's rows and the checkpoint's
+  // (a load's fault is typed like any other, then taken off the spec: the
+  // strategy does not inject it, the load does).
+  static const std::vector<FaultDecl> catalogue = fault_decls({fault_catalogue(), ckpt_fault_decls()});
   const size_t comma = text.find(',');
   RunSpec s;
   s.mesh = parse_mesh(text.substr(0, comma), field);
-  if (comma != std::string::npos) apply_strategy_text(s, text.substr(comma + 1), field);
-  std::vector<std::string> kept;
-  for (const std::string& f : s.faults) {
-    const FaultDecl* d = find_fault(ckpt_fault_decls(), f);
-    if (!d) {
-      kept.push_back(f);
+  if (comma != std::string::npos) apply_strategy_text(s, text.substr(comma + 1), catalogue, field);
+  Faults kept;
+  for (const FaultDecl* d : s.faults) {
+    if (d->axis != FaultAxis::checkpoint) {
+      kept.push_back(d);
       continue;
     }
-    require(ckpt_faults != nullptr, field + ": " + f + " is a checkpoint fault; it applies to the side that loads (B)");
+    require(ckpt_faults != nullptr,
+            field + ": " + std::string(d->name) + " is a checkpoint fault; it applies to the side that loads (B)");
     ckpt_faults->push_back(CkptFault(d->value));
   }
   s.faults = kept;
@@ -129,7 +133,7 @@ void validate_spec(const RunSpec& s, const std::string& what) {
 RunSpec checkpoint_spec(const std::string& dir) {
   auto reader = CheckpointReader::open(dir);
   ConfigReader c = ConfigReader::from_string(reader->index().run.spec_toml, "checkpoint " + dir + " run spec");
-  return read_run_spec(c);
+  return read_run_spec(c, fault_catalogue());
 }
 
 void train_and_save(const RunSpec& s, int steps, const std::string& dir) {
@@ -152,7 +156,7 @@ std::shared_ptr<const CheckpointReader> open_for(const std::string& dir, const R
   auto reader = CheckpointReader::open(dir);
   const CheckpointRun& run = reader->index().run;
   ConfigReader c = ConfigReader::from_string(run.spec_toml, "checkpoint " + dir + " run spec");
-  const RunSpec written = read_run_spec(c);
+  const RunSpec written = read_run_spec(c, fault_catalogue());
   const std::string what = "checkpoint " + dir + " (written by " + run.spec_label + ")";
   check_same_training(written.train, to.train, what);
   require(run.step >= 0 && run.step < to.train.steps && run.data_position >= 0,
@@ -315,8 +319,9 @@ ReshardResult run_reshard(const ReshardRun& r) {
   validate_spec(b, "--reshard B");
   for (CkptFault f : r.faults) {
     const std::string name = fault_name_of(ckpt_fault_decls(), FaultAxis::checkpoint, uint8_t(f));
-    const FaultDecl* d = find_fault(ckpt_fault_decls(), name);
-    require(d && d->applies(b), "--reshard B: " + name + " does not apply to " + spec_label(b) +
+    const FaultDecl& row = parse_fault(ckpt_fault_decls(), name, "--reshard B");
+    const FaultDecl* d = &row;
+    require(d->applies(b), "--reshard B: " + name + " does not apply to " + spec_label(b) +
                                     " (it breaks sharded optimizer state: shard other than none)");
   }
   check_same_training(a.train, b.train, "--reshard: B");
