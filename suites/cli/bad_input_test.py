@@ -281,7 +281,24 @@ def cases(F):
          r"--machine: 'nosuch' is neither a built-in machine \(a100, h100, h200, mi300x, b200\)"),
         (7, ["plan", "--model", "gpt2-124m", "--machine", F["bad_machine"]], 2, r"machine\.peak_tflops_bf16"),
     ]
-    return c
+    return c + issue50_cases(F)
+
+
+def issue50_cases(F):
+    """Hardening round two (#50): the reproductions of its classes 3, 4, 5 and 7."""
+    o = ["--out", w("runs")]
+    return [
+        # 3. products of sizes computed checked and refused naming the factors; preflight before any allocation
+        (3, ["check", "--mesh", "dp2147483647"] + o, 2,
+         r"train\.batch = 8 \(sequences per dp rank\) x 2147483647 \(mesh dp\) is more than 2147483647"),
+        (3, ["check", "--mesh", "pp1073741824"] + o, 2,
+         r"train\.microbatches = 2 \(per pipeline stage\) x 1073741824 \(mesh pp\) is more than"),
+        (3, ["train", "--set", "model.layers=1000000000", "--steps", "1"] + o, 2, r"train custom: needs .* TiB of memory"),
+        (3, ["train", "--mesh", "pp2", "--set", "train.batch=1000000000", "--set", "train.microbatches=1000000000",
+             "--steps", "1"] + o, 2, r"train pp2 .*needs .* TiB of memory"),
+        (3, ["export", "--set", "train.steps=100000000", "--dir", w("export_big", "new", "ex")], 2,
+         r"export tiny: needs .* GiB of memory"),
+    ]
 
 
 def main():
@@ -311,6 +328,9 @@ def main():
     # Side effects: the refused matrix wrote no rows; no .tmp files anywhere.
     if os.path.exists(w("check_pp", "conformance.csv")):
         failures.append((["check", "--pp", "5", "7"], "wrote conformance.csv before refusing the matrix"))
+    # A refused export leaves nothing behind, not even the directories it would have made.
+    if os.path.exists(w("export_big")):
+        failures.append((["export", "--set", "train.steps=100000000"], "left %s behind" % w("export_big")))
     for root, _, files in os.walk(WORK):
         for f in files:
             if f.endswith(".tmp") or ".tmp." in f:
