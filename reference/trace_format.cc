@@ -246,6 +246,19 @@ ForeignTrace read_trace(const SafetensorsFile& f, const ExportDir& e) {
     throw InputError(f.name() + ": metadata 'mesh': " + err.what());
   }
   t.world = world_size(t.mesh);
+  // A mesh the exported model cannot have was not run: refused, so no PASS
+  // row names it. Tensor parallel splits the heads, pipeline parallel the
+  // layers, context parallel the sequence; format v1 models are dense (ep 1).
+  const ModelConfig& m = e.cfg.model;
+  const std::string bad_mesh = f.name() + ": metadata 'mesh' is " + q(mesh_text(t.mesh)) + ": ";
+  require(m.NH % t.mesh.tp == 0, bad_mesh + "tp" + std::to_string(t.mesh.tp) + " does not divide the model's " +
+                                     std::to_string(m.NH) + " heads");
+  require(t.mesh.pp <= m.L, bad_mesh + "pp" + std::to_string(t.mesh.pp) + " is more stages than the model's " +
+                                std::to_string(m.L) + " layers");
+  require(t.mesh.cp <= e.cfg.seq, bad_mesh + "cp" + std::to_string(t.mesh.cp) + " is more parts than the " +
+                                      std::to_string(e.cfg.seq) + " tokens of a sequence");
+  require(t.mesh.ep == 1, bad_mesh + "ep" + std::to_string(t.mesh.ep) +
+                              " needs a mixture-of-experts model; the export's is dense (format v1)");
   const int dp = t.mesh.dp;
   t.microbatches = f.metadata().count("microbatches") ? meta_int(f, "microbatches", 1, e.cfg.batch)
                                                       : e.cfg.microbatches;

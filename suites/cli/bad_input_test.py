@@ -72,6 +72,27 @@ def set_field(lines, col, value, rows=6):
     return "\n".join([lines[0], joined(f)] + lines[2:rows]) + "\n"
 
 
+def st_edit(src, dst, meta=None, f64=None):
+    """A copy of a safetensors file with metadata keys replaced and F64
+    tensor elements set (f64: {(name, index): value})."""
+    import json
+    import struct
+    with open(src, "rb") as fh:
+        raw = fh.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    data = bytearray(raw[8 + n:])
+    header["__metadata__"].update(meta or {})
+    for (name, i), v in (f64 or {}).items():
+        begin = header[name]["data_offsets"][0] + 8 * i
+        data[begin:begin + 8] = struct.pack("<d", v)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(dst, "wb") as fh:
+        fh.write(struct.pack("<Q", len(text)) + text + bytes(data))
+    return dst
+
+
 def setup():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
@@ -120,6 +141,21 @@ def setup():
     files["inf_tps"] = write(w("csv", "inf_tps", "sweep.csv"), "\n".join([lines[0], ",".join(f)]) + "\n")
     os.makedirs(w("readonly"), exist_ok=True)
     files["bad_machine"] = write(w("cfg", "machine.toml"), '[machine]\nname = "x"\nsource = "s"\n')
+    # #50 class 4: an export and its own trace edited to claim what was not run.
+    files["ex"] = w("ex")
+    subprocess.run([EXE, "export", "--dir", files["ex"]], check=True, capture_output=True, timeout=120)
+    golden = os.path.join(files["ex"], "trace.safetensors")
+    os.makedirs(w("traces"), exist_ok=True)
+    for name, mesh in (("tp4", "tp4"), ("pp", "pp1000000"), ("ep2", "dp2.ep2")):
+        files["trace_" + name] = st_edit(golden, w("traces", name + ".safetensors"), meta={"mesh": mesh})
+    files["trace_nan_norm"] = st_edit(golden, w("traces", "nan_norm.safetensors"), f64={("grad_norm", 1): float("nan")})
+    files["trace_neg_norm"] = st_edit(golden, w("traces", "neg_norm.safetensors"), f64={("grad_norm", 0): -1.0})
+    files["trace_bad_lr"] = st_edit(golden, w("traces", "bad_lr.safetensors"), f64={("lr", 2): 0.5})
+    files["header_only"] = write(w("csv", "header_only", "conformance.csv"), open(BASE).readline())
+    os.makedirs(w("empty_run"), exist_ok=True)
+    files["sweep_all_rejected"] = write(w("cfg", "sweep_rejected.toml"),
+                                        '[sweep]\nworlds = [2]\nstrategies = ["shard=zero1"]\nscaling = ["strong"]\n'
+                                        'global_batch = 3\nsteps = 1\nwarmup = 0\n')
     files["fifo"] = w("cfg", "fifo")
     if not os.path.exists(files["fifo"]):
         os.mkfifo(files["fifo"])
@@ -296,6 +332,24 @@ def issue50_cases(F):
         (3, ["train", "--set", "model.layers=1000000000", "--steps", "1"] + o, 2, r"train custom: needs .* TiB of memory"),
         (3, ["train", "--mesh", "pp2", "--set", "train.batch=1000000000", "--set", "train.microbatches=1000000000",
              "--steps", "1"] + o, 2, r"train pp2 .*needs .* TiB of memory"),
+        # 4. no silent pass: meshes the model cannot have, unjudged quantities, checks that compared nothing
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_tp4"]] + o, 2,
+         r"metadata 'mesh' is 'tp4': tp4 does not divide the model's 2 heads"),
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_pp"]] + o, 2,
+         r"pp1000000 is more stages than the model's 2 layers"),
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_ep2"]] + o, 2,
+         r"ep2 needs a mixture-of-experts model; the export's is dense"),
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_nan_norm"]] + o, 1, r"grad_norm: worst ratio .* FAIL"),
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_neg_norm"]] + o, 1, r"grad_norm: .* at step 1 FAIL"),
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_bad_lr"]] + o, 1,
+         r"lr: DIFFERS from the export's schedule at step 3"),
+        (4, ["gate", "--baseline", os.path.dirname(F["header_only"]), "--current", F["good_dir"]], 2,
+         r"--baseline: .*header_only' holds no result rows: nothing to compare"),
+        (4, ["gate", "--baseline", F["good_dir"], "--current", F["header_only"]], 2,
+         r"--current: .* holds no result rows: nothing to compare"),
+        (4, ["report", w("empty_run")], 2, r"empty_run' holds no results CSV \(\*\.csv\): nothing to report"),
+        (4, ["sweep", "--config", F["sweep_all_rejected"], "--run-dir", w("sweep_rejected")], 2,
+         r"every one of its 1 points was rejected .*nothing measured"),
         (3, ["export", "--set", "train.steps=100000000", "--dir", w("export_big", "new", "ex")], 2,
          r"export tiny: needs .* GiB of memory"),
     ]
