@@ -156,6 +156,24 @@ def setup():
     files["sweep_all_rejected"] = write(w("cfg", "sweep_rejected.toml"),
                                         '[sweep]\nworlds = [2]\nstrategies = ["shard=zero1"]\nscaling = ["strong"]\n'
                                         'global_batch = 3\nsteps = 1\nwarmup = 0\n')
+    # #50 class 5: inter-node timings no link has, and a sweep row of NaN step time.
+    col = w("col", "collectives.csv")
+    subprocess.run([EXE, "collectives", "all_reduce", "--world", "4", "--ranks-per-node", "2", "-b", "4", "-e", "4M",
+                    "-f", "4", "-n", "2", "-w", "1", "-F", col], check=True, capture_output=True, timeout=120)
+    with open(col, newline="") as fh:
+        rows = list(csv.reader(fh))
+    t, b = rows[0].index("time_us"), rows[0].index("bytes")
+    for name, time in (("fast", lambda x: 1e-300 + x * 1e-310), ("slow", lambda x: 1 + x * 1e290)):
+        with open(w("col", name + ".csv"), "w", newline="") as fh:
+            out = csv.writer(fh)
+            out.writerow(rows[0])
+            for r in rows[1:]:
+                out.writerow(r[:t] + [repr(time(float(r[b])))] + r[t + 1:])
+        files["inter_" + name] = w("col", name + ".csv")
+    j = lines[0].split(",").index("step_time_s")
+    f = lines[1].split(",")
+    f[j] = "nan"
+    files["nan_step"] = write(w("csv", "nan_step", "sweep.csv"), "\n".join([lines[0], ",".join(f)]) + "\n")
     files["fifo"] = w("cfg", "fifo")
     if not os.path.exists(files["fifo"]):
         os.mkfifo(files["fifo"])
@@ -228,7 +246,7 @@ def cases(F):
         (4, ["gate", "--baseline", F["good_dir"], "--current", F["bad_number"]], 2, r"conformance\.csv:2: .*ratio"),
         (4, ["gate", "--baseline", F["no_ratio_dir"], "--current", F["good_dir"]], 2, r"conformance\.csv.*ratio"),
         (3, ["gate", "--baseline", F["sweep_done_csv"], "--current", F["inf_tps"]], 2,
-         r"sweep\.csv:2 column tokens_per_s: 'inf' is not a finite number, and the gate compares it"),
+         r"sweep\.csv:2: column 'tokens_per_s': 'inf' is not a measurement"),
         (4, ["report", F["torn_dir"]], 2, r"conformance\.csv:6: truncated last row"),
         (4, ["report", F["nul_dir"]], 2, r"conformance\.csv:4: NUL byte"),
         (4, ["report", F["binary_dir"]], 2, r"results\.csv:\d*:? "),
@@ -350,6 +368,12 @@ def issue50_cases(F):
         (4, ["report", w("empty_run")], 2, r"empty_run' holds no results CSV \(\*\.csv\): nothing to report"),
         (4, ["sweep", "--config", F["sweep_all_rejected"], "--run-dir", w("sweep_rejected")], 2,
          r"every one of its 1 points was rejected .*nothing measured"),
+        # 5. every written figure finite and in range, or refused with nothing written
+        (5, ["calibrate", "--seconds", "0.01", "--model", "none", "--out", w("m_fast.toml"), "--inter-node",
+             F["inter_fast"]], 2, r"--inter-node: the all_reduce rows of .*fit a bandwidth of inf GB/s"),
+        (5, ["calibrate", "--seconds", "0.01", "--model", "none", "--out", w("m_slow.toml"), "--inter-node",
+             F["inter_slow"]], 2, r"--inter-node: .*fit a bandwidth of 1\.5e-293 GB/s .*not a link's"),
+        (5, ["validate", F["nan_step"]], 1, r"sweep\.csv:2: column 'step_time_s': 'nan' is not a measurement"),
         (3, ["export", "--set", "train.steps=100000000", "--dir", w("export_big", "new", "ex")], 2,
          r"export tiny: needs .* GiB of memory"),
     ]
@@ -382,6 +406,9 @@ def main():
     # Side effects: the refused matrix wrote no rows; no .tmp files anywhere.
     if os.path.exists(w("check_pp", "conformance.csv")):
         failures.append((["check", "--pp", "5", "7"], "wrote conformance.csv before refusing the matrix"))
+    for name in ("m_fast.toml", "m_slow.toml"):
+        if os.path.exists(w(name)):
+            failures.append((["calibrate", "--out", w(name)], "wrote a profile it refused"))
     # A refused export leaves nothing behind, not even the directories it would have made.
     if os.path.exists(w("export_big")):
         failures.append((["export", "--set", "train.steps=100000000"], "left %s behind" % w("export_big")))
