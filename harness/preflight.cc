@@ -68,4 +68,17 @@ int64_t parse_byte_size(std::string_view text, std::string_view field) {
   return int64_t(bytes);
 }
 
+int64_t checked_product(std::string_view what, std::initializer_list<std::pair<std::string_view, int64_t>> factors,
+                        int64_t max) {
+  int64_t product = 1;
+  bool over = false;
+  std::string named;
+  for (const auto& [name, v] : factors) {
+    named += (named.empty() ? "" : " x ") + std::to_string(v) + " (" + std::string(name) + ")";
+    over = over || v < 0 || __builtin_mul_overflow(product, v, &product) || product > max;
+  }
+  require(!over, std::string(what) + " = " + named + " is more than " + std::to_string(max));
+  return product;
+}
+
 }  // namespace pb

@@ -13,9 +13,12 @@
 // ranks did not finish in 120 s. Both are raised (or lowered) deliberately
 // with --max-memory SIZE and --max-ranks N.
 #pragma once
+#include <climits>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace pb {
 
@@ -25,6 +28,11 @@ inline constexpr int kDefaultMaxLocalRanks = 1024;
 // communicator and bookkeeping), measured: a 1024-rank local world of 8-byte
 // collectives peaks at 257 MiB resident.
 inline constexpr double kRankOverheadBytes = 256.0 * 1024;
+
+// Memory one pipeline action (a forward, backward or weight-gradient of one
+// microbatch on one stage) costs in a schedule, its simulation and timeline,
+// measured by `parabench schedule`'s peak resident memory.
+inline constexpr double kScheduleBytesPerAction = 160;
 
 struct Limits {
   double memory_bytes = 0;                          // 0: this machine's physical memory
@@ -54,5 +62,14 @@ std::string human_bytes(double bytes);
 // `field` for anything else, and for sizes of 2^62 bytes or more (so size
 // arithmetic downstream cannot overflow).
 int64_t parse_byte_size(std::string_view text, std::string_view field);
+
+// A product of sizes (a world, a global batch, a token count), computed
+// checked: the product of the named factors, or InputError naming `what`,
+// every factor and the bound when it would exceed `max` (or overflow int64),
+// e.g. "train.batch = 8 (sequences per dp rank) x 2147483647 (mesh dp) is more
+// than 2147483647". A product that wrapped would reach the user as a negative
+// batch or an empty allocation.
+int64_t checked_product(std::string_view what, std::initializer_list<std::pair<std::string_view, int64_t>> factors,
+                        int64_t max = INT_MAX);
 
 }  // namespace pb

@@ -21,7 +21,20 @@ inline constexpr const char* kExportFormat = "parabench-export-v1";  // init, ba
 inline constexpr const char* kTraceFormat = "parabench-trace-v1";    // trace
 
 // Writes the three files into dir (created if needed); returns their paths.
+// Staged: the files are written into a fresh directory beside (or, when dir
+// exists, inside) the destination and moved into place only once all three
+// are written, so a refused or failed export leaves nothing behind. A file
+// of the export's name that is not a regular file (a directory, a socket) is
+// refused before anything is computed; a link, a pipe or a device there is
+// written as harness/io/output_file.h writes it.
 std::vector<std::string> export_golden(const TrainConfig& cfg, const std::string& dir,
                                        const std::string& config_toml);
+
+// What the export holds beyond training the reference, in bytes: every
+// step's batch (inputs and targets, I32) three times over (the vectors, the
+// writer's copy, the file image) and the parameters six times (the init's
+// copy and image; the step-1 gradients, and the trace's copies and image of
+// them and of the final parameters). The CLI adds it to the run's preflight.
+double export_bytes(const TrainConfig& cfg);
 
 }  // namespace pb

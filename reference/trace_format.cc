@@ -139,16 +139,20 @@ void check_batches(const ExportDir& e, const SafetensorsFile& batch) {
   for (const auto& ti : batch.tensors())
     require(ti.name == "inputs" || ti.name == "targets",
             batch.name() + ": unknown tensor " + q(ti.name) + " (format v1 has inputs and targets)");
-  const size_t per = size_t(c.batch) * size_t(c.seq);
-  std::vector<int32_t> in(per * size_t(c.steps)), tg(in.size());
-  MarkovSource src(c.model.V, c.data.seed, c.data.branching, c.data.mix);
-  for (int s = 0; s < c.steps; ++s) src.batch(s, 0, c.batch, c.seq, in.data() + s * per, tg.data() + s * per);
-  for (const auto& [name, want] : {std::pair{"inputs", &in}, std::pair{"targets", &tg}}) {
+  // Shapes and dtypes first: the file's size then bounds what is regenerated
+  // (a forged config of 1e8 steps beside a small batch file costs nothing).
+  for (const char* name : {"inputs", "targets"}) {
     require(batch.contains(name), batch.name() + ": tensor " + q(name) + " is missing");
     expect_shape(batch, name, shape);
     require(batch.info(name).dtype == StDType::I32, batch.name() + ": tensor " + q(name) + " has dtype " +
                                                         std::string(st_dtype_name(batch.info(name).dtype)) +
                                                         ", expected I32");
+  }
+  const size_t per = size_t(c.batch) * size_t(c.seq);
+  std::vector<int32_t> in(per * size_t(c.steps)), tg(in.size());
+  MarkovSource src(c.model.V, c.data.seed, c.data.branching, c.data.mix);
+  for (int s = 0; s < c.steps; ++s) src.batch(s, 0, c.batch, c.seq, in.data() + s * per, tg.data() + s * per);
+  for (const auto& [name, want] : {std::pair{"inputs", &in}, std::pair{"targets", &tg}}) {
     const auto got = batch.read<int32_t>(name);
     const auto diff = std::mismatch(got.begin(), got.end(), want->begin());
     require(diff.first == got.end(), batch.name() + ": tensor " + q(name) + " differs from the config's data at element " +
@@ -242,6 +246,19 @@ ForeignTrace read_trace(const SafetensorsFile& f, const ExportDir& e) {
     throw InputError(f.name() + ": metadata 'mesh': " + err.what());
   }
   t.world = world_size(t.mesh);
+  // A mesh the exported model cannot have was not run: refused, so no PASS
+  // row names it. Tensor parallel splits the heads, pipeline parallel the
+  // layers, context parallel the sequence; format v1 models are dense (ep 1).
+  const ModelConfig& m = e.cfg.model;
+  const std::string bad_mesh = f.name() + ": metadata 'mesh' is " + q(mesh_text(t.mesh)) + ": ";
+  require(m.NH % t.mesh.tp == 0, bad_mesh + "tp" + std::to_string(t.mesh.tp) + " does not divide the model's " +
+                                     std::to_string(m.NH) + " heads");
+  require(t.mesh.pp <= m.L, bad_mesh + "pp" + std::to_string(t.mesh.pp) + " is more stages than the model's " +
+                                std::to_string(m.L) + " layers");
+  require(t.mesh.cp <= e.cfg.seq, bad_mesh + "cp" + std::to_string(t.mesh.cp) + " is more parts than the " +
+                                      std::to_string(e.cfg.seq) + " tokens of a sequence");
+  require(t.mesh.ep == 1, bad_mesh + "ep" + std::to_string(t.mesh.ep) +
+                              " needs a mixture-of-experts model; the export's is dense (format v1)");
   const int dp = t.mesh.dp;
   t.microbatches = f.metadata().count("microbatches") ? meta_int(f, "microbatches", 1, e.cfg.batch)
                                                       : e.cfg.microbatches;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <charconv>
 #include <climits>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -150,6 +152,11 @@ bool is_number(const std::string& v) {
   return r.ec == std::errc() && r.ptr == v.data() + v.size();
 }
 
+// A column with a unit (bytes, s, GB/s, tokens/s, ...) holds a measured or
+// estimated physical figure: in a row of status ok it must be finite and
+// >= 0 (a NaN step time or a negative throughput is not a result).
+bool measurement(const ColumnSpec& c, const std::string& status) { return !c.unit.empty() && status == "ok"; }
+
 bool is_timestamp(const std::string& v) {
   static const std::regex kIso(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z)");
   return std::regex_match(v, kIso);
@@ -269,9 +276,15 @@ std::vector<std::string> ResultsSchema::check_row(std::string_view kind, const s
     switch (spec->type) {
       case T::integer:
         if (!is_integer(v)) problems.push_back(col + ": " + quoted + " is not an integer");
+        else if (measurement(*spec, status) && v[0] == '-')
+          problems.push_back(col + ": " + quoted + " is not a measurement (" + spec->unit + " >= 0 in a row of status ok)");
         break;
       case T::number:
         if (!is_number(v)) problems.push_back(col + ": " + quoted + " is not a number");
+        else if (measurement(*spec, status) && !(std::strtod(v.c_str(), nullptr) >= 0 &&
+                                                  std::strtod(v.c_str(), nullptr) < HUGE_VAL))
+          problems.push_back(col + ": " + quoted + " is not a measurement (a finite " + spec->unit +
+                             " figure >= 0 in a row of status ok)");
         break;
       case T::boolean:
         if (v != "0" && v != "1") problems.push_back(col + ": " + quoted + " is not 0 or 1");

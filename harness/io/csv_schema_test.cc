@@ -186,6 +186,39 @@ TEST_F(SchemaTest, WriterRejectsBadRows) {
   EXPECT_EQ(validate_csv_against_schema(w.path(), ResultsSchema::builtin()), std::vector<std::string>{});
 }
 
+// A figure with a unit in a row of status ok is a measurement: NaN, inf and
+// negative values are refused there (#50: validate accepted a NaN step time
+// and a negative throughput that the report then choked on); a failed row
+// keeps whatever it has.
+TEST_F(SchemaTest, MeasurementsAreFiniteAndNonNegative) {
+  const std::string p = good_train_file();
+  const CsvTable t = read_csv(p);
+  auto with = [&](const char* col, const char* v, const char* status) {
+    std::string text = "";
+    for (size_t i = 0; i < t.header.size(); ++i) text += (i ? "," : "") + t.header[i];
+    text += "\n";
+    for (size_t i = 0; i < t.header.size(); ++i) {
+      std::string x = t.header[i] == col ? v : t.header[i] == "status" ? status : t.rows[0][i];
+      if (t.header[i] == "reason" && std::string(status) != "ok") x = "why";
+      text += (i ? "," : "") + x;
+    }
+    const std::string f = path(std::string("m_") + col + ".csv");
+    std::ofstream(f) << text << "\n";
+    return validate_csv_against_schema(f, ResultsSchema::builtin());
+  };
+  for (const char* bad : {"nan", "inf", "-inf", "-1.5"}) {
+    const auto problems = with("step_time_s", bad, "ok");
+    ASSERT_EQ(problems.size(), 1u) << bad;
+    EXPECT_NE(problems[0].find("column 'step_time_s': '" + std::string(bad) + "' is not a measurement"),
+              std::string::npos)
+        << problems[0];
+  }
+  EXPECT_EQ(with("mem_total", "-8", "ok").size(), 1u);
+  EXPECT_EQ(with("step_time_s", "0.25", "ok"), std::vector<std::string>{});
+  EXPECT_EQ(with("step_time_s", "nan", "failed"), std::vector<std::string>{});
+  EXPECT_EQ(with("loss", "nan", "ok"), std::vector<std::string>{});  // no unit: a diverged loss is a result
+}
+
 // Found while fuzzing the validator (suites/fuzz/fuzz_schema_csv; its inputs
 // stay under 4 KB, so the value that crashes was written by hand): patterns
 // ran on libstdc++'s backtracking executor, one stack frame per character, and

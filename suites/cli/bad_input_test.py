@@ -72,6 +72,27 @@ def set_field(lines, col, value, rows=6):
     return "\n".join([lines[0], joined(f)] + lines[2:rows]) + "\n"
 
 
+def st_edit(src, dst, meta=None, f64=None):
+    """A copy of a safetensors file with metadata keys replaced and F64
+    tensor elements set (f64: {(name, index): value})."""
+    import json
+    import struct
+    with open(src, "rb") as fh:
+        raw = fh.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    data = bytearray(raw[8 + n:])
+    header["__metadata__"].update(meta or {})
+    for (name, i), v in (f64 or {}).items():
+        begin = header[name]["data_offsets"][0] + 8 * i
+        data[begin:begin + 8] = struct.pack("<d", v)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(dst, "wb") as fh:
+        fh.write(struct.pack("<Q", len(text)) + text + bytes(data))
+    return dst
+
+
 def setup():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
@@ -120,6 +141,39 @@ def setup():
     files["inf_tps"] = write(w("csv", "inf_tps", "sweep.csv"), "\n".join([lines[0], ",".join(f)]) + "\n")
     os.makedirs(w("readonly"), exist_ok=True)
     files["bad_machine"] = write(w("cfg", "machine.toml"), '[machine]\nname = "x"\nsource = "s"\n')
+    # #50 class 4: an export and its own trace edited to claim what was not run.
+    files["ex"] = w("ex")
+    subprocess.run([EXE, "export", "--dir", files["ex"]], check=True, capture_output=True, timeout=120)
+    golden = os.path.join(files["ex"], "trace.safetensors")
+    os.makedirs(w("traces"), exist_ok=True)
+    for name, mesh in (("tp4", "tp4"), ("pp", "pp1000000"), ("ep2", "dp2.ep2")):
+        files["trace_" + name] = st_edit(golden, w("traces", name + ".safetensors"), meta={"mesh": mesh})
+    files["trace_nan_norm"] = st_edit(golden, w("traces", "nan_norm.safetensors"), f64={("grad_norm", 1): float("nan")})
+    files["trace_neg_norm"] = st_edit(golden, w("traces", "neg_norm.safetensors"), f64={("grad_norm", 0): -1.0})
+    files["trace_bad_lr"] = st_edit(golden, w("traces", "bad_lr.safetensors"), f64={("lr", 2): 0.5})
+    files["header_only"] = write(w("csv", "header_only", "conformance.csv"), open(BASE).readline())
+    os.makedirs(w("empty_run"), exist_ok=True)
+    files["sweep_all_rejected"] = write(w("cfg", "sweep_rejected.toml"),
+                                        '[sweep]\nworlds = [2]\nstrategies = ["shard=zero1"]\nscaling = ["strong"]\n'
+                                        'global_batch = 3\nsteps = 1\nwarmup = 0\n')
+    # #50 class 5: inter-node timings no link has, and a sweep row of NaN step time.
+    col = w("col", "collectives.csv")
+    subprocess.run([EXE, "collectives", "all_reduce", "--world", "4", "--ranks-per-node", "2", "-b", "4", "-e", "4M",
+                    "-f", "4", "-n", "2", "-w", "1", "-F", col], check=True, capture_output=True, timeout=120)
+    with open(col, newline="") as fh:
+        rows = list(csv.reader(fh))
+    t, b = rows[0].index("time_us"), rows[0].index("bytes")
+    for name, time in (("fast", lambda x: 1e-300 + x * 1e-310), ("slow", lambda x: 1 + x * 1e290)):
+        with open(w("col", name + ".csv"), "w", newline="") as fh:
+            out = csv.writer(fh)
+            out.writerow(rows[0])
+            for r in rows[1:]:
+                out.writerow(r[:t] + [repr(time(float(r[b])))] + r[t + 1:])
+        files["inter_" + name] = w("col", name + ".csv")
+    j = lines[0].split(",").index("step_time_s")
+    f = lines[1].split(",")
+    f[j] = "nan"
+    files["nan_step"] = write(w("csv", "nan_step", "sweep.csv"), "\n".join([lines[0], ",".join(f)]) + "\n")
     files["fifo"] = w("cfg", "fifo")
     if not os.path.exists(files["fifo"]):
         os.mkfifo(files["fifo"])
@@ -192,7 +246,7 @@ def cases(F):
         (4, ["gate", "--baseline", F["good_dir"], "--current", F["bad_number"]], 2, r"conformance\.csv:2: .*ratio"),
         (4, ["gate", "--baseline", F["no_ratio_dir"], "--current", F["good_dir"]], 2, r"conformance\.csv.*ratio"),
         (3, ["gate", "--baseline", F["sweep_done_csv"], "--current", F["inf_tps"]], 2,
-         r"sweep\.csv:2 column tokens_per_s: 'inf' is not a finite number, and the gate compares it"),
+         r"sweep\.csv:2: column 'tokens_per_s': 'inf' is not a measurement"),
         (4, ["report", F["torn_dir"]], 2, r"conformance\.csv:6: truncated last row"),
         (4, ["report", F["nul_dir"]], 2, r"conformance\.csv:4: NUL byte"),
         (4, ["report", F["binary_dir"]], 2, r"results\.csv:\d*:? "),
@@ -315,7 +369,48 @@ def cases(F):
         (8, ["plan", "--model", "mixtral-8x7b", "--dp", "4", "--ep", "2"], 2,
          r"mixtral-8x7b: a llama-family mixture of experts plans under data and tensor parallel only"),
     ]
-    return c
+    return c + issue50_cases(F)
+
+
+def issue50_cases(F):
+    """Hardening round two (#50): the reproductions of its classes 3, 4, 5 and 7."""
+    o = ["--out", w("runs")]
+    return [
+        # 3. products of sizes computed checked and refused naming the factors; preflight before any allocation
+        (3, ["check", "--mesh", "dp2147483647"] + o, 2,
+         r"train\.batch = 8 \(sequences per dp rank\) x 2147483647 \(mesh dp\) is more than 2147483647"),
+        (3, ["check", "--mesh", "pp1073741824"] + o, 2,
+         r"train\.microbatches = 2 \(per pipeline stage\) x 1073741824 \(mesh pp\) is more than"),
+        (3, ["train", "--set", "model.layers=1000000000", "--steps", "1"] + o, 2, r"train custom: needs .* TiB of memory"),
+        (3, ["train", "--mesh", "pp2", "--set", "train.batch=1000000000", "--set", "train.microbatches=1000000000",
+             "--steps", "1"] + o, 2, r"train pp2 .*needs .* TiB of memory"),
+        # 4. no silent pass: meshes the model cannot have, unjudged quantities, checks that compared nothing
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_tp4"]] + o, 2,
+         r"metadata 'mesh' is 'tp4': tp4 does not divide the model's 2 heads"),
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_pp"]] + o, 2,
+         r"pp1000000 is more stages than the model's 2 layers"),
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_ep2"]] + o, 2,
+         r"ep2 needs a mixture-of-experts model; the export's is dense"),
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_nan_norm"]] + o, 1, r"grad_norm: worst ratio .* FAIL"),
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_neg_norm"]] + o, 1, r"grad_norm: .* at step 1 FAIL"),
+        (4, ["verify", "--export", F["ex"], "--trace", F["trace_bad_lr"]] + o, 1,
+         r"lr: DIFFERS from the export's schedule at step 3"),
+        (4, ["gate", "--baseline", os.path.dirname(F["header_only"]), "--current", F["good_dir"]], 2,
+         r"--baseline: .*header_only' holds no result rows: nothing to compare"),
+        (4, ["gate", "--baseline", F["good_dir"], "--current", F["header_only"]], 2,
+         r"--current: .* holds no result rows: nothing to compare"),
+        (4, ["report", w("empty_run")], 2, r"empty_run' holds no results CSV \(\*\.csv\): nothing to report"),
+        (4, ["sweep", "--config", F["sweep_all_rejected"], "--run-dir", w("sweep_rejected")], 2,
+         r"every one of its 1 points was rejected .*nothing measured"),
+        # 5. every written figure finite and in range, or refused with nothing written
+        (5, ["calibrate", "--seconds", "0.01", "--model", "none", "--out", w("m_fast.toml"), "--inter-node",
+             F["inter_fast"]], 2, r"--inter-node: the all_reduce rows of .*fit a bandwidth of inf GB/s"),
+        (5, ["calibrate", "--seconds", "0.01", "--model", "none", "--out", w("m_slow.toml"), "--inter-node",
+             F["inter_slow"]], 2, r"--inter-node: .*fit a bandwidth of 1\.5e-293 GB/s .*not a link's"),
+        (5, ["validate", F["nan_step"]], 1, r"sweep\.csv:2: column 'step_time_s': 'nan' is not a measurement"),
+        (3, ["export", "--set", "train.steps=100000000", "--dir", w("export_big", "new", "ex")], 2,
+         r"export tiny: needs .* GiB of memory"),
+    ]
 
 
 def main():
@@ -345,6 +440,12 @@ def main():
     # Side effects: the refused matrix wrote no rows; no .tmp files anywhere.
     if os.path.exists(w("check_pp", "conformance.csv")):
         failures.append((["check", "--pp", "5", "7"], "wrote conformance.csv before refusing the matrix"))
+    for name in ("m_fast.toml", "m_slow.toml"):
+        if os.path.exists(w(name)):
+            failures.append((["calibrate", "--out", w(name)], "wrote a profile it refused"))
+    # A refused export leaves nothing behind, not even the directories it would have made.
+    if os.path.exists(w("export_big")):
+        failures.append((["export", "--set", "train.steps=100000000"], "left %s behind" % w("export_big")))
     for root, _, files in os.walk(WORK):
         for f in files:
             if f.endswith(".tmp") or ".tmp." in f:

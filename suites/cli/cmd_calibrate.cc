@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -305,6 +306,36 @@ void print_shape(const ShapeCalibration& s) {
   }
 }
 
+// The range a written link figure must be in: 1 MB/s to 1 PB/s, up to 10 s
+// per step. Outside it a fit measured noise, not a link.
+constexpr double kMinGBps = 1e-3, kMaxGBps = 1e6, kMaxLatencyUs = 1e7;
+
+// Every figure the profile will hold is finite and in range, or the command
+// refuses before the file is written (nothing is left at --out).
+void check_written_figures(const planner::MachineProfile& m) {
+  auto in = [](const std::string& key, double v, double lo, double hi) {
+    require(std::isfinite(v) && v >= lo && v <= hi,
+            "calibrate: measured machine." + key + " = " + std::to_string(v) + ", outside [" + std::to_string(lo) +
+                ", " + std::to_string(hi) + "]: not written (rerun calibrate on a quiet machine)");
+  };
+  in("peak_tflops_fp32", m.peak_tflops_fp32, 1e-9, 1e9);
+  in("peak_tflops_bf16", m.peak_tflops_bf16, 1e-9, 1e9);
+  in("peak_tflops_fp64", m.peak_tflops_fp64, 1e-9, 1e9);
+  in("mem_bw_GBps", m.hw.mem_bw_GBps, kMinGBps, kMaxGBps);
+  in("bw_intra_GBps", m.hw.bw_intra_GBps, kMinGBps, kMaxGBps);
+  in("bw_inter_GBps", m.hw.bw_inter_GBps, kMinGBps, kMaxGBps);
+  in("latency_us", m.hw.latency_us, 0, kMaxLatencyUs);
+  in("latency_inter_us", m.hw.latency_inter_us, 0, kMaxLatencyUs);
+  in("wake_us", m.wake_us, 0, kMaxLatencyUs);
+  for (const auto& [p, table] : m.gemm)
+    for (const auto& g : table) in("gemm." + p + ".gflops", g.gflops, 1e-9, 1e12);
+  for (const auto& [op, fits] : m.hw.collectives)
+    for (const auto& c : fits) {
+      in("collective." + op + ".GBps", c.GBps, 1e-9, kMaxGBps);
+      in("collective." + op + ".alpha_us", c.alpha_us, 0, kMaxLatencyUs);
+    }
+}
+
 int run_calibrate(const CalibrateFlags& f, const Env& env) {
   require(f.seconds > 0 && f.seconds <= 60, "--seconds: must be in (0, 60], got " + std::to_string(f.seconds));
   require(!env.under_mpirun, "calibrate: runs in one process (the local backend's figures); not under mpirun");
@@ -312,7 +343,19 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   check_shapes(f);
   // Read first: a bad file fails before the measurements, not after.
   std::optional<planner::InterNodeFit> inter;
-  if (!f.inter_node.empty()) inter = planner::fit_inter_node(f.inter_node);
+  if (!f.inter_node.empty()) {
+    inter = planner::fit_inter_node(f.inter_node);
+    // A fit is a link's only when its figures are: timings equal, tiny or
+    // falling with size fit an infinite, zero or absurd bandwidth.
+    char got[96];
+    std::snprintf(got, sizeof got, "a bandwidth of %.4g GB/s and %.4g us per ring step", inter->GBps,
+                  inter->latency_us);
+    require(std::isfinite(inter->GBps) && inter->GBps >= kMinGBps && inter->GBps <= kMaxGBps &&
+                std::isfinite(inter->latency_us) && inter->latency_us >= 0 && inter->latency_us <= kMaxLatencyUs,
+            "--inter-node: the all_reduce rows of " + f.inter_node + " fit " + got +
+                ", not a link's (a bandwidth in [1e-3, 1e6] GB/s, a latency in [0, 1e7] us): timings too small, too "
+                "large or not growing with size; measure again");
+  }
   planner::MachineProfile m;
   m.hw.machine = f.name.empty() ? host_name() : f.name;
   require(!m.name().empty() && m.name().size() <= 64, "--name: must be 1 to 64 characters");
@@ -442,6 +485,7 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   else
     std::printf("  a plan takes these figures at its rank's work per block and microbatch, log-linear between the "
                 "shapes, the nearest one's beyond them\n");
+  check_written_figures(m);
   write_output_file(f.out,
                     "# parabench calibrate: this machine's profile for `parabench plan --machine " + f.out + "`\n" +
                         planner::machine_toml(m),

@@ -73,8 +73,8 @@ StrategyRun point(const CheckFlags& f, const std::string& precision, const MeshS
     c.model.L = 8;
     c.model.name += "-l8";
     c.seq = !model_parallel ? 16 : mesh.cp > 1 && 12 % (2 * mesh.cp) ? 16 : 12;
-    c.microbatches = 2 * mesh.pp;
-    c.batch = c.microbatches * mesh.dp;
+    c.microbatches = int(checked_product("train.microbatches", {{"per pipeline stage", 2}, {"mesh pp", mesh.pp}}));
+    c.batch = int(checked_product("train.batch", {{"microbatches", c.microbatches}, {"mesh dp", mesh.dp}}));
   } else if (mesh.tp > 1 || mesh.cp > 1 || s.spec.tensor.recompute != Recompute::none) {
     // Tensor and context parallel: tiny-tp (12 heads: tp or Ulysses' cp 2, 3,
     // 4; a vocabulary of 67 that every tp pads) unless a model is named; 12
@@ -82,11 +82,11 @@ StrategyRun point(const CheckFlags& f, const std::string& precision, const MeshS
     // parallel and into 2cp zigzag chunks at cp 2 and 3; 16 at cp 4.
     c.model = named_model(f.model.empty() ? "tiny-tp" : f.model);
     c.seq = std::min(mesh.cp > 1 && 12 % (2 * mesh.cp) ? 16 : 12, c.model.maxT);
-    c.batch = 4 * mesh.dp;
+    c.batch = int(checked_product("train.batch", {{"sequences per dp rank", 4}, {"mesh dp", mesh.dp}}));
   } else {
     c.model = named_model(f.model.empty() ? "tiny" : f.model);
     c.seq = std::min(16, c.model.maxT);
-    c.batch = 8 * mesh.dp;
+    c.batch = int(checked_product("train.batch", {{"sequences per dp rank", 8}, {"mesh dp", mesh.dp}}));
   }
   return s;
 }

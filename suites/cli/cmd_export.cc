@@ -29,8 +29,9 @@ void register_export(CLI::App& root, Registry& reg, const Env&) {
                    r.check_no_unknown_keys();
                    RunSpec one;  // the export trains the reference (at fp64 for the trace's truth)
                    one.train = cfg;
-                   require_fits(planner::run_need(one, 1, false, /*conformance=*/true), limits_of(f->limits),
-                                "export " + cfg.model.name);
+                   Need need = planner::run_need(one, 1, false, /*conformance=*/true);
+                   need.bytes += export_bytes(cfg);  // every step's batch and the files' images
+                   require_fits(need, limits_of(f->limits), "export " + cfg.model.name);
                    for (const auto& p : export_golden(cfg, f->dir, r.dump()))
                      std::printf("wrote %s\n", p.c_str());
                    return 0;

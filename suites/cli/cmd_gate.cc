@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <tuple>
 
 #include "harness/io/junit.h"
 #include "harness/status.h"
@@ -28,6 +29,10 @@ int run_gate(const GateFlags& f) {
   const auto base = report::load_gate_input(f.baseline);
   const auto cur = report::load_gate_input(f.current);
   const report::GateResult r = report::run_gate(base, cur, f.options);
+  // A gate that compared nothing must not pass.
+  for (const auto& [flag, path, points] : {std::tuple{"--baseline", f.baseline, r.baseline_points},
+                                           std::tuple{"--current", f.current, r.current_points}})
+    require(points > 0, std::string(flag) + ": '" + path + "' holds no result rows: nothing to compare");
   std::fputs(report::format_gate_table(r, f.options).c_str(), stdout);
   if (!f.junit.empty()) write_junit(f.junit, {report::gate_junit(r)}, inputs);
   return r.passed() ? 0 : 1;

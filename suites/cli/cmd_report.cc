@@ -58,6 +58,7 @@ int run_report(const ReportFlags& f) {
     for (const auto& e : fs::directory_iterator(dir))
       if (e.path().extension() == ".csv") in_dir.push_back(e.path().string());
     std::sort(in_dir.begin(), in_dir.end());
+    require(!in_dir.empty(), "DIR: '" + dir + "' holds no results CSV (*.csv): nothing to report");
     files.insert(files.end(), in_dir.begin(), in_dir.end());
   }
   for (const auto& file : files) {

@@ -44,7 +44,7 @@ struct ScheduleOptions {
 // Memory per schedule action (its entry in the schedule, the simulator's
 // events and the timeline; measured 92-140 bytes at 0.1-1 M actions), and
 // per action of a --csv timeline's text.
-constexpr double kScheduleBytesPerAction = 160, kCsvBytesPerAction = 64;
+constexpr double kCsvBytesPerAction = 64;  // kScheduleBytesPerAction: harness/preflight.h
 
 // "F,B,W": three finite numbers >= 0, not all zero.
 pl::Costs parse_costs(const std::string& text, double p2p) {

@@ -88,6 +88,10 @@ int sweep_main(const SweepFlags& f, const sweep::SweepConfig& c, const Env& env,
     std::printf("\n%d points run (%d ok, %d rejected, %d failed), %d already done, in %.1f s\n"
                 "results: %s\n",
                 s.points, s.ok, s.rejected, s.failed, s.skipped, s.seconds, csv.c_str());
+  // A sweep that measured nothing because every point was refused did not pass.
+  require(s.points == 0 || s.rejected < s.points,
+          "sweep: every one of its " + std::to_string(s.points) +
+              " points was rejected (the table and the CSV's reason column say why): nothing measured");
   return 0;
 }
 

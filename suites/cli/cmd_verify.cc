@@ -49,6 +49,31 @@ void write_reported_figures(ResultWriter& csv, RunMeta meta, const ForeignTrace&
   rows(t.comm_bytes, "comm", "bytes");
 }
 
+// The per-step scalars beside the table's columns: the gradient norm's worst
+// ratio, and whether the learning rate followed the export's schedule.
+void print_scalar_checks(const ConformanceResult& r) {
+  const QuantityCheck* norm = nullptr;
+  const QuantityCheck* lr_bad = nullptr;
+  bool has_lr = false;
+  for (const auto& c : r.rule) {
+    if (c.quantity == "grad_norm" && (!norm || !(c.ratio <= norm->ratio))) norm = &c;
+    if (c.quantity == "lr") {
+      has_lr = true;
+      if (!c.pass && !lr_bad) lr_bad = &c;
+    }
+  }
+  if (norm)
+    std::printf("    grad_norm: worst ratio %.3f at step %d%s", norm->ratio, norm->step, norm->pass ? "" : " FAIL");
+  if (has_lr) {
+    if (lr_bad) std::printf("; lr: DIFFERS from the export's schedule at step %d (relative error %.3g)", lr_bad->step,
+                            lr_bad->error);
+    else std::printf("; lr: the export's schedule at every step");
+  } else {
+    std::printf("; lr: not in the trace (optional)");
+  }
+  std::printf("\n");
+}
+
 int run_verify(const VerifyFlags& f, const Env& env) {
   require(!f.export_dir.empty(), "verify: --export DIR is required (the directory parabench export wrote)");
   require(!f.traces.empty(), "verify: --trace FILE is required (the trace your framework wrote; format: results/TRACE.md)");
@@ -78,6 +103,7 @@ int run_verify(const VerifyFlags& f, const Env& env) {
     const auto started = std::chrono::steady_clock::now();
     const ConformanceResult r = verify_trace(e, t);
     print_result_row(r);
+    print_scalar_checks(r);
     if (!t.note.empty()) std::printf("    note: %s\n", t.note.c_str());
     failures += !r.pass();
     add_junit_cases(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), &junit);

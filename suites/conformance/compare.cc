@@ -57,7 +57,51 @@ QuantityCheck bit_check(std::string q, int step, const std::vector<double>& a,
   return c;
 }
 
+// One check per step of a per-step scalar (loss, grad_norm): the floor is
+// the references' running maximum distance to the truth so far.
+void per_step(const char* quantity, std::vector<double> Trace::*member, const Trace& s,
+              const std::vector<const Trace*>& refs, const Trace& truth, double min_floor, const ToleranceRule& rule,
+              std::vector<QuantityCheck>& out) {
+  const std::vector<double>& t = truth.*member;
+  if ((s.*member).size() != t.size())
+    throw std::runtime_error(std::string("compare: ") + quantity + " of " + std::to_string((s.*member).size()) +
+                             " steps against the truth's " + std::to_string(t.size()));
+  double running = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    for (const Trace* r : refs) running = std::max(running, rel_error((r->*member)[i], t[i]));
+    out.push_back(judge(quantity, int(i) + 1, rel_error((s.*member)[i], t[i]), running, min_floor, rule));
+  }
+}
+
 }  // namespace
+
+std::vector<QuantityCheck> check_grad_norm(const Trace& s, const std::vector<const Trace*>& refs, const Trace& truth,
+                                           DType precision, const ToleranceRule& rule) {
+  std::vector<QuantityCheck> out;
+  per_step("grad_norm", &Trace::grad_norm, s, refs, truth, rule.min_floor_ulps * dtype_eps(precision), rule, out);
+  for (size_t i = 0; i < out.size(); ++i)  // a norm is >= 0: a negative one is wrong at any floor
+    if (s.grad_norm[i] < 0) out[i].pass = false;
+  return out;
+}
+
+std::vector<QuantityCheck> check_lr(const std::vector<double>& lr, const std::vector<double>& schedule) {
+  if (lr.size() != schedule.size())
+    throw std::runtime_error("compare: lr of " + std::to_string(lr.size()) + " steps against the schedule's " +
+                             std::to_string(schedule.size()));
+  std::vector<QuantityCheck> out;
+  for (size_t i = 0; i < lr.size(); ++i) {
+    QuantityCheck c;
+    c.quantity = "lr";
+    c.step = int(i) + 1;
+    c.error = rel_error(lr[i], schedule[i]);
+    c.floor = kLrUlps * dtype_eps(DType::f32);
+    c.threshold = 1;
+    c.ratio = c.error / c.floor;
+    c.pass = c.ratio <= c.threshold;
+    out.push_back(c);
+  }
+  return out;
+}
 
 std::vector<QuantityCheck> check_rule(const Trace& s, const std::vector<const Trace*>& refs,
                                       const Trace& truth, DType precision,
@@ -67,12 +111,7 @@ std::vector<QuantityCheck> check_rule(const Trace& s, const std::vector<const Tr
   if (s.loss.size() != truth.loss.size())
     throw std::runtime_error("compare: strategy ran " + std::to_string(s.loss.size()) +
                              " steps, truth " + std::to_string(truth.loss.size()));
-  double running = 0;
-  for (size_t i = 0; i < truth.loss.size(); ++i) {
-    for (const Trace* r : refs) running = std::max(running, rel_error(r->loss[i], truth.loss[i]));
-    out.push_back(judge("loss", int(i) + 1, rel_error(s.loss[i], truth.loss[i]), running,
-                        min_floor, rule));
-  }
+  per_step("loss", &Trace::loss, s, refs, truth, min_floor, rule, out);
   double gfloor = 0, pfloor = 0;
   for (const Trace* r : refs) {
     gfloor = std::max(gfloor, rel_l2(r->grads1, truth.grads1));

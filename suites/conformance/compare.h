@@ -38,7 +38,7 @@ struct ToleranceRule {
 };
 
 struct QuantityCheck {
-  std::string quantity;  // loss | grads | params
+  std::string quantity;  // loss | grads | params (verify: also grad_norm, lr)
   int step = 0;          // 1-based; the last step for params
   double error = 0, floor = 0, ratio = 0, threshold = 0;
   bool bitwise = false;  // checked for bit equality instead of by the rule
@@ -52,6 +52,20 @@ double rel_l2(const std::vector<double>& x, const std::vector<double>& truth);
 std::vector<QuantityCheck> check_rule(const Trace& strategy, const std::vector<const Trace*>& refs,
                                       const Trace& truth, DType precision,
                                       const ToleranceRule& rule = {});
+
+// The gradient norm of every step (before clipping) by the same rule as the
+// loss, as its own quantity "grad_norm": relative error to the truth's norm,
+// floor the references' running maximum. A NaN, a negative or a wrong norm
+// fails. (verify judges it; check's strategies are judged on the gradients
+// themselves.)
+std::vector<QuantityCheck> check_grad_norm(const Trace& strategy, const std::vector<const Trace*>& refs,
+                                           const Trace& truth, DType precision, const ToleranceRule& rule = {});
+
+// The learning rate of every step against the schedule's (quantity "lr"):
+// exact up to the rounding of a schedule computed in fp32 (floor: kLrUlps
+// fp32 ulps; ratio = relative error / floor; pass when ratio <= 1).
+inline constexpr double kLrUlps = 4.0;
+std::vector<QuantityCheck> check_lr(const std::vector<double>& lr, const std::vector<double>& schedule);
 
 // Bit equality of every loss, the step-1 gradients and the final parameters.
 std::vector<QuantityCheck> check_bitwise(const Trace& strategy, const Trace& replay);

@@ -20,6 +20,15 @@ ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const 
   r.backend = "foreign";
   r.trace = {t.loss, t.grad_norm, t.grads1, t.params};
   r.rule = check_rule(r.trace, {&whole, &split}, truth, storage_dtype(t.precision), rule);
+  // What the format requires is judged: the gradient norm of every step; and
+  // the learning rate of every step when the trace gives it.
+  for (const auto& c : check_grad_norm(r.trace, {&whole, &split}, truth, storage_dtype(t.precision), rule))
+    r.rule.push_back(c);
+  if (!t.lr.empty()) {
+    std::vector<double> schedule;
+    for (int s = 1; s <= e.cfg.steps; ++s) schedule.push_back(lr_at(e.cfg.optim, s, e.cfg.steps));
+    for (const auto& c : check_lr(t.lr, schedule)) r.rule.push_back(c);
+  }
   return r;
 }
 

@@ -13,7 +13,9 @@
 namespace pb {
 
 // The rule (truth at fp64; floor: the reference at the trace's precision,
-// whole and replaying split_of(t)). strategy: "<framework>:<strategy>";
+// whole and replaying split_of(t)) for every step's loss and gradient norm,
+// the step-1 gradients and the final parameters; the learning rate, when the
+// trace has it, exactly against the export's schedule (compare.h check_lr). strategy: "<framework>:<strategy>";
 // backend "foreign"; no declared costs (the per-rank figures are reported, not
 // judged).
 ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const ToleranceRule& rule = {});

@@ -107,7 +107,7 @@ TEST_F(Verify, TheExportsOwnTracePassesWithRatiosAtMostOne) {
   EXPECT_EQ(t.framework, "parabench");
   EXPECT_EQ(t.world, 1);
   const ConformanceResult r = verify_trace(exp_, t);
-  ASSERT_EQ(r.rule.size(), 3u + 2u);  // 3 losses, grads, params
+  ASSERT_EQ(r.rule.size(), 3u + 2u + 3u + 3u);  // 3 losses, grads, params, 3 gradient norms, 3 learning rates
   for (const auto& c : r.rule) {
     EXPECT_TRUE(c.pass) << c.quantity << " " << c.ratio;
     EXPECT_LE(c.ratio, 1.0) << c.quantity;  // the reference is one of the floor's references
@@ -169,6 +169,41 @@ TEST_F(Verify, ANonFiniteTraceIsAFailedRunNotABadFile) {
   EXPECT_FALSE(r.pass());
 }
 
+// The gradient norm and the learning rate a trace gives are judged, every
+// step: a NaN, negative or 1% wrong norm fails as "grad_norm", a learning
+// rate off the export's schedule fails as "lr"; the others pass.
+TEST_F(Verify, GradNormAndLrAreJudgedEveryStep) {
+  auto failed = [&](const std::function<void(Edit&)>& edit) {
+    const std::string p = rewrite(golden_, dir_ / "edited.safetensors", edit);
+    const ConformanceResult r = verify_trace(exp_, read_trace(p, exp_));
+    std::vector<std::string> out;
+    for (const auto& c : r.rule)
+      if (!c.pass) out.push_back(c.quantity + "@" + std::to_string(c.step));
+    return out;
+  };
+  auto at = [](Edit& e, const char* name, int i) -> double& {
+    return reinterpret_cast<double*>(e.find(name)->bytes.data())[i];
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(failed([&](Edit& e) { at(e, "grad_norm", 0) = NAN; }), V{"grad_norm@1"});
+  EXPECT_EQ(failed([&](Edit& e) { at(e, "grad_norm", 1) = -at(e, "grad_norm", 1); }), V{"grad_norm@2"});
+  EXPECT_EQ(failed([&](Edit& e) { at(e, "grad_norm", 2) *= 1.01; }), V{"grad_norm@3"});
+  EXPECT_EQ(failed([&](Edit& e) { at(e, "lr", 1) *= 1.001; }), V{"lr@2"});
+  EXPECT_EQ(failed([&](Edit& e) { at(e, "lr", 0) = NAN; }), V{"lr@1"});
+  // A learning rate rounded to fp32 is the schedule's: it passes.
+  EXPECT_EQ(failed([&](Edit& e) {
+              for (int i = 0; i < 3; ++i) at(e, "lr", i) = double(float(at(e, "lr", i)));
+            }),
+            V{});
+  // Without lr (optional in the format) only the norm is judged beside the rule.
+  const std::string p = rewrite(golden_, dir_ / "nolr.safetensors", [](Edit& e) {
+    std::erase_if(e.tensors, [](auto& t) { return t.first == "lr"; });
+  });
+  const ConformanceResult r = verify_trace(exp_, read_trace(p, exp_));
+  EXPECT_EQ(r.rule.size(), 3u + 2u + 3u);
+  EXPECT_TRUE(r.pass()) << describe_failures(r);
+}
+
 TEST_F(Verify, TheSplitOfTheTraceIsReplayed) {
   const std::string p = rewrite(golden_, dir_ / "dp2.safetensors", [](Edit& e) {
     e.meta["mesh"] = "dp2.pp2";
@@ -198,6 +233,11 @@ TEST_F(Verify, EveryMalformedTraceIsRefusedNamingWhat) {
       {[](Edit& e) { e.meta["microbatches"] = "0"; }, "metadata 'microbatches' is '0'"},
       {[](Edit& e) { e.meta["microbatches"] = "2x"; }, "metadata 'microbatches' is '2x'"},
       {[](Edit& e) { e.meta["mesh"] = "dp16"; }, "16 data replicas x 1 microbatches do not divide"},
+      // Meshes the exported model (tiny: 2 heads, 2 layers, 16 tokens, dense) cannot have.
+      {[](Edit& e) { e.meta["mesh"] = "tp4"; }, "metadata 'mesh' is 'tp4': tp4 does not divide the model's 2 heads"},
+      {[](Edit& e) { e.meta["mesh"] = "pp1000000"; }, "pp1000000 is more stages than the model's 2 layers"},
+      {[](Edit& e) { e.meta["mesh"] = "cp32"; }, "cp32 is more parts than the 16 tokens"},
+      {[](Edit& e) { e.meta["mesh"] = "dp2.ep2"; }, "ep2 needs a mixture-of-experts model; the export's is dense"},
       {[](Edit& e) { e.meta["note"] = std::string(2000, 'n'); }, "'note' is longer than 1024"},
       {[](Edit& e) { std::erase_if(e.tensors, [](auto& t) { return t.first == "grads.wpe"; }); },
        "tensor 'grads.wpe' is missing"},

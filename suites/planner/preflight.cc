@@ -24,6 +24,10 @@ double rank_bytes(const RunSpec& s, Precision precision) {
   // The planner's llama figures are analytic (the runners' workspace and
   // layout not modelled, docs/planner.md#the-llama-family): the crude bound.
   if (m.llama()) return crude;
+  // The planner lists every layer's parameters: past 2^16 layers (the deepest
+  // models trained have a few hundred) the estimate stands, so a forged
+  // `model.layers = 1e9` is refused without an 8 GB list first.
+  if (m.L > (1 << 16)) return crude;
   PlanInput in = plan_input_of(s);
   in.precision = precision;
   try {
@@ -50,6 +54,12 @@ Need run_need(const RunSpec& s, int64_t hosted_ranks, bool local, bool conforman
     one.context = ContextOptions{};
     one.pipe = PipelineOptionsSpec{};
     n.bytes += 3 * rank_bytes(one, Precision::fp64);
+  }
+  if (s.pipe.schedule || s.mesh.pp > 1) {  // the schedule's actions, held by every hosted rank and the engine
+    const bool split = s.pipe.schedule == pipeline::ScheduleKind::zb_h1;
+    const double actions =
+        double(s.mesh.pp) * s.train.microbatches * s.pipe.virtual_stages * (split ? 3 : 2);
+    n.bytes += double(hosted_ranks + 1) * actions * kScheduleBytesPerAction;
   }
   return n;
 }
