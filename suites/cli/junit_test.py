@@ -135,8 +135,8 @@ vxml = os.path.join(WORK, "verify.xml")
 rc, out = run("verify", "--export", ex, "--trace", golden, "--run-dir", os.path.join(WORK, "v_ok"), "--junit", vxml)
 expect(rc == 0 and "PASS" in out, f"verify of the export's own trace exits 0 (got {rc}): {out[-500:]}")
 root, got = cases(vxml)
-expect({n for _, n, _, _ in got} == {"loss", "grads", "params"} and all(m is None for _, _, m, _ in got),
-       f"verify cases loss, grads, params, passing: {got}")
+expect({n for _, n, _, _ in got} == {"loss", "grads", "params", "grad_norm", "lr"} and all(m is None for _, _, m, _ in got),
+       f"verify cases loss, grads, params, grad_norm, lr, passing: {got}")
 bad = edited("doubled.safetensors", 2.0, {"framework": "myfw", "strategy": "ddp", "mesh": "dp2"})
 rc, out = run("verify", "--export", ex, "--trace", golden, bad, "--run-dir", os.path.join(WORK, "v_bad"),
               "--junit", vxml)
@@ -147,7 +147,8 @@ expect(len(fails) == 1 and fails[0][1] == "grads" and "myfw:ddp" in fails[0][0] 
        f"one failing case, grads of myfw:ddp, naming the ratio: {fails}")
 with open(os.path.join(WORK, "v_bad", "conformance.csv")) as fh:
     rows = fh.read().splitlines()
-expect(len(rows) == 1 + 2 * 5 and all(",foreign," in r for r in rows[1:]), f"10 conformance rows, backend foreign: {rows[:2]}")
+# Per trace of 3 steps: loss, grad_norm and lr each step, grads of step 1, final params.
+expect(len(rows) == 1 + 2 * 11 and all(",foreign," in r for r in rows[1:]), f"22 conformance rows, backend foreign: {rows[:2]}")
 # Bad input: exit 2 naming what is wrong; nothing written.
 for args, msg in (
         (["--trace", golden], "--export DIR is required"),
