@@ -173,7 +173,7 @@ std::pair<sweep::SweepConfig, sweep::ShapeKey> shape_of(const CalibrateFlags& f,
   c.rounds = 3;
   c.warmup = 2;
   c.batch_per_rank = f.microbatch_size * f.microbatches;
-  return {c, {model, "fp32", f.microbatch_size, f.microbatches}};
+  return {c, {named_model(model), Precision::fp32, f.microbatch_size, f.microbatches}};
 }
 
 std::string shape_name(const CalibrateFlags& f, const std::string& model) {

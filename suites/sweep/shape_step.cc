@@ -17,18 +17,23 @@ namespace pb::sweep {
 using internal::median;
 
 ShapeKey shape_key(const SweepPoint& p, const PointResult& r) {
-  return {p.model(), p.precision(), int(r.global_batch / (int64_t(p.dp()) * p.microbatches)), p.microbatches};
+  return {p.spec.train.model, p.spec.train.precision, int(r.global_batch / (int64_t(p.dp()) * p.microbatches)),
+          p.microbatches};
 }
 
 SweepPoint single_rank_point(const ShapeKey& k) {
-  const auto& [model, precision, Bm, microbatches] = k;
-  return make_point("shard=none", "dp1", model, precision, "weak", microbatches);
+  SweepPoint p;  // a default spec: dp1, no sharding
+  p.spec.train.model = k.model;
+  p.spec.train.precision = k.precision;
+  p.scaling = "weak";
+  p.microbatches = k.microbatches;
+  return p;
 }
 
 PointResult single_rank_step(const SweepConfig& c, const ShapeKey& k, double peak_flops_per_rank,
                              const Limits& limits) {
   SweepConfig one = c;
-  one.batch_per_rank = std::get<2>(k) * std::get<3>(k);
+  one.batch_per_rank = k.batch();
   const SweepPoint p = single_rank_point(k);
   PointResult step;
   try {
@@ -79,7 +84,7 @@ double slowest_core_alone(const SweepConfig& c, const RunSpec& spec, int k) {
 
 double corun_ratio(const SweepConfig& c, const ShapeKey& k, int ranks, const Limits& limits) {
   SweepConfig one = c;
-  one.batch_per_rank = std::get<2>(k) * std::get<3>(k);
+  one.batch_per_rank = k.batch();
   const SweepPoint p = single_rank_point(k);
   try {
     const RunSpec spec = point_spec(one, p);

@@ -3,18 +3,34 @@
 // side by side (corun_scale). `parabench sweep` takes them for its plan rows
 // and `parabench calibrate --model` for a profile's shapes.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "harness/preflight.h"
+#include "reference/model_config.h"
+#include "reference/train_config.h"
 #include "suites/sweep/sweep.h"
 
 namespace pb::sweep {
 
 // The key of a point's shape figures: model, precision, microbatch sequences
-// and microbatches per step (what the single-rank step behind compute_scale runs).
-using ShapeKey = std::tuple<std::string, std::string, int, int>;
+// and microbatches per step (what the single-rank step behind compute_scale
+// runs). Typed from the point's run spec on (no text re-parsed); ordered by
+// the model's name, which names one config within a sweep.
+struct ShapeKey {
+  ModelConfig model;
+  Precision precision = Precision::fp32;
+  int sequences = 1;     // per microbatch
+  int microbatches = 1;  // per step
+  int64_t batch() const { return int64_t(sequences) * microbatches; }
+  bool operator<(const ShapeKey& o) const {
+    return std::tie(model.name, precision, sequences, microbatches) <
+           std::tie(o.model.name, o.precision, o.sequences, o.microbatches);
+  }
+  bool operator==(const ShapeKey&) const = default;
+};
 ShapeKey shape_key(const SweepPoint& p, const PointResult& r);
 // The single-rank point of shape key k: dp1, no sharding, weak scaling (the
 // step behind compute_scale; its batch per rank is the key's microbatch x

@@ -118,7 +118,7 @@ std::vector<MeasuredPoint> earlier_points(const SweepRun& run, const SweepConfig
 // 1 (the row's reason says so).
 ShapeRates measure_rates(const SweepConfig& c, const ShapeKey& k, const LocalHardware& hw, double peak_rank,
                          const Limits& limits, const PointResult* same) {
-  ShapeRates r = measure_shape_rates(named_model(std::get<0>(k)), std::get<2>(k), c.seq, peak_rank, 3);
+  ShapeRates r = measure_shape_rates(k.model, k.sequences, c.seq, peak_rank, 3);
   const PointResult step = same ? *same : single_rank_step(c, k, peak_rank, limits);
   if (step.status == "ok") {
     r.compute_scale = single_rank_compute_scale(k, c.seq, hw, r, step.step_time_s);
@@ -234,7 +234,7 @@ class PlanFigures {
   const PointResult* same_point(const ShapeKey& key) const {
     const auto it = done_ok_.find(single_rank_point(key).key());
     if (it == done_ok_.end() || it->second.seq != c_.seq ||
-        it->second.global_batch != int64_t(std::get<2>(key)) * std::get<3>(key))
+        it->second.global_batch != key.batch())
       return nullptr;
     return &it->second;
   }
@@ -246,9 +246,9 @@ class PlanFigures {
     if (mesh.tp == 1 && mesh.cp == 1) return;
     const ModelConfig& m = p.spec.train.model;
     if (r.seq % mesh.cp != 0 || m.C % mesh.tp != 0 || m.NH % mesh.tp != 0) return;
-    measure_split_gemm_efficiency(into, m, std::get<2>(key), r.seq, peak_rank, mesh.tp, mesh.cp, 3);
+    measure_split_gemm_efficiency(into, m, key.sequences, r.seq, peak_rank, mesh.tp, mesh.cp, 3);
     try {
-      add_cp_attention(into, m, p.spec.train.precision, std::get<2>(key), int(r.seq), mesh.tp, mesh.cp,
+      add_cp_attention(into, m, p.spec.train.precision, key.sequences, int(r.seq), mesh.tp, mesh.cp,
                        p.spec.context.algo, p.spec.context.zigzag);
     } catch (const InputError&) {
       // A split the attention cannot run (Ulysses' heads not splitting

@@ -48,7 +48,7 @@ double single_rank_compute_scale(const ShapeKey& k, int seq, const LocalHardware
   one.seq = seq;
   PointResult res;
   res.seq = seq;
-  res.global_batch = int64_t(std::get<2>(k)) * std::get<3>(k);
+  res.global_batch = k.batch();
   r.compute_scale = 1;
   return planner::compute_scale_for(planner::plan(plan_input(one, single_rank_point(k), res, h, r)), measured_s);
 }

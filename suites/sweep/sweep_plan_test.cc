@@ -267,7 +267,7 @@ TEST(SweepPlan, MemoryBoundRatesAreMeasuredAtTheModelsShapes) {
 TEST(SweepPlan, ComputeScaleIsAStepOverItsEstimate) {
   const LocalHardware h{20e9, 5, 20, 2, {}, {}};
   ShapeRates rates{0.8, {}, 1.3};
-  const ShapeKey k{"tiny", "fp32", 4, 2};
+  const ShapeKey k{named_model("tiny"), Precision::fp32, 4, 2};
   SweepConfig c;
   SweepPoint one = make_point("shard=none", "dp1", "tiny", "fp32", "weak", 2);
   PointResult r;
@@ -351,7 +351,7 @@ TEST(SweepPlan, RanksComputingSideBySideCostWhatTheirWeightsShare) {
 TEST(SweepPlan, CorunScaleFromItsWindows) {
   SweepConfig c = tiny({"shard=none"}, {1});
   c.rounds = 3;
-  const ShapeKey key{"tiny", "fp32", 2, 1};
+  const ShapeKey key{named_model("tiny"), Precision::fp32, 2, 1};
   const Limits roomy;
   std::vector<double> w = {1.1, 1.3, 1.2};
   EXPECT_DOUBLE_EQ(corun_scale(c, key, 2, roomy, w), 1.2);
