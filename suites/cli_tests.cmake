@@ -49,7 +49,10 @@ if(PARABENCH_BUILD_TESTS)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/calibrate_test.py
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_calibrate_work)
   # `full`: the quick suite calibrates once already, inside results_run_csv (parabench run).
-  set_tests_properties(cli_calibrate PROPERTIES TIMEOUT 300 LABELS "cli;full")
+  # RUN_SERIAL: calibrate times collectives at 0.05 s a size; a test beside it
+  # on the two cores (two_node_netns) made all_reduce's times not grow with
+  # size and calibrate refuse its fit, as it should on a noisy machine.
+  set_tests_properties(cli_calibrate PROPERTIES TIMEOUT 300 LABELS "cli;full" RUN_SERIAL TRUE)
   # Code that is not ours (#15): PyTorch trains the canonical model from an
   # export with its own strategies (scripts/torch); verify passes every trace
   # and fails the deliberately broken ones. Skipped (77) without the adapter's
