@@ -98,7 +98,8 @@ Trace trace_of(const std::vector<StepStats>& st, std::vector<double> grads1, std
 }
 
 
-// truth + k (x - truth), element by element: a trace k times as far from the truth as x.
+}  // namespace
+
 Trace scaled_distance(const Trace& x, const Trace& truth, double k) {
   auto scale = [&](const std::vector<double>& a, const std::vector<double>& t) {
     std::vector<double> out(t.size());
@@ -108,6 +109,8 @@ Trace scaled_distance(const Trace& x, const Trace& truth, double k) {
   return {scale(x.loss, truth.loss), scale(x.grad_norm, truth.grad_norm), scale(x.grads1, truth.grads1),
           scale(x.params, truth.params)};
 }
+
+namespace {
 
 std::string pack(const RankTimes& t) {
   std::vector<double> v = {t.wall_s, t.busy_s};

@@ -100,6 +100,10 @@ std::vector<ExactCheck> exact_checks(const Declared& d, const MemoryTracker& mem
 bool declares_bitwise(const StrategyRun& s);
 Replay replay_of(const StrategyRun& s);
 
+// truth + k (x - truth), element by element: a trace k times as far from the
+// truth as x (the fp64 floor of a rerun; check and check --reshard use it).
+Trace scaled_distance(const Trace& x, const Trace& truth, double k);
+
 // The single-device reference trained under `replay` (its split plan; one step
 // delayed weights for PipeDream-2BW): every step's loss and norm, the step-1
 // gradients and the final parameters, widened to double.

@@ -294,17 +294,6 @@ Trace switched(const RunSpec& a, const Replay& ra, const RunSpec& b, const Repla
   return replay;
 }
 
-// truth + k (x - truth): a trace k times as far from the truth as x (engine.cc's fp64 floor).
-Trace scaled_distance(const Trace& x, const Trace& truth, double k) {
-  auto scale = [&](const std::vector<double>& v, const std::vector<double>& tr) {
-    std::vector<double> out(tr.size());
-    for (size_t i = 0; i < tr.size() && i < v.size(); ++i) out[i] = tr[i] + k * (v[i] - tr[i]);
-    return out;
-  };
-  return {scale(x.loss, truth.loss), scale(x.grad_norm, truth.grad_norm), scale(x.grads1, truth.grads1),
-          scale(x.params, truth.params)};
-}
-
 RunSpec at_fp64(RunSpec s) {
   s.train.precision = Precision::fp64;
   return s;
