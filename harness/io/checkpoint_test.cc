@@ -6,6 +6,7 @@
 #include <fstream>
 #include <gtest/gtest.h>
 
+#include "harness/input_error_testing.h"
 #include "harness/status.h"
 
 namespace pb {
@@ -81,29 +82,19 @@ TEST(Checkpoint, IndexJsonRoundTrip) {
   EXPECT_EQ(back.to_json(), ix.to_json());
 }
 
-std::string expect_input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError";
-  return "";
-}
-
 TEST(Checkpoint, ShardsThatDoNotTileAreRefused) {
   std::vector<float> w(10, 0.f);
   CheckpointShardWriter r0(0), r1(1);
   r0.add("w", {10}, StDType::F32, 0, 6, w.data());
   r1.add("w", {10}, StDType::F32, 5, 5, w.data());  // overlaps [5, 6)
   const CheckpointIndex overlap = make_checkpoint_index(a_run(), {r0.pieces(), r1.pieces()});
-  EXPECT_NE(expect_input_error([&] { overlap.check_tiling("x"); }).find("overlaps"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { overlap.check_tiling("x"); }).find("overlaps"), std::string::npos);
   CheckpointShardWriter r2(1);
   r2.add("w", {10}, StDType::F32, 7, 3, w.data());  // gap [6, 7)
   const CheckpointIndex gap = make_checkpoint_index(a_run(), {r0.pieces(), r2.pieces()});
-  EXPECT_NE(expect_input_error([&] { gap.check_tiling("x"); }).find("a gap [6, 7)"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { gap.check_tiling("x"); }).find("a gap [6, 7)"), std::string::npos);
   const CheckpointIndex short_end = make_checkpoint_index(a_run(), {r0.pieces()});
-  EXPECT_NE(expect_input_error([&] { short_end.check_tiling("x"); }).find("a gap [6, 10)"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { short_end.check_tiling("x"); }).find("a gap [6, 10)"), std::string::npos);
   TempDir d;  // and nothing is written when the index does not tile
   EXPECT_THROW(write_checkpoint_index(d.str(), gap), InputError);
   EXPECT_FALSE(fs::exists(d.path / kCheckpointIndexName));
@@ -114,7 +105,7 @@ TEST(Checkpoint, TruncatedShardIsRefused) {
   write_two_ranks(d.str());
   const fs::path f = d.path / CheckpointShardWriter::file_name(1);
   fs::resize_file(f, fs::file_size(f) - 3);
-  const std::string msg = expect_input_error([&] { CheckpointReader::open(d.str()); });
+  const std::string msg = input_error_of([&] { CheckpointReader::open(d.str()); });
   EXPECT_NE(msg.find("rank-00001.safetensors"), std::string::npos) << msg;
 }
 
@@ -143,11 +134,11 @@ TEST(Checkpoint, EditedIndexIsRefused) {
   ASSERT_NE(s, std::string::npos);
   t.replace(s, 8, "seed = 2");
   rewrite(t);
-  EXPECT_NE(expect_input_error([&] { CheckpointReader::open(d.str()); }).find("hash"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { CheckpointReader::open(d.str()); }).find("hash"), std::string::npos);
   rewrite("{ not json");
   EXPECT_THROW(CheckpointReader::open(d.str()), InputError);
   fs::remove(ip);
-  EXPECT_NE(expect_input_error([&] { CheckpointReader::open(d.str()); }).find("no index.json"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { CheckpointReader::open(d.str()); }).find("no index.json"), std::string::npos);
 }
 
 TEST(Checkpoint, ShardFileOutsideTheDirectoryIsRefused) {
@@ -162,7 +153,7 @@ TEST(Checkpoint, ShardFileOutsideTheDirectoryIsRefused) {
   const size_t at = text.find("rank-00000.safetensors");
   text.replace(at, 22, "../x.safetensors");
   std::ofstream(ip, std::ios::trunc) << text;
-  EXPECT_NE(expect_input_error([&] { CheckpointReader::open(d.str()); }).find("not a file name"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { CheckpointReader::open(d.str()); }).find("not a file name"), std::string::npos);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "harness/input_error_testing.h"
 #include "harness/status.h"
 
 namespace pb {
@@ -32,17 +33,6 @@ lr_bad = "fast"
 )";
 
 // Runs f, expects InputError, returns its message.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError";
-  return "";
-}
-
 TEST(Config, TypedReads) {
   auto c = ConfigReader::from_string(kToml);
   EXPECT_EQ(c.require<int64_t>("model.layers"), 4);
@@ -59,32 +49,32 @@ TEST(Config, TypedReads) {
 
 TEST(Config, RuleMessagesNameKeyAndRule) {
   auto c = ConfigReader::from_string(kToml);
-  EXPECT_EQ(error_of([&] { c.require<int64_t>("model.heads", Bounds::positive()); }), "model.heads: must be > 0, got -1");
-  EXPECT_EQ(error_of([&] { c.require<double>("train.lr_bad"); }), "train.lr_bad: expected a float, got string");
-  EXPECT_EQ(error_of([&] { c.require<int64_t>("train.lr"); }), "train.lr: expected an integer, got float");
-  EXPECT_EQ(error_of([&] { c.require<bool>("model.layers"); }), "model.layers: expected a boolean, got integer");
-  EXPECT_EQ(error_of([&] { c.require<std::vector<std::string>>("model.sizes"); }),
+  EXPECT_EQ(input_error_of([&] { c.require<int64_t>("model.heads", Bounds::positive()); }), "model.heads: must be > 0, got -1");
+  EXPECT_EQ(input_error_of([&] { c.require<double>("train.lr_bad"); }), "train.lr_bad: expected a float, got string");
+  EXPECT_EQ(input_error_of([&] { c.require<int64_t>("train.lr"); }), "train.lr: expected an integer, got float");
+  EXPECT_EQ(input_error_of([&] { c.require<bool>("model.layers"); }), "model.layers: expected a boolean, got integer");
+  EXPECT_EQ(input_error_of([&] { c.require<std::vector<std::string>>("model.sizes"); }),
             "model.sizes[0]: expected a string, got integer");
-  EXPECT_EQ(error_of([&] { c.require<std::vector<int64_t>>("model.layers"); }),
+  EXPECT_EQ(input_error_of([&] { c.require<std::vector<int64_t>>("model.layers"); }),
             "model.layers: expected an array of integers, got integer");
-  EXPECT_EQ(error_of([&] { c.require<double>("train.lr", Bounds::half_open(0.1, 1)); }),
+  EXPECT_EQ(input_error_of([&] { c.require<double>("train.lr", Bounds::half_open(0.1, 1)); }),
             "train.lr: must be in [0.1, 1), got 0.0003");
-  EXPECT_EQ(error_of([&] { c.require<std::vector<int64_t>>("model.sizes", Bounds::at_least(2)); }),
+  EXPECT_EQ(input_error_of([&] { c.require<std::vector<int64_t>>("model.sizes", Bounds::at_least(2)); }),
             "model.sizes[0]: must be >= 2, got 1");
-  EXPECT_EQ(error_of([&] { c.get<int64_t>("model.layers", 0, Bounds::at_most(2)); }), "model.layers: must be <= 2, got 4");
-  EXPECT_EQ(error_of([&] { c.require_enum("model.precision", {"fp64", "fp32"}); }),
+  EXPECT_EQ(input_error_of([&] { c.get<int64_t>("model.layers", 0, Bounds::at_most(2)); }), "model.layers: must be <= 2, got 4");
+  EXPECT_EQ(input_error_of([&] { c.require_enum("model.precision", {"fp64", "fp32"}); }),
             "model.precision: must be one of fp64, fp32; got 'bf16-mixed'");
-  EXPECT_NE(error_of([&] { c.require<int64_t>("train.epochs"); }).find("train.epochs: required key is missing"),
+  EXPECT_NE(input_error_of([&] { c.require<int64_t>("train.epochs"); }).find("train.epochs: required key is missing"),
             std::string::npos);
-  EXPECT_EQ(error_of([&] { c.require<int64_t>("model.layers.x"); }), "model.layers.x: 'model.layers' is integer, not a table");
-  EXPECT_EQ(error_of([&] { c.require<int64_t>("model..x"); }), "config key 'model..x': empty component");
+  EXPECT_EQ(input_error_of([&] { c.require<int64_t>("model.layers.x"); }), "model.layers.x: 'model.layers' is integer, not a table");
+  EXPECT_EQ(input_error_of([&] { c.require<int64_t>("model..x"); }), "config key 'model..x': empty component");
   EXPECT_EQ(c.require_enum("model.precision", {"fp64", "bf16-mixed"}), "bf16-mixed");
   EXPECT_EQ(c.get<int64_t>("train.warmup", 0, Bounds::closed(0, 2)), 2);
 }
 
 TEST(Config, IntRange) {
   auto c = ConfigReader::from_string("big = 5000000000\n");
-  EXPECT_EQ(error_of([&] { c.require<int>("big"); }), "big: must fit in a 32-bit integer, got 5000000000");
+  EXPECT_EQ(input_error_of([&] { c.require<int>("big"); }), "big: must fit in a 32-bit integer, got 5000000000");
   EXPECT_EQ(c.require<int64_t>("big"), 5000000000);
 }
 
@@ -108,7 +98,7 @@ TEST(Config, UnknownKeysWithSuggestion) {
   EXPECT_EQ(c.get<int64_t>("model.hidden", 32), 32);
   EXPECT_EQ(c.get<int64_t>("model.layers", 1), 2);
   EXPECT_EQ(c.unread_keys(), (std::vector<std::string>{"model.hiden", "train.layers"}));
-  const std::string msg = error_of([&] { c.check_no_unknown_keys(); });
+  const std::string msg = input_error_of([&] { c.check_no_unknown_keys(); });
   EXPECT_EQ(msg,
             "config x.toml: unknown key 'model.hiden' (did you mean 'model.hidden'?); "
             "unknown key 'train.layers' (did you mean 'model.layers'?)");
@@ -117,7 +107,7 @@ TEST(Config, UnknownKeysWithSuggestion) {
 TEST(Config, UnknownKeyWithoutCloseMatch) {
   auto c = ConfigReader::from_string("zzzzzz = 1\n", "y.toml");
   c.get<int64_t>("model.layers", 1);
-  EXPECT_EQ(error_of([&] { c.check_no_unknown_keys(); }), "config y.toml: unknown key 'zzzzzz'");
+  EXPECT_EQ(input_error_of([&] { c.check_no_unknown_keys(); }), "config y.toml: unknown key 'zzzzzz'");
 }
 
 TEST(Config, AllReadMeansNoUnknownKeys) {
@@ -128,12 +118,12 @@ TEST(Config, AllReadMeansNoUnknownKeys) {
 }
 
 TEST(Config, ParseErrorHasLineAndColumn) {
-  const std::string msg = error_of([] { ConfigReader::from_string("a = 1\nb = = 2\n", "bad.toml"); });
+  const std::string msg = input_error_of([] { ConfigReader::from_string("a = 1\nb = = 2\n", "bad.toml"); });
   EXPECT_EQ(msg.rfind("config bad.toml:2:", 0), 0u) << msg;
 }
 
 TEST(Config, MissingFile) {
-  EXPECT_EQ(error_of([] { ConfigReader::from_file("/nonexistent/cfg.toml"); }), "config /nonexistent/cfg.toml: cannot open");
+  EXPECT_EQ(input_error_of([] { ConfigReader::from_file("/nonexistent/cfg.toml"); }), "config /nonexistent/cfg.toml: cannot open");
 }
 
 TEST(Config, FromFile) {
@@ -161,8 +151,8 @@ TEST(Config, OverridesAndAssignments) {
   EXPECT_DOUBLE_EQ(c.require<double>("train.lr"), 1e-3);
   EXPECT_EQ(c.require<std::string>("model.kind"), "zero3");
   EXPECT_EQ(c.require<std::vector<int64_t>>("model.sizes"), (std::vector<int64_t>{4, 5}));
-  EXPECT_EQ(error_of([&] { c.set_from_assignment("noequals"); }), "--set 'noequals': expected key=value");
-  EXPECT_EQ(error_of([&] { c.set("model.layers.x", 1); }), "model.layers.x: cannot set, 'model.layers' is integer, not a table");
+  EXPECT_EQ(input_error_of([&] { c.set_from_assignment("noequals"); }), "--set 'noequals': expected key=value");
+  EXPECT_EQ(input_error_of([&] { c.set("model.layers.x", 1); }), "model.layers.x: cannot set, 'model.layers' is integer, not a table");
 }
 
 // Found by suites/fuzz/fuzz_config: a --set key or bare value that is not
@@ -171,11 +161,11 @@ TEST(Config, OverridesAndAssignments) {
 TEST(Config, SetRefusesInvalidUtf8) {
   auto c = ConfigReader::from_string("[train]\nsteps = 3\n");
   c.set_from_assignment("train.lr=3e-4");
-  EXPECT_EQ(error_of([&] { c.set_from_assignment("str\xff\xff\xff" "ategy.mesh=dp2"); }),
+  EXPECT_EQ(input_error_of([&] { c.set_from_assignment("str\xff\xff\xff" "ategy.mesh=dp2"); }),
             "--set 'str\xff\xff\xff" "ategy.mesh=dp2': not valid UTF-8");
-  EXPECT_NE(error_of([&] { c.set_from_assignment("model.precision=bf\xc0\xaf" "16"); }).find("not valid UTF-8"),
+  EXPECT_NE(input_error_of([&] { c.set_from_assignment("model.precision=bf\xc0\xaf" "16"); }).find("not valid UTF-8"),
             std::string::npos);  // an overlong '/'
-  EXPECT_NE(error_of([&] { c.set_from_assignment("a=\xed\xa0\x80"); }).find("not valid UTF-8"),
+  EXPECT_NE(input_error_of([&] { c.set_from_assignment("a=\xed\xa0\x80"); }).find("not valid UTF-8"),
             std::string::npos);  // a surrogate
   c.set_from_assignment("model.name=caf\xc3\xa9 \xf0\x9f\x9a\x80");  // UTF-8 stays welcome
   EXPECT_EQ(c.require<std::string>("model.name"), "caf\xc3\xa9 \xf0\x9f\x9a\x80");

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "harness/input_error_testing.h"
 #include "harness/status.h"
 
 namespace pb {
@@ -41,17 +42,6 @@ class CsvTest : public ::testing::Test {
   }
   fs::path dir_;
 };
-
-template <class F>
-std::string input_error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError";
-  return "";
-}
 
 TEST(CsvFormat, Rfc4180Quoting) {
   EXPECT_EQ(csv_escape("plain"), "plain");

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <gtest/gtest.h>
 
+#include "harness/input_error_testing.h"
 #include "harness/status.h"
 
 namespace pb {
@@ -39,16 +40,6 @@ std::string why(const ReshardResult& r) {
     for (const QuantityCheck& q : *v)
       if (!q.pass) out += " [" + q.quantity + "@" + std::to_string(q.step) + " ratio " + std::to_string(q.ratio) + "]";
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError";
-  return "";
 }
 
 struct Pair {
@@ -116,7 +107,7 @@ TEST(Reshard, UnevenOffsetIsHarmlessWhereUnitsSplitEvenly) {
   const ReshardResult r = run_reshard(pair("dp2,shard=zero3", "dp4,shard=zero3,faults=ckpt_uneven_offset",
                                            Precision::fp32));
   EXPECT_TRUE(r.pass()) << why(r);
-  EXPECT_NE(error_of([&] { run_reshard(pair("dp2,shard=zero3", "dp3,faults=ckpt_uneven_offset", Precision::fp32)); })
+  EXPECT_NE(input_error_of([&] { run_reshard(pair("dp2,shard=zero3", "dp3,faults=ckpt_uneven_offset", Precision::fp32)); })
                 .find("does not apply"),
             std::string::npos);
 }
@@ -171,21 +162,21 @@ TEST(Reshard, BadCheckpointsAreRefusedAndNothingIsWritten) {
 
   // Another model.
   std::string out = t.sub("o1");
-  std::string msg = error_of([&] { reshard_checkpoint(a, spec("dp4", "tiny-tp"), out); });
+  std::string msg = input_error_of([&] { reshard_checkpoint(a, spec("dp4", "tiny-tp"), out); });
   EXPECT_NE(msg.find("written by another model (tiny"), std::string::npos) << msg;
   EXPECT_TRUE(is_empty_dir(out));
   // Another run spec: the init seed.
   RunSpec other = spec("dp4");
   other.train.seed = 99;
   out = t.sub("o2");
-  msg = error_of([&] { reshard_checkpoint(a, other, out); });
+  msg = input_error_of([&] { reshard_checkpoint(a, other, out); });
   EXPECT_NE(msg.find("another init seed (1234; this run: 99)"), std::string::npos) << msg;
   EXPECT_TRUE(is_empty_dir(out));
   // A mesh it cannot be resharded to (pipelines do not checkpoint yet).
   out = t.sub("o3");
   RunSpec pp = spec("dp2.pp2");
   pp.train.microbatches = 4;
-  msg = error_of([&] { reshard_checkpoint(a, pp, out); });
+  msg = input_error_of([&] { reshard_checkpoint(a, pp, out); });
   EXPECT_NE(msg.find("cannot be resharded"), std::string::npos) << msg;
   EXPECT_TRUE(is_empty_dir(out));
   // A batch the mesh cannot split.
@@ -214,7 +205,7 @@ TEST(Reshard, BadCheckpointsAreRefusedAndNothingIsWritten) {
     std::ofstream(fs::path(b) / "index.json", std::ios::trunc) << text;
   }
   out = t.sub("o5");
-  msg = error_of([&] { reshard_checkpoint(b, spec("dp4"), out); });
+  msg = input_error_of([&] { reshard_checkpoint(b, spec("dp4"), out); });
   EXPECT_NE(msg.find("do not tile"), std::string::npos) << msg;
   EXPECT_TRUE(is_empty_dir(out));
 
@@ -224,7 +215,7 @@ TEST(Reshard, BadCheckpointsAreRefusedAndNothingIsWritten) {
   const fs::path f = fs::path(c) / "rank-00001.safetensors";
   fs::resize_file(f, fs::file_size(f) - 16);
   out = t.sub("o6");
-  msg = error_of([&] { reshard_checkpoint(c, spec("dp4"), out); });
+  msg = input_error_of([&] { reshard_checkpoint(c, spec("dp4"), out); });
   EXPECT_NE(msg.find("rank-00001.safetensors"), std::string::npos) << msg;
   EXPECT_TRUE(is_empty_dir(out));
 }
@@ -232,15 +223,15 @@ TEST(Reshard, BadCheckpointsAreRefusedAndNothingIsWritten) {
 TEST(Reshard, BadPairsAreRefused) {
   ReshardRun r = pair("dp2", "dp4", Precision::fp32);
   r.at = 4;
-  EXPECT_NE(error_of([&] { run_reshard(r); }).find("--reshard-at"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { run_reshard(r); }).find("--reshard-at"), std::string::npos);
   r = pair("dp2", "dp4", Precision::fp32);
   r.to.train.seed = 5;
-  EXPECT_NE(error_of([&] { run_reshard(r); }).find("init seed"), std::string::npos);
-  EXPECT_NE(error_of([&] { parse_reshard_side("dp2,faults=ckpt_drop_moments", "A", nullptr); }).find("checkpoint fault"),
+  EXPECT_NE(input_error_of([&] { run_reshard(r); }).find("init seed"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { parse_reshard_side("dp2,faults=ckpt_drop_moments", "A", nullptr); }).find("checkpoint fault"),
             std::string::npos);
   r = pair("dp2", "dp2.pp2", Precision::fp32);
   r.to.train.microbatches = 4;
-  EXPECT_NE(error_of([&] { run_reshard(r); }).find("cannot be resharded"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { run_reshard(r); }).find("cannot be resharded"), std::string::npos);
 }
 
 }  // namespace
