@@ -57,6 +57,7 @@ struct SplitPlan {
   // group order), so capacity and load balancing span them as they do across
   // the ranks; gradients accumulate over the joint microbatches in order.
   bool moe_joint = false;
+  bool operator==(const SplitPlan&) const = default;
 };
 
 struct StepStats {

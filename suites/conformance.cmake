@@ -2,7 +2,7 @@
 # strategy (impl/registry.h), the pipeline's timing report, the check matrix.
 parabench_library(NAME pb_conformance ALIAS pb::conformance
   SOURCES conformance/compare.cc conformance/engine.cc conformance/pipeline_report.cc conformance/verify.cc
-          conformance/reshard.cc
+          conformance/reshard.cc conformance/determinism.cc
   DEPS pb::strategies pb::reference pb::harness)
 parabench_test(NAME conformance_compare_test SOURCES conformance/compare_test.cc DEPS pb::conformance)
 parabench_test(NAME conformance_verify_test SOURCES conformance/verify_test.cc DEPS pb::conformance)
@@ -14,6 +14,8 @@ parabench_test(NAME conformance_tp_test SOURCES conformance/tp_conformance_test.
                DEPS pb::conformance TIMEOUT 300)
 # Resharding against an uninterrupted run (docs/checkpoint.md): the pairs, the
 # checkpoint faults, bad checkpoints.
+parabench_test(NAME conformance_determinism_test SOURCES conformance/determinism_test.cc
+               DEPS pb::conformance TIMEOUT 120)
 parabench_test(NAME conformance_reshard_test SOURCES conformance/reshard_test.cc
                DEPS pb::conformance TIMEOUT 300)
 parabench_test(NAME conformance_moe_test SOURCES conformance/moe_conformance_test.cc
@@ -46,7 +48,7 @@ target_link_libraries(teeth_table PRIVATE pb::teeth)
 parabench_warnings(teeth_table)
 
 list(APPEND PB_CLI_SOURCES cli/cmd_check.cc cli/cmd_run.cc cli/cmd_verify.cc cli/conformance_output.cc
-     cli/cmd_reshard.cc)
+     cli/cmd_reshard.cc cli/cmd_determinism.cc)
 set_source_files_properties(cli/cmd_run.cc PROPERTIES
   COMPILE_DEFINITIONS "PARABENCH_SOURCE_DIR=\"${PROJECT_SOURCE_DIR}\"")
 list(APPEND PB_CLI_DEPS pb::conformance)
@@ -56,6 +58,16 @@ list(APPEND PB_CLI_DEPS pb::conformance)
 parabench_mpi_test(NAME conformance_check_mpi_np2 NP 2
   COMMAND $<TARGET_FILE:parabench> check --dp 2 --shard none zero1 zero2 zero3 --precision fp32 bf16-mixed
           --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+# The determinism matrix (docs/numerics.md#determinism): every pair's claim
+# run and judged on the local backend, and local against MPI under mpirun.
+if(PARABENCH_BUILD_TESTS)
+  add_test(NAME conformance_check_determinism COMMAND $<TARGET_FILE:parabench> check --determinism)
+  set_tests_properties(conformance_check_determinism PROPERTIES TIMEOUT 300)
+  add_test(NAME conformance_check_determinism_flags COMMAND $<TARGET_FILE:parabench> check --determinism --mesh dp2)
+  set_tests_properties(conformance_check_determinism_flags PROPERTIES PASS_REGULAR_EXPRESSION "--determinism excludes --mesh|--mesh excludes --determinism")
+endif()
+parabench_mpi_test(NAME conformance_check_determinism_mpi_np2 NP 2
+  COMMAND $<TARGET_FILE:parabench> check --determinism --precision fp32 bf16-mixed TIMEOUT 300)
 parabench_mpi_test(NAME conformance_check_mpi_np4 NP 4
   COMMAND $<TARGET_FILE:parabench> check --dp 4 --shard none zero3 hsdp hzero --precision fp32
           --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)

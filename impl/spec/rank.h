@@ -148,6 +148,7 @@ class RankDevice {
 struct Replay {
   SplitPlan plan;
   bool delayed_weights = false;
+  bool operator==(const Replay&) const = default;
 };
 
 // The static side of one strategy implementation (one registration each).

@@ -14,6 +14,7 @@
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
 #include "suites/cli/conformance_output.h"
+#include "suites/cli/determinism_check.h"
 #include "suites/cli/reshard_flags.h"
 #include "reference/train_config_io.h"
 #include "suites/conformance/engine.h"
@@ -44,6 +45,7 @@ struct CheckFlags {
   std::vector<CLI::Option*> matrix_flags;
   CLI::Option *mesh_flag = nullptr, *spec_flag = nullptr;
   bool chaos = false;
+  bool determinism = false;  // --determinism: the determinism matrix instead (cmd_determinism.cc)
   std::string junit;  // --junit FILE
   std::string out = "results/runs";
   std::string run_dir;  // write into this directory instead of OUT/<run id>
@@ -600,6 +602,9 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--junit", f->junit, "also write JUnit XML here: one test case per configuration and quantity")
       ->check(non_empty());
   app->add_flag("--chaos", f->chaos, "inject seeded random delays into every collective");
+  auto determinism = app->add_flag("--determinism", f->determinism,
+                                   "instead of the matrix: which pairs of runs are bit-identical, bounded by the "
+                                   "rule or not vouched for, each claim run and judged (docs/numerics.md)");
   app->add_option("--out", f->out, "results directory")->capture_default_str();
   app->add_option("--run-dir", f->run_dir, "write directly into this directory");
   app->add_option("--backend", f->backend,
@@ -613,7 +618,12 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   // uninterrupted run, instead of the matrix; 4 steps unless --steps says.
   auto reshard = std::make_shared<ReshardCheckFlags>();
   add_reshard_check_flags(app, *reshard);
+  for (const char* other : {"--mesh", "--spec", "--strategy", "--reshard", "--chaos", "--junit", "--model", "--device",
+                            "--moe-capacity", "--out", "--run-dir"})
+    determinism->excludes(other);
+  for (CLI::Option* o : f->matrix_flags) determinism->excludes(o);
   reg.push_back({app, [f, reshard, app, &env] {
+                   if (f->determinism) return run_determinism_check(f->precisions, f->steps, f->backend, env);
                    if (!reshard->pairs.empty())
                      return run_reshard_check(*reshard, f->precisions, f->model, app->count("--steps") ? f->steps : 4);
                    return run_check(*f, env);
