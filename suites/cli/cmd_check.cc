@@ -625,7 +625,8 @@ void register_check(CLI::App& root, Registry& reg, const Env& env) {
   reg.push_back({app, [f, reshard, app, &env] {
                    if (f->determinism) return run_determinism_check(f->precisions, f->steps, f->backend, env);
                    if (!reshard->pairs.empty())
-                     return run_reshard_check(*reshard, f->precisions, f->model, app->count("--steps") ? f->steps : 4);
+                     return run_reshard_check(*reshard, f->precisions, f->model, app->count("--steps") ? f->steps : 4,
+                                              {f->out, f->run_dir, f->junit, env.git_rev});
                    return run_check(*f, env);
                  }});
 }

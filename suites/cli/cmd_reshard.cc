@@ -3,14 +3,19 @@
 // resharding judged against an uninterrupted run (suites/conformance/reshard.h).
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <numeric>
 
+#include "harness/io/csv_schema.h"
+#include "harness/io/junit.h"
+#include "harness/io/run_meta.h"
 #include "harness/status.h"
 #include "suites/cli/command.h"
 #include "suites/cli/common.h"
+#include "suites/cli/conformance_output.h"
 #include "suites/cli/reshard_flags.h"
 #include "impl/registry.h"
 #include "suites/conformance/reshard.h"
@@ -71,7 +76,7 @@ void add_reshard_check_flags(CLI::App* app, ReshardCheckFlags& f) {
 }
 
 int run_reshard_check(const ReshardCheckFlags& f, const std::vector<std::string>& precisions,
-                      const std::string& model, int steps) {
+                      const std::string& model, int steps, const ReshardOutputs& outputs) {
   std::vector<ReshardRun> runs;
   for (const std::string& pair : f.pairs) {
     const size_t colon = pair.find(':');
@@ -101,6 +106,10 @@ int run_reshard_check(const ReshardCheckFlags& f, const std::vector<std::string>
     require(!fs::exists(fs::symlink_status(f.keep, ec)),
             "--reshard-keep " + f.keep + ": exists; nothing is overwritten (name a new directory)");
   }
+  if (!outputs.junit.empty()) require_junit_writable(outputs.junit);
+  const std::string run_id = make_run_id(std::chrono::system_clock::now());
+  std::unique_ptr<ResultWriter> csv;  // made with the first result: a refused pair leaves no directory behind
+  JunitSuite junit{"parabench check --reshard", 0, {}};
   int failures = 0;
   for (ReshardRun& r : runs) {
     if (!f.keep.empty())
@@ -109,7 +118,31 @@ int run_reshard_check(const ReshardCheckFlags& f, const std::vector<std::string>
           fs::copy(dir, tmp, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
         });
       };
+    const auto started = std::chrono::steady_clock::now();
     const ReshardResult res = run_reshard(r);
+    // As conformance rows (the strategy column: the pair's label; the mesh:
+    // B's, where the run finishes) and JUnit cases, by check's own writers.
+    ConformanceResult as_row;
+    as_row.strategy = res.label;
+    as_row.mesh = mesh_text(r.to.mesh);
+    as_row.precision = res.precision;
+    as_row.world = r.to.world();
+    as_row.backend = "local";
+    as_row.bitwise_declared = res.bitwise_declared;
+    as_row.rule = res.rule;
+    as_row.bits = res.bits;
+    as_row.fp64 = res.fp64;
+    StrategyRun finish;
+    finish.spec = r.to;
+    if (!csv) {
+      const fs::path dir =
+          outputs.run_dir.empty() ? make_run_dir(outputs.out, run_id) : make_run_dir(outputs.run_dir, "");
+      csv = std::make_unique<ResultWriter>((dir / "conformance.csv").string(), "conformance");
+    }
+    write_conformance_rows(*csv, make_meta(run_id, outputs.git_rev, "local", r.to.world(), as_row.mesh,
+                                          config_hash_of(finish)),
+                           as_row, r.to.train.steps);
+    add_junit_cases(as_row, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), &junit);
     double worst = 0;
     for (const QuantityCheck& q : res.rule) worst = std::max(worst, q.ratio);
     std::string why;
@@ -124,9 +157,10 @@ int run_reshard_check(const ReshardCheckFlags& f, const std::vector<std::string>
                 !res.bitwise_declared ? "n/a" : all_pass(res.bits) ? "yes" : "no", why.c_str());
     failures += !res.pass();
   }
+  if (!outputs.junit.empty()) write_junit(outputs.junit, {junit});
   std::printf("\n%zu resharded runs, %d failed (judged against the uninterrupted fp64 truth; bits: against the "
-              "replay of A's order then B's)\n",
-              runs.size(), failures);
+              "replay of A's order then B's)\nresults: %s\n",
+              runs.size(), failures, csv ? csv->path().c_str() : "none");
   return failures ? 1 : 0;
 }
 

@@ -35,15 +35,36 @@ def run(args, rc, expect=None, timeout=300):
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
 
-# A pair passes; its fault is caught.
-run(["check", "--reshard", "dp2,shard=zero3:dp4,shard=zero1", "--precision", "fp32", "bf16-mixed"], 0,
-    "2 resharded runs, 0 failed")
-run(["check", "--reshard", "dp2,shard=zero3:dp4,shard=zero1,faults=ckpt_drop_moments", "--precision", "fp32"], 1,
-    "1 resharded runs, 1 failed")
+# A pair passes; its fault is caught. Both write conformance rows (the
+# strategy column: the pair's label) and JUnit cases, as check's matrix does.
+run(["check", "--reshard", "dp2,shard=zero3:dp4,shard=zero1", "--precision", "fp32", "bf16-mixed",
+     "--run-dir", w("rows_ok"), "--junit", w("ok.xml")], 0, "2 resharded runs, 0 failed")
+run(["check", "--reshard", "dp2,shard=zero3:dp4,shard=zero1,faults=ckpt_drop_moments", "--precision", "fp32",
+     "--run-dir", w("rows_bad"), "--junit", w("bad.xml")], 1, "1 resharded runs, 1 failed")
+
+
+def rows(d):
+    import csv
+    with open(w(d, "conformance.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+ok_rows, bad_rows = rows("rows_ok"), rows("rows_bad")
+if not ok_rows or not all(r["pass"] == "1" and r["mesh"] == "dp4" and " -> " in r["strategy"] for r in ok_rows):
+    failures.append(f"check --reshard rows of a passing pair: {ok_rows[:2]}")
+if {r["precision"] for r in ok_rows} != {"fp32", "bf16-mixed"} or not any(r["bitwise"] == "1" for r in ok_rows):
+    failures.append("check --reshard rows: want both precisions and the bitwise rows")
+if not any(r["pass"] == "0" and r["quantity"] == "params" for r in bad_rows):
+    failures.append(f"check --reshard rows of a dropped-moments load: no failing params row in {len(bad_rows)} rows")
+run(["validate", w("rows_ok", "conformance.csv"), w("rows_bad", "conformance.csv")], 0, "2 files checked, 0 with")
+for xml, failed in (("ok.xml", False), ("bad.xml", True)):
+    text = open(w(xml)).read()
+    if text.count("<testcase") < 3 or ("<failure" in text) != failed:
+        failures.append(f"check --reshard --junit {xml}: {text.count('<testcase')} cases, failure {'<failure' in text}")
 
 # A kept checkpoint, resharded there and back: the same files.
 ck = w("ck")
-run(["check", "--reshard", "dp2,shard=zero3:dp4", "--precision", "fp32", "--reshard-keep", ck], 0)
+run(["check", "--reshard", "dp2,shard=zero3:dp4", "--precision", "fp32", "--reshard-keep", ck, "--out", w("runs")], 0)
 run(["reshard", ck, "--mesh", "dp4", "--strategy", "shard=zero1", "--out", w("ck4")], 0, "resharded")
 run(["reshard", w("ck4"), "--mesh", "dp2", "--strategy", "shard=zero3", "--out", w("ck2")], 0)
 for f in ("rank-00000.safetensors", "rank-00001.safetensors", "index.json"):
@@ -65,11 +86,13 @@ run(["reshard", ck, "--mesh", "dp2.pp2", "--out", w("o_pp")], 2, "cannot be resh
 run(["reshard", ck, "--mesh", "dp5", "--out", w("o_dp5")], 2, "dp5")
 run(["reshard", w("nope"), "--mesh", "dp4", "--out", w("o_nope")], 2, "not a directory")
 run(["check", "--reshard", "dp2:tp2", "--precision", "fp32", "--model", "tiny-tp", "--reshard-keep", ck], 2, "exists")
-run(["check", "--reshard", "dp2", "--precision", "fp32"], 2, "is not A:B")
-run(["check", "--reshard", "dp2,faults=ckpt_step_reset:dp4", "--precision", "fp32"], 2, "checkpoint fault")
-run(["check", "--reshard", "dp2:dp4,faults=ckpt_uneven_offset", "--precision", "fp32"], 2, "does not apply")
-run(["check", "--reshard", "dp2:dp4", "--precision", "fp32", "--steps", "4", "--reshard-at", "4"], 2,
+run(["check", "--reshard", "dp2", "--precision", "fp32", "--out", w("refused")], 2, "is not A:B")
+run(["check", "--reshard", "dp2,faults=ckpt_step_reset:dp4", "--precision", "fp32", "--out", w("refused")], 2, "checkpoint fault")
+run(["check", "--reshard", "dp2:dp4,faults=ckpt_uneven_offset", "--precision", "fp32", "--out", w("refused")], 2, "does not apply")
+run(["check", "--reshard", "dp2:dp4", "--precision", "fp32", "--steps", "4", "--reshard-at", "4", "--out", w("refused")], 2,
     "--reshard-at")
+if os.path.exists(w("refused")):
+    failures.append("check --reshard: a refused pair left a results directory behind")
 # A truncated shard.
 shutil.copytree(ck, w("trunc"))
 f = w("trunc", "rank-00001.safetensors")
