@@ -259,6 +259,10 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   }
   const DType dt = storage_dtype(s.spec.train.precision);
   res.rule = check_rule(res.trace, floors, truth, dt, s.rule);
+  // The global gradient norm before clipping, every step, by the same rule:
+  // a norm reduced over the wrong ranks moves loss and parameters only
+  // through the clip factor (docs/numerics.md).
+  for (QuantityCheck& c : check_grad_norm(res.trace, floors, truth, dt, s.rule)) res.rule.push_back(std::move(c));
   if (at_fp64) {
     // The fp64 floor. At fp64 the truth is the reference, so the floor needs
     // correct references that round differently: a few fp64 ulps alone are
@@ -285,6 +289,8 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
     std::vector<const Trace*> floors64 = {&truth};
     for (const Trace& t : refs64) floors64.push_back(&t);
     res.fp64 = check_rule(fp64_res.trace, floors64, truth, DType::f64, s.rule);
+    for (QuantityCheck& c : check_grad_norm(fp64_res.trace, floors64, truth, DType::f64, s.rule))
+      res.fp64.push_back(std::move(c));
   }
   if (twin) res.bits = check_bitwise(res.trace, twin_res.trace);
   else if (res.bitwise_declared) res.bits = check_bitwise(res.trace, rep);
