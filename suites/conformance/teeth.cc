@@ -48,7 +48,8 @@ std::vector<FaultCatch> fault_catches(const std::vector<TeethCase>& cases) {
   std::vector<FaultCatch> out;
   for (const TeethCase& c : cases) {
     const Strategy& st = strategy_for(c.base.spec);
-    const std::string name = conformance_label(c.base.spec);
+    // The mesh first: cases differing only in it (a pipeline at dp1 and dp2) stay apart.
+    const std::string name = mesh_text(c.base.spec.mesh) + " " + conformance_label(c.base.spec);
     for (const FaultDecl& f : st.faults) {
       if (std::find(c.axes.begin(), c.axes.end(), f.axis) == c.axes.end() || !f.applies(c.base.spec)) continue;
       StrategyRun r = c.base;
