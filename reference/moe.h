@@ -44,6 +44,7 @@ enum class MoeFault : uint8_t {
   router_grad_missing,  // no gradient to the router through the top-k weights (only the aux's)
   ep_combine_permuted,  // expert parallel: each expert's returned rows land on its tokens in reverse order
   ep_expert_grads_dp,   // expert parallel: expert gradients reduced over the whole data group, not edp
+  ep_grads_ep_times,    // expert parallel: the reduced expert gradients ep times too large
 };
 
 // The rows an expert-parallel exchange moves, `width` elements of `dtype`

@@ -10,13 +10,19 @@
 
 namespace pb::dp {
 
+namespace {
+// The shard group the ranks actually build: the one asked for, or under
+// Fault::hsdp_runs_flat all of dp (the declarations and the replay keep F).
+int running_shard_group(const DpOptions& o) { return o.has(Fault::hsdp_runs_flat) ? o.dp : shard_group(o); }
+}  // namespace
+
 DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOptions& o, MeshAxis axis,
                       const std::string& prefix) {
   DpComms c;
   const auto dp_groups = mesh_groups(mesh, axis);
   c.dp = world.split_groups(dp_groups, prefix + group_name(Group::dp));
   if (o.shard == Shard::hsdp) {
-    const TwoLevelGroups hs = split_consecutive(dp_groups, shard_group(o), "strategy.shard_group");
+    const TwoLevelGroups hs = split_consecutive(dp_groups, running_shard_group(o), "strategy.shard_group");
     c.shard = world.split_groups(hs.intra, prefix + group_name(Group::dp_shard));
     c.replica = world.split_groups(hs.inter, prefix + group_name(Group::dp_replica));
   } else if (o.shard == Shard::hzero) {
@@ -28,7 +34,7 @@ DpComms make_dp_comms(Communicator& world, const MeshShape& mesh, const DpOption
 }
 
 int owned_slice(const DpOptions& o, int dp_rank) {
-  if (o.shard == Shard::hsdp) return dp_rank % shard_group(o);
+  if (o.shard == Shard::hsdp) return dp_rank % running_shard_group(o);
   if (o.shard == Shard::hzero) {
     const int rpn = o.ranks_per_node, nodes = o.dp / rpn;
     return (dp_rank % rpn) * nodes + dp_rank / rpn;
@@ -40,7 +46,7 @@ template <class T>
 Component<T>::Component(const DpOptions& o, std::vector<UnitSpan> units, const ParamLayout& layout,
                         uint64_t seed, DpComms& comms, MemoryTracker& mem, const kernels::DeviceOps<T>& ops)
     : o_(o), c_(comms), mem_(mem), ops_(&ops) {
-  g_ = shard_group(o);
+  g_ = running_shard_group(o);
   rpn_ = o.ranks_per_node ? o.ranks_per_node : o.dp;
   nodes_ = o.dp / rpn_;
   sl_ = std::make_unique<ShardLayout>(units, g_, owned_slice(o, c_.dp->rank()));
@@ -253,7 +259,8 @@ double Component<T>::local_sq() const {
     }
     return sq;
   }
-  if (o_.shard == Shard::hsdp && c_.dp->rank() >= g_) return 0;  // replicas hold copies
+  if (o_.shard == Shard::hsdp && c_.dp->rank() >= g_ && !o_.has(Fault::norm_over_replicas))
+    return 0;  // replicas hold copies
   for (int u = 0; u < sl_->num_units(); ++u) {  // owned ranges in unit order (the replay's norm parts)
     const UnitShard& s = sl_->unit(u);
     auto [lo, hi] = sl_->owned(u);

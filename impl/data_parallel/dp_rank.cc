@@ -71,10 +71,12 @@ StepStats data_parallel_step(ModelStates<T>& ms, const TrainConfig& cfg, int Bm,
     if (k == 0 && o.has(Fault::sync_wrong_microbatch)) hooks.finish();
   }
   hooks.finish();
+  ms.inflate_expert_grads();  // a fault's, else nothing
   if (h.synced) h.synced();
   // DDP: every rank holds the reduced gradient; sharded: partials, summed.
   double sq = dp.local_sq();
-  if (o.shard != Shard::none && scalar.size() > 1) scalar.all_reduce(&sq, &sq, 1, DType::f64);
+  if (o.shard != Shard::none && scalar.size() > 1 && !o.has(Fault::norm_not_all_reduced))
+    scalar.all_reduce(&sq, &sq, 1, DType::f64);
   if (Component<T>* experts = ms.experts()) {
     double e = experts->local_sq();
     if (expert_scalar && expert_scalar->size() > 1) expert_scalar->all_reduce(&e, &e, 1, DType::f64);

@@ -76,7 +76,9 @@ class DenseAndExpertStageHooks final : public StageHooks<T> {
 
 template <class T>
 ModelStates<T>::ModelStates(StatesPlan plan, Communicator& world, const MeshShape& mesh, const ParamLayout& layout,
-                            uint64_t seed, MemoryTracker& mem, const kernels::DeviceOps<T>& ops) {
+                            uint64_t seed, MemoryTracker& mem, const kernels::DeviceOps<T>& ops)
+    : ops_(&ops) {
+  if (plan.dense.moe_faults.count(MoeFault::ep_grads_ep_times)) inflate_ = mesh.ep;
   dense_c_ = make_dp_comms(world, mesh, plan.dense, plan.axis);
   if (plan.split_experts) expert_c_ = make_expert_comms(world, mesh, plan.experts, plan.dense);
   dense_ = std::make_unique<Component<T>>(plan.dense, std::move(plan.units), layout, seed, dense_c_, mem, ops);
@@ -125,6 +127,14 @@ template <class T>
 void ModelStates<T>::zero_grads() {
   dense_->zero_grads();
   if (experts_) experts_->zero_grads();
+}
+
+template <class T>
+void ModelStates<T>::inflate_expert_grads() {
+  if (!experts_ || inflate_ == 1) return;
+  experts_->for_each_held(/*grads=*/true, [&](int64_t lo, int64_t hi, T* g) {
+    for (int k = 1; k < inflate_; k *= 2) ops_->accumulate(g, g, size_t(hi - lo));
+  });
 }
 
 template <class T>

@@ -102,6 +102,10 @@ class ModelStates {
   // Both components' checkpoint state (Component::save_state / load_state).
   void save_state(RankCheckpointOut& out) const;
   void load_state(const RankCheckpointIn& in);
+  // MoeFault::ep_grads_ep_times (test-only), after the step's reduction: the
+  // expert component's held gradients multiplied by ep (doubled log2(ep)
+  // times); nothing without the fault.
+  void inflate_expert_grads();
   // AdamW step t of both components at lr, the gradients scaled by `clip`.
   void step(const OptimConfig& oc, long t, double lr, double clip);
   // Collective over `check` (every rank of the run): the full vector, each
@@ -118,6 +122,8 @@ class ModelStates {
   FamilyHooks<T>* hooks_ = nullptr;
   std::unique_ptr<StageHooks<T>> dense_s_, expert_s_, both_s_;
   StageHooks<T>* stage_ = nullptr;
+  const kernels::DeviceOps<T>* ops_ = nullptr;
+  int inflate_ = 1;  // ep under MoeFault::ep_grads_ep_times
 };
 
 // A mixture-of-experts model's routing scope (reference/moe.h), made here

@@ -34,6 +34,8 @@ std::vector<Fault> faults_for(Shard s, Offload o) {
            Fault::skip_replica_reduce, Fault::keep_gathered};
       break;
   }
+  if (s != Shard::none) f.push_back(Fault::norm_not_all_reduced);
+  if (s == Shard::hsdp) f.insert(f.end(), {Fault::norm_over_replicas, Fault::hsdp_runs_flat});
   if (o == Offload::optimizer) f.push_back(Fault::no_copy_back);
   return f;
 }
@@ -74,6 +76,15 @@ std::span<const FaultDecl> fault_decls() {
       {"keep_gathered", D, uint8_t(keep_gathered),
        "ZeRO-3 family: a block's gathered buffer leaks until the end of the microbatch (only comm memory shows it)",
        listed_for<keep_gathered, faults_for_spec>},
+      {"norm_not_all_reduced", D, uint8_t(norm_not_all_reduced),
+       "ZeRO/FSDP: the gradient norm is this rank's shard's, never all-reduced (each rank clips by its own)",
+       listed_for<norm_not_all_reduced, faults_for_spec>, "torchtitan #766"},
+      {"norm_over_replicas", D, uint8_t(norm_over_replicas),
+       "HSDP: the norm's partials are summed over the replicas too (each element counted dp / F times)",
+       listed_for<norm_over_replicas, faults_for_spec>, "VeOmni #184"},
+      {"hsdp_runs_flat", D, uint8_t(hsdp_runs_flat),
+       "HSDP: the mesh that runs is not the one asked for: states sharded over all of dp (flat FSDP), no replicas",
+       listed_for<hsdp_runs_flat, faults_for_spec>, "issue #49: HSDP silently run as flat FSDP"},
       {"no_copy_back", FaultAxis::offload, uint8_t(no_copy_back),
        "offload: device params are not refreshed from the host master", listed_for<no_copy_back, faults_for_spec>}};
   return d;
@@ -129,7 +140,7 @@ void validate(const DpOptions& o) {
                 " (applies to: " + applies_to(f) + ")");
   // Faults of the reduction need something to reduce (one rank's sum is
   // itself), and skipping the cross-replica sum needs more than one replica.
-  for (Fault f : {Fault::grad_not_averaged, Fault::skip_bucket, Fault::skip_grad_reduce})
+  for (Fault f : {Fault::grad_not_averaged, Fault::skip_bucket, Fault::skip_grad_reduce, Fault::norm_not_all_reduced})
     require(!o.has(f) || o.dp >= 2, "strategy.faults: " + fault_name(f) + " needs strategy.dp >= 2");
   require(!o.has(Fault::stale_params) || o.shard >= Shard::zero3 || o.dp >= 2,
           "strategy.faults: stale_params needs strategy.dp >= 2 with zero1/zero2 (no all-gather to skip)");
@@ -138,6 +149,9 @@ void validate(const DpOptions& o) {
           "a group of one reduces nothing");
   require(!o.has(Fault::skip_replica_reduce) || o.shard != Shard::hsdp || o.dp > shard_group(o),
           "strategy.faults: skip_replica_reduce needs more than one hsdp replica (strategy.dp > shard_group)");
+  for (Fault f : {Fault::norm_over_replicas, Fault::hsdp_runs_flat})
+    require(!o.has(f) || o.shard != Shard::hsdp || o.dp > shard_group(o),
+            "strategy.faults: " + fault_name(f) + " needs more than one hsdp replica (strategy.dp > shard_group)");
   // Without resharding every block stays gathered into backward, so a leak
   // until the end of the microbatch cannot raise the peak: nothing to catch.
   require(!o.has(Fault::keep_gathered) || (o.shard >= Shard::zero3 && o.reshard_after_forward),
@@ -155,10 +169,13 @@ void validate(const DpOptions& o, const TrainConfig& cfg) {
           "train.microbatches: must divide the per-rank batch (" + std::to_string(per_rank) + ")");
   require(!o.has(Fault::sync_wrong_microbatch) || cfg.microbatches >= 2,
           "strategy.faults: sync_wrong_microbatch needs train.microbatches >= 2 (the first is the last)");
+  // Injected by doubling (model_states.h inflate_expert_grads): exact at every precision.
+  require(!o.moe_faults.count(MoeFault::ep_grads_ep_times) || (o.ep & (o.ep - 1)) == 0,
+          "strategy.faults: ep_grads_ep_times needs mesh ep a power of two");
   const bool shared = cfg.model.moe.experts > 0 && cfg.model.moe.capacity == MoeCapacity::global && o.dp > 1;
   for (MoeFault f : o.moe_faults) {
     require(cfg.model.moe.experts > 0, "strategy.faults: " + ep::moe_fault_name(f) + " needs a mixture-of-experts model");
-    if (f == MoeFault::ep_combine_permuted || f == MoeFault::ep_expert_grads_dp)
+    if (f == MoeFault::ep_combine_permuted || f == MoeFault::ep_expert_grads_dp || f == MoeFault::ep_grads_ep_times)
       require(o.ep >= 2, "strategy.faults: " + ep::moe_fault_name(f) + " needs expert parallel (mesh ep >= 2)");
     else
       require(f == MoeFault::router_grad_missing || shared,

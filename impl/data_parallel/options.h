@@ -29,6 +29,10 @@ enum class Fault : uint8_t {
   keep_gathered,         // ZeRO-3 family: a block's gathered buffer leaks until the end of
                          //   the microbatch (gathered again for backward, so numerics and
                          //   comm volume are unchanged: only the comm-memory check sees it)
+  // Bug classes shipped by frameworks (each FaultDecl names its source):
+  norm_not_all_reduced,  // sharded: each rank clips by the norm of its own shard (no sum over dp)
+  norm_over_replicas,    // HSDP: the norm's partials summed over every replica (each counted dp/F times)
+  hsdp_runs_flat,        // HSDP: the ranks shard over all of dp (flat FSDP), not the shard groups asked for
 };
 std::string fault_name(Fault f);
 // The data axis's faults, declared (impl/spec/fault.h); no_copy_back is the

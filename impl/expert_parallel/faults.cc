@@ -31,7 +31,10 @@ std::span<const FaultDecl> moe_fault_decls() {
       {"ep_combine_permuted", M, uint8_t(ep_combine_permuted),
        "expert parallel: each expert's returned rows land on its tokens in reverse order", expert_parallel},
       {"ep_expert_grads_dp", M, uint8_t(ep_expert_grads_dp),
-       "expert parallel: expert gradients reduced over the whole data group, not edp", expert_parallel}};
+       "expert parallel: expert gradients reduced over the whole data group, not edp", expert_parallel},
+      {"ep_grads_ep_times", M, uint8_t(ep_grads_ep_times),
+       "expert parallel: the reduced expert gradients are ep times too large (averaged over edp, not dp)",
+       expert_parallel, "pytorch #160285, Megatron-LM PR #5956, DeepSpeed PR #5259"}};
   return d;
 }
 

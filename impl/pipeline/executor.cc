@@ -307,6 +307,9 @@ void PipelineRank<T>::backward(const Action& a) {
   double tokens = o_.data.has(dp::Fault::grad_not_averaged) ? double(cfg_.tokens_per_step()) / o_.dp()
                                                             : double(cfg_.tokens_per_step());
   if (o_.tensor.context.has(cp::Fault::loss_per_rank)) tokens /= o_.cp();  // by the tokens the rank holds
+  if (o_.faults.grads_rescaled_by_microbatches) tokens *= cfg_.microbatches;
+  if (o_.faults.unnormalized_loss) tokens = 1;
+  if (o_.faults.zero_grads_per_microbatch && mb > 0) states_->zero_grads();
   if (st.head) {
     const int fin = su_.of_model[size_t(layout_.final_unit())], w = o_.pp > 1 ? su_.tied : su_.wte;
     const T* lnf = param(mb, fin, true);

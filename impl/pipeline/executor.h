@@ -78,7 +78,15 @@ struct PipelineFaults {
                                       // (needs pp >= 2, v = 1, m >= 2)
   bool tied_grad_not_summed = false;  // wte's embedding and LM-head gradients are never summed
   bool drop_w = false;                // rank 0 skips W of microbatch 0 (split-backward schedules)
-  bool any() const { return skip_microbatch || grad_to_wrong_stage || tied_grad_not_summed || drop_w; }
+  bool grads_rescaled_by_microbatches = false;  // the loss gradient divided by m once more
+  bool unnormalized_loss = false;               // backward on the loss summed, not averaged over tokens
+  bool zero_grads_per_microbatch = false;       // every B of a microbatch > 0 first zeroes the stage's grads
+  bool tied_sum_after_reduce_scatter = false;   // ZeRO-1: wte's stage sum after the dp reduce-scatter
+  bool any() const {
+    return skip_microbatch || grad_to_wrong_stage || tied_grad_not_summed || drop_w ||
+           grads_rescaled_by_microbatches || unnormalized_loss || zero_grads_per_microbatch ||
+           tied_sum_after_reduce_scatter;
+  }
 };
 
 struct PipelineOptions {

@@ -113,6 +113,17 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
               " (applies to: zb-h1, the split-backward schedule)");
   require(!f.skip_microbatch || cfg.microbatches >= 2, "fault skip_microbatch: needs microbatches >= 2");
   require(!f.tied_grad_not_summed || o.pp >= 2, "fault tied_grad_not_summed: needs pp >= 2");
+  require(!f.grads_rescaled_by_microbatches || cfg.microbatches >= 2,
+          "fault grads_rescaled_by_microbatches: needs microbatches >= 2");
+  require(!f.zero_grads_per_microbatch ||
+              (cfg.microbatches >= 2 && o.virtual_stages == 1 &&
+               (o.kind == ScheduleKind::gpipe || o.kind == ScheduleKind::one_f_one_b) &&
+               o.data.shard <= dp::Shard::zero1),
+          "fault zero_grads_per_microbatch: needs gpipe or 1f1b, virtual_stages = 1, microbatches >= 2 and "
+          "shard none or zero1 (one gradient buffer per stage)");
+  require(!f.tied_sum_after_reduce_scatter ||
+              (o.pp >= 2 && o.dp() >= 2 && o.data.shard == dp::Shard::zero1 && o.kind != ScheduleKind::pipedream_2bw),
+          "fault tied_sum_after_reduce_scatter: needs pp >= 2, dp >= 2 and shard zero1 (not 2bw)");
 }
 
 SplitPlan pipeline_replay_plan(const PipelineOptions& o, const TrainConfig& cfg) {
@@ -167,7 +178,13 @@ double PipelineRank<T>::reduce_grads() {
     tied.rows = layout_.wpe_offset();  // this rank's token-embedding rows
     if (tied_) tied.sum = [this](T* data, size_t n) { tied_->all_reduce(data, data, n, dtype_of<T>()); };
   }
-  hooks_->finish(tied);
+  if (o_.faults.tied_sum_after_reduce_scatter) {  // the dp reduction first, then the sum on the full rows
+    hooks_->finish({});
+    if (tied.sum) tied.sum(hooks_->grads(0, tied.unit, s_.weight_version(0)), size_t(tied.rows));
+  } else {
+    hooks_->finish(tied);
+  }
+  states_->inflate_expert_grads();  // a fault's, else nothing
   dp::Component<T>* dense = &states_->dense();
   dp::Component<T>* ex = states_->experts();
   if (tp_ && o_.tensor.sp && !o_.tensor.has(tp::Fault::skip_sp_grad_reduce))  // SP: partial per tp rank

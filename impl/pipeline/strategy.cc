@@ -19,6 +19,10 @@ PipelineOptions options_of(const RunSpec& s) {
       case Fault::grad_to_wrong_stage: o.faults.grad_to_wrong_stage = true; break;
       case Fault::tied_grad_not_summed: o.faults.tied_grad_not_summed = true; break;
       case Fault::drop_w: o.faults.drop_w = true; break;
+      case Fault::grads_rescaled_by_microbatches: o.faults.grads_rescaled_by_microbatches = true; break;
+      case Fault::unnormalized_loss: o.faults.unnormalized_loss = true; break;
+      case Fault::zero_grads_per_microbatch: o.faults.zero_grads_per_microbatch = true; break;
+      case Fault::tied_sum_after_reduce_scatter: o.faults.tied_sum_after_reduce_scatter = true; break;
     }
   }
   o.data = tp::data_options_of(s);  // the data axis's faults; data-parallel ranks per node
@@ -38,7 +42,20 @@ bool wrong_stage_bites(const RunSpec& s) {
   return s.mesh.pp >= 2 && s.pipe.virtual_stages == 1 && s.train.microbatches >= 2;
 }
 bool two_stages(const RunSpec& s) { return s.mesh.pp >= 2; }
+bool always(const RunSpec&) { return true; }
 bool split_backward(const RunSpec& s) { return s.pipe.schedule == ScheduleKind::zb_h1; }
+// One backward per microbatch and stage into one full gradient buffer.
+bool accumulates_whole(const RunSpec& s) {
+  const auto k = s.pipe.schedule.value_or(ScheduleKind::one_f_one_b);
+  return s.train.microbatches >= 2 && s.pipe.virtual_stages == 1 &&
+         (k == ScheduleKind::gpipe || k == ScheduleKind::one_f_one_b) &&
+         (s.data.shard == dp::Shard::none || s.data.shard == dp::Shard::zero1);
+}
+// The tied rows of two stages, reduce-scattered over dp (a distributed optimizer).
+bool tied_zero1(const RunSpec& s) {
+  return s.mesh.pp >= 2 && s.mesh.dp >= 2 && s.data.shard == dp::Shard::zero1 &&
+         s.pipe.schedule != ScheduleKind::pipedream_2bw;
+}
 }  // namespace
 
 std::span<const FaultDecl> fault_decls() {
@@ -51,7 +68,18 @@ std::span<const FaultDecl> fault_decls() {
       {"tied_grad_not_summed", P, uint8_t(Fault::tied_grad_not_summed),
        "wte's embedding and LM-head gradients are never summed", two_stages},
       {"drop_w", P, uint8_t(Fault::drop_w), "rank 0 skips W of microbatch 0 (split-backward schedules)",
-       split_backward}};
+       split_backward},
+      {"grads_rescaled_by_microbatches", P, uint8_t(Fault::grads_rescaled_by_microbatches),
+       "pipeline + accumulation: the gradients divided by the microbatch count once more, every step",
+       two_microbatches, "torchtitan #1733"},
+      {"unnormalized_loss", P, uint8_t(Fault::unnormalized_loss),
+       "backward runs on the loss summed over the tokens, not on their mean", always, "torchtitan #2972"},
+      {"zero_grads_per_microbatch", P, uint8_t(Fault::zero_grads_per_microbatch),
+       "the stage's gradients zeroed before each microbatch's backward: only the last one trains",
+       accumulates_whole, "NeMo Automodel PR #3530"},
+      {"tied_sum_after_reduce_scatter", P, uint8_t(Fault::tied_sum_after_reduce_scatter),
+       "ZeRO-1 stages: wte's first/last-stage sum done after the dp reduce-scatter, on the full rows",
+       tied_zero1, "Megatron-LM #844"}};
   return d;
 }
 

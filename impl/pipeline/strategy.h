@@ -14,7 +14,17 @@ const Strategy& strategy();
 
 // The pipeline's own injected faults (PipelineFaults' fields), declared
 // (impl/spec/fault.h).
-enum class Fault : uint8_t { skip_microbatch, grad_to_wrong_stage, tied_grad_not_summed, drop_w };
+enum class Fault : uint8_t {
+  skip_microbatch,
+  grad_to_wrong_stage,
+  tied_grad_not_summed,
+  drop_w,
+  // Bug classes shipped by frameworks (each FaultDecl names its source):
+  grads_rescaled_by_microbatches,
+  unnormalized_loss,
+  zero_grads_per_microbatch,
+  tied_sum_after_reduce_scatter,
+};
 std::span<const FaultDecl> fault_decls();
 
 // The spec's pipeline faults go to PipelineOptions::faults, each axis's to

@@ -39,6 +39,9 @@ struct FaultDecl {
   // a way the checker must see (the teeth inject it there); the axis's
   // validate refuses it where it has nothing to break.
   bool (*applies)(const RunSpec&) = nullptr;
+  // Where the bug class shipped (issue or PR of a real framework), for the
+  // teeth table; empty for the project's own faults.
+  std::string_view source = {};
 };
 
 // A spec's injected faults: rows of the axes' static tables, sorted by name,

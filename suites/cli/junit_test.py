@@ -56,7 +56,7 @@ root, got = cases(xml)
 classes = sorted({c for c, _, _, _ in got})
 expect(len(classes) == 2, f"two configurations: {classes}")
 names = {n for c, n, _, _ in got if "fault" not in c}
-for q in ("loss", "grads", "params"):
+for q in ("loss", "grad_norm", "grads", "params"):
     expect(q in names, f"a case for {q}: {sorted(names)}")
 expect(any(n.startswith("mem.") for n in names) and any(n.startswith("comm.") for n in names),
        f"memory and comm cases: {sorted(names)}")

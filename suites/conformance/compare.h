@@ -38,7 +38,7 @@ struct ToleranceRule {
 };
 
 struct QuantityCheck {
-  std::string quantity;  // loss | grads | params (verify: also grad_norm, lr)
+  std::string quantity;  // loss | grad_norm | grads | params (verify: also lr)
   int step = 0;          // 1-based; the last step for params
   double error = 0, floor = 0, ratio = 0, threshold = 0;
   bool bitwise = false;  // checked for bit equality instead of by the rule
@@ -56,8 +56,7 @@ std::vector<QuantityCheck> check_rule(const Trace& strategy, const std::vector<c
 // The gradient norm of every step (before clipping) by the same rule as the
 // loss, as its own quantity "grad_norm": relative error to the truth's norm,
 // floor the references' running maximum. A NaN, a negative or a wrong norm
-// fails. (verify judges it; check's strategies are judged on the gradients
-// themselves.)
+// fails. Both check (engine.h) and verify judge it.
 std::vector<QuantityCheck> check_grad_norm(const Trace& strategy, const std::vector<const Trace*>& refs,
                                            const Trace& truth, DType precision, const ToleranceRule& rule = {});
 

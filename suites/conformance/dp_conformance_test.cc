@@ -50,6 +50,32 @@ TEST(DpConformance, DdpAndZeroPassAtEveryWorldSizeBothPrecisions) {
       }
 }
 
+// The global gradient norm is a judged quantity of its own: one rule row
+// per step; a sharded norm never all-reduced (torchtitan #766) fails there at
+// every step, and the HSDP norm counted over replicas (VeOmni #184) too.
+TEST(DpConformance, GradNormJudgedEveryStep) {
+  auto norm_rows = [](const ConformanceResult& r, bool pass) {
+    int n = 0;
+    for (const auto& c : r.rule) n += c.quantity == "grad_norm" && c.pass == pass;
+    return n;
+  };
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+    auto s = run_of(dp::Shard::hsdp, 4, p);
+    s.spec.data.shard_group = 2;
+    const ConformanceResult ok = run_conformance(s);
+    EXPECT_TRUE(ok.pass()) << explain(ok);
+    EXPECT_EQ(norm_rows(ok, true), s.spec.train.steps);
+    for (dp::Fault f : {dp::Fault::norm_not_all_reduced, dp::Fault::norm_over_replicas}) {
+      auto bad = s;
+      for (const FaultDecl& d : dp::fault_decls())
+        if (d.axis == FaultAxis::data && dp::Fault(d.value) == f) bad.spec.faults = {&d};
+      ASSERT_EQ(bad.spec.faults.size(), 1u);
+      const ConformanceResult r = run_conformance(bad);
+      EXPECT_EQ(norm_rows(r, false), s.spec.train.steps) << dp::fault_name(f) << " " << explain(r);
+    }
+  }
+}
+
 TEST(DpConformance, AccumulationOverlapAndOffloadPass) {
   for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
     for (dp::Shard sh : {dp::Shard::none, dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3}) {

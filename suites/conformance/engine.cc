@@ -259,6 +259,12 @@ ConformanceResult run_conformance(const StrategyRun& s, World& world) {
   }
   const DType dt = storage_dtype(s.spec.train.precision);
   res.rule = check_rule(res.trace, floors, truth, dt, s.rule);
+  // The global gradient norm before clipping, every step, by the same rule:
+  // a norm reduced over the wrong ranks moves loss and parameters only
+  // through the clip factor (docs/numerics.md). Not in the fp64 rerun: no
+  // fp64 reference there sums the squares in another order, so its floor is
+  // the 4-ulp minimum, below a correct per-rank order's rounding.
+  for (QuantityCheck& c : check_grad_norm(res.trace, floors, truth, dt, s.rule)) res.rule.push_back(std::move(c));
   if (at_fp64) {
     // The fp64 floor. At fp64 the truth is the reference, so the floor needs
     // correct references that round differently: a few fp64 ulps alone are

@@ -48,7 +48,8 @@ std::vector<FaultCatch> fault_catches(const std::vector<TeethCase>& cases) {
   std::vector<FaultCatch> out;
   for (const TeethCase& c : cases) {
     const Strategy& st = strategy_for(c.base.spec);
-    const std::string name = conformance_label(c.base.spec);
+    // The mesh first: cases differing only in it (a pipeline at dp1 and dp2) stay apart.
+    const std::string name = mesh_text(c.base.spec.mesh) + " " + conformance_label(c.base.spec);
     for (const FaultDecl& f : st.faults) {
       if (std::find(c.axes.begin(), c.axes.end(), f.axis) == c.axes.end() || !f.applies(c.base.spec)) continue;
       StrategyRun r = c.base;
@@ -290,19 +291,25 @@ std::string catch_table_markdown(const std::vector<FaultCatch>& rows) {
     if (std::find(precisions.begin(), precisions.end(), r.precision) == precisions.end())
       precisions.push_back(r.precision);
   }
+  // Where a bug class shipped (FaultDecl::source), for the faults that have one.
+  auto source = [](const std::string& fault) {
+    for (const FaultDecl& d : fault_catalogue())
+      if (d.name == fault) return std::string(d.source);
+    return std::string();
+  };
   std::string out = "| strategy | fault |", rule = "|---|---|";
   for (Precision p : precisions) {
     out.append(" ").append(precision_name(p)).append(" |");
     rule.append("---|");
   }
-  out.append("\n").append(rule).append("\n");
+  out.append(" source |\n").append(rule).append("---|\n");
   for (const auto& key : keys) {
     out.append("| ").append(key.first).append(" | ").append(key.second).append(" |");
     for (Precision p : precisions) {
       auto it = cell[key].find(p);
       out.append(" ").append(it == cell[key].end() ? std::string("-") : it->second->caught_by()).append(" |");
     }
-    out.append("\n");
+    out.append(" ").append(source(key.second)).append(" |\n");
   }
   return out;
 }

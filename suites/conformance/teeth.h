@@ -19,7 +19,7 @@
 namespace pb {
 
 struct FaultCatch {
-  std::string strategy;  // ConformanceResult::strategy without the fault
+  std::string strategy;  // the mesh, then ConformanceResult::strategy without the fault
   std::string fault;
   Precision precision = Precision::fp32;
   bool bitwise_declared = false;

@@ -24,8 +24,18 @@ TEST(Teeth, EveryDataParallelFaultIsCaughtAtEveryPrecision) {
       EXPECT_TRUE(c.caught()) << where(c);
       // On the local backend every one of these runs replays bit for bit, so
       // a numeric fault fails on bits, whatever the precision's noise floor.
+      // Not: a leaked buffer (memory only), a norm reduced over the wrong
+      // ranks (the clip factor stays 1 on these runs: grad_norm's rule), the
+      // HSDP mesh run flat (correct numbers; memory and comm).
       EXPECT_TRUE(c.bitwise_declared) << where(c);
-      if (c.fault != "keep_gathered") {
+      if (c.fault == "norm_not_all_reduced" || c.fault == "norm_over_replicas") {
+        EXPECT_TRUE(c.rule) << where(c);
+      }
+      if (c.fault == "hsdp_runs_flat") {
+        EXPECT_TRUE(c.memory && c.comm) << where(c);
+      }
+      if (c.fault != "keep_gathered" && c.fault != "norm_not_all_reduced" && c.fault != "norm_over_replicas" &&
+          c.fault != "hsdp_runs_flat") {
         EXPECT_TRUE(c.bits) << where(c);
       }
     }
@@ -48,7 +58,9 @@ TEST(Teeth, EveryPipelineFaultIsCaughtAtEveryPrecision) {
     // The pipeline's own faults, and the data-parallel component's inside the stages.
     EXPECT_EQ(seen, (std::set<std::string>{"skip_microbatch", "grad_to_wrong_stage", "tied_grad_not_summed",
                                             "drop_w", "grad_not_averaged", "wrong_shard_offset", "stale_params",
-                                            "skip_grad_reduce", "skip_replica_reduce", "no_copy_back"}));
+                                            "skip_grad_reduce", "skip_replica_reduce", "no_copy_back",
+                                            "grads_rescaled_by_microbatches", "unnormalized_loss",
+                                            "zero_grads_per_microbatch", "tied_sum_after_reduce_scatter"}));
   }
 }
 
@@ -151,7 +163,7 @@ TEST(Teeth, EveryMixtureOfExpertsFaultIsCaughtAtEveryPrecision) {
     }
     for (const FaultDecl& f : declared_faults(FaultAxis::moe))
       EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
-    EXPECT_EQ(seen.size(), 5u);
+    EXPECT_EQ(seen.size(), 6u);
   }
 }
 
@@ -276,9 +288,13 @@ TEST(Teeth, CatchTableListsEveryPrecision) {
   b.rule = false;
   FaultCatch none{"ddp", "x", Precision::fp32, false, false, false, false, false, false, 0};
   const std::string t = catch_table_markdown({a, b, none});
-  EXPECT_NE(t.find("| strategy | fault | fp32 | bf16-mixed |"), std::string::npos) << t;
-  EXPECT_NE(t.find("| zero3 dp4 | skip_grad_reduce | bits+rule | bits |"), std::string::npos) << t;
-  EXPECT_NE(t.find("| ddp | x | NOT CAUGHT | - |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| strategy | fault | fp32 | bf16-mixed | source |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| zero3 dp4 | skip_grad_reduce | bits+rule | bits |  |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| ddp | x | NOT CAUGHT | - |  |"), std::string::npos) << t;
+  // A shipped bug class names where it shipped.
+  FaultCatch shipped{"zero3 dp4", "norm_not_all_reduced", Precision::fp32, true, false, true, false, false, false, 9};
+  EXPECT_NE(catch_table_markdown({shipped}).find("| zero3 dp4 | norm_not_all_reduced | rule | torchtitan #766 |"),
+            std::string::npos);
 }
 
 }  // namespace
