@@ -78,7 +78,9 @@ struct PipelineFaults {
                                       // (needs pp >= 2, v = 1, m >= 2)
   bool tied_grad_not_summed = false;  // wte's embedding and LM-head gradients are never summed
   bool drop_w = false;                // rank 0 skips W of microbatch 0 (split-backward schedules)
-  bool any() const { return skip_microbatch || grad_to_wrong_stage || tied_grad_not_summed || drop_w; }
+  bool untied_head_summed = false;    // the llama family: embed_tokens' and the untied lm_head's gradients
+                                      // are summed over {first, last} as if tied
+  bool any() const { return skip_microbatch || grad_to_wrong_stage || tied_grad_not_summed || drop_w || untied_head_summed; }
 };
 
 struct PipelineOptions {

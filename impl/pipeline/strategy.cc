@@ -19,6 +19,7 @@ PipelineOptions options_of(const RunSpec& s) {
       case Fault::grad_to_wrong_stage: o.faults.grad_to_wrong_stage = true; break;
       case Fault::tied_grad_not_summed: o.faults.tied_grad_not_summed = true; break;
       case Fault::drop_w: o.faults.drop_w = true; break;
+      case Fault::untied_head_summed: o.faults.untied_head_summed = true; break;
     }
   }
   o.data = tp::data_options_of(s);  // the data axis's faults; data-parallel ranks per node
@@ -37,7 +38,8 @@ bool two_microbatches(const RunSpec& s) { return s.train.microbatches >= 2; }
 bool wrong_stage_bites(const RunSpec& s) {
   return s.mesh.pp >= 2 && s.pipe.virtual_stages == 1 && s.train.microbatches >= 2;
 }
-bool two_stages(const RunSpec& s) { return s.mesh.pp >= 2; }
+bool tied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && !s.train.model.llama(); }
+bool untied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && s.train.model.llama(); }
 bool split_backward(const RunSpec& s) { return s.pipe.schedule == ScheduleKind::zb_h1; }
 }  // namespace
 
@@ -49,9 +51,13 @@ std::span<const FaultDecl> fault_decls() {
       {"grad_to_wrong_stage", P, uint8_t(Fault::grad_to_wrong_stage),
        "the last rank's input gradients of microbatches 0 and 1 swap tags", wrong_stage_bites},
       {"tied_grad_not_summed", P, uint8_t(Fault::tied_grad_not_summed),
-       "wte's embedding and LM-head gradients are never summed", two_stages},
+       "wte's embedding and LM-head gradients are never summed", tied_stages},
       {"drop_w", P, uint8_t(Fault::drop_w), "rank 0 skips W of microbatch 0 (split-backward schedules)",
-       split_backward}};
+       split_backward},
+      {"untied_head_summed", P, uint8_t(Fault::untied_head_summed),
+       "the llama family's untied lm_head gradient is summed with embed_tokens' over the first and last stage "
+       "as if tied",
+       untied_stages}};
   return d;
 }
 

@@ -14,7 +14,7 @@ const Strategy& strategy();
 
 // The pipeline's own injected faults (PipelineFaults' fields), declared
 // (impl/spec/fault.h).
-enum class Fault : uint8_t { skip_microbatch, grad_to_wrong_stage, tied_grad_not_summed, drop_w };
+enum class Fault : uint8_t { skip_microbatch, grad_to_wrong_stage, tied_grad_not_summed, drop_w, untied_head_summed };
 std::span<const FaultDecl> fault_decls();
 
 // The spec's pipeline faults go to PipelineOptions::faults, each axis's to
