@@ -110,7 +110,10 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   if (o.cp() > 1) cp_ = groups_.split(Group::cp, MeshAxis::cp);
   replicated_ = layout_.replicated_ranges();
   if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) states_->dense().exclude_from_norm(replicated_);
-  if (o.tensor.sp) sp_held_ = states_->dense().held_grads_in(replicated_);
+  // Summed over tp once per step: SP's replicated gradients, or (llama,
+  // kv_heads < tp) the replicated k_proj / v_proj ones (tensor_parallel/strategy.h).
+  if (o.tp() > 1) reduced_ = tp::tp_reduced_ranges(layout_, o.tensor.sp);
+  if (!reduced_.empty()) sp_held_ = states_->dense().held_grads_in(reduced_);
   const size_t N = size_t(Bm_) * cfg.seq;
   if (o.tp() > 1 || o.cp() > 1)
     tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_, cp_, &mem_, Bm_, cfg.seq, MoeScope{}, *ops_);

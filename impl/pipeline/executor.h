@@ -202,7 +202,8 @@ class PipelineRank : public RankBase<T> {
                *cp_ = nullptr;
   std::unique_ptr<tp::TpModel<T>> tpm_;  // tp > 1 or cp > 1
   std::vector<std::pair<int64_t, int64_t>> replicated_;  // flat ranges of tp-replicated params
-  int64_t sp_held_ = 0;  // SP: replicated gradient elements this rank all-reduces over tp per step
+  std::vector<std::pair<int64_t, int64_t>> reduced_;  // of them, the ones partial per tp rank (tp_reduced_ranges)
+  int64_t sp_held_ = 0;  // of reduced_, the gradient elements this rank all-reduces over tp per step
   // The stage's model states: the dense units' component and, in a
   // mixture-of-experts model, the stage's experts' (null when the stage has
   // no MoE block) over the expert data axis (groups "e*"); the actions meet

@@ -182,8 +182,9 @@ double PipelineRank<T>::reduce_grads() {
   hooks_->finish(tied);
   dp::Component<T>* dense = &states_->dense();
   dp::Component<T>* ex = states_->experts();
-  if (tp_ && o_.tensor.sp && !o_.tensor.has(tp::Fault::skip_sp_grad_reduce))  // SP: partial per tp rank
-    dense->all_reduce_held_grads(replicated_, *tp_);
+  // SP: partial per tp rank; llama with kv_heads < tp: the replicated k/v ones
+  if (tp_ && !reduced_.empty() && !(o_.tensor.sp && o_.tensor.has(tp::Fault::skip_sp_grad_reduce)))
+    dense->all_reduce_held_grads(reduced_, *tp_);
   // The experts' squares: this rank's experts once per edp group (DDP: every
   // edp rank holds them whole; sharded: each owned slice, local_sq's rule).
   double esq = 0;
@@ -394,7 +395,7 @@ Declared PipelineRank<T>::declared(int steps) const {
       c.all_reduce += s.all_reduce, c.all_gather += s.all_gather, c.reduce_scatter += s.reduce_scatter;
     }
     const int64_t n = int64_t(m_) * steps;
-    d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + (o_.tensor.sp ? sp_held_ * db * steps : 0));
+    d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + sp_held_ * db * steps);
     if (c.all_gather) d.add_comm(Group::tp, CommOp::all_gather, c.all_gather * n);
     if (c.reduce_scatter) d.add_comm(Group::tp, CommOp::reduce_scatter, c.reduce_scatter * n);
   }
