@@ -29,9 +29,6 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(world == o.dp() * o.tp() * o.cp() * o.pp, "dp: world size " + std::to_string(world) +
                                                         " must equal dp * tp * cp * pp = " +
                                                         std::to_string(o.dp() * o.tp() * o.cp() * o.pp));
-  require(!cfg.model.llama() || o.kind != ScheduleKind::zb_h1,
-          "strategy.schedule: zb-h1 does not support model family llama yet (its B/W split of the llama block is "
-          "not implemented; model " + cfg.model.name + "): gpipe, 1f1b, interleaved and 2bw run it");
   require(o.tensor.recompute == Recompute::none,
           "strategy.recompute: recomputation inside pipeline stages is not implemented yet");
   const auto tp_ok = tp::faults_for(o.tp(), o.tensor.sp, o.tensor.recompute, cfg.model.V % o.tp() != 0);

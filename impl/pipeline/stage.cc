@@ -114,10 +114,11 @@ int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64
                                int64_t db, int64_t ab, bool split, MoeStage moe) {
   const int64_t N = B * T, C = m.C;
   if (m.llama()) {  // the tensor-parallel runner's bytes at tp 1 are the reference's (gpt.cc BlockActs, HeadActs)
-    require(!split, "pipeline: the zero-bubble B/W split does not support model family llama yet");
     tp::TpShape x;
     x.model = m, x.Bm = int(B), x.Tn = int(T), x.elem_bytes = int(db), x.acc_bytes = int(ab);
-    return tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head);
+    // BlockGradStash: dout, dln2, dres, dln1 (C), gate|up's (2F), q|k|v's (qkv_width)
+    const int64_t stash = split ? (4 * N * C + 2 * N * m.ffn + N * m.qkv_width()) * db : 0;
+    return tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head) + st.num_blocks * stash;
   }
   // BlockActs: ln1, atty, xmid, ln2, xout (C); qkv (3C); fch, fchg (4C); att; 4 LN stats (A).
   const int64_t block = (5 * N * C + 3 * N * C + 8 * N * C + B * m.NH * T * T) * db + 4 * N * ab;

@@ -168,6 +168,7 @@ std::vector<StrategyRun> llama_pipe_cases(Precision p) {
   for (StrategyRun r : {pipe_case(pl::ScheduleKind::one_f_one_b, 2, 1, 1, p),
                         pipe_case(pl::ScheduleKind::interleaved, 2, 2, 1, p),
                         pipe_case(pl::ScheduleKind::pipedream_2bw, 2, 1, 1, p),
+                        pipe_case(pl::ScheduleKind::zb_h1, 2, 1, 1, p),
                         pipe_case(pl::ScheduleKind::gpipe, 2, 1, 2, p)}) {
     r.spec.train.model = named_model("tiny-llama");
     r.spec.train.model.L = 4;  // interleaved: two chunks of one block on each of two stages
