@@ -277,8 +277,8 @@ void validate(const RunSpec& s) {
                                                                  : nullptr;
     require(axis == nullptr, std::string(axis ? axis : "") + " does not support model family llama yet (mesh " +
                                  mesh_text(s.mesh) + ", model " + s.train.model.name +
-                                 "): the data-parallel family (mesh dpN), pipeline parallel (mesh dpN.ppK) and, for "
-                                 "dense models, tensor parallel (mesh dpN.tpT, sp, recompute) run it");
+                                 "): the data-parallel family (mesh dpN) and, for dense models, pipeline parallel "
+                                 "(mesh dpN.ppK) and tensor parallel (mesh dpN.tpT, sp, recompute) run it");
   }
   // Mixture of experts runs under data, expert and pipeline parallel, and
   // under tensor parallel (experts split over tp) x data parallel so far.
