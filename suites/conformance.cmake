@@ -241,6 +241,13 @@ if(PARABENCH_BUILD_TESTS)
             --spec "tp2 recompute=selective" "tp4 recompute=full" "tp4 recompute=selective,sp=on"
             "tp2 recompute=full,sp=on" "dp2.tp2 recompute=full,shard=zero3" "dp2 recompute=full"
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  # Its tooth: full recompute rerunning a block from the previous block's input.
+  add_test(NAME conformance_check_llama_recompute_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "tp2 recompute=full,faults=recompute_wrong_input" "tp4 recompute=full,sp=on,faults=recompute_wrong_input"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  set_tests_properties(conformance_check_llama_recompute_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n4 configurations, 4 failed\\.")
   set_tests_properties(conformance_check_llama_pp conformance_check_llama_pp_teeth conformance_check_llama_recompute
-                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
+                       conformance_check_llama_recompute_teeth PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
 endif()
