@@ -48,10 +48,10 @@ BlockGradStash<T>::BlockGradStash(MemoryTracker* mt, const ModelConfig& m, int B
   const size_t N = size_t(B) * Tn, C = m.C;
   auto act = MemTag::activations;
   dout = Buffer<T>(mt, act, N * C);
-  dfch = Buffer<T>(mt, act, N * 4 * C);
+  dfch = Buffer<T>(mt, act, N * (m.llama() ? 2 * size_t(m.ffn) : 4 * C));
   dln2 = Buffer<T>(mt, act, N * C);
   dres = Buffer<T>(mt, act, N * C);
-  dqkv = Buffer<T>(mt, act, N * 3 * C);
+  dqkv = Buffer<T>(mt, act, N * size_t(m.qkv_width()));
   dln1 = Buffer<T>(mt, act, N * C);
 }
 
@@ -261,7 +261,7 @@ template <class T>
 void Gpt<T>::block_backward_input(T* dx_in, BlockGradStash<T>& g, const T* dout, const T* x_in,
                                   const BlockActs<T>& a, const T* u, Scratch<T>& s) const {
   const auto& m = layout_->model();
-  require(!m.llama(), "the zero-bubble B/W split does not support model family llama yet");
+  if (m.llama()) return llama_block_backward_input(dx_in, g, dout, x_in, a, u, s);
   const auto& o = layout_->block();
   const int N = B_ * Tn_, C = m.C;
   const size_t NC = size_t(N) * C;
@@ -295,6 +295,7 @@ template <class T>
 void Gpt<T>::block_backward_weight(T* du, const BlockGradStash<T>& g, const T* x_in,
                                    const BlockActs<T>& a, Scratch<T>& s) const {
   const auto& m = layout_->model();
+  if (m.llama()) return llama_block_backward_weight(du, g, x_in, a, s);
   const auto& o = layout_->block();
   const int N = B_ * Tn_, C = m.C;
   float* ws = s.mm_ws.data();

@@ -79,10 +79,10 @@ struct Scratch {
 template <class T>
 struct BlockGradStash {
   Buffer<T> dout;  // (B,T,C) at the block output = fcproj's output
-  Buffer<T> dfch;  // (B,T,4C) at fc's output
+  Buffer<T> dfch;  // (B,T,4C) at fc's output (llama: (B,T,2F) at gate|up's)
   Buffer<T> dln2;  // (B,T,C) at ln2's output
   Buffer<T> dres;  // (B,T,C) at attproj's output (d xmid, both paths)
-  Buffer<T> dqkv;  // (B,T,3C) at qkv's output
+  Buffer<T> dqkv;  // (B,T,3C) at qkv's output (llama: (B,T,C + 2*KVH*hs), before the rotary embedding)
   Buffer<T> dln1;  // (B,T,C) at ln1's output
   BlockGradStash() = default;
   BlockGradStash(MemoryTracker* mt, const ModelConfig& m, int B, int Tn);
@@ -163,6 +163,11 @@ class Gpt {
   void llama_block_forward(BlockActs<T>& a, const T* x_in, const T* u, Scratch<T>& s) const;
   void llama_block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const BlockActs<T>& a, const T* u,
                             Scratch<T>& s) const;
+  // The zero-bubble split of llama_block_backward (block_backward_input / _weight).
+  void llama_block_backward_input(T* dx_in, BlockGradStash<T>& g, const T* dout, const T* x_in, const BlockActs<T>& a,
+                                  const T* u, Scratch<T>& s) const;
+  void llama_block_backward_weight(T* du, const BlockGradStash<T>& g, const T* x_in, const BlockActs<T>& a,
+                                   Scratch<T>& s) const;
   double llama_head_forward(HeadActs<T>& h, const T* x_last, const int32_t* targets, const T* norm,
                             const T* lm_head, Scratch<T>& s) const;
   void llama_head_backward(T* dx_last, T* dnorm, T* dlm_head, const T* x_last, const int32_t* targets,

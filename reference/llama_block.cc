@@ -97,6 +97,65 @@ void Gpt<T>::llama_attention_half_backward(T* dx_in, T* du, const T* x_in, const
   ops_->rmsnorm_backward(dx_in, du + o.ln1_w, s.dln.data(), x_in, u + o.ln1_w, a.ln1_rstd.data(), N, C);
 }
 
+// The zero-bubble split (gpt.h block_backward_input / _weight): B runs
+// llama_block_backward's input-gradient path alone and stashes the gradients
+// at each weight's output (gate|up's before SwiGLU, q|k|v's before RoPE) and
+// at each RMSNorm's output; W forms the weight gradients from them. Each
+// weight's gradient is the same kernel call on the same operands as in the
+// whole backward, so the two agree bit for bit.
+template <class T>
+void Gpt<T>::llama_block_backward_input(T* dx_in, BlockGradStash<T>& g, const T* dout, const T* x_in,
+                                        const BlockActs<T>& a, const T* u, Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C, F = m.ffn, W = m.qkv_width(), hs = m.head_size(), KVH = m.kv_heads;
+  const size_t NC = size_t(N) * C;
+  T* null = nullptr;
+  float* ws = s.mm_ws.data();
+  const int32_t* pos = positions_.data();
+  auto zero = [&](const Buffer<T>& b) { ops_->zero(b.data(), b.size() * sizeof(T)); };
+  ops_->copy(g.dout.data(), dout, NC * sizeof(T));
+  ops_->copy(g.dres.data(), dout, NC * sizeof(T));
+  zero(s.dfchg);
+  ops_->matmul_backward(s.dfchg.data(), null, null, dout, a.fchg.data(), u + o.fcproj_w, N, F, C, ws);
+  zero(g.dfch);
+  ops_->swiglu_backward(g.dfch.data(), a.fch.data(), s.dfchg.data(), N, F);
+  zero(g.dln2);
+  ops_->matmul_backward(g.dln2.data(), null, null, g.dfch.data(), a.ln2.data(), u + o.fc_w, N, C, 2 * F, ws);
+  ops_->rmsnorm_backward(g.dres.data(), null, g.dln2.data(), a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(), N, C);
+  ops_->copy(dx_in, g.dres.data(), NC * sizeof(T));
+  zero(s.datty);
+  ops_->matmul_backward(s.datty.data(), null, null, g.dres.data(), a.atty.data(), u + o.attproj_w, N, C, C, ws);
+  zero(s.dqkv);
+  ops_->attention_backward_gqa(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B_, Tn_, C,
+                               m.NH, KVH, s.att_ws.data());
+  zero(g.dqkv);
+  ops_->rope_backward(g.dqkv.data(), s.dqkv.data(), pos, B_, Tn_, m.NH, hs, W, m.rope_theta);
+  ops_->rope_backward(g.dqkv.data() + C, s.dqkv.data() + C, pos, B_, Tn_, KVH, hs, W, m.rope_theta);
+  const size_t kvC = size_t(KVH) * hs;
+  ops_->copy_rows(g.dqkv.data() + C + kvC, size_t(W), s.dqkv.data() + C + kvC, size_t(W), kvC, size_t(N));
+  zero(g.dln1);
+  ops_->matmul_backward(g.dln1.data(), null, null, g.dqkv.data(), a.ln1.data(), u + o.qkv_w, N, C, W, ws);
+  ops_->rmsnorm_backward(dx_in, null, g.dln1.data(), x_in, u + o.ln1_w, a.ln1_rstd.data(), N, C);
+}
+
+template <class T>
+void Gpt<T>::llama_block_backward_weight(T* du, const BlockGradStash<T>& g, const T* x_in, const BlockActs<T>& a,
+                                         Scratch<T>& s) const {
+  const auto& m = layout_->model();
+  const auto& o = layout_->block();
+  const int N = B_ * Tn_, C = m.C, F = m.ffn, W = m.qkv_width();
+  float* ws = s.mm_ws.data();
+  T* null = nullptr;
+  const T* nw = nullptr;  // the weights only feed dinp, which W never computes
+  ops_->matmul_backward(null, du + o.fcproj_w, null, g.dout.data(), a.fchg.data(), nw, N, F, C, ws);
+  ops_->matmul_backward(null, du + o.fc_w, null, g.dfch.data(), a.ln2.data(), nw, N, C, 2 * F, ws);
+  ops_->rmsnorm_backward(null, du + o.ln2_w, g.dln2.data(), a.xmid.data(), nw, a.ln2_rstd.data(), N, C);
+  ops_->matmul_backward(null, du + o.attproj_w, null, g.dres.data(), a.atty.data(), nw, N, C, C, ws);
+  ops_->matmul_backward(null, du + o.qkv_w, null, g.dqkv.data(), a.ln1.data(), nw, N, C, W, ws);
+  ops_->rmsnorm_backward(null, du + o.ln1_w, g.dln1.data(), x_in, nw, a.ln1_rstd.data(), N, C);
+}
+
 // Final RMSNorm, the untied head (V, C), the loss.
 template <class T>
 double Gpt<T>::llama_head_forward(HeadActs<T>& h, const T* x_last, const int32_t* targets, const T* norm,
@@ -132,6 +191,10 @@ void Gpt<T>::llama_head_backward(T* dx_last, T* dnorm, T* dlm_head, const T* x_l
   template void Gpt<T>::llama_block_forward(BlockActs<T>&, const T*, const T*, Scratch<T>&) const;                 \
   template void Gpt<T>::llama_block_backward(T*, T*, const T*, const T*, const BlockActs<T>&, const T*,            \
                                              Scratch<T>&) const;                                                   \
+  template void Gpt<T>::llama_block_backward_input(T*, BlockGradStash<T>&, const T*, const T*, const BlockActs<T>&,  \
+                                                   const T*, Scratch<T>&) const;                                   \
+  template void Gpt<T>::llama_block_backward_weight(T*, const BlockGradStash<T>&, const T*, const BlockActs<T>&,    \
+                                                    Scratch<T>&) const;                                            \
   template double Gpt<T>::llama_head_forward(HeadActs<T>&, const T*, const int32_t*, const T*, const T*,           \
                                              Scratch<T>&) const;                                                   \
   template void Gpt<T>::llama_head_backward(T*, T*, T*, const T*, const int32_t*, const HeadActs<T>&, const T*,    \

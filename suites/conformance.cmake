@@ -215,4 +215,51 @@ if(PARABENCH_BUILD_TESTS)
   set_tests_properties(conformance_check_llama_dp conformance_check_mixtral_dp conformance_check_llama_tp
                        conformance_check_llama_tp_teeth conformance_check_llama_sp_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
+  # Pipeline parallel (issue 46 item 2): the untied lm_head on the last stage,
+  # the embedding on the first, no tied-gradient sum; every schedule (zb-h1
+  # splits the llama block's backward, reference/llama_block.cc), x the
+  # data-parallel family at dp2, x tp2 and tp4 (kv heads replicated) inside
+  # the stages; the check's pipeline points have 8 blocks. Bit-equal to the
+  # reference's replay (tp: held to the rule and the fp64 rerun), memory and
+  # traffic exactly as declared.
+  add_test(NAME conformance_check_llama_pp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "pp2 schedule=gpipe" "pp4 schedule=1f1b" "pp2 schedule=interleaved,virtual_stages=2"
+            "pp4 schedule=interleaved,virtual_stages=2" "pp2 schedule=2bw" "pp4 schedule=zb-h1"
+            "dp2.pp2 schedule=zb-h1,shard=zero3" "dp2.pp2 schedule=1f1b,shard=zero1"
+            "dp2.pp2 schedule=1f1b,shard=zero2" "dp2.pp2 schedule=1f1b,shard=zero3"
+            "dp2.pp2 schedule=1f1b,shard=hsdp,shard_group=1" "dp2.pp2 schedule=2bw,shard=zero1"
+            "tp2.pp2 schedule=1f1b" "tp4.pp2 schedule=interleaved,virtual_stages=2" "tp2.pp2 schedule=1f1b,sp=on"
+            "dp2.tp2.pp2 schedule=1f1b,shard=zero3"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  # Its teeth: the untied head summed with the embedding as if tied, caught
+  # on every schedule it applies to, x ZeRO-3 and tp, at both precisions
+  # (every configuration must fail; no false alarm over 10 seeds:
+  # conformance_teeth_seeds, Teeth.PipelineLlamaNoFalseAlarmOverTenSeeds).
+  add_test(NAME conformance_check_llama_pp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "pp2 schedule=gpipe,faults=untied_head_summed" "pp4 schedule=1f1b,faults=untied_head_summed"
+            "pp2 schedule=interleaved,virtual_stages=2,faults=untied_head_summed"
+            "pp2 schedule=2bw,faults=untied_head_summed" "pp2 schedule=zb-h1,faults=untied_head_summed"
+            "dp2.pp2 schedule=1f1b,shard=zero3,faults=untied_head_summed"
+            "tp2.pp2 schedule=1f1b,faults=untied_head_summed"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  set_tests_properties(conformance_check_llama_pp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n14 configurations, 14 failed\\.")
+  # Recomputation under tensor parallel (selective keeps no probabilities,
+  # full reruns each block), with SP, x ZeRO-3, and alone at tp 1.
+  add_test(NAME conformance_check_llama_recompute
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "tp2 recompute=selective" "tp4 recompute=full" "tp4 recompute=selective,sp=on"
+            "tp2 recompute=full,sp=on" "dp2.tp2 recompute=full,shard=zero3" "dp2 recompute=full"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  # Its tooth: full recompute rerunning a block from the previous block's input.
+  add_test(NAME conformance_check_llama_recompute_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "tp2 recompute=full,faults=recompute_wrong_input" "tp4 recompute=full,sp=on,faults=recompute_wrong_input"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  set_tests_properties(conformance_check_llama_recompute_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n4 configurations, 4 failed\\.")
+  set_tests_properties(conformance_check_llama_pp conformance_check_llama_pp_teeth conformance_check_llama_recompute
+                       conformance_check_llama_recompute_teeth PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
 endif()

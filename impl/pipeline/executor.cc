@@ -95,7 +95,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   plan.axis = MeshAxis::dp_cp;
   plan.driver = dp::StatesPlan::Driver::stage;  // the actions meet the components through the stage hooks
   plan.stage.two_versions = s_.async_weights;
-  plan.stage.head_rows = o.pp == 1 ? layout_.wpe_offset() : 0;
+  plan.stage.head_rows = o.pp == 1 && su_.head == su_.wte ? layout_.wpe_offset() : 0;
   if (cfg.model.moe.experts > 0) {
     se_ = stage_experts(layout_, part_, pr_, o.ep, mc.ep);
     plan.split_experts = true;
@@ -110,7 +110,10 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   if (o.cp() > 1) cp_ = groups_.split(Group::cp, MeshAxis::cp);
   replicated_ = layout_.replicated_ranges();
   if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) states_->dense().exclude_from_norm(replicated_);
-  if (o.tensor.sp) sp_held_ = states_->dense().held_grads_in(replicated_);
+  // Summed over tp once per step: SP's replicated gradients, or (llama,
+  // kv_heads < tp) the replicated k_proj / v_proj ones (tensor_parallel/strategy.h).
+  if (o.tp() > 1) reduced_ = tp::tp_reduced_ranges(layout_, o.tensor.sp);
+  if (!reduced_.empty()) sp_held_ = states_->dense().held_grads_in(reduced_);
   const size_t N = size_t(Bm_) * cfg.seq;
   if (o.tp() > 1 || o.cp() > 1)
     tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_, cp_, &mem_, Bm_, cfg.seq, MoeScope{}, *ops_);
@@ -137,7 +140,7 @@ PipelineRank<T>::~PipelineRank() = default;
 
 template <class T>
 T* PipelineRank<T>::head_wte_grad(int mb) {
-  if (o_.pp > 1) return grad(mb, su_.tied);
+  if (su_.head != su_.wte) return grad(mb, su_.head);  // the tied copy (pp > 1), or llama's lm_head
   return hooks_->head_grads(mb, su_.wte, s_.weight_version(mb));  // pp = 1: summed with the embedding's
 }
 
@@ -253,10 +256,10 @@ void PipelineRank<T>::forward(const Action& a) {
   }
   if (st.embedding) {
     const T* wte = param(mb, su_.wte, false);
-    const T* wpe = param(mb, su_.wpe, false);
+    const T* wpe = su_.wpe >= 0 ? param(mb, su_.wpe, false) : nullptr;  // llama: none (RoPE)
     if (tpm_) tpm_->embed_forward(lv.x_in.data(), lv.tokens.data(), wte, wpe);
     else model_.embed_forward(lv.x_in.data(), lv.tokens.data(), wte, wpe);
-    release(su_.wpe);
+    if (su_.wpe >= 0) release(su_.wpe);
     release(su_.wte);  // the head (pp = 1) gathers it again: every use is one gather
   } else if (o_.pp == 1) {  // the previous chunk sits on this rank: hand over locally
     ops_->copy(lv.x_in.data(), live_.at({mb, a.chunk - 1}).out(), size_t(boundary_elems()) * sizeof(T));
@@ -285,7 +288,7 @@ void PipelineRank<T>::forward(const Action& a) {
     release(u);
   }
   if (st.head) {
-    const int fin = su_.of_model[size_t(layout_.final_unit())], w = o_.pp > 1 ? su_.tied : su_.wte;
+    const int fin = su_.of_model[size_t(layout_.final_unit())], w = su_.head;
     const T* lnf = param(mb, fin, false);
     const T* wte = param(mb, w, false);
     losses_[size_t(mb)] = tpm_ ? tpm_->head_forward(lv.thead, x, lv.targets.data(), lnf, wte)
@@ -311,7 +314,7 @@ void PipelineRank<T>::backward(const Action& a) {
   if (o_.faults.unnormalized_loss) tokens = 1;
   if (o_.faults.zero_grads_per_microbatch && mb > 0) states_->zero_grads();
   if (st.head) {
-    const int fin = su_.of_model[size_t(layout_.final_unit())], w = o_.pp > 1 ? su_.tied : su_.wte;
+    const int fin = su_.of_model[size_t(layout_.final_unit())], w = su_.head;
     const T* lnf = param(mb, fin, true);
     const T* wte = param(mb, w, true);
     if (tpm_)
@@ -323,7 +326,7 @@ void PipelineRank<T>::backward(const Action& a) {
     release(fin);
     release(w);
     grad_done(mb, fin);
-    if (o_.pp > 1) grad_done(mb, su_.tied);
+    if (w != su_.wte) grad_done(mb, w);
     dout = dxa_.data();
   } else {
     dout = grad_in_.at(k).data();
@@ -373,10 +376,12 @@ void PipelineRank<T>::backward(const Action& a) {
   }
   grad_in_.erase(k);
   if (st.embedding) {
-    if (tpm_) tpm_->embed_backward(grad(mb, su_.wte), grad(mb, su_.wpe), dout, lv.tokens.data());
-    else model_.embed_backward(grad(mb, su_.wte), grad(mb, su_.wpe), dout, lv.tokens.data());
+    T* dwte = grad(mb, su_.wte);
+    T* dwpe = su_.wpe >= 0 ? grad(mb, su_.wpe) : nullptr;
+    if (tpm_) tpm_->embed_backward(dwte, dwpe, dout, lv.tokens.data());
+    else model_.embed_backward(dwte, dwpe, dout, lv.tokens.data());
     grad_done(mb, su_.wte);
-    grad_done(mb, su_.wpe);
+    if (su_.wpe >= 0) grad_done(mb, su_.wpe);
   } else if (o_.pp == 1) {
     grad_in_[{mb, a.chunk - 1}] = std::move(dx_in);
   } else {

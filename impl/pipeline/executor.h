@@ -82,10 +82,12 @@ struct PipelineFaults {
   bool unnormalized_loss = false;               // backward on the loss summed, not averaged over tokens
   bool zero_grads_per_microbatch = false;       // every B of a microbatch > 0 first zeroes the stage's grads
   bool tied_sum_after_reduce_scatter = false;   // ZeRO-1: wte's stage sum after the dp reduce-scatter
+  bool untied_head_summed = false;  // the llama family: embed_tokens' and the untied lm_head's gradients
+                                    // are summed over {first, last} as if tied
   bool any() const {
     return skip_microbatch || grad_to_wrong_stage || tied_grad_not_summed || drop_w ||
            grads_rescaled_by_microbatches || unnormalized_loss || zero_grads_per_microbatch ||
-           tied_sum_after_reduce_scatter;
+           tied_sum_after_reduce_scatter || untied_head_summed;
   }
 };
 
@@ -208,7 +210,8 @@ class PipelineRank : public RankBase<T> {
                *cp_ = nullptr;
   std::unique_ptr<tp::TpModel<T>> tpm_;  // tp > 1 or cp > 1
   std::vector<std::pair<int64_t, int64_t>> replicated_;  // flat ranges of tp-replicated params
-  int64_t sp_held_ = 0;  // SP: replicated gradient elements this rank all-reduces over tp per step
+  std::vector<std::pair<int64_t, int64_t>> reduced_;  // of them, the ones partial per tp rank (tp_reduced_ranges)
+  int64_t sp_held_ = 0;  // of reduced_, the gradient elements this rank all-reduces over tp per step
   // The stage's model states: the dense units' component and, in a
   // mixture-of-experts model, the stage's experts' (null when the stage has
   // no MoE block) over the expert data axis (groups "e*"); the actions meet

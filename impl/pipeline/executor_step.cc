@@ -124,19 +124,25 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(!f.tied_sum_after_reduce_scatter ||
               (o.pp >= 2 && o.dp() >= 2 && o.data.shard == dp::Shard::zero1 && o.kind != ScheduleKind::pipedream_2bw),
           "fault tied_sum_after_reduce_scatter: needs pp >= 2, dp >= 2 and shard zero1 (not 2bw)");
+  require(!f.tied_grad_not_summed || !cfg.model.llama(),
+          "fault tied_grad_not_summed: needs a tied head (model family gpt2); model " + cfg.model.name +
+              " has an untied lm_head (its fault: untied_head_summed)");
+  require(!f.untied_head_summed || (o.pp >= 2 && cfg.model.llama()),
+          "fault untied_head_summed: needs pp >= 2 and an untied head (model family llama), got pp" +
+              std::to_string(o.pp) + " and model " + cfg.model.name);
 }
 
 SplitPlan pipeline_replay_plan(const PipelineOptions& o, const TrainConfig& cfg) {
   SplitPlan p;
   p.groups = o.dp();
   p.micro = cfg.microbatches;
-  p.separate_head_grad = true;
+  p.separate_head_grad = !cfg.model.llama();  // the llama family's head is untied: nothing to add to wte
   p.moe_joint = dp::moe_shares_capacity(o.component(), cfg);
   if (o.data.shard >= dp::Shard::zero2) {
     // Reduced per microbatch (the dp sum first, then the tied E + H on the
     // shards); at pp = 1 the head adds to the embedding's own buffer.
     p.reduce_per_micro = true;
-    p.separate_head_grad = o.pp > 1;
+    p.separate_head_grad = o.pp > 1 && !cfg.model.llama();
     if (o.data.shard == dp::Shard::hsdp) p.block = dp::shard_group(o.data);
     if (o.data.shard == dp::Shard::hzero) p.block = o.data.ranks_per_node;
     p.outer_per_micro = o.data.shard == dp::Shard::hzero;
@@ -172,9 +178,12 @@ double PipelineRank<T>::reduce_grads() {
   // The stage's reduction through its hooks, the tied wte rows summed over
   // {first, last} (pp = 1: the head's added locally) where the family's
   // order puts them (hooks.h TiedGrad).
+  // The llama family's head is untied: nothing is summed (the fault
+  // untied_head_summed sums embed_tokens' rows with lm_head's, as if tied).
   dp::TiedGrad<T> tied;
-  if (!o_.faults.tied_grad_not_summed && (tied_ || o_.pp == 1)) {
-    tied.unit = pr_ == 0 ? su_.wte : su_.tied;
+  const bool untied = cfg_.model.llama();
+  if (untied ? o_.faults.untied_head_summed : !o_.faults.tied_grad_not_summed && (tied_ || o_.pp == 1)) {
+    tied.unit = pr_ == 0 ? su_.wte : su_.head;
     tied.rows = layout_.wpe_offset();  // this rank's token-embedding rows
     if (tied_) tied.sum = [this](T* data, size_t n) { tied_->all_reduce(data, data, n, dtype_of<T>()); };
   }
@@ -187,8 +196,9 @@ double PipelineRank<T>::reduce_grads() {
   states_->inflate_expert_grads();  // a fault's, else nothing
   dp::Component<T>* dense = &states_->dense();
   dp::Component<T>* ex = states_->experts();
-  if (tp_ && o_.tensor.sp && !o_.tensor.has(tp::Fault::skip_sp_grad_reduce))  // SP: partial per tp rank
-    dense->all_reduce_held_grads(replicated_, *tp_);
+  // SP: partial per tp rank; llama with kv_heads < tp: the replicated k/v ones
+  if (tp_ && !reduced_.empty() && !(o_.tensor.sp && o_.tensor.has(tp::Fault::skip_sp_grad_reduce)))
+    dense->all_reduce_held_grads(reduced_, *tp_);
   // The experts' squares: this rank's experts once per edp group (DDP: every
   // edp rank holds them whole; sharded: each owned slice, local_sq's rule).
   double esq = 0;
@@ -209,7 +219,9 @@ double PipelineRank<T>::reduce_grads() {
     for (int u = 0; u < layout_.num_units(); ++u) {
       const int i = su_.of_model[size_t(u)];
       if (i < 0) continue;
-      unit_sq[size_t(u)] = this->unit_sq(i, u == 0 ? layout_.unit_size(0) : su_.units[size_t(i)].size);
+      // wte + wpe, and llama's model.norm + lm_head, lie back to back: their layout unit's size
+      const bool whole = u == 0 || u == layout_.final_unit();
+      unit_sq[size_t(u)] = this->unit_sq(i, whole ? layout_.unit_size(u) : su_.units[size_t(i)].size);
     }
   if (unit_sq.size() > size_t(layout_.num_units())) unit_sq.back() = esq;
   scalar_->all_reduce(unit_sq.data(), unit_sq.data(), unit_sq.size(), DType::f64);
@@ -357,7 +369,7 @@ Declared PipelineRank<T>::declared(int steps) const {
   }
   const int64_t versions = s_.async_weights ? 2 : 1;
   const bool full = states_->dense().grads_full();
-  const int64_t head = o_.pp == 1 && full ? wte * db * versions : 0;
+  const int64_t head = o_.pp == 1 && full && su_.head == su_.wte ? wte * db * versions : 0;
   d.memory = {{"mem.params", MemTag::params, Place::device, ms.params * versions},
               {"mem.grads", MemTag::grads, Place::device, ms.grads * versions + head},
               {"mem.optimizer", MemTag::optimizer, Place::device, ms.optimizer},
@@ -369,7 +381,7 @@ Declared PipelineRank<T>::declared(int steps) const {
   const int64_t a = boundary_elems() * db;
   d.add_comm(Group::pp, CommOp::send, p2p_per_step(sc, a).send_bytes[size_t(pr_)] * steps);
   const int64_t g = dp::shard_group_size(axis);
-  if (tied_)  // what a correct rank moves; a fault that skips it is caught here too
+  if (tied_ && !cfg_.model.llama())  // what a correct rank moves; a fault that skips or adds it is caught here too
     d.add_comm(Group::pp_tied, CommOp::all_reduce, (full ? wte : dp::ceil_div(wte, g)) * db * steps);
   for (const auto& c : stage_dp_comm_per_step(uses, axis, m_)) {
     const CommOp op = dp::comm_op(c.op);
@@ -397,7 +409,7 @@ Declared PipelineRank<T>::declared(int steps) const {
       c.all_reduce += s.all_reduce, c.all_gather += s.all_gather, c.reduce_scatter += s.reduce_scatter;
     }
     const int64_t n = int64_t(m_) * steps;
-    d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + (o_.tensor.sp ? sp_held_ * db * steps : 0));
+    d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + sp_held_ * db * steps);
     if (c.all_gather) d.add_comm(Group::tp, CommOp::all_gather, c.all_gather * n);
     if (c.reduce_scatter) d.add_comm(Group::tp, CommOp::reduce_scatter, c.reduce_scatter * n);
   }

@@ -35,7 +35,7 @@ StagePieces stage_pieces(const ParamLayout& l, const Partition& part, int rank) 
     sp.pieces.push_back({l.unit_begin(u0), l.unit_end(u1), sp.size, false});
     sp.size += l.unit_end(u1) - l.unit_begin(u0);
   }
-  if (part.pp > 1 && rank == part.pp - 1) {
+  if (part.pp > 1 && rank == part.pp - 1 && !l.model().llama()) {
     const int64_t wte = l.wpe_offset();  // the (tp shard's) token embedding
     sp.pieces.push_back({l.wte_offset(), l.wte_offset() + wte, sp.size, true});
     sp.size += wte;
@@ -53,25 +53,31 @@ StageUnits stage_units(const ParamLayout& l, const Partition& part, int rank) {
     su.bwd_uses.push_back(bwd);
     return int(su.units.size()) - 1;
   };
-  const bool head_wte = part.pp == 1;  // the head on this rank reads wte itself
+  const bool untied = l.model().llama();
+  const bool head_wte = part.pp == 1 && !untied;  // the head on this rank reads wte itself
   for (int c = 0; c < part.v; ++c) {
     const StageSlice& st = part.at(rank, c);
     if (st.embedding) {
       // pp = 1: the LM head on this rank reads wte in backward.
       su.of_model[0] = su.wte = add(l.wte_offset(), wte, true, head_wte ? 2 : 1, head_wte ? 1 : 0);
-      su.wpe = add(l.wpe_offset(), l.unit_size(0) - wte, true, 1, 0);
+      if (!untied) su.wpe = add(l.wpe_offset(), l.unit_size(0) - wte, true, 1, 0);
     }
     for (int b = 0; b < st.num_blocks; ++b) {
       const int layer = st.first_block + b, u = l.block_unit(layer);
       const int64_t n = l.model().is_moe(layer) ? l.moe_block().expert0 : l.unit_size(u);
       su.of_model[size_t(u)] = add(l.unit_begin(u), n, true, 1, 1);
     }
-    if (st.head) {
+    if (st.head && untied) {  // model.norm, then lm_head (its rows as many as wte's)
+      const int f = l.final_unit();
+      su.of_model[size_t(f)] = add(l.unit_begin(f), l.lm_head_offset() - l.unit_begin(f), true, 1, 1);
+      su.head = add(l.lm_head_offset(), l.unit_end(f) - l.lm_head_offset(), true, 1, 1);
+    } else if (st.head) {
       const int f = l.final_unit();
       su.of_model[size_t(f)] = add(l.unit_begin(f), l.unit_size(f), true, 1, 1);
     }
   }
-  if (part.pp > 1 && rank == part.pp - 1) su.tied = add(l.wte_offset(), wte, false, 1, 1);
+  if (part.pp > 1 && rank == part.pp - 1 && !untied) su.tied = su.head = add(l.wte_offset(), wte, false, 1, 1);
+  if (part.pp == 1 && !untied) su.head = su.wte;
   return su;
 }
 
@@ -107,6 +113,13 @@ Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi) {
 int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
                                int64_t db, int64_t ab, bool split, MoeStage moe) {
   const int64_t N = B * T, C = m.C;
+  if (m.llama()) {  // the tensor-parallel runner's bytes at tp 1 are the reference's (gpt.cc BlockActs, HeadActs)
+    tp::TpShape x;
+    x.model = m, x.Bm = int(B), x.Tn = int(T), x.elem_bytes = int(db), x.acc_bytes = int(ab);
+    // BlockGradStash: dout, dln2, dres, dln1 (C), gate|up's (2F), q|k|v's (qkv_width)
+    const int64_t stash = split ? (4 * N * C + 2 * N * m.ffn + N * m.qkv_width()) * db : 0;
+    return tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head) + st.num_blocks * stash;
+  }
   // BlockActs: ln1, atty, xmid, ln2, xout (C); qkv (3C); fch, fchg (4C); att; 4 LN stats (A).
   const int64_t block = (5 * N * C + 3 * N * C + 8 * N * C + B * m.NH * T * T) * db + 4 * N * ab;
   const int64_t stash = split ? (4 * N * C + 4 * N * C + 3 * N * C) * db : 0;  // BlockGradStash
@@ -314,14 +327,13 @@ class StageCommReplay {
   int expert_of(int layer) const {
     return x_.experts.of_layer.empty() ? -1 : x_.experts.of_layer[size_t(layer)];
   }
-  int head_weight() const { return part_.pp > 1 ? x_.units.tied : x_.units.wte; }
 
   void forward(const Action& a) {
     const StageSlice& st = part_.at(rank_, a.chunk);
     if (st.embedding) {
       param(x_.units.wte, false);
-      param(x_.units.wpe, false);
-      release(x_.units.wpe);
+      if (x_.units.wpe >= 0) param(x_.units.wpe, false);
+      if (x_.units.wpe >= 0) release(x_.units.wpe);
       release(x_.units.wte);
     }
     for (int i = 0; i < st.num_blocks; ++i) {
@@ -334,7 +346,7 @@ class StageCommReplay {
       release(u);
     }
     if (st.head) {
-      const int fin = x_.units.of_model[size_t(l_.final_unit())], w = head_weight();
+      const int fin = x_.units.of_model[size_t(l_.final_unit())], w = x_.units.head;
       param(fin, false);
       param(w, false);
       release(fin);
@@ -346,16 +358,15 @@ class StageCommReplay {
     const Key k{a.microbatch, a.chunk};
     const int mb = a.microbatch;
     if (st.head) {
-      const int fin = x_.units.of_model[size_t(l_.final_unit())], w = head_weight();
+      const int fin = x_.units.of_model[size_t(l_.final_unit())], w = x_.units.head;
       param(fin, true);
       param(w, true);
       grad(mb, fin);
-      if (part_.pp > 1) grad(mb, x_.units.tied);
-      else grad(mb, x_.units.wte);  // summed with the embedding's (nothing when the grads are full)
+      grad(mb, w);  // pp = 1, tied: summed with the embedding's (nothing when the grads are full)
       release(fin);
       release(w);
       grad_done(mb, fin);
-      if (part_.pp > 1) grad_done(mb, x_.units.tied);
+      if (w != x_.units.wte) grad_done(mb, w);
     }
     if (!st.embedding) m_.alloc(x_.boundary_bytes);  // the input gradient this backward produces
     for (int i = st.num_blocks - 1; i >= 0; --i) {
@@ -382,9 +393,9 @@ class StageCommReplay {
     if (grad_in_.erase(k)) m_.free(x_.boundary_bytes);
     if (st.embedding) {
       grad(mb, x_.units.wte);
-      grad(mb, x_.units.wpe);
+      if (x_.units.wpe >= 0) grad(mb, x_.units.wpe);
       grad_done(mb, x_.units.wte);
-      grad_done(mb, x_.units.wpe);
+      if (x_.units.wpe >= 0) grad_done(mb, x_.units.wpe);
     } else if (part_.pp == 1) {
       grad_in_.insert({mb, a.chunk - 1});  // handed to the previous chunk on this rank
     } else {

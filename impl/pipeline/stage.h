@@ -1,6 +1,7 @@
 // What one pipeline rank holds and keeps, as pure functions of the config:
 // its parameter pieces (the flat ranges of its chunks' units, in chunk order,
-// plus the last rank's copy of the tied wte), the flat ranges its gradient-norm
+// plus the last rank's copy of the tied wte; the llama family's head is
+// untied and has none), the flat ranges its gradient-norm
 // partial sums, and the activation bytes one in-flight (microbatch, chunk)
 // keeps. The executor (executor.h) and the conformance engine both use these,
 // so the engine's replay plan and declared bytes cannot drift from the run.
@@ -44,12 +45,19 @@ StagePieces stage_pieces(const ParamLayout& l, const Partition& part, int rank);
 // component.h) holds and shards: the model units of its pieces in piece
 // order, the embedding unit held as two, wte then wpe (so the tied wte is one
 // unit of equal size, sharded alike, on the first and the last stage), and on
-// the last stage of pp > 1 the tied wte copy, outside the norm. With no
-// padding (DDP) the units lie back to back in piece order, as the pieces do.
+// the last stage of pp > 1 the tied wte copy, outside the norm. The llama
+// family (untied head, no position table, docs/models.md): the embedding is
+// one unit (wpe -1), the final unit is held as two, model.norm then lm_head
+// (the size of wte's, sharded alike), and nothing is tied. With no padding
+// (DDP) the units lie back to back in piece order, as the pieces do.
 struct StageUnits {
   std::vector<dp::UnitSpan> units;
-  std::vector<int> of_model;  // model unit -> index (unit 0: wte's); -1 when not held
+  std::vector<int> of_model;  // model unit -> index (unit 0: wte's; the final unit: its norm's); -1 when not held
   int wte = -1, wpe = -1, tied = -1;
+  // The unit the LM head's weight is read from and its gradient written to:
+  // wte at pp = 1, the tied copy on the last stage of pp > 1, or the llama
+  // family's lm_head; -1 off the last stage.
+  int head = -1;
   // Reads of unit i's parameters per microbatch, forward and backward: one
   // each for blocks, the final LN and the head's wte (tied copy, or wte at
   // pp = 1, where it is also read by the embedding); the embedding's wte and

@@ -23,6 +23,7 @@ PipelineOptions options_of(const RunSpec& s) {
       case Fault::unnormalized_loss: o.faults.unnormalized_loss = true; break;
       case Fault::zero_grads_per_microbatch: o.faults.zero_grads_per_microbatch = true; break;
       case Fault::tied_sum_after_reduce_scatter: o.faults.tied_sum_after_reduce_scatter = true; break;
+      case Fault::untied_head_summed: o.faults.untied_head_summed = true; break;
     }
   }
   o.data = tp::data_options_of(s);  // the data axis's faults; data-parallel ranks per node
@@ -41,8 +42,9 @@ bool two_microbatches(const RunSpec& s) { return s.train.microbatches >= 2; }
 bool wrong_stage_bites(const RunSpec& s) {
   return s.mesh.pp >= 2 && s.pipe.virtual_stages == 1 && s.train.microbatches >= 2;
 }
-bool two_stages(const RunSpec& s) { return s.mesh.pp >= 2; }
 bool always(const RunSpec&) { return true; }
+bool tied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && !s.train.model.llama(); }
+bool untied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && s.train.model.llama(); }
 bool split_backward(const RunSpec& s) { return s.pipe.schedule == ScheduleKind::zb_h1; }
 // One backward per microbatch and stage into one full gradient buffer.
 bool accumulates_whole(const RunSpec& s) {
@@ -66,7 +68,7 @@ std::span<const FaultDecl> fault_decls() {
       {"grad_to_wrong_stage", P, uint8_t(Fault::grad_to_wrong_stage),
        "the last rank's input gradients of microbatches 0 and 1 swap tags", wrong_stage_bites},
       {"tied_grad_not_summed", P, uint8_t(Fault::tied_grad_not_summed),
-       "wte's embedding and LM-head gradients are never summed", two_stages},
+       "wte's embedding and LM-head gradients are never summed", tied_stages},
       {"drop_w", P, uint8_t(Fault::drop_w), "rank 0 skips W of microbatch 0 (split-backward schedules)",
        split_backward},
       {"grads_rescaled_by_microbatches", P, uint8_t(Fault::grads_rescaled_by_microbatches),
@@ -79,7 +81,11 @@ std::span<const FaultDecl> fault_decls() {
        accumulates_whole, "NeMo Automodel PR #3530"},
       {"tied_sum_after_reduce_scatter", P, uint8_t(Fault::tied_sum_after_reduce_scatter),
        "ZeRO-1 stages: wte's first/last-stage sum done after the dp reduce-scatter, on the full rows",
-       tied_zero1, "Megatron-LM #844"}};
+       tied_zero1, "Megatron-LM #844"},
+      {"untied_head_summed", P, uint8_t(Fault::untied_head_summed),
+       "the llama family's untied lm_head gradient is summed with embed_tokens' over the first and last stage "
+       "as if tied",
+       untied_stages}};
   return d;
 }
 

@@ -24,6 +24,8 @@ enum class Fault : uint8_t {
   unnormalized_loss,
   zero_grads_per_microbatch,
   tied_sum_after_reduce_scatter,
+  // The llama family's (issue 46):
+  untied_head_summed,
 };
 std::span<const FaultDecl> fault_decls();
 

@@ -55,20 +55,23 @@ cp::AttnShape attn_shape(const TpShape& x) {
 
 int64_t activation_bytes(const TpShape& x) { return stage_activation_bytes(x, x.model.L, true, true); }
 
-// The llama family's layer on a tp rank (recompute none, cp 1: what the
-// tensor-parallel runner holds, runner.cc alloc_block): rmsnorm1's output,
+// The llama family's layer on a tp rank (cp 1: what the tensor-parallel
+// runner holds, runner.cc alloc_block): rmsnorm1's output,
 // xmid, rmsnorm2's output and the block's output (C per held token), the two
 // RMSNorms' 1/rms (one accumulator value each per held token), this rank's
 // q|k|v after RoPE (Wl per token: its q heads and the kv heads it attends
 // with), the attention output (C/t), gate|up (2F/t) and SwiGLU's output
-// (F/t), and its heads' probabilities (heads/t x s per token).
+// (F/t), and its heads' probabilities (heads/t x s per token). Selective
+// recompute drops the probabilities, full keeps the block's output alone.
 static int64_t llama_layer_activation_bytes(const TpShape& x) {
   const ModelConfig& m = x.model;
   const int64_t N = x.tokens(), C = m.C, t = x.tp, e = x.elem_bytes, ab = x.acc_bytes;
   const int64_t Nl = x.sp ? N / t : N, hs = C / m.NH;
+  if (x.recompute == Recompute::full) return e * Nl * C;
+  const int64_t probs = x.recompute == Recompute::selective ? 0 : e * int64_t(x.Bm) * (m.NH / t) * x.Tn * x.Tn;
   const int64_t kvl = m.kv_heads % t == 0 ? m.kv_heads / t : 1;
   const int64_t Wl = C / t + 2 * kvl * hs, Ft = m.ffn / t;
-  return e * Nl * C * 4 + ab * Nl * 2 + e * N * (Wl + C / t + 3 * Ft) + e * int64_t(x.Bm) * (m.NH / t) * x.Tn * x.Tn;
+  return e * Nl * C * 4 + ab * Nl * 2 + e * N * (Wl + C / t + 3 * Ft) + probs;
 }
 
 int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head) {
@@ -76,8 +79,8 @@ int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding,
   const int64_t Nl = x.sp ? N / t : N, Vr = (int64_t(x.model.V) + t - 1) / t;
   const int64_t input = e * Nl * C;  // the embedding's output, or the activation received
   if (x.model.llama()) {  // RMSNorm keeps 1/rms alone
-    require(x.recompute == Recompute::none && x.cp == 1 && x.model.moe.experts == 0,
-            "tp: model family llama's activations are declared without recompute, context parallel or experts");
+    require(x.cp == 1 && x.model.moe.experts == 0,
+            "tp: model family llama's activations are declared without context parallel or experts");
     const int64_t head_bytes = head ? e * Nl * C + ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets
     return input + blocks * llama_layer_activation_bytes(x) + (embedding ? 4 * N : 0) + head_bytes;
   }

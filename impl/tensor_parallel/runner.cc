@@ -37,11 +37,11 @@ template <class T>
 void TpModel<T>::alloc_block(Block& b, MemoryTracker* mt, bool xout_only, bool dense_mlp) const {
   const size_t N = size_t(N_), Nl = size_t(Nl_), C = size_t(C_), Ct = size_t(Ct_);
   const MemTag act = MemTag::activations;
-  if (!xout_only && llama_) {  // RMSNorm keeps no mean; recompute none, cp 1 (the constructor's)
+  if (!xout_only && llama_) {  // RMSNorm keeps no mean; cp 1 (the constructor's)
     b.ln1 = Buffer<T>(mt, act, Nl * C);
     b.ln1_rstd = Buffer<A>(mt, act, Nl);
     b.qkv = Buffer<T>(mt, act, N * size_t(Wl_));
-    b.att = Buffer<T>(mt, act, size_t(Bm_) * H_ * Tn_ * Tn_);
+    if (o_.recompute == Recompute::none) b.att = Buffer<T>(mt, act, size_t(Bm_) * H_ * Tn_ * Tn_);
     b.atty = Buffer<T>(mt, act, N * Ct);
     b.xmid = Buffer<T>(mt, act, Nl * C);
     b.ln2 = Buffer<T>(mt, act, Nl * C);
@@ -105,8 +105,8 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
   valid_ = int(std::clamp<int64_t>(m.V - vb_, 0, Vr_));
   if (o.has(Fault::padded_vocab_in_loss)) valid_ = Vr_;
   if (m.llama()) {
-    require(ncp == 1 && o.recompute == Recompute::none && m.moe.experts == 0,
-            "tp: model family llama runs under tensor parallel without context parallel, recompute or experts");
+    require(ncp == 1 && m.moe.experts == 0,
+            "tp: model family llama runs under tensor parallel without context parallel or experts");
     const LlamaWidths w = llama_widths(m, o.tp);
     llama_ = true;
     kv_rep_ = w.kv_rep;
@@ -212,9 +212,16 @@ void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOpt
   // The probabilities: this rank's heads (Ulysses: 1/cp of them) over whole sequences; none with ring.
   const size_t V = (size_t(m.V) + t - 1) / t, att = ring ? 0 : size_t(Bm) * size_t(m.NH / o.tp / ncp) * Tn * Tn;
   auto buf = [&](auto mem, size_t n) { f(self ? &(self->*mem) : nullptr, n); };
-  if (m.llama()) {  // recompute none, cp 1 (the constructor's); runner.h's shapes
+  if (m.llama()) {  // cp 1 (the constructor's); runner.h's shapes
     const LlamaWidths w = llama_widths(m, o.tp);
     const size_t Wl = size_t(w.Wl), Ft = size_t(w.Ft);
+    auto wb = [&](auto mem, size_t n) { f(self ? &(self->work_.*mem) : nullptr, n); };
+    if (o.recompute == Recompute::full) {  // one block's everything (alloc_block's), probabilities included
+      wb(&Block::ln1, Nl * C), wb(&Block::ln1_rstd, Nl), wb(&Block::qkv, N * Wl), wb(&Block::att, att);
+      wb(&Block::atty, N * Ct), wb(&Block::xmid, Nl * C), wb(&Block::ln2, Nl * C), wb(&Block::ln2_rstd, Nl);
+      wb(&Block::fch, N * 2 * Ft), wb(&Block::fchg, N * Ft), wb(&Block::xout, Nl * C);
+    }
+    if (o.recompute == Recompute::selective) buf(&TpModel::att_work_, att), buf(&TpModel::atty_work_, N * Ct);
     buf(&TpModel::gat_, N * C), buf(&TpModel::part_, N * C), buf(&TpModel::tmp_, Nl * C);
     buf(&TpModel::dres_, Nl * C), buf(&TpModel::dln_, Nl * C), buf(&TpModel::datty_, N * Ct);
     buf(&TpModel::dqkv_, N * Wl), buf(&TpModel::drot_, N * Wl);
@@ -421,7 +428,9 @@ void TpModel<T>::llama_attention_forward(Block& a, const T* x_in, const T* u) {
   const int32_t* pos = rpos_.data();
   ops_->rope_forward(a.qkv.data(), a.qkv.data(), pos, Bm_, Tn_, H_, hs, Wl_, m.rope_theta);
   ops_->rope_forward(a.qkv.data() + Ct_, a.qkv.data() + Ct_, pos, Bm_, Tn_, KVl_, hs, Wl_, m.rope_theta);
-  ops_->attention_forward_gqa(a.atty.data(), a.att.data(), a.qkv.data(), Bm_, Tn_, Ct_, H_, KVl_, att_ws_.data());
+  // Selective recompute does not keep the probabilities: they go to workspace.
+  T* att = a.att.empty() ? att_work_.data() : a.att.data();
+  ops_->attention_forward_gqa(a.atty.data(), att, a.qkv.data(), Bm_, Tn_, Ct_, H_, KVl_, att_ws_.data());
   row_parallel(tmp_.data(), a.atty.data(), u + o.attproj_w, nb, Ct_);
   ops_->residual_forward(a.xmid.data(), x_in, tmp_.data(), size_t(Nl_) * C_);
   ops_->rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w, Nl_, C_, m.norm_eps);
@@ -443,8 +452,14 @@ void TpModel<T>::llama_attention_backward(T* dx_in, T* du, const T* x_in, const 
   zero(datty_);
   ops_->matmul_backward(datty_.data(), du + o.attproj_w, null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_, ws);
   zero(dqkv_);
-  ops_->attention_backward_gqa(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), a.att.data(), Bm_, Tn_, Ct_,
-                               H_, KVl_, att_ws_.data());
+  const T* att = a.att.data();
+  if (a.att.empty()) {  // selective recompute: the probabilities again, from the stored q|k|v
+    ops_->attention_forward_gqa(atty_work_.data(), att_work_.data(), a.qkv.data(), Bm_, Tn_, Ct_, H_, KVl_,
+                                att_ws_.data());
+    att = att_work_.data();
+  }
+  ops_->attention_backward_gqa(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), att, Bm_, Tn_, Ct_, H_, KVl_,
+                               att_ws_.data());
   zero(drot_);
   const int32_t* pos = rpos_.data();
   ops_->rope_backward(drot_.data(), dqkv_.data(), pos, Bm_, Tn_, H_, hs, Wl_, m.rope_theta);

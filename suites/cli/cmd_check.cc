@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <sstream>
+#include <string_view>
 
 #include "harness/comm/comm_backends.h"
 #include "harness/io/csv_schema.h"
@@ -450,6 +451,34 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
   return runs;
 }
 
+// The default matrix with --model: a point the model cannot take (its
+// refusal names the family, "does not support model family", or the model's
+// size the mesh does not split, "does not divide model.") is left out with
+// the reason printed, and the count; any other invalid point still
+// stops the check, and a matrix left empty exits 2 (run_check's require).
+void skip_family_refusals(const CheckFlags& f, std::vector<StrategyRun>& runs) {
+  if (f.model.empty() || !f.meshes.empty() || !f.specs.empty()) return;
+  size_t skipped = 0;
+  std::erase_if(runs, [&](const StrategyRun& s) {
+    try {
+      validate(s.spec);
+      strategy_for(s.spec).validate(s.spec);
+      return false;
+    } catch (const InputError& e) {
+      const std::string_view why = e.what();
+      if (why.find("does not support model family") == std::string_view::npos &&
+          why.find("does not divide model.") == std::string_view::npos)
+        throw;
+      std::fprintf(stderr, "check: skipped %s %s: %s\n", spec_label(s.spec).c_str(),
+                   std::string(precision_name(s.spec.train.precision)).c_str(), e.what());
+      return ++skipped, true;
+    }
+  });
+  if (skipped)
+    std::fprintf(stderr, "check: skipped %zu point%s of the default matrix that model %s cannot run\n", skipped,
+                 skipped == 1 ? "" : "s", f.model.c_str());
+}
+
 int run_check(const CheckFlags& f, const Env& env) {
   require(f.device == "cpu" || f.device == "cuda", "--device: '" + f.device + "' is not cpu or cuda");
   const bool on_device = f.device == "cuda";
@@ -484,6 +513,7 @@ int run_check(const CheckFlags& f, const Env& env) {
   }
   const Limits limits = limits_of(f.limits);
   const bool local = wo.backend == BackendKind::local;
+  skip_family_refusals(f, runs);
   for (const auto& s : runs) {  // the whole matrix is valid, and fits, before the first row
     validate(s.spec);
     strategy_for(s.spec).validate(s.spec);

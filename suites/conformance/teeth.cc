@@ -158,7 +158,24 @@ std::vector<TeethCase> pipeline_teeth_cases(Precision p) {
   runs.push_back(pipe_case(pl::ScheduleKind::one_f_one_b, 2, 1, 2, p));  // x DDP
   runs.push_back(pipe_case(pl::ScheduleKind::zb_h1, 2, 1, 2, p));
   runs.back().spec.data.shard = dp::Shard::zero1;
+  for (const StrategyRun& r : llama_pipe_cases(p)) runs.push_back(r);
   for (const StrategyRun& r : runs) out.push_back({r, {FaultAxis::pipeline}});
+  return out;
+}
+
+std::vector<StrategyRun> llama_pipe_cases(Precision p) {
+  namespace pl = pipeline;
+  std::vector<StrategyRun> out;
+  for (StrategyRun r : {pipe_case(pl::ScheduleKind::one_f_one_b, 2, 1, 1, p),
+                        pipe_case(pl::ScheduleKind::interleaved, 2, 2, 1, p),
+                        pipe_case(pl::ScheduleKind::pipedream_2bw, 2, 1, 1, p),
+                        pipe_case(pl::ScheduleKind::zb_h1, 2, 1, 1, p),
+                        pipe_case(pl::ScheduleKind::gpipe, 2, 1, 2, p)}) {
+    r.spec.train.model = named_model("tiny-llama");
+    r.spec.train.model.L = 4;  // interleaved: two chunks of one block on each of two stages
+    if (r.spec.mesh.dp == 2) r.spec.data.shard = dp::Shard::zero3;
+    out.push_back(std::move(r));
+  }
   return out;
 }
 

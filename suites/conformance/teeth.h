@@ -63,6 +63,9 @@ std::vector<FaultCatch> pipeline_fault_catches(Precision p);
 StrategyRun tp_case(int dp, int tp, const std::string& opts, Precision p);
 // The same on tiny-llama (kv_heads 2: replicated at tp 4).
 StrategyRun llama_tp_case(int dp, int tp, const std::string& opts, Precision p);
+// tiny-llama (4 blocks) under pipeline parallel: 1F1B and GPipe x ZeRO-3 at
+// dp2, interleaved (v 2), 2BW and ZB-H1, pp 2 (the pipeline teeth's llama rows).
+std::vector<StrategyRun> llama_pipe_cases(Precision p);
 // Every tensor-parallel fault where it applies (tp 2 and 3, with and without
 // SP, full recompute, x ZeRO-3 at dp 2; tiny-llama at tp 4 with and without
 // SP), at precision p.

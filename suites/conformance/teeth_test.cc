@@ -57,7 +57,7 @@ TEST(Teeth, EveryPipelineFaultIsCaughtAtEveryPrecision) {
       EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
     // The pipeline's own faults, and the data-parallel component's inside the stages.
     EXPECT_EQ(seen, (std::set<std::string>{"skip_microbatch", "grad_to_wrong_stage", "tied_grad_not_summed",
-                                            "drop_w", "grad_not_averaged", "wrong_shard_offset", "stale_params",
+                                            "drop_w", "untied_head_summed", "grad_not_averaged", "wrong_shard_offset", "stale_params",
                                             "skip_grad_reduce", "skip_replica_reduce", "no_copy_back",
                                             "grads_rescaled_by_microbatches", "unnormalized_loss",
                                             "zero_grads_per_microbatch", "tied_sum_after_reduce_scatter"}));
@@ -93,6 +93,23 @@ TEST(Teeth, TensorParallelLlamaNoFalseAlarmOverTenSeeds) {
         ++runs;
       }
   EXPECT_EQ(runs, 2 * 3 * 10);
+}
+
+// No false alarm for pipeline parallel on the llama family (untied head, no
+// tied sum): llama_pipe_cases, 10 seeds, both precisions.
+TEST(Teeth, PipelineLlamaNoFalseAlarmOverTenSeeds) {
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (const StrategyRun& base : llama_pipe_cases(p))
+      for (uint64_t seed = 1; seed <= 10; ++seed) {
+        StrategyRun s = base;
+        s.spec.train.seed = seed;
+        s.spec.train.data.seed = seed;
+        const ConformanceResult r = run_conformance(s);
+        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
+        ++runs;
+      }
+  EXPECT_EQ(runs, 2 * 5 * 10);
 }
 
 // No false alarm for tensor parallel (rule-only below fp64, and held to the
