@@ -265,20 +265,22 @@ void validate(const RunSpec& s) {
   require(s.data.shard_group >= 0, "strategy.shard_group: must be >= 0, got " + std::to_string(s.data.shard_group));
   require(s.pipe.virtual_stages >= 1,
           "strategy.virtual_stages: must be >= 1, got " + std::to_string(s.pipe.virtual_stages));
-  // The llama family runs under the data-parallel family and tensor (and
-  // sequence) parallel of its dense models so far (docs/models.md): every
-  // other axis refuses it by name.
+  // The llama family runs under the data-parallel family, tensor (and
+  // sequence) parallel, and expert parallel (tiny-mixtral: mesh dpN.epM,
+  // dpN.epM.tpT) so far (docs/models.md): every other axis refuses it by name.
   if (s.train.model.llama()) {
-    const bool tensor = s.mesh.tp > 1 || s.tensor.sp;
     const char* axis = s.tensor.recompute != Recompute::none ? "recomputation (tensor parallel's runner)"
                        : s.mesh.cp > 1 ? "context parallel" : s.mesh.pp > 1 ? "pipeline parallel"
-                       : s.mesh.ep > 1 ? "expert parallel"
-                       : tensor && s.train.model.moe.experts > 0 ? "tensor parallel of a mixture of experts"
-                                                                 : nullptr;
+                                                                            : nullptr;
     require(axis == nullptr, std::string(axis ? axis : "") + " does not support model family llama yet (mesh " +
                                  mesh_text(s.mesh) + ", model " + s.train.model.name +
-                                 "): the data-parallel family (mesh dpN) and, for dense models, tensor parallel "
-                                 "(mesh dpN.tpT, sp) run it");
+                                 "): the data-parallel family (mesh dpN), tensor parallel (mesh dpN.tpT, sp) and "
+                                 "expert parallel (mesh dpN.epM, dpN.epM.tpT) run it");
+    // The pipeline's stages run GPT-2's MoE blocks only (impl/pipeline).
+    require(s.train.model.moe.experts == 0 || (s.mesh.pp == 1 && !s.pipe.schedule),
+            "pipeline parallel of a mixture of experts does not support model family llama yet (mesh " +
+                mesh_text(s.mesh) + ", model " + s.train.model.name +
+                "): expert parallel runs it under data and tensor parallel (mesh dpN.epM, dpN.epM.tpT)");
   }
   // Mixture of experts runs under data, expert and pipeline parallel, and
   // under tensor parallel (experts split over tp) x data parallel so far.
