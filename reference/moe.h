@@ -91,7 +91,9 @@ struct MoeRows {
 // replicated. Every tp rank holds the same tokens (no sequence parallel), so
 // it routes, admits and dispatches exactly as its peers; its experts' outputs
 // are partial sums over the hidden split, summed over tp (then the bias
-// added), and in backward so are the experts' input gradients.
+// added), and in backward so are the experts' input gradients. The llama
+// family's experts (Mixtral): w1 (gate) and w3 (up) split by the same rows,
+// w2 by those columns, no bias.
 class MoeExchange {
  public:
   virtual ~MoeExchange() = default;
