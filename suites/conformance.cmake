@@ -126,6 +126,13 @@ parabench_mpi_test(NAME conformance_check_mpi_ep_tp_np4 NP 4
   COMMAND $<TARGET_FILE:parabench> check --mesh dp2.tp2 dp2.ep2.tp2 --model tiny-moe --strategy shard=none
           shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# tiny-mixtral's SwiGLU experts under MPI: dp4.ep2 and dp2.ep2.tp2 (tp2
+# splitting every expert's gate/up and down), DDP and ZeRO-3, global and
+# local capacity (docs/strategies/moe-expert-parallel.md).
+parabench_mpi_test(NAME conformance_check_mpi_mixtral_ep_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --mesh dp4.ep2 dp2.ep2.tp2 --model tiny-mixtral --strategy shard=none
+          shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # MoE inside pipeline stages under MPI: dp2.ep2.pp2 1F1B DDP and GPipe
 # ZeRO-3, global and local capacity (the all-to-alls at F and B of every
 # microbatch between the stage's ranks, p2p between the stages).
