@@ -71,9 +71,6 @@ ParamLayout::ParamLayout(const ModelConfig& m, int tp, int r) : m_(m), tp_(tp), 
   const int64_t C = m.C, V = m.V, T = m.maxT, t = tp;
   vocab_rows_ = (V + t - 1) / t;  // Megatron's make-vocab-size-divisible-by = tp
   if (m.llama()) {
-    require(m.moe.experts == 0 || tp == 1,
-            "tensor parallel does not support the llama family's mixture of experts yet (mesh.tp: tp" +
-                std::to_string(tp) + ", model.moe.experts " + std::to_string(m.moe.experts) + ")");
     require(m.ffn % tp == 0, "mesh.tp: tp" + std::to_string(tp) + " must divide model.ffn (" +
                                  std::to_string(m.ffn) + " % " + std::to_string(tp) + " != 0)");
     require(m.kv_heads % tp == 0 || tp % m.kv_heads == 0,
@@ -192,8 +189,9 @@ void ParamLayout::add_llama() {
     if (m.is_moe(l)) {
       // Mixtral's names (Hugging Face MixtralForCausalLM): the router
       // block_sparse_moe.gate, expert e's w1 (gate), w3 (up), w2 (down),
-      // laid out w1, w3, w2 so gate|up is one (2F, C) projection.
-      // (tp = 1 only: the constructor refuses the rest.)
+      // laid out w1, w3, w2 so gate|up is one (2F, C) projection. Tensor
+      // parallel: each expert split like the dense MLP (w1 and w3 by the same
+      // rows, w2 by input columns), the router replicated.
       const int64_t E = m.moe.experts;
       const std::string b = h + "block_sparse_moe.";
       moe_ = {};
@@ -205,10 +203,10 @@ void ParamLayout::add_llama() {
         const std::string x = b + "experts." + std::to_string(e) + ".";
         const int64_t start = rel();
         moe_.fc_w = rel() - start;
-        add(x + "w1.weight", {F, C}, u, InitKind::normal, std);
-        add(x + "w3.weight", {F, C}, u, InitKind::normal, std);
+        add(x + "w1.weight", {F / t, C}, u, InitKind::normal, std, column(F), !split);
+        add(x + "w3.weight", {F / t, C}, u, InitKind::normal, std, column(F), !split);
         moe_.fcproj_w = rel() - start;
-        add(x + "w2.weight", {C, F}, u, InitKind::normal, std);
+        add(x + "w2.weight", {C, F / t}, u, InitKind::normal, std, row_slice(C, F, r, t), !split);
         moe_.expert_size = rel() - start;
       }
       moe_.size = rel();

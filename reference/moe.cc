@@ -188,6 +188,7 @@ MoeMlp<T>::MoeMlp(const ParamLayout& layout, int N, MoeScope scope, const kernel
       E_(c_.experts), k_(c_.top_k), ep_(scope.ep_size()), El_(E_ / ep_), tp_(layout.tp()),
       H_(moe_hidden(layout.model(), layout.tp())), Hin_(moe_hidden_in(layout.model(), layout.tp())),
       swiglu_(layout.model().llama()),
+      mismatch_(swiglu_ && tp_ > 1 && scope.has(MoeFault::expert_gate_up_mismatch)),
       scope_tokens_(scope.tokens(c_, N)) {
   require(E_ > 0, "moe: the model has no experts");
   require(scope.tp_size() == tp_, "moe: a layout of tp" + std::to_string(tp_) + " needs its tp group, got " +
@@ -217,6 +218,18 @@ void MoeMlp<T>::tp_sum_rows(T* rows, const MoeActs<T>& a, size_t stride) const {
     if (n == 0) continue;
     T* r = rows + size_t(le) * stride * size_t(C_);
     x_->tp_sum(r, n, dtype_of<T>());
+  }
+}
+
+template <class T>
+void MoeMlp<T>::reverse_up(T* gu, int rows, T* tmp) const {
+  const size_t W = size_t(Hin_), H = size_t(H_), n = size_t(rows);
+  for (size_t j = 0; j < H / 2; ++j) {
+    T* a = gu + H + j;
+    T* b = gu + H + (H - 1 - j);
+    ops_->copy_rows(tmp, 1, a, W, 1, n);
+    ops_->copy_rows(a, W, b, W, 1, n);
+    ops_->copy_rows(b, W, tmp, 1, 1, n);
   }
 }
 
@@ -357,14 +370,15 @@ void MoeMlp<T>::forward(MoeActs<T>& a, T* out, const T* x, const T* u, MoeScratc
     const T* nb = nullptr;
     ops_->matmul_forward(a.fch.data() + r0 * Hin, xin + r0 * C, w + o_.fc_w, swiglu_ ? nb : w + o_.fc_b, rows, C, Hin,
                          ws);
+    if (mismatch_) reverse_up(a.fch.data() + r0 * Hin, rows, a.fchg.data() + r0 * H);  // (fchg: written next)
     if (swiglu_) ops_->swiglu_forward(a.fchg.data() + r0 * H, a.fch.data() + r0 * Hin, rows, H);
     else ops_->gelu_forward(a.fchg.data() + r0 * H, a.fch.data() + r0 * H, size_t(rows) * H);
     // Tensor parallel: partial sums over the hidden split; the bias after their sum.
     ops_->matmul_forward(yout + r0 * C, a.fchg.data() + r0 * H, w + o_.fcproj_w,
                          tp_ > 1 || swiglu_ ? nb : w + o_.fcproj_b, rows, H, C, ws);
   }
-  if (tp_ > 1) {
-    tp_sum_rows(yout, a, stride);
+  if (tp_ > 1) tp_sum_rows(yout, a, stride);
+  if (tp_ > 1 && !swiglu_) {  // c_proj's bias once, after the sum (the llama family has none)
     for (int le = 0; le < El_; ++le)
       ops_->add_rows(yout + size_t(le) * stride * C, expert(ex, le) + o_.fcproj_b, static_cast<const int32_t*>(nullptr),
                      a.expert_rows(le), C);
@@ -431,6 +445,7 @@ void MoeMlp<T>::backward(T* dx, T* du, const T* dout, const T* x, const MoeActs<
                           dyin + r0 * C, a.fchg.data() + r0 * H, w + o_.fcproj_w, rows, H, C, ws);
     if (swiglu_) ops_->swiglu_backward(s.dfch.data() + r0 * Hin, a.fch.data() + r0 * Hin, s.dfchg.data() + r0 * H, rows, H);
     else ops_->gelu_backward(s.dfch.data() + r0 * H, a.fch.data() + r0 * H, s.dfchg.data() + r0 * H, size_t(rows) * H);
+    if (mismatch_) reverse_up(s.dfch.data() + r0 * Hin, rows, s.dfchg.data() + r0 * H);  // (dfchg: read already)
     ops_->matmul_backward(dxout + r0 * C, dw_e + o_.fc_w, swiglu_ ? nb : dw_e + o_.fc_b, s.dfch.data() + r0 * Hin,
                           xin + r0 * C, w + o_.fc_w, rows, C, Hin, ws);
   }

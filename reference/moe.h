@@ -45,6 +45,11 @@ enum class MoeFault : uint8_t {
   ep_combine_permuted,  // expert parallel: each expert's returned rows land on its tokens in reverse order
   ep_expert_grads_dp,   // expert parallel: expert gradients reduced over the whole data group, not edp
   ep_grads_ep_times,    // expert parallel: the reduced expert gradients ep times too large
+  // Tensor parallel's gate_up_mismatch (impl/tensor_parallel/options.h) on
+  // the llama family's experts: each tp rank pairs its experts' gate rows
+  // with their up rows in reverse order. Set by the tensor-parallel rank
+  // from its own fault, not declared by name here.
+  expert_gate_up_mismatch,
 };
 
 // The rows an expert-parallel exchange moves, `width` elements of `dtype`
@@ -87,7 +92,9 @@ struct MoeRows {
 // replicated. Every tp rank holds the same tokens (no sequence parallel), so
 // it routes, admits and dispatches exactly as its peers; its experts' outputs
 // are partial sums over the hidden split, summed over tp (then the bias
-// added), and in backward so are the experts' input gradients.
+// added), and in backward so are the experts' input gradients. The llama
+// family's experts (Mixtral): w1 (gate) and w3 (up) split by the same rows,
+// w2 by those columns, no bias.
 class MoeExchange {
  public:
   virtual ~MoeExchange() = default;
@@ -258,6 +265,9 @@ class MoeMlp {
   MoeRows rows_of(const MoeActs<T>& a, MoeScratch<T>& s) const;
   // Tensor parallel: each local expert's rows (le at le * stride) summed over tp.
   void tp_sum_rows(T* rows, const MoeActs<T>& a, size_t stride) const;
+  // The expert_gate_up_mismatch fault: the up half of each of `rows` gate|up
+  // rows reversed in place (its own inverse); tmp: `rows` elements of scratch.
+  void reverse_up(T* gu, int rows, T* tmp) const;
 
   const kernels::DeviceOps<T>* ops_;
   MoeConfig c_;
@@ -268,6 +278,7 @@ class MoeMlp {
   int tp_ = 1, H_;  // tensor parallel: the experts' hidden width here (4C / tp; llama: F / tp)
   int Hin_;         // the first projection's output width (H; llama: 2H, gate|up)
   bool swiglu_;     // the llama family's SwiGLU experts (Mixtral): no biases
+  bool mismatch_;   // the expert_gate_up_mismatch fault (llama, tp > 1)
   int64_t scope_tokens_;
 };
 

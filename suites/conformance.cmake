@@ -138,6 +138,13 @@ parabench_mpi_test(NAME conformance_check_mpi_ep_tp_np4 NP 4
   COMMAND $<TARGET_FILE:parabench> check --mesh dp2.tp2 dp2.ep2.tp2 --model tiny-moe --strategy shard=none
           shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# tiny-mixtral's SwiGLU experts under MPI: dp4.ep2 and dp2.ep2.tp2 (tp2
+# splitting every expert's gate/up and down), DDP and ZeRO-3, global and
+# local capacity (docs/strategies/moe-expert-parallel.md).
+parabench_mpi_test(NAME conformance_check_mpi_mixtral_ep_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --mesh dp4.ep2 dp2.ep2.tp2 --model tiny-mixtral --strategy shard=none
+          shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # MoE inside pipeline stages under MPI: dp2.ep2.pp2 1F1B DDP and GPipe
 # ZeRO-3, global and local capacity (the all-to-alls at F and B of every
 # microbatch between the stage's ranks, p2p between the stages).
@@ -208,12 +215,35 @@ if(PARABENCH_BUILD_TESTS)
     COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp4.sp --strategy faults=skip_sp_grad_reduce
             faults=gate_up_mismatch faults=kv_head_by_rank --precision fp32 bf16-mixed
             --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  # tiny-mixtral's SwiGLU experts under expert parallel (dp x ep), tensor
+  # parallel (experts' gate/up column-split with matching shards, down
+  # row-split; tp4 replicates the 2 kv heads) and both (experts over tp and
+  # ep), each capacity mode; held to the rule with the fp64 rerun, memory and
+  # traffic exactly as declared (docs/strategies/moe-expert-parallel.md).
+  add_test(NAME conformance_check_mixtral_ep
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --mesh dp2.ep2 dp4.ep2 dp4.ep4 tp2 tp4 dp2.tp2
+            dp2.ep2.tp2 dp2.ep2.tp4 --strategy shard=none shard=zero3 --precision fp32 bf16-mixed
+            --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  # Its teeth: the MoE/EP faults that bite at tiny-mixtral's capacity (no
+  # choice dropped: moe_local_capacity changes nothing there and is refused)
+  # and the family's tensor-parallel faults on the experts (gate_up_mismatch
+  # mismatches every expert's gate/up shards), each caught at both precisions.
+  add_test(NAME conformance_check_mixtral_ep_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --moe-capacity global
+            --spec "dp4.ep2 shard=none,faults=ep_combine_permuted" "dp4.ep2 shard=none,faults=ep_expert_grads_dp"
+            "dp4.ep2 shard=none,faults=moe_aux_per_rank" "dp4.ep2 shard=none,faults=moe_router_grad_missing"
+            "dp2.ep2.tp4 shard=none,faults=norm_tp_times" "dp2.ep2.tp4 shard=none,faults=gate_up_mismatch"
+            "dp2.ep2.tp4 shard=none,faults=kv_head_by_rank" "tp2 shard=none,faults=gate_up_mismatch"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  set_tests_properties(conformance_check_mixtral_ep_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n16 configurations, 16 failed\\.")
   set_tests_properties(conformance_check_llama_tp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
                        "\n8 configurations, 8 failed\\.")
   set_tests_properties(conformance_check_llama_sp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
                        "\n6 configurations, 6 failed\\.")
   set_tests_properties(conformance_check_llama_dp conformance_check_mixtral_dp conformance_check_llama_tp
                        conformance_check_llama_tp_teeth conformance_check_llama_sp_teeth
+                       conformance_check_mixtral_ep conformance_check_mixtral_ep_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
   # Pipeline parallel (issue 46 item 2): the untied lm_head on the last stage,
   # the embedding on the first, no tied-gradient sum; every schedule (zb-h1

@@ -1,6 +1,7 @@
 #include "impl/data_parallel/options.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "harness/status.h"
 #include "impl/expert_parallel/faults.h"
@@ -180,6 +181,13 @@ void validate(const DpOptions& o, const TrainConfig& cfg) {
     else
       require(f == MoeFault::router_grad_missing || shared,
               "strategy.faults: " + ep::moe_fault_name(f) + " needs moe.capacity = global over dp >= 2 ranks");
+    const MoeConfig& c = cfg.model.moe;  // no choice dropped: local and global capacity admit the same
+    char cf[32];
+    std::snprintf(cf, sizeof cf, "%g", c.capacity_factor);
+    require(f != MoeFault::local_capacity || c.capacity_factor * c.top_k < c.experts,
+            "strategy.faults: moe_local_capacity needs a capacity that can drop a choice (model.moe: capacity_factor " +
+                std::string(cf) + " x top_k " + std::to_string(c.top_k) + " >= " +
+                std::to_string(c.experts) + " experts admits every token's choices)");
   }
 }
 

@@ -8,6 +8,13 @@ namespace {
 bool moe(const RunSpec& s) { return s.train.model.moe.experts > 0; }
 // The capacity scope spans data ranks: global capacity over dp >= 2.
 bool shared(const RunSpec& s) { return moe(s) && s.train.model.moe.capacity == MoeCapacity::global && s.mesh.dp > 1; }
+// Local capacity differs from global only where a choice can be dropped: a
+// capacity factor of at least E / top_k admits every token's choices
+// (tiny-mixtral's), so the fault changes nothing there.
+bool capacity_bites(const RunSpec& s) {
+  const MoeConfig& c = s.train.model.moe;
+  return shared(s) && c.capacity_factor * c.top_k < c.experts;
+}
 // The missing router gradient moves a rule-only local-capacity expert-parallel
 // run by only ~1.5x the floor in three steps (the expert outputs it weighs
 // are near each other at init): it bites under global capacity, and under
@@ -23,7 +30,7 @@ std::span<const FaultDecl> moe_fault_decls() {
   constexpr FaultAxis M = FaultAxis::moe;
   static const FaultDecl d[] = {
       {"moe_local_capacity", M, uint8_t(local_capacity),
-       "global capacity computed and admitted over this rank's tokens alone", shared},
+       "global capacity computed and admitted over this rank's tokens alone", capacity_bites},
       {"moe_aux_per_rank", M, uint8_t(aux_per_rank),
        "the load-balancing loss's f and P over this rank's tokens, not the scope's", shared},
       {"moe_router_grad_missing", M, uint8_t(router_grad_missing),

@@ -78,19 +78,21 @@ int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding,
   const int64_t N = x.tokens(), C = x.model.C, t = x.tp, e = x.elem_bytes, ab = x.acc_bytes;
   const int64_t Nl = x.sp ? N / t : N, Vr = (int64_t(x.model.V) + t - 1) / t;
   const int64_t input = e * Nl * C;  // the embedding's output, or the activation received
-  if (x.model.llama()) {  // RMSNorm keeps 1/rms alone
-    require(x.cp == 1 && x.model.moe.experts == 0,
-            "tp: model family llama's activations are declared without context parallel or experts");
-    const int64_t head_bytes = head ? e * Nl * C + ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets
-    return input + blocks * llama_layer_activation_bytes(x) + (embedding ? 4 * N : 0) + head_bytes;
-  }
-  int64_t layers = blocks * layer_activation_bytes(layer_shape(x), x.recompute);
-  if (x.model.moe.experts > 0 && blocks == x.model.L) {  // the whole model: its MoE blocks' MLPs (experts split over tp)
-    const int64_t moe_blocks = x.model.moe_layers();
+  // The whole model's MoE blocks keep MoeActs (experts split over tp) for the
+  // dense MLP's two activations: 4C/t each, the llama family's gate|up 2F/t and SwiGLU's F/t.
+  auto moe_layers = [&](int64_t dense_mlp) -> int64_t {
+    if (x.model.moe.experts == 0 || blocks != x.model.L) return 0;
     const int64_t moe = moe_activation_bytes(x.model, N, x.moe_scope_tokens, int(e), int(ab), x.ep, int(t),
                                              x.moe_on_device);
-    layers += moe_blocks * (moe - 8 * e * N * C / t);
+    return x.model.moe_layers() * (moe - dense_mlp);
+  };
+  if (x.model.llama()) {  // RMSNorm keeps 1/rms alone
+    require(x.cp == 1, "tp: model family llama's activations are declared without context parallel");
+    const int64_t head_bytes = head ? e * Nl * C + ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets
+    const int64_t layers = blocks * llama_layer_activation_bytes(x) + moe_layers(3 * e * N * (x.model.ffn / t));
+    return input + layers + (embedding ? 4 * N : 0) + head_bytes;
   }
+  const int64_t layers = blocks * layer_activation_bytes(layer_shape(x), x.recompute) + moe_layers(8 * e * N * C / t);
   const int64_t tokens = embedding ? 4 * N : 0;
   const int64_t head_bytes = head ? e * Nl * C + 2 * ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets
   return input + layers + tokens + head_bytes;
@@ -99,17 +101,15 @@ int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding,
 std::vector<int64_t> unit_params(const ModelConfig& m, int tp) {
   const int64_t C = m.C, t = tp, E = m.moe.experts;
   std::vector<int64_t> u;
-  if (m.llama()) {  // reference/layout.cc add_llama's shards (dense models)
-    require(E == 0 || tp == 1, "tp: the llama family's mixture of experts is not tensor parallel");
+  if (m.llama()) {  // reference/layout.cc add_llama's shards
     const int64_t Vr = (int64_t(m.V) + t - 1) / t, kvC = int64_t(m.kv_heads) * (C / m.NH);
     const int64_t kvr = m.kv_heads % tp == 0 ? kvC / t : kvC;  // replicated when fewer kv heads than tp
     u.push_back(Vr * C);
     for (int l = 0; l < m.L; ++l) {
-      if (m.is_moe(l)) {  // tp = 1: norms, q|k|v, o, router, E experts of gate|up and down
-        u.push_back(2 * C + C * C + 2 * kvC * C + C * C + E * C + E * 3 * int64_t(m.ffn) * C);
-        continue;
-      }
-      u.push_back(2 * C + C / t * C + 2 * kvr * C + C * (C / t) + 3 * (m.ffn / t) * C);
+      // Norms, q|k|v, o, then the dense MLP's gate|up and down, or the
+      // router (replicated) and E experts' (split like the dense MLP).
+      const int64_t attention = 2 * C + C / t * C + 2 * kvr * C + C * (C / t), mlp = 3 * (m.ffn / t) * C;
+      u.push_back(attention + (m.is_moe(l) ? E * C + E * mlp : mlp));
     }
     u.push_back(C + Vr * C);
     return u;

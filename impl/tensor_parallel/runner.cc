@@ -46,8 +46,10 @@ void TpModel<T>::alloc_block(Block& b, MemoryTracker* mt, bool xout_only, bool d
     b.xmid = Buffer<T>(mt, act, Nl * C);
     b.ln2 = Buffer<T>(mt, act, Nl * C);
     b.ln2_rstd = Buffer<A>(mt, act, Nl);
-    b.fch = Buffer<T>(mt, act, N * 2 * size_t(Ft_));
-    b.fchg = Buffer<T>(mt, act, N * size_t(Ft_));
+    if (dense_mlp) {  // (an MoE block's MLP keeps MoeActs instead)
+      b.fch = Buffer<T>(mt, act, N * 2 * size_t(Ft_));
+      b.fchg = Buffer<T>(mt, act, N * size_t(Ft_));
+    }
   } else if (!xout_only) {
     b.ln1 = Buffer<T>(mt, act, Nl * C);
     b.ln1_mean = Buffer<A>(mt, act, Nl);
@@ -105,8 +107,7 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
   valid_ = int(std::clamp<int64_t>(m.V - vb_, 0, Vr_));
   if (o.has(Fault::padded_vocab_in_loss)) valid_ = Vr_;
   if (m.llama()) {
-    require(ncp == 1 && m.moe.experts == 0,
-            "tp: model family llama runs under tensor parallel without context parallel or experts");
+    require(ncp == 1, "tp: model family llama runs under tensor parallel without context parallel");
     const LlamaWidths w = llama_widths(m, o.tp);
     llama_ = true;
     kv_rep_ = w.kv_rep;
@@ -482,7 +483,7 @@ void TpModel<T>::llama_attention_backward(T* dx_in, T* du, const T* x_in, const 
   if (o_.sp) {
     scatter(part_.data(), dln_.data());
     dln1 = dln_.data();
-  } else {
+  } else if (!o_.has(Fault::skip_input_allreduce)) {
     all_reduce(part_.data(), N * C_);
   }
   ops_->rmsnorm_backward(dx_in, du + o.ln1_w, dln1, x_in, u + o.ln1_w, a.ln1_rstd.data(), Nl_, C_);
@@ -630,6 +631,11 @@ void TpModel<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_i
   ops_->copy(dres_.data(), dout, NC * sizeof(T));
   zero(part_);  // d ln2: the MoE MLP's input gradient, whole on every tp rank (its partial sums reduced inside)
   moe_->backward(part_.data(), du, dout, a.ln2.data(), m, u, aux_weight, moe_scratch_, experts, dexperts);
+  if (llama_) {
+    ops_->rmsnorm_backward(dres_.data(), du + o.ln2_w, part_.data(), a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(),
+                           N_, C_);
+    return llama_attention_backward(dx_in, du, x_in, a, u);
+  }
   ops_->layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, part_.data(), a.xmid.data(), u + o.ln2_w,
                            a.ln2_mean.data(), a.ln2_rstd.data(), N_, C_);
   attention_backward(dx_in, du, x_in, a, u);

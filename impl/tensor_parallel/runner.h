@@ -39,7 +39,8 @@
 // here; the caller sums the replicated k/v gradients over tp), RoPE by each
 // token's true position, grouped-query attention on this rank's heads, gate
 // and up column-parallel by the same rows, o_proj and down_proj row-parallel,
-// no biases; the untied lm_head vocabulary-parallel like the tied one.
+// no biases; the untied lm_head vocabulary-parallel like the tied one; an
+// MoE block (tiny-mixtral) the llama attention and the MoE MLP as GPT-2's.
 // Calls UnitHooks in MicrobatchRunner's order (reference/runner.h), so every
 // data-parallel family composes with it unchanged.
 // On a device (kernels/common/device_ops.h): every op goes through the seam

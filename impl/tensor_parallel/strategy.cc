@@ -59,7 +59,8 @@ TpShape tp_shape(const RunSpec& s) {
 int64_t replicated_grads_held(const RunSpec& s, int rank) {
   const ParamLayout l(s.train.model, s.mesh.tp, 0);  // every tp rank has the same replicated ranges
   const dp::DpOptions o = component_options_of(s);
-  const dp::ShardLayout sl(dp::model_units(l), o.shard == dp::Shard::none ? 1 : dp::shard_group(o),
+  // The dense component's units (ep > 1: the experts are a second component, tp_rank.cc).
+  const dp::ShardLayout sl(s.mesh.ep > 1 ? dp::dense_units(l) : dp::model_units(l), o.shard == dp::Shard::none ? 1 : dp::shard_group(o),
                            o.shard == dp::Shard::none ? 0 : dp::owned_slice(o, rank));
   const auto ranges = tp_reduced_ranges(l, s.tensor.sp);
   int64_t held = 0;

@@ -43,9 +43,10 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world, RankOps<T> ops, RankMem
   groups_.split_world(Group::check);
   if (s.mesh.ep > 1) groups_.split(Group::ep_scalar, expert_shards ? MeshAxis::dp : MeshAxis::ep);
   kv_replicated_ = c.model.llama() && s.mesh.tp > 1 && c.model.kv_heads % s.mesh.tp != 0;
+  MoeScope moe = dp::make_moe_scope(dpo_, c, groups_, &tp);
+  if (o_.has(Fault::gate_up_mismatch)) moe.faults.insert(MoeFault::expert_gate_up_mismatch);  // the experts' too
   runner_ = std::make_unique<TpRunner<T>>(layout_, o_, &tp, s.mesh.cp > 1 ? &cp : nullptr, data_, &this->mem_,
-                                          c.batch / s.mesh.dp / c.microbatches, c.seq,
-                                          dp::make_moe_scope(dpo_, c, groups_, &tp), *this->ops_);
+                                          c.batch / s.mesh.dp / c.microbatches, c.seq, std::move(moe), *this->ops_);
   this->track_moe_load(*runner_);
   // tp rank > 0 holds copies of the replicated parameters: the norm counts tp rank 0's.
   if (tp.rank() > 0 && !o_.has(Fault::norm_tp_times)) states_->exclude_from_norm(layout_.replicated_ranges());

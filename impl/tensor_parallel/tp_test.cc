@@ -16,9 +16,10 @@
 namespace pb::tp {
 namespace {
 
-// tiny-llama: kv heads split at tp 2, replicated at tp 4 (kv_heads 2 < tp).
+// tiny-llama: kv heads split at tp 2, replicated at tp 4 (kv_heads 2 < tp);
+// tiny-mixtral: every expert's w1/w3 rows and w2 columns split too.
 TEST(TpLayout, ShardedInitEqualsFullInit) {
- for (const char* name : {"tiny-tp", "tiny-llama"}) {
+ for (const char* name : {"tiny-tp", "tiny-llama", "tiny-mixtral"}) {
   const ModelConfig m = named_model(name);
   const ParamLayout full(m);
   std::vector<double> want(size_t(full.total()));
@@ -55,7 +56,7 @@ TEST(TpLayout, ShardedInitEqualsFullInit) {
 // The declared per-rank unit sizes (model-state bytes, the planner's too) are
 // the shard layout's, and the replicated count is what the layout marks.
 TEST(TpLayout, DeclaredUnitSizesAreTheLayouts) {
-  for (const char* name : {"tiny", "tiny-tp", "small", "tiny-llama"}) {
+  for (const char* name : {"tiny", "tiny-tp", "small", "tiny-llama", "tiny-mixtral"}) {
     for (int tp : {1, 2, 3, 4}) {
       const ModelConfig m = named_model(name);
       if (m.NH % tp) continue;
