@@ -153,7 +153,15 @@ CheckpointIndex CheckpointIndex::parse(const std::string& text, const std::strin
       CheckpointTensor t;
       t.name = jt.at("name").get<std::string>();
       t.shape = jt.at("shape").get<Shape>();
-      for (int64_t d : t.shape) require(d >= 0, pre + "tensor " + t.name + " has a negative dimension");
+      // The element count in int64 before anything multiplies or adds it (a
+      // forged shape or offset would overflow: numel, the tiling's ends).
+      int64_t n = 1;
+      for (int64_t d : t.shape) {
+        require(d >= 0, pre + "tensor " + t.name + " has a negative dimension");
+        require(d == 0 || n <= kMaxCheckpointElements / d,
+                pre + "tensor " + t.name + " has more than 2^53 elements (shape " + shape_str(t.shape) + ")");
+        n *= d;
+      }
       const std::string dt = jt.at("dtype").get<std::string>();
       require(parse_st_dtype(dt, &t.dtype), pre + "tensor " + t.name + " has unknown dtype " + dt);
       for (const json& js : jt.at("shards")) {
@@ -163,6 +171,10 @@ CheckpointIndex CheckpointIndex::parse(const std::string& text, const std::strin
         s.key = js.at("key").get<std::string>();
         s.offset = js.at("offset").get<int64_t>();
         s.count = js.at("count").get<int64_t>();
+        require(s.offset >= 0 && s.count >= 0 && s.offset <= kMaxCheckpointElements &&
+                    s.count <= kMaxCheckpointElements,
+                pre + "shard " + s.key + " of " + t.name + " has offset " + std::to_string(s.offset) + " and count " +
+                    std::to_string(s.count) + " (each must be in [0, 2^53])");
         require(s.file.find('/') == std::string::npos && s.file != ".." && !s.file.empty(),
                 pre + "shard file '" + s.file + "' of " + t.name + " is not a file name inside the checkpoint");
         t.shards.push_back(std::move(s));
