@@ -21,6 +21,7 @@
 #include "impl/registry.h"
 #include "impl/spec/run_spec.h"
 #include "suites/cli/command.h"
+#include "suites/cli/common.h"
 #include "suites/planner/machine.h"
 #include "suites/planner/plan_input.h"
 #include "suites/planner/plan_output.h"
