@@ -60,6 +60,8 @@ void TrainConfig::validate() const {
   require(optim.beta2 >= 0 && optim.beta2 < 1, "optim.beta2: must be in [0, 1)");
   require(optim.eps > 0, "optim.eps: must be > 0");
   require(optim.weight_decay >= 0, "optim.weight_decay: must be >= 0");
+  require(optim.clip >= 0, "optim.clip: must be >= 0 (0: no clipping; else min(1, clip / (norm + 1e-6))), got " +
+                               std::to_string(optim.clip));
   require(data.branching >= 1, "data.branching: must be >= 1");
   require(data.mix > 0 && data.mix < 1, "data.mix: must be in (0, 1)");
 }
@@ -73,7 +75,7 @@ double lr_at(const OptimConfig& o, int step, int total_steps) {
 }
 
 double clip_factor(double norm, double clip) {
-  if (clip <= 0) return 1.0;
+  if (clip == 0) return 1.0;
   return std::min(1.0, clip / (norm + 1e-6));
 }
 

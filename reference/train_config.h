@@ -30,7 +30,7 @@ struct OptimConfig {
   std::string schedule = "cosine";  // cosine | constant
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double weight_decay = 0.1;
-  double clip = 1.0;           // global-norm clipping; <= 0 disables
+  double clip = 1.0;           // global-norm clipping; 0 disables it (negative: refused)
   bool operator==(const OptimConfig&) const = default;
 };
 
@@ -64,7 +64,8 @@ struct TrainConfig {
 // the remaining steps (or constant).
 double lr_at(const OptimConfig& o, int step, int total_steps);
 
-// Global-norm clipping factor (PyTorch clip_grad_norm_): min(1, clip / (norm + 1e-6)).
+// Global-norm clipping factor (PyTorch clip_grad_norm_): min(1, clip / (norm + 1e-6));
+// 1 (no clipping) when clip is 0. validate() refuses a negative clip.
 double clip_factor(double norm, double clip);
 
 }  // namespace pb

@@ -28,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all=(config run_spec_text safetensors csv schema_json schema_csv trace machine)
+all=(config run_spec_text safetensors csv schema_json schema_csv trace machine checkpoint)
 seconds=20
 timed=""
 runs=""

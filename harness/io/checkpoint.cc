@@ -1,6 +1,7 @@
 #include "harness/io/checkpoint.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -127,6 +128,27 @@ std::string CheckpointIndex::to_json() const {
   return j.dump(1) + "\n";
 }
 
+namespace {
+// An integer field in [lo, hi]: a float (1e103), a string or a value out of
+// range is an InputError naming the field (nlohmann's get<int> would convert
+// a float unchecked: undefined behaviour, found by fuzz_checkpoint).
+int64_t int_field(const json& j, const char* key, int64_t lo, int64_t hi, const std::string& pre) {
+  const json& v = j.at(key);
+  require(v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)),
+          pre + "'" + key + "' is not an integer");
+  const int64_t x = v.get<int64_t>();
+  require(x >= lo && x <= hi, pre + "'" + key + "' is " + std::to_string(x) + ", outside [" + std::to_string(lo) +
+                                  ", " + std::to_string(hi) + "]");
+  return x;
+}
+uint64_t u64_field(const json& j, const char* key, const std::string& pre) {
+  const json& v = j.at(key);
+  require(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
+          pre + "'" + key + "' is not an unsigned integer");
+  return v.get<uint64_t>();
+}
+}  // namespace
+
 CheckpointIndex CheckpointIndex::parse(const std::string& text, const std::string& where) {
   const std::string pre = "checkpoint " + where + ": ";
   json j = json::parse(text, nullptr, false);
@@ -135,7 +157,7 @@ CheckpointIndex CheckpointIndex::parse(const std::string& text, const std::strin
   try {
     require(j.value("format", std::string()) == "parabench-checkpoint",
             pre + "not a parabench checkpoint index (format is not parabench-checkpoint)");
-    ix.version = j.at("version").get<int>();
+    ix.version = int(int_field(j, "version", INT32_MIN, INT32_MAX, pre));
     require(ix.version == kCheckpointVersion, pre + "index version " + std::to_string(ix.version) +
                                                   " (this build reads version " +
                                                   std::to_string(kCheckpointVersion) + ")");
@@ -144,25 +166,42 @@ CheckpointIndex CheckpointIndex::parse(const std::string& text, const std::strin
     ix.run.spec_hash = r.at("spec_hash").get<std::string>();
     ix.run.spec_label = r.at("spec_label").get<std::string>();
     ix.run.model = r.at("model").get<std::string>();
-    ix.run.world = r.at("world").get<int>();
-    ix.run.step = r.at("step").get<int64_t>();
-    ix.run.data_position = r.at("data_position").get<int64_t>();
-    ix.run.seed = r.at("seed").get<uint64_t>();
-    ix.run.data_seed = r.at("data_seed").get<uint64_t>();
+    ix.run.world = int(int_field(r, "world", 0, INT32_MAX, pre));
+    ix.run.step = int_field(r, "step", INT64_MIN, INT64_MAX, pre);
+    ix.run.data_position = int_field(r, "data_position", INT64_MIN, INT64_MAX, pre);
+    ix.run.seed = u64_field(r, "seed", pre);
+    ix.run.data_seed = u64_field(r, "data_seed", pre);
     for (const json& jt : j.at("tensors")) {
       CheckpointTensor t;
       t.name = jt.at("name").get<std::string>();
-      t.shape = jt.at("shape").get<Shape>();
-      for (int64_t d : t.shape) require(d >= 0, pre + "tensor " + t.name + " has a negative dimension");
+      require(jt.at("shape").is_array(), pre + "tensor " + t.name + ": 'shape' is not an array");
+      for (const json& d : jt.at("shape")) {
+        require(d.is_number_integer() && !(d.is_number_unsigned() && d.get<uint64_t>() > uint64_t(INT64_MAX)),
+                pre + "tensor " + t.name + ": a dimension is not an integer");
+        t.shape.push_back(d.get<int64_t>());
+      }
+      // The element count in int64 before anything multiplies or adds it (a
+      // forged shape or offset would overflow: numel, the tiling's ends).
+      int64_t n = 1;
+      for (int64_t d : t.shape) {
+        require(d >= 0, pre + "tensor " + t.name + " has a negative dimension");
+        require(d == 0 || n <= kMaxCheckpointElements / d,
+                pre + "tensor " + t.name + " has more than 2^53 elements (shape " + shape_str(t.shape) + ")");
+        n *= d;
+      }
       const std::string dt = jt.at("dtype").get<std::string>();
       require(parse_st_dtype(dt, &t.dtype), pre + "tensor " + t.name + " has unknown dtype " + dt);
       for (const json& js : jt.at("shards")) {
         CheckpointShard s;
-        s.rank = js.at("rank").get<int>();
+        s.rank = int(int_field(js, "rank", 0, INT32_MAX, pre));
         s.file = js.at("file").get<std::string>();
         s.key = js.at("key").get<std::string>();
-        s.offset = js.at("offset").get<int64_t>();
-        s.count = js.at("count").get<int64_t>();
+        s.offset = int_field(js, "offset", INT64_MIN, INT64_MAX, pre);
+        s.count = int_field(js, "count", INT64_MIN, INT64_MAX, pre);
+        require(s.offset >= 0 && s.count >= 0 && s.offset <= kMaxCheckpointElements &&
+                    s.count <= kMaxCheckpointElements,
+                pre + "shard " + s.key + " of " + t.name + " has offset " + std::to_string(s.offset) + " and count " +
+                    std::to_string(s.count) + " (each must be in [0, 2^53])");
         require(s.file.find('/') == std::string::npos && s.file != ".." && !s.file.empty(),
                 pre + "shard file '" + s.file + "' of " + t.name + " is not a file name inside the checkpoint");
         t.shards.push_back(std::move(s));

@@ -27,6 +27,9 @@ namespace pb {
 
 inline constexpr int kCheckpointVersion = 1;
 inline constexpr const char* kCheckpointIndexName = "index.json";
+// A tensor's elements, a shard's offset and count: at most 2^53 (an index
+// saying more is refused before any arithmetic on them can overflow).
+inline constexpr int64_t kMaxCheckpointElements = int64_t(1) << 53;
 
 struct CheckpointShard {
   int rank = 0;

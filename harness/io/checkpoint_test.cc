@@ -156,5 +156,23 @@ TEST(Checkpoint, ShardFileOutsideTheDirectoryIsRefused) {
   EXPECT_NE(input_error_of([&] { CheckpointReader::open(d.str()); }).find("not a file name"), std::string::npos);
 }
 
+// Sizes past 2^53 elements are refused before anything multiplies or adds
+// them (the fuzz target's guard: numel and offset + count would overflow).
+TEST(Checkpoint, SizesPastTwoToTheFiftyThreeAreRefused) {
+  CheckpointIndex ix;
+  ix.run = a_run();
+  CheckpointTensor t;
+  t.name = "w";
+  t.shape = {int64_t(1) << 40, int64_t(1) << 40};
+  t.shards.push_back({0, "rank-00000.safetensors", "w@0", 0, 4});
+  ix.tensors.push_back(t);
+  EXPECT_NE(expect_input_error([&] { CheckpointIndex::parse(ix.to_json(), "test"); }).find("more than 2^53 elements"),
+            std::string::npos);
+  ix.tensors[0].shape = {8};
+  ix.tensors[0].shards[0].count = INT64_MAX;
+  EXPECT_NE(expect_input_error([&] { CheckpointIndex::parse(ix.to_json(), "test"); }).find("each must be in [0, 2^53]"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace pb

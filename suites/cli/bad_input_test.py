@@ -174,6 +174,7 @@ def setup():
     f = lines[1].split(",")
     f[j] = "nan"
     files["nan_step"] = write(w("csv", "nan_step", "sweep.csv"), "\n".join([lines[0], ",".join(f)]) + "\n")
+    files["sweep_no_meshes"] = write(w("cfg", "sweep_no_meshes.toml"), "[sweep]\nmeshes = []\nsteps = 1\nwarmup = 0\n")
     files["fifo"] = w("cfg", "fifo")
     if not os.path.exists(files["fifo"]):
         os.mkfifo(files["fifo"])
@@ -341,6 +342,10 @@ def cases(F):
         (7, ["calibrate", "--out", w("m.toml"), "--model", "tiny", "tiny"], 2,
          r"--model: tiny and tiny are the same work per block"),
         (7, ["plan", "--against", w("m.toml")], 2, r"--against: needs --machine"),
+        (7, ["plan", "--machine", ""], 2, r"--machine: .*empty"),
+        (7, ["plan", "--machine", "", "--against", w("no.csv")], 2, r"--machine: .*empty"),
+        (7, ["export", "--config", w("cfg"), "--dir", w("export_cfgdir")], 2, r"config .*cfg: is a directory"),
+        (7, ["export", "--config", F["fifo"], "--dir", w("export_fifo")], 2, r"config .*fifo: is not a regular file"),
         (7, ["plan", "--machine", "a100", "--against", w("no.csv")], 2, r"--against: .*no\.csv: cannot open"),
         (7, ["plan", "--machine", "a100", "--against", F["bad_machine"]], 2, r"--against: "),
         (7, ["plan", "--machine", "a100", "--model", "tiny", "--against", w("no.csv")], 2,
@@ -409,6 +414,11 @@ def issue50_cases(F):
              F["inter_fast"]], 2, r"--inter-node: the all_reduce rows of .*fit a bandwidth of inf GB/s"),
         (5, ["calibrate", "--seconds", "0.01", "--model", "none", "--out", w("m_slow.toml"), "--inter-node",
              F["inter_slow"]], 2, r"--inter-node: .*fit a bandwidth of 1\.5e-293 GB/s .*not a link's"),
+        # 7. empty or zero values that meant something else
+        (7, ["calibrate", "--name", "", "--out", w("m_noname.toml")], 2, r"--name: .*empty"),
+        (7, ["sweep", "--config", F["sweep_no_meshes"], "--run-dir", w("sweep_nomesh")], 2,
+         r"sweep\.meshes: empty; list meshes"),
+        (7, ["train", "--set", "optim.clip=-1", "--steps", "1"] + o, 2, r"optim\.clip: must be >= 0 \(0: no clipping"),
         (5, ["validate", F["nan_step"]], 1, r"sweep\.csv:2: column 'step_time_s': 'nan' is not a measurement"),
         (3, ["export", "--set", "train.steps=100000000", "--dir", w("export_big", "new", "ex")], 2,
          r"export tiny: needs .* GiB of memory"),

@@ -501,7 +501,8 @@ void register_calibrate(CLI::App& root, Registry& reg, const Env& env) {
   auto f = std::make_shared<CalibrateFlags>();
   CLI::App* app = root.add_subcommand("calibrate", "measure this machine into a profile plan --machine FILE reads");
   app->add_option("--out", f->out, "the profile to write (TOML)")->capture_default_str();
-  app->add_option("--name", f->name, "the machine's name in the profile (default: the host name)");
+  app->add_option("--name", f->name, "the machine's name in the profile (default: the host name)")
+      ->check(non_empty());
   app->add_option("--seconds", f->seconds, "time per measurement, in (0, 60]")->capture_default_str();
   app->add_option("--model", f->models,
                   "the training shapes whose kernels and single-rank steps calibrate the memory-bound rates, "

@@ -21,6 +21,7 @@
 #include "impl/registry.h"
 #include "impl/spec/run_spec.h"
 #include "suites/cli/command.h"
+#include "suites/cli/common.h"
 #include "suites/planner/machine.h"
 #include "suites/planner/plan_input.h"
 #include "suites/planner/plan_output.h"
@@ -655,7 +656,8 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
     std::string s;
     for (const auto& m : planner::builtin_machines()) s += (s.empty() ? "" : ", ") + m.name();
     return s;
-  }() + " (datasheet peaks, sources in suites/planner/machine.cc) or a TOML file; the flags below override it");
+  }() + " (datasheet peaks, sources in suites/planner/machine.cc) or a TOML file; the flags below override it")
+      ->check(non_empty());  // "" would silently mean "no profile"
   f->hw_flags = {
       app->add_option("--peak-tflops", f->in.hw.peak_tflops, "per-rank peak TFLOP/s (enables the time estimate)"),
       app->add_option("--bw-intra", f->in.hw.bw_intra_GBps, "per-rank intra-node bandwidth, GB/s"),

@@ -1,6 +1,8 @@
 // parabench verify --export DIR --trace FILE: a trace written by another
 // framework (results/TRACE.md) judged by check's rule (suites/conformance/
-// verify.h). Prints the per-quantity ratios, writes conformance rows (and
+// verify.h). Prints the per-quantity ratios and, on a failure, the first
+// failing check and the parameters with the largest error (VerifyDiagnosis;
+// also in each failed JUnit case's message), writes conformance rows (and
 // JUnit with --junit); exit 0 when every quantity is within C x the floor,
 // 1 when one is not, 2 when a file is not a valid export or trace.
 #include <chrono>
@@ -101,12 +103,17 @@ int run_verify(const VerifyFlags& f, const Env& env) {
   int failures = 0;
   for (const auto& t : traces) {
     const auto started = std::chrono::steady_clock::now();
-    const ConformanceResult r = verify_trace(e, t);
+    VerifyDiagnosis why;
+    const ConformanceResult r = verify_trace(e, t, {}, &why);
     print_result_row(r);
     print_scalar_checks(r);
+    if (why.failed) std::printf("    %s\n", why.text().c_str());  // what to fix first
     if (!t.note.empty()) std::printf("    note: %s\n", t.note.c_str());
     failures += !r.pass();
+    const size_t before = junit.cases.size();
     add_junit_cases(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), &junit);
+    for (size_t i = before; i < junit.cases.size(); ++i)  // every failed case of this trace says where to look
+      if (junit.cases[i].failed) junit.cases[i].message += "; " + why.text();
     const RunMeta meta = make_meta(run_id, env.git_rev, r.backend, r.world, r.mesh, e.config_hash);
     write_conformance_rows(csv, meta, r, e.cfg.steps);
     write_reported_figures(csv, meta, t, r);

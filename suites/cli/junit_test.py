@@ -10,6 +10,7 @@ exit 2 naming what is wrong and write nothing.
     junit_test.py PARABENCH WORKDIR
 """
 import json
+import re
 import os
 import stat
 import shutil
@@ -145,6 +146,12 @@ root, got = cases(vxml)
 fails = [(c, n, m) for c, n, m, _ in got if m is not None]
 expect(len(fails) == 1 and fails[0][1] == "grads" and "myfw:ddp" in fails[0][0] and "ratio" in fails[0][2],
        f"one failing case, grads of myfw:ddp, naming the ratio: {fails}")
+# What to fix: the first failing check and the parameters with the largest error, in the text and the JUnit message.
+for where, text in (("the text output", out), ("the JUnit message", fails[0][2] if fails else "")):
+    # Every gradient doubled: each parameter's ratio alike, five of them named.
+    expect("first failure: grads at step 1" in text and
+           re.search(r"largest errors in the step-1 gradients \(ratio / C = 8\): ([\w.]+ [0-9.e+]+, ){4}[\w.]+ [0-9.e+]+", text),
+           f"{where} names the first failure and the worst parameters: {text[-600:]}")
 with open(os.path.join(WORK, "v_bad", "conformance.csv")) as fh:
     rows = fh.read().splitlines()
 # Per trace of 3 steps: loss, grad_norm and lr each step, grads of step 1, final params.

@@ -1,8 +1,94 @@
 #include "suites/conformance/verify.h"
 
-namespace pb {
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 
-ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const ToleranceRule& rule) {
+#include "kernels/common/device_ops.h"
+#include "reference/layout.h"
+
+namespace pb {
+namespace {
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+// Where at one step a check comes in the order a user should look: the
+// forward (loss), the gradients, the update (params), then the scalars.
+int quantity_rank(const std::string& q) {
+  static const char* order[] = {"loss", "grads", "params", "grad_norm", "lr"};
+  for (int i = 0; i < 5; ++i)
+    if (q == order[i]) return i;
+  return 5;
+}
+
+// The per-parameter breakdown of a vector quantity (member: grads1 or params).
+std::vector<ParamError> per_param(const ParamLayout& l, const std::vector<double>& x,
+                                  std::vector<double> Trace::*member, const std::vector<const Trace*>& refs,
+                                  const Trace& truth, double min_floor) {
+  std::vector<ParamError> out;
+  auto slice = [](const std::vector<double>& v, const ParamInfo& p) {
+    return std::vector<double>(v.begin() + p.offset, v.begin() + p.offset + p.numel);
+  };
+  for (const auto& p : l.params()) {
+    const std::vector<double> want = slice(truth.*member, p);
+    ParamError e;
+    e.name = p.name;
+    e.error = rel_l2(slice(x, p), want);
+    for (const Trace* r : refs) e.floor = std::max(e.floor, rel_l2(slice(r->*member, p), want));
+    e.floor = std::max(e.floor, min_floor);
+    e.ratio = e.error / e.floor;
+    if (std::isnan(e.ratio)) e.ratio = INFINITY;
+    out.push_back(e);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const ParamError& a, const ParamError& b) { return a.ratio > b.ratio; });
+  if (out.size() > size_t(kWorstParams)) out.resize(kWorstParams);
+  return out;
+}
+
+void diagnose(const ExportDir& e, const ConformanceResult& r, const std::vector<const Trace*>& refs,
+              const Trace& truth, double min_floor, const ToleranceRule& rule, VerifyDiagnosis* why) {
+  *why = {};
+  why->C = rule.C;
+  const QuantityCheck* first = nullptr;
+  bool grads_failed = false, params_failed = false;
+  for (const auto& c : r.rule) {
+    if (c.pass) continue;
+    grads_failed |= c.quantity == "grads";
+    params_failed |= c.quantity == "params";
+    if (!first || c.step < first->step ||
+        (c.step == first->step && quantity_rank(c.quantity) < quantity_rank(first->quantity)))
+      first = &c;
+  }
+  if (!first) return;
+  why->failed = true;
+  why->first = *first;
+  const bool grads = first->quantity == "grads" || (grads_failed && !params_failed);
+  why->vector_quantity = grads ? "grads" : "params";
+  why->worst = per_param(ParamLayout(e.cfg.model), grads ? r.trace.grads1 : r.trace.params,
+                         grads ? &Trace::grads1 : &Trace::params, refs, truth, min_floor);
+}
+
+}  // namespace
+
+std::string VerifyDiagnosis::text() const {
+  if (!failed) return "";
+  std::string s = "first failure: " + first.quantity + " at step " + std::to_string(first.step) + " (";
+  s += first.quantity == "lr" ? "relative error " + num(first.error) + ", not the export's schedule"
+                              : "ratio " + num(first.ratio) + " > " + num(first.threshold);
+  s += "); largest errors in the " +
+       std::string(vector_quantity == "grads" ? "step-1 gradients" : "final parameters") + " (ratio / C = " +
+       num(C) + "): ";
+  for (size_t i = 0; i < worst.size(); ++i)
+    s += (i ? ", " : "") + worst[i].name + " " + num(worst[i].ratio / C);
+  return s;
+}
+
+ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const ToleranceRule& rule,
+                               VerifyDiagnosis* why) {
   TrainConfig cfg = e.cfg;
   cfg.precision = t.precision;
   TrainConfig truth_cfg = cfg;
@@ -12,6 +98,17 @@ ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const 
   const Trace truth = reference_trace(truth_cfg, {});
   const Trace whole = reference_trace(cfg, {});
   const Trace split = reference_trace(cfg, as_split);
+  std::vector<Trace> more;  // the fp64 floor's other orders (verify.h)
+  if (t.precision == Precision::fp64) {
+    for (int parts : kFp64FloorSlices)
+      more.push_back(reference_trace(truth_cfg, {}, nullptr, kernels::cpu_ops_sliced<double>(parts)));
+    TrainConfig fp32_cfg = cfg;
+    fp32_cfg.precision = Precision::fp32;
+    more.push_back(
+        scaled_distance(reference_trace(fp32_cfg, {}), truth, dtype_eps(DType::f64) / dtype_eps(DType::f32)));
+  }
+  std::vector<const Trace*> refs = {&whole, &split};
+  for (const Trace& m : more) refs.push_back(&m);
   ConformanceResult r;
   r.strategy = t.framework + ":" + t.strategy;
   r.mesh = mesh_text(t.mesh);
@@ -19,16 +116,17 @@ ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const 
   r.world = t.world;
   r.backend = "foreign";
   r.trace = {t.loss, t.grad_norm, t.grads1, t.params};
-  r.rule = check_rule(r.trace, {&whole, &split}, truth, storage_dtype(t.precision), rule);
+  const DType dt = storage_dtype(t.precision);
+  r.rule = check_rule(r.trace, refs, truth, dt, rule);
   // What the format requires is judged: the gradient norm of every step; and
   // the learning rate of every step when the trace gives it.
-  for (const auto& c : check_grad_norm(r.trace, {&whole, &split}, truth, storage_dtype(t.precision), rule))
-    r.rule.push_back(c);
+  for (const auto& c : check_grad_norm(r.trace, refs, truth, dt, rule)) r.rule.push_back(c);
   if (!t.lr.empty()) {
     std::vector<double> schedule;
     for (int s = 1; s <= e.cfg.steps; ++s) schedule.push_back(lr_at(e.cfg.optim, s, e.cfg.steps));
     for (const auto& c : check_lr(t.lr, schedule)) r.rule.push_back(c);
   }
+  if (why) diagnose(e, r, refs, truth, rule.min_floor_ulps * dtype_eps(dt), rule, why);
   return r;
 }
 

@@ -18,6 +18,42 @@ namespace pb {
 // trace has it, exactly against the export's schedule (compare.h check_lr). strategy: "<framework>:<strategy>";
 // backend "foreign"; no declared costs (the per-rank figures are reported, not
 // judged).
-ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const ToleranceRule& rule = {});
+// An fp64 trace is held to the fp64 floor `check` holds its fp64 reruns to
+// (engine.h ConformanceResult::fp64): the truth, the reference replaying the
+// trace's split, the reference with every matmul's inner sums in
+// kFp64FloorSlices slices, and the fp32 reference's distance scaled by the
+// ratio of the unit roundoffs; at least four fp64 ulps. Not the fp32 floor:
+// an fp32-accurate run declared fp64 fails.
+// `why`, when given, is filled with what to fix (below).
+struct VerifyDiagnosis;
+ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const ToleranceRule& rule = {},
+                               VerifyDiagnosis* why = nullptr);
+
+// One parameter's share of a vector quantity (the step-1 gradients or the
+// final parameters): its slice's relative L2 error to the truth's, the
+// floor the same references give that slice (at least the precision's
+// minimum floor), and their ratio.
+struct ParamError {
+  std::string name;
+  double error = 0, floor = 0, ratio = 0;
+};
+
+// What a failed verify tells the user to look at: the first failing check
+// (the earliest step; at one step in the order loss, grads, params,
+// grad_norm, lr), and the parameters with the largest ratio in the vector
+// quantity that failed (the step-1 gradients when they failed first or
+// alone, else the final parameters), largest first.
+struct VerifyDiagnosis {
+  bool failed = false;
+  QuantityCheck first;          // the first failing check
+  std::string vector_quantity;  // "grads" | "params": what `worst` breaks down
+  std::vector<ParamError> worst;  // at most kWorstParams, by ratio, largest first
+  double C = 8.0;
+  // One line: "first failure: grads at step 1 (ratio 1.2e+03 > 8); largest
+  // errors in the step-1 gradients (ratio / C): h.0.attn.c_attn.weight 150, ..."
+  // ("" when nothing failed).
+  std::string text() const;
+};
+inline constexpr int kWorstParams = 5;
 
 }  // namespace pb

@@ -16,7 +16,9 @@
 #include "harness/io/config.h"
 #include "harness/io/safetensors.h"
 #include "harness/status.h"
+#include "kernels/common/device_ops.h"
 #include "reference/export.h"
+#include "reference/layout.h"
 #include "reference/train_config_io.h"
 
 namespace pb {
@@ -202,6 +204,109 @@ TEST_F(Verify, GradNormAndLrAreJudgedEveryStep) {
   const ConformanceResult r = verify_trace(exp_, read_trace(p, exp_));
   EXPECT_EQ(r.rule.size(), 3u + 2u + 3u);
   EXPECT_TRUE(r.pass()) << describe_failures(r);
+}
+
+// A failed verify says where to look: the first failing check, and the
+// parameters whose error is largest against their own floor.
+TEST_F(Verify, AFailureNamesTheFirstStepAndTheWorstParameters) {
+  auto scale = [](Edit& e, const std::string& name, float k) {
+    auto* t = e.find(name);
+    ASSERT_NE(t, nullptr) << name;
+    ASSERT_EQ(t->dtype, StDType::F32);
+    auto* v = reinterpret_cast<float*>(t->bytes.data());
+    for (size_t i = 0; i < t->bytes.size() / sizeof(float); ++i) v[i] *= k;
+  };
+  VerifyDiagnosis why;
+  verify_trace(exp_, read_trace(golden_, exp_), {}, &why);
+  EXPECT_FALSE(why.failed);
+  EXPECT_EQ(why.text(), "");
+  // One gradient wrong (a sum not divided, say): grads at step 1, that one first.
+  std::string p = rewrite(golden_, dir_ / "g.safetensors",
+                          [&](Edit& e) { scale(e, "grads.h.1.mlp.c_fc.weight", 2.0f); });
+  ConformanceResult r = verify_trace(exp_, read_trace(p, exp_), {}, &why);
+  ASSERT_FALSE(r.pass());
+  ASSERT_TRUE(why.failed);
+  EXPECT_EQ(why.first.quantity, "grads");
+  EXPECT_EQ(why.first.step, 1);
+  EXPECT_EQ(why.vector_quantity, "grads");
+  ASSERT_EQ(why.worst.size(), size_t(kWorstParams));
+  EXPECT_EQ(why.worst[0].name, "h.1.mlp.c_fc.weight");
+  EXPECT_GT(why.worst[0].ratio, 8.0);
+  for (size_t i = 1; i < why.worst.size(); ++i) {
+    EXPECT_LE(why.worst[i].ratio, why.worst[i - 1].ratio);
+    EXPECT_LE(why.worst[i].ratio, 1.0) << why.worst[i].name;  // the untouched ones are the reference's
+  }
+  EXPECT_NE(why.text().find("first failure: grads at step 1"), std::string::npos) << why.text();
+  EXPECT_NE(why.text().find("step-1 gradients"), std::string::npos) << why.text();
+  EXPECT_NE(why.text().find("h.1.mlp.c_fc.weight"), std::string::npos) << why.text();
+  // Two final parameters wrong (an update skipped on one shard), the larger first;
+  // a loss wrong at step 2 comes before them (the earlier step).
+  p = rewrite(golden_, dir_ / "p.safetensors", [&](Edit& e) {
+    scale(e, "params.ln_f.bias", 1.5f);
+    scale(e, "params.h.0.attn.c_proj.weight", 1.01f);
+  });
+  r = verify_trace(exp_, read_trace(p, exp_), {}, &why);
+  ASSERT_TRUE(why.failed);
+  EXPECT_EQ(why.first.quantity, "params");
+  EXPECT_EQ(why.first.step, 3);
+  EXPECT_EQ(why.vector_quantity, "params");
+  ASSERT_GE(why.worst.size(), 2u);
+  EXPECT_EQ(why.worst[0].name, "ln_f.bias");
+  EXPECT_EQ(why.worst[1].name, "h.0.attn.c_proj.weight");
+  p = rewrite(p, dir_ / "pl.safetensors",
+              [](Edit& e) { reinterpret_cast<double*>(e.find("loss")->bytes.data())[1] *= 2; });
+  verify_trace(exp_, read_trace(p, exp_), {}, &why);
+  EXPECT_EQ(why.first.quantity, "loss");
+  EXPECT_EQ(why.first.step, 2);
+  EXPECT_EQ(why.vector_quantity, "params");  // the vector that failed
+  EXPECT_EQ(why.worst[0].name, "ln_f.bias");
+}
+
+// An fp64 trace is held to the fp64 floor: a correct fp64 run in another
+// order of summation passes; an error an fp32 floor would hide fails.
+TEST_F(Verify, AnFp64TraceIsHeldToTheFp64Floor) {
+  const fs::path d = dir_ / "fp64";
+  const TrainConfig cfg = tiny(Precision::fp64);
+  const ExportDir e64 = read_export(export_to(cfg, d));
+  const std::string g64 = (d / "trace.safetensors").string();
+  const ParamLayout l(cfg.model);
+  auto put = [&](Edit& e, const Trace& t) {
+    auto set = [&](const std::string& n, const double* v, size_t count) {
+      auto* x = e.find(n);
+      ASSERT_NE(x, nullptr) << n;
+      ASSERT_EQ(x->dtype, StDType::F64) << n;
+      ASSERT_EQ(x->bytes.size(), count * sizeof(double)) << n;
+      std::memcpy(x->bytes.data(), v, x->bytes.size());
+    };
+    set("loss", t.loss.data(), t.loss.size());
+    set("grad_norm", t.grad_norm.data(), t.grad_norm.size());
+    for (const auto& p : l.params()) {
+      set("grads." + p.name, t.grads1.data() + p.offset, size_t(p.numel));
+      set("params." + p.name, t.params.data() + p.offset, size_t(p.numel));
+    }
+  };
+  // The reference with every matmul's inner sums in 5 slices (not one of the
+  // floor's orders): a correct fp64 run that rounds differently.
+  const Trace other = reference_trace(cfg, {}, nullptr, kernels::cpu_ops_sliced<double>(5));
+  std::string p = rewrite(g64, dir_ / "o.safetensors", [&](Edit& e) { put(e, other); });
+  VerifyDiagnosis why;
+  ConformanceResult r = verify_trace(e64, read_trace(p, e64), {}, &why);
+  EXPECT_EQ(r.precision, Precision::fp64);
+  EXPECT_TRUE(r.pass()) << describe_failures(r) << " " << why.text();
+  // The parameters 1e-9 (relative) off: far below an fp32 floor (~1e-7), far
+  // above fp64's: fails, on params.
+  Trace off = other;
+  for (double& v : off.params) v *= 1 + 1e-9;
+  p = rewrite(g64, dir_ / "off.safetensors", [&](Edit& e) { put(e, off); });
+  r = verify_trace(e64, read_trace(p, e64), {}, &why);
+  EXPECT_FALSE(r.pass());
+  ASSERT_TRUE(why.failed);
+  EXPECT_EQ(why.first.quantity, "params");
+  for (const auto& c : r.rule)
+    if (c.quantity == "params") {
+      EXPECT_LT(c.floor, 1e-10);  // the fp64 floor, not the fp32 one
+      EXPECT_GT(c.ratio, 8.0);
+    }
 }
 
 TEST_F(Verify, TheSplitOfTheTraceIsReplayed) {

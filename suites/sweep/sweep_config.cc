@@ -71,7 +71,10 @@ SweepConfig read_sweep_config(ConfigReader& r) {
   SweepConfig c;
   c.strategies = r.get<std::vector<std::string>>("sweep.strategies", c.strategies);
   c.worlds = r.get<std::vector<int64_t>>("sweep.worlds", c.worlds, Bounds::positive());
+  const bool meshes_given = r.has("sweep.meshes");  // before get(), which writes the default back
   c.meshes = r.get<std::vector<std::string>>("sweep.meshes", {});
+  require(!meshes_given || !c.meshes.empty(), "sweep.meshes: empty; list meshes (e.g. [\"dp2\", \"dp2.tp2\"]) or "
+                                                       "leave the key out to sweep sweep.worlds");
   c.models = r.get<std::vector<std::string>>("sweep.models", c.models);
   c.precisions = r.get<std::vector<std::string>>("sweep.precisions", c.precisions);
   c.microbatches = r.get<std::vector<int64_t>>("sweep.microbatches", c.microbatches, Bounds::positive());
