@@ -158,9 +158,17 @@ def worker(rank, args):
         mesh = f"dp{world}"
     torch_adapter.load_init(model, ex, torch.float32)
     cfg = ds_config(ex, args, stage, mb)
+    mpu = None
     if mode == "ulysses":
-        # DeepSpeed builds a (data, sequence) mesh from these two keys.
-        cfg.update(data_parallel_size=1, sequence_parallel_size=world)
+        # DeepSpeed's own sequence-parallel groups (the mpu its Ulysses
+        # training uses): ZeRO reduces over its sequence-data-parallel group.
+        # (The config's data_parallel_size / sequence_parallel_size mesh
+        # instead leaves that group the data-parallel one, of size 1 here,
+        # and no gradient is reduced over the sequence.)
+        from deepspeed.runtime.sequence_parallel import parallel_state_sp as mpu
+        deepspeed.init_distributed(dist_backend="gloo")  # the groups are made before initialize
+        mpu.initialize_sequence_parallel(world)
+        cfg["sequence_parallel_size"] = world  # the batch check counts world / sp replicas
     if mode == "autotp":
         # AutoTP's own partitioning, told by name patterns which linears are
         # column-parallel (q, k, v, mlp.c_fc) and which row-parallel (the
@@ -183,7 +191,7 @@ def worker(rank, args):
         return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: ex.lr_at(s + 1) / lr0)
 
     engine, _, _, sched = deepspeed.initialize(model=model, model_parameters=groups_, lr_scheduler=schedule,
-                                               config=cfg)
+                                               config=cfg, mpu=mpu)
     named = list(engine.module.named_parameters())  # AutoTP replaced the split linears
     names = [n for n, _ in named]
     params = [p for _, p in named]
