@@ -50,6 +50,11 @@ if(PARABENCH_BUILD_TESTS)
   parabench_framework_test(ds_ulysses_zero2 pass "${pb_fw_base}" ds_train.py --strategy ulysses-zero2)
   parabench_framework_test(ds_ulysses_zero3 pass "${pb_fw_base}" ds_train.py --strategy ulysses-zero3)
   parabench_framework_test(ds_autotp pass "${pb_fw_base}" ds_train.py --strategy autotp)
+  parabench_framework_test(ds_pipe_bf16 pass "${pb_fw_base} train.microbatches=4" ds_train.py --strategy pipe
+                           --precision bf16-mixed)
+  parabench_framework_test(ds_ulysses_zero2_bf16 pass "${pb_fw_base}" ds_train.py --strategy ulysses-zero2
+                           --precision bf16-mixed)
+  parabench_framework_test(ds_autotp_bf16 pass "${pb_fw_base}" ds_train.py --strategy autotp --precision bf16-mixed)
   # Broken run: the Ulysses loss scaled by ZeRO-3's rule under ZeRO-2
   # (not divided by the sequence-parallel size, so gradients are doubled).
   parabench_framework_test(ds_broken_ulysses_scale fail:grads "${pb_fw_base}" ds_train.py

@@ -8,7 +8,10 @@ engine, and writes a parabench trace for `parabench verify`.
 
 Strategies: zero0 .. zero3 (deepspeed.initialize with ZeRO stage 0-3 over
 every rank; gradient accumulation over the export's microbatches by the
-engine's own boundary logic). The model is scripts/torch/train.py's GPT
+engine's own boundary logic); pipe (the pipeline engine: a PipelineModule in
+--world stages, wte tied by a TiedLayerSpec); ulysses-zero2, ulysses-zero3
+(DistributedAttention over a sequence group of every rank); autotp (AutoTP
+training, tp = --world). docs/frameworks.md describes each. The model is scripts/torch/train.py's GPT
 (a plain torch.nn.Module, which is what DeepSpeed wraps). The optimizer is
 built by DeepSpeed from its config ("AdamW", torch_adam: torch's AdamW, since
 no DeepSpeed op is built), weight decay on matrices only through parameter
@@ -18,7 +21,8 @@ the engine steps; clipping is `gradient_clipping` set from the export
 Faults (a trace that must fail verify): clip-default (`gradient_clipping`
 left out of the config, so DeepSpeed's default 1.0 clips an export that
 says no clipping); no-ga-scale (engine.backward(loss, scale_wrt_gas=False):
-the loss is not divided by the accumulation steps).
+the loss is not divided by the accumulation steps); ulysses-scale (the
+Ulysses loss scaled by the other ZeRO stage's rule).
 """
 
 import os
@@ -339,7 +343,9 @@ def pipe_worker(rank, args):
         loss = engine.train_batch(batches)  # the microbatches' mean loss, on every stage
         rec.step(float(loss), engine.get_global_grad_norm(), lr)
     # Full tensors on rank 0: every stage's own, wte from the first stage.
-    mine = {n: p.detach().float().clone() for n, p in zip(names, params)}
+    from deepspeed.utils import safe_get_full_fp32_param
+    fp32 = [safe_get_full_fp32_param(p) for p in params]  # bf16-mixed: the optimizer's fp32 weights
+    mine = {n: (f if f is not None else p).detach().float().clone() for n, p, f in zip(names, params, fp32)}
     both = [None] * world
     torch.distributed.all_gather_object(both, (mine, captured["grads"]))
     rec.params, rec.grads1 = {}, {}
@@ -365,8 +371,8 @@ def main():
     if args.fault == "ulysses-scale" and not args.strategy.startswith("ulysses"):
         ap.error("--fault ulysses-scale needs --strategy ulysses-zero2 or ulysses-zero3")
     if args.strategy.startswith("ulysses") and (ex.seq % args.world or ex.NH % args.world):
-        ap.error(f"--strategy {args.strategy}: {args.world} ranks divide neither train.seq {ex.seq} "
-                 f"and model.heads {ex.NH} both")
+        ap.error(f"--strategy {args.strategy} at world {args.world}: the world must divide train.seq ({ex.seq}) "
+                 f"and model.heads ({ex.NH})")
     if args.strategy == "autotp" and ex.NH % args.world:
         ap.error(f"--strategy autotp: {args.world} ranks do not divide model.heads {ex.NH}")
     if args.strategy == "pipe" and (ex.L % args.world or ex.micro < 2):
