@@ -26,6 +26,7 @@ Ulysses loss scaled by the other ZeRO stage's rule).
 """
 
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -146,7 +147,7 @@ def worker(rank, args):
 
     ex = common.pbtrace.Export(args.export)
     world = args.world
-    mode = args.strategy.split("-")[0]  # zero, ulysses, autotp (pipe: pipe_worker)
+    mode = re.sub(r"[-\d].*", "", args.strategy)  # zero, ulysses, autotp (pipe: pipe_worker)
     stage = int(args.strategy[-1]) if args.strategy[-1].isdigit() else 0
     dp = world if mode == "zero" else 1  # ulysses and autotp use every rank for sp / tp
     per = ex.batch // dp
