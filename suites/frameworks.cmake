@@ -37,8 +37,6 @@ if(PARABENCH_BUILD_TESTS)
   parabench_framework_test(mg_pp_interleaved pass "${pb_fw_base}" mg_train.py --strategy pp-interleaved)
   parabench_framework_test(mg_dp pass "${pb_fw_base}" mg_train.py --strategy dp)
   parabench_framework_test(mg_distopt pass "${pb_fw_base}" mg_train.py --strategy distopt)
-  # Megatron-FSDP (use_megatron_fsdp, sharding optim_grads_params), fp32.
-  parabench_framework_test(mg_fsdp pass "${pb_fw_base}" mg_train.py --strategy fsdp)
   # bf16-mixed (Float16Module, the optimizer's fp32 main params).
   parabench_framework_test(mg_tp_bf16 pass "${pb_fw_base}" mg_train.py --strategy tp --precision bf16-mixed)
   parabench_framework_test(mg_pp_bf16 pass "${pb_fw_base}" mg_train.py --strategy pp --precision bf16-mixed)
@@ -61,6 +59,8 @@ if(PARABENCH_BUILD_TESTS)
   # (not divided by the sequence-parallel size, so gradients are doubled).
   parabench_framework_test(ds_broken_ulysses_scale fail:grads "${pb_fw_base}" ds_train.py
                            --strategy ulysses-zero2 --fault ulysses-scale)
+  # Megatron-FSDP (use_megatron_fsdp, sharding optim_grads_params), fp32.
+  parabench_framework_test(mg_fsdp pass "${pb_fw_base}" mg_train.py --strategy fsdp)
   # Bad input: framework missing or outside its pin, shapes, faults, a trace
   # from another export: exit 2, named.
   add_test(NAME frameworks_bad_input
