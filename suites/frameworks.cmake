@@ -43,6 +43,24 @@ if(PARABENCH_BUILD_TESTS)
   # Megatron broken run: finalize_model_grads skipped under sequence parallel.
   parabench_framework_test(mg_broken_sp_no_finalize fail:grads "${pb_fw_base}" mg_train.py
                            --strategy tp-sp --fault no-finalize)
+  # DeepSpeed's pipeline engine (PipelineModule over 2 stages, wte a
+  # TiedLayerSpec; 4 microbatches), Ulysses (DistributedAttention over a
+  # sequence group of 2, ZeRO-2 and ZeRO-3), AutoTP (tp2, partition_config).
+  parabench_framework_test(ds_pipe pass "${pb_fw_base} train.microbatches=4" ds_train.py --strategy pipe)
+  parabench_framework_test(ds_ulysses_zero2 pass "${pb_fw_base}" ds_train.py --strategy ulysses-zero2)
+  parabench_framework_test(ds_ulysses_zero3 pass "${pb_fw_base}" ds_train.py --strategy ulysses-zero3)
+  parabench_framework_test(ds_autotp pass "${pb_fw_base}" ds_train.py --strategy autotp)
+  parabench_framework_test(ds_pipe_bf16 pass "${pb_fw_base} train.microbatches=4" ds_train.py --strategy pipe
+                           --precision bf16-mixed)
+  parabench_framework_test(ds_ulysses_zero2_bf16 pass "${pb_fw_base}" ds_train.py --strategy ulysses-zero2
+                           --precision bf16-mixed)
+  parabench_framework_test(ds_autotp_bf16 pass "${pb_fw_base}" ds_train.py --strategy autotp --precision bf16-mixed)
+  # Broken run: the Ulysses loss scaled by ZeRO-3's rule under ZeRO-2
+  # (not divided by the sequence-parallel size, so gradients are doubled).
+  parabench_framework_test(ds_broken_ulysses_scale fail:grads "${pb_fw_base}" ds_train.py
+                           --strategy ulysses-zero2 --fault ulysses-scale)
+  # Megatron-FSDP (use_megatron_fsdp, sharding optim_grads_params), fp32.
+  parabench_framework_test(mg_fsdp pass "${pb_fw_base}" mg_train.py --strategy fsdp)
   # Bad input: framework missing or outside its pin, shapes, faults, a trace
   # from another export: exit 2, named.
   add_test(NAME frameworks_bad_input

@@ -65,6 +65,12 @@ class _NoStream:
     def record(self, *args):
         pass
 
+    def record_event(self, *args):  # Megatron-FSDP's buffers: an event waited on later
+        return _NoStream()
+
+    def wait(self, *args):
+        pass
+
     def synchronize(self):
         pass
 

@@ -8,7 +8,8 @@ pipeline schedules, and writes a parabench trace for `parabench verify`.
         --world 2 --out trace.safetensors
 
 Strategies (world 2): dp (Megatron's DDP, overlapped reduction), distopt (DDP
-with the DistributedOptimizer), tp (tensor parallel), tp-sp (tensor + sequence
+with the DistributedOptimizer), fsdp (Megatron-FSDP, fp32), tp (tensor
+parallel), tp-sp (tensor + sequence
 parallel), pp (1F1B, forward_backward_pipelining_without_interleaving),
 pp-interleaved (two model chunks per rank, forward_backward_pipelining_with_interleaving).
 The model: GPTModel with the local layer spec, learned absolute positions,
@@ -33,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-STRATEGIES = ["dp", "distopt", "tp", "tp-sp", "pp", "pp-interleaved"]
+STRATEGIES = ["dp", "distopt", "fsdp", "tp", "tp-sp", "pp", "pp-interleaved"]
 FAULTS = ["none", "no-finalize"]
 FAULT_STRATEGIES = {"no-finalize": "tp-sp"}
 
@@ -148,8 +149,17 @@ def worker(rank, args):
     layer = gpt_layer_specs.get_gpt_layer_local_spec()
     layer.submodules.input_layernorm = ShardedNorm
     layer.submodules.pre_mlp_layernorm = ShardedNorm
+    fsdp = s == "fsdp"
+    fsdp_args = {}
+    if fsdp:
+        # Megatron-FSDP sharding parameters, gradients and optimizer state;
+        # gradient_reduce_div_fusion off: it reduces with NCCL's PREMUL_SUM,
+        # which gloo does not have (the division then runs apart).
+        fsdp_args = dict(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params",
+                         gradient_reduce_div_fusion=False)
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=s in ("dp", "distopt"),
-                                               use_distributed_optimizer=s == "distopt", bucket_size=None)
+                                               use_distributed_optimizer=s in ("distopt", "fsdp"), bucket_size=None,
+                                               **fsdp_args)
     ddps, names = [], {}
     for vp in range(vpp or 1):  # one GPTModel per model chunk (vp stage) of this rank
         v = vp if vpp else None
@@ -168,12 +178,31 @@ def worker(rank, args):
         names.update(chunk_names)
         if bf16:  # as Megatron's training loop: bf16 compute, fp32 inputs and loss at the chunk's edges
             model = Float16Module(config, model)
-        ddps.append(DistributedDataParallel(config, ddp_config, module=model, disable_bucketing=vp > 0))
+        if fsdp:
+            from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
+
+            # Shim, for this constructor only: MegatronFSDP.__init__ compares
+            # its device with torch.device(f"cuda:{current_device()}"), which
+            # the shim's current_device() (the CPU device) makes an invalid
+            # device string; 0 makes it a valid one (the comparison only
+            # logs). Its buffers are placed on device=cpu.
+            current = torch.cuda.current_device
+            torch.cuda.current_device = lambda: 0
+            try:
+                ddps.append(FullyShardedDataParallel(config, ddp_config, module=model, device=torch.device("cpu")))
+            finally:
+                torch.cuda.current_device = current
+            # The wrapper replaced every parameter by a DTensor shard.
+            for p in chunk_names:
+                names.pop(p)
+            names.update(export_names(model, ex))
+        else:
+            ddps.append(DistributedDataParallel(config, ddp_config, module=model, disable_bucketing=vp > 0))
     o = ex.optim
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=o["lr"], min_lr=o["min_lr"], weight_decay=o["weight_decay"],
                         adam_beta1=o["beta1"], adam_beta2=o["beta2"], adam_eps=o["eps"], clip_grad=o["clip"],
-                        bf16=bf16, params_dtype=config.params_dtype, use_distributed_optimizer=s == "distopt"),
+                        bf16=bf16, params_dtype=config.params_dtype, use_distributed_optimizer=s in ("distopt", "fsdp")),
         ddps)
     warm = o["warmup"]
     sched = OptimizerParamScheduler(
@@ -218,14 +247,15 @@ def worker(rank, args):
         torch.distributed.all_reduce(loss)
         loss = loss.item() / tp  # every tensor-parallel rank of a replica holds the same loss
         if step == 0:
-            grads1 = full_grads(ddps, names, ps, tp, ex.NH, s == "distopt")
+            grads1 = fsdp_full(names, ps, ex.NH, True) if fsdp else full_grads(ddps, names, ps, tp, ex.NH,
+                                                                                  s == "distopt")
         sched.step(increment=1)  # num_steps = step + 1: the lr of 1-based step s
         lr = opt.param_groups[0]["lr"]
         _, norm, _ = opt.step()  # (update successful, the unclipped global norm, zeros)
         if step == 0:
             rec.grads1 = grads1
         rec.step(loss, norm, lr)
-    rec.params = full_params(names, ps, tp, ex.NH)
+    rec.params = fsdp_full(names, ps, ex.NH, False) if fsdp else full_params(names, ps, tp, ex.NH)
     import megatron.core
 
     common.write(rank, args, ex, rec, framework=f"megatron-core-{megatron.core.__version__}",
@@ -296,6 +326,33 @@ def full_grads(ddps, names, ps, tp, NH, distopt):
     return gather_full(local, names, ps, tp, NH)
 
 
+def fsdp_full(names, ps, NH, grads):
+    """Megatron-FSDP: every parameter is a DTensor holding an uneven piece of
+    the flat buffers (maybe none of a tensor, then its grad is None). The full
+    gradient or parameter on every rank: each rank's piece and its offset
+    (Megatron-FSDP's own chunk metadata) gathered as objects, because gloo's
+    all-gather (and so Megatron-FSDP's gather_uneven_dtensor_to_full_tensor)
+    refuses pieces of different sizes."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core.distributed.fsdp.src.megatron_fsdp.uneven_dtensor import gather_and_compute_chunk_metadata
+
+    local = {}
+    for p in names:
+        t = p.grad if grads else p
+        if t is None:
+            t = torch.zeros_like(p)
+        meta = gather_and_compute_chunk_metadata(t)
+        pieces = [None] * dist.get_world_size()
+        dist.all_gather_object(pieces, (list(meta.offsets), t.to_local().detach().float().clone()))
+        full = torch.zeros(tuple(p.shape))
+        for offsets, piece in pieces:
+            if piece.numel():
+                full[tuple(slice(o, o + n) for o, n in zip(offsets, piece.shape))] = piece
+        local[p] = full
+    return gather_full(local, names, ps, 1, NH)
+
+
 def full_params(names, ps, tp, NH):
     return gather_full({p: p for p in names}, names, ps, tp, NH)
 
@@ -316,7 +373,9 @@ def main():
     stages = w * (2 if s == "pp-interleaved" else 1)
     if s.startswith("pp") and ex.L % stages:
         ap.error(f"{s} at world {w}: {stages} stages must divide the model's {ex.L} layers")
-    dp = w if s in ("dp", "distopt") else 1
+    if s == "fsdp" and args.precision != "fp32":
+        ap.error("--strategy fsdp runs fp32 only (bf16-mixed under Megatron-FSDP is not built here)")
+    dp = w if s in ("dp", "distopt", "fsdp") else 1
     micro = pp_microbatches(ex, s, w)
     if ex.batch % (dp * micro):
         ap.error(f"{dp} replicas x {micro} microbatches do not divide the batch of {ex.batch}")
