@@ -7,7 +7,9 @@ parallelize functions, and writes a parabench trace for `parabench verify`.
         --world 2 --out trace.safetensors
 
 Strategies: fsdp2 (torchtitan's apply_fsdp_to_decoder over a 1-D "fsdp"
-mesh of every rank), tp-sp (the model's own sharding config with sequence
+mesh of every rank), ddp (the same over ["dp_replicate", "fsdp"] with
+fsdp of size 1, as parallelize_llama does for data_parallel_replicate_degree:
+every parameter replicated, gradients all-reduced), tp-sp (the model's own sharding config with sequence
 parallel, Llama3Model.Config.update_from_config's set_llama3_sharding_config,
 applied by model.parallelize over a "tp" mesh of every rank).
 The model is torchtitan's Llama3Model built from a config matching the
@@ -36,7 +38,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-STRATEGIES = ["fsdp2", "tp-sp"]
+STRATEGIES = ["fsdp2", "ddp", "tp-sp"]
 FAULTS = ["none", "clip-default", "local-mean"]
 TORCHTITAN_DEFAULT_MAX_NORM = 1.0  # torchtitan's config default for training.max_norm
 
@@ -92,7 +94,9 @@ def worker(rank, args):
     assert not missing and not unexpected, (missing, unexpected)
     to_hf_names = {v: k for k, v in _tt_names(adapter, ex).items()}
 
-    dims = ParallelDims(dp_replicate=1, dp_shard=world if args.strategy == "fsdp2" else 1, cp=1,
+    dp = 1 if args.strategy == "tp-sp" else world
+    dims = ParallelDims(dp_replicate=world if args.strategy == "ddp" else 1,
+                        dp_shard=world if args.strategy == "fsdp2" else 1, cp=1,
                         tp=world if args.strategy == "tp-sp" else 1, pp=1, ep=1, world_size=world,
                         spmd_backend="partial_dtensor")
     dims.build_mesh()
@@ -100,7 +104,12 @@ def worker(rank, args):
     if args.strategy == "tp-sp":
         model.parallelize(dims)
     from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
-    dp_mesh = dims.get_mesh(["fsdp"]) if args.strategy == "fsdp2" else None
+    # parallelize_llama's choice of mesh: ["dp_replicate", "fsdp"] when
+    # replicating (fsdp of size 1: FSDP2 then only replicates, torchtitan's
+    # DDP), ["fsdp"] otherwise.
+    dp_mesh = {"fsdp2": lambda: dims.get_mesh(["fsdp"]),
+               "ddp": lambda: dims.get_mesh(["dp_replicate", "fsdp"]),
+               "tp-sp": lambda: None}[args.strategy]()
     if dp_mesh is not None:
         apply_fsdp_to_decoder(model, dp_mesh, param_dtype=param_dtype, reduce_dtype=torch.float32,
                               pp_enabled=False)
@@ -122,7 +131,6 @@ def worker(rank, args):
         return (t.full_tensor() if isinstance(t, DTensor) else t).detach().float().clone()
 
     rec = common.Recorder()
-    dp = world if args.strategy == "fsdp2" else 1
     per = ex.batch // dp
     lo = (rank if dp > 1 else 0) * per
     for step in range(ex.steps):
@@ -134,6 +142,11 @@ def worker(rank, args):
             else _null()
         with ctx:
             logits = model(x)
+        if isinstance(logits, DTensor):
+            # tp: the lm_head's output stays vocabulary-sharded (torchtitan's
+            # Trainer then uses loss_parallel); gathered here, differentiably,
+            # so every rank takes the same loss.
+            logits = logits.full_tensor()
         # torchtitan's loss convention (its Trainer's forward_backward_step):
         # the local SUM of token losses over the global token count, with
         # FSDP's gradient division off (disable_fsdp_gradient_division), so
@@ -165,7 +178,7 @@ def worker(rank, args):
     import torchtitan
     version = getattr(torchtitan, "__version__", None) or common.importlib.metadata.version("torchtitan")
     common.write(rank, args, ex, rec, framework=f"torchtitan-{version}",
-                 mesh=f"dp{world}" if args.strategy == "fsdp2" else f"tp{world}.sp",
+                 mesh=f"dp{world}" if dp > 1 else f"tp{world}",
                  microbatches=ex.micro, script="tt_train.py")
 
 
@@ -206,7 +219,7 @@ def main():
                  "Llama (export with --set model.name=tiny-llama)")
     if ex.micro != 1:
         ap.error("the torchtitan adapter trains exports with train.microbatches = 1")
-    if args.strategy == "fsdp2" and ex.batch % args.world:
+    if args.strategy != "tp-sp" and ex.batch % args.world:
         ap.error(f"{args.world} replicas do not divide the batch of {ex.batch}")
     if args.strategy == "tp-sp" and (m["heads"] % args.world or m["kv_heads"] % args.world or ex.seq % args.world):
         ap.error(f"tp {args.world} must divide heads {m['heads']}, kv heads {m['kv_heads']} and seq {ex.seq}")
