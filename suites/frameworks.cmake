@@ -43,6 +43,20 @@ if(PARABENCH_BUILD_TESTS)
   # Megatron broken run: finalize_model_grads skipped under sequence parallel.
   parabench_framework_test(mg_broken_sp_no_finalize fail:grads "${pb_fw_base}" mg_train.py
                            --strategy tp-sp --fault no-finalize)
+  # torchtitan 0.3.0 (Llama only: the tiny-llama export): FSDP2, its DDP
+  # (replicate), TP + SP; bf16-mixed under FSDP2 (its MixedPrecisionPolicy).
+  set(pb_tt_base "model.name=tiny-llama train.steps=6")
+  parabench_framework_test(tt_fsdp2 pass "${pb_tt_base}" tt_train.py --strategy fsdp2)
+  parabench_framework_test(tt_ddp pass "${pb_tt_base}" tt_train.py --strategy ddp)
+  parabench_framework_test(tt_tp_sp pass "${pb_tt_base}" tt_train.py --strategy tp-sp)
+  parabench_framework_test(tt_fsdp2_bf16 pass "${pb_tt_base}" tt_train.py --strategy fsdp2 --precision bf16-mixed)
+  # torchtitan broken runs: its default max_norm 1.0 left on while the export
+  # says no clipping; each rank's loss a local mean under torchtitan's summed
+  # FSDP gradients (its Trainer divides by the global token count instead).
+  parabench_framework_test(tt_broken_clip_default fail:params "${pb_tt_base} optim.clip=0" tt_train.py
+                           --strategy fsdp2 --fault clip-default)
+  parabench_framework_test(tt_broken_local_mean fail:grads "${pb_tt_base}" tt_train.py
+                           --strategy fsdp2 --fault local-mean)
   # Bad input: framework missing or outside its pin, shapes, faults, a trace
   # from another export: exit 2, named.
   add_test(NAME frameworks_bad_input
