@@ -6,7 +6,7 @@ parallelize functions, and writes a parabench trace for `parabench verify`.
     python scripts/frameworks/tt_train.py --export DIR --strategy fsdp2 \\
         --world 2 --out trace.safetensors
 
-Strategies: fsdp2 (torchtitan's apply_fsdp_to_decoder over a 1-D "fsdp"
+Strategies (bf16-mixed: fsdp2 only): fsdp2 (torchtitan's apply_fsdp_to_decoder over a 1-D "fsdp"
 mesh of every rank), ddp (the same over ["dp_replicate", "fsdp"] with
 fsdp of size 1, as parallelize_llama does for data_parallel_replicate_degree:
 every parameter replicated, gradients all-reduced), tp-sp (the model's own sharding config with sequence
@@ -31,7 +31,6 @@ each rank's loss the mean over its own tokens, the usual PyTorch habit,
 while torchtitan's FSDP sums the gradients: gradients x the dp size).
 """
 
-import math
 import os
 import sys
 
@@ -138,10 +137,7 @@ def worker(rank, args):
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = ex.inputs[step, lo:lo + per], ex.targets[step, lo:lo + per]
-        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16-mixed" and dp_mesh is None \
-            else _null()
-        with ctx:
-            logits = model(x)
+        logits = model(x)
         if isinstance(logits, DTensor):
             # tp: the lm_head's output stays vocabulary-sharded (torchtitan's
             # Trainer then uses loss_parallel); gathered here, differentiably,
@@ -182,14 +178,6 @@ def worker(rank, args):
                  microbatches=ex.micro, script="tt_train.py")
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
-
-
 def _tt_names(adapter, ex):
     """HF name -> torchtitan name, through the adapter's own map."""
     import re
@@ -223,6 +211,8 @@ def main():
         ap.error(f"{args.world} replicas do not divide the batch of {ex.batch}")
     if args.strategy == "tp-sp" and (m["heads"] % args.world or m["kv_heads"] % args.world or ex.seq % args.world):
         ap.error(f"tp {args.world} must divide heads {m['heads']}, kv heads {m['kv_heads']} and seq {ex.seq}")
+    if args.precision == "bf16-mixed" and args.strategy != "fsdp2":
+        ap.error("--precision bf16-mixed runs with --strategy fsdp2 (FSDP2's MixedPrecisionPolicy) only")
     if args.fault == "local-mean" and args.strategy != "fsdp2":
         ap.error("--fault local-mean applies to --strategy fsdp2")
     if args.fault == "clip-default" and ex.optim["clip"] > 0:
