@@ -44,11 +44,12 @@ if(PARABENCH_BUILD_TESTS)
   parabench_framework_test(mg_broken_sp_no_finalize fail:grads "${pb_fw_base}" mg_train.py
                            --strategy tp-sp --fault no-finalize)
   # torchtitan 0.3.0 (Llama only: the tiny-llama export): FSDP2, its DDP
-  # (replicate), TP + SP; bf16-mixed under FSDP2 (its MixedPrecisionPolicy).
+  # (replicate), TP + SP, PP (pipeline_llm, 1F1B); bf16-mixed under FSDP2 (its MixedPrecisionPolicy).
   set(pb_tt_base "model.name=tiny-llama train.steps=6")
   parabench_framework_test(tt_fsdp2 pass "${pb_tt_base}" tt_train.py --strategy fsdp2)
   parabench_framework_test(tt_ddp pass "${pb_tt_base}" tt_train.py --strategy ddp)
   parabench_framework_test(tt_tp_sp pass "${pb_tt_base}" tt_train.py --strategy tp-sp)
+  parabench_framework_test(tt_pp pass "${pb_tt_base}" tt_train.py --strategy pp)
   parabench_framework_test(tt_fsdp2_bf16 pass "${pb_tt_base}" tt_train.py --strategy fsdp2 --precision bf16-mixed)
   # torchtitan broken runs: its default max_norm 1.0 left on while the export
   # says no clipping; each rank's loss a local mean under torchtitan's summed

@@ -11,7 +11,9 @@ mesh of every rank), ddp (the same over ["dp_replicate", "fsdp"] with
 fsdp of size 1, as parallelize_llama does for data_parallel_replicate_degree:
 every parameter replicated, gradients all-reduced), tp-sp (the model's own sharding config with sequence
 parallel, Llama3Model.Config.update_from_config's set_llama3_sharding_config,
-applied by model.parallelize over a "tp" mesh of every rank).
+applied by model.parallelize over a "tp" mesh of every rank), pp
+(torchtitan's pipeline_llm: its stage split and 1F1B schedule, 2
+microbatches).
 The model is torchtitan's Llama3Model built from a config matching the
 export (dim, heads, kv heads, ffn, vocab, norm eps, RoPE theta without
 llama scaling, untied lm_head); the weights are the export's, mapped by
@@ -37,7 +39,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-STRATEGIES = ["fsdp2", "ddp", "tp-sp"]
+STRATEGIES = ["fsdp2", "ddp", "tp-sp", "pp"]
 FAULTS = ["none", "clip-default", "local-mean"]
 TORCHTITAN_DEFAULT_MAX_NORM = 1.0  # torchtitan's config default for training.max_norm
 
@@ -93,6 +95,8 @@ def worker(rank, args):
     assert not missing and not unexpected, (missing, unexpected)
     to_hf_names = {v: k for k, v in _tt_names(adapter, ex).items()}
 
+    if args.strategy == "pp":
+        return pp_worker(rank, args, ex, cfg, model, adapter, to_hf_names)
     dp = 1 if args.strategy == "tp-sp" else world
     dims = ParallelDims(dp_replicate=world if args.strategy == "ddp" else 1,
                         dp_shard=world if args.strategy == "fsdp2" else 1, cp=1,
@@ -178,6 +182,77 @@ def worker(rank, args):
                  microbatches=ex.micro, script="tt_train.py")
 
 
+def pp_worker(rank, args, ex, cfg, model, adapter, to_hf_names):
+    """pp: torchtitan's pipeline_llm (its stage split and 1F1B schedule over a
+    "pp" mesh of every rank, 2 microbatches of batch/2), parallelize_fn the
+    identity (no data or tensor parallel inside a stage)."""
+    import torch
+    import torch.distributed as dist
+    from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed.pipeline_parallel import pipeline_llm
+
+    world = args.world
+    dims = ParallelDims(dp_replicate=1, dp_shard=1, cp=1, tp=1, pp=world, ep=1, world_size=world,
+                        spmd_backend="partial_dtensor")
+    dims.build_mesh()
+    tokens = ex.batch * ex.seq
+
+    def loss_fn(pred, y):  # torchtitan's loss functions return (loss, extra)
+        return torch.nn.functional.cross_entropy(pred.float().reshape(-1, ex.V), y.reshape(-1),
+                                                 reduction="sum") / tokens, None
+
+    sched, parts, first, last = pipeline_llm(
+        model, parallel_dims=dims, training=TrainingConfig(local_batch_size=ex.batch),
+        parallelism=ParallelismConfig(pipeline_parallel_degree=world,
+                                      pipeline_parallel_microbatch_size=ex.batch // 2),
+        compile_config=CompileConfig(), ac_config=None, dump_folder=os.getcwd(), device=torch.device("cpu"),
+        model_config=cfg, parallelize_fn=lambda m, **kw: m, loss_fn=loss_fn)
+    named = [(n, p) for part in parts for n, p in part.named_parameters()]
+    o = ex.optim
+    opt = torch.optim.AdamW(
+        [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": o["weight_decay"]},
+         {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}],
+        lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=False)
+    clip = TORCHTITAN_DEFAULT_MAX_NORM if args.fault == "clip-default" else o["clip"]
+
+    def gather(tensors):  # every stage's tensors, the export's names, on rank 0
+        mine = {to_hf_names[n]: _to_hf(adapter, n, t.detach().float().clone()) for n, t in tensors}
+        every = [None] * world
+        dist.all_gather_object(every, mine)
+        return {k: v for d in every for k, v in d.items()}
+
+    rec = common.Recorder()
+    for step in range(ex.steps):
+        lr = ex.lr_at(step + 1)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, y = ex.inputs[step], ex.targets[step]
+        losses = []
+        if first:
+            sched.step(x, target=y if last else None, losses=losses)
+        else:
+            sched.step(target=y, losses=losses)
+        lsum = torch.tensor(sum(float(v.detach()) for v in losses) if last else 0.0, dtype=torch.float64)
+        dist.all_reduce(lsum)
+        sq = torch.tensor(sum(float(p.grad.double().pow(2).sum()) for _, p in named), dtype=torch.float64)
+        dist.all_reduce(sq)  # the global norm over the stages
+        norm = float(sq.sqrt())
+        if step == 0:
+            rec.grads1 = gather([(n, p.grad) for n, p in named])
+        if clip > 0:
+            factor = min(1.0, clip / (norm + 1e-6))
+            for _, p in named:
+                p.grad.mul_(factor)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        rec.step(lsum.item(), norm, lr)
+    rec.params = gather(named)
+    import importlib.metadata
+    common.write(rank, args, ex, rec, framework=f"torchtitan-{importlib.metadata.version('torchtitan')}",
+                 mesh=f"pp{world}", microbatches=ex.micro, script="tt_train.py")
+
+
 def _tt_names(adapter, ex):
     """HF name -> torchtitan name, through the adapter's own map."""
     import re
@@ -209,6 +284,8 @@ def main():
         ap.error("the torchtitan adapter trains exports with train.microbatches = 1")
     if args.strategy != "tp-sp" and ex.batch % args.world:
         ap.error(f"{args.world} replicas do not divide the batch of {ex.batch}")
+    if args.strategy == "pp" and (m["layers"] % args.world or ex.batch % 2):
+        ap.error(f"{args.world} stages must divide the model's {m['layers']} layers (and 2 microbatches the batch)")
     if args.strategy == "tp-sp" and (m["heads"] % args.world or m["kv_heads"] % args.world or ex.seq % args.world):
         ap.error(f"tp {args.world} must divide heads {m['heads']}, kv heads {m['kv_heads']} and seq {ex.seq}")
     if args.precision == "bf16-mixed" and args.strategy != "fsdp2":
