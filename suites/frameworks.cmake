@@ -61,6 +61,21 @@ if(PARABENCH_BUILD_TESTS)
                            --strategy ulysses-zero2 --fault ulysses-scale)
   # Megatron-FSDP (use_megatron_fsdp, sharding optim_grads_params), fp32.
   parabench_framework_test(mg_fsdp pass "${pb_fw_base}" mg_train.py --strategy fsdp)
+  # torchtitan 0.3.0 (Llama only: the tiny-llama export): FSDP2, its DDP
+  # (replicate), TP + SP, PP (pipeline_llm, 1F1B); bf16-mixed under FSDP2 (its MixedPrecisionPolicy).
+  set(pb_tt_base "model.name=tiny-llama train.steps=6")
+  parabench_framework_test(tt_fsdp2 pass "${pb_tt_base}" tt_train.py --strategy fsdp2)
+  parabench_framework_test(tt_ddp pass "${pb_tt_base}" tt_train.py --strategy ddp)
+  parabench_framework_test(tt_tp_sp pass "${pb_tt_base}" tt_train.py --strategy tp-sp)
+  parabench_framework_test(tt_pp pass "${pb_tt_base}" tt_train.py --strategy pp)
+  parabench_framework_test(tt_fsdp2_bf16 pass "${pb_tt_base}" tt_train.py --strategy fsdp2 --precision bf16-mixed)
+  # torchtitan broken runs: its default max_norm 1.0 left on while the export
+  # says no clipping; each rank's loss a local mean under torchtitan's summed
+  # FSDP gradients (its Trainer divides by the global token count instead).
+  parabench_framework_test(tt_broken_clip_default fail:params "${pb_tt_base} optim.clip=0" tt_train.py
+                           --strategy fsdp2 --fault clip-default)
+  parabench_framework_test(tt_broken_local_mean fail:grads "${pb_tt_base}" tt_train.py
+                           --strategy fsdp2 --fault local-mean)
   # Bad input: framework missing or outside its pin, shapes, faults, a trace
   # from another export: exit 2, named.
   add_test(NAME frameworks_bad_input

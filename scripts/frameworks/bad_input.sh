@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The DeepSpeed / Megatron-Core adapters' bad input (ctest frameworks_bad_input):
+# The DeepSpeed / Megatron-Core / torchtitan adapters' bad input (ctest frameworks_bad_input):
 # each case must exit 2 with a message naming what is wrong, before any
 # process starts; and `parabench verify` must refuse (exit 2) a framework's
 # trace judged against another export.
@@ -41,6 +41,14 @@ expect2 "megatron-core is not installed" "$torch_venv/bin/python" "${mg[@]}" --s
 mkdir -p "$work/old/deepspeed-0.18.0.dist-info"
 printf 'Metadata-Version: 2.1\nName: deepspeed\nVersion: 0.18.0\n' >"$work/old/deepspeed-0.18.0.dist-info/METADATA"
 PYTHONPATH="$work/old" expect2 "deepspeed 0.18.0 is outside the pinned version 0.19.8" "$py" "${ds[@]}" --strategy zero1
+tt=("$here/tt_train.py" --export "$work/llama" --out "$work/t.safetensors")
+"$pb" export --dir "$work/llama" --set model.name=tiny-llama --set train.steps=2 >/dev/null
+expect2 "torchtitan is not installed" "$torch_venv/bin/python" "${tt[@]}" --strategy fsdp2
+mkdir -p "$work/old/torchtitan-0.2.0.dist-info"
+printf 'Metadata-Version: 2.1\nName: torchtitan\nVersion: 0.2.0\n' >"$work/old/torchtitan-0.2.0.dist-info/METADATA"
+PYTHONPATH="$work/old" expect2 "torchtitan 0.2.0 is outside the pinned version 0.3.0" "$py" "${tt[@]}" --strategy fsdp2
+expect2 "torchtitan builds only Llama" "$py" "$here/tt_train.py" --export "$work/export" --strategy fsdp2 --out "$work/t"
+expect2 "applies to --strategy fsdp2" "$py" "${tt[@]}" --strategy tp-sp --fault local-mean
 # The export, the output, the shape and the fault.
 expect2 "init.safetensors is missing" "$py" "$here/ds_train.py" --export "$work/nowhere" --strategy zero1 --out "$work/t"
 expect2 "cannot write a file there" "$py" "$here/mg_train.py" --export "$work/export" --strategy tp --out "$work/no/t"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the DeepSpeed and Megatron-Core adapters' environment: a virtual
+# Installs the DeepSpeed, Megatron-Core and torchtitan adapters' environment: a virtual
 # environment outside the checkout ($PARABENCH_FRAMEWORKS_VENV, default
 # ~/.cache/parabench/frameworks-venv) holding the pinned packages of
 # requirements.txt, on top of the PyTorch adapter's environment
@@ -35,6 +35,8 @@ assert d.is_gloo_available(), "torch without gloo"
 import deepspeed, megatron.core
 assert deepspeed.__version__ == "0.19.8", deepspeed.__version__
 assert megatron.core.__version__ == "0.16.1", megatron.core.__version__
+import importlib.metadata, torchtitan.models.llama3
+assert importlib.metadata.version("torchtitan") == "0.3.0", importlib.metadata.version("torchtitan")
 PY
 echo "$want" >"$stamp"
 echo "$venv/bin/python"

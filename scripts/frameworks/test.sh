@@ -7,8 +7,8 @@
 # EXPECT: `pass` (verify exits 0), or `fail:QUANTITY` (a deliberately broken
 # run: verify must exit 1 and its row must show QUANTITY over the bound C,
 # the quantity that caught the bug). EXPORT SETS: key=value pairs for
-# `parabench export --set` ("" for none). ADAPTER: ds_train.py or
-# mg_train.py, run with the frameworks environment's python.
+# `parabench export --set` ("" for none). ADAPTER: ds_train.py,
+# mg_train.py or tt_train.py, run with the frameworks environment's python.
 # Exit 77 (ctest: skipped) when that environment is not installed
 # (scripts/frameworks/setup.sh; scripts/test.sh --full installs it).
 set -euo pipefail
@@ -21,7 +21,9 @@ adapter="$5"
 shift 5
 venv="${PARABENCH_FRAMEWORKS_VENV:-$HOME/.cache/parabench/frameworks-venv}"
 py="$venv/bin/python"
-if [[ ! -x "$py" ]] || ! "$py" -c 'import deepspeed, megatron.core' 2>/dev/null; then
+mods='import deepspeed, megatron.core'
+[[ "$adapter" == tt_train.py ]] && mods='import torchtitan'
+if [[ ! -x "$py" ]] || ! "$py" -c "$mods" 2>/dev/null; then
   echo "frameworks: skipped: no frameworks environment at $venv (install it with scripts/frameworks/setup.sh)"
   exit 77
 fi

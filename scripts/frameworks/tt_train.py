@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""The torchtitan adapter: torchtitan 0.3.0 trains parabench's llama export
+(model.name=tiny-llama) on CPU (gloo) with its own Llama model and its own
+parallelize functions, and writes a parabench trace for `parabench verify`.
+
+    python scripts/frameworks/tt_train.py --export DIR --strategy fsdp2 \\
+        --world 2 --out trace.safetensors
+
+Strategies (bf16-mixed: fsdp2 only): fsdp2 (torchtitan's apply_fsdp_to_decoder over a 1-D "fsdp"
+mesh of every rank), ddp (the same over ["dp_replicate", "fsdp"] with
+fsdp of size 1, as parallelize_llama does for data_parallel_replicate_degree:
+every parameter replicated, gradients all-reduced), tp-sp (the model's own sharding config with sequence
+parallel, Llama3Model.Config.update_from_config's set_llama3_sharding_config,
+applied by model.parallelize over a "tp" mesh of every rank), pp
+(torchtitan's pipeline_llm: its stage split and 1F1B schedule, 2
+microbatches).
+The model is torchtitan's Llama3Model built from a config matching the
+export (dim, heads, kv heads, ffn, vocab, norm eps, RoPE theta without
+llama scaling, untied lm_head); the weights are the export's, mapped by
+torchtitan's own Llama3StateDictAdapter.from_hf, which renames the Hugging
+Face names and reverse-permutes q_proj/k_proj rows per head from Hugging
+Face's rotate-half RoPE layout (pairs (i, i + hs/2)) to torchtitan's complex
+rotation (pairs (2i, 2i + 1)); the attention scores are unchanged by it.
+The torchtitan Trainer itself is not driven (its config system and
+dataloader/tokenizer need more shims than there was time for; see
+docs/frameworks.md): the loop below is the Trainer's step written out
+(forward, mean cross-entropy, backward, global grad norm, clip, AdamW).
+Optimizer: torch AdamW, weight decay on matrices only, lr of the export's
+schedule; clipping to optim.clip (0: none).
+Faults (a trace that must fail verify): clip-default (torchtitan's default
+max_norm 1.0 left on while the export says no clipping); local-mean (fsdp2:
+each rank's loss the mean over its own tokens, the usual PyTorch habit,
+while torchtitan's FSDP sums the gradients: gradients x the dp size).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+STRATEGIES = ["fsdp2", "ddp", "tp-sp", "pp"]
+FAULTS = ["none", "clip-default", "local-mean"]
+TORCHTITAN_DEFAULT_MAX_NORM = 1.0  # torchtitan's config default for training.max_norm
+
+
+def build_model(ex):
+    import tt_shim
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    from torchtitan.models.common.config_utils import make_ffn_config, make_gqa_config
+    from torchtitan.models.llama3 import Llama3Model
+    from torchtitan.models.llama3.model import Llama3TransformerBlock
+
+    m = ex.config["model"]
+    dim, nh, kvh, ffn, V, eps = m["channels"], m["heads"], m["kv_heads"], m["ffn"], m["vocab"], m["norm_eps"]
+    keep = {"weight": lambda t: None}  # the export's weights are loaded over every init
+    layers = [Llama3TransformerBlock.Config(
+        attention_norm=RMSNorm.Config(normalized_shape=dim, eps=eps, param_init=keep),
+        ffn_norm=RMSNorm.Config(normalized_shape=dim, eps=eps, param_init=keep),
+        attention=make_gqa_config(
+            dim=dim, n_heads=nh, n_kv_heads=kvh, wqkv_param_init=keep, wo_param_init=keep,
+            inner_attention=tt_shim.sdpa_config(), fuse_qkv=False,
+            rope=ComplexRoPE.Config(dim=dim // nh, max_seq_len=m["context"], theta=float(m["rope_theta"]),
+                                    scaling="none")),
+        feed_forward=make_ffn_config(dim=dim, hidden_dim=ffn, w1_param_init=keep, w2w3_param_init=keep),
+    ) for _ in range(m["layers"])]
+    cfg = Llama3Model.Config(
+        dim=dim, vocab_size=V, enable_weight_tying=False,
+        tok_embeddings=Embedding.Config(num_embeddings=V, embedding_dim=dim, param_init=keep),
+        norm=RMSNorm.Config(normalized_shape=dim, eps=eps, param_init=keep),
+        lm_head=Linear.Config(in_features=dim, out_features=V, param_init=keep),
+        layers=layers)
+    return cfg
+
+
+def worker(rank, args):
+    import tt_shim
+    tt_shim.apply()
+    import torch
+    from torch.distributed.tensor import DTensor
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.models.llama3.state_dict_adapter import Llama3StateDictAdapter
+
+    ex = common.pbtrace.Export(args.export)
+    world = args.world
+    cfg = build_model(ex)
+    if args.strategy == "tp-sp":
+        from torchtitan.models.llama3.sharding import set_llama3_sharding_config
+        set_llama3_sharding_config(cfg, enable_sp=True)
+    model = cfg.build()
+    adapter = Llama3StateDictAdapter(cfg, None)
+    sd = adapter.from_hf({n: t.float().clone() for n, t in ex.init.items()})
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if "rope" not in k and "freqs" not in k]
+    assert not missing and not unexpected, (missing, unexpected)
+    to_hf_names = {v: k for k, v in _tt_names(adapter, ex).items()}
+
+    if args.strategy == "pp":
+        return pp_worker(rank, args, ex, cfg, model, adapter, to_hf_names)
+    dp = 1 if args.strategy == "tp-sp" else world
+    dims = ParallelDims(dp_replicate=world if args.strategy == "ddp" else 1,
+                        dp_shard=world if args.strategy == "fsdp2" else 1, cp=1,
+                        tp=world if args.strategy == "tp-sp" else 1, pp=1, ep=1, world_size=world,
+                        spmd_backend="partial_dtensor")
+    dims.build_mesh()
+    param_dtype = torch.bfloat16 if args.precision == "bf16-mixed" else torch.float32
+    if args.strategy == "tp-sp":
+        model.parallelize(dims)
+    from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
+    # parallelize_llama's choice of mesh: ["dp_replicate", "fsdp"] when
+    # replicating (fsdp of size 1: FSDP2 then only replicates, torchtitan's
+    # DDP), ["fsdp"] otherwise.
+    dp_mesh = {"fsdp2": lambda: dims.get_mesh(["fsdp"]),
+               "ddp": lambda: dims.get_mesh(["dp_replicate", "fsdp"]),
+               "tp-sp": lambda: None}[args.strategy]()
+    if dp_mesh is not None:
+        apply_fsdp_to_decoder(model, dp_mesh, param_dtype=param_dtype, reduce_dtype=torch.float32,
+                              pp_enabled=False)
+        tt_shim.sum_reductions(model)
+        # torchtitan's Trainer: FSDP's division off, the loss scaled by the
+        # global token count instead (below).
+        from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
+        disable_fsdp_gradient_division(model)
+
+    named = list(model.named_parameters())
+    o = ex.optim
+    opt = torch.optim.AdamW(
+        [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": o["weight_decay"]},
+         {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}],
+        lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=False)
+    clip = TORCHTITAN_DEFAULT_MAX_NORM if args.fault == "clip-default" else o["clip"]
+
+    def full(t):
+        return (t.full_tensor() if isinstance(t, DTensor) else t).detach().float().clone()
+
+    rec = common.Recorder()
+    per = ex.batch // dp
+    lo = (rank if dp > 1 else 0) * per
+    for step in range(ex.steps):
+        lr = ex.lr_at(step + 1)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, y = ex.inputs[step, lo:lo + per], ex.targets[step, lo:lo + per]
+        logits = model(x)
+        if isinstance(logits, DTensor):
+            # tp: the lm_head's output stays vocabulary-sharded (torchtitan's
+            # Trainer then uses loss_parallel); gathered here, differentiably,
+            # so every rank takes the same loss.
+            logits = logits.full_tensor()
+        # torchtitan's loss convention (its Trainer's forward_backward_step):
+        # the local SUM of token losses over the global token count, with
+        # FSDP's gradient division off (disable_fsdp_gradient_division), so
+        # the gradient reduction is a plain sum.
+        tokens = ex.batch * ex.seq if args.fault != "local-mean" else y.numel()
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, ex.V), y.reshape(-1),
+                                                 reduction="sum") / tokens
+        if isinstance(loss, DTensor):
+            loss = loss.full_tensor()
+        loss.backward()
+        grads = [p.grad for _, p in named]
+        # torchtitan's clip_grad_norm_ (its dist_utils) on DTensor grads:
+        # the total norm of the full gradients, then torch's clip.
+        norm = torch.nn.utils.get_total_norm(grads, 2.0)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        if clip > 0:
+            torch.nn.utils.clip_grads_with_norm_([p for _, p in named], clip, norm)
+        if step == 0:
+            # clipping scaled the grads in place: record them unclipped
+            factor = 1.0 if clip <= 0 else min(1.0, clip / (float(norm) + 1e-6))
+            rec.grads1 = {to_hf_names[n]: _to_hf(adapter, n, full(p.grad) / factor) for n, p in named}
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        lsum = loss.detach().double().reshape(())
+        torch.distributed.all_reduce(lsum)
+        rec.step(lsum.item() / (world if dp == 1 else 1), float(norm), lr)
+    rec.params = {to_hf_names[n]: _to_hf(adapter, n, full(p)) for n, p in named}
+    import torchtitan
+    version = getattr(torchtitan, "__version__", None) or common.importlib.metadata.version("torchtitan")
+    common.write(rank, args, ex, rec, framework=f"torchtitan-{version}",
+                 mesh=f"dp{world}" if dp > 1 else f"tp{world}",
+                 microbatches=ex.micro, script="tt_train.py")
+
+
+def pp_worker(rank, args, ex, cfg, model, adapter, to_hf_names):
+    """pp: torchtitan's pipeline_llm (its stage split and 1F1B schedule over a
+    "pp" mesh of every rank, 2 microbatches of batch/2), parallelize_fn the
+    identity (no data or tensor parallel inside a stage)."""
+    import torch
+    import torch.distributed as dist
+    from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed.pipeline_parallel import pipeline_llm
+
+    world = args.world
+    dims = ParallelDims(dp_replicate=1, dp_shard=1, cp=1, tp=1, pp=world, ep=1, world_size=world,
+                        spmd_backend="partial_dtensor")
+    dims.build_mesh()
+    tokens = ex.batch * ex.seq
+
+    def loss_fn(pred, y):  # torchtitan's loss functions return (loss, extra)
+        return torch.nn.functional.cross_entropy(pred.float().reshape(-1, ex.V), y.reshape(-1),
+                                                 reduction="sum") / tokens, None
+
+    sched, parts, first, last = pipeline_llm(
+        model, parallel_dims=dims, training=TrainingConfig(local_batch_size=ex.batch),
+        parallelism=ParallelismConfig(pipeline_parallel_degree=world,
+                                      pipeline_parallel_microbatch_size=ex.batch // 2),
+        compile_config=CompileConfig(), ac_config=None, dump_folder=os.getcwd(), device=torch.device("cpu"),
+        model_config=cfg, parallelize_fn=lambda m, **kw: m, loss_fn=loss_fn)
+    named = [(n, p) for part in parts for n, p in part.named_parameters()]
+    o = ex.optim
+    opt = torch.optim.AdamW(
+        [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": o["weight_decay"]},
+         {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}],
+        lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=False)
+    clip = TORCHTITAN_DEFAULT_MAX_NORM if args.fault == "clip-default" else o["clip"]
+
+    def gather(tensors):  # every stage's tensors, the export's names, on rank 0
+        mine = {to_hf_names[n]: _to_hf(adapter, n, t.detach().float().clone()) for n, t in tensors}
+        every = [None] * world
+        dist.all_gather_object(every, mine)
+        return {k: v for d in every for k, v in d.items()}
+
+    rec = common.Recorder()
+    for step in range(ex.steps):
+        lr = ex.lr_at(step + 1)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, y = ex.inputs[step], ex.targets[step]
+        losses = []
+        if first:
+            sched.step(x, target=y if last else None, losses=losses)
+        else:
+            sched.step(target=y, losses=losses)
+        lsum = torch.tensor(sum(float(v.detach()) for v in losses) if last else 0.0, dtype=torch.float64)
+        dist.all_reduce(lsum)
+        sq = torch.tensor(sum(float(p.grad.double().pow(2).sum()) for _, p in named), dtype=torch.float64)
+        dist.all_reduce(sq)  # the global norm over the stages
+        norm = float(sq.sqrt())
+        if step == 0:
+            rec.grads1 = gather([(n, p.grad) for n, p in named])
+        if clip > 0:
+            factor = min(1.0, clip / (norm + 1e-6))
+            for _, p in named:
+                p.grad.mul_(factor)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        rec.step(lsum.item(), norm, lr)
+    rec.params = gather(named)
+    import importlib.metadata
+    common.write(rank, args, ex, rec, framework=f"torchtitan-{importlib.metadata.version('torchtitan')}",
+                 mesh=f"pp{world}", microbatches=ex.micro, script="tt_train.py")
+
+
+def _tt_names(adapter, ex):
+    """HF name -> torchtitan name, through the adapter's own map."""
+    import re
+    out = {}
+    for n in ex.init:
+        abstract = re.sub(r"(\d+)", "{}", n, count=1)
+        layer = re.search(r"\d+", n)
+        tt = adapter.from_hf_map[abstract]
+        out[n] = tt.format(layer.group(0)) if layer else tt
+    return out
+
+
+def _to_hf(adapter, tt_name, t):
+    """A torchtitan tensor back in the export's layout (q/k rows permuted back
+    to rotate-half order by the adapter's own to_hf)."""
+    return next(iter(adapter.to_hf({tt_name: t}).values()))
+
+
+def main():
+    ap = common.parser(__doc__, STRATEGIES, FAULTS)
+    args = ap.parse_args()
+    common.check_framework(ap, "torchtitan")
+    ex = common.preflight(ap, args)
+    m = ex.config["model"]
+    if m.get("family") != "llama":
+        ap.error(f"--export {args.export}: model family {m.get('family', 'gpt2')}; torchtitan builds only "
+                 "Llama (export with --set model.name=tiny-llama)")
+    if ex.micro != 1:
+        ap.error("the torchtitan adapter trains exports with train.microbatches = 1")
+    if args.strategy != "tp-sp" and ex.batch % args.world:
+        ap.error(f"{args.world} replicas do not divide the batch of {ex.batch}")
+    if args.strategy == "pp" and (m["layers"] % args.world or ex.batch % 2):
+        ap.error(f"{args.world} stages must divide the model's {m['layers']} layers (and 2 microbatches the batch)")
+    if args.strategy == "tp-sp" and (m["heads"] % args.world or m["kv_heads"] % args.world or ex.seq % args.world):
+        ap.error(f"tp {args.world} must divide heads {m['heads']}, kv heads {m['kv_heads']} and seq {ex.seq}")
+    if args.precision == "bf16-mixed" and args.strategy != "fsdp2":
+        ap.error("--precision bf16-mixed runs with --strategy fsdp2 (FSDP2's MixedPrecisionPolicy) only")
+    if args.fault == "local-mean" and args.strategy != "fsdp2":
+        ap.error("--fault local-mean applies to --strategy fsdp2")
+    if args.fault == "clip-default" and ex.optim["clip"] > 0:
+        ap.error("--fault clip-default needs an export with optim.clip = 0 (no clipping)")
+    common.spawn(worker, args)
+
+
+if __name__ == "__main__":
+    main()
