@@ -38,11 +38,14 @@ void angles(std::vector<A>& c, std::vector<A>& s, const int32_t* pos, int Tn, in
   }
 }
 
-}  // namespace
+// The one loop both directions share: turn each (i, i + hs/2) pair of every
+// head by the pair's angle. Forward turns by +angle and stores; backward
+// applies the transpose (the turn by -angle) and adds into the gradient.
+enum class Turn { forward_store, backward_add };
 
-template <class T>
-void rope_forward(T* out, const T* inp, const int32_t* pos, int B, int Tn, int heads, int hs, int stride,
-                  double theta) {
+template <Turn D, class T>
+void rope_turn(T* dst, const T* src, const int32_t* pos, int B, int Tn, int heads, int hs, int stride,
+               double theta) {
   using A = acc_t<T>;
   std::vector<A> cs, sn;
   angles(cs, sn, pos, Tn, hs, theta);
@@ -53,39 +56,37 @@ void rope_forward(T* out, const T* inp, const int32_t* pos, int B, int Tn, int h
       const A* c = cs.data() + size_t(t) * half;
       const A* s = sn.data() + size_t(t) * half;
       for (int h = 0; h < heads; ++h) {
-        const T* x = inp + row + size_t(h) * hs;
-        T* o = out + row + size_t(h) * hs;
+        const T* x = src + row + size_t(h) * hs;
+        T* o = dst + row + size_t(h) * hs;
         for (int i = 0; i < half; ++i) {
           const A a = load(x[i]), bb = load(x[i + half]);
-          o[i] = store<T>(math::rope_first(a, bb, c[i], s[i]));
-          o[i + half] = store<T>(math::rope_second(a, bb, c[i], s[i]));
+          const A sin_i = D == Turn::forward_store ? s[i] : A(-s[i]);
+          const A first = math::rope_first(a, bb, c[i], sin_i);
+          const A second = math::rope_second(a, bb, c[i], sin_i);
+          if constexpr (D == Turn::forward_store) {
+            o[i] = store<T>(first);
+            o[i + half] = store<T>(second);
+          } else {
+            add_into(o[i], first);
+            add_into(o[i + half], second);
+          }
         }
       }
     }
 }
 
+}  // namespace
+
+template <class T>
+void rope_forward(T* out, const T* inp, const int32_t* pos, int B, int Tn, int heads, int hs, int stride,
+                  double theta) {
+  rope_turn<Turn::forward_store>(out, inp, pos, B, Tn, heads, hs, stride, theta);
+}
+
 template <class T>
 void rope_backward(T* dinp, const T* dout, const int32_t* pos, int B, int Tn, int heads, int hs, int stride,
                    double theta) {
-  using A = acc_t<T>;
-  std::vector<A> cs, sn;
-  angles(cs, sn, pos, Tn, hs, theta);
-  const int half = hs / 2;
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < Tn; ++t) {
-      const size_t row = (size_t(b) * Tn + t) * size_t(stride);
-      const A* c = cs.data() + size_t(t) * half;
-      const A* s = sn.data() + size_t(t) * half;
-      for (int h = 0; h < heads; ++h) {
-        const T* dy = dout + row + size_t(h) * hs;
-        T* dx = dinp + row + size_t(h) * hs;
-        for (int i = 0; i < half; ++i) {
-          const A a = load(dy[i]), bb = load(dy[i + half]);
-          add_into(dx[i], math::rope_first(a, bb, c[i], -s[i]));
-          add_into(dx[i + half], math::rope_second(a, bb, c[i], -s[i]));
-        }
-      }
-    }
+  rope_turn<Turn::backward_add>(dinp, dout, pos, B, Tn, heads, hs, stride, theta);
 }
 
 #define PB_INSTANTIATE(T)                                                                             \
