@@ -137,8 +137,10 @@ def cases():
           "--tp", "8", "--pp", "64", "--dp", "6", "--global-batch", "3072", "--recompute", "full", "--machine", "a100",
           "--explain"], 0,
          r"where the step goes.*GEMMs .*GEMMs at [0-9.]+% of 312 TFLOP/s.*mamf-finder.*108 SMs.*memory-bound .*"
-         r"2039 GB/s.*datasheet.*pipeline bubble.*comm tp .*200 GB/s \(intra-node\).*nccl-tests issue 149.*"
+         r"1800 GB/s.*88% of peak.*pipeline bubble.*comm pp .*24 GB/s \(inter-node: 1 per node, 8 rails.*"
+         r"nccl issue 812.*comm tp .*200 GB/s \(intra-node\).*nccl-tests issue 149.*placement .*tp-cp-dp-pp.*"
          r"exposed comm.*per-op overhead.*not modelled"),
+        (gpt + ["--peak-tflops", "100", "--order", "dp-tp"], 2, r"--order: 'dp-tp' must be tp-cp-dp-pp"),
         (gpt + ["--peak-tflops", "100", "--explain"], 0, r"GEMMs .*of 100 TFLOP/s.*typed by hand: --peak-tflops"),
         # and a good table plans every row, the median and the signs printed
         (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv")], 0,

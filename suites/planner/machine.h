@@ -18,6 +18,10 @@
 //   gemm_efficiency = 1.0          # fraction of the peak the GEMMs reach, (0, 1]
 //   memory_GB = 80.0               # device memory (0: unknown, no fit check)
 //   ranks_per_node = 8             # devices per node
+//   rails = 8                      # NICs per node the collectives use (0: bw_inter_GBps per rank);
+//                                  # with rails, bw_inter_GBps is one NIC's (planner.h Hardware::rails)
+//   oversubscription = 1.0         # >= 1: inter-node bandwidth divided by it for a group
+//   leaf_nodes = 0                 #   spanning more than leaf_nodes nodes (0: one leaf)
 //   wake_us = 0.0                  # waking a rank asleep in a wait (informational)
 //   gpu = false                    # true: a device profile (kernels keep their own workspace)
 //   gemm_achievable_tflops_bf16 = 794.5  # a microbenchmark's maximum achievable BF16 matmul rate

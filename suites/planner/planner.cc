@@ -206,7 +206,10 @@ dp::DataAxis make_axis(const PlanInput& in, const PlanResult& r) {
   axis.offload = in.offload;
   axis.precision = in.precision;
   axis.ranks_per_node = in.ranks_per_node;
-  axis.stride = in.tp;
+  // The dp x cp group's stride as one (the data axis knows one): tp, or with
+  // pp placed inside dp (Llama 3's order) and no cp, tp x pp. place_groups
+  // (planner_comm.cc) recomputes which of its rows cross nodes.
+  axis.stride = in.pp_inside_dp && in.cp == 1 ? int64_t(in.tp) * in.pp : in.tp;
   axis.grad_accum = r.microbatches;
   axis.on_device = !in.hw.host_kernels;
   return axis;
