@@ -52,6 +52,11 @@ def rename_column(lines, old, new):
     return lines
 
 
+def add_column(lines, col, value):
+    h = header_index(lines)
+    return lines[:h] + [l + "," + (col if i == 0 else value) if l else l for i, l in enumerate(lines[h:])]
+
+
 def clear_field(lines, col):
     h = header_index(lines)
     j = lines[h].split(",").index(col)
@@ -141,6 +146,11 @@ def cases():
          r"nccl issue 812.*comm tp .*200 GB/s \(intra-node\).*nccl-tests issue 149.*placement .*tp-cp-dp-pp.*"
          r"exposed comm.*per-op overhead.*not modelled"),
         (gpt + ["--peak-tflops", "100", "--order", "dp-tp"], 2, r"--order: 'dp-tp' must be tp-cp-dp-pp"),
+        # the optional order column: Llama 3's placement accepted, anything else named
+        (["plan", "--validate", edited("order_llama.csv", lambda l: add_column(l, "order", "tp-cp-pp-dp"))], 0,
+         r"median \|error\|"),
+        (["plan", "--validate", edited("order_bad.csv", lambda l: add_column(l, "order", "pp-dp"))], 2,
+         r"line \d+: order: 'pp-dp' must be tp-cp-dp-pp"),
         (gpt + ["--peak-tflops", "100", "--explain"], 0, r"GEMMs .*of 100 TFLOP/s.*typed by hand: --peak-tflops"),
         # and a good table plans every row, the median and the signs printed
         (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv")], 0,
