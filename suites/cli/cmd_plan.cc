@@ -42,6 +42,7 @@ struct PlanFlags {
   std::string shard, offload = "none", recompute = "none", schedule = "1f1b";
   std::string machine;         // --machine NAME|FILE
   std::string order = "tp-cp-dp-pp";  // --order: placement of the axes over ranks, fastest first
+  std::string attention = "unfused";  // --attention: flash (FlashAttention) or unfused
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -136,6 +137,13 @@ bool parse_order(const std::string& s, const std::string& what) {
   return s == "tp-cp-pp-dp";
 }
 
+// The attention kernel: FlashAttention (flash) or scores materialized (unfused).
+bool parse_attention(const std::string& s, const std::string& what) {
+  require(s == "flash" || s == "unfused",
+          what + ": '" + s + "' must be flash (FlashAttention) or unfused (scores materialized, as GEMMs)");
+  return s == "flash";
+}
+
 planner::PlanInput resolve(PlanFlags& f) {
   planner::PlanInput in = f.in;
   const bool custom = f.layers || f.channels || f.heads;
@@ -165,6 +173,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.precision = parse_precision(f.precision);
   apply_machine(f, in);
   in.pp_inside_dp = parse_order(f.order, "--order");
+  in.flash_attention = parse_attention(f.attention, "--attention");
   return in;
 }
 
@@ -270,15 +279,16 @@ const std::vector<std::string>& published_columns() {
 // Columns a table may add: `model` (a planner model name, e.g. llama3-70b: the
 // family and the shape's other fields come from it; layers, channels, heads
 // and vocab must equal its), `cp` (context parallel; gpus = tp x cp x pp x dp),
-// `order` (the axes' placement, --order: tp-cp-dp-pp by default).
+// `order` (the axes' placement, --order: tp-cp-dp-pp by default), `attention`
+// (flash or unfused, --attention: unfused by default).
 const std::vector<std::string>& published_optional_columns() {
-  static const std::vector<std::string> cols = {"model", "cp", "order"};
+  static const std::vector<std::string> cols = {"model", "cp", "order", "attention"};
   return cols;
 }
 
 struct PublishedRow {
   std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
-  bool pp_inside_dp = false;
+  bool pp_inside_dp = false, flash_attention = false;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
   bool sp = false, overlap = false;
@@ -368,6 +378,7 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     r.tp = int(whole("tp", 1, 1 << 16));
     if (has("cp")) r.cp = int(whole("cp", 1, 1 << 16));
     if (has("order")) r.pp_inside_dp = parse_order(at("order"), where + "order");
+    if (has("attention")) r.flash_attention = parse_attention(at("attention"), where + "attention");
     if (has("model")) {
       r.model = at("model");
       ModelConfig named;
@@ -446,6 +457,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.hw = planner::hardware_for(machine, in);
   in.ranks_per_node = machine.ranks_per_node;
   in.pp_inside_dp = r.pp_inside_dp;
+  in.flash_attention = r.flash_attention;
   return in;
 }
 
@@ -548,8 +560,15 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 (source(h.gemm_rates.empty() ? "gemm_efficiency" : "gemm tables") + "; peak: " +
                  source(f.hw_flags[0]->count() > 0 ? "peak_tflops" : "peak_tflops_bf16")).c_str());
   }
-  std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in GEMMs)",
-              "per-head GEMMs timed like the others", "no FlashAttention rate in the profile yet");
+  if (in.flash_attention && h.flash_attention_tflops > 0 && in.shape) {
+    std::snprintf(fig, sizeof fig, "FlashAttention at %g TFLOP/s (causal half counted)", h.flash_attention_tflops);
+    std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in compute)", fig,
+                source("flash_attention_tflops_bf16").c_str());
+  } else {
+    std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in GEMMs)", "per-head GEMMs timed like the others",
+                in.flash_attention ? "--attention flash, but the profile gives no FlashAttention rate"
+                                   : "unfused attention (--attention flash for FlashAttention's rate)");
+  }
   std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic at %g GB/s", r.memory_bytes / 1e9, h.mem_bw_GBps);
   std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
               h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
@@ -704,6 +723,9 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--order", f->order,
                   "placement of the axes over ranks, fastest first: tp-cp-dp-pp (Megatron's, default) or tp-cp-pp-dp "
                   "(Llama 3's): which groups share a node");
+  app->add_option("--attention", f->attention,
+                  "the attention kernel: unfused (default: scores materialized, timed as GEMMs and softmax) or "
+                  "flash (FlashAttention, at the profile's flash_attention_tflops_bf16)");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "

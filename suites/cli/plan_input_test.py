@@ -146,6 +146,11 @@ def cases():
          r"nccl issue 812.*comm tp .*200 GB/s \(intra-node\).*nccl-tests issue 149.*placement .*tp-cp-dp-pp.*"
          r"exposed comm.*per-op overhead.*not modelled"),
         (gpt + ["--peak-tflops", "100", "--order", "dp-tp"], 2, r"--order: 'dp-tp' must be tp-cp-dp-pp"),
+        (gpt + ["--peak-tflops", "100", "--attention", "fused"], 2, r"--attention: 'fused' must be flash"),
+        (gpt + ["--machine", "h100", "--attention", "flash", "--explain"], 0,
+         r"attention .*FlashAttention at 346 TFLOP/s.*arXiv:2407\.08608"),
+        (gpt + ["--machine", "b200", "--attention", "flash", "--explain"], 0,
+         r"attention .*--attention flash, but the profile gives no FlashAttention rate"),
         # the optional order column: Llama 3's placement accepted, anything else named
         (["plan", "--validate", edited("order_llama.csv", lambda l: add_column(l, "order", "tp-cp-pp-dp"))], 0,
          r"median \|error\|"),

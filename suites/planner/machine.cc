@@ -100,6 +100,8 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.sources["gemm_efficiency"] =
           "not used when gemm_achievable_tflops_bf16 is given (bf16-mixed); otherwise 1: the datasheet peak";
       p.sources["wake_us"] = "not measured (informational only)";
+      p.sources["flash_attention_tflops_bf16"] =
+          "not given: no FlashAttention rate is cited for this device (--attention flash times the core as GEMMs)";
       // Topology: the DGX / HGX / MI300X platforms' one NIC per GPU are the
       // node's rails (the datasheet in the profile's source).
       p.hw.rails = 8;
@@ -166,6 +168,21 @@ const std::vector<MachineProfile>& builtin_machines() {
             "mikamirai.com/blog/gpu-memory-bandwidth (Nsight Compute on H100 SXM5): coalesced loads at 2.8 TB/s, 84% "
             "of the 3.35 TB/s datasheet figure";
       }
+      // FlashAttention's rate where its papers give one (one figure for the
+      // forward and backward: the sources give no split).
+      if (p.name() == "a100") {
+        p.flash_attention_tflops_bf16 = 192;
+        p.sources["flash_attention_tflops_bf16"] =
+            "Dao 2023, FlashAttention-2 (arXiv:2307.08691), abstract: 'reaching 50-73% of the theoretical maximum "
+            "FLOPs/s on A100'; the planner takes the range's midpoint, 61.5% of 312 = 192 TFLOP/s, forward and "
+            "backward alike";
+      } else if (p.name() == "h100" || p.name() == "h200") {
+        p.flash_attention_tflops_bf16 = 346;
+        p.sources["flash_attention_tflops_bf16"] =
+            "Shah et al. 2024, FlashAttention-3 (arXiv:2407.08608), abstract: 'FlashAttention-2 achieving only 35% "
+            "utilization on the H100 GPU': 35% of 989 = 346 TFLOP/s (FlashAttention-2, which the published H100 "
+            "runs used; FlashAttention-3's BF16 740 TFLOP/s is not the shipped figure)";
+      }
       if (p.name() == "h100" || p.name() == "h200" || p.name() == "b200") {
         p.hw.bw_inter_GBps = 47;
         p.sources["bw_inter_GBps"] =
@@ -218,7 +235,7 @@ const std::vector<std::string>& profile_figures() {
       "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps",
       "latency_us", "latency_inter_us", "gemm_efficiency", "memory_GB", "ranks_per_node", "wake_us",
       "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails", "oversubscription",
-      "leaf_nodes"};
+      "leaf_nodes", "flash_attention_tflops_bf16"};
   return v;
 }
 
@@ -263,6 +280,10 @@ MachineProfile load_machine(const std::string& what) {
   m.gemm_achievable_tflops_bf16 = r.get<double>("machine.gemm_achievable_tflops_bf16", 0.0, Bounds::closed(0, 1e6));
   require(m.gemm_achievable_tflops_bf16 <= m.peak_tflops_bf16,
           r.source() + ": machine.gemm_achievable_tflops_bf16 exceeds machine.peak_tflops_bf16");
+  m.flash_attention_tflops_bf16 =
+      r.get<double>("machine.flash_attention_tflops_bf16", 0.0, Bounds::closed(0, 1e6));
+  require(m.flash_attention_tflops_bf16 <= m.peak_tflops_bf16,
+          r.source() + ": machine.flash_attention_tflops_bf16 exceeds machine.peak_tflops_bf16");
   m.hw.gemm_units = r.get<int>("machine.gemm_units", 0, Bounds::closed(0, 1 << 20));
   m.hw.gemm_tile_m = r.get<int>("machine.gemm_tile_m", 0, Bounds::closed(0, 1 << 16));
   m.hw.gemm_tile_n = r.get<int>("machine.gemm_tile_n", 0, Bounds::closed(0, 1 << 16));
@@ -403,6 +424,7 @@ std::string machine_toml(const MachineProfile& m) {
     r.set("machine.leaf_nodes", m.hw.leaf_nodes);
   }
   if (m.gemm_achievable_tflops_bf16 > 0) num("machine.gemm_achievable_tflops_bf16", m.gemm_achievable_tflops_bf16);
+  if (m.flash_attention_tflops_bf16 > 0) num("machine.flash_attention_tflops_bf16", m.flash_attention_tflops_bf16);
   if (m.hw.gemm_units > 0) {
     r.set("machine.gemm_units", m.hw.gemm_units);
     r.set("machine.gemm_tile_m", m.hw.gemm_tile_m);
@@ -574,6 +596,8 @@ Hardware hardware_for(const MachineProfile& m, Precision precision) {
   // The achievable matmul rate was measured in BF16: the GEMM model holds for bf16-mixed only.
   if (precision == Precision::bf16_mixed) h.gemm_achievable_tflops = m.gemm_achievable_tflops_bf16;
   else h.gemm_units = h.gemm_tile_m = h.gemm_tile_n = 0;
+  // FlashAttention's rate was measured in BF16 (FP16) too.
+  h.flash_attention_tflops = precision == Precision::bf16_mixed ? m.flash_attention_tflops_bf16 : 0;
   return h;
 }
 

@@ -28,6 +28,7 @@
 //   gemm_units = 132               # SMs the GEMM tiles spread over (tile and wave quantization)
 //   gemm_tile_m = 256              # output tile rows and columns
 //   gemm_tile_n = 128
+//   flash_attention_tflops_bf16 = 346.0  # a FlashAttention kernel's BF16 rate (plan --attention flash)
 //
 //   [machine.sources]              # required with gpu = true: one per figure given
 //   peak_tflops_bf16 = "NVIDIA H100 SXM5 datasheet"
@@ -107,6 +108,8 @@ struct MachineProfile {
   // The maximum achievable BF16 matmul rate, TFLOP/s (0: not known); the
   // tile and wave model's units and tile are hw.gemm_units, gemm_tile_m/n.
   double gemm_achievable_tflops_bf16 = 0;
+  // A FlashAttention kernel's BF16 rate, TFLOP/s (Hardware::flash_attention_tflops; 0: none).
+  double flash_attention_tflops_bf16 = 0;
   // Where each figure comes from, by its TOML key without "machine."
   // (peak_tflops_bf16, mem_bw_GBps, bw_intra_GBps, ...): a GPU profile
   // (machine.gpu) names a source for every figure it gives ([machine.sources]).

@@ -150,6 +150,15 @@ struct Hardware {
   // FLOPs (ring attention's scalar blocks: tiny at cp2 27 us per layer and
   // microbatch against 0.4 us of its FLOPs at the GEMM rate). 0: FLOPs.
   double attention_fwd_s = 0, attention_bwd_s = 0;
+  // Whether attention_fwd_s holds the context-parallel transfers (a measured
+  // core does); false when the core's time comes from a kernel's rate.
+  bool attention_includes_cp = true;
+  // A FlashAttention kernel's rate, TFLOP/s, counting a causal kernel's half
+  // of the scores as FlashAttention's benchmarks do (0: none). With
+  // PlanInput::flash_attention the core is timed at it instead of as GEMMs:
+  // per block and microbatch, forward 4 b (s/cp) s C / tp / 2 FLOPs, backward
+  // 2.5 times that (its five matmuls to the forward's two), no softmax traffic.
+  double flash_attention_tflops = 0;
   // The share of a core (device) each rank gets, in (0, 1]: below 1 when more
   // ranks than cores time-share them (peak_tflops is then already the share's).
   // A rank's idle time is then another rank's compute: the pipeline bubble
@@ -219,6 +228,10 @@ struct PlanInput {
   // tp-cp-dp-pp (default) or Llama 3's [TP, CP, PP, DP] (pp_inside_dp): it
   // decides which groups share a node and which collectives cross which link.
   bool pp_inside_dp = false;
+  // The run's attention is FlashAttention (the kernel the profile's
+  // flash_attention_tflops times); false: scores materialized, their GEMMs
+  // and softmax timed like the rest (Megatron's 2021-2022 kernels).
+  bool flash_attention = false;
   Hardware hw;
 };
 

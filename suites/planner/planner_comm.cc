@@ -252,7 +252,7 @@ void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s,
   for (CommRow& c : r.comm) {
     c.time_s = row_time(c, in.hw, in.ranks_per_node);
     r.comm_s += c.time_s;
-    if (attn_timed && c.group == "cp") continue;  // inside the measured attention core's time
+    if (attn_timed && in.hw.attention_includes_cp && c.group == "cp") continue;  // inside the measured core's time
     // Ulysses waits for each all-to-all; the ring posts its hop before the block compute.
     // On a device the ZeRO-3 family's prefetched gathers and its gradient
     // reduce-scatters run on their own stream beside compute (PyTorch FSDP's

@@ -635,5 +635,35 @@ TEST(Planner, DeviceFsdpHidesItsGathersUnderCompute) {
   EXPECT_NEAR(waited.exposed_comm_s, waited.comm_s, 1e-12);
 }
 
+// FlashAttention (PlanInput::flash_attention at Hardware::flash_attention_tflops):
+// the core's forward 4 b (s/cp) s C / tp / 2 FLOPs (causal) and backward 2.5
+// times that at the kernel's rate replace its GEMMs and softmax traffic;
+// without a rate, or unasked, the plan is the unfused one.
+TEST(Planner, FlashAttentionTimesTheCoreAtItsRate) {
+  PlanInput in;
+  in.shape = planner_model("gpt2-350m");
+  in.microbatch_size = 2;
+  in.global_batch = 2;
+  in.seq = 1024;
+  in.hw.peak_tflops = 312;
+  in.hw.mem_bw_GBps = 1800;
+  const PlanResult unfused = plan(in);
+  in.flash_attention = true;
+  const PlanResult no_rate = plan(in);
+  EXPECT_DOUBLE_EQ(no_rate.step_s, unfused.step_s);
+  in.hw.flash_attention_tflops = 100;
+  const PlanResult fa = plan(in);
+  const ModelConfig& m = *in.shape;
+  const double fwd = 4.0 * 2 * 1024 * 1024 * double(m.C) / 2 / 100e12;
+  // The rates time the rest: the same plan with the core's FLOPs and softmax traffic taken out
+  // is what a measured core of exactly these seconds gives.
+  PlanInput measured = in;
+  measured.flash_attention = false;
+  measured.hw.attention_fwd_s = fwd;
+  measured.hw.attention_bwd_s = 2.5 * fwd;
+  EXPECT_NEAR(fa.step_s, plan(measured).step_s, 1e-12);
+  EXPECT_LT(fa.memory_bytes, unfused.memory_bytes);
+}
+
 }  // namespace
 }  // namespace pb::planner
