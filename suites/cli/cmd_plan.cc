@@ -42,6 +42,8 @@ struct PlanFlags {
   bool sp = false, overlap = false;
   std::string shard, offload = "none", recompute = "none", schedule = "1f1b";
   std::string machine;         // --machine NAME|FILE
+  std::string order = "tp-cp-dp-pp";  // --order: placement of the axes over ranks, fastest first
+  std::string attention = "unfused";  // --attention: flash (FlashAttention) or unfused
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -128,6 +130,21 @@ int64_t parse_count(const std::string& s, const char* flag) {
   return int64_t(n);
 }
 
+// The placement order of the axes (planner.h): Megatron's tp-cp-dp-pp or
+// Llama 3's tp-cp-pp-dp; true for the latter.
+bool parse_order(const std::string& s, const std::string& what) {
+  require(s == "tp-cp-dp-pp" || s == "tp-cp-pp-dp",
+          what + ": '" + s + "' must be tp-cp-dp-pp (Megatron's) or tp-cp-pp-dp (Llama 3's [TP, CP, PP, DP])");
+  return s == "tp-cp-pp-dp";
+}
+
+// The attention kernel: FlashAttention (flash) or scores materialized (unfused).
+bool parse_attention(const std::string& s, const std::string& what) {
+  require(s == "flash" || s == "unfused",
+          what + ": '" + s + "' must be flash (FlashAttention) or unfused (scores materialized, as GEMMs)");
+  return s == "flash";
+}
+
 planner::PlanInput resolve(PlanFlags& f) {
   planner::PlanInput in = f.in;
   const bool custom = f.layers || f.channels || f.heads;
@@ -156,6 +173,8 @@ planner::PlanInput resolve(PlanFlags& f) {
           "--precision: must be one of fp64, fp32, bf16-mixed (got '" + f.precision + "')");
   in.precision = parse_precision(f.precision);
   apply_machine(f, in);
+  in.pp_inside_dp = parse_order(f.order, "--order");
+  in.flash_attention = parse_attention(f.attention, "--attention");
   return in;
 }
 
@@ -260,14 +279,17 @@ const std::vector<std::string>& published_columns() {
 }
 // Columns a table may add: `model` (a planner model name, e.g. llama3-70b: the
 // family and the shape's other fields come from it; layers, channels, heads
-// and vocab must equal its), `cp` (context parallel; gpus = tp x cp x pp x dp).
+// and vocab must equal its), `cp` (context parallel; gpus = tp x cp x pp x dp),
+// `order` (the axes' placement, --order: tp-cp-dp-pp by default), `attention`
+// (flash or unfused, --attention: unfused by default).
 const std::vector<std::string>& published_optional_columns() {
-  static const std::vector<std::string> cols = {"model", "cp"};
+  static const std::vector<std::string> cols = {"model", "cp", "order", "attention"};
   return cols;
 }
 
 struct PublishedRow {
   std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
+  bool pp_inside_dp = false, flash_attention = false;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
   bool sp = false, overlap = false;
@@ -356,6 +378,8 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     r.gpus = whole("gpus", 1, 1 << 24);
     r.tp = int(whole("tp", 1, 1 << 16));
     if (has("cp")) r.cp = int(whole("cp", 1, 1 << 16));
+    if (has("order")) r.pp_inside_dp = parse_order(at("order"), where + "order");
+    if (has("attention")) r.flash_attention = parse_attention(at("attention"), where + "attention");
     if (has("model")) {
       r.model = at("model");
       ModelConfig named;
@@ -433,6 +457,8 @@ planner::PlanInput published_input(const PublishedRow& r) {
   const planner::MachineProfile machine = planner::load_machine(r.machine);
   in.hw = planner::hardware_for(machine, in);
   in.ranks_per_node = machine.ranks_per_node;
+  in.pp_inside_dp = r.pp_inside_dp;
+  in.flash_attention = r.flash_attention;
   return in;
 }
 
@@ -535,29 +561,55 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 (source(h.gemm_rates.empty() ? "gemm_efficiency" : "gemm tables") + "; peak: " +
                  source(f.hw_flags[0]->count() > 0 ? "peak_tflops" : "peak_tflops_bf16")).c_str());
   }
-  std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in GEMMs)",
-              "per-head GEMMs timed like the others", "no FlashAttention rate in the profile yet");
+  if (in.flash_attention && h.flash_attention_tflops > 0 && in.shape) {
+    std::snprintf(fig, sizeof fig, "FlashAttention at %g TFLOP/s (causal half counted)", h.flash_attention_tflops);
+    std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in compute)", fig,
+                source("flash_attention_tflops_bf16").c_str());
+  } else {
+    std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in GEMMs)", "per-head GEMMs timed like the others",
+                in.flash_attention ? "--attention flash, but the profile gives no FlashAttention rate"
+                                   : "unfused attention (--attention flash for FlashAttention's rate)");
+  }
   std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic at %g GB/s", r.memory_bytes / 1e9, h.mem_bw_GBps);
   std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
               h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
   std::snprintf(fig, sizeof fig, "%s = %.3g of ideal compute", r.bubble_formula.c_str(), r.bubble_over_ideal);
   std::printf("  %-16s %10.4g  %-44s %s\n", "pipeline bubble", r.bubble_s, fig,
               "the schedule's declared bubble (impl/pipeline/cost.h)");
-  std::map<std::string, std::pair<double, bool>> groups;  // group -> time, any row inter-node
+  struct GroupTime {
+    double s = 0, inter_GBps = 0;  // its time; the bandwidth of its (slowest) inter-node row, 0: none
+    int64_t per_node = 1;
+  };
+  std::map<std::string, GroupTime> groups;
   for (const planner::CommRow& c : r.comm) {
-    auto& g = groups[c.group];
-    g.first += c.time_s;
-    g.second = g.second || c.inter_node;
+    GroupTime& g = groups[c.group];
+    g.s += c.time_s;
+    if (c.inter_node) {
+      const double bw = planner::inter_node_GBps(c, h, in.ranks_per_node);
+      if (g.inter_GBps == 0 || bw < g.inter_GBps) g.inter_GBps = bw, g.per_node = c.per_node;
+    }
   }
-  for (const auto& [g, tv] : groups) {
-    std::snprintf(fig, sizeof fig, "bus bytes at %g GB/s (%s)", tv.second ? h.bw_inter_GBps : h.bw_intra_GBps,
-                  tv.second ? "inter-node" : "intra-node");
-    std::printf("  %-16s %10.4g  %-44s %s\n", ("comm " + g).c_str(), tv.first, fig,
-                source(tv.second ? "bw_inter_GBps" : "bw_intra_GBps").c_str());
+  for (const auto& [g, t] : groups) {
+    if (t.inter_GBps > 0 && h.rails > 0)
+      std::snprintf(fig, sizeof fig, "bus bytes at %g GB/s (inter-node: %lld per node, %lld rails of %g)",
+                    t.inter_GBps, (long long)t.per_node, (long long)h.rails, h.bw_inter_GBps);
+    else
+      std::snprintf(fig, sizeof fig, "bus bytes at %g GB/s (%s)", t.inter_GBps > 0 ? t.inter_GBps : h.bw_intra_GBps,
+                    t.inter_GBps > 0 ? "inter-node" : "intra-node");
+    std::printf("  %-16s %10.4g  %-44s %s\n", ("comm " + g).c_str(), t.s, fig,
+                (t.inter_GBps > 0 ? source("bw_inter_GBps") + (h.rails > 0 ? "; rails: " + source("rails") : "")
+                                  : source("bw_intra_GBps")).c_str());
   }
+  std::printf("  %-16s %10s  %-44s %s\n", "placement", "",
+              in.pp_inside_dp ? "tp-cp-pp-dp (Llama 3's order; --order)" : "tp-cp-dp-pp (Megatron's order; --order)",
+              (std::to_string(in.ranks_per_node) + " ranks per node").c_str());
   std::snprintf(fig, sizeof fig, "of %.4g s communication; TP, PP always", r.comm_s);
   std::printf("  %-16s %10.4g  %-44s %s\n", "exposed comm", r.exposed_comm_s, fig,
-              in.overlap ? "DP hidden under backward (--overlap), only the excess shown" : "nothing overlapped");
+              in.overlap ? "DP hidden under backward (--overlap), only the excess shown"
+              : !h.host_kernels && (in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp ||
+                                    in.shard == dp::Shard::hzero) && in.prefetch > 0
+                  ? "the sharded gathers and reduce-scatters hidden under their phase (device, prefetch)"
+                  : "nothing overlapped");
   std::printf("  %-16s %10s  %-44s %s\n", "per-op overhead", "0", "kernel launch and framework overhead",
               "not modelled: no sourced figure");
   std::printf("  %-16s %10.4g\n", "step", r.step_s);
@@ -670,6 +722,12 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   f->rpn_flag = app->add_option("--ranks-per-node", f->ranks_per_node,
                                 "ranks per node (default: the machine's, else all on one node)")
                     ->check(kPositive);
+  app->add_option("--order", f->order,
+                  "placement of the axes over ranks, fastest first: tp-cp-dp-pp (Megatron's, default) or tp-cp-pp-dp "
+                  "(Llama 3's): which groups share a node");
+  app->add_option("--attention", f->attention,
+                  "the attention kernel: unfused (default: scores materialized, timed as GEMMs and softmax) or "
+                  "flash (FlashAttention, at the profile's flash_attention_tflops_bf16)");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "

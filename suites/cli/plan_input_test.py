@@ -52,6 +52,11 @@ def rename_column(lines, old, new):
     return lines
 
 
+def add_column(lines, col, value):
+    h = header_index(lines)
+    return lines[:h] + [l + "," + (col if i == 0 else value) if l else l for i, l in enumerate(lines[h:])]
+
+
 def clear_field(lines, col):
     h = header_index(lines)
     j = lines[h].split(",").index(col)
@@ -137,8 +142,20 @@ def cases():
           "--tp", "8", "--pp", "64", "--dp", "6", "--global-batch", "3072", "--recompute", "full", "--machine", "a100",
           "--explain"], 0,
          r"where the step goes.*GEMMs .*GEMMs at [0-9.]+% of 312 TFLOP/s.*mamf-finder.*108 SMs.*memory-bound .*"
-         r"2039 GB/s.*datasheet.*pipeline bubble.*comm tp .*200 GB/s \(intra-node\).*nccl-tests issue 149.*"
+         r"1800 GB/s.*88% of peak.*pipeline bubble.*comm pp .*24 GB/s \(inter-node: 1 per node, 8 rails.*"
+         r"nccl issue 812.*comm tp .*200 GB/s \(intra-node\).*nccl-tests issue 149.*placement .*tp-cp-dp-pp.*"
          r"exposed comm.*per-op overhead.*not modelled"),
+        (gpt + ["--peak-tflops", "100", "--order", "dp-tp"], 2, r"--order: 'dp-tp' must be tp-cp-dp-pp"),
+        (gpt + ["--peak-tflops", "100", "--attention", "fused"], 2, r"--attention: 'fused' must be flash"),
+        (gpt + ["--machine", "h100", "--attention", "flash", "--explain"], 0,
+         r"attention .*FlashAttention at 346 TFLOP/s.*arXiv:2407\.08608"),
+        (gpt + ["--machine", "b200", "--attention", "flash", "--explain"], 0,
+         r"attention .*--attention flash, but the profile gives no FlashAttention rate"),
+        # the optional order column: Llama 3's placement accepted, anything else named
+        (["plan", "--validate", edited("order_llama.csv", lambda l: add_column(l, "order", "tp-cp-pp-dp"))], 0,
+         r"median \|error\|"),
+        (["plan", "--validate", edited("order_bad.csv", lambda l: add_column(l, "order", "pp-dp"))], 2,
+         r"line \d+: order: 'pp-dp' must be tp-cp-dp-pp"),
         (gpt + ["--peak-tflops", "100", "--explain"], 0, r"GEMMs .*of 100 TFLOP/s.*typed by hand: --peak-tflops"),
         # and a good table plans every row, the median and the signs printed
         (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv")], 0,

@@ -100,6 +100,15 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.sources["gemm_efficiency"] =
           "not used when gemm_achievable_tflops_bf16 is given (bf16-mixed); otherwise 1: the datasheet peak";
       p.sources["wake_us"] = "not measured (informational only)";
+      p.sources["flash_attention_tflops_bf16"] =
+          "not given: no FlashAttention rate is cited for this device (--attention flash times the core as GEMMs)";
+      // Topology: the DGX / HGX / MI300X platforms' one NIC per GPU are the
+      // node's rails (the datasheet in the profile's source).
+      p.hw.rails = 8;
+      p.sources["rails"] = p.source.substr(0, p.source.find(':')) +
+                           " (datasheet figure: 8 GPUs per node, one NIC each, a rail per NIC)";
+      p.sources["oversubscription"] = p.sources["leaf_nodes"] =
+          "not given: no fabric oversubscription is cited for this machine (1: non-blocking above the leaf)";
     }
     auto achieved = [&](const char* name, double tflops, const std::string& why, int64_t units,
                         const std::string& units_why) {
@@ -133,12 +142,53 @@ const std::vector<MachineProfile>& builtin_machines() {
         p.sources["bw_intra_GBps"] =
             "github.com/NVIDIA/nccl-tests issue 149: all_reduce_perf on 8 x A100-SXM4-80GB over NVLink/NVSwitch, busbw "
             "about 200 GB/s up to 1 GB (NCCL 2.18); issue 178 reports 208 GB/s";
+        p.hw.bw_inter_GBps = 24;
+        p.sources["bw_inter_GBps"] =
+            "github.com/NVIDIA/nccl issue 812 (quoted in issue 1576), NCCL maintainer: 'On an Nvidia DGX-A100 system "
+            "we have 8x200Gbit/s IB cards and we measure 192GB/s AllReduce BusBW': 24 GB/s per 200 Gb/s NIC (line "
+            "rate 25)";
       } else if (p.name() == "h100" || p.name() == "h200") {
         p.hw.bw_intra_GBps = 370;
         p.sources["bw_intra_GBps"] =
             "github.com/NVIDIA/nccl-tests issue 212, NCCL maintainer's answer: NVLink4's 450 GB/s line rate less "
             "~20% protocol overhead, an effective 370 GB/s busBw (ring; NVLink SHARP all-reduce reaches ~480 GB/s "
             "busBw on 8 GPUs, not modelled)";
+      }
+      // Memory-bound kernels at the achieved fraction of HBM bandwidth, where
+      // a measurement is cited; the others keep the datasheet's.
+      if (p.name() == "a100") {
+        p.hw.mem_bw_GBps = 1800;
+        p.sources["mem_bw_GBps"] =
+            "forums.developer.nvidia.com/t/trouble-to-reach-peak-bandwidth-of-a100/339083: a read kernel on A100 80GB "
+            "SXM at 1.80 TB/s, Nsight Compute '88% of peak' (2.04 TB/s datasheet); the thread cites a GTC talk whose "
+            "best kernel reached about 90%";
+      } else if (p.name() == "h100") {
+        p.hw.mem_bw_GBps = 2800;
+        p.sources["mem_bw_GBps"] =
+            "mikamirai.com/blog/gpu-memory-bandwidth (Nsight Compute on H100 SXM5): coalesced loads at 2.8 TB/s, 84% "
+            "of the 3.35 TB/s datasheet figure";
+      }
+      // FlashAttention's rate where its papers give one (one figure for the
+      // forward and backward: the sources give no split).
+      if (p.name() == "a100") {
+        p.flash_attention_tflops_bf16 = 192;
+        p.sources["flash_attention_tflops_bf16"] =
+            "Dao 2023, FlashAttention-2 (arXiv:2307.08691), abstract: 'reaching 50-73% of the theoretical maximum "
+            "FLOPs/s on A100'; the planner takes the range's midpoint, 61.5% of 312 = 192 TFLOP/s, forward and "
+            "backward alike";
+      } else if (p.name() == "h100" || p.name() == "h200") {
+        p.flash_attention_tflops_bf16 = 346;
+        p.sources["flash_attention_tflops_bf16"] =
+            "Shah et al. 2024, FlashAttention-3 (arXiv:2407.08608), abstract: 'FlashAttention-2 achieving only 35% "
+            "utilization on the H100 GPU': 35% of 989 = 346 TFLOP/s (FlashAttention-2, which the published H100 "
+            "runs used; FlashAttention-3's BF16 740 TFLOP/s is not the shipped figure)";
+      }
+      if (p.name() == "h100" || p.name() == "h200" || p.name() == "b200") {
+        p.hw.bw_inter_GBps = 47;
+        p.sources["bw_inter_GBps"] =
+            "github.com/NVIDIA/nccl-tests issue 290, NCCL maintainer: 'For NDR @ 400Gbps you should see 46-48GB/s "
+            "per NIC' (issue 267: 'CX-7 NICs at NDR rate (400Gbps) should achieve up to 48-49GB/s per NIC'); the "
+            "planner takes 47 GB/s per ConnectX-7 NIC (line rate 50)";
       }
     }
     return m;
@@ -184,7 +234,8 @@ const std::vector<std::string>& profile_figures() {
   static const std::vector<std::string> v = {
       "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps",
       "latency_us", "latency_inter_us", "gemm_efficiency", "memory_GB", "ranks_per_node", "wake_us",
-      "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n"};
+      "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails", "oversubscription",
+      "leaf_nodes", "flash_attention_tflops_bf16"};
   return v;
 }
 
@@ -223,9 +274,16 @@ MachineProfile load_machine(const std::string& what) {
   m.wake_us = r.get<double>("machine.wake_us", 0.0, Bounds::non_negative());
   m.hw.latency_inter_us = r.get<double>("machine.latency_inter_us", 0.0, Bounds::non_negative());
   m.hw.host_kernels = !r.get<bool>("machine.gpu", false);
+  m.hw.rails = r.get<int>("machine.rails", 0, Bounds::closed(0, 1 << 20));
+  m.hw.oversubscription = r.get<double>("machine.oversubscription", 1.0, Bounds::closed(1, 1e6));
+  m.hw.leaf_nodes = r.get<int>("machine.leaf_nodes", 0, Bounds::closed(0, 1 << 30));
   m.gemm_achievable_tflops_bf16 = r.get<double>("machine.gemm_achievable_tflops_bf16", 0.0, Bounds::closed(0, 1e6));
   require(m.gemm_achievable_tflops_bf16 <= m.peak_tflops_bf16,
           r.source() + ": machine.gemm_achievable_tflops_bf16 exceeds machine.peak_tflops_bf16");
+  m.flash_attention_tflops_bf16 =
+      r.get<double>("machine.flash_attention_tflops_bf16", 0.0, Bounds::closed(0, 1e6));
+  require(m.flash_attention_tflops_bf16 <= m.peak_tflops_bf16,
+          r.source() + ": machine.flash_attention_tflops_bf16 exceeds machine.peak_tflops_bf16");
   m.hw.gemm_units = r.get<int>("machine.gemm_units", 0, Bounds::closed(0, 1 << 20));
   m.hw.gemm_tile_m = r.get<int>("machine.gemm_tile_m", 0, Bounds::closed(0, 1 << 16));
   m.hw.gemm_tile_n = r.get<int>("machine.gemm_tile_n", 0, Bounds::closed(0, 1 << 16));
@@ -360,7 +418,13 @@ std::string machine_toml(const MachineProfile& m) {
   num("machine.wake_us", m.wake_us);
   num("machine.latency_inter_us", m.hw.latency_inter_us);
   if (!m.hw.host_kernels) r.set("machine.gpu", true);
+  if (m.hw.rails > 0) r.set("machine.rails", m.hw.rails);
+  if (m.hw.oversubscription != 1 || m.hw.leaf_nodes > 0) {
+    num("machine.oversubscription", m.hw.oversubscription);
+    r.set("machine.leaf_nodes", m.hw.leaf_nodes);
+  }
   if (m.gemm_achievable_tflops_bf16 > 0) num("machine.gemm_achievable_tflops_bf16", m.gemm_achievable_tflops_bf16);
+  if (m.flash_attention_tflops_bf16 > 0) num("machine.flash_attention_tflops_bf16", m.flash_attention_tflops_bf16);
   if (m.hw.gemm_units > 0) {
     r.set("machine.gemm_units", m.hw.gemm_units);
     r.set("machine.gemm_tile_m", m.hw.gemm_tile_m);
@@ -532,6 +596,8 @@ Hardware hardware_for(const MachineProfile& m, Precision precision) {
   // The achievable matmul rate was measured in BF16: the GEMM model holds for bf16-mixed only.
   if (precision == Precision::bf16_mixed) h.gemm_achievable_tflops = m.gemm_achievable_tflops_bf16;
   else h.gemm_units = h.gemm_tile_m = h.gemm_tile_n = 0;
+  // FlashAttention's rate was measured in BF16 (FP16) too.
+  h.flash_attention_tflops = precision == Precision::bf16_mixed ? m.flash_attention_tflops_bf16 : 0;
   return h;
 }
 

@@ -18,12 +18,17 @@
 //   gemm_efficiency = 1.0          # fraction of the peak the GEMMs reach, (0, 1]
 //   memory_GB = 80.0               # device memory (0: unknown, no fit check)
 //   ranks_per_node = 8             # devices per node
+//   rails = 8                      # NICs per node the collectives use (0: bw_inter_GBps per rank);
+//                                  # with rails, bw_inter_GBps is one NIC's (planner.h Hardware::rails)
+//   oversubscription = 1.0         # >= 1: inter-node bandwidth divided by it for a group
+//   leaf_nodes = 0                 #   spanning more than leaf_nodes nodes (0: one leaf)
 //   wake_us = 0.0                  # waking a rank asleep in a wait (informational)
 //   gpu = false                    # true: a device profile (kernels keep their own workspace)
 //   gemm_achievable_tflops_bf16 = 794.5  # a microbenchmark's maximum achievable BF16 matmul rate
 //   gemm_units = 132               # SMs the GEMM tiles spread over (tile and wave quantization)
 //   gemm_tile_m = 256              # output tile rows and columns
 //   gemm_tile_n = 128
+//   flash_attention_tflops_bf16 = 346.0  # a FlashAttention kernel's BF16 rate (plan --attention flash)
 //
 //   [machine.sources]              # required with gpu = true: one per figure given
 //   peak_tflops_bf16 = "NVIDIA H100 SXM5 datasheet"
@@ -103,6 +108,8 @@ struct MachineProfile {
   // The maximum achievable BF16 matmul rate, TFLOP/s (0: not known); the
   // tile and wave model's units and tile are hw.gemm_units, gemm_tile_m/n.
   double gemm_achievable_tflops_bf16 = 0;
+  // A FlashAttention kernel's BF16 rate, TFLOP/s (Hardware::flash_attention_tflops; 0: none).
+  double flash_attention_tflops_bf16 = 0;
   // Where each figure comes from, by its TOML key without "machine."
   // (peak_tflops_bf16, mem_bw_GBps, bw_intra_GBps, ...): a GPU profile
   // (machine.gpu) names a source for every figure it gives ([machine.sources]).

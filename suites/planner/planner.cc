@@ -206,7 +206,10 @@ dp::DataAxis make_axis(const PlanInput& in, const PlanResult& r) {
   axis.offload = in.offload;
   axis.precision = in.precision;
   axis.ranks_per_node = in.ranks_per_node;
-  axis.stride = in.tp;
+  // The dp x cp group's stride as one (the data axis knows one): tp, or with
+  // pp placed inside dp (Llama 3's order) and no cp, tp x pp. place_groups
+  // (planner_comm.cc) recomputes which of its rows cross nodes.
+  axis.stride = in.pp_inside_dp && in.cp == 1 ? int64_t(in.tp) * in.pp : in.tp;
   axis.grad_accum = r.microbatches;
   axis.on_device = !in.hw.host_kernels;
   return axis;
@@ -260,7 +263,19 @@ PlanResult plan(const PlanInput& in) {
   plan_comm(in, axis, pipe, eps ? &*eps : nullptr, worst_units, r);
   plan_flops(in, pipe, r);
   if (in.hw.peak_tflops <= 0) return r;
-  time_step(in, pipe, r);
+  if (in.flash_attention && in.shape && in.hw.flash_attention_tflops > 0 && in.hw.attention_fwd_s <= 0) {
+    // FlashAttention's core at the profile's rate (planner.h Hardware::flash_attention_tflops).
+    PlanInput fa = in;
+    const ModelConfig& m = *in.shape;
+    const double fwd_flops = 4.0 * double(in.microbatch_size) * double(r.seq / in.cp) * double(r.seq) *
+                             double(m.C) / double(in.tp) / 2.0;
+    fa.hw.attention_fwd_s = fwd_flops / (in.hw.flash_attention_tflops * 1e12);
+    fa.hw.attention_bwd_s = 2.5 * fa.hw.attention_fwd_s;
+    fa.hw.attention_includes_cp = false;
+    time_step(fa, pipe, r);
+  } else {
+    time_step(in, pipe, r);
+  }
   // A plan row is never NaN or infinite: the figures are checked above, and
   // a combination that still leaves the range is refused, naming the results.
   for (const auto& [name, v] : {std::pair<const char*, double>{"step", r.step_s}, {"compute", r.compute_s},

@@ -4,8 +4,10 @@
 // use (impl/data_parallel/cost.h; model_cost.h). Pure and O(layers): instant at
 // 1T parameters and thousands of ranks.
 //
-// Mesh order is Megatron's (TP fastest, then CP, DP, PP), so a group is
-// intra-node when its span (size x stride) fits in ranks_per_node.
+// Mesh order is Megatron's (TP fastest, then CP, DP, PP) or Llama 3's (TP, CP,
+// PP, DP: PlanInput::pp_inside_dp), so a group is intra-node when its span
+// (size x stride) fits in ranks_per_node; across nodes its bandwidth is the
+// rails its members on one node reach (Hardware::rails).
 // Time model (stated once, here): compute = hardware FLOPs / (world * peak *
 // GEMM efficiency) + memory-bound time, the efficiency being the fraction of
 // peak the model's GEMMs reach (1 unless given; the sweep measures it at the
@@ -88,6 +90,18 @@ struct Hardware {
   double bw_intra_GBps = 0, bw_inter_GBps = 0;  // per rank, GB/s (1e9)
   double latency_us = 0;
   double latency_inter_us = 0;  // per step across nodes; 0: latency_us
+  // Topology across nodes. rails: the NICs of a node the collectives use
+  // (0: one link of bw_inter_GBps per rank, whatever the group). With rails,
+  // bw_inter_GBps is one NIC's and a group with k members on each of a
+  // node's R ranks_per_node reaches k x rails / R NICs' bandwidth (NCCL's
+  // rings run one channel per NIC; a DGX A100's 8 NICs give 2 nodes' 16 ranks
+  // 192 GB/s busBw), no more than bw_intra_GBps (the ring's hops within the
+  // node); an all-to-all reaches one NIC's (it cannot aggregate NICs).
+  // oversubscription (>= 1) divides the inter-node bandwidth of a group
+  // spanning more than leaf_nodes nodes (0: every node under one leaf).
+  int64_t rails = 0;
+  double oversubscription = 1;
+  int64_t leaf_nodes = 0;
   double gemm_efficiency = 1;  // in (0, 1]: fraction of peak_tflops the model's GEMMs reach
   double mem_bw_GBps = 0;      // per rank device-memory bandwidth; 0: memory-bound work not timed
   // The rate of the LayerNorms' and residual adds' traffic
@@ -136,6 +150,15 @@ struct Hardware {
   // FLOPs (ring attention's scalar blocks: tiny at cp2 27 us per layer and
   // microbatch against 0.4 us of its FLOPs at the GEMM rate). 0: FLOPs.
   double attention_fwd_s = 0, attention_bwd_s = 0;
+  // Whether attention_fwd_s holds the context-parallel transfers (a measured
+  // core does); false when the core's time comes from a kernel's rate.
+  bool attention_includes_cp = true;
+  // A FlashAttention kernel's rate, TFLOP/s, counting a causal kernel's half
+  // of the scores as FlashAttention's benchmarks do (0: none). With
+  // PlanInput::flash_attention the core is timed at it instead of as GEMMs:
+  // per block and microbatch, forward 4 b (s/cp) s C / tp / 2 FLOPs, backward
+  // 2.5 times that (its five matmuls to the forward's two), no softmax traffic.
+  double flash_attention_tflops = 0;
   // The share of a core (device) each rank gets, in (0, 1]: below 1 when more
   // ranks than cores time-share them (peak_tflops is then already the share's).
   // A rank's idle time is then another rank's compute: the pipeline bubble
@@ -201,6 +224,14 @@ struct PlanInput {
   bool dropout = false;              // the canonical model has none
   bool overlap = false;
   int64_t ranks_per_node = 0;        // 0: one node
+  // Placement order of the axes over global ranks, fastest first: Megatron's
+  // tp-cp-dp-pp (default) or Llama 3's [TP, CP, PP, DP] (pp_inside_dp): it
+  // decides which groups share a node and which collectives cross which link.
+  bool pp_inside_dp = false;
+  // The run's attention is FlashAttention (the kernel the profile's
+  // flash_attention_tflops times); false: scores materialized, their GEMMs
+  // and softmax timed like the rest (Megatron's 2021-2022 kernels).
+  bool flash_attention = false;
   Hardware hw;
 };
 
@@ -215,6 +246,7 @@ struct CommRow {
   double bus_bytes = 0;
   bool inter_node = false;
   double time_s = 0;   // alpha-beta estimate; 0 without hardware figures
+  int64_t per_node = 1;  // the group's members on one node (inter-node rows; Hardware::rails)
 };
 
 struct StageMemory {
@@ -270,6 +302,13 @@ struct PlanResult {
 
 // Throws pb::InputError naming the flag when the input is inconsistent.
 PlanResult plan(const PlanInput& in);
+
+// The bandwidth (GB/s) of inter-node row c on hw: with rails, its members on
+// one node (c.per_node) reach per_node x rails / ranks_per_node NICs of
+// bw_inter_GBps each (an all-to-all one NIC), at most bw_intra_GBps; without,
+// bw_inter_GBps; divided by the oversubscription when the group spans more
+// than hw.leaf_nodes nodes.
+double inter_node_GBps(const CommRow& c, const Hardware& hw, int64_t ranks_per_node);
 
 // The Hardware::compute_scale that makes a step planned as `est` (at
 // compute_scale 1) take `measured_s`: the measured time over the plan's, the

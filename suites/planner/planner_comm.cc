@@ -30,6 +30,21 @@ double bus_bytes(std::string_view op, int64_t n, double bytes) {
                               : bytes * dp::bus_factor(dp::Coll::all_gather, n);
 }
 
+double inter_node_GBps(const CommRow& c, const Hardware& hw, int64_t ranks_per_node) {
+  double bw = hw.bw_inter_GBps;
+  if (hw.rails > 0 && ranks_per_node > 0) {
+    // NCCL's rings and trees run a channel per NIC: the group's members on
+    // one node reach their share of the node's rails; an all-to-all cannot
+    // aggregate NICs (one NIC's). Within the node the ring's hops are NVLink's.
+    if (c.op != "all_to_all")
+      bw *= double(c.per_node) * double(hw.rails) / double(ranks_per_node);
+    if (hw.bw_intra_GBps > 0) bw = std::min(bw, hw.bw_intra_GBps);
+  }
+  const int64_t nodes = (c.group_size + c.per_node - 1) / std::max<int64_t>(1, c.per_node);
+  if (hw.leaf_nodes > 0 && nodes > hw.leaf_nodes && hw.oversubscription > 1) bw /= hw.oversubscription;
+  return bw;
+}
+
 namespace parts {
 namespace {
 
@@ -59,7 +74,7 @@ const CollectiveFit* nearest_fit(const std::vector<CollectiveFit>& fits, int64_t
 }
 
 // Alpha-beta ring time of one row (planner.h).
-double row_time(const CommRow& c, const Hardware& hw) {
+double row_time(const CommRow& c, const Hardware& hw, int64_t ranks_per_node) {
   const int64_t n = c.group_size;
   const double steps = ring_steps(c.op, n);
   if (!c.inter_node)
@@ -67,7 +82,7 @@ double row_time(const CommRow& c, const Hardware& hw) {
       if (const CollectiveFit* f = nearest_fit(it->second, n))
         return double(c.calls) * f->alpha_us * 1e-6 * steps / ring_steps(c.op, f->group_size) +
                c.bus_bytes / (f->GBps * 1e9);
-  const double bw = (c.inter_node ? hw.bw_inter_GBps : hw.bw_intra_GBps) * 1e9;
+  const double bw = (c.inter_node ? inter_node_GBps(c, hw, ranks_per_node) : hw.bw_intra_GBps) * 1e9;
   require(bw > 0, std::string(c.inter_node ? "--bw-inter" : "--bw-intra") +
                       ": required (> 0) with --peak-tflops: group " + c.group + " has traffic");
   const double latency = c.inter_node && hw.latency_inter_us > 0 ? hw.latency_inter_us : hw.latency_us;
@@ -152,7 +167,8 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     add_row(out, "cp", "bwd", "all_to_all", in.cp, n * c.bwd_a2a.calls, n * c.bwd_a2a.bytes, inter);
   }
   if (in.pp > 1) {
-    const bool inter = R > 0 && int64_t(in.tp) * in.cp * in.dp >= R;
+    // Adjacent stages are tp x cp (x dp in Megatron's order) ranks apart.
+    const bool inter = R > 0 && int64_t(in.tp) * in.cp * (in.pp_inside_dp ? 1 : in.dp) >= R;
     // Megatron's scatter/gather: with SP each tp rank sends its 1/t of the boundary.
     // (SP: the microbatch's b*s tokens split over tp, as the stages send them.)
     const int64_t boundary = in.sp ? pipeline::boundary_bytes(1, b * sl / in.tp, mc.C, e)
@@ -166,6 +182,27 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
       const int64_t tied = pipeline::tied_embedding_grad_bytes((mc.V + in.tp - 1) / in.tp, mc.C,
                                                                dp::bytes_per_param(in.precision).grad, in.pp);
       add_row(out, "embedding", "step", "all_reduce", 2, 1, tied, R > 0 && spans(world_of(in), R));
+    }
+  }
+}
+
+// Which rows cross nodes and how many of their group's members share a node
+// (CommRow::per_node), by the placement order (planner.h): tp fastest, cp at
+// stride tp, then dp at tp x cp and pp beyond (Megatron), or pp at tp x cp and
+// dp beyond (Llama 3). The flat data-parallel group is dp x cp ranks (the
+// ranks holding the same parameters); its crossing is recomputed here, as the
+// data axis's own functions know one stride only.
+void place_groups(const PlanInput& in, std::vector<CommRow>& rows) {
+  const int64_t R = in.ranks_per_node;
+  if (R <= 0) return;
+  auto per = [R](int64_t n, int64_t stride) { return stride >= R ? int64_t(1) : std::min(n, R / stride); };
+  const int64_t tp = in.tp, cp = in.cp, dp_stride = tp * cp * (in.pp_inside_dp ? in.pp : 1);
+  for (CommRow& c : rows) {
+    if (c.group == "tp") c.per_node = per(tp, 1);
+    else if (c.group == "cp") c.per_node = per(cp, tp);
+    else if (c.group == "dp" && c.group_size == int64_t(in.dp) * cp) {
+      c.per_node = per(cp, tp) * per(in.dp, dp_stride);
+      c.inter_node = c.per_node < c.group_size;
     }
   }
 }
@@ -201,6 +238,7 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
     add_row(r.comm, "ep", "bwd", "all_to_all", in.ep, 2 * n, bwd, inter);
   }
   if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
+  place_groups(in, r.comm);
   if (moe_scope_tokens(in, r.seq) > 0 && moe_layers > 0) {  // routing counts gathered and probability sums reduced, per MoE block
     const MoeConfig& c = in.shape->moe;
     const int64_t n = r.microbatches * moe_layers;
@@ -212,12 +250,19 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
 void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s, PlanResult& r) {
   double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;
   for (CommRow& c : r.comm) {
-    c.time_s = row_time(c, in.hw);
+    c.time_s = row_time(c, in.hw, in.ranks_per_node);
     r.comm_s += c.time_s;
-    if (attn_timed && c.group == "cp") continue;  // inside the measured attention core's time
+    if (attn_timed && in.hw.attention_includes_cp && c.group == "cp") continue;  // inside the measured core's time
     // Ulysses waits for each all-to-all; the ring posts its hop before the block compute.
-    const bool overlappable = in.overlap &&
-                              (c.group.rfind("dp", 0) == 0 || (c.group == "cp" && c.op == "send_recv")) &&
+    // On a device the ZeRO-3 family's prefetched gathers and its gradient
+    // reduce-scatters run on their own stream beside compute (PyTorch FSDP's
+    // forward/backward prefetch); on time-shared CPU cores they compete for
+    // the cores instead (Hardware::async_call_cost), as measured.
+    const bool sharded = in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp || in.shard == dp::Shard::hzero;
+    const bool device_fsdp = !in.hw.host_kernels && sharded && in.prefetch > 0 && c.group.rfind("dp", 0) == 0 &&
+                             (c.op == "all_gather" || c.op == "reduce_scatter");
+    const bool overlappable = (device_fsdp || (in.overlap && (c.group.rfind("dp", 0) == 0 ||
+                                                              (c.group == "cp" && c.op == "send_recv")))) &&
                               c.phase != "step";
     if (!overlappable) exposed += c.time_s;
     else (c.phase == "fwd" ? hidden_fwd : hidden_bwd) += c.time_s;

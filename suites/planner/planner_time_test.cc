@@ -543,5 +543,127 @@ TEST(Planner, CollectiveFitsTimeTheirOp) {
   EXPECT_DOUBLE_EQ(bus_bytes("all_to_all", 4, 100), 75);
 }
 
+
+// Topology (planner.h Hardware::rails): an inter-node group with k members on
+// each node of R ranks reaches k x rails / R NICs, at most the node's own
+// link; an all-to-all one NIC; the oversubscription above the leaf divides it.
+TEST(Planner, RailsGiveAGroupItsMembersNics) {
+  Hardware hw;
+  hw.bw_intra_GBps = 200;
+  hw.bw_inter_GBps = 24;
+  CommRow c;
+  c.op = "all_reduce";
+  c.group_size = 32;
+  c.per_node = 8;
+  c.inter_node = true;
+  EXPECT_DOUBLE_EQ(inter_node_GBps(c, hw, 8), 24);  // no rails: one link per rank
+  hw.rails = 8;
+  EXPECT_DOUBLE_EQ(inter_node_GBps(c, hw, 8), 192);  // a DGX A100's 8 NICs (nccl issue 812)
+  c.per_node = 4;
+  EXPECT_DOUBLE_EQ(inter_node_GBps(c, hw, 8), 96);
+  c.per_node = 1;
+  EXPECT_DOUBLE_EQ(inter_node_GBps(c, hw, 8), 24);
+  hw.rails = 4;  // two ranks per NIC
+  EXPECT_DOUBLE_EQ(inter_node_GBps(c, hw, 8), 12);
+  hw.rails = 8;
+  hw.bw_inter_GBps = 50;
+  c.per_node = 8;
+  EXPECT_DOUBLE_EQ(inter_node_GBps(c, hw, 8), 200);  // capped at the node's link
+  c.op = "all_to_all";
+  EXPECT_DOUBLE_EQ(inter_node_GBps(c, hw, 8), 50);
+  hw.oversubscription = 2;
+  hw.leaf_nodes = 4;  // 32 ranks at 8 per node: 4 nodes, under one leaf
+  EXPECT_DOUBLE_EQ(inter_node_GBps(c, hw, 8), 50);
+  c.group_size = 64;
+  EXPECT_DOUBLE_EQ(inter_node_GBps(c, hw, 8), 25);
+}
+
+// The placement order decides which groups share a node: at tp 2, pp 8, dp
+// 16 on 8-rank nodes, Megatron's order puts 4 dp ranks on a node and every
+// pipeline hop across nodes; Llama 3's puts 4 stages on a node and each dp
+// rank on its own.
+TEST(Planner, PlacementOrderDecidesWhichGroupsCrossNodes) {
+  PlanInput in;
+  in.shape = planner_model("gpt3-175b");
+  in.tp = 2;
+  in.pp = 8;
+  in.dp = 16;
+  in.ranks_per_node = 8;
+  in.hw.peak_tflops = 312;
+  in.hw.bw_intra_GBps = 200;
+  in.hw.bw_inter_GBps = 24;
+  in.hw.rails = 8;
+  auto rows = [](const PlanResult& r, const std::string& g) {
+    std::vector<CommRow> out;
+    for (const CommRow& c : r.comm)
+      if (c.group == g) out.push_back(c);
+    return out;
+  };
+  const PlanResult mega = plan(in);
+  in.pp_inside_dp = true;
+  const PlanResult llama = plan(in);
+  ASSERT_FALSE(rows(mega, "dp").empty());
+  ASSERT_FALSE(rows(mega, "pp").empty());
+  for (const CommRow& c : rows(mega, "dp")) EXPECT_TRUE(c.inter_node && c.per_node == 4) << c.op;
+  for (const CommRow& c : rows(llama, "dp")) EXPECT_TRUE(c.inter_node && c.per_node == 1) << c.op;
+  for (const CommRow& c : rows(mega, "pp")) EXPECT_TRUE(c.inter_node);
+  for (const CommRow& c : rows(llama, "pp")) EXPECT_FALSE(c.inter_node);
+  for (const CommRow& c : rows(mega, "tp")) EXPECT_FALSE(c.inter_node);
+}
+
+// On a device (a GPU profile) the ZeRO-3 family's prefetched gathers and its
+// reduce-scatters hide under compute (FSDP's prefetch on its own stream);
+// prefetch 0 waits for each; on CPU ranks (host kernels) nothing changes.
+TEST(Planner, DeviceFsdpHidesItsGathersUnderCompute) {
+  PlanInput in;
+  in.shape = planner_model("gpt2-350m");
+  in.dp = 8;
+  in.shard = dp::Shard::zero3;
+  in.microbatch_size = 4;
+  in.global_batch = 256;
+  in.hw.peak_tflops = 312;
+  in.hw.bw_intra_GBps = 200;
+  in.hw.mem_bw_GBps = 1800;
+  const PlanResult host = plan(in);
+  EXPECT_NEAR(host.exposed_comm_s, host.comm_s, 1e-12);
+  in.hw.host_kernels = false;
+  const PlanResult device = plan(in);
+  EXPECT_GT(device.comm_s, 0);
+  EXPECT_LT(device.exposed_comm_s, 0.5 * device.comm_s);
+  in.prefetch = 0;
+  const PlanResult waited = plan(in);
+  EXPECT_NEAR(waited.exposed_comm_s, waited.comm_s, 1e-12);
+}
+
+// FlashAttention (PlanInput::flash_attention at Hardware::flash_attention_tflops):
+// the core's forward 4 b (s/cp) s C / tp / 2 FLOPs (causal) and backward 2.5
+// times that at the kernel's rate replace its GEMMs and softmax traffic;
+// without a rate, or unasked, the plan is the unfused one.
+TEST(Planner, FlashAttentionTimesTheCoreAtItsRate) {
+  PlanInput in;
+  in.shape = planner_model("gpt2-350m");
+  in.microbatch_size = 2;
+  in.global_batch = 2;
+  in.seq = 1024;
+  in.hw.peak_tflops = 312;
+  in.hw.mem_bw_GBps = 1800;
+  const PlanResult unfused = plan(in);
+  in.flash_attention = true;
+  const PlanResult no_rate = plan(in);
+  EXPECT_DOUBLE_EQ(no_rate.step_s, unfused.step_s);
+  in.hw.flash_attention_tflops = 100;
+  const PlanResult fa = plan(in);
+  const ModelConfig& m = *in.shape;
+  const double fwd = 4.0 * 2 * 1024 * 1024 * double(m.C) / 2 / 100e12;
+  // The rates time the rest: the same plan with the core's FLOPs and softmax traffic taken out
+  // is what a measured core of exactly these seconds gives.
+  PlanInput measured = in;
+  measured.flash_attention = false;
+  measured.hw.attention_fwd_s = fwd;
+  measured.hw.attention_bwd_s = 2.5 * fwd;
+  EXPECT_NEAR(fa.step_s, plan(measured).step_s, 1e-12);
+  EXPECT_LT(fa.memory_bytes, unfused.memory_bytes);
+}
+
 }  // namespace
 }  // namespace pb::planner
