@@ -166,11 +166,11 @@ TEST(Checkpoint, SizesPastTwoToTheFiftyThreeAreRefused) {
   t.shape = {int64_t(1) << 40, int64_t(1) << 40};
   t.shards.push_back({0, "rank-00000.safetensors", "w@0", 0, 4});
   ix.tensors.push_back(t);
-  EXPECT_NE(expect_input_error([&] { CheckpointIndex::parse(ix.to_json(), "test"); }).find("more than 2^53 elements"),
+  EXPECT_NE(input_error_of([&] { CheckpointIndex::parse(ix.to_json(), "test"); }).find("more than 2^53 elements"),
             std::string::npos);
   ix.tensors[0].shape = {8};
   ix.tensors[0].shards[0].count = INT64_MAX;
-  EXPECT_NE(expect_input_error([&] { CheckpointIndex::parse(ix.to_json(), "test"); }).find("each must be in [0, 2^53]"),
+  EXPECT_NE(input_error_of([&] { CheckpointIndex::parse(ix.to_json(), "test"); }).find("each must be in [0, 2^53]"),
             std::string::npos);
 }
 
