@@ -139,7 +139,7 @@ int run_determinism_check(const std::vector<std::string>& precisions, int steps,
           "--backend local: under mpirun -np " + std::to_string(env.launched_size) +
               " every process would run the pairs; use --backend mpi");
   std::vector<Row> rows;
-  int failures = 0, ran = 0;
+  int failures = 0, ran = 0, skipped = 0;
   std::unique_ptr<World> mpi_world;
   if (kind == BackendKind::mpi) {
     WorldOptions wo;
@@ -175,7 +175,10 @@ int run_determinism_check(const std::vector<std::string>& precisions, int steps,
     } else {
       for (const Side& s : backend_sides()) {
         StrategyRun on_mpi = build("", p, s, steps), on_local = on_mpi;
-        if (on_mpi.spec.world() != mpi_world->size()) continue;  // named below
+        if (on_mpi.spec.world() != mpi_world->size()) {  // named below
+          ++skipped;
+          continue;
+        }
         on_mpi.world.backend = BackendKind::mpi;
         const ConformanceResult rm = run_conformance(on_mpi, *mpi_world);
         if (!writer) continue;
@@ -190,6 +193,9 @@ int run_determinism_check(const std::vector<std::string>& precisions, int steps,
     }
   }
   if (!writer) return 0;
+  if (skipped)
+    std::fprintf(stderr, "check --determinism: skipped %d local-vs-mpi pairs whose world is not %d (run them under "
+                 "mpirun -np 2)\n", skipped, mpi_world->size());
   std::printf("\nclaims:\n");
   std::vector<std::string> seen;
   for (const Row& r : rows) {
