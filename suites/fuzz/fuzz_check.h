@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #define PB_FUZZ_CHECK(cond, detail)                                                                \
   do {                                                                                             \
@@ -14,3 +15,11 @@
       std::abort();                                                                                \
     }                                                                                              \
   } while (0)
+
+// Writes text to path (a target's scratch file for readers that take a path).
+inline bool pb_fuzz_write_file(const std::string& path, std::string_view text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  return std::fclose(f) == 0 && ok;
+}

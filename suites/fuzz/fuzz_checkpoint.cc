@@ -44,13 +44,6 @@ const std::string& scratch() {
   return dir;
 }
 
-bool write_file(const std::string& path, std::string_view text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return false;
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  return std::fclose(f) == 0 && ok;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -79,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // Opened beside the real shard file: every file, key, dtype and count checked.
   const std::string dir = scratch();
-  PB_FUZZ_CHECK(write_file(dir + "/" + pb::kCheckpointIndexName, in), "cannot write the scratch index");
+  PB_FUZZ_CHECK(pb_fuzz_write_file(dir + "/" + pb::kCheckpointIndexName, in), "cannot write the scratch index");
   std::shared_ptr<const pb::CheckpointReader> r;
   try {
     r = pb::CheckpointReader::open(dir);

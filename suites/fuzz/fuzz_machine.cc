@@ -26,18 +26,11 @@ const std::string& scratch() {
   return path;
 }
 
-bool write_file(const std::string& path, std::string_view text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return false;
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  return std::fclose(f) == 0 && ok;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
-  PB_FUZZ_CHECK(write_file(scratch(), in), "cannot write " + scratch());
+  PB_FUZZ_CHECK(pb_fuzz_write_file(scratch(), in), "cannot write " + scratch());
   pb::planner::MachineProfile m;
   try {
     m = pb::planner::load_machine(scratch());
@@ -47,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Written back and read again, twice: the second text is the first's.
   std::string text = pb::planner::machine_toml(m), previous;
   for (int round = 0; round < 2; ++round) {
-    PB_FUZZ_CHECK(write_file(scratch(), text), "cannot write " + scratch());
+    PB_FUZZ_CHECK(pb_fuzz_write_file(scratch(), text), "cannot write " + scratch());
     try {
       previous = text;
       text = pb::planner::machine_toml(pb::planner::load_machine(scratch()));
