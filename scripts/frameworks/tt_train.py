@@ -73,6 +73,19 @@ def build_model(ex):
     return cfg
 
 
+def optimizer_and_clip(named, ex, args):
+    """The export's AdamW (decay on matrices only, as the export says) over
+    `named` parameters, and the clip norm (torchtitan's default under the
+    clip-default fault)."""
+    import torch
+    o = ex.optim
+    opt = torch.optim.AdamW(
+        [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": o["weight_decay"]},
+         {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}],
+        lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=False)
+    return opt, TORCHTITAN_DEFAULT_MAX_NORM if args.fault == "clip-default" else o["clip"]
+
+
 def worker(rank, args):
     import tt_shim
     tt_shim.apply()
@@ -123,12 +136,7 @@ def worker(rank, args):
         disable_fsdp_gradient_division(model)
 
     named = list(model.named_parameters())
-    o = ex.optim
-    opt = torch.optim.AdamW(
-        [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": o["weight_decay"]},
-         {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}],
-        lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=False)
-    clip = TORCHTITAN_DEFAULT_MAX_NORM if args.fault == "clip-default" else o["clip"]
+    opt, clip = optimizer_and_clip(named, ex, args)
 
     def full(t):
         return (t.full_tensor() if isinstance(t, DTensor) else t).detach().float().clone()
@@ -209,12 +217,7 @@ def pp_worker(rank, args, ex, cfg, model, adapter, to_hf_names):
         compile_config=CompileConfig(), ac_config=None, dump_folder=os.getcwd(), device=torch.device("cpu"),
         model_config=cfg, parallelize_fn=lambda m, **kw: m, loss_fn=loss_fn)
     named = [(n, p) for part in parts for n, p in part.named_parameters()]
-    o = ex.optim
-    opt = torch.optim.AdamW(
-        [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": o["weight_decay"]},
-         {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}],
-        lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=False)
-    clip = TORCHTITAN_DEFAULT_MAX_NORM if args.fault == "clip-default" else o["clip"]
+    opt, clip = optimizer_and_clip(named, ex, args)
 
     def gather(tensors):  # every stage's tensors, the export's names, on rank 0
         mine = {to_hf_names[n]: _to_hf(adapter, n, t.detach().float().clone()) for n, t in tensors}
