@@ -15,6 +15,22 @@ std::string where(const FaultCatch& c) {
   return c.strategy + " fault:" + c.fault + " " + precision_name(c.precision);
 }
 
+// A correct run with training and data seeds 1..10: each must pass
+// (no false alarm). Returns the number of runs made.
+int expect_passes_over_ten_seeds(const StrategyRun& base) {
+  int runs = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    StrategyRun s = base;
+    s.spec.train.seed = seed;
+    s.spec.train.data.seed = seed;
+    const ConformanceResult r = run_conformance(s);
+    EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(s.spec.train.precision)
+                          << describe_failures(r);
+    ++runs;
+  }
+  return runs;
+}
+
 TEST(Teeth, EveryDataParallelFaultIsCaughtAtEveryPrecision) {
   for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
     const auto rows = dp_fault_catches(p);
@@ -83,15 +99,7 @@ TEST(Teeth, TensorParallelLlamaNoFalseAlarmOverTenSeeds) {
   const std::pair<int, const char*> cases[] = {{2, ""}, {4, ""}, {4, "sp=on"}};
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
-    for (const auto& [tp, opts] : cases)
-      for (uint64_t seed = 1; seed <= 10; ++seed) {
-        StrategyRun s = llama_tp_case(1, tp, opts, p);
-        s.spec.train.seed = seed;
-        s.spec.train.data.seed = seed;
-        const ConformanceResult r = run_conformance(s);
-        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
-        ++runs;
-      }
+    for (const auto& [tp, opts] : cases) runs += expect_passes_over_ten_seeds(llama_tp_case(1, tp, opts, p));
   EXPECT_EQ(runs, 2 * 3 * 10);
 }
 
@@ -100,15 +108,7 @@ TEST(Teeth, TensorParallelLlamaNoFalseAlarmOverTenSeeds) {
 TEST(Teeth, PipelineLlamaNoFalseAlarmOverTenSeeds) {
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
-    for (const StrategyRun& base : llama_pipe_cases(p))
-      for (uint64_t seed = 1; seed <= 10; ++seed) {
-        StrategyRun s = base;
-        s.spec.train.seed = seed;
-        s.spec.train.data.seed = seed;
-        const ConformanceResult r = run_conformance(s);
-        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
-        ++runs;
-      }
+    for (const StrategyRun& base : llama_pipe_cases(p)) runs += expect_passes_over_ten_seeds(base);
   EXPECT_EQ(runs, 2 * 5 * 10);
 }
 
@@ -121,20 +121,15 @@ TEST(Teeth, TensorParallelNoFalseAlarmOverTenSeeds) {
       {{1, 2}, "schedule=1f1b,sp=on"}};  // the last inside two pipeline stages
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
-    for (const auto& [mesh, opts] : cases)
-      for (uint64_t seed = 1; seed <= 10; ++seed) {
-        StrategyRun s = tp_case(mesh.first, mesh.second, opts, p);
-        if (s.spec.pipe.schedule) {
-          s.spec.mesh.pp = 2;
-          s.spec.train.model.L = 4;
-          s.spec.train.microbatches = 4;
-        }
-        s.spec.train.seed = seed;
-        s.spec.train.data.seed = seed;
-        const ConformanceResult r = run_conformance(s);
-        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
-        ++runs;
+    for (const auto& [mesh, opts] : cases) {
+      StrategyRun s = tp_case(mesh.first, mesh.second, opts, p);
+      if (s.spec.pipe.schedule) {
+        s.spec.mesh.pp = 2;
+        s.spec.train.model.L = 4;
+        s.spec.train.microbatches = 4;
       }
+      runs += expect_passes_over_ten_seeds(s);
+    }
   EXPECT_EQ(runs, 2 * 6 * 10);
 }
 
@@ -159,15 +154,7 @@ TEST(Teeth, ContextParallelNoFalseAlarmOverTenSeeds) {
                         {1, 2, 2, "cp_algo=ring,sp=on"}, {2, 1, 2, "shard=zero3,cp_algo=ulysses"}};
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
-    for (const Case& c : cases)
-      for (uint64_t seed = 1; seed <= 10; ++seed) {
-        StrategyRun s = cp_case(c.dp, c.tp, c.cp, c.opts, p);
-        s.spec.train.seed = seed;
-        s.spec.train.data.seed = seed;
-        const ConformanceResult r = run_conformance(s);
-        EXPECT_TRUE(r.pass()) << r.strategy << " seed " << seed << " " << precision_name(p) << describe_failures(r);
-        ++runs;
-      }
+    for (const Case& c : cases) runs += expect_passes_over_ten_seeds(cp_case(c.dp, c.tp, c.cp, c.opts, p));
   EXPECT_EQ(runs, 2 * 5 * 10);
 }
 
