@@ -132,7 +132,8 @@ int64_t workspace_bytes(const PlanInput& in, const Pipe& pipe, int64_t seq) {
 int64_t op_sac_layer_bytes(const ModelConfig& m, const ActivationShape& x) {
   const int64_t t = x.tp, e = x.elem_bytes, tokens = x.s / x.cp * x.b;
   const int64_t kv = m.llama() ? llama_kv_heads_per_rank(m, x.tp) * m.head_size() : 0;
-  const int64_t kept = m.llama() ? x.h + x.h / t + kv + m.ffn / t + x.h + x.h / t : x.h + 3 * x.h / t + 4 * x.h / t + x.h / t;
+  const int64_t kept = m.llama() ? x.h + x.h / t + kv + m.ffn / t + x.h + x.h / t
+                                 : x.h + 3 * x.h / t + 4 * x.h / t + x.h / t;
   return tokens * (e * kept + 4 * x.a / t);
 }
 
