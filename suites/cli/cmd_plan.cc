@@ -102,7 +102,9 @@ RunSpec spec_of(const PlanFlags& f) {
   spec.data.shard_group = f.shard_group;
   spec.data.overlap = f.overlap;
   spec.tensor.sp = f.sp;
-  spec.tensor.recompute = planner::parse_recompute(f.recompute, "--recompute");
+  // op (torchtitan's op-level selective checkpointing) is the planner's own:
+  // the run spec's recompute is none, PlanInput::recompute_even_matmuls set.
+  spec.tensor.recompute = f.recompute == "op" ? Recompute::none : planner::parse_recompute(f.recompute, "--recompute");
   const pipeline::ScheduleKind schedule = pipeline::parse_schedule_kind(f.schedule, "--schedule");
   if (spec.mesh.pp > 1 || schedule != pipeline::ScheduleKind::one_f_one_b) spec.pipe.schedule = schedule;
   spec.pipe.virtual_stages = f.virtual_stages;
@@ -175,6 +177,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   apply_machine(f, in);
   in.pp_inside_dp = parse_order(f.order, "--order");
   in.flash_attention = parse_attention(f.attention, "--attention");
+  in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
 
@@ -446,7 +449,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   spec.data.shard = dp::parse_shard(r.shard, "shard");
   spec.data.overlap = r.overlap;
   spec.tensor.sp = r.sp;
-  spec.tensor.recompute = planner::parse_recompute(r.recompute, "recompute");
+  spec.tensor.recompute = r.recompute == "op" ? Recompute::none : planner::parse_recompute(r.recompute, "recompute");
   const pipeline::ScheduleKind schedule = pipeline::parse_schedule_kind(r.schedule, "schedule");
   if (r.pp > 1 || schedule != pipeline::ScheduleKind::one_f_one_b) spec.pipe.schedule = schedule;
   spec.pipe.virtual_stages = r.virtual_stages;
@@ -459,6 +462,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.ranks_per_node = machine.ranks_per_node;
   in.pp_inside_dp = r.pp_inside_dp;
   in.flash_attention = r.flash_attention;
+  in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
 
@@ -698,7 +702,8 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--precision", f->precision, "fp64|fp32|bf16-mixed (default bf16-mixed)");
   app->add_option("--microbatch-size", f->in.microbatch_size, "sequences per microbatch (default 1)")->check(kPositive);
   app->add_option("--global-batch", f->in.global_batch, "sequences per step (default dp*microbatch-size*pp)")->check(kPositive);
-  app->add_option("--recompute", f->recompute, "none|selective|full");
+  app->add_option("--recompute", f->recompute,
+                  "none|selective|full|op (op: torchtitan's op-level checkpointing, every other matmul recomputed)");
   app->add_flag("--dropout", f->in.dropout, "count dropout masks (Megatron's GPT; the canonical model has none)");
   app->add_option("--schedule", f->schedule, "gpipe|1f1b|interleaved|zb-h1|2bw (default 1f1b)");
   app->add_option("--virtual-stages", f->virtual_stages, "model chunks per rank (interleaved)")->check(kPositive);

@@ -106,7 +106,8 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
   mem("optimizer", w.optimizer);
   if (w.optimizer_host > 0) mem("optimizer (host)", w.optimizer_host);
   if (w.activations >= 0) {
-    mem(("activations (recompute " + std::string(recompute_name(in.recompute)) + ")").c_str(), w.activations);
+    const std::string kept = in.recompute_even_matmuls ? std::string("op") : std::string(recompute_name(in.recompute));
+    mem(("activations (recompute " + kept + ")").c_str(), w.activations);
   } else {
     o += fmt("  %-36s %10s\n", "activations", "n/a");
   }

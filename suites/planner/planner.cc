@@ -47,7 +47,12 @@ void check_input(const PlanInput& in) {
               "(the expert-parallel and pipeline stages' unit sizes are GPT-2's); got ep " + std::to_string(in.ep) +
                   ", pp " + std::to_string(in.pp));
     }
+    require(!in.recompute_even_matmuls ||
+                (in.recompute == Recompute::none && in.pp == 1 && m.moe.experts == 0),
+            "recompute op (every other matmul recomputed): plans with one pipeline stage and dense blocks only "
+            "(got pp " + std::to_string(in.pp) + (m.moe.experts ? ", a mixture of experts" : "") + ")");
   } else {
+    require(!in.recompute_even_matmuls, "recompute op: needs a model shape, not --params");
     require(in.params >= 1, "--params: must be >= 1");
     require(in.tp == 1 && in.cp == 1 && in.pp == 1,
             "--tp/--cp/--pp: need a model shape (--model or --layers/--channels/--heads), not --params");

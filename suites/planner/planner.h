@@ -232,6 +232,13 @@ struct PlanInput {
   // flash_attention_tflops times); false: scores materialized, their GEMMs
   // and softmax timed like the rest (Megatron's 2021-2022 kernels).
   bool flash_attention = false;
+  // torchtitan's op-level selective activation checkpointing
+  // (selective_ac_option = "op"): each block keeps the outputs of its odd
+  // matmuls and of the attention kernel and recomputes in backward the even
+  // matmuls' forward (Llama: wk, wo, w3; GPT: the attention projection and
+  // fc2) and every memory-bound op. Planned with recompute none, one stage,
+  // dense blocks (docs/planner.md#published-gpu-runs-plan---validate).
+  bool recompute_even_matmuls = false;
   Hardware hw;
 };
 

@@ -124,6 +124,19 @@ int64_t workspace_bytes(const PlanInput& in, const Pipe& pipe, int64_t seq) {
   return -1;  // not modeled
 }
 
+// One block's bytes kept under op-level selective checkpointing
+// (PlanInput::recompute_even_matmuls), per local token: the block's input
+// (h), the odd matmuls' outputs (Llama: wq h/t, wv kv, w1 F/t, w2 h; GPT:
+// the fused qkv 3h/t and fc1 4h/t) and the attention kernel's output (h/t)
+// with its log-sum-exp (a/t fp32 values).
+int64_t op_sac_layer_bytes(const ModelConfig& m, const ActivationShape& x) {
+  const int64_t t = x.tp, e = x.elem_bytes, tokens = x.s / x.cp * x.b;
+  const int64_t kv = m.llama() ? llama_kv_heads_per_rank(m, x.tp) * m.head_size() : 0;
+  const int64_t kept = m.llama() ? x.h + x.h / t + kv + m.ffn / t + x.h + x.h / t
+                                 : x.h + 3 * x.h / t + 4 * x.h / t + x.h / t;
+  return tokens * (e * kept + 4 * x.a / t);
+}
+
 // The activations pipeline rank `rank` holds at its peak (-1: unknown, no
 // shape or a layout not modeled).
 int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t seq) {
@@ -131,7 +144,11 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
   const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
   int64_t a = -1;  // unknown (parameter count only)
   const bool llama = in.shape && in.shape->llama();  // the analytic count below (docs/planner.md)
-  if (in.shape && !llama && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
+  // FlashAttention keeps no scores (its output and a row statistic: the
+  // selective count), nor does op-level checkpointing, which the runners
+  // do not lay out: both take the analytic count below.
+  const bool analytic = llama || in.flash_attention || in.recompute_even_matmuls;
+  if (in.shape && !analytic && !in.dropout && pipe.part.pp == 1 && pipe.part.v == 1) {
     // The reference layout on one stage: what the tensor- and
     // context-parallel rank (and, at tp 1, the reference runner) declares and
     // allocates, exactly.
@@ -142,7 +159,7 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
     x.ep = in.ep;
     x.moe_on_device = !in.hw.host_kernels;
     a = tp::activation_bytes(x);
-  } else if (in.shape && !llama && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
+  } else if (in.shape && !analytic && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
     // The reference layout in pipeline stages: the chunks' bytes a stage
     // declares and allocates (impl/pipeline/stage.h, tensor_parallel/cost.h),
     // times the live (microbatch, chunk) units of the schedule.
@@ -157,8 +174,12 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
                       elem_bytes(in.precision)};
     x.algo = in.cp_algo;
     const int64_t units_held = pipe.in_flight[size_t(rank)];
-    a = units_held * max_chunk_layers(pipe.part, rank) *
-        (llama ? llama_layer_activation_bytes(mc, x, in.recompute) : layer_activation_bytes(x, in.recompute));
+    const Recompute kept =
+        in.flash_attention && in.recompute == Recompute::none ? Recompute::selective : in.recompute;
+    const int64_t layer = in.recompute_even_matmuls ? op_sac_layer_bytes(mc, x)
+                          : llama                    ? llama_layer_activation_bytes(mc, x, kept)
+                                                     : layer_activation_bytes(x, kept);
+    a = units_held * max_chunk_layers(pipe.part, rank) * layer;
     if (pipe.part.at(rank, 0).embedding) a += units_held * first_stage_extra_bytes(x);
     if (pipe.part.at(rank, pipe.part.v - 1).head) a += last_stage_extra_bytes(x, mc.V);
   }
@@ -256,7 +277,8 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   const ModelConfig& mc = *in.shape;
   const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
                           elem_bytes(in.precision)};
-  const double recompute = in.recompute == Recompute::full ? 4.0 / 3 : 1;
+  // Full and op-level checkpointing run the blocks' memory-bound forward again.
+  const double recompute = in.recompute == Recompute::full || in.recompute_even_matmuls ? 4.0 / 3 : 1;
   double per_micro = 0, shared = 0;
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);

@@ -57,6 +57,17 @@ void plan_flops(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
     const Flops f = iteration_flops(*in.shape, r.global_batch, r.seq, in.recompute);
     r.model_flops = to_double(f.model);
     r.hardware_flops = to_double(f.hardware);
+    if (in.recompute_even_matmuls) {
+      // The even matmuls' forward once more, per token and block: Llama's wk
+      // (2 h kvd), wo (2 h^2) and w3 (2 h F); GPT's projection (2 h^2) and
+      // fc2 (8 h^2). Their order is the blocks' forward (model_cost.h).
+      const ModelConfig& m = *in.shape;
+      const double h = double(m.C);
+      const double per_token = m.llama() ? 2 * h * double(int64_t(m.kv_heads) * m.head_size()) + 2 * h * h +
+                                               2 * h * double(m.ffn)
+                                         : 10 * h * h;
+      r.hardware_flops += per_token * double(m.L) * double(tokens);
+    }
   } else {  // Kaplan et al. 2020: C = 6 N D; full recomputation adds a forward, 2 N D
     r.flops_exact = false;
     r.model_flops = 6.0 * double(r.params_total) * double(tokens);
@@ -118,7 +129,7 @@ StageCost stage_cost(const PlanInput& in, const PlanResult& r, bool attn_timed, 
   const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
                           elem_bytes(in.precision)};
   c.bytes.total -= double(blocks) * mb * double(layer_softmax_traffic_bytes(x)) *
-                   (in.recompute == Recompute::full ? 4.0 / 3 : 1);
+                   (in.recompute == Recompute::full || in.recompute_even_matmuls ? 4.0 / 3 : 1);
   return c;
 }
 

@@ -665,5 +665,34 @@ TEST(Planner, FlashAttentionTimesTheCoreAtItsRate) {
   EXPECT_LT(fa.memory_bytes, unfused.memory_bytes);
 }
 
+// torchtitan's op-level checkpointing (PlanInput::recompute_even_matmuls):
+// the hardware FLOPs of recompute none plus the even matmuls' forward
+// (Llama: wk 2 h kvd, wo 2 h^2, w3 2 h F per token and block); the model
+// FLOPs unchanged; fewer activations than none; refused with a pipeline.
+TEST(Planner, OpCheckpointingRecomputesTheEvenMatmuls) {
+  PlanInput in;
+  in.shape = planner_model("llama3-8b");
+  in.microbatch_size = 1;
+  in.global_batch = 1;
+  in.seq = 1024;
+  in.hw.peak_tflops = 312;
+  in.hw.mem_bw_GBps = 1800;
+  const PlanResult none = plan(in);
+  in.recompute_even_matmuls = true;
+  const PlanResult op = plan(in);
+  const ModelConfig& m = *in.shape;
+  const double h = m.C, kvd = double(m.kv_heads) * m.head_size(), F = m.ffn;
+  EXPECT_DOUBLE_EQ(op.model_flops, none.model_flops);
+  EXPECT_NEAR(op.hardware_flops - none.hardware_flops, (2 * h * kvd + 2 * h * h + 2 * h * F) * m.L * 1024,
+              1e-6 * op.hardware_flops);
+  EXPECT_GT(op.step_s, none.step_s);
+  EXPECT_LT(op.worst.activations, none.worst.activations);
+  in.pp = 2;
+  EXPECT_THROW(plan(in), InputError);
+  in.pp = 1;
+  in.recompute = Recompute::full;
+  EXPECT_THROW(plan(in), InputError);
+}
+
 }  // namespace
 }  // namespace pb::planner
