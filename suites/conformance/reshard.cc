@@ -135,11 +135,20 @@ void validate_spec(const RunSpec& s, const std::string& what) {
 
 }  // namespace
 
-RunSpec checkpoint_spec(const std::string& dir) {
-  auto reader = CheckpointReader::open(dir);
-  ConfigReader c = ConfigReader::from_string(reader->index().run.spec_toml, "checkpoint " + dir + " run spec");
-  return read_run_spec(c, fault_catalogue());
+namespace {
+// The run spec of an opened checkpoint. A named model whose shape was
+// changed (check --reshard's pipelines: 8 blocks) reads back as "custom";
+// it keeps the name it was written under (the index's `model`), so a
+// checkpoint resharded from it names a model its reader knows.
+RunSpec spec_of(const CheckpointReader& r, const std::string& dir) {
+  ConfigReader c = ConfigReader::from_string(r.index().run.spec_toml, "checkpoint " + dir + " run spec");
+  RunSpec s = read_run_spec(c, fault_catalogue());
+  if (s.train.model.name == "custom") s.train.model.name = r.index().run.model;
+  return s;
 }
+}  // namespace
+
+RunSpec checkpoint_spec(const std::string& dir) { return spec_of(*CheckpointReader::open(dir), dir); }
 
 void train_and_save(const RunSpec& s, int steps, const std::string& dir) {
   validate_spec(s, "checkpoint");
@@ -161,8 +170,7 @@ namespace {
 std::shared_ptr<const CheckpointReader> open_for(const std::string& dir, const RunSpec& to) {
   auto reader = CheckpointReader::open(dir);
   const CheckpointRun& run = reader->index().run;
-  ConfigReader c = ConfigReader::from_string(run.spec_toml, "checkpoint " + dir + " run spec");
-  const RunSpec written = read_run_spec(c, fault_catalogue());
+  const RunSpec written = spec_of(*reader, dir);
   const std::string what = "checkpoint " + dir + " (written by " + run.spec_label + ")";
   check_same_training(written.train, to.train, what);
   require(run.step >= 0 && run.step < to.train.steps && run.data_position >= 0,
@@ -374,7 +382,7 @@ ReshardResult run_reshard(const ReshardRun& r) {
     std::vector<Trace> refs64 = {switched(at_fp64(a), ra, at_fp64(b), rb, r.at)};
     for (int parts : kFp64FloorSlices)
       refs64.push_back(reference_trace(truth_cfg, Replay{}, nullptr, kernels::cpu_ops_sliced<double>(parts)));
-    TrainConfig fp32_cfg = a.train;
+    TrainConfig fp32_cfg = host;
     fp32_cfg.precision = Precision::fp32;
     refs64.push_back(scaled_distance(reference_trace(fp32_cfg, Replay{}), truth,
                                      dtype_eps(DType::f64) / dtype_eps(DType::f32)));
