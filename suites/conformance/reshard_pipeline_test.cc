@@ -32,7 +32,7 @@ ReshardRun pair(const std::string& a, const std::string& b, Precision p, const s
   r.from = parse_reshard_side(a, "A", nullptr);
   r.to = parse_reshard_side(b, "B", &r.faults);
   const bool moe = r.from.mesh.ep > 1 || r.to.mesh.ep > 1;
-  const bool split = r.from.mesh.tp > 1 || r.to.mesh.tp > 1;
+  const bool split = r.from.mesh.tp > 1 || r.to.mesh.tp > 1 || r.from.mesh.cp > 1 || r.to.mesh.cp > 1;
   TrainConfig c;
   c.model = named_model(!model.empty() ? model : moe ? "tiny-moe" : split ? "tiny-tp" : "tiny");
   c.model.L = 8;
@@ -73,6 +73,7 @@ const Pair kPipelinePairs[] = {
     {"dp2.pp2,shard=zero3", "dp4,shard=zero1", true},  // ZeRO-3 in stages
     {"dp4,shard=zero2", "dp2.pp2,shard=zero2,schedule=gpipe", true},
     {"tp2.pp2", "tp2", false},          // tensor-parallel stages
+    {"cp2.pp2", "dp2", false},          // context-parallel stages
     {"dp2.ep2.pp2", "dp4.ep4", false},  // MoE stages, ep 2 -> 4
 };
 
