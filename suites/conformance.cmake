@@ -18,6 +18,9 @@ parabench_test(NAME conformance_determinism_test SOURCES conformance/determinism
                DEPS pb::conformance TIMEOUT 120)
 parabench_test(NAME conformance_reshard_test SOURCES conformance/reshard_test.cc
                DEPS pb::conformance TIMEOUT 300)
+# Pipeline ranks and states on stand-in devices resharded (docs/checkpoint.md).
+parabench_test(NAME conformance_reshard_pipeline_test SOURCES conformance/reshard_pipeline_test.cc
+               DEPS pb::conformance TIMEOUT 600)
 parabench_test(NAME conformance_moe_test SOURCES conformance/moe_conformance_test.cc
                DEPS pb::conformance TIMEOUT 300)
 

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "harness/status.h"
 #include "impl/spec/groups.h"
@@ -325,13 +327,33 @@ std::vector<double> Component<T>::gather_full(bool grads, Communicator& check, i
   return full;
 }
 
+namespace {
+// A device's n values of X at p, read through the seam into `stage` (the
+// host's: p itself).
+template <class X, class T>
+const X* host_view(const kernels::DeviceOps<T>& ops, bool device, const X* p, int64_t n, std::vector<X>& stage) {
+  if (!device) return p;
+  stage.resize(size_t(n));
+  ops.to_host(stage.data(), p, size_t(n) * sizeof(X));
+  return stage.data();
+}
+}  // namespace
+
 template <class T>
 void Component<T>::save_state(RankCheckpointOut& out) const {
-  require(ops_->is_host() && offload_segs_.empty(), "checkpoint: model states on a device are not written yet");
   const int r = c_.dp->rank();
   if (o_.shard == Shard::none ? r != 0 : (o_.shard == Shard::hsdp && r >= g_)) return;  // contribute's rule
   AdamW<T>& opt = *opt_;
   const master_t<T>* master = opt.master_data();
+  // On a device the parameters, and unless offloaded the optimizer's state,
+  // are read through the seam (kernels/common/device_ops.h). Offloaded, the
+  // optimizer's segments index its host copies of the parameters, which the
+  // step leaves equal to the device's.
+  const bool offloaded = !offload_segs_.empty();
+  const bool dev = !ops_->is_host() && !offloaded;
+  const T* params = offloaded ? host_params_.data() : params_.data();
+  std::vector<T> sp;
+  std::vector<master_t<T>> sm, sv, sw;
   for (const Segment& g : opt.segments()) {
     bool in_norm = true;  // a unit outside the norm is a copy (a pipeline's tied wte): its owner writes it
     for (int u = 0; u < sl_->num_units(); ++u)
@@ -343,11 +365,11 @@ void Component<T>::save_state(RankCheckpointOut& out) const {
     int64_t lo = g.flat_lo;
     auto put = [&](int64_t a, int64_t b) {
       if (a >= b) return;
-      const int64_t d = a - g.flat_lo;
-      out.put("param", a, b, params_.data() + g.param_off + d);
-      if (master) out.put("master", a, b, master + g.state_off + d);
-      out.put("adam_m", a, b, opt.m_data() + g.state_off + d);
-      out.put("adam_v", a, b, opt.v_data() + g.state_off + d);
+      const int64_t d = a - g.flat_lo, n = b - a;
+      out.put("param", a, b, host_view(*ops_, dev, params + g.param_off + d, n, sp));
+      if (master) out.put("master", a, b, host_view(*ops_, dev, master + g.state_off + d, n, sw));
+      out.put("adam_m", a, b, host_view(*ops_, dev, opt.m_data() + g.state_off + d, n, sm));
+      out.put("adam_v", a, b, host_view(*ops_, dev, opt.v_data() + g.state_off + d, n, sv));
     };
     for (const auto& [a, b] : norm_skip_) {
       if (b <= lo || a >= g.flat_hi) continue;
@@ -360,7 +382,6 @@ void Component<T>::save_state(RankCheckpointOut& out) const {
 
 template <class T>
 void Component<T>::load_state(const RankCheckpointIn& in) {
-  require(ops_->is_host() && offload_segs_.empty(), "checkpoint: model states on a device are not read yet");
   // Where the state of owned flat lo is read from: lo itself, or under the
   // injected ckpt_uneven_offset the offset an even split of the unit's real
   // elements would give (the same where the unit splits evenly).
@@ -374,18 +395,29 @@ void Component<T>::load_state(const RankCheckpointIn& in) {
     }
     return lo;
   };
+  // Off the host each range is read into host staging and moved through the
+  // seam; an offloaded optimizer's state and parameter copies are the host's.
+  const bool device = !ops_->is_host(), dev_state = device && offload_segs_.empty();
+  auto fill = [&](const char* kind, int64_t from, int64_t n, auto* dst, bool on_device) {
+    using X = std::remove_pointer_t<decltype(dst)>;
+    if (!on_device) return in.get(kind, from, from + n, dst);
+    std::vector<X> stage(static_cast<size_t>(n));
+    in.get(kind, from, from + n, stage.data());
+    ops_->to_device(dst, stage.data(), size_t(n) * sizeof(X));
+  };
   for_each_held(false, [&](int64_t lo, int64_t hi, T* data) {
-    const int64_t from = params_sharded() ? source(lo) : lo;
-    in.get("param", from, from + (hi - lo), data);
+    fill("param", params_sharded() ? source(lo) : lo, hi - lo, data, device);
   });
+  for (const Segment& g : offload_segs_)  // the optimizer's host copies, as the constructor makes them
+    ops_->to_host(host_params_.data() + g.state_off, params_.data() + g.param_off, bytes_of(g));
   AdamW<T>& opt = *opt_;
   master_t<T>* master = opt.master_data();
   for (const Segment& g : opt.segments()) {
-    const int64_t from = source(g.flat_lo), to = from + (g.flat_hi - g.flat_lo);
-    if (master) in.get("master", from, to, master + g.state_off);
+    const int64_t from = source(g.flat_lo), n = g.flat_hi - g.flat_lo;
+    if (master) fill("master", from, n, master + g.state_off, dev_state);
     if (in.has(CkptFault::drop_moments)) continue;  // left as constructed: zeros
-    in.get("adam_m", from, to, opt.m_data() + g.state_off);
-    in.get("adam_v", from, to, opt.v_data() + g.state_off);
+    fill("adam_m", from, n, opt.m_data() + g.state_off, dev_state);
+    fill("adam_v", from, n, opt.v_data() + g.state_off, dev_state);
   }
 }
 

@@ -142,7 +142,8 @@ class Component {
   // writer in the group (contribute's rule: DDP dp rank 0, HSDP the first
   // replica, the other families every rank, each its own slices); load fills
   // every held parameter and every owned segment's state from a checkpoint
-  // written at any mesh. On the host only (InputError on a device).
+  // written at any mesh. On a device through the seam (to_host / to_device,
+  // host staging); offloaded, the optimizer's host state and parameter copies.
   void save_state(RankCheckpointOut& out) const;
   void load_state(const RankCheckpointIn& in);
 

@@ -232,7 +232,7 @@ void PipelineRank<T>::forward(const Action& a) {
   const size_t N = size_t(Bm_) * cfg_.seq;
   const int mb = a.microbatch;
   if (st.embedding || st.head) {
-    const int64_t step = s_.async_weights ? mb / m_ : step_;
+    const int64_t step = s_.async_weights ? mb / m_ : step_ + data_shift_;
     const bool host = ops_->is_host();
     data_.batch(step, int64_t(dr_ * m_ + mb % m_) * Bm_, Bm_, cfg_.seq, host ? tok_tmp_.data() : host_tok_.data(),
                 host ? tgt_tmp_.data() : host_tgt_.data());

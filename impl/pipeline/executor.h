@@ -150,6 +150,13 @@ class PipelineRank : public RankBase<T> {
   // Collective over all ranks (group "check"): full vectors in flat order. Grads:
   // the last step's reduced gradients (2BW: g(0), the first window's).
   std::vector<double> full_grads() override;
+  // Checkpoints (docs/checkpoint.md, executor_checkpoint.cc): the stage's
+  // components (a tensor-parallel stage's layout mapped onto the full
+  // tensors; the last stage's tied wte copy is not written, and is read from
+  // wte), the step and the data position. Synchronous schedules only: a
+  // PipeDream-2BW window has no point where its state is one weight version.
+  void save_state(RankCheckpointOut& out) override;
+  void load_state(const RankCheckpointIn& in) override;
 
   // Per stage: params, grads and optimizer state (ZeRO-1 slices over dp),
   // peak activations (cost.h / stage.h), bytes per group and op.
@@ -248,6 +255,7 @@ class PipelineRank : public RankBase<T> {
   // the optimizer): StepStats::seconds; 2BW's window over its steps.
   std::unique_ptr<kernels::DeviceTimeline> step_clock_;
   int step_ = 0;
+  int data_shift_ = 0;  // the data position minus step_ (0 unless a load's fault moved it)
 };
 
 }  // namespace pb::pipeline

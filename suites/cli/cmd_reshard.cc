@@ -48,10 +48,11 @@ void write_new_directory(const std::string& out, const std::string& what, F&& wr
 }
 
 int run_reshard_command(const std::string& src, const std::string& mesh, const std::string& strategy,
-                        const std::string& out) {
+                        int microbatches, const std::string& out) {
   const RunSpec written = checkpoint_spec(src);
   RunSpec to;
   to.train = written.train;
+  if (microbatches > 0) to.train.microbatches = microbatches;  // they may differ across a checkpoint
   to.mesh = parse_mesh(mesh, "--mesh");
   if (!strategy.empty()) apply_strategy_text(to, strategy, fault_catalogue(), "--strategy");
   require(to.faults.empty(), "--strategy: faults are for check (check --reshard injects the checkpoint's)");
@@ -63,6 +64,8 @@ int run_reshard_command(const std::string& src, const std::string& mesh, const s
 }
 
 int gcd_lcm(int a, int b) { return a / std::gcd(a, b) * b; }
+
+bool pipelined(const RunSpec& s) { return s.mesh.pp > 1 || s.pipe.schedule.has_value(); }
 
 }  // namespace
 
@@ -93,8 +96,16 @@ int run_reshard_check(const ReshardCheckFlags& f, const std::vector<std::string>
       c.precision = parse_precision(p);
       c.steps = steps;
       c.seq = std::min(16, c.model.maxT);
-      c.batch = 4 * gcd_lcm(r.from.mesh.dp * r.from.mesh.cp, r.to.mesh.dp * r.to.mesh.cp);
+      // A pipeline on either side: as check's pipeline points, 8 blocks deep
+      // (room for pp x v stages) and, per side, 2 pp microbatches of one
+      // sequence per replica (the microbatches may differ across a checkpoint).
+      const bool pipelines = pipelined(r.from) || pipelined(r.to);
+      if (pipelines && model.empty()) c.model.L = 8;
+      const int ma = pipelined(r.from) ? 2 * r.from.mesh.pp : 1, mb = pipelined(r.to) ? 2 * r.to.mesh.pp : 1;
+      c.batch = (pipelines ? 1 : 4) * gcd_lcm(r.from.mesh.dp * r.from.mesh.cp * ma, r.to.mesh.dp * r.to.mesh.cp * mb);
       r.from.train = r.to.train = c;
+      r.from.train.microbatches = ma;
+      r.to.train.microbatches = mb;
       r.at = f.at > 0 ? f.at : steps / 2;
       runs.push_back(std::move(r));
     }
@@ -167,14 +178,18 @@ int run_reshard_check(const ReshardCheckFlags& f, const std::vector<std::string>
 void register_reshard(CLI::App& root, Registry& reg, const Env&) {
   struct Flags {
     std::string src, mesh, strategy, out;
+    int microbatches = 0;  // 0: the checkpoint's
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("reshard", "read a sharded checkpoint at another mesh and write it again");
   app->add_option("SRC", f->src, "checkpoint directory (index.json and one safetensors file per rank)")->required();
   app->add_option("--mesh", f->mesh, "the mesh to reshard to, e.g. dp4 or dp4.ep4")->required();
   app->add_option("--strategy", f->strategy, "its options, e.g. shard=zero1");
+  app->add_option("--microbatches", f->microbatches,
+                  "microbatches per replica at the new mesh (a pipeline's; default: the checkpoint's)")
+      ->check(CLI::PositiveNumber);
   app->add_option("--out", f->out, "new checkpoint directory (must not exist)")->required();
-  reg.push_back({app, [f] { return run_reshard_command(f->src, f->mesh, f->strategy, f->out); }});
+  reg.push_back({app, [f] { return run_reshard_command(f->src, f->mesh, f->strategy, f->microbatches, f->out); }});
 }
 
 }  // namespace pb::cli

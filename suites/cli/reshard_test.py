@@ -76,13 +76,30 @@ if json.load(open(os.path.join(w("ck4"), "index.json")))["run"]["world"] != 4:
 if any(n.startswith(".") for n in os.listdir(WORK)):
     failures.append(f"a temporary left behind in {WORK}: {os.listdir(WORK)}")
 
+# Pipeline ranks (docs/checkpoint.md#pipelines): the pair passes; a
+# pipeline's checkpoint is resharded to plain data parallel and back to the
+# same files.
+run(["check", "--reshard", "dp2.pp2,shard=zero1:pp4,schedule=interleaved,virtual_stages=2", "--precision", "fp32",
+     "--reshard-keep", w("ckpp"), "--out", w("runs")], 0, "1 resharded runs, 0 failed")
+run(["reshard", w("ckpp"), "--mesh", "dp4", "--strategy", "shard=zero3", "--microbatches", "1", "--out", w("ckpp4")], 0,
+    "resharded")
+run(["reshard", w("ckpp4"), "--mesh", "dp2.pp2", "--strategy", "shard=zero1", "--microbatches", "4", "--out",
+     w("ckpp2")], 0)
+for f in ("rank-00000.safetensors", "rank-00001.safetensors", "rank-00002.safetensors", "rank-00003.safetensors"):
+    if not os.path.exists(os.path.join(w("ckpp"), f)):
+        failures.append(f"the dp2.pp2 checkpoint has no {f}")
+    elif open(os.path.join(w("ckpp"), f), "rb").read() != open(os.path.join(w("ckpp2"), f), "rb").read():
+        failures.append(f"{f} differs after dp2.pp2 -> dp4 -> dp2.pp2")
+
 # Bad input: exit 2, nothing written or overwritten.
 os.makedirs(w("exists"))
 open(w("exists", "keep.txt"), "w").write("mine")
 run(["reshard", ck, "--mesh", "dp4", "--out", w("exists")], 2, "exists; nothing is overwritten")
 if os.listdir(w("exists")) != ["keep.txt"] or open(w("exists", "keep.txt")).read() != "mine":
     failures.append("reshard touched an existing --out")
-run(["reshard", ck, "--mesh", "dp2.pp2", "--out", w("o_pp")], 2, "cannot be resharded")
+run(["reshard", ck, "--mesh", "pp4", "--microbatches", "4", "--out", w("o_pp")], 2, "layers")  # tiny: 2 layers
+run(["reshard", ck, "--mesh", "dp2.pp2", "--strategy", "schedule=2bw", "--microbatches", "2", "--out", w("o_2bw")], 2,
+    "cannot be resharded")
 run(["reshard", ck, "--mesh", "dp5", "--out", w("o_dp5")], 2, "dp5")
 run(["reshard", w("nope"), "--mesh", "dp4", "--out", w("o_nope")], 2, "not a directory")
 run(["check", "--reshard", "dp2:tp2", "--precision", "fp32", "--model", "tiny-tp", "--reshard-keep", ck], 2, "exists")
@@ -111,7 +128,7 @@ ix = json.load(open(w("edit", "index.json")))
 ix["run"]["spec_toml"] = ix["run"]["spec_toml"].replace("seed = 1234", "seed = 99")
 json.dump(ix, open(w("edit", "index.json"), "w"))
 run(["reshard", w("edit"), "--mesh", "dp4", "--out", w("o_edit")], 2, "hash")
-for o in ("o_pp", "o_dp5", "o_nope", "o_trunc", "o_tile", "o_edit"):
+for o in ("o_pp", "o_2bw", "o_dp5", "o_nope", "o_trunc", "o_tile", "o_edit"):
     if os.path.exists(w(o)):
         failures.append(f"{o} was created by a refused reshard")
 if any(n.startswith(".") for n in os.listdir(WORK)):

@@ -65,7 +65,9 @@ void check_same_training(const TrainConfig& w, const TrainConfig& r, const std::
   auto differ = [&](const std::string& field, const std::string& a, const std::string& b) {
     throw InputError(what + ": written by another " + field + " (" + a + "; this run: " + b + ")");
   };
-  if (!(w.model == r.model)) differ("model", model_text(w.model), model_text(r.model));
+  ModelConfig shape = w.model;  // the name is a label: a named model with its depth changed reads back "custom"
+  shape.name = r.model.name;
+  if (!(shape == r.model)) differ("model", model_text(w.model), model_text(r.model));
   if (w.precision != r.precision) differ("precision", precision_name(w.precision), precision_name(r.precision));
   if (w.seed != r.seed) differ("init seed", str(w.seed), str(r.seed));
   if (w.steps != r.steps) differ("run length (train.steps)", str(w.steps), str(r.steps));
@@ -77,12 +79,15 @@ void check_same_training(const TrainConfig& w, const TrainConfig& r, const std::
 
 void require_checkpoints(const RunSpec& s, const std::string& what) {
   const Strategy& st = strategy_for(s);
-  require(s.train.device == Device::cpu, what + ": checkpoints are written and read on the CPU only");
   require(st.name == "data_parallel" || st.name == "expert_parallel" || st.name == "tensor_parallel" ||
-              st.name == "context_parallel",
+              st.name == "context_parallel" || st.name == "pipeline",
           what + ": " + spec_label(s) + " cannot be resharded to or from yet: checkpoints are written and read by "
-                 "the data-parallel family (DDP, ZeRO-1/2/3, HSDP, hZeRO, offload), expert, tensor and context "
-                 "parallel; this mesh runs " + st.name + " (docs/checkpoint.md)");
+                 "the data-parallel family (DDP, ZeRO-1/2/3, HSDP, hZeRO, offload), expert, tensor, context "
+                 "parallel and pipelines; this mesh runs " + st.name + " (docs/checkpoint.md)");
+  require(s.pipe.schedule != pipeline::ScheduleKind::pipedream_2bw,
+          what + ": " + spec_label(s) + " cannot be resharded to or from: a 2bw window (the whole run, "
+                 "train.steps) has no flush before its end; inside it a rank holds two weight versions and the "
+                 "gradient of a group still in flight on other stages (docs/checkpoint.md#pipelines)");
 }
 
 namespace {
@@ -130,14 +135,24 @@ void validate_spec(const RunSpec& s, const std::string& what) {
 
 }  // namespace
 
-RunSpec checkpoint_spec(const std::string& dir) {
-  auto reader = CheckpointReader::open(dir);
-  ConfigReader c = ConfigReader::from_string(reader->index().run.spec_toml, "checkpoint " + dir + " run spec");
-  return read_run_spec(c, fault_catalogue());
+namespace {
+// The run spec of an opened checkpoint. A named model whose shape was
+// changed (check --reshard's pipelines: 8 blocks) reads back as "custom";
+// it keeps the name it was written under (the index's `model`), so a
+// checkpoint resharded from it names a model its reader knows.
+RunSpec spec_of(const CheckpointReader& r, const std::string& dir) {
+  ConfigReader c = ConfigReader::from_string(r.index().run.spec_toml, "checkpoint " + dir + " run spec");
+  RunSpec s = read_run_spec(c, fault_catalogue());
+  if (s.train.model.name == "custom") s.train.model.name = r.index().run.model;
+  return s;
 }
+}  // namespace
+
+RunSpec checkpoint_spec(const std::string& dir) { return spec_of(*CheckpointReader::open(dir), dir); }
 
 void train_and_save(const RunSpec& s, int steps, const std::string& dir) {
   validate_spec(s, "checkpoint");
+  require(s.train.device == Device::cpu, "checkpoint: train_and_save runs on the CPU (check --reshard opens devices)");
   const ParamLayout layout(s.train.model);
   Saved saved;
   saved.pieces.resize(size_t(s.world()));
@@ -155,8 +170,7 @@ namespace {
 std::shared_ptr<const CheckpointReader> open_for(const std::string& dir, const RunSpec& to) {
   auto reader = CheckpointReader::open(dir);
   const CheckpointRun& run = reader->index().run;
-  ConfigReader c = ConfigReader::from_string(run.spec_toml, "checkpoint " + dir + " run spec");
-  const RunSpec written = read_run_spec(c, fault_catalogue());
+  const RunSpec written = spec_of(*reader, dir);
   const std::string what = "checkpoint " + dir + " (written by " + run.spec_label + ")";
   check_same_training(written.train, to.train, what);
   require(run.step >= 0 && run.step < to.train.steps && run.data_position >= 0,
@@ -171,6 +185,7 @@ std::shared_ptr<const CheckpointReader> open_for(const std::string& dir, const R
 
 void reshard_checkpoint(const std::string& dir, const RunSpec& to, const std::string& out) {
   validate_spec(to, "reshard --mesh");
+  require(to.train.device == Device::cpu, "reshard --mesh: rewrites a checkpoint on the CPU (train.device = cpu)");
   auto reader = open_for(dir, to);
   const ParamLayout layout(to.train.model);
   Saved saved;
@@ -248,7 +263,7 @@ namespace {
 // rank 0's losses and norms of every step, step 1's gradients, the final
 // parameters.
 Trace resharded_trace(const RunSpec& a, const RunSpec& b, int at, const std::vector<CkptFault>& faults,
-                      const std::function<void(const std::string&)>& keep = {}) {
+                      const DeviceOpener& open_device, const std::function<void(const std::string&)>& keep = {}) {
   ScratchDir dir;
   const ParamLayout layout(a.train.model);
   const int steps = a.train.steps;
@@ -257,7 +272,8 @@ Trace resharded_trace(const RunSpec& a, const RunSpec& b, int at, const std::vec
   std::vector<StepStats> steps_a, steps_b;
   Trace t;
   run_local(a.world(), [&](Communicator& c) {
-    std::unique_ptr<Rank> rank = strategy_for(a).make_rank(a, c, nullptr);
+    const RankDevice device(c, a.train.device, open_device);  // outlives the rank
+    std::unique_ptr<Rank> rank = strategy_for(a).make_rank(a, c, device.get());
     std::vector<double> g1;
     std::vector<StepStats> st = rank->train(at, &g1);
     save_rank(*rank, layout, c.rank(), dir.path.string(), saved);
@@ -270,7 +286,8 @@ Trace resharded_trace(const RunSpec& a, const RunSpec& b, int at, const std::vec
   if (keep) keep(dir.path.string());
   auto reader = open_for(dir.path.string(), b);
   run_local(b.world(), [&](Communicator& c) {
-    std::unique_ptr<Rank> rank = strategy_for(b).make_rank(b, c, nullptr);
+    const RankDevice device(c, b.train.device, open_device);
+    std::unique_ptr<Rank> rank = strategy_for(b).make_rank(b, c, device.get());
     rank->load_state(RankCheckpointIn(reader, layout, faults));
     std::vector<StepStats> st = rank->train(steps - at, nullptr);
     std::vector<double> p = rank->full_params();
@@ -296,6 +313,12 @@ Trace switched(const RunSpec& a, const Replay& ra, const RunSpec& b, const Repla
 
 RunSpec at_fp64(RunSpec s) {
   s.train.precision = Precision::fp64;
+  s.train.device = Device::cpu;  // fp64 is the CPU's
+  return s;
+}
+
+RunSpec on_cpu(RunSpec s) {
+  s.train.device = Device::cpu;
   return s;
 }
 
@@ -322,20 +345,32 @@ ReshardResult run_reshard(const ReshardRun& r) {
   res.label = spec_label(a) + " -> " + spec_label(b) + " at " + std::to_string(r.at) + " of " +
               std::to_string(steps) + (r.faults.empty() ? "" : " faults=" + fault_names(r.faults));
   res.precision = a.train.precision;
-  res.trace = resharded_trace(a, b, r.at, r.faults, r.keep);
+  for (const RunSpec* side : {&a, &b})
+    require(side->train.device == Device::cpu || r.open_device != nullptr,  // before any rank starts
+            "train.device: cuda: the resharded run was given no way to open a device");
+  res.trace = resharded_trace(a, b, r.at, r.faults, r.open_device, r.keep);
 
   // The judges, uninterrupted: the fp64 truth and the reference at the
   // precision under test; and the replay of A's order then B's.
-  TrainConfig truth_cfg = a.train;
+  // The references run on the CPU; a side on a device adds the reference on
+  // that device as a floor (its kernels' rounding), as the engine does.
+  TrainConfig host = on_cpu(a).train;
+  TrainConfig truth_cfg = host;
   truth_cfg.precision = Precision::fp64;
   const Trace truth = reference_trace(truth_cfg, Replay{});
-  const Trace plain = reference_trace(a.train, Replay{});
-  const StrategyRun sa{a, {}, r.rule, {}}, sb{b, {}, r.rule, {}};
+  const Trace plain = reference_trace(host, Replay{});
+  const StrategyRun sa{a, {}, r.rule, r.open_device}, sb{b, {}, r.rule, r.open_device};
   const Replay ra = replay_of(sa), rb = replay_of(sb);
   require(!ra.delayed_weights && !rb.delayed_weights, "--reshard: delayed-weight schedules do not checkpoint");
-  const Trace replay = switched(a, ra, b, rb, r.at);
+  const Trace replay = switched(on_cpu(a), ra, on_cpu(b), rb, r.at);
+  std::vector<const Trace*> floors = {&plain, &replay};
+  std::vector<Trace> on_device;
+  on_device.reserve(2);
+  for (const RunSpec* side : {&a, &b})
+    if (const std::shared_ptr<TrainDevice> device = open_device(side->train.device, r.open_device))
+      floors.push_back(&on_device.emplace_back(reference_trace(side->train, Replay{}, device.get())));
   const DType dt = storage_dtype(a.train.precision);
-  res.rule = check_rule(res.trace, {&plain, &replay}, truth, dt, r.rule);
+  res.rule = check_rule(res.trace, floors, truth, dt, r.rule);
   res.bitwise_declared = declares_bitwise(sa) && declares_bitwise(sb);
   if (res.bitwise_declared) res.bits = check_bitwise(res.trace, replay);
   if (!res.bitwise_declared && a.train.precision != Precision::fp64) {
@@ -343,11 +378,11 @@ ReshardResult run_reshard(const ReshardRun& r) {
     // the engine's fp64 floor (docs/numerics.md#the-fp64-rerun): the
     // switched replay, the reference in other orders of its inner sums, the
     // fp32 reference's distance scaled to fp64.
-    const Trace again = resharded_trace(at_fp64(a), at_fp64(b), r.at, r.faults);
+    const Trace again = resharded_trace(at_fp64(a), at_fp64(b), r.at, r.faults, r.open_device);
     std::vector<Trace> refs64 = {switched(at_fp64(a), ra, at_fp64(b), rb, r.at)};
     for (int parts : kFp64FloorSlices)
       refs64.push_back(reference_trace(truth_cfg, Replay{}, nullptr, kernels::cpu_ops_sliced<double>(parts)));
-    TrainConfig fp32_cfg = a.train;
+    TrainConfig fp32_cfg = host;
     fp32_cfg.precision = Precision::fp32;
     refs64.push_back(scaled_distance(reference_trace(fp32_cfg, Replay{}), truth,
                                      dtype_eps(DType::f64) / dtype_eps(DType::f32)));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "impl/spec/checkpoint_state.h"
+#include "impl/spec/rank.h"
 #include "impl/spec/run_spec.h"
 #include "suites/conformance/compare.h"
 
@@ -27,6 +28,8 @@ struct ReshardRun {
   ToleranceRule rule;
   // Called with A's checkpoint directory once it is written (e.g. to copy it).
   std::function<void(const std::string&)> keep;
+  // Opens a rank's device where a side's train.device is cuda (rank.h).
+  DeviceOpener open_device;
 };
 
 struct ReshardResult {
@@ -52,8 +55,9 @@ RunSpec parse_reshard_side(const std::string& text, const std::string& field, st
 // Microbatches, threads and the device may differ.
 void check_same_training(const TrainConfig& written, const TrainConfig& run, const std::string& what);
 
-// Whether a spec's ranks write and read checkpoints (the data-parallel family
-// and expert parallel on the CPU): InputError naming the mesh and why not.
+// Whether a spec's ranks write and read checkpoints (the data-parallel family,
+// expert, tensor and context parallel, synchronous pipelines; on the CPU or a
+// device): InputError naming the mesh and why not.
 void require_checkpoints(const RunSpec& s, const std::string& what);
 
 // Trains s for `steps` steps on a local world of its mesh and writes the

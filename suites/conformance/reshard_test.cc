@@ -172,10 +172,10 @@ TEST(Reshard, BadCheckpointsAreRefusedAndNothingIsWritten) {
   msg = input_error_of([&] { reshard_checkpoint(a, other, out); });
   EXPECT_NE(msg.find("another init seed (1234; this run: 99)"), std::string::npos) << msg;
   EXPECT_TRUE(is_empty_dir(out));
-  // A mesh it cannot be resharded to (pipelines do not checkpoint yet).
+  // A mesh it cannot be resharded to: 2bw (no flush inside its window).
   out = t.sub("o3");
-  RunSpec pp = spec("dp2.pp2");
-  pp.train.microbatches = 4;
+  RunSpec pp = spec("dp2.pp2,schedule=2bw");
+  pp.train.microbatches = 2;
   msg = input_error_of([&] { reshard_checkpoint(a, pp, out); });
   EXPECT_NE(msg.find("cannot be resharded"), std::string::npos) << msg;
   EXPECT_TRUE(is_empty_dir(out));
@@ -229,8 +229,8 @@ TEST(Reshard, BadPairsAreRefused) {
   EXPECT_NE(input_error_of([&] { run_reshard(r); }).find("init seed"), std::string::npos);
   EXPECT_NE(input_error_of([&] { parse_reshard_side("dp2,faults=ckpt_drop_moments", "A", nullptr); }).find("checkpoint fault"),
             std::string::npos);
-  r = pair("dp2", "dp2.pp2", Precision::fp32);
-  r.to.train.microbatches = 4;
+  r = pair("dp2", "dp2.pp2,schedule=2bw", Precision::fp32);
+  r.to.train.microbatches = 2;
   EXPECT_NE(input_error_of([&] { run_reshard(r); }).find("cannot be resharded"), std::string::npos);
 }
 
