@@ -295,4 +295,35 @@ if(PARABENCH_BUILD_TESTS)
                        "\n4 configurations, 4 failed\\.")
   set_tests_properties(conformance_check_llama_pp conformance_check_llama_pp_teeth conformance_check_llama_recompute
                        conformance_check_llama_recompute_teeth PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
+  # Context parallel (issue 46 item 2): RoPE by each held token's true
+  # position; the ring's K/V kv heads wide; Ulysses with the kv heads split
+  # over cp (cp2) or replicated to split (cp4, tp2.cp2, tp4.cp2: one kv head
+  # per tp rank); x tp (+ SP), x dp2 ZeRO-3, recompute. Held to the rule with
+  # the fp64 rerun, memory and traffic exactly as declared
+  # (docs/strategies/context-parallel.md#the-llama-family).
+  add_test(NAME conformance_check_llama_cp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "cp2 cp_algo=ring" "cp2 cp_algo=ring,zigzag=off" "cp2 cp_algo=ulysses"
+            "cp4 cp_algo=ring" "cp4 cp_algo=ulysses,zigzag=off" "tp2.cp2 cp_algo=ring" "tp2.cp2 cp_algo=ulysses"
+            "tp4.cp2 cp_algo=ring,sp=on" "tp4.cp2 cp_algo=ulysses" "dp2.cp2 cp_algo=ulysses,shard=zero3"
+            "dp2.tp2.cp2 cp_algo=ring,shard=zero1" "cp2 cp_algo=ring,recompute=full"
+            "cp2 cp_algo=ulysses,recompute=selective" "tp2.cp2 cp_algo=ulysses,recompute=full"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  # Its teeth: RoPE by the rank-local index (rope_local_positions) on the
+  # zigzag and contiguous ring and under Ulysses (kv heads split and
+  # replicated), and the contiguous placement's RoPE positions under zigzag
+  # (zigzag_positions), each caught at both precisions (every configuration
+  # must fail; no false alarm over 10 seeds: conformance_teeth_seeds,
+  # Teeth.ContextParallelLlamaNoFalseAlarmOverTenSeeds).
+  add_test(NAME conformance_check_llama_cp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "cp2 cp_algo=ring,faults=rope_local_positions"
+            "cp2 cp_algo=ring,zigzag=off,faults=rope_local_positions"
+            "cp2 cp_algo=ulysses,faults=rope_local_positions" "tp2.cp2 cp_algo=ulysses,faults=rope_local_positions"
+            "cp2 cp_algo=ring,faults=zigzag_positions"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  set_tests_properties(conformance_check_llama_cp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n10 configurations, 10 failed\\.")
+  set_tests_properties(conformance_check_llama_cp conformance_check_llama_cp_teeth
+                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
 endif()

@@ -48,18 +48,22 @@ void merge_unscaled(A* o, A* m, A* l, const A* o2, const A* m2, const A* l2, int
 
 template <class T>
 RingAttention<T>::RingAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H,
-                                int hs, bool overlap, const k::DeviceOps<T>& ops)
+                                int hs, bool overlap, const k::DeviceOps<T>& ops, int KV)
     : o_(o), comm_(cp), ops_(&ops), overlap_(overlap), Bm_(Bm), Tn_(Tn), H_(H), hs_(hs) {
   require(cp && cp->size() == o.cp, "cp: the group's size differs from cp");
   require(ops.is_host() || !o.has(Fault::merge_no_rescale), "cp: the merge_no_rescale fault runs on the CPU only");
+  KV_ = KV > 0 ? KV : H;
+  require(H % KV_ == 0, "cp: the ring's kv heads must divide its query heads");
+  KVc_ = KV_ * hs;
+  g_ = H / KV_;
   Tl_ = Tn / o.cp;
   Ct_ = H * hs;
   N_ = Bm * Tl_;
   place_ = placements(Tn, o.cp, o.zigzag);
-  const size_t N = size_t(N_), Ct = size_t(Ct_), rows = size_t(Bm) * H * Tl_;
+  const size_t N = size_t(N_), Ct = size_t(Ct_), KVc = size_t(KVc_), rows = size_t(Bm) * H * Tl_;
   const MemTag w = MemTag::workspace;
-  kv_a_ = Buffer<T>(mt, w, 2 * N * Ct);
-  kv_b_ = Buffer<T>(mt, w, 2 * N * Ct);
+  kv_a_ = Buffer<T>(mt, w, 2 * N * KVc);
+  kv_b_ = Buffer<T>(mt, w, 2 * N * KVc);
   o_acc_ = Buffer<A>(mt, w, N * Ct);
   m_ = Buffer<A>(mt, w, rows);
   l_ = Buffer<A>(mt, w, rows);
@@ -68,17 +72,17 @@ RingAttention<T>::RingAttention(const CpOptions& o, Communicator* cp, MemoryTrac
   l2_ = Buffer<A>(mt, w, size_t(Tl_));
   D_ = Buffer<A>(mt, w, rows);
   dq_ = Buffer<A>(mt, w, N * Ct);
-  dkv_own_ = Buffer<A>(mt, w, 2 * N * Ct);
-  part_a_ = Buffer<A>(mt, w, 2 * N * Ct);
-  part_b_ = Buffer<A>(mt, w, 2 * N * Ct);
-  trav_ = Buffer<A>(mt, w, 2 * N * Ct);
+  dkv_own_ = Buffer<A>(mt, w, 2 * N * KVc);
+  part_a_ = Buffer<A>(mt, w, 2 * N * KVc);
+  part_b_ = Buffer<A>(mt, w, 2 * N * KVc);
+  trav_ = Buffer<A>(mt, w, 2 * N * KVc);
 }
 
 template <class T>
-int64_t RingAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs) {
+int64_t RingAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs, int KV) {
   const int64_t Tl = Tn / cp, N = int64_t(Bm) * Tl, Ct = int64_t(H) * hs, rows = int64_t(Bm) * H * Tl;
-  const int64_t t = sizeof(T), a = sizeof(A);
-  return 2 * (2 * N * Ct) * t + a * (N * Ct + 2 * rows + Tl * hs + 2 * Tl + rows + N * Ct + 4 * (2 * N * Ct));
+  const int64_t KVc = int64_t(KV > 0 ? KV : H) * hs, t = sizeof(T), a = sizeof(A);
+  return 2 * (2 * N * KVc) * t + a * (N * Ct + 2 * rows + Tl * hs + 2 * Tl + rows + N * Ct + 4 * (2 * N * KVc));
 }
 
 // Posts `cur` to the next rank and the previous rank's block into `nxt`
@@ -86,7 +90,7 @@ int64_t RingAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs)
 template <class T>
 typename RingAttention<T>::Hop RingAttention<T>::post_kv(const T* cur, T* nxt) const {
   const int cp = o_.cp, me = comm_->rank();
-  const size_t kvn = size_t(2) * N_ * Ct_;
+  const size_t kvn = size_t(2) * N_ * KVc_;
   Hop h;
   h.recv = comm_->irecv(nxt, kvn, dtype_of<T>(), (me + cp - 1) % cp, 1);
   h.send = comm_->isend(cur, kvn, dtype_of<T>(), (me + 1) % cp, 1);
@@ -95,7 +99,7 @@ typename RingAttention<T>::Hop RingAttention<T>::post_kv(const T* cur, T* nxt) c
 
 template <class T>
 void RingAttention<T>::pack_kv(T* kv, const T* qkv) const {
-  ops_->copy_rows(kv, size_t(2) * Ct_, qkv + Ct_, size_t(3) * Ct_, size_t(2) * Ct_, size_t(N_));
+  ops_->copy_rows(kv, size_t(2) * KVc_, qkv + Ct_, size_t(Ct_ + 2 * KVc_), size_t(2) * KVc_, size_t(N_));
 }
 
 // The block pairs of this rank's queries against rank src's keys: f(b, h,
@@ -129,7 +133,7 @@ void RingAttention<T>::forward(T* out, A* lse, const T* qkv) {
   ops_->fill_acc(l_.data(), 0, l_.size());
   T* cur = kv_a_.data();
   T* nxt = kv_b_.data();
-  const int C3 = 3 * Ct_, C2 = 2 * Ct_;
+  const int C3 = Ct_ + 2 * KVc_, C2 = 2 * KVc_;
   for (int j = 0; j < cp; ++j) {
     const int src = (me - j + cp) % cp;
     Hop hop;
@@ -158,8 +162,8 @@ void RingAttention<T>::forward(T* out, A* lse, const T* qkv) {
         last_b = b, last_h = h, last_q = &q;
       }
       const T* qp = qkv + (size_t(b) * Tl_ + q.local) * C3 + size_t(h) * hs_;
-      const T* kp = cur + (size_t(b) * Tl_ + kr.local) * C2 + size_t(h) * hs_;
-      ops_->attention_block_forward(o2_.data(), m2_.data(), l2_.data(), qp, kp, kp + Ct_, q.len, kr.len, hs_, C3, C2,
+      const T* kp = cur + (size_t(b) * Tl_ + kr.local) * C2 + size_t(h / g_) * hs_;
+      ops_->attention_block_forward(o2_.data(), m2_.data(), l2_.data(), qp, kp, kp + KVc_, q.len, kr.len, hs_, C3, C2,
                                     q0, k0, causal);
       stats_.flops += 4 * int64_t(hs_) * visible_pairs(q.len, kr.len, q0, k0, causal);
     });
@@ -201,8 +205,8 @@ typename RingAttention<T>::Hop RingAttention<T>::post_hop(const T* cur, T* nxt) 
 template <class T>
 void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse) {
   const int cp = o_.cp, me = comm_->rank(), next = (me + 1) % cp, prev = (me + cp - 1) % cp;
-  const size_t kvn = size_t(2) * N_ * Ct_, half = size_t(N_) * Ct_;
-  const int C3 = 3 * Ct_, C2 = 2 * Ct_;
+  const size_t kvn = size_t(2) * N_ * KVc_, half = size_t(N_) * KVc_;
+  const int C3 = Ct_ + 2 * KVc_, C2 = 2 * KVc_;
   // D = rowsum(dO * O), per (b, h, t).
   for (int b = 0; b < Bm_; ++b)
     for (int h = 0; h < H_; ++h) {
@@ -237,12 +241,12 @@ void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* o
     }
     const auto t0 = Clock::now();
     blocks(src, [&](int b, int h, const Run& q, const Run& kr, bool causal, int q0, int k0) {
-      const size_t sq0 = (size_t(b) * H_ + h) * Tl_ + q.local, sk0 = (size_t(b) * H_ + h) * Tl_ + kr.local;
+      const size_t sq0 = (size_t(b) * H_ + h) * Tl_ + q.local, sk0 = (size_t(b) * KV_ + h / g_) * Tl_ + kr.local;
       const T* qp = qkv + (size_t(b) * Tl_ + q.local) * C3 + size_t(h) * hs_;
-      const T* kp = cur + (size_t(b) * Tl_ + kr.local) * C2 + size_t(h) * hs_;
+      const T* kp = cur + (size_t(b) * Tl_ + kr.local) * C2 + size_t(h / g_) * hs_;
       const T* dop = dout + (size_t(b) * Tl_ + q.local) * Ct_ + size_t(h) * hs_;
       ops_->attention_block_backward(dq_.data() + sq0 * hs_, dkv + sk0 * hs_, dkv + half + sk0 * hs_, qp, kp,
-                                     kp + Ct_, dop, lse + sq0, D_.data() + sq0, q.len, kr.len, hs_, C3, C2, Ct_, q0,
+                                     kp + KVc_, dop, lse + sq0, D_.data() + sq0, q.len, kr.len, hs_, C3, C2, Ct_, q0,
                                      k0, causal);
     });
     stats_.compute_s += since(t0);
@@ -275,30 +279,40 @@ void RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* o
   }
   part_sent[0].wait();
   part_sent[1].wait();
-  for (int b = 0; b < Bm_; ++b)
+  for (int b = 0; b < Bm_; ++b) {
+    T* d = dqkv + size_t(b) * Tl_ * C3;
     for (int h = 0; h < H_; ++h) {
       const size_t s = (size_t(b) * H_ + h) * Tl_ * hs_;
-      T* d = dqkv + size_t(b) * Tl_ * C3 + size_t(h) * hs_;
-      ops_->accumulate_rows_acc(d, size_t(C3), dq_.data() + s, size_t(hs_), size_t(hs_), size_t(Tl_));
-      ops_->accumulate_rows_acc(d + Ct_, size_t(C3), dkv_own_.data() + s, size_t(hs_), size_t(hs_), size_t(Tl_));
-      ops_->accumulate_rows_acc(d + 2 * Ct_, size_t(C3), dkv_own_.data() + half + s, size_t(hs_), size_t(hs_),
+      ops_->accumulate_rows_acc(d + size_t(h) * hs_, size_t(C3), dq_.data() + s, size_t(hs_), size_t(hs_),
                                 size_t(Tl_));
     }
+    for (int h = 0; h < KV_; ++h) {
+      const size_t s = (size_t(b) * KV_ + h) * Tl_ * hs_;
+      T* dk = d + Ct_ + size_t(h) * hs_;
+      ops_->accumulate_rows_acc(dk, size_t(C3), dkv_own_.data() + s, size_t(hs_), size_t(hs_), size_t(Tl_));
+      ops_->accumulate_rows_acc(dk + KVc_, size_t(C3), dkv_own_.data() + half + s, size_t(hs_), size_t(hs_),
+                                size_t(Tl_));
+    }
+  }
 }
 
 // ---- Ulysses -----------------------------------------------------------------
 
 template <class T>
 UlyssesAttention<T>::UlyssesAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H,
-                                      int hs, const k::DeviceOps<T>& ops)
+                                      int hs, const k::DeviceOps<T>& ops, int KV)
     : o_(o), comm_(cp), ops_(&ops), Bm_(Bm), Tn_(Tn), H_(H), hs_(hs) {
   require(cp && cp->size() == o.cp, "cp: the group's size differs from cp");
   require(H % o.cp == 0, "cp: Ulysses needs the heads to split over cp");
+  KV_ = KV > 0 ? KV : H;
+  require(H % KV_ == 0 && KV_ % o.cp == 0, "cp: Ulysses needs the kv heads to divide the heads and split over cp");
   Tl_ = Tn / o.cp;
   Ct_ = H * hs;
   N_ = Bm * Tl_;
   Hc_ = H / o.cp;
   Cc_ = Hc_ * hs;
+  KVc_ = KV_ * hs;
+  KVcc_ = KVc_ / o.cp;
   place_ = placements(Tn, o.cp, o.zigzag);
   const size_t N = size_t(N_), Ct = size_t(Ct_), att = size_t(Bm) * Hc_ * Tn * Tn;
   const MemTag w = MemTag::workspace;
@@ -306,34 +320,38 @@ UlyssesAttention<T>::UlyssesAttention(const CpOptions& o, Communicator* cp, Memo
   recv_ = Buffer<T>(mt, w, N * Ct);
   outh_ = Buffer<T>(mt, w, N * Ct);
   douth_ = Buffer<T>(mt, w, N * Ct);
-  dqkvh_ = Buffer<T>(mt, w, 3 * N * Ct);
+  dqkvh_ = Buffer<T>(mt, w, N * (Ct + 2 * size_t(KVc_)));
   datt_ = Buffer<T>(mt, w, att);
-  if (ops.is_host()) ws_ = Buffer<A>(mt, w, k::attention_workspace_elems<T>(Tn, Cc_, Hc_));  // a device keeps its own
+  if (ops.is_host())  // a device keeps its own
+    ws_ = Buffer<A>(mt, w, k::attention_workspace_elems_gqa<T>(Tn, Cc_, Hc_, KV_ / o.cp));
 }
 
 template <class T>
-int64_t UlyssesAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs, bool kernel_ws) {
-  const int64_t N = int64_t(Bm) * (Tn / cp), Ct = int64_t(H) * hs, Hc = H / cp;
-  return int64_t(sizeof(T)) * (7 * N * Ct + int64_t(Bm) * Hc * Tn * Tn) +
-         (kernel_ws ? int64_t(sizeof(A)) * int64_t(k::attention_workspace_elems<T>(Tn, int(Hc * hs), int(Hc))) : 0);
+int64_t UlyssesAttention<T>::workspace_bytes(int Bm, int Tn, int cp, int H, int hs, bool kernel_ws, int KV) {
+  const int64_t N = int64_t(Bm) * (Tn / cp), Ct = int64_t(H) * hs, Hc = H / cp, kv = KV > 0 ? KV : H;
+  return int64_t(sizeof(T)) * (4 * N * Ct + N * (Ct + 2 * kv * hs) + int64_t(Bm) * Hc * Tn * Tn) +
+         (kernel_ws ? int64_t(sizeof(A)) *
+                          int64_t(k::attention_workspace_elems_gqa<T>(Tn, int(Hc * hs), int(Hc), int(kv / cp)))
+                    : 0);
 }
 
 // dst (Bm, Tn, dst_cols) at column dst_off <- this rank's heads of every rank's
-// src (N, src_cols) at column src_off: one all-to-all of N * Ct / cp per peer.
-// The moves are row copies: per peer its head group, per sender and
-// sequence each run of consecutive positions.
+// src (N, src_cols) at column src_off: one all-to-all of N * cc per peer (cc:
+// a head group's columns). The moves are row copies: per peer its head
+// group, per sender and sequence each run of consecutive positions.
 template <class T>
-void UlyssesAttention<T>::to_heads(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off) {
+void UlyssesAttention<T>::to_heads(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off,
+                                   int cc) {
   const int cp = o_.cp;
   for (int d = 0; d < cp; ++d)
-    ops_->copy_rows(send_.data() + size_t(d) * N_ * Cc_, size_t(Cc_), src + src_off + size_t(d) * Cc_,
-                    size_t(src_cols), size_t(Cc_), size_t(N_));
-  comm_->all_to_all(send_.data(), recv_.data(), size_t(N_) * Cc_, dtype_of<T>());
+    ops_->copy_rows(send_.data() + size_t(d) * N_ * cc, size_t(cc), src + src_off + size_t(d) * cc,
+                    size_t(src_cols), size_t(cc), size_t(N_));
+  comm_->all_to_all(send_.data(), recv_.data(), size_t(N_) * cc, dtype_of<T>());
   for (int s = 0; s < cp; ++s)
     for (int b = 0; b < Bm_; ++b)
       for (const Run& r : place_[size_t(s)].runs())
         ops_->copy_rows(dst + (size_t(b) * Tn_ + r.pos) * dst_cols + dst_off, size_t(dst_cols),
-                        recv_.data() + (size_t(s) * N_ + size_t(b) * Tl_ + r.local) * Cc_, size_t(Cc_), size_t(Cc_),
+                        recv_.data() + (size_t(s) * N_ + size_t(b) * Tl_ + r.local) * cc, size_t(cc), size_t(cc),
                         size_t(r.len));
 }
 
@@ -341,48 +359,68 @@ void UlyssesAttention<T>::to_heads(T* dst, int dst_cols, int dst_off, const T* s
 // sender) <- src (Bm, Tn, src_cols) at src_off, each token back to its rank.
 template <class T>
 void UlyssesAttention<T>::to_sequence(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off,
-                                      bool add) {
+                                      int cc, bool add) {
   const int cp = o_.cp;
   for (int d = 0; d < cp; ++d)
     for (int b = 0; b < Bm_; ++b)
       for (const Run& r : place_[size_t(d)].runs())
-        ops_->copy_rows(send_.data() + (size_t(d) * N_ + size_t(b) * Tl_ + r.local) * Cc_, size_t(Cc_),
-                        src + (size_t(b) * Tn_ + r.pos) * src_cols + src_off, size_t(src_cols), size_t(Cc_),
+        ops_->copy_rows(send_.data() + (size_t(d) * N_ + size_t(b) * Tl_ + r.local) * cc, size_t(cc),
+                        src + (size_t(b) * Tn_ + r.pos) * src_cols + src_off, size_t(src_cols), size_t(cc),
                         size_t(r.len));
-  comm_->all_to_all(send_.data(), recv_.data(), size_t(N_) * Cc_, dtype_of<T>());
+  comm_->all_to_all(send_.data(), recv_.data(), size_t(N_) * cc, dtype_of<T>());
   for (int s = 0; s < cp; ++s) {
-    T* o = dst + dst_off + size_t(s) * Cc_;
-    const T* r = recv_.data() + size_t(s) * N_ * Cc_;
+    T* o = dst + dst_off + size_t(s) * cc;
+    const T* r = recv_.data() + size_t(s) * N_ * cc;
     if (add)
-      ops_->accumulate_rows(o, size_t(dst_cols), r, size_t(Cc_), size_t(Cc_), size_t(N_));
+      ops_->accumulate_rows(o, size_t(dst_cols), r, size_t(cc), size_t(cc), size_t(N_));
     else
-      ops_->copy_rows(o, size_t(dst_cols), r, size_t(Cc_), size_t(Cc_), size_t(N_));
+      ops_->copy_rows(o, size_t(dst_cols), r, size_t(cc), size_t(cc), size_t(N_));
   }
+}
+
+// This rank's heads over whole sequences (multi-head: the kernels' ordinary
+// attention, which a device has; grouped-query: the CPU's GQA kernel).
+template <class T>
+void UlyssesAttention<T>::attention(T* out, T* att, const T* qkvh) {
+  if (KV_ == H_)
+    ops_->attention_forward(out, att, qkvh, Bm_, Tn_, Cc_, Hc_, ws_.data());
+  else
+    ops_->attention_forward_gqa(out, att, qkvh, Bm_, Tn_, Cc_, Hc_, KV_ / o_.cp, ws_.data());
 }
 
 template <class T>
 void UlyssesAttention<T>::forward(T* out, T* qkvh, T* att, const T* qkv) {
-  for (int w = 0; w < 3; ++w) to_heads(qkvh, 3 * Cc_, w * Cc_, qkv, 3 * Ct_, w * Ct_);
+  const int cols = Ct_ + 2 * KVc_, hcols = Cc_ + 2 * KVcc_;
+  to_heads(qkvh, hcols, 0, qkv, cols, 0, Cc_);
+  to_heads(qkvh, hcols, Cc_, qkv, cols, Ct_, KVcc_);
+  to_heads(qkvh, hcols, Cc_ + KVcc_, qkv, cols, Ct_ + KVc_, KVcc_);
   const auto t0 = Clock::now();
-  ops_->attention_forward(outh_.data(), att, qkvh, Bm_, Tn_, Cc_, Hc_, ws_.data());
+  attention(outh_.data(), att, qkvh);
   stats_.compute_s += since(t0);
   stats_.flops += 4 * int64_t(hs_) * Bm_ * Hc_ * (int64_t(Tn_) * (Tn_ + 1) / 2);
-  to_sequence(out, Ct_, 0, outh_.data(), Cc_, 0, false);
+  to_sequence(out, Ct_, 0, outh_.data(), Cc_, 0, Cc_, false);
 }
 
 template <class T>
 void UlyssesAttention<T>::probabilities(T* att, const T* qkvh) {
-  ops_->attention_forward(outh_.data(), att, qkvh, Bm_, Tn_, Cc_, Hc_, ws_.data());
+  attention(outh_.data(), att, qkvh);
 }
 
 template <class T>
 void UlyssesAttention<T>::backward(T* dqkv, const T* dout, const T* qkvh, const T* att) {
-  to_heads(douth_.data(), Cc_, 0, dout, Ct_, 0);
+  const int cols = Ct_ + 2 * KVc_, hcols = Cc_ + 2 * KVcc_;
+  to_heads(douth_.data(), Cc_, 0, dout, Ct_, 0, Cc_);
   ops_->zero(dqkvh_.data(), dqkvh_.size() * sizeof(T));
   const auto t0 = Clock::now();
-  ops_->attention_backward(dqkvh_.data(), datt_.data(), douth_.data(), qkvh, att, Bm_, Tn_, Cc_, Hc_, ws_.data());
+  if (KV_ == H_)
+    ops_->attention_backward(dqkvh_.data(), datt_.data(), douth_.data(), qkvh, att, Bm_, Tn_, Cc_, Hc_, ws_.data());
+  else
+    ops_->attention_backward_gqa(dqkvh_.data(), datt_.data(), douth_.data(), qkvh, att, Bm_, Tn_, Cc_, Hc_,
+                                 KV_ / o_.cp, ws_.data());
   stats_.compute_s += since(t0);
-  for (int w = 0; w < 3; ++w) to_sequence(dqkv, 3 * Ct_, w * Ct_, dqkvh_.data(), 3 * Cc_, w * Cc_, true);
+  to_sequence(dqkv, cols, 0, dqkvh_.data(), hcols, 0, Cc_, true);
+  to_sequence(dqkv, cols, Ct_, dqkvh_.data(), hcols, Cc_, KVcc_, true);
+  to_sequence(dqkv, cols, Ct_ + KVc_, dqkvh_.data(), hcols, Cc_ + KVcc_, KVcc_, true);
 }
 
 template class RingAttention<double>;

@@ -57,14 +57,18 @@ class RingAttention {
   // (Tl = Tn / cp here), H local heads of hs. `overlap` false: each transfer
   // is waited for before the next compute (the benchmark's baseline).
   // ops: the device (the CPU by default).
+  // KV: grouped-query attention's kv heads (0: H, multi-head); H % KV == 0,
+  // query head h attends with kv head h / (H / KV); qkv is then
+  // (N, Ct + 2 KV hs), [q | k | v], and the K/V blocks that travel the ring
+  // (and their dK/dV accumulators) are KV heads wide.
   RingAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H, int hs,
-                bool overlap = true, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
+                bool overlap = true, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>(), int KV = 0);
   // out (N, Ct); lse (Bm, H, Tl).
   void forward(T* out, A* lse, const T* qkv);
-  // dqkv (N, 3Ct) += the gradient, from dout (N, Ct) and the forward's out, lse.
+  // dqkv (N, Ct + 2 KV hs) += the gradient, from dout (N, Ct) and the forward's out, lse.
   void backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse);
   const AttentionStats& stats() const { return stats_; }
-  static int64_t workspace_bytes(int Bm, int Tn, int cp, int H, int hs);
+  static int64_t workspace_bytes(int Bm, int Tn, int cp, int H, int hs, int KV = 0);
 
  private:
   template <class F>
@@ -83,6 +87,7 @@ class RingAttention {
   const kernels::DeviceOps<T>* ops_;
   bool overlap_;
   int Bm_, Tn_, Tl_, H_, hs_, Ct_, N_;
+  int KV_, KVc_, g_;  // kv heads, their width KV hs, query heads per kv head
   std::vector<Placement> place_;  // every rank's
   Buffer<T> kv_a_, kv_b_;
   Buffer<A> o_acc_, m_, l_, o2_, m2_, l2_, D_, dq_, dkv_own_, part_a_, part_b_, trav_;
@@ -93,26 +98,34 @@ template <class T>
 class UlyssesAttention {
  public:
   using A = acc_t<T>;
+  // KV: grouped-query attention's kv heads (0: H), split over cp like the
+  // query heads (KV % cp == 0; the caller replicates kv heads to reach it,
+  // tensor_parallel/runner.cc): qkv is (N, Ct + 2 KV hs) and rank d gets
+  // query heads [d H/cp, (d+1) H/cp) with the kv heads [d KV/cp, (d+1) KV/cp)
+  // they attend with.
   UlyssesAttention(const CpOptions& o, Communicator* cp, MemoryTracker* mt, int Bm, int Tn, int H, int hs,
-                   const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
-  // out (N, Ct); keeps qkvh (Bm, Tn, 3Ct/cp) (this rank's heads, every token
-  // in position order) and the probabilities att (Bm, H/cp, Tn, Tn) for backward.
+                   const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>(), int KV = 0);
+  // out (N, Ct); keeps qkvh (Bm, Tn, (Ct + 2 KV hs)/cp) (this rank's heads,
+  // every token in position order) and the probabilities att (Bm, H/cp, Tn, Tn) for backward.
   void forward(T* out, T* qkvh, T* att, const T* qkv);
   // The probabilities again from the kept qkvh (selective recomputation).
   void probabilities(T* att, const T* qkvh);
   void backward(T* dqkv, const T* dout, const T* qkvh, const T* att);
   const AttentionStats& stats() const { return stats_; }
   // kernel_ws: the CPU attention kernel's workspace too (device_ops.h).
-  static int64_t workspace_bytes(int Bm, int Tn, int cp, int H, int hs, bool kernel_ws = true);
+  static int64_t workspace_bytes(int Bm, int Tn, int cp, int H, int hs, bool kernel_ws = true, int KV = 0);
 
  private:
-  void to_heads(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off);
-  void to_sequence(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off, bool add);
+  // cc: the columns each peer gets (a head group's, Cc_ or KVcc_).
+  void to_heads(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off, int cc);
+  void to_sequence(T* dst, int dst_cols, int dst_off, const T* src, int src_cols, int src_off, int cc, bool add);
+  void attention(T* out, T* att, const T* qkvh);
 
   CpOptions o_;
   Communicator* comm_;
   const kernels::DeviceOps<T>* ops_;
   int Bm_, Tn_, Tl_, H_, hs_, Ct_, N_, Hc_, Cc_;
+  int KV_, KVc_, KVcc_;  // kv heads, their width, this rank's kv heads' width (KVc / cp)
   std::vector<Placement> place_;
   Buffer<T> send_, recv_, outh_, douth_, dqkvh_, datt_;
   Buffer<A> ws_;

@@ -13,7 +13,7 @@ int64_t kept_bytes(const AttnShape& x, Recompute r) {
   if (r == Recompute::full) return 0;
   if (x.algo == CpAlgo::ring) return x.a * x.b * sl * x.acc_bytes;
   const int64_t ac = x.a / x.cp;
-  const int64_t qkvh = 3 * x.b * x.s * x.hs * ac * x.elem_bytes;
+  const int64_t qkvh = x.b * x.s * x.hs * (ac + 2 * x.kv_heads() / x.cp) * x.elem_bytes;
   return qkvh + (r == Recompute::selective ? 0 : x.b * ac * x.s * x.s * x.elem_bytes);
 }
 
@@ -21,18 +21,21 @@ CpLayerComm layer_comm(const AttnShape& x, Recompute r) {
   CpLayerComm c;
   if (x.cp == 1) return c;
   const int64_t elems = x.b * (x.s / x.cp) * x.a * x.hs, rerun = r == Recompute::full ? 1 : 0;
+  const int64_t kv_elems = x.b * (x.s / x.cp) * x.kv_heads() * x.hs;
   auto add = [](CpCalls& k, int64_t calls, int64_t bytes) {
     k.calls += calls;
     k.bytes += calls * bytes;
   };
   if (x.algo == CpAlgo::ring) {
-    const int64_t kv = 2 * elems * x.elem_bytes, dkv = 2 * elems * x.acc_bytes, hops = x.cp - 1;
+    const int64_t kv = 2 * kv_elems * x.elem_bytes, dkv = 2 * kv_elems * x.acc_bytes, hops = x.cp - 1;
     add(c.fwd_send, hops, kv);
     add(c.bwd_send, hops * (1 + rerun), kv);
     add(c.bwd_send, hops, dkv);
-  } else {
-    add(c.fwd_a2a, 4, elems * x.elem_bytes);
-    add(c.bwd_a2a, 4 * (1 + rerun), elems * x.elem_bytes);
+  } else {  // q, k, v, o forward; do, dq, dk, dv backward (and the forward again under full recompute)
+    const int64_t q = elems * x.elem_bytes, k = kv_elems * x.elem_bytes;
+    add(c.fwd_a2a, 2, q), add(c.fwd_a2a, 2, k);
+    add(c.bwd_a2a, 2, q), add(c.bwd_a2a, 2, k);
+    add(c.bwd_a2a, 2 * rerun, q), add(c.bwd_a2a, 2 * rerun, k);
   }
   return c;
 }

@@ -13,7 +13,8 @@
 //            probabilities b*(a/cp)*s*s — the whole sequence's, for 1/cp of
 //            the heads. Nothing stays replicated over cp.
 // Communication per layer and microbatch on the cp group (logical bytes,
-// comm_log.h; a K/V block is 2*b*(s/cp)*a*hs elements):
+// comm_log.h; a K/V block is 2*b*(s/cp)*a*hs elements; kv for a under
+// grouped-query attention, AttnShape::kv):
 //   ring:    forward cp-1 K/V sends; backward cp-1 K/V sends and cp-1 dK/dV
 //            accumulator sends (accumulation type);
 //   Ulysses: forward 4 all-to-alls (Q, K, V, output), backward 4 (the
@@ -32,6 +33,13 @@ struct AttnShape {
   int cp = 1;
   CpAlgo algo = CpAlgo::ring;
   int elem_bytes = 4, acc_bytes = 4;
+  // Grouped-query attention's kv heads on this rank (0: a, multi-head): the
+  // ring's K/V blocks and dK/dV accumulators are kv heads wide; Ulysses' K
+  // and V all-to-alls (and dK, dV) and its kept K, V too, kv a multiple of
+  // cp there (the llama family's kv heads replicated to lcm(kv, cp),
+  // tensor_parallel/runner.cc).
+  int64_t kv = 0;
+  int64_t kv_heads() const { return kv > 0 ? kv : a; }
 };
 
 // Bytes of attention state one layer keeps for backward (see above; cp = 1 is

@@ -17,6 +17,12 @@ std::vector<Fault> faults_for(const CpOptions& o) {
   return f;
 }
 
+std::vector<Fault> faults_for(const CpOptions& o, const ModelConfig& m) {
+  std::vector<Fault> f = faults_for(o);
+  if (o.cp > 1 && m.llama()) f.push_back(Fault::rope_local_positions);
+  return f;
+}
+
 CpOptions options_of(const RunSpec& s) {
   CpOptions o;
   o.cp = s.mesh.cp;
@@ -27,7 +33,7 @@ CpOptions options_of(const RunSpec& s) {
 }
 
 namespace {
-std::vector<Fault> faults_for_spec(const RunSpec& s) { return faults_for(options_of(s)); }
+std::vector<Fault> faults_for_spec(const RunSpec& s) { return faults_for(options_of(s), s.train.model); }
 }  // namespace
 
 std::span<const FaultDecl> fault_decls() {
@@ -51,7 +57,10 @@ std::span<const FaultDecl> fault_decls() {
        listed_for<zigzag_targets, faults_for_spec>},
       {"loss_per_rank", X, uint8_t(loss_per_rank),
        "the loss normalized by the rank's own tokens, not the global batch's",
-       listed_for<loss_per_rank, faults_for_spec>}};
+       listed_for<loss_per_rank, faults_for_spec>},
+      {"rope_local_positions", X, uint8_t(rope_local_positions),
+       "llama: RoPE by each held token's rank-local index 0..Tl-1, not its true position",
+       listed_for<rope_local_positions, faults_for_spec>}};
   return d;
 }
 

@@ -33,6 +33,8 @@ enum class Fault : uint8_t {
   zigzag_positions,   // zigzag: position embeddings of the contiguous placement, not the true ones
   zigzag_targets,     // zigzag: targets of the contiguous placement, not of the tokens held
   loss_per_rank,      // the loss normalized by the rank's own tokens, not the global batch's
+  rope_local_positions,  // llama: RoPE turns each held token by its rank-local index 0..Tl-1, not its
+                         //   true position (issue 46's class; cross-rank query-key pairs see wrong offsets)
 };
 std::string fault_name(Fault f);
 std::span<const FaultDecl> fault_decls();  // impl/spec/fault.h
@@ -44,8 +46,11 @@ struct CpOptions {
   std::set<Fault> faults;
   bool has(Fault f) const { return faults.count(f) > 0; }
 };
-// The faults that apply to these options (none at cp = 1).
+// The faults that apply to these options (none at cp = 1); with the model,
+// the llama family's too (RoPE: zigzag_positions turns by the contiguous
+// placement's positions there, there being no position embedding).
 std::vector<Fault> faults_for(const CpOptions& o);
+std::vector<Fault> faults_for(const CpOptions& o, const ModelConfig& m);
 // The context axis of `s`, its faults included.
 CpOptions options_of(const RunSpec& s);
 

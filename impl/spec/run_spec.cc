@@ -266,20 +266,23 @@ void validate(const RunSpec& s) {
   require(s.pipe.virtual_stages >= 1,
           "strategy.virtual_stages: must be >= 1, got " + std::to_string(s.pipe.virtual_stages));
   // The llama family runs under the data-parallel family, tensor (and
-  // sequence) parallel with recomputation, pipeline parallel (dense models)
-  // and expert parallel (tiny-mixtral: mesh dpN.epM, dpN.epM.tpT) so far
-  // (docs/models.md): every other axis refuses it by name.
+  // sequence) parallel with recomputation, context parallel of dense models
+  // (ring, zigzag or contiguous, and Ulysses, x tp and dp), pipeline parallel
+  // (dense models) and expert parallel (tiny-mixtral: mesh dpN.epM,
+  // dpN.epM.tpT) so far (docs/models.md): every other axis refuses it by name.
   if (s.train.model.llama()) {
-    const bool moe = s.train.model.moe.experts > 0;
+    const bool moe = s.train.model.moe.experts > 0, piped = s.mesh.pp > 1 || s.pipe.schedule;
     // The pipeline's stages run GPT-2's MoE blocks only (impl/pipeline).
-    const char* axis = s.mesh.cp > 1 ? "context parallel"
-                       : moe && (s.mesh.pp > 1 || s.pipe.schedule) ? "pipeline parallel of a mixture of experts"
-                                                                    : nullptr;
+    const char* axis = s.mesh.cp > 1 && moe     ? "context parallel of a mixture of experts"
+                       : s.mesh.cp > 1 && piped ? "context parallel inside pipeline stages"
+                       : moe && piped           ? "pipeline parallel of a mixture of experts"
+                                                : nullptr;
     require(axis == nullptr, std::string(axis ? axis : "") + " does not support model family llama yet (mesh " +
                                  mesh_text(s.mesh) + ", model " + s.train.model.name +
                                  "): the data-parallel family (mesh dpN), tensor parallel (mesh dpN.tpT, sp, "
-                                 "recompute), pipeline parallel of dense models (mesh dpN.ppK) and expert parallel "
-                                 "(mesh dpN.epM, dpN.epM.tpT) run it");
+                                 "recompute), context parallel of dense models (mesh dpN.tpT.cpC), pipeline parallel "
+                                 "of dense models (mesh dpN.ppK) and expert parallel (mesh dpN.epM, dpN.epM.tpT) run "
+                                 "it");
   }
   // Mixture of experts runs under data, expert and pipeline parallel, and
   // under tensor parallel (experts split over tp) x data parallel so far.

@@ -1,5 +1,7 @@
 #include "impl/tensor_parallel/cost.h"
 
+#include <numeric>
+
 #include "harness/status.h"
 #include "reference/moe.h"
 
@@ -50,13 +52,19 @@ TpShape make_shape(const ModelConfig& m, int tp, bool sp, Recompute r, int64_t B
 }
 
 cp::AttnShape attn_shape(const TpShape& x) {
-  return {x.Bm, x.Tn, x.model.NH / x.tp, x.model.C / x.model.NH, x.cp, x.algo, x.elem_bytes, x.acc_bytes};
+  cp::AttnShape a{x.Bm, x.Tn, x.model.NH / x.tp, x.model.C / x.model.NH, x.cp, x.algo, x.elem_bytes, x.acc_bytes};
+  if (x.model.llama()) {  // grouped-query attention: the rank's kv heads (runner.cc llama_widths)
+    const int kvl = x.model.kv_heads % x.tp == 0 ? x.model.kv_heads / x.tp : 1;
+    a.kv = x.cp > 1 && x.algo == CpAlgo::ulysses ? std::lcm(kvl, x.cp) : kvl;  // Ulysses: replicated to split
+  }
+  return a;
 }
 
 int64_t activation_bytes(const TpShape& x) { return stage_activation_bytes(x, x.model.L, true, true); }
 
-// The llama family's layer on a tp rank (cp 1: what the tensor-parallel
-// runner holds, runner.cc alloc_block): rmsnorm1's output,
+// The llama family's layer on a tp rank (what the tensor-parallel runner
+// holds, runner.cc alloc_block; N its tokens, 1/cp of them under context
+// parallel, whose attention keeps cp::kept_bytes instead of the probabilities): rmsnorm1's output,
 // xmid, rmsnorm2's output and the block's output (C per held token), the two
 // RMSNorms' 1/rms (one accumulator value each per held token), this rank's
 // q|k|v after RoPE (Wl per token: its q heads and the kv heads it attends
@@ -68,7 +76,9 @@ static int64_t llama_layer_activation_bytes(const TpShape& x) {
   const int64_t N = x.tokens(), C = m.C, t = x.tp, e = x.elem_bytes, ab = x.acc_bytes;
   const int64_t Nl = x.sp ? N / t : N, hs = C / m.NH;
   if (x.recompute == Recompute::full) return e * Nl * C;
-  const int64_t probs = x.recompute == Recompute::selective ? 0 : e * int64_t(x.Bm) * (m.NH / t) * x.Tn * x.Tn;
+  const int64_t probs = x.cp > 1                                ? cp::kept_bytes(attn_shape(x), x.recompute)
+                        : x.recompute == Recompute::selective ? 0
+                                                              : e * int64_t(x.Bm) * (m.NH / t) * x.Tn * x.Tn;
   const int64_t kvl = m.kv_heads % t == 0 ? m.kv_heads / t : 1;
   const int64_t Wl = C / t + 2 * kvl * hs, Ft = m.ffn / t;
   return e * Nl * C * 4 + ab * Nl * 2 + e * N * (Wl + C / t + 3 * Ft) + probs;
@@ -87,7 +97,6 @@ int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding,
     return x.model.moe_layers() * (moe - dense_mlp);
   };
   if (x.model.llama()) {  // RMSNorm keeps 1/rms alone
-    require(x.cp == 1, "tp: model family llama's activations are declared without context parallel");
     const int64_t head_bytes = head ? e * Nl * C + ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets
     const int64_t layers = blocks * llama_layer_activation_bytes(x) + moe_layers(3 * e * N * (x.model.ffn / t));
     return input + layers + (embedding ? 4 * N : 0) + head_bytes;

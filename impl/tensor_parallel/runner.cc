@@ -17,11 +17,13 @@ namespace k = kernels;
 namespace {
 // The llama family's widths on a tp rank (runner.h): kv heads held and
 // attended with, q|k|v widths of attention (Wl) and of the projection (Wf).
+// Under Ulysses (cp > 1), KVu kv heads go over cp and We = Ct + 2 KVu hs is
+// the width of the q|k|v rows it moves (KVu = KVl when cp divides them).
 struct LlamaWidths {
   bool kv_rep = false;
-  int KVl = 0, Wl = 0, Wf = 0, Ft = 0;
+  int KVl = 0, Wl = 0, Wf = 0, Ft = 0, KVu = 0, We = 0;
 };
-LlamaWidths llama_widths(const ModelConfig& m, int tp) {
+LlamaWidths llama_widths(const ModelConfig& m, int tp, int cp = 1) {
   LlamaWidths w;
   const int hs = m.C / m.NH, Ct = m.C / tp;
   w.kv_rep = m.kv_heads % tp != 0;  // fewer kv heads than tp (the layout requires tp % kv_heads == 0 then)
@@ -29,6 +31,8 @@ LlamaWidths llama_widths(const ModelConfig& m, int tp) {
   w.Wl = Ct + 2 * w.KVl * hs;
   w.Wf = w.kv_rep ? Ct + 2 * m.kv_heads * hs : w.Wl;
   w.Ft = m.ffn / tp;
+  w.KVu = std::lcm(w.KVl, cp);
+  w.We = Ct + 2 * w.KVu * hs;
   return w;
 }
 }  // namespace
@@ -37,11 +41,16 @@ template <class T>
 void TpModel<T>::alloc_block(Block& b, MemoryTracker* mt, bool xout_only, bool dense_mlp) const {
   const size_t N = size_t(N_), Nl = size_t(Nl_), C = size_t(C_), Ct = size_t(Ct_);
   const MemTag act = MemTag::activations;
-  if (!xout_only && llama_) {  // RMSNorm keeps no mean; cp 1 (the constructor's)
+  if (!xout_only && llama_) {  // RMSNorm keeps no mean
+    const int cp = o_.context.cp;
+    const bool ring = cp > 1 && o_.context.algo == CpAlgo::ring;
     b.ln1 = Buffer<T>(mt, act, Nl * C);
     b.ln1_rstd = Buffer<A>(mt, act, Nl);
     b.qkv = Buffer<T>(mt, act, N * size_t(Wl_));
-    if (o_.recompute == Recompute::none) b.att = Buffer<T>(mt, act, size_t(Bm_) * H_ * Tn_ * Tn_);
+    if (ring) b.lse = Buffer<A>(mt, act, size_t(Bm_) * H_ * Tl_);
+    if (cp > 1 && !ring) b.qkvh = Buffer<T>(mt, act, N * size_t(Ct_ + 2 * KVu_ * (C_ / layout_->model().NH)));
+    if (o_.recompute == Recompute::none && !ring)
+      b.att = Buffer<T>(mt, act, size_t(Bm_) * (H_ / cp) * Tn_ * Tn_);
     b.atty = Buffer<T>(mt, act, N * Ct);
     b.xmid = Buffer<T>(mt, act, Nl * C);
     b.ln2 = Buffer<T>(mt, act, Nl * C);
@@ -107,11 +116,10 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
   valid_ = int(std::clamp<int64_t>(m.V - vb_, 0, Vr_));
   if (o.has(Fault::padded_vocab_in_loss)) valid_ = Vr_;
   if (m.llama()) {
-    require(ncp == 1, "tp: model family llama runs under tensor parallel without context parallel");
-    const LlamaWidths w = llama_widths(m, o.tp);
+    const LlamaWidths w = llama_widths(m, o.tp, ncp);
     llama_ = true;
     kv_rep_ = w.kv_rep;
-    KVl_ = w.KVl, Wl_ = w.Wl, Wf_ = w.Wf, Ft_ = w.Ft;
+    KVl_ = w.KVl, Wl_ = w.Wl, Wf_ = w.Wf, Ft_ = w.Ft, KVu_ = w.KVu;
     // Replicated kv heads: this rank's q heads [r H/tp, (r+1) H/tp) share kv head r * kv_heads / tp.
     kv0_ = kv_rep_ && tp ? tp->rank() * m.kv_heads / o.tp : 0;
     if (kv_rep_ && tp && o.has(Fault::kv_head_by_rank)) kv0_ = tp->rank() % m.kv_heads;
@@ -127,16 +135,17 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
     for (int n = 0; n < Nl_; ++n) pos[size_t(n)] = embed_position(first + n);
     ops.to_device(pos_.data(), pos.data(), pos.size() * sizeof(int32_t));
   }
-  if (llama_) {  // RoPE's: a sequence's tokens at their positions 0..Tn-1 (no context parallel)
-    std::vector<int32_t> pos(static_cast<size_t>(Tn));
-    std::iota(pos.begin(), pos.end(), 0);
+  if (llama_) {  // RoPE's: the true position of each of the Tl tokens a rank holds of a sequence
+    std::vector<int32_t> pos(static_cast<size_t>(Tl_));
+    for (int t = 0; t < Tl_; ++t)  // the rope_local_positions fault: 0..Tl-1 on every cp rank
+      pos[size_t(t)] = o.context.has(cp::Fault::rope_local_positions) ? t : embed_position(t);
     ops.to_device(rpos_.data(), pos.data(), pos.size() * sizeof(int32_t));
   }
-  if (ncp > 1) {
+  if (ncp > 1) {  // the llama family's grouped-query attention: KVl_ kv heads on the ring, KVu_ under Ulysses
     if (o.context.algo == CpAlgo::ring)
-      ring_ = std::make_unique<cp::RingAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH, true, ops);
+      ring_ = std::make_unique<cp::RingAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH, true, ops, KVl_);
     else
-      ulysses_ = std::make_unique<cp::UlyssesAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH, ops);
+      ulysses_ = std::make_unique<cp::UlyssesAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH, ops, KVu_);
   }
   if (m.moe.experts > 0) {
     require(!o.sp && ncp == 1 && o.recompute == Recompute::none,
@@ -213,29 +222,39 @@ void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOpt
   // The probabilities: this rank's heads (Ulysses: 1/cp of them) over whole sequences; none with ring.
   const size_t V = (size_t(m.V) + t - 1) / t, att = ring ? 0 : size_t(Bm) * size_t(m.NH / o.tp / ncp) * Tn * Tn;
   auto buf = [&](auto mem, size_t n) { f(self ? &(self->*mem) : nullptr, n); };
-  if (m.llama()) {  // cp 1 (the constructor's); runner.h's shapes
-    const LlamaWidths w = llama_widths(m, o.tp);
-    const size_t Wl = size_t(w.Wl), Ft = size_t(w.Ft);
+  if (m.llama()) {  // runner.h's shapes; cp > 1: the ring's or Ulysses' attention keeps its own workspace
+    const LlamaWidths w = llama_widths(m, o.tp, ncp);
+    const size_t Wl = size_t(w.Wl), Ft = size_t(w.Ft), We = size_t(w.We);
+    const bool expand = !ring && !local && w.KVu != w.KVl;  // Ulysses with kv heads replicated over cp
     auto wb = [&](auto mem, size_t n) { f(self ? &(self->work_.*mem) : nullptr, n); };
     if (o.recompute == Recompute::full) {  // one block's everything (alloc_block's), probabilities included
-      wb(&Block::ln1, Nl * C), wb(&Block::ln1_rstd, Nl), wb(&Block::qkv, N * Wl), wb(&Block::att, att);
+      wb(&Block::ln1, Nl * C), wb(&Block::ln1_rstd, Nl), wb(&Block::qkv, N * Wl);
+      if (ring) wb(&Block::lse, size_t(Bm) * size_t(m.NH / o.tp) * (Tn / ncp));
+      if (!ring && !local) wb(&Block::qkvh, N * We);
+      if (!ring) wb(&Block::att, att);
       wb(&Block::atty, N * Ct), wb(&Block::xmid, Nl * C), wb(&Block::ln2, Nl * C), wb(&Block::ln2_rstd, Nl);
       wb(&Block::fch, N * 2 * Ft), wb(&Block::fchg, N * Ft), wb(&Block::xout, Nl * C);
     }
-    if (o.recompute == Recompute::selective) buf(&TpModel::att_work_, att), buf(&TpModel::atty_work_, N * Ct);
+    if (o.recompute == Recompute::selective && !ring) {
+      buf(&TpModel::att_work_, att);
+      if (local) buf(&TpModel::atty_work_, N * Ct);
+    }
     buf(&TpModel::gat_, N * C), buf(&TpModel::part_, N * C), buf(&TpModel::tmp_, Nl * C);
     buf(&TpModel::dres_, Nl * C), buf(&TpModel::dln_, Nl * C), buf(&TpModel::datty_, N * Ct);
     buf(&TpModel::dqkv_, N * Wl), buf(&TpModel::drot_, N * Wl);
     if (w.kv_rep) buf(&TpModel::qkvf_, N * size_t(w.Wf));
-    buf(&TpModel::dfch_, N * 2 * Ft), buf(&TpModel::datt_, att), buf(&TpModel::dfchg_, N * Ft);
+    if (expand) buf(&TpModel::qkve_, N * We), buf(&TpModel::dqkve_, N * We);
+    buf(&TpModel::dfch_, N * 2 * Ft);
+    if (local) buf(&TpModel::datt_, att);
+    buf(&TpModel::dfchg_, N * Ft);
     buf(&TpModel::dlogits_, N * V), buf(&TpModel::cmax_, N), buf(&TpModel::csum_, 2 * N);
-    buf(&TpModel::pos_, Nl), buf(&TpModel::rpos_, size_t(Tn));
+    buf(&TpModel::pos_, Nl), buf(&TpModel::rpos_, size_t(Tn / ncp));
     if (!kernel_ws) return;
     const int n = int(N), c = m.C, ct = int(Ct), v = int(V), ft = w.Ft;
     buf(&TpModel::mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, w.Wf), k::matmul_workspace_floats<T>(n, c, 2 * ft),
                                     k::matmul_workspace_floats<T>(n, ft, c), k::matmul_workspace_floats<T>(n, ct, c),
                                     k::matmul_workspace_floats<T>(n, c, v)}));
-    buf(&TpModel::att_ws_, k::attention_workspace_elems_gqa<T>(Tn, ct, m.NH / o.tp, w.KVl));
+    if (local) buf(&TpModel::att_ws_, k::attention_workspace_elems_gqa<T>(Tn, ct, m.NH / o.tp, w.KVl));
     return;
   }
   auto wbuf = [&](auto mem, size_t n) { f(self ? &(self->work_.*mem) : nullptr, n); };
@@ -276,9 +295,11 @@ int64_t TpModel<T>::workspace_bytes(const ModelConfig& m, const TpOptions& o, in
     bytes += int64_t(n * sizeof(X));
   });
   const int ncp = o.context.cp, H = m.NH / o.tp, hs = m.C / m.NH;
+  const LlamaWidths w = m.llama() ? llama_widths(m, o.tp, ncp) : LlamaWidths{};  // kv heads: 0 = H (GPT-2)
   if (ncp > 1)
-    bytes += o.context.algo == CpAlgo::ring ? cp::RingAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs)
-                                            : cp::UlyssesAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs, kernel_ws);
+    bytes += o.context.algo == CpAlgo::ring
+                 ? cp::RingAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs, w.KVl)
+                 : cp::UlyssesAttention<T>::workspace_bytes(Bm, Tn, ncp, H, hs, kernel_ws, w.KVu);
   if (m.moe.experts > 0) bytes += MoeScratch<T>::bytes(m, Bm * (Tn / ncp), moe_scope_tokens, ep, o.tp, !kernel_ws);
   return bytes;
 }
@@ -406,6 +427,32 @@ void TpModel<T>::reverse_up(T* gu) {
   }
 }
 
+// Ulysses with kv heads that do not split over cp (DeepSpeed-Ulysses'
+// replication, the uneven split of DeepSpeed issue 8291 avoided): kv head j of
+// the KVu_ is this rank's kv head j / (KVu_ / KVl_), so query head h still
+// attends with kv head h / (H_ / KVl_).
+template <class T>
+void TpModel<T>::expand_kv(T* qkve, const T* qkv) const {
+  const size_t hs = size_t(C_ / layout_->model().NH), Wl = size_t(Wl_), We = size_t(Ct_) + 2 * size_t(KVu_) * hs;
+  const size_t N = size_t(N_), Ct = size_t(Ct_), rep = size_t(KVu_ / KVl_);
+  ops_->copy_rows(qkve, We, qkv, Wl, Ct, N);
+  for (size_t j = 0; j < size_t(KVu_); ++j)
+    for (size_t w = 0; w < 2; ++w)  // k, then v
+      ops_->copy_rows(qkve + Ct + (w * size_t(KVu_) + j) * hs, We, qkv + Ct + (w * size_t(KVl_) + j / rep) * hs, Wl,
+                      hs, N);
+}
+
+template <class T>
+void TpModel<T>::sum_kv(T* dqkv, const T* dqkve) const {
+  const size_t hs = size_t(C_ / layout_->model().NH), Wl = size_t(Wl_), We = size_t(Ct_) + 2 * size_t(KVu_) * hs;
+  const size_t N = size_t(N_), Ct = size_t(Ct_), rep = size_t(KVu_ / KVl_);
+  ops_->accumulate_rows(dqkv, Wl, dqkve, We, Ct, N);
+  for (size_t j = 0; j < size_t(KVu_); ++j)
+    for (size_t w = 0; w < 2; ++w)
+      ops_->accumulate_rows(dqkv + Ct + (w * size_t(KVl_) + j / rep) * hs, Wl, dqkve + Ct + (w * size_t(KVu_) + j) * hs,
+                            We, hs, N);
+}
+
 template <class T>
 void TpModel<T>::llama_attention_forward(Block& a, const T* x_in, const T* u) {
   const auto& o = layout_->block();
@@ -426,12 +473,20 @@ void TpModel<T>::llama_attention_forward(Block& a, const T* x_in, const T* u) {
     ops_->copy_rows(a.qkv.data() + Ct, Wl, qkvf_.data() + Ct + h0, Wf, size_t(hs), size_t(N_));
     ops_->copy_rows(a.qkv.data() + Ct + hs, Wl, qkvf_.data() + Ct + kvC + h0, Wf, size_t(hs), size_t(N_));
   }
-  const int32_t* pos = rpos_.data();
-  ops_->rope_forward(a.qkv.data(), a.qkv.data(), pos, Bm_, Tn_, H_, hs, Wl_, m.rope_theta);
-  ops_->rope_forward(a.qkv.data() + Ct_, a.qkv.data() + Ct_, pos, Bm_, Tn_, KVl_, hs, Wl_, m.rope_theta);
+  const int32_t* pos = rpos_.data();  // each held token's true position (under cp too)
+  ops_->rope_forward(a.qkv.data(), a.qkv.data(), pos, Bm_, Tl_, H_, hs, Wl_, m.rope_theta);
+  ops_->rope_forward(a.qkv.data() + Ct_, a.qkv.data() + Ct_, pos, Bm_, Tl_, KVl_, hs, Wl_, m.rope_theta);
   // Selective recompute does not keep the probabilities: they go to workspace.
   T* att = a.att.empty() ? att_work_.data() : a.att.data();
-  ops_->attention_forward_gqa(a.atty.data(), att, a.qkv.data(), Bm_, Tn_, Ct_, H_, KVl_, att_ws_.data());
+  if (ring_) {  // the K/V blocks on the ring are this rank's KVl_ kv heads wide
+    ring_->forward(a.atty.data(), a.lse.data(), a.qkv.data());
+  } else if (ulysses_) {
+    const T* src = a.qkv.data();
+    if (!qkve_.empty()) expand_kv(qkve_.data(), src), src = qkve_.data();
+    ulysses_->forward(a.atty.data(), a.qkvh.data(), att, src);
+  } else {
+    ops_->attention_forward_gqa(a.atty.data(), att, a.qkv.data(), Bm_, Tn_, Ct_, H_, KVl_, att_ws_.data());
+  }
   row_parallel(tmp_.data(), a.atty.data(), u + o.attproj_w, nb, Ct_);
   ops_->residual_forward(a.xmid.data(), x_in, tmp_.data(), size_t(Nl_) * C_);
   ops_->rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.xmid.data(), u + o.ln2_w, Nl_, C_, m.norm_eps);
@@ -454,17 +509,33 @@ void TpModel<T>::llama_attention_backward(T* dx_in, T* du, const T* x_in, const 
   ops_->matmul_backward(datty_.data(), du + o.attproj_w, null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_, ws);
   zero(dqkv_);
   const T* att = a.att.data();
-  if (a.att.empty()) {  // selective recompute: the probabilities again, from the stored q|k|v
-    ops_->attention_forward_gqa(atty_work_.data(), att_work_.data(), a.qkv.data(), Bm_, Tn_, Ct_, H_, KVl_,
-                                att_ws_.data());
-    att = att_work_.data();
+  if (ring_) {
+    ring_->backward(dqkv_.data(), datty_.data(), a.qkv.data(), a.atty.data(), a.lse.data());
+  } else if (ulysses_) {
+    if (a.att.empty()) {  // selective recompute: the probabilities again, from the kept head-sharded q|k|v
+      ulysses_->probabilities(att_work_.data(), a.qkvh.data());
+      att = att_work_.data();
+    }
+    if (qkve_.empty()) {
+      ulysses_->backward(dqkv_.data(), datty_.data(), a.qkvh.data(), att);
+    } else {  // the replicated kv heads' gradients, summed into this rank's
+      zero(dqkve_);
+      ulysses_->backward(dqkve_.data(), datty_.data(), a.qkvh.data(), att);
+      sum_kv(dqkv_.data(), dqkve_.data());
+    }
+  } else {
+    if (a.att.empty()) {  // selective recompute: the probabilities again, from the stored q|k|v
+      ops_->attention_forward_gqa(atty_work_.data(), att_work_.data(), a.qkv.data(), Bm_, Tn_, Ct_, H_, KVl_,
+                                  att_ws_.data());
+      att = att_work_.data();
+    }
+    ops_->attention_backward_gqa(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), att, Bm_, Tn_, Ct_, H_,
+                                 KVl_, att_ws_.data());
   }
-  ops_->attention_backward_gqa(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), att, Bm_, Tn_, Ct_, H_, KVl_,
-                               att_ws_.data());
   zero(drot_);
   const int32_t* pos = rpos_.data();
-  ops_->rope_backward(drot_.data(), dqkv_.data(), pos, Bm_, Tn_, H_, hs, Wl_, m.rope_theta);
-  ops_->rope_backward(drot_.data() + Ct, dqkv_.data() + Ct, pos, Bm_, Tn_, KVl_, hs, Wl_, m.rope_theta);
+  ops_->rope_backward(drot_.data(), dqkv_.data(), pos, Bm_, Tl_, H_, hs, Wl_, m.rope_theta);
+  ops_->rope_backward(drot_.data() + Ct, dqkv_.data() + Ct, pos, Bm_, Tl_, KVl_, hs, Wl_, m.rope_theta);
   ops_->copy_rows(drot_.data() + Ct + kvl, Wl, dqkv_.data() + Ct + kvl, Wl, kvl, N);  // v: no rotation
   const T* dproj = drot_.data();
   if (kv_rep_) {  // into the whole projection's rows: the other kv heads' gradients zero here

@@ -164,8 +164,12 @@ class TpModel {
   // The llama family: this rank's kv heads, the width of its q|k|v rows
   // (Wl, attention's) and of its projection's (Wf: every kv head when
   // replicated), the kv head it attends with when replicated, the MLP's ffn / tp.
+  // Under Ulysses, KVu_ kv heads go over cp (lcm(KVl, cp): each kv head
+  // replicated KVu/KVl times when the KVl do not split over cp).
   bool llama_ = false, kv_rep_ = false;
-  int KVl_ = 0, Wl_ = 0, Wf_ = 0, kv0_ = 0, Ft_ = 0;
+  int KVl_ = 0, Wl_ = 0, Wf_ = 0, kv0_ = 0, Ft_ = 0, KVu_ = 0;
+  void expand_kv(T* qkve, const T* qkv) const;  // KVl_ -> KVu_ kv heads (Ulysses)
+  void sum_kv(T* dqkv, const T* dqkve) const;   // its backward: dK/dV summed over the copies
   void llama_attention_forward(Block& a, const T* x_in, const T* u);
   void llama_attention_backward(T* dx_in, T* du, const T* x_in, const Block& a, const T* u);
   void reverse_up(T* gu);
@@ -179,7 +183,8 @@ class TpModel {
   Buffer<A> cmax_, csum_, att_ws_;
   Buffer<float> mm_ws_;
   Buffer<T> drot_, qkvf_;  // llama: d (q|k|v) before RoPE; the whole-kv projection's rows (replicated kv)
-  Buffer<int32_t> rpos_;   // llama: RoPE's positions of a sequence's Tn tokens
+  Buffer<T> qkve_, dqkve_;  // llama under Ulysses with replicated kv heads: q|k|v of KVu_ kv heads, its gradient
+  Buffer<int32_t> rpos_;   // llama: RoPE's positions of the Tl tokens a rank holds of a sequence (true ones)
   Buffer<int32_t> pos_;  // the position of each token this rank's LayerNorm regions hold (Nl)
   MoeScope moe_scope_;
   std::optional<MoeMlp<T>> moe_;

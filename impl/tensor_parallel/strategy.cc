@@ -149,7 +149,7 @@ void validate_spec(const RunSpec& s) {
                      " (faults that apply here: " + (ok.empty() ? "none" : ok) + ")");
   };
   const auto tp_ok = faults_for(m, tp, o.sp, o.recompute);
-  const auto cp_ok = cp::faults_for(o.context);
+  const auto cp_ok = cp::faults_for(o.context, m);
   std::string where;
   for (Fault g : tp_ok) where += (where.empty() ? "" : ", ") + fault_name(g);
   for (cp::Fault g : cp_ok) where += (where.empty() ? "" : ", ") + cp::fault_name(g);

@@ -453,7 +453,8 @@ std::vector<StrategyRun> matrix(const CheckFlags& f) {
 
 // The default matrix with --model: a point the model cannot take (its
 // refusal names the family, "does not support model family", or the model's
-// size the mesh does not split, "does not divide model.") is left out with
+// size the mesh does not split, "does not divide model." or Ulysses' "model.heads
+// ... is not divisible by cpC") is left out with
 // the reason printed, and the count; any other invalid point still
 // stops the check, and a matrix left empty exits 2 (run_check's require).
 void skip_family_refusals(const CheckFlags& f, std::vector<StrategyRun>& runs) {
@@ -467,7 +468,8 @@ void skip_family_refusals(const CheckFlags& f, std::vector<StrategyRun>& runs) {
     } catch (const InputError& e) {
       const std::string_view why = e.what();
       if (why.find("does not support model family") == std::string_view::npos &&
-          why.find("does not divide model.") == std::string_view::npos)
+          why.find("does not divide model.") == std::string_view::npos &&
+          why.find("ulysses shards the heads over cp: model.heads") == std::string_view::npos)
         throw;
       std::fprintf(stderr, "check: skipped %s %s: %s\n", spec_label(s.spec).c_str(),
                    std::string(precision_name(s.spec.train.precision)).c_str(), e.what());

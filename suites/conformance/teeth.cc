@@ -245,12 +245,22 @@ StrategyRun cp_pipeline_case(Precision p) {
 }
 }  // namespace
 
+StrategyRun llama_cp_case(int dp, int tp, int cp, const std::string& opts, Precision p) {
+  StrategyRun s = cp_case(dp, tp, cp, "", p);
+  s.spec.train.model = named_model("tiny-llama");
+  apply_strategy_text(s.spec, opts, fault_catalogue());
+  return s;
+}
+
 std::vector<TeethCase> cp_teeth_cases(Precision p) {
   std::vector<TeethCase> out;
   for (StrategyRun r : {cp_case(1, 1, 2, "cp_algo=ring", p), cp_case(1, 1, 3, "cp_algo=ring", p),
                         cp_case(1, 1, 2, "zigzag=off", p), cp_case(1, 1, 2, "cp_algo=ulysses", p),
                         cp_case(1, 2, 2, "cp_algo=ring,sp=on", p), cp_case(2, 1, 2, "shard=zero3", p),
-                        cp_pipeline_case(p)})
+                        cp_pipeline_case(p),
+                        // the llama family: RoPE by true position on the ring (kv heads wide) and
+                        // under Ulysses with kv heads replicated over cp (tp2: one kv head per rank)
+                        llama_cp_case(1, 1, 2, "cp_algo=ring", p), llama_cp_case(1, 2, 2, "cp_algo=ulysses", p)})
     out.push_back({std::move(r), {FaultAxis::context}});
   return out;
 }

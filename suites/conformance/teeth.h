@@ -75,6 +75,8 @@ std::vector<FaultCatch> tp_fault_catches(Precision p);
 // The context-parallel case: tiny-tp, dp x tp x cp, seq 12 (16 at cp 4),
 // three steps; `opts` in the strategy text form.
 StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p);
+// cp_case on tiny-llama (RoPE, grouped-query attention; opts applied after the model).
+StrategyRun llama_cp_case(int dp, int tp, int cp, const std::string& opts, Precision p);
 // Every context-parallel fault where it applies (ring zigzag at cp 2 and 3,
 // ring contiguous, Ulysses, tp2.cp2, dp2.cp2 x ZeRO-3, cp2.pp2 1F1B), at
 // precision p.

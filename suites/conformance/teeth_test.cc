@@ -142,8 +142,21 @@ TEST(Teeth, EveryContextParallelFaultIsCaughtAtEveryPrecision) {
     }
     for (const FaultDecl& f : declared_faults(FaultAxis::context))  // every one injected somewhere
       EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
-    EXPECT_EQ(seen.size(), 6u);
+    EXPECT_EQ(seen.size(), 7u);
   }
+}
+
+// No false alarm for context parallel on the llama family (RoPE by true
+// position, grouped-query attention): tiny-llama on the zigzag ring,
+// contiguous Ulysses (kv heads split over cp) and tp2 x Ulysses (kv heads
+// replicated over cp), 10 seeds, both precisions.
+TEST(Teeth, ContextParallelLlamaNoFalseAlarmOverTenSeeds) {
+  struct Case { int tp; const char* opts; };
+  const Case cases[] = {{1, "cp_algo=ring"}, {1, "cp_algo=ulysses,zigzag=off"}, {2, "cp_algo=ulysses"}};
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (const Case& c : cases) runs += expect_passes_over_ten_seeds(llama_cp_case(1, c.tp, 2, c.opts, p));
+  EXPECT_EQ(runs, 2 * 3 * 10);
 }
 
 // No false alarm for context parallel (rule-only, held to the rule again at

@@ -150,16 +150,11 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     tp::TpShape x = tp::make_shape(mc, in.tp, in.sp, in.recompute, b, seq, in.precision);
     x.cp = in.cp;
     x.algo = in.cp_algo;
-    cp::AttnShape as = tp::attn_shape(x);
     // The llama family's ring passes K and V, which GQA holds for kv heads
     // only; Ulysses' four all-to-alls move q, k, v and o: (2a + 2kv)/4a of
-    // the multi-head figure (docs/planner.md#the-llama-family).
-    const int64_t kv_heads = mc.llama() ? llama_kv_heads_per_rank(mc, in.tp) : as.a;
-    const int64_t q_heads = as.a;
-    if (in.cp_algo == CpAlgo::ring) as.a = kv_heads;
-    cp::CpLayerComm c = cp::layer_comm(as, in.recompute);
-    if (in.cp_algo != CpAlgo::ring && kv_heads != q_heads)
-      for (cp::CpCalls* k : {&c.fwd_a2a, &c.bwd_a2a}) k->bytes = k->bytes * (q_heads + kv_heads) / (2 * q_heads);
+    // the multi-head figure, kv = lcm(kv heads per tp rank, cp) (replicated
+    // to split over cp; tp::attn_shape, docs/planner.md#the-llama-family).
+    const cp::CpLayerComm c = cp::layer_comm(tp::attn_shape(x), in.recompute);
     const int64_t n = m * layers;
     add_row(out, "cp", "fwd", "send_recv", in.cp, n * c.fwd_send.calls, n * c.fwd_send.bytes, inter);
     add_row(out, "cp", "bwd", "send_recv", in.cp, n * c.bwd_send.calls, n * c.bwd_send.bytes, inter);
