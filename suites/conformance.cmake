@@ -153,6 +153,14 @@ parabench_mpi_test(NAME conformance_check_mpi_ep_pp_np4 NP 4
           schedule=gpipe,shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs
           TIMEOUT 300)
 
+# tiny-llama in pipelines under MPI: dp2.pp2 and tp2.pp2 (the untied head
+# on the last stage, kv heads split over tp), 1F1B DDP and interleaved
+# ZeRO-3, judged by check at both precisions.
+parabench_mpi_test(NAME conformance_check_mpi_llama_pp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh dp2.pp2 tp2.pp2 --strategy schedule=1f1b
+          schedule=interleaved,virtual_stages=2,shard=zero3 --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Pipeline conformance under mpirun (mpi backend, one process per rank).
 if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   add_executable(conformance_pipeline_mpi_test conformance/pipeline_conformance_mpi_test.cc)
@@ -292,4 +300,40 @@ if(PARABENCH_BUILD_TESTS)
                        "\n4 configurations, 4 failed\\.")
   set_tests_properties(conformance_check_llama_pp conformance_check_llama_pp_teeth conformance_check_llama_recompute
                        conformance_check_llama_recompute_teeth PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
+  # Issue 49 item 3, compositions inside tensor- and context-parallel
+  # pipeline stages (docs/strategies/pipeline.md#compositions): recompute
+  # (selective drops the probabilities, full reruns each block before its
+  # backward), GPT-2 (tp, SP, cp ring and Ulysses, x ZeRO-3) and tiny-llama
+  # (tp2, SP, tp4 with replicated kv heads); held to the rule and the fp64
+  # rerun, memory and traffic exactly as declared.
+  add_test(NAME conformance_check_pp_stage_compositions
+    COMMAND $<TARGET_FILE:parabench> check
+            --spec "tp2.pp2 schedule=1f1b,recompute=selective"
+            "tp2.pp2 schedule=interleaved,virtual_stages=2,recompute=full,sp=on" "cp2.pp2 schedule=1f1b,recompute=full"
+            "cp2.pp2 schedule=gpipe,recompute=selective,cp_algo=ulysses" "dp2.tp2.pp2 schedule=1f1b,recompute=full,shard=zero3"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  add_test(NAME conformance_check_llama_pp_stage_compositions
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "tp2.pp2 schedule=1f1b,recompute=selective" "tp2.pp2 schedule=gpipe,recompute=full,sp=on"
+            "tp4.pp2 schedule=interleaved,virtual_stages=2,recompute=full"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  # Their teeth (every configuration must fail, at both precisions): full
+  # recompute rerunning a block from the previous block's input, in tp and
+  # cp stages and in llama's tp stages.
+  add_test(NAME conformance_check_pp_stage_teeth
+    COMMAND $<TARGET_FILE:parabench> check
+            --spec "tp2.pp2 schedule=1f1b,recompute=full,faults=recompute_wrong_input"
+            "cp2.pp2 schedule=1f1b,recompute=full,faults=recompute_wrong_input"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_pp_stage_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n4 configurations, 4 failed\\.")
+  add_test(NAME conformance_check_llama_pp_stage_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "tp2.pp2 schedule=1f1b,recompute=full,faults=recompute_wrong_input"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_llama_pp_stage_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n2 configurations, 2 failed\\.")
+  set_tests_properties(conformance_check_pp_stage_compositions conformance_check_llama_pp_stage_compositions
+                       conformance_check_pp_stage_teeth conformance_check_llama_pp_stage_teeth
+                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
 endif()

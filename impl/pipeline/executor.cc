@@ -163,8 +163,8 @@ typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
   lv.x_in = Buffer<T>(&mem_, MemTag::activations, size_t(boundary_elems()));
   if (st.embedding) lv.tokens = Buffer<int32_t>(&mem_, MemTag::activations, N);
   for (int i = 0; i < st.num_blocks; ++i) {
-    if (tpm_) {
-      tpm_->alloc_block(lv.tblocks.emplace_back(), &mem_, false);
+    if (tpm_) {  // full recompute keeps the block's output alone (the backward reruns the rest)
+      tpm_->alloc_block(lv.tblocks.emplace_back(), &mem_, o_.tensor.recompute == Recompute::full);
       continue;
     }
     const bool moe = m.is_moe(st.first_block + i);
@@ -270,7 +270,9 @@ void PipelineRank<T>::forward(const Action& a) {
     const int layer = st.first_block + i, u = su_.of_model[size_t(layout_.block_unit(layer))];
     if (tpm_) {
       auto& b = lv.tblocks[size_t(i)];
-      tpm_->block_forward(b, x, param(mb, u, false), b.xout.data());
+      // Full recompute: the block's activations go to the workspace block, its output is kept.
+      tpm_->block_forward(o_.tensor.recompute == Recompute::full ? tpm_->work() : b, x, param(mb, u, false),
+                          b.xout.data());
       x = b.xout.data();
     } else if (const int j = se_.of_layer.empty() ? -1 : se_.of_layer[size_t(layer)]; j >= 0) {
       MoeActs<T>& ma = lv.moe[size_t(i)];
@@ -357,7 +359,15 @@ void PipelineRank<T>::backward(const Action& a) {
     }
     if (tpm_) {
       const T* x_in = i ? lv.tblocks[size_t(i - 1)].xout.data() : lv.x_in.data();
-      tpm_->block_backward(dst, grad(mb, u), dout, x_in, lv.tblocks[size_t(i)], param(mb, u, true));
+      const T* p = param(mb, u, true);
+      const bool full = o_.tensor.recompute == Recompute::full;
+      if (full) {  // rerun the block's forward from its stored input, communication included
+        const T* from = x_in;
+        if (o_.tensor.has(tp::Fault::recompute_wrong_input) && i > 0)  // the previous block's input
+          from = i > 1 ? lv.tblocks[size_t(i - 2)].xout.data() : lv.x_in.data();
+        tpm_->block_forward(tpm_->work(), from, p, tpm_->work().xout.data());
+      }
+      tpm_->block_backward(dst, grad(mb, u), dout, x_in, full ? tpm_->work() : lv.tblocks[size_t(i)], p);
       grad_done(mb, u);
       release(u);
       dout = dst;

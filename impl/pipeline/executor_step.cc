@@ -29,13 +29,15 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(world == o.dp() * o.tp() * o.cp() * o.pp, "dp: world size " + std::to_string(world) +
                                                         " must equal dp * tp * cp * pp = " +
                                                         std::to_string(o.dp() * o.tp() * o.cp() * o.pp));
-  require(o.tensor.recompute == Recompute::none,
-          "strategy.recompute: recomputation inside pipeline stages is not implemented yet");
+  // Recomputation runs in the tensor- and context-parallel stage model (tensor_parallel/runner.h).
+  require(o.tensor.recompute == Recompute::none || o.tp() > 1 || o.cp() > 1,
+          "strategy.recompute: recomputation inside pipeline stages needs tp or cp > 1 in the mesh (it runs in "
+          "the tensor- and context-parallel stage model); tp = cp = 1 stages do not recompute yet");
   const auto tp_ok = tp::faults_for(o.tp(), o.tensor.sp, o.tensor.recompute, cfg.model.V % o.tp() != 0);
   for (tp::Fault f : o.tensor.faults)
     require(std::find(tp_ok.begin(), tp_ok.end(), f) != tp_ok.end(),
             "strategy.faults: " + tp::fault_name(f) + " does not apply to this pipeline (tensor-parallel faults "
-                "need tp > 1 in the mesh; recompute_wrong_input needs recompute, which stages do not run)");
+                "need tp > 1 in the mesh; recompute_wrong_input needs recompute=full)");
   if (o.tp() > 1 || o.cp() > 1) {
     require(o.kind == ScheduleKind::gpipe || o.kind == ScheduleKind::one_f_one_b ||
                 o.kind == ScheduleKind::interleaved,
