@@ -112,8 +112,9 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(!f.grad_to_wrong_stage || (o.pp >= 2 && o.virtual_stages == 1 && cfg.microbatches >= 2),
           "fault grad_to_wrong_stage: needs pp >= 2, virtual_stages = 1 and microbatches >= 2");
   // drop_w is the one fault of some schedules only: the others have no W action.
-  require(!f.bw_newest_weights || (o.kind == ScheduleKind::pipedream_2bw && o.pp >= 2),
-          "fault bw_newest_weights: needs schedule 2bw and pp >= 2");
+  require(!f.bw_newest_weights || (o.kind == ScheduleKind::pipedream_2bw && o.pp >= 2 && cfg.steps >= 3),
+          "fault bw_newest_weights: needs schedule 2bw, pp >= 2 and train.steps >= 3 (W(1) = W(0): the versions "
+          "differ from the third group on)");
   require(!f.drop_w || o.kind == ScheduleKind::zb_h1,
           "fault drop_w: does not apply to " + std::string(schedule_name(o.kind)) +
               " (applies to: zb-h1, the split-backward schedule)");

@@ -47,7 +47,10 @@ bool always(const RunSpec&) { return true; }
 bool tied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && !s.train.model.llama(); }
 bool untied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && s.train.model.llama(); }
 bool split_backward(const RunSpec& s) { return s.pipe.schedule == ScheduleKind::zb_h1; }
-bool two_versions(const RunSpec& s) { return s.pipe.schedule == ScheduleKind::pipedream_2bw && s.mesh.pp >= 2; }
+// W(1) = W(0): the versions differ from the third group on (train.steps >= 3).
+bool two_versions(const RunSpec& s) {
+  return s.pipe.schedule == ScheduleKind::pipedream_2bw && s.mesh.pp >= 2 && s.train.steps >= 3;
+}
 // One backward per microbatch and stage into one full gradient buffer.
 bool accumulates_whole(const RunSpec& s) {
   const auto k = s.pipe.schedule.value_or(ScheduleKind::one_f_one_b);
