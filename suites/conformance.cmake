@@ -156,6 +156,14 @@ parabench_mpi_test(NAME conformance_check_mpi_ep_pp_np4 NP 4
           schedule=gpipe,shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs
           TIMEOUT 300)
 
+# tiny-llama in pipelines under MPI: dp2.pp2 and tp2.pp2 (the untied head
+# on the last stage, kv heads split over tp), 1F1B DDP and interleaved
+# ZeRO-3, judged by check at both precisions.
+parabench_mpi_test(NAME conformance_check_mpi_llama_pp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh dp2.pp2 tp2.pp2 --strategy schedule=1f1b
+          schedule=interleaved,virtual_stages=2,shard=zero3 --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Pipeline conformance under mpirun (mpi backend, one process per rank).
 if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   add_executable(conformance_pipeline_mpi_test conformance/pipeline_conformance_mpi_test.cc)
@@ -325,5 +333,53 @@ if(PARABENCH_BUILD_TESTS)
   set_tests_properties(conformance_check_llama_cp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
                        "\n10 configurations, 10 failed\\.")
   set_tests_properties(conformance_check_llama_cp conformance_check_llama_cp_teeth
+                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
+  # Issue 49 item 3, compositions inside tensor- and context-parallel
+  # pipeline stages (docs/strategies/pipeline.md#compositions): recompute
+  # (selective drops the probabilities, full reruns each block before its
+  # backward), zb-h1 (B: the input gradients and their collectives; W: the
+  # weight gradients from the B -> W stash, no communication) and 2bw (two
+  # versions of each rank's shards), GPT-2 (tp, SP, cp ring and Ulysses, x
+  # ZeRO-1/3) and tiny-llama (tp2, SP, tp4 with replicated kv heads); held to
+  # the rule and the fp64 rerun, memory and traffic exactly as declared.
+  add_test(NAME conformance_check_pp_stage_compositions
+    COMMAND $<TARGET_FILE:parabench> check
+            --spec "tp2.pp2 schedule=1f1b,recompute=selective"
+            "tp2.pp2 schedule=interleaved,virtual_stages=2,recompute=full,sp=on" "cp2.pp2 schedule=1f1b,recompute=full"
+            "cp2.pp2 schedule=gpipe,recompute=selective,cp_algo=ulysses" "dp2.tp2.pp2 schedule=1f1b,recompute=full,shard=zero3"
+            "tp2.pp2 schedule=zb-h1" "tp2.pp2 schedule=zb-h1,sp=on,recompute=selective" "cp2.pp2 schedule=zb-h1"
+            "dp2.tp2.pp2 schedule=zb-h1,shard=zero3" "tp2.pp2 schedule=2bw,sp=on" "cp2.pp2 schedule=2bw,cp_algo=ulysses"
+            "dp2.tp2.pp2 schedule=2bw,shard=zero1,recompute=full"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  add_test(NAME conformance_check_llama_pp_stage_compositions
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "tp2.pp2 schedule=1f1b,recompute=selective" "tp2.pp2 schedule=gpipe,recompute=full,sp=on"
+            "tp4.pp2 schedule=interleaved,virtual_stages=2,recompute=full" "tp2.pp2 schedule=zb-h1"
+            "tp4.pp2 schedule=zb-h1,sp=on,recompute=selective" "tp2.pp2 schedule=2bw,recompute=full"
+            "dp2.tp2.pp2 schedule=2bw,shard=zero1"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  # Their teeth (every configuration must fail, at both precisions): full
+  # recompute rerunning a block from the previous block's input, in tp and
+  # cp stages and in llama's tp stages; zb-h1's W taking tp rank 0's rows
+  # of the gathered output gradient (SP) and a dropped W (drop_w); 2bw's
+  # backward on the newest weight version.
+  add_test(NAME conformance_check_pp_stage_teeth
+    COMMAND $<TARGET_FILE:parabench> check
+            --spec "tp2.pp2 schedule=1f1b,recompute=full,faults=recompute_wrong_input"
+            "cp2.pp2 schedule=1f1b,recompute=full,faults=recompute_wrong_input"
+            "tp2.pp2 schedule=zb-h1,sp=on,faults=zb_w_wrong_rows" "tp2.pp2 schedule=2bw,faults=bw_newest_weights"
+            "cp2.pp2 schedule=2bw,faults=bw_newest_weights" "tp2.pp2 schedule=zb-h1,faults=drop_w"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_pp_stage_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n12 configurations, 12 failed\\.")
+  add_test(NAME conformance_check_llama_pp_stage_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "tp2.pp2 schedule=1f1b,recompute=full,faults=recompute_wrong_input"
+            "tp2.pp2 schedule=2bw,faults=bw_newest_weights" "tp2.pp2 schedule=zb-h1,faults=drop_w"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_llama_pp_stage_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n6 configurations, 6 failed\\.")
+  set_tests_properties(conformance_check_pp_stage_compositions conformance_check_llama_pp_stage_compositions
+                       conformance_check_pp_stage_teeth conformance_check_llama_pp_stage_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
 endif()

@@ -25,6 +25,7 @@ struct PipelineRank<T>::Live {
   std::vector<MoeActs<T>> moe;  // per block; empty for dense ones
   HeadActs<T> head;
   std::vector<typename tp::TpModel<T>::Block> tblocks;  // tp > 1
+  std::vector<typename tp::TpModel<T>::Stash> tstash;   // tp > 1, split backward: B -> W
   typename tp::TpModel<T>::Head thead;
   Request act_send;
   const T* out() const { return tblocks.empty() ? blocks.back().xout.data() : tblocks.back().xout.data(); }
@@ -163,8 +164,9 @@ typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
   lv.x_in = Buffer<T>(&mem_, MemTag::activations, size_t(boundary_elems()));
   if (st.embedding) lv.tokens = Buffer<int32_t>(&mem_, MemTag::activations, N);
   for (int i = 0; i < st.num_blocks; ++i) {
-    if (tpm_) {
-      tpm_->alloc_block(lv.tblocks.emplace_back(), &mem_, false);
+    if (tpm_) {  // full recompute keeps the block's output alone (the backward reruns the rest)
+      tpm_->alloc_block(lv.tblocks.emplace_back(), &mem_, o_.tensor.recompute == Recompute::full);
+      if (s_.split_backward) tpm_->alloc_stash(lv.tstash.emplace_back(), &mem_);
       continue;
     }
     const bool moe = m.is_moe(st.first_block + i);
@@ -270,7 +272,9 @@ void PipelineRank<T>::forward(const Action& a) {
     const int layer = st.first_block + i, u = su_.of_model[size_t(layout_.block_unit(layer))];
     if (tpm_) {
       auto& b = lv.tblocks[size_t(i)];
-      tpm_->block_forward(b, x, param(mb, u, false), b.xout.data());
+      // Full recompute: the block's activations go to the workspace block, its output is kept.
+      tpm_->block_forward(o_.tensor.recompute == Recompute::full ? tpm_->work() : b, x, param(mb, u, false),
+                          b.xout.data());
       x = b.xout.data();
     } else if (const int j = se_.of_layer.empty() ? -1 : se_.of_layer[size_t(layer)]; j >= 0) {
       MoeActs<T>& ma = lv.moe[size_t(i)];
@@ -357,8 +361,20 @@ void PipelineRank<T>::backward(const Action& a) {
     }
     if (tpm_) {
       const T* x_in = i ? lv.tblocks[size_t(i - 1)].xout.data() : lv.x_in.data();
-      tpm_->block_backward(dst, grad(mb, u), dout, x_in, lv.tblocks[size_t(i)], param(mb, u, true));
-      grad_done(mb, u);
+      const T* p = param(mb, u, true);
+      const bool full = o_.tensor.recompute == Recompute::full;
+      if (full) {  // rerun the block's forward from its stored input, communication included
+        const T* from = x_in;
+        if (o_.tensor.has(tp::Fault::recompute_wrong_input) && i > 0)  // the previous block's input
+          from = i > 1 ? lv.tblocks[size_t(i - 2)].xout.data() : lv.x_in.data();
+        tpm_->block_forward(tpm_->work(), from, p, tpm_->work().xout.data());
+      }
+      if (a.op == Op::backward) {
+        tpm_->block_backward(dst, grad(mb, u), dout, x_in, full ? tpm_->work() : lv.tblocks[size_t(i)], p);
+        grad_done(mb, u);
+      } else {  // B of a split backward: the input gradient, its collectives included; W forms the rest
+        tpm_->block_backward_input(dst, lv.tstash[size_t(i)], dout, x_in, lv.tblocks[size_t(i)], p);
+      }
       release(u);
       dout = dst;
       continue;
@@ -398,9 +414,15 @@ void PipelineRank<T>::weight(const Action& a) {
   const bool dropped = o_.faults.drop_w && pr_ == 0 && a.microbatch == 0 && a.chunk == 0;
   for (int i = 0; i < st.num_blocks; ++i) {
     const int u = su_.of_model[size_t(layout_.block_unit(st.first_block + i))];
-    const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
     T* g = grad(a.microbatch, u);
-    if (!dropped) model_.block_backward_weight(g, lv.stash[size_t(i)], x_in, lv.blocks[size_t(i)], scratch_);
+    if (tpm_) {  // the tensor-parallel block's weight gradients: no communication
+      const T* x_in = i ? lv.tblocks[size_t(i - 1)].xout.data() : lv.x_in.data();
+      if (!dropped)
+        tpm_->block_backward_weight(g, lv.tstash[size_t(i)], x_in, lv.tblocks[size_t(i)], o_.tensor.has(tp::Fault::zb_w_wrong_rows));
+    } else {
+      const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
+      if (!dropped) model_.block_backward_weight(g, lv.stash[size_t(i)], x_in, lv.blocks[size_t(i)], scratch_);
+    }
     grad_done(a.microbatch, u);
   }
   free_live(k);

@@ -84,10 +84,11 @@ struct PipelineFaults {
   bool tied_sum_after_reduce_scatter = false;   // ZeRO-1: wte's stage sum after the dp reduce-scatter
   bool untied_head_summed = false;  // the llama family: embed_tokens' and the untied lm_head's gradients
                                     // are summed over {first, last} as if tied
+  bool bw_newest_weights = false;   // 2BW: every backward reads the newest weight version, not its F's
   bool any() const {
     return skip_microbatch || grad_to_wrong_stage || tied_grad_not_summed || drop_w ||
            grads_rescaled_by_microbatches || unnormalized_loss || zero_grads_per_microbatch ||
-           tied_sum_after_reduce_scatter || untied_head_summed;
+           tied_sum_after_reduce_scatter || untied_head_summed || bw_newest_weights;
   }
 };
 
@@ -186,7 +187,10 @@ class PipelineRank : public RankBase<T> {
   // (stage_experts); the stage hooks (data_parallel/hooks.h StageHooks) hold
   // the parameters microbatch mb reads (its weight version's; gathered until
   // release under ZeRO-3) and where its gradients accumulate until grad_done.
-  const T* param(int mb, int u, bool backward) { return hooks_->params(u, s_.weight_version(mb), backward); }
+  const T* param(int mb, int u, bool backward) {
+    const bool newest = backward && o_.faults.bw_newest_weights;  // the fault's
+    return hooks_->params(u, newest ? hooks_->version() : s_.weight_version(mb), backward);
+  }
   void release(int u) { hooks_->release_params(u); }
   T* grad(int mb, int u) { return hooks_->grads(mb, u, s_.weight_version(mb)); }
   void grad_done(int mb, int u) { hooks_->grads_ready(mb, u); }

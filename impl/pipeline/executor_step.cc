@@ -29,19 +29,23 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(world == o.dp() * o.tp() * o.cp() * o.pp, "dp: world size " + std::to_string(world) +
                                                         " must equal dp * tp * cp * pp = " +
                                                         std::to_string(o.dp() * o.tp() * o.cp() * o.pp));
-  require(o.tensor.recompute == Recompute::none,
-          "strategy.recompute: recomputation inside pipeline stages is not implemented yet");
-  const auto tp_ok = tp::faults_for(o.tp(), o.tensor.sp, o.tensor.recompute, cfg.model.V % o.tp() != 0);
+  // Recomputation runs in the tensor- and context-parallel stage model (tensor_parallel/runner.h).
+  require(o.tensor.recompute == Recompute::none || o.tp() > 1 || o.cp() > 1,
+          "strategy.recompute: recomputation inside pipeline stages needs tp or cp > 1 in the mesh (it runs in "
+          "the tensor- and context-parallel stage model); tp = cp = 1 stages do not recompute yet");
+  auto tp_ok = tp::faults_for(o.tp(), o.tensor.sp, o.tensor.recompute, cfg.model.V % o.tp() != 0);
+  if (o.kind == ScheduleKind::zb_h1 && o.pp > 1 && o.tp() > 1 && o.tensor.sp && !cfg.model.llama())
+    tp_ok.push_back(tp::Fault::zb_w_wrong_rows);
   for (tp::Fault f : o.tensor.faults)
     require(std::find(tp_ok.begin(), tp_ok.end(), f) != tp_ok.end(),
             "strategy.faults: " + tp::fault_name(f) + " does not apply to this pipeline (tensor-parallel faults "
-                "need tp > 1 in the mesh; recompute_wrong_input needs recompute, which stages do not run)");
+                "need tp > 1 in the mesh; recompute_wrong_input needs recompute=full; zb_w_wrong_rows zb-h1, pp > 1, sp and "
+                "a model with biases)");
   if (o.tp() > 1 || o.cp() > 1) {
-    require(o.kind == ScheduleKind::gpipe || o.kind == ScheduleKind::one_f_one_b ||
-                o.kind == ScheduleKind::interleaved,
-            "strategy.schedule: " + std::string(schedule_name(o.kind)) +
-                " with tp or cp > 1 is not implemented (tensor- and context-parallel stages run gpipe, 1f1b, "
-                "interleaved)");
+    // zb-h1's W reads the block's activations from F (runner.h TpModel::Stash).
+    require(o.kind != ScheduleKind::zb_h1 || o.tensor.recompute != Recompute::full,
+            "strategy.recompute: zb-h1's W pass reads each block's activations, which recompute=full does not keep; "
+            "with zb-h1 in tensor- or context-parallel stages use recompute=selective or none");
     require(cfg.model.NH % o.tp() == 0, "mesh.tp: tp" + std::to_string(o.tp()) + " does not divide model.heads = " +
                                             std::to_string(cfg.model.NH));
     const int64_t tokens = int64_t(cfg.batch) / (o.dp() * cfg.microbatches) * cfg.seq / o.cp();
@@ -108,6 +112,9 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(!f.grad_to_wrong_stage || (o.pp >= 2 && o.virtual_stages == 1 && cfg.microbatches >= 2),
           "fault grad_to_wrong_stage: needs pp >= 2, virtual_stages = 1 and microbatches >= 2");
   // drop_w is the one fault of some schedules only: the others have no W action.
+  require(!f.bw_newest_weights || (o.kind == ScheduleKind::pipedream_2bw && o.pp >= 2 && cfg.steps >= 3),
+          "fault bw_newest_weights: needs schedule 2bw, pp >= 2 and train.steps >= 3 (W(1) = W(0): the versions "
+          "differ from the third group on)");
   require(!f.drop_w || o.kind == ScheduleKind::zb_h1,
           "fault drop_w: does not apply to " + std::string(schedule_name(o.kind)) +
               " (applies to: zb-h1, the split-backward schedule)");

@@ -144,8 +144,10 @@ std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const 
   for (int r = 0; r < part.pp; ++r)
     for (int c = 0; c < part.v; ++c) {
       const StageSlice& st = part.at(r, c);
-      table[size_t(r)].push_back(model_parallel ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head)
-                                          : chunk_activation_bytes(m, st, B, T, x.elem_bytes, x.acc_bytes, split, moe));
+      table[size_t(r)].push_back(
+          model_parallel ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head) +
+                               (split ? st.num_blocks * tp::block_stash_bytes(x) : 0)  // zb-h1: B -> W stash
+                         : chunk_activation_bytes(m, st, B, T, x.elem_bytes, x.acc_bytes, split, moe));
     }
   return table;
 }
@@ -380,7 +382,7 @@ class StageCommReplay {
         release(nd_ + j);
         grad_done(mb, u);
         release(u);
-      } else if (x_.tp || a.op == Op::backward) {
+      } else if (a.op == Op::backward) {
         grad(mb, u);
         param(u, true);
         grad_done(mb, u);

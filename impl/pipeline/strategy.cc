@@ -24,6 +24,7 @@ PipelineOptions options_of(const RunSpec& s) {
       case Fault::zero_grads_per_microbatch: o.faults.zero_grads_per_microbatch = true; break;
       case Fault::tied_sum_after_reduce_scatter: o.faults.tied_sum_after_reduce_scatter = true; break;
       case Fault::untied_head_summed: o.faults.untied_head_summed = true; break;
+      case Fault::bw_newest_weights: o.faults.bw_newest_weights = true; break;
     }
   }
   o.data = tp::data_options_of(s);  // the data axis's faults; data-parallel ranks per node
@@ -46,6 +47,10 @@ bool always(const RunSpec&) { return true; }
 bool tied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && !s.train.model.llama(); }
 bool untied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && s.train.model.llama(); }
 bool split_backward(const RunSpec& s) { return s.pipe.schedule == ScheduleKind::zb_h1; }
+// W(1) = W(0): the versions differ from the third group on (train.steps >= 3).
+bool two_versions(const RunSpec& s) {
+  return s.pipe.schedule == ScheduleKind::pipedream_2bw && s.mesh.pp >= 2 && s.train.steps >= 3;
+}
 // One backward per microbatch and stage into one full gradient buffer.
 bool accumulates_whole(const RunSpec& s) {
   const auto k = s.pipe.schedule.value_or(ScheduleKind::one_f_one_b);
@@ -85,7 +90,9 @@ std::span<const FaultDecl> fault_decls() {
       {"untied_head_summed", P, uint8_t(Fault::untied_head_summed),
        "the llama family's untied lm_head gradient is summed with embed_tokens' over the first and last stage "
        "as if tied",
-       untied_stages}};
+       untied_stages},
+      {"bw_newest_weights", P, uint8_t(Fault::bw_newest_weights),
+       "2BW: every backward reads the newest weight version instead of the one its forward ran on", two_versions}};
   return d;
 }
 

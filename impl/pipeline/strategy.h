@@ -26,6 +26,8 @@ enum class Fault : uint8_t {
   tied_sum_after_reduce_scatter,
   // The llama family's (issue 46):
   untied_head_summed,
+  // Tensor- and context-parallel stages under 2BW (issue 49):
+  bw_newest_weights,
 };
 std::span<const FaultDecl> fault_decls();
 

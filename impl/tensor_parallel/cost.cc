@@ -62,6 +62,18 @@ cp::AttnShape attn_shape(const TpShape& x) {
 
 int64_t activation_bytes(const TpShape& x) { return stage_activation_bytes(x, x.model.L, true, true); }
 
+int64_t block_stash_bytes(const TpShape& x) {
+  const ModelConfig& m = x.model;
+  const int64_t N = x.tokens(), C = m.C, t = x.tp, e = x.elem_bytes, Nl = x.sp ? N / t : N;
+  int64_t up = 4 * C / t, qkv = 3 * C / t;
+  if (m.llama()) {
+    const int64_t hs = C / m.NH, kv = m.kv_heads % t != 0 ? m.kv_heads : m.kv_heads / t;
+    up = 2 * (m.ffn / t);
+    qkv = C / t + 2 * kv * hs;
+  }
+  return e * (2 * N * C + N * (up + qkv) + 2 * Nl * C + (x.sp ? 2 * N * C : 0));
+}
+
 // The llama family's layer on a tp rank (what the tensor-parallel runner
 // holds, runner.cc alloc_block; N its tokens, 1/cp of them under context
 // parallel, whose attention keeps cp::kept_bytes instead of the probabilities): rmsnorm1's output,

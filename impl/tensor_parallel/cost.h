@@ -80,6 +80,12 @@ int64_t activation_bytes(const TpShape& x);
 // with the embedding; the head and the targets with it). The whole model is
 // stage_activation_bytes(x, L, true, true) == activation_bytes(x).
 int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head);
+// zb-h1: one block's B -> W gradient stash (runner.h TpModel::Stash): the
+// output gradients of the MLP (C per token, gathered) and its up GEMM
+// (4C/t; llama gate|up 2F/t), of the attention output (C, gathered) and its
+// q|k|v (3C/t; llama the projection's width), the two norms' input
+// gradients (C per held token), and with SP the two gathered norm outputs.
+int64_t block_stash_bytes(const TpShape& x);
 
 // Parameters a tp rank holds, per unit (embeddings with ceil(V/t) token rows;
 // per block 12C^2/t + 7C/t + 6C: QKV, attention-out and MLP weights and the

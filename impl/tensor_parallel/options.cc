@@ -29,6 +29,11 @@ namespace {
 std::vector<Fault> faults_for_spec(const RunSpec& s) {
   return faults_for(s.train.model, s.mesh.tp, s.tensor.sp, s.tensor.recompute);
 }
+// W of a split backward in tensor-parallel stages with SP and biases.
+bool zb_sp_stages(const RunSpec& s) {
+  return s.pipe.schedule == pipeline::ScheduleKind::zb_h1 && s.mesh.pp > 1 && s.mesh.tp > 1 && s.tensor.sp &&
+         !s.train.model.llama();
+}
 }  // namespace
 
 // In faults_for's order (the teeth table's rows).
@@ -56,7 +61,11 @@ std::span<const FaultDecl> fault_decls() {
        listed_for<kv_head_by_rank, faults_for_spec>},
       {"gate_up_mismatch", T, uint8_t(gate_up_mismatch),
        "llama: each tp rank pairs its gate_proj rows with its up_proj rows in reverse order",
-       listed_for<gate_up_mismatch, faults_for_spec>}};
+       listed_for<gate_up_mismatch, faults_for_spec>},
+      {"zb_w_wrong_rows", T, uint8_t(zb_w_wrong_rows),
+       "zb-h1 in tensor-parallel stages with SP: W takes the row-parallel biases' gradients from tp rank 0's rows "
+       "of the gathered output gradient on every rank",
+       zb_sp_stages}};
   return d;
 }
 

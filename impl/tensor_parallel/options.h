@@ -24,6 +24,10 @@ enum class Fault : uint8_t {
   // The llama family:
   kv_head_by_rank,       // kv_heads < tp: tp rank r attends with kv head r % kv_heads, not its q heads' group
   gate_up_mismatch,      // each rank pairs its gate rows with its up rows in reverse order
+  // zb-h1 inside tensor-parallel pipeline stages (GPT-2, SP): W adds the
+  // row-parallel biases' gradients from tp rank 0's rows of the gathered
+  // output gradient on every rank, not from its own tokens' rows
+  zb_w_wrong_rows,
 };
 std::string fault_name(Fault f);
 std::span<const FaultDecl> fault_decls();  // impl/spec/fault.h

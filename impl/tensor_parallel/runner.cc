@@ -502,11 +502,16 @@ void TpModel<T>::llama_attention_backward(T* dx_in, T* du, const T* x_in, const 
   const size_t NlC = size_t(Nl_) * C_, Wl = size_t(Wl_), Ct = size_t(Ct_), N = size_t(N_);
   const int hs = C_ / m.NH;
   const size_t kvl = size_t(KVl_) * hs;
+  auto w = [&](size_t off) { return du ? du + off : null; };  // as block_backward's
+  auto keep = [&](Buffer<T> Stash::* f, const T* src, size_t n) {
+    if (stash_) ops_->copy((stash_->*f).data(), src, n * sizeof(T));
+  };
   ops_->copy(dx_in, dres_.data(), NlC * sizeof(T));
   const T* dres = dres_.data();
   if (o_.sp) gather(dres_.data(), gat_.data()), dres = gat_.data();
+  keep(&Stash::dres, dres, N * size_t(C_));
   zero(datty_);
-  ops_->matmul_backward(datty_.data(), du + o.attproj_w, null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_, ws);
+  ops_->matmul_backward(datty_.data(), w(o.attproj_w), null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_, ws);
   zero(dqkv_);
   const T* att = a.att.data();
   if (ring_) {
@@ -546,10 +551,11 @@ void TpModel<T>::llama_attention_backward(T* dx_in, T* du, const T* x_in, const 
     ops_->copy_rows(qkvf_.data() + Ct + kvC + h0, Wf, drot_.data() + Ct + hs, Wl, size_t(hs), N);
     dproj = qkvf_.data();
   }
+  keep(&Stash::dqkv, dproj, N * size_t(Wf_));
   const T* in1 = a.ln1.data();
-  if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
+  if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data(), keep(&Stash::in1, in1, N * size_t(C_));
   zero(part_);
-  ops_->matmul_backward(part_.data(), du + o.qkv_w, null, dproj, in1, u + o.qkv_w, N_, C_, Wf_, ws);
+  ops_->matmul_backward(part_.data(), w(o.qkv_w), null, dproj, in1, u + o.qkv_w, N_, C_, Wf_, ws);
   const T* dln1 = part_.data();
   if (o_.sp) {
     scatter(part_.data(), dln_.data());
@@ -557,7 +563,8 @@ void TpModel<T>::llama_attention_backward(T* dx_in, T* du, const T* x_in, const 
   } else if (!o_.has(Fault::skip_input_allreduce)) {
     all_reduce(part_.data(), N * C_);
   }
-  ops_->rmsnorm_backward(dx_in, du + o.ln1_w, dln1, x_in, u + o.ln1_w, a.ln1_rstd.data(), Nl_, C_);
+  keep(&Stash::dln1, dln1, NlC);
+  ops_->rmsnorm_backward(dx_in, w(o.ln1_w), dln1, x_in, u + o.ln1_w, a.ln1_rstd.data(), Nl_, C_);
 }
 
 template <class T>
@@ -617,38 +624,102 @@ void TpModel<T>::block_backward(T* dx_in, T* du, const T* dout, const T* x_in, c
     if (input_ar) all_reduce(part_.data(), size_t(N_) * C_);
     return part_.data();
   };
+  // B of a split backward (du null): no weight gradient is formed; what W
+  // reads is kept in stash_ as it is made.
+  auto w = [&](size_t off) { return du ? du + off : null; };
+  auto keep = [&](Buffer<T> Stash::* f, const T* src, size_t n) {
+    if (stash_) ops_->copy((stash_->*f).data(), src, n * sizeof(T));
+  };
+  const size_t N = size_t(N_), C = size_t(C_);
   // MLP branch: xout = xmid + fcproj(gelu(fc(ln2(xmid)))).
   ops_->copy(dres_.data(), dout, NlC * sizeof(T));
   const T* dof = dout;
   if (o_.sp) gather(dout, gat_.data()), dof = gat_.data();
+  keep(&Stash::dof, dof, N * C);
   if (llama_) {  // xout = xmid + down(swiglu(gate|up(rmsnorm2(xmid))))
     zero(dfchg_);
-    ops_->matmul_backward(dfchg_.data(), du + o.fcproj_w, null, dof, a.fchg.data(), u + o.fcproj_w, N_, Ft_, C_, ws);
+    ops_->matmul_backward(dfchg_.data(), w(o.fcproj_w), null, dof, a.fchg.data(), u + o.fcproj_w, N_, Ft_, C_, ws);
     zero(dfch_);
     ops_->swiglu_backward(dfch_.data(), a.fch.data(), dfchg_.data(), N_, Ft_);
     if (o_.has(Fault::gate_up_mismatch)) reverse_up(dfch_.data());
+    keep(&Stash::dfch, dfch_.data(), N * 2 * size_t(Ft_));
     const T* in2 = a.ln2.data();
-    if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data();
+    if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data(), keep(&Stash::in2, in2, N * C);
     zero(part_);
-    ops_->matmul_backward(part_.data(), du + o.fc_w, null, dfch_.data(), in2, u + o.fc_w, N_, C_, 2 * Ft_, ws);
+    ops_->matmul_backward(part_.data(), w(o.fc_w), null, dfch_.data(), in2, u + o.fc_w, N_, C_, 2 * Ft_, ws);
     const T* dln2 = reduce_input_grad();
-    ops_->rmsnorm_backward(dres_.data(), du + o.ln2_w, dln2, a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(), Nl_, C_);
+    keep(&Stash::dln2, dln2, NlC);
+    ops_->rmsnorm_backward(dres_.data(), w(o.ln2_w), dln2, a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(), Nl_, C_);
     return llama_attention_backward(dx_in, du, x_in, a, u);
   }
   zero(dfchg_);
-  ops_->matmul_backward(dfchg_.data(), du + o.fcproj_w, null, dof, a.fchg.data(), u + o.fcproj_w, N_, 4 * Ct_, C_,
+  ops_->matmul_backward(dfchg_.data(), w(o.fcproj_w), null, dof, a.fchg.data(), u + o.fcproj_w, N_, 4 * Ct_, C_,
                         ws);
-  ops_->add_rows_backward(du + o.fcproj_b, dout, nullptr, Nl_, C_, 0, 1);  // the bias: column sums
+  if (du) ops_->add_rows_backward(du + o.fcproj_b, dout, nullptr, Nl_, C_, 0, 1);  // the bias: column sums
   zero(dfch_);
   ops_->gelu_backward(dfch_.data(), a.fch.data(), dfchg_.data(), size_t(N_) * 4 * Ct_);
+  keep(&Stash::dfch, dfch_.data(), N * 4 * size_t(Ct_));
   const T* in2 = a.ln2.data();
-  if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data();
+  if (o_.sp) gather(a.ln2.data(), gat_.data()), in2 = gat_.data(), keep(&Stash::in2, in2, N * C);
   zero(part_);
-  ops_->matmul_backward(part_.data(), du + o.fc_w, du + o.fc_b, dfch_.data(), in2, u + o.fc_w, N_, C_, 4 * Ct_, ws);
+  ops_->matmul_backward(part_.data(), w(o.fc_w), w(o.fc_b), dfch_.data(), in2, u + o.fc_w, N_, C_, 4 * Ct_, ws);
   const T* dln2 = reduce_input_grad();
-  ops_->layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, dln2, a.xmid.data(), u + o.ln2_w,
+  keep(&Stash::dln2, dln2, NlC);
+  ops_->layernorm_backward(dres_.data(), w(o.ln2_w), w(o.ln2_b), dln2, a.xmid.data(), u + o.ln2_w,
                            a.ln2_mean.data(), a.ln2_rstd.data(), Nl_, C_);
   attention_backward(dx_in, du, x_in, a, u);
+}
+
+template <class T>
+void TpModel<T>::alloc_stash(Stash& s, MemoryTracker* mt) const {
+  const size_t N = size_t(N_), Nl = size_t(Nl_), C = size_t(C_);
+  const MemTag act = MemTag::activations;
+  s.dof = Buffer<T>(mt, act, N * C);
+  s.dfch = Buffer<T>(mt, act, N * size_t(llama_ ? 2 * Ft_ : 4 * Ct_));
+  s.dln2 = Buffer<T>(mt, act, Nl * C);
+  s.dres = Buffer<T>(mt, act, N * C);
+  s.dqkv = Buffer<T>(mt, act, N * size_t(llama_ ? Wf_ : 3 * Ct_));
+  s.dln1 = Buffer<T>(mt, act, Nl * C);
+  if (o_.sp) s.in2 = Buffer<T>(mt, act, N * C), s.in1 = Buffer<T>(mt, act, N * C);
+}
+
+template <class T>
+void TpModel<T>::block_backward_input(T* dx_in, Stash& g, const T* dout, const T* x_in, const Block& a, const T* u) {
+  stash_ = &g;
+  block_backward(dx_in, nullptr, dout, x_in, a, u);
+  stash_ = nullptr;
+}
+
+template <class T>
+void TpModel<T>::block_backward_weight(T* du, const Stash& g, const T* x_in, const Block& a, bool wrong_rows) {
+  const auto& o = layout_->block();
+  float* ws = mm_ws_.data();
+  T* null = nullptr;
+  const T* nw = nullptr;  // the weights only feed the input gradients, which W never forms
+  const T* in2 = o_.sp ? g.in2.data() : a.ln2.data();
+  const T* in1 = o_.sp ? g.in1.data() : a.ln1.data();
+  if (llama_) {  // reference/llama_block.cc's W on the shard
+    ops_->matmul_backward(null, du + o.fcproj_w, null, g.dof.data(), a.fchg.data(), nw, N_, Ft_, C_, ws);
+    ops_->matmul_backward(null, du + o.fc_w, null, g.dfch.data(), in2, nw, N_, C_, 2 * Ft_, ws);
+    ops_->rmsnorm_backward(null, du + o.ln2_w, g.dln2.data(), a.xmid.data(), nw, a.ln2_rstd.data(), Nl_, C_);
+    ops_->matmul_backward(null, du + o.attproj_w, null, g.dres.data(), a.atty.data(), nw, N_, Ct_, C_, ws);
+    ops_->matmul_backward(null, du + o.qkv_w, null, g.dqkv.data(), in1, nw, N_, C_, Wf_, ws);
+    ops_->rmsnorm_backward(null, du + o.ln1_w, g.dln1.data(), x_in, nw, a.ln1_rstd.data(), Nl_, C_);
+    return;
+  }
+  // The row-parallel biases: column sums over this rank's tokens (with SP,
+  // its rows of the gathered output gradients).
+  const size_t mine = o_.sp && !wrong_rows ? size_t(tp_->rank()) * size_t(Nl_) * C_ : 0;
+  ops_->matmul_backward(null, du + o.fcproj_w, null, g.dof.data(), a.fchg.data(), nw, N_, 4 * Ct_, C_, ws);
+  ops_->add_rows_backward(du + o.fcproj_b, g.dof.data() + mine, nullptr, Nl_, C_, 0, 1);
+  ops_->matmul_backward(null, du + o.fc_w, du + o.fc_b, g.dfch.data(), in2, nw, N_, C_, 4 * Ct_, ws);
+  ops_->layernorm_backward(null, du + o.ln2_w, du + o.ln2_b, g.dln2.data(), a.xmid.data(), nw, a.ln2_mean.data(),
+                           a.ln2_rstd.data(), Nl_, C_);
+  ops_->matmul_backward(null, du + o.attproj_w, null, g.dres.data(), a.atty.data(), nw, N_, Ct_, C_, ws);
+  ops_->add_rows_backward(du + o.attproj_b, g.dres.data() + mine, nullptr, Nl_, C_, 0, 1);
+  ops_->matmul_backward(null, du + o.qkv_w, du + o.qkv_b, g.dqkv.data(), in1, nw, N_, C_, 3 * Ct_, ws);
+  ops_->layernorm_backward(null, du + o.ln1_w, du + o.ln1_b, g.dln1.data(), x_in, nw, a.ln1_mean.data(),
+                           a.ln1_rstd.data(), Nl_, C_);
 }
 
 template <class T>
@@ -666,23 +737,31 @@ void TpModel<T>::attention_backward(T* dx_in, T* du, const T* x_in, const Block&
     if (input_ar) all_reduce(part_.data(), size_t(N_) * C_);
     return part_.data();
   };
+  auto w = [&](size_t off) { return du ? du + off : null; };  // as block_backward's
+  auto keep = [&](Buffer<T> Stash::* f, const T* src, size_t n) {
+    if (stash_) ops_->copy((stash_->*f).data(), src, n * sizeof(T));
+  };
+  const size_t N = size_t(N_), C = size_t(C_);
   // Attention branch: xmid = x_in + attproj(attn(qkv(ln1(x_in)))).
   ops_->copy(dx_in, dres_.data(), NlC * sizeof(T));
   const T* dres = dres_.data();
   if (o_.sp) gather(dres_.data(), gat_.data()), dres = gat_.data();
+  keep(&Stash::dres, dres, N * C);
   zero(datty_);
-  ops_->matmul_backward(datty_.data(), du + o.attproj_w, null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_,
+  ops_->matmul_backward(datty_.data(), w(o.attproj_w), null, dres, a.atty.data(), u + o.attproj_w, N_, Ct_, C_,
                         ws);
-  ops_->add_rows_backward(du + o.attproj_b, dres_.data(), nullptr, Nl_, C_, 0, 1);
+  if (du) ops_->add_rows_backward(du + o.attproj_b, dres_.data(), nullptr, Nl_, C_, 0, 1);
   zero(dqkv_);
   attend_backward(a);
+  keep(&Stash::dqkv, dqkv_.data(), N * 3 * size_t(Ct_));
   const T* in1 = a.ln1.data();
-  if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data();
+  if (o_.sp) gather(a.ln1.data(), gat_.data()), in1 = gat_.data(), keep(&Stash::in1, in1, N * C);
   zero(part_);
-  ops_->matmul_backward(part_.data(), du + o.qkv_w, du + o.qkv_b, dqkv_.data(), in1, u + o.qkv_w, N_, C_, 3 * Ct_,
+  ops_->matmul_backward(part_.data(), w(o.qkv_w), w(o.qkv_b), dqkv_.data(), in1, u + o.qkv_w, N_, C_, 3 * Ct_,
                         ws);
   const T* dln1 = reduce_input_grad();
-  ops_->layernorm_backward(dx_in, du + o.ln1_w, du + o.ln1_b, dln1, x_in, u + o.ln1_w, a.ln1_mean.data(),
+  keep(&Stash::dln1, dln1, NlC);
+  ops_->layernorm_backward(dx_in, w(o.ln1_w), w(o.ln1_b), dln1, x_in, u + o.ln1_w, a.ln1_mean.data(),
                            a.ln1_rstd.data(), Nl_, C_);
 }
 

@@ -79,6 +79,14 @@ class TpModel {
     Buffer<A> lse;   // ring attention: log-sum-exp per (sequence, head, token)
     Buffer<T> qkvh;  // Ulysses: this rank's heads of every token
   };
+  // zb-h1's B -> W gradient stash of one block (local shapes): what W's
+  // weight GEMMs and norm weights read, kept by B (the output gradients of
+  // the row-parallel GEMMs and of the column-parallel ones, the norms' input
+  // gradients, and with SP the gathered norm outputs, so W communicates
+  // nothing).
+  struct Stash {
+    Buffer<T> dof, dfch, dln2, dres, dqkv, dln1, in2, in1;
+  };
   struct Head {  // the final LayerNorm, the probabilities over this rank's vocabulary rows
     Buffer<T> lnf, probs;
     Buffer<A> lnf_mean, lnf_rstd, losses;
@@ -114,6 +122,15 @@ class TpModel {
   void embed_backward(T* dwte, T* dwpe, const T* dx0, const int32_t* tokens);
   void block_forward(Block& a, const T* x_in, const T* u, T* xout);
   void block_backward(T* dx_in, T* du, const T* dout, const T* x_in, const Block& a, const T* u);
+  // The split backward (zb-h1; reference/gpt.h block_backward_input and
+  // block_backward_weight): B runs block_backward's input-gradient path,
+  // collectives included, and fills the stash; W adds the weight gradients
+  // (sums over tp of SP's replicated ones stay the caller's, per step).
+  // wrong_rows: the zb_w_wrong_rows fault (SP: the bias rows of tp rank 0's
+  // tokens on every rank).
+  void alloc_stash(Stash& s, MemoryTracker* mt) const;
+  void block_backward_input(T* dx_in, Stash& g, const T* dout, const T* x_in, const Block& a, const T* u);
+  void block_backward_weight(T* du, const Stash& g, const T* x_in, const Block& a, bool wrong_rows = false);
   // A mixture-of-experts block: the tensor-parallel attention half, then the
   // MoE MLP on ln2's output (reference/moe.h MoeMlp with MoeScope::tp);
   // experts / dexperts as in reference/gpt.h moe_block_forward.
@@ -177,6 +194,7 @@ class TpModel {
   std::unique_ptr<cp::RingAttention<T>> ring_;
   std::unique_ptr<cp::UlyssesAttention<T>> ulysses_;
   int64_t vb_ = 0;
+  Stash* stash_ = nullptr;          // B of a split backward: weight gradients skipped, kept here
   Block work_;                      // full recompute: the block being rerun
   Buffer<T> att_work_, atty_work_;  // selective recompute
   Buffer<T> gat_, part_, tmp_, dres_, dln_, datty_, dqkv_, datt_, dfch_, dfchg_, dlogits_;

@@ -211,7 +211,8 @@ std::vector<TeethCase> tp_teeth_cases(Precision p) {
       {{1, 2}, "recompute=full"}, {{1, 1}, "recompute=full"}, {{2, 2}, "shard=zero3"}, {{2, 2}, "shard=zero3,sp=on"}};
   std::vector<TeethCase> out;
   for (const auto& [mesh, opts] : cases) out.push_back({tp_case(mesh.first, mesh.second, opts, p), {FaultAxis::tensor}});
-  for (const char* opts : {"schedule=1f1b", "schedule=interleaved,virtual_stages=2,sp=on"}) {  // inside stages
+  for (const char* opts : {"schedule=1f1b", "schedule=interleaved,virtual_stages=2,sp=on",
+                           "schedule=zb-h1,sp=on"}) {  // inside stages (zb-h1: zb_w_wrong_rows too)
     StrategyRun s = tp_case(1, 2, opts, p);
     s.spec.mesh.pp = 2;
     s.spec.train.model.L = 4;

@@ -76,7 +76,8 @@ TEST(Teeth, EveryPipelineFaultIsCaughtAtEveryPrecision) {
                                             "drop_w", "untied_head_summed", "grad_not_averaged", "wrong_shard_offset", "stale_params",
                                             "skip_grad_reduce", "skip_replica_reduce", "no_copy_back",
                                             "grads_rescaled_by_microbatches", "unnormalized_loss",
-                                            "zero_grads_per_microbatch", "tied_sum_after_reduce_scatter"}));
+                                            "zero_grads_per_microbatch", "tied_sum_after_reduce_scatter",
+                                            "bw_newest_weights"}));
   }
 }
 
@@ -89,7 +90,7 @@ TEST(Teeth, EveryTensorParallelFaultIsCaughtAtEveryPrecision) {
     }
     for (const FaultDecl& f : declared_faults(FaultAxis::tensor))  // every one injected somewhere
       EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
-    EXPECT_EQ(seen.size(), 8u);
+    EXPECT_EQ(seen.size(), 9u);
   }
 }
 
@@ -130,6 +131,37 @@ TEST(Teeth, TensorParallelNoFalseAlarmOverTenSeeds) {
       }
       runs += expect_passes_over_ten_seeds(s);
     }
+  EXPECT_EQ(runs, 2 * 6 * 10);
+}
+
+// No false alarm for the compositions inside tensor- and context-parallel
+// pipeline stages (issue 49 item 3): recompute, zb-h1 (B/W split of the
+// stage's backward) and 2bw (two versions of each rank's shards), GPT-2
+// (tiny-tp, four blocks over two stages) and tiny-llama, 10 seeds, both
+// precisions.
+TEST(Teeth, PipelineStageCompositionsNoFalseAlarmOverTenSeeds) {
+  const std::pair<std::pair<int, int>, const char*> cases[] = {
+      {{2, 1}, "schedule=1f1b,recompute=full"}, {{2, 1}, "schedule=zb-h1,sp=on"}, {{2, 1}, "schedule=2bw"},
+      {{1, 2}, "schedule=zb-h1"}};  // (tp, cp)
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+    for (const auto& [mesh, opts] : cases) {
+      StrategyRun s = mesh.second > 1 ? cp_case(1, 1, mesh.second, opts, p) : tp_case(1, mesh.first, opts, p);
+      s.spec.mesh.pp = 2;
+      s.spec.train.model.L = 4;
+      s.spec.train.microbatches = 4;
+      s.spec.train.batch = 4;
+      runs += expect_passes_over_ten_seeds(s);
+    }
+    for (const char* opts : {"schedule=zb-h1,recompute=selective", "schedule=2bw,recompute=full"}) {
+      StrategyRun s = llama_tp_case(1, 2, opts, p);
+      s.spec.mesh.pp = 2;
+      s.spec.train.model.L = 4;
+      s.spec.train.microbatches = 4;
+      s.spec.train.batch = 4;
+      runs += expect_passes_over_ten_seeds(s);
+    }
+  }
   EXPECT_EQ(runs, 2 * 6 * 10);
 }
 

@@ -88,8 +88,8 @@ TEST(ResultsCli, CheckTensorParallelBadSpecsExit2) {
       {"--mesh tp2.rpn3", "ranks_per_node"},
       {"--mesh tp2 --strategy faults=skip_sp_grad_reduce", "faults that apply here"},
       {"--mesh tp2 --strategy faults=bogus", "tensor-parallel faults"},
-      {"--mesh tp2.pp2 --strategy schedule=zb-h1", "stages run gpipe, 1f1b, interleaved"},
-      {"--mesh tp2.pp2 --strategy recompute=full", "recomputation inside pipeline stages"},
+      {"--mesh tp2.pp2 --strategy schedule=zb-h1,recompute=full", "zb-h1's W pass reads"},
+      {"--mesh pp2 --strategy recompute=full", "recomputation inside pipeline stages needs tp or cp"},
       {"--mesh pp2 --strategy faults=bias_tp_times", "need tp > 1"},
       {"--tp 0", "--tp"}};
   for (const auto& [flags, says] : cases) {
@@ -109,7 +109,7 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh cp2 --strategy cp_algo=ulysses,faults=dkv_not_returned", "faults that apply here"},
       {"--mesh cp2 --strategy faults=bogus", "context-parallel faults"},
       {"--mesh dp2.cp2.rpn1", "multiple of tp x cp = 2"},
-      {"--mesh cp2.pp2 --strategy schedule=zb-h1", "stages run gpipe, 1f1b, interleaved"},
+      {"--mesh cp2.pp2 --strategy schedule=zb-h1,recompute=full", "zb-h1's W pass reads"},
       {"--mesh cp2.pp2 --strategy schedule=1f1b,cp_algo=ulysses --model tiny-tp", ""},
       {"--mesh dp2.cp3 --strategy cp_algo=ulysses,shard=hsdp,shard_group=3", ""},  // F spans a replica's cp ranks
       {"--cp 0", "--cp"},
