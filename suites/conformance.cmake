@@ -276,6 +276,40 @@ if(PARABENCH_BUILD_TESTS)
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
   set_tests_properties(conformance_check_llama_pp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
                        "\n14 configurations, 14 failed\\.")
+  # tiny-mixtral (SwiGLU experts in every block) inside pipeline stages
+  # (issue 49 item 3): gpipe, 1f1b and interleaved, the experts over ep in
+  # the stage's dp group, x ZeRO-1/3, and split over tp as well (mesh
+  # dpN.epM.tpT.ppK, GPT-2's tiny-moe too). Rule-only (experts run on rows
+  # gathered across ranks); memory and traffic exactly as declared.
+  add_test(NAME conformance_check_mixtral_pp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral
+            --spec "pp2 schedule=gpipe" "pp4 schedule=1f1b" "pp2 schedule=interleaved,virtual_stages=2"
+            "dp2.ep2.pp2 schedule=1f1b" "dp2.ep2.pp2 schedule=gpipe,shard=zero3"
+            "dp2.pp2 schedule=interleaved,virtual_stages=2,shard=zero1" "tp2.pp2 schedule=1f1b"
+            "dp2.ep2.tp2.pp2 schedule=1f1b" "dp2.ep2.tp2.pp2 schedule=interleaved,virtual_stages=2,shard=zero3"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  add_test(NAME conformance_check_moe_tp_pp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe
+            --spec "tp2.pp2 schedule=gpipe" "dp2.ep2.tp2.pp2 schedule=1f1b,shard=zero3"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  # Their teeth: the untied head summed as if tied, the expert gradients ep
+  # times too large, the returned expert rows permuted, the experts' gate/up
+  # shards mismatched across tp, the norm counted tp times; every
+  # configuration must fail at both precisions (no false alarm over 10 seeds:
+  # Teeth.PipelineMixtralNoFalseAlarmOverTenSeeds).
+  add_test(NAME conformance_check_mixtral_pp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral
+            --spec "pp2 schedule=gpipe,faults=untied_head_summed"
+            "pp2 schedule=interleaved,virtual_stages=2,faults=untied_head_summed"
+            "dp2.ep2.pp2 schedule=1f1b,faults=ep_grads_ep_times" "dp2.ep2.pp2 schedule=1f1b,faults=ep_combine_permuted"
+            "dp2.ep2.tp2.pp2 schedule=1f1b,faults=gate_up_mismatch" "dp2.ep2.tp2.pp2 schedule=1f1b,faults=norm_tp_times"
+            "dp2.ep2.tp2.pp2 schedule=1f1b,faults=ep_grads_ep_times"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  # (rule-only rows: each configuration's row and its fp64 rerun)
+  set_tests_properties(conformance_check_mixtral_pp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n28 configurations, 28 failed\\.")
+  set_tests_properties(conformance_check_mixtral_pp conformance_check_moe_tp_pp conformance_check_mixtral_pp_teeth
+                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
   # Recomputation under tensor parallel (selective keeps no probabilities,
   # full reruns each block), with SP, x ZeRO-3, and alone at tp 1.
   add_test(NAME conformance_check_llama_recompute

@@ -31,7 +31,7 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                                                         std::to_string(o.dp() * o.tp() * o.cp() * o.pp));
   require(o.tensor.recompute == Recompute::none,
           "strategy.recompute: recomputation inside pipeline stages is not implemented yet");
-  const auto tp_ok = tp::faults_for(o.tp(), o.tensor.sp, o.tensor.recompute, cfg.model.V % o.tp() != 0);
+  const auto tp_ok = tp::faults_for(cfg.model, o.tp(), o.tensor.sp, o.tensor.recompute);  // the family's too
   for (tp::Fault f : o.tensor.faults)
     require(std::find(tp_ok.begin(), tp_ok.end(), f) != tp_ok.end(),
             "strategy.faults: " + tp::fault_name(f) + " does not apply to this pipeline (tensor-parallel faults "
@@ -85,9 +85,10 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                     "skip_replica_reduce, no_copy_back, and stale_params with zero1/zero2)");
   }
   if (cfg.model.moe.experts > 0) {
-    require(o.tp() == 1 && o.cp() == 1,
-            "model.moe: a mixture-of-experts model in a pipeline runs with data and expert parallel stages (mesh "
-            "dpN.epM.ppK); tensor and context parallel for MoE are not implemented yet");
+    require(o.cp() == 1 && !o.tensor.sp,
+            "model.moe: a mixture-of-experts model in a pipeline runs with data, expert and tensor parallel stages "
+            "(mesh dpN.epM.tpT.ppK, experts split over tp, no sp); context parallel and sequence parallel for MoE "
+            "stages are not implemented yet");
     require(o.kind == ScheduleKind::gpipe || o.kind == ScheduleKind::one_f_one_b ||
                 o.kind == ScheduleKind::interleaved,
             "strategy.schedule: " + std::string(schedule_name(o.kind)) +
@@ -258,7 +259,7 @@ StepStats PipelineRank<T>::step() {
   double loss = 0;
   if (pr_ == o_.pp - 1 && tr_ == 0)  // every tp rank holds the loss: count one
     for (double l : losses_) loss += l;  // microbatch order
-  loss += aux_;  // MoE: this rank's load-balancing terms (its tokens', every MoE block it holds)
+  if (tr_ == 0) loss += aux_;  // MoE: this rank's load-balancing terms (its tokens', every MoE block it holds; one tp rank's)
   StepStats st = dp::finish_step(*states_, cfg_, step_, loss, scalar_, sq);
   st.seconds = step_clock_->seconds(t0, step_clock_->mark());  // the whole step (times().wall_s: the schedule)
   ops_->synchronize();  // the optimizer's kernels are done when step() returns (a caller's clock sees them)
@@ -409,7 +410,14 @@ Declared PipelineRank<T>::declared(int steps) const {
       c.all_reduce += s.all_reduce, c.all_gather += s.all_gather, c.reduce_scatter += s.reduce_scatter;
     }
     const int64_t n = int64_t(m_) * steps;
-    d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + sp_held_ * db * steps);
+    // MoE blocks: no dense MLP all-reduce each way; the experts' rows instead,
+    // from the routing this rank recorded (tensor_parallel/tp_rank.cc's rule).
+    int64_t moe_rows = 0;
+    if (cfg_.model.moe.experts > 0) {
+      c.all_reduce -= 2 * int64_t(se_.units.size()) * x.tokens() * cfg_.model.C * db;
+      moe_rows = 2 * load_.owner_rows * cfg_.model.C * db;
+    }
+    d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + moe_rows + sp_held_ * db * steps);
     if (c.all_gather) d.add_comm(Group::tp, CommOp::all_gather, c.all_gather * n);
     if (c.reduce_scatter) d.add_comm(Group::tp, CommOp::reduce_scatter, c.reduce_scatter * n);
   }
