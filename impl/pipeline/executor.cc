@@ -289,6 +289,7 @@ void PipelineRank<T>::forward(const Action& a) {
       }
       release(nd + j);
       aux_ += ma.aux * double(N);  // the microbatch's load-balancing term, weighed by its tokens
+      if (s_.async_weights) aux_mb_[size_t(mb)] += ma.aux * double(N);
       ma.add_to(load_, cfg_.model.moe.experts, cfg_.model.moe.top_k);
     } else if (tpm_) {
       auto& b = lv.tblocks[size_t(i)];

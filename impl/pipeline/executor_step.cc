@@ -89,11 +89,15 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
             "model.moe: a mixture-of-experts model in a pipeline runs with data, expert and tensor parallel stages "
             "(mesh dpN.epM.tpT.ppK, experts split over tp, no sp); context parallel and sequence parallel for MoE "
             "stages are not implemented yet");
-    require(o.kind == ScheduleKind::gpipe || o.kind == ScheduleKind::one_f_one_b ||
-                o.kind == ScheduleKind::interleaved,
-            "strategy.schedule: " + std::string(schedule_name(o.kind)) +
-                " with a mixture-of-experts model is not implemented (MoE stages run gpipe, 1f1b, interleaved: "
-                "zb-h1 would split the MoE backward, 2bw keep two versions of the experts)");
+    require(o.kind != ScheduleKind::zb_h1,
+            "strategy.schedule: zb-h1 with a mixture-of-experts model is not implemented (MoE stages run gpipe, "
+            "1f1b, interleaved and 2bw; zb-h1 would split the MoE backward into B and W)");
+    // 2BW: the delayed-weight replay (delayed_reference.h) routes each
+    // microbatch on its own, so the capacity scope must be the microbatch's.
+    require(o.kind != ScheduleKind::pipedream_2bw || !dp::moe_shares_capacity(o.component(), cfg),
+            "strategy.schedule: 2bw with a mixture-of-experts model needs each microbatch's own capacity (dp1, or "
+            "model.moe.capacity local): global capacity over dp" + std::to_string(o.dp()) +
+                " routes microbatches of different weight versions together");
     require(o.experts.dp * o.ep == o.dp(), "mesh: ep" + std::to_string(o.ep) + " must divide dp" +
                                                std::to_string(o.dp()));
     require(cfg.model.moe.experts % o.ep == 0, "mesh: ep" + std::to_string(o.ep) +
@@ -286,6 +290,7 @@ std::vector<StepStats> PipelineRank<T>::run_window() {
   step_clock_->clear();
   const int t0 = step_clock_->mark();
   losses_.assign(size_t(K) * m_, 0.0);
+  aux_mb_.assign(size_t(K) * m_, 0.0);
   norms_.clear();
   run_actions();
   // Drain: g(K-2) and g(K-1) are still to be applied (as updates K and K+1 would).
@@ -295,6 +300,8 @@ std::vector<StepStats> PipelineRank<T>::run_window() {
   std::vector<double> loss(size_t(K), 0.0);
   if (pr_ == o_.pp - 1 && tr_ == 0)
     for (int j = 0; j < K * m_; ++j) loss[size_t(j / m_)] += losses_[size_t(j)];
+  if (tr_ == 0)  // MoE: this rank's load-balancing terms, each in its microbatch's group
+    for (int j = 0; j < K * m_; ++j) loss[size_t(j / m_)] += aux_mb_[size_t(j)];
   scalar_->all_reduce(loss.data(), loss.data(), loss.size(), DType::f64);
   std::vector<StepStats> out;
   for (int k = 0; k < K; ++k) {

@@ -199,6 +199,20 @@ std::vector<StrategyRun> mixtral_pipe_cases(Precision p) {
   return out;
 }
 
+std::vector<StrategyRun> mixtral_2bw_cases(Precision p) {
+  std::vector<StrategyRun> out;
+  for (int dp : {1, 2}) {
+    StrategyRun r = pipe_case(pipeline::ScheduleKind::pipedream_2bw, 2, 1, dp, p);
+    r.spec.train.model = named_model("tiny-mixtral");
+    r.spec.train.model.L = 4;
+    r.spec.train.model.moe.capacity = MoeCapacity::local;
+    r.spec.mesh.ep = dp;
+    if (dp == 2) r.spec.data.shard = dp::Shard::zero1;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 std::vector<FaultCatch> dp_fault_catches(Precision p) { return fault_catches(dp_teeth_cases(p)); }
 
 std::vector<FaultCatch> pipeline_fault_catches(Precision p) { return fault_catches(pipeline_teeth_cases(p)); }

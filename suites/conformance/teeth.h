@@ -70,6 +70,9 @@ std::vector<StrategyRun> llama_pipe_cases(Precision p);
 // gpipe pp2, 1f1b dp2.ep2.pp2, interleaved dp2.ep2.pp2 ZeRO-3, and the
 // experts split over tp too (1f1b dp2.ep2.tp2.pp2); four blocks.
 std::vector<StrategyRun> mixtral_pipe_cases(Precision p);
+// tiny-mixtral under PipeDream-2BW (local capacity: each microbatch's own):
+// pp2, and dp2.ep2.pp2 ZeRO-1; four blocks.
+std::vector<StrategyRun> mixtral_2bw_cases(Precision p);
 // Every tensor-parallel fault where it applies (tp 2 and 3, with and without
 // SP, full recompute, x ZeRO-3 at dp 2; tiny-llama at tp 4 with and without
 // SP), at precision p.
