@@ -153,6 +153,12 @@ parabench_mpi_test(NAME conformance_check_mpi_ep_pp_np4 NP 4
           schedule=gpipe,shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs
           TIMEOUT 300)
 
+# tiny-mixtral's MoE stages under MPI: dp2.ep2.pp2 and, the experts split
+# over tp too, tp2.pp2 (1F1B; docs/strategies/pipeline.md).
+parabench_mpi_test(NAME conformance_check_mpi_mixtral_pp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --mesh dp2.ep2.pp2 tp2.pp2 --model tiny-mixtral --strategy schedule=1f1b
+          --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Pipeline conformance under mpirun (mpi backend, one process per rank).
 if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   add_executable(conformance_pipeline_mpi_test conformance/pipeline_conformance_mpi_test.cc)
