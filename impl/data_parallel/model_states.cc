@@ -89,7 +89,9 @@ ModelStates<T>::ModelStates(StatesPlan plan, Communicator& world, const MeshShap
     dense_s_ = make_stage_hooks(*dense_, plan.stage, mem);
     stage_ = dense_s_.get();
     if (!experts_) return;
-    expert_s_ = make_stage_hooks(*experts_, StagePlan{}, mem);
+    StagePlan ep;  // PipeDream-2BW keeps two versions of the experts too
+    ep.two_versions = plan.stage.two_versions;
+    expert_s_ = make_stage_hooks(*experts_, ep, mem);
     both_s_ = std::make_unique<DenseAndExpertStageHooks<T>>(*dense_s_, dense_->num_units(), *expert_s_);
     stage_ = both_s_.get();
     return;

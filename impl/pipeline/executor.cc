@@ -110,22 +110,27 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   if (o.tp() > 1) tp_ = groups_.split(Group::tp, MeshAxis::tp);
   if (o.cp() > 1) cp_ = groups_.split(Group::cp, MeshAxis::cp);
   replicated_ = layout_.replicated_ranges();
-  if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) states_->dense().exclude_from_norm(replicated_);
+  // (an MoE model: the experts' replicated c_proj biases too)
+  if (tr_ > 0 && !o.tensor.has(tp::Fault::norm_tp_times)) states_->exclude_from_norm(replicated_);
   // Summed over tp once per step: SP's replicated gradients, or (llama,
   // kv_heads < tp) the replicated k_proj / v_proj ones (tensor_parallel/strategy.h).
   if (o.tp() > 1) reduced_ = tp::tp_reduced_ranges(layout_, o.tensor.sp);
   if (!reduced_.empty()) sp_held_ = states_->dense().held_grads_in(reduced_);
   const size_t N = size_t(Bm_) * cfg.seq;
+  // An MoE model's scope: the capacity group, ep, and tp (the experts split over it, tensor_parallel/runner.h).
+  if (cfg.model.moe.experts > 0) {
+    scope_ = dp::make_moe_scope(o.component(), cfg, groups_, tp_);
+    if (o.tensor.has(tp::Fault::gate_up_mismatch)) scope_.faults.insert(MoeFault::expert_gate_up_mismatch);  // the experts' too
+  }
   if (o.tp() > 1 || o.cp() > 1)
-    tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_, cp_, &mem_, Bm_, cfg.seq, MoeScope{}, *ops_);
+    tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_, cp_, &mem_, Bm_, cfg.seq, scope_, *ops_);
   dxa_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   dxb_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   tok_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
   tgt_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
   if (!ops_->is_host()) host_tok_.resize(N), host_tgt_.resize(N);
   if (!tpm_) scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq, ops_->is_host());
-  if (cfg.model.moe.experts > 0) {
-    scope_ = dp::make_moe_scope(o.component(), cfg, groups_);
+  if (cfg.model.moe.experts > 0 && !tpm_) {
     moe_scratch_ =
         MoeScratch<T>(&mem_, cfg.model, int(N), scope_.tokens(cfg.model.moe, int64_t(N)), o.ep, 1, !ops_->is_host());
   }
@@ -164,15 +169,17 @@ typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
   lv.x_in = Buffer<T>(&mem_, MemTag::activations, size_t(boundary_elems()));
   if (st.embedding) lv.tokens = Buffer<int32_t>(&mem_, MemTag::activations, N);
   for (int i = 0; i < st.num_blocks; ++i) {
+    const bool moe = m.is_moe(st.first_block + i);
+    lv.moe.emplace_back();
+    if (moe)  // tp > 1: the experts' share of this tp rank
+      lv.moe.back() =
+          MoeActs<T>(&mem_, m, int(N), scope_.tokens(m.moe, int64_t(N)), o_.ep, o_.tp(), !ops_->is_host());
     if (tpm_) {  // full recompute keeps the block's output alone (the backward reruns the rest)
-      tpm_->alloc_block(lv.tblocks.emplace_back(), &mem_, o_.tensor.recompute == Recompute::full);
+      tpm_->alloc_block(lv.tblocks.emplace_back(), &mem_, o_.tensor.recompute == Recompute::full, !moe);
       if (s_.split_backward) tpm_->alloc_stash(lv.tstash.emplace_back(), &mem_);
       continue;
     }
-    const bool moe = m.is_moe(st.first_block + i);
     lv.blocks.emplace_back(&mem_, m, Bm_, cfg_.seq, !moe);
-    lv.moe.emplace_back();
-    if (moe) lv.moe.back() = MoeActs<T>(&mem_, m, int(N), scope_.tokens(m.moe, int64_t(N)), o_.ep, 1, !ops_->is_host());
     if (s_.split_backward) lv.stash.emplace_back(&mem_, m, Bm_, cfg_.seq);
   }
   if (st.head) {
@@ -270,21 +277,28 @@ void PipelineRank<T>::forward(const Action& a) {
   const int nd = int(su_.units.size());
   for (int i = 0; i < st.num_blocks; ++i) {
     const int layer = st.first_block + i, u = su_.of_model[size_t(layout_.block_unit(layer))];
-    if (tpm_) {
+    if (const int j = se_.of_layer.empty() ? -1 : se_.of_layer[size_t(layer)]; j >= 0) {
+      MoeActs<T>& ma = lv.moe[size_t(i)];
+      const T* pu = param(mb, u, false);
+      if (tpm_) {  // the tensor-parallel attention half, the experts split over tp
+        auto& b = lv.tblocks[size_t(i)];
+        tpm_->moe_block_forward(b, ma, x, pu, b.xout.data(), param(mb, nd + j, false));
+        x = b.xout.data();
+      } else {
+        model_.moe_block_forward(lv.blocks[size_t(i)], ma, x, pu, scratch_, moe_scratch_, scope_,
+                                 param(mb, nd + j, false));
+        x = lv.blocks[size_t(i)].xout.data();
+      }
+      release(nd + j);
+      aux_ += ma.aux * double(N);  // the microbatch's load-balancing term, weighed by its tokens
+      if (s_.async_weights) aux_mb_[size_t(mb)] += ma.aux * double(N);
+      ma.add_to(load_, cfg_.model.moe.experts, cfg_.model.moe.top_k);
+    } else if (tpm_) {
       auto& b = lv.tblocks[size_t(i)];
       // Full recompute: the block's activations go to the workspace block, its output is kept.
       tpm_->block_forward(o_.tensor.recompute == Recompute::full ? tpm_->work() : b, x, param(mb, u, false),
                           b.xout.data());
       x = b.xout.data();
-    } else if (const int j = se_.of_layer.empty() ? -1 : se_.of_layer[size_t(layer)]; j >= 0) {
-      MoeActs<T>& ma = lv.moe[size_t(i)];
-      const T* pu = param(mb, u, false);
-      model_.moe_block_forward(lv.blocks[size_t(i)], ma, x, pu, scratch_, moe_scratch_, scope_,
-                               param(mb, nd + j, false));
-      release(nd + j);
-      aux_ += ma.aux * double(N);  // the microbatch's load-balancing term, weighed by its tokens
-      ma.add_to(load_, cfg_.model.moe.experts, cfg_.model.moe.top_k);
-      x = lv.blocks[size_t(i)].xout.data();
     } else {
       model_.block_forward(lv.blocks[size_t(i)], x, param(mb, u, false), scratch_);
       x = lv.blocks[size_t(i)].xout.data();
@@ -345,13 +359,19 @@ void PipelineRank<T>::backward(const Action& a) {
       // The load-balancing term's weight: its share of the step's tokens (the capacity scope's).
       const size_t N = size_t(Bm_) * cfg_.seq;
       const double aux_weight = double(scope_.tokens(cfg_.model.moe, int64_t(N))) / tokens;
-      const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
       T* gu = grad(mb, u);
       const T* pu = param(mb, u, true);
       T* ge = grad(mb, nd + j);
       const T* pe = param(mb, nd + j, true);
-      model_.moe_block_backward(dst, gu, dout, x_in, lv.blocks[size_t(i)], lv.moe[size_t(i)], pu, aux_weight,
-                                scratch_, moe_scratch_, scope_, pe, ge);
+      if (tpm_) {
+        const T* x_in = i ? lv.tblocks[size_t(i - 1)].xout.data() : lv.x_in.data();
+        tpm_->moe_block_backward(dst, gu, dout, x_in, lv.tblocks[size_t(i)], lv.moe[size_t(i)], pu, aux_weight, pe,
+                                 ge);
+      } else {
+        const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
+        model_.moe_block_backward(dst, gu, dout, x_in, lv.blocks[size_t(i)], lv.moe[size_t(i)], pu, aux_weight,
+                                  scratch_, moe_scratch_, scope_, pe, ge);
+      }
       grad_done(mb, nd + j);
       release(nd + j);
       grad_done(mb, u);

@@ -234,6 +234,7 @@ class PipelineRank : public RankBase<T> {
   MoeScratch<T> moe_scratch_;
   MoeLoad load_;
   double aux_ = 0;  // this step's load-balancing terms (coef x tokens), every MoE block here
+  std::vector<double> aux_mb_;  // 2BW: those terms per microbatch of the window (its loss per group)
   Gpt<T> model_;
   Buffer<T> dxa_, dxb_;
   Buffer<int32_t> tok_tmp_, tgt_tmp_;

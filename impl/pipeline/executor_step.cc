@@ -33,7 +33,7 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(o.tensor.recompute == Recompute::none || o.tp() > 1 || o.cp() > 1,
           "strategy.recompute: recomputation inside pipeline stages needs tp or cp > 1 in the mesh (it runs in "
           "the tensor- and context-parallel stage model); tp = cp = 1 stages do not recompute yet");
-  auto tp_ok = tp::faults_for(o.tp(), o.tensor.sp, o.tensor.recompute, cfg.model.V % o.tp() != 0);
+  auto tp_ok = tp::faults_for(cfg.model, o.tp(), o.tensor.sp, o.tensor.recompute);  // the family's too
   if (o.kind == ScheduleKind::zb_h1 && o.pp > 1 && o.tp() > 1 && o.tensor.sp && !cfg.model.llama())
     tp_ok.push_back(tp::Fault::zb_w_wrong_rows);
   for (tp::Fault f : o.tensor.faults)
@@ -89,14 +89,19 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                     "skip_replica_reduce, no_copy_back, and stale_params with zero1/zero2)");
   }
   if (cfg.model.moe.experts > 0) {
-    require(o.tp() == 1 && o.cp() == 1,
-            "model.moe: a mixture-of-experts model in a pipeline runs with data and expert parallel stages (mesh "
-            "dpN.epM.ppK); tensor and context parallel for MoE are not implemented yet");
-    require(o.kind == ScheduleKind::gpipe || o.kind == ScheduleKind::one_f_one_b ||
-                o.kind == ScheduleKind::interleaved,
-            "strategy.schedule: " + std::string(schedule_name(o.kind)) +
-                " with a mixture-of-experts model is not implemented (MoE stages run gpipe, 1f1b, interleaved: "
-                "zb-h1 would split the MoE backward, 2bw keep two versions of the experts)");
+    require(o.cp() == 1 && !o.tensor.sp,
+            "model.moe: a mixture-of-experts model in a pipeline runs with data, expert and tensor parallel stages "
+            "(mesh dpN.epM.tpT.ppK, experts split over tp, no sp); context parallel and sequence parallel for MoE "
+            "stages are not implemented yet");
+    require(o.kind != ScheduleKind::zb_h1,
+            "strategy.schedule: zb-h1 with a mixture-of-experts model is not implemented (MoE stages run gpipe, "
+            "1f1b, interleaved and 2bw; zb-h1 would split the MoE backward into B and W)");
+    // 2BW: the delayed-weight replay (delayed_reference.h) routes each
+    // microbatch on its own, so the capacity scope must be the microbatch's.
+    require(o.kind != ScheduleKind::pipedream_2bw || !dp::moe_shares_capacity(o.component(), cfg),
+            "strategy.schedule: 2bw with a mixture-of-experts model needs each microbatch's own capacity (dp1, or "
+            "model.moe.capacity local): global capacity over dp" + std::to_string(o.dp()) +
+                " routes microbatches of different weight versions together");
     require(o.experts.dp * o.ep == o.dp(), "mesh: ep" + std::to_string(o.ep) + " must divide dp" +
                                                std::to_string(o.dp()));
     require(cfg.model.moe.experts % o.ep == 0, "mesh: ep" + std::to_string(o.ep) +
@@ -265,7 +270,7 @@ StepStats PipelineRank<T>::step() {
   double loss = 0;
   if (pr_ == o_.pp - 1 && tr_ == 0)  // every tp rank holds the loss: count one
     for (double l : losses_) loss += l;  // microbatch order
-  loss += aux_;  // MoE: this rank's load-balancing terms (its tokens', every MoE block it holds)
+  if (tr_ == 0) loss += aux_;  // MoE: this rank's load-balancing terms (its tokens', every MoE block it holds; one tp rank's)
   StepStats st = dp::finish_step(*states_, cfg_, step_, loss, scalar_, sq);
   st.seconds = step_clock_->seconds(t0, step_clock_->mark());  // the whole step (times().wall_s: the schedule)
   ops_->synchronize();  // the optimizer's kernels are done when step() returns (a caller's clock sees them)
@@ -292,6 +297,7 @@ std::vector<StepStats> PipelineRank<T>::run_window() {
   step_clock_->clear();
   const int t0 = step_clock_->mark();
   losses_.assign(size_t(K) * m_, 0.0);
+  aux_mb_.assign(size_t(K) * m_, 0.0);
   norms_.clear();
   run_actions();
   // Drain: g(K-2) and g(K-1) are still to be applied (as updates K and K+1 would).
@@ -301,6 +307,8 @@ std::vector<StepStats> PipelineRank<T>::run_window() {
   std::vector<double> loss(size_t(K), 0.0);
   if (pr_ == o_.pp - 1 && tr_ == 0)
     for (int j = 0; j < K * m_; ++j) loss[size_t(j / m_)] += losses_[size_t(j)];
+  if (tr_ == 0)  // MoE: this rank's load-balancing terms, each in its microbatch's group
+    for (int j = 0; j < K * m_; ++j) loss[size_t(j / m_)] += aux_mb_[size_t(j)];
   scalar_->all_reduce(loss.data(), loss.data(), loss.size(), DType::f64);
   std::vector<StepStats> out;
   for (int k = 0; k < K; ++k) {
@@ -416,7 +424,14 @@ Declared PipelineRank<T>::declared(int steps) const {
       c.all_reduce += s.all_reduce, c.all_gather += s.all_gather, c.reduce_scatter += s.reduce_scatter;
     }
     const int64_t n = int64_t(m_) * steps;
-    d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + sp_held_ * db * steps);
+    // MoE blocks: no dense MLP all-reduce each way; the experts' rows instead,
+    // from the routing this rank recorded (tensor_parallel/tp_rank.cc's rule).
+    int64_t moe_rows = 0;
+    if (cfg_.model.moe.experts > 0) {
+      c.all_reduce -= 2 * int64_t(se_.units.size()) * x.tokens() * cfg_.model.C * db;
+      moe_rows = 2 * load_.owner_rows * cfg_.model.C * db;
+    }
+    d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + moe_rows + sp_held_ * db * steps);
     if (c.all_gather) d.add_comm(Group::tp, CommOp::all_gather, c.all_gather * n);
     if (c.reduce_scatter) d.add_comm(Group::tp, CommOp::reduce_scatter, c.reduce_scatter * n);
   }

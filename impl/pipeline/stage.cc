@@ -110,15 +110,25 @@ Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi) {
   return out;
 }
 
+namespace {
+int64_t moe_blocks_of(const ModelConfig& m, const StageSlice& st) {
+  int64_t n = 0;
+  for (int b = 0; b < st.num_blocks; ++b) n += m.is_moe(st.first_block + b) ? 1 : 0;
+  return n;
+}
+}  // namespace
+
 int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
                                int64_t db, int64_t ab, bool split, MoeStage moe) {
   const int64_t N = B * T, C = m.C;
   if (m.llama()) {  // the tensor-parallel runner's bytes at tp 1 are the reference's (gpt.cc BlockActs, HeadActs)
     tp::TpShape x;
     x.model = m, x.Bm = int(B), x.Tn = int(T), x.elem_bytes = int(db), x.acc_bytes = int(ab);
+    x.moe_scope_tokens = moe.scope_tokens, x.ep = moe.ep, x.moe_on_device = moe.on_device;
     // BlockGradStash: dout, dln2, dres, dln1 (C), gate|up's (2F), q|k|v's (qkv_width)
     const int64_t stash = split ? (4 * N * C + 2 * N * m.ffn + N * m.qkv_width()) * db : 0;
-    return tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head) + st.num_blocks * stash;
+    return tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head, moe_blocks_of(m, st)) +
+           st.num_blocks * stash;
   }
   // BlockActs: ln1, atty, xmid, ln2, xout (C); qkv (3C); fch, fchg (4C); att; 4 LN stats (A).
   const int64_t block = (5 * N * C + 3 * N * C + 8 * N * C + B * m.NH * T * T) * db + 4 * N * ab;
@@ -139,13 +149,14 @@ std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const 
   tp::TpShape x = tp::make_shape(m, o.tp, o.sp, o.recompute, B, T, p);
   x.cp = o.context.cp;
   x.algo = o.context.algo;
+  x.moe_scope_tokens = moe.scope_tokens, x.ep = moe.ep, x.moe_on_device = moe.on_device;
   const bool model_parallel = o.tp > 1 || o.context.cp > 1;  // the stage runs TpModel's pieces
   std::vector<std::vector<int64_t>> table(size_t(part.pp));
   for (int r = 0; r < part.pp; ++r)
     for (int c = 0; c < part.v; ++c) {
       const StageSlice& st = part.at(r, c);
       table[size_t(r)].push_back(
-          model_parallel ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head) +
+          model_parallel ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head, moe_blocks_of(m, st)) +
                                (split ? st.num_blocks * tp::block_stash_bytes(x) : 0)  // zb-h1: B -> W stash
                          : chunk_activation_bytes(m, st, B, T, x.elem_bytes, x.acc_bytes, split, moe));
     }
@@ -166,9 +177,11 @@ int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precis
   dispatch_dtype(storage_dtype(p), [&](auto t) {
     using U = decltype(t);
     bytes = 2 * held * m.C * int64_t(sizeof(U)) + 2 * N * 4;  // dx ping-pong, the sequences' tokens and targets
-    bytes += model_parallel ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T), 0, 1, kernel_ws)
+    // An MoE model's MoeScratch: the tensor-parallel stage model's own (experts split over tp), else one beside Scratch.
+    bytes += model_parallel ? tp::TpModel<U>::workspace_bytes(m, o, int(B), int(T), moe.scope_tokens, moe.ep, kernel_ws)
                             : Scratch<U>::bytes(m, int(B), int(T), kernel_ws);
-    if (m.moe.experts > 0) bytes += MoeScratch<U>::bytes(m, int(N), moe.scope_tokens, moe.ep, 1, !kernel_ws);
+    if (m.moe.experts > 0 && !model_parallel)
+      bytes += MoeScratch<U>::bytes(m, int(N), moe.scope_tokens, moe.ep, 1, !kernel_ws);
   });
   return bytes;
 }
@@ -341,7 +354,7 @@ class StageCommReplay {
     for (int i = 0; i < st.num_blocks; ++i) {
       const int layer = st.first_block + i, u = unit_of(layer);
       param(u, false);
-      if (const int j = expert_of(layer); !x_.tp && j >= 0) {
+      if (const int j = expert_of(layer); j >= 0) {
         param(nd_ + j, false);
         release(nd_ + j);
       }

@@ -268,33 +268,30 @@ void validate(const RunSpec& s) {
   // The llama family runs under the data-parallel family, tensor (and
   // sequence) parallel with recomputation, context parallel of dense models
   // (ring, zigzag or contiguous, and Ulysses, x tp and dp), pipeline parallel
-  // (dense models) and expert parallel (tiny-mixtral: mesh dpN.epM,
-  // dpN.epM.tpT) so far (docs/models.md): every other axis refuses it by name.
+  // (tiny-mixtral's MoE stages too) and expert parallel (tiny-mixtral: mesh
+  // dpN.epM, dpN.epM.tpT) so far (docs/models.md): every other axis refuses
+  // it by name.
   if (s.train.model.llama()) {
     const bool moe = s.train.model.moe.experts > 0, piped = s.mesh.pp > 1 || s.pipe.schedule;
-    // The pipeline's stages run GPT-2's MoE blocks only (impl/pipeline).
     const char* axis = s.mesh.cp > 1 && moe     ? "context parallel of a mixture of experts"
                        : s.mesh.cp > 1 && piped ? "context parallel inside pipeline stages"
-                       : moe && piped           ? "pipeline parallel of a mixture of experts"
                                                 : nullptr;
     require(axis == nullptr, std::string(axis ? axis : "") + " does not support model family llama yet (mesh " +
                                  mesh_text(s.mesh) + ", model " + s.train.model.name +
                                  "): the data-parallel family (mesh dpN), tensor parallel (mesh dpN.tpT, sp, "
                                  "recompute), context parallel of dense models (mesh dpN.tpT.cpC), pipeline parallel "
-                                 "of dense models (mesh dpN.ppK) and expert parallel (mesh dpN.epM, dpN.epM.tpT) run "
-                                 "it");
+                                 "(mesh dpN.ppK, tiny-mixtral dpN.epM.ppK) and expert parallel (mesh dpN.epM, "
+                                 "dpN.epM.tpT) run it");
   }
-  // Mixture of experts runs under data, expert and pipeline parallel, and
-  // under tensor parallel (experts split over tp) x data parallel so far.
+  // Mixture of experts runs under data, expert, pipeline and tensor parallel
+  // (experts split over tp), and their compositions (mesh dpN.epM.tpT.ppK).
   require(s.train.model.moe.experts == 0 ||
-              (s.mesh.cp == 1 && s.tensor.recompute == Recompute::none && !s.tensor.sp &&
-               (s.mesh.tp == 1 || (s.mesh.pp == 1 && !s.pipe.schedule))),
-          "model.moe: a mixture-of-experts model runs with data, expert and pipeline parallel (mesh dpN.epM.ppK), or "
-          "with tensor, expert and data parallel (mesh dpN.epM.tpT, experts split over tp and ep) so far, without "
-          "sequence parallel or recompute (got " + mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
+              (s.mesh.cp == 1 && s.tensor.recompute == Recompute::none && !s.tensor.sp),
+          "model.moe: a mixture-of-experts model runs with data, expert, tensor and pipeline parallel (mesh "
+          "dpN.epM.tpT.ppK, experts split over tp and ep) so far, without sequence parallel or recompute (got " +
+              mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
               (s.tensor.recompute != Recompute::none ? " recompute" : "") +
-              "): pipeline parallel together with tensor parallel, and context parallel, for MoE are not "
-              "implemented yet");
+              "): context parallel, sequence parallel and recompute for MoE are not implemented yet");
 }
 
 bool operator==(const RunSpec& a, const RunSpec& b) {

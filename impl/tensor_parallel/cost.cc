@@ -96,17 +96,18 @@ static int64_t llama_layer_activation_bytes(const TpShape& x) {
   return e * Nl * C * 4 + ab * Nl * 2 + e * N * (Wl + C / t + 3 * Ft) + probs;
 }
 
-int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head) {
+int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head, int64_t moe_blocks) {
   const int64_t N = x.tokens(), C = x.model.C, t = x.tp, e = x.elem_bytes, ab = x.acc_bytes;
   const int64_t Nl = x.sp ? N / t : N, Vr = (int64_t(x.model.V) + t - 1) / t;
   const int64_t input = e * Nl * C;  // the embedding's output, or the activation received
-  // The whole model's MoE blocks keep MoeActs (experts split over tp) for the
+  // The chunk's MoE blocks keep MoeActs (experts split over tp) for the
   // dense MLP's two activations: 4C/t each, the llama family's gate|up 2F/t and SwiGLU's F/t.
+  const int64_t n_moe = moe_blocks >= 0 ? moe_blocks : blocks == x.model.L ? x.model.moe_layers() : 0;
   auto moe_layers = [&](int64_t dense_mlp) -> int64_t {
-    if (x.model.moe.experts == 0 || blocks != x.model.L) return 0;
+    if (x.model.moe.experts == 0 || n_moe == 0) return 0;
     const int64_t moe = moe_activation_bytes(x.model, N, x.moe_scope_tokens, int(e), int(ab), x.ep, int(t),
                                              x.moe_on_device);
-    return x.model.moe_layers() * (moe - dense_mlp);
+    return n_moe * (moe - dense_mlp);
   };
   if (x.model.llama()) {  // RMSNorm keeps 1/rms alone
     const int64_t head_bytes = head ? e * Nl * C + ab * Nl + e * N * Vr + ab * N + 4 * N : 0;  // + targets

@@ -79,7 +79,9 @@ int64_t activation_bytes(const TpShape& x);
 // The same for a pipeline chunk of `blocks` layers (its input; the tokens
 // with the embedding; the head and the targets with it). The whole model is
 // stage_activation_bytes(x, L, true, true) == activation_bytes(x).
-int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head);
+// moe_blocks: how many of the chunk's layers are MoE blocks (MoeActs for the
+// dense MLP's activations); -1: the whole model's when blocks == L, else none.
+int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding, bool head, int64_t moe_blocks = -1);
 // zb-h1: one block's B -> W gradient stash (runner.h TpModel::Stash): the
 // output gradients of the MLP (C per token, gathered) and its up GEMM
 // (4C/t; llama gate|up 2F/t), of the attention output (C, gathered) and its

@@ -179,6 +179,40 @@ std::vector<StrategyRun> llama_pipe_cases(Precision p) {
   return out;
 }
 
+std::vector<StrategyRun> mixtral_pipe_cases(Precision p) {
+  namespace pl = pipeline;
+  struct Case { pl::ScheduleKind k; int v, dp, ep, tp; dp::Shard shard; };
+  const Case cases[] = {{pl::ScheduleKind::gpipe, 1, 1, 1, 1, dp::Shard::none},
+                        {pl::ScheduleKind::one_f_one_b, 1, 2, 2, 1, dp::Shard::none},
+                        {pl::ScheduleKind::interleaved, 2, 2, 2, 1, dp::Shard::zero3},
+                        {pl::ScheduleKind::one_f_one_b, 1, 2, 2, 2, dp::Shard::none}};
+  std::vector<StrategyRun> out;
+  for (const Case& c : cases) {
+    StrategyRun r = pipe_case(c.k, 2, c.v, c.dp, p);
+    r.spec.train.model = named_model("tiny-mixtral");
+    r.spec.train.model.L = 4;  // interleaved: two chunks of one block on each of two stages
+    r.spec.mesh.ep = c.ep;
+    r.spec.mesh.tp = c.tp;
+    r.spec.data.shard = c.shard;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<StrategyRun> mixtral_2bw_cases(Precision p) {
+  std::vector<StrategyRun> out;
+  for (int dp : {1, 2}) {
+    StrategyRun r = pipe_case(pipeline::ScheduleKind::pipedream_2bw, 2, 1, dp, p);
+    r.spec.train.model = named_model("tiny-mixtral");
+    r.spec.train.model.L = 4;
+    r.spec.train.model.moe.capacity = MoeCapacity::local;
+    r.spec.mesh.ep = dp;
+    if (dp == 2) r.spec.data.shard = dp::Shard::zero1;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 std::vector<FaultCatch> dp_fault_catches(Precision p) { return fault_catches(dp_teeth_cases(p)); }
 
 std::vector<FaultCatch> pipeline_fault_catches(Precision p) { return fault_catches(pipeline_teeth_cases(p)); }

@@ -66,6 +66,13 @@ StrategyRun llama_tp_case(int dp, int tp, const std::string& opts, Precision p);
 // tiny-llama (4 blocks) under pipeline parallel: 1F1B and GPipe x ZeRO-3 at
 // dp2, interleaved (v 2), 2BW and ZB-H1, pp 2 (the pipeline teeth's llama rows).
 std::vector<StrategyRun> llama_pipe_cases(Precision p);
+// tiny-mixtral (SwiGLU experts, every block MoE) inside pipeline stages:
+// gpipe pp2, 1f1b dp2.ep2.pp2, interleaved dp2.ep2.pp2 ZeRO-3, and the
+// experts split over tp too (1f1b dp2.ep2.tp2.pp2); four blocks.
+std::vector<StrategyRun> mixtral_pipe_cases(Precision p);
+// tiny-mixtral under PipeDream-2BW (local capacity: each microbatch's own):
+// pp2, and dp2.ep2.pp2 ZeRO-1; four blocks.
+std::vector<StrategyRun> mixtral_2bw_cases(Precision p);
 // Every tensor-parallel fault where it applies (tp 2 and 3, with and without
 // SP, full recompute, x ZeRO-3 at dp 2; tiny-llama at tp 4 with and without
 // SP), at precision p.

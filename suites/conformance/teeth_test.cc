@@ -113,6 +113,25 @@ TEST(Teeth, PipelineLlamaNoFalseAlarmOverTenSeeds) {
   EXPECT_EQ(runs, 2 * 5 * 10);
 }
 
+// No false alarm for tiny-mixtral inside pipeline stages (rule-only; the
+// experts split over ep, and over tp in the last case): mixtral_pipe_cases,
+// 10 seeds, both precisions.
+TEST(Teeth, PipelineMixtralNoFalseAlarmOverTenSeeds) {
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (const StrategyRun& base : mixtral_pipe_cases(p)) runs += expect_passes_over_ten_seeds(base);
+  EXPECT_EQ(runs, 2 * 4 * 10);
+}
+
+// The same for MoE stages under PipeDream-2BW (two versions of the experts):
+// mixtral_2bw_cases, 10 seeds, both precisions.
+TEST(Teeth, PipelineMoe2bwNoFalseAlarmOverTenSeeds) {
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (const StrategyRun& base : mixtral_2bw_cases(p)) runs += expect_passes_over_ten_seeds(base);
+  EXPECT_EQ(runs, 2 * 2 * 10);
+}
+
 // No false alarm for tensor parallel (rule-only below fp64, and held to the
 // rule again at fp64): 10 seeds x six configs (one inside pipeline stages) x
 // both precisions.
