@@ -114,7 +114,7 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh dp2.cp3 --strategy cp_algo=ulysses,shard=hsdp,shard_group=3", ""},  // F spans a replica's cp ranks
       {"--cp 0", "--cp"},
       {"--mesh tp2 --model tiny-moe --strategy sp=on", "without sequence parallel or recompute"},
-      {"--mesh cp2 --model tiny-moe", "context parallel, for MoE are not implemented yet"},
+      {"--mesh cp2 --model tiny-moe", "for MoE are not implemented yet"},
       {"--mesh tp2 --model tiny-moe --strategy recompute=full", "without sequence parallel or recompute"},
       {"--mesh tp2.ep2 --model tiny-moe", "must divide dp*cp = 1"},
       {"--mesh dp2.ep2 --model tiny", "needs a mixture-of-experts model"},
@@ -129,7 +129,7 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh dp2.ep2.pp2 --model tiny-moe --strategy schedule=2bw", "2bw with a mixture-of-experts model"},
       {"--mesh dp2.ep2.pp2 --model tiny", "needs a mixture-of-experts model"},
       {"--mesh dp4.ep4.pp2 --model tiny-moe-e6", "must divide model.moe.experts (6)"},
-      {"--mesh dp2.tp2.pp2 --model tiny-moe", "pipeline parallel together with tensor parallel"},
+      {"--mesh dp2.tp2.pp2 --model tiny-moe --strategy schedule=zb-h1", "with a mixture-of-experts model is not implemented"},
       {"--mesh dp2.ep2.tp2 --model tiny", "needs a mixture-of-experts model"},
       {"--mesh dp3.ep3.tp2 --model tiny-moe", "must divide model.moe.experts (4)"},
       {"--mesh dp2.tp2 --model tiny-moe --strategy faults=ep_combine_permuted", "needs expert parallel"},
