@@ -39,7 +39,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-STRATEGIES = ["fsdp2", "ddp", "tp-sp", "pp"]
+STRATEGIES = ["fsdp2", "ddp", "tp-sp", "pp", "pp-interleaved", "cp"]
 FAULTS = ["none", "clip-default", "local-mean"]
 TORCHTITAN_DEFAULT_MAX_NORM = 1.0  # torchtitan's config default for training.max_norm
 
@@ -190,6 +190,109 @@ def worker(rank, args):
                  microbatches=ex.micro, script="tt_train.py")
 
 
+def trainer_worker(rank, args):
+    """torchtitan's Trainer, configured by its ConfigManager from this
+    directory's tt_trainer registry and the strategy's overrides, trained by
+    its own train(); the trace recorded by two hooks (each wraps the
+    original, which then runs)."""
+    import tempfile
+
+    import tt_shim
+    tt_shim.apply()
+    import torch
+    import torch.distributed as dist
+    import tt_trainer
+    tt_trainer.define()
+    import torchtitan.distributed.utils as dist_utils
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         set_model_state_dict)
+    from torch.distributed.tensor import DTensor
+    from torchtitan.config import ConfigManager
+
+    ex = common.pbtrace.Export(args.export)
+    os.environ[tt_trainer.EXPORT_ENV] = os.path.abspath(args.export)
+    os.environ[tt_trainer.FAULT_ENV] = args.fault
+    dump = tempfile.mkdtemp(prefix="tt_trainer_")
+    os.environ["PARABENCH_TT_DUMP"] = dump
+    cli = ["--module", "tt_trainer", "--config", "parabench_export"]
+    cli += tt_trainer.overrides(args.strategy, args.world, args.precision, ex)
+    if args.fault == "clip-default":  # torchtitan's own default max_norm, the export's "none" left out
+        from torchtitan.config import TrainingConfig
+        cli += ["--training.max_norm", str(TrainingConfig().max_norm)]
+    config = ConfigManager().parse_args(cli)
+    trainer = config.build()
+
+    # The export's weights over the Trainer's init, through torchtitan's own
+    # state-dict adapter (from_hf: its names, q/k rows permuted per head);
+    # set_model_state_dict shards each full tensor as the part holds it
+    # (FSDP2 / TP DTensors, or a pipeline stage's subset).
+    adapter = config.model_spec.state_dict_adapter(trainer.model_config, None)
+    full = adapter.from_hf({n: t.float().clone() for n, t in ex.init.items()})
+    names = {}
+    for part in trainer.model_parts:
+        mine = get_model_state_dict(part).keys()
+        sd = {k: v for k, v in full.items() if k in mine}
+        assert sd and not [k for k in mine if k not in sd and "freqs" not in k], sorted(mine)
+        set_model_state_dict(part, sd, options=StateDictOptions(full_state_dict=True, strict=False))
+        names.update({id(p): n for n, p in part.named_parameters()})
+    tt_to_hf = {v: k for k, v in _tt_names(adapter, ex).items()}
+
+    def full_tensor(t):
+        return (t.full_tensor() if isinstance(t, DTensor) else t).detach().float().clone()
+
+    def gather(pairs):  # {export name: tensor} from every rank's parts, on every rank
+        mine = {tt_to_hf[n]: _to_hf(adapter, n, full_tensor(t)) for n, t in pairs}
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, mine)
+        return {k: v for d in every for k, v in d.items()}
+
+    rec = common.Recorder()
+    lrs, norms = [], []
+    clip_grad_norm_ = dist_utils.clip_grad_norm_
+
+    def clip_hook(parameters, max_norm, *a, **kw):
+        # Hook on the Trainer's gradient clipping (train_step calls
+        # dist_utils.clip_grad_norm_): the step-1 gradients as reduced,
+        # before clipping scales them; the norm it returns; the lr the
+        # optimizer steps with next (its schedulers step after).
+        parameters = list(parameters)
+        if rec.grads1 is None:
+            rec.grads1 = gather([(names[id(p)], p.grad) for p in parameters])
+        norm = clip_grad_norm_(parameters, max_norm, *a, **kw)
+        norms.append(float(norm))
+        lrs.append(trainer.optimizers.optimizers[0].param_groups[0]["lr"])
+        return norm
+
+    dist_utils.clip_grad_norm_ = clip_hook
+    log = trainer.metrics_processor.log
+
+    def log_hook(step, global_avg_loss, global_max_loss, grad_norm, *a, **kw):
+        # Hook on the Trainer's metrics logging (every step: log_freq 1):
+        # its global average loss. Under PP only the last stage has it
+        # (the others log -1): summed over the ranks that have it.
+        has = not trainer.parallel_dims.pp_enabled or trainer.pp_has_last_stage
+        t = torch.tensor([float(global_avg_loss) if has else 0.0, 1.0 if has else 0.0], dtype=torch.float64)
+        dist.all_reduce(t)
+        rec.losses.append(float(t[0] / t[1]))
+        return log(step, global_avg_loss, global_max_loss, grad_norm, *a, **kw)
+
+    trainer.metrics_processor.log = log_hook
+    if tt_trainer.prestep_scheduler(ex):
+        trainer.lr_schedulers.step()  # see tt_trainer.lr_scheduler_config
+    trainer.train()
+    trainer.close()
+    assert len(rec.losses) == len(norms) == ex.steps, (len(rec.losses), len(norms))
+    rec.norms, rec.lrs = norms, lrs
+    rec.params = gather([(n, p) for part in trainer.model_parts for n, p in part.named_parameters()])
+    import shutil
+    shutil.rmtree(dump, ignore_errors=True)
+    pd = trainer.parallel_dims
+    mesh = (f"pp{pd.pp}" if pd.pp > 1 else f"tp{pd.tp}" if pd.tp > 1 else f"cp{pd.cp}" if pd.cp > 1
+            else f"dp{pd.dp_replicate * pd.dp_shard}")
+    common.write(rank, args, ex, rec, framework=f"torchtitan-{common.importlib.metadata.version('torchtitan')}",
+                 mesh=mesh, microbatches=ex.micro, script="tt_train.py")
+
+
 def pp_worker(rank, args, ex, cfg, model, adapter, to_hf_names):
     """pp: torchtitan's pipeline_llm (its stage split and 1F1B schedule over a
     "pp" mesh of every rank, 2 microbatches of batch/2), parallelize_fn the
@@ -276,6 +379,9 @@ def _to_hf(adapter, tt_name, t):
 
 def main():
     ap = common.parser(__doc__, STRATEGIES, FAULTS)
+    ap.add_argument("--driver", default="trainer", choices=["trainer", "loop"],
+                    help="trainer: torchtitan's Trainer (default); loop: the step written out around "
+                         "torchtitan's model and parallelize functions")
     args = ap.parse_args()
     common.check_framework(ap, "torchtitan")
     ex = common.preflight(ap, args)
@@ -297,7 +403,7 @@ def main():
         ap.error("--fault local-mean applies to --strategy fsdp2")
     if args.fault == "clip-default" and ex.optim["clip"] > 0:
         ap.error("--fault clip-default needs an export with optim.clip = 0 (no clipping)")
-    common.spawn(worker, args)
+    common.spawn(trainer_worker if args.driver == "trainer" else worker, args)
 
 
 if __name__ == "__main__":
