@@ -9,7 +9,7 @@ engine, and writes a parabench trace for `parabench verify`.
 Strategies: zero0 .. zero3 (deepspeed.initialize with ZeRO stage 0-3 over
 every rank; gradient accumulation over the export's microbatches by the
 engine's own boundary logic); pipe (the pipeline engine: a PipelineModule in
---world stages, wte tied by a TiedLayerSpec); ulysses-zero2, ulysses-zero3
+--world stages, wte tied by a TiedLayerSpec); ulysses-zero0 .. ulysses-zero3
 (DistributedAttention over a sequence group of every rank); autotp (AutoTP
 training, tp = --world). docs/frameworks.md describes each. The model is scripts/torch/train.py's GPT
 (a plain torch.nn.Module, which is what DeepSpeed wraps). The optimizer is
@@ -32,7 +32,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-STRATEGIES = ["zero0", "zero1", "zero2", "zero3", "pipe", "ulysses-zero2", "ulysses-zero3", "autotp"]
+STRATEGIES = ["zero0", "zero1", "zero2", "zero3", "pipe", "ulysses-zero0", "ulysses-zero1", "ulysses-zero2",
+              "ulysses-zero3", "autotp"]
 FAULTS = ["none", "clip-default", "no-ga-scale", "ulysses-scale"]
 
 
