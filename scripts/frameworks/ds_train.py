@@ -243,7 +243,14 @@ def worker(rank, args):
         torch.distributed.all_reduce(loss_sum)
         rec.step(loss_sum.item() / (world * ex.micro), norm, lr)
     full = [safe_get_full_fp32_param(p) for p in params]
-    full = [(f if f is not None else p).detach().float() for p, f in zip(params, full)]
+    # Without ZeRO (stage 0) bf16-mixed runs DeepSpeed's FP16_UnfusedOptimizer
+    # wrapper ("ddp_bf16"), whose fp32 master weights safe_get_full_fp32_param
+    # does not know (it answers None): they are its fp32_groups, in the order
+    # of its fp16_groups. (The bf16 parameters in their place lose every
+    # update below a bf16 ulp: the norms' weights, near 1, looked untrained.)
+    master = {id(lp): hp for lg, hg in zip(getattr(engine.optimizer, "fp16_groups", []),
+                                           getattr(engine.optimizer, "fp32_groups", [])) for lp, hp in zip(lg, hg)}
+    full = [(f if f is not None else master.get(id(p), p)).detach().float() for p, f in zip(params, full)]
     if tp_group is not None:
         full = [gather_tp(ex, n, f, tp_group) for n, f in zip(names, full)]
     rec.params = torch_adapter.full_tensors(zip(names, full))

@@ -395,10 +395,25 @@ def main():
         ap.error(f"{args.world} replicas do not divide the batch of {ex.batch}")
     if args.strategy == "pp" and (m["layers"] % args.world or ex.batch % 2):
         ap.error(f"{args.world} stages must divide the model's {m['layers']} layers (and 2 microbatches the batch)")
-    if args.strategy == "tp-sp" and (m["heads"] % args.world or m["kv_heads"] % args.world or ex.seq % args.world):
-        ap.error(f"tp {args.world} must divide heads {m['heads']}, kv heads {m['kv_heads']} and seq {ex.seq}")
-    if args.precision == "bf16-mixed" and args.strategy != "fsdp2":
-        ap.error("--precision bf16-mixed runs with --strategy fsdp2 (FSDP2's MixedPrecisionPolicy) only")
+    if args.strategy == "pp-interleaved" and (m["layers"] + 2 < 2 * args.world or ex.batch % 2):
+        # torchtitan's split: two virtual stages per rank over the layers,
+        # the embedding and the output counting one layer each.
+        ap.error(f"--strategy pp-interleaved: {2 * args.world} virtual stages need model.layers >= "
+                 f"{2 * args.world - 2} (it is {m['layers']}), and 2 microbatches must divide the batch")
+    if args.strategy in ("tp-sp", "cp") and (m["heads"] % args.world or m["kv_heads"] % args.world
+                                             or ex.seq % (2 * args.world)):
+        ap.error(f"{args.strategy} {args.world} must divide heads {m['heads']} and kv heads {m['kv_heads']}, "
+                 f"and {2 * args.world} the seq {ex.seq}")
+    if args.driver == "loop":
+        if args.strategy in ("pp-interleaved", "cp"):
+            ap.error(f"--strategy {args.strategy} runs with --driver trainer only")
+        if args.precision == "bf16-mixed" and args.strategy != "fsdp2":
+            ap.error("--driver loop: --precision bf16-mixed runs with --strategy fsdp2 (FSDP2's "
+                     "MixedPrecisionPolicy) only")
+    elif ex.optim["schedule"] != "constant" and ex.optim["warmup"] > 0:
+        ap.error("--driver trainer: torchtitan's scheduler holds one step at full lr after its warmup, so the "
+                 "export's cosine after a warmup (optim.warmup > 0) has no torchtitan config; export with "
+                 "optim.warmup=0 or optim.schedule=\"constant\", or use --driver loop")
     if args.fault == "local-mean" and args.strategy != "fsdp2":
         ap.error("--fault local-mean applies to --strategy fsdp2")
     if args.fault == "clip-default" and ex.optim["clip"] > 0:

@@ -222,7 +222,6 @@ def overrides(strategy, world, precision, ex):
                "--parallelism.pipeline_parallel_microbatch_size", str(ex.batch // 2)],
         "pp-interleaved": ["--parallelism.pipeline_parallel_degree", str(world),
                            "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
-                           "--parallelism.pipeline_parallel_layers_per_stage", "1",
                            "--parallelism.pipeline_parallel_microbatch_size", str(ex.batch // 2)],
         "cp": ["--parallelism.context_parallel_degree", str(world)],
     }[strategy]
