@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 STRATEGIES = ["zero0", "zero1", "zero2", "zero3", "pipe", "ulysses-zero0", "ulysses-zero1", "ulysses-zero2",
-              "ulysses-zero3", "autotp"]
+              "ulysses-zero3", "autotp", "autotp-zero1"]
 FAULTS = ["none", "clip-default", "no-ga-scale", "ulysses-scale"]
 
 
@@ -378,11 +378,11 @@ def main():
     if args.fault == "clip-default" and ex.optim["clip"] > 0:
         ap.error("--fault clip-default needs an export with optim.clip = 0 (no clipping)")
     if args.fault == "ulysses-scale" and not args.strategy.startswith("ulysses"):
-        ap.error("--fault ulysses-scale needs --strategy ulysses-zero2 or ulysses-zero3")
+        ap.error("--fault ulysses-scale needs a --strategy ulysses-zero0 .. ulysses-zero3")
     if args.strategy.startswith("ulysses") and (ex.seq % args.world or ex.NH % args.world):
         ap.error(f"--strategy {args.strategy} at world {args.world}: the world must divide train.seq ({ex.seq}) "
                  f"and model.heads ({ex.NH})")
-    if args.strategy == "autotp" and ex.NH % args.world:
+    if args.strategy.startswith("autotp") and ex.NH % args.world:
         ap.error(f"--strategy autotp: {args.world} ranks do not divide model.heads {ex.NH}")
     if args.strategy == "pipe" and (ex.L % args.world or ex.micro < 2):
         ap.error(f"--strategy pipe needs model.layers ({ex.L}) divisible by --world {args.world} and "

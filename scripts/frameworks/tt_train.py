@@ -220,6 +220,19 @@ def trainer_worker(rank, args):
         from torchtitan.config import TrainingConfig
         cli += ["--training.max_norm", str(TrainingConfig().max_norm)]
     config = ConfigManager().parse_args(cli)
+    if args.strategy == "pp-interleaved":
+        # Every model part (virtual stage) gets layers: torchtitan's optimizer
+        # builds each part's parameter groups and refuses a pattern that
+        # matches nothing in a part (the norms' no-decay group, in a stage
+        # holding only the embedding, as its default split makes). The
+        # config's explicit split: L / (2 world) layers per stage, the
+        # embedding with the first, the final norm and lm_head with the last.
+        n = 2 * args.world
+        per = ex.L // n
+        parts = [[f"layers.{i}" for i in range(k * per, (k + 1) * per)] for k in range(n)]
+        parts[0].insert(0, "tok_embeddings")
+        parts[-1] += ["norm", "lm_head"]
+        config.parallelism.module_fqns_per_model_part = parts
     trainer = config.build()
 
     # The export's weights over the Trainer's init, through torchtitan's own
@@ -395,11 +408,9 @@ def main():
         ap.error(f"{args.world} replicas do not divide the batch of {ex.batch}")
     if args.strategy == "pp" and (m["layers"] % args.world or ex.batch % 2):
         ap.error(f"{args.world} stages must divide the model's {m['layers']} layers (and 2 microbatches the batch)")
-    if args.strategy == "pp-interleaved" and (m["layers"] + 2 < 2 * args.world or ex.batch % 2):
-        # torchtitan's split: two virtual stages per rank over the layers,
-        # the embedding and the output counting one layer each.
-        ap.error(f"--strategy pp-interleaved: {2 * args.world} virtual stages need model.layers >= "
-                 f"{2 * args.world - 2} (it is {m['layers']}), and 2 microbatches must divide the batch")
+    if args.strategy == "pp-interleaved" and (m["layers"] % (2 * args.world) or ex.batch % 2):
+        ap.error(f"--strategy pp-interleaved: {2 * args.world} virtual stages (two per rank) must divide "
+                 f"model.layers {m['layers']}, and 2 microbatches the batch")
     if args.strategy in ("tp-sp", "cp") and (m["heads"] % args.world or m["kv_heads"] % args.world
                                              or ex.seq % (2 * args.world)):
         ap.error(f"{args.strategy} {args.world} must divide heads {m['heads']} and kv heads {m['kv_heads']}, "
