@@ -92,6 +92,10 @@ if(PARABENCH_BUILD_TESTS)
   parabench_framework_test(ds_ulysses_zero1 pass "${pb_fw_base}" ds_train.py --strategy ulysses-zero1)
   parabench_framework_test(ds_ulysses_zero3_bf16 pass "${pb_fw_base}" ds_train.py --strategy ulysses-zero3
                            --precision bf16-mixed)
+  # AutoTP under ZeRO-1 (bf16-mixed: DeepSpeed's BF16 optimizer; at stage 0
+  # bf16-mixed runs its "ddp_bf16" wrapper instead, docs/frameworks.md).
+  parabench_framework_test(ds_autotp_zero1_bf16 pass "${pb_fw_base}" ds_train.py --strategy autotp-zero1
+                           --precision bf16-mixed)
   parabench_framework_test(tt_pp_interleaved pass "${pb_tt_base} model.layers=4" tt_train.py
                            --strategy pp-interleaved)
   function(parabench_framework_seeds name adapter)
@@ -113,7 +117,8 @@ if(PARABENCH_BUILD_TESTS)
     "ulysses_zero2|${pb_fw_base}|--strategy ulysses-zero2" "ulysses_zero3|${pb_fw_base}|--strategy ulysses-zero3"
     "ulysses_zero2_bf16|${pb_fw_base}|--strategy ulysses-zero2 --precision bf16-mixed"
     "ulysses_zero3_bf16|${pb_fw_base}|--strategy ulysses-zero3 --precision bf16-mixed"
-    "autotp|${pb_fw_base}|--strategy autotp" "autotp_bf16|${pb_fw_base}|--strategy autotp --precision bf16-mixed")
+    "autotp|${pb_fw_base}|--strategy autotp" "autotp_bf16|${pb_fw_base}|--strategy autotp --precision bf16-mixed"
+    "autotp_zero1_bf16|${pb_fw_base}|--strategy autotp-zero1 --precision bf16-mixed")
   parabench_framework_seeds(mg mg_train.py
     "tp|${pb_fw_base}|--strategy tp" "tp_sp|${pb_fw_base}|--strategy tp-sp" "pp|${pb_fw_base}|--strategy pp"
     "pp_interleaved|${pb_fw_base}|--strategy pp-interleaved" "dp|${pb_fw_base}|--strategy dp"

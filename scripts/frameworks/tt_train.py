@@ -220,6 +220,8 @@ def trainer_worker(rank, args):
         from torchtitan.config import TrainingConfig
         cli += ["--training.max_norm", str(TrainingConfig().max_norm)]
     config = ConfigManager().parse_args(cli)
+    if args.strategy == "cp":
+        config.dataloader.positions = True  # torchtitan's cp input sharding reads them
     if args.strategy == "pp-interleaved":
         # Every model part (virtual stage) gets layers: torchtitan's optimizer
         # builds each part's parameter groups and refuses a pattern that

@@ -154,7 +154,10 @@ def _classes():
 
         @dataclasses.dataclass(kw_only=True, slots=True)
         class Config(BaseDataLoader.Config):
-            pass
+            positions: bool = False
+            """Also yield each token's position (0 .. seq-1: every sequence
+            one document), which torchtitan's context-parallel input
+            sharding requires."""
 
         def __init__(self, config, *, dp_world_size, dp_rank, tokenizer, seq_len, local_batch_size,
                      snapshot_every_n_steps=None):
@@ -166,8 +169,11 @@ def _classes():
             for step in range(ex.steps):
                 lo = dp_rank * per
                 for a in range(lo, lo + per, local_batch_size):
-                    self.pieces.append(({"input": ex.inputs[step, a:a + local_batch_size].clone()},
-                                        ex.targets[step, a:a + local_batch_size].clone()))
+                    x = ex.inputs[step, a:a + local_batch_size].clone()
+                    inputs = {"input": x}
+                    if config.positions:
+                        inputs["positions"] = torch.arange(x.shape[1]).expand(x.shape[0], -1).clone()
+                    self.pieces.append((inputs, ex.targets[step, a:a + local_batch_size].clone()))
             self.taken = 0
 
         def __iter__(self):
