@@ -98,6 +98,10 @@ if(PARABENCH_BUILD_TESTS)
                            --precision bf16-mixed)
   parabench_framework_test(tt_pp_interleaved pass "${pb_tt_base} model.layers=4" tt_train.py
                            --strategy pp-interleaved)
+  # torchtitan's previous path (the step written out, --driver loop), kept
+  # for exports torchtitan's scheduler cannot follow (cosine after a warmup).
+  parabench_framework_test(tt_fsdp2_loop pass "${pb_tt_base} optim.warmup=2" tt_train.py --strategy fsdp2
+                           --driver loop)
   function(parabench_framework_seeds name adapter)
     add_test(NAME frameworks_seeds_${name}
              COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/frameworks/seeds.sh $<TARGET_FILE:parabench>
@@ -128,6 +132,7 @@ if(PARABENCH_BUILD_TESTS)
   parabench_framework_seeds(tt tt_train.py
     "fsdp2|${pb_tt_base}|--strategy fsdp2" "ddp|${pb_tt_base}|--strategy ddp" "tp_sp|${pb_tt_base}|--strategy tp-sp"
     "pp|${pb_tt_base}|--strategy pp" "pp_interleaved|${pb_tt_base} model.layers=4|--strategy pp-interleaved"
-    "fsdp2_bf16|${pb_tt_base}|--strategy fsdp2 --precision bf16-mixed")
+    "fsdp2_bf16|${pb_tt_base}|--strategy fsdp2 --precision bf16-mixed"
+    "tp_sp_bf16|${pb_tt_base}|--strategy tp-sp --precision bf16-mixed")
   # --- end of the titan block
 endif()

@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 """The torchtitan adapter: torchtitan 0.3.0 trains parabench's llama export
-(model.name=tiny-llama) on CPU (gloo) with its own Llama model and its own
-parallelize functions, and writes a parabench trace for `parabench verify`.
+(model.name=tiny-llama) on CPU (gloo) and writes a parabench trace for
+`parabench verify`.
 
     python scripts/frameworks/tt_train.py --export DIR --strategy fsdp2 \\
         --world 2 --out trace.safetensors
 
-Strategies (bf16-mixed: fsdp2 only): fsdp2 (torchtitan's apply_fsdp_to_decoder over a 1-D "fsdp"
-mesh of every rank), ddp (the same over ["dp_replicate", "fsdp"] with
-fsdp of size 1, as parallelize_llama does for data_parallel_replicate_degree:
-every parameter replicated, gradients all-reduced), tp-sp (the model's own sharding config with sequence
-parallel, Llama3Model.Config.update_from_config's set_llama3_sharding_config,
-applied by model.parallelize over a "tp" mesh of every rank), pp
-(torchtitan's pipeline_llm: its stage split and 1F1B schedule, 2
-microbatches).
+--driver trainer (the default): torchtitan's own Trainer
+(torchtitan.trainer.Trainer), its config from torchtitan's ConfigManager
+with tt_trainer.py as the config registry and the strategy as command-line
+overrides; trainer.train() runs the steps, and hooks (wrappers that call
+the original) on its gradient clipping and its metrics logging record the
+trace (trainer_worker). Strategies: fsdp2 (data_parallel_shard_degree),
+ddp (data_parallel_replicate_degree), tp-sp (tensor_parallel_degree with
+sequence parallel), pp (pipeline_parallel_degree, 1F1B), pp-interleaved
+(Interleaved1F1B, two virtual stages per rank), cp (context_parallel_degree:
+fails on CPU, docs/frameworks.md); bf16-mixed is FSDP2's mixed-precision
+policy (training.mixed_precision_param).
+--driver loop: the Trainer's step written out (forward, the loss as its
+Trainer takes it, backward, global grad norm, clip, AdamW) around
+torchtitan's model and parallelize functions (worker, pp_worker): fsdp2,
+ddp, tp-sp, pp; bf16-mixed under fsdp2 only. It trains exports whose
+schedule torchtitan's scheduler cannot follow (a cosine after a warmup).
 The model is torchtitan's Llama3Model built from a config matching the
 export (dim, heads, kv heads, ffn, vocab, norm eps, RoPE theta without
 llama scaling, untied lm_head); the weights are the export's, mapped by
@@ -21,11 +29,7 @@ torchtitan's own Llama3StateDictAdapter.from_hf, which renames the Hugging
 Face names and reverse-permutes q_proj/k_proj rows per head from Hugging
 Face's rotate-half RoPE layout (pairs (i, i + hs/2)) to torchtitan's complex
 rotation (pairs (2i, 2i + 1)); the attention scores are unchanged by it.
-The torchtitan Trainer itself is not driven (its config system and
-dataloader/tokenizer need more shims than there was time for; see
-docs/frameworks.md): the loop below is the Trainer's step written out
-(forward, mean cross-entropy, backward, global grad norm, clip, AdamW).
-Optimizer: torch AdamW, weight decay on matrices only, lr of the export's
+Optimizer: AdamW, weight decay on matrices only, lr of the export's
 schedule; clipping to optim.clip (0: none).
 Faults (a trace that must fail verify): clip-default (torchtitan's default
 max_norm 1.0 left on while the export says no clipping); local-mean (fsdp2:

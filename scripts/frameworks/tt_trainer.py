@@ -30,7 +30,6 @@ def _export():
 def parabench_export():
     """The config registry function ConfigManager calls: a Trainer.Config
     whose every number comes from the export."""
-    import torch
     from torchtitan.components.loss import CrossEntropyLoss
     from torchtitan.components.metrics import MetricsProcessor
     from torchtitan.components.optimizer import LRSchedulersContainer, OptimizersContainer, ParamGroupConfig
