@@ -106,7 +106,7 @@ if(PARABENCH_BUILD_TESTS)
     add_test(NAME frameworks_seeds_${name}
              COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/frameworks/seeds.sh $<TARGET_FILE:parabench>
                      ${CMAKE_CURRENT_BINARY_DIR}/frameworks_work/seeds_${name} ${adapter} ${ARGN})
-    set_tests_properties(frameworks_seeds_${name} PROPERTIES TIMEOUT 1800 LABELS "frameworks;full"
+    set_tests_properties(frameworks_seeds_${name} PROPERTIES TIMEOUT 3600 LABELS "frameworks;full"
                          SKIP_RETURN_CODE 77 PROCESSORS 2)
   endfunction()
   set(pb_ga "${pb_fw_base} train.microbatches=2")
