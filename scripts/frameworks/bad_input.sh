@@ -49,6 +49,11 @@ printf 'Metadata-Version: 2.1\nName: torchtitan\nVersion: 0.2.0\n' >"$work/old/t
 PYTHONPATH="$work/old" expect2 "torchtitan 0.2.0 is outside the pinned version 0.3.0" "$py" "${tt[@]}" --strategy fsdp2
 expect2 "torchtitan builds only Llama" "$py" "$here/tt_train.py" --export "$work/export" --strategy fsdp2 --out "$work/t"
 expect2 "applies to --strategy fsdp2" "$py" "${tt[@]}" --strategy tp-sp --fault local-mean
+expect2 "must divide model.layers 2" "$py" "${tt[@]}" --strategy pp-interleaved
+expect2 "runs with --driver trainer only" "$py" "${tt[@]}" --strategy cp --driver loop
+"$pb" export --dir "$work/llama_warmup" --set model.name=tiny-llama --set optim.warmup=2 >/dev/null
+expect2 "cosine after a warmup (optim.warmup > 0) has no torchtitan config" "$py" "$here/tt_train.py" \
+  --export "$work/llama_warmup" --strategy fsdp2 --out "$work/t.safetensors"
 # The export, the output, the shape and the fault.
 expect2 "init.safetensors is missing" "$py" "$here/ds_train.py" --export "$work/nowhere" --strategy zero1 --out "$work/t"
 expect2 "cannot write a file there" "$py" "$here/mg_train.py" --export "$work/export" --strategy tp --out "$work/no/t"
@@ -58,7 +63,7 @@ expect2 "applies to --strategy tp-sp" "$py" "${mg[@]}" --strategy tp --fault no-
 expect2 "--strategy fsdp runs fp32 only" "$py" "${mg[@]}" --strategy fsdp --precision bf16-mixed
 expect2 "needs an export with train.microbatches >= 2" "$py" "${ds[@]}" --strategy zero1 --fault no-ga-scale
 expect2 "needs an export with optim.clip = 0" "$py" "${ds[@]}" --strategy zero1 --fault clip-default
-expect2 "needs --strategy ulysses-zero2 or ulysses-zero3" "$py" "${ds[@]}" --strategy zero1 --fault ulysses-scale
+expect2 "needs a --strategy ulysses-zero0 .. ulysses-zero3" "$py" "${ds[@]}" --strategy zero1 --fault ulysses-scale
 expect2 "the world must divide train.seq (16) and model.heads (2)" "$py" "${ds[@]}" --strategy ulysses-zero2 --world 3
 expect2 "train.microbatches >= 2 (the pipeline's microbatches; export has 1)" "$py" "${ds[@]}" --strategy pipe
 

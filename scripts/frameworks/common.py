@@ -66,6 +66,13 @@ def preflight(ap, args):
     return ex
 
 
+# "spawn" (fresh processes, each importing the framework) unless a driver
+# that imported the framework once runs many adapters in one process
+# (scripts/frameworks/seeds.py sets "fork": the ranks then start with the
+# framework imported and nothing initialized, as the parent never trains).
+START_METHOD = "spawn"
+
+
 def spawn(worker, args):
     """Runs worker(rank, args) in args.world processes joined in one gloo
     group (torch.distributed's env:// rendezvous, which both frameworks read)."""
@@ -76,7 +83,7 @@ def spawn(worker, args):
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_run, args=(worker, args, port), nprocs=args.world, join=True)
+    mp.start_processes(_run, args=(worker, args, port), nprocs=args.world, join=True, start_method=START_METHOD)
     print(f"wrote {args.out}")
 
 

@@ -9,7 +9,7 @@ engine, and writes a parabench trace for `parabench verify`.
 Strategies: zero0 .. zero3 (deepspeed.initialize with ZeRO stage 0-3 over
 every rank; gradient accumulation over the export's microbatches by the
 engine's own boundary logic); pipe (the pipeline engine: a PipelineModule in
---world stages, wte tied by a TiedLayerSpec); ulysses-zero2, ulysses-zero3
+--world stages, wte tied by a TiedLayerSpec); ulysses-zero0 .. ulysses-zero3
 (DistributedAttention over a sequence group of every rank); autotp (AutoTP
 training, tp = --world). docs/frameworks.md describes each. The model is scripts/torch/train.py's GPT
 (a plain torch.nn.Module, which is what DeepSpeed wraps). The optimizer is
@@ -32,7 +32,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-STRATEGIES = ["zero0", "zero1", "zero2", "zero3", "pipe", "ulysses-zero2", "ulysses-zero3", "autotp"]
+STRATEGIES = ["zero0", "zero1", "zero2", "zero3", "pipe", "ulysses-zero0", "ulysses-zero1", "ulysses-zero2",
+              "ulysses-zero3", "autotp", "autotp-zero1"]
 FAULTS = ["none", "clip-default", "no-ga-scale", "ulysses-scale"]
 
 
@@ -242,7 +243,14 @@ def worker(rank, args):
         torch.distributed.all_reduce(loss_sum)
         rec.step(loss_sum.item() / (world * ex.micro), norm, lr)
     full = [safe_get_full_fp32_param(p) for p in params]
-    full = [(f if f is not None else p).detach().float() for p, f in zip(params, full)]
+    # Without ZeRO (stage 0) bf16-mixed runs DeepSpeed's FP16_UnfusedOptimizer
+    # wrapper ("ddp_bf16"), whose fp32 master weights safe_get_full_fp32_param
+    # does not know (it answers None): they are its fp32_groups, in the order
+    # of its fp16_groups. (The bf16 parameters in their place lose every
+    # update below a bf16 ulp: the norms' weights, near 1, looked untrained.)
+    master = {id(lp): hp for lg, hg in zip(getattr(engine.optimizer, "fp16_groups", []),
+                                           getattr(engine.optimizer, "fp32_groups", [])) for lp, hp in zip(lg, hg)}
+    full = [(f if f is not None else master.get(id(p), p)).detach().float() for p, f in zip(params, full)]
     if tp_group is not None:
         full = [gather_tp(ex, n, f, tp_group) for n, f in zip(names, full)]
     rec.params = torch_adapter.full_tensors(zip(names, full))
@@ -370,11 +378,11 @@ def main():
     if args.fault == "clip-default" and ex.optim["clip"] > 0:
         ap.error("--fault clip-default needs an export with optim.clip = 0 (no clipping)")
     if args.fault == "ulysses-scale" and not args.strategy.startswith("ulysses"):
-        ap.error("--fault ulysses-scale needs --strategy ulysses-zero2 or ulysses-zero3")
+        ap.error("--fault ulysses-scale needs a --strategy ulysses-zero0 .. ulysses-zero3")
     if args.strategy.startswith("ulysses") and (ex.seq % args.world or ex.NH % args.world):
         ap.error(f"--strategy {args.strategy} at world {args.world}: the world must divide train.seq ({ex.seq}) "
                  f"and model.heads ({ex.NH})")
-    if args.strategy == "autotp" and ex.NH % args.world:
+    if args.strategy.startswith("autotp") and ex.NH % args.world:
         ap.error(f"--strategy autotp: {args.world} ranks do not divide model.heads {ex.NH}")
     if args.strategy == "pipe" and (ex.L % args.world or ex.micro < 2):
         ap.error(f"--strategy pipe needs model.layers ({ex.L}) divisible by --world {args.world} and "

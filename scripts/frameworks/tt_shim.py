@@ -1,18 +1,70 @@
 """The torchtitan adapter's CPU shims (scripts/frameworks/tt_train.py). Each
 patch says what it replaces and why; no torchtitan code is copied."""
 
+import os
+
+
+class CpuDeviceModule:
+    """torch.cpu with what torchtitan asks of a device module beyond it (its
+    metrics' DeviceMemoryMonitor: a name, a capacity, memory statistics,
+    cache calls). Memory statistics: none (an empty dict, which torchtitan
+    reports as -1); the trace's memory is each process's peak RSS."""
+
+    def __getattr__(self, name):  # set_device, device_count, synchronize
+        import torch
+        return getattr(torch.cpu, name)
+
+    @staticmethod
+    def current_device():
+        # torch.cpu.current_device() answers "cpu"; torchtitan passes it as
+        # barrier(device_ids=[...]), which takes integers (gloo ignores them).
+        return 0
+
+    @staticmethod
+    def get_device_name(device=None):
+        return "cpu"
+
+    @staticmethod
+    def get_device_properties(device=None):
+        import types
+        return types.SimpleNamespace(name="cpu", total_memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+    @staticmethod
+    def memory_stats(device=None):
+        return {}
+
+    @staticmethod
+    def reset_peak_memory_stats(device=None):
+        pass
+
+    @staticmethod
+    def empty_cache():
+        pass
+
 
 def apply():
-    import torch
-    import torchtitan.distributed.parallel_dims as pd
-    import torchtitan.tools.utils as tu
+    """Before any other torchtitan import. torchtitan.tools.utils picks, at
+    import, device_type = the available accelerator or "cuda" when there is
+    none, and device_module = its torch module; the Trainer, the metrics,
+    parallel_dims and distributed.utils import both names (every DeviceMesh,
+    the local device, the backend are built on them). Here there is no
+    accelerator: torch's accelerator query answers "cpu" while that module
+    is imported (then restored), and the device module is CpuDeviceModule."""
+    import sys
 
-    # torchtitan.tools.utils picks device_type = the available accelerator
-    # or "cuda" when there is none, and builds every DeviceMesh on it
-    # (parallel_dims imports the name). Here there is no accelerator: the
-    # meshes live on "cpu" (gloo), with torch.cpu as the device module.
-    tu.device_type, tu.device_module = "cpu", torch.cpu
-    pd.device_type = "cpu"
+    import torch._utils
+
+    if "torchtitan.tools.utils" not in sys.modules:
+        query = torch._utils._get_available_device_type
+        torch._utils._get_available_device_type = lambda: "cpu"
+        try:
+            import torchtitan.tools.utils  # noqa: F401
+        finally:
+            torch._utils._get_available_device_type = query
+    import torchtitan.tools.utils as tu
+    tu.device_type, tu.device_module = "cpu", CpuDeviceModule()
+    import torchtitan.distributed.parallel_dims as pd
+    assert pd.device_type == "cpu", "tt_shim.apply() must run before torchtitan's other modules are imported"
 
 
 def sdpa_config():

@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 """The torchtitan adapter: torchtitan 0.3.0 trains parabench's llama export
-(model.name=tiny-llama) on CPU (gloo) with its own Llama model and its own
-parallelize functions, and writes a parabench trace for `parabench verify`.
+(model.name=tiny-llama) on CPU (gloo) and writes a parabench trace for
+`parabench verify`.
 
     python scripts/frameworks/tt_train.py --export DIR --strategy fsdp2 \\
         --world 2 --out trace.safetensors
 
-Strategies (bf16-mixed: fsdp2 only): fsdp2 (torchtitan's apply_fsdp_to_decoder over a 1-D "fsdp"
-mesh of every rank), ddp (the same over ["dp_replicate", "fsdp"] with
-fsdp of size 1, as parallelize_llama does for data_parallel_replicate_degree:
-every parameter replicated, gradients all-reduced), tp-sp (the model's own sharding config with sequence
-parallel, Llama3Model.Config.update_from_config's set_llama3_sharding_config,
-applied by model.parallelize over a "tp" mesh of every rank), pp
-(torchtitan's pipeline_llm: its stage split and 1F1B schedule, 2
-microbatches).
+--driver trainer (the default): torchtitan's own Trainer
+(torchtitan.trainer.Trainer), its config from torchtitan's ConfigManager
+with tt_trainer.py as the config registry and the strategy as command-line
+overrides; trainer.train() runs the steps, and hooks (wrappers that call
+the original) on its gradient clipping and its metrics logging record the
+trace (trainer_worker). Strategies: fsdp2 (data_parallel_shard_degree),
+ddp (data_parallel_replicate_degree), tp-sp (tensor_parallel_degree with
+sequence parallel), pp (pipeline_parallel_degree, 1F1B), pp-interleaved
+(Interleaved1F1B, two virtual stages per rank), cp (context_parallel_degree:
+fails on CPU, docs/frameworks.md); bf16-mixed is FSDP2's mixed-precision
+policy (training.mixed_precision_param).
+--driver loop: the Trainer's step written out (forward, the loss as its
+Trainer takes it, backward, global grad norm, clip, AdamW) around
+torchtitan's model and parallelize functions (worker, pp_worker): fsdp2,
+ddp, tp-sp, pp; bf16-mixed under fsdp2 only. It trains exports whose
+schedule torchtitan's scheduler cannot follow (a cosine after a warmup).
 The model is torchtitan's Llama3Model built from a config matching the
 export (dim, heads, kv heads, ffn, vocab, norm eps, RoPE theta without
 llama scaling, untied lm_head); the weights are the export's, mapped by
@@ -21,11 +29,7 @@ torchtitan's own Llama3StateDictAdapter.from_hf, which renames the Hugging
 Face names and reverse-permutes q_proj/k_proj rows per head from Hugging
 Face's rotate-half RoPE layout (pairs (i, i + hs/2)) to torchtitan's complex
 rotation (pairs (2i, 2i + 1)); the attention scores are unchanged by it.
-The torchtitan Trainer itself is not driven (its config system and
-dataloader/tokenizer need more shims than there was time for; see
-docs/frameworks.md): the loop below is the Trainer's step written out
-(forward, mean cross-entropy, backward, global grad norm, clip, AdamW).
-Optimizer: torch AdamW, weight decay on matrices only, lr of the export's
+Optimizer: AdamW, weight decay on matrices only, lr of the export's
 schedule; clipping to optim.clip (0: none).
 Faults (a trace that must fail verify): clip-default (torchtitan's default
 max_norm 1.0 left on while the export says no clipping); local-mean (fsdp2:
@@ -39,7 +43,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-STRATEGIES = ["fsdp2", "ddp", "tp-sp", "pp"]
+STRATEGIES = ["fsdp2", "ddp", "tp-sp", "pp", "pp-interleaved", "cp"]
 FAULTS = ["none", "clip-default", "local-mean"]
 TORCHTITAN_DEFAULT_MAX_NORM = 1.0  # torchtitan's config default for training.max_norm
 
@@ -190,6 +194,124 @@ def worker(rank, args):
                  microbatches=ex.micro, script="tt_train.py")
 
 
+def trainer_worker(rank, args):
+    """torchtitan's Trainer, configured by its ConfigManager from this
+    directory's tt_trainer registry and the strategy's overrides, trained by
+    its own train(); the trace recorded by two hooks (each wraps the
+    original, which then runs)."""
+    import tempfile
+
+    import tt_shim
+    tt_shim.apply()
+    import torch
+    import torch.distributed as dist
+    import tt_trainer
+    tt_trainer.define()
+    import torchtitan.distributed.utils as dist_utils
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         set_model_state_dict)
+    from torch.distributed.tensor import DTensor
+    from torchtitan.config import ConfigManager
+
+    ex = common.pbtrace.Export(args.export)
+    os.environ[tt_trainer.EXPORT_ENV] = os.path.abspath(args.export)
+    os.environ[tt_trainer.FAULT_ENV] = args.fault
+    dump = tempfile.mkdtemp(prefix="tt_trainer_")
+    os.environ["PARABENCH_TT_DUMP"] = dump
+    cli = ["--module", "tt_trainer", "--config", "parabench_export"]
+    cli += tt_trainer.overrides(args.strategy, args.world, args.precision, ex)
+    if args.fault == "clip-default":  # torchtitan's own default max_norm, the export's "none" left out
+        from torchtitan.config import TrainingConfig
+        cli += ["--training.max_norm", str(TrainingConfig().max_norm)]
+    config = ConfigManager().parse_args(cli)
+    if args.strategy == "cp":
+        config.dataloader.positions = True  # torchtitan's cp input sharding reads them
+    if args.strategy == "pp-interleaved":
+        # Every model part (virtual stage) gets layers: torchtitan's optimizer
+        # builds each part's parameter groups and refuses a pattern that
+        # matches nothing in a part (the norms' no-decay group, in a stage
+        # holding only the embedding, as its default split makes). The
+        # config's explicit split: L / (2 world) layers per stage, the
+        # embedding with the first, the final norm and lm_head with the last.
+        n = 2 * args.world
+        per = ex.L // n
+        parts = [[f"layers.{i}" for i in range(k * per, (k + 1) * per)] for k in range(n)]
+        parts[0].insert(0, "tok_embeddings")
+        parts[-1] += ["norm", "lm_head"]
+        config.parallelism.module_fqns_per_model_part = parts
+    trainer = config.build()
+
+    # The export's weights over the Trainer's init, through torchtitan's own
+    # state-dict adapter (from_hf: its names, q/k rows permuted per head);
+    # set_model_state_dict shards each full tensor as the part holds it
+    # (FSDP2 / TP DTensors, or a pipeline stage's subset).
+    adapter = config.model_spec.state_dict_adapter(trainer.model_config, None)
+    full = adapter.from_hf({n: t.float().clone() for n, t in ex.init.items()})
+    names = {}
+    for part in trainer.model_parts:
+        mine = get_model_state_dict(part).keys()
+        sd = {k: v for k, v in full.items() if k in mine}
+        assert sd and not [k for k in mine if k not in sd and "freqs" not in k], sorted(mine)
+        set_model_state_dict(part, sd, options=StateDictOptions(full_state_dict=True, strict=False))
+        names.update({id(p): n for n, p in part.named_parameters()})
+    tt_to_hf = {v: k for k, v in _tt_names(adapter, ex).items()}
+
+    def full_tensor(t):
+        return (t.full_tensor() if isinstance(t, DTensor) else t).detach().float().clone()
+
+    def gather(pairs):  # {export name: tensor} from every rank's parts, on every rank
+        mine = {tt_to_hf[n]: _to_hf(adapter, n, full_tensor(t)) for n, t in pairs}
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, mine)
+        return {k: v for d in every for k, v in d.items()}
+
+    rec = common.Recorder()
+    lrs, norms = [], []
+    clip_grad_norm_ = dist_utils.clip_grad_norm_
+
+    def clip_hook(parameters, max_norm, *a, **kw):
+        # Hook on the Trainer's gradient clipping (train_step calls
+        # dist_utils.clip_grad_norm_): the step-1 gradients as reduced,
+        # before clipping scales them; the norm it returns; the lr the
+        # optimizer steps with next (its schedulers step after).
+        parameters = list(parameters)
+        if rec.grads1 is None:
+            rec.grads1 = gather([(names[id(p)], p.grad) for p in parameters])
+        norm = clip_grad_norm_(parameters, max_norm, *a, **kw)
+        norms.append(float(norm))
+        lrs.append(trainer.optimizers.optimizers[0].param_groups[0]["lr"])
+        return norm
+
+    dist_utils.clip_grad_norm_ = clip_hook
+    log = trainer.metrics_processor.log
+
+    def log_hook(step, global_avg_loss, global_max_loss, grad_norm, *a, **kw):
+        # Hook on the Trainer's metrics logging (every step: log_freq 1):
+        # its global average loss. Under PP only the last stage has it
+        # (the others log -1): summed over the ranks that have it.
+        has = not trainer.parallel_dims.pp_enabled or trainer.pp_has_last_stage
+        t = torch.tensor([float(global_avg_loss) if has else 0.0, 1.0 if has else 0.0], dtype=torch.float64)
+        dist.all_reduce(t)
+        rec.losses.append(float(t[0] / t[1]))
+        return log(step, global_avg_loss, global_max_loss, grad_norm, *a, **kw)
+
+    trainer.metrics_processor.log = log_hook
+    if tt_trainer.prestep_scheduler(ex):
+        trainer.lr_schedulers.step()  # see tt_trainer.lr_scheduler_config
+    trainer.train()
+    trainer.close()
+    assert len(rec.losses) == len(norms) == ex.steps, (len(rec.losses), len(norms))
+    rec.norms, rec.lrs = norms, lrs
+    rec.params = gather([(n, p) for part in trainer.model_parts for n, p in part.named_parameters()])
+    import shutil
+    shutil.rmtree(dump, ignore_errors=True)
+    pd = trainer.parallel_dims
+    mesh = (f"pp{pd.pp}" if pd.pp > 1 else f"tp{pd.tp}" if pd.tp > 1 else f"cp{pd.cp}" if pd.cp > 1
+            else f"dp{pd.dp_replicate * pd.dp_shard}")
+    common.write(rank, args, ex, rec, framework=f"torchtitan-{common.importlib.metadata.version('torchtitan')}",
+                 mesh=mesh, microbatches=ex.micro, script="tt_train.py")
+
+
 def pp_worker(rank, args, ex, cfg, model, adapter, to_hf_names):
     """pp: torchtitan's pipeline_llm (its stage split and 1F1B schedule over a
     "pp" mesh of every rank, 2 microbatches of batch/2), parallelize_fn the
@@ -276,6 +398,9 @@ def _to_hf(adapter, tt_name, t):
 
 def main():
     ap = common.parser(__doc__, STRATEGIES, FAULTS)
+    ap.add_argument("--driver", default="trainer", choices=["trainer", "loop"],
+                    help="trainer: torchtitan's Trainer (default); loop: the step written out around "
+                         "torchtitan's model and parallelize functions")
     args = ap.parse_args()
     common.check_framework(ap, "torchtitan")
     ex = common.preflight(ap, args)
@@ -289,15 +414,28 @@ def main():
         ap.error(f"{args.world} replicas do not divide the batch of {ex.batch}")
     if args.strategy == "pp" and (m["layers"] % args.world or ex.batch % 2):
         ap.error(f"{args.world} stages must divide the model's {m['layers']} layers (and 2 microbatches the batch)")
-    if args.strategy == "tp-sp" and (m["heads"] % args.world or m["kv_heads"] % args.world or ex.seq % args.world):
-        ap.error(f"tp {args.world} must divide heads {m['heads']}, kv heads {m['kv_heads']} and seq {ex.seq}")
-    if args.precision == "bf16-mixed" and args.strategy != "fsdp2":
-        ap.error("--precision bf16-mixed runs with --strategy fsdp2 (FSDP2's MixedPrecisionPolicy) only")
+    if args.strategy == "pp-interleaved" and (m["layers"] % (2 * args.world) or ex.batch % 2):
+        ap.error(f"--strategy pp-interleaved: {2 * args.world} virtual stages (two per rank) must divide "
+                 f"model.layers {m['layers']}, and 2 microbatches the batch")
+    if args.strategy in ("tp-sp", "cp") and (m["heads"] % args.world or m["kv_heads"] % args.world
+                                             or ex.seq % (2 * args.world)):
+        ap.error(f"{args.strategy} {args.world} must divide heads {m['heads']} and kv heads {m['kv_heads']}, "
+                 f"and {2 * args.world} the seq {ex.seq}")
+    if args.driver == "loop":
+        if args.strategy in ("pp-interleaved", "cp"):
+            ap.error(f"--strategy {args.strategy} runs with --driver trainer only")
+        if args.precision == "bf16-mixed" and args.strategy != "fsdp2":
+            ap.error("--driver loop: --precision bf16-mixed runs with --strategy fsdp2 (FSDP2's "
+                     "MixedPrecisionPolicy) only")
+    elif ex.optim["schedule"] != "constant" and ex.optim["warmup"] > 0:
+        ap.error("--driver trainer: torchtitan's scheduler holds one step at full lr after its warmup, so the "
+                 "export's cosine after a warmup (optim.warmup > 0) has no torchtitan config; export with "
+                 "optim.warmup=0 or optim.schedule=\"constant\", or use --driver loop")
     if args.fault == "local-mean" and args.strategy != "fsdp2":
         ap.error("--fault local-mean applies to --strategy fsdp2")
     if args.fault == "clip-default" and ex.optim["clip"] > 0:
         ap.error("--fault clip-default needs an export with optim.clip = 0 (no clipping)")
-    common.spawn(worker, args)
+    common.spawn(trainer_worker if args.driver == "trainer" else worker, args)
 
 
 if __name__ == "__main__":
