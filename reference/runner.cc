@@ -179,7 +179,7 @@ void MicrobatchRunner<T>::record_routing(int j, const MoeActs<T>& a, int64_t N) 
   const int E = m.moe.experts, K = m.moe.top_k;
   if (!record_moe_) return;
   double* tok = step_rec_.tokens.data() + size_t(j) * E;
-  std::vector<char> chosen(size_t(E));
+  std::vector<char> chosen(static_cast<size_t>(E));
   for (int64_t n = 0; n < N; ++n) {
     std::fill(chosen.begin(), chosen.end(), 0);
     for (int k = 0; k < K; ++k) {

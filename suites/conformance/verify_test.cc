@@ -524,12 +524,13 @@ TEST_F(VerifyMoe, WrongRoutingAndAuxLossFailNamingTheQuantityAndStep) {
               tokens(e, 1, 0, 1) += 8;
             }),
             V{"moe_tokens@2"});
-  EXPECT_EQ(failed([&](Edit& e) { reinterpret_cast<double*>(e.find(kMoeAux)->bytes.data())[2 * 2] *= 1.01; }),
+  const int Lm = exp_.cfg.model.moe_layers();
+  EXPECT_EQ(failed([&](Edit& e) { reinterpret_cast<double*>(e.find(kMoeAux)->bytes.data())[2 * Lm] *= 1.01; }),
             V{"aux_loss@3"});
   // The diagnosis names the routing first.
   const std::string p = rewrite(golden_, dir_ / "r.safetensors", [&](Edit& e) {
-    tokens(e, 0, 1, 2) -= 3;
-    tokens(e, 0, 1, 3) += 3;
+    tokens(e, 0, 0, 2) -= 3;
+    tokens(e, 0, 0, 3) += 3;
   });
   VerifyDiagnosis why;
   verify_trace(exp_, read_trace(p, exp_), {}, &why);
