@@ -95,6 +95,7 @@ if(PARABENCH_BUILD_TESTS)
   set(pb_fw_moe "model.layers=4 train.steps=6 moe.experts=4 moe.top_k=2 moe.capacity_factor=2 moe.capacity=local")
   parabench_framework_test(mg_moe_ep pass "${pb_fw_moe}" mg_train.py --strategy moe-ep)
   parabench_framework_test(mg_moe_ep_ga pass "${pb_fw_moe} train.microbatches=2" mg_train.py --strategy moe-ep)
+  parabench_framework_test(mg_moe_ep_bf16 pass "${pb_fw_moe}" mg_train.py --strategy moe-ep --precision bf16-mixed)
   # Broken run: the reduced expert gradients ep times too large.
   parabench_framework_test(mg_broken_expert_grads_ep fail:grads "${pb_fw_moe}" mg_train.py
                            --strategy moe-ep --fault expert-grads-ep)

@@ -581,6 +581,23 @@ TEST_F(VerifyMoe, MalformedMoeQuantitiesAreRefusedNamingWhat) {
   }
 }
 
+// The llama family's mixture of experts (SwiGLU experts, Mixtral's layout)
+// exports and verifies the same way.
+TEST_F(Verify, TinyMixtralsTraceCarriesAndPassesTheMoeQuantities) {
+  TrainConfig c = tiny(Precision::fp32);
+  c.model = named_model("tiny-mixtral");
+  const ExportDir e = read_export(export_to(c, dir_ / "mixtral"));
+  const ForeignTrace t = read_trace((dir_ / "mixtral" / "trace.safetensors").string(), e);
+  ASSERT_EQ(t.moe_tokens.size(), 3u);
+  const ConformanceResult r = verify_trace(e, t);
+  int moe = 0;
+  for (const auto& q : r.rule) {
+    EXPECT_TRUE(q.pass) << q.quantity << "@" << q.step;
+    moe += q.quantity == "aux_loss" || q.quantity == "moe_tokens";
+  }
+  EXPECT_EQ(moe, 6);
+}
+
 TEST_F(Verify, MoeQuantitiesInADenseTraceAreUnknown) {
   const std::string msg = trace_error([](Edit& e) {
     const int64_t one = 1;
