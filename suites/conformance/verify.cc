@@ -188,7 +188,10 @@ ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const 
   r.precision = t.precision;
   r.world = t.world;
   r.backend = "foreign";
-  r.trace = {t.loss, t.grad_norm, t.grads1, t.params};
+  r.trace.loss = t.loss;
+  r.trace.grad_norm = t.grad_norm;
+  r.trace.grads1 = t.grads1;
+  r.trace.params = t.params;
   const DType dt = storage_dtype(t.precision);
   r.rule = check_rule(r.trace, refs, truth, dt, rule);
   // What the format requires is judged: the gradient norm of every step; and
