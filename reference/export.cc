@@ -75,13 +75,16 @@ std::vector<std::string> export_typed(const TrainConfig& cfg, const std::filesys
   paths.push_back((dir / "batch.safetensors").string());
   batch.write(paths.back());
 
-  std::vector<double> loss, norm, lr;
+  std::vector<double> loss, norm, lr, aux;
+  std::vector<int64_t> tokens;  // a mixture of experts (steps, MoE layers, experts)
   std::vector<T> grads1;
   for (int s = 0; s < cfg.steps; ++s) {
     StepStats st = t.step();
     loss.push_back(st.loss);
     norm.push_back(st.grad_norm);
     lr.push_back(st.lr);
+    for (double c : st.moe_tokens) tokens.push_back(int64_t(c));
+    aux.insert(aux.end(), st.moe_aux.begin(), st.moe_aux.end());
     if (s == 0) grads1.assign(t.grads(), t.grads() + l.total());
   }
   SafetensorsWriter trace;
@@ -89,6 +92,11 @@ std::vector<std::string> export_typed(const TrainConfig& cfg, const std::filesys
   trace.add("loss", loss, {cfg.steps});
   trace.add("grad_norm", norm, {cfg.steps});
   trace.add("lr", lr, {cfg.steps});
+  if (cfg.model.moe.experts > 0) {
+    const int64_t Lm = cfg.model.moe_layers();
+    trace.add(kMoeTokens, tokens, {cfg.steps, Lm, cfg.model.moe.experts});
+    trace.add(kMoeAux, aux, {cfg.steps, Lm});
+  }
   add_named(trace, l, "grads.", grads1.data());
   add_named(trace, l, "params.", t.params());
   paths.push_back((dir / "trace.safetensors").string());

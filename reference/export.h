@@ -6,7 +6,9 @@
 //                     framework writes for parabench verify): loss, grad_norm
 //                     and lr of every step (F64), the step-1 gradients
 //                     "grads.<name>" and the parameters after the last step
-//                     "params.<name>", in the storage precision.
+//                     "params.<name>", in the storage precision; for a
+//                     mixture of experts also every step's tokens per expert
+//                     and load-balancing loss per MoE layer.
 // init and batch carry the effective config (TOML), its hash (a trace names
 // the export it was trained from by it), the precision and the entropy floor.
 #pragma once
@@ -19,6 +21,11 @@ namespace pb {
 
 inline constexpr const char* kExportFormat = "parabench-export-v1";  // init, batch
 inline constexpr const char* kTraceFormat = "parabench-trace-v1";    // trace
+// A mixture of experts' optional per-step trace tensors (results/TRACE.md):
+// tokens per expert, I64 (steps, MoE layers, experts); each MoE layer's
+// load-balancing loss, F64 (steps, MoE layers).
+inline constexpr const char* kMoeTokens = "moe.tokens_per_expert";
+inline constexpr const char* kMoeAux = "moe.aux_loss";
 
 // Writes the three files into dir (created if needed); returns their paths.
 // Staged: the files are written into a fresh directory beside (or, when dir

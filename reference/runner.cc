@@ -1,6 +1,8 @@
 #include "reference/runner.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "harness/status.h"
 
@@ -109,6 +111,7 @@ double MicrobatchRunner<T>::compute(double dloss, UnitHooks<T>& hk) {
       if (ek) ek->release_params(j);
       ++j;
       aux += moe_[i].aux;
+      record_routing(j - 1, moe_[i], int64_t(N));
       moe_[i].add_to(load_, l.model().moe.experts, l.model().moe.top_k);
     } else {
       model_.block_forward(blocks_[i], x, hk.params(l.block_unit(i)), scratch_);
@@ -158,6 +161,41 @@ double MicrobatchRunner<T>::compute(double dloss, UnitHooks<T>& hk) {
   model_.embed_backward(hk.grads(0), dx, tokens_.data());
   hk.grads_ready(0);
   return loss + aux * N;
+}
+
+template <class T>
+void MicrobatchRunner<T>::reset_moe_step() {
+  const ModelConfig& m = layout_->model();
+  const int layers = m.moe_layers(), E = m.moe.experts;
+  record_moe_ = true;
+  step_rec_.tokens.assign(size_t(layers) * E, 0.0);
+  step_rec_.aux_tokens.assign(size_t(layers), 0.0);
+  step_rec_.margins.assign(size_t(layers), {});
+}
+
+template <class T>
+void MicrobatchRunner<T>::record_routing(int j, const MoeActs<T>& a, int64_t N) {
+  const ModelConfig& m = layout_->model();
+  const int E = m.moe.experts, K = m.moe.top_k;
+  if (!record_moe_) return;
+  double* tok = step_rec_.tokens.data() + size_t(j) * E;
+  std::vector<char> chosen(static_cast<size_t>(E));
+  for (int64_t n = 0; n < N; ++n) {
+    std::fill(chosen.begin(), chosen.end(), 0);
+    for (int k = 0; k < K; ++k) {
+      const int e = a.choice[size_t(n) * K + k];
+      tok[e] += 1;
+      chosen[size_t(e)] = 1;
+    }
+    if (K >= E) continue;  // every expert chosen: no boundary to flip
+    const double last = double(a.probs[size_t(n) * E + a.choice[size_t(n) * K + K - 1]]);
+    double best = -1;
+    for (int e = 0; e < E; ++e)
+      if (!chosen[size_t(e)]) best = std::max(best, double(a.probs[size_t(n) * E + e]));
+    const double margin = last > 0 ? (last - best) / last : 0.0;
+    if (margin < kNearTieMargin) step_rec_.margins[size_t(j)].push_back(margin);
+  }
+  step_rec_.aux_tokens[size_t(j)] += a.aux * double(N);
 }
 
 template class MicrobatchRunner<double>;

@@ -51,6 +51,21 @@ class FlatHooks : public UnitHooks<T> {
   T* h_;
 };
 
+// A mixture-of-experts model's routing over the runs of one step (what a
+// trace's MoE quantities hold, reference/trace_format.h), per MoE layer in
+// layer order: each expert's routed (token, choice) pairs, before capacity
+// (flattened layer-major, E per layer); the layer's load-balancing loss times
+// each run's tokens, summed; and the relative margins
+// (p_k - p_{k+1}) / p_k between each token's k-th chosen and best unchosen
+// router probability that are below kNearTieMargin (the ties a correct run
+// at a lower precision may break the other way).
+struct MoeStepRecord {
+  std::vector<double> tokens;
+  std::vector<double> aux_tokens;
+  std::vector<std::vector<double>> margins;
+};
+inline constexpr double kNearTieMargin = 0.25;
+
 template <class T>
 class MicrobatchRunner {
  public:
@@ -82,6 +97,11 @@ class MicrobatchRunner {
   // Routing totals since construction or the last reset.
   const MoeLoad& moe_load() const { return load_; }
   void reset_moe_load() { load_ = {}; }
+  // The routing since the last reset_moe_step() (empty for a dense model).
+  // Recorded only once reset_moe_step() has been called (the reference
+  // trainer's steps): the strategies' runners keep nothing.
+  const MoeStepRecord& moe_step() const { return step_rec_; }
+  void reset_moe_step();
 
  private:
   double compute(double dloss, UnitHooks<T>& hooks);
@@ -94,6 +114,9 @@ class MicrobatchRunner {
   const MarkovSource* data_;
   MoeScope scope_;
   MoeLoad load_;
+  MoeStepRecord step_rec_;
+  bool record_moe_ = false;
+  void record_routing(int moe_layer, const MoeActs<T>& a, int64_t N);
   Gpt<T> model_;
   Buffer<int32_t> tokens_, targets_;
   std::vector<int32_t> host_tokens_, host_targets_;  // staging when the buffers are not host memory

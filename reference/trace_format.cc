@@ -111,6 +111,57 @@ std::vector<int64_t> read_counts(const SafetensorsFile& f, const std::string& na
   return v;
 }
 
+// The optional MoE quantities (trace_format.h): only for a mixture-of-experts
+// export, (steps, MoE layers, experts) I64 counts whose experts sum to the
+// step's choices (tokens x top-k) in every layer, and (steps, MoE layers)
+// floats. A dense export's trace naming them is refused as unknown.
+void read_moe(const SafetensorsFile& f, const ExportDir& e, ForeignTrace& t, std::set<std::string>& known) {
+  const ModelConfig& m = e.cfg.model;
+  if (m.moe.experts == 0) return;
+  known.insert(kMoeTokens);
+  known.insert(kMoeAux);
+  const int64_t S = e.cfg.steps, Lm = m.moe_layers(), E = m.moe.experts;
+  const std::string dims = " (steps " + std::to_string(S) + ", MoE layers " + std::to_string(Lm) + ", experts " +
+                           std::to_string(E) + " of " + q(m.name) + ")";
+  if (f.contains(kMoeTokens)) {
+    const TensorInfo& ti = f.info(kMoeTokens);
+    require(ti.shape == Shape{S, Lm, E}, f.name() + ": tensor " + q(kMoeTokens) + " has shape " +
+                                             shape_str(ti.shape) + ", expected " + shape_str(Shape{S, Lm, E}) + dims);
+    require(ti.dtype == StDType::I64, f.name() + ": tensor " + q(kMoeTokens) + " has dtype " +
+                                          std::string(st_dtype_name(ti.dtype)) + ", expected I64");
+    const auto v = f.read<int64_t>(kMoeTokens);
+    const int64_t choices = e.cfg.tokens_per_step() * m.moe.top_k;
+    for (int64_t s = 0; s < S; ++s) {
+      std::vector<double> step;
+      for (int64_t l = 0; l < Lm; ++l) {
+        int64_t sum = 0;
+        for (int64_t x = 0; x < E; ++x) {
+          const int64_t c = v[size_t((s * Lm + l) * E + x)];
+          require(c >= 0 && c <= choices, f.name() + ": tensor " + q(kMoeTokens) + " at step " +
+                                              std::to_string(s + 1) + ", MoE layer " + std::to_string(l) +
+                                              ", expert " + std::to_string(x) + " is " + std::to_string(c) +
+                                              ", not a count of at most " + std::to_string(choices) + " choices");
+          sum += c;
+          step.push_back(double(c));
+        }
+        require(sum == choices, f.name() + ": tensor " + q(kMoeTokens) + " at step " + std::to_string(s + 1) +
+                                    ", MoE layer " + std::to_string(l) + " sums to " + std::to_string(sum) +
+                                    ", but the step routes " + std::to_string(e.cfg.tokens_per_step()) +
+                                    " tokens x top-" + std::to_string(m.moe.top_k) + " = " +
+                                    std::to_string(choices) + " choices");
+      }
+      t.moe_tokens.push_back(std::move(step));
+    }
+  }
+  if (f.contains(kMoeAux)) {
+    const TensorInfo& ti = f.info(kMoeAux);
+    require(ti.shape == Shape{S, Lm}, f.name() + ": tensor " + q(kMoeAux) + " has shape " + shape_str(ti.shape) +
+                                          ", expected " + shape_str(Shape{S, Lm}) + dims);
+    const auto v = read_float(f, kMoeAux, Shape{S, Lm}, false);
+    for (int64_t s = 0; s < S; ++s) t.moe_aux.emplace_back(v.begin() + s * Lm, v.begin() + (s + 1) * Lm);
+  }
+}
+
 // The reference's layout of the exported model, in the export's order.
 ParamLayout layout_of(const TrainConfig& cfg) { return ParamLayout(cfg.model); }
 
@@ -197,8 +248,6 @@ ExportDir read_export(const std::string& dir, const std::function<void(const Tra
             f->name() + ": metadata 'precision' is " + q(meta(*f, "precision")) + ", its config says " +
                 q(precision_name(e.cfg.precision)));
   }
-  require(e.cfg.model.moe.experts == 0,
-          "verify: the export's model " + q(e.cfg.model.name) + " is a mixture of experts; format v1 covers dense models");
   if (before_checks) before_checks(e.cfg);
   check_init(e, init);
   check_batches(e, batch);
@@ -257,8 +306,11 @@ ForeignTrace read_trace(const SafetensorsFile& f, const ExportDir& e) {
                                 std::to_string(m.L) + " layers");
   require(t.mesh.cp <= e.cfg.seq, bad_mesh + "cp" + std::to_string(t.mesh.cp) + " is more parts than the " +
                                       std::to_string(e.cfg.seq) + " tokens of a sequence");
-  require(t.mesh.ep == 1, bad_mesh + "ep" + std::to_string(t.mesh.ep) +
-                              " needs a mixture-of-experts model; the export's is dense (format v1)");
+  require(t.mesh.ep == 1 || m.moe.experts > 0,
+          bad_mesh + "ep" + std::to_string(t.mesh.ep) + " needs a mixture-of-experts model; the export's is dense");
+  require(m.moe.experts == 0 || m.moe.experts % t.mesh.ep == 0,
+          bad_mesh + "ep" + std::to_string(t.mesh.ep) + " does not divide the model's " +
+              std::to_string(m.moe.experts) + " experts");
   const int dp = t.mesh.dp;
   t.microbatches = f.metadata().count("microbatches") ? meta_int(f, "microbatches", 1, e.cfg.batch)
                                                       : e.cfg.microbatches;
@@ -273,6 +325,7 @@ ForeignTrace read_trace(const SafetensorsFile& f, const ExportDir& e) {
   if (f.contains("lr")) t.lr = read_float(f, "lr", steps, false);
   if (f.contains("rank.peak_memory_bytes")) t.peak_memory = read_counts(f, "rank.peak_memory_bytes", t.world);
   if (f.contains("rank.comm_bytes")) t.comm_bytes = read_counts(f, "rank.comm_bytes", t.world);
+  read_moe(f, e, t, known);
   const ParamLayout l = layout_of(e.cfg);
   t.grads1.assign(size_t(l.total()), 0.0);
   t.params.assign(size_t(l.total()), 0.0);
@@ -287,15 +340,17 @@ ForeignTrace read_trace(const SafetensorsFile& f, const ExportDir& e) {
   for (const auto& ti : f.tensors())
     require(known.count(ti.name), f.name() + ": unknown tensor " + q(ti.name) +
                                       " (format v1: loss, grad_norm, lr, grads.<param>, params.<param>, "
-                                      "rank.peak_memory_bytes, rank.comm_bytes; parameters of " +
+                                      "rank.peak_memory_bytes, rank.comm_bytes, and for a mixture of experts " +
+                                      kMoeTokens + ", " + kMoeAux + "; parameters of " +
                                       e.cfg.model.name + ")");
   return t;
 }
 
-SplitPlan split_of(const ForeignTrace& t) {
+SplitPlan split_of(const ForeignTrace& t, const TrainConfig& cfg) {
   SplitPlan p;
   p.groups = t.mesh.dp;
   p.micro = t.microbatches;
+  p.moe_joint = cfg.model.moe.experts > 0 && cfg.model.moe.capacity == MoeCapacity::global && p.groups > 1;
   return p;
 }
 

@@ -52,7 +52,12 @@ struct ForeignTrace {
   std::vector<double> grads1, params;           // flat, in the layout's order
   std::vector<double> lr;                       // empty when the trace has none
   std::vector<int64_t> peak_memory, comm_bytes;  // per rank; empty when absent
+  // Optional, a mixture-of-experts export only (empty when absent): per step,
+  // "moe.tokens_per_expert" (MoE layers x experts, layer-major) and
+  // "moe.aux_loss" (per MoE layer), results/TRACE.md.
+  std::vector<std::vector<double>> moe_tokens, moe_aux;
 };
+
 
 // Reads a trace and checks it against the export (hash, steps, every
 // parameter's name and shape, the split dividing the batch, the precision).
@@ -65,7 +70,9 @@ ForeignTrace read_trace(const SafetensorsFile& f, const ExportDir& e);
 bool trace_precision_allowed(Precision exported, Precision trace);
 
 // The reference split a trace's run amounts to: its data replicas (mesh dp,
-// ep included) x its microbatches per replica.
-SplitPlan split_of(const ForeignTrace& t);
+// ep included) x its microbatches per replica; for a mixture of experts whose
+// capacity (and load balancing) spans the data ranks (global capacity),
+// microbatch k of every replica joint (SplitPlan::moe_joint).
+SplitPlan split_of(const ForeignTrace& t, const TrainConfig& cfg);
 
 }  // namespace pb

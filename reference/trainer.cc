@@ -66,6 +66,8 @@ StepStats ReferenceTrainer<T>::step() {
   const int Bm = runner_->Bm();
   const double dloss = 1.0 / double(cfg_.tokens_per_step());
   double loss = 0;
+  const bool moe = cfg_.model.moe.experts > 0;
+  if (moe) runner_->reset_moe_step();
   if (plan_.moe_joint) {  // microbatch k of every group at once
     ops_->zero(grads_.data(), size_t(n) * sizeof(T));
     FlatHooks<T> hooks(layout_, params_.data(), grads_.data());
@@ -100,6 +102,12 @@ StepStats ReferenceTrainer<T>::step() {
   StepStats st;
   st.step = ++step_;
   st.loss = loss / double(cfg_.tokens_per_step());
+  if (moe) {
+    const MoeStepRecord& r = runner_->moe_step();
+    st.moe_tokens = r.tokens;
+    st.moe_margins = r.margins;
+    for (double a : r.aux_tokens) st.moe_aux.push_back(a / double(cfg_.tokens_per_step()));
+  }
   double sq = 0;
   if (plan_.norm_parts.empty()) sq = ops_->sum_squares(grads_.data(), size_t(n));
   for (const auto& ranges : plan_.norm_parts) sq += sum_squares_ranges(grads_.data(), ranges);

@@ -63,6 +63,12 @@ struct SplitPlan {
 struct StepStats {
   int step = 0;  // 1-based
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+  // A mixture of experts (the reference trainer; empty otherwise): the
+  // step's routing, runner.h MoeStepRecord, with each MoE layer's
+  // load-balancing loss as it enters the step's loss (its per-run value
+  // weighted by the run's share of the step's tokens).
+  std::vector<double> moe_tokens, moe_aux;
+  std::vector<std::vector<double>> moe_margins;
 };
 
 // Summed squares of g over the ranges (each in index order), starting from 0:

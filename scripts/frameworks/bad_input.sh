@@ -66,6 +66,18 @@ expect2 "needs an export with optim.clip = 0" "$py" "${ds[@]}" --strategy zero1 
 expect2 "needs a --strategy ulysses-zero0 .. ulysses-zero3" "$py" "${ds[@]}" --strategy zero1 --fault ulysses-scale
 expect2 "the world must divide train.seq (16) and model.heads (2)" "$py" "${ds[@]}" --strategy ulysses-zero2 --world 3
 expect2 "train.microbatches >= 2 (the pipeline's microbatches; export has 1)" "$py" "${ds[@]}" --strategy pipe
+# Megatron MoE (moe-ep): a dense export, an MoE export under a dense
+# strategy, one that drops tokens or balances over the replicas jointly.
+expect2 "moe-ep needs a mixture-of-experts export" "$py" "${mg[@]}" --strategy moe-ep
+"$pb" export --dir "$work/moe" --set model.layers=2 --set train.steps=2 --set moe.experts=4 --set moe.top_k=2 \
+  --set moe.capacity_factor=2 --set moe.capacity=local >/dev/null
+"$pb" export --dir "$work/moe_cf1" --set model.layers=2 --set train.steps=2 --set moe.experts=4 --set moe.top_k=2 \
+  --set moe.capacity=local >/dev/null
+mgm=("$here/mg_train.py" --out "$work/t.safetensors")
+expect2 "use --strategy moe-ep" "$py" "${mgm[@]}" --export "$work/moe" --strategy dp
+expect2 "drops tokens" "$py" "${mgm[@]}" --export "$work/moe_cf1" --strategy moe-ep
+expect2 "the world must divide the 4 experts" "$py" "${mgm[@]}" --export "$work/moe" --strategy moe-ep --world 3
+expect2 "applies to --strategy moe-ep" "$py" "${mg[@]}" --strategy dp --fault expert-grads-ep
 
 # A trace judged against another export: verify refuses it by name.
 "$py" "${ds[@]}" --strategy zero1 >"$work/train.log" 2>&1 || { tail -20 "$work/train.log" >&2; exit 1; }

@@ -52,12 +52,12 @@ def parser(doc, strategies, faults):
     return ap
 
 
-def preflight(ap, args):
+def preflight(ap, args, allow_moe=False):
     """The export read and the output writable, before a process starts."""
     if not 1 <= args.world <= 8:
         ap.error("--world must be 1 to 8")
     try:
-        ex = pbtrace.Export(args.export)
+        ex = pbtrace.Export(args.export, allow_moe=allow_moe)
     except (pbtrace.ExportError, OSError, KeyError, ValueError, struct.error) as e:
         ap.error(f"--export {args.export}: {e}")
     out_dir = os.path.dirname(os.path.abspath(args.out))
@@ -115,6 +115,7 @@ class Recorder:
     def __init__(self):
         self.losses, self.norms, self.lrs = [], [], []
         self.grads1, self.params = None, None
+        self.moe_tokens, self.moe_aux = None, None  # a mixture of experts: per step, per MoE layer
 
     def step(self, loss, norm, lr):
         self.losses.append(float(loss))
@@ -136,6 +137,6 @@ def write(rank, args, ex, rec, *, framework, mesh, microbatches, script):
     pbtrace.write_trace(
         args.out, ex, precision=args.precision, framework=framework, strategy=strategy, mesh=mesh,
         microbatches=microbatches, losses=rec.losses, grad_norms=rec.norms, lrs=rec.lrs, grads1=rec.grads1,
-        params=rec.params, peak_memory=rss,
+        params=rec.params, peak_memory=rss, moe_tokens=rec.moe_tokens, moe_aux=rec.moe_aux,
         note=f"scripts/frameworks/{script} --strategy {args.strategy} --world {args.world} "
              f"--precision {args.precision} --fault {args.fault}; rank.peak_memory_bytes: peak RSS per process")

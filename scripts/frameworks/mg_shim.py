@@ -106,6 +106,30 @@ def install():
     torch.cuda.manual_seed = lambda seed: torch.manual_seed(seed)
     mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
     mrandom._set_cuda_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
+    # MoE: moe_utils imports its fused ops, te_general_gemm among them, from
+    # Transformer Engine in a try block; without TE the name is never bound,
+    # and the router's gating (RouterGatingLinearFunction, forward and
+    # backward) tests `te_general_gemm is not None` and raises NameError.
+    # Bound to None, what the test expects without TE: the gating runs its
+    # own torch.mm in the router dtype.
+    from megatron.core.transformer.moe import moe_utils
+
+    if not moe_utils.HAVE_TE:
+        moe_utils.te_general_gemm = None
+    # MoE's alltoall dispatcher: maybe_move_tensor_to_cpu turns the split
+    # sizes into host numpy arrays only for a CUDA tensor (`tensor.is_cuda`);
+    # a CPU tensor stays a tensor, which all_to_all_single refuses as split
+    # sizes. On the CPU the tensor is already on the host: the same numpy
+    # conversion (as_numpy) as the CUDA path.
+    from megatron.core.transformer.moe import token_dispatcher
+
+    def host_tensor(tensor, as_numpy=False, record_stream=False):
+        if torch.is_tensor(tensor) and as_numpy:
+            return tensor.numpy()
+        return tensor
+
+    moe_utils.maybe_move_tensor_to_cpu = host_tensor
+    token_dispatcher.maybe_move_tensor_to_cpu = host_tensor
     mode = CudaToCpu()
     mode.__enter__()
     return mode

@@ -20,9 +20,15 @@ tensor cut to this rank's tensor-parallel shard. The optimizer is
 get_megatron_optimizer's Adam (decoupled decay; no decay on biases and
 norms), clip_grad from the export, and OptimizerParamScheduler stepped so
 step s trains at the export's lr of step s.
+moe-ep (a mixture-of-experts export: Megatron's MoELayer, SequentialMLP
+experts, alltoall token dispatcher, expert_model_parallel_size = world over
+the data-parallel ranks) also writes the trace's per-step MoE quantities.
 Faults (a trace that must fail verify): no-finalize (tp-sp with
 config.finalize_model_grads_func unset: the sequence-parallel norm and bias
-gradients are never all-reduced over the tensor-parallel group).
+gradients are never all-reduced over the tensor-parallel group);
+expert-grads-ep (moe-ep: the reduced expert gradients multiplied by the ep
+size through the DDP's expert gradient buffers' scale_gradients, as if
+divided by the expert data-parallel size instead of the data-parallel size).
 """
 
 import os
@@ -34,9 +40,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-STRATEGIES = ["dp", "distopt", "fsdp", "tp", "tp-sp", "pp", "pp-interleaved"]
-FAULTS = ["none", "no-finalize"]
-FAULT_STRATEGIES = {"no-finalize": "tp-sp"}
+STRATEGIES = ["dp", "distopt", "fsdp", "tp", "tp-sp", "pp", "pp-interleaved", "moe-ep"]
+FAULTS = ["none", "no-finalize", "expert-grads-ep"]
+FAULT_STRATEGIES = {"no-finalize": "tp-sp", "expert-grads-ep": "moe-ep"}
 
 # GPTModel's per-layer names -> the export's (results/TRACE.md).
 LAYER_NAMES = {
@@ -72,12 +78,24 @@ class ShardedNorm(torch.nn.LayerNorm):
             p.sequence_parallel = config.sequence_parallel
 
 
-def export_names(model, ex):
-    """{parameter: export name} of one (unwrapped) GPTModel chunk."""
+def export_names(model, ex, ep_rank=0, ep=1):
+    """{parameter: export name} of one (unwrapped) GPTModel chunk. A MoE
+    layer's router is the export's; local expert j of expert-parallel rank r
+    is the export's expert r * E / ep + j."""
     names = {}
     for n, p in model.named_parameters():
         m = re.match(r"decoder\.layers\.(\d+)\.(.+)\.(weight|bias)$", n)
-        if m:
+        e = re.match(r"decoder\.layers\.(\d+)\.mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\."
+                     r"(weight|bias)$", n)
+        if e:
+            layer = model.decoder.layers[int(e.group(1))]
+            x = ep_rank * (ex.moe["experts"] // ep) + int(e.group(2))
+            proj = "c_fc" if e.group(3) == "linear_fc1" else "c_proj"
+            names[p] = f"h.{layer.layer_number - 1}.mlp.experts.{x}.{proj}.{e.group(4)}"
+        elif m and m.group(2) == "mlp.router":
+            layer = model.decoder.layers[int(m.group(1))]
+            names[p] = f"h.{layer.layer_number - 1}.mlp.router.{m.group(3)}"
+        elif m:
             layer = model.decoder.layers[int(m.group(1))]
             names[p] = f"h.{layer.layer_number - 1}.{LAYER_NAMES[m.group(2)]}.{m.group(3)}"
         elif n in ("embedding.word_embeddings.weight", "output_layer.weight"):
@@ -89,6 +107,61 @@ def export_names(model, ex):
         else:
             raise RuntimeError(f"Megatron parameter {n} has no export name")
     return names
+
+
+def moe_config(ex, ep):
+    """TransformerConfig's MoE fields for a mixture-of-experts export (none
+    for a dense one), matching parabench's MoE (model_config.h MoeConfig):
+    softmax router without bias, top-k over the logits then the softmax over
+    the k chosen (= the softmax renormalized over the k, moe_router_pre_softmax
+    off), the Switch load-balancing loss over each rank's microbatch
+    ("aux_loss": parabench's `local` capacity scope) with the export's
+    coefficient, no token dropping (no capacity factor: the export's capacity
+    must admit every choice), SequentialMLP experts of width 4C with biases,
+    the alltoall token dispatcher over the expert-parallel group."""
+    m = ex.moe
+    if not m.get("experts", 0):
+        return {}
+    every = m.get("every", 1)
+    return dict(num_moe_experts=m["experts"], moe_router_topk=m["top_k"], moe_ffn_hidden_size=4 * ex.C,
+                moe_aux_loss_coeff=m["aux_loss_coef"], moe_router_load_balancing_type="aux_loss",
+                moe_router_score_function="softmax", moe_router_pre_softmax=False,
+                moe_expert_capacity_factor=None, moe_token_dispatcher_type="alltoall", moe_grouped_gemm=False,
+                moe_router_fusion=False, moe_permute_fusion=False, moe_router_dtype="fp32",
+                moe_layer_freq=[1 if i % every == 0 else 0 for i in range(ex.L)],
+                expert_model_parallel_size=ep)
+
+
+def drop_router_bias(model):
+    """add_bias_linear (the export's biases) also gives Megatron's router a
+    bias, which parabench's router has not: removed (the gating's bias is then
+    None, as with add_bias_linear off)."""
+    for mod in model.modules():
+        if type(mod).__name__ == "TopKRouter" and getattr(mod, "bias", None) is not None:
+            del mod.bias
+            mod.register_parameter("bias", None)
+
+
+def moe_checks(ap, ex, s, w):
+    """A MoE export trains under moe-ep only, and only when parabench's
+    routing is Megatron's: every choice admitted (capacity_factor >= E / k)
+    and the load balancing over each rank's microbatch (capacity `local`)."""
+    m = ex.moe
+    if not m.get("experts", 0):
+        if s == "moe-ep":
+            ap.error("--strategy moe-ep needs a mixture-of-experts export (parabench export --set moe.experts=4)")
+        return
+    if s != "moe-ep":
+        ap.error(f"the export's model has experts: --strategy {s} trains dense models; use --strategy moe-ep")
+    E, k = m["experts"], m["top_k"]
+    if E % w:
+        ap.error(f"moe-ep at world {w}: the world must divide the {E} experts")
+    if m["capacity_factor"] * k < E:
+        ap.error(f"the export's moe.capacity_factor {m['capacity_factor']} drops tokens (below experts / top_k = "
+                 f"{E / k:g}); Megatron runs without dropping here: export with moe.capacity_factor={E / k:g}")
+    if m.get("capacity", "global") != "local":
+        ap.error(f"the export's moe.capacity is {m.get('capacity')!r}: Megatron's aux_loss balances each rank's "
+                 f"microbatch, parabench's `local` scope: export with moe.capacity=local")
 
 
 def shard(full, p, tp_rank, tp):
@@ -118,14 +191,16 @@ def worker(rank, args):
     from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
-    ex = common.pbtrace.Export(args.export)
+    ex = common.pbtrace.Export(args.export, allow_moe=True)
     s, world = args.strategy, args.world
     tp = world if s in ("tp", "tp-sp") else 1
     pp = world if s.startswith("pp") else 1
     vpp = 2 if s == "pp-interleaved" else None  # model chunks per rank
+    ep = world if s == "moe-ep" else 1  # experts split over the data-parallel ranks
     dp = world // (tp * pp)
     ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                                 virtual_pipeline_model_parallel_size=vpp)
+                                 virtual_pipeline_model_parallel_size=vpp, expert_model_parallel_size=ep)
+    ep_rank = ps.get_expert_model_parallel_rank()
     tensor_parallel.model_parallel_cuda_manual_seed(1234)
     tp_rank = ps.get_tensor_model_parallel_rank()
     dp_rank = ps.get_data_parallel_rank()
@@ -143,12 +218,18 @@ def worker(rank, args):
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
         sequence_parallel=s == "tp-sp",
         use_cpu_initialization=True, transformer_impl="local", params_dtype=torch.bfloat16 if bf16 else torch.float32,
-        pipeline_dtype=torch.bfloat16 if bf16 else torch.float32, bf16=bf16, init_method_std=0.02)
+        pipeline_dtype=torch.bfloat16 if bf16 else torch.float32, bf16=bf16, init_method_std=0.02,
+        **moe_config(ex, ep))
     # The local spec with ShardedNorm as every norm (the layers' two and the
     # block's final one).
     layer = gpt_layer_specs.get_gpt_layer_local_spec()
     layer.submodules.input_layernorm = ShardedNorm
     layer.submodules.pre_mlp_layernorm = ShardedNorm
+    moe_layer = None  # a MoE layer: the local spec's MoELayer (SequentialMLP experts), the same norms
+    if ex.moe.get("experts", 0):
+        moe_layer = gpt_layer_specs.get_gpt_layer_local_spec(num_experts=ex.moe["experts"], moe_grouped_gemm=False)
+        moe_layer.submodules.input_layernorm = ShardedNorm
+        moe_layer.submodules.pre_mlp_layernorm = ShardedNorm
     fsdp = s == "fsdp"
     fsdp_args = {}
     if fsdp:
@@ -163,15 +244,18 @@ def worker(rank, args):
     ddps, names = [], {}
     for vp in range(vpp or 1):  # one GPTModel per model chunk (vp stage) of this rank
         v = vp if vpp else None
-        spec = TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config, vp_stage=v),
-                                          layer_norm=ShardedNorm)
+        n_build = get_num_layers_to_build(config, vp_stage=v)
+        every = ex.moe.get("every", 1)
+        specs = [moe_layer if moe_layer is not None and i % every == 0 else layer for i in range(n_build)]
+        spec = TransformerBlockSubmodules(layer_specs=specs, layer_norm=ShardedNorm)
         model = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=ex.V,
                          max_sequence_length=ex.init["wpe"].shape[0],
                          pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=v),
                          post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=v),
                          share_embeddings_and_output_weights=True, position_embedding_type="learned_absolute",
                          vp_stage=v)
-        chunk_names = export_names(model, ex)
+        drop_router_bias(model)
+        chunk_names = export_names(model, ex, ep_rank, ep)
         with torch.no_grad():
             for p, n in chunk_names.items():
                 p.copy_(shard(to_megatron(n, ex.init[n].float(), ex.NH), p, tp_rank, tp).to(p.dtype))
@@ -229,6 +313,7 @@ def worker(rank, args):
         return per_token, loss_func
 
     rec = common.Recorder()
+    moe = MoeRecord(ddps, ex) if ex.moe.get("experts", 0) else None
     for step in range(ex.steps):
         lo = dp_rank * mb * micro
         batches = [(ex.inputs[step, lo + k * mb: lo + (k + 1) * mb], ex.targets[step, lo + k * mb: lo + (k + 1) * mb])
@@ -239,6 +324,14 @@ def worker(rank, args):
         data = [iter(batches) for _ in ddps] if vpp else iter(batches)
         out = fwd_bwd(forward_step_func=forward_step, data_iterator=data, model=ddps,
                       num_microbatches=micro, seq_length=T, micro_batch_size=mb, forward_only=False)
+        if args.fault == "expert-grads-ep":
+            # The bug: the reduced expert gradients rescaled by the expert
+            # data-parallel size (dp / ep) instead of the data-parallel size
+            # Megatron's DDP already divided by, i.e. multiplied by ep, through
+            # the gradient buffers' own scale_gradients.
+            for d in ddps:
+                for buf in d.expert_parallel_buffers:
+                    buf.scale_gradients(float(ep))
         # Mean loss over the global batch: the last stage's microbatches,
         # averaged over the data replicas, sent to every rank.
         loss = torch.zeros((), dtype=torch.float64)
@@ -246,6 +339,8 @@ def worker(rank, args):
             loss += sum(float(d["loss"]) for d in out) / micro / dp
         torch.distributed.all_reduce(loss)
         loss = loss.item() / tp  # every tensor-parallel rank of a replica holds the same loss
+        if moe:  # the step's routing; parabench's loss includes the load-balancing terms
+            loss += moe.step(ps, micro, dp)
         if step == 0:
             grads1 = fsdp_full(names, ps, ex.NH, True) if fsdp else full_grads(ddps, names, ps, tp, ex.NH,
                                                                                   s == "distopt")
@@ -256,10 +351,59 @@ def worker(rank, args):
             rec.grads1 = grads1
         rec.step(loss, norm, lr)
     rec.params = fsdp_full(names, ps, ex.NH, False) if fsdp else full_params(names, ps, tp, ex.NH)
+    if moe:
+        rec.moe_tokens, rec.moe_aux = moe.tokens, moe.aux
     import megatron.core
 
     common.write(rank, args, ex, rec, framework=f"megatron-core-{megatron.core.__version__}",
-                 mesh=mesh_text(dp, tp, pp), microbatches=micro, script="mg_train.py")
+                 mesh=mesh_text(dp, tp, pp, ep), microbatches=micro, script="mg_train.py")
+
+
+class MoeRecord:
+    """The trace's per-step MoE quantities, as Megatron computed them: each
+    router's routing_map (the choices its token dispatcher sent; a forward
+    hook on TopKRouter) summed per expert over the step's microbatches and the
+    data-parallel ranks, and the load-balancing loss Megatron's aux-loss
+    tracker logged per layer (the loss over the coefficient, summed over the
+    microbatches), times the coefficient over the microbatches x replicas:
+    the term's weight in the step's loss, as Megatron's gradient has it
+    (MoEAuxLossAutoScaler's 1 / microbatches, DDP's 1 / dp)."""
+
+    def __init__(self, ddps, ex):
+        self.layers = []  # the MoE layers' layer numbers, in order
+        self.coef = ex.moe["aux_loss_coef"]
+        self.E = ex.moe["experts"]
+        self.counts = {}
+        for d in ddps:
+            for mod in d.modules():
+                if type(mod).__name__ == "TopKRouter":
+                    self.layers.append(mod.layer_number)
+                    mod.register_forward_hook(self._hook)
+        self.layers.sort()
+        self.tokens, self.aux = [], []
+
+    def _hook(self, mod, inputs, out):
+        _, routing_map = out
+        c = routing_map.detach().sum(dim=0).to(torch.float64)
+        self.counts[mod.layer_number] = self.counts.get(mod.layer_number, 0) + c
+
+    def step(self, ps, micro, dp):
+        """Records the step; returns the load-balancing losses' sum (what
+        parabench's loss adds to the cross entropy)."""
+        from megatron.core.transformer.moe.moe_utils import clear_aux_losses_tracker, get_moe_layer_wise_logging_tracker
+
+        group = ps.get_data_parallel_group()
+        counts = torch.stack([self.counts.get(n, torch.zeros(self.E, dtype=torch.float64)) for n in self.layers])
+        torch.distributed.all_reduce(counts, group=group)
+        values = get_moe_layer_wise_logging_tracker()["load_balancing_loss"]["values"].detach().to(torch.float64)
+        aux = torch.stack([values[n - 1] for n in self.layers])
+        torch.distributed.all_reduce(aux, group=group)
+        aux = aux * self.coef / (micro * dp)
+        clear_aux_losses_tracker()
+        self.counts = {}
+        self.tokens.append(counts.round().to(torch.int64).tolist())
+        self.aux.append(aux.tolist())
+        return float(aux.sum())
 
 
 def pp_microbatches(ex, s, world):
@@ -271,8 +415,8 @@ def pp_microbatches(ex, s, world):
     return m if s == "pp" else -(-m // world) * world
 
 
-def mesh_text(dp, tp, pp):
-    return ".".join(f"{a}{n}" for a, n in (("dp", dp), ("pp", pp), ("tp", tp)) if n > 1) or "dp1"
+def mesh_text(dp, tp, pp, ep=1):
+    return ".".join(f"{a}{n}" for a, n in (("dp", dp), ("pp", pp), ("tp", tp), ("ep", ep)) if n > 1) or "dp1"
 
 
 def gather_full(local, names, ps, tp, NH):
@@ -361,8 +505,9 @@ def main():
     ap = common.parser(__doc__, STRATEGIES, FAULTS)
     args = ap.parse_args()
     common.check_framework(ap, "megatron-core")
-    ex = common.preflight(ap, args)
+    ex = common.preflight(ap, args, allow_moe=True)
     s, w = args.strategy, args.world
+    moe_checks(ap, ex, s, w)
     need = FAULT_STRATEGIES.get(args.fault)
     if need and s != need:
         ap.error(f"--fault {args.fault} applies to --strategy {need}")
@@ -375,7 +520,7 @@ def main():
         ap.error(f"{s} at world {w}: {stages} stages must divide the model's {ex.L} layers")
     if s == "fsdp" and args.precision != "fp32":
         ap.error("--strategy fsdp runs fp32 only (bf16-mixed under Megatron-FSDP is not built here)")
-    dp = w if s in ("dp", "distopt", "fsdp") else 1
+    dp = w if s in ("dp", "distopt", "fsdp", "moe-ep") else 1
     micro = pp_microbatches(ex, s, w)
     if ex.batch % (dp * micro):
         ap.error(f"{dp} replicas x {micro} microbatches do not divide the batch of {ex.batch}")

@@ -76,7 +76,7 @@ def parse_toml_config(text):
 class Export:
     """A parabench export directory: config, init weights, batches."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, allow_moe=False):
         init_path = os.path.join(directory, "init.safetensors")
         batch_path = os.path.join(directory, "batch.safetensors")
         for p in (init_path, batch_path):
@@ -92,7 +92,8 @@ class Export:
         self.inputs, self.targets = b["inputs"].long(), b["targets"].long()
         m, t, o = self.config["model"], self.config["train"], self.config["optim"]
         self.V, self.C, self.L, self.NH = m["vocab"], m["channels"], m["layers"], m["heads"]
-        if self.config.get("moe", {}).get("experts", 0):
+        self.moe = self.config.get("moe", {})
+        if self.moe.get("experts", 0) and not allow_moe:
             raise ExportError("the adapter trains dense models only (the export's has experts)")
         self.steps, self.batch, self.seq, self.micro = t["steps"], t["batch"], t["seq"], t["microbatches"]
         self.optim = o
@@ -110,8 +111,10 @@ class Export:
 
 
 def write_trace(path, export, *, precision, framework, strategy, mesh, microbatches, losses, grad_norms, lrs,
-                grads1, params, note=None, peak_memory=None, comm_bytes=None):
-    """grads1 / params: {parameter name: full tensor} in the export's names."""
+                grads1, params, note=None, peak_memory=None, comm_bytes=None, moe_tokens=None, moe_aux=None):
+    """grads1 / params: {parameter name: full tensor} in the export's names.
+    moe_tokens (steps, MoE layers, experts) and moe_aux (steps, MoE layers):
+    a mixture of experts' optional per-step routing (results/TRACE.md)."""
     tensors = {
         "loss": torch.tensor(losses, dtype=torch.float64),
         "grad_norm": torch.tensor(grad_norms, dtype=torch.float64),
@@ -124,6 +127,10 @@ def write_trace(path, export, *, precision, framework, strategy, mesh, microbatc
         tensors["rank.peak_memory_bytes"] = torch.tensor(peak_memory, dtype=torch.int64)
     if comm_bytes is not None:
         tensors["rank.comm_bytes"] = torch.tensor(comm_bytes, dtype=torch.int64)
+    if moe_tokens is not None:
+        tensors["moe.tokens_per_expert"] = torch.tensor(moe_tokens, dtype=torch.int64)
+    if moe_aux is not None:
+        tensors["moe.aux_loss"] = torch.tensor(moe_aux, dtype=torch.float64)
     meta = {
         "format": TRACE_FORMAT,
         "export_hash": export.config_hash,

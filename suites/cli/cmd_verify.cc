@@ -52,7 +52,8 @@ void write_reported_figures(ResultWriter& csv, RunMeta meta, const ForeignTrace&
 }
 
 // The per-step scalars beside the table's columns: the gradient norm's worst
-// ratio, and whether the learning rate followed the export's schedule.
+// ratio, whether the learning rate followed the export's schedule, and a
+// mixture of experts' load-balancing loss and tokens per expert.
 void print_scalar_checks(const ConformanceResult& r) {
   const QuantityCheck* norm = nullptr;
   const QuantityCheck* lr_bad = nullptr;
@@ -73,6 +74,26 @@ void print_scalar_checks(const ConformanceResult& r) {
   } else {
     std::printf("; lr: not in the trace (optional)");
   }
+  // A mixture of experts' routing, when the trace has it.
+  const QuantityCheck* aux = nullptr;
+  const QuantityCheck* tokens_bad = nullptr;
+  double moved = 0;
+  bool has_tokens = false;
+  for (const auto& c : r.rule) {
+    if (c.quantity == "aux_loss" && (!aux || !(c.ratio <= aux->ratio))) aux = &c;
+    if (c.quantity == "moe_tokens") {
+      has_tokens = true;
+      moved += c.error;
+      if (!c.pass && !tokens_bad) tokens_bad = &c;
+    }
+  }
+  if (aux)
+    std::printf("; aux_loss: worst ratio %.3f at step %d%s", aux->ratio, aux->step, aux->pass ? "" : " FAIL");
+  if (tokens_bad)
+    std::printf("; moe_tokens: %.0f choices routed elsewhere at step %d (%.0f near ties) FAIL", tokens_bad->error,
+                tokens_bad->step, tokens_bad->floor);
+  else if (has_tokens)
+    std::printf("; moe_tokens: the truth's at every step (%.0f near-tie flips)", moved);
   std::printf("\n");
 }
 

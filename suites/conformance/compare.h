@@ -28,6 +28,12 @@ struct Trace {
   std::vector<double> grad_norm;  // per step
   std::vector<double> grads1;     // full gradient of step 1 (before the update)
   std::vector<double> params;     // full parameters after the last step
+  // A mixture of experts, per step (empty for a dense model; reference
+  // traces, and verify's foreign ones when they carry them): each MoE
+  // layer's routed choices per expert (layer-major), each MoE layer's
+  // load-balancing loss as it enters the loss, and (references) the near-tie
+  // margins of the routing (reference/runner.h MoeStepRecord).
+  std::vector<std::vector<double>> moe_tokens, moe_aux, moe_margins;
 };
 
 struct ToleranceRule {

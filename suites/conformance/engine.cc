@@ -91,6 +91,13 @@ Trace trace_of(const std::vector<StepStats>& st, std::vector<double> grads1, std
   for (const auto& s : st) {
     t.loss.push_back(s.loss);
     t.grad_norm.push_back(s.grad_norm);
+    if (!s.moe_tokens.empty()) {
+      t.moe_tokens.push_back(s.moe_tokens);
+      t.moe_aux.push_back(s.moe_aux);
+      std::vector<double> margins;
+      for (const auto& m : s.moe_margins) margins.insert(margins.end(), m.begin(), m.end());
+      t.moe_margins.push_back(std::move(margins));
+    }
   }
   t.grads1 = std::move(grads1);
   t.params = std::move(params);
@@ -106,8 +113,14 @@ Trace scaled_distance(const Trace& x, const Trace& truth, double k) {
     for (size_t i = 0; i < t.size() && i < a.size(); ++i) out[i] = t[i] + k * (a[i] - t[i]);
     return out;
   };
-  return {scale(x.loss, truth.loss), scale(x.grad_norm, truth.grad_norm), scale(x.grads1, truth.grads1),
-          scale(x.params, truth.params)};
+  Trace out;
+  out.loss = scale(x.loss, truth.loss);
+  out.grad_norm = scale(x.grad_norm, truth.grad_norm);
+  out.grads1 = scale(x.grads1, truth.grads1);
+  out.params = scale(x.params, truth.params);
+  for (size_t s = 0; s < truth.moe_aux.size() && s < x.moe_aux.size(); ++s)
+    out.moe_aux.push_back(scale(x.moe_aux[s], truth.moe_aux[s]));
+  return out;
 }
 
 namespace {

@@ -17,12 +17,69 @@ std::string num(double v) {
 }
 
 // Where at one step a check comes in the order a user should look: the
-// forward (loss), the gradients, the update (params), then the scalars.
+// routing (a mixture of experts' tokens per expert, its load-balancing loss),
+// the forward (loss), the gradients, the update (params), then the scalars.
 int quantity_rank(const std::string& q) {
-  static const char* order[] = {"loss", "grads", "params", "grad_norm", "lr"};
-  for (int i = 0; i < 5; ++i)
+  static const char* order[] = {"moe_tokens", "aux_loss", "loss", "grads", "params", "grad_norm", "lr"};
+  for (int i = 0; i < 7; ++i)
     if (q == order[i]) return i;
-  return 5;
+  return 7;
+}
+
+// A mixture of experts' per-step quantities, when the trace has them
+// (verify.h): the load-balancing losses by the rule (relative L2 over the MoE
+// layers; floor the references' running maximum), the tokens per expert
+// exactly up to near ties (below).
+void check_moe(const ForeignTrace& t, const std::vector<const Trace*>& refs, const Trace& truth, double min_floor,
+               const ToleranceRule& rule, std::vector<QuantityCheck>& out) {
+  const size_t S = truth.loss.size();
+  if (!t.moe_aux.empty()) {
+    double running = 0;
+    for (size_t s = 0; s < S; ++s) {
+      for (const Trace* r : refs)
+        if (s < r->moe_aux.size()) running = std::max(running, rel_l2(r->moe_aux[s], truth.moe_aux[s]));
+      QuantityCheck c;
+      c.quantity = "aux_loss";
+      c.step = int(s) + 1;
+      c.error = rel_l2(t.moe_aux[s], truth.moe_aux[s]);
+      c.floor = std::max(running, min_floor);
+      c.threshold = rule.C;
+      c.ratio = c.error / c.floor;
+      if (std::isnan(c.ratio)) c.ratio = INFINITY;
+      c.pass = c.ratio <= rule.C;
+      out.push_back(c);
+    }
+  }
+  if (!t.moe_tokens.empty()) {
+    // Routing is discrete: a correct run matches the truth's counts exactly,
+    // except where a token's k-th chosen and best unchosen expert are a near
+    // tie that its rounding may break the other way. A tie is near when its
+    // relative margin is within C times the loss floor at that step (how far
+    // a correct run at the trace's precision has drifted from the truth).
+    // error: the choices moved (half the L1 distance of the counts); floor:
+    // the truth's near ties; ratio C x moved / max(ties, 1/2): within C
+    // exactly when every moved choice is one near tie broken the other way.
+    double running = 0;
+    for (size_t s = 0; s < S; ++s) {
+      for (const Trace* r : refs)
+        if (s < r->loss.size()) running = std::max(running, rel_error(r->loss[s], truth.loss[s]));
+      const double tie = rule.C * std::max(running, min_floor);
+      double moved = 0, ties = 0;
+      for (size_t i = 0; i < truth.moe_tokens[s].size(); ++i)
+        moved += std::fabs(t.moe_tokens[s][i] - truth.moe_tokens[s][i]);
+      moved /= 2;
+      for (double m : truth.moe_margins[s]) ties += m <= tie;
+      QuantityCheck c;
+      c.quantity = "moe_tokens";
+      c.step = int(s) + 1;
+      c.error = moved;
+      c.floor = ties;
+      c.threshold = rule.C;
+      c.ratio = rule.C * moved / std::max(ties, 0.5);
+      c.pass = c.ratio <= rule.C;
+      out.push_back(c);
+    }
+  }
 }
 
 // The per-parameter breakdown of a vector quantity (member: grads1 or params).
@@ -77,8 +134,13 @@ void diagnose(const ExportDir& e, const ConformanceResult& r, const std::vector<
 std::string VerifyDiagnosis::text() const {
   if (!failed) return "";
   std::string s = "first failure: " + first.quantity + " at step " + std::to_string(first.step) + " (";
-  s += first.quantity == "lr" ? "relative error " + num(first.error) + ", not the export's schedule"
-                              : "ratio " + num(first.ratio) + " > " + num(first.threshold);
+  if (first.quantity == "lr")
+    s += "relative error " + num(first.error) + ", not the export's schedule";
+  else if (first.quantity == "moe_tokens")
+    s += num(first.error) + " choices routed to other experts than the truth's, " + num(first.floor) +
+         " near ties; ratio " + num(first.ratio) + " > " + num(first.threshold);
+  else
+    s += "ratio " + num(first.ratio) + " > " + num(first.threshold);
   s += "); largest errors in the " +
        std::string(vector_quantity == "grads" ? "step-1 gradients" : "final parameters") + " (ratio / C = " +
        num(C) + "): ";
@@ -94,18 +156,29 @@ ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const 
   TrainConfig truth_cfg = cfg;
   truth_cfg.precision = Precision::fp64;
   Replay as_split;
-  as_split.plan = split_of(t);
-  const Trace truth = reference_trace(truth_cfg, {});
-  const Trace whole = reference_trace(cfg, {});
+  as_split.plan = split_of(t, e.cfg);
+  // A mixture of experts: routing, capacity and the load-balancing loss are
+  // per capacity scope (a replica's microbatch, or with global capacity
+  // microbatch k of every replica joint), not sums over tokens, so the truth
+  // and the whole reference train the trace's grouping (as check does,
+  // engine.cc), only its order of summation left out.
+  Replay plain;
+  if (e.cfg.model.moe.experts > 0) {
+    plain.plan.groups = as_split.plan.groups;
+    plain.plan.micro = as_split.plan.micro;
+    plain.plan.moe_joint = as_split.plan.moe_joint;
+  }
+  const Trace truth = reference_trace(truth_cfg, plain);
+  const Trace whole = reference_trace(cfg, plain);
   const Trace split = reference_trace(cfg, as_split);
   std::vector<Trace> more;  // the fp64 floor's other orders (verify.h)
   if (t.precision == Precision::fp64) {
     for (int parts : kFp64FloorSlices)
-      more.push_back(reference_trace(truth_cfg, {}, nullptr, kernels::cpu_ops_sliced<double>(parts)));
+      more.push_back(reference_trace(truth_cfg, plain, nullptr, kernels::cpu_ops_sliced<double>(parts)));
     TrainConfig fp32_cfg = cfg;
     fp32_cfg.precision = Precision::fp32;
     more.push_back(
-        scaled_distance(reference_trace(fp32_cfg, {}), truth, dtype_eps(DType::f64) / dtype_eps(DType::f32)));
+        scaled_distance(reference_trace(fp32_cfg, plain), truth, dtype_eps(DType::f64) / dtype_eps(DType::f32)));
   }
   std::vector<const Trace*> refs = {&whole, &split};
   for (const Trace& m : more) refs.push_back(&m);
@@ -115,7 +188,10 @@ ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const 
   r.precision = t.precision;
   r.world = t.world;
   r.backend = "foreign";
-  r.trace = {t.loss, t.grad_norm, t.grads1, t.params};
+  r.trace.loss = t.loss;
+  r.trace.grad_norm = t.grad_norm;
+  r.trace.grads1 = t.grads1;
+  r.trace.params = t.params;
   const DType dt = storage_dtype(t.precision);
   r.rule = check_rule(r.trace, refs, truth, dt, rule);
   // What the format requires is judged: the gradient norm of every step; and
@@ -126,6 +202,7 @@ ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const 
     for (int s = 1; s <= e.cfg.steps; ++s) schedule.push_back(lr_at(e.cfg.optim, s, e.cfg.steps));
     for (const auto& c : check_lr(t.lr, schedule)) r.rule.push_back(c);
   }
+  check_moe(t, refs, truth, rule.min_floor_ulps * dtype_eps(dt), rule, r.rule);
   if (why) diagnose(e, r, refs, truth, rule.min_floor_ulps * dtype_eps(dt), rule, why);
   return r;
 }

@@ -24,6 +24,13 @@ namespace pb {
 // kFp64FloorSlices slices, and the fp32 reference's distance scaled by the
 // ratio of the unit roundoffs; at least four fp64 ulps. Not the fp32 floor:
 // an fp32-accurate run declared fp64 fails.
+// A mixture of experts: the truth and the whole reference train the
+// trace's grouping (replicas x microbatches, joint under global capacity:
+// routing is per capacity scope); when the trace has them, every step's
+// load-balancing losses are judged by the rule ("aux_loss", relative L2 over
+// the MoE layers) and its tokens per expert exactly up to the truth's near
+// ties ("moe_tokens": a tie within C x the step's loss floor may flip; ratio
+// C x moved choices / max(near ties, 1/2)), results/TRACE.md.
 // `why`, when given, is filled with what to fix (below).
 struct VerifyDiagnosis;
 ConformanceResult verify_trace(const ExportDir& e, const ForeignTrace& t, const ToleranceRule& rule = {},
@@ -39,8 +46,8 @@ struct ParamError {
 };
 
 // What a failed verify tells the user to look at: the first failing check
-// (the earliest step; at one step in the order loss, grads, params,
-// grad_norm, lr), and the parameters with the largest ratio in the vector
+// (the earliest step; at one step in the order moe_tokens, aux_loss, loss,
+// grads, params, grad_norm, lr), and the parameters with the largest ratio in the vector
 // quantity that failed (the step-1 gradients when they failed first or
 // alone, else the final parameters), largest first.
 struct VerifyDiagnosis {

@@ -316,8 +316,8 @@ TEST_F(Verify, TheSplitOfTheTraceIsReplayed) {
   });
   const ForeignTrace t = read_trace(p, exp_);
   EXPECT_EQ(t.world, 4);
-  EXPECT_EQ(split_of(t).groups, 2);
-  EXPECT_EQ(split_of(t).micro, 2);
+  EXPECT_EQ(split_of(t, exp_.cfg).groups, 2);
+  EXPECT_EQ(split_of(t, exp_.cfg).micro, 2);
 }
 
 TEST_F(Verify, EveryMalformedTraceIsRefusedNamingWhat) {
@@ -456,6 +456,155 @@ TEST_F(Verify, AnAlteredOrForeignExportIsRefused) {
   } catch (const InputError& err) {
     EXPECT_NE(std::string(err.what()).find("is not a directory"), std::string::npos);
   }
+}
+
+// A mixture of experts: the export's trace carries every step's tokens per
+// expert and load-balancing loss per MoE layer, and verify judges them when a
+// trace has them (tokens exactly up to near ties, the aux loss by the rule).
+class VerifyMoe : public Verify {
+ protected:
+  void SetUp() override {
+    dir_ = scratch(std::string("moe_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    TrainConfig c = tiny(Precision::fp32);
+    c.model = named_model("tiny-moe-local");
+    exp_ = read_export(export_to(c, dir_ / "export"));
+    golden_ = (dir_ / "export" / "trace.safetensors").string();
+  }
+  std::vector<std::string> failed(const std::function<void(Edit&)>& edit) {
+    const std::string p = rewrite(golden_, dir_ / "edited.safetensors", edit);
+    const ConformanceResult r = verify_trace(exp_, read_trace(p, exp_));
+    std::vector<std::string> out;
+    for (const auto& c : r.rule)
+      if (!c.pass) out.push_back(c.quantity + "@" + std::to_string(c.step));
+    return out;
+  }
+  int64_t& tokens(Edit& e, int step, int layer, int expert) {
+    const auto& m = exp_.cfg.model;
+    return reinterpret_cast<int64_t*>(e.find(kMoeTokens)->bytes.data())[(size_t(step) * m.moe_layers() + layer) *
+                                                                          m.moe.experts + expert];
+  }
+};
+
+TEST_F(VerifyMoe, TheExportsOwnTraceCarriesAndPassesTheMoeQuantities) {
+  const ForeignTrace t = read_trace(golden_, exp_);
+  const auto& m = exp_.cfg.model;
+  ASSERT_EQ(t.moe_tokens.size(), 3u);
+  ASSERT_EQ(t.moe_aux.size(), 3u);
+  ASSERT_EQ(t.moe_tokens[0].size(), size_t(m.moe_layers()) * m.moe.experts);
+  for (const auto& a : t.moe_aux[0]) EXPECT_GT(a, 0.0);  // coef x E x sum f P > 0
+  VerifyDiagnosis why;
+  const ConformanceResult r = verify_trace(exp_, t, {}, &why);
+  int aux = 0, tok = 0;
+  for (const auto& c : r.rule) {
+    EXPECT_TRUE(c.pass) << c.quantity << "@" << c.step << " " << c.ratio;
+    aux += c.quantity == "aux_loss";
+    if (c.quantity == "moe_tokens") {
+      ++tok;
+      EXPECT_EQ(c.error, 0.0);  // the same choices as the truth
+    }
+  }
+  EXPECT_EQ(aux, 3);
+  EXPECT_EQ(tok, 3);
+  EXPECT_FALSE(why.failed);
+  // Without them (optional) the rest is judged alone.
+  const std::string p = rewrite(golden_, dir_ / "plain.safetensors", [](Edit& e) {
+    std::erase_if(e.tensors, [](const auto& kv) { return kv.first.rfind("moe.", 0) == 0; });
+  });
+  const ConformanceResult plain = verify_trace(exp_, read_trace(p, exp_));
+  EXPECT_TRUE(plain.pass());
+  for (const auto& c : plain.rule) EXPECT_TRUE(c.quantity != "aux_loss" && c.quantity != "moe_tokens");
+}
+
+TEST_F(VerifyMoe, WrongRoutingAndAuxLossFailNamingTheQuantityAndStep) {
+  using V = std::vector<std::string>;
+  // 8 choices of layer 0 moved from expert 0 to expert 1 at step 2: far
+  // more than the fp32 truth's near ties (a margin within C x a 1e-7 floor).
+  EXPECT_EQ(failed([&](Edit& e) {
+              tokens(e, 1, 0, 0) -= 8;
+              tokens(e, 1, 0, 1) += 8;
+            }),
+            V{"moe_tokens@2"});
+  const int Lm = exp_.cfg.model.moe_layers();
+  EXPECT_EQ(failed([&](Edit& e) { reinterpret_cast<double*>(e.find(kMoeAux)->bytes.data())[2 * Lm] *= 1.01; }),
+            V{"aux_loss@3"});
+  // The diagnosis names the routing first.
+  const std::string p = rewrite(golden_, dir_ / "r.safetensors", [&](Edit& e) {
+    tokens(e, 0, 0, 2) -= 3;
+    tokens(e, 0, 0, 3) += 3;
+  });
+  VerifyDiagnosis why;
+  verify_trace(exp_, read_trace(p, exp_), {}, &why);
+  ASSERT_TRUE(why.failed);
+  EXPECT_EQ(why.first.quantity, "moe_tokens");
+  EXPECT_NE(why.text().find("3 choices routed to other experts"), std::string::npos) << why.text();
+}
+
+// Routing and the load-balancing loss are per capacity scope: the whole
+// batch's trace declared as two data replicas (each its own scope, `local`
+// capacity) is not that run's, and its aux loss fails.
+TEST_F(VerifyMoe, TheTracesGroupingIsTheTruths) {
+  const std::string p = rewrite(golden_, dir_ / "dp2.safetensors", [](Edit& e) { e.meta["mesh"] = "dp2.ep2"; });
+  const ForeignTrace t = read_trace(p, exp_);
+  EXPECT_EQ(t.mesh.ep, 2);
+  bool aux_failed = false;
+  for (const auto& c : verify_trace(exp_, t).rule) aux_failed |= c.quantity == "aux_loss" && !c.pass;
+  EXPECT_TRUE(aux_failed);
+}
+
+TEST_F(VerifyMoe, MalformedMoeQuantitiesAreRefusedNamingWhat) {
+  const auto& m = exp_.cfg.model;
+  const int64_t S = 3, Lm = m.moe_layers(), E = m.moe.experts;
+  auto reshape = [](const char* name, Shape shape) {
+    return [name, shape](Edit& e) {
+      Edit::T* t = e.find(name);
+      t->shape = shape;
+      t->bytes.resize(size_t(numel(shape)) * 8);  // I64 and F64
+    };
+  };
+  const std::vector<std::pair<std::function<void(Edit&)>, std::string>> bad = {
+      {reshape(kMoeTokens, {S, Lm + 1, E}), "'moe.tokens_per_expert' has shape"},
+      {reshape(kMoeTokens, {S, Lm, E - 1}), "(steps 3, MoE layers " + std::to_string(Lm) + ", experts " +
+                                                std::to_string(E)},
+      {reshape(kMoeAux, {S, Lm + 1}), "'moe.aux_loss' has shape"},
+      {[](Edit& e) { e.find(kMoeTokens)->dtype = StDType::F64; }, "expected I64"},
+      {[&](Edit& e) { tokens(e, 2, 0, 1) += 1; }, "sums to"},
+      {[&](Edit& e) {
+         tokens(e, 0, 0, 0) = -1;
+         tokens(e, 0, 0, 1) += 1;
+       },
+       "not a count"},
+  };
+  for (const auto& [edit, want] : bad) {
+    const std::string msg = trace_error(edit);
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+    EXPECT_NE(msg.find("edited.safetensors"), std::string::npos) << msg;
+  }
+}
+
+// The llama family's mixture of experts (SwiGLU experts, Mixtral's layout)
+// exports and verifies the same way.
+TEST_F(Verify, TinyMixtralsTraceCarriesAndPassesTheMoeQuantities) {
+  TrainConfig c = tiny(Precision::fp32);
+  c.model = named_model("tiny-mixtral");
+  const ExportDir e = read_export(export_to(c, dir_ / "mixtral"));
+  const ForeignTrace t = read_trace((dir_ / "mixtral" / "trace.safetensors").string(), e);
+  ASSERT_EQ(t.moe_tokens.size(), 3u);
+  const ConformanceResult r = verify_trace(e, t);
+  int moe = 0;
+  for (const auto& q : r.rule) {
+    EXPECT_TRUE(q.pass) << q.quantity << "@" << q.step;
+    moe += q.quantity == "aux_loss" || q.quantity == "moe_tokens";
+  }
+  EXPECT_EQ(moe, 6);
+}
+
+TEST_F(Verify, MoeQuantitiesInADenseTraceAreUnknown) {
+  const std::string msg = trace_error([](Edit& e) {
+    const int64_t one = 1;
+    Edit::T t{StDType::I64, {3, 1, 1}, std::vector<char>(3 * sizeof one)};
+    e.tensors.push_back({kMoeTokens, t});
+  });
+  EXPECT_NE(msg.find("unknown tensor 'moe.tokens_per_expert'"), std::string::npos) << msg;
 }
 
 }  // namespace
