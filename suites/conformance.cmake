@@ -245,6 +245,46 @@ if(PARABENCH_BUILD_TESTS)
                        conformance_check_llama_tp_teeth conformance_check_llama_sp_teeth
                        conformance_check_mixtral_ep conformance_check_mixtral_ep_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
+  # Mixture of experts composed with recompute and context parallel (issue 49
+  # item 3): selective recompute (attention probabilities), full recompute
+  # (the backward reruns each MoE block's forward, routing, count exchange and
+  # dispatch included), and context parallel (each cp rank routes its tokens;
+  # the cp ranks share the microbatch's capacity and load-balancing statistics
+  # in the microbatch's token order), each capacity mode; held to the rule
+  # with the fp64 rerun, recompute bit-equal to its run without, memory and
+  # traffic exactly as declared (docs/strategies/moe-expert-parallel.md).
+  add_test(NAME conformance_check_moe_composed
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe
+            --spec "tp2 shard=none,recompute=selective" "dp2.tp2 shard=zero3,recompute=full"
+            "dp2.ep2.tp2 shard=none,recompute=full" "cp2 shard=none" "dp2.cp2 shard=zero3" "tp2.cp2 shard=none"
+            "cp2 shard=none,recompute=full,zigzag=off"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
+  add_test(NAME conformance_check_mixtral_recompute
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral
+            --spec "tp2 shard=none,recompute=selective" "tp2 shard=zero3,recompute=full"
+            "dp2.ep2.tp2 shard=none,recompute=full"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
+  # Their teeth, each caught at both precisions: full recompute counting the
+  # rerun's load-balancing term again; under context parallel the
+  # load-balancing statistics and the capacity not shared over cp.
+  add_test(NAME conformance_check_moe_composed_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
+            --spec "dp2.tp2 shard=none,recompute=full,faults=moe_recompute_aux_twice"
+            "cp2 shard=none,faults=moe_aux_per_rank" "cp2 shard=none,faults=moe_local_capacity"
+            "dp2.cp2 shard=none,faults=moe_aux_per_rank"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
+  add_test(NAME conformance_check_mixtral_recompute_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --moe-capacity global
+            --spec "tp2 shard=none,recompute=full,faults=moe_recompute_aux_twice"
+            "tp2 shard=none,recompute=full,faults=gate_up_mismatch"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
+  set_tests_properties(conformance_check_moe_composed_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n8 configurations, 8 failed\\.")
+  set_tests_properties(conformance_check_mixtral_recompute_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n4 configurations, 4 failed\\.")
+  set_tests_properties(conformance_check_moe_composed conformance_check_mixtral_recompute
+                       conformance_check_moe_composed_teeth conformance_check_mixtral_recompute_teeth
+                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
   # Pipeline parallel (issue 46 item 2): the untied lm_head on the last stage,
   # the embedding on the first, no tied-gradient sum; every schedule (zb-h1
   # splits the llama block's backward, reference/llama_block.cc), x the

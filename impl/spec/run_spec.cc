@@ -281,17 +281,21 @@ void validate(const RunSpec& s) {
                                  "recompute), pipeline parallel of dense models (mesh dpN.ppK) and expert parallel "
                                  "(mesh dpN.epM, dpN.epM.tpT) run it");
   }
-  // Mixture of experts runs under data, expert and pipeline parallel, and
-  // under tensor parallel (experts split over tp) x data parallel so far.
+  // Mixture of experts runs under data, expert and pipeline parallel, under
+  // tensor parallel (experts split over tp) x data parallel, and under
+  // context parallel x tensor x data parallel (experts whole over ep), with
+  // recompute outside pipelines, so far.
+  const bool piped = s.mesh.pp > 1 || s.pipe.schedule;
   require(s.train.model.moe.experts == 0 ||
-              (s.mesh.cp == 1 && s.tensor.recompute == Recompute::none && !s.tensor.sp &&
-               (s.mesh.tp == 1 || (s.mesh.pp == 1 && !s.pipe.schedule))),
-          "model.moe: a mixture-of-experts model runs with data, expert and pipeline parallel (mesh dpN.epM.ppK), or "
-          "with tensor, expert and data parallel (mesh dpN.epM.tpT, experts split over tp and ep) so far, without "
-          "sequence parallel or recompute (got " + mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
+              (!s.tensor.sp && (s.mesh.tp == 1 || !piped) && (s.mesh.cp == 1 || (!piped && s.mesh.ep == 1)) &&
+               (s.tensor.recompute == Recompute::none || !piped)),
+          "model.moe: a mixture-of-experts model runs with data, expert and pipeline parallel (mesh dpN.epM.ppK), "
+          "with tensor, expert and data parallel (mesh dpN.epM.tpT, experts split over tp and ep), or with context, "
+          "tensor and data parallel (mesh dpN.tpT.cpC), recompute outside pipelines, so far, without sequence "
+          "parallel (got " + mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
               (s.tensor.recompute != Recompute::none ? " recompute" : "") +
-              "): pipeline parallel together with tensor parallel, and context parallel, for MoE are not "
-              "implemented yet");
+              "): pipeline parallel together with tensor or context parallel or recompute, expert together with "
+              "context parallel, and sequence parallel, for MoE are not implemented yet");
 }
 
 bool operator==(const RunSpec& a, const RunSpec& b) {

@@ -80,10 +80,12 @@ int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding,
   const int64_t input = e * Nl * C;  // the embedding's output, or the activation received
   // The whole model's MoE blocks keep MoeActs (experts split over tp) for the
   // dense MLP's two activations: 4C/t each, the llama family's gate|up 2F/t and SwiGLU's F/t.
+  // Full recompute keeps none of either: one MoeActs, the backward's rerun's.
   auto moe_layers = [&](int64_t dense_mlp) -> int64_t {
     if (x.model.moe.experts == 0 || blocks != x.model.L) return 0;
     const int64_t moe = moe_activation_bytes(x.model, N, x.moe_scope_tokens, int(e), int(ab), x.ep, int(t),
                                              x.moe_on_device);
+    if (x.recompute == Recompute::full) return moe;
     return x.model.moe_layers() * (moe - dense_mlp);
   };
   if (x.model.llama()) {  // RMSNorm keeps 1/rms alone

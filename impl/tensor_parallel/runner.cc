@@ -139,9 +139,8 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
       ulysses_ = std::make_unique<cp::UlyssesAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH, ops);
   }
   if (m.moe.experts > 0) {
-    require(!o.sp && ncp == 1 && o.recompute == Recompute::none,
-            "model.moe: mixture-of-experts blocks run under tensor parallel without sequence parallel, context "
-            "parallel or recompute");
+    require(!o.sp, "model.moe: mixture-of-experts blocks run under tensor parallel without sequence parallel");
+    require(ncp == 1 || moe_scope_.order, "model.moe: under context parallel the MoE scope needs its token order");
     require(moe_scope_.tp_size() == o.tp, "model.moe: the experts' scope must split them over the tp group");
     moe_.emplace(l, N_, moe_scope_, ops);
     moe_scratch_ =
@@ -319,12 +318,17 @@ TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp
   blocks_.resize(size_t(m.L));
   moe_.resize(size_t(m.L));
   const MoeScope& sc = model_.moe_scope();
+  const bool full = o.recompute == Recompute::full;
   for (int i = 0; i < m.L; ++i) {
-    model_.alloc_block(blocks_[size_t(i)], mt, o.recompute == Recompute::full, !m.is_moe(i));
-    if (m.is_moe(i))
+    model_.alloc_block(blocks_[size_t(i)], mt, full, !m.is_moe(i));
+    if (m.is_moe(i) && !full)
       moe_[size_t(i)] =
           MoeActs<T>(mt, m, int(N), sc.tokens(m.moe, int64_t(N)), sc.ep_size(), o.tp, !ops.is_host());
   }
+  // Full recompute keeps each block's output alone: one MoE MLP's routing and
+  // rows, rerun (re-routed) by the backward from the block's stored input.
+  if (full && m.moe.experts > 0)
+    moe_work_ = MoeActs<T>(mt, m, int(N), sc.tokens(m.moe, int64_t(N)), sc.ep_size(), o.tp, !ops.is_host());
   model_.alloc_head(head_, mt);
   dx_a_ = Buffer<T>(mt, MemTag::workspace, NlC);
   dx_b_ = Buffer<T>(mt, MemTag::workspace, NlC);
@@ -720,14 +724,15 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   double aux = 0;
   for (int i = 0, j = 0; i < L; ++i) {
     Block& a = full ? model_.work() : blocks_[size_t(i)];
-    if (mc.is_moe(i)) {  // MoE: no recompute (validated)
+    if (mc.is_moe(i)) {
+      MoeActs<T>& ma = full ? moe_work_ : moe_[size_t(i)];
       const T* unit = hk.params(l.block_unit(i));
-      model_.moe_block_forward(a, moe_[size_t(i)], output(i - 1), unit, blocks_[size_t(i)].xout.data(),
+      model_.moe_block_forward(a, ma, output(i - 1), unit, blocks_[size_t(i)].xout.data(),
                                ek ? ek->params(j) : nullptr);
       if (ek) ek->release_params(j);
       ++j;
-      aux += moe_[size_t(i)].aux;
-      moe_[size_t(i)].add_to(load_, mc.moe.experts, mc.moe.top_k);
+      aux += ma.aux;
+      ma.add_to(load_, mc.moe.experts, mc.moe.top_k);
     } else {
       model_.block_forward(a, output(i - 1), hk.params(l.block_unit(i)), blocks_[size_t(i)].xout.data());
     }
@@ -763,8 +768,16 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
       const T* pu = hk.params(u);
       T* ge = ek ? ek->grads(j) : nullptr;
       const T* pe = ek ? ek->params(j) : nullptr;
-      model_.moe_block_backward(dprev, gu, dx, x_in, blocks_[size_t(i)], moe_[size_t(i)], pu,
-                                dloss * double(model_.moe_scope().tokens(mc.moe, Nt)), pe, ge);
+      double aux_weight = dloss * double(model_.moe_scope().tokens(mc.moe, Nt));
+      if (full) {  // rerun the block's forward, the routing and its exchanges included (the same dispatch)
+        model_.moe_block_forward(model_.work(), moe_work_, x_in, pu, model_.work().xout.data(), pe);
+        if (model_.moe_scope().has(MoeFault::recompute_aux_twice)) {  // the rerun's term counted again
+          aux += moe_work_.aux;
+          aux_weight *= 2;
+        }
+      }
+      model_.moe_block_backward(dprev, gu, dx, x_in, full ? model_.work() : blocks_[size_t(i)],
+                                full ? moe_work_ : moe_[size_t(i)], pu, aux_weight, pe, ge);
       if (ek) ek->grads_ready(j), ek->release_params(j);
       --j;
       hk.grads_ready(u);

@@ -88,7 +88,8 @@ class TpModel {
   // whole sequence's tokens.
   // moe: a mixture-of-experts model's scope (reference/moe.h; its tp is
   // `tp`, data_parallel/model_states.h make_moe_scope): its MoE blocks run the MoE MLP with tensor-parallel
-  // experts on every token of the microbatch (no sequence parallel).
+  // experts on every token of the microbatch (no sequence parallel; under
+  // context parallel its cp rank's tokens, the scope's order theirs).
   // ops: the device (the CPU by default; InputError for cp > 1 or MoE off the host).
   TpModel(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, MemoryTracker* mt, int Bm,
           int Tn, MoeScope moe = {}, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
@@ -216,6 +217,7 @@ class TpRunner {
   double run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hooks);
   const MoeLoad& moe_load() const { return load_; }
   void reset_moe_load() { load_ = {}; }
+  const MoeScope& moe_scope() const { return model_.moe_scope(); }
 
  private:
   using Block = typename TpModel<T>::Block;
@@ -228,7 +230,8 @@ class TpRunner {
   std::vector<int32_t> host_tokens_, host_targets_;              // staging when tokens_ is not host memory
   Buffer<T> x0_, dx_a_, dx_b_;
   std::vector<Block> blocks_;
-  std::vector<MoeActs<T>> moe_;  // per layer; empty for dense blocks
+  std::vector<MoeActs<T>> moe_;  // per layer; empty for dense blocks (and every one under full recompute)
+  MoeActs<T> moe_work_;          // full recompute: the one MoE MLP's the backward reruns (routing included)
   MoeLoad load_;
   typename TpModel<T>::Head head_;
 };
