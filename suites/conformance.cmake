@@ -245,8 +245,9 @@ if(PARABENCH_BUILD_TESTS)
                        conformance_check_llama_tp_teeth conformance_check_llama_sp_teeth
                        conformance_check_mixtral_ep conformance_check_mixtral_ep_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
-  # Mixture of experts composed with recompute and context parallel (issue 49
-  # item 3): selective recompute (attention probabilities), full recompute
+  # Mixture of experts composed with recompute, sequence and context parallel
+  # (issue 49 item 3): sequence parallel (ln2's output gathered over tp for
+  # the MoE MLP, as for the dense MLP; each rank keeps its chunk's rows), selective recompute (attention probabilities), full recompute
   # (the backward reruns each MoE block's forward, routing, count exchange and
   # dispatch included), and context parallel (each cp rank routes its tokens;
   # the cp ranks share the microbatch's capacity and load-balancing statistics
@@ -257,31 +258,34 @@ if(PARABENCH_BUILD_TESTS)
     COMMAND $<TARGET_FILE:parabench> check --model tiny-moe
             --spec "tp2 shard=none,recompute=selective" "dp2.tp2 shard=zero3,recompute=full"
             "dp2.ep2.tp2 shard=none,recompute=full" "cp2 shard=none" "dp2.cp2 shard=zero3" "tp2.cp2 shard=none"
-            "cp2 shard=none,recompute=full,zigzag=off"
+            "cp2 shard=none,recompute=full,zigzag=off" "tp2 shard=none,sp=on" "dp2.tp2 shard=zero3,sp=on,recompute=full"
+            "dp2.ep2.tp2 shard=none,sp=on" "tp2.cp2 shard=none,sp=on"
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
   add_test(NAME conformance_check_mixtral_recompute
     COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral
             --spec "tp2 shard=none,recompute=selective" "tp2 shard=zero3,recompute=full"
-            "dp2.ep2.tp2 shard=none,recompute=full"
+            "dp2.ep2.tp2 shard=none,recompute=full" "tp2 shard=none,sp=on" "tp4 shard=zero3,sp=on"
+            "dp2.ep2.tp2 shard=none,sp=on,recompute=full"
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
   # Their teeth, each caught at both precisions: full recompute counting the
   # rerun's load-balancing term again; under context parallel the
-  # load-balancing statistics and the capacity not shared over cp.
+  # load-balancing statistics and the capacity not shared over cp; under SP
+  # the replicated gradients (ln2's) not summed over tp.
   add_test(NAME conformance_check_moe_composed_teeth
     COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
             --spec "dp2.tp2 shard=none,recompute=full,faults=moe_recompute_aux_twice"
             "cp2 shard=none,faults=moe_aux_per_rank" "cp2 shard=none,faults=moe_local_capacity"
-            "dp2.cp2 shard=none,faults=moe_aux_per_rank"
+            "dp2.cp2 shard=none,faults=moe_aux_per_rank" "tp2 shard=none,sp=on,faults=skip_sp_grad_reduce"
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
   add_test(NAME conformance_check_mixtral_recompute_teeth
     COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --moe-capacity global
             --spec "tp2 shard=none,recompute=full,faults=moe_recompute_aux_twice"
-            "tp2 shard=none,recompute=full,faults=gate_up_mismatch"
+            "tp2 shard=none,recompute=full,faults=gate_up_mismatch" "tp2 shard=none,sp=on,faults=skip_sp_grad_reduce"
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
   set_tests_properties(conformance_check_moe_composed_teeth PROPERTIES PASS_REGULAR_EXPRESSION
-                       "\n8 configurations, 8 failed\\.")
+                       "\n10 configurations, 10 failed\\.")
   set_tests_properties(conformance_check_mixtral_recompute_teeth PROPERTIES PASS_REGULAR_EXPRESSION
-                       "\n4 configurations, 4 failed\\.")
+                       "\n6 configurations, 6 failed\\.")
   set_tests_properties(conformance_check_moe_composed conformance_check_mixtral_recompute
                        conformance_check_moe_composed_teeth conformance_check_mixtral_recompute_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)

@@ -282,20 +282,20 @@ void validate(const RunSpec& s) {
                                  "(mesh dpN.epM, dpN.epM.tpT) run it");
   }
   // Mixture of experts runs under data, expert and pipeline parallel, under
-  // tensor parallel (experts split over tp) x data parallel, and under
-  // context parallel x tensor x data parallel (experts whole over ep), with
-  // recompute outside pipelines, so far.
+  // tensor (and sequence) parallel (experts split over tp) x data parallel,
+  // and under context parallel x tensor x data parallel (experts whole over
+  // ep), with recompute, outside pipelines so far.
   const bool piped = s.mesh.pp > 1 || s.pipe.schedule;
   require(s.train.model.moe.experts == 0 ||
-              (!s.tensor.sp && (s.mesh.tp == 1 || !piped) && (s.mesh.cp == 1 || (!piped && s.mesh.ep == 1)) &&
-               (s.tensor.recompute == Recompute::none || !piped)),
+              ((!piped || (s.mesh.tp == 1 && s.mesh.cp == 1 && !s.tensor.sp && s.tensor.recompute == Recompute::none)) &&
+               (s.mesh.cp == 1 || s.mesh.ep == 1)),
           "model.moe: a mixture-of-experts model runs with data, expert and pipeline parallel (mesh dpN.epM.ppK), "
-          "with tensor, expert and data parallel (mesh dpN.epM.tpT, experts split over tp and ep), or with context, "
-          "tensor and data parallel (mesh dpN.tpT.cpC), recompute outside pipelines, so far, without sequence "
-          "parallel (got " + mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
-              (s.tensor.recompute != Recompute::none ? " recompute" : "") +
-              "): pipeline parallel together with tensor or context parallel or recompute, expert together with "
-              "context parallel, and sequence parallel, for MoE are not implemented yet");
+          "with tensor (and sequence), expert and data parallel (mesh dpN.epM.tpT, experts split over tp and ep), or "
+          "with context, tensor and data parallel (mesh dpN.tpT.cpC), recompute outside pipelines, so far (got " +
+              mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
+              (s.tensor.recompute != Recompute::none ? " recompute" : "") + (piped ? " pipeline" : "") +
+              "): pipeline parallel together with tensor, sequence or context parallel or recompute, and expert "
+              "together with context parallel, for MoE are not implemented yet");
 }
 
 bool operator==(const RunSpec& a, const RunSpec& b) {

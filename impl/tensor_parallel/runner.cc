@@ -139,7 +139,6 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
       ulysses_ = std::make_unique<cp::UlyssesAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH, ops);
   }
   if (m.moe.experts > 0) {
-    require(!o.sp, "model.moe: mixture-of-experts blocks run under tensor parallel without sequence parallel");
     require(ncp == 1 || moe_scope_.order, "model.moe: under context parallel the MoE scope needs its token order");
     require(moe_scope_.tp_size() == o.tp, "model.moe: the experts' scope must split them over the tp group");
     moe_.emplace(l, N_, moe_scope_, ops);
@@ -229,6 +228,7 @@ void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOpt
     buf(&TpModel::dfch_, N * 2 * Ft), buf(&TpModel::datt_, att), buf(&TpModel::dfchg_, N * Ft);
     buf(&TpModel::dlogits_, N * V), buf(&TpModel::cmax_, N), buf(&TpModel::csum_, 2 * N);
     buf(&TpModel::pos_, Nl), buf(&TpModel::rpos_, size_t(Tn));
+    if (m.moe.experts > 0 && o.sp) buf(&TpModel::moe_x_, N * C);
     if (!kernel_ws) return;
     const int n = int(N), c = m.C, ct = int(Ct), v = int(V), ft = w.Ft;
     buf(&TpModel::mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, w.Wf), k::matmul_workspace_floats<T>(n, c, 2 * ft),
@@ -257,6 +257,7 @@ void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOpt
   if (local) buf(&TpModel::datt_, att);  // (the cp attention keeps its own)
   buf(&TpModel::dfchg_, N * 4 * Ct), buf(&TpModel::dlogits_, N * V), buf(&TpModel::cmax_, N);
   buf(&TpModel::csum_, 2 * N), buf(&TpModel::pos_, Nl);
+  if (m.moe.experts > 0 && o.sp) buf(&TpModel::moe_x_, N * C);
   if (!kernel_ws) return;  // a device's kernels keep their own
   const int n = int(N), c = m.C, ct = int(Ct), v = int(V);
   buf(&TpModel::mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, 3 * ct), k::matmul_workspace_floats<T>(n, c, 4 * ct),
@@ -622,8 +623,15 @@ void TpModel<T>::attention_backward(T* dx_in, T* du, const T* x_in, const Block&
 template <class T>
 void TpModel<T>::moe_block_forward(Block& a, MoeActs<T>& m, const T* x_in, const T* u, T* xout, const T* experts) {
   attention_forward(a, x_in, u);
-  moe_->forward(m, tmp_.data(), a.ln2.data(), u, moe_scratch_, experts);  // every tp rank: the whole output
-  ops_->residual_forward(xout, a.xmid.data(), tmp_.data(), size_t(N_) * C_);
+  // Every tp rank routes the whole microbatch's tokens (SP: ln2's output
+  // gathered, as the dense MLP's input) and gets the whole output; it keeps
+  // its own tokens' rows (SP: its chunk).
+  const T* in = a.ln2.data();
+  T* out = tmp_.data();
+  if (o_.sp) gather(a.ln2.data(), moe_x_.data()), in = moe_x_.data(), out = part_.data();
+  moe_->forward(m, out, in, u, moe_scratch_, experts);
+  const T* mine = o_.sp ? out + size_t(tp_->rank()) * Nl_ * C_ : out;
+  ops_->residual_forward(xout, a.xmid.data(), mine, size_t(Nl_) * C_);
 }
 
 template <class T>
@@ -631,17 +639,21 @@ void TpModel<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_i
                                     const MoeActs<T>& m, const T* u, double aux_weight, const T* experts,
                                     T* dexperts) {
   const auto& o = layout_->block();
-  const size_t NC = size_t(N_) * C_;
-  ops_->copy(dres_.data(), dout, NC * sizeof(T));
+  const size_t NlC = size_t(Nl_) * C_;
+  ops_->copy(dres_.data(), dout, NlC * sizeof(T));
+  const T* dy = dout;  // SP: the output's gradient and the input, gathered over tp (every token on every rank)
+  const T* in = a.ln2.data();
+  if (o_.sp) gather(dout, gat_.data()), dy = gat_.data(), gather(a.ln2.data(), moe_x_.data()), in = moe_x_.data();
   zero(part_);  // d ln2: the MoE MLP's input gradient, whole on every tp rank (its partial sums reduced inside)
-  moe_->backward(part_.data(), du, dout, a.ln2.data(), m, u, aux_weight, moe_scratch_, experts, dexperts);
+  moe_->backward(part_.data(), du, dy, in, m, u, aux_weight, moe_scratch_, experts, dexperts);
+  const T* dln2 = o_.sp ? part_.data() + size_t(tp_->rank()) * NlC : part_.data();  // this rank's tokens' rows
   if (llama_) {
-    ops_->rmsnorm_backward(dres_.data(), du + o.ln2_w, part_.data(), a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(),
-                           N_, C_);
+    ops_->rmsnorm_backward(dres_.data(), du + o.ln2_w, dln2, a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(), Nl_,
+                           C_);
     return llama_attention_backward(dx_in, du, x_in, a, u);
   }
-  ops_->layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, part_.data(), a.xmid.data(), u + o.ln2_w,
-                           a.ln2_mean.data(), a.ln2_rstd.data(), N_, C_);
+  ops_->layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, dln2, a.xmid.data(), u + o.ln2_w,
+                           a.ln2_mean.data(), a.ln2_rstd.data(), Nl_, C_);
   attention_backward(dx_in, du, x_in, a, u);
 }
 

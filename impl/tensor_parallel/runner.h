@@ -88,8 +88,9 @@ class TpModel {
   // whole sequence's tokens.
   // moe: a mixture-of-experts model's scope (reference/moe.h; its tp is
   // `tp`, data_parallel/model_states.h make_moe_scope): its MoE blocks run the MoE MLP with tensor-parallel
-  // experts on every token of the microbatch (no sequence parallel; under
-  // context parallel its cp rank's tokens, the scope's order theirs).
+  // experts on every token of the microbatch (under sequence parallel ln2's
+  // output gathered over tp, as the dense MLP's input; under context parallel
+  // its cp rank's tokens, the scope's order theirs).
   // ops: the device (the CPU by default; InputError for cp > 1 or MoE off the host).
   TpModel(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, MemoryTracker* mt, int Bm,
           int Tn, MoeScope moe = {}, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
@@ -177,6 +178,7 @@ class TpModel {
   Block work_;                      // full recompute: the block being rerun
   Buffer<T> att_work_, atty_work_;  // selective recompute
   Buffer<T> gat_, part_, tmp_, dres_, dln_, datty_, dqkv_, datt_, dfch_, dfchg_, dlogits_;
+  Buffer<T> moe_x_;  // MoE under SP: ln2's output gathered over tp (N, C), the MoE MLP's input
   Buffer<A> cmax_, csum_, att_ws_;
   Buffer<float> mm_ws_;
   Buffer<T> drot_, qkvf_;  // llama: d (q|k|v) before RoPE; the whole-kv projection's rows (replicated kv)

@@ -73,13 +73,20 @@ int64_t replicated_grads_held(const RunSpec& s, int rank) {
 }
 
 std::vector<std::pair<int64_t, int64_t>> tp_reduced_ranges(const ParamLayout& l, bool sp) {
-  if (sp || l.tp() == 1) return l.replicated_ranges();
+  if (l.tp() == 1 || (sp && l.model().moe.experts == 0)) return l.replicated_ranges();
   std::vector<std::pair<int64_t, int64_t>> r;
   auto ends = [](const std::string& n, const std::string& x) {
     return n.size() >= x.size() && n.compare(n.size() - x.size(), x.size(), x) == 0;
   };
+  // SP: every replicated parameter but the MoE MLP's (router, experts' c_proj
+  // bias: every tp rank computes their gradients whole, from every token).
+  auto moe = [](const std::string& n) {
+    return n.find(".router.") != std::string::npos || n.find(".experts.") != std::string::npos ||
+           n.find("block_sparse_moe.") != std::string::npos;
+  };
   for (const auto& p : l.params()) {
-    if (!p.replicated || !(ends(p.name, "k_proj.weight") || ends(p.name, "v_proj.weight"))) continue;
+    if (!p.replicated || (sp ? moe(p.name) : !(ends(p.name, "k_proj.weight") || ends(p.name, "v_proj.weight"))))
+      continue;
     if (!r.empty() && r.back().second == p.offset) r.back().second += p.numel;
     else r.push_back({p.offset, p.offset + p.numel});
   }

@@ -90,7 +90,7 @@ StepStats TpRank<T>::step() {
     // SP: each rank's grads of the replicated parameters are partial (its tokens);
     // llama with kv_heads < tp: the replicated k/v ones (its q heads), with or without SP.
     if (o_.sp && o_.tp > 1 && !o_.has(Fault::skip_sp_grad_reduce))
-      states_->dense().all_reduce_held_grads(layout_.replicated_ranges(), tp);
+      states_->dense().all_reduce_held_grads(tp_reduced_ranges(layout_, true), tp);
     else if (!o_.sp && kv_replicated_)
       states_->dense().all_reduce_held_grads(tp_reduced_ranges(layout_, false), tp);
   };
@@ -188,7 +188,9 @@ Declared TpRank<T>::declared(int steps) const {
   int64_t moe_rows = 0;  // the MoE blocks: no MLP all-reduce each way; the experts' rows, from the recorded routing
   if (c.model.moe.experts > 0) {  // (full recompute: the rerun's MLP all-reduce and expert rows too)
     const int64_t passes = o_.recompute == Recompute::full ? 3 : 2;
-    m.all_reduce -= passes * int64_t(c.model.moe_layers()) * x.tokens() * c.model.C * x.elem_bytes;
+    // (SP: the MLP's reduce-scatter each way; its gathers of ln2 and of the output's gradient stay)
+    (o_.sp ? m.reduce_scatter : m.all_reduce) -=
+        passes * int64_t(c.model.moe_layers()) * x.tokens() * c.model.C * x.elem_bytes;
     moe_rows = passes * runner_->moe_load().owner_rows * c.model.C * x.elem_bytes;
   }
   // Per microbatch, then once per step: the norm's partial sum and, with SP,
