@@ -294,7 +294,7 @@ void validate(const RunSpec& s) {
           "with context, tensor and data parallel (mesh dpN.tpT.cpC), recompute outside pipelines, so far (got " +
               mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
               (s.tensor.recompute != Recompute::none ? " recompute" : "") + (piped ? " pipeline" : "") +
-              "): pipeline parallel together with tensor, sequence or context parallel or recompute, and expert "
+              "): pipeline parallel together with tensor parallel, sequence or context parallel or recompute, and expert "
               "together with context parallel, for MoE are not implemented yet");
 }
 
