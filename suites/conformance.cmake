@@ -153,6 +153,14 @@ parabench_mpi_test(NAME conformance_check_mpi_ep_pp_np4 NP 4
           schedule=gpipe,shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs
           TIMEOUT 300)
 
+# MoE composed under MPI (issue 49 item 3): dp2.cp2 (the cp ranks' choices
+# all-gathered over the dp x cp capacity group), dp2.tp2 with SP and full
+# recompute (the rerun's count exchange and tp sums), global and local capacity.
+parabench_mpi_test(NAME conformance_check_mpi_moe_composed_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --spec "dp2.cp2 shard=none"
+          "dp2.tp2 shard=zero3,sp=on,recompute=full" --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Pipeline conformance under mpirun (mpi backend, one process per rank).
 if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
   add_executable(conformance_pipeline_mpi_test conformance/pipeline_conformance_mpi_test.cc)
