@@ -267,7 +267,8 @@ if(PARABENCH_BUILD_TESTS)
             --spec "tp2 shard=none,recompute=selective" "dp2.tp2 shard=zero3,recompute=full"
             "dp2.ep2.tp2 shard=none,recompute=full" "cp2 shard=none" "dp2.cp2 shard=zero3" "tp2.cp2 shard=none"
             "cp2 shard=none,recompute=full,zigzag=off" "tp2 shard=none,sp=on" "dp2.tp2 shard=zero3,sp=on,recompute=full"
-            "dp2.ep2.tp2 shard=none,sp=on" "tp2.cp2 shard=none,sp=on"
+            "dp2.ep2.tp2 shard=none,sp=on" "tp2.cp2 shard=none,sp=on" "dp2.ep2 shard=none,recompute=full"
+            "dp4.ep2 shard=zero3,recompute=selective"
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
   add_test(NAME conformance_check_mixtral_recompute
     COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral

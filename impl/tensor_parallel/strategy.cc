@@ -95,9 +95,10 @@ std::vector<std::pair<int64_t, int64_t>> tp_reduced_ranges(const ParamLayout& l,
 
 namespace {
 bool runs(const RunSpec& s) {
-  // ep > 1 with tp > 1: experts split over both (tp_rank.h); ep alone is expert_parallel's.
-  return (s.mesh.tp > 1 || s.tensor.recompute != Recompute::none) && s.mesh.cp == 1 &&
-         (s.mesh.ep == 1 || s.mesh.tp > 1) && s.mesh.pp == 1 && !s.pipe.schedule;
+  // ep > 1 with tp > 1 or recompute: experts split over both (tp_rank.h); ep alone is expert_parallel's.
+  const bool recompute = s.tensor.recompute != Recompute::none;
+  return (s.mesh.tp > 1 || recompute) && s.mesh.cp == 1 && (s.mesh.ep == 1 || s.mesh.tp > 1 || recompute) &&
+         s.mesh.pp == 1 && !s.pipe.schedule;
 }
 bool runs_context(const RunSpec& s) { return s.mesh.cp > 1 && s.mesh.ep == 1 && s.mesh.pp == 1 && !s.pipe.schedule; }
 }  // namespace
