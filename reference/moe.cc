@@ -274,7 +274,7 @@ void MoeMlp<T>::route(MoeActs<T>& a, const T* logits) const {
   std::vector<double> base(size_t(K) * E, 0.0), total(size_t(E), 0.0), Ps(P.size(), 0.0);
   for (int e = 0; e < E; ++e) Ps[size_t(e)] = double(P[size_t(e)]);
   const bool local_cap = scope_.has(MoeFault::local_capacity), aux_here = scope_.has(MoeFault::aux_per_rank);
-  if (scope_.shared(c_)) {
+  if (scope_.shared(c_) && !scope_.order) {
     const int R = x_->capacity_ranks(), me = x_->capacity_rank();
     std::vector<double> all(size_t(R) * K * E);
     x_->gather_routed(routed.data(), all.data(), routed.size());
@@ -290,6 +290,34 @@ void MoeMlp<T>::route(MoeActs<T>& a, const T* logits) const {
         for (int i = 0; i < j; ++i)
           for (int r = 0; r < R; ++r) base[size_t(j) * E + e] += all[(size_t(r) * K + i) * E + e];
       }
+    x_->sum_probs(Ps.data(), Ps.size());
+  }
+  // Context parallel (scope_.order): every rank's choices, and each of this
+  // rank's pairs' place: the scope's pairs of earlier choice ranks for its
+  // expert, and of its choice rank on tokens earlier in the microbatch.
+  std::vector<double> ahead;
+  if (scope_.shared(c_) && scope_.order) {
+    const int R = x_->capacity_ranks(), me = x_->capacity_rank();
+    const std::vector<int64_t>& id = *scope_.order;
+    require(id.size() == size_t(R) * N, "moe: the scope's token order does not cover its ranks' tokens");
+    std::vector<double> mine(size_t(N) * K), all(size_t(R) * N * K), jtotal(size_t(K) * E, 0.0);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = a.choice[i];
+    x_->gather_routed(mine.data(), all.data(), mine.size());
+    for (size_t i = 0; i < all.size(); ++i) jtotal[(i % size_t(K)) * E + size_t(all[i])] += 1;
+    std::fill(total.begin(), total.end(), 0.0);
+    for (int j = 0; j < K; ++j)
+      for (int e = 0; e < E; ++e) total[size_t(e)] += jtotal[size_t(j) * E + e];
+    ahead.assign(size_t(N) * K, 0.0);
+    for (int n = 0; n < N; ++n) {
+      const int64_t at = id[size_t(me) * N + n];
+      for (int j = 0; j < K; ++j) {
+        const int e = a.choice[size_t(n) * K + j];
+        double h = 0;
+        for (int i = 0; i < j; ++i) h += jtotal[size_t(i) * E + e];
+        for (size_t t = 0; t < size_t(R) * N; ++t) h += all[t * K + j] == e && id[t] < at;
+        ahead[size_t(n) * K + j] = h;
+      }
+    }
     x_->sum_probs(Ps.data(), Ps.size());
   }
   if (!scope_.shared(c_) || local_cap || aux_here) {  // this rank's pairs alone (the faults: for admission or aux)
@@ -313,7 +341,8 @@ void MoeMlp<T>::route(MoeActs<T>& a, const T* logits) const {
   for (int j = 0; j < K; ++j)
     for (int n = 0; n < N; ++n) {
       const int e = a.choice[size_t(n) * K + j];
-      const double pos = base[size_t(j) * E + e] + seen[size_t(j) * E + e]++;
+      double pos = base[size_t(j) * E + e] + seen[size_t(j) * E + e]++;
+      if (!ahead.empty() && !local_cap) pos = ahead[size_t(n) * K + j];
       const bool in = pos < double(cap_here);
       a.slot[size_t(n) * K + j] = in ? a.count[size_t(e)]++ : -1;
       a.dropped += !in;

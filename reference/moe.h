@@ -21,6 +21,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "harness/dtype.h"
 #include "harness/memory.h"
@@ -50,6 +51,10 @@ enum class MoeFault : uint8_t {
   // with their up rows in reverse order. Set by the tensor-parallel rank
   // from its own fault, not declared by name here.
   expert_gate_up_mismatch,
+  // Full recompute (impl/tensor_parallel/runner.cc): the backward's rerun of
+  // the MoE block adds its load-balancing term to the objective a second time
+  // (the loss and the router's aux gradient count it twice).
+  recompute_aux_twice,
 };
 
 // The rows an expert-parallel exchange moves, `width` elements of `dtype`
@@ -137,14 +142,24 @@ class LocalMoeExchange final : public MoeExchange {
 // An MoE layer's scope on a rank: its exchange (null: LocalMoeExchange) and
 // its injected faults. impl/expert_parallel/exchange.h moe_scope builds one
 // over a rank's groups.
+//
+// Context parallel: the capacity ranks' tokens interleave in the microbatch's
+// token order (a sequence's chunks on every cp rank), so `order` holds each
+// capacity rank's tokens' places in it, rank-major (capacity_ranks() x N);
+// the ranks then all-gather their tokens' choices (not the counts) and each
+// finds its pairs' places in the admission order from them. The cp ranks of a
+// data rank share its microbatch under either capacity mode.
 struct MoeScope {
   std::shared_ptr<const MoeExchange> exchange;
   std::set<MoeFault> faults;
+  std::shared_ptr<const std::vector<int64_t>> order;  // null: the ranks' tokens in group rank order
   int ep_size() const { return exchange ? exchange->ep_size() : 1; }
   int tp_size() const { return exchange ? exchange->tp_size() : 1; }
   int capacity_ranks() const { return exchange ? exchange->capacity_ranks() : 1; }
   bool has(MoeFault f) const { return faults.count(f) > 0; }
-  bool shared(const MoeConfig& c) const { return capacity_ranks() > 1 && c.capacity == MoeCapacity::global; }
+  bool shared(const MoeConfig& c) const {
+    return capacity_ranks() > 1 && (c.capacity == MoeCapacity::global || order != nullptr);
+  }
   int64_t tokens(const MoeConfig& c, int64_t local) const { return shared(c) ? local * capacity_ranks() : local; }
 };
 

@@ -168,6 +168,13 @@ parabench_mpi_test(NAME conformance_check_mpi_llama_pp_np4 NP 4
 parabench_mpi_test(NAME conformance_check_mpi_mixtral_pp_np4 NP 4
   COMMAND $<TARGET_FILE:parabench> check --mesh dp2.ep2.pp2 tp2.pp2 --model tiny-mixtral --strategy schedule=1f1b
           --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+# MoE composed under MPI (issue 49 item 3): dp2.cp2 (the cp ranks' choices
+# all-gathered over the dp x cp capacity group), dp2.tp2 with SP and full
+# recompute (the rerun's count exchange and tp sums), global and local capacity.
+parabench_mpi_test(NAME conformance_check_mpi_moe_composed_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --spec "dp2.cp2 shard=none"
+          "dp2.tp2 shard=zero3,sp=on,recompute=full" --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
 # Pipeline conformance under mpirun (mpi backend, one process per rank).
 if(PARABENCH_HAVE_MPI AND PARABENCH_BUILD_TESTS)
@@ -260,6 +267,51 @@ if(PARABENCH_BUILD_TESTS)
   set_tests_properties(conformance_check_llama_dp conformance_check_mixtral_dp conformance_check_llama_tp
                        conformance_check_llama_tp_teeth conformance_check_llama_sp_teeth
                        conformance_check_mixtral_ep conformance_check_mixtral_ep_teeth
+                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
+  # Mixture of experts composed with recompute, sequence and context parallel
+  # (issue 49 item 3): sequence parallel (ln2's output gathered over tp for
+  # the MoE MLP, as for the dense MLP; each rank keeps its chunk's rows), selective recompute (attention probabilities), full recompute
+  # (the backward reruns each MoE block's forward, routing, count exchange and
+  # dispatch included), and context parallel (each cp rank routes its tokens;
+  # the cp ranks share the microbatch's capacity and load-balancing statistics
+  # in the microbatch's token order), each capacity mode; held to the rule
+  # with the fp64 rerun, recompute bit-equal to its run without, memory and
+  # traffic exactly as declared (docs/strategies/moe-expert-parallel.md).
+  add_test(NAME conformance_check_moe_composed
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe
+            --spec "tp2 shard=none,recompute=selective" "dp2.tp2 shard=zero3,recompute=full"
+            "dp2.ep2.tp2 shard=none,recompute=full" "cp2 shard=none" "dp2.cp2 shard=zero3" "tp2.cp2 shard=none"
+            "cp2 shard=none,recompute=full,zigzag=off" "tp2 shard=none,sp=on" "dp2.tp2 shard=zero3,sp=on,recompute=full"
+            "dp2.ep2.tp2 shard=none,sp=on" "tp2.cp2 shard=none,sp=on" "dp2.ep2 shard=none,recompute=full"
+            "dp4.ep2 shard=zero3,recompute=selective"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
+  add_test(NAME conformance_check_mixtral_recompute
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral
+            --spec "tp2 shard=none,recompute=selective" "tp2 shard=zero3,recompute=full"
+            "dp2.ep2.tp2 shard=none,recompute=full" "tp2 shard=none,sp=on" "tp4 shard=zero3,sp=on"
+            "dp2.ep2.tp2 shard=none,sp=on,recompute=full"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
+  # Their teeth, each caught at both precisions: full recompute counting the
+  # rerun's load-balancing term again; under context parallel the
+  # load-balancing statistics and the capacity not shared over cp; under SP
+  # the replicated gradients (ln2's) not summed over tp.
+  add_test(NAME conformance_check_moe_composed_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
+            --spec "dp2.tp2 shard=none,recompute=full,faults=moe_recompute_aux_twice"
+            "cp2 shard=none,faults=moe_aux_per_rank" "cp2 shard=none,faults=moe_local_capacity"
+            "dp2.cp2 shard=none,faults=moe_aux_per_rank" "tp2 shard=none,sp=on,faults=skip_sp_grad_reduce"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
+  add_test(NAME conformance_check_mixtral_recompute_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --moe-capacity global
+            --spec "tp2 shard=none,recompute=full,faults=moe_recompute_aux_twice"
+            "tp2 shard=none,recompute=full,faults=gate_up_mismatch" "tp2 shard=none,sp=on,faults=skip_sp_grad_reduce"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_composed_runs)
+  set_tests_properties(conformance_check_moe_composed_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n10 configurations, 10 failed\\.")
+  set_tests_properties(conformance_check_mixtral_recompute_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n6 configurations, 6 failed\\.")
+  set_tests_properties(conformance_check_moe_composed conformance_check_mixtral_recompute
+                       conformance_check_moe_composed_teeth conformance_check_mixtral_recompute_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
   # Pipeline parallel (issue 46 item 2): the untied lm_head on the last stage,
   # the embedding on the first, no tied-gradient sum; every schedule (zb-h1

@@ -178,7 +178,7 @@ void validate(const DpOptions& o, const TrainConfig& cfg) {
     require(cfg.model.moe.experts > 0, "strategy.faults: " + ep::moe_fault_name(f) + " needs a mixture-of-experts model");
     if (f == MoeFault::ep_combine_permuted || f == MoeFault::ep_expert_grads_dp || f == MoeFault::ep_grads_ep_times)
       require(o.ep >= 2, "strategy.faults: " + ep::moe_fault_name(f) + " needs expert parallel (mesh ep >= 2)");
-    else
+    else if (f != MoeFault::recompute_aux_twice)  // (full recompute's: tensor_parallel/strategy.cc validates it)
       require(f == MoeFault::router_grad_missing || shared,
               "strategy.faults: " + ep::moe_fault_name(f) + " needs moe.capacity = global over dp >= 2 ranks");
     const MoeConfig& c = cfg.model.moe;  // no choice dropped: local and global capacity admit the same

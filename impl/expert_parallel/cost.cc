@@ -60,7 +60,9 @@ Declared declared_costs(const RunSpec& s, int steps) {
   // The expert squared-norm partials: over ep (DDP: each edp replica holds them whole), else over dp.
   if ((od.shard == dp::Shard::none ? s.mesh.ep : s.mesh.dp) > 1)
     out.add_comm(Group::ep_scalar, CommOp::all_reduce, 8 * int64_t(steps));
-  dp::add_moe_capacity_comm(out, od, s.train, steps);
+  // (full recompute reruns each MoE block's forward: its count exchange twice)
+  dp::add_moe_capacity_comm(out, od, s.train, steps,
+                            s.train.model.moe_layers() * (s.tensor.recompute == Recompute::full ? 2 : 1));
   return out;
 }
 

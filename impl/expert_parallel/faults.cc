@@ -6,8 +6,11 @@ namespace pb::ep {
 
 namespace {
 bool moe(const RunSpec& s) { return s.train.model.moe.experts > 0; }
-// The capacity scope spans data ranks: global capacity over dp >= 2.
-bool shared(const RunSpec& s) { return moe(s) && s.train.model.moe.capacity == MoeCapacity::global && s.mesh.dp > 1; }
+// The capacity scope spans data ranks: global capacity over dp >= 2; or the
+// cp ranks sharing a data rank's microbatch (either capacity mode).
+bool shared(const RunSpec& s) {
+  return moe(s) && ((s.train.model.moe.capacity == MoeCapacity::global && s.mesh.dp > 1) || s.mesh.cp > 1);
+}
 // Local capacity differs from global only where a choice can be dropped: a
 // capacity factor of at least E / top_k admits every token's choices
 // (tiny-mixtral's), so the fault changes nothing there.
@@ -23,6 +26,8 @@ bool router_bites(const RunSpec& s) {
   return moe(s) && (s.train.model.moe.capacity == MoeCapacity::global || s.mesh.ep == 1);
 }
 bool expert_parallel(const RunSpec& s) { return moe(s) && s.mesh.ep > 1; }
+// Full recompute reruns the MoE block's forward (routing and its aux term).
+bool full_recompute(const RunSpec& s) { return moe(s) && s.tensor.recompute == Recompute::full; }
 }  // namespace
 
 std::span<const FaultDecl> moe_fault_decls() {
@@ -41,7 +46,10 @@ std::span<const FaultDecl> moe_fault_decls() {
        "expert parallel: expert gradients reduced over the whole data group, not edp", expert_parallel},
       {"ep_grads_ep_times", M, uint8_t(ep_grads_ep_times),
        "expert parallel: the reduced expert gradients are ep times too large (averaged over edp, not dp)",
-       expert_parallel, "pytorch #160285, Megatron-LM PR #5956, DeepSpeed PR #5259"}};
+       expert_parallel, "pytorch #160285, Megatron-LM PR #5956, DeepSpeed PR #5259"},
+      {"moe_recompute_aux_twice", M, uint8_t(recompute_aux_twice),
+       "full recompute: the rerun of the MoE block adds its load-balancing term again (loss and router gradient)",
+       full_recompute}};
   return d;
 }
 

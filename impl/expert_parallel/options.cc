@@ -48,7 +48,8 @@ void validate(const RunSpec& s) {
                                  " needs a mixture-of-experts model (model.moe.experts > 0; e.g. --model tiny-moe)");
   require(m.moe.experts % ep == 0, "mesh: ep" + std::to_string(ep) + " must divide model.moe.experts (" +
                                        std::to_string(m.moe.experts) + ")");
-  require(s.tensor == TensorOptions{} && s.context == ContextOptions{},
+  // (recompute alone runs in the tensor-parallel runner at tp 1 too)
+  require(s.mesh.tp > 1 || s.mesh.cp > 1 || (!s.tensor.sp && s.context == ContextOptions{}),
           "strategy: tensor and context options (sp, recompute, cp_algo, zigzag) need tp > 1 or cp > 1 in the mesh");
   dp::validate(dense_options(s), s.train);
   const dp::DpOptions e = expert_options(s);

@@ -284,14 +284,20 @@ void validate(const RunSpec& s) {
                                  "dpN.epM.tpT) run it");
   }
   // Mixture of experts runs under data, expert, pipeline and tensor parallel
-  // (experts split over tp), and their compositions (mesh dpN.epM.tpT.ppK).
+  // (experts split over tp) and their compositions (mesh dpN.epM.tpT.ppK),
+  // and outside pipelines with sequence parallel, recompute and context
+  // parallel x tensor x data parallel (experts whole over ep) so far.
+  const bool piped = s.mesh.pp > 1 || s.pipe.schedule;
   require(s.train.model.moe.experts == 0 ||
-              (s.mesh.cp == 1 && s.tensor.recompute == Recompute::none && !s.tensor.sp),
+              ((!piped || (s.mesh.cp == 1 && !s.tensor.sp && s.tensor.recompute == Recompute::none)) &&
+               (s.mesh.cp == 1 || s.mesh.ep == 1)),
           "model.moe: a mixture-of-experts model runs with data, expert, tensor and pipeline parallel (mesh "
-          "dpN.epM.tpT.ppK, experts split over tp and ep) so far, without sequence parallel or recompute (got " +
+          "dpN.epM.tpT.ppK, experts split over tp and ep), with sequence parallel and recompute outside pipelines, "
+          "or with context, tensor and data parallel (mesh dpN.tpT.cpC) so far (got " +
               mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
-              (s.tensor.recompute != Recompute::none ? " recompute" : "") +
-              "): context parallel, sequence parallel and recompute for MoE are not implemented yet");
+              (s.tensor.recompute != Recompute::none ? " recompute" : "") + (piped ? " pipeline" : "") +
+              "): pipeline parallel together with sequence or context parallel or recompute, and expert "
+              "together with context parallel, for MoE are not implemented yet");
 }
 
 bool operator==(const RunSpec& a, const RunSpec& b) {

@@ -102,11 +102,13 @@ int64_t stage_activation_bytes(const TpShape& x, int64_t blocks, bool embedding,
   const int64_t input = e * Nl * C;  // the embedding's output, or the activation received
   // The chunk's MoE blocks keep MoeActs (experts split over tp) for the
   // dense MLP's two activations: 4C/t each, the llama family's gate|up 2F/t and SwiGLU's F/t.
+  // Full recompute keeps none of either: one MoeActs, the backward's rerun's.
   const int64_t n_moe = moe_blocks >= 0 ? moe_blocks : blocks == x.model.L ? x.model.moe_layers() : 0;
   auto moe_layers = [&](int64_t dense_mlp) -> int64_t {
     if (x.model.moe.experts == 0 || n_moe == 0) return 0;
     const int64_t moe = moe_activation_bytes(x.model, N, x.moe_scope_tokens, int(e), int(ab), x.ep, int(t),
                                              x.moe_on_device);
+    if (x.recompute == Recompute::full) return moe;
     return n_moe * (moe - dense_mlp);
   };
   if (x.model.llama()) {  // RMSNorm keeps 1/rms alone

@@ -148,9 +148,7 @@ TpModel<T>::TpModel(const ParamLayout& l, const TpOptions& o, Communicator* tp, 
       ulysses_ = std::make_unique<cp::UlyssesAttention<T>>(o.context, cp, mt, Bm, Tn, H_, C_ / m.NH, ops, KVu_);
   }
   if (m.moe.experts > 0) {
-    require(!o.sp && ncp == 1 && o.recompute == Recompute::none,
-            "model.moe: mixture-of-experts blocks run under tensor parallel without sequence parallel, context "
-            "parallel or recompute");
+    require(ncp == 1 || moe_scope_.order, "model.moe: under context parallel the MoE scope needs its token order");
     require(moe_scope_.tp_size() == o.tp, "model.moe: the experts' scope must split them over the tp group");
     moe_.emplace(l, N_, moe_scope_, ops);
     moe_scratch_ =
@@ -249,6 +247,7 @@ void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOpt
     buf(&TpModel::dfchg_, N * Ft);
     buf(&TpModel::dlogits_, N * V), buf(&TpModel::cmax_, N), buf(&TpModel::csum_, 2 * N);
     buf(&TpModel::pos_, Nl), buf(&TpModel::rpos_, size_t(Tn / ncp));
+    if (m.moe.experts > 0 && o.sp) buf(&TpModel::moe_x_, N * C);
     if (!kernel_ws) return;
     const int n = int(N), c = m.C, ct = int(Ct), v = int(V), ft = w.Ft;
     buf(&TpModel::mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, w.Wf), k::matmul_workspace_floats<T>(n, c, 2 * ft),
@@ -277,6 +276,7 @@ void TpModel<T>::walk_workspace(TpModel* self, const ModelConfig& m, const TpOpt
   if (local) buf(&TpModel::datt_, att);  // (the cp attention keeps its own)
   buf(&TpModel::dfchg_, N * 4 * Ct), buf(&TpModel::dlogits_, N * V), buf(&TpModel::cmax_, N);
   buf(&TpModel::csum_, 2 * N), buf(&TpModel::pos_, Nl);
+  if (m.moe.experts > 0 && o.sp) buf(&TpModel::moe_x_, N * C);
   if (!kernel_ws) return;  // a device's kernels keep their own
   const int n = int(N), c = m.C, ct = int(Ct), v = int(V);
   buf(&TpModel::mm_ws_, std::max({k::matmul_workspace_floats<T>(n, c, 3 * ct), k::matmul_workspace_floats<T>(n, c, 4 * ct),
@@ -340,12 +340,17 @@ TpRunner<T>::TpRunner(const ParamLayout& l, const TpOptions& o, Communicator* tp
   blocks_.resize(size_t(m.L));
   moe_.resize(size_t(m.L));
   const MoeScope& sc = model_.moe_scope();
+  const bool full = o.recompute == Recompute::full;
   for (int i = 0; i < m.L; ++i) {
-    model_.alloc_block(blocks_[size_t(i)], mt, o.recompute == Recompute::full, !m.is_moe(i));
-    if (m.is_moe(i))
+    model_.alloc_block(blocks_[size_t(i)], mt, full, !m.is_moe(i));
+    if (m.is_moe(i) && !full)
       moe_[size_t(i)] =
           MoeActs<T>(mt, m, int(N), sc.tokens(m.moe, int64_t(N)), sc.ep_size(), o.tp, !ops.is_host());
   }
+  // Full recompute keeps each block's output alone: one MoE MLP's routing and
+  // rows, rerun (re-routed) by the backward from the block's stored input.
+  if (full && m.moe.experts > 0)
+    moe_work_ = MoeActs<T>(mt, m, int(N), sc.tokens(m.moe, int64_t(N)), sc.ep_size(), o.tp, !ops.is_host());
   model_.alloc_head(head_, mt);
   dx_a_ = Buffer<T>(mt, MemTag::workspace, NlC);
   dx_b_ = Buffer<T>(mt, MemTag::workspace, NlC);
@@ -768,8 +773,15 @@ void TpModel<T>::attention_backward(T* dx_in, T* du, const T* x_in, const Block&
 template <class T>
 void TpModel<T>::moe_block_forward(Block& a, MoeActs<T>& m, const T* x_in, const T* u, T* xout, const T* experts) {
   attention_forward(a, x_in, u);
-  moe_->forward(m, tmp_.data(), a.ln2.data(), u, moe_scratch_, experts);  // every tp rank: the whole output
-  ops_->residual_forward(xout, a.xmid.data(), tmp_.data(), size_t(N_) * C_);
+  // Every tp rank routes the whole microbatch's tokens (SP: ln2's output
+  // gathered, as the dense MLP's input) and gets the whole output; it keeps
+  // its own tokens' rows (SP: its chunk).
+  const T* in = a.ln2.data();
+  T* out = tmp_.data();
+  if (o_.sp) gather(a.ln2.data(), moe_x_.data()), in = moe_x_.data(), out = part_.data();
+  moe_->forward(m, out, in, u, moe_scratch_, experts);
+  const T* mine = o_.sp ? out + size_t(tp_->rank()) * Nl_ * C_ : out;
+  ops_->residual_forward(xout, a.xmid.data(), mine, size_t(Nl_) * C_);
 }
 
 template <class T>
@@ -777,17 +789,21 @@ void TpModel<T>::moe_block_backward(T* dx_in, T* du, const T* dout, const T* x_i
                                     const MoeActs<T>& m, const T* u, double aux_weight, const T* experts,
                                     T* dexperts) {
   const auto& o = layout_->block();
-  const size_t NC = size_t(N_) * C_;
-  ops_->copy(dres_.data(), dout, NC * sizeof(T));
+  const size_t NlC = size_t(Nl_) * C_;
+  ops_->copy(dres_.data(), dout, NlC * sizeof(T));
+  const T* dy = dout;  // SP: the output's gradient and the input, gathered over tp (every token on every rank)
+  const T* in = a.ln2.data();
+  if (o_.sp) gather(dout, gat_.data()), dy = gat_.data(), gather(a.ln2.data(), moe_x_.data()), in = moe_x_.data();
   zero(part_);  // d ln2: the MoE MLP's input gradient, whole on every tp rank (its partial sums reduced inside)
-  moe_->backward(part_.data(), du, dout, a.ln2.data(), m, u, aux_weight, moe_scratch_, experts, dexperts);
+  moe_->backward(part_.data(), du, dy, in, m, u, aux_weight, moe_scratch_, experts, dexperts);
+  const T* dln2 = o_.sp ? part_.data() + size_t(tp_->rank()) * NlC : part_.data();  // this rank's tokens' rows
   if (llama_) {
-    ops_->rmsnorm_backward(dres_.data(), du + o.ln2_w, part_.data(), a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(),
-                           N_, C_);
+    ops_->rmsnorm_backward(dres_.data(), du + o.ln2_w, dln2, a.xmid.data(), u + o.ln2_w, a.ln2_rstd.data(), Nl_,
+                           C_);
     return llama_attention_backward(dx_in, du, x_in, a, u);
   }
-  ops_->layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, part_.data(), a.xmid.data(), u + o.ln2_w,
-                           a.ln2_mean.data(), a.ln2_rstd.data(), N_, C_);
+  ops_->layernorm_backward(dres_.data(), du + o.ln2_w, du + o.ln2_b, dln2, a.xmid.data(), u + o.ln2_w,
+                           a.ln2_mean.data(), a.ln2_rstd.data(), Nl_, C_);
   attention_backward(dx_in, du, x_in, a, u);
 }
 
@@ -870,14 +886,15 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
   double aux = 0;
   for (int i = 0, j = 0; i < L; ++i) {
     Block& a = full ? model_.work() : blocks_[size_t(i)];
-    if (mc.is_moe(i)) {  // MoE: no recompute (validated)
+    if (mc.is_moe(i)) {
+      MoeActs<T>& ma = full ? moe_work_ : moe_[size_t(i)];
       const T* unit = hk.params(l.block_unit(i));
-      model_.moe_block_forward(a, moe_[size_t(i)], output(i - 1), unit, blocks_[size_t(i)].xout.data(),
+      model_.moe_block_forward(a, ma, output(i - 1), unit, blocks_[size_t(i)].xout.data(),
                                ek ? ek->params(j) : nullptr);
       if (ek) ek->release_params(j);
       ++j;
-      aux += moe_[size_t(i)].aux;
-      moe_[size_t(i)].add_to(load_, mc.moe.experts, mc.moe.top_k);
+      aux += ma.aux;
+      ma.add_to(load_, mc.moe.experts, mc.moe.top_k);
     } else {
       model_.block_forward(a, output(i - 1), hk.params(l.block_unit(i)), blocks_[size_t(i)].xout.data());
     }
@@ -913,8 +930,16 @@ double TpRunner<T>::run(int64_t step, int64_t first, double dloss, UnitHooks<T>&
       const T* pu = hk.params(u);
       T* ge = ek ? ek->grads(j) : nullptr;
       const T* pe = ek ? ek->params(j) : nullptr;
-      model_.moe_block_backward(dprev, gu, dx, x_in, blocks_[size_t(i)], moe_[size_t(i)], pu,
-                                dloss * double(model_.moe_scope().tokens(mc.moe, Nt)), pe, ge);
+      double aux_weight = dloss * double(model_.moe_scope().tokens(mc.moe, Nt));
+      if (full) {  // rerun the block's forward, the routing and its exchanges included (the same dispatch)
+        model_.moe_block_forward(model_.work(), moe_work_, x_in, pu, model_.work().xout.data(), pe);
+        if (model_.moe_scope().has(MoeFault::recompute_aux_twice)) {  // the rerun's term counted again
+          aux += moe_work_.aux;
+          aux_weight *= 2;
+        }
+      }
+      model_.moe_block_backward(dprev, gu, dx, x_in, full ? model_.work() : blocks_[size_t(i)],
+                                full ? moe_work_ : moe_[size_t(i)], pu, aux_weight, pe, ge);
       if (ek) ek->grads_ready(j), ek->release_params(j);
       --j;
       hk.grads_ready(u);

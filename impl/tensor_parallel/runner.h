@@ -96,7 +96,9 @@ class TpModel {
   // whole sequence's tokens.
   // moe: a mixture-of-experts model's scope (reference/moe.h; its tp is
   // `tp`, data_parallel/model_states.h make_moe_scope): its MoE blocks run the MoE MLP with tensor-parallel
-  // experts on every token of the microbatch (no sequence parallel).
+  // experts on every token of the microbatch (under sequence parallel ln2's
+  // output gathered over tp, as the dense MLP's input; under context parallel
+  // its cp rank's tokens, the scope's order theirs).
   // ops: the device (the CPU by default; InputError for cp > 1 or MoE off the host).
   TpModel(const ParamLayout& local, const TpOptions& o, Communicator* tp, Communicator* cp, MemoryTracker* mt, int Bm,
           int Tn, MoeScope moe = {}, const kernels::DeviceOps<T>& ops = kernels::cpu_ops<T>());
@@ -198,6 +200,7 @@ class TpModel {
   Block work_;                      // full recompute: the block being rerun
   Buffer<T> att_work_, atty_work_;  // selective recompute
   Buffer<T> gat_, part_, tmp_, dres_, dln_, datty_, dqkv_, datt_, dfch_, dfchg_, dlogits_;
+  Buffer<T> moe_x_;  // MoE under SP: ln2's output gathered over tp (N, C), the MoE MLP's input
   Buffer<A> cmax_, csum_, att_ws_;
   Buffer<float> mm_ws_;
   Buffer<T> drot_, qkvf_;  // llama: d (q|k|v) before RoPE; the whole-kv projection's rows (replicated kv)
@@ -239,6 +242,7 @@ class TpRunner {
   double run(int64_t step, int64_t first, double dloss, UnitHooks<T>& hooks);
   const MoeLoad& moe_load() const { return load_; }
   void reset_moe_load() { load_ = {}; }
+  const MoeScope& moe_scope() const { return model_.moe_scope(); }
 
  private:
   using Block = typename TpModel<T>::Block;
@@ -251,7 +255,8 @@ class TpRunner {
   std::vector<int32_t> host_tokens_, host_targets_;              // staging when tokens_ is not host memory
   Buffer<T> x0_, dx_a_, dx_b_;
   std::vector<Block> blocks_;
-  std::vector<MoeActs<T>> moe_;  // per layer; empty for dense blocks
+  std::vector<MoeActs<T>> moe_;  // per layer; empty for dense blocks (and every one under full recompute)
+  MoeActs<T> moe_work_;          // full recompute: the one MoE MLP's the backward reruns (routing included)
   MoeLoad load_;
   typename TpModel<T>::Head head_;
 };

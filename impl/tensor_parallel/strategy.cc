@@ -73,13 +73,20 @@ int64_t replicated_grads_held(const RunSpec& s, int rank) {
 }
 
 std::vector<std::pair<int64_t, int64_t>> tp_reduced_ranges(const ParamLayout& l, bool sp) {
-  if (sp || l.tp() == 1) return l.replicated_ranges();
+  if (l.tp() == 1 || (sp && l.model().moe.experts == 0)) return l.replicated_ranges();
   std::vector<std::pair<int64_t, int64_t>> r;
   auto ends = [](const std::string& n, const std::string& x) {
     return n.size() >= x.size() && n.compare(n.size() - x.size(), x.size(), x) == 0;
   };
+  // SP: every replicated parameter but the MoE MLP's (router, experts' c_proj
+  // bias: every tp rank computes their gradients whole, from every token).
+  auto moe = [](const std::string& n) {
+    return n.find(".router.") != std::string::npos || n.find(".experts.") != std::string::npos ||
+           n.find("block_sparse_moe.") != std::string::npos;
+  };
   for (const auto& p : l.params()) {
-    if (!p.replicated || !(ends(p.name, "k_proj.weight") || ends(p.name, "v_proj.weight"))) continue;
+    if (!p.replicated || (sp ? moe(p.name) : !(ends(p.name, "k_proj.weight") || ends(p.name, "v_proj.weight"))))
+      continue;
     if (!r.empty() && r.back().second == p.offset) r.back().second += p.numel;
     else r.push_back({p.offset, p.offset + p.numel});
   }
@@ -88,9 +95,10 @@ std::vector<std::pair<int64_t, int64_t>> tp_reduced_ranges(const ParamLayout& l,
 
 namespace {
 bool runs(const RunSpec& s) {
-  // ep > 1 with tp > 1: experts split over both (tp_rank.h); ep alone is expert_parallel's.
-  return (s.mesh.tp > 1 || s.tensor.recompute != Recompute::none) && s.mesh.cp == 1 &&
-         (s.mesh.ep == 1 || s.mesh.tp > 1) && s.mesh.pp == 1 && !s.pipe.schedule;
+  // ep > 1 with tp > 1 or recompute: experts split over both (tp_rank.h); ep alone is expert_parallel's.
+  const bool recompute = s.tensor.recompute != Recompute::none;
+  return (s.mesh.tp > 1 || recompute) && s.mesh.cp == 1 && (s.mesh.ep == 1 || s.mesh.tp > 1 || recompute) &&
+         s.mesh.pp == 1 && !s.pipe.schedule;
 }
 bool runs_context(const RunSpec& s) { return s.mesh.cp > 1 && s.mesh.ep == 1 && s.mesh.pp == 1 && !s.pipe.schedule; }
 }  // namespace
@@ -143,6 +151,14 @@ void validate_spec(const RunSpec& s) {
     require(!d.has(dp::Fault::sync_wrong_microbatch) || s.train.microbatches >= 2,
             "strategy.faults: sync_wrong_microbatch needs train.microbatches >= 2 (the first is the last)");
   }
+  require(!ep::moe_faults_of(s.faults).count(MoeFault::recompute_aux_twice) || s.tensor.recompute == Recompute::full,
+          "strategy.faults: moe_recompute_aux_twice needs recompute=full (the backward's rerun of the MoE block)");
+  if (cp > 1)  // (dp's validate sees the replicas alone): an MoE fault with nothing to break here is refused
+    for (const FaultDecl* f : s.faults)
+      require(f->axis != FaultAxis::moe || !f->applies || f->applies(s),
+              "strategy.faults: " + std::string(f->name) + " does not apply to " + mesh_text(s.mesh) +
+                  " (the MoE faults that do under context parallel: moe_aux_per_rank, moe_local_capacity where a "
+                  "choice can drop, moe_router_grad_missing, moe_recompute_aux_twice with recompute=full)");
   const TpOptions o = options_of(s);
   auto refuse = [&](const std::string& f, const std::string& ok) {
     throw InputError("strategy.faults: " + f + " does not apply to " + mesh_text(s.mesh) + " " + strategy_text(s) +

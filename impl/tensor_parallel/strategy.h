@@ -60,7 +60,8 @@ void declare_cp_comm(Declared& d, const TpShape& x, int64_t layer_microbatches);
 int64_t replicated_grads_held(const RunSpec& s, int rank);
 // Flat ranges of the parameters whose gradients are partial on each tp rank
 // and summed over tp once per step: with SP every replicated one (each rank
-// saw its tokens); without, the llama family's replicated k_proj and v_proj
+// saw its tokens) but an MoE MLP's (router, experts' biases: computed whole on
+// every tp rank from the gathered tokens); without, the llama family's replicated k_proj and v_proj
 // when kv_heads < tp (each rank's q heads reach one kv head). Empty at tp 1.
 std::vector<std::pair<int64_t, int64_t>> tp_reduced_ranges(const ParamLayout& l, bool sp);
 

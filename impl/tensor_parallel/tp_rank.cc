@@ -10,6 +10,7 @@
 #include "impl/expert_parallel/exchange.h"
 #include "impl/expert_parallel/cost.h"
 #include "impl/expert_parallel/options.h"
+#include "impl/context_parallel/options.h"
 #include "impl/tensor_parallel/cost.h"
 #include "impl/tensor_parallel/strategy.h"
 
@@ -43,7 +44,7 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world, RankOps<T> ops, RankMem
   groups_.split_world(Group::check);
   if (s.mesh.ep > 1) groups_.split(Group::ep_scalar, expert_shards ? MeshAxis::dp : MeshAxis::ep);
   kv_replicated_ = c.model.llama() && s.mesh.tp > 1 && c.model.kv_heads % s.mesh.tp != 0;
-  MoeScope moe = dp::make_moe_scope(dpo_, c, groups_, &tp);
+  MoeScope moe = s.mesh.cp > 1 ? context_moe_scope(s, tp) : dp::make_moe_scope(dpo_, c, groups_, &tp);
   if (o_.has(Fault::gate_up_mismatch)) moe.faults.insert(MoeFault::expert_gate_up_mismatch);  // the experts' too
   runner_ = std::make_unique<TpRunner<T>>(layout_, o_, &tp, s.mesh.cp > 1 ? &cp : nullptr, data_, &this->mem_,
                                           c.batch / s.mesh.dp / c.microbatches, c.seq, std::move(moe), *this->ops_);
@@ -55,6 +56,30 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world, RankOps<T> ops, RankMem
 template <class T>
 TpRank<T>::~TpRank() = default;
 
+// Context parallel: the cp ranks of a data rank share its microbatch's
+// capacity and load-balancing statistics (global capacity over dp >= 2: every
+// dp x cp rank of the tp rank), their tokens placed in the microbatch's token
+// order (reference/moe.h MoeScope::order): capacity rank r = d * cp + c holds
+// data rank d's sequences' tokens at cp rank c's positions.
+template <class T>
+MoeScope TpRank<T>::context_moe_scope(const RunSpec& s, Communicator& tp) {
+  const ModelConfig& m = s.train.model;
+  if (m.moe.experts == 0) return {};
+  const bool joint = dp::moe_shares_capacity(data_options_of(s), s.train);
+  Communicator* cap = groups_.split(Group::moe, joint ? MeshAxis::dp_cp : MeshAxis::cp);
+  MoeScope sc = ep::moe_scope(cap, nullptr, s.mesh.tp > 1 ? &tp : nullptr, dpo_.moe_faults);
+  const int cp = s.mesh.cp, Tn = s.train.seq, Bm = s.train.batch / s.mesh.dp / s.train.microbatches, Tl = Tn / cp;
+  const int64_t N = int64_t(Bm) * Tl;
+  auto order = std::make_shared<std::vector<int64_t>>();
+  for (int r = 0; r < cap->size(); ++r) {
+    const cp::Placement place(Tn, cp, r % cp, s.context.zigzag);
+    for (int64_t n = 0; n < N; ++n)
+      order->push_back(int64_t(r / cp) * Bm * Tn + (n / Tl) * Tn + place.position(int(n % Tl)));
+  }
+  sc.order = std::move(order);
+  return sc;
+}
+
 template <class T>
 StepStats TpRank<T>::step() {
   const TrainConfig& c = spec_.train;
@@ -65,7 +90,7 @@ StepStats TpRank<T>::step() {
     // SP: each rank's grads of the replicated parameters are partial (its tokens);
     // llama with kv_heads < tp: the replicated k/v ones (its q heads), with or without SP.
     if (o_.sp && o_.tp > 1 && !o_.has(Fault::skip_sp_grad_reduce))
-      states_->dense().all_reduce_held_grads(layout_.replicated_ranges(), tp);
+      states_->dense().all_reduce_held_grads(tp_reduced_ranges(layout_, true), tp);
     else if (!o_.sp && kv_replicated_)
       states_->dense().all_reduce_held_grads(tp_reduced_ranges(layout_, false), tp);
   };
@@ -133,14 +158,27 @@ Declared TpRank<T>::declared(int steps) const {
   Declared d = experts ? ep::declared_costs(spec_, steps) : dp::declared_costs(dpo_, c, steps, units);
   TpShape x = tp_shape(spec_);
   if (c.model.moe.experts > 0) {
-    if (dp::moe_shares_capacity(dpo_, c)) x.moe_scope_tokens = int64_t(x.tokens()) * dpo_.dp;
+    const MoeScope& sc = runner_->moe_scope();
+    if (sc.shared(c.model.moe)) x.moe_scope_tokens = int64_t(x.tokens()) * sc.capacity_ranks();
     x.ep = spec_.mesh.ep;
     x.moe_on_device = !this->ops_->is_host();
     const MoeLoad& l = runner_->moe_load();
+    // Full recompute reruns each MoE block's forward (the same routing): its
+    // count exchanges, dispatch and combine once more.
+    const bool rerun = o_.recompute == Recompute::full;
     if (experts)
-      d.add_comm(Group::ep, CommOp::all_to_all, ep::a2a_bytes(c.model, l.calls, l.sent_rows, l.owner_rows, x.elem_bytes));
-    else
-      dp::add_moe_capacity_comm(d, dpo_, c, steps);  // (ep::declared_costs has it)
+      d.add_comm(Group::ep, CommOp::all_to_all,
+                 ep::a2a_bytes(c.model, l.calls, l.sent_rows, l.owner_rows, x.elem_bytes) +
+                     (rerun ? l.calls * c.model.moe.experts * 8 + (l.sent_rows + l.owner_rows) * c.model.C * x.elem_bytes
+                            : 0));
+    else if (sc.order) {  // context parallel: every token's choices gathered, the probability sums all-reduced
+      const int64_t calls = int64_t(steps) * c.microbatches * c.model.moe_layers() * (rerun ? 2 : 1);
+      d.add_comm(Group::moe, CommOp::all_gather,
+                 calls * sc.capacity_ranks() * x.tokens() * c.model.moe.top_k * 8);
+      d.add_comm(Group::moe, CommOp::all_reduce, calls * c.model.moe.experts * 8);
+    } else {
+      dp::add_moe_capacity_comm(d, dpo_, c, steps, c.model.moe_layers() * (rerun ? 2 : 1));  // (ep::declared_costs has it)
+    }
   }
   d.memory.push_back({"mem.activations", MemTag::activations, Place::device, activation_bytes(x)});
   const int64_t n = int64_t(steps) * c.microbatches;
@@ -148,9 +186,12 @@ Declared TpRank<T>::declared(int steps) const {
   if (o_.tp == 1) return d;
   TpComm m = comm_per_microbatch(x);
   int64_t moe_rows = 0;  // the MoE blocks: no MLP all-reduce each way; the experts' rows, from the recorded routing
-  if (c.model.moe.experts > 0) {
-    m.all_reduce -= 2 * int64_t(c.model.moe_layers()) * x.tokens() * c.model.C * x.elem_bytes;
-    moe_rows = 2 * runner_->moe_load().owner_rows * c.model.C * x.elem_bytes;
+  if (c.model.moe.experts > 0) {  // (full recompute: the rerun's MLP all-reduce and expert rows too)
+    const int64_t passes = o_.recompute == Recompute::full ? 3 : 2;
+    // (SP: the MLP's reduce-scatter each way; its gathers of ln2 and of the output's gradient stay)
+    (o_.sp ? m.reduce_scatter : m.all_reduce) -=
+        passes * int64_t(c.model.moe_layers()) * x.tokens() * c.model.C * x.elem_bytes;
+    moe_rows = passes * runner_->moe_load().owner_rows * c.model.C * x.elem_bytes;
   }
   // Per microbatch, then once per step: the norm's partial sum and, with SP,
   // the replicated parameters' gradients this rank holds.

@@ -41,6 +41,7 @@ class TpRank : public RankBase<T> {
   double padding_max_abs(bool grads);
 
  private:
+  MoeScope context_moe_scope(const RunSpec& s, Communicator& tp);
   std::vector<double> gather(bool grads) override;
 
   RunSpec spec_;

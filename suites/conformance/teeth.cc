@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <tuple>
 
 #include "harness/status.h"
 #include "impl/data_parallel/options.h"
@@ -337,6 +338,20 @@ std::vector<TeethCase> moe_teeth_cases(Precision p) {
   for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero1, L}}) add(moe_case(shard, cap, 4, 2, 2, 1, p));
   // Inside pipeline stages (dp4.ep2.pp2, 1F1B, two microbatches).
   for (auto [shard, cap] : {std::pair{S::none, G}, std::pair{S::zero2, L}}) add(moe_case(shard, cap, 4, 2, 1, 2, p));
+  // Composed (issue 49 item 3): full recompute at dp2.tp2 (the backward's
+  // rerun of the routing); sequence parallel at dp2.tp2; context parallel at cp2 and dp2.cp2 (the cp ranks
+  // share the capacity and the load-balancing statistics).
+  StrategyRun rc = moe_case(S::none, G, 2, 1, 2, 1, p);
+  rc.spec.tensor.recompute = Recompute::full;
+  add(rc);
+  StrategyRun sp = moe_case(S::none, G, 2, 1, 2, 1, p);  // sequence parallel at dp2.tp2
+  sp.spec.tensor.sp = true;
+  add(sp);
+  for (auto [shard, cap, dp] : {std::tuple{S::none, G, 1}, std::tuple{S::zero1, L, 2}}) {
+    StrategyRun c = moe_case(shard, cap, dp, 1, 1, 1, p);
+    c.spec.mesh.cp = 2;
+    add(c);
+  }
   return out;
 }
 

@@ -1,20 +1,37 @@
 // Prints the catch table (suites/conformance/teeth.h) as markdown: every
 // injected fault of every strategy at fp32 and bf16-mixed, and which checks
 // caught it. docs/numerics.md#the-teeth-table is this program's output.
+// `teeth_table moe`: the mixture-of-experts block alone.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "suites/conformance/teeth.h"
 
-int main() {
+int main(int argc, char** argv) {
   try {
+    const bool moe_only = argc > 1 && std::string(argv[1]) == "moe";
+    if (argc > 2 || (argc == 2 && !moe_only)) {
+      std::fprintf(stderr, "teeth_table: unknown argument (usage: teeth_table [moe])\n");
+      return 2;
+    }
     std::vector<pb::FaultCatch> dp, pipe, tp, cp, moe;
     for (pb::Precision p : {pb::Precision::fp32, pb::Precision::bf16_mixed}) {
+      if (moe_only) {
+        for (auto& c : pb::moe_fault_catches(p)) moe.push_back(std::move(c));
+        continue;
+      }
       for (auto& c : pb::dp_fault_catches(p)) dp.push_back(std::move(c));
       for (auto& c : pb::pipeline_fault_catches(p)) pipe.push_back(std::move(c));
       for (auto& c : pb::tp_fault_catches(p)) tp.push_back(std::move(c));
       for (auto& c : pb::cp_fault_catches(p)) cp.push_back(std::move(c));
       for (auto& c : pb::moe_fault_catches(p)) moe.push_back(std::move(c));
+    }
+    if (moe_only) {
+      std::printf("%s", pb::catch_table_markdown(moe).c_str());
+      for (const auto& c : moe)
+        if (!c.caught()) return 1;
+      return 0;
     }
     std::printf("%s\n%s\n%s\n%s\n%s", pb::catch_table_markdown(dp).c_str(), pb::catch_table_markdown(pipe).c_str(),
                 pb::catch_table_markdown(tp).c_str(), pb::catch_table_markdown(cp).c_str(),

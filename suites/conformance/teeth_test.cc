@@ -231,7 +231,7 @@ TEST(Teeth, EveryMixtureOfExpertsFaultIsCaughtAtEveryPrecision) {
     }
     for (const FaultDecl& f : declared_faults(FaultAxis::moe))
       EXPECT_TRUE(seen.count(std::string(f.name))) << "never injected: " << f.name;
-    EXPECT_EQ(seen.size(), 6u);
+    EXPECT_EQ(seen.size(), 7u);
   }
 }
 
@@ -242,6 +242,9 @@ struct MoeCase {
   MoeCapacity cap;
   int dp, ep, pp = 1;  // pp > 1: 1f1b over two microbatches
   int tp = 1;
+  int cp = 1;
+  Recompute recompute = Recompute::none;
+  bool sp = false;
 };
 int expect_moe_passes_over_seeds(const MoeCase& c, Precision p, int seeds) {
   for (uint64_t seed = 1; seed <= uint64_t(seeds); ++seed) {
@@ -250,6 +253,9 @@ int expect_moe_passes_over_seeds(const MoeCase& c, Precision p, int seeds) {
     s.spec.mesh.ep = c.ep;
     s.spec.mesh.pp = c.pp;
     s.spec.mesh.tp = c.tp;
+    s.spec.mesh.cp = c.cp;
+    s.spec.tensor.recompute = c.recompute;
+    s.spec.tensor.sp = c.sp;
     s.spec.mesh.ranks_per_node = 0;
     if (c.pp > 1) {
       s.spec.pipe.schedule = pipeline::ScheduleKind::one_f_one_b;
@@ -315,6 +321,25 @@ TEST(Teeth, MixtureOfExpertsUnderTensorParallelNoFalseAlarmOverTenSeeds) {
                              MoeCase{dp::Shard::zero3, MoeCapacity::local, 2, 2, 1, 2}})
       runs += expect_moe_passes_over_seeds(c, p, 10);
   EXPECT_EQ(runs, 2 * 3 * 10);
+}
+
+// No false alarm for MoE composed with recompute, sequence and context
+// parallel (issue 49 item 3; rule-only, held again at fp64): 10 seeds x 7
+// configs (dp2.tp2 full recompute DDP global, tp2 selective ZeRO-3 local, cp2
+// DDP global, dp2.cp2 ZeRO-1 local, tp2 SP DDP global, dp2.ep2.tp2 SP ZeRO-3
+// local, tp2.cp2 SP DDP global) x both precisions.
+TEST(Teeth, MixtureOfExpertsComposedNoFalseAlarmOverTenSeeds) {
+  int runs = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed})
+    for (const MoeCase& c : {MoeCase{dp::Shard::none, MoeCapacity::global, 2, 1, 1, 2, 1, Recompute::full},
+                             MoeCase{dp::Shard::zero3, MoeCapacity::local, 1, 1, 1, 2, 1, Recompute::selective},
+                             MoeCase{dp::Shard::none, MoeCapacity::global, 1, 1, 1, 1, 2},
+                             MoeCase{dp::Shard::zero1, MoeCapacity::local, 2, 1, 1, 1, 2},
+                             MoeCase{dp::Shard::none, MoeCapacity::global, 1, 1, 1, 2, 1, Recompute::none, true},
+                             MoeCase{dp::Shard::zero3, MoeCapacity::local, 2, 2, 1, 2, 1, Recompute::none, true},
+                             MoeCase{dp::Shard::none, MoeCapacity::global, 1, 1, 1, 2, 2, Recompute::none, true}})
+      runs += expect_moe_passes_over_seeds(c, p, 10);
+  EXPECT_EQ(runs, 2 * 7 * 10);
 }
 
 // No false alarm: 20 seeds (init and data) for every strategy at both
