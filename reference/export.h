@@ -2,7 +2,7 @@
 // the format, v1, is specified in results/TRACE.md:
 //  init.safetensors   the init weights, GPT-2 names, Linear (out, in) layout;
 //  batch.safetensors  every step's global batch: inputs/targets (steps, B, T) I32;
-//  trace.safetensors  the reference's own trace (parabench-trace-v1, what a
+//  trace.safetensors  the reference's own trace (parabench-trace-v2, what a
 //                     framework writes for parabench verify): loss, grad_norm
 //                     and lr of every step (F64), the step-1 gradients
 //                     "grads.<name>" and the parameters after the last step
@@ -20,7 +20,8 @@
 namespace pb {
 
 inline constexpr const char* kExportFormat = "parabench-export-v1";  // init, batch
-inline constexpr const char* kTraceFormat = "parabench-trace-v1";    // trace
+inline constexpr const char* kTraceFormat = "parabench-trace-v2";    // trace (written)
+inline constexpr const char* kTraceFormatV1 = "parabench-trace-v1";  // still read: no MoE quantities
 // A mixture of experts' optional per-step trace tensors (results/TRACE.md):
 // tokens per expert, I64 (steps, MoE layers, experts); each MoE layer's
 // load-balancing loss, F64 (steps, MoE layers).

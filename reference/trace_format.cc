@@ -267,7 +267,10 @@ ForeignTrace read_trace(const std::string& path, const ExportDir& e) {
 }
 
 ForeignTrace read_trace(const SafetensorsFile& f, const ExportDir& e) {
-  expect_format(f, kTraceFormat);  // first: a file of another kind is named as such
+  // First: a file of another kind is named as such. v1 (the format before the
+  // MoE quantities) is read as v2 without them (results/TRACE.md#versioning).
+  const bool v1 = meta(f, "format") == kTraceFormatV1;
+  if (!v1) expect_format(f, kTraceFormat);
   only_keys(f, {"format", "export_hash", "precision", "framework", "strategy", "mesh", "microbatches", "note"});
   require(meta(f, "export_hash") == e.config_hash,
           f.name() + ": metadata 'export_hash' is " + q(meta(f, "export_hash")) + ", but the export in " + q(e.dir) +
@@ -325,6 +328,9 @@ ForeignTrace read_trace(const SafetensorsFile& f, const ExportDir& e) {
   if (f.contains("lr")) t.lr = read_float(f, "lr", steps, false);
   if (f.contains("rank.peak_memory_bytes")) t.peak_memory = read_counts(f, "rank.peak_memory_bytes", t.world);
   if (f.contains("rank.comm_bytes")) t.comm_bytes = read_counts(f, "rank.comm_bytes", t.world);
+  require(!v1 || (!f.contains(kMoeTokens) && !f.contains(kMoeAux)),
+          f.name() + ": format " + q(kTraceFormatV1) + " has no MoE quantities (" + q(kMoeTokens) + ", " +
+              q(kMoeAux) + "): a trace that writes them is " + q(kTraceFormat));
   read_moe(f, e, t, known);
   const ParamLayout l = layout_of(e.cfg);
   t.grads1.assign(size_t(l.total()), 0.0);

@@ -4,7 +4,8 @@
 //    batch.safetensors ("parabench-export-v1") carry the config; they are
 //    checked against the reference's own init and batches, element by element,
 //    so a trace is never judged against an export that was altered;
-//  - a trace ("parabench-trace-v1"): per-step loss and gradient norm (lr
+//  - a trace ("parabench-trace-v2"; v1, without the MoE quantities, still
+//    read): per-step loss and gradient norm (lr
 //    optional), the step-1 gradients "grads.<name>" and the parameters after
 //    the last step "params.<name>" of every parameter, optional per-rank peak
 //    memory and communication bytes, and metadata naming the export (its

@@ -261,7 +261,7 @@ if(PARABENCH_BUILD_TESTS)
   set_tests_properties(conformance_check_mixtral_ep_teeth PROPERTIES PASS_REGULAR_EXPRESSION
                        "\n16 configurations, 16 failed\\.")
   set_tests_properties(conformance_check_llama_tp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
-                       "\n4 configurations, 4 failed\\.")
+                       "\n8 configurations, 8 failed\\.")
   set_tests_properties(conformance_check_llama_sp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
                        "\n6 configurations, 6 failed\\.")
   set_tests_properties(conformance_check_llama_dp conformance_check_mixtral_dp conformance_check_llama_tp

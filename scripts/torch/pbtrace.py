@@ -11,7 +11,7 @@ import struct
 import torch
 
 EXPORT_FORMAT = "parabench-export-v1"
-TRACE_FORMAT = "parabench-trace-v1"
+TRACE_FORMAT = "parabench-trace-v2"
 
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32}
 _NAMES = {v: k for k, v in _DTYPES.items()}

@@ -104,6 +104,15 @@ class Verify : public ::testing::Test {
   std::string golden_;
 };
 
+// Format v1 (before the MoE quantities) is still read and judged: the same
+// trace relabelled v1 passes with the same checks.
+TEST_F(Verify, AVersionOneTraceIsStillReadAndJudged) {
+  const std::string p = rewrite(golden_, dir_ / "v1.safetensors", [](Edit& e) { e.meta["format"] = kTraceFormatV1; });
+  const ConformanceResult r = verify_trace(exp_, read_trace(p, exp_));
+  ASSERT_EQ(r.rule.size(), 3u + 2u + 3u + 3u);  // grad_norm judged in v1 traces too
+  for (const auto& c : r.rule) EXPECT_TRUE(c.pass) << c.quantity << " " << c.ratio;
+}
+
 TEST_F(Verify, TheExportsOwnTracePassesWithRatiosAtMostOne) {
   const ForeignTrace t = read_trace(golden_, exp_);
   EXPECT_EQ(t.framework, "parabench");
@@ -322,7 +331,7 @@ TEST_F(Verify, TheSplitOfTheTraceIsReplayed) {
 
 TEST_F(Verify, EveryMalformedTraceIsRefusedNamingWhat) {
   const std::vector<std::pair<std::function<void(Edit&)>, std::string>> bad = {
-      {[](Edit& e) { e.meta["format"] = "parabench-trace-v2"; }, "'format' is 'parabench-trace-v2'"},
+      {[](Edit& e) { e.meta["format"] = "parabench-trace-v3"; }, "'format' is 'parabench-trace-v3'"},
       {[](Edit& e) { e.meta.erase("format"); }, "metadata key 'format' is missing"},
       {[](Edit& e) { e.meta["colour"] = "blue"; }, "unknown metadata key 'colour'"},
       {[](Edit& e) { e.meta["export_hash"] = "0123456789abcdef"; }, "trained from another export"},
@@ -579,6 +588,9 @@ TEST_F(VerifyMoe, MalformedMoeQuantitiesAreRefusedNamingWhat) {
     EXPECT_NE(msg.find(want), std::string::npos) << msg;
     EXPECT_NE(msg.find("edited.safetensors"), std::string::npos) << msg;
   }
+  // The MoE quantities are format v2's: a v1 trace carrying them is refused.
+  const std::string v1 = trace_error([](Edit& e) { e.meta["format"] = kTraceFormatV1; });
+  EXPECT_NE(v1.find("has no MoE quantities"), std::string::npos) << v1;
 }
 
 // The llama family's mixture of experts (SwiGLU experts, Mixtral's layout)
