@@ -97,6 +97,14 @@ parabench_mpi_test(NAME conformance_check_mpi_llama_tp_np4 NP 4
           --strategy shard=none shard=zero3 --precision fp32 bf16-mixed
           --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# The llama family's data-parallel and context-parallel rows on the MPI
+# backend: dp4 ZeRO-3, cp4 ring (RoPE by true position), dp2.cp2 Ulysses
+# (kv heads split), tp2.cp2 ring with SP (one kv head per tp rank).
+parabench_mpi_test(NAME conformance_check_mpi_llama_cp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --spec "dp4 shard=zero3" "cp4 cp_algo=ring"
+          "dp2.cp2 cp_algo=ulysses" "tp2.cp2 cp_algo=ring,sp=on" --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # Tensor parallel inside pipeline stages under mpirun: tp2.pp2 (1F1B, SP,
 # interleaved) at np 4 and dp2.tp2.pp2 (ZeRO-3) at np 8.
 parabench_mpi_test(NAME conformance_check_mpi_tp_pp_np4 NP 4
