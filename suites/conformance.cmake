@@ -447,6 +447,24 @@ if(PARABENCH_BUILD_TESTS)
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
   set_tests_properties(conformance_check_llama_cp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
                        "\n10 configurations, 10 failed\\.")
+  # tiny-mixtral under context parallel: the llama family's attention
+  # (RoPE by true position, GQA on the ring and under Ulysses) with the MoE
+  # layer's cp composition (each cp rank routes its tokens; capacity and
+  # load-balancing statistics shared over the data rank's cp ranks).
+  add_test(NAME conformance_check_mixtral_cp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral
+            --spec "cp2 cp_algo=ring" "dp2.cp2 cp_algo=ulysses" "tp2.cp2 cp_algo=ring,sp=on"
+            "cp2 cp_algo=ring,recompute=full"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  add_test(NAME conformance_check_mixtral_cp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral
+            --spec "cp2 cp_algo=ring,faults=rope_local_positions" "dp2.cp2 cp_algo=ulysses,faults=moe_aux_per_rank"
+            "cp2 cp_algo=ring,faults=moe_router_grad_missing" "tp2.cp2 cp_algo=ring,faults=gate_up_mismatch"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_llama_runs)
+  set_tests_properties(conformance_check_mixtral_cp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n16 configurations, 16 failed\\.")
+  set_tests_properties(conformance_check_mixtral_cp conformance_check_mixtral_cp_teeth
+                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
   set_tests_properties(conformance_check_llama_cp conformance_check_llama_cp_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
   # Issue 49 item 3, compositions inside tensor- and context-parallel
@@ -471,7 +489,8 @@ if(PARABENCH_BUILD_TESTS)
             --spec "tp2.pp2 schedule=1f1b,recompute=selective" "tp2.pp2 schedule=gpipe,recompute=full,sp=on"
             "tp4.pp2 schedule=interleaved,virtual_stages=2,recompute=full" "tp2.pp2 schedule=zb-h1"
             "tp4.pp2 schedule=zb-h1,sp=on,recompute=selective" "tp2.pp2 schedule=2bw,recompute=full"
-            "dp2.tp2.pp2 schedule=2bw,shard=zero1"
+            "dp2.tp2.pp2 schedule=2bw,shard=zero1" "cp2.pp2 schedule=1f1b" "cp2.pp2 schedule=gpipe,cp_algo=ulysses"
+            "tp2.cp2.pp2 schedule=interleaved,virtual_stages=2" "cp2.pp2 schedule=zb-h1" "cp2.pp2 schedule=2bw,recompute=full"
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
   # Their teeth (every configuration must fail, at both precisions): full
   # recompute rerunning a block from the previous block's input, in tp and
@@ -491,9 +510,11 @@ if(PARABENCH_BUILD_TESTS)
     COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
             --spec "tp2.pp2 schedule=1f1b,recompute=full,faults=recompute_wrong_input"
             "tp2.pp2 schedule=2bw,faults=bw_newest_weights" "tp2.pp2 schedule=zb-h1,faults=drop_w"
+            "cp2.pp2 schedule=1f1b,faults=rope_local_positions"
+            "cp2.pp2 schedule=zb-h1,cp_algo=ulysses,faults=rope_local_positions"
             --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
   set_tests_properties(conformance_check_llama_pp_stage_teeth PROPERTIES PASS_REGULAR_EXPRESSION
-                       "\n6 configurations, 6 failed\\.")
+                       "\n10 configurations, 10 failed\\.")
   set_tests_properties(conformance_check_pp_stage_compositions conformance_check_llama_pp_stage_compositions
                        conformance_check_pp_stage_teeth conformance_check_llama_pp_stage_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)

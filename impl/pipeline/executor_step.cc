@@ -60,7 +60,7 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
             "strategy.cp_algo: ulysses shards the heads over cp: model.heads / tp = " + std::to_string(heads) +
                 " is not divisible by cp" + std::to_string(o.cp()) + "; use cp_algo=ring");
   }
-  const auto cp_ok = cp::faults_for(o.tensor.context);
+  const auto cp_ok = cp::faults_for(o.tensor.context, cfg.model);  // the family's too
   for (cp::Fault f : o.tensor.context.faults)
     require(std::find(cp_ok.begin(), cp_ok.end(), f) != cp_ok.end(),
             "strategy.faults: " + cp::fault_name(f) + " does not apply to this pipeline (context-parallel faults need "

@@ -265,24 +265,8 @@ void validate(const RunSpec& s) {
   require(s.data.shard_group >= 0, "strategy.shard_group: must be >= 0, got " + std::to_string(s.data.shard_group));
   require(s.pipe.virtual_stages >= 1,
           "strategy.virtual_stages: must be >= 1, got " + std::to_string(s.pipe.virtual_stages));
-  // The llama family runs under the data-parallel family, tensor (and
-  // sequence) parallel with recomputation, context parallel of dense models
-  // (ring, zigzag or contiguous, and Ulysses, x tp and dp), pipeline parallel
-  // (tiny-mixtral's MoE stages too) and expert parallel (tiny-mixtral: mesh
-  // dpN.epM, dpN.epM.tpT) so far (docs/models.md): every other axis refuses
-  // it by name.
-  if (s.train.model.llama()) {
-    const bool moe = s.train.model.moe.experts > 0, piped = s.mesh.pp > 1 || s.pipe.schedule;
-    const char* axis = s.mesh.cp > 1 && moe     ? "context parallel of a mixture of experts"
-                       : s.mesh.cp > 1 && piped ? "context parallel inside pipeline stages"
-                                                : nullptr;
-    require(axis == nullptr, std::string(axis ? axis : "") + " does not support model family llama yet (mesh " +
-                                 mesh_text(s.mesh) + ", model " + s.train.model.name +
-                                 "): the data-parallel family (mesh dpN), tensor parallel (mesh dpN.tpT, sp, "
-                                 "recompute), context parallel of dense models (mesh dpN.tpT.cpC), pipeline parallel "
-                                 "(mesh dpN.ppK, tiny-mixtral dpN.epM.ppK) and expert parallel (mesh dpN.epM, "
-                                 "dpN.epM.tpT) run it");
-  }
+  // The llama family runs on every axis GPT-2 does (docs/models.md); its
+  // mixture of experts (tiny-mixtral) wherever GPT-2's does.
   // Mixture of experts runs under data, expert, pipeline and tensor parallel
   // (experts split over tp) and their compositions (mesh dpN.epM.tpT.ppK),
   // and outside pipelines with sequence parallel, recompute and context

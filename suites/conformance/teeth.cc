@@ -288,6 +288,16 @@ StrategyRun llama_cp_case(int dp, int tp, int cp, const std::string& opts, Preci
   return s;
 }
 
+// The llama family inside context-parallel pipeline stages: cp2.pp2, 1F1B.
+static StrategyRun llama_cp_pipeline_case(Precision p) {
+  StrategyRun s = llama_cp_case(1, 1, 2, "schedule=1f1b,cp_algo=ring", p);
+  s.spec.mesh.pp = 2;
+  s.spec.train.model.L = 4;
+  s.spec.train.microbatches = 4;
+  s.spec.train.batch = 4;
+  return s;
+}
+
 std::vector<TeethCase> cp_teeth_cases(Precision p) {
   std::vector<TeethCase> out;
   for (StrategyRun r : {cp_case(1, 1, 2, "cp_algo=ring", p), cp_case(1, 1, 3, "cp_algo=ring", p),
@@ -296,7 +306,8 @@ std::vector<TeethCase> cp_teeth_cases(Precision p) {
                         cp_pipeline_case(p),
                         // the llama family: RoPE by true position on the ring (kv heads wide) and
                         // under Ulysses with kv heads replicated over cp (tp2: one kv head per rank)
-                        llama_cp_case(1, 1, 2, "cp_algo=ring", p), llama_cp_case(1, 2, 2, "cp_algo=ulysses", p)})
+                        llama_cp_case(1, 1, 2, "cp_algo=ring", p), llama_cp_case(1, 2, 2, "cp_algo=ulysses", p),
+                        llama_cp_pipeline_case(p)})
     out.push_back({std::move(r), {FaultAxis::context}});
   return out;
 }

@@ -180,8 +180,15 @@ TEST(Teeth, PipelineStageCompositionsNoFalseAlarmOverTenSeeds) {
       s.spec.train.batch = 4;
       runs += expect_passes_over_ten_seeds(s);
     }
+    // The llama family's context-parallel stages (RoPE by true position).
+    StrategyRun s = llama_cp_case(1, 1, 2, "schedule=1f1b,cp_algo=ring", p);
+    s.spec.mesh.pp = 2;
+    s.spec.train.model.L = 4;
+    s.spec.train.microbatches = 4;
+    s.spec.train.batch = 4;
+    runs += expect_passes_over_ten_seeds(s);
   }
-  EXPECT_EQ(runs, 2 * 6 * 10);
+  EXPECT_EQ(runs, 2 * 7 * 10);
 }
 
 TEST(Teeth, EveryContextParallelFaultIsCaughtAtEveryPrecision) {
@@ -207,7 +214,12 @@ TEST(Teeth, ContextParallelLlamaNoFalseAlarmOverTenSeeds) {
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
     for (const Case& c : cases) runs += expect_passes_over_ten_seeds(llama_cp_case(1, c.tp, 2, c.opts, p));
-  EXPECT_EQ(runs, 2 * 3 * 10);
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {  // tiny-mixtral: its MoE layers under cp too
+    StrategyRun s = llama_cp_case(2, 1, 2, "cp_algo=ulysses", p);
+    s.spec.train.model = named_model("tiny-mixtral");
+    runs += expect_passes_over_ten_seeds(s);
+  }
+  EXPECT_EQ(runs, 2 * 4 * 10);
 }
 
 // No false alarm for context parallel (rule-only, held to the rule again at
