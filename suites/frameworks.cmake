@@ -151,4 +151,10 @@ if(PARABENCH_BUILD_TESTS)
   # Broken run: the reduced expert gradients ep times too large.
   parabench_framework_test(mg_broken_expert_grads_ep fail:grads "${pb_fw_moe}" mg_train.py
                            --strategy moe-ep --fault expert-grads-ep)
+  # No false alarm over seeds 1-3 for the MoE rows (seeds.sh, as above).
+  if(COMMAND parabench_framework_seeds)
+    parabench_framework_seeds(mg_moe mg_train.py "moe_ep|${pb_fw_moe}|--strategy moe-ep"
+      "moe_ep_ga|${pb_fw_moe} train.microbatches=2|--strategy moe-ep"
+      "moe_ep_bf16|${pb_fw_moe}|--strategy moe-ep --precision bf16-mixed")
+  endif()
 endif()
