@@ -128,7 +128,9 @@ if(PARABENCH_BUILD_TESTS)
     "pp_interleaved|${pb_fw_base}|--strategy pp-interleaved" "dp|${pb_fw_base}|--strategy dp"
     "distopt|${pb_fw_base}|--strategy distopt" "fsdp|${pb_fw_base}|--strategy fsdp"
     "tp_bf16|${pb_fw_base}|--strategy tp --precision bf16-mixed"
-    "pp_bf16|${pb_fw_base}|--strategy pp --precision bf16-mixed")
+    "pp_bf16|${pb_fw_base}|--strategy pp --precision bf16-mixed"
+    "dp_bf16|${pb_fw_base}|--strategy dp --precision bf16-mixed"
+    "distopt_bf16|${pb_fw_base}|--strategy distopt --precision bf16-mixed")
   parabench_framework_seeds(tt tt_train.py
     "fsdp2|${pb_tt_base}|--strategy fsdp2" "ddp|${pb_tt_base}|--strategy ddp" "tp_sp|${pb_tt_base}|--strategy tp-sp"
     "pp|${pb_tt_base}|--strategy pp" "pp_interleaved|${pb_tt_base} model.layers=4|--strategy pp-interleaved"
