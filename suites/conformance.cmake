@@ -519,3 +519,20 @@ if(PARABENCH_BUILD_TESTS)
                        conformance_check_pp_stage_teeth conformance_check_llama_pp_stage_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
 endif()
+
+# Kept for the full command (`ctest -L full`), out of the newcomer's quick
+# suite (<= 12 min with a cold build on 2 cores, docs/measurements.md#test-commands):
+# the pipeline checkpoint pairs, tiny-mixtral's pipeline rows and teeth and
+# the MPI repeats of tiny-mixtral's rows (their local rows stay quick:
+# conformance_check_mixtral_ep, conformance_check_moe_tp_pp, _moe_pp_2bw).
+if(TARGET conformance_reshard_pipeline_test)
+  set_property(TEST conformance_reshard_pipeline_test APPEND PROPERTY LABELS full)
+endif()
+if(PARABENCH_BUILD_TESTS)
+  set_property(TEST conformance_check_mixtral_pp conformance_check_mixtral_pp_teeth APPEND PROPERTY LABELS full)
+endif()
+foreach(t conformance_check_mpi_mixtral_pp_np4 conformance_check_mpi_mixtral_ep_np4)
+  if(TEST ${t})
+    set_property(TEST ${t} APPEND PROPERTY LABELS full)
+  endif()
+endforeach()
