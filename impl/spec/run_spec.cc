@@ -265,8 +265,8 @@ void validate(const RunSpec& s) {
   require(s.data.shard_group >= 0, "strategy.shard_group: must be >= 0, got " + std::to_string(s.data.shard_group));
   require(s.pipe.virtual_stages >= 1,
           "strategy.virtual_stages: must be >= 1, got " + std::to_string(s.pipe.virtual_stages));
-  // The llama family runs on every axis GPT-2 does (docs/models.md); its
-  // mixture of experts (tiny-mixtral) wherever GPT-2's does.
+  // The llama family runs on every mesh axis GPT-2 does (docs/models.md; on
+  // the CPU only: train.validate()), tiny-mixtral wherever GPT-2's MoE does.
   // Mixture of experts runs under data, expert, pipeline and tensor parallel
   // (experts split over tp) and their compositions (mesh dpN.epM.tpT.ppK),
   // and outside pipelines with sequence parallel, recompute and context
