@@ -269,16 +269,17 @@ StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p
   return s;
 }
 
-namespace {
-// Ring attention inside two 1F1B stages: cp2.pp2, tiny-tp four blocks deep.
-StrategyRun cp_pipeline_case(Precision p) {
-  StrategyRun s = cp_case(1, 1, 2, "schedule=1f1b", p);
+StrategyRun in_two_stages(StrategyRun s) {
   s.spec.mesh.pp = 2;
   s.spec.train.model.L = 4;
   s.spec.train.microbatches = 4;
   s.spec.train.batch = 4;
   return s;
 }
+
+namespace {
+// Ring attention inside two 1F1B stages: cp2.pp2, tiny-tp four blocks deep.
+StrategyRun cp_pipeline_case(Precision p) { return in_two_stages(cp_case(1, 1, 2, "schedule=1f1b", p)); }
 }  // namespace
 
 StrategyRun llama_cp_case(int dp, int tp, int cp, const std::string& opts, Precision p) {
@@ -290,12 +291,7 @@ StrategyRun llama_cp_case(int dp, int tp, int cp, const std::string& opts, Preci
 
 // The llama family inside context-parallel pipeline stages: cp2.pp2, 1F1B.
 static StrategyRun llama_cp_pipeline_case(Precision p) {
-  StrategyRun s = llama_cp_case(1, 1, 2, "schedule=1f1b,cp_algo=ring", p);
-  s.spec.mesh.pp = 2;
-  s.spec.train.model.L = 4;
-  s.spec.train.microbatches = 4;
-  s.spec.train.batch = 4;
-  return s;
+  return in_two_stages(llama_cp_case(1, 1, 2, "schedule=1f1b,cp_algo=ring", p));
 }
 
 std::vector<TeethCase> cp_teeth_cases(Precision p) {

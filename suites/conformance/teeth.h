@@ -84,6 +84,9 @@ std::vector<FaultCatch> tp_fault_catches(Precision p);
 StrategyRun cp_case(int dp, int tp, int cp, const std::string& opts, Precision p);
 // cp_case on tiny-llama (RoPE, grouped-query attention; opts applied after the model).
 StrategyRun llama_cp_case(int dp, int tp, int cp, const std::string& opts, Precision p);
+// Case s in two pipeline stages (pp 2) of two blocks each, four microbatches
+// of one sequence: how the teeth put a tp/cp case inside stages.
+StrategyRun in_two_stages(StrategyRun s);
 // Every context-parallel fault where it applies (ring zigzag at cp 2 and 3,
 // ring contiguous, Ulysses, tp2.cp2, dp2.cp2 x ZeRO-3, cp2.pp2 1F1B), at
 // precision p.

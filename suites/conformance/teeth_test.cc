@@ -165,28 +165,13 @@ TEST(Teeth, PipelineStageCompositionsNoFalseAlarmOverTenSeeds) {
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
     for (const auto& [mesh, opts] : cases) {
-      StrategyRun s = mesh.second > 1 ? cp_case(1, 1, mesh.second, opts, p) : tp_case(1, mesh.first, opts, p);
-      s.spec.mesh.pp = 2;
-      s.spec.train.model.L = 4;
-      s.spec.train.microbatches = 4;
-      s.spec.train.batch = 4;
-      runs += expect_passes_over_ten_seeds(s);
+      runs += expect_passes_over_ten_seeds(
+          in_two_stages(mesh.second > 1 ? cp_case(1, 1, mesh.second, opts, p) : tp_case(1, mesh.first, opts, p)));
     }
-    for (const char* opts : {"schedule=zb-h1,recompute=selective", "schedule=2bw,recompute=full"}) {
-      StrategyRun s = llama_tp_case(1, 2, opts, p);
-      s.spec.mesh.pp = 2;
-      s.spec.train.model.L = 4;
-      s.spec.train.microbatches = 4;
-      s.spec.train.batch = 4;
-      runs += expect_passes_over_ten_seeds(s);
-    }
+    for (const char* opts : {"schedule=zb-h1,recompute=selective", "schedule=2bw,recompute=full"})
+      runs += expect_passes_over_ten_seeds(in_two_stages(llama_tp_case(1, 2, opts, p)));
     // The llama family's context-parallel stages (RoPE by true position).
-    StrategyRun s = llama_cp_case(1, 1, 2, "schedule=1f1b,cp_algo=ring", p);
-    s.spec.mesh.pp = 2;
-    s.spec.train.model.L = 4;
-    s.spec.train.microbatches = 4;
-    s.spec.train.batch = 4;
-    runs += expect_passes_over_ten_seeds(s);
+    runs += expect_passes_over_ten_seeds(in_two_stages(llama_cp_case(1, 1, 2, "schedule=1f1b,cp_algo=ring", p)));
   }
   EXPECT_EQ(runs, 2 * 7 * 10);
 }
