@@ -224,8 +224,15 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
 }  // namespace
 
 int64_t moe_scope_tokens(const PlanInput& in, int64_t seq) {
-  if (!in.shape || in.shape->moe.experts == 0 || in.shape->moe.capacity != MoeCapacity::global || in.dp < 2) return 0;
-  return in.microbatch_size * seq * in.dp;
+  return moe_capacity_ranks(in) > 1 ? in.microbatch_size * seq / in.cp * moe_capacity_ranks(in) : 0;
+}
+
+int64_t moe_capacity_ranks(const PlanInput& in) {
+  if (!in.shape || in.shape->moe.experts == 0) return 1;
+  // Global capacity over dp >= 2 joins the data ranks (dp::moe_shares_capacity);
+  // the cp ranks of a data rank always share its microbatch (TpRank::context_moe_scope).
+  const bool joint = in.shape->moe.capacity == MoeCapacity::global && in.dp > 1;
+  return int64_t(joint ? in.dp : 1) * in.cp;
 }
 
 RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t global_batch) {
@@ -270,6 +277,12 @@ std::vector<int64_t> plan_memory(const PlanInput& in, const dp::DataAxis& axis, 
 int64_t moe_blocks(const ModelConfig& m, const pipeline::StageSlice& sl) {
   int64_t n = 0;
   for (int b = sl.first_block; b < sl.first_block + sl.num_blocks; ++b) n += m.is_moe(b);
+  return n;
+}
+
+int64_t rank_moe_blocks(const ModelConfig& m, const pipeline::Partition& part, int rank) {
+  int64_t n = 0;
+  for (int c = 0; c < part.v; ++c) n += moe_blocks(m, part.at(rank, c));
   return n;
 }
 

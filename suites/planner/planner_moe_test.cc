@@ -1,0 +1,199 @@
+// The planner's mixture-of-experts compositions held to the ranks that run
+// them: sequence parallel, recompute and context parallel outside pipelines,
+// tensor parallel inside pipeline stages, PipeDream-2BW with MoE stages. For
+// each run spec the plan (plan_input_of, as `parabench plan` takes it) holds
+// per pipeline rank what the engine's ranks allocate, tag by tag (device
+// peaks after the run's steps, max over the stage's ranks), and per group the
+// bytes they move (the comm log), with the routing-dependent rows (the
+// experts' tp all-reduces, the ep all-to-alls) at the rows the ranks routed.
+// The compositions the engine does not run yet are refused, saying so.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "harness/comm/runner.h"
+#include "harness/mesh.h"
+#include "harness/status.h"
+#include "impl/expert_parallel/cost.h"
+#include "impl/registry.h"
+#include "impl/spec/run_spec.h"
+#include "reference/device_testing.h"
+#include "suites/planner/machine.h"
+#include "suites/planner/plan_input.h"
+#include "suites/planner/planner.h"
+
+namespace pb::planner {
+namespace {
+
+struct Case {
+  const char* mesh;      // mesh text (dpN.epM.tpT.cpC.ppK)
+  const char* strategy;  // strategy text (sp, recompute, schedule, shard, ...)
+  const char* model;
+  Precision p;
+  int layers = 0;  // 0: the model's
+  int microbatches = 1;
+};
+
+RunSpec spec_of(const Case& c) {
+  RunSpec s;
+  s.train.model = named_model(c.model);
+  if (c.layers) s.train.model.L = c.layers;
+  s.train.precision = c.p;
+  s.train.seq = 16;
+  s.train.steps = 3;
+  s.mesh = parse_mesh(c.mesh);
+  s.train.microbatches = c.microbatches;
+  s.train.batch = 2 * c.microbatches * s.mesh.dp;
+  apply_strategy_text(s, c.strategy, fault_catalogue());
+  validate(s);
+  return s;
+}
+
+// What one rank measured over the run's steps: the logical bytes per
+// (group, op) of its comm log and the rows its MoE layers routed.
+struct RankMeasure {
+  int stage = 0;
+  std::map<std::string, int64_t> bytes;  // "group op"
+  int64_t calls = 0, sent_rows = 0, owner_rows = 0;
+};
+// What the ranks of `s` measured: per pipeline rank and tag the device peak
+// (max over the stage's ranks), and every rank's traffic.
+struct Measured {
+  std::vector<std::array<int64_t, kNumMemTags>> peaks;
+  std::vector<RankMeasure> ranks;
+};
+
+Measured run_ranks(const RunSpec& s, bool on_device) {
+  const Strategy& st = strategy_for(s);
+  st.validate(s);
+  RunSpec run = s;
+  if (on_device) run.train.device = Device::cuda;
+  Measured out;
+  out.peaks.resize(size_t(s.mesh.pp));
+  out.ranks.resize(size_t(s.world()));
+  std::mutex mu;
+  testing::StandInDevices devices;
+  run_local(run.world(), [&](Communicator& w) {
+    const std::shared_ptr<TrainDevice> device = on_device ? devices.open() : nullptr;  // outlives the rank
+    std::unique_ptr<Rank> rank = st.make_rank(run, w, device.get());
+    rank->train(run.train.steps, nullptr);
+    RankMeasure me;
+    me.stage = mesh_coord(run.mesh, w.rank()).pp;
+    for (const std::string& g : w.log().groups())
+      for (int op = 0; op < kNumCommOps; ++op)
+        if (const int64_t b = int64_t(w.log().get(g, CommOp(op)).bytes))
+          me.bytes[g + " " + std::string(comm_op_name(CommOp(op)))] = b;
+    const MoeLoad load = rank->moe_load();
+    me.calls = load.calls, me.sent_rows = load.sent_rows, me.owner_rows = load.owner_rows;
+    std::lock_guard lk(mu);
+    for (int t = 0; t < kNumMemTags; ++t)
+      out.peaks[size_t(me.stage)][size_t(t)] =
+          std::max(out.peaks[size_t(me.stage)][size_t(t)], int64_t(rank->memory().peak(MemTag(t), Place::device)));
+    out.ranks[size_t(w.rank())] = std::move(me);
+  });
+  return out;
+}
+
+std::string where_of(const Case& c, bool on_device) {
+  return std::string(c.model) + " " + c.mesh + " " + c.strategy + " " + precision_name(c.p) +
+         (on_device ? " on h100" : "");
+}
+
+// The plan's comm rows as a rank's log names them: per (group, op), a
+// send_recv as its send, the tied embedding's sum on pp_tied.
+std::map<std::string, int64_t> plan_bytes(const PlanResult& r) {
+  std::map<std::string, int64_t> out;
+  for (const CommRow& row : r.comm) {
+    const std::string group = row.group == "embedding" ? "pp_tied" : row.group;
+    out[group + " " + (row.op == "send_recv" ? std::string("send") : row.op)] += row.bytes;
+  }
+  return out;
+}
+
+// The rows a balanced router sends each MoE block of one microbatch (the
+// plan's): the microbatch's tokens on this rank under its capacity scope
+// (global capacity over dp >= 2 joins the data ranks; the cp ranks of a
+// data rank share its microbatch).
+int64_t balanced_rows(const RunSpec& s) {
+  const ModelConfig& m = s.train.model;
+  const int64_t b = s.train.batch / s.mesh.dp / s.train.microbatches, cp = s.mesh.cp;
+  const bool joint = m.moe.capacity == MoeCapacity::global && s.mesh.dp > 1;
+  const int64_t ranks = (joint ? s.mesh.dp : 1) * cp;
+  return ep::balanced_rows(m, b * s.train.seq / cp, ranks > 1 ? b * s.train.seq / cp * ranks : 0);
+}
+
+void expect_plan_is_the_ranks(const Case& c, bool on_device) {
+  const RunSpec s = spec_of(c);
+  PlanInput in = plan_input_of(s);
+  if (on_device) in.hw = hardware_for(load_machine("h100"), c.p);
+  const PlanResult r = plan(in);
+  const Measured m = run_ranks(s, on_device);
+  const std::string where = where_of(c, on_device);
+  ASSERT_EQ(r.stages.size(), size_t(s.mesh.pp)) << where;
+  for (const StageMemory& st : r.stages) {
+    const auto& pk = m.peaks[size_t(st.stage)];
+    const std::string at = where + " stage " + std::to_string(st.stage);
+    EXPECT_EQ(st.params, pk[int(MemTag::params)]) << at;
+    EXPECT_EQ(st.grads, pk[int(MemTag::grads)]) << at;
+    EXPECT_EQ(st.optimizer, pk[int(MemTag::optimizer)]) << at;
+    EXPECT_EQ(st.activations, pk[int(MemTag::activations)]) << at;
+    EXPECT_EQ(st.comm, pk[int(MemTag::comm)]) << at;
+    EXPECT_EQ(st.workspace, pk[int(MemTag::workspace)]) << at;
+  }
+  // Bytes per group and op of every rank of the plan's stage: the plan's,
+  // its balanced rows replaced by the ones the rank routed (each row is C
+  // elements: the experts' tp all-reduce forward and backward, the ep
+  // dispatch and combine both ways, and full recompute's rerun once more).
+  const ModelConfig& model = s.train.model;
+  const int64_t e = c.p == Precision::fp32 ? 4 : 2, passes = s.tensor.recompute == Recompute::full ? 3 : 2;
+  const int64_t planned_rows = int64_t(s.train.steps) * s.train.microbatches * model.moe_layers() * balanced_rows(s);
+  std::map<std::string, int64_t> planned = plan_bytes(r);
+  for (auto& [key, bytes] : planned) bytes *= s.train.steps;
+  int compared = 0;
+  for (size_t k = 0; k < m.ranks.size(); ++k) {
+    const RankMeasure& rk = m.ranks[k];
+    if (rk.stage != r.worst.stage) continue;
+    std::map<std::string, int64_t> want = planned;
+    if (s.mesh.tp > 1 && model.moe.experts > 0)
+      want["tp all_reduce"] += passes * (rk.owner_rows - planned_rows) * model.C * e;
+    if (s.mesh.ep > 1) want["ep all_to_all"] += passes * (rk.sent_rows + rk.owner_rows - 2 * planned_rows) * model.C * e;
+    for (const auto& [key, bytes] : rk.bytes) {
+      const std::string group = key.substr(0, key.find(' '));
+      if (group == "check" || group.find("scalar") != std::string::npos || key.ends_with(" recv")) continue;
+      EXPECT_EQ(want[key], bytes) << where << " rank " << k << ": " << key;
+      ++compared;
+    }
+    for (const auto& [key, bytes] : want)
+      EXPECT_TRUE(bytes == 0 || rk.bytes.count(key)) << where << " rank " << k << ": planned " << key << " "
+                                                     << bytes << ", measured none";
+  }
+  EXPECT_GT(compared, 0) << where;
+}
+
+// Outside pipelines: sequence parallel, recompute (selective, full; tp 1
+// too) and context parallel (ring, Ulysses; ep 1), with data, expert and
+// tensor parallel, capacity modes, data options and precisions.
+TEST(PlannerMoe, SpRecomputeAndCpAreTheRanks) {
+  const Case cases[] = {
+      {"dp2.tp2", "sp=on", "tiny-moe", Precision::fp32},
+      {"dp2.ep2.tp2", "sp=on", "tiny-moe", Precision::bf16_mixed},
+      {"dp2.tp2", "recompute=selective", "tiny-moe-local", Precision::fp32},
+      {"dp2.ep2.tp2", "sp=on,recompute=full", "tiny-moe", Precision::fp32},
+      {"dp2.ep2.tp2", "recompute=full,shard=zero3", "tiny-moe", Precision::bf16_mixed},
+      {"dp2.ep2", "recompute=full,shard=zero1", "tiny-moe", Precision::fp32},
+      {"dp1.cp2", "cp_algo=ring", "tiny-moe", Precision::fp32},
+      {"dp2.cp2", "cp_algo=ulysses,shard=zero2", "tiny-moe", Precision::bf16_mixed},
+      {"dp2.tp2.cp2", "sp=on,recompute=selective", "tiny-moe-local", Precision::fp32},
+      {"dp2.tp2.cp2", "recompute=full,shard=zero1", "tiny-moe", Precision::fp32},
+  };
+  for (const Case& c : cases) {
+    expect_plan_is_the_ranks(c, false);
+    expect_plan_is_the_ranks(c, true);  // on stand-in devices: no CPU kernel workspace, routing state on the host
+  }
+}
+
+}  // namespace
+}  // namespace pb::planner
