@@ -181,8 +181,11 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     add_row(out, "pp", "fwd", "send_recv", in.pp, fwd_msgs, fwd_msgs * boundary, inter);
     add_row(out, "pp", "bwd", "send_recv", in.pp, sent / boundary - fwd_msgs, sent - fwd_msgs * boundary, inter);
     if ((first || last) && !mc.llama()) {  // the llama family's head is untied
-      const int64_t tied = pipeline::tied_embedding_grad_bytes((mc.V + in.tp - 1) / in.tp, mc.C,
-                                                               dp::bytes_per_param(in.precision).grad, in.pp);
+      // Sharded gradients (zero2 and beyond) sum each rank's 1/g share of the rows.
+      const int64_t rows = (mc.V + in.tp - 1) / in.tp, gb = dp::bytes_per_param(in.precision).grad;
+      const int64_t tied = in.shard <= dp::Shard::zero1
+                               ? pipeline::tied_embedding_grad_bytes(rows, mc.C, gb, in.pp)
+                               : dp::ceil_div(rows * mc.C, std::max<int64_t>(1, dp::shard_group_size(axis))) * gb;
       add_row(out, "embedding", "step", "all_reduce", 2, 1, tied, R > 0 && spans(world_of(in), R));
     }
   }
@@ -220,11 +223,11 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
     add_row(r.comm, c.group.c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(), c.group_size,
             c.calls, c.bytes, c.inter_node);
   // MoE stages: the worst rank's experts over edp, and its MoE layers below.
-  const int moe_layers = moe_stages ? int(stage_moe_layers(*in.shape, pipe.part, r.worst.stage, in.ep))
+  const int moe_layers = moe_stages ? int(stage_moe_layers(*in.shape, pipe.part, r.worst.stage, in.ep, in.tp))
                          : in.shape ? in.shape->moe_layers() : 0;
   if (moe_stages) {
     std::vector<pipeline::StageUnitUse> uses;
-    for (int64_t u : stage_expert_units(*in.shape, pipe.part, r.worst.stage, in.ep)) uses.push_back({u, 1, 1});
+    for (int64_t u : stage_expert_units(*in.shape, pipe.part, r.worst.stage, in.ep, in.tp)) uses.push_back({u, 1, 1});
     for (const dp::CollCost& c : pipeline::stage_dp_comm_per_step(uses, *pipe.experts, int(r.microbatches)))
       add_row(r.comm, ("e" + c.group).c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(),
               c.group_size, c.calls, c.bytes, c.inter_node);

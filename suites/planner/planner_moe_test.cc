@@ -18,6 +18,7 @@
 #include "harness/mesh.h"
 #include "harness/status.h"
 #include "impl/expert_parallel/cost.h"
+#include "impl/pipeline/stage.h"
 #include "impl/registry.h"
 #include "impl/spec/run_spec.h"
 #include "reference/device_testing.h"
@@ -149,7 +150,13 @@ void expect_plan_is_the_ranks(const Case& c, bool on_device) {
   // dispatch and combine both ways, and full recompute's rerun once more).
   const ModelConfig& model = s.train.model;
   const int64_t e = c.p == Precision::fp32 ? 4 : 2, passes = s.tensor.recompute == Recompute::full ? 3 : 2;
-  const int64_t planned_rows = int64_t(s.train.steps) * s.train.microbatches * model.moe_layers() * balanced_rows(s);
+  const pipeline::Partition part = pipeline::partition_layers(model.L, s.mesh.pp, s.pipe.virtual_stages);
+  int64_t moe_blocks = 0;  // the plan's stage's
+  for (int ch = 0; ch < part.v; ++ch) {
+    const pipeline::StageSlice& sl = part.at(r.worst.stage, ch);
+    for (int b = sl.first_block; b < sl.first_block + sl.num_blocks; ++b) moe_blocks += model.is_moe(b);
+  }
+  const int64_t planned_rows = int64_t(s.train.steps) * s.train.microbatches * moe_blocks * balanced_rows(s);
   std::map<std::string, int64_t> planned = plan_bytes(r);
   for (auto& [key, bytes] : planned) bytes *= s.train.steps;
   int compared = 0;
@@ -184,6 +191,7 @@ TEST(PlannerMoe, SpRecomputeAndCpAreTheRanks) {
       {"dp2.ep2.tp2", "sp=on,recompute=full", "tiny-moe", Precision::fp32},
       {"dp2.ep2.tp2", "recompute=full,shard=zero3", "tiny-moe", Precision::bf16_mixed},
       {"dp2.ep2", "recompute=full,shard=zero1", "tiny-moe", Precision::fp32},
+      {"dp2", "recompute=selective,shard=zero2", "tiny-moe", Precision::bf16_mixed},
       {"dp1.cp2", "cp_algo=ring", "tiny-moe", Precision::fp32},
       {"dp2.cp2", "cp_algo=ulysses,shard=zero2", "tiny-moe", Precision::bf16_mixed},
       {"dp2.tp2.cp2", "sp=on,recompute=selective", "tiny-moe-local", Precision::fp32},
@@ -193,6 +201,60 @@ TEST(PlannerMoe, SpRecomputeAndCpAreTheRanks) {
     expect_plan_is_the_ranks(c, false);
     expect_plan_is_the_ranks(c, true);  // on stand-in devices: no CPU kernel workspace, routing state on the host
   }
+}
+
+// Pipeline stages: tensor parallel inside MoE stages (with data and expert
+// parallel), and PipeDream-2BW with MoE stages (two weight versions; each
+// microbatch's own capacity); every stage's memory, the worst stage's bytes.
+TEST(PlannerMoe, TensorParallelAnd2bwStagesAreTheRanks) {
+  const Case cases[] = {
+      {"dp2.ep2.tp2.pp2", "schedule=1f1b", "tiny-moe", Precision::fp32, 4, 4},
+      {"dp2.tp2.pp2", "schedule=interleaved,virtual_stages=2,shard=zero1", "tiny-moe", Precision::bf16_mixed, 8, 4},
+      {"dp2.ep2.tp2.pp2", "schedule=gpipe,shard=zero2", "tiny-moe-e8-top1", Precision::fp32, 4, 2},
+      {"dp1.pp2", "schedule=2bw", "tiny-moe", Precision::fp32, 4, 4},
+      {"dp2.ep2.pp2", "schedule=2bw,shard=zero1", "tiny-moe-local", Precision::fp32, 4, 2},
+      {"dp2.tp2.pp2", "schedule=2bw", "tiny-moe-local", Precision::bf16_mixed, 4, 4},
+  };
+  for (const Case& c : cases) {
+    expect_plan_is_the_ranks(c, false);
+    expect_plan_is_the_ranks(c, true);
+  }
+}
+
+// What the engine does not run yet is refused, saying so and naming the
+// composition: sp, recompute or cp in MoE pipeline stages, ep with cp, zb-h1
+// with MoE stages, 2bw with global capacity over dp ranks.
+TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
+  auto refused = [](const char* mesh, const char* strategy, const char* model, const std::string& says) {
+    PlanInput in;
+    in.shape = named_model(model);
+    in.shape->L = 4;
+    in.seq = 16;
+    RunSpec s;
+    s.mesh = parse_mesh(mesh);
+    apply_strategy_text(s, strategy, fault_catalogue());
+    set_parallelism(in, s);
+    in.global_batch = 4 * in.dp;
+    try {
+      plan(in);
+      ADD_FAILURE() << mesh << " " << strategy << ": planned";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << mesh << " " << strategy << ": " << e.what();
+    }
+  };
+  const std::string not_yet = "the engine does not run it yet";
+  refused("dp2.tp2.pp2", "sp=on", "tiny-moe", "in pipeline stages with sequence parallel: " + not_yet);
+  refused("dp2.tp2.pp2", "recompute=selective", "tiny-moe", "in pipeline stages with recompute: " + not_yet);
+  refused("dp2.pp2", "recompute=full", "tiny-moe", "in pipeline stages with recompute: " + not_yet);
+  refused("dp2.cp2.pp2", "", "tiny-moe", "in pipeline stages with context parallel: " + not_yet);
+  refused("dp2.ep2.cp2", "", "tiny-moe", "(ep 2) and context parallel (cp 2) together: " + not_yet);
+  refused("dp2.ep2.pp2", "schedule=zb-h1", "tiny-moe", "zb-h1 with a mixture-of-experts model: " + not_yet);
+  refused("dp2.pp2", "schedule=2bw", "tiny-moe", "global capacity over dp 2");
+  // The same compositions of a dense model still plan.
+  PlanInput dense;
+  dense.shape = named_model("tiny");
+  dense.dp = 2, dense.tp = 2, dense.pp = 2, dense.sp = true, dense.seq = 16, dense.global_batch = 8;
+  EXPECT_NO_THROW(plan(dense));
 }
 
 }  // namespace

@@ -52,9 +52,10 @@ RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t 
 
 // The MoE blocks of pipeline rank `rank`'s experts (ep rank 0's, as many as
 // any): the number of its MoE layers.
-int64_t stage_moe_layers(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep);
-// Its expert units (the experts' data axis's units).
-std::vector<int64_t> stage_expert_units(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep);
+int64_t stage_moe_layers(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep, int tp);
+// Its expert units (the experts' data axis's units; tp rank 0's shard).
+std::vector<int64_t> stage_expert_units(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep,
+                                        int tp);
 
 // The mixture-of-experts blocks among a stage slice's blocks.
 int64_t moe_blocks(const ModelConfig& m, const pipeline::StageSlice& sl);
