@@ -250,6 +250,9 @@ TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
   refused("dp2.ep2.cp2", "", "tiny-moe", "(ep 2) and context parallel (cp 2) together: " + not_yet);
   refused("dp2.ep2.pp2", "schedule=zb-h1", "tiny-moe", "zb-h1 with a mixture-of-experts model: " + not_yet);
   refused("dp2.pp2", "schedule=2bw", "tiny-moe", "global capacity over dp 2");
+  // The llama family's MoE: the engine runs it, the planner's analytic count does not model it.
+  refused("dp2.tp2", "sp=on", "tiny-mixtral", "a llama-family mixture of experts plans under data and tensor "
+                                              "parallel only");
   // The same compositions of a dense model still plan.
   PlanInput dense;
   dense.shape = named_model("tiny");
