@@ -257,10 +257,12 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
     // token's choices (the scope's token order is not the ranks').
     const int64_t gathered = in.cp > 1 ? cap * in.microbatch_size * r.seq / in.cp * c.top_k * 8
                                        : in.dp * c.top_k * c.experts * 8;
+    // The scope's ranks lie at stride tp (dp x cp; x pp in Llama 3's order).
+    const bool inter = spans(int64_t(in.tp) * cap * (in.pp_inside_dp ? in.pp : 1), in.ranks_per_node);
     for (int pass = 0; pass < (rerun ? 2 : 1); ++pass) {
       const char* phase = pass ? "bwd" : "fwd";
-      add_row(r.comm, "moe", phase, "all_gather", cap, n, n * gathered, false);
-      add_row(r.comm, "moe", phase, "all_reduce", cap, n, n * c.experts * 8, false);
+      add_row(r.comm, "moe", phase, "all_gather", cap, n, n * gathered, inter);
+      add_row(r.comm, "moe", phase, "all_reduce", cap, n, n * c.experts * 8, inter);
     }
   }
 }

@@ -221,6 +221,24 @@ TEST(PlannerMoe, TensorParallelAnd2bwStagesAreTheRanks) {
   }
 }
 
+// The capacity scope's exchanges (group moe: dp x cp ranks at stride tp)
+// cross nodes when the scope spans more ranks than a node holds.
+TEST(PlannerMoe, CapacityExchangesCrossNodesWhenTheScopeDoes) {
+  for (auto [rpn, inter] : {std::pair{int64_t(4), true}, {int64_t(8), false}}) {
+    PlanInput in;
+    in.shape = named_model("tiny-moe");
+    in.dp = 2, in.tp = 2, in.cp = 2, in.seq = 16, in.ranks_per_node = rpn;
+    int rows = 0;
+    for (const CommRow& row : plan(in).comm)
+      if (row.group == "moe") {
+        EXPECT_EQ(row.inter_node, inter) << "ranks per node " << rpn;
+        EXPECT_EQ(row.group_size, 4);  // dp 2 x cp 2
+        ++rows;
+      }
+    EXPECT_EQ(rows, 2);
+  }
+}
+
 // What the engine does not run yet is refused, saying so and naming the
 // composition: sp, recompute or cp in MoE pipeline stages, ep with cp, zb-h1
 // with MoE stages, 2bw with global capacity over dp ranks.
