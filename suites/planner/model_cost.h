@@ -170,7 +170,7 @@ int64_t llama_layer_traffic_bytes(const ModelConfig& m, const ActivationShape& x
 // and written into its expert's buffer: 2kh), the combine (k rows and their
 // weights read, one written: (k + 1) h + k) and the router's softmax over E
 // (2E); backward moves twice the forward. Every tp rank routes the same
-// tokens whole (no sequence parallel with MoE).
+// tokens whole (with sequence parallel too: the block gathers them first).
 int64_t moe_layer_extra_traffic_bytes(const ActivationShape& x, const MoeConfig& moe);
 // The softmax's part of layer_traffic_bytes (3 x 2as per local token).
 int64_t layer_softmax_traffic_bytes(const ActivationShape& x);

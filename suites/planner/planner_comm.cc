@@ -112,33 +112,40 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     const bool inter = spans(in.tp, R);
     const tp::TpShape x = tp::make_shape(mc, in.tp, in.sp, in.recompute, b, sl, in.precision);
     const tp::TpPieceComm lc = tp::layer_comm(x), ec = tp::embedding_comm(x), hc = tp::head_comm(x);
+    // MoE blocks (tensor_parallel/tp_rank.cc's rule): no dense MLP reduce
+    // (an all-reduce, a reduce-scatter with sp) of the tokens; instead each of
+    // the rank's El experts all-reduces the rows it received (a balanced
+    // router's), forward, backward, and under full recompute once more in
+    // backward (the rerun forward's).
+    const int64_t moe_n = mc.moe.experts > 0 ? m * rank_moe_blocks(mc, pipe.part, rank) : 0;
+    const int64_t El = mc.moe.experts > 0 ? mc.moe.experts / in.ep : 0;
+    const int64_t rows = moe_n ? ep::balanced_rows(mc, b * sl, moe_scope_tokens(in, seq)) : 0;
+    const std::string dense_reduce = in.sp ? "reduce_scatter" : "all_reduce";
     for (int pass = 0; pass < 2; ++pass) {
       auto of = [&](const tp::TpPieceComm& c) { return pass ? c.bwd : c.fwd; };
       const tp::TpPass l = of(lc), em = of(ec), hd = of(hc);
+      const int64_t passes = pass && in.recompute == Recompute::full ? 2 : 1;
       auto row = [&](const char* op, tp::TpCalls tp::TpPass::*f) {
-        const int64_t calls = m * (layers * (l.*f).calls + (first ? (em.*f).calls : 0) + (last ? (hd.*f).calls : 0));
-        const int64_t bytes = m * (layers * (l.*f).bytes + (first ? (em.*f).bytes : 0) + (last ? (hd.*f).bytes : 0));
+        int64_t calls = m * (layers * (l.*f).calls + (first ? (em.*f).calls : 0) + (last ? (hd.*f).calls : 0));
+        int64_t bytes = m * (layers * (l.*f).bytes + (first ? (em.*f).bytes : 0) + (last ? (hd.*f).bytes : 0));
+        if (op == dense_reduce) calls -= passes * moe_n, bytes -= passes * moe_n * b * sl * mc.C * e;
+        if (op == std::string("all_reduce")) calls += passes * moe_n * El, bytes += passes * moe_n * rows * mc.C * e;
         add_row(out, "tp", pass ? "bwd" : "fwd", op, in.tp, calls, bytes, inter);
       };
       row("all_reduce", &tp::TpPass::all_reduce);
       row("all_gather", &tp::TpPass::all_gather);
       row("reduce_scatter", &tp::TpPass::reduce_scatter);
     }
-    if (mc.moe.experts > 0) {  // MoE blocks: no dense MLP all-reduce; the experts' rows each way instead
-      const int64_t n = m * mc.moe_layers(), El = mc.moe.experts / in.ep;
-      const int64_t rows = ep::balanced_rows(mc, b * sl, moe_scope_tokens(in, seq));  // a balanced router's, per block
-      for (CommRow& r : out)
-        if (r.group == "tp" && r.op == "all_reduce" && (r.phase == "fwd" || r.phase == "bwd")) {
-          r.calls += n * (El - 1);
-          r.bytes += n * (rows * mc.C * e - b * sl * mc.C * e);
-          r.bus_bytes = double(r.bytes) * dp::bus_factor(dp::Coll::all_reduce, in.tp);
-        }
-    }
     // Once per step: the norm's partial sum; with SP the replicated
     // parameters' gradients this rank holds (its 1/g share when sharded).
     const int64_t g = std::max<int64_t>(1, dp::shard_group_size(axis));
+    // (An MoE block's row-parallel bias is its experts', which every tp rank
+    // computes whole, as the router: SP leaves them out, tp_reduced_ranges.)
+    const int64_t moe_bias = in.sp && !mc.llama() ? moe_n / m * mc.C : 0;
     const int64_t held = dp::ceil_div(
-        mc.llama() ? llama_replicated_params(mc, layers, last) : tp::replicated_params(mc, layers, first, last), g);
+        mc.llama() ? llama_replicated_params(mc, layers, last)
+                   : tp::replicated_params(mc, layers, first, last) - moe_bias,
+        g);
     // A pipeline rank sums its norm over the whole world instead (pp_scalar).
     const int64_t norm = in.pp > 1 ? -8 : 0;
     add_row(out, "tp", "step", "all_reduce", in.tp, in.sp ? 2 : 1, tp::step_bytes(in.sp, held, int(e)) + norm, inter);
@@ -174,8 +181,11 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     add_row(out, "pp", "fwd", "send_recv", in.pp, fwd_msgs, fwd_msgs * boundary, inter);
     add_row(out, "pp", "bwd", "send_recv", in.pp, sent / boundary - fwd_msgs, sent - fwd_msgs * boundary, inter);
     if ((first || last) && !mc.llama()) {  // the llama family's head is untied
-      const int64_t tied = pipeline::tied_embedding_grad_bytes((mc.V + in.tp - 1) / in.tp, mc.C,
-                                                               dp::bytes_per_param(in.precision).grad, in.pp);
+      // Sharded gradients (zero2 and beyond) sum each rank's 1/g share of the rows.
+      const int64_t rows = (mc.V + in.tp - 1) / in.tp, gb = dp::bytes_per_param(in.precision).grad;
+      const int64_t tied = in.shard <= dp::Shard::zero1
+                               ? pipeline::tied_embedding_grad_bytes(rows, mc.C, gb, in.pp)
+                               : dp::ceil_div(rows * mc.C, std::max<int64_t>(1, dp::shard_group_size(axis))) * gb;
       add_row(out, "embedding", "step", "all_reduce", 2, 1, tied, R > 0 && spans(world_of(in), R));
     }
   }
@@ -213,32 +223,47 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
     add_row(r.comm, c.group.c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(), c.group_size,
             c.calls, c.bytes, c.inter_node);
   // MoE stages: the worst rank's experts over edp, and its MoE layers below.
-  const int moe_layers = moe_stages ? int(stage_moe_layers(*in.shape, pipe.part, r.worst.stage, in.ep))
+  const int moe_layers = moe_stages ? int(stage_moe_layers(*in.shape, pipe.part, r.worst.stage, in.ep, in.tp))
                          : in.shape ? in.shape->moe_layers() : 0;
   if (moe_stages) {
     std::vector<pipeline::StageUnitUse> uses;
-    for (int64_t u : stage_expert_units(*in.shape, pipe.part, r.worst.stage, in.ep)) uses.push_back({u, 1, 1});
+    for (int64_t u : stage_expert_units(*in.shape, pipe.part, r.worst.stage, in.ep, in.tp)) uses.push_back({u, 1, 1});
     for (const dp::CollCost& c : pipeline::stage_dp_comm_per_step(uses, *pipe.experts, int(r.microbatches)))
       add_row(r.comm, ("e" + c.group).c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(),
               c.group_size, c.calls, c.bytes, c.inter_node);
   }
+  // Full recompute reruns each MoE block's forward in backward (the same
+  // routing): its count exchange, dispatch and combine, and its capacity
+  // scope's exchanges, once more (tensor_parallel/tp_rank.cc).
+  const bool rerun = in.recompute == Recompute::full;
   if (ep_states || (moe_stages && in.ep > 1)) {  // the counts, dispatch and combine forward; dispatch and combine backward (balanced router's rows)
     const int64_t n = r.microbatches * moe_layers;
     const int64_t rows = ep::balanced_rows(*in.shape, in.microbatch_size * r.seq, moe_scope_tokens(in, r.seq));
     const int64_t both = ep::a2a_bytes(*in.shape, n, n * rows, n * rows, elem_bytes(in.precision));
     const int64_t bwd = ep::a2a_bytes(*in.shape, 0, n * rows, n * rows, elem_bytes(in.precision)) / 2;
+    const int64_t again = rerun ? both - bwd : 0;  // the rerun forward's
     // An ep group is ep consecutive ranks: it spans nodes when a node holds fewer.
     const bool inter = in.ranks_per_node > 0 && in.ranks_per_node < in.ep;
     add_row(r.comm, "ep", "fwd", "all_to_all", in.ep, 3 * n, both - bwd, inter);
-    add_row(r.comm, "ep", "bwd", "all_to_all", in.ep, 2 * n, bwd, inter);
+    add_row(r.comm, "ep", "bwd", "all_to_all", in.ep, (rerun ? 5 : 2) * n, bwd + again, inter);
   }
   if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
   place_groups(in, r.comm);
-  if (moe_scope_tokens(in, r.seq) > 0 && moe_layers > 0) {  // routing counts gathered and probability sums reduced, per MoE block
+  const int64_t cap = moe_capacity_ranks(in);
+  if (cap > 1 && moe_layers > 0) {  // per MoE block: the capacity scope's routing exchanges, its probability sums reduced
     const MoeConfig& c = in.shape->moe;
     const int64_t n = r.microbatches * moe_layers;
-    add_row(r.comm, "moe", "fwd", "all_gather", in.dp, n, n * in.dp * c.top_k * c.experts * 8, false);
-    add_row(r.comm, "moe", "fwd", "all_reduce", in.dp, n, n * c.experts * 8, false);
+    // Over dp: every rank's per-(choice, expert) counts; with cp: every
+    // token's choices (the scope's token order is not the ranks').
+    const int64_t gathered = in.cp > 1 ? cap * in.microbatch_size * r.seq / in.cp * c.top_k * 8
+                                       : in.dp * c.top_k * c.experts * 8;
+    // The scope's ranks lie at stride tp (dp x cp; x pp in Llama 3's order).
+    const bool inter = spans(int64_t(in.tp) * cap * (in.pp_inside_dp ? in.pp : 1), in.ranks_per_node);
+    for (int pass = 0; pass < (rerun ? 2 : 1); ++pass) {
+      const char* phase = pass ? "bwd" : "fwd";
+      add_row(r.comm, "moe", phase, "all_gather", cap, n, n * gathered, inter);
+      add_row(r.comm, "moe", phase, "all_reduce", cap, n, n * c.experts * 8, inter);
+    }
   }
 }
 

@@ -22,12 +22,13 @@ namespace pb::planner::parts {
 namespace {
 
 // A pipeline rank of an MoE model: its dense units and its experts' (ep rank
-// 0's; every ep rank holds as many), as the executor holds them (stage.h).
+// 0's; every ep rank holds as many), as the executor holds them (stage.h), on
+// tp rank 0's shard (every tp rank's units have these sizes).
 struct StageMoe {
   std::vector<int64_t> dense, experts;
 };
-StageMoe stage_moe(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep) {
-  const ParamLayout l(m);
+StageMoe stage_moe(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep, int tp) {
+  const ParamLayout l(m, tp, 0);
   StageMoe out;
   for (const auto& u : pipeline::stage_units(l, part, rank).units) out.dense.push_back(u.size);
   for (const auto& u : pipeline::stage_experts(l, part, rank, ep, 0).units) out.experts.push_back(u.size);
@@ -192,7 +193,7 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
       in.shape ? rank_param_units(*in.shape, in.tp, pipe.part, rank) : std::vector<int64_t>{in.params};
   std::optional<StageMoe> moe;
   if (pipe.experts) {  // MoE stages: the executor's own units (wte and wpe apart, blocks before their experts)
-    moe = stage_moe(*in.shape, pipe.part, rank, in.ep);
+    moe = stage_moe(*in.shape, pipe.part, rank, in.ep, in.tp);
     units = moe->dense;
   }
   dp::ModelStateBytes ms = dp::model_state_bytes(units, axis);
@@ -200,10 +201,13 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     const dp::ModelStateBytes e = dp::model_state_bytes(moe->experts, *pipe.experts);
     ms.params += e.params, ms.grads += e.grads, ms.optimizer += e.optimizer, ms.optimizer_host += e.optimizer_host;
   }
+  // PipeDream-2BW keeps two weight versions and their gradients (the
+  // executor's declared states, pipeline/executor_step.cc).
+  const int64_t versions = pipe.staged() && in.schedule == pipeline::ScheduleKind::pipedream_2bw ? 2 : 1;
   StageMemory s;
   s.stage = rank;
-  s.params = ms.params;
-  s.grads = ms.grads;
+  s.params = ms.params * versions;
+  s.grads = ms.grads * versions;
   s.optimizer = ms.optimizer;
   s.optimizer_host = ms.optimizer_host;
   if (ep_states) {  // the dense component over dp and this rank's experts over edp
@@ -224,8 +228,15 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
 }  // namespace
 
 int64_t moe_scope_tokens(const PlanInput& in, int64_t seq) {
-  if (!in.shape || in.shape->moe.experts == 0 || in.shape->moe.capacity != MoeCapacity::global || in.dp < 2) return 0;
-  return in.microbatch_size * seq * in.dp;
+  return moe_capacity_ranks(in) > 1 ? in.microbatch_size * seq / in.cp * moe_capacity_ranks(in) : 0;
+}
+
+int64_t moe_capacity_ranks(const PlanInput& in) {
+  if (!in.shape || in.shape->moe.experts == 0) return 1;
+  // Global capacity over dp >= 2 joins the data ranks (dp::moe_shares_capacity);
+  // the cp ranks of a data rank always share its microbatch (TpRank::context_moe_scope).
+  const bool joint = in.shape->moe.capacity == MoeCapacity::global && in.dp > 1;
+  return int64_t(joint ? in.dp : 1) * in.cp;
 }
 
 RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t global_batch) {
@@ -246,12 +257,13 @@ RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t 
   return s;
 }
 
-int64_t stage_moe_layers(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep) {
-  return int64_t(stage_moe(m, part, rank, ep).experts.size());
+int64_t stage_moe_layers(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep, int tp) {
+  return int64_t(stage_moe(m, part, rank, ep, tp).experts.size());
 }
 
-std::vector<int64_t> stage_expert_units(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep) {
-  return stage_moe(m, part, rank, ep).experts;
+std::vector<int64_t> stage_expert_units(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep,
+                                        int tp) {
+  return stage_moe(m, part, rank, ep, tp).experts;
 }
 
 std::vector<int64_t> plan_memory(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe,
@@ -270,6 +282,12 @@ std::vector<int64_t> plan_memory(const PlanInput& in, const dp::DataAxis& axis, 
 int64_t moe_blocks(const ModelConfig& m, const pipeline::StageSlice& sl) {
   int64_t n = 0;
   for (int b = sl.first_block; b < sl.first_block + sl.num_blocks; ++b) n += m.is_moe(b);
+  return n;
+}
+
+int64_t rank_moe_blocks(const ModelConfig& m, const pipeline::Partition& part, int rank) {
+  int64_t n = 0;
+  for (int c = 0; c < part.v; ++c) n += moe_blocks(m, part.at(rank, c));
   return n;
 }
 

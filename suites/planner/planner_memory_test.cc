@@ -97,7 +97,7 @@ TEST(Planner, ModelStatesEqualZeroFormulas) {
 // A mixture-of-experts model under data parallel: the units are the layout's
 // (every expert of an MoE block), and one rank's activations and workspace
 // are what its runner allocates, with the capacity scope of global capacity
-// over the dp ranks; tp with sp, and cp, with MoE are refused.
+// over the dp ranks; ep with cp is refused.
 TEST(Planner, MixtureOfExpertsUnderDataParallelIsTheRunners) {
   const ModelConfig m = named_model("tiny-moe");
   const ParamLayout l(m);
@@ -131,13 +131,12 @@ TEST(Planner, MixtureOfExpertsUnderDataParallelIsTheRunners) {
       EXPECT_EQ(r.worst.workspace, runner_workspace_bytes(*in.shape, 4, 16, Precision::fp32, scope));
       EXPECT_EQ(r.params_total, m.num_params());
     }
-  PlanInput t;  // tensor parallel with MoE: without sequence parallel, context parallel or pipeline stages
+  PlanInput t;  // expert with context parallel: the engine does not run it yet (planner_moe_test has the rest)
   t.shape = m;
-  t.tp = 2;
-  t.sp = true;
-  EXPECT_THROW(plan(t), InputError);
-  t.sp = false;
+  t.dp = 2;
+  t.ep = 2;
   t.cp = 2;
+  t.seq = 16;
   EXPECT_THROW(plan(t), InputError);
 }
 
@@ -397,7 +396,8 @@ TEST(Planner, MixtureOfExpertsInPipelineStagesIsTheRanks) {
   EXPECT_THROW(plan(bad), InputError);  // zb-h1 would split the MoE backward
   bad.schedule = pipeline::ScheduleKind::one_f_one_b;
   bad.tp = 2;
-  EXPECT_THROW(plan(bad), InputError);  // tensor parallel MoE
+  bad.sp = true;
+  EXPECT_THROW(plan(bad), InputError);  // sequence parallel MoE stages
 }
 
 }  // namespace

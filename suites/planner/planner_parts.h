@@ -41,6 +41,9 @@ struct Pipe {
 // MoE with global capacity over several data ranks: the capacity scope's
 // tokens (every rank's microbatch); 0: a rank's own microbatch.
 int64_t moe_scope_tokens(const PlanInput& in, int64_t seq);
+// The ranks sharing a microbatch's capacity: the data ranks under global
+// capacity (dp >= 2), times the cp ranks of each; 1 for none.
+int64_t moe_capacity_ranks(const PlanInput& in);
 
 // Expert parallel: the run spec an expert-parallel rank is built from, so
 // the planner evaluates the same cost functions it declares (impl/
@@ -49,12 +52,15 @@ RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t 
 
 // The MoE blocks of pipeline rank `rank`'s experts (ep rank 0's, as many as
 // any): the number of its MoE layers.
-int64_t stage_moe_layers(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep);
-// Its expert units (the experts' data axis's units).
-std::vector<int64_t> stage_expert_units(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep);
+int64_t stage_moe_layers(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep, int tp);
+// Its expert units (the experts' data axis's units; tp rank 0's shard).
+std::vector<int64_t> stage_expert_units(const ModelConfig& m, const pipeline::Partition& part, int rank, int ep,
+                                        int tp);
 
 // The mixture-of-experts blocks among a stage slice's blocks.
 int64_t moe_blocks(const ModelConfig& m, const pipeline::StageSlice& sl);
+// Those of every chunk of pipeline rank `rank` (the whole model's at pp 1).
+int64_t rank_moe_blocks(const ModelConfig& m, const pipeline::Partition& part, int rank);
 
 // ---- memory (planner_memory.cc) ----
 
