@@ -44,6 +44,7 @@ struct PlanFlags {
   std::string machine;         // --machine NAME|FILE
   std::string order = "tp-cp-dp-pp";  // --order: placement of the axes over ranks, fastest first
   std::string attention = "unfused";  // --attention: flash (FlashAttention) or unfused
+  std::string kernels = "fused";      // --kernels: fused or eager (PyTorch eager ops, llama family)
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -147,6 +148,13 @@ bool parse_attention(const std::string& s, const std::string& what) {
   return s == "flash";
 }
 
+// The memory-bound kernels: fused (Megatron's) or eager (one PyTorch op each).
+bool parse_kernels(const std::string& s, const std::string& what) {
+  require(s == "fused" || s == "eager",
+          what + ": '" + s + "' must be fused (one kernel per fused op) or eager (PyTorch eager ops, one kernel each)");
+  return s == "eager";
+}
+
 planner::PlanInput resolve(PlanFlags& f) {
   planner::PlanInput in = f.in;
   const bool custom = f.layers || f.channels || f.heads;
@@ -177,6 +185,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   apply_machine(f, in);
   in.pp_inside_dp = parse_order(f.order, "--order");
   in.flash_attention = parse_attention(f.attention, "--attention");
+  in.eager_kernels = parse_kernels(f.kernels, "--kernels");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -284,15 +293,16 @@ const std::vector<std::string>& published_columns() {
 // family and the shape's other fields come from it; layers, channels, heads
 // and vocab must equal its), `cp` (context parallel; gpus = tp x cp x pp x dp),
 // `order` (the axes' placement, --order: tp-cp-dp-pp by default), `attention`
-// (flash or unfused, --attention: unfused by default).
+// (flash or unfused, --attention: unfused by default), `kernels` (fused or
+// eager, --kernels: fused by default).
 const std::vector<std::string>& published_optional_columns() {
-  static const std::vector<std::string> cols = {"model", "cp", "order", "attention"};
+  static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels"};
   return cols;
 }
 
 struct PublishedRow {
   std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
-  bool pp_inside_dp = false, flash_attention = false;
+  bool pp_inside_dp = false, flash_attention = false, eager_kernels = false;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
   bool sp = false, overlap = false;
@@ -383,6 +393,7 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     if (has("cp")) r.cp = int(whole("cp", 1, 1 << 16));
     if (has("order")) r.pp_inside_dp = parse_order(at("order"), where + "order");
     if (has("attention")) r.flash_attention = parse_attention(at("attention"), where + "attention");
+    if (has("kernels")) r.eager_kernels = parse_kernels(at("kernels"), where + "kernels");
     if (has("model")) {
       r.model = at("model");
       ModelConfig named;
@@ -462,6 +473,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.ranks_per_node = machine.ranks_per_node;
   in.pp_inside_dp = r.pp_inside_dp;
   in.flash_attention = r.flash_attention;
+  in.eager_kernels = r.eager_kernels;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -507,13 +519,13 @@ int run_validate(const PlanFlags& f) {
   }
   std::printf("plan --validate %s: %zu rows (+ : the plan is faster than published)\n", f.validate.c_str(),
               out.size());
-  std::printf("  %-20s %-7s %-21s %11s %11s %8s %9s  %s\n", "row", "machine", "metric", "published", "planned", "error",
+  std::printf("  %-20s %-14s %-21s %11s %11s %8s %9s  %s\n", "row", "machine", "metric", "published", "planned", "error",
               "mem GiB", "where the plan's step goes");
   std::vector<double> abs_err;
   const ValidatedRow* worst = &out.front();
   int plus = 0, minus = 0;
   for (const ValidatedRow& v : out) {
-    std::printf("  %-20s %-7s %-21s %11.4g %11.4g %+7.1f%% %9.2f  %s\n", v.row.label.c_str(), v.row.machine.c_str(),
+    std::printf("  %-20s %-14s %-21s %11.4g %11.4g %+7.1f%% %9.2f  %s\n", v.row.label.c_str(), v.row.machine.c_str(),
                 v.row.metric.c_str(), v.row.published, v.planned, 100 * v.error, v.memory_gib, v.parts.c_str());
     abs_err.push_back(std::abs(v.error));
     if (std::abs(v.error) > std::abs(worst->error)) worst = &v;
@@ -733,6 +745,10 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--attention", f->attention,
                   "the attention kernel: unfused (default: scores materialized, timed as GEMMs and softmax) or "
                   "flash (FlashAttention, at the profile's flash_attention_tflops_bf16)");
+  app->add_option("--kernels", f->kernels,
+                  "the memory-bound kernels: fused (default: Megatron's fused norms and activations) or eager "
+                  "(PyTorch eager ops with the model source's fp32 upcasts, as torchtitan runs Llama without "
+                  "torch.compile; llama family only)");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "

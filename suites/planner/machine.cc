@@ -191,6 +191,52 @@ const std::vector<MachineProfile>& builtin_machines() {
             "planner takes 47 GB/s per ConnectX-7 NIC (line rate 50)";
       }
     }
+    // The H100 torchtitan's published Llama 3 runs used (Meta's Grand Teton):
+    // the H100 SXM5 die with 96 GB of HBM2e at 2.4 TB/s, a 500 W power limit.
+    // Its peak is not published: torchtitan's own footnote puts it between
+    // the SXM5's and the NVL's datasheet figures, and the profile takes the
+    // midpoint (as the a100 profile takes FlashAttention-2's range's). The
+    // achieved fractions of the SXM5 (mamf-finder's GEMM rate over its peak,
+    // the HBM rate over its datasheet's, FlashAttention-2's 35%) carry over.
+    {
+      MachineProfile p = *std::find_if(m.begin(), m.end(), [](const MachineProfile& x) { return x.name() == "h100"; });
+      constexpr const char* kGt =
+          "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, 'Hardware': Grand Teton hosts of 8 H100 "
+          "fully connected with NVLink, 'Each H100 GPU is equipped with 96GB HBM2e with 2.4 TB/sec peak memory "
+          "bandwidth', 400 Gb/s RDMA per GPU, 'the default 500W power limit'; footnote 2: 'HBM2e-based SXM H100 "
+          "with lower TDP, the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact value'";
+      p.hw.machine = "h100-96gb-500w";
+      p.source = std::string(kGt) +
+                 "; peaks: the midpoint of NVIDIA's H100 SXM5 datasheet (BF16 989.4 dense, FP32 66.9, FP64 Tensor "
+                 "Core 66.9) and H100 NVL datasheet (BF16 1,671 TFLOPS with sparsity: 835.5 dense, FP32 60, FP64 "
+                 "Tensor Core 60)";
+      const double bf16 = (989.4 + 835.5) / 2, fp32 = (66.9 + 60) / 2;
+      p.peak_tflops_bf16 = bf16;
+      p.peak_tflops_fp32 = p.peak_tflops_fp64 = fp32;
+      for (const char* k : {"peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64"})
+        p.sources[k] = std::string(kGt) +
+                       ": the midpoint of the H100 SXM5 and H100 NVL datasheets' dense figures (the profile's "
+                       "source lists both)";
+      p.hw.memory_GB = 96;
+      p.sources["memory_GB"] = std::string(kGt) + " (96 GB)";
+      p.hw.mem_bw_GBps = 2400 * 2800.0 / 3350;
+      p.sources["mem_bw_GBps"] =
+          std::string(kGt) + " (2.4 TB/s peak) at the fraction of the datasheet figure an H100 SXM5 achieves "
+                             "(mikamirai.com/blog/gpu-memory-bandwidth, Nsight Compute: 2.8 of 3.35 TB/s, 84%)";
+      p.gemm_achievable_tflops_bf16 = bf16 * 794.5 / 989.4;
+      p.sources["gemm_achievable_tflops_bf16"] =
+          std::string(kMamf) + "NVIDIA H100 SXM 794.5 TFLOPS, 80.3% of 989: the same fraction of this part's peak";
+      p.flash_attention_tflops_bf16 = 0.35 * bf16;
+      p.sources["flash_attention_tflops_bf16"] =
+          "Shah et al. 2024, FlashAttention-3 (arXiv:2407.08608), abstract: 'FlashAttention-2 achieving only 35% "
+          "utilization on the H100 GPU': 35% of this part's peak";
+      p.sources["bw_intra_GBps"] = std::string(kGt) + " (NVLink among 8 H100); " + p.sources["bw_intra_GBps"];
+      p.sources["bw_inter_GBps"] = std::string(kGt) + " (400 Gb/s per GPU); " + p.sources["bw_inter_GBps"];
+      p.sources["ranks_per_node"] = p.sources["rails"] = std::string(kGt) + " (8 H100 per host, one NIC each)";
+      p.sources["gemm_units"] =
+          "NVIDIA H100 Tensor Core GPU Architecture whitepaper: H100 SXM5 has 132 SMs (the part is the SXM die)";
+      m.push_back(p);
+    }
     return m;
   }();
   return machines;

@@ -51,7 +51,11 @@ void check_input(const PlanInput& in) {
                 (in.recompute == Recompute::none && in.pp == 1 && m.moe.experts == 0),
             "recompute op (every other matmul recomputed): plans with one pipeline stage and dense blocks only "
             "(got pp " + std::to_string(in.pp) + (m.moe.experts ? ", a mixture of experts" : "") + ")");
+    require(!in.eager_kernels || m.llama(),
+            "--kernels eager: counted for the llama family's blocks only (torchtitan's eager ops), not --model " +
+                m.name);
   } else {
+    require(!in.eager_kernels, "--kernels eager: needs a llama-family model shape, not --params");
     require(!in.recompute_even_matmuls, "recompute op: needs a model shape, not --params");
     require(in.params >= 1, "--params: must be >= 1");
     require(in.tp == 1 && in.cp == 1 && in.pp == 1,

@@ -239,6 +239,11 @@ struct PlanInput {
   // fc2) and every memory-bound op. Planned with recompute none, one stage,
   // dense blocks (docs/planner.md#published-gpu-runs-plan---validate).
   bool recompute_even_matmuls = false;
+  // The memory-bound ops run as PyTorch eager kernels, one per op with the
+  // model source's fp32 upcasts (torchtitan without torch.compile; the llama
+  // family only: llama_layer_eager_traffic_bytes); false: fused kernels
+  // (Megatron's fused LayerNorm, bias-GELU and softmax).
+  bool eager_kernels = false;
   Hardware hw;
 };
 

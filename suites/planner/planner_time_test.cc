@@ -694,5 +694,42 @@ TEST(Planner, OpCheckpointingRecomputesTheEvenMatmuls) {
   EXPECT_THROW(plan(in), InputError);
 }
 
+// PyTorch eager kernels (PlanInput::eager_kernels): llama3-8b's block moves
+// the bytes counted op by op in torchtitan's source (per token, forward, at
+// 2-byte activations: two RMSNorms 2 x 36h, two residual adds 2 x 6h, RoPE
+// 20 (h + kvd), repeat_kv 4 (kvd + h), the output's copy 4h, SiLU x mul 10F,
+// the softmax 4as), backward twice that, over 3x the fused count; only the
+// memory-bound time grows;
+// refused for the GPT family.
+TEST(Planner, EagerKernelsCountTorchtitansOps) {
+  PlanInput in;
+  in.shape = planner_model("llama3-8b");
+  in.microbatch_size = 1;
+  in.global_batch = 1;
+  in.seq = 1024;
+  in.hw.peak_tflops = 312;
+  in.hw.mem_bw_GBps = 1800;
+  const ModelConfig& m = *in.shape;
+  const ActivationShape x{1, 1024, m.C, m.NH, 1, 1, false, false, 2};
+  const int64_t h = m.C, kvd = int64_t(m.kv_heads) * m.head_size(), F = m.ffn;
+  EXPECT_EQ(llama_layer_eager_traffic_bytes(m, x),
+            3 * 1024 * (72 * h + 12 * h + 20 * (h + kvd) + 4 * (kvd + h) + 4 * h + 10 * F + 4 * int64_t(m.NH) * 1024));
+  in.flash_attention = true;  // no scores: the softmax term leaves both counts
+  in.hw.flash_attention_tflops = 192;
+  const PlanResult fused = plan(in);
+  in.eager_kernels = true;
+  const PlanResult eager = plan(in);
+  EXPECT_NEAR(eager.memory_bytes - fused.memory_bytes,
+              double(m.L) * double(llama_layer_eager_traffic_bytes(m, x) - llama_layer_traffic_bytes(m, x)) +
+                  double(head_eager_traffic_bytes(x, m.V) - head_traffic_bytes(x, m.V)),
+              1e-9 * eager.memory_bytes);
+  EXPECT_GT(llama_layer_eager_traffic_bytes(m, x) - 3 * 1024 * 4 * int64_t(m.NH) * 1024,
+            3 * (llama_layer_traffic_bytes(m, x) - 3 * 1024 * 4 * int64_t(m.NH) * 1024));  // > 3x, scores aside
+  EXPECT_GT(eager.memory_s, fused.memory_s);
+  EXPECT_DOUBLE_EQ(eager.hardware_flops, fused.hardware_flops);
+  in.shape = planner_model("gpt2-124m");
+  EXPECT_THROW(plan(in), InputError);
+}
+
 }  // namespace
 }  // namespace pb::planner
