@@ -237,6 +237,24 @@ const std::vector<MachineProfile>& builtin_machines() {
           "NVIDIA H100 Tensor Core GPU Architecture whitepaper: H100 SXM5 has 132 SMs (the part is the SXM die)";
       m.push_back(p);
     }
+    // The A100 with the cuBLAS of 2021-2022 (Megatron-LM's PTD-P and
+    // Korthikanti et al. runs): mamf-finder's 271.2 TFLOP/s is torch 2.6 +
+    // CUDA 12.6 (2025; the table's CUDA 12.1 row gives 267.9), and a 2022
+    // measurement of cuBLAS through PyTorch gives less. Everything else is
+    // the a100 profile's.
+    {
+      MachineProfile p = *std::find_if(m.begin(), m.end(), [](const MachineProfile& x) { return x.name() == "a100"; });
+      p.hw.machine = "a100-2022";
+      p.source += "; GEMMs at the cuBLAS of 2022 (thonking.ai, below)";
+      p.gemm_achievable_tflops_bf16 = 258;
+      p.sources["gemm_achievable_tflops_bf16"] =
+          "Horace He, 'Strangely, Matrix Multiplications on GPUs Run Faster When Given \"Predictable\" Data!' "
+          "(thonking.ai/p/strangely-matrix-multiplications): 'It's 2022 ... a large matmul, 8192 x 8192 x 8192, "
+          "... in PyTorch, which calls CuBLAS: 258 Teraflops' on an A100 (400 W) with torch.randn inputs (one "
+          "shape, whose 256x128 tiles fill 18.96 of 19 waves on 108 SMs, not a search: part of the gap to "
+          "mamf-finder's 271.2 may be the shape)";
+      m.push_back(p);
+    }
     return m;
   }();
   return machines;

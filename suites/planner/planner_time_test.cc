@@ -731,5 +731,37 @@ TEST(Planner, EagerKernelsCountTorchtitansOps) {
   EXPECT_THROW(plan(in), InputError);
 }
 
+// Megatron's pipeline scatter/gather without sequence parallel (PTD-P Sec.
+// 4.1): on a device profile each tp rank sends 1/t of the boundary and the
+// receiver all-gathers it over tp; on CPU ranks (parabench's executor) the
+// boundary goes whole and nothing is gathered.
+TEST(Planner, DevicePipelinesScatterTheBoundaryOverTp) {
+  PlanInput in;
+  in.shape = planner_model("gpt2-124m");
+  in.microbatch_size = 1;
+  in.global_batch = 4;
+  in.seq = 1024;
+  in.tp = 4;
+  in.pp = 2;
+  in.hw.peak_tflops = 312;
+  in.hw.bw_intra_GBps = 200;
+  in.hw.bw_inter_GBps = 24;
+  auto bytes = [](const PlanResult& r, const std::string& group, const std::string& op) {
+    int64_t n = 0;
+    for (const CommRow& c : r.comm)
+      if (c.group == group && c.op == op) n += c.bytes;
+    return n;
+  };
+  const PlanResult cpu = plan(in);
+  in.hw.host_kernels = false;
+  const PlanResult gpu = plan(in);
+  EXPECT_GT(bytes(cpu, "pp", "send_recv"), 0);
+  EXPECT_EQ(bytes(gpu, "pp", "send_recv") * 4, bytes(cpu, "pp", "send_recv"));
+  EXPECT_EQ(bytes(cpu, "tp", "all_gather"), 0);
+  EXPECT_EQ(bytes(gpu, "tp", "all_gather"), bytes(cpu, "pp", "send_recv"));
+  in.sp = true;  // with sp the boundary is the rank's 1/t on both
+  EXPECT_EQ(bytes(plan(in), "pp", "send_recv") * 4, bytes(cpu, "pp", "send_recv"));
+}
+
 }  // namespace
 }  // namespace pb::planner
