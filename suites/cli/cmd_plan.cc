@@ -141,11 +141,17 @@ bool parse_order(const std::string& s, const std::string& what) {
   return s == "tp-cp-pp-dp";
 }
 
-// The attention kernel: FlashAttention (flash) or scores materialized (unfused).
-bool parse_attention(const std::string& s, const std::string& what) {
-  require(s == "flash" || s == "unfused",
-          what + ": '" + s + "' must be flash (FlashAttention) or unfused (scores materialized, as GEMMs)");
-  return s == "flash";
+// The attention kernel: FlashAttention-2 (flash), Tri Dao's Triton
+// FlashAttention (flash-triton) or scores materialized (unfused).
+struct AttentionKernel {
+  bool flash = false, triton = false;
+};
+AttentionKernel parse_attention(const std::string& s, const std::string& what) {
+  require(s == "flash" || s == "flash-triton" || s == "unfused",
+          what + ": '" + s +
+              "' must be flash (FlashAttention-2), flash-triton (Triton FlashAttention) or unfused (scores "
+              "materialized, as GEMMs)");
+  return {s != "unfused", s == "flash-triton"};
 }
 
 // The memory-bound kernels: fused (Megatron's) or eager (one PyTorch op each).
@@ -184,7 +190,9 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.precision = parse_precision(f.precision);
   apply_machine(f, in);
   in.pp_inside_dp = parse_order(f.order, "--order");
-  in.flash_attention = parse_attention(f.attention, "--attention");
+  const AttentionKernel attention = parse_attention(f.attention, "--attention");
+  in.flash_attention = attention.flash;
+  in.flash_triton = attention.triton;
   in.eager_kernels = parse_kernels(f.kernels, "--kernels");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
@@ -293,7 +301,7 @@ const std::vector<std::string>& published_columns() {
 // family and the shape's other fields come from it; layers, channels, heads
 // and vocab must equal its), `cp` (context parallel; gpus = tp x cp x pp x dp),
 // `order` (the axes' placement, --order: tp-cp-dp-pp by default), `attention`
-// (flash or unfused, --attention: unfused by default), `kernels` (fused or
+// (flash, flash-triton or unfused, --attention: unfused by default), `kernels` (fused or
 // eager, --kernels: fused by default).
 const std::vector<std::string>& published_optional_columns() {
   static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels"};
@@ -302,7 +310,8 @@ const std::vector<std::string>& published_optional_columns() {
 
 struct PublishedRow {
   std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
-  bool pp_inside_dp = false, flash_attention = false, eager_kernels = false;
+  bool pp_inside_dp = false, eager_kernels = false;
+  AttentionKernel attention;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
   bool sp = false, overlap = false;
@@ -392,7 +401,7 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     r.tp = int(whole("tp", 1, 1 << 16));
     if (has("cp")) r.cp = int(whole("cp", 1, 1 << 16));
     if (has("order")) r.pp_inside_dp = parse_order(at("order"), where + "order");
-    if (has("attention")) r.flash_attention = parse_attention(at("attention"), where + "attention");
+    if (has("attention")) r.attention = parse_attention(at("attention"), where + "attention");
     if (has("kernels")) r.eager_kernels = parse_kernels(at("kernels"), where + "kernels");
     if (has("model")) {
       r.model = at("model");
@@ -472,7 +481,8 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.hw = planner::hardware_for(machine, in);
   in.ranks_per_node = machine.ranks_per_node;
   in.pp_inside_dp = r.pp_inside_dp;
-  in.flash_attention = r.flash_attention;
+  in.flash_attention = r.attention.flash;
+  in.flash_triton = r.attention.triton;
   in.eager_kernels = r.eager_kernels;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
@@ -577,13 +587,20 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 (source(h.gemm_rates.empty() ? "gemm_efficiency" : "gemm tables") + "; peak: " +
                  source(f.hw_flags[0]->count() > 0 ? "peak_tflops" : "peak_tflops_bf16")).c_str());
   }
-  if (in.flash_attention && h.flash_attention_tflops > 0 && in.shape) {
-    std::snprintf(fig, sizeof fig, "FlashAttention at %g TFLOP/s (causal half counted)", h.flash_attention_tflops);
+  const double flash = in.flash_attention && in.shape ? planner::flash_attention_rate(
+                                                           h, in.flash_triton, in.shape->head_size(), r.seq / in.cp)
+                                                     : 0.0;
+  if (flash > 0) {
+    const bool tabled = std::any_of(h.flash_rates.begin(), h.flash_rates.end(),
+                                    [&](const planner::Hardware::AttentionRate& a) { return a.triton == in.flash_triton; });
+    std::snprintf(fig, sizeof fig, "%s at %.4g TFLOP/s (d %d, seq %lld; causal half counted)",
+                  in.flash_triton ? "Triton FlashAttention" : "FlashAttention-2", flash, in.shape->head_size(),
+                  (long long)(r.seq / in.cp));
     std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in compute)", fig,
-                source("flash_attention_tflops_bf16").c_str());
+                source(tabled ? "flash_attention_rates" : "flash_attention_tflops_bf16").c_str());
   } else {
     std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in GEMMs)", "per-head GEMMs timed like the others",
-                in.flash_attention ? "--attention flash, but the profile gives no FlashAttention rate"
+                in.flash_attention ? "--attention flash, but the profile gives no rate for the kernel"
                                    : "unfused attention (--attention flash for FlashAttention's rate)");
   }
   std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic at %g GB/s", r.memory_bytes / 1e9, h.mem_bw_GBps);
@@ -744,7 +761,8 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "(Llama 3's): which groups share a node");
   app->add_option("--attention", f->attention,
                   "the attention kernel: unfused (default: scores materialized, timed as GEMMs and softmax) or "
-                  "flash (FlashAttention, at the profile's flash_attention_tflops_bf16)");
+                  "flash (FlashAttention-2) or flash-triton (Tri Dao's Triton FlashAttention), at the profile's rates "
+                  "by head dimension and sequence, else its flash_attention_tflops_bf16");
   app->add_option("--kernels", f->kernels,
                   "the memory-bound kernels: fused (default: Megatron's fused norms and activations) or eager "
                   "(PyTorch eager ops with the model source's fp32 upcasts, as torchtitan runs Llama without "

@@ -102,6 +102,8 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.sources["wake_us"] = "not measured (informational only)";
       p.sources["flash_attention_tflops_bf16"] =
           "not given: no FlashAttention rate is cited for this device (--attention flash times the core as GEMMs)";
+      p.sources["flash_attention_rates"] =
+          "not given: no FlashAttention benchmark by head dimension and sequence is cited for this device";
       // Topology: the DGX / HGX / MI300X platforms' one NIC per GPU are the
       // node's rails (the datasheet in the profile's source).
       p.hw.rails = 8;
@@ -191,6 +193,49 @@ const std::vector<MachineProfile>& builtin_machines() {
             "planner takes 47 GB/s per ConnectX-7 NIC (line rate 50)";
       }
     }
+    // FlashAttention's published forward + backward rates, causal, by head
+    // dimension and sequence length (the FlashAttention-2 release's benchmark
+    // figures; batch 16k / seqlen, hidden 2048; the FLOPs counted as the
+    // planner counts them: the causal half, backward 2.5 forwards).
+    {
+      constexpr const char* kFa2Bench =
+          "Dao-AILab/flash-attention README.md at 4f285b35 (FlashAttention-2 release, 2023-07-17), 'Performance': "
+          "assets/flash2_a100_fwd_bwd_benchmark.png and flash2_h100_fwd_bwd_benchmark.png, panels (c) and (d), "
+          "'Attention forward + backward speed', with causal mask, head dimension 64 and 128, TFLOP/s at sequence "
+          "512, 1k, 2k, 4k, 8k, 16k";
+      const int64_t seqs[6] = {512, 1024, 2048, 4096, 8192, 16384};
+      auto table = [&](bool triton, int d, std::initializer_list<double> tf, double scale = 1) {
+        std::vector<Hardware::AttentionRate> t;
+        size_t i = 0;
+        for (double v : tf) t.push_back({triton, d, seqs[i++], v * scale});
+        return t;
+      };
+      for (MachineProfile& p : m) {
+        auto add = [&](std::vector<Hardware::AttentionRate> t) {
+          p.flash_rates_bf16.insert(p.flash_rates_bf16.end(), t.begin(), t.end());
+        };
+        if (p.name() == "a100") {
+          add(table(false, 64, {88, 119, 140, 156, 165, 171}));  // FlashAttention-2
+          add(table(false, 128, {99, 133, 155, 173, 182, 189}));
+          add(table(true, 64, {59, 75, 79, 76, 79, 80}));  // FlashAttention Triton
+          add(table(true, 128, {50, 61, 68, 74, 78, 80}));
+          p.sources["flash_attention_rates"] =
+              std::string(kFa2Bench) + " (A100 80GB SXM4: FlashAttention-2 and 'FlashAttention Triton')";
+        } else if (p.name() == "h100" || p.name() == "h200") {
+          add(table(false, 64, {141, 192, 232, 257, 273, 284}));
+          add(table(false, 128, {163, 221, 265, 294, 308, 328}));
+          // No Triton kernel on the H100 figure: FlashAttention (1)'s bars,
+          // which on the A100 figure are Triton's within 2-18%.
+          add(table(true, 64, {104, 123, 136, 138, 149, 156}));
+          add(table(true, 128, {98, 109, 108, 126, 135, 137}));
+          p.sources["flash_attention_rates"] =
+              std::string(kFa2Bench) +
+              " (H100 80GB SXM5: FlashAttention-2; the Triton kernel, not on the H100 figure, at FlashAttention "
+              "(1)'s bars, which the A100 figure puts within 2-18% of Triton's" +
+              (p.name() == "h200" ? "; H200 is the H100 die: its rates)" : ")");
+        }
+      }
+    }
     // The H100 torchtitan's published Llama 3 runs used (Meta's Grand Teton):
     // the H100 SXM5 die with 96 GB of HBM2e at 2.4 TB/s, a 500 W power limit.
     // Its peak is not published: torchtitan's own footnote puts it between
@@ -227,6 +272,8 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.sources["gemm_achievable_tflops_bf16"] =
           std::string(kMamf) + "NVIDIA H100 SXM 794.5 TFLOPS, 80.3% of 989: the same fraction of this part's peak";
       p.flash_attention_tflops_bf16 = 0.35 * bf16;
+      for (Hardware::AttentionRate& a : p.flash_rates_bf16) a.tflops *= bf16 / 989.4;
+      p.sources["flash_attention_rates"] += "; scaled by this part's peak over the SXM5's";
       p.sources["flash_attention_tflops_bf16"] =
           "Shah et al. 2024, FlashAttention-3 (arXiv:2407.08608), abstract: 'FlashAttention-2 achieving only 35% "
           "utilization on the H100 GPU': 35% of this part's peak";
@@ -494,7 +541,8 @@ std::string machine_toml(const MachineProfile& m) {
     r.set("machine.gemm_tile_m", m.hw.gemm_tile_m);
     r.set("machine.gemm_tile_n", m.hw.gemm_tile_n);
   }
-  for (const auto& [k, v] : m.sources) r.set("machine.sources." + k, v);
+  for (const auto& [k, v] : m.sources)
+    if (k != "flash_attention_rates") r.set("machine.sources." + k, v);  // the table is the built-ins' only
   auto nums = [&](const std::string& key, const std::vector<double>& v) {
     std::vector<double> out;
     for (double x : v) {
@@ -662,6 +710,7 @@ Hardware hardware_for(const MachineProfile& m, Precision precision) {
   else h.gemm_units = h.gemm_tile_m = h.gemm_tile_n = 0;
   // FlashAttention's rate was measured in BF16 (FP16) too.
   h.flash_attention_tflops = precision == Precision::bf16_mixed ? m.flash_attention_tflops_bf16 : 0;
+  if (precision == Precision::bf16_mixed) h.flash_rates = m.flash_rates_bf16;
   return h;
 }
 

@@ -763,5 +763,23 @@ TEST(Planner, DevicePipelinesScatterTheBoundaryOverTp) {
   EXPECT_EQ(bytes(plan(in), "pp", "send_recv") * 4, bytes(cpu, "pp", "send_recv"));
 }
 
+// FlashAttention's rate by kernel, head dimension and sequence
+// (flash_attention_rate): the a100 profile's table at its points, log-linear
+// between them, the nearest head dimension and the end points beyond; a
+// kernel without a table: FlashAttention-2's scalar, or 0 for Triton's.
+TEST(Planner, FlashAttentionRateByHeadDimAndSequence) {
+  const Hardware a100 = hardware_for(load_machine("a100"), Precision::bf16_mixed);
+  EXPECT_DOUBLE_EQ(flash_attention_rate(a100, false, 128, 2048), 155);
+  EXPECT_DOUBLE_EQ(flash_attention_rate(a100, true, 128, 2048), 68);
+  EXPECT_DOUBLE_EQ(flash_attention_rate(a100, false, 64, 8192), 165);
+  EXPECT_NEAR(flash_attention_rate(a100, false, 128, 2896), 155 + 0.5 * (173 - 155), 0.01);  // ~sqrt(2k x 4k)
+  EXPECT_DOUBLE_EQ(flash_attention_rate(a100, false, 112, 100), 99);      // d 128 is nearer; below 512
+  EXPECT_DOUBLE_EQ(flash_attention_rate(a100, false, 128, 1 << 20), 189);  // beyond 16k
+  Hardware none;
+  none.flash_attention_tflops = 100;
+  EXPECT_DOUBLE_EQ(flash_attention_rate(none, false, 128, 2048), 100);
+  EXPECT_DOUBLE_EQ(flash_attention_rate(none, true, 128, 2048), 0);
+}
+
 }  // namespace
 }  // namespace pb::planner
