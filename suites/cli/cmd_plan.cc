@@ -44,6 +44,7 @@ struct PlanFlags {
   std::string machine;         // --machine NAME|FILE
   std::string order = "tp-cp-dp-pp";  // --order: placement of the axes over ranks, fastest first
   std::string attention = "unfused";  // --attention: flash (FlashAttention) or unfused
+  std::string kernels = "fused";      // --kernels: fused or eager (PyTorch eager ops, llama family)
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -140,11 +141,24 @@ bool parse_order(const std::string& s, const std::string& what) {
   return s == "tp-cp-pp-dp";
 }
 
-// The attention kernel: FlashAttention (flash) or scores materialized (unfused).
-bool parse_attention(const std::string& s, const std::string& what) {
-  require(s == "flash" || s == "unfused",
-          what + ": '" + s + "' must be flash (FlashAttention) or unfused (scores materialized, as GEMMs)");
-  return s == "flash";
+// The attention kernel: FlashAttention-2 (flash), Tri Dao's Triton
+// FlashAttention (flash-triton) or scores materialized (unfused).
+struct AttentionKernel {
+  bool flash = false, triton = false;
+};
+AttentionKernel parse_attention(const std::string& s, const std::string& what) {
+  require(s == "flash" || s == "flash-triton" || s == "unfused",
+          what + ": '" + s +
+              "' must be flash (FlashAttention-2), flash-triton (Triton FlashAttention) or unfused (scores "
+              "materialized, as GEMMs)");
+  return {s != "unfused", s == "flash-triton"};
+}
+
+// The memory-bound kernels: fused (Megatron's) or eager (one PyTorch op each).
+bool parse_kernels(const std::string& s, const std::string& what) {
+  require(s == "fused" || s == "eager",
+          what + ": '" + s + "' must be fused (one kernel per fused op) or eager (PyTorch eager ops, one kernel each)");
+  return s == "eager";
 }
 
 planner::PlanInput resolve(PlanFlags& f) {
@@ -176,7 +190,10 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.precision = parse_precision(f.precision);
   apply_machine(f, in);
   in.pp_inside_dp = parse_order(f.order, "--order");
-  in.flash_attention = parse_attention(f.attention, "--attention");
+  const AttentionKernel attention = parse_attention(f.attention, "--attention");
+  in.flash_attention = attention.flash;
+  in.flash_triton = attention.triton;
+  in.eager_kernels = parse_kernels(f.kernels, "--kernels");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -284,15 +301,17 @@ const std::vector<std::string>& published_columns() {
 // family and the shape's other fields come from it; layers, channels, heads
 // and vocab must equal its), `cp` (context parallel; gpus = tp x cp x pp x dp),
 // `order` (the axes' placement, --order: tp-cp-dp-pp by default), `attention`
-// (flash or unfused, --attention: unfused by default).
+// (flash, flash-triton or unfused, --attention: unfused by default), `kernels` (fused or
+// eager, --kernels: fused by default).
 const std::vector<std::string>& published_optional_columns() {
-  static const std::vector<std::string> cols = {"model", "cp", "order", "attention"};
+  static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels"};
   return cols;
 }
 
 struct PublishedRow {
   std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
-  bool pp_inside_dp = false, flash_attention = false;
+  bool pp_inside_dp = false, eager_kernels = false;
+  AttentionKernel attention;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
   bool sp = false, overlap = false;
@@ -382,7 +401,8 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     r.tp = int(whole("tp", 1, 1 << 16));
     if (has("cp")) r.cp = int(whole("cp", 1, 1 << 16));
     if (has("order")) r.pp_inside_dp = parse_order(at("order"), where + "order");
-    if (has("attention")) r.flash_attention = parse_attention(at("attention"), where + "attention");
+    if (has("attention")) r.attention = parse_attention(at("attention"), where + "attention");
+    if (has("kernels")) r.eager_kernels = parse_kernels(at("kernels"), where + "kernels");
     if (has("model")) {
       r.model = at("model");
       ModelConfig named;
@@ -461,7 +481,9 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.hw = planner::hardware_for(machine, in);
   in.ranks_per_node = machine.ranks_per_node;
   in.pp_inside_dp = r.pp_inside_dp;
-  in.flash_attention = r.flash_attention;
+  in.flash_attention = r.attention.flash;
+  in.flash_triton = r.attention.triton;
+  in.eager_kernels = r.eager_kernels;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -507,13 +529,13 @@ int run_validate(const PlanFlags& f) {
   }
   std::printf("plan --validate %s: %zu rows (+ : the plan is faster than published)\n", f.validate.c_str(),
               out.size());
-  std::printf("  %-20s %-7s %-21s %11s %11s %8s %9s  %s\n", "row", "machine", "metric", "published", "planned", "error",
+  std::printf("  %-20s %-14s %-21s %11s %11s %8s %9s  %s\n", "row", "machine", "metric", "published", "planned", "error",
               "mem GiB", "where the plan's step goes");
   std::vector<double> abs_err;
   const ValidatedRow* worst = &out.front();
   int plus = 0, minus = 0;
   for (const ValidatedRow& v : out) {
-    std::printf("  %-20s %-7s %-21s %11.4g %11.4g %+7.1f%% %9.2f  %s\n", v.row.label.c_str(), v.row.machine.c_str(),
+    std::printf("  %-20s %-14s %-21s %11.4g %11.4g %+7.1f%% %9.2f  %s\n", v.row.label.c_str(), v.row.machine.c_str(),
                 v.row.metric.c_str(), v.row.published, v.planned, 100 * v.error, v.memory_gib, v.parts.c_str());
     abs_err.push_back(std::abs(v.error));
     if (std::abs(v.error) > std::abs(worst->error)) worst = &v;
@@ -565,16 +587,24 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 (source(h.gemm_rates.empty() ? "gemm_efficiency" : "gemm tables") + "; peak: " +
                  source(f.hw_flags[0]->count() > 0 ? "peak_tflops" : "peak_tflops_bf16")).c_str());
   }
-  if (in.flash_attention && h.flash_attention_tflops > 0 && in.shape) {
-    std::snprintf(fig, sizeof fig, "FlashAttention at %g TFLOP/s (causal half counted)", h.flash_attention_tflops);
+  const double flash = in.flash_attention && in.shape ? planner::flash_attention_rate(
+                                                           h, in.flash_triton, in.shape->head_size(), r.seq / in.cp)
+                                                     : 0.0;
+  if (flash > 0) {
+    const bool tabled = std::any_of(h.flash_rates.begin(), h.flash_rates.end(),
+                                    [&](const planner::Hardware::AttentionRate& a) { return a.triton == in.flash_triton; });
+    std::snprintf(fig, sizeof fig, "%s at %.4g TFLOP/s (d %d, seq %lld; causal half counted)",
+                  in.flash_triton ? "Triton FlashAttention" : "FlashAttention-2", flash, in.shape->head_size(),
+                  (long long)(r.seq / in.cp));
     std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in compute)", fig,
-                source("flash_attention_tflops_bf16").c_str());
+                source(tabled ? "flash_attention_rates" : "flash_attention_tflops_bf16").c_str());
   } else {
     std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in GEMMs)", "per-head GEMMs timed like the others",
-                in.flash_attention ? "--attention flash, but the profile gives no FlashAttention rate"
+                in.flash_attention ? "--attention flash, but the profile gives no rate for the kernel"
                                    : "unfused attention (--attention flash for FlashAttention's rate)");
   }
-  std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic at %g GB/s", r.memory_bytes / 1e9, h.mem_bw_GBps);
+  std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic (%s kernels) at %g GB/s", r.memory_bytes / 1e9,
+                in.eager_kernels ? "eager" : "fused", h.mem_bw_GBps);
   std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
               h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
   std::snprintf(fig, sizeof fig, "%s = %.3g of ideal compute", r.bubble_formula.c_str(), r.bubble_over_ideal);
@@ -732,7 +762,12 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "(Llama 3's): which groups share a node");
   app->add_option("--attention", f->attention,
                   "the attention kernel: unfused (default: scores materialized, timed as GEMMs and softmax) or "
-                  "flash (FlashAttention, at the profile's flash_attention_tflops_bf16)");
+                  "flash (FlashAttention-2) or flash-triton (Tri Dao's Triton FlashAttention), at the profile's rates "
+                  "by head dimension and sequence, else its flash_attention_tflops_bf16");
+  app->add_option("--kernels", f->kernels,
+                  "the memory-bound kernels: fused (default: Megatron's fused norms and activations) or eager "
+                  "(PyTorch eager ops with the model source's fp32 upcasts, as torchtitan runs Llama without "
+                  "torch.compile; llama family only)");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "

@@ -102,6 +102,8 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.sources["wake_us"] = "not measured (informational only)";
       p.sources["flash_attention_tflops_bf16"] =
           "not given: no FlashAttention rate is cited for this device (--attention flash times the core as GEMMs)";
+      p.sources["flash_attention_rates"] =
+          "not given: no FlashAttention benchmark by head dimension and sequence is cited for this device";
       // Topology: the DGX / HGX / MI300X platforms' one NIC per GPU are the
       // node's rails (the datasheet in the profile's source).
       p.hw.rails = 8;
@@ -190,6 +192,115 @@ const std::vector<MachineProfile>& builtin_machines() {
             "per NIC' (issue 267: 'CX-7 NICs at NDR rate (400Gbps) should achieve up to 48-49GB/s per NIC'); the "
             "planner takes 47 GB/s per ConnectX-7 NIC (line rate 50)";
       }
+    }
+    // FlashAttention's published forward + backward rates, causal, by head
+    // dimension and sequence length (the FlashAttention-2 release's benchmark
+    // figures; batch 16k / seqlen, hidden 2048; the FLOPs counted as the
+    // planner counts them: the causal half, backward 2.5 forwards).
+    {
+      constexpr const char* kFa2Bench =
+          "Dao-AILab/flash-attention README.md at 4f285b35 (FlashAttention-2 release, 2023-07-17), 'Performance': "
+          "assets/flash2_a100_fwd_bwd_benchmark.png and flash2_h100_fwd_bwd_benchmark.png, panels (c) and (d), "
+          "'Attention forward + backward speed', with causal mask, head dimension 64 and 128, TFLOP/s at sequence "
+          "512, 1k, 2k, 4k, 8k, 16k";
+      const int64_t seqs[6] = {512, 1024, 2048, 4096, 8192, 16384};
+      auto table = [&](bool triton, int d, std::initializer_list<double> tf, double scale = 1) {
+        std::vector<Hardware::AttentionRate> t;
+        size_t i = 0;
+        for (double v : tf) t.push_back({triton, d, seqs[i++], v * scale});
+        return t;
+      };
+      for (MachineProfile& p : m) {
+        auto add = [&](std::vector<Hardware::AttentionRate> t) {
+          p.flash_rates_bf16.insert(p.flash_rates_bf16.end(), t.begin(), t.end());
+        };
+        if (p.name() == "a100") {
+          add(table(false, 64, {88, 119, 140, 156, 165, 171}));  // FlashAttention-2
+          add(table(false, 128, {99, 133, 155, 173, 182, 189}));
+          add(table(true, 64, {59, 75, 79, 76, 79, 80}));  // FlashAttention Triton
+          add(table(true, 128, {50, 61, 68, 74, 78, 80}));
+          p.sources["flash_attention_rates"] =
+              std::string(kFa2Bench) + " (A100 80GB SXM4: FlashAttention-2 and 'FlashAttention Triton')";
+        } else if (p.name() == "h100" || p.name() == "h200") {
+          add(table(false, 64, {141, 192, 232, 257, 273, 284}));
+          add(table(false, 128, {163, 221, 265, 294, 308, 328}));
+          // No Triton kernel on the H100 figure: FlashAttention (1)'s bars,
+          // which on the A100 figure are Triton's within 2-18%.
+          add(table(true, 64, {104, 123, 136, 138, 149, 156}));
+          add(table(true, 128, {98, 109, 108, 126, 135, 137}));
+          p.sources["flash_attention_rates"] =
+              std::string(kFa2Bench) +
+              " (H100 80GB SXM5: FlashAttention-2; the Triton kernel, not on the H100 figure, at FlashAttention "
+              "(1)'s bars, which the A100 figure puts within 2-18% of Triton's" +
+              (p.name() == "h200" ? "; H200 is the H100 die: its rates)" : ")");
+        }
+      }
+    }
+    // The H100 torchtitan's published Llama 3 runs used (Meta's Grand Teton):
+    // the H100 SXM5 die with 96 GB of HBM2e at 2.4 TB/s, a 500 W power limit.
+    // Its peak is not published: torchtitan's own footnote puts it between
+    // the SXM5's and the NVL's datasheet figures, and the profile takes the
+    // midpoint (as the a100 profile takes FlashAttention-2's range's). The
+    // achieved fractions of the SXM5 (mamf-finder's GEMM rate over its peak,
+    // the HBM rate over its datasheet's, FlashAttention-2's 35%) carry over.
+    {
+      MachineProfile p = *std::find_if(m.begin(), m.end(), [](const MachineProfile& x) { return x.name() == "h100"; });
+      constexpr const char* kGt =
+          "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, 'Hardware': Grand Teton hosts of 8 H100 "
+          "fully connected with NVLink, 'Each H100 GPU is equipped with 96GB HBM2e with 2.4 TB/sec peak memory "
+          "bandwidth', 400 Gb/s RDMA per GPU, 'the default 500W power limit'; footnote 2: 'HBM2e-based SXM H100 "
+          "with lower TDP, the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact value'";
+      p.hw.machine = "h100-96gb-500w";
+      p.source = std::string(kGt) +
+                 "; peaks: the midpoint of NVIDIA's H100 SXM5 datasheet (BF16 989.4 dense, FP32 66.9, FP64 Tensor "
+                 "Core 66.9) and H100 NVL datasheet (BF16 1,671 TFLOPS with sparsity: 835.5 dense, FP32 60, FP64 "
+                 "Tensor Core 60)";
+      const double bf16 = (989.4 + 835.5) / 2, fp32 = (66.9 + 60) / 2;
+      p.peak_tflops_bf16 = bf16;
+      p.peak_tflops_fp32 = p.peak_tflops_fp64 = fp32;
+      for (const char* k : {"peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64"})
+        p.sources[k] = std::string(kGt) +
+                       ": the midpoint of the H100 SXM5 and H100 NVL datasheets' dense figures (the profile's "
+                       "source lists both)";
+      p.hw.memory_GB = 96;
+      p.sources["memory_GB"] = std::string(kGt) + " (96 GB)";
+      p.hw.mem_bw_GBps = 2400 * 2800.0 / 3350;
+      p.sources["mem_bw_GBps"] =
+          std::string(kGt) + " (2.4 TB/s peak) at the fraction of the datasheet figure an H100 SXM5 achieves "
+                             "(mikamirai.com/blog/gpu-memory-bandwidth, Nsight Compute: 2.8 of 3.35 TB/s, 84%)";
+      p.gemm_achievable_tflops_bf16 = bf16 * 794.5 / 989.4;
+      p.sources["gemm_achievable_tflops_bf16"] =
+          std::string(kMamf) + "NVIDIA H100 SXM 794.5 TFLOPS, 80.3% of 989: the same fraction of this part's peak";
+      p.flash_attention_tflops_bf16 = 0.35 * bf16;
+      for (Hardware::AttentionRate& a : p.flash_rates_bf16) a.tflops *= bf16 / 989.4;
+      p.sources["flash_attention_rates"] += "; scaled by this part's peak over the SXM5's";
+      p.sources["flash_attention_tflops_bf16"] =
+          "Shah et al. 2024, FlashAttention-3 (arXiv:2407.08608), abstract: 'FlashAttention-2 achieving only 35% "
+          "utilization on the H100 GPU': 35% of this part's peak";
+      p.sources["bw_intra_GBps"] = std::string(kGt) + " (NVLink among 8 H100); " + p.sources["bw_intra_GBps"];
+      p.sources["bw_inter_GBps"] = std::string(kGt) + " (400 Gb/s per GPU); " + p.sources["bw_inter_GBps"];
+      p.sources["ranks_per_node"] = p.sources["rails"] = std::string(kGt) + " (8 H100 per host, one NIC each)";
+      p.sources["gemm_units"] =
+          "NVIDIA H100 Tensor Core GPU Architecture whitepaper: H100 SXM5 has 132 SMs (the part is the SXM die)";
+      m.push_back(p);
+    }
+    // The A100 with the cuBLAS of 2021-2022 (Megatron-LM's PTD-P and
+    // Korthikanti et al. runs): mamf-finder's 271.2 TFLOP/s is torch 2.6 +
+    // CUDA 12.6 (2025; the table's CUDA 12.1 row gives 267.9), and a 2022
+    // measurement of cuBLAS through PyTorch gives less. Everything else is
+    // the a100 profile's.
+    {
+      MachineProfile p = *std::find_if(m.begin(), m.end(), [](const MachineProfile& x) { return x.name() == "a100"; });
+      p.hw.machine = "a100-2022";
+      p.source += "; GEMMs at the cuBLAS of 2022 (thonking.ai, below)";
+      p.gemm_achievable_tflops_bf16 = 258;
+      p.sources["gemm_achievable_tflops_bf16"] =
+          "Horace He, 'Strangely, Matrix Multiplications on GPUs Run Faster When Given \"Predictable\" Data!' "
+          "(thonking.ai/p/strangely-matrix-multiplications): 'It's 2022 ... a large matmul, 8192 x 8192 x 8192, "
+          "... in PyTorch, which calls CuBLAS: 258 Teraflops' on an A100 (400 W) with torch.randn inputs (one "
+          "shape, whose 256x128 tiles fill 18.96 of 19 waves on 108 SMs, not a search: part of the gap to "
+          "mamf-finder's 271.2 may be the shape)";
+      m.push_back(p);
     }
     return m;
   }();
@@ -430,7 +541,8 @@ std::string machine_toml(const MachineProfile& m) {
     r.set("machine.gemm_tile_m", m.hw.gemm_tile_m);
     r.set("machine.gemm_tile_n", m.hw.gemm_tile_n);
   }
-  for (const auto& [k, v] : m.sources) r.set("machine.sources." + k, v);
+  for (const auto& [k, v] : m.sources)
+    if (k != "flash_attention_rates") r.set("machine.sources." + k, v);  // the table is the built-ins' only
   auto nums = [&](const std::string& key, const std::vector<double>& v) {
     std::vector<double> out;
     for (double x : v) {
@@ -598,6 +710,7 @@ Hardware hardware_for(const MachineProfile& m, Precision precision) {
   else h.gemm_units = h.gemm_tile_m = h.gemm_tile_n = 0;
   // FlashAttention's rate was measured in BF16 (FP16) too.
   h.flash_attention_tflops = precision == Precision::bf16_mixed ? m.flash_attention_tflops_bf16 : 0;
+  if (precision == Precision::bf16_mixed) h.flash_rates = m.flash_rates_bf16;
   return h;
 }
 

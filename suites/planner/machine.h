@@ -110,6 +110,10 @@ struct MachineProfile {
   double gemm_achievable_tflops_bf16 = 0;
   // A FlashAttention kernel's BF16 rate, TFLOP/s (Hardware::flash_attention_tflops; 0: none).
   double flash_attention_tflops_bf16 = 0;
+  // Its BF16 rates by kernel, head dimension and sequence (Hardware::flash_rates;
+  // built-in profiles only, from the kernels' published benchmarks; source
+  // "flash_attention_rates").
+  std::vector<Hardware::AttentionRate> flash_rates_bf16;
   // Where each figure comes from, by its TOML key without "machine."
   // (peak_tflops_bf16, mem_bw_GBps, bw_intra_GBps, ...): a GPU profile
   // (machine.gpu) names a source for every figure it gives ([machine.sources]).

@@ -54,7 +54,7 @@ void expect_refused(const std::filesystem::path& dir, const std::string& head,
 // plan --machine: the built-in profiles carry their datasheet figures and
 // sources; a TOML profile reads strictly; the precision picks the peak.
 TEST(Machine, BuiltInProfilesByNameWithSources) {
-  ASSERT_EQ(builtin_machines().size(), 5u);
+  ASSERT_EQ(builtin_machines().size(), 7u);
   for (const auto& m : builtin_machines()) {
     EXPECT_GT(m.peak_tflops_bf16, m.peak_tflops_fp32) << m.name();
     EXPECT_GT(m.hw.memory_GB, 0) << m.name();
@@ -67,6 +67,15 @@ TEST(Machine, BuiltInProfilesByNameWithSources) {
   EXPECT_DOUBLE_EQ(hardware_for(a, Precision::fp32).peak_tflops, 19.5);
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("h100"), Precision::bf16_mixed).peak_tflops, 989.4);
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("h200"), Precision::bf16_mixed).mem_bw_GBps, 4800);
+  // torchtitan's 500 W, 96 GB HBM2e H100: between the SXM5's and NVL's peaks, 2.4 TB/s at the SXM5's 84%.
+  const MachineProfile gt = load_machine("h100-96gb-500w");
+  EXPECT_DOUBLE_EQ(hardware_for(gt, Precision::bf16_mixed).peak_tflops, (989.4 + 835.5) / 2);
+  EXPECT_NEAR(hardware_for(gt, Precision::bf16_mixed).mem_bw_GBps, 2006.0, 1.0);
+  EXPECT_EQ(gt.hw.memory_GB, 96);
+  // The A100 with 2022's cuBLAS: its GEMM rate, the a100's other figures.
+  const MachineProfile a22 = load_machine("a100-2022");
+  EXPECT_DOUBLE_EQ(a22.gemm_achievable_tflops_bf16, 258);
+  EXPECT_DOUBLE_EQ(a22.hw.mem_bw_GBps, load_machine("a100").hw.mem_bw_GBps);
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("mi300x"), Precision::fp64).peak_tflops, 163.4);
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("B200"), Precision::bf16_mixed).peak_tflops, 2250);
   EXPECT_EQ(load_machine("b200").ranks_per_node, 8);
@@ -87,7 +96,7 @@ TEST(Machine, BuiltInProfilesByNameWithSources) {
     load_machine("b300");
     ADD_FAILURE() << "an unknown machine was accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("'b300' is neither a built-in machine (a100, h100, h200, mi300x, b200)"),
+    EXPECT_NE(std::string(e.what()).find("'b300' is neither a built-in machine (a100, h100, h200, mi300x, b200, h100-96gb-500w, a100-2022)"),
               std::string::npos)
         << e.what();
   }

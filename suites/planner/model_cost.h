@@ -164,6 +164,22 @@ int64_t layer_traffic_bytes(const ActivationShape& x);
 // The llama family's: the norms and adds as above, RoPE on q and k, SwiGLU
 // over the rank's F/t, the softmax (docs/planner.md).
 int64_t llama_layer_traffic_bytes(const ModelConfig& m, const ActivationShape& x);
+// The same block run as PyTorch eager ops, one kernel each, as torchtitan's
+// Llama runs it without torch.compile (torchtitan/models/norms.py RMSNorm,
+// models/llama/model.py at 9dec370): each RMSNorm upcasts to fp32, squares,
+// means, scales, downcasts and multiplies by its weight (36 bytes per element
+// at 2-byte activations: (e + 4) + 8 + 4 + 8 + (4 + e) + 2e); RoPE upcasts q
+// and k, multiplies them as complex numbers and downcasts (16 + 2e per
+// element); repeat_kv copies k and v to every query head (when kv < h/t);
+// the attention output is made contiguous (2e h/t); SiLU and the product
+// are two kernels (5e F/t); the residual adds 3e h each; the softmax as
+// llama_layer_traffic_bytes. Backward twice the forward.
+int64_t llama_layer_eager_traffic_bytes(const ModelConfig& m, const ActivationShape& x);
+// The head run eagerly: the final RMSNorm as above, and torchtitan's loss,
+// cross_entropy(logits.float()): the upcast (e + 4), log-softmax (8), its
+// backward (the gradient written, 4; log-softmax backward 12) and the
+// downcast's backward (4 + e) per local vocabulary entry and token.
+int64_t head_eager_traffic_bytes(const ActivationShape& x, int64_t vocab);
 // What a mixture-of-experts block's MLP moves beyond a dense block's
 // (layer_traffic_bytes), per local token: the GELU over its top_k experts'
 // hidden rows (k - 1 more of 8h / t), the dispatch (each choice's row read

@@ -54,7 +54,11 @@ void check_input(const PlanInput& in) {
                 (in.recompute == Recompute::none && in.pp == 1 && m.moe.experts == 0),
             "recompute op (every other matmul recomputed): plans with one pipeline stage and dense blocks only "
             "(got pp " + std::to_string(in.pp) + (m.moe.experts ? ", a mixture of experts" : "") + ")");
+    require(!in.eager_kernels || m.llama(),
+            "--kernels eager: counted for the llama family's blocks only (torchtitan's eager ops), not --model " +
+                m.name);
   } else {
+    require(!in.eager_kernels, "--kernels eager: needs a llama-family model shape, not --params");
     require(!in.recompute_even_matmuls, "recompute op: needs a model shape, not --params");
     require(in.params >= 1, "--params: must be >= 1");
     require(in.tp == 1 && in.cp == 1 && in.pp == 1,
@@ -284,13 +288,18 @@ PlanResult plan(const PlanInput& in) {
   plan_comm(in, axis, pipe, eps ? &*eps : nullptr, worst_units, r);
   plan_flops(in, pipe, r);
   if (in.hw.peak_tflops <= 0) return r;
-  if (in.flash_attention && in.shape && in.hw.flash_attention_tflops > 0 && in.hw.attention_fwd_s <= 0) {
-    // FlashAttention's core at the profile's rate (planner.h Hardware::flash_attention_tflops).
+  const double flash_tflops =
+      in.flash_attention && in.shape
+          ? flash_attention_rate(in.hw, in.flash_triton, in.shape->head_size(), r.seq / in.cp)
+          : 0.0;
+  if (flash_tflops > 0 && in.hw.attention_fwd_s <= 0) {
+    // FlashAttention's core at the profile's rate (planner.h Hardware::flash_attention_tflops,
+    // flash_rates: by head dimension and sequence where the profile has them).
     PlanInput fa = in;
     const ModelConfig& m = *in.shape;
     const double fwd_flops = 4.0 * double(in.microbatch_size) * double(r.seq / in.cp) * double(r.seq) *
                              double(m.C) / double(in.tp) / 2.0;
-    fa.hw.attention_fwd_s = fwd_flops / (in.hw.flash_attention_tflops * 1e12);
+    fa.hw.attention_fwd_s = fwd_flops / (flash_tflops * 1e12);
     fa.hw.attention_bwd_s = 2.5 * fa.hw.attention_fwd_s;
     fa.hw.attention_includes_cp = false;
     time_step(fa, pipe, r);

@@ -159,6 +159,18 @@ struct Hardware {
   // per block and microbatch, forward 4 b (s/cp) s C / tp / 2 FLOPs, backward
   // 2.5 times that (its five matmuls to the forward's two), no softmax traffic.
   double flash_attention_tflops = 0;
+  // A FlashAttention kernel's published forward + backward rate by head
+  // dimension and sequence length (causal; the same FLOP count), which a
+  // built-in profile carries from its benchmark (machine.cc): when the table
+  // has the run's kernel it replaces flash_attention_tflops
+  // (flash_attention_rate).
+  struct AttentionRate {
+    bool triton = false;  // Tri Dao's Triton FlashAttention (flash_attn_triton.py); false: FlashAttention-2
+    int head_dim = 0;
+    int64_t seq = 0;
+    double tflops = 0;
+  };
+  std::vector<AttentionRate> flash_rates;
   // The share of a core (device) each rank gets, in (0, 1]: below 1 when more
   // ranks than cores time-share them (peak_tflops is then already the share's).
   // A rank's idle time is then another rank's compute: the pipeline bubble
@@ -232,6 +244,9 @@ struct PlanInput {
   // flash_attention_tflops times); false: scores materialized, their GEMMs
   // and softmax timed like the rest (Megatron's 2021-2022 kernels).
   bool flash_attention = false;
+  // With flash_attention: the kernel is Tri Dao's Triton FlashAttention
+  // (llm-foundry's attn_impl: triton in 2023), at its own rates.
+  bool flash_triton = false;
   // torchtitan's op-level selective activation checkpointing
   // (selective_ac_option = "op"): each block keeps the outputs of its odd
   // matmuls and of the attention kernel and recomputes in backward the even
@@ -239,6 +254,11 @@ struct PlanInput {
   // fc2) and every memory-bound op. Planned with recompute none, one stage,
   // dense blocks (docs/planner.md#published-gpu-runs-plan---validate).
   bool recompute_even_matmuls = false;
+  // The memory-bound ops run as PyTorch eager kernels, one per op with the
+  // model source's fp32 upcasts (torchtitan without torch.compile; the llama
+  // family only: llama_layer_eager_traffic_bytes); false: fused kernels
+  // (Megatron's fused LayerNorm, bias-GELU and softmax).
+  bool eager_kernels = false;
   Hardware hw;
 };
 
@@ -308,6 +328,13 @@ struct PlanResult {
 };
 
 // Throws pb::InputError naming the flag when the input is inconsistent.
+// The FlashAttention rate a plan uses, TFLOP/s: the profile's table for the
+// kernel (Hardware::flash_rates) at the nearest head dimension, log-linear in
+// the sequence between two lengths, the nearest beyond them; without a table
+// for the kernel, FlashAttention-2's flash_attention_tflops (0 for Triton's:
+// its core is then timed as GEMMs).
+double flash_attention_rate(const Hardware& hw, bool triton, int head_dim, int64_t seq);
+
 PlanResult plan(const PlanInput& in);
 
 // The bandwidth (GB/s) of inter-node row c on hw: with rails, its members on

@@ -173,13 +173,26 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     const bool inter = R > 0 && int64_t(in.tp) * in.cp * (in.pp_inside_dp ? 1 : in.dp) >= R;
     // Megatron's scatter/gather: with SP each tp rank sends its 1/t of the boundary.
     // (SP: the microbatch's b*s tokens split over tp, as the stages send them.)
+    // Without SP, on a device profile, Megatron-LM still sends 1/t per tp rank
+    // and the receiver all-gathers the boundary over tp's NVLink (PTD-P Sec.
+    // 4.1; --scatter-gather-tensors-in-pipeline, on by default:
+    // p2p_communication.py's split_tensor_into_1d_equal_chunks and
+    // gather_split_1d_tensor); parabench's executor, which the CPU profiles
+    // plan, sends it whole.
+    const bool scatter = !in.sp && in.tp > 1 && !in.hw.host_kernels;
+    const int64_t whole = pipeline::boundary_bytes(b, sl, mc.C, e);
     const int64_t boundary = in.sp ? pipeline::boundary_bytes(1, b * sl / in.tp, mc.C, e)
-                                   : pipeline::boundary_bytes(b, sl, mc.C, e);
+                                   : scatter ? dp::ceil_div(whole, in.tp) : whole;
     const pipeline::P2PVolume vol = pipeline::p2p_per_step(pipe.cfg, boundary);
     const int64_t sent = vol.send_bytes[size_t(rank)];
     const int64_t fwd_msgs = m * (pipe.part.v - (rank == in.pp - 1 ? 1 : 0));
+    const int64_t bwd_msgs = sent / boundary - fwd_msgs;
     add_row(out, "pp", "fwd", "send_recv", in.pp, fwd_msgs, fwd_msgs * boundary, inter);
-    add_row(out, "pp", "bwd", "send_recv", in.pp, sent / boundary - fwd_msgs, sent - fwd_msgs * boundary, inter);
+    add_row(out, "pp", "bwd", "send_recv", in.pp, bwd_msgs, sent - fwd_msgs * boundary, inter);
+    if (scatter) {  // each message's receiver gathers it whole (as many as this rank sends)
+      add_row(out, "tp", "fwd", "all_gather", in.tp, fwd_msgs, fwd_msgs * whole, spans(in.tp, R));
+      add_row(out, "tp", "bwd", "all_gather", in.tp, bwd_msgs, bwd_msgs * whole, spans(in.tp, R));
+    }
     if ((first || last) && !mc.llama()) {  // the llama family's head is untied
       // Sharded gradients (zero2 and beyond) sum each rank's 1/g share of the rows.
       const int64_t rows = (mc.V + in.tp - 1) / in.tp, gb = dp::bytes_per_param(in.precision).grad;

@@ -28,6 +28,25 @@ double table_gflops(const std::vector<GemmRate>& table, int64_t m, int64_t n, in
   return best ? best->gflops : 0;
 }
 
+double flash_attention_rate(const Hardware& hw, bool triton, int head_dim, int64_t seq) {
+  std::vector<const Hardware::AttentionRate*> rows;
+  double best = -1;
+  for (const Hardware::AttentionRate& a : hw.flash_rates)
+    if (a.triton == triton) {
+      const double d = std::abs(std::log(double(a.head_dim) / double(head_dim)));
+      if (best < 0 || d < best - 1e-12) best = d, rows.clear();
+      if (std::abs(d - best) <= 1e-12) rows.push_back(&a);
+    }
+  if (rows.empty()) return triton ? 0 : hw.flash_attention_tflops;
+  std::sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->seq < b->seq; });
+  if (seq <= rows.front()->seq) return rows.front()->tflops;
+  if (seq >= rows.back()->seq) return rows.back()->tflops;
+  size_t i = 1;
+  while (rows[i]->seq < seq) ++i;
+  const double f = std::log(double(seq) / double(rows[i - 1]->seq)) / std::log(double(rows[i]->seq) / double(rows[i - 1]->seq));
+  return rows[i - 1]->tflops + f * (rows[i]->tflops - rows[i - 1]->tflops);
+}
+
 double async_call_cost_us(const std::vector<AsyncCallCost>& t, double compute_us) {
   if (t.empty()) return 0;
   if (!(compute_us > t.front().compute_us)) return t.front().cost_us;

@@ -694,5 +694,92 @@ TEST(Planner, OpCheckpointingRecomputesTheEvenMatmuls) {
   EXPECT_THROW(plan(in), InputError);
 }
 
+// PyTorch eager kernels (PlanInput::eager_kernels): llama3-8b's block moves
+// the bytes counted op by op in torchtitan's source (per token, forward, at
+// 2-byte activations: two RMSNorms 2 x 36h, two residual adds 2 x 6h, RoPE
+// 20 (h + kvd), repeat_kv 4 (kvd + h), the output's copy 4h, SiLU x mul 10F,
+// the softmax 4as), backward twice that, over 3x the fused count; only the
+// memory-bound time grows;
+// refused for the GPT family.
+TEST(Planner, EagerKernelsCountTorchtitansOps) {
+  PlanInput in;
+  in.shape = planner_model("llama3-8b");
+  in.microbatch_size = 1;
+  in.global_batch = 1;
+  in.seq = 1024;
+  in.hw.peak_tflops = 312;
+  in.hw.mem_bw_GBps = 1800;
+  const ModelConfig& m = *in.shape;
+  const ActivationShape x{1, 1024, m.C, m.NH, 1, 1, false, false, 2};
+  const int64_t h = m.C, kvd = int64_t(m.kv_heads) * m.head_size(), F = m.ffn;
+  EXPECT_EQ(llama_layer_eager_traffic_bytes(m, x),
+            3 * 1024 * (72 * h + 12 * h + 20 * (h + kvd) + 4 * (kvd + h) + 4 * h + 10 * F + 4 * int64_t(m.NH) * 1024));
+  in.flash_attention = true;  // no scores: the softmax term leaves both counts
+  in.hw.flash_attention_tflops = 192;
+  const PlanResult fused = plan(in);
+  in.eager_kernels = true;
+  const PlanResult eager = plan(in);
+  EXPECT_NEAR(eager.memory_bytes - fused.memory_bytes,
+              double(m.L) * double(llama_layer_eager_traffic_bytes(m, x) - llama_layer_traffic_bytes(m, x)) +
+                  double(head_eager_traffic_bytes(x, m.V) - head_traffic_bytes(x, m.V)),
+              1e-9 * eager.memory_bytes);
+  EXPECT_GT(llama_layer_eager_traffic_bytes(m, x) - 3 * 1024 * 4 * int64_t(m.NH) * 1024,
+            3 * (llama_layer_traffic_bytes(m, x) - 3 * 1024 * 4 * int64_t(m.NH) * 1024));  // > 3x, scores aside
+  EXPECT_GT(eager.memory_s, fused.memory_s);
+  EXPECT_DOUBLE_EQ(eager.hardware_flops, fused.hardware_flops);
+  in.shape = planner_model("gpt2-124m");
+  EXPECT_THROW(plan(in), InputError);
+}
+
+// Megatron's pipeline scatter/gather without sequence parallel (PTD-P Sec.
+// 4.1): on a device profile each tp rank sends 1/t of the boundary and the
+// receiver all-gathers it over tp; on CPU ranks (parabench's executor) the
+// boundary goes whole and nothing is gathered.
+TEST(Planner, DevicePipelinesScatterTheBoundaryOverTp) {
+  PlanInput in;
+  in.shape = planner_model("gpt2-124m");
+  in.microbatch_size = 1;
+  in.global_batch = 4;
+  in.seq = 1024;
+  in.tp = 4;
+  in.pp = 2;
+  in.hw.peak_tflops = 312;
+  in.hw.bw_intra_GBps = 200;
+  in.hw.bw_inter_GBps = 24;
+  auto bytes = [](const PlanResult& r, const std::string& group, const std::string& op) {
+    int64_t n = 0;
+    for (const CommRow& c : r.comm)
+      if (c.group == group && c.op == op) n += c.bytes;
+    return n;
+  };
+  const PlanResult cpu = plan(in);
+  in.hw.host_kernels = false;
+  const PlanResult gpu = plan(in);
+  EXPECT_GT(bytes(cpu, "pp", "send_recv"), 0);
+  EXPECT_EQ(bytes(gpu, "pp", "send_recv") * 4, bytes(cpu, "pp", "send_recv"));
+  EXPECT_EQ(bytes(cpu, "tp", "all_gather"), 0);
+  EXPECT_EQ(bytes(gpu, "tp", "all_gather"), bytes(cpu, "pp", "send_recv"));
+  in.sp = true;  // with sp the boundary is the rank's 1/t on both
+  EXPECT_EQ(bytes(plan(in), "pp", "send_recv") * 4, bytes(cpu, "pp", "send_recv"));
+}
+
+// FlashAttention's rate by kernel, head dimension and sequence
+// (flash_attention_rate): the a100 profile's table at its points, log-linear
+// between them, the nearest head dimension and the end points beyond; a
+// kernel without a table: FlashAttention-2's scalar, or 0 for Triton's.
+TEST(Planner, FlashAttentionRateByHeadDimAndSequence) {
+  const Hardware a100 = hardware_for(load_machine("a100"), Precision::bf16_mixed);
+  EXPECT_DOUBLE_EQ(flash_attention_rate(a100, false, 128, 2048), 155);
+  EXPECT_DOUBLE_EQ(flash_attention_rate(a100, true, 128, 2048), 68);
+  EXPECT_DOUBLE_EQ(flash_attention_rate(a100, false, 64, 8192), 165);
+  EXPECT_NEAR(flash_attention_rate(a100, false, 128, 2896), 155 + 0.5 * (173 - 155), 0.01);  // ~sqrt(2k x 4k)
+  EXPECT_DOUBLE_EQ(flash_attention_rate(a100, false, 112, 100), 99);      // d 128 is nearer; below 512
+  EXPECT_DOUBLE_EQ(flash_attention_rate(a100, false, 128, 1 << 20), 189);  // beyond 16k
+  Hardware none;
+  none.flash_attention_tflops = 100;
+  EXPECT_DOUBLE_EQ(flash_attention_rate(none, false, 128, 2048), 100);
+  EXPECT_DOUBLE_EQ(flash_attention_rate(none, true, 128, 2048), 0);
+}
+
 }  // namespace
 }  // namespace pb::planner
