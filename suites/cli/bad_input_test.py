@@ -356,7 +356,7 @@ def cases(F):
              "--max-memory", "1G"], 2, r"calibration step: needs .* GiB of memory, the limit is 1\.00 GiB"),
         (7, ["calibrate", "--out", w("m.toml"), "--microbatches", "0"], 2, r"--microbatches: Value 0 not in range"),
         (7, ["plan", "--model", "gpt2-124m", "--machine", "nosuch"], 2,
-         r"--machine: 'nosuch' is neither a built-in machine \(a100, h100, h200, mi300x, b200\)"),
+         r"--machine: 'nosuch' is neither a built-in machine \(a100, h100, h200, mi300x, b200, h100-96gb-500w, a100-2022\)"),
         (7, ["plan", "--model", "gpt2-124m", "--machine", F["bad_machine"]], 2, r"machine\.peak_tflops_bf16"),
         # 8. the model family (docs/models.md): bad sizes named, family options on gpt2, axes not there yet
         (8, ["train", "--model", "tiny-llama", "--set", "model.kv_heads=3"] + o, 2,

@@ -259,6 +259,11 @@ struct PlanInput {
   // family only: llama_layer_eager_traffic_bytes); false: fused kernels
   // (Megatron's fused LayerNorm, bias-GELU and softmax).
   bool eager_kernels = false;
+  // Without sp, on a device profile, a tp > 1 stage boundary goes as
+  // Megatron-LM sends it: 1/t per tp rank, all-gathered by the receiver
+  // (planner_comm.cc). false: whole, as parabench's executor sends it
+  // (what the planner tests hold the stand-in device ranks to).
+  bool pp_scatter_gather = true;
   Hardware hw;
 };
 

@@ -179,7 +179,7 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
     // p2p_communication.py's split_tensor_into_1d_equal_chunks and
     // gather_split_1d_tensor); parabench's executor, which the CPU profiles
     // plan, sends it whole.
-    const bool scatter = !in.sp && in.tp > 1 && !in.hw.host_kernels;
+    const bool scatter = !in.sp && in.tp > 1 && !in.hw.host_kernels && in.pp_scatter_gather;
     const int64_t whole = pipeline::boundary_bytes(b, sl, mc.C, e);
     const int64_t boundary = in.sp ? pipeline::boundary_bytes(1, b * sl / in.tp, mc.C, e)
                                    : scatter ? dp::ceil_div(whole, in.tp) : whole;

@@ -130,6 +130,7 @@ void expect_plan_is_the_ranks(const Case& c, bool on_device) {
   const RunSpec s = spec_of(c);
   PlanInput in = plan_input_of(s);
   if (on_device) in.hw = hardware_for(load_machine("h100"), c.p);
+  in.pp_scatter_gather = false;  // the executor sends a stage boundary whole
   const PlanResult r = plan(in);
   const Measured m = run_ranks(s, on_device);
   const std::string where = where_of(c, on_device);
