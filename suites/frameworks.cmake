@@ -61,6 +61,8 @@ if(PARABENCH_BUILD_TESTS)
                            --strategy ulysses-zero2 --fault ulysses-scale)
   # Megatron-FSDP (use_megatron_fsdp, sharding optim_grads_params), fp32.
   parabench_framework_test(mg_fsdp pass "${pb_fw_base}" mg_train.py --strategy fsdp)
+  # Megatron-FSDP under bf16-mixed (Float16Module inside it; wave 4, fwbf16).
+  parabench_framework_test(mg_fsdp_bf16 pass "${pb_fw_base}" mg_train.py --strategy fsdp --precision bf16-mixed)
   # torchtitan 0.3.0 (Llama only: the tiny-llama export): FSDP2, its DDP
   # (replicate), TP + SP, PP (pipeline_llm, 1F1B); bf16-mixed under FSDP2 (its MixedPrecisionPolicy).
   set(pb_tt_base "model.name=tiny-llama train.steps=6")
@@ -130,12 +132,20 @@ if(PARABENCH_BUILD_TESTS)
     "tp_bf16|${pb_fw_base}|--strategy tp --precision bf16-mixed"
     "pp_bf16|${pb_fw_base}|--strategy pp --precision bf16-mixed"
     "dp_bf16|${pb_fw_base}|--strategy dp --precision bf16-mixed"
-    "distopt_bf16|${pb_fw_base}|--strategy distopt --precision bf16-mixed")
+    "distopt_bf16|${pb_fw_base}|--strategy distopt --precision bf16-mixed"
+    # wave 4 (fwbf16): the other Megatron strategies under bf16-mixed.
+    "tp_sp_bf16|${pb_fw_base}|--strategy tp-sp --precision bf16-mixed"
+    "pp_interleaved_bf16|${pb_fw_base}|--strategy pp-interleaved --precision bf16-mixed"
+    "fsdp_bf16|${pb_fw_base}|--strategy fsdp --precision bf16-mixed")
   parabench_framework_seeds(tt tt_train.py
     "fsdp2|${pb_tt_base}|--strategy fsdp2" "ddp|${pb_tt_base}|--strategy ddp" "tp_sp|${pb_tt_base}|--strategy tp-sp"
     "pp|${pb_tt_base}|--strategy pp" "pp_interleaved|${pb_tt_base} model.layers=4|--strategy pp-interleaved"
     "fsdp2_bf16|${pb_tt_base}|--strategy fsdp2 --precision bf16-mixed"
-    "tp_sp_bf16|${pb_tt_base}|--strategy tp-sp --precision bf16-mixed")
+    "tp_sp_bf16|${pb_tt_base}|--strategy tp-sp --precision bf16-mixed"
+    # wave 4 (fwbf16): torchtitan's DDP and pipelines under bf16-mixed.
+    "ddp_bf16|${pb_tt_base}|--strategy ddp --precision bf16-mixed"
+    "pp_bf16|${pb_tt_base}|--strategy pp --precision bf16-mixed"
+    "pp_interleaved_bf16|${pb_tt_base} model.layers=4|--strategy pp-interleaved --precision bf16-mixed")
   # --- end of the titan block
 endif()
 # --- Megatron-Core MoE + expert parallel (wave3-megmoe) ---

@@ -60,7 +60,6 @@ expect2 "cannot write a file there" "$py" "$here/mg_train.py" --export "$work/ex
 expect2 "3 replicas x 1 microbatches do not divide the batch of 8" "$py" "${ds[@]}" --strategy zero2 --world 3
 expect2 "4 stages must divide the model's 2 layers" "$py" "${mg[@]}" --strategy pp --world 4
 expect2 "applies to --strategy tp-sp" "$py" "${mg[@]}" --strategy tp --fault no-finalize
-expect2 "--strategy fsdp runs fp32 only" "$py" "${mg[@]}" --strategy fsdp --precision bf16-mixed
 expect2 "needs an export with train.microbatches >= 2" "$py" "${ds[@]}" --strategy zero1 --fault no-ga-scale
 expect2 "needs an export with optim.clip = 0" "$py" "${ds[@]}" --strategy zero1 --fault clip-default
 expect2 "needs a --strategy ulysses-zero0 .. ulysses-zero3" "$py" "${ds[@]}" --strategy zero1 --fault ulysses-scale

@@ -8,7 +8,7 @@ pipeline schedules, and writes a parabench trace for `parabench verify`.
         --world 2 --out trace.safetensors
 
 Strategies (world 2): dp (Megatron's DDP, overlapped reduction), distopt (DDP
-with the DistributedOptimizer), fsdp (Megatron-FSDP, fp32), tp (tensor
+with the DistributedOptimizer), fsdp (Megatron-FSDP), tp (tensor
 parallel), tp-sp (tensor + sequence
 parallel), pp (1F1B, forward_backward_pipelining_without_interleaving),
 pp-interleaved (two model chunks per rank, forward_backward_pipelining_with_interleaving).
@@ -19,7 +19,9 @@ embeddings. The export's GPT-2 weights are loaded into it: c_attn's rows
 tensor cut to this rank's tensor-parallel shard. The optimizer is
 get_megatron_optimizer's Adam (decoupled decay; no decay on biases and
 norms), clip_grad from the export, and OptimizerParamScheduler stepped so
-step s trains at the export's lr of step s.
+step s trains at the export's lr of step s. --precision bf16-mixed: Megatron's
+Float16Module (bf16 model) and its optimizer's fp32 main parameters, which
+the trace records (Megatron-FSDP: its fp32 main weights).
 moe-ep (a mixture-of-experts export: Megatron's MoELayer, SequentialMLP
 experts, alltoall token dispatcher, expert_model_parallel_size = world over
 the data-parallel ranks) also writes the trace's per-step MoE quantities.
@@ -260,6 +262,7 @@ def worker(rank, args):
             for p, n in chunk_names.items():
                 p.copy_(shard(to_megatron(n, ex.init[n].float(), ex.NH), p, tp_rank, tp).to(p.dtype))
         names.update(chunk_names)
+        gpt = model  # the GPTModel, inside the wrappers below
         if bf16:  # as Megatron's training loop: bf16 compute, fp32 inputs and loss at the chunk's edges
             model = Float16Module(config, model)
         if fsdp:
@@ -279,7 +282,7 @@ def worker(rank, args):
             # The wrapper replaced every parameter by a DTensor shard.
             for p in chunk_names:
                 names.pop(p)
-            names.update(export_names(model, ex))
+            names.update(export_names(gpt, ex))
         else:
             ddps.append(DistributedDataParallel(config, ddp_config, module=model, disable_bucketing=vp > 0))
     o = ex.optim
@@ -350,7 +353,10 @@ def worker(rank, args):
         if step == 0:
             rec.grads1 = grads1
         rec.step(loss, norm, lr)
-    rec.params = fsdp_full(names, ps, ex.NH, False) if fsdp else full_params(names, ps, tp, ex.NH)
+    if fsdp:  # bf16-mixed too: Megatron-FSDP's DTensor parameters are its fp32 main weights
+        rec.params = fsdp_full(names, ps, ex.NH, False)
+    else:
+        rec.params = full_params(names, ps, tp, ex.NH, opt if bf16 else None)
     if moe:
         rec.moe_tokens, rec.moe_aux = moe.tokens, moe.aux
     import megatron.core
@@ -497,8 +503,44 @@ def fsdp_full(names, ps, NH, grads):
     return gather_full(local, names, ps, 1, NH)
 
 
-def full_params(names, ps, tp, NH):
-    return gather_full({p: p for p in names}, names, ps, tp, NH)
+def full_params(names, ps, tp, NH, opt=None):
+    """The trained parameters. Under bf16-mixed (opt given) the optimizer's
+    fp32 main parameters, which it updates, not the model's bf16 weights
+    (copies rounded from them): Float16OptimizerWithFloat16Params pairs each
+    model parameter with its fp32 copy (float16_groups, fp32_from_float16_groups);
+    the DistributedOptimizer holds only this data-parallel rank's range of
+    the parameters it has a piece of (shard_fp32_from_float16_groups beside
+    model_float16_groups), so every parameter's ranges, disjoint, are summed
+    over the data-parallel group, with a count that must cover each element once."""
+    import torch
+    import torch.distributed as dist
+
+    local = {p: p for p in names}
+    if opt is not None:
+        whole, ranges = {}, {}
+        for o in getattr(opt, "chained_optimizers", [opt]):
+            if hasattr(o, "shard_fp32_from_float16_groups"):
+                for model_group, main_group in zip(o.model_float16_groups, o.shard_fp32_from_float16_groups):
+                    for p, main in zip(model_group, main_group):
+                        ranges[p] = (o._get_model_param_range_map(p)["param"], main)
+            else:
+                for model_group, main_group in zip(o.float16_groups, o.fp32_from_float16_groups):
+                    for p, main in zip(model_group, main_group):
+                        whole[p] = main
+        for p in names:  # the same order on every rank
+            if p in whole:
+                local[p] = whole[p]
+            else:  # the DistributedOptimizer's ranges (an error if none covers p)
+                both = torch.zeros(2, p.numel())  # the values, and how many ranks gave each element
+                if p in ranges:
+                    r, main = ranges[p]
+                    both[0, r.start:r.end] = main.detach().float()
+                    both[1, r.start:r.end] = 1
+                dist.all_reduce(both, group=ps.get_data_parallel_group())
+                if not torch.equal(both[1], torch.ones(p.numel())):
+                    raise RuntimeError(f"bf16-mixed: the optimizer's fp32 main parameters do not cover {names[p]} once")
+                local[p] = both[0].view(p.shape)
+    return gather_full(local, names, ps, tp, NH)
 
 
 def main():
@@ -518,8 +560,6 @@ def main():
     stages = w * (2 if s == "pp-interleaved" else 1)
     if s.startswith("pp") and ex.L % stages:
         ap.error(f"{s} at world {w}: {stages} stages must divide the model's {ex.L} layers")
-    if s == "fsdp" and args.precision != "fp32":
-        ap.error("--strategy fsdp runs fp32 only (bf16-mixed under Megatron-FSDP is not built here)")
     dp = w if s in ("dp", "distopt", "fsdp", "moe-ep") else 1
     micro = pp_microbatches(ex, s, w)
     if ex.batch % (dp * micro):
