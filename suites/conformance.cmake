@@ -164,6 +164,14 @@ parabench_mpi_test(NAME conformance_check_mpi_ep_pp_np4 NP 4
           schedule=gpipe,shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs
           TIMEOUT 300)
 
+# MoE with expert and context parallel together under MPI: dp2.cp2.ep2 (an
+# ep group is a data rank's cp ranks) and dp2.cp2.ep4 (ep spans the data and
+# cp ranks), DDP and ZeRO-3, global and local capacity (the rows by
+# MPI_Alltoallv, the cp ranks' choices gathered over the capacity group).
+parabench_mpi_test(NAME conformance_check_mpi_ep_cp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --mesh dp2.cp2.ep2 dp2.cp2.ep4 --model tiny-moe --strategy shard=none
+          shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+
 # tiny-llama in pipelines under MPI: dp2.pp2 and tp2.pp2 (the untied head
 # on the last stage, kv heads split over tp), 1F1B DDP and interleaved
 # ZeRO-3, judged by check at both precisions.
@@ -321,6 +329,51 @@ if(PARABENCH_BUILD_TESTS)
   set_tests_properties(conformance_check_moe_composed conformance_check_mixtral_recompute
                        conformance_check_moe_composed_teeth conformance_check_mixtral_recompute_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
+  # Expert and context parallel together (issue 49 item 3): the ep group
+  # folded over dp x cp as Megatron-core's expert rank generator does (ep
+  # divides dp x cp; cp2.ep2: the cp ranks of one data rank, dp2.cp2.ep4:
+  # data and cp ranks), each cp rank dispatching its own tokens' rows; the
+  # capacity and load-balancing statistics as under cp alone. Held to the rule
+  # with the fp64 rerun, memory and traffic exactly as declared
+  # (docs/strategies/moe-expert-parallel.md). The quick test: three meshes x
+  # each capacity x both precisions; the wider one (Ulysses, recompute,
+  # hZeRO, tiny-mixtral) is labelled full.
+  add_test(NAME conformance_check_moe_ep_cp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe
+            --spec "cp2.ep2 shard=none" "dp2.cp2.ep4 shard=zero3" "tp2.cp2.ep2 shard=none,sp=on"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_ep_cp_runs)
+  add_test(NAME conformance_check_moe_ep_cp_wide
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe
+            --spec "dp2.cp2.ep2 shard=zero1,cp_algo=ulysses" "dp2.cp2.ep2 shard=none,recompute=full,zigzag=off"
+            "dp2.cp2.ep2.rpn2 shard=hzero" "dp2.cp2.ep2 shard=hsdp,shard_group=4" "dp4.cp2.ep4 shard=zero2"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_ep_cp_runs)
+  add_test(NAME conformance_check_mixtral_ep_cp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral
+            --spec "cp2.ep2 shard=none" "dp2.cp2.ep4 shard=zero3" "tp2.cp2.ep2 shard=none,cp_algo=ulysses"
+            "dp2.tp2.cp2.ep2 shard=zero1,sp=on,recompute=full"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_ep_cp_runs)
+  # Its teeth, each caught at both precisions: the dispatch's combine
+  # permuted, the experts' gradients reduced over dp x cp instead of edp or
+  # ep times too large, the load-balancing statistics and the capacity not
+  # shared over cp, the router's gradient missing.
+  add_test(NAME conformance_check_moe_ep_cp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
+            --spec "dp2.cp2.ep4 shard=none,faults=ep_combine_permuted" "cp2.ep2 shard=none,faults=ep_expert_grads_dp"
+            "dp2.cp2.ep4 shard=zero3,faults=ep_grads_ep_times" "dp2.cp2.ep2 shard=none,faults=moe_aux_per_rank"
+            "cp2.ep2 shard=none,faults=moe_local_capacity" "dp2.cp2.ep2 shard=none,faults=moe_router_grad_missing"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_ep_cp_runs)
+  add_test(NAME conformance_check_mixtral_ep_cp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --moe-capacity global
+            --spec "dp2.cp2.ep2 shard=none,faults=ep_combine_permuted" "dp2.cp2.ep4 shard=none,faults=ep_expert_grads_dp"
+            "cp2.ep2 shard=zero3,faults=ep_grads_ep_times" "dp2.cp2.ep2 shard=none,faults=moe_aux_per_rank"
+            "tp2.cp2.ep2 shard=none,faults=moe_router_grad_missing" "tp2.cp2.ep2 shard=none,faults=gate_up_mismatch"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_moe_ep_cp_runs)
+  set_tests_properties(conformance_check_moe_ep_cp_teeth conformance_check_mixtral_ep_cp_teeth PROPERTIES
+                       PASS_REGULAR_EXPRESSION "\n12 configurations, 12 failed\\.")
+  set_tests_properties(conformance_check_moe_ep_cp conformance_check_moe_ep_cp_teeth PROPERTIES TIMEOUT 300
+                       LABELS "cli" PROCESSORS 2)
+  set_tests_properties(conformance_check_moe_ep_cp_wide conformance_check_mixtral_ep_cp
+                       conformance_check_mixtral_ep_cp_teeth PROPERTIES TIMEOUT 300 LABELS "cli;full" PROCESSORS 2)
   # Pipeline parallel (issue 46 item 2): the untied lm_head on the last stage,
   # the embedding on the first, no tied-gradient sum; every schedule (zb-h1
   # splits the llama block's backward, reference/llama_block.cc), x the

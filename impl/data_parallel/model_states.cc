@@ -25,10 +25,11 @@ std::vector<UnitSpan> expert_units(const ParamLayout& l, int ep, int ep_rank) {
   return v;
 }
 
-DpComms make_expert_comms(Communicator& world, const MeshShape& mesh, DpOptions& experts, const DpOptions& dense) {
+DpComms make_expert_comms(Communicator& world, const MeshShape& mesh, DpOptions& experts, const DpOptions& dense,
+                          MeshAxis dense_axis) {
   const bool wrong = dense.moe_faults.count(MoeFault::ep_expert_grads_dp) > 0;
   if (wrong) experts.dp = dense.dp, experts.ranks_per_node = dense.ranks_per_node;
-  return make_dp_comms(world, mesh, experts, wrong ? MeshAxis::dp : MeshAxis::edp, kExpertGroupPrefix);
+  return make_dp_comms(world, mesh, experts, wrong ? dense_axis : MeshAxis::edp, kExpertGroupPrefix);
 }
 
 namespace {
@@ -80,7 +81,7 @@ ModelStates<T>::ModelStates(StatesPlan plan, Communicator& world, const MeshShap
     : ops_(&ops) {
   if (plan.dense.moe_faults.count(MoeFault::ep_grads_ep_times)) inflate_ = mesh.ep;
   dense_c_ = make_dp_comms(world, mesh, plan.dense, plan.axis);
-  if (plan.split_experts) expert_c_ = make_expert_comms(world, mesh, plan.experts, plan.dense);
+  if (plan.split_experts) expert_c_ = make_expert_comms(world, mesh, plan.experts, plan.dense, plan.axis);
   dense_ = std::make_unique<Component<T>>(plan.dense, std::move(plan.units), layout, seed, dense_c_, mem, ops);
   if (plan.split_experts && !plan.expert_units.empty())
     experts_ = std::make_unique<Component<T>>(plan.experts, std::move(plan.expert_units), layout, seed, expert_c_,

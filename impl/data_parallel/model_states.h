@@ -32,9 +32,11 @@ std::vector<UnitSpan> dense_units(const ParamLayout& l);
 std::vector<UnitSpan> expert_units(const ParamLayout& l, int ep, int ep_rank);
 // The expert component's communicators as every rank holding experts builds
 // them: over the edp groups, or, under the ep_expert_grads_dp fault, over the
-// whole dp group (`experts` then takes the dense options' size and node
-// map), which mixes experts. Collective over `world`.
-DpComms make_expert_comms(Communicator& world, const MeshShape& mesh, DpOptions& experts, const DpOptions& dense);
+// whole dense group along `dense_axis` (dp, or dp x cp under context
+// parallel; `experts` then takes the dense options' size and node map),
+// which mixes experts. Collective over `world`.
+DpComms make_expert_comms(Communicator& world, const MeshShape& mesh, DpOptions& experts, const DpOptions& dense,
+                          MeshAxis dense_axis = MeshAxis::dp);
 
 // The dense component's hooks, with the expert component's behind
 // experts(); a microbatch's start and the step's finish go to both.

@@ -23,7 +23,7 @@ int64_t balanced_rows(const ModelConfig& m, int64_t N, int64_t scope_tokens) {
 StateCosts state_costs(const RunSpec& s) {
   const TrainConfig& cfg = s.train;
   const ParamLayout l(cfg.model, s.mesh.tp, 0);  // a tp rank's shard (every tp rank's units have these sizes)
-  const dp::DpOptions od = dense_options(s), oe = expert_options(s);
+  const dp::DpOptions od = dense_component_options(s), oe = expert_options(s);
   const dp::DataAxis ad = dp::data_axis(od, cfg), ae = dp::data_axis(oe, cfg);
   const std::vector<int64_t> du = sizes(dp::dense_units(l)), eu = sizes(dp::expert_units(l, s.mesh.ep, 0));
   const int n = int(du.size()), M = int(eu.size());
@@ -55,14 +55,17 @@ Declared declared_costs(const RunSpec& s, int steps) {
                 {"mem.comm", MemTag::comm, Place::device, c.comm_peak}};
   for (const auto* list : {&c.dense_comm, &c.expert_comm})
     for (const auto& x : *list) out.add_comm(x.group, dp::comm_op(x.op), x.bytes * steps);
-  const dp::DpOptions od = dense_options(s);
+  const dp::DpOptions od = dense_component_options(s);
   dp::add_scalar_comm(out, od, steps);
-  // The expert squared-norm partials: over ep (DDP: each edp replica holds them whole), else over dp.
-  if ((od.shard == dp::Shard::none ? s.mesh.ep : s.mesh.dp) > 1)
+  // The expert squared-norm partials: over ep (DDP: each edp replica holds
+  // them whole), else over the dense group (dp, or dp x cp).
+  if ((od.shard == dp::Shard::none ? s.mesh.ep : od.dp) > 1)
     out.add_comm(Group::ep_scalar, CommOp::all_reduce, 8 * int64_t(steps));
-  // (full recompute reruns each MoE block's forward: its count exchange twice)
-  dp::add_moe_capacity_comm(out, od, s.train, steps,
-                            s.train.model.moe_layers() * (s.tensor.recompute == Recompute::full ? 2 : 1));
+  // (full recompute reruns each MoE block's forward: its count exchange
+  // twice; context parallel's exchange is the tensor-parallel rank's, tp_rank.cc)
+  if (s.mesh.cp == 1)
+    dp::add_moe_capacity_comm(out, od, s.train, steps,
+                              s.train.model.moe_layers() * (s.tensor.recompute == Recompute::full ? 2 : 1));
   return out;
 }
 

@@ -15,6 +15,13 @@ dp::DpOptions dense_options(const RunSpec& s) {
   return o;
 }
 
+dp::DpOptions dense_component_options(const RunSpec& s) {
+  dp::DpOptions o = dense_options(s);
+  o.dp *= s.mesh.cp;
+  o.ranks_per_node *= s.mesh.cp;
+  return o;
+}
+
 dp::DpOptions expert_options(const RunSpec& s) {
   dp::DpOptions o = dp::options_of(s);
   const int ep = s.mesh.ep, F = dp::shard_group(o);
@@ -51,7 +58,10 @@ void validate(const RunSpec& s) {
   // (recompute alone runs in the tensor-parallel runner at tp 1 too)
   require(s.mesh.tp > 1 || s.mesh.cp > 1 || (!s.tensor.sp && s.context == ContextOptions{}),
           "strategy: tensor and context options (sp, recompute, cp_algo, zigzag) need tp > 1 or cp > 1 in the mesh");
-  dp::validate(dense_options(s), s.train);
+  if (s.mesh.cp == 1)
+    dp::validate(dense_options(s), s.train);
+  else  // the batch over the dp replicas is the tensor-parallel strategy's check
+    dp::validate(dense_component_options(s));
   const dp::DpOptions e = expert_options(s);
   if (e.shard == dp::Shard::hzero)
     require(e.ranks_per_node > 0 && e.ranks_per_node < e.dp,

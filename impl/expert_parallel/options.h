@@ -26,6 +26,10 @@ dp::DpOptions expert_options(const RunSpec& s);
 // The dense component's options: the spec's data axis, its ranks_per_node
 // counting data-parallel ranks (a replica's tp x cp ranks share a node).
 dp::DpOptions dense_options(const RunSpec& s);
+// The dense component as it runs: over the dp x cp ranks (context parallel's
+// cp ranks hold the same parameters, other tokens), ranks_per_node counting
+// them; dense_options at cp 1.
+dp::DpOptions dense_component_options(const RunSpec& s);
 int edp_size(const MeshShape& m);
 
 // The dense and expert units (the components' split) are

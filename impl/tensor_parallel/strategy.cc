@@ -100,7 +100,8 @@ bool runs(const RunSpec& s) {
   return (s.mesh.tp > 1 || recompute) && s.mesh.cp == 1 && (s.mesh.ep == 1 || s.mesh.tp > 1 || recompute) &&
          s.mesh.pp == 1 && !s.pipe.schedule;
 }
-bool runs_context(const RunSpec& s) { return s.mesh.cp > 1 && s.mesh.ep == 1 && s.mesh.pp == 1 && !s.pipe.schedule; }
+// cp > 1, with or without ep: experts over the ep group folded over dp x cp (tp_rank.h).
+bool runs_context(const RunSpec& s) { return s.mesh.cp > 1 && s.mesh.pp == 1 && !s.pipe.schedule; }
 }  // namespace
 
 void validate_spec(const RunSpec& s) {
@@ -158,7 +159,8 @@ void validate_spec(const RunSpec& s) {
       require(f->axis != FaultAxis::moe || !f->applies || f->applies(s),
               "strategy.faults: " + std::string(f->name) + " does not apply to " + mesh_text(s.mesh) +
                   " (the MoE faults that do under context parallel: moe_aux_per_rank, moe_local_capacity where a "
-                  "choice can drop, moe_router_grad_missing, moe_recompute_aux_twice with recompute=full)");
+                  "choice can drop, moe_router_grad_missing, moe_recompute_aux_twice with recompute=full, the ep_* "
+                  "faults with ep > 1)");
   const TpOptions o = options_of(s);
   auto refuse = [&](const std::string& f, const std::string& ok) {
     throw InputError("strategy.faults: " + f + " does not apply to " + mesh_text(s.mesh) + " " + strategy_text(s) +

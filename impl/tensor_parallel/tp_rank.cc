@@ -42,7 +42,9 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world, RankOps<T> ops, RankMem
   Communicator& cp = *groups_.split(Group::cp, MeshAxis::cp);
   groups_.split(Group::dp_scalar, MeshAxis::dp_cp);
   groups_.split_world(Group::check);
-  if (s.mesh.ep > 1) groups_.split(Group::ep_scalar, expert_shards ? MeshAxis::dp : MeshAxis::ep);
+  // The experts' norm partials: over ep (DDP: every edp replica holds them
+  // whole), sharded over every rank of the dp (x cp) group.
+  if (s.mesh.ep > 1) groups_.split(Group::ep_scalar, expert_shards ? MeshAxis::dp_cp : MeshAxis::ep);
   kv_replicated_ = c.model.llama() && s.mesh.tp > 1 && c.model.kv_heads % s.mesh.tp != 0;
   MoeScope moe = s.mesh.cp > 1 ? context_moe_scope(s, tp) : dp::make_moe_scope(dpo_, c, groups_, &tp);
   if (o_.has(Fault::gate_up_mismatch)) moe.faults.insert(MoeFault::expert_gate_up_mismatch);  // the experts' too
@@ -67,7 +69,11 @@ MoeScope TpRank<T>::context_moe_scope(const RunSpec& s, Communicator& tp) {
   if (m.moe.experts == 0) return {};
   const bool joint = dp::moe_shares_capacity(data_options_of(s), s.train);
   Communicator* cap = groups_.split(Group::moe, joint ? MeshAxis::dp_cp : MeshAxis::cp);
-  MoeScope sc = ep::moe_scope(cap, nullptr, s.mesh.tp > 1 ? &tp : nullptr, dpo_.moe_faults);
+  // Expert parallel: the ep group folds over dp x cp (harness/mesh.h), so it
+  // may hold cp ranks of one data rank and ranks of several; each sends its
+  // own tokens' admitted rows to their experts' owners.
+  Communicator* ep = s.mesh.ep > 1 ? groups_.split(Group::ep, MeshAxis::ep) : nullptr;
+  MoeScope sc = ep::moe_scope(cap, ep, s.mesh.tp > 1 ? &tp : nullptr, dpo_.moe_faults);
   const int cp = s.mesh.cp, Tn = s.train.seq, Bm = s.train.batch / s.mesh.dp / s.train.microbatches, Tl = Tn / cp;
   const int64_t N = int64_t(Bm) * Tl;
   auto order = std::make_shared<std::vector<int64_t>>();
@@ -171,12 +177,12 @@ Declared TpRank<T>::declared(int steps) const {
                  ep::a2a_bytes(c.model, l.calls, l.sent_rows, l.owner_rows, x.elem_bytes) +
                      (rerun ? l.calls * c.model.moe.experts * 8 + (l.sent_rows + l.owner_rows) * c.model.C * x.elem_bytes
                             : 0));
-    else if (sc.order) {  // context parallel: every token's choices gathered, the probability sums all-reduced
+    if (sc.order) {  // context parallel: every token's choices gathered, the probability sums all-reduced
       const int64_t calls = int64_t(steps) * c.microbatches * c.model.moe_layers() * (rerun ? 2 : 1);
       d.add_comm(Group::moe, CommOp::all_gather,
                  calls * sc.capacity_ranks() * x.tokens() * c.model.moe.top_k * 8);
       d.add_comm(Group::moe, CommOp::all_reduce, calls * c.model.moe.experts * 8);
-    } else {
+    } else if (!experts) {
       dp::add_moe_capacity_comm(d, dpo_, c, steps, c.model.moe_layers() * (rerun ? 2 : 1));  // (ep::declared_costs has it)
     }
   }

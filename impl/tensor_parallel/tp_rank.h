@@ -14,6 +14,10 @@
 // block's unit. ep > 1 (expert_parallel/ep_rank.h's structure on the tp
 // shard): the dense units over dp, this rank's E/ep experts a second
 // component over edp (groups "e*"), rows dispatched over "ep" (same tp rank).
+// Context parallel with ep > 1: the dense units over dp x cp, the ep group
+// folded over dp x cp (harness/mesh.h, Megatron-core's expert groups), edp =
+// dp x cp / ep; routing and capacity are context parallel's
+// (context_moe_scope), each rank dispatching its own tokens' rows.
 #pragma once
 #include <memory>
 

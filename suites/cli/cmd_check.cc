@@ -243,7 +243,7 @@ void set_moe(TrainConfig& c, int experts, int top_k, MoeCapacity cap) {
 // first --ep of 2 or more, dp 2ep (dp4 at ep 2):
 // every --shard on both components (hsdp: shard groups of 2 dp ranks, 1
 // expert rank; hzero: 2 nodes) and ZeRO-2 + offload (global), 8 experts
-// top-2 ZeRO-3 at dp = ep = 4.
+// top-2 ZeRO-3 at dp = ep = 4. Expert with context parallel: below.
 void moe_points(const CheckFlags& f, const std::string& prec, std::vector<StrategyRun>& runs) {
   auto moe = [&](MeshShape m, dp::Shard shard, MoeCapacity cap, int experts = 4, int top_k = 2) {
     StrategyRun s = point(f, prec, m, "");
@@ -320,6 +320,28 @@ void moe_points(const CheckFlags& f, const std::string& prec, std::vector<Strate
         h.spec.mesh.ranks_per_node = 4;
         runs.push_back(h);
       }
+    }
+  }
+  // Expert with context parallel (the ep group folded over dp x cp, as
+  // Megatron-core's expert rank generator does), at the first --cp C and the
+  // first --ep E of 2 or more: dp E.cp C.ep E DDP x each capacity (E <= C: an
+  // ep group is the cp ranks of one data rank), ep E x C ZeRO-3 (global; an
+  // ep group spans data and cp ranks) where it divides the 4 experts, and
+  // with tp 2 (when --tp has it) ZeRO-1 with SP (local).
+  if (first_ep != f.eps.end() && !f.cps.empty() && f.cps.front() > 1) {
+    const int ep = *first_ep, cp = f.cps.front();
+    auto cp_moe = [&](int ep_size, int tp, dp::Shard shard, MoeCapacity cap) {
+      MeshShape m = ep_mesh(ep, ep_size);
+      m.cp = cp;
+      m.tp = tp;
+      return moe(m, shard, cap);
+    };
+    for (MoeCapacity cap : caps) runs.push_back(cp_moe(ep, 1, dp::Shard::none, cap));
+    if (4 % (ep * cp) == 0) runs.push_back(cp_moe(ep * cp, 1, dp::Shard::zero3, MoeCapacity::global));
+    if (std::find(f.tps.begin(), f.tps.end(), 2) != f.tps.end()) {
+      StrategyRun s = cp_moe(ep, 2, dp::Shard::zero1, MoeCapacity::local);
+      s.spec.tensor.sp = true;
+      runs.push_back(s);
     }
   }
   // Every --shard at the first --ep of 2 or more, on dp = 2 ep ranks (edp 2:

@@ -359,6 +359,13 @@ std::vector<TeethCase> moe_teeth_cases(Precision p) {
     c.spec.mesh.cp = 2;
     add(c);
   }
+  // Expert and context parallel together, the ep group folded over dp x cp:
+  // dp2.cp2.ep2 (a data rank's cp ranks) and dp2.cp2.ep4 (data and cp ranks).
+  for (auto [shard, cap, ep] : {std::tuple{S::none, G, 2}, std::tuple{S::zero3, L, 4}}) {
+    StrategyRun c = moe_case(shard, cap, 2, ep, 1, 1, p);
+    c.spec.mesh.cp = 2;
+    add(c);
+  }
   return out;
 }
 
