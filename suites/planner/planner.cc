@@ -137,8 +137,9 @@ void check_shape(const PlanInput& in, PlanResult& r) {
                 "there is nothing to plan it as");
     require(in.cp == 1 || in.ep == 1, model + " with expert parallel (ep " + std::to_string(in.ep) +
                                           ") and context parallel (cp " + std::to_string(in.cp) +
-                                          ") together: the engine does not run it yet, so there is nothing to plan "
-                                          "it as");
+                                          ") together is not planned yet (the engine runs it outside pipelines, ep "
+                                          "folded over dp x cp; the plan's capacity scope and all-to-all rows "
+                                          "do not model that group)");
     require(!piped || in.schedule != pipeline::ScheduleKind::zb_h1,
             "--schedule: zb-h1 with a mixture-of-experts model: the engine does not run it yet (zb-h1 would split "
             "the MoE backward into B and W; MoE stages run gpipe, 1f1b, interleaved and 2bw)");
