@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """The llama family in fp64 PyTorch, written from results/TRACE.md alone (the
 parameter names and shapes, the model, RoPE's rotate-half convention, the
-optimizer): trains a parabench export for its steps on one device and
-compares with the export's own trace (parabench's reference at fp64).
+optimizer; for tiny-mixtral the sparse MLP, its capacity and load-balancing
+loss, with docs/strategies/moe-expert-parallel.md): trains a parabench export
+for its steps on one device and compares with the export's own trace
+(parabench's reference at fp64).
 
-    python scripts/torch/llama.py --export DIR --out trace.safetensors [--tol 1e-12]
+    python scripts/torch/llama.py --export DIR --out trace.safetensors [--tol 1e-12] [--expect-drops]
 
-Exit 0 when every step's loss, the step-1 gradients and the final parameters
-equal parabench's to --tol (absolute), 1 otherwise; the trace it writes is
-for `parabench verify`. Exit 2 on an export that is not the llama family.
+Exit 0 when every step's loss and gradient norm, the step-1 gradients and the
+final parameters (a mixture of experts: also every step's tokens per expert
+and load-balancing loss) equal parabench's to --tol (absolute), 1 otherwise;
+the trace it writes is for `parabench verify`. Exit 2 on an export that is not the llama family.
 """
 
 import argparse
@@ -42,12 +45,13 @@ def rope_tables(T, hs, theta):
     return torch.cat([a.cos(), a.cos()], -1), torch.cat([a.sin(), a.sin()], -1)
 
 
-def moe_mlp(P, p, h, moe, counts, auxes):
+def moe_mlp(P, p, h, moe, counts, auxes, drops):
     """Mixtral's sparse MLP as results/TRACE.md and
     docs/strategies/moe-expert-parallel.md state it, over one capacity scope
     (here the microbatch: one device, so global and local capacity agree).
     Appends the block's (token, choice) counts per expert before capacity to
-    `counts` and its load-balancing loss (coefficient included) to `auxes`."""
+    `counts`, its load-balancing loss (coefficient included) to `auxes` and
+    its dropped choices to `drops`."""
     B, T, C = h.shape
     E, k = moe["experts"], moe["top_k"]
     x = h.reshape(B * T, C)  # the scope's tokens in token order (sequence by sequence)
@@ -66,6 +70,7 @@ def moe_mlp(P, p, h, moe, counts, auxes):
     onehot = F.one_hot(order, E)
     seen = (onehot.cumsum(0) * onehot).sum(-1)  # 1-based arrival at its expert
     admitted = (seen <= cap).reshape(k, N).T.to(x.dtype)  # (N, k)
+    drops.append(int((seen > cap).sum()))
     y = torch.zeros_like(x)
     for e in range(E):
         q = p + f"block_sparse_moe.experts.{e}."
@@ -81,7 +86,7 @@ def moe_mlp(P, p, h, moe, counts, auxes):
     return y.reshape(B, T, C)
 
 
-def forward(P, tokens, m, moe=None, counts=None, auxes=None):
+def forward(P, tokens, m, moe=None, counts=None, auxes=None, drops=None):
     """Logits; with `moe` (the export's [moe] table, experts > 0) block l's MLP
     is Mixtral's sparse one when l % every == 0."""
     C, NH, KVH, L = m["channels"], m["heads"], m["kv_heads"], m["layers"]
@@ -105,7 +110,7 @@ def forward(P, tokens, m, moe=None, counts=None, auxes=None):
         x = x + att.transpose(1, 2).reshape(B, T, C) @ P[p + "self_attn.o_proj.weight"].T
         h = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
         if moe and l % moe["every"] == 0:
-            x = x + moe_mlp(P, p, h, moe, counts, auxes)
+            x = x + moe_mlp(P, p, h, moe, counts, auxes, drops)
             continue
         g = h @ P[p + "mlp.gate_proj.weight"].T
         u = h @ P[p + "mlp.up_proj.weight"].T
@@ -118,6 +123,9 @@ def main():
     ap.add_argument("--export", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--tol", type=float, default=1e-12)
+    ap.add_argument("--expect-drops", action="store_true",
+                    help="fail unless capacity dropped some choice (a test of the capacity rule that dropped nothing "
+                    "would compare nothing)")
     args = ap.parse_args()
     try:
         ex = pbtrace.Export(args.export, allow_moe=True)
@@ -139,7 +147,7 @@ def main():
     if moe and ex.batch % ex.micro:
         print(f"llama.py: batch {ex.batch} is not a multiple of microbatches {ex.micro}", file=sys.stderr)
         return 2
-    losses, norms, lrs, grads1, tokens, aux = [], [], [], None, [], []
+    losses, norms, lrs, grads1, tokens, aux, drops = [], [], [], None, [], [], []
     for step in range(ex.steps):
         # The step's loss: the mean cross entropy over the batch plus, per MoE
         # block, the load-balancing loss of each capacity scope (a microbatch)
@@ -148,7 +156,7 @@ def main():
         loss, counts, auxes = 0.0, [], []
         for i in range(0, ex.batch, mb):
             c, a = [], []
-            logits = forward(P, ex.inputs[step][i:i + mb], m, moe, c, a)
+            logits = forward(P, ex.inputs[step][i:i + mb], m, moe, c, a, drops)
             part = F.cross_entropy(logits.reshape(-1, ex.V), ex.targets[step][i:i + mb].reshape(-1))
             part = (part + sum(a)) * (mb / ex.batch)
             part.backward()
@@ -158,6 +166,8 @@ def main():
         if moe:
             tokens.append(sum(counts).tolist())
             aux.append(sum(auxes).tolist())
+        # the norm summed exactly (math.fsum): parabench sums it in order, and
+        # verify's fp64 floor holds other orders (results/TRACE.md)
         norm = math.sqrt(math.fsum(torch.cat([p.grad.reshape(-1) for p in P.values()]).pow(2).tolist()))
         if step == 0:
             grads1 = {n: p.grad.detach().clone() for n, p in P.items()}
@@ -191,6 +201,12 @@ def main():
     ok = all(v <= args.tol for v in worst.values())
     for k, v in worst.items():
         print(f"  {k:10s} max |torch - parabench| = {v:.3e} over {ex.steps} steps")
+    if moe:
+        print(f"  {sum(drops)} (token, choice) pairs dropped by capacity over {ex.steps} steps")
+        if args.expect_drops and not sum(drops):
+            print("llama.py: --expect-drops, but capacity dropped nothing (raise the load or lower "
+                  "moe.capacity_factor)", file=sys.stderr)
+            ok = False
     print(f"llama.py: {'equal' if ok else 'DIFFERENT'} to {args.tol:g}")
     return 0 if ok else 1
 
