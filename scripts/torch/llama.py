@@ -6,12 +6,15 @@ loss, with docs/strategies/moe-expert-parallel.md): trains a parabench export
 for its steps on one device and compares with the export's own trace
 (parabench's reference at fp64).
 
-    python scripts/torch/llama.py --export DIR --out trace.safetensors [--tol 1e-12] [--expect-drops]
+    python scripts/torch/llama.py --export DIR --out trace.safetensors [--export ... --out ...]
+                                  [--tol 1e-12] [--expect-drops DIR]
 
 Exit 0 when every step's loss and gradient norm, the step-1 gradients and the
 final parameters (a mixture of experts: also every step's tokens per expert
 and load-balancing loss) equal parabench's to --tol (absolute), 1 otherwise;
-the trace it writes is for `parabench verify`. Exit 2 on an export that is not the llama family.
+the trace it writes is for `parabench verify`. Exit 2 on an export that is
+not the llama family. Several exports train in one process (torch's import
+is most of the time).
 """
 
 import argparse
@@ -120,15 +123,30 @@ def forward(P, tokens, m, moe=None, counts=None, auxes=None, drops=None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--export", required=True)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--export", required=True, action="append", help="an export directory (repeatable)")
+    ap.add_argument("--out", required=True, action="append", help="the trace of the export at the same place")
     ap.add_argument("--tol", type=float, default=1e-12)
-    ap.add_argument("--expect-drops", action="store_true",
-                    help="fail unless capacity dropped some choice (a test of the capacity rule that dropped nothing "
-                    "would compare nothing)")
+    ap.add_argument("--expect-drops", action="append", default=[], metavar="DIR",
+                    help="fail unless capacity dropped some choice in export DIR (a test of the capacity rule "
+                    "that dropped nothing would compare nothing)")
     args = ap.parse_args()
+    if len(args.export) != len(args.out):
+        print(f"llama.py: {len(args.export)} --export but {len(args.out)} --out: give one trace per export",
+              file=sys.stderr)
+        return 2
+    for d in args.expect_drops:
+        if d not in args.export:
+            print(f"llama.py: --expect-drops {d} is not one of the --export directories", file=sys.stderr)
+            return 2
+    codes = [train(d, o, args.tol, d in args.expect_drops) for d, o in zip(args.export, args.out)]
+    return max(codes)
+
+
+def train(export_dir, out, tol, expect_drops):
+    """Trains one export, writes its trace to `out`, compares; 0 equal, 1 not, 2 not an fp64 llama export."""
+    print(f"== {export_dir}")
     try:
-        ex = pbtrace.Export(args.export, allow_moe=True)
+        ex = pbtrace.Export(export_dir, allow_moe=True)
     except pbtrace.ExportError as e:
         print(f"llama.py: {e}", file=sys.stderr)
         return 2
@@ -183,12 +201,12 @@ def main():
         norms.append(norm)
         lrs.append(lr)
     params = {n: p.detach().clone() for n, p in P.items()}
-    pbtrace.write_trace(args.out, ex, precision="fp64", framework=f"pytorch-{torch.__version__.split('+')[0]}",
+    pbtrace.write_trace(out, ex, precision="fp64", framework=f"pytorch-{torch.__version__.split('+')[0]}",
                         strategy="llama-fp64", mesh="dp1", microbatches=ex.micro, losses=losses, grad_norms=norms,
                         lrs=lrs, grads1=grads1, params=params,
                         moe_tokens=tokens if moe else None, moe_aux=aux if moe else None)
 
-    _, ref = pbtrace.read_safetensors(os.path.join(args.export, "trace.safetensors"))
+    _, ref = pbtrace.read_safetensors(os.path.join(export_dir, "trace.safetensors"))
     worst = {
         "loss": max(abs(a - b) for a, b in zip(losses, ref["loss"].tolist())),
         "grad_norm": max(abs(a - b) for a, b in zip(norms, ref["grad_norm"].tolist())),
@@ -198,16 +216,16 @@ def main():
     if moe:
         worst["moe_tokens"] = int((torch.tensor(tokens) - ref["moe.tokens_per_expert"]).abs().max())
         worst["aux_loss"] = float((torch.tensor(aux, dtype=torch.float64) - ref["moe.aux_loss"]).abs().max())
-    ok = all(v <= args.tol for v in worst.values())
+    ok = all(v <= tol for v in worst.values())
     for k, v in worst.items():
         print(f"  {k:10s} max |torch - parabench| = {v:.3e} over {ex.steps} steps")
     if moe:
         print(f"  {sum(drops)} (token, choice) pairs dropped by capacity over {ex.steps} steps")
-        if args.expect_drops and not sum(drops):
+        if expect_drops and not sum(drops):
             print("llama.py: --expect-drops, but capacity dropped nothing (raise the load or lower "
                   "moe.capacity_factor)", file=sys.stderr)
             ok = False
-    print(f"llama.py: {'equal' if ok else 'DIFFERENT'} to {args.tol:g}")
+    print(f"llama.py: {'equal' if ok else 'DIFFERENT'} to {tol:g}")
     return 0 if ok else 1
 
 

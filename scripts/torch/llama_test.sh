@@ -20,31 +20,35 @@ work="${2:-$here/../../build/torch-llama}"
 model="${3:-tiny-llama}"
 venv="${PARABENCH_TORCH_VENV:-$HOME/.cache/parabench/torch-venv}"
 py="$venv/bin/python"
-if [[ ! -x "$py" ]] || ! "$py" -c 'import torch' 2>/dev/null; then
+if [[ ! -x "$py" ]] || ! "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)' 2>/dev/null; then
   echo "torch llama: skipped: no PyTorch environment at $venv (install it with scripts/torch/setup.sh)"
   exit 77
 fi
 rm -rf "$work"
 mkdir -p "$work"
-# one case: NAME, then llama.py's extra flags up to "--", then export --set's
-run() {
-  local name="$1" flags=() sets=()
+# one export: NAME, then its config's --set's; llama.py trains them all in
+# one process (importing torch is most of its time)
+train=()
+export_case() {
+  local name="$1" sets=()
   shift
-  while [[ $# -gt 0 && "$1" != "--" ]]; do flags+=("$1"); shift; done
-  [[ $# -gt 0 ]] && shift
   for s in "$@"; do sets+=(--set "$s"); done
-  echo "== $name"
   "$pb" export --dir "$work/$name/export" --set "model.name=$model" --set train.precision=fp64 \
     --set train.steps=10 ${sets[@]+"${sets[@]}"} >/dev/null
-  "$py" "$here/llama.py" --export "$work/$name/export" --out "$work/$name/torch.safetensors" --tol 1e-12 \
-    ${flags[@]+"${flags[@]}"}
-  "$pb" verify --export "$work/$name/export" --trace "$work/$name/torch.safetensors" --run-dir "$work/$name/verify"
+  train+=(--export "$work/$name/export" --out "$work/$name/torch.safetensors")
+  names+=("$name")
 }
+names=()
 case "$model" in
-  tiny-llama) run llama ;;
+  tiny-llama) export_case llama ;;
   tiny-mixtral)
-    run mixtral
-    run mixtral-drops --expect-drops -- moe.capacity_factor=1.0 train.microbatches=2 moe.aux_loss_coef=0.1 ;;
+    export_case mixtral
+    export_case mixtral-drops moe.capacity_factor=1.0 train.microbatches=2 moe.aux_loss_coef=0.1
+    train+=(--expect-drops "$work/mixtral-drops/export") ;;
   *) echo "torch llama: model $model: expected tiny-llama or tiny-mixtral" >&2; exit 2 ;;
 esac
+"$py" "$here/llama.py" --tol 1e-12 "${train[@]}"
+for name in "${names[@]}"; do
+  "$pb" verify --export "$work/$name/export" --trace "$work/$name/torch.safetensors" --run-dir "$work/$name/verify"
+done
 echo "torch llama: PyTorch equals the reference on $model to 1e-12 over 10 AdamW steps; verify passes its traces"
