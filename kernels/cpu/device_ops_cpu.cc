@@ -198,7 +198,18 @@ class CpuOps final : public DeviceOps<T> {
                   bool decay) const override {
     kernels::adamw_step<T, M>(master, param_out, grad, m, v, n, h, decay);
   }
-  double sum_squares(const T* g, size_t n) const override { return kernels::sum_squares(g, n); }
+  double sum_squares(const T* g, size_t n) const override {
+    if (parts_ <= 1) return kernels::sum_squares(g, n);
+    // Sliced, the norm's sum of squares too (in parts_ consecutive slices,
+    // as a sharded norm sums it): a norm summed in another correct order
+    // differs from the sequential one by far more than four ulps.
+    double s = 0;
+    for (int p = 0; p < parts_; ++p) {
+      const size_t lo = n * size_t(p) / size_t(parts_), hi = n * size_t(p + 1) / size_t(parts_);
+      s += kernels::sum_squares(g + lo, hi - lo);
+    }
+    return s;
+  }
 
  private:
   int parts_ = 1;
