@@ -518,6 +518,42 @@ if(PARABENCH_BUILD_TESTS)
   set_tests_properties(conformance_check_pp_stage_compositions conformance_check_llama_pp_stage_compositions
                        conformance_check_pp_stage_teeth conformance_check_llama_pp_stage_teeth
                        PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
+  # Recomputation in tp = cp = 1 stages (issue 49 item 3): the stage runs
+  # the tensor-parallel stage model at tp 1 (pipeline/stage.h
+  # runs_stage_model); every schedule (2bw: the llama rows), x ZeRO-3; held to the rule and the
+  # fp64 rerun, memory (recompute's smaller activations) and traffic exactly
+  # as declared. Its tooth: full recompute rerunning a block from the
+  # previous block's input (every configuration must fail).
+  add_test(NAME conformance_check_pp_plain_recompute
+    COMMAND $<TARGET_FILE:parabench> check
+            --spec "pp2 schedule=1f1b,recompute=selective" "pp2 schedule=gpipe,recompute=full"
+            "dp2.pp2 schedule=interleaved,virtual_stages=2,recompute=full,shard=zero3"
+            "pp2 schedule=zb-h1,recompute=selective"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  add_test(NAME conformance_check_pp_plain_recompute_teeth
+    COMMAND $<TARGET_FILE:parabench> check
+            --spec "pp2 schedule=gpipe,recompute=full,faults=recompute_wrong_input"
+            "pp2 schedule=interleaved,virtual_stages=2,recompute=full,faults=recompute_wrong_input"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_pp_plain_recompute_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n4 configurations, 4 failed\\.")
+  # The llama family's (label full: about 4 s and 2 s on 2 cores).
+  add_test(NAME conformance_check_llama_pp_plain_recompute
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "pp2 schedule=1f1b,recompute=selective" "pp2 schedule=interleaved,virtual_stages=2,recompute=full"
+            "dp2.pp2 schedule=zb-h1,recompute=selective,shard=zero1" "pp2 schedule=2bw,recompute=full"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  add_test(NAME conformance_check_llama_pp_plain_recompute_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama
+            --spec "pp2 schedule=1f1b,recompute=full,faults=recompute_wrong_input"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_llama_pp_plain_recompute_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n2 configurations, 2 failed\\.")
+  set_tests_properties(conformance_check_pp_plain_recompute conformance_check_pp_plain_recompute_teeth
+                       conformance_check_llama_pp_plain_recompute conformance_check_llama_pp_plain_recompute_teeth
+                       PROPERTIES TIMEOUT 300 LABELS "cli" PROCESSORS 2)
+  set_property(TEST conformance_check_llama_pp_plain_recompute conformance_check_llama_pp_plain_recompute_teeth
+               APPEND PROPERTY LABELS full)
 endif()
 
 # Kept for the full command (`ctest -L full`), out of the newcomer's quick

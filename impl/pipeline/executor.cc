@@ -122,7 +122,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
     scope_ = dp::make_moe_scope(o.component(), cfg, groups_, tp_);
     if (o.tensor.has(tp::Fault::gate_up_mismatch)) scope_.faults.insert(MoeFault::expert_gate_up_mismatch);  // the experts' too
   }
-  if (o.tp() > 1 || o.cp() > 1)
+  if (runs_stage_model(o.tensor))  // tp or cp > 1, or recomputation (at tp = cp = 1 with tp 1)
     tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_, cp_, &mem_, Bm_, cfg.seq, scope_, *ops_);
   dxa_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   dxb_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));

@@ -29,10 +29,6 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(world == o.dp() * o.tp() * o.cp() * o.pp, "dp: world size " + std::to_string(world) +
                                                         " must equal dp * tp * cp * pp = " +
                                                         std::to_string(o.dp() * o.tp() * o.cp() * o.pp));
-  // Recomputation runs in the tensor- and context-parallel stage model (tensor_parallel/runner.h).
-  require(o.tensor.recompute == Recompute::none || o.tp() > 1 || o.cp() > 1,
-          "strategy.recompute: recomputation inside pipeline stages needs tp or cp > 1 in the mesh (it runs in "
-          "the tensor- and context-parallel stage model); tp = cp = 1 stages do not recompute yet");
   auto tp_ok = tp::faults_for(cfg.model, o.tp(), o.tensor.sp, o.tensor.recompute);  // the family's too
   if (o.kind == ScheduleKind::zb_h1 && o.pp > 1 && o.tp() > 1 && o.tensor.sp && !cfg.model.llama())
     tp_ok.push_back(tp::Fault::zb_w_wrong_rows);
@@ -41,11 +37,11 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
             "strategy.faults: " + tp::fault_name(f) + " does not apply to this pipeline (tensor-parallel faults "
                 "need tp > 1 in the mesh; recompute_wrong_input needs recompute=full; zb_w_wrong_rows zb-h1, pp > 1, sp and "
                 "a model with biases)");
+  // zb-h1's W reads the block's activations from F (runner.h TpModel::Stash).
+  require(o.kind != ScheduleKind::zb_h1 || o.tensor.recompute != Recompute::full,
+          "strategy.recompute: zb-h1's W pass reads each block's activations, which recompute=full does not keep; "
+          "with zb-h1 use recompute=selective or none");
   if (o.tp() > 1 || o.cp() > 1) {
-    // zb-h1's W reads the block's activations from F (runner.h TpModel::Stash).
-    require(o.kind != ScheduleKind::zb_h1 || o.tensor.recompute != Recompute::full,
-            "strategy.recompute: zb-h1's W pass reads each block's activations, which recompute=full does not keep; "
-            "with zb-h1 in tensor- or context-parallel stages use recompute=selective or none");
     require(cfg.model.NH % o.tp() == 0, "mesh.tp: tp" + std::to_string(o.tp()) + " does not divide model.heads = " +
                                             std::to_string(cfg.model.NH));
     const int64_t tokens = int64_t(cfg.batch) / (o.dp() * cfg.microbatches) * cfg.seq / o.cp();
@@ -89,7 +85,7 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                     "skip_replica_reduce, no_copy_back, and stale_params with zero1/zero2)");
   }
   if (cfg.model.moe.experts > 0) {
-    require(o.cp() == 1 && !o.tensor.sp,
+    require(o.cp() == 1 && !o.tensor.sp && o.tensor.recompute == Recompute::none,
             "model.moe: a mixture-of-experts model in a pipeline runs with data, expert and tensor parallel stages "
             "(mesh dpN.epM.tpT.ppK, experts split over tp, no sp); context parallel and sequence parallel for MoE "
             "stages are not implemented yet");
@@ -415,7 +411,7 @@ Declared PipelineRank<T>::declared(int steps) const {
   // experts last).
   const int64_t norm = g > 1 ? 8 : 8 * (int64_t(layout_.num_units()) + (cfg_.model.moe.experts > 0 ? 1 : 0));
   d.add_comm(Group::pp_scalar, CommOp::all_reduce, (8 + norm) * steps);
-  if (tpm_) {  // the tensor axis inside the stage: its chunks' pieces per microbatch, SP's grads per step
+  if (o_.tp() > 1) {  // the tensor axis inside the stage: its chunks' pieces per microbatch, SP's grads per step
     const tp::TpShape x = tp_shape();
     tp::TpComm c;
     for (int ch = 0; ch < o_.virtual_stages; ++ch) {

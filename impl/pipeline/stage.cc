@@ -143,6 +143,10 @@ int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64
   return bytes;
 }
 
+bool runs_stage_model(const tp::TpOptions& o) {
+  return o.tp > 1 || o.context.cp > 1 || o.recompute != Recompute::none;
+}
+
 std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const Partition& part, int64_t B,
                                                      int64_t T, Precision p, const tp::TpOptions& o, bool split,
                                                      MoeStage moe) {
@@ -150,7 +154,7 @@ std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const 
   x.cp = o.context.cp;
   x.algo = o.context.algo;
   x.moe_scope_tokens = moe.scope_tokens, x.ep = moe.ep, x.moe_on_device = moe.on_device;
-  const bool model_parallel = o.tp > 1 || o.context.cp > 1;  // the stage runs TpModel's pieces
+  const bool model_parallel = runs_stage_model(o);  // the stage runs TpModel's pieces
   std::vector<std::vector<int64_t>> table(size_t(part.pp));
   for (int r = 0; r < part.pp; ++r)
     for (int c = 0; c < part.v; ++c) {
@@ -172,7 +176,7 @@ int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
 int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o,
                               MoeStage moe, bool kernel_ws) {
   const int64_t N = B * T, local = N / o.context.cp, held = o.tp > 1 && o.sp ? local / o.tp : local;
-  const bool model_parallel = o.tp > 1 || o.context.cp > 1;
+  const bool model_parallel = runs_stage_model(o);
   int64_t bytes = 0;
   dispatch_dtype(storage_dtype(p), [&](auto t) {
     using U = decltype(t);

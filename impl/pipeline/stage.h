@@ -104,9 +104,16 @@ Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi);
 int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
                                int64_t dtype_bytes, int64_t acc_bytes, bool split_backward, MoeStage moe = {});
 
+// True when a stage runs the tensor-parallel stage model's pieces
+// (tensor_parallel/runner.h TpModel) instead of the reference's blocks:
+// tp or cp > 1, or recomputation, which only that model does (at tp = cp = 1
+// it runs with tp 1, as outside pipelines).
+bool runs_stage_model(const tp::TpOptions& o);
+
 // Bytes one in-flight (microbatch, chunk) keeps, for every chunk of every
-// rank (rows: pipeline ranks): chunk_activation_bytes, or with tp > 1 the
-// tensor-parallel stage's (tensor_parallel/cost.h stage_activation_bytes).
+// rank (rows: pipeline ranks): chunk_activation_bytes, or where the stage
+// model runs (runs_stage_model) the tensor-parallel stage's
+// (tensor_parallel/cost.h stage_activation_bytes).
 std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const Partition& part, int64_t B,
                                                      int64_t T, Precision p, const tp::TpOptions& o, bool split,
                                                      MoeStage moe = {});

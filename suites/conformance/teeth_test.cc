@@ -172,8 +172,10 @@ TEST(Teeth, PipelineStageCompositionsNoFalseAlarmOverTenSeeds) {
       runs += expect_passes_over_ten_seeds(in_two_stages(llama_tp_case(1, 2, opts, p)));
     // The llama family's context-parallel stages (RoPE by true position).
     runs += expect_passes_over_ten_seeds(in_two_stages(llama_cp_case(1, 1, 2, "schedule=1f1b,cp_algo=ring", p)));
+    // Recomputation in tp = cp = 1 stages (the stage model at tp 1).
+    runs += expect_passes_over_ten_seeds(in_two_stages(tp_case(1, 1, "schedule=1f1b,recompute=full", p)));
   }
-  EXPECT_EQ(runs, 2 * 7 * 10);
+  EXPECT_EQ(runs, 2 * 8 * 10);
 }
 
 TEST(Teeth, EveryContextParallelFaultIsCaughtAtEveryPrecision) {

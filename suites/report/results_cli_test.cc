@@ -89,7 +89,7 @@ TEST(ResultsCli, CheckTensorParallelBadSpecsExit2) {
       {"--mesh tp2 --strategy faults=skip_sp_grad_reduce", "faults that apply here"},
       {"--mesh tp2 --strategy faults=bogus", "tensor-parallel faults"},
       {"--mesh tp2.pp2 --strategy schedule=zb-h1,recompute=full", "zb-h1's W pass reads"},
-      {"--mesh pp2 --strategy recompute=full", "recomputation inside pipeline stages needs tp or cp"},
+      {"--mesh pp2 --strategy schedule=zb-h1,recompute=full", "zb-h1's W pass reads"},
       {"--mesh pp2 --strategy faults=bias_tp_times", "need tp > 1"},
       {"--tp 0", "--tp"}};
   for (const auto& [flags, says] : cases) {
