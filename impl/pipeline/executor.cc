@@ -130,6 +130,10 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   tgt_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
   if (!ops_->is_host()) host_tok_.resize(N), host_tgt_.resize(N);
   if (!tpm_) scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq, ops_->is_host());
+  // Full recompute: the one MoeActs the backward's rerun of an MoE block fills (stage.h moe_rerun_bytes).
+  if (tpm_ && o.tensor.recompute == Recompute::full && !se_.units.empty())
+    moe_work_ = MoeActs<T>(&mem_, cfg.model, tpm_->tokens(), scope_.tokens(cfg.model.moe, tpm_->tokens()), o.ep, o.tp(),
+                           !ops_->is_host());
   if (cfg.model.moe.experts > 0 && !tpm_) {
     moe_scratch_ =
         MoeScratch<T>(&mem_, cfg.model, int(N), scope_.tokens(cfg.model.moe, int64_t(N)), o.ep, 1, !ops_->is_host());
@@ -171,7 +175,7 @@ typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
   for (int i = 0; i < st.num_blocks; ++i) {
     const bool moe = m.is_moe(st.first_block + i);
     lv.moe.emplace_back();
-    if (moe)  // tp > 1: the experts' share of this tp rank
+    if (moe && !(tpm_ && o_.tensor.recompute == Recompute::full))  // tp > 1: the experts' share of this tp rank
       lv.moe.back() =
           MoeActs<T>(&mem_, m, int(N), scope_.tokens(m.moe, int64_t(N)), o_.ep, o_.tp(), !ops_->is_host());
     if (tpm_) {  // full recompute keeps the block's output alone (the backward reruns the rest)
@@ -282,7 +286,10 @@ void PipelineRank<T>::forward(const Action& a) {
       const T* pu = param(mb, u, false);
       if (tpm_) {  // the tensor-parallel attention half, the experts split over tp
         auto& b = lv.tblocks[size_t(i)];
-        tpm_->moe_block_forward(b, ma, x, pu, b.xout.data(), param(mb, nd + j, false));
+        // Full recompute: the activations go to the workspace block and the rerun's MoeActs, the output is kept.
+        const bool full = o_.tensor.recompute == Recompute::full;
+        tpm_->moe_block_forward(full ? tpm_->work() : b, full ? moe_work_ : ma, x, pu, b.xout.data(),
+                                param(mb, nd + j, false));
         x = b.xout.data();
       } else {
         model_.moe_block_forward(lv.blocks[size_t(i)], ma, x, pu, scratch_, moe_scratch_, scope_,
@@ -290,9 +297,10 @@ void PipelineRank<T>::forward(const Action& a) {
         x = lv.blocks[size_t(i)].xout.data();
       }
       release(nd + j);
-      aux_ += ma.aux * double(N);  // the microbatch's load-balancing term, weighed by its tokens
-      if (s_.async_weights) aux_mb_[size_t(mb)] += ma.aux * double(N);
-      ma.add_to(load_, cfg_.model.moe.experts, cfg_.model.moe.top_k);
+      const MoeActs<T>& done = tpm_ && o_.tensor.recompute == Recompute::full ? moe_work_ : ma;
+      aux_ += done.aux * double(N);  // the microbatch's load-balancing term, weighed by its tokens
+      if (s_.async_weights) aux_mb_[size_t(mb)] += done.aux * double(N);
+      done.add_to(load_, cfg_.model.moe.experts, cfg_.model.moe.top_k);
     } else if (tpm_) {
       auto& b = lv.tblocks[size_t(i)];
       // Full recompute: the block's activations go to the workspace block, its output is kept.
@@ -358,15 +366,24 @@ void PipelineRank<T>::backward(const Action& a) {
     if (const int j = se_.of_layer.empty() ? -1 : se_.of_layer[size_t(layer)]; j >= 0) {
       // The load-balancing term's weight: its share of the step's tokens (the capacity scope's).
       const size_t N = size_t(Bm_) * cfg_.seq;
-      const double aux_weight = double(scope_.tokens(cfg_.model.moe, int64_t(N))) / tokens;
+      double aux_weight = double(scope_.tokens(cfg_.model.moe, int64_t(N))) / tokens;
       T* gu = grad(mb, u);
       const T* pu = param(mb, u, true);
       T* ge = grad(mb, nd + j);
       const T* pe = param(mb, nd + j, true);
       if (tpm_) {
         const T* x_in = i ? lv.tblocks[size_t(i - 1)].xout.data() : lv.x_in.data();
-        tpm_->moe_block_backward(dst, gu, dout, x_in, lv.tblocks[size_t(i)], lv.moe[size_t(i)], pu, aux_weight, pe,
-                                 ge);
+        const bool full = o_.tensor.recompute == Recompute::full;
+        if (full) {  // rerun the block's forward, the routing and its exchanges included (the same dispatch)
+          tpm_->moe_block_forward(tpm_->work(), moe_work_, x_in, pu, tpm_->work().xout.data(), pe);
+          if (scope_.has(MoeFault::recompute_aux_twice)) {  // the rerun's term counted again
+            aux_ += moe_work_.aux * double(N);
+            if (s_.async_weights) aux_mb_[size_t(mb)] += moe_work_.aux * double(N);
+            aux_weight *= 2;
+          }
+        }
+        tpm_->moe_block_backward(dst, gu, dout, x_in, full ? tpm_->work() : lv.tblocks[size_t(i)],
+                                 full ? moe_work_ : lv.moe[size_t(i)], pu, aux_weight, pe, ge);
       } else {
         const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
         model_.moe_block_backward(dst, gu, dout, x_in, lv.blocks[size_t(i)], lv.moe[size_t(i)], pu, aux_weight,

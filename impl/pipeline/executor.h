@@ -232,6 +232,7 @@ class PipelineRank : public RankBase<T> {
   StageExperts se_;
   MoeScope scope_;  // the groups "ep" and "moe" (global capacity's counts)
   MoeScratch<T> moe_scratch_;
+  MoeActs<T> moe_work_;  // full recompute: the MoE MLP's state the backward's rerun fills (routing included)
   MoeLoad load_;
   double aux_ = 0;  // this step's load-balancing terms (coef x tokens), every MoE block here
   std::vector<double> aux_mb_;  // 2BW: those terms per microbatch of the window (its loss per group)

@@ -85,10 +85,10 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                     "skip_replica_reduce, no_copy_back, and stale_params with zero1/zero2)");
   }
   if (cfg.model.moe.experts > 0) {
-    require(o.cp() == 1 && !o.tensor.sp && o.tensor.recompute == Recompute::none,
+    require(o.cp() == 1,
             "model.moe: a mixture-of-experts model in a pipeline runs with data, expert and tensor parallel stages "
-            "(mesh dpN.epM.tpT.ppK, experts split over tp, no sp); context parallel and sequence parallel for MoE "
-            "stages are not implemented yet");
+            "(mesh dpN.epM.tpT.ppK, experts split over tp, sp and recompute); context parallel for MoE stages is "
+            "not implemented yet");
     require(o.kind != ScheduleKind::zb_h1,
             "strategy.schedule: zb-h1 with a mixture-of-experts model is not implemented (MoE stages run gpipe, "
             "1f1b, interleaved and 2bw; zb-h1 would split the MoE backward into B and W)");
@@ -105,6 +105,8 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                                                    std::to_string(cfg.model.moe.experts) + ")");
     dp::validate(o.experts);
     dp::validate(o.component(), cfg);  // which MoE faults apply (ep >= 2; global capacity over dp >= 2)
+    require(!o.data.moe_faults.count(MoeFault::recompute_aux_twice) || o.tensor.recompute == Recompute::full,
+            "strategy.faults: moe_recompute_aux_twice needs recompute=full (the backward's rerun of the MoE block)");
   } else {
     require(o.ep == 1, "mesh: ep" + std::to_string(o.ep) +
                            " needs a mixture-of-experts model (model.moe.experts > 0; e.g. --model tiny-moe)");
@@ -354,9 +356,11 @@ Declared PipelineRank<T>::declared(int steps) const {
   Declared d;
   // Activations: in-flight (microbatch, chunk) units x their bytes.
   const MoeStage moe{scope_.tokens(cfg_.model.moe, int64_t(Bm_) * cfg_.seq), o_.ep, !ops_->is_host()};
-  const int64_t act = stage_activation_peak(
-      o_.kind, sc,
-      chunk_bytes_table(cfg_.model, part_, Bm_, cfg_.seq, cfg_.precision, o_.tensor, s_.split_backward, moe), pr_);
+  const int64_t act =
+      stage_activation_peak(
+          o_.kind, sc,
+          chunk_bytes_table(cfg_.model, part_, Bm_, cfg_.seq, cfg_.precision, o_.tensor, s_.split_backward, moe), pr_) +
+      moe_rerun_bytes(cfg_.model, Bm_, cfg_.seq, cfg_.precision, o_.tensor, moe, !se_.units.empty());
   // Model states of the stage's units under its data axis (dp cost.h), plus
   // 2BW's second weight and gradient version and the pp = 1 head's wte gradient.
   std::vector<int64_t> sizes;
@@ -401,10 +405,16 @@ Declared PipelineRank<T>::declared(int steps) const {
   if (ex) {
     for (const auto& c : stage_dp_comm_per_step(expert_uses, expert_axis, m_))  // groups "edp", "edp_shard", ...
       d.add_comm(kExpertGroupPrefix + c.group, dp::comm_op(c.op), c.bytes * steps);
-    dp::add_moe_capacity_comm(d, o_.component(), cfg_, steps, int(se_.units.size()));
+    // Full recompute reruns each MoE block's forward (the same routing): its
+    // count exchanges, dispatch and combine once more (tensor_parallel/tp_rank.cc's rule).
+    const bool rerun = tpm_ && o_.tensor.recompute == Recompute::full;
+    dp::add_moe_capacity_comm(d, o_.component(), cfg_, steps, int(se_.units.size()) * (rerun ? 2 : 1));
     if (o_.ep > 1)  // the all-to-alls of the routing this rank recorded (a fresh rank's whole run)
       d.add_comm(Group::ep, CommOp::all_to_all,
-                 ep::a2a_bytes(cfg_.model, load_.calls, load_.sent_rows, load_.owner_rows, int(sizeof(T))));
+                 ep::a2a_bytes(cfg_.model, load_.calls, load_.sent_rows, load_.owner_rows, int(sizeof(T))) +
+                     (rerun ? load_.calls * cfg_.model.moe.experts * 8 +
+                                  (load_.sent_rows + load_.owner_rows) * cfg_.model.C * int64_t(sizeof(T))
+                            : 0));
   }
   // Per step: the loss, and the squared norm (one partial per rank when
   // padded; otherwise one per unit, summed in unit order, and an MoE model's
@@ -420,12 +430,15 @@ Declared PipelineRank<T>::declared(int steps) const {
       c.all_reduce += s.all_reduce, c.all_gather += s.all_gather, c.reduce_scatter += s.reduce_scatter;
     }
     const int64_t n = int64_t(m_) * steps;
-    // MoE blocks: no dense MLP all-reduce each way; the experts' rows instead,
-    // from the routing this rank recorded (tensor_parallel/tp_rank.cc's rule).
+    // MoE blocks: no dense MLP all-reduce (SP: reduce-scatter) each way, and
+    // full recompute's rerun; the experts' rows instead, from the routing
+    // this rank recorded (tensor_parallel/tp_rank.cc's rule).
     int64_t moe_rows = 0;
     if (cfg_.model.moe.experts > 0) {
-      c.all_reduce -= 2 * int64_t(se_.units.size()) * x.tokens() * cfg_.model.C * db;
-      moe_rows = 2 * load_.owner_rows * cfg_.model.C * db;
+      const int64_t passes = o_.tensor.recompute == Recompute::full ? 3 : 2;
+      (o_.tensor.sp ? c.reduce_scatter : c.all_reduce) -=
+          passes * int64_t(se_.units.size()) * x.tokens() * cfg_.model.C * db;
+      moe_rows = passes * load_.owner_rows * cfg_.model.C * db;
     }
     d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + moe_rows + sp_held_ * db * steps);
     if (c.all_gather) d.add_comm(Group::tp, CommOp::all_gather, c.all_gather * n);

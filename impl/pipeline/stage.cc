@@ -160,11 +160,21 @@ std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const 
     for (int c = 0; c < part.v; ++c) {
       const StageSlice& st = part.at(r, c);
       table[size_t(r)].push_back(
-          model_parallel ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head, moe_blocks_of(m, st)) +
+          // (full recompute: the MoE blocks keep their output alone; the rerun's MoeActs is the rank's, moe_rerun_bytes)
+          model_parallel ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head,
+                                                      o.recompute == Recompute::full ? 0 : moe_blocks_of(m, st)) +
                                (split ? st.num_blocks * tp::block_stash_bytes(x) : 0)  // zb-h1: B -> W stash
                          : chunk_activation_bytes(m, st, B, T, x.elem_bytes, x.acc_bytes, split, moe));
     }
   return table;
+}
+
+int64_t moe_rerun_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o, MoeStage moe,
+                        bool moe_blocks_here) {
+  if (m.moe.experts == 0 || o.recompute != Recompute::full || !moe_blocks_here) return 0;
+  const tp::TpShape x = tp::make_shape(m, o.tp, o.sp, o.recompute, B, T, p);
+  return moe_activation_bytes(m, B * T / o.context.cp, moe.scope_tokens, x.elem_bytes, x.acc_bytes, moe.ep, o.tp,
+                              moe.on_device);
 }
 
 int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,

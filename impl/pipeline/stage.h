@@ -117,6 +117,12 @@ bool runs_stage_model(const tp::TpOptions& o);
 std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const Partition& part, int64_t B,
                                                      int64_t T, Precision p, const tp::TpOptions& o, bool split,
                                                      MoeStage moe = {});
+// Full recompute in the stage model with MoE blocks on the rank: the one
+// MoeActs (reference/moe.h) the backward's rerun of an MoE block fills, held
+// beside the in-flight units, whose MoE blocks keep their output alone
+// (chunk_bytes_table); 0 otherwise.
+int64_t moe_rerun_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o, MoeStage moe,
+                        bool moe_blocks_here);
 // A rank's declared peak activation bytes under schedule `kind`: its peak
 // in-flight units x their bytes with one chunk, else the peak of live bytes
 // in the generated order (peak_activation_bytes).

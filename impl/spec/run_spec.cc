@@ -269,18 +269,18 @@ void validate(const RunSpec& s) {
   // the CPU only: train.validate()), tiny-mixtral wherever GPT-2's MoE does.
   // Mixture of experts runs under data, expert, pipeline and tensor parallel
   // (experts split over tp) and their compositions (mesh dpN.epM.tpT.ppK),
-  // and outside pipelines with sequence parallel, recompute and context
+  // with sequence parallel and recompute, and outside pipelines with context
   // parallel x tensor x data parallel (experts whole over ep) so far.
   const bool piped = s.mesh.pp > 1 || s.pipe.schedule;
   require(s.train.model.moe.experts == 0 ||
-              ((!piped || (s.mesh.cp == 1 && !s.tensor.sp && s.tensor.recompute == Recompute::none)) &&
+              ((!piped || s.mesh.cp == 1) &&
                (s.mesh.cp == 1 || s.mesh.ep == 1)),
           "model.moe: a mixture-of-experts model runs with data, expert, tensor and pipeline parallel (mesh "
-          "dpN.epM.tpT.ppK, experts split over tp and ep), with sequence parallel and recompute outside pipelines, "
+          "dpN.epM.tpT.ppK, experts split over tp and ep), with sequence parallel and recompute, "
           "or with context, tensor and data parallel (mesh dpN.tpT.cpC) so far (got " +
               mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
               (s.tensor.recompute != Recompute::none ? " recompute" : "") + (piped ? " pipeline" : "") +
-              "): pipeline parallel together with sequence or context parallel or recompute, and expert "
+              "): pipeline parallel together with context parallel, and expert "
               "together with context parallel, for MoE are not implemented yet");
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "impl/data_parallel/replay.h"
+#include "impl/registry.h"
 #include "suites/conformance/teeth.h"
 
 namespace pb {
@@ -115,12 +116,20 @@ TEST(Teeth, PipelineLlamaNoFalseAlarmOverTenSeeds) {
 
 // No false alarm for tiny-mixtral inside pipeline stages (rule-only; the
 // experts split over ep, and over tp in the last case): mixtral_pipe_cases,
-// 10 seeds, both precisions.
+// and two of them with SP and recompute, 10 seeds, both precisions.
 TEST(Teeth, PipelineMixtralNoFalseAlarmOverTenSeeds) {
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
     for (const StrategyRun& base : mixtral_pipe_cases(p)) runs += expect_passes_over_ten_seeds(base);
-  EXPECT_EQ(runs, 2 * 4 * 10);
+  // MoE stages with SP and full recompute (dp2.ep2.tp2.pp2), with selective recompute (dp2.ep2.pp2).
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+    const std::vector<StrategyRun> c = mixtral_pipe_cases(p);
+    StrategyRun sp = c[3], sel = c[1];
+    apply_strategy_text(sp.spec, "sp=on,recompute=full", fault_catalogue());
+    apply_strategy_text(sel.spec, "recompute=selective", fault_catalogue());
+    runs += expect_passes_over_ten_seeds(sp) + expect_passes_over_ten_seeds(sel);
+  }
+  EXPECT_EQ(runs, 2 * 6 * 10);
 }
 
 // The same for MoE stages under PipeDream-2BW (two versions of the experts):
