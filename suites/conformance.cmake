@@ -604,6 +604,60 @@ if(PARABENCH_BUILD_TESTS)
                        PROPERTIES TIMEOUT 600 LABELS "cli" PROCESSORS 2)
   set_property(TEST conformance_check_mixtral_pp_sp_recompute conformance_check_moe_pp_sp_recompute_wide
                conformance_check_mixtral_pp_sp_recompute_teeth APPEND PROPERTY LABELS full)
+  # MoE stages with context parallel (issue 49 item 3; ep = 1): each cp
+  # rank routes its tokens, the cp ranks of a data rank share the
+  # microbatch's capacity and load-balancing statistics (with global
+  # capacity over dp >= 2 every dp x cp rank), as outside pipelines; held to
+  # the rule and the fp64 rerun, memory and traffic exactly as declared.
+  # Quick: tiny-moe (global capacity) cp2.pp2 and dp2.cp2.pp2 Ulysses; its
+  # teeth: the statistics not shared over cp, capacity over the rank's own
+  # tokens (every configuration must fail).
+  add_test(NAME conformance_check_moe_pp_cp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
+            --spec "cp2.pp2 schedule=1f1b" "dp2.cp2.pp2 schedule=gpipe,cp_algo=ulysses"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  add_test(NAME conformance_check_moe_pp_cp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
+            --spec "cp2.pp2 schedule=1f1b,faults=moe_aux_per_rank" "cp2.pp2 schedule=1f1b,faults=moe_local_capacity"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_moe_pp_cp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n4 configurations, 4 failed\\.")
+  # The wider set (label full): GPT-2's MoE at both capacities x tp + SP,
+  # recompute, 2bw; tiny-mixtral (RoPE by true position) x ZeRO-3, tp + SP +
+  # full recompute; teeth: the router gradient missing, the rerun's aux
+  # twice, dp2.cp2 capacity per rank, RoPE by the rank-local index.
+  add_test(NAME conformance_check_moe_pp_cp_wide
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe
+            --spec "cp2.pp2 schedule=1f1b" "tp2.cp2.pp2 schedule=interleaved,virtual_stages=2,sp=on"
+            "cp2.pp2 schedule=1f1b,recompute=full" "cp2.pp2 schedule=2bw"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  add_test(NAME conformance_check_mixtral_pp_cp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral
+            --spec "cp2.pp2 schedule=1f1b,cp_algo=ring" "dp2.cp2.pp2 schedule=gpipe,cp_algo=ulysses,shard=zero3"
+            "tp2.cp2.pp2 schedule=1f1b,cp_algo=ring,sp=on,recompute=full"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  add_test(NAME conformance_check_moe_pp_cp_wide_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
+            --spec "dp2.cp2.pp2 schedule=1f1b,faults=moe_local_capacity"
+            "cp2.pp2 schedule=gpipe,faults=moe_router_grad_missing"
+            "cp2.pp2 schedule=1f1b,recompute=full,faults=moe_recompute_aux_twice"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_moe_pp_cp_wide_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n6 configurations, 6 failed\\.")
+  add_test(NAME conformance_check_mixtral_pp_cp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral
+            --spec "cp2.pp2 schedule=1f1b,faults=rope_local_positions"
+            "dp2.cp2.pp2 schedule=1f1b,cp_algo=ulysses,faults=moe_aux_per_rank"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_mixtral_pp_cp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n8 configurations, 8 failed\\.")
+  set_tests_properties(conformance_check_moe_pp_cp conformance_check_moe_pp_cp_teeth conformance_check_moe_pp_cp_wide
+                       conformance_check_mixtral_pp_cp conformance_check_moe_pp_cp_wide_teeth
+                       conformance_check_mixtral_pp_cp_teeth
+                       PROPERTIES TIMEOUT 600 LABELS "cli" PROCESSORS 2)
+  set_property(TEST conformance_check_moe_pp_cp_wide conformance_check_mixtral_pp_cp
+               conformance_check_moe_pp_cp_wide_teeth conformance_check_mixtral_pp_cp_teeth
+               APPEND PROPERTY LABELS full)
 endif()
 
 # Kept for the full command (`ctest -L full`), out of the newcomer's quick

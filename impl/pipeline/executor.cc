@@ -7,6 +7,7 @@
 
 #include "harness/mesh.h"
 #include "harness/status.h"
+#include "impl/context_parallel/options.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/expert_parallel/exchange.h"
 #include "impl/expert_parallel/options.h"
@@ -47,6 +48,29 @@ Schedule build_schedule(const PipelineOptions& o, const TrainConfig& cfg) {
 // data.ranks_per_node counts data-parallel ranks (a replica's tp x cp ranks share its node).
 MeshShape mesh_of(const PipelineOptions& o) {
   return {o.dp(), o.tp(), o.cp(), o.pp, o.data.ranks_per_node * o.tp() * o.cp(), o.ep};
+}
+
+// An MoE model's scope in context-parallel stages (ep = 1), as the
+// tensor-parallel rank's (tensor_parallel/tp_rank.cc context_moe_scope): the
+// cp ranks of a data rank share its microbatch's capacity and load-balancing
+// statistics (global capacity over dp >= 2: every dp x cp rank of the
+// stage's tp rank), their tokens placed in the microbatch's token order
+// (reference/moe.h MoeScope::order): capacity rank r = d * cp + c holds data
+// rank d's sequences' tokens at cp rank c's positions.
+MoeScope context_moe_scope(const PipelineOptions& o, const TrainConfig& cfg, RankGroups& g, Communicator* tp) {
+  const bool joint = dp::moe_shares_capacity(o.data, cfg);
+  Communicator* cap = g.split(Group::moe, joint ? MeshAxis::dp_cp : MeshAxis::cp);
+  MoeScope sc = ep::moe_scope(cap, nullptr, tp, o.data.moe_faults);
+  const int cp = o.cp(), Tn = cfg.seq, Bm = cfg.batch / (o.dp() * cfg.microbatches), Tl = Tn / cp;
+  const int64_t N = int64_t(Bm) * Tl;
+  auto order = std::make_shared<std::vector<int64_t>>();
+  for (int r = 0; r < cap->size(); ++r) {
+    const cp::Placement place(Tn, cp, r % cp, o.tensor.context.zigzag);
+    for (int64_t n = 0; n < N; ++n)
+      order->push_back(int64_t(r / cp) * Bm * Tn + (n / Tl) * Tn + place.position(int(n % Tl)));
+  }
+  sc.order = std::move(order);
+  return sc;
 }
 }  // namespace
 
@@ -119,7 +143,7 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   const size_t N = size_t(Bm_) * cfg.seq;
   // An MoE model's scope: the capacity group, ep, and tp (the experts split over it, tensor_parallel/runner.h).
   if (cfg.model.moe.experts > 0) {
-    scope_ = dp::make_moe_scope(o.component(), cfg, groups_, tp_);
+    scope_ = o.cp() > 1 ? context_moe_scope(o, cfg, groups_, tp_) : dp::make_moe_scope(o.component(), cfg, groups_, tp_);
     if (o.tensor.has(tp::Fault::gate_up_mismatch)) scope_.faults.insert(MoeFault::expert_gate_up_mismatch);  // the experts' too
   }
   if (runs_stage_model(o.tensor))  // tp or cp > 1, or recomputation (at tp = cp = 1 with tp 1)
@@ -298,8 +322,9 @@ void PipelineRank<T>::forward(const Action& a) {
       }
       release(nd + j);
       const MoeActs<T>& done = tpm_ && o_.tensor.recompute == Recompute::full ? moe_work_ : ma;
-      aux_ += done.aux * double(N);  // the microbatch's load-balancing term, weighed by its tokens
-      if (s_.async_weights) aux_mb_[size_t(mb)] += done.aux * double(N);
+      const double held = tpm_ ? double(tpm_->tokens()) : double(N);  // this rank's tokens (cp: its share)
+      aux_ += done.aux * held;  // the microbatch's load-balancing term, weighed by its tokens
+      if (s_.async_weights) aux_mb_[size_t(mb)] += done.aux * held;
       done.add_to(load_, cfg_.model.moe.experts, cfg_.model.moe.top_k);
     } else if (tpm_) {
       auto& b = lv.tblocks[size_t(i)];
@@ -365,7 +390,7 @@ void PipelineRank<T>::backward(const Action& a) {
     T* dst = i == 0 && !st.embedding ? dx_in.data() : other(dout);
     if (const int j = se_.of_layer.empty() ? -1 : se_.of_layer[size_t(layer)]; j >= 0) {
       // The load-balancing term's weight: its share of the step's tokens (the capacity scope's).
-      const size_t N = size_t(Bm_) * cfg_.seq;
+      const size_t N = tpm_ ? size_t(tpm_->tokens()) : size_t(Bm_) * cfg_.seq;  // this rank's tokens (cp: its share)
       double aux_weight = double(scope_.tokens(cfg_.model.moe, int64_t(N))) / tokens;
       T* gu = grad(mb, u);
       const T* pu = param(mb, u, true);

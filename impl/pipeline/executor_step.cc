@@ -85,26 +85,32 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                     "skip_replica_reduce, no_copy_back, and stale_params with zero1/zero2)");
   }
   if (cfg.model.moe.experts > 0) {
-    require(o.cp() == 1,
-            "model.moe: a mixture-of-experts model in a pipeline runs with data, expert and tensor parallel stages "
-            "(mesh dpN.epM.tpT.ppK, experts split over tp, sp and recompute); context parallel for MoE stages is "
-            "not implemented yet");
+    require(o.cp() == 1 || o.ep == 1,
+            "model.moe: a mixture-of-experts model in a pipeline runs with data, expert, tensor and context parallel "
+            "stages (mesh dpN.epM.tpT.ppK or dpN.tpT.cpC.ppK, experts split over tp, sp and recompute); expert "
+            "together with context parallel in MoE stages is not implemented yet");
     require(o.kind != ScheduleKind::zb_h1,
             "strategy.schedule: zb-h1 with a mixture-of-experts model is not implemented (MoE stages run gpipe, "
             "1f1b, interleaved and 2bw; zb-h1 would split the MoE backward into B and W)");
     // 2BW: the delayed-weight replay (delayed_reference.h) routes each
     // microbatch on its own, so the capacity scope must be the microbatch's.
-    require(o.kind != ScheduleKind::pipedream_2bw || !dp::moe_shares_capacity(o.component(), cfg),
+    require(o.kind != ScheduleKind::pipedream_2bw || !dp::moe_shares_capacity(o.data, cfg),
             "strategy.schedule: 2bw with a mixture-of-experts model needs each microbatch's own capacity (dp1, or "
             "model.moe.capacity local): global capacity over dp" + std::to_string(o.dp()) +
                 " routes microbatches of different weight versions together");
-    require(o.experts.dp * o.ep == o.dp(), "mesh: ep" + std::to_string(o.ep) + " must divide dp" +
-                                               std::to_string(o.dp()));
+    require(o.experts.dp * o.ep == o.component().dp, "mesh: ep" + std::to_string(o.ep) + " must divide dp" +
+                                                         std::to_string(o.dp()));
     require(cfg.model.moe.experts % o.ep == 0, "mesh: ep" + std::to_string(o.ep) +
                                                    " must divide model.moe.experts (" +
                                                    std::to_string(cfg.model.moe.experts) + ")");
     dp::validate(o.experts);
-    dp::validate(o.component(), cfg);  // which MoE faults apply (ep >= 2; global capacity over dp >= 2)
+    if (o.cp() == 1) {
+      dp::validate(o.component(), cfg);  // which MoE faults apply (ep >= 2; global capacity over dp >= 2)
+    } else {  // the batch over the dp replicas (the cp ranks share their microbatches); the MoE faults: strategy.cc
+      dp::DpOptions replicas;
+      replicas.dp = o.dp();
+      dp::validate(replicas, cfg);
+    }
     require(!o.data.moe_faults.count(MoeFault::recompute_aux_twice) || o.tensor.recompute == Recompute::full,
             "strategy.faults: moe_recompute_aux_twice needs recompute=full (the backward's rerun of the MoE block)");
   } else {
@@ -147,7 +153,7 @@ SplitPlan pipeline_replay_plan(const PipelineOptions& o, const TrainConfig& cfg)
   p.groups = o.dp();
   p.micro = cfg.microbatches;
   p.separate_head_grad = !cfg.model.llama();  // the llama family's head is untied: nothing to add to wte
-  p.moe_joint = dp::moe_shares_capacity(o.component(), cfg);
+  p.moe_joint = dp::moe_shares_capacity(o.data, cfg);  // over the dp replicas (cp ranks share one microbatch)
   if (o.data.shard >= dp::Shard::zero2) {
     // Reduced per microbatch (the dp sum first, then the tied E + H on the
     // shards); at pp = 1 the head adds to the embedding's own buffer.
@@ -355,7 +361,8 @@ Declared PipelineRank<T>::declared(int steps) const {
   const int64_t wte = layout_.wpe_offset();
   Declared d;
   // Activations: in-flight (microbatch, chunk) units x their bytes.
-  const MoeStage moe{scope_.tokens(cfg_.model.moe, int64_t(Bm_) * cfg_.seq), o_.ep, !ops_->is_host()};
+  const int64_t held = tpm_ ? int64_t(tpm_->tokens()) : int64_t(Bm_) * cfg_.seq;  // this rank's tokens (cp: its share)
+  const MoeStage moe{scope_.tokens(cfg_.model.moe, held), o_.ep, !ops_->is_host()};
   const int64_t act =
       stage_activation_peak(
           o_.kind, sc,
@@ -408,7 +415,15 @@ Declared PipelineRank<T>::declared(int steps) const {
     // Full recompute reruns each MoE block's forward (the same routing): its
     // count exchanges, dispatch and combine once more (tensor_parallel/tp_rank.cc's rule).
     const bool rerun = tpm_ && o_.tensor.recompute == Recompute::full;
-    dp::add_moe_capacity_comm(d, o_.component(), cfg_, steps, int(se_.units.size()) * (rerun ? 2 : 1));
+    const int64_t blocks = int64_t(se_.units.size()) * (rerun ? 2 : 1);
+    if (scope_.order) {  // context parallel: every token's choices gathered, the probability sums all-reduced
+      const int64_t calls = int64_t(steps) * m_ * blocks;
+      d.add_comm(Group::moe, CommOp::all_gather,
+                 calls * scope_.capacity_ranks() * held * cfg_.model.moe.top_k * 8);
+      d.add_comm(Group::moe, CommOp::all_reduce, calls * cfg_.model.moe.experts * 8);
+    } else {
+      dp::add_moe_capacity_comm(d, o_.component(), cfg_, steps, int(blocks));
+    }
     if (o_.ep > 1)  // the all-to-alls of the routing this rank recorded (a fresh rank's whole run)
       d.add_comm(Group::ep, CommOp::all_to_all,
                  ep::a2a_bytes(cfg_.model, load_.calls, load_.sent_rows, load_.owner_rows, int(sizeof(T))) +

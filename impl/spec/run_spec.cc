@@ -269,19 +269,17 @@ void validate(const RunSpec& s) {
   // the CPU only: train.validate()), tiny-mixtral wherever GPT-2's MoE does.
   // Mixture of experts runs under data, expert, pipeline and tensor parallel
   // (experts split over tp) and their compositions (mesh dpN.epM.tpT.ppK),
-  // with sequence parallel and recompute, and outside pipelines with context
-  // parallel x tensor x data parallel (experts whole over ep) so far.
+  // with sequence parallel and recompute, and with context parallel x
+  // tensor x data x pipeline parallel (experts whole over ep) so far.
   const bool piped = s.mesh.pp > 1 || s.pipe.schedule;
   require(s.train.model.moe.experts == 0 ||
-              ((!piped || s.mesh.cp == 1) &&
-               (s.mesh.cp == 1 || s.mesh.ep == 1)),
+              (s.mesh.cp == 1 || s.mesh.ep == 1),
           "model.moe: a mixture-of-experts model runs with data, expert, tensor and pipeline parallel (mesh "
           "dpN.epM.tpT.ppK, experts split over tp and ep), with sequence parallel and recompute, "
-          "or with context, tensor and data parallel (mesh dpN.tpT.cpC) so far (got " +
+          "or with context, tensor, data and pipeline parallel (mesh dpN.tpT.cpC.ppK) so far (got " +
               mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
               (s.tensor.recompute != Recompute::none ? " recompute" : "") + (piped ? " pipeline" : "") +
-              "): pipeline parallel together with context parallel, and expert "
-              "together with context parallel, for MoE are not implemented yet");
+              "): expert together with context parallel, for MoE is not implemented yet");
 }
 
 bool operator==(const RunSpec& a, const RunSpec& b) {

@@ -116,7 +116,7 @@ TEST(Teeth, PipelineLlamaNoFalseAlarmOverTenSeeds) {
 
 // No false alarm for tiny-mixtral inside pipeline stages (rule-only; the
 // experts split over ep, and over tp in the last case): mixtral_pipe_cases,
-// and two of them with SP and recompute, 10 seeds, both precisions.
+// two of them with SP and recompute, one in cp stages, 10 seeds, both precisions.
 TEST(Teeth, PipelineMixtralNoFalseAlarmOverTenSeeds) {
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
@@ -128,8 +128,13 @@ TEST(Teeth, PipelineMixtralNoFalseAlarmOverTenSeeds) {
     apply_strategy_text(sp.spec, "sp=on,recompute=full", fault_catalogue());
     apply_strategy_text(sel.spec, "recompute=selective", fault_catalogue());
     runs += expect_passes_over_ten_seeds(sp) + expect_passes_over_ten_seeds(sel);
+    // ... and in context-parallel stages (cp2.pp2, ring; ep = 1).
+    StrategyRun cp = c[0];
+    cp.spec.mesh.cp = 2;
+    apply_strategy_text(cp.spec, "cp_algo=ring", fault_catalogue());
+    runs += expect_passes_over_ten_seeds(cp);
   }
-  EXPECT_EQ(runs, 2 * 6 * 10);
+  EXPECT_EQ(runs, 2 * 7 * 10);
 }
 
 // The same for MoE stages under PipeDream-2BW (two versions of the experts):

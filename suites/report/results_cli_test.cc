@@ -113,8 +113,9 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh cp2.pp2 --strategy schedule=1f1b,cp_algo=ulysses --model tiny-tp", ""},
       {"--mesh dp2.cp3 --strategy cp_algo=ulysses,shard=hsdp,shard_group=3", ""},  // F spans a replica's cp ranks
       {"--cp 0", "--cp"},
-      {"--mesh cp2.ep2 --model tiny-moe", "expert together with context parallel, for MoE are not implemented yet"},
-      {"--mesh cp2.pp2 --model tiny-moe --strategy schedule=1f1b", "pipeline parallel together with context"},
+      {"--mesh cp2.ep2 --model tiny-moe", "expert together with context parallel, for MoE is not implemented yet"},
+      {"--mesh cp2.pp2 --model tiny-moe --strategy schedule=1f1b,faults=ep_combine_permuted",
+       "MoE faults that do under context"},
       {"--mesh dp2.pp2 --model tiny-moe --strategy schedule=1f1b,faults=moe_recompute_aux_twice",
        "needs recompute=full"},
       {"--mesh cp2 --model tiny-moe --strategy faults=ep_combine_permuted", "MoE faults that do under context"},
