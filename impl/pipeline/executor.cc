@@ -204,11 +204,15 @@ typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
           MoeActs<T>(&mem_, m, int(N), scope_.tokens(m.moe, int64_t(N)), o_.ep, o_.tp(), !ops_->is_host());
     if (tpm_) {  // full recompute keeps the block's output alone (the backward reruns the rest)
       tpm_->alloc_block(lv.tblocks.emplace_back(), &mem_, o_.tensor.recompute == Recompute::full, !moe);
-      if (s_.split_backward) tpm_->alloc_stash(lv.tstash.emplace_back(), &mem_);
+      // zb-h1: an MoE block's backward runs whole in B (no stash; its W is empty)
+      if (s_.split_backward) {
+        lv.tstash.emplace_back();
+        if (!moe) tpm_->alloc_stash(lv.tstash.back(), &mem_);
+      }
       continue;
     }
     lv.blocks.emplace_back(&mem_, m, Bm_, cfg_.seq, !moe);
-    if (s_.split_backward) lv.stash.emplace_back(&mem_, m, Bm_, cfg_.seq);
+    if (s_.split_backward) lv.stash.push_back(moe ? BlockGradStash<T>() : BlockGradStash<T>(&mem_, m, Bm_, cfg_.seq));
   }
   if (st.head) {
     if (tpm_) tpm_->alloc_head(lv.thead, &mem_);
@@ -475,6 +479,7 @@ void PipelineRank<T>::weight(const Action& a) {
   Live& lv = live_.at(k);
   const bool dropped = o_.faults.drop_w && pr_ == 0 && a.microbatch == 0 && a.chunk == 0;
   for (int i = 0; i < st.num_blocks; ++i) {
+    if (cfg_.model.is_moe(st.first_block + i)) continue;  // its weight gradients were formed in B
     const int u = su_.of_model[size_t(layout_.block_unit(st.first_block + i))];
     T* g = grad(a.microbatch, u);
     if (tpm_) {  // the tensor-parallel block's weight gradients: no communication

@@ -89,9 +89,6 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
             "model.moe: a mixture-of-experts model in a pipeline runs with data, expert, tensor and context parallel "
             "stages (mesh dpN.epM.tpT.ppK or dpN.tpT.cpC.ppK, experts split over tp, sp and recompute); expert "
             "together with context parallel in MoE stages is not implemented yet");
-    require(o.kind != ScheduleKind::zb_h1,
-            "strategy.schedule: zb-h1 with a mixture-of-experts model is not implemented (MoE stages run gpipe, "
-            "1f1b, interleaved and 2bw; zb-h1 would split the MoE backward into B and W)");
     // 2BW: the delayed-weight replay (delayed_reference.h) routes each
     // microbatch on its own, so the capacity scope must be the microbatch's.
     require(o.kind != ScheduleKind::pipedream_2bw || !dp::moe_shares_capacity(o.data, cfg),
@@ -127,6 +124,9 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(!f.drop_w || o.kind == ScheduleKind::zb_h1,
           "fault drop_w: does not apply to " + std::string(schedule_name(o.kind)) +
               " (applies to: zb-h1, the split-backward schedule)");
+  require(!f.drop_w || has_dense_block(cfg.model, partition_layers(cfg.model.L, o.pp, o.virtual_stages).at(0, 0)),
+          "fault drop_w: rank 0's first chunk holds MoE blocks alone, whose weight gradients zb-h1 forms in B: "
+          "its W has nothing to drop");
   require(!f.skip_microbatch || cfg.microbatches >= 2, "fault skip_microbatch: needs microbatches >= 2");
   require(!f.tied_grad_not_summed || o.pp >= 2, "fault tied_grad_not_summed: needs pp >= 2");
   require(!f.grads_rescaled_by_microbatches || cfg.microbatches >= 2,

@@ -104,6 +104,10 @@ Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi);
 int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
                                int64_t dtype_bytes, int64_t acc_bytes, bool split_backward, MoeStage moe = {});
 
+// zb-h1 with MoE blocks: an MoE block's backward runs whole in B, so W has
+// weight gradients to form on (rank, chunk) only where a dense block is.
+bool has_dense_block(const ModelConfig& m, const StageSlice& st);
+
 // True when a stage runs the tensor-parallel stage model's pieces
 // (tensor_parallel/runner.h TpModel) instead of the reference's blocks:
 // tp or cp > 1, or recomputation, which only that model does (at tp = cp = 1

@@ -48,7 +48,13 @@ bool wrong_stage_bites(const RunSpec& s) {
 bool always(const RunSpec&) { return true; }
 bool tied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && !s.train.model.llama(); }
 bool untied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && s.train.model.llama(); }
-bool split_backward(const RunSpec& s) { return s.pipe.schedule == ScheduleKind::zb_h1; }
+// ... with a W that forms weight gradients on rank 0's first chunk (an MoE block's are formed in B).
+bool split_backward(const RunSpec& s) {
+  const ModelConfig& m = s.train.model;
+  if (s.pipe.schedule != ScheduleKind::zb_h1) return false;
+  if (m.moe.experts == 0 || m.L < s.mesh.pp * s.pipe.virtual_stages) return true;  // (validate names a bad split)
+  return has_dense_block(m, partition_layers(m.L, s.mesh.pp, s.pipe.virtual_stages).at(0, 0));
+}
 // W(1) = W(0): the versions differ from the third group on (train.steps >= 3).
 bool two_versions(const RunSpec& s) {
   return s.pipe.schedule == ScheduleKind::pipedream_2bw && s.mesh.pp >= 2 && s.train.steps >= 3;

@@ -116,7 +116,8 @@ TEST(Teeth, PipelineLlamaNoFalseAlarmOverTenSeeds) {
 
 // No false alarm for tiny-mixtral inside pipeline stages (rule-only; the
 // experts split over ep, and over tp in the last case): mixtral_pipe_cases,
-// two of them with SP and recompute, one in cp stages, 10 seeds, both precisions.
+// two of them with SP and recompute, one in cp stages, one under zb-h1, 10
+// seeds, both precisions.
 TEST(Teeth, PipelineMixtralNoFalseAlarmOverTenSeeds) {
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
@@ -133,8 +134,12 @@ TEST(Teeth, PipelineMixtralNoFalseAlarmOverTenSeeds) {
     cp.spec.mesh.cp = 2;
     apply_strategy_text(cp.spec, "cp_algo=ring", fault_catalogue());
     runs += expect_passes_over_ten_seeds(cp);
+    // ... and under zb-h1 (an MoE block's backward whole in B): dp2.ep2.pp2.
+    StrategyRun zb = c[1];
+    zb.spec.pipe.schedule = pipeline::ScheduleKind::zb_h1;
+    runs += expect_passes_over_ten_seeds(zb);
   }
-  EXPECT_EQ(runs, 2 * 7 * 10);
+  EXPECT_EQ(runs, 2 * 8 * 10);
 }
 
 // The same for MoE stages under PipeDream-2BW (two versions of the experts):
