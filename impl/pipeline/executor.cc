@@ -7,6 +7,7 @@
 
 #include "harness/mesh.h"
 #include "harness/status.h"
+#include "impl/context_parallel/options.h"
 #include "impl/data_parallel/replay.h"
 #include "impl/expert_parallel/exchange.h"
 #include "impl/expert_parallel/options.h"
@@ -47,6 +48,29 @@ Schedule build_schedule(const PipelineOptions& o, const TrainConfig& cfg) {
 // data.ranks_per_node counts data-parallel ranks (a replica's tp x cp ranks share its node).
 MeshShape mesh_of(const PipelineOptions& o) {
   return {o.dp(), o.tp(), o.cp(), o.pp, o.data.ranks_per_node * o.tp() * o.cp(), o.ep};
+}
+
+// An MoE model's scope in context-parallel stages (ep = 1), as the
+// tensor-parallel rank's (tensor_parallel/tp_rank.cc context_moe_scope): the
+// cp ranks of a data rank share its microbatch's capacity and load-balancing
+// statistics (global capacity over dp >= 2: every dp x cp rank of the
+// stage's tp rank), their tokens placed in the microbatch's token order
+// (reference/moe.h MoeScope::order): capacity rank r = d * cp + c holds data
+// rank d's sequences' tokens at cp rank c's positions.
+MoeScope context_moe_scope(const PipelineOptions& o, const TrainConfig& cfg, RankGroups& g, Communicator* tp) {
+  const bool joint = dp::moe_shares_capacity(o.data, cfg);
+  Communicator* cap = g.split(Group::moe, joint ? MeshAxis::dp_cp : MeshAxis::cp);
+  MoeScope sc = ep::moe_scope(cap, nullptr, tp, o.data.moe_faults);
+  const int cp = o.cp(), Tn = cfg.seq, Bm = cfg.batch / (o.dp() * cfg.microbatches), Tl = Tn / cp;
+  const int64_t N = int64_t(Bm) * Tl;
+  auto order = std::make_shared<std::vector<int64_t>>();
+  for (int r = 0; r < cap->size(); ++r) {
+    const cp::Placement place(Tn, cp, r % cp, o.tensor.context.zigzag);
+    for (int64_t n = 0; n < N; ++n)
+      order->push_back(int64_t(r / cp) * Bm * Tn + (n / Tl) * Tn + place.position(int(n % Tl)));
+  }
+  sc.order = std::move(order);
+  return sc;
 }
 }  // namespace
 
@@ -119,10 +143,10 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   const size_t N = size_t(Bm_) * cfg.seq;
   // An MoE model's scope: the capacity group, ep, and tp (the experts split over it, tensor_parallel/runner.h).
   if (cfg.model.moe.experts > 0) {
-    scope_ = dp::make_moe_scope(o.component(), cfg, groups_, tp_);
+    scope_ = o.cp() > 1 ? context_moe_scope(o, cfg, groups_, tp_) : dp::make_moe_scope(o.component(), cfg, groups_, tp_);
     if (o.tensor.has(tp::Fault::gate_up_mismatch)) scope_.faults.insert(MoeFault::expert_gate_up_mismatch);  // the experts' too
   }
-  if (o.tp() > 1 || o.cp() > 1)
+  if (runs_stage_model(o.tensor))  // tp or cp > 1, or recomputation (at tp = cp = 1 with tp 1)
     tpm_ = std::make_unique<tp::TpModel<T>>(layout_, o.tensor, tp_, cp_, &mem_, Bm_, cfg.seq, scope_, *ops_);
   dxa_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
   dxb_ = Buffer<T>(&mem_, MemTag::workspace, size_t(boundary_elems()));
@@ -130,6 +154,10 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   tgt_tmp_ = Buffer<int32_t>(&mem_, MemTag::workspace, N);
   if (!ops_->is_host()) host_tok_.resize(N), host_tgt_.resize(N);
   if (!tpm_) scratch_ = Scratch<T>(&mem_, cfg.model, Bm_, cfg.seq, ops_->is_host());
+  // Full recompute: the one MoeActs the backward's rerun of an MoE block fills (stage.h moe_rerun_bytes).
+  if (tpm_ && o.tensor.recompute == Recompute::full && !se_.units.empty())
+    moe_work_ = MoeActs<T>(&mem_, cfg.model, tpm_->tokens(), scope_.tokens(cfg.model.moe, tpm_->tokens()), o.ep, o.tp(),
+                           !ops_->is_host());
   if (cfg.model.moe.experts > 0 && !tpm_) {
     moe_scratch_ =
         MoeScratch<T>(&mem_, cfg.model, int(N), scope_.tokens(cfg.model.moe, int64_t(N)), o.ep, 1, !ops_->is_host());
@@ -171,16 +199,20 @@ typename PipelineRank<T>::Live& PipelineRank<T>::open(Key k) {
   for (int i = 0; i < st.num_blocks; ++i) {
     const bool moe = m.is_moe(st.first_block + i);
     lv.moe.emplace_back();
-    if (moe)  // tp > 1: the experts' share of this tp rank
+    if (moe && !(tpm_ && o_.tensor.recompute == Recompute::full))  // tp > 1: the experts' share of this tp rank
       lv.moe.back() =
           MoeActs<T>(&mem_, m, int(N), scope_.tokens(m.moe, int64_t(N)), o_.ep, o_.tp(), !ops_->is_host());
     if (tpm_) {  // full recompute keeps the block's output alone (the backward reruns the rest)
       tpm_->alloc_block(lv.tblocks.emplace_back(), &mem_, o_.tensor.recompute == Recompute::full, !moe);
-      if (s_.split_backward) tpm_->alloc_stash(lv.tstash.emplace_back(), &mem_);
+      // zb-h1: an MoE block's backward runs whole in B (no stash; its W is empty)
+      if (s_.split_backward) {
+        lv.tstash.emplace_back();
+        if (!moe) tpm_->alloc_stash(lv.tstash.back(), &mem_);
+      }
       continue;
     }
     lv.blocks.emplace_back(&mem_, m, Bm_, cfg_.seq, !moe);
-    if (s_.split_backward) lv.stash.emplace_back(&mem_, m, Bm_, cfg_.seq);
+    if (s_.split_backward) lv.stash.push_back(moe ? BlockGradStash<T>() : BlockGradStash<T>(&mem_, m, Bm_, cfg_.seq));
   }
   if (st.head) {
     if (tpm_) tpm_->alloc_head(lv.thead, &mem_);
@@ -282,7 +314,10 @@ void PipelineRank<T>::forward(const Action& a) {
       const T* pu = param(mb, u, false);
       if (tpm_) {  // the tensor-parallel attention half, the experts split over tp
         auto& b = lv.tblocks[size_t(i)];
-        tpm_->moe_block_forward(b, ma, x, pu, b.xout.data(), param(mb, nd + j, false));
+        // Full recompute: the activations go to the workspace block and the rerun's MoeActs, the output is kept.
+        const bool full = o_.tensor.recompute == Recompute::full;
+        tpm_->moe_block_forward(full ? tpm_->work() : b, full ? moe_work_ : ma, x, pu, b.xout.data(),
+                                param(mb, nd + j, false));
         x = b.xout.data();
       } else {
         model_.moe_block_forward(lv.blocks[size_t(i)], ma, x, pu, scratch_, moe_scratch_, scope_,
@@ -290,9 +325,11 @@ void PipelineRank<T>::forward(const Action& a) {
         x = lv.blocks[size_t(i)].xout.data();
       }
       release(nd + j);
-      aux_ += ma.aux * double(N);  // the microbatch's load-balancing term, weighed by its tokens
-      if (s_.async_weights) aux_mb_[size_t(mb)] += ma.aux * double(N);
-      ma.add_to(load_, cfg_.model.moe.experts, cfg_.model.moe.top_k);
+      const MoeActs<T>& done = tpm_ && o_.tensor.recompute == Recompute::full ? moe_work_ : ma;
+      const double held = tpm_ ? double(tpm_->tokens()) : double(N);  // this rank's tokens (cp: its share)
+      aux_ += done.aux * held;  // the microbatch's load-balancing term, weighed by its tokens
+      if (s_.async_weights) aux_mb_[size_t(mb)] += done.aux * held;
+      done.add_to(load_, cfg_.model.moe.experts, cfg_.model.moe.top_k);
     } else if (tpm_) {
       auto& b = lv.tblocks[size_t(i)];
       // Full recompute: the block's activations go to the workspace block, its output is kept.
@@ -357,16 +394,25 @@ void PipelineRank<T>::backward(const Action& a) {
     T* dst = i == 0 && !st.embedding ? dx_in.data() : other(dout);
     if (const int j = se_.of_layer.empty() ? -1 : se_.of_layer[size_t(layer)]; j >= 0) {
       // The load-balancing term's weight: its share of the step's tokens (the capacity scope's).
-      const size_t N = size_t(Bm_) * cfg_.seq;
-      const double aux_weight = double(scope_.tokens(cfg_.model.moe, int64_t(N))) / tokens;
+      const size_t N = tpm_ ? size_t(tpm_->tokens()) : size_t(Bm_) * cfg_.seq;  // this rank's tokens (cp: its share)
+      double aux_weight = double(scope_.tokens(cfg_.model.moe, int64_t(N))) / tokens;
       T* gu = grad(mb, u);
       const T* pu = param(mb, u, true);
       T* ge = grad(mb, nd + j);
       const T* pe = param(mb, nd + j, true);
       if (tpm_) {
         const T* x_in = i ? lv.tblocks[size_t(i - 1)].xout.data() : lv.x_in.data();
-        tpm_->moe_block_backward(dst, gu, dout, x_in, lv.tblocks[size_t(i)], lv.moe[size_t(i)], pu, aux_weight, pe,
-                                 ge);
+        const bool full = o_.tensor.recompute == Recompute::full;
+        if (full) {  // rerun the block's forward, the routing and its exchanges included (the same dispatch)
+          tpm_->moe_block_forward(tpm_->work(), moe_work_, x_in, pu, tpm_->work().xout.data(), pe);
+          if (scope_.has(MoeFault::recompute_aux_twice)) {  // the rerun's term counted again
+            aux_ += moe_work_.aux * double(N);
+            if (s_.async_weights) aux_mb_[size_t(mb)] += moe_work_.aux * double(N);
+            aux_weight *= 2;
+          }
+        }
+        tpm_->moe_block_backward(dst, gu, dout, x_in, full ? tpm_->work() : lv.tblocks[size_t(i)],
+                                 full ? moe_work_ : lv.moe[size_t(i)], pu, aux_weight, pe, ge);
       } else {
         const T* x_in = i ? lv.blocks[size_t(i - 1)].xout.data() : lv.x_in.data();
         model_.moe_block_backward(dst, gu, dout, x_in, lv.blocks[size_t(i)], lv.moe[size_t(i)], pu, aux_weight,
@@ -433,6 +479,7 @@ void PipelineRank<T>::weight(const Action& a) {
   Live& lv = live_.at(k);
   const bool dropped = o_.faults.drop_w && pr_ == 0 && a.microbatch == 0 && a.chunk == 0;
   for (int i = 0; i < st.num_blocks; ++i) {
+    if (cfg_.model.is_moe(st.first_block + i)) continue;  // its weight gradients were formed in B
     const int u = su_.of_model[size_t(layout_.block_unit(st.first_block + i))];
     T* g = grad(a.microbatch, u);
     if (tpm_) {  // the tensor-parallel block's weight gradients: no communication

@@ -219,7 +219,7 @@ class PipelineRank : public RankBase<T> {
   // Views of groups_'s: pp, pp_tied (null: pp = 1), pp_scalar, check, tp and cp (null: size 1).
   Communicator *pp_ = nullptr, *tied_ = nullptr, *scalar_ = nullptr, *check_ = nullptr, *tp_ = nullptr,
                *cp_ = nullptr;
-  std::unique_ptr<tp::TpModel<T>> tpm_;  // tp > 1 or cp > 1
+  std::unique_ptr<tp::TpModel<T>> tpm_;  // the stage model (stage.h runs_stage_model): tp or cp > 1, or recompute
   std::vector<std::pair<int64_t, int64_t>> replicated_;  // flat ranges of tp-replicated params
   std::vector<std::pair<int64_t, int64_t>> reduced_;  // of them, the ones partial per tp rank (tp_reduced_ranges)
   int64_t sp_held_ = 0;  // of reduced_, the gradient elements this rank all-reduces over tp per step
@@ -232,6 +232,7 @@ class PipelineRank : public RankBase<T> {
   StageExperts se_;
   MoeScope scope_;  // the groups "ep" and "moe" (global capacity's counts)
   MoeScratch<T> moe_scratch_;
+  MoeActs<T> moe_work_;  // full recompute: the MoE MLP's state the backward's rerun fills (routing included)
   MoeLoad load_;
   double aux_ = 0;  // this step's load-balancing terms (coef x tokens), every MoE block here
   std::vector<double> aux_mb_;  // 2BW: those terms per microbatch of the window (its loss per group)

@@ -29,10 +29,6 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(world == o.dp() * o.tp() * o.cp() * o.pp, "dp: world size " + std::to_string(world) +
                                                         " must equal dp * tp * cp * pp = " +
                                                         std::to_string(o.dp() * o.tp() * o.cp() * o.pp));
-  // Recomputation runs in the tensor- and context-parallel stage model (tensor_parallel/runner.h).
-  require(o.tensor.recompute == Recompute::none || o.tp() > 1 || o.cp() > 1,
-          "strategy.recompute: recomputation inside pipeline stages needs tp or cp > 1 in the mesh (it runs in "
-          "the tensor- and context-parallel stage model); tp = cp = 1 stages do not recompute yet");
   auto tp_ok = tp::faults_for(cfg.model, o.tp(), o.tensor.sp, o.tensor.recompute);  // the family's too
   if (o.kind == ScheduleKind::zb_h1 && o.pp > 1 && o.tp() > 1 && o.tensor.sp && !cfg.model.llama())
     tp_ok.push_back(tp::Fault::zb_w_wrong_rows);
@@ -41,11 +37,11 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
             "strategy.faults: " + tp::fault_name(f) + " does not apply to this pipeline (tensor-parallel faults "
                 "need tp > 1 in the mesh; recompute_wrong_input needs recompute=full; zb_w_wrong_rows zb-h1, pp > 1, sp and "
                 "a model with biases)");
+  // zb-h1's W reads the block's activations from F (runner.h TpModel::Stash).
+  require(o.kind != ScheduleKind::zb_h1 || o.tensor.recompute != Recompute::full,
+          "strategy.recompute: zb-h1's W pass reads each block's activations, which recompute=full does not keep; "
+          "with zb-h1 use recompute=selective or none");
   if (o.tp() > 1 || o.cp() > 1) {
-    // zb-h1's W reads the block's activations from F (runner.h TpModel::Stash).
-    require(o.kind != ScheduleKind::zb_h1 || o.tensor.recompute != Recompute::full,
-            "strategy.recompute: zb-h1's W pass reads each block's activations, which recompute=full does not keep; "
-            "with zb-h1 in tensor- or context-parallel stages use recompute=selective or none");
     require(cfg.model.NH % o.tp() == 0, "mesh.tp: tp" + std::to_string(o.tp()) + " does not divide model.heads = " +
                                             std::to_string(cfg.model.NH));
     const int64_t tokens = int64_t(cfg.batch) / (o.dp() * cfg.microbatches) * cfg.seq / o.cp();
@@ -89,26 +85,31 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                     "skip_replica_reduce, no_copy_back, and stale_params with zero1/zero2)");
   }
   if (cfg.model.moe.experts > 0) {
-    require(o.cp() == 1 && !o.tensor.sp,
-            "model.moe: a mixture-of-experts model in a pipeline runs with data, expert and tensor parallel stages "
-            "(mesh dpN.epM.tpT.ppK, experts split over tp, no sp); context parallel and sequence parallel for MoE "
-            "stages are not implemented yet");
-    require(o.kind != ScheduleKind::zb_h1,
-            "strategy.schedule: zb-h1 with a mixture-of-experts model is not implemented (MoE stages run gpipe, "
-            "1f1b, interleaved and 2bw; zb-h1 would split the MoE backward into B and W)");
+    require(o.cp() == 1 || o.ep == 1,
+            "model.moe: a mixture-of-experts model in a pipeline runs with data, expert, tensor and context parallel "
+            "stages (mesh dpN.epM.tpT.ppK or dpN.tpT.cpC.ppK, experts split over tp, sp and recompute); expert "
+            "together with context parallel in MoE stages is not implemented yet");
     // 2BW: the delayed-weight replay (delayed_reference.h) routes each
     // microbatch on its own, so the capacity scope must be the microbatch's.
-    require(o.kind != ScheduleKind::pipedream_2bw || !dp::moe_shares_capacity(o.component(), cfg),
+    require(o.kind != ScheduleKind::pipedream_2bw || !dp::moe_shares_capacity(o.data, cfg),
             "strategy.schedule: 2bw with a mixture-of-experts model needs each microbatch's own capacity (dp1, or "
             "model.moe.capacity local): global capacity over dp" + std::to_string(o.dp()) +
                 " routes microbatches of different weight versions together");
-    require(o.experts.dp * o.ep == o.dp(), "mesh: ep" + std::to_string(o.ep) + " must divide dp" +
-                                               std::to_string(o.dp()));
+    require(o.experts.dp * o.ep == o.component().dp, "mesh: ep" + std::to_string(o.ep) + " must divide dp" +
+                                                         std::to_string(o.dp()));
     require(cfg.model.moe.experts % o.ep == 0, "mesh: ep" + std::to_string(o.ep) +
                                                    " must divide model.moe.experts (" +
                                                    std::to_string(cfg.model.moe.experts) + ")");
     dp::validate(o.experts);
-    dp::validate(o.component(), cfg);  // which MoE faults apply (ep >= 2; global capacity over dp >= 2)
+    if (o.cp() == 1) {
+      dp::validate(o.component(), cfg);  // which MoE faults apply (ep >= 2; global capacity over dp >= 2)
+    } else {  // the batch over the dp replicas (the cp ranks share their microbatches); the MoE faults: strategy.cc
+      dp::DpOptions replicas;
+      replicas.dp = o.dp();
+      dp::validate(replicas, cfg);
+    }
+    require(!o.data.moe_faults.count(MoeFault::recompute_aux_twice) || o.tensor.recompute == Recompute::full,
+            "strategy.faults: moe_recompute_aux_twice needs recompute=full (the backward's rerun of the MoE block)");
   } else {
     require(o.ep == 1, "mesh: ep" + std::to_string(o.ep) +
                            " needs a mixture-of-experts model (model.moe.experts > 0; e.g. --model tiny-moe)");
@@ -123,6 +124,9 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
   require(!f.drop_w || o.kind == ScheduleKind::zb_h1,
           "fault drop_w: does not apply to " + std::string(schedule_name(o.kind)) +
               " (applies to: zb-h1, the split-backward schedule)");
+  require(!f.drop_w || has_dense_block(cfg.model, partition_layers(cfg.model.L, o.pp, o.virtual_stages).at(0, 0)),
+          "fault drop_w: rank 0's first chunk holds MoE blocks alone, whose weight gradients zb-h1 forms in B: "
+          "its W has nothing to drop");
   require(!f.skip_microbatch || cfg.microbatches >= 2, "fault skip_microbatch: needs microbatches >= 2");
   require(!f.tied_grad_not_summed || o.pp >= 2, "fault tied_grad_not_summed: needs pp >= 2");
   require(!f.grads_rescaled_by_microbatches || cfg.microbatches >= 2,
@@ -149,7 +153,7 @@ SplitPlan pipeline_replay_plan(const PipelineOptions& o, const TrainConfig& cfg)
   p.groups = o.dp();
   p.micro = cfg.microbatches;
   p.separate_head_grad = !cfg.model.llama();  // the llama family's head is untied: nothing to add to wte
-  p.moe_joint = dp::moe_shares_capacity(o.component(), cfg);
+  p.moe_joint = dp::moe_shares_capacity(o.data, cfg);  // over the dp replicas (cp ranks share one microbatch)
   if (o.data.shard >= dp::Shard::zero2) {
     // Reduced per microbatch (the dp sum first, then the tied E + H on the
     // shards); at pp = 1 the head adds to the embedding's own buffer.
@@ -357,10 +361,13 @@ Declared PipelineRank<T>::declared(int steps) const {
   const int64_t wte = layout_.wpe_offset();
   Declared d;
   // Activations: in-flight (microbatch, chunk) units x their bytes.
-  const MoeStage moe{scope_.tokens(cfg_.model.moe, int64_t(Bm_) * cfg_.seq), o_.ep, !ops_->is_host()};
-  const int64_t act = stage_activation_peak(
-      o_.kind, sc,
-      chunk_bytes_table(cfg_.model, part_, Bm_, cfg_.seq, cfg_.precision, o_.tensor, s_.split_backward, moe), pr_);
+  const int64_t held = tpm_ ? int64_t(tpm_->tokens()) : int64_t(Bm_) * cfg_.seq;  // this rank's tokens (cp: its share)
+  const MoeStage moe{scope_.tokens(cfg_.model.moe, held), o_.ep, !ops_->is_host()};
+  const int64_t act =
+      stage_activation_peak(
+          o_.kind, sc,
+          chunk_bytes_table(cfg_.model, part_, Bm_, cfg_.seq, cfg_.precision, o_.tensor, s_.split_backward, moe), pr_) +
+      moe_rerun_bytes(cfg_.model, Bm_, cfg_.seq, cfg_.precision, o_.tensor, moe, !se_.units.empty());
   // Model states of the stage's units under its data axis (dp cost.h), plus
   // 2BW's second weight and gradient version and the pp = 1 head's wte gradient.
   std::vector<int64_t> sizes;
@@ -405,17 +412,31 @@ Declared PipelineRank<T>::declared(int steps) const {
   if (ex) {
     for (const auto& c : stage_dp_comm_per_step(expert_uses, expert_axis, m_))  // groups "edp", "edp_shard", ...
       d.add_comm(kExpertGroupPrefix + c.group, dp::comm_op(c.op), c.bytes * steps);
-    dp::add_moe_capacity_comm(d, o_.component(), cfg_, steps, int(se_.units.size()));
+    // Full recompute reruns each MoE block's forward (the same routing): its
+    // count exchanges, dispatch and combine once more (tensor_parallel/tp_rank.cc's rule).
+    const bool rerun = tpm_ && o_.tensor.recompute == Recompute::full;
+    const int64_t blocks = int64_t(se_.units.size()) * (rerun ? 2 : 1);
+    if (scope_.order) {  // context parallel: every token's choices gathered, the probability sums all-reduced
+      const int64_t calls = int64_t(steps) * m_ * blocks;
+      d.add_comm(Group::moe, CommOp::all_gather,
+                 calls * scope_.capacity_ranks() * held * cfg_.model.moe.top_k * 8);
+      d.add_comm(Group::moe, CommOp::all_reduce, calls * cfg_.model.moe.experts * 8);
+    } else {
+      dp::add_moe_capacity_comm(d, o_.component(), cfg_, steps, int(blocks));
+    }
     if (o_.ep > 1)  // the all-to-alls of the routing this rank recorded (a fresh rank's whole run)
       d.add_comm(Group::ep, CommOp::all_to_all,
-                 ep::a2a_bytes(cfg_.model, load_.calls, load_.sent_rows, load_.owner_rows, int(sizeof(T))));
+                 ep::a2a_bytes(cfg_.model, load_.calls, load_.sent_rows, load_.owner_rows, int(sizeof(T))) +
+                     (rerun ? load_.calls * cfg_.model.moe.experts * 8 +
+                                  (load_.sent_rows + load_.owner_rows) * cfg_.model.C * int64_t(sizeof(T))
+                            : 0));
   }
   // Per step: the loss, and the squared norm (one partial per rank when
   // padded; otherwise one per unit, summed in unit order, and an MoE model's
   // experts last).
   const int64_t norm = g > 1 ? 8 : 8 * (int64_t(layout_.num_units()) + (cfg_.model.moe.experts > 0 ? 1 : 0));
   d.add_comm(Group::pp_scalar, CommOp::all_reduce, (8 + norm) * steps);
-  if (tpm_) {  // the tensor axis inside the stage: its chunks' pieces per microbatch, SP's grads per step
+  if (o_.tp() > 1) {  // the tensor axis inside the stage: its chunks' pieces per microbatch, SP's grads per step
     const tp::TpShape x = tp_shape();
     tp::TpComm c;
     for (int ch = 0; ch < o_.virtual_stages; ++ch) {
@@ -424,12 +445,15 @@ Declared PipelineRank<T>::declared(int steps) const {
       c.all_reduce += s.all_reduce, c.all_gather += s.all_gather, c.reduce_scatter += s.reduce_scatter;
     }
     const int64_t n = int64_t(m_) * steps;
-    // MoE blocks: no dense MLP all-reduce each way; the experts' rows instead,
-    // from the routing this rank recorded (tensor_parallel/tp_rank.cc's rule).
+    // MoE blocks: no dense MLP all-reduce (SP: reduce-scatter) each way, and
+    // full recompute's rerun; the experts' rows instead, from the routing
+    // this rank recorded (tensor_parallel/tp_rank.cc's rule).
     int64_t moe_rows = 0;
     if (cfg_.model.moe.experts > 0) {
-      c.all_reduce -= 2 * int64_t(se_.units.size()) * x.tokens() * cfg_.model.C * db;
-      moe_rows = 2 * load_.owner_rows * cfg_.model.C * db;
+      const int64_t passes = o_.tensor.recompute == Recompute::full ? 3 : 2;
+      (o_.tensor.sp ? c.reduce_scatter : c.all_reduce) -=
+          passes * int64_t(se_.units.size()) * x.tokens() * cfg_.model.C * db;
+      moe_rows = passes * load_.owner_rows * cfg_.model.C * db;
     }
     d.add_comm(Group::tp, CommOp::all_reduce, c.all_reduce * n + moe_rows + sp_held_ * db * steps);
     if (c.all_gather) d.add_comm(Group::tp, CommOp::all_gather, c.all_gather * n);

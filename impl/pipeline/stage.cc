@@ -128,12 +128,12 @@ int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64
     // BlockGradStash: dout, dln2, dres, dln1 (C), gate|up's (2F), q|k|v's (qkv_width)
     const int64_t stash = split ? (4 * N * C + 2 * N * m.ffn + N * m.qkv_width()) * db : 0;
     return tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head, moe_blocks_of(m, st)) +
-           st.num_blocks * stash;
+           (st.num_blocks - moe_blocks_of(m, st)) * stash;  // zb-h1: an MoE block's B keeps no stash
   }
   // BlockActs: ln1, atty, xmid, ln2, xout (C); qkv (3C); fch, fchg (4C); att; 4 LN stats (A).
   const int64_t block = (5 * N * C + 3 * N * C + 8 * N * C + B * m.NH * T * T) * db + 4 * N * ab;
   const int64_t stash = split ? (4 * N * C + 4 * N * C + 3 * N * C) * db : 0;  // BlockGradStash
-  int64_t bytes = N * C * db + st.num_blocks * (block + stash);
+  int64_t bytes = N * C * db + st.num_blocks * block + (st.num_blocks - moe_blocks_of(m, st)) * stash;
   for (int b = 0; b < st.num_blocks; ++b)  // an MoE block: MoeActs instead of fch, fchg
     if (m.is_moe(st.first_block + b))
       bytes += moe_activation_bytes(m, N, moe.scope_tokens, int(db), int(ab), moe.ep, 1, moe.on_device) -
@@ -143,6 +143,12 @@ int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64
   return bytes;
 }
 
+bool has_dense_block(const ModelConfig& m, const StageSlice& st) { return moe_blocks_of(m, st) < st.num_blocks; }
+
+bool runs_stage_model(const tp::TpOptions& o) {
+  return o.tp > 1 || o.context.cp > 1 || o.recompute != Recompute::none;
+}
+
 std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const Partition& part, int64_t B,
                                                      int64_t T, Precision p, const tp::TpOptions& o, bool split,
                                                      MoeStage moe) {
@@ -150,17 +156,28 @@ std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const 
   x.cp = o.context.cp;
   x.algo = o.context.algo;
   x.moe_scope_tokens = moe.scope_tokens, x.ep = moe.ep, x.moe_on_device = moe.on_device;
-  const bool model_parallel = o.tp > 1 || o.context.cp > 1;  // the stage runs TpModel's pieces
+  const bool model_parallel = runs_stage_model(o);  // the stage runs TpModel's pieces
   std::vector<std::vector<int64_t>> table(size_t(part.pp));
   for (int r = 0; r < part.pp; ++r)
     for (int c = 0; c < part.v; ++c) {
       const StageSlice& st = part.at(r, c);
       table[size_t(r)].push_back(
-          model_parallel ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head, moe_blocks_of(m, st)) +
-                               (split ? st.num_blocks * tp::block_stash_bytes(x) : 0)  // zb-h1: B -> W stash
+          // (full recompute: the MoE blocks keep their output alone; the rerun's MoeActs is the rank's, moe_rerun_bytes)
+          model_parallel ? tp::stage_activation_bytes(x, st.num_blocks, st.embedding, st.head,
+                                                      o.recompute == Recompute::full ? 0 : moe_blocks_of(m, st)) +
+                               (split ? (st.num_blocks - moe_blocks_of(m, st)) * tp::block_stash_bytes(x)
+                                      : 0)  // zb-h1: B -> W stash (an MoE block's B keeps none)
                          : chunk_activation_bytes(m, st, B, T, x.elem_bytes, x.acc_bytes, split, moe));
     }
   return table;
+}
+
+int64_t moe_rerun_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o, MoeStage moe,
+                        bool moe_blocks_here) {
+  if (m.moe.experts == 0 || o.recompute != Recompute::full || !moe_blocks_here) return 0;
+  const tp::TpShape x = tp::make_shape(m, o.tp, o.sp, o.recompute, B, T, p);
+  return moe_activation_bytes(m, B * T / o.context.cp, moe.scope_tokens, x.elem_bytes, x.acc_bytes, moe.ep, o.tp,
+                              moe.on_device);
 }
 
 int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
@@ -172,7 +189,7 @@ int64_t stage_activation_peak(ScheduleKind kind, const ScheduleConfig& sc,
 int64_t stage_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o,
                               MoeStage moe, bool kernel_ws) {
   const int64_t N = B * T, local = N / o.context.cp, held = o.tp > 1 && o.sp ? local / o.tp : local;
-  const bool model_parallel = o.tp > 1 || o.context.cp > 1;
+  const bool model_parallel = runs_stage_model(o);
   int64_t bytes = 0;
   dispatch_dtype(storage_dtype(p), [&](auto t) {
     using U = decltype(t);
@@ -417,9 +434,10 @@ class StageCommReplay {
       grad_out_.insert(k);
     }
   }
-  void weight(const Action& a) {  // W of a split backward
+  void weight(const Action& a) {  // W of a split backward (an MoE block's gradients were formed in B)
     const StageSlice& st = part_.at(rank_, a.chunk);
     for (int i = 0; i < st.num_blocks; ++i) {
+      if (expert_of(st.first_block + i) >= 0) continue;
       const int u = unit_of(st.first_block + i);
       grad(a.microbatch, u);
       grad_done(a.microbatch, u);

@@ -104,12 +104,29 @@ Ranges norm_ranges(const StagePieces& sp, int64_t lo, int64_t hi);
 int64_t chunk_activation_bytes(const ModelConfig& m, const StageSlice& st, int64_t B, int64_t T,
                                int64_t dtype_bytes, int64_t acc_bytes, bool split_backward, MoeStage moe = {});
 
+// zb-h1 with MoE blocks: an MoE block's backward runs whole in B, so W has
+// weight gradients to form on (rank, chunk) only where a dense block is.
+bool has_dense_block(const ModelConfig& m, const StageSlice& st);
+
+// True when a stage runs the tensor-parallel stage model's pieces
+// (tensor_parallel/runner.h TpModel) instead of the reference's blocks:
+// tp or cp > 1, or recomputation, which only that model does (at tp = cp = 1
+// it runs with tp 1, as outside pipelines).
+bool runs_stage_model(const tp::TpOptions& o);
+
 // Bytes one in-flight (microbatch, chunk) keeps, for every chunk of every
-// rank (rows: pipeline ranks): chunk_activation_bytes, or with tp > 1 the
-// tensor-parallel stage's (tensor_parallel/cost.h stage_activation_bytes).
+// rank (rows: pipeline ranks): chunk_activation_bytes, or where the stage
+// model runs (runs_stage_model) the tensor-parallel stage's
+// (tensor_parallel/cost.h stage_activation_bytes).
 std::vector<std::vector<int64_t>> chunk_bytes_table(const ModelConfig& m, const Partition& part, int64_t B,
                                                      int64_t T, Precision p, const tp::TpOptions& o, bool split,
                                                      MoeStage moe = {});
+// Full recompute in the stage model with MoE blocks on the rank: the one
+// MoeActs (reference/moe.h) the backward's rerun of an MoE block fills, held
+// beside the in-flight units, whose MoE blocks keep their output alone
+// (chunk_bytes_table); 0 otherwise.
+int64_t moe_rerun_bytes(const ModelConfig& m, int64_t B, int64_t T, Precision p, const tp::TpOptions& o, MoeStage moe,
+                        bool moe_blocks_here);
 // A rank's declared peak activation bytes under schedule `kind`: its peak
 // in-flight units x their bytes with one chunk, else the peak of live bytes
 // in the generated order (peak_activation_bytes).

@@ -1,5 +1,7 @@
 #include "impl/pipeline/strategy.h"
 
+#include "impl/pipeline/stage.h"
+
 #include "harness/status.h"
 #include "impl/data_parallel/strategy.h"
 #include "impl/expert_parallel/options.h"
@@ -46,7 +48,13 @@ bool wrong_stage_bites(const RunSpec& s) {
 bool always(const RunSpec&) { return true; }
 bool tied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && !s.train.model.llama(); }
 bool untied_stages(const RunSpec& s) { return s.mesh.pp >= 2 && s.train.model.llama(); }
-bool split_backward(const RunSpec& s) { return s.pipe.schedule == ScheduleKind::zb_h1; }
+// ... with a W that forms weight gradients on rank 0's first chunk (an MoE block's are formed in B).
+bool split_backward(const RunSpec& s) {
+  const ModelConfig& m = s.train.model;
+  if (s.pipe.schedule != ScheduleKind::zb_h1) return false;
+  if (m.moe.experts == 0 || m.L < s.mesh.pp * s.pipe.virtual_stages) return true;  // (validate names a bad split)
+  return has_dense_block(m, partition_layers(m.L, s.mesh.pp, s.pipe.virtual_stages).at(0, 0));
+}
 // W(1) = W(0): the versions differ from the third group on (train.steps >= 3).
 bool two_versions(const RunSpec& s) {
   return s.pipe.schedule == ScheduleKind::pipedream_2bw && s.mesh.pp >= 2 && s.train.steps >= 3;
@@ -112,6 +120,12 @@ void validate_spec(const RunSpec& s) {
               (s.mesh.cp > 1 ? "tp x cp = " + std::to_string(inner) : "tp" + std::to_string(s.mesh.tp)) +
               " (a replica's " + (s.mesh.cp > 1 ? "tp x cp" : "tp") + " ranks share a node)");
   validate(options_of(s), s.train, s.world());
+  if (s.mesh.cp > 1)  // MoE stages under cp: an MoE fault with nothing to break here is refused
+    for (const FaultDecl* f : s.faults)
+      require(f->axis != FaultAxis::moe || !f->applies || f->applies(s),
+              "strategy.faults: " + std::string(f->name) + " does not apply to " + mesh_text(s.mesh) +
+                  " (the MoE faults that do under context parallel: moe_aux_per_rank, moe_local_capacity where a "
+                  "choice can drop, moe_router_grad_missing, moe_recompute_aux_twice with recompute=full)");
 }
 
 bool bitwise(const RunSpec& s, BackendKind b) {
@@ -120,7 +134,9 @@ bool bitwise(const RunSpec& s, BackendKind b) {
   // microbatch (HSDP and hZeRO in two levels): the replay does the same sums.
   // tp: partial products summed over tp; cp: attention blocks merged by log-sum-exp.
   // MoE: experts run on rows gathered across the capacity scope and ep.
-  if (b != BackendKind::local || o.tp() > 1 || o.cp() > 1 || s.train.model.moe.experts > 0) return false;
+  // Recompute at tp = cp = 1: the tensor-parallel stage model's kernels at
+  // tp 1 (stage.h runs_stage_model) round bf16 otherwise than the reference's blocks.
+  if (b != BackendKind::local || runs_stage_model(o.tensor) || s.train.model.moe.experts > 0) return false;
   if (o.kind == ScheduleKind::pipedream_2bw) return true;  // against its delayed replay
   return accumulates_in_microbatch_order(make_schedule(o.kind, schedule_config(o, s.train)));
 }

@@ -269,20 +269,19 @@ void validate(const RunSpec& s) {
   // the CPU only: train.validate()), tiny-mixtral wherever GPT-2's MoE does.
   // Mixture of experts runs under data, expert, pipeline and tensor parallel
   // (experts split over tp) and their compositions (mesh dpN.epM.tpT.ppK),
-  // and outside pipelines with sequence parallel, recompute and context
-  // parallel x expert x tensor x data parallel (ep folded over dp x cp,
-  // Megatron-core's expert rank generator: harness/mesh.h) so far.
+  // with sequence parallel, recompute and context parallel (in and outside
+  // pipelines), and with expert x context x tensor x data parallel outside
+  // pipelines (ep folded over dp x cp, Megatron-core's expert rank
+  // generator: harness/mesh.h) so far.
   const bool piped = s.mesh.pp > 1 || s.pipe.schedule;
-  require(s.train.model.moe.experts == 0 ||
-              ((!piped || (s.mesh.cp == 1 && !s.tensor.sp && s.tensor.recompute == Recompute::none)) &&
-               (s.mesh.cp == 1 || s.mesh.ep == 1 || !piped)),
+  require(s.train.model.moe.experts == 0 || s.mesh.cp == 1 || s.mesh.ep == 1 || !piped,
           "model.moe: a mixture-of-experts model runs with data, expert, tensor and pipeline parallel (mesh "
-          "dpN.epM.tpT.ppK, experts split over tp and ep), with sequence parallel and recompute outside pipelines, "
-          "or with context, expert, tensor and data parallel (mesh dpN.epM.tpT.cpC, ep folded over dp x cp) so far (got " +
+          "dpN.epM.tpT.ppK, experts split over tp and ep), with sequence parallel and recompute, with context, "
+          "tensor, data and pipeline parallel (mesh dpN.tpT.cpC.ppK), and with context, expert, tensor and data "
+          "parallel outside pipelines (mesh dpN.epM.tpT.cpC, ep folded over dp x cp) so far (got " +
               mesh_text(s.mesh) + (s.tensor.sp ? " sp" : "") +
               (s.tensor.recompute != Recompute::none ? " recompute" : "") + (piped ? " pipeline" : "") +
-              "): pipeline parallel together with sequence or context parallel or recompute, and expert "
-              "together with context parallel inside pipelines, for MoE are not implemented yet");
+              "): expert together with context parallel inside pipelines, for MoE is not implemented yet");
 }
 
 bool operator==(const RunSpec& a, const RunSpec& b) {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "impl/data_parallel/replay.h"
+#include "impl/registry.h"
 #include "suites/conformance/teeth.h"
 
 namespace pb {
@@ -115,12 +116,30 @@ TEST(Teeth, PipelineLlamaNoFalseAlarmOverTenSeeds) {
 
 // No false alarm for tiny-mixtral inside pipeline stages (rule-only; the
 // experts split over ep, and over tp in the last case): mixtral_pipe_cases,
-// 10 seeds, both precisions.
+// two of them with SP and recompute, one in cp stages, one under zb-h1, 10
+// seeds, both precisions.
 TEST(Teeth, PipelineMixtralNoFalseAlarmOverTenSeeds) {
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
     for (const StrategyRun& base : mixtral_pipe_cases(p)) runs += expect_passes_over_ten_seeds(base);
-  EXPECT_EQ(runs, 2 * 4 * 10);
+  // MoE stages with SP and full recompute (dp2.ep2.tp2.pp2), with selective recompute (dp2.ep2.pp2).
+  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+    const std::vector<StrategyRun> c = mixtral_pipe_cases(p);
+    StrategyRun sp = c[3], sel = c[1];
+    apply_strategy_text(sp.spec, "sp=on,recompute=full", fault_catalogue());
+    apply_strategy_text(sel.spec, "recompute=selective", fault_catalogue());
+    runs += expect_passes_over_ten_seeds(sp) + expect_passes_over_ten_seeds(sel);
+    // ... and in context-parallel stages (cp2.pp2, ring; ep = 1).
+    StrategyRun cp = c[0];
+    cp.spec.mesh.cp = 2;
+    apply_strategy_text(cp.spec, "cp_algo=ring", fault_catalogue());
+    runs += expect_passes_over_ten_seeds(cp);
+    // ... and under zb-h1 (an MoE block's backward whole in B): dp2.ep2.pp2.
+    StrategyRun zb = c[1];
+    zb.spec.pipe.schedule = pipeline::ScheduleKind::zb_h1;
+    runs += expect_passes_over_ten_seeds(zb);
+  }
+  EXPECT_EQ(runs, 2 * 8 * 10);
 }
 
 // The same for MoE stages under PipeDream-2BW (two versions of the experts):
@@ -172,8 +191,10 @@ TEST(Teeth, PipelineStageCompositionsNoFalseAlarmOverTenSeeds) {
       runs += expect_passes_over_ten_seeds(in_two_stages(llama_tp_case(1, 2, opts, p)));
     // The llama family's context-parallel stages (RoPE by true position).
     runs += expect_passes_over_ten_seeds(in_two_stages(llama_cp_case(1, 1, 2, "schedule=1f1b,cp_algo=ring", p)));
+    // Recomputation in tp = cp = 1 stages (the stage model at tp 1).
+    runs += expect_passes_over_ten_seeds(in_two_stages(tp_case(1, 1, "schedule=1f1b,recompute=full", p)));
   }
-  EXPECT_EQ(runs, 2 * 7 * 10);
+  EXPECT_EQ(runs, 2 * 8 * 10);
 }
 
 TEST(Teeth, EveryContextParallelFaultIsCaughtAtEveryPrecision) {
