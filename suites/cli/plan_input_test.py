@@ -130,6 +130,8 @@ def cases():
          r"--model: unknown model 'llama9'"),
         (["plan", "--validate", llama_edited("llama_gpus.csv", lambda l: set_field(l, "cp", "2"))], 2,
          r"gpus 8 is not tp x cp x pp x dp \(16\)"),
+        (["plan", "--validate", llama_edited("llama_gib.csv", lambda l: set_field(l, "published_gib", "-3"))], 2,
+         r"published_gib '-3' must be a finite number > 0 \(or empty"),
         (["plan", "--validate", edited("no_rows.csv", lambda l: l[:header_index(l) + 1] + [""])], 2,
          r"no rows: a check that compares nothing fails"),
         (["plan", "--validate", edited("bad_machine.csv", lambda l: set_field(l, "machine", "nosuch"))], 2,
