@@ -48,6 +48,7 @@ struct PlanFlags {
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
+  double max_memory_pct = -1;  // --max-memory-error: fail when a row's peak-memory |error| exceeds it
   bool explain = false;        // --explain: the step's parts, each figure with its source
   std::vector<CLI::Option*> hw_flags;  // --peak-tflops ...: given ones override the machine's figures
   CLI::Option* rpn_flag = nullptr;
@@ -582,6 +583,18 @@ int run_validate(const PlanFlags& f) {
     std::printf("FAIL: median |error| %.1f%% exceeds --max-median %.1f%%\n", 100 * med, f.max_median_pct);
     return 1;
   }
+  if (f.max_memory_pct >= 0) {
+    if (!mem_worst) {  // a check that compared nothing fails
+      std::printf("FAIL: --max-memory-error: no row of %s gives a published peak memory (published_gib)\n",
+                  f.validate.c_str());
+      return 1;
+    }
+    if (100 * std::abs(mem_worst->memory_error) > f.max_memory_pct) {
+      std::printf("FAIL: peak memory |error| %.1f%% (%s) exceeds --max-memory-error %.1f%%\n",
+                  100 * std::abs(mem_worst->memory_error), mem_worst->row.label.c_str(), f.max_memory_pct);
+      return 1;
+    }
+  }
   return 0;
 }
 
@@ -686,13 +699,14 @@ int run_plan(PlanFlags& f, const Env& env) {
     require(f.model.empty() && f.params.empty() && !f.layers && !f.channels && !f.heads && f.mesh.empty() &&
                 f.strategy.empty() && f.against.empty() && f.machine.empty() && f.csv.empty() && f.dp == 1 &&
                 f.tp == 1 && f.cp == 1 && f.pp == 1 && f.ep == 1,
-            "--validate: plans the rows of the published table (each names its machine); give only --validate "
-            "and --max-median");
+            "--validate: plans the rows of the published table (each names its machine); give only --validate, "
+            "--max-median and --max-memory-error");
     for (const CLI::Option* o : f.hw_flags)
       require(o->count() == 0, "--validate: " + o->get_name() + " is the row's machine's (give only --validate)");
     return run_validate(f);
   }
   require(f.max_median_pct < 0, "--max-median: only with --validate");
+  require(f.max_memory_pct < 0, "--max-memory-error: only with --validate");
   if (!f.against.empty()) return run_against(f, env);
   const planner::PlanInput in = resolve(f);
   const planner::PlanResult r = planner::plan(in);
@@ -812,6 +826,10 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                 "figure it used and that figure's source");
   app->add_option("--max-median", f->max_median_pct,
                   "with --validate: exit 1 when the median |error| exceeds this many percent")
+      ->check(CLI::Range(0.0, 1000.0));
+  app->add_option("--max-memory-error", f->max_memory_pct,
+                  "with --validate: exit 1 when a row's planned peak memory per GPU is further than this many percent "
+                  "from its published_gib (and when no row gives one)")
       ->check(CLI::Range(0.0, 1000.0));
   reg.push_back({app, [f, env] { return run_plan(*f, env); }});
 }

@@ -139,6 +139,9 @@ def cases():
         (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv"), "--model", "gpt2-124m"], 2,
          r"--validate: plans the rows"),
         (gpt + ["--peak-tflops", "100", "--max-median", "10"], 2, r"--max-median: only with --validate"),
+        (gpt + ["--peak-tflops", "100", "--max-memory-error", "5"], 2, r"--max-memory-error: only with --validate"),
+        (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv"), "--max-memory-error", "5"], 1,
+         r"FAIL: --max-memory-error: no row of .* gives a published peak memory"),
         # --explain: the step's parts, each with its figure and that figure's source
         (["plan", "--layers", "128", "--channels", "25600", "--heads", "160", "--vocab", "51200", "--seq", "2048",
           "--tp", "8", "--pp", "64", "--dp", "6", "--global-batch", "3072", "--recompute", "full", "--machine", "a100",
