@@ -48,6 +48,7 @@ struct PlanFlags {
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
+  double max_memory_pct = -1;  // --max-memory-error: fail when a row's peak-memory |error| exceeds it
   bool explain = false;        // --explain: the step's parts, each figure with its source
   std::vector<CLI::Option*> hw_flags;  // --peak-tflops ...: given ones override the machine's figures
   CLI::Option* rpn_flag = nullptr;
@@ -302,9 +303,10 @@ const std::vector<std::string>& published_columns() {
 // and vocab must equal its), `cp` (context parallel; gpus = tp x cp x pp x dp),
 // `order` (the axes' placement, --order: tp-cp-dp-pp by default), `attention`
 // (flash, flash-triton or unfused, --attention: unfused by default), `kernels` (fused or
-// eager, --kernels: fused by default).
+// eager, --kernels: fused by default), `published_gib` (the peak memory per GPU the
+// source reports, GiB; empty where it gives none).
 const std::vector<std::string>& published_optional_columns() {
-  static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels"};
+  static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib"};
   return cols;
 }
 
@@ -316,12 +318,13 @@ struct PublishedRow {
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
   bool sp = false, overlap = false;
   double published = 0;
+  double published_gib = 0;  // 0: the source gives no memory figure
 };
 
 struct ValidatedRow {
   PublishedRow row;
   double planned = 0, error = 0;  // error: the plan's throughput over the published, minus 1
-  double memory_gib = 0;
+  double memory_gib = 0, memory_error = 0;  // memory_error: planned over published_gib, minus 1
   std::string parts;  // where the plan's step goes
 };
 
@@ -442,6 +445,17 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     }
     require(used == pub.size() && std::isfinite(r.published) && r.published > 0,
             where + "published '" + pub + "' must be a finite number > 0");
+    if (has("published_gib") && !t.rows[i][t.column("published_gib")].empty()) {
+      const std::string& g = t.rows[i][t.column("published_gib")];
+      size_t gused = 0;
+      try {
+        r.published_gib = std::stod(g, &gused);
+      } catch (const std::exception&) {
+        gused = 0;
+      }
+      require(gused == g.size() && std::isfinite(r.published_gib) && r.published_gib > 0,
+              where + "published_gib '" + g + "' must be a finite number > 0 (or empty: the source gives none)");
+    }
     r.assumed = at("assumed");
     r.source = at("source");
     const int64_t world = int64_t(r.tp) * r.cp * r.pp * r.dp;
@@ -497,7 +511,7 @@ double median_of(std::vector<double> v) {
 int run_validate(const PlanFlags& f) {
   std::vector<ValidatedRow> out;
   for (const PublishedRow& r : read_published(f.validate)) {
-    ValidatedRow v{r, 0, 0, 0, ""};
+    ValidatedRow v{r, 0, 0, 0, 0, ""};
     planner::PlanResult p;
     try {
       const planner::PlanInput in = published_input(r);
@@ -521,6 +535,7 @@ int run_validate(const PlanFlags& f) {
       v.error = v.planned / r.published - 1;
     }
     v.memory_gib = double(p.worst.device_total()) / double(int64_t(1) << 30);
+    if (r.published_gib > 0) v.memory_error = v.memory_gib / r.published_gib - 1;
     char buf[160];
     std::snprintf(buf, sizeof buf, "compute %.3g s (GEMMs at %.0f%%), bubble %.3g s, exposed comm %.3g s",
                   p.compute_s, 100 * p.gemm_efficiency, p.bubble_s, p.exposed_comm_s);
@@ -529,14 +544,18 @@ int run_validate(const PlanFlags& f) {
   }
   std::printf("plan --validate %s: %zu rows (+ : the plan is faster than published)\n", f.validate.c_str(),
               out.size());
-  std::printf("  %-20s %-14s %-21s %11s %11s %8s %9s  %s\n", "row", "machine", "metric", "published", "planned", "error",
-              "mem GiB", "where the plan's step goes");
+  std::printf("  %-20s %-14s %-21s %11s %11s %8s %9s %15s  %s\n", "row", "machine", "metric", "published", "planned",
+              "error", "mem GiB", "published GiB", "where the plan's step goes");
   std::vector<double> abs_err;
   const ValidatedRow* worst = &out.front();
   int plus = 0, minus = 0;
   for (const ValidatedRow& v : out) {
-    std::printf("  %-20s %-14s %-21s %11.4g %11.4g %+7.1f%% %9.2f  %s\n", v.row.label.c_str(), v.row.machine.c_str(),
-                v.row.metric.c_str(), v.row.published, v.planned, 100 * v.error, v.memory_gib, v.parts.c_str());
+    char pub_gib[40] = "-";
+    if (v.row.published_gib > 0)
+      std::snprintf(pub_gib, sizeof pub_gib, "%.1f (%+.1f%%)", v.row.published_gib, 100 * v.memory_error);
+    std::printf("  %-20s %-14s %-21s %11.4g %11.4g %+7.1f%% %9.2f %15s  %s\n", v.row.label.c_str(),
+                v.row.machine.c_str(), v.row.metric.c_str(), v.row.published, v.planned, 100 * v.error, v.memory_gib,
+                pub_gib, v.parts.c_str());
     abs_err.push_back(std::abs(v.error));
     if (std::abs(v.error) > std::abs(worst->error)) worst = &v;
     (v.error >= 0 ? plus : minus)++;
@@ -546,9 +565,35 @@ int run_validate(const PlanFlags& f) {
               100 * worst->error, worst->row.label.c_str(), plus, minus);
   const bool goal = med <= 0.15 && std::abs(worst->error) <= 0.30 && plus > 0 && minus > 0;
   std::printf("goal (median <= 15%%, no row worse than 30%%, errors of both signs): %s\n", goal ? "met" : "not met");
+  // Peak memory: stated for every row; held to the source where it gives a figure.
+  const ValidatedRow* mem_worst = nullptr;
+  int mem_rows = 0;
+  for (const ValidatedRow& v : out)
+    if (v.row.published_gib > 0) {
+      ++mem_rows;
+      if (!mem_worst || std::abs(v.memory_error) > std::abs(mem_worst->memory_error)) mem_worst = &v;
+    }
+  if (mem_worst)
+    std::printf("peak memory per GPU: %d rows with a published figure; worst %+.1f%% (%s); within 5%%: %s\n", mem_rows,
+                100 * mem_worst->memory_error, mem_worst->row.label.c_str(),
+                std::abs(mem_worst->memory_error) <= 0.05 ? "met" : "not met");
+  else
+    std::printf("peak memory per GPU: planned for every row; the source gives no memory figure to hold it to\n");
   if (f.max_median_pct >= 0 && 100 * med > f.max_median_pct) {
     std::printf("FAIL: median |error| %.1f%% exceeds --max-median %.1f%%\n", 100 * med, f.max_median_pct);
     return 1;
+  }
+  if (f.max_memory_pct >= 0) {
+    if (!mem_worst) {  // a check that compared nothing fails
+      std::printf("FAIL: --max-memory-error: no row of %s gives a published peak memory (published_gib)\n",
+                  f.validate.c_str());
+      return 1;
+    }
+    if (100 * std::abs(mem_worst->memory_error) > f.max_memory_pct) {
+      std::printf("FAIL: peak memory |error| %.1f%% (%s) exceeds --max-memory-error %.1f%%\n",
+                  100 * std::abs(mem_worst->memory_error), mem_worst->row.label.c_str(), f.max_memory_pct);
+      return 1;
+    }
   }
   return 0;
 }
@@ -654,13 +699,14 @@ int run_plan(PlanFlags& f, const Env& env) {
     require(f.model.empty() && f.params.empty() && !f.layers && !f.channels && !f.heads && f.mesh.empty() &&
                 f.strategy.empty() && f.against.empty() && f.machine.empty() && f.csv.empty() && f.dp == 1 &&
                 f.tp == 1 && f.cp == 1 && f.pp == 1 && f.ep == 1,
-            "--validate: plans the rows of the published table (each names its machine); give only --validate "
-            "and --max-median");
+            "--validate: plans the rows of the published table (each names its machine); give only --validate, "
+            "--max-median and --max-memory-error");
     for (const CLI::Option* o : f.hw_flags)
       require(o->count() == 0, "--validate: " + o->get_name() + " is the row's machine's (give only --validate)");
     return run_validate(f);
   }
   require(f.max_median_pct < 0, "--max-median: only with --validate");
+  require(f.max_memory_pct < 0, "--max-memory-error: only with --validate");
   if (!f.against.empty()) return run_against(f, env);
   const planner::PlanInput in = resolve(f);
   const planner::PlanResult r = planner::plan(in);
@@ -780,6 +826,10 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                 "figure it used and that figure's source");
   app->add_option("--max-median", f->max_median_pct,
                   "with --validate: exit 1 when the median |error| exceeds this many percent")
+      ->check(CLI::Range(0.0, 1000.0));
+  app->add_option("--max-memory-error", f->max_memory_pct,
+                  "with --validate: exit 1 when a row's planned peak memory per GPU is further than this many percent "
+                  "from its published_gib (and when no row gives one)")
       ->check(CLI::Range(0.0, 1000.0));
   reg.push_back({app, [f, env] { return run_plan(*f, env); }});
 }

@@ -130,6 +130,8 @@ def cases():
          r"--model: unknown model 'llama9'"),
         (["plan", "--validate", llama_edited("llama_gpus.csv", lambda l: set_field(l, "cp", "2"))], 2,
          r"gpus 8 is not tp x cp x pp x dp \(16\)"),
+        (["plan", "--validate", llama_edited("llama_gib.csv", lambda l: set_field(l, "published_gib", "-3"))], 2,
+         r"published_gib '-3' must be a finite number > 0 \(or empty"),
         (["plan", "--validate", edited("no_rows.csv", lambda l: l[:header_index(l) + 1] + [""])], 2,
          r"no rows: a check that compares nothing fails"),
         (["plan", "--validate", edited("bad_machine.csv", lambda l: set_field(l, "machine", "nosuch"))], 2,
@@ -137,6 +139,9 @@ def cases():
         (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv"), "--model", "gpt2-124m"], 2,
          r"--validate: plans the rows"),
         (gpt + ["--peak-tflops", "100", "--max-median", "10"], 2, r"--max-median: only with --validate"),
+        (gpt + ["--peak-tflops", "100", "--max-memory-error", "5"], 2, r"--max-memory-error: only with --validate"),
+        (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv"), "--max-memory-error", "5"], 1,
+         r"FAIL: --max-memory-error: no row of .* gives a published peak memory"),
         # --explain: the step's parts, each with its figure and that figure's source
         (["plan", "--layers", "128", "--channels", "25600", "--heads", "160", "--vocab", "51200", "--seq", "2048",
           "--tp", "8", "--pp", "64", "--dp", "6", "--global-batch", "3072", "--recompute", "full", "--machine", "a100",

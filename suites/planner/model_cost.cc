@@ -279,6 +279,14 @@ int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab) {
   return inputs + logits;
 }
 
+int64_t last_stage_eager_extra_bytes(const ActivationShape& x, int64_t vocab) {
+  const int64_t tokens = x.s / x.cp * x.b, e = x.elem_bytes;
+  const int64_t hn = x.sp ? x.h / x.tp : x.h, v = (vocab + x.tp - 1) / x.tp;
+  const int64_t norm = (4 + e) * hn + e * x.h;  // fp32 input and normed output; the head's input (gathered over sp)
+  const int64_t loss = std::max<int64_t>(12, e + 8) * v;
+  return tokens * (norm + loss);
+}
+
 int64_t layer_shared_traffic_bytes(const ActivationShape& x) {
   const int64_t tokens = x.s / x.cp * x.b;
   const int64_t shared = x.sp ? 10 * x.h / x.tp : 10 * x.h;  // 2 LayerNorms, 2 residual adds

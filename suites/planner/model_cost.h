@@ -151,6 +151,17 @@ double gemm_efficiency(const std::vector<GemmShape>& gemms, Rate rate, double pe
 int64_t llama_layer_activation_bytes(const ModelConfig& m, const ActivationShape& x, Recompute r);
 int64_t first_stage_extra_bytes(const ActivationShape& x);
 int64_t last_stage_extra_bytes(const ActivationShape& x, int64_t vocab);
+// The last stage run eagerly as torchtitan's train.py runs it: the final
+// RMSNorm keeps its fp32 upcast of the input (norms.py: self._norm(x.float()),
+// 4h), its normalised output before the weight (e h) and the head's input
+// (e h); the loss, cross_entropy(pred.float()) (at::cross_entropy_loss is
+// log_softmax then nll_loss, aten/src/ATen/native/LossNLL.cpp), peaks in
+// log-softmax's backward: its kept fp32 output, the fp32 gradient nll_loss
+// writes and the fp32 gradient log-softmax writes, 12 bytes per local
+// vocabulary entry and token (train.py frees the bf16 logits before
+// backward: `del pred`). In forward the bf16 logits, the fp32 copy and the
+// log-softmax output (e + 8) are live, fewer.
+int64_t last_stage_eager_extra_bytes(const ActivationShape& x, int64_t vocab);
 
 // Bytes the memory-bound (non-GEMM) work of one microbatch moves on one rank,
 // forward and backward, counted for unfused kernels as the reference runs

@@ -1,6 +1,6 @@
 // The planner's llama family (docs/planner.md#the-llama-family): parameter
 // counts against the published totals, FLOPs against the 6N + 12Lhs count
-// (torchtitan's and PaLM's), the activation expression's sharding, GQA's
+// (torchtitan's and PaLM's), the activation expression's sharding, the eager head's loss peak, GQA's
 // smaller K/V in context-parallel traffic, and the family's bad input.
 #include <gtest/gtest.h>
 
@@ -103,6 +103,31 @@ TEST(PlannerLlama, ActivationExpression) {
   EXPECT_EQ(llama_layer_activation_bytes(m, t8, Recompute::none) * 8, one);
   t8.sp = false;  // the norms' 4h stay whole on every rank
   EXPECT_EQ(llama_layer_activation_bytes(m, t8, Recompute::none) * 8, one + 7 * 2 * tokens * 4 * m.C);
+}
+
+// torchtitan's eager head (--kernels eager): the final RMSNorm's fp32 input
+// and normalised output, the head's input, and the loss's peak in
+// log-softmax's backward, three fp32 tensors of the logits' shape
+// (docs/planner.md#the-llama-family); the plan's activations carry it in place
+// of the fused head's one fp32 copy.
+TEST(PlannerLlama, EagerHeadKeepsTheLossPeak) {
+  const ModelConfig m = planner_model("llama3-8b");
+  const int64_t b = 2, s = 8192, tokens = b * s, V = m.V;
+  ActivationShape x{b, s, m.C, m.NH, 1, 1, false, false, 2};
+  EXPECT_EQ(last_stage_eager_extra_bytes(x, V), tokens * (6 * m.C + 2 * m.C + 12 * V));
+  EXPECT_EQ(last_stage_extra_bytes(x, V), tokens * (4 * m.C + 4 * V));
+  ActivationShape t8 = x;  // vocabulary-parallel logits, sp's norm on s/t tokens, the head's input gathered
+  t8.tp = 8;
+  t8.sp = true;
+  EXPECT_EQ(last_stage_eager_extra_bytes(t8, V), tokens * (6 * m.C / 8 + 2 * m.C + 12 * ((V + 7) / 8)));
+  PlanInput in = llama_input("llama3-8b", s);
+  in.microbatch_size = b;
+  in.global_batch = b;
+  in.flash_attention = true;
+  in.recompute_even_matmuls = true;
+  const int64_t fused = plan(in).worst.activations;
+  in.eager_kernels = true;
+  EXPECT_EQ(plan(in).worst.activations - fused, last_stage_eager_extra_bytes(x, V) - last_stage_extra_bytes(x, V));
 }
 
 int64_t cp_bytes(const PlanInput& in) {

@@ -182,7 +182,8 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
                                                      : layer_activation_bytes(x, kept);
     a = units_held * max_chunk_layers(pipe.part, rank) * layer;
     if (pipe.part.at(rank, 0).embedding) a += units_held * first_stage_extra_bytes(x);
-    if (pipe.part.at(rank, pipe.part.v - 1).head) a += last_stage_extra_bytes(x, mc.V);
+    if (pipe.part.at(rank, pipe.part.v - 1).head)
+      a += llama && in.eager_kernels ? last_stage_eager_extra_bytes(x, mc.V) : last_stage_extra_bytes(x, mc.V);
   }
   return a;
 }
