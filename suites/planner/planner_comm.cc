@@ -251,7 +251,9 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
   const bool rerun = in.recompute == Recompute::full;
   if (ep_states || (moe_stages && in.ep > 1)) {  // the counts, dispatch and combine forward; dispatch and combine backward (balanced router's rows)
     const int64_t n = r.microbatches * moe_layers;
-    const int64_t rows = ep::balanced_rows(*in.shape, in.microbatch_size * r.seq, moe_scope_tokens(in, r.seq));
+    // (each rank dispatches its own tokens: with cp its 1/cp of the sequence)
+    const int64_t rows =
+        ep::balanced_rows(*in.shape, in.microbatch_size * r.seq / in.cp, moe_scope_tokens(in, r.seq));
     const int64_t both = ep::a2a_bytes(*in.shape, n, n * rows, n * rows, elem_bytes(in.precision));
     const int64_t bwd = ep::a2a_bytes(*in.shape, 0, n * rows, n * rows, elem_bytes(in.precision)) / 2;
     const int64_t again = rerun ? both - bwd : 0;  // the rerun forward's

@@ -249,6 +249,7 @@ RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t 
   s.mesh.dp = in.dp;
   s.mesh.ep = in.ep;
   s.mesh.tp = in.tp;  // the experts' tp shard
+  s.mesh.cp = in.cp;  // the dense component over dp x cp, ep folded over it
   s.mesh.ranks_per_node = int(in.ranks_per_node);
   s.data.shard = in.shard;
   s.data.shard_group = int(in.hsdp_group);

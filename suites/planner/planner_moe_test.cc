@@ -197,6 +197,12 @@ TEST(PlannerMoe, SpRecomputeAndCpAreTheRanks) {
       {"dp2.cp2", "cp_algo=ulysses,shard=zero2", "tiny-moe", Precision::bf16_mixed},
       {"dp2.tp2.cp2", "sp=on,recompute=selective", "tiny-moe-local", Precision::fp32},
       {"dp2.tp2.cp2", "recompute=full,shard=zero1", "tiny-moe", Precision::fp32},
+      // expert with context parallel: ep folded over dp x cp (cp fastest)
+      {"dp1.cp2.ep2", "cp_algo=ring", "tiny-moe", Precision::fp32},
+      {"dp2.cp2.ep2", "cp_algo=ulysses,shard=zero1", "tiny-moe", Precision::bf16_mixed},
+      {"dp2.cp2.ep4", "cp_algo=ring,shard=zero2", "tiny-moe-local", Precision::fp32},
+      {"dp2.tp2.cp2.ep2", "sp=on,recompute=full", "tiny-moe", Precision::fp32},
+      {"dp2.cp2.ep2", "recompute=selective,shard=zero3", "tiny-moe", Precision::fp32},
   };
   for (const Case& c : cases) {
     expect_plan_is_the_ranks(c, false);
@@ -267,7 +273,7 @@ TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
   refused("dp2.tp2.pp2", "recompute=selective", "tiny-moe", "in pipeline stages with recompute: " + not_yet);
   refused("dp2.pp2", "recompute=full", "tiny-moe", "in pipeline stages with recompute: " + not_yet);
   refused("dp2.cp2.pp2", "", "tiny-moe", "in pipeline stages with context parallel: " + not_yet);
-  refused("dp2.ep2.cp2", "", "tiny-moe", "(ep 2) and context parallel (cp 2) together is not planned yet (the engine runs it");
+  refused("dp2.ep2.cp2.pp2", "", "tiny-moe", "(ep 2) and context parallel (cp 2) in pipeline stages: " + not_yet);
   refused("dp2.ep2.pp2", "schedule=zb-h1", "tiny-moe", "zb-h1 with a mixture-of-experts model: " + not_yet);
   refused("dp2.pp2", "schedule=2bw", "tiny-moe", "global capacity over dp 2");
   // The llama family's MoE: the engine runs it, the planner's analytic count does not model it.
