@@ -134,11 +134,6 @@ void check_shape(const PlanInput& in, PlanResult& r) {
             model + " with expert parallel (ep " + std::to_string(in.ep) + ") and context parallel (cp " +
                 std::to_string(in.cp) + ") in pipeline stages: the engine does not run it yet (it runs them together "
                 "outside pipelines), so there is nothing to plan it as");
-    require(!piped || (in.cp == 1 && !in.sp && in.recompute == Recompute::none),
-            model + " in pipeline stages with " +
-                (in.cp > 1 ? "context parallel" : in.sp ? "sequence parallel" : "recompute") +
-                ": the engine does not run it yet (MoE pipeline stages run data, expert and tensor parallel), so "
-                "there is nothing to plan it as");
     require(!piped || in.schedule != pipeline::ScheduleKind::zb_h1,
             "--schedule: zb-h1 with a mixture-of-experts model: the engine does not run it yet (zb-h1 would split "
             "the MoE backward into B and W; MoE stages run gpipe, 1f1b, interleaved and 2bw)");

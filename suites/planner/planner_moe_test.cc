@@ -221,6 +221,15 @@ TEST(PlannerMoe, TensorParallelAnd2bwStagesAreTheRanks) {
       {"dp1.pp2", "schedule=2bw", "tiny-moe", Precision::fp32, 4, 4},
       {"dp2.ep2.pp2", "schedule=2bw,shard=zero1", "tiny-moe-local", Precision::fp32, 4, 2},
       {"dp2.tp2.pp2", "schedule=2bw", "tiny-moe-local", Precision::bf16_mixed, 4, 4},
+      // sequence parallel, recompute (selective, full; tp = cp = 1 too) and context parallel (ep 1) in MoE stages
+      {"dp2.tp2.pp2", "schedule=1f1b,sp=on", "tiny-moe", Precision::fp32, 4, 4},
+      {"dp2.ep2.tp2.pp2", "schedule=gpipe,recompute=full,shard=zero2", "tiny-moe", Precision::fp32, 4, 2},
+      {"dp2.pp2", "schedule=1f1b,recompute=full", "tiny-moe", Precision::bf16_mixed, 4, 4},
+      {"dp2.ep2.pp2", "schedule=interleaved,virtual_stages=2,recompute=selective,shard=zero1", "tiny-moe-local",
+       Precision::fp32, 8, 4},
+      {"dp2.cp2.pp2", "schedule=1f1b,cp_algo=ulysses", "tiny-moe", Precision::fp32, 4, 4},
+      {"dp1.tp2.cp2.pp2", "schedule=gpipe,cp_algo=ring,sp=on,recompute=full", "tiny-moe",
+       Precision::fp32, 4, 2},
   };
   for (const Case& c : cases) {
     expect_plan_is_the_ranks(c, false);
@@ -269,10 +278,6 @@ TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
     }
   };
   const std::string not_yet = "the engine does not run it yet";
-  refused("dp2.tp2.pp2", "sp=on", "tiny-moe", "in pipeline stages with sequence parallel: " + not_yet);
-  refused("dp2.tp2.pp2", "recompute=selective", "tiny-moe", "in pipeline stages with recompute: " + not_yet);
-  refused("dp2.pp2", "recompute=full", "tiny-moe", "in pipeline stages with recompute: " + not_yet);
-  refused("dp2.cp2.pp2", "", "tiny-moe", "in pipeline stages with context parallel: " + not_yet);
   refused("dp2.ep2.cp2.pp2", "", "tiny-moe", "(ep 2) and context parallel (cp 2) in pipeline stages: " + not_yet);
   refused("dp2.ep2.pp2", "schedule=zb-h1", "tiny-moe", "zb-h1 with a mixture-of-experts model: " + not_yet);
   refused("dp2.pp2", "schedule=2bw", "tiny-moe", "global capacity over dp 2");
