@@ -134,9 +134,6 @@ void check_shape(const PlanInput& in, PlanResult& r) {
             model + " with expert parallel (ep " + std::to_string(in.ep) + ") and context parallel (cp " +
                 std::to_string(in.cp) + ") in pipeline stages: the engine does not run it yet (it runs them together "
                 "outside pipelines), so there is nothing to plan it as");
-    require(!piped || in.schedule != pipeline::ScheduleKind::zb_h1,
-            "--schedule: zb-h1 with a mixture-of-experts model: the engine does not run it yet (zb-h1 would split "
-            "the MoE backward into B and W; MoE stages run gpipe, 1f1b, interleaved and 2bw)");
     // 2BW replays each microbatch's routing on its own weight version.
     require(!piped || in.schedule != pipeline::ScheduleKind::pipedream_2bw ||
                 in.shape->moe.capacity != MoeCapacity::global || in.dp == 1,

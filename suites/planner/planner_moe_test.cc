@@ -1,12 +1,14 @@
 // The planner's mixture-of-experts compositions held to the ranks that run
-// them: sequence parallel, recompute and context parallel outside pipelines,
-// tensor parallel inside pipeline stages, PipeDream-2BW with MoE stages. For
-// each run spec the plan (plan_input_of, as `parabench plan` takes it) holds
-// per pipeline rank what the engine's ranks allocate, tag by tag (device
-// peaks after the run's steps, max over the stage's ranks), and per group the
-// bytes they move (the comm log), with the routing-dependent rows (the
-// experts' tp all-reduces, the ep all-to-alls) at the rows the ranks routed.
-// The compositions the engine does not run yet are refused, saying so.
+// them: sequence parallel, recompute and context parallel outside pipelines
+// (expert with context parallel too: ep folded over dp x cp), and in pipeline
+// stages tensor, sequence and context parallel, recompute, PipeDream-2BW and
+// zb-h1 with MoE stages. For each run spec the plan (plan_input_of, as
+// `parabench plan` takes it) holds per pipeline rank what the engine's ranks
+// allocate, tag by tag (device peaks after the run's steps, max over the
+// stage's ranks), and per group the bytes they move (the comm log), with the
+// routing-dependent rows (the experts' tp all-reduces, the ep all-to-alls) at
+// the rows the ranks routed. The compositions the engine does not run yet are
+// refused, saying so.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -211,9 +213,11 @@ TEST(PlannerMoe, SpRecomputeAndCpAreTheRanks) {
 }
 
 // Pipeline stages: tensor parallel inside MoE stages (with data and expert
-// parallel), and PipeDream-2BW with MoE stages (two weight versions; each
-// microbatch's own capacity); every stage's memory, the worst stage's bytes.
-TEST(PlannerMoe, TensorParallelAnd2bwStagesAreTheRanks) {
+// parallel), PipeDream-2BW with MoE stages (two weight versions; each
+// microbatch's own capacity), sequence parallel, recompute and context
+// parallel (ep 1) in MoE stages, zb-h1 with MoE stages; every stage's
+// memory, the worst stage's bytes.
+TEST(PlannerMoe, PipelineStagesAreTheRanks) {
   const Case cases[] = {
       {"dp2.ep2.tp2.pp2", "schedule=1f1b", "tiny-moe", Precision::fp32, 4, 4},
       {"dp2.tp2.pp2", "schedule=interleaved,virtual_stages=2,shard=zero1", "tiny-moe", Precision::bf16_mixed, 8, 4},
@@ -230,6 +234,11 @@ TEST(PlannerMoe, TensorParallelAnd2bwStagesAreTheRanks) {
       {"dp2.cp2.pp2", "schedule=1f1b,cp_algo=ulysses", "tiny-moe", Precision::fp32, 4, 4},
       {"dp1.tp2.cp2.pp2", "schedule=gpipe,cp_algo=ring,sp=on,recompute=full", "tiny-moe",
        Precision::fp32, 4, 2},
+      // zb-h1 with MoE stages: each MoE block's backward whole in B, W the dense blocks' alone
+      {"dp2.ep2.pp2", "schedule=zb-h1", "tiny-moe", Precision::fp32, 4, 4},
+      {"dp2.tp2.pp2", "schedule=zb-h1,sp=on", "tiny-moe", Precision::bf16_mixed, 4, 4},
+      {"dp1.pp2", "schedule=zb-h1,recompute=selective,shard=zero2", "tiny-moe-e8-top1", Precision::fp32, 4, 4},
+      {"dp2.cp2.pp2", "schedule=zb-h1,cp_algo=ring", "tiny-moe-local", Precision::fp32, 6, 4},
   };
   for (const Case& c : cases) {
     expect_plan_is_the_ranks(c, false);
@@ -255,10 +264,9 @@ TEST(PlannerMoe, CapacityExchangesCrossNodesWhenTheScopeDoes) {
   }
 }
 
-// What the engine does not run yet (and ep with cp, which it runs but the
-// planner does not model yet) is refused, saying so and naming the
-// composition: sp, recompute or cp in MoE pipeline stages, ep with cp, zb-h1
-// with MoE stages, 2bw with global capacity over dp ranks.
+// What the engine does not run yet is refused, saying so and naming the
+// composition: expert with context parallel in MoE pipeline stages, 2bw
+// with global capacity over dp ranks.
 TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
   auto refused = [](const char* mesh, const char* strategy, const char* model, const std::string& says) {
     PlanInput in;
@@ -279,7 +287,6 @@ TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
   };
   const std::string not_yet = "the engine does not run it yet";
   refused("dp2.ep2.cp2.pp2", "", "tiny-moe", "(ep 2) and context parallel (cp 2) in pipeline stages: " + not_yet);
-  refused("dp2.ep2.pp2", "schedule=zb-h1", "tiny-moe", "zb-h1 with a mixture-of-experts model: " + not_yet);
   refused("dp2.pp2", "schedule=2bw", "tiny-moe", "global capacity over dp 2");
   // The llama family's MoE: the engine runs it, the planner's analytic count does not model it.
   refused("dp2.tp2", "sp=on", "tiny-mixtral", "a llama-family mixture of experts plans under data and tensor "
