@@ -264,6 +264,31 @@ TEST(PlannerMoe, CapacityExchangesCrossNodesWhenTheScopeDoes) {
   }
 }
 
+// An ep group (ep consecutive values of the (cp, dp) index, at stride tp)
+// crosses nodes when its ranks lie further apart than a node holds.
+TEST(PlannerMoe, ExpertGroupsCrossNodesWhereTheirRanksDo) {
+  struct Row {
+    int dp, tp, cp, ep;
+    int64_t rpn;
+    bool inter;
+  };
+  for (const Row& w : {Row{4, 1, 1, 4, 2, true}, Row{4, 1, 1, 4, 4, false}, Row{2, 2, 1, 2, 2, true},
+                       Row{2, 2, 1, 2, 4, false}, Row{2, 1, 2, 2, 2, false}, Row{2, 2, 2, 4, 4, true},
+                       Row{2, 2, 2, 4, 8, false}}) {
+    PlanInput in;
+    in.shape = named_model("tiny-moe");
+    in.dp = w.dp, in.tp = w.tp, in.cp = w.cp, in.ep = w.ep, in.seq = 16, in.ranks_per_node = w.rpn;
+    int rows = 0;
+    for (const CommRow& row : plan(in).comm)
+      if (row.group == "ep") {
+        EXPECT_EQ(row.inter_node, w.inter) << "dp" << w.dp << " tp" << w.tp << " cp" << w.cp << " ep" << w.ep
+                                           << " ranks per node " << w.rpn;
+        ++rows;
+      }
+    EXPECT_EQ(rows, 2);
+  }
+}
+
 // What the engine does not run yet is refused, saying so and naming the
 // composition: expert with context parallel in MoE pipeline stages, 2bw
 // with global capacity over dp ranks.
