@@ -213,11 +213,9 @@ TEST(PlannerMoe, SpRecomputeAndCpAreTheRanks) {
 }
 
 // Pipeline stages: tensor parallel inside MoE stages (with data and expert
-// parallel), PipeDream-2BW with MoE stages (two weight versions; each
-// microbatch's own capacity), sequence parallel, recompute and context
-// parallel (ep 1) in MoE stages, zb-h1 with MoE stages; every stage's
-// memory, the worst stage's bytes.
-TEST(PlannerMoe, PipelineStagesAreTheRanks) {
+// parallel), and PipeDream-2BW with MoE stages (two weight versions; each
+// microbatch's own capacity); every stage's memory, the worst stage's bytes.
+TEST(PlannerMoe, TensorParallelAnd2bwStagesAreTheRanks) {
   const Case cases[] = {
       {"dp2.ep2.tp2.pp2", "schedule=1f1b", "tiny-moe", Precision::fp32, 4, 4},
       {"dp2.tp2.pp2", "schedule=interleaved,virtual_stages=2,shard=zero1", "tiny-moe", Precision::bf16_mixed, 8, 4},
@@ -225,6 +223,18 @@ TEST(PlannerMoe, PipelineStagesAreTheRanks) {
       {"dp1.pp2", "schedule=2bw", "tiny-moe", Precision::fp32, 4, 4},
       {"dp2.ep2.pp2", "schedule=2bw,shard=zero1", "tiny-moe-local", Precision::fp32, 4, 2},
       {"dp2.tp2.pp2", "schedule=2bw", "tiny-moe-local", Precision::bf16_mixed, 4, 4},
+  };
+  for (const Case& c : cases) {
+    expect_plan_is_the_ranks(c, false);
+    expect_plan_is_the_ranks(c, true);
+  }
+}
+
+// Pipeline stages, continued (ctest planner_moe_stages_test, label full):
+// sequence parallel, recompute (selective; full with its rerun's MoeActs)
+// and context parallel (ep 1) in MoE stages, and zb-h1 with MoE stages.
+TEST(PlannerMoe, SpCpRecomputeAndZbH1StagesAreTheRanks) {
+  const Case cases[] = {
       // sequence parallel, recompute (selective, full; tp = cp = 1 too) and context parallel (ep 1) in MoE stages
       {"dp2.tp2.pp2", "schedule=1f1b,sp=on", "tiny-moe", Precision::fp32, 4, 4},
       {"dp2.ep2.tp2.pp2", "schedule=gpipe,recompute=full,shard=zero2", "tiny-moe", Precision::fp32, 4, 2},
