@@ -134,6 +134,9 @@ void check_shape(const PlanInput& in, PlanResult& r) {
             model + " with expert parallel (ep " + std::to_string(in.ep) + ") and context parallel (cp " +
                 std::to_string(in.cp) + ") in pipeline stages: the engine does not run it yet (it runs them together "
                 "outside pipelines), so there is nothing to plan it as");
+    require(!piped || in.schedule != pipeline::ScheduleKind::zb_h1 || in.recompute != Recompute::full,
+            "--schedule: zb-h1 with recompute=full and a mixture-of-experts model: the engine does not run it (zb-h1's "
+            "W reads each block's activations, which full recompute drops), so there is nothing to plan it as");
     // 2BW replays each microbatch's routing on its own weight version.
     require(!piped || in.schedule != pipeline::ScheduleKind::pipedream_2bw ||
                 in.shape->moe.capacity != MoeCapacity::global || in.dp == 1,

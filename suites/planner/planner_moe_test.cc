@@ -301,7 +301,7 @@ TEST(PlannerMoe, ExpertGroupsCrossNodesWhereTheirRanksDo) {
 
 // What the engine does not run yet is refused, saying so and naming the
 // composition: expert with context parallel in MoE pipeline stages, 2bw
-// with global capacity over dp ranks.
+// with global capacity over dp ranks, zb-h1 with full recompute.
 TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
   auto refused = [](const char* mesh, const char* strategy, const char* model, const std::string& says) {
     PlanInput in;
@@ -323,6 +323,9 @@ TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
   const std::string not_yet = "the engine does not run it yet";
   refused("dp2.ep2.cp2.pp2", "", "tiny-moe", "(ep 2) and context parallel (cp 2) in pipeline stages: " + not_yet);
   refused("dp2.pp2", "schedule=2bw", "tiny-moe", "global capacity over dp 2");
+  refused("dp2.ep2.pp2", "schedule=zb-h1,recompute=full", "tiny-moe", "zb-h1 with recompute=full and a "
+                                                                        "mixture-of-experts model: the engine does "
+                                                                        "not run it");
   // The llama family's MoE: the engine runs it, the planner's analytic count does not model it.
   refused("dp2.tp2", "sp=on", "tiny-mixtral", "a llama-family mixture of experts plans under data and tensor "
                                               "parallel only");
