@@ -10,7 +10,14 @@ parabench_test(NAME planner_time_test SOURCES planner/planner_time_test.cc DEPS 
 parabench_test(NAME planner_input_test SOURCES planner/plan_input_test.cc DEPS pb::planner TIMEOUT 60)
 parabench_test(NAME planner_machine_test SOURCES planner/machine_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
 parabench_test(NAME planner_llama_test SOURCES planner/planner_llama_test.cc DEPS pb::planner TIMEOUT 60)
-parabench_test(NAME planner_moe_test SOURCES planner/planner_moe_test.cc DEPS pb::planner pb::strategies pb::comm TIMEOUT 60)
+parabench_test(NAME planner_moe_test SOURCES planner/planner_moe_test.cc DEPS pb::planner pb::strategies pb::comm TIMEOUT 60
+               ARGS --gtest_filter=-PlannerMoe.SpCpRecomputeAndZbH1StagesAreTheRanks)
+if(TARGET planner_moe_test)
+  # The MoE stages with sp, cp, recompute and zb-h1 (~3 s: label full).
+  add_test(NAME planner_moe_stages_test COMMAND planner_moe_test
+           --gtest_filter=PlannerMoe.SpCpRecomputeAndZbH1StagesAreTheRanks)
+  set_tests_properties(planner_moe_stages_test PROPERTIES TIMEOUT 120 LABELS "unit;full")
+endif()
 
 parabench_library(NAME pb_report ALIAS pb::report
   SOURCES report/gate.cc report/validate.cc

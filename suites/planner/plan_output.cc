@@ -88,7 +88,7 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
              double(r.params_total));
   }
   o += fmt("  mesh      world %lld = dp %d x tp %d x cp %d x pp %d", (long long)r.world, in.dp, in.tp, in.cp, in.pp);
-  if (in.ep > 1) o += fmt(", experts over ep %d (edp %d)", in.ep, in.dp / in.ep);
+  if (in.ep > 1) o += fmt(", experts over ep %d (edp %d)", in.ep, in.dp * in.cp / in.ep);  // ep folds over dp x cp
   o += in.ranks_per_node > 0 ? fmt(", %lld ranks/node\n", (long long)in.ranks_per_node) : ", one node\n";
   o += "  strategy  " + strategy_spec(in) + ", " + precision_name(in.precision) + "\n";
   o += fmt("  batch     %lld sequences x %lld tokens, microbatch %lld, %lld microbatches per replica\n",

@@ -130,19 +130,13 @@ void check_shape(const PlanInput& in, PlanResult& r) {
   if (in.shape && in.shape->moe.experts > 0) {
     const std::string model = "--model " + in.shape->name + ": a mixture-of-experts model";
     const bool piped = in.pp > 1;
-    require(!piped || (in.cp == 1 && !in.sp && in.recompute == Recompute::none),
-            model + " in pipeline stages with " +
-                (in.cp > 1 ? "context parallel" : in.sp ? "sequence parallel" : "recompute") +
-                ": the engine does not run it yet (MoE pipeline stages run data, expert and tensor parallel), so "
-                "there is nothing to plan it as");
-    require(in.cp == 1 || in.ep == 1, model + " with expert parallel (ep " + std::to_string(in.ep) +
-                                          ") and context parallel (cp " + std::to_string(in.cp) +
-                                          ") together is not planned yet (the engine runs it outside pipelines, ep "
-                                          "folded over dp x cp; the plan's capacity scope and all-to-all rows "
-                                          "do not model that group)");
-    require(!piped || in.schedule != pipeline::ScheduleKind::zb_h1,
-            "--schedule: zb-h1 with a mixture-of-experts model: the engine does not run it yet (zb-h1 would split "
-            "the MoE backward into B and W; MoE stages run gpipe, 1f1b, interleaved and 2bw)");
+    require(!piped || in.cp == 1 || in.ep == 1,
+            model + " with expert parallel (ep " + std::to_string(in.ep) + ") and context parallel (cp " +
+                std::to_string(in.cp) + ") in pipeline stages: the engine does not run it yet (it runs them together "
+                "outside pipelines), so there is nothing to plan it as");
+    require(!piped || in.schedule != pipeline::ScheduleKind::zb_h1 || in.recompute != Recompute::full,
+            "--schedule: zb-h1 with recompute=full and a mixture-of-experts model: the engine does not run it (zb-h1's "
+            "W reads each block's activations, which full recompute drops), so there is nothing to plan it as");
     // 2BW replays each microbatch's routing on its own weight version.
     require(!piped || in.schedule != pipeline::ScheduleKind::pipedream_2bw ||
                 in.shape->moe.capacity != MoeCapacity::global || in.dp == 1,
@@ -156,7 +150,11 @@ void check_shape(const PlanInput& in, PlanResult& r) {
             "--ep: expert parallel needs a mixture-of-experts model (--model tiny-moe or a [moe] config)");
     require(in.shape->moe.experts % in.ep == 0, "--ep: must divide the " + std::to_string(in.shape->moe.experts) +
                                                     " experts, got " + std::to_string(in.ep));
-    require(in.dp % in.ep == 0, "--ep: must divide --dp (" + std::to_string(in.dp) + "), got " + std::to_string(in.ep));
+    // An ep group folds over the dp x cp ranks (harness/mesh.h).
+    require(in.cp > 1 ? int64_t(in.dp) * in.cp % in.ep == 0 : in.dp % in.ep == 0,
+            in.cp > 1 ? "--ep: must divide --dp x --cp (" + std::to_string(int64_t(in.dp) * in.cp) + "), got " +
+                            std::to_string(in.ep)
+                      : "--ep: must divide --dp (" + std::to_string(in.dp) + "), got " + std::to_string(in.ep));
   }
   require(r.seq % in.cp == 0, "--cp: must divide the sequence length (" + std::to_string(r.seq) + ")");
   if (in.shape && in.cp > 1 && in.cp_algo == CpAlgo::ulysses) {

@@ -251,12 +251,17 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
   const bool rerun = in.recompute == Recompute::full;
   if (ep_states || (moe_stages && in.ep > 1)) {  // the counts, dispatch and combine forward; dispatch and combine backward (balanced router's rows)
     const int64_t n = r.microbatches * moe_layers;
-    const int64_t rows = ep::balanced_rows(*in.shape, in.microbatch_size * r.seq, moe_scope_tokens(in, r.seq));
+    // (each rank dispatches its own tokens: with cp its 1/cp of the sequence)
+    const int64_t rows =
+        ep::balanced_rows(*in.shape, in.microbatch_size * r.seq / in.cp, moe_scope_tokens(in, r.seq));
     const int64_t both = ep::a2a_bytes(*in.shape, n, n * rows, n * rows, elem_bytes(in.precision));
     const int64_t bwd = ep::a2a_bytes(*in.shape, 0, n * rows, n * rows, elem_bytes(in.precision)) / 2;
     const int64_t again = rerun ? both - bwd : 0;  // the rerun forward's
-    // An ep group is ep consecutive ranks: it spans nodes when a node holds fewer.
-    const bool inter = in.ranks_per_node > 0 && in.ranks_per_node < in.ep;
+    // An ep group is ep consecutive values of the (cp, dp) index (cp
+    // fastest; same tp and pp rank, harness/mesh.h): it spans nodes when its
+    // first and last rank lie further apart than a node holds.
+    const int64_t last = in.ep - 1, dp_stride = int64_t(in.tp) * in.cp * (in.pp_inside_dp ? in.pp : 1);
+    const bool inter = spans(in.tp * (last % in.cp) + dp_stride * (last / in.cp) + 1, in.ranks_per_node);
     add_row(r.comm, "ep", "fwd", "all_to_all", in.ep, 3 * n, both - bwd, inter);
     add_row(r.comm, "ep", "bwd", "all_to_all", in.ep, (rerun ? 5 : 2) * n, bwd + again, inter);
   }

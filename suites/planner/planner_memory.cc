@@ -110,7 +110,9 @@ int64_t workspace_bytes(const PlanInput& in, const Pipe& pipe, int64_t seq) {
   const bool staged = pipe.staged();
   const pipeline::MoeStage moe_stage{moe_scope_tokens(in, seq), in.ep, !in.hw.host_kernels};
   if (in.shape && in.shape->llama()) return -1;  // the llama family's runners' workspace: not modelled
-  if (in.shape && in.cp == 1 && staged && in.recompute == Recompute::none) {  // what a pipeline rank allocates
+  // (MoE stages: with sp, cp and recompute too, impl/pipeline/stage.h)
+  const bool moe_stages = in.shape && in.shape->moe.experts > 0 && staged;
+  if (in.shape && ((in.cp == 1 && in.recompute == Recompute::none) || moe_stages) && staged) {  // what a pipeline rank allocates
     return pipeline::stage_workspace_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage,
                                            in.hw.host_kernels);
   } else if (in.shape && !staged) {
@@ -160,15 +162,20 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
     x.ep = in.ep;
     x.moe_on_device = !in.hw.host_kernels;
     a = tp::activation_bytes(x);
-  } else if (in.shape && !analytic && !in.dropout && in.cp == 1 && in.recompute == Recompute::none) {
+  } else if (in.shape && !analytic && !in.dropout &&
+             ((in.cp == 1 && in.recompute == Recompute::none) || in.shape->moe.experts > 0)) {
     // The reference layout in pipeline stages: the chunks' bytes a stage
     // declares and allocates (impl/pipeline/stage.h, tensor_parallel/cost.h),
-    // times the live (microbatch, chunk) units of the schedule.
+    // times the live (microbatch, chunk) units of the schedule. MoE stages
+    // (with sp, cp and recompute too): under full recompute the one MoeActs
+    // the backward's rerun of an MoE block fills, beside them.
     a = pipeline::stage_activation_peak(
-        in.schedule, pipe.cfg,
-        pipeline::chunk_bytes_table(*in.shape, pipe.part, in.microbatch_size, seq, in.precision, tpo,
-                                    in.schedule == pipeline::ScheduleKind::zb_h1, moe_stage),
-        rank);
+            in.schedule, pipe.cfg,
+            pipeline::chunk_bytes_table(*in.shape, pipe.part, in.microbatch_size, seq, in.precision, tpo,
+                                        in.schedule == pipeline::ScheduleKind::zb_h1, moe_stage),
+            rank) +
+        pipeline::moe_rerun_bytes(*in.shape, in.microbatch_size, seq, in.precision, tpo, moe_stage,
+                                  rank_moe_blocks(*in.shape, pipe.part, rank) > 0);
   } else if (in.shape) {
     const ModelConfig& mc = *in.shape;
     ActivationShape x{in.microbatch_size, seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
@@ -250,6 +257,7 @@ RunSpec ep_spec(const PlanInput& in, int64_t seq, int64_t microbatches, int64_t 
   s.mesh.dp = in.dp;
   s.mesh.ep = in.ep;
   s.mesh.tp = in.tp;  // the experts' tp shard
+  s.mesh.cp = in.cp;  // the dense component over dp x cp, ep folded over it
   s.mesh.ranks_per_node = int(in.ranks_per_node);
   s.data.shard = in.shard;
   s.data.shard_group = int(in.hsdp_group);

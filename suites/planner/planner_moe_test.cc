@@ -1,12 +1,14 @@
 // The planner's mixture-of-experts compositions held to the ranks that run
-// them: sequence parallel, recompute and context parallel outside pipelines,
-// tensor parallel inside pipeline stages, PipeDream-2BW with MoE stages. For
-// each run spec the plan (plan_input_of, as `parabench plan` takes it) holds
-// per pipeline rank what the engine's ranks allocate, tag by tag (device
-// peaks after the run's steps, max over the stage's ranks), and per group the
-// bytes they move (the comm log), with the routing-dependent rows (the
-// experts' tp all-reduces, the ep all-to-alls) at the rows the ranks routed.
-// The compositions the engine does not run yet are refused, saying so.
+// them: sequence parallel, recompute and context parallel outside pipelines
+// (expert with context parallel too: ep folded over dp x cp), and in pipeline
+// stages tensor, sequence and context parallel, recompute, PipeDream-2BW and
+// zb-h1 with MoE stages. For each run spec the plan (plan_input_of, as
+// `parabench plan` takes it) holds per pipeline rank what the engine's ranks
+// allocate, tag by tag (device peaks after the run's steps, max over the
+// stage's ranks), and per group the bytes they move (the comm log), with the
+// routing-dependent rows (the experts' tp all-reduces, the ep all-to-alls) at
+// the rows the ranks routed. The compositions the engine does not run yet are
+// refused, saying so.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -197,6 +199,12 @@ TEST(PlannerMoe, SpRecomputeAndCpAreTheRanks) {
       {"dp2.cp2", "cp_algo=ulysses,shard=zero2", "tiny-moe", Precision::bf16_mixed},
       {"dp2.tp2.cp2", "sp=on,recompute=selective", "tiny-moe-local", Precision::fp32},
       {"dp2.tp2.cp2", "recompute=full,shard=zero1", "tiny-moe", Precision::fp32},
+      // expert with context parallel: ep folded over dp x cp (cp fastest)
+      {"dp1.cp2.ep2", "cp_algo=ring", "tiny-moe", Precision::fp32},
+      {"dp2.cp2.ep2", "cp_algo=ulysses,shard=zero1", "tiny-moe", Precision::bf16_mixed},
+      {"dp2.cp2.ep4", "cp_algo=ring,shard=zero2", "tiny-moe-local", Precision::fp32},
+      {"dp2.tp2.cp2.ep2", "sp=on,recompute=full", "tiny-moe", Precision::fp32},
+      {"dp2.cp2.ep2", "recompute=selective,shard=zero3", "tiny-moe", Precision::fp32},
   };
   for (const Case& c : cases) {
     expect_plan_is_the_ranks(c, false);
@@ -222,6 +230,32 @@ TEST(PlannerMoe, TensorParallelAnd2bwStagesAreTheRanks) {
   }
 }
 
+// Pipeline stages, continued (ctest planner_moe_stages_test, label full):
+// sequence parallel, recompute (selective; full with its rerun's MoeActs)
+// and context parallel (ep 1) in MoE stages, and zb-h1 with MoE stages.
+TEST(PlannerMoe, SpCpRecomputeAndZbH1StagesAreTheRanks) {
+  const Case cases[] = {
+      // sequence parallel, recompute (selective, full; tp = cp = 1 too) and context parallel (ep 1) in MoE stages
+      {"dp2.tp2.pp2", "schedule=1f1b,sp=on", "tiny-moe", Precision::fp32, 4, 4},
+      {"dp2.ep2.tp2.pp2", "schedule=gpipe,recompute=full,shard=zero2", "tiny-moe", Precision::fp32, 4, 2},
+      {"dp2.pp2", "schedule=1f1b,recompute=full", "tiny-moe", Precision::bf16_mixed, 4, 4},
+      {"dp2.ep2.pp2", "schedule=interleaved,virtual_stages=2,recompute=selective,shard=zero1", "tiny-moe-local",
+       Precision::fp32, 8, 4},
+      {"dp2.cp2.pp2", "schedule=1f1b,cp_algo=ulysses", "tiny-moe", Precision::fp32, 4, 4},
+      {"dp1.tp2.cp2.pp2", "schedule=gpipe,cp_algo=ring,sp=on,recompute=full", "tiny-moe",
+       Precision::fp32, 4, 2},
+      // zb-h1 with MoE stages: each MoE block's backward whole in B, W the dense blocks' alone
+      {"dp2.ep2.pp2", "schedule=zb-h1", "tiny-moe", Precision::fp32, 4, 4},
+      {"dp2.tp2.pp2", "schedule=zb-h1,sp=on", "tiny-moe", Precision::bf16_mixed, 4, 4},
+      {"dp1.pp2", "schedule=zb-h1,recompute=selective,shard=zero2", "tiny-moe-e8-top1", Precision::fp32, 4, 4},
+      {"dp2.cp2.pp2", "schedule=zb-h1,cp_algo=ring", "tiny-moe-local", Precision::fp32, 6, 4},
+  };
+  for (const Case& c : cases) {
+    expect_plan_is_the_ranks(c, false);
+    expect_plan_is_the_ranks(c, true);
+  }
+}
+
 // The capacity scope's exchanges (group moe: dp x cp ranks at stride tp)
 // cross nodes when the scope spans more ranks than a node holds.
 TEST(PlannerMoe, CapacityExchangesCrossNodesWhenTheScopeDoes) {
@@ -240,10 +274,34 @@ TEST(PlannerMoe, CapacityExchangesCrossNodesWhenTheScopeDoes) {
   }
 }
 
-// What the engine does not run yet (and ep with cp, which it runs but the
-// planner does not model yet) is refused, saying so and naming the
-// composition: sp, recompute or cp in MoE pipeline stages, ep with cp, zb-h1
-// with MoE stages, 2bw with global capacity over dp ranks.
+// An ep group (ep consecutive values of the (cp, dp) index, at stride tp)
+// crosses nodes when its ranks lie further apart than a node holds.
+TEST(PlannerMoe, ExpertGroupsCrossNodesWhereTheirRanksDo) {
+  struct Row {
+    int dp, tp, cp, ep;
+    int64_t rpn;
+    bool inter;
+  };
+  for (const Row& w : {Row{4, 1, 1, 4, 2, true}, Row{4, 1, 1, 4, 4, false}, Row{2, 2, 1, 2, 2, true},
+                       Row{2, 2, 1, 2, 4, false}, Row{2, 1, 2, 2, 2, false}, Row{2, 2, 2, 4, 4, true},
+                       Row{2, 2, 2, 4, 8, false}}) {
+    PlanInput in;
+    in.shape = named_model("tiny-moe");
+    in.dp = w.dp, in.tp = w.tp, in.cp = w.cp, in.ep = w.ep, in.seq = 16, in.ranks_per_node = w.rpn;
+    int rows = 0;
+    for (const CommRow& row : plan(in).comm)
+      if (row.group == "ep") {
+        EXPECT_EQ(row.inter_node, w.inter) << "dp" << w.dp << " tp" << w.tp << " cp" << w.cp << " ep" << w.ep
+                                           << " ranks per node " << w.rpn;
+        ++rows;
+      }
+    EXPECT_EQ(rows, 2);
+  }
+}
+
+// What the engine does not run yet is refused, saying so and naming the
+// composition: expert with context parallel in MoE pipeline stages, 2bw
+// with global capacity over dp ranks, zb-h1 with full recompute.
 TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
   auto refused = [](const char* mesh, const char* strategy, const char* model, const std::string& says) {
     PlanInput in;
@@ -263,13 +321,11 @@ TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
     }
   };
   const std::string not_yet = "the engine does not run it yet";
-  refused("dp2.tp2.pp2", "sp=on", "tiny-moe", "in pipeline stages with sequence parallel: " + not_yet);
-  refused("dp2.tp2.pp2", "recompute=selective", "tiny-moe", "in pipeline stages with recompute: " + not_yet);
-  refused("dp2.pp2", "recompute=full", "tiny-moe", "in pipeline stages with recompute: " + not_yet);
-  refused("dp2.cp2.pp2", "", "tiny-moe", "in pipeline stages with context parallel: " + not_yet);
-  refused("dp2.ep2.cp2", "", "tiny-moe", "(ep 2) and context parallel (cp 2) together is not planned yet (the engine runs it");
-  refused("dp2.ep2.pp2", "schedule=zb-h1", "tiny-moe", "zb-h1 with a mixture-of-experts model: " + not_yet);
+  refused("dp2.ep2.cp2.pp2", "", "tiny-moe", "(ep 2) and context parallel (cp 2) in pipeline stages: " + not_yet);
   refused("dp2.pp2", "schedule=2bw", "tiny-moe", "global capacity over dp 2");
+  refused("dp2.ep2.pp2", "schedule=zb-h1,recompute=full", "tiny-moe", "zb-h1 with recompute=full and a "
+                                                                        "mixture-of-experts model: the engine does "
+                                                                        "not run it");
   // The llama family's MoE: the engine runs it, the planner's analytic count does not model it.
   refused("dp2.tp2", "sp=on", "tiny-mixtral", "a llama-family mixture of experts plans under data and tensor "
                                               "parallel only");
