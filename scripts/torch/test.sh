@@ -3,7 +3,10 @@
 # the canonical model (tiny, 4 layers, so interleaved has two stages per rank),
 # then PyTorch trains it with every strategy of train.py at fp32 and
 # bf16-mixed, and `parabench verify` must pass every trace (exit 0, JUnit
-# written); the deliberately broken runs must each fail it (exit 1).
+# written); the deliberately broken runs must each fail it (exit 1). A
+# tiny-llama export beside it (the llama family, Hugging Face's names) trains
+# with ddp, fsdp2 and tp at both precisions and one broken run (ddp
+# no-divide); the strategies that do not take the family refuse it (exit 2).
 #   scripts/torch/test.sh [PARABENCH [WORKDIR]]
 # Exit 77 (ctest: skipped) when the adapter's environment is not installed
 # (scripts/torch/setup.sh; scripts/test.sh installs it).
@@ -20,12 +23,14 @@ fi
 rm -rf "$work"
 mkdir -p "$work/traces" "$work/broken"
 "$pb" export --dir "$work/export" --set model.layers=4 --set train.steps=6 >/dev/null
+mkdir -p "$work/llama/traces" "$work/llama/broken"
+"$pb" export --dir "$work/llama/export" --set model.name=tiny-llama --set train.steps=6 >/dev/null
 
-train() {  # name args...
+train() {  # name args...  (EXPORT: the export, the GPT-2 one unless set)
   local name="$1"
   shift
   local start=$SECONDS
-  if ! "$py" "$here/train.py" --export "$work/export" "$@" >"$work/$name.log" 2>&1; then
+  if ! "$py" "$here/train.py" --export "${EXPORT:-$work/export}" "$@" >"$work/$name.log" 2>&1; then
     echo "torch adapter: train.py $* FAILED:" >&2
     tail -20 "$work/$name.log" >&2
     exit 1
@@ -54,6 +59,17 @@ for b in "${broken[@]}"; do
   # shellcheck disable=SC2086
   train "$name" --strategy $b --out "$work/broken/$name.safetensors"
 done
+llama_good=("ddp --world 2" "fsdp2 --world 2" "tp --world 2")
+for precision in fp32 bf16-mixed; do
+  for g in "${llama_good[@]}"; do
+    name="llama_$(echo "$g" | tr -s ' ' '_' | tr -d -)_$precision"
+    # shellcheck disable=SC2086
+    EXPORT="$work/llama/export" train "$name" --strategy $g --precision "$precision" \
+      --out "$work/llama/traces/$name.safetensors"
+  done
+done
+EXPORT="$work/llama/export" train llama_ddp_nodivide --strategy ddp --world 2 --fault no-divide \
+  --out "$work/llama/broken/llama_ddp_nodivide.safetensors"
 
 # The adapter's own bad input: exit 2 naming what, before any process starts.
 bad_input() {  # pattern args...
@@ -71,6 +87,10 @@ bad_input "8 stages must divide the model's 4 layers" --export "$work/export" --
 bad_input "init.safetensors is missing" --export "$work/nowhere" --strategy ddp --out "$work/x"
 bad_input "cannot write a file there" --export "$work/export" --strategy ddp --out "$work/no/such/x"
 bad_input "applies to pp strategies" --export "$work/export" --strategy ddp --fault microbatch-order --out "$work/x"
+bad_input "kv_heads 2 < tp 4" --export "$work/llama/export" --strategy tp --world 4 --out "$work/x"
+bad_input "pp-1f1b on tiny-llama: the adapter trains the llama family with ddp, fsdp2, tp only" \
+  --export "$work/llama/export" --strategy pp-1f1b --out "$work/x"
+bad_input "hsdp on tiny-llama" --export "$work/llama/export" --strategy hsdp --world 4 --out "$work/x"
 
 status=0
 "$pb" verify --export "$work/export" --trace "$work"/traces/*.safetensors --run-dir "$work/verify" \
@@ -79,9 +99,18 @@ if ((status != 0)); then
   echo "torch adapter: FAIL: parabench verify rejected a correct PyTorch trace (exit $status)" >&2
   exit 1
 fi
-for t in "$work"/broken/*.safetensors; do
+status=0
+"$pb" verify --export "$work/llama/export" --trace "$work"/llama/traces/*.safetensors --run-dir "$work/llama/verify" \
+  --junit "$work/llama/verify.xml" || status=$?
+if ((status != 0)); then
+  echo "torch adapter: FAIL: parabench verify rejected a correct PyTorch tiny-llama trace (exit $status)" >&2
+  exit 1
+fi
+for t in "$work"/broken/*.safetensors "$work"/llama/broken/*.safetensors; do
   status=0
-  "$pb" verify --export "$work/export" --trace "$t" --run-dir "$work/verify-broken" >"$t.verify" 2>&1 || status=$?
+  ex="$work/export"
+  [[ "$t" == "$work/llama/"* ]] && ex="$work/llama/export"
+  "$pb" verify --export "$ex" --trace "$t" --run-dir "$work/verify-broken" >"$t.verify" 2>&1 || status=$?
   if ((status != 1)); then
     echo "torch adapter: FAIL: the broken trace $(basename "$t") got exit $status from verify, expected 1:" >&2
     cat "$t.verify" >&2
@@ -89,4 +118,5 @@ for t in "$work"/broken/*.safetensors; do
   fi
   grep -E "FAIL$" "$t.verify" | sed 's/^/  caught: /'
 done
-echo "torch adapter: ${#good[@]} strategies x 2 precisions pass verify; ${#broken[@]} broken runs fail it"
+echo "torch adapter: ${#good[@]} strategies x 2 precisions pass verify on GPT-2, ${#llama_good[@]} x 2 on tiny-llama;" \
+  "$((${#broken[@]} + 1)) broken runs fail it"

@@ -11,6 +11,11 @@ Strategies: ddp; fsdp2 (fully_shard, full sharding); hsdp (fully_shard on a
 (torch.distributed.pipelining, stages built by hand, the tied embedding's
 gradient summed between the first and last stage); tp (DTensor
 parallelize_module: q, k, v and c_fc column-wise, the projections row-wise).
+The llama family (an export of model.name=tiny-llama; Hugging Face's Llama
+parameter names) trains with ddp, fsdp2 and tp (q, k, v, gate and up
+column-wise, o and down row-wise; k and v split by kv heads, so tp must
+divide kv_heads: a tp above kv_heads is refused, not replicated); the other
+strategies refuse it by name (exit 2).
 Faults (a trace that must fail verify): no-divide (DDP's gradients summed,
 not averaged over the world), skip-allreduce (DDP's gradient all-reduce
 skipped: each replica steps on its own half), microbatch-order (the last
@@ -113,6 +118,9 @@ class Stage(nn.Module):
         if last:
             self.ln_f = nn.LayerNorm(ex.C, eps=1e-5)
 
+    def blocks(self):
+        return list(self.h.values())
+
     def forward(self, x):
         if self.first:
             T = x.shape[1]
@@ -122,6 +130,125 @@ class Stage(nn.Module):
         if self.last:
             x = F.linear(self.ln_f(x), self.wte)
         return x
+
+
+# ------------------------------------------------------ the llama family
+# tiny-llama as results/TRACE.md states it (scripts/torch/llama.py is the
+# fp64 single-process version): RMSNorm, grouped-query attention with RoPE
+# in Hugging Face's rotate-half layout, SwiGLU MLP, untied head, no biases.
+# Module paths are Hugging Face's Llama names, so named_parameters() are the
+# export's names.
+
+LLAMA_STRATEGIES = ["ddp", "fsdp2", "tp"]
+
+
+def is_llama(ex):
+    return ex.config["model"].get("family") == "llama"
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(C)), eps
+
+    def forward(self, x):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(u):
+    h = u.shape[-1] // 2
+    return torch.cat([-u[..., h:], u[..., :h]], dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, C, NH, KVH, theta):
+        super().__init__()
+        self.hs, self.group, self.theta = C // NH, NH // KVH, theta
+        self.q_proj = nn.Linear(C, C, bias=False)
+        self.k_proj = nn.Linear(C, KVH * self.hs, bias=False)
+        self.v_proj = nn.Linear(C, KVH * self.hs, bias=False)
+        self.o_proj = nn.Linear(C, C, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        hs = self.hs
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        local = q.shape[-1]  # C, or C / tp under tensor parallel (heads, kv heads split alike)
+        q = q.view(B, T, -1, hs).transpose(1, 2)
+        k = k.view(B, T, -1, hs).transpose(1, 2)
+        v = v.view(B, T, -1, hs).transpose(1, 2)
+        # angles p * theta^(-2i/hs) at each token's position, in fp64, each half repeated
+        i = torch.arange(hs // 2, dtype=torch.float64)
+        a = torch.arange(T, dtype=torch.float64)[:, None] * (1.0 / self.theta ** (2 * i / hs))[None, :]
+        cos = torch.cat([a.cos(), a.cos()], -1).to(q.dtype)
+        sin = torch.cat([a.sin(), a.sin()], -1).to(q.dtype)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(self.group, dim=1)  # query head j uses kv head j // (heads / kv_heads)
+        v = v.repeat_interleave(self.group, dim=1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf"))
+        att = F.softmax(att.float(), dim=-1).to(q.dtype)
+        y = (att @ v).transpose(1, 2).reshape(B, T, local)
+        return self.o_proj(y)
+
+
+class LlamaMlp(nn.Module):
+    def __init__(self, C, ffn):
+        super().__init__()
+        self.gate_proj = nn.Linear(C, ffn, bias=False)
+        self.up_proj = nn.Linear(C, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, C, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        C, eps = m["channels"], m["norm_eps"]
+        self.input_layernorm = RMSNorm(C, eps)
+        self.self_attn = LlamaAttention(C, m["heads"], m["kv_heads"], float(m["rope_theta"]))
+        self.post_attention_layernorm = RMSNorm(C, eps)
+        self.mlp = LlamaMlp(C, m["ffn"])
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaBody(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(m["vocab"], m["channels"])
+        self.layers = nn.ModuleList(LlamaLayer(m) for _ in range(m["layers"]))
+        self.norm = RMSNorm(m["channels"], m["norm_eps"])
+
+
+class Llama(nn.Module):
+    """The whole model; `blocks()` as Stage's, for fully_shard and the TP plan."""
+
+    def __init__(self, ex):
+        super().__init__()
+        m = ex.config["model"]
+        self.model = LlamaBody(m)
+        self.lm_head = nn.Linear(m["channels"], m["vocab"], bias=False)
+
+    def blocks(self):
+        return list(self.model.layers)
+
+    def forward(self, x):
+        x = self.model.embed_tokens(x)
+        for layer in self.model.layers:
+            x = layer(x)
+        return self.lm_head(self.model.norm(x))
+
+
+def whole_model(ex, split_qkv=False):
+    """The export's model on one rank: Llama for the llama family, else GPT-2's Stage."""
+    return Llama(ex) if is_llama(ex) else Stage(ex, 0, ex.L, True, True, split_qkv)
 
 
 def load_init(stage, ex, dtype):
@@ -227,7 +354,7 @@ def train_replicated(ex, args, rank, world):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     bf16 = args.precision == "bf16-mixed"
-    model = Stage(ex, 0, ex.L, True, True)
+    model = whole_model(ex)
     load_init(model, ex, torch.float32)
     micro = ex.micro
     master = None
@@ -252,7 +379,7 @@ def train_replicated(ex, args, rank, world):
             mesh = init_device_mesh("cpu", (world,))
         mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if bf16 else \
             MixedPrecisionPolicy()
-        for blk in model.h.values():
+        for blk in model.blocks():
             fully_shard(blk, mesh=mesh, mp_policy=mp_policy)
         fully_shard(model, mesh=mesh, mp_policy=mp_policy)
         wrapped = model
@@ -416,11 +543,17 @@ def train_tp(ex, args, rank, world):
 
     bf16 = args.precision == "bf16-mixed"
     mesh = init_device_mesh("cpu", (world,))
-    model = Stage(ex, 0, ex.L, True, True, split_qkv=True)
+    model = whole_model(ex, split_qkv=True)
     load_init(model, ex, torch.float32)
-    plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-            "attn.c_proj": RowwiseParallel(), "mlp.c_fc": ColwiseParallel(), "mlp.c_proj": RowwiseParallel()}
-    for blk in model.h.values():
+    if is_llama(ex):  # q by heads and k, v by kv heads (shape_problem checked tp divides kv_heads)
+        plan = {"self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+                "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
+                "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+                "mlp.down_proj": RowwiseParallel()}
+    else:
+        plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+                "attn.c_proj": RowwiseParallel(), "mlp.c_fc": ColwiseParallel(), "mlp.c_proj": RowwiseParallel()}
+    for blk in model.blocks():
         parallelize_module(blk, mesh, plan)
     master = None
     if bf16:
@@ -464,6 +597,18 @@ def shape_problem(ex, args):
     w, s = args.world, args.strategy
     if args.microbatches < 0:
         return "--microbatches must be positive"
+    if is_llama(ex):
+        m = ex.config["model"]
+        if s not in LLAMA_STRATEGIES:
+            return (f"{s} on {m.get('name', 'the llama family')}: the adapter trains the llama family with "
+                    f"{', '.join(LLAMA_STRATEGIES)} only (GPT-2 exports take every strategy)")
+        if s == "tp":
+            if m["kv_heads"] < w:
+                return (f"tp at world {w} on {m.get('name', 'llama')}: kv_heads {m['kv_heads']} < tp {w}; "
+                        "DTensor's column split cannot split K/V by kv heads and the adapter does not replicate them")
+            for what, n in (("heads", m["heads"]), ("kv_heads", m["kv_heads"]), ("ffn", m["ffn"])):
+                if n % w:
+                    return f"tp at world {w} on {m.get('name', 'llama')}: the world must divide {what} {n}"
     if s in ("ddp", "fsdp2", "hsdp") and ex.batch % (w * ex.micro):
         return f"{s} at world {w}: {w} replicas x {ex.micro} microbatches do not divide the batch of {ex.batch}"
     if s == "hsdp" and (w < 4 or w % 2):
