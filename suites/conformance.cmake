@@ -172,6 +172,17 @@ parabench_mpi_test(NAME conformance_check_mpi_ep_cp_np4 NP 4
   COMMAND $<TARGET_FILE:parabench> check --mesh dp2.cp2.ep2 dp2.cp2.ep4 --model tiny-moe --strategy shard=none
           shard=zero3 --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
 
+# MoE stages with expert and context parallel together under MPI: cp2.ep2.pp2
+# (an ep group is a stage's cp ranks) 1F1B DDP and GPipe ZeRO-3 Ulysses,
+# global and local capacity (issue 49 item 3).
+parabench_mpi_test(NAME conformance_check_mpi_moe_pp_ep_cp_np4 NP 4
+  COMMAND $<TARGET_FILE:parabench> check --mesh cp2.ep2.pp2 --model tiny-moe --strategy schedule=1f1b
+          schedule=gpipe,shard=zero3,cp_algo=ulysses --precision fp32 bf16-mixed
+          --out ${CMAKE_CURRENT_BINARY_DIR}/check_mpi_runs TIMEOUT 300)
+if(TEST conformance_check_mpi_moe_pp_ep_cp_np4)  # (about 4 s: the full command's)
+  set_property(TEST conformance_check_mpi_moe_pp_ep_cp_np4 APPEND PROPERTY LABELS full)
+endif()
+
 # tiny-llama in pipelines under MPI: dp2.pp2 and tp2.pp2 (the untied head
 # on the last stage, kv heads split over tp), 1F1B DDP and interleaved
 # ZeRO-3, judged by check at both precisions.
@@ -710,6 +721,65 @@ if(PARABENCH_BUILD_TESTS)
                        PROPERTIES TIMEOUT 600 LABELS "cli" PROCESSORS 2)
   set_property(TEST conformance_check_moe_pp_cp_wide conformance_check_mixtral_pp_cp
                conformance_check_moe_pp_cp_wide_teeth conformance_check_mixtral_pp_cp_teeth
+               APPEND PROPERTY LABELS full)
+  # MoE stages with expert and context parallel together (issue 49 item 3):
+  # ep folded over the stage's dp x cp ranks (Megatron-core's expert rank
+  # generator, as outside pipelines): the cp ranks route their own tokens in
+  # the microbatch's token order, send their admitted rows over ep, the
+  # experts' component over edp = dp x cp / ep. Held to the rule and the
+  # fp64 rerun, memory and traffic exactly as declared. Quick: tiny-moe
+  # (global capacity) cp2.ep2.pp2 and dp2.cp2.ep4.pp2 ZeRO-3; its teeth: the
+  # expert gradients ep times too large, the combine permuted.
+  add_test(NAME conformance_check_moe_pp_ep_cp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
+            --spec "cp2.ep2.pp2 schedule=1f1b" "dp2.cp2.ep4.pp2 schedule=1f1b,shard=zero3"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  add_test(NAME conformance_check_moe_pp_ep_cp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
+            --spec "dp2.cp2.ep4.pp2 schedule=1f1b,shard=zero3,faults=ep_grads_ep_times"
+            "cp2.ep2.pp2 schedule=1f1b,faults=ep_combine_permuted"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_moe_pp_ep_cp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n4 configurations, 4 failed\\.")
+  # The wider set (label full): GPT-2's MoE x GPipe Ulysses, interleaved
+  # ZeRO-1, tp2 + SP, full recompute, zb-h1 ZeRO-2, HSDP; tiny-mixtral x
+  # ZeRO-1, tp2 Ulysses, interleaved ZeRO-3 + full recompute, 2bw (local
+  # capacity); teeth: the expert gradients reduced over dp x cp, the
+  # statistics and the capacity not shared, the router gradient missing,
+  # tiny-mixtral's combine permuted under 2bw and gate/up mismatched.
+  add_test(NAME conformance_check_moe_pp_ep_cp_wide
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
+            --spec "dp2.cp2.ep2.pp2 schedule=gpipe,cp_algo=ulysses"
+            "cp2.ep2.pp2 schedule=interleaved,virtual_stages=2,shard=zero1" "tp2.cp2.ep2.pp2 schedule=1f1b,sp=on"
+            "cp2.ep2.pp2 schedule=1f1b,recompute=full" "cp2.ep2.pp2 schedule=zb-h1,shard=zero2"
+            "dp2.cp2.ep2.pp2 schedule=1f1b,shard=hsdp,shard_group=2"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  add_test(NAME conformance_check_mixtral_pp_ep_cp
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --moe-capacity local
+            --spec "dp2.cp2.ep2.pp2 schedule=1f1b,shard=zero1" "tp2.cp2.ep2.pp2 schedule=gpipe,cp_algo=ulysses"
+            "cp2.ep2.pp2 schedule=interleaved,virtual_stages=2,shard=zero3,recompute=full" "cp2.ep2.pp2 schedule=2bw"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  add_test(NAME conformance_check_moe_pp_ep_cp_wide_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-moe --moe-capacity global
+            --spec "cp2.ep2.pp2 schedule=1f1b,faults=ep_expert_grads_dp"
+            "dp2.cp2.ep2.pp2 schedule=1f1b,faults=moe_aux_per_rank" "cp2.ep2.pp2 schedule=1f1b,faults=moe_local_capacity"
+            "dp2.cp2.ep2.pp2 schedule=1f1b,faults=moe_router_grad_missing"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_moe_pp_ep_cp_wide_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n8 configurations, 8 failed\\.")
+  add_test(NAME conformance_check_mixtral_pp_ep_cp_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-mixtral --moe-capacity local
+            --spec "dp2.cp2.ep2.pp2 schedule=2bw,faults=ep_combine_permuted"
+            "tp2.cp2.ep2.pp2 schedule=1f1b,faults=gate_up_mismatch"
+            --precision fp32 bf16-mixed --out ${CMAKE_CURRENT_BINARY_DIR}/check_pp_stage_runs)
+  set_tests_properties(conformance_check_mixtral_pp_ep_cp_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n4 configurations, 4 failed\\.")
+  set_tests_properties(conformance_check_moe_pp_ep_cp conformance_check_moe_pp_ep_cp_teeth
+                       conformance_check_moe_pp_ep_cp_wide conformance_check_mixtral_pp_ep_cp
+                       conformance_check_moe_pp_ep_cp_wide_teeth conformance_check_mixtral_pp_ep_cp_teeth
+                       PROPERTIES TIMEOUT 600 LABELS "cli" PROCESSORS 2)
+  set_property(TEST conformance_check_moe_pp_ep_cp_wide conformance_check_mixtral_pp_ep_cp
+               conformance_check_moe_pp_ep_cp_wide_teeth conformance_check_mixtral_pp_ep_cp_teeth
                APPEND PROPERTY LABELS full)
   # zb-h1 with MoE stages (issue 49 item 3): an MoE block's backward runs
   # whole in B (its input and weight gradients, the router's and experts'

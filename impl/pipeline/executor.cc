@@ -13,6 +13,7 @@
 #include "impl/expert_parallel/options.h"
 #include "impl/pipeline/validate.h"
 #include "impl/tensor_parallel/strategy.h"
+#include "impl/tensor_parallel/tp_rank.h"
 #include "reference/init.h"
 
 namespace pb::pipeline {
@@ -50,28 +51,6 @@ MeshShape mesh_of(const PipelineOptions& o) {
   return {o.dp(), o.tp(), o.cp(), o.pp, o.data.ranks_per_node * o.tp() * o.cp(), o.ep};
 }
 
-// An MoE model's scope in context-parallel stages (ep = 1), as the
-// tensor-parallel rank's (tensor_parallel/tp_rank.cc context_moe_scope): the
-// cp ranks of a data rank share its microbatch's capacity and load-balancing
-// statistics (global capacity over dp >= 2: every dp x cp rank of the
-// stage's tp rank), their tokens placed in the microbatch's token order
-// (reference/moe.h MoeScope::order): capacity rank r = d * cp + c holds data
-// rank d's sequences' tokens at cp rank c's positions.
-MoeScope context_moe_scope(const PipelineOptions& o, const TrainConfig& cfg, RankGroups& g, Communicator* tp) {
-  const bool joint = dp::moe_shares_capacity(o.data, cfg);
-  Communicator* cap = g.split(Group::moe, joint ? MeshAxis::dp_cp : MeshAxis::cp);
-  MoeScope sc = ep::moe_scope(cap, nullptr, tp, o.data.moe_faults);
-  const int cp = o.cp(), Tn = cfg.seq, Bm = cfg.batch / (o.dp() * cfg.microbatches), Tl = Tn / cp;
-  const int64_t N = int64_t(Bm) * Tl;
-  auto order = std::make_shared<std::vector<int64_t>>();
-  for (int r = 0; r < cap->size(); ++r) {
-    const cp::Placement place(Tn, cp, r % cp, o.tensor.context.zigzag);
-    for (int64_t n = 0; n < N; ++n)
-      order->push_back(int64_t(r / cp) * Bm * Tn + (n / Tl) * Tn + place.position(int(n % Tl)));
-  }
-  sc.order = std::move(order);
-  return sc;
-}
 }  // namespace
 
 dp::DpOptions PipelineOptions::component() const { return tp::component_options(data, cp()); }
@@ -143,7 +122,8 @@ PipelineRank<T>::PipelineRank(const TrainConfig& cfg, const PipelineOptions& o, 
   const size_t N = size_t(Bm_) * cfg.seq;
   // An MoE model's scope: the capacity group, ep, and tp (the experts split over it, tensor_parallel/runner.h).
   if (cfg.model.moe.experts > 0) {
-    scope_ = o.cp() > 1 ? context_moe_scope(o, cfg, groups_, tp_) : dp::make_moe_scope(o.component(), cfg, groups_, tp_);
+    scope_ = o.cp() > 1 ? tp::context_moe_scope(o.data, cfg, o.tensor.context.zigzag, groups_, tp_)
+                        : dp::make_moe_scope(o.component(), cfg, groups_, tp_);
     if (o.tensor.has(tp::Fault::gate_up_mismatch)) scope_.faults.insert(MoeFault::expert_gate_up_mismatch);  // the experts' too
   }
   if (runs_stage_model(o.tensor))  // tp or cp > 1, or recomputation (at tp = cp = 1 with tp 1)

@@ -99,8 +99,8 @@ struct PipelineOptions {
   dp::DpOptions data;  // each stage's data axis: data.dp replicas
   tp::TpOptions tensor;  // each stage's tensor axis (tp > 1: the stage runs tensor_parallel's pieces)
   PipelineFaults faults;
-  int ep = 1;            // expert parallel inside the stage's dp group (an MoE model)
-  dp::DpOptions experts;  // an MoE model: the expert component's data axis (over edp = dp / ep)
+  int ep = 1;            // expert parallel folded over the stage's dp x cp ranks (an MoE model; harness/mesh.h)
+  dp::DpOptions experts;  // an MoE model: the expert component's data axis (over edp = dp x cp / ep)
   int dp() const { return data.dp; }
   int tp() const { return tensor.tp; }
   int cp() const { return tensor.context.cp; }

@@ -85,18 +85,16 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
                     "skip_replica_reduce, no_copy_back, and stale_params with zero1/zero2)");
   }
   if (cfg.model.moe.experts > 0) {
-    require(o.cp() == 1 || o.ep == 1,
-            "model.moe: a mixture-of-experts model in a pipeline runs with data, expert, tensor and context parallel "
-            "stages (mesh dpN.epM.tpT.ppK or dpN.tpT.cpC.ppK, experts split over tp, sp and recompute); expert "
-            "together with context parallel in MoE stages is not implemented yet");
     // 2BW: the delayed-weight replay (delayed_reference.h) routes each
     // microbatch on its own, so the capacity scope must be the microbatch's.
     require(o.kind != ScheduleKind::pipedream_2bw || !dp::moe_shares_capacity(o.data, cfg),
             "strategy.schedule: 2bw with a mixture-of-experts model needs each microbatch's own capacity (dp1, or "
             "model.moe.capacity local): global capacity over dp" + std::to_string(o.dp()) +
                 " routes microbatches of different weight versions together");
-    require(o.experts.dp * o.ep == o.component().dp, "mesh: ep" + std::to_string(o.ep) + " must divide dp" +
-                                                         std::to_string(o.dp()));
+    // ep folds over the stage's dp x cp ranks (harness/mesh.h): edp = dp x cp / ep.
+    require(o.experts.dp * o.ep == o.component().dp,
+            "mesh: ep" + std::to_string(o.ep) + " must divide " +
+                (o.cp() > 1 ? "dp x cp = " + std::to_string(o.component().dp) : "dp" + std::to_string(o.dp())));
     require(cfg.model.moe.experts % o.ep == 0, "mesh: ep" + std::to_string(o.ep) +
                                                    " must divide model.moe.experts (" +
                                                    std::to_string(cfg.model.moe.experts) + ")");

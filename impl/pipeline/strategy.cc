@@ -125,7 +125,8 @@ void validate_spec(const RunSpec& s) {
       require(f->axis != FaultAxis::moe || !f->applies || f->applies(s),
               "strategy.faults: " + std::string(f->name) + " does not apply to " + mesh_text(s.mesh) +
                   " (the MoE faults that do under context parallel: moe_aux_per_rank, moe_local_capacity where a "
-                  "choice can drop, moe_router_grad_missing, moe_recompute_aux_twice with recompute=full)");
+                  "choice can drop, moe_router_grad_missing, moe_recompute_aux_twice with recompute=full, the ep_* "
+                  "faults with ep > 1)");
 }
 
 bool bitwise(const RunSpec& s, BackendKind b) {

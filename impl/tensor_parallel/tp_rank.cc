@@ -46,7 +46,8 @@ TpRank<T>::TpRank(const RunSpec& s, Communicator& world, RankOps<T> ops, RankMem
   // whole), sharded over every rank of the dp (x cp) group.
   if (s.mesh.ep > 1) groups_.split(Group::ep_scalar, expert_shards ? MeshAxis::dp_cp : MeshAxis::ep);
   kv_replicated_ = c.model.llama() && s.mesh.tp > 1 && c.model.kv_heads % s.mesh.tp != 0;
-  MoeScope moe = s.mesh.cp > 1 ? context_moe_scope(s, tp) : dp::make_moe_scope(dpo_, c, groups_, &tp);
+  MoeScope moe = s.mesh.cp > 1 ? context_moe_scope(data_options_of(s), c, s.context.zigzag, groups_, &tp)
+                                : dp::make_moe_scope(dpo_, c, groups_, &tp);
   if (o_.has(Fault::gate_up_mismatch)) moe.faults.insert(MoeFault::expert_gate_up_mismatch);  // the experts' too
   runner_ = std::make_unique<TpRunner<T>>(layout_, o_, &tp, s.mesh.cp > 1 ? &cp : nullptr, data_, &this->mem_,
                                           c.batch / s.mesh.dp / c.microbatches, c.seq, std::move(moe), *this->ops_);
@@ -63,22 +64,22 @@ TpRank<T>::~TpRank() = default;
 // dp x cp rank of the tp rank), their tokens placed in the microbatch's token
 // order (reference/moe.h MoeScope::order): capacity rank r = d * cp + c holds
 // data rank d's sequences' tokens at cp rank c's positions.
-template <class T>
-MoeScope TpRank<T>::context_moe_scope(const RunSpec& s, Communicator& tp) {
-  const ModelConfig& m = s.train.model;
-  if (m.moe.experts == 0) return {};
-  const bool joint = dp::moe_shares_capacity(data_options_of(s), s.train);
-  Communicator* cap = groups_.split(Group::moe, joint ? MeshAxis::dp_cp : MeshAxis::cp);
+MoeScope context_moe_scope(const dp::DpOptions& data, const TrainConfig& cfg, bool zigzag, RankGroups& g,
+                           Communicator* tp) {
+  if (cfg.model.moe.experts == 0) return {};
+  const MeshShape& mesh = g.mesh();
+  const bool joint = dp::moe_shares_capacity(data, cfg);
+  Communicator* cap = g.split(Group::moe, joint ? MeshAxis::dp_cp : MeshAxis::cp);
   // Expert parallel: the ep group folds over dp x cp (harness/mesh.h), so it
   // may hold cp ranks of one data rank and ranks of several; each sends its
   // own tokens' admitted rows to their experts' owners.
-  Communicator* ep = s.mesh.ep > 1 ? groups_.split(Group::ep, MeshAxis::ep) : nullptr;
-  MoeScope sc = ep::moe_scope(cap, ep, s.mesh.tp > 1 ? &tp : nullptr, dpo_.moe_faults);
-  const int cp = s.mesh.cp, Tn = s.train.seq, Bm = s.train.batch / s.mesh.dp / s.train.microbatches, Tl = Tn / cp;
+  Communicator* ep = mesh.ep > 1 ? g.split(Group::ep, MeshAxis::ep) : nullptr;
+  MoeScope sc = ep::moe_scope(cap, ep, tp && tp->size() > 1 ? tp : nullptr, data.moe_faults);
+  const int cp = mesh.cp, Tn = cfg.seq, Bm = cfg.batch / mesh.dp / cfg.microbatches, Tl = Tn / cp;
   const int64_t N = int64_t(Bm) * Tl;
   auto order = std::make_shared<std::vector<int64_t>>();
   for (int r = 0; r < cap->size(); ++r) {
-    const cp::Placement place(Tn, cp, r % cp, s.context.zigzag);
+    const cp::Placement place(Tn, cp, r % cp, zigzag);
     for (int64_t n = 0; n < N; ++n)
       order->push_back(int64_t(r / cp) * Bm * Tn + (n / Tl) * Tn + place.position(int(n % Tl)));
   }

@@ -29,6 +29,16 @@
 
 namespace pb::tp {
 
+// A mixture-of-experts model's routing scope under context parallel (mesh
+// cp > 1; every rank of the mesh calls it, collective over `g`'s world): the
+// capacity group over cp (global capacity: dp x cp), ep folded over dp x cp
+// where ep > 1, the experts split over `tp` where its size > 1, and the token
+// order that places each cp rank's tokens in its microbatch (reference/moe.h
+// MoeScope::order). `data` is the data axis (dp replicas, not dp x cp); the
+// tensor-parallel rank and the pipeline's context-parallel stages both use it.
+MoeScope context_moe_scope(const dp::DpOptions& data, const TrainConfig& cfg, bool zigzag, RankGroups& g,
+                           Communicator* tp);
+
 template <class T>
 class TpRank : public RankBase<T> {
  public:
@@ -45,7 +55,6 @@ class TpRank : public RankBase<T> {
   double padding_max_abs(bool grads);
 
  private:
-  MoeScope context_moe_scope(const RunSpec& s, Communicator& tp);
   std::vector<double> gather(bool grads) override;
 
   RunSpec spec_;

@@ -366,6 +366,13 @@ std::vector<TeethCase> moe_teeth_cases(Precision p) {
     c.spec.mesh.cp = 2;
     add(c);
   }
+  // ... inside pipeline stages (1F1B, two microbatches): dp2.cp2.ep2.pp2 and
+  // dp2.cp2.ep4.pp2, ep folded over each stage's dp x cp ranks.
+  for (auto [shard, ep] : {std::pair{S::none, 2}, std::pair{S::zero1, 4}}) {
+    StrategyRun c = moe_case(shard, G, 2, ep, 1, 2, p);
+    c.spec.mesh.cp = 2;
+    add(c);
+  }
   return out;
 }
 

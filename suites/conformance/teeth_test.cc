@@ -361,17 +361,18 @@ TEST(Teeth, MixtureOfExpertsComposedNoFalseAlarmOverTenSeeds) {
 }
 
 // No false alarm for MoE with expert and context parallel together (issue 49
-// item 3; rule-only, held again at fp64): 10 seeds x 3 configs (cp2.ep2 DDP
-// global, dp2.cp2.ep4 ZeRO-3 local, tp2.cp2.ep2 SP DDP global) x both
-// precisions.
+// item 3; rule-only, held again at fp64): 10 seeds x 4 configs (cp2.ep2 DDP
+// global, dp2.cp2.ep4 ZeRO-3 local, tp2.cp2.ep2 SP DDP global, and inside
+// pipeline stages dp2.cp2.ep4.pp2 ZeRO-1 global) x both precisions.
 TEST(Teeth, MixtureOfExpertsExpertAndContextParallelNoFalseAlarmOverTenSeeds) {
   int runs = 0;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
     for (const MoeCase& c : {MoeCase{dp::Shard::none, MoeCapacity::global, 1, 2, 1, 1, 2},
                              MoeCase{dp::Shard::zero3, MoeCapacity::local, 2, 4, 1, 1, 2},
-                             MoeCase{dp::Shard::none, MoeCapacity::global, 1, 2, 1, 2, 2, Recompute::none, true}})
+                             MoeCase{dp::Shard::none, MoeCapacity::global, 1, 2, 1, 2, 2, Recompute::none, true},
+                             MoeCase{dp::Shard::zero1, MoeCapacity::global, 2, 4, 2, 1, 2}})
       runs += expect_moe_passes_over_seeds(c, p, 10);
-  EXPECT_EQ(runs, 2 * 3 * 10);
+  EXPECT_EQ(runs, 2 * 4 * 10);
 }
 
 // No false alarm: 20 seeds (init and data) for every strategy at both

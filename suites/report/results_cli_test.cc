@@ -113,8 +113,7 @@ TEST(ResultsCli, CheckContextParallelBadSpecsExit2) {
       {"--mesh cp2.pp2 --strategy schedule=1f1b,cp_algo=ulysses --model tiny-tp", ""},
       {"--mesh dp2.cp3 --strategy cp_algo=ulysses,shard=hsdp,shard_group=3", ""},  // F spans a replica's cp ranks
       {"--cp 0", "--cp"},
-      {"--mesh cp2.ep2.pp2 --model tiny-moe --strategy schedule=1f1b",
-       "together with context parallel inside pipelines, for MoE is not implemented yet"},
+      {"--mesh cp2.ep4.pp2 --model tiny-moe --strategy schedule=1f1b", "must divide dp*cp = 2, got 4"},
       {"--mesh dp2.cp2.ep8 --model tiny-moe-e8", "must divide dp*cp = 4, got 8"},
       {"--mesh cp2.pp2 --model tiny-moe --strategy schedule=1f1b,faults=ep_combine_permuted",
        "MoE faults that do under context"},
