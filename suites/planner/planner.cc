@@ -130,10 +130,6 @@ void check_shape(const PlanInput& in, PlanResult& r) {
   if (in.shape && in.shape->moe.experts > 0) {
     const std::string model = "--model " + in.shape->name + ": a mixture-of-experts model";
     const bool piped = in.pp > 1;
-    require(!piped || in.cp == 1 || in.ep == 1,
-            model + " with expert parallel (ep " + std::to_string(in.ep) + ") and context parallel (cp " +
-                std::to_string(in.cp) + ") in pipeline stages: the engine does not run it yet (it runs them together "
-                "outside pipelines), so there is nothing to plan it as");
     require(!piped || in.schedule != pipeline::ScheduleKind::zb_h1 || in.recompute != Recompute::full,
             "--schedule: zb-h1 with recompute=full and a mixture-of-experts model: the engine does not run it (zb-h1's "
             "W reads each block's activations, which full recompute drops), so there is nothing to plan it as");

@@ -249,6 +249,12 @@ TEST(PlannerMoe, SpCpRecomputeAndZbH1StagesAreTheRanks) {
       {"dp2.tp2.pp2", "schedule=zb-h1,sp=on", "tiny-moe", Precision::bf16_mixed, 4, 4},
       {"dp1.pp2", "schedule=zb-h1,recompute=selective,shard=zero2", "tiny-moe-e8-top1", Precision::fp32, 4, 4},
       {"dp2.cp2.pp2", "schedule=zb-h1,cp_algo=ring", "tiny-moe-local", Precision::fp32, 6, 4},
+      // expert and context parallel together in MoE stages (ep folded over the stage's dp x cp ranks)
+      {"dp2.cp2.ep2.pp2", "schedule=1f1b,cp_algo=ring", "tiny-moe", Precision::fp32, 4, 4},
+      {"dp2.cp2.ep4.pp2", "schedule=interleaved,virtual_stages=2,shard=zero1", "tiny-moe-local",
+       Precision::bf16_mixed, 8, 4},
+      {"dp1.tp2.cp2.ep2.pp2", "schedule=gpipe,cp_algo=ring,sp=on,recompute=full", "tiny-moe", Precision::fp32,
+       4, 2},
   };
   for (const Case& c : cases) {
     expect_plan_is_the_ranks(c, false);
@@ -321,7 +327,6 @@ TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
     }
   };
   const std::string not_yet = "the engine does not run it yet";
-  refused("dp2.ep2.cp2.pp2", "", "tiny-moe", "(ep 2) and context parallel (cp 2) in pipeline stages: " + not_yet);
   refused("dp2.pp2", "schedule=2bw", "tiny-moe", "global capacity over dp 2");
   refused("dp2.ep2.pp2", "schedule=zb-h1,recompute=full", "tiny-moe", "zb-h1 with recompute=full and a "
                                                                         "mixture-of-experts model: the engine does "

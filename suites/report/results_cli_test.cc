@@ -73,7 +73,7 @@ TEST(ResultsCli, PlanBadFlagsExit2) {
                             "--model gpt2-124m --params 1e9", "--model gpt2-124m --recompute some",
                             "--model gpt2-124m --dp 4 --global-batch 6", "--params 12Q",
                             "--model gpt2-124m --dp 2 --peak-tflops 100", "--layers 4 --channels 64",
-                            "--model gpt2-124m --mesh cp5 --strategy cp_algo=ulysses --seq 1000", "--model tiny-moe --mesh dp2.cp2.ep2.pp2",
+                            "--model gpt2-124m --mesh cp5 --strategy cp_algo=ulysses --seq 1000", "--model tiny-moe --pp 2 --schedule zb-h1 --recompute full",
                             "--model tiny-mixtral --tp 2 --sp"})
     EXPECT_EQ(run(kExe + " plan " + flags), 2) << flags << "\n" << slurp(kDir / "last.log");
 }
