@@ -175,12 +175,12 @@ TEST(PlannerLlama, BadInputIsNamed) {
   moe.dp = 4;
   moe.ep = 2;
   EXPECT_NO_THROW(plan(moe));  // expert parallel: the ep rank's own state costs
-  moe.pp = 2;
+  moe.cp = 2;
   try {
     plan(moe);
-    FAIL() << "mixtral-8x7b at ep 2 pp 2 planned";
+    FAIL() << "mixtral-8x7b at ep 2 cp 2 planned";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("data, tensor and expert parallel only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("data, tensor, expert and pipeline parallel only"), std::string::npos) << e.what();
   }
   PlanInput uly = llama_input("llama3-8b", 4096);
   uly.tp = 2;

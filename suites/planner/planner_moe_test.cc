@@ -232,6 +232,21 @@ TEST(PlannerMoe, LlamaExpertParallelIsTheRanks) {
   for (const Case& c : cases) expect_plan_is_the_ranks(c, false);  // (the family runs on the CPU only)
 }
 
+// The llama family's MoE in pipeline stages (with data, expert and tensor
+// parallel, every schedule): every stage's states and comm buffers, the
+// worst stage's bytes.
+TEST(PlannerMoe, LlamaStagesAreTheRanks) {
+  const Case cases[] = {
+      {"dp2.ep2.pp2", "schedule=1f1b", "tiny-mixtral", Precision::fp32, 4, 4},
+      {"dp1.tp2.pp2", "schedule=1f1b", "tiny-mixtral", Precision::fp32, 4, 4},
+      {"dp2.ep2.tp2.pp2", "schedule=gpipe,shard=zero2", "tiny-mixtral", Precision::bf16_mixed, 4, 2},
+      {"dp2.pp2", "schedule=interleaved,virtual_stages=2,shard=zero1", "tiny-mixtral", Precision::fp32, 8, 4},
+      {"dp1.pp2", "schedule=2bw", "tiny-mixtral", Precision::fp32, 4, 4},
+      {"dp2.ep2.pp2", "schedule=zb-h1", "tiny-mixtral", Precision::fp32, 4, 4},
+  };
+  for (const Case& c : cases) expect_plan_is_the_ranks(c, false);
+}
+
 // Pipeline stages: tensor parallel inside MoE stages (with data and expert
 // parallel), and PipeDream-2BW with MoE stages (two weight versions; each
 // microbatch's own capacity); every stage's memory, the worst stage's bytes.
@@ -347,10 +362,10 @@ TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
                                                                         "mixture-of-experts model: the engine does "
                                                                         "not run it");
   // The llama family's MoE: the engine runs it, the planner's analytic count does not model it.
-  refused("dp2.tp2", "sp=on", "tiny-mixtral", "a llama-family mixture of experts plans under data, tensor and "
-                                              "expert parallel only");
-  refused("dp2.ep2.pp2", "", "tiny-mixtral", "a llama-family mixture of experts plans under data, tensor and "
-                                             "expert parallel only");
+  refused("dp2.tp2", "sp=on", "tiny-mixtral", "a llama-family mixture of experts plans under data, tensor, "
+                                              "expert and pipeline parallel only");
+  refused("dp2.cp2", "", "tiny-mixtral", "a llama-family mixture of experts plans under data, tensor, "
+                                             "expert and pipeline parallel only");
   // The same compositions of a dense model still plan.
   PlanInput dense;
   dense.shape = named_model("tiny");
