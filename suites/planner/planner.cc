@@ -42,12 +42,6 @@ void check_input(const PlanInput& in) {
       require(m.kv_heads >= in.tp ? m.kv_heads % in.tp == 0 : in.tp % m.kv_heads == 0,
               "--tp: must divide, or be a multiple of, the model's kv_heads (" + std::to_string(m.kv_heads) +
                   "), got " + std::to_string(in.tp));
-      require(m.moe.experts == 0 || (in.cp == 1 && !in.sp && in.recompute == Recompute::none),
-              "--model " + m.name + ": a llama-family mixture of experts plans under data, tensor, expert and "
-              "pipeline parallel only (the family's analytic activations and tensor-parallel bytes have no "
-              "SwiGLU MoE blocks under sp, cp or recompute); got cp " + std::to_string(in.cp) +
-                  (in.sp ? ", sp" : "") +
-                  (in.recompute != Recompute::none ? ", recompute" : ""));
     }
     require(!in.recompute_even_matmuls ||
                 (in.recompute == Recompute::none && in.pp == 1 && m.moe.experts == 0),

@@ -7,8 +7,10 @@
 // allocate, tag by tag (device peaks after the run's steps, max over the
 // stage's ranks), and per group the bytes they move (the comm log), with the
 // routing-dependent rows (the experts' tp all-reduces, the ep all-to-alls) at
-// the rows the ranks routed. The compositions the engine does not run yet are
-// refused, saying so.
+// the rows the ranks routed. The llama family's MoE (tiny-mixtral: SwiGLU
+// experts, no biases) is held the same way under every axis, but for its
+// activations (the planner's analytic count) and workspace (not modelled).
+// The compositions the engine does not run yet are refused, saying so.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -247,6 +249,23 @@ TEST(PlannerMoe, LlamaStagesAreTheRanks) {
   for (const Case& c : cases) expect_plan_is_the_ranks(c, false);
 }
 
+// The llama family's MoE under sequence parallel, recompute (selective,
+// full) and context parallel (ring, Ulysses; with ep folded over dp x cp),
+// outside pipelines and in stages.
+TEST(PlannerMoe, LlamaSpCpRecomputeAreTheRanks) {
+  const Case cases[] = {
+      {"dp2.tp2", "sp=on", "tiny-mixtral", Precision::fp32},
+      {"dp2.ep2.tp2", "sp=on,recompute=full", "tiny-mixtral", Precision::fp32},
+      {"dp2.ep2", "recompute=selective,shard=zero1", "tiny-mixtral", Precision::bf16_mixed},
+      {"dp1.cp2", "cp_algo=ring", "tiny-mixtral", Precision::fp32},
+      {"dp2.cp2.ep2", "cp_algo=ulysses,shard=zero2", "tiny-mixtral", Precision::fp32},
+      {"dp2.tp2.pp2", "schedule=1f1b,sp=on", "tiny-mixtral", Precision::fp32, 4, 4},
+      {"dp2.ep2.pp2", "schedule=gpipe,recompute=full", "tiny-mixtral", Precision::fp32, 4, 2},
+      {"dp2.cp2.pp2", "schedule=1f1b,cp_algo=ring", "tiny-mixtral", Precision::fp32, 4, 4},
+  };
+  for (const Case& c : cases) expect_plan_is_the_ranks(c, false);
+}
+
 // Pipeline stages: tensor parallel inside MoE stages (with data and expert
 // parallel), and PipeDream-2BW with MoE stages (two weight versions; each
 // microbatch's own capacity); every stage's memory, the worst stage's bytes.
@@ -361,11 +380,6 @@ TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
   refused("dp2.ep2.pp2", "schedule=zb-h1,recompute=full", "tiny-moe", "zb-h1 with recompute=full and a "
                                                                         "mixture-of-experts model: the engine does "
                                                                         "not run it");
-  // The llama family's MoE: the engine runs it, the planner's analytic count does not model it.
-  refused("dp2.tp2", "sp=on", "tiny-mixtral", "a llama-family mixture of experts plans under data, tensor, "
-                                              "expert and pipeline parallel only");
-  refused("dp2.cp2", "", "tiny-mixtral", "a llama-family mixture of experts plans under data, tensor, "
-                                             "expert and pipeline parallel only");
   // The same compositions of a dense model still plan.
   PlanInput dense;
   dense.shape = named_model("tiny");
