@@ -11,11 +11,12 @@ parabench_test(NAME planner_input_test SOURCES planner/plan_input_test.cc DEPS p
 parabench_test(NAME planner_machine_test SOURCES planner/machine_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
 parabench_test(NAME planner_llama_test SOURCES planner/planner_llama_test.cc DEPS pb::planner TIMEOUT 60)
 parabench_test(NAME planner_moe_test SOURCES planner/planner_moe_test.cc DEPS pb::planner pb::strategies pb::comm TIMEOUT 60
-               ARGS --gtest_filter=-PlannerMoe.SpCpRecomputeAndZbH1StagesAreTheRanks)
+               ARGS --gtest_filter=-PlannerMoe.SpCpRecomputeAndZbH1StagesAreTheRanks:PlannerMoe.LlamaStagesAreTheRanks:PlannerMoe.LlamaSpCpRecomputeAreTheRanks)
 if(TARGET planner_moe_test)
-  # The MoE stages with sp, cp, recompute and zb-h1 (~3 s: label full).
+  # The MoE stages with sp, cp, recompute and zb-h1, and the llama family's
+  # MoE in stages and under sp, cp, recompute (~5 s: label full).
   add_test(NAME planner_moe_stages_test COMMAND planner_moe_test
-           --gtest_filter=PlannerMoe.SpCpRecomputeAndZbH1StagesAreTheRanks)
+           --gtest_filter=PlannerMoe.SpCpRecomputeAndZbH1StagesAreTheRanks:PlannerMoe.LlamaStagesAreTheRanks:PlannerMoe.LlamaSpCpRecomputeAreTheRanks)
   set_tests_properties(planner_moe_stages_test PROPERTIES TIMEOUT 120 LABELS "unit;full")
 endif()
 

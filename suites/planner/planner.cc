@@ -42,13 +42,6 @@ void check_input(const PlanInput& in) {
       require(m.kv_heads >= in.tp ? m.kv_heads % in.tp == 0 : in.tp % m.kv_heads == 0,
               "--tp: must divide, or be a multiple of, the model's kv_heads (" + std::to_string(m.kv_heads) +
                   "), got " + std::to_string(in.tp));
-      require(m.moe.experts == 0 ||
-                  (in.ep == 1 && in.pp == 1 && in.cp == 1 && !in.sp && in.recompute == Recompute::none),
-              "--model " + m.name + ": a llama-family mixture of experts plans under data and tensor parallel only "
-              "(the expert-parallel and pipeline stages' unit sizes are GPT-2's, and the family's analytic "
-              "activations have no MoE blocks under sp, cp or recompute); got ep " + std::to_string(in.ep) +
-                  ", pp " + std::to_string(in.pp) + ", cp " + std::to_string(in.cp) + (in.sp ? ", sp" : "") +
-                  (in.recompute != Recompute::none ? ", recompute" : ""));
     }
     require(!in.recompute_even_matmuls ||
                 (in.recompute == Recompute::none && in.pp == 1 && m.moe.experts == 0),

@@ -174,7 +174,7 @@ TEST(PlannerLlama, BadInputIsNamed) {
   PlanInput moe = llama_input("mixtral-8x7b", 4096);
   moe.dp = 4;
   moe.ep = 2;
-  EXPECT_THROW(plan(moe), InputError);
+  EXPECT_NO_THROW(plan(moe));  // expert parallel: the ep rank's own state costs
   PlanInput uly = llama_input("llama3-8b", 4096);
   uly.tp = 2;
   uly.cp = 8;

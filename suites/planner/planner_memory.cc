@@ -43,7 +43,7 @@ StageMoe stage_moe(const ModelConfig& m, const pipeline::Partition& part, int ra
 int64_t dp_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank,
                          const std::vector<int64_t>& units, const ep::StateCosts* ep_states) {
   if (ep_states) return ep_states->local_traffic;
-  if (!in.shape || !pipe.staged() || in.shape->llama()) {  // llama stages: their units in order
+  if (!in.shape || !pipe.staged() || (in.shape->llama() && !pipe.experts)) {  // dense llama stages: their units in order
     const int n = int(units.size());
     return dp::local_traffic_bytes(dp::unit_uses(units, axis, n > 2 ? dp::UnitRoles::model(n)
                                                                     : dp::UnitRoles::all_blocks(n)), axis);
@@ -72,8 +72,10 @@ int64_t comm_peak(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pip
   if (!in.shape) return axis.shard != dp::Shard::none ? -1 : 0;  // no unit structure without a shape
   // The canonical unit order the runner visits: the protocol replayed, as
   // the conformance engine holds the measured peak to.
-  // The llama family's stages (no pipeline layout for it yet): its units in order.
-  if ((pipe.part.pp == 1 && pipe.part.v == 1) || in.shape->llama()) return dp::comm_buffer_peak_bytes(units, axis);
+  // The llama family's dense stages (no pipeline layout for them yet): its
+  // units in order; its MoE stages take the executor's layout below.
+  if ((pipe.part.pp == 1 && pipe.part.v == 1) || (in.shape->llama() && !pipe.experts))
+    return dp::comm_buffer_peak_bytes(units, axis);
   // A pipeline stage: the executor's gathers, unit gradients and boundary
   // gradients replayed in the rank's schedule order (pipeline/stage.h).
   const ParamLayout layout(*in.shape, in.tp, 0);

@@ -74,7 +74,7 @@ TEST(ResultsCli, PlanBadFlagsExit2) {
                             "--model gpt2-124m --dp 4 --global-batch 6", "--params 12Q",
                             "--model gpt2-124m --dp 2 --peak-tflops 100", "--layers 4 --channels 64",
                             "--model gpt2-124m --mesh cp5 --strategy cp_algo=ulysses --seq 1000", "--model tiny-moe --pp 2 --schedule zb-h1 --recompute full",
-                            "--model tiny-mixtral --tp 2 --sp"})
+                            "--model tiny-mixtral --pp 2 --schedule zb-h1 --recompute full"})
     EXPECT_EQ(run(kExe + " plan " + flags), 2) << flags << "\n" << slurp(kDir / "last.log");
 }
 
