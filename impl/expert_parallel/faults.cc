@@ -1,5 +1,6 @@
 #include "impl/expert_parallel/faults.h"
 
+#include "harness/status.h"
 #include "impl/spec/run_spec.h"
 
 namespace pb::ep {
@@ -58,6 +59,16 @@ std::string moe_fault_name(MoeFault f) { return fault_name_of(moe_fault_decls(),
 std::set<MoeFault> moe_faults_of(const Faults& faults) {
   const auto v = fault_values<MoeFault>(faults, FaultAxis::moe);
   return {v.begin(), v.end()};
+}
+
+void require_moe_faults_apply_under_cp(const RunSpec& s) {
+  if (s.mesh.cp == 1) return;
+  for (const FaultDecl* f : s.faults)
+    require(f->axis != FaultAxis::moe || !f->applies || f->applies(s),
+            "strategy.faults: " + std::string(f->name) + " does not apply to " + mesh_text(s.mesh) +
+                " (the MoE faults that do under context parallel: moe_aux_per_rank, moe_local_capacity where a "
+                "choice can drop, moe_router_grad_missing, moe_recompute_aux_twice with recompute=full, the ep_* "
+                "faults with ep > 1)");
 }
 
 }  // namespace pb::ep

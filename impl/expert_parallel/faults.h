@@ -17,5 +17,9 @@ std::span<const FaultDecl> moe_fault_decls();
 std::string moe_fault_name(MoeFault f);
 // The MoE faults among a spec's.
 std::set<MoeFault> moe_faults_of(const Faults& faults);
+// Under context parallel (cp > 1, in and outside pipeline stages): an MoE
+// fault with nothing to break there (its `applies` false) is refused,
+// InputError naming the ones that do.
+void require_moe_faults_apply_under_cp(const RunSpec& s);
 
 }  // namespace pb::ep

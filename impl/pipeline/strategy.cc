@@ -4,6 +4,7 @@
 
 #include "harness/status.h"
 #include "impl/data_parallel/strategy.h"
+#include "impl/expert_parallel/faults.h"
 #include "impl/expert_parallel/options.h"
 #include "impl/tensor_parallel/strategy.h"
 
@@ -120,13 +121,7 @@ void validate_spec(const RunSpec& s) {
               (s.mesh.cp > 1 ? "tp x cp = " + std::to_string(inner) : "tp" + std::to_string(s.mesh.tp)) +
               " (a replica's " + (s.mesh.cp > 1 ? "tp x cp" : "tp") + " ranks share a node)");
   validate(options_of(s), s.train, s.world());
-  if (s.mesh.cp > 1)  // MoE stages under cp: an MoE fault with nothing to break here is refused
-    for (const FaultDecl* f : s.faults)
-      require(f->axis != FaultAxis::moe || !f->applies || f->applies(s),
-              "strategy.faults: " + std::string(f->name) + " does not apply to " + mesh_text(s.mesh) +
-                  " (the MoE faults that do under context parallel: moe_aux_per_rank, moe_local_capacity where a "
-                  "choice can drop, moe_router_grad_missing, moe_recompute_aux_twice with recompute=full, the ep_* "
-                  "faults with ep > 1)");
+  ep::require_moe_faults_apply_under_cp(s);  // MoE stages under cp
 }
 
 bool bitwise(const RunSpec& s, BackendKind b) {

@@ -154,13 +154,7 @@ void validate_spec(const RunSpec& s) {
   }
   require(!ep::moe_faults_of(s.faults).count(MoeFault::recompute_aux_twice) || s.tensor.recompute == Recompute::full,
           "strategy.faults: moe_recompute_aux_twice needs recompute=full (the backward's rerun of the MoE block)");
-  if (cp > 1)  // (dp's validate sees the replicas alone): an MoE fault with nothing to break here is refused
-    for (const FaultDecl* f : s.faults)
-      require(f->axis != FaultAxis::moe || !f->applies || f->applies(s),
-              "strategy.faults: " + std::string(f->name) + " does not apply to " + mesh_text(s.mesh) +
-                  " (the MoE faults that do under context parallel: moe_aux_per_rank, moe_local_capacity where a "
-                  "choice can drop, moe_router_grad_missing, moe_recompute_aux_twice with recompute=full, the ep_* "
-                  "faults with ep > 1)");
+  ep::require_moe_faults_apply_under_cp(s);  // (dp's validate sees the replicas alone)
   const TpOptions o = options_of(s);
   auto refuse = [&](const std::string& f, const std::string& ok) {
     throw InputError("strategy.faults: " + f + " does not apply to " + mesh_text(s.mesh) + " " + strategy_text(s) +
