@@ -162,6 +162,7 @@ void validate_spec(const RunSpec& s) {
                   "choice can drop, moe_router_grad_missing, moe_recompute_aux_twice with recompute=full, the ep_* "
                   "faults with ep > 1)");
   const TpOptions o = options_of(s);
+  check_precision(o.faults, s.train.precision);
   auto refuse = [&](const std::string& f, const std::string& ok) {
     throw InputError("strategy.faults: " + f + " does not apply to " + mesh_text(s.mesh) + " " + strategy_text(s) +
                      " (faults that apply here: " + (ok.empty() ? "none" : ok) + ")");
