@@ -34,7 +34,7 @@ TEST(Registry, EveryStrategyDeclaresItsFaultsOnce) {
       EXPECT_EQ(it->second, (std::pair{f.axis, f.value})) << f.name << " means two faults";
     }
   }
-  EXPECT_EQ(seen.size(), 45u);  // 12 data-parallel, 7 MoE, 9 tensor, 7 context, 10 pipeline
+  EXPECT_EQ(seen.size(), 46u);  // 12 data-parallel, 7 MoE, 10 tensor, 7 context, 10 pipeline
 }
 
 // Each axis prints and reads its typed faults by their declared names.
@@ -65,7 +65,7 @@ TEST(Registry, TheCatalogueHoldsEveryDeclaration) {
       EXPECT_EQ(rows[std::string(f.name)]->axis, f.axis) << f.name;
       EXPECT_EQ(rows[std::string(f.name)]->value, f.value) << f.name;
     }
-  EXPECT_EQ(rows.size(), 45u);
+  EXPECT_EQ(rows.size(), 46u);
 }
 
 // A name is resolved when the spec is parsed: an unknown one is refused

@@ -819,6 +819,26 @@ if(PARABENCH_BUILD_TESTS)
                        PROPERTIES TIMEOUT 600 LABELS "cli" PROCESSORS 2)
   set_property(TEST conformance_check_moe_pp_zb_wide conformance_check_mixtral_pp_zb conformance_check_mixtral_pp_zb_teeth
                APPEND PROPERTY LABELS full)
+  # A row-parallel reduction in bf16 (TransformerEngine PR #3555; issue 49
+  # item 2, docs/numerics.md#bug-classes-real-frameworks-shipped): caught at
+  # fp32 in GPT-2's and the llama family's row-parallel layers, with and
+  # without SP; refused at bf16-mixed (exit 2, named: the engine's tp
+  # reduction is a bf16 one there, as Megatron-LM's is).
+  add_test(NAME conformance_check_row_reduce_bf16_teeth
+    COMMAND $<TARGET_FILE:parabench> check --mesh tp2 tp2.sp --strategy faults=row_reduce_bf16 --precision fp32
+            --out ${CMAKE_CURRENT_BINARY_DIR}/check_row_reduce_runs)
+  add_test(NAME conformance_check_llama_row_reduce_bf16_teeth
+    COMMAND $<TARGET_FILE:parabench> check --model tiny-llama --mesh tp2 --strategy faults=row_reduce_bf16
+            --precision fp32 --out ${CMAKE_CURRENT_BINARY_DIR}/check_row_reduce_runs)
+  set_tests_properties(conformance_check_row_reduce_bf16_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n2 configurations, 2 failed\\.")
+  set_tests_properties(conformance_check_llama_row_reduce_bf16_teeth PROPERTIES PASS_REGULAR_EXPRESSION
+                       "\n1 configurations, 1 failed\\.")
+  add_test(NAME conformance_check_row_reduce_bf16_refused
+    COMMAND /bin/sh -c "\"$0\" check --mesh tp2 --strategy faults=row_reduce_bf16 --precision bf16-mixed --out \"$1\" 2>&1 | grep -F 'row_reduce_bf16 does not apply at precision bf16-mixed' && { \"$0\" check --mesh tp2 --strategy faults=row_reduce_bf16 --precision bf16-mixed --out \"$1\" >/dev/null 2>&1; test $? -eq 2; }"
+            $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/check_row_reduce_runs)
+  set_tests_properties(conformance_check_row_reduce_bf16_teeth conformance_check_llama_row_reduce_bf16_teeth
+                       conformance_check_row_reduce_bf16_refused PROPERTIES TIMEOUT 120 LABELS "cli")
 endif()
 
 # Kept for the full command (`ctest -L full`), out of the newcomer's quick

@@ -37,6 +37,7 @@ void validate(const PipelineOptions& o, const TrainConfig& cfg, int world) {
             "strategy.faults: " + tp::fault_name(f) + " does not apply to this pipeline (tensor-parallel faults "
                 "need tp > 1 in the mesh; recompute_wrong_input needs recompute=full; zb_w_wrong_rows zb-h1, pp > 1, sp and "
                 "a model with biases)");
+  tp::check_precision(o.tensor.faults, cfg.precision);
   // zb-h1's W reads the block's activations from F (runner.h TpModel::Stash).
   require(o.kind != ScheduleKind::zb_h1 || o.tensor.recompute != Recompute::full,
           "strategy.recompute: zb-h1's W pass reads each block's activations, which recompute=full does not keep; "

@@ -11,6 +11,7 @@ std::vector<Fault> faults_for(int tp, bool sp, Recompute r, bool vocab_padded) {
     f = {Fault::bias_tp_times, Fault::norm_tp_times};
     f.push_back(sp ? Fault::skip_sp_grad_reduce : Fault::skip_input_allreduce);
     if (vocab_padded) f.push_back(Fault::padded_vocab_in_loss);
+    f.push_back(Fault::row_reduce_bf16);
   }
   if (r == Recompute::full) f.push_back(Fault::recompute_wrong_input);
   return f;
@@ -34,7 +35,19 @@ bool zb_sp_stages(const RunSpec& s) {
   return s.pipe.schedule == pipeline::ScheduleKind::zb_h1 && s.mesh.pp > 1 && s.mesh.tp > 1 && s.tensor.sp &&
          !s.train.model.llama();
 }
+// row_reduce_bf16 has nothing to break at bf16-mixed (check_precision).
+bool row_reduce_applies(const RunSpec& s) {
+  return s.train.precision != Precision::bf16_mixed && listed_for<Fault::row_reduce_bf16, faults_for_spec>(s);
+}
 }  // namespace
+
+void check_precision(const std::set<Fault>& faults, Precision p) {
+  require(!faults.count(Fault::row_reduce_bf16) || p != Precision::bf16_mixed,
+          "strategy.faults: row_reduce_bf16 does not apply at precision bf16-mixed: there the row-parallel "
+          "partial products are bf16 tensors and the tp all-reduce/reduce-scatter already sums them in bf16 "
+          "(as Megatron-LM's reduce_from_tensor_model_parallel_region does), so the fault would change nothing; "
+          "inject it at fp32");
+}
 
 // In faults_for's order (the teeth table's rows).
 std::span<const FaultDecl> fault_decls() {
@@ -65,7 +78,11 @@ std::span<const FaultDecl> fault_decls() {
       {"zb_w_wrong_rows", T, uint8_t(zb_w_wrong_rows),
        "zb-h1 in tensor-parallel stages with SP: W takes the row-parallel biases' gradients from tp rank 0's rows "
        "of the gathered output gradient on every rank",
-       zb_sp_stages}};
+       zb_sp_stages},
+      {"row_reduce_bf16", T, uint8_t(row_reduce_bf16),
+       "the row-parallel layers' partial products rounded to bf16 before the tp reduction and the sum rounded "
+       "to bf16 (a bf16 all-reduce at fp32)",
+       row_reduce_applies, "TransformerEngine PR #3555"}};
   return d;
 }
 

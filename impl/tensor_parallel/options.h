@@ -28,6 +28,11 @@ enum class Fault : uint8_t {
   // row-parallel biases' gradients from tp rank 0's rows of the gathered
   // output gradient on every rank, not from its own tokens' rows
   zb_w_wrong_rows,
+  // Shipped bug class (TransformerEngine PR #3555): the row-parallel layers'
+  // partial products rounded to bf16 before the tp reduction and the sum
+  // rounded to bf16, as a bf16 all-reduce does; at bf16-mixed the engine's
+  // reduction already is that, so the fault is refused there (check_precision)
+  row_reduce_bf16,
 };
 std::string fault_name(Fault f);
 std::span<const FaultDecl> fault_decls();  // impl/spec/fault.h
@@ -35,6 +40,9 @@ std::span<const FaultDecl> fault_decls();  // impl/spec/fault.h
 std::vector<Fault> faults_for(int tp, bool sp, Recompute r, bool vocab_padded);
 // The same for model m (the llama family: no biases, its own faults).
 std::vector<Fault> faults_for(const ModelConfig& m, int tp, bool sp, Recompute r);
+// InputError if a fault among `faults` has nothing to break at precision p
+// (row_reduce_bf16 at bf16-mixed).
+void check_precision(const std::set<Fault>& faults, Precision p);
 
 struct TpOptions {
   int tp = 1;

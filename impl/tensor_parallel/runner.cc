@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 #include <utility>
 
 #include "harness/status.h"
@@ -376,18 +377,40 @@ void TpModel<T>::add_bias(T* y, const T* b, int rows) {
   ops_->add_rows(y, b, nullptr, rows, C_);
 }
 
+// x[0..n) rounded to bf16 in place (through the host where x is on a device);
+// a no-op when T is bf16.
+template <class T>
+void TpModel<T>::round_to_bf16(T* x, size_t n) {
+  if constexpr (!std::is_same_v<T, bf16>) {
+    std::vector<T> host;
+    T* p = x;
+    if (!ops_->is_host()) {
+      host.resize(n);
+      ops_->to_host(host.data(), x, n * sizeof(T));
+      p = host.data();
+    }
+    for (size_t i = 0; i < n; ++i) p[i] = T(float(bf16(float(p[i]))));
+    if (!ops_->is_host()) ops_->to_device(x, host.data(), n * sizeof(T));
+  }
+}
+
 // y_out (Nl,C) = reduce over tp of in (N, in_cols) @ w^T, plus the bias once.
 template <class T>
 void TpModel<T>::row_parallel(T* y_out, const T* in, const T* w, const T* b, int in_cols) {
   const bool bias_each_rank = o_.has(Fault::bias_tp_times) && o_.tp > 1;
+  // Fault::row_reduce_bf16 (fp32 and fp64 only, tp::check_precision): a bf16
+  // reduction, as harness/comm does one: bf16 addends, summed, the sum rounded once.
+  const bool bf16_reduce = o_.has(Fault::row_reduce_bf16) && o_.tp > 1;
   ops_->matmul_forward(part_.data(), in, w, bias_each_rank ? b : static_cast<const T*>(nullptr), N_, in_cols, C_,
                        mm_ws_.data());
+  if (bf16_reduce) round_to_bf16(part_.data(), size_t(N_) * C_);
   if (o_.sp) {
     scatter(part_.data(), y_out);
   } else {
     all_reduce(part_.data(), size_t(N_) * C_);
     ops_->copy(y_out, part_.data(), size_t(N_) * C_ * sizeof(T));
   }
+  if (bf16_reduce) round_to_bf16(y_out, size_t(Nl_) * C_);
   if (!bias_each_rank && b) add_bias(y_out, b, Nl_);
 }
 

@@ -166,6 +166,7 @@ class TpModel {
   void scatter(const T* full, T* shard);  // (N,C) partials -> (Nl,C) sums under SP
   void add_bias(T* y, const T* b, int rows);
   void row_parallel(T* y_out, const T* in, const T* w, const T* b, int in_cols);
+  void round_to_bf16(T* x, size_t n);  // Fault::row_reduce_bf16
 
   int embed_position(int n) const;  // position(n), or the fault's
   void attend(Block& a, T* att);

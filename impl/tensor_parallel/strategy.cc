@@ -156,6 +156,7 @@ void validate_spec(const RunSpec& s) {
           "strategy.faults: moe_recompute_aux_twice needs recompute=full (the backward's rerun of the MoE block)");
   ep::require_moe_faults_apply_under_cp(s);  // (dp's validate sees the replicas alone)
   const TpOptions o = options_of(s);
+  check_precision(o.faults, s.train.precision);
   auto refuse = [&](const std::string& f, const std::string& ok) {
     throw InputError("strategy.faults: " + f + " does not apply to " + mesh_text(s.mesh) + " " + strategy_text(s) +
                      " (faults that apply here: " + (ok.empty() ? "none" : ok) + ")");
