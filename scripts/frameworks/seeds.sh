@@ -6,13 +6,7 @@
 # Exit 77 (ctest: skipped) when that environment is not installed.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-venv="${PARABENCH_FRAMEWORKS_VENV:-$HOME/.cache/parabench/frameworks-venv}"
-py="$venv/bin/python"
-mods='import deepspeed, megatron.core'
-[[ "${3:-}" == tt_train.py ]] && mods='import torchtitan'
-if [[ ! -x "$py" ]] || ! "$py" -c "$mods" 2>/dev/null; then
-  echo "frameworks: skipped: no frameworks environment at $venv (install it with scripts/frameworks/setup.sh)"
-  exit 77
-fi
+. "$here/env.sh"
+frameworks_python "${3:-}"
 mkdir -p "$2"
 exec "$py" "$here/seeds.py" "$@" 2> >(grep -v -i "warn\|scheduler.step()" >&2)

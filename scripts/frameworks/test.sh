@@ -19,14 +19,8 @@ expect="$3"
 sets="$4"
 adapter="$5"
 shift 5
-venv="${PARABENCH_FRAMEWORKS_VENV:-$HOME/.cache/parabench/frameworks-venv}"
-py="$venv/bin/python"
-mods='import deepspeed, megatron.core'
-[[ "$adapter" == tt_train.py ]] && mods='import torchtitan'
-if [[ ! -x "$py" ]] || ! "$py" -c "$mods" 2>/dev/null; then
-  echo "frameworks: skipped: no frameworks environment at $venv (install it with scripts/frameworks/setup.sh)"
-  exit 77
-fi
+. "$here/env.sh"
+frameworks_python "$adapter"
 rm -rf "$work"
 mkdir -p "$work"
 export_args=()
