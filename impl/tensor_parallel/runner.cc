@@ -460,25 +460,30 @@ void TpModel<T>::reverse_up(T* gu) {
 // the KVu_ is this rank's kv head j / (KVu_ / KVl_), so query head h still
 // attends with kv head h / (H_ / KVl_).
 template <class T>
-void TpModel<T>::expand_kv(T* qkve, const T* qkv) const {
-  const size_t hs = size_t(C_ / layout_->model().NH), Wl = size_t(Wl_), We = size_t(Ct_) + 2 * size_t(KVu_) * hs;
-  const size_t N = size_t(N_), Ct = size_t(Ct_), rep = size_t(KVu_ / KVl_);
-  ops_->copy_rows(qkve, We, qkv, Wl, Ct, N);
+template <class F>
+void TpModel<T>::kv_copies(F&& piece) const {
+  const size_t hs = size_t(C_ / layout_->model().NH), Ct = size_t(Ct_), rep = size_t(KVu_ / KVl_);
+  piece(size_t(0), size_t(0), Ct);  // the query heads
   for (size_t j = 0; j < size_t(KVu_); ++j)
     for (size_t w = 0; w < 2; ++w)  // k, then v
-      ops_->copy_rows(qkve + Ct + (w * size_t(KVu_) + j) * hs, We, qkv + Ct + (w * size_t(KVl_) + j / rep) * hs, Wl,
-                      hs, N);
+      piece(Ct + (w * size_t(KVu_) + j) * hs, Ct + (w * size_t(KVl_) + j / rep) * hs, hs);
 }
 
 template <class T>
+void TpModel<T>::expand_kv(T* qkve, const T* qkv) const {
+  const size_t We = size_t(Ct_) + 2 * size_t(KVu_) * size_t(C_ / layout_->model().NH);
+  kv_copies([&](size_t e, size_t l, size_t width) {
+    ops_->copy_rows(qkve + e, We, qkv + l, size_t(Wl_), width, size_t(N_));
+  });
+}
+
+// Its adjoint: each kv head's gradient the sum over its copies.
+template <class T>
 void TpModel<T>::sum_kv(T* dqkv, const T* dqkve) const {
-  const size_t hs = size_t(C_ / layout_->model().NH), Wl = size_t(Wl_), We = size_t(Ct_) + 2 * size_t(KVu_) * hs;
-  const size_t N = size_t(N_), Ct = size_t(Ct_), rep = size_t(KVu_ / KVl_);
-  ops_->accumulate_rows(dqkv, Wl, dqkve, We, Ct, N);
-  for (size_t j = 0; j < size_t(KVu_); ++j)
-    for (size_t w = 0; w < 2; ++w)
-      ops_->accumulate_rows(dqkv + Ct + (w * size_t(KVl_) + j / rep) * hs, Wl, dqkve + Ct + (w * size_t(KVu_) + j) * hs,
-                            We, hs, N);
+  const size_t We = size_t(Ct_) + 2 * size_t(KVu_) * size_t(C_ / layout_->model().NH);
+  kv_copies([&](size_t e, size_t l, size_t width) {
+    ops_->accumulate_rows(dqkv + l, size_t(Wl_), dqkve + e, We, width, size_t(N_));
+  });
 }
 
 template <class T>

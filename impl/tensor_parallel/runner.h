@@ -190,6 +190,9 @@ class TpModel {
   int KVl_ = 0, Wl_ = 0, Wf_ = 0, kv0_ = 0, Ft_ = 0, KVu_ = 0;
   void expand_kv(T* qkve, const T* qkv) const;  // KVl_ -> KVu_ kv heads (Ulysses)
   void sum_kv(T* dqkv, const T* dqkve) const;   // its backward: dK/dV summed over the copies
+  // Both walk the same pieces: piece(expanded column, local column, width).
+  template <class F>
+  void kv_copies(F&& piece) const;
   void llama_attention_forward(Block& a, const T* x_in, const T* u);
   void llama_attention_backward(T* dx_in, T* du, const T* x_in, const Block& a, const T* u);
   void reverse_up(T* gu);
