@@ -16,44 +16,28 @@
 #include "harness/status.h"
 #include "reference/device_testing.h"
 #include "suites/conformance/reshard.h"
+#include "suites/conformance/reshard_testing.h"
 
 namespace pb {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace reshard_testing;
+constexpr ReshardShape kShape{8, true};
 
-bool pipelined(const RunSpec& s) { return s.mesh.pp > 1 || s.pipe.schedule.has_value(); }
+ReshardRun pair(const std::string& a, const std::string& b, Precision p, const std::string& model = "") {
+  return reshard_testing::pair(a, b, p, model, kShape);
+}
+RunSpec spec(const std::string& s, const std::string& model = "tiny") { return side(s, model, kShape); }
+struct TempDir : reshard_testing::TempDir {
+  explicit TempDir(const std::string& tag) : reshard_testing::TempDir("pb_reshard_pp_test_", tag) {}
+};
+
 
 // 8 blocks (room for pp x v stages), 4 steps split at 2, 2 pp microbatches on
 // a pipeline side (the microbatches may differ across a checkpoint); 24
 // sequences split over dp x m on every side here.
-ReshardRun pair(const std::string& a, const std::string& b, Precision p, const std::string& model = "") {
-  ReshardRun r;
-  r.from = parse_reshard_side(a, "A", nullptr);
-  r.to = parse_reshard_side(b, "B", &r.faults);
-  const bool moe = r.from.mesh.ep > 1 || r.to.mesh.ep > 1;
-  const bool split = r.from.mesh.tp > 1 || r.to.mesh.tp > 1 || r.from.mesh.cp > 1 || r.to.mesh.cp > 1;
-  TrainConfig c;
-  c.model = named_model(!model.empty() ? model : moe ? "tiny-moe" : split ? "tiny-tp" : "tiny");
-  c.model.L = 8;
-  c.precision = p;
-  c.steps = 4;
-  c.seq = 16;
-  c.batch = 24;
-  r.from.train = r.to.train = c;
-  if (pipelined(r.from)) r.from.train.microbatches = 2 * r.from.mesh.pp;
-  if (pipelined(r.to)) r.to.train.microbatches = 2 * r.to.mesh.pp;
-  r.at = 2;
-  return r;
-}
 
-std::string why(const ReshardResult& r) {
-  std::string out = r.label;
-  for (const auto* v : {&r.rule, &r.fp64, &r.bits})
-    for (const QuantityCheck& q : *v)
-      if (!q.pass) out += " [" + q.quantity + "@" + std::to_string(q.step) + " ratio " + std::to_string(q.ratio) + "]";
-  return out;
-}
 
 struct Pair {
   const char* a;
@@ -112,37 +96,9 @@ TEST(ReshardPipeline, EveryCheckpointFaultIsCaught) {
     }
 }
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("pb_reshard_pp_test_" + std::to_string(::getpid()) + "_" + tag);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string sub(const std::string& s) const {
-    fs::create_directories(path / s);
-    return (path / s).string();
-  }
-};
 
-RunSpec spec(const std::string& side, const std::string& model = "tiny") {
-  RunSpec s = parse_reshard_side(side, "test", nullptr);
-  s.train.model = named_model(model);
-  s.train.model.L = 8;
-  s.train.steps = 4;
-  s.train.seq = 16;
-  s.train.batch = 24;
-  if (pipelined(s)) s.train.microbatches = 2 * s.mesh.pp;
-  return s;
-}
 
-bool is_empty_dir(const std::string& d) { return fs::is_directory(d) && fs::is_empty(d); }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
 
 // GPT-2's wte lives on the first stage and, tied, on the last: one tensor in
 // the index, its shards from the first stage's ranks only; tiny-llama's

@@ -2,6 +2,7 @@
 // where both sides are), every checkpoint fault is caught at fp32 and
 // bf16-mixed, and bad checkpoints are refused naming what is wrong.
 #include "suites/conformance/reshard.h"
+#include "suites/conformance/reshard_testing.h"
 
 #include <unistd.h>
 
@@ -16,31 +17,18 @@ namespace pb {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace reshard_testing;
+constexpr ReshardShape kShape{};
 
 ReshardRun pair(const std::string& a, const std::string& b, Precision p, const std::string& model = "") {
-  ReshardRun r;
-  r.from = parse_reshard_side(a, "A", nullptr);
-  r.to = parse_reshard_side(b, "B", &r.faults);
-  const bool moe = r.from.mesh.ep > 1 || r.to.mesh.ep > 1;
-  const bool split = r.from.mesh.tp > 1 || r.to.mesh.tp > 1 || r.from.mesh.cp > 1 || r.to.mesh.cp > 1;
-  TrainConfig c;
-  c.model = named_model(!model.empty() ? model : moe ? "tiny-moe" : split ? "tiny-tp" : "tiny");
-  c.precision = p;
-  c.steps = 4;
-  c.seq = 16;
-  c.batch = 24;  // divides over dp 1, 2, 3 and 4
-  r.from.train = r.to.train = c;
-  r.at = 2;
-  return r;
+  return reshard_testing::pair(a, b, p, model, kShape);
 }
+RunSpec spec(const std::string& s, const std::string& model = "tiny") { return side(s, model, kShape); }
+struct TempDir : reshard_testing::TempDir {
+  explicit TempDir(const std::string& tag) : reshard_testing::TempDir("pb_reshard_test_", tag) {}
+};
 
-std::string why(const ReshardResult& r) {
-  std::string out = r.label;
-  for (const auto* v : {&r.rule, &r.fp64, &r.bits})
-    for (const QuantityCheck& q : *v)
-      if (!q.pass) out += " [" + q.quantity + "@" + std::to_string(q.step) + " ratio " + std::to_string(q.ratio) + "]";
-  return out;
-}
+
 
 struct Pair {
   const char* a;
@@ -112,32 +100,9 @@ TEST(Reshard, UnevenOffsetIsHarmlessWhereUnitsSplitEvenly) {
             std::string::npos);
 }
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("pb_reshard_test_" + std::to_string(::getpid()) + "_" + tag);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
-  std::string sub(const std::string& s) const {
-    fs::create_directories(path / s);
-    return (path / s).string();
-  }
-};
 
 
-RunSpec spec(const std::string& side, const std::string& model = "tiny") {
-  RunSpec s = parse_reshard_side(side, "test", nullptr);
-  s.train.model = named_model(model);
-  s.train.steps = 4;
-  s.train.seq = 16;
-  s.train.batch = 24;
-  return s;
-}
 
-bool is_empty_dir(const std::string& d) { return fs::is_directory(d) && fs::is_empty(d); }
 
 TEST(Reshard, ReshardRoundTripGivesTheSameFiles) {
   TempDir t("roundtrip");
