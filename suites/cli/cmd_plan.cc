@@ -689,6 +689,15 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                                     in.shard == dp::Shard::hzero) && in.prefetch > 0
                   ? "the sharded gathers and reduce-scatters hidden under their phase (device, prefetch)"
                   : "nothing overlapped");
+  if (!h.host_kernels || h.overlap_compute_slowdown > 0) {
+    // Of the exposed comm: what overlap cannot hide, and the compute it slows (planner_comm.cc's time_comm).
+    std::printf("  %-16s %10.4g  %-44s %s\n", "unhidden comm", r.unhidden_comm_s,
+                "in exposed comm: FSDP first unit gathers, last reduce-scatter; DDP last bucket",
+                "by construction (PyTorch FSDP prefetch, arXiv:2304.11277; DDP buckets, arXiv:2006.15704)");
+    std::snprintf(fig, sizeof fig, "in exposed comm: compute beside hidden collectives x %.3g", h.overlap_compute_slowdown);
+    std::printf("  %-16s %10.4g  %-44s %s\n", "overlap slowdown", r.overlap_slowdown_s, fig,
+                source("overlap_compute_slowdown").c_str());
+  }
   std::printf("  %-16s %10s  %-44s %s\n", "per-op overhead", "0", "kernel launch and framework overhead",
               "not modelled: no sourced figure");
   std::printf("  %-16s %10.4g\n", "step", r.step_s);

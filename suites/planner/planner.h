@@ -153,6 +153,13 @@ struct Hardware {
   // Whether attention_fwd_s holds the context-parallel transfers (a measured
   // core does); false when the core's time comes from a kernel's rate.
   bool attention_includes_cp = true;
+  // Overlapped communication is not free (issue 48; device profiles only).
+  // The fraction by which compute slows while a collective runs beside it on
+  // its own stream (NCCL's kernels take SMs and HBM bandwidth from the GEMMs):
+  // the compute a hidden collective overlaps costs (1 + this) its time alone.
+  // 0: overlap is free (the CPU profiles, which measure their own
+  // async_call_cost instead).
+  double overlap_compute_slowdown = 0;
   // A FlashAttention kernel's rate, TFLOP/s, counting a causal kernel's half
   // of the scores as FlashAttention's benchmarks do (0: none). With
   // PlanInput::flash_attention the core is timed at it instead of as GEMMs:
@@ -330,6 +337,16 @@ struct PlanResult {
   double bubble_over_ideal = 0;      // the schedule's declared bubble / ideal compute
   std::string bubble_formula;
   double tokens_per_s = 0, mfu = 0, hfu = 0;
+  // Of exposed_comm_s, on a device (!Hardware::host_kernels): what no overlap
+  // can hide by construction (the ZeRO-3 family's first unit's all-gather
+  // before forward and its reduce-scatter after backward; DDP's last bucket
+  // after backward), and the compute slowdown beside the hidden collectives
+  // (Hardware::overlap_compute_slowdown). planner_comm.cc's time_comm.
+  double unhidden_comm_s = 0, overlap_slowdown_s = 0;
+  // The first data-parallel unit's share of the worst rank's parameters
+  // (its units' sizes; 0: none), which the first all-gather and last
+  // reduce-scatter of a microbatch move.
+  double dp_first_unit_share = 0;
 };
 
 // Throws pb::InputError naming the flag when the input is inconsistent.

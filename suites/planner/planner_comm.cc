@@ -265,6 +265,11 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
     add_row(r.comm, "ep", "fwd", "all_to_all", in.ep, 3 * n, both - bwd, inter);
     add_row(r.comm, "ep", "bwd", "all_to_all", in.ep, (rerun ? 5 : 2) * n, bwd + again, inter);
   }
+  if (!worst_units.empty()) {
+    int64_t total = 0;
+    for (int64_t u : worst_units) total += u;
+    if (total > 0) r.dp_first_unit_share = double(worst_units.front()) / double(total);
+  }
   if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
   place_groups(in, r.comm);
   const int64_t cap = moe_capacity_ranks(in);
@@ -285,8 +290,15 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
   }
 }
 
+// PyTorch DDP's gradient bucket cap: bucket_cap_mb, default 25, in MiB
+// (torch/nn/parallel/distributed.py: bucket_bytes_cap = bucket_cap_mb * 1024
+// * 1024). Buckets fill in reverse order of the parameters, so the last one
+// all-reduced holds the first parameters, whose gradients come last.
+constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;
+
 void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s, PlanResult& r) {
-  double hidden_fwd = 0, hidden_bwd = 0, exposed = 0;
+  double hidden_fwd = 0, hidden_bwd = 0, exposed = 0, unhidden = 0;
+  const bool sharded = in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp || in.shard == dp::Shard::hzero;
   for (CommRow& c : r.comm) {
     c.time_s = row_time(c, in.hw, in.ranks_per_node);
     r.comm_s += c.time_s;
@@ -296,21 +308,53 @@ void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s,
     // reduce-scatters run on their own stream beside compute (PyTorch FSDP's
     // forward/backward prefetch); on time-shared CPU cores they compete for
     // the cores instead (Hardware::async_call_cost), as measured.
-    const bool sharded = in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp || in.shard == dp::Shard::hzero;
-    const bool device_fsdp = !in.hw.host_kernels && sharded && in.prefetch > 0 && c.group.rfind("dp", 0) == 0 &&
+    const bool dp_row = c.group.rfind("dp", 0) == 0;
+    const bool device_fsdp = !in.hw.host_kernels && sharded && in.prefetch > 0 && dp_row &&
                              (c.op == "all_gather" || c.op == "reduce_scatter");
-    const bool overlappable = (device_fsdp || (in.overlap && (c.group.rfind("dp", 0) == 0 ||
-                                                              (c.group == "cp" && c.op == "send_recv")))) &&
+    const bool overlappable = (device_fsdp || (in.overlap && (dp_row || (c.group == "cp" && c.op == "send_recv")))) &&
                               c.phase != "step";
-    if (!overlappable) exposed += c.time_s;
-    else (c.phase == "fwd" ? hidden_fwd : hidden_bwd) += c.time_s;
+    if (!overlappable) {
+      exposed += c.time_s;
+      continue;
+    }
+    // What no overlap hides by construction, on a device. PyTorch FSDP's
+    // prefetch hides the next unit's gather behind this one's compute and the
+    // reduce-scatter of this one's gradients behind the next one's backward
+    // (Zhao et al. 2023, arXiv:2304.11277, on forward and backward
+    // prefetching), so nothing hides what has no compute beside it: each
+    // microbatch's forward waits for its first unit's all-gather (the
+    // previous microbatch's backward is over), and the reduce-scatter of the
+    // first unit's gradients, the last backward produces, ends the step (the
+    // earlier microbatches' run beside the next forward). Both at the first
+    // unit's share of the row's time. DDP's last bucket is all-reduced after
+    // the last gradient is ready (Li et al. 2020, arXiv:2006.15704, Sec.
+    // 3.2.3): the row's time at the bucket's share of its bytes.
+    double edge = 0;
+    if (!in.hw.host_kernels) {
+      if (device_fsdp && c.phase == "fwd" && c.op == "all_gather")
+        edge = c.time_s * r.dp_first_unit_share;
+      else if (device_fsdp && c.phase == "bwd" && c.op == "reduce_scatter")
+        edge = c.time_s * r.dp_first_unit_share / double(std::max<int64_t>(1, r.microbatches));
+      else if (in.overlap && in.shard == dp::Shard::none && dp_row && c.op == "all_reduce" && c.bytes > 0)
+        edge = c.time_s * std::min(1.0, kDdpBucketBytes / double(c.bytes));
+    }
+    edge = std::min(edge, c.time_s);
+    unhidden += edge;
+    (c.phase == "fwd" ? hidden_fwd : hidden_bwd) += c.time_s - edge;
   }
   for (const CommRow& c : r.comm)
     if (async_call(c, in)) r.async_calls += c.calls;
   if (in.hw.core_share < 1 && r.async_calls > 0)
     r.async_cost_s = double(r.async_calls) *
                      async_call_cost_us(in.hw.async_call_cost, r.compute_s * 1e6 / double(r.async_calls)) * 1e-6;
-  r.exposed_comm_s = exposed + std::max(0.0, hidden_fwd - fwd_s) + std::max(0.0, hidden_bwd - bwd_s) + r.async_cost_s;
+  // The compute that runs beside a hidden collective, at its slowdown
+  // (Hardware::overlap_compute_slowdown): of each phase, as much as the
+  // phase's hidden collectives last.
+  r.overlap_slowdown_s =
+      in.hw.overlap_compute_slowdown * (std::min(hidden_fwd, fwd_s) + std::min(hidden_bwd, bwd_s));
+  r.unhidden_comm_s = unhidden;
+  r.exposed_comm_s = exposed + unhidden + std::max(0.0, hidden_fwd - fwd_s) + std::max(0.0, hidden_bwd - bwd_s) +
+                     r.overlap_slowdown_s + r.async_cost_s;
 }
 
 }  // namespace parts

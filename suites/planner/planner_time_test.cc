@@ -781,5 +781,85 @@ TEST(Planner, FlashAttentionRateByHeadDimAndSequence) {
   EXPECT_DOUBLE_EQ(flash_attention_rate(none, true, 128, 2048), 0);
 }
 
+
+// Overlapped communication is not free on a device (planner_comm.cc's
+// time_comm), by hand. DDP, 100M bf16 gradients over dp8 at 100 GB/s: one
+// all-reduce of 200 MB, bus 200 MB x 2 x 7/8 = 350 MB, 3.5 ms. Its last
+// 25 MiB bucket (26,214,400 of 200,000,000 bytes) waits after backward:
+// 0.458752 ms; the other 3.041248 ms hide under backward (49.15 ms of compute
+// per rank, two thirds of it backward) and slow the compute they overlap by
+// 20%: 0.6082496 ms. On CPU ranks (host kernels) with no slowdown, as before:
+// all hidden.
+TEST(Planner, OverlappedDdpCostsItsLastBucketAndTheSlowdown) {
+  PlanInput in = params_only(100'000'000, 8, dp::Shard::none);
+  in.global_batch = 64;
+  in.overlap = true;
+  in.hw.peak_tflops = 100;
+  in.hw.bw_intra_GBps = 100;
+  const PlanResult cpu = plan(in);
+  ASSERT_EQ(cpu.comm.size(), 1u);
+  EXPECT_NEAR(cpu.comm[0].time_s, 3.5e-3, 1e-12);
+  EXPECT_EQ(cpu.exposed_comm_s, 0);
+  EXPECT_EQ(cpu.unhidden_comm_s, 0);
+  EXPECT_EQ(cpu.overlap_slowdown_s, 0);
+  in.hw.host_kernels = false;
+  in.hw.overlap_compute_slowdown = 0.2;
+  const PlanResult r = plan(in);
+  ASSERT_GT(r.compute_s * 2 / 3, 3.5e-3);  // the hidden part fits under backward
+  EXPECT_NEAR(r.unhidden_comm_s, 0.458752e-3, 1e-12);
+  EXPECT_NEAR(r.overlap_slowdown_s, 0.6082496e-3, 1e-12);
+  EXPECT_NEAR(r.exposed_comm_s, 1.0670016e-3, 1e-12);
+  EXPECT_NEAR(r.step_s, r.compute_s + 1.0670016e-3, 1e-12);
+  // Without --overlap the all-reduce is waited for whole, and slows nothing.
+  in.overlap = false;
+  const PlanResult waited = plan(in);
+  EXPECT_NEAR(waited.exposed_comm_s, 3.5e-3, 1e-12);
+  EXPECT_EQ(waited.overlap_slowdown_s, 0);
+}
+
+// ZeRO-3 on a device, one unit of 100M bf16 parameters over dp8 at 100 GB/s,
+// 8 microbatches per replica: each row moves 8 x 200 MB, bus x 7/8 = 1.4 GB,
+// 14 ms. The first (here the only) unit's forward gathers have no compute
+// beside them (14 ms), nor the last microbatch's reduce-scatter of it (14/8 =
+// 1.75 ms); backward hides the gathers again and the other reduce-scatters
+// (14 + 12.25 ms), slowed 20%: 5.25 ms. Exposed: 21 ms.
+TEST(Planner, DeviceFsdpExposesItsFirstGatherAndLastReduceScatter) {
+  PlanInput in = params_only(100'000'000, 8, dp::Shard::zero3);
+  in.global_batch = 64;
+  in.hw.peak_tflops = 100;
+  in.hw.bw_intra_GBps = 100;
+  in.hw.host_kernels = false;
+  in.hw.overlap_compute_slowdown = 0.2;
+  const PlanResult r = plan(in);
+  ASSERT_EQ(r.microbatches, 8);
+  ASSERT_EQ(r.comm.size(), 3u);
+  for (const CommRow& c : r.comm) EXPECT_NEAR(c.time_s, 14e-3, 1e-12) << c.phase << " " << c.op;
+  EXPECT_DOUBLE_EQ(r.dp_first_unit_share, 1);
+  ASSERT_GT(r.compute_s * 2 / 3, 26.25e-3);
+  EXPECT_NEAR(r.unhidden_comm_s, 15.75e-3, 1e-12);
+  EXPECT_NEAR(r.overlap_slowdown_s, 5.25e-3, 1e-12);
+  EXPECT_NEAR(r.exposed_comm_s, 21e-3, 1e-12);
+}
+
+// A model's first unit (its embedding) is its share of the parameters: the
+// built-in GPU profiles carry the sourced slowdown, the CPU stand-ins none.
+TEST(Planner, FirstUnitShareAndTheProfilesSlowdown) {
+  PlanInput in;
+  in.shape = planner_model("gpt2-350m");
+  in.dp = 8;
+  in.shard = dp::Shard::zero3;
+  in.microbatch_size = 4;
+  in.global_batch = 256;
+  in.hw = hardware_for(load_machine("h100"), in);
+  const PlanResult r = plan(in);
+  const ModelConfig& m = *in.shape;
+  EXPECT_GT(r.dp_first_unit_share, double(m.V * m.C) / double(r.params_total));
+  EXPECT_LT(r.dp_first_unit_share, 0.5);
+  EXPECT_GT(r.unhidden_comm_s, 0);
+  EXPECT_DOUBLE_EQ(in.hw.overlap_compute_slowdown, 0.189);
+  EXPECT_FALSE(load_machine("h100").sources.at("overlap_compute_slowdown").empty());
+  EXPECT_EQ(Hardware{}.overlap_compute_slowdown, 0);
+}
+
 }  // namespace
 }  // namespace pb::planner
