@@ -358,7 +358,7 @@ const std::vector<std::string>& profile_figures() {
       "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps",
       "latency_us", "latency_inter_us", "gemm_efficiency", "memory_GB", "ranks_per_node", "wake_us",
       "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails", "oversubscription",
-      "leaf_nodes", "flash_attention_tflops_bf16"};
+      "leaf_nodes", "flash_attention_tflops_bf16", "host_op_us"};
   return v;
 }
 
@@ -407,6 +407,7 @@ MachineProfile load_machine(const std::string& what) {
       r.get<double>("machine.flash_attention_tflops_bf16", 0.0, Bounds::closed(0, 1e6));
   require(m.flash_attention_tflops_bf16 <= m.peak_tflops_bf16,
           r.source() + ": machine.flash_attention_tflops_bf16 exceeds machine.peak_tflops_bf16");
+  m.hw.host_op_us = r.get<double>("machine.host_op_us", 0.0, Bounds::closed(0, 1e6));
   m.hw.gemm_units = r.get<int>("machine.gemm_units", 0, Bounds::closed(0, 1 << 20));
   m.hw.gemm_tile_m = r.get<int>("machine.gemm_tile_m", 0, Bounds::closed(0, 1 << 16));
   m.hw.gemm_tile_n = r.get<int>("machine.gemm_tile_n", 0, Bounds::closed(0, 1 << 16));
@@ -548,6 +549,7 @@ std::string machine_toml(const MachineProfile& m) {
   }
   if (m.gemm_achievable_tflops_bf16 > 0) num("machine.gemm_achievable_tflops_bf16", m.gemm_achievable_tflops_bf16);
   if (m.flash_attention_tflops_bf16 > 0) num("machine.flash_attention_tflops_bf16", m.flash_attention_tflops_bf16);
+  if (m.hw.host_op_us > 0) num("machine.host_op_us", m.hw.host_op_us);
   if (m.hw.gemm_units > 0) {
     r.set("machine.gemm_units", m.hw.gemm_units);
     r.set("machine.gemm_tile_m", m.hw.gemm_tile_m);

@@ -29,6 +29,7 @@
 //   gemm_tile_m = 256              # output tile rows and columns
 //   gemm_tile_n = 128
 //   flash_attention_tflops_bf16 = 346.0  # a FlashAttention kernel's BF16 rate (plan --attention flash)
+//   host_op_us = 4.0               # host time to issue one framework op (Hardware::host_op_us; 0: not modelled)
 //
 //   [machine.sources]              # required with gpu = true: one per figure given
 //   peak_tflops_bf16 = "NVIDIA H100 SXM5 datasheet"
