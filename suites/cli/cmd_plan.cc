@@ -537,8 +537,8 @@ int run_validate(const PlanFlags& f) {
     v.memory_gib = double(p.worst.device_total()) / double(int64_t(1) << 30);
     if (r.published_gib > 0) v.memory_error = v.memory_gib / r.published_gib - 1;
     char buf[160];
-    std::snprintf(buf, sizeof buf, "compute %.3g s (GEMMs at %.0f%%), bubble %.3g s, exposed comm %.3g s",
-                  p.compute_s, 100 * p.gemm_efficiency, p.bubble_s, p.exposed_comm_s);
+    std::snprintf(buf, sizeof buf, "compute %.3g s (GEMMs at %.0f%%), bubble %.3g s, exposed comm %.3g s, host %.3g s",
+                  p.compute_s, 100 * p.gemm_efficiency, p.bubble_s, p.exposed_comm_s, p.host_overhead_s);
     v.parts = buf;
     out.push_back(v);
   }
@@ -698,8 +698,14 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
     std::printf("  %-16s %10.4g  %-44s %s\n", "overlap slowdown", r.overlap_slowdown_s, fig,
                 source("overlap_compute_slowdown").c_str());
   }
-  std::printf("  %-16s %10s  %-44s %s\n", "per-op overhead", "0", "kernel launch and framework overhead",
-              "not modelled: no sourced figure");
+  if (h.host_op_us > 0) {
+    std::snprintf(fig, sizeof fig, "%lld ops at %g us host each; exposed where above device time",
+                  (long long)r.host_ops, h.host_op_us);
+    std::printf("  %-16s %10.4g  %-44s %s\n", "per-op overhead", r.host_overhead_s, fig, source("host_op_us").c_str());
+  } else {
+    std::printf("  %-16s %10s  %-44s %s\n", "per-op overhead", "0", "kernel launch and framework overhead",
+                "not modelled: the profile gives no host_op_us (built-in GPU profiles only)");
+  }
   std::printf("  %-16s %10.4g\n", "step", r.step_s);
 }
 

@@ -30,6 +30,7 @@
 //   gemm_tile_n = 128
 //   flash_attention_tflops_bf16 = 346.0  # a FlashAttention kernel's BF16 rate (plan --attention flash)
 //   overlap_compute_slowdown = 0.189     # compute's slowdown beside a hidden collective (0: overlap is free)
+//   host_op_us = 4.0               # host time to issue one framework op (Hardware::host_op_us; 0: not modelled)
 //
 //   [machine.sources]              # required with gpu = true: one per figure given
 //   peak_tflops_bf16 = "NVIDIA H100 SXM5 datasheet"

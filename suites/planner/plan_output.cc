@@ -161,6 +161,9 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
                              : std::string(" (memory-bound work not timed: give --mem-bw)\n");
   o += fmt("  bubble        %12.4g s\n", r.bubble_s);
   o += fmt("  comm          %12.4g s (exposed %.4g s)\n", r.comm_s, r.exposed_comm_s);
+  if (in.hw.host_op_us > 0)
+    o += fmt("  host overhead %12.4g s (%lld framework ops at %g us each, exposed where the host falls behind)\n",
+             r.host_overhead_s, (long long)r.host_ops, in.hw.host_op_us);
   o += fmt("  step          %12.4g s\n", r.step_s);
   o += fmt("  tokens/s      %12.4g\n", r.tokens_per_s);
   o += fmt("  MFU           %11.2f %%   (HFU %.2f %%)\n", 100 * r.mfu, 100 * r.hfu);

@@ -202,6 +202,14 @@ struct Hardware {
   double gemm_achievable_tflops = 0;
   int64_t gemm_units = 0, gemm_tile_m = 0, gemm_tile_n = 0;
   double memory_GB = 0;        // device memory per rank; 0: unknown (no fit check)
+  // Host time, us, to issue one framework op's kernel on a GPU rank (PyTorch's
+  // dispatch and the CUDA launch; 0: not modelled, a CPU rank's calls are in
+  // its measured rates). The host runs ahead of the device: a block's ops
+  // cost the step only where their issue time exceeds their kernels' device
+  // time (host_overhead: per block and microbatch, forward and backward),
+  // and the optimizer's launches where they exceed its step's device time,
+  // plus one op per host synchronization of the step. Built-in GPU profiles.
+  double host_op_us = 0;
   // The ranks run the CPU's kernels, whose GEMM staging and attention scores
   // are workspace (Scratch); false on GPUs (a GPU MachineProfile's), whose
   // kernels keep their own; there an MoE layer's routing state is host
@@ -347,6 +355,11 @@ struct PlanResult {
   // (its units' sizes; 0: none), which the first all-gather and last
   // reduce-scatter of a microbatch move.
   double dp_first_unit_share = 0;
+  // Framework per-op host overhead (Hardware::host_op_us): the kernels the
+  // pace rank's host issues per step and the issue time the device waits
+  // for (part of step_s; 0 without host_op_us).
+  int64_t host_ops = 0;
+  double host_overhead_s = 0;
 };
 
 // Throws pb::InputError naming the flag when the input is inconsistent.
@@ -356,6 +369,21 @@ struct PlanResult {
 // for the kernel, FlashAttention-2's flash_attention_tflops (0 for Triton's:
 // its core is then timed as GEMMs).
 double flash_attention_rate(const Hardware& hw, bool triton, int head_dim, int64_t seq);
+
+// Kernels one dense block issues per microbatch in forward on a rank
+// (plan.shape required), counted from the ops docs/planner.md lists
+// ("Per-op host overhead"): fused kernels (Megatron's: norm, QKV, attention,
+// projection, bias-dropout-add, norm, fc1, bias-GELU, fc2, bias-dropout-add;
+// the llama family's three projections, RoPE, SwiGLU) or PyTorch eager ops
+// (plan.eager_kernels, llama only: torchtitan's RMSNorm as 8 ops, RoPE as 6,
+// repeat_kv's copies, SiLU and the product apart). Attention: FlashAttention
+// one kernel; unfused two batched GEMMs and the softmax (and its dropout).
+int64_t block_forward_ops(const PlanInput& plan);
+// Launches of one multi-tensor (foreach) op over `tensors` tensors of
+// `elements` elements in all: at most 36 tensors (four lists, AdamW's) and
+// 320 chunks of 65536 elements per launch (PyTorch
+// aten/src/ATen/native/cuda/MultiTensorApply.cuh; apex's is the same).
+int64_t multi_tensor_launches(int64_t tensors, double elements);
 
 PlanResult plan(const PlanInput& in);
 

@@ -47,6 +47,30 @@ double flash_attention_rate(const Hardware& hw, bool triton, int head_dim, int64
   return rows[i - 1]->tflops + f * (rows[i]->tflops - rows[i - 1]->tflops);
 }
 
+int64_t block_forward_ops(const PlanInput& in) {
+  const ModelConfig& m = *in.shape;
+  const int64_t attention = in.flash_attention ? 1 : 3 + (in.dropout ? 1 : 0);
+  if (!m.llama())  // norm, QKV, attention, projection, bias-dropout-add, norm, fc1, bias-GELU, fc2, bias-dropout-add
+    return 9 + attention;
+  if (!in.eager_kernels)  // norm, wq wk wv, RoPE, attention, wo, add, norm, w1 w3, SwiGLU, w2, add
+    return 13 + attention;
+  // torchtitan's eager Llama (models/norms.py, models/llama/model.py):
+  // RMSNorm x.float(), pow, mean, + eps, rsqrt, *, type_as, * weight (8);
+  // wq wk wv (3); RoPE: q and k upcast, complex product, downcast (6);
+  // repeat_kv's copies of k and v (2, with fewer kv heads than q heads);
+  // attention; its output made contiguous; wo; add; RMSNorm (8); w1, w3;
+  // SiLU; the product; w2; add.
+  const int64_t q = m.C / in.tp, kv = llama_kv_heads_per_rank(m, in.tp) * m.head_size();
+  return 8 + 3 + 6 + (kv < q ? 2 : 0) + attention + 1 + 1 + 1 + 8 + 2 + 1 + 1 + 1 + 1;
+}
+
+int64_t multi_tensor_launches(int64_t tensors, double elements) {
+  if (tensors <= 0) return 0;
+  const int64_t by_tensors = (tensors + 35) / 36;
+  const double by_chunks = std::ceil(std::max(0.0, elements) / (320.0 * 65536.0));
+  return std::max(by_tensors, int64_t(by_chunks));
+}
+
 double async_call_cost_us(const std::vector<AsyncCallCost>& t, double compute_us) {
   if (t.empty()) return 0;
   if (!(compute_us > t.front().compute_us)) return t.front().cost_us;
@@ -128,12 +152,14 @@ struct StageCost {
   double share = 1;       // of those the rates time
   RankBytes bytes;
   double attn_fwd_s = 0, attn_s = 0, attn_model_flops = 0;
+  int64_t blocks = 0;  // the stage's blocks (host_overhead)
+  int rank = 0;        // its pipeline rank
 };
 
 StageCost stage_cost(const PlanInput& in, const PlanResult& r, bool attn_timed, int64_t blocks, double share,
-                     RankBytes bytes) {
+                     RankBytes bytes, int rank) {
   const double attn_fwds = in.recompute == Recompute::none ? 1 : 2;
-  StageCost c{share, share, bytes, 0, 0, 0};
+  StageCost c{share, share, bytes, 0, 0, 0, blocks, rank};
   if (!attn_timed) return c;
   const double mb = double(r.microbatches);
   c.attn_fwd_s = double(blocks) * mb * in.hw.attention_fwd_s;
@@ -162,7 +188,8 @@ double stage_time(const PlanInput& in, const PlanResult& r, double achieved, con
 // layers need not split evenly).
 StageCost pace_stage(const PlanInput& in, const Pipe& pipe, const PlanResult& r, bool attn_timed, double achieved) {
   StageCost pace = stage_cost(in, r, attn_timed, in.shape ? in.shape->L : 0, 1,
-                              in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : RankBytes{});
+                              in.shape ? rank_memory_bytes(in, pipe, r, r.worst.stage) : RankBytes{},
+                              r.worst.stage);
   if (!in.shape || !pipe.staged()) return pace;
   double slowest = -1;
   for (int rank = 0; rank < in.pp; ++rank) {
@@ -177,11 +204,50 @@ StageCost pace_stage(const PlanInput& in, const Pipe& pipe, const PlanResult& r,
     const double share = to_double(stage_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks, head,
                                                moe).hardware) *
                          double(in.pp) / r.hardware_flops;
-    const StageCost c = stage_cost(in, r, attn_timed, blocks, share, rank_memory_bytes(in, pipe, r, rank));
+    const StageCost c = stage_cost(in, r, attn_timed, blocks, share, rank_memory_bytes(in, pipe, r, rank), rank);
     const double t = stage_time(in, r, achieved, c);
     if (t > slowest) slowest = t, pace = c;
   }
   return pace;
+}
+
+// The framework's per-op host time the device waits for (Hardware::host_op_us;
+// docs/planner.md "Per-op host overhead"). The host issues kernels ahead of
+// the device, so an op costs the step only where the host falls behind:
+// per block and microbatch, the forward's ops (block_forward_ops) against the
+// forward's device time per block, the backward's (twice the forward's ops:
+// each GEMM's two gradients, each op's backward; full and op-level
+// recomputation issue the forward again, selective the attention) against
+// the backward's; the optimizer step's multi-tensor launches (fused: apex's
+// Adam, the norm and the scale, 3 ops; eager: PyTorch's foreach AdamW, 8 ops,
+// and clip_grad_norm_'s foreach norm and scale, 2) over the rank's parameter
+// tensors (GPT 12 per block, llama 9) and elements, plus 5 scalar ops of the
+// clip coefficient, against the step's optimizer time; and per step one
+// synchronization (the loss or the gradient norm read on the host), after
+// which the device waits for the next op's issue. `fwd_s` and `bwd_s` are
+// the stage's compute (bwd_s with the optimizer step's `opt_s`).
+double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& pace, double fwd_s, double bwd_s,
+                     double opt_s, int64_t& ops) {
+  ops = 0;
+  if (!(in.hw.host_op_us > 0) || !in.shape || pace.blocks <= 0) return 0;
+  const double op_s = in.hw.host_op_us * 1e-6;
+  const int64_t f = block_forward_ops(in);
+  const int64_t attention = in.flash_attention ? 1 : 3 + (in.dropout ? 1 : 0);
+  const int64_t b = 2 * f + (in.recompute == Recompute::full || in.recompute_even_matmuls ? f
+                             : in.recompute == Recompute::selective                         ? attention
+                                                                                            : 0);
+  const double passes = double(pace.blocks) * double(r.microbatches);
+  const double fwd_dev = fwd_s / passes, bwd_dev = std::max(0.0, bwd_s - opt_s) / passes;
+  double exposed = passes * (std::max(0.0, double(f) * op_s - fwd_dev) + std::max(0.0, double(b) * op_s - bwd_dev));
+  // The optimizer step over the parameters this rank updates.
+  const int64_t tensors = pace.blocks * (in.shape->llama() ? 9 : 12);
+  const double elements = double(r.stages[size_t(pace.rank)].optimizer) /
+                          double(dp::bytes_per_param(in.precision).optimizer);
+  const int64_t opt_ops = (in.eager_kernels ? 10 : 3) * multi_tensor_launches(tensors, elements) + 5;
+  exposed += std::max(0.0, double(opt_ops) * op_s - opt_s);
+  exposed += op_s;  // the step's synchronization
+  ops = int64_t(passes) * (f + b) + opt_ops;
+  return exposed;
 }
 
 }  // namespace
@@ -231,7 +297,10 @@ void time_step(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
                    compute_scale,
                bwd_s = r.compute_s - fwd_s;
   time_comm(in, attn_timed, fwd_s, bwd_s, r);
-  r.step_s = r.compute_s + r.bubble_s + r.exposed_comm_s;
+  const double opt_rate = in.hw.optimizer_mem_bw_GBps > 0 ? in.hw.optimizer_mem_bw_GBps : in.hw.mem_bw_GBps;
+  const double opt_s = opt_rate > 0 ? pace.bytes.optimizer / (opt_rate * 1e9) * compute_scale : 0.0;
+  r.host_overhead_s = host_overhead(in, r, pace, fwd_s, bwd_s, opt_s, r.host_ops);
+  r.step_s = r.compute_s + r.bubble_s + r.exposed_comm_s + r.host_overhead_s;
   r.tokens_per_s = double(r.global_batch * r.seq) / r.step_s;
   r.mfu = r.model_flops / (r.step_s * peak);
   r.hfu = r.hardware_flops / (r.step_s * peak);

@@ -863,3 +863,64 @@ TEST(Planner, FirstUnitShareAndTheProfilesSlowdown) {
 
 }  // namespace
 }  // namespace pb::planner
+
+namespace pb::planner {
+namespace {
+
+// Framework per-op host overhead (Hardware::host_op_us): the host issues a
+// block's ops ahead of the device, so they cost the step only where their
+// issue time exceeds the kernels' device time. Hand-computed: gpt2-124m at a
+// near-infinite peak (device time ~0) and 1 ms per op issues, per block and
+// microbatch, 12 forward ops (norm, QKV, the unfused core's two batched
+// GEMMs and softmax, projection, bias-dropout-add, norm, fc1, bias-GELU,
+// fc2, bias-dropout-add) and 24 backward; the optimizer's fused Adam, norm
+// and scale each launch max(ceil(144 tensors / 36), ceil(elements / (320 x
+// 65536))) times, plus 5 scalar ops; plus the step's one synchronization.
+TEST(Planner, HostOverheadOnlyWhereTheHostFallsBehind) {
+  EXPECT_EQ(multi_tensor_launches(144, 1e6), 4);
+  EXPECT_EQ(multi_tensor_launches(144, 124e6), 6);  // 124e6 / 20971520 = 5.9
+  EXPECT_EQ(multi_tensor_launches(0, 1e9), 0);
+  PlanInput in;
+  in.shape = planner_model("gpt2-124m");
+  in.microbatch_size = 1;
+  in.global_batch = 1;
+  in.seq = 64;
+  in.hw.peak_tflops = 1e6;
+  const PlanResult none = plan(in);
+  EXPECT_EQ(none.host_overhead_s, 0);  // host_op_us 0 (every CPU profile): as before
+  EXPECT_EQ(block_forward_ops(in), 12);
+  in.hw.host_op_us = 1000;
+  const PlanResult r = plan(in);
+  const double elements = double(r.stages[0].optimizer) / double(dp::bytes_per_param(in.precision).optimizer);
+  const int64_t launches = std::max<int64_t>(4, int64_t(std::ceil(elements / (320.0 * 65536))));
+  const int64_t ops = 12 * (12 + 24) + 3 * launches + 5;
+  EXPECT_EQ(r.host_ops, ops);
+  EXPECT_NEAR(r.host_overhead_s, double(ops) * 1e-3 - r.compute_s + 1e-3, 1e-12);
+  EXPECT_NEAR(r.step_s, none.step_s + r.host_overhead_s, 1e-12);
+  EXPECT_DOUBLE_EQ(r.compute_s, none.compute_s);
+
+  // torchtitan's eager Llama block: RMSNorm 8, wq wk wv, RoPE 6, repeat_kv 2,
+  // attention, contiguous, wo, add, RMSNorm 8, w1 w3, SiLU, mul, w2, add.
+  PlanInput t;
+  t.shape = planner_model("llama3-8b");
+  t.flash_attention = true;
+  EXPECT_EQ(block_forward_ops(t), 13 + 1);
+  t.eager_kernels = true;
+  EXPECT_EQ(block_forward_ops(t), 37);
+  // On the built-in H100 at a torchtitan shape the device outruns 4 us per op:
+  // only the step's synchronization is exposed.
+  const MachineProfile& h100 = load_machine("h100-96gb-500w");
+  EXPECT_EQ(h100.hw.host_op_us, 4);
+  EXPECT_NE(h100.sources.at("host_op_us").find("issue 82793"), std::string::npos);
+  t.microbatch_size = 1;
+  t.global_batch = 1;
+  t.seq = 8192;
+  t.hw = hardware_for(h100, t);
+  t.hw.flash_attention_tflops = 300;
+  const PlanResult big = plan(t);
+  EXPECT_GT(big.host_ops, 32 * 3 * 37);
+  EXPECT_DOUBLE_EQ(big.host_overhead_s, 4e-6);
+}
+
+}  // namespace
+}  // namespace pb::planner
