@@ -98,12 +98,13 @@ bool fsdp2_device_plan(const PlanInput& in, const Pipe& pipe) {
 // parameter's rows, as on the published rows: 128256, 4096 and 14336 by 8
 // and 128). The reduce-scatter's fp32 input is allocated on the default
 // stream at each unit's post-backward, when the loss's blocks are free
-// (FSDP2's foreach_reduce of
-// late 2024: its copy-in on the current stream, then `unsharded_grads.clear()`
-// and `reduce_scatter_stream.wait_stream`; earlier versions allocated it on
-// the reduce-scatter stream), and its outputs, the sharded fp32 gradients,
-// are the plan's gradient and master bytes (16 bytes per parameter per dp
-// rank either way), so neither adds to the peak.
+// (FSDP2's foreach_reduce of late 2024: its copy-in on the current stream,
+// then `unsharded_grads.clear()` and `reduce_scatter_stream.wait_stream`;
+// earlier versions allocated it on the reduce-scatter stream), and its
+// outputs, the sharded fp32 gradients, are the plan's gradient and master
+// bytes (16 bytes per parameter per dp rank either way), so neither adds to
+// the peak. NCCL's own buffers are allocated by NCCL, outside the caching
+// allocator, so they are not in the reserve.
 int64_t fsdp2_comm_bytes(const PlanInput& in, const std::vector<int64_t>& units) {
   const int64_t p = dp::bytes_per_param(in.precision).param, n = int64_t(units.size());
   const int64_t root = units.front() + units.back(), last_block = n > 2 ? units[size_t(n - 2)] : 0;
@@ -205,6 +206,8 @@ int64_t op_sac_layer_bytes(const ModelConfig& m, const ActivationShape& x) {
 // logits' worth, tokens x V/t x 2 bytes, is reserved and idle at the peak. Its
 // sizes are whole 2 MiB pages on the rows (128256 x 16384 x 2 bytes), so the
 // allocator's rounding of large requests (kRoundLarge, 2 MiB) adds nothing.
+// One stage only: train.py's non-pipelined path (a pipeline schedule calls
+// the loss itself).
 int64_t eager_loss_hole_bytes(const ActivationShape& x, int64_t vocab) {
   return x.s / x.cp * x.b * ((vocab + x.tp - 1) / x.tp) * x.elem_bytes;
 }
@@ -260,7 +263,8 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
     if (pipe.part.at(rank, 0).embedding) a += units_held * first_stage_extra_bytes(x);
     if (pipe.part.at(rank, pipe.part.v - 1).head) {
       a += llama && in.eager_kernels ? last_stage_eager_extra_bytes(x, mc.V) : last_stage_extra_bytes(x, mc.V);
-      if (llama && in.eager_kernels && !in.hw.host_kernels && x.elem_bytes < 4) a += eager_loss_hole_bytes(x, mc.V);
+      if (llama && in.eager_kernels && !in.hw.host_kernels && x.elem_bytes < 4 && pipe.part.pp == 1 && pipe.part.v == 1)
+        a += eager_loss_hole_bytes(x, mc.V);
     }
   }
   return a;
