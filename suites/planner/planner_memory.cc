@@ -62,6 +62,55 @@ int64_t dp_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const Pi
   return bytes;
 }
 
+// A dense llama plan on a GPU profile with eager kernels under zero3 on one
+// stage: the layout of torchtitan's published FSDP runs (PyTorch FSDP2,
+// configs/published/torchtitan_llama3.csv), whose peak is the CUDA caching
+// allocator's reserve (torchtitan/metrics.py at 9dec370 reads
+// memory_stats()["reserved_bytes.all.peak"]). Its comm buffers and the
+// loss's allocator hole below are those runs' own, not the engine's
+// (docs/planner.md, "Peak memory per GPU").
+bool fsdp2_device_plan(const PlanInput& in, const Pipe& pipe) {
+  return !in.hw.host_kernels && in.eager_kernels && in.shape && in.shape->llama() && in.shape->moe.experts == 0 &&
+         !pipe.experts && in.shard == dp::Shard::zero3 && in.dp > 1 && pipe.part.pp == 1 && pipe.part.v == 1;
+}
+
+// FSDP2's buffers at the step's peak (the eager loss's backward), per rank,
+// on such a plan (`units`: embedding, blocks, final norm + output):
+//  - the root unit (tok_embeddings, final norm, output) gathered in its
+//    pre-forward and kept gathered through backward: FSDP2 does not reshard
+//    the root after forward (torch/distributed/_composable/fsdp/
+//    _fsdp_state.py, FSDPState._lazy_init: "For the root, do not reshard
+//    after forward since for training, the parameters would be freed and
+//    all-gathered immediately");
+//  - the last block gathered too: torchtitan passes reshard_after_forward =
+//    int(layer_id) < len(model.layers) - 1 (torchtitan 9dec370,
+//    torchtitan/parallelisms/parallelize_llama.py, apply_fsdp);
+//  - the all-gather stream's own pool: foreach_all_gather allocates each
+//    unit's flat all_gather_output (the unit's gathered size) and its inputs'
+//    casts to param_dtype (the shard) on all_gather_copy_in_stream
+//    (_fsdp_collectives.py), and the caching allocator serves a stream only
+//    from blocks it freed on that stream (c10/cuda/CUDACachingAllocator.cpp:
+//    blocks are keyed by stream), so that pool stays reserved at its own high
+//    mark, the root's gather (the largest unit) with its inputs, beside the
+//    default stream's peak.
+// At the param dtype (bf16 under bf16-mixed: torchtitan's MixedPrecisionPolicy
+// param_dtype). No dim-0 padding is added (exact where dp divides each
+// parameter's rows, as on the published rows: 128256, 4096 and 14336 by 8
+// and 128). The reduce-scatter's fp32 input is allocated on the default
+// stream at each unit's post-backward, when the loss's blocks are free
+// (FSDP2's foreach_reduce of late 2024: its copy-in on the current stream,
+// then `unsharded_grads.clear()` and `reduce_scatter_stream.wait_stream`;
+// earlier versions allocated it on the reduce-scatter stream), and its
+// outputs, the sharded fp32 gradients, are the plan's gradient and master
+// bytes (16 bytes per parameter per dp rank either way), so neither adds to
+// the peak. NCCL's own buffers are allocated by NCCL, outside the caching
+// allocator, so they are not in the reserve.
+int64_t fsdp2_comm_bytes(const PlanInput& in, const std::vector<int64_t>& units) {
+  const int64_t p = dp::bytes_per_param(in.precision).param, n = int64_t(units.size());
+  const int64_t root = units.front() + units.back(), last_block = n > 2 ? units[size_t(n - 2)] : 0;
+  return p * (root + last_block + root + root / in.dp);
+}
+
 // The comm buffers' peak of pipeline rank `rank` (s.comm): the expert-parallel
 // rank's declared peak, the runner's unit protocol replayed, or a pipeline
 // stage's gathers and gradients replayed in its schedule order; -1 when a
@@ -70,6 +119,7 @@ int64_t comm_peak(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pip
                   const std::vector<int64_t>& units, const ep::StateCosts* ep_states) {
   if (ep_states) return ep_states->comm_peak;
   if (!in.shape) return axis.shard != dp::Shard::none ? -1 : 0;  // no unit structure without a shape
+  if (fsdp2_device_plan(in, pipe)) return fsdp2_comm_bytes(in, units);
   // The canonical unit order the runner visits: the protocol replayed, as
   // the conformance engine holds the measured peak to.
   // The llama family's dense stages (no pipeline layout for them yet): its
@@ -142,6 +192,26 @@ int64_t op_sac_layer_bytes(const ModelConfig& m, const ActivationShape& x) {
   return tokens * (e * kept + 4 * x.a / t);
 }
 
+// The eager loss's allocator hole on a GPU (bytes reserved and free at the
+// loss's backward): torchtitan's train.py (9dec370) computes
+// cross_entropy(pred.flatten(0, 1).float(), labels) and then `del pred`, so
+// the bf16 logits' block and the fp32 copy's are free and adjacent when the
+// backward asks for two fp32 logit-sized blocks (NLL's gradient, then
+// log-softmax's). The caching allocator serves a request from the smallest
+// free block that fits and splits it (CUDACachingAllocator.cpp, get_free_block
+// and should_split; with expandable_segments:True, which torchtitan's
+// run_llama_train.sh sets, freed neighbours merge within the segment): the
+// first fp32 request takes the merged block's front, the second no longer
+// fits the bf16-sized rest and is mapped at the segment's end. So a bf16
+// logits' worth, tokens x V/t x 2 bytes, is reserved and idle at the peak. Its
+// sizes are whole 2 MiB pages on the rows (128256 x 16384 x 2 bytes), so the
+// allocator's rounding of large requests (kRoundLarge, 2 MiB) adds nothing.
+// One stage only: train.py's non-pipelined path (a pipeline schedule calls
+// the loss itself).
+int64_t eager_loss_hole_bytes(const ActivationShape& x, int64_t vocab) {
+  return x.s / x.cp * x.b * ((vocab + x.tp - 1) / x.tp) * x.elem_bytes;
+}
+
 // The activations pipeline rank `rank` holds at its peak (-1: unknown, no
 // shape or a layout not modeled).
 int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t seq) {
@@ -191,8 +261,11 @@ int64_t activation_peak(const PlanInput& in, const Pipe& pipe, int rank, int64_t
                                                      : layer_activation_bytes(x, kept);
     a = units_held * max_chunk_layers(pipe.part, rank) * layer;
     if (pipe.part.at(rank, 0).embedding) a += units_held * first_stage_extra_bytes(x);
-    if (pipe.part.at(rank, pipe.part.v - 1).head)
+    if (pipe.part.at(rank, pipe.part.v - 1).head) {
       a += llama && in.eager_kernels ? last_stage_eager_extra_bytes(x, mc.V) : last_stage_extra_bytes(x, mc.V);
+      if (llama && in.eager_kernels && !in.hw.host_kernels && x.elem_bytes < 4 && pipe.part.pp == 1 && pipe.part.v == 1)
+        a += eager_loss_hole_bytes(x, mc.V);
+    }
   }
   return a;
 }

@@ -78,6 +78,49 @@ TEST(Planner, CommBuffersAreTheDeclaredReplay) {
 }
 
 
+// torchtitan's 8B FSDP row on a GPU (configs/published/torchtitan_llama3.csv,
+// h100 8b 8gpu), figures by hand: Llama 3 8B has V = 128256, C = 4096, 32
+// blocks of 218,112,000 parameters (wq, wo 4096^2; wk, wv 4096 x 1024; w1,
+// w2, w3 4096 x 14336; two norms). FSDP2's buffers at the peak, bf16: the root
+// (tok_embeddings + norm + output = 2 x 128256 x 4096 + 4096 = 1,050,677,248)
+// held gathered, the last block held gathered, and the all-gather stream's
+// pool at the root's gather plus its inputs' casts (1/8 of it):
+// 2 x (1,050,677,248 x (2 + 1/8) + 218,112,000) = 4,901,602,304 bytes. The
+// eager loss's hole: the bf16 logits, 2 x 8192 x 128256 x 2 = 4,202,692,608
+// bytes. A CPU profile (host kernels) keeps the engine's figures.
+TEST(Planner, TorchtitanFsdp2BuffersOnAGpu) {
+  PlanInput in;
+  in.shape = planner_model("llama3-8b");
+  in.seq = 8192;
+  in.precision = Precision::bf16_mixed;
+  in.dp = 8;
+  in.shard = dp::Shard::zero3;
+  in.microbatch_size = 2;
+  in.global_batch = 16;
+  in.recompute_even_matmuls = true;
+  in.flash_attention = true;
+  in.eager_kernels = true;
+  const PlanResult cpu = plan(in);
+  in.hw.host_kernels = false;
+  const PlanResult gpu = plan(in);
+  EXPECT_EQ(gpu.worst.comm, int64_t{4901602304});
+  EXPECT_EQ(gpu.worst.activations - cpu.worst.activations, int64_t{4202692608});
+  EXPECT_EQ(gpu.worst.params + gpu.worst.grads + gpu.worst.optimizer,
+            cpu.worst.params + cpu.worst.grads + cpu.worst.optimizer);
+  // The engine's replay on the CPU profile, unchanged.
+  dp::DataAxis a;
+  a.dp = 8;
+  a.shard = dp::Shard::zero3;
+  a.precision = Precision::bf16_mixed;
+  std::vector<int64_t> units{int64_t{128256} * 4096};  // tok_embeddings, 32 blocks, norm + output
+  units.insert(units.end(), 32, int64_t{218112000});
+  units.push_back(int64_t{128256} * 4096 + 4096);
+  EXPECT_EQ(cpu.worst.comm, dp::comm_buffer_peak_bytes(units, a));
+  // Without eager kernels a GPU plan keeps the engine's buffers.
+  in.eager_kernels = false;
+  EXPECT_EQ(plan(in).worst.comm, cpu.worst.comm);
+}
+
 // ZeRO Sec. 3 / Fig. 1 through the planner: 2+2+K, 2+2+K/Nd, 2+(2+K)/Nd, (2+2+K)/Nd.
 TEST(Planner, ModelStatesEqualZeroFormulas) {
   for (int64_t psi : {int64_t(7'500'000'000), int64_t(1'000'003), int64_t(1'008'000'000'000)}) {
