@@ -23,6 +23,7 @@
 //   oversubscription = 1.0         # >= 1: inter-node bandwidth divided by it for a group
 //   leaf_nodes = 0                 #   spanning more than leaf_nodes nodes (0: one leaf)
 //   wake_us = 0.0                  # waking a rank asleep in a wait (informational)
+//   kernel_launch_us = 0.0         # an empty kernel's launch, back to back (informational)
 //   gpu = false                    # true: a device profile (kernels keep their own workspace)
 //   gemm_achievable_tflops_bf16 = 794.5  # a microbenchmark's maximum achievable BF16 matmul rate
 //   gemm_units = 132               # SMs the GEMM tiles spread over (tile and wave quantization)
@@ -120,6 +121,12 @@ struct MachineProfile {
   std::map<std::string, std::string, std::less<>> sources{};
   int ranks_per_node = 1;
   double wake_us = 0;
+  // parabench calibrate --device cuda: an empty kernel's launch, us per
+  // launch back to back (kernels/cuda/gpu.h LaunchCost::wall_us; 0: not
+  // measured). Informational: no plan term reads it yet. Its tables' sources
+  // are sources["gemm.<precision>"] and sources["collective.<op>"] (TOML
+  // [machine.sources.gemm] bf16 = "...", [machine.sources.collective] ...).
+  double kernel_launch_us = 0;
   // Calibrated training shapes (parabench calibrate --model), ascending
   // work; none in the built-ins.
   std::vector<ShapeFigures> shapes{};
