@@ -13,3 +13,14 @@ parabench_test(NAME calibrate_device_test SOURCES calibrate/device_rates_test.cc
 
 list(APPEND PB_CLI_SOURCES cli/cmd_calibrate.cc)
 list(APPEND PB_CLI_DEPS pb::calibrate)
+
+# calibrate --device cuda on 2 GPUs under mpirun (the nccl backend): writes a
+# GPU profile and reads it back as plan --machine does. Skipped, with the
+# command's reason, where there is no GPU or the build has no CUDA.
+parabench_mpi_test(NAME calibrate_cuda_np2 NP 2 TIMEOUT 600
+  COMMAND $<TARGET_FILE:parabench> calibrate --device cuda --seconds 0.2
+          --out ${CMAKE_CURRENT_BINARY_DIR}/calibrate_cuda_np2.toml)
+if(TEST calibrate_cuda_np2)
+  set_tests_properties(calibrate_cuda_np2 PROPERTIES LABELS "mpi;gpu"
+    SKIP_REGULAR_EXPRESSION "calibrate --device cuda: no GPU to calibrate")
+endif()

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/gpu.h"
+#include "kernels/cuda/calibrate.h"
 
 namespace pb::kernels::cuda {
 namespace {
@@ -19,9 +19,8 @@ __global__ void empty_kernel() {}
 }  // namespace
 
 DeviceInfo device_info(int ordinal) {
-  std::string why;
-  const int n = device_count(&why);
-  if (n == 0) throw std::runtime_error(why);
+  int n = 0;
+  detail::check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
   if (ordinal < 0 || ordinal >= n)
     throw std::runtime_error("CUDA device " + std::to_string(ordinal) + " does not exist (" + std::to_string(n) +
                              " visible)");
