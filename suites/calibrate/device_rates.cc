@@ -128,7 +128,7 @@ std::map<std::string, std::vector<planner::CollectiveFit>> measure_collective_fi
   o.step_factor = 4;
   o.iters = sweep.iters;
   o.warmup = sweep.warmup;
-  o.check = 1;
+  o.check = sweep.check;
   o.average = 3;  // the slowest rank's time, as nccl-tests' -a 3
   // (op, group) -> (bytes, seconds), on rank 0.
   std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>> times;

@@ -79,7 +79,7 @@ DeviceRates measure_device_rates(const kernels::DeviceOps<bf16>& ops16, const ke
 // `ops` (all_reduce, reduce_scatter, all_gather) on the first g ranks of the
 // world for each g of `groups` (2 <= g <= world size), fp32, out of place,
 // at sizes min_bytes .. max_bytes times 4 (each the slowest rank's mean over
-// `iters` calls after `warmup`, results checked once): the alpha-beta fit
+// `iters` calls after `warmup`, results checked `check` times): the alpha-beta fit
 // of each (planner::fit_alpha_beta: alpha the median time up to 4 KiB, GBps
 // the bus bandwidth from the slope over 1 MiB and more). Runs on every rank
 // the world hosts; the fits are those of the process hosting rank 0 (empty
@@ -89,6 +89,7 @@ struct CollectiveSweep {
   std::vector<int> groups;
   size_t min_bytes = 4, max_bytes = size_t(256) << 20;
   int iters = 20, warmup = 5;
+  int check = 1;  // validations of each size's results (the driver's -c)
 };
 std::map<std::string, std::vector<planner::CollectiveFit>> measure_collective_fits(World& world,
                                                                                    const CollectiveSweep& sweep);
