@@ -28,12 +28,13 @@ class DeviceBuffer {
   T* p_;
 };
 
-// Small values (the allocator zero-fills on a GPU; the stand-in too), so no
-// overflow or denormal slows a kernel: each buffer filled from the host once.
+// Small values (not the allocator's zeros, which a GPU multiplies at a
+// lower power than data), no overflow or denormal: filled from the host.
 template <class T>
 void fill(const kernels::DeviceOps<T>& ops, T* dst, size_t n, float v) {
-  std::vector<T> host(n, T(v));
-  ops.to_device(dst, host.data(), n * sizeof(T));
+  const std::vector<T> host(std::min<size_t>(n, size_t(1) << 22), T(v));  // 16 MiB at most, copied in pieces
+  for (size_t at = 0; at < n; at += host.size())
+    ops.to_device(dst + at, host.data(), std::min(host.size(), n - at) * sizeof(T));
 }
 
 template <class T>
@@ -227,26 +228,36 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
              "FlashAttention) forward + backward, bf16, at " + shape + ", causal FLOPs (2 B NH T^2 hs forward, 2.5x "
              "backward), CUDA events" + on;
   }
+  // Within a node: the groups of up to ranks_per_node ranks (the first ranks
+  // are rank 0's node's, mpirun's placement by slot); across nodes: the
+  // all_reduce of every rank, when they spanned nodes.
   for (const auto& [op, v] : fits) {
-    m.hw.collectives[op] = v;
-    m.sources["collective." + op] = by + "NCCL " + op + " by size (4 B .. 256 MiB) and group, fp32, out of place, "
-                                    "the slowest rank (nccl-tests' method), alpha-beta fit" + on;
+    for (const planner::CollectiveFit& x : v)
+      if (x.group_size <= c.ranks_per_node) m.hw.collectives[op].push_back(x);
+    if (m.hw.collectives.count(op))
+      m.sources["collective." + op] = by + "NCCL " + op + " by size (4 B .. 256 MiB) and group within a node, fp32, "
+                                      "out of place, the slowest rank (nccl-tests' method), alpha-beta fit" + on;
   }
-  const planner::CollectiveFit& big = ar->second.back();
-  m.hw.bw_intra_GBps = big.GBps;
-  m.hw.latency_us = big.alpha_us / planner::ring_steps("all_reduce", big.group_size);
-  const std::string ar_src = by + "NCCL all_reduce at " + std::to_string(big.group_size) +
-                             " ranks, bus bandwidth from the slope over 1 .. 256 MiB" + on;
-  m.sources["bw_intra_GBps"] = ar_src;
-  m.sources["latency_us"] = by + "NCCL all_reduce at " + std::to_string(big.group_size) +
-                            " ranks, the median time up to 4 KiB over its 2(n-1) ring steps" + on;
-  if (c.nodes > 1) {
-    m.hw.bw_inter_GBps = big.GBps;
-    m.hw.latency_inter_us = m.hw.latency_us;
-    m.sources["bw_inter_GBps"] = ar_src + ", across " + std::to_string(c.nodes) + " nodes";
-    m.sources["latency_inter_us"] = m.sources["latency_us"] + ", across " + std::to_string(c.nodes) + " nodes";
+  const planner::CollectiveFit* intra = nullptr;
+  for (const planner::CollectiveFit& x : ar->second)
+    if (x.group_size <= c.ranks_per_node) intra = &x;
+  require(intra != nullptr, "calibrate: no all_reduce within a node was measured (" +
+                                std::to_string(c.ranks_per_node) + " rank per node): run 2 or more ranks per node");
+  m.hw.bw_intra_GBps = intra->GBps;
+  m.hw.latency_us = intra->alpha_us / planner::ring_steps("all_reduce", intra->group_size);
+  const std::string at = "NCCL all_reduce at " + std::to_string(intra->group_size) + " ranks";
+  m.sources["bw_intra_GBps"] = by + at + ", bus bandwidth from the slope over 1 .. 256 MiB" + on;
+  m.sources["latency_us"] = by + at + ", the median time up to 4 KiB over its 2(n-1) ring steps" + on;
+  const planner::CollectiveFit& all = ar->second.back();
+  if (c.nodes > 1 && all.group_size > c.ranks_per_node) {
+    const std::string across = "NCCL all_reduce at " + std::to_string(all.group_size) + " ranks on " +
+                               std::to_string(c.nodes) + " nodes";
+    m.hw.bw_inter_GBps = all.GBps;
+    m.hw.latency_inter_us = all.alpha_us / planner::ring_steps("all_reduce", all.group_size);
+    m.sources["bw_inter_GBps"] = by + across + ", bus bandwidth from the slope over 1 .. 256 MiB" + on;
+    m.sources["latency_inter_us"] = by + across + ", the median time up to 4 KiB over its 2(n-1) ring steps" + on;
   } else {
-    m.hw.bw_inter_GBps = big.GBps;
+    m.hw.bw_inter_GBps = intra->GBps;
     m.hw.latency_inter_us = 0;
     m.sources["bw_inter_GBps"] = "not measured across nodes (one node): the intra-node figure; a plan across nodes "
                                  "on this profile is optimistic (calibrate under mpirun across nodes to measure it)";

@@ -111,13 +111,15 @@ struct DeviceContext {
 // datasheet's of the built-in profile the device name matches, when at least
 // the measured rate, else the measured best), mem_bw_GBps (the copy),
 // flash_attention_tflops_bf16 (the project's attention kernel at the grid's
-// last shape), the collective fits, bw_intra_GBps and latency_us (the
-// all_reduce fit at the largest group: bus bandwidth, alpha over its ring
-// steps), bw_inter_GBps (the same fit when the ranks spanned nodes; else the
-// intra-node figure, its source saying it was not measured across nodes),
-// memory_GB, ranks_per_node, kernel_launch_us; machine.sources names the
-// measurement, the device and the date of each. InputError without an
-// all_reduce fit or a bf16 GEMM table.
+// last shape), the collective fits of the groups within a node (up to
+// c.ranks_per_node ranks), bw_intra_GBps and latency_us (the all_reduce fit
+// at the largest of them: bus bandwidth, alpha over its ring steps),
+// bw_inter_GBps and latency_inter_us (the all_reduce of every rank when they
+// spanned nodes; else the intra-node figure and 0, their sources saying they
+// were not measured across nodes), memory_GB, ranks_per_node,
+// kernel_launch_us; machine.sources names the measurement, the device and
+// the date of each. InputError without an all_reduce fit within a node or a
+// bf16 GEMM table.
 planner::MachineProfile device_profile(const std::string& name, const DeviceRates& r,
                                        const std::map<std::string, std::vector<planner::CollectiveFit>>& fits,
                                        const DeviceContext& c);

@@ -185,6 +185,26 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
   std::filesystem::remove(path);
 }
 
+TEST(DeviceRates, AcrossNodesTheWorldsAllReduceIsTheInterNodeLink) {
+  const Measured& x = measured();
+  DeviceContext c = stand_in_context();
+  c.nodes = 2;
+  c.ranks_per_node = 2;  // as if the fits' 3 ranks had spanned two nodes
+  const planner::MachineProfile m = device_profile("x", x.rates, x.fits, c);
+  const planner::CollectiveFit &two = x.fits.at("all_reduce")[0], &three = x.fits.at("all_reduce")[1];
+  EXPECT_DOUBLE_EQ(m.hw.bw_intra_GBps, two.GBps);
+  EXPECT_DOUBLE_EQ(m.hw.latency_us, two.alpha_us / 2);
+  EXPECT_DOUBLE_EQ(m.hw.bw_inter_GBps, three.GBps);
+  EXPECT_DOUBLE_EQ(m.hw.latency_inter_us, three.alpha_us / 4);
+  for (const auto& [op, v] : m.hw.collectives) {
+    ASSERT_EQ(v.size(), 1u) << op << ": only the groups within a node";
+    EXPECT_EQ(v[0].group_size, 2);
+  }
+  EXPECT_NE(m.sources.at("bw_inter_GBps").find("at 3 ranks on 2 nodes"), std::string::npos);
+  c.ranks_per_node = 1;
+  EXPECT_THROW(device_profile("x", x.rates, x.fits, c), InputError);
+}
+
 TEST(DeviceRates, AProfileNeedsItsLinkAndGemms) {
   const Measured& x = measured();
   EXPECT_THROW(device_profile("x", x.rates, {}, stand_in_context()), InputError);

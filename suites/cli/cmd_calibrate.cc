@@ -389,8 +389,12 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   run_ranks(*world, [&](Communicator& comm) {
     if (comm.rank() == 0) nodes = comm.num_nodes();
   });
+  const int per_node = std::max(1, world->size() / std::max(1, nodes));
   calibrate::CollectiveSweep sweep;
   sweep.groups = calibrate::group_sizes(world->size());
+  if (nodes > 1 && per_node >= 2) sweep.groups.push_back(per_node);  // a whole node: the intra-node link's group
+  std::sort(sweep.groups.begin(), sweep.groups.end());
+  sweep.groups.erase(std::unique(sweep.groups.begin(), sweep.groups.end()), sweep.groups.end());
   const auto fits = calibrate::measure_collective_fits(*world, sweep);
   if (!writer) return 0;
   calibrate::DeviceContext c;
@@ -399,7 +403,7 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   c.git_rev = env.git_rev;
   c.memory_GB = info.memory_bytes / 1e9;
   c.nodes = nodes;
-  c.ranks_per_node = std::max(1, world->size() / std::max(1, nodes));
+  c.ranks_per_node = per_node;
   c.launch_us = launch.wall_us;
   const planner::MachineProfile m =
       calibrate::device_profile(f.name.empty() ? host_name() + "-gpu" : f.name, rates, fits, c);
