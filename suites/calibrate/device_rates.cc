@@ -172,9 +172,10 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
   planner::MachineProfile m;
   m.hw.machine = name;
   m.hw.host_kernels = false;  // gpu = true
-  m.source = "parabench calibrate --device cuda" + on + ": the project's cuBLAS GEMM by shape, a device copy, its "
-             "attention kernel, NCCL collectives by size and group (nccl-tests' method), an empty kernel's launch; "
-             "every figure's own source in [machine.sources]";
+  const std::string upto = std::to_string(c.max_collective_bytes >> 20) + " MiB";
+  m.source = "parabench calibrate --device cuda" + on + ": the project's GEMM (" + c.gemm + ") by shape, a device "
+             "copy, its attention kernel, " + c.backend + " collectives by size and group (nccl-tests' method)" +
+             (c.launch_us > 0 ? ", an empty kernel's launch" : "") + "; every figure's own source in [machine.sources]";
   auto best = [](const std::vector<planner::GemmRate>& t) {
     double b = 0;
     for (const planner::GemmRate& g : t) b = std::max(b, g.gflops);
@@ -182,10 +183,10 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
   };
   const double bf16_best = best(r.gemm_bf16), fp32_best = r.gemm_fp32.empty() ? 0 : best(r.gemm_fp32);
   m.gemm["bf16"] = r.gemm_bf16;
-  m.sources["gemm.bf16"] = by + "matmul_forward (cublasGemmEx, bf16 storage, fp32 compute), CUDA events" + on;
+  m.sources["gemm.bf16"] = by + c.gemm + ", bf16 storage, " + c.timer + on;
   if (!r.gemm_fp32.empty()) {
     m.gemm["fp32"] = r.gemm_fp32;
-    m.sources["gemm.fp32"] = by + "matmul_forward (cublasGemmEx, fp32), CUDA events" + on;
+    m.sources["gemm.fp32"] = by + c.gemm + ", fp32 storage, " + c.timer + on;
   }
   m.gemm_achievable_tflops_bf16 = bf16_best;
   m.sources["gemm_achievable_tflops_bf16"] = by + "the best of its bf16 GEMM table" + on;
@@ -216,8 +217,8 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
   m.hw.gemm_efficiency = 1;
   m.sources["gemm_efficiency"] = "unused: the GEMM tables by shape give the rate (machine.gemm)";
   m.hw.mem_bw_GBps = r.copy_GBps;
-  m.sources["mem_bw_GBps"] = by + "a device-to-device copy (cudaMemcpyAsync), bytes read and written per second, "
-                             "CUDA events" + on;
+  m.sources["mem_bw_GBps"] = by + "a device-to-device copy (DeviceOps::copy), bytes read and written per second, " +
+                             c.timer + on;
   if (!r.attention.empty()) {
     const AttentionRate& a = r.attention.back();
     m.flash_attention_tflops_bf16 = a.tflops();
@@ -226,7 +227,7 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
     m.sources["flash_attention_tflops_bf16"] =
         by + "the project's attention kernel (kernels/cuda/attention.cu: causal, probabilities kept; not "
              "FlashAttention) forward + backward, bf16, at " + shape + ", causal FLOPs (2 B NH T^2 hs forward, 2.5x "
-             "backward), CUDA events" + on;
+             "backward), " + c.timer + on;
   }
   // Within a node: the groups of up to ranks_per_node ranks (the first ranks
   // are rank 0's node's, mpirun's placement by slot); across nodes: the
@@ -235,8 +236,8 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
     for (const planner::CollectiveFit& x : v)
       if (x.group_size <= c.ranks_per_node) m.hw.collectives[op].push_back(x);
     if (m.hw.collectives.count(op))
-      m.sources["collective." + op] = by + "NCCL " + op + " by size (4 B .. 256 MiB) and group within a node, fp32, "
-                                      "out of place, the slowest rank (nccl-tests' method), alpha-beta fit" + on;
+      m.sources["collective." + op] = by + c.backend + " " + op + " by size (4 B .. " + upto + ") and group within a node, "
+                                      "fp32, out of place, the slowest rank (nccl-tests' method), alpha-beta fit" + on;
   }
   const planner::CollectiveFit* intra = nullptr;
   for (const planner::CollectiveFit& x : ar->second)
@@ -245,16 +246,16 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
                                 std::to_string(c.ranks_per_node) + " rank per node): run 2 or more ranks per node");
   m.hw.bw_intra_GBps = intra->GBps;
   m.hw.latency_us = intra->alpha_us / planner::ring_steps("all_reduce", intra->group_size);
-  const std::string at = "NCCL all_reduce at " + std::to_string(intra->group_size) + " ranks";
-  m.sources["bw_intra_GBps"] = by + at + ", bus bandwidth from the slope over 1 .. 256 MiB" + on;
+  const std::string at = c.backend + " all_reduce at " + std::to_string(intra->group_size) + " ranks";
+  m.sources["bw_intra_GBps"] = by + at + ", bus bandwidth from the slope over 1 .. " + upto + on;
   m.sources["latency_us"] = by + at + ", the median time up to 4 KiB over its 2(n-1) ring steps" + on;
   const planner::CollectiveFit& all = ar->second.back();
   if (c.nodes > 1 && all.group_size > c.ranks_per_node) {
-    const std::string across = "NCCL all_reduce at " + std::to_string(all.group_size) + " ranks on " +
+    const std::string across = c.backend + " all_reduce at " + std::to_string(all.group_size) + " ranks on " +
                                std::to_string(c.nodes) + " nodes";
     m.hw.bw_inter_GBps = all.GBps;
     m.hw.latency_inter_us = all.alpha_us / planner::ring_steps("all_reduce", all.group_size);
-    m.sources["bw_inter_GBps"] = by + across + ", bus bandwidth from the slope over 1 .. 256 MiB" + on;
+    m.sources["bw_inter_GBps"] = by + across + ", bus bandwidth from the slope over 1 .. " + upto + on;
     m.sources["latency_inter_us"] = by + across + ", the median time up to 4 KiB over its 2(n-1) ring steps" + on;
   } else {
     m.hw.bw_inter_GBps = intra->GBps;
@@ -264,7 +265,7 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
     m.sources["latency_inter_us"] = "not measured across nodes (one node): 0, latency_us applies";
   }
   m.hw.memory_GB = c.memory_GB;
-  m.sources["memory_GB"] = "cudaGetDeviceProperties totalGlobalMem" + on;
+  m.sources["memory_GB"] = "the device's memory (cudaGetDeviceProperties totalGlobalMem on a GPU)" + on;
   m.ranks_per_node = c.ranks_per_node;
   m.sources["ranks_per_node"] = "the ranks of the calibration on rank 0's node (mpirun)" + on;
   m.wake_us = 0;

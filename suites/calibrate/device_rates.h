@@ -103,7 +103,11 @@ struct DeviceContext {
   std::string git_rev;
   double memory_GB = 0;
   int ranks_per_node = 1, nodes = 1;
-  double launch_us = 0;  // an empty kernel's launch (kernels/cuda/gpu.h LaunchCost::wall_us); 0: not measured
+  double launch_us = 0;  // an empty kernel's launch (kernels/cuda/calibrate.h LaunchCost::wall_us); 0: not measured
+  // How the figures were taken, as their sources say: the GEMM, the timer,
+  // the collectives' backend and their largest size.
+  std::string gemm = "matmul_forward (cublasGemmEx, fp32 compute)", timer = "CUDA events", backend = "NCCL";
+  size_t max_collective_bytes = size_t(256) << 20;
 };
 
 // The profile (gpu = true) of what was measured: GEMM tables (bf16, fp32),

@@ -75,6 +75,10 @@ DeviceContext stand_in_context() {
   c.git_rev = "test";
   c.memory_GB = 1.5;
   c.ranks_per_node = 3;
+  c.gemm = "the stand-in's matmul_forward (the CPU kernel)";
+  c.timer = "the host clock (the stand-in's timeline)";
+  c.backend = "local-backend";
+  c.max_collective_bytes = size_t(16) << 20;
   return c;
 }
 
@@ -163,6 +167,10 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
     EXPECT_NE(back.sources.at(k).find("stand-in device, 2026-11-27"), std::string::npos) << k << ": " << back.sources.at(k);
   }
   EXPECT_NE(back.sources.at("bw_inter_GBps").find("not measured across nodes"), std::string::npos);
+  EXPECT_NE(back.sources.at("bw_intra_GBps").find("local-backend all_reduce at 3 ranks, bus bandwidth from the slope "
+                                                   "over 1 .. 16 MiB"),
+            std::string::npos)
+      << back.sources.at("bw_intra_GBps");
   // What plan --machine FILE takes of it: the bf16 table at bf16-mixed.
   const planner::Hardware hw = planner::hardware_for(back, Precision::bf16_mixed);
   EXPECT_EQ(hw.gemm_rates.size(), x.rates.gemm_bf16.size());

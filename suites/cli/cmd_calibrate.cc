@@ -405,6 +405,7 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   c.nodes = nodes;
   c.ranks_per_node = per_node;
   c.launch_us = launch.wall_us;
+  c.max_collective_bytes = sweep.max_bytes;
   const planner::MachineProfile m =
       calibrate::device_profile(f.name.empty() ? host_name() + "-gpu" : f.name, rates, fits, c);
   for (const auto& [p, table] : m.gemm) {
