@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -62,7 +63,18 @@ const Measured& measured() {
     sweep.iters = 4;
     sweep.check = 0;  // the driver's validation is collectives_driver_test's; here only the timings matter
     sweep.warmup = 1;
-    x.fits = measure_collective_fits(*world, sweep);
+    // Three threads on a shared machine: a slow moment can leave a fit whose
+    // times do not grow with size; measured again with twice the calls, as
+    // the CPU calibration does, before its error stands.
+    for (int attempt = 0;; ++attempt, sweep.iters *= 2) {
+      try {
+        x.fits = measure_collective_fits(*world, sweep);
+        break;
+      } catch (const InputError& e) {
+        if (attempt == 2) throw;
+        std::fprintf(stderr, "measured again: %s\n", e.what());
+      }
+    }
     return x;
   }();
   return m;
@@ -189,6 +201,21 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
     ADD_FAILURE() << "a GPU profile's figure without a source was read";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("mem_bw_GBps has no source"), std::string::npos) << e.what();
+  }
+  // ... and so is the launch figure's.
+  text = slurp(path);
+  text.insert(text.find("\n[machine.sources]\n") + 19, "mem_bw_GBps = \"restored\"\n");
+  const size_t launch = text.find("kernel_launch_us = \"");
+  ASSERT_NE(launch, std::string::npos);
+  text.erase(launch, text.find('\n', launch) - launch + 1);
+  {
+    std::ofstream(path) << text;
+  }
+  try {
+    planner::load_machine(path);
+    ADD_FAILURE() << "a GPU profile's kernel_launch_us without a source was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel_launch_us has no source"), std::string::npos) << e.what();
   }
   std::filesystem::remove(path);
 }

@@ -346,7 +346,7 @@ const std::vector<std::string>& profile_figures() {
       "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps",
       "latency_us", "latency_inter_us", "gemm_efficiency", "memory_GB", "ranks_per_node", "wake_us",
       "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails", "oversubscription",
-      "leaf_nodes", "flash_attention_tflops_bf16", "kernel_launch_us"};
+      "leaf_nodes", "flash_attention_tflops_bf16"};
   return v;
 }
 
@@ -406,19 +406,24 @@ MachineProfile load_machine(const std::string& what) {
       require(!v.empty(), r.source() + ": machine.sources." + k + " is empty: say where the figure comes from");
       m.sources[k] = v;
     }
-  // parabench calibrate --device cuda: the launch cost, and the tables'
-  // sources (optional; kept, and written back by machine_toml).
+  // parabench calibrate --device cuda: the launch cost (a GPU profile that
+  // gives it names its source) and the tables' sources (optional; kept, and
+  // written back by machine_toml).
+  const bool launch_given = r.has("machine.kernel_launch_us");
   m.kernel_launch_us = r.get<double>("machine.kernel_launch_us", 0.0, Bounds::closed(0, 1e6));
   {
-    std::vector<std::string> tables;
-    for (const std::string& p : gemm_table_precisions()) tables.push_back("gemm." + p);
-    for (const std::string& op : collective_ops()) tables.push_back("collective." + op);
-    for (const std::string& k : tables)
+    std::vector<std::string> keys = {"kernel_launch_us"};
+    for (const std::string& p : gemm_table_precisions()) keys.push_back("gemm." + p);
+    for (const std::string& op : collective_ops()) keys.push_back("collective." + op);
+    for (const std::string& k : keys)
       if (r.has("machine.sources." + k)) {
         const auto v = r.require<std::string>("machine.sources." + k);
-        require(!v.empty(), r.source() + ": machine.sources." + k + " is empty: say where the table comes from");
+        require(!v.empty(), r.source() + ": machine.sources." + k + " is empty: say where it comes from");
         m.sources[k] = v;
       }
+    require(m.hw.host_kernels || !launch_given || m.sources.count("kernel_launch_us"),
+            r.source() + ": machine.kernel_launch_us has no source: a GPU profile (machine.gpu) names one for every "
+                         "figure in [machine.sources] (kernel_launch_us = \"...\")");
   }
   if (!m.hw.host_kernels) {
     // A device profile: every figure it gives names its source, and no rate is 0.
