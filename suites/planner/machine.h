@@ -34,6 +34,10 @@
 //   [machine.sources]              # required with gpu = true: one per figure given
 //   peak_tflops_bf16 = "NVIDIA H100 SXM5 datasheet"
 //   bw_intra_GBps = "nccl-tests issue 212: busBw 370 GB/s"   # ...
+//   [machine.sources.gemm]         # optional: the tables' sources (calibrate --device cuda writes them)
+//   bf16 = "measured by parabench calibrate --device cuda: ..."
+//   [machine.sources.collective]
+//   all_reduce = "..."
 //
 //
 //   # Optional measured tables (parabench calibrate writes them):
