@@ -374,8 +374,9 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   const int gpu = kernels::cuda::current_device();
   const kernels::cuda::DeviceInfo info = kernels::cuda::device_info(gpu);
   if (writer)
-    std::printf("calibrating %d GPUs (rank 0: cuda:%d %s), about %.0f s\n", world->size(), gpu, info.name.c_str(),
-                150 * f.seconds + 30);
+    std::printf("calibrating %d GPUs (rank 0: cuda:%d %s): each its GEMMs, copy, attention and launch, then the "
+                "collectives\n",
+                world->size(), gpu, info.name.c_str());
   calibrate::DeviceGrid grid;
   grid.seconds = f.seconds / 4;
   calibrate::DeviceRates rates;
