@@ -3,9 +3,24 @@
 # `parabench calibrate` (a machine profile) take.
 parabench_library(NAME pb_calibrate ALIAS pb::calibrate
   SOURCES calibrate/comm_rates.cc calibrate/local_hardware.cc calibrate/kernel_rates.cc calibrate/shape_rates.cc
-  DEPS pb::planner pb::context_parallel pb::harness pb::kernels_cpu)
+          calibrate/device_rates.cc
+  DEPS pb::planner pb::context_parallel pb::harness pb::kernels_cpu pb::collectives)
 parabench_test(NAME calibrate_test SOURCES calibrate/local_hardware_test.cc calibrate/shape_rates_test.cc
   DEPS pb::calibrate TIMEOUT 120)
+# calibrate --device cuda's measurements and profile on the CPU stand-in device.
+parabench_test(NAME calibrate_device_test SOURCES calibrate/device_rates_test.cc
+  DEPS pb::calibrate pb::reference TIMEOUT 60)
 
 list(APPEND PB_CLI_SOURCES cli/cmd_calibrate.cc)
 list(APPEND PB_CLI_DEPS pb::calibrate)
+
+# calibrate --device cuda on 2 GPUs under mpirun (the nccl backend): writes a
+# GPU profile and reads it back as plan --machine does. Skipped, with the
+# command's reason, where there is no GPU or the build has no CUDA.
+parabench_mpi_test(NAME calibrate_cuda_np2 NP 2 TIMEOUT 600
+  COMMAND $<TARGET_FILE:parabench> calibrate --device cuda --seconds 0.2
+          --out ${CMAKE_CURRENT_BINARY_DIR}/calibrate_cuda_np2.toml)
+if(TEST calibrate_cuda_np2)
+  set_tests_properties(calibrate_cuda_np2 PROPERTIES LABELS "mpi;gpu"
+    SKIP_REGULAR_EXPRESSION "calibrate --device cuda: no GPU to calibrate")
+endif()

@@ -329,6 +329,12 @@ def cases(F):
         (7, ["train", "--set", "optim.lr=abc"] + o, 2, r"optim\.lr: expected a float"),
         (7, ["export", "--dir", "/proc/parabench-no"], 2, r"/proc/parabench-no"),
         (7, ["calibrate", "--seconds", "0", "--out", w("m.toml")], 2, r"--seconds: must be in \(0, 60\]"),
+        (7, ["calibrate", "--device", "rocm", "--out", w("m.toml")], 2, r"--device: rocm not in \{cpu,cuda\}"),
+        # No GPU here (or not under mpirun where there is one): named, exit 2.
+        (7, ["calibrate", "--device", "cuda", "--out", w("m.toml")], 2,
+         r"calibrate --device cuda: (no GPU to calibrate: \S.*|run it under mpirun)"),
+        (7, ["calibrate", "--device", "cuda", "--model", "tiny", "--out", w("m.toml")], 2,
+         r"calibrate --device cuda: (no GPU to calibrate: \S.*|--model calibrate the CPU's figures)"),
         (7, ["calibrate", "--out", w("no", "such", "m.toml")], 2, r"--out .*m\.toml: its directory .* does not exist"),
         (7, ["calibrate", "--out", F["bad_machine"], "--inter-node", F["bad_machine"]], 2, r"--out .*: is also an input"),
         # A directory is not an empty config, and a FIFO is not read (it would block).

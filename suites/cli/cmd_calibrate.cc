@@ -20,6 +20,8 @@
 // plan of it) and corun_scale (that step side by side on every core), keyed
 // by its work per block. The planner uses the tables, fits and shapes
 // (planner.h, machine.h); the wake-up figure is informational.
+// With --device cuda (under mpirun, one rank per GPU, the nccl backend) it
+// measures the GPUs instead: run_calibrate_cuda (suites/calibrate/device_rates.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,9 +48,15 @@
 #include "suites/planner/machine.h"
 #include "suites/planner/model_cost.h"
 #include "suites/planner/preflight.h"
+#include "harness/comm/comm_backends.h"
 #include "suites/calibrate/comm_rates.h"
+#include "suites/calibrate/device_rates.h"
 #include "suites/calibrate/shape_rates.h"
 #include "suites/sweep/shape_step.h"
+#ifdef PARABENCH_HAVE_CUDA
+#include "kernels/cuda/calibrate.h"
+#include "kernels/cuda/gpu.h"
+#endif
 
 namespace pb::cli {
 namespace {
@@ -56,6 +64,8 @@ namespace {
 using CalClock = std::chrono::steady_clock;
 
 struct CalibrateFlags {
+  std::string device = "cpu";
+  std::vector<std::string> cpu_only_given;  // flags of the CPU calibration given (refused with --device cuda)
   std::string out = "results/machine.toml";
   std::string name;
   std::string inter_node;  // a collectives.csv measured across nodes
@@ -336,8 +346,103 @@ void check_written_figures(const planner::MachineProfile& m) {
     }
 }
 
+// calibrate --device cuda: under mpirun, one rank per GPU (the nccl
+// backend's placement), every rank times its own GPU (device_rates.h: the
+// GEMM grid, a copy, the attention kernel, the empty kernel's launch), then
+// the collectives run by size on groups of 2, 4, ... up to every rank; rank
+// 0's process writes its GPU's figures and the fits as a GPU profile.
+int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
+  const std::string why = cuda_unavailable();
+  require(why.empty(), "calibrate --device cuda: no GPU to calibrate: " + why);
+  std::string cpu_only;
+  for (const std::string& flag : f.cpu_only_given) cpu_only += (cpu_only.empty() ? "" : ", ") + flag;
+  require(cpu_only.empty(), "calibrate --device cuda: " + cpu_only +
+                                " calibrate the CPU's figures (training shapes, the inter-node CSV, preflight limits); "
+                                "not with --device cuda");
+  require(env.under_mpirun, "calibrate --device cuda: run it under mpirun, one rank per GPU and at least 2 (mpirun -np "
+                            "8 parabench calibrate --device cuda): the profile's links are NCCL's between the ranks");
+  check_output_path(f.out, "--out", {});
+#ifdef PARABENCH_HAVE_CUDA
+  WorldOptions wo;
+  wo.backend = BackendKind::nccl;
+  wo.size = 0;           // as launched
+  wo.timeout_s = 1800;   // the ranks' GPU grids finish at their GPUs' pace before the collectives meet
+  auto world = make_world(wo);
+  require(world->size() >= 2, "calibrate --device cuda: " + std::to_string(world->size()) +
+                                  " rank: run under mpirun -np N with N >= 2 GPUs (the NCCL collectives need two)");
+  const bool writer = hosts_rank(*world, 0);
+  const int gpu = kernels::cuda::current_device();
+  const kernels::cuda::DeviceInfo info = kernels::cuda::device_info(gpu);
+  if (writer)
+    std::printf("calibrating %d GPUs (rank 0: cuda:%d %s): each its GEMMs, copy, attention and launch, then the "
+                "collectives\n",
+                world->size(), gpu, info.name.c_str());
+  calibrate::DeviceGrid grid;
+  grid.seconds = f.seconds / 4;
+  calibrate::DeviceRates rates;
+  kernels::cuda::LaunchCost launch;
+  {
+    const kernels::cuda::Gpu g = kernels::cuda::open_gpu(gpu);
+    rates = calibrate::measure_device_rates(*g.bf16_ops, *g.f32, *g.memory, grid);
+    launch = kernels::cuda::measure_launch(gpu, 10000);
+  }
+  int nodes = 1;
+  run_ranks(*world, [&](Communicator& comm) {
+    if (comm.rank() == 0) nodes = comm.num_nodes();
+  });
+  const int per_node = std::max(1, world->size() / std::max(1, nodes));
+  calibrate::CollectiveSweep sweep;
+  sweep.groups = calibrate::group_sizes(world->size());
+  if (nodes > 1 && per_node >= 2) sweep.groups.push_back(per_node);  // a whole node: the intra-node link's group
+  std::sort(sweep.groups.begin(), sweep.groups.end());
+  sweep.groups.erase(std::unique(sweep.groups.begin(), sweep.groups.end()), sweep.groups.end());
+  const auto fits = calibrate::measure_collective_fits(*world, sweep);
+  if (!writer) return 0;
+  calibrate::DeviceContext c;
+  c.device = info.name;
+  c.date = iso8601_utc(std::chrono::system_clock::now());
+  c.git_rev = env.git_rev;
+  c.memory_GB = info.memory_bytes / 1e9;
+  c.nodes = nodes;
+  c.ranks_per_node = per_node;
+  c.launch_us = launch.wall_us;
+  c.max_collective_bytes = sweep.max_bytes;
+  const planner::MachineProfile m =
+      calibrate::device_profile(f.name.empty() ? host_name() + "-gpu" : f.name, rates, fits, c);
+  for (const auto& [p, table] : m.gemm) {
+    std::printf("  GEMM %-4s  (matmul_forward, cuBLAS)\n", p.c_str());
+    for (const planner::GemmRate& g : table)
+      std::printf("    m %6lld  n %6lld  k %6lld  %8.1f TFLOP/s\n", (long long)g.m, (long long)g.n, (long long)g.k,
+                  g.gflops / 1e3);
+  }
+  std::printf("  copy       %.1f GB/s (bytes read and written, %zu MiB device to device)\n", rates.copy_GBps,
+              grid.copy_bytes >> 20);
+  for (const calibrate::AttentionRate& a : rates.attention)
+    std::printf("  attention  B %d  T %5d  %2d heads of %3d: forward %.3f ms, backward %.3f ms, %.1f TFLOP/s\n",
+                a.shape.B, a.shape.T, a.shape.NH, a.shape.hs, a.fwd_s * 1e3, a.bwd_s * 1e3, a.tflops());
+  std::printf("  launch     empty kernel: %.2f us to issue, %.2f us on the device, %.2f us issue to done\n",
+              launch.host_us, launch.device_us, launch.wall_us);
+  for (const auto& [op, v] : fits)
+    for (const planner::CollectiveFit& x : v)
+      std::printf("  %-15s %3lld ranks  alpha %8.2f us  bus %8.1f GB/s\n", op.c_str(), (long long)x.group_size,
+                  x.alpha_us, x.GBps);
+  std::printf("  nodes      %d, %d ranks per node; memory %.1f GB per GPU\n", nodes, c.ranks_per_node, c.memory_GB);
+  check_written_figures(m);
+  write_output_file(f.out,
+                    "# parabench calibrate --device cuda: " + info.name + "'s profile for `parabench plan --machine " +
+                        f.out + "`\n" + planner::machine_toml(m),
+                    "--out", {});
+  planner::load_machine(f.out);  // what plan reads back
+  std::printf("wrote %s\n", f.out.c_str());
+  return 0;
+#else
+  return 2;  // not reached: cuda_unavailable() said why
+#endif
+}
+
 int run_calibrate(const CalibrateFlags& f, const Env& env) {
   require(f.seconds > 0 && f.seconds <= 60, "--seconds: must be in (0, 60], got " + std::to_string(f.seconds));
+  if (f.device == "cuda") return run_calibrate_cuda(f, env);
   require(!env.under_mpirun, "calibrate: runs in one process (the local backend's figures); not under mpirun");
   check_output_path(f.out, "--out", {f.inter_node});  // before the measurements, not after
   check_shapes(f);
@@ -521,7 +626,18 @@ void register_calibrate(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--inter-node", f->inter_node,
                   "a collectives.csv of `parabench collectives all_reduce` run across nodes: the profile's "
                   "inter-node link (bw_inter_GBps, latency_inter_us) from its rows");
-  reg.push_back({app, [f, &env] { return run_calibrate(*f, env); }});
+  app->add_option("--device", f->device,
+                  "cpu (this machine, one rank per core) or cuda (the GPUs, under mpirun with one rank per GPU: "
+                  "cuBLAS GEMMs by shape, device copy, attention kernel, NCCL collectives, kernel launch)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  reg.push_back({app, [f, app, &env] {
+                   f->cpu_only_given.clear();
+                   for (const char* flag : {"--model", "--seq", "--microbatch-size", "--microbatches", "--inter-node",
+                                            "--max-ranks", "--max-memory"})
+                     if (app->count(flag) > 0) f->cpu_only_given.push_back(flag);
+                   return run_calibrate(*f, env);
+                 }});
 }
 
 }  // namespace pb::cli

@@ -629,7 +629,11 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
   } else {
     std::snprintf(fig, sizeof fig, "GEMMs at %.1f%% of %g TFLOP/s", 100 * r.gemm_efficiency, h.peak_tflops);
     std::printf("  %-16s %10.4g  %-44s %s\n", "GEMMs", gemm_s, fig,
-                (source(h.gemm_rates.empty() ? "gemm_efficiency" : "gemm tables") + "; peak: " +
+                (source(h.gemm_rates.empty() ? "gemm_efficiency"
+                                             : in.precision == Precision::bf16_mixed ? "gemm.bf16"
+                                             : in.precision == Precision::fp32       ? "gemm.fp32"
+                                                                                     : "gemm.fp64") +
+                 "; peak: " +
                  source(f.hw_flags[0]->count() > 0 ? "peak_tflops" : "peak_tflops_bf16")).c_str());
   }
   const double flash = in.flash_attention && in.shape ? planner::flash_attention_rate(

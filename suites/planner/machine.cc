@@ -434,6 +434,25 @@ MachineProfile load_machine(const std::string& what) {
       require(!v.empty(), r.source() + ": machine.sources." + k + " is empty: say where the figure comes from");
       m.sources[k] = v;
     }
+  // parabench calibrate --device cuda: the launch cost (a GPU profile that
+  // gives it names its source) and the tables' sources (optional; kept, and
+  // written back by machine_toml).
+  const bool launch_given = r.has("machine.kernel_launch_us");
+  m.kernel_launch_us = r.get<double>("machine.kernel_launch_us", 0.0, Bounds::closed(0, 1e6));
+  {
+    std::vector<std::string> keys = {"kernel_launch_us"};
+    for (const std::string& p : gemm_table_precisions()) keys.push_back("gemm." + p);
+    for (const std::string& op : collective_ops()) keys.push_back("collective." + op);
+    for (const std::string& k : keys)
+      if (r.has("machine.sources." + k)) {
+        const auto v = r.require<std::string>("machine.sources." + k);
+        require(!v.empty(), r.source() + ": machine.sources." + k + " is empty: say where it comes from");
+        m.sources[k] = v;
+      }
+    require(m.hw.host_kernels || !launch_given || m.sources.count("kernel_launch_us"),
+            r.source() + ": machine.kernel_launch_us has no source: a GPU profile (machine.gpu) names one for every "
+                         "figure in [machine.sources] (kernel_launch_us = \"...\")");
+  }
   if (!m.hw.host_kernels) {
     // A device profile: every figure it gives names its source, and no rate is 0.
     for (const char* k : {"mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps", "memory_GB"})
@@ -566,6 +585,7 @@ std::string machine_toml(const MachineProfile& m) {
   if (m.flash_attention_tflops_bf16 > 0) num("machine.flash_attention_tflops_bf16", m.flash_attention_tflops_bf16);
   if (m.hw.overlap_compute_slowdown > 0) num("machine.overlap_compute_slowdown", m.hw.overlap_compute_slowdown);
   if (m.hw.host_op_us > 0) num("machine.host_op_us", m.hw.host_op_us);
+  if (m.kernel_launch_us > 0) num("machine.kernel_launch_us", m.kernel_launch_us);
   if (m.hw.gemm_units > 0) {
     r.set("machine.gemm_units", m.hw.gemm_units);
     r.set("machine.gemm_tile_m", m.hw.gemm_tile_m);

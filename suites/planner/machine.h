@@ -23,6 +23,7 @@
 //   oversubscription = 1.0         # >= 1: inter-node bandwidth divided by it for a group
 //   leaf_nodes = 0                 #   spanning more than leaf_nodes nodes (0: one leaf)
 //   wake_us = 0.0                  # waking a rank asleep in a wait (informational)
+//   kernel_launch_us = 0.0         # an empty kernel's launch, back to back (informational)
 //   gpu = false                    # true: a device profile (kernels keep their own workspace)
 //   gemm_achievable_tflops_bf16 = 794.5  # a microbenchmark's maximum achievable BF16 matmul rate
 //   gemm_units = 132               # SMs the GEMM tiles spread over (tile and wave quantization)
@@ -35,6 +36,10 @@
 //   [machine.sources]              # required with gpu = true: one per figure given
 //   peak_tflops_bf16 = "NVIDIA H100 SXM5 datasheet"
 //   bw_intra_GBps = "nccl-tests issue 212: busBw 370 GB/s"   # ...
+//   [machine.sources.gemm]         # optional: the tables' sources (calibrate --device cuda writes them)
+//   bf16 = "measured by parabench calibrate --device cuda: ..."
+//   [machine.sources.collective]
+//   all_reduce = "..."
 //
 //
 //   # Optional measured tables (parabench calibrate writes them):
@@ -122,6 +127,12 @@ struct MachineProfile {
   std::map<std::string, std::string, std::less<>> sources{};
   int ranks_per_node = 1;
   double wake_us = 0;
+  // parabench calibrate --device cuda: an empty kernel's launch, us per
+  // launch back to back (kernels/cuda/gpu.h LaunchCost::wall_us; 0: not
+  // measured). Informational: no plan term reads it yet. Its tables' sources
+  // are sources["gemm.<precision>"] and sources["collective.<op>"] (TOML
+  // [machine.sources.gemm] bf16 = "...", [machine.sources.collective] ...).
+  double kernel_launch_us = 0;
   // Calibrated training shapes (parabench calibrate --model), ascending
   // work; none in the built-ins.
   std::vector<ShapeFigures> shapes{};

@@ -1,0 +1,280 @@
+// parabench calibrate --device cuda's measurements (device_rates.h).
+#include "suites/calibrate/device_rates.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+
+#include "harness/status.h"
+#include "suites/collectives/coll.h"
+#include "suites/collectives/driver.h"
+
+namespace pb::calibrate {
+namespace {
+
+// A device buffer of n elements of T, freed on scope exit.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer(DeviceMemory& m, size_t n) : m_(m), p_(static_cast<T*>(m.allocate(std::max<size_t>(1, n) * sizeof(T)))) {}
+  ~DeviceBuffer() { m_.deallocate(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  DeviceMemory& m_;
+  T* p_;
+};
+
+// Small values (not the allocator's zeros, which a GPU multiplies at a
+// lower power than data), no overflow or denormal: filled from the host.
+template <class T>
+void fill(const kernels::DeviceOps<T>& ops, T* dst, size_t n, float v) {
+  const std::vector<T> host(std::min<size_t>(n, size_t(1) << 22), T(v));  // 16 MiB at most, copied in pieces
+  for (size_t at = 0; at < n; at += host.size())
+    ops.to_device(dst + at, host.data(), std::min(host.size(), n - at) * sizeof(T));
+}
+
+template <class T>
+std::vector<planner::GemmRate> gemm_table(const kernels::DeviceOps<T>& ops, DeviceMemory& mem, const DeviceGrid& g) {
+  std::vector<planner::GemmRate> t;
+  auto timeline = ops.timeline();
+  for (int m : g.gemm_m)
+    for (int n : g.gemm_nk)
+      for (int k : g.gemm_nk) {
+        DeviceBuffer<T> out(mem, size_t(m) * n), inp(mem, size_t(m) * k), w(mem, size_t(n) * k), b(mem, size_t(n));
+        fill(ops, inp.get(), size_t(m) * k, 0.5f);
+        fill(ops, w.get(), size_t(n) * k, 0.25f);
+        const double s = device_seconds_per_call(
+            *timeline, [&] { ops.matmul_forward(out.get(), inp.get(), w.get(), b.get(), m, k, n, nullptr); },
+            g.seconds);
+        t.push_back({m, n, k, 2.0 * double(m) * double(n) * double(k) / s / 1e9});
+      }
+  return t;
+}
+
+}  // namespace
+
+double AttentionRate::tflops() const {
+  const double fwd = 2.0 * shape.B * shape.NH * double(shape.T) * double(shape.T) * shape.hs;
+  return (fwd + 2.5 * fwd) / (fwd_s + bwd_s) / 1e12;
+}
+
+DeviceRates measure_device_rates(const kernels::DeviceOps<bf16>& ops16, const kernels::DeviceOps<float>& ops32,
+                                 DeviceMemory& memory, const DeviceGrid& grid) {
+  require(grid.seconds > 0, "calibrate: the device grid's seconds must be > 0");
+  DeviceRates r;
+  r.gemm_bf16 = gemm_table(ops16, memory, grid);
+  r.gemm_fp32 = gemm_table(ops32, memory, grid);
+  {  // a device-to-device copy: its bytes read and written
+    DeviceBuffer<char> a(memory, grid.copy_bytes), b(memory, grid.copy_bytes);
+    auto timeline = ops16.timeline();
+    const double s =
+        device_seconds_per_call(*timeline, [&] { ops16.copy(b.get(), a.get(), grid.copy_bytes); }, grid.seconds);
+    r.copy_GBps = 2.0 * double(grid.copy_bytes) / s / 1e9;
+  }
+  auto timeline = ops16.timeline();
+  for (const DeviceGrid::AttentionShape& a : grid.attention) {
+    const int C = a.NH * a.hs;
+    const size_t tokens = size_t(a.B) * size_t(a.T), probs = size_t(a.B) * a.NH * size_t(a.T) * size_t(a.T);
+    DeviceBuffer<bf16> qkv(memory, tokens * 3 * C), out(memory, tokens * C), att(memory, probs),
+        dqkv(memory, tokens * 3 * C), datt(memory, probs), dout(memory, tokens * C);
+    fill(ops16, qkv.get(), tokens * 3 * C, 0.01f);
+    fill(ops16, dout.get(), tokens * C, 0.01f);
+    AttentionRate x;
+    x.shape = a;
+    x.fwd_s = device_seconds_per_call(
+        *timeline, [&] { ops16.attention_forward(out.get(), att.get(), qkv.get(), a.B, a.T, C, a.NH, nullptr); },
+        grid.seconds);
+    x.bwd_s = device_seconds_per_call(
+        *timeline,
+        [&] {
+          // Backward accumulates into dqkv and datt (zeroed by the allocator):
+          // repeated calls change their values, not the kernels' work.
+          ops16.attention_backward(dqkv.get(), datt.get(), dout.get(), qkv.get(), att.get(), a.B, a.T, C, a.NH,
+                                   nullptr);
+        },
+        grid.seconds);
+    r.attention.push_back(x);
+  }
+  ops16.synchronize();
+  return r;
+}
+
+std::vector<int> group_sizes(int n) {
+  std::vector<int> g;
+  for (int x = 2; x < n; x *= 2) g.push_back(x);
+  if (n >= 2) g.push_back(n);
+  return g;
+}
+
+std::map<std::string, std::vector<planner::CollectiveFit>> measure_collective_fits(World& world,
+                                                                                   const CollectiveSweep& sweep) {
+  const int n = world.size();
+  for (int g : sweep.groups)
+    require(g >= 2 && g <= n, "calibrate: a collective group of " + std::to_string(g) + " ranks in a world of " +
+                                  std::to_string(n));
+  std::vector<const coll::CollDesc*> ops;
+  for (const std::string& op : sweep.ops) {
+    const coll::CollDesc* d = coll::find_coll(op);
+    require(d != nullptr && (op == "all_reduce" || op == "reduce_scatter" || op == "all_gather"),
+            "calibrate: collective '" + op + "' is not all_reduce, reduce_scatter or all_gather");
+    ops.push_back(d);
+  }
+  coll::BenchOptions o;
+  o.min_bytes = sweep.min_bytes;
+  o.max_bytes = sweep.max_bytes;
+  o.step_factor = 4;
+  o.iters = sweep.iters;
+  o.warmup = sweep.warmup;
+  o.check = sweep.check;
+  o.average = 3;  // the slowest rank's time, as nccl-tests' -a 3
+  // (op, group) -> (bytes, seconds), on rank 0.
+  std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>> times;
+  long wrong = 0;
+  run_ranks(world, [&](Communicator& comm) {
+    for (int g : sweep.groups) {
+      std::unique_ptr<Communicator> sub =
+          comm.split(comm.rank() < g ? 0 : -1, comm.rank(), "calibrate_" + std::to_string(g));
+      if (sub)
+        for (const coll::CollDesc* d : ops)
+          coll::run_collective(*sub, *d, DType::f32, ReduceOp::sum, -1, o,
+                               [&](const coll::BenchPoint& oop, const coll::BenchPoint&) {
+                                 if (comm.rank() != 0) return;
+                                 times[{std::string(d->schema_name), g}].push_back({double(oop.bytes), oop.time_us * 1e-6});
+                                 if (oop.wrong > 0) wrong += oop.wrong;
+                               });
+      comm.barrier();
+    }
+  });
+  require(wrong == 0, "calibrate: " + std::to_string(wrong) + " wrong elements in the collectives' results");
+  std::map<std::string, std::vector<planner::CollectiveFit>> fits;
+  for (const auto& [key, xt] : times)
+    fits[key.first].push_back(planner::fit_alpha_beta(key.first, key.second, xt, 4096,
+                                                      "calibrate: " + key.first + " at " + std::to_string(key.second) +
+                                                          " ranks",
+                                                      " (a busy device or link? run calibrate again)"));
+  for (auto& [op, v] : fits)
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.group_size < b.group_size; });
+  return fits;
+}
+
+planner::MachineProfile device_profile(const std::string& name, const DeviceRates& r,
+                                       const std::map<std::string, std::vector<planner::CollectiveFit>>& fits,
+                                       const DeviceContext& c) {
+  require(!r.gemm_bf16.empty(), "calibrate: no bf16 GEMM was measured");
+  const auto ar = fits.find("all_reduce");
+  require(ar != fits.end() && !ar->second.empty(), "calibrate: no all_reduce was measured (the profile's link)");
+  const std::string on = " on " + c.device + ", " + c.date + " (git " + c.git_rev + ")";
+  const std::string by = "measured by parabench calibrate --device cuda: ";
+  planner::MachineProfile m;
+  m.hw.machine = name;
+  m.hw.host_kernels = false;  // gpu = true
+  const std::string upto = std::to_string(c.max_collective_bytes >> 20) + " MiB";
+  m.source = "parabench calibrate --device cuda" + on + ": the project's GEMM (" + c.gemm + ") by shape, a device "
+             "copy, its attention kernel, " + c.backend + " collectives by size and group (nccl-tests' method)" +
+             (c.launch_us > 0 ? ", an empty kernel's launch" : "") + "; every figure's own source in [machine.sources]";
+  auto best = [](const std::vector<planner::GemmRate>& t) {
+    double b = 0;
+    for (const planner::GemmRate& g : t) b = std::max(b, g.gflops);
+    return b / 1e3;
+  };
+  const double bf16_best = best(r.gemm_bf16), fp32_best = r.gemm_fp32.empty() ? 0 : best(r.gemm_fp32);
+  m.gemm["bf16"] = r.gemm_bf16;
+  m.sources["gemm.bf16"] = by + c.gemm + ", bf16 storage, " + c.timer + on;
+  if (!r.gemm_fp32.empty()) {
+    m.gemm["fp32"] = r.gemm_fp32;
+    m.sources["gemm.fp32"] = by + c.gemm + ", fp32 storage, " + c.timer + on;
+  }
+  m.gemm_achievable_tflops_bf16 = bf16_best;
+  m.sources["gemm_achievable_tflops_bf16"] = by + "the best of its bf16 GEMM table" + on;
+  // The peaks: the datasheet's where the device is a built-in's part and the
+  // measurement does not exceed it; otherwise the best measured.
+  const planner::MachineProfile* sheet = planner::machine_for_device(c.device);
+  auto peak = [&](const char* key, double datasheet, double measured, const std::string& what) {
+    if (sheet && datasheet >= measured && datasheet > 0) {
+      const auto src = sheet->sources.find(key);
+      m.sources[key] = "the built-in profile " + sheet->name() + "'s (the device name " + c.device + " matches it)" +
+                       (src != sheet->sources.end() ? ": " + src->second : std::string());
+      return datasheet;
+    }
+    m.sources[key] = by + what + on + (sheet ? " (above the datasheet's, so the measured)" : " (no built-in profile "
+                                                                                             "names this device)");
+    return measured;
+  };
+  double attention_best = 0;
+  for (const AttentionRate& a : r.attention) attention_best = std::max(attention_best, a.tflops());
+  m.peak_tflops_bf16 = peak("peak_tflops_bf16", sheet ? sheet->peak_tflops_bf16 : 0,
+                            std::max(bf16_best, attention_best),
+                            "the best of its bf16 GEMM table and attention kernel");
+  m.peak_tflops_fp32 = peak("peak_tflops_fp32", sheet ? sheet->peak_tflops_fp32 : 0,
+                            fp32_best > 0 ? fp32_best : bf16_best,
+                            fp32_best > 0 ? "the best of its fp32 GEMM table" : "the best of its bf16 GEMM table");
+  m.peak_tflops_fp64 = peak("peak_tflops_fp64", sheet ? sheet->peak_tflops_fp64 : 0, m.peak_tflops_fp32,
+                            "fp64 not measured: the fp32 peak");
+  m.hw.gemm_efficiency = 1;
+  m.sources["gemm_efficiency"] = "unused: the GEMM tables by shape give the rate (machine.gemm)";
+  m.hw.mem_bw_GBps = r.copy_GBps;
+  m.sources["mem_bw_GBps"] = by + "a device-to-device copy (DeviceOps::copy), bytes read and written per second, " +
+                             c.timer + on;
+  if (!r.attention.empty()) {
+    const AttentionRate& a = r.attention.back();
+    m.flash_attention_tflops_bf16 = a.tflops();
+    char shape[160];
+    std::snprintf(shape, sizeof shape, "B %d, T %d, %d heads of %d", a.shape.B, a.shape.T, a.shape.NH, a.shape.hs);
+    m.sources["flash_attention_tflops_bf16"] =
+        by + "the project's attention kernel (kernels/cuda/attention.cu: causal, probabilities kept; not "
+             "FlashAttention) forward + backward, bf16, at " + shape + ", causal FLOPs (2 B NH T^2 hs forward, 2.5x "
+             "backward), " + c.timer + on;
+  }
+  // Within a node: the groups of up to ranks_per_node ranks (the first ranks
+  // are rank 0's node's, mpirun's placement by slot); across nodes: the
+  // all_reduce of every rank, when they spanned nodes.
+  for (const auto& [op, v] : fits) {
+    for (const planner::CollectiveFit& x : v)
+      if (x.group_size <= c.ranks_per_node) m.hw.collectives[op].push_back(x);
+    if (m.hw.collectives.count(op))
+      m.sources["collective." + op] = by + c.backend + " " + op + " by size (4 B .. " + upto + ") and group within a node, "
+                                      "fp32, out of place, the slowest rank (nccl-tests' method), alpha-beta fit" + on;
+  }
+  const planner::CollectiveFit* intra = nullptr;
+  for (const planner::CollectiveFit& x : ar->second)
+    if (x.group_size <= c.ranks_per_node) intra = &x;
+  require(intra != nullptr, "calibrate: no all_reduce within a node was measured (" +
+                                std::to_string(c.ranks_per_node) + " rank per node): run 2 or more ranks per node");
+  m.hw.bw_intra_GBps = intra->GBps;
+  m.hw.latency_us = intra->alpha_us / planner::ring_steps("all_reduce", intra->group_size);
+  const std::string at = c.backend + " all_reduce at " + std::to_string(intra->group_size) + " ranks";
+  m.sources["bw_intra_GBps"] = by + at + ", bus bandwidth from the slope over 1 .. " + upto + on;
+  m.sources["latency_us"] = by + at + ", the median time up to 4 KiB over its 2(n-1) ring steps" + on;
+  const planner::CollectiveFit& all = ar->second.back();
+  if (c.nodes > 1 && all.group_size > c.ranks_per_node) {
+    const std::string across = c.backend + " all_reduce at " + std::to_string(all.group_size) + " ranks on " +
+                               std::to_string(c.nodes) + " nodes";
+    m.hw.bw_inter_GBps = all.GBps;
+    m.hw.latency_inter_us = all.alpha_us / planner::ring_steps("all_reduce", all.group_size);
+    m.sources["bw_inter_GBps"] = by + across + ", bus bandwidth from the slope over 1 .. " + upto + on;
+    m.sources["latency_inter_us"] = by + across + ", the median time up to 4 KiB over its 2(n-1) ring steps" + on;
+  } else {
+    m.hw.bw_inter_GBps = intra->GBps;
+    m.hw.latency_inter_us = 0;
+    m.sources["bw_inter_GBps"] = "not measured across nodes (one node): the intra-node figure; a plan across nodes "
+                                 "on this profile is optimistic (calibrate under mpirun across nodes to measure it)";
+    m.sources["latency_inter_us"] = "not measured across nodes (one node): 0, latency_us applies";
+  }
+  m.hw.memory_GB = c.memory_GB;
+  m.sources["memory_GB"] = "the device's memory (cudaGetDeviceProperties totalGlobalMem on a GPU)" + on;
+  m.ranks_per_node = c.ranks_per_node;
+  m.sources["ranks_per_node"] = "the ranks of the calibration on rank 0's node (mpirun)" + on;
+  m.wake_us = 0;
+  m.sources["wake_us"] = "not measured on a device (informational): 0";
+  m.kernel_launch_us = c.launch_us;
+  if (c.launch_us > 0)
+    m.sources["kernel_launch_us"] = by + "empty kernels back to back, first issue to the stream's end as the host "
+                                    "sees it, per launch" + on;
+  return m;
+}
+
+}  // namespace pb::calibrate

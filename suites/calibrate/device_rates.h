@@ -1,0 +1,131 @@
+// What `parabench calibrate --device cuda` measures of a device, through the
+// device seam (kernels/common/device_ops.h) so that the same code runs on a
+// GPU (kernels/cuda/gpu.h) and, in tests, on the CPU stand-in device
+// (docs/gpu.md): the project's GEMM (matmul_forward: cuBLAS GemmEx on a GPU)
+// over a grid of shapes, a device-to-device copy (the achieved memory
+// bandwidth), the project's attention kernel forward and backward, each timed
+// on the device (DeviceTimeline: CUDA events on the GPU's stream); and the
+// collectives' alpha-beta fits by group size from the collective benchmark's
+// driver (suites/collectives/driver.h, nccl-tests' method) on any world (NCCL
+// under mpirun; the local backend in tests). device_profile turns them into
+// a machine profile (suites/planner/machine.h) with gpu = true and a source
+// for every figure it writes.
+// Invariant: every figure in a DeviceRates was timed here; nothing is filled
+// in from a table.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "harness/comm/runner.h"
+#include "harness/memory.h"
+#include "kernels/common/device_ops.h"
+#include "suites/planner/machine.h"
+
+namespace pb::calibrate {
+
+// The shapes to time. GEMM: out (m x n) = inp (m x k) W^T for every m, n, k
+// of the lists; attention: causal, B sequences of T tokens, NH heads of hs.
+struct DeviceGrid {
+  std::vector<int> gemm_m = {256, 1024, 4096, 16384};
+  std::vector<int> gemm_nk = {1024, 4096, 16384};
+  size_t copy_bytes = size_t(1) << 30;  // the copy's source (and destination) size
+  struct AttentionShape {
+    int B = 4, T = 2048, NH = 16, hs = 128;
+  };
+  std::vector<AttentionShape> attention = {{8, 512, 16, 64}, {4, 1024, 16, 64}, {4, 2048, 16, 64},
+                                           {8, 512, 16, 128}, {4, 1024, 16, 128}, {4, 2048, 16, 128}};
+  double seconds = 0.05;  // device time per shape, at least (after a warm-up call)
+};
+
+struct AttentionRate {
+  DeviceGrid::AttentionShape shape;
+  double fwd_s = 0, bwd_s = 0;  // per call
+  // Causal attention's FLOPs (QK^T and PV, half the square: 2 B NH T^2 hs
+  // forward, 2.5 times that backward, FlashAttention's convention) per second.
+  double tflops() const;
+};
+
+struct DeviceRates {
+  std::vector<planner::GemmRate> gemm_bf16, gemm_fp32;  // per shape, GFLOP/s
+  double copy_GBps = 0;                                 // bytes read + written per second
+  std::vector<AttentionRate> attention;                 // bf16
+};
+
+// Seconds per call of `op` on the device of `timeline`: one warm-up call,
+// then batches of 1, 2, 4, ... calls between two marks until `min_seconds`
+// of device time have passed.
+template <class Op>
+double device_seconds_per_call(kernels::DeviceTimeline& timeline, const Op& op, double min_seconds) {
+  op();
+  long calls = 0;
+  double seconds = 0;
+  for (long batch = 1; seconds < min_seconds || calls == 0; batch *= 2) {
+    timeline.clear();
+    const int a = timeline.mark();
+    for (long i = 0; i < batch; ++i) op();
+    const int b = timeline.mark();
+    seconds += timeline.seconds(a, b);
+    calls += batch;
+  }
+  return seconds / double(calls);
+}
+
+// The grid on one device: bf16 and fp32 storage ops of one device (fp32
+// compute in both, as the model's GEMMs) and its memory.
+DeviceRates measure_device_rates(const kernels::DeviceOps<bf16>& ops16, const kernels::DeviceOps<float>& ops32,
+                                 DeviceMemory& memory, const DeviceGrid& grid);
+
+// The collective benchmark's driver (suites/collectives) for each op of
+// `ops` (all_reduce, reduce_scatter, all_gather) on the first g ranks of the
+// world for each g of `groups` (2 <= g <= world size), fp32, out of place,
+// at sizes min_bytes .. max_bytes times 4 (each the slowest rank's mean over
+// `iters` calls after `warmup`, results checked `check` times): the alpha-beta fit
+// of each (planner::fit_alpha_beta: alpha the median time up to 4 KiB, GBps
+// the bus bandwidth from the slope over 1 MiB and more). Runs on every rank
+// the world hosts; the fits are those of the process hosting rank 0 (empty
+// elsewhere). InputError when a fit's times do not grow with size.
+struct CollectiveSweep {
+  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather"};
+  std::vector<int> groups;
+  size_t min_bytes = 4, max_bytes = size_t(256) << 20;
+  int iters = 20, warmup = 5;
+  int check = 1;  // validations of each size's results (the driver's -c)
+};
+std::map<std::string, std::vector<planner::CollectiveFit>> measure_collective_fits(World& world,
+                                                                                   const CollectiveSweep& sweep);
+// 2, 4, 8, ... up to n, and n.
+std::vector<int> group_sizes(int n);
+
+// Where the device and the run were.
+struct DeviceContext {
+  std::string device;  // "NVIDIA H100 80GB HBM3"
+  std::string date;    // ISO 8601, UTC
+  std::string git_rev;
+  double memory_GB = 0;
+  int ranks_per_node = 1, nodes = 1;
+  double launch_us = 0;  // an empty kernel's launch (kernels/cuda/calibrate.h LaunchCost::wall_us); 0: not measured
+  // How the figures were taken, as their sources say: the GEMM, the timer,
+  // the collectives' backend and their largest size.
+  std::string gemm = "matmul_forward (cublasGemmEx, fp32 compute)", timer = "CUDA events", backend = "NCCL";
+  size_t max_collective_bytes = size_t(256) << 20;
+};
+
+// The profile (gpu = true) of what was measured: GEMM tables (bf16, fp32),
+// gemm_achievable_tflops_bf16 (the bf16 table's best), the peaks (the
+// datasheet's of the built-in profile the device name matches, when at least
+// the measured rate, else the measured best), mem_bw_GBps (the copy),
+// flash_attention_tflops_bf16 (the project's attention kernel at the grid's
+// last shape), the collective fits of the groups within a node (up to
+// c.ranks_per_node ranks), bw_intra_GBps and latency_us (the all_reduce fit
+// at the largest of them: bus bandwidth, alpha over its ring steps),
+// bw_inter_GBps and latency_inter_us (the all_reduce of every rank when they
+// spanned nodes; else the intra-node figure and 0, their sources saying they
+// were not measured across nodes), memory_GB, ranks_per_node,
+// kernel_launch_us; machine.sources names the measurement, the device and
+// the date of each. InputError without an all_reduce fit within a node or a
+// bf16 GEMM table.
+planner::MachineProfile device_profile(const std::string& name, const DeviceRates& r,
+                                       const std::map<std::string, std::vector<planner::CollectiveFit>>& fits,
+                                       const DeviceContext& c);
+
+}  // namespace pb::calibrate

@@ -1,0 +1,257 @@
+// calibrate --device cuda's measurements and profile on the CPU stand-in
+// device (reference/device_testing.h, docs/gpu.md): the same code a GPU runs,
+// timed through the seam's timeline, then written as a profile
+// (planner::machine_toml) and read back as `plan --machine FILE` reads it.
+#include "suites/calibrate/device_rates.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "harness/status.h"
+#include "reference/device_testing.h"
+
+namespace pb::calibrate {
+namespace {
+
+DeviceGrid tiny_grid() {
+  DeviceGrid g;
+  g.gemm_m = {8, 32};
+  g.gemm_nk = {16, 64};
+  g.copy_bytes = size_t(1) << 20;
+  g.attention = {{1, 16, 2, 8}, {1, 32, 2, 16}};
+  g.seconds = 0.002;
+  return g;
+}
+
+bool close(double a, double b) { return std::fabs(a - b) <= 1e-5 * std::fabs(b); }
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Measured {
+  DeviceRates rates;
+  std::map<std::string, std::vector<planner::CollectiveFit>> fits;
+};
+
+// One measurement for every test here (about 1.5 s on this machine, most of
+// it the collectives).
+const Measured& measured() {
+  static const Measured m = [] {
+    Measured x;
+    testing::CountingMemory memory;
+    testing::StandInOps<bf16> ops16;
+    testing::StandInOps<float> ops32;
+    x.rates = measure_device_rates(ops16, ops32, memory, tiny_grid());
+    EXPECT_EQ(memory.live(), 0u) << "every device buffer freed";
+    WorldOptions wo;
+    wo.size = 3;
+    auto world = make_local_world(wo);
+    CollectiveSweep sweep;
+    sweep.groups = group_sizes(3);
+    sweep.max_bytes = size_t(16) << 20;  // 1, 4 and 16 MiB for the slope (rounded down to whole elements per rank)
+    sweep.iters = 4;
+    sweep.check = 0;  // the driver's validation is collectives_driver_test's; here only the timings matter
+    sweep.warmup = 1;
+    // Three threads on a shared machine: a slow moment can leave a fit whose
+    // times do not grow with size; measured again with twice the calls, as
+    // the CPU calibration does, before its error stands.
+    for (int attempt = 0;; ++attempt, sweep.iters *= 2) {
+      try {
+        x.fits = measure_collective_fits(*world, sweep);
+        break;
+      } catch (const InputError& e) {
+        if (attempt == 2) throw;
+        std::fprintf(stderr, "measured again: %s\n", e.what());
+      }
+    }
+    return x;
+  }();
+  return m;
+}
+
+DeviceContext stand_in_context() {
+  DeviceContext c;
+  c.device = "stand-in device";
+  c.date = "2026-11-27T06:00:00Z";
+  c.git_rev = "test";
+  c.memory_GB = 1.5;
+  c.ranks_per_node = 3;
+  c.gemm = "the stand-in's matmul_forward (the CPU kernel)";
+  c.timer = "the host clock (the stand-in's timeline)";
+  c.backend = "local-backend";
+  c.max_collective_bytes = size_t(16) << 20;
+  return c;
+}
+
+TEST(DeviceRates, TheGridIsTimedOnTheDevice) {
+  const DeviceRates& r = measured().rates;
+  ASSERT_EQ(r.gemm_bf16.size(), 8u);
+  ASSERT_EQ(r.gemm_fp32.size(), 8u);
+  for (const auto* t : {&r.gemm_bf16, &r.gemm_fp32})
+    for (const planner::GemmRate& g : *t) EXPECT_TRUE(std::isfinite(g.gflops) && g.gflops > 0) << g.m << g.n << g.k;
+  EXPECT_EQ(r.gemm_bf16.front().m, 8);
+  EXPECT_EQ(r.gemm_bf16.back().k, 64);
+  EXPECT_TRUE(std::isfinite(r.copy_GBps) && r.copy_GBps > 0);
+  ASSERT_EQ(r.attention.size(), 2u);
+  for (const AttentionRate& a : r.attention) {
+    EXPECT_GT(a.fwd_s, 0);
+    EXPECT_GT(a.bwd_s, 0);
+    EXPECT_TRUE(std::isfinite(a.tflops()) && a.tflops() > 0);
+  }
+}
+
+TEST(DeviceRates, CollectivesAreFitByOpAndGroup) {
+  const auto& fits = measured().fits;
+  ASSERT_EQ(fits.size(), 3u);
+  for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+    ASSERT_TRUE(fits.count(op)) << op;
+    const auto& v = fits.at(op);
+    ASSERT_EQ(v.size(), 2u) << op;
+    EXPECT_EQ(v[0].group_size, 2);
+    EXPECT_EQ(v[1].group_size, 3);
+    for (const planner::CollectiveFit& f : v) {
+      EXPECT_GT(f.GBps, 0) << op;
+      EXPECT_GE(f.alpha_us, 0) << op;
+    }
+  }
+  EXPECT_EQ(group_sizes(8), (std::vector<int>{2, 4, 8}));
+  EXPECT_EQ(group_sizes(6), (std::vector<int>{2, 4, 6}));
+  EXPECT_EQ(group_sizes(1), (std::vector<int>{}));
+}
+
+TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
+  const Measured& x = measured();
+  DeviceContext c = stand_in_context();
+  c.launch_us = 4.25;  // what kernels/cuda's measure_launch gives on a GPU (none here)
+  const planner::MachineProfile m = device_profile("stand-in-cal", x.rates, x.fits, c);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("pb_device_profile_" + std::to_string(::getpid()) + ".toml")).string();
+  {
+    std::ofstream(path) << planner::machine_toml(m);
+  }
+  const planner::MachineProfile back = planner::load_machine(path);
+  EXPECT_FALSE(back.hw.host_kernels) << "gpu = true";
+  EXPECT_EQ(back.name(), "stand-in-cal");
+  ASSERT_EQ(back.gemm.at("bf16").size(), x.rates.gemm_bf16.size());
+  for (size_t i = 0; i < x.rates.gemm_bf16.size(); ++i) {
+    EXPECT_EQ(back.gemm.at("bf16")[i].m, x.rates.gemm_bf16[i].m);
+    EXPECT_TRUE(close(back.gemm.at("bf16")[i].gflops, x.rates.gemm_bf16[i].gflops));
+    EXPECT_TRUE(close(back.gemm.at("fp32")[i].gflops, x.rates.gemm_fp32[i].gflops));
+  }
+  EXPECT_TRUE(close(back.hw.mem_bw_GBps, x.rates.copy_GBps));
+  EXPECT_TRUE(close(back.flash_attention_tflops_bf16, x.rates.attention.back().tflops()));
+  const planner::CollectiveFit& ar = x.fits.at("all_reduce").back();
+  EXPECT_TRUE(close(back.hw.bw_intra_GBps, ar.GBps));
+  EXPECT_TRUE(close(back.hw.bw_inter_GBps, ar.GBps));
+  for (const auto& [op, v] : x.fits) {
+    ASSERT_EQ(back.hw.collectives.at(op).size(), v.size()) << op;
+    for (size_t i = 0; i < v.size(); ++i) {
+      EXPECT_EQ(back.hw.collectives.at(op)[i].group_size, v[i].group_size);
+      EXPECT_TRUE(close(back.hw.collectives.at(op)[i].GBps, v[i].GBps)) << op;
+    }
+  }
+  EXPECT_DOUBLE_EQ(back.kernel_launch_us, 4.25);
+  EXPECT_DOUBLE_EQ(back.hw.memory_GB, 1.5);
+  EXPECT_EQ(back.ranks_per_node, 3);
+  // Every figure the file gives has a source naming the device (load_machine
+  // refuses a GPU profile's figure without one), and so does every table.
+  const std::string written = slurp(path);
+  for (const std::string& k : planner::profile_figures()) {
+    if (written.find("\n" + k + " = ") != std::string::npos) {
+      EXPECT_TRUE(back.sources.count(k)) << k;
+    }
+  }
+  for (const char* k : {"gemm.bf16", "gemm.fp32", "collective.all_reduce", "collective.reduce_scatter",
+                        "collective.all_gather", "mem_bw_GBps", "bw_intra_GBps", "kernel_launch_us",
+                        "flash_attention_tflops_bf16", "gemm_achievable_tflops_bf16", "peak_tflops_bf16"}) {
+    ASSERT_TRUE(back.sources.count(k)) << k;
+    EXPECT_NE(back.sources.at(k).find("stand-in device, 2026-11-27"), std::string::npos) << k << ": " << back.sources.at(k);
+  }
+  EXPECT_NE(back.sources.at("bw_inter_GBps").find("not measured across nodes"), std::string::npos);
+  EXPECT_NE(back.sources.at("bw_intra_GBps").find("local-backend all_reduce at 3 ranks, bus bandwidth from the slope "
+                                                   "over 1 .. 16 MiB"),
+            std::string::npos)
+      << back.sources.at("bw_intra_GBps");
+  // What plan --machine FILE takes of it: the bf16 table at bf16-mixed.
+  const planner::Hardware hw = planner::hardware_for(back, Precision::bf16_mixed);
+  EXPECT_EQ(hw.gemm_rates.size(), x.rates.gemm_bf16.size());
+  EXPECT_FALSE(hw.host_kernels);
+
+  // A figure whose source is taken out: refused, named.
+  std::string text = slurp(path);
+  const size_t at = text.find("mem_bw_GBps = \"");
+  ASSERT_NE(at, std::string::npos);
+  text.erase(at, text.find('\n', at) - at + 1);
+  {
+    std::ofstream(path) << text;
+  }
+  try {
+    planner::load_machine(path);
+    ADD_FAILURE() << "a GPU profile's figure without a source was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("mem_bw_GBps has no source"), std::string::npos) << e.what();
+  }
+  // ... and so is the launch figure's.
+  text = slurp(path);
+  text.insert(text.find("\n[machine.sources]\n") + 19, "mem_bw_GBps = \"restored\"\n");
+  const size_t launch = text.find("kernel_launch_us = \"");
+  ASSERT_NE(launch, std::string::npos);
+  text.erase(launch, text.find('\n', launch) - launch + 1);
+  {
+    std::ofstream(path) << text;
+  }
+  try {
+    planner::load_machine(path);
+    ADD_FAILURE() << "a GPU profile's kernel_launch_us without a source was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel_launch_us has no source"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(DeviceRates, AcrossNodesTheWorldsAllReduceIsTheInterNodeLink) {
+  const Measured& x = measured();
+  DeviceContext c = stand_in_context();
+  c.nodes = 2;
+  c.ranks_per_node = 2;  // as if the fits' 3 ranks had spanned two nodes
+  const planner::MachineProfile m = device_profile("x", x.rates, x.fits, c);
+  const planner::CollectiveFit &two = x.fits.at("all_reduce")[0], &three = x.fits.at("all_reduce")[1];
+  EXPECT_DOUBLE_EQ(m.hw.bw_intra_GBps, two.GBps);
+  EXPECT_DOUBLE_EQ(m.hw.latency_us, two.alpha_us / 2);
+  EXPECT_DOUBLE_EQ(m.hw.bw_inter_GBps, three.GBps);
+  EXPECT_DOUBLE_EQ(m.hw.latency_inter_us, three.alpha_us / 4);
+  for (const auto& [op, v] : m.hw.collectives) {
+    ASSERT_EQ(v.size(), 1u) << op << ": only the groups within a node";
+    EXPECT_EQ(v[0].group_size, 2);
+  }
+  EXPECT_NE(m.sources.at("bw_inter_GBps").find("at 3 ranks on 2 nodes"), std::string::npos);
+  c.ranks_per_node = 1;
+  EXPECT_THROW(device_profile("x", x.rates, x.fits, c), InputError);
+}
+
+TEST(DeviceRates, AProfileNeedsItsLinkAndGemms) {
+  const Measured& x = measured();
+  EXPECT_THROW(device_profile("x", x.rates, {}, stand_in_context()), InputError);
+  DeviceRates none = x.rates;
+  none.gemm_bf16.clear();
+  EXPECT_THROW(device_profile("x", none, x.fits, stand_in_context()), InputError);
+  // No launch measured: no figure, no source.
+  const planner::MachineProfile m = device_profile("x", x.rates, x.fits, stand_in_context());
+  EXPECT_EQ(m.kernel_launch_us, 0);
+  EXPECT_FALSE(m.sources.count("kernel_launch_us"));
+  EXPECT_EQ(planner::machine_toml(m).find("kernel_launch_us"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pb::calibrate
