@@ -679,9 +679,17 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
     else
       std::snprintf(fig, sizeof fig, "bus bytes at %g GB/s (%s)", t.inter_GBps > 0 ? t.inter_GBps : h.bw_intra_GBps,
                     t.inter_GBps > 0 ? "inter-node" : "intra-node");
-    std::printf("  %-16s %10.4g  %-44s %s\n", ("comm " + g).c_str(), t.s, fig,
-                (t.inter_GBps > 0 ? source("bw_inter_GBps") + (h.rails > 0 ? "; rails: " + source("rails") : "")
-                                  : source("bw_intra_GBps")).c_str());
+    std::string why = t.inter_GBps > 0 ? source("bw_inter_GBps") + (h.rails > 0 ? "; rails: " + source("rails") : "")
+                                       : source("bw_intra_GBps");
+    // The per-step latency the ring model adds (planner_comm.cc), where no collective fit replaces it.
+    const bool inter_lat = t.inter_GBps > 0 && h.latency_inter_us > 0;
+    const double lat = inter_lat ? h.latency_inter_us : h.latency_us;
+    if (lat > 0 && (t.inter_GBps > 0 || h.collectives.empty())) {
+      const std::string head = fig;
+      std::snprintf(fig, sizeof fig, "%s + %g us per ring step", head.c_str(), lat);
+      why += "; latency: " + source(inter_lat ? "latency_inter_us" : "latency_us");
+    }
+    std::printf("  %-16s %10.4g  %-44s %s\n", ("comm " + g).c_str(), t.s, fig, why.c_str());
   }
   std::printf("  %-16s %10s  %-44s %s\n", "placement", "",
               in.pp_inside_dp ? "tp-cp-pp-dp (Llama 3's order; --order)" : "tp-cp-dp-pp (Megatron's order; --order)",

@@ -148,7 +148,9 @@ def cases():
           "--explain"], 0,
          r"where the step goes.*GEMMs .*GEMMs at [0-9.]+% of 312 TFLOP/s.*mamf-finder.*108 SMs.*memory-bound .*"
          r"1800 GB/s.*88% of peak.*pipeline bubble.*comm pp .*24 GB/s \(inter-node: 1 per node, 8 rails.*"
-         r"nccl issue 812.*comm tp .*200 GB/s \(intra-node\).*nccl-tests issue 149.*placement .*tp-cp-dp-pp.*"
+         r"14 us per ring step.*nccl issue 812.*latency: NCCL's cost model.*NET 14\.0 us.*"
+         r"comm tp .*200 GB/s \(intra-node\) \+ 3\.4 us per ring step.*nccl-tests issue 149.*NVLINK 3\.4 us.*"
+         r"placement .*tp-cp-dp-pp.*"
          r"exposed comm.*per-op overhead .*ops at 4 us host each.*issue 82793"),
         (gpt + ["--peak-tflops", "100", "--order", "dp-tp"], 2, r"--order: 'dp-tp' must be tp-cp-dp-pp"),
         (gpt + ["--peak-tflops", "100", "--attention", "fused"], 2, r"--attention: 'fused' must be flash"),

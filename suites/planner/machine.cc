@@ -316,6 +316,31 @@ const std::vector<MachineProfile>& builtin_machines() {
           "mamf-finder's 271.2 may be the shape)";
       m.push_back(p);
     }
+    // Per-step collective latency (Hardware::latency_us, latency_inter_us):
+    // NCCL's own alpha-beta cost model, the per-step hardware latency of a
+    // ring with the Simple protocol (the one NCCL picks for the megabyte
+    // messages of training), over NVLink and over the network. A software
+    // figure, the same for every NVIDIA GPU; RCCL's (mi300x) is not cited.
+    // Not modelled: NCCL's fixed 8.4 us per call (the planner's collective
+    // time has no per-call term) and its LL protocols for small messages.
+    for (MachineProfile& p : m) {
+      if (p.name() == "mi300x") continue;
+      constexpr const char* kNcclTuning =
+          "NCCL's cost model, github.com/NVIDIA/nccl at 5067397c2676d5aed50042fc39e5c8ee96eb0027, "
+          "src/graph/tuning.cc, ncclTunerConstantsDefaults.hwLatencies, Ring / Simple: ";
+      p.hw.latency_us = 3.4;
+      p.sources["latency_us"] =
+          std::string(kNcclTuning) +
+          "NVLINK 3.4 us per ring step (ncclTopoTuneModel adds nsteps x this to a ring's latency; nsteps = "
+          "2 (n - 1) for all-reduce, n - 1 for all-gather and reduce-scatter); NCCL's model, not a measurement; "
+          "its 8.4 us base per call is not modelled; p2p is charged one step (nccl-tests issue 331: sendrecv_perf on 2 A100s, 9.85 us at 8 B, the base included)";
+      p.hw.latency_inter_us = 14.0;
+      p.sources["latency_inter_us"] =
+          std::string(kNcclTuning) +
+          "NET 14.0 us per ring step across nodes (also Tree / Simple's NET figure, which NCCL uses for one rank "
+          "per node); NCCL's model, not a measurement; the planner charges every step of a group that spans "
+          "nodes at it, where NCCL charges 2 (nodes - 1) of them";
+    }
     // Framework per-op host overhead (Hardware::host_op_us): what PyTorch's
     // host spends issuing one op's kernel to a GPU. A host (CPU) figure, the
     // same for every device here; measured on an A100 with PyTorch 1.12.

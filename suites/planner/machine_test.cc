@@ -102,6 +102,33 @@ TEST(Machine, BuiltInProfilesByNameWithSources) {
   }
 }
 
+// The NVIDIA profiles' per-step collective latency is NCCL's own cost model
+// (ring / Simple: 3.4 us per step over NVLink, 14 us over the network), each
+// with its source; RCCL's is not cited, so mi300x keeps 0 and says so.
+TEST(Machine, CollectiveLatencyFromNcclsCostModel) {
+  for (const MachineProfile& m : builtin_machines()) {
+    if (m.name() == "mi300x") {
+      EXPECT_DOUBLE_EQ(m.hw.latency_us, 0);
+      EXPECT_DOUBLE_EQ(m.hw.latency_inter_us, 0);
+      EXPECT_EQ(m.sources.at("latency_us").rfind("not given", 0), 0u) << m.sources.at("latency_us");
+      EXPECT_EQ(m.sources.at("latency_inter_us").rfind("not given", 0), 0u);
+      continue;
+    }
+    EXPECT_DOUBLE_EQ(m.hw.latency_us, 3.4) << m.name();
+    EXPECT_DOUBLE_EQ(m.hw.latency_inter_us, 14.0) << m.name();
+    for (const char* k : {"latency_us", "latency_inter_us"}) {
+      const std::string& s = m.sources.at(k);
+      EXPECT_NE(s.find("github.com/NVIDIA/nccl at 5067397c2676d5aed50042fc39e5c8ee96eb0027, src/graph/tuning.cc"),
+                std::string::npos)
+          << m.name() << " " << k << ": " << s;
+      EXPECT_NE(s.find("Ring / Simple"), std::string::npos) << s;
+      EXPECT_NE(s.find("not a measurement"), std::string::npos) << s;
+    }
+    EXPECT_NE(m.sources.at("latency_us").find("NVLINK 3.4 us per ring step"), std::string::npos);
+    EXPECT_NE(m.sources.at("latency_inter_us").find("NET 14.0 us per ring step"), std::string::npos);
+  }
+}
+
 TEST(Machine, ProfileFileReadsStrictly) {
   const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -544,6 +544,36 @@ TEST(Planner, CollectiveFitsTimeTheirOp) {
 }
 
 
+// A small-message collective costs the profile's per-step latency (NCCL's
+// ring / Simple model, machine.cc): DDP's all-reduce of 1,000 bf16-mixed
+// gradients over 8 A100s is 14 ring steps x 3.4 us = 47.6 us per call, next
+// to which its bytes over 200 GB/s are nothing; across 2 nodes of 4, 14 steps
+// x 14 us = 196 us per call. With latency 0 (before) only the bytes counted.
+TEST(Planner, SmallCollectivesCostTheProfilesLatency) {
+  PlanInput in = params_only(1000, 8, dp::Shard::none);
+  in.global_batch = 8;
+  in.hw = hardware_for(load_machine("a100"), Precision::bf16_mixed);
+  ASSERT_DOUBLE_EQ(in.hw.latency_us, 3.4);
+  ASSERT_DOUBLE_EQ(in.hw.latency_inter_us, 14.0);
+  const PlanResult r = plan(in);
+  ASSERT_FALSE(r.comm.empty());
+  for (const CommRow& c : r.comm) {
+    ASSERT_EQ(c.op, "all_reduce");
+    ASSERT_FALSE(c.inter_node);
+    EXPECT_NEAR(c.time_s, double(c.calls) * 47.6e-6 + c.bus_bytes / 200e9, 1e-12) << c.group;
+    EXPECT_GT(double(c.calls) * 47.6e-6, 100 * c.bus_bytes / 200e9) << c.group;  // latency-bound
+  }
+  in.ranks_per_node = 4;  // the dp group spans two nodes: the network's 14 us per step
+  for (const CommRow& c : plan(in).comm) {
+    ASSERT_TRUE(c.inter_node) << c.group;
+    EXPECT_NEAR(c.time_s, double(c.calls) * 196e-6 + c.bus_bytes / (inter_node_GBps(c, in.hw, 4) * 1e9), 1e-12)
+        << c.group;
+  }
+  in.ranks_per_node = 8;
+  in.hw.latency_us = in.hw.latency_inter_us = 0;
+  for (const CommRow& c : plan(in).comm) EXPECT_NEAR(c.time_s, c.bus_bytes / 200e9, 1e-15) << c.group;
+}
+
 // Topology (planner.h Hardware::rails): an inter-node group with k members on
 // each node of R ranks reaches k x rails / R NICs, at most the node's own
 // link; an all-to-all one NIC; the oversubscription above the leaf divides it.
