@@ -338,8 +338,8 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.sources["latency_inter_us"] =
           std::string(kNcclTuning) +
           "NET 14.0 us per ring step across nodes (also Tree / Simple's NET figure, which NCCL uses for one rank "
-          "per node); NCCL's model, not a measurement; the planner charges every step of a group that spans "
-          "nodes at it, where NCCL charges 2 (nodes - 1) of them";
+          "per node); NCCL's model, not a measurement; as NCCL, the planner charges 2 (nodes - 1) of an "
+          "all-reduce ring's steps at it (nodes - 1 for the others), the rest at latency_us";
     }
     // Framework per-op host overhead (Hardware::host_op_us): what PyTorch's
     // host spends issuing one op's kernel to a GPU. A host (CPU) figure, the

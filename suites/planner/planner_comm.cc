@@ -85,8 +85,17 @@ double row_time(const CommRow& c, const Hardware& hw, int64_t ranks_per_node) {
   const double bw = (c.inter_node ? inter_node_GBps(c, hw, ranks_per_node) : hw.bw_intra_GBps) * 1e9;
   require(bw > 0, std::string(c.inter_node ? "--bw-inter" : "--bw-intra") +
                       ": required (> 0) with --peak-tflops: group " + c.group + " has traffic");
-  const double latency = c.inter_node && hw.latency_inter_us > 0 ? hw.latency_inter_us : hw.latency_us;
-  return double(c.calls) * steps * latency * 1e-6 + c.bus_bytes / bw;
+  double latency_us = steps * (c.inter_node && hw.latency_inter_us > 0 ? hw.latency_inter_us : hw.latency_us);
+  if (c.inter_node && hw.latency_inter_us > 0 && !hw.host_kernels) {
+    // On a device, NCCL's cost model (src/graph/tuning.cc, ncclTopoTuneModel):
+    // of a ring's steps, 2 (nodes - 1) for all-reduce and nodes - 1 for the
+    // others cross the network, the rest run over NVLink. (A calibrated CPU
+    // profile's inter-node alpha was fitted with every step across nodes.)
+    const int64_t nodes = (n + std::max<int64_t>(1, c.per_node) - 1) / std::max<int64_t>(1, c.per_node);
+    const double inter = std::min(steps, double(c.op == "all_reduce" ? 2 * (nodes - 1) : nodes - 1));
+    latency_us = inter * hw.latency_inter_us + (steps - inter) * hw.latency_us;
+  }
+  return double(c.calls) * latency_us * 1e-6 + c.bus_bytes / bw;
 }
 
 void add_row(std::vector<CommRow>& out, const char* group, const char* phase, const char* op, int64_t n,

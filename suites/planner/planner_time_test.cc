@@ -547,8 +547,9 @@ TEST(Planner, CollectiveFitsTimeTheirOp) {
 // A small-message collective costs the profile's per-step latency (NCCL's
 // ring / Simple model, machine.cc): DDP's all-reduce of 1,000 bf16-mixed
 // gradients over 8 A100s is 14 ring steps x 3.4 us = 47.6 us per call, next
-// to which its bytes over 200 GB/s are nothing; across 2 nodes of 4, 14 steps
-// x 14 us = 196 us per call. With latency 0 (before) only the bytes counted.
+// to which its bytes over 200 GB/s are nothing; across 2 nodes of 4, NCCL's
+// model puts 2 (2 - 1) = 2 of the 14 steps on the network: 2 x 14 + 12 x 3.4 =
+// 68.8 us per call. With latency 0 (before) only the bytes counted.
 TEST(Planner, SmallCollectivesCostTheProfilesLatency) {
   PlanInput in = params_only(1000, 8, dp::Shard::none);
   in.global_batch = 8;
@@ -563,12 +564,16 @@ TEST(Planner, SmallCollectivesCostTheProfilesLatency) {
     EXPECT_NEAR(c.time_s, double(c.calls) * 47.6e-6 + c.bus_bytes / 200e9, 1e-12) << c.group;
     EXPECT_GT(double(c.calls) * 47.6e-6, 100 * c.bus_bytes / 200e9) << c.group;  // latency-bound
   }
-  in.ranks_per_node = 4;  // the dp group spans two nodes: the network's 14 us per step
+  in.ranks_per_node = 4;  // the dp group spans two nodes: two steps at the network's 14 us
   for (const CommRow& c : plan(in).comm) {
     ASSERT_TRUE(c.inter_node) << c.group;
-    EXPECT_NEAR(c.time_s, double(c.calls) * 196e-6 + c.bus_bytes / (inter_node_GBps(c, in.hw, 4) * 1e9), 1e-12)
+    EXPECT_NEAR(c.time_s, double(c.calls) * 68.8e-6 + c.bus_bytes / (inter_node_GBps(c, in.hw, 4) * 1e9), 1e-12)
         << c.group;
   }
+  in.ranks_per_node = 2;  // four nodes: 2 (4 - 1) = 6 steps across, 6 x 14 + 8 x 3.4 = 111.2 us
+  for (const CommRow& c : plan(in).comm)
+    EXPECT_NEAR(c.time_s, double(c.calls) * 111.2e-6 + c.bus_bytes / (inter_node_GBps(c, in.hw, 2) * 1e9), 1e-12)
+        << c.group;
   in.ranks_per_node = 8;
   in.hw.latency_us = in.hw.latency_inter_us = 0;
   for (const CommRow& c : plan(in).comm) EXPECT_NEAR(c.time_s, c.bus_bytes / 200e9, 1e-15) << c.group;
