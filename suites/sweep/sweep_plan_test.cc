@@ -554,7 +554,10 @@ TEST(SweepPlan, ExtrapolationRejectsWhatCannotScaleAndUsesAProfile) {
   EXPECT_EQ(rows[1].meta.mesh, "dp8.pp2");
   EXPECT_NE(rows[1].meta.reason.find("one rank per core, 2 per node"), std::string::npos) << rows[1].meta.reason;
   // A machine profile: its hardware, its name in the reason; an A100 plans
-  // far faster than this machine's cores at the same 16 ranks.
+  // faster than this machine's cores at the same 16 ranks (not by its FLOP/s:
+  // tiny's kernels are shorter than the host's 4 us to issue each, and its
+  // collectives pay NCCL's per-step latency, so the A100's step is host- and
+  // latency-bound).
   auto tokens = [](const PlanRow& r) { return std::stod(*r.values.find("est_tokens_per_s")); };
   const double local16 = tokens(rows[1]);
   c.machine = "a100";
@@ -563,7 +566,7 @@ TEST(SweepPlan, ExtrapolationRejectsWhatCannotScaleAndUsesAProfile) {
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].meta.status, "ok");
   EXPECT_NE(rows[0].meta.reason.find("machine profile a100"), std::string::npos) << rows[0].meta.reason;
-  EXPECT_GT(tokens(rows[0]), 10 * local16);
+  EXPECT_GT(tokens(rows[0]), local16);
 }
 
 }  // namespace
