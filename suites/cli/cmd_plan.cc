@@ -45,6 +45,7 @@ struct PlanFlags {
   std::string order = "tp-cp-dp-pp";  // --order: placement of the axes over ranks, fastest first
   std::string attention = "unfused";  // --attention: flash (FlashAttention) or unfused
   std::string kernels = "fused";      // --kernels: fused or eager (PyTorch eager ops, llama family)
+  std::string sp_gather = "regather"; // --sp-gather: regather (Megatron-LM) or saved (PyTorch DTensor)
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -162,6 +163,16 @@ bool parse_kernels(const std::string& s, const std::string& what) {
   return s == "eager";
 }
 
+// Sequence parallel's backward: regather the column-parallel GEMMs' inputs
+// (Megatron-LM) or keep the gathered ones (saved: PyTorch DTensor, torchtitan).
+bool parse_sp_regather(const std::string& s, const std::string& what) {
+  require(s == "regather" || s == "saved",
+          what + ": '" + s +
+              "' must be regather (the backward all-gathers the stored norm outputs again, Megatron-LM) or saved "
+              "(the gathered inputs kept, PyTorch DTensor)");
+  return s == "regather";
+}
+
 planner::PlanInput resolve(PlanFlags& f) {
   planner::PlanInput in = f.in;
   const bool custom = f.layers || f.channels || f.heads;
@@ -195,6 +206,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.flash_attention = attention.flash;
   in.flash_triton = attention.triton;
   in.eager_kernels = parse_kernels(f.kernels, "--kernels");
+  in.sp_regather = parse_sp_regather(f.sp_gather, "--sp-gather");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -304,15 +316,17 @@ const std::vector<std::string>& published_columns() {
 // `order` (the axes' placement, --order: tp-cp-dp-pp by default), `attention`
 // (flash, flash-triton or unfused, --attention: unfused by default), `kernels` (fused or
 // eager, --kernels: fused by default), `published_gib` (the peak memory per GPU the
-// source reports, GiB; empty where it gives none).
+// source reports, GiB; empty where it gives none), `sp_gather` (regather or saved,
+// --sp-gather: regather by default).
 const std::vector<std::string>& published_optional_columns() {
-  static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib"};
+  static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib",
+                                                "sp_gather"};
   return cols;
 }
 
 struct PublishedRow {
   std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
-  bool pp_inside_dp = false, eager_kernels = false;
+  bool pp_inside_dp = false, eager_kernels = false, sp_regather = true;
   AttentionKernel attention;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
@@ -406,6 +420,7 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     if (has("order")) r.pp_inside_dp = parse_order(at("order"), where + "order");
     if (has("attention")) r.attention = parse_attention(at("attention"), where + "attention");
     if (has("kernels")) r.eager_kernels = parse_kernels(at("kernels"), where + "kernels");
+    if (has("sp_gather")) r.sp_regather = parse_sp_regather(at("sp_gather"), where + "sp_gather");
     if (has("model")) {
       r.model = at("model");
       ModelConfig named;
@@ -498,6 +513,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.flash_attention = r.attention.flash;
   in.flash_triton = r.attention.triton;
   in.eager_kernels = r.eager_kernels;
+  in.sp_regather = r.sp_regather;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -841,6 +857,10 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "the memory-bound kernels: fused (default: Megatron's fused norms and activations) or eager "
                   "(PyTorch eager ops with the model source's fp32 upcasts, as torchtitan runs Llama without "
                   "torch.compile; llama family only)");
+  app->add_option("--sp-gather", f->sp_gather,
+                  "with --sp, the backward's column-parallel inputs: regather (default: all-gathered again from the "
+                  "stored shards, as Megatron-LM) or saved (the forward's gathered inputs kept, as PyTorch DTensor "
+                  "and torchtitan)");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "

@@ -279,6 +279,14 @@ struct PlanInput {
   // (planner_comm.cc). false: whole, as parabench's executor sends it
   // (what the planner tests hold the stand-in device ranks to).
   bool pp_scatter_gather = true;
+  // Sequence parallel's backward re-gathers each column-parallel GEMM's input
+  // (the stored norm outputs, 2 per block, and the LM head's), as Megatron-LM
+  // keeps them sharded (impl/tensor_parallel/cost.h). false: the gathered
+  // input is kept for the weight gradient, as PyTorch's DTensor tensor
+  // parallel does (torchtitan's SequenceParallel + PrepareModuleInput: the
+  // all-gathered tensor is the matmul's saved input), so the backward has 2
+  // all-gathers per block and 1 for the head fewer (planner_comm.cc).
+  bool sp_regather = true;
   Hardware hw;
 };
 

@@ -138,6 +138,12 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
         int64_t calls = m * (layers * (l.*f).calls + (first ? (em.*f).calls : 0) + (last ? (hd.*f).calls : 0));
         int64_t bytes = m * (layers * (l.*f).bytes + (first ? (em.*f).bytes : 0) + (last ? (hd.*f).bytes : 0));
         if (op == dense_reduce) calls -= passes * moe_n, bytes -= passes * moe_n * b * sl * mc.C * e;
+        if (pass && in.sp && !in.sp_regather && op == std::string("all_gather") && lc.fwd.all_gather.calls > 0) {
+          // No re-gather of the blocks' two stored norm outputs or the head's input (PlanInput::sp_regather).
+          const int64_t n = m * (2 * layers + (last ? 1 : 0));
+          calls -= n;
+          bytes -= n * (lc.fwd.all_gather.bytes / lc.fwd.all_gather.calls);
+        }
         if (op == std::string("all_reduce")) calls += passes * moe_n * El, bytes += passes * moe_n * rows * mc.C * e;
         add_row(out, "tp", pass ? "bwd" : "fwd", op, in.tp, calls, bytes, inter);
       };

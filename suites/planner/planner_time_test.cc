@@ -798,6 +798,50 @@ TEST(Planner, DevicePipelinesScatterTheBoundaryOverTp) {
   EXPECT_EQ(bytes(plan(in), "pp", "send_recv") * 4, bytes(cpu, "pp", "send_recv"));
 }
 
+// Sequence parallel's backward (PlanInput::sp_regather): Megatron-LM
+// all-gathers each block's two stored norm outputs and the head's input again;
+// with the gathered inputs kept (PyTorch DTensor, torchtitan) those 2 L + 1
+// all-gathers per microbatch, each the forward's size, are not made, under
+// full recompute too (the rerun forward's gathers are the ones kept).
+TEST(Planner, SequenceParallelKeptGathersDropTheBackwardRegathers) {
+  PlanInput in;
+  in.shape = planner_model("tiny-llama");
+  in.microbatch_size = 2;
+  in.global_batch = 4;  // 2 microbatches on dp 1
+  in.seq = 16;
+  in.tp = 2;
+  in.sp = true;
+  in.hw.peak_tflops = 312;
+  in.hw.bw_intra_GBps = 200;
+  in.hw.host_kernels = false;
+  auto gathers = [](const PlanResult& r, const char* phase) {
+    for (const CommRow& c : r.comm)
+      if (c.group == "tp" && c.op == "all_gather" && c.phase == phase) return std::pair<int64_t, int64_t>{c.calls, c.bytes};
+    return std::pair<int64_t, int64_t>{0, 0};
+  };
+  const int64_t L = in.shape->L;
+  for (Recompute rc : {Recompute::none, Recompute::full}) {
+    in.recompute = rc;
+    in.sp_regather = true;
+    const PlanResult megatron = plan(in);
+    in.sp_regather = false;
+    const PlanResult dtensor = plan(in);
+    const auto fwd = gathers(megatron, "fwd");
+    ASSERT_EQ(fwd.first, 2 * (2 * L + 1));  // per microbatch: 2 per block, the head's input
+    const int64_t each = fwd.second / fwd.first;
+    EXPECT_EQ(gathers(dtensor, "fwd"), fwd);
+    const auto mb = gathers(megatron, "bwd"), db = gathers(dtensor, "bwd");
+    EXPECT_EQ(mb.first - db.first, 2 * (2 * L + 1));
+    EXPECT_EQ(mb.second - db.second, 2 * (2 * L + 1) * each);
+    EXPECT_LT(dtensor.step_s, megatron.step_s);
+  }
+  in.sp = false;  // without sp there is nothing to re-gather
+  in.sp_regather = true;
+  const PlanResult a = plan(in);
+  in.sp_regather = false;
+  EXPECT_EQ(plan(in).step_s, a.step_s);
+}
+
 // FlashAttention's rate by kernel, head dimension and sequence
 // (flash_attention_rate): the a100 profile's table at its points, log-linear
 // between them, the nearest head dimension and the end points beyond; a
