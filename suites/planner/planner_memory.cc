@@ -69,10 +69,14 @@ int64_t dp_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const Pi
 // memory_stats()["reserved_bytes.all.peak"]). Its comm buffers and the
 // loss's allocator hole below are those runs' own, not the engine's
 // (docs/planner.md, "Peak memory per GPU").
+}  // namespace
+
 bool fsdp2_device_plan(const PlanInput& in, const Pipe& pipe) {
   return !in.hw.host_kernels && in.eager_kernels && in.shape && in.shape->llama() && in.shape->moe.experts == 0 &&
          !pipe.experts && in.shard == dp::Shard::zero3 && in.dp > 1 && pipe.part.pp == 1 && pipe.part.v == 1;
 }
+
+namespace {
 
 // FSDP2's buffers at the step's peak (the eager loss's backward), per rank,
 // on such a plan (`units`: embedding, blocks, final norm + output):

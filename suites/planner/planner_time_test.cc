@@ -842,6 +842,42 @@ TEST(Planner, SequenceParallelKeptGathersDropTheBackwardRegathers) {
   EXPECT_EQ(plan(in).step_s, a.step_s);
 }
 
+// torchtitan's FSDP2 wrapping on its published layout (a dense llama, zero3,
+// eager kernels, a GPU profile, one stage): the last block is not resharded
+// after forward, so backward gathers L - 1 blocks, and the root unit
+// (embedding, final norm and output) is the first gathered and the last
+// reduce-scattered (the unhidden edges' share). Fused kernels keep the
+// engine's roles (every block gathered again; the embedding first).
+TEST(Planner, TorchtitanFsdp2KeepsTheLastBlockAndGathersTheRootFirst) {
+  PlanInput in;
+  in.shape = planner_model("tiny-llama");
+  in.microbatch_size = 1;
+  in.global_batch = 4;
+  in.seq = 16;
+  in.dp = 4;
+  in.shard = dp::Shard::zero3;
+  in.hw.peak_tflops = 312;
+  in.hw.bw_intra_GBps = 200;
+  in.hw.mem_bw_GBps = 1000;
+  in.hw.host_kernels = false;
+  auto bwd_gathers = [](const PlanResult& r) {
+    for (const CommRow& c : r.comm)
+      if (c.group == "dp" && c.op == "all_gather" && c.phase == "bwd") return c.calls;
+    return int64_t(0);
+  };
+  const int64_t L = in.shape->L;
+  const PlanResult fused = plan(in);
+  in.eager_kernels = true;
+  const PlanResult titan = plan(in);
+  EXPECT_EQ(bwd_gathers(fused), L);
+  EXPECT_EQ(bwd_gathers(titan), L - 1);
+  EXPECT_GT(titan.dp_first_unit_share, fused.dp_first_unit_share);
+  const double root = titan.dp_first_unit_share, embedding = fused.dp_first_unit_share;
+  const ModelConfig& m = *in.shape;
+  // tok_embeddings V x C; the root adds the untied output (V x C) and the final norm (C).
+  EXPECT_NEAR(root / embedding, double(2 * m.V * m.C + m.C) / double(m.V * m.C), 1e-9);
+}
+
 // FlashAttention's rate by kernel, head dimension and sequence
 // (flash_attention_rate): the a100 profile's table at its points, log-linear
 // between them, the nearest head dimension and the end points beyond; a
