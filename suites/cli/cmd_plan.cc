@@ -156,11 +156,17 @@ AttentionKernel parse_attention(const std::string& s, const std::string& what) {
   return {s != "unfused", s == "flash-triton"};
 }
 
-// The memory-bound kernels: fused (Megatron's) or eager (one PyTorch op each).
-bool parse_kernels(const std::string& s, const std::string& what) {
-  require(s == "fused" || s == "eager",
-          what + ": '" + s + "' must be fused (one kernel per fused op) or eager (PyTorch eager ops, one kernel each)");
-  return s == "eager";
+// The memory-bound kernels: fused (Megatron's) or eager (one PyTorch op each),
+// or eager with the RMSNorms as one Triton kernel (torchtitan's fused_rmsnorm).
+struct KernelSet {
+  bool eager = false, fused_norm = false;
+};
+KernelSet parse_kernels(const std::string& s, const std::string& what) {
+  require(s == "fused" || s == "eager" || s == "eager-fused-norm",
+          what + ": '" + s +
+              "' must be fused (one kernel per fused op), eager (PyTorch eager ops, one kernel each) or "
+              "eager-fused-norm (eager, the RMSNorms one Triton kernel each)");
+  return {s != "fused", s == "eager-fused-norm"};
 }
 
 // Sequence parallel's backward: regather the column-parallel GEMMs' inputs
@@ -205,7 +211,9 @@ planner::PlanInput resolve(PlanFlags& f) {
   const AttentionKernel attention = parse_attention(f.attention, "--attention");
   in.flash_attention = attention.flash;
   in.flash_triton = attention.triton;
-  in.eager_kernels = parse_kernels(f.kernels, "--kernels");
+  const KernelSet kernels = parse_kernels(f.kernels, "--kernels");
+  in.eager_kernels = kernels.eager;
+  in.fused_norm = kernels.fused_norm;
   in.sp_regather = parse_sp_regather(f.sp_gather, "--sp-gather");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
@@ -326,7 +334,8 @@ const std::vector<std::string>& published_optional_columns() {
 
 struct PublishedRow {
   std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
-  bool pp_inside_dp = false, eager_kernels = false, sp_regather = true;
+  bool pp_inside_dp = false, sp_regather = true;
+  KernelSet kernels;
   AttentionKernel attention;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
@@ -419,7 +428,7 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     if (has("cp")) r.cp = int(whole("cp", 1, 1 << 16));
     if (has("order")) r.pp_inside_dp = parse_order(at("order"), where + "order");
     if (has("attention")) r.attention = parse_attention(at("attention"), where + "attention");
-    if (has("kernels")) r.eager_kernels = parse_kernels(at("kernels"), where + "kernels");
+    if (has("kernels")) r.kernels = parse_kernels(at("kernels"), where + "kernels");
     if (has("sp_gather")) r.sp_regather = parse_sp_regather(at("sp_gather"), where + "sp_gather");
     if (has("model")) {
       r.model = at("model");
@@ -512,7 +521,8 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.pp_inside_dp = r.pp_inside_dp;
   in.flash_attention = r.attention.flash;
   in.flash_triton = r.attention.triton;
-  in.eager_kernels = r.eager_kernels;
+  in.eager_kernels = r.kernels.eager;
+  in.fused_norm = r.kernels.fused_norm;
   in.sp_regather = r.sp_regather;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
@@ -669,7 +679,7 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                                    : "unfused attention (--attention flash for FlashAttention's rate)");
   }
   std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic (%s kernels) at %g GB/s", r.memory_bytes / 1e9,
-                in.eager_kernels ? "eager" : "fused", h.mem_bw_GBps);
+                in.fused_norm ? "eager, Triton RMSNorm" : in.eager_kernels ? "eager" : "fused", h.mem_bw_GBps);
   std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
               h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
   std::snprintf(fig, sizeof fig, "%s = %.3g of ideal compute", r.bubble_formula.c_str(), r.bubble_over_ideal);
@@ -856,7 +866,8 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--kernels", f->kernels,
                   "the memory-bound kernels: fused (default: Megatron's fused norms and activations) or eager "
                   "(PyTorch eager ops with the model source's fp32 upcasts, as torchtitan runs Llama without "
-                  "torch.compile; llama family only)");
+                  "torch.compile; llama family only) or eager-fused-norm (eager, the RMSNorms one Triton kernel "
+                  "each: torchtitan's fused_rmsnorm)");
   app->add_option("--sp-gather", f->sp_gather,
                   "with --sp, the backward's column-parallel inputs: regather (default: all-gathered again from the "
                   "stored shards, as Megatron-LM) or saved (the forward's gathered inputs kept, as PyTorch DTensor "

@@ -274,6 +274,11 @@ struct PlanInput {
   // family only: llama_layer_eager_traffic_bytes); false: fused kernels
   // (Megatron's fused LayerNorm, bias-GELU and softmax).
   bool eager_kernels = false;
+  // With eager_kernels: the RMSNorms as one Triton kernel each (torchtitan's
+  // norm_type = "fused_rmsnorm" of April 2024), the other ops eager
+  // (llama_layer_eager_traffic_bytes, block_forward_ops; the plan's memory
+  // stays the eager one's).
+  bool fused_norm = false;
   // Without sp, on a device profile, a tp > 1 stage boundary goes as
   // Megatron-LM sends it: 1/t per tp rank, all-gathered by the receiver
   // (planner_comm.cc). false: whole, as parabench's executor sends it

@@ -389,7 +389,7 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
     per_micro += double(sl.num_blocks) *
-                 double(mc.llama() ? (in.eager_kernels ? llama_layer_eager_traffic_bytes(mc, x)
+                 double(mc.llama() ? (in.eager_kernels ? llama_layer_eager_traffic_bytes(mc, x, in.fused_norm)
                                                        : llama_layer_traffic_bytes(mc, x))
                                    : layer_traffic_bytes(x)) *
                      recompute;
@@ -397,7 +397,7 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     if (sl.head)
-      per_micro += double(in.eager_kernels && mc.llama() ? head_eager_traffic_bytes(x, mc.V) : head_traffic_bytes(x, mc.V));
+      per_micro += double(in.eager_kernels && mc.llama() ? head_eager_traffic_bytes(x, mc.V, in.fused_norm) : head_traffic_bytes(x, mc.V));
   }
   const dp::BytesPerParam b = dp::bytes_per_param(in.precision);
   const double stepped = double(r.stages[size_t(rank)].optimizer) / double(b.optimizer);  // updated on the device

@@ -762,6 +762,17 @@ TEST(Planner, EagerKernelsCountTorchtitansOps) {
             3 * (llama_layer_traffic_bytes(m, x) - 3 * 1024 * 4 * int64_t(m.NH) * 1024));  // > 3x, scores aside
   EXPECT_GT(eager.memory_s, fused.memory_s);
   EXPECT_DOUBLE_EQ(eager.hardware_flops, fused.hardware_flops);
+  // torchtitan's Triton RMSNorm (fused_norm): each norm 2e bytes per element
+  // forward where eager moves 36 (bf16), the rest unchanged.
+  EXPECT_EQ(llama_layer_eager_traffic_bytes(m, x) - llama_layer_eager_traffic_bytes(m, x, true),
+            3 * 1024 * 2 * (36 - 4) * h);
+  EXPECT_EQ(head_eager_traffic_bytes(x, m.V) - head_eager_traffic_bytes(x, m.V, true), 3 * 1024 * (36 - 4) * h);
+  in.fused_norm = true;
+  const PlanResult triton_norm = plan(in);
+  EXPECT_NEAR(eager.memory_bytes - triton_norm.memory_bytes, double(2 * m.L + 1) * 3 * 1024 * (36 - 4) * double(h),
+              1e-9 * eager.memory_bytes);
+  EXPECT_LT(triton_norm.step_s, eager.step_s);
+  in.fused_norm = false;
   in.shape = planner_model("gpt2-124m");
   EXPECT_THROW(plan(in), InputError);
 }
