@@ -45,6 +45,7 @@ struct PlanFlags {
   std::string order = "tp-cp-dp-pp";  // --order: placement of the axes over ranks, fastest first
   std::string attention = "unfused";  // --attention: flash (FlashAttention) or unfused
   std::string kernels = "fused";      // --kernels: fused or eager (PyTorch eager ops, llama family)
+  std::string sp_gather = "regather"; // --sp-gather: regather (Megatron-LM) or saved (PyTorch DTensor)
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -155,11 +156,27 @@ AttentionKernel parse_attention(const std::string& s, const std::string& what) {
   return {s != "unfused", s == "flash-triton"};
 }
 
-// The memory-bound kernels: fused (Megatron's) or eager (one PyTorch op each).
-bool parse_kernels(const std::string& s, const std::string& what) {
-  require(s == "fused" || s == "eager",
-          what + ": '" + s + "' must be fused (one kernel per fused op) or eager (PyTorch eager ops, one kernel each)");
-  return s == "eager";
+// The memory-bound kernels: fused (Megatron's) or eager (one PyTorch op each),
+// or eager with the RMSNorms as one Triton kernel (torchtitan's fused_rmsnorm).
+struct KernelSet {
+  bool eager = false, fused_norm = false;
+};
+KernelSet parse_kernels(const std::string& s, const std::string& what) {
+  require(s == "fused" || s == "eager" || s == "eager-fused-norm",
+          what + ": '" + s +
+              "' must be fused (one kernel per fused op), eager (PyTorch eager ops, one kernel each) or "
+              "eager-fused-norm (eager, the RMSNorms one Triton kernel each)");
+  return {s != "fused", s == "eager-fused-norm"};
+}
+
+// Sequence parallel's backward: regather the column-parallel GEMMs' inputs
+// (Megatron-LM) or keep the gathered ones (saved: PyTorch DTensor, torchtitan).
+bool parse_sp_regather(const std::string& s, const std::string& what) {
+  require(s == "regather" || s == "saved",
+          what + ": '" + s +
+              "' must be regather (the backward all-gathers the stored norm outputs again, Megatron-LM) or saved "
+              "(the gathered inputs kept, PyTorch DTensor)");
+  return s == "regather";
 }
 
 planner::PlanInput resolve(PlanFlags& f) {
@@ -194,7 +211,10 @@ planner::PlanInput resolve(PlanFlags& f) {
   const AttentionKernel attention = parse_attention(f.attention, "--attention");
   in.flash_attention = attention.flash;
   in.flash_triton = attention.triton;
-  in.eager_kernels = parse_kernels(f.kernels, "--kernels");
+  const KernelSet kernels = parse_kernels(f.kernels, "--kernels");
+  in.eager_kernels = kernels.eager;
+  in.fused_norm = kernels.fused_norm;
+  in.sp_regather = parse_sp_regather(f.sp_gather, "--sp-gather");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -304,15 +324,18 @@ const std::vector<std::string>& published_columns() {
 // `order` (the axes' placement, --order: tp-cp-dp-pp by default), `attention`
 // (flash, flash-triton or unfused, --attention: unfused by default), `kernels` (fused or
 // eager, --kernels: fused by default), `published_gib` (the peak memory per GPU the
-// source reports, GiB; empty where it gives none).
+// source reports, GiB; empty where it gives none), `sp_gather` (regather or saved,
+// --sp-gather: regather by default).
 const std::vector<std::string>& published_optional_columns() {
-  static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib"};
+  static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib",
+                                                "sp_gather"};
   return cols;
 }
 
 struct PublishedRow {
   std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
-  bool pp_inside_dp = false, eager_kernels = false;
+  bool pp_inside_dp = false, sp_regather = true;
+  KernelSet kernels;
   AttentionKernel attention;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
@@ -405,7 +428,8 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     if (has("cp")) r.cp = int(whole("cp", 1, 1 << 16));
     if (has("order")) r.pp_inside_dp = parse_order(at("order"), where + "order");
     if (has("attention")) r.attention = parse_attention(at("attention"), where + "attention");
-    if (has("kernels")) r.eager_kernels = parse_kernels(at("kernels"), where + "kernels");
+    if (has("kernels")) r.kernels = parse_kernels(at("kernels"), where + "kernels");
+    if (has("sp_gather")) r.sp_regather = parse_sp_regather(at("sp_gather"), where + "sp_gather");
     if (has("model")) {
       r.model = at("model");
       ModelConfig named;
@@ -497,7 +521,9 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.pp_inside_dp = r.pp_inside_dp;
   in.flash_attention = r.attention.flash;
   in.flash_triton = r.attention.triton;
-  in.eager_kernels = r.eager_kernels;
+  in.eager_kernels = r.kernels.eager;
+  in.fused_norm = r.kernels.fused_norm;
+  in.sp_regather = r.sp_regather;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -653,7 +679,7 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                                    : "unfused attention (--attention flash for FlashAttention's rate)");
   }
   std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic (%s kernels) at %g GB/s", r.memory_bytes / 1e9,
-                in.eager_kernels ? "eager" : "fused", h.mem_bw_GBps);
+                in.fused_norm ? "eager, Triton RMSNorm" : in.eager_kernels ? "eager" : "fused", h.mem_bw_GBps);
   std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
               h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
   std::snprintf(fig, sizeof fig, "%s = %.3g of ideal compute", r.bubble_formula.c_str(), r.bubble_over_ideal);
@@ -840,7 +866,12 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--kernels", f->kernels,
                   "the memory-bound kernels: fused (default: Megatron's fused norms and activations) or eager "
                   "(PyTorch eager ops with the model source's fp32 upcasts, as torchtitan runs Llama without "
-                  "torch.compile; llama family only)");
+                  "torch.compile; llama family only) or eager-fused-norm (eager, the RMSNorms one Triton kernel "
+                  "each: torchtitan's fused_rmsnorm)");
+  app->add_option("--sp-gather", f->sp_gather,
+                  "with --sp, the backward's column-parallel inputs: regather (default: all-gathered again from the "
+                  "stored shards, as Megatron-LM) or saved (the forward's gathered inputs kept, as PyTorch DTensor "
+                  "and torchtitan)");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "

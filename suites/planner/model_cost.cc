@@ -250,19 +250,19 @@ int64_t llama_layer_traffic_bytes(const ModelConfig& m, const ActivationShape& x
   return layer_shared_traffic_bytes(x) + 3 * split * tokens * x.elem_bytes;
 }
 
-int64_t llama_layer_eager_traffic_bytes(const ModelConfig& m, const ActivationShape& x) {
+int64_t llama_layer_eager_traffic_bytes(const ModelConfig& m, const ActivationShape& x, bool fused_norm) {
   const int64_t t = x.tp, tokens = x.s / x.cp * x.b, e = x.elem_bytes;
   const int64_t kv = llama_kv_heads_per_rank(m, x.tp) * m.head_size(), F = m.ffn, q = x.h / t;
   const int64_t hn = x.sp ? x.h / t : x.h;  // what the norms and adds see
-  const int64_t norm = (e + 4) + 8 + 4 + 8 + (4 + e) + 2 * e;
+  const int64_t norm = fused_norm ? 2 * e : (e + 4) + 8 + 4 + 8 + (4 + e) + 2 * e;
   const int64_t fwd = 2 * norm * hn + 2 * 3 * e * hn + (16 + 2 * e) * (q + kv) + (kv < q ? 2 * e * (kv + q) : 0) +
                       2 * e * q + 5 * e * F / t + 2 * x.a * x.s / t * e;
   return 3 * fwd * tokens;
 }
 
-int64_t head_eager_traffic_bytes(const ActivationShape& x, int64_t vocab) {
+int64_t head_eager_traffic_bytes(const ActivationShape& x, int64_t vocab, bool fused_norm) {
   const int64_t tokens = x.s / x.cp * x.b, e = x.elem_bytes;
-  const int64_t norm = (e + 4) + 8 + 4 + 8 + (4 + e) + 2 * e, hn = x.sp ? x.h / x.tp : x.h;
+  const int64_t norm = fused_norm ? 2 * e : (e + 4) + 8 + 4 + 8 + (4 + e) + 2 * e, hn = x.sp ? x.h / x.tp : x.h;
   const int64_t v = (vocab + x.tp - 1) / x.tp;
   return (3 * norm * hn + ((e + 4) + 8 + 4 + 12 + (4 + e)) * v) * tokens;
 }

@@ -185,12 +185,17 @@ int64_t llama_layer_traffic_bytes(const ModelConfig& m, const ActivationShape& x
 // the attention output is made contiguous (2e h/t); SiLU and the product
 // are two kernels (5e F/t); the residual adds 3e h each; the softmax as
 // llama_layer_traffic_bytes. Backward twice the forward.
-int64_t llama_layer_eager_traffic_bytes(const ModelConfig& m, const ActivationShape& x);
+// fused_norm: the RMSNorms as torchtitan's Triton kernel instead
+// (norm_type = "fused_rmsnorm", torchtitan/models/norms.py at 1ea476e:
+// _rms_norm_fwd_kernel reads x and writes y, 2e per element; its backward
+// reads x and dy and writes dx), at 2e per element forward, backward twice
+// that as every other op here.
+int64_t llama_layer_eager_traffic_bytes(const ModelConfig& m, const ActivationShape& x, bool fused_norm = false);
 // The head run eagerly: the final RMSNorm as above, and torchtitan's loss,
 // cross_entropy(logits.float()): the upcast (e + 4), log-softmax (8), its
 // backward (the gradient written, 4; log-softmax backward 12) and the
 // downcast's backward (4 + e) per local vocabulary entry and token.
-int64_t head_eager_traffic_bytes(const ActivationShape& x, int64_t vocab);
+int64_t head_eager_traffic_bytes(const ActivationShape& x, int64_t vocab, bool fused_norm = false);
 // What a mixture-of-experts block's MLP moves beyond a dense block's
 // (layer_traffic_bytes), per local token: the GELU over its top_k experts'
 // hidden rows (k - 1 more of 8h / t), the dispatch (each choice's row read

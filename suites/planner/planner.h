@@ -274,11 +274,24 @@ struct PlanInput {
   // family only: llama_layer_eager_traffic_bytes); false: fused kernels
   // (Megatron's fused LayerNorm, bias-GELU and softmax).
   bool eager_kernels = false;
+  // With eager_kernels: the RMSNorms as one Triton kernel each (torchtitan's
+  // norm_type = "fused_rmsnorm" of April 2024), the other ops eager
+  // (llama_layer_eager_traffic_bytes, block_forward_ops; the plan's memory
+  // stays the eager one's).
+  bool fused_norm = false;
   // Without sp, on a device profile, a tp > 1 stage boundary goes as
   // Megatron-LM sends it: 1/t per tp rank, all-gathered by the receiver
   // (planner_comm.cc). false: whole, as parabench's executor sends it
   // (what the planner tests hold the stand-in device ranks to).
   bool pp_scatter_gather = true;
+  // Sequence parallel's backward re-gathers each column-parallel GEMM's input
+  // (the stored norm outputs, 2 per block, and the LM head's), as Megatron-LM
+  // keeps them sharded (impl/tensor_parallel/cost.h). false: the gathered
+  // input is kept for the weight gradient, as PyTorch's DTensor tensor
+  // parallel does (torchtitan's SequenceParallel + PrepareModuleInput: the
+  // all-gathered tensor is the matmul's saved input), so the backward has 2
+  // all-gathers per block and 1 for the head fewer (planner_comm.cc).
+  bool sp_regather = true;
   Hardware hw;
 };
 

@@ -138,6 +138,12 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
         int64_t calls = m * (layers * (l.*f).calls + (first ? (em.*f).calls : 0) + (last ? (hd.*f).calls : 0));
         int64_t bytes = m * (layers * (l.*f).bytes + (first ? (em.*f).bytes : 0) + (last ? (hd.*f).bytes : 0));
         if (op == dense_reduce) calls -= passes * moe_n, bytes -= passes * moe_n * b * sl * mc.C * e;
+        if (pass && in.sp && !in.sp_regather && op == std::string("all_gather") && lc.fwd.all_gather.calls > 0) {
+          // No re-gather of the blocks' two stored norm outputs or the head's input (PlanInput::sp_regather).
+          const int64_t n = m * (2 * layers + (last ? 1 : 0));
+          calls -= n;
+          bytes -= n * (lc.fwd.all_gather.bytes / lc.fwd.all_gather.calls);
+        }
         if (op == std::string("all_reduce")) calls += passes * moe_n * El, bytes += passes * moe_n * rows * mc.C * e;
         add_row(out, "tp", pass ? "bwd" : "fwd", op, in.tp, calls, bytes, inter);
       };
@@ -239,7 +245,17 @@ void place_groups(const PlanInput& in, std::vector<CommRow>& rows) {
 void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, const ep::StateCosts* ep_states,
                const std::vector<int64_t>& worst_units, PlanResult& r) {
   const bool moe_stages = in.shape && in.shape->moe.experts > 0 && pipe.staged();
-  std::vector<dp::CollCost> dcomm = ep_states ? ep_states->dense_comm : dp::comm_per_step(worst_units, axis);
+  // torchtitan's FSDP2 wrapping (parallelize_llama.py apply_fsdp at 1ea476e,
+  // 3faaa1a, 9dec370): each block a unit with reshard_after_forward =
+  // layer_id < n_layers - 1, so the last block, like the root, is not
+  // gathered again in backward; the root unit (tok_embeddings, final norm,
+  // output: the model's own fully_shard) is gathered first in forward and its
+  // gradients reduce-scattered last (the unhidden edges' share below).
+  const bool fsdp2 = !ep_states && worst_units.size() > 3 && fsdp2_device_plan(in, pipe);
+  const int nu = int(worst_units.size());
+  std::vector<dp::CollCost> dcomm = ep_states ? ep_states->dense_comm
+                                    : fsdp2   ? dp::comm_per_step(worst_units, axis, dp::UnitRoles{1, nu - 3, nu - 1})
+                                              : dp::comm_per_step(worst_units, axis);
   if (ep_states) dcomm.insert(dcomm.end(), ep_states->expert_comm.begin(), ep_states->expert_comm.end());
   for (const dp::CollCost& c : dcomm)
     add_row(r.comm, c.group.c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(), c.group_size,
@@ -277,7 +293,8 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
   if (!worst_units.empty()) {
     int64_t total = 0;
     for (int64_t u : worst_units) total += u;
-    if (total > 0) r.dp_first_unit_share = double(worst_units.front()) / double(total);
+    const int64_t first = worst_units.front() + (fsdp2 ? worst_units.back() : 0);  // torchtitan: the root unit
+    if (total > 0) r.dp_first_unit_share = double(first) / double(total);
   }
   if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
   place_groups(in, r.comm);

@@ -69,10 +69,14 @@ int64_t dp_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const Pi
 // memory_stats()["reserved_bytes.all.peak"]). Its comm buffers and the
 // loss's allocator hole below are those runs' own, not the engine's
 // (docs/planner.md, "Peak memory per GPU").
+}  // namespace
+
 bool fsdp2_device_plan(const PlanInput& in, const Pipe& pipe) {
   return !in.hw.host_kernels && in.eager_kernels && in.shape && in.shape->llama() && in.shape->moe.experts == 0 &&
          !pipe.experts && in.shard == dp::Shard::zero3 && in.dp > 1 && pipe.part.pp == 1 && pipe.part.v == 1;
 }
+
+namespace {
 
 // FSDP2's buffers at the step's peak (the eager loss's backward), per rank,
 // on such a plan (`units`: embedding, blocks, final norm + output):
@@ -385,7 +389,7 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
     per_micro += double(sl.num_blocks) *
-                 double(mc.llama() ? (in.eager_kernels ? llama_layer_eager_traffic_bytes(mc, x)
+                 double(mc.llama() ? (in.eager_kernels ? llama_layer_eager_traffic_bytes(mc, x, in.fused_norm)
                                                        : llama_layer_traffic_bytes(mc, x))
                                    : layer_traffic_bytes(x)) *
                      recompute;
@@ -393,7 +397,7 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     if (sl.head)
-      per_micro += double(in.eager_kernels && mc.llama() ? head_eager_traffic_bytes(x, mc.V) : head_traffic_bytes(x, mc.V));
+      per_micro += double(in.eager_kernels && mc.llama() ? head_eager_traffic_bytes(x, mc.V, in.fused_norm) : head_traffic_bytes(x, mc.V));
   }
   const dp::BytesPerParam b = dp::bytes_per_param(in.precision);
   const double stepped = double(r.stages[size_t(rank)].optimizer) / double(b.optimizer);  // updated on the device

@@ -79,6 +79,10 @@ struct RankBytes {
 };
 RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank);
 
+// A dense llama plan on a GPU profile with eager kernels under zero3 on one
+// stage: the layout of torchtitan's published FSDP2 runs (planner_memory.cc).
+bool fsdp2_device_plan(const PlanInput& in, const Pipe& pipe);
+
 // ---- communication (planner_comm.cc) ----
 
 // The comm rows of the worst rank's step (r.comm): data parallel (dense,

@@ -59,9 +59,10 @@ int64_t block_forward_ops(const PlanInput& in) {
   // wq wk wv (3); RoPE: q and k upcast, complex product, downcast (6);
   // repeat_kv's copies of k and v (2, with fewer kv heads than q heads);
   // attention; its output made contiguous; wo; add; RMSNorm (8); w1, w3;
-  // SiLU; the product; w2; add.
+  // SiLU; the product; w2; add. fused_norm: each RMSNorm one Triton kernel.
   const int64_t q = m.C / in.tp, kv = llama_kv_heads_per_rank(m, in.tp) * m.head_size();
-  return 8 + 3 + 6 + (kv < q ? 2 : 0) + attention + 1 + 1 + 1 + 8 + 2 + 1 + 1 + 1 + 1;
+  const int64_t norm = in.fused_norm ? 1 : 8;
+  return norm + 3 + 6 + (kv < q ? 2 : 0) + attention + 1 + 1 + 1 + norm + 2 + 1 + 1 + 1 + 1;
 }
 
 int64_t multi_tensor_launches(int64_t tensors, double elements) {

@@ -762,6 +762,17 @@ TEST(Planner, EagerKernelsCountTorchtitansOps) {
             3 * (llama_layer_traffic_bytes(m, x) - 3 * 1024 * 4 * int64_t(m.NH) * 1024));  // > 3x, scores aside
   EXPECT_GT(eager.memory_s, fused.memory_s);
   EXPECT_DOUBLE_EQ(eager.hardware_flops, fused.hardware_flops);
+  // torchtitan's Triton RMSNorm (fused_norm): each norm 2e bytes per element
+  // forward where eager moves 36 (bf16), the rest unchanged.
+  EXPECT_EQ(llama_layer_eager_traffic_bytes(m, x) - llama_layer_eager_traffic_bytes(m, x, true),
+            3 * 1024 * 2 * (36 - 4) * h);
+  EXPECT_EQ(head_eager_traffic_bytes(x, m.V) - head_eager_traffic_bytes(x, m.V, true), 3 * 1024 * (36 - 4) * h);
+  in.fused_norm = true;
+  const PlanResult triton_norm = plan(in);
+  EXPECT_NEAR(eager.memory_bytes - triton_norm.memory_bytes, double(2 * m.L + 1) * 3 * 1024 * (36 - 4) * double(h),
+              1e-9 * eager.memory_bytes);
+  EXPECT_LT(triton_norm.step_s, eager.step_s);
+  in.fused_norm = false;
   in.shape = planner_model("gpt2-124m");
   EXPECT_THROW(plan(in), InputError);
 }
@@ -796,6 +807,86 @@ TEST(Planner, DevicePipelinesScatterTheBoundaryOverTp) {
   EXPECT_EQ(bytes(gpu, "tp", "all_gather"), bytes(cpu, "pp", "send_recv"));
   in.sp = true;  // with sp the boundary is the rank's 1/t on both
   EXPECT_EQ(bytes(plan(in), "pp", "send_recv") * 4, bytes(cpu, "pp", "send_recv"));
+}
+
+// Sequence parallel's backward (PlanInput::sp_regather): Megatron-LM
+// all-gathers each block's two stored norm outputs and the head's input again;
+// with the gathered inputs kept (PyTorch DTensor, torchtitan) those 2 L + 1
+// all-gathers per microbatch, each the forward's size, are not made, under
+// full recompute too (the rerun forward's gathers are the ones kept).
+TEST(Planner, SequenceParallelKeptGathersDropTheBackwardRegathers) {
+  PlanInput in;
+  in.shape = planner_model("tiny-llama");
+  in.microbatch_size = 2;
+  in.global_batch = 4;  // 2 microbatches on dp 1
+  in.seq = 16;
+  in.tp = 2;
+  in.sp = true;
+  in.hw.peak_tflops = 312;
+  in.hw.bw_intra_GBps = 200;
+  in.hw.host_kernels = false;
+  auto gathers = [](const PlanResult& r, const char* phase) {
+    for (const CommRow& c : r.comm)
+      if (c.group == "tp" && c.op == "all_gather" && c.phase == phase) return std::pair<int64_t, int64_t>{c.calls, c.bytes};
+    return std::pair<int64_t, int64_t>{0, 0};
+  };
+  const int64_t L = in.shape->L;
+  for (Recompute rc : {Recompute::none, Recompute::full}) {
+    in.recompute = rc;
+    in.sp_regather = true;
+    const PlanResult megatron = plan(in);
+    in.sp_regather = false;
+    const PlanResult dtensor = plan(in);
+    const auto fwd = gathers(megatron, "fwd");
+    ASSERT_EQ(fwd.first, 2 * (2 * L + 1));  // per microbatch: 2 per block, the head's input
+    const int64_t each = fwd.second / fwd.first;
+    EXPECT_EQ(gathers(dtensor, "fwd"), fwd);
+    const auto mb = gathers(megatron, "bwd"), db = gathers(dtensor, "bwd");
+    EXPECT_EQ(mb.first - db.first, 2 * (2 * L + 1));
+    EXPECT_EQ(mb.second - db.second, 2 * (2 * L + 1) * each);
+    EXPECT_LT(dtensor.step_s, megatron.step_s);
+  }
+  in.sp = false;  // without sp there is nothing to re-gather
+  in.sp_regather = true;
+  const PlanResult a = plan(in);
+  in.sp_regather = false;
+  EXPECT_EQ(plan(in).step_s, a.step_s);
+}
+
+// torchtitan's FSDP2 wrapping on its published layout (a dense llama, zero3,
+// eager kernels, a GPU profile, one stage): the last block is not resharded
+// after forward, so backward gathers L - 1 blocks, and the root unit
+// (embedding, final norm and output) is the first gathered and the last
+// reduce-scattered (the unhidden edges' share). Fused kernels keep the
+// engine's roles (every block gathered again; the embedding first).
+TEST(Planner, TorchtitanFsdp2KeepsTheLastBlockAndGathersTheRootFirst) {
+  PlanInput in;
+  in.shape = planner_model("tiny-llama");
+  in.microbatch_size = 1;
+  in.global_batch = 4;
+  in.seq = 16;
+  in.dp = 4;
+  in.shard = dp::Shard::zero3;
+  in.hw.peak_tflops = 312;
+  in.hw.bw_intra_GBps = 200;
+  in.hw.mem_bw_GBps = 1000;
+  in.hw.host_kernels = false;
+  auto bwd_gathers = [](const PlanResult& r) {
+    for (const CommRow& c : r.comm)
+      if (c.group == "dp" && c.op == "all_gather" && c.phase == "bwd") return c.calls;
+    return int64_t(0);
+  };
+  const int64_t L = in.shape->L;
+  const PlanResult fused = plan(in);
+  in.eager_kernels = true;
+  const PlanResult titan = plan(in);
+  EXPECT_EQ(bwd_gathers(fused), L);
+  EXPECT_EQ(bwd_gathers(titan), L - 1);
+  EXPECT_GT(titan.dp_first_unit_share, fused.dp_first_unit_share);
+  const double root = titan.dp_first_unit_share, embedding = fused.dp_first_unit_share;
+  const ModelConfig& m = *in.shape;
+  // tok_embeddings V x C; the root adds the untied output (V x C) and the final norm (C).
+  EXPECT_NEAR(root / embedding, double(2 * m.V * m.C + m.C) / double(m.V * m.C), 1e-9);
 }
 
 // FlashAttention's rate by kernel, head dimension and sequence
