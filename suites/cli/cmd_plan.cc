@@ -45,6 +45,7 @@ struct PlanFlags {
   std::string order = "tp-cp-dp-pp";  // --order: placement of the axes over ranks, fastest first
   std::string attention = "unfused";  // --attention: flash (FlashAttention) or unfused
   std::string kernels = "fused";      // --kernels: fused or eager (PyTorch eager ops, llama family)
+  std::string grad_reduce;            // --grad-reduce: bf16|fp16|fp32 (empty: the precision's gradient bytes)
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -162,6 +163,15 @@ bool parse_kernels(const std::string& s, const std::string& what) {
   return s == "eager";
 }
 
+// The data-parallel gradient reduce's dtype: its bytes per element
+// (PlanInput::grad_reduce_bytes); empty: 0, the precision's gradient bytes.
+int parse_grad_reduce(const std::string& s, const std::string& what) {
+  if (s.empty()) return 0;
+  require(s == "bf16" || s == "fp16" || s == "fp32",
+          what + ": '" + s + "' must be bf16, fp16 (2-byte gradient reduce) or fp32 (4-byte)");
+  return s == "fp32" ? 4 : 2;
+}
+
 planner::PlanInput resolve(PlanFlags& f) {
   planner::PlanInput in = f.in;
   const bool custom = f.layers || f.channels || f.heads;
@@ -195,6 +205,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.flash_attention = attention.flash;
   in.flash_triton = attention.triton;
   in.eager_kernels = parse_kernels(f.kernels, "--kernels");
+  in.grad_reduce_bytes = parse_grad_reduce(f.grad_reduce, "--grad-reduce");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -304,15 +315,18 @@ const std::vector<std::string>& published_columns() {
 // `order` (the axes' placement, --order: tp-cp-dp-pp by default), `attention`
 // (flash, flash-triton or unfused, --attention: unfused by default), `kernels` (fused or
 // eager, --kernels: fused by default), `published_gib` (the peak memory per GPU the
-// source reports, GiB; empty where it gives none).
+// source reports, GiB; empty where it gives none), `grad_reduce` (the dtype of the
+// data-parallel gradient reduce, --grad-reduce: bf16, fp16 or fp32; empty: bf16).
 const std::vector<std::string>& published_optional_columns() {
-  static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib"};
+  static const std::vector<std::string> cols = {"model",   "cp",           "order",      "attention",
+                                                "kernels", "published_gib", "grad_reduce"};
   return cols;
 }
 
 struct PublishedRow {
   std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
   bool pp_inside_dp = false, eager_kernels = false;
+  int grad_reduce_bytes = 0;  // 0: the precision's gradient bytes
   AttentionKernel attention;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
@@ -406,6 +420,7 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     if (has("order")) r.pp_inside_dp = parse_order(at("order"), where + "order");
     if (has("attention")) r.attention = parse_attention(at("attention"), where + "attention");
     if (has("kernels")) r.eager_kernels = parse_kernels(at("kernels"), where + "kernels");
+    if (has("grad_reduce")) r.grad_reduce_bytes = parse_grad_reduce(at("grad_reduce"), where + "grad_reduce");
     if (has("model")) {
       r.model = at("model");
       ModelConfig named;
@@ -498,6 +513,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.flash_attention = r.attention.flash;
   in.flash_triton = r.attention.triton;
   in.eager_kernels = r.eager_kernels;
+  in.grad_reduce_bytes = r.grad_reduce_bytes;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -841,6 +857,10 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "the memory-bound kernels: fused (default: Megatron's fused norms and activations) or eager "
                   "(PyTorch eager ops with the model source's fp32 upcasts, as torchtitan runs Llama without "
                   "torch.compile; llama family only)");
+  app->add_option("--grad-reduce", f->grad_reduce,
+                  "the dtype of the data-parallel gradient reduce (reduce-scatter/all-reduce rows): bf16 or fp16 "
+                  "(2 bytes: the default under bf16-mixed) or fp32 (4 bytes: FSDP2 reduce_dtype=float32, "
+                  "Megatron-LM --accumulate-allreduce-grads-in-fp32); the parameter all-gathers keep their bytes");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "
