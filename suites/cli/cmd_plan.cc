@@ -420,7 +420,8 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     if (has("order")) r.pp_inside_dp = parse_order(at("order"), where + "order");
     if (has("attention")) r.attention = parse_attention(at("attention"), where + "attention");
     if (has("kernels")) r.eager_kernels = parse_kernels(at("kernels"), where + "kernels");
-    if (has("grad_reduce")) r.grad_reduce_bytes = parse_grad_reduce(at("grad_reduce"), where + "grad_reduce");
+    if (has("grad_reduce"))  // empty: the default (parse_grad_reduce)
+      r.grad_reduce_bytes = parse_grad_reduce(t.rows[i][t.column("grad_reduce")], where + "grad_reduce");
     if (has("model")) {
       r.model = at("model");
       ModelConfig named;
