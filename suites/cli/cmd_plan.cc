@@ -46,6 +46,7 @@ struct PlanFlags {
   std::string attention = "unfused";  // --attention: flash (FlashAttention) or unfused
   std::string kernels = "fused";      // --kernels: fused or eager (PyTorch eager ops, llama family)
   std::string sp_gather = "regather"; // --sp-gather: regather (Megatron-LM) or saved (PyTorch DTensor)
+  std::string grad_reduce;            // --grad-reduce: bf16|fp16|fp32 (empty: the precision's gradient bytes)
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -179,6 +180,15 @@ bool parse_sp_regather(const std::string& s, const std::string& what) {
   return s == "regather";
 }
 
+// The data-parallel gradient reduce's dtype: its bytes per element
+// (PlanInput::grad_reduce_bytes); empty: 0, the precision's gradient bytes.
+int parse_grad_reduce(const std::string& s, const std::string& what) {
+  if (s.empty()) return 0;
+  require(s == "bf16" || s == "fp16" || s == "fp32",
+          what + ": '" + s + "' must be bf16, fp16 (2-byte gradient reduce) or fp32 (4-byte)");
+  return s == "fp32" ? 4 : 2;
+}
+
 planner::PlanInput resolve(PlanFlags& f) {
   planner::PlanInput in = f.in;
   const bool custom = f.layers || f.channels || f.heads;
@@ -215,6 +225,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.eager_kernels = kernels.eager;
   in.fused_norm = kernels.fused_norm;
   in.sp_regather = parse_sp_regather(f.sp_gather, "--sp-gather");
+  in.grad_reduce_bytes = parse_grad_reduce(f.grad_reduce, "--grad-reduce");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -325,10 +336,11 @@ const std::vector<std::string>& published_columns() {
 // (flash, flash-triton or unfused, --attention: unfused by default), `kernels` (fused or
 // eager, --kernels: fused by default), `published_gib` (the peak memory per GPU the
 // source reports, GiB; empty where it gives none), `sp_gather` (regather or saved,
-// --sp-gather: regather by default).
+// --sp-gather: regather by default), `grad_reduce` (the dtype of the
+// data-parallel gradient reduce, --grad-reduce: bf16, fp16 or fp32; empty: bf16).
 const std::vector<std::string>& published_optional_columns() {
   static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib",
-                                                "sp_gather"};
+                                                "sp_gather", "grad_reduce"};
   return cols;
 }
 
@@ -336,6 +348,7 @@ struct PublishedRow {
   std::string label, machine, recompute, schedule, shard, metric, assumed, source, model;
   bool pp_inside_dp = false, sp_regather = true;
   KernelSet kernels;
+  int grad_reduce_bytes = 0;  // 0: the precision's gradient bytes
   AttentionKernel attention;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
@@ -430,6 +443,8 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     if (has("attention")) r.attention = parse_attention(at("attention"), where + "attention");
     if (has("kernels")) r.kernels = parse_kernels(at("kernels"), where + "kernels");
     if (has("sp_gather")) r.sp_regather = parse_sp_regather(at("sp_gather"), where + "sp_gather");
+    if (has("grad_reduce"))  // empty: the default (parse_grad_reduce)
+      r.grad_reduce_bytes = parse_grad_reduce(t.rows[i][t.column("grad_reduce")], where + "grad_reduce");
     if (has("model")) {
       r.model = at("model");
       ModelConfig named;
@@ -524,6 +539,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.eager_kernels = r.kernels.eager;
   in.fused_norm = r.kernels.fused_norm;
   in.sp_regather = r.sp_regather;
+  in.grad_reduce_bytes = r.grad_reduce_bytes;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -872,6 +888,10 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "with --sp, the backward's column-parallel inputs: regather (default: all-gathered again from the "
                   "stored shards, as Megatron-LM) or saved (the forward's gathered inputs kept, as PyTorch DTensor "
                   "and torchtitan)");
+  app->add_option("--grad-reduce", f->grad_reduce,
+                  "the dtype of the data-parallel gradient reduce (reduce-scatter/all-reduce rows): bf16 or fp16 "
+                  "(2 bytes: the default under bf16-mixed) or fp32 (4 bytes: FSDP2 reduce_dtype=float32, "
+                  "Megatron-LM --accumulate-allreduce-grads-in-fp32); the parameter all-gathers keep their bytes");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "

@@ -57,6 +57,12 @@ def add_column(lines, col, value):
     return lines[:h] + [l + "," + (col if i == 0 else value) if l else l for i, l in enumerate(lines[h:])]
 
 
+def drop_column(lines, col):
+    h = header_index(lines)
+    j = lines[h].split(",").index(col)
+    return lines[:h] + [",".join(f for k, f in enumerate(l.split(",")) if k != j) if l else l for l in lines[h:]]
+
+
 def clear_field(lines, col):
     h = header_index(lines)
     j = lines[h].split(",").index(col)
@@ -113,9 +119,8 @@ def cases():
         # #48: the published table reader
         (["plan", "--validate", edited("unknown_col.csv", lambda l: rename_column(l, "assumed", "assumd"))], 2,
          r"unknown column 'assumd'"),
-        (["plan", "--validate", edited("missing_col.csv",
-                                       lambda l: [",".join(x.split(",")[:-1]) if i >= header_index(l) and x else x
-                                                  for i, x in enumerate(l)])], 2, r"missing column 'source'"),
+        (["plan", "--validate", edited("missing_col.csv", lambda l: drop_column(l, "source"))], 2,
+         r"missing column 'source'"),
         (["plan", "--validate", edited("empty_field.csv", lambda l: clear_field(l, "tp"))], 2,
          r"line \d+: field 'tp' is empty"),
         (["plan", "--validate", edited("bad_metric.csv", lambda l: set_field(l, "metric", "speed"))], 2,
@@ -159,6 +164,9 @@ def cases():
         (gpt + ["--peak-tflops", "100", "--order", "dp-tp"], 2, r"--order: 'dp-tp' must be tp-cp-dp-pp"),
         (gpt + ["--peak-tflops", "100", "--attention", "fused"], 2, r"--attention: 'fused' must be flash"),
         (gpt + ["--peak-tflops", "100", "--kernels", "fast"], 2, r"--kernels: 'fast' must be fused"),
+        (gpt + ["--peak-tflops", "100", "--grad-reduce", "fp8"], 2, r"--grad-reduce: 'fp8' must be bf16, fp16"),
+        (["plan", "--validate", llama_edited("llama_reduce.csv", lambda l: set_field(l, "grad_reduce", "float32"))],
+         2, r"line [0-9]+: grad_reduce: 'float32' must be bf16, fp16"),
         (gpt + ["--peak-tflops", "100", "--kernels", "eager"], 2, r"--kernels eager: counted for the llama family"),
         (gpt + ["--machine", "a100", "--attention", "flash-triton", "--explain"], 0,
          r"attention .*Triton FlashAttention at 75 TFLOP/s \(d 64, seq 1024.*flash2_a100_fwd_bwd_benchmark"),

@@ -292,6 +292,15 @@ struct PlanInput {
   // all-gathered tensor is the matmul's saved input), so the backward has 2
   // all-gathers per block and 1 for the head fewer (planner_comm.cc).
   bool sp_regather = true;
+  // The bytes per element of the data-parallel gradient reduction (the dp
+  // groups' reduce_scatter and all_reduce rows; not the parameter
+  // all_gathers): 0 keeps the precision's gradient bytes (2 under
+  // bf16-mixed); 4 is an fp32 reduce of bf16 gradients (FSDP2's
+  // MixedPrecisionPolicy(reduce_dtype=float32), torchtitan's default;
+  // Megatron-LM's --accumulate-allreduce-grads-in-fp32), 2 a bf16/fp16 one
+  // (composer's PURE). plan --grad-reduce, --validate's grad_reduce column
+  // (docs/planner.md#published-gpu-runs-plan---validate).
+  int grad_reduce_bytes = 0;
   Hardware hw;
 };
 

@@ -240,6 +240,16 @@ void place_groups(const PlanInput& in, std::vector<CommRow>& rows) {
   }
 }
 
+// A data-parallel row's bytes at the run's gradient-reduce dtype
+// (PlanInput::grad_reduce_bytes): the gradient reductions (reduce_scatter,
+// all_reduce) scale from the precision's gradient bytes to it; the parameter
+// all_gathers keep the parameter bytes.
+int64_t grad_reduce_bytes(const PlanInput& in, dp::Coll op, int64_t bytes) {
+  const int64_t g = dp::bytes_per_param(in.precision).grad;
+  if (in.grad_reduce_bytes <= 0 || in.grad_reduce_bytes == g || op == dp::Coll::all_gather) return bytes;
+  return bytes / g * in.grad_reduce_bytes + bytes % g * in.grad_reduce_bytes / g;
+}
+
 }  // namespace
 
 void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, const ep::StateCosts* ep_states,
@@ -259,7 +269,7 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
   if (ep_states) dcomm.insert(dcomm.end(), ep_states->expert_comm.begin(), ep_states->expert_comm.end());
   for (const dp::CollCost& c : dcomm)
     add_row(r.comm, c.group.c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(), c.group_size,
-            c.calls, c.bytes, c.inter_node);
+            c.calls, grad_reduce_bytes(in, c.op, c.bytes), c.inter_node);
   // MoE stages: the worst rank's experts over edp, and its MoE layers below.
   const int moe_layers = moe_stages ? int(stage_moe_layers(*in.shape, pipe.part, r.worst.stage, in.ep, in.tp))
                          : in.shape ? in.shape->moe_layers() : 0;
@@ -268,7 +278,7 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
     for (int64_t u : stage_expert_units(*in.shape, pipe.part, r.worst.stage, in.ep, in.tp)) uses.push_back({u, 1, 1});
     for (const dp::CollCost& c : pipeline::stage_dp_comm_per_step(uses, *pipe.experts, int(r.microbatches)))
       add_row(r.comm, ("e" + c.group).c_str(), c.phase.c_str(), std::string(dp::coll_name(c.op)).c_str(),
-              c.group_size, c.calls, c.bytes, c.inter_node);
+              c.group_size, c.calls, grad_reduce_bytes(in, c.op, c.bytes), c.inter_node);
   }
   // Full recompute reruns each MoE block's forward in backward (the same
   // routing): its count exchange, dispatch and combine, and its capacity

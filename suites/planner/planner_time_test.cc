@@ -967,6 +967,49 @@ TEST(Planner, DeviceFsdpExposesItsFirstGatherAndLastReduceScatter) {
   EXPECT_NEAR(r.exposed_comm_s, 21e-3, 1e-12);
 }
 
+// The gradient reduce's dtype (PlanInput::grad_reduce_bytes), by hand: 100M
+// bf16-mixed parameters over dp 8, 8 microbatches. ZeRO-3: each row moves
+// 8 x 100M elements, at 2 bytes 1.6 GB, 7/8 of it on the bus at 100 GB/s =
+// 14 ms; an fp32 reduce (torchtitan's reduce_dtype=float32) doubles the
+// reduce-scatter to 3.2 GB, 28 ms, the two all-gathers keep bf16's 1.6 GB.
+// DDP: the one all-reduce of 100M gradients, 200 MB -> 400 MB. bf16 (2) is
+// the default's bytes.
+TEST(Planner, GradReduceDtypeScalesTheGradientReductionsOnly) {
+  PlanInput in = params_only(100'000'000, 8, dp::Shard::zero3);
+  in.global_batch = 64;
+  in.hw.peak_tflops = 100;
+  in.hw.bw_intra_GBps = 100;
+  auto row = [](const PlanResult& r, const std::string& phase, const std::string& op) {
+    for (const CommRow& c : r.comm)
+      if (c.group == "dp" && c.phase == phase && c.op == op) return c;
+    ADD_FAILURE() << "no dp " << phase << " " << op << " row";
+    return CommRow{};
+  };
+  const PlanResult base = plan(in);
+  ASSERT_EQ(base.microbatches, 8);
+  ASSERT_EQ(base.comm.size(), 3u);
+  EXPECT_EQ(row(base, "bwd", "reduce_scatter").bytes, 1'600'000'000);
+  in.grad_reduce_bytes = 2;
+  const PlanResult bf16 = plan(in);
+  for (size_t i = 0; i < base.comm.size(); ++i) EXPECT_EQ(bf16.comm[i].bytes, base.comm[i].bytes);
+  in.grad_reduce_bytes = 4;
+  const PlanResult fp32 = plan(in);
+  ASSERT_EQ(fp32.comm.size(), 3u);
+  EXPECT_EQ(row(fp32, "bwd", "reduce_scatter").bytes, 3'200'000'000);
+  EXPECT_NEAR(row(fp32, "bwd", "reduce_scatter").time_s, 28e-3, 1e-12);
+  EXPECT_EQ(row(fp32, "fwd", "all_gather").bytes, 1'600'000'000);
+  EXPECT_EQ(row(fp32, "bwd", "all_gather").bytes, 1'600'000'000);
+  EXPECT_NEAR(row(fp32, "fwd", "all_gather").time_s, 14e-3, 1e-12);
+  EXPECT_NEAR(fp32.comm_s - base.comm_s, 14e-3, 1e-12);
+
+  PlanInput ddp = params_only(100'000'000, 8, dp::Shard::none);
+  ddp.global_batch = 64;
+  ddp.hw = in.hw;
+  EXPECT_EQ(row(plan(ddp), "bwd", "all_reduce").bytes, 200'000'000);
+  ddp.grad_reduce_bytes = 4;
+  EXPECT_EQ(row(plan(ddp), "bwd", "all_reduce").bytes, 400'000'000);
+}
+
 // A model's first unit (its embedding) is its share of the parameters: the
 // built-in GPU profiles carry the sourced slowdown, the CPU stand-ins none.
 TEST(Planner, FirstUnitShareAndTheProfilesSlowdown) {
