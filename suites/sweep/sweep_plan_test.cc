@@ -528,11 +528,16 @@ TEST(SweepPlan, ExtrapolatedRowsContinueEachSeries) {
     EXPECT_EQ(row[p.column("mesh")], "dp64");
     EXPECT_EQ(row[p.column("global_batch")], "128");  // weak: 2 sequences per replica
     EXPECT_NE(row[p.column("reason")].find("extrapolated from 2 measured ranks"), std::string::npos);
-    at64[row[p.column("strategy")]] = std::stod(row[p.column("est_tokens_per_s")]);
+    EXPECT_GT(std::stod(row[p.column("est_tokens_per_s")]), 0);
+    at64[row[p.column("strategy")]] = std::stod(row[p.column("comm_dp_bytes")]);
   }
   ASSERT_EQ(at64.size(), 2u);
-  // ZeRO-3 gathers parameters every step: at 64 ranks it plans slower than DDP.
-  EXPECT_LT(at64["shard=zero3"], at64["shard=none"]);
+  // ZeRO-3 gathers parameters every step: at 64 ranks it plans more
+  // data-parallel traffic than DDP's all-reduce (here 2.9x). Not its throughput:
+  // each series is scaled by its own measured step, and on this machine
+  // the two 64-rank figures lie within the measurements' noise (seen 3%
+  // apart either way).
+  EXPECT_GT(at64["shard=zero3"], 1.4 * at64["shard=none"]);
 }
 
 TEST(SweepPlan, ExtrapolationRejectsWhatCannotScaleAndUsesAProfile) {
