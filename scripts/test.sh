@@ -4,7 +4,8 @@
 #   bash scripts/test.sh          the quick suite: sets up, builds (warnings as
 #                                 errors) and runs every ctest not labelled
 #                                 `full` — unit tests, conformance, the teeth's
-#                                 catches, MPI, the CLI, the default job and
+#                                 data-parallel and pipeline catches, MPI,
+#                                 the CLI, the default job and
 #                                 its gate against the committed baseline.
 #                                 What a newcomer runs; <= 12 min on 2 cores.
 #   bash scripts/test.sh --full   everything (what .ci/run calls, <= 45 min):
@@ -13,7 +14,8 @@
 #                                 (scripts/torch/setup.sh, scripts/frameworks/
 #                                 setup.sh: PyPI, once), every
 #                                 ctest (the `full` label adds the teeth's
-#                                 no-false-alarm seeds, cli_calibrate,
+#                                 other catches and no-false-alarm seeds,
+#                                 calibrate_test, cli_calibrate,
 #                                 report_py, the PyTorch, DeepSpeed and
 #                                 Megatron-Core adapters and the
 #                                 two-node namespaces), then the sanitizer

@@ -5,8 +5,10 @@ parabench_library(NAME pb_calibrate ALIAS pb::calibrate
   SOURCES calibrate/comm_rates.cc calibrate/local_hardware.cc calibrate/kernel_rates.cc calibrate/shape_rates.cc
           calibrate/device_rates.cc
   DEPS pb::planner pb::context_parallel pb::harness pb::kernels_cpu pb::collectives)
+# (label `full`: ~30 s of measuring this machine; the quick suite keeps the
+# calibrate command's own test, cli_calibrate's siblings, out of a newcomer's way).
 parabench_test(NAME calibrate_test SOURCES calibrate/local_hardware_test.cc calibrate/shape_rates_test.cc
-  DEPS pb::calibrate TIMEOUT 120)
+  DEPS pb::calibrate LABELS full TIMEOUT 120)
 # calibrate --device cuda's measurements and profile on the CPU stand-in device.
 parabench_test(NAME calibrate_device_test SOURCES calibrate/device_rates_test.cc
   DEPS pb::calibrate pb::reference TIMEOUT 60)

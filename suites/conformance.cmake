@@ -29,9 +29,10 @@ parabench_test(NAME conformance_moe_test SOURCES conformance/moe_conformance_tes
 parabench_library(NAME pb_teeth ALIAS pb::teeth
   SOURCES conformance/teeth.cc
   DEPS pb::conformance)
-# One binary, three ctests that run side by side: the catches of each family
-# at every precision (two shards, the quick suite) and the no-false-alarm
-# sweeps over ten or twenty seeds (label `full`: scripts/test.sh --full).
+# One binary, three ctests that run side by side: the catches of the data-
+# parallel and pipeline families at every precision (the quick suite), those
+# of tensor, context parallel and MoE (about a minute on 2 busy cores) and the
+# no-false-alarm sweeps over ten or twenty seeds (label `full`: scripts/test.sh --full).
 parabench_test(NAME conformance_teeth_test SOURCES conformance/teeth_test.cc
                DEPS pb::teeth TIMEOUT 900
                ARGS --gtest_filter=Teeth.EveryDataParallel*:Teeth.EveryPipeline*:Teeth.CatchTable*)
@@ -40,7 +41,7 @@ if(TARGET conformance_teeth_test)
   add_test(NAME conformance_teeth_catch_others COMMAND conformance_teeth_test
            --gtest_filter=*-Teeth.EveryDataParallel*:Teeth.EveryPipeline*:Teeth.CatchTable*:*NoFalseAlarm*)
   add_test(NAME conformance_teeth_seeds COMMAND conformance_teeth_test --gtest_filter=*NoFalseAlarm*)
-  set_tests_properties(conformance_teeth_catch_others PROPERTIES TIMEOUT 900 LABELS "unit")
+  set_tests_properties(conformance_teeth_catch_others PROPERTIES TIMEOUT 900 LABELS "unit;full")
   set_tests_properties(conformance_teeth_seeds PROPERTIES TIMEOUT 900 LABELS "unit;full")
   # A filter that selects nothing passes in GoogleTest; here it fails.
   set_tests_properties(conformance_teeth_test conformance_teeth_catch_others conformance_teeth_seeds

@@ -337,10 +337,11 @@ const std::vector<std::string>& published_columns() {
 // eager, --kernels: fused by default), `published_gib` (the peak memory per GPU the
 // source reports, GiB; empty where it gives none), `sp_gather` (regather or saved,
 // --sp-gather: regather by default), `grad_reduce` (the dtype of the
-// data-parallel gradient reduce, --grad-reduce: bf16, fp16 or fp32; empty: bf16).
+// data-parallel gradient reduce, --grad-reduce: bf16, fp16 or fp32; empty: bf16),
+// `dropout` (0 or 1, --dropout: Megatron's GPT dropout; 0 by default).
 const std::vector<std::string>& published_optional_columns() {
   static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib",
-                                                "sp_gather", "grad_reduce"};
+                                                "sp_gather", "grad_reduce", "dropout"};
   return cols;
 }
 
@@ -352,7 +353,7 @@ struct PublishedRow {
   AttentionKernel attention;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
-  bool sp = false, overlap = false;
+  bool sp = false, overlap = false, dropout = false;
   double published = 0;
   double published_gib = 0;  // 0: the source gives no memory figure
 };
@@ -467,6 +468,7 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     r.global_batch = whole("global_batch", 1, int64_t(1) << 30);
     r.recompute = at("recompute");
     r.sp = flag("sp");
+    if (has("dropout")) r.dropout = flag("dropout");
     r.schedule = at("schedule");
     r.virtual_stages = int(whole("virtual_stages", 1, 1 << 10));
     r.shard = at("shard");
@@ -540,6 +542,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.fused_norm = r.kernels.fused_norm;
   in.sp_regather = r.sp_regather;
   in.grad_reduce_bytes = r.grad_reduce_bytes;
+  in.dropout = r.dropout;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -849,7 +852,7 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--global-batch", f->in.global_batch, "sequences per step (default dp*microbatch-size*pp)")->check(kPositive);
   app->add_option("--recompute", f->recompute,
                   "none|selective|full|op (op: torchtitan's op-level checkpointing, every other matmul recomputed)");
-  app->add_flag("--dropout", f->in.dropout, "count dropout masks (Megatron's GPT; the canonical model has none)");
+  app->add_flag("--dropout", f->in.dropout, "Megatron's GPT dropout (attention and hidden, p = 0.1 by default there): its masks in memory, its kernels' traffic in time (the canonical model has none)");
   app->add_option("--schedule", f->schedule, "gpipe|1f1b|interleaved|zb-h1|2bw (default 1f1b)");
   app->add_option("--virtual-stages", f->virtual_stages, "model chunks per rank (interleaved)")->check(kPositive);
   app->add_flag("--overlap", f->overlap, "DDP overlaps its bucket all-reduces with backward (overlap=on; shard none, no "

@@ -168,6 +168,11 @@ def cases():
         (["plan", "--validate", llama_edited("llama_reduce.csv", lambda l: set_field(l, "grad_reduce", "float32"))],
          2, r"line [0-9]+: grad_reduce: 'float32' must be bf16, fp16"),
         (gpt + ["--peak-tflops", "100", "--kernels", "eager"], 2, r"--kernels eager: counted for the llama family"),
+        # Megatron's dropout: a 0/1 column, and no dropout for the llama family
+        (["plan", "--validate", edited("bad_dropout.csv", lambda l: set_field(l, "dropout", "yes"))], 2,
+         r"line \d+: dropout 'yes' must be 0 or 1"),
+        (["plan", "--model", "llama3-8b", "--dropout", "--machine", "h100"], 2,
+         r"--dropout: Megatron's GPT dropout; the llama family has none"),
         (gpt + ["--machine", "a100", "--attention", "flash-triton", "--explain"], 0,
          r"attention .*Triton FlashAttention at 75 TFLOP/s \(d 64, seq 1024.*flash2_a100_fwd_bwd_benchmark"),
         (gpt + ["--machine", "h100", "--attention", "flash", "--explain"], 0,

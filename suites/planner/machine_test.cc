@@ -500,6 +500,17 @@ TEST(Machine, GemmModelQuantizesTilesAndWaves) {
   batched.batch = 108;  // one tile each, 108 of them: one full wave
   EXPECT_DOUBLE_EQ(modeled_gemm_gflops(271.2, 108, 256, 128, batched), 271.2e3);
   EXPECT_DOUBLE_EQ(modeled_gemm_gflops(271.2, 0, 0, 0, one_more), 271.2e3);  // no units: the rate alone
+  // The roofline: a thin GEMM (the unfused attention core's S = Q K^T over a
+  // head dimension of 96, 2048 x 2048 scores) is held to what device memory
+  // feeds it: 2mnk FLOPs over (mk + kn + mn) 2-byte elements, at 1800 GB/s.
+  const GemmShape scores{2048, 2048, 96, false, true, 1, 384};
+  const double intensity = 2.0 * 2048 * 2048 * 96 / (2.0 * (2048 * 96 + 96 * 2048 + 2048 * 2048));
+  EXPECT_NEAR(modeled_gemm_gflops(258, 108, 256, 128, scores, 1800, 2), intensity * 1800, 1e-9);
+  EXPECT_LT(intensity * 1800, 258e3 * 0.7);  // memory-bound: below the tiles' rate
+  // No bandwidth, no bound: 8 x 16 tiles per head, 384 heads, in 456 waves.
+  EXPECT_NEAR(modeled_gemm_gflops(258, 108, 256, 128, scores), 258e3 * 49152.0 / (456 * 108), 1e-6);
+  // A square GEMM's intensity is far above the ridge: the bound leaves it alone.
+  EXPECT_DOUBLE_EQ(modeled_gemm_gflops(271.2, 108, 256, 128, full, 1800, 2), 271.2e3);
 
   const MachineProfile a100 = load_machine("a100");
   EXPECT_DOUBLE_EQ(a100.gemm_achievable_tflops_bf16, 271.2);

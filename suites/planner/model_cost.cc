@@ -215,7 +215,7 @@ std::vector<GemmShape> rank_gemms(const ModelConfig& m, int64_t b, int64_t s, in
 }
 
 double modeled_gemm_gflops(double achievable_tflops, int64_t units, int64_t tile_m, int64_t tile_n,
-                           const GemmShape& g) {
+                           const GemmShape& g, double mem_bw_GBps, int64_t elem_bytes) {
   double used = 1;
   if (units > 0 && tile_m > 0 && tile_n > 0) {
     const double tm = double((g.m + tile_m - 1) / tile_m), tn = double((g.n + tile_n - 1) / tile_n);
@@ -223,7 +223,11 @@ double modeled_gemm_gflops(double achievable_tflops, int64_t units, int64_t tile
     const double waves = std::ceil(tiles / double(units));
     used = double(g.m) * double(g.n) * std::max(1.0, g.batch) / (waves * double(units) * double(tile_m * tile_n));
   }
-  return achievable_tflops * 1e3 * std::min(1.0, used);
+  const double tiled = achievable_tflops * 1e3 * std::min(1.0, used);
+  if (!(mem_bw_GBps > 0)) return tiled;
+  const double m = double(g.m), n = double(g.n), k = double(g.k);
+  const double flops_per_byte = 2 * m * n * k / (double(elem_bytes) * (m * k + k * n + m * n));
+  return std::min(tiled, flops_per_byte * mem_bw_GBps);
 }
 
 int64_t llama_layer_activation_bytes(const ModelConfig& m, const ActivationShape& x, Recompute r) {
@@ -288,15 +292,27 @@ int64_t last_stage_eager_extra_bytes(const ActivationShape& x, int64_t vocab) {
 }
 
 int64_t layer_shared_traffic_bytes(const ActivationShape& x) {
-  const int64_t tokens = x.s / x.cp * x.b;
-  const int64_t shared = x.sp ? 10 * x.h / x.tp : 10 * x.h;  // 2 LayerNorms, 2 residual adds
-  return 3 * shared * tokens * x.elem_bytes;
+  const int64_t tokens = x.s / x.cp * x.b, hn = x.sp ? x.h / x.tp : x.h;
+  // 2 LayerNorms, 2 residual adds; with dropout each bias-dropout-add writes
+  // its 1-byte mask forward and reads it backward.
+  return (3 * 10 * hn * x.elem_bytes + (x.dropout ? 2 * 2 * hn : 0)) * tokens;
+}
+
+int64_t layer_shared_forward_traffic_bytes(const ActivationShape& x) {
+  const int64_t tokens = x.s / x.cp * x.b, hn = x.sp ? x.h / x.tp : x.h;
+  return (10 * hn * x.elem_bytes + (x.dropout ? 2 * hn : 0)) * tokens;
 }
 
 int64_t layer_traffic_bytes(const ActivationShape& x) {
-  const int64_t t = x.tp, tokens = x.s / x.cp * x.b;
-  const int64_t split = 8 * x.h / t + 2 * x.a * x.s / t;  // GELU, softmax
-  return layer_shared_traffic_bytes(x) + 3 * split * tokens * x.elem_bytes;
+  const int64_t tokens = x.s / x.cp * x.b;
+  return layer_shared_traffic_bytes(x) + 3 * (8 * x.h / x.tp) * tokens * x.elem_bytes +  // GELU
+         layer_softmax_traffic_bytes(x);
+}
+
+int64_t layer_forward_traffic_bytes(const ActivationShape& x) {
+  const int64_t tokens = x.s / x.cp * x.b;
+  return layer_shared_forward_traffic_bytes(x) + (8 * x.h / x.tp) * tokens * x.elem_bytes +
+         layer_softmax_forward_traffic_bytes(x);
 }
 
 int64_t moe_layer_extra_traffic_bytes(const ActivationShape& x, const MoeConfig& moe) {
@@ -306,7 +322,17 @@ int64_t moe_layer_extra_traffic_bytes(const ActivationShape& x, const MoeConfig&
 }
 
 int64_t layer_softmax_traffic_bytes(const ActivationShape& x) {
-  return 3 * (2 * x.a * x.s / x.tp) * (x.s / x.cp * x.b) * x.elem_bytes;
+  // Per score: the softmax reads and writes it (2e), its backward twice that;
+  // dropout (torch.nn.Dropout on CUDA: fused_dropout) reads it and writes it
+  // with a 1-byte mask, its backward reads the gradient and the mask and
+  // writes the gradient.
+  const int64_t e = x.elem_bytes, dropout = x.dropout ? (2 * e + 1) + (2 * e + 1) : 0;
+  return (x.a * x.s / x.tp) * (x.s / x.cp * x.b) * (3 * 2 * e + dropout);
+}
+
+int64_t layer_softmax_forward_traffic_bytes(const ActivationShape& x) {
+  const int64_t e = x.elem_bytes;
+  return (x.a * x.s / x.tp) * (x.s / x.cp * x.b) * (2 * e + (x.dropout ? 2 * e + 1 : 0));
 }
 
 int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab) {
@@ -315,8 +341,10 @@ int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab) {
 }
 
 int64_t embedding_traffic_bytes(const ActivationShape& x) {
-  const int64_t tokens = x.s / x.cp * x.b;
-  return (x.sp ? 5 * x.h / x.tp : 5 * x.h) * tokens * x.elem_bytes;
+  const int64_t tokens = x.s / x.cp * x.b, hn = x.sp ? x.h / x.tp : x.h, e = x.elem_bytes;
+  // With dropout its output goes through one more kernel: read, write and a
+  // 1-byte mask forward; gradient and mask read, gradient written backward.
+  return (5 * hn * e + (x.dropout ? 2 * (2 * e + 1) * hn : 0)) * tokens;
 }
 
 }  // namespace pb::planner

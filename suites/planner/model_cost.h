@@ -106,9 +106,15 @@ struct GemmShape {
 };
 // The rate (GFLOP/s) of GEMM g on a profile's GEMM model
 // (Hardware::gemm_achievable_tflops, gemm_units, gemm_tile_m/n): the
-// achievable rate times the used share of the tiles and waves g occupies.
+// achievable rate times the used share of the tiles and waves g occupies,
+// and at most what device memory feeds it (the roofline: NVIDIA's 'Matrix
+// Multiplication Background User's Guide', Sec. 2 'Math And Memory Bounds'):
+// 2mnk FLOPs over the (mk + kn + mn) elements of `elem_bytes` each that the
+// call reads and writes at least, at `mem_bw_GBps` (0: no bound). Only thin
+// GEMMs meet it, as the unfused attention core's per-head products over a
+// head dimension of 64-160.
 double modeled_gemm_gflops(double achievable_tflops, int64_t units, int64_t tile_m, int64_t tile_n,
-                           const GemmShape& g);
+                           const GemmShape& g, double mem_bw_GBps = 0, int64_t elem_bytes = 2);
 // The GEMMs one rank runs for one microbatch of b sequences of s tokens
 // (reference/gpt.cc, impl/tensor_parallel): per block the four linears (y =
 // x W^T forward; dx = dy W and dW = dy^T x backward), the tied LM head, and
@@ -170,7 +176,9 @@ int64_t last_stage_eager_extra_bytes(const ActivationShape& x, int64_t vocab);
 // residual adds (3h each), GELU (8h) and the softmax over a*s scores (2as);
 // backward moves twice the forward (gradient in, saved input, gradient out).
 // With tensor parallel the GELU and per-head parts split over t (everything
-// with sp). Elements of elem_bytes each.
+// with sp). Elements of elem_bytes each; with dropout (x.dropout) its masks
+// and the attention dropout's kernel as layer_softmax_traffic_bytes and
+// layer_shared_traffic_bytes say.
 int64_t layer_traffic_bytes(const ActivationShape& x);
 // The llama family's: the norms and adds as above, RoPE on q and k, SwiGLU
 // over the rank's F/t, the softmax (docs/planner.md).
@@ -204,12 +212,24 @@ int64_t head_eager_traffic_bytes(const ActivationShape& x, int64_t vocab, bool f
 // (2E); backward moves twice the forward. Every tp rank routes the same
 // tokens whole (with sequence parallel too: the block gathers them first).
 int64_t moe_layer_extra_traffic_bytes(const ActivationShape& x, const MoeConfig& moe);
-// The softmax's part of layer_traffic_bytes (3 x 2as per local token).
+// The scores' part of layer_traffic_bytes: the softmax (3 x 2as elements per
+// local token) and, with dropout, the attention dropout over the
+// probabilities (Megatron-LM's GPT: torch.nn.Dropout after the fused masked
+// softmax; per score 2e + 1 bytes forward, the mask a byte, and as many
+// backward).
 int64_t layer_softmax_traffic_bytes(const ActivationShape& x);
+// What running the scores' kernels forward again moves (selective
+// recomputation's rerun of the attention core; full's within
+// layer_forward_traffic_bytes).
+int64_t layer_softmax_forward_traffic_bytes(const ActivationShape& x);
 // The LayerNorms' and residual adds' part (3 x 10h per local token, over t
-// with sp): what sequence parallel shards, timed at its own rate
-// (Hardware::shared_mem_bw_GBps).
+// with sp; with dropout the bias-dropout-adds' masks, a byte per element
+// written forward and read backward): what sequence parallel shards, timed
+// at its own rate (Hardware::shared_mem_bw_GBps).
 int64_t layer_shared_traffic_bytes(const ActivationShape& x);
+// The forward's share of each: what full recomputation runs again.
+int64_t layer_shared_forward_traffic_bytes(const ActivationShape& x);
+int64_t layer_forward_traffic_bytes(const ActivationShape& x);
 // The head (final LayerNorm 2h + 4h, softmax cross-entropy over the local
 // vocabulary V/t: 2V + 2V per token) and the embedding (3h + 2h per token).
 int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab);

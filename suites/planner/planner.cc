@@ -47,6 +47,8 @@ void check_input(const PlanInput& in) {
                 (in.recompute == Recompute::none && in.pp == 1 && m.moe.experts == 0),
             "recompute op (every other matmul recomputed): plans with one pipeline stage and dense blocks only "
             "(got pp " + std::to_string(in.pp) + (m.moe.experts ? ", a mixture of experts" : "") + ")");
+    require(!in.dropout || !m.llama(),
+            "--dropout: Megatron's GPT dropout; the llama family has none (--model " + m.name + ")");
     require(!in.eager_kernels || m.llama(),
             "--kernels eager: counted for the llama family's blocks only (torchtitan's eager ops), not --model " +
                 m.name);

@@ -383,17 +383,29 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   const ModelConfig& mc = *in.shape;
   const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
                           elem_bytes(in.precision)};
-  // Full and op-level checkpointing run the blocks' memory-bound forward again.
-  const double recompute = in.recompute == Recompute::full || in.recompute_even_matmuls ? 4.0 / 3 : 1;
+  // Full and op-level checkpointing run the blocks' memory-bound forward
+  // again (the llama family's a third of its traffic: backward moves twice
+  // the forward); selective the scores' kernels.
+  const bool rerun = in.recompute == Recompute::full || in.recompute_even_matmuls;
+  const double recompute = rerun ? 4.0 / 3 : 1;
+  const double layer =
+      mc.llama() ? double(in.eager_kernels ? llama_layer_eager_traffic_bytes(mc, x, in.fused_norm)
+                                           : llama_layer_traffic_bytes(mc, x)) *
+                           recompute +
+                       (in.recompute == Recompute::selective && !rerun
+                            ? double(layer_softmax_forward_traffic_bytes(x))
+                            : 0.0)
+                 : double(layer_traffic_bytes(x)) +
+                       double(rerun                                    ? layer_forward_traffic_bytes(x)
+                              : in.recompute == Recompute::selective ? layer_softmax_forward_traffic_bytes(x)
+                                                                     : 0);
+  const double shared_layer =
+      double(layer_shared_traffic_bytes(x)) + (rerun ? double(layer_shared_forward_traffic_bytes(x)) : 0.0);
   double per_micro = 0, shared = 0;
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
-    per_micro += double(sl.num_blocks) *
-                 double(mc.llama() ? (in.eager_kernels ? llama_layer_eager_traffic_bytes(mc, x, in.fused_norm)
-                                                       : llama_layer_traffic_bytes(mc, x))
-                                   : layer_traffic_bytes(x)) *
-                     recompute;
-    shared += double(sl.num_blocks) * double(layer_shared_traffic_bytes(x)) * recompute;
+    per_micro += double(sl.num_blocks) * layer;
+    shared += double(sl.num_blocks) * shared_layer;
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     if (sl.head)

@@ -174,8 +174,12 @@ StageCost stage_cost(const PlanInput& in, const PlanResult& r, bool attn_timed, 
   const ModelConfig& mc = *in.shape;
   const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
                           elem_bytes(in.precision)};
-  c.bytes.total -= double(blocks) * mb * double(layer_softmax_traffic_bytes(x)) *
-                   (in.recompute == Recompute::full || in.recompute_even_matmuls ? 4.0 / 3 : 1);
+  // The scores' kernels and their reruns (rank_memory_bytes) are the core's.
+  c.bytes.total -= double(blocks) * mb *
+                   double(layer_softmax_traffic_bytes(x) +
+                          (in.recompute != Recompute::none || in.recompute_even_matmuls
+                               ? layer_softmax_forward_traffic_bytes(x)
+                               : 0));
   return c;
 }
 
@@ -269,7 +273,8 @@ void time_step(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
         rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed, in.ep),
         [&](const GemmShape& g) {
           return modeled_gemm_gflops(std::min(in.hw.gemm_achievable_tflops, in.hw.peak_tflops), in.hw.gemm_units,
-                                     in.hw.gemm_tile_m, in.hw.gemm_tile_n, g);
+                                     in.hw.gemm_tile_m, in.hw.gemm_tile_n, g, in.hw.mem_bw_GBps,
+                                     elem_bytes(in.precision));
         },
         in.hw.peak_tflops * 1e12);
   const double achieved = peak * r.gemm_efficiency;

@@ -36,6 +36,63 @@
 namespace pb::planner {
 namespace {
 
+// Megatron-LM's GPT dropout (--dropout; configs/published' Megatron rows):
+// the attention dropout over the probabilities moves, per score, 2e + 1
+// bytes forward (read, write, the mask) and as many backward; each
+// bias-dropout-add's mask is a byte per element written forward and read
+// backward; the embedding's dropout is one more kernel. Recomputation runs
+// the forward's share again: full the whole layer's, selective the scores'.
+TEST(Planner, MegatronDropoutMovesItsKernelsBytes) {
+  const ActivationShape x{2, 64, 128, 4, 1, 1, false, false, 2};
+  ActivationShape d = x;
+  d.dropout = true;
+  const int64_t tokens = 2 * 64, scores = 4 * 64 * tokens;
+  EXPECT_EQ(layer_softmax_traffic_bytes(x), scores * 3 * 2 * 2);
+  EXPECT_EQ(layer_softmax_traffic_bytes(d), scores * (3 * 2 * 2 + 2 * (2 * 2 + 1)));
+  EXPECT_EQ(layer_softmax_forward_traffic_bytes(d), scores * (2 * 2 + 2 * 2 + 1));
+  EXPECT_EQ(layer_shared_traffic_bytes(d) - layer_shared_traffic_bytes(x), 2 * 2 * 128 * tokens);
+  EXPECT_EQ(layer_shared_forward_traffic_bytes(d), (10 * 128 * 2 + 2 * 128) * tokens);
+  EXPECT_EQ(layer_traffic_bytes(d) - layer_traffic_bytes(x),
+            layer_softmax_traffic_bytes(d) - layer_softmax_traffic_bytes(x) + 2 * 2 * 128 * tokens);
+  EXPECT_EQ(layer_forward_traffic_bytes(x) * 3, layer_traffic_bytes(x));  // backward twice the forward
+  EXPECT_EQ(embedding_traffic_bytes(d) - embedding_traffic_bytes(x), 2 * (2 * 2 + 1) * 128 * tokens);
+  ActivationShape d_sp = d;  // sequence parallel shards the masks of what it shards
+  d_sp.tp = 2;
+  d_sp.sp = true;
+  EXPECT_EQ(layer_shared_traffic_bytes(d_sp), (3 * 10 * 64 * 2 + 2 * 2 * 64) * tokens);
+
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.microbatch_size = 2;
+  in.global_batch = 2;
+  in.hw.peak_tflops = 1;
+  in.hw.mem_bw_GBps = 10;
+  const ModelConfig& m = *in.shape;
+  ActivationShape run{2, m.maxT, m.C, m.NH, 1, 1, false, false, 2};
+  const PlanResult base = plan(in);
+  in.dropout = true;
+  const PlanResult drop = plan(in);
+  ActivationShape run_d = run;
+  run_d.dropout = true;
+  const double extra = m.L * double(layer_traffic_bytes(run_d) - layer_traffic_bytes(run)) +
+                       double(embedding_traffic_bytes(run_d) - embedding_traffic_bytes(run));
+  EXPECT_DOUBLE_EQ(drop.memory_bytes - base.memory_bytes, extra);
+  in.recompute = Recompute::selective;
+  EXPECT_DOUBLE_EQ(plan(in).memory_bytes - drop.memory_bytes,
+                   m.L * double(layer_softmax_forward_traffic_bytes(run_d)));
+  in.recompute = Recompute::full;
+  EXPECT_DOUBLE_EQ(plan(in).memory_bytes - drop.memory_bytes, m.L * double(layer_forward_traffic_bytes(run_d)));
+  // The llama family has no dropout: refused, named.
+  in.recompute = Recompute::none;
+  in.shape = planner_model("tiny-llama");
+  try {
+    plan(in);
+    ADD_FAILURE() << "--dropout with a llama model planned";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--dropout"), std::string::npos) << e.what();
+  }
+}
+
 // The memory-bound term: the stated per-token counts, split by tp as stated,
 // and timed as bytes / bandwidth inside compute.
 TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
@@ -215,8 +272,10 @@ TEST(Planner, AMeasuredAttentionCoreReplacesItsFlops) {
     const double rate = 0.05e12 * 4;  // the job's 4 ranks, gemm_efficiency 1
     const double attn_flops = to_double(attention_core_flops(m, 8, 64, rc, m.L));
     const ActivationShape x{2, 64, m.C, m.NH, 1, 2, false, false, 4};
-    const double softmax = double(m.L) * 2 * double(layer_softmax_traffic_bytes(x)) *
-                           (rc == Recompute::full ? 4.0 / 3 : 1);
+    // The scores' kernels and, under either recomputation, their forward rerun.
+    const double softmax = double(m.L) * 2 *
+                           double(layer_softmax_traffic_bytes(x) +
+                                  (rc == Recompute::none ? 0 : layer_softmax_forward_traffic_bytes(x)));
     EXPECT_NEAR(timed.memory_bytes, flops.memory_bytes - softmax, 1e-9 * flops.memory_bytes);
     const double core = double(m.L) * 2 * ((rc == Recompute::none ? 1 : 2) * 3e-4 + 5e-4);
     const double expect = ((flops.hardware_flops - attn_flops) / rate + timed.memory_bytes / 10e9 + core) * 1.25;
