@@ -47,6 +47,7 @@ struct PlanFlags {
   std::string kernels = "fused";      // --kernels: fused or eager (PyTorch eager ops, llama family)
   std::string sp_gather = "regather"; // --sp-gather: regather (Megatron-LM) or saved (PyTorch DTensor)
   std::string grad_reduce;            // --grad-reduce: bf16|fp16|fp32 (empty: the precision's gradient bytes)
+  std::string bwd_prefetch = "pre";   // --bwd-prefetch: FSDP's BackwardPrefetch, pre or post
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -180,6 +181,15 @@ bool parse_sp_regather(const std::string& s, const std::string& what) {
   return s == "regather";
 }
 
+// FSDP's backward prefetch (PlanInput::backward_prefetch_post): pre or post.
+bool parse_bwd_prefetch_post(const std::string& s, const std::string& what) {
+  require(s == "pre" || s == "post",
+          what + ": '" + s +
+              "' must be pre (BACKWARD_PRE: the next unit's all-gather beside the current gradient computation; "
+              "FSDP2) or post (BACKWARD_POST: issued after it, so waited for)");
+  return s == "post";
+}
+
 // The data-parallel gradient reduce's dtype: its bytes per element
 // (PlanInput::grad_reduce_bytes); empty: 0, the precision's gradient bytes.
 int parse_grad_reduce(const std::string& s, const std::string& what) {
@@ -226,6 +236,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.fused_norm = kernels.fused_norm;
   in.sp_regather = parse_sp_regather(f.sp_gather, "--sp-gather");
   in.grad_reduce_bytes = parse_grad_reduce(f.grad_reduce, "--grad-reduce");
+  in.backward_prefetch_post = parse_bwd_prefetch_post(f.bwd_prefetch, "--bwd-prefetch");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -338,10 +349,11 @@ const std::vector<std::string>& published_columns() {
 // source reports, GiB; empty where it gives none), `sp_gather` (regather or saved,
 // --sp-gather: regather by default), `grad_reduce` (the dtype of the
 // data-parallel gradient reduce, --grad-reduce: bf16, fp16 or fp32; empty: bf16),
-// `dropout` (0 or 1, --dropout: Megatron's GPT dropout; 0 by default).
+// `dropout` (0 or 1, --dropout: Megatron's GPT dropout; 0 by default),
+// `bwd_prefetch` (pre or post, --bwd-prefetch: FSDP's backward prefetch; pre by default).
 const std::vector<std::string>& published_optional_columns() {
   static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib",
-                                                "sp_gather", "grad_reduce", "dropout"};
+                                                "sp_gather", "grad_reduce", "dropout", "bwd_prefetch"};
   return cols;
 }
 
@@ -353,7 +365,7 @@ struct PublishedRow {
   AttentionKernel attention;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
-  bool sp = false, overlap = false, dropout = false;
+  bool sp = false, overlap = false, dropout = false, bwd_prefetch_post = false;
   double published = 0;
   double published_gib = 0;  // 0: the source gives no memory figure
 };
@@ -469,6 +481,7 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     r.recompute = at("recompute");
     r.sp = flag("sp");
     if (has("dropout")) r.dropout = flag("dropout");
+    if (has("bwd_prefetch")) r.bwd_prefetch_post = parse_bwd_prefetch_post(at("bwd_prefetch"), where + "bwd_prefetch");
     r.schedule = at("schedule");
     r.virtual_stages = int(whole("virtual_stages", 1, 1 << 10));
     r.shard = at("shard");
@@ -543,6 +556,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.sp_regather = r.sp_regather;
   in.grad_reduce_bytes = r.grad_reduce_bytes;
   in.dropout = r.dropout;
+  in.backward_prefetch_post = r.bwd_prefetch_post;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -895,6 +909,11 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "the dtype of the data-parallel gradient reduce (reduce-scatter/all-reduce rows): bf16 or fp16 "
                   "(2 bytes: the default under bf16-mixed) or fp32 (4 bytes: FSDP2 reduce_dtype=float32, "
                   "Megatron-LM --accumulate-allreduce-grads-in-fp32); the parameter all-gathers keep their bytes");
+  app->add_option("--bwd-prefetch", f->bwd_prefetch,
+                  "FSDP's backward prefetch on a GPU profile (shard zero3/hsdp/hzero): pre (default: BACKWARD_PRE, "
+                  "PyTorch FSDP's default: the next unit's all-gather hidden beside the current gradient "
+                  "computation; FSDP2 always) or post (BACKWARD_POST, composer's default: issued after it, so each "
+                  "backward all-gather is waited for)");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "

@@ -173,6 +173,10 @@ def cases():
          r"line \d+: dropout 'yes' must be 0 or 1"),
         (["plan", "--model", "llama3-8b", "--dropout", "--machine", "h100"], 2,
          r"--dropout: Megatron's GPT dropout; the llama family has none"),
+        # FSDP's backward prefetch: pre or post, by flag and by column
+        (gpt + ["--peak-tflops", "100", "--bwd-prefetch", "early"], 2, r"--bwd-prefetch: 'early' must be pre"),
+        (["plan", "--validate", edited("bad_prefetch.csv", lambda l: add_column(l, "bwd_prefetch", "later"))], 2,
+         r"line \d+: bwd_prefetch: 'later' must be pre"),
         (gpt + ["--machine", "a100", "--attention", "flash-triton", "--explain"], 0,
          r"attention .*Triton FlashAttention at 75 TFLOP/s \(d 64, seq 1024.*flash2_a100_fwd_bwd_benchmark"),
         (gpt + ["--machine", "h100", "--attention", "flash", "--explain"], 0,

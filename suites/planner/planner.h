@@ -292,6 +292,14 @@ struct PlanInput {
   // all-gathered tensor is the matmul's saved input), so the backward has 2
   // all-gathers per block and 1 for the head fewer (planner_comm.cc).
   bool sp_regather = true;
+  // FSDP's backward prefetch on a device (PyTorch FullyShardedDataParallel's
+  // BackwardPrefetch, torch/distributed/fsdp/api.py): false is BACKWARD_PRE
+  // (the next unit's all-gather issued before the current unit's gradient
+  // computation, which hides it; FSDP2's fully_shard always prefetches so),
+  // true BACKWARD_POST (issued after it: "This overlaps the *current
+  // reduce-scatter* and the *next gradient computation*", so each backward
+  // all-gather is waited for; composer's FSDP default, the MPT rows).
+  bool backward_prefetch_post = false;
   // The bytes per element of the data-parallel gradient reduction (the dp
   // groups' reduce_scatter and all_reduce rows; not the parameter
   // all_gathers): 0 keeps the precision's gradient bytes (2 under

@@ -365,9 +365,13 @@ void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s,
     // unit's share of the row's time. DDP's last bucket is all-reduced after
     // the last gradient is ready (Li et al. 2020, arXiv:2006.15704, Sec.
     // 3.2.3): the row's time at the bucket's share of its bytes.
+    // Under BACKWARD_POST (PlanInput::backward_prefetch_post) the backward's
+    // gathers have no compute beside them: the whole row.
     double edge = 0;
     if (!in.hw.host_kernels) {
-      if (device_fsdp && c.phase == "fwd" && c.op == "all_gather")
+      if (device_fsdp && c.phase == "bwd" && c.op == "all_gather" && in.backward_prefetch_post)
+        edge = c.time_s;
+      else if (device_fsdp && c.phase == "fwd" && c.op == "all_gather")
         edge = c.time_s * r.dp_first_unit_share;
       else if (device_fsdp && c.phase == "bwd" && c.op == "reduce_scatter")
         edge = c.time_s * r.dp_first_unit_share / double(std::max<int64_t>(1, r.microbatches));

@@ -724,6 +724,23 @@ TEST(Planner, DeviceFsdpHidesItsGathersUnderCompute) {
   const PlanResult device = plan(in);
   EXPECT_GT(device.comm_s, 0);
   EXPECT_LT(device.exposed_comm_s, 0.5 * device.comm_s);
+  // BACKWARD_POST (PlanInput::backward_prefetch_post): each backward
+  // all-gather waits, the whole row exposed on top of what pre exposes; the
+  // reduce-scatters and the forward's gathers still hide. On CPU ranks
+  // nothing hides either way.
+  in.backward_prefetch_post = true;
+  const PlanResult post = plan(in);
+  double bwd_gathers = 0;
+  for (const CommRow& c : post.comm)
+    if (c.group.rfind("dp", 0) == 0 && c.phase == "bwd" && c.op == "all_gather") bwd_gathers += c.time_s;
+  EXPECT_GT(bwd_gathers, 0);
+  EXPECT_NEAR(post.unhidden_comm_s - device.unhidden_comm_s, bwd_gathers, 1e-12);
+  EXPECT_GT(post.step_s, device.step_s);
+  EXPECT_LT(post.exposed_comm_s, post.comm_s);
+  in.hw.host_kernels = true;
+  EXPECT_DOUBLE_EQ(plan(in).step_s, host.step_s);
+  in.hw.host_kernels = false;
+  in.backward_prefetch_post = false;
   in.prefetch = 0;
   const PlanResult waited = plan(in);
   EXPECT_NEAR(waited.exposed_comm_s, waited.comm_s, 1e-12);
