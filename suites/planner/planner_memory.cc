@@ -146,11 +146,11 @@ int64_t fsdp2_comm_bytes(const PlanInput& in, const std::vector<int64_t>& units)
 // comm rows count them (planner_comm.cc); one reduce-scatter per unit per
 // microbatch. All of it is the rank's memory-bound traffic: the copy-out
 // runs on the compute stream (and so does the reduce-scatter's copy-in in
-// later 2024 versions of foreach_reduce, which run it before
-// `reduce_scatter_stream.wait_stream`; earlier ones on the reduce-scatter
-// stream); the all-gather's copy-in runs on its own stream beside compute,
-// where it still contends for the same HBM. At dp 8 that is 4 + 10/8 bytes
-// per parameter per gather and 6 per reduce-scatter.
+// later versions of foreach_reduce, which run it before
+// `reduce_scatter_stream.wait_stream`; the early 2024 ones on the
+// reduce-scatter stream); the all-gather's copy-in runs on its own stream
+// beside compute, where it still contends for the same HBM. At dp 8 that is
+// 4 + 10/8 bytes per parameter per gather and 6 per reduce-scatter.
 int64_t fsdp2_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const std::vector<int64_t>& units) {
   const int64_t p = dp::bytes_per_param(in.precision).param;  // the gathered (param_dtype) element
   const bool mixed = in.precision == Precision::bf16_mixed;
