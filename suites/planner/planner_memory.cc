@@ -115,6 +115,60 @@ int64_t fsdp2_comm_bytes(const PlanInput& in, const std::vector<int64_t>& units)
   return p * (root + last_block + root + root / in.dp);
 }
 
+// FSDP2's own copies per step on such a plan (StageMemory::local_traffic,
+// timed as RankBytes::buffer), in place of the engine's
+// (dp::local_traffic_bytes: the engine zero-fills its comm buffers; FSDP2
+// allocates its with torch.empty, and torchtitan's zero_grad sets the
+// gradients to None). Per unit of P parameters, shard S = P / dp, under
+// torchtitan's MixedPrecisionPolicy (param_dtype bf16, reduce_dtype fp32:
+// parallelize_llama.py at 1ea476e, config_manager.py at 3faaa1a and 9dec370),
+// as torch/distributed/_composable/fsdp/_fsdp_collectives.py and
+// _fsdp_param.py do it:
+//  - each all-gather's copy-in (foreach_all_gather, on
+//    all_gather_copy_in_stream): the fp32 shard cast to bf16
+//    (FSDPParam.all_gather_inputs, _to_dtype_if_needed: reads 4, writes 2
+//    bytes per shard element), then torch._foreach_copy_ into the all-gather
+//    input, a view into the flat output (reads 2, writes 2): 10 S bytes;
+//  - each all-gather's copy-out (foreach_all_gather_copy_out, on the current,
+//    compute, stream after it waits for the all-gather):
+//    torch.split_with_sizes_copy of the flat output into the parameters' own
+//    all_gather_outputs, read and written at bf16: 4 P bytes;
+//  - each reduce-scatter's copy-in (foreach_reduce_scatter_copy_in:
+//    torch.cat, later torch._chunk_cat, of the unsharded bf16 gradients into
+//    the fp32 reduce-scatter input): reads 2, writes 4 bytes per parameter,
+//    6 P bytes. Its output is the fp32 shard's gradient as it is (the
+//    sharded parameter's dtype, so _to_dtype_if_needed copies nothing; an
+//    fp32 reduce divides in NCCL's AVG, no division kernel:
+//    _fsdp_param_group.py _init_grad_divide_factors), added to the held one
+//    from the second microbatch on (two reads and a write of the shard).
+// Gathers: every unit in forward and the blocks resharded after forward
+// (all but the last, torchtitan's apply_fsdp) again in backward, as the
+// comm rows count them (planner_comm.cc); one reduce-scatter per unit per
+// microbatch. All of it is the rank's memory-bound traffic: the copy-out
+// runs on the compute stream (and so does the reduce-scatter's copy-in in
+// later versions of foreach_reduce, which run it before
+// `reduce_scatter_stream.wait_stream`; the early 2024 ones on the
+// reduce-scatter stream); the all-gather's copy-in runs on its own stream
+// beside compute, where it still contends for the same HBM. At dp 8 that is
+// 4 + 10/8 bytes per parameter per gather and 6 per reduce-scatter.
+int64_t fsdp2_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const std::vector<int64_t>& units) {
+  const int64_t p = dp::bytes_per_param(in.precision).param;  // the gathered (param_dtype) element
+  const bool mixed = in.precision == Precision::bf16_mixed;
+  const int64_t master = mixed ? 4 : p, reduce = mixed ? 4 : p;  // the shard's element; the reduce dtype's
+  const int n = int(units.size());
+  const std::vector<dp::UnitUse> uses =
+      dp::unit_uses(units, axis, n > 3 ? dp::UnitRoles{1, n - 3, n - 1} : dp::UnitRoles::model(n));
+  const int64_t m = axis.grad_accum;
+  int64_t bytes = 0;
+  for (const dp::UnitUse& u : uses) {
+    const int64_t shard = (u.size + in.dp - 1) / in.dp, gathered = shard * in.dp;
+    const int64_t copy_in = shard * ((mixed ? master + p : 0) + 2 * p), copy_out = gathered * 2 * p;
+    const int64_t reduce_in = gathered * (p + reduce);
+    bytes += m * (int64_t(u.fwd_uses + u.bwd_uses) * (copy_in + copy_out) + reduce_in) + (m - 1) * 3 * shard * master;
+  }
+  return bytes;
+}
+
 // The comm buffers' peak of pipeline rank `rank` (s.comm): the expert-parallel
 // rank's declared peak, the runner's unit protocol replayed, or a pipeline
 // stage's gathers and gradients replayed in its schedule order; -1 when a
@@ -304,7 +358,8 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     s.optimizer = d.optimizer + e.optimizer;
     s.optimizer_host = d.optimizer_host + e.optimizer_host;
   }
-  s.local_traffic = dp_local_traffic(in, axis, pipe, rank, units, ep_states);
+  s.local_traffic = fsdp2_device_plan(in, pipe) ? fsdp2_local_traffic(in, axis, units)
+                                                : dp_local_traffic(in, axis, pipe, rank, units, ep_states);
   s.comm = comm_peak(in, axis, pipe, rank, seq, units, ep_states);
   s.workspace = workspace_bytes(in, pipe, seq);
   s.activations = activation_peak(in, pipe, rank, seq);

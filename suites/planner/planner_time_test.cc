@@ -965,6 +965,57 @@ TEST(Planner, TorchtitanFsdp2KeepsTheLastBlockAndGathersTheRootFirst) {
   EXPECT_NEAR(root / embedding, double(2 * m.V * m.C + m.C) / double(m.V * m.C), 1e-9);
 }
 
+// FSDP2's own copies on torchtitan's layout (fsdp2_local_traffic), by hand
+// (PyTorch _fsdp_collectives.py: per gather the fp32 shard cast to bf16 and
+// copied into the all-gather input, 10 bytes per shard element, then the
+// gathered output copied out into the parameters, 4 bytes per parameter;
+// per reduce-scatter the bf16 gradients copied into the fp32 input, 6 bytes
+// per parameter). tiny-llama (C 64, 2 blocks, 8 heads, 2 kv heads, ffn 96,
+// V 64) at dp 4: embedding 4096, blocks 28800 each, final norm + output
+// 4160; block 1 gathered twice (resharded after forward), the rest once:
+//   embedding 10 x 1024 + 4 x 4096 + 6 x 4096             =  51,200
+//   block 1   2 x (10 x 7200 + 4 x 28800) + 6 x 28800      = 547,200
+//   block 2   10 x 7200 + 4 x 28800 + 6 x 28800            = 360,000
+//   root tail 10 x 1040 + 4 x 4160 + 6 x 4160              =  52,000
+// 1,010,400 bytes per microbatch; with two, twice that plus the second's
+// add into the fp32 sharded gradient, 12 bytes per shard element (16,464):
+// 2,218,368. Fused kernels (not torchtitan's layout) keep the engine's.
+TEST(Planner, TorchtitanFsdp2CopiesInAndOutAsPyTorchDoes) {
+  PlanInput in;
+  in.shape = planner_model("tiny-llama");
+  in.precision = Precision::bf16_mixed;
+  in.microbatch_size = 1;
+  in.global_batch = 4;
+  in.seq = 16;
+  in.dp = 4;
+  in.shard = dp::Shard::zero3;
+  in.hw.peak_tflops = 312;
+  in.hw.bw_intra_GBps = 200;
+  in.hw.mem_bw_GBps = 1000;
+  in.hw.host_kernels = false;
+  const PlanResult fused = plan(in);
+  in.eager_kernels = true;
+  const PlanResult titan = plan(in);
+  EXPECT_EQ(titan.worst.local_traffic, 1'010'400);
+  EXPECT_NE(fused.worst.local_traffic, titan.worst.local_traffic);
+  in.eager_kernels = false;
+  in.global_batch = 8;
+  const PlanResult fused2 = plan(in);
+  in.eager_kernels = true;
+  const PlanResult titan2 = plan(in);
+  EXPECT_EQ(titan2.microbatches, 2);
+  EXPECT_EQ(titan2.worst.local_traffic, 2'218'368);
+  // The engine's own (dp::local_traffic_bytes) where the layout is not torchtitan's.
+  const std::vector<int64_t> units = llama_unit_params(*in.shape, 1);
+  dp::DataAxis a;
+  a.dp = 4;
+  a.shard = dp::Shard::zero3;
+  a.precision = Precision::bf16_mixed;
+  a.grad_accum = 2;
+  EXPECT_EQ(fused2.worst.local_traffic,
+            dp::local_traffic_bytes(dp::unit_uses(units, a, dp::UnitRoles::model(int(units.size()))), a));
+}
+
 // FlashAttention's rate by kernel, head dimension and sequence
 // (flash_attention_rate): the a100 profile's table at its points, log-linear
 // between them, the nearest head dimension and the end points beyond; a
