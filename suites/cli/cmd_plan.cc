@@ -749,8 +749,13 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 in.flash_attention ? "--attention flash, but the profile gives no rate for the kernel"
                                    : "unfused attention (--attention flash for FlashAttention's rate)");
   }
-  std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic (%s kernels) at %g GB/s", r.memory_bytes / 1e9,
-                in.fused_norm ? "eager, Triton RMSNorm" : in.eager_kernels ? "eager" : "fused", h.mem_bw_GBps);
+  const char* optimizer = in.optimizer_step == planner::OptimizerStep::megatron_fp16   ? "; optimizer megatron-fp16"
+                          : in.optimizer_step == planner::OptimizerStep::torch_foreach ? "; optimizer torch-foreach"
+                          : in.optimizer_step == planner::OptimizerStep::composer      ? "; optimizer composer"
+                                                                                        : "";
+  std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic (%s kernels%s%s) at %g GB/s", r.memory_bytes / 1e9,
+                in.fused_norm ? "eager, Triton RMSNorm" : in.eager_kernels ? "eager" : "fused", optimizer,
+                in.loss == planner::LossKernel::megatron_fp32 ? "; loss megatron-fp32" : "", h.mem_bw_GBps);
   std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
               h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
   std::snprintf(fig, sizeof fig, "%s = %.3g of ideal compute", r.bubble_formula.c_str(), r.bubble_over_ideal);
