@@ -48,6 +48,8 @@ struct PlanFlags {
   std::string sp_gather = "regather"; // --sp-gather: regather (Megatron-LM) or saved (PyTorch DTensor)
   std::string grad_reduce;            // --grad-reduce: bf16|fp16|fp32 (empty: the precision's gradient bytes)
   std::string bwd_prefetch = "pre";   // --bwd-prefetch: FSDP's BackwardPrefetch, pre or post
+  std::string optimizer = "fused";    // --optimizer: the optimizer step's kernels (PlanInput::optimizer_step)
+  std::string loss = "fused";         // --loss: the LM head's loss kernels (PlanInput::loss)
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -199,6 +201,27 @@ int parse_grad_reduce(const std::string& s, const std::string& what) {
   return s == "fp32" ? 4 : 2;
 }
 
+// The optimizer step's kernels (PlanInput::optimizer_step); empty: fused.
+planner::OptimizerStep parse_optimizer_step(const std::string& s, const std::string& what) {
+  if (s.empty() || s == "fused") return planner::OptimizerStep::fused;
+  if (s == "megatron-fp16") return planner::OptimizerStep::megatron_fp16;
+  if (s == "torch-foreach") return planner::OptimizerStep::torch_foreach;
+  if (s == "composer") return planner::OptimizerStep::composer;
+  throw InputError(what + ": '" + s +
+                   "' must be fused (one pass: the default), megatron-fp16 (Megatron-LM's fp16 optimizer), "
+                   "torch-foreach (PyTorch's foreach AdamW and clip_grad_norm_) or composer (composer's "
+                   "DecoupledAdamW and FSDP clip_grad_norm_)");
+}
+
+// The LM head's loss kernels (PlanInput::loss); empty: fused.
+planner::LossKernel parse_loss(const std::string& s, const std::string& what) {
+  if (s.empty() || s == "fused") return planner::LossKernel::fused;
+  if (s == "megatron-fp32") return planner::LossKernel::megatron_fp32;
+  throw InputError(what + ": '" + s +
+                   "' must be fused (the default) or megatron-fp32 (Megatron-LM's vocab_parallel_cross_entropy "
+                   "over the fp32 logits)");
+}
+
 planner::PlanInput resolve(PlanFlags& f) {
   planner::PlanInput in = f.in;
   const bool custom = f.layers || f.channels || f.heads;
@@ -237,6 +260,10 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.sp_regather = parse_sp_regather(f.sp_gather, "--sp-gather");
   in.grad_reduce_bytes = parse_grad_reduce(f.grad_reduce, "--grad-reduce");
   in.backward_prefetch_post = parse_bwd_prefetch_post(f.bwd_prefetch, "--bwd-prefetch");
+  in.optimizer_step = parse_optimizer_step(f.optimizer, "--optimizer");
+  require(in.optimizer_step == planner::OptimizerStep::fused || in.precision == Precision::bf16_mixed,
+          "--optimizer " + f.optimizer + ": its byte counts are a mixed-precision run's; needs --precision bf16-mixed");
+  in.loss = parse_loss(f.loss, "--loss");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -350,10 +377,14 @@ const std::vector<std::string>& published_columns() {
 // --sp-gather: regather by default), `grad_reduce` (the dtype of the
 // data-parallel gradient reduce, --grad-reduce: bf16, fp16 or fp32; empty: bf16),
 // `dropout` (0 or 1, --dropout: Megatron's GPT dropout; 0 by default),
-// `bwd_prefetch` (pre or post, --bwd-prefetch: FSDP's backward prefetch; pre by default).
+// `bwd_prefetch` (pre or post, --bwd-prefetch: FSDP's backward prefetch; pre by default),
+// `optimizer` (fused, megatron-fp16, torch-foreach or composer, --optimizer: the optimizer
+// step's kernels; empty: fused), `loss` (fused or megatron-fp32, --loss: the LM head's loss
+// kernels; empty: fused).
 const std::vector<std::string>& published_optional_columns() {
   static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib",
-                                                "sp_gather", "grad_reduce", "dropout", "bwd_prefetch"};
+                                                "sp_gather", "grad_reduce", "dropout", "bwd_prefetch",
+                                                "optimizer", "loss"};
   return cols;
 }
 
@@ -366,6 +397,8 @@ struct PublishedRow {
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
   bool sp = false, overlap = false, dropout = false, bwd_prefetch_post = false;
+  planner::OptimizerStep optimizer_step = planner::OptimizerStep::fused;
+  planner::LossKernel loss = planner::LossKernel::fused;
   double published = 0;
   double published_gib = 0;  // 0: the source gives no memory figure
 };
@@ -482,6 +515,9 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     r.sp = flag("sp");
     if (has("dropout")) r.dropout = flag("dropout");
     if (has("bwd_prefetch")) r.bwd_prefetch_post = parse_bwd_prefetch_post(at("bwd_prefetch"), where + "bwd_prefetch");
+    if (has("optimizer"))  // empty: fused
+      r.optimizer_step = parse_optimizer_step(t.rows[i][t.column("optimizer")], where + "optimizer");
+    if (has("loss")) r.loss = parse_loss(t.rows[i][t.column("loss")], where + "loss");  // empty: fused
     r.schedule = at("schedule");
     r.virtual_stages = int(whole("virtual_stages", 1, 1 << 10));
     r.shard = at("shard");
@@ -557,6 +593,8 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.grad_reduce_bytes = r.grad_reduce_bytes;
   in.dropout = r.dropout;
   in.backward_prefetch_post = r.bwd_prefetch_post;
+  in.optimizer_step = r.optimizer_step;
+  in.loss = r.loss;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -711,8 +749,13 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 in.flash_attention ? "--attention flash, but the profile gives no rate for the kernel"
                                    : "unfused attention (--attention flash for FlashAttention's rate)");
   }
-  std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic (%s kernels) at %g GB/s", r.memory_bytes / 1e9,
-                in.fused_norm ? "eager, Triton RMSNorm" : in.eager_kernels ? "eager" : "fused", h.mem_bw_GBps);
+  const char* optimizer = in.optimizer_step == planner::OptimizerStep::megatron_fp16   ? "; optimizer megatron-fp16"
+                          : in.optimizer_step == planner::OptimizerStep::torch_foreach ? "; optimizer torch-foreach"
+                          : in.optimizer_step == planner::OptimizerStep::composer      ? "; optimizer composer"
+                                                                                        : "";
+  std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic (%s kernels%s%s) at %g GB/s", r.memory_bytes / 1e9,
+                in.fused_norm ? "eager, Triton RMSNorm" : in.eager_kernels ? "eager" : "fused", optimizer,
+                in.loss == planner::LossKernel::megatron_fp32 ? "; loss megatron-fp32" : "", h.mem_bw_GBps);
   std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
               h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
   std::snprintf(fig, sizeof fig, "%s = %.3g of ideal compute", r.bubble_formula.c_str(), r.bubble_over_ideal);
@@ -914,6 +957,15 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "PyTorch FSDP's default: the next unit's all-gather hidden beside the current gradient "
                   "computation; FSDP2 always) or post (BACKWARD_POST, composer's default: issued after it, so each "
                   "backward all-gather is waited for)");
+  app->add_option("--optimizer", f->optimizer,
+                  "the optimizer step's kernels, as the run's framework runs them: fused (default: one pass over "
+                  "params, grads and states), megatron-fp16 (Megatron-LM's --fp16 optimizer: grads to fp32, unscale, "
+                  "norm, FusedAdam, params copied back), torch-foreach (torch.optim.AdamW foreach and "
+                  "clip_grad_norm_ foreach, as torchtitan) or composer (composer's DecoupledAdamW and FSDP "
+                  "clip_grad_norm_, as llm-foundry's MPT); needs bf16-mixed");
+  app->add_option("--loss", f->loss,
+                  "the LM head's loss kernels: fused (default) or megatron-fp32 (Megatron-LM's "
+                  "vocab_parallel_cross_entropy over the fp32 logits: max, sub_, exp, sum, div_ and backward mul_)");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "

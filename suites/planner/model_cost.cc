@@ -340,6 +340,12 @@ int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab) {
   return (ln + 4 * ((vocab + x.tp - 1) / x.tp)) * tokens * x.elem_bytes;
 }
 
+int64_t head_megatron_traffic_bytes(const ActivationShape& x, int64_t vocab) {
+  const int64_t tokens = x.s / x.cp * x.b, ln = x.sp ? 6 * x.h / x.tp : 6 * x.h, e = x.elem_bytes;
+  const int64_t forward = (e + 4) + 4 + 8 + 8 + 4 + 8, backward = 8 + (4 + e);
+  return (ln * e + (forward + backward) * ((vocab + x.tp - 1) / x.tp)) * tokens;
+}
+
 int64_t embedding_traffic_bytes(const ActivationShape& x) {
   const int64_t tokens = x.s / x.cp * x.b, hn = x.sp ? x.h / x.tp : x.h, e = x.elem_bytes;
   // With dropout its output goes through one more kernel: read, write and a

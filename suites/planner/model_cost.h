@@ -233,6 +233,17 @@ int64_t layer_forward_traffic_bytes(const ActivationShape& x);
 // The head (final LayerNorm 2h + 4h, softmax cross-entropy over the local
 // vocabulary V/t: 2V + 2V per token) and the embedding (3h + 2h per token).
 int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab);
+// The head with Megatron-LM's loss (NVIDIA/Megatron-LM 6985e58938 and
+// 2755bcb87b, megatron/model/gpt_model.py: vocab_parallel_cross_entropy(
+// output.float(), labels) unless --fp16-lm-cross-entropy, default off;
+// megatron/mpu/cross_entropy.py _VocabParallelCrossEntropy, the same at
+// both): the final LayerNorm as head_traffic_bytes, and per local
+// vocabulary entry and token, forward the upcast (e + 4), torch.max (4),
+// sub_ (8), exp in place (8), sum (4), div_ (8); backward the gradient's
+// mul_ (8) and the upcast's backward (4 + e): 2e + 48 bytes (52 at e = 2;
+// the per-token gathers and the target's correction are per token, not per
+// entry, and left out).
+int64_t head_megatron_traffic_bytes(const ActivationShape& x, int64_t vocab);
 int64_t embedding_traffic_bytes(const ActivationShape& x);
 
 }  // namespace pb::planner

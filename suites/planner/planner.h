@@ -229,6 +229,50 @@ struct Hardware {
   std::map<std::string, std::vector<CollectiveFit>, std::less<>> collectives;
 };
 
+// How the run's optimizer step moves memory (PlanInput::optimizer_step; plan
+// --optimizer, --validate's `optimizer` column). Per parameter the rank
+// updates, counted from each framework's code at the commit its runs used
+// (docs/planner.md "What a plan accounts for"; the byte counts are
+// optimizer_step_bytes'):
+// - fused: one pass that reads params (the master is in the state when
+//   mixed), grads and states and writes params and states (28 bytes at
+//   bf16-mixed): the planner's default and the engine's.
+// - megatron_fp16: Megatron-LM's Float16OptimizerWithFloat16Params with
+//   --fp16 (NVIDIA/Megatron-LM 6985e58938 megatron/optimizer/optimizer.py,
+//   clip_grads.py): the fp16 grads copied to fp32 main grads (.float(),
+//   2 + 4), unscaled with the inf check (_amp_foreach_non_finite_check_
+//   and_unscale_, 4 + 4), the norm (multi_tensor_l2norm, 4), apex FusedAdam
+//   (fp32 param, grad, exp_avg, exp_avg_sq read, three written: 16 + 12),
+//   the main params copied to the fp16 model params (multi_tensor_scale,
+//   4 + 2): 52 bytes. The clip scale runs only `if clip_coeff < 1.0` (on the
+//   step's gradient norm, unknown to a plan), so it is not counted; zero_grad
+//   sets the grads to None (no pass).
+// - torch_foreach: PyTorch's torch.optim.AdamW(foreach=True) with weight
+//   decay (torch/optim/adamw.py _multi_tensor_adamw: _foreach_mul_ of the
+//   params 8, lerp_ of exp_avg 12, mul_ 8 and addcmul_ 12 of exp_avg_sq,
+//   sqrt 8, div_ 8, add_ 8, addcdiv_ into the params 16: 80 bytes over fp32
+//   tensors) and torch.nn.utils.clip_grad_norm_(foreach=True) (_foreach_norm
+//   4, _foreach_mul_ by the clamped coefficient, unconditional, 8): 92 bytes
+//   (torchtitan's build_optimizers and train.py at 1ea476e, 3faaa1a,
+//   9dec370).
+// - composer: composer v0.16.4's DecoupledAdamW with weight_decay 0 (a loop
+//   over the params: exp_avg mul_ 8 and add_ 12, exp_avg_sq mul_ 8 and
+//   addcmul_ 12, sqrt 8, the division 8, add_ 8, addcdiv_ 16: 80 bytes) and
+//   its GradientClipping on an FSDP root, FullyShardedDataParallel.
+//   clip_grad_norm_ (each grad's norm 4, the clamped scale 8): 92 bytes
+//   (llm-foundry 061f2c7's MPT yamls).
+// addcmul_(grad, grad) reads one tensor twice; counted once (the second load
+// is the same address).
+enum class OptimizerStep { fused, megatron_fp16, torch_foreach, composer };
+// The bytes an optimizer step moves per parameter the rank updates.
+int64_t optimizer_step_bytes(OptimizerStep step, Precision precision);
+// How the LM head's loss moves memory (PlanInput::loss; plan --loss,
+// --validate's `loss` column): fused (head_traffic_bytes' 4 elements per
+// local vocabulary entry and token, the default) or Megatron-LM's
+// vocab_parallel_cross_entropy(output.float(), labels)
+// (head_megatron_traffic_bytes).
+enum class LossKernel { fused, megatron_fp32 };
+
 struct PlanInput {
   std::optional<ModelConfig> shape;  // absent: only a parameter count
   int64_t params = 0;                // used when shape is absent
@@ -309,6 +353,10 @@ struct PlanInput {
   // (composer's PURE). plan --grad-reduce, --validate's grad_reduce column
   // (docs/planner.md#published-gpu-runs-plan---validate).
   int grad_reduce_bytes = 0;
+  // The optimizer step's and the loss's kernels as the run's framework runs
+  // them (above; the defaults keep the planner's own fused passes).
+  OptimizerStep optimizer_step = OptimizerStep::fused;
+  LossKernel loss = LossKernel::fused;
   Hardware hw;
 };
 

@@ -434,6 +434,32 @@ int64_t rank_moe_blocks(const ModelConfig& m, const pipeline::Partition& part, i
   return n;
 }
 
+}  // namespace pb::planner::parts
+
+namespace pb::planner {
+
+int64_t optimizer_step_bytes(OptimizerStep step, Precision precision) {
+  switch (step) {
+    case OptimizerStep::megatron_fp16:  // .float() 2 + 4, unscale 4 + 4, l2norm 4, FusedAdam 16 + 12, copy 4 + 2
+      return (2 + 4) + (4 + 4) + 4 + (16 + 12) + (4 + 2);
+    case OptimizerStep::torch_foreach:  // AdamW foreach 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16, clip 4 + 8
+      return (8 + 12 + 8 + 12 + 8 + 8 + 8 + 16) + (4 + 8);
+    case OptimizerStep::composer:  // DecoupledAdamW (weight_decay 0) 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16, FSDP clip 4 + 8
+      return (8 + 12 + 8 + 12 + 8 + 8 + 8 + 16) + (4 + 8);
+    case OptimizerStep::fused:
+      break;
+  }
+  // Reads params (the master is in the state when mixed), grads and states;
+  // writes params and states.
+  const dp::BytesPerParam b = dp::bytes_per_param(precision);
+  const bool mixed = precision == Precision::bf16_mixed;
+  return (mixed ? 0 : b.param) + b.grad + b.optimizer + b.param + b.optimizer;
+}
+
+}  // namespace pb::planner
+
+namespace pb::planner::parts {
+
 RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank) {
   const ModelConfig& mc = *in.shape;
   const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
@@ -464,14 +490,13 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     if (sl.head)
-      per_micro += double(in.eager_kernels && mc.llama() ? head_eager_traffic_bytes(x, mc.V, in.fused_norm) : head_traffic_bytes(x, mc.V));
+      per_micro += double(in.loss == LossKernel::megatron_fp32 ? head_megatron_traffic_bytes(x, mc.V)
+                          : in.eager_kernels && mc.llama()    ? head_eager_traffic_bytes(x, mc.V, in.fused_norm)
+                                                              : head_traffic_bytes(x, mc.V));
   }
   const dp::BytesPerParam b = dp::bytes_per_param(in.precision);
   const double stepped = double(r.stages[size_t(rank)].optimizer) / double(b.optimizer);  // updated on the device
-  // Reads params (the master is in the state when mixed), grads and states;
-  // writes params and states.
-  const bool mixed = in.precision == Precision::bf16_mixed;
-  const double per_param = double((mixed ? 0 : b.param) + b.grad + b.optimizer + b.param + b.optimizer);
+  const double per_param = double(optimizer_step_bytes(in.optimizer_step, in.precision));
   const double buffer = double(r.stages[size_t(rank)].local_traffic);
   return {per_micro * double(r.microbatches) + stepped * per_param + buffer, shared * double(r.microbatches),
           stepped * per_param, buffer};

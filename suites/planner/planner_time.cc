@@ -224,12 +224,15 @@ StageCost pace_stage(const PlanInput& in, const Pipe& pipe, const PlanResult& r,
 // each GEMM's two gradients, each op's backward; full and op-level
 // recomputation issue the forward again, selective the attention) against
 // the backward's; the optimizer step's multi-tensor launches (fused: apex's
-// Adam, the norm and the scale, 3 ops; eager: PyTorch's foreach AdamW, 8 ops,
-// and clip_grad_norm_'s foreach norm and scale, 2) over the rank's parameter
-// tensors (GPT 12 per block, llama 9) and elements, plus 5 scalar ops of the
-// clip coefficient, against the step's optimizer time; and per step one
+// Adam, the norm and the scale, 3 ops; eager or torch_foreach: PyTorch's
+// foreach AdamW, 8 ops, and clip_grad_norm_'s foreach norm and scale, 2;
+// megatron_fp16 and composer as PlanInput::optimizer_step's sources run
+// them, per tensor where they loop) over the rank's parameter tensors (GPT
+// 12 per block, llama 9) and elements, plus 5 scalar ops of the clip
+// coefficient, against the step's optimizer time; and per step one
 // synchronization (the loss or the gradient norm read on the host), after
-// which the device waits for the next op's issue. `fwd_s` and `bwd_s` are
+// which the device waits for the next op's issue, and the optimizer's own
+// (Megatron's found_inf.item(), composer's per-parameter step.item()). `fwd_s` and `bwd_s` are
 // the stage's compute (bwd_s with the optimizer step's `opt_s`).
 double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& pace, double fwd_s, double bwd_s,
                      double opt_s, int64_t& ops) {
@@ -248,9 +251,29 @@ double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& 
   const int64_t tensors = pace.blocks * (in.shape->llama() ? 9 : 12);
   const double elements = double(r.stages[size_t(pace.rank)].optimizer) /
                           double(dp::bytes_per_param(in.precision).optimizer);
-  const int64_t opt_ops = (in.eager_kernels ? 10 : 3) * multi_tensor_launches(tensors, elements) + 5;
+  const int64_t launches = multi_tensor_launches(tensors, elements);
+  int64_t opt_ops = 0, opt_syncs = 0;
+  switch (in.optimizer_step) {
+    case OptimizerStep::fused:
+      opt_ops = (in.eager_kernels ? 10 : 3) * launches;
+      break;
+    case OptimizerStep::megatron_fp16:
+      // A .float() per tensor; unscale, l2norm, FusedAdam and the copy back
+      // multi-tensor; found_inf.item() a synchronization.
+      opt_ops = tensors + 4 * launches, opt_syncs = 1;
+      break;
+    case OptimizerStep::torch_foreach:
+      opt_ops = 10 * launches;
+      break;
+    case OptimizerStep::composer:
+      // Per tensor: the step's += 1, 8 Adam kernels (weight_decay 0), the
+      // grad's norm and scale; state_steps[i].item() a synchronization each.
+      opt_ops = 11 * tensors, opt_syncs = tensors;
+      break;
+  }
+  opt_ops += 5;
   exposed += std::max(0.0, double(opt_ops) * op_s - opt_s);
-  exposed += op_s;  // the step's synchronization
+  exposed += double(1 + opt_syncs) * op_s;  // the step's synchronization (and the optimizer's)
   ops = int64_t(passes) * (f + b) + opt_ops;
   return exposed;
 }

@@ -93,6 +93,65 @@ TEST(Planner, MegatronDropoutMovesItsKernelsBytes) {
   }
 }
 
+// The optimizer step and the loss as each framework runs them
+// (PlanInput::optimizer_step, PlanInput::loss): the byte counts per updated
+// parameter and per local vocabulary entry stated in planner.h and
+// model_cost.h, in the plan's memory-bound bytes, and the optimizer's ops.
+TEST(Planner, OptimizerStepAndLossAsFrameworksRunThem) {
+  EXPECT_EQ(optimizer_step_bytes(OptimizerStep::fused, Precision::bf16_mixed), 2 + 12 + 2 + 12);
+  EXPECT_EQ(optimizer_step_bytes(OptimizerStep::fused, Precision::fp32), 4 + 4 + 8 + 4 + 8);
+  // Megatron-LM --fp16: .float() 2 + 4, unscale 4 + 4, l2norm 4, FusedAdam 16 + 12, copy back 4 + 2.
+  EXPECT_EQ(optimizer_step_bytes(OptimizerStep::megatron_fp16, Precision::bf16_mixed), 52);
+  // foreach AdamW 80 (its 8 foreach ops over fp32 tensors), clip_grad_norm_ 4 + 8.
+  EXPECT_EQ(optimizer_step_bytes(OptimizerStep::torch_foreach, Precision::bf16_mixed), 92);
+  // DecoupledAdamW without weight decay 80, FSDP clip_grad_norm_ 4 + 8.
+  EXPECT_EQ(optimizer_step_bytes(OptimizerStep::composer, Precision::bf16_mixed), 92);
+  // Megatron's loss: forward (e + 4) + 4 + 8 + 8 + 4 + 8, backward 8 + (4 + e)
+  // per local vocabulary entry and token; the final LayerNorm as the fused head's.
+  const ActivationShape x{2, 64, 128, 4, 1, 1, false, false, 2};
+  EXPECT_EQ(head_megatron_traffic_bytes(x, 1000), (6 * 128 * 2 + 52 * 1000) * 2 * 64);
+  ActivationShape t2 = x;
+  t2.tp = 2, t2.sp = true;
+  EXPECT_EQ(head_megatron_traffic_bytes(t2, 1000), (6 * 64 * 2 + 52 * 500) * 2 * 64);
+
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.precision = Precision::bf16_mixed;
+  in.microbatch_size = 2;
+  in.hw.peak_tflops = 1;
+  in.hw.mem_bw_GBps = 10;
+  in.hw.host_op_us = 4;
+  const ModelConfig& m = *in.shape;
+  const ActivationShape s{2, m.maxT, m.C, m.NH, 1, 1, false, false, 2};
+  const PlanResult fused = plan(in);
+  const double params = double(fused.worst.optimizer) / 12;  // dp 1: every parameter stepped here
+  EXPECT_EQ(params, double(m.num_params()));
+  const int64_t tensors = int64_t(m.L) * 12, launches = multi_tensor_launches(tensors, params);
+  struct Variant {
+    OptimizerStep step;
+    double bytes;
+    int64_t ops, syncs;
+  };
+  for (const Variant& v : {Variant{OptimizerStep::megatron_fp16, 52, tensors + 4 * launches, 1},
+                           Variant{OptimizerStep::torch_foreach, 92, 10 * launches, 0},
+                           Variant{OptimizerStep::composer, 92, 11 * tensors, tensors}}) {
+    in.optimizer_step = v.step;
+    const PlanResult r = plan(in);
+    EXPECT_NEAR(r.memory_bytes - fused.memory_bytes, params * (v.bytes - 28), 1e-9 * r.memory_bytes);
+    EXPECT_EQ(r.host_ops - fused.host_ops, v.ops - 3 * launches);
+    EXPECT_EQ(r.worst.device_total(), fused.worst.device_total());  // the memory plan is not the step's passes
+    EXPECT_GE(r.host_overhead_s, double(1 + v.syncs) * 4e-6 - 1e-15);
+  }
+  in.optimizer_step = OptimizerStep::fused;
+  in.loss = LossKernel::megatron_fp32;
+  const PlanResult loss = plan(in);
+  EXPECT_NEAR(loss.memory_bytes - fused.memory_bytes,
+              double(head_megatron_traffic_bytes(s, m.V) - head_traffic_bytes(s, m.V)), 1e-9 * loss.memory_bytes);
+  EXPECT_EQ(head_megatron_traffic_bytes(s, m.V) - head_traffic_bytes(s, m.V),
+            int64_t(52 - 8) * m.V * 2 * m.maxT);  // 52 bytes per logit where the fused head moves 4 x 2
+  EXPECT_GT(loss.step_s, fused.step_s);
+}
+
 // The memory-bound term: the stated per-token counts, split by tp as stated,
 // and timed as bytes / bandwidth inside compute.
 TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
