@@ -49,6 +49,7 @@ struct PlanFlags {
   std::string grad_reduce;            // --grad-reduce: bf16|fp16|fp32 (empty: the precision's gradient bytes)
   std::string bwd_prefetch = "pre";   // --bwd-prefetch: FSDP's BackwardPrefetch, pre or post
   std::string optimizer = "fused";    // --optimizer: the optimizer step's kernels (PlanInput::optimizer_step)
+  std::string grad_accum = "buffer";  // --grad-accum: buffer or autograd (PlanInput::grad_accum_autograd)
   std::string loss = "fused";         // --loss: the LM head's loss kernels (PlanInput::loss)
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
@@ -201,6 +202,15 @@ int parse_grad_reduce(const std::string& s, const std::string& what) {
   return s == "fp32" ? 4 : 2;
 }
 
+// A DDP run's gradient accumulation (PlanInput::grad_accum_autograd); empty: buffer.
+bool parse_grad_accum_autograd(const std::string& s, const std::string& what) {
+  require(s.empty() || s == "buffer" || s == "autograd",
+          what + ": '" + s +
+              "' must be buffer (the engine's: accumulated where produced, zeroed once) or autograd (PyTorch's "
+              ".grad: an add per microbatch, the all-reduce's bucket copies; torch DDP, Megatron-LM's local DDP)");
+  return s == "autograd";
+}
+
 // The optimizer step's kernels (PlanInput::optimizer_step); empty: fused.
 planner::OptimizerStep parse_optimizer_step(const std::string& s, const std::string& what) {
   if (s.empty() || s == "fused") return planner::OptimizerStep::fused;
@@ -264,6 +274,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   require(in.optimizer_step == planner::OptimizerStep::fused || in.precision == Precision::bf16_mixed,
           "--optimizer " + f.optimizer + ": its byte counts are a mixed-precision run's; needs --precision bf16-mixed");
   in.loss = parse_loss(f.loss, "--loss");
+  in.grad_accum_autograd = parse_grad_accum_autograd(f.grad_accum, "--grad-accum");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -380,11 +391,12 @@ const std::vector<std::string>& published_columns() {
 // `bwd_prefetch` (pre or post, --bwd-prefetch: FSDP's backward prefetch; pre by default),
 // `optimizer` (fused, megatron-fp16, torch-foreach or composer, --optimizer: the optimizer
 // step's kernels; empty: fused), `loss` (fused or megatron-fp32, --loss: the LM head's loss
-// kernels; empty: fused).
+// kernels; empty: fused), `grad_accum` (buffer or autograd, --grad-accum: a DDP run's
+// gradients; empty: buffer).
 const std::vector<std::string>& published_optional_columns() {
   static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib",
                                                 "sp_gather", "grad_reduce", "dropout", "bwd_prefetch",
-                                                "optimizer", "loss"};
+                                                "optimizer", "loss", "grad_accum"};
   return cols;
 }
 
@@ -396,7 +408,7 @@ struct PublishedRow {
   AttentionKernel attention;
   int layers = 0, channels = 0, heads = 0, vocab = 0, tp = 1, cp = 1, pp = 1, dp = 1, virtual_stages = 1;
   int64_t seq = 0, gpus = 0, microbatch = 0, global_batch = 0;
-  bool sp = false, overlap = false, dropout = false, bwd_prefetch_post = false;
+  bool sp = false, overlap = false, dropout = false, bwd_prefetch_post = false, grad_accum_autograd = false;
   planner::OptimizerStep optimizer_step = planner::OptimizerStep::fused;
   planner::LossKernel loss = planner::LossKernel::fused;
   double published = 0;
@@ -518,6 +530,8 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     if (has("optimizer"))  // empty: fused
       r.optimizer_step = parse_optimizer_step(t.rows[i][t.column("optimizer")], where + "optimizer");
     if (has("loss")) r.loss = parse_loss(t.rows[i][t.column("loss")], where + "loss");  // empty: fused
+    if (has("grad_accum"))  // empty: buffer
+      r.grad_accum_autograd = parse_grad_accum_autograd(t.rows[i][t.column("grad_accum")], where + "grad_accum");
     r.schedule = at("schedule");
     r.virtual_stages = int(whole("virtual_stages", 1, 1 << 10));
     r.shard = at("shard");
@@ -594,6 +608,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.dropout = r.dropout;
   in.backward_prefetch_post = r.bwd_prefetch_post;
   in.optimizer_step = r.optimizer_step;
+  in.grad_accum_autograd = r.grad_accum_autograd;
   in.loss = r.loss;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
@@ -957,6 +972,11 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "PyTorch FSDP's default: the next unit's all-gather hidden beside the current gradient "
                   "computation; FSDP2 always) or post (BACKWARD_POST, composer's default: issued after it, so each "
                   "backward all-gather is waited for)");
+  app->add_option("--grad-accum", f->grad_accum,
+                  "a DDP run's gradients (shard none): buffer (default: the engine's, accumulated where produced, "
+                  "zeroed once a step) or autograd (PyTorch's .grad, as torch DDP under no_sync and Megatron-LM's "
+                  "local DDP without contiguous buffers: an in-place add per microbatch after the first, the "
+                  "all-reduce's flat bucket copied in, divided and copied back)");
   app->add_option("--optimizer", f->optimizer,
                   "the optimizer step's kernels, as the run's framework runs them: fused (default: one pass over "
                   "params, grads and states), megatron-fp16 (Megatron-LM's --fp16 optimizer: grads to fp32, unscale, "

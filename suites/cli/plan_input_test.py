@@ -173,6 +173,12 @@ def cases():
          r"line \d+: dropout 'yes' must be 0 or 1"),
         (["plan", "--model", "llama3-8b", "--dropout", "--machine", "h100"], 2,
          r"--dropout: Megatron's GPT dropout; the llama family has none"),
+        # a DDP run's gradient accumulation: buffer or autograd, DDP only
+        (gpt + ["--peak-tflops", "100", "--grad-accum", "fused"], 2, r"--grad-accum: 'fused' must be buffer"),
+        (gpt + ["--peak-tflops", "100", "--dp", "2", "--shard", "zero3", "--grad-accum", "autograd"], 2,
+         r"--grad-accum autograd: PyTorch's .grad accumulation under DDP \(shard none.*got shard zero3"),
+        (["plan", "--validate", edited("bad_accum.csv", lambda l: add_column(l, "grad_accum", "eager"))], 2,
+         r"line \d+: grad_accum: 'eager' must be buffer"),
         # FSDP's backward prefetch: pre or post, by flag and by column
         (gpt + ["--peak-tflops", "100", "--bwd-prefetch", "early"], 2, r"--bwd-prefetch: 'early' must be pre"),
         (["plan", "--validate", edited("bad_prefetch.csv", lambda l: add_column(l, "bwd_prefetch", "later"))], 2,

@@ -111,6 +111,9 @@ void check_input(const PlanInput& in) {
             "async_call_cost: compute_us must be strictly ascending");
   }
   require(in.prefetch >= 0, "prefetch: must be >= 0 (units gathered ahead)");
+  require(!in.grad_accum_autograd || (in.shard == dp::Shard::none && in.ep == 1),
+          "--grad-accum autograd: PyTorch's .grad accumulation under DDP (shard none, no expert parallel); got shard " +
+              std::string(dp::shard_name(in.shard)) + (in.ep > 1 ? ", ep " + std::to_string(in.ep) : ""));
 }
 
 // The step's shape (seq, global batch, microbatches) into r, checked against

@@ -357,6 +357,20 @@ struct PlanInput {
   // them (above; the defaults keep the planner's own fused passes).
   OptimizerStep optimizer_step = OptimizerStep::fused;
   LossKernel loss = LossKernel::fused;
+  // How a DDP run (shard none) holds its gradients. false: the engine's
+  // buffer, zeroed once per step, each microbatch's gradients accumulated
+  // where they are produced (dp::local_traffic_bytes). true: PyTorch
+  // autograd's .grad, as torch DDP under no_sync and Megatron-LM's local DDP
+  // without contiguous buffers (6985e58938 megatron/model/distributed.py)
+  // run it: each microbatch after the first adds its gradients into .grad
+  // (AccumulateGrad's in-place add: both read, one written, 3 elements per
+  // parameter), and the all-reduce copies them into a flat bucket, divides
+  // and copies them back (_flatten_dense_tensors, coalesced /= dp,
+  // buf.copy_(synced): 6 elements per parameter, with dp > 1); no zeroing
+  // (Megatron's zero_grad sets them to None). Elements of the gradient
+  // reduce's bytes (grad_reduce_bytes, else the precision's gradient's).
+  // plan --grad-accum, the grad_accum column.
+  bool grad_accum_autograd = false;
   Hardware hw;
 };
 

@@ -169,6 +169,17 @@ int64_t fsdp2_local_traffic(const PlanInput& in, const dp::DataAxis& axis, const
   return bytes;
 }
 
+// A DDP rank's gradients in PyTorch autograd's .grad (PlanInput::
+// grad_accum_autograd): `grads` bytes of gradients at the precision's
+// element, re-counted at the gradient's bytes; per step (m - 1) in-place
+// accumulations of 3 elements each and, with dp > 1, the all-reduce's flat
+// bucket copied in, divided and copied back, 6.
+int64_t autograd_grad_traffic(const PlanInput& in, const dp::DataAxis& axis, int64_t grads) {
+  const int64_t g = dp::bytes_per_param(in.precision).grad, e = in.grad_reduce_bytes > 0 ? in.grad_reduce_bytes : g;
+  const int64_t elements = grads / g;
+  return elements * e * (3 * (axis.grad_accum - 1) + (in.dp > 1 ? 6 : 0));
+}
+
 // The comm buffers' peak of pipeline rank `rank` (s.comm): the expert-parallel
 // rank's declared peak, the runner's unit protocol replayed, or a pipeline
 // stage's gathers and gradients replayed in its schedule order; -1 when a
@@ -359,7 +370,8 @@ StageMemory rank_memory(const PlanInput& in, const dp::DataAxis& axis, const Pip
     s.optimizer_host = d.optimizer_host + e.optimizer_host;
   }
   s.local_traffic = fsdp2_device_plan(in, pipe) ? fsdp2_local_traffic(in, axis, units)
-                                                : dp_local_traffic(in, axis, pipe, rank, units, ep_states);
+                    : in.grad_accum_autograd ? autograd_grad_traffic(in, axis, s.grads)
+                                             : dp_local_traffic(in, axis, pipe, rank, units, ep_states);
   s.comm = comm_peak(in, axis, pipe, rank, seq, units, ep_states);
   s.workspace = workspace_bytes(in, pipe, seq);
   s.activations = activation_peak(in, pipe, rank, seq);

@@ -152,6 +152,51 @@ TEST(Planner, OptimizerStepAndLossAsFrameworksRunThem) {
   EXPECT_GT(loss.step_s, fused.step_s);
 }
 
+// A DDP run's gradients in PyTorch autograd's .grad (PlanInput::
+// grad_accum_autograd, Megatron-LM 6985e58938's DDPs): in place of the
+// engine's one zeroing pass, 3 gradient elements per parameter for each
+// microbatch after the first and 6 for the all-reduce's bucket copies (dp >
+// 1), at the gradient reduce's bytes; on each pipeline stage its own
+// parameters; refused for sharded states.
+TEST(Planner, AutogradGradientsAccumulateEveryMicrobatch) {
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.microbatch_size = 2;
+  in.dp = 2;
+  in.global_batch = 2 * 2 * 5;  // 5 microbatches per replica
+  in.hw.peak_tflops = 1;
+  in.hw.mem_bw_GBps = 10;
+  in.hw.bw_intra_GBps = 5;
+  const ModelConfig& m = *in.shape;
+  const PlanResult buffer = plan(in);
+  const double params = double(m.num_params());
+  EXPECT_EQ(buffer.worst.local_traffic, int64_t(params) * 2);  // zeroed once
+  in.grad_accum_autograd = true;
+  const PlanResult autograd = plan(in);
+  EXPECT_EQ(autograd.worst.local_traffic, int64_t(params) * 2 * (3 * 4 + 6));
+  EXPECT_NEAR(autograd.memory_bytes - buffer.memory_bytes, params * 2 * (3 * 4 + 6 - 1), 1e-9 * autograd.memory_bytes);
+  EXPECT_GT(autograd.step_s, buffer.step_s);
+  in.grad_reduce_bytes = 4;  // fp32 gradients: twice the bytes
+  EXPECT_EQ(plan(in).worst.local_traffic, int64_t(params) * 4 * (3 * 4 + 6));
+  in.grad_reduce_bytes = 0;
+  in.dp = 1;  // no all-reduce, no bucket
+  in.global_batch = 2 * 5;
+  EXPECT_EQ(plan(in).worst.local_traffic, int64_t(params) * 2 * 3 * 4);
+  in.pp = 2;  // each stage its own gradients
+  const PlanResult staged = plan(in);
+  for (const StageMemory& st : staged.stages) EXPECT_EQ(st.local_traffic, st.grads / 2 * 2 * 3 * 4);
+  in.pp = 1;
+  in.dp = 2;
+  in.global_batch = 20;
+  in.shard = dp::Shard::zero1;
+  try {
+    plan(in);
+    ADD_FAILURE() << "--grad-accum autograd with zero1 planned";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--grad-accum autograd"), std::string::npos) << e.what();
+  }
+}
+
 // The memory-bound term: the stated per-token counts, split by tp as stated,
 // and timed as bytes / bandwidth inside compute.
 TEST(Planner, MemoryBoundWorkIsBytesOverBandwidth) {
