@@ -173,6 +173,9 @@ def cases():
          r"line \d+: dropout 'yes' must be 0 or 1"),
         (["plan", "--model", "llama3-8b", "--dropout", "--machine", "h100"], 2,
          r"--dropout: Megatron's GPT dropout; the llama family has none"),
+        # 2bw's two weight versions: none or zero1, as the executor refuses the rest
+        (gpt + ["--peak-tflops", "100", "--bw-intra", "100", "--dp", "2", "--pp", "2", "--shard", "zero2",
+                "--schedule", "2bw"], 2, r"--schedule: 2bw keeps two weight versions in full; .*got zero2"),
         # a DDP run's gradient accumulation: buffer or autograd, DDP only
         (gpt + ["--peak-tflops", "100", "--grad-accum", "fused"], 2, r"--grad-accum: 'fused' must be buffer"),
         (gpt + ["--peak-tflops", "100", "--dp", "2", "--shard", "zero3", "--grad-accum", "autograd"], 2,

@@ -138,6 +138,12 @@ void check_shape(const PlanInput& in, PlanResult& r) {
             "model with local capacity): global capacity over dp " + std::to_string(in.dp) +
                 " routes microbatches of different weight versions together");
   }
+  // As the executor (impl/pipeline/executor_step.cc): 2BW's two weight
+  // versions are held in full, so the states shard no further than zero1.
+  require(in.pp == 1 || in.schedule != pipeline::ScheduleKind::pipedream_2bw || in.shard == dp::Shard::none ||
+              in.shard == dp::Shard::zero1,
+          "--schedule: 2bw keeps two weight versions in full; it composes with shard none or zero1, got " +
+              std::string(dp::shard_name(in.shard)));
   require(in.ep >= 1, "--ep: must be >= 1 (got " + std::to_string(in.ep) + ")");
   if (in.ep > 1) {
     require(in.shape && in.shape->moe.experts > 0,
