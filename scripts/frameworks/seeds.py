@@ -13,7 +13,9 @@ workers), with the ranks forked from this process (common.START_METHOD)
 instead of spawned fresh. Each seed's export sets train.seed and data.seed
 to the seed. Prints, per row, the worst ratio over the seeds of every
 quantity verify judges and the row's time; exits 1 when a run fails or
-verify rejects a trace, 2 on bad arguments.
+verify rejects a trace, 2 on bad arguments. A run whose rank dies without a
+Python exception (a forked rank's signal or bare exit) is run once more and
+said on stderr; failing again, it fails the row.
 """
 
 import os
@@ -92,16 +94,29 @@ def main():
             for kv in sets.split() + [f"train.seed={seed}", f"data.seed={seed}"]:
                 cmd += ["--set", kv]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-            sys.argv = [adapter, "--export", f"{d}/export", "--out", f"{d}/trace.safetensors", "--world", "2"]
-            sys.argv += args.split()
-            try:
-                module.main()
-            except SystemExit as e:
-                if e.code:
-                    failed.append(f"{name} seed {seed}: the adapter exited {e.code}")
-                    continue
-            except Exception as e:  # a rank failed: its traceback is above
-                failed.append(f"{name} seed {seed}: training failed ({type(e).__name__})")
+            argv = [adapter, "--export", f"{d}/export", "--out", f"{d}/trace.safetensors", "--world", "2"]
+            argv += args.split()
+            error = None
+            for attempt in (1, 2):
+                sys.argv = list(argv)
+                try:
+                    module.main()
+                    error = None
+                except SystemExit as e:
+                    error = f"the adapter exited {e.code}" if e.code else None
+                except Exception as e:  # a rank failed: its traceback, if it raised, is above
+                    error = f"training failed ({type(e).__name__}: {e})"
+                    # A rank that died without a Python exception (torch's
+                    # ProcessExitedException: a signal, or an exit code with no
+                    # traceback) in a process forked from this long-lived one
+                    # is run once more, said on stderr; any other failure, or
+                    # the same twice, fails the row.
+                    if attempt == 1 and type(e).__name__ == "ProcessExitedException":
+                        print(f"seeds: {name} seed {seed}: {error}; run again", file=sys.stderr, flush=True)
+                        continue
+                break
+            if error:
+                failed.append(f"{name} seed {seed}: {error}")
                 continue
             v = subprocess.run([pb, "verify", "--export", f"{d}/export", "--trace", f"{d}/trace.safetensors",
                                 "--run-dir", f"{d}/verify"], capture_output=True, text=True)
