@@ -768,9 +768,10 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                           : in.optimizer_step == planner::OptimizerStep::torch_foreach ? "; optimizer torch-foreach"
                           : in.optimizer_step == planner::OptimizerStep::composer      ? "; optimizer composer"
                                                                                         : "";
-  std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic (%s kernels%s%s) at %g GB/s", r.memory_bytes / 1e9,
+  std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic (%s kernels%s%s%s) at %g GB/s", r.memory_bytes / 1e9,
                 in.fused_norm ? "eager, Triton RMSNorm" : in.eager_kernels ? "eager" : "fused", optimizer,
-                in.loss == planner::LossKernel::megatron_fp32 ? "; loss megatron-fp32" : "", h.mem_bw_GBps);
+                in.loss == planner::LossKernel::megatron_fp32 ? "; loss megatron-fp32" : "",
+                in.grad_accum_autograd ? "; grads autograd" : "", h.mem_bw_GBps);
   std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
               h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
   std::snprintf(fig, sizeof fig, "%s = %.3g of ideal compute", r.bubble_formula.c_str(), r.bubble_over_ideal);

@@ -178,6 +178,8 @@ def cases():
                 "--schedule", "2bw"], 2, r"--schedule: 2bw keeps two weight versions in full; .*got zero2"),
         # a DDP run's gradient accumulation: buffer or autograd, DDP only
         (gpt + ["--peak-tflops", "100", "--grad-accum", "fused"], 2, r"--grad-accum: 'fused' must be buffer"),
+        (gpt + ["--machine", "a100", "--dp", "2", "--global-batch", "8", "--grad-accum", "autograd", "--explain"], 0,
+         r"memory-bound .*GB of non-GEMM traffic \(fused kernels; grads autograd\)"),
         (gpt + ["--peak-tflops", "100", "--dp", "2", "--shard", "zero3", "--grad-accum", "autograd"], 2,
          r"--grad-accum autograd: PyTorch's .grad accumulation under DDP \(shard none.*got shard zero3"),
         (["plan", "--validate", edited("bad_accum.csv", lambda l: add_column(l, "grad_accum", "eager"))], 2,
