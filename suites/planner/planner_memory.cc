@@ -481,17 +481,12 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   // the forward); selective the scores' kernels.
   const bool rerun = in.recompute == Recompute::full || in.recompute_even_matmuls;
   const double recompute = rerun ? 4.0 / 3 : 1;
-  const double layer =
-      mc.llama() ? double(in.eager_kernels ? llama_layer_eager_traffic_bytes(mc, x, in.fused_norm)
-                                           : llama_layer_traffic_bytes(mc, x)) *
-                           recompute +
-                       (in.recompute == Recompute::selective && !rerun
-                            ? double(layer_softmax_forward_traffic_bytes(x))
-                            : 0.0)
-                 : double(layer_traffic_bytes(x)) +
-                       double(rerun                                    ? layer_forward_traffic_bytes(x)
-                              : in.recompute == Recompute::selective ? layer_softmax_forward_traffic_bytes(x)
-                                                                     : 0);
+  double layer = mc.llama() ? double(in.eager_kernels ? llama_layer_eager_traffic_bytes(mc, x, in.fused_norm)
+                                                      : llama_layer_traffic_bytes(mc, x)) *
+                                   recompute
+                             : double(layer_traffic_bytes(x)) + (rerun ? double(layer_forward_traffic_bytes(x)) : 0.0);
+  if (in.recompute == Recompute::selective)  // never with the other two (plan() refuses op with any)
+    layer += double(layer_softmax_forward_traffic_bytes(x));
   const double shared_layer =
       double(layer_shared_traffic_bytes(x)) + (rerun ? double(layer_shared_forward_traffic_bytes(x)) : 0.0);
   double per_micro = 0, shared = 0;
