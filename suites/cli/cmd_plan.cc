@@ -47,7 +47,7 @@ struct PlanFlags {
   std::string kernels = "fused";      // --kernels: fused or eager (PyTorch eager ops, llama family)
   std::string sp_gather = "regather"; // --sp-gather: regather (Megatron-LM) or saved (PyTorch DTensor)
   std::string grad_reduce;            // --grad-reduce: bf16|fp16|fp32 (empty: the precision's gradient bytes)
-  std::string bwd_prefetch = "pre";   // --bwd-prefetch: FSDP's BackwardPrefetch, pre or post
+  std::string bwd_prefetch;  // --bwd-prefetch: FSDP's BackwardPrefetch, pre or post (empty: pre)
   std::string optimizer = "fused";    // --optimizer: the optimizer step's kernels (PlanInput::optimizer_step)
   std::string grad_accum = "buffer";  // --grad-accum: buffer or autograd (PlanInput::grad_accum_autograd)
   std::string loss = "fused";         // --loss: the LM head's loss kernels (PlanInput::loss)
@@ -186,7 +186,7 @@ bool parse_sp_regather(const std::string& s, const std::string& what) {
 
 // FSDP's backward prefetch (PlanInput::backward_prefetch_post): pre or post.
 bool parse_bwd_prefetch_post(const std::string& s, const std::string& what) {
-  require(s == "pre" || s == "post",
+  require(s.empty() || s == "pre" || s == "post",
           what + ": '" + s +
               "' must be pre (BACKWARD_PRE: the next unit's all-gather beside the current gradient computation; "
               "FSDP2) or post (BACKWARD_POST: issued after it, so waited for)");
@@ -270,6 +270,13 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.sp_regather = parse_sp_regather(f.sp_gather, "--sp-gather");
   in.grad_reduce_bytes = parse_grad_reduce(f.grad_reduce, "--grad-reduce");
   in.backward_prefetch_post = parse_bwd_prefetch_post(f.bwd_prefetch, "--bwd-prefetch");
+  // `pre` is the default: said explicitly where no prefetched sharded axis
+  // is timed on a GPU it plans nothing (post: the planner's own check).
+  require(f.bwd_prefetch != "pre" ||
+              ((in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp || in.shard == dp::Shard::hzero) &&
+               in.prefetch > 0 && in.hw.peak_tflops > 0 && !in.hw.host_kernels),
+          "--bwd-prefetch pre: FSDP's backward prefetch acts on a sharded, prefetched data axis (shard zero3, hsdp "
+          "or hzero) timed on a GPU profile (--machine); this plan has none, so the flag would plan nothing");
   in.optimizer_step = parse_optimizer_step(f.optimizer, "--optimizer");
   require(in.optimizer_step == planner::OptimizerStep::fused || in.precision == Precision::bf16_mixed,
           "--optimizer " + f.optimizer + ": its byte counts are a mixed-precision run's; needs --precision bf16-mixed");

@@ -186,6 +186,14 @@ def cases():
          r"line \d+: grad_accum: 'eager' must be buffer"),
         # FSDP's backward prefetch: pre or post, by flag and by column
         (gpt + ["--peak-tflops", "100", "--bwd-prefetch", "early"], 2, r"--bwd-prefetch: 'early' must be pre"),
+        # ... and only where it plans something: a prefetched sharded axis timed on a GPU profile
+        (gpt + ["--machine", "a100", "--dp", "2", "--bwd-prefetch", "post"], 2,
+         r"--bwd-prefetch post: FSDP's backward prefetch acts on a sharded, prefetched data axis .*got shard none"),
+        (gpt + ["--peak-tflops", "100", "--dp", "2", "--shard", "zero3", "--bwd-prefetch", "post"], 2,
+         r"--bwd-prefetch post: .*got shard zero3, prefetch 1, not a GPU profile"),
+        (gpt + ["--machine", "a100", "--dp", "2", "--bwd-prefetch", "pre"], 2,
+         r"--bwd-prefetch pre: .*this plan has none, so the flag would plan nothing"),
+        (gpt + ["--machine", "a100", "--dp", "2", "--shard", "zero3", "--bwd-prefetch", "post"], 0, r"step"),
         (["plan", "--validate", edited("bad_prefetch.csv", lambda l: add_column(l, "bwd_prefetch", "later"))], 2,
          r"line \d+: bwd_prefetch: 'later' must be pre"),
         # the optimizer step's and the loss's kernels: named variants, by flag and by column

@@ -111,6 +111,15 @@ void check_input(const PlanInput& in) {
             "async_call_cost: compute_us must be strictly ascending");
   }
   require(in.prefetch >= 0, "prefetch: must be >= 0 (units gathered ahead)");
+  // BACKWARD_POST only changes when a prefetched sharded axis's backward
+  // gathers are waited for on a device (planner_comm.cc time_comm): elsewhere
+  // it would be a setting that plans nothing.
+  const bool fsdp = in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp || in.shard == dp::Shard::hzero;
+  require(!in.backward_prefetch_post || (fsdp && in.prefetch > 0 && in.hw.peak_tflops > 0 && !in.hw.host_kernels),
+          std::string("--bwd-prefetch post: FSDP's backward prefetch acts on a sharded, prefetched data axis (shard "
+                      "zero3, hsdp or hzero; prefetch > 0) timed on a GPU profile (--machine); got shard ") +
+              std::string(dp::shard_name(in.shard)) + ", prefetch " + std::to_string(in.prefetch) +
+              (in.hw.peak_tflops > 0 ? (in.hw.host_kernels ? ", not a GPU profile" : "") : ", no machine"));
   require(!in.grad_accum_autograd || (in.shard == dp::Shard::none && in.ep == 1),
           "--grad-accum autograd: PyTorch's .grad accumulation under DDP (shard none, no expert parallel); got shard " +
               std::string(dp::shard_name(in.shard)) + (in.ep > 1 ? ", ep " + std::to_string(in.ep) : ""));

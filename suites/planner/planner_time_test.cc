@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "harness/comm/runner.h"
+#include "harness/input_error_testing.h"
 #include "harness/status.h"
 #include "impl/data_parallel/strategy.h"
 #include "impl/expert_parallel/strategy.h"
@@ -831,7 +832,8 @@ TEST(Planner, DeviceFsdpHidesItsGathersUnderCompute) {
   // BACKWARD_POST (PlanInput::backward_prefetch_post): each backward
   // all-gather waits, the whole row exposed on top of what pre exposes; the
   // reduce-scatters and the forward's gathers still hide. On CPU ranks
-  // nothing hides either way.
+  // nothing hides either way, so post is refused there (it would plan
+  // nothing), as without a sharded, prefetched axis.
   in.backward_prefetch_post = true;
   const PlanResult post = plan(in);
   double bwd_gathers = 0;
@@ -842,8 +844,15 @@ TEST(Planner, DeviceFsdpHidesItsGathersUnderCompute) {
   EXPECT_GT(post.step_s, device.step_s);
   EXPECT_LT(post.exposed_comm_s, post.comm_s);
   in.hw.host_kernels = true;
-  EXPECT_DOUBLE_EQ(plan(in).step_s, host.step_s);
+  EXPECT_NE(input_error_of([&] { plan(in); }).find("got shard zero3, prefetch 1, not a GPU profile"),
+            std::string::npos);
   in.hw.host_kernels = false;
+  in.prefetch = 0;
+  EXPECT_NE(input_error_of([&] { plan(in); }).find("got shard zero3, prefetch 0"), std::string::npos);
+  in.prefetch = 1;
+  in.shard = dp::Shard::zero2;
+  EXPECT_NE(input_error_of([&] { plan(in); }).find("got shard zero2"), std::string::npos);
+  in.shard = dp::Shard::zero3;
   in.backward_prefetch_post = false;
   in.prefetch = 0;
   const PlanResult waited = plan(in);
