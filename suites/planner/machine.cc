@@ -383,10 +383,11 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.hw.bw_inter_GBps = 47;
       p.sources["bw_inter_GBps"] =
           "github.com/ROCm/cvs at 00fff43355d7cd844fb5ea477b8ec1a7855bba13, cvs/input/config_file/rccl/rccl_config.json "
-          "(MI300 series, 2 nodes of 8 GPUs, one 400 Gb/s Broadcom bnxt_re NIC per GPU), 'expected results ... for 2 "
-          "node cluster': sendrecv_perf busbw 47.00 GB/s at 8 GiB (48.00 at 16 GiB), the rate of the pairs whose "
-          "send crosses the NICs (all_reduce_perf 330 GB/s busbw at 8 GiB); AMD's expected figures, not one run's "
-          "output; line rate 50 GB/s";
+          "('RCCL heatmap comparison between MI300s', 2 nodes of 8 GPUs, 8 Broadcom bnxt_re RDMA NICs per node, one "
+          "per GPU), 'expected results ... for 2 node cluster': sendrecv_perf busbw 47.00 GB/s at 8 GiB (48.00 at "
+          "16 GiB), a rate the sends that cross the nodes set (all_reduce_perf 330 GB/s busbw at 8 GiB); AMD's "
+          "expected figures, not one run's output, on NICs the file does not rate; the datasheet's NIC is 400 Gb/s "
+          "(line rate 50 GB/s)";
       // Per-step collective latency: RCCL's own cost model.
       constexpr const char* kRcclTuning =
           "RCCL's cost model, github.com/ROCm/rccl at 0cbce2a7571c907554199fad7e905f16ec0a565c (2024-10-24), "
