@@ -428,8 +428,12 @@ const std::vector<MachineProfile>& builtin_machines() {
           "not set: MI300X has 304 CUs (ROCm docs, 'AMD GPU specifications' (reference/gpu-specs), MI300X row: "
           "'304 (38 per XCD)'), but the tile and wave model needs hipBLASLt's output macro-tile too, which no source "
           "found gives for large BF16 GEMMs on MI300X (searched ROCm blogs on GEMM tuning, hipBLASLt and "
-          "rocm-libraries issues, ROCm docs; the tiles quoted were MI355X's or shape-specific), so GEMMs take the "
-          "achievable rate at every shape";
+          "rocm-libraries issues, ROCm docs; the tiles quoted were MI355X's or shape-specific; hipBLASLt's own "
+          "gfx942 selection, e.g. ROCm/hipBLASLt at 4cd3c20980fce2ef8f980596235adc0cb3818461, library/src/"
+          "amd_detail/rocblaslt/src/Tensile/Logic/asm_full/aquavanjaram/gfx942/GridBased/"
+          "aquavanjaram_Cijk_Alik_Bljk_BBS_BH_Bias_HAS_SAV_UserArgs.yaml, lists solutions of several macro-tiles "
+          "(its first, MT16x16x128 and MT16x16x256) and maps sizes to them in 18.8 MB that could not be read here "
+          "whole), so GEMMs take the achievable rate at every shape";
       p.sources["gemm_tile_m"] = p.sources["gemm_tile_n"] =
           "not set: no source found gives hipBLASLt's output macro-tile for large BF16 GEMMs on MI300X (see "
           "gemm_units)";
