@@ -320,7 +320,7 @@ const std::vector<MachineProfile>& builtin_machines() {
     // NCCL's own alpha-beta cost model, the per-step hardware latency of a
     // ring with the Simple protocol (the one NCCL picks for the megabyte
     // messages of training), over NVLink and over the network. A software
-    // figure, the same for every NVIDIA GPU; RCCL's (mi300x) is not cited.
+    // figure, the same for every NVIDIA GPU; mi300x takes RCCL's (below).
     // Not modelled: NCCL's fixed 8.4 us per call (the planner's collective
     // time has no per-call term) and its LL protocols for small messages.
     for (MachineProfile& p : m) {
@@ -352,6 +352,91 @@ const std::vector<MachineProfile>& builtin_machines() {
           "pytorch/pytorch issue 41383 (ngimel): about 2 us per op without autograd, half of it Python's, and "
           "recording autograd adds about 2 us (6.8 against 5 us per op, a CPU tensor). The CUDA launch itself is "
           "within it. Not measured: FSDP's per-unit hooks (no per-unit figure is cited)";
+    }
+    // MI300X measured figures (issue 48's deliverable 1 for the mi300x): each
+    // from a published measurement or RCCL's own source, named in its source
+    // text; what none gives keeps the datasheet's figure (or 0) and its source
+    // says what was searched. docs/planner.md, "Machine profiles", lists them.
+    for (MachineProfile& p : m) {
+      if (p.name() != "mi300x") continue;
+      const std::string azure =
+          "Azure AI Benchmarking Guide, Azure_Results/ND_MI300X_v5_results.md at commit "
+          "bf209abb91e80c93322db11abe633bbc646bcf1d (2025-03-27; stored in github.com/samuel-bohman/"
+          "AI-benchmarking-guide, a fork of Azure/AI-benchmarking-guide): Azure ND MI300X v5, 8 AMD Instinct MI300X "
+          "per VM, RCCL 2.22.3-develop, HIP 6.2.41134";
+      // Memory-bound kernels at BabelStream's achieved HBM rate.
+      p.hw.mem_bw_GBps = 4100;
+      p.sources["mem_bw_GBps"] =
+          azure + ", 'HBM Bandwidth' (BabelStream's hip-stream, Benchmarks/AMD/HBMBandwidth.py): Triad 4.10 TB/s "
+                  "(Copy 4.15, Mul 4.28, Add 4.13, Dot 4.0), 77% of the 5.3 TB/s datasheet figure";
+      // RCCL's achieved all-reduce bus bandwidth among the node's 8 GPUs.
+      p.hw.bw_intra_GBps = 314;
+      p.sources["bw_intra_GBps"] =
+          azure + ", 'RCCL Bandwidth': rccl-tests all_reduce_perf -g 8 (Benchmarks/AMD/RCCLBandwidth.py), in-place "
+                  "busbw 313.92 GB/s at 1 GB (302.80 at 268 MB, 316.82 at 8 GB; the page's column ran with "
+                  "NCCL_ALGO=NVLS, an algorithm RCCL does not have); AMD's validation bar agrees: github.com/ROCm/cvs "
+                  "at dbef78e175f893cb997ed000fd8856b4cb530198, cvs/input/config_file/rccl/"
+                  "mi300x_rccl_single_node_config.json, 'AMD validation guide bar for MI300X: single-node 8-GPU "
+                  "all_reduce bus BW >= 304 GB/s at 8 GiB' (a floor a healthy node passes); the xGMI line rate is "
+                  "448 GB/s per direction";
+      // Across nodes: what one 400 Gb/s NIC carries (the rail's rate).
+      p.hw.bw_inter_GBps = 47;
+      p.sources["bw_inter_GBps"] =
+          "github.com/ROCm/cvs at 00fff43355d7cd844fb5ea477b8ec1a7855bba13, cvs/input/config_file/rccl/rccl_config.json "
+          "('RCCL heatmap comparison between MI300s', 2 nodes of 8 GPUs, 8 Broadcom bnxt_re RDMA NICs per node, one "
+          "per GPU), 'expected results ... for 2 node cluster': sendrecv_perf busbw 47.00 GB/s at 8 GiB (48.00 at "
+          "16 GiB), a rate the sends that cross the nodes set (all_reduce_perf 330 GB/s busbw at 8 GiB); AMD's "
+          "expected figures, not one run's output, on NICs the file does not rate; the datasheet's NIC is 400 Gb/s "
+          "(line rate 50 GB/s)";
+      // Per-step collective latency: RCCL's own cost model.
+      constexpr const char* kRcclTuning =
+          "RCCL's cost model, github.com/ROCm/rccl at 0cbce2a7571c907554199fad7e905f16ec0a565c (2024-10-24), "
+          "src/graph/tuning.cc, tuning_model_5.hwLat (the table RCCL's src/graph/rome_models.cc selects, tuning=5, "
+          "for 8 GPUs fully connected by 7 xGMI links: rome_model_79, 81, 84; added by commit b08124c8 'adding rccl "
+          "tuning parameters for MI300X gfx942 with 8 GPUs single and multi-node'): ";
+      p.hw.latency_us = 2.1;
+      p.sources["latency_us"] =
+          std::string(kRcclTuning) +
+          "NVLINK row (RCCL loads xGMI links as NVLink, src/graph/xml.cc), Ring / Simple: 2.1 us per ring step "
+          "(nsteps = 2 (n - 1) for all-reduce, n - 1 for all-gather and reduce-scatter, as NCCL's); RCCL's model, "
+          "not a measurement; its base of 17.0 us per call (baseLat, Ring / Simple) is not modelled";
+      p.hw.latency_inter_us = 25.0;
+      p.sources["latency_inter_us"] =
+          std::string(kRcclTuning) +
+          "NET row, Tree / Simple: 25.0 us per step across nodes. Its Ring / Simple NET figure, 320.0 us (commit "
+          "a25ca9bb 'adding new tunning table for very large number of nodes'; 19.8 in b08124c8's first table), "
+          "steers RCCL off rings across nodes rather than timing a link, and the planner times rings only, so it "
+          "takes the tree's figure (as NCCL's ring and tree NET figures, 14.0, are one); RCCL's model, not a "
+          "measurement; the planner charges 2 (nodes - 1) of an all-reduce ring's steps at it (RCCL's model counts "
+          "2 nodes), nodes - 1 of the others'";
+      // FlashAttention-2 forward + backward: one published MI300X point.
+      p.flash_attention_tflops_bf16 = 223;
+      p.sources["flash_attention_tflops_bf16"] =
+          "github.com/ROCm/flash-attention issue 142 (2025-05-18, AMD Instinct MI300X, ROCm 6.3.2): the repository's "
+          "benchmarks/benchmark_flash_attention.py, 'causal=False, headdim=128, batch_size=1, seqlen=16384 ... "
+          "Flash2 fwd: 353.22 TFLOPs/s, bwd: 194.43 TFLOPs/s, fwd + bwd: 223.08 TFLOPs/s' (batch 2, 4, 8: 230.54, "
+          "231.57, 228.36): ROCm's FlashAttention-2 port (the issue does not say which of its backends, Composable "
+          "Kernel by default or Triton); not causal, one sequence length, forward and backward alike";
+      p.sources["flash_attention_rates"] =
+          "not given: no FlashAttention benchmark on MI300X by head dimension and sequence was found (searched ROCm "
+          "blogs and docs, ROCm/flash-attention issues, pytorch/pytorch SDPA benchmarks on ROCm: Azure's guide gives "
+          "one figure, 328.6 TFLOP/s at head dimension 64, batch 2, sequence 8192, without saying forward, backward "
+          "or both, so it is not used); flash_attention_tflops_bf16 times every shape";
+      // The tile and wave model: the CU count is published, hipBLASLt's
+      // output tile is not, and the model takes both or neither.
+      p.sources["gemm_units"] =
+          "not set: MI300X has 304 CUs (ROCm docs, 'AMD GPU specifications' (reference/gpu-specs), MI300X row: "
+          "'304 (38 per XCD)'), but the tile and wave model needs hipBLASLt's output macro-tile too, which no source "
+          "found gives for large BF16 GEMMs on MI300X (searched ROCm blogs on GEMM tuning, hipBLASLt and "
+          "rocm-libraries issues, ROCm docs; the tiles quoted were MI355X's or shape-specific; hipBLASLt's own "
+          "gfx942 selection, e.g. ROCm/hipBLASLt at 4cd3c20980fce2ef8f980596235adc0cb3818461, library/src/"
+          "amd_detail/rocblaslt/src/Tensile/Logic/asm_full/aquavanjaram/gfx942/GridBased/"
+          "aquavanjaram_Cijk_Alik_Bljk_BBS_BH_Bias_HAS_SAV_UserArgs.yaml, lists solutions of several macro-tiles "
+          "(its first, MT16x16x128 and MT16x16x256) and maps sizes to them in 18.8 MB that could not be read here "
+          "whole), so GEMMs take the achievable rate at every shape";
+      p.sources["gemm_tile_m"] = p.sources["gemm_tile_n"] =
+          "not set: no source found gives hipBLASLt's output macro-tile for large BF16 GEMMs on MI300X (see "
+          "gemm_units)";
     }
     return m;
   }();

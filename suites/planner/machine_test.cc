@@ -104,14 +104,22 @@ TEST(Machine, BuiltInProfilesByNameWithSources) {
 
 // The NVIDIA profiles' per-step collective latency is NCCL's own cost model
 // (ring / Simple: 3.4 us per step over NVLink, 14 us over the network), each
-// with its source; RCCL's is not cited, so mi300x keeps 0 and says so.
+// with its source; mi300x's is RCCL's (its MI300X table: 2.1 us per xGMI
+// ring step, the tree's 25 us across nodes).
 TEST(Machine, CollectiveLatencyFromNcclsCostModel) {
   for (const MachineProfile& m : builtin_machines()) {
     if (m.name() == "mi300x") {
-      EXPECT_DOUBLE_EQ(m.hw.latency_us, 0);
-      EXPECT_DOUBLE_EQ(m.hw.latency_inter_us, 0);
-      EXPECT_EQ(m.sources.at("latency_us").rfind("not given", 0), 0u) << m.sources.at("latency_us");
-      EXPECT_EQ(m.sources.at("latency_inter_us").rfind("not given", 0), 0u);
+      EXPECT_DOUBLE_EQ(m.hw.latency_us, 2.1);
+      EXPECT_DOUBLE_EQ(m.hw.latency_inter_us, 25.0);
+      for (const char* k : {"latency_us", "latency_inter_us"}) {
+        const std::string& s = m.sources.at(k);
+        EXPECT_NE(s.find("github.com/ROCm/rccl at 0cbce2a7571c907554199fad7e905f16ec0a565c"), std::string::npos)
+            << k << ": " << s;
+        EXPECT_NE(s.find("src/graph/tuning.cc, tuning_model_5.hwLat"), std::string::npos) << k << ": " << s;
+        EXPECT_NE(s.find("not a measurement"), std::string::npos) << s;
+      }
+      EXPECT_NE(m.sources.at("latency_us").find("Ring / Simple: 2.1 us per ring step"), std::string::npos);
+      EXPECT_NE(m.sources.at("latency_inter_us").find("Tree / Simple: 25.0 us per step"), std::string::npos);
       continue;
     }
     EXPECT_DOUBLE_EQ(m.hw.latency_us, 3.4) << m.name();
@@ -127,6 +135,54 @@ TEST(Machine, CollectiveLatencyFromNcclsCostModel) {
     EXPECT_NE(m.sources.at("latency_us").find("NVLINK 3.4 us per ring step"), std::string::npos);
     EXPECT_NE(m.sources.at("latency_inter_us").find("NET 14.0 us per ring step"), std::string::npos);
   }
+}
+
+// The mi300x profile's measured figures (docs/planner.md, "Machine
+// profiles"): BabelStream's HBM rate, RCCL's all-reduce busbw on 8 GPUs and
+// per NIC, one FlashAttention-2 point; the tile model is not set (no
+// hipBLASLt tile source), and every figure, set or not, says where it stands.
+TEST(Machine, Mi300xMeasuredFiguresCarryTheirSources) {
+  const MachineProfile m = load_machine("mi300x");
+  EXPECT_DOUBLE_EQ(m.hw.mem_bw_GBps, 4100);
+  EXPECT_DOUBLE_EQ(m.hw.bw_intra_GBps, 314);
+  EXPECT_DOUBLE_EQ(m.hw.bw_inter_GBps, 47);
+  EXPECT_DOUBLE_EQ(m.flash_attention_tflops_bf16, 223);
+  EXPECT_TRUE(m.flash_rates_bf16.empty());
+  EXPECT_DOUBLE_EQ(m.gemm_achievable_tflops_bf16, 668.4);
+  EXPECT_EQ(m.hw.gemm_units, 0);
+  EXPECT_EQ(m.hw.gemm_tile_m, 0);
+  EXPECT_EQ(m.hw.gemm_tile_n, 0);
+  // The datasheet's peaks and capacity are unchanged.
+  EXPECT_DOUBLE_EQ(m.peak_tflops_bf16, 1307.4);
+  EXPECT_DOUBLE_EQ(m.hw.memory_GB, 192);
+  std::vector<std::string> keys = profile_figures();
+  keys.push_back("flash_attention_rates");
+  for (const std::string& k : keys)
+    EXPECT_TRUE(m.sources.count(k) && !m.sources.at(k).empty()) << "mi300x's " << k << " has no source";
+  auto has = [&](const char* k, const char* text) {
+    EXPECT_NE(m.sources.at(k).find(text), std::string::npos) << k << ": " << m.sources.at(k);
+  };
+  has("mem_bw_GBps", "ND_MI300X_v5_results.md at commit bf209abb91e80c93322db11abe633bbc646bcf1d");
+  has("mem_bw_GBps", "Triad 4.10 TB/s");
+  has("bw_intra_GBps", "busbw 313.92 GB/s at 1 GB");
+  has("bw_intra_GBps", "mi300x_rccl_single_node_config.json");
+  has("bw_inter_GBps", "sendrecv_perf busbw 47.00 GB/s at 8 GiB");
+  has("flash_attention_tflops_bf16", "ROCm/flash-attention issue 142");
+  has("flash_attention_tflops_bf16", "fwd + bwd: 223.08 TFLOPs/s");
+  for (const char* k : {"gemm_units", "gemm_tile_m", "gemm_tile_n"})
+    EXPECT_EQ(m.sources.at(k).rfind("not set", 0), 0u) << k << ": " << m.sources.at(k);
+  has("gemm_units", "'304 (38 per XCD)'");
+  EXPECT_EQ(m.sources.at("flash_attention_rates").rfind("not given", 0), 0u);
+  // A profile written and read back keeps the figures and their sources.
+  const auto file = std::filesystem::temp_directory_path() / ("pb_mi300x_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(file) << machine_toml(m);
+  const MachineProfile back = load_machine(file.string());
+  std::filesystem::remove(file);
+  EXPECT_DOUBLE_EQ(back.hw.mem_bw_GBps, 4100);
+  EXPECT_DOUBLE_EQ(back.hw.latency_inter_us, 25.0);
+  EXPECT_EQ(back.hw.gemm_units, 0);
+  EXPECT_EQ(back.sources.at("gemm_units"), m.sources.at("gemm_units"));
+  EXPECT_EQ(back.sources.at("bw_inter_GBps"), m.sources.at("bw_inter_GBps"));
 }
 
 TEST(Machine, ProfileFileReadsStrictly) {
