@@ -741,8 +741,12 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
   char fig[160];
   const double gemm_s = r.compute_s - r.memory_s;
   if (h.gemm_achievable_tflops > 0 && h.gemm_rates.empty() && f.hw_flags[4]->count() == 0) {
-    std::snprintf(fig, sizeof fig, "GEMMs at %.1f%% of %g TFLOP/s (achievable %g x tiles/waves on %lld SMs)",
-                  100 * r.gemm_efficiency, h.peak_tflops, h.gemm_achievable_tflops, (long long)h.gemm_units);
+    if (h.gemm_units > 0)
+      std::snprintf(fig, sizeof fig, "GEMMs at %.1f%% of %g TFLOP/s (achievable %g x tiles/waves on %lld SMs)",
+                    100 * r.gemm_efficiency, h.peak_tflops, h.gemm_achievable_tflops, (long long)h.gemm_units);
+    else  // no tile model in the profile: the achievable rate, the memory roofline below it
+      std::snprintf(fig, sizeof fig, "GEMMs at %.1f%% of %g TFLOP/s (achievable %g; no tile model)",
+                    100 * r.gemm_efficiency, h.peak_tflops, h.gemm_achievable_tflops);
     std::printf("  %-16s %10.4g  %-44s %s\n", "GEMMs", gemm_s, fig,
                 (source("gemm_achievable_tflops_bf16") + "; " + source("gemm_units")).c_str());
   } else {
