@@ -765,9 +765,10 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
   if (flash > 0) {
     const bool tabled = std::any_of(h.flash_rates.begin(), h.flash_rates.end(),
                                     [&](const planner::Hardware::AttentionRate& a) { return a.triton == in.flash_triton; });
-    std::snprintf(fig, sizeof fig, "%s at %.4g TFLOP/s (d %d, seq %lld; causal half counted)",
-                  in.flash_triton ? "Triton FlashAttention" : "FlashAttention-2", flash, in.shape->head_size(),
-                  (long long)(r.seq / in.cp));
+    // The tables are FlashAttention-2's; a profile's single rate names its kernel in its source.
+    const char* kernel = in.flash_triton ? "Triton FlashAttention" : tabled ? "FlashAttention-2" : "FlashAttention";
+    std::snprintf(fig, sizeof fig, "%s at %.4g TFLOP/s (d %d, seq %lld; causal half counted)", kernel, flash,
+                  in.shape->head_size(), (long long)(r.seq / in.cp));
     std::printf("  %-16s %10s  %-44s %s\n", "attention", "(in compute)", fig,
                 source(tabled ? "flash_attention_rates" : "flash_attention_tflops_bf16").c_str());
   } else {

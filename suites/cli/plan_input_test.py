@@ -211,6 +211,8 @@ def cases():
         (gpt + ["--machine", "h100", "--attention", "flash", "--explain"], 0,
          r"attention .*FlashAttention-2 at 192 TFLOP/s \(d 64, seq 1024.*flash2_h100_fwd_bwd_benchmark"),
         (gpt + ["--machine", "b200", "--attention", "flash", "--explain"], 0,
+         r"attention .*FlashAttention at 1613 TFLOP/s \(d 64, seq 1024.*FlashAttention-4.*arXiv:2603\.05451"),
+        (gpt + ["--peak-tflops", "100", "--attention", "flash", "--explain"], 0,
          r"attention .*--attention flash, but the profile gives no rate for the kernel"),
         # the optional order column: Llama 3's placement accepted, anything else named
         (["plan", "--validate", edited("order_llama.csv", lambda l: add_column(l, "order", "tp-cp-pp-dp"))], 0,

@@ -250,6 +250,78 @@ const std::vector<MachineProfile>& builtin_machines() {
         }
       }
     }
+    // B200 and H200 measured figures: the SM count, the achieved HBM rate,
+    // NCCL's ring bus bandwidth within the node and the attention kernel's
+    // rate, each from a device query or microbenchmark on that part (not a
+    // training throughput, not a ratio of datasheets). What was searched for
+    // and not found keeps its field and says so.
+    for (MachineProfile& p : m) {
+      if (p.name() == "b200") {
+        p.hw.gemm_units = 148;
+        p.sources["gemm_units"] =
+            "device queries on a B200: ProjectPhysX/OpenCL-Benchmark README.md at "
+            "4694a5b9cf1b39faf541c922fcb76518a7b72ca0, 'NVIDIA B200': 'Compute Units 148 at 1965 MHz'; "
+            "pytorch/ao pull request 4002 (2026-03-05), cudaDeviceProp of an 'NVIDIA B200': 'Number of SMs: 148'; "
+            "chipsandcheese.com/p/nvidias-b200-keeping-the-cuda-juggernaut: 'B200 enables 74 SMs per die, giving "
+            "148 SMs across the GPU'";
+        p.hw.gemm_tile_m = 256;
+        p.hw.gemm_tile_n = 128;
+        p.sources["gemm_tile_m"] = p.sources["gemm_tile_n"] =
+            std::string(kTiles) +
+            "the guide's tiles and measurements are cuBLAS on pre-Blackwell GPUs (its wave example is A100's 108 "
+            "SMs); no source found gives the tile cuBLAS picks on Blackwell, so the planner applies the same "
+            "256x128 over B200's 148 SMs as over H100's 132";
+        p.hw.mem_bw_GBps = 6669;
+        p.sources["mem_bw_GBps"] =
+            "ProjectPhysX/OpenCL-Benchmark README.md at 4694a5b9cf1b39faf541c922fcb76518a7b72ca0 (example added in "
+            "c551207f, 2025-12-28), 'NVIDIA B200', driver 570.133.20: 'Memory Bandwidth ( coalesced read ) 6668.71 "
+            "GB/s' (coalesced write 6502.72), 83% of the 8 TB/s datasheet figure (pytorch/ao pull request 4002: the "
+            "driver's corrected 7680-bit bus gives 7.67 TB/s, of which 87%); a memory-bound kernel agrees: "
+            "ProjectPhysX/FluidX3D README.md at 8986874e626e0aebd317ab16c420b39e30dfa273, 'B200 SXM6 180GB' "
+            "FP32/FP32 42152 MLUPs/s at 153 bytes per cell, 6.45 TB/s ('81%')";
+        p.hw.bw_intra_GBps = 682;
+        p.sources["bw_intra_GBps"] =
+            "stas00/ml-engineering network/README.md at 744d01e18b79512572f64a6bbd8b5f4a725203a7 (table added in "
+            "32458c33), 'SHARP': nccl-tests all_reduce on an 8 x B200 p6-b200.48xlarge node over NVLink5, NCCL "
+            "2.27.7, 8 GiB, measured 2026-08-09: 8 GPUs 'busbw, NVLS off' 682.2 GB/s (ring; 76% of the 900 GB/s "
+            "line rate); NVLink SHARP all-reduce reaches 838.0 GB/s busBw on 8 GPUs, not modelled (as for H100)";
+        p.flash_attention_tflops_bf16 = 1613;
+        p.sources["flash_attention_tflops_bf16"] =
+            "'FlashAttention-4: Algorithm and Kernel Pipelining Co-Design for Asymmetric Hardware Scaling' (2026, "
+            "arXiv:2603.05451), abstract: "
+            "'on B200 GPUs with BF16, reaching up to 1613 TFLOPs/s (71% utilization)' (FlashAttention-4, the CuTe-DSL "
+            "kernel; also 'up to 1.3x speedup over cuDNN 9.13'). A peak, not split into forward and backward; it "
+            "is a forward-pass rate (FlashAttention-4's own causal head-dimension-128 forward on B200, "
+            "Dao-AILab/flash-attention commit cbbab839: 1604.1 TFLOP/s at 8k, 1683.7 at 16k), and the only B200 "
+            "backward rates found name head dimension 64 (commit 9848f9a0: 835-849 TF/s non-causal at 16k-32k), "
+            "so the backward is timed optimistically";
+        p.sources["flash_attention_rates"] =
+            "not given: searched (2026-11-27) for B200 forward + backward rates by head dimension and sequence; "
+            "found forward only (Dao-AILab/flash-attention commit cbbab839, FlashAttention-4 causal head dimension "
+            "128 on B200, 16-bit: 500.6, 796.5, 1124.6, 1407.9, 1604.1, 1683.7 TFLOP/s at 512 to 16k) and "
+            "head-dimension-64 backward (commit 9848f9a0); the FlashAttention-4 paper's per-sequence plots are "
+            "figures, not numbers; a B200 row of forward + backward by sequence was not found";
+      } else if (p.name() == "h200") {
+        p.hw.mem_bw_GBps = 4010;
+        p.sources["mem_bw_GBps"] =
+            "Azure/AI-benchmarking-guide Azure_Results/ND_H200_v5_results.md at "
+            "7f20e5fa3b2f9a46d8404af1f6fb14b049d6d5cc, 'HBM Bandwidth' (BabelStream, CUDA; "
+            "Benchmarks/HBMBandwidth.py) on an NVIDIA H200 141GB, CUDA 12.6: Copy 4.01 TB/s, 84% of the 4.8 TB/s "
+            "datasheet figure (Mul 4.00, Add 4.15, Triad 4.15, Dot 4.48); the profile takes Copy, one read and "
+            "one write per element as in an elementwise kernel";
+        p.hw.bw_intra_GBps = 367;
+        p.sources["bw_intra_GBps"] =
+            "stas00/ml-engineering network/README.md at 744d01e18b79512572f64a6bbd8b5f4a725203a7 (table added in "
+            "4b9b24f2), 'SHARP': nccl-tests on an 8 x H200 node over NVLink4, NCCL 2.27.7, 16 GiB: 'all-reduce, "
+            "NCCL_NVLS_ENABLE=0 | Ring | 367.2GBps' (all-gather 361.4, reduce-scatter 362.9), 82% of the 450 GB/s "
+            "line rate; the H100 figure (nccl-tests issue 212: ~370 GB/s effective) holds on the same NVLink4; "
+            "NVLink SHARP all-reduce (480.0 GB/s busBw) not modelled";
+        p.sources["flash_attention_rates"] +=
+            "; on an H200, Azure/AI-benchmarking-guide Azure_Results/ND_H200_v5_results.md at 7f20e5fa: "
+            "FlashAttention-2 329.3 TFLOP/s at head dimension 128, batch 2, sequence 8192 (fwd + bwd), against "
+            "the H100 figure's 308 at d 128, 8k: the H100 rates are kept";
+      }
+    }
     // The H100 torchtitan's published Llama 3 runs used (Meta's Grand Teton):
     // the H100 SXM5 die with 96 GB of HBM2e at 2.4 TB/s, a 500 W power limit.
     // Its peak is not published: torchtitan's own footnote puts it between

@@ -66,7 +66,7 @@ TEST(Machine, BuiltInProfilesByNameWithSources) {
   EXPECT_DOUBLE_EQ(hardware_for(a, Precision::bf16_mixed).peak_tflops, 312);
   EXPECT_DOUBLE_EQ(hardware_for(a, Precision::fp32).peak_tflops, 19.5);
   EXPECT_DOUBLE_EQ(hardware_for(load_machine("h100"), Precision::bf16_mixed).peak_tflops, 989.4);
-  EXPECT_DOUBLE_EQ(hardware_for(load_machine("h200"), Precision::bf16_mixed).mem_bw_GBps, 4800);
+  EXPECT_DOUBLE_EQ(hardware_for(load_machine("h200"), Precision::bf16_mixed).mem_bw_GBps, 4010);  // BabelStream Copy
   // torchtitan's 500 W, 96 GB HBM2e H100: between the SXM5's and NVL's peaks, 2.4 TB/s at the SXM5's 84%.
   const MachineProfile gt = load_machine("h100-96gb-500w");
   EXPECT_DOUBLE_EQ(hardware_for(gt, Precision::bf16_mixed).peak_tflops, (989.4 + 835.5) / 2);
@@ -100,6 +100,44 @@ TEST(Machine, BuiltInProfilesByNameWithSources) {
               std::string::npos)
         << e.what();
   }
+}
+
+// b200 and h200 carry measured figures (docs/planner.md, "Machine profiles"):
+// B200's 148 SMs, each part's achieved HBM rate and NCCL ring busBw, FA4's
+// B200 rate; every figure of theirs names a source, the ones not found too.
+TEST(Machine, B200AndH200CarryMeasuredFiguresEachWithASource) {
+  const MachineProfile b = load_machine("b200");
+  EXPECT_EQ(b.hw.gemm_units, 148);
+  EXPECT_EQ(b.hw.gemm_tile_m, 256);
+  EXPECT_EQ(b.hw.gemm_tile_n, 128);
+  EXPECT_DOUBLE_EQ(b.hw.mem_bw_GBps, 6669);     // OpenCL-Benchmark coalesced read, 83% of 8000
+  EXPECT_DOUBLE_EQ(b.hw.bw_intra_GBps, 682);    // nccl-tests ring (NVLS off), 8 x B200
+  EXPECT_DOUBLE_EQ(b.flash_attention_tflops_bf16, 1613);  // FlashAttention-4's abstract
+  EXPECT_TRUE(b.flash_rates_bf16.empty());      // no forward + backward table by sequence found
+  EXPECT_DOUBLE_EQ(b.gemm_achievable_tflops_bf16, 1745.0);
+  const MachineProfile h = load_machine("h200");
+  EXPECT_DOUBLE_EQ(h.hw.mem_bw_GBps, 4010);     // BabelStream Copy, 84% of 4800
+  EXPECT_DOUBLE_EQ(h.hw.bw_intra_GBps, 367);    // nccl-tests ring (NVLS off), 8 x H200
+  EXPECT_EQ(h.hw.gemm_units, 132);              // the H100 die
+  EXPECT_DOUBLE_EQ(h.flash_attention_tflops_bf16, load_machine("h100").flash_attention_tflops_bf16);
+  // Measured, below the datasheets' line rates and peaks.
+  for (const MachineProfile* p : {&b, &h}) {
+    EXPECT_LT(p->hw.mem_bw_GBps, p->name() == "b200" ? 8000 : 4800) << p->name();
+    EXPECT_LT(p->hw.bw_intra_GBps, p->name() == "b200" ? 900 : 450) << p->name();
+    EXPECT_LE(p->flash_attention_tflops_bf16, p->peak_tflops_bf16) << p->name();
+    std::vector<std::string> keys = profile_figures();
+    keys.push_back("flash_attention_rates");
+    for (const std::string& k : keys)
+      EXPECT_TRUE(p->sources.count(k) && !p->sources.at(k).empty()) << p->name() << "'s " << k << " has no source";
+  }
+  // The sources name what they measured on.
+  EXPECT_NE(b.sources.at("gemm_units").find("148"), std::string::npos);
+  EXPECT_NE(b.sources.at("mem_bw_GBps").find("6668.71"), std::string::npos);
+  EXPECT_NE(b.sources.at("bw_intra_GBps").find("682.2"), std::string::npos);
+  EXPECT_NE(b.sources.at("flash_attention_tflops_bf16").find("arXiv:2603.05451"), std::string::npos);
+  EXPECT_EQ(b.sources.at("flash_attention_rates").rfind("not given", 0), 0u);
+  EXPECT_NE(h.sources.at("mem_bw_GBps").find("Copy 4.01 TB/s"), std::string::npos);
+  EXPECT_NE(h.sources.at("bw_intra_GBps").find("367.2"), std::string::npos);
 }
 
 // The NVIDIA profiles' per-step collective latency is NCCL's own cost model
