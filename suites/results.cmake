@@ -10,6 +10,7 @@ parabench_test(NAME planner_time_test SOURCES planner/planner_time_test.cc DEPS 
 parabench_test(NAME planner_input_test SOURCES planner/plan_input_test.cc DEPS pb::planner TIMEOUT 60)
 parabench_test(NAME planner_machine_test SOURCES planner/machine_test.cc DEPS pb::planner pb::comm TIMEOUT 120)
 parabench_test(NAME planner_llama_test SOURCES planner/planner_llama_test.cc DEPS pb::planner TIMEOUT 60)
+parabench_test(NAME planner_tp_overlap_test SOURCES planner/planner_tp_overlap_test.cc DEPS pb::planner TIMEOUT 60)
 parabench_test(NAME planner_moe_test SOURCES planner/planner_moe_test.cc DEPS pb::planner pb::strategies pb::comm TIMEOUT 60
                ARGS --gtest_filter=-PlannerMoe.SpCpRecomputeAndZbH1StagesAreTheRanks:PlannerMoe.LlamaStagesAreTheRanks:PlannerMoe.LlamaSpCpRecomputeAreTheRanks)
 if(TARGET planner_moe_test)

@@ -51,6 +51,7 @@ struct PlanFlags {
   std::string optimizer = "fused";    // --optimizer: the optimizer step's kernels (PlanInput::optimizer_step)
   std::string grad_accum = "buffer";  // --grad-accum: buffer or autograd (PlanInput::grad_accum_autograd)
   std::string loss = "fused";         // --loss: the LM head's loss kernels (PlanInput::loss)
+  std::string tp_overlap = "none";    // --tp-overlap: none or wgrad (PlanInput::tp_overlap)
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -211,6 +212,16 @@ bool parse_grad_accum_autograd(const std::string& s, const std::string& what) {
   return s == "autograd";
 }
 
+// Tensor-parallel overlap (PlanInput::tp_overlap); empty: none.
+planner::TpOverlap parse_tp_overlap(const std::string& s, const std::string& what) {
+  require(s.empty() || s == "none" || s == "wgrad",
+          what + ": '" + s +
+              "' must be none (every tensor-parallel collective waited for) or wgrad (Megatron-LM's async "
+              "column-parallel backward: the input gradient's all-reduce or reduce-scatter beside the weight-gradient "
+              "GEMM, with sp the input's all-gather beside the input-gradient GEMM)");
+  return s == "wgrad" ? planner::TpOverlap::wgrad : planner::TpOverlap::none;
+}
+
 // The optimizer step's kernels (PlanInput::optimizer_step); empty: fused.
 planner::OptimizerStep parse_optimizer_step(const std::string& s, const std::string& what) {
   if (s.empty() || s == "fused") return planner::OptimizerStep::fused;
@@ -282,6 +293,7 @@ planner::PlanInput resolve(PlanFlags& f) {
           "--optimizer " + f.optimizer + ": its byte counts are a mixed-precision run's; needs --precision bf16-mixed");
   in.loss = parse_loss(f.loss, "--loss");
   in.grad_accum_autograd = parse_grad_accum_autograd(f.grad_accum, "--grad-accum");
+  in.tp_overlap = parse_tp_overlap(f.tp_overlap, "--tp-overlap");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -399,11 +411,12 @@ const std::vector<std::string>& published_columns() {
 // `optimizer` (fused, megatron-fp16, torch-foreach or composer, --optimizer: the optimizer
 // step's kernels; empty: fused), `loss` (fused or megatron-fp32, --loss: the LM head's loss
 // kernels; empty: fused), `grad_accum` (buffer or autograd, --grad-accum: a DDP run's
-// gradients; empty: buffer).
+// gradients; empty: buffer), `tp_overlap` (none or wgrad, --tp-overlap: the column-parallel
+// backward's async TP collectives; empty: none).
 const std::vector<std::string>& published_optional_columns() {
   static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib",
                                                 "sp_gather", "grad_reduce", "dropout", "bwd_prefetch",
-                                                "optimizer", "loss", "grad_accum"};
+                                                "optimizer", "loss", "grad_accum", "tp_overlap"};
   return cols;
 }
 
@@ -418,6 +431,7 @@ struct PublishedRow {
   bool sp = false, overlap = false, dropout = false, bwd_prefetch_post = false, grad_accum_autograd = false;
   planner::OptimizerStep optimizer_step = planner::OptimizerStep::fused;
   planner::LossKernel loss = planner::LossKernel::fused;
+  planner::TpOverlap tp_overlap = planner::TpOverlap::none;
   double published = 0;
   double published_gib = 0;  // 0: the source gives no memory figure
 };
@@ -539,6 +553,8 @@ std::vector<PublishedRow> read_published(const std::string& path) {
     if (has("loss")) r.loss = parse_loss(t.rows[i][t.column("loss")], where + "loss");  // empty: fused
     if (has("grad_accum"))  // empty: buffer
       r.grad_accum_autograd = parse_grad_accum_autograd(t.rows[i][t.column("grad_accum")], where + "grad_accum");
+    if (has("tp_overlap"))  // empty: none
+      r.tp_overlap = parse_tp_overlap(t.rows[i][t.column("tp_overlap")], where + "tp_overlap");
     r.schedule = at("schedule");
     r.virtual_stages = int(whole("virtual_stages", 1, 1 << 10));
     r.shard = at("shard");
@@ -617,6 +633,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.optimizer_step = r.optimizer_step;
   in.grad_accum_autograd = r.grad_accum_autograd;
   in.loss = r.loss;
+  in.tp_overlap = r.tp_overlap;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -824,12 +841,17 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
   std::printf("  %-16s %10s  %-44s %s\n", "placement", "",
               in.pp_inside_dp ? "tp-cp-pp-dp (Llama 3's order; --order)" : "tp-cp-dp-pp (Megatron's order; --order)",
               (std::to_string(in.ranks_per_node) + " ranks per node").c_str());
-  std::snprintf(fig, sizeof fig, "of %.4g s communication; TP, PP always", r.comm_s);
+  std::snprintf(fig, sizeof fig,
+                in.tp_overlap == planner::TpOverlap::wgrad ? "of %.4g s communication; PP, fwd and row-parallel TP always"
+                                                           : "of %.4g s communication; TP, PP always",
+                r.comm_s);
   std::printf("  %-16s %10.4g  %-44s %s\n", "exposed comm", r.exposed_comm_s, fig,
               in.overlap ? "DP hidden under backward (--overlap), only the excess shown"
               : !h.host_kernels && (in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp ||
                                     in.shard == dp::Shard::hzero) && in.prefetch > 0
                   ? "the sharded gathers and reduce-scatters hidden under their phase (device, prefetch)"
+              : in.tp_overlap == planner::TpOverlap::wgrad
+                  ? "column-parallel bwd TP collectives hidden behind their GEMMs (--tp-overlap wgrad, below)"
                   : "nothing overlapped");
   if (!h.host_kernels || h.overlap_compute_slowdown > 0) {
     // Of the exposed comm: what overlap cannot hide, and the compute it slows (planner_comm.cc's time_comm).
@@ -838,6 +860,18 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 "by construction (PyTorch FSDP prefetch, arXiv:2304.11277; DDP buckets, arXiv:2006.15704)");
     std::snprintf(fig, sizeof fig, "in exposed comm: compute beside hidden collectives x %.3g", h.overlap_compute_slowdown);
     std::printf("  %-16s %10.4g  %-44s %s\n", "overlap slowdown", r.overlap_slowdown_s, fig,
+                source("overlap_compute_slowdown").c_str());
+  }
+  if (in.tp_overlap == planner::TpOverlap::wgrad) {
+    // planner_comm.cc's time_comm: each column-parallel backward collective behind the GEMM it runs beside.
+    std::snprintf(fig, sizeof fig, "hidden: %.4g s of %.4g s column-parallel bwd TP comm behind its GEMMs",
+                  r.tp_hidden_s, r.tp_overlap_comm_s);
+    std::printf("  %-16s %10.4g  %-44s %s\n", "TP hidden", r.tp_hidden_s, fig,
+                "--tp-overlap wgrad: Megatron-LM 2755bcb87b megatron/mpu/layers.py "
+                "LinearWithGradAccumulationAndAsyncCommunication.backward (all-reduce/reduce-scatter beside dW, "
+                "sp all-gather beside dx)");
+    std::snprintf(fig, sizeof fig, "in exposed comm: compute beside it x %.3g", h.overlap_compute_slowdown);
+    std::printf("  %-16s %10.4g  %-44s %s\n", "TP slowdown", r.tp_overlap_slowdown_s, fig,
                 source("overlap_compute_slowdown").c_str());
   }
   if (h.host_op_us > 0) {
@@ -999,6 +1033,11 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--loss", f->loss,
                   "the LM head's loss kernels: fused (default) or megatron-fp32 (Megatron-LM's "
                   "vocab_parallel_cross_entropy over the fp32 logits: max, sub_, exp, sum, div_ and backward mul_)");
+  app->add_option("--tp-overlap", f->tp_overlap,
+                  "tensor-parallel overlap on a GPU profile: none (default: every TP collective waited for) or "
+                  "wgrad (Megatron-LM's async column-parallel backward, on by default there from September 2021: the "
+                  "input gradient's all-reduce, with --sp its reduce-scatter, beside the weight-gradient GEMM, and "
+                  "with --sp the saved input's all-gather beside the input-gradient GEMM; needs --tp > 1)");
   app->add_option("--csv", f->csv, "append a plan row to FILE ('-': print it)");
   app->add_option("--against", f->against,
                   "a sweep CSV (or run directory): plan its measured points with --machine and print the error of "

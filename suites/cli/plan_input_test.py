@@ -196,6 +196,18 @@ def cases():
         (gpt + ["--machine", "a100", "--dp", "2", "--shard", "zero3", "--bwd-prefetch", "post"], 0, r"step"),
         (["plan", "--validate", edited("bad_prefetch.csv", lambda l: add_column(l, "bwd_prefetch", "later"))], 2,
          r"line \d+: bwd_prefetch: 'later' must be pre"),
+        # Megatron-LM's async column-parallel backward: none or wgrad, by flag and by column; wgrad needs tp > 1
+        # and a GPU profile (the CPU profiles' tensor-parallel ranks wait for each collective)
+        (gpt + ["--peak-tflops", "100", "--tp-overlap", "async"], 2, r"--tp-overlap: 'async' must be none"),
+        (gpt + ["--machine", "a100", "--tp-overlap", "wgrad"], 2, r"--tp-overlap wgrad: .*needs --tp > 1 \(got --tp 1\)"),
+        (gpt + ["--peak-tflops", "100", "--bw-intra", "100", "--tp", "2", "--tp-overlap", "wgrad"], 2,
+         r"--tp-overlap wgrad: a GPU profile's"),
+        (gpt + ["--machine", "a100", "--tp", "2", "--tp-overlap", "wgrad", "--explain"], 0,
+         r"TP hidden .*column-parallel bwd TP comm behind its GEMMs.*2755bcb87b.*TP slowdown .*arXiv:2507\.03114"),
+        (["plan", "--validate", edited("bad_tp_overlap.csv", lambda l: set_field(l, "tp_overlap", "async"))], 2,
+         r"line \d+: tp_overlap: 'async' must be none"),
+        (["plan", "--validate", edited("tp1_overlap.csv", lambda l: set_field(set_field(l, "tp", "1"), "gpus", "1"))],
+         2, r"row '22B full': --tp-overlap wgrad: .*needs --tp > 1"),
         # the optimizer step's and the loss's kernels: named variants, by flag and by column
         (gpt + ["--peak-tflops", "100", "--optimizer", "adam"], 2, r"--optimizer: 'adam' must be fused"),
         (gpt + ["--peak-tflops", "100", "--optimizer", "megatron-fp16", "--precision", "fp32"], 2,

@@ -150,7 +150,10 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
            "latency %.4g us%s\n",
            in.hw.peak_tflops, r.gemm_efficiency,
            in.hw.gemm_rates.empty() || !in.shape ? "" : ": the profile's GEMM table at this rank's shapes",
-           in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us, in.overlap ? ", DP/CP overlap on" : "");
+           in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us,
+           (std::string(in.overlap ? ", DP/CP overlap on" : "") +
+            (in.tp_overlap == TpOverlap::wgrad ? ", TP overlap wgrad" : ""))
+               .c_str());
   o += fmt("  compute       %12.4g s", r.compute_s);
   if (in.hw.compute_scale != 1) o += fmt(" (x %.3g: a measured step over the kernels' rates)", in.hw.compute_scale);
   if (r.corun != 1)

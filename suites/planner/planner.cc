@@ -120,6 +120,13 @@ void check_input(const PlanInput& in) {
                       "zero3, hsdp or hzero; prefetch > 0) timed on a GPU profile (--machine); got shard ") +
               std::string(dp::shard_name(in.shard)) + ", prefetch " + std::to_string(in.prefetch) +
               (in.hw.peak_tflops > 0 ? (in.hw.host_kernels ? ", not a GPU profile" : "") : ", no machine"));
+  if (in.tp_overlap == TpOverlap::wgrad) {
+    require(in.tp > 1, "--tp-overlap wgrad: hides the tensor-parallel backward collectives of the column-parallel "
+                       "linears; needs --tp > 1 (got --tp " + std::to_string(in.tp) + ")");
+    require(!in.hw.host_kernels,
+            "--tp-overlap wgrad: a GPU profile's (--machine a100, h100, ...): the CPU profiles and typed figures "
+            "plan parabench's tensor-parallel ranks, which wait for each collective");
+  }
   require(!in.grad_accum_autograd || (in.shard == dp::Shard::none && in.ep == 1),
           "--grad-accum autograd: PyTorch's .grad accumulation under DDP (shard none, no expert parallel); got shard " +
               std::string(dp::shard_name(in.shard)) + (in.ep > 1 ? ", ep " + std::to_string(in.ep) : ""));
@@ -294,6 +301,10 @@ PlanResult plan(const PlanInput& in) {
   const std::optional<ep::StateCosts> eps = expert_states(in, r, pipe);
   const std::vector<int64_t> worst_units = plan_memory(in, axis, pipe, eps ? &*eps : nullptr, r);
   plan_comm(in, axis, pipe, eps ? &*eps : nullptr, worst_units, r);
+  require(in.tp_overlap == TpOverlap::none ||
+              std::any_of(r.comm.begin(), r.comm.end(), [](const CommRow& c) { return !c.overlaps.empty(); }),
+          "--tp-overlap wgrad: the planned rank (pipeline rank " + std::to_string(r.worst.stage) +
+              ") has no column-parallel backward collective to hide");
   plan_flops(in, pipe, r);
   if (in.hw.peak_tflops <= 0) return r;
   const double flash_tflops =

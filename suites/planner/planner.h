@@ -26,7 +26,9 @@
 // collectives) replaces latency and bandwidth. Exposed comm: everything,
 // unless overlap is on, then DP and ring-attention CP comm hide under the
 // compute of their phase (fwd/bwd) and only the excess shows; TP and PP comm
-// and Ulysses' all-to-alls (each waited for at once) are always exposed.
+// and Ulysses' all-to-alls (each waited for at once) are exposed, except, on a
+// device with PlanInput::tp_overlap wgrad, the column-parallel linears'
+// backward collectives, each hidden behind the GEMM it runs beside.
 // A measured attention core (Hardware::attention_fwd_s) replaces its FLOPs
 // and softmax traffic in compute, and holds the CP comm in its time (and its
 // per-head GEMMs leave a GEMM table's average).
@@ -272,6 +274,20 @@ int64_t optimizer_step_bytes(OptimizerStep step, Precision precision);
 // vocab_parallel_cross_entropy(output.float(), labels)
 // (head_megatron_traffic_bytes).
 enum class LossKernel { fused, megatron_fp32 };
+// Tensor-parallel communication overlapped with compute (PlanInput::
+// tp_overlap; plan --tp-overlap, --validate's `tp_overlap` column). none:
+// every TP collective is waited for (exposed). wgrad: Megatron-LM's
+// LinearWithGradAccumulationAndAsyncCommunication.backward (NVIDIA/
+// Megatron-LM 2755bcb87b megatron/mpu/layers.py; on by default there,
+// --no-async-tensor-model-parallel-allreduce turns it off, and with
+// --sequence-parallel the path is always taken): in a column-parallel
+// linear's backward (QKV, fc1, the LM head) the input gradient's all-reduce,
+// with sequence parallel its reduce-scatter, is issued async and runs beside
+// the weight-gradient GEMM; with sequence parallel the all-gather of the
+// saved input runs beside the input-gradient GEMM. Each such collective hides
+// up to its GEMM's time, the excess exposed; row-parallel and forward
+// collectives stay exposed. Device profiles only (planner_comm.cc time_comm).
+enum class TpOverlap { none, wgrad };
 
 struct PlanInput {
   std::optional<ModelConfig> shape;  // absent: only a parameter count
@@ -371,6 +387,8 @@ struct PlanInput {
   // reduce's bytes (grad_reduce_bytes, else the precision's gradient's).
   // plan --grad-accum, the grad_accum column.
   bool grad_accum_autograd = false;
+  // plan --tp-overlap, the tp_overlap column (TpOverlap above).
+  TpOverlap tp_overlap = TpOverlap::none;
   Hardware hw;
 };
 
@@ -386,6 +404,15 @@ struct CommRow {
   bool inter_node = false;
   double time_s = 0;   // alpha-beta estimate; 0 without hardware figures
   int64_t per_node = 1;  // the group's members on one node (inter-node rows; Hardware::rails)
+  // With PlanInput::tp_overlap wgrad, of a tp backward row: the column-
+  // parallel linears' collectives (of `calls`), by the GEMM each runs beside:
+  // that many calls of `bytes` logical bytes each, the GEMM's seconds per
+  // call at the profile's rates (before compute_scale). Empty: none hidden.
+  struct Overlap {
+    int64_t calls = 0, bytes = 0;
+    double gemm_s = 0;
+  };
+  std::vector<Overlap> overlaps;
 };
 
 struct StageMemory {
@@ -443,6 +470,10 @@ struct PlanResult {
   // after backward), and the compute slowdown beside the hidden collectives
   // (Hardware::overlap_compute_slowdown). planner_comm.cc's time_comm.
   double unhidden_comm_s = 0, overlap_slowdown_s = 0;
+  // PlanInput::tp_overlap wgrad: the column-parallel backward collectives'
+  // time (CommRow::overlaps), what of it their GEMMs hide, and of
+  // overlap_slowdown_s the compute slowdown beside those hidden.
+  double tp_overlap_comm_s = 0, tp_hidden_s = 0, tp_overlap_slowdown_s = 0;
   // The first data-parallel unit's share of the worst rank's parameters
   // (its units' sizes; 0: none), which the first all-gather and last
   // reduce-scatter of a microbatch move.

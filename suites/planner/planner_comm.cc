@@ -101,7 +101,49 @@ double row_time(const CommRow& c, const Hardware& hw, int64_t ranks_per_node) {
 void add_row(std::vector<CommRow>& out, const char* group, const char* phase, const char* op, int64_t n,
              int64_t calls, int64_t bytes, bool inter) {
   if (n <= 1 || calls <= 0) return;
-  out.push_back({group, phase, op, n, calls, bytes, bus_bytes(op, n, double(bytes)), inter, 0.0});
+  out.push_back({group, phase, op, n, calls, bytes, bus_bytes(op, n, double(bytes)), inter, 0.0, 1, {}});
+}
+
+// PlanInput::tp_overlap wgrad (Megatron-LM 2755bcb87b megatron/mpu/layers.py,
+// LinearWithGradAccumulationAndAsyncCommunication.backward): the column-
+// parallel linears of the rank's blocks (QKV, and fc1 in a dense block; the
+// llama family's q|k|v and gate|up) and the LM head, once per microbatch
+// each, issue their input gradient's all-reduce (with sp its reduce-scatter)
+// async before the weight-gradient GEMM dW = dy^T x, and with sp the
+// all-gather of the saved input before the input-gradient GEMM dx = dy W
+// (when it is re-gathered, PlanInput::sp_regather). Marks those calls on the
+// tp backward rows (CommRow::overlaps), with the GEMM each runs beside at its
+// shape's rate (rank_gemms' linears: N = b s/cp rows). A mixture-of-experts
+// block's experts are not column-parallel linears there: its QKV only.
+void column_parallel_overlaps(const PlanInput& in, int64_t m, int64_t layers, int64_t moe_blocks, bool last,
+                              int64_t sl, std::vector<CommRow>& out) {
+  const ModelConfig& mc = *in.shape;
+  const int64_t t = in.tp, C = mc.C, N = in.microbatch_size * sl;
+  const int64_t bytes = N * C * elem_bytes(in.precision);  // each call's: the input's b s/cp x C
+  const int64_t kv = mc.llama() ? llama_kv_heads_per_rank(mc, in.tp) * mc.head_size() : 0;
+  struct Linear {
+    int64_t calls, out;  // per step on this rank; the layer's output columns on a tp rank
+  };
+  const Linear linears[] = {{m * layers, mc.llama() ? C / t + 2 * kv : 3 * C / t},
+                            {m * (layers - moe_blocks), mc.llama() ? 2 * mc.ffn / t : 4 * C / t},
+                            {last ? m : 0, (mc.V + t - 1) / t}};
+  auto gemm_s = [&](const GemmShape& g) {
+    const double rate = gemm_gflops(in, g) * 1e9;
+    return rate > 0 ? 2.0 * double(g.m) * double(g.n) * double(g.k) / rate : 0.0;
+  };
+  auto attach = [&](const std::string& op, bool wgrad) {
+    for (CommRow& c : out)
+      if (c.group == "tp" && c.phase == "bwd" && c.op == op) {
+        for (const Linear& l : linears)
+          if (l.calls > 0)
+            c.overlaps.push_back({l.calls, bytes,
+                                  wgrad ? gemm_s({l.out, C, N, true, false, 1})     // dW = dy^T x
+                                        : gemm_s({N, C, l.out, false, false, 1})});  // dx = dy W
+        return;
+      }
+  };
+  attach(in.sp ? "reduce_scatter" : "all_reduce", true);
+  if (in.sp && in.sp_regather) attach("all_gather", false);
 }
 
 // TP, CP and PP traffic of one pipeline rank over a step of m microbatches.
@@ -151,6 +193,7 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
       row("all_gather", &tp::TpPass::all_gather);
       row("reduce_scatter", &tp::TpPass::reduce_scatter);
     }
+    if (in.tp_overlap == TpOverlap::wgrad) column_parallel_overlaps(in, m, layers, moe_n / m, last, sl, out);
     // Once per step: the norm's partial sum; with SP the replicated
     // parameters' gradients this rank holds (its 1/g share when sharded).
     const int64_t g = std::max<int64_t>(1, dp::shard_group_size(axis));
@@ -339,6 +382,28 @@ void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s,
     c.time_s = row_time(c, in.hw, in.ranks_per_node);
     r.comm_s += c.time_s;
     if (attn_timed && in.hw.attention_includes_cp && c.group == "cp") continue;  // inside the measured core's time
+    if (!c.overlaps.empty()) {
+      // PlanInput::tp_overlap wgrad: each column-parallel call hides behind
+      // the GEMM it runs beside, up to that GEMM's time (at the step's
+      // compute scale); the excess and the row's other calls are exposed.
+      double all = 0, hidden = 0;
+      for (const CommRow::Overlap& o : c.overlaps) {
+        CommRow one = c;
+        one.overlaps.clear();
+        one.calls = 1;
+        one.bytes = o.bytes;
+        one.bus_bytes = bus_bytes(c.op, c.group_size, double(o.bytes));
+        const double call_s = row_time(one, in.hw, in.ranks_per_node);
+        all += double(o.calls) * call_s;
+        hidden += double(o.calls) * std::min(call_s, o.gemm_s * in.hw.compute_scale * r.corun);
+      }
+      hidden = std::min(hidden, c.time_s);
+      r.tp_overlap_comm_s += all;
+      r.tp_hidden_s += hidden;
+      hidden_bwd += hidden;
+      exposed += c.time_s - hidden;
+      continue;
+    }
     // Ulysses waits for each all-to-all; the ring posts its hop before the block compute.
     // On a device the ZeRO-3 family's prefetched gathers and its gradient
     // reduce-scatters run on their own stream beside compute (PyTorch FSDP's
@@ -392,6 +457,7 @@ void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s,
   // phase's hidden collectives last.
   r.overlap_slowdown_s =
       in.hw.overlap_compute_slowdown * (std::min(hidden_fwd, fwd_s) + std::min(hidden_bwd, bwd_s));
+  r.tp_overlap_slowdown_s = in.hw.overlap_compute_slowdown * std::min(r.tp_hidden_s, bwd_s);
   r.unhidden_comm_s = unhidden;
   r.exposed_comm_s = exposed + unhidden + std::max(0.0, hidden_fwd - fwd_s) + std::max(0.0, hidden_bwd - bwd_s) +
                      r.overlap_slowdown_s + r.async_cost_s;

@@ -97,6 +97,11 @@ void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s,
 
 // ---- time (planner_time.cc) ----
 
+// The rate (GFLOP/s) at which compute times GEMM g on in.hw: the profile's
+// GEMM table at its shape, else its tile and wave model
+// (modeled_gemm_gflops), else peak_tflops x gemm_efficiency.
+double gemm_gflops(const PlanInput& in, const GemmShape& g);
+
 // Model and hardware FLOPs of the step and the schedule's declared bubble.
 void plan_flops(const PlanInput& in, const Pipe& pipe, PlanResult& r);
 

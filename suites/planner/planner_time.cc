@@ -280,26 +280,26 @@ double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& 
 
 }  // namespace
 
+double gemm_gflops(const PlanInput& in, const GemmShape& g) {
+  if (!in.hw.gemm_rates.empty()) return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k);
+  if (in.hw.gemm_achievable_tflops > 0)
+    return modeled_gemm_gflops(std::min(in.hw.gemm_achievable_tflops, in.hw.peak_tflops), in.hw.gemm_units,
+                               in.hw.gemm_tile_m, in.hw.gemm_tile_n, g, in.hw.mem_bw_GBps, elem_bytes(in.precision));
+  return in.hw.peak_tflops * 1e3 * in.hw.gemm_efficiency;
+}
+
 void time_step(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
   r.timed = true;
   const double peak = in.hw.peak_tflops * 1e12 * double(r.world);
   r.gemm_efficiency = in.hw.gemm_efficiency;
   const bool attn_timed = in.shape && in.hw.attention_fwd_s > 0 && in.hw.attention_bwd_s > 0;
   // A rank's GEMMs (tp and cp shards of the whole model's) at the measured
-  // rates; a measured attention core's own GEMMs are in its time instead.
-  if (in.shape && !in.hw.gemm_rates.empty())
+  // rates or the tile model's; a measured attention core's own GEMMs are in
+  // its time instead.
+  if (in.shape && (!in.hw.gemm_rates.empty() || in.hw.gemm_achievable_tflops > 0))
     r.gemm_efficiency = gemm_efficiency(
         rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed, in.ep),
-        [&](const GemmShape& g) { return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k); }, in.hw.peak_tflops * 1e12);
-  else if (in.shape && in.hw.gemm_achievable_tflops > 0)
-    r.gemm_efficiency = gemm_efficiency(
-        rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed, in.ep),
-        [&](const GemmShape& g) {
-          return modeled_gemm_gflops(std::min(in.hw.gemm_achievable_tflops, in.hw.peak_tflops), in.hw.gemm_units,
-                                     in.hw.gemm_tile_m, in.hw.gemm_tile_n, g, in.hw.mem_bw_GBps,
-                                     elem_bytes(in.precision));
-        },
-        in.hw.peak_tflops * 1e12);
+        [&](const GemmShape& g) { return gemm_gflops(in, g); }, in.hw.peak_tflops * 1e12);
   const double achieved = peak * r.gemm_efficiency;
   const StageCost pace = pace_stage(in, pipe, r, attn_timed, achieved);
   r.memory_bytes = pace.bytes.total;
