@@ -2,6 +2,9 @@
 #include "suites/calibrate/device_rates.h"
 
 #include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -100,6 +103,160 @@ DeviceRates measure_device_rates(const kernels::DeviceOps<bf16>& ops16, const ke
     r.attention.push_back(x);
   }
   ops16.synchronize();
+  return r;
+}
+
+namespace {
+
+// The communicator's order_after for a scope, restored on exit.
+class OrderedAfter {
+ public:
+  OrderedAfter(Communicator& c, void* stream) : c_(c), before_(c.ordered_after()) { c.order_after(stream); }
+  ~OrderedAfter() { c_.order_after(before_); }
+  OrderedAfter(const OrderedAfter&) = delete;
+  OrderedAfter& operator=(const OrderedAfter&) = delete;
+
+ private:
+  Communicator& c_;
+  void* before_;
+};
+
+// A buffer of the communicator's space (device memory on nccl).
+class CommBuffer {
+ public:
+  CommBuffer(BufferSpace& s, size_t bytes) : s_(s), p_(s.allocate(bytes)) {}
+  ~CommBuffer() { s_.deallocate(p_); }
+  CommBuffer(const CommBuffer&) = delete;
+  CommBuffer& operator=(const CommBuffer&) = delete;
+  void* get() const { return p_; }
+
+ private:
+  BufferSpace& s_;
+  void* p_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+OverlapSlowdown measure_overlap_slowdown(Communicator& comm, const kernels::DeviceOps<bf16>& ops, DeviceMemory& memory,
+                                         const OverlapProbe& p, void* stream) {
+  require(comm.size() >= 2, "calibrate: the overlap probe needs 2 or more ranks (a collective beside the GEMMs)");
+  require(p.m > 0 && p.n > 0 && p.k > 0 && p.seconds > 0 && p.repeats >= 1 && p.message_bytes >= 4,
+          "calibrate: the overlap probe's GEMM shape, seconds, repeats and message must be positive");
+  const OrderedAfter ordered(comm, stream);
+  OverlapSlowdown r;
+  r.probe = p;
+  r.ranks = comm.size();
+  const size_t count = p.message_bytes / 4;  // fp32 elements
+  const CommBuffer message(comm.buffers(), count * 4);
+  DeviceBuffer<bf16> out(memory, size_t(p.m) * p.n), inp(memory, size_t(p.m) * p.k), w(memory, size_t(p.n) * p.k),
+      b(memory, size_t(p.n));
+  fill(ops, inp.get(), size_t(p.m) * p.k, 0.5f);
+  fill(ops, w.get(), size_t(p.n) * p.k, 0.25f);
+  auto gemm = [&] { ops.matmul_forward(out.get(), inp.get(), w.get(), b.get(), p.m, p.k, p.n, nullptr); };
+  auto timeline = ops.timeline();
+  // The largest of every rank's values (in place).
+  auto agree_max = [&](double* v, size_t n) { comm.all_reduce(v, v, n, DType::f64, ReduceOp::max); };
+
+  // One all_reduce alone, back to back as beside the batch (4 issued, then
+  // waited for): the slowest rank's median of 3 after a warm-up; one GEMM
+  // on the device.
+  auto all_reduces = [&](int n) {
+    std::vector<Request> pending;
+    for (int i = 0; i < n; ++i) pending.push_back(comm.iall_reduce(message.get(), message.get(), count, DType::f32));
+    return pending;
+  };
+  {
+    std::vector<Request> warm = all_reduces(1);
+    wait_all(warm);
+  }
+  std::vector<double> t;
+  for (int i = 0; i < 3; ++i) {
+    comm.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Request> four = all_reduces(4);
+    wait_all(four);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 4);
+  }
+  double once[2] = {median(t), device_seconds_per_call(*timeline, gemm, p.seconds / 4)};
+  agree_max(once, 2);
+  r.all_reduce_s = once[0];
+  // The batch: at least p.seconds and 4 all_reduces long, so some complete
+  // beside it; the all_reduces: 3 batches long alone, so they run past it
+  // even where the GEMMs slow more than they do.
+  r.gemms = int(std::min(1e6, std::ceil(std::max(p.seconds, 4 * r.all_reduce_s) / once[1])));
+  int collectives = int(std::min(1e5, std::ceil(3 * r.gemms * once[1] / r.all_reduce_s))) + 2;
+  auto batch = [&] {
+    timeline->clear();
+    const int a = timeline->mark();
+    for (int i = 0; i < r.gemms; ++i) gemm();
+    const int z = timeline->mark();
+    return timeline->seconds(a, z);  // the batch done (on a GPU: its end event waited for)
+  };
+  // A repeat counts when on every rank some of the all_reduces completed
+  // beside the batch and some were still running at its end. Otherwise the
+  // repeats so far are dropped (every one counted is of the sizes the source
+  // names) and, where none completed beside the batch on some rank, the
+  // batch (and the all_reduces) doubled (a late peer's or the scheduler's
+  // milliseconds on a busy host); where all completed within one, twice as
+  // many all_reduces. None on any rank in 3 batches: the backend does not
+  // run them beside the compute.
+  std::vector<std::array<double, 3>> runs;  // {slowdown, alone, with} of the rank slowed most, per repeat
+  int none = 0, retries = 0;
+  while (int(runs.size()) < p.repeats) {
+    comm.barrier();
+    const double alone = batch();
+    require(alone > 0, "calibrate: the overlap probe's GEMM batch took no time on the device's timer");
+    comm.barrier();
+    std::vector<Request> pending = all_reduces(collectives);
+    const double with = batch();
+    int done = 0;  // a stream's collectives complete in issue order
+    while (done < collectives && pending[size_t(done)].test()) ++done;
+    wait_all(pending);
+    // The rank slowed most: its slowdown, then its times (the largest of the
+    // pair with the same rank's); the fewest and most completed.
+    const double slowed = with / alone - 1;
+    double v[3] = {slowed, -double(done), double(done)};
+    agree_max(v, 3);
+    double mine[2] = {slowed == v[0] ? alone : 0, slowed == v[0] ? with : 0};
+    agree_max(mine, 2);
+    const bool some_saw_none = v[1] == 0, none_anywhere = v[2] == 0, all_within = v[2] == collectives;
+    r.collectives = collectives;
+    if (!some_saw_none && !all_within) {
+      runs.push_back({v[0], mine[0], mine[1]});
+      continue;
+    }
+    if (none_anywhere && ++none == 3) {
+      r.why_not = "in 3 batches of up to " + std::to_string(r.gemms) + " GEMMs, none of the up to " +
+                  std::to_string(collectives) + " non-blocking all_reduces issued before each had completed on "
+                  "any rank when its batch ended (the " + std::string(comm.backend()) + " backend runs them when "
+                  "waited on, not beside the compute): nothing overlapped to measure";
+      return r;
+    }
+    if (++retries == 3 * p.repeats + 3) {
+      r.why_not = "in " + std::to_string(retries) + " batches, fewer than " + std::to_string(p.repeats) +
+                  " had all_reduces completing beside them and still running at their end on every rank (a busy "
+                  "host?): no figure";
+      return r;
+    }
+    runs.clear();
+    if (some_saw_none) r.gemms = std::min(r.gemms * 2, 1 << 22);
+    if (some_saw_none || all_within) collectives = std::min(collectives * 2, 1000000);
+  }
+  for (const auto& x : runs) r.repeats.push_back(x[0]);
+  std::vector<std::array<double, 3>> sorted = runs;
+  std::sort(sorted.begin(), sorted.end());
+  const std::array<double, 3>& mid = sorted[sorted.size() / 2];
+  r.slowdown = std::max(0.0, mid[0]);
+  r.gemm_alone_s = mid[1];
+  r.gemm_with_s = mid[2];
+  r.overlapped = std::isfinite(r.slowdown);
+  if (!r.overlapped) r.why_not = "the GEMM batch's times gave no finite slowdown";
+  ops.synchronize();
   return r;
 }
 
@@ -274,6 +431,32 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
   if (c.launch_us > 0)
     m.sources["kernel_launch_us"] = by + "empty kernels back to back, first issue to the stream's end as the host "
                                     "sees it, per launch" + on;
+  const OverlapSlowdown& o = r.overlap;
+  if (o.ranks > 0) {
+    char what[512];
+    std::snprintf(what, sizeof what,
+                  "a batch of %d bf16 GEMMs of %d x %d x %d (%s) timed alone and beside %d back-to-back non-blocking "
+                  "%s all_reduces of %zu MiB fp32 (in place) on all %d ranks, issued before the batch on the "
+                  "communicator's own stream (as a training rank overlaps its DP collectives)",
+                  o.gemms, o.probe.m, o.probe.n, o.probe.k, c.gemm.c_str(), o.collectives, c.backend.c_str(),
+                  o.probe.message_bytes >> 20, o.ranks);
+    if (o.overlapped) {
+      std::string reps;
+      for (double x : o.repeats) {
+        char one[32];
+        std::snprintf(one, sizeof one, "%s%.3g", reps.empty() ? "" : ", ", x);
+        reps += one;
+      }
+      m.hw.overlap_compute_slowdown = o.slowdown;
+      m.sources["overlap_compute_slowdown"] =
+          by + what + " and running past its end, " + c.timer + ": t_with / t_alone - 1 of the rank slowed most, "
+          "the median of " + std::to_string(o.repeats.size()) + " repeats (" + reps + "), clamped at >= 0" + on;
+    } else {
+      m.sources["overlap_compute_slowdown"] =
+          "not measured (no figure; plans on this profile take overlap as free): " + std::string(what) + ": " +
+          o.why_not + on;
+    }
+  }
   return m;
 }
 

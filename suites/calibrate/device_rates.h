@@ -7,7 +7,10 @@
 // on the device (DeviceTimeline: CUDA events on the GPU's stream); and the
 // collectives' alpha-beta fits by group size from the collective benchmark's
 // driver (suites/collectives/driver.h, nccl-tests' method) on any world (NCCL
-// under mpirun; the local backend in tests). device_profile turns them into
+// under mpirun; the local backend in tests); and compute's slowdown beside a
+// collective (measure_overlap_slowdown: a GEMM batch alone, then beside
+// all_reduces in flight on the communicator's own stream, as the engine
+// overlaps its DP collectives). device_profile turns them into
 // a machine profile (suites/planner/machine.h) with gpu = true and a source
 // for every figure it writes.
 // Invariant: every figure in a DeviceRates was timed here; nothing is filled
@@ -45,10 +48,41 @@ struct AttentionRate {
   double tflops() const;
 };
 
+// Compute's slowdown while a collective runs beside it
+// (planner::Hardware::overlap_compute_slowdown). On every rank: a batch of
+// bf16 GEMMs (m x n x k, matmul_forward) timed on the device alone, then
+// again while all_reduces of message_bytes (fp32, in place, over every rank
+// of the communicator) issued back to back just before it run non-blocking
+// on the communicator's stream, enough of them to run past its end.
+struct OverlapProbe {
+  int m = 4096, n = 4096, k = 4096;          // the GEMM table's 4096 x 4096 x 4096
+  size_t message_bytes = size_t(256) << 20;  // each all_reduce's
+  double seconds = 0.05;                     // the batch alone, at least (device time; and 4 all_reduces)
+  int repeats = 3;
+};
+struct OverlapSlowdown {
+  OverlapProbe probe;
+  int ranks = 0;  // 0: not measured
+  // Whether every rank saw at least one all_reduce complete before its batch
+  // ended (they ran beside it) and at least one still running at its end.
+  // False: no figure (why_not says what happened).
+  bool overlapped = false;
+  std::string why_not;
+  // Each repeat's t_with / t_alone - 1 of the rank it slowed most (not
+  // clamped), and their median clamped at >= 0: the figure.
+  std::vector<double> repeats;
+  double slowdown = 0;
+  int gemms = 0;        // calls per batch
+  int collectives = 0;  // all_reduces issued beside it (the last repeat's)
+  double gemm_alone_s = 0, gemm_with_s = 0;  // the batch, at the median repeat, on the rank it slowed most
+  double all_reduce_s = 0;                   // one all_reduce alone, the slowest rank's median of 3
+};
+
 struct DeviceRates {
   std::vector<planner::GemmRate> gemm_bf16, gemm_fp32;  // per shape, GFLOP/s
   double copy_GBps = 0;                                 // bytes read + written per second
   std::vector<AttentionRate> attention;                 // bf16
+  OverlapSlowdown overlap;                              // measure_overlap_slowdown's (not measure_device_rates')
 };
 
 // Seconds per call of `op` on the device of `timeline`: one warm-up call,
@@ -74,6 +108,17 @@ double device_seconds_per_call(kernels::DeviceTimeline& timeline, const Op& op, 
 // compute in both, as the model's GEMMs) and its memory.
 DeviceRates measure_device_rates(const kernels::DeviceOps<bf16>& ops16, const kernels::DeviceOps<float>& ops32,
                                  DeviceMemory& memory, const DeviceGrid& grid);
+
+// The OverlapProbe on every rank of `comm` (call it on each, as a
+// collective; at least 2 ranks), with `ops` and `memory` that rank's device
+// and `stream` its compute stream (Communicator::order_after while it runs,
+// as a training rank sets it; null: none, the stand-in device). The same
+// result on every rank. A backend that runs non-blocking collectives only
+// when they are waited on (the local backend's deferred progress; MPI
+// without a progress thread) completes none beside the batch: overlapped is
+// false and why_not says so, never a figure.
+OverlapSlowdown measure_overlap_slowdown(Communicator& comm, const kernels::DeviceOps<bf16>& ops, DeviceMemory& memory,
+                                         const OverlapProbe& probe, void* stream);
 
 // The collective benchmark's driver (suites/collectives) for each op of
 // `ops` (all_reduce, reduce_scatter, all_gather) on the first g ranks of the
@@ -121,8 +166,10 @@ struct DeviceContext {
 // bw_inter_GBps and latency_inter_us (the all_reduce of every rank when they
 // spanned nodes; else the intra-node figure and 0, their sources saying they
 // were not measured across nodes), memory_GB, ranks_per_node,
-// kernel_launch_us; machine.sources names the measurement, the device and
-// the date of each. InputError without an all_reduce fit within a node or a
+// kernel_launch_us, overlap_compute_slowdown (r.overlap's figure when it
+// overlapped; otherwise no figure and a source saying why it was not
+// measured; nothing when r.overlap.ranks is 0); machine.sources names the
+// measurement, the device and the date of each. InputError without an all_reduce fit within a node or a
 // bf16 GEMM table.
 planner::MachineProfile device_profile(const std::string& name, const DeviceRates& r,
                                        const std::map<std::string, std::vector<planner::CollectiveFit>>& fits,

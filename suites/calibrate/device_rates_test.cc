@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -37,6 +38,36 @@ std::string slurp(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+OverlapProbe tiny_probe() {
+  OverlapProbe p;
+  p.m = p.n = p.k = 64;
+  p.message_bytes = size_t(1) << 20;
+  p.seconds = 0.02;
+  return p;
+}
+
+// measure_overlap_slowdown on every rank of `world`, each with a stand-in
+// device of its own: rank 0's result (every rank's is the same).
+OverlapSlowdown overlap_on(World& world, const OverlapProbe& probe = tiny_probe()) {
+  OverlapSlowdown r;
+  run_ranks(world, [&](Communicator& comm) {
+    testing::CountingMemory memory;
+    testing::StandInOps<bf16> ops;
+    OverlapSlowdown mine = measure_overlap_slowdown(comm, ops, memory, probe, nullptr);
+    EXPECT_EQ(memory.live(), 0u) << "every device buffer freed";
+    if (comm.rank() == 0) r = mine;
+  });
+  return r;
+}
+
+// Whether a profile's text gives figure `key` (a number; its source is a string).
+bool figure_written(const std::string& text, const std::string& key) {
+  const std::string line = "\n" + key + " = ";
+  for (size_t at = text.find(line); at != std::string::npos; at = text.find(line, at + 1))
+    if (text[at + line.size()] != '"') return true;
+  return false;
 }
 
 struct Measured {
@@ -78,6 +109,14 @@ const Measured& measured() {
         std::fprintf(stderr, "measured again: %s\n", e.what());
       }
     }
+    // Compute beside a collective: 2 ranks of the local backend with progress
+    // threads (non-blocking collectives run while the rank computes, as on a
+    // GPU's communication stream), a small GEMM and message.
+    WorldOptions overlap_world;
+    overlap_world.size = 2;
+    overlap_world.progress = WorldOptions::Progress::thread;
+    auto two = make_local_world(overlap_world);
+    x.rates.overlap = overlap_on(*two);
     return x;
   }();
   return m;
@@ -112,6 +151,57 @@ TEST(DeviceRates, TheGridIsTimedOnTheDevice) {
     EXPECT_GT(a.bwd_s, 0);
     EXPECT_TRUE(std::isfinite(a.tflops()) && a.tflops() > 0);
   }
+}
+
+TEST(DeviceRates, ComputeBesideACollectiveIsTimedOnEveryRank) {
+  const OverlapSlowdown& o = measured().rates.overlap;
+  EXPECT_EQ(o.ranks, 2);
+  ASSERT_TRUE(o.overlapped) << "progress threads run the all_reduces beside the GEMMs: " << o.why_not;
+  // No magnitude on 2 shared cores (a progress thread takes a core from the
+  // GEMMs here); a finite figure >= 0 from finite repeats.
+  EXPECT_TRUE(std::isfinite(o.slowdown) && o.slowdown >= 0) << o.slowdown;
+  ASSERT_EQ(o.repeats.size(), 3u);
+  for (double x : o.repeats) EXPECT_TRUE(std::isfinite(x) && x > -1) << x;
+  std::vector<double> sorted = o.repeats;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_DOUBLE_EQ(o.slowdown, std::max(0.0, sorted[1])) << "the median repeat, clamped";
+  EXPECT_GT(o.gemms, 0);
+  EXPECT_GE(o.collectives, 3);
+  EXPECT_GT(o.gemm_alone_s, 0);
+  EXPECT_GT(o.gemm_with_s, 0);
+  EXPECT_GT(o.all_reduce_s, 0);
+  EXPECT_TRUE(o.why_not.empty());
+}
+
+// Deferred progress runs a non-blocking collective only when its rank waits
+// for it: nothing runs beside the GEMMs, and the probe says so, no figure.
+TEST(DeviceRates, ABackendThatDoesNotOverlapGivesNoFigure) {
+  WorldOptions wo;
+  wo.size = 2;
+  wo.progress = WorldOptions::Progress::deferred;
+  auto world = make_local_world(wo);
+  OverlapProbe quick = tiny_probe();  // its batches' length changes nothing here
+  quick.seconds = 0.002;
+  quick.message_bytes = size_t(64) << 10;
+  OverlapSlowdown o = overlap_on(*world, quick);
+  EXPECT_EQ(o.ranks, 2);
+  EXPECT_FALSE(o.overlapped);
+  EXPECT_EQ(o.slowdown, 0);
+  EXPECT_TRUE(o.repeats.empty());
+  EXPECT_NE(o.why_not.find("nothing overlapped to measure"), std::string::npos) << o.why_not;
+  DeviceRates r = measured().rates;
+  r.overlap = o;
+  const planner::MachineProfile m = device_profile("x", r, measured().fits, stand_in_context());
+  EXPECT_EQ(m.hw.overlap_compute_slowdown, 0);
+  ASSERT_TRUE(m.sources.count("overlap_compute_slowdown"));
+  const std::string& src = m.sources.at("overlap_compute_slowdown");
+  EXPECT_EQ(src.rfind("not measured", 0), 0u) << src;
+  EXPECT_NE(src.find("local backend runs them when waited on"), std::string::npos) << src;
+  EXPECT_FALSE(figure_written(planner::machine_toml(m), "overlap_compute_slowdown")) << "no 0 written";
+  // One rank: no collective to overlap.
+  WorldOptions one;
+  auto alone = make_local_world(one);
+  EXPECT_THROW(overlap_on(*alone), RankError);
 }
 
 TEST(DeviceRates, CollectivesAreFitByOpAndGroup) {
@@ -164,6 +254,8 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
       EXPECT_TRUE(close(back.hw.collectives.at(op)[i].GBps, v[i].GBps)) << op;
     }
   }
+  EXPECT_TRUE(close(back.hw.overlap_compute_slowdown, x.rates.overlap.slowdown) ||
+              (x.rates.overlap.slowdown < 1e-9 && back.hw.overlap_compute_slowdown == 0));
   EXPECT_DOUBLE_EQ(back.kernel_launch_us, 4.25);
   EXPECT_DOUBLE_EQ(back.hw.memory_GB, 1.5);
   EXPECT_EQ(back.ranks_per_node, 3);
@@ -177,7 +269,8 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
   }
   for (const char* k : {"gemm.bf16", "gemm.fp32", "collective.all_reduce", "collective.reduce_scatter",
                         "collective.all_gather", "mem_bw_GBps", "bw_intra_GBps", "kernel_launch_us",
-                        "flash_attention_tflops_bf16", "gemm_achievable_tflops_bf16", "peak_tflops_bf16"}) {
+                        "flash_attention_tflops_bf16", "gemm_achievable_tflops_bf16", "peak_tflops_bf16",
+                        "overlap_compute_slowdown"}) {
     ASSERT_TRUE(back.sources.count(k)) << k;
     EXPECT_NE(back.sources.at(k).find("stand-in device, 2026-11-27"), std::string::npos) << k << ": " << back.sources.at(k);
   }
@@ -186,6 +279,16 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
                                                    "over 1 .. 64 MiB"),
             std::string::npos)
       << back.sources.at("bw_intra_GBps");
+  // The overlap slowdown: measured (the figure written unless it came out 0,
+  // which the file leaves to the reader's default, the same 0), its source
+  // naming the sizes, the backend, the repeats.
+  const std::string& overlap = back.sources.at("overlap_compute_slowdown");
+  EXPECT_EQ(overlap.rfind("measured by parabench calibrate --device cuda: a batch of ", 0), 0u) << overlap;
+  for (const char* part : {"bf16 GEMMs of 64 x 64 x 64", "local-backend all_reduces of 1 MiB fp32",
+                           "on all 2 ranks", "t_with / t_alone - 1 of the rank slowed most", "median of 3 repeats"})
+    EXPECT_NE(overlap.find(part), std::string::npos) << part << ": " << overlap;
+  const bool overlap_written = figure_written(written, "overlap_compute_slowdown");
+  EXPECT_EQ(overlap_written, x.rates.overlap.slowdown > 0) << x.rates.overlap.slowdown;
   // What plan --machine FILE takes of it: the bf16 table at bf16-mixed.
   const planner::Hardware hw = planner::hardware_for(back, Precision::bf16_mixed);
   EXPECT_EQ(hw.gemm_rates.size(), x.rates.gemm_bf16.size());
@@ -219,6 +322,23 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
     ADD_FAILURE() << "a GPU profile's kernel_launch_us without a source was read";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("kernel_launch_us has no source"), std::string::npos) << e.what();
+  }
+  // ... and the overlap slowdown's, where the figure is written.
+  if (overlap_written) {
+    text = slurp(path);
+    text.insert(text.find("\n[machine.sources]\n") + 19, "kernel_launch_us = \"restored\"\n");
+    const size_t src = text.find("overlap_compute_slowdown = \"");
+    ASSERT_NE(src, std::string::npos);
+    text.erase(src, text.find('\n', src) - src + 1);
+    {
+      std::ofstream(path) << text;
+    }
+    try {
+      planner::load_machine(path);
+      ADD_FAILURE() << "a GPU profile's overlap_compute_slowdown without a source was read";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("overlap_compute_slowdown has no source"), std::string::npos) << e.what();
+    }
   }
   std::filesystem::remove(path);
 }

@@ -337,6 +337,7 @@ void check_written_figures(const planner::MachineProfile& m) {
   in("latency_us", m.hw.latency_us, 0, kMaxLatencyUs);
   in("latency_inter_us", m.hw.latency_inter_us, 0, kMaxLatencyUs);
   in("wake_us", m.wake_us, 0, kMaxLatencyUs);
+  in("overlap_compute_slowdown", m.hw.overlap_compute_slowdown, 0, 10);  // what load_machine reads
   for (const auto& [p, table] : m.gemm)
     for (const auto& g : table) in("gemm." + p + ".gflops", g.gflops, 1e-9, 1e12);
   for (const auto& [op, fits] : m.hw.collectives)
@@ -349,8 +350,10 @@ void check_written_figures(const planner::MachineProfile& m) {
 // calibrate --device cuda: under mpirun, one rank per GPU (the nccl
 // backend's placement), every rank times its own GPU (device_rates.h: the
 // GEMM grid, a copy, the attention kernel, the empty kernel's launch), then
-// the collectives run by size on groups of 2, 4, ... up to every rank; rank
-// 0's process writes its GPU's figures and the fits as a GPU profile.
+// the collectives run by size on groups of 2, 4, ... up to every rank, then
+// every rank's GEMM batch alone and beside all_reduces (the overlap
+// slowdown); rank 0's process writes its GPU's figures and the fits as a GPU
+// profile.
 int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   const std::string why = cuda_unavailable();
   require(why.empty(), "calibrate --device cuda: no GPU to calibrate: " + why);
@@ -375,7 +378,7 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   const kernels::cuda::DeviceInfo info = kernels::cuda::device_info(gpu);
   if (writer)
     std::printf("calibrating %d GPUs (rank 0: cuda:%d %s): each its GEMMs, copy, attention and launch, then the "
-                "collectives\n",
+                "collectives, then GEMMs beside all_reduces\n",
                 world->size(), gpu, info.name.c_str());
   calibrate::DeviceGrid grid;
   grid.seconds = f.seconds / 4;
@@ -397,6 +400,17 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   std::sort(sweep.groups.begin(), sweep.groups.end());
   sweep.groups.erase(std::unique(sweep.groups.begin(), sweep.groups.end()), sweep.groups.end());
   const auto fits = calibrate::measure_collective_fits(*world, sweep);
+  // Compute beside a collective: every rank's GEMM batch alone, then beside
+  // all_reduces of the sweep's largest size on every rank (device_rates.h).
+  calibrate::OverlapProbe probe;
+  probe.message_bytes = sweep.max_bytes;
+  probe.seconds = grid.seconds;
+  {
+    const kernels::cuda::Gpu g = kernels::cuda::open_gpu(gpu);
+    run_ranks(*world, [&](Communicator& comm) {
+      rates.overlap = calibrate::measure_overlap_slowdown(comm, *g.bf16_ops, *g.memory, probe, g.stream);
+    });
+  }
   if (!writer) return 0;
   calibrate::DeviceContext c;
   c.device = info.name;
@@ -426,6 +440,14 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
     for (const planner::CollectiveFit& x : v)
       std::printf("  %-15s %3lld ranks  alpha %8.2f us  bus %8.1f GB/s\n", op.c_str(), (long long)x.group_size,
                   x.alpha_us, x.GBps);
+  const calibrate::OverlapSlowdown& o = rates.overlap;
+  if (o.overlapped)
+    std::printf("  overlap    %d GEMMs %dx%dx%d: %.3f ms alone, %.3f ms beside %d all_reduces of %zu MiB: "
+                "slowdown %.3f (median of %zu, the rank slowed most)\n",
+                o.gemms, o.probe.m, o.probe.n, o.probe.k, o.gemm_alone_s * 1e3, o.gemm_with_s * 1e3, o.collectives,
+                o.probe.message_bytes >> 20, o.slowdown, o.repeats.size());
+  else
+    std::printf("  overlap    not measured: %s\n", o.why_not.c_str());
   std::printf("  nodes      %d, %d ranks per node; memory %.1f GB per GPU\n", nodes, c.ranks_per_node, c.memory_GB);
   check_written_figures(m);
   write_output_file(f.out,
@@ -628,7 +650,8 @@ void register_calibrate(CLI::App& root, Registry& reg, const Env& env) {
                   "inter-node link (bw_inter_GBps, latency_inter_us) from its rows");
   app->add_option("--device", f->device,
                   "cpu (this machine, one rank per core) or cuda (the GPUs, under mpirun with one rank per GPU: "
-                  "cuBLAS GEMMs by shape, device copy, attention kernel, NCCL collectives, kernel launch)")
+                  "cuBLAS GEMMs by shape, device copy, attention kernel, NCCL collectives, kernel launch, GEMMs beside "
+                  "all_reduces)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   reg.push_back({app, [f, app, &env] {
