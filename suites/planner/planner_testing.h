@@ -21,8 +21,9 @@ inline PlanInput params_only(int64_t psi, int dp, dp::Shard shard) {
 // A plan input of the named model (planner_model): `microbatch_size`
 // sequences a microbatch, `global_batch` sequences a step (0: dp x
 // microbatch_size x pp) of `seq` tokens (0: the model's context); every
-// other field PlanInput's default (one rank, bf16-mixed, no hardware).
-inline PlanInput model_input(const std::string& model, int64_t microbatch_size, int64_t global_batch,
+// other field PlanInput's default (one rank, bf16-mixed, no hardware), as
+// are the defaults here.
+inline PlanInput model_input(const std::string& model, int64_t microbatch_size = 1, int64_t global_batch = 0,
                              int64_t seq = 0) {
   PlanInput in;
   in.shape = planner_model(model);
