@@ -266,12 +266,8 @@ TEST(Machine, ProfileFileReadsStrictly) {
 // tensor-parallel runner, without them).
 TEST(Machine, OnAGpuThePlanHoldsNoCpuKernelWorkspace) {
   for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
-    PlanInput in;
-    in.shape = planner_model("gpt2-124m");
-    in.seq = 256;
+    PlanInput in = model_input("gpt2-124m", 4, 8, 256);
     in.dp = 2;
-    in.global_batch = 8;
-    in.microbatch_size = 4;
     in.precision = p;
     const int64_t cpu = plan(in).worst.workspace;
     in.hw = hardware_for(load_machine("h100"), p);
@@ -298,8 +294,7 @@ TEST(Machine, OnAGpuThePlanHoldsNoCpuKernelWorkspace) {
 }
 
 TEST(Machine, ThePlanSaysWhetherItFits) {
-  PlanInput in;
-  in.shape = planner_model("gpt2-124m");
+  PlanInput in = model_input("gpt2-124m");
   in.dp = 8;
   in.hw = hardware_for(load_machine("a100"), in.precision);
   in.hw.memory_GB = 80;
@@ -432,9 +427,7 @@ TEST(Machine, InterNodeLinkFromCollectiveRows) {
   EXPECT_THROW(fit_inter_node((dir / "none.csv").string()), InputError);
   std::filesystem::remove_all(dir);
   PlanInput in = params_only(10'000'000, 4, dp::Shard::none);
-  in.hw.peak_tflops = 1;
-  in.hw.bw_intra_GBps = in.hw.bw_inter_GBps = 1;
-  in.hw.latency_us = 1;
+  in.hw = figures({.peak_tflops = 1, .bw_intra_GBps = 1, .bw_inter_GBps = 1, .latency_us = 1});
   in.hw.latency_inter_us = 50;
   in.ranks_per_node = 2;
   for (const CommRow& c : plan(in).comm) {
@@ -479,12 +472,8 @@ TEST(Machine, CalibratedShapeFiguresReachThePlan) {
   EXPECT_DOUBLE_EQ(shape_figures_at(r.shapes, w_small * 10).corun_scale, 1.0);
   EXPECT_DOUBLE_EQ(shape_figures_at({}, 5).compute_scale, 1);
   // A plan of tiny takes tiny's figures; of small at tp2, between the two.
-  PlanInput in;
-  in.shape = planner_model("tiny");
-  in.seq = 16;
+  PlanInput in = model_input("tiny", 4, 8, 16);
   in.precision = Precision::fp32;
-  in.microbatch_size = 4;
-  in.global_batch = 8;
   in.ranks_per_node = r.ranks_per_node;
   Hardware h = hardware_for(r, in);
   EXPECT_DOUBLE_EQ(h.mem_bw_GBps, 7);

@@ -138,10 +138,8 @@ TEST(Planner, BadInputIsInputError) {
   in.dp = 2;
   in.tp = 2;  // needs a shape
   EXPECT_THROW(plan(in), InputError);
-  PlanInput s;
-  s.shape = planner_model("gpt2-124m");
+  PlanInput s = model_input("gpt2-124m", 1, 6);
   s.dp = 4;
-  s.global_batch = 6;
   EXPECT_THROW(plan(s), InputError);
   s.global_batch = 8;
   s.hw.peak_tflops = 10;  // no bandwidth for the dp traffic
@@ -149,20 +147,15 @@ TEST(Planner, BadInputIsInputError) {
 }
 
 TEST(Planner, TrillionParametersOnThousandsOfRanks) {
-  PlanInput in;
-  in.shape = planner_model("megatron-1t");
+  PlanInput in = model_input("megatron-1t", 1, 3072 * 16);
   in.tp = 8;
   in.pp = 64;
   in.dp = 96;  // 49152 ranks
   in.sp = true;
   in.shard = dp::Shard::zero1;
   in.recompute = Recompute::selective;
-  in.global_batch = 3072 * 16;
   in.ranks_per_node = 8;
-  in.hw.peak_tflops = 312;
-  in.hw.bw_intra_GBps = 300;
-  in.hw.bw_inter_GBps = 25;
-  in.hw.latency_us = 5;
+  in.hw = figures({.peak_tflops = 312, .bw_intra_GBps = 300, .bw_inter_GBps = 25, .latency_us = 5});
   const PlanResult r = plan(in);
   EXPECT_EQ(r.world, 8 * 64 * 96);
   EXPECT_TRUE(r.timed);

@@ -56,8 +56,7 @@ TEST(Planner, RankUnitsPartitionTheModel) {
 // engine holds measured runs to, over the reference's own units.
 TEST(Planner, CommBuffersAreTheDeclaredReplay) {
   for (auto shard : {dp::Shard::zero1, dp::Shard::zero2, dp::Shard::zero3}) {
-    PlanInput in;
-    in.shape = planner_model("small");
+    PlanInput in = model_input("small");
     in.dp = 4;
     in.shard = shard;
     in.precision = Precision::fp32;
@@ -89,14 +88,10 @@ TEST(Planner, CommBuffersAreTheDeclaredReplay) {
 // eager loss's hole: the bf16 logits, 2 x 8192 x 128256 x 2 = 4,202,692,608
 // bytes. A CPU profile (host kernels) keeps the engine's figures.
 TEST(Planner, TorchtitanFsdp2BuffersOnAGpu) {
-  PlanInput in;
-  in.shape = planner_model("llama3-8b");
-  in.seq = 8192;
+  PlanInput in = model_input("llama3-8b", 2, 16, 8192);
   in.precision = Precision::bf16_mixed;
   in.dp = 8;
   in.shard = dp::Shard::zero3;
-  in.microbatch_size = 2;
-  in.global_batch = 16;
   in.recompute_even_matmuls = true;
   in.flash_attention = true;
   in.eager_kernels = true;
@@ -232,15 +227,11 @@ void expect_plan_is_the_ranks(const PlanResult& r, const PlanInput& in, const St
 // `micro` sequences per microbatch, one microbatch per dp rank.
 struct SmallCase { int dp, ep; dp::Shard shard; const char* model; Precision p; };
 PlanInput small_input(const SmallCase& c, int micro, int tp = 1) {
-  PlanInput in;
-  in.shape = named_model(c.model);
+  PlanInput in = model_input(c.model, micro, micro * c.dp, 16);
   in.dp = c.dp;
   in.ep = c.ep;
   in.tp = tp;
   in.shard = c.shard;
-  in.seq = 16;
-  in.microbatch_size = micro;
-  in.global_batch = micro * c.dp;
   in.precision = c.p;
   return in;
 }
@@ -296,11 +287,9 @@ TEST(Planner, ExpertParallelMemoryIsTheRanks) {
     EXPECT_LT(g.worst.activations, r.worst.activations) << where;
   }
   // An ep group of consecutive ranks spans nodes when a node holds fewer.
-  PlanInput nodes;
-  nodes.shape = named_model("tiny-moe");
+  PlanInput nodes = model_input("tiny-moe", 1, 0, 16);
   nodes.dp = 4;
   nodes.ep = 4;
-  nodes.seq = 16;
   nodes.ranks_per_node = 2;
   for (const CommRow& row : plan(nodes).comm)
     if (row.group == "ep") {

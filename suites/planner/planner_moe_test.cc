@@ -28,6 +28,7 @@
 #include "reference/device_testing.h"
 #include "suites/planner/machine.h"
 #include "suites/planner/plan_input.h"
+#include "suites/planner/planner_testing.h"
 #include "suites/planner/planner.h"
 
 namespace pb::planner {
@@ -320,9 +321,8 @@ TEST(PlannerMoe, SpCpRecomputeAndZbH1StagesAreTheRanks) {
 // cross nodes when the scope spans more ranks than a node holds.
 TEST(PlannerMoe, CapacityExchangesCrossNodesWhenTheScopeDoes) {
   for (auto [rpn, inter] : {std::pair{int64_t(4), true}, {int64_t(8), false}}) {
-    PlanInput in;
-    in.shape = named_model("tiny-moe");
-    in.dp = 2, in.tp = 2, in.cp = 2, in.seq = 16, in.ranks_per_node = rpn;
+    PlanInput in = model_input("tiny-moe", 1, 0, 16);
+    in.dp = 2, in.tp = 2, in.cp = 2, in.ranks_per_node = rpn;
     int rows = 0;
     for (const CommRow& row : plan(in).comm)
       if (row.group == "moe") {
@@ -345,9 +345,8 @@ TEST(PlannerMoe, ExpertGroupsCrossNodesWhereTheirRanksDo) {
   for (const Row& w : {Row{4, 1, 1, 4, 2, true}, Row{4, 1, 1, 4, 4, false}, Row{2, 2, 1, 2, 2, true},
                        Row{2, 2, 1, 2, 4, false}, Row{2, 1, 2, 2, 2, false}, Row{2, 2, 2, 4, 4, true},
                        Row{2, 2, 2, 4, 8, false}}) {
-    PlanInput in;
-    in.shape = named_model("tiny-moe");
-    in.dp = w.dp, in.tp = w.tp, in.cp = w.cp, in.ep = w.ep, in.seq = 16, in.ranks_per_node = w.rpn;
+    PlanInput in = model_input("tiny-moe", 1, 0, 16);
+    in.dp = w.dp, in.tp = w.tp, in.cp = w.cp, in.ep = w.ep, in.ranks_per_node = w.rpn;
     int rows = 0;
     for (const CommRow& row : plan(in).comm)
       if (row.group == "ep") {
@@ -364,10 +363,8 @@ TEST(PlannerMoe, ExpertGroupsCrossNodesWhereTheirRanksDo) {
 // with global capacity over dp ranks, zb-h1 with full recompute.
 TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
   auto refused = [](const char* mesh, const char* strategy, const char* model, const std::string& says) {
-    PlanInput in;
-    in.shape = named_model(model);
+    PlanInput in = model_input(model, 1, 0, 16);
     in.shape->L = 4;
-    in.seq = 16;
     RunSpec s;
     s.mesh = parse_mesh(mesh);
     apply_strategy_text(s, strategy, fault_catalogue());
@@ -386,9 +383,8 @@ TEST(PlannerMoe, WhatTheEngineDoesNotRunIsRefused) {
                                                                         "mixture-of-experts model: the engine does "
                                                                         "not run it");
   // The same compositions of a dense model still plan.
-  PlanInput dense;
-  dense.shape = named_model("tiny");
-  dense.dp = 2, dense.tp = 2, dense.pp = 2, dense.sp = true, dense.seq = 16, dense.global_batch = 8;
+  PlanInput dense = model_input("tiny", 1, 8, 16);
+  dense.dp = 2, dense.tp = 2, dense.pp = 2, dense.sp = true;
   EXPECT_NO_THROW(plan(dense));
 }
 

@@ -6,6 +6,7 @@
 // overlap_compute_slowdown; everything else stays exposed. Held to hand
 // figures on a small custom GPT on a hand-typed device.
 #include "suites/planner/planner.h"
+#include "suites/planner/planner_testing.h"
 
 #include <gtest/gtest.h>
 
@@ -39,11 +40,8 @@ PlanInput small(bool sp) {
   in.microbatch_size = kB;
   in.global_batch = kB * kM;
   in.precision = Precision::bf16_mixed;
-  in.hw.peak_tflops = 1;
+  in.hw = figures({.peak_tflops = 1, .bw_intra_GBps = 1, .latency_us = 10, .device = true});
   in.hw.gemm_efficiency = 0.5;
-  in.hw.bw_intra_GBps = 1;
-  in.hw.latency_us = 10;
-  in.hw.host_kernels = false;
   in.hw.overlap_compute_slowdown = 0.2;
   return in;
 }
@@ -143,13 +141,9 @@ TEST(PlannerTpOverlap, SequenceParallelHidesTheReduceScatterAndTheRegather) {
 // column-parallel calls last, never negative, and the step no slower.
 TEST(PlannerTpOverlap, OnABuiltInProfileTheStepIsNoSlower) {
   PlanInput in = small(true);
-  in.hw = Hardware{};
-  in.hw.peak_tflops = 312;
+  in.hw = figures({.peak_tflops = 312, .bw_intra_GBps = 235, .latency_us = 3.4, .device = true});
   in.hw.gemm_achievable_tflops = 258;
   in.hw.gemm_units = 108, in.hw.gemm_tile_m = 256, in.hw.gemm_tile_n = 128;
-  in.hw.bw_intra_GBps = 235;
-  in.hw.latency_us = 3.4;
-  in.hw.host_kernels = false;
   in.hw.overlap_compute_slowdown = 0.189;
   const PlanResult none = plan(in);
   in.tp_overlap = TpOverlap::wgrad;
