@@ -238,9 +238,12 @@ planner::OptimizerStep parse_optimizer_step(const std::string& s, const std::str
 planner::LossKernel parse_loss(const std::string& s, const std::string& what) {
   if (s.empty() || s == "fused") return planner::LossKernel::fused;
   if (s == "megatron-fp32") return planner::LossKernel::megatron_fp32;
+  if (s == "flash-xentropy") return planner::LossKernel::flash_xentropy;
+  if (s == "composer-flash-xentropy") return planner::LossKernel::composer_flash_xentropy;
   throw InputError(what + ": '" + s +
-                   "' must be fused (the default) or megatron-fp32 (Megatron-LM's vocab_parallel_cross_entropy "
-                   "over the fp32 logits)");
+                   "' must be fused (the default), megatron-fp32 (Megatron-LM's vocab_parallel_cross_entropy "
+                   "over the fp32 logits), flash-xentropy (flash-attn 1.0.9's fused cross entropy) or "
+                   "composer-flash-xentropy (that and composer's two training metrics, as llm-foundry's MPT)");
 }
 
 planner::PlanInput resolve(PlanFlags& f) {
@@ -409,8 +412,8 @@ const std::vector<std::string>& published_columns() {
 // `dropout` (0 or 1, --dropout: Megatron's GPT dropout; 0 by default),
 // `bwd_prefetch` (pre or post, --bwd-prefetch: FSDP's backward prefetch; pre by default),
 // `optimizer` (fused, megatron-fp16, torch-foreach or composer, --optimizer: the optimizer
-// step's kernels; empty: fused), `loss` (fused or megatron-fp32, --loss: the LM head's loss
-// kernels; empty: fused), `grad_accum` (buffer or autograd, --grad-accum: a DDP run's
+// step's kernels; empty: fused), `loss` (fused, megatron-fp32, flash-xentropy or
+// composer-flash-xentropy, --loss: the LM head's loss kernels; empty: fused), `grad_accum` (buffer or autograd, --grad-accum: a DDP run's
 // gradients; empty: buffer), `tp_overlap` (none or wgrad, --tp-overlap: the column-parallel
 // backward's async TP collectives; empty: none).
 const std::vector<std::string>& published_optional_columns() {
@@ -799,7 +802,10 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                                                                                         : "";
   std::snprintf(fig, sizeof fig, "%.4g GB of non-GEMM traffic (%s kernels%s%s%s) at %g GB/s", r.memory_bytes / 1e9,
                 in.fused_norm ? "eager, Triton RMSNorm" : in.eager_kernels ? "eager" : "fused", optimizer,
-                in.loss == planner::LossKernel::megatron_fp32 ? "; loss megatron-fp32" : "",
+                in.loss == planner::LossKernel::megatron_fp32             ? "; loss megatron-fp32"
+                : in.loss == planner::LossKernel::flash_xentropy          ? "; loss flash-xentropy"
+                : in.loss == planner::LossKernel::composer_flash_xentropy ? "; loss composer-flash-xentropy"
+                                                                          : "",
                 in.grad_accum_autograd ? "; grads autograd" : "", h.mem_bw_GBps);
   std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
               h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
@@ -1031,8 +1037,11 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "clip_grad_norm_ foreach, as torchtitan) or composer (composer's DecoupledAdamW and FSDP "
                   "clip_grad_norm_, as llm-foundry's MPT); needs bf16-mixed");
   app->add_option("--loss", f->loss,
-                  "the LM head's loss kernels: fused (default) or megatron-fp32 (Megatron-LM's "
-                  "vocab_parallel_cross_entropy over the fp32 logits: max, sub_, exp, sum, div_ and backward mul_)");
+                  "the LM head's loss kernels: fused (default), megatron-fp32 (Megatron-LM's "
+                  "vocab_parallel_cross_entropy over the fp32 logits: max, sub_, exp, sum, div_ and backward mul_), "
+                  "flash-xentropy (flash-attn 1.0.9's fused cross entropy: the logits read forward, read and the "
+                  "gradient written backward) or composer-flash-xentropy (that and composer's training metrics, two "
+                  "fp32 cross entropies over the logits each microbatch, as llm-foundry's MPT)");
   app->add_option("--tp-overlap", f->tp_overlap,
                   "tensor-parallel overlap on a GPU profile: none (default: every TP collective waited for) or "
                   "wgrad (Megatron-LM's async column-parallel backward, on by default there from September 2021: the "

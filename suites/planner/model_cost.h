@@ -244,6 +244,35 @@ int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab);
 // the per-token gathers and the target's correction are per token, not per
 // entry, and left out).
 int64_t head_megatron_traffic_bytes(const ActivationShape& x, int64_t vocab);
+// The head with flash-attn's fused cross entropy as llm-foundry's MPT runs
+// it (mosaicml/llm-foundry 061f2c7, llmfoundry/models/mpt/modeling_mpt.py:
+// loss_fn default 'fused_crossentropy', flash_attn.losses.cross_entropy.
+// CrossEntropyLoss(ignore_index=-100): smoothing 0, inplace_backward False,
+// no process group; the logits F.linear(x, wte.weight) under bf16 autocast,
+// passed as logits.view(-1, V) with no .float() or copy; setup.py's [gpu]
+// extra installs flash-attn 1.0.9 and its xentropy_cuda_lib): flash-attn
+// v1.0.9 (6d48e14a6c), csrc/xentropy/xentropy_kernel.cu. Per local
+// vocabulary entry and token: forward, cunn_SoftMaxXEntropyForward reads
+// the e-byte logits (two passes over each row, the max and sum, then the
+// exp sum, by the block that owns the row; counted once, as every kernel's
+// re-reads are here, PyTorch's multi-pass log_softmax included) and writes
+// only the per-token loss and log-sum-exp in fp32; backward,
+// cunn_SoftMaxXEntropyBackward reads the saved logits and writes the
+// gradient into at::empty_like(logits) (e-byte; in place only with
+// inplace_backward): 3e bytes, 6 at e = 2. The final LayerNorm as
+// head_traffic_bytes; the per-token labels, losses, masked_fill_s and the
+// mean are per token, not per entry, and left out.
+// train_metrics: also composer's training metrics on the same logits
+// (mosaicml/composer v0.16.4 composer/trainer/trainer.py _train_microbatch:
+// after each microbatch's backward, _eval_train_metrics under the
+// precision context; MPT's metrics, use_train_metrics default True:
+// LanguageCrossEntropy and LanguagePerplexity, composer/metrics/nlp.py, each
+// update a torch.nn.CrossEntropyLoss(reduction='sum') over the logits, which
+// autocast runs in fp32, PyTorch's autocast op reference "CUDA Ops that can
+// autocast to float32": cross_entropy): per metric the upcast (e + 4) and
+// log_softmax (4 + 4), nll_loss per token: 2 (e + 12) bytes more, 34 in
+// all at e = 2.
+int64_t head_flash_xentropy_traffic_bytes(const ActivationShape& x, int64_t vocab, bool train_metrics);
 int64_t embedding_traffic_bytes(const ActivationShape& x);
 
 }  // namespace pb::planner

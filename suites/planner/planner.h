@@ -270,10 +270,13 @@ enum class OptimizerStep { fused, megatron_fp16, torch_foreach, composer };
 int64_t optimizer_step_bytes(OptimizerStep step, Precision precision);
 // How the LM head's loss moves memory (PlanInput::loss; plan --loss,
 // --validate's `loss` column): fused (head_traffic_bytes' 4 elements per
-// local vocabulary entry and token, the default) or Megatron-LM's
+// local vocabulary entry and token, the default), Megatron-LM's
 // vocab_parallel_cross_entropy(output.float(), labels)
-// (head_megatron_traffic_bytes).
-enum class LossKernel { fused, megatron_fp32 };
+// (head_megatron_traffic_bytes), flash-attn 1.0.9's fused cross entropy
+// (flash_xentropy: 3 elements per entry and token), or that and composer's
+// two training metrics over the same logits (composer_flash_xentropy, as
+// llm-foundry's MPT runs it; head_flash_xentropy_traffic_bytes).
+enum class LossKernel { fused, megatron_fp32, flash_xentropy, composer_flash_xentropy };
 // Tensor-parallel communication overlapped with compute (PlanInput::
 // tp_overlap; plan --tp-overlap, --validate's `tp_overlap` column). none:
 // every TP collective is waited for (exposed). wgrad: Megatron-LM's

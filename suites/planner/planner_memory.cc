@@ -497,9 +497,12 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     if (sl.head)
-      per_micro += double(in.loss == LossKernel::megatron_fp32 ? head_megatron_traffic_bytes(x, mc.V)
-                          : in.eager_kernels && mc.llama()    ? head_eager_traffic_bytes(x, mc.V, in.fused_norm)
-                                                              : head_traffic_bytes(x, mc.V));
+      per_micro += double(
+          in.loss == LossKernel::megatron_fp32 ? head_megatron_traffic_bytes(x, mc.V)
+          : in.loss != LossKernel::fused
+              ? head_flash_xentropy_traffic_bytes(x, mc.V, in.loss == LossKernel::composer_flash_xentropy)
+          : in.eager_kernels && mc.llama() ? head_eager_traffic_bytes(x, mc.V, in.fused_norm)
+                                           : head_traffic_bytes(x, mc.V));
   }
   const dp::BytesPerParam b = dp::bytes_per_param(in.precision);
   const double stepped = double(r.stages[size_t(rank)].optimizer) / double(b.optimizer);  // updated on the device

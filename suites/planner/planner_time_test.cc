@@ -106,6 +106,16 @@ TEST(Planner, OptimizerStepAndLossAsFrameworksRunThem) {
   ActivationShape t2 = x;
   t2.tp = 2, t2.sp = true;
   EXPECT_EQ(head_megatron_traffic_bytes(t2, 1000), (6 * 64 * 2 + 52 * 500) * 2 * 64);
+  // flash-attn 1.0.9's xentropy: forward the logits read (2), backward read (2)
+  // and the gradient written (2): 6 bytes per local vocabulary entry and
+  // token; with composer's two training metrics each an fp32 cross entropy,
+  // upcast 2 + 4 and log_softmax 4 + 4: 6 + 28 = 34.
+  EXPECT_EQ(head_flash_xentropy_traffic_bytes(x, 1000, false), (6 * 128 * 2 + 6 * 1000) * 2 * 64);
+  EXPECT_EQ(head_flash_xentropy_traffic_bytes(x, 1000, true), (6 * 128 * 2 + 34 * 1000) * 2 * 64);
+  EXPECT_EQ(head_flash_xentropy_traffic_bytes(t2, 1000, true), (6 * 64 * 2 + 34 * 500) * 2 * 64);
+  ActivationShape f32 = x;
+  f32.elem_bytes = 4;  // fp32 logits: 3 x 4, metrics 2 x (4 + 4 + 8)
+  EXPECT_EQ(head_flash_xentropy_traffic_bytes(f32, 1000, true), (6 * 128 * 4 + (12 + 32) * 1000) * 2 * 64);
 
   PlanInput in = model_input("small", 2, 0);
   in.precision = Precision::bf16_mixed;
@@ -140,6 +150,10 @@ TEST(Planner, OptimizerStepAndLossAsFrameworksRunThem) {
   EXPECT_EQ(head_megatron_traffic_bytes(s, m.V) - head_traffic_bytes(s, m.V),
             int64_t(52 - 8) * m.V * 2 * m.maxT);  // 52 bytes per logit where the fused head moves 4 x 2
   EXPECT_GT(loss.step_s, fused.step_s);
+  in.loss = LossKernel::flash_xentropy;  // 2 bytes per logit fewer than the fused head's 8
+  EXPECT_NEAR(plan(in).memory_bytes - fused.memory_bytes, -2.0 * double(m.V) * 2 * m.maxT, 1e-9 * loss.memory_bytes);
+  in.loss = LossKernel::composer_flash_xentropy;  // 34 against 8
+  EXPECT_NEAR(plan(in).memory_bytes - fused.memory_bytes, 26.0 * double(m.V) * 2 * m.maxT, 1e-9 * loss.memory_bytes);
 }
 
 // A DDP run's gradients in PyTorch autograd's .grad (PlanInput::
