@@ -408,7 +408,8 @@ const std::vector<MachineProfile>& builtin_machines() {
           hw_latencies +
           "NVLINK 3.4 us per ring step (ncclTopoTuneModel adds nsteps x this to a ring's latency; nsteps = "
           "2 (n - 1) for all-reduce, n - 1 for all-gather and reduce-scatter); NCCL's model, not a measurement; "
-          "its base per call is latency_call_us; p2p is charged one step (nccl-tests issue 331: sendrecv_perf on 2 A100s, 9.85 us at 8 B, the base included)";
+          "its base per call is latency_call_us; p2p is charged one step (nccl-tests issue 331: sendrecv_perf on 2 "
+          "A100s, 9.85 us at 8 B, the base included)";
       p.hw.latency_inter_us = 14.0;
       p.sources["latency_inter_us"] =
           hw_latencies +
@@ -779,7 +780,8 @@ std::string machine_toml(const MachineProfile& m) {
   r.set("machine.ranks_per_node", m.ranks_per_node);
   num("machine.wake_us", m.wake_us);
   num("machine.latency_inter_us", m.hw.latency_inter_us);
-  if (m.hw.latency_call_us > 0 || m.sources.count("latency_call_us")) num("machine.latency_call_us", m.hw.latency_call_us);
+  if (m.hw.latency_call_us > 0 || m.sources.count("latency_call_us"))
+    num("machine.latency_call_us", m.hw.latency_call_us);
   if (!m.hw.host_kernels) r.set("machine.gpu", true);
   if (m.hw.rails > 0) r.set("machine.rails", m.hw.rails);
   if (m.hw.oversubscription != 1 || m.hw.leaf_nodes > 0) {

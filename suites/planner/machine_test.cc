@@ -187,7 +187,8 @@ TEST(Machine, CallLatencyFromTheCostModelsBase) {
                          : "github.com/NVIDIA/nccl at 5067397c2676d5aed50042fc39e5c8ee96eb0027"),
               std::string::npos)
         << m.name() << ": " << s;
-    EXPECT_NE(s.find(amd ? "baseLat, Ring / Simple: 17.0 us per call" : "baseLatencies, Ring / Simple: 8.4 us per call"),
+    EXPECT_NE(s.find(amd ? "baseLat, Ring / Simple: 17.0 us per call"
+                         : "baseLatencies, Ring / Simple: 8.4 us per call"),
               std::string::npos)
         << m.name() << ": " << s;
     EXPECT_NE(s.find("not a measurement"), std::string::npos) << s;
