@@ -406,6 +406,14 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
   const std::string at = c.backend + " all_reduce at " + std::to_string(intra->group_size) + " ranks";
   m.sources["bw_intra_GBps"] = by + at + ", bus bandwidth from the slope over 1 .. " + upto + on;
   m.sources["latency_us"] = by + at + ", the median time up to 4 KiB over its 2(n-1) ring steps" + on;
+  // The measured alpha is a whole call's: NCCL's base per call is in it, and
+  // one group size's alpha cannot tell the base from the steps. So it stays
+  // spread over the steps (a group of another size plans the base scaled by
+  // its steps) and no base is added on top.
+  m.hw.latency_call_us = 0;
+  m.sources["latency_call_us"] =
+      "0: in latency_us and latency_inter_us (each a measured all_reduce's whole time per call up to 4 KiB, NCCL's "
+      "base per call included, over its ring steps) and in the collective fits' alpha" + on;
   const planner::CollectiveFit& all = ar->second.back();
   if (c.nodes > 1 && all.group_size > c.ranks_per_node) {
     const std::string across = c.backend + " all_reduce at " + std::to_string(all.group_size) + " ranks on " +

@@ -236,6 +236,12 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
   const planner::MachineProfile back = planner::load_machine(path);
   EXPECT_FALSE(back.hw.host_kernels) << "gpu = true";
   EXPECT_EQ(back.name(), "stand-in-cal");
+  // No base per call on top of the measured alpha, which includes it.
+  EXPECT_DOUBLE_EQ(m.hw.latency_call_us, 0);
+  EXPECT_DOUBLE_EQ(back.hw.latency_call_us, 0);
+  EXPECT_EQ(back.sources.at("latency_call_us"), m.sources.at("latency_call_us"));
+  EXPECT_EQ(m.sources.at("latency_call_us").rfind("0: in latency_us and latency_inter_us", 0), 0u)
+      << m.sources.at("latency_call_us");
   ASSERT_EQ(back.gemm.at("bf16").size(), x.rates.gemm_bf16.size());
   for (size_t i = 0; i < x.rates.gemm_bf16.size(); ++i) {
     EXPECT_EQ(back.gemm.at("bf16")[i].m, x.rates.gemm_bf16[i].m);

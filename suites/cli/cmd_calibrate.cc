@@ -336,6 +336,7 @@ void check_written_figures(const planner::MachineProfile& m) {
   in("bw_inter_GBps", m.hw.bw_inter_GBps, kMinGBps, kMaxGBps);
   in("latency_us", m.hw.latency_us, 0, kMaxLatencyUs);
   in("latency_inter_us", m.hw.latency_inter_us, 0, kMaxLatencyUs);
+  in("latency_call_us", m.hw.latency_call_us, 0, kMaxLatencyUs);
   in("wake_us", m.wake_us, 0, kMaxLatencyUs);
   in("overlap_compute_slowdown", m.hw.overlap_compute_slowdown, 0, 10);  // what load_machine reads
   for (const auto& [p, table] : m.gemm)
@@ -519,6 +520,8 @@ int run_calibrate(const CalibrateFlags& f, const Env& env) {
   for (const auto& [x, t] : xt)
     if (std::find(fit_sizes.begin(), fit_sizes.end(), size_t(x)) != fit_sizes.end()) at_fit_sizes.push_back({x, t});
   const planner::CollectiveFit all_reduce2 = fit_collective("all_reduce", 2, at_fit_sizes);
+  // No latency_call_us (0): the cost per call of this backend is in the
+  // measured step latency and the fits' alpha (Hardware::latency_call_us).
   m.hw.latency_us = calibrate::local_step_latency_us(2);
   const double fixed = 2 * m.hw.latency_us * 1e-6;  // two ring steps at two ranks
   m.hw.bw_intra_GBps = all_reduce2.GBps;            // bus bytes = S at two ranks

@@ -842,6 +842,17 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
       std::snprintf(fig, sizeof fig, "%s + %g us per ring step", head.c_str(), lat);
       why += "; latency: " + source(inter_lat ? "latency_inter_us" : "latency_us");
     }
+    // And the base per collective call (Hardware::latency_call_us), where the group has a collective.
+    bool collective = false;
+    for (const planner::CommRow& c : r.comm)
+      if (c.group == g && (c.op == "all_reduce" || c.op == "all_gather" || c.op == "reduce_scatter") &&
+          (c.inter_node || !h.collectives.count(c.op)))
+        collective = true;
+    if (h.latency_call_us > 0 && collective) {
+      const std::string head = fig;
+      std::snprintf(fig, sizeof fig, "%s + %g us per call", head.c_str(), h.latency_call_us);
+      why += "; per call: " + source("latency_call_us");
+    }
     std::printf("  %-16s %10.4g  %-44s %s\n", ("comm " + g).c_str(), t.s, fig, why.c_str());
   }
   std::printf("  %-16s %10s  %-44s %s\n", "placement", "",

@@ -97,6 +97,8 @@ const std::vector<MachineProfile>& builtin_machines() {
     for (MachineProfile& p : m) {
       p.sources["latency_us"] = p.sources["latency_inter_us"] =
           "not given: no per-step collective latency is cited for this device (0: bandwidth terms only)";
+      p.sources["latency_call_us"] =
+          "not given: no per-call collective latency is cited for this device (0: no base per call)";
       p.sources["gemm_efficiency"] =
           "not used when gemm_achievable_tflops_bf16 is given (bf16-mixed); otherwise 1: the datasheet peak";
       p.sources["wake_us"] = "not measured (informational only)";
@@ -393,25 +395,37 @@ const std::vector<MachineProfile>& builtin_machines() {
     // ring with the Simple protocol (the one NCCL picks for the megabyte
     // messages of training), over NVLink and over the network. A software
     // figure, the same for every NVIDIA GPU; mi300x takes RCCL's (below).
-    // Not modelled: NCCL's fixed 8.4 us per call (the planner's collective
-    // time has no per-call term) and its LL protocols for small messages.
+    // And its base latency per call (Hardware::latency_call_us), Ring /
+    // Simple's. Not modelled: its LL protocols for small messages.
     for (MachineProfile& p : m) {
       if (p.name() == "mi300x") continue;
-      constexpr const char* kNcclTuning =
+      constexpr const char* kNcclModel =
           "NCCL's cost model, github.com/NVIDIA/nccl at 5067397c2676d5aed50042fc39e5c8ee96eb0027, "
-          "src/graph/tuning.cc, ncclTunerConstantsDefaults.hwLatencies, Ring / Simple: ";
+          "src/graph/tuning.cc, ncclTunerConstantsDefaults.";
+      const std::string hw_latencies = std::string(kNcclModel) + "hwLatencies, Ring / Simple: ";
       p.hw.latency_us = 3.4;
       p.sources["latency_us"] =
-          std::string(kNcclTuning) +
+          hw_latencies +
           "NVLINK 3.4 us per ring step (ncclTopoTuneModel adds nsteps x this to a ring's latency; nsteps = "
           "2 (n - 1) for all-reduce, n - 1 for all-gather and reduce-scatter); NCCL's model, not a measurement; "
-          "its 8.4 us base per call is not modelled; p2p is charged one step (nccl-tests issue 331: sendrecv_perf on 2 A100s, 9.85 us at 8 B, the base included)";
+          "its base per call is latency_call_us; p2p is charged one step (nccl-tests issue 331: sendrecv_perf on 2 "
+          "A100s, 9.85 us at 8 B, the base included)";
       p.hw.latency_inter_us = 14.0;
       p.sources["latency_inter_us"] =
-          std::string(kNcclTuning) +
+          hw_latencies +
           "NET 14.0 us per ring step across nodes (also Tree / Simple's NET figure, which NCCL uses for one rank "
           "per node); NCCL's model, not a measurement; as NCCL, the planner charges 2 (nodes - 1) of an "
           "all-reduce ring's steps at it (nodes - 1 for the others), the rest at latency_us";
+      p.hw.latency_call_us = 8.4;
+      p.sources["latency_call_us"] =
+          std::string(kNcclModel) + "baseLatencies, Ring / Simple: " +
+          "8.4 us per call (ncclTopoTuneModel sets a collective's latency to it before adding the steps', and "
+          "ncclTopoGetAlgoTime charges that latency once per call, lat x numPipeOps); NCCL's model, not a "
+          "measurement; the planner adds it to each call of an all-reduce, all-gather or reduce-scatter, not to "
+          "p2p (send_recv, all_to_all): NCCL's model times the five collectives only (src/include/nccl_common.h, "
+          "NCCL_NUM_FUNCTIONS 5, 'Send/Recv not included for now'). Not modelled: the 1.4x ncclTopoGetAlgoTime "
+          "applies to an inter-node Ring / Simple all-reduce's whole latency on Ampere and later ('Plateau effect "
+          "of ring')";
     }
     // Framework per-op host overhead (Hardware::host_op_us): what PyTorch's
     // host spends issuing one op's kernel to a GPU. A host (CPU) figure, the
@@ -471,7 +485,15 @@ const std::vector<MachineProfile>& builtin_machines() {
           std::string(kRcclTuning) +
           "NVLINK row (RCCL loads xGMI links as NVLink, src/graph/xml.cc), Ring / Simple: 2.1 us per ring step "
           "(nsteps = 2 (n - 1) for all-reduce, n - 1 for all-gather and reduce-scatter, as NCCL's); RCCL's model, "
-          "not a measurement; its base of 17.0 us per call (baseLat, Ring / Simple) is not modelled";
+          "not a measurement; its base per call is latency_call_us";
+      p.hw.latency_call_us = 17.0;
+      p.sources["latency_call_us"] =
+          "RCCL's cost model, github.com/ROCm/rccl at 0cbce2a7571c907554199fad7e905f16ec0a565c (2024-10-24), "
+          "src/graph/tuning.cc, baseLat, Ring / Simple: 17.0 us per call (one table for every RCCL tuning model; "
+          "ncclTopoTuneModel sets a collective's latency to it before adding the steps', ncclTopoGetAlgoTime "
+          "charges that latency once per call, lat x numPipeOps); RCCL's model, not a measurement; the planner adds "
+          "it to each call of an all-reduce, all-gather or reduce-scatter, not to p2p (send_recv, all_to_all), as "
+          "NCCL's model (which times the five collectives only)";
       p.hw.latency_inter_us = 25.0;
       p.sources["latency_inter_us"] =
           std::string(kRcclTuning) +
@@ -552,7 +574,7 @@ const std::vector<std::string>& shape_columns() {
 const std::vector<std::string>& profile_figures() {
   static const std::vector<std::string> v = {
       "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps",
-      "latency_us", "latency_inter_us", "gemm_efficiency", "memory_GB", "ranks_per_node", "wake_us",
+      "latency_us", "latency_inter_us", "latency_call_us", "gemm_efficiency", "memory_GB", "ranks_per_node", "wake_us",
       "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails", "oversubscription",
       "leaf_nodes", "flash_attention_tflops_bf16", "overlap_compute_slowdown", "host_op_us"};
   return v;
@@ -592,6 +614,7 @@ MachineProfile load_machine(const std::string& what) {
   m.ranks_per_node = r.get<int>("machine.ranks_per_node", 1, Bounds::closed(1, 1 << 20));
   m.wake_us = r.get<double>("machine.wake_us", 0.0, Bounds::non_negative());
   m.hw.latency_inter_us = r.get<double>("machine.latency_inter_us", 0.0, Bounds::non_negative());
+  m.hw.latency_call_us = r.get<double>("machine.latency_call_us", 0.0, Bounds::closed(0, 1e9));
   m.hw.host_kernels = !r.get<bool>("machine.gpu", false);
   m.hw.rails = r.get<int>("machine.rails", 0, Bounds::closed(0, 1 << 20));
   m.hw.oversubscription = r.get<double>("machine.oversubscription", 1.0, Bounds::closed(1, 1e6));
@@ -757,6 +780,8 @@ std::string machine_toml(const MachineProfile& m) {
   r.set("machine.ranks_per_node", m.ranks_per_node);
   num("machine.wake_us", m.wake_us);
   num("machine.latency_inter_us", m.hw.latency_inter_us);
+  if (m.hw.latency_call_us > 0 || m.sources.count("latency_call_us"))
+    num("machine.latency_call_us", m.hw.latency_call_us);
   if (!m.hw.host_kernels) r.set("machine.gpu", true);
   if (m.hw.rails > 0) r.set("machine.rails", m.hw.rails);
   if (m.hw.oversubscription != 1 || m.hw.leaf_nodes > 0) {

@@ -15,6 +15,7 @@
 //   bw_inter_GBps = 50.0           # per device, per direction, across nodes
 //   latency_us = 0.0               # per collective step
 //   latency_inter_us = 0.0         # per step across nodes (0: latency_us)
+//   latency_call_us = 0.0          # per call of a collective, on top of its steps (NCCL's base)
 //   gemm_efficiency = 1.0          # fraction of the peak the GEMMs reach, (0, 1]
 //   memory_GB = 80.0               # device memory (0: unknown, no fit check)
 //   ranks_per_node = 8             # devices per node

@@ -175,6 +175,34 @@ TEST(Machine, CollectiveLatencyFromNcclsCostModel) {
   }
 }
 
+// And the base per collective call (Hardware::latency_call_us): NCCL's
+// baseLatencies, Ring / Simple, 8.4 us; mi300x RCCL's baseLat, 17.0 us; each
+// with its source, and a profile written and read back keeps both.
+TEST(Machine, CallLatencyFromTheCostModelsBase) {
+  for (const MachineProfile& m : builtin_machines()) {
+    const std::string& s = m.sources.at("latency_call_us");
+    const bool amd = m.name() == "mi300x";
+    EXPECT_DOUBLE_EQ(m.hw.latency_call_us, amd ? 17.0 : 8.4) << m.name();
+    EXPECT_NE(s.find(amd ? "github.com/ROCm/rccl at 0cbce2a7571c907554199fad7e905f16ec0a565c"
+                         : "github.com/NVIDIA/nccl at 5067397c2676d5aed50042fc39e5c8ee96eb0027"),
+              std::string::npos)
+        << m.name() << ": " << s;
+    EXPECT_NE(s.find(amd ? "baseLat, Ring / Simple: 17.0 us per call"
+                         : "baseLatencies, Ring / Simple: 8.4 us per call"),
+              std::string::npos)
+        << m.name() << ": " << s;
+    EXPECT_NE(s.find("not a measurement"), std::string::npos) << s;
+    EXPECT_NE(s.find("not to p2p"), std::string::npos) << s;
+    const auto file =
+        std::filesystem::temp_directory_path() / ("pb_call_" + m.name() + std::to_string(::getpid()) + ".toml");
+    std::ofstream(file) << machine_toml(m);
+    const MachineProfile back = load_machine(file.string());
+    std::filesystem::remove(file);
+    EXPECT_DOUBLE_EQ(back.hw.latency_call_us, m.hw.latency_call_us) << m.name();
+    EXPECT_EQ(back.sources.at("latency_call_us"), s);
+  }
+}
+
 // The mi300x profile's measured figures (docs/planner.md, "Machine
 // profiles"): BabelStream's HBM rate, RCCL's all-reduce busbw on 8 GPUs and
 // per NIC, one FlashAttention-2 point; the tile model is not set (no
@@ -239,6 +267,16 @@ TEST(Machine, ProfileFileReadsStrictly) {
   EXPECT_DOUBLE_EQ(m.peak_tflops_fp32, 100);  // defaults to the bf16 peak
   EXPECT_DOUBLE_EQ(m.hw.bw_inter_GBps, 40);      // defaults to the intra-node link
   EXPECT_DOUBLE_EQ(hardware_for(m, Precision::fp32).gemm_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(m.hw.latency_call_us, 0);  // not given: no base per call
+  // A GPU profile that gives the base per call with its source reads it.
+  const MachineProfile g = load_machine(file(
+      "gpu.toml",
+      "[machine]\nname = \"g\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\ngpu = true\nmem_bw_GBps = 1.0\n"
+      "bw_intra_GBps = 1.0\nbw_inter_GBps = 1.0\nmemory_GB = 1.0\nlatency_call_us = 8.4\n[machine.sources]\n"
+      "peak_tflops_bf16 = \"a\"\nmem_bw_GBps = \"a\"\nbw_intra_GBps = \"a\"\nbw_inter_GBps = \"a\"\n"
+      "memory_GB = \"a\"\nlatency_call_us = \"NCCL baseLatencies\"\n"));
+  EXPECT_DOUBLE_EQ(g.hw.latency_call_us, 8.4);
+  EXPECT_EQ(g.sources.at("latency_call_us"), "NCCL baseLatencies");
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"[machine]\nname = \"x\"\nsource = \"s\"\n", "machine.peak_tflops_bf16"},
       {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\nspeed = 2.0\n", "machine.speed"},
@@ -248,6 +286,21 @@ TEST(Machine, ProfileFileReadsStrictly) {
       {"[machine]\nname = \"x\"\npeak_tflops_bf16 = 1.0\n", "machine.source"},
       {"[machine]\nname = \"\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\n", "machine.name"},
       {"[machine\n", "bad.toml"},
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\nlatency_call_us = -1.0\n",
+       "machine.latency_call_us"},
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\nlatency_call_us = nan\n",
+       "machine.latency_call_us"},
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\nlatency_call_us = \"8.4\"\n",
+       "machine.latency_call_us"},
+      // A GPU profile names a source for the figure as for every other.
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\ngpu = true\nmem_bw_GBps = 1.0\n"
+       "bw_intra_GBps = 1.0\nbw_inter_GBps = 1.0\nmemory_GB = 1.0\nlatency_call_us = 8.4\n[machine.sources]\n"
+       "peak_tflops_bf16 = \"a\"\nmem_bw_GBps = \"a\"\nbw_intra_GBps = \"a\"\nbw_inter_GBps = \"a\"\n"
+       "memory_GB = \"a\"\n",
+       "machine.latency_call_us has no source"},
+      {"[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\nlatency_call_us = 8.4\n"
+       "[machine.sources]\nlatency_call_us = \"\"\n",
+       "machine.sources.latency_call_us is empty"},
   };
   for (const auto& [text, want] : bad) {
     try {

@@ -151,7 +151,8 @@ std::string format_plan_table(const PlanInput& in, const PlanResult& r) {
            in.hw.peak_tflops, r.gemm_efficiency,
            in.hw.gemm_rates.empty() || !in.shape ? "" : ": the profile's GEMM table at this rank's shapes",
            in.hw.bw_intra_GBps, in.hw.bw_inter_GBps, in.hw.latency_us,
-           (std::string(in.overlap ? ", DP/CP overlap on" : "") +
+           ((in.hw.latency_call_us > 0 ? fmt(" + %.4g us per collective call", in.hw.latency_call_us) : "") +
+            (in.overlap ? ", DP/CP overlap on" : "") +
             (in.tp_overlap == TpOverlap::wgrad ? ", TP overlap wgrad" : ""))
                .c_str());
   o += fmt("  compute       %12.4g s", r.compute_s);

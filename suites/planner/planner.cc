@@ -80,6 +80,7 @@ void check_input(const PlanInput& in) {
   rate("--mem-bw (GB/s)", h.mem_bw_GBps, 1e-6, 1e7);
   rate("--latency-us", h.latency_us, 0, 1e9);
   rate("latency_inter_us", h.latency_inter_us, 0, 1e9);
+  rate("latency_call_us", h.latency_call_us, 0, 1e9);
   for (const GemmRate& g : h.gemm_rates) rate("a GEMM table's gflops", g.gflops, 1e-6, 1e9);
   for (const auto& [op, fits] : h.collectives)
     for (const CollectiveFit& c : fits) {

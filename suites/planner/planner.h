@@ -21,7 +21,8 @@
 // Sec. 2.2.1), activations held = the schedule's declared peak in-flight
 // microbatches on each rank; each collective costs ring alpha-beta time
 // steps*latency + bus_bytes/bandwidth (all_reduce 2(n-1) steps, reduce_scatter
-// and all_gather n-1, send/recv 1), at the inter-node bandwidth when its group
+// and all_gather n-1, send/recv 1; plus Hardware::latency_call_us per call of
+// the three collectives), at the inter-node bandwidth when its group
 // spans nodes; within a node, a calibrated fit of its op (Hardware::
 // collectives) replaces latency and bandwidth. Exposed comm: everything,
 // unless overlap is on, then DP and ring-attention CP comm hide under the
@@ -92,6 +93,14 @@ struct Hardware {
   double bw_intra_GBps = 0, bw_inter_GBps = 0;  // per rank, GB/s (1e9)
   double latency_us = 0;
   double latency_inter_us = 0;  // per step across nodes; 0: latency_us
+  // Per call of an all-reduce, all-gather or reduce-scatter, on top of its
+  // steps (NCCL's baseLatencies: ncclTopoTuneModel starts every collective's
+  // latency at it, and ncclTopoGetAlgoTime charges it once per call). Not for
+  // p2p (send_recv, all_to_all): NCCL's model has no p2p term. 0 where a
+  // measured alpha already includes it (a calibrated profile's, on CPU or GPU:
+  // latency_us is that alpha over the ring steps; a collective fit's alpha),
+  // and a collective fit's rows never add it.
+  double latency_call_us = 0;
   // Topology across nodes. rails: the NICs of a node the collectives use
   // (0: one link of bw_inter_GBps per rank, whatever the group). With rails,
   // bw_inter_GBps is one NIC's and a group with k members on each of a

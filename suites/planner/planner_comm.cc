@@ -95,6 +95,10 @@ double row_time(const CommRow& c, const Hardware& hw, int64_t ranks_per_node) {
     const double inter = std::min(steps, double(c.op == "all_reduce" ? 2 * (nodes - 1) : nodes - 1));
     latency_us = inter * hw.latency_inter_us + (steps - inter) * hw.latency_us;
   }
+  // NCCL's base latency, once per call of a collective (Hardware::latency_call_us):
+  // its model times the five collectives only ("Send/Recv not included for
+  // now"), so a p2p row (send_recv; all_to_all, grouped sends) takes none.
+  if (c.op == "all_reduce" || c.op == "all_gather" || c.op == "reduce_scatter") latency_us += hw.latency_call_us;
   return double(c.calls) * latency_us * 1e-6 + c.bus_bytes / bw;
 }
 

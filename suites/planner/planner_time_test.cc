@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <mutex>
+#include <set>
 
 #include "harness/comm/runner.h"
 #include "harness/input_error_testing.h"
@@ -661,38 +662,124 @@ TEST(Planner, CollectiveFitsTimeTheirOp) {
 
 
 // A small-message collective costs the profile's per-step latency (NCCL's
-// ring / Simple model, machine.cc): DDP's all-reduce of 1,000 bf16-mixed
-// gradients over 8 A100s is 14 ring steps x 3.4 us = 47.6 us per call, next
-// to which its bytes over 200 GB/s are nothing; across 2 nodes of 4, NCCL's
-// model puts 2 (2 - 1) = 2 of the 14 steps on the network: 2 x 14 + 12 x 3.4 =
-// 68.8 us per call. With latency 0 (before) only the bytes counted.
+// ring / Simple model, machine.cc) and its base per call: DDP's all-reduce of
+// 1,000 bf16-mixed gradients over 8 A100s is 8.4 us + 14 ring steps x 3.4 us =
+// 56.0 us per call, next to which its bytes over 200 GB/s are nothing; across
+// 2 nodes of 4, NCCL's model puts 2 (2 - 1) = 2 of the 14 steps on the
+// network: 8.4 + 2 x 14 + 12 x 3.4 = 77.2 us per call. With latency 0 (before)
+// only the bytes counted.
 TEST(Planner, SmallCollectivesCostTheProfilesLatency) {
   PlanInput in = params_only(1000, 8, dp::Shard::none);
   in.global_batch = 8;
   in.hw = hardware_for(load_machine("a100"), Precision::bf16_mixed);
   ASSERT_DOUBLE_EQ(in.hw.latency_us, 3.4);
   ASSERT_DOUBLE_EQ(in.hw.latency_inter_us, 14.0);
+  ASSERT_DOUBLE_EQ(in.hw.latency_call_us, 8.4);
   const PlanResult r = plan(in);
   ASSERT_FALSE(r.comm.empty());
   for (const CommRow& c : r.comm) {
     ASSERT_EQ(c.op, "all_reduce");
     ASSERT_FALSE(c.inter_node);
-    EXPECT_NEAR(c.time_s, double(c.calls) * 47.6e-6 + c.bus_bytes / 200e9, 1e-12) << c.group;
-    EXPECT_GT(double(c.calls) * 47.6e-6, 100 * c.bus_bytes / 200e9) << c.group;  // latency-bound
+    EXPECT_NEAR(c.time_s, double(c.calls) * 56.0e-6 + c.bus_bytes / 200e9, 1e-12) << c.group;
+    EXPECT_GT(double(c.calls) * 56.0e-6, 100 * c.bus_bytes / 200e9) << c.group;  // latency-bound
   }
   in.ranks_per_node = 4;  // the dp group spans two nodes: two steps at the network's 14 us
   for (const CommRow& c : plan(in).comm) {
     ASSERT_TRUE(c.inter_node) << c.group;
-    EXPECT_NEAR(c.time_s, double(c.calls) * 68.8e-6 + c.bus_bytes / (inter_node_GBps(c, in.hw, 4) * 1e9), 1e-12)
+    EXPECT_NEAR(c.time_s, double(c.calls) * 77.2e-6 + c.bus_bytes / (inter_node_GBps(c, in.hw, 4) * 1e9), 1e-12)
         << c.group;
   }
-  in.ranks_per_node = 2;  // four nodes: 2 (4 - 1) = 6 steps across, 6 x 14 + 8 x 3.4 = 111.2 us
+  in.ranks_per_node = 2;  // four nodes: 2 (4 - 1) = 6 steps across, 8.4 + 6 x 14 + 8 x 3.4 = 119.6 us
   for (const CommRow& c : plan(in).comm)
-    EXPECT_NEAR(c.time_s, double(c.calls) * 111.2e-6 + c.bus_bytes / (inter_node_GBps(c, in.hw, 2) * 1e9), 1e-12)
+    EXPECT_NEAR(c.time_s, double(c.calls) * 119.6e-6 + c.bus_bytes / (inter_node_GBps(c, in.hw, 2) * 1e9), 1e-12)
         << c.group;
   in.ranks_per_node = 8;
-  in.hw.latency_us = in.hw.latency_inter_us = 0;
+  in.hw.latency_us = in.hw.latency_inter_us = in.hw.latency_call_us = 0;
   for (const CommRow& c : plan(in).comm) EXPECT_NEAR(c.time_s, c.bus_bytes / 200e9, 1e-15) << c.group;
+}
+
+// The base per call (Hardware::latency_call_us, NCCL's baseLatencies) adds
+// exactly calls x base to each all-reduce, all-gather and reduce-scatter row,
+// within a node and across, and nothing to p2p rows (pipeline send_recv,
+// Ulysses' all_to_all: NCCL's model has no p2p term), nor to a row a measured
+// collective fit times (its alpha holds the call's whole cost). A negative or
+// NaN base is refused.
+TEST(Planner, CallLatencyAddsCallsTimesTheBasePerCollectiveRow) {
+  PlanInput in;
+  in.shape = planner_model("small");
+  in.precision = Precision::bf16_mixed;
+  in.microbatch_size = 1;
+  in.global_batch = 8;
+  in.tp = 2;
+  in.sp = true;
+  in.pp = 2;
+  in.dp = 2;
+  in.shard = dp::Shard::zero3;
+  in.ranks_per_node = 4;  // dp across nodes
+  in.hw.peak_tflops = 100;
+  in.hw.mem_bw_GBps = 1000;
+  in.hw.bw_intra_GBps = 200;
+  in.hw.bw_inter_GBps = 25;
+  in.hw.latency_us = 3.4;
+  in.hw.latency_inter_us = 14;
+  const PlanResult before = plan(in);
+  in.hw.latency_call_us = 8.4;
+  const PlanResult after = plan(in);
+  ASSERT_EQ(before.comm.size(), after.comm.size());
+  std::set<std::string> ops;
+  bool inter = false;
+  for (size_t i = 0; i < after.comm.size(); ++i) {
+    const CommRow &b = before.comm[i], &a = after.comm[i];
+    ASSERT_EQ(a.group + a.phase + a.op, b.group + b.phase + b.op);
+    ASSERT_GT(a.calls, 0);
+    ops.insert(a.op);
+    inter = inter || a.inter_node;
+    const double base = a.op == "send_recv" ? 0.0 : double(a.calls) * 8.4e-6;
+    EXPECT_NEAR(a.time_s - b.time_s, base, 1e-12) << a.group << " " << a.phase << " " << a.op;
+  }
+  EXPECT_TRUE(inter);
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"})
+    EXPECT_TRUE(ops.count(op)) << op << ": no row compared";
+  EXPECT_GT(after.comm_s, before.comm_s);
+  // Ulysses' all-to-alls (p2p in NCCL) take no base.
+  PlanInput u = in;
+  u.tp = 1;
+  u.sp = false;
+  u.pp = 1;
+  u.cp = 2;
+  u.cp_algo = CpAlgo::ulysses;
+  u.ranks_per_node = 8;
+  int a2a = 0;
+  const PlanResult u_after = plan(u);
+  u.hw.latency_call_us = 0;
+  const PlanResult u_before = plan(u);
+  ASSERT_EQ(u_before.comm.size(), u_after.comm.size());
+  for (size_t i = 0; i < u_after.comm.size(); ++i)
+    if (u_after.comm[i].op == "all_to_all") {
+      ++a2a;
+      EXPECT_DOUBLE_EQ(u_after.comm[i].time_s, u_before.comm[i].time_s);
+    }
+  EXPECT_GT(a2a, 0) << "no all_to_all row compared";
+  // A row timed by a measured fit (within a node) takes no base on top.
+  PlanInput f = in;
+  f.ranks_per_node = 16;
+  f.hw.collectives["all_reduce"] = {{2, 30, 100}};
+  f.hw.collectives["all_gather"] = {{2, 20, 100}};
+  f.hw.collectives["reduce_scatter"] = {{2, 20, 100}};
+  const PlanResult f_after = plan(f);
+  f.hw.latency_call_us = 0;
+  const PlanResult f_before = plan(f);
+  int fitted = 0;
+  for (size_t i = 0; i < f_after.comm.size(); ++i)
+    if (f_after.comm[i].op != "send_recv") {
+      ++fitted;
+      EXPECT_DOUBLE_EQ(f_after.comm[i].time_s, f_before.comm[i].time_s) << f_after.comm[i].op;
+    }
+  EXPECT_GT(fitted, 0);
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    in.hw.latency_call_us = bad;
+    EXPECT_THROW(plan(in), InputError) << bad;
+  }
 }
 
 // Topology (planner.h Hardware::rails): an inter-node group with k members on
