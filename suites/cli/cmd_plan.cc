@@ -845,7 +845,8 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
     // And the base per collective call (Hardware::latency_call_us), where the group has a collective.
     bool collective = false;
     for (const planner::CommRow& c : r.comm)
-      if (c.group == g && (c.op == "all_reduce" || c.op == "all_gather" || c.op == "reduce_scatter") &&
+      if (c.group == g &&
+          (c.op == "all_reduce" || c.op == "all_gather" || c.op == "reduce_scatter" || c.op == "broadcast") &&
           (c.inter_node || !h.collectives.count(c.op)))
         collective = true;
     if (h.latency_call_us > 0 && collective) {
@@ -892,8 +893,12 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 source("overlap_compute_slowdown").c_str());
   }
   if (h.host_op_us > 0) {
-    std::snprintf(fig, sizeof fig, "%lld ops at %g us host each; exposed where above device time",
-                  (long long)r.host_ops, h.host_op_us);
+    if (r.loop_syncs > 0)
+      std::snprintf(fig, sizeof fig, "%lld ops, %lld Megatron loop syncs at %g us host each",
+                    (long long)r.host_ops, (long long)r.loop_syncs, h.host_op_us);
+    else
+      std::snprintf(fig, sizeof fig, "%lld ops at %g us host each; exposed where above device time",
+                    (long long)r.host_ops, h.host_op_us);
     std::printf("  %-16s %10.4g  %-44s %s\n", "per-op overhead", r.host_overhead_s, fig, source("host_op_us").c_str());
   } else {
     std::printf("  %-16s %10s  %-44s %s\n", "per-op overhead", "0", "kernel launch and framework overhead",

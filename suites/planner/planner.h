@@ -494,6 +494,10 @@ struct PlanResult {
   // pace rank's host issues per step and the issue time the device waits
   // for (part of step_s; 0 without host_op_us).
   int64_t host_ops = 0;
+  // Of those, Megatron-LM's training loop's torch.cuda.synchronize() calls
+  // (its timers, broadcast_data, p2p; PlanInput::loss megatron_fp32), each
+  // exposing one op's host time (in host_overhead_s).
+  int64_t loop_syncs = 0;
   double host_overhead_s = 0;
 };
 
