@@ -242,7 +242,8 @@ planner::LossKernel parse_loss(const std::string& s, const std::string& what) {
   if (s == "composer-flash-xentropy") return planner::LossKernel::composer_flash_xentropy;
   throw InputError(what + ": '" + s +
                    "' must be fused (the default), megatron-fp32 (Megatron-LM's vocab_parallel_cross_entropy "
-                   "over the fp32 logits), flash-xentropy (flash-attn 1.0.9's fused cross entropy) or "
+                   "over the fp32 logits, and its training loop), flash-xentropy (flash-attn 1.0.9's fused cross "
+                   "entropy) or "
                    "composer-flash-xentropy (that and composer's two training metrics, as llm-foundry's MPT)");
 }
 
@@ -1054,7 +1055,9 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "clip_grad_norm_, as llm-foundry's MPT); needs bf16-mixed");
   app->add_option("--loss", f->loss,
                   "the LM head's loss kernels: fused (default), megatron-fp32 (Megatron-LM's "
-                  "vocab_parallel_cross_entropy over the fp32 logits: max, sub_, exp, sum, div_ and backward mul_), "
+                  "vocab_parallel_cross_entropy over the fp32 logits: max, sub_, exp, sum, div_ and backward mul_; "
+                  "with it Megatron-LM's training loop: the batch and s x s mask per microbatch, its timers' "
+                  "synchronizations, the batch's tp broadcast, the loss's dp all-reduce), "
                   "flash-xentropy (flash-attn 1.0.9's fused cross entropy: the logits read forward, read and the "
                   "gradient written backward) or composer-flash-xentropy (that and composer's training metrics, two "
                   "fp32 cross entropies over the logits each microbatch, as llm-foundry's MPT)");

@@ -105,7 +105,7 @@ double gemm_gflops(const PlanInput& in, const GemmShape& g);
 // step on a pipeline rank (host_overhead; sources in planner_time.cc): 7 per
 // microbatch and chunk, 3 per communicating p2p call with pp > 1, and the
 // step's timers (10, +2 under local DDP (`overlap` off), +2 with the fp16
-// grad scaler).
+// grad scaler) and the loss scale's .item() (1).
 int64_t megatron_loop_syncs(int64_t microbatches, int64_t chunks, int64_t pp, int64_t rank, bool overlap,
                             bool fp16_scaler);
 

@@ -223,7 +223,7 @@ int64_t megatron_loop_syncs(int64_t microbatches, int64_t chunks, int64_t pp, in
   const int64_t calls = microbatches * chunks;  // forward_step and backward_step calls
   int64_t syncs = (2 + 2 + 1 + 2) * calls;
   if (pp > 1) syncs += 3 * calls * (chunks > 1 ? 1 : (rank == 0 || rank == pp - 1) ? 1 : 2);
-  return syncs + 10 + (overlap ? 0 : 2) + (fp16_scaler ? 2 : 0);
+  return syncs + 10 + 1 + (overlap ? 0 : 2) + (fp16_scaler ? 2 : 0);
 }
 
 namespace {
@@ -313,12 +313,20 @@ double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& 
   // ('backward-reduce-model-grads', 'backward-layernorm-all-reduce',
   // 'optimizer-count-zeros', 'optimizer-inner-step',
   // 'backward-gather-model-params': 10 syncs) are not counted (the input does
-  // not tell the commits apart).
+  // not tell the commits apart). After the step, megatron/training.py train()
+  // reads optimizer.get_loss_scale().item() (1 sync), and on the device left
+  // idle by the optimizer's timers train_step sums the microbatches' reduced
+  // losses (sum(losses_reduced_for_key) / len: m adds and a divide) and
+  // training_log adds them to total_loss_dict (1): m + 2 ops each exposed
+  // (on the last stage; the next step's model-parallel norm all-reduce makes
+  // every stage wait for it).
   if (in.loss == LossKernel::megatron_fp32) {
     const int64_t v = in.schedule == pipeline::ScheduleKind::interleaved ? std::max(1, in.virtual_stages) : 1;
     ops_syncs = megatron_loop_syncs(r.microbatches, v, in.pp, pace.rank, in.overlap,
                                     in.optimizer_step == OptimizerStep::megatron_fp16);
-    exposed += double(ops_syncs) * op_s;
+    const int64_t tail = r.microbatches + 2;
+    exposed += double(ops_syncs + tail) * op_s;
+    ops += tail;
   }
   ops = int64_t(passes) * (f + b) + opt_ops;
   return exposed;
