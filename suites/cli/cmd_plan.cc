@@ -242,7 +242,8 @@ planner::LossKernel parse_loss(const std::string& s, const std::string& what) {
   if (s == "composer-flash-xentropy") return planner::LossKernel::composer_flash_xentropy;
   throw InputError(what + ": '" + s +
                    "' must be fused (the default), megatron-fp32 (Megatron-LM's vocab_parallel_cross_entropy "
-                   "over the fp32 logits), flash-xentropy (flash-attn 1.0.9's fused cross entropy) or "
+                   "over the fp32 logits, and its training loop), flash-xentropy (flash-attn 1.0.9's fused cross "
+                   "entropy) or "
                    "composer-flash-xentropy (that and composer's two training metrics, as llm-foundry's MPT)");
 }
 
@@ -845,7 +846,8 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
     // And the base per collective call (Hardware::latency_call_us), where the group has a collective.
     bool collective = false;
     for (const planner::CommRow& c : r.comm)
-      if (c.group == g && (c.op == "all_reduce" || c.op == "all_gather" || c.op == "reduce_scatter") &&
+      if (c.group == g &&
+          (c.op == "all_reduce" || c.op == "all_gather" || c.op == "reduce_scatter" || c.op == "broadcast") &&
           (c.inter_node || !h.collectives.count(c.op)))
         collective = true;
     if (h.latency_call_us > 0 && collective) {
@@ -892,8 +894,12 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 source("overlap_compute_slowdown").c_str());
   }
   if (h.host_op_us > 0) {
-    std::snprintf(fig, sizeof fig, "%lld ops at %g us host each; exposed where above device time",
-                  (long long)r.host_ops, h.host_op_us);
+    if (r.loop_syncs > 0)
+      std::snprintf(fig, sizeof fig, "%lld ops, %lld Megatron loop syncs at %g us host each",
+                    (long long)r.host_ops, (long long)r.loop_syncs, h.host_op_us);
+    else
+      std::snprintf(fig, sizeof fig, "%lld ops at %g us host each; exposed where above device time",
+                    (long long)r.host_ops, h.host_op_us);
     std::printf("  %-16s %10.4g  %-44s %s\n", "per-op overhead", r.host_overhead_s, fig, source("host_op_us").c_str());
   } else {
     std::printf("  %-16s %10s  %-44s %s\n", "per-op overhead", "0", "kernel launch and framework overhead",
@@ -1049,7 +1055,9 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "clip_grad_norm_, as llm-foundry's MPT); needs bf16-mixed");
   app->add_option("--loss", f->loss,
                   "the LM head's loss kernels: fused (default), megatron-fp32 (Megatron-LM's "
-                  "vocab_parallel_cross_entropy over the fp32 logits: max, sub_, exp, sum, div_ and backward mul_), "
+                  "vocab_parallel_cross_entropy over the fp32 logits: max, sub_, exp, sum, div_ and backward mul_; "
+                  "with it Megatron-LM's training loop: the batch and s x s mask per microbatch, its timers' "
+                  "synchronizations, the batch's tp broadcast, the loss's dp all-reduce), "
                   "flash-xentropy (flash-attn 1.0.9's fused cross entropy: the logits read forward, read and the "
                   "gradient written backward) or composer-flash-xentropy (that and composer's training metrics, two "
                   "fp32 cross entropies over the logits each microbatch, as llm-foundry's MPT)");

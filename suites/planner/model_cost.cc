@@ -346,6 +346,10 @@ int64_t head_megatron_traffic_bytes(const ActivationShape& x, int64_t vocab) {
   return (ln * e + (forward + backward) * ((vocab + x.tp - 1) / x.tp)) * tokens;
 }
 
+int64_t megatron_batch_traffic_bytes(int64_t b, int64_t s, bool head) {
+  return 17 * s * s + 36 * b * s + 8 * s + (head ? 20 * b * s : 0);
+}
+
 int64_t head_flash_xentropy_traffic_bytes(const ActivationShape& x, int64_t vocab, bool train_metrics) {
   const int64_t tokens = x.s / x.cp * x.b, ln = x.sp ? 6 * x.h / x.tp : 6 * x.h, e = x.elem_bytes;
   const int64_t kernel = e + 2 * e, metrics = train_metrics ? 2 * ((e + 4) + 8) : 0;

@@ -244,6 +244,19 @@ int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab);
 // the per-token gathers and the target's correction are per token, not per
 // entry, and left out).
 int64_t head_megatron_traffic_bytes(const ActivationShape& x, int64_t vocab);
+// What Megatron-LM's pretrain_gpt.py forward_step moves per call (each
+// model chunk's forward of each microbatch) besides the model, at
+// NVIDIA/Megatron-LM 6985e58938 and 2755bcb87b alike (PlanInput::loss
+// megatron_fp32 names that training loop): get_batch's tokens_[:, 1:] and
+// [:, :-1] .contiguous() copies (int64, read and written: 32 b s) and
+// megatron/utils.py get_ltor_masks_and_position_ids with its defaults
+// (reset_attention_mask off: one s x s mask per call): torch.ones fp32
+// (4 s^2 written), torch.tril (8 s^2), `attention_mask < 0.5` (4 s^2 read,
+// 1 s^2 bool written), the fp32 loss mask's ones (4 b s) and arange's int64
+// position ids (8 s; expand_as copies nothing): 17 s^2 + 36 b s + 8 s bytes.
+// On the chunk holding the head, loss_func's sum(losses * loss_mask) /
+// loss_mask.sum() over the fp32 per-token losses: 20 b s (`head`).
+int64_t megatron_batch_traffic_bytes(int64_t b, int64_t s, bool head);
 // The head with flash-attn's fused cross entropy as llm-foundry's MPT runs
 // it (mosaicml/llm-foundry 061f2c7, llmfoundry/models/mpt/modeling_mpt.py:
 // loss_fn default 'fused_crossentropy', flash_attn.losses.cross_entropy.

@@ -285,6 +285,13 @@ int64_t optimizer_step_bytes(OptimizerStep step, Precision precision);
 // (flash_xentropy: 3 elements per entry and token), or that and composer's
 // two training metrics over the same logits (composer_flash_xentropy, as
 // llm-foundry's MPT runs it; head_flash_xentropy_traffic_bytes).
+// megatron_fp32 also names the training loop that calls it (Megatron-LM
+// 6985e58938 and 2755bcb87b pretrain_gpt.py, megatron/training.py and
+// schedules.py): per microbatch its batch and mask
+// (megatron_batch_traffic_bytes), timer and broadcast_data synchronizations
+// (host_overhead), the batch's tp broadcast and the loss's dp all-reduce,
+// per step the model-parallel norm and found_inf all-reduces
+// (planner_comm.cc megatron_loop_comm).
 enum class LossKernel { fused, megatron_fp32, flash_xentropy, composer_flash_xentropy };
 // Tensor-parallel communication overlapped with compute (PlanInput::
 // tp_overlap; plan --tp-overlap, --validate's `tp_overlap` column). none:
@@ -494,6 +501,10 @@ struct PlanResult {
   // pace rank's host issues per step and the issue time the device waits
   // for (part of step_s; 0 without host_op_us).
   int64_t host_ops = 0;
+  // Of those, Megatron-LM's training loop's torch.cuda.synchronize() calls
+  // (its timers, broadcast_data, p2p; PlanInput::loss megatron_fp32), each
+  // exposing one op's host time (in host_overhead_s).
+  int64_t loop_syncs = 0;
   double host_overhead_s = 0;
 };
 

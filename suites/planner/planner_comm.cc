@@ -25,8 +25,10 @@ double ring_steps(std::string_view op, int64_t n) {
 }
 
 double bus_bytes(std::string_view op, int64_t n, double bytes) {
-  return op == "send_recv"    ? bytes
-         : op == "all_reduce" ? bytes * dp::bus_factor(dp::Coll::all_reduce, n)
+  // NCCL's broadcast moves the whole message over every link (nccl-tests
+  // doc/PERFORMANCE.md: broadcast's bus bandwidth is its algorithm bandwidth).
+  return op == "send_recv" || op == "broadcast" ? bytes
+         : op == "all_reduce"                   ? bytes * dp::bus_factor(dp::Coll::all_reduce, n)
                               : bytes * dp::bus_factor(dp::Coll::all_gather, n);
 }
 
@@ -98,7 +100,8 @@ double row_time(const CommRow& c, const Hardware& hw, int64_t ranks_per_node) {
   // NCCL's base latency, once per call of a collective (Hardware::latency_call_us):
   // its model times the five collectives only ("Send/Recv not included for
   // now"), so a p2p row (send_recv; all_to_all, grouped sends) takes none.
-  if (c.op == "all_reduce" || c.op == "all_gather" || c.op == "reduce_scatter") latency_us += hw.latency_call_us;
+  if (c.op == "all_reduce" || c.op == "all_gather" || c.op == "reduce_scatter" || c.op == "broadcast")
+    latency_us += hw.latency_call_us;
   return double(c.calls) * latency_us * 1e-6 + c.bus_bytes / bw;
 }
 
@@ -150,6 +153,41 @@ void column_parallel_overlaps(const PlanInput& in, int64_t m, int64_t layers, in
   if (in.sp && in.sp_regather) attach("all_gather", false);
 }
 
+// The scalar collectives of Megatron-LM's training loop (PlanInput::loss
+// megatron_fp32 names it; NVIDIA/Megatron-LM 6985e58938 and 2755bcb87b):
+// - per microbatch on the rank holding the head, pretrain_gpt.py loss_func's
+//   average_losses_across_data_parallel_group([loss]) (megatron/utils.py):
+//   an fp32 all-reduce of one element over the data-parallel group (`loss`),
+//   charged to whichever rank is planned: with pp > 1 the last stage runs
+//   each microbatch's backward after its forward and loss, and the stages
+//   before it wait for that backward's gradient (the critical path);
+// - per step over the model-parallel group (tp x pp ranks, mpu
+//   get_model_parallel_group): megatron/optimizer/clip_grads.py
+//   clip_grad_norm_fp32's total_norm all-reduce (--clip-grad 1.0 by default;
+//   one fp32 element; with pp = 1 that group is tp's and the tp step row
+//   holds it) and, with the fp16 grad scaler (optimizer megatron_fp16),
+//   optimizer.py _unscale_main_grads_and_check_for_nan's found_inf (MAX, one
+//   fp32 element) (`mp`).
+// The group's members: dp at stride tp x cp (x pp in Llama 3's order), pp
+// at tp x cp x dp (Megatron's) or tp x cp.
+void megatron_loop_comm(const PlanInput& in, int64_t m, int64_t R, std::vector<CommRow>& out) {
+  const int64_t tc = int64_t(in.tp) * in.cp;
+  const int64_t dp_stride = tc * (in.pp_inside_dp ? in.pp : 1), pp_stride = tc * (in.pp_inside_dp ? 1 : in.dp);
+  auto on_node = [R](int64_t n, int64_t stride) { return R <= 0 || stride >= R ? int64_t(1) : std::min(n, R / stride); };
+  if (in.dp > 1) {
+    add_row(out, "loss", "fwd", "all_reduce", in.dp, m, 4 * m, spans(dp_stride * (in.dp - 1) + 1, R));
+    if (!out.empty() && out.back().group == "loss") out.back().per_node = on_node(in.dp, dp_stride);
+  }
+  const int64_t mp = int64_t(in.tp) * in.pp;
+  const int64_t calls = (in.pp > 1 ? 1 : 0) + (in.optimizer_step == OptimizerStep::megatron_fp16 ? 1 : 0);
+  if (mp > 1 && calls > 0) {
+    add_row(out, "mp", "step", "all_reduce", mp, calls, 4 * calls,
+            spans(in.tp + pp_stride * (in.pp - 1), R));
+    if (!out.empty() && out.back().group == "mp")
+      out.back().per_node = std::min<int64_t>(in.tp, R > 0 ? R : in.tp) * on_node(in.pp, pp_stride);
+  }
+}
+
 // TP, CP and PP traffic of one pipeline rank over a step of m microbatches.
 void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
                          std::vector<CommRow>& out) {
@@ -160,6 +198,7 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
   for (int c = 0; c < pipe.part.v; ++c) layers += pipe.part.at(rank, c).num_blocks;
   const bool first = pipe.part.at(rank, 0).embedding, last = pipe.part.at(rank, pipe.part.v - 1).head;
   const int64_t R = in.ranks_per_node;
+  const bool megatron = in.loss == LossKernel::megatron_fp32;  // Megatron-LM's training loop
   if (in.tp > 1) {
     // The tensor axis's own figures (impl/tensor_parallel/cost.h): the layers
     // this rank holds, the vocabulary-parallel embedding on the first stage,
@@ -208,10 +247,19 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
         mc.llama() ? llama_replicated_params(mc, layers, last)
                    : tp::replicated_params(mc, layers, first, last) - moe_bias,
         g);
-    // A pipeline rank sums its norm over the whole world instead (pp_scalar).
+    // A pipeline rank sums its norm over the whole world instead (pp_scalar);
+    // Megatron-LM's over its model-parallel group (the "mp" row below).
     const int64_t norm = in.pp > 1 ? -8 : 0;
-    add_row(out, "tp", "step", "all_reduce", in.tp, in.sp ? 2 : 1, tp::step_bytes(in.sp, held, int(e)) + norm, inter);
+    const int64_t calls = (in.sp ? 1 : 0) + (in.pp > 1 && megatron ? 0 : 1);
+    add_row(out, "tp", "step", "all_reduce", in.tp, calls, tp::step_bytes(in.sp, held, int(e)) + norm, inter);
+    // Megatron-LM's get_batch (pretrain_gpt.py) per forward_step call: mpu/data.py
+    // broadcast_data broadcasts the keys' sizes (max_dim 4 int64 per key, one
+    // key 'text': 32 bytes) and the int64 tokens, b x (s + 1), over the tp group.
+    if (megatron)
+      add_row(out, "tp", "fwd", "broadcast", in.tp, 2 * m * pipe.part.v, m * pipe.part.v * (32 + b * (seq + 1) * 8),
+              inter);
   }
+  if (megatron) megatron_loop_comm(in, m, R, out);
   if (in.cp > 1) {
     // The context axis's own figures (impl/context_parallel/cost.h): ring's
     // K/V and dK/dV sends or Ulysses' all-to-alls, per layer and microbatch.

@@ -496,6 +496,9 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
     shared += double(sl.num_blocks) * shared_layer;
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
+    // Megatron-LM's forward_step builds the batch and masks for every chunk.
+    if (in.loss == LossKernel::megatron_fp32)
+      per_micro += double(megatron_batch_traffic_bytes(in.microbatch_size, r.seq, sl.head));
     if (sl.head)
       per_micro += double(
           in.loss == LossKernel::megatron_fp32 ? head_megatron_traffic_bytes(x, mc.V)

@@ -101,6 +101,13 @@ void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s,
 // GEMM table at its shape, else its tile and wave model
 // (modeled_gemm_gflops), else peak_tflops x gemm_efficiency.
 double gemm_gflops(const PlanInput& in, const GemmShape& g);
+// The torch.cuda.synchronize() calls Megatron-LM's training loop makes per
+// step on a pipeline rank (host_overhead; sources in planner_time.cc): 7 per
+// microbatch and chunk, 3 per communicating p2p call with pp > 1, and the
+// step's timers (10, +2 under local DDP (`overlap` off), +2 with the fp16
+// grad scaler) and the loss scale's .item() (1).
+int64_t megatron_loop_syncs(int64_t microbatches, int64_t chunks, int64_t pp, int64_t rank, bool overlap,
+                            bool fp16_scaler);
 
 // Model and hardware FLOPs of the step and the schedule's declared bubble.
 void plan_flops(const PlanInput& in, const Pipe& pipe, PlanResult& r);

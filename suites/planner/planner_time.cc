@@ -216,6 +216,18 @@ StageCost pace_stage(const PlanInput& in, const Pipe& pipe, const PlanResult& r,
   return pace;
 }
 
+}  // namespace
+
+int64_t megatron_loop_syncs(int64_t microbatches, int64_t chunks, int64_t pp, int64_t rank, bool overlap,
+                            bool fp16_scaler) {
+  const int64_t calls = microbatches * chunks;  // forward_step and backward_step calls
+  int64_t syncs = (2 + 2 + 1 + 2) * calls;
+  if (pp > 1) syncs += 3 * calls * (chunks > 1 ? 1 : (rank == 0 || rank == pp - 1) ? 1 : 2);
+  return syncs + 10 + 1 + (overlap ? 0 : 2) + (fp16_scaler ? 2 : 0);
+}
+
+namespace {
+
 // The framework's per-op host time the device waits for (Hardware::host_op_us;
 // docs/planner.md "Per-op host overhead"). The host issues kernels ahead of
 // the device, so an op costs the step only where the host falls behind:
@@ -235,8 +247,8 @@ StageCost pace_stage(const PlanInput& in, const Pipe& pipe, const PlanResult& r,
 // (Megatron's found_inf.item(), composer's per-parameter step.item()). `fwd_s` and `bwd_s` are
 // the stage's compute (bwd_s with the optimizer step's `opt_s`).
 double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& pace, double fwd_s, double bwd_s,
-                     double opt_s, int64_t& ops) {
-  ops = 0;
+                     double opt_s, int64_t& ops, int64_t& ops_syncs) {
+  ops = 0, ops_syncs = 0;
   if (!(in.hw.host_op_us > 0) || !in.shape || pace.blocks <= 0) return 0;
   const double op_s = in.hw.host_op_us * 1e-6;
   const int64_t f = block_forward_ops(in);
@@ -274,6 +286,48 @@ double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& 
   opt_ops += 5;
   exposed += std::max(0.0, double(opt_ops) * op_s - opt_s);
   exposed += double(1 + opt_syncs) * op_s;  // the step's synchronization (and the optimizer's)
+  // Megatron-LM's training loop (PlanInput::loss megatron_fp32 names it; the
+  // same code at NVIDIA/Megatron-LM 6985e58938 and 2755bcb87b): its timers
+  // run whether or not they are logged, and _Timer.start() and stop()
+  // (megatron/global_vars.py) each call torch.cuda.synchronize(), after
+  // which the device waits for the next op's issue, as the step's own
+  // synchronization above. Per forward_step call (each chunk's forward of
+  // each microbatch): megatron/schedules.py forward_step's 'forward-compute'
+  // (2), pretrain_gpt.py forward_step's 'batch-generator' (2) and
+  // megatron/mpu/data.py broadcast_data's sizes_cuda.cpu() (1); per
+  // backward_step call, 'backward-compute' (2). With pp > 1, each
+  // communicating megatron/p2p_communication.py call runs its timer (2) and
+  // _communicate's torch.cuda.synchronize() after batch_isend_irecv (1):
+  // counted at the steady state's calls, one per microbatch and chunk
+  // interleaved (send_forward_backward_recv_forward_backward), two per
+  // microbatch in 1F1B on a middle stage (send_forward_recv_backward,
+  // send_backward_recv_forward), one on the first or last (the other
+  // returns at is_pipeline_first/last_stage); the warm-up's and cool-down's
+  // extra calls are not counted. Per step, the timers both commits run:
+  // 'backward-embedding-all-reduce', 'optimizer', and the float16
+  // optimizer's 'optimizer-copy-to-main-grad', 'optimizer-clip-main-grad',
+  // 'optimizer-copy-main-to-model-params' (megatron/optimizer/optimizer.py
+  // step; 10), 'backward-params-all-reduce' under --DDP-impl local (overlap
+  // off: 2), 'optimizer-unscale-and-check-inf' with the fp16 grad scaler
+  // (optimizer megatron_fp16: 2). 2755bcb87b's further per-step timers
+  // ('backward-reduce-model-grads', 'backward-layernorm-all-reduce',
+  // 'optimizer-count-zeros', 'optimizer-inner-step',
+  // 'backward-gather-model-params': 10 syncs) are not counted (the input does
+  // not tell the commits apart). After the step, megatron/training.py train()
+  // reads optimizer.get_loss_scale().item() (1 sync), and on the device left
+  // idle by the optimizer's timers train_step sums the microbatches' reduced
+  // losses (sum(losses_reduced_for_key) / len: m adds and a divide) and
+  // training_log adds them to total_loss_dict (1): m + 2 ops each exposed
+  // (on the last stage; the next step's model-parallel norm all-reduce makes
+  // every stage wait for it).
+  if (in.loss == LossKernel::megatron_fp32) {
+    const int64_t v = in.schedule == pipeline::ScheduleKind::interleaved ? std::max(1, in.virtual_stages) : 1;
+    ops_syncs = megatron_loop_syncs(r.microbatches, v, in.pp, pace.rank, in.overlap,
+                                    in.optimizer_step == OptimizerStep::megatron_fp16);
+    const int64_t tail = r.microbatches + 2;
+    exposed += double(ops_syncs + tail) * op_s;
+    ops += tail;
+  }
   ops = int64_t(passes) * (f + b) + opt_ops;
   return exposed;
 }
@@ -328,7 +382,7 @@ void time_step(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
   time_comm(in, attn_timed, fwd_s, bwd_s, r);
   const double opt_rate = in.hw.optimizer_mem_bw_GBps > 0 ? in.hw.optimizer_mem_bw_GBps : in.hw.mem_bw_GBps;
   const double opt_s = opt_rate > 0 ? pace.bytes.optimizer / (opt_rate * 1e9) * compute_scale : 0.0;
-  r.host_overhead_s = host_overhead(in, r, pace, fwd_s, bwd_s, opt_s, r.host_ops);
+  r.host_overhead_s = host_overhead(in, r, pace, fwd_s, bwd_s, opt_s, r.host_ops, r.loop_syncs);
   r.step_s = r.compute_s + r.bubble_s + r.exposed_comm_s + r.host_overhead_s;
   r.tokens_per_s = double(r.global_batch * r.seq) / r.step_s;
   r.mfu = r.model_flops / (r.step_s * peak);

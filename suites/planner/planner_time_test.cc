@@ -4,6 +4,7 @@
 #include "suites/planner/planner.h"
 #include "suites/planner/machine.h"
 #include "suites/planner/plan_output.h"
+#include "suites/planner/planner_parts.h"
 #include "suites/planner/planner_testing.h"
 
 #include <gtest/gtest.h>
@@ -146,8 +147,11 @@ TEST(Planner, OptimizerStepAndLossAsFrameworksRunThem) {
   in.optimizer_step = OptimizerStep::fused;
   in.loss = LossKernel::megatron_fp32;
   const PlanResult loss = plan(in);
+  // (and Megatron-LM's get_batch and masks, one microbatch: megatron_batch_traffic_bytes)
   EXPECT_NEAR(loss.memory_bytes - fused.memory_bytes,
-              double(head_megatron_traffic_bytes(s, m.V) - head_traffic_bytes(s, m.V)), 1e-9 * loss.memory_bytes);
+              double(head_megatron_traffic_bytes(s, m.V) - head_traffic_bytes(s, m.V) +
+                     megatron_batch_traffic_bytes(2, m.maxT, true)),
+              1e-9 * loss.memory_bytes);
   EXPECT_EQ(head_megatron_traffic_bytes(s, m.V) - head_traffic_bytes(s, m.V),
             int64_t(52 - 8) * m.V * 2 * m.maxT);  // 52 bytes per logit where the fused head moves 4 x 2
   EXPECT_GT(loss.step_s, fused.step_s);
@@ -155,6 +159,64 @@ TEST(Planner, OptimizerStepAndLossAsFrameworksRunThem) {
   EXPECT_NEAR(plan(in).memory_bytes - fused.memory_bytes, -2.0 * double(m.V) * 2 * m.maxT, 1e-9 * loss.memory_bytes);
   in.loss = LossKernel::composer_flash_xentropy;  // 34 against 8
   EXPECT_NEAR(plan(in).memory_bytes - fused.memory_bytes, 26.0 * double(m.V) * 2 * m.maxT, 1e-9 * loss.memory_bytes);
+}
+
+// Megatron-LM's training loop (PlanInput::loss megatron_fp32; Megatron-LM
+// 6985e58938 and 2755bcb87b): per forward_step call the batch's copies and
+// the s x s mask (17 s^2 + 36 b s + 8 s bytes; loss_func's 20 b s on the
+// head), the torch.cuda.synchronize() calls of its timers, broadcast_data
+// and p2p, the tp broadcasts of the batch, the loss's per-microbatch dp
+// all-reduce and the model-parallel group's norm and found_inf all-reduces.
+TEST(Planner, MegatronTrainingLoopWorkIsCounted) {
+  EXPECT_EQ(megatron_batch_traffic_bytes(1, 2048, false), 17LL * 2048 * 2048 + 36 * 2048 + 8 * 2048);
+  EXPECT_EQ(megatron_batch_traffic_bytes(4, 64, true) - megatron_batch_traffic_bytes(4, 64, false), 20 * 4 * 64);
+  // 7 per microbatch and chunk; p2p 3 per call; per step 10 timers and the
+  // loss scale's .item(), +2 local DDP, +2 fp16 scaler.
+  EXPECT_EQ(parts::megatron_loop_syncs(4, 1, 1, 0, true, false), 7 * 4 + 11);
+  EXPECT_EQ(parts::megatron_loop_syncs(4, 1, 4, 1, false, true), 7 * 4 + 3 * 4 * 2 + 11 + 2 + 2);  // middle stage
+  EXPECT_EQ(parts::megatron_loop_syncs(4, 1, 4, 3, true, false), 7 * 4 + 3 * 4 + 11);             // last stage
+  EXPECT_EQ(parts::megatron_loop_syncs(4, 3, 4, 1, true, false), 7 * 12 + 3 * 12 + 11);           // interleaved
+
+  PlanInput in = model_input("small", 2, 2 * 2 * 3);  // dp 2: 3 microbatches per replica
+  in.tp = 2, in.pp = 2, in.dp = 2;
+  in.ranks_per_node = 2;
+  in.hw = figures({.peak_tflops = 1, .bw_intra_GBps = 5, .bw_inter_GBps = 1, .mem_bw_GBps = 10});
+  in.hw.host_op_us = 4;
+  const PlanResult fused = plan(in);
+  auto rows = [](const PlanResult& r, const std::string& group, const std::string& op) {
+    std::vector<CommRow> out;
+    for (const CommRow& c : r.comm)
+      if (c.group == group && c.op == op) out.push_back(c);
+    return out;
+  };
+  EXPECT_TRUE(rows(fused, "loss", "all_reduce").empty());
+  EXPECT_TRUE(rows(fused, "mp", "all_reduce").empty());
+  EXPECT_TRUE(rows(fused, "tp", "broadcast").empty());
+  EXPECT_EQ(fused.loop_syncs, 0);
+  in.loss = LossKernel::megatron_fp32;
+  in.optimizer_step = OptimizerStep::megatron_fp16;
+  const PlanResult r = plan(in);
+  const auto loss = rows(r, "loss", "all_reduce"), mp = rows(r, "mp", "all_reduce"), bc = rows(r, "tp", "broadcast");
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_EQ(loss[0].calls, 3);
+  EXPECT_EQ(loss[0].bytes, 3 * 4);
+  EXPECT_EQ(loss[0].group_size, 2);
+  EXPECT_TRUE(loss[0].inter_node);  // dp at stride tp = 2 = ranks per node
+  ASSERT_EQ(mp.size(), 1u);
+  EXPECT_EQ(mp[0].group_size, 4);
+  EXPECT_EQ(mp[0].calls, 2);  // the norm and found_inf
+  EXPECT_EQ(mp[0].bytes, 8);
+  EXPECT_EQ(mp[0].per_node, 2);
+  ASSERT_EQ(bc.size(), 1u);
+  EXPECT_EQ(bc[0].calls, 2 * 3);
+  EXPECT_EQ(bc[0].bytes, 3 * (32 + 2 * (r.seq + 1) * 8));
+  EXPECT_EQ(bc[0].bus_bytes, double(bc[0].bytes));  // a broadcast moves the message once
+  for (const CommRow& c : r.comm)  // the norm left the tp step row (no sp)
+    EXPECT_FALSE(c.group == "tp" && c.phase == "step") << c.calls;
+  EXPECT_EQ(r.loop_syncs, 7 * 3 + 3 * 3 + 11 + 2 + 2);  // an end stage (pp 2); overlap off: local DDP
+  // each sync and the step's m + 2 loss ops one op's host time, exposed
+  EXPECT_GE(r.host_overhead_s, fused.host_overhead_s + double(r.loop_syncs + 3 + 2) * 4e-6 - 1e-12);
+  EXPECT_GT(r.step_s, fused.step_s);
 }
 
 // A DDP run's gradients in PyTorch autograd's .grad (PlanInput::
