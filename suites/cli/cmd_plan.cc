@@ -52,6 +52,7 @@ struct PlanFlags {
   std::string grad_accum = "buffer";  // --grad-accum: buffer or autograd (PlanInput::grad_accum_autograd)
   std::string loss = "fused";         // --loss: the LM head's loss kernels (PlanInput::loss)
   std::string tp_overlap = "none";    // --tp-overlap: none or wgrad (PlanInput::tp_overlap)
+  std::string train_loop;             // --train-loop: none or megatron-lm (PlanInput::train_loop; empty: none)
   std::string against;         // --against SWEEP_CSV: the profile's plans of measured points
   std::string validate;        // --validate TABLE_CSV: a published table planned row by row
   double max_median_pct = -1;  // --max-median: fail when the table's median |error| exceeds it
@@ -222,6 +223,16 @@ planner::TpOverlap parse_tp_overlap(const std::string& s, const std::string& wha
   return s == "wgrad" ? planner::TpOverlap::wgrad : planner::TpOverlap::none;
 }
 
+// The training loop around the model (PlanInput::train_loop); empty: none.
+planner::TrainLoop parse_train_loop(const std::string& s, const std::string& what) {
+  require(s.empty() || s == "none" || s == "megatron-lm",
+          what + ": '" + s +
+              "' must be none (the step's model work, optimizer and one host synchronization) or megatron-lm "
+              "(Megatron-LM's pretrain_gpt.py loop: the batch and mask per microbatch, its timers' "
+              "synchronizations, the batch's tp broadcast, the loss's dp all-reduce, the model-parallel norm)");
+  return s == "megatron-lm" ? planner::TrainLoop::megatron_lm : planner::TrainLoop::none;
+}
+
 // The optimizer step's kernels (PlanInput::optimizer_step); empty: fused.
 planner::OptimizerStep parse_optimizer_step(const std::string& s, const std::string& what) {
   if (s.empty() || s == "fused") return planner::OptimizerStep::fused;
@@ -242,7 +253,7 @@ planner::LossKernel parse_loss(const std::string& s, const std::string& what) {
   if (s == "composer-flash-xentropy") return planner::LossKernel::composer_flash_xentropy;
   throw InputError(what + ": '" + s +
                    "' must be fused (the default), megatron-fp32 (Megatron-LM's vocab_parallel_cross_entropy "
-                   "over the fp32 logits, and its training loop), flash-xentropy (flash-attn 1.0.9's fused cross "
+                   "over the fp32 logits), flash-xentropy (flash-attn 1.0.9's fused cross "
                    "entropy) or "
                    "composer-flash-xentropy (that and composer's two training metrics, as llm-foundry's MPT)");
 }
@@ -298,6 +309,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.loss = parse_loss(f.loss, "--loss");
   in.grad_accum_autograd = parse_grad_accum_autograd(f.grad_accum, "--grad-accum");
   in.tp_overlap = parse_tp_overlap(f.tp_overlap, "--tp-overlap");
+  in.train_loop = parse_train_loop(f.train_loop, "--train-loop");
   in.recompute_even_matmuls = f.recompute == "op";
   return in;
 }
@@ -416,11 +428,13 @@ const std::vector<std::string>& published_columns() {
 // step's kernels; empty: fused), `loss` (fused, megatron-fp32, flash-xentropy or
 // composer-flash-xentropy, --loss: the LM head's loss kernels; empty: fused), `grad_accum` (buffer or autograd, --grad-accum: a DDP run's
 // gradients; empty: buffer), `tp_overlap` (none or wgrad, --tp-overlap: the column-parallel
-// backward's async TP collectives; empty: none).
+// backward's async TP collectives; empty: none), `train_loop` (none or megatron-lm, --train-loop:
+// the loop around the model; empty: none).
 const std::vector<std::string>& published_optional_columns() {
   static const std::vector<std::string> cols = {"model", "cp", "order", "attention", "kernels", "published_gib",
                                                 "sp_gather", "grad_reduce", "dropout", "bwd_prefetch",
-                                                "optimizer", "loss", "grad_accum", "tp_overlap"};
+                                                "optimizer", "loss", "grad_accum", "tp_overlap",
+                                                "train_loop"};
   return cols;
 }
 
@@ -436,6 +450,7 @@ struct PublishedRow {
   planner::OptimizerStep optimizer_step = planner::OptimizerStep::fused;
   planner::LossKernel loss = planner::LossKernel::fused;
   planner::TpOverlap tp_overlap = planner::TpOverlap::none;
+  planner::TrainLoop train_loop = planner::TrainLoop::none;
   double published = 0;
   double published_gib = 0;  // 0: the source gives no memory figure
 };
@@ -559,6 +574,8 @@ std::vector<PublishedRow> read_published(const std::string& path) {
       r.grad_accum_autograd = parse_grad_accum_autograd(t.rows[i][t.column("grad_accum")], where + "grad_accum");
     if (has("tp_overlap"))  // empty: none
       r.tp_overlap = parse_tp_overlap(t.rows[i][t.column("tp_overlap")], where + "tp_overlap");
+    if (has("train_loop"))  // empty: none
+      r.train_loop = parse_train_loop(t.rows[i][t.column("train_loop")], where + "train_loop");
     r.schedule = at("schedule");
     r.virtual_stages = int(whole("virtual_stages", 1, 1 << 10));
     r.shard = at("shard");
@@ -638,6 +655,7 @@ planner::PlanInput published_input(const PublishedRow& r) {
   in.grad_accum_autograd = r.grad_accum_autograd;
   in.loss = r.loss;
   in.tp_overlap = r.tp_overlap;
+  in.train_loop = r.train_loop;
   in.recompute_even_matmuls = r.recompute == "op";
   return in;
 }
@@ -1055,12 +1073,15 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
                   "clip_grad_norm_, as llm-foundry's MPT); needs bf16-mixed");
   app->add_option("--loss", f->loss,
                   "the LM head's loss kernels: fused (default), megatron-fp32 (Megatron-LM's "
-                  "vocab_parallel_cross_entropy over the fp32 logits: max, sub_, exp, sum, div_ and backward mul_; "
-                  "with it Megatron-LM's training loop: the batch and s x s mask per microbatch, its timers' "
-                  "synchronizations, the batch's tp broadcast, the loss's dp all-reduce), "
+                  "vocab_parallel_cross_entropy over the fp32 logits: max, sub_, exp, sum, div_ and backward mul_), "
                   "flash-xentropy (flash-attn 1.0.9's fused cross entropy: the logits read forward, read and the "
                   "gradient written backward) or composer-flash-xentropy (that and composer's training metrics, two "
                   "fp32 cross entropies over the logits each microbatch, as llm-foundry's MPT)");
+  app->add_option("--train-loop", f->train_loop,
+                  "the training loop around the model: none (default) or megatron-lm (Megatron-LM's pretrain_gpt.py "
+                  "loop at 6985e58938 and 2755bcb87b: the batch and s x s mask per microbatch, its timers' "
+                  "synchronizations on a GPU profile, the batch's tp broadcast, the loss's dp all-reduce, the "
+                  "model-parallel norm and found_inf all-reduces)");
   app->add_option("--tp-overlap", f->tp_overlap,
                   "tensor-parallel overlap on a GPU profile: none (default: every TP collective waited for) or "
                   "wgrad (Megatron-LM's async column-parallel backward, on by default there from September 2021: the "

@@ -217,6 +217,13 @@ def cases():
         (gpt + ["--peak-tflops", "100", "--loss", "fp32"], 2,
          r"--loss: 'fp32' must be fused .*, megatron-fp32 .*, flash-xentropy .* or composer-flash-xentropy"),
         (gpt + ["--peak-tflops", "100", "--loss", "flash"], 2, r"--loss: 'flash' must be fused"),
+        # the training loop around the model: none or megatron-lm, by flag and by column
+        (gpt + ["--peak-tflops", "100", "--train-loop", "deepspeed"], 2,
+         r"--train-loop: 'deepspeed' must be none .* or megatron-lm"),
+        (["plan", "--validate", edited("bad_loop.csv", lambda l: set_field(l, "train_loop", "torchtitan"))], 2,
+         r"line \d+: train_loop: 'torchtitan' must be none"),
+        (gpt + ["--machine", "a100", "--tp", "2", "--train-loop", "megatron-lm", "--explain"], 0,
+         r"per-op overhead .*ops, \d+ Megatron loop syncs at 4 us"),
         (gpt + ["--machine", "a100", "--loss", "flash-xentropy", "--explain"], 0,
          r"memory-bound .*non-GEMM traffic \(fused kernels; loss flash-xentropy\)"),
         (gpt + ["--machine", "a100", "--loss", "composer-flash-xentropy", "--explain"], 0,

@@ -246,8 +246,8 @@ int64_t head_traffic_bytes(const ActivationShape& x, int64_t vocab);
 int64_t head_megatron_traffic_bytes(const ActivationShape& x, int64_t vocab);
 // What Megatron-LM's pretrain_gpt.py forward_step moves per call (each
 // model chunk's forward of each microbatch) besides the model, at
-// NVIDIA/Megatron-LM 6985e58938 and 2755bcb87b alike (PlanInput::loss
-// megatron_fp32 names that training loop): get_batch's tokens_[:, 1:] and
+// NVIDIA/Megatron-LM 6985e58938 and 2755bcb87b alike (PlanInput::train_loop
+// megatron_lm): get_batch's tokens_[:, 1:] and
 // [:, :-1] .contiguous() copies (int64, read and written: 32 b s) and
 // megatron/utils.py get_ltor_masks_and_position_ids with its defaults
 // (reset_attention_mask off: one s x s mask per call): torch.ones fp32

@@ -285,14 +285,17 @@ int64_t optimizer_step_bytes(OptimizerStep step, Precision precision);
 // (flash_xentropy: 3 elements per entry and token), or that and composer's
 // two training metrics over the same logits (composer_flash_xentropy, as
 // llm-foundry's MPT runs it; head_flash_xentropy_traffic_bytes).
-// megatron_fp32 also names the training loop that calls it (Megatron-LM
-// 6985e58938 and 2755bcb87b pretrain_gpt.py, megatron/training.py and
-// schedules.py): per microbatch its batch and mask
+enum class LossKernel { fused, megatron_fp32, flash_xentropy, composer_flash_xentropy };
+// The training loop around the model (PlanInput::train_loop; plan
+// --train-loop, --validate's `train_loop` column): none (the default: the
+// step's model work, its optimizer and one host synchronization) or
+// megatron_lm, Megatron-LM's (6985e58938 and 2755bcb87b pretrain_gpt.py,
+// megatron/training.py and schedules.py): per microbatch its batch and mask
 // (megatron_batch_traffic_bytes), timer and broadcast_data synchronizations
 // (host_overhead), the batch's tp broadcast and the loss's dp all-reduce,
 // per step the model-parallel norm and found_inf all-reduces
 // (planner_comm.cc megatron_loop_comm).
-enum class LossKernel { fused, megatron_fp32, flash_xentropy, composer_flash_xentropy };
+enum class TrainLoop { none, megatron_lm };
 // Tensor-parallel communication overlapped with compute (PlanInput::
 // tp_overlap; plan --tp-overlap, --validate's `tp_overlap` column). none:
 // every TP collective is waited for (exposed). wgrad: Megatron-LM's
@@ -408,6 +411,7 @@ struct PlanInput {
   bool grad_accum_autograd = false;
   // plan --tp-overlap, the tp_overlap column (TpOverlap above).
   TpOverlap tp_overlap = TpOverlap::none;
+  TrainLoop train_loop = TrainLoop::none;  // the loop around the model (TrainLoop)
   Hardware hw;
 };
 
@@ -502,7 +506,7 @@ struct PlanResult {
   // for (part of step_s; 0 without host_op_us).
   int64_t host_ops = 0;
   // Of those, Megatron-LM's training loop's torch.cuda.synchronize() calls
-  // (its timers, broadcast_data, p2p; PlanInput::loss megatron_fp32), each
+  // (its timers, broadcast_data, p2p; PlanInput::train_loop megatron_lm), each
   // exposing one op's host time (in host_overhead_s).
   int64_t loop_syncs = 0;
   double host_overhead_s = 0;

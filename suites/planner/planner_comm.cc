@@ -153,8 +153,8 @@ void column_parallel_overlaps(const PlanInput& in, int64_t m, int64_t layers, in
   if (in.sp && in.sp_regather) attach("all_gather", false);
 }
 
-// The scalar collectives of Megatron-LM's training loop (PlanInput::loss
-// megatron_fp32 names it; NVIDIA/Megatron-LM 6985e58938 and 2755bcb87b):
+// The scalar collectives of Megatron-LM's training loop (PlanInput::
+// train_loop megatron_lm; NVIDIA/Megatron-LM 6985e58938 and 2755bcb87b):
 // - per microbatch on the rank holding the head, pretrain_gpt.py loss_func's
 //   average_losses_across_data_parallel_group([loss]) (megatron/utils.py):
 //   an fp32 all-reduce of one element over the data-parallel group (`loss`),
@@ -198,7 +198,7 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
   for (int c = 0; c < pipe.part.v; ++c) layers += pipe.part.at(rank, c).num_blocks;
   const bool first = pipe.part.at(rank, 0).embedding, last = pipe.part.at(rank, pipe.part.v - 1).head;
   const int64_t R = in.ranks_per_node;
-  const bool megatron = in.loss == LossKernel::megatron_fp32;  // Megatron-LM's training loop
+  const bool megatron = in.train_loop == TrainLoop::megatron_lm;  // Megatron-LM's training loop
   if (in.tp > 1) {
     // The tensor axis's own figures (impl/tensor_parallel/cost.h): the layers
     // this rank holds, the vocabulary-parallel embedding on the first stage,

@@ -497,7 +497,7 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     // Megatron-LM's forward_step builds the batch and masks for every chunk.
-    if (in.loss == LossKernel::megatron_fp32)
+    if (in.train_loop == TrainLoop::megatron_lm)
       per_micro += double(megatron_batch_traffic_bytes(in.microbatch_size, r.seq, sl.head));
     if (sl.head)
       per_micro += double(

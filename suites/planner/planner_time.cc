@@ -286,7 +286,7 @@ double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& 
   opt_ops += 5;
   exposed += std::max(0.0, double(opt_ops) * op_s - opt_s);
   exposed += double(1 + opt_syncs) * op_s;  // the step's synchronization (and the optimizer's)
-  // Megatron-LM's training loop (PlanInput::loss megatron_fp32 names it; the
+  // Megatron-LM's training loop (PlanInput::train_loop megatron_lm; the
   // same code at NVIDIA/Megatron-LM 6985e58938 and 2755bcb87b): its timers
   // run whether or not they are logged, and _Timer.start() and stop()
   // (megatron/global_vars.py) each call torch.cuda.synchronize(), after
@@ -320,7 +320,7 @@ double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& 
   // training_log adds them to total_loss_dict (1): m + 2 ops each exposed
   // (on the last stage; the next step's model-parallel norm all-reduce makes
   // every stage wait for it).
-  if (in.loss == LossKernel::megatron_fp32) {
+  if (in.train_loop == TrainLoop::megatron_lm) {
     const int64_t v = in.schedule == pipeline::ScheduleKind::interleaved ? std::max(1, in.virtual_stages) : 1;
     ops_syncs = megatron_loop_syncs(r.microbatches, v, in.pp, pace.rank, in.overlap,
                                     in.optimizer_step == OptimizerStep::megatron_fp16);

@@ -147,11 +147,9 @@ TEST(Planner, OptimizerStepAndLossAsFrameworksRunThem) {
   in.optimizer_step = OptimizerStep::fused;
   in.loss = LossKernel::megatron_fp32;
   const PlanResult loss = plan(in);
-  // (and Megatron-LM's get_batch and masks, one microbatch: megatron_batch_traffic_bytes)
   EXPECT_NEAR(loss.memory_bytes - fused.memory_bytes,
-              double(head_megatron_traffic_bytes(s, m.V) - head_traffic_bytes(s, m.V) +
-                     megatron_batch_traffic_bytes(2, m.maxT, true)),
-              1e-9 * loss.memory_bytes);
+              double(head_megatron_traffic_bytes(s, m.V) - head_traffic_bytes(s, m.V)), 1e-9 * loss.memory_bytes);
+  EXPECT_EQ(loss.loop_syncs, 0);  // the loss alone is not Megatron-LM's loop (PlanInput::train_loop)
   EXPECT_EQ(head_megatron_traffic_bytes(s, m.V) - head_traffic_bytes(s, m.V),
             int64_t(52 - 8) * m.V * 2 * m.maxT);  // 52 bytes per logit where the fused head moves 4 x 2
   EXPECT_GT(loss.step_s, fused.step_s);
@@ -161,7 +159,7 @@ TEST(Planner, OptimizerStepAndLossAsFrameworksRunThem) {
   EXPECT_NEAR(plan(in).memory_bytes - fused.memory_bytes, 26.0 * double(m.V) * 2 * m.maxT, 1e-9 * loss.memory_bytes);
 }
 
-// Megatron-LM's training loop (PlanInput::loss megatron_fp32; Megatron-LM
+// Megatron-LM's training loop (PlanInput::train_loop megatron_lm; Megatron-LM
 // 6985e58938 and 2755bcb87b): per forward_step call the batch's copies and
 // the s x s mask (17 s^2 + 36 b s + 8 s bytes; loss_func's 20 b s on the
 // head), the torch.cuda.synchronize() calls of its timers, broadcast_data
@@ -195,7 +193,14 @@ TEST(Planner, MegatronTrainingLoopWorkIsCounted) {
   EXPECT_EQ(fused.loop_syncs, 0);
   in.loss = LossKernel::megatron_fp32;
   in.optimizer_step = OptimizerStep::megatron_fp16;
+  const PlanResult loss_only = plan(in);  // Megatron-LM's loss and optimizer, not its loop
+  EXPECT_TRUE(rows(loss_only, "loss", "all_reduce").empty());
+  EXPECT_EQ(loss_only.loop_syncs, 0);
+  in.train_loop = TrainLoop::megatron_lm;
   const PlanResult r = plan(in);
+  // the batch and masks of each forward_step call (3 microbatches; the head's loss mask on this end stage)
+  EXPECT_NEAR(r.memory_bytes - loss_only.memory_bytes, 3.0 * double(megatron_batch_traffic_bytes(2, r.seq, true)),
+              1e-9 * r.memory_bytes);
   const auto loss = rows(r, "loss", "all_reduce"), mp = rows(r, "mp", "all_reduce"), bc = rows(r, "tp", "broadcast");
   ASSERT_EQ(loss.size(), 1u);
   EXPECT_EQ(loss[0].calls, 3);
