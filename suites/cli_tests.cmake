@@ -16,7 +16,7 @@ if(PARABENCH_BUILD_TESTS)
                    $<TARGET_FILE:parabench> ${CMAKE_CURRENT_BINARY_DIR}/cli_plan_input_work)
   set_tests_properties(cli_plan_input PROPERTIES TIMEOUT 120 LABELS "cli")
   # The planner against published GPU runs (#48, configs/published): each table's median
-  # |error| may not rise above what the shipped profiles reach (docs/planner.md gives
+  # |error| may not rise above what the shipped profiles reach (docs/published-runs.md gives
   # the figures; the goal, 15%, is not yet met).
   foreach(pb_table_max "ptdp_table1|8.8" "korthikanti_table5|7.6" "llm_foundry_mpt|10.0" "torchtitan_llama3|19.7")
     string(REPLACE "|" ";" pb_pair "${pb_table_max}")
@@ -28,7 +28,7 @@ if(PARABENCH_BUILD_TESTS)
     set_tests_properties(planner_published_${pb_table} PROPERTIES TIMEOUT 60 LABELS "cli")
   endforeach()
   # Peak memory per GPU where the source gives it (torchtitan's 8B H100 rows, published_gib):
-  # held at what the plan reaches (the goal, 5%, is not met: docs/planner.md says why).
+  # held to the goal, within 5% (docs/published-runs.md).
   add_test(NAME planner_published_memory
            COMMAND $<TARGET_FILE:parabench> plan --validate
                    ${PROJECT_SOURCE_DIR}/configs/published/torchtitan_llama3.csv --max-memory-error 5)

@@ -349,7 +349,7 @@ struct PlanInput {
   // matmuls and of the attention kernel and recomputes in backward the even
   // matmuls' forward (Llama: wk, wo, w3; GPT: the attention projection and
   // fc2) and every memory-bound op. Planned with recompute none, one stage,
-  // dense blocks (docs/planner.md#published-gpu-runs-plan---validate).
+  // dense blocks (docs/published-runs.md).
   bool recompute_even_matmuls = false;
   // The memory-bound ops run as PyTorch eager kernels, one per op with the
   // model source's fp32 upcasts (torchtitan without torch.compile; the llama
@@ -389,7 +389,7 @@ struct PlanInput {
   // MixedPrecisionPolicy(reduce_dtype=float32), torchtitan's default;
   // Megatron-LM's --accumulate-allreduce-grads-in-fp32), 2 a bf16/fp16 one
   // (composer's PURE). plan --grad-reduce, --validate's grad_reduce column
-  // (docs/planner.md#published-gpu-runs-plan---validate).
+  // (docs/published-runs.md).
   int grad_reduce_bytes = 0;
   // The optimizer step's and the loss's kernels as the run's framework runs
   // them (above; the defaults keep the planner's own fused passes).
