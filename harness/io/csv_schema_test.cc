@@ -69,7 +69,7 @@ TEST(Schema, BuiltinEqualsTheFile) {
   EXPECT_EQ(file.kinds(), built.kinds());
   for (const auto& k : file.kinds()) EXPECT_EQ(file.header(k), built.header(k));
   EXPECT_EQ(built.kinds(), (std::vector<std::string>{"train_step", "conformance", "collective", "sweep", "plan"}));
-  EXPECT_EQ(built.version(), 2);  // 2: sweep.unreliable added
+  EXPECT_EQ(built.version(), 3);  // 2: sweep.unreliable added; 3: plan.machine, plan.plan_options
   EXPECT_EQ(file.version(), built.version());
 }
 

@@ -395,7 +395,9 @@ int run_against(const PlanFlags& f, const Env& env) {
     meta.world = p.world;
     meta.mesh = mesh_text(p.mesh);
     meta.config_hash = p.config_hash;
-    w.write(meta, p.plan);
+    CsvRecord rec = p.plan;
+    rec.set("machine", f.machine);  // the profile as given (name or file)
+    w.write(meta, rec);
     ++rows;
   }
   std::printf("wrote %d plan rows to %s\n", rows, f.csv.c_str());
@@ -956,7 +958,8 @@ int run_plan(PlanFlags& f, const Env& env) {
   meta.backend = "analytic";
   meta.world = r.world;
   meta.mesh = planner::mesh_spec(in);
-  const CsvRecord rec = planner::plan_record(in, r);
+  CsvRecord rec = planner::plan_record(in, r);
+  rec.set("machine", f.machine);  // the profile as given (name or file); empty: figures typed by hand
   if (f.csv == "-") {
     const auto header = ResultsSchema::builtin().header("plan");
     std::vector<std::string> row;

@@ -52,6 +52,38 @@ std::string mesh_spec(const PlanInput& in) {
   return mesh_text(m);
 }
 
+std::string plan_options(const PlanInput& in) {
+  std::string o;
+  const auto add = [&](const char* name, const char* value) {
+    if (!o.empty()) o += ',';
+    o.append(name).append("=").append(value);
+  };
+  if (in.flash_attention) add("attention", in.flash_triton ? "flash-triton" : "flash");
+  if (in.backward_prefetch_post) add("bwd_prefetch", "post");
+  if (in.dropout) add("dropout", "1");
+  if (in.grad_accum_autograd) add("grad_accum", "autograd");
+  if (in.grad_reduce_bytes != 0) add("grad_reduce", in.grad_reduce_bytes == 4 ? "fp32" : "bf16");
+  if (in.eager_kernels) add("kernels", in.fused_norm ? "eager-fused-norm" : "eager");
+  switch (in.loss) {
+    case LossKernel::fused: break;
+    case LossKernel::megatron_fp32: add("loss", "megatron-fp32"); break;
+    case LossKernel::flash_xentropy: add("loss", "flash-xentropy"); break;
+    case LossKernel::composer_flash_xentropy: add("loss", "composer-flash-xentropy"); break;
+  }
+  switch (in.optimizer_step) {
+    case OptimizerStep::fused: break;
+    case OptimizerStep::megatron_fp16: add("optimizer", "megatron-fp16"); break;
+    case OptimizerStep::torch_foreach: add("optimizer", "torch-foreach"); break;
+    case OptimizerStep::composer: add("optimizer", "composer"); break;
+  }
+  if (in.pp_inside_dp) add("order", "tp-cp-pp-dp");
+  if (in.recompute_even_matmuls) add("recompute", "op");
+  if (!in.sp_regather) add("sp_gather", "saved");
+  if (in.tp_overlap == TpOverlap::wgrad) add("tp_overlap", "wgrad");
+  if (in.train_loop == TrainLoop::megatron_lm) add("train_loop", "megatron-lm");
+  return o;
+}
+
 std::string model_label(const PlanInput& in) { return in.shape ? in.shape->name : "custom"; }
 
 int64_t comm_bytes(const PlanResult& r, std::string_view axis) {
@@ -209,6 +241,7 @@ CsvRecord plan_record(const PlanInput& in, const PlanResult& r) {
         .set("est_mfu", r.mfu)
         .set("peak_flops", in.hw.peak_tflops * 1e12 * double(r.world));
   }
+  c.set("machine", in.hw.machine).set("plan_options", plan_options(in));
   return c;
 }
 

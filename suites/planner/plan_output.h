@@ -16,11 +16,20 @@ std::string strategy_spec(const PlanInput& in);
 std::string mesh_spec(const PlanInput& in);
 std::string model_label(const PlanInput& in);
 
+// The planner's own options that change the estimate and are not in the
+// strategy text, in plan --FLAG's spelling: the non-default ones as
+// name=value joined by commas in name order, e.g.
+// "attention=flash,kernels=eager,loss=megatron-fp32"; empty when all are
+// defaults (the `plan_options` column, results/SCHEMA.md). A 2-byte gradient
+// reduce is written grad_reduce=bf16 (--grad-reduce fp16 plans the same).
+std::string plan_options(const PlanInput& in);
+
 std::string format_plan_table(const PlanInput& in, const PlanResult& r);
 
 // The kind-specific columns of a `plan` row (common columns come from RunMeta).
 // Unknown figures (activations without a shape, estimates without hardware)
-// stay empty.
+// stay empty. `machine` is in.hw.machine (the profile's own name); a caller
+// that loaded the profile from a name or file sets it to that text as given.
 CsvRecord plan_record(const PlanInput& in, const PlanResult& r);
 
 // Logical bytes per step of the rows whose group belongs to an axis:

@@ -67,6 +67,59 @@ TEST(ResultsCli, PlanTrillionParametersWritesSchemaValidRow) {
   EXPECT_NE(slurp(kDir / "last.log").find("run_id,kind,"), std::string::npos);
 }
 
+// The row names the machine profile (as given) and the planner's own
+// non-default options (schema version 3); a default plan on typed figures
+// leaves both empty, and a file written before them still validates and
+// takes new rows under its own header.
+TEST(ResultsCli, PlanRowRecordsMachineAndPlanOptions) {
+  const fs::path csv = kDir / "plan_options.csv";
+  fs::remove(csv);
+  ASSERT_EQ(run(kExe + " plan --model gpt2-124m --dp 2 --peak-tflops 100 --bw-intra 50 --csv " + csv.string()), 0)
+      << slurp(kDir / "last.log");
+  ASSERT_EQ(run(kExe + " plan --model llama3-8b --tp 2 --sp --machine h100 --train-loop megatron-lm --tp-overlap wgrad"
+                       " --loss megatron-fp32 --kernels eager --attention flash --sp-gather saved --grad-reduce fp32"
+                       " --order tp-cp-pp-dp --recompute op --csv " + csv.string()),
+            0)
+      << slurp(kDir / "last.log");
+  ASSERT_EQ(run(kExe + " plan --model gpt2-124m --dp 2 --dropout --grad-accum autograd --optimizer megatron-fp16"
+                       " --csv " + csv.string()),
+            0)
+      << slurp(kDir / "last.log");
+  EXPECT_TRUE(pb::validate_csv_against_schema(csv.string(), pb::ResultsSchema::builtin()).empty());
+  const pb::CsvTable t = pb::read_csv(csv.string());
+  ASSERT_EQ(t.rows.size(), 3u);
+  const size_t machine = t.column("machine"), options = t.column("plan_options");
+  EXPECT_EQ(t.rows[0][machine], "");
+  EXPECT_EQ(t.rows[0][options], "");
+  EXPECT_EQ(t.rows[1][machine], "h100");
+  EXPECT_EQ(t.rows[1][options],
+            "attention=flash,grad_reduce=fp32,kernels=eager,loss=megatron-fp32,order=tp-cp-pp-dp,recompute=op,"
+            "sp_gather=saved,tp_overlap=wgrad,train_loop=megatron-lm");
+  EXPECT_EQ(t.rows[2][machine], "");
+  EXPECT_EQ(t.rows[2][options], "dropout=1,grad_accum=autograd,optimizer=megatron-fp16");
+
+  // A file of schema version 2: the plan header without the two columns.
+  std::vector<std::string> old_header;
+  for (size_t c = 0; c < t.header.size(); ++c)
+    if (c != machine && c != options) old_header.push_back(t.header[c]);
+  std::vector<std::string> old_row;
+  for (size_t c = 0; c < t.header.size(); ++c)
+    if (c != machine && c != options) old_row.push_back(t.rows[0][c]);
+  const fs::path old_csv = kDir / "plan_v2.csv";
+  {
+    std::ofstream out(old_csv, std::ios::binary | std::ios::trunc);
+    out << pb::csv_format_row(old_header) << pb::csv_format_row(old_row);
+  }
+  EXPECT_EQ(run(kExe + " validate " + old_csv.string()), 0) << slurp(kDir / "last.log");
+  // A new row appended to it keeps the file's header (and stays valid).
+  ASSERT_EQ(run(kExe + " plan --model gpt2-124m --machine a100 --attention flash --csv " + old_csv.string()), 0)
+      << slurp(kDir / "last.log");
+  EXPECT_EQ(run(kExe + " validate " + old_csv.string()), 0) << slurp(kDir / "last.log");
+  const pb::CsvTable o = pb::read_csv(old_csv.string());
+  EXPECT_EQ(o.header, old_header);
+  EXPECT_EQ(o.rows.size(), 2u);
+}
+
 TEST(ResultsCli, PlanBadFlagsExit2) {
   for (const char* flags : {"--model gpt2-124m --dp 0", "--model gpt2-124m --shard zero5", "--model nope",
                             "--model gpt2-124m --tp 5", "--model gpt2-124m --bogus 1", "--params 1e12 --tp 2",

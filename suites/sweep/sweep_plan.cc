@@ -285,6 +285,8 @@ std::vector<PlanRow> extrapolated_plan_rows(const SweepConfig& c, const std::vec
         const planner::PlanResult pr = planner::plan(in);
         row.values = planner::plan_record(in, pr);
         row.values.set("strategy", p.strategy());
+        // sweep.machine as given (a profile name or file); empty: this machine's figures.
+        row.values.set("machine", c.machine);
         row.meta.status = "ok";
         row.meta.reason = note;
         if (in.hw.attention_fwd_s > 0)

@@ -558,6 +558,9 @@ TEST(SweepPlan, ExtrapolationRejectsWhatCannotScaleAndUsesAProfile) {
   EXPECT_EQ(rows[1].meta.status, "ok");
   EXPECT_EQ(rows[1].meta.mesh, "dp8.pp2");
   EXPECT_NE(rows[1].meta.reason.find("one rank per core, 2 per node"), std::string::npos) << rows[1].meta.reason;
+  // This machine's figures: no profile named; the sweep plans no planner-only option.
+  EXPECT_EQ(*rows[1].values.find("machine"), "");
+  EXPECT_EQ(*rows[1].values.find("plan_options"), "");
   // A machine profile: its hardware, its name in the reason; an A100 plans
   // faster than this machine's cores at the same 16 ranks (not by its FLOP/s:
   // tiny's kernels are shorter than the host's 4 us to issue each, and its
@@ -571,6 +574,7 @@ TEST(SweepPlan, ExtrapolationRejectsWhatCannotScaleAndUsesAProfile) {
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].meta.status, "ok");
   EXPECT_NE(rows[0].meta.reason.find("machine profile a100"), std::string::npos) << rows[0].meta.reason;
+  EXPECT_EQ(*rows[0].values.find("machine"), "a100");  // sweep.machine as given
   EXPECT_GT(tokens(rows[0]), local16);
 }
 
