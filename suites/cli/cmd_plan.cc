@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <iostream>
 #include <memory>
@@ -176,23 +177,44 @@ KernelSet parse_kernels(const std::string& s, const std::string& what) {
   return {s != "fused", s == "eager-fused-norm"};
 }
 
+// A flag's or column's value among `words` (empty: the first, unless
+// `empty_is_first` is false): its index; anything else is refused, naming
+// each word and what it means.
+struct Word {
+  const char* word;
+  const char* meaning;
+};
+size_t parse_word(const std::string& s, const std::string& what, std::initializer_list<Word> words,
+                  bool empty_is_first = true) {
+  if (s.empty() && empty_is_first) return 0;
+  size_t i = 0;
+  for (const Word& w : words) {
+    if (s == w.word) return i;
+    ++i;
+  }
+  std::string list;
+  i = 0;
+  for (const Word& w : words) {
+    list += std::string(i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + w.word + " (" + w.meaning + ")";
+    ++i;
+  }
+  throw InputError(what + ": '" + s + "' must be " + list);
+}
+
 // Sequence parallel's backward: regather the column-parallel GEMMs' inputs
 // (Megatron-LM) or keep the gathered ones (saved: PyTorch DTensor, torchtitan).
 bool parse_sp_regather(const std::string& s, const std::string& what) {
-  require(s == "regather" || s == "saved",
-          what + ": '" + s +
-              "' must be regather (the backward all-gathers the stored norm outputs again, Megatron-LM) or saved "
-              "(the gathered inputs kept, PyTorch DTensor)");
-  return s == "regather";
+  return parse_word(s, what,
+                    {{"regather", "the backward all-gathers the stored norm outputs again, Megatron-LM"},
+                     {"saved", "the gathered inputs kept, PyTorch DTensor"}},
+                    false) == 0;
 }
 
 // FSDP's backward prefetch (PlanInput::backward_prefetch_post): pre or post.
 bool parse_bwd_prefetch_post(const std::string& s, const std::string& what) {
-  require(s.empty() || s == "pre" || s == "post",
-          what + ": '" + s +
-              "' must be pre (BACKWARD_PRE: the next unit's all-gather beside the current gradient computation; "
-              "FSDP2) or post (BACKWARD_POST: issued after it, so waited for)");
-  return s == "post";
+  return parse_word(s, what,
+                    {{"pre", "BACKWARD_PRE: the next unit's all-gather beside the current gradient computation; FSDP2"},
+                     {"post", "BACKWARD_POST: issued after it, so waited for"}}) == 1;
 }
 
 // The data-parallel gradient reduce's dtype: its bytes per element
@@ -206,31 +228,32 @@ int parse_grad_reduce(const std::string& s, const std::string& what) {
 
 // A DDP run's gradient accumulation (PlanInput::grad_accum_autograd); empty: buffer.
 bool parse_grad_accum_autograd(const std::string& s, const std::string& what) {
-  require(s.empty() || s == "buffer" || s == "autograd",
-          what + ": '" + s +
-              "' must be buffer (the engine's: accumulated where produced, zeroed once) or autograd (PyTorch's "
-              ".grad: an add per microbatch, the all-reduce's bucket copies; torch DDP, Megatron-LM's local DDP)");
-  return s == "autograd";
+  return parse_word(s, what,
+                    {{"buffer", "the engine's: accumulated where produced, zeroed once"},
+                     {"autograd", "PyTorch's .grad: an add per microbatch, the all-reduce's bucket copies; torch DDP, "
+                                  "Megatron-LM's local DDP"}}) == 1;
 }
 
 // Tensor-parallel overlap (PlanInput::tp_overlap); empty: none.
 planner::TpOverlap parse_tp_overlap(const std::string& s, const std::string& what) {
-  require(s.empty() || s == "none" || s == "wgrad",
-          what + ": '" + s +
-              "' must be none (every tensor-parallel collective waited for) or wgrad (Megatron-LM's async "
-              "column-parallel backward: the input gradient's all-reduce or reduce-scatter beside the weight-gradient "
-              "GEMM, with sp the input's all-gather beside the input-gradient GEMM)");
-  return s == "wgrad" ? planner::TpOverlap::wgrad : planner::TpOverlap::none;
+  return parse_word(s, what,
+                    {{"none", "every tensor-parallel collective waited for"},
+                     {"wgrad", "Megatron-LM's async column-parallel backward: the input gradient's all-reduce or "
+                               "reduce-scatter beside the weight-gradient GEMM, with sp the input's all-gather beside "
+                               "the input-gradient GEMM"}}) == 1
+             ? planner::TpOverlap::wgrad
+             : planner::TpOverlap::none;
 }
 
 // The training loop around the model (PlanInput::train_loop); empty: none.
 planner::TrainLoop parse_train_loop(const std::string& s, const std::string& what) {
-  require(s.empty() || s == "none" || s == "megatron-lm",
-          what + ": '" + s +
-              "' must be none (the step's model work, optimizer and one host synchronization) or megatron-lm "
-              "(Megatron-LM's pretrain_gpt.py loop: the batch and mask per microbatch, its timers' "
-              "synchronizations, the batch's tp broadcast, the loss's dp all-reduce, the model-parallel norm)");
-  return s == "megatron-lm" ? planner::TrainLoop::megatron_lm : planner::TrainLoop::none;
+  return parse_word(s, what,
+                    {{"none", "the step's model work, optimizer and one host synchronization"},
+                     {"megatron-lm", "Megatron-LM's pretrain_gpt.py loop: the batch and mask per microbatch, its "
+                                     "timers' synchronizations, the batch's tp broadcast, the loss's dp all-reduce, "
+                                     "the model-parallel norm"}}) == 1
+             ? planner::TrainLoop::megatron_lm
+             : planner::TrainLoop::none;
 }
 
 // The optimizer step's kernels (PlanInput::optimizer_step); empty: fused.
