@@ -133,6 +133,21 @@ class BufferSpace {
   virtual bool reaches(const void* p) const { return p == nullptr || is_host(); }
 };
 
+// A region of a BufferSpace, released when it goes out of scope (the
+// collective benchmark's messages, calibrate's overlap probe).
+class SpaceBuffer {
+ public:
+  SpaceBuffer(BufferSpace& s, size_t bytes) : s_(s), p_(static_cast<std::byte*>(s.allocate(bytes))) {}
+  ~SpaceBuffer() { s_.deallocate(p_); }
+  SpaceBuffer(const SpaceBuffer&) = delete;
+  SpaceBuffer& operator=(const SpaceBuffer&) = delete;
+  std::byte* get() const { return p_; }
+
+ private:
+  BufferSpace& s_;
+  std::byte* p_;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

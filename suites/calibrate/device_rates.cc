@@ -121,20 +121,6 @@ class OrderedAfter {
   void* before_;
 };
 
-// A buffer of the communicator's space (device memory on nccl).
-class CommBuffer {
- public:
-  CommBuffer(BufferSpace& s, size_t bytes) : s_(s), p_(s.allocate(bytes)) {}
-  ~CommBuffer() { s_.deallocate(p_); }
-  CommBuffer(const CommBuffer&) = delete;
-  CommBuffer& operator=(const CommBuffer&) = delete;
-  void* get() const { return p_; }
-
- private:
-  BufferSpace& s_;
-  void* p_;
-};
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -152,7 +138,7 @@ OverlapSlowdown measure_overlap_slowdown(Communicator& comm, const kernels::Devi
   r.probe = p;
   r.ranks = comm.size();
   const size_t count = p.message_bytes / 4;  // fp32 elements
-  const CommBuffer message(comm.buffers(), count * 4);
+  const SpaceBuffer message(comm.buffers(), count * 4);
   DeviceBuffer<bf16> out(memory, size_t(p.m) * p.n), inp(memory, size_t(p.m) * p.k), w(memory, size_t(p.n) * p.k),
       b(memory, size_t(p.n));
   fill(ops, inp.get(), size_t(p.m) * p.k, 0.5f);

@@ -15,27 +15,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class Buf {
- public:
-  Buf(BufferSpace& bs, size_t bytes) : bs_(bs), p_(static_cast<std::byte*>(bs.allocate(bytes))) {}
-  ~Buf() { bs_.deallocate(p_); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  std::byte* p() const { return p_; }
-
- private:
-  BufferSpace& bs_;
-  std::byte* p_;
-};
-
 // v combined over ranks: 0 rank 0's, 1 mean, 2 min, 3 max.
-double combine(Communicator& comm, Buf& scratch, double v, int how) {
+double combine(Communicator& comm, SpaceBuffer& scratch, double v, int how) {
   BufferSpace& bs = comm.buffers();
   double x = how == 2 ? -v : v;
-  bs.copy_in(scratch.p(), &x, sizeof x);
-  if (how == 0) comm.broadcast(scratch.p(), 1, DType::f64, 0);
-  else comm.all_reduce(scratch.p(), scratch.p(), 1, DType::f64, how == 1 ? ReduceOp::avg : ReduceOp::max);
-  bs.copy_out(&x, scratch.p(), sizeof x);
+  bs.copy_in(scratch.get(), &x, sizeof x);
+  if (how == 0) comm.broadcast(scratch.get(), 1, DType::f64, 0);
+  else comm.all_reduce(scratch.get(), scratch.get(), 1, DType::f64, how == 1 ? ReduceOp::avg : ReduceOp::max);
+  bs.copy_out(&x, scratch.get(), sizeof x);
   return how == 2 ? -x : x;
 }
 
@@ -63,10 +50,10 @@ struct Sweep {
   const CollDesc& op;
   const BenchOptions& o;
   Ctx ctx;
-  Buf& send;
-  Buf& recv;
-  Buf& both;  // the in-place buffer
-  Buf& scratch;
+  SpaceBuffer& send;
+  SpaceBuffer& recv;
+  SpaceBuffer& both;  // the in-place buffer
+  SpaceBuffer& scratch;
   bool first = true;
   bool left = false;
 
@@ -88,12 +75,12 @@ struct Sweep {
     const size_t es = dtype_size(ctx.dtype);
     const Layout L = op.layout(count, comm.size(), comm.rank());
     ctx.param = L.param;
-    std::byte* s = in_place ? both.p() + L.send_inplace * es : send.p();
-    std::byte* r = in_place ? both.p() + L.recv_inplace * es : recv.p();
+    std::byte* s = in_place ? both.get() + L.send_inplace * es : send.get();
+    std::byte* r = in_place ? both.get() + L.recv_inplace * es : recv.get();
     std::vector<std::byte> host(std::max(L.send, L.recv) * es), junk(host.size(), std::byte{0xff});
     auto fill_inputs = [&](uint64_t rep) {
       ctx.rep = rep;
-      bs.copy_in(in_place ? both.p() : r, junk.data(), in_place ? junk.size() : L.recv * es);
+      bs.copy_in(in_place ? both.get() : r, junk.data(), in_place ? junk.size() : L.recv * es);
       op.init(ctx, host.data());
       bs.copy_in(s, host.data(), L.send * es);
     };
@@ -152,7 +139,7 @@ bool run_collective(Communicator& comm, const CollDesc& op, DType dtype, ReduceO
   const size_t es = dtype_size(dtype);
   const size_t max_count = o.max_bytes / es;
   const Layout L = op.layout(max_count, comm.size(), comm.rank());
-  Buf send(bs, L.send * es), recv(bs, L.recv * es), both(bs, std::max(L.send, L.recv) * es), scratch(bs, 8);
+  SpaceBuffer send(bs, L.send * es), recv(bs, L.recv * es), both(bs, std::max(L.send, L.recv) * es), scratch(bs, 8);
   Ctx ctx;
   ctx.rank = comm.rank();
   ctx.n = comm.size();
