@@ -321,9 +321,7 @@ planner::PlanInput resolve(PlanFlags& f) {
   in.backward_prefetch_post = parse_bwd_prefetch_post(f.bwd_prefetch, "--bwd-prefetch");
   // `pre` is the default: said explicitly where no prefetched sharded axis
   // is timed on a GPU it plans nothing (post: the planner's own check).
-  require(f.bwd_prefetch != "pre" ||
-              ((in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp || in.shard == dp::Shard::hzero) &&
-               in.prefetch > 0 && in.hw.peak_tflops > 0 && !in.hw.host_kernels),
+  require(f.bwd_prefetch != "pre" || planner::device_prefetches(in),
           "--bwd-prefetch pre: FSDP's backward prefetch acts on a sharded, prefetched data axis (shard zero3, hsdp "
           "or hzero) timed on a GPU profile (--machine); this plan has none, so the flag would plan nothing");
   in.optimizer_step = parse_optimizer_step(f.optimizer, "--optimizer");

@@ -113,10 +113,8 @@ void check_input(const PlanInput& in) {
   }
   require(in.prefetch >= 0, "prefetch: must be >= 0 (units gathered ahead)");
   // BACKWARD_POST only changes when a prefetched sharded axis's backward
-  // gathers are waited for on a device (planner_comm.cc time_comm): elsewhere
-  // it would be a setting that plans nothing.
-  const bool fsdp = in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp || in.shard == dp::Shard::hzero;
-  require(!in.backward_prefetch_post || (fsdp && in.prefetch > 0 && in.hw.peak_tflops > 0 && !in.hw.host_kernels),
+  // gathers are waited for on a device: elsewhere it would plan nothing.
+  require(!in.backward_prefetch_post || device_prefetches(in),
           std::string("--bwd-prefetch post: FSDP's backward prefetch acts on a sharded, prefetched data axis (shard "
                       "zero3, hsdp or hzero; prefetch > 0) timed on a GPU profile (--machine); got shard ") +
               std::string(dp::shard_name(in.shard)) + ", prefetch " + std::to_string(in.prefetch) +
@@ -282,6 +280,11 @@ std::optional<ep::StateCosts> expert_states(const PlanInput& in, const PlanResul
 }
 
 }  // namespace
+
+bool device_prefetches(const PlanInput& in) {
+  const bool sharded = in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp || in.shard == dp::Shard::hzero;
+  return sharded && in.prefetch > 0 && in.hw.peak_tflops > 0 && !in.hw.host_kernels;
+}
 
 PlanResult plan(const PlanInput& in) {
   check_input(in);

@@ -535,6 +535,12 @@ int64_t block_forward_ops(const PlanInput& plan);
 // aten/src/ATen/native/cuda/MultiTensorApply.cuh; apex's is the same).
 int64_t multi_tensor_launches(int64_t tensors, double elements);
 
+// Whether the ZeRO-3 family's gathers run ahead of compute on a device
+// (PyTorch FSDP's prefetch, planner_comm.cc time_comm): a sharded-parameter
+// data axis (zero3, hsdp, hzero) with units gathered ahead (prefetch > 0),
+// timed on a GPU profile. Only then does BACKWARD_PRE or _POST plan anything.
+bool device_prefetches(const PlanInput& in);
+
 PlanResult plan(const PlanInput& in);
 
 // The bandwidth (GB/s) of inter-node row c on hw: with rails, its members on

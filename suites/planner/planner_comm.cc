@@ -429,7 +429,7 @@ constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;
 
 void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s, PlanResult& r) {
   double hidden_fwd = 0, hidden_bwd = 0, exposed = 0, unhidden = 0;
-  const bool sharded = in.shard == dp::Shard::zero3 || in.shard == dp::Shard::hsdp || in.shard == dp::Shard::hzero;
+  const bool prefetches = device_prefetches(in);  // time_comm runs on timed plans only
   for (CommRow& c : r.comm) {
     c.time_s = row_time(c, in.hw, in.ranks_per_node);
     r.comm_s += c.time_s;
@@ -462,7 +462,7 @@ void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s,
     // forward/backward prefetch); on time-shared CPU cores they compete for
     // the cores instead (Hardware::async_call_cost), as measured.
     const bool dp_row = c.group.rfind("dp", 0) == 0;
-    const bool device_fsdp = !in.hw.host_kernels && sharded && in.prefetch > 0 && dp_row &&
+    const bool device_fsdp = prefetches && dp_row &&
                              (c.op == "all_gather" || c.op == "reduce_scatter");
     const bool overlappable = (device_fsdp || (in.overlap && (dp_row || (c.group == "cp" && c.op == "send_recv")))) &&
                               c.phase != "step";
