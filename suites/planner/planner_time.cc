@@ -320,15 +320,15 @@ double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& 
   // training_log adds them to total_loss_dict (1): m + 2 ops each exposed
   // (on the last stage; the next step's model-parallel norm all-reduce makes
   // every stage wait for it).
+  int64_t tail = 0;
   if (in.train_loop == TrainLoop::megatron_lm) {
     const int64_t v = in.schedule == pipeline::ScheduleKind::interleaved ? std::max(1, in.virtual_stages) : 1;
     ops_syncs = megatron_loop_syncs(r.microbatches, v, in.pp, pace.rank, in.overlap,
                                     in.optimizer_step == OptimizerStep::megatron_fp16);
-    const int64_t tail = r.microbatches + 2;
+    tail = r.microbatches + 2;
     exposed += double(ops_syncs + tail) * op_s;
-    ops += tail;
   }
-  ops = int64_t(passes) * (f + b) + opt_ops;
+  ops = int64_t(passes) * (f + b) + opt_ops + tail;
   return exposed;
 }
 

@@ -221,6 +221,7 @@ TEST(Planner, MegatronTrainingLoopWorkIsCounted) {
   EXPECT_EQ(r.loop_syncs, 7 * 3 + 3 * 3 + 11 + 2 + 2);  // an end stage (pp 2); overlap off: local DDP
   // each sync and the step's m + 2 loss ops one op's host time, exposed
   EXPECT_GE(r.host_overhead_s, fused.host_overhead_s + double(r.loop_syncs + 3 + 2) * 4e-6 - 1e-12);
+  EXPECT_EQ(r.host_ops - loss_only.host_ops, 3 + 2);  // the step's m + 2 loss ops are issued ops too
   EXPECT_GT(r.step_s, fused.step_s);
 }
 
