@@ -2,6 +2,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 #include "harness/comm/comm.h"
@@ -26,6 +27,13 @@ int warm_up(Communicator& comm, F&& f, double seconds) {
   return n;
 }
 
+// The upper median of v (its middle value; of the two middle ones, the
+// upper): the figure the calibration takes of repeated timings.
+inline double upper_median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // Median seconds of one call of f over repeats totalling at least `seconds`
 // (at least 3, after one warm-up call).
 template <class F>
@@ -39,8 +47,7 @@ double median_seconds(F f, double seconds) {
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     total += t.back();
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return upper_median(std::move(t));
 }
 
 }  // namespace pb::calibrate
