@@ -43,8 +43,7 @@ double step_latency_once_us(int world) {
     });
     per_call.push_back(t);
   }
-  std::sort(per_call.begin(), per_call.end());
-  return per_call[per_call.size() / 2] / (2.0 * (world - 1)) * 1e6;
+  return upper_median(std::move(per_call)) / (2.0 * (world - 1)) * 1e6;
 }
 
 }  // namespace
@@ -130,8 +129,7 @@ std::vector<planner::AsyncCallCost> measure_async_call_cost(int world, int cores
       const auto [with, alone] = async_window(wo, steps, iters);
       cost.push_back(std::max(0.0, with - alone) * 1e6);
     }
-    std::sort(cost.begin(), cost.end());
-    out.push_back({wall_us, cost[1]});
+    out.push_back({wall_us, upper_median(std::move(cost))});
   }
   return out;
 }
@@ -228,8 +226,7 @@ std::vector<std::pair<double, double>> step_call_times(World& world, const std::
     };
     std::vector<double> t;
     for (int rep = 0; rep < 3; ++rep) t.push_back(std::max(0.0, loop(true) - loop(false)) / calls);
-    std::sort(t.begin(), t.end());
-    return t[1];
+    return upper_median(std::move(t));
   });
 }
 
@@ -240,9 +237,7 @@ double median_slope(const std::vector<std::pair<double, double>>& xt) {
   for (size_t i = 0; i < xt.size(); ++i)
     for (size_t j = i + 1; j < xt.size(); ++j)
       if (xt[j].first != xt[i].first) s.push_back((xt[j].second - xt[i].second) / (xt[j].first - xt[i].first));
-  if (s.empty()) return 0;
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
+  return s.empty() ? 0 : upper_median(std::move(s));
 }
 
 }  // namespace

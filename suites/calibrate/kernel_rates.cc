@@ -166,8 +166,7 @@ MemoryBoundRates measure_memory_bound(const ModelConfig& m, int Bm, int seq, dou
     passes.push_back(t);
     timed += t;
   }
-  std::sort(passes.begin(), passes.end());
-  r.buffer_s = passes[passes.size() / 2];
+  r.buffer_s = upper_median(passes);
   r.buffer_bytes = 0;
   for (int64_t u : units) r.buffer_bytes += 6.0 * sizeof(float) * double(u);
   if (!(sink >= 0)) r.buffer_s = 0;
