@@ -64,6 +64,14 @@ struct PlanFlags {
   planner::PlanInput in;
 };
 
+// The hardware flags' fields, in PlanFlags::hw_flags' order, and their names
+// in a TOML profile.
+double planner::Hardware::* const kHwFlagTargets[] = {
+    &planner::Hardware::peak_tflops,  &planner::Hardware::bw_intra_GBps,   &planner::Hardware::bw_inter_GBps,
+    &planner::Hardware::latency_us,   &planner::Hardware::gemm_efficiency, &planner::Hardware::mem_bw_GBps};
+const char* const kHwFlagFields[] = {"peak_tflops", "bw_intra_GBps",   "bw_inter_GBps",
+                                     "latency_us",  "gemm_efficiency", "mem_bw_GBps"};
+
 // --machine: the profile's figures for the precision, then any hardware flag
 // given by hand on top; its ranks per node unless the mesh or the flag says.
 void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
@@ -71,11 +79,8 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
   const planner::MachineProfile m = planner::load_machine(f.machine);
   planner::Hardware hw = planner::hardware_for(m, in);
   const planner::Hardware typed = in.hw;
-  double planner::Hardware::* const fields[] = {
-      &planner::Hardware::peak_tflops,  &planner::Hardware::bw_intra_GBps,   &planner::Hardware::bw_inter_GBps,
-      &planner::Hardware::latency_us,   &planner::Hardware::gemm_efficiency, &planner::Hardware::mem_bw_GBps};
   for (size_t i = 0; i < f.hw_flags.size(); ++i)
-    if (f.hw_flags[i]->count() > 0) hw.*fields[i] = typed.*fields[i];
+    if (f.hw_flags[i]->count() > 0) hw.*kHwFlagTargets[i] = typed.*kHwFlagTargets[i];
   // A figure typed by hand wins over the profile's measured tables too.
   if (f.hw_flags[0]->count() > 0 || f.hw_flags[4]->count() > 0) hw.gemm_rates.clear(), hw.gemm_achievable_tflops = 0;
   if (f.hw_flags[1]->count() > 0 || f.hw_flags[3]->count() > 0) hw.collectives.clear();
@@ -83,6 +88,28 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
   if (f.hw_flags[5]->count() > 0) hw.shared_mem_bw_GBps = hw.optimizer_mem_bw_GBps = hw.buffer_mem_bw_GBps = 0;
   in.hw = hw;
   if (in.ranks_per_node == 0 && f.rpn_flag->count() == 0) in.ranks_per_node = m.ranks_per_node;
+}
+
+// The hardware figures typed by hand (--peak-tflops ...), on a profile or
+// alone, join the row's plan_options as name=value (the TOML profile's field
+// names), all in name order: the row says every figure it was planned on.
+std::string with_typed_hardware(const PlanFlags& f, const std::string& options) {
+  std::vector<std::string> parts;
+  for (size_t at = 0; at < options.size();) {
+    const size_t comma = std::min(options.find(',', at), options.size());
+    parts.push_back(options.substr(at, comma - at));
+    at = comma + 1;
+  }
+  for (size_t i = 0; i < f.hw_flags.size(); ++i)
+    if (f.hw_flags[i]->count() > 0) {
+      char v[32];  // the shortest text that reads back as the same double
+      const auto end = std::to_chars(v, v + sizeof v, f.in.hw.*kHwFlagTargets[i]).ptr;
+      parts.push_back(std::string(kHwFlagFields[i]) + "=" + std::string(v, end));
+    }
+  std::sort(parts.begin(), parts.end());
+  std::string o;
+  for (const std::string& p : parts) o += (o.empty() ? "" : ",") + p;
+  return o;
 }
 
 // The run spec's mesh and options: --mesh and --strategy in its text form
@@ -790,10 +817,8 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
   }
   std::map<std::string, std::string, std::less<>> src;
   if (!f.machine.empty()) src = planner::load_machine(f.machine).sources;
-  const char* flag_names[] = {"peak_tflops", "bw_intra_GBps", "bw_inter_GBps", "latency_us", "gemm_efficiency",
-                              "mem_bw_GBps"};
   for (size_t i = 0; i < f.hw_flags.size(); ++i)
-    if (f.hw_flags[i]->count() > 0) src[flag_names[i]] = "typed by hand: " + f.hw_flags[i]->get_name();
+    if (f.hw_flags[i]->count() > 0) src[kHwFlagFields[i]] = "typed by hand: " + f.hw_flags[i]->get_name();
   auto source = [&](const std::string& k) {
     const auto it = src.find(k);
     return it == src.end() ? std::string("(no source: the planner's default)") : it->second;
@@ -981,6 +1006,7 @@ int run_plan(PlanFlags& f, const Env& env) {
   meta.mesh = planner::mesh_spec(in);
   CsvRecord rec = planner::plan_record(in, r);
   rec.set("machine", f.machine);  // the profile as given (name or file); empty: figures typed by hand
+  rec.set("plan_options", with_typed_hardware(f, *rec.find("plan_options")));
   if (f.csv == "-") {
     const auto header = ResultsSchema::builtin().header("plan");
     std::vector<std::string> row;

@@ -68,9 +68,9 @@ TEST(ResultsCli, PlanTrillionParametersWritesSchemaValidRow) {
 }
 
 // The row names the machine profile (as given) and the planner's own
-// non-default options (schema version 3); a default plan on typed figures
-// leaves both empty, and a file written before them still validates and
-// takes new rows under its own header.
+// non-default options (schema version 3), with the hardware figures typed by
+// hand among them (on a profile or alone); a file written before them still
+// validates and takes new rows under its own header.
 TEST(ResultsCli, PlanRowRecordsMachineAndPlanOptions) {
   const fs::path csv = kDir / "plan_options.csv";
   fs::remove(csv);
@@ -85,18 +85,24 @@ TEST(ResultsCli, PlanRowRecordsMachineAndPlanOptions) {
                        " --csv " + csv.string()),
             0)
       << slurp(kDir / "last.log");
+  ASSERT_EQ(run(kExe + " plan --model gpt2-124m --dp 16 --ranks-per-node 8 --machine a100 --bw-inter 12.5"
+                       " --mem-bw 0.1 --attention flash --csv " + csv.string()),
+            0)
+      << slurp(kDir / "last.log");
   EXPECT_TRUE(pb::validate_csv_against_schema(csv.string(), pb::ResultsSchema::builtin()).empty());
   const pb::CsvTable t = pb::read_csv(csv.string());
-  ASSERT_EQ(t.rows.size(), 3u);
+  ASSERT_EQ(t.rows.size(), 4u);
   const size_t machine = t.column("machine"), options = t.column("plan_options");
   EXPECT_EQ(t.rows[0][machine], "");
-  EXPECT_EQ(t.rows[0][options], "");
+  EXPECT_EQ(t.rows[0][options], "bw_intra_GBps=50,peak_tflops=100");
   EXPECT_EQ(t.rows[1][machine], "h100");
   EXPECT_EQ(t.rows[1][options],
             "attention=flash,grad_reduce=fp32,kernels=eager,loss=megatron-fp32,order=tp-cp-pp-dp,recompute=op,"
             "sp_gather=saved,tp_overlap=wgrad,train_loop=megatron-lm");
   EXPECT_EQ(t.rows[2][machine], "");
   EXPECT_EQ(t.rows[2][options], "dropout=1,grad_accum=autograd,optimizer=megatron-fp16");
+  EXPECT_EQ(t.rows[3][machine], "a100");
+  EXPECT_EQ(t.rows[3][options], "attention=flash,bw_inter_GBps=12.5,mem_bw_GBps=0.1");
 
   // A file of schema version 2: the plan header without the two columns.
   std::vector<std::string> old_header;
