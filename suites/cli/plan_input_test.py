@@ -156,7 +156,12 @@ def cases():
           "--tp", "8", "--pp", "64", "--dp", "6", "--global-batch", "3072", "--recompute", "full", "--machine", "a100",
           "--explain"], 0,
          r"where the step goes.*GEMMs .*GEMMs at [0-9.]+% of 312 TFLOP/s.*mamf-finder.*108 SMs.*memory-bound .*"
-         r"1800 GB/s.*88% of peak.*pipeline bubble.*comm pp .*24 GB/s \(inter-node: 1 per node, 8 rails.*"
+         r"1800 GB/s where its kind has none.*88% of peak.*"
+         # the memory-bound kinds, each at its rate and with its source (or mem_bw_GBps's)
+         r"norms .*GB at 801 GB/s .*apex/pull/1037.*softmax .*GB at 1249 GB/s .*02-fused-softmax.*"
+         r"loss .*GB at 853 GB/s .*cross_entropy.*elementwise .*GB at 1684 GB/s .*01-vector-add.*"
+         r"optimizer .*GB at 1800 GB/s \(mem_bw_GBps\) .*88% of peak.*"
+         r"pipeline bubble.*comm pp .*24 GB/s \(inter-node: 1 per node, 8 rails.*"
          r"14 us per ring step.*nccl issue 812.*latency: NCCL's cost model.*NET 14\.0 us.*"
          r"comm tp .*200 GB/s \(intra-node\) \+ 3\.4 us per ring step.*nccl-tests issue 149.*NVLINK 3\.4 us.*"
          r"placement .*tp-cp-dp-pp.*"
