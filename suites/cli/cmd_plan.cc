@@ -849,7 +849,8 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 : in.loss == planner::LossKernel::composer_flash_xentropy ? "; loss composer-flash-xentropy"
                                                                           : "",
                 in.grad_accum_autograd ? "; grads autograd" : "", h.mem_bw_GBps);
-  if (h.norm_mem_bw_GBps > 0 || h.softmax_mem_bw_GBps > 0 || h.loss_mem_bw_GBps > 0 || h.elementwise_mem_bw_GBps > 0) {
+  if (h.norm_mem_bw_GBps > 0 || h.softmax_mem_bw_GBps > 0 || h.loss_mem_bw_GBps > 0 || h.elementwise_mem_bw_GBps > 0 ||
+      h.eager_norm_mem_bw_GBps > 0) {
     const std::string head = fig;  // by kind below: mem_bw_GBps only where a kind has no rate of its own
     std::snprintf(fig, sizeof fig, "%s where its kind has none", head.c_str());
   }
@@ -860,15 +861,20 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
   // buffers' at a calibration's rates where it measured them. Not where a CPU
   // calibration times the norms and adds together (shared_mem_bw_GBps).
   if (h.mem_bw_GBps > 0 && in.shape && !(h.shared_mem_bw_GBps > 0)) {
-    const double elementwise = r.memory_bytes - r.memory_norm_bytes - r.memory_softmax_bytes - r.memory_loss_bytes -
-                               r.memory_optimizer_bytes - r.memory_buffer_bytes;
+    const double elementwise = r.memory_bytes - r.memory_norm_bytes - r.memory_eager_norm_bytes -
+                               r.memory_softmax_bytes - r.memory_loss_bytes - r.memory_optimizer_bytes -
+                               r.memory_buffer_bytes;
     struct Kind {
       const char* name;
       double bytes, GBps;
       const char* key;
     };
     const Kind kinds[] = {
-        {"norms", r.memory_norm_bytes, h.norm_mem_bw_GBps, "norm_mem_bw_GBps"},
+        // The norms by the kernel the plan runs (--kernels): one kernel each
+        // way (fused; eager-fused-norm's Triton RMSNorm), or eager ops.
+        {in.fused_norm ? "norms (Triton)" : "norms (fused)", r.memory_norm_bytes, h.norm_mem_bw_GBps,
+         "norm_mem_bw_GBps"},
+        {"norms (eager)", r.memory_eager_norm_bytes, h.eager_norm_mem_bw_GBps, "eager_norm_mem_bw_GBps"},
         {"softmax", r.memory_softmax_bytes, h.softmax_mem_bw_GBps, "softmax_mem_bw_GBps"},
         {"loss", r.memory_loss_bytes, h.loss_mem_bw_GBps, "loss_mem_bw_GBps"},
         {"elementwise", elementwise, h.elementwise_mem_bw_GBps, "elementwise_mem_bw_GBps"},

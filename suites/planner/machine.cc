@@ -102,7 +102,8 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.sources["gemm_efficiency"] =
           "not used when gemm_achievable_tflops_bf16 is given (bf16-mixed); otherwise 1: the datasheet peak";
       p.sources["wake_us"] = "not measured (informational only)";
-      for (const char* k : {"norm_mem_bw_GBps", "softmax_mem_bw_GBps", "loss_mem_bw_GBps", "elementwise_mem_bw_GBps"})
+      for (const char* k : {"norm_mem_bw_GBps", "softmax_mem_bw_GBps", "loss_mem_bw_GBps", "elementwise_mem_bw_GBps",
+                            "eager_norm_mem_bw_GBps"})
         p.sources[k] = "not given: no kernel-level benchmark of this kind is cited for this device (mem_bw_GBps)";
       p.sources["flash_attention_tflops_bf16"] =
           "not given: no FlashAttention rate is cited for this device (--attention flash times the core as GEMMs)";
@@ -196,16 +197,41 @@ const std::vector<MachineProfile>& builtin_machines() {
           "linkedin/Liger-Kernel benchmark/data/all_benchmark_data.csv @ 2120862ba532c9449e72d603ba6324310ae756e7 "
           "(triton.testing.do_bench median, y_value_50): ";
       if (p.name() == "a100") {
-        // apex's FusedLayerNorm (Megatron-LM's, the PTD-P and Korthikanti runs'): forward 2 elements, backward 4
-        // (layer_norm_traffic_bytes) x 16384 x 1024 x 2 B = 201.3 MB in 0.0751 + 0.1762 ms.
-        p.hw.norm_mem_bw_GBps = 801;
+        // The norms as one kernel each way (kernels = fused: llm-foundry MPT's
+        // torch LayerNorm; eager-fused-norm: torchtitan's Triton RMSNorm, for
+        // which this figure stands in): torch.nn.LayerNorm forward + backward,
+        // 6 elements per norm element (layer_norm_traffic_bytes: forward 2,
+        // backward 4) x 4 B x 4096 x 16384 = 1.611 GB in 1.6213 ms. The a100-2022
+        // profile (Megatron-LM's runs, apex's FusedLayerNorm) takes apex's figure.
+        p.hw.norm_mem_bw_GBps = 993;
         p.sources["norm_mem_bw_GBps"] =
-            "github.com/NVIDIA/apex/pull/1037 ('fast layer norm', 2021-01-27): 'Performance for B=32, S=512 on GA100 "
-            "- current APEX affine LN kernels ... [APEX FWD] Time: 0.0751ms Throughput: 895.7822 GB/sec / [APEX BWD] "
-            "Time: 0.1762ms Throughput: 572.1678 GB/sec' (fp16; the GB/s imply hidden 1024); at the planner's 6 "
-            "elements per norm element (forward 2, backward 4) 201.3 MB / 0.2513 ms = 801 GB/s (39% of 2,039; the "
-            "PR does not say which A100). torch.nn.LayerNorm fp32 forward + backward on an A100-SXM4-80GB at M 4096 x "
-            "N 16384 counted alike: 993 GB/s (" + std::string(kLiger) + "2024-09-03, 1.6213 ms)";
+            std::string(kLiger) +
+            "layer_norm, huggingface (torch.nn.LayerNorm, fp32), full (forward + backward), M 4096 x N 16384, "
+            "NVIDIA A100-SXM4-80GB, 2024-09-03, liger 0.2.1: 1.6213 ms; at the planner's 6 elements per norm element "
+            "(forward 2, backward 4) 1.611 GB / 1.6213 ms = 993 GB/s (49% of 2,039). For kernels = fused (torch's "
+            "LayerNorm, as llm-foundry's MPT runs it; the benchmark's fp32 against the runs' bf16) and, standing in, "
+            "for kernels = eager-fused-norm (torchtitan's Triton fused_rmsnorm, norms.py at 1ea476e: one kernel "
+            "forward, one backward with per-SM partial weight gradients). Not taken for it: Liger's own Triton "
+            "RMSNorm (same design, another kernel), rms_norm, liger, full, M 2048 x H 32768, bf16, 1.2316 ms = "
+            "654 GB/s at the planner's 12 bytes per element, whose smaller H rows (0.286-0.294 ms from H 1024 to "
+            "8192) do not scale with the bytes";
+        // torchtitan's RMSNorm as eager ops (kernels = eager; torchtitan/models/norms.py: x.float(), pow(2),
+        // mean, * rsqrt, type_as(x), * weight): the planner's 36 bytes per element forward at 2-byte
+        // activations ((e + 4) + 8 + 4 + 8 + (4 + e) + 2e), backward twice that, 108 B x 2048 x 32768 =
+        // 7.248 GB in 6.9104 ms.
+        p.hw.eager_norm_mem_bw_GBps = 1049;
+        p.sources["eager_norm_mem_bw_GBps"] =
+            std::string(kLiger) +
+            "rms_norm, huggingface (benchmark_rms_norm.py's LlamaRMSNorm as eager ops: hidden_states.to(float32), "
+            ".pow(2).mean(-1, keepdim=True), * torch.rsqrt(variance + eps), self.weight * hidden_states.to(bf16)), "
+            "full (forward + backward), M 2048 x H 32768, bf16 input, NVIDIA A100-SXM4-80GB, 2024-09-03, liger "
+            "0.2.1: 6.9104 ms (the forward and backward rows sum to 6.9338); at the planner's eager count, 36 bytes "
+            "per element forward and 72 backward (llama_layer_eager_norm_traffic_bytes), 7.248 GB / 6.9104 ms = "
+            "1,049 GB/s (51% of 2,039). Dtypes: the benchmark's weight is fp32 (the module is not cast), so its "
+            "last multiply writes fp32 (38 bytes forward, not 36) and the backward runs on fp32 gradients (dy "
+            "bf16, cast up by autograd): it moves more than the planner counts, and the rate is a floor. "
+            "torchtitan's weight is bf16 (FSDP2's MixedPrecisionPolicy param_dtype), its output bf16, as the "
+            "planner counts";
         // torch.softmax, fp32, 4096 x 2048, reads and writes each score once (as scores_softmax_traffic_bytes
         // counts the forward); the backward taken at the forward's rate.
         p.hw.softmax_mem_bw_GBps = 1249;
@@ -252,7 +278,21 @@ const std::vector<MachineProfile>& builtin_machines() {
             std::string(kLiger) +
             "layer_norm, huggingface (torch.nn.LayerNorm, fp32), full (forward + backward), M 4096 x N 16384, "
             "NVIDIA H100 80GB HBM3, 2025-07-17, liger 0.6.0: 0.9506 ms; at the planner's 6 elements per norm "
-            "element (forward 2, backward 4) 1.611 GB / 0.9506 ms = 1,694 GB/s (51% of 3,350)";
+            "element (forward 2, backward 4) 1.611 GB / 0.9506 ms = 1,694 GB/s (51% of 3,350); for kernels = fused "
+            "and, standing in for torchtitan's Triton fused_rmsnorm, eager-fused-norm";
+        // torchtitan's RMSNorm as eager ops on an H100 NVL (3,938 GB/s datasheet), counted as on the a100
+        // (108 B x 2048 x 32768 = 7.248 GB) in 4.2541 ms = 1,704 GB/s, 43.3% of its datasheet figure; at that
+        // fraction of the SXM5's 3,350 (no SXM5 row of the eager chain).
+        p.hw.eager_norm_mem_bw_GBps = 1449;
+        p.sources["eager_norm_mem_bw_GBps"] =
+            "linkedin/Liger-Kernel benchmark/data/h100_all_benchmark_data.csv @ "
+            "3534d4461ca89319e29c890c1a4c20cb2a615d5f (2025-01-25, liger 0.5.2, 'NVIDIA H100 NVL'): rms_norm, "
+            "huggingface (LlamaRMSNorm as eager ops, fp32 weight, bf16 input, as on the a100 profile), full "
+            "(forward + backward), M 2048 x H 32768: 4.2541 ms; at the planner's 108 bytes per element (36 forward, "
+            "72 backward) 7.248 GB / 4.2541 ms = 1,704 GB/s, 43.3% of the H100 NVL's 3,938 GB/s datasheet figure, "
+            "at that fraction of the H100 SXM5's 3,350: 1,449 GB/s (all_benchmark_data.csv @ "
+            "2120862ba532c9449e72d603ba6324310ae756e7 has no H100 SXM5 row of it). The benchmark's fp32 weight moves "
+            "more than the planner counts for torchtitan's bf16 one (see the a100 profile): the rate is a floor";
         // SwiGLU as eager ops, forward and backward: 5 bf16 elements per output element forward
         // (llama_layer_eager_traffic_bytes' 5e F/t), backward twice that: 30 B x 2048 x 4 x 32768 = 8.053 GB in
         // 4.5732 ms.
@@ -438,7 +478,8 @@ const std::vector<MachineProfile>& builtin_machines() {
       // The kinds' measured rates at the same fraction of the HBM rate.
       for (auto [k, v] : std::initializer_list<std::pair<const char*, double*>>{
                {"norm_mem_bw_GBps", &p.hw.norm_mem_bw_GBps}, {"elementwise_mem_bw_GBps", &p.hw.elementwise_mem_bw_GBps},
-               {"loss_mem_bw_GBps", &p.hw.loss_mem_bw_GBps}, {"softmax_mem_bw_GBps", &p.hw.softmax_mem_bw_GBps}})
+               {"loss_mem_bw_GBps", &p.hw.loss_mem_bw_GBps}, {"softmax_mem_bw_GBps", &p.hw.softmax_mem_bw_GBps},
+               {"eager_norm_mem_bw_GBps", &p.hw.eager_norm_mem_bw_GBps}})
         if (*v > 0) {
           *v *= 2400 / 3350.0;
           p.sources[k] = std::string(kGt) + " (2.4 TB/s peak) at the fraction of the datasheet figure an H100 SXM5 "
@@ -476,6 +517,16 @@ const std::vector<MachineProfile>& builtin_machines() {
           "... in PyTorch, which calls CuBLAS: 258 Teraflops' on an A100 (400 W) with torch.randn inputs (one "
           "shape, whose 256x128 tiles fill 18.96 of 19 waves on 108 SMs, not a search: part of the gap to "
           "mamf-finder's 271.2 may be the shape)";
+      // The norms the Megatron-LM runs of 2021-2022 ran: apex's FusedLayerNorm
+      // (kernels = fused), forward 2 elements, backward 4 (layer_norm_traffic_bytes)
+      // x 16384 x 1024 x 2 B = 201.3 MB in 0.0751 + 0.1762 ms.
+      p.hw.norm_mem_bw_GBps = 801;
+      p.sources["norm_mem_bw_GBps"] =
+          "github.com/NVIDIA/apex/pull/1037 ('fast layer norm', 2021-01-27): 'Performance for B=32, S=512 on GA100 "
+          "- current APEX affine LN kernels ... [APEX FWD] Time: 0.0751ms Throughput: 895.7822 GB/sec / [APEX BWD] "
+          "Time: 0.1762ms Throughput: 572.1678 GB/sec' (fp16; the GB/s imply hidden 1024); at the planner's 6 "
+          "elements per norm element (forward 2, backward 4) 201.3 MB / 0.2513 ms = 801 GB/s (39% of 2,039; the "
+          "PR does not say which A100): the apex FusedLayerNorm of Megatron-LM's PTD-P and Korthikanti runs";
       m.push_back(p);
     }
     // Per-step collective latency (Hardware::latency_us, latency_inter_us):
@@ -665,7 +716,7 @@ const std::vector<std::string>& profile_figures() {
       "latency_us", "latency_inter_us", "latency_call_us", "gemm_efficiency", "memory_GB", "ranks_per_node", "wake_us",
       "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails", "oversubscription",
       "leaf_nodes", "flash_attention_tflops_bf16", "overlap_compute_slowdown", "host_op_us", "norm_mem_bw_GBps",
-      "softmax_mem_bw_GBps", "loss_mem_bw_GBps", "elementwise_mem_bw_GBps"};
+      "softmax_mem_bw_GBps", "loss_mem_bw_GBps", "elementwise_mem_bw_GBps", "eager_norm_mem_bw_GBps"};
   return v;
 }
 
@@ -723,7 +774,8 @@ MachineProfile load_machine(const std::string& what) {
            {"norm_mem_bw_GBps", &m.hw.norm_mem_bw_GBps},
            {"softmax_mem_bw_GBps", &m.hw.softmax_mem_bw_GBps},
            {"loss_mem_bw_GBps", &m.hw.loss_mem_bw_GBps},
-           {"elementwise_mem_bw_GBps", &m.hw.elementwise_mem_bw_GBps}}) {
+           {"elementwise_mem_bw_GBps", &m.hw.elementwise_mem_bw_GBps},
+           {"eager_norm_mem_bw_GBps", &m.hw.eager_norm_mem_bw_GBps}}) {
     const std::string key = std::string("machine.") + k;
     *v = r.get<double>(key, 0.0, bw);
     require(!given.count(k) || *v > 0, r.source() + ": " + key + " must be > 0 (leave it out to use mem_bw_GBps)");
@@ -896,6 +948,7 @@ std::string machine_toml(const MachineProfile& m) {
   if (m.hw.softmax_mem_bw_GBps > 0) num("machine.softmax_mem_bw_GBps", m.hw.softmax_mem_bw_GBps);
   if (m.hw.loss_mem_bw_GBps > 0) num("machine.loss_mem_bw_GBps", m.hw.loss_mem_bw_GBps);
   if (m.hw.elementwise_mem_bw_GBps > 0) num("machine.elementwise_mem_bw_GBps", m.hw.elementwise_mem_bw_GBps);
+  if (m.hw.eager_norm_mem_bw_GBps > 0) num("machine.eager_norm_mem_bw_GBps", m.hw.eager_norm_mem_bw_GBps);
   if (m.kernel_launch_us > 0) num("machine.kernel_launch_us", m.kernel_launch_us);
   if (m.hw.gemm_units > 0) {
     r.set("machine.gemm_units", m.hw.gemm_units);

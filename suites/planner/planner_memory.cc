@@ -500,12 +500,15 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   }
   const double shared_layer =
       double(layer_shared_traffic_bytes(x)) + (rerun ? double(layer_shared_forward_traffic_bytes(x)) : 0.0);
-  double per_micro = 0, shared = 0, norm = 0, softmax = 0, loss = 0;
+  // The llama family's RMSNorms as eager ops (no fused kernel, no Triton one):
+  // their bytes are counted op by op, and timed at the eager chain's rate.
+  const bool eager_norms = mc.llama() && in.eager_kernels && !in.fused_norm;
+  double per_micro = 0, shared = 0, norm = 0, softmax = 0, loss = 0, eager_norm = 0;
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
     per_micro += double(sl.num_blocks) * layer;
     shared += double(sl.num_blocks) * shared_layer;
-    norm += double(sl.num_blocks) * norm_layer;
+    (eager_norms ? eager_norm : norm) += double(sl.num_blocks) * norm_layer;
     softmax += double(sl.num_blocks) * softmax_layer;
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
@@ -527,7 +530,7 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
       const int64_t head_norm =
           eager_head ? head_eager_norm_traffic_bytes(x, in.fused_norm) : head_norm_traffic_bytes(x);
       per_micro += double(head);
-      norm += double(head_norm);
+      (eager_head && eager_norms ? eager_norm : norm) += double(head_norm);
       if (in.loss != LossKernel::megatron_fp32) loss += double(head - head_norm);
     }
   }
@@ -537,7 +540,7 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
   const double buffer = double(r.stages[size_t(rank)].local_traffic);
   const double mb = double(r.microbatches);
   return {per_micro * mb + stepped * per_param + buffer, shared * mb, stepped * per_param, buffer,
-          norm * mb, softmax * mb, loss * mb};
+          norm * mb, softmax * mb, loss * mb, eager_norm * mb};
 }
 
 }  // namespace pb::planner::parts

@@ -79,9 +79,11 @@ std::vector<int64_t> plan_memory(const PlanInput& in, const dp::DataAxis& axis, 
 // over the vocabulary in a cross-entropy kernel: not Megatron-LM's chain of
 // elementwise ops), the optimizer's and the buffers'; what is left of
 // total is elementwise. shared overlaps norm (it holds the norms and adds).
+// The norms run as eager ops (torchtitan's RMSNorm: PlanInput::eager_kernels
+// without fused_norm) are eager_norm, not norm (Hardware::eager_norm_mem_bw_GBps).
 struct RankBytes {
   double total = 0, shared = 0, optimizer = 0, buffer = 0;
-  double norm = 0, softmax = 0, loss = 0;
+  double norm = 0, softmax = 0, loss = 0, eager_norm = 0;
 };
 RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank);
 

@@ -135,9 +135,9 @@ double buffer_time(const Hardware& hw, const RankBytes& b) {
   return hw.mem_bw_GBps > 0 && hw.buffer_mem_bw_GBps > 0 ? b.buffer / (hw.buffer_mem_bw_GBps * 1e9) : 0.0;
 }
 // With a per-kind rate (Hardware::norm_mem_bw_GBps ...), every kind at its
-// own (RankBytes): the norms, the softmax, the loss, the optimizer step, the
-// buffers and the elementwise rest, each at mem_bw_GBps where the profile
-// gives none. Without one exactly as above.
+// own (RankBytes): the norms (those run as eager ops at theirs), the softmax,
+// the loss, the optimizer step, the buffers and the elementwise rest, each at
+// mem_bw_GBps where the profile gives none. Without one exactly as above.
 double memory_time(const Hardware& hw, const RankBytes& b) {
   if (!(hw.mem_bw_GBps > 0)) return 0.0;
   const double mem = hw.mem_bw_GBps * 1e9;
@@ -145,14 +145,16 @@ double memory_time(const Hardware& hw, const RankBytes& b) {
                opt = hw.optimizer_mem_bw_GBps > 0 ? b.optimizer : 0,
                buf = hw.buffer_mem_bw_GBps > 0 ? b.buffer : 0;
   if (!(hw.norm_mem_bw_GBps > 0 || hw.softmax_mem_bw_GBps > 0 || hw.loss_mem_bw_GBps > 0 ||
-        hw.elementwise_mem_bw_GBps > 0))
+        hw.elementwise_mem_bw_GBps > 0 || hw.eager_norm_mem_bw_GBps > 0))
     return (b.total - shared - opt - buf) / mem + (shared > 0 ? shared / (hw.shared_mem_bw_GBps * 1e9) : 0) +
            (opt > 0 ? opt / (hw.optimizer_mem_bw_GBps * 1e9) : 0) + buffer_time(hw, b);
   const auto at = [&](double bytes, double GBps) { return bytes / (GBps > 0 ? GBps * 1e9 : mem); };
-  const double norm = shared > 0 ? 0 : b.norm;  // a calibration's shared rate holds the norms (plan() refuses both)
-  const double elementwise = b.total - shared - norm - b.softmax - b.loss - b.optimizer - b.buffer;
+  // A calibration's shared rate holds the norms (plan() refuses both).
+  const double norm = shared > 0 ? 0 : b.norm, eager_norm = shared > 0 ? 0 : b.eager_norm;
+  const double elementwise = b.total - shared - norm - eager_norm - b.softmax - b.loss - b.optimizer - b.buffer;
   return at(std::max(0.0, elementwise), hw.elementwise_mem_bw_GBps) +
          (shared > 0 ? at(shared, hw.shared_mem_bw_GBps) : 0) + at(norm, hw.norm_mem_bw_GBps) +
+         at(eager_norm, hw.eager_norm_mem_bw_GBps) +
          at(b.softmax, hw.softmax_mem_bw_GBps) + at(b.loss, hw.loss_mem_bw_GBps) +
          at(b.optimizer, hw.optimizer_mem_bw_GBps) + at(b.buffer, hw.buffer_mem_bw_GBps);
 }
@@ -373,6 +375,7 @@ void time_step(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
   const StageCost pace = pace_stage(in, pipe, r, attn_timed, achieved);
   r.memory_bytes = pace.bytes.total;
   r.memory_norm_bytes = pace.bytes.norm;
+  r.memory_eager_norm_bytes = pace.bytes.eager_norm;
   r.memory_softmax_bytes = pace.bytes.softmax;
   r.memory_loss_bytes = pace.bytes.loss;
   r.memory_optimizer_bytes = pace.bytes.optimizer;

@@ -1404,6 +1404,58 @@ TEST(Planner, MemoryBoundKindsSplitTheTraffic) {
   }
 }
 
+// The norms at the rate of the kernel the plan runs (--kernels): fused
+// (one kernel each way) and eager-fused-norm (torchtitan's Triton RMSNorm) at
+// norm_mem_bw_GBps, eager (the RMSNorm as eager ops) at
+// eager_norm_mem_bw_GBps; each kind's bytes by hand (tiny-llama, one
+// microbatch of 16 tokens, no recomputation: two blocks' two norms and the
+// head's final one), and the other rate moves nothing.
+TEST(Planner, NormsTakeTheRateOfTheKernelTheyRun) {
+  PlanInput in = model_input("tiny-llama", 1, 1, 16);
+  in.hw = figures({.peak_tflops = 100, .mem_bw_GBps = 10, .device = true});
+  const ModelConfig& m = *in.shape;
+  const ActivationShape x{1, 16, m.C, m.NH, 1, 1, false, false, 2};
+  struct Case {
+    bool eager, fused_norm;
+    double norm, eager_norm;  // the bytes each kind holds
+  };
+  const double L = double(m.L);
+  const Case cases[] = {
+      {false, false, L * double(layer_norm_traffic_bytes(x)) + double(head_norm_traffic_bytes(x)), 0},
+      {true, false, 0, L * double(llama_layer_eager_norm_traffic_bytes(x)) + double(head_eager_norm_traffic_bytes(x))},
+      {true, true,
+       L * double(llama_layer_eager_norm_traffic_bytes(x, true)) + double(head_eager_norm_traffic_bytes(x, true)), 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.eager ? (c.fused_norm ? "eager-fused-norm" : "eager") : "fused");
+    in.eager_kernels = c.eager;
+    in.fused_norm = c.fused_norm;
+    in.hw.norm_mem_bw_GBps = in.hw.eager_norm_mem_bw_GBps = 0;
+    const PlanResult base = plan(in);
+    EXPECT_DOUBLE_EQ(base.memory_norm_bytes, c.norm);
+    EXPECT_DOUBLE_EQ(base.memory_eager_norm_bytes, c.eager_norm);
+    EXPECT_DOUBLE_EQ(base.memory_s, base.memory_bytes / 10e9);  // no rate of their own: mem_bw_GBps
+    // The fused norms' rate at 5 GB/s: their bytes take twice as long.
+    in.hw.norm_mem_bw_GBps = 5;
+    EXPECT_NEAR(plan(in).memory_s - base.memory_s, c.norm / 10e9, 1e-9 * base.memory_s);
+    // The eager norms' rate at 2 GB/s (beside the fused one's): five times.
+    in.hw.eager_norm_mem_bw_GBps = 2;
+    EXPECT_NEAR(plan(in).memory_s - base.memory_s, c.norm / 10e9 + 4 * c.eager_norm / 10e9, 1e-9 * base.memory_s);
+  }
+  // Refused, named: a bad eager rate, and the eager rate beside a calibration's shared rate.
+  in.hw.norm_mem_bw_GBps = 0;
+  in.hw.eager_norm_mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.eager_norm_mem_bw_GBps = 5;
+  in.hw.shared_mem_bw_GBps = 5;
+  try {
+    plan(in);
+    ADD_FAILURE() << "accepted the eager norms' rate beside the shared rate";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("eager_norm_mem_bw_GBps"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Planner, HostOverheadOnlyWhereTheHostFallsBehind) {
   EXPECT_EQ(multi_tensor_launches(144, 1e6), 4);
   EXPECT_EQ(multi_tensor_launches(144, 124e6), 6);  // 124e6 / 20971520 = 5.9
