@@ -874,8 +874,47 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 : in.loss == planner::LossKernel::composer_flash_xentropy ? "; loss composer-flash-xentropy"
                                                                           : "",
                 in.grad_accum_autograd ? "; grads autograd" : "", h.mem_bw_GBps);
+  if (h.norm_mem_bw_GBps > 0 || h.softmax_mem_bw_GBps > 0 || h.loss_mem_bw_GBps > 0 || h.elementwise_mem_bw_GBps > 0 ||
+      h.eager_norm_mem_bw_GBps > 0) {
+    const std::string head = fig;  // by kind below: mem_bw_GBps only where a kind has no rate of its own
+    std::snprintf(fig, sizeof fig, "%s where its kind has none", head.c_str());
+  }
   std::printf("  %-16s %10.4g  %-44s %s\n", "memory-bound", r.memory_s, fig,
               h.mem_bw_GBps > 0 ? source("mem_bw_GBps").c_str() : "not timed (no memory bandwidth)");
+  // Its kinds (planner_parts.h RankBytes), each at the profile's rate for it
+  // (Hardware::norm_mem_bw_GBps ...), else mem_bw_GBps's; the optimizer's and
+  // buffers' at a calibration's rates where it measured them. Not where a CPU
+  // calibration times the norms and adds together (shared_mem_bw_GBps).
+  if (h.mem_bw_GBps > 0 && in.shape && !(h.shared_mem_bw_GBps > 0)) {
+    const double elementwise = r.memory_bytes - r.memory_norm_bytes - r.memory_eager_norm_bytes -
+                               r.memory_softmax_bytes - r.memory_loss_bytes - r.memory_optimizer_bytes -
+                               r.memory_buffer_bytes;
+    struct Kind {
+      const char* name;
+      double bytes, GBps;
+      const char* key;
+    };
+    const Kind kinds[] = {
+        // The norms by the kernel the plan runs (--kernels): one kernel each
+        // way (fused; eager-fused-norm's Triton RMSNorm), or eager ops.
+        {in.fused_norm ? "norms (Triton)" : "norms (fused)", r.memory_norm_bytes, h.norm_mem_bw_GBps,
+         "norm_mem_bw_GBps"},
+        {"norms (eager)", r.memory_eager_norm_bytes, h.eager_norm_mem_bw_GBps, "eager_norm_mem_bw_GBps"},
+        {"softmax", r.memory_softmax_bytes, h.softmax_mem_bw_GBps, "softmax_mem_bw_GBps"},
+        {"loss", r.memory_loss_bytes, h.loss_mem_bw_GBps, "loss_mem_bw_GBps"},
+        {"elementwise", elementwise, h.elementwise_mem_bw_GBps, "elementwise_mem_bw_GBps"},
+        {"optimizer", r.memory_optimizer_bytes, h.optimizer_mem_bw_GBps, "optimizer_mem_bw_GBps"},
+        {"dp buffers", r.memory_buffer_bytes, h.buffer_mem_bw_GBps, "buffer_mem_bw_GBps"},
+    };
+    for (const Kind& k : kinds) {
+      if (!(k.bytes > 0)) continue;
+      const bool own = k.GBps > 0;
+      const double GBps = own ? k.GBps : h.mem_bw_GBps;
+      std::snprintf(fig, sizeof fig, "%.4g GB at %g GB/s%s", k.bytes / 1e9, GBps, own ? "" : " (mem_bw_GBps)");
+      std::printf("  %-16s %10.4g  %-44s %s\n", ("  " + std::string(k.name)).c_str(), k.bytes / (GBps * 1e9), fig,
+                  source(own ? k.key : "mem_bw_GBps").c_str());
+    }
+  }
   std::snprintf(fig, sizeof fig, "%s = %.3g of ideal compute", r.bubble_formula.c_str(), r.bubble_over_ideal);
   std::printf("  %-16s %10.4g  %-44s %s\n", "pipeline bubble", r.bubble_s, fig,
               "the schedule's declared bubble (impl/pipeline/cost.h)");

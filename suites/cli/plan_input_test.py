@@ -156,11 +156,27 @@ def cases():
           "--tp", "8", "--pp", "64", "--dp", "6", "--global-batch", "3072", "--recompute", "full", "--machine", "a100",
           "--explain"], 0,
          r"where the step goes.*GEMMs .*GEMMs at [0-9.]+% of 312 TFLOP/s.*mamf-finder.*108 SMs.*memory-bound .*"
-         r"1800 GB/s.*88% of peak.*pipeline bubble.*comm pp .*24 GB/s \(inter-node: 1 per node, 8 rails.*"
+         r"1800 GB/s where its kind has none.*88% of peak.*"
+         # the memory-bound kinds, each at its rate and with its source (or mem_bw_GBps's)
+         r"norms \(fused\) .*GB at 993 GB/s .*layer_norm, huggingface.*softmax .*GB at 1249 GB/s .*02-fused-softmax.*"
+         r"loss .*GB at 853 GB/s .*cross_entropy.*elementwise .*GB at 1684 GB/s .*01-vector-add.*"
+         r"optimizer .*GB at 1800 GB/s \(mem_bw_GBps\) .*88% of peak.*"
+         r"pipeline bubble.*comm pp .*24 GB/s \(inter-node: 1 per node, 8 rails.*"
          r"14 us per ring step.*nccl issue 812.*latency: NCCL's cost model.*NET 14\.0 us.*"
          r"comm tp .*200 GB/s \(intra-node\) \+ 3\.4 us per ring step.*nccl-tests issue 149.*NVLINK 3\.4 us.*"
          r"placement .*tp-cp-dp-pp.*"
          r"exposed comm.*per-op overhead .*ops at 4 us host each.*issue 82793"),
+        # the norms at the rate of the kernel --kernels runs: eager ops, Triton's (the fused figure standing in),
+        # apex's FusedLayerNorm on the a100-2022
+        (["plan", "--model", "llama3-8b", "--seq", "8192", "--dp", "8", "--global-batch", "8", "--machine", "a100",
+          "--kernels", "eager", "--explain"], 0,
+         r"norms \(eager\) .*GB at 1049 GB/s .*rms_norm, huggingface.*FSDP2's MixedPrecisionPolicy.*softmax "),
+        (["plan", "--model", "llama3-8b", "--seq", "8192", "--dp", "8", "--global-batch", "8", "--machine", "a100",
+          "--kernels", "eager-fused-norm", "--explain"], 0,
+         r"norms \(Triton\) .*GB at 993 GB/s .*standing in, for kernels = eager-fused-norm.*softmax "),
+        (["plan", "--layers", "24", "--channels", "2304", "--heads", "24", "--vocab", "51200", "--seq", "2048",
+          "--dp", "8", "--global-batch", "8", "--machine", "a100-2022", "--explain"], 0,
+         r"norms \(fused\) .*GB at 801 GB/s .*apex/pull/1037.*softmax "),
         (gpt + ["--peak-tflops", "100", "--order", "dp-tp"], 2, r"--order: 'dp-tp' must be tp-cp-dp-pp"),
         (gpt + ["--peak-tflops", "100", "--attention", "fused"], 2, r"--attention: 'fused' must be flash"),
         (gpt + ["--peak-tflops", "100", "--kernels", "fast"], 2, r"--kernels: 'fast' must be fused"),

@@ -102,6 +102,9 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.sources["gemm_efficiency"] =
           "not used when gemm_achievable_tflops_bf16 is given (bf16-mixed); otherwise 1: the datasheet peak";
       p.sources["wake_us"] = "not measured (informational only)";
+      for (const char* k : {"norm_mem_bw_GBps", "softmax_mem_bw_GBps", "loss_mem_bw_GBps", "elementwise_mem_bw_GBps",
+                            "eager_norm_mem_bw_GBps"})
+        p.sources[k] = "not given: no kernel-level benchmark of this kind is cited for this device (mem_bw_GBps)";
       p.sources["flash_attention_tflops_bf16"] =
           "not given: no FlashAttention rate is cited for this device (--attention flash times the core as GEMMs)";
       p.sources["flash_attention_rates"] =
@@ -185,6 +188,122 @@ const std::vector<MachineProfile>& builtin_machines() {
         p.sources["mem_bw_GBps"] =
             "mikamirai.com/blog/gpu-memory-bandwidth (Nsight Compute on H100 SXM5): coalesced loads at 2.8 TB/s, 84% "
             "of the 3.35 TB/s datasheet figure";
+      }
+      // The memory-bound kernels by kind (Hardware::norm_mem_bw_GBps ...),
+      // where a kernel-level benchmark on the device is cited: the bytes the
+      // planner counts for the kernel (model_cost.h) over its measured median
+      // time, so the rate times the planner's bytes gives the measured time.
+      constexpr const char* kLiger =
+          "linkedin/Liger-Kernel benchmark/data/all_benchmark_data.csv @ 2120862ba532c9449e72d603ba6324310ae756e7 "
+          "(triton.testing.do_bench median, y_value_50): ";
+      if (p.name() == "a100") {
+        // The norms as one kernel each way (kernels = fused: llm-foundry MPT's
+        // torch LayerNorm; eager-fused-norm: torchtitan's Triton RMSNorm, for
+        // which this figure stands in): torch.nn.LayerNorm forward + backward,
+        // 6 elements per norm element (layer_norm_traffic_bytes: forward 2,
+        // backward 4) x 4 B x 4096 x 16384 = 1.611 GB in 1.6213 ms. The a100-2022
+        // profile (Megatron-LM's runs, apex's FusedLayerNorm) takes apex's figure.
+        p.hw.norm_mem_bw_GBps = 993;
+        p.sources["norm_mem_bw_GBps"] =
+            std::string(kLiger) +
+            "layer_norm, huggingface (torch.nn.LayerNorm, fp32), full (forward + backward), M 4096 x N 16384, "
+            "NVIDIA A100-SXM4-80GB, 2024-09-03, liger 0.2.1: 1.6213 ms; at the planner's 6 elements per norm element "
+            "(forward 2, backward 4) 1.611 GB / 1.6213 ms = 993 GB/s (49% of 2,039). For kernels = fused (torch's "
+            "LayerNorm, as llm-foundry's MPT runs it; the benchmark's fp32 against the runs' bf16) and, standing in, "
+            "for kernels = eager-fused-norm (torchtitan's Triton fused_rmsnorm, norms.py at 1ea476e: one kernel "
+            "forward, one backward with per-SM partial weight gradients). Not taken for it: Liger's own Triton "
+            "RMSNorm (same design, another kernel), rms_norm, liger, full, M 2048 x H 32768, bf16, 1.2316 ms = "
+            "654 GB/s at the planner's 12 bytes per element, whose smaller H rows (0.286-0.294 ms from H 1024 to "
+            "8192) do not scale with the bytes";
+        // torchtitan's RMSNorm as eager ops (kernels = eager; torchtitan/models/norms.py: x.float(), pow(2),
+        // mean, * rsqrt, type_as(x), * weight): the planner's 36 bytes per element forward at 2-byte
+        // activations ((e + 4) + 8 + 4 + 8 + (4 + e) + 2e), backward twice that, 108 B x 2048 x 32768 =
+        // 7.248 GB in 6.9104 ms.
+        p.hw.eager_norm_mem_bw_GBps = 1049;
+        p.sources["eager_norm_mem_bw_GBps"] =
+            std::string(kLiger) +
+            "rms_norm, huggingface (benchmark_rms_norm.py's LlamaRMSNorm as eager ops: hidden_states.to(float32), "
+            ".pow(2).mean(-1, keepdim=True), * torch.rsqrt(variance + eps), self.weight * hidden_states.to(bf16)), "
+            "full (forward + backward), M 2048 x H 32768, bf16 input, NVIDIA A100-SXM4-80GB, 2024-09-03, liger "
+            "0.2.1: 6.9104 ms (the forward and backward rows sum to 6.9338); at the planner's eager count, 36 bytes "
+            "per element forward and 72 backward (llama_layer_eager_norm_traffic_bytes), 7.248 GB / 6.9104 ms = "
+            "1,049 GB/s (51% of 2,039). Dtypes: the benchmark's weight is fp32 (the module is not cast), so its "
+            "last multiply writes fp32 (38 bytes forward, not 36) and the backward runs on fp32 gradients (dy "
+            "bf16, cast up by autograd): it moves more than the planner counts, and the rate is a floor. "
+            "torchtitan's weight is bf16 (FSDP2's MixedPrecisionPolicy param_dtype), its output bf16, as the "
+            "planner counts";
+        // torch.softmax, fp32, 4096 x 2048, reads and writes each score once (as scores_softmax_traffic_bytes
+        // counts the forward); the backward taken at the forward's rate.
+        p.hw.softmax_mem_bw_GBps = 1249;
+        p.sources["softmax_mem_bw_GBps"] =
+            "triton-lang.org/main/getting-started/tutorials/02-fused-softmax.html (triton-lang/triton gh-pages @ "
+            "001d977d8a92cc9d15563693d0740e77374bac84; docs built on 'runs-on: [a100-runner-set]', "
+            ".github/workflows/documentation.yml @ 2635acd27fc05050ecc6fc1d221469bde34478a9), 'softmax-performance' "
+            "row '14 2048.0 1273.707256 1248.643158': torch.softmax over "
+            "4096 x 2048 fp32 at 1,249 GB/s (2 x numel x 4 bytes per call; 61% of 2,039). torch's softmax forward, "
+            "not Megatron's fused scaled masked softmax (no benchmark found); the backward at the forward's rate";
+        // torch.nn.CrossEntropyLoss over fp32 logits, forward and backward: log_softmax 8 B, nll_loss's gradient
+        // 4, log_softmax's backward 12 per logit (head_eager_traffic_bytes' fp32 part) x 16384 x 131072 =
+        // 51.54 GB in 60.4383 ms.
+        p.hw.loss_mem_bw_GBps = 853;
+        p.sources["loss_mem_bw_GBps"] =
+            std::string(kLiger) +
+            "cross_entropy, huggingface (torch.nn.CrossEntropyLoss, fp32 logits 16384 x 131072), full (forward + "
+            "backward), NVIDIA A100-SXM4-80GB, 2024-09-03, liger 0.2.1: 60.4383 ms; at the planner's 24 bytes per "
+            "logit (log_softmax 8, nll_loss's gradient 4, log_softmax's backward 12) 51.54 GB / 60.4383 ms = 853 "
+            "GB/s (42% of 2,039); flash-attn's xentropy kernel (not benchmarked) and the casts taken at this rate";
+        // torch's x + y, fp32, 134M elements, 3 x numel x 4 bytes.
+        p.hw.elementwise_mem_bw_GBps = 1684;
+        p.sources["elementwise_mem_bw_GBps"] =
+            "triton-lang.org/main/getting-started/tutorials/01-vector-add.html (triton-lang/triton gh-pages @ "
+            "001d977d8a92cc9d15563693d0740e77374bac84; docs built on the a100-runner-set, as for softmax), "
+            "'vector-add-performance' row '15 134217728.0 1685.813499 1684.008546': torch's x + y over 134M fp32 "
+            "elements at 1,684 GB/s (3 x numel x 4 bytes; 83% of 2,039; above an A100 40GB's 1,555, so the 80GB "
+            "part); Megatron's fused bias-GeLU and bias-dropout-add, dropout, the casts, "
+            "copies and Megatron's loss chain taken at this eager add's rate";
+      } else if (p.name() == "h100") {
+        // torch.nn.CrossEntropyLoss over fp32 logits on an H100 NVL (3,938 GB/s datasheet): 24 B per logit (as
+        // for the A100) x 16384 x 131072 = 51.54 GB in 32.5475 ms = 1,584 GB/s, 40.2% of its datasheet figure;
+        // at that fraction of the SXM5's 3,350.
+        p.hw.loss_mem_bw_GBps = 1347;
+        p.sources["loss_mem_bw_GBps"] =
+            "linkedin/Liger-Kernel benchmark/data/h100_all_benchmark_data.csv @ "
+            "3534d4461ca89319e29c890c1a4c20cb2a615d5f (2025-01-25, liger 0.5.2, 'NVIDIA H100 NVL'): cross_entropy, "
+            "huggingface (torch.nn.CrossEntropyLoss, fp32 "
+            "logits 16384 x 131072), full: 32.5475 ms; at the planner's 24 bytes per logit 51.54 GB / 32.5475 ms = "
+            "1,584 GB/s, 40.2% of the H100 NVL's 3,938 GB/s datasheet figure, at that fraction of the H100 SXM5's "
+            "3,350: 1,347 GB/s (no SXM5 row); flash-attn's xentropy kernel and the casts taken at this rate";
+        p.hw.norm_mem_bw_GBps = 1694;
+        p.sources["norm_mem_bw_GBps"] =
+            std::string(kLiger) +
+            "layer_norm, huggingface (torch.nn.LayerNorm, fp32), full (forward + backward), M 4096 x N 16384, "
+            "NVIDIA H100 80GB HBM3, 2025-07-17, liger 0.6.0: 0.9506 ms; at the planner's 6 elements per norm "
+            "element (forward 2, backward 4) 1.611 GB / 0.9506 ms = 1,694 GB/s (51% of 3,350); for kernels = fused "
+            "and, standing in for torchtitan's Triton fused_rmsnorm, eager-fused-norm";
+        // torchtitan's RMSNorm as eager ops on an H100 NVL (3,938 GB/s datasheet), counted as on the a100
+        // (108 B x 2048 x 32768 = 7.248 GB) in 4.2541 ms = 1,704 GB/s, 43.3% of its datasheet figure; at that
+        // fraction of the SXM5's 3,350 (no SXM5 row of the eager chain).
+        p.hw.eager_norm_mem_bw_GBps = 1449;
+        p.sources["eager_norm_mem_bw_GBps"] =
+            "linkedin/Liger-Kernel benchmark/data/h100_all_benchmark_data.csv @ "
+            "3534d4461ca89319e29c890c1a4c20cb2a615d5f (2025-01-25, liger 0.5.2, 'NVIDIA H100 NVL'): rms_norm, "
+            "huggingface (LlamaRMSNorm as eager ops, fp32 weight, bf16 input, as on the a100 profile), full "
+            "(forward + backward), M 2048 x H 32768: 4.2541 ms; at the planner's 108 bytes per element (36 forward, "
+            "72 backward) 7.248 GB / 4.2541 ms = 1,704 GB/s, 43.3% of the H100 NVL's 3,938 GB/s datasheet figure, "
+            "at that fraction of the H100 SXM5's 3,350: 1,449 GB/s (all_benchmark_data.csv @ "
+            "2120862ba532c9449e72d603ba6324310ae756e7 has no H100 SXM5 row of it). The benchmark's fp32 weight moves "
+            "more than the planner counts for torchtitan's bf16 one (see the a100 profile): the rate is a floor";
+        // SwiGLU as eager ops, forward and backward: 5 bf16 elements per output element forward
+        // (llama_layer_eager_traffic_bytes' 5e F/t), backward twice that: 30 B x 2048 x 4 x 32768 = 8.053 GB in
+        // 4.5732 ms.
+        p.hw.elementwise_mem_bw_GBps = 1761;
+        p.sources["elementwise_mem_bw_GBps"] =
+            std::string(kLiger) +
+            "megatron_swiglu, torch (F.silu(y_1) * y_2, eager), full (forward + backward), bf16 [2048, 4, 2 x "
+            "32768], NVIDIA H100 80GB HBM3, 2026-07-26, liger 0.8.1: 4.5732 ms; at the planner's 5 elements per "
+            "output forward (silu reads and writes, the product reads two and writes), backward twice that, "
+            "8.053 GB / 4.5732 ms = 1,761 GB/s (53% of 3,350); the residual adds, RoPE, casts and copies taken at "
+            "this eager kernel's rate";
       }
       // FlashAttention's rate where its papers give one (one figure for the
       // forward and backward: the sources give no split).
@@ -356,6 +475,16 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.sources["mem_bw_GBps"] =
           std::string(kGt) + " (2.4 TB/s peak) at the fraction of the datasheet figure an H100 SXM5 achieves "
                              "(mikamirai.com/blog/gpu-memory-bandwidth, Nsight Compute: 2.8 of 3.35 TB/s, 84%)";
+      // The kinds' measured rates at the same fraction of the HBM rate.
+      for (auto [k, v] : std::initializer_list<std::pair<const char*, double*>>{
+               {"norm_mem_bw_GBps", &p.hw.norm_mem_bw_GBps}, {"elementwise_mem_bw_GBps", &p.hw.elementwise_mem_bw_GBps},
+               {"loss_mem_bw_GBps", &p.hw.loss_mem_bw_GBps}, {"softmax_mem_bw_GBps", &p.hw.softmax_mem_bw_GBps},
+               {"eager_norm_mem_bw_GBps", &p.hw.eager_norm_mem_bw_GBps}})
+        if (*v > 0) {
+          *v *= 2400 / 3350.0;
+          p.sources[k] = std::string(kGt) + " (2.4 TB/s peak) at the fraction of the datasheet figure an H100 SXM5 "
+                                            "reaches in this kind's benchmark: " + p.sources[k];
+        }
       p.gemm_achievable_tflops_bf16 = bf16 * 794.5 / 989.4;
       p.sources["gemm_achievable_tflops_bf16"] =
           std::string(kMamf) + "NVIDIA H100 SXM 794.5 TFLOPS, 80.3% of 989: the same fraction of this part's peak";
@@ -388,6 +517,16 @@ const std::vector<MachineProfile>& builtin_machines() {
           "... in PyTorch, which calls CuBLAS: 258 Teraflops' on an A100 (400 W) with torch.randn inputs (one "
           "shape, whose 256x128 tiles fill 18.96 of 19 waves on 108 SMs, not a search: part of the gap to "
           "mamf-finder's 271.2 may be the shape)";
+      // The norms the Megatron-LM runs of 2021-2022 ran: apex's FusedLayerNorm
+      // (kernels = fused), forward 2 elements, backward 4 (layer_norm_traffic_bytes)
+      // x 16384 x 1024 x 2 B = 201.3 MB in 0.0751 + 0.1762 ms.
+      p.hw.norm_mem_bw_GBps = 801;
+      p.sources["norm_mem_bw_GBps"] =
+          "github.com/NVIDIA/apex/pull/1037 ('fast layer norm', 2021-01-27): 'Performance for B=32, S=512 on GA100 "
+          "- current APEX affine LN kernels ... [APEX FWD] Time: 0.0751ms Throughput: 895.7822 GB/sec / [APEX BWD] "
+          "Time: 0.1762ms Throughput: 572.1678 GB/sec' (fp16; the GB/s imply hidden 1024); at the planner's 6 "
+          "elements per norm element (forward 2, backward 4) 201.3 MB / 0.2513 ms = 801 GB/s (39% of 2,039; the "
+          "PR does not say which A100): the apex FusedLayerNorm of Megatron-LM's PTD-P and Korthikanti runs";
       m.push_back(p);
     }
     // Per-step collective latency (Hardware::latency_us, latency_inter_us):
@@ -576,7 +715,8 @@ const std::vector<std::string>& profile_figures() {
       "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps",
       "latency_us", "latency_inter_us", "latency_call_us", "gemm_efficiency", "memory_GB", "ranks_per_node", "wake_us",
       "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails", "oversubscription",
-      "leaf_nodes", "flash_attention_tflops_bf16", "overlap_compute_slowdown", "host_op_us"};
+      "leaf_nodes", "flash_attention_tflops_bf16", "overlap_compute_slowdown", "host_op_us", "norm_mem_bw_GBps",
+      "softmax_mem_bw_GBps", "loss_mem_bw_GBps", "elementwise_mem_bw_GBps", "eager_norm_mem_bw_GBps"};
   return v;
 }
 
@@ -628,6 +768,18 @@ MachineProfile load_machine(const std::string& what) {
           r.source() + ": machine.flash_attention_tflops_bf16 exceeds machine.peak_tflops_bf16");
   m.hw.overlap_compute_slowdown = r.get<double>("machine.overlap_compute_slowdown", 0.0, Bounds::closed(0, 10));
   m.hw.host_op_us = r.get<double>("machine.host_op_us", 0.0, Bounds::closed(0, 1e6));
+  // The memory-bound kernels by kind (Hardware::norm_mem_bw_GBps ...; 0 or
+  // absent: mem_bw_GBps).
+  for (const auto& [k, v] : std::initializer_list<std::pair<const char*, double*>>{
+           {"norm_mem_bw_GBps", &m.hw.norm_mem_bw_GBps},
+           {"softmax_mem_bw_GBps", &m.hw.softmax_mem_bw_GBps},
+           {"loss_mem_bw_GBps", &m.hw.loss_mem_bw_GBps},
+           {"elementwise_mem_bw_GBps", &m.hw.elementwise_mem_bw_GBps},
+           {"eager_norm_mem_bw_GBps", &m.hw.eager_norm_mem_bw_GBps}}) {
+    const std::string key = std::string("machine.") + k;
+    *v = r.get<double>(key, 0.0, bw);
+    require(!given.count(k) || *v > 0, r.source() + ": " + key + " must be > 0 (leave it out to use mem_bw_GBps)");
+  }
   m.hw.gemm_units = r.get<int>("machine.gemm_units", 0, Bounds::closed(0, 1 << 20));
   m.hw.gemm_tile_m = r.get<int>("machine.gemm_tile_m", 0, Bounds::closed(0, 1 << 16));
   m.hw.gemm_tile_n = r.get<int>("machine.gemm_tile_n", 0, Bounds::closed(0, 1 << 16));
@@ -792,6 +944,11 @@ std::string machine_toml(const MachineProfile& m) {
   if (m.flash_attention_tflops_bf16 > 0) num("machine.flash_attention_tflops_bf16", m.flash_attention_tflops_bf16);
   if (m.hw.overlap_compute_slowdown > 0) num("machine.overlap_compute_slowdown", m.hw.overlap_compute_slowdown);
   if (m.hw.host_op_us > 0) num("machine.host_op_us", m.hw.host_op_us);
+  if (m.hw.norm_mem_bw_GBps > 0) num("machine.norm_mem_bw_GBps", m.hw.norm_mem_bw_GBps);
+  if (m.hw.softmax_mem_bw_GBps > 0) num("machine.softmax_mem_bw_GBps", m.hw.softmax_mem_bw_GBps);
+  if (m.hw.loss_mem_bw_GBps > 0) num("machine.loss_mem_bw_GBps", m.hw.loss_mem_bw_GBps);
+  if (m.hw.elementwise_mem_bw_GBps > 0) num("machine.elementwise_mem_bw_GBps", m.hw.elementwise_mem_bw_GBps);
+  if (m.hw.eager_norm_mem_bw_GBps > 0) num("machine.eager_norm_mem_bw_GBps", m.hw.eager_norm_mem_bw_GBps);
   if (m.kernel_launch_us > 0) num("machine.kernel_launch_us", m.kernel_launch_us);
   if (m.hw.gemm_units > 0) {
     r.set("machine.gemm_units", m.hw.gemm_units);

@@ -313,6 +313,95 @@ TEST(Machine, ProfileFileReadsStrictly) {
   std::filesystem::remove_all(dir);
 }
 
+// The memory-bound kernels by kind (Hardware::norm_mem_bw_GBps ...): a TOML
+// profile sets them, each with its source on a GPU; 0, negative, NaN or a
+// figure without a source is refused, named; the round trip keeps them; the
+// built-in GPUs name a source (or say "not given") for each.
+TEST(Machine, PerKindMemoryRatesReadStrictly) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_kinds_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string head =
+      "[machine]\nname = \"g\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\ngpu = true\nmem_bw_GBps = 100.0\n"
+      "bw_intra_GBps = 1.0\nbw_inter_GBps = 1.0\nmemory_GB = 1.0\n";
+  const std::string sources =
+      "[machine.sources]\npeak_tflops_bf16 = \"a\"\nmem_bw_GBps = \"a\"\nbw_intra_GBps = \"a\"\n"
+      "bw_inter_GBps = \"a\"\nmemory_GB = \"a\"\n";
+  const auto ok = (dir / "ok.toml").string();
+  std::ofstream(ok) << head << "norm_mem_bw_GBps = 50.0\nsoftmax_mem_bw_GBps = 60.0\nloss_mem_bw_GBps = 70.0\n"
+                    << "elementwise_mem_bw_GBps = 80.0\neager_norm_mem_bw_GBps = 40.0\n" << sources
+                    << "norm_mem_bw_GBps = \"n\"\nsoftmax_mem_bw_GBps = \"s\"\nloss_mem_bw_GBps = \"l\"\n"
+                    << "elementwise_mem_bw_GBps = \"e\"\neager_norm_mem_bw_GBps = \"en\"\n";
+  const MachineProfile m = load_machine(ok);
+  EXPECT_DOUBLE_EQ(m.hw.norm_mem_bw_GBps, 50);
+  EXPECT_DOUBLE_EQ(m.hw.softmax_mem_bw_GBps, 60);
+  EXPECT_DOUBLE_EQ(m.hw.loss_mem_bw_GBps, 70);
+  EXPECT_DOUBLE_EQ(m.hw.elementwise_mem_bw_GBps, 80);
+  EXPECT_DOUBLE_EQ(m.hw.eager_norm_mem_bw_GBps, 40);
+  EXPECT_EQ(m.sources.at("eager_norm_mem_bw_GBps"), "en");
+  EXPECT_EQ(m.sources.at("norm_mem_bw_GBps"), "n");
+  EXPECT_EQ(m.sources.at("elementwise_mem_bw_GBps"), "e");
+  // A built-in profile written out and read back keeps its kinds and their sources.
+  const auto again = (dir / "again.toml").string();
+  std::ofstream(again) << machine_toml(load_machine("h100"));
+  const MachineProfile back = load_machine(again);
+  EXPECT_DOUBLE_EQ(back.hw.norm_mem_bw_GBps, load_machine("h100").hw.norm_mem_bw_GBps);
+  EXPECT_DOUBLE_EQ(back.hw.elementwise_mem_bw_GBps, load_machine("h100").hw.elementwise_mem_bw_GBps);
+  EXPECT_EQ(back.sources.at("norm_mem_bw_GBps"), load_machine("h100").sources.at("norm_mem_bw_GBps"));
+  EXPECT_DOUBLE_EQ(back.hw.eager_norm_mem_bw_GBps, load_machine("h100").hw.eager_norm_mem_bw_GBps);
+  EXPECT_EQ(back.sources.at("eager_norm_mem_bw_GBps"), load_machine("h100").sources.at("eager_norm_mem_bw_GBps"));
+  // And a figure of one's own (here on the b200, which cites none) survives its round trip.
+  MachineProfile own = load_machine("b200");
+  own.hw.eager_norm_mem_bw_GBps = 40;
+  own.sources["eager_norm_mem_bw_GBps"] = "en";
+  const auto twice = (dir / "twice.toml").string();
+  std::ofstream(twice) << machine_toml(own);
+  EXPECT_DOUBLE_EQ(load_machine(twice).hw.eager_norm_mem_bw_GBps, 40);
+  EXPECT_EQ(load_machine(twice).sources.at("eager_norm_mem_bw_GBps"), "en");
+  // Absent: 0, the average's rate (as before the kinds).
+  const auto plain = (dir / "plain.toml").string();
+  std::ofstream(plain) << head << sources;
+  EXPECT_EQ(load_machine(plain).hw.norm_mem_bw_GBps, 0);
+  EXPECT_EQ(load_machine(plain).hw.eager_norm_mem_bw_GBps, 0);
+  expect_refused(dir, head,
+                 {{"norm_mem_bw_GBps = 0.0\n" + sources + "norm_mem_bw_GBps = \"n\"\n", "machine.norm_mem_bw_GBps"},
+                  {"softmax_mem_bw_GBps = -5.0\n" + sources + "softmax_mem_bw_GBps = \"n\"\n",
+                   "machine.softmax_mem_bw_GBps"},
+                  {"loss_mem_bw_GBps = nan\n" + sources + "loss_mem_bw_GBps = \"n\"\n", "machine.loss_mem_bw_GBps"},
+                  {"elementwise_mem_bw_GBps = \"fast\"\n" + sources, "machine.elementwise_mem_bw_GBps"},
+                  {"elementwise_mem_bw_GBps = 80.0\n" + sources, "machine.elementwise_mem_bw_GBps has no source"},
+                  {"norm_mem_bw_GBps = 50.0\n" + sources + "norm_mem_bw_GBps = \"\"\n",
+                   "machine.sources.norm_mem_bw_GBps is empty"},
+                  {"eager_norm_mem_bw_GBps = 0.0\n" + sources + "eager_norm_mem_bw_GBps = \"n\"\n",
+                   "machine.eager_norm_mem_bw_GBps"},
+                  {"eager_norm_mem_bw_GBps = -1.0\n" + sources + "eager_norm_mem_bw_GBps = \"n\"\n",
+                   "machine.eager_norm_mem_bw_GBps"},
+                  {"eager_norm_mem_bw_GBps = \"slow\"\n" + sources, "machine.eager_norm_mem_bw_GBps"},
+                  {"eager_norm_mem_bw_GBps = 40.0\n" + sources, "machine.eager_norm_mem_bw_GBps has no source"}});
+  for (const MachineProfile& p : builtin_machines())
+    for (const char* k : {"norm_mem_bw_GBps", "softmax_mem_bw_GBps", "loss_mem_bw_GBps", "elementwise_mem_bw_GBps",
+                          "eager_norm_mem_bw_GBps"})
+      EXPECT_TRUE(p.sources.count(k) && !p.sources.at(k).empty()) << p.name() << "'s " << k << " has no source";
+  // The built-in figures: only where a kernel benchmark on the device is cited.
+  const MachineProfile& a100 = load_machine("a100");
+  // The norms by era and kernel: torch's LayerNorm on the a100 and h100
+  // (fused), apex's FusedLayerNorm on the a100-2022 (Megatron-LM's runs), the
+  // eager RMSNorm chain's own (the h100's at the NVL's fraction of HBM,
+  // scaled again to the 96 GB part's 2.4 TB/s).
+  EXPECT_DOUBLE_EQ(a100.hw.norm_mem_bw_GBps, 993);
+  EXPECT_DOUBLE_EQ(a100.hw.eager_norm_mem_bw_GBps, 1049);
+  EXPECT_DOUBLE_EQ(a100.hw.elementwise_mem_bw_GBps, 1684);
+  EXPECT_NE(a100.sources.at("eager_norm_mem_bw_GBps").find("rms_norm, huggingface"), std::string::npos);
+  const MachineProfile& a100_2022 = load_machine("a100-2022");
+  EXPECT_DOUBLE_EQ(a100_2022.hw.norm_mem_bw_GBps, 801);
+  EXPECT_NE(a100_2022.sources.at("norm_mem_bw_GBps").find("apex/pull/1037"), std::string::npos);
+  EXPECT_DOUBLE_EQ(load_machine("h100").hw.norm_mem_bw_GBps, 1694);
+  EXPECT_DOUBLE_EQ(load_machine("h100").hw.eager_norm_mem_bw_GBps, 1449);
+  EXPECT_DOUBLE_EQ(load_machine("h100-96gb-500w").hw.eager_norm_mem_bw_GBps, 1449 * 2400 / 3350.0);
+  EXPECT_EQ(load_machine("h100").hw.softmax_mem_bw_GBps, 0);  // no H100 softmax benchmark cited
+  EXPECT_EQ(load_machine("b200").hw.norm_mem_bw_GBps, 0);
+  std::filesystem::remove_all(dir);
+}
+
 // A GPU's kernels keep their own workspaces: a plan on a built-in GPU holds
 // none of the CPU kernels' (bf16's GEMM staging, the attention scores), and
 // equals what a rank on a device allocates (MicrobatchRunner, and the

@@ -254,11 +254,18 @@ int64_t llama_layer_traffic_bytes(const ModelConfig& m, const ActivationShape& x
   return layer_shared_traffic_bytes(x) + 3 * split * tokens * x.elem_bytes;
 }
 
+namespace {
+// One eager RMSNorm's bytes per element forward (llama_layer_eager_traffic_bytes).
+int64_t eager_norm_bytes(int64_t e, bool fused_norm) {
+  return fused_norm ? 2 * e : (e + 4) + 8 + 4 + 8 + (4 + e) + 2 * e;
+}
+}  // namespace
+
 int64_t llama_layer_eager_traffic_bytes(const ModelConfig& m, const ActivationShape& x, bool fused_norm) {
   const int64_t t = x.tp, tokens = x.s / x.cp * x.b, e = x.elem_bytes;
   const int64_t kv = llama_kv_heads_per_rank(m, x.tp) * m.head_size(), F = m.ffn, q = x.h / t;
   const int64_t hn = x.sp ? x.h / t : x.h;  // what the norms and adds see
-  const int64_t norm = fused_norm ? 2 * e : (e + 4) + 8 + 4 + 8 + (4 + e) + 2 * e;
+  const int64_t norm = eager_norm_bytes(e, fused_norm);
   const int64_t fwd = 2 * norm * hn + 2 * 3 * e * hn + (16 + 2 * e) * (q + kv) + (kv < q ? 2 * e * (kv + q) : 0) +
                       2 * e * q + 5 * e * F / t + 2 * x.a * x.s / t * e;
   return 3 * fwd * tokens;
@@ -266,7 +273,7 @@ int64_t llama_layer_eager_traffic_bytes(const ModelConfig& m, const ActivationSh
 
 int64_t head_eager_traffic_bytes(const ActivationShape& x, int64_t vocab, bool fused_norm) {
   const int64_t tokens = x.s / x.cp * x.b, e = x.elem_bytes;
-  const int64_t norm = fused_norm ? 2 * e : (e + 4) + 8 + 4 + 8 + (4 + e) + 2 * e, hn = x.sp ? x.h / x.tp : x.h;
+  const int64_t norm = eager_norm_bytes(e, fused_norm), hn = x.sp ? x.h / x.tp : x.h;
   const int64_t v = (vocab + x.tp - 1) / x.tp;
   return (3 * norm * hn + ((e + 4) + 8 + 4 + 12 + (4 + e)) * v) * tokens;
 }
@@ -361,6 +368,38 @@ int64_t embedding_traffic_bytes(const ActivationShape& x) {
   // With dropout its output goes through one more kernel: read, write and a
   // 1-byte mask forward; gradient and mask read, gradient written backward.
   return (5 * hn * e + (x.dropout ? 2 * (2 * e + 1) * hn : 0)) * tokens;
+}
+
+int64_t layer_norm_traffic_bytes(const ActivationShape& x) {
+  return 3 * layer_norm_forward_traffic_bytes(x);
+}
+
+int64_t layer_norm_forward_traffic_bytes(const ActivationShape& x) {
+  const int64_t tokens = x.s / x.cp * x.b, hn = x.sp ? x.h / x.tp : x.h;
+  return 2 * 2 * hn * x.elem_bytes * tokens;
+}
+
+int64_t llama_layer_eager_norm_traffic_bytes(const ActivationShape& x, bool fused_norm) {
+  const int64_t tokens = x.s / x.cp * x.b, hn = x.sp ? x.h / x.tp : x.h;
+  return 3 * 2 * eager_norm_bytes(x.elem_bytes, fused_norm) * hn * tokens;
+}
+
+int64_t head_norm_traffic_bytes(const ActivationShape& x) {
+  const int64_t tokens = x.s / x.cp * x.b, hn = x.sp ? x.h / x.tp : x.h;
+  return 6 * hn * x.elem_bytes * tokens;
+}
+
+int64_t head_eager_norm_traffic_bytes(const ActivationShape& x, bool fused_norm) {
+  const int64_t tokens = x.s / x.cp * x.b, hn = x.sp ? x.h / x.tp : x.h;
+  return 3 * eager_norm_bytes(x.elem_bytes, fused_norm) * hn * tokens;
+}
+
+int64_t scores_softmax_traffic_bytes(const ActivationShape& x) {
+  return 3 * scores_softmax_forward_traffic_bytes(x);
+}
+
+int64_t scores_softmax_forward_traffic_bytes(const ActivationShape& x) {
+  return (x.a * x.s / x.tp) * (x.s / x.cp * x.b) * 2 * x.elem_bytes;
 }
 
 }  // namespace pb::planner

@@ -288,4 +288,20 @@ int64_t megatron_batch_traffic_bytes(int64_t b, int64_t s, bool head);
 int64_t head_flash_xentropy_traffic_bytes(const ActivationShape& x, int64_t vocab, bool train_metrics);
 int64_t embedding_traffic_bytes(const ActivationShape& x);
 
+// The traffic by kind (RankBytes): of layer_traffic_bytes and
+// llama_layer_traffic_bytes, the two norms' (2h forward each, 12h per local
+// token with backward; of layer_shared_traffic_bytes) and of
+// layer_forward_traffic_bytes theirs (4h); of llama_layer_eager_traffic_bytes
+// the two RMSNorms' (its `norm` bytes per element forward, three times that
+// with backward); of the heads the final norm's (head_traffic_bytes' 6h, the
+// eager head's 3 x norm). The scores' softmax alone (6e per score, 2e
+// forward), without the attention dropout layer_softmax_traffic_bytes adds.
+int64_t layer_norm_traffic_bytes(const ActivationShape& x);
+int64_t layer_norm_forward_traffic_bytes(const ActivationShape& x);
+int64_t llama_layer_eager_norm_traffic_bytes(const ActivationShape& x, bool fused_norm = false);
+int64_t head_norm_traffic_bytes(const ActivationShape& x);
+int64_t head_eager_norm_traffic_bytes(const ActivationShape& x, bool fused_norm = false);
+int64_t scores_softmax_traffic_bytes(const ActivationShape& x);
+int64_t scores_softmax_forward_traffic_bytes(const ActivationShape& x);
+
 }  // namespace pb::planner

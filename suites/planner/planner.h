@@ -137,6 +137,23 @@ struct Hardware {
   // more than DDP at dp1 would plan 11 ms more per step, against 3 ms
   // measured; not counted at all, 0 (its step is 29% slower than DDP's).
   double buffer_mem_bw_GBps = 0;
+  // A device's memory-bound kernels by kind, each at its own achieved rate
+  // where a kernel-level microbenchmark gives one (0: mem_bw_GBps, a
+  // streaming read's): the LayerNorms / RMSNorms (forward and backward, with
+  // their reductions), the attention scores' softmax, the loss (cross entropy
+  // over the vocabulary with its casts), and every other elementwise kernel
+  // (residual and bias adds, GeLU / SwiGLU, dropout, RoPE, copies, casts,
+  // embedding, masks); RankBytes splits the traffic so (planner_parts.h).
+  // norm_mem_bw_GBps and shared_mem_bw_GBps (a CPU calibration's rate for the
+  // norms and adds together) exclude each other.
+  // The norms by the kernel the plan runs (PlanInput::eager_kernels,
+  // fused_norm): one fused kernel forward and one backward (Megatron-LM's apex
+  // FusedLayerNorm, torch's LayerNorm, torchtitan's Triton fused_rmsnorm) at
+  // norm_mem_bw_GBps; an RMSNorm as eager ops (torchtitan's RMSNorm, whose
+  // bytes llama_layer_eager_norm_traffic_bytes counts op by op) at
+  // eager_norm_mem_bw_GBps (0: mem_bw_GBps; it too excludes shared_mem_bw_GBps).
+  double norm_mem_bw_GBps = 0, softmax_mem_bw_GBps = 0, loss_mem_bw_GBps = 0, elementwise_mem_bw_GBps = 0;
+  double eager_norm_mem_bw_GBps = 0;
   // Measured over modeled compute (> 0): a training step of the model timed on
   // this machine over the estimate of the same step from the rates above; it
   // scales compute (the kernels' rates in isolation miss what a step adds: caches
@@ -480,6 +497,13 @@ struct PlanResult {
   double memory_bytes = 0;           // non-GEMM bytes per step on the rank that sets the pace: the slowest
                                      // pipeline stage (GEMMs and these together), else the worst rank (needs a shape)
   double memory_s = 0;               // memory_bytes / mem_bw (0 without a bandwidth); part of compute_s
+  // Of memory_bytes, by kind (Hardware::norm_mem_bw_GBps ...): the norms', the
+  // scores' softmax's (not a measured attention core's), the loss's, the
+  // optimizer step's and the data-parallel buffers'; the rest elementwise.
+  // memory_norm_bytes the norms run as one kernel each way, memory_eager_norm_bytes
+  // those run as eager ops (Hardware::eager_norm_mem_bw_GBps).
+  double memory_norm_bytes = 0, memory_eager_norm_bytes = 0, memory_softmax_bytes = 0, memory_loss_bytes = 0,
+         memory_optimizer_bytes = 0, memory_buffer_bytes = 0;
   double buffer_s = 0;               // of memory_s, the data-parallel buffers' at their own rate
                                      // (Hardware::buffer_mem_bw_GBps), which compute_scale leaves alone
   double corun = 1;                  // compute's factor for a node's ranks side by side (Hardware::corun_scale)

@@ -485,34 +485,62 @@ RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanRes
                                                       : llama_layer_traffic_bytes(mc, x)) *
                                    recompute
                              : double(layer_traffic_bytes(x)) + (rerun ? double(layer_forward_traffic_bytes(x)) : 0.0);
-  if (in.recompute == Recompute::selective)  // never with the other two (plan() refuses op with any)
+  // Its kinds (RankBytes): the norms' and the scores' softmax's, rerun alike.
+  const double norm_layer =
+      mc.llama() ? double(in.eager_kernels ? llama_layer_eager_norm_traffic_bytes(x, in.fused_norm)
+                                           : layer_norm_traffic_bytes(x)) *
+                       recompute
+                 : double(layer_norm_traffic_bytes(x)) + (rerun ? double(layer_norm_forward_traffic_bytes(x)) : 0.0);
+  double softmax_layer = mc.llama() ? double(scores_softmax_traffic_bytes(x)) * recompute
+                                    : double(scores_softmax_traffic_bytes(x)) +
+                                          (rerun ? double(scores_softmax_forward_traffic_bytes(x)) : 0.0);
+  if (in.recompute == Recompute::selective) {  // never with the other two (plan() refuses op with any)
     layer += double(layer_softmax_forward_traffic_bytes(x));
+    softmax_layer += double(scores_softmax_forward_traffic_bytes(x));
+  }
   const double shared_layer =
       double(layer_shared_traffic_bytes(x)) + (rerun ? double(layer_shared_forward_traffic_bytes(x)) : 0.0);
-  double per_micro = 0, shared = 0;
+  // The llama family's RMSNorms as eager ops (no fused kernel, no Triton one):
+  // their bytes are counted op by op, and timed at the eager chain's rate.
+  const bool eager_norms = mc.llama() && in.eager_kernels && !in.fused_norm;
+  double per_micro = 0, shared = 0, norm = 0, softmax = 0, loss = 0, eager_norm = 0;
   for (int c = 0; c < pipe.part.v; ++c) {
     const pipeline::StageSlice& sl = pipe.part.at(rank, c);
     per_micro += double(sl.num_blocks) * layer;
     shared += double(sl.num_blocks) * shared_layer;
+    (eager_norms ? eager_norm : norm) += double(sl.num_blocks) * norm_layer;
+    softmax += double(sl.num_blocks) * softmax_layer;
     per_micro += double(moe_blocks(mc, sl)) * double(moe_layer_extra_traffic_bytes(x, mc.moe)) * recompute;
     if (sl.embedding) per_micro += double(embedding_traffic_bytes(x));
     // Megatron-LM's forward_step builds the batch and masks for every chunk.
     if (in.train_loop == TrainLoop::megatron_lm)
       per_micro += double(megatron_batch_traffic_bytes(in.microbatch_size, r.seq, sl.head));
-    if (sl.head)
-      per_micro += double(
+    if (sl.head) {
+      const bool eager_head = in.loss == LossKernel::fused && in.eager_kernels && mc.llama();
+      const int64_t head =
           in.loss == LossKernel::megatron_fp32 ? head_megatron_traffic_bytes(x, mc.V)
           : in.loss != LossKernel::fused
               ? head_flash_xentropy_traffic_bytes(x, mc.V, in.loss == LossKernel::composer_flash_xentropy)
-          : in.eager_kernels && mc.llama() ? head_eager_traffic_bytes(x, mc.V, in.fused_norm)
-                                           : head_traffic_bytes(x, mc.V));
+          : eager_head ? head_eager_traffic_bytes(x, mc.V, in.fused_norm)
+                       : head_traffic_bytes(x, mc.V);
+      // The head's final norm; the rest of it is the loss over the vocabulary:
+      // a cross-entropy kernel's (torch's log_softmax and nll_loss, flash-attn's
+      // xentropy) except Megatron-LM's, a chain of eager elementwise ops and
+      // reductions (max, sub_, exp, sum, div_, mul_: elementwise).
+      const int64_t head_norm =
+          eager_head ? head_eager_norm_traffic_bytes(x, in.fused_norm) : head_norm_traffic_bytes(x);
+      per_micro += double(head);
+      (eager_head && eager_norms ? eager_norm : norm) += double(head_norm);
+      if (in.loss != LossKernel::megatron_fp32) loss += double(head - head_norm);
+    }
   }
   const dp::BytesPerParam b = dp::bytes_per_param(in.precision);
   const double stepped = double(r.stages[size_t(rank)].optimizer) / double(b.optimizer);  // updated on the device
   const double per_param = double(optimizer_step_bytes(in.optimizer_step, in.precision));
   const double buffer = double(r.stages[size_t(rank)].local_traffic);
-  return {per_micro * double(r.microbatches) + stepped * per_param + buffer, shared * double(r.microbatches),
-          stepped * per_param, buffer};
+  const double mb = double(r.microbatches);
+  return {per_micro * mb + stepped * per_param + buffer, shared * mb, stepped * per_param, buffer,
+          norm * mb, softmax * mb, loss * mb, eager_norm * mb};
 }
 
 }  // namespace pb::planner::parts

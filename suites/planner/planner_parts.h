@@ -73,9 +73,17 @@ std::vector<int64_t> plan_memory(const PlanInput& in, const dp::DataAxis& axis, 
 // (one more forward of them under full recomputation), embedding and head,
 // and its optimizer step over the parameters it updates on the device; and
 // of those, the layers' LayerNorms and residual adds and the optimizer step's
-// (each timed at its own rate).
+// (each timed at its own rate). By kind (Hardware::norm_mem_bw_GBps ...), of
+// total: the norms' (every LayerNorm / RMSNorm, the head's included), the
+// scores' softmax's (without its dropout), the loss's (the head's traffic
+// over the vocabulary in a cross-entropy kernel: not Megatron-LM's chain of
+// elementwise ops), the optimizer's and the buffers'; what is left of
+// total is elementwise. shared overlaps norm (it holds the norms and adds).
+// The norms run as eager ops (torchtitan's RMSNorm: PlanInput::eager_kernels
+// without fused_norm) are eager_norm, not norm (Hardware::eager_norm_mem_bw_GBps).
 struct RankBytes {
   double total = 0, shared = 0, optimizer = 0, buffer = 0;
+  double norm = 0, softmax = 0, loss = 0, eager_norm = 0;
 };
 RankBytes rank_memory_bytes(const PlanInput& in, const Pipe& pipe, const PlanResult& r, int rank);
 

@@ -134,14 +134,29 @@ namespace {
 double buffer_time(const Hardware& hw, const RankBytes& b) {
   return hw.mem_bw_GBps > 0 && hw.buffer_mem_bw_GBps > 0 ? b.buffer / (hw.buffer_mem_bw_GBps * 1e9) : 0.0;
 }
+// With a per-kind rate (Hardware::norm_mem_bw_GBps ...), every kind at its
+// own (RankBytes): the norms (those run as eager ops at theirs), the softmax,
+// the loss, the optimizer step, the buffers and the elementwise rest, each at
+// mem_bw_GBps where the profile gives none. Without one exactly as above.
 double memory_time(const Hardware& hw, const RankBytes& b) {
   if (!(hw.mem_bw_GBps > 0)) return 0.0;
   const double mem = hw.mem_bw_GBps * 1e9;
   const double shared = hw.shared_mem_bw_GBps > 0 ? b.shared : 0,
                opt = hw.optimizer_mem_bw_GBps > 0 ? b.optimizer : 0,
                buf = hw.buffer_mem_bw_GBps > 0 ? b.buffer : 0;
-  return (b.total - shared - opt - buf) / mem + (shared > 0 ? shared / (hw.shared_mem_bw_GBps * 1e9) : 0) +
-         (opt > 0 ? opt / (hw.optimizer_mem_bw_GBps * 1e9) : 0) + buffer_time(hw, b);
+  if (!(hw.norm_mem_bw_GBps > 0 || hw.softmax_mem_bw_GBps > 0 || hw.loss_mem_bw_GBps > 0 ||
+        hw.elementwise_mem_bw_GBps > 0 || hw.eager_norm_mem_bw_GBps > 0))
+    return (b.total - shared - opt - buf) / mem + (shared > 0 ? shared / (hw.shared_mem_bw_GBps * 1e9) : 0) +
+           (opt > 0 ? opt / (hw.optimizer_mem_bw_GBps * 1e9) : 0) + buffer_time(hw, b);
+  const auto at = [&](double bytes, double GBps) { return bytes / (GBps > 0 ? GBps * 1e9 : mem); };
+  // A calibration's shared rate holds the norms (plan() refuses both).
+  const double norm = shared > 0 ? 0 : b.norm, eager_norm = shared > 0 ? 0 : b.eager_norm;
+  const double elementwise = b.total - shared - norm - eager_norm - b.softmax - b.loss - b.optimizer - b.buffer;
+  return at(std::max(0.0, elementwise), hw.elementwise_mem_bw_GBps) +
+         (shared > 0 ? at(shared, hw.shared_mem_bw_GBps) : 0) + at(norm, hw.norm_mem_bw_GBps) +
+         at(eager_norm, hw.eager_norm_mem_bw_GBps) +
+         at(b.softmax, hw.softmax_mem_bw_GBps) + at(b.loss, hw.loss_mem_bw_GBps) +
+         at(b.optimizer, hw.optimizer_mem_bw_GBps) + at(b.buffer, hw.buffer_mem_bw_GBps);
 }
 
 // What one pipeline stage computes: its share of the model's FLOPs (times
@@ -175,11 +190,13 @@ StageCost stage_cost(const PlanInput& in, const PlanResult& r, bool attn_timed, 
   const ActivationShape x{in.microbatch_size, r.seq, mc.C, mc.NH, in.tp, in.cp, in.sp, in.dropout,
                           elem_bytes(in.precision)};
   // The scores' kernels and their reruns (rank_memory_bytes) are the core's.
+  const bool again = in.recompute != Recompute::none || in.recompute_even_matmuls;
   c.bytes.total -= double(blocks) * mb *
-                   double(layer_softmax_traffic_bytes(x) +
-                          (in.recompute != Recompute::none || in.recompute_even_matmuls
-                               ? layer_softmax_forward_traffic_bytes(x)
-                               : 0));
+                   double(layer_softmax_traffic_bytes(x) + (again ? layer_softmax_forward_traffic_bytes(x) : 0));
+  c.bytes.softmax = std::max(
+      0.0, c.bytes.softmax - double(blocks) * mb *
+                                 double(scores_softmax_traffic_bytes(x) +
+                                        (again ? scores_softmax_forward_traffic_bytes(x) : 0)));
   return c;
 }
 
@@ -357,6 +374,12 @@ void time_step(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
   const double achieved = peak * r.gemm_efficiency;
   const StageCost pace = pace_stage(in, pipe, r, attn_timed, achieved);
   r.memory_bytes = pace.bytes.total;
+  r.memory_norm_bytes = pace.bytes.norm;
+  r.memory_eager_norm_bytes = pace.bytes.eager_norm;
+  r.memory_softmax_bytes = pace.bytes.softmax;
+  r.memory_loss_bytes = pace.bytes.loss;
+  r.memory_optimizer_bytes = pace.bytes.optimizer;
+  r.memory_buffer_bytes = pace.bytes.buffer;
   r.memory_s = memory_time(in.hw, pace.bytes);
   // The data-parallel buffers' rate was measured as a step streams them
   // (calibrate::measure_memory_bound), so compute_scale, which a DDP step

@@ -1336,6 +1336,126 @@ namespace {
 // fc2, bias-dropout-add) and 24 backward; the optimizer's fused Adam, norm
 // and scale each launch max(ceil(144 tensors / 36), ceil(elements / (320 x
 // 65536))) times, plus 5 scalar ops; plus the step's one synchronization.
+// The memory-bound traffic by kind (RankBytes; Hardware::norm_mem_bw_GBps
+// ...): the norms', the scores' softmax's and the loss's are parts of the
+// counts, hand-computed; a plan's kinds sum within its total; without a
+// per-kind rate the time is exactly as before, and each kind's rate moves
+// the time by its bytes at the new rate less the old.
+TEST(Planner, MemoryBoundKindsSplitTheTraffic) {
+  const ActivationShape x{2, 64, 128, 4, 1, 1, false, false, 2};
+  ActivationShape d = x;
+  d.dropout = true;
+  const int64_t tokens = 2 * 64, scores = 4 * 64 * tokens;
+  EXPECT_EQ(layer_norm_traffic_bytes(x), 3 * 2 * 2 * 128 * 2 * tokens);
+  EXPECT_EQ(scores_softmax_traffic_bytes(d), scores * 3 * 2 * 2);
+  // What is left is elementwise: two residual adds (3h), GELU (8h), the masks and the attention dropout.
+  EXPECT_EQ(layer_traffic_bytes(x) - layer_norm_traffic_bytes(x) - scores_softmax_traffic_bytes(x),
+            3 * (2 * 3 * 128 + 8 * 128) * 2 * tokens);
+  EXPECT_EQ(layer_traffic_bytes(d) - layer_norm_traffic_bytes(d) - scores_softmax_traffic_bytes(d),
+            3 * (2 * 3 * 128 + 8 * 128) * 2 * tokens + 2 * 2 * 128 * tokens + scores * 2 * (2 * 2 + 1));
+  EXPECT_EQ(layer_forward_traffic_bytes(x) - layer_norm_forward_traffic_bytes(x) -
+                scores_softmax_forward_traffic_bytes(x),
+            (2 * 3 * 128 + 8 * 128) * 2 * tokens);
+  EXPECT_EQ(head_traffic_bytes(x, 1000) - head_norm_traffic_bytes(x), 4 * 1000 * 2 * tokens);
+  EXPECT_EQ(head_megatron_traffic_bytes(x, 1000) - head_norm_traffic_bytes(x), 52 * 1000 * tokens);
+  // The eager RMSNorm: 36 bytes per element forward at e = 2; Triton's 4.
+  EXPECT_EQ(llama_layer_eager_norm_traffic_bytes(x), 3 * 2 * 36 * 128 * tokens);
+  EXPECT_EQ(llama_layer_eager_norm_traffic_bytes(x, true), 3 * 2 * 4 * 128 * tokens);
+  EXPECT_EQ(head_eager_traffic_bytes(x, 1000) - head_eager_norm_traffic_bytes(x), 36 * 1000 * tokens);
+
+  PlanInput in = model_input("gpt2-124m", 1, 1, 64);
+  in.recompute = Recompute::full;
+  in.hw = figures({.peak_tflops = 100, .mem_bw_GBps = 10});
+  const PlanResult before = plan(in);
+  EXPECT_GT(before.memory_norm_bytes, 0);
+  EXPECT_GT(before.memory_softmax_bytes, 0);
+  EXPECT_GT(before.memory_loss_bytes, 0);
+  EXPECT_GT(before.memory_optimizer_bytes, 0);
+  const double kinds = before.memory_norm_bytes + before.memory_softmax_bytes + before.memory_loss_bytes +
+                       before.memory_optimizer_bytes + before.memory_buffer_bytes;
+  EXPECT_LT(kinds, before.memory_bytes);  // the rest elementwise
+  EXPECT_DOUBLE_EQ(before.memory_s, before.memory_bytes / 10e9);
+  // Every kind at the average's own rate: the same time.
+  in.hw.norm_mem_bw_GBps = in.hw.softmax_mem_bw_GBps = in.hw.loss_mem_bw_GBps = in.hw.elementwise_mem_bw_GBps = 10;
+  const PlanResult same = plan(in);
+  EXPECT_NEAR(same.memory_s, before.memory_s, 1e-12 * before.memory_s);
+  EXPECT_DOUBLE_EQ(same.memory_bytes, before.memory_bytes);
+  // The norms at 5 GB/s: their bytes take twice as long, nothing else moves.
+  in.hw.softmax_mem_bw_GBps = in.hw.loss_mem_bw_GBps = in.hw.elementwise_mem_bw_GBps = 0;
+  in.hw.norm_mem_bw_GBps = 5;
+  const PlanResult slow = plan(in);
+  EXPECT_NEAR(slow.memory_s - before.memory_s, before.memory_norm_bytes / 10e9, 1e-9 * before.memory_s);
+  EXPECT_GT(slow.step_s, before.step_s);
+  // The loss alone at 20 GB/s saves half its time.
+  in.hw.norm_mem_bw_GBps = 0;
+  in.hw.loss_mem_bw_GBps = 20;
+  EXPECT_NEAR(before.memory_s - plan(in).memory_s, before.memory_loss_bytes / 20e9, 1e-9 * before.memory_s);
+  // A bad rate, and the norms' rate beside a calibration's shared rate: refused, named.
+  in.hw.loss_mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.loss_mem_bw_GBps = 0;
+  in.hw.norm_mem_bw_GBps = 5;
+  in.hw.shared_mem_bw_GBps = 5;
+  try {
+    plan(in);
+    ADD_FAILURE() << "accepted the norms' rate beside the shared rate";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("norm_mem_bw_GBps"), std::string::npos) << e.what();
+  }
+}
+
+// The norms at the rate of the kernel the plan runs (--kernels): fused
+// (one kernel each way) and eager-fused-norm (torchtitan's Triton RMSNorm) at
+// norm_mem_bw_GBps, eager (the RMSNorm as eager ops) at
+// eager_norm_mem_bw_GBps; each kind's bytes by hand (tiny-llama, one
+// microbatch of 16 tokens, no recomputation: two blocks' two norms and the
+// head's final one), and the other rate moves nothing.
+TEST(Planner, NormsTakeTheRateOfTheKernelTheyRun) {
+  PlanInput in = model_input("tiny-llama", 1, 1, 16);
+  in.hw = figures({.peak_tflops = 100, .mem_bw_GBps = 10, .device = true});
+  const ModelConfig& m = *in.shape;
+  const ActivationShape x{1, 16, m.C, m.NH, 1, 1, false, false, 2};
+  struct Case {
+    bool eager, fused_norm;
+    double norm, eager_norm;  // the bytes each kind holds
+  };
+  const double L = double(m.L);
+  const Case cases[] = {
+      {false, false, L * double(layer_norm_traffic_bytes(x)) + double(head_norm_traffic_bytes(x)), 0},
+      {true, false, 0, L * double(llama_layer_eager_norm_traffic_bytes(x)) + double(head_eager_norm_traffic_bytes(x))},
+      {true, true,
+       L * double(llama_layer_eager_norm_traffic_bytes(x, true)) + double(head_eager_norm_traffic_bytes(x, true)), 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.eager ? (c.fused_norm ? "eager-fused-norm" : "eager") : "fused");
+    in.eager_kernels = c.eager;
+    in.fused_norm = c.fused_norm;
+    in.hw.norm_mem_bw_GBps = in.hw.eager_norm_mem_bw_GBps = 0;
+    const PlanResult base = plan(in);
+    EXPECT_DOUBLE_EQ(base.memory_norm_bytes, c.norm);
+    EXPECT_DOUBLE_EQ(base.memory_eager_norm_bytes, c.eager_norm);
+    EXPECT_DOUBLE_EQ(base.memory_s, base.memory_bytes / 10e9);  // no rate of their own: mem_bw_GBps
+    // The fused norms' rate at 5 GB/s: their bytes take twice as long.
+    in.hw.norm_mem_bw_GBps = 5;
+    EXPECT_NEAR(plan(in).memory_s - base.memory_s, c.norm / 10e9, 1e-9 * base.memory_s);
+    // The eager norms' rate at 2 GB/s (beside the fused one's): five times.
+    in.hw.eager_norm_mem_bw_GBps = 2;
+    EXPECT_NEAR(plan(in).memory_s - base.memory_s, c.norm / 10e9 + 4 * c.eager_norm / 10e9, 1e-9 * base.memory_s);
+  }
+  // Refused, named: a bad eager rate, and the eager rate beside a calibration's shared rate.
+  in.hw.norm_mem_bw_GBps = 0;
+  in.hw.eager_norm_mem_bw_GBps = -1;
+  EXPECT_THROW(plan(in), InputError);
+  in.hw.eager_norm_mem_bw_GBps = 5;
+  in.hw.shared_mem_bw_GBps = 5;
+  try {
+    plan(in);
+    ADD_FAILURE() << "accepted the eager norms' rate beside the shared rate";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("eager_norm_mem_bw_GBps"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Planner, HostOverheadOnlyWhereTheHostFallsBehind) {
   EXPECT_EQ(multi_tensor_launches(144, 1e6), 4);
   EXPECT_EQ(multi_tensor_launches(144, 124e6), 6);  // 124e6 / 20971520 = 5.9
