@@ -84,8 +84,11 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
   // A figure typed by hand wins over the profile's measured tables too.
   if (f.hw_flags[0]->count() > 0 || f.hw_flags[4]->count() > 0) hw.gemm_rates.clear(), hw.gemm_achievable_tflops = 0;
   if (f.hw_flags[1]->count() > 0 || f.hw_flags[3]->count() > 0) hw.collectives.clear();
-  // and over its calibrated kernel classes' rates (one rate for all then).
-  if (f.hw_flags[5]->count() > 0) hw.shared_mem_bw_GBps = hw.optimizer_mem_bw_GBps = hw.buffer_mem_bw_GBps = 0;
+  // and over its calibrated kernel classes' and its kernel kinds' rates (one
+  // rate for all then).
+  if (f.hw_flags[5]->count() > 0)
+    hw.shared_mem_bw_GBps = hw.optimizer_mem_bw_GBps = hw.buffer_mem_bw_GBps = hw.norm_mem_bw_GBps =
+        hw.eager_norm_mem_bw_GBps = hw.softmax_mem_bw_GBps = hw.loss_mem_bw_GBps = hw.elementwise_mem_bw_GBps = 0;
   in.hw = hw;
   if (in.ranks_per_node == 0 && f.rpn_flag->count() == 0) in.ranks_per_node = m.ranks_per_node;
 }

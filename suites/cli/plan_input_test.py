@@ -263,6 +263,10 @@ def cases():
         (["plan", "--validate", edited("order_bad.csv", lambda l: add_column(l, "order", "pp-dp"))], 2,
          r"line \d+: order: 'pp-dp' must be tp-cp-dp-pp"),
         (gpt + ["--peak-tflops", "100", "--explain"], 0, r"GEMMs .*of 100 TFLOP/s.*typed by hand: --peak-tflops"),
+        # --mem-bw typed on a profile times every memory-bound kind at it (the profile's per-kind rates go)
+        (gpt + ["--machine", "a100", "--mem-bw", "1000", "--explain"], 0,
+         r"memory-bound .* at 1000 GB/s typed by hand: --mem-bw\n +norms \(fused\) .* at 1000 GB/s \(mem_bw_GBps\)"
+         r".*\n +elementwise .* at 1000 GB/s \(mem_bw_GBps\)"),
         # and a good table plans every row, the median and the signs printed
         (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv")], 0,
          r"8 rows.*median \|error\| [0-9.]+% over 8 rows; worst .*signs: \d+ \+, \d+ -"),
