@@ -1327,15 +1327,6 @@ TEST(Planner, FirstUnitShareAndTheProfilesSlowdown) {
 namespace pb::planner {
 namespace {
 
-// Framework per-op host overhead (Hardware::host_op_us): the host issues a
-// block's ops ahead of the device, so they cost the step only where their
-// issue time exceeds the kernels' device time. Hand-computed: gpt2-124m at a
-// near-infinite peak (device time ~0) and 1 ms per op issues, per block and
-// microbatch, 12 forward ops (norm, QKV, the unfused core's two batched
-// GEMMs and softmax, projection, bias-dropout-add, norm, fc1, bias-GELU,
-// fc2, bias-dropout-add) and 24 backward; the optimizer's fused Adam, norm
-// and scale each launch max(ceil(144 tensors / 36), ceil(elements / (320 x
-// 65536))) times, plus 5 scalar ops; plus the step's one synchronization.
 // The memory-bound traffic by kind (RankBytes; Hardware::norm_mem_bw_GBps
 // ...): the norms', the scores' softmax's and the loss's are parts of the
 // counts, hand-computed; a plan's kinds sum within its total; without a
@@ -1456,6 +1447,15 @@ TEST(Planner, NormsTakeTheRateOfTheKernelTheyRun) {
   }
 }
 
+// Framework per-op host overhead (Hardware::host_op_us): the host issues a
+// block's ops ahead of the device, so they cost the step only where their
+// issue time exceeds the kernels' device time. Hand-computed: gpt2-124m at a
+// near-infinite peak (device time ~0) and 1 ms per op issues, per block and
+// microbatch, 12 forward ops (norm, QKV, the unfused core's two batched
+// GEMMs and softmax, projection, bias-dropout-add, norm, fc1, bias-GELU,
+// fc2, bias-dropout-add) and 24 backward; the optimizer's fused Adam, norm
+// and scale each launch max(ceil(144 tensors / 36), ceil(elements / (320 x
+// 65536))) times, plus 5 scalar ops; plus the step's one synchronization.
 TEST(Planner, HostOverheadOnlyWhereTheHostFallsBehind) {
   EXPECT_EQ(multi_tensor_launches(144, 1e6), 4);
   EXPECT_EQ(multi_tensor_launches(144, 124e6), 6);  // 124e6 / 20971520 = 5.9
