@@ -86,9 +86,10 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
   if (f.hw_flags[1]->count() > 0 || f.hw_flags[3]->count() > 0) hw.collectives.clear();
   // and over its calibrated kernel classes' and its kernel kinds' rates (one
   // rate for all then).
-  if (f.hw_flags[5]->count() > 0)
-    hw.shared_mem_bw_GBps = hw.optimizer_mem_bw_GBps = hw.buffer_mem_bw_GBps = hw.norm_mem_bw_GBps =
-        hw.eager_norm_mem_bw_GBps = hw.softmax_mem_bw_GBps = hw.loss_mem_bw_GBps = hw.elementwise_mem_bw_GBps = 0;
+  if (f.hw_flags[5]->count() > 0) {
+    hw.shared_mem_bw_GBps = hw.optimizer_mem_bw_GBps = hw.buffer_mem_bw_GBps = 0;
+    for (const planner::KindRate& k : planner::kKindRates) hw.*k.rate = 0;
+  }
   in.hw = hw;
   if (in.ranks_per_node == 0 && f.rpn_flag->count() == 0) in.ranks_per_node = m.ranks_per_node;
 }
@@ -877,8 +878,7 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 : in.loss == planner::LossKernel::composer_flash_xentropy ? "; loss composer-flash-xentropy"
                                                                           : "",
                 in.grad_accum_autograd ? "; grads autograd" : "", h.mem_bw_GBps);
-  if (h.norm_mem_bw_GBps > 0 || h.softmax_mem_bw_GBps > 0 || h.loss_mem_bw_GBps > 0 || h.elementwise_mem_bw_GBps > 0 ||
-      h.eager_norm_mem_bw_GBps > 0) {
+  if (planner::has_kind_rates(h)) {
     const std::string head = fig;  // by kind below: mem_bw_GBps only where a kind has no rate of its own
     std::snprintf(fig, sizeof fig, "%s where its kind has none", head.c_str());
   }

@@ -102,9 +102,8 @@ const std::vector<MachineProfile>& builtin_machines() {
       p.sources["gemm_efficiency"] =
           "not used when gemm_achievable_tflops_bf16 is given (bf16-mixed); otherwise 1: the datasheet peak";
       p.sources["wake_us"] = "not measured (informational only)";
-      for (const char* k : {"norm_mem_bw_GBps", "softmax_mem_bw_GBps", "loss_mem_bw_GBps", "elementwise_mem_bw_GBps",
-                            "eager_norm_mem_bw_GBps"})
-        p.sources[k] = "not given: no kernel-level benchmark of this kind is cited for this device (mem_bw_GBps)";
+      for (const KindRate& k : kKindRates)
+        p.sources[k.key] = "not given: no kernel-level benchmark of this kind is cited for this device (mem_bw_GBps)";
       p.sources["flash_attention_tflops_bf16"] =
           "not given: no FlashAttention rate is cited for this device (--attention flash times the core as GEMMs)";
       p.sources["flash_attention_rates"] =
@@ -476,14 +475,11 @@ const std::vector<MachineProfile>& builtin_machines() {
           std::string(kGt) + " (2.4 TB/s peak) at the fraction of the datasheet figure an H100 SXM5 achieves "
                              "(mikamirai.com/blog/gpu-memory-bandwidth, Nsight Compute: 2.8 of 3.35 TB/s, 84%)";
       // The kinds' measured rates at the same fraction of the HBM rate.
-      for (auto [k, v] : std::initializer_list<std::pair<const char*, double*>>{
-               {"norm_mem_bw_GBps", &p.hw.norm_mem_bw_GBps}, {"elementwise_mem_bw_GBps", &p.hw.elementwise_mem_bw_GBps},
-               {"loss_mem_bw_GBps", &p.hw.loss_mem_bw_GBps}, {"softmax_mem_bw_GBps", &p.hw.softmax_mem_bw_GBps},
-               {"eager_norm_mem_bw_GBps", &p.hw.eager_norm_mem_bw_GBps}})
-        if (*v > 0) {
-          *v *= 2400 / 3350.0;
-          p.sources[k] = std::string(kGt) + " (2.4 TB/s peak) at the fraction of the datasheet figure an H100 SXM5 "
-                                            "reaches in this kind's benchmark: " + p.sources[k];
+      for (const KindRate& k : kKindRates)
+        if (p.hw.*k.rate > 0) {
+          p.hw.*k.rate *= 2400 / 3350.0;
+          p.sources[k.key] = std::string(kGt) + " (2.4 TB/s peak) at the fraction of the datasheet figure an H100 "
+                                                "SXM5 reaches in this kind's benchmark: " + p.sources[k.key];
         }
       p.gemm_achievable_tflops_bf16 = bf16 * 794.5 / 989.4;
       p.sources["gemm_achievable_tflops_bf16"] =
@@ -711,12 +707,15 @@ const std::vector<std::string>& shape_columns() {
 }  // namespace
 
 const std::vector<std::string>& profile_figures() {
-  static const std::vector<std::string> v = {
-      "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps",
-      "latency_us", "latency_inter_us", "latency_call_us", "gemm_efficiency", "memory_GB", "ranks_per_node", "wake_us",
-      "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails", "oversubscription",
-      "leaf_nodes", "flash_attention_tflops_bf16", "overlap_compute_slowdown", "host_op_us", "norm_mem_bw_GBps",
-      "softmax_mem_bw_GBps", "loss_mem_bw_GBps", "elementwise_mem_bw_GBps", "eager_norm_mem_bw_GBps"};
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> f = {
+        "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps",
+        "latency_us", "latency_inter_us", "latency_call_us", "gemm_efficiency", "memory_GB", "ranks_per_node",
+        "wake_us", "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails",
+        "oversubscription", "leaf_nodes", "flash_attention_tflops_bf16", "overlap_compute_slowdown", "host_op_us"};
+    for (const KindRate& k : kKindRates) f.push_back(k.key);
+    return f;
+  }();
   return v;
 }
 
@@ -770,15 +769,11 @@ MachineProfile load_machine(const std::string& what) {
   m.hw.host_op_us = r.get<double>("machine.host_op_us", 0.0, Bounds::closed(0, 1e6));
   // The memory-bound kernels by kind (Hardware::norm_mem_bw_GBps ...; 0 or
   // absent: mem_bw_GBps).
-  for (const auto& [k, v] : std::initializer_list<std::pair<const char*, double*>>{
-           {"norm_mem_bw_GBps", &m.hw.norm_mem_bw_GBps},
-           {"softmax_mem_bw_GBps", &m.hw.softmax_mem_bw_GBps},
-           {"loss_mem_bw_GBps", &m.hw.loss_mem_bw_GBps},
-           {"elementwise_mem_bw_GBps", &m.hw.elementwise_mem_bw_GBps},
-           {"eager_norm_mem_bw_GBps", &m.hw.eager_norm_mem_bw_GBps}}) {
-    const std::string key = std::string("machine.") + k;
-    *v = r.get<double>(key, 0.0, bw);
-    require(!given.count(k) || *v > 0, r.source() + ": " + key + " must be > 0 (leave it out to use mem_bw_GBps)");
+  for (const KindRate& k : kKindRates) {
+    const std::string key = std::string("machine.") + k.key;
+    double& v = m.hw.*k.rate;
+    v = r.get<double>(key, 0.0, bw);
+    require(!given.count(k.key) || v > 0, r.source() + ": " + key + " must be > 0 (leave it out to use mem_bw_GBps)");
   }
   m.hw.gemm_units = r.get<int>("machine.gemm_units", 0, Bounds::closed(0, 1 << 20));
   m.hw.gemm_tile_m = r.get<int>("machine.gemm_tile_m", 0, Bounds::closed(0, 1 << 16));
@@ -944,11 +939,8 @@ std::string machine_toml(const MachineProfile& m) {
   if (m.flash_attention_tflops_bf16 > 0) num("machine.flash_attention_tflops_bf16", m.flash_attention_tflops_bf16);
   if (m.hw.overlap_compute_slowdown > 0) num("machine.overlap_compute_slowdown", m.hw.overlap_compute_slowdown);
   if (m.hw.host_op_us > 0) num("machine.host_op_us", m.hw.host_op_us);
-  if (m.hw.norm_mem_bw_GBps > 0) num("machine.norm_mem_bw_GBps", m.hw.norm_mem_bw_GBps);
-  if (m.hw.softmax_mem_bw_GBps > 0) num("machine.softmax_mem_bw_GBps", m.hw.softmax_mem_bw_GBps);
-  if (m.hw.loss_mem_bw_GBps > 0) num("machine.loss_mem_bw_GBps", m.hw.loss_mem_bw_GBps);
-  if (m.hw.elementwise_mem_bw_GBps > 0) num("machine.elementwise_mem_bw_GBps", m.hw.elementwise_mem_bw_GBps);
-  if (m.hw.eager_norm_mem_bw_GBps > 0) num("machine.eager_norm_mem_bw_GBps", m.hw.eager_norm_mem_bw_GBps);
+  for (const KindRate& k : kKindRates)
+    if (m.hw.*k.rate > 0) num((std::string("machine.") + k.key).c_str(), m.hw.*k.rate);
   if (m.kernel_launch_us > 0) num("machine.kernel_launch_us", m.kernel_launch_us);
   if (m.hw.gemm_units > 0) {
     r.set("machine.gemm_units", m.hw.gemm_units);

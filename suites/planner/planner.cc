@@ -78,11 +78,7 @@ void check_input(const PlanInput& in) {
   rate("--bw-intra (GB/s)", h.bw_intra_GBps, 1e-6, 1e7);
   rate("--bw-inter (GB/s)", h.bw_inter_GBps, 1e-6, 1e7);
   rate("--mem-bw (GB/s)", h.mem_bw_GBps, 1e-6, 1e7);
-  rate("norm_mem_bw_GBps", h.norm_mem_bw_GBps, 1e-6, 1e7);
-  rate("softmax_mem_bw_GBps", h.softmax_mem_bw_GBps, 1e-6, 1e7);
-  rate("loss_mem_bw_GBps", h.loss_mem_bw_GBps, 1e-6, 1e7);
-  rate("elementwise_mem_bw_GBps", h.elementwise_mem_bw_GBps, 1e-6, 1e7);
-  rate("eager_norm_mem_bw_GBps", h.eager_norm_mem_bw_GBps, 1e-6, 1e7);
+  for (const KindRate& k : kKindRates) rate(k.key, h.*k.rate, 1e-6, 1e7);
   require(!(h.norm_mem_bw_GBps > 0 && h.shared_mem_bw_GBps > 0),
           "norm_mem_bw_GBps: give it or shared_mem_bw_GBps (the norms and adds at one rate), not both");
   require(!(h.eager_norm_mem_bw_GBps > 0 && h.shared_mem_bw_GBps > 0),

@@ -257,6 +257,27 @@ struct Hardware {
   std::map<std::string, std::vector<CollectiveFit>, std::less<>> collectives;
 };
 
+// The memory-bound kernel kinds' own rates (Hardware::norm_mem_bw_GBps ...)
+// and their names in a machine profile: the one list the profile's reader,
+// writer and default sources, the input check and plan's --mem-bw go over.
+struct KindRate {
+  const char* key;
+  double Hardware::* rate;
+};
+inline constexpr KindRate kKindRates[] = {
+    {"norm_mem_bw_GBps", &Hardware::norm_mem_bw_GBps},
+    {"softmax_mem_bw_GBps", &Hardware::softmax_mem_bw_GBps},
+    {"loss_mem_bw_GBps", &Hardware::loss_mem_bw_GBps},
+    {"elementwise_mem_bw_GBps", &Hardware::elementwise_mem_bw_GBps},
+    {"eager_norm_mem_bw_GBps", &Hardware::eager_norm_mem_bw_GBps}};
+// Whether any kind has a rate of its own (none: every memory-bound byte at
+// mem_bw_GBps and the calibrated classes' rates, as before the kinds).
+inline bool has_kind_rates(const Hardware& h) {
+  for (const KindRate& k : kKindRates)
+    if (h.*k.rate > 0) return true;
+  return false;
+}
+
 // How the run's optimizer step moves memory (PlanInput::optimizer_step; plan
 // --optimizer, --validate's `optimizer` column). Per parameter the rank
 // updates, counted from each framework's code at the commit its runs used

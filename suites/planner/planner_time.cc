@@ -144,8 +144,7 @@ double memory_time(const Hardware& hw, const RankBytes& b) {
   const double shared = hw.shared_mem_bw_GBps > 0 ? b.shared : 0,
                opt = hw.optimizer_mem_bw_GBps > 0 ? b.optimizer : 0,
                buf = hw.buffer_mem_bw_GBps > 0 ? b.buffer : 0;
-  if (!(hw.norm_mem_bw_GBps > 0 || hw.softmax_mem_bw_GBps > 0 || hw.loss_mem_bw_GBps > 0 ||
-        hw.elementwise_mem_bw_GBps > 0 || hw.eager_norm_mem_bw_GBps > 0))
+  if (!has_kind_rates(hw))
     return (b.total - shared - opt - buf) / mem + (shared > 0 ? shared / (hw.shared_mem_bw_GBps * 1e9) : 0) +
            (opt > 0 ? opt / (hw.optimizer_mem_bw_GBps * 1e9) : 0) + buffer_time(hw, b);
   const auto at = [&](double bytes, double GBps) { return bytes / (GBps > 0 ? GBps * 1e9 : mem); };
