@@ -95,25 +95,17 @@ void apply_machine(const PlanFlags& f, planner::PlanInput& in) {
 }
 
 // The hardware figures typed by hand (--peak-tflops ...), on a profile or
-// alone, join the row's plan_options as name=value (the TOML profile's field
-// names), all in name order: the row says every figure it was planned on.
-std::string with_typed_hardware(const PlanFlags& f, const std::string& options) {
+// alone, as name=value (the TOML profile's field names): they join the row's
+// plan_options, so the row says every figure it was planned on.
+std::vector<std::string> typed_hardware(const PlanFlags& f) {
   std::vector<std::string> parts;
-  for (size_t at = 0; at < options.size();) {
-    const size_t comma = std::min(options.find(',', at), options.size());
-    parts.push_back(options.substr(at, comma - at));
-    at = comma + 1;
-  }
   for (size_t i = 0; i < f.hw_flags.size(); ++i)
     if (f.hw_flags[i]->count() > 0) {
       char v[32];  // the shortest text that reads back as the same double
       const auto end = std::to_chars(v, v + sizeof v, f.in.hw.*kHwFlagTargets[i]).ptr;
       parts.push_back(std::string(kHwFlagFields[i]) + "=" + std::string(v, end));
     }
-  std::sort(parts.begin(), parts.end());
-  std::string o;
-  for (const std::string& p : parts) o += (o.empty() ? "" : ",") + p;
-  return o;
+  return parts;
 }
 
 // The run spec's mesh and options: --mesh and --strategy in its text form
@@ -1048,7 +1040,7 @@ int run_plan(PlanFlags& f, const Env& env) {
   meta.mesh = planner::mesh_spec(in);
   CsvRecord rec = planner::plan_record(in, r);
   rec.set("machine", f.machine);  // the profile as given (name or file); empty: figures typed by hand
-  rec.set("plan_options", with_typed_hardware(f, *rec.find("plan_options")));
+  rec.set("plan_options", planner::plan_options(in, typed_hardware(f)));
   if (f.csv == "-") {
     const auto header = ResultsSchema::builtin().header("plan");
     std::vector<std::string> row;

@@ -1,8 +1,11 @@
 // Table and CSV presentation of a plan (see plan_output.h for units).
 #include "suites/planner/plan_output.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "harness/mesh.h"
 #include "impl/spec/run_spec.h"
@@ -52,12 +55,9 @@ std::string mesh_spec(const PlanInput& in) {
   return mesh_text(m);
 }
 
-std::string plan_options(const PlanInput& in) {
-  std::string o;
-  const auto add = [&](const char* name, const char* value) {
-    if (!o.empty()) o += ',';
-    o.append(name).append("=").append(value);
-  };
+std::string plan_options(const PlanInput& in, std::vector<std::string> extra) {
+  std::vector<std::string> parts = std::move(extra);
+  const auto add = [&](const char* name, const char* value) { parts.push_back(std::string(name) + "=" + value); };
   if (in.flash_attention) add("attention", in.flash_triton ? "flash-triton" : "flash");
   if (in.backward_prefetch_post) add("bwd_prefetch", "post");
   if (in.dropout) add("dropout", "1");
@@ -81,6 +81,9 @@ std::string plan_options(const PlanInput& in) {
   if (!in.sp_regather) add("sp_gather", "saved");
   if (in.tp_overlap == TpOverlap::wgrad) add("tp_overlap", "wgrad");
   if (in.train_loop == TrainLoop::megatron_lm) add("train_loop", "megatron-lm");
+  std::sort(parts.begin(), parts.end());
+  std::string o;
+  for (const std::string& p : parts) o += (o.empty() ? "" : ",") + p;
   return o;
 }
 

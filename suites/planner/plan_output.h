@@ -3,6 +3,7 @@
 // (2^30 bytes), communication in GB (1e9 bytes, as nccl-tests), time in s or ms.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "harness/io/csv.h"
 #include "suites/planner/planner.h"
@@ -22,7 +23,9 @@ std::string model_label(const PlanInput& in);
 // "attention=flash,kernels=eager,loss=megatron-fp32"; empty when all are
 // defaults (the `plan_options` column, results/SCHEMA.md). A 2-byte gradient
 // reduce is written grad_reduce=bf16 (--grad-reduce fp16 plans the same).
-std::string plan_options(const PlanInput& in);
+// `extra` name=value parts (plan's hardware figures typed by hand) join them
+// in the same name order.
+std::string plan_options(const PlanInput& in, std::vector<std::string> extra = {});
 
 std::string format_plan_table(const PlanInput& in, const PlanResult& r);
 
