@@ -68,9 +68,10 @@ struct PlanFlags {
 // in a TOML profile.
 double planner::Hardware::* const kHwFlagTargets[] = {
     &planner::Hardware::peak_tflops,  &planner::Hardware::bw_intra_GBps,   &planner::Hardware::bw_inter_GBps,
-    &planner::Hardware::latency_us,   &planner::Hardware::gemm_efficiency, &planner::Hardware::mem_bw_GBps};
-const char* const kHwFlagFields[] = {"peak_tflops", "bw_intra_GBps",   "bw_inter_GBps",
-                                     "latency_us",  "gemm_efficiency", "mem_bw_GBps"};
+    &planner::Hardware::latency_us,   &planner::Hardware::gemm_efficiency, &planner::Hardware::mem_bw_GBps,
+    &planner::Hardware::gemm_spread};
+const char* const kHwFlagFields[] = {"peak_tflops", "bw_intra_GBps",   "bw_inter_GBps", "latency_us",
+                                     "gemm_efficiency", "mem_bw_GBps", "gemm_spread"};
 
 // --machine: the profile's figures for the precision, then any hardware flag
 // given by hand on top; its ranks per node unless the mesh or the flag says.
@@ -1115,7 +1116,11 @@ void register_plan(CLI::App& root, Registry& reg, const Env& env) {
       app->add_option("--gemm-efficiency", f->in.hw.gemm_efficiency,
                       "fraction of the peak the model's GEMMs reach, in (0, 1] (default 1)"),
       app->add_option("--mem-bw", f->in.hw.mem_bw_GBps,
-                      "per-rank device-memory bandwidth, GB/s: times the non-GEMM work (default 0: not timed)")};
+                      "per-rank device-memory bandwidth, GB/s: times the non-GEMM work (default 0: not timed)"),
+      app->add_option("--gemm-spread", f->in.hw.gemm_spread,
+                      "the standard deviation of a GPU's GEMM time over identical GPUs, a fraction of the typical "
+                      "one's, in [0, 0.5): the world's GEMMs run at its slowest GPU's pace (default 0: identical; "
+                      "a100 and a100-2022 carry a fleet's)")};
   f->rpn_flag = app->add_option("--ranks-per-node", f->ranks_per_node,
                                 "ranks per node (default: the machine's, else all on one node)")
                     ->check(kPositive);

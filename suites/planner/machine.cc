@@ -574,6 +574,29 @@ const std::vector<MachineProfile>& builtin_machines() {
           "recording autograd adds about 2 us (6.8 against 5 us per op, a CPU tensor). The CUDA launch itself is "
           "within it. Not measured: FSDP's per-unit hooks (no per-unit figure is cited)";
     }
+    // Identical GPUs are not equally fast (Hardware::gemm_spread). The one
+    // fleet measurement of an A100's tensor-core GEMM found: Perlmutter's
+    // A100s, each GPU's FP16 GEMM time over the best GPU's of its kind; the
+    // 80 GB parts' range after outliers, read as the expected range of the
+    // part's GPUs in the figure (normal: 2 x expected_max_normal(n) standard
+    // deviations wide).
+    for (MachineProfile& p : m) {
+      const bool a100 = p.name() == "a100" || p.name() == "a100-2022";
+      const int64_t fleet = 850;
+      p.hw.gemm_spread = a100 ? 0.05 / (2 * expected_max_normal(fleet)) : 0.0;
+      p.sources["gemm_spread"] =
+          a100 ? "Wei, Pradeep and Bhatele, 'The Case of the Elusive Application Performance on Production GPU "
+                 "Supercomputers' (IPDPS 2026; CunyangWei/cunyangwei.github.io @ f6a8f837c3 "
+                 "files/2026-05-variability-ipdps.pdf), Sec. V.B and Fig. 4: cuBLAS FP16 GEMMs of 32768^3 on "
+                 "Perlmutter's A100s, each GPU's time over the best of its kind: 'After removing outliers, the "
+                 "system-wide variability is about 12% for A100 40GB and 5% for A100 80GB' (and each GPU 'within a "
+                 "2.5% window' of its own best over runs: a GPU's speed is its own). Read as the expected range of "
+                 "the 80 GB GPUs in Fig. 4 (about 850; the text gives no count) under a normal spread: 5% / (2 x "
+                 "expected_max_normal(850) = 6.36) = 0.79% of the typical GPU's time. Perlmutter (HPE Cray EX, 4 "
+                 "A100 SXM4 per node), not Selene or a DGX; the profile's GEMM rate taken as a typical GPU's"
+               : "not given: no fleet measurement of this device's GEMM time across identical GPUs is cited (0: "
+                 "identical GPUs; Wei et al., IPDPS 2026, measured A100s and Frontier's MI250X, not this part)";
+    }
     // MI300X measured figures (issue 48's deliverable 1 for the mi300x): each
     // from a published measurement or RCCL's own source, named in its source
     // text; what none gives keeps the datasheet's figure (or 0) and its source
@@ -712,7 +735,8 @@ const std::vector<std::string>& profile_figures() {
         "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "mem_bw_GBps", "bw_intra_GBps", "bw_inter_GBps",
         "latency_us", "latency_inter_us", "latency_call_us", "gemm_efficiency", "memory_GB", "ranks_per_node",
         "wake_us", "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails",
-        "oversubscription", "leaf_nodes", "flash_attention_tflops_bf16", "overlap_compute_slowdown", "host_op_us"};
+        "oversubscription", "leaf_nodes", "flash_attention_tflops_bf16", "overlap_compute_slowdown", "host_op_us",
+        "gemm_spread"};
     for (const KindRate& k : kKindRates) f.push_back(k.key);
     return f;
   }();
@@ -767,6 +791,7 @@ MachineProfile load_machine(const std::string& what) {
           r.source() + ": machine.flash_attention_tflops_bf16 exceeds machine.peak_tflops_bf16");
   m.hw.overlap_compute_slowdown = r.get<double>("machine.overlap_compute_slowdown", 0.0, Bounds::closed(0, 10));
   m.hw.host_op_us = r.get<double>("machine.host_op_us", 0.0, Bounds::closed(0, 1e6));
+  m.hw.gemm_spread = r.get<double>("machine.gemm_spread", 0.0, Bounds::half_open(0, 0.5));
   // The memory-bound kernels by kind (Hardware::norm_mem_bw_GBps ...; 0 or
   // absent: mem_bw_GBps).
   for (const KindRate& k : kKindRates) {
@@ -939,6 +964,7 @@ std::string machine_toml(const MachineProfile& m) {
   if (m.flash_attention_tflops_bf16 > 0) num("machine.flash_attention_tflops_bf16", m.flash_attention_tflops_bf16);
   if (m.hw.overlap_compute_slowdown > 0) num("machine.overlap_compute_slowdown", m.hw.overlap_compute_slowdown);
   if (m.hw.host_op_us > 0) num("machine.host_op_us", m.hw.host_op_us);
+  if (m.hw.gemm_spread > 0) num("machine.gemm_spread", m.hw.gemm_spread);
   for (const KindRate& k : kKindRates)
     if (m.hw.*k.rate > 0) num((std::string("machine.") + k.key).c_str(), m.hw.*k.rate);
   if (m.kernel_launch_us > 0) num("machine.kernel_launch_us", m.kernel_launch_us);

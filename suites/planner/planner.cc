@@ -96,6 +96,8 @@ void check_input(const PlanInput& in) {
           "--peak-tflops/--bw-intra/--bw-inter/--latency-us: must be >= 0");
   require(h.gemm_efficiency > 0 && h.gemm_efficiency <= 1, "--gemm-efficiency: must be in (0, 1]");
   require(h.mem_bw_GBps >= 0, "--mem-bw: must be >= 0");
+  require(h.gemm_spread >= 0 && h.gemm_spread < 0.5, "--gemm-spread: must be in [0, 0.5) (a fraction of the typical "
+                                                      "GPU's GEMM time; NaN is not a spread)");
   require(h.shared_mem_bw_GBps >= 0 && std::isfinite(h.shared_mem_bw_GBps),
           "shared_mem_bw_GBps: must be a finite number >= 0");
   require(h.optimizer_mem_bw_GBps >= 0 && std::isfinite(h.optimizer_mem_bw_GBps),

@@ -88,6 +88,12 @@ double ring_steps(std::string_view op, int64_t n);
 double corun_factor(double scale, int64_t at, double copies);
 double bus_bytes(std::string_view op, int64_t n, double bytes);
 
+// The expected largest of n independent standard normal draws (0 for n = 1;
+// 1/sqrt(pi) for 2): the slowest of n GPUs in standard deviations above the
+// typical one (Hardware::gemm_spread). Numerical integration of
+// x n phi(x) Phi(x)^(n-1); n in [1, 2^40].
+double expected_max_normal(int64_t n);
+
 struct Hardware {
   double peak_tflops = 0;  // per rank; 0 = no time estimate
   double bw_intra_GBps = 0, bw_inter_GBps = 0;  // per rank, GB/s (1e9)
@@ -238,6 +244,16 @@ struct Hardware {
   // and the optimizer's launches where they exceed its step's device time,
   // plus one op per host synchronization of the step. Built-in GPU profiles.
   double host_op_us = 0;
+  // Identical GPUs are not equally fast (issue 48; device profiles only): the
+  // standard deviation of one GPU's GEMM time over a fleet of the same part,
+  // as a fraction of the typical GPU's, in [0, 0.5). Each GPU's speed is its
+  // own and lasting (its silicon under the power cap), and a synchronous step
+  // waits for its slowest rank (a tensor group's collectives each layer, a
+  // pipeline's slowest stage, the data-parallel reduce), so the world's
+  // GEMM-bound compute (GEMMs and a FlashAttention kernel's core) runs at
+  // 1 + gemm_spread x expected_max_normal(world) of the profile's typical
+  // GPU's time (PlanResult::slowest_gpu). 0: identical GPUs.
+  double gemm_spread = 0;
   // The ranks run the CPU's kernels, whose GEMM staging and attention scores
   // are workspace (Scratch); false on GPUs (a GPU MachineProfile's), whose
   // kernels keep their own; there an MoE layer's routing state is host
@@ -528,6 +544,9 @@ struct PlanResult {
   double buffer_s = 0;               // of memory_s, the data-parallel buffers' at their own rate
                                      // (Hardware::buffer_mem_bw_GBps), which compute_scale leaves alone
   double corun = 1;                  // compute's factor for a node's ranks side by side (Hardware::corun_scale)
+  // The GEMM-bound compute's factor for the slowest of the world's GPUs
+  // (Hardware::gemm_spread): 1 + gemm_spread x expected_max_normal(world).
+  double slowest_gpu = 1;
   double gemm_efficiency = 1;        // what compute_s used: the hardware's, or its GEMM table's at the model's shapes
   double bubble_over_ideal = 0;      // the schedule's declared bubble / ideal compute
   std::string bubble_formula;

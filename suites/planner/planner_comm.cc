@@ -24,6 +24,24 @@ double ring_steps(std::string_view op, int64_t n) {
   return op == "all_reduce" ? 2.0 * double(n - 1) : op == "send_recv" ? 1.0 : double(n - 1);
 }
 
+double expected_max_normal(int64_t n) {
+  require(n >= 1 && n <= (int64_t(1) << 40), "expected_max_normal: n must be in [1, 2^40]");
+  if (n == 1) return 0;
+  // Simpson's rule over [-8, 10] (the density of the largest of 2^40 draws is
+  // below 1e-13 beyond it), Phi^(n-1) as exp((n-1) log1p(-Q)) so that the
+  // upper tail keeps its precision.
+  const double lo = -8, hi = 10, pi = 3.14159265358979323846;
+  const int steps = 18000;
+  const double h = (hi - lo) / steps, m = double(n);
+  auto f = [&](double x) {
+    const double q = 0.5 * std::erfc(x / std::sqrt(2.0));
+    return x * m * std::exp(-0.5 * x * x) / std::sqrt(2 * pi) * std::exp((m - 1) * std::log1p(-q));
+  };
+  double sum = f(lo) + f(hi);
+  for (int i = 1; i < steps; ++i) sum += (i % 2 ? 4 : 2) * f(lo + i * h);
+  return sum * h / 3;
+}
+
 double bus_bytes(std::string_view op, int64_t n, double bytes) {
   // NCCL's broadcast moves the whole message over every link (nccl-tests
   // doc/PERFORMANCE.md: broadcast's bus bandwidth is its algorithm bandwidth).
@@ -134,9 +152,10 @@ void column_parallel_overlaps(const PlanInput& in, int64_t m, int64_t layers, in
   const Linear linears[] = {{m * layers, mc.llama() ? C / t + 2 * kv : 3 * C / t},
                             {m * (layers - moe_blocks), mc.llama() ? 2 * mc.ffn / t : 4 * C / t},
                             {last ? m : 0, (mc.V + t - 1) / t}};
+  const double slowest = slowest_gpu(in);  // the GEMMs' time on the step's slowest GPU
   auto gemm_s = [&](const GemmShape& g) {
     const double rate = gemm_gflops(in, g) * 1e9;
-    return rate > 0 ? 2.0 * double(g.m) * double(g.n) * double(g.k) / rate : 0.0;
+    return rate > 0 ? 2.0 * double(g.m) * double(g.n) * double(g.k) / rate * slowest : 0.0;
   };
   auto attach = [&](const std::string& op, bool wgrad) {
     for (CommRow& c : out)

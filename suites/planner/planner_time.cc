@@ -177,8 +177,8 @@ StageCost stage_cost(const PlanInput& in, const PlanResult& r, bool attn_timed, 
   StageCost c{share, share, bytes, 0, 0, 0, blocks, rank};
   if (!attn_timed) return c;
   const double mb = double(r.microbatches);
-  c.attn_fwd_s = double(blocks) * mb * in.hw.attention_fwd_s;
-  c.attn_s = double(blocks) * mb * (attn_fwds * in.hw.attention_fwd_s + in.hw.attention_bwd_s);
+  c.attn_fwd_s = double(blocks) * mb * in.hw.attention_fwd_s * r.slowest_gpu;
+  c.attn_s = double(blocks) * mb * (attn_fwds * in.hw.attention_fwd_s + in.hw.attention_bwd_s) * r.slowest_gpu;
   // Per rank of the stage, scaled like the stage's FLOPs (hardware_flops * share / world).
   const double pp = double(in.pp);
   c.share -= to_double(attention_core_flops(*in.shape, r.global_batch, r.seq, in.recompute, blocks)) * pp /
@@ -350,6 +350,10 @@ double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& 
 
 }  // namespace
 
+double slowest_gpu(const PlanInput& in) {
+  return in.hw.gemm_spread > 0 ? 1 + in.hw.gemm_spread * expected_max_normal(world_of(in)) : 1;
+}
+
 double gemm_gflops(const PlanInput& in, const GemmShape& g) {
   if (!in.hw.gemm_rates.empty()) return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k);
   if (in.hw.gemm_achievable_tflops > 0)
@@ -370,7 +374,11 @@ void time_step(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
     r.gemm_efficiency = gemm_efficiency(
         rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed, in.ep),
         [&](const GemmShape& g) { return gemm_gflops(in, g); }, in.hw.peak_tflops * 1e12);
-  const double achieved = peak * r.gemm_efficiency;
+  // The slowest of the world's GPUs paces the step's GEMM-bound compute
+  // (Hardware::gemm_spread): its GEMMs, and a kernel rate's attention core
+  // (stage_cost), at 1 + spread x the expected largest of world draws.
+  r.slowest_gpu = slowest_gpu(in);
+  const double achieved = peak * r.gemm_efficiency / r.slowest_gpu;
   const StageCost pace = pace_stage(in, pipe, r, attn_timed, achieved);
   r.memory_bytes = pace.bytes.total;
   r.memory_norm_bytes = pace.bytes.norm;
