@@ -17,15 +17,17 @@ if(PARABENCH_BUILD_TESTS)
   set_tests_properties(cli_plan_input PROPERTIES TIMEOUT 120 LABELS "cli")
   # The planner against published GPU runs (#48, configs/published): each table's median
   # |error| may not rise above what the shipped profiles reach (docs/published-runs.md gives
-  # the figures; the goal, 15%, is not yet met).
-  foreach(pb_table_max "ptdp_table1|5.1" "korthikanti_table5|3.3" "llm_foundry_mpt|6.7" "torchtitan_llama3|9.0")
+  # the figures), and the goal (median <= 15%, no row worse than 30%, errors of both signs),
+  # met on all four tables, may not be lost.
+  foreach(pb_table_max "ptdp_table1|3.5" "korthikanti_table5|1.6" "llm_foundry_mpt|5.6" "torchtitan_llama3|7.4")
     string(REPLACE "|" ";" pb_pair "${pb_table_max}")
     list(GET pb_pair 0 pb_table)
     list(GET pb_pair 1 pb_max)
     add_test(NAME planner_published_${pb_table}
              COMMAND $<TARGET_FILE:parabench> plan --validate
                      ${PROJECT_SOURCE_DIR}/configs/published/${pb_table}.csv --max-median ${pb_max})
-    set_tests_properties(planner_published_${pb_table} PROPERTIES TIMEOUT 60 LABELS "cli")
+    set_tests_properties(planner_published_${pb_table} PROPERTIES TIMEOUT 60 LABELS "cli"
+                         FAIL_REGULAR_EXPRESSION "goal \\(median[^\n]*: not met")
   endforeach()
   # Peak memory per GPU where the source gives it (torchtitan's 8B H100 rows, published_gib):
   # held to the goal, within 5% (docs/published-runs.md).

@@ -860,6 +860,16 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
                 in.flash_attention ? "--attention flash, but the profile gives no rate for the kernel"
                                    : "unfused attention (--attention flash for FlashAttention's rate)");
   }
+  // The slowest of the world's GPUs (Hardware::gemm_spread): its share of
+  // the GEMMs' seconds above.
+  if (h.gemm_spread > 0) {
+    std::snprintf(fig, sizeof fig, "GEMM-bound compute x %.4f: slowest of %lld GPUs, %.2f sd of %.3g%%",
+                  r.slowest_gpu, (long long)r.world, planner::expected_max_normal(r.world), 100 * h.gemm_spread);
+    std::printf("  %-16s %10s  %-44s %s\n", "slowest GPU", "(in GEMMs)", fig, source("gemm_spread").c_str());
+  } else {
+    std::printf("  %-16s %10s  %-44s %s\n", "slowest GPU", "-", "identical GPUs (gemm_spread 0)",
+                source("gemm_spread").c_str());
+  }
   const char* optimizer = in.optimizer_step == planner::OptimizerStep::megatron_fp16   ? "; optimizer megatron-fp16"
                           : in.optimizer_step == planner::OptimizerStep::torch_foreach ? "; optimizer torch-foreach"
                           : in.optimizer_step == planner::OptimizerStep::composer      ? "; optimizer composer"

@@ -267,6 +267,19 @@ def cases():
         (gpt + ["--machine", "a100", "--mem-bw", "1000", "--explain"], 0,
          r"memory-bound .* at 1000 GB/s typed by hand: --mem-bw\n +norms \(fused\) .* at 1000 GB/s \(mem_bw_GBps\)"
          r".*\n +elementwise .* at 1000 GB/s \(mem_bw_GBps\)"),
+        # the fleet's GEMM spread (#48): out of [0, 0.5) or NaN named; typed by hand it paces the slowest of
+        # the world's GPUs and --explain says so; the a100's names its fleet measurement, the h100's none
+        (gpt + ["--machine", "a100", "--gemm-spread", "nan"], 2, r"--gemm-spread: must be in \[0, 0\.5\)"),
+        (gpt + ["--machine", "a100", "--gemm-spread", "0.5"], 2, r"--gemm-spread: must be in \[0, 0\.5\)"),
+        (gpt + ["--machine", "a100", "--gemm-spread", "-0.01"], 2, r"--gemm-spread: must be in \[0, 0\.5\)"),
+        (gpt + ["--machine", "h100", "--dp", "8", "--gemm-spread", "0.01", "--explain"], 0,
+         r"slowest GPU +\(in GEMMs\) +GEMM-bound compute x 1\.0142: slowest of 8 GPUs, 1\.42 sd of 1% "
+         r"typed by hand: --gemm-spread"),
+        (gpt + ["--machine", "a100", "--dp", "8", "--explain"], 0,
+         r"slowest GPU +\(in GEMMs\) +GEMM-bound compute x 1\.0111: slowest of 8 GPUs, 1\.42 sd of 0\.783% "
+         r"Wei, Pradeep and Bhatele"),
+        (gpt + ["--machine", "h100", "--dp", "8", "--explain"], 0,
+         r"slowest GPU +- +identical GPUs \(gemm_spread 0\) +not given"),
         # and a good table plans every row, the median and the signs printed
         (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv")], 0,
          r"8 rows.*median \|error\| [0-9.]+% over 8 rows; worst .*signs: \d+ \+, \d+ -"),

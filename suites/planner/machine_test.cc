@@ -313,6 +313,65 @@ TEST(Machine, ProfileFileReadsStrictly) {
   std::filesystem::remove_all(dir);
 }
 
+// The GEMM spread of a fleet (Hardware::gemm_spread): the A100 profiles carry
+// Perlmutter's A100 80GB figure (a 5% range over about 850 GPUs, read as a
+// normal spread: 0.78%), the others 0 with a source saying none is cited; a
+// TOML profile gives it with its source (a GPU's), round trips, and refuses
+// a spread out of [0, 0.5), not a number or without its source, named.
+TEST(Machine, GemmSpreadFromAFleetMeasurement) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_spread_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto load = [&](const std::string& text) {
+    const auto p = (dir / "p.toml").string();
+    std::ofstream(p) << text;
+    return load_machine(p);
+  };
+  for (const MachineProfile& m : builtin_machines()) {
+    ASSERT_TRUE(m.sources.count("gemm_spread")) << m.name();
+    const std::string& s = m.sources.at("gemm_spread");
+    if (m.name() == "a100" || m.name() == "a100-2022") {
+      EXPECT_NEAR(m.hw.gemm_spread, 0.05 / (2 * expected_max_normal(850)), 1e-15) << m.name();
+      EXPECT_NEAR(m.hw.gemm_spread, 0.00783, 5e-5) << m.name();
+      EXPECT_NE(s.find("IPDPS 2026"), std::string::npos) << s;
+      EXPECT_NE(s.find("5% for A100 80GB"), std::string::npos) << s;
+    } else {
+      EXPECT_EQ(m.hw.gemm_spread, 0) << m.name();
+      EXPECT_EQ(s.rfind("not given", 0), 0u) << m.name() << ": " << s;
+    }
+    // The round trip keeps the figure and its source.
+    const MachineProfile back = load(machine_toml(m));
+    EXPECT_NEAR(back.hw.gemm_spread, m.hw.gemm_spread, 1e-8) << m.name();  // the TOML keeps 6 digits
+    EXPECT_EQ(back.sources.at("gemm_spread"), s) << m.name();
+  }
+  const std::string head =
+      "[machine]\nname = \"g\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\ngpu = true\nmem_bw_GBps = 100.0\n"
+      "bw_intra_GBps = 1.0\nbw_inter_GBps = 1.0\nmemory_GB = 1.0\n";
+  const std::string sources =
+      "[machine.sources]\npeak_tflops_bf16 = \"a\"\nmem_bw_GBps = \"a\"\nbw_intra_GBps = \"a\"\n"
+      "bw_inter_GBps = \"a\"\nmemory_GB = \"a\"\n";
+  const MachineProfile ok = load(head + "gemm_spread = 0.01\n" + sources + "gemm_spread = \"a fleet's GEMMs\"\n");
+  EXPECT_DOUBLE_EQ(ok.hw.gemm_spread, 0.01);
+  EXPECT_EQ(ok.sources.at("gemm_spread"), "a fleet's GEMMs");
+  EXPECT_DOUBLE_EQ(load(head + sources).hw.gemm_spread, 0);  // not given: identical GPUs
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {head + "gemm_spread = 0.5\n" + sources + "gemm_spread = \"a\"\n", "machine.gemm_spread"},
+      {head + "gemm_spread = -0.01\n" + sources + "gemm_spread = \"a\"\n", "machine.gemm_spread"},
+      {head + "gemm_spread = nan\n" + sources + "gemm_spread = \"a\"\n", "machine.gemm_spread"},
+      {head + "gemm_spread = \"0.01\"\n" + sources + "gemm_spread = \"a\"\n", "machine.gemm_spread"},
+      {head + "gemm_spread = 0.01\n" + sources, "machine.gemm_spread has no source"},
+      {head + "gemm_spread = 0.01\n" + sources + "gemm_spread = \"\"\n", "machine.sources.gemm_spread is empty"},
+  };
+  for (const auto& [text, want] : bad) {
+    try {
+      load(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The memory-bound kernels by kind (Hardware::norm_mem_bw_GBps ...): a TOML
 // profile sets them, each with its source on a GPU; 0, negative, NaN or a
 // figure without a source is refused, named; the round trip keeps them; the

@@ -1304,6 +1304,89 @@ TEST(Planner, GradReduceDtypeScalesTheGradientReductionsOnly) {
   EXPECT_EQ(row(plan(ddp), "bwd", "all_reduce").bytes, 400'000'000);
 }
 
+// The slowest of n GPUs (expected_max_normal): the closed forms for 2 and 3
+// draws (1/sqrt(pi), 3/(2 sqrt(pi))), tabulated values for 5 and 1000
+// (Harter 1961: 1.16296, 3.24144), growing with n, 0 for one GPU, finite at
+// the bound and refused, named, past it.
+TEST(Planner, ExpectedMaxNormalMatchesClosedFormsAndTables) {
+  const double pi = 3.14159265358979323846;
+  EXPECT_EQ(expected_max_normal(1), 0);
+  EXPECT_NEAR(expected_max_normal(2), 1 / std::sqrt(pi), 1e-9);
+  EXPECT_NEAR(expected_max_normal(3), 1.5 / std::sqrt(pi), 1e-9);
+  EXPECT_NEAR(expected_max_normal(5), 1.16296, 1e-5);
+  EXPECT_NEAR(expected_max_normal(1000), 3.24144, 1e-5);
+  double last = 0;
+  for (int64_t n : {2, 8, 64, 512, 3072, 100000}) {
+    const double e = expected_max_normal(n);
+    EXPECT_GT(e, last) << n;
+    last = e;
+  }
+  const double top = expected_max_normal(int64_t(1) << 40);
+  EXPECT_TRUE(std::isfinite(top));
+  EXPECT_GT(top, last);
+  EXPECT_LT(top, std::sqrt(2 * std::log(double(int64_t(1) << 40))));  // the bound sqrt(2 ln n)
+  for (int64_t n : {int64_t(0), int64_t(-1), (int64_t(1) << 40) + 1}) {
+    try {
+      expected_max_normal(n);
+      ADD_FAILURE() << "accepted n = " << n;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("expected_max_normal"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A fleet's GEMM spread (Hardware::gemm_spread) paces the GEMMs at the
+// world's slowest GPU: 1 + spread x expected_max_normal(world) of their time
+// (a FlashAttention core's too), the memory-bound kernels and the
+// collectives untouched; one GPU is its own slowest; out-of-range spreads are
+// refused, named.
+TEST(Planner, SlowestGpuPacesTheGemmBoundCompute) {
+  PlanInput in = model_input("gpt2-350m", 4, 256);
+  in.dp = 8;
+  in.global_batch = 64;
+  in.hw = hardware_for(load_machine("h100"), in);
+  ASSERT_EQ(in.hw.gemm_spread, 0);  // no fleet figure is cited for the H100
+  const PlanResult same = plan(in);
+  EXPECT_EQ(same.slowest_gpu, 1);
+  in.hw.gemm_spread = 0.01;
+  const PlanResult r = plan(in);
+  const double factor = 1 + 0.01 * expected_max_normal(8);
+  EXPECT_NEAR(r.slowest_gpu, factor, 1e-12);
+  EXPECT_DOUBLE_EQ(r.memory_s, same.memory_s);
+  EXPECT_NEAR(r.compute_s - r.memory_s, (same.compute_s - same.memory_s) * factor, 1e-12 * r.compute_s);
+  EXPECT_DOUBLE_EQ(r.gemm_efficiency, same.gemm_efficiency);  // the typical GPU's, as the profile's
+  ASSERT_EQ(r.comm.size(), same.comm.size());
+  for (size_t i = 0; i < r.comm.size(); ++i) EXPECT_DOUBLE_EQ(r.comm[i].time_s, same.comm[i].time_s);
+  EXPECT_GT(r.step_s, same.step_s);
+  // A FlashAttention kernel's core is GEMM-bound too.
+  in.flash_attention = true;
+  in.hw.gemm_spread = 0;
+  const PlanResult flash_same = plan(in);
+  in.hw.gemm_spread = 0.01;
+  const PlanResult flash = plan(in);
+  ASSERT_NE(flash_same.compute_s, same.compute_s);  // the core at the kernel's rate, not as GEMMs
+  EXPECT_NEAR(flash.compute_s - flash.memory_s, (flash_same.compute_s - flash_same.memory_s) * factor,
+              1e-12 * flash.compute_s);
+  // One GPU waits for no other.
+  in.flash_attention = false;
+  in.dp = 1;
+  in.global_batch = 8;
+  in.hw.gemm_spread = 0.01;
+  const PlanResult one = plan(in);
+  EXPECT_EQ(one.slowest_gpu, 1);
+  in.hw.gemm_spread = 0;
+  EXPECT_DOUBLE_EQ(plan(in).step_s, one.step_s);
+  for (double bad : {-0.01, 0.5, 2.0, std::numeric_limits<double>::quiet_NaN()}) {
+    in.hw.gemm_spread = bad;
+    try {
+      plan(in);
+      ADD_FAILURE() << "accepted gemm_spread " << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("--gemm-spread"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // A model's first unit (its embedding) is its share of the parameters: the
 // built-in GPU profiles carry the sourced slowdown, the CPU stand-ins none.
 TEST(Planner, FirstUnitShareAndTheProfilesSlowdown) {
