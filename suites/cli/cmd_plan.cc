@@ -966,6 +966,14 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
       std::snprintf(fig, sizeof fig, "%s + %g us per call", head.c_str(), h.latency_call_us);
       why += "; per call: " + source("latency_call_us");
     }
+    // NCCL's plateau of a ring across nodes (Hardware::ring_plateau), where it applied.
+    if (std::any_of(r.comm.begin(), r.comm.end(), [&](const planner::CommRow& c) {
+          return c.group == g && planner::ring_plateau_applies(c, h);
+        })) {
+      const std::string head = fig;
+      std::snprintf(fig, sizeof fig, "%s; all-reduce latency x %g", head.c_str(), h.ring_plateau);
+      why += "; plateau: " + source("ring_plateau");
+    }
     std::printf("  %-16s %10.4g  %-44s %s\n", ("comm " + g).c_str(), t.s, fig, why.c_str());
   }
   std::printf("  %-16s %10s  %-44s %s\n", "placement", "",

@@ -280,6 +280,9 @@ def cases():
          r"Wei, Pradeep and Bhatele"),
         (gpt + ["--machine", "h100", "--dp", "8", "--explain"], 0,
          r"slowest GPU +- +identical GPUs \(gemm_spread 0\) +not given"),
+        # NCCL's plateau of a ring across nodes: an all-reduce of 248 MB over 2 nodes pays it, --explain says so
+        (gpt + ["--machine", "a100", "--dp", "16", "--explain"], 0,
+         r"comm dp .*; all-reduce latency x 1\.4 .*plateau: NCCL's cost model.*Plateau effect of ring"),
         # and a good table plans every row, the median and the signs printed
         (["plan", "--validate", os.path.join(PUBLISHED, "korthikanti_table5.csv")], 0,
          r"8 rows.*median \|error\| [0-9.]+% over 8 rows; worst .*signs: \d+ \+, \d+ -"),

@@ -558,9 +558,19 @@ const std::vector<MachineProfile>& builtin_machines() {
           "ncclTopoGetAlgoTime charges that latency once per call, lat x numPipeOps); NCCL's model, not a "
           "measurement; the planner adds it to each call of an all-reduce, all-gather or reduce-scatter, not to "
           "p2p (send_recv, all_to_all): NCCL's model times the five collectives only (src/include/nccl_common.h, "
-          "NCCL_NUM_FUNCTIONS 5, 'Send/Recv not included for now'). Not modelled: the 1.4x ncclTopoGetAlgoTime "
-          "applies to an inter-node Ring / Simple all-reduce's whole latency on Ampere and later ('Plateau effect "
-          "of ring')";
+          "NCCL_NUM_FUNCTIONS 5, 'Send/Recv not included for now'); an inter-node all-reduce's whole latency "
+          "(this base and its steps') is then multiplied by ring_plateau";
+      // Every NVIDIA profile's part is compute capability 8.0 or later (A100
+      // 8.0, H100 and H200 9.0, B200 10.0): NCCL's 1.4.
+      p.hw.ring_plateau = 1.4;
+      p.sources["ring_plateau"] =
+          "NCCL's cost model, github.com/NVIDIA/nccl at 5067397c2676d5aed50042fc39e5c8ee96eb0027, "
+          "src/graph/tuning.cc, ncclTopoGetAlgoTime: 'if (algorithm == NCCL_ALGO_RING && protocol == "
+          "NCCL_PROTO_SIMPLE && comm->nNodes > 1 && coll == ncclFuncAllReduce && nBytes / (comm->nChannels * "
+          "comm->nRanks) >= 64) lat *= comm->minCompCap < 80 ? 1.9 : 1.4; // Plateau effect of ring' (this part's "
+          "compute capability is 8.0 or later); NCCL's model, not a measurement. The channel count is NCCL's "
+          "choice (at most MAXCHANNELS, 64: src/include/device.h), so the planner applies it where the bytes "
+          "per rank and channel are 64 or more at 64 channels: a lower bound on where NCCL does";
     }
     // Framework per-op host overhead (Hardware::host_op_us): what PyTorch's
     // host spends issuing one op's kernel to a GPU. A host (CPU) figure, the
@@ -661,6 +671,12 @@ const std::vector<MachineProfile>& builtin_machines() {
           "takes the tree's figure (as NCCL's ring and tree NET figures, 14.0, are one); RCCL's model, not a "
           "measurement; the planner charges 2 (nodes - 1) of an all-reduce ring's steps at it (RCCL's model counts "
           "2 nodes), nodes - 1 of the others'";
+      p.hw.ring_plateau = 1;
+      p.sources["ring_plateau"] =
+          "RCCL's cost model, github.com/ROCm/rccl at 0cbce2a7571c907554199fad7e905f16ec0a565c, src/graph/tuning.cc, "
+          "ncclTopoGetAlgoTime: NCCL's 'Plateau effect of ring' (lat *= 1.4 or 1.9) sits in the #else branch of "
+          "'#if defined(__HIP_PLATFORM_AMD__)', so an AMD build applies none (1); it scales an inter-node ring's "
+          "bandwidth by ringCorrectionFactor by size instead, which the planner does not model";
       // FlashAttention-2 forward + backward: one published MI300X point.
       p.flash_attention_tflops_bf16 = 223;
       p.sources["flash_attention_tflops_bf16"] =
@@ -736,7 +752,7 @@ const std::vector<std::string>& profile_figures() {
         "latency_us", "latency_inter_us", "latency_call_us", "gemm_efficiency", "memory_GB", "ranks_per_node",
         "wake_us", "gemm_achievable_tflops_bf16", "gemm_units", "gemm_tile_m", "gemm_tile_n", "rails",
         "oversubscription", "leaf_nodes", "flash_attention_tflops_bf16", "overlap_compute_slowdown", "host_op_us",
-        "gemm_spread"};
+        "gemm_spread", "ring_plateau"};
     for (const KindRate& k : kKindRates) f.push_back(k.key);
     return f;
   }();
@@ -792,6 +808,7 @@ MachineProfile load_machine(const std::string& what) {
   m.hw.overlap_compute_slowdown = r.get<double>("machine.overlap_compute_slowdown", 0.0, Bounds::closed(0, 10));
   m.hw.host_op_us = r.get<double>("machine.host_op_us", 0.0, Bounds::closed(0, 1e6));
   m.hw.gemm_spread = r.get<double>("machine.gemm_spread", 0.0, Bounds::half_open(0, 0.5));
+  m.hw.ring_plateau = r.get<double>("machine.ring_plateau", 1.0, Bounds::closed(1, 10));
   // The memory-bound kernels by kind (Hardware::norm_mem_bw_GBps ...; 0 or
   // absent: mem_bw_GBps).
   for (const KindRate& k : kKindRates) {
@@ -965,6 +982,7 @@ std::string machine_toml(const MachineProfile& m) {
   if (m.hw.overlap_compute_slowdown > 0) num("machine.overlap_compute_slowdown", m.hw.overlap_compute_slowdown);
   if (m.hw.host_op_us > 0) num("machine.host_op_us", m.hw.host_op_us);
   if (m.hw.gemm_spread > 0) num("machine.gemm_spread", m.hw.gemm_spread);
+  if (m.hw.ring_plateau != 1) num("machine.ring_plateau", m.hw.ring_plateau);
   for (const KindRate& k : kKindRates)
     if (m.hw.*k.rate > 0) num((std::string("machine.") + k.key).c_str(), m.hw.*k.rate);
   if (m.kernel_launch_us > 0) num("machine.kernel_launch_us", m.kernel_launch_us);

@@ -372,6 +372,47 @@ TEST(Machine, GemmSpreadFromAFleetMeasurement) {
   std::filesystem::remove_all(dir);
 }
 
+// NCCL's plateau of a ring (Hardware::ring_plateau): 1.4 on every NVIDIA
+// profile (compute capability 8.0 and later), 1 on the MI300X (RCCL's AMD
+// build has none), each with its source; a TOML profile's is read within
+// [1, 10] and round trips.
+TEST(Machine, RingPlateauFromTheCostModels) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_plateau_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto load = [&](const std::string& text) {
+    const auto p = (dir / "p.toml").string();
+    std::ofstream(p) << text;
+    return load_machine(p);
+  };
+  for (const MachineProfile& m : builtin_machines()) {
+    ASSERT_TRUE(m.sources.count("ring_plateau")) << m.name();
+    const std::string& s = m.sources.at("ring_plateau");
+    if (m.name() == "mi300x") {
+      EXPECT_EQ(m.hw.ring_plateau, 1);
+      EXPECT_NE(s.find("__HIP_PLATFORM_AMD__"), std::string::npos) << s;
+    } else {
+      EXPECT_EQ(m.hw.ring_plateau, 1.4) << m.name();
+      EXPECT_NE(s.find("Plateau effect of ring"), std::string::npos) << s;
+    }
+    const MachineProfile back = load(machine_toml(m));
+    EXPECT_DOUBLE_EQ(back.hw.ring_plateau, m.hw.ring_plateau) << m.name();
+    EXPECT_EQ(back.sources.at("ring_plateau"), s) << m.name();
+  }
+  const std::string head = "[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\n";
+  EXPECT_DOUBLE_EQ(load(head).hw.ring_plateau, 1);  // not given: none
+  EXPECT_DOUBLE_EQ(load(head + "ring_plateau = 1.9\n").hw.ring_plateau, 1.9);
+  for (const char* bad : {"ring_plateau = 0.9\n", "ring_plateau = 10.5\n", "ring_plateau = nan\n",
+                          "ring_plateau = \"1.4\"\n"}) {
+    try {
+      load(head + bad);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("machine.ring_plateau"), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The memory-bound kernels by kind (Hardware::norm_mem_bw_GBps ...): a TOML
 // profile sets them, each with its source on a GPU; 0, negative, NaN or a
 // figure without a source is refused, named; the round trip keeps them; the

@@ -96,6 +96,7 @@ void check_input(const PlanInput& in) {
           "--peak-tflops/--bw-intra/--bw-inter/--latency-us: must be >= 0");
   require(h.gemm_efficiency > 0 && h.gemm_efficiency <= 1, "--gemm-efficiency: must be in (0, 1]");
   require(h.mem_bw_GBps >= 0, "--mem-bw: must be >= 0");
+  require(h.ring_plateau >= 1 && h.ring_plateau <= 10, "ring_plateau: must be in [1, 10] (NCCL's 1.4 or 1.9; 1: none)");
   require(h.gemm_spread >= 0 && h.gemm_spread < 0.5, "--gemm-spread: must be in [0, 0.5) (a fraction of the typical "
                                                       "GPU's GEMM time; NaN is not a spread)");
   require(h.shared_mem_bw_GBps >= 0 && std::isfinite(h.shared_mem_bw_GBps),

@@ -88,6 +88,13 @@ double ring_steps(std::string_view op, int64_t n);
 double corun_factor(double scale, int64_t at, double copies);
 double bus_bytes(std::string_view op, int64_t n, double bytes);
 
+struct CommRow;
+struct Hardware;
+// Whether NCCL's plateau (Hardware::ring_plateau) multiplies the latency of
+// row c: an all-reduce across nodes on a device whose bytes per rank and
+// channel reach 64 at NCCL's most channels (64).
+bool ring_plateau_applies(const CommRow& c, const Hardware& hw);
+
 // The expected largest of n independent standard normal draws (0 for n = 1;
 // 1/sqrt(pi) for 2): the slowest of n GPUs in standard deviations above the
 // typical one (Hardware::gemm_spread). Numerical integration of
@@ -107,6 +114,14 @@ struct Hardware {
   // latency_us is that alpha over the ring steps; a collective fit's alpha),
   // and a collective fit's rows never add it.
   double latency_call_us = 0;
+  // NCCL's "plateau effect of ring" (device profiles): an all-reduce's whole
+  // latency (base and steps) times this when its ring crosses nodes and each
+  // channel's share of a rank's bytes is at least 64 (ncclTopoGetAlgoTime,
+  // Ring / Simple; 1.4 from compute capability 8.0, 1.9 below; none in
+  // RCCL's AMD build). The channel count is NCCL's choice, so the planner
+  // applies it where the share is 64 at NCCL's most channels (MAXCHANNELS 64):
+  // a lower bound. 1: none.
+  double ring_plateau = 1;
   // Topology across nodes. rails: the NICs of a node the collectives use
   // (0: one link of bw_inter_GBps per rank, whatever the group). With rails,
   // bw_inter_GBps is one NIC's and a group with k members on each of a

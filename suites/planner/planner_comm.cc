@@ -65,6 +65,15 @@ double inter_node_GBps(const CommRow& c, const Hardware& hw, int64_t ranks_per_n
   return bw;
 }
 
+bool ring_plateau_applies(const CommRow& c, const Hardware& hw) {
+  // Where each of NCCL's most channels (MAXCHANNELS, 64) carries at least 64
+  // bytes of every rank's call: so whatever channel count NCCL picks.
+  constexpr double kMaxChannels = 64, kPlateauBytes = 64;
+  return c.inter_node && !hw.host_kernels && c.op == "all_reduce" && hw.ring_plateau > 1 && c.calls > 0 &&
+         c.group_size > 0 &&
+         double(c.bytes) / double(c.calls) / (kMaxChannels * double(c.group_size)) >= kPlateauBytes;
+}
+
 namespace parts {
 namespace {
 
@@ -120,6 +129,7 @@ double row_time(const CommRow& c, const Hardware& hw, int64_t ranks_per_node) {
   // now"), so a p2p row (send_recv; all_to_all, grouped sends) takes none.
   if (c.op == "all_reduce" || c.op == "all_gather" || c.op == "reduce_scatter" || c.op == "broadcast")
     latency_us += hw.latency_call_us;
+  if (ring_plateau_applies(c, hw)) latency_us *= hw.ring_plateau;
   return double(c.calls) * latency_us * 1e-6 + c.bus_bytes / bw;
 }
 

@@ -766,6 +766,53 @@ TEST(Planner, SmallCollectivesCostTheProfilesLatency) {
   for (const CommRow& c : plan(in).comm) EXPECT_NEAR(c.time_s, c.bus_bytes / 200e9, 1e-15) << c.group;
 }
 
+// NCCL's plateau of a ring (Hardware::ring_plateau): an all-reduce across
+// nodes whose bytes per rank and channel reach 64 at NCCL's 64 channels pays
+// 1.4 x its whole latency on the A100 profile. DDP over 8 A100s on 2 nodes of
+// 4, per call (8.4 + 2 x 14 + 12 x 3.4) x 1.4 = 108.08 us: at 32,768 bytes a
+// call (16,384 bf16 gradients; 32768 / (64 x 8) = 64) it applies, one
+// gradient fewer it does not (77.2 us); within a node, on host kernels (a
+// calibrated CPU profile's inter-node alpha, all 14 steps across) or at 1
+// never; out of [1, 10] refused, named.
+TEST(Planner, RingPlateauScalesAnInterNodeAllReducesLatency) {
+  auto ddp = [](int64_t params, int64_t rpn) {
+    PlanInput in = params_only(params, 8, dp::Shard::none);
+    in.global_batch = 8;
+    in.hw = hardware_for(load_machine("a100"), Precision::bf16_mixed);
+    in.ranks_per_node = rpn;
+    return in;
+  };
+  auto per_call_latency = [](const PlanInput& in) {
+    const PlanResult r = plan(in);
+    EXPECT_EQ(r.comm.size(), 1u);
+    const CommRow& c = r.comm.at(0);
+    EXPECT_EQ(c.op, "all_reduce");
+    const double bw = c.inter_node ? inter_node_GBps(c, in.hw, in.ranks_per_node) : in.hw.bw_intra_GBps;
+    return (c.time_s - c.bus_bytes / (bw * 1e9)) / double(c.calls);
+  };
+  ASSERT_DOUBLE_EQ(ddp(1, 4).hw.ring_plateau, 1.4);
+  EXPECT_NEAR(per_call_latency(ddp(16384, 4)), 108.08e-6, 1e-12);
+  EXPECT_NEAR(per_call_latency(ddp(100'000'000, 4)), 108.08e-6, 1e-12);
+  EXPECT_NEAR(per_call_latency(ddp(16383, 4)), 77.2e-6, 1e-12);
+  EXPECT_NEAR(per_call_latency(ddp(100'000'000, 8)), 56.0e-6, 1e-12);  // one node
+  PlanInput none = ddp(100'000'000, 4);
+  none.hw.ring_plateau = 1;
+  EXPECT_NEAR(per_call_latency(none), 77.2e-6, 1e-12);
+  PlanInput cpu = ddp(100'000'000, 4);
+  cpu.hw.host_kernels = true;  // a CPU profile's fitted alpha, every step across: 8.4 + 14 x 14, no plateau
+  EXPECT_NEAR(per_call_latency(cpu), 204.4e-6, 1e-12);
+  for (double bad : {0.5, 11.0, std::nan("")}) {
+    PlanInput in = ddp(1000, 4);
+    in.hw.ring_plateau = bad;
+    try {
+      plan(in);
+      ADD_FAILURE() << "accepted ring_plateau " << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("ring_plateau"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The base per call (Hardware::latency_call_us, NCCL's baseLatencies) adds
 // exactly calls x base to each all-reduce, all-gather and reduce-scatter row,
 // within a node and across, and nothing to p2p rows (pipeline send_recv,
