@@ -242,6 +242,56 @@ OverlapSlowdown measure_overlap_slowdown(Communicator& comm, const kernels::Devi
   return r;
 }
 
+GemmSpread measure_gemm_spread(Communicator& comm, const kernels::DeviceOps<bf16>& ops, DeviceMemory& memory,
+                               const SpreadProbe& p, void* stream) {
+  require(p.m > 0 && p.n > 0 && p.k > 0 && p.seconds > 0 && p.warmup_seconds >= 0 && p.repeats >= 1,
+          "calibrate: the spread probe's GEMM shape, seconds and repeats must be positive (its warm-up >= 0)");
+  const OrderedAfter ordered(comm, stream);
+  GemmSpread r;
+  r.probe = p;
+  r.ranks = comm.size();
+  DeviceBuffer<bf16> out(memory, size_t(p.m) * p.n), inp(memory, size_t(p.m) * p.k), w(memory, size_t(p.n) * p.k),
+      b(memory, size_t(p.n));
+  fill(ops, inp.get(), size_t(p.m) * p.k, 0.5f);
+  fill(ops, w.get(), size_t(p.n) * p.k, 0.25f);
+  auto gemm = [&] { ops.matmul_forward(out.get(), inp.get(), w.get(), b.get(), p.m, p.k, p.n, nullptr); };
+  auto timeline = ops.timeline();
+  // Every rank's GPU busy at once, as in training (a node's GPUs share its
+  // power and cooling): the warm-up and each repeat start on a barrier.
+  comm.barrier();
+  if (p.warmup_seconds > 0) device_seconds_per_call(*timeline, gemm, p.warmup_seconds);
+  std::vector<double> repeats;
+  for (int i = 0; i < p.repeats; ++i) {
+    comm.barrier();
+    repeats.push_back(device_seconds_per_call(*timeline, gemm, p.seconds));
+  }
+  std::sort(repeats.begin(), repeats.end());
+  const size_t h = repeats.size() / 2;
+  const double mine = repeats.size() % 2 ? repeats[h] : (repeats[h - 1] + repeats[h]) / 2;
+  require(std::isfinite(mine) && mine > 0, "calibrate: the spread probe's GEMM took no time on the device's timer");
+  ops.synchronize();
+  r.per_call_s.assign(size_t(comm.size()), 0.0);
+  comm.all_gather(&mine, r.per_call_s.data(), 1, DType::f64);
+  std::vector<double> sorted = r.per_call_s;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size(), mid = n / 2;
+  r.min_s = sorted.front();
+  r.max_s = sorted.back();
+  r.median_s = n % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+  if (n < 2) {
+    r.why_not = "one rank: no other GPU to differ from (calibrate on 2 or more)";
+    return r;
+  }
+  double mean = 0;
+  for (double x : sorted) mean += x;
+  mean /= double(n);
+  double ss = 0;
+  for (double x : sorted) ss += (x - mean) * (x - mean);
+  r.spread = std::sqrt(ss / double(n - 1)) / r.median_s;
+  if (!std::isfinite(r.spread)) r.why_not = "the ranks' GEMM times gave no finite spread";
+  return r;
+}
+
 std::vector<int> group_sizes(int n) {
   std::vector<int> g;
   for (int x = 2; x < n; x *= 2) g.push_back(x);
@@ -445,6 +495,37 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
       m.sources["overlap_compute_slowdown"] =
           "not measured (no figure; plans on this profile take overlap as free): " + std::string(what) + ": " +
           o.why_not + on;
+    }
+  }
+  const GemmSpread& sp = r.spread;
+  if (sp.ranks > 0) {
+    char what[640];
+    std::snprintf(what, sizeof what,
+                  "%d ranks' GEMM time per call (a bf16 GEMM of %d x %d x %d, %s, %s; each rank the median of %d "
+                  "repeats of at least %.3g s after %.3g s of back-to-back GEMMs, every rank at once)",
+                  sp.ranks, sp.probe.m, sp.probe.n, sp.probe.k, c.gemm.c_str(), c.timer.c_str(), sp.probe.repeats,
+                  sp.probe.seconds, sp.probe.warmup_seconds);
+    char range[200];
+    std::snprintf(range, sizeof range, " (%.4g .. %.4g ms, median %.4g ms)", sp.min_s * 1e3, sp.max_s * 1e3,
+                  sp.median_s * 1e3);
+    if (sp.measured()) {
+      if (!(sp.spread < 0.5)) {
+        char v[64];
+        std::snprintf(v, sizeof v, "%.4g", sp.spread);
+        throw InputError("calibrate: measured machine.gemm_spread = " + std::string(v) + " from " + what + range +
+                         ": 0.5 or more, outside [0, 0.5): a device that uneven is broken or busy, not a spread; not "
+                         "written (find the slow GPU, then calibrate again)");
+      }
+      m.hw.gemm_spread = sp.spread;
+      m.sources["gemm_spread"] =
+          "measured by parabench calibrate --device cuda on " + std::to_string(sp.ranks) + " ranks of " + c.device +
+          ", " + c.date + " (git " + c.git_rev + "): the sample standard deviation (n - 1) of " + what + " over their median" +
+          range + "; " + std::to_string(sp.ranks) + " GPUs of one job, not a fleet: the slowest of a "
+          "larger world is extrapolated from it (with n ranks the sd is itself uncertain by about 1 / sqrt(2 (n - "
+          "1)) of it)";
+    } else {
+      m.sources["gemm_spread"] = "not measured (no figure; plans on this profile take its GPUs as equally fast): " +
+                                 std::string(what) + ": " + sp.why_not + on;
     }
   }
   return m;

@@ -10,7 +10,8 @@
 // under mpirun; the local backend in tests); and compute's slowdown beside a
 // collective (measure_overlap_slowdown: a GEMM batch alone, then beside
 // all_reduces in flight on the communicator's own stream, as the engine
-// overlaps its DP collectives). device_profile turns them into
+// overlaps its DP collectives); and one GEMM's time on every rank's GPU at
+// once (measure_gemm_spread: how far identical GPUs differ). device_profile turns them into
 // a machine profile (suites/planner/machine.h) with gpu = true and a source
 // for every figure it writes.
 // Invariant: every figure in a DeviceRates was timed here; nothing is filled
@@ -78,11 +79,41 @@ struct OverlapSlowdown {
   double all_reduce_s = 0;                   // one all_reduce alone, the slowest rank's median of 3
 };
 
+// How much one GPU's GEMM time differs from its peers' of the same part
+// (planner::Hardware::gemm_spread). On every rank at once: back-to-back bf16
+// GEMMs (m x n x k, matmul_forward) for warmup_seconds of device time (on a
+// GPU, long enough to reach the power-capped clock: NVIDIA's CUTLASS
+// profiler guidelines say the GPC clocks oscillate for about the first 3 s
+// of back-to-back GEMMs), then `repeats` timings of at least `seconds` each
+// (device_seconds_per_call), all ranks starting each together (a barrier).
+struct SpreadProbe {
+  int m = 4096, n = 4096, k = 4096;  // the overlap probe's GEMM
+  double warmup_seconds = 3;         // device time, before the repeats
+  double seconds = 0.05;             // each repeat's device time, at least
+  int repeats = 5;
+};
+struct GemmSpread {
+  SpreadProbe probe;
+  int ranks = 0;  // 0: not measured
+  // Why there is no figure (one rank: no peer to differ from); empty when
+  // there is one.
+  std::string why_not;
+  // Each rank's seconds per GEMM (the median of its repeats), by rank.
+  std::vector<double> per_call_s;
+  double min_s = 0, median_s = 0, max_s = 0;  // of per_call_s (median: the mean of the middle two when even)
+  // The figure: the sample standard deviation (n - 1 denominator) of
+  // per_call_s over median_s. A job's GPUs, not a fleet: the planner
+  // extrapolates the slowest of a larger world from it.
+  double spread = 0;
+  bool measured() const { return ranks >= 2 && why_not.empty(); }
+};
+
 struct DeviceRates {
   std::vector<planner::GemmRate> gemm_bf16, gemm_fp32;  // per shape, GFLOP/s
   double copy_GBps = 0;                                 // bytes read + written per second
   std::vector<AttentionRate> attention;                 // bf16
   OverlapSlowdown overlap;                              // measure_overlap_slowdown's (not measure_device_rates')
+  GemmSpread spread;                                    // measure_gemm_spread's (not measure_device_rates')
 };
 
 // Seconds per call of `op` on the device of `timeline`: one warm-up call,
@@ -119,6 +150,13 @@ DeviceRates measure_device_rates(const kernels::DeviceOps<bf16>& ops16, const ke
 // false and why_not says so, never a figure.
 OverlapSlowdown measure_overlap_slowdown(Communicator& comm, const kernels::DeviceOps<bf16>& ops, DeviceMemory& memory,
                                          const OverlapProbe& probe, void* stream);
+
+// The SpreadProbe on every rank of `comm` (call it on each, as a
+// collective), with `ops`, `memory` and `stream` that rank's as for
+// measure_overlap_slowdown. Every rank's time is gathered (all_gather): the
+// same result on every rank. One rank: its time, no figure, why_not says so.
+GemmSpread measure_gemm_spread(Communicator& comm, const kernels::DeviceOps<bf16>& ops, DeviceMemory& memory,
+                               const SpreadProbe& probe, void* stream);
 
 // The collective benchmark's driver (suites/collectives) for each op of
 // `ops` (all_reduce, reduce_scatter, all_gather) on the first g ranks of the
@@ -168,8 +206,11 @@ struct DeviceContext {
 // were not measured across nodes), memory_GB, ranks_per_node,
 // kernel_launch_us, overlap_compute_slowdown (r.overlap's figure when it
 // overlapped; otherwise no figure and a source saying why it was not
-// measured; nothing when r.overlap.ranks is 0); machine.sources names the
-// measurement, the device and the date of each. InputError without an all_reduce fit within a node or a
+// measured; nothing when r.overlap.ranks is 0), gemm_spread (r.spread's
+// figure when measured on 2 or more ranks, InputError naming it when it is
+// 0.5 or more: a device that uneven is broken, not a spread; otherwise no
+// figure and a source saying why; nothing when r.spread.ranks is 0);
+// machine.sources names the measurement, the device and the date of each. InputError without an all_reduce fit within a node or a
 // bf16 GEMM table.
 planner::MachineProfile device_profile(const std::string& name, const DeviceRates& r,
                                        const std::map<std::string, std::vector<planner::CollectiveFit>>& fits,

@@ -62,6 +62,28 @@ OverlapSlowdown overlap_on(World& world, const OverlapProbe& probe = tiny_probe(
   return r;
 }
 
+SpreadProbe tiny_spread() {
+  SpreadProbe p;
+  p.m = p.n = p.k = 64;
+  p.warmup_seconds = 0.01;  // 3 s on a GPU (its clocks settling); nothing to settle here
+  p.seconds = 0.005;
+  p.repeats = 5;
+  return p;
+}
+
+// measure_gemm_spread on every rank of `world`, each with a stand-in device
+// of its own: every rank's result, by rank.
+std::vector<GemmSpread> spread_on(World& world, const SpreadProbe& probe = tiny_spread()) {
+  std::vector<GemmSpread> r(size_t(world.size()));
+  run_ranks(world, [&](Communicator& comm) {
+    testing::CountingMemory memory;
+    testing::StandInOps<bf16> ops;
+    r[size_t(comm.rank())] = measure_gemm_spread(comm, ops, memory, probe, nullptr);
+    EXPECT_EQ(memory.live(), 0u) << "every device buffer freed";
+  });
+  return r;
+}
+
 // Whether a profile's text gives figure `key` (a number; its source is a string).
 bool figure_written(const std::string& text, const std::string& key) {
   const std::string line = "\n" + key + " = ";
@@ -73,6 +95,10 @@ bool figure_written(const std::string& text, const std::string& key) {
 struct Measured {
   DeviceRates rates;
   std::map<std::string, std::vector<planner::CollectiveFit>> fits;
+  // The GEMM's spread over 2 ranks, kept out of `rates`: the stand-in's
+  // ranks are threads on a shared host, whose load can make one twice as
+  // slow as the other, a spread the profile refuses (0.5 or more).
+  GemmSpread spread;
 };
 
 // One measurement for every test here (a few seconds on this machine, most
@@ -117,6 +143,11 @@ const Measured& measured() {
     overlap_world.progress = WorldOptions::Progress::thread;
     auto two = make_local_world(overlap_world);
     x.rates.overlap = overlap_on(*two);
+    // The GEMM's spread over 2 ranks (the local backend's threads).
+    WorldOptions spread_world;
+    spread_world.size = 2;
+    auto pair = make_local_world(spread_world);
+    x.spread = spread_on(*pair).at(0);
     return x;
   }();
   return m;
@@ -204,6 +235,114 @@ TEST(DeviceRates, ABackendThatDoesNotOverlapGivesNoFigure) {
   EXPECT_THROW(overlap_on(*alone), RankError);
 }
 
+TEST(DeviceRates, TheGemmSpreadIsEveryRanksTimeGathered) {
+  WorldOptions wo;
+  wo.size = 3;  // an odd count: the median is the middle rank's time
+  auto world = make_local_world(wo);
+  const std::vector<GemmSpread> all = spread_on(*world);
+  ASSERT_EQ(all.size(), 3u);
+  const GemmSpread& s = all[0];
+  EXPECT_EQ(s.ranks, 3);
+  EXPECT_TRUE(s.measured()) << s.why_not;
+  EXPECT_TRUE(s.why_not.empty());
+  EXPECT_EQ(s.probe.m, 64);
+  EXPECT_EQ(s.probe.repeats, 5);
+  ASSERT_EQ(s.per_call_s.size(), 3u);
+  for (double t : s.per_call_s) EXPECT_TRUE(std::isfinite(t) && t > 0) << t;
+  std::vector<double> sorted = s.per_call_s;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(s.min_s, sorted[0]);
+  EXPECT_EQ(s.median_s, sorted[1]);
+  EXPECT_EQ(s.max_s, sorted[2]);
+  // The figure: the sample sd (n - 1) over the median, finite and >= 0.
+  const double mean = (sorted[0] + sorted[1] + sorted[2]) / 3;
+  double ss = 0;
+  for (double t : sorted) ss += (t - mean) * (t - mean);
+  EXPECT_TRUE(std::isfinite(s.spread) && s.spread >= 0) << s.spread;
+  EXPECT_NEAR(s.spread, std::sqrt(ss / 2) / sorted[1], 1e-12 * (1 + s.spread));
+  // Every rank returns the same result, bit for bit.
+  for (size_t r = 1; r < all.size(); ++r) {
+    EXPECT_EQ(all[r].ranks, s.ranks) << r;
+    EXPECT_EQ(all[r].per_call_s, s.per_call_s) << r;
+    EXPECT_EQ(all[r].spread, s.spread) << r;
+    EXPECT_EQ(all[r].min_s, s.min_s) << r;
+    EXPECT_EQ(all[r].median_s, s.median_s) << r;
+    EXPECT_EQ(all[r].max_s, s.max_s) << r;
+    EXPECT_EQ(all[r].why_not, s.why_not) << r;
+  }
+  // Two ranks (the fixture's): the median is their mean, the sd |a - b| / sqrt 2.
+  const GemmSpread& two = measured().spread;
+  ASSERT_EQ(two.ranks, 2);
+  ASSERT_EQ(two.per_call_s.size(), 2u);
+  const double a = two.per_call_s[0], b = two.per_call_s[1];
+  EXPECT_DOUBLE_EQ(two.median_s, (a + b) / 2);
+  EXPECT_NEAR(two.spread, std::fabs(a - b) / std::sqrt(2.0) / ((a + b) / 2), 1e-12 * (1 + two.spread));
+  // A probe without time: refused.
+  SpreadProbe none = tiny_spread();
+  none.seconds = 0;
+  EXPECT_THROW(spread_on(*world, none), RankError);
+}
+
+TEST(DeviceRates, OneRankGivesNoSpread) {
+  WorldOptions one;
+  auto world = make_local_world(one);
+  const GemmSpread s = spread_on(*world).at(0);
+  EXPECT_EQ(s.ranks, 1);
+  EXPECT_FALSE(s.measured());
+  EXPECT_EQ(s.spread, 0);
+  ASSERT_EQ(s.per_call_s.size(), 1u);
+  EXPECT_GT(s.per_call_s[0], 0) << "its own time, still measured";
+  EXPECT_NE(s.why_not.find("one rank"), std::string::npos) << s.why_not;
+  DeviceRates r = measured().rates;
+  r.spread = s;
+  const planner::MachineProfile m = device_profile("x", r, measured().fits, stand_in_context());
+  EXPECT_EQ(m.hw.gemm_spread, 0);
+  ASSERT_TRUE(m.sources.count("gemm_spread"));
+  const std::string& src = m.sources.at("gemm_spread");
+  EXPECT_EQ(src.rfind("not measured", 0), 0u) << src;
+  EXPECT_NE(src.find("one rank: no other GPU to differ from"), std::string::npos) << src;
+  EXPECT_FALSE(figure_written(planner::machine_toml(m), "gemm_spread")) << "no figure written";
+  // Not measured at all (ranks 0): neither figure nor source.
+  r.spread = GemmSpread{};
+  const planner::MachineProfile bare = device_profile("x", r, measured().fits, stand_in_context());
+  EXPECT_FALSE(bare.sources.count("gemm_spread"));
+  EXPECT_EQ(planner::machine_toml(bare).find("gemm_spread"), std::string::npos);
+}
+
+TEST(DeviceRates, ASpreadOfHalfOrMoreIsRefusedNamed) {
+  DeviceRates r = measured().rates;
+  r.spread = GemmSpread{};
+  r.spread.ranks = 2;
+  r.spread.per_call_s = {1e-3, 3e-3};
+  r.spread.min_s = 1e-3;
+  r.spread.max_s = 3e-3;
+  r.spread.median_s = 2e-3;
+  r.spread.spread = 2e-3 / std::sqrt(2.0) / 2e-3;  // 0.707
+  try {
+    device_profile("x", r, measured().fits, stand_in_context());
+    ADD_FAILURE() << "a spread of 0.707 was written";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("machine.gemm_spread = 0.7071"), std::string::npos) << what;
+    EXPECT_NE(what.find("outside [0, 0.5)"), std::string::npos) << what;
+  }
+  r.spread.spread = 0.5;  // the bound itself: out
+  EXPECT_THROW(device_profile("x", r, measured().fits, stand_in_context()), InputError);
+  // Just under it: written, and read back as plan --machine reads it.
+  r.spread.spread = 0.49;
+  const planner::MachineProfile m = device_profile("x", r, measured().fits, stand_in_context());
+  EXPECT_DOUBLE_EQ(m.hw.gemm_spread, 0.49);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("pb_spread_" + std::to_string(::getpid()) + ".toml")).string();
+  {
+    std::ofstream(path) << planner::machine_toml(m);
+  }
+  const planner::MachineProfile back = planner::load_machine(path);
+  std::filesystem::remove(path);
+  EXPECT_DOUBLE_EQ(back.hw.gemm_spread, 0.49);
+  EXPECT_EQ(back.sources.at("gemm_spread"), m.sources.at("gemm_spread"));
+}
+
 TEST(DeviceRates, CollectivesAreFitByOpAndGroup) {
   const auto& fits = measured().fits;
   ASSERT_EQ(fits.size(), 3u);
@@ -224,9 +363,24 @@ TEST(DeviceRates, CollectivesAreFitByOpAndGroup) {
 }
 
 TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
-  const Measured& x = measured();
+  Measured x = measured();
   DeviceContext c = stand_in_context();
   c.launch_us = 4.25;  // what kernels/cuda's measure_launch gives on a GPU (none here)
+  x.rates.spread = x.spread;
+  if (x.spread.spread >= 0.5) {
+    // A loaded host made one stand-in rank about twice as slow as the
+    // other: refused, named (ASpreadOfHalfOrMoreIsRefusedNamed has the rest);
+    // the profile below is then written without it.
+    try {
+      device_profile("stand-in-cal", x.rates, x.fits, c);
+      ADD_FAILURE() << "a spread of " << x.spread.spread << " was written";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("machine.gemm_spread = "), std::string::npos) << e.what();
+    }
+    std::fprintf(stderr, "the stand-in's ranks measured a spread of %g (a loaded host): profile without it\n",
+                 x.spread.spread);
+    x.rates.spread.spread = 0.25;  // still 2 ranks' struct; the figure in range
+  }
   const planner::MachineProfile m = device_profile("stand-in-cal", x.rates, x.fits, c);
   const std::string path =
       (std::filesystem::temp_directory_path() / ("pb_device_profile_" + std::to_string(::getpid()) + ".toml")).string();
@@ -262,6 +416,8 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
   }
   EXPECT_TRUE(close(back.hw.overlap_compute_slowdown, x.rates.overlap.slowdown) ||
               (x.rates.overlap.slowdown < 1e-9 && back.hw.overlap_compute_slowdown == 0));
+  EXPECT_TRUE(close(back.hw.gemm_spread, x.rates.spread.spread)) << back.hw.gemm_spread << " " << x.rates.spread.spread;
+  EXPECT_EQ(back.sources.at("gemm_spread"), m.sources.at("gemm_spread"));
   EXPECT_DOUBLE_EQ(back.kernel_launch_us, 4.25);
   EXPECT_DOUBLE_EQ(back.hw.memory_GB, 1.5);
   EXPECT_EQ(back.ranks_per_node, 3);
@@ -276,7 +432,7 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
   for (const char* k : {"gemm.bf16", "gemm.fp32", "collective.all_reduce", "collective.reduce_scatter",
                         "collective.all_gather", "mem_bw_GBps", "bw_intra_GBps", "kernel_launch_us",
                         "flash_attention_tflops_bf16", "gemm_achievable_tflops_bf16", "peak_tflops_bf16",
-                        "overlap_compute_slowdown"}) {
+                        "overlap_compute_slowdown", "gemm_spread"}) {
     ASSERT_TRUE(back.sources.count(k)) << k;
     EXPECT_NE(back.sources.at(k).find("stand-in device, 2026-11-27"), std::string::npos) << k << ": " << back.sources.at(k);
   }
@@ -294,6 +450,18 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
                            "on all 2 ranks", "t_with / t_alone - 1 of the rank slowed most", "median of 3 repeats"})
     EXPECT_NE(overlap.find(part), std::string::npos) << part << ": " << overlap;
   const bool overlap_written = figure_written(written, "overlap_compute_slowdown");
+  // The GEMM spread: measured on the fixture's 2 ranks (written unless it
+  // came out 0, the reader's default), its source naming the statistic, the
+  // shape and that a job's GPUs are not a fleet.
+  const std::string& spread = back.sources.at("gemm_spread");
+  EXPECT_EQ(spread.rfind("measured by parabench calibrate --device cuda on 2 ranks of stand-in device, 2026-11-27", 0),
+            0u)
+      << spread;
+  for (const char* part : {"sample standard deviation (n - 1)", "bf16 GEMM of 64 x 64 x 64", "over their median",
+                           "median of 5 repeats", "2 GPUs of one job, not a fleet"})
+    EXPECT_NE(spread.find(part), std::string::npos) << part << ": " << spread;
+  EXPECT_EQ(figure_written(written, "gemm_spread"), x.rates.spread.spread > 0) << x.rates.spread.spread;
+  EXPECT_EQ(back.hw.gemm_spread > 0, x.rates.spread.spread > 0);
   EXPECT_EQ(overlap_written, x.rates.overlap.slowdown > 0) << x.rates.overlap.slowdown;
   // What plan --machine FILE takes of it: the bf16 table at bf16-mixed.
   const planner::Hardware hw = planner::hardware_for(back, Precision::bf16_mixed);

@@ -339,6 +339,7 @@ void check_written_figures(const planner::MachineProfile& m) {
   in("latency_call_us", m.hw.latency_call_us, 0, kMaxLatencyUs);
   in("wake_us", m.wake_us, 0, kMaxLatencyUs);
   in("overlap_compute_slowdown", m.hw.overlap_compute_slowdown, 0, 10);  // what load_machine reads
+  in("gemm_spread", m.hw.gemm_spread, 0, std::nextafter(0.5, 0.0));         // [0, 0.5), as load_machine reads it
   for (const auto& [p, table] : m.gemm)
     for (const auto& g : table) in("gemm." + p + ".gflops", g.gflops, 1e-9, 1e12);
   for (const auto& [op, fits] : m.hw.collectives)
@@ -353,8 +354,8 @@ void check_written_figures(const planner::MachineProfile& m) {
 // GEMM grid, a copy, the attention kernel, the empty kernel's launch), then
 // the collectives run by size on groups of 2, 4, ... up to every rank, then
 // every rank's GEMM batch alone and beside all_reduces (the overlap
-// slowdown); rank 0's process writes its GPU's figures and the fits as a GPU
-// profile.
+// slowdown), then every rank's GEMM time at once (the spread); rank 0's
+// process writes its GPU's figures and the fits as a GPU profile.
 int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   const std::string why = cuda_unavailable();
   require(why.empty(), "calibrate --device cuda: no GPU to calibrate: " + why);
@@ -379,7 +380,7 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   const kernels::cuda::DeviceInfo info = kernels::cuda::device_info(gpu);
   if (writer)
     std::printf("calibrating %d GPUs (rank 0: cuda:%d %s): each its GEMMs, copy, attention and launch, then the "
-                "collectives, then GEMMs beside all_reduces\n",
+                "collectives, then GEMMs beside all_reduces, then every GPU's GEMM time at once\n",
                 world->size(), gpu, info.name.c_str());
   calibrate::DeviceGrid grid;
   grid.seconds = f.seconds / 4;
@@ -406,10 +407,19 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   calibrate::OverlapProbe probe;
   probe.message_bytes = sweep.max_bytes;
   probe.seconds = grid.seconds;
+  // How far the GPUs' GEMM times differ (the spread): every rank's GEMM of
+  // the overlap probe's shape at once, after 3 s of back-to-back GEMMs (the
+  // clocks settled at the power cap), the median of 5 repeats.
+  calibrate::SpreadProbe spread;
+  spread.m = probe.m;
+  spread.n = probe.n;
+  spread.k = probe.k;
+  spread.seconds = grid.seconds;
   {
     const kernels::cuda::Gpu g = kernels::cuda::open_gpu(gpu);
     run_ranks(*world, [&](Communicator& comm) {
       rates.overlap = calibrate::measure_overlap_slowdown(comm, *g.bf16_ops, *g.memory, probe, g.stream);
+      rates.spread = calibrate::measure_gemm_spread(comm, *g.bf16_ops, *g.memory, spread, g.stream);
     });
   }
   if (!writer) return 0;
@@ -449,6 +459,13 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
                 o.probe.message_bytes >> 20, o.slowdown, o.repeats.size());
   else
     std::printf("  overlap    not measured: %s\n", o.why_not.c_str());
+  const calibrate::GemmSpread& s = rates.spread;
+  if (s.measured())
+    std::printf("  spread     GEMM %dx%dx%d on %d GPUs: %.4f .. %.4f ms (median %.4f): sd over median %.4f "
+                "(gemm_spread)\n",
+                s.probe.m, s.probe.n, s.probe.k, s.ranks, s.min_s * 1e3, s.max_s * 1e3, s.median_s * 1e3, s.spread);
+  else
+    std::printf("  spread     not measured: %s\n", s.why_not.c_str());
   std::printf("  nodes      %d, %d ranks per node; memory %.1f GB per GPU\n", nodes, c.ranks_per_node, c.memory_GB);
   check_written_figures(m);
   write_output_file(f.out,
@@ -654,7 +671,7 @@ void register_calibrate(CLI::App& root, Registry& reg, const Env& env) {
   app->add_option("--device", f->device,
                   "cpu (this machine, one rank per core) or cuda (the GPUs, under mpirun with one rank per GPU: "
                   "cuBLAS GEMMs by shape, device copy, attention kernel, NCCL collectives, kernel launch, GEMMs beside "
-                  "all_reduces)")
+                  "all_reduces, the GEMM time's spread across the GPUs)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   reg.push_back({app, [f, app, &env] {
