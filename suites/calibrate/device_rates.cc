@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <stdexcept>
 
 #include "harness/status.h"
@@ -39,6 +40,22 @@ void fill(const kernels::DeviceOps<T>& ops, T* dst, size_t n, float v) {
   const std::vector<T> host(std::min<size_t>(n, size_t(1) << 22), T(v));  // 16 MiB at most, copied in pieces
   for (size_t at = 0; at < n; at += host.size())
     ops.to_device(dst + at, host.data(), std::min(host.size(), n - at) * sizeof(T));
+}
+
+// Uniform [-1, 1] values (a fixed seed): NVIDIA's fill for GEMMs timed at the
+// power limit, whose draw, and so clock, depends on the data (CUTLASS
+// media/docs/cpp/gemm_performance_measurement_methodology_guidelines.md,
+// "Matrix Fill Methodology"; a constant fill draws less).
+template <class T>
+void fill_uniform(const kernels::DeviceOps<T>& ops, T* dst, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<T> host(std::min<size_t>(n, size_t(1) << 22));
+  for (size_t at = 0; at < n; at += host.size()) {
+    const size_t k = std::min(host.size(), n - at);
+    for (size_t i = 0; i < k; ++i) host[i] = T(u(rng));
+    ops.to_device(dst + at, host.data(), k * sizeof(T));
+  }
 }
 
 template <class T>
@@ -252,8 +269,9 @@ GemmSpread measure_gemm_spread(Communicator& comm, const kernels::DeviceOps<bf16
   r.ranks = comm.size();
   DeviceBuffer<bf16> out(memory, size_t(p.m) * p.n), inp(memory, size_t(p.m) * p.k), w(memory, size_t(p.n) * p.k),
       b(memory, size_t(p.n));
-  fill(ops, inp.get(), size_t(p.m) * p.k, 0.5f);
-  fill(ops, w.get(), size_t(p.n) * p.k, 0.25f);
+  fill_uniform(ops, inp.get(), size_t(p.m) * p.k, 1);
+  fill_uniform(ops, w.get(), size_t(p.n) * p.k, 2);
+  fill(ops, b.get(), size_t(p.n), 0.0f);
   auto gemm = [&] { ops.matmul_forward(out.get(), inp.get(), w.get(), b.get(), p.m, p.k, p.n, nullptr); };
   auto timeline = ops.timeline();
   // Every rank's GPU busy at once, as in training (a node's GPUs share its

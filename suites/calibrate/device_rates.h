@@ -82,10 +82,13 @@ struct OverlapSlowdown {
 // How much one GPU's GEMM time differs from its peers' of the same part
 // (planner::Hardware::gemm_spread). On every rank at once: back-to-back bf16
 // GEMMs (m x n x k, matmul_forward) for warmup_seconds of device time (on a
-// GPU, long enough to reach the power-capped clock: NVIDIA's CUTLASS
-// profiler guidelines say the GPC clocks oscillate for about the first 3 s
-// of back-to-back GEMMs), then `repeats` timings of at least `seconds` each
-// (device_seconds_per_call), all ranks starting each together (a barrier).
+// GPU, long enough to reach the power-capped clock: NVIDIA/cutlass 2115eee
+// media/docs/cpp/gemm_performance_measurement_methodology_guidelines.md,
+// "the GPC clocks were observed to oscillate for around the first 3 seconds
+// of runtime before settling"), inputs uniform in [-1, 1] as that guide fills
+// GEMMs timed at the power limit, then `repeats` timings of at least
+// `seconds` each (device_seconds_per_call), all ranks starting each together
+// (a barrier).
 struct SpreadProbe {
   int m = 4096, n = 4096, k = 4096;  // the overlap probe's GEMM
   double warmup_seconds = 3;         // device time, before the repeats

@@ -98,7 +98,7 @@ bool ring_plateau_applies(const CommRow& c, const Hardware& hw);
 // The expected largest of n independent standard normal draws (0 for n = 1;
 // 1/sqrt(pi) for 2): the slowest of n GPUs in standard deviations above the
 // typical one (Hardware::gemm_spread). Numerical integration of
-// x n phi(x) Phi(x)^(n-1); n in [1, 2^40].
+// x n phi(x) Phi(x)^(n-1); n >= 1 (InputError otherwise).
 double expected_max_normal(int64_t n);
 
 struct Hardware {

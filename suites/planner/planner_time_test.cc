@@ -1353,8 +1353,8 @@ TEST(Planner, GradReduceDtypeScalesTheGradientReductionsOnly) {
 
 // The slowest of n GPUs (expected_max_normal): the closed forms for 2 and 3
 // draws (1/sqrt(pi), 3/(2 sqrt(pi))), tabulated values for 5 and 1000
-// (Harter 1961: 1.16296, 3.24144), growing with n, 0 for one GPU, finite at
-// the bound and refused, named, past it.
+// (Harter 1961: 1.16296, 3.24144), growing with n up to 2^63 - 1 (under
+// sqrt(2 ln n)), 0 for one GPU; n below 1 refused, named.
 TEST(Planner, ExpectedMaxNormalMatchesClosedFormsAndTables) {
   const double pi = 3.14159265358979323846;
   EXPECT_EQ(expected_max_normal(1), 0);
@@ -1368,11 +1368,15 @@ TEST(Planner, ExpectedMaxNormalMatchesClosedFormsAndTables) {
     EXPECT_GT(e, last) << n;
     last = e;
   }
-  const double top = expected_max_normal(int64_t(1) << 40);
-  EXPECT_TRUE(std::isfinite(top));
-  EXPECT_GT(top, last);
-  EXPECT_LT(top, std::sqrt(2 * std::log(double(int64_t(1) << 40))));  // the bound sqrt(2 ln n)
-  for (int64_t n : {int64_t(0), int64_t(-1), (int64_t(1) << 40) + 1}) {
+  for (int64_t n : {int64_t(1) << 40, std::numeric_limits<int64_t>::max()}) {  // any world a plan can have
+    const double top = expected_max_normal(n);
+    EXPECT_TRUE(std::isfinite(top)) << n;
+    EXPECT_GT(top, last) << n;
+    EXPECT_LT(top, std::sqrt(2 * std::log(double(n)))) << n;  // the bound sqrt(2 ln n)
+    last = top;
+  }
+  EXPECT_NEAR(expected_max_normal(std::numeric_limits<int64_t>::max()), 9.0665, 1e-4);
+  for (int64_t n : {int64_t(0), int64_t(-1), std::numeric_limits<int64_t>::min()}) {
     try {
       expected_max_normal(n);
       ADD_FAILURE() << "accepted n = " << n;
