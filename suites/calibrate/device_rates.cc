@@ -9,11 +9,13 @@
 #include <memory>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 
 #include "harness/status.h"
 #include "suites/calibrate/timing.h"
 #include "suites/collectives/coll.h"
 #include "suites/collectives/driver.h"
+#include "suites/planner/model_cost.h"
 
 namespace pb::calibrate {
 namespace {
@@ -76,6 +78,96 @@ std::vector<planner::GemmRate> gemm_table(const kernels::DeviceOps<T>& ops, Devi
   return t;
 }
 
+// The memory-bound kernels by kind (device_rates.h KindRates), bf16, each
+// kernel's bytes the planner's own count (model_cost.h) for it at this shape.
+KindRates kind_rates(const kernels::DeviceOps<bf16>& ops, DeviceMemory& memory, const DeviceGrid& g) {
+  const DeviceGrid::KindShape& k = g.kinds;
+  require(k.norm_N >= 0 && k.C > 0 && k.loss_N >= 0 && k.V > 0,
+          "calibrate: the kinds' shapes must be positive (0 rows: that kind not measured)");
+  KindRates r;
+  r.shape = k;
+  auto timeline = ops.timeline();
+  // The planner's per-token counts at bf16 (2-byte elements), one sequence
+  // of the shape's rows, no tensor parallelism or dropout.
+  planner::ActivationShape x;
+  x.b = 1;
+  x.h = k.C;
+  x.a = 1;
+  x.elem_bytes = int(sizeof(bf16));
+  if (k.norm_N > 0) {
+    x.s = k.norm_N;
+    const size_t n = size_t(k.norm_N) * size_t(k.C), h4 = 4 * n;
+    {  // the norms: one LayerNorm forward and backward (the head's final norm's count)
+      DeviceBuffer<bf16> inp(memory, n), out(memory, n), w(memory, k.C), b(memory, k.C), dout(memory, n),
+          dinp(memory, n), dw(memory, k.C), db(memory, k.C);
+      DeviceBuffer<float> mean(memory, size_t(k.norm_N)), rstd(memory, size_t(k.norm_N));
+      fill(ops, inp.get(), n, 0.5f);
+      fill(ops, w.get(), size_t(k.C), 1.0f);
+      fill(ops, dout.get(), n, 0.01f);
+      const double fwd = device_seconds_per_call(
+          *timeline,
+          [&] { ops.layernorm_forward(out.get(), mean.get(), rstd.get(), inp.get(), w.get(), b.get(), k.norm_N, k.C); },
+          g.seconds);
+      // Backward accumulates into dinp, dweight and dbias: repeated calls
+      // change their values, not the kernels' work.
+      const double bwd = device_seconds_per_call(
+          *timeline,
+          [&] {
+            ops.layernorm_backward(dinp.get(), dw.get(), db.get(), dout.get(), inp.get(), w.get(), mean.get(),
+                                   rstd.get(), k.norm_N, k.C);
+          },
+          g.seconds);
+      r.norm.bytes = double(planner::head_norm_traffic_bytes(x));
+      r.norm.seconds = fwd + bwd;
+    }
+    {  // the elementwise kind: a residual add (3h per token forward), the GELU
+       // over 4h (8h forward, 16h backward: layer_traffic_bytes' 3 x 8h)
+      DeviceBuffer<bf16> a(memory, h4), b(memory, h4), out(memory, h4), dinp(memory, h4);
+      fill(ops, a.get(), h4, 0.5f);
+      fill(ops, b.get(), h4, 0.25f);
+      r.residual_s = device_seconds_per_call(
+          *timeline, [&] { ops.residual_forward(out.get(), a.get(), b.get(), n); }, g.seconds);
+      r.gelu_fwd_s = device_seconds_per_call(*timeline, [&] { ops.gelu_forward(out.get(), a.get(), h4); }, g.seconds);
+      r.gelu_bwd_s = device_seconds_per_call(
+          *timeline, [&] { ops.gelu_backward(dinp.get(), a.get(), b.get(), h4); }, g.seconds);
+      // One of the layer's two adds (its forward: the shared part's forward
+      // less the norms'), and the GELU both ways (the layer less its shared
+      // part and its softmax).
+      const double add = double(planner::layer_shared_forward_traffic_bytes(x) -
+                                planner::layer_norm_forward_traffic_bytes(x)) / 2,
+                   gelu = double(planner::layer_traffic_bytes(x) - planner::layer_shared_traffic_bytes(x) -
+                                 planner::layer_softmax_traffic_bytes(x));
+      r.elementwise.bytes = add + gelu;
+      r.elementwise.seconds = r.residual_s + r.gelu_fwd_s + r.gelu_bwd_s;
+    }
+  }
+  if (k.loss_N > 0) {  // the loss: cross-entropy forward and backward over the vocabulary
+    x.s = k.loss_N;
+    const size_t n = size_t(k.loss_N) * size_t(k.V);
+    DeviceBuffer<bf16> logits(memory, n), probs(memory, n), dlogits(memory, n);
+    DeviceBuffer<float> losses(memory, size_t(k.loss_N));
+    DeviceBuffer<int32_t> targets(memory, size_t(k.loss_N));
+    fill(ops, logits.get(), n, 0.01f);
+    std::vector<int32_t> t(size_t(k.loss_N));
+    for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t((i * 7919) % size_t(k.V));
+    ops.to_device(targets.get(), t.data(), t.size() * sizeof(int32_t));
+    const double fwd = device_seconds_per_call(
+        *timeline,
+        [&] { ops.crossentropy_forward(losses.get(), probs.get(), logits.get(), targets.get(), k.loss_N, k.V); },
+        g.seconds);
+    // Backward accumulates into dlogits, as above.
+    const double bwd = device_seconds_per_call(
+        *timeline,
+        [&] {
+          ops.crossentropy_backward(dlogits.get(), probs.get(), targets.get(), 1.0 / k.loss_N, k.loss_N, k.V);
+        },
+        g.seconds);
+    r.loss.bytes = double(planner::head_traffic_bytes(x, k.V) - planner::head_norm_traffic_bytes(x));
+    r.loss.seconds = fwd + bwd;
+  }
+  return r;
+}
+
 }  // namespace
 
 double AttentionRate::tflops() const {
@@ -120,6 +212,7 @@ DeviceRates measure_device_rates(const kernels::DeviceOps<bf16>& ops16, const ke
         grid.seconds);
     r.attention.push_back(x);
   }
+  r.kinds = kind_rates(ops16, memory, grid);
   ops16.synchronize();
   return r;
 }
@@ -381,7 +474,7 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
   m.hw.host_kernels = false;  // gpu = true
   const std::string upto = std::to_string(c.max_collective_bytes >> 20) + " MiB";
   m.source = "parabench calibrate --device cuda" + on + ": the project's GEMM (" + c.gemm + ") by shape, a device "
-             "copy, its attention kernel, " + c.backend + " collectives by size and group (nccl-tests' method)" +
+             "copy, its attention kernel, its memory-bound kernels by kind, " + c.backend + " collectives by size and group (nccl-tests' method)" +
              (c.launch_us > 0 ? ", an empty kernel's launch" : "") + "; every figure's own source in [machine.sources]";
   auto best = [](const std::vector<planner::GemmRate>& t) {
     double b = 0;
@@ -489,6 +582,78 @@ planner::MachineProfile device_profile(const std::string& name, const DeviceRate
   if (c.launch_us > 0)
     m.sources["kernel_launch_us"] = by + "empty kernels back to back, first issue to the stream's end as the host "
                                     "sees it, per launch" + on;
+  // The host's time per op (Hardware::host_op_us): this engine's own launch
+  // where measured; a framework's dispatch is more.
+  if (c.launch_us > 0) {
+    m.hw.host_op_us = c.launch_us;
+    m.sources["host_op_us"] =
+        by + "an empty kernel's launch (kernel_launch_us: empty kernels back to back, first issue to the stream's end "
+        "as the host sees it, per launch), this engine's CUDA launch as its host issues it" + on + ". A lower bound "
+        "on a framework's per-op host time: PyTorch's dispatch adds a few us per op (the built-in profiles' 4 us, "
+        "pytorch/pytorch issues 82793 and 41383)";
+  } else {
+    m.sources["host_op_us"] = "not measured (no figure; plans on this profile model no host time per op): no empty "
+                              "kernel's launch was timed" + on;
+  }
+  // NCCL's plateau on an inter-node ring (Hardware::ring_plateau): the
+  // measured latency is the whole call's.
+  m.hw.ring_plateau = 1;
+  m.sources["ring_plateau"] =
+      c.nodes > 1
+          ? "1 (no factor on top): latency_inter_us and the all_reduce fits are " + c.backend + "'s measured all_reduce "
+            "across nodes (alpha the median time up to 4 KiB, the bandwidth the slope over 1 MiB and more), which "
+            "hold whatever its ring's plateau costs; NCCL's model's factor (ncclTopoGetAlgoTime, 'Plateau effect of "
+            "ring') is for its modelled latency, not a measured one" + on
+          : "1 (no factor): not measured across nodes (one node" + on + "), as latency_inter_us; a measured "
+            "all_reduce's fits (alpha up to 4 KiB, slope over 1 MiB and more) hold what NCCL's plateau models, so "
+            "calibrate under mpirun across nodes measures it rather than a factor";
+  // The memory-bound kernels by kind: the planner's bytes over the project's
+  // kernels' time, where a kernel does what the planner counts.
+  const KindRates& kr = r.kinds;
+  const std::string rate_is = ": the planner's own byte count for them (suites/planner/model_cost.h) over their "
+                              "device time, bf16, ";
+  char kshape[512];
+  if (kr.norm.measured()) {
+    m.hw.norm_mem_bw_GBps = kr.norm.GBps();
+    std::snprintf(kshape, sizeof kshape, "%d rows of %d: %.4g ms, %.4g MB (6 elements x 2 B per norm element, forward 2 "
+                  "and backward 4: head_norm_traffic_bytes)", kr.shape.norm_N, kr.shape.C, kr.norm.seconds * 1e3,
+                  kr.norm.bytes / 1e6);
+    m.sources["norm_mem_bw_GBps"] = by + "the project's layernorm_forward + layernorm_backward (DeviceOps, kernels/cuda/"
+                                    "layernorm.cu: one kernel forward, a dinp and a dweight/dbias kernel backward; not "
+                                    "apex's or torch's LayerNorm)" + rate_is + kshape + ", " +
+                                    c.timer + on;
+  }
+  if (kr.elementwise.measured()) {
+    m.hw.elementwise_mem_bw_GBps = kr.elementwise.GBps();
+    std::snprintf(kshape, sizeof kshape, "residual_forward over %d x %d (3 elements per element: %.4g ms), gelu_forward "
+                  "and gelu_backward over %d x %d (2 and 4 elements per element, layer_traffic_bytes' GELU: %.4g + "
+                  "%.4g ms), %.4g MB in %.4g ms", kr.shape.norm_N, kr.shape.C, kr.residual_s * 1e3, kr.shape.norm_N,
+                  4 * kr.shape.C, kr.gelu_fwd_s * 1e3, kr.gelu_bwd_s * 1e3, kr.elementwise.bytes / 1e6,
+                  kr.elementwise.seconds * 1e3);
+    m.sources["elementwise_mem_bw_GBps"] = by + "the project's residual_forward, gelu_forward and gelu_backward "
+                                           "(DeviceOps, kernels/cuda/elementwise.cu)" + rate_is + kshape + ", " + c.timer + on;
+  }
+  if (kr.loss.measured()) {
+    m.hw.loss_mem_bw_GBps = kr.loss.GBps();
+    std::snprintf(kshape, sizeof kshape, "%d rows of %d logits: %.4g ms, %.4g MB (4 elements x 2 B per logit, "
+                  "head_traffic_bytes less its norm: the plan's default LossKernel::fused)", kr.shape.loss_N,
+                  kr.shape.V, kr.loss.seconds * 1e3, kr.loss.bytes / 1e6);
+    m.sources["loss_mem_bw_GBps"] = by + "the project's crossentropy_forward + crossentropy_backward (DeviceOps, "
+                                    "kernels/cuda/crossentropy.cu: a fused softmax cross-entropy, each call's target "
+                                    "check, a flag read back, in its time; not torch's or flash-attn's)" + rate_is + kshape + ", " + c.timer + on;
+  }
+  for (const auto& [key, kind, what] : {std::tuple<const char*, const KindMeasure*, const char*>{
+                                            "norm_mem_bw_GBps", &kr.norm, "layernorm (0 rows)"},
+                                        {"elementwise_mem_bw_GBps", &kr.elementwise, "residual add and GELU (0 rows)"},
+                                        {"loss_mem_bw_GBps", &kr.loss, "cross-entropy (0 rows)"}})
+    if (!kind->measured())
+      m.sources[key] = std::string("not measured (no figure: mem_bw_GBps): the calibration ran no ") + what + on;
+  m.sources["softmax_mem_bw_GBps"] =
+      "not measured (no figure: mem_bw_GBps): the project's attention kernel fuses the scores' softmax "
+      "(attention_forward / attention_backward), and no DeviceOps op is the scores' softmax alone to time";
+  m.sources["eager_norm_mem_bw_GBps"] =
+      "not measured (no figure: mem_bw_GBps): the planner counts an eager RMSNorm's op-by-op PyTorch traffic "
+      "(upcast, pow, mean, rsqrt-mul, downcast, weight-mul), and the project has no such chain of ops to time";
   const OverlapSlowdown& o = r.overlap;
   if (o.ranks > 0) {
     char what[512];

@@ -3,7 +3,9 @@
 // GPU (kernels/cuda/gpu.h) and, in tests, on the CPU stand-in device
 // (docs/gpu.md): the project's GEMM (matmul_forward: cuBLAS GemmEx on a GPU)
 // over a grid of shapes, a device-to-device copy (the achieved memory
-// bandwidth), the project's attention kernel forward and backward, each timed
+// bandwidth), the project's attention kernel forward and backward, its
+// memory-bound kernels by kind (LayerNorm, residual add and GELU,
+// cross-entropy: at the planner's own byte counts), each timed
 // on the device (DeviceTimeline: CUDA events on the GPU's stream); and the
 // collectives' alpha-beta fits by group size from the collective benchmark's
 // driver (suites/collectives/driver.h, nccl-tests' method) on any world (NCCL
@@ -38,7 +40,41 @@ struct DeviceGrid {
   };
   std::vector<AttentionShape> attention = {{8, 512, 16, 64}, {4, 1024, 16, 64}, {4, 2048, 16, 64},
                                            {8, 512, 16, 128}, {4, 1024, 16, 128}, {4, 2048, 16, 128}};
+  // The memory-bound kernels by kind (planner::Hardware::norm_mem_bw_GBps
+  // ...), bf16: the norms as layernorm_forward + layernorm_backward over
+  // norm_N rows of C; the elementwise kind as residual_forward over norm_N x C
+  // and gelu_forward + gelu_backward over norm_N x 4C (the MLP's hidden); the
+  // loss as crossentropy_forward + crossentropy_backward over loss_N rows of
+  // V logits. 0 rows: that kind not measured.
+  struct KindShape {
+    int norm_N = 8192, C = 4096;
+    int loss_N = 4096, V = 50304;
+  };
+  KindShape kinds;
   double seconds = 0.05;  // device time per shape, at least (after a warm-up call)
+};
+
+// One memory-bound kind's measurement: the planner's own byte count
+// (suites/planner/model_cost.h) for the calls timed, over their device time,
+// so that the rate times the planner's bytes gives the measured time.
+struct KindMeasure {
+  double bytes = 0;    // the planner's count for one call of each kernel, summed
+  double seconds = 0;  // the device time of one call of each, summed
+  // Not clamped: a time of 0 gives infinity, which calibrate's check of the
+  // written figures refuses (cmd_calibrate.cc), never a silent 0.
+  double GBps() const { return bytes / seconds / 1e9; }
+  bool measured() const { return bytes > 0; }  // the kernels ran
+};
+struct KindRates {
+  DeviceGrid::KindShape shape;
+  // norm: layernorm forward + backward, 6 elements per norm element (forward
+  // 2, backward 4: head_norm_traffic_bytes). elementwise: residual_forward 3
+  // elements per element, gelu_forward 2 and gelu_backward 4 (the GELU's 8h
+  // forward and 16h backward per token of layer_traffic_bytes). loss:
+  // crossentropy forward + backward, 4 elements per logit (head_traffic_bytes
+  // less its norm: PlanInput's default LossKernel::fused).
+  KindMeasure norm, elementwise, loss;
+  double residual_s = 0, gelu_fwd_s = 0, gelu_bwd_s = 0;  // the elementwise kind's parts, per call
 };
 
 struct AttentionRate {
@@ -115,6 +151,7 @@ struct DeviceRates {
   std::vector<planner::GemmRate> gemm_bf16, gemm_fp32;  // per shape, GFLOP/s
   double copy_GBps = 0;                                 // bytes read + written per second
   std::vector<AttentionRate> attention;                 // bf16
+  KindRates kinds;                                      // bf16
   OverlapSlowdown overlap;                              // measure_overlap_slowdown's (not measure_device_rates')
   GemmSpread spread;                                    // measure_gemm_spread's (not measure_device_rates')
 };
@@ -207,7 +244,14 @@ struct DeviceContext {
 // bw_inter_GBps and latency_inter_us (the all_reduce of every rank when they
 // spanned nodes; else the intra-node figure and 0, their sources saying they
 // were not measured across nodes), memory_GB, ranks_per_node,
-// kernel_launch_us, overlap_compute_slowdown (r.overlap's figure when it
+// kernel_launch_us, host_op_us (c.launch_us when measured: this engine's
+// launch, a lower bound on a framework's per-op host time; else no figure and
+// a source saying so), ring_plateau (1: the measured all_reduce fits hold what
+// NCCL's plateau models), the memory-bound kinds (norm_mem_bw_GBps,
+// elementwise_mem_bw_GBps, loss_mem_bw_GBps from r.kinds where measured;
+// softmax_mem_bw_GBps and eager_norm_mem_bw_GBps never: no project kernel
+// times exactly what the planner counts for them, their sources say why),
+// overlap_compute_slowdown (r.overlap's figure when it
 // overlapped; otherwise no figure and a source saying why it was not
 // measured; nothing when r.overlap.ranks is 0), gemm_spread (r.spread's
 // figure when measured on 2 or more ranks, InputError naming it when it is

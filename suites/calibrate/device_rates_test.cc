@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "harness/status.h"
 #include "reference/device_testing.h"
@@ -27,6 +28,10 @@ DeviceGrid tiny_grid() {
   g.gemm_nk = {16, 64};
   g.copy_bytes = size_t(1) << 20;
   g.attention = {{1, 16, 2, 8}, {1, 32, 2, 16}};
+  g.kinds.norm_N = 64;
+  g.kinds.C = 32;
+  g.kinds.loss_N = 16;
+  g.kinds.V = 100;
   g.seconds = 0.002;
   return g;
 }
@@ -182,6 +187,59 @@ TEST(DeviceRates, TheGridIsTimedOnTheDevice) {
     EXPECT_GT(a.bwd_s, 0);
     EXPECT_TRUE(std::isfinite(a.tflops()) && a.tflops() > 0);
   }
+}
+
+// The memory-bound kinds: each timed, its bytes the planner's own count for
+// the kernels at the tiny grid's shape (bf16, 2 B per element).
+TEST(DeviceRates, TheMemoryBoundKindsAreTheKernelsAtThePlannersBytes) {
+  const KindRates& k = measured().rates.kinds;
+  EXPECT_EQ(k.shape.norm_N, 64);
+  EXPECT_EQ(k.shape.V, 100);
+  const double N = 64, C = 32, LN = 16, V = 100;
+  // Norms: forward 2 + backward 4 elements per norm element.
+  EXPECT_DOUBLE_EQ(k.norm.bytes, 6 * N * C * 2);
+  // Elementwise: a residual add (3 per element) over N x C, the GELU over
+  // N x 4C forward (2) and backward (4).
+  EXPECT_DOUBLE_EQ(k.elementwise.bytes, (3 * N * C + (2 + 4) * N * 4 * C) * 2);
+  // Loss: the fused cross-entropy, 4 elements per logit.
+  EXPECT_DOUBLE_EQ(k.loss.bytes, 4 * LN * V * 2);
+  for (const KindMeasure* m : {&k.norm, &k.elementwise, &k.loss}) {
+    EXPECT_TRUE(m->measured());
+    EXPECT_GT(m->seconds, 0);
+    EXPECT_TRUE(std::isfinite(m->GBps()) && m->GBps() > 0) << m->GBps();
+    EXPECT_DOUBLE_EQ(m->GBps(), m->bytes / m->seconds / 1e9);
+  }
+  EXPECT_GT(k.residual_s, 0);
+  EXPECT_GT(k.gelu_fwd_s, 0);
+  EXPECT_GT(k.gelu_bwd_s, 0);
+  EXPECT_DOUBLE_EQ(k.elementwise.seconds, k.residual_s + k.gelu_fwd_s + k.gelu_bwd_s);
+  // A time of 0 is not a rate of 0: the check of written figures refuses it.
+  KindMeasure zero;
+  zero.bytes = 1;
+  EXPECT_TRUE(std::isinf(zero.GBps()));
+  EXPECT_FALSE(KindMeasure{}.measured());
+}
+
+// A kind not run (0 rows): no figure, a source saying so.
+TEST(DeviceRates, AKindNotRunHasNoFigure) {
+  testing::CountingMemory memory;
+  testing::StandInOps<bf16> ops16;
+  testing::StandInOps<float> ops32;
+  DeviceGrid g = tiny_grid();
+  g.gemm_m = {8};
+  g.gemm_nk = {16};
+  g.attention.clear();
+  g.kinds.loss_N = 0;
+  DeviceRates r = measure_device_rates(ops16, ops32, memory, g);
+  EXPECT_EQ(memory.live(), 0u);
+  EXPECT_FALSE(r.kinds.loss.measured());
+  EXPECT_TRUE(r.kinds.norm.measured());
+  const planner::MachineProfile m = device_profile("x", r, measured().fits, stand_in_context());
+  EXPECT_EQ(m.hw.loss_mem_bw_GBps, 0);
+  EXPECT_EQ(m.sources.at("loss_mem_bw_GBps").rfind("not measured", 0), 0u) << m.sources.at("loss_mem_bw_GBps");
+  EXPECT_GT(m.hw.norm_mem_bw_GBps, 0);
+  EXPECT_FALSE(figure_written(planner::machine_toml(m), "loss_mem_bw_GBps"));
+  EXPECT_TRUE(figure_written(planner::machine_toml(m), "norm_mem_bw_GBps"));
 }
 
 TEST(DeviceRates, ComputeBesideACollectiveIsTimedOnEveryRank) {
@@ -419,6 +477,54 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
   EXPECT_TRUE(close(back.hw.gemm_spread, x.rates.spread.spread)) << back.hw.gemm_spread << " " << x.rates.spread.spread;
   EXPECT_EQ(back.sources.at("gemm_spread"), m.sources.at("gemm_spread"));
   EXPECT_DOUBLE_EQ(back.kernel_launch_us, 4.25);
+  // host_op_us: the measured launch, a lower bound on a framework's.
+  EXPECT_DOUBLE_EQ(m.hw.host_op_us, 4.25);
+  EXPECT_DOUBLE_EQ(back.hw.host_op_us, 4.25);
+  EXPECT_EQ(back.sources.at("host_op_us"), m.sources.at("host_op_us"));
+  for (const char* part : {"an empty kernel's launch", "this engine's CUDA launch", "A lower bound on a framework's",
+                           "82793", "41383"})
+    EXPECT_NE(back.sources.at("host_op_us").find(part), std::string::npos) << part << ": " << back.sources.at("host_op_us");
+  // ring_plateau: 1, the measured fits holding NCCL's plateau (one node here).
+  EXPECT_DOUBLE_EQ(back.hw.ring_plateau, 1);
+  EXPECT_EQ(back.sources.at("ring_plateau"), m.sources.at("ring_plateau"));
+  EXPECT_NE(back.sources.at("ring_plateau").find("hold what NCCL's plateau models"), std::string::npos)
+      << back.sources.at("ring_plateau");
+  // The memory-bound kinds: each measured one written, read back, its
+  // source naming the kernels, the byte count and the timer; the two no
+  // kernel here times: no figure, a source saying why.
+  const KindRates& kr = x.rates.kinds;
+  for (const auto& [key, rate, want, kernels, bytes] :
+       {std::tuple<const char*, double, double, const char*, const char*>{
+            "norm_mem_bw_GBps", back.hw.norm_mem_bw_GBps, kr.norm.GBps(), "layernorm_forward + layernorm_backward",
+            "6 elements x 2 B per norm element"},
+        {"elementwise_mem_bw_GBps", back.hw.elementwise_mem_bw_GBps, kr.elementwise.GBps(),
+         "residual_forward, gelu_forward and gelu_backward", "3 elements per element"},
+        {"loss_mem_bw_GBps", back.hw.loss_mem_bw_GBps, kr.loss.GBps(), "crossentropy_forward + crossentropy_backward",
+         "4 elements x 2 B per logit"}}) {
+    EXPECT_TRUE(std::isfinite(rate) && rate > 0) << key << " " << rate;
+    EXPECT_TRUE(close(rate, want)) << key << " " << rate << " " << want;
+    EXPECT_TRUE(figure_written(slurp(path), key)) << key;
+    const std::string& src = back.sources.at(key);
+    EXPECT_EQ(src.rfind("measured by parabench calibrate --device cuda: the project's ", 0), 0u) << src;
+    for (const char* part : {kernels, bytes, "the planner's own byte count", "the host clock (the stand-in's timeline)",
+                             "stand-in device, 2026-11-27"})
+      EXPECT_NE(src.find(part), std::string::npos) << key << ": " << part << ": " << src;
+  }
+  EXPECT_NE(back.sources.at("norm_mem_bw_GBps").find("64 rows of 32"), std::string::npos);
+  EXPECT_NE(back.sources.at("loss_mem_bw_GBps").find("16 rows of 100 logits"), std::string::npos);
+  EXPECT_EQ(back.hw.softmax_mem_bw_GBps, 0);
+  EXPECT_EQ(back.hw.eager_norm_mem_bw_GBps, 0);
+  EXPECT_NE(back.sources.at("softmax_mem_bw_GBps").find("not measured (no figure: mem_bw_GBps): the project's "
+                                                        "attention kernel fuses the scores' softmax"),
+            std::string::npos)
+      << back.sources.at("softmax_mem_bw_GBps");
+  EXPECT_EQ(back.sources.at("eager_norm_mem_bw_GBps").rfind("not measured (no figure: mem_bw_GBps): the planner counts "
+                                                            "an eager RMSNorm's op-by-op",
+                                                            0),
+            0u)
+      << back.sources.at("eager_norm_mem_bw_GBps");
+  // What plan --machine FILE runs on: the kinds as measured.
+  EXPECT_TRUE(planner::has_kind_rates(planner::hardware_for(back, Precision::bf16_mixed)));
   EXPECT_DOUBLE_EQ(back.hw.memory_GB, 1.5);
   EXPECT_EQ(back.ranks_per_node, 3);
   // Every figure the file gives has a source naming the device (load_machine
@@ -470,8 +576,8 @@ TEST(DeviceRates, TheProfileIsWrittenAndReadBackWithEverySource) {
 
   // A figure whose source is taken out: refused, named.
   std::string text = slurp(path);
-  const size_t at = text.find("mem_bw_GBps = \"");
-  ASSERT_NE(at, std::string::npos);
+  const size_t at = text.find("\nmem_bw_GBps = \"") + 1;  // not a kind's (elementwise_mem_bw_GBps ...)
+  ASSERT_NE(at, 0u);
   text.erase(at, text.find('\n', at) - at + 1);
   {
     std::ofstream(path) << text;
@@ -533,6 +639,13 @@ TEST(DeviceRates, AcrossNodesTheWorldsAllReduceIsTheInterNodeLink) {
     EXPECT_EQ(v[0].group_size, 2);
   }
   EXPECT_NE(m.sources.at("bw_inter_GBps").find("at 3 ranks on 2 nodes"), std::string::npos);
+  // Across nodes the measured latency holds NCCL's plateau: no factor on top.
+  EXPECT_DOUBLE_EQ(m.hw.ring_plateau, 1);
+  EXPECT_EQ(m.sources.at("ring_plateau").rfind("1 (no factor on top): latency_inter_us and the all_reduce fits are "
+                                               "local-backend's measured all_reduce across nodes",
+                                               0),
+            0u)
+      << m.sources.at("ring_plateau");
   c.ranks_per_node = 1;
   EXPECT_THROW(device_profile("x", x.rates, x.fits, c), InputError);
 }
@@ -548,6 +661,10 @@ TEST(DeviceRates, AProfileNeedsItsLinkAndGemms) {
   EXPECT_EQ(m.kernel_launch_us, 0);
   EXPECT_FALSE(m.sources.count("kernel_launch_us"));
   EXPECT_EQ(planner::machine_toml(m).find("kernel_launch_us"), std::string::npos);
+  // ... and no host time per op, its source saying it was not measured.
+  EXPECT_EQ(m.hw.host_op_us, 0);
+  EXPECT_EQ(m.sources.at("host_op_us").rfind("not measured", 0), 0u) << m.sources.at("host_op_us");
+  EXPECT_FALSE(figure_written(planner::machine_toml(m), "host_op_us"));
 }
 
 }  // namespace

@@ -332,6 +332,10 @@ void check_written_figures(const planner::MachineProfile& m) {
   in("peak_tflops_bf16", m.peak_tflops_bf16, 1e-9, 1e9);
   in("peak_tflops_fp64", m.peak_tflops_fp64, 1e-9, 1e9);
   in("mem_bw_GBps", m.hw.mem_bw_GBps, kMinGBps, kMaxGBps);
+  for (const planner::KindRate& k : planner::kKindRates)  // 0: not written (mem_bw_GBps); any other value bounded
+    if (m.hw.*k.rate != 0) in(k.key, m.hw.*k.rate, kMinGBps, kMaxGBps);
+  in("host_op_us", m.hw.host_op_us, 0, 1e6);          // what load_machine reads
+  in("ring_plateau", m.hw.ring_plateau, 1, 10);  // what load_machine reads
   in("bw_intra_GBps", m.hw.bw_intra_GBps, kMinGBps, kMaxGBps);
   in("bw_inter_GBps", m.hw.bw_inter_GBps, kMinGBps, kMaxGBps);
   in("latency_us", m.hw.latency_us, 0, kMaxLatencyUs);
@@ -351,7 +355,8 @@ void check_written_figures(const planner::MachineProfile& m) {
 
 // calibrate --device cuda: under mpirun, one rank per GPU (the nccl
 // backend's placement), every rank times its own GPU (device_rates.h: the
-// GEMM grid, a copy, the attention kernel, the empty kernel's launch), then
+// GEMM grid, a copy, the attention kernel, the memory-bound kernels by kind,
+// the empty kernel's launch), then
 // the collectives run by size on groups of 2, 4, ... up to every rank, then
 // every rank's GEMM batch alone and beside all_reduces (the overlap
 // slowdown), then every rank's GEMM time at once (the spread); rank 0's
@@ -445,7 +450,13 @@ int run_calibrate_cuda(const CalibrateFlags& f, const Env& env) {
   for (const calibrate::AttentionRate& a : rates.attention)
     std::printf("  attention  B %d  T %5d  %2d heads of %3d: forward %.3f ms, backward %.3f ms, %.1f TFLOP/s\n",
                 a.shape.B, a.shape.T, a.shape.NH, a.shape.hs, a.fwd_s * 1e3, a.bwd_s * 1e3, a.tflops());
-  std::printf("  launch     empty kernel: %.2f us to issue, %.2f us on the device, %.2f us issue to done\n",
+  const calibrate::KindRates& kinds = rates.kinds;
+  std::printf("  kinds      the planner's bytes over the kernels' time: norms %.1f GB/s (layernorm %d x %d), "
+              "elementwise %.1f GB/s (residual add, GELU), loss %.1f GB/s (cross-entropy %d x %d)\n",
+              kinds.norm.GBps(), kinds.shape.norm_N, kinds.shape.C, kinds.elementwise.GBps(), kinds.loss.GBps(),
+              kinds.shape.loss_N, kinds.shape.V);
+  std::printf("  launch     empty kernel: %.2f us to issue, %.2f us on the device, %.2f us issue to done "
+              "(host_op_us)\n",
               launch.host_us, launch.device_us, launch.wall_us);
   for (const auto& [op, v] : fits)
     for (const planner::CollectiveFit& x : v)
