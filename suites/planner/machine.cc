@@ -602,8 +602,9 @@ const std::vector<MachineProfile>& builtin_machines() {
                  "system-wide variability is about 12% for A100 40GB and 5% for A100 80GB' (and each GPU 'within a "
                  "2.5% window' of its own best over runs: a GPU's speed is its own). Read as the expected range of "
                  "the 80 GB GPUs in Fig. 4 (about 850; the text gives no count) under a normal spread: 5% / (2 x "
-                 "expected_max_normal(850) = 2 x 3.19) = 0.78% of the typical GPU's time. Perlmutter (HPE Cray EX, 4 "
-                 "A100 SXM4 per node), not Selene or a DGX; the profile's GEMM rate taken as a typical GPU's"
+                 "expected_max_normal(850) = 2 x 3.19) = 0.78% of the typical GPU's time. Perlmutter (HPE Cray EX, "
+                 "four A100s of 40 or 80 GB per GPU node: the paper's Sec. III.A), not Selene or a DGX; the "
+                 "profile's GEMM rate taken as a typical GPU's"
                : "not given: no fleet measurement of this device's GEMM time across identical GPUs is cited (0: "
                  "identical GPUs; Wei et al., IPDPS 2026, measured A100s and Frontier's MI250X, not this part)";
     }
