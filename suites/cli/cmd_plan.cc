@@ -864,7 +864,7 @@ void print_explain(const PlanFlags& f, const planner::PlanInput& in, const plann
   // the GEMMs' seconds above.
   if (h.gemm_spread > 0) {
     std::snprintf(fig, sizeof fig, "GEMM-bound compute x %.4f: slowest of %lld GPUs, %.2f sd of %.3g%%",
-                  r.slowest_gpu, (long long)r.world, planner::expected_max_normal(r.world), 100 * h.gemm_spread);
+                  r.slowest_gpu, (long long)r.world, (r.slowest_gpu - 1) / h.gemm_spread, 100 * h.gemm_spread);
     std::printf("  %-16s %10s  %-44s %s\n", "slowest GPU", "(in GEMMs)", fig, source("gemm_spread").c_str());
   } else {
     std::printf("  %-16s %10s  %-44s %s\n", "slowest GPU", "-", "identical GPUs (gemm_spread 0)",

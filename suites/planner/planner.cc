@@ -298,6 +298,9 @@ PlanResult plan(const PlanInput& in) {
   check_input(in);
   PlanResult r;
   r.world = world_of(in);
+  // The slowest of the world's GPUs (Hardware::gemm_spread), once: the comm
+  // plan's overlapped GEMMs and the step's compute both run at its pace.
+  r.slowest_gpu = in.hw.gemm_spread > 0 ? 1 + in.hw.gemm_spread * expected_max_normal(r.world) : 1;
   // The llama family's count is the planner's own (its units at tp 1, from the
   // config's fields), which plan_flops_test holds to the published totals.
   r.params_total = !in.shape ? in.params

@@ -148,10 +148,12 @@ void add_row(std::vector<CommRow>& out, const char* group, const char* phase, co
 // all-gather of the saved input before the input-gradient GEMM dx = dy W
 // (when it is re-gathered, PlanInput::sp_regather). Marks those calls on the
 // tp backward rows (CommRow::overlaps), with the GEMM each runs beside at its
-// shape's rate (rank_gemms' linears: N = b s/cp rows). A mixture-of-experts
-// block's experts are not column-parallel linears there: its QKV only.
+// shape's rate (rank_gemms' linears: N = b s/cp rows) times `slowest`
+// (PlanResult::slowest_gpu: the step's slowest GPU runs them). A
+// mixture-of-experts block's experts are not column-parallel linears there:
+// its QKV only.
 void column_parallel_overlaps(const PlanInput& in, int64_t m, int64_t layers, int64_t moe_blocks, bool last,
-                              int64_t sl, std::vector<CommRow>& out) {
+                              int64_t sl, double slowest, std::vector<CommRow>& out) {
   const ModelConfig& mc = *in.shape;
   const int64_t t = in.tp, C = mc.C, N = in.microbatch_size * sl;
   const int64_t bytes = N * C * elem_bytes(in.precision);  // each call's: the input's b s/cp x C
@@ -162,10 +164,9 @@ void column_parallel_overlaps(const PlanInput& in, int64_t m, int64_t layers, in
   const Linear linears[] = {{m * layers, mc.llama() ? C / t + 2 * kv : 3 * C / t},
                             {m * (layers - moe_blocks), mc.llama() ? 2 * mc.ffn / t : 4 * C / t},
                             {last ? m : 0, (mc.V + t - 1) / t}};
-  const double slowest = slowest_gpu(in);  // the GEMMs' time on the step's slowest GPU
   auto gemm_s = [&](const GemmShape& g) {
     const double rate = gemm_gflops(in, g) * 1e9;
-    return rate > 0 ? 2.0 * double(g.m) * double(g.n) * double(g.k) / rate * slowest : 0.0;
+    return rate > 0 ? 2.0 * double(g.m) * double(g.n) * double(g.k) / rate * slowest : 0.0;  // on the slowest GPU
   };
   auto attach = [&](const std::string& op, bool wgrad) {
     for (CommRow& c : out)
@@ -219,7 +220,7 @@ void megatron_loop_comm(const PlanInput& in, int64_t m, int64_t R, std::vector<C
 
 // TP, CP and PP traffic of one pipeline rank over a step of m microbatches.
 void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, int rank, int64_t seq,
-                         std::vector<CommRow>& out) {
+                         double slowest, std::vector<CommRow>& out) {
   const ModelConfig& mc = *in.shape;
   const int64_t m = pipe.cfg.microbatches, e = elem_bytes(in.precision), b = in.microbatch_size;
   const int64_t sl = seq / in.cp;
@@ -265,7 +266,7 @@ void model_parallel_comm(const PlanInput& in, const dp::DataAxis& axis, const Pi
       row("all_gather", &tp::TpPass::all_gather);
       row("reduce_scatter", &tp::TpPass::reduce_scatter);
     }
-    if (in.tp_overlap == TpOverlap::wgrad) column_parallel_overlaps(in, m, layers, moe_n / m, last, sl, out);
+    if (in.tp_overlap == TpOverlap::wgrad) column_parallel_overlaps(in, m, layers, moe_n / m, last, sl, slowest, out);
     // Once per step: the norm's partial sum; with SP the replicated
     // parameters' gradients this rank holds (its 1/g share when sharded).
     const int64_t g = std::max<int64_t>(1, dp::shard_group_size(axis));
@@ -430,7 +431,7 @@ void plan_comm(const PlanInput& in, const dp::DataAxis& axis, const Pipe& pipe, 
     const int64_t first = worst_units.front() + (fsdp2 ? worst_units.back() : 0);  // torchtitan: the root unit
     if (total > 0) r.dp_first_unit_share = double(first) / double(total);
   }
-  if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.comm);
+  if (in.shape) model_parallel_comm(in, axis, pipe, r.worst.stage, r.seq, r.slowest_gpu, r.comm);
   place_groups(in, r.comm);
   const int64_t cap = moe_capacity_ranks(in);
   if (cap > 1 && moe_layers > 0) {  // per MoE block: the capacity scope's routing exchanges, its probability sums reduced

@@ -110,9 +110,6 @@ void time_comm(const PlanInput& in, bool attn_timed, double fwd_s, double bwd_s,
 // (modeled_gemm_gflops), else peak_tflops x gemm_efficiency.
 double gemm_gflops(const PlanInput& in, const GemmShape& g);
 
-// The GEMM-bound compute's factor for the slowest of the world's GPUs
-// (Hardware::gemm_spread; PlanResult::slowest_gpu): 1 without a spread.
-double slowest_gpu(const PlanInput& in);
 // The torch.cuda.synchronize() calls Megatron-LM's training loop makes per
 // step on a pipeline rank (host_overhead; sources in planner_time.cc): 7 per
 // microbatch and chunk, 3 per communicating p2p call with pp > 1, and the

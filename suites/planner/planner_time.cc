@@ -350,10 +350,6 @@ double host_overhead(const PlanInput& in, const PlanResult& r, const StageCost& 
 
 }  // namespace
 
-double slowest_gpu(const PlanInput& in) {
-  return in.hw.gemm_spread > 0 ? 1 + in.hw.gemm_spread * expected_max_normal(world_of(in)) : 1;
-}
-
 double gemm_gflops(const PlanInput& in, const GemmShape& g) {
   if (!in.hw.gemm_rates.empty()) return table_gflops(in.hw.gemm_rates, g.m, g.n, g.k);
   if (in.hw.gemm_achievable_tflops > 0)
@@ -375,9 +371,9 @@ void time_step(const PlanInput& in, const Pipe& pipe, PlanResult& r) {
         rank_gemms(*in.shape, in.microbatch_size, r.seq, in.tp, in.cp, !attn_timed, in.ep),
         [&](const GemmShape& g) { return gemm_gflops(in, g); }, in.hw.peak_tflops * 1e12);
   // The slowest of the world's GPUs paces the step's GEMM-bound compute
-  // (Hardware::gemm_spread): its GEMMs, and a kernel rate's attention core
-  // (stage_cost), at 1 + spread x the expected largest of world draws.
-  r.slowest_gpu = slowest_gpu(in);
+  // (Hardware::gemm_spread; r.slowest_gpu, plan()'s): its GEMMs, and a kernel
+  // rate's attention core (stage_cost), at 1 + spread x the expected largest
+  // of world draws.
   const double achieved = peak * r.gemm_efficiency / r.slowest_gpu;
   const StageCost pace = pace_stage(in, pipe, r, attn_timed, achieved);
   r.memory_bytes = pace.bytes.total;
