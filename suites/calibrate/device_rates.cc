@@ -35,6 +35,19 @@ class DeviceBuffer {
   T* p_;
 };
 
+// One GEMM of the table or a probe (out m x n = inp (m x k) W^T + b,
+// matmul_forward) and its operands on the device; the caller fills them.
+template <class T>
+struct DeviceGemm {
+  const kernels::DeviceOps<T>& ops;
+  int m, n, k;
+  DeviceBuffer<T> out, inp, w, b;
+  DeviceGemm(const kernels::DeviceOps<T>& o, DeviceMemory& memory, int m_, int n_, int k_)
+      : ops(o), m(m_), n(n_), k(k_), out(memory, size_t(m_) * n_), inp(memory, size_t(m_) * k_),
+        w(memory, size_t(n_) * k_), b(memory, size_t(n_)) {}
+  void operator()() const { ops.matmul_forward(out.get(), inp.get(), w.get(), b.get(), m, k, n, nullptr); }
+};
+
 // Small values (not the allocator's zeros, which a GPU multiplies at a
 // lower power than data), no overflow or denormal: filled from the host.
 template <class T>
@@ -67,12 +80,10 @@ std::vector<planner::GemmRate> gemm_table(const kernels::DeviceOps<T>& ops, Devi
   for (int m : g.gemm_m)
     for (int n : g.gemm_nk)
       for (int k : g.gemm_nk) {
-        DeviceBuffer<T> out(mem, size_t(m) * n), inp(mem, size_t(m) * k), w(mem, size_t(n) * k), b(mem, size_t(n));
-        fill(ops, inp.get(), size_t(m) * k, 0.5f);
-        fill(ops, w.get(), size_t(n) * k, 0.25f);
-        const double s = device_seconds_per_call(
-            *timeline, [&] { ops.matmul_forward(out.get(), inp.get(), w.get(), b.get(), m, k, n, nullptr); },
-            g.seconds);
+        const DeviceGemm<T> gemm(ops, mem, m, n, k);
+        fill(ops, gemm.inp.get(), size_t(m) * k, 0.5f);
+        fill(ops, gemm.w.get(), size_t(n) * k, 0.25f);
+        const double s = device_seconds_per_call(*timeline, gemm, g.seconds);
         t.push_back({m, n, k, 2.0 * double(m) * double(n) * double(k) / s / 1e9});
       }
   return t;
@@ -245,11 +256,9 @@ OverlapSlowdown measure_overlap_slowdown(Communicator& comm, const kernels::Devi
   r.ranks = comm.size();
   const size_t count = p.message_bytes / 4;  // fp32 elements
   const SpaceBuffer message(comm.buffers(), count * 4);
-  DeviceBuffer<bf16> out(memory, size_t(p.m) * p.n), inp(memory, size_t(p.m) * p.k), w(memory, size_t(p.n) * p.k),
-      b(memory, size_t(p.n));
-  fill(ops, inp.get(), size_t(p.m) * p.k, 0.5f);
-  fill(ops, w.get(), size_t(p.n) * p.k, 0.25f);
-  auto gemm = [&] { ops.matmul_forward(out.get(), inp.get(), w.get(), b.get(), p.m, p.k, p.n, nullptr); };
+  const DeviceGemm<bf16> gemm(ops, memory, p.m, p.n, p.k);
+  fill(ops, gemm.inp.get(), size_t(p.m) * p.k, 0.5f);
+  fill(ops, gemm.w.get(), size_t(p.n) * p.k, 0.25f);
   auto timeline = ops.timeline();
   // The largest of every rank's values (in place).
   auto agree_max = [&](double* v, size_t n) { comm.all_reduce(v, v, n, DType::f64, ReduceOp::max); };
@@ -360,12 +369,10 @@ GemmSpread measure_gemm_spread(Communicator& comm, const kernels::DeviceOps<bf16
   GemmSpread r;
   r.probe = p;
   r.ranks = comm.size();
-  DeviceBuffer<bf16> out(memory, size_t(p.m) * p.n), inp(memory, size_t(p.m) * p.k), w(memory, size_t(p.n) * p.k),
-      b(memory, size_t(p.n));
-  fill_uniform(ops, inp.get(), size_t(p.m) * p.k, 1);
-  fill_uniform(ops, w.get(), size_t(p.n) * p.k, 2);
-  fill(ops, b.get(), size_t(p.n), 0.0f);
-  auto gemm = [&] { ops.matmul_forward(out.get(), inp.get(), w.get(), b.get(), p.m, p.k, p.n, nullptr); };
+  const DeviceGemm<bf16> gemm(ops, memory, p.m, p.n, p.k);
+  fill_uniform(ops, gemm.inp.get(), size_t(p.m) * p.k, 1);
+  fill_uniform(ops, gemm.w.get(), size_t(p.n) * p.k, 2);
+  fill(ops, gemm.b.get(), size_t(p.n), 0.0f);
   auto timeline = ops.timeline();
   // Every rank's GPU busy at once, as in training (a node's GPUs share its
   // power and cooling): the warm-up and each repeat start on a barrier.
