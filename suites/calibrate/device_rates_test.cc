@@ -97,6 +97,18 @@ bool figure_written(const std::string& text, const std::string& key) {
   return false;
 }
 
+// device_profile wrote no `key` figure (0, nothing in the TOML) and a source
+// saying it was not measured and holding `why`.
+void expect_not_measured(const planner::MachineProfile& m, double figure, const std::string& key,
+                         const std::string& why) {
+  EXPECT_EQ(figure, 0) << key;
+  ASSERT_TRUE(m.sources.count(key)) << key;
+  const std::string& src = m.sources.at(key);
+  EXPECT_EQ(src.rfind("not measured", 0), 0u) << src;
+  EXPECT_NE(src.find(why), std::string::npos) << src;
+  EXPECT_FALSE(figure_written(planner::machine_toml(m), key)) << key << ": no figure written";
+}
+
 struct Measured {
   DeviceRates rates;
   std::map<std::string, std::vector<planner::CollectiveFit>> fits;
@@ -235,10 +247,8 @@ TEST(DeviceRates, AKindNotRunHasNoFigure) {
   EXPECT_FALSE(r.kinds.loss.measured());
   EXPECT_TRUE(r.kinds.norm.measured());
   const planner::MachineProfile m = device_profile("x", r, measured().fits, stand_in_context());
-  EXPECT_EQ(m.hw.loss_mem_bw_GBps, 0);
-  EXPECT_EQ(m.sources.at("loss_mem_bw_GBps").rfind("not measured", 0), 0u) << m.sources.at("loss_mem_bw_GBps");
+  expect_not_measured(m, m.hw.loss_mem_bw_GBps, "loss_mem_bw_GBps", "the calibration ran no cross-entropy");
   EXPECT_GT(m.hw.norm_mem_bw_GBps, 0);
-  EXPECT_FALSE(figure_written(planner::machine_toml(m), "loss_mem_bw_GBps"));
   EXPECT_TRUE(figure_written(planner::machine_toml(m), "norm_mem_bw_GBps"));
 }
 
@@ -281,12 +291,8 @@ TEST(DeviceRates, ABackendThatDoesNotOverlapGivesNoFigure) {
   DeviceRates r = measured().rates;
   r.overlap = o;
   const planner::MachineProfile m = device_profile("x", r, measured().fits, stand_in_context());
-  EXPECT_EQ(m.hw.overlap_compute_slowdown, 0);
-  ASSERT_TRUE(m.sources.count("overlap_compute_slowdown"));
-  const std::string& src = m.sources.at("overlap_compute_slowdown");
-  EXPECT_EQ(src.rfind("not measured", 0), 0u) << src;
-  EXPECT_NE(src.find("local backend runs them when waited on"), std::string::npos) << src;
-  EXPECT_FALSE(figure_written(planner::machine_toml(m), "overlap_compute_slowdown")) << "no 0 written";
+  expect_not_measured(m, m.hw.overlap_compute_slowdown, "overlap_compute_slowdown",
+                      "local backend runs them when waited on");
   // One rank: no collective to overlap.
   WorldOptions one;
   auto alone = make_local_world(one);
@@ -354,12 +360,7 @@ TEST(DeviceRates, OneRankGivesNoSpread) {
   DeviceRates r = measured().rates;
   r.spread = s;
   const planner::MachineProfile m = device_profile("x", r, measured().fits, stand_in_context());
-  EXPECT_EQ(m.hw.gemm_spread, 0);
-  ASSERT_TRUE(m.sources.count("gemm_spread"));
-  const std::string& src = m.sources.at("gemm_spread");
-  EXPECT_EQ(src.rfind("not measured", 0), 0u) << src;
-  EXPECT_NE(src.find("one rank: no other GPU to differ from"), std::string::npos) << src;
-  EXPECT_FALSE(figure_written(planner::machine_toml(m), "gemm_spread")) << "no figure written";
+  expect_not_measured(m, m.hw.gemm_spread, "gemm_spread", "one rank: no other GPU to differ from");
   // Not measured at all (ranks 0): neither figure nor source.
   r.spread = GemmSpread{};
   const planner::MachineProfile bare = device_profile("x", r, measured().fits, stand_in_context());

@@ -338,7 +338,6 @@ TEST(Machine, ProfileFileReadsStrictly) {
 // a spread out of [0, 0.5), not a number or without its source, named.
 TEST(Machine, GemmSpreadFromAFleetMeasurement) {
   const ProfileDir files("machine_spread");
-  auto load = [&](const std::string& text) { return files.load(text); };
   for (const MachineProfile& m : builtin_machines()) {
     ASSERT_TRUE(m.sources.count("gemm_spread")) << m.name();
     const std::string& s = m.sources.at("gemm_spread");
@@ -352,7 +351,7 @@ TEST(Machine, GemmSpreadFromAFleetMeasurement) {
       EXPECT_EQ(s.rfind("not given", 0), 0u) << m.name() << ": " << s;
     }
     // The round trip keeps the figure and its source.
-    const MachineProfile back = load(machine_toml(m));
+    const MachineProfile back = files.load(machine_toml(m));
     EXPECT_NEAR(back.hw.gemm_spread, m.hw.gemm_spread, 1e-8) << m.name();  // the TOML keeps 6 digits
     EXPECT_EQ(back.sources.at("gemm_spread"), s) << m.name();
   }
@@ -362,10 +361,10 @@ TEST(Machine, GemmSpreadFromAFleetMeasurement) {
   const std::string sources =
       "[machine.sources]\npeak_tflops_bf16 = \"a\"\nmem_bw_GBps = \"a\"\nbw_intra_GBps = \"a\"\n"
       "bw_inter_GBps = \"a\"\nmemory_GB = \"a\"\n";
-  const MachineProfile ok = load(head + "gemm_spread = 0.01\n" + sources + "gemm_spread = \"a fleet's GEMMs\"\n");
+  const MachineProfile ok = files.load(head + "gemm_spread = 0.01\n" + sources + "gemm_spread = \"a fleet's GEMMs\"\n");
   EXPECT_DOUBLE_EQ(ok.hw.gemm_spread, 0.01);
   EXPECT_EQ(ok.sources.at("gemm_spread"), "a fleet's GEMMs");
-  EXPECT_DOUBLE_EQ(load(head + sources).hw.gemm_spread, 0);  // not given: identical GPUs
+  EXPECT_DOUBLE_EQ(files.load(head + sources).hw.gemm_spread, 0);  // not given: identical GPUs
   expect_refused(files.dir, head,
                  {{"gemm_spread = 0.5\n" + sources + "gemm_spread = \"a\"\n", "machine.gemm_spread"},
                   {"gemm_spread = -0.01\n" + sources + "gemm_spread = \"a\"\n", "machine.gemm_spread"},
@@ -381,7 +380,6 @@ TEST(Machine, GemmSpreadFromAFleetMeasurement) {
 // [1, 10] and round trips.
 TEST(Machine, RingPlateauFromTheCostModels) {
   const ProfileDir files("machine_plateau");
-  auto load = [&](const std::string& text) { return files.load(text); };
   for (const MachineProfile& m : builtin_machines()) {
     ASSERT_TRUE(m.sources.count("ring_plateau")) << m.name();
     const std::string& s = m.sources.at("ring_plateau");
@@ -392,13 +390,13 @@ TEST(Machine, RingPlateauFromTheCostModels) {
       EXPECT_EQ(m.hw.ring_plateau, 1.4) << m.name();
       EXPECT_NE(s.find("Plateau effect of ring"), std::string::npos) << s;
     }
-    const MachineProfile back = load(machine_toml(m));
+    const MachineProfile back = files.load(machine_toml(m));
     EXPECT_DOUBLE_EQ(back.hw.ring_plateau, m.hw.ring_plateau) << m.name();
     EXPECT_EQ(back.sources.at("ring_plateau"), s) << m.name();
   }
   const std::string head = "[machine]\nname = \"x\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\n";
-  EXPECT_DOUBLE_EQ(load(head).hw.ring_plateau, 1);  // not given: none
-  EXPECT_DOUBLE_EQ(load(head + "ring_plateau = 1.9\n").hw.ring_plateau, 1.9);
+  EXPECT_DOUBLE_EQ(files.load(head).hw.ring_plateau, 1);  // not given: none
+  EXPECT_DOUBLE_EQ(files.load(head + "ring_plateau = 1.9\n").hw.ring_plateau, 1.9);
   expect_refused(files.dir, head,
                  {{"ring_plateau = 0.9\n", "machine.ring_plateau"},
                   {"ring_plateau = 10.5\n", "machine.ring_plateau"},
