@@ -53,6 +53,15 @@ struct ProfileDir {
   }
 };
 
+// A minimal GPU profile's figures (gpu = true: each needs a source) and
+// their sources, for a test's field to go between.
+const char* const kGpuHead =
+    "[machine]\nname = \"g\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\ngpu = true\nmem_bw_GBps = 100.0\n"
+    "bw_intra_GBps = 1.0\nbw_inter_GBps = 1.0\nmemory_GB = 1.0\n";
+const char* const kGpuSources =
+    "[machine.sources]\npeak_tflops_bf16 = \"a\"\nmem_bw_GBps = \"a\"\nbw_intra_GBps = \"a\"\n"
+    "bw_inter_GBps = \"a\"\nmemory_GB = \"a\"\n";
+
 // Each profile text (after `head`) is refused by load_machine with a message
 // holding its `want`.
 void expect_refused(const std::filesystem::path& dir, const std::string& head,
@@ -355,12 +364,7 @@ TEST(Machine, GemmSpreadFromAFleetMeasurement) {
     EXPECT_NEAR(back.hw.gemm_spread, m.hw.gemm_spread, 1e-8) << m.name();  // the TOML keeps 6 digits
     EXPECT_EQ(back.sources.at("gemm_spread"), s) << m.name();
   }
-  const std::string head =
-      "[machine]\nname = \"g\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\ngpu = true\nmem_bw_GBps = 100.0\n"
-      "bw_intra_GBps = 1.0\nbw_inter_GBps = 1.0\nmemory_GB = 1.0\n";
-  const std::string sources =
-      "[machine.sources]\npeak_tflops_bf16 = \"a\"\nmem_bw_GBps = \"a\"\nbw_intra_GBps = \"a\"\n"
-      "bw_inter_GBps = \"a\"\nmemory_GB = \"a\"\n";
+  const std::string head = kGpuHead, sources = kGpuSources;
   const MachineProfile ok = files.load(head + "gemm_spread = 0.01\n" + sources + "gemm_spread = \"a fleet's GEMMs\"\n");
   EXPECT_DOUBLE_EQ(ok.hw.gemm_spread, 0.01);
   EXPECT_EQ(ok.sources.at("gemm_spread"), "a fleet's GEMMs");
@@ -411,12 +415,7 @@ TEST(Machine, RingPlateauFromTheCostModels) {
 TEST(Machine, PerKindMemoryRatesReadStrictly) {
   const auto dir = std::filesystem::temp_directory_path() / ("pb_machine_kinds_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  const std::string head =
-      "[machine]\nname = \"g\"\nsource = \"s\"\npeak_tflops_bf16 = 1.0\ngpu = true\nmem_bw_GBps = 100.0\n"
-      "bw_intra_GBps = 1.0\nbw_inter_GBps = 1.0\nmemory_GB = 1.0\n";
-  const std::string sources =
-      "[machine.sources]\npeak_tflops_bf16 = \"a\"\nmem_bw_GBps = \"a\"\nbw_intra_GBps = \"a\"\n"
-      "bw_inter_GBps = \"a\"\nmemory_GB = \"a\"\n";
+  const std::string head = kGpuHead, sources = kGpuSources;
   const auto ok = (dir / "ok.toml").string();
   std::ofstream(ok) << head << "norm_mem_bw_GBps = 50.0\nsoftmax_mem_bw_GBps = 60.0\nloss_mem_bw_GBps = 70.0\n"
                     << "elementwise_mem_bw_GBps = 80.0\neager_norm_mem_bw_GBps = 40.0\n" << sources
